@@ -1,0 +1,93 @@
+// Package chconn builds the ClickHouse connection (native protocol) and
+// applies idempotent DDL. Everything here must work on ClickHouse 18.16 (the
+// Debian package used locally) and on current 24.x: batches name their
+// columns, and no statement relies on newer syntax.
+package chconn
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Config locates the server and the database.
+type Config struct {
+	Addrs    []string `env:"CLICKHOUSE_ADDRS" default:"127.0.0.1:9000"`
+	Database string   `env:"CLICKHOUSE_DATABASE" default:"kurz"`
+	User     string   `env:"CLICKHOUSE_USER" default:"default"`
+	Password string   `env:"CLICKHOUSE_PASSWORD" default:""`
+	// DialTimeout bounds connecting; queries carry their own deadlines.
+	DialTimeout time.Duration `env:"CLICKHOUSE_DIAL_TIMEOUT" default:"3s"`
+}
+
+// New creates the database if needed, connects to it and pings the server.
+func New(ctx context.Context, cfg Config) (driver.Conn, error) {
+	if !validIdent(cfg.Database) {
+		return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_DATABASE=%q: want letters, digits and underscores", cfg.Database)
+	}
+	// The database may not exist yet, so the first connection uses "default".
+	boot, err := open(ctx, cfg, "default")
+	if err != nil {
+		return nil, err
+	}
+	err = boot.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+cfg.Database)
+	_ = boot.Close()
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: create database %s: %w", cfg.Database, err)
+	}
+	return open(ctx, cfg, cfg.Database)
+}
+
+func open(ctx context.Context, cfg Config, database string) (driver.Conn, error) {
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Addr:        cfg.Addrs,
+		Auth:        clickhouse.Auth{Database: database, Username: cfg.User, Password: cfg.Password},
+		DialTimeout: cfg.DialTimeout,
+		Protocol:    clickhouse.Native,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := conn.Ping(pctx); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("clickhouse at %s unreachable (set KURZ_CLICKHOUSE_ADDRS): %w", strings.Join(cfg.Addrs, ","), err)
+	}
+	return conn, nil
+}
+
+// ApplyDDL runs statements in order; each must be idempotent (CREATE ... IF
+// NOT EXISTS), since every replica runs them at start.
+func ApplyDDL(ctx context.Context, conn driver.Conn, statements []string) error {
+	for _, stmt := range statements {
+		if err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("clickhouse DDL %q: %w", firstLine(stmt), err)
+		}
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func validIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}

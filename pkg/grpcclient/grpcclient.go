@@ -1,0 +1,55 @@
+// Package grpcclient dials other kurz services with the same instrumentation
+// and keepalive everywhere.
+package grpcclient
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"kurz.dev/pkg/telemetry"
+)
+
+// serviceConfig spreads calls over every address the name resolves to: with
+// "dns:///limiter-headless:9091" each replica gets its share.
+const serviceConfig = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+
+// Dial creates a client connection to target (host:port or a gRPC target URI
+// such as dns:///limiter:9091). It does not block: the first call connects.
+func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	base := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(tel.TracerProvider),
+			otelgrpc.WithMeterProvider(tel.MeterProvider))),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+	}
+	conn, err := grpc.NewClient(target, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("grpc client for %s: %w", target, err)
+	}
+	return conn, nil
+}
+
+// HealthCheck returns a readiness check that asks the server behind conn for
+// its overall gRPC health.
+func HealthCheck(conn *grpc.ClientConn) func(ctx context.Context) error {
+	client := healthpb.NewHealthClient(conn)
+	return func(ctx context.Context) error {
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return fmt.Errorf("health of %s: %w", conn.Target(), err)
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("health of %s: %s", conn.Target(), resp.GetStatus())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,104 @@
+package pgpool_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/pgpool"
+)
+
+func connect(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	var cfg pgpool.Config
+	if err := config.Load(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgpool.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("local PostgreSQL (make up): %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func TestMigrateRoundTrip(t *testing.T) {
+	pool := connect(t)
+	ctx := context.Background()
+	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
+	table := component + "_items"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
+	})
+	fsys := fstest.MapFS{
+		"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY, name text NOT NULL)")},
+		"0002_column.sql": {Data: []byte("ALTER TABLE " + table + " ADD COLUMN note text")},
+	}
+
+	applied, err := pgpool.Migrate(ctx, pool, component, fsys)
+	if err != nil {
+		t.Fatalf("first Migrate: %v", err)
+	}
+	if got := strings.Join(applied, ","); got != "0001_create.sql,0002_column.sql" {
+		t.Errorf("first Migrate applied %q, want both files in order", got)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (id, name, note) VALUES (1, 'a', 'b')"); err != nil {
+		t.Fatalf("schema after migration: %v", err)
+	}
+
+	again, err := pgpool.Migrate(ctx, pool, component, fsys)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second Migrate: applied %v, err %v; want nothing", again, err)
+	}
+
+	fsys["0003_more.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE " + table + " ADD COLUMN extra int")}
+	more, err := pgpool.Migrate(ctx, pool, component, fsys)
+	if err != nil || strings.Join(more, ",") != "0003_more.sql" {
+		t.Fatalf("third Migrate: applied %v, err %v; want only 0003_more.sql", more, err)
+	}
+}
+
+func TestMigrateFailureLeavesNoTrace(t *testing.T) {
+	pool := connect(t)
+	ctx := context.Background()
+	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
+	table := component + "_half"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
+	})
+	// The second statement fails, so the first must be rolled back with it.
+	fsys := fstest.MapFS{"0001_bad.sql": {Data: []byte(
+		"CREATE TABLE " + table + " (id int); SELECT no_such_function();")}}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err == nil {
+		t.Fatal("Migrate of a broken file: want an error")
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	var recorded int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM schema_migrations WHERE component = $1", component).Scan(&recorded); err != nil {
+		t.Fatal(err)
+	}
+	if exists || recorded != 0 {
+		t.Errorf("after a failed migration: table exists=%v, recorded=%d; want neither", exists, recorded)
+	}
+}
+
+func TestNewNamesTheVariableWhenUnreachable(t *testing.T) {
+	_, err := pgpool.New(context.Background(), pgpool.Config{URL: "postgres://kurz:secret@127.0.0.1:1/kurz?sslmode=disable"})
+	if err == nil || !strings.Contains(err.Error(), "KURZ_POSTGRES_URL") {
+		t.Fatalf("got %v, want an error naming KURZ_POSTGRES_URL", err)
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Errorf("error leaks the password: %v", err)
+	}
+}

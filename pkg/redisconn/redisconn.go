@@ -1,0 +1,69 @@
+// Package redisconn builds the Redis Cluster client kurz services share.
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config locates the cluster. Timeouts are short on purpose: a slow Redis
+// must not become every request's latency (callers that need a tighter bound,
+// such as the limiter, set a context deadline per call).
+type Config struct {
+	// Addrs are seed nodes; the client discovers the rest of the cluster.
+	Addrs        []string      `env:"REDIS_ADDRS" default:"127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005,127.0.0.1:7006"`
+	Password     string        `env:"REDIS_PASSWORD" default:""`
+	DialTimeout  time.Duration `env:"REDIS_DIAL_TIMEOUT" default:"1s"`
+	ReadTimeout  time.Duration `env:"REDIS_READ_TIMEOUT" default:"100ms"`
+	WriteTimeout time.Duration `env:"REDIS_WRITE_TIMEOUT" default:"100ms"`
+	PoolSize     int           `env:"REDIS_POOL_SIZE" default:"32"`
+}
+
+// New connects to the cluster and checks it is usable: every master answers
+// and the cluster reports state ok. The error names the addresses and the
+// variable to set.
+func New(ctx context.Context, cfg Config) (*redis.ClusterClient, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("redis cluster: no addresses; set KURZ_REDIS_ADDRS")
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:        cfg.Addrs,
+		Password:     cfg.Password,
+		DialTimeout:  cfg.DialTimeout,
+		ReadTimeout:  cfg.ReadTimeout,
+		WriteTimeout: cfg.WriteTimeout,
+		PoolSize:     cfg.PoolSize,
+		// Reads stay on masters: limiter state must be read where it is written.
+		ReadOnly: false,
+	})
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := Check(ctx, c); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("redis cluster at %s unreachable (set KURZ_REDIS_ADDRS): %w", strings.Join(cfg.Addrs, ","), err)
+	}
+	return c, nil
+}
+
+// Check pings every master and verifies the cluster state; it is the Redis
+// readiness check.
+func Check(ctx context.Context, c *redis.ClusterClient) error {
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("cluster info: %w", err)
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		return errors.New("cluster state is not ok")
+	}
+	return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		if err := m.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("ping %s: %w", m.Options().Addr, err)
+		}
+		return nil
+	})
+}

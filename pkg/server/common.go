@@ -1,0 +1,26 @@
+package server
+
+import (
+	"time"
+
+	"kurz.dev/pkg/telemetry"
+)
+
+// Common holds the settings every service shares; embed it in a service's
+// Config next to its own listen addresses.
+type Common struct {
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" default:"20s"`
+	Version         string        `env:"VERSION" default:"dev"`
+	Telemetry       telemetry.Config
+}
+
+// Config returns the server configuration for the given listen addresses.
+func (c Common) Config(grpcAddr, httpAddr string) Config {
+	return Config{
+		GRPCAddr:        grpcAddr,
+		HTTPAddr:        httpAddr,
+		Version:         c.Version,
+		Telemetry:       c.Telemetry,
+		ShutdownTimeout: c.ShutdownTimeout,
+	}
+}

@@ -1,0 +1,318 @@
+// Package server runs the two listeners every kurz service has: a gRPC server
+// (health, reflection, OpenTelemetry, keepalive) and an HTTP server for
+// /healthz, /readyz and /metrics, plus whatever public routes the service adds.
+// It owns graceful shutdown, in a fixed order: readiness off, HTTP drained,
+// gRPC drained, then the closers the service registered (stores, telemetry).
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"kurz.dev/pkg/telemetry"
+)
+
+// Config is where a service listens, what it reports, and how long it may
+// take to stop.
+type Config struct {
+	GRPCAddr  string
+	HTTPAddr  string
+	Version   string
+	Telemetry telemetry.Config
+	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM; keep
+	// it below the pod's terminationGracePeriodSeconds.
+	ShutdownTimeout time.Duration
+	// ReadinessInterval is how often the readiness checks refresh the gRPC
+	// health status.
+	ReadinessInterval time.Duration
+}
+
+// Check reports whether one dependency is usable; nil means ready.
+type Check func(ctx context.Context) error
+
+type namedCheck struct {
+	name  string
+	check Check
+}
+
+// Server is one service's pair of listeners. Register gRPC services on GRPC
+// and HTTP routes on Mux before calling Run.
+type Server struct {
+	// GRPC is the gRPC server; health and reflection are already registered.
+	GRPC *grpc.Server
+	// Mux is the HTTP router; /healthz, /readyz and /metrics are already on it.
+	Mux *http.ServeMux
+	// Telemetry holds the tracer and meter providers for the service's own
+	// instruments.
+	Telemetry *telemetry.Telemetry
+
+	name     string
+	cfg      Config
+	log      *slog.Logger
+	health   *health.Server
+	grpcLis  net.Listener
+	httpLis  net.Listener
+	httpSrv  *http.Server
+	checks   []namedCheck
+	closers  []func(context.Context) error
+	draining atomic.Bool
+}
+
+// New sets up telemetry, listens on both addresses (":0" picks a free port;
+// see GRPCAddr and HTTPAddr) and builds the servers. Nothing is served until
+// Run; if the service gives up before that, call Close.
+func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ...grpc.ServerOption) (*Server, error) {
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 20 * time.Second
+	}
+	if cfg.ReadinessInterval <= 0 {
+		cfg.ReadinessInterval = 5 * time.Second
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	tel, err := telemetry.Setup(ctx, cfg.Telemetry, name, cfg.Version)
+	if err != nil {
+		return nil, err
+	}
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("listen gRPC on %s: %w", cfg.GRPCAddr, err), tel.Shutdown(ctx))
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err), grpcLis.Close(), tel.Shutdown(ctx))
+	}
+	s := &Server{
+		name:      name,
+		cfg:       cfg,
+		log:       log,
+		health:    health.NewServer(),
+		grpcLis:   grpcLis,
+		httpLis:   httpLis,
+		Mux:       http.NewServeMux(),
+		Telemetry: tel,
+		closers:   []func(context.Context) error{tel.Shutdown},
+	}
+	base := []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(tel.TracerProvider),
+			otelgrpc.WithMeterProvider(tel.MeterProvider))),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: 5 * time.Minute,
+			// Clients reconnect now and then, so new replicas behind a
+			// Kubernetes Service get their share of long-lived connections.
+			MaxConnectionAge:      10 * time.Minute,
+			MaxConnectionAgeGrace: cfg.ShutdownTimeout,
+			Time:                  30 * time.Second,
+			Timeout:               10 * time.Second,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(s.recoverUnary),
+	}
+	s.GRPC = grpc.NewServer(append(base, opts...)...)
+	healthpb.RegisterHealthServer(s.GRPC, s.health)
+	reflection.Register(s.GRPC)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	s.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.Mux.HandleFunc("GET /readyz", s.serveReadyz)
+	s.Mux.Handle("GET /metrics", tel.Metrics)
+	s.httpSrv = &http.Server{
+		Handler:           s.Mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the address the HTTP server listens on.
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// SetHandler replaces the HTTP handler, e.g. to wrap Mux in middleware. The
+// ops routes stay on Mux.
+func (s *Server) SetHandler(h http.Handler) { s.httpSrv.Handler = h }
+
+// AddCheck adds a readiness check, run by /readyz and by the periodic refresh
+// of the gRPC health status.
+func (s *Server) AddCheck(name string, check Check) {
+	s.checks = append(s.checks, namedCheck{name, check})
+}
+
+// OnShutdown registers a closer run after both servers have drained, in
+// reverse order of registration (close what was opened last first).
+func (s *Server) OnShutdown(fn func(context.Context) error) {
+	s.closers = append(s.closers, fn)
+}
+
+// Close releases the listeners and runs the closers of a server that never
+// ran; use it when wiring fails after New.
+func (s *Server) Close(ctx context.Context) error {
+	errs := []error{s.grpcLis.Close(), s.httpLis.Close()}
+	for _, fn := range slices.Backward(s.closers) {
+		errs = append(errs, fn(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Run serves until ctx ends, then shuts down gracefully. It returns nil after
+// a clean shutdown, or the first serve error.
+func (s *Server) Run(ctx context.Context) error {
+	serveErr := make(chan error, 2)
+	go func() {
+		if err := s.GRPC.Serve(s.grpcLis); err != nil {
+			serveErr <- fmt.Errorf("serve gRPC: %w", err)
+		}
+	}()
+	go func() {
+		if err := s.httpSrv.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("serve HTTP: %w", err)
+		}
+	}()
+	refreshCtx, stopRefresh := context.WithCancel(ctx)
+	var refreshing sync.WaitGroup
+	refreshing.Go(func() { s.refreshHealth(refreshCtx) })
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+	stopRefresh()
+	refreshing.Wait()
+	return errors.Join(runErr, s.shutdown())
+}
+
+func (s *Server) shutdown() error {
+	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+	s.draining.Store(true)
+	s.health.Shutdown() // every service NOT_SERVING: load balancers stop sending
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+
+	var errs []error
+	if err := s.httpSrv.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("drain HTTP: %w", err))
+	}
+	stopped := make(chan struct{})
+	go func() { s.GRPC.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.GRPC.Stop()
+		errs = append(errs, errors.New("drain gRPC: timed out; in-flight calls cancelled"))
+	}
+	for _, fn := range slices.Backward(s.closers) {
+		if err := fn(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		s.log.Error("shutdown", "err", err)
+	} else {
+		s.log.Info("stopped")
+	}
+	return err
+}
+
+// refreshHealth keeps the gRPC health status in line with the readiness checks.
+func (s *Server) refreshHealth(ctx context.Context) {
+	tick := time.NewTicker(s.cfg.ReadinessInterval)
+	defer tick.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_SERVING
+		if _, ok := s.runChecks(ctx); !ok {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.health.SetServingStatus("", st)
+		for svc := range s.GRPC.GetServiceInfo() {
+			s.health.SetServingStatus(svc, st)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Server) runChecks(ctx context.Context) (map[string]string, bool) {
+	results := make(map[string]string, len(s.checks))
+	ok := true
+	for _, c := range s.checks {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.check(cctx)
+		cancel()
+		if err != nil {
+			// The detail goes to the log, not the response: /readyz can be
+			// on a public port.
+			ok = false
+			results[c.name] = "unavailable"
+			s.log.Warn("readiness check failed", "check", c.name, "err", err)
+			continue
+		}
+		results[c.name] = "ok"
+	}
+	return results, ok
+}
+
+func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
+		return
+	}
+	results, ok := s.runChecks(r.Context())
+	code, st := http.StatusOK, "ok"
+	if !ok {
+		code, st = http.StatusServiceUnavailable, "unavailable"
+	}
+	writeJSON(w, code, map[string]any{"status": st, "checks": results})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// recoverUnary turns a panic in a handler into an Internal error with a
+// generic message, logged with the method, so one bad request cannot take the
+// process down. It is a last resort, not control flow.
+func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.ErrorContext(ctx, "handler panicked", "method", info.FullMethod, "panic", p)
+			err = status.Error(codes.Internal, "internal error")
+		}
+	}()
+	return handler(ctx, req)
+}

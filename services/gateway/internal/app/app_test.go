@@ -1,0 +1,62 @@
+package app
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/server/servertest"
+)
+
+// downstream is a stand-in for the services behind the gateway: a gRPC
+// server with only the health service, whose status the test sets.
+func downstream(t *testing.T) (string, *health.Server) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := health.NewServer()
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, hs)
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	return lis.Addr().String(), hs
+}
+
+func TestReadinessFollowsDownstreamHealth(t *testing.T) {
+	addr, hs := downstream(t)
+	var cfg Config
+	if err := config.LoadFrom(servertest.Env(map[string]string{
+		"KURZ_GATEWAY_GRPC_ADDR":   "127.0.0.1:0",
+		"KURZ_GATEWAY_HTTP_ADDR":   "127.0.0.1:0",
+		"KURZ_LIMITER_GRPC_ADDR":   addr,
+		"KURZ_SHORTENER_GRPC_ADDR": addr,
+		"KURZ_ANALYTICS_GRPC_ADDR": addr,
+	}), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "")
+	r.AssertOps(t, "limiter", "shortener", "analytics")
+
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	code, body := r.Get(t, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"shortener":"unavailable"`) {
+		t.Errorf("/readyz with downstream NOT_SERVING: got %d %s, want 503 naming shortener", code, body)
+	}
+	if err := r.Stop(); err != nil {
+		t.Errorf("graceful stop: %v", err)
+	}
+}

@@ -1,0 +1,48 @@
+package app
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/server/servertest"
+)
+
+func load(t *testing.T, overrides map[string]string) Config {
+	t.Helper()
+	base := map[string]string{"KURZ_LIMITER_GRPC_ADDR": "127.0.0.1:0", "KURZ_LIMITER_HTTP_ADDR": "127.0.0.1:0"}
+	for k, v := range overrides {
+		base[k] = v
+	}
+	var cfg Config
+	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestBootsHealthyAgainstTheCluster(t *testing.T) {
+	srv, err := New(context.Background(), load(t, nil), servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "kurz.ratelimit.v1.RateLimitService")
+	r.AssertOps(t, "redis")
+	if got := r.GRPCServices(t); !slices.Contains(got, "kurz.ratelimit.v1.RateLimitService") {
+		t.Errorf("reflection lists %v, want kurz.ratelimit.v1.RateLimitService", got)
+	}
+	if err := r.Stop(); err != nil {
+		t.Errorf("graceful stop: %v", err)
+	}
+}
+
+func TestFailsFastNamingTheMissingDependency(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_REDIS_ADDRS": "127.0.0.1:1", "KURZ_REDIS_DIAL_TIMEOUT": "200ms"})
+	_, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err == nil || !strings.Contains(err.Error(), "KURZ_REDIS_ADDRS") {
+		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS", err)
+	}
+}
