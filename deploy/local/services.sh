@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# deploy/local/services.sh — build and run kurz's five services on loopback,
+# against the stack that deploy/local/infra.sh starts.
+#
+#   services.sh up      build, then start every service that is not running
+#                       (a running service whose binary changed is restarted)
+#   services.sh down    stop every service by PID (SIGTERM, then SIGKILL)
+#   services.sh status  print each service up/down; exit 1 if any is down
+#
+# Every address is a KURZ_* variable with the defaults below (see README).
+# Runtime files live under ${KURZ_LOCAL_DIR:-<repo>/.local}: bin/, run/*.pid,
+# log/*.log.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LOCAL=${KURZ_LOCAL_DIR:-$ROOT/.local}
+BIN=$LOCAL/bin RUN=$LOCAL/run LOG=$LOCAL/log
+
+# Start order: the shortener applies the PostgreSQL schema the redirect reads.
+SERVICES=(limiter shortener analytics redirect gateway)
+
+export KURZ_LIMITER_GRPC_ADDR=${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091}
+export KURZ_LIMITER_HTTP_ADDR=${KURZ_LIMITER_HTTP_ADDR:-127.0.0.1:9191}
+export KURZ_SHORTENER_GRPC_ADDR=${KURZ_SHORTENER_GRPC_ADDR:-127.0.0.1:9092}
+export KURZ_SHORTENER_HTTP_ADDR=${KURZ_SHORTENER_HTTP_ADDR:-127.0.0.1:9192}
+export KURZ_ANALYTICS_GRPC_ADDR=${KURZ_ANALYTICS_GRPC_ADDR:-127.0.0.1:9093}
+export KURZ_ANALYTICS_HTTP_ADDR=${KURZ_ANALYTICS_HTTP_ADDR:-127.0.0.1:9193}
+export KURZ_REDIRECT_GRPC_ADDR=${KURZ_REDIRECT_GRPC_ADDR:-127.0.0.1:9094}
+export KURZ_REDIRECT_HTTP_ADDR=${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787}
+export KURZ_GATEWAY_GRPC_ADDR=${KURZ_GATEWAY_GRPC_ADDR:-127.0.0.1:9095}
+export KURZ_GATEWAY_HTTP_ADDR=${KURZ_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}
+
+http_addr() { local v="KURZ_${1^^}_HTTP_ADDR"; echo "${!v}"; }
+grpc_addr() { local v="KURZ_${1^^}_GRPC_ADDR"; echo "${!v}"; }
+
+pid_of() {
+	local f=$RUN/$1.pid pid
+	[[ -f $f ]] || return 1
+	pid=$(<"$f")
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 1
+	echo "$pid"
+}
+
+build() {
+	mkdir -p "$BIN"
+	local t0=$SECONDS
+	(cd "$ROOT" && for s in "${SERVICES[@]}"; do go build -o "$BIN/$s" "./services/$s"; done)
+	echo "built ${SERVICES[*]} in $((SECONDS - t0))s"
+}
+
+await_ready() {
+	local s=$1 pid=$2 url="http://$(http_addr "$1")/readyz"
+	for _ in $(seq 1 150); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "$s exited during start; last lines of $LOG/$s.log:" >&2
+			tail -n 20 "$LOG/$s.log" >&2
+			return 1
+		fi
+		curl -fsS -o /dev/null --max-time 2 "$url" 2>/dev/null && return 0
+		sleep 0.2
+	done
+	echo "$s not ready at $url after 30s; last lines of $LOG/$s.log:" >&2
+	tail -n 20 "$LOG/$s.log" >&2
+	return 1
+}
+
+start() {
+	local s=$1 pid sum
+	sum=$(sha256sum "$BIN/$s" | cut -c1-16)
+	if pid=$(pid_of "$s"); then
+		if [[ $(cat "$RUN/$s.sum" 2>/dev/null) == "$sum" ]]; then
+			return 0
+		fi
+		echo "$s: binary changed, restarting"
+		stop "$s"
+	fi
+	: >"$LOG/$s.log"
+	# setsid: the service gets its own session, so it outlives this shell
+	# and a terminal's ^C does not reach it; `down` stops it by PID.
+	setsid "$BIN/$s" >>"$LOG/$s.log" 2>&1 </dev/null &
+	pid=$!
+	echo "$pid" >"$RUN/$s.pid"
+	echo "$sum" >"$RUN/$s.sum"
+	await_ready "$s" "$pid"
+}
+
+stop() {
+	local s=$1 pid
+	pid=$(pid_of "$s") || { rm -f "$RUN/$s.pid"; return 0; }
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		echo "$s (pid $pid) did not stop within 10s; killing it" >&2
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$RUN/$s.pid" "$RUN/$s.sum"
+}
+
+cmd_up() {
+	mkdir -p "$RUN" "$LOG"
+	build
+	local t0=$SECONDS
+	for s in "${SERVICES[@]}"; do start "$s"; done
+	echo "services ready in $((SECONDS - t0))s:"
+	printf '  %-10s gRPC %-16s HTTP http://%s\n' \
+		limiter "$(grpc_addr limiter)" "$(http_addr limiter)" \
+		shortener "$(grpc_addr shortener)" "$(http_addr shortener)" \
+		analytics "$(grpc_addr analytics)" "$(http_addr analytics)" \
+		redirect "$(grpc_addr redirect)" "$(http_addr redirect)  (public)" \
+		gateway "$(grpc_addr gateway)" "$(http_addr gateway)  (public)"
+}
+
+cmd_down() {
+	local i
+	for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do stop "${SERVICES[i]}"; done
+	echo "services stopped"
+}
+
+cmd_status() {
+	local s pid rc=0
+	for s in "${SERVICES[@]}"; do
+		if pid=$(pid_of "$s"); then
+			printf '%-10s up   pid %s\n' "$s" "$pid"
+		else
+			printf '%-10s down\n' "$s"
+			rc=1
+		fi
+	done
+	return $rc
+}
+
+case ${1:-} in
+up) cmd_up ;;
+down) cmd_down ;;
+status) cmd_status ;;
+*)
+	echo "usage: $0 up|down|status" >&2
+	exit 2
+	;;
+esac
