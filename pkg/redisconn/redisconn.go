@@ -38,6 +38,9 @@ func New(ctx context.Context, cfg Config) (*redis.ClusterClient, error) {
 		ReadTimeout:  cfg.ReadTimeout,
 		WriteTimeout: cfg.WriteTimeout,
 		PoolSize:     cfg.PoolSize,
+		// Context deadlines bound socket reads and writes, so a caller's
+		// few-millisecond budget holds even when Redis stalls.
+		ContextTimeoutEnabled: true,
 		// Reads stay on masters: limiter state must be read where it is written.
 		ReadOnly: false,
 	})

@@ -1,16 +1,26 @@
-// Package app wires the limiter service: configuration, Redis Cluster, and
-// the kurz.ratelimit.v1.RateLimitService on the gRPC server.
+// Package app wires the limiter service: configuration, Redis Cluster, the
+// rule source (PostgreSQL or a YAML file) and the gRPC APIs.
 package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"sync/atomic"
+	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
+	"kurz.dev/services/limiter/internal/ratelimit"
+	"kurz.dev/services/limiter/internal/rulestore"
+	"kurz.dev/services/limiter/internal/rulestore/migrations"
 )
 
 // Config is the limiter's configuration, from KURZ_* environment variables.
@@ -19,28 +29,139 @@ type Config struct {
 	GRPCAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
 	HTTPAddr string `env:"LIMITER_HTTP_ADDR" default:"127.0.0.1:9191"`
 	Redis    redisconn.Config
+	Postgres pgpool.Config
+	// RulesSource is "postgres" (rules in the database, seeded from the
+	// bootstrap file, reloaded on NOTIFY) or "file" (the YAML file only).
+	RulesSource string `env:"LIMITER_RULES_SOURCE" default:"postgres"`
+	// RulesFile is the bootstrap / rules YAML; empty means the one built in.
+	RulesFile    string        `env:"LIMITER_RULES_FILE" default:""`
+	RulesRefresh time.Duration `env:"LIMITER_RULES_REFRESH" default:"10s"`
+	// RedisTimeout bounds every decision's Redis call; past it the rule's
+	// failure mode decides.
+	RedisTimeout     time.Duration `env:"LIMITER_REDIS_TIMEOUT" default:"5ms"`
+	Replicas         int           `env:"LIMITER_REPLICAS" default:"1"`
+	BreakerThreshold int           `env:"LIMITER_BREAKER_THRESHOLD" default:"3"`
+	BreakerCooldown  time.Duration `env:"LIMITER_BREAKER_COOLDOWN" default:"1s"`
+	// AllowLogEvery logs one allowed decision in this many; every denial is
+	// logged.
+	AllowLogEvery int `env:"LIMITER_ALLOW_LOG_EVERY" default:"1000"`
 }
 
-// New connects to Redis Cluster and returns the limiter's server, ready to Run.
+func (c Config) validate() error {
+	var errs []error
+	if c.RulesSource != "postgres" && c.RulesSource != "file" {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_RULES_SOURCE=%q: want postgres or file", c.RulesSource))
+	}
+	if c.RedisTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_LIMITER_REDIS_TIMEOUT must be positive"))
+	}
+	if c.RulesRefresh <= 0 {
+		errs = append(errs, errors.New("KURZ_LIMITER_RULES_REFRESH must be positive"))
+	}
+	if c.Replicas < 1 {
+		errs = append(errs, errors.New("KURZ_LIMITER_REPLICAS must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+// New connects to Redis Cluster (and PostgreSQL in postgres mode), loads the
+// rules, and returns the limiter's server, ready to Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var closers []func()
+	fail := func(err error) (*server.Server, error) {
+		for _, c := range closers {
+			c()
+		}
+		return nil, err
+	}
+
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {
 		return nil, err
 	}
+	closers = append(closers, func() { _ = rdb.Close() })
+
+	var db *pgxpool.Pool
+	var source rulestore.Source = rulestore.FileSource{Path: cfg.RulesFile}
+	if cfg.RulesSource == "postgres" {
+		if db, err = pgpool.New(ctx, cfg.Postgres); err != nil {
+			return fail(err)
+		}
+		closers = append(closers, db.Close)
+		if _, err := pgpool.Migrate(ctx, db, "limiter", migrations.FS); err != nil {
+			return fail(err)
+		}
+		boot, err := rulestore.ReadFile(cfg.RulesFile)
+		if err != nil {
+			return fail(err)
+		}
+		if seeded, err := rulestore.Seed(ctx, db, boot); err != nil {
+			return fail(err)
+		} else if seeded {
+			log.Info("rules seeded into postgres from the bootstrap file", "file", cfg.RulesFile)
+		}
+		source = rulestore.PostgresSource{Pool: db}
+	}
+	first, err := source.Load(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	rules, err := ratelimit.Compile(first)
+	if err != nil {
+		return fail(err)
+	}
+
 	srv, err := server.New(ctx, "limiter", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
 	if err != nil {
-		_ = rdb.Close()
-		return nil, err
+		return fail(err)
 	}
-	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
-	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
-	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, &quotaService{rdb: rdb})
-	return srv, nil
-}
+	engine, err := ratelimit.NewEngine(rdb, rules, ratelimit.Options{
+		Timeout:          cfg.RedisTimeout,
+		Replicas:         cfg.Replicas,
+		BreakerThreshold: cfg.BreakerThreshold,
+		BreakerCooldown:  cfg.BreakerCooldown,
+		AllowLogEvery:    int64(cfg.AllowLogEvery),
+	}, log, srv.Telemetry.MeterProvider)
+	if err != nil {
+		return fail(errors.Join(err, srv.Close(ctx)))
+	}
 
-// quotaService answers CheckQuota. The algorithms arrive with the limiter
-// issue; until then every call is Unimplemented.
-type quotaService struct {
-	ratelimitv1.UnimplementedRateLimitServiceServer
-	rdb *redis.ClusterClient
+	refreshes, err := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/limiter").Int64Counter(
+		"kurz.ratelimit.rules.refreshes", metric.WithUnit("{refresh}"),
+		metric.WithDescription("Rule reloads by outcome; a failed one keeps the last good rules"))
+	if err != nil {
+		return fail(errors.Join(err, srv.Close(ctx)))
+	}
+	var lastRefreshErr atomic.Pointer[error]
+	refresher := &rulestore.Refresher{
+		Source: source, Interval: cfg.RulesRefresh, Apply: engine.SetRules, Log: log,
+		OnResult: func(err error) {
+			lastRefreshErr.Store(&err)
+			refreshes.Add(context.Background(), 1, metric.WithAttributes(attribute.Bool("ok", err == nil)))
+		},
+	}
+	bg, stopBG := context.WithCancel(context.Background())
+	notify := make(chan struct{}, 1)
+	if db != nil {
+		go rulestore.Listen(bg, db, notify, log)
+	}
+	go refresher.Run(bg, notify)
+
+	// Order matters: closers run in reverse, so background work stops first,
+	// then refunds drain, then the stores close.
+	for _, c := range closers {
+		srv.OnShutdown(func(context.Context) error { c(); return nil })
+	}
+	srv.OnShutdown(func(context.Context) error { engine.Wait(); return nil })
+	srv.OnShutdown(func(context.Context) error { stopBG(); return nil })
+	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
+	if db != nil {
+		srv.AddCheck("postgres", db.Ping)
+	}
+	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, &quotaService{engine: engine})
+	registerEnvoy(srv, engine)
+	return srv, nil
 }

@@ -22,6 +22,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// FailureMode is what a rule does when Redis fails or is slower than the
+// limiter's timeout.
+type FailureMode int32
+
+const (
+	FailureMode_FAILURE_MODE_UNSPECIFIED FailureMode = 0
+	// Allow, log and count: business quotas.
+	FailureMode_FAILURE_MODE_OPEN FailureMode = 1
+	// Deny: login, OTP, brute-force protection.
+	FailureMode_FAILURE_MODE_CLOSED FailureMode = 2
+	// Decide with an in-process limiter holding this replica's share of the limit.
+	FailureMode_FAILURE_MODE_LOCAL FailureMode = 3
+)
+
+// Enum value maps for FailureMode.
+var (
+	FailureMode_name = map[int32]string{
+		0: "FAILURE_MODE_UNSPECIFIED",
+		1: "FAILURE_MODE_OPEN",
+		2: "FAILURE_MODE_CLOSED",
+		3: "FAILURE_MODE_LOCAL",
+	}
+	FailureMode_value = map[string]int32{
+		"FAILURE_MODE_UNSPECIFIED": 0,
+		"FAILURE_MODE_OPEN":        1,
+		"FAILURE_MODE_CLOSED":      2,
+		"FAILURE_MODE_LOCAL":       3,
+	}
+)
+
+func (x FailureMode) Enum() *FailureMode {
+	p := new(FailureMode)
+	*p = x
+	return p
+}
+
+func (x FailureMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FailureMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[0].Descriptor()
+}
+
+func (FailureMode) Type() protoreflect.EnumType {
+	return &file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[0]
+}
+
+func (x FailureMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FailureMode.Descriptor instead.
+func (FailureMode) EnumDescriptor() ([]byte, []int) {
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
 // Algorithm is how a rule counts.
 type Algorithm int32
 
@@ -73,11 +130,11 @@ func (x Algorithm) String() string {
 }
 
 func (Algorithm) Descriptor() protoreflect.EnumDescriptor {
-	return file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[0].Descriptor()
+	return file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[1].Descriptor()
 }
 
 func (Algorithm) Type() protoreflect.EnumType {
-	return &file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[0]
+	return &file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[1]
 }
 
 func (x Algorithm) Number() protoreflect.EnumNumber {
@@ -86,7 +143,7 @@ func (x Algorithm) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Algorithm.Descriptor instead.
 func (Algorithm) EnumDescriptor() ([]byte, []int) {
-	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
 }
 
 // DecisionSource says how a decision was reached.
@@ -141,11 +198,11 @@ func (x DecisionSource) String() string {
 }
 
 func (DecisionSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[1].Descriptor()
+	return file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[2].Descriptor()
 }
 
 func (DecisionSource) Type() protoreflect.EnumType {
-	return &file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[1]
+	return &file_kurz_ratelimit_v1_ratelimit_proto_enumTypes[2]
 }
 
 func (x DecisionSource) Number() protoreflect.EnumNumber {
@@ -154,7 +211,7 @@ func (x DecisionSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DecisionSource.Descriptor instead.
 func (DecisionSource) EnumDescriptor() ([]byte, []int) {
-	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
 // CheckQuotaRequest names the request being limited.
@@ -454,6 +511,238 @@ func (x *CheckQuotaResponse) GetDecisions() []*RuleDecision {
 	return nil
 }
 
+// ExplainQuotaRequest has the same fields as CheckQuotaRequest; cost is the
+// hypothetical cost to evaluate (unset means 1), and nothing is consumed.
+type ExplainQuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        string                 `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Descriptors   map[string]string      `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Cost          *uint32                `protobuf:"varint,3,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainQuotaRequest) Reset() {
+	*x = ExplainQuotaRequest{}
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainQuotaRequest) ProtoMessage() {}
+
+func (x *ExplainQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainQuotaRequest.ProtoReflect.Descriptor instead.
+func (*ExplainQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ExplainQuotaRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *ExplainQuotaRequest) GetDescriptors() map[string]string {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *ExplainQuotaRequest) GetCost() uint32 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
+// RuleExplanation is one matching rule, its definition after the tenant's
+// plan was applied, and its state right now.
+type RuleExplanation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the rule would decide for a request of the given cost, right now.
+	Decision *RuleDecision `protobuf:"bytes,1,opt,name=decision,proto3" json:"decision,omitempty"`
+	// The Redis keys that hold the rule's state for this request.
+	Keys []string `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Every descriptor name that forms the rule's key.
+	KeyDescriptors []string    `protobuf:"bytes,3,rep,name=key_descriptors,json=keyDescriptors,proto3" json:"key_descriptors,omitempty"`
+	FailureMode    FailureMode `protobuf:"varint,4,opt,name=failure_mode,json=failureMode,proto3,enum=kurz.ratelimit.v1.FailureMode" json:"failure_mode,omitempty"`
+	Shadow         bool        `protobuf:"varint,5,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// The plan whose limits applied ("" when the rule's own limits applied).
+	Plan string `protobuf:"bytes,6,opt,name=plan,proto3" json:"plan,omitempty"`
+	// Token bucket and leaky bucket: the burst (capacity).
+	Burst int64 `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
+	// The raw stored state, e.g. {"tokens": "12.5", "ts": "1790822222956"}.
+	State         map[string]string `protobuf:"bytes,8,rep,name=state,proto3" json:"state,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuleExplanation) Reset() {
+	*x = RuleExplanation{}
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuleExplanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuleExplanation) ProtoMessage() {}
+
+func (x *RuleExplanation) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuleExplanation.ProtoReflect.Descriptor instead.
+func (*RuleExplanation) Descriptor() ([]byte, []int) {
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RuleExplanation) GetDecision() *RuleDecision {
+	if x != nil {
+		return x.Decision
+	}
+	return nil
+}
+
+func (x *RuleExplanation) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *RuleExplanation) GetKeyDescriptors() []string {
+	if x != nil {
+		return x.KeyDescriptors
+	}
+	return nil
+}
+
+func (x *RuleExplanation) GetFailureMode() FailureMode {
+	if x != nil {
+		return x.FailureMode
+	}
+	return FailureMode_FAILURE_MODE_UNSPECIFIED
+}
+
+func (x *RuleExplanation) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *RuleExplanation) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *RuleExplanation) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *RuleExplanation) GetState() map[string]string {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+type ExplainQuotaResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a CheckQuota of this cost would be allowed right now.
+	Allowed bool               `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	Rules   []*RuleExplanation `protobuf:"bytes,2,rep,name=rules,proto3" json:"rules,omitempty"`
+	// The Redis server time the state was read at, in Unix milliseconds.
+	RedisTimeUnixMs int64 `protobuf:"varint,3,opt,name=redis_time_unix_ms,json=redisTimeUnixMs,proto3" json:"redis_time_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ExplainQuotaResponse) Reset() {
+	*x = ExplainQuotaResponse{}
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainQuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainQuotaResponse) ProtoMessage() {}
+
+func (x *ExplainQuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainQuotaResponse.ProtoReflect.Descriptor instead.
+func (*ExplainQuotaResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ExplainQuotaResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *ExplainQuotaResponse) GetRules() []*RuleExplanation {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *ExplainQuotaResponse) GetRedisTimeUnixMs() int64 {
+	if x != nil {
+		return x.RedisTimeUnixMs
+	}
+	return 0
+}
+
 var File_kurz_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
@@ -491,7 +780,37 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\vretry_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x129\n" +
 	"\x06source\x18\a \x01(\x0e2!.kurz.ratelimit.v1.DecisionSourceR\x06source\x12=\n" +
-	"\tdecisions\x18\b \x03(\v2\x1f.kurz.ratelimit.v1.RuleDecisionR\tdecisions*\xb3\x01\n" +
+	"\tdecisions\x18\b \x03(\v2\x1f.kurz.ratelimit.v1.RuleDecisionR\tdecisions\"\xea\x01\n" +
+	"\x13ExplainQuotaRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12Y\n" +
+	"\vdescriptors\x18\x02 \x03(\v27.kurz.ratelimit.v1.ExplainQuotaRequest.DescriptorsEntryR\vdescriptors\x12\x17\n" +
+	"\x04cost\x18\x03 \x01(\rH\x00R\x04cost\x88\x01\x01\x1a>\n" +
+	"\x10DescriptorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
+	"\x05_cost\"\x8f\x03\n" +
+	"\x0fRuleExplanation\x12;\n" +
+	"\bdecision\x18\x01 \x01(\v2\x1f.kurz.ratelimit.v1.RuleDecisionR\bdecision\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\tR\x04keys\x12'\n" +
+	"\x0fkey_descriptors\x18\x03 \x03(\tR\x0ekeyDescriptors\x12A\n" +
+	"\ffailure_mode\x18\x04 \x01(\x0e2\x1e.kurz.ratelimit.v1.FailureModeR\vfailureMode\x12\x16\n" +
+	"\x06shadow\x18\x05 \x01(\bR\x06shadow\x12\x12\n" +
+	"\x04plan\x18\x06 \x01(\tR\x04plan\x12\x14\n" +
+	"\x05burst\x18\a \x01(\x03R\x05burst\x12C\n" +
+	"\x05state\x18\b \x03(\v2-.kurz.ratelimit.v1.RuleExplanation.StateEntryR\x05state\x1a8\n" +
+	"\n" +
+	"StateEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x01\n" +
+	"\x14ExplainQuotaResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x128\n" +
+	"\x05rules\x18\x02 \x03(\v2\".kurz.ratelimit.v1.RuleExplanationR\x05rules\x12+\n" +
+	"\x12redis_time_unix_ms\x18\x03 \x01(\x03R\x0fredisTimeUnixMs*s\n" +
+	"\vFailureMode\x12\x1c\n" +
+	"\x18FAILURE_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11FAILURE_MODE_OPEN\x10\x01\x12\x17\n" +
+	"\x13FAILURE_MODE_CLOSED\x10\x02\x12\x16\n" +
+	"\x12FAILURE_MODE_LOCAL\x10\x03*\xb3\x01\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_FIXED_WINDOW\x10\x01\x12\x19\n" +
@@ -506,10 +825,11 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x19DECISION_SOURCE_FAIL_OPEN\x10\x03\x12\x1f\n" +
 	"\x1bDECISION_SOURCE_FAIL_CLOSED\x10\x04\x12\x1a\n" +
 	"\x16DECISION_SOURCE_SHADOW\x10\x05\x12\x1b\n" +
-	"\x17DECISION_SOURCE_NO_RULE\x10\x062m\n" +
+	"\x17DECISION_SOURCE_NO_RULE\x10\x062\xce\x01\n" +
 	"\x10RateLimitService\x12Y\n" +
 	"\n" +
-	"CheckQuota\x12$.kurz.ratelimit.v1.CheckQuotaRequest\x1a%.kurz.ratelimit.v1.CheckQuotaResponseB\xb9\x01\n" +
+	"CheckQuota\x12$.kurz.ratelimit.v1.CheckQuotaRequest\x1a%.kurz.ratelimit.v1.CheckQuotaResponse\x12_\n" +
+	"\fExplainQuota\x12&.kurz.ratelimit.v1.ExplainQuotaRequest\x1a'.kurz.ratelimit.v1.ExplainQuotaResponseB\xb9\x01\n" +
 	"\x15com.kurz.ratelimit.v1B\x0eRatelimitProtoP\x01Z*kurz.dev/gen/kurz/ratelimit/v1;ratelimitv1\xa2\x02\x03KRX\xaa\x02\x11Kurz.Ratelimit.V1\xca\x02\x11Kurz\\Ratelimit\\V1\xe2\x02\x1dKurz\\Ratelimit\\V1\\GPBMetadata\xea\x02\x13Kurz::Ratelimit::V1b\x06proto3"
 
 var (
@@ -524,36 +844,49 @@ func file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescData
 }
 
-var file_kurz_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kurz_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_kurz_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_kurz_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_kurz_ratelimit_v1_ratelimit_proto_goTypes = []any{
-	(Algorithm)(0),              // 0: kurz.ratelimit.v1.Algorithm
-	(DecisionSource)(0),         // 1: kurz.ratelimit.v1.DecisionSource
-	(*CheckQuotaRequest)(nil),   // 2: kurz.ratelimit.v1.CheckQuotaRequest
-	(*RuleDecision)(nil),        // 3: kurz.ratelimit.v1.RuleDecision
-	(*CheckQuotaResponse)(nil),  // 4: kurz.ratelimit.v1.CheckQuotaResponse
-	nil,                         // 5: kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntry
-	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
+	(FailureMode)(0),             // 0: kurz.ratelimit.v1.FailureMode
+	(Algorithm)(0),               // 1: kurz.ratelimit.v1.Algorithm
+	(DecisionSource)(0),          // 2: kurz.ratelimit.v1.DecisionSource
+	(*CheckQuotaRequest)(nil),    // 3: kurz.ratelimit.v1.CheckQuotaRequest
+	(*RuleDecision)(nil),         // 4: kurz.ratelimit.v1.RuleDecision
+	(*CheckQuotaResponse)(nil),   // 5: kurz.ratelimit.v1.CheckQuotaResponse
+	(*ExplainQuotaRequest)(nil),  // 6: kurz.ratelimit.v1.ExplainQuotaRequest
+	(*RuleExplanation)(nil),      // 7: kurz.ratelimit.v1.RuleExplanation
+	(*ExplainQuotaResponse)(nil), // 8: kurz.ratelimit.v1.ExplainQuotaResponse
+	nil,                          // 9: kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntry
+	nil,                          // 10: kurz.ratelimit.v1.ExplainQuotaRequest.DescriptorsEntry
+	nil,                          // 11: kurz.ratelimit.v1.RuleExplanation.StateEntry
+	(*durationpb.Duration)(nil),  // 12: google.protobuf.Duration
 }
 var file_kurz_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	5,  // 0: kurz.ratelimit.v1.CheckQuotaRequest.descriptors:type_name -> kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntry
-	0,  // 1: kurz.ratelimit.v1.RuleDecision.algorithm:type_name -> kurz.ratelimit.v1.Algorithm
-	6,  // 2: kurz.ratelimit.v1.RuleDecision.window:type_name -> google.protobuf.Duration
-	6,  // 3: kurz.ratelimit.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
-	6,  // 4: kurz.ratelimit.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
-	6,  // 5: kurz.ratelimit.v1.RuleDecision.delay:type_name -> google.protobuf.Duration
-	1,  // 6: kurz.ratelimit.v1.RuleDecision.source:type_name -> kurz.ratelimit.v1.DecisionSource
-	6,  // 7: kurz.ratelimit.v1.CheckQuotaResponse.reset_after:type_name -> google.protobuf.Duration
-	6,  // 8: kurz.ratelimit.v1.CheckQuotaResponse.retry_after:type_name -> google.protobuf.Duration
-	1,  // 9: kurz.ratelimit.v1.CheckQuotaResponse.source:type_name -> kurz.ratelimit.v1.DecisionSource
-	3,  // 10: kurz.ratelimit.v1.CheckQuotaResponse.decisions:type_name -> kurz.ratelimit.v1.RuleDecision
-	2,  // 11: kurz.ratelimit.v1.RateLimitService.CheckQuota:input_type -> kurz.ratelimit.v1.CheckQuotaRequest
-	4,  // 12: kurz.ratelimit.v1.RateLimitService.CheckQuota:output_type -> kurz.ratelimit.v1.CheckQuotaResponse
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	9,  // 0: kurz.ratelimit.v1.CheckQuotaRequest.descriptors:type_name -> kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntry
+	1,  // 1: kurz.ratelimit.v1.RuleDecision.algorithm:type_name -> kurz.ratelimit.v1.Algorithm
+	12, // 2: kurz.ratelimit.v1.RuleDecision.window:type_name -> google.protobuf.Duration
+	12, // 3: kurz.ratelimit.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
+	12, // 4: kurz.ratelimit.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
+	12, // 5: kurz.ratelimit.v1.RuleDecision.delay:type_name -> google.protobuf.Duration
+	2,  // 6: kurz.ratelimit.v1.RuleDecision.source:type_name -> kurz.ratelimit.v1.DecisionSource
+	12, // 7: kurz.ratelimit.v1.CheckQuotaResponse.reset_after:type_name -> google.protobuf.Duration
+	12, // 8: kurz.ratelimit.v1.CheckQuotaResponse.retry_after:type_name -> google.protobuf.Duration
+	2,  // 9: kurz.ratelimit.v1.CheckQuotaResponse.source:type_name -> kurz.ratelimit.v1.DecisionSource
+	4,  // 10: kurz.ratelimit.v1.CheckQuotaResponse.decisions:type_name -> kurz.ratelimit.v1.RuleDecision
+	10, // 11: kurz.ratelimit.v1.ExplainQuotaRequest.descriptors:type_name -> kurz.ratelimit.v1.ExplainQuotaRequest.DescriptorsEntry
+	4,  // 12: kurz.ratelimit.v1.RuleExplanation.decision:type_name -> kurz.ratelimit.v1.RuleDecision
+	0,  // 13: kurz.ratelimit.v1.RuleExplanation.failure_mode:type_name -> kurz.ratelimit.v1.FailureMode
+	11, // 14: kurz.ratelimit.v1.RuleExplanation.state:type_name -> kurz.ratelimit.v1.RuleExplanation.StateEntry
+	7,  // 15: kurz.ratelimit.v1.ExplainQuotaResponse.rules:type_name -> kurz.ratelimit.v1.RuleExplanation
+	3,  // 16: kurz.ratelimit.v1.RateLimitService.CheckQuota:input_type -> kurz.ratelimit.v1.CheckQuotaRequest
+	6,  // 17: kurz.ratelimit.v1.RateLimitService.ExplainQuota:input_type -> kurz.ratelimit.v1.ExplainQuotaRequest
+	5,  // 18: kurz.ratelimit.v1.RateLimitService.CheckQuota:output_type -> kurz.ratelimit.v1.CheckQuotaResponse
+	8,  // 19: kurz.ratelimit.v1.RateLimitService.ExplainQuota:output_type -> kurz.ratelimit.v1.ExplainQuotaResponse
+	18, // [18:20] is the sub-list for method output_type
+	16, // [16:18] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_kurz_ratelimit_v1_ratelimit_proto_init() }
@@ -562,13 +895,14 @@ func file_kurz_ratelimit_v1_ratelimit_proto_init() {
 		return
 	}
 	file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[0].OneofWrappers = []any{}
+	file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kurz_ratelimit_v1_ratelimit_proto_rawDesc), len(file_kurz_ratelimit_v1_ratelimit_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   4,
+			NumEnums:      3,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,7 +19,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RateLimitService_CheckQuota_FullMethodName = "/kurz.ratelimit.v1.RateLimitService/CheckQuota"
+	RateLimitService_CheckQuota_FullMethodName   = "/kurz.ratelimit.v1.RateLimitService/CheckQuota"
+	RateLimitService_ExplainQuota_FullMethodName = "/kurz.ratelimit.v1.RateLimitService/ExplainQuota"
 )
 
 // RateLimitServiceClient is the client API for RateLimitService service.
@@ -33,6 +34,10 @@ type RateLimitServiceClient interface {
 	// and answers whether all of them allowed it. It is atomic per rule: each
 	// rule's read-check-update runs as one script on Redis.
 	CheckQuota(ctx context.Context, in *CheckQuotaRequest, opts ...grpc.CallOption) (*CheckQuotaResponse, error)
+	// ExplainQuota takes the same inputs, consumes nothing, and returns every
+	// matching rule with its current state and the exact Redis keys involved:
+	// how support answers "I was throttled at 80% of my quota".
+	ExplainQuota(ctx context.Context, in *ExplainQuotaRequest, opts ...grpc.CallOption) (*ExplainQuotaResponse, error)
 }
 
 type rateLimitServiceClient struct {
@@ -53,6 +58,16 @@ func (c *rateLimitServiceClient) CheckQuota(ctx context.Context, in *CheckQuotaR
 	return out, nil
 }
 
+func (c *rateLimitServiceClient) ExplainQuota(ctx context.Context, in *ExplainQuotaRequest, opts ...grpc.CallOption) (*ExplainQuotaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainQuotaResponse)
+	err := c.cc.Invoke(ctx, RateLimitService_ExplainQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RateLimitServiceServer is the server API for RateLimitService service.
 // All implementations must embed UnimplementedRateLimitServiceServer
 // for forward compatibility.
@@ -64,6 +79,10 @@ type RateLimitServiceServer interface {
 	// and answers whether all of them allowed it. It is atomic per rule: each
 	// rule's read-check-update runs as one script on Redis.
 	CheckQuota(context.Context, *CheckQuotaRequest) (*CheckQuotaResponse, error)
+	// ExplainQuota takes the same inputs, consumes nothing, and returns every
+	// matching rule with its current state and the exact Redis keys involved:
+	// how support answers "I was throttled at 80% of my quota".
+	ExplainQuota(context.Context, *ExplainQuotaRequest) (*ExplainQuotaResponse, error)
 	mustEmbedUnimplementedRateLimitServiceServer()
 }
 
@@ -76,6 +95,9 @@ type UnimplementedRateLimitServiceServer struct{}
 
 func (UnimplementedRateLimitServiceServer) CheckQuota(context.Context, *CheckQuotaRequest) (*CheckQuotaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckQuota not implemented")
+}
+func (UnimplementedRateLimitServiceServer) ExplainQuota(context.Context, *ExplainQuotaRequest) (*ExplainQuotaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainQuota not implemented")
 }
 func (UnimplementedRateLimitServiceServer) mustEmbedUnimplementedRateLimitServiceServer() {}
 func (UnimplementedRateLimitServiceServer) testEmbeddedByValue()                          {}
@@ -116,6 +138,24 @@ func _RateLimitService_CheckQuota_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimitService_ExplainQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimitServiceServer).ExplainQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimitService_ExplainQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimitServiceServer).ExplainQuota(ctx, req.(*ExplainQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateLimitService_ServiceDesc is the grpc.ServiceDesc for RateLimitService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -126,6 +166,10 @@ var RateLimitService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckQuota",
 			Handler:    _RateLimitService_CheckQuota_Handler,
+		},
+		{
+			MethodName: "ExplainQuota",
+			Handler:    _RateLimitService_ExplainQuota_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,138 @@
+// Package quota is the client every kurz service uses to ask the limiter
+// whether a request may proceed. It bounds each call with a deadline and, when
+// the limiter itself is unreachable or slow, applies the caller's own policy:
+// fail-open for business quotas, fail-closed for brute-force protection.
+package quota
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+// Policy is what a caller does when the limiter cannot answer in time.
+type Policy int
+
+const (
+	// FailOpen lets the request through (logged and counted): a broken
+	// limiter must not take the product down with it.
+	FailOpen Policy = iota
+	// FailClosed denies the request: for login, OTP and other endpoints where
+	// letting everything through is what an attacker wants.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (p Policy) String() string {
+	if p == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// ParsePolicy reads "open" or "closed" (as written in configuration).
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "open":
+		return FailOpen, nil
+	case "closed":
+		return FailClosed, nil
+	}
+	return 0, fmt.Errorf("unknown limiter failure policy %q: want open or closed", s)
+}
+
+// Decision is the limiter's answer, or the caller's policy standing in for it.
+type Decision struct {
+	Allowed bool
+	// Rule is the deciding rule; empty when no rule applied or when Degraded.
+	Rule       string
+	Limit      int64
+	Remaining  int64
+	ResetAfter time.Duration
+	// RetryAfter is positive on a denial the limiter decided.
+	RetryAfter time.Duration
+	// Delay is how long to wait before acting (leaky bucket in queue mode).
+	Delay  time.Duration
+	Source ratelimitv1.DecisionSource
+	// Degraded is true when the limiter did not answer and Policy decided.
+	Degraded bool
+}
+
+// Client wraps the limiter's gRPC client.
+type Client struct {
+	rl      ratelimitv1.RateLimitServiceClient
+	timeout time.Duration
+	log     *slog.Logger
+	calls   metric.Int64Counter
+}
+
+// New returns a client over conn. timeout bounds every call (a few
+// milliseconds: the limiter must not become the caller's latency).
+func New(conn grpc.ClientConnInterface, timeout time.Duration, log *slog.Logger, mp metric.MeterProvider) (*Client, error) {
+	calls, err := mp.Meter("kurz.dev/pkg/quota").Int64Counter("kurz.quota.calls",
+		metric.WithDescription("CheckQuota calls by outcome; outcome=degraded means the caller's policy decided"),
+		metric.WithUnit("{call}"))
+	if err != nil {
+		return nil, fmt.Errorf("quota metrics: %w", err)
+	}
+	return &Client{rl: ratelimitv1.NewRateLimitServiceClient(conn), timeout: timeout, log: log, calls: calls}, nil
+}
+
+// Check asks the limiter about one request of cost units (1 when cost is 0;
+// use Peek to look without consuming). It never returns an error: when the
+// limiter is unreachable, slow or failing, policy decides and the decision is
+// marked Degraded.
+func (c *Client) Check(ctx context.Context, domain string, descriptors map[string]string, cost uint32, policy Policy) Decision {
+	if cost == 0 {
+		cost = 1
+	}
+	return c.call(ctx, &ratelimitv1.CheckQuotaRequest{Domain: domain, Descriptors: descriptors, Cost: &cost}, policy)
+}
+
+// Peek reports the current headroom without consuming anything.
+func (c *Client) Peek(ctx context.Context, domain string, descriptors map[string]string, policy Policy) Decision {
+	var zero uint32
+	return c.call(ctx, &ratelimitv1.CheckQuotaRequest{Domain: domain, Descriptors: descriptors, Cost: &zero}, policy)
+}
+
+func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, policy Policy) Decision {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := c.rl.CheckQuota(ctx, req)
+	if err != nil {
+		c.log.WarnContext(ctx, "limiter unavailable; caller policy applies",
+			"domain", req.GetDomain(), "policy", policy.String(), "err", err)
+		c.calls.Add(ctx, 1, metric.WithAttributes(
+			attribute.String("domain", req.GetDomain()), attribute.String("outcome", "degraded"),
+			attribute.String("policy", policy.String())))
+		return Decision{Allowed: policy == FailOpen, Degraded: true}
+	}
+	outcome := "allowed"
+	if !resp.GetAllowed() {
+		outcome = "denied"
+	}
+	c.calls.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("domain", req.GetDomain()), attribute.String("outcome", outcome)))
+	d := Decision{
+		Allowed:    resp.GetAllowed(),
+		Rule:       resp.GetDecidingRule(),
+		Limit:      resp.GetLimit(),
+		Remaining:  resp.GetRemaining(),
+		ResetAfter: resp.GetResetAfter().AsDuration(),
+		RetryAfter: resp.GetRetryAfter().AsDuration(),
+		Source:     resp.GetSource(),
+	}
+	for _, rd := range resp.GetDecisions() {
+		if rd.GetRule() == d.Rule {
+			d.Delay = rd.GetDelay().AsDuration()
+		}
+	}
+	return d
+}

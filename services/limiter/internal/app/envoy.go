@@ -1,0 +1,156 @@
+package app
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/server"
+	"kurz.dev/services/limiter/internal/ratelimit"
+)
+
+// envoyService serves envoy.service.ratelimit.v3.RateLimitService, so Envoy,
+// Istio or any gateway speaking that API can use kurz's rules (and its token
+// buckets and sliding windows) in place of envoyproxy/ratelimit.
+//
+// Mapping: the request's domain is a kurz domain; each descriptor's entries
+// become one descriptor set (entry key -> value); hits_addend is the cost
+// (0 means 1, as in Envoy). All descriptors are decided together, all or
+// nothing, and each gets a status from the most restrictive of its rules.
+type envoyService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	engine *ratelimit.Engine
+}
+
+func registerEnvoy(srv *server.Server, engine *ratelimit.Engine) {
+	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, &envoyService{engine: engine})
+}
+
+// ShouldRateLimit implements rlsv3.RateLimitServiceServer.
+func (s *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "domain is required")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "at least one descriptor is required")
+	}
+	cost := uint32(1)
+	if req.GetHitsAddend() > 0 {
+		cost = req.GetHitsAddend()
+	}
+	descs := make([]map[string]string, len(req.GetDescriptors()))
+	for j, d := range req.GetDescriptors() {
+		m := make(map[string]string, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			m[e.GetKey()] = e.GetValue()
+		}
+		if _, err := validate(s.engine.Rules(), req.GetDomain(), m, &cost); err != nil {
+			return nil, err
+		}
+		descs[j] = m
+	}
+
+	resp, owners := s.engine.CheckEach(ctx, req.GetDomain(), descs, int64(cost))
+	out := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
+	}
+	if !resp.GetAllowed() {
+		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	// The deciding decision of each descriptor: its denial with the longest
+	// retry-after, else its rule with the least headroom.
+	deciding := make([]*ratelimitv1.RuleDecision, len(descs))
+	for i, d := range resp.GetDecisions() {
+		if d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW {
+			continue
+		}
+		j := owners[i]
+		if moreRestrictive(d, deciding[j]) {
+			deciding[j] = d
+		}
+	}
+	for j := range descs {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if d := deciding[j]; d != nil {
+			if !d.GetAllowed() {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+			st.CurrentLimit = envoyLimit(d)
+			st.LimitRemaining = uint32(max(0, min(d.GetRemaining(), int64(^uint32(0)))))
+			st.DurationUntilReset = d.GetResetAfter()
+		}
+		out.Statuses[j] = st
+	}
+	if resp.GetDecidingRule() != "" {
+		out.ResponseHeadersToAdd = rateLimitHeaders(resp)
+	}
+	return out, nil
+}
+
+// moreRestrictive reports whether a should decide over b.
+func moreRestrictive(a, b *ratelimitv1.RuleDecision) bool {
+	switch {
+	case b == nil:
+		return true
+	case a.GetAllowed() != b.GetAllowed():
+		return !a.GetAllowed()
+	case !a.GetAllowed():
+		return a.GetRetryAfter().AsDuration() > b.GetRetryAfter().AsDuration()
+	default:
+		return float64(a.GetRemaining())*float64(b.GetLimit()) < float64(b.GetRemaining())*float64(a.GetLimit())
+	}
+}
+
+var envoyUnits = []struct {
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	{rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+}
+
+// envoyLimit expresses a rule's limit per window in Envoy's units: exactly
+// when the window is one unit, else scaled to the smallest unit that gives
+// at least one request.
+func envoyLimit(d *ratelimitv1.RuleDecision) *rlsv3.RateLimitResponse_RateLimit {
+	window := d.GetWindow().AsDuration()
+	for _, u := range envoyUnits {
+		if window == u.d {
+			return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: uint32(d.GetLimit()), Unit: u.unit}
+		}
+	}
+	for _, u := range envoyUnits {
+		if n := float64(d.GetLimit()) * float64(u.d) / float64(window); n >= 1 {
+			return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: uint32(n), Unit: u.unit}
+		}
+	}
+	return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_DAY}
+}
+
+// rateLimitHeaders are the IETF RateLimit-* headers of the deciding rule, and
+// Retry-After on a denial (whole seconds, rounded up).
+func rateLimitHeaders(resp *ratelimitv1.CheckQuotaResponse) []*corev3.HeaderValue {
+	h := []*corev3.HeaderValue{
+		{Key: "RateLimit-Limit", Value: strconv.FormatInt(resp.GetLimit(), 10)},
+		{Key: "RateLimit-Remaining", Value: strconv.FormatInt(max(0, resp.GetRemaining()), 10)},
+		{Key: "RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(resp.GetResetAfter()), 10)},
+	}
+	if !resp.GetAllowed() {
+		h = append(h, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(1, ceilSeconds(resp.GetRetryAfter())), 10)})
+	}
+	return h
+}
+
+func ceilSeconds(d *durationpb.Duration) int64 {
+	return int64((d.AsDuration() + time.Second - 1) / time.Second)
+}

@@ -1,0 +1,95 @@
+package ratelimit
+
+import (
+	"sync"
+	"time"
+)
+
+// breaker stops paying the Redis timeout on every call while a Redis node is
+// failing: after `threshold` consecutive failures it opens for `cooldown`,
+// during which calls go straight to the rules' failure modes; then one probe
+// call is let through, and its outcome closes or reopens the breaker.
+type breaker struct {
+	threshold int
+	cooldown  time.Duration
+
+	mu        sync.Mutex
+	failures  int
+	openUntil time.Time
+	probing   bool
+}
+
+type breakerState int
+
+const (
+	breakerClosed breakerState = iota
+	breakerOpen
+	breakerHalfOpen
+)
+
+// allow reports whether a call may go to Redis now. In the half-open state
+// exactly one caller gets true (the probe) until it reports back.
+func (b *breaker) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.openUntil.IsZero() {
+		return true
+	}
+	if now.Before(b.openUntil) || b.probing {
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// record reports a call's outcome and returns whether the breaker changed
+// between open and closed.
+func (b *breaker) record(ok bool, now time.Time) (opened, closed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	wasOpen := !b.openUntil.IsZero()
+	b.probing = false
+	if ok {
+		b.failures = 0
+		b.openUntil = time.Time{}
+		return false, wasOpen
+	}
+	b.failures++
+	if wasOpen || b.failures >= b.threshold {
+		b.openUntil = now.Add(b.cooldown)
+		return !wasOpen, false
+	}
+	return false, false
+}
+
+func (b *breaker) state(now time.Time) breakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.openUntil.IsZero():
+		return breakerClosed
+	case now.Before(b.openUntil):
+		return breakerOpen
+	default:
+		return breakerHalfOpen
+	}
+}
+
+// breakers holds one breaker per Redis master address.
+type breakers struct {
+	threshold int
+	cooldown  time.Duration
+	mu        sync.Mutex
+	byNode    map[string]*breaker
+}
+
+func (bs *breakers) get(node string) *breaker {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b := bs.byNode[node]
+	if b == nil {
+		b = &breaker{threshold: bs.threshold, cooldown: bs.cooldown}
+		bs.byNode[node] = b
+	}
+	return b
+}

@@ -1,0 +1,241 @@
+-- decide.lua: one atomic decision over one or more rules whose keys share a
+-- hash slot (a cluster refuses a script whose keys span slots).
+--
+-- KEYS[i]   the state key of rule i
+-- ARGV[1]   clock override in Unix ms, or "" to use Redis TIME. Only the test
+--           and demo engine sets it; the service never does.
+-- ARGV[2]   "check": decide, and write every rule's new state only if every
+--           enforced rule allows (nothing is consumed otherwise);
+--           "peek": decide without writing anything;
+--           "refund": give back what a "check" with the same ARGV consumed.
+-- ARGV[3]   request id: sliding-log members are "<id>:<n>", so a refund can
+--           remove exactly them.
+-- then, per rule i, 6 values from ARGV[4 + (i-1)*6]:
+--           algorithm (1 fixed window, 2 sliding log, 3 sliding window
+--           counter, 4 token bucket, 5 leaky bucket), limit, window in ms,
+--           burst (bucket capacity), cost, flags (1 = leaky queue mode,
+--           2 = shadow: reported, never denies).
+--
+-- Returns {all_allowed, now_ms, then per rule: allowed, remaining,
+-- reset_after_ms, retry_after_ms (-1: never, cost exceeds capacity), delay_ms}.
+-- Every key written gets a TTL in the same script: no key outlives its use.
+
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local mode = ARGV[2]
+local reqid = ARGV[3]
+local ceil, floor, max, min = math.ceil, math.floor, math.max, math.min
+
+local function rule(i)
+  local b = 3 + (i - 1) * 6
+  return tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
+    tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+end
+
+if mode == 'refund' then
+  for i = 1, #KEYS do
+    local key = KEYS[i]
+    local algo, limit, window, burst, cost = rule(i)
+    if algo == 4 then
+      local tokens = tonumber(redis.call('HGET', key, 'tokens'))
+      if tokens then redis.call('HSET', key, 'tokens', min(burst, tokens + cost)) end
+    elseif algo == 5 then
+      local level = tonumber(redis.call('HGET', key, 'level'))
+      if level then redis.call('HSET', key, 'level', max(0, level - cost)) end
+    elseif algo == 1 or algo == 3 then
+      local field = (algo == 1) and 'n' or 'cur'
+      local n = tonumber(redis.call('HGET', key, field))
+      if n then redis.call('HSET', key, field, max(0, n - cost)) end
+    elseif algo == 2 then
+      for j = 1, cost do redis.call('ZREM', key, reqid .. ':' .. j) end
+    end
+  end
+  return {1, now}
+end
+
+local out = {1, now}
+local writes = {}
+local all = true
+
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local algo, limit, window, burst, cost, flags = rule(i)
+  local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
+
+  if algo == 4 then
+    -- Token bucket: {tokens, ts}; refills at limit/window, holds at most
+    -- burst. min(burst, ...) also clamps a bucket whose plan shrank.
+    local rate = limit / window
+    local s = redis.call('HMGET', key, 'tokens', 'ts')
+    local tokens = tonumber(s[1]) or burst
+    local ts = tonumber(s[2]) or now
+    if ts > now then ts = now end
+    tokens = min(burst, tokens + (now - ts) * rate)
+    if tokens >= cost then
+      allowed = 1
+      tokens = tokens - cost
+    elseif cost > burst then
+      retry = -1
+    else
+      retry = ceil((cost - tokens) / rate)
+    end
+    remaining = floor(tokens)
+    reset = ceil((burst - tokens) / rate)
+    writes[#writes + 1] = function()
+      redis.call('HSET', key, 'tokens', tokens, 'ts', now)
+      redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
+    end
+
+  elseif algo == 1 then
+    -- Fixed window: {w, n}, the count of calendar window w.
+    local w = floor(now / window)
+    local s = redis.call('HMGET', key, 'w', 'n')
+    local n = 0
+    if tonumber(s[1]) == w then n = tonumber(s[2]) or 0 end
+    reset = (w + 1) * window - now
+    if n + cost <= limit then
+      allowed = 1
+      n = n + cost
+    elseif cost > limit then
+      retry = -1
+    else
+      retry = reset
+    end
+    remaining = limit - n
+    writes[#writes + 1] = function()
+      redis.call('HSET', key, 'w', w, 'n', n)
+      redis.call('PEXPIRE', key, reset)
+    end
+
+  elseif algo == 3 then
+    -- Sliding window counter: {w, cur, prev}; the estimate is
+    -- prev x (share of the previous window still inside the last `window` ms)
+    -- + cur, and a request passes while the estimate is below the limit.
+    local w = floor(now / window)
+    local s = redis.call('HMGET', key, 'w', 'cur', 'prev')
+    local sw = tonumber(s[1])
+    local cur, prev = 0, 0
+    if sw == w then
+      cur, prev = tonumber(s[2]) or 0, tonumber(s[3]) or 0
+    elseif sw == w - 1 then
+      prev = tonumber(s[2]) or 0
+    end
+    local elapsed = now - w * window
+    local est = prev * (1 - elapsed / window) + cur
+    local room = limit - cost + 1 -- passes while est < room
+    if est < room then
+      allowed = 1
+      cur = cur + cost
+      est = est + cost
+    elseif room <= 0 then
+      retry = -1
+    else
+      local t = -1
+      if prev > 0 then
+        -- The estimate falls by prev/window per ms until this window ends.
+        local dt = floor((est - room) * window / prev) + 1
+        if elapsed + dt < window then t = dt end
+      end
+      if t < 0 then
+        -- Next window: prev' = cur, cur' = 0, so est' = cur x (1 - e'/window).
+        local left = window - elapsed
+        if cur < room then
+          t = left
+        else
+          t = left + floor(window * (1 - room / cur)) + 1
+        end
+      end
+      retry = t
+    end
+    remaining = max(0, ceil(limit - est))
+    if cur > 0 then
+      reset = (w + 2) * window - now
+    elseif prev > 0 then
+      reset = (w + 1) * window - now
+    end
+    writes[#writes + 1] = function()
+      redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prev)
+      redis.call('PEXPIRE', key, 2 * window + 1000)
+    end
+
+  elseif algo == 2 then
+    -- Sliding log: a sorted set of request timestamps; exact, and its memory
+    -- grows with the limit (one member per request in the window).
+    local from = now - window
+    local n = redis.call('ZCOUNT', key, '(' .. from, '+inf')
+    if n + cost <= limit then
+      allowed = 1
+      n = n + cost
+      reset = window
+    elseif cost > limit then
+      retry = -1
+    else
+      -- The oldest n + cost - limit entries must leave the window first.
+      local e = redis.call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', n + cost - limit - 1, 1)
+      retry = tonumber(e[2]) + window - now
+    end
+    if allowed == 0 then
+      local last = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(' .. from, 'WITHSCORES', 'LIMIT', 0, 1)
+      if last[2] then reset = tonumber(last[2]) + window - now end
+    end
+    remaining = max(0, limit - n)
+    writes[#writes + 1] = function()
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', from)
+      for j = 1, cost do redis.call('ZADD', key, now, reqid .. ':' .. j) end
+      redis.call('PEXPIRE', key, window + 1000)
+    end
+
+  elseif algo == 5 then
+    -- Leaky bucket: {level, ts}; drains at limit/window, holds at most
+    -- burst. As a meter it admits or rejects; in queue mode an admitted
+    -- request also learns how long to wait for what is ahead of it.
+    local rate = limit / window
+    local s = redis.call('HMGET', key, 'level', 'ts')
+    local level = tonumber(s[1]) or 0
+    local ts = tonumber(s[2]) or now
+    if ts > now then ts = now end
+    level = max(0, level - (now - ts) * rate)
+    if level + cost <= burst then
+      allowed = 1
+      if flags % 2 == 1 then delay = ceil(level / rate) end
+      level = level + cost
+    elseif cost > burst then
+      retry = -1
+    else
+      retry = ceil((level + cost - burst) / rate)
+    end
+    remaining = max(0, floor(burst - level))
+    reset = ceil(level / rate)
+    writes[#writes + 1] = function()
+      redis.call('HSET', key, 'level', level, 'ts', now)
+      redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
+    end
+
+  else
+    return redis.error_reply('unknown algorithm ' .. tostring(algo))
+  end
+
+  -- A shadow rule is reported but never denies; if it would deny, it keeps
+  -- its state untouched.
+  if allowed == 0 then
+    writes[#writes] = nil
+    if flags < 2 then all = false end
+  end
+  out[#out + 1] = allowed
+  out[#out + 1] = remaining
+  out[#out + 1] = reset
+  out[#out + 1] = retry
+  out[#out + 1] = delay
+end
+
+if not all then
+  out[1] = 0
+elseif mode == 'check' then
+  for _, write in ipairs(writes) do write() end
+end
+return out

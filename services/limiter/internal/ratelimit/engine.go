@@ -1,0 +1,602 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+//go:embed decide.lua
+var decideSource string
+
+// decideScript is loaded once per Redis node and run with EVALSHA; go-redis
+// falls back to EVAL (which reloads it) on NOSCRIPT, after a failover or a
+// SCRIPT FLUSH.
+var decideScript = redis.NewScript(decideSource)
+
+// Options tune an Engine.
+type Options struct {
+	// Timeout bounds every Redis call; past it, the rules' failure modes
+	// decide.
+	Timeout time.Duration
+	// Replicas is the number of limiter replicas; "local" fallback holds
+	// limit/Replicas per key in each.
+	Replicas int
+	// BreakerThreshold consecutive failures open a node's circuit breaker
+	// for BreakerCooldown.
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
+	// DenyCacheSize bounds the in-memory cache of over-limit keys.
+	DenyCacheSize int
+	// LocalCacheSize bounds the number of keys the local fallback tracks.
+	LocalCacheSize int
+	// AllowLogEvery logs one allowance in this many (every denial is logged).
+	AllowLogEvery int64
+}
+
+// Engine evaluates requests against the current Ruleset.
+type Engine struct {
+	rdb      *redis.ClusterClient
+	rules    atomic.Pointer[Ruleset]
+	opts     Options
+	log      *slog.Logger
+	local    *localLimiter
+	breakers *breakers
+	denied   *lru.Cache[string, denial]
+	reqPfx   string
+	reqSeq   atomic.Uint64
+	allowSeq atomic.Int64
+	m        engineMetrics
+	// refunds tracks background refunds so tests and shutdown can wait.
+	refunds sync.WaitGroup
+}
+
+// denial is a cached Redis denial: the key denies any cost >= cost until
+// `until` (a monotonic local time; only the duration came from Redis).
+type denial struct {
+	until time.Time
+	cost  int64
+	res   result
+}
+
+// result is one rule's verdict.
+type result struct {
+	allowed    bool
+	limit      int64
+	remaining  int64
+	resetAfter time.Duration
+	retryAfter time.Duration
+	delay      time.Duration
+	source     ratelimitv1.DecisionSource
+	never      bool // cost exceeds what the rule can ever hold
+}
+
+// NewEngine returns an engine deciding with rules until SetRules replaces them.
+func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog.Logger, mp metric.MeterProvider) (*Engine, error) {
+	if opts.Timeout <= 0 {
+		return nil, errors.New("ratelimit: timeout must be positive")
+	}
+	if opts.BreakerThreshold <= 0 {
+		opts.BreakerThreshold = 3
+	}
+	if opts.BreakerCooldown <= 0 {
+		opts.BreakerCooldown = time.Second
+	}
+	if opts.DenyCacheSize <= 0 {
+		opts.DenyCacheSize = 100_000
+	}
+	if opts.LocalCacheSize <= 0 {
+		opts.LocalCacheSize = 100_000
+	}
+	local, err := newLocalLimiter(opts.Replicas, opts.LocalCacheSize)
+	if err != nil {
+		return nil, err
+	}
+	denied, err := lru.New[string, denial](opts.DenyCacheSize)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newEngineMetrics(mp)
+	if err != nil {
+		return nil, err
+	}
+	var pfx [6]byte
+	_, _ = rand.Read(pfx[:])
+	e := &Engine{
+		rdb: rdb, opts: opts, log: log, local: local, denied: denied, m: m,
+		breakers: &breakers{threshold: opts.BreakerThreshold, cooldown: opts.BreakerCooldown, byNode: map[string]*breaker{}},
+		reqPfx:   hex.EncodeToString(pfx[:]),
+	}
+	e.rules.Store(rules)
+	return e, nil
+}
+
+// SetRules replaces the rules; requests in flight finish with the old ones.
+func (e *Engine) SetRules(rs *Ruleset) { e.rules.Store(rs) }
+
+// Rules returns the current rules.
+func (e *Engine) Rules() *Ruleset { return e.rules.Load() }
+
+// Wait blocks until background refunds have finished.
+func (e *Engine) Wait() { e.refunds.Wait() }
+
+// Check decides a request of cost units (0 looks without consuming): allowed
+// only if every enforced rule allows, and then every rule consumes; if any
+// denies, nothing stays consumed.
+func (e *Engine) Check(ctx context.Context, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
+	_, rules := e.rules.Load().Match(domain, desc)
+	return e.decide(ctx, "", domain, rules, cost)
+}
+
+// CheckEach decides one request described by several descriptor sets (as
+// Envoy sends them): the rules matching any set are decided together, all or
+// nothing. owners[i] is the index of the set that rule decision i came from.
+func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (resp *ratelimitv1.CheckQuotaResponse, owners []int) {
+	rs := e.rules.Load()
+	var rules []Applied
+	for j, d := range descs {
+		_, matched := rs.Match(domain, d)
+		for range matched {
+			owners = append(owners, j)
+		}
+		rules = append(rules, matched...)
+	}
+	return e.decide(ctx, "", domain, rules, cost), owners
+}
+
+// CheckAt is Check with the clock fixed at `at` instead of Redis TIME. It
+// exists for tests and the demo, which replay traces at chosen instants; the
+// service never calls it and no configuration reaches it.
+func (e *Engine) CheckAt(ctx context.Context, at time.Time, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
+	_, rules := e.rules.Load().Match(domain, desc)
+	return e.decide(ctx, strconv.FormatInt(at.UnixMilli(), 10), domain, rules, cost)
+}
+
+// group is the rules of one request that share a hash tag, decided by one
+// script call.
+type group struct {
+	idx  []int
+	keys []string
+	args []any
+	// consumed is set when the script consumed (to refund on an overall denial).
+	consumed bool
+	err      error
+}
+
+// decide is the decision path shared by Check, CheckEach and CheckAt. On a
+// denial from the over-limit cache the response carries only the cached rule.
+func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64) *ratelimitv1.CheckQuotaResponse {
+	if len(rules) == 0 {
+		return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
+	}
+	now := time.Now()
+
+	// An over-limit key stays over its limit until its retry-after: answer
+	// from memory, exactly, without a Redis round trip.
+	if cost > 0 && clock == "" {
+		for i, a := range rules {
+			if a.Rule.Shadow {
+				continue
+			}
+			if d, ok := e.denied.Get(a.Key); ok && cost >= d.cost && now.Before(d.until) {
+				res := d.res
+				res.retryAfter = d.until.Sub(now)
+				resp := e.respond(domain, rules[i:i+1], []result{res})
+				e.observe(ctx, domain, rules[i:i+1], []result{res}, resp, true)
+				return resp
+			}
+		}
+	}
+
+	mode := "check"
+	if cost == 0 {
+		mode = "peek"
+	}
+	reqID := e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
+	groups := e.groups(rules, clock, mode, reqID, cost)
+	results := make([]result, len(rules))
+	if len(groups) == 1 {
+		e.run(ctx, groups[0], rules, results, cost)
+	} else {
+		var wg sync.WaitGroup
+		for _, g := range groups {
+			wg.Go(func() { e.run(ctx, g, rules, results, cost) })
+		}
+		wg.Wait()
+	}
+
+	resp := e.respond(domain, rules, results)
+	if !resp.Allowed && cost > 0 {
+		e.giveBack(groups, rules, results, reqID, cost, clock)
+		for i, a := range rules {
+			r := results[i]
+			if !r.allowed && !a.Rule.Shadow && r.source == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS && r.retryAfter > 0 && clock == "" {
+				e.denied.Add(a.Key, denial{until: now.Add(r.retryAfter), cost: cost, res: r})
+			}
+		}
+	}
+	e.observe(ctx, domain, rules, results, resp, false)
+	return resp
+}
+
+func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64) []*group {
+	byTag := make(map[string]*group, len(rules))
+	var order []*group
+	for i, a := range rules {
+		g := byTag[a.tag]
+		if g == nil {
+			g = &group{args: []any{clock, mode, reqID}}
+			byTag[a.tag] = g
+			order = append(order, g)
+		}
+		r := a.Rule
+		flags := 0
+		if r.Queue {
+			flags |= 1
+		}
+		if r.Shadow {
+			flags |= 2
+		}
+		g.idx = append(g.idx, i)
+		g.keys = append(g.keys, a.Key)
+		g.args = append(g.args, int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity(), cost, flags)
+	}
+	return order
+}
+
+// run decides one group on Redis, or by the rules' failure modes when Redis
+// fails, is slow, or its node's breaker is open.
+func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []result, cost int64) {
+	node := e.nodeOf(ctx, g.keys[0])
+	br := e.breakers.get(node)
+	now := time.Now()
+	if !br.allow(now) {
+		g.err = errBreakerOpen
+		e.fallback(g, rules, results, cost, now)
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+	start := time.Now()
+	vals, err := decideScript.Run(rctx, e.rdb, g.keys, g.args...).Int64Slice()
+	cancel()
+	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.Bool("error", err != nil)))
+	opened, closed := br.record(err == nil || isScriptError(err), time.Now())
+	if opened {
+		e.log.Warn("redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
+		e.m.breakerOpen.Add(ctx, 1)
+	}
+	if closed {
+		e.log.Info("redis breaker closed; back on redis", "node", node)
+		e.m.breakerOpen.Add(ctx, -1)
+	}
+	if err != nil {
+		g.err = err
+		e.log.Debug("redis decision failed", "node", node, "err", err)
+		e.fallback(g, rules, results, cost, time.Now())
+		return
+	}
+	g.consumed = vals[0] == 1 && g.args[1] == "check"
+	for j, i := range g.idx {
+		v := vals[2+5*j : 7+5*j]
+		r := rules[i].Rule
+		res := result{
+			allowed:    v[0] == 1,
+			limit:      r.Limit,
+			remaining:  v[1],
+			resetAfter: time.Duration(v[2]) * time.Millisecond,
+			delay:      time.Duration(v[4]) * time.Millisecond,
+			source:     ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
+		}
+		if v[3] < 0 {
+			res.never = true
+			res.retryAfter = r.Window
+		} else {
+			res.retryAfter = time.Duration(v[3]) * time.Millisecond
+		}
+		if r.Shadow {
+			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
+		}
+		results[i] = res
+	}
+}
+
+var errBreakerOpen = errors.New("redis breaker open")
+
+// isScriptError tells a script's own error reply (a bug, not an outage) from
+// a network failure or timeout: only the latter counts against the breaker.
+func isScriptError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
+
+func (e *Engine) nodeOf(ctx context.Context, key string) string {
+	c, err := e.rdb.MasterForKey(ctx, key)
+	if err != nil {
+		return "unknown"
+	}
+	return c.Options().Addr
+}
+
+func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int64, now time.Time) {
+	for _, i := range g.idx {
+		a := rules[i]
+		r := a.Rule
+		var res result
+		switch r.FailureMode {
+		case ratelimitv1.FailureMode_FAILURE_MODE_CLOSED:
+			res = result{limit: r.Limit, retryAfter: e.opts.BreakerCooldown, source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}
+		case ratelimitv1.FailureMode_FAILURE_MODE_LOCAL:
+			if cost == 0 {
+				res = result{allowed: true, limit: r.Limit, remaining: r.Limit}
+			} else {
+				res = e.local.take(a.Key, r, cost, now)
+			}
+			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK
+		default:
+			// Fail open: what is left is unknown; report the full limit.
+			res = result{allowed: true, limit: r.Limit, remaining: r.Limit, source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN}
+		}
+		if r.Shadow {
+			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
+		}
+		e.m.fallbacks.Add(context.Background(), 1, metric.WithAttributes(
+			attribute.String("rule", r.ID()), attribute.String("source", sourceName(res.source))))
+		results[i] = res
+	}
+}
+
+// giveBack undoes what the groups and local buckets consumed for a request
+// that another rule denied. It runs in the background: the answer is already
+// known, and until it lands the consumed units are briefly unavailable to
+// other requests of the same keys (the bounded imprecision of rules that
+// span hash slots).
+func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, reqID string, cost int64, clock string) {
+	for _, g := range groups {
+		if g.consumed {
+			args := append([]any{clock, "refund", reqID}, g.args[3:]...)
+			e.refunds.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*e.opts.Timeout)
+				defer cancel()
+				if err := decideScript.Run(ctx, e.rdb, g.keys, args...).Err(); err != nil {
+					e.log.Warn("refund failed; the units return when the window or bucket refills", "keys", g.keys, "err", err)
+				}
+			})
+		}
+		if g.err != nil {
+			for _, i := range g.idx {
+				if results[i].allowed && results[i].source == ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK {
+					e.local.refund(rules[i].Key, rules[i].Rule, cost)
+				}
+			}
+		}
+	}
+}
+
+// respond combines the rules' results: allowed only if every enforced rule
+// allows; the deciding rule is the denying rule with the longest retry-after,
+// or, when allowed, the rule with the least headroom.
+func (e *Engine) respond(domain string, rules []Applied, results []result) *ratelimitv1.CheckQuotaResponse {
+	resp := &ratelimitv1.CheckQuotaResponse{Allowed: true, Decisions: make([]*ratelimitv1.RuleDecision, len(rules))}
+	deciding := -1
+	for i, a := range rules {
+		r, res := a.Rule, results[i]
+		resp.Decisions[i] = &ratelimitv1.RuleDecision{
+			Rule:       r.Name,
+			Algorithm:  r.Algorithm,
+			Allowed:    res.allowed,
+			Limit:      res.limit,
+			Remaining:  res.remaining,
+			Window:     durationpb.New(r.Window),
+			ResetAfter: durationpb.New(res.resetAfter),
+			RetryAfter: durationpb.New(res.retryAfter),
+			Delay:      durationpb.New(res.delay),
+			Source:     res.source,
+		}
+		if r.Shadow {
+			continue
+		}
+		if !res.allowed {
+			if resp.Allowed || res.retryAfter > results[deciding].retryAfter {
+				deciding = i
+			}
+			resp.Allowed = false
+			continue
+		}
+		if resp.Allowed && (deciding < 0 || headroom(res) < headroom(results[deciding])) {
+			deciding = i
+		}
+	}
+	if deciding < 0 { // only shadow rules applied
+		deciding = 0
+	}
+	d := resp.Decisions[deciding]
+	resp.DecidingRule = d.Rule
+	resp.Limit, resp.Remaining = d.Limit, d.Remaining
+	resp.ResetAfter, resp.RetryAfter = d.ResetAfter, d.RetryAfter
+	resp.Source = d.Source
+	if resp.Allowed {
+		resp.RetryAfter = durationpb.New(0)
+	}
+	return resp
+}
+
+func headroom(r result) float64 {
+	if r.limit <= 0 {
+		return 0
+	}
+	return float64(r.remaining) / float64(r.limit)
+}
+
+func sourceName(s ratelimitv1.DecisionSource) string {
+	switch s {
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS:
+		return "redis"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK:
+		return "local_fallback"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN:
+		return "fail_open"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED:
+		return "fail_closed"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW:
+		return "shadow"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE:
+		return "no_rule"
+	}
+	return "unspecified"
+}
+
+// observe counts the decision per rule and writes the decision log: every
+// denial (rule, key, what was left, retry-after, how served), and a sample of
+// allowances.
+func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, results []result, resp *ratelimitv1.CheckQuotaResponse, cached bool) {
+	for i, a := range rules {
+		res := results[i]
+		outcome := "allowed"
+		if !res.allowed {
+			outcome = "denied"
+		}
+		e.m.decisions.Add(ctx, 1, metric.WithAttributes(
+			attribute.String("domain", domain), attribute.String("rule", a.Rule.Name),
+			attribute.String("outcome", outcome), attribute.String("source", sourceName(res.source))))
+	}
+	if resp.Allowed {
+		if e.opts.AllowLogEvery <= 0 || e.allowSeq.Add(1)%e.opts.AllowLogEvery != 0 {
+			return
+		}
+	}
+	level, msg := slog.LevelInfo, "quota allowed (sampled)"
+	if !resp.Allowed {
+		level, msg = slog.LevelWarn, "quota denied"
+	}
+	attrs := make([]any, 0, 8+len(rules))
+	attrs = append(attrs, "domain", domain, "deciding_rule", resp.DecidingRule, "source", sourceName(resp.Source), "from_deny_cache", cached)
+	for i, a := range rules {
+		res := results[i]
+		attrs = append(attrs, slog.Group(a.Rule.Name,
+			"key", a.Key, "plan", a.Plan, "algorithm", AlgorithmName(a.Rule.Algorithm),
+			"allowed", res.allowed, "limit", res.limit, "remaining", res.remaining,
+			"window", a.Rule.Window, "retry_after", res.retryAfter, "reset_after", res.resetAfter,
+			"source", sourceName(res.source), "cost_exceeds_capacity", res.never))
+	}
+	e.log.Log(ctx, level, msg, attrs...)
+}
+
+// Explain reports every rule that matches the request, what it would decide
+// for cost now, the keys involved and their raw state; nothing is consumed.
+func (e *Engine) Explain(ctx context.Context, domain string, desc map[string]string, cost int64) (*ratelimitv1.ExplainQuotaResponse, error) {
+	_, rules := e.rules.Load().Match(domain, desc)
+	out := &ratelimitv1.ExplainQuotaResponse{Allowed: true}
+	if len(rules) == 0 {
+		return out, nil
+	}
+	reqID := e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
+	groups := e.groups(rules, "", "peek", reqID, cost)
+	results := make([]result, len(rules))
+	for _, g := range groups {
+		rctx, cancel := context.WithTimeout(ctx, 10*e.opts.Timeout)
+		vals, err := decideScript.Run(rctx, e.rdb, g.keys, g.args...).Int64Slice()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("explain: redis: %w", err)
+		}
+		out.RedisTimeUnixMs = vals[1]
+		for j, i := range g.idx {
+			v := vals[2+5*j : 7+5*j]
+			results[i] = result{
+				allowed: v[0] == 1, limit: rules[i].Rule.Limit, remaining: v[1],
+				resetAfter: time.Duration(v[2]) * time.Millisecond, retryAfter: time.Duration(max(v[3], 0)) * time.Millisecond,
+				delay: time.Duration(v[4]) * time.Millisecond, source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
+			}
+			if rules[i].Rule.Shadow {
+				results[i].source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
+			}
+		}
+	}
+	resp := e.respond(domain, rules, results)
+	out.Allowed = resp.Allowed
+	for i, a := range rules {
+		state, err := e.rawState(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		out.Rules = append(out.Rules, &ratelimitv1.RuleExplanation{
+			Decision:       resp.Decisions[i],
+			Keys:           []string{a.Key},
+			KeyDescriptors: a.Rule.Key,
+			FailureMode:    a.Rule.FailureMode,
+			Shadow:         a.Rule.Shadow,
+			Plan:           a.Plan,
+			Burst:          a.Rule.capacity(),
+			State:          state,
+		})
+	}
+	return out, nil
+}
+
+func (e *Engine) rawState(ctx context.Context, a Applied) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*e.opts.Timeout)
+	defer cancel()
+	state := map[string]string{}
+	if a.Rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG {
+		n, err := e.rdb.ZCard(ctx, a.Key).Result()
+		if err != nil {
+			return nil, fmt.Errorf("explain: redis: %w", err)
+		}
+		state["entries"] = strconv.FormatInt(n, 10)
+	} else {
+		h, err := e.rdb.HGetAll(ctx, a.Key).Result()
+		if err != nil {
+			return nil, fmt.Errorf("explain: redis: %w", err)
+		}
+		state = h
+	}
+	ttl, err := e.rdb.PTTL(ctx, a.Key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("explain: redis: %w", err)
+	}
+	if ttl > 0 {
+		state["pttl_ms"] = strconv.FormatInt(ttl.Milliseconds(), 10)
+	}
+	return state, nil
+}
+
+type engineMetrics struct {
+	decisions     metric.Int64Counter
+	fallbacks     metric.Int64Counter
+	redisDuration metric.Float64Histogram
+	breakerOpen   metric.Int64UpDownCounter
+}
+
+func newEngineMetrics(mp metric.MeterProvider) (engineMetrics, error) {
+	m := mp.Meter("kurz.dev/services/limiter")
+	var em engineMetrics
+	var err, e2 error
+	em.decisions, err = m.Int64Counter("kurz.ratelimit.decisions", metric.WithUnit("{decision}"),
+		metric.WithDescription("Rule decisions by domain, rule, outcome and how they were served"))
+	em.fallbacks, e2 = m.Int64Counter("kurz.ratelimit.fallbacks", metric.WithUnit("{decision}"),
+		metric.WithDescription("Rule decisions made without Redis, by rule and failure mode"))
+	err = errors.Join(err, e2)
+	em.redisDuration, e2 = m.Float64Histogram("kurz.ratelimit.redis.duration", metric.WithUnit("s"),
+		metric.WithDescription("Latency of decision scripts on Redis"),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1))
+	err = errors.Join(err, e2)
+	em.breakerOpen, e2 = m.Int64UpDownCounter("kurz.ratelimit.breakers.open", metric.WithUnit("{breaker}"),
+		metric.WithDescription("Redis nodes whose circuit breaker is open"))
+	return em, errors.Join(err, e2)
+}

@@ -1,0 +1,198 @@
+// Package ratelimit decides rate-limit requests: rules matched against a
+// request's descriptors, evaluated atomically by Lua scripts on Redis Cluster
+// (Redis TIME as the clock), with a failure mode per rule when Redis is slow
+// or down.
+package ratelimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+// Rule is one limit. Limit per Window is the long-run rate for every
+// algorithm; Burst is the capacity of the token and leaky buckets (Limit when
+// zero).
+type Rule struct {
+	Domain string
+	Name   string
+	// Key lists the descriptors whose values form the rule's key; a request
+	// lacking any of them is not subject to the rule.
+	Key []string
+	// Match restricts the rule to requests whose descriptors have these
+	// exact values (e.g. route = "POST /v1/links").
+	Match     map[string]string
+	Algorithm ratelimitv1.Algorithm
+	Limit     int64
+	Window    time.Duration
+	Burst     int64
+	// Queue makes a leaky bucket admit with a delay instead of only metering.
+	Queue       bool
+	FailureMode ratelimitv1.FailureMode
+	// Shadow rules are evaluated and reported but never deny.
+	Shadow bool
+	// ShardByTenant stores the rule's state under the tenant's hash tag, so
+	// it is decided in one script with the tenant's other such rules. Off,
+	// the rule's own key is the hash tag and a big tenant's keys spread over
+	// the cluster.
+	ShardByTenant bool
+}
+
+// ID is "domain/name", unique across domains.
+func (r *Rule) ID() string { return r.Domain + "/" + r.Name }
+
+// capacity is the most the rule ever holds: Burst for the buckets, else Limit.
+func (r *Rule) capacity() int64 {
+	if (r.Algorithm == ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET || r.Algorithm == ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET) && r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+// Validate reports the first problem with the rule, in words an operator can
+// act on.
+func (r *Rule) Validate() error {
+	switch {
+	case !validName(r.Domain):
+		return fmt.Errorf("rule %q: domain %q: want letters, digits, '.', '_' or '-'", r.Name, r.Domain)
+	case !validName(r.Name):
+		return fmt.Errorf("rule %q in domain %s: name: want letters, digits, '.', '_' or '-'", r.Name, r.Domain)
+	case len(r.Key) == 0:
+		return fmt.Errorf("rule %s: key: name at least one descriptor", r.ID())
+	case r.Algorithm == ratelimitv1.Algorithm_ALGORITHM_UNSPECIFIED:
+		return fmt.Errorf("rule %s: algorithm: want token_bucket, fixed_window, sliding_window_counter, sliding_log or leaky_bucket", r.ID())
+	case r.Limit <= 0:
+		return fmt.Errorf("rule %s: limit must be positive", r.ID())
+	case r.Window < time.Millisecond:
+		return fmt.Errorf("rule %s: window must be at least 1ms", r.ID())
+	case r.Burst < 0:
+		return fmt.Errorf("rule %s: burst must not be negative", r.ID())
+	case r.FailureMode == ratelimitv1.FailureMode_FAILURE_MODE_UNSPECIFIED:
+		return fmt.Errorf("rule %s: failure_mode: want open, closed or local", r.ID())
+	}
+	for _, k := range r.Key {
+		if !validName(k) {
+			return fmt.Errorf("rule %s: key descriptor %q: want letters, digits, '.', '_' or '-'", r.ID(), k)
+		}
+	}
+	if r.ShardByTenant && !containsString(r.Key, "tenant") {
+		return fmt.Errorf("rule %s: shard: tenant needs \"tenant\" among the key descriptors", r.ID())
+	}
+	return nil
+}
+
+// matches reports whether the rule applies to a request with these descriptors.
+func (r *Rule) matches(desc map[string]string) bool {
+	for _, k := range r.Key {
+		if desc[k] == "" {
+			return false
+		}
+	}
+	for k, want := range r.Match {
+		if desc[k] != want {
+			return false
+		}
+	}
+	return true
+}
+
+// hashTag returns the part of the state key between braces: the tenant for
+// rules sharded by tenant, else the rule's whole key.
+func (r *Rule) hashTag(desc map[string]string) string {
+	if r.ShardByTenant {
+		return "t:" + escapeValue(desc["tenant"])
+	}
+	return r.keyBody(desc)
+}
+
+func (r *Rule) keyBody(desc map[string]string) string {
+	var b strings.Builder
+	b.WriteString(r.Domain)
+	b.WriteByte(':')
+	b.WriteString(r.Name)
+	for _, k := range r.Key {
+		b.WriteByte(':')
+		b.WriteString(escapeValue(desc[k]))
+	}
+	return b.String()
+}
+
+// stateKey is the Redis key of the rule's state for this request:
+// rl:{t:<tenant>}:<domain>:<rule>:<values> when sharded by tenant, else
+// rl:{<domain>:<rule>:<values>}.
+func (r *Rule) stateKey(desc map[string]string) string {
+	if r.ShardByTenant {
+		return "rl:{" + r.hashTag(desc) + "}:" + r.keyBody(desc)
+	}
+	return "rl:{" + r.keyBody(desc) + "}"
+}
+
+// maxValueLen is the longest descriptor value kept readable in a key; longer
+// ones are hashed so keys stay small.
+const maxValueLen = 64
+
+// escapeValue makes a descriptor value safe inside a key: it percent-encodes
+// every byte outside [A-Za-z0-9._@/-] (so ':', '{' and '}' can neither forge
+// another rule's key nor steer the hash slot), and replaces values longer
+// than maxValueLen by '#' and a hash. The mapping is injective.
+func escapeValue(v string) string {
+	if len(v) > maxValueLen {
+		sum := sha256.Sum256([]byte(v))
+		return "#" + hex.EncodeToString(sum[:16])
+	}
+	safe := true
+	for i := 0; i < len(v); i++ {
+		if !safeByte(v[i]) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return v
+	}
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(v) + 8)
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if safeByte(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&15])
+	}
+	return b.String()
+}
+
+func safeByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '.' || c == '_' || c == '-' || c == '@' || c == '/'
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,257 @@
+package ratelimit
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+// Config is the whole rule configuration as written in YAML (bootstrap file)
+// and stored in PostgreSQL.
+type Config struct {
+	Domains map[string]DomainSpec `yaml:"domains" json:"domains"`
+	// Plans maps a plan name to overrides keyed by rule ID ("domain/name").
+	Plans map[string]map[string]LimitSpec `yaml:"plans" json:"plans"`
+	// Tenants maps a tenant to its plan.
+	Tenants map[string]string `yaml:"tenants" json:"tenants"`
+}
+
+// DomainSpec is one rule namespace.
+type DomainSpec struct {
+	// Defaults fill descriptors a request leaves out (e.g. algo: token_bucket).
+	Defaults map[string]string `yaml:"defaults,omitempty" json:"defaults,omitempty"`
+	Rules    []RuleSpec        `yaml:"rules" json:"rules"`
+}
+
+// RuleSpec is a rule as written in configuration.
+type RuleSpec struct {
+	Name        string            `yaml:"name" json:"name"`
+	Key         []string          `yaml:"key" json:"key"`
+	Match       map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
+	Algorithm   string            `yaml:"algorithm" json:"algorithm"`
+	Limit       int64             `yaml:"limit" json:"limit"`
+	Window      string            `yaml:"window" json:"window"`
+	Burst       int64             `yaml:"burst,omitempty" json:"burst,omitempty"`
+	Queue       bool              `yaml:"queue,omitempty" json:"queue,omitempty"`
+	FailureMode string            `yaml:"failure_mode" json:"failure_mode"`
+	Shadow      bool              `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	// Shard is "key" (default) or "tenant".
+	Shard string `yaml:"shard,omitempty" json:"shard,omitempty"`
+}
+
+// LimitSpec overrides a rule's numbers for one plan; zero fields keep the
+// rule's own.
+type LimitSpec struct {
+	Limit  int64  `yaml:"limit,omitempty" json:"limit,omitempty"`
+	Window string `yaml:"window,omitempty" json:"window,omitempty"`
+	Burst  int64  `yaml:"burst,omitempty" json:"burst,omitempty"`
+}
+
+var algorithms = map[string]ratelimitv1.Algorithm{
+	"token_bucket":           ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET,
+	"fixed_window":           ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW,
+	"sliding_window_counter": ratelimitv1.Algorithm_ALGORITHM_SLIDING_WINDOW,
+	"sliding_log":            ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG,
+	"leaky_bucket":           ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET,
+}
+
+var failureModes = map[string]ratelimitv1.FailureMode{
+	"open":   ratelimitv1.FailureMode_FAILURE_MODE_OPEN,
+	"closed": ratelimitv1.FailureMode_FAILURE_MODE_CLOSED,
+	"local":  ratelimitv1.FailureMode_FAILURE_MODE_LOCAL,
+}
+
+// AlgorithmName is the configuration name of an algorithm.
+func AlgorithmName(a ratelimitv1.Algorithm) string {
+	for name, v := range algorithms {
+		if v == a {
+			return name
+		}
+	}
+	return "unspecified"
+}
+
+// Rule converts the spec into a validated Rule of domain.
+func (s RuleSpec) Rule(domain string) (*Rule, error) {
+	algo, ok := algorithms[s.Algorithm]
+	if !ok {
+		return nil, fmt.Errorf("rule %s/%s: algorithm %q: want one of %s", domain, s.Name, s.Algorithm, strings.Join(slices.Sorted(maps.Keys(algorithms)), ", "))
+	}
+	mode, ok := failureModes[s.FailureMode]
+	if !ok {
+		return nil, fmt.Errorf("rule %s/%s: failure_mode %q: want open, closed or local", domain, s.Name, s.FailureMode)
+	}
+	window, err := time.ParseDuration(s.Window)
+	if err != nil {
+		return nil, fmt.Errorf("rule %s/%s: window %q: want a duration such as 1s, 60s, 1h", domain, s.Name, s.Window)
+	}
+	if s.Shard != "" && s.Shard != "key" && s.Shard != "tenant" {
+		return nil, fmt.Errorf("rule %s/%s: shard %q: want key or tenant", domain, s.Name, s.Shard)
+	}
+	r := &Rule{
+		Domain: domain, Name: s.Name, Key: slices.Clone(s.Key), Match: maps.Clone(s.Match),
+		Algorithm: algo, Limit: s.Limit, Window: window, Burst: s.Burst, Queue: s.Queue,
+		FailureMode: mode, Shadow: s.Shadow, ShardByTenant: s.Shard == "tenant",
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Ruleset is an immutable, validated snapshot of the configuration, shared
+// by every request until the next refresh replaces it.
+type Ruleset struct {
+	domains     map[string]*domainRules
+	plans       map[string]map[string]override
+	tenantPlans map[string]string
+}
+
+type domainRules struct {
+	defaults map[string]string
+	rules    []*Rule
+}
+
+type override struct {
+	limit  int64
+	window time.Duration
+	burst  int64
+}
+
+// Compile validates cfg and builds a Ruleset. Every problem is reported, not
+// only the first, so a bad file is fixed in one pass.
+func Compile(cfg Config) (*Ruleset, error) {
+	rs := &Ruleset{
+		domains:     make(map[string]*domainRules, len(cfg.Domains)),
+		plans:       make(map[string]map[string]override, len(cfg.Plans)),
+		tenantPlans: maps.Clone(cfg.Tenants),
+	}
+	var errs []string
+	ids := map[string]bool{}
+	for _, domain := range slices.Sorted(maps.Keys(cfg.Domains)) {
+		spec := cfg.Domains[domain]
+		d := &domainRules{defaults: maps.Clone(spec.Defaults)}
+		for _, s := range spec.Rules {
+			r, err := s.Rule(domain)
+			if err != nil {
+				errs = append(errs, err.Error())
+				continue
+			}
+			if ids[r.ID()] {
+				errs = append(errs, fmt.Sprintf("rule %s is defined twice", r.ID()))
+				continue
+			}
+			ids[r.ID()] = true
+			d.rules = append(d.rules, r)
+		}
+		rs.domains[domain] = d
+	}
+	for _, plan := range slices.Sorted(maps.Keys(cfg.Plans)) {
+		o := map[string]override{}
+		for id, l := range cfg.Plans[plan] {
+			if !ids[id] {
+				errs = append(errs, fmt.Sprintf("plan %s: no rule %q (write domain/name)", plan, id))
+				continue
+			}
+			var window time.Duration
+			if l.Window != "" {
+				w, err := time.ParseDuration(l.Window)
+				if err != nil || w < time.Millisecond {
+					errs = append(errs, fmt.Sprintf("plan %s, rule %s: window %q: want a duration of at least 1ms", plan, id, l.Window))
+					continue
+				}
+				window = w
+			}
+			if l.Limit < 0 || l.Burst < 0 {
+				errs = append(errs, fmt.Sprintf("plan %s, rule %s: limit and burst must not be negative", plan, id))
+				continue
+			}
+			o[id] = override{limit: l.Limit, window: window, burst: l.Burst}
+		}
+		rs.plans[plan] = o
+	}
+	for tenant, plan := range cfg.Tenants {
+		if _, ok := rs.plans[plan]; !ok {
+			errs = append(errs, fmt.Sprintf("tenant %s: unknown plan %q", tenant, plan))
+		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		return nil, fmt.Errorf("rule configuration: %s", strings.Join(errs, "; "))
+	}
+	return rs, nil
+}
+
+// Applied is a rule resolved for one request: the tenant's plan applied, its
+// state key computed.
+type Applied struct {
+	Rule *Rule
+	// Plan is the plan whose override applied, or "".
+	Plan string
+	Key  string
+	tag  string
+}
+
+// Match returns the request's descriptors with the domain's defaults filled
+// in, and every rule of domain that applies, in configuration order.
+func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]string, []Applied) {
+	d := rs.domains[domain]
+	if d == nil {
+		return desc, nil
+	}
+	if len(d.defaults) > 0 {
+		filled := maps.Clone(desc)
+		if filled == nil {
+			filled = map[string]string{}
+		}
+		for k, v := range d.defaults {
+			if filled[k] == "" {
+				filled[k] = v
+			}
+		}
+		desc = filled
+	}
+	var out []Applied
+	plan := rs.tenantPlans[desc["tenant"]]
+	for _, r := range d.rules {
+		if !r.matches(desc) {
+			continue
+		}
+		a := Applied{Rule: r}
+		if o, ok := rs.plans[plan][r.ID()]; ok && plan != "" {
+			c := *r
+			if o.limit > 0 {
+				c.Limit = o.limit
+			}
+			if o.window > 0 {
+				c.Window = o.window
+			}
+			if o.burst > 0 {
+				c.Burst = o.burst
+			}
+			a.Rule, a.Plan = &c, plan
+		}
+		a.Key = a.Rule.stateKey(desc)
+		a.tag = a.Rule.hashTag(desc)
+		out = append(out, a)
+	}
+	return desc, out
+}
+
+// Domains lists the configured domains.
+func (rs *Ruleset) Domains() []string { return slices.Sorted(maps.Keys(rs.domains)) }
+
+// HasDomain reports whether domain is configured.
+func (rs *Ruleset) HasDomain(domain string) bool { return rs.domains[domain] != nil }
+
+// Rules lists the rules of domain.
+func (rs *Ruleset) Rules(domain string) []*Rule {
+	if d := rs.domains[domain]; d != nil {
+		return d.rules
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+// Package rulestore loads the limiter's rules from PostgreSQL or a YAML file,
+// seeds PostgreSQL from the bootstrap file, and keeps the engine's rules
+// fresh: a periodic refresh plus PostgreSQL LISTEN/NOTIFY, so a plan change
+// applies within a second and no request ever reads the database.
+package rulestore
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.yaml.in/yaml/v3"
+
+	"kurz.dev/services/limiter/internal/ratelimit"
+)
+
+// Bootstrap is the rule file shipped with the limiter (bootstrap.yaml).
+//
+//go:embed bootstrap.yaml
+var Bootstrap []byte
+
+// Channel is the PostgreSQL NOTIFY channel the rule tables' triggers use.
+const Channel = "kurz_ratelimit_rules"
+
+// Parse reads a YAML rule file; unknown fields are errors, so a typo in a
+// rule is caught rather than silently ignored.
+func Parse(data []byte) (ratelimit.Config, error) {
+	var cfg ratelimit.Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("rules yaml: %w", err)
+	}
+	return cfg, nil
+}
+
+// ReadFile parses path, or the embedded Bootstrap when path is empty.
+func ReadFile(path string) (ratelimit.Config, error) {
+	if path == "" {
+		return Parse(Bootstrap)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ratelimit.Config{}, fmt.Errorf("rules file (KURZ_LIMITER_RULES_FILE): %w", err)
+	}
+	return Parse(data)
+}
+
+// Source yields the current rule configuration.
+type Source interface {
+	Load(ctx context.Context) (ratelimit.Config, error)
+}
+
+// FileSource reads a YAML file at every refresh (an empty Path is the
+// embedded bootstrap file).
+type FileSource struct{ Path string }
+
+// Load implements Source.
+func (f FileSource) Load(context.Context) (ratelimit.Config, error) { return ReadFile(f.Path) }
+
+// PostgresSource reads the rule tables.
+type PostgresSource struct{ Pool *pgxpool.Pool }
+
+// Load implements Source.
+func (p PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
+	cfg := ratelimit.Config{
+		Domains: map[string]ratelimit.DomainSpec{},
+		Plans:   map[string]map[string]ratelimit.LimitSpec{},
+		Tenants: map[string]string{},
+	}
+	err := pgx.BeginTxFunc(ctx, p.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT domain, defaults FROM rl_domains`)
+		if err != nil {
+			return err
+		}
+		var domain string
+		var defaults map[string]string
+		if _, err := pgx.ForEachRow(rows, []any{&domain, &defaults}, func() error {
+			cfg.Domains[domain] = ratelimit.DomainSpec{Defaults: defaults}
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT domain, spec FROM rl_rules ORDER BY domain, position, name`)
+		if err != nil {
+			return err
+		}
+		var spec ratelimit.RuleSpec
+		if _, err := pgx.ForEachRow(rows, []any{&domain, &spec}, func() error {
+			d := cfg.Domains[domain]
+			d.Rules = append(d.Rules, spec)
+			cfg.Domains[domain] = d
+			spec = ratelimit.RuleSpec{}
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT p.plan, l.rule_id, l.spec FROM rl_plans p LEFT JOIN rl_plan_limits l USING (plan)`)
+		if err != nil {
+			return err
+		}
+		var plan string
+		var ruleID *string
+		var limit ratelimit.LimitSpec
+		if _, err := pgx.ForEachRow(rows, []any{&plan, &ruleID, &limit}, func() error {
+			if cfg.Plans[plan] == nil {
+				cfg.Plans[plan] = map[string]ratelimit.LimitSpec{}
+			}
+			if ruleID != nil {
+				cfg.Plans[plan][*ruleID] = limit
+			}
+			limit = ratelimit.LimitSpec{}
+			return nil
+		}); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT tenant, plan FROM rl_tenant_plans`)
+		if err != nil {
+			return err
+		}
+		var tenant string
+		_, err = pgx.ForEachRow(rows, []any{&tenant, &plan}, func() error {
+			cfg.Tenants[tenant] = plan
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return cfg, fmt.Errorf("load rules from postgres: %w", err)
+	}
+	return cfg, nil
+}
+
+// Seed writes cfg into empty rule tables and reports whether it did; tables
+// that already hold rules are left alone (the database is the source of
+// truth once seeded). Concurrent replicas may both try: inserts skip
+// conflicts.
+func Seed(ctx context.Context, pool *pgxpool.Pool, cfg ratelimit.Config) (bool, error) {
+	if _, err := ratelimit.Compile(cfg); err != nil {
+		return false, err
+	}
+	seeded := false
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM rl_domains`).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		seeded = true
+		for _, domain := range slices.Sorted(maps.Keys(cfg.Domains)) {
+			d := cfg.Domains[domain]
+			defaults := d.Defaults
+			if defaults == nil {
+				defaults = map[string]string{}
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO rl_domains (domain, defaults) VALUES ($1, $2) ON CONFLICT DO NOTHING`, domain, defaults); err != nil {
+				return err
+			}
+			for i, r := range d.Rules {
+				if _, err := tx.Exec(ctx, `INSERT INTO rl_rules (domain, name, position, spec) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+					domain, r.Name, i, r); err != nil {
+					return err
+				}
+			}
+		}
+		for _, plan := range slices.Sorted(maps.Keys(cfg.Plans)) {
+			if _, err := tx.Exec(ctx, `INSERT INTO rl_plans (plan) VALUES ($1) ON CONFLICT DO NOTHING`, plan); err != nil {
+				return err
+			}
+			for id, l := range cfg.Plans[plan] {
+				if _, err := tx.Exec(ctx, `INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, plan, id, l); err != nil {
+					return err
+				}
+			}
+		}
+		for tenant, plan := range cfg.Tenants {
+			if _, err := tx.Exec(ctx, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenant, plan); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("seed rules: %w", err)
+	}
+	return seeded, nil
+}
+
+// SetTenantPlan puts tenant on plan; every limiter picks it up through NOTIFY.
+func SetTenantPlan(ctx context.Context, pool *pgxpool.Pool, tenant, plan string) error {
+	_, err := pool.Exec(ctx, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ($1, $2)
+		ON CONFLICT (tenant) DO UPDATE SET plan = EXCLUDED.plan`, tenant, plan)
+	if err != nil {
+		return fmt.Errorf("set plan of %s: %w", tenant, err)
+	}
+	return nil
+}
+
+// Refresher keeps an engine's rules in line with a Source.
+type Refresher struct {
+	Source   Source
+	Interval time.Duration
+	Apply    func(*ratelimit.Ruleset)
+	Log      *slog.Logger
+	// OnResult, when set, observes every refresh (for metrics and tests).
+	OnResult func(err error)
+}
+
+// Refresh loads, compiles and applies the rules once. On failure the rules
+// in force stay, and the error is returned.
+func (r *Refresher) Refresh(ctx context.Context) error {
+	cfg, err := r.Source.Load(ctx)
+	if err == nil {
+		var rs *ratelimit.Ruleset
+		if rs, err = ratelimit.Compile(cfg); err == nil {
+			r.Apply(rs)
+		}
+	}
+	if err != nil {
+		r.Log.Error("rules refresh failed; keeping the last good rules", "err", err)
+	}
+	if r.OnResult != nil {
+		r.OnResult(err)
+	}
+	return err
+}
+
+// Run refreshes every Interval and whenever notify fires, until ctx ends.
+func (r *Refresher) Run(ctx context.Context, notify <-chan struct{}) {
+	tick := time.NewTicker(r.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-notify:
+		}
+		_ = r.Refresh(ctx)
+	}
+}
+
+// Listen LISTENs on Channel on a dedicated connection and signals notify
+// (without blocking) for every notification, reconnecting with backoff until
+// ctx ends. A reconnection also signals, since notifications sent while
+// disconnected are lost.
+func Listen(ctx context.Context, pool *pgxpool.Pool, notify chan<- struct{}, log *slog.Logger) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := listenOnce(ctx, pool, notify)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("rules LISTEN connection lost; reconnecting", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func listenOnce(ctx context.Context, pool *pgxpool.Pool, notify chan<- struct{}) error {
+	pooled, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection carries a LISTEN: take it out of the pool for good.
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+		return err
+	}
+	signal(notify)
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		}
+		signal(notify)
+	}
+}
+
+func signal(c chan<- struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
