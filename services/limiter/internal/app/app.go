@@ -149,6 +149,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 		go rulestore.Listen(bg, db, notify, log)
 	}
 	go refresher.Run(bg, notify)
+	go engine.Run(bg)
 
 	// Order matters: closers run in reverse, so background work stops first,
 	// then refunds drain, then the stores close.

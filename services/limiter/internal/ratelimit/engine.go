@@ -58,6 +58,7 @@ type Engine struct {
 	log      *slog.Logger
 	local    *localLimiter
 	breakers *breakers
+	slots    slotMap
 	denied   *lru.Cache[string, denial]
 	reqPfx   string
 	reqSeq   atomic.Uint64
@@ -124,7 +125,25 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 		reqPfx:   hex.EncodeToString(pfx[:]),
 	}
 	e.rules.Store(rules)
+	if err := e.slots.refresh(context.Background(), rdb, time.Second); err != nil {
+		log.Warn("cluster slot map not loaded yet; one breaker covers the cluster until it is", "err", err)
+	}
 	return e, nil
+}
+
+// Run keeps the slot-to-node map of the breakers current (failovers move
+// slots) until ctx ends.
+func (e *Engine) Run(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_ = e.slots.refresh(ctx, e.rdb, time.Second)
+		}
+	}
 }
 
 // SetRules replaces the rules; requests in flight finish with the old ones.
@@ -263,7 +282,7 @@ func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64) 
 // run decides one group on Redis, or by the rules' failure modes when Redis
 // fails, is slow, or its node's breaker is open.
 func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []result, cost int64) {
-	node := e.nodeOf(ctx, g.keys[0])
+	node := e.slots.node(g.keys[0])
 	br := e.breakers.get(node)
 	now := time.Now()
 	if !br.allow(now) {
@@ -323,14 +342,6 @@ var errBreakerOpen = errors.New("redis breaker open")
 func isScriptError(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr)
-}
-
-func (e *Engine) nodeOf(ctx context.Context, key string) string {
-	c, err := e.rdb.MasterForKey(ctx, key)
-	if err != nil {
-		return "unknown"
-	}
-	return c.Options().Addr
 }
 
 func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int64, now time.Time) {

@@ -301,4 +301,3 @@ func signal(c chan<- struct{}) {
 	default:
 	}
 }
-

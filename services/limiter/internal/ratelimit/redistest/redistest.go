@@ -60,7 +60,9 @@ func (n *Node) Restart() {
 		"--port", fmt.Sprint(n.port), "--bind", "127.0.0.1",
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
 		"--dir", n.dir, "--save", "", "--appendonly", "no", "--daemonize", "no")
-	n.cmd.Stdout, n.cmd.Stderr = os.Stderr, os.Stderr
+	if logf, err := os.OpenFile(filepath.Join(n.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	}
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatalf("start redis-server: %v", err)
 	}

@@ -1,0 +1,310 @@
+package ratelimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/services/limiter/internal/ratelimit/redistest"
+)
+
+// Two rules of one tenant share its hash tag and are decided by one script;
+// a third rule on its own slot is decided in parallel and refunded.
+const tenantRules = `
+domains:
+  api:
+    rules:
+      - {name: per-key, key: [tenant, api_key], shard: tenant, algorithm: token_bucket, limit: 5, window: 1h, failure_mode: open}
+      - {name: per-tenant, key: [tenant], shard: tenant, algorithm: fixed_window, limit: 3, window: 1h, failure_mode: open}
+      - {name: per-ip, key: [ip], algorithm: sliding_log, limit: 10, window: 1h, failure_mode: open}
+`
+
+func remaining(t *testing.T, e *Engine, desc map[string]string) map[string]int64 {
+	t.Helper()
+	out, err := e.Explain(context.Background(), "api", desc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int64{}
+	for _, r := range out.Rules {
+		m[r.Decision.Rule] = r.Decision.Remaining
+	}
+	return m
+}
+
+func TestDenialConsumesNothingInTheOtherRules(t *testing.T) {
+	e := engine(t, cluster(t), tenantRules, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"tenant": unique(t), "api_key": "k1", "ip": unique(t)}
+
+	_, rules := e.Rules().Match("api", desc)
+	if rules[0].tag != rules[1].tag || rules[0].tag == rules[2].tag {
+		t.Fatalf("hash tags %q %q %q: want the two tenant rules together and per-ip apart", rules[0].tag, rules[1].tag, rules[2].tag)
+	}
+	for i := range 3 {
+		if !e.Check(ctx, "api", desc, 1).Allowed {
+			t.Fatalf("request %d denied, want allowed (per-tenant allows 3)", i+1)
+		}
+	}
+	before := remaining(t, e, desc)
+	resp := e.Check(ctx, "api", desc, 1)
+	if resp.Allowed || resp.DecidingRule != "per-tenant" || resp.RetryAfter.AsDuration() <= 0 {
+		t.Fatalf("4th request: allowed=%v deciding=%q retry=%v, want denied by per-tenant with retry-after", resp.Allowed, resp.DecidingRule, resp.RetryAfter.AsDuration())
+	}
+	e.Wait() // the per-ip refund runs in the background
+	after := remaining(t, e, desc)
+	for _, rule := range []string{"per-key", "per-ip"} {
+		if after[rule] != before[rule] {
+			t.Errorf("%s: remaining %d before the denied request, %d after; want unchanged", rule, before[rule], after[rule])
+		}
+	}
+	if before["per-key"] != 2 || before["per-ip"] != 7 {
+		t.Errorf("remaining before: %v, want per-key 2 and per-ip 7", before)
+	}
+}
+
+func TestSlidingLogRefundRemovesExactlyItsEntries(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, tenantRules, Options{})
+	ctx := context.Background()
+	ip := unique(t)
+	// Exhaust per-tenant for one tenant, then hit per-ip with cost 4 through
+	// that tenant: the per-ip entries must be removed again.
+	denyTenant := map[string]string{"tenant": unique(t), "api_key": "k", "ip": ip}
+	for range 3 {
+		e.Check(ctx, "api", map[string]string{"tenant": denyTenant["tenant"], "api_key": "k"}, 1)
+	}
+	if e.Check(ctx, "api", denyTenant, 4).Allowed {
+		t.Fatal("want a denial by per-tenant")
+	}
+	e.Wait()
+	n, err := rdb.ZCard(ctx, "rl:{api:per-ip:"+escapeValue(ip)+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("per-ip log holds %d entries after the refund, want 0", n)
+	}
+}
+
+func TestLeakyQueueAdmitsWithGrowingDelay(t *testing.T) {
+	e := engine(t, cluster(t), demoRules, Options{})
+	desc := map[string]string{"user": unique(t), "algo": "leaky_queue"}
+	at := time.Now()
+	var last time.Duration
+	for i := range 100 {
+		resp := e.CheckAt(context.Background(), at, "demo", desc, 1)
+		if !resp.Allowed {
+			t.Fatalf("request %d denied, want all 100 queued", i+1)
+		}
+		delay := resp.Decisions[0].Delay.AsDuration()
+		// Drain rate 100/60 s: the i-th request waits for i ahead of it.
+		if want := time.Duration(i) * 600 * time.Millisecond; delay != want {
+			t.Fatalf("request %d: delay %v, want %v", i+1, delay, want)
+		}
+		last = delay
+	}
+	full := e.CheckAt(context.Background(), at, "demo", desc, 1)
+	if full.Allowed || full.RetryAfter.AsDuration() != 600*time.Millisecond {
+		t.Errorf("queue full: allowed=%v retry=%v, want denied, retry 600ms (one slot drains)", full.Allowed, full.RetryAfter.AsDuration())
+	}
+	if last != 99*600*time.Millisecond {
+		t.Errorf("last delay %v", last)
+	}
+}
+
+func TestShrinkingBurstClampsTokens(t *testing.T) {
+	e := engine(t, cluster(t), `
+domains:
+  api:
+    rules:
+      - {name: per-key, key: [api_key], algorithm: token_bucket, limit: 1000, window: 1h, burst: 1000, failure_mode: open}
+`, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"api_key": unique(t)}
+	if got := e.Check(ctx, "api", desc, 1).Remaining; got != 999 {
+		t.Fatalf("remaining %d, want 999", got)
+	}
+	e.SetRules(compile(t, `
+domains:
+  api:
+    rules:
+      - {name: per-key, key: [api_key], algorithm: token_bucket, limit: 1000, window: 1h, burst: 10, failure_mode: open}
+`))
+	if got := e.Check(ctx, "api", desc, 1).Remaining; got != 9 {
+		t.Errorf("after the burst shrank to 10: remaining %d, want 9 (min(burst, tokens) - 1)", got)
+	}
+}
+
+func TestPeekConsumesNothing(t *testing.T) {
+	e := engine(t, cluster(t), hourly, Options{})
+	ctx := context.Background()
+	for _, algo := range algos {
+		desc := map[string]string{"user": unique(t), "algo": algo}
+		e.Check(ctx, "t", desc, 3)
+		for range 3 {
+			if got := e.Check(ctx, "t", desc, 0); !got.Allowed || got.Remaining != 97 {
+				t.Errorf("%s: peek allowed=%v remaining=%d, want true, 97", algo, got.Allowed, got.Remaining)
+			}
+		}
+	}
+}
+
+func TestRecoversFromAFlushedScriptCache(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, hourly, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
+	e.Check(ctx, "t", desc, 1)
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return m.ScriptFlush(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp := e.Check(ctx, "t", desc, 1)
+	if !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS || resp.Remaining != 98 {
+		t.Errorf("after SCRIPT FLUSH: allowed=%v source=%v remaining=%d, want true, REDIS, 98", resp.Allowed, resp.Source, resp.Remaining)
+	}
+}
+
+func TestDeniedKeysAreAnsweredFromMemoryUntilRetryAfter(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, hourly, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "fixed_window"}
+	e.Check(ctx, "t", desc, 100)
+	first := e.Check(ctx, "t", desc, 1)
+	if first.Allowed {
+		t.Fatal("want a denial")
+	}
+	// Delete the state: a Redis round trip would now allow; the cache must
+	// still deny, exactly as Redis did.
+	if err := rdb.Del(ctx, "rl:{t:fixed_window:"+desc["user"]+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	second := e.Check(ctx, "t", desc, 1)
+	if second.Allowed || second.RetryAfter.AsDuration() <= 0 || second.RetryAfter.AsDuration() > first.RetryAfter.AsDuration() {
+		t.Errorf("cached denial: allowed=%v retry=%v (first retry %v)", second.Allowed, second.RetryAfter.AsDuration(), first.RetryAfter.AsDuration())
+	}
+}
+
+const failureRules = `
+domains:
+  f:
+    rules:
+      - {name: open, key: [user], match: {mode: open}, algorithm: token_bucket, limit: 10, window: 1h, failure_mode: open}
+      - {name: closed, key: [user], match: {mode: closed}, algorithm: token_bucket, limit: 10, window: 1h, failure_mode: closed}
+      - {name: local, key: [user], match: {mode: local}, algorithm: sliding_window_counter, limit: 10, window: 1h, failure_mode: local}
+`
+
+// privateCluster connects to a one-node cluster the test may stop.
+func privateCluster(t *testing.T, node *redistest.Node, timeout time.Duration) *redis.ClusterClient {
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{node.Addr}, ContextTimeoutEnabled: true,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestFailureModesWhenRedisIsDown(t *testing.T) {
+	node := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	e := engine(t, privateCluster(t, node, timeout), failureRules, Options{Timeout: timeout, Replicas: 2, BreakerThreshold: 3, BreakerCooldown: 200 * time.Millisecond})
+	ctx := context.Background()
+	user := unique(t)
+	check := func(mode string) *ratelimitv1.CheckQuotaResponse {
+		return e.Check(ctx, "f", map[string]string{"user": user, "mode": mode}, 1)
+	}
+	if got := check("open"); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Fatalf("healthy: source %v, want REDIS", got.Source)
+	}
+
+	node.Pause() // Redis hangs: every call must be cut at the timeout
+	t.Cleanup(node.Resume)
+	var slowest time.Duration
+	timed := func(mode string) *ratelimitv1.CheckQuotaResponse {
+		start := time.Now()
+		resp := check(mode)
+		slowest = max(slowest, time.Since(start))
+		return resp
+	}
+	for range 5 {
+		if got := timed("open"); !got.Allowed || got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN {
+			t.Errorf("open while Redis hangs: allowed=%v source=%v, want allowed FAIL_OPEN", got.Allowed, got.Source)
+		}
+		if got := timed("closed"); got.Allowed || got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED {
+			t.Errorf("closed while Redis hangs: allowed=%v source=%v, want denied FAIL_CLOSED", got.Allowed, got.Source)
+		}
+	}
+	allowed := 0
+	for range 20 {
+		got := timed("local")
+		if got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK {
+			t.Errorf("local while Redis hangs: source %v, want LOCAL_FALLBACK", got.Source)
+		}
+		if got.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Errorf("local fallback allowed %d/20, want 5 (limit 10 / 2 replicas)", allowed)
+	}
+	// Generous bound: the point is "cut at the timeout", not a speed claim.
+	if slowest > 20*timeout {
+		t.Errorf("slowest decision while Redis hung took %v, want it bounded by the %v timeout", slowest, timeout)
+	}
+
+	node.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := check("closed")
+		if got.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+			if !got.Allowed {
+				t.Errorf("back on Redis: closed rule denied a fresh key")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still %v 10s after Redis came back", got.Source)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Quotas are enforced again, not left open. (Sequential: the point is
+	// the breaker closed, not throughput under a 100 ms timeout.)
+	n := 0
+	fresh := unique(t)
+	for range 30 {
+		if e.Check(ctx, "f", map[string]string{"user": fresh, "mode": "open"}, 1).Allowed {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Errorf("after recovery: allowed %d/30, want 10", n)
+	}
+}
+
+func TestBreakerStopsPayingTheTimeout(t *testing.T) {
+	node := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	e := engine(t, privateCluster(t, node, timeout), failureRules, Options{Timeout: timeout, BreakerThreshold: 2, BreakerCooldown: time.Hour})
+	node.Pause()
+	t.Cleanup(node.Resume)
+	desc := map[string]string{"user": unique(t), "mode": "open"}
+	for range 2 { // open the breaker
+		e.Check(context.Background(), "f", desc, 1)
+	}
+	start := time.Now()
+	for range 20 {
+		if got := e.Check(context.Background(), "f", desc, 1); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN {
+			t.Fatalf("source %v, want FAIL_OPEN", got.Source)
+		}
+	}
+	// 20 calls that each paid the timeout would take 2 s.
+	if took := time.Since(start); took >= 20*timeout/2 {
+		t.Errorf("20 decisions with the breaker open took %v: the timeout is still being paid", took)
+	}
+}

@@ -1,0 +1,130 @@
+package ratelimit
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestEscapeValueKeepsKeysApartAndTagsOurs(t *testing.T) {
+	values := []string{"a", "a:b", "a%3Ab", "{a}", "a}", "{", "}", "a b", "%", "#", strings.Repeat("x", 64), strings.Repeat("x", 65), strings.Repeat("x", 66)}
+	seen := map[string]string{}
+	for _, v := range values {
+		got := escapeValue(v)
+		if strings.ContainsAny(got, "{}: ") {
+			t.Errorf("escapeValue(%q) = %q: contains a brace, colon or space", v, got)
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("escapeValue(%q) = escapeValue(%q) = %q", v, other, got)
+		}
+		seen[got] = v
+	}
+	if got := escapeValue(strings.Repeat("y", 1000)); len(got) > maxValueLen {
+		t.Errorf("long value escaped to %d bytes, want at most %d", len(got), maxValueLen)
+	}
+}
+
+func TestStateKeysAndHashTags(t *testing.T) {
+	r := &Rule{Domain: "api", Name: "per-key", Key: []string{"tenant", "api_key"}}
+	desc := map[string]string{"tenant": "acme", "api_key": "k:{1}"}
+	if got, want := r.stateKey(desc), "rl:{api:per-key:acme:k%3A%7B1%7D}"; got != want {
+		t.Errorf("own-key shard: got %q, want %q", got, want)
+	}
+	r.ShardByTenant = true
+	if got, want := r.stateKey(desc), "rl:{t:acme}:api:per-key:acme:k%3A%7B1%7D"; got != want {
+		t.Errorf("tenant shard: got %q, want %q", got, want)
+	}
+}
+
+func TestCompileReportsEveryProblem(t *testing.T) {
+	var cfg Config
+	if err := yaml.Unmarshal([]byte(`
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+      - {name: b, key: [ip], algorithm: magic, limit: 10, window: 1s, failure_mode: open}
+      - {name: c, key: [ip], algorithm: fixed_window, limit: 0, window: 1s, failure_mode: open}
+      - {name: d, key: [ip], algorithm: fixed_window, limit: 1, window: soon, failure_mode: open}
+      - {name: e, key: [ip], algorithm: fixed_window, limit: 1, window: 1s, failure_mode: maybe}
+      - {name: f, key: [ip], algorithm: fixed_window, limit: 1, window: 1s, failure_mode: open, shard: tenant}
+plans:
+  free: {api/zzz: {limit: 1}}
+tenants: {acme: gold}
+`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Compile(cfg)
+	if err == nil {
+		t.Fatal("Compile: want an error")
+	}
+	for _, want := range []string{
+		"api/a is defined twice", `algorithm "magic"`, "api/c: limit must be positive", `window "soon"`,
+		`failure_mode "maybe"`, `shard: tenant needs "tenant"`, `plan free: no rule "api/zzz"`, `tenant acme: unknown plan "gold"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestMatchAppliesDefaultsAndPlans(t *testing.T) {
+	rs := compile(t, `
+domains:
+  demo:
+    defaults: {algo: token_bucket}
+    rules:
+      - {name: tb, key: [user], match: {algo: token_bucket}, algorithm: token_bucket, limit: 100, window: 60s, failure_mode: local}
+      - {name: fw, key: [user], match: {algo: fixed_window}, algorithm: fixed_window, limit: 100, window: 60s, failure_mode: local}
+  api:
+    rules:
+      - {name: per-key, key: [api_key], algorithm: token_bucket, limit: 600, window: 1m, burst: 100, failure_mode: open}
+plans:
+  free: {api/per-key: {limit: 60, burst: 20}}
+tenants: {acme: free}
+`)
+	_, got := rs.Match("demo", map[string]string{"user": "u"})
+	if len(got) != 1 || got[0].Rule.Name != "tb" {
+		t.Errorf("default algo: matched %v, want only tb", names(got))
+	}
+	_, got = rs.Match("demo", map[string]string{"user": "u", "algo": "fixed_window"})
+	if len(got) != 1 || got[0].Rule.Name != "fw" {
+		t.Errorf("algo=fixed_window: matched %v, want only fw", names(got))
+	}
+	if _, got = rs.Match("demo", map[string]string{"algo": "fixed_window"}); len(got) != 0 {
+		t.Errorf("without the key descriptor: matched %v, want none", names(got))
+	}
+	_, got = rs.Match("api", map[string]string{"api_key": "k", "tenant": "acme"})
+	if len(got) != 1 || got[0].Plan != "free" || got[0].Rule.Limit != 60 || got[0].Rule.Burst != 20 || got[0].Rule.Window != time.Minute {
+		t.Errorf("plan free: got %+v", got)
+	}
+	_, got = rs.Match("api", map[string]string{"api_key": "k", "tenant": "other"})
+	if len(got) != 1 || got[0].Plan != "" || got[0].Rule.Limit != 600 {
+		t.Errorf("no plan: got %+v", got)
+	}
+}
+
+func names(as []Applied) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.Rule.Name)
+	}
+	return out
+}
+
+func TestKeySlotMatchesRedis(t *testing.T) {
+	rdb := cluster(t)
+	for _, key := range []string{"rl:{t:acme}:api:per-key:k", "rl:{api:per-ip:1.2.3.4}", "plain", "{}", "a{b}c{d}", "x{}y"} {
+		want, err := rdb.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keySlot(key); int64(got) != want {
+			t.Errorf("keySlot(%q) = %d, Redis says %d", key, got, want)
+		}
+	}
+}

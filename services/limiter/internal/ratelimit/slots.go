@@ -1,0 +1,81 @@
+package ratelimit
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// slotCount is the number of hash slots of a Redis Cluster.
+const slotCount = 16384
+
+// slotMap maps hash slots to master addresses, so the circuit breaker of a
+// key's node is found without any I/O on the decision path (asking the
+// client would reload cluster state over the network exactly when Redis is
+// failing).
+type slotMap struct {
+	nodes atomic.Pointer[[slotCount]string]
+}
+
+// refresh reloads the map from CLUSTER SLOTS.
+func (m *slotMap) refresh(ctx context.Context, rdb *redis.ClusterClient, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	slots, err := rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	var nodes [slotCount]string
+	for _, s := range slots {
+		if len(s.Nodes) == 0 {
+			continue
+		}
+		for i := s.Start; i <= s.End && i < slotCount; i++ {
+			nodes[i] = s.Nodes[0].Addr
+		}
+	}
+	m.nodes.Store(&nodes)
+	return nil
+}
+
+// node returns the master address serving key, or "cluster" before the map
+// is loaded (then one breaker covers the whole cluster).
+func (m *slotMap) node(key string) string {
+	nodes := m.nodes.Load()
+	if nodes == nil {
+		return "cluster"
+	}
+	if n := nodes[keySlot(key)]; n != "" {
+		return n
+	}
+	return "cluster"
+}
+
+// keySlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of the hash
+// tag, or of the whole key when it has none, modulo 16384.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key) % slotCount)
+}
+
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
