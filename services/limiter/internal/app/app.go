@@ -45,6 +45,9 @@ type Config struct {
 	// AllowLogEvery logs one allowed decision in this many; every denial is
 	// logged.
 	AllowLogEvery int `env:"LIMITER_ALLOW_LOG_EVERY" default:"1000"`
+	// AutoPipeline batches concurrent decisions into one pipeline per Redis
+	// node.
+	AutoPipeline bool `env:"LIMITER_AUTOPIPELINE" default:"true"`
 }
 
 func (c Config) validate() error {
@@ -78,6 +81,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 		return nil, err
 	}
 
+	// The per-decision deadline (RedisTimeout) must be what cuts a slow
+	// call: a socket timeout that fires first makes go-redis retry the
+	// script, and a retried decision can consume twice.
+	cfg.Redis.ReadTimeout = max(cfg.Redis.ReadTimeout, 10*cfg.RedisTimeout)
+	cfg.Redis.WriteTimeout = max(cfg.Redis.WriteTimeout, 10*cfg.RedisTimeout)
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {
 		return nil, err
@@ -124,6 +132,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 		BreakerThreshold: cfg.BreakerThreshold,
 		BreakerCooldown:  cfg.BreakerCooldown,
 		AllowLogEvery:    int64(cfg.AllowLogEvery),
+		AutoPipeline:     cfg.AutoPipeline,
 	}, log, srv.Telemetry.MeterProvider)
 	if err != nil {
 		return fail(errors.Join(err, srv.Close(ctx)))

@@ -33,7 +33,8 @@ var decideScript = redis.NewScript(decideSource)
 // Options tune an Engine.
 type Options struct {
 	// Timeout bounds every Redis call; past it, the rules' failure modes
-	// decide.
+	// decide. The client's socket timeouts must be longer, or go-redis
+	// retries a timed-out script and a decision may consume twice.
 	Timeout time.Duration
 	// Replicas is the number of limiter replicas; "local" fallback holds
 	// limit/Replicas per key in each.
@@ -48,11 +49,16 @@ type Options struct {
 	LocalCacheSize int
 	// AllowLogEvery logs one allowance in this many (every denial is logged).
 	AllowLogEvery int64
+	// AutoPipeline batches concurrent decisions into one pipeline per Redis
+	// node (go-redis's auto-pipeliner), instead of one round trip each.
+	AutoPipeline bool
 }
 
 // Engine evaluates requests against the current Ruleset.
 type Engine struct {
 	rdb      *redis.ClusterClient
+	// scripter runs the decision scripts: rdb itself, or its auto-pipeliner.
+	scripter redis.Scripter
 	rules    atomic.Pointer[Ruleset]
 	opts     Options
 	log      *slog.Logger
@@ -123,6 +129,14 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 		rdb: rdb, opts: opts, log: log, local: local, denied: denied, m: m,
 		breakers: &breakers{threshold: opts.BreakerThreshold, cooldown: opts.BreakerCooldown, byNode: map[string]*breaker{}},
 		reqPfx:   hex.EncodeToString(pfx[:]),
+	}
+	e.scripter = rdb
+	if opts.AutoPipeline {
+		ap, err := rdb.AutoPipeline()
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit: auto-pipeline: %w", err)
+		}
+		e.scripter = ap
 	}
 	e.rules.Store(rules)
 	if err := e.slots.refresh(context.Background(), rdb, time.Second); err != nil {
@@ -292,7 +306,7 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	start := time.Now()
-	vals, err := decideScript.Run(rctx, e.rdb, g.keys, g.args...).Int64Slice()
+	vals, err := decideScript.Run(rctx, e.scripter, g.keys, g.args...).Int64Slice()
 	cancel()
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.Bool("error", err != nil)))
 	opened, closed := br.record(err == nil || isScriptError(err), time.Now())
