@@ -56,7 +56,7 @@ type Options struct {
 
 // Engine evaluates requests against the current Ruleset.
 type Engine struct {
-	rdb      *redis.ClusterClient
+	rdb *redis.ClusterClient
 	// scripter runs the decision scripts: rdb itself, or its auto-pipeliner.
 	scripter redis.Scripter
 	rules    atomic.Pointer[Ruleset]
