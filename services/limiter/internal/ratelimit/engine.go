@@ -69,7 +69,7 @@ type Engine struct {
 	reqPfx   string
 	reqSeq   atomic.Uint64
 	allowSeq atomic.Int64
-	m        engineMetrics
+	m        *engineMetrics
 	// refunds tracks background refunds so tests and shutdown can wait.
 	refunds sync.WaitGroup
 }
@@ -308,7 +308,7 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 	start := time.Now()
 	vals, err := decideScript.Run(rctx, e.scripter, g.keys, g.args...).Int64Slice()
 	cancel()
-	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.Bool("error", err != nil)))
+	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
 	opened, closed := br.record(err == nil || isScriptError(err), time.Now())
 	if opened {
 		e.log.Warn("redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
@@ -496,9 +496,7 @@ func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, re
 		if !res.allowed {
 			outcome = "denied"
 		}
-		e.m.decisions.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("domain", domain), attribute.String("rule", a.Rule.Name),
-			attribute.String("outcome", outcome), attribute.String("source", sourceName(res.source))))
+		e.m.decisions.Add(ctx, 1, e.m.decisionAttrs(domain, a.Rule.Name, outcome, res.source))
 	}
 	if resp.Allowed {
 		if e.opts.AllowLogEvery <= 0 || e.allowSeq.Add(1)%e.opts.AllowLogEvery != 0 {
@@ -606,11 +604,33 @@ type engineMetrics struct {
 	fallbacks     metric.Int64Counter
 	redisDuration metric.Float64Histogram
 	breakerOpen   metric.Int64UpDownCounter
+	// redisOutcome holds the two attribute sets of redisDuration.
+	redisOutcome map[bool]metric.MeasurementOption
+	// attrs caches decision attribute sets: building one per decision is
+	// most of the metrics' cost on the hot path.
+	attrs sync.Map
 }
 
-func newEngineMetrics(mp metric.MeterProvider) (engineMetrics, error) {
+type decisionKey struct {
+	domain, rule, outcome string
+	source                ratelimitv1.DecisionSource
+}
+
+func (m *engineMetrics) decisionAttrs(domain, rule, outcome string, source ratelimitv1.DecisionSource) metric.MeasurementOption {
+	k := decisionKey{domain, rule, outcome, source}
+	if v, ok := m.attrs.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("domain", domain), attribute.String("rule", rule),
+		attribute.String("outcome", outcome), attribute.String("source", sourceName(source))))
+	v, _ := m.attrs.LoadOrStore(k, opt)
+	return v.(metric.MeasurementOption)
+}
+
+func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	m := mp.Meter("kurz.dev/services/limiter")
-	var em engineMetrics
+	em := &engineMetrics{}
 	var err, e2 error
 	em.decisions, err = m.Int64Counter("kurz.ratelimit.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rule decisions by domain, rule, outcome and how they were served"))
@@ -623,5 +643,9 @@ func newEngineMetrics(mp metric.MeterProvider) (engineMetrics, error) {
 	err = errors.Join(err, e2)
 	em.breakerOpen, e2 = m.Int64UpDownCounter("kurz.ratelimit.breakers.open", metric.WithUnit("{breaker}"),
 		metric.WithDescription("Redis nodes whose circuit breaker is open"))
+	em.redisOutcome = map[bool]metric.MeasurementOption{
+		false: metric.WithAttributeSet(attribute.NewSet(attribute.Bool("error", false))),
+		true:  metric.WithAttributeSet(attribute.NewSet(attribute.Bool("error", true))),
+	}
 	return em, errors.Join(err, e2)
 }
