@@ -41,6 +41,11 @@ func (s *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "at least one descriptor is required")
 	}
+	// Each descriptor is decided against every rule of the domain: bound
+	// them as CheckQuota bounds its descriptors.
+	if n := len(req.GetDescriptors()); n > maxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", n, maxDescriptors)
+	}
 	cost := uint32(1)
 	if req.GetHitsAddend() > 0 {
 		cost = req.GetHitsAddend()
@@ -72,9 +77,10 @@ func (s *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		if d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW {
 			continue
 		}
-		j := owners[i]
-		if moreRestrictive(d, deciding[j]) {
-			deciding[j] = d
+		for _, j := range owners[i] {
+			if moreRestrictive(d, deciding[j]) {
+				deciding[j] = d
+			}
 		}
 	}
 	for j := range descs {

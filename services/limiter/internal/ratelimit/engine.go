@@ -75,12 +75,32 @@ type Engine struct {
 }
 
 // denial is a cached Redis denial: the key denies any cost >= cost until
-// `until` (a monotonic local time; only the duration came from Redis).
+// `until` (a monotonic local time; only the duration came from Redis), as
+// long as the rule's numbers are still the ones it was decided under.
 type denial struct {
 	until time.Time
 	cost  int64
+	rule  fingerprint
 	res   result
 }
+
+// fingerprint is what a cached denial depends on: a plan change that alters
+// any of it invalidates the denial at once.
+type fingerprint struct {
+	algorithm ratelimitv1.Algorithm
+	limit     int64
+	window    time.Duration
+	capacity  int64
+}
+
+func fingerprintOf(r *Rule) fingerprint {
+	return fingerprint{r.Algorithm, r.Limit, r.Window, r.capacity()}
+}
+
+// maxDenialTTL caps how long a denial is answered from memory. Until its
+// retry-after a denial is exact, except that a cross-slot refund still in
+// flight may have caused it; the cap bounds that case to a second.
+const maxDenialTTL = time.Second
 
 // result is one rule's verdict.
 type result struct {
@@ -179,16 +199,25 @@ func (e *Engine) Check(ctx context.Context, domain string, desc map[string]strin
 
 // CheckEach decides one request described by several descriptor sets (as
 // Envoy sends them): the rules matching any set are decided together, all or
-// nothing. owners[i] is the index of the set that rule decision i came from.
-func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (resp *ratelimitv1.CheckQuotaResponse, owners []int) {
+// nothing. owners[i] lists the sets that rule decision i came from: a key
+// matched by two sets is decided once, at twice the cost, since one script
+// must not read and write the same key as two rules.
+func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (resp *ratelimitv1.CheckQuotaResponse, owners [][]int) {
 	rs := e.rules.Load()
 	var rules []Applied
+	at := map[string]int{}
 	for j, d := range descs {
 		_, matched := rs.Match(domain, d)
-		for range matched {
-			owners = append(owners, j)
+		for _, a := range matched {
+			if i, dup := at[a.Key]; dup {
+				rules[i].weight = rules[i].cost(1) + 1
+				owners[i] = append(owners[i], j)
+				continue
+			}
+			at[a.Key] = len(rules)
+			rules = append(rules, a)
+			owners = append(owners, []int{j})
 		}
-		rules = append(rules, matched...)
 	}
 	return e.decide(ctx, "", domain, rules, cost), owners
 }
@@ -227,7 +256,7 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 			if a.Rule.Shadow {
 				continue
 			}
-			if d, ok := e.denied.Get(a.Key); ok && cost >= d.cost && now.Before(d.until) {
+			if d, ok := e.denied.Get(a.Key); ok && a.cost(cost) >= d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
 				res := d.res
 				res.retryAfter = d.until.Sub(now)
 				resp := e.respond(domain, rules[i:i+1], []result{res})
@@ -260,7 +289,7 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 		for i, a := range rules {
 			r := results[i]
 			if !r.allowed && !a.Rule.Shadow && r.source == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS && r.retryAfter > 0 && clock == "" {
-				e.denied.Add(a.Key, denial{until: now.Add(r.retryAfter), cost: cost, res: r})
+				e.denied.Add(a.Key, denial{until: now.Add(min(r.retryAfter, maxDenialTTL)), cost: a.cost(cost), rule: fingerprintOf(a.Rule), res: r})
 			}
 		}
 	}
@@ -288,7 +317,7 @@ func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64) 
 		}
 		g.idx = append(g.idx, i)
 		g.keys = append(g.keys, a.Key)
-		g.args = append(g.args, int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity(), cost, flags)
+		g.args = append(g.args, int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity(), a.cost(cost), flags)
 	}
 	return order
 }
@@ -370,7 +399,7 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 			if cost == 0 {
 				res = result{allowed: true, limit: r.Limit, remaining: r.Limit}
 			} else {
-				res = e.local.take(a.Key, r, cost, now)
+				res = e.local.take(a.Key, r, a.cost(cost), now)
 			}
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK
 		default:
@@ -406,7 +435,7 @@ func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, re
 		if g.err != nil {
 			for _, i := range g.idx {
 				if results[i].allowed && results[i].source == ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK {
-					e.local.refund(rules[i].Key, rules[i].Rule, cost)
+					e.local.refund(rules[i].Key, rules[i].Rule, rules[i].cost(cost))
 				}
 			}
 		}

@@ -194,6 +194,16 @@ type Applied struct {
 	Plan string
 	Key  string
 	tag  string
+	// weight multiplies the request's cost for this rule (1 when zero): a
+	// key that several descriptor sets match is decided once, weighted.
+	weight int64
+}
+
+func (a *Applied) cost(cost int64) int64 {
+	if a.weight > 1 {
+		return cost * a.weight
+	}
+	return cost
 }
 
 // Match returns the request's descriptors with the domain's defaults filled

@@ -1,0 +1,273 @@
+package quota_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/quota"
+)
+
+// fakeLimiter answers CheckQuota with check; it stands in for the limiter,
+// whose own tests run against Redis.
+type fakeLimiter struct {
+	ratelimitv1.UnimplementedRateLimitServiceServer
+	check func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error)
+}
+
+func (f *fakeLimiter) CheckQuota(ctx context.Context, req *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+	return f.check(ctx, req)
+}
+
+// serve runs a fake limiter on a loopback port and returns its address.
+func serve(t *testing.T, check func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	ratelimitv1.RegisterRateLimitServiceServer(srv, &fakeLimiter{check: check})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func newClient(t *testing.T, addr string, timeout time.Duration) *quota.Client {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	c, err := quota.New(conn, timeout, slog.New(slog.DiscardHandler), noop.NewMeterProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The limiter's answer maps onto Decision: allowance and denial with their
+// figures, RetryAfter on a denial, and the deciding rule's Delay.
+func TestCheckMapsTheLimiterAnswer(t *testing.T) {
+	tests := map[string]struct {
+		resp *ratelimitv1.CheckQuotaResponse
+		want quota.Decision
+	}{
+		"allowed, with the deciding rule's delay": {
+			resp: &ratelimitv1.CheckQuotaResponse{
+				Allowed: true, DecidingRule: "queue", Limit: 100, Remaining: 40,
+				ResetAfter: durationpb.New(36 * time.Second), RetryAfter: durationpb.New(0),
+				Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
+				Decisions: []*ratelimitv1.RuleDecision{
+					{Rule: "other", Allowed: true, Delay: durationpb.New(time.Second)},
+					{Rule: "queue", Allowed: true, Delay: durationpb.New(250 * time.Millisecond)},
+				},
+			},
+			want: quota.Decision{
+				Allowed: true, Rule: "queue", Limit: 100, Remaining: 40, ResetAfter: 36 * time.Second,
+				Delay: 250 * time.Millisecond, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
+			},
+		},
+		"denied, with retry-after": {
+			resp: &ratelimitv1.CheckQuotaResponse{
+				Allowed: false, DecidingRule: "per-tenant", Limit: 3, Remaining: 0,
+				ResetAfter: durationpb.New(time.Hour), RetryAfter: durationpb.New(20 * time.Minute),
+				Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
+				Decisions: []*ratelimitv1.RuleDecision{
+					{Rule: "per-key", Allowed: true},
+					{Rule: "per-tenant", Allowed: false, RetryAfter: durationpb.New(20 * time.Minute)},
+				},
+			},
+			want: quota.Decision{
+				Allowed: false, Rule: "per-tenant", Limit: 3, Remaining: 0, ResetAfter: time.Hour,
+				RetryAfter: 20 * time.Minute, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
+			},
+		},
+		"denied by the fail-closed mode of a rule": {
+			resp: &ratelimitv1.CheckQuotaResponse{
+				Allowed: false, DecidingRule: "per-ip", Limit: 10, RetryAfter: durationpb.New(time.Second),
+				Source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED,
+			},
+			want: quota.Decision{
+				Allowed: false, Rule: "per-ip", Limit: 10, RetryAfter: time.Second,
+				Source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED,
+			},
+		},
+		"no rule applied": {
+			resp: &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE},
+			want: quota.Decision{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			addr := serve(t, func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+				return tc.resp, nil
+			})
+			c := newClient(t, addr, 5*time.Second)
+			for _, policy := range []quota.Policy{quota.FailOpen, quota.FailClosed} {
+				if got := c.Check(context.Background(), "api", map[string]string{"tenant": "t"}, 1, policy); got != tc.want {
+					t.Errorf("policy %v: got %+v, want %+v", policy, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// Check sends its cost (0 meaning 1), Peek sends cost 0, and the domain and
+// descriptors go through unchanged.
+func TestCheckSendsTheRequest(t *testing.T) {
+	got := make(chan *ratelimitv1.CheckQuotaRequest, 1)
+	addr := serve(t, func(_ context.Context, req *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		got <- req
+		return &ratelimitv1.CheckQuotaResponse{Allowed: true}, nil
+	})
+	c := newClient(t, addr, 5*time.Second)
+	ctx := context.Background()
+	desc := map[string]string{"tenant": "acme", "api_key": "k1"}
+	tests := map[string]struct {
+		call     func()
+		wantCost uint32
+	}{
+		"Check cost 0 means 1": {func() { c.Check(ctx, "api", desc, 0, quota.FailOpen) }, 1},
+		"Check cost 1":         {func() { c.Check(ctx, "api", desc, 1, quota.FailOpen) }, 1},
+		"Check cost 5":         {func() { c.Check(ctx, "api", desc, 5, quota.FailOpen) }, 5},
+		"Peek":                 {func() { c.Peek(ctx, "api", desc, quota.FailOpen) }, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.call()
+			req := <-got
+			want := &ratelimitv1.CheckQuotaRequest{Domain: "api", Descriptors: desc, Cost: proto.Uint32(tc.wantCost)}
+			if !proto.Equal(req, want) {
+				t.Errorf("sent %v, want %v", req, want)
+			}
+		})
+	}
+}
+
+// When the limiter cannot answer (nothing listens, or it fails), the caller's
+// policy decides and the decision says so.
+func TestUnavailableLimiterAppliesThePolicy(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nothing := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failing := serve(t, func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		return nil, status.Error(codes.Unavailable, "redis is down")
+	})
+	for name, addr := range map[string]string{"nothing listens": nothing, "limiter fails": failing} {
+		c := newClient(t, addr, 5*time.Second)
+		for policy, wantAllowed := range map[quota.Policy]bool{quota.FailOpen: true, quota.FailClosed: false} {
+			t.Run(name+"/"+policy.String(), func(t *testing.T) {
+				got := c.Check(context.Background(), "auth", map[string]string{"ip": "192.0.2.1"}, 1, policy)
+				want := quota.Decision{Allowed: wantAllowed, Degraded: true}
+				if got != want {
+					t.Errorf("got %+v, want %+v", got, want)
+				}
+				if peek := c.Peek(context.Background(), "auth", map[string]string{"ip": "192.0.2.1"}, policy); peek != want {
+					t.Errorf("Peek: got %+v, want %+v", peek, want)
+				}
+			})
+		}
+	}
+}
+
+// A limiter slower than the client's timeout: the call gives up at the
+// timeout (the limiter sees its context cancelled) and the policy decides.
+func TestSlowLimiterDegradesAtTheTimeout(t *testing.T) {
+	seen := make(chan error, 4)
+	addr := serve(t, func(ctx context.Context, _ *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		<-ctx.Done()
+		seen <- ctx.Err()
+		return nil, ctx.Err()
+	})
+	const timeout = 100 * time.Millisecond
+	c := newClient(t, addr, timeout)
+	for policy, wantAllowed := range map[quota.Policy]bool{quota.FailOpen: true, quota.FailClosed: false} {
+		t.Run(policy.String(), func(t *testing.T) {
+			returned := make(chan quota.Decision, 1)
+			go func() { returned <- c.Check(context.Background(), "api", map[string]string{"tenant": "t"}, 1, policy) }()
+			// Bounds generous enough for a loaded machine: the point is that
+			// the call ends because of the client's timeout, not the server.
+			var got quota.Decision
+			select {
+			case got = <-returned:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("Check still blocked 10 s after a %v timeout", timeout)
+			}
+			if want := (quota.Decision{Allowed: wantAllowed, Degraded: true}); got != want {
+				t.Errorf("got %+v, want %+v", got, want)
+			}
+			select {
+			case err := <-seen:
+				if err == nil {
+					t.Errorf("the limiter's context ended with no error")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the limiter's context was never cancelled")
+			}
+		})
+	}
+}
+
+// A caller's context that ends first also ends the call.
+func TestCallerDeadlineIsKept(t *testing.T) {
+	addr := serve(t, func(ctx context.Context, _ *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	c := newClient(t, addr, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if got := c.Check(ctx, "auth", map[string]string{"ip": "192.0.2.1"}, 1, quota.FailClosed); got.Allowed || !got.Degraded {
+		t.Errorf("got %+v, want denied and degraded", got)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	tests := map[string]struct {
+		want    quota.Policy
+		wantErr bool
+	}{
+		"open":      {want: quota.FailOpen},
+		"closed":    {want: quota.FailClosed},
+		"":          {wantErr: true},
+		"Open":      {wantErr: true},
+		"fail-open": {wantErr: true},
+		" closed":   {wantErr: true},
+	}
+	for in, tc := range tests {
+		t.Run(in, func(t *testing.T) {
+			got, err := quota.ParsePolicy(in)
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "want open or closed") {
+					t.Errorf("ParsePolicy(%q) = %v, %v; want an error saying what is accepted", in, got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ParsePolicy(%q) = %v, %v; want %v", in, got, err, tc.want)
+			}
+			if got.String() != in {
+				t.Errorf("%v.String() = %q, want %q (round trip)", got, got.String(), in)
+			}
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/server/servertest"
+)
+
+// rulesFile is the absolute path of the test rules (testdata/rules.yaml).
+func rulesFile(t testing.TB) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("testdata", "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startFile boots the limiter in-process on the real Redis Cluster with the
+// test rules file, and waits until it serves.
+func startFile(t *testing.T) (*servertest.Running, ratelimitv1.RateLimitServiceClient) {
+	t.Helper()
+	cfg := load(t, map[string]string{
+		"KURZ_LIMITER_RULES_SOURCE": "file",
+		"KURZ_LIMITER_RULES_FILE":   rulesFile(t),
+		// Generous, so the race detector never pushes a decision into the
+		// rules' failure modes: these tests are about Redis decisions.
+		"KURZ_LIMITER_REDIS_TIMEOUT": "1s",
+		"KURZ_REDIS_READ_TIMEOUT":    "1s",
+		"KURZ_REDIS_WRITE_TIMEOUT":   "1s",
+	})
+	srv, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "kurz.ratelimit.v1.RateLimitService")
+	return r, ratelimitv1.NewRateLimitServiceClient(r.Conn)
+}
+
+// unique returns a descriptor value no other test or test run uses; it holds
+// only bytes a key keeps as they are.
+func unique(t testing.TB) string {
+	return fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", "#", "-").Replace(t.Name()), time.Now().UnixNano())
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// decisionOf returns the decision of rule in resp, failing the test if absent.
+func decisionOf(t testing.TB, resp *ratelimitv1.CheckQuotaResponse, rule string) *ratelimitv1.RuleDecision {
+	t.Helper()
+	for _, d := range resp.GetDecisions() {
+		if d.GetRule() == rule {
+			return d
+		}
+	}
+	t.Fatalf("no decision for rule %q in %v", rule, resp)
+	return nil
+}
+
+// explanationOf returns the explanation of rule in resp, failing the test if
+// absent.
+func explanationOf(t testing.TB, resp *ratelimitv1.ExplainQuotaResponse, rule string) *ratelimitv1.RuleExplanation {
+	t.Helper()
+	for _, r := range resp.GetRules() {
+		if r.GetDecision().GetRule() == rule {
+			return r
+		}
+	}
+	t.Fatalf("no explanation for rule %q in %v", rule, resp)
+	return nil
+}
+
+// eventually polls cond until it holds or within has passed, and reports
+// whether it held. The poll interval is short; it is not a synchronisation
+// point, only how often the condition is looked at.
+func eventually(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+}

@@ -1,0 +1,250 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+// limiterProcess is a limiter binary running as its own process.
+type limiterProcess struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	conn   *grpc.ClientConn
+	rl     ratelimitv1.RateLimitServiceClient
+	done   chan error
+}
+
+// syncBuffer collects a process's stderr for the failure message.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// buildLimiter builds the limiter binary (with the race detector when the
+// test runs under it) into a temporary directory.
+func buildLimiter(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "limiter")
+	// -s -w: no symbol table or DWARF, a much faster link; panics and race
+	// reports still name functions and lines.
+	args := []string{"build", "-ldflags=-s -w", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "kurz.dev/services/limiter")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freeAddr returns a loopback address nothing listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// startLimiter runs bin with the test rules file and waits until its gRPC
+// health reports SERVING. It is safe to call from several goroutines.
+func startLimiter(t *testing.T, bin, grpcAddr, httpAddr string) (*limiterProcess, error) {
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"KURZ_LIMITER_GRPC_ADDR="+grpcAddr,
+		"KURZ_LIMITER_HTTP_ADDR="+httpAddr,
+		"KURZ_LIMITER_RULES_SOURCE=file",
+		"KURZ_LIMITER_RULES_FILE="+rulesFile(t),
+		// Generous timeouts: under the race detector no decision may slip
+		// into a failure mode; this test is about Redis decisions.
+		"KURZ_LIMITER_REDIS_TIMEOUT=1s",
+		"KURZ_REDIS_READ_TIMEOUT=1s",
+		"KURZ_REDIS_WRITE_TIMEOUT=1s",
+		"KURZ_LOG_LEVEL=error",
+	)
+	p := &limiterProcess{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start limiter: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { p.done <- cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	p.conn, p.rl = conn, ratelimitv1.NewRateLimitServiceClient(conn)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
+		// A process that dies before serving ends the wait at once.
+		select {
+		case <-exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	stream, err := healthpb.NewHealthClient(conn).Watch(ctx,
+		&healthpb.HealthCheckRequest{Service: "kurz.ratelimit.v1.RateLimitService"}, grpc.WaitForReady(true))
+	for err == nil {
+		var resp *healthpb.HealthCheckResponse
+		if resp, err = stream.Recv(); err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("limiter at %s never became SERVING: %w\n%s", grpcAddr, err, p.stderr)
+}
+
+// stop sends SIGTERM and returns the exit error (nil for status 0).
+func (p *limiterProcess) stop(t *testing.T) error {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(30 * time.Second):
+		return errors.New("still running 30 s after SIGTERM")
+	}
+}
+
+// The notes' race through three limiter processes: 500 concurrent
+// CheckQuota for one key, limit 100, spread round-robin over the processes.
+// Every algorithm allows exactly 100 (the sliding window counter: 100, or at
+// most 101 if the burst straddles its window boundary); the next call is
+// denied with a positive retry-after; every answer came from Redis. Then
+// each process stops gracefully on SIGTERM.
+func TestThreeProcessesAllowExactlyTheLimit(t *testing.T) {
+	bin := buildLimiter(t)
+	procs := make([]*limiterProcess, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range procs {
+		grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+		wg.Go(func() { procs[i], errs[i] = startLimiter(t, bin, grpcAddr, httpAddr) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, algo := range []string{"token_bucket", "fixed_window", "sliding_window_counter", "sliding_log", "leaky_bucket"} {
+		t.Run(algo, func(t *testing.T) {
+			req := &ratelimitv1.CheckQuotaRequest{Domain: "race3", Descriptors: map[string]string{"user": unique(t), "algo": algo}}
+			var allowed, notRedis atomic.Int64
+			errs := make(chan error, 500)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range 500 {
+				rl := procs[i%3].rl
+				wg.Go(func() {
+					<-start
+					resp, err := rl.CheckQuota(context.Background(), req)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if resp.GetAllowed() {
+						allowed.Add(1)
+					}
+					if resp.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+						notRedis.Add(1)
+					}
+				})
+			}
+			before := time.Now()
+			close(start)
+			wg.Wait()
+			after := time.Now()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("CheckQuota: %v", err)
+			}
+			if n := notRedis.Load(); n > 0 {
+				t.Errorf("%d/500 answers not from Redis (a failure mode decided)", n)
+			}
+
+			// Fixed windows and the sliding window counter count calendar
+			// hours: a burst across an hour boundary is two windows.
+			straddles := before.UnixMilli()/time.Hour.Milliseconds() != after.UnixMilli()/time.Hour.Milliseconds()
+			want, most := int64(100), int64(100)
+			switch {
+			case straddles && algo == "sliding_window_counter":
+				most = 101 // its documented bound across a boundary
+			case straddles && algo == "fixed_window":
+				most = 200 // the fixed window's documented 2x at a boundary
+			}
+			if got := allowed.Load(); got != want && (got < want || got > most) {
+				t.Errorf("allowed %d/500 through 3 processes, want %d (straddles an hour boundary: %v)", got, want, straddles)
+			}
+
+			for i, p := range procs {
+				next, err := p.rl.CheckQuota(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if next.GetAllowed() || next.GetRetryAfter().AsDuration() <= 0 || next.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+					t.Errorf("next call on process %d: allowed=%v retry_after=%v source=%v, want denied, retry_after > 0, REDIS",
+						i, next.GetAllowed(), next.GetRetryAfter().AsDuration(), next.GetSource())
+				}
+			}
+		})
+	}
+
+	for i, p := range procs {
+		if err := p.stop(t); err != nil {
+			t.Errorf("process %d after SIGTERM: %v, want exit status 0\n%s", i, err, p.stderr)
+		}
+	}
+	if t.Failed() {
+		for i, p := range procs {
+			t.Logf("process %d output:\n%s", i, p.stderr)
+		}
+	}
+}
