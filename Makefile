@@ -91,3 +91,16 @@ test: lint check-gen ## Start the stack if needed, then run every test against i
 	$(TEST_ENV) go test -race -count=1 $(MODULES)
 	deploy/local/services.sh up
 	deploy/local/smoke.sh
+
+# --- benchmarks --------------------------------------------------------------
+
+BENCH_DURATION ?= 10s
+
+.PHONY: bench
+bench: ## Measure the hot paths against baselines from the same run (see BENCHMARKS.md).
+	deploy/local/infra.sh up
+	deploy/local/services.sh up
+	@echo "== limiter: 32 concurrent gRPC callers, CheckQuota vs a gRPC health-check baseline"
+	go run ./services/limiter/cmd/quotaload -addr $${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091} -c 32 -d $(BENCH_DURATION) -baseline
+	@echo "== limiter engine in-process: one decision vs one PING on the same cluster"
+	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkCheck|BenchmarkPing' -benchtime 3s ./services/limiter/internal/ratelimit/

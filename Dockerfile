@@ -1,0 +1,75 @@
+# syntax=docker/dockerfile:1.7
+# One image per kurz service, from the whole Go workspace:
+#   docker build --build-arg SERVICE=limiter -t kurz/limiter:0.1.0 .
+# SERVICE is one of limiter, shortener, redirect, analytics, gateway. The
+# default (last) stage is the production image: a static binary on distroless,
+# as user 65532. The "dev" stage is for Tilt only (see the Tiltfile).
+
+# ---- build: a static binary from the workspace ------------------------------
+FROM golang:1.26.8 AS build
+ARG SERVICE
+WORKDIR /src
+# Module files first, so the download layer is reused until a go.mod changes.
+# go.work lists every module; each must be present for the workspace to load.
+COPY go.work go.work.sum ./
+COPY gen/go/go.mod gen/go/go.sum gen/go/
+COPY pkg/go.mod pkg/go.sum pkg/
+COPY services/limiter/go.mod services/limiter/go.sum services/limiter/
+COPY services/shortener/go.mod services/shortener/go.sum services/shortener/
+COPY services/redirect/go.mod services/redirect/go.sum services/redirect/
+COPY services/analytics/go.mod services/analytics/go.sum services/analytics/
+COPY services/gateway/go.mod services/gateway/go.sum services/gateway/
+COPY deploy/k8s/go.mod deploy/k8s/go.sum deploy/k8s/
+RUN test -n "${SERVICE}" || { echo "build with --build-arg SERVICE=<limiter|shortener|redirect|analytics|gateway>" >&2; exit 1; }
+RUN go mod download
+# Then the sources this service can import.
+COPY gen/go gen/go
+COPY pkg pkg
+COPY services/${SERVICE} services/${SERVICE}
+RUN --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/service ./services/${SERVICE}
+
+# ---- dev: Tilt's image, a locally cross-compiled binary that live_update
+# replaces. distroless's debug variant adds busybox (sh, kill, tar) for the
+# restart wrapper and Tilt's file sync; the root filesystem stays read-only, so
+# new binaries land in /tmp/live (an emptyDir). Built only with --target dev.
+FROM gcr.io/distroless/static-debian12:debug-nonroot AS dev
+ARG SERVICE
+COPY .tilt/${SERVICE}/service /app/service
+COPY --chmod=0555 <<'EOF_WRAPPER' /app/restart.sh
+#!/busybox/sh
+# PID 1 of the dev image: runs the service, the newest binary first
+# ($2 when live_update has synced one, else $1), and on SIGHUP (Tilt's
+# live_update after a sync) stops it with SIGTERM, waits for its drain and
+# starts it again. SIGTERM/SIGINT stop it and the wrapper exits with its status.
+baked=$1
+live=$2
+child=
+restart=
+trap 'restart=1; kill -TERM "$child" 2>/dev/null' HUP
+trap 'restart=; kill -TERM "$child" 2>/dev/null' TERM INT
+while :; do
+  bin=$baked
+  if [ -x "$live" ]; then bin=$live; fi
+  "$bin" &
+  child=$!
+  wait "$child"
+  status=$?
+  # A trapped signal ends wait early: wait again until the service is gone.
+  while kill -0 "$child" 2>/dev/null; do
+    wait "$child"
+    status=$?
+  done
+  if [ -z "$restart" ]; then exit "$status"; fi
+  restart=
+done
+EOF_WRAPPER
+ENV PATH=/busybox:/usr/local/bin:/usr/bin:/bin
+USER 65532:65532
+ENTRYPOINT ["/busybox/sh", "/app/restart.sh", "/app/service", "/tmp/live/service"]
+
+# ---- runtime (default): distroless static, non-root, nothing but the binary.
+FROM gcr.io/distroless/static-debian12:nonroot AS runtime
+COPY --from=build /out/service /app/service
+USER 65532:65532
+ENTRYPOINT ["/app/service"]

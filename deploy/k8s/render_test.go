@@ -1,0 +1,318 @@
+// Package k8s holds the tests of kurz's Kubernetes manifests (kustomize base
+// and overlays), of the Dockerfile and of the Tiltfile. Nothing here needs a
+// cluster or a Docker engine: the overlays are rendered with
+// `kubectl kustomize`, every object is decoded strictly into its
+// k8s.io/api type, and the policies are checked on those typed objects.
+package k8s
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// overlays are the kustomizations users apply; monitoring is the optional
+// Prometheus scrape configuration.
+var overlays = []string{"overlays/dev", "overlays/prod"}
+
+// services are the kurz services, each a module under services/ and an image
+// kurz/<name>.
+var services = []string{"limiter", "shortener", "redirect", "analytics", "gateway"}
+
+// kinds maps apiVersion/kind to a constructor of its typed struct. A rendered
+// object of any other kind fails the tests: add it here deliberately.
+var kinds = map[string]func() any{
+	"v1/Namespace":                             func() any { return &corev1.Namespace{} },
+	"v1/ConfigMap":                             func() any { return &corev1.ConfigMap{} },
+	"v1/Secret":                                func() any { return &corev1.Secret{} },
+	"v1/Service":                               func() any { return &corev1.Service{} },
+	"v1/ServiceAccount":                        func() any { return &corev1.ServiceAccount{} },
+	"apps/v1/Deployment":                       func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":                      func() any { return &appsv1.StatefulSet{} },
+	"batch/v1/Job":                             func() any { return &batchv1.Job{} },
+	"autoscaling/v2/HorizontalPodAutoscaler":   func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
+	"policy/v1/PodDisruptionBudget":            func() any { return &policyv1.PodDisruptionBudget{} },
+	"networking.k8s.io/v1/NetworkPolicy":       func() any { return &networkingv1.NetworkPolicy{} },
+	"rbac.authorization.k8s.io/v1/Role":        func() any { return &rbacv1.Role{} },
+	"rbac.authorization.k8s.io/v1/RoleBinding": func() any { return &rbacv1.RoleBinding{} },
+}
+
+// object is one rendered document, decoded.
+type object struct {
+	APIVersion, Kind, Name, Namespace string
+	Obj                               any // pointer to the typed struct
+}
+
+func (o object) String() string { return o.Kind + "/" + o.Name }
+
+// rendering is the decoded output of one kustomization.
+type rendering struct {
+	Dir     string
+	Objects []object
+}
+
+// repoRoot is the repository root (the directory holding go.work).
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.work")); err != nil {
+		t.Fatalf("repository root %s has no go.work: %v", root, err)
+	}
+	return root
+}
+
+var renders sync.Map // dir -> *renderResult
+
+type renderResult struct {
+	once sync.Once
+	r    rendering
+	err  error
+}
+
+// render runs `kubectl kustomize dir` once per test binary and decodes the
+// result strictly. kubectl is required: its absence fails the test.
+func render(t testing.TB, dir string) rendering {
+	t.Helper()
+	v, _ := renders.LoadOrStore(dir, &renderResult{})
+	res := v.(*renderResult)
+	res.once.Do(func() {
+		kubectl, err := exec.LookPath("kubectl")
+		if err != nil {
+			res.err = errors.New("kubectl is not on PATH: these tests render the overlays with `kubectl kustomize`; install kubectl (e.g. apt-get install kubectl, or the upstream binary)")
+			return
+		}
+		cmd := exec.Command(kubectl, "kustomize", dir)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			res.err = fmt.Errorf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+			return
+		}
+		objs, err := decodeStream(out)
+		if err != nil {
+			res.err = fmt.Errorf("%s: %w", dir, err)
+			return
+		}
+		res.r = rendering{Dir: dir, Objects: objs}
+	})
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	return res.r
+}
+
+// decodeStream splits a YAML stream and decodes every document strictly into
+// its typed struct: unknown or duplicate fields and unknown kinds are errors.
+func decodeStream(data []byte) ([]object, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []object
+	var errs []error
+	for i := 0; ; i++ {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		obj, err := decodeDoc(doc)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("document %d: %w", i, err))
+			continue
+		}
+		objs = append(objs, obj)
+	}
+	if len(objs) == 0 && len(errs) == 0 {
+		return nil, errors.New("no objects rendered")
+	}
+	return objs, errors.Join(errs...)
+}
+
+func decodeDoc(doc []byte) (object, error) {
+	var meta struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		return object{}, err
+	}
+	id := meta.APIVersion + "/" + meta.Kind
+	newObj, ok := kinds[id]
+	if !ok {
+		return object{}, fmt.Errorf("%s %q: kind not known to the tests (add it to kinds)", id, meta.Metadata.Name)
+	}
+	// YAMLToJSONStrict rejects duplicate keys; kjson.UnmarshalStrict, the
+	// API machinery's decoder, rejects unknown fields and fields whose case
+	// differs from the API's (encoding/json would accept "targetport").
+	js, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return object{}, fmt.Errorf("%s %q: %w", id, meta.Metadata.Name, err)
+	}
+	obj := newObj()
+	strictErrs, err := kjson.UnmarshalStrict(js, obj)
+	if err != nil {
+		return object{}, fmt.Errorf("%s %q: decode: %w", id, meta.Metadata.Name, err)
+	}
+	if len(strictErrs) > 0 {
+		return object{}, fmt.Errorf("%s %q: strict decode: %w", id, meta.Metadata.Name, errors.Join(strictErrs...))
+	}
+	return object{APIVersion: meta.APIVersion, Kind: meta.Kind, Name: meta.Metadata.Name, Namespace: meta.Metadata.Namespace, Obj: obj}, nil
+}
+
+// typed returns every rendered object of type T.
+func typed[T any](r rendering) []*T {
+	var out []*T
+	for _, o := range r.Objects {
+		if v, ok := o.Obj.(*T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// workload is anything that runs pods.
+type workload struct {
+	Kind, Name string
+	Template   *corev1.PodTemplateSpec
+	Replicas   *int32
+}
+
+func (w workload) String() string { return w.Kind + "/" + w.Name }
+
+// app is the app.kubernetes.io/name label of the workload's pods.
+func (w workload) app() string { return w.Template.Labels["app.kubernetes.io/name"] }
+
+func workloads(r rendering) []workload {
+	var out []workload
+	for _, d := range typed[appsv1.Deployment](r) {
+		out = append(out, workload{"Deployment", d.Name, &d.Spec.Template, d.Spec.Replicas})
+	}
+	for _, s := range typed[appsv1.StatefulSet](r) {
+		out = append(out, workload{"StatefulSet", s.Name, &s.Spec.Template, s.Spec.Replicas})
+	}
+	for _, j := range typed[batchv1.Job](r) {
+		out = append(out, workload{"Job", j.Name, &j.Spec.Template, nil})
+	}
+	return out
+}
+
+// kurzService returns the service a Deployment runs (its image is
+// kurz/<service>), or "".
+func kurzService(w workload) string {
+	if w.Kind != "Deployment" || len(w.Template.Spec.Containers) == 0 {
+		return ""
+	}
+	repo, _, _ := strings.Cut(w.Template.Spec.Containers[0].Image, ":")
+	if svc, ok := strings.CutPrefix(repo, "kurz/"); ok {
+		return svc
+	}
+	return ""
+}
+
+func TestOverlaysRenderAndDecodeStrictly(t *testing.T) {
+	for _, dir := range append(overlays, "monitoring") {
+		t.Run(dir, func(t *testing.T) {
+			r := render(t, dir)
+			seen := map[string]bool{}
+			for _, o := range r.Objects {
+				key := o.Kind + "/" + o.Namespace + "/" + o.Name
+				if seen[key] {
+					t.Errorf("%s rendered twice", key)
+				}
+				seen[key] = true
+				if o.Kind != "Namespace" && o.Namespace == "" {
+					t.Errorf("%s has no namespace", o)
+				}
+			}
+		})
+	}
+}
+
+func TestOverlaysUseNamespaceKurz(t *testing.T) {
+	for _, dir := range overlays {
+		r := render(t, dir)
+		var ns []string
+		for _, o := range r.Objects {
+			if o.Kind == "Namespace" {
+				ns = append(ns, o.Name)
+			} else if o.Namespace != "kurz" {
+				t.Errorf("%s: %s is in namespace %q, want kurz", dir, o, o.Namespace)
+			}
+		}
+		if strings.Join(ns, ",") != "kurz" {
+			t.Errorf("%s: Namespace objects %v, want [kurz]", dir, ns)
+		}
+	}
+}
+
+// The decoder must reject what the API server would drop or refuse; this
+// proves the strictness the other tests rely on.
+func TestStrictDecodingRejectsMistakes(t *testing.T) {
+	cases := map[string]string{
+		"unknown field": `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: x}
+spec:
+  replica: 2
+`,
+		"misplaced field": `apiVersion: v1
+kind: Service
+metadata: {name: x}
+spec:
+  ports:
+    - port: 80
+      targetport: http
+`,
+		"unknown kind": `apiVersion: example.com/v1
+kind: Widget
+metadata: {name: x}
+`,
+		"duplicate field": `apiVersion: v1
+kind: ConfigMap
+metadata: {name: x}
+data:
+  A: "1"
+  A: "2"
+`,
+	}
+	for name, doc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := decodeStream([]byte(doc)); err == nil {
+				t.Errorf("decoded without error:\n%s", doc)
+			}
+		})
+	}
+	if _, err := decodeStream([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {A: \"1\"}\n")); err != nil {
+		t.Errorf("valid ConfigMap: %v", err)
+	}
+}
