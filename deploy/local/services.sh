@@ -29,6 +29,11 @@ export KURZ_REDIRECT_GRPC_ADDR=${KURZ_REDIRECT_GRPC_ADDR:-127.0.0.1:9094}
 export KURZ_REDIRECT_HTTP_ADDR=${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787}
 export KURZ_GATEWAY_GRPC_ADDR=${KURZ_GATEWAY_GRPC_ADDR:-127.0.0.1:9095}
 export KURZ_GATEWAY_HTTP_ADDR=${KURZ_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}
+# Shortener and redirect: grpcurl may create links without a tenant (they
+# belong to "anonymous"); short URLs point at the local redirect service.
+export KURZ_SHORTENER_ALLOW_ANONYMOUS=${KURZ_SHORTENER_ALLOW_ANONYMOUS:-true}
+export KURZ_SHORTENER_BASE_URL=${KURZ_SHORTENER_BASE_URL:-http://127.0.0.1:8787}
+export KURZ_REDIRECT_VISITOR_SALT=${KURZ_REDIRECT_VISITOR_SALT:-kurz-local-visitor-salt}
 
 http_addr() { local v="KURZ_${1^^}_HTTP_ADDR"; echo "${!v}"; }
 grpc_addr() { local v="KURZ_${1^^}_GRPC_ADDR"; echo "${!v}"; }

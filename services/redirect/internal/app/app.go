@@ -1,15 +1,31 @@
 // Package app wires the redirect service: the public HTTP hot path (short
-// code to 302), reading Redis Cluster first and PostgreSQL on a miss. Its gRPC
-// listener carries health and reflection only.
+// code to 302) over an in-process L1 cache, Redis Cluster and PostgreSQL; the
+// click pipeline into the Redis streams; the limiter on the miss path. Its
+// gRPC listener carries health and reflection only.
 package app
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
 	"log/slog"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/grpcclient"
+	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
+	"kurz.dev/services/redirect/internal/clickpipe"
+	"kurz.dev/services/redirect/internal/redirector"
+	"kurz.dev/services/redirect/internal/resolve"
 )
 
 // Config is the redirect service's configuration, from KURZ_* environment
@@ -21,29 +37,196 @@ type Config struct {
 	HTTPAddr string `env:"REDIRECT_HTTP_ADDR" default:"127.0.0.1:8787"`
 	Postgres pgpool.Config
 	Redis    redisconn.Config
+	Cache    linkcache.Config
+	Streams  clickevent.StreamConfig
+
+	// L1TTL is how long a pod keeps an entry it read from Redis: the bound
+	// on staleness when an invalidation is lost.
+	L1TTL time.Duration `env:"REDIRECT_L1_TTL" default:"5s"`
+	// L1Size bounds the L1 cache (entries).
+	L1Size int `env:"REDIRECT_L1_SIZE" default:"100000"`
+	// DefaultStatus answers links without their own redirect type: 301, 302,
+	// 307 or 308.
+	DefaultStatus int `env:"REDIRECT_DEFAULT_STATUS" default:"302"`
+	// CDNMaxAge > 0 lets a CDN cache 302/307 answers this long.
+	CDNMaxAge time.Duration `env:"REDIRECT_CDN_MAX_AGE" default:"0s"`
+	// PermanentMaxAge is the Cache-Control max-age of 301/308 answers.
+	PermanentMaxAge time.Duration `env:"REDIRECT_PERMANENT_MAX_AGE" default:"1h"`
+	// ClientIPHeader is the header a trusted proxy puts the client IP in
+	// (X-Forwarded-For: last entry); empty uses the TCP peer.
+	ClientIPHeader string `env:"REDIRECT_CLIENT_IP_HEADER" default:""`
+	// VisitorSalt keys the visitor hash in click events; give every pod the
+	// same secret. Empty: a random salt per process (visitors then differ
+	// per pod), with a warning.
+	VisitorSalt string `env:"REDIRECT_VISITOR_SALT" default:""`
+
+	// LimiterAddr is where the limiter's gRPC listens.
+	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
+	// LimiterTimeout bounds one CheckQuota on the miss path.
+	LimiterTimeout time.Duration `env:"REDIRECT_LIMITER_TIMEOUT" default:"25ms"`
+	// MissFailurePolicy is what the miss path does when the limiter does not
+	// answer: open (look up anyway) or closed (503).
+	MissFailurePolicy string `env:"REDIRECT_MISS_FAILURE_POLICY" default:"open"`
+
+	// ClickBuffer is how many click events may wait in memory; more are
+	// dropped and counted.
+	ClickBuffer int `env:"REDIRECT_CLICK_BUFFER" default:"10000"`
+	// ClickBatch is the most events one XADD pipeline carries.
+	ClickBatch int `env:"REDIRECT_CLICK_BATCH" default:"256"`
+	// ClickFlushInterval is how long a writer waits to fill a batch.
+	ClickFlushInterval time.Duration `env:"REDIRECT_CLICK_FLUSH_INTERVAL" default:"100ms"`
+	// ClickWriteTimeout bounds one batch's round trip to Redis.
+	ClickWriteTimeout time.Duration `env:"REDIRECT_CLICK_WRITE_TIMEOUT" default:"1s"`
 }
 
-// New connects to Redis and PostgreSQL and returns the redirect server, ready
-// to Run.
+func (c Config) validate() (quota.Policy, error) {
+	var errs []error
+	policy, err := quota.ParsePolicy(c.MissFailurePolicy)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_MISS_FAILURE_POLICY: %w", err))
+	}
+	switch c.DefaultStatus {
+	case 301, 302, 307, 308:
+	default:
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_DEFAULT_STATUS=%d: want 301, 302, 307 or 308", c.DefaultStatus))
+	}
+	if c.L1TTL <= 0 || c.L1Size < 1 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_L1_TTL and KURZ_REDIRECT_L1_SIZE must be positive"))
+	}
+	if c.ClickBuffer < 1 || c.ClickBatch < 1 || c.ClickFlushInterval <= 0 || c.ClickWriteTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_BUFFER, _BATCH, _FLUSH_INTERVAL and _WRITE_TIMEOUT must be positive"))
+	}
+	if c.LimiterTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT must be positive"))
+	}
+	errs = append(errs, c.Cache.Validate(), c.Streams.Validate())
+	return policy, errors.Join(errs...)
+}
+
+// New connects to Redis, PostgreSQL and the limiter, and returns the redirect
+// server, ready to Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
+	return build(ctx, cfg, log, hooks{})
+}
+
+// hooks let in-package tests observe and steer I/O; zero values are no-ops.
+type hooks struct {
+	pgTracer  pgx.QueryTracer
+	redisHook redis.Hook
+	// clickRedis replaces the cluster client for click events only.
+	clickRedis redis.Cmdable
+	// beforeFlight runs when a request misses L1.
+	beforeFlight func(code string)
+}
+
+func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
+	missPolicy, err := cfg.validate()
+	if err != nil {
+		return nil, fmt.Errorf("configuration:\n%w", err)
+	}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {
 		return nil, err
 	}
+	closers = append(closers, func() { _ = rdb.Close() })
+	if h.redisHook != nil {
+		rdb.AddHook(h.redisHook)
+	}
 	db, err := pgpool.New(ctx, cfg.Postgres)
 	if err != nil {
-		_ = rdb.Close()
 		return nil, err
 	}
+	if h.pgTracer != nil {
+		pc := db.Config()
+		pc.ConnConfig.Tracer = h.pgTracer
+		db.Close()
+		if db, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+	}
+	closers = append(closers, db.Close)
+
 	srv, err := server.New(ctx, "redirect", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
 	if err != nil {
-		db.Close()
-		_ = rdb.Close()
 		return nil, err
 	}
+	closers = append(closers, func() { _ = srv.Close(context.Background()) })
+	limiterConn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
+	if err != nil {
+		return nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
+	}
+	closers = append(closers, func() { _ = limiterConn.Close() })
+	quotaClient, err := quota.New(limiterConn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
+
+	resolver, err := resolve.New(resolve.Config{
+		L1TTL: cfg.L1TTL, L1Size: cfg.L1Size, Cache: cfg.Cache,
+		DBTimeout: cfg.Postgres.QueryTimeout, RedisTimeout: cfg.Redis.ReadTimeout + cfg.Redis.WriteTimeout,
+	}, rdb, db, log, meter)
+	if err != nil {
+		return nil, err
+	}
+	resolver.BeforeFlight = h.beforeFlight
+	sub := rdb.Subscribe(ctx, linkcache.InvalidationChannel)
+	closers = append(closers, func() { _ = sub.Close() })
+	subCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = sub.Receive(subCtx) // the confirmation: invalidations flow from here on
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("redis subscribe %s (KURZ_REDIS_ADDRS): %w", linkcache.InvalidationChannel, err)
+	}
+	listening := make(chan struct{})
+	go func() { resolver.Listen(context.WithoutCancel(ctx), sub); close(listening) }()
+
+	var clickRedis redis.Cmdable = rdb
+	if h.clickRedis != nil {
+		clickRedis = h.clickRedis
+	}
+	clicks, err := clickpipe.New(clickpipe.Config{
+		Streams: cfg.Streams, Buffer: cfg.ClickBuffer, Batch: cfg.ClickBatch,
+		Linger: cfg.ClickFlushInterval, WriteTimeout: cfg.ClickWriteTimeout,
+	}, clickRedis, log, meter)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, func() { _ = clicks.Close(context.Background()) })
+
+	salt := []byte(cfg.VisitorSalt)
+	if len(salt) == 0 {
+		salt = []byte(rand.Text())
+		log.Warn("KURZ_REDIRECT_VISITOR_SALT is not set: using a random salt, so each pod hashes visitors differently")
+	}
+	handler, err := redirector.New(redirector.Config{
+		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
+		ClientIPHeader: cfg.ClientIPHeader, VisitorSalt: salt, MissPolicy: missPolicy,
+	}, resolver, quotaClient, clicks, srv.Telemetry.TracerProvider, meter)
+	if err != nil {
+		return nil, err
+	}
+	handler.Register(srv.Mux)
+
+	// Closers run in reverse, after HTTP drained: flush clicks, stop the
+	// invalidation listener, then close the limiter connection and stores.
 	srv.OnShutdown(func(context.Context) error { db.Close(); return nil })
 	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
+	srv.OnShutdown(func(context.Context) error { return limiterConn.Close() })
+	srv.OnShutdown(func(context.Context) error { err := sub.Close(); <-listening; return err })
+	srv.OnShutdown(clicks.Close)
 	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	srv.AddCheck("postgres", db.Ping)
+	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
+		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String())
 	return srv, nil
 }

@@ -6,30 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/server/servertest"
 )
 
-func load(t *testing.T, overrides map[string]string) Config {
-	t.Helper()
-	base := map[string]string{"KURZ_REDIRECT_GRPC_ADDR": "127.0.0.1:0", "KURZ_REDIRECT_HTTP_ADDR": "127.0.0.1:0"}
-	for k, v := range overrides {
-		base[k] = v
-	}
-	var cfg Config
-	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 func TestBootsHealthyWithGRPCHealthOnly(t *testing.T) {
-	srv, err := New(context.Background(), load(t, nil), servertest.Logger(t))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	r := servertest.Start(t, srv)
-	r.AwaitServing(t, "")
+	r := start(t, nil, hooks{})
 	r.AssertOps(t, "redis", "postgres")
 	want := []string{"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"}
 	if got := r.GRPCServices(t); !slices.Equal(got, want) {
@@ -45,5 +26,19 @@ func TestFailsFastNamingTheMissingDependency(t *testing.T) {
 	_, err := New(context.Background(), cfg, servertest.Logger(t))
 	if err == nil || !strings.Contains(err.Error(), "KURZ_POSTGRES_URL") {
 		t.Fatalf("got %v, want an error naming KURZ_POSTGRES_URL", err)
+	}
+}
+
+func TestRejectsBadConfigurationNamingEachVariable(t *testing.T) {
+	cfg := load(t, map[string]string{
+		"KURZ_REDIRECT_DEFAULT_STATUS":      "303",
+		"KURZ_REDIRECT_MISS_FAILURE_POLICY": "sometimes",
+		"KURZ_CLICK_STREAM_SHARDS":          "0",
+	})
+	_, err := New(context.Background(), cfg, servertest.Logger(t))
+	for _, name := range []string{"KURZ_REDIRECT_DEFAULT_STATUS", "KURZ_REDIRECT_MISS_FAILURE_POLICY", "KURZ_CLICK_STREAM_SHARDS"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("got %v, want it to name %s", err, name)
+		}
 	}
 }

@@ -1,20 +1,34 @@
-// Package app wires the shortener service: PostgreSQL (with its schema
-// migrations), Redis Cluster for write-through, and
+// Package app wires the shortener service: PostgreSQL (with the links schema
+// migrations), Redis Cluster for write-through, the limiter, and
 // kurz.shortener.v1.ShortenerService on the gRPC server.
 package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/url"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/grpcclient"
+	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/linkschema"
 	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
-	"kurz.dev/services/shortener/internal/app/migrations"
+	"kurz.dev/services/shortener/internal/codegen"
+	"kurz.dev/services/shortener/internal/linkapi"
+	"kurz.dev/services/shortener/internal/linkstore"
+	"kurz.dev/services/shortener/internal/urlcheck"
 )
 
 // Config is the shortener's configuration, from KURZ_* environment variables.
@@ -24,18 +38,122 @@ type Config struct {
 	HTTPAddr string `env:"SHORTENER_HTTP_ADDR" default:"127.0.0.1:9192"`
 	Postgres pgpool.Config
 	Redis    redisconn.Config
+	Cache    linkcache.Config
+
+	// LimiterAddr is where the limiter's gRPC listens.
+	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
+	// LimiterTimeout bounds one CheckQuota.
+	LimiterTimeout time.Duration `env:"SHORTENER_LIMITER_TIMEOUT" default:"50ms"`
+	// LimiterFailurePolicy is what link creation does when the limiter does
+	// not answer in time: open (allow, logged and counted) or closed.
+	LimiterFailurePolicy string `env:"SHORTENER_LIMITER_FAILURE_POLICY" default:"open"`
+
+	// BaseURL prefixes short URLs; its host is also refused as a target.
+	BaseURL string `env:"SHORTENER_BASE_URL" default:"http://127.0.0.1:8787"`
+	// OwnHosts are further hosts that serve kurz short links (refused as
+	// targets: redirect loops).
+	OwnHosts []string `env:"SHORTENER_OWN_HOSTS" default:""`
+	// AllowAnonymous lets calls without x-kurz-tenant create and manage the
+	// links of tenant "anonymous".
+	AllowAnonymous bool `env:"SHORTENER_ALLOW_ANONYMOUS" default:"false"`
+	// BlockSize is how many sequential IDs one nextval hands this process.
+	// Every replica must use the same value.
+	BlockSize int64 `env:"SHORTENER_BLOCK_SIZE" default:"1000"`
+	// RandomCodeLength is the length of CODE_MODE_RANDOM codes.
+	RandomCodeLength int `env:"SHORTENER_RANDOM_CODE_LENGTH" default:"7"`
+	// MaxURLLength bounds long URLs.
+	MaxURLLength int `env:"SHORTENER_MAX_URL_LENGTH" default:"2048"`
+	// AllowPrivateHosts accepts targets on loopback, private and link-local
+	// IPs and localhost names (development only).
+	AllowPrivateHosts bool `env:"SHORTENER_ALLOW_PRIVATE_HOSTS" default:"false"`
+	// BlocklistFile lists blocked domains, one per line; empty: none.
+	BlocklistFile string `env:"SHORTENER_BLOCKLIST_FILE" default:""`
+	// BlocklistReload is how often the blocklist file is checked for changes.
+	BlocklistReload time.Duration `env:"SHORTENER_BLOCKLIST_RELOAD" default:"5s"`
+	// CacheWriteTimeout bounds the write-through to Redis after a commit.
+	CacheWriteTimeout time.Duration `env:"SHORTENER_CACHE_WRITE_TIMEOUT" default:"500ms"`
 }
 
-// New connects to PostgreSQL (applying migrations) and Redis, and returns the
-// shortener's server, ready to Run.
+func (c Config) validate() (quota.Policy, urlcheck.Policy, error) {
+	var errs []error
+	policy, err := quota.ParsePolicy(c.LimiterFailurePolicy)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_LIMITER_FAILURE_POLICY: %w", err))
+	}
+	if c.BlockSize < 1 || c.BlockSize > 1_000_000 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_BLOCK_SIZE=%d: want 1 to 1000000", c.BlockSize))
+	}
+	if c.RandomCodeLength < linkcode.MinLength || c.RandomCodeLength > 16 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_RANDOM_CODE_LENGTH=%d: want %d to 16", c.RandomCodeLength, linkcode.MinLength))
+	}
+	if c.MaxURLLength < 32 || c.MaxURLLength > 65536 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_MAX_URL_LENGTH=%d: want 32 to 65536", c.MaxURLLength))
+	}
+	if c.BlocklistReload <= 0 {
+		errs = append(errs, errors.New("KURZ_SHORTENER_BLOCKLIST_RELOAD must be positive"))
+	}
+	if c.CacheWriteTimeout <= 0 || c.LimiterTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_SHORTENER_CACHE_WRITE_TIMEOUT and KURZ_SHORTENER_LIMITER_TIMEOUT must be positive"))
+	}
+	errs = append(errs, c.Cache.Validate())
+	up := urlcheck.Policy{MaxLength: c.MaxURLLength, AllowPrivateHosts: c.AllowPrivateHosts}
+	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_BASE_URL=%q: want an http(s) URL such as https://kurz.example", c.BaseURL))
+	}
+	for _, h := range append([]string{c.BaseURL}, c.OwnHosts...) {
+		own, err := urlcheck.OwnHost(h)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("KURZ_SHORTENER_BASE_URL / KURZ_SHORTENER_OWN_HOSTS: %q is not a host: %w", h, err))
+			continue
+		}
+		up.OwnHosts = append(up.OwnHosts, own)
+	}
+	return policy, up, errors.Join(errs...)
+}
+
+// New connects to PostgreSQL (applying migrations), Redis and the limiter,
+// and returns the shortener's server, ready to Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
+	return build(ctx, cfg, log, hooks{})
+}
+
+// hooks let in-package tests observe and steer I/O; zero values are no-ops.
+type hooks struct {
+	// pgTracer traces every PostgreSQL statement of the service's pool.
+	pgTracer pgx.QueryTracer
+	// random replaces crypto/rand as the source of random codes.
+	random io.Reader
+}
+
+func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
+	limiterPolicy, urlPolicy, err := cfg.validate()
+	if err != nil {
+		return nil, fmt.Errorf("configuration:\n%w", err)
+	}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+
 	db, err := pgpool.New(ctx, cfg.Postgres)
 	if err != nil {
 		return nil, err
 	}
-	applied, err := pgpool.Migrate(ctx, db, "shortener", migrations.FS)
-	if err != nil {
+	if h.pgTracer != nil {
+		pc := db.Config()
+		pc.ConnConfig.Tracer = h.pgTracer
 		db.Close()
+		if db, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+	}
+	closers = append(closers, db.Close)
+	applied, err := linkschema.Apply(ctx, db)
+	if err != nil {
 		return nil, err
 	}
 	if len(applied) > 0 {
@@ -43,27 +161,75 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 	}
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {
-		db.Close()
 		return nil, err
 	}
+	closers = append(closers, func() { _ = rdb.Close() })
+
+	var scanner urlcheck.Scanner = urlcheck.Nothing{}
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	closers = append(closers, stopBackground)
+	if cfg.BlocklistFile != "" {
+		bl, err := urlcheck.NewBlocklist(cfg.BlocklistFile, cfg.BlocklistReload, log)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("blocklist loaded", "path", cfg.BlocklistFile, "entries", bl.Len())
+		go bl.Run(bgCtx)
+		scanner = bl
+	}
+
 	srv, err := server.New(ctx, "shortener", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
 	if err != nil {
-		db.Close()
-		_ = rdb.Close()
 		return nil, err
 	}
+	closers = append(closers, func() { _ = srv.Close(context.Background()) })
+	limiterConn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
+	if err != nil {
+		return nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
+	}
+	closers = append(closers, func() { _ = limiterConn.Close() })
+	quotaClient, err := quota.New(limiterConn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+
+	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener")
+	blocksFetched, err := meter.Int64Counter("kurz.shortener.code_blocks.fetched",
+		metric.WithDescription("Blocks of sequential IDs taken from the link_block sequence (one nextval each)"),
+		metric.WithUnit("{block}"))
+	if err != nil {
+		return nil, fmt.Errorf("shortener metrics: %w", err)
+	}
+	store := linkstore.New(db, cfg.Postgres.QueryTimeout)
+	blocks := codegen.NewBlocks(store.NextBlock, cfg.BlockSize, func() { blocksFetched.Add(context.Background(), 1) })
+	svc, err := linkapi.New(linkapi.Options{
+		BaseURL:        cfg.BaseURL,
+		AllowAnonymous: cfg.AllowAnonymous,
+		CacheTTL:       cfg.Cache.TTL,
+		CacheTimeout:   cfg.CacheWriteTimeout,
+		LimiterPolicy:  limiterPolicy,
+	}, linkapi.Deps{
+		Store: store, Redis: rdb, Blocks: blocks,
+		Random:  codegen.NewRandom(h.random, cfg.RandomCodeLength),
+		Policy:  urlPolicy,
+		Scanner: scanner,
+		Quota:   quotaClient,
+		Log:     log,
+		Meter:   meter,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// Closers run in reverse: background work stops first, stores close last.
 	srv.OnShutdown(func(context.Context) error { db.Close(); return nil })
 	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
+	srv.OnShutdown(func(context.Context) error { return limiterConn.Close() })
+	srv.OnShutdown(func(context.Context) error { stopBackground(); return nil })
 	srv.AddCheck("postgres", db.Ping)
 	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
-	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, &linkService{db: db, rdb: rdb})
+	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
+	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
+		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String())
 	return srv, nil
-}
-
-// linkService serves the link API. Code generation and the handlers arrive
-// with the shortener issue; until then every call is Unimplemented.
-type linkService struct {
-	shortenerv1.UnimplementedShortenerServiceServer
-	db  *pgxpool.Pool
-	rdb *redis.ClusterClient
 }

@@ -6,51 +6,33 @@ import (
 	"strings"
 	"testing"
 
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/server/servertest"
 )
 
-func load(t *testing.T, overrides map[string]string) Config {
-	t.Helper()
-	base := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
-	for k, v := range overrides {
-		base[k] = v
-	}
-	var cfg Config
-	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 func TestBootsHealthyWithSchemaApplied(t *testing.T) {
-	cfg := load(t, nil)
-	srv, err := New(context.Background(), cfg, servertest.Logger(t))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	r := servertest.Start(t, srv)
-	r.AwaitServing(t, "kurz.shortener.v1.ShortenerService")
-	r.AssertOps(t, "postgres", "redis")
-	if got := r.GRPCServices(t); !slices.Contains(got, "kurz.shortener.v1.ShortenerService") {
+	sh := start(t, nil, hooks{})
+	sh.AssertOps(t, "postgres", "redis")
+	if got := sh.GRPCServices(t); !slices.Contains(got, "kurz.shortener.v1.ShortenerService") {
 		t.Errorf("reflection lists %v, want kurz.shortener.v1.ShortenerService", got)
 	}
 
-	db, err := pgpool.New(context.Background(), cfg.Postgres)
+	db, err := pgpool.New(context.Background(), sh.cfg.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var links, block bool
-	if err := db.QueryRow(context.Background(),
-		"SELECT to_regclass('links') IS NOT NULL, to_regclass('link_block') IS NOT NULL").Scan(&links, &block); err != nil {
+	var links, block, deletedAt bool
+	if err := db.QueryRow(context.Background(), `
+		SELECT to_regclass('links') IS NOT NULL, to_regclass('link_block') IS NOT NULL,
+		       EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'links' AND column_name = 'deleted_at')`,
+	).Scan(&links, &block, &deletedAt); err != nil {
 		t.Fatal(err)
 	}
-	if !links || !block {
-		t.Errorf("after boot: links table %v, link_block sequence %v; want both", links, block)
+	if !links || !block || !deletedAt {
+		t.Errorf("after boot: links table %v, link_block sequence %v, links.deleted_at %v; want all", links, block, deletedAt)
 	}
-	if err := r.Stop(); err != nil {
+	if err := sh.Stop(); err != nil {
 		t.Errorf("graceful stop: %v", err)
 	}
 }
@@ -60,5 +42,21 @@ func TestFailsFastNamingTheMissingDependency(t *testing.T) {
 	_, err := New(context.Background(), cfg, servertest.Logger(t))
 	if err == nil || !strings.Contains(err.Error(), "KURZ_POSTGRES_URL") {
 		t.Fatalf("got %v, want an error naming KURZ_POSTGRES_URL", err)
+	}
+}
+
+func TestRejectsBadConfigurationNamingEachVariable(t *testing.T) {
+	cfg := load(t, map[string]string{
+		"KURZ_SHORTENER_BLOCK_SIZE":             "0",
+		"KURZ_SHORTENER_RANDOM_CODE_LENGTH":     "2",
+		"KURZ_SHORTENER_LIMITER_FAILURE_POLICY": "maybe",
+		"KURZ_SHORTENER_BASE_URL":               "ftp://x",
+	})
+	_, err := New(context.Background(), cfg, servertest.Logger(t))
+	for _, name := range []string{"KURZ_SHORTENER_BLOCK_SIZE", "KURZ_SHORTENER_RANDOM_CODE_LENGTH",
+		"KURZ_SHORTENER_LIMITER_FAILURE_POLICY", "KURZ_SHORTENER_BASE_URL"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("got %v, want it to name %s", err, name)
+		}
 	}
 }

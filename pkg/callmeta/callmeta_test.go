@@ -1,0 +1,35 @@
+package callmeta
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+func TestRoundTripThroughMetadata(t *testing.T) {
+	out := Outgoing(context.Background(), "acme", "203.0.113.7")
+	md, _ := metadata.FromOutgoingContext(out)
+	in := metadata.NewIncomingContext(context.Background(), md)
+	if got := Tenant(in); got != "acme" {
+		t.Errorf("Tenant = %q, want acme", got)
+	}
+	if got := ClientIP(in); got != "203.0.113.7" {
+		t.Errorf("ClientIP = %q, want 203.0.113.7", got)
+	}
+}
+
+func TestClientIPFallsBackToPeer(t *testing.T) {
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 4242}})
+	bad := metadata.NewIncomingContext(ctx, metadata.Pairs(ClientIPKey, "not-an-ip"))
+	for name, c := range map[string]context.Context{"no metadata": ctx, "invalid header": bad} {
+		if got := ClientIP(c); got != "192.0.2.1" {
+			t.Errorf("%s: ClientIP = %q, want the peer 192.0.2.1", name, got)
+		}
+	}
+	if got := Tenant(ctx); got != "" {
+		t.Errorf("Tenant without metadata = %q, want empty", got)
+	}
+}

@@ -1,0 +1,236 @@
+// Package clickevent is the click stream contract between the redirect
+// service (producer, XADD) and the analytics consumer (XREADGROUP): the stream
+// keys, the shard layout over Redis Cluster slots, and the fields of one
+// event.
+//
+// Streams: StreamKeys(n) returns n keys "clicks:{<tag>}", one per shard. Each
+// tag is chosen so that the shard's slot falls in the i-th of n equal slices
+// of the 16,384 cluster slots: with the even slot split that
+// `redis-cli --cluster create` makes, shards land on every master instead of
+// piling onto one. Producer and consumer must use the same n
+// (KURZ_CLICK_STREAM_SHARDS); when n changes, drain the old keys first.
+// Producers trim with XADD ... MAXLEN ~ KURZ_CLICK_STREAM_MAXLEN.
+//
+// An event is one stream entry with these string fields (all present, some
+// possibly empty):
+//
+//	v            schema version, "1"
+//	id           event ID: a UUIDv7, unique per click; use it to deduplicate
+//	code         the short code
+//	tenant       the link's owner
+//	ts           click time, Unix milliseconds (decimal)
+//	visitor      hex HMAC-SHA256 of (UTC day, client IP, user agent) under a
+//	             secret salt; the raw IP is never stored
+//	ua           User-Agent, at most MaxTextLen bytes
+//	ref          Referer, at most MaxTextLen bytes
+//	traceparent  W3C trace context of the redirect request ("" if none)
+package clickevent
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Version is the schema version written in field "v".
+const Version = "1"
+
+// Field names of a stream entry.
+const (
+	FieldVersion     = "v"
+	FieldID          = "id"
+	FieldCode        = "code"
+	FieldTenant      = "tenant"
+	FieldTimestamp   = "ts"
+	FieldVisitor     = "visitor"
+	FieldUserAgent   = "ua"
+	FieldReferrer    = "ref"
+	FieldTraceParent = "traceparent"
+)
+
+// MaxTextLen bounds the user agent and referrer kept in an event.
+const MaxTextLen = 512
+
+// MaxShards bounds KURZ_CLICK_STREAM_SHARDS.
+const MaxShards = 256
+
+// StreamConfig is the stream layout, read by producer and consumer alike.
+type StreamConfig struct {
+	// Shards is the number of stream keys clicks are spread over.
+	Shards int `env:"CLICK_STREAM_SHARDS" default:"8"`
+	// MaxLen is the approximate length each stream is trimmed to on XADD.
+	MaxLen int64 `env:"CLICK_STREAM_MAXLEN" default:"1000000"`
+}
+
+// Validate reports a layout that cannot work.
+func (c StreamConfig) Validate() error {
+	if c.Shards < 1 || c.Shards > MaxShards {
+		return fmt.Errorf("KURZ_CLICK_STREAM_SHARDS=%d: want 1 to %d", c.Shards, MaxShards)
+	}
+	if c.MaxLen < 1000 {
+		return fmt.Errorf("KURZ_CLICK_STREAM_MAXLEN=%d: want at least 1000", c.MaxLen)
+	}
+	return nil
+}
+
+// StreamKeys returns the n stream keys, shard 0 first. The result depends on
+// n only.
+func StreamKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range n {
+		lo, hi := i*slots/n, (i+1)*slots/n
+		tag := strconv.Itoa(i)
+		for k := 1; ; k++ {
+			if s := int(crc16([]byte(tag)) % slots); s >= lo && s < hi {
+				break
+			}
+			tag = strconv.Itoa(i) + "." + strconv.Itoa(k)
+		}
+		keys[i] = "clicks:{" + tag + "}"
+	}
+	return keys
+}
+
+const slots = 16384
+
+// crc16 is CRC-16/XMODEM, the hash Redis Cluster maps keys to slots with.
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc ^= uint16(c) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// Slot returns the cluster slot of key, honouring a {hash tag}.
+func Slot(key string) int {
+	for i := 0; i < len(key); i++ {
+		if key[i] != '{' {
+			continue
+		}
+		for j := i + 1; j < len(key); j++ {
+			if key[j] == '}' {
+				if j > i+1 {
+					key = key[i+1 : j]
+				}
+				return int(crc16([]byte(key)) % slots)
+			}
+		}
+		break
+	}
+	return int(crc16([]byte(key)) % slots)
+}
+
+// Event is one click.
+type Event struct {
+	ID          string
+	Code        string
+	Tenant      string
+	Time        time.Time
+	Visitor     string
+	UserAgent   string
+	Referrer    string
+	TraceParent string
+}
+
+// Values returns the entry's field/value pairs for XADD, in a fixed order.
+func (e Event) Values() []string {
+	return []string{
+		FieldVersion, Version,
+		FieldID, e.ID,
+		FieldCode, e.Code,
+		FieldTenant, e.Tenant,
+		FieldTimestamp, strconv.FormatInt(e.Time.UnixMilli(), 10),
+		FieldVisitor, e.Visitor,
+		FieldUserAgent, Truncate(e.UserAgent),
+		FieldReferrer, Truncate(e.Referrer),
+		FieldTraceParent, e.TraceParent,
+	}
+}
+
+// Parse reads an entry's values (as go-redis returns them in XMessage.Values).
+func Parse(values map[string]any) (Event, error) {
+	get := func(f string) string {
+		s, _ := values[f].(string)
+		return s
+	}
+	if v := get(FieldVersion); v != Version {
+		return Event{}, fmt.Errorf("clickevent: version %q, want %q", v, Version)
+	}
+	ms, err := strconv.ParseInt(get(FieldTimestamp), 10, 64)
+	if err != nil {
+		return Event{}, fmt.Errorf("clickevent: field %s: %w", FieldTimestamp, err)
+	}
+	e := Event{
+		ID: get(FieldID), Code: get(FieldCode), Tenant: get(FieldTenant), Time: time.UnixMilli(ms),
+		Visitor: get(FieldVisitor), UserAgent: get(FieldUserAgent), Referrer: get(FieldReferrer),
+		TraceParent: get(FieldTraceParent),
+	}
+	if e.ID == "" || e.Code == "" {
+		return Event{}, errors.New("clickevent: id and code are required")
+	}
+	return e, nil
+}
+
+// Truncate cuts s to at most MaxTextLen bytes without splitting a UTF-8
+// sequence.
+func Truncate(s string) string {
+	if len(s) <= MaxTextLen {
+		return s
+	}
+	s = s[:MaxTextLen]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// Visitor returns the visitor hash: HMAC-SHA256 over the UTC day of t, the
+// client IP and the user agent, keyed by salt, as 32 hex digits. The day in
+// the input makes hashes unlinkable from one day to the next; without the
+// salt a hash cannot be brute-forced back to an IP.
+func Visitor(salt []byte, t time.Time, ip, userAgent string) string {
+	m := hmac.New(sha256.New, salt)
+	m.Write([]byte(t.UTC().Format(time.DateOnly)))
+	m.Write([]byte{0})
+	m.Write([]byte(ip))
+	m.Write([]byte{0})
+	m.Write([]byte(userAgent))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// NewID returns a UUIDv7 (RFC 9562) for t: time-ordered, 74 random bits.
+func NewID(t time.Time) string {
+	var u [16]byte
+	_, _ = rand.Read(u[6:]) // crypto/rand.Read never fails
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
+	copy(u[:6], ms[2:])
+	u[6] = u[6]&0x0f | 0x70 // version 7
+	u[8] = u[8]&0x3f | 0x80 // variant 10
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}

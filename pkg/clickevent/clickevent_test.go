@@ -1,0 +1,131 @@
+package clickevent
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"kurz.dev/pkg/redisconn"
+)
+
+func TestValuesParseRoundTrip(t *testing.T) {
+	e := Event{
+		ID: NewID(time.Now()), Code: "10000g8", Tenant: "acme", Time: time.UnixMilli(1790000000123),
+		Visitor: Visitor([]byte("salt"), time.Now(), "203.0.113.9", "curl/8"), UserAgent: "curl/8",
+		Referrer: "https://news.example/", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	}
+	vals := e.Values()
+	m := map[string]any{}
+	for i := 0; i < len(vals); i += 2 {
+		m[vals[i]] = vals[i+1]
+	}
+	got, err := Parse(m)
+	if err != nil || got != e {
+		t.Fatalf("Parse(Values(e)) = %+v, %v; want %+v", got, err, e)
+	}
+	delete(m, FieldVersion)
+	if _, err := Parse(m); err == nil {
+		t.Error("Parse without a version: want an error")
+	}
+}
+
+func TestVisitorHidesTheIPAndRotatesDaily(t *testing.T) {
+	day := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	a := Visitor([]byte("s1"), day, "203.0.113.9", "ua")
+	if a != Visitor([]byte("s1"), day.Add(time.Hour), "203.0.113.9", "ua") {
+		t.Error("same visitor, same day: hashes differ")
+	}
+	for name, other := range map[string]string{
+		"next day":   Visitor([]byte("s1"), day.Add(24*time.Hour), "203.0.113.9", "ua"),
+		"other salt": Visitor([]byte("s2"), day, "203.0.113.9", "ua"),
+		"other ip":   Visitor([]byte("s1"), day, "203.0.113.10", "ua"),
+		"other ua":   Visitor([]byte("s1"), day, "203.0.113.9", "ub"),
+	} {
+		if other == a {
+			t.Errorf("%s: same hash", name)
+		}
+	}
+	if strings.Contains(a, "203") || len(a) != 32 {
+		t.Errorf("visitor %q: want 32 hex digits, no trace of the IP", a)
+	}
+}
+
+func TestNewIDIsUUIDv7(t *testing.T) {
+	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for range 1000 {
+		id := NewID(time.Now())
+		if !re.MatchString(id) || seen[id] {
+			t.Fatalf("NewID = %q: want a fresh UUIDv7", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestTruncateKeepsUTF8(t *testing.T) {
+	s := strings.Repeat("a", MaxTextLen-1) + "é"
+	if got := Truncate(s); got != strings.Repeat("a", MaxTextLen-1) {
+		t.Errorf("Truncate split a rune: %q", got[MaxTextLen-4:])
+	}
+}
+
+// TestStreamKeysSpreadOverMasters asks the local Redis Cluster where the
+// shard keys live.
+func TestStreamKeysSpreadOverMasters(t *testing.T) {
+	ctx := context.Background()
+	rdb, err := redisconn.New(ctx, redisconn.Config{
+		Addrs:       []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	ranges, err := rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	masterOf := func(slot int) string {
+		for _, r := range ranges {
+			if slot >= int(r.Start) && slot <= int(r.End) {
+				return r.Nodes[0].Addr
+			}
+		}
+		return ""
+	}
+	masters := map[string]bool{}
+	for _, r := range ranges {
+		masters[r.Nodes[0].Addr] = true
+	}
+
+	for _, n := range []int{1, 3, 8, 16, MaxShards} {
+		keys := StreamKeys(n)
+		slotsSeen := map[int]bool{}
+		perMaster := map[string]int{}
+		for i, k := range keys {
+			want, err := rdb.ClusterKeySlot(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := Slot(k); int64(got) != want {
+				t.Fatalf("Slot(%q) = %d, Redis says %d", k, got, want)
+			}
+			if lo, hi := i*16384/n, (i+1)*16384/n; int(want) < lo || int(want) >= hi {
+				t.Errorf("n=%d: %s in slot %d, want [%d,%d)", n, k, want, lo, hi)
+			}
+			slotsSeen[int(want)] = true
+			perMaster[masterOf(int(want))]++
+		}
+		if len(slotsSeen) != n {
+			t.Errorf("n=%d: %d distinct slots, want %d", n, len(slotsSeen), n)
+		}
+		if n >= len(masters) && len(perMaster) != len(masters) {
+			t.Errorf("n=%d: shards on %d of %d masters (%v), want all", n, len(perMaster), len(masters), perMaster)
+		}
+		if n == 8 {
+			t.Logf("8 shards: %v, per master %v", keys, perMaster)
+		}
+	}
+}

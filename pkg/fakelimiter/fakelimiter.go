@@ -1,0 +1,91 @@
+// Package fakelimiter is an in-process kurz.ratelimit.v1.RateLimitService for
+// the tests of the limiter's callers: it records every CheckQuota and answers
+// what the test decides. Tests of the limiter itself use the real one.
+package fakelimiter
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+// Decider answers one CheckQuota.
+type Decider func(*ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse
+
+// AllowAll allows every request, as if no rule matched.
+func AllowAll(*ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+	return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
+}
+
+// Deny denies every request under rule with the given retry-after.
+func Deny(rule string, retryAfter time.Duration) Decider {
+	return func(*ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+		return &ratelimitv1.CheckQuotaResponse{
+			Allowed: false, DecidingRule: rule, Limit: 10, Remaining: 0,
+			RetryAfter: durationpb.New(retryAfter), ResetAfter: durationpb.New(retryAfter),
+			Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
+		}
+	}
+}
+
+// Server is a running fake limiter.
+type Server struct {
+	ratelimitv1.UnimplementedRateLimitServiceServer
+	addr   string
+	mu     sync.Mutex
+	decide Decider
+	calls  []*ratelimitv1.CheckQuotaRequest
+}
+
+// Start serves a fake limiter on a loopback port until the test ends.
+func Start(t testing.TB, decide Decider) *Server {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("fake limiter: %v", err)
+	}
+	s := &Server{addr: lis.Addr().String(), decide: decide}
+	g := grpc.NewServer()
+	ratelimitv1.RegisterRateLimitServiceServer(g, s)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return s
+}
+
+// Addr is the host:port to dial.
+func (s *Server) Addr() string { return s.addr }
+
+// SetDecider changes the answer of later calls.
+func (s *Server) SetDecider(d Decider) {
+	s.mu.Lock()
+	s.decide = d
+	s.mu.Unlock()
+}
+
+// Calls returns a copy of every request received so far.
+func (s *Server) Calls() []*ratelimitv1.CheckQuotaRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*ratelimitv1.CheckQuotaRequest, len(s.calls))
+	for i, c := range s.calls {
+		out[i] = proto.Clone(c).(*ratelimitv1.CheckQuotaRequest)
+	}
+	return out
+}
+
+// CheckQuota records the request and answers with the current Decider.
+func (s *Server) CheckQuota(_ context.Context, req *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, proto.Clone(req).(*ratelimitv1.CheckQuotaRequest))
+	d := s.decide
+	s.mu.Unlock()
+	return d(req), nil
+}

@@ -1,0 +1,148 @@
+// Package linkcache is the contract between the shortener (which writes links
+// through to Redis) and the redirect service (which reads them, and caches
+// what PostgreSQL says on a miss): the key of a code, the encoding of its
+// entry, the TTLs, and the Pub/Sub channel that tells redirect pods to drop a
+// code from their in-process cache.
+//
+// Ordering rule that keeps Redis from holding a stale answer: the shortener
+// writes an entry with SET (overwrite) only after its PostgreSQL transaction
+// committed; a reader that filled from PostgreSQL writes with SET NX, so it
+// can never overwrite a newer entry the shortener wrote meanwhile.
+package linkcache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// KeyPrefix starts every link entry's key: "l:<code>", as in the design notes.
+// Keys carry no hash tag, so codes spread over every slot of the cluster.
+const KeyPrefix = "l:"
+
+// InvalidationChannel is the Redis Pub/Sub channel on which the shortener
+// publishes a code after changing its entry. The message is the bare code.
+// Delivery is best effort (Pub/Sub keeps nothing for a disconnected
+// subscriber); the in-process cache TTL bounds staleness when it is lost.
+const InvalidationChannel = "links:invalidate"
+
+// Key returns the Redis key of code's entry.
+func Key(code string) string { return KeyPrefix + code }
+
+// Config holds the Redis TTLs, shared by the shortener and the redirect
+// service.
+type Config struct {
+	// TTL is how long an entry for an existing link (active or gone) stays.
+	TTL time.Duration `env:"LINK_CACHE_TTL" default:"24h"`
+	// NegativeTTL is how long "no such code" stays: short, so a code created
+	// behind the shortener's back (or a lost write-through) shows up soon.
+	NegativeTTL time.Duration `env:"LINK_NEGATIVE_TTL" default:"60s"`
+}
+
+// Validate reports a TTL that cannot work.
+func (c Config) Validate() error {
+	if c.TTL < time.Second {
+		return errors.New("KURZ_LINK_CACHE_TTL must be at least 1s")
+	}
+	if c.NegativeTTL < time.Second {
+		return errors.New("KURZ_LINK_NEGATIVE_TTL must be at least 1s")
+	}
+	return nil
+}
+
+// State is what an entry says about a code.
+type State string
+
+const (
+	// Active links redirect (unless ExpiresAt has passed).
+	Active State = "active"
+	// Gone links were revoked (deleted) or disabled: 410.
+	Gone State = "gone"
+	// Missing means no link has this code: the negative entry, 404.
+	Missing State = "missing"
+)
+
+// Entry is one code's cached answer.
+type Entry struct {
+	State State `json:"s"`
+	// URL is the target of an Active link.
+	URL string `json:"u,omitempty"`
+	// Tenant owns the link (empty when Missing); click events carry it.
+	Tenant string `json:"t,omitempty"`
+	// Status is the link's own redirect status (301, 302, 307, 308); 0 means
+	// the redirect service's configured default.
+	Status int `json:"r,omitempty"`
+	// ExpiresAtMs is the expiry in Unix milliseconds; 0 never expires.
+	ExpiresAtMs int64 `json:"x,omitempty"`
+}
+
+// Expired reports whether an Active entry's expiry has passed at now.
+func (e Entry) Expired(now time.Time) bool {
+	return e.ExpiresAtMs != 0 && now.UnixMilli() >= e.ExpiresAtMs
+}
+
+// Marshal encodes an entry for Redis (compact JSON).
+func Marshal(e Entry) string {
+	b, _ := json.Marshal(e) // cannot fail: strings and integers only
+	return string(b)
+}
+
+// Unmarshal decodes an entry written by Marshal.
+func Unmarshal(s string) (Entry, error) {
+	var e Entry
+	if err := json.Unmarshal([]byte(s), &e); err != nil {
+		return Entry{}, fmt.Errorf("linkcache: decode entry: %w", err)
+	}
+	switch e.State {
+	case Active:
+		if e.URL == "" {
+			return Entry{}, errors.New("linkcache: active entry without a URL")
+		}
+	case Gone, Missing:
+	default:
+		return Entry{}, fmt.Errorf("linkcache: unknown state %q", e.State)
+	}
+	return e, nil
+}
+
+// Get reads code's entry; found is false when Redis has none.
+func Get(ctx context.Context, rdb redis.Cmdable, code string) (e Entry, found bool, err error) {
+	s, err := rdb.Get(ctx, Key(code)).Result()
+	if errors.Is(err, redis.Nil) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("redis get %s: %w", Key(code), err)
+	}
+	e, err = Unmarshal(s)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	return e, true, nil
+}
+
+// WriteThrough overwrites code's entry (replacing any negative entry) and then
+// publishes the code on InvalidationChannel. Call it only after the change is
+// committed in PostgreSQL.
+func WriteThrough(ctx context.Context, rdb redis.Cmdable, code string, e Entry, ttl time.Duration) error {
+	if err := rdb.Set(ctx, Key(code), Marshal(e), ttl).Err(); err != nil {
+		return fmt.Errorf("redis set %s: %w", Key(code), err)
+	}
+	if err := rdb.Publish(ctx, InvalidationChannel, code).Err(); err != nil {
+		return fmt.Errorf("redis publish %s: %w", InvalidationChannel, err)
+	}
+	return nil
+}
+
+// Fill stores what a reader found in PostgreSQL, unless an entry appeared in
+// the meantime (SET NX): a concurrent write-through always wins.
+func Fill(ctx context.Context, rdb redis.Cmdable, code string, e Entry, ttl time.Duration) error {
+	if err := rdb.SetNX(ctx, Key(code), Marshal(e), ttl).Err(); err != nil {
+		return fmt.Errorf("redis setnx %s: %w", Key(code), err)
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+// Package resolve answers "what does this code lead to?" for the redirect
+// service, cheapest first: an in-process L1 cache (a few seconds), then the
+// shared Redis entry (key l:<code>), then PostgreSQL. Concurrent misses on one
+// code collapse into a single lookup, so a viral code that drops out of every
+// cache costs one Redis read and at most one PostgreSQL query per pod.
+//
+// L1 admits only entries read from Redis: the first request after a cache
+// flush is answered from PostgreSQL (X-Source: db) and fills Redis, the next
+// from Redis (cache), which fills L1 (l1). One-hit codes, such as a scanner's
+// guesses, never take L1 space.
+package resolve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/sync/singleflight"
+
+	"kurz.dev/pkg/linkcache"
+)
+
+// Source says which tier answered.
+type Source string
+
+// The tiers, as the X-Source header names them.
+const (
+	SourceL1    Source = "l1"
+	SourceCache Source = "cache"
+	SourceDB    Source = "db"
+)
+
+// Result is a code's entry and where it came from.
+type Result struct {
+	Entry  linkcache.Entry
+	Source Source
+}
+
+// Gate is asked before a lookup goes to PostgreSQL (the code is in no cache):
+// the redirect service puts the per-IP limiter there. A non-nil error stops
+// the lookup and is returned to the caller.
+type Gate func(ctx context.Context) error
+
+// Config sizes the resolver.
+type Config struct {
+	L1TTL  time.Duration
+	L1Size int
+	Cache  linkcache.Config
+	// DBTimeout bounds the PostgreSQL query; RedisTimeout the Redis read and
+	// fill.
+	DBTimeout    time.Duration
+	RedisTimeout time.Duration
+}
+
+// Resolver is safe for concurrent use.
+type Resolver struct {
+	cfg     Config
+	rdb     redis.Cmdable
+	db      *pgxpool.Pool
+	log     *slog.Logger
+	l1      *expirable.LRU[string, linkcache.Entry]
+	flights singleflight.Group
+	// gens has one counter per stripe of codes, bumped by every invalidation:
+	// a lookup that started before an invalidation of its code does not
+	// admit its (possibly stale) answer to L1.
+	gens [256]atomic.Uint64
+	seed maphash.Seed
+
+	// BeforeFlight, if set, runs when a request misses L1 and is about to
+	// join or lead a lookup (tests use it to release requests together).
+	BeforeFlight func(code string)
+
+	collapsed   metric.Int64Counter
+	redisErrors metric.Int64Counter
+	invalidated metric.Int64Counter
+}
+
+// New returns a resolver over rdb and db.
+func New(cfg Config, rdb redis.Cmdable, db *pgxpool.Pool, log *slog.Logger, meter metric.Meter) (*Resolver, error) {
+	r := &Resolver{cfg: cfg, rdb: rdb, db: db, log: log, seed: maphash.MakeSeed(),
+		l1: expirable.NewLRU[string, linkcache.Entry](cfg.L1Size, nil, cfg.L1TTL)}
+	var errs []error
+	counter := func(name, desc, unit string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return c
+	}
+	r.collapsed = counter("kurz.redirect.lookups.collapsed",
+		"Requests that missed L1 and shared another request's lookup instead of reading Redis themselves", "{request}")
+	r.redisErrors = counter("kurz.redirect.cache.errors",
+		"Redis reads or fills of link entries that failed (the request fell through to PostgreSQL)", "{error}")
+	r.invalidated = counter("kurz.redirect.l1.invalidations",
+		"L1 invalidations received from the shortener (code) or forced by a Pub/Sub reconnect (purge)", "{invalidation}")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("resolver metrics: %w", err)
+	}
+	return r, nil
+}
+
+type flightResult struct {
+	res Result
+	err error
+}
+
+// Resolve returns code's entry. gate runs only if this request leads a lookup
+// that must go to PostgreSQL. If another request's gate refused a lookup this
+// request had joined, this request looks up on its own (its own gate), so one
+// client's denial never spreads to others.
+func (r *Resolver) Resolve(ctx context.Context, code string, gate Gate) (Result, error) {
+	if e, ok := r.l1.Get(code); ok {
+		return Result{Entry: e, Source: SourceL1}, nil
+	}
+	if r.BeforeFlight != nil {
+		r.BeforeFlight(code)
+	}
+	for attempt := 0; ; attempt++ {
+		v, _, shared := r.flights.Do(code, func() (any, error) {
+			res, err := r.lookup(ctx, code, gate)
+			return flightResult{res, err}, nil
+		})
+		fr := v.(flightResult)
+		if shared {
+			r.collapsed.Add(ctx, 1)
+			var denied *Denied
+			if errors.As(fr.err, &denied) && attempt < 2 {
+				continue
+			}
+		}
+		return fr.res, fr.err
+	}
+}
+
+// lookup reads Redis, then PostgreSQL; it runs once per flight, on behalf of
+// every request that joined it, so it does not stop when the leading
+// request's client goes away.
+func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Result, error) {
+	ctx := context.WithoutCancel(reqCtx)
+	gen := r.gen(code)
+
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.RedisTimeout)
+	e, found, err := linkcache.Get(rctx, r.rdb, code)
+	cancel()
+	redisOK := err == nil
+	if err != nil {
+		r.redisErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "get")))
+		r.log.WarnContext(ctx, "redis read failed; asking PostgreSQL", "code", code, "err", err)
+	}
+	if found {
+		if r.gen(code) == gen {
+			r.l1.Add(code, e)
+		}
+		return Result{Entry: e, Source: SourceCache}, nil
+	}
+
+	if gate != nil {
+		if err := gate(reqCtx); err != nil {
+			return Result{}, err
+		}
+	}
+	e, err = r.fromDB(ctx, code)
+	if err != nil {
+		return Result{}, err
+	}
+	if redisOK {
+		ttl := r.cfg.Cache.TTL
+		if e.State == linkcache.Missing {
+			ttl = r.cfg.Cache.NegativeTTL
+		}
+		fctx, cancel := context.WithTimeout(ctx, r.cfg.RedisTimeout)
+		if err := linkcache.Fill(fctx, r.rdb, code, e, ttl); err != nil {
+			r.redisErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "fill")))
+			r.log.WarnContext(ctx, "redis fill failed", "code", code, "err", err)
+		}
+		cancel()
+	}
+	return Result{Entry: e, Source: SourceDB}, nil
+}
+
+func (r *Resolver) fromDB(ctx context.Context, code string) (linkcache.Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
+	var (
+		e                 linkcache.Entry
+		status            int16
+		expires           *time.Time
+		disabled, deleted bool
+	)
+	err := r.db.QueryRow(ctx, `SELECT tenant, long_url, redirect_type, expires_at, disabled, deleted_at IS NOT NULL
+		FROM links WHERE code = $1`, code).Scan(&e.Tenant, &e.URL, &status, &expires, &disabled, &deleted)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return linkcache.Entry{State: linkcache.Missing}, nil
+	case err != nil:
+		return linkcache.Entry{}, fmt.Errorf("postgres lookup of %s: %w", code, err)
+	case deleted || disabled:
+		return linkcache.Entry{State: linkcache.Gone, Tenant: e.Tenant}, nil
+	}
+	e.State = linkcache.Active
+	e.Status = int(status)
+	if expires != nil {
+		e.ExpiresAtMs = expires.UnixMilli()
+	}
+	return e, nil
+}
+
+func (r *Resolver) stripe(code string) *atomic.Uint64 {
+	return &r.gens[maphash.String(r.seed, code)%uint64(len(r.gens))]
+}
+
+func (r *Resolver) gen(code string) uint64 { return r.stripe(code).Load() }
+
+// Invalidate drops code from L1 (the shortener changed it).
+func (r *Resolver) Invalidate(code string) {
+	r.stripe(code).Add(1)
+	r.l1.Remove(code)
+	r.invalidated.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", "code")))
+}
+
+// Purge empties L1; after a Pub/Sub reconnect invalidations may have been
+// missed.
+func (r *Resolver) Purge() {
+	for i := range r.gens {
+		r.gens[i].Add(1)
+	}
+	r.l1.Purge()
+	r.invalidated.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", "purge")))
+}
+
+// Listen applies the shortener's invalidations until sub is closed. Call it
+// after the subscription was confirmed (sub.Receive). Pub/Sub keeps nothing
+// for a disconnected subscriber, so every re-subscription purges L1: what was
+// missed is dropped too.
+func (r *Resolver) Listen(ctx context.Context, sub *redis.PubSub) {
+	for msg := range sub.ChannelWithSubscriptions(redis.WithChannelSize(1024)) {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				r.log.WarnContext(ctx, "invalidation channel re-subscribed; purging L1")
+				r.Purge()
+			}
+		case *redis.Message:
+			r.Invalidate(m.Payload)
+		}
+	}
+}
+
+// Denied is a Gate's refusal: the limiter said no (or, fail-closed, could not
+// say).
+type Denied struct {
+	RetryAfter time.Duration
+	// Unavailable: the limiter did not answer and the policy is fail-closed.
+	Unavailable bool
+}
+
+func (d *Denied) Error() string {
+	if d.Unavailable {
+		return "miss path closed: limiter unavailable"
+	}
+	return fmt.Sprintf("miss path rate limited; retry after %v", d.RetryAfter)
+}

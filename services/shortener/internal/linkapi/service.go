@@ -1,0 +1,535 @@
+// Package linkapi serves kurz.shortener.v1.ShortenerService: tenant from the
+// call's metadata, URL validation, the limiter, code allocation, PostgreSQL,
+// and the write-through to the redirect cache.
+package linkapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/quota"
+	"kurz.dev/services/shortener/internal/codegen"
+	"kurz.dev/services/shortener/internal/linkstore"
+	"kurz.dev/services/shortener/internal/urlcheck"
+)
+
+// Limiter domain and descriptors of link creation (rules live in the limiter).
+const (
+	QuotaDomain = "links.create"
+	// RandomAttempts is how many random codes CreateLink tries: the first
+	// plus 5 retries on collision.
+	RandomAttempts = 6
+	// maxTenantLen bounds the tenant metadata.
+	maxTenantLen = 128
+	// DefaultPageSize and MaxPageSize bound ListLinks.
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// Options are the service's settings.
+type Options struct {
+	// BaseURL prefixes every short URL: BaseURL + "/" + code.
+	BaseURL string
+	// AllowAnonymous lets calls without tenant metadata act as tenant
+	// "anonymous"; otherwise they are UNAUTHENTICATED.
+	AllowAnonymous bool
+	// CacheTTL is the TTL of write-through entries.
+	CacheTTL time.Duration
+	// CacheTimeout bounds the write-through (after the commit).
+	CacheTimeout time.Duration
+	// LimiterPolicy applies when the limiter does not answer.
+	LimiterPolicy quota.Policy
+}
+
+// Service implements shortenerv1.ShortenerServiceServer.
+type Service struct {
+	shortenerv1.UnimplementedShortenerServiceServer
+	opts    Options
+	store   *linkstore.Store
+	rdb     redis.Cmdable
+	blocks  *codegen.Blocks
+	random  *codegen.Random
+	policy  urlcheck.Policy
+	scanner urlcheck.Scanner
+	quota   *quota.Client
+	log     *slog.Logger
+	m       instruments
+}
+
+type instruments struct {
+	created       metric.Int64Counter
+	randomRetries metric.Int64Counter
+	randomFailed  metric.Int64Counter
+	seqSkipped    metric.Int64Counter
+	refused       metric.Int64Counter
+	cacheFailed   metric.Int64Counter
+}
+
+// Deps are the Service's collaborators.
+type Deps struct {
+	Store   *linkstore.Store
+	Redis   redis.Cmdable
+	Blocks  *codegen.Blocks
+	Random  *codegen.Random
+	Policy  urlcheck.Policy
+	Scanner urlcheck.Scanner
+	Quota   *quota.Client
+	Log     *slog.Logger
+	Meter   metric.Meter
+}
+
+// New builds the service.
+func New(opts Options, d Deps) (*Service, error) {
+	s := &Service{opts: opts, store: d.Store, rdb: d.Redis, blocks: d.Blocks, random: d.Random,
+		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, log: d.Log}
+	var errs []error
+	counter := func(name, desc, unit string) metric.Int64Counter {
+		c, err := d.Meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return c
+	}
+	s.m = instruments{
+		created: counter("kurz.shortener.links.created", "Links created, by code mode", "{link}"),
+		randomRetries: counter("kurz.shortener.random_code.retries",
+			"Random codes that collided with an existing code and were drawn again; a rising rate means the keyspace fills: lengthen codes", "{retry}"),
+		randomFailed: counter("kurz.shortener.random_code.exhausted",
+			"CreateLink calls that gave up after every random attempt collided", "{call}"),
+		seqSkipped: counter("kurz.shortener.sequential_code.skipped",
+			"Sequential IDs skipped because a custom alias already held their code", "{id}"),
+		refused: counter("kurz.shortener.urls.refused", "Long URLs refused, by reason", "{url}"),
+		cacheFailed: counter("kurz.shortener.cache.write_failures",
+			"Write-throughs to Redis that failed after the commit (the entry expires or is refreshed later)", "{write}"),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("shortener metrics: %w", err)
+	}
+	return s, nil
+}
+
+// tenant returns the caller's tenant from metadata, or anonymous if allowed.
+func (s *Service) tenant(ctx context.Context) (string, error) {
+	t := callmeta.Tenant(ctx)
+	switch {
+	case t == "" && s.opts.AllowAnonymous:
+		return callmeta.AnonymousTenant, nil
+	case t == "":
+		return "", withDetails(codes.Unauthenticated,
+			"no tenant: call through the gateway with an API key (anonymous creation is disabled)",
+			errInfo(ReasonTenantMissing, nil))
+	case len(t) > maxTenantLen:
+		return "", status.Error(codes.Unauthenticated, "the tenant metadata is not valid")
+	}
+	return t, nil
+}
+
+// CreateLink validates, checks the quota, allocates a code, stores the link
+// and writes it through to Redis.
+func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkRequest) (*shortenerv1.CreateLinkResponse, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, mode, err := s.prepare(req)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "create", err)
+	}
+	l.Tenant = tenant
+	if err := s.checkQuota(ctx, tenant); err != nil {
+		return nil, err
+	}
+	if err := s.scan(ctx, l.LongURL); err != nil {
+		return nil, toStatus(ctx, s.log, "create", err)
+	}
+
+	var stored linkstore.Link
+	switch mode {
+	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
+		stored, err = s.store.Insert(ctx, l)
+		if errors.Is(err, linkstore.ErrCodeTaken) {
+			return nil, withDetails(codes.AlreadyExists,
+				fmt.Sprintf("the alias %q is already taken; choose another", l.Code),
+				errInfo(ReasonAliasTaken, map[string]string{"field": "custom_alias"}))
+		}
+	case shortenerv1.CodeMode_CODE_MODE_RANDOM:
+		stored, err = s.insertRandom(ctx, l)
+	default:
+		stored, err = s.insertSequential(ctx, l)
+	}
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "create", err)
+	}
+	s.m.created.Add(ctx, 1, metric.WithAttributes(attribute.String("mode", modeName(mode))))
+	s.writeThrough(ctx, "create", stored)
+	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored)}, nil
+}
+
+// prepare validates a CreateLinkRequest into a row to insert (without code
+// unless custom) and the code mode.
+func (s *Service) prepare(req *shortenerv1.CreateLinkRequest) (linkstore.Link, shortenerv1.CodeMode, error) {
+	var l linkstore.Link
+	target, err := s.policy.Normalize(req.GetLongUrl())
+	if err != nil {
+		s.countRefused(err)
+		return l, 0, err
+	}
+	l.LongURL = target
+	mode := req.GetMode()
+	alias := req.GetCustomAlias()
+	switch {
+	case alias != "" && (mode == shortenerv1.CodeMode_CODE_MODE_UNSPECIFIED || mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM):
+		mode = shortenerv1.CodeMode_CODE_MODE_CUSTOM
+		if problem := linkcode.AliasProblem(alias); problem != "" {
+			reason := ReasonAliasInvalid
+			if linkcode.Reserved(alias) {
+				reason = ReasonAliasReserved
+			}
+			return l, 0, invalidf("custom_alias", reason, "custom_alias: %s", problem)
+		}
+		l.Code = alias
+	case alias != "":
+		return l, 0, invalidf("custom_alias", ReasonModeInvalid, "custom_alias needs mode CODE_MODE_CUSTOM (or no mode)")
+	case mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM:
+		return l, 0, invalidf("custom_alias", ReasonAliasInvalid, "mode CODE_MODE_CUSTOM needs custom_alias")
+	case mode == shortenerv1.CodeMode_CODE_MODE_UNSPECIFIED:
+		mode = shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL
+	case mode != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL && mode != shortenerv1.CodeMode_CODE_MODE_RANDOM:
+		return l, 0, invalidf("mode", ReasonModeInvalid, "mode %d is not a known code mode", mode)
+	}
+	if l.Status, err = statusOf(req.GetRedirectType()); err != nil {
+		return l, 0, err
+	}
+	if req.ExpireTime != nil {
+		exp, err := futureTime(req.GetExpireTime())
+		if err != nil {
+			return l, 0, err
+		}
+		l.Expires = &exp
+	}
+	return l, mode, nil
+}
+
+func futureTime(ts *timestamppb.Timestamp) (time.Time, error) {
+	if err := ts.CheckValid(); err != nil {
+		return time.Time{}, invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time is not a valid timestamp")
+	}
+	t := ts.AsTime()
+	if !t.After(time.Now()) {
+		return time.Time{}, invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time must be in the future")
+	}
+	return t, nil
+}
+
+func statusOf(rt shortenerv1.RedirectType) (int, error) {
+	switch rt {
+	case shortenerv1.RedirectType_REDIRECT_TYPE_UNSPECIFIED:
+		return 0, nil
+	case shortenerv1.RedirectType_REDIRECT_TYPE_FOUND:
+		return 302, nil
+	case shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY:
+		return 301, nil
+	case shortenerv1.RedirectType_REDIRECT_TYPE_TEMPORARY_REDIRECT:
+		return 307, nil
+	case shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT:
+		return 308, nil
+	}
+	return 0, invalidf("redirect_type", ReasonRedirectInvalid, "redirect_type %d is not a known redirect type", rt)
+}
+
+func redirectTypeOf(status int) shortenerv1.RedirectType {
+	switch status {
+	case 302:
+		return shortenerv1.RedirectType_REDIRECT_TYPE_FOUND
+	case 301:
+		return shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY
+	case 307:
+		return shortenerv1.RedirectType_REDIRECT_TYPE_TEMPORARY_REDIRECT
+	case 308:
+		return shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT
+	}
+	return shortenerv1.RedirectType_REDIRECT_TYPE_UNSPECIFIED
+}
+
+func modeName(m shortenerv1.CodeMode) string {
+	switch m {
+	case shortenerv1.CodeMode_CODE_MODE_RANDOM:
+		return "random"
+	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
+		return "custom"
+	}
+	return "sequential"
+}
+
+func (s *Service) countRefused(err error) {
+	var ue *urlcheck.Error
+	if errors.As(err, &ue) {
+		s.m.refused.Add(context.Background(), 1, metric.WithAttributes(attribute.String("reason", ue.Reason)))
+	}
+}
+
+func errInfo(reason string, meta map[string]string) *errdetails.ErrorInfo {
+	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}
+}
+
+// checkQuota asks the limiter (per tenant and per client IP). Over quota is
+// RESOURCE_EXHAUSTED with the retry-after; a silent limiter follows the
+// configured policy (quota.Client logs and counts that).
+func (s *Service) checkQuota(ctx context.Context, tenant string) error {
+	desc := map[string]string{"tenant": tenant}
+	if ip := callmeta.ClientIP(ctx); ip != "" {
+		desc["ip"] = ip
+	}
+	d := s.quota.Check(ctx, QuotaDomain, desc, 1, s.opts.LimiterPolicy)
+	switch {
+	case d.Allowed:
+		return nil
+	case d.Degraded:
+		return retryLater(codes.Unavailable, ReasonLimiterDown,
+			"link creation is paused: the rate limiter is unreachable", time.Second, nil)
+	}
+	what := "too many links created"
+	if d.Rule != "" {
+		what += " (rule " + d.Rule + ")"
+	}
+	return retryLater(codes.ResourceExhausted, ReasonRateLimited, what, d.RetryAfter, map[string]string{"rule": d.Rule})
+}
+
+func (s *Service) scan(ctx context.Context, target string) error {
+	u, err := url.Parse(target)
+	if err != nil {
+		return fmt.Errorf("re-parse normalised URL: %w", err)
+	}
+	v, err := s.scanner.Scan(ctx, u)
+	if err != nil {
+		s.log.WarnContext(ctx, "url scanner failed", "err", err)
+		return retryLater(codes.Unavailable, ReasonScannerDown, "the URL scanner is unavailable", time.Second, nil)
+	}
+	if v.Blocked {
+		s.log.InfoContext(ctx, "url blocked", "host", u.Hostname(), "why", v.Why)
+		s.m.refused.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", urlcheck.ReasonBlocked)))
+		return &urlcheck.Error{Reason: urlcheck.ReasonBlocked, Message: "this destination is blocked (phishing, malware or abuse)"}
+	}
+	return nil
+}
+
+func (s *Service) insertSequential(ctx context.Context, l linkstore.Link) (linkstore.Link, error) {
+	// A custom alias can hold a code the sequence reaches later: skip it.
+	for range 1000 {
+		code, err := s.blocks.NextCode(ctx)
+		if err != nil {
+			return linkstore.Link{}, err
+		}
+		l.Code = code
+		stored, err := s.store.Insert(ctx, l)
+		if !errors.Is(err, linkstore.ErrCodeTaken) {
+			return stored, err
+		}
+		s.m.seqSkipped.Add(ctx, 1)
+	}
+	return linkstore.Link{}, errors.New("1000 sequential codes in a row were taken")
+}
+
+func (s *Service) insertRandom(ctx context.Context, l linkstore.Link) (linkstore.Link, error) {
+	for attempt := 1; ; attempt++ {
+		code, err := s.random.Code()
+		if err != nil {
+			return linkstore.Link{}, err
+		}
+		l.Code = code
+		stored, err := s.store.Insert(ctx, l)
+		if !errors.Is(err, linkstore.ErrCodeTaken) {
+			return stored, err
+		}
+		if attempt == RandomAttempts {
+			s.m.randomFailed.Add(ctx, 1)
+			s.log.WarnContext(ctx, "random codes exhausted: every attempt collided", "attempts", attempt)
+			return linkstore.Link{}, retryLater(codes.Unavailable, ReasonCodesExhausted,
+				fmt.Sprintf("no free random code found in %d attempts; try again, or use sequential mode", RandomAttempts),
+				time.Second, nil)
+		}
+		s.m.randomRetries.Add(ctx, 1)
+	}
+}
+
+// entry is what the redirect service needs to know about l.
+func entry(l linkstore.Link) linkcache.Entry {
+	if l.Deleted != nil || l.Disabled {
+		return linkcache.Entry{State: linkcache.Gone, Tenant: l.Tenant}
+	}
+	e := linkcache.Entry{State: linkcache.Active, URL: l.LongURL, Tenant: l.Tenant, Status: l.Status}
+	if l.Expires != nil {
+		e.ExpiresAtMs = l.Expires.UnixMilli()
+	}
+	return e
+}
+
+// writeThrough sets the code's Redis entry after the commit and publishes the
+// invalidation. A failure does not fail the call (the row is committed): it
+// is logged and counted, and the old entry lives at most its TTL.
+func (s *Service) writeThrough(ctx context.Context, op string, l linkstore.Link) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
+	defer cancel()
+	if err := linkcache.WriteThrough(ctx, s.rdb, l.Code, entry(l), s.opts.CacheTTL); err != nil {
+		s.m.cacheFailed.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op)))
+		s.log.ErrorContext(ctx, "write-through failed", "op", op, "code", l.Code, "err", err)
+	}
+}
+
+func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
+	p := &shortenerv1.Link{
+		Code:         l.Code,
+		ShortUrl:     strings.TrimSuffix(s.opts.BaseURL, "/") + "/" + l.Code,
+		LongUrl:      l.LongURL,
+		Tenant:       l.Tenant,
+		RedirectType: redirectTypeOf(l.Status),
+		CreateTime:   timestamppb.New(l.Created),
+		UpdateTime:   timestamppb.New(l.Updated),
+		Disabled:     l.Disabled,
+	}
+	if l.Expires != nil {
+		p.ExpireTime = timestamppb.New(*l.Expires)
+	}
+	return p
+}
+
+// GetLink returns one of the caller's links.
+func (s *Service) GetLink(ctx context.Context, req *shortenerv1.GetLinkRequest) (*shortenerv1.GetLinkResponse, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !linkcode.Plausible(req.GetCode()) {
+		return nil, toStatus(ctx, s.log, "get", linkstore.ErrNotFound)
+	}
+	l, err := s.store.Get(ctx, tenant, req.GetCode())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "get", err)
+	}
+	return &shortenerv1.GetLinkResponse{Link: s.toProto(l)}, nil
+}
+
+// ListLinks pages through the caller's links, newest first.
+func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksRequest) (*shortenerv1.ListLinksResponse, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		return nil, toStatus(ctx, s.log, "list", invalidf("page_size", ReasonPageSizeInvalid, "page_size must not be negative"))
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	page, err := s.store.List(ctx, tenant, size, req.GetPageToken())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "list", err)
+	}
+	resp := &shortenerv1.ListLinksResponse{NextPageToken: page.Next}
+	for _, l := range page.Links {
+		resp.Links = append(resp.Links, s.toProto(l))
+	}
+	return resp, nil
+}
+
+// UpdateLink changes the fields named in update_mask (long_url is
+// re-validated) and writes the result through.
+func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkRequest) (*shortenerv1.UpdateLinkResponse, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	link := req.GetLink()
+	if link == nil {
+		return nil, toStatus(ctx, s.log, "update", invalidf("link", ReasonLinkRequired, "link is required, with its code"))
+	}
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		return nil, toStatus(ctx, s.log, "update", invalidf("update_mask", ReasonUpdateMaskInvalid,
+			"update_mask is required: name the fields to change (long_url, redirect_type, expire_time, disabled)"))
+	}
+	var ch linkstore.Changes
+	for _, p := range paths {
+		switch p {
+		case "long_url":
+			target, err := s.policy.Normalize(link.GetLongUrl())
+			if err != nil {
+				s.countRefused(err)
+				return nil, toStatus(ctx, s.log, "update", err)
+			}
+			ch.LongURL = &target
+		case "redirect_type":
+			st, err := statusOf(link.GetRedirectType())
+			if err != nil {
+				return nil, toStatus(ctx, s.log, "update", err)
+			}
+			ch.Status = &st
+		case "expire_time":
+			var exp *time.Time
+			if link.ExpireTime != nil {
+				t, err := futureTime(link.GetExpireTime())
+				if err != nil {
+					return nil, toStatus(ctx, s.log, "update", err)
+				}
+				exp = &t
+			}
+			ch.Expires = &exp
+		case "disabled":
+			d := link.GetDisabled()
+			ch.Disabled = &d
+		default:
+			return nil, toStatus(ctx, s.log, "update", invalidf("update_mask", ReasonUpdateMaskInvalid,
+				"update_mask path %q cannot be changed; use long_url, redirect_type, expire_time or disabled", p))
+		}
+	}
+	if !linkcode.Plausible(link.GetCode()) {
+		return nil, toStatus(ctx, s.log, "update", linkstore.ErrNotFound)
+	}
+	if ch.LongURL != nil {
+		if err := s.scan(ctx, *ch.LongURL); err != nil {
+			return nil, toStatus(ctx, s.log, "update", err)
+		}
+	}
+	l, err := s.store.Update(ctx, tenant, link.GetCode(), ch)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "update", err)
+	}
+	s.writeThrough(ctx, "update", l)
+	return &shortenerv1.UpdateLinkResponse{Link: s.toProto(l)}, nil
+}
+
+// DeleteLink revokes one of the caller's links: its code answers 410 from now
+// on (every redirect pod within its L1 TTL at most).
+func (s *Service) DeleteLink(ctx context.Context, req *shortenerv1.DeleteLinkRequest) (*shortenerv1.DeleteLinkResponse, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !linkcode.Plausible(req.GetCode()) {
+		return nil, toStatus(ctx, s.log, "delete", linkstore.ErrNotFound)
+	}
+	l, err := s.store.Delete(ctx, tenant, req.GetCode())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "delete", err)
+	}
+	s.writeThrough(ctx, "delete", l)
+	return &shortenerv1.DeleteLinkResponse{}, nil
+}

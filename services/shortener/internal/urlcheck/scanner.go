@@ -1,0 +1,135 @@
+package urlcheck
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Verdict is a Scanner's answer about one destination.
+type Verdict struct {
+	Blocked bool
+	// Why names the list or category that matched (for logs and metrics,
+	// never shown to the client).
+	Why string
+}
+
+// Scanner judges a destination after the syntactic checks passed: the hook
+// for a Safe-Browsing-style service. u is already normalised. An error means
+// the scanner could not decide; the caller refuses to store the link then.
+type Scanner interface {
+	Scan(ctx context.Context, u *url.URL) (Verdict, error)
+}
+
+// Blocklist is a Scanner backed by a file of domains, one per line ('#'
+// starts a comment). A listed domain blocks itself and every subdomain; an IP
+// literal blocks that address. Run reloads the file when its size or
+// modification time changes.
+type Blocklist struct {
+	path     string
+	interval time.Duration
+	log      *slog.Logger
+	domains  atomic.Pointer[map[string]struct{}]
+	stamp    fileStamp
+}
+
+type fileStamp struct {
+	size int64
+	mod  time.Time
+}
+
+// NewBlocklist loads path, failing if it cannot be read.
+func NewBlocklist(path string, interval time.Duration, log *slog.Logger) (*Blocklist, error) {
+	b := &Blocklist{path: path, interval: interval, log: log}
+	if _, err := b.reload(); err != nil {
+		return nil, fmt.Errorf("blocklist %s (KURZ_SHORTENER_BLOCKLIST_FILE): %w", path, err)
+	}
+	return b, nil
+}
+
+// Len is the number of entries loaded.
+func (b *Blocklist) Len() int { return len(*b.domains.Load()) }
+
+// Run polls the file until ctx ends. A file that disappears or cannot be read
+// keeps the last good list (and is logged).
+func (b *Blocklist) Run(ctx context.Context) {
+	t := time.NewTicker(b.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := b.reload()
+		if err != nil {
+			b.log.Warn("blocklist reload failed; keeping the previous list", "path", b.path, "err", err)
+			continue
+		}
+		if changed {
+			b.log.Info("blocklist reloaded", "path", b.path, "entries", b.Len())
+		}
+	}
+}
+
+func (b *Blocklist) reload() (bool, error) {
+	fi, err := os.Stat(b.path)
+	if err != nil {
+		return false, err
+	}
+	stamp := fileStamp{size: fi.Size(), mod: fi.ModTime()}
+	if b.domains.Load() != nil && stamp == b.stamp {
+		return false, nil
+	}
+	data, err := os.ReadFile(b.path)
+	if err != nil {
+		return false, err
+	}
+	set := map[string]struct{}{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for line := 1; sc.Scan(); line++ {
+		entry, _, _ := strings.Cut(sc.Text(), "#")
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		h, err := OwnHost(strings.TrimPrefix(entry, "*."))
+		if err != nil {
+			b.log.Warn("blocklist: entry ignored", "path", b.path, "line", line, "err", err)
+			continue
+		}
+		set[h] = struct{}{}
+	}
+	b.domains.Store(&set)
+	b.stamp = stamp
+	return true, nil
+}
+
+// Scan blocks the host and any parent domain found on the list.
+func (b *Blocklist) Scan(_ context.Context, u *url.URL) (Verdict, error) {
+	set := *b.domains.Load()
+	h := strings.TrimSuffix(strings.TrimPrefix(u.Hostname(), "["), "]")
+	for {
+		if _, ok := set[h]; ok {
+			return Verdict{Blocked: true, Why: "blocklist:" + h}, nil
+		}
+		_, parent, found := strings.Cut(h, ".")
+		if !found || strings.Count(h, ":") > 0 {
+			return Verdict{}, nil
+		}
+		h = parent
+	}
+}
+
+// Nothing is the Scanner used without a blocklist: it blocks nothing.
+type Nothing struct{}
+
+// Scan allows every destination.
+func (Nothing) Scan(context.Context, *url.URL) (Verdict, error) { return Verdict{}, nil }
