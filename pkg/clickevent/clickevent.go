@@ -37,6 +37,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"kurz.dev/pkg/redisconn"
 )
 
 // Version is the schema version written in field "v".
@@ -88,7 +90,7 @@ func StreamKeys(n int) []string {
 		lo, hi := i*slots/n, (i+1)*slots/n
 		tag := strconv.Itoa(i)
 		for k := 1; ; k++ {
-			if s := int(crc16([]byte(tag)) % slots); s >= lo && s < hi {
+			if s := redisconn.Slot(tag); s >= lo && s < hi {
 				break
 			}
 			tag = strconv.Itoa(i) + "." + strconv.Itoa(k)
@@ -98,42 +100,10 @@ func StreamKeys(n int) []string {
 	return keys
 }
 
-const slots = 16384
-
-// crc16 is CRC-16/XMODEM, the hash Redis Cluster maps keys to slots with.
-func crc16(b []byte) uint16 {
-	var crc uint16
-	for _, c := range b {
-		crc ^= uint16(c) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+const slots = redisconn.SlotCount
 
 // Slot returns the cluster slot of key, honouring a {hash tag}.
-func Slot(key string) int {
-	for i := 0; i < len(key); i++ {
-		if key[i] != '{' {
-			continue
-		}
-		for j := i + 1; j < len(key); j++ {
-			if key[j] == '}' {
-				if j > i+1 {
-					key = key[i+1 : j]
-				}
-				return int(crc16([]byte(key)) % slots)
-			}
-		}
-		break
-	}
-	return int(crc16([]byte(key)) % slots)
-}
+func Slot(key string) int { return redisconn.Slot(key) }
 
 // Event is one click.
 type Event struct {

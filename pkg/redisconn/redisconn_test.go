@@ -119,3 +119,16 @@ func TestNewNamesTheVariableWhenUnreachable(t *testing.T) {
 		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS", err)
 	}
 }
+
+func TestSlotMatchesRedis(t *testing.T) {
+	c := connect(t)
+	for _, key := range []string{"rl:{t:acme}:api:per-key:k", "rl:{api:per-ip:1.2.3.4}", "plain", "{}", "a{b}c{d}", "x{}y", "clicks:{3.1}", "{", "}{a}"} {
+		want, err := c.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := redisconn.Slot(key); int64(got) != want {
+			t.Errorf("Slot(%q) = %d, Redis says %d", key, got, want)
+		}
+	}
+}

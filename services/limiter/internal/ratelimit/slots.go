@@ -2,15 +2,15 @@ package ratelimit
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/redisconn"
 )
 
-// slotCount is the number of hash slots of a Redis Cluster.
-const slotCount = 16384
+const slotCount = redisconn.SlotCount
 
 // slotMap maps hash slots to master addresses, so the circuit breaker of a
 // key's node is found without any I/O on the decision path (asking the
@@ -54,28 +54,5 @@ func (m *slotMap) node(key string) string {
 	return "cluster"
 }
 
-// keySlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of the hash
-// tag, or of the whole key when it has none, modulo 16384.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key) % slotCount)
-}
-
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+// keySlot is Redis Cluster's hash slot of key.
+func keySlot(key string) int { return redisconn.Slot(key) }
