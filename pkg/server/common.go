@@ -11,6 +11,9 @@ import (
 type Common struct {
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" default:"20s"`
 	Version         string        `env:"VERSION" default:"dev"`
+	// Pprof serves net/http/pprof under /debug/pprof/ on the HTTP listener.
+	// Off by default: turn it on to profile a replica, not on public ports.
+	Pprof bool `env:"PPROF" default:"false"`
 	Telemetry       telemetry.Config
 }
 
@@ -22,5 +25,6 @@ func (c Common) Config(grpcAddr, httpAddr string) Config {
 		Version:         c.Version,
 		Telemetry:       c.Telemetry,
 		ShutdownTimeout: c.ShutdownTimeout,
+		Pprof:           c.Pprof,
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,8 @@ type Config struct {
 	// ReadinessInterval is how often the readiness checks refresh the gRPC
 	// health status.
 	ReadinessInterval time.Duration
+	// Pprof registers net/http/pprof under /debug/pprof/.
+	Pprof bool
 }
 
 // Check reports whether one dependency is usable; nil means ready.
@@ -138,6 +141,12 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 	})
 	s.Mux.HandleFunc("GET /readyz", s.serveReadyz)
 	s.Mux.Handle("GET /metrics", tel.Metrics)
+	if cfg.Pprof {
+		s.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		s.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		s.Mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		s.Mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	}
 	s.httpSrv = &http.Server{
 		Handler:           s.Mux,
 		ReadHeaderTimeout: 5 * time.Second,

@@ -69,9 +69,16 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 
+	// Without an exporter there is nowhere to send spans: sample none, so
+	// instrumented hot paths do not pay for recording them (trace context
+	// still propagates to the services that do export).
+	sampler := sdktrace.NeverSample()
+	if cfg.OTLPEndpoint != "" {
+		sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.TraceSampleRatio))
+	}
 	tpOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.TraceSampleRatio))),
+		sdktrace.WithSampler(sampler),
 	}
 	if cfg.OTLPEndpoint != "" {
 		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(cfg.OTLPEndpoint)}
