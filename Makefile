@@ -92,6 +92,10 @@ test: lint check-gen ## Start the stack if needed, then run every test against i
 	deploy/local/services.sh up
 	deploy/local/smoke.sh
 
+.PHONY: demo
+demo: ## Reproduce the design notes' figures against the running stack (make up first).
+	go run ./services/limiter/cmd/kurz-demo -check
+
 # --- benchmarks --------------------------------------------------------------
 
 BENCH_DURATION ?= 10s
