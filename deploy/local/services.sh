@@ -34,6 +34,13 @@ export KURZ_GATEWAY_HTTP_ADDR=${KURZ_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}
 export KURZ_SHORTENER_ALLOW_ANONYMOUS=${KURZ_SHORTENER_ALLOW_ANONYMOUS:-true}
 export KURZ_SHORTENER_BASE_URL=${KURZ_SHORTENER_BASE_URL:-http://127.0.0.1:8787}
 export KURZ_REDIRECT_VISITOR_SALT=${KURZ_REDIRECT_VISITOR_SALT:-kurz-local-visitor-salt}
+# Analytics: statistics of those anonymous links, for calls without a tenant.
+export KURZ_ANALYTICS_ALLOW_ANONYMOUS=${KURZ_ANALYTICS_ALLOW_ANONYMOUS:-true}
+# Gateway: link creation without an API key (tenant "anonymous", limited per
+# client IP), and a local-only admin token for /v1/admin/... (the examples in
+# services/gateway/README.md use it).
+export KURZ_GATEWAY_ALLOW_ANONYMOUS=${KURZ_GATEWAY_ALLOW_ANONYMOUS:-true}
+export KURZ_GATEWAY_ADMIN_TOKEN=${KURZ_GATEWAY_ADMIN_TOKEN:-kurz-local-admin-token}
 
 http_addr() { local v="KURZ_${1^^}_HTTP_ADDR"; echo "${!v}"; }
 grpc_addr() { local v="KURZ_${1^^}_GRPC_ADDR"; echo "${!v}"; }

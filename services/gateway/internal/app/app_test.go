@@ -49,7 +49,7 @@ func TestReadinessFollowsDownstreamHealth(t *testing.T) {
 	}
 	r := servertest.Start(t, srv)
 	r.AwaitServing(t, "")
-	r.AssertOps(t, "limiter", "shortener", "analytics")
+	r.AssertOps(t, "limiter", "shortener", "analytics", "postgres")
 
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	code, body := r.Get(t, "/readyz")

@@ -106,10 +106,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 		if err != nil {
 			return fail(err)
 		}
-		if seeded, err := rulestore.Seed(ctx, db, boot); err != nil {
+		if n, err := rulestore.Seed(ctx, db, boot); err != nil {
 			return fail(err)
-		} else if seeded {
-			log.Info("rules seeded into postgres from the bootstrap file", "file", cfg.RulesFile)
+		} else if n > 0 {
+			log.Info("bootstrap rules seeded into postgres", "items", n, "file", cfg.RulesFile)
 		}
 		source = rulestore.PostgresSource{Pool: db}
 	}

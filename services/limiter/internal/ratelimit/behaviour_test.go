@@ -308,3 +308,20 @@ func TestBreakerStopsPayingTheTimeout(t *testing.T) {
 		t.Errorf("20 decisions with the breaker open took %v: the timeout is still being paid", took)
 	}
 }
+
+// The deciding rule of an allowance is the one with the least headroom
+// relative to what it can hold: a bucket's burst, not its per-window limit.
+func TestDecidingRuleIsTheOneWithLeastHeadroom(t *testing.T) {
+	e := engine(t, cluster(t), `
+domains:
+  api:
+    rules:
+      - {name: per-api-key, key: [api_key], algorithm: token_bucket, limit: 60, window: 1m, burst: 20, failure_mode: open}
+      - {name: per-tenant, key: [tenant], algorithm: token_bucket, limit: 300, window: 1m, burst: 60, failure_mode: open}
+`, Options{})
+	resp := e.Check(context.Background(), "api", map[string]string{"api_key": unique(t), "tenant": unique(t)}, 1)
+	// per-api-key: 19 of a 20 burst left (95%); per-tenant: 59 of 60 (98%).
+	if resp.DecidingRule != "per-api-key" || resp.Remaining != 19 {
+		t.Errorf("deciding %q remaining %d, want per-api-key with 19", resp.DecidingRule, resp.Remaining)
+	}
+}

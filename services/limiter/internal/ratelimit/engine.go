@@ -472,7 +472,7 @@ func (e *Engine) respond(domain string, rules []Applied, results []result) *rate
 			resp.Allowed = false
 			continue
 		}
-		if resp.Allowed && (deciding < 0 || headroom(res) < headroom(results[deciding])) {
+		if resp.Allowed && (deciding < 0 || headroom(res, r) < headroom(results[deciding], rules[deciding].Rule)) {
 			deciding = i
 		}
 	}
@@ -490,11 +490,18 @@ func (e *Engine) respond(domain string, rules []Applied, results []result) *rate
 	return resp
 }
 
-func headroom(r result) float64 {
-	if r.limit <= 0 {
+// headroom is the share of the rule's capacity still available: remaining
+// over the burst for buckets (which hold at most the burst, not the limit),
+// over the limit otherwise.
+func headroom(res result, r *Rule) float64 {
+	c := r.capacity()
+	if res.source == ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK {
+		c = res.limit // the local share
+	}
+	if c <= 0 {
 		return 0
 	}
-	return float64(r.remaining) / float64(r.limit)
+	return float64(res.remaining) / float64(c)
 }
 
 func sourceName(s ratelimitv1.DecisionSource) string {

@@ -140,61 +140,75 @@ func (p PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 	return cfg, nil
 }
 
-// Seed writes cfg into empty rule tables and reports whether it did; tables
-// that already hold rules are left alone (the database is the source of
-// truth once seeded). Concurrent replicas may both try: inserts skip
-// conflicts.
-func Seed(ctx context.Context, pool *pgxpool.Pool, cfg ratelimit.Config) (bool, error) {
+// Seed writes into the rule tables every item of cfg (domain, rule, plan,
+// plan limit) that was never seeded before, and the tenant plans when the
+// tables were empty; it reports how many items it wrote. Items seeded once
+// are never written again, so the database stays the source of truth: an
+// operator's edits and deletions stand, while rules added to the bootstrap
+// file reach existing databases. Concurrent replicas may both try: every
+// insert skips conflicts.
+func Seed(ctx context.Context, pool *pgxpool.Pool, cfg ratelimit.Config) (int, error) {
 	if _, err := ratelimit.Compile(cfg); err != nil {
-		return false, err
+		return 0, err
 	}
-	seeded := false
+	written := 0
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM rl_domains`).Scan(&n); err != nil {
+		var empty bool
+		if err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM rl_domains)`).Scan(&empty); err != nil {
 			return err
 		}
-		if n > 0 {
-			return nil
+		// once runs insert for item unless it was seeded before.
+		once := func(item, insert string, args ...any) error {
+			tag, err := tx.Exec(ctx, `INSERT INTO rl_bootstrap_seen (item) VALUES ($1) ON CONFLICT DO NOTHING`, item)
+			if err != nil || tag.RowsAffected() == 0 {
+				return err
+			}
+			tag, err = tx.Exec(ctx, insert, args...)
+			written += int(tag.RowsAffected())
+			return err
 		}
-		seeded = true
 		for _, domain := range slices.Sorted(maps.Keys(cfg.Domains)) {
 			d := cfg.Domains[domain]
 			defaults := d.Defaults
 			if defaults == nil {
 				defaults = map[string]string{}
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO rl_domains (domain, defaults) VALUES ($1, $2) ON CONFLICT DO NOTHING`, domain, defaults); err != nil {
+			if err := once("domain:"+domain, `INSERT INTO rl_domains (domain, defaults) VALUES ($1, $2) ON CONFLICT DO NOTHING`, domain, defaults); err != nil {
 				return err
 			}
 			for i, r := range d.Rules {
-				if _, err := tx.Exec(ctx, `INSERT INTO rl_rules (domain, name, position, spec) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+				if err := once("rule:"+domain+"/"+r.Name, `INSERT INTO rl_rules (domain, name, position, spec) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
 					domain, r.Name, i, r); err != nil {
 					return err
 				}
 			}
 		}
 		for _, plan := range slices.Sorted(maps.Keys(cfg.Plans)) {
-			if _, err := tx.Exec(ctx, `INSERT INTO rl_plans (plan) VALUES ($1) ON CONFLICT DO NOTHING`, plan); err != nil {
+			if err := once("plan:"+plan, `INSERT INTO rl_plans (plan) VALUES ($1) ON CONFLICT DO NOTHING`, plan); err != nil {
 				return err
 			}
-			for id, l := range cfg.Plans[plan] {
-				if _, err := tx.Exec(ctx, `INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, plan, id, l); err != nil {
+			for _, id := range slices.Sorted(maps.Keys(cfg.Plans[plan])) {
+				if err := once("limit:"+plan+":"+id, `INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+					plan, id, cfg.Plans[plan][id]); err != nil {
 					return err
 				}
 			}
 		}
-		for tenant, plan := range cfg.Tenants {
-			if _, err := tx.Exec(ctx, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenant, plan); err != nil {
-				return err
+		if empty {
+			for tenant, plan := range cfg.Tenants {
+				tag, err := tx.Exec(ctx, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenant, plan)
+				if err != nil {
+					return err
+				}
+				written += int(tag.RowsAffected())
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("seed rules: %w", err)
+		return 0, fmt.Errorf("seed rules: %w", err)
 	}
-	return seeded, nil
+	return written, nil
 }
 
 // SetTenantPlan puts tenant on plan; every limiter picks it up through NOTIFY.

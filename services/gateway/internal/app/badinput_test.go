@@ -1,0 +1,132 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Bad input gets a clear 4xx with the uniform error body (a message naming
+// the problem) and writes nothing: the tenant's link count and its one link
+// are the same after the whole table.
+func TestBadInput(t *testing.T) {
+	gw := startGateway(t, nil)
+	tn := newTenant(t, gw, "free")
+	c := newClient(t, gw, tn.key)
+	r := c.do("POST", "/v1/links", `{"longUrl":"https://example.com/kept"}`)
+	if r.code != http.StatusCreated {
+		t.Fatalf("create: %s", r)
+	}
+	code := r.json(t)["code"].(string)
+	before := linkCount(t, c)
+
+	big := `{"longUrl":"https://example.com/` + strings.Repeat("a", 70<<10) + `"}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		header                   []string
+		status                   int
+		code, msg                string // the error body's code; a part of its message
+	}{
+		{"malformed JSON", "POST", "/v1/links", `{"longUrl":`, nil, 400, "INVALID_ARGUMENT", "invalid JSON body: unexpected EOF"},
+		{"not an object", "POST", "/v1/links", `["https://example.com"]`, nil, 400, "INVALID_ARGUMENT", "invalid JSON body"},
+		{"wrong type", "POST", "/v1/links", `{"longUrl":42}`, nil, 400, "INVALID_ARGUMENT", "longUrl"},
+		{"unknown enum value", "POST", "/v1/links", `{"longUrl":"https://example.com/","mode":"CODE_MODE_FAST"}`, nil, 400, "INVALID_ARGUMENT", "CODE_MODE_FAST"},
+		{"unknown field", "POST", "/v1/links", `{"longUrl":"https://example.com/","colour":"red"}`, nil, 400, "INVALID_ARGUMENT", `unknown field "colour"`},
+		{"duplicate field", "POST", "/v1/links", `{"longUrl":"https://a.example/","longUrl":"https://b.example/"}`, nil, 400, "INVALID_ARGUMENT", "duplicate field"},
+		{"trailing data", "POST", "/v1/links", `{"longUrl":"https://example.com/"} {}`, nil, 400, "INVALID_ARGUMENT", "invalid JSON body"},
+		{"empty body", "POST", "/v1/links", "", nil, 400, "INVALID_ARGUMENT", "the request body is empty"},
+		{"oversized body", "POST", "/v1/links", big, nil, 413, "PAYLOAD_TOO_LARGE", "larger than 65536 bytes"},
+		{"huge headers", "GET", "/v1/links", "", []string{"X-Big", strings.Repeat("b", 64<<10)}, 431, "HEADERS_TOO_LARGE", "the limit is 16384"},
+		{"huge URI", "GET", "/v1/links?page_token=" + strings.Repeat("t", 9<<10), "", nil, 414, "URI_TOO_LONG", "longer than 8192 bytes"},
+		{"PUT on a collection", "PUT", "/v1/links", `{}`, nil, 405, "METHOD_NOT_ALLOWED", "allowed: GET, HEAD, POST"},
+		{"TRACE", "TRACE", "/v1/links", "", nil, 405, "METHOD_NOT_ALLOWED", "method TRACE is not allowed"},
+		{"made-up method on a link", "BREW", "/v1/links/" + code, "", nil, 405, "METHOD_NOT_ALLOWED", "allowed: DELETE, GET, HEAD, PATCH"},
+		{"POST on a link", "POST", "/v1/links/" + code, `{"longUrl":"https://example.com/"}`, nil, 405, "METHOD_NOT_ALLOWED", "allowed:"},
+		{"unknown route", "GET", "/v1/nothing", "", nil, 404, "NOT_FOUND", "no such route"},
+		{"path traversal", "GET", "/v1/links/../admin/tenants", "", nil, 400, "INVALID_ARGUMENT", "not canonical"},
+		{"encoded path traversal", "DELETE", "/v1/links/..%2F..%2Fadmin%2Ftenants", "", nil, 400, "INVALID_ARGUMENT", "not canonical"},
+		{"encoded slash in a code", "DELETE", "/v1/links/ab%2Fcdef", "", nil, 400, "INVALID_ARGUMENT", "not a short code"},
+		{"dot segment", "DELETE", "/v1/links/./" + code, "", nil, 400, "INVALID_ARGUMENT", "not canonical"},
+		{"double slash", "GET", "//v1/links", "", nil, 400, "INVALID_ARGUMENT", "not canonical"},
+		{"code too long", "GET", "/v1/links/" + strings.Repeat("a", 40), "", nil, 400, "INVALID_ARGUMENT", "4 to 32 letters"},
+		{"unicode code", "DELETE", "/v1/links/%E2%80%AEabcd", "", nil, 400, "INVALID_ARGUMENT", "not a short code"},
+		{"PATCH a code", "PATCH", "/v1/links/" + code, `{"code":"other12"}`, nil, 400, "INVALID_ARGUMENT", `field "code" cannot be changed`},
+		{"PATCH a tenant", "PATCH", "/v1/links/" + code, `{"tenant":"someone-else","longUrl":"https://evil.example/"}`, nil, 400, "INVALID_ARGUMENT", "cannot be changed"},
+		{"PATCH nothing", "PATCH", "/v1/links/" + code, `{}`, nil, 400, "INVALID_ARGUMENT", "nothing to change"},
+		{"PATCH a wrong type", "PATCH", "/v1/links/" + code, `{"disabled":"yes"}`, nil, 400, "INVALID_ARGUMENT", "disabled"},
+		{"PATCH a bad URL", "PATCH", "/v1/links/" + code, `{"longUrl":"ftp://example.com/"}`, nil, 400, "INVALID_ARGUMENT", "only http and https"},
+		{"unknown query parameter", "GET", "/v1/links?pagesize=2", "", nil, 400, "INVALID_ARGUMENT", `unknown query parameter "pagesize"`},
+		{"repeated query parameter", "GET", "/v1/links?page_size=2&page_size=3", "", nil, 400, "INVALID_ARGUMENT", "given 2 times"},
+		{"negative page_size", "GET", "/v1/links?page_size=-1", "", nil, 400, "INVALID_ARGUMENT", "page_size"},
+		{"page_size not a number", "GET", "/v1/links?page_size=ten", "", nil, 400, "INVALID_ARGUMENT", "page_size"},
+		{"forged page_token", "GET", "/v1/links?page_token=garbage", "", nil, 400, "INVALID_ARGUMENT", "page_token"},
+		{"stats with a bad time", "GET", "/v1/links/" + code + "/stats?start_time=yesterday", "", nil, 400, "INVALID_ARGUMENT", "RFC 3339"},
+		{"stats with a bad interval", "GET", "/v1/links/" + code + "/stats?interval=minute", "", nil, 400, "INVALID_ARGUMENT", "interval"},
+		{"qr in GIF", "GET", "/v1/links/" + code + "/qr?format=gif", "", nil, 400, "INVALID_ARGUMENT", "format"},
+		{"qr too small", "GET", "/v1/links/" + code + "/qr?size=5", "", nil, 400, "INVALID_ARGUMENT", "size"},
+		{"javascript: URL", "POST", "/v1/links", `{"longUrl":"javascript:alert(1)"}`, nil, 400, "INVALID_ARGUMENT", "only http and https"},
+		{"data: URL", "POST", "/v1/links", `{"longUrl":"data:text/html,<script>alert(1)</script>"}`, nil, 400, "INVALID_ARGUMENT", "only http and https"},
+		{"unicode: right-to-left override in the host", "POST", "/v1/links", `{"longUrl":"https://exa\u202emple.com/"}`, nil, 400, "INVALID_ARGUMENT", "host"},
+		{"unicode: full-width scheme", "POST", "/v1/links", `{"longUrl":"ｈｔｔｐｓ://example.com/"}`, nil, 400, "INVALID_ARGUMENT", "URL"},
+		{"unicode: invalid UTF-8", "POST", "/v1/links", "{\"longUrl\":\"https://example.com/\xff\"}", nil, 400, "INVALID_ARGUMENT", "UTF-8"},
+		{"unicode: NUL in the URL", "POST", "/v1/links", `{"longUrl":"https://example.com/\u0000x"}`, nil, 400, "INVALID_ARGUMENT", "URL"},
+		{"malformed Authorization", "GET", "/v1/links", "", []string{"Authorization", "", "Authorization", "Basic dXNlcjpwYXNz"}, 401, "UNAUTHENTICATED", "Bearer"},
+		{"compat: malformed JSON", "POST", "/links", `{"longUrl":`, nil, 400, "INVALID_ARGUMENT", "the JSON ends too early"},
+		{"compat: unknown field", "POST", "/links", `{"longUrl":"https://example.com/","alias":"x"}`, nil, 400, "INVALID_ARGUMENT", `unknown field "alias"`},
+		{"compat: wrong type", "POST", "/links", `{"longUrl":["https://example.com/"]}`, nil, 400, "INVALID_ARGUMENT", `field "longUrl" must be a string, not a JSON array`},
+		{"compat: unknown mode", "POST", "/links", `{"longUrl":"https://example.com/","mode":"hash"}`, nil, 400, "INVALID_ARGUMENT", "mode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.do(tc.method, tc.path, tc.body, tc.header...)
+			if r.code != tc.status {
+				t.Fatalf("%s %.60s: %.300s; want %d", tc.method, tc.path, r, tc.status)
+			}
+			if tc.method == "HEAD" {
+				return
+			}
+			e := r.apiError(t)
+			if e["code"] != tc.code || !strings.Contains(fmt.Sprint(e["message"]), tc.msg) {
+				t.Errorf("error %v %q; want %s with %q", e["code"], e["message"], tc.code, tc.msg)
+			}
+			if tc.status == 405 && r.header.Get("Allow") == "" {
+				t.Error("405 without Allow")
+			}
+		})
+	}
+
+	t.Run("oversized chunked body", func(t *testing.T) {
+		req, err := http.NewRequest("POST", gw.HTTP+"/v1/links", io.MultiReader(strings.NewReader(big)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tn.key)
+		req.Header.Set("X-Forwarded-For", c.ip)
+		if r := send(t, req); r.code != http.StatusRequestEntityTooLarge || req.ContentLength != 0 {
+			t.Errorf("chunked body over the limit: %s (sent with length %d); want 413", r, req.ContentLength)
+		}
+	})
+	t.Run("header block over net/http's own limit", func(t *testing.T) {
+		// Past 1 MiB the server answers 431 itself, before the gateway
+		// sees the request: no JSON body, but still a 431.
+		r := c.do("GET", "/v1/links", "", "X-Big", strings.Repeat("b", 2<<20))
+		if r.code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("2 MiB of headers: %d; want 431", r.code)
+		}
+	})
+
+	if after := linkCount(t, c); after != before {
+		t.Errorf("links after the bad input: %d, before: %d; want nothing written", after, before)
+	}
+	if r := c.do("GET", "/v1/links/"+code, ""); r.json(t)["longUrl"] != "https://example.com/kept" || r.json(t)["disabled"] != false {
+		t.Errorf("the link after the bad input: %s; want it unchanged", r)
+	}
+
+	// A valid international URL is no bad input: its host is stored in
+	// punycode, its path percent-encoded.
+	r = c.do("POST", "/v1/links", `{"longUrl":"https://bücher.example/straße?q=ü"}`)
+	if r.code != http.StatusCreated || r.json(t)["longUrl"] != "https://xn--bcher-kva.example/stra%C3%9Fe?q=ü" {
+		t.Errorf("IDN URL: %s; want 201 with the host in punycode", r)
+	}
+}

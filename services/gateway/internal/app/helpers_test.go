@@ -1,0 +1,298 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/server/servertest"
+)
+
+// adminToken is the test gateways' admin credential.
+const adminToken = "test-admin-token-0123456789abcdef"
+
+// startGateway runs the gateway in-process on free ports, in front of the
+// stack's file-rules limiter, shortener and analytics; it trusts loopback as
+// a proxy, so each test client picks its own IP through X-Forwarded-For.
+// overrides are KURZ_* variables on top.
+func startGateway(t *testing.T, overrides map[string]string) *servertest.Running {
+	t.Helper()
+	env := map[string]string{
+		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
+		"KURZ_GATEWAY_HTTP_ADDR":       "127.0.0.1:0",
+		"KURZ_LIMITER_GRPC_ADDR":       stack.limiter.grpcAddr,
+		"KURZ_SHORTENER_GRPC_ADDR":     stack.shortener.grpcAddr,
+		"KURZ_ANALYTICS_GRPC_ADDR":     stack.analytics.grpcAddr,
+		"KURZ_GATEWAY_ADMIN_TOKEN":     adminToken,
+		"KURZ_GATEWAY_ALLOW_ANONYMOUS": "true",
+		"KURZ_GATEWAY_TRUSTED_PROXIES": "127.0.0.1/32, ::1",
+		// Generous: under the race detector no call may slip into the
+		// fail-open path by accident; the tests that want it stop the
+		// limiter.
+		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
+	}
+	maps.Copy(env, overrides)
+	var cfg Config
+	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("gateway: %v", err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "")
+	return r
+}
+
+// newIP returns a client address no other test (or test run) uses: a random
+// host in 2001:db8::/32, the documentation prefix.
+func newIP() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[0], b[1], b[2], b[3] = 0x20, 0x01, 0x0d, 0xb8
+	return netip.AddrFrom16(b).String()
+}
+
+// client calls one gateway as one client: its IP (via X-Forwarded-For) and
+// its credential.
+type client struct {
+	t    *testing.T
+	base string
+	ip   string
+	auth string // the Authorization value; "" sends none
+}
+
+func newClient(t *testing.T, gw *servertest.Running, key string) *client {
+	c := &client{t: t, base: gw.HTTP, ip: newIP()}
+	if key != "" {
+		c.auth = "Bearer " + key
+	}
+	return c
+}
+
+// with returns a copy of c using another key, same IP.
+func (c *client) with(key string) *client {
+	d := *c
+	d.auth = ""
+	if key != "" {
+		d.auth = "Bearer " + key
+	}
+	return &d
+}
+
+// response is one answer, read whole.
+type response struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+func (r response) String() string {
+	return fmt.Sprintf("%d %s", r.code, strings.TrimSpace(string(r.body)))
+}
+
+// json decodes the body as a JSON object (the test fails if it is not one).
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body of %d is not a JSON object: %v\n%s", r.code, err, r.body)
+	}
+	return m
+}
+
+// apiError returns the uniform error body's fields, failing the test if the
+// body does not have that shape.
+func (r response) apiError(t *testing.T) map[string]any {
+	t.Helper()
+	e, ok := r.json(t)["error"].(map[string]any)
+	if !ok {
+		t.Fatalf("%d: body is not the uniform error body: %s", r.code, r.body)
+	}
+	for _, f := range []string{"code", "message", "request_id"} {
+		if s, _ := e[f].(string); s == "" {
+			t.Errorf("%d: error body lacks %q: %s", r.code, f, r.body)
+		}
+	}
+	if e["request_id"] != r.header.Get("X-Request-ID") {
+		t.Errorf("error request_id %v != X-Request-ID %q", e["request_id"], r.header.Get("X-Request-ID"))
+	}
+	return e
+}
+
+// do sends one request; header adds or (with an empty value) removes fields.
+func (c *client) do(method, path, body string, header ...string) response {
+	c.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, c.base+path, rd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("X-Forwarded-For", c.ip)
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i+1] == "" {
+			req.Header.Del(header[i])
+			continue
+		}
+		req.Header.Add(header[i], header[i+1])
+	}
+	return send(c.t, req)
+}
+
+func send(t *testing.T, req *http.Request) response {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
+	}
+	return response{code: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// tenant is a tenant made for one test through the admin API.
+type tenant struct {
+	id    string
+	key   string
+	keyID string
+}
+
+// newTenantID returns a tenant ID no other test or run uses.
+func newTenantID(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("gwt-%x", b)
+}
+
+// newTenant creates a tenant on plan with one key through gw's admin API,
+// and deletes it, its keys, its plan and its links when the test ends.
+func newTenant(t *testing.T, gw *servertest.Running, plan string) tenant {
+	t.Helper()
+	admin := newClient(t, gw, adminToken)
+	id := newTenantID(t)
+	cleanupTenants(t, id)
+	if r := admin.do("POST", "/v1/admin/tenants", fmt.Sprintf(`{"id":%q,"name":"Test","plan":%q}`, id, plan)); r.code != http.StatusCreated {
+		t.Fatalf("create tenant: %s", r)
+	}
+	r := admin.do("POST", "/v1/admin/tenants/"+id+"/keys", `{"name":"test"}`)
+	if r.code != http.StatusCreated {
+		t.Fatalf("issue key: %s", r)
+	}
+	k := r.json(t)
+	return tenant{id: id, key: k["key"].(string), keyID: k["id"].(string)}
+}
+
+// cleanupTenants deletes what the tests wrote for these tenants: gateway
+// rows (keys cascade), the limiter's plan rows, and links.
+func cleanupTenants(t *testing.T, ids ...string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, q := range []string{
+			`DELETE FROM gw_tenants WHERE id = ANY($1)`,
+			`DELETE FROM rl_tenant_plans WHERE tenant = ANY($1)`,
+			`DELETE FROM links WHERE tenant = ANY($1)`,
+		} {
+			if _, err := stack.db.Exec(ctx, q, ids); err != nil {
+				t.Errorf("clean up (%s): %v", q, err)
+			}
+		}
+	})
+}
+
+// cleanupCodes deletes links the tests created as tenant "anonymous".
+func cleanupCodes(t *testing.T, codes *[]string) {
+	t.Cleanup(func() {
+		if _, err := stack.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = 'anonymous' AND code = ANY($1)`, *codes); err != nil {
+			t.Errorf("clean up anonymous links: %v", err)
+		}
+	})
+}
+
+// eventually polls cond every interval until it holds or within has passed.
+func eventually(within, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+}
+
+// rateLimit parses the RateLimit field: the policy name, r and t.
+func rateLimit(t *testing.T, h http.Header) (policy string, remaining, reset int) {
+	t.Helper()
+	v := h.Get("RateLimit")
+	if _, err := fmt.Sscanf(strings.ReplaceAll(v, ";", " "), "%q r=%d t=%d", &policy, &remaining, &reset); err != nil {
+		t.Fatalf("RateLimit %q: %v", v, err)
+	}
+	return policy, remaining, reset
+}
+
+// ratePolicy parses RateLimit-Policy: name, q and w.
+func ratePolicy(t *testing.T, h http.Header) (policy string, quota, window int) {
+	t.Helper()
+	v := h.Get("RateLimit-Policy")
+	if _, err := fmt.Sscanf(strings.ReplaceAll(v, ";", " "), "%q q=%d w=%d", &policy, &quota, &window); err != nil {
+		t.Fatalf("RateLimit-Policy %q: %v", v, err)
+	}
+	return policy, quota, window
+}
+
+// linkCount is how many live links tenant has, read through the gateway.
+func linkCount(t *testing.T, c *client) int {
+	t.Helper()
+	n, token := 0, ""
+	for {
+		r := c.do("GET", "/v1/links?page_size=1000"+token, "")
+		if r.code != http.StatusOK {
+			t.Fatalf("list links: %s", r)
+		}
+		var page struct {
+			Links         []json.RawMessage `json:"links"`
+			NextPageToken string            `json:"nextPageToken"`
+		}
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		n += len(page.Links)
+		if page.NextPageToken == "" {
+			return n
+		}
+		token = "&page_token=" + url.QueryEscape(page.NextPageToken)
+	}
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}

@@ -1,0 +1,221 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A client that obeys RateLimit (waits t seconds when r reaches 0) and
+// Retry-After never gets a 429 in a paced run over a small limit; a greedy
+// one that ignores them gets 429s with Retry-After = retry_after_ms rounded
+// up to whole seconds, and a request after that wait passes. Rule:
+// api/per-api-key of testdata/rules.yaml, 10 requests/s with a burst of 5.
+func TestPacedAndGreedyClients(t *testing.T) {
+	lim := startLimiter(t)
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.grpcAddr})
+
+	t.Run("paced", func(t *testing.T) {
+		c := newClient(t, gw, newTenant(t, gw, "free").key)
+		waits := 0
+		for i := range 16 {
+			r := c.do("GET", "/v1/links", "")
+			if r.code != http.StatusOK {
+				t.Fatalf("request %d of a paced client: %s (RateLimit %q, Retry-After %q)", i, r, r.header.Get("RateLimit"), r.header.Get("Retry-After"))
+			}
+			if p, q, w := ratePolicy(t, r.header); p != "api/per-api-key" || q != 600 || w != 60 {
+				t.Fatalf("RateLimit-Policy %q;q=%d;w=%d, want api/per-api-key q=600 w=60", p, q, w)
+			}
+			if _, remaining, reset := rateLimit(t, r.header); remaining == 0 {
+				waits++
+				time.Sleep(time.Duration(reset) * time.Second)
+			}
+		}
+		if waits < 2 {
+			t.Errorf("the paced client waited %d times over 16 requests; the burst is 5, so the headers should have made it wait", waits)
+		}
+	})
+
+	t.Run("greedy", func(t *testing.T) {
+		c := newClient(t, gw, newTenant(t, gw, "free").key)
+		const n = 40
+		answers := make([]response, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { answers[i] = c.do("GET", "/v1/links", "") })
+		}
+		wg.Wait()
+		ok, limited := 0, 0
+		for _, r := range answers {
+			switch r.code {
+			case http.StatusOK:
+				ok++
+			case http.StatusTooManyRequests:
+				limited++
+				checkTooMany(t, r, "api/per-api-key", 600, 60)
+			default:
+				t.Errorf("greedy request: %s", r)
+			}
+		}
+		if ok < 5 || limited == 0 {
+			t.Fatalf("greedy burst of %d: %d passed, %d limited; want at least the burst (5) to pass and some 429s", n, ok, limited)
+		}
+		// Obeying the Retry-After of one more refusal is enough.
+		var r response
+		for range 100 {
+			if r = c.do("GET", "/v1/links", ""); r.code != http.StatusOK {
+				break
+			}
+		}
+		checkTooMany(t, r, "api/per-api-key", 600, 60)
+		secs, _ := strconv.Atoi(r.header.Get("Retry-After"))
+		time.Sleep(time.Duration(secs) * time.Second)
+		if r = c.do("GET", "/v1/links", ""); r.code != http.StatusOK {
+			t.Errorf("after waiting Retry-After (%ds): %s", secs, r)
+		}
+	})
+}
+
+// checkTooMany checks a 429: the uniform body with RESOURCE_EXHAUSTED and
+// retry_after_ms > 0, Retry-After = retry_after_ms in whole seconds rounded
+// up, and the RateLimit fields of the denying policy with r=0.
+func checkTooMany(t *testing.T, r response, policy string, q, w int) {
+	t.Helper()
+	e := r.apiError(t)
+	ms, _ := e["retry_after_ms"].(float64)
+	secs, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if e["code"] != "RESOURCE_EXHAUSTED" || ms <= 0 || err != nil || secs != int(math.Ceil(ms/1000)) || secs < 1 {
+		t.Errorf("429: %s, Retry-After %q; want RESOURCE_EXHAUSTED, retry_after_ms > 0, Retry-After = ceil(retry_after_ms / 1000)", r, r.header.Get("Retry-After"))
+	}
+	if p, gotQ, gotW := ratePolicy(t, r.header); p != policy || gotQ != q || gotW != w {
+		t.Errorf("429 RateLimit-Policy %q;q=%d;w=%d, want %s q=%d w=%d", p, gotQ, gotW, policy, q, w)
+	}
+	if p, remaining, reset := rateLimit(t, r.header); p != policy || remaining != 0 || reset < 1 {
+		t.Errorf("429 RateLimit %q r=%d t=%d, want %s r=0 t>=1", p, remaining, reset, policy)
+	}
+}
+
+// Brute force: after 10 failed authentications (auth/per-ip: sliding log,
+// 10 per 15 min, fail closed) an IP gets 429 even with a valid key, while
+// other IPs with the same key pass. With the limiter stopped, the IP stays
+// blocked (the gateway remembers its failures), other IPs still pass (API
+// quota fails open), and an IP with no failure history is not locked out,
+// until it fails.
+func TestBruteForceBlocksIPEvenWithValidKey(t *testing.T) {
+	lim := startLimiter(t)
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.grpcAddr, "KURZ_GATEWAY_LIMITER_TIMEOUT": "500ms"})
+	tn := newTenant(t, gw, "free")
+	const unknownKey = "kurz_AAAAAAAAAAAA_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+	attacker := newClient(t, gw, unknownKey)
+	for i := range 10 {
+		r := attacker.do("GET", "/v1/links", "")
+		if e := r.apiError(t); r.code != http.StatusUnauthorized || e["code"] != "UNAUTHENTICATED" {
+			t.Fatalf("bad key, attempt %d: %s; want 401", i+1, r)
+		}
+		if p, remaining, _ := rateLimit(t, r.header); p != "auth/per-ip" || remaining != 9-i {
+			t.Errorf("attempt %d: RateLimit %q r=%d; want auth/per-ip with %d failures left", i+1, p, remaining, 9-i)
+		}
+	}
+	for _, key := range []string{unknownKey, tn.key, "not even a key"} {
+		r := attacker.with(key).do("GET", "/v1/links", "")
+		if r.code != http.StatusTooManyRequests {
+			t.Fatalf("blocked IP with key %.12s…: %s; want 429", key, r)
+		}
+		checkTooMany(t, r, "auth/per-ip", 10, 900)
+	}
+	if r := attacker.with("").do("POST", "/v1/links", `{"longUrl":"https://example.com/x"}`); r.code != http.StatusCreated {
+		t.Errorf("anonymous creation from the blocked IP (no credential tried): %s; want 201", r)
+	}
+	other := newClient(t, gw, tn.key)
+	if r := other.do("GET", "/v1/links", ""); r.code != http.StatusOK {
+		t.Fatalf("valid key from another IP: %s; want 200", r)
+	}
+	t.Cleanup(func() {
+		_, _ = stack.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = 'anonymous' AND long_url = 'https://example.com/x'`)
+	})
+
+	if err := lim.stop(); err != nil {
+		t.Fatalf("stop the limiter: %v", err)
+	}
+	r := attacker.with(tn.key).do("GET", "/v1/links", "")
+	if r.code != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Errorf("blocked IP with a valid key, limiter stopped: %s; want 429 with Retry-After (fail closed)", r)
+	}
+	if r := other.do("GET", "/v1/links", ""); r.code != http.StatusOK || r.header.Get("RateLimit") != "" {
+		t.Errorf("valid key from a clean IP, limiter stopped: %s (RateLimit %q); want 200 without RateLimit fields (fail open)", r, r.header.Get("RateLimit"))
+	}
+	fresh := newClient(t, gw, unknownKey)
+	if r := fresh.do("GET", "/v1/links", ""); r.code != http.StatusUnauthorized {
+		t.Errorf("bad key from an IP without failures, limiter stopped: %s; want 401 (not locked out)", r)
+	}
+	if r := fresh.with(tn.key).do("GET", "/v1/links", ""); r.code != http.StatusTooManyRequests {
+		t.Errorf("the same IP, now with a failure, limiter stopped: %s; want 429", r)
+	}
+	_, metrics := gw.Get(t, "/metrics")
+	for _, want := range []string{`kurz_gateway_quota_degraded_total{domain="api"`, `kurz_gateway_quota_degraded_total{domain="auth"`, `kurz_gateway_auth_failures_total{`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// An admin plan change reaches the limiter (rules in PostgreSQL, refreshed
+// only by NOTIFY here) within a second or two: the RateLimit-Policy of the
+// tenant's next requests carries the new plan's numbers. The change is in
+// both tables; an unknown plan is a 400 that lists the known ones and
+// changes nothing.
+func TestPlanChangeReachesTheLimiter(t *testing.T) {
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.limiterPG.grpcAddr})
+	tn := newTenant(t, gw, "free")
+	c := newClient(t, gw, tn.key)
+	admin := newClient(t, gw, adminToken)
+	// Bootstrap plans (rule: limit per minute): the deciding rule is the
+	// one with the least headroom, either of these.
+	plans := map[string]map[string]int{
+		"free": {"api/per-api-key": 60, "api/per-tenant": 300},
+		"pro":  {"api/per-api-key": 6000, "api/per-tenant": 30000},
+	}
+	on := func(plan string) func() bool {
+		return func() bool {
+			r := c.do("GET", "/v1/links", "")
+			if r.header.Get("RateLimit-Policy") == "" {
+				return false
+			}
+			p, q, _ := ratePolicy(t, r.header)
+			return plans[plan][p] == q
+		}
+	}
+	if !eventually(5*time.Second, 50*time.Millisecond, on("free")) {
+		t.Fatal("the new tenant's plan free never reached the limiter")
+	}
+	r := admin.do("PATCH", "/v1/admin/tenants/"+tn.id, `{"plan":"pro"}`)
+	committed := time.Now()
+	if r.code != http.StatusOK || r.json(t)["plan"] != "pro" {
+		t.Fatalf("PATCH plan pro: %s", r)
+	}
+	ok := eventually(2*time.Second, 20*time.Millisecond, on("pro"))
+	took := time.Since(committed)
+	if !ok {
+		t.Fatalf("plan pro not applied %v after the change", took)
+	}
+	t.Logf("plan pro applied at the edge %v after the admin call", took)
+
+	r = admin.do("PATCH", "/v1/admin/tenants/"+tn.id, `{"plan":"platinum"}`)
+	if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(e["message"]), `unknown plan "platinum"; known plans: `) ||
+		!strings.Contains(fmt.Sprint(e["message"]), "free") {
+		t.Errorf("unknown plan: %s; want 400 listing the known plans", r)
+	}
+	var gwPlan, rlPlan string
+	if err := stack.db.QueryRow(context.Background(), `SELECT g.plan, r.plan FROM gw_tenants g JOIN rl_tenant_plans r ON r.tenant = g.id WHERE g.id = $1`, tn.id).Scan(&gwPlan, &rlPlan); err != nil {
+		t.Fatal(err)
+	}
+	if gwPlan != "pro" || rlPlan != "pro" {
+		t.Errorf("plans stored: gateway %q, limiter %q; want pro in both", gwPlan, rlPlan)
+	}
+}

@@ -1,0 +1,177 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The "Using the API" section of services/gateway/README.md, run verbatim:
+// its ```sh blocks in order, in one bash, against a test gateway whose
+// limiter has the rules in PostgreSQL (the bootstrap's, as under make up).
+// Only the variables the README documents differ (KURZ,
+// KURZ_GATEWAY_ADMIN_TOKEN, TENANT). Each block's output is compared with
+// the block that follows it, with the test's values read back as the
+// README's (the gateway's address, the tenant "acme"); "…" there matches
+// whatever changes from run to run.
+func TestREADMEExamples(t *testing.T) {
+	blocks := readmeBlocks(t)
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.limiterPG.grpcAddr})
+	tenantID := newTenantID(t)
+	cleanupTenants(t, tenantID)
+	start := time.Now()
+	t.Cleanup(func() {
+		_, _ = stack.db.Exec(context.Background(),
+			`DELETE FROM links WHERE tenant = 'anonymous' AND long_url = 'https://example.com/c' AND created_at >= $1`, start.Add(-time.Minute))
+	})
+
+	// The README's client is one address behind a proxy the gateway
+	// trusts: a fresh IP for this run, so its limits are its own.
+	target, _ := url.Parse(gw.HTTP)
+	ip := newIP()
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.Out.Header.Set("X-Forwarded-For", ip)
+	}}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rp.ServeHTTP(respelled{w}, r)
+	}))
+	t.Cleanup(proxy.Close)
+
+	const marker = "@@@ end of block @@@"
+	var script strings.Builder
+	for _, b := range blocks {
+		script.WriteString(b.code)
+		script.WriteString("\necho '" + marker + "'\n")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("bash", "--noprofile", "--norc", "-c", script.String())
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KURZ="+proxy.URL, "KURZ_GATEWAY_ADMIN_TOKEN="+adminToken, "TENANT="+tenantID, "LC_ALL=C.UTF-8")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	got := strings.ReplaceAll(string(out), "\r\n", "\n")
+	got = strings.NewReplacer(proxy.URL, "http://127.0.0.1:8080", `"`+tenantID+`"`, `"acme"`).Replace(got)
+	outputs := strings.Split(got, marker+"\n")
+	if len(outputs) != len(blocks)+1 {
+		t.Fatalf("%d blocks ran, %d outputs:\n%s", len(blocks), len(outputs)-1, got)
+	}
+	for i, b := range blocks {
+		if b.want == "" {
+			continue
+		}
+		if problem := matchOutput(b.want, outputs[i]); problem != "" {
+			t.Errorf("README block %d (line %d):\n%s\n%s\ngot:\n%s", i+1, b.line, b.code, problem, outputs[i])
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(dir, "qr.png")); err != nil {
+		t.Errorf("the QR example wrote no qr.png: %v", err)
+	}
+	if r := newClient(t, gw, adminToken).do("GET", "/v1/admin/tenants/"+tenantID, ""); r.code != http.StatusOK || r.json(t)["plan"] != "pro" {
+		t.Errorf("the README's tenant afterwards: %s; want it on pro", r)
+	}
+}
+
+// readmeBlock is one ```sh block of the README and the output block that
+// follows it, if any.
+type readmeBlock struct {
+	code, want string
+	line       int // where the code starts (0-based)
+	end        int // the line of its closing fence
+}
+
+// readmeBlocks reads the ```sh blocks of the "Using the API" section and,
+// for each, the fenced block right after it (```json or ```text) as its
+// expected output.
+func readmeBlocks(t *testing.T) []readmeBlock {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(raw), "\n")
+	in := false
+	var blocks []readmeBlock
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		switch {
+		case strings.HasPrefix(l, "## "):
+			in = l == "## Using the API"
+			continue
+		case !in || !strings.HasPrefix(l, "```") || l == "```":
+			continue
+		}
+		lang, start := strings.TrimPrefix(l, "```"), i+1
+		for i++; i < len(lines) && lines[i] != "```"; i++ {
+		}
+		body := strings.Join(lines[start:i], "\n") + "\n"
+		if lang == "sh" {
+			blocks = append(blocks, readmeBlock{code: body, line: start, end: i})
+			continue
+		}
+		// An output block: it belongs to the sh block just before it, with
+		// only blank lines between.
+		if n := len(blocks); n > 0 && blocks[n-1].want == "" && strings.TrimSpace(strings.Join(lines[blocks[n-1].end+1:start-1], "")) == "" {
+			blocks[n-1].want = body
+		} else {
+			t.Fatalf("README line %d: a ```%s block that follows no ```sh block", start, lang)
+		}
+	}
+	if len(blocks) < 5 {
+		t.Fatalf("found %d sh blocks under \"## Using the API\"", len(blocks))
+	}
+	return blocks
+}
+
+// matchOutput compares an output with the README's, line by line; "…" in
+// the README matches any run of characters within a line.
+func matchOutput(want, got string) string {
+	wl := strings.Split(strings.TrimRight(want, "\n"), "\n")
+	gl := strings.Split(strings.TrimRight(got, "\n"), "\n")
+	if len(wl) != len(gl) {
+		return fmt.Sprintf("want %d lines, got %d", len(wl), len(gl))
+	}
+	for i := range wl {
+		parts := strings.Split(wl[i], "…")
+		for j, p := range parts {
+			parts[j] = regexp.QuoteMeta(p)
+		}
+		if !regexp.MustCompile("^" + strings.Join(parts, ".*?") + "$").MatchString(gl[i]) {
+			return fmt.Sprintf("line %d: want %s\n             got  %s", i+1, wl[i], gl[i])
+		}
+	}
+	return ""
+}
+
+// respelled gives back the gateway's spelling of the field names the README
+// shows, which Go's client canonicalises as it reads a response
+// ("Ratelimit-Policy"), before the test proxy passes the response on.
+type respelled struct{ http.ResponseWriter }
+
+func (w respelled) WriteHeader(code int) {
+	h := w.Header()
+	for _, name := range []string{"RateLimit", "RateLimit-Policy", "X-Request-ID"} {
+		if v, ok := h[http.CanonicalHeaderKey(name)]; ok {
+			delete(h, http.CanonicalHeaderKey(name))
+			h[name] = v
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w respelled) Unwrap() http.ResponseWriter { return w.ResponseWriter }

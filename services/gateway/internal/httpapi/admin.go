@@ -1,0 +1,180 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"kurz.dev/services/gateway/internal/keystore"
+)
+
+// tenantJSON is a tenant in the admin API.
+type tenantJSON struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Plan       string `json:"plan"`
+	CreateTime string `json:"createTime"`
+}
+
+// keyJSON is an API key's metadata; Key is set only in the answer that
+// creates it.
+type keyJSON struct {
+	ID         string `json:"id"`
+	Key        string `json:"key,omitempty"`
+	Tenant     string `json:"tenant"`
+	Name       string `json:"name"`
+	CreateTime string `json:"createTime"`
+	RevokeTime string `json:"revokeTime,omitempty"`
+}
+
+func timeJSON(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func tenantOut(t keystore.Tenant) tenantJSON {
+	return tenantJSON{ID: t.ID, Name: t.Name, Plan: t.Plan, CreateTime: timeJSON(t.Created)}
+}
+
+func keyOut(k keystore.Key) keyJSON {
+	out := keyJSON{ID: k.ID, Tenant: k.Tenant, Name: k.Name, CreateTime: timeJSON(k.Created)}
+	if k.Revoked != nil {
+		out.RevokeTime = timeJSON(*k.Revoked)
+	}
+	return out
+}
+
+// storeError maps the key store's errors to answers.
+func storeError(err error) error {
+	var unknown *keystore.UnknownPlanError
+	switch {
+	case errors.Is(err, keystore.ErrNotFound):
+		return notFound("no such tenant or key")
+	case errors.Is(err, keystore.ErrExists):
+		return newError(http.StatusConflict, "ALREADY_EXISTS", "a tenant with this id exists already")
+	case errors.As(err, &unknown):
+		return badRequest(unknown.Error())
+	case errors.Is(err, keystore.ErrPlansUnavailable):
+		return unavailable("plans cannot be set: the limiter's rule tables are not in the gateway's database (run the limiter with KURZ_LIMITER_RULES_SOURCE=postgres on it)", err)
+	}
+	return internalError(err)
+}
+
+func (a *API) createTenant(c *call) error {
+	b, err := a.readBody(c, false)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		ID   string `json:"id"`
+		Name string `json:"name"`
+		Plan string `json:"plan"`
+	}
+	if err := decodeJSON(b, &body); err != nil {
+		return err
+	}
+	if p := keystore.TenantIDProblem(body.ID); p != "" {
+		return badRequest(p)
+	}
+	if p := keystore.NameProblem(body.Name); p != "" {
+		return badRequest(p)
+	}
+	if body.Plan == "" {
+		return badRequest("plan is required, e.g. \"free\" or \"pro\"")
+	}
+	t, err := a.keys.CreateTenant(c.r.Context(), keystore.Tenant{ID: body.ID, Name: body.Name, Plan: body.Plan})
+	if err != nil {
+		return storeError(err)
+	}
+	a.log.InfoContext(c.r.Context(), "tenant created", "tenant", t.ID, "plan", t.Plan, "request_id", c.st.id)
+	c.w.Header().Set("Location", "/v1/admin/tenants/"+t.ID)
+	writeJSON(c.w, http.StatusCreated, tenantOut(t))
+	return nil
+}
+
+func (a *API) getTenant(c *call) error {
+	t, err := a.keys.Tenant(c.r.Context(), c.r.PathValue("tenant"))
+	if err != nil {
+		return storeError(err)
+	}
+	writeJSON(c.w, http.StatusOK, tenantOut(t))
+	return nil
+}
+
+// updateTenant changes a tenant's plan; the limiter applies it within a
+// second (its rule tables NOTIFY every limiter).
+func (a *API) updateTenant(c *call) error {
+	b, err := a.readBody(c, false)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Plan string `json:"plan"`
+	}
+	if err := decodeJSON(b, &body); err != nil {
+		return err
+	}
+	if body.Plan == "" {
+		return badRequest("plan is required: PATCH changes a tenant's plan")
+	}
+	t, err := a.keys.SetPlan(c.r.Context(), c.r.PathValue("tenant"), body.Plan)
+	if err != nil {
+		return storeError(err)
+	}
+	a.log.InfoContext(c.r.Context(), "tenant plan changed", "tenant", t.ID, "plan", t.Plan, "request_id", c.st.id)
+	writeJSON(c.w, http.StatusOK, tenantOut(t))
+	return nil
+}
+
+// issueKey creates a key and shows it, once.
+func (a *API) issueKey(c *call) error {
+	b, err := a.readBody(c, true)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Name string `json:"name"`
+	}
+	if len(b) > 0 {
+		if err := decodeJSON(b, &body); err != nil {
+			return err
+		}
+	}
+	if p := keystore.NameProblem(body.Name); p != "" {
+		return badRequest(p)
+	}
+	tenant := c.r.PathValue("tenant")
+	k, full, err := a.keys.IssueKey(c.r.Context(), tenant, body.Name)
+	if err != nil {
+		return storeError(err)
+	}
+	a.log.InfoContext(c.r.Context(), "api key issued", "tenant", tenant, "key_id", k.ID, "request_id", c.st.id)
+	out := keyOut(k)
+	out.Key = full
+	c.w.Header().Set("Cache-Control", "no-store")
+	writeJSON(c.w, http.StatusCreated, out)
+	return nil
+}
+
+func (a *API) listKeys(c *call) error {
+	keys, err := a.keys.Keys(c.r.Context(), c.r.PathValue("tenant"))
+	if err != nil {
+		return storeError(err)
+	}
+	out := struct {
+		Keys []keyJSON `json:"keys"`
+	}{Keys: []keyJSON{}}
+	for _, k := range keys {
+		out.Keys = append(out.Keys, keyOut(k))
+	}
+	writeJSON(c.w, http.StatusOK, out)
+	return nil
+}
+
+// revokeKey revokes a key: the very next request with it is refused.
+func (a *API) revokeKey(c *call) error {
+	tenant, id := c.r.PathValue("tenant"), c.r.PathValue("key")
+	if _, err := a.keys.RevokeKey(c.r.Context(), tenant, id); err != nil {
+		return storeError(err)
+	}
+	a.log.InfoContext(c.r.Context(), "api key revoked", "tenant", tenant, "key_id", id, "request_id", c.st.id)
+	c.w.WriteHeader(http.StatusNoContent)
+	return nil
+}

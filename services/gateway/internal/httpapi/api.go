@@ -1,0 +1,269 @@
+// Package httpapi is the gateway's public JSON API: the routes over the
+// shortener and analytics services, API-key and admin authentication, the
+// edge rate limits with their RateLimit headers, brute-force protection, and
+// one mapping of errors to HTTP answers.
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/quota"
+	"kurz.dev/services/gateway/internal/keystore"
+)
+
+// failMemoryCapacity bounds the IPs remembered for failed authentications
+// (about 100 bytes each).
+const failMemoryCapacity = 100_000
+
+// defaultFailTTL is how long a failure is remembered until the limiter has
+// reported the auth rule's window (the bootstrap rule's 15 minutes).
+const defaultFailTTL = 15 * time.Minute
+
+// Options are the API's settings.
+type Options struct {
+	// MaxBodyBytes bounds a request body; larger ones are answered 413.
+	MaxBodyBytes int64
+	// MaxHeaderBytes bounds the request's header fields; larger ones are
+	// answered 431.
+	MaxHeaderBytes int
+	// AllowAnonymous lets requests without a key create links as tenant
+	// "anonymous" (POST /v1/links and POST /links).
+	AllowAnonymous bool
+	// AdminToken guards /v1/admin/...; empty disables the admin API (404).
+	AdminToken string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies []netip.Prefix
+	// CallTimeout bounds each call to a service behind the gateway.
+	CallTimeout time.Duration
+}
+
+// KeyStore is what the API needs of the tenant and key store.
+type KeyStore interface {
+	Authenticate(ctx context.Context, key string) (keystore.Principal, error)
+	CreateTenant(ctx context.Context, t keystore.Tenant) (keystore.Tenant, error)
+	Tenant(ctx context.Context, id string) (keystore.Tenant, error)
+	SetPlan(ctx context.Context, id, plan string) (keystore.Tenant, error)
+	IssueKey(ctx context.Context, tenant, name string) (keystore.Key, string, error)
+	Keys(ctx context.Context, tenant string) ([]keystore.Key, error)
+	RevokeKey(ctx context.Context, tenant, id string) (keystore.Key, error)
+}
+
+// Deps are the API's collaborators.
+type Deps struct {
+	Shortener shortenerv1.ShortenerServiceClient
+	Analytics analyticsv1.AnalyticsServiceClient
+	// Quota must be built over RecordWindows(conn) for RateLimit-Policy to
+	// carry the window.
+	Quota *quota.Client
+	Keys  KeyStore
+	Log   *slog.Logger
+	Meter metric.Meter
+}
+
+// API serves the routes. Register them on a mux, then serve Wrap(mux).
+type API struct {
+	opts      Options
+	shortener shortenerv1.ShortenerServiceClient
+	analytics analyticsv1.AnalyticsServiceClient
+	quota     *quota.Client
+	keys      KeyStore
+	log       *slog.Logger
+	adminHash [sha256.Size]byte
+	failures  *failMemory
+	routes    []route
+	m         instruments
+}
+
+type instruments struct {
+	requests     metric.Int64Counter
+	duration     metric.Float64Histogram
+	degraded     metric.Int64Counter
+	authFailures metric.Int64Counter
+}
+
+// New builds the API.
+func New(opts Options, d Deps) (*API, error) {
+	if opts.MaxBodyBytes <= 0 || opts.MaxHeaderBytes <= 0 || opts.CallTimeout <= 0 {
+		return nil, errors.New("httpapi: MaxBodyBytes, MaxHeaderBytes and CallTimeout must be positive")
+	}
+	a := &API{
+		opts: opts, shortener: d.Shortener, analytics: d.Analytics, quota: d.Quota, keys: d.Keys, log: d.Log,
+		adminHash: sha256.Sum256([]byte(opts.AdminToken)),
+		failures:  newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
+	}
+	var errs []error
+	counter := func(name, desc, unit string) metric.Int64Counter {
+		c, err := d.Meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return c
+	}
+	a.m.requests = counter("kurz.gateway.requests", "HTTP requests by route (mux pattern) and status", "{request}")
+	a.m.degraded = counter("kurz.gateway.quota.degraded",
+		"Limiter calls that got no answer in time (or FAIL_CLOSED): api quotas failed open, the auth rule fell back to the gateway's memory of recent failures", "{call}")
+	a.m.authFailures = counter("kurz.gateway.auth.failures", "Failed authentications by reason (counted per client IP by the limiter's auth rule)", "{request}")
+	var err error
+	a.m.duration, err = d.Meter.Float64Histogram("kurz.gateway.request.duration",
+		metric.WithDescription("HTTP request latency by route"), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	a.routes = a.table()
+	return a, nil
+}
+
+// access is what a route asks of its caller.
+type access int
+
+const (
+	// public routes need nothing and are not rate-limited (the OpenAPI
+	// document).
+	public access = iota
+	// tenantKey routes need an API key.
+	tenantKey
+	// tenantOrAnonymous routes take an API key, or act as tenant
+	// "anonymous" without one when Options.AllowAnonymous.
+	tenantOrAnonymous
+	// adminToken routes need the admin token.
+	adminToken
+)
+
+// route is one registered pattern.
+type route struct {
+	pattern string // "METHOD /path", as given to http.ServeMux
+	access  access
+	// query lists the query parameters the route takes; others are a 400.
+	query  []string
+	handle func(c *call) error
+}
+
+// Register adds the API's routes to mux. Admin routes are left out when no
+// admin token is configured, so they answer 404.
+func (a *API) Register(mux *http.ServeMux) {
+	for _, rt := range a.routes {
+		if rt.access == adminToken && a.opts.AdminToken == "" {
+			continue
+		}
+		mux.Handle(rt.pattern, a.serve(rt))
+	}
+}
+
+// Routes lists the patterns of every API route (admin ones included), for
+// the OpenAPI document's test.
+func (a *API) Routes() []string {
+	out := make([]string, 0, len(a.routes))
+	for _, rt := range a.routes {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
+// call is one request on its way through a route.
+type call struct {
+	w  http.ResponseWriter
+	r  *http.Request
+	st *reqState
+	// keyID is the authenticating API key's ID; empty for anonymous calls.
+	keyID string
+}
+
+// tenant is the tenant the call acts for ("" before authentication and on
+// admin routes).
+func (c *call) tenant() string { return c.st.tenant }
+
+// downstream returns the context for a call to a service behind the
+// gateway: tenant and client IP as metadata (pkg/callmeta), bounded by the
+// call timeout.
+func (a *API) downstream(c *call) (context.Context, context.CancelFunc) {
+	ctx := callmeta.Outgoing(c.r.Context(), c.tenant(), c.st.ip)
+	return context.WithTimeout(ctx, a.opts.CallTimeout)
+}
+
+// serve runs one route: admission (authentication, brute-force guard, edge
+// quota), query parameter check, then the handler. Every error goes out
+// through toAPIError and writeError.
+func (a *API) serve(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &call{w: w, r: r, st: stateOf(r)}
+		err := a.admit(c, rt)
+		if err == nil {
+			err = checkQuery(r, rt.query)
+		}
+		if err == nil {
+			err = rt.handle(c)
+		}
+		if err != nil {
+			a.fail(c, err)
+		}
+	})
+}
+
+// fail writes err as the error answer, logging what the client does not see.
+func (a *API) fail(c *call, err error) {
+	e := toAPIError(err)
+	if e.cause != nil && e.status >= 500 {
+		a.log.WarnContext(c.r.Context(), "request failed", "route", c.st.route, "status", e.status,
+			"request_id", c.st.id, "err", e.cause)
+	}
+	writeError(c.w, c.st.id, e)
+}
+
+func (a *API) admit(c *call, rt route) error {
+	switch rt.access {
+	case adminToken:
+		return a.authenticateAdmin(c)
+	case tenantKey, tenantOrAnonymous:
+		if err := a.authenticate(c, rt.access == tenantOrAnonymous); err != nil {
+			return err
+		}
+		return a.edgeQuota(c, rt.pattern)
+	}
+	return nil
+}
+
+// edgeQuota asks the limiter about the call (domain api, fail-open) and
+// writes the deciding rule's RateLimit fields.
+func (a *API) edgeQuota(c *call, pattern string) error {
+	desc := map[string]string{"tenant": c.tenant(), "route": pattern}
+	if c.st.ip != "" {
+		desc["ip"] = c.st.ip
+	}
+	if c.keyID != "" {
+		desc["api_key"] = c.keyID
+	}
+	var rec windowRecord
+	ctx := c.r.Context()
+	d := a.quota.Check(withWindow(ctx, &rec), DomainAPI, desc, 1, quota.FailOpen)
+	if d.Degraded {
+		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAPI)))
+		return nil
+	}
+	setRateLimitHeaders(c.w.Header(), DomainAPI, d, rec.window)
+	if !d.Allowed {
+		return denied(DomainAPI, d, "rate limit exceeded")
+	}
+	if d.Delay > 0 { // a leaky bucket in queue mode: wait for what is ahead
+		t := time.NewTimer(d.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/quota"
+	"kurz.dev/services/gateway/internal/keystore"
+)
+
+func unauthenticated(msg, bearerError string) *apiError {
+	e := newError(http.StatusUnauthorized, "UNAUTHENTICATED", msg)
+	challenge := `Bearer realm="kurz"`
+	if bearerError != "" {
+		challenge += `, error="` + bearerError + `"`
+	}
+	e.header = http.Header{"Www-Authenticate": {challenge}}
+	return e
+}
+
+// bearer returns the token of a single "Authorization: Bearer <token>".
+func bearer(values []string) (string, bool) {
+	if len(values) != 1 {
+		return "", false
+	}
+	scheme, token, ok := strings.Cut(strings.TrimSpace(values[0]), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" || strings.ContainsAny(token, " \t") {
+		return "", false
+	}
+	return token, true
+}
+
+// authenticate resolves the tenant a call acts for: from its API key, or
+// "anonymous" on routes that allow it when the request carries no key. A
+// request carrying credentials is first checked against the brute-force
+// rule, so a blocked address gets 429 even with a valid key.
+func (a *API) authenticate(c *call, anonymousOK bool) error {
+	values := c.r.Header.Values("Authorization")
+	if len(values) == 0 {
+		if anonymousOK && a.opts.AllowAnonymous {
+			c.st.setTenant(callmeta.AnonymousTenant)
+			return nil
+		}
+		return unauthenticated("an API key is required: send Authorization: Bearer <key>", "")
+	}
+	if err := a.checkAuthFailures(c); err != nil {
+		return err
+	}
+	token, ok := bearer(values)
+	if !ok {
+		return a.authFailed(c, "malformed", "", `the Authorization header must be one "Bearer <key>"`)
+	}
+	p, err := a.keys.Authenticate(c.r.Context(), token)
+	if errors.Is(err, keystore.ErrInvalidKey) {
+		id, _ := keystore.ParseKeyID(token)
+		return a.authFailed(c, "invalid_key", id, "the API key is invalid or revoked")
+	}
+	if err != nil {
+		return unavailable("authentication is temporarily unavailable; try again", err)
+	}
+	c.keyID = p.KeyID
+	c.st.setTenant(p.Tenant)
+	return nil
+}
+
+// authenticateAdmin checks the admin token in constant time (of equal-length
+// digests). Failures count against the client IP like bad API keys.
+func (a *API) authenticateAdmin(c *call) error {
+	values := c.r.Header.Values("Authorization")
+	if len(values) == 0 {
+		return unauthenticated("the admin API needs Authorization: Bearer <admin token>", "")
+	}
+	if err := a.checkAuthFailures(c); err != nil {
+		return err
+	}
+	token, ok := bearer(values)
+	sum := sha256.Sum256([]byte(token))
+	if !ok || subtle.ConstantTimeCompare(sum[:], a.adminHash[:]) != 1 {
+		return a.authFailed(c, "admin_token", "", "the admin token is invalid")
+	}
+	return nil
+}
+
+// limiterBlind reports whether a decision of the auth rule says nothing
+// about the IP: the limiter did not answer, or Redis did not and the rule
+// failed closed for everyone.
+func limiterBlind(d quota.Decision) bool {
+	return d.Degraded || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED
+}
+
+// checkAuthFailures looks (cost 0) at the auth rule for the client IP and
+// refuses the call when the IP has used up its failures. When the limiter
+// cannot tell, the rule fails closed only for IPs this gateway saw failing
+// within the rule's window: a Redis or limiter outage must not lock every
+// user out, only the addresses already guessing.
+func (a *API) checkAuthFailures(c *call) error {
+	ctx, ip := c.r.Context(), c.st.ip
+	desc := map[string]string{"ip": ip}
+	var rec windowRecord
+	d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, desc, quota.FailClosed)
+	if limiterBlind(d) {
+		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
+		if _, seen := a.failures.recent(ip); !seen {
+			return nil
+		}
+		e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+			"too many failed authentications from this address; retry later")
+		e.retryAfter = max(d.RetryAfter, time.Second)
+		return e
+	}
+	a.failures.setTTL(rec.window)
+	if d.Rule == "" || (d.Allowed && d.Remaining > 0) {
+		return nil
+	}
+	// Remember the block here too: the failures may have been counted by
+	// another replica, and this one must keep the IP out if Redis fails.
+	a.failures.add(ip)
+	setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
+	return denied(DomainAuth, d, "too many failed authentications from this address")
+}
+
+// authFailed counts a failed authentication against the client IP (in the
+// limiter and in the gateway's memory), logs it without the credential, and
+// returns the 401.
+func (a *API) authFailed(c *call, reason, keyID, msg string) error {
+	ctx, ip := c.r.Context(), c.st.ip
+	a.failures.add(ip)
+	a.m.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+	var rec windowRecord
+	d := a.quota.Check(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": ip}, 1, quota.FailClosed)
+	if limiterBlind(d) {
+		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
+	} else {
+		a.failures.setTTL(rec.window)
+		setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
+	}
+	a.log.InfoContext(ctx, "authentication failed", "reason", reason, "key_id", keyID, "ip", ip,
+		"route", c.st.route, "request_id", c.st.id, "failures_left", d.Remaining, "limiter_blind", limiterBlind(d))
+	bearerErr := "invalid_token"
+	if reason == "malformed" {
+		bearerErr = "invalid_request"
+	}
+	return unauthenticated(msg, bearerErr)
+}

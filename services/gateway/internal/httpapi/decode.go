@@ -1,0 +1,140 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// readBody reads the request body up to Options.MaxBodyBytes: larger is a
+// 413, an empty one a 400 unless emptyOK.
+func (a *API) readBody(c *call, emptyOK bool) ([]byte, error) {
+	max := a.opts.MaxBodyBytes
+	tooLarge := newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge,
+		fmt.Sprintf("the request body is larger than %d bytes", max))
+	if c.r.ContentLength > max {
+		return nil, tooLarge
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, max))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge
+	case err != nil:
+		return nil, badRequest("the request body could not be read")
+	case len(bytes.TrimSpace(b)) == 0 && !emptyOK:
+		return nil, badRequest("the request body is empty: send a JSON object")
+	}
+	return b, nil
+}
+
+// decodeProto reads a JSON body into a proto message with the proto JSON
+// names ("longUrl"); unknown fields, wrong types and malformed JSON are a
+// 400 whose message names the problem and where it is.
+func decodeProto(b []byte, m proto.Message) error {
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(b, m); err != nil {
+		return badRequest("invalid JSON body: " + protojsonProblem(err))
+	}
+	return nil
+}
+
+// protojsonProblem strips the library's prefix ("proto:" and a space it
+// varies on purpose) from a protojson error; the rest names the line and
+// column, and the field or token.
+func protojsonProblem(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "proto:")
+	return strings.TrimLeft(msg, " \u00a0")
+}
+
+// decodeJSON reads a JSON object body into v (a struct with json tags),
+// refusing unknown fields and trailing data.
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("invalid JSON body: " + jsonProblem(err))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("invalid JSON body: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func jsonProblem(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("syntax error at byte %d: %s", syn.Offset, syn.Error())
+	case errors.As(err, &typ) && typ.Field != "":
+		return fmt.Sprintf("field %q must be %s, not a JSON %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("the body must be a JSON object, not a JSON %s", typ.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "the JSON ends too early"
+	}
+	// "json: unknown field \"x\"" and friends.
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "true or false"
+	case "int", "int32", "int64", "uint32", "uint64", "float64":
+		return "a number"
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "an array"
+	}
+	return goKind
+}
+
+// writeJSON sends v as compact JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"INTERNAL","message":"internal error; try again later"}}`)
+	}
+	send(w, status, "application/json", append(b, '\n'))
+}
+
+// protoJSON is how messages are written: proto JSON names, enums by name,
+// scalars even when zero (so "disabled": false is there), unset messages
+// left out.
+var protoJSON = protojson.MarshalOptions{EmitDefaultValues: true}
+
+// writeProto sends m in proto JSON, compacted: protojson varies its
+// whitespace on purpose, and clients (and the README's examples) deserve
+// stable bytes.
+func writeProto(w http.ResponseWriter, status int, m proto.Message) error {
+	raw, err := protoJSON.Marshal(m)
+	if err != nil {
+		return internalError(fmt.Errorf("marshal %T: %w", m, err))
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return internalError(fmt.Errorf("compact %T: %w", m, err))
+	}
+	buf.WriteByte('\n')
+	send(w, status, "application/json", buf.Bytes())
+	return nil
+}
+
+func send(w http.ResponseWriter, status int, contentType string, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

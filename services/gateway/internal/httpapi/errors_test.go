@@ -1,0 +1,98 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func withDetails(t *testing.T, c codes.Code, msg string, details ...protoadapt.MessageV1) error {
+	t.Helper()
+	st, err := status.New(c, msg).WithDetails(details...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Err()
+}
+
+// Every gRPC code maps to one HTTP status, and only user-facing messages
+// get through: 5xx and transport errors are generic, 4xx keep the service's
+// words and details, RetryInfo becomes the retry delay.
+func TestToAPIError(t *testing.T) {
+	kurzInfo := &errdetails.ErrorInfo{Reason: "RATE_LIMITED", Domain: "kurz.dev"}
+	retry := &errdetails.RetryInfo{RetryDelay: durationpb.New(1500 * time.Millisecond)}
+	for name, tc := range map[string]struct {
+		err        error
+		status     int
+		code, msg  string
+		retryAfter time.Duration
+		details    int
+	}{
+		"invalid argument": {withDetails(t, codes.InvalidArgument, "long_url is required",
+			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "long_url"}}}),
+			400, "INVALID_ARGUMENT", "long_url is required", 0, 1},
+		"not found":           {status.Error(codes.NotFound, "no such link"), 404, "NOT_FOUND", "no such link", 0, 0},
+		"already exists":      {status.Error(codes.AlreadyExists, "alias taken"), 409, "ALREADY_EXISTS", "alias taken", 0, 0},
+		"unauthenticated":     {status.Error(codes.Unauthenticated, "no tenant"), 401, "UNAUTHENTICATED", "no tenant", 0, 0},
+		"permission denied":   {status.Error(codes.PermissionDenied, "not yours"), 403, "PERMISSION_DENIED", "not yours", 0, 0},
+		"failed precondition": {status.Error(codes.FailedPrecondition, "link disabled"), 400, "FAILED_PRECONDITION", "link disabled", 0, 0},
+		"aborted":             {status.Error(codes.Aborted, "conflict"), 409, "ABORTED", "conflict", 0, 0},
+		"out of range":        {status.Error(codes.OutOfRange, "too far"), 400, "OUT_OF_RANGE", "too far", 0, 0},
+		"kurz rate limit": {withDetails(t, codes.ResourceExhausted, "too many links created; retry after 2s", kurzInfo, retry),
+			429, "RESOURCE_EXHAUSTED", "too many links created; retry after 2s", 1500 * time.Millisecond, 1},
+		"grpc's own resource exhausted": {status.Error(codes.ResourceExhausted, "grpc: received message larger than max (5000000 vs. 4194304)"),
+			429, "RESOURCE_EXHAUSTED", "too many requests; try again later", time.Second, 0},
+		"kurz unavailable": {withDetails(t, codes.Unavailable, "link creation is paused", &errdetails.ErrorInfo{Domain: "kurz.dev"}, retry),
+			503, "UNAVAILABLE", "link creation is paused", 1500 * time.Millisecond, 1},
+		"transport unavailable": {status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 10.0.0.7:9092: connect: connection refused\""),
+			503, "UNAVAILABLE", "a service behind the gateway is unavailable; try again shortly", time.Second, 0},
+		"deadline exceeded": {status.Error(codes.DeadlineExceeded, "context deadline exceeded"),
+			503, "DEADLINE_EXCEEDED", "a service behind the gateway is unavailable; try again shortly", time.Second, 0},
+		"internal":        {status.Error(codes.Internal, "pq: relation links does not exist"), 500, "INTERNAL", "internal error; try again later", 0, 0},
+		"unknown":         {status.Error(codes.Unknown, "panic: nil map"), 500, "UNKNOWN", "internal error; try again later", 0, 0},
+		"data loss":       {status.Error(codes.DataLoss, "disk"), 500, "DATA_LOSS", "internal error; try again later", 0, 0},
+		"unimplemented":   {status.Error(codes.Unimplemented, "method GetLinkStats not implemented"), 501, "UNIMPLEMENTED", "this operation is not available yet", 0, 0},
+		"cancelled":       {status.Error(codes.Canceled, "context canceled"), 499, "CANCELLED", "context canceled", 0, 0},
+		"plain error":     {errors.New("dial tcp 10.0.0.7:5432: i/o timeout"), 500, "INTERNAL", "internal error; try again later", 0, 0},
+		"local deadline":  {fmt.Errorf("call: %w", context.DeadlineExceeded), 503, "UNAVAILABLE", "the request took too long; try again", time.Second, 0},
+		"apiError passes": {badRequest("page_size must be a whole number"), 400, "INVALID_ARGUMENT", "page_size must be a whole number", 0, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := toAPIError(tc.err)
+			if e.status != tc.status || e.code != tc.code || e.message != tc.msg || e.retryAfter != tc.retryAfter || len(e.details) != tc.details {
+				t.Errorf("got %d %s %q retry %v, %d details; want %d %s %q retry %v, %d details",
+					e.status, e.code, e.message, e.retryAfter, len(e.details), tc.status, tc.code, tc.msg, tc.retryAfter, tc.details)
+			}
+		})
+	}
+}
+
+// The uniform body: code, message, request_id, retry_after_ms (rounded up)
+// with Retry-After in whole seconds (rounded up), details as given.
+func TestWriteError(t *testing.T) {
+	e := toAPIError(withDetails(t, codes.ResourceExhausted, "slow down",
+		&errdetails.ErrorInfo{Reason: "RATE_LIMITED", Domain: "kurz.dev", Metadata: map[string]string{"rule": "per-ip"}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(1200*time.Millisecond + 300*time.Microsecond)},
+		&errdetails.DebugInfo{Detail: "stack trace"}))
+	w := httptest.NewRecorder()
+	writeError(w, "req-1", e)
+	want := `{"error":{"code":"RESOURCE_EXHAUSTED","message":"slow down","request_id":"req-1","retry_after_ms":1201,` +
+		`"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMITED","domain":"kurz.dev","metadata":{"rule":"per-ip"}}]}}` + "\n"
+	if w.Code != http.StatusTooManyRequests || w.Body.String() != want || w.Header().Get("Retry-After") != "2" {
+		t.Errorf("got %d %s (Retry-After %q)\nwant 429 %s (Retry-After 2)", w.Code, w.Body, w.Header().Get("Retry-After"), want)
+	}
+	if strings.Contains(w.Body.String(), "stack trace") {
+		t.Error("DebugInfo reached the client")
+	}
+}

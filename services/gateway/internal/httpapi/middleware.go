@@ -1,0 +1,247 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// maxURIBytes bounds the request target; longer ones are answered 414.
+const maxURIBytes = 8 << 10
+
+// unmatchedRoute labels requests no route took, in metrics and logs, so
+// scanners cannot blow up the metrics' cardinality.
+const unmatchedRoute = "unmatched"
+
+// opsRoutes are logged at debug level: probes and scrapes would drown the
+// request log.
+var opsRoutes = []string{"GET /healthz", "GET /readyz", "GET /metrics"}
+
+// reqState is what the middleware knows of a request, filled in as the
+// request goes through: its ID, client IP, route and tenant.
+type reqState struct {
+	id     string
+	ip     string
+	route  string
+	tenant string
+}
+
+func (s *reqState) setTenant(t string) { s.tenant = t }
+
+type stateKey struct{}
+
+// stateOf returns the request's state; requests that did not come through
+// Wrap (none in production) get a fresh one.
+func stateOf(r *http.Request) *reqState {
+	if st, ok := r.Context().Value(stateKey{}).(*reqState); ok {
+		return st
+	}
+	return &reqState{id: newRequestID()}
+}
+
+// recorder remembers the status a handler wrote.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// Wrap is the gateway's HTTP handler around mux (which must hold the API's
+// routes and the ops routes): a request ID on every response, limits on the
+// request line and header size, canonical paths only, JSON answers for
+// unknown routes (404) and methods (405, with Allow), then one log line and
+// the metrics of every request.
+func (a *API) Wrap(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		st := &reqState{id: requestID(r), ip: clientIP(r, a.opts.TrustedProxies), route: unmatchedRoute}
+		w.Header()["X-Request-ID"] = []string{st.id} // as spelt by most proxies, not Go's X-Request-Id
+		rec := &recorder{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				// A last resort: one bad request must not take the
+				// connection's other work down, nor go unanswered.
+				a.log.ErrorContext(r.Context(), "handler panicked", "route", st.route, "request_id", st.id, "panic", p)
+				if rec.status == 0 {
+					writeError(rec, st.id, internalError(nil))
+				}
+			}
+			a.observe(r, rec.status, st, time.Since(start))
+		}()
+		if e := a.checkShape(r); e != nil {
+			writeError(rec, st.id, e)
+			return
+		}
+		if _, pattern := mux.Handler(r); pattern != "" {
+			st.route = pattern
+			mux.ServeHTTP(rec, r)
+			return
+		}
+		writeError(rec, st.id, unmatched(mux, r))
+	})
+}
+
+// checkShape refuses requests too big in their line or headers, and paths
+// that are not canonical (empty, "." or ".." segments, decoded or not), which
+// the mux would otherwise answer with a redirect.
+func (a *API) checkShape(r *http.Request) *apiError {
+	if len(r.RequestURI) > maxURIBytes {
+		return newError(http.StatusRequestURITooLong, codeURITooLong,
+			fmt.Sprintf("the request target is longer than %d bytes", maxURIBytes))
+	}
+	n := 0
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4 // ": " and CRLF
+		}
+	}
+	if n > a.opts.MaxHeaderBytes {
+		return newError(http.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge,
+			fmt.Sprintf("the request's header fields take %d bytes; the limit is %d", n, a.opts.MaxHeaderBytes))
+	}
+	p := r.URL.Path
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	if p == "" || p[0] != '/' || clean != p {
+		return badRequest("the path is not canonical: it has empty, '.' or '..' segments (percent-encoded or not)")
+	}
+	return nil
+}
+
+// unmatched answers a request no pattern took: 405 with the allowed methods
+// when the path exists, else 404. The mux's own answer is consulted for the
+// Allow list, then replaced by the uniform error body.
+func unmatched(mux *http.ServeMux, r *http.Request) *apiError {
+	h, _ := mux.Handler(r)
+	p := &probe{header: http.Header{}}
+	h.ServeHTTP(p, r)
+	if p.code == http.StatusMethodNotAllowed {
+		allow := p.header.Get("Allow")
+		e := newError(http.StatusMethodNotAllowed, codeMethodNotAllowed,
+			fmt.Sprintf("method %s is not allowed on this path; allowed: %s", r.Method, allow))
+		e.header = http.Header{"Allow": {allow}}
+		return e
+	}
+	return notFound("no such route; the API is described at /v1/openapi.json")
+}
+
+// probe is a ResponseWriter that keeps the status and headers, drops the body.
+type probe struct {
+	header http.Header
+	code   int
+}
+
+func (p *probe) Header() http.Header { return p.header }
+func (p *probe) Write(b []byte) (int, error) {
+	if p.code == 0 {
+		p.code = http.StatusOK
+	}
+	return len(b), nil
+}
+func (p *probe) WriteHeader(code int) {
+	if p.code == 0 {
+		p.code = code
+	}
+}
+
+// observe records one request: the request counter and latency histogram
+// (by route pattern) and one log line without secrets.
+func (a *API) observe(r *http.Request, status int, st *reqState, took time.Duration) {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	ctx := context.WithoutCancel(r.Context())
+	a.m.requests.Add(ctx, 1, metric.WithAttributes(attribute.String("route", st.route), attribute.Int("status", status)))
+	a.m.duration.Record(ctx, took.Seconds(), metric.WithAttributes(attribute.String("route", st.route)))
+	level := slog.LevelInfo
+	if slices.Contains(opsRoutes, st.route) {
+		level = slog.LevelDebug
+	}
+	a.log.LogAttrs(ctx, level, "request",
+		slog.String("method", r.Method), slog.String("route", st.route), slog.Int("status", status),
+		slog.Duration("duration", took), slog.String("request_id", st.id),
+		slog.String("tenant", st.tenant), slog.String("ip", st.ip))
+}
+
+// requestID returns the request's X-Request-ID when it is sane (1 to 128
+// characters of letters, digits and ._:+/=-), else a new random one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-ID"); validRequestID(id) {
+		return id
+	}
+	return newRequestID()
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := range len(id) {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:+/=-", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// checkQuery refuses query parameters a route does not take, and repeated
+// ones, naming them.
+func checkQuery(r *http.Request, allowed []string) error {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return badRequest("the query string is malformed: " + strings.TrimPrefix(err.Error(), "invalid URL escape "))
+	}
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		switch {
+		case !slices.Contains(allowed, name):
+			if len(allowed) == 0 {
+				return badRequest(fmt.Sprintf("unknown query parameter %q: this route takes none", name))
+			}
+			return badRequest(fmt.Sprintf("unknown query parameter %q: this route takes %s", name, strings.Join(allowed, ", ")))
+		case len(q[name]) > 1:
+			return badRequest(fmt.Sprintf("query parameter %q is given %d times", name, len(q[name])))
+		}
+	}
+	return nil
+}

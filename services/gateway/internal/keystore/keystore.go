@@ -1,0 +1,342 @@
+// Package keystore keeps the gateway's tenants and their API keys in
+// PostgreSQL, and writes each tenant's plan where the limiter reads it
+// (rl_tenant_plans), in the same transaction.
+//
+// An API key reads kurz_<id>_<secret>: id is 12 base62 characters (public,
+// the key's name in logs, in the limiter and in the admin API), secret is 32
+// base62 characters from crypto/rand (about 190 bits). Only SHA-256 of the
+// whole key is stored. A fast hash is enough here: slow password hashes
+// (bcrypt, argon2) exist to make guessing low-entropy passwords expensive,
+// and nobody can enumerate 2^190 secrets at any hash speed; a fast hash keeps
+// every authenticated request at one primary-key lookup.
+package keystore
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/linkcode"
+)
+
+// Key format: KeyPrefix + id + "_" + secret.
+const (
+	KeyPrefix    = "kurz_"
+	keyIDLen     = 12
+	keySecretLen = 32
+	maxNameLen   = 200
+)
+
+var (
+	// ErrNotFound means no such tenant or key (for this tenant).
+	ErrNotFound = errors.New("keystore: not found")
+	// ErrExists means a tenant with that ID exists already.
+	ErrExists = errors.New("keystore: tenant exists")
+	// ErrInvalidKey means a presented API key is malformed, unknown or
+	// revoked. Callers must not tell the three apart to the client.
+	ErrInvalidKey = errors.New("keystore: invalid API key")
+	// ErrPlansUnavailable means the limiter's plan tables are not in this
+	// database (the limiter has not migrated it, or reads its rules from a
+	// file), so a plan cannot be set.
+	ErrPlansUnavailable = errors.New("keystore: the limiter's plan tables are missing")
+)
+
+// UnknownPlanError is a plan the limiter does not define; Known lists the
+// plans it does.
+type UnknownPlanError struct {
+	Plan  string
+	Known []string
+}
+
+func (e *UnknownPlanError) Error() string {
+	return fmt.Sprintf("unknown plan %q; known plans: %s", e.Plan, strings.Join(e.Known, ", "))
+}
+
+// Tenant is a customer of the API.
+type Tenant struct {
+	ID      string
+	Name    string
+	Plan    string
+	Created time.Time
+}
+
+// Key is an API key's metadata; the key itself is never stored.
+type Key struct {
+	ID      string
+	Tenant  string
+	Name    string
+	Created time.Time
+	Revoked *time.Time
+}
+
+// Principal is who an authenticated request acts for.
+type Principal struct {
+	Tenant string
+	KeyID  string
+}
+
+// Store reads and writes tenants and keys.
+type Store struct {
+	db      *pgxpool.Pool
+	timeout time.Duration
+}
+
+// New returns a store on db; timeout bounds every call.
+func New(db *pgxpool.Pool, timeout time.Duration) *Store {
+	return &Store{db: db, timeout: timeout}
+}
+
+var tenantID = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// TenantIDProblem says why id cannot be a tenant ID, or returns "" when it
+// can: 1 to 63 lowercase letters, digits or '-', not starting or ending with
+// '-', and not the reserved "anonymous".
+func TenantIDProblem(id string) string {
+	switch {
+	case !tenantID.MatchString(id):
+		return "id must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit"
+	case id == callmeta.AnonymousTenant:
+		return fmt.Sprintf("id %q is reserved for anonymous link creation", id)
+	}
+	return ""
+}
+
+// NameProblem says why name cannot be a tenant's or key's display name.
+func NameProblem(name string) string {
+	if len(name) > maxNameLen {
+		return fmt.Sprintf("name must be at most %d bytes", maxNameLen)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return "name must not contain control characters"
+		}
+	}
+	return ""
+}
+
+// CreateTenant inserts t and puts it on t.Plan in the limiter.
+func (s *Store) CreateTenant(ctx context.Context, t Tenant) (Tenant, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO gw_tenants (id, name, plan) VALUES ($1, $2, $3)
+			ON CONFLICT (id) DO NOTHING RETURNING created_at`, t.ID, t.Name, t.Plan).Scan(&t.Created)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrExists
+		}
+		if err != nil {
+			return err
+		}
+		return setLimiterPlan(ctx, tx, t.ID, t.Plan)
+	})
+	if err != nil {
+		return Tenant{}, s.planError(ctx, "create tenant", t.Plan, err)
+	}
+	return t, nil
+}
+
+// SetPlan moves a tenant to plan, in the gateway's table and the limiter's,
+// in one transaction: every limiter applies it within a second (NOTIFY).
+func (s *Store) SetPlan(ctx context.Context, id, plan string) (Tenant, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	t := Tenant{ID: id}
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `UPDATE gw_tenants SET plan = $2 WHERE id = $1 RETURNING name, plan, created_at`,
+			id, plan).Scan(&t.Name, &t.Plan, &t.Created)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return setLimiterPlan(ctx, tx, id, plan)
+	})
+	if err != nil {
+		return Tenant{}, s.planError(ctx, "set plan", plan, err)
+	}
+	return t, nil
+}
+
+func setLimiterPlan(ctx context.Context, tx pgx.Tx, tenant, plan string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ($1, $2)
+		ON CONFLICT (tenant) DO UPDATE SET plan = EXCLUDED.plan`, tenant, plan)
+	return err
+}
+
+// planError turns the database's answer to a plan write into the package's
+// errors: an unknown plan (foreign key to rl_plans) lists the known ones.
+func (s *Store) planError(ctx context.Context, op, plan string, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, ErrExists), errors.Is(err, ErrNotFound):
+		return err
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		return ErrPlansUnavailable
+	case errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.TableName == "rl_tenant_plans": // foreign_key_violation
+		known, kerr := s.plans(ctx)
+		if kerr != nil {
+			return fmt.Errorf("%s: list plans: %w", op, kerr)
+		}
+		return &UnknownPlanError{Plan: plan, Known: known}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func (s *Store) plans(ctx context.Context) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT plan FROM rl_plans ORDER BY plan`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// Tenant returns one tenant.
+func (s *Store) Tenant(ctx context.Context, id string) (Tenant, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	t := Tenant{ID: id}
+	err := s.db.QueryRow(ctx, `SELECT name, plan, created_at FROM gw_tenants WHERE id = $1`, id).
+		Scan(&t.Name, &t.Plan, &t.Created)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tenant{}, ErrNotFound
+	}
+	if err != nil {
+		return Tenant{}, fmt.Errorf("get tenant: %w", err)
+	}
+	return t, nil
+}
+
+// IssueKey creates an API key for tenant and returns it with the full key,
+// which is not stored and cannot be shown again.
+func (s *Store) IssueKey(ctx context.Context, tenant, name string) (Key, string, error) {
+	id, err := linkcode.Random(nil, keyIDLen)
+	if err != nil {
+		return Key{}, "", fmt.Errorf("issue key: %w", err)
+	}
+	secret, err := linkcode.Random(nil, keySecretLen)
+	if err != nil {
+		return Key{}, "", fmt.Errorf("issue key: %w", err)
+	}
+	full := KeyPrefix + id + "_" + secret
+	sum := sha256.Sum256([]byte(full))
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	k := Key{ID: id, Tenant: tenant, Name: name}
+	err = s.db.QueryRow(ctx, `INSERT INTO gw_api_keys (id, tenant_id, name, hash) VALUES ($1, $2, $3, $4)
+		RETURNING created_at`, id, tenant, name, sum[:]).Scan(&k.Created)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+		return Key{}, "", ErrNotFound
+	}
+	if err != nil {
+		return Key{}, "", fmt.Errorf("issue key: %w", err)
+	}
+	return k, full, nil
+}
+
+// Keys lists a tenant's keys, oldest first, revoked ones included.
+func (s *Store) Keys(ctx context.Context, tenant string) ([]Key, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if _, err := s.Tenant(ctx, tenant); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT id, tenant_id, name, created_at, revoked_at FROM gw_api_keys
+		WHERE tenant_id = $1 ORDER BY created_at, id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Key, error) {
+		var k Key
+		err := row.Scan(&k.ID, &k.Tenant, &k.Name, &k.Created, &k.Revoked)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	return keys, nil
+}
+
+// RevokeKey revokes one of tenant's keys; the next request with it fails.
+// Revoking a revoked key keeps its first revocation time.
+func (s *Store) RevokeKey(ctx context.Context, tenant, id string) (Key, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	k := Key{ID: id, Tenant: tenant}
+	err := s.db.QueryRow(ctx, `UPDATE gw_api_keys SET revoked_at = coalesce(revoked_at, now())
+		WHERE tenant_id = $1 AND id = $2 RETURNING name, created_at, revoked_at`, tenant, id).
+		Scan(&k.Name, &k.Created, &k.Revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, ErrNotFound
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("revoke key: %w", err)
+	}
+	return k, nil
+}
+
+// dummyHash stands in for an unknown key's hash, so an unknown ID costs the
+// same comparison as a known one.
+var dummyHash = sha256.Sum256([]byte("kurz: no such key"))
+
+// Authenticate checks a presented key: its ID is looked up (no cache, so a
+// revocation applies to the very next request) and its SHA-256 compared in
+// constant time. Any mismatch is ErrInvalidKey; other errors mean the
+// database could not answer.
+func (s *Store) Authenticate(ctx context.Context, presented string) (Principal, error) {
+	id, ok := ParseKeyID(presented)
+	if !ok {
+		return Principal{}, ErrInvalidKey
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var tenant string
+	var stored []byte
+	var revoked *time.Time
+	err := s.db.QueryRow(ctx, `SELECT tenant_id, hash, revoked_at FROM gw_api_keys WHERE id = $1`, id).
+		Scan(&tenant, &stored, &revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		stored = dummyHash[:]
+	} else if err != nil {
+		return Principal{}, fmt.Errorf("authenticate: %w", err)
+	}
+	sum := sha256.Sum256([]byte(presented))
+	if subtle.ConstantTimeCompare(sum[:], stored) != 1 || tenant == "" || revoked != nil {
+		return Principal{}, ErrInvalidKey
+	}
+	return Principal{Tenant: tenant, KeyID: id}, nil
+}
+
+// ParseKeyID returns the ID of a well-formed key; ok is false for anything
+// that cannot be a kurz API key.
+func ParseKeyID(key string) (id string, ok bool) {
+	rest, found := strings.CutPrefix(key, KeyPrefix)
+	if !found || len(rest) != keyIDLen+1+keySecretLen || rest[keyIDLen] != '_' {
+		return "", false
+	}
+	id, secret := rest[:keyIDLen], rest[keyIDLen+1:]
+	if !base62(id) || !base62(secret) {
+		return "", false
+	}
+	return id, true
+}
+
+func base62(s string) bool {
+	for i := range len(s) {
+		if strings.IndexByte(linkcode.Alphabet, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,134 @@
+package rulestore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/pgpool"
+	"kurz.dev/services/limiter/internal/ratelimit"
+	"kurz.dev/services/limiter/internal/rulestore/migrations"
+)
+
+// isolated returns a pool whose connections live in a fresh schema, with the
+// limiter's migrations applied there, dropped when the test ends.
+func isolated(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	var cfg pgpool.Config
+	if err := config.Load(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	admin, err := pgpool.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("local PostgreSQL: %v", err)
+	}
+	t.Cleanup(admin.Close)
+	schema := fmt.Sprintf("seedtest_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pgpool.Migrate(ctx, pool, "limiter", migrations.FS); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+func TestSeedAddsNewBootstrapRulesAndKeepsOperatorChanges(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	cfg, err := Parse([]byte(`
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+      - {name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  free: {api/a: {limit: 5}}
+tenants: {acme: free}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Seed(ctx, pool, cfg); err != nil || n != 6 {
+		t.Fatalf("first seed: wrote %d, err %v; want 6 (domain, 2 rules, plan, limit, tenant)", n, err)
+	}
+	if n, err := Seed(ctx, pool, cfg); err != nil || n != 0 {
+		t.Fatalf("second seed: wrote %d, err %v; want 0", n, err)
+	}
+	// An operator deletes rule b and raises a's limit; the file gains rule c.
+	if _, err := pool.Exec(ctx, `DELETE FROM rl_rules WHERE name = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '99') WHERE name = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Domains["api"]
+	d.Rules = append(d.Rules, ratelimit.RuleSpec{Name: "c", Key: []string{"ip"}, Algorithm: "fixed_window", Limit: 1, Window: "1s", FailureMode: "closed"})
+	cfg.Domains["api"] = d
+	if n, err := Seed(ctx, pool, cfg); err != nil || n != 1 {
+		t.Fatalf("seed with a new rule: wrote %d, err %v; want 1", n, err)
+	}
+
+	got, err := PostgresSource{Pool: pool}.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	limits := map[string]int64{}
+	for _, r := range got.Domains["api"].Rules {
+		names = append(names, r.Name)
+		limits[r.Name] = r.Limit
+	}
+	if fmt.Sprint(names) != "[a c]" || limits["a"] != 99 {
+		t.Errorf("rules %v limits %v: want [a c] with a's limit 99 (deleted b stays deleted, edit kept)", names, limits)
+	}
+	if got.Tenants["acme"] != "free" || got.Plans["free"]["api/a"].Limit != 5 {
+		t.Errorf("tenants %v plans %v", got.Tenants, got.Plans)
+	}
+	if _, err := ratelimit.Compile(got); err != nil {
+		t.Errorf("loaded rules do not compile: %v", err)
+	}
+}
+
+func TestParseRejectsUnknownFields(t *testing.T) {
+	_, err := Parse([]byte(`
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algoritm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+`))
+	if err == nil {
+		t.Fatal("want an error for the misspelt field")
+	}
+}
+
+func TestBootstrapFileCompiles(t *testing.T) {
+	cfg, err := Parse(Bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ratelimit.Compile(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, domain := range []string{"demo", "demo.race", "api", "links.create", "redirect.miss", "clicks", "auth"} {
+		if _, ok := cfg.Domains[domain]; !ok {
+			t.Errorf("bootstrap lacks domain %s", domain)
+		}
+	}
+}
