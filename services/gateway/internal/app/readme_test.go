@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// The "Using the API" section of services/gateway/README.md, run verbatim:
+// The "Using the API" section of the top README.md, run verbatim:
 // its ```sh blocks in order, in one bash, against a test gateway whose
 // limiter has the rules in PostgreSQL (the bootstrap's, as under make up).
 // Only the variables the README documents differ (KURZ,
@@ -100,7 +100,7 @@ type readmeBlock struct {
 // expected output.
 func readmeBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
