@@ -54,8 +54,9 @@ user="smoke-$(date +%s%N)"
 check "README CheckQuota example allows with rule token_bucket from Redis" bash -c "'$GRPCURL' -plaintext -max-time 5 -d '{\"domain\":\"demo\",\"descriptors\":{\"user\":\"$user\"}}' '${GRPC[limiter]}' kurz.ratelimit.v1.RateLimitService/CheckQuota | tr -d ' \n' | grep -q '\"allowed\":true,\"decidingRule\":\"token_bucket\",\"limit\":\"100\",\"remaining\":\"99\"'"
 check "limiter lists envoy.service.ratelimit.v3.RateLimitService" bash -c "'$GRPCURL' -plaintext -max-time 5 '${GRPC[limiter]}' list | grep -qx envoy.service.ratelimit.v3.RateLimitService"
 
-# The notes' race and boundary trace through the running limiter (make demo).
-check "make demo: the notes' race and boundary trace" bash -c "cd '$ROOT' && go run ./services/limiter/cmd/kurz-demo -check -parts race,trace"
+# make demo: the notes' race, boundary trace and shortener transcript,
+# through the running services, checked against the notes' figures.
+check "make demo: the notes' figures" bash -c "cd '$ROOT' && go run ./services/limiter/cmd/kurz-demo -check"
 
 echo "smoke: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
