@@ -61,7 +61,8 @@ build() {
 }
 
 await_ready() {
-	local s=$1 pid=$2 url="http://$(http_addr "$1")/readyz"
+	local s=$1 pid=$2 url
+	url="http://$(http_addr "$1")/readyz"
 	for _ in $(seq 1 150); do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			echo "$s exited during start; last lines of $LOG/$s.log:" >&2
