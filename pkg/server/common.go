@@ -13,8 +13,8 @@ type Common struct {
 	Version         string        `env:"VERSION" default:"dev"`
 	// Pprof serves net/http/pprof under /debug/pprof/ on the HTTP listener.
 	// Off by default: turn it on to profile a replica, not on public ports.
-	Pprof bool `env:"PPROF" default:"false"`
-	Telemetry       telemetry.Config
+	Pprof     bool `env:"PPROF" default:"false"`
+	Telemetry telemetry.Config
 }
 
 // Config returns the server configuration for the given listen addresses.

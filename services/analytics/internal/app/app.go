@@ -4,14 +4,23 @@ package app
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
-
-	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"net/http"
+	"time"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/chconn"
+	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/grpcclient"
+	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
+	"kurz.dev/services/analytics/internal/clickstore"
+	"kurz.dev/services/analytics/internal/consumer"
+	"kurz.dev/services/analytics/internal/stats"
 )
 
 // Config is the analytics service's configuration, from KURZ_* environment
@@ -22,41 +31,161 @@ type Config struct {
 	HTTPAddr   string `env:"ANALYTICS_HTTP_ADDR" default:"127.0.0.1:9193"`
 	ClickHouse chconn.Config
 	Redis      redisconn.Config
+	Streams    clickevent.StreamConfig
+
+	// BatchSize flushes a batch into ClickHouse at this many events.
+	BatchSize int `env:"ANALYTICS_BATCH_SIZE" default:"5000"`
+	// BatchAge flushes a batch this long after its first event.
+	BatchAge time.Duration `env:"ANALYTICS_BATCH_AGE" default:"1s"`
+	// ClaimIdle is how long an entry may stay pending with a consumer
+	// before another takes it over (XAUTOCLAIM).
+	ClaimIdle time.Duration `env:"ANALYTICS_CLAIM_IDLE" default:"30s"`
+	// MaxDeliveries dead-letters an entry delivered more often than this.
+	MaxDeliveries int `env:"ANALYTICS_MAX_DELIVERIES" default:"5"`
+	// ConsumerGroup is the Redis consumer group of the click streams.
+	ConsumerGroup string `env:"ANALYTICS_CONSUMER_GROUP" default:"analytics"`
+	// ConsumerName names this process in the group; empty: host-pid-random.
+	// Set it to a stable name (a StatefulSet pod's) to resume the process's
+	// own pending entries at once after a restart.
+	ConsumerName string `env:"ANALYTICS_CONSUMER_NAME" default:""`
+	// InsertTimeout bounds one ClickHouse insert or duplicate lookup.
+	InsertTimeout time.Duration `env:"ANALYTICS_INSERT_TIMEOUT" default:"10s"`
+	// UnhealthyAfter fails readiness once flushes have failed this long.
+	UnhealthyAfter time.Duration `env:"ANALYTICS_UNHEALTHY_AFTER" default:"30s"`
+
+	// LimiterAddr is where the limiter's gRPC listens.
+	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
+	// LimiterTimeout bounds one flood check.
+	LimiterTimeout time.Duration `env:"ANALYTICS_LIMITER_TIMEOUT" default:"50ms"`
+	// FloodParallelism bounds concurrent flood checks of one batch.
+	FloodParallelism int `env:"ANALYTICS_FLOOD_PARALLELISM" default:"32"`
+
+	// AllowAnonymous serves statistics to calls without a tenant, as tenant
+	// "anonymous" (set it where the shortener allows anonymous links).
+	AllowAnonymous bool `env:"ANALYTICS_ALLOW_ANONYMOUS" default:"false"`
+	// QueryTimeout bounds one GetLinkStats' queries.
+	QueryTimeout time.Duration `env:"ANALYTICS_QUERY_TIMEOUT" default:"5s"`
 }
 
-// New connects to ClickHouse (applying the schema) and Redis, and returns the
-// analytics server, ready to Run.
+func (c Config) validate() error {
+	errs := []error{c.Streams.Validate()}
+	if c.BatchSize < 1 || c.BatchAge <= 0 {
+		errs = append(errs, errors.New("KURZ_ANALYTICS_BATCH_SIZE and KURZ_ANALYTICS_BATCH_AGE must be positive"))
+	}
+	if c.ClaimIdle < time.Second {
+		errs = append(errs, fmt.Errorf("KURZ_ANALYTICS_CLAIM_IDLE=%s: want at least 1s", c.ClaimIdle))
+	}
+	if c.MaxDeliveries < 1 || c.FloodParallelism < 1 {
+		errs = append(errs, errors.New("KURZ_ANALYTICS_MAX_DELIVERIES and KURZ_ANALYTICS_FLOOD_PARALLELISM must be positive"))
+	}
+	if c.ConsumerGroup == "" {
+		errs = append(errs, errors.New("KURZ_ANALYTICS_CONSUMER_GROUP must not be empty"))
+	}
+	if c.InsertTimeout <= 0 || c.UnhealthyAfter <= 0 || c.LimiterTimeout <= 0 || c.QueryTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_ANALYTICS_INSERT_TIMEOUT, _UNHEALTHY_AFTER, _LIMITER_TIMEOUT and _QUERY_TIMEOUT must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// New connects to ClickHouse (applying the schema), Redis and the limiter,
+// and returns the analytics server, ready to Run; the click consumer starts
+// with it.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
+	return build(ctx, cfg, log, hooks{})
+}
+
+// hooks let in-package tests run the service on their own streams.
+type hooks struct {
+	streamPrefix string
+	groupStart   string
+}
+
+func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("configuration:\n%w", err)
+	}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
 	ch, err := chconn.New(ctx, cfg.ClickHouse)
 	if err != nil {
 		return nil, err
 	}
-	if err := chconn.ApplyDDL(ctx, ch, schema); err != nil {
-		_ = ch.Close()
+	closers = append(closers, func() { _ = ch.Close() })
+	if err := clickstore.Apply(ctx, ch); err != nil {
 		return nil, err
 	}
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {
-		_ = ch.Close()
 		return nil, err
 	}
+	closers = append(closers, func() { _ = rdb.Close() })
 	srv, err := server.New(ctx, "analytics", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
 	if err != nil {
-		_ = ch.Close()
-		_ = rdb.Close()
 		return nil, err
 	}
+	closers = append(closers, func() { _ = srv.Close(context.Background()) })
+	limiterConn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
+	if err != nil {
+		return nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
+	}
+	closers = append(closers, func() { _ = limiterConn.Close() })
+	quotaClient, err := quota.New(limiterConn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+
+	store := clickstore.New(ch)
+	cons, err := consumer.New(rdb, store, quotaClient, log, srv.Telemetry.MeterProvider, consumer.Options{
+		Shards: cfg.Streams.Shards, StreamPrefix: h.streamPrefix, Group: cfg.ConsumerGroup,
+		GroupStart: h.groupStart, Name: cfg.ConsumerName,
+		BatchSize: cfg.BatchSize, BatchAge: cfg.BatchAge, ClaimIdle: cfg.ClaimIdle,
+		MaxDeliveries: cfg.MaxDeliveries, InsertTimeout: cfg.InsertTimeout,
+		FloodParallelism: cfg.FloodParallelism, UnhealthyAfter: cfg.UnhealthyAfter,
+		// The last batch must be stored before the stores close, within
+		// the shutdown budget.
+		DrainTimeout: cfg.ShutdownTimeout / 2,
+	})
+	if err != nil {
+		return nil, err
+	}
+	analyticsv1.RegisterAnalyticsServiceServer(srv.GRPC, stats.New(store, log, stats.Options{
+		AllowAnonymous: cfg.AllowAnonymous, QueryTimeout: cfg.QueryTimeout,
+	}))
+	srv.Mux.HandleFunc("GET /consumerz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(cons.Status())
+	})
+
+	// The consumer runs from here until shutdown; it is stopped first
+	// (closers run in reverse), so its last batch is stored and
+	// acknowledged while ClickHouse and Redis are still open.
+	runCtx, stopConsumer := context.WithCancel(context.WithoutCancel(ctx))
+	consumed := make(chan struct{})
+	go func() { cons.Run(runCtx); close(consumed) }()
+
 	srv.OnShutdown(func(context.Context) error { return ch.Close() })
 	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
+	srv.OnShutdown(func(context.Context) error { return limiterConn.Close() })
+	srv.OnShutdown(func(ctx context.Context) error {
+		stopConsumer()
+		select {
+		case <-consumed:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("click consumer: stop: %w", ctx.Err())
+		}
+	})
 	srv.AddCheck("clickhouse", ch.Ping)
 	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
-	analyticsv1.RegisterAnalyticsServiceServer(srv.GRPC, &statsService{ch: ch})
+	srv.AddCheck("consumer", cons.Ready)
+	log.Info("analytics configured", "click_streams", cfg.Streams.Shards, "group", cfg.ConsumerGroup,
+		"consumer", cons.Name(), "batch_size", cfg.BatchSize, "batch_age", cfg.BatchAge,
+		"claim_idle", cfg.ClaimIdle, "limiter", cfg.LimiterAddr)
 	return srv, nil
-}
-
-// statsService answers GetLinkStats. The queries arrive with the analytics
-// issue; until then every call is Unimplemented.
-type statsService struct {
-	analyticsv1.UnimplementedAnalyticsServiceServer
-	ch driver.Conn
 }

@@ -2,18 +2,49 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/chconn"
+	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/fakelimiter"
+	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/services/analytics/internal/clickstore"
+	"kurz.dev/services/analytics/internal/consumer"
 )
+
+func rnd() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 func load(t *testing.T, overrides map[string]string) Config {
 	t.Helper()
-	base := map[string]string{"KURZ_ANALYTICS_GRPC_ADDR": "127.0.0.1:0", "KURZ_ANALYTICS_HTTP_ADDR": "127.0.0.1:0"}
+	base := map[string]string{
+		"KURZ_ANALYTICS_GRPC_ADDR": "127.0.0.1:0", "KURZ_ANALYTICS_HTTP_ADDR": "127.0.0.1:0",
+		// Every test has its own group on its own streams (see start).
+		"KURZ_ANALYTICS_CONSUMER_GROUP": "g-" + rnd(),
+		"KURZ_ANALYTICS_BATCH_AGE":      "50ms",
+		"KURZ_ANALYTICS_CLAIM_IDLE":     "1s",
+		"KURZ_CLICK_STREAM_SHARDS":      "4",
+	}
 	for k, v := range overrides {
 		base[k] = v
 	}
@@ -24,15 +55,24 @@ func load(t *testing.T, overrides map[string]string) Config {
 	return cfg
 }
 
-func TestBootsHealthyWithSchemaApplied(t *testing.T) {
-	cfg := load(t, nil)
-	srv, err := New(context.Background(), cfg, servertest.Logger(t))
+// start builds the service on streams of its own ("t-<random>:{tag}"),
+// never the real click streams, and runs it until the test ends.
+func start(t *testing.T, cfg Config) (*servertest.Running, string) {
+	t.Helper()
+	prefix := "t-" + rnd()
+	srv, err := build(context.Background(), cfg, servertest.Logger(t), hooks{streamPrefix: prefix})
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("build: %v", err)
 	}
 	r := servertest.Start(t, srv)
 	r.AwaitServing(t, "kurz.analytics.v1.AnalyticsService")
-	r.AssertOps(t, "clickhouse", "redis")
+	return r, prefix
+}
+
+func TestBootsHealthyWithSchemaApplied(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": fakelimiter.Start(t, fakelimiter.AllowAll).Addr()})
+	r, _ := start(t, cfg)
+	r.AssertOps(t, "clickhouse", "redis", "consumer")
 	if got := r.GRPCServices(t); !slices.Contains(got, "kurz.analytics.v1.AnalyticsService") {
 		t.Errorf("reflection lists %v, want kurz.analytics.v1.AnalyticsService", got)
 	}
@@ -44,14 +84,107 @@ func TestBootsHealthyWithSchemaApplied(t *testing.T) {
 	defer ch.Close()
 	var n uint64
 	if err := ch.QueryRow(context.Background(),
-		"SELECT count() FROM system.tables WHERE database = ? AND name = 'clicks'", cfg.ClickHouse.Database).Scan(&n); err != nil {
+		"SELECT count() FROM system.tables WHERE database = ? AND substring(name, 1, 6) = 'click_'", cfg.ClickHouse.Database).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 1 {
-		t.Errorf("clicks table in %s: found %d, want 1", cfg.ClickHouse.Database, n)
+	if want := uint64(len(clickstore.Schema)); n != want {
+		t.Errorf("click_* tables and views in %s: found %d, want %d", cfg.ClickHouse.Database, n, want)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := r.Get(t, "/metrics")
+		if strings.Contains(body, "kurz_analytics_consumer_lag") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("/metrics has no kurz_analytics_consumer_lag after 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, body := r.Get(t, "/consumerz")
+	var st consumer.Status
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || st.Group != cfg.ConsumerGroup || !st.Healthy || len(st.Lag) != 4 {
+		t.Errorf("/consumerz: %d %s (%v); want the group, healthy, lag of 4 streams", code, body, err)
 	}
 	if err := r.Stop(); err != nil {
 		t.Errorf("graceful stop: %v", err)
+	}
+}
+
+// TestClicksThroughTheService: events written as the redirect service
+// writes them come out of GetLinkStats over gRPC, exactly.
+func TestClicksThroughTheService(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": fakelimiter.Start(t, fakelimiter.AllowAll).Addr()})
+	r, prefix := start(t, cfg)
+	rdb, err := redisconn.New(context.Background(), cfg.Redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	var keys []string
+	for _, k := range clickevent.StreamKeys(cfg.Streams.Shards) {
+		key := prefix + strings.TrimPrefix(k, consumer.DefaultStreamPrefix)
+		keys = append(keys, key)
+		defer rdb.Del(context.Background(), key)
+	}
+
+	tenant, code := "tenant-"+rnd(), "svc"+rnd()
+	day := time.Now().UTC().Truncate(24 * time.Hour).Add(-48 * time.Hour)
+	const n = 120
+	pipe := rdb.Pipeline()
+	for i := range n {
+		at := day.Add(time.Duration(i%3)*time.Hour + time.Duration(i)*time.Second)
+		ref := "https://news.example.com/a"
+		if i%4 == 0 {
+			ref = "https://www.social.example/p"
+		}
+		ev := clickevent.Event{ID: clickevent.NewID(at), Code: code, Tenant: tenant, Time: at,
+			Visitor: fmt.Sprintf("%032x", i%15), UserAgent: "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0", Referrer: ref}
+		pipe.XAdd(context.Background(), &redis.XAddArgs{Stream: keys[i%len(keys)], MaxLen: cfg.Streams.MaxLen, Approx: true, ID: "*", Values: ev.Values()})
+	}
+	if _, err := pipe.Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	client := analyticsv1.NewAnalyticsServiceClient(r.Conn)
+	ask := func(tenant string) (*analyticsv1.GetLinkStatsResponse, error) {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), callmeta.TenantKey, tenant)
+		return client.GetLinkStats(ctx, &analyticsv1.GetLinkStatsRequest{
+			Code: code, StartTime: timestamppb.New(day), EndTime: timestamppb.New(day.Add(24 * time.Hour))})
+	}
+	var resp *analyticsv1.GetLinkStatsResponse
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if resp, err = ask(tenant); err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetCounts().GetTotal() == n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c := resp.GetCounts()
+	if got, want := [3]int64{c.GetTotal(), c.GetHuman(), c.GetUniqueVisitors()}, [3]int64{n, n, 15}; got != want {
+		t.Fatalf("(total, human, unique visitors) = %v, want %v", got, want)
+	}
+	if resp.GetInterval() != analyticsv1.Interval_INTERVAL_HOUR || len(resp.GetSeries()) != 24 {
+		t.Errorf("interval %v with %d buckets, want hourly with 24", resp.GetInterval(), len(resp.GetSeries()))
+	}
+	for h, b := range resp.GetSeries() {
+		if want := map[int]int64{0: 40, 1: 40, 2: 40}[h]; b.GetCounts().GetTotal() != want {
+			t.Errorf("hour %d: %d clicks, want %d", h, b.GetCounts().GetTotal(), want)
+		}
+	}
+	top := resp.GetTopReferrers()
+	if len(top) != 2 || top[0].GetKey() != "news.example.com" || top[0].GetCount() != 90 || top[1].GetKey() != "social.example" || top[1].GetCount() != 30 {
+		t.Errorf("top referrers %v, want news.example.com 90, social.example 30", top)
+	}
+	if b := resp.GetTopBrowsers(); len(b) != 1 || b[0].GetKey() != "Firefox" || b[0].GetCount() != n {
+		t.Errorf("top browsers %v, want Firefox %d", b, n)
+	}
+	if _, err := ask("someone-else-" + rnd()); status.Code(err) != codes.NotFound {
+		t.Errorf("another tenant: %v, want NotFound", err)
 	}
 }
 
@@ -60,5 +193,13 @@ func TestFailsFastNamingTheMissingDependency(t *testing.T) {
 	_, err := New(context.Background(), cfg, servertest.Logger(t))
 	if err == nil || !strings.Contains(err.Error(), "KURZ_CLICKHOUSE_ADDRS") {
 		t.Fatalf("got %v, want an error naming KURZ_CLICKHOUSE_ADDRS", err)
+	}
+}
+
+func TestRefusesBadSettings(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_ANALYTICS_BATCH_SIZE": "0", "KURZ_ANALYTICS_CLAIM_IDLE": "10ms"})
+	_, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err == nil || !strings.Contains(err.Error(), "KURZ_ANALYTICS_BATCH_SIZE") || !strings.Contains(err.Error(), "KURZ_ANALYTICS_CLAIM_IDLE") {
+		t.Fatalf("got %v, want an error naming KURZ_ANALYTICS_BATCH_SIZE and KURZ_ANALYTICS_CLAIM_IDLE", err)
 	}
 }

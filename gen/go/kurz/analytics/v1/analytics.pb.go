@@ -75,12 +75,15 @@ func (Interval) EnumDescriptor() ([]byte, []int) {
 
 type GetLinkStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	// Inclusive start; unset means the link's creation.
+	// The link's short code.
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// Inclusive start, truncated to the hour (UTC); unset means 30 days
+	// before end_time. The range may span at most 400 days.
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	// Exclusive end; unset means now.
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	Interval      Interval               `protobuf:"varint,4,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	// Exclusive end, rounded up to the next hour (UTC); unset means now.
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// Hourly series cover at most 31 days.
+	Interval      Interval `protobuf:"varint,4,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -150,11 +153,15 @@ type ClickCounts struct {
 	Total int64 `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
 	// Clicks neither from known bots nor flagged as a flood.
 	Human int64 `protobuf:"varint,2,opt,name=human,proto3" json:"human,omitempty"`
-	// Distinct visitors among human clicks.
+	// Distinct visitors among human clicks. The visitor hash changes every UTC
+	// day by design (it is not a tracking ID), so one person on two days is two
+	// visitors; a visitor counts in the bucket of their first human click of
+	// the day, hence hourly figures add up to the daily one.
 	UniqueVisitors int64 `protobuf:"varint,3,opt,name=unique_visitors,json=uniqueVisitors,proto3" json:"unique_visitors,omitempty"`
 	// Clicks from known bots, crawlers and link-preview fetchers.
 	Bot int64 `protobuf:"varint,4,opt,name=bot,proto3" json:"bot,omitempty"`
-	// Clicks over the per-visitor click rule.
+	// Clicks over the per-visitor click rule (clicks/per-visitor), bots
+	// excepted.
 	Flood         int64 `protobuf:"varint,5,opt,name=flood,proto3" json:"flood,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -332,11 +339,30 @@ func (x *KeyCount) GetCount() int64 {
 }
 
 type GetLinkStatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	Counts        *ClickCounts           `protobuf:"bytes,2,opt,name=counts,proto3" json:"counts,omitempty"`
-	Series        []*TimeBucket          `protobuf:"bytes,3,rep,name=series,proto3" json:"series,omitempty"`
-	TopReferrers  []*KeyCount            `protobuf:"bytes,4,rep,name=top_referrers,json=topReferrers,proto3" json:"top_referrers,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// Totals over the range: total = human + bot + flood.
+	Counts *ClickCounts `protobuf:"bytes,2,opt,name=counts,proto3" json:"counts,omitempty"`
+	// One bucket per interval of the range, oldest first, empty ones included.
+	Series []*TimeBucket `protobuf:"bytes,3,rep,name=series,proto3" json:"series,omitempty"`
+	// Referrer hosts ("www." removed) by clicks, at most 10; the key "" is
+	// clicks without a Referer.
+	TopReferrers []*KeyCount `protobuf:"bytes,4,rep,name=top_referrers,json=topReferrers,proto3" json:"top_referrers,omitempty"`
+	// Browsers by clicks, at most 10 ("Bot" for bots, "Other" when unknown).
+	TopBrowsers []*KeyCount `protobuf:"bytes,5,rep,name=top_browsers,json=topBrowsers,proto3" json:"top_browsers,omitempty"`
+	// Operating systems by clicks, at most 10.
+	TopOperatingSystems []*KeyCount `protobuf:"bytes,6,rep,name=top_operating_systems,json=topOperatingSystems,proto3" json:"top_operating_systems,omitempty"`
+	// Device classes by clicks: desktop, mobile, tablet, bot.
+	TopDevices []*KeyCount `protobuf:"bytes,7,rep,name=top_devices,json=topDevices,proto3" json:"top_devices,omitempty"`
+	// bot / total (0 without clicks).
+	BotShare float64 `protobuf:"fixed64,8,opt,name=bot_share,json=botShare,proto3" json:"bot_share,omitempty"`
+	// flood / total (0 without clicks).
+	FloodShare float64 `protobuf:"fixed64,9,opt,name=flood_share,json=floodShare,proto3" json:"flood_share,omitempty"`
+	// The range counted: the request's, widened to whole hours.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// The interval of series, as chosen when the request left it unspecified.
+	Interval      Interval `protobuf:"varint,12,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -399,6 +425,62 @@ func (x *GetLinkStatsResponse) GetTopReferrers() []*KeyCount {
 	return nil
 }
 
+func (x *GetLinkStatsResponse) GetTopBrowsers() []*KeyCount {
+	if x != nil {
+		return x.TopBrowsers
+	}
+	return nil
+}
+
+func (x *GetLinkStatsResponse) GetTopOperatingSystems() []*KeyCount {
+	if x != nil {
+		return x.TopOperatingSystems
+	}
+	return nil
+}
+
+func (x *GetLinkStatsResponse) GetTopDevices() []*KeyCount {
+	if x != nil {
+		return x.TopDevices
+	}
+	return nil
+}
+
+func (x *GetLinkStatsResponse) GetBotShare() float64 {
+	if x != nil {
+		return x.BotShare
+	}
+	return 0
+}
+
+func (x *GetLinkStatsResponse) GetFloodShare() float64 {
+	if x != nil {
+		return x.FloodShare
+	}
+	return 0
+}
+
+func (x *GetLinkStatsResponse) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *GetLinkStatsResponse) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *GetLinkStatsResponse) GetInterval() Interval {
+	if x != nil {
+		return x.Interval
+	}
+	return Interval_INTERVAL_UNSPECIFIED
+}
+
 var File_kurz_analytics_v1_analytics_proto protoreflect.FileDescriptor
 
 const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
@@ -423,12 +505,24 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\"2\n" +
 	"\bKeyCount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xdb\x01\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\x93\x05\n" +
 	"\x14GetLinkStatsResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x126\n" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\x125\n" +
 	"\x06series\x18\x03 \x03(\v2\x1d.kurz.analytics.v1.TimeBucketR\x06series\x12@\n" +
-	"\rtop_referrers\x18\x04 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopReferrers*I\n" +
+	"\rtop_referrers\x18\x04 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopReferrers\x12>\n" +
+	"\ftop_browsers\x18\x05 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\vtopBrowsers\x12O\n" +
+	"\x15top_operating_systems\x18\x06 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\x13topOperatingSystems\x12<\n" +
+	"\vtop_devices\x18\a \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\n" +
+	"topDevices\x12\x1b\n" +
+	"\tbot_share\x18\b \x01(\x01R\bbotShare\x12\x1f\n" +
+	"\vflood_share\x18\t \x01(\x01R\n" +
+	"floodShare\x129\n" +
+	"\n" +
+	"start_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x127\n" +
+	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval*I\n" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINTERVAL_HOUR\x10\x01\x12\x10\n" +
@@ -461,21 +555,27 @@ var file_kurz_analytics_v1_analytics_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_kurz_analytics_v1_analytics_proto_depIdxs = []int32{
-	6, // 0: kurz.analytics.v1.GetLinkStatsRequest.start_time:type_name -> google.protobuf.Timestamp
-	6, // 1: kurz.analytics.v1.GetLinkStatsRequest.end_time:type_name -> google.protobuf.Timestamp
-	0, // 2: kurz.analytics.v1.GetLinkStatsRequest.interval:type_name -> kurz.analytics.v1.Interval
-	6, // 3: kurz.analytics.v1.TimeBucket.start_time:type_name -> google.protobuf.Timestamp
-	2, // 4: kurz.analytics.v1.TimeBucket.counts:type_name -> kurz.analytics.v1.ClickCounts
-	2, // 5: kurz.analytics.v1.GetLinkStatsResponse.counts:type_name -> kurz.analytics.v1.ClickCounts
-	3, // 6: kurz.analytics.v1.GetLinkStatsResponse.series:type_name -> kurz.analytics.v1.TimeBucket
-	4, // 7: kurz.analytics.v1.GetLinkStatsResponse.top_referrers:type_name -> kurz.analytics.v1.KeyCount
-	1, // 8: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
-	5, // 9: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	6,  // 0: kurz.analytics.v1.GetLinkStatsRequest.start_time:type_name -> google.protobuf.Timestamp
+	6,  // 1: kurz.analytics.v1.GetLinkStatsRequest.end_time:type_name -> google.protobuf.Timestamp
+	0,  // 2: kurz.analytics.v1.GetLinkStatsRequest.interval:type_name -> kurz.analytics.v1.Interval
+	6,  // 3: kurz.analytics.v1.TimeBucket.start_time:type_name -> google.protobuf.Timestamp
+	2,  // 4: kurz.analytics.v1.TimeBucket.counts:type_name -> kurz.analytics.v1.ClickCounts
+	2,  // 5: kurz.analytics.v1.GetLinkStatsResponse.counts:type_name -> kurz.analytics.v1.ClickCounts
+	3,  // 6: kurz.analytics.v1.GetLinkStatsResponse.series:type_name -> kurz.analytics.v1.TimeBucket
+	4,  // 7: kurz.analytics.v1.GetLinkStatsResponse.top_referrers:type_name -> kurz.analytics.v1.KeyCount
+	4,  // 8: kurz.analytics.v1.GetLinkStatsResponse.top_browsers:type_name -> kurz.analytics.v1.KeyCount
+	4,  // 9: kurz.analytics.v1.GetLinkStatsResponse.top_operating_systems:type_name -> kurz.analytics.v1.KeyCount
+	4,  // 10: kurz.analytics.v1.GetLinkStatsResponse.top_devices:type_name -> kurz.analytics.v1.KeyCount
+	6,  // 11: kurz.analytics.v1.GetLinkStatsResponse.start_time:type_name -> google.protobuf.Timestamp
+	6,  // 12: kurz.analytics.v1.GetLinkStatsResponse.end_time:type_name -> google.protobuf.Timestamp
+	0,  // 13: kurz.analytics.v1.GetLinkStatsResponse.interval:type_name -> kurz.analytics.v1.Interval
+	1,  // 14: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
+	5,  // 15: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_kurz_analytics_v1_analytics_proto_init() }

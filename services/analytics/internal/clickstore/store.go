@@ -1,0 +1,367 @@
+// Package clickstore keeps clicks in ClickHouse: the raw rows the consumer
+// inserts, the hourly aggregates materialized views derive from them, and the
+// queries GetLinkStats reads.
+//
+// Counting is exact although delivery is at-least-once. Every statistic is a
+// sum over pre-aggregated rows (a link with millions of clicks reads a few
+// hundred rows, not millions), so a row inserted twice would count twice.
+// Three things prevent that:
+//
+//   - before inserting an entry that may be stored already (redelivered, or
+//     retried after an insert whose outcome is unknown) the consumer asks
+//     Existing and skips what is there;
+//   - a row is inserted as suspect (suspect=1, copied into click_suspects)
+//     unless the consumer received its entry first-hand (XREADGROUP ">") and
+//     sends it for the first time;
+//   - queries subtract the excess of every suspect event that has more than
+//     one row (Duplicates), so a duplicate that slipped past the lookup (two
+//     consumers racing on a reclaimed entry) counts once.
+//
+// Redis delivers an entry first-hand exactly once, so of two rows of one
+// event at least one is suspect, and every duplicate is found. The raw table
+// is a plain MergeTree so that copies are never merged away from under the
+// aggregates. Suspect rows are rare (after a crash, a takeover or an insert
+// that failed mid-way) and clustered in time, so the correction reads little.
+//
+// Residuals: an event the producer appended twice (two entries) is caught
+// only when both land in one batch; two events of one link whose 64-bit
+// EIDs collide, one of them suspect, would count once.
+package clickstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Click is one row of the raw table.
+type Click struct {
+	Tenant       string
+	Code         string
+	Time         time.Time
+	EventID      string
+	Visitor      string
+	Referrer     string
+	ReferrerHost string
+	UserAgent    string
+	Browser      string
+	OS           string
+	Device       string
+	Bot          bool
+	Flood        bool
+	// NewVisitor marks the visitor's first human click of the UTC day on
+	// this link: the sum of NewVisitor is the number of unique visitors.
+	NewVisitor bool
+	// Suspect marks a row that may duplicate another (see the package doc).
+	Suspect bool
+}
+
+// EID is the 64-bit FNV-1a hash of an event ID: the raw table's sort key
+// tail, and a compact key for the duplicate checks.
+func EID(eventID string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(eventID)) // never fails
+	return h.Sum64()
+}
+
+// Store reads and writes clicks. It is safe for concurrent use.
+type Store struct {
+	conn driver.Conn
+}
+
+// New returns a store over conn; the schema must have been applied (Apply).
+func New(conn driver.Conn) *Store { return &Store{conn: conn} }
+
+// ErrNotSent wraps an insert failure that happened before any row reached
+// ClickHouse: retrying cannot duplicate anything.
+var ErrNotSent = errors.New("insert not sent")
+
+// Insert writes rows in one batch. An error wrapping ErrNotSent means nothing
+// was stored; any other error leaves the outcome unknown (ClickHouse may
+// have committed the rows before the connection failed).
+func (s *Store) Insert(ctx context.Context, rows []Click) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	b, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+EventsTable+" ("+strings.Join(eventColumns, ", ")+")")
+	if err != nil {
+		return fmt.Errorf("clickhouse prepare insert: %w: %w", ErrNotSent, err)
+	}
+	now := time.Now()
+	for i := range rows {
+		r := &rows[i]
+		if err := b.Append(r.Tenant, r.Code, r.Time, r.EventID, EID(r.EventID), r.Visitor, r.Referrer,
+			r.ReferrerHost, r.UserAgent, r.Browser, r.OS, r.Device,
+			u8(r.Bot), u8(r.Flood), u8(r.NewVisitor), u8(r.Suspect), now); err != nil {
+			_ = b.Abort()
+			return fmt.Errorf("clickhouse append: %w: %w", ErrNotSent, err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("clickhouse insert %d rows: %w", len(rows), err)
+	}
+	return nil
+}
+
+// existingChunk bounds the keys of one Existing query (max_query_size is
+// 256 KiB by default).
+const existingChunk = 1000
+
+// Existing returns the event IDs among rows that the raw table already
+// holds. The lookup uses the full sort key, so it reads a few granules.
+func (s *Store) Existing(ctx context.Context, rows []Click) (map[string]bool, error) {
+	found := make(map[string]bool)
+	for start := 0; start < len(rows); start += existingChunk {
+		chunk := rows[start:min(start+existingChunk, len(rows))]
+		var q strings.Builder
+		q.WriteString("SELECT event_id FROM " + EventsTable + " WHERE (tenant, code, ts, eid) IN (")
+		for i, r := range chunk {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			fmt.Fprintf(&q, "(%s, %s, toDateTime(%d), %d)", quote(r.Tenant), quote(r.Code), r.Time.Unix(), EID(r.EventID))
+		}
+		q.WriteString(")")
+		res, err := s.conn.Query(ctx, q.String())
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse existing events: %w", err)
+		}
+		for res.Next() {
+			var id string
+			if err := res.Scan(&id); err != nil {
+				res.Close()
+				return nil, fmt.Errorf("clickhouse existing events: %w", err)
+			}
+			found[id] = true
+		}
+		err = res.Err()
+		res.Close()
+		if err != nil {
+			return nil, fmt.Errorf("clickhouse existing events: %w", err)
+		}
+	}
+	return found, nil
+}
+
+// Range selects one link's clicks in [Start, End); both are whole UTC hours,
+// the resolution of the aggregates.
+type Range struct {
+	Tenant, Code string
+	Start, End   time.Time
+}
+
+// Counts splits clicks by who made them. Human, Bot and Flood add up to
+// Total; a bot's click is a bot click even when it floods.
+type Counts struct {
+	Total, Human, Bot, Flood int64
+	// Visitors is the number of distinct visitor-days among human clicks.
+	Visitors int64
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Total += o.Total
+	c.Human += o.Human
+	c.Bot += o.Bot
+	c.Flood += o.Flood
+	c.Visitors += o.Visitors
+}
+
+// Sub subtracts o from c.
+func (c *Counts) Sub(o Counts) {
+	c.Total -= o.Total
+	c.Human -= o.Human
+	c.Bot -= o.Bot
+	c.Flood -= o.Flood
+	c.Visitors -= o.Visitors
+}
+
+// Hourly returns r's counts per hour (Unix seconds of the hour's start), as
+// the aggregates hold them: duplicates not yet subtracted.
+func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
+	rows, err := s.conn.Query(ctx, `SELECT toUInt32(hour) AS h,
+			sum(total), sum(human), sum(bot), sum(flood), sum(visitors)
+		FROM `+HourlyTable+`
+		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
+		GROUP BY h`, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse hourly counts: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[int64]Counts)
+	for rows.Next() {
+		var h uint32
+		var total, human, bot, flood, visitors uint64
+		if err := rows.Scan(&h, &total, &human, &bot, &flood, &visitors); err != nil {
+			return nil, fmt.Errorf("clickhouse hourly counts: %w", err)
+		}
+		out[int64(h)] = Counts{Total: int64(total), Human: int64(human), Bot: int64(bot), Flood: int64(flood), Visitors: int64(visitors)}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse hourly counts: %w", err)
+	}
+	return out, nil
+}
+
+// Dims returns r's clicks per dimension and key (DimReferrer, ...), as the
+// aggregates hold them: duplicates not yet subtracted.
+func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64, error) {
+	rows, err := s.conn.Query(ctx, `SELECT dim, key, sum(clicks)
+		FROM `+DimsTable+`
+		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
+		GROUP BY dim, key`, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse dimension counts: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]map[string]int64)
+	for rows.Next() {
+		var dim, key string
+		var n uint64
+		if err := rows.Scan(&dim, &key, &n); err != nil {
+			return nil, fmt.Errorf("clickhouse dimension counts: %w", err)
+		}
+		if out[dim] == nil {
+			out[dim] = make(map[string]int64)
+		}
+		out[dim][key] = int64(n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse dimension counts: %w", err)
+	}
+	return out, nil
+}
+
+// Owners returns the tenants that have clicks on code, at most a few.
+func (s *Store) Owners(ctx context.Context, code string) ([]string, error) {
+	rows, err := s.conn.Query(ctx,
+		"SELECT DISTINCT tenant FROM "+OwnersTable+" WHERE code = ? LIMIT 16", code)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse owners: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, fmt.Errorf("clickhouse owners: %w", err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse owners: %w", err)
+	}
+	return out, nil
+}
+
+// Flags are one row's classification.
+type Flags struct {
+	Bot, Flood, NewVisitor bool
+}
+
+// Duplicate is one event stored more than once. Copies share the event's
+// fields; only the flags can differ (the flood check ran once per copy).
+type Duplicate struct {
+	EID uint64
+	// Hour is the Unix second of the event's hour.
+	Hour                              int64
+	ReferrerHost, Browser, OS, Device string
+	Copies                            []Flags
+}
+
+// Duplicates returns r's events stored more than once. Only events with a
+// suspect row can be, so the lookup reads the raw rows at the suspects'
+// times only (the primary key narrows "ts IN (subquery)" to their granules):
+// nothing when the range has no suspects, and otherwise a cost that follows
+// the incidents (a crash, a takeover, a failed insert), not the link's size.
+func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
+	suspects := `SELECT %s FROM ` + SuspectsTable + `
+		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)`
+	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device),
+			groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)
+		FROM `+EventsTable+`
+		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
+			AND ts IN (`+fmt.Sprintf(suspects, "ts")+`)
+			AND eid IN (`+fmt.Sprintf(suspects, "eid")+`)
+		GROUP BY eid
+		HAVING count() > 1`,
+		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
+		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
+		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse duplicates: %w", err)
+	}
+	defer rows.Close()
+	var out []Duplicate
+	for rows.Next() {
+		var d Duplicate
+		var ts uint32
+		var bots, floods, news []uint8
+		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &bots, &floods, &news); err != nil {
+			return nil, fmt.Errorf("clickhouse duplicates: %w", err)
+		}
+		d.Hour = int64(ts) / 3600 * 3600
+		for i := range bots {
+			d.Copies = append(d.Copies, Flags{Bot: bots[i] == 1, Flood: floods[i] == 1, NewVisitor: news[i] == 1})
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("clickhouse duplicates: %w", err)
+	}
+	return out, nil
+}
+
+// Excess is what d's copies beyond one added to the aggregates: the counts
+// of every copy minus those of one canonical copy. The canonical copy is the
+// most severe: a bot if any copy is a bot, else a flood if any copy is, else
+// human (a new visitor if any human copy is). Total excess is always
+// len(Copies)-1; only the split among human, bot and flood depends on the
+// rule. Each dimension's excess equals Total.
+func (d Duplicate) Excess() Counts {
+	var counted, canon Counts
+	var anyBot, anyFlood, anyNew bool
+	for _, f := range d.Copies {
+		counted.Add(flagCounts(f))
+		anyBot = anyBot || f.Bot
+		anyFlood = anyFlood || f.Flood
+		anyNew = anyNew || (f.NewVisitor && !f.Bot && !f.Flood)
+	}
+	canon = flagCounts(Flags{Bot: anyBot, Flood: anyFlood, NewVisitor: anyNew && !anyBot && !anyFlood})
+	counted.Sub(canon)
+	return counted
+}
+
+// flagCounts is what one row adds to the aggregates (see the hourly view).
+func flagCounts(f Flags) Counts {
+	c := Counts{Total: 1}
+	switch {
+	case f.Bot:
+		c.Bot = 1
+	case f.Flood:
+		c.Flood = 1
+	default:
+		c.Human = 1
+	}
+	if f.NewVisitor {
+		c.Visitors = 1
+	}
+	return c
+}
+
+func u8(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var quoter = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+
+// quote writes s as a ClickHouse string literal.
+func quote(s string) string { return "'" + quoter.Replace(s) + "'" }

@@ -1,0 +1,470 @@
+// Package consumer moves click events from the Redis click streams into
+// ClickHouse.
+//
+// One process is one consumer of a consumer group on every shard stream: a
+// reader goroutine per shard (XREADGROUP), one batcher that flushes at a size
+// or an age, and a maintenance loop that reclaims entries other consumers
+// left pending (XAUTOCLAIM), dead-letters entries delivered too often, and
+// measures the lag. A flush classifies the events (bots from the User-Agent,
+// floods from the limiter, first visits of the day from Redis), inserts them
+// in one ClickHouse batch, and only then acknowledges them (XACK): delivery
+// is at-least-once, and clickstore makes the counts exact anyway.
+//
+// While ClickHouse refuses a batch the batcher keeps it, retries with
+// exponential backoff and reads nothing more (the readers block on a small
+// channel), so memory stays bounded and nothing is acknowledged.
+package consumer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+
+	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/quota"
+	"kurz.dev/services/analytics/internal/clickstore"
+)
+
+// DefaultStreamPrefix is the stream key prefix of the click stream contract:
+// shard keys are "clicks:{<tag>}" (clickevent.StreamKeys).
+const DefaultStreamPrefix = "clicks"
+
+// DefaultGroup is the consumer group every analytics process joins.
+const DefaultGroup = "analytics"
+
+// FloodDomain is the limiter domain of the click-flood rule (per code and
+// visitor).
+const FloodDomain = "clicks"
+
+// Options configure a Consumer. Zero values take the defaults noted.
+type Options struct {
+	// Shards is the number of click stream shards (KURZ_CLICK_STREAM_SHARDS).
+	Shards int
+	// StreamPrefix replaces "clicks" in the stream keys; the shard's hash
+	// tag stays, so a test's streams land on the same slots.
+	StreamPrefix string
+	// Group is the consumer group (default DefaultGroup).
+	Group string
+	// GroupStart is where a newly created group starts: "0" (default) reads
+	// what the streams already hold, "$" only what comes next.
+	GroupStart string
+	// Name is this consumer's name in the group; default host-pid-random.
+	// A stable name lets a restarted process resume its own pending entries
+	// at once instead of after ClaimIdle.
+	Name string
+	// BatchSize flushes a batch at this many entries (default 5000).
+	BatchSize int
+	// BatchAge flushes a batch this long after its first entry (default 1s).
+	BatchAge time.Duration
+	// ReadCount is the most entries one XREADGROUP returns (default
+	// min(BatchSize, 1000)).
+	ReadCount int
+	// ReadBlock is how long an XREADGROUP waits for new entries (default
+	// 1s); it also bounds how long a reader takes to notice shutdown.
+	ReadBlock time.Duration
+	// ClaimIdle is how long an entry stays pending with a consumer before
+	// another may claim it (default 30s).
+	ClaimIdle time.Duration
+	// ClaimEvery is how often pending entries are looked for (default
+	// ClaimIdle/4, at most 5s).
+	ClaimEvery time.Duration
+	// MaxDeliveries dead-letters an entry claimed after this many deliveries
+	// (default 5).
+	MaxDeliveries int
+	// RetryMin and RetryMax bound the backoff between failed flushes
+	// (defaults 100ms and 5s).
+	RetryMin, RetryMax time.Duration
+	// InsertTimeout bounds one ClickHouse insert or lookup (default 10s).
+	InsertTimeout time.Duration
+	// FloodParallelism bounds concurrent limiter calls of one batch
+	// (default 32).
+	FloodParallelism int
+	// UnhealthyAfter makes Ready fail once flushes have been failing this
+	// long (default 30s).
+	UnhealthyAfter time.Duration
+	// DrainTimeout bounds the last flush after Run's context ends (default
+	// 10s); what is not acknowledged by then stays pending for others.
+	DrainTimeout time.Duration
+	// DeadLetterMaxLen trims each dead-letter stream (default 100000).
+	DeadLetterMaxLen int64
+
+	// hooks are for this package's tests only; configuration never sets them.
+	hooks hooks
+}
+
+type hooks struct {
+	// beforeInsert and afterInsert run around a successful ClickHouse insert.
+	beforeInsert func(ctx context.Context, rows int)
+	afterInsert  func(ctx context.Context, rows int)
+	// retry runs before each backoff wait of a failing flush.
+	retry func(wait time.Duration)
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Shards < 1 || o.Shards > clickevent.MaxShards {
+		return o, fmt.Errorf("consumer: %d shards: want 1 to %d", o.Shards, clickevent.MaxShards)
+	}
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if o.StreamPrefix == "" {
+		o.StreamPrefix = DefaultStreamPrefix
+	}
+	if o.Group == "" {
+		o.Group = DefaultGroup
+	}
+	if o.GroupStart == "" {
+		o.GroupStart = "0"
+	}
+	if o.Name == "" {
+		o.Name = defaultName()
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 5000
+	}
+	set(&o.BatchAge, time.Second)
+	if o.ReadCount <= 0 {
+		o.ReadCount = min(o.BatchSize, 1000)
+	}
+	set(&o.ReadBlock, time.Second)
+	set(&o.ClaimIdle, 30*time.Second)
+	set(&o.ClaimEvery, min(o.ClaimIdle/4, 5*time.Second))
+	if o.MaxDeliveries <= 0 {
+		o.MaxDeliveries = 5
+	}
+	set(&o.RetryMin, 100*time.Millisecond)
+	set(&o.RetryMax, 5*time.Second)
+	set(&o.InsertTimeout, 10*time.Second)
+	if o.FloodParallelism <= 0 {
+		o.FloodParallelism = 32
+	}
+	set(&o.UnhealthyAfter, 30*time.Second)
+	set(&o.DrainTimeout, 10*time.Second)
+	if o.DeadLetterMaxLen <= 0 {
+		o.DeadLetterMaxLen = 100_000
+	}
+	return o, nil
+}
+
+func defaultName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "analytics"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// QuotaChecker is the limiter client (*quota.Client).
+type QuotaChecker interface {
+	Check(ctx context.Context, domain string, descriptors map[string]string, cost uint32, policy quota.Policy) quota.Decision
+}
+
+// Consumer is one process's membership in the consumer group. Run it once.
+type Consumer struct {
+	opts  Options
+	rdb   redis.UniversalClient
+	store *clickstore.Store
+	quota QuotaChecker
+	log   *slog.Logger
+	m     *metrics
+
+	keys, deadKeys []string
+	in             chan []entry
+
+	mu           sync.Mutex
+	failingSince time.Time
+	lastErr      error
+	lag          []ShardLag
+}
+
+// entry is one stream entry as read.
+type entry struct {
+	shard  int
+	id     string
+	values map[string]any
+	// redelivered is true for entries this consumer did not read first
+	// (claimed, or from its own pending list after a restart).
+	redelivered bool
+	readAt      time.Time
+}
+
+// New returns a consumer; it touches nothing until Run.
+func New(rdb redis.UniversalClient, store *clickstore.Store, q QuotaChecker, log *slog.Logger, mp metric.MeterProvider, opts Options) (*Consumer, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{opts: opts, rdb: rdb, store: store, quota: q, log: log.With("consumer", opts.Name, "group", opts.Group)}
+	for _, k := range clickevent.StreamKeys(opts.Shards) {
+		tag := strings.TrimPrefix(k, DefaultStreamPrefix) // ":{<tag>}"
+		c.keys = append(c.keys, opts.StreamPrefix+tag)
+		c.deadKeys = append(c.deadKeys, opts.StreamPrefix+"-dead"+tag)
+	}
+	if c.m, err = newMetrics(mp, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Name is the consumer's name in the group.
+func (c *Consumer) Name() string { return c.opts.Name }
+
+// Streams returns the shard stream keys, shard 0 first.
+func (c *Consumer) Streams() []string { return append([]string(nil), c.keys...) }
+
+// DeadLetterStreams returns the dead-letter stream keys, one per shard.
+func (c *Consumer) DeadLetterStreams() []string { return append([]string(nil), c.deadKeys...) }
+
+// Run consumes until ctx ends, then stops reading, flushes and acknowledges
+// what it holds (bounded by DrainTimeout) and returns.
+func (c *Consumer) Run(ctx context.Context) {
+	c.in = make(chan []entry, len(c.keys))
+	// hard ends DrainTimeout after ctx: the bound of the final flush.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(c.opts.DrainTimeout, cancelHard) })
+	defer stop()
+
+	var producers sync.WaitGroup
+	for shard := range c.keys {
+		producers.Go(func() { c.read(ctx, hard, shard) })
+	}
+	producers.Go(func() { c.maintain(ctx, hard) })
+	go func() { producers.Wait(); close(c.in) }()
+	c.log.Info("click consumer started", "streams", len(c.keys), "batch_size", c.opts.BatchSize,
+		"batch_age", c.opts.BatchAge, "claim_idle", c.opts.ClaimIdle)
+	c.batch(hard)
+	cancelHard()
+	producers.Wait()
+	c.log.Info("click consumer stopped")
+}
+
+// read is one shard's reader: first this consumer's own pending entries
+// (left by a previous process of the same name), then new ones.
+func (c *Consumer) read(ctx, hard context.Context, shard int) {
+	key := c.keys[shard]
+	bo := c.backoff()
+	for !c.ensureGroup(ctx, key) {
+		if !sleep(ctx, bo.next()) {
+			return
+		}
+	}
+	bo.reset()
+	pendingFrom := "0"
+	for ctx.Err() == nil {
+		args := &redis.XReadGroupArgs{Group: c.opts.Group, Consumer: c.opts.Name, Count: int64(c.opts.ReadCount)}
+		if pendingFrom != "" {
+			args.Streams, args.Block = []string{key, pendingFrom}, -1
+		} else {
+			args.Streams, args.Block = []string{key, ">"}, c.opts.ReadBlock
+		}
+		res, err := c.rdb.XReadGroup(ctx, args).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			if strings.HasPrefix(err.Error(), "NOGROUP") {
+				c.ensureGroup(ctx, key)
+			}
+			wait := bo.next()
+			c.log.Warn("click stream read failed", "stream", key, "retry_in", wait, "err", err)
+			if !sleep(ctx, wait) {
+				return
+			}
+			continue
+		}
+		bo.reset()
+		var msgs []redis.XMessage
+		if len(res) > 0 {
+			msgs = res[0].Messages
+		}
+		redelivered := pendingFrom != ""
+		if redelivered {
+			if len(msgs) == 0 {
+				pendingFrom = ""
+				continue
+			}
+			pendingFrom = msgs[len(msgs)-1].ID
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if !c.send(hard, toEntries(shard, msgs, redelivered)) {
+			return
+		}
+	}
+}
+
+func toEntries(shard int, msgs []redis.XMessage, redelivered bool) []entry {
+	now := time.Now()
+	out := make([]entry, len(msgs))
+	for i, m := range msgs {
+		out[i] = entry{shard: shard, id: m.ID, values: m.Values, redelivered: redelivered, readAt: now}
+	}
+	return out
+}
+
+// send hands entries to the batcher; it blocks while the batcher is busy,
+// which is what stops reading while ClickHouse is down.
+func (c *Consumer) send(hard context.Context, es []entry) bool {
+	select {
+	case c.in <- es:
+		return true
+	case <-hard.Done():
+		return false
+	}
+}
+
+// ensureGroup creates the group on key (and the stream, if missing).
+func (c *Consumer) ensureGroup(ctx context.Context, key string) bool {
+	err := c.rdb.XGroupCreateMkStream(ctx, key, c.opts.Group, c.opts.GroupStart).Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		if ctx.Err() == nil {
+			c.log.Warn("click stream group create failed", "stream", key, "err", err)
+		}
+		return false
+	}
+	return true
+}
+
+// batch collects entries and flushes at BatchSize or BatchAge, until the
+// readers are gone (final flush) or hard ends.
+func (c *Consumer) batch(hard context.Context) {
+	var pending []entry
+	age := time.NewTimer(time.Hour)
+	age.Stop()
+	flush := func() {
+		age.Stop()
+		c.flush(hard, pending)
+		pending = nil
+	}
+	for {
+		select {
+		case es, ok := <-c.in:
+			if !ok {
+				flush()
+				return
+			}
+			if len(pending) == 0 {
+				age.Reset(c.opts.BatchAge)
+			}
+			pending = append(pending, es...)
+			if len(pending) >= c.opts.BatchSize {
+				flush()
+			}
+		case <-age.C:
+			flush()
+		case <-hard.Done():
+			return
+		}
+	}
+}
+
+// Ready fails when flushes have been failing for longer than UnhealthyAfter;
+// the error carries the lag per shard (the server logs it).
+func (c *Consumer) Ready(context.Context) error {
+	c.mu.Lock()
+	since, lastErr := c.failingSince, c.lastErr
+	c.mu.Unlock()
+	if since.IsZero() || time.Since(since) < c.opts.UnhealthyAfter {
+		return nil
+	}
+	return fmt.Errorf("click consumer: flushes failing for %s, lag %s: %w",
+		time.Since(since).Round(time.Second), c.lagSummary(), lastErr)
+}
+
+// Status is the consumer's state for the ops endpoint.
+type Status struct {
+	Consumer string     `json:"consumer"`
+	Group    string     `json:"group"`
+	Healthy  bool       `json:"healthy"`
+	Failing  string     `json:"failing_for,omitempty"`
+	Lag      []ShardLag `json:"lag"`
+}
+
+// Status returns the consumer's state and the last measured lag.
+func (c *Consumer) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Status{Consumer: c.opts.Name, Group: c.opts.Group, Healthy: c.failingSince.IsZero(),
+		Lag: append([]ShardLag(nil), c.lag...)}
+	if !s.Healthy {
+		s.Failing = time.Since(c.failingSince).Round(time.Millisecond).String()
+	}
+	return s
+}
+
+func (c *Consumer) failed(stage string, err error) {
+	c.mu.Lock()
+	first := c.failingSince.IsZero()
+	if first {
+		c.failingSince = time.Now()
+	}
+	c.lastErr = err
+	c.mu.Unlock()
+	c.m.failure(stage)
+	c.log.Warn("click flush failed; retrying", "stage", stage, "err", err)
+}
+
+func (c *Consumer) succeeded() {
+	c.mu.Lock()
+	since := c.failingSince
+	c.failingSince, c.lastErr = time.Time{}, nil
+	c.mu.Unlock()
+	if !since.IsZero() {
+		c.log.Info("click flush recovered", "after", time.Since(since).Round(time.Millisecond))
+	}
+}
+
+func (c *Consumer) failing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.failingSince.IsZero()
+}
+
+// backoff is exponential between RetryMin and RetryMax.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (c *Consumer) backoff() *backoff { return &backoff{min: c.opts.RetryMin, max: c.opts.RetryMax} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d or until ctx ends; false means ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,500 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	"kurz.dev/pkg/chconn"
+	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/fakelimiter"
+	"kurz.dev/services/analytics/internal/clickstore"
+)
+
+const (
+	chromeUA = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36"
+	iphoneUA = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1"
+	botUA    = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+)
+
+// want is what GetLinkStats must say about a set of events.
+type want struct {
+	total, human, bot, flood, visitors int64
+	perDay                             map[time.Time]int64
+	referrers                          map[string]int64
+}
+
+// expect computes want for events that the limiter does not flag.
+func expect(events []clickevent.Event) want {
+	w := want{perDay: map[time.Time]int64{}, referrers: map[string]int64{}}
+	seen := map[string]bool{}
+	for _, ev := range events {
+		w.total++
+		day := ev.Time.UTC().Truncate(24 * time.Hour)
+		w.perDay[day]++
+		switch {
+		case strings.Contains(ev.UserAgent, "bot"):
+			w.bot++
+		default:
+			w.human++
+			if k := day.String() + ev.Visitor; !seen[k] {
+				seen[k] = true
+				w.visitors++
+			}
+		}
+		switch {
+		case strings.Contains(ev.Referrer, "ycombinator"):
+			w.referrers["news.ycombinator.com"]++
+		case strings.Contains(ev.Referrer, "twitter"):
+			w.referrers["twitter.com"]++
+		case strings.Contains(ev.Referrer, "t.co"):
+			w.referrers["t.co"]++
+		default:
+			w.referrers[""]++
+		}
+	}
+	return w
+}
+
+// check compares a response with w, field by field.
+func (w want) check(t *testing.T, resp *analyticsv1.GetLinkStatsResponse) {
+	t.Helper()
+	c := resp.GetCounts()
+	got := [5]int64{c.GetTotal(), c.GetHuman(), c.GetBot(), c.GetFlood(), c.GetUniqueVisitors()}
+	if exp := [5]int64{w.total, w.human, w.bot, w.flood, w.visitors}; got != exp {
+		t.Errorf("counts (total, human, bot, flood, unique visitors) = %v, want %v", got, exp)
+	}
+	var series int64
+	for _, b := range resp.GetSeries() {
+		series += b.GetCounts().GetTotal()
+		if g, e := b.GetCounts().GetTotal(), w.perDay[b.GetStartTime().AsTime()]; g != e {
+			t.Errorf("bucket %s: %d clicks, want %d", b.GetStartTime().AsTime().Format(time.DateOnly), g, e)
+		}
+	}
+	if series != w.total {
+		t.Errorf("series adds up to %d, want %d", series, w.total)
+	}
+	for _, kc := range resp.GetTopReferrers() {
+		if e := w.referrers[kc.GetKey()]; kc.GetCount() != e {
+			t.Errorf("referrer %q: %d, want %d", kc.GetKey(), kc.GetCount(), e)
+		}
+	}
+	if len(resp.GetTopReferrers()) != len(w.referrers) {
+		t.Errorf("top referrers %v, want %d keys (%v)", resp.GetTopReferrers(), len(w.referrers), w.referrers)
+	}
+}
+
+// mixed returns n events on code over two days: 37 visitors, four
+// referrers (t.co first), a bot every 20th click.
+func (e *env) mixed(code string, n int) []clickevent.Event {
+	refs := []string{"https://news.ycombinator.com/item?id=1", "https://www.twitter.com/x", "https://t.co/abc", ""}
+	var out []clickevent.Event
+	for i := range n {
+		ua := chromeUA
+		if i%20 == 0 {
+			ua = botUA
+		} else if i%3 == 0 {
+			ua = iphoneUA
+		}
+		at := time.Duration(i%2)*24*time.Hour + time.Duration(i)*time.Second
+		out = append(out, e.click(code, at, visitor(i%37), ua, refs[[]int{0, 0, 2, 2, 2, 1, 3}[i%7]]))
+	}
+	return out
+}
+
+func TestEventsArriveExactlyOnceWithStats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "all" + rnd()
+	events := e.mixed(code, 400)
+	r := e.start(e.opts(), e.rdb, e.store, allowAll(t))
+	e.xadd(events...)
+
+	w := expect(events)
+	eventually(t, 20*time.Second, "all events stored and acknowledged", func() (bool, string) {
+		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return p == 0 && n == w.total, fmt.Sprintf("pending %d, total %d", p, n)
+	})
+	resp := e.stats(code)
+	w.check(t, resp)
+	if got := len(resp.GetSeries()); got != 4 {
+		t.Errorf("%d daily buckets, want 4 (the range spans four UTC days)", got)
+	}
+	if got, want := resp.GetTopReferrers()[0].GetKey(), "t.co"; got != want {
+		t.Errorf("top referrer %q, want %q", got, want)
+	}
+	if got := e.rows(code); got != uint64(w.total) {
+		t.Errorf("raw rows %d, want %d", got, w.total)
+	}
+	if got := counter(t, r.reader, MetricConsumed); got != w.total {
+		t.Errorf("%s = %d, want %d", MetricConsumed, got, w.total)
+	}
+}
+
+// TestCrashAfterInsertBeforeAck kills a consumer at the worst moment: its
+// batch is in ClickHouse and nothing is acknowledged. A fresh consumer
+// claims everything; the counts stay exact and the pending list drains.
+func TestCrashAfterInsertBeforeAck(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "crash" + rnd()
+	events := e.mixed(code, 200)
+	e.xadd(events...)
+	q := allowAll(t)
+
+	rdbA, chA := e.clients()
+	inserted, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	optsA := e.opts()
+	optsA.DrainTimeout = 200 * time.Millisecond
+	optsA.hooks.afterInsert = func(context.Context, int) {
+		once.Do(func() { close(inserted); <-release })
+	}
+	a := e.start(optsA, rdbA, clickstore.New(chA), q)
+	select {
+	case <-inserted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("consumer A never inserted")
+	}
+	eventually(t, 10*time.Second, "every entry delivered to A", func() (bool, string) {
+		p := e.pending()
+		return p == int64(len(events)), fmt.Sprintf("pending %d", p)
+	})
+	// kill -9: cut A off from Redis and ClickHouse, then let it go on.
+	a.cancel()
+	_ = rdbA.Close()
+	_ = chA.Close()
+	close(release)
+	a.stop(t)
+	stored := e.rows(code)
+	if p := e.pending(); p != int64(len(events)) || stored == 0 {
+		t.Fatalf("after the crash: pending %d, raw rows %d; want %d pending (nothing acknowledged) and some rows", p, stored, len(events))
+	}
+
+	b := e.start(e.opts(), e.rdb, e.store, q)
+	w := expect(events)
+	eventually(t, 20*time.Second, "B drains what A left", func() (bool, string) {
+		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return p == 0 && n == w.total, fmt.Sprintf("pending %d, total %d", p, n)
+	})
+	w.check(t, e.stats(code))
+	if got := e.rows(code); got != uint64(w.total) {
+		t.Errorf("raw rows %d, want %d: B must skip what A stored", got, w.total)
+	}
+	if got := counter(t, b.reader, MetricSkipped, "reason", "stored"); got != int64(stored) {
+		t.Errorf("B skipped %d stored events, want %d", got, stored)
+	}
+	if got := counter(t, b.reader, MetricClaimed); got < int64(len(events)) {
+		t.Errorf("B claimed %d entries, want at least %d", got, len(events))
+	}
+}
+
+// TestStalledConsumerResumesAfterReclaim: A stored a batch and stalls before
+// acknowledging; B reclaims and finishes; A resumes. Still exact.
+func TestStalledConsumerResumesAfterReclaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "stall" + rnd()
+	events := e.mixed(code, 200)
+	e.xadd(events...)
+	q := allowAll(t)
+
+	stalled, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	optsA := e.opts()
+	optsA.hooks.afterInsert = func(context.Context, int) {
+		once.Do(func() { close(stalled); <-release })
+	}
+	a := e.start(optsA, e.rdb, e.store, q)
+	select {
+	case <-stalled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("consumer A never inserted")
+	}
+	e.start(e.opts(), e.rdb, e.store, q)
+	w := expect(events)
+	eventually(t, 20*time.Second, "B finishes while A stalls", func() (bool, string) {
+		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return p == 0 && n == w.total, fmt.Sprintf("pending %d, total %d", p, n)
+	})
+	close(release)
+	a.stop(t) // A acknowledges and flushes what it still held
+	w.check(t, e.stats(code))
+	if p := e.pending(); p != 0 {
+		t.Errorf("pending %d after A resumed, want 0", p)
+	}
+	if got := e.rows(code); got != uint64(w.total) {
+		t.Errorf("raw rows %d, want %d", got, w.total)
+	}
+}
+
+// TestRacingInsertsCountOnce: A stalls just before inserting; B reclaims
+// and stores the events; A resumes and stores its batch again. The rows are
+// really duplicated, and every statistic still counts each click once.
+func TestRacingInsertsCountOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "race" + rnd()
+	events := e.mixed(code, 200)
+	e.xadd(events...)
+	q := allowAll(t)
+
+	stalled, release, aInserted := make(chan struct{}), make(chan struct{}), make(chan int, 1)
+	var before, after sync.Once
+	optsA := e.opts()
+	optsA.hooks.beforeInsert = func(context.Context, int) {
+		before.Do(func() { close(stalled); <-release })
+	}
+	optsA.hooks.afterInsert = func(_ context.Context, n int) { after.Do(func() { aInserted <- n }) }
+	a := e.start(optsA, e.rdb, e.store, q)
+	select {
+	case <-stalled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("consumer A never reached its insert")
+	}
+	e.start(e.opts(), e.rdb, e.store, q)
+	w := expect(events)
+	eventually(t, 20*time.Second, "B stores everything while A stalls", func() (bool, string) {
+		p, n := e.pending(), e.rows(code)
+		return p == 0 && n == uint64(w.total), fmt.Sprintf("pending %d, rows %d", p, n)
+	})
+	close(release)
+	var dup int
+	select {
+	case dup = <-aInserted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("A never inserted after resuming")
+	}
+	a.stop(t)
+	if got := e.rows(code); got != uint64(w.total+int64(dup)) || dup == 0 {
+		t.Fatalf("raw rows %d, want %d + %d duplicates from A", got, w.total, dup)
+	}
+	w.check(t, e.stats(code))
+}
+
+// TestClickHouseOutage runs the consumer through a proxy that the test cuts:
+// nothing is acknowledged while ClickHouse is away, retries back off, and
+// every click arrives once after it is back.
+func TestClickHouseOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "outage" + rnd()
+	p := startProxy(t, e.cfg.ClickHouse.Addrs[0])
+	chCfg := e.cfg.ClickHouse
+	chCfg.Addrs, chCfg.DialTimeout = []string{p.addr}, 500*time.Millisecond
+	chP, err := chconn.New(context.Background(), chCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chP.Close()
+	p.cut()
+
+	var mu sync.Mutex
+	var waits []time.Duration
+	opts := e.opts()
+	opts.UnhealthyAfter = 300 * time.Millisecond
+	opts.InsertTimeout = 2 * time.Second
+	opts.hooks.retry = func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() }
+	r := e.start(opts, e.rdb, clickstore.New(chP), allowAll(t))
+	events := e.mixed(code, 150)
+	e.xadd(events...)
+
+	eventually(t, 20*time.Second, "batches failing, entries pending", func() (bool, string) {
+		f, pend := counter(t, r.reader, MetricFailures), e.pending()
+		return f >= 5 && pend == int64(len(events)), fmt.Sprintf("failures %d, pending %d", f, pend)
+	})
+	if n := e.rows(code); n != 0 {
+		t.Fatalf("%d rows reached ClickHouse through a cut proxy", n)
+	}
+	err = r.c.Ready(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "lag") {
+		t.Errorf("Ready during the outage = %v, want an error with the lag", err)
+	}
+	mu.Lock()
+	got := slices.Clone(waits)
+	mu.Unlock()
+	if got[0] != opts.RetryMin || !slices.IsSorted(got) || slices.Max(got) != opts.RetryMax || got[1] != 2*got[0] {
+		t.Errorf("retry waits %v: want doubling from %s, capped at %s", got, opts.RetryMin, opts.RetryMax)
+	}
+
+	p.restore()
+	w := expect(events)
+	eventually(t, 20*time.Second, "everything stored once ClickHouse is back", func() (bool, string) {
+		pend, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return pend == 0 && n == w.total, fmt.Sprintf("pending %d, total %d", pend, n)
+	})
+	w.check(t, e.stats(code))
+	if n := e.rows(code); n != uint64(w.total) {
+		t.Errorf("raw rows %d, want %d", n, w.total)
+	}
+	if err := r.c.Ready(context.Background()); err != nil {
+		t.Errorf("Ready after recovery: %v", err)
+	}
+}
+
+func TestPoisonEntriesAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "poison" + rnd()
+	r := e.start(e.opts(), e.rdb, e.store, allowAll(t))
+	good := e.mixed(code, 40)
+	e.xadd(good[:20]...)
+	garbage := e.xaddRaw("foo", "bar")
+	badTime := e.click(code, 0, visitor(1), chromeUA, "").Values()
+	badTime[9] = "yesterday" // the ts field's value
+	badTS := e.xaddRaw(badTime...)
+	e.xadd(good[20:]...)
+
+	w := expect(good)
+	eventually(t, 20*time.Second, "good events stored, nothing pending", func() (bool, string) {
+		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return p == 0 && n == w.total, fmt.Sprintf("pending %d, total %d", p, n)
+	})
+	w.check(t, e.stats(code))
+	dead, err := e.rdb.XRange(context.Background(), e.prefix+"-dead"+e.streams()[0][len(e.prefix):], "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]string{}
+	for _, m := range dead {
+		if m.Values["stream"] != e.streams()[0] {
+			t.Errorf("dead letter %v: stream %v, want %s", m.Values, m.Values["stream"], e.streams()[0])
+		}
+		reasons[fmt.Sprint(m.Values["entry_id"])] = fmt.Sprint(m.Values["reason"])
+	}
+	if !strings.Contains(reasons[garbage], "version") || !strings.Contains(reasons[badTS], "ts") || len(reasons) != 2 {
+		t.Errorf("dead letters by entry: %v; want %s (version) and %s (ts)", reasons, garbage, badTS)
+	}
+	if got := counter(t, r.reader, MetricDeadLettered, "reason", "unparseable"); got != 2 {
+		t.Errorf("%s = %d, want 2", MetricDeadLettered, got)
+	}
+}
+
+// TestTooManyDeliveriesAreDeadLettered: an entry that kept failing (here,
+// delivered six times to a consumer that vanished) is dead-lettered when
+// claimed, not stored.
+func TestTooManyDeliveriesAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	code := "retry" + rnd()
+	key := e.streams()[0]
+	if err := e.rdb.XGroupCreateMkStream(ctx, key, e.group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	id := e.xaddRaw(e.click(code, 0, visitor(1), chromeUA, "").Values()...)
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: e.group, Consumer: "ghost", Streams: []string{key, ">"}, Count: 1, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Do(ctx, "XCLAIM", key, e.group, "ghost", 0, id, "RETRYCOUNT", 6).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := e.opts()
+	opts.MaxDeliveries = 5
+	r := e.start(opts, e.rdb, e.store, allowAll(t))
+	eventually(t, 20*time.Second, "entry dead-lettered", func() (bool, string) {
+		n := counter(t, r.reader, MetricDeadLettered, "reason", "deliveries")
+		return n == 1 && e.pending() == 0, fmt.Sprintf("dead-lettered %d, pending %d", n, e.pending())
+	})
+	dead, err := e.rdb.XRange(ctx, e.prefix+"-dead"+key[len(e.prefix):], "-", "+").Result()
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters %v (%v), want 1", dead, err)
+	}
+	if reason := fmt.Sprint(dead[0].Values["reason"]); !strings.Contains(reason, "delivered 7 times") || dead[0].Values["entry_id"] != id {
+		t.Errorf("dead letter %v: want entry %s, reason 'delivered 7 times'", dead[0].Values, id)
+	}
+	if n := e.rows(code); n != 0 {
+		t.Errorf("%d rows stored for a dead-lettered entry", n)
+	}
+}
+
+func TestFloodFlagging(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "flood" + rnd()
+	fake := fakelimiter.Start(t, countingLimiter(10))
+	e.start(e.opts(), e.rdb, e.store, limiterClient(t, fake.Addr(), time.Second))
+	var events []clickevent.Event
+	for i := range 25 { // one visitor hammering the link
+		events = append(events, e.click(code, time.Duration(i)*time.Second, visitor(0), chromeUA, ""))
+	}
+	for v := 1; v <= 3; v++ {
+		for i := range 2 {
+			events = append(events, e.click(code, time.Duration(v*10+i)*time.Second, visitor(v), iphoneUA, ""))
+		}
+	}
+	for i := range 3 {
+		events = append(events, e.click(code, time.Duration(i)*time.Second, visitor(99), botUA, ""))
+	}
+	e.xadd(events...)
+
+	eventually(t, 20*time.Second, "flagged events stored", func() (bool, string) {
+		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return p == 0 && n == int64(len(events)), fmt.Sprintf("pending %d, total %d", p, n)
+	})
+	c := e.stats(code).GetCounts()
+	got := [5]int64{c.GetTotal(), c.GetHuman(), c.GetFlood(), c.GetBot(), c.GetUniqueVisitors()}
+	if want := [5]int64{34, 16, 15, 3, 4}; got != want {
+		t.Errorf("(total, human, flood, bot, unique visitors) = %v, want %v: 10 of the hammering visitor's 25 are human", got, want)
+	}
+	for _, call := range fake.Calls() {
+		if call.GetDescriptors()["visitor"] == visitor(99) {
+			t.Errorf("the limiter was asked about a bot: %v", call)
+		}
+	}
+}
+
+func TestLimiterUnreachableStoresUnflagged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "nolim" + rnd()
+	r := e.start(e.opts(), e.rdb, e.store, limiterClient(t, "127.0.0.1:1", 50*time.Millisecond))
+	var events []clickevent.Event
+	for i := range 20 {
+		events = append(events, e.click(code, time.Duration(i)*time.Second, visitor(i%2), chromeUA, ""))
+	}
+	e.xadd(events...)
+	eventually(t, 20*time.Second, "events stored", func() (bool, string) {
+		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return p == 0 && n == 20, fmt.Sprintf("pending %d, total %d", p, n)
+	})
+	c := e.stats(code).GetCounts()
+	if c.GetHuman() != 20 || c.GetFlood() != 0 || c.GetUniqueVisitors() != 2 {
+		t.Errorf("counts %v: want 20 human, 0 flood, 2 visitors", c)
+	}
+	if got := counter(t, r.reader, MetricDegraded); got != 20 {
+		t.Errorf("%s = %d, want 20", MetricDegraded, got)
+	}
+}
+
+// TestGracefulShutdownAcknowledges: a batch still collecting when the
+// consumer is told to stop is stored and acknowledged before Run returns.
+func TestGracefulShutdownAcknowledges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "drain" + rnd()
+	opts := e.opts()
+	opts.BatchAge, opts.BatchSize = time.Minute, 10_000
+	r := e.start(opts, e.rdb, e.store, allowAll(t))
+	events := e.mixed(code, 60)
+	e.xadd(events...)
+	eventually(t, 10*time.Second, "entries delivered into the open batch", func() (bool, string) {
+		p := e.pending()
+		return p == int64(len(events)), fmt.Sprintf("pending %d", p)
+	})
+	if n := e.rows(code); n != 0 {
+		t.Fatalf("%d rows stored before the batch was due", n)
+	}
+	r.stop(t)
+	if p := e.pending(); p != 0 {
+		t.Errorf("pending %d after a graceful stop, want 0", p)
+	}
+	expect(events).check(t, e.stats(code))
+}

@@ -1,0 +1,437 @@
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/quota"
+	"kurz.dev/services/analytics/internal/clickstore"
+	"kurz.dev/services/analytics/internal/useragent"
+)
+
+// row is one event on its way to ClickHouse.
+type row struct {
+	click clickstore.Click
+	e     *entry
+	// check: the raw table may hold this event already; look before
+	// inserting. (click.Suspect says whether an insert may duplicate a
+	// row that the lookup cannot see yet: see clickstore.)
+	check bool
+}
+
+// poisoned is an entry that cannot be stored, with the reason.
+type poisoned struct {
+	e      *entry
+	reason string
+	kind   string // metric attribute: unparseable, deliveries
+}
+
+// work is one batch in flight.
+type work struct {
+	entries []entry
+	rows    []*row
+	poison  []poisoned
+	flooded bool // flood checks done (they consume quota: never twice)
+	visited bool // first-visit marks done
+}
+
+// Earliest and latest click times the raw table takes (DateTime is a
+// 32-bit Unix time; a click from before 2000 or from far ahead is garbage).
+var (
+	minClickTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxFuture    = 24 * time.Hour
+)
+
+// prepare parses and classifies the entries, sets poison aside, and drops
+// repeats of an event within the batch.
+func (c *Consumer) prepare(es []entry) *work {
+	w := &work{entries: es}
+	seen := make(map[string]bool, len(es))
+	now := time.Now()
+	for i := range es {
+		e := &es[i]
+		if e.values == nil {
+			// A pending entry trimmed by MAXLEN (read back from the pending
+			// list): the click is lost; the dead letter records which.
+			c.m.trimmed(1)
+			w.poison = append(w.poison, poisoned{e, "entry trimmed from the stream before it was stored", "trimmed"})
+			continue
+		}
+		ev, err := clickevent.Parse(e.values)
+		switch {
+		case err != nil:
+			w.poison = append(w.poison, poisoned{e, err.Error(), "unparseable"})
+			continue
+		case ev.Tenant == "":
+			w.poison = append(w.poison, poisoned{e, "clickevent: tenant is required", "unparseable"})
+			continue
+		case ev.Time.Before(minClickTime) || ev.Time.After(now.Add(maxFuture)):
+			w.poison = append(w.poison, poisoned{e, fmt.Sprintf("clickevent: time %s out of range", ev.Time.UTC().Format(time.RFC3339)), "unparseable"})
+			continue
+		}
+		if seen[ev.ID] {
+			c.m.skipped("in_batch", 1)
+			continue
+		}
+		seen[ev.ID] = true
+		ua := useragent.Classify(ev.UserAgent)
+		w.rows = append(w.rows, &row{
+			e: e,
+			// A redelivered entry may be stored already (by its previous
+			// consumer, possibly right now: it is suspect). An entry read
+			// long ago may have been claimed and stored by another consumer
+			// meanwhile: look, but that consumer's copy is the suspect one.
+			check: e.redelivered || now.Sub(e.readAt) > c.opts.ClaimIdle/2,
+			click: clickstore.Click{
+				Tenant: ev.Tenant, Code: ev.Code, Time: ev.Time.UTC().Truncate(time.Second), EventID: ev.ID,
+				Visitor: ev.Visitor, Referrer: ev.Referrer, ReferrerHost: useragent.ReferrerHost(ev.Referrer),
+				UserAgent: ev.UserAgent, Browser: ua.Browser, OS: ua.OS, Device: ua.Device, Bot: ua.Bot,
+				Suspect: e.redelivered,
+			},
+		})
+	}
+	return w
+}
+
+// flush stores one batch and acknowledges it, retrying with backoff until it
+// succeeds or ctx (the hard context) ends. Nothing is acknowledged before
+// ClickHouse accepted the rows.
+func (c *Consumer) flush(ctx context.Context, es []entry) {
+	if len(es) == 0 {
+		return
+	}
+	start := time.Now()
+	w := c.prepare(es)
+	bo := c.backoff()
+	var renewed time.Time // the entries may have waited already: renew at the first retry
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			wait := bo.next()
+			if c.opts.hooks.retry != nil {
+				c.opts.hooks.retry(wait)
+			}
+			if !sleep(ctx, wait) {
+				return
+			}
+			// Keep the batch's entries ours while we retry: a claim by
+			// another consumer would count a delivery and race us.
+			if time.Since(renewed) > c.opts.ClaimIdle/3 {
+				c.renew(ctx, es)
+				renewed = time.Now()
+			}
+		}
+		stage, err := c.store1(ctx, w)
+		if err != nil {
+			if errors.Is(err, redis.ErrClosed) || ctx.Err() != nil {
+				return
+			}
+			c.failed(stage, err)
+			continue
+		}
+		c.succeeded()
+		break
+	}
+	bo.reset()
+	for {
+		err := c.ack(ctx, es)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, redis.ErrClosed) || ctx.Err() != nil {
+			return
+		}
+		wait := bo.next()
+		c.log.Warn("click stream ack failed; retrying", "entries", len(es), "retry_in", wait, "err", err)
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+	c.m.flushed(len(es), len(w.rows), time.Since(start))
+}
+
+// store1 is one attempt at storing w: dead letters, duplicate lookups,
+// classification, the insert. It returns the failed stage.
+func (c *Consumer) store1(ctx context.Context, w *work) (string, error) {
+	if len(w.poison) > 0 {
+		if err := c.deadLetter(ctx, w.poison); err != nil {
+			return "dead_letter", err
+		}
+		w.poison = nil
+	}
+	if err := c.dropExisting(ctx, w); err != nil {
+		return "lookup", err
+	}
+	if !w.flooded {
+		c.judgeFloods(ctx, w.rows)
+		w.flooded = true
+	}
+	if !w.visited {
+		if err := c.markVisitors(ctx, w.rows); err != nil {
+			return "visitors", err
+		}
+		w.visited = true
+	}
+	clicks := make([]clickstore.Click, len(w.rows))
+	for i, r := range w.rows {
+		clicks[i] = r.click
+	}
+	if h := c.opts.hooks.beforeInsert; h != nil {
+		h(ctx, len(clicks))
+	}
+	ictx, cancel := context.WithTimeout(ctx, c.opts.InsertTimeout)
+	err := c.store.Insert(ictx, clicks)
+	cancel()
+	if err != nil {
+		if !errors.Is(err, clickstore.ErrNotSent) {
+			// ClickHouse may have stored them, or may yet: look next
+			// time, and mark the new copies.
+			for _, r := range w.rows {
+				r.check, r.click.Suspect = true, true
+			}
+		}
+		return "insert", err
+	}
+	if h := c.opts.hooks.afterInsert; h != nil {
+		h(ctx, len(clicks))
+	}
+	return "", nil
+}
+
+// dropExisting removes the rows to check that ClickHouse already holds.
+func (c *Consumer) dropExisting(ctx context.Context, w *work) error {
+	var check []clickstore.Click
+	for _, r := range w.rows {
+		if r.check {
+			check = append(check, r.click)
+		}
+	}
+	if len(check) == 0 {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, c.opts.InsertTimeout)
+	found, err := c.store.Existing(lctx, check)
+	cancel()
+	if err != nil {
+		return err
+	}
+	kept := w.rows[:0]
+	for _, r := range w.rows {
+		if r.check && found[r.click.EventID] {
+			continue
+		}
+		r.check = false
+		kept = append(kept, r)
+	}
+	if n := len(w.rows) - len(kept); n > 0 {
+		c.m.skipped("stored", n)
+	}
+	clear(w.rows[len(kept):])
+	w.rows = kept
+	return nil
+}
+
+// judgeFloods asks the limiter about every non-bot click, grouped per
+// (code, visitor): one CheckQuota of cost n for n clicks of a visitor in the
+// batch. Within a group the earliest clicks are the allowed ones. A limiter
+// that does not answer leaves the clicks unflagged, counted as degraded.
+func (c *Consumer) judgeFloods(ctx context.Context, rows []*row) {
+	type key struct{ code, visitor string }
+	groups := make(map[key][]*row)
+	for _, r := range rows {
+		if r.click.Bot || r.click.Visitor == "" {
+			continue
+		}
+		k := key{r.click.Code, r.click.Visitor}
+		groups[k] = append(groups[k], r)
+	}
+	sem := make(chan struct{}, c.opts.FloodParallelism)
+	var wg sync.WaitGroup
+	for k, g := range groups {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			slices.SortFunc(g, func(a, b *row) int {
+				return cmp.Or(a.click.Time.Compare(b.click.Time), cmp.Compare(a.e.id, b.e.id))
+			})
+			allowed, degraded := c.allowance(ctx, k.code, k.visitor, len(g))
+			if degraded {
+				c.m.degraded(len(g))
+				return
+			}
+			for _, r := range g[allowed:] {
+				r.click.Flood = true
+			}
+			if n := len(g) - allowed; n > 0 {
+				c.m.floods(n)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// allowance returns how many of n clicks the flood rule allows. A denial
+// consumes nothing, so after one the remaining headroom is asked for.
+func (c *Consumer) allowance(ctx context.Context, code, visitor string, n int) (allowed int, degraded bool) {
+	desc := map[string]string{"code": code, "visitor": visitor}
+	cost := n
+	for range 4 {
+		if cost <= 0 {
+			return 0, false
+		}
+		d := c.quota.Check(ctx, FloodDomain, desc, uint32(cost), quota.FailOpen)
+		if d.Degraded {
+			return n, true
+		}
+		if d.Allowed {
+			return cost, false
+		}
+		cost = min(int(d.Remaining), cost-1)
+	}
+	return 0, false
+}
+
+// visitorScript records the first event of each visitor in one link's
+// visitor-day hash and says, for each pair, whether the given event is that
+// first one. Idempotent: the same event always gets the same answer, so a
+// retry or a redelivery cannot count a visitor twice, and two consumers
+// racing agree on one first event.
+//
+// KEYS[1] the (tenant, code, UTC day) hash; ARGV[1] its expiry, Unix ms;
+// ARGV[2k], ARGV[2k+1] visitor hash, event EID (8 bytes each). Returns 1
+// or 0 per pair.
+var visitorScript = redis.NewScript(`
+local out = {}
+for i = 2, #ARGV, 2 do
+  redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1])
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+return out
+`)
+
+// visitorKeep is how long after its UTC day ends a visitor-day hash lives:
+// events arriving later than that (a backlog over two days old) would count
+// their visitor again.
+const visitorKeep = 48 * time.Hour
+
+// visitorsPerCall bounds the pairs of one script call.
+const visitorsPerCall = 500
+
+// markVisitors sets NewVisitor on each human click that is its visitor's
+// first of the UTC day on its link.
+func (c *Consumer) markVisitors(ctx context.Context, rows []*row) error {
+	type call struct {
+		key  string
+		args []any
+		rows []*row
+		cmd  *redis.Cmd
+	}
+	byKey := make(map[string][]*call)
+	var calls []*call
+	now := time.Now()
+	for _, r := range rows {
+		cl := &r.click
+		cl.NewVisitor = false
+		if cl.Bot || cl.Flood || cl.Visitor == "" {
+			continue
+		}
+		day := cl.Time.UTC().Truncate(24 * time.Hour)
+		h := fnv.New64a()
+		_, _ = fmt.Fprintf(h, "%s\x00%s\x00%d", cl.Tenant, cl.Code, day.Unix())
+		key := fmt.Sprintf("%s-visitors:{%016x}", c.opts.StreamPrefix, h.Sum64())
+		cs := byKey[key]
+		if len(cs) == 0 || len(cs[len(cs)-1].rows) == visitorsPerCall {
+			expire := max(day.Add(24*time.Hour+visitorKeep).UnixMilli(), now.Add(time.Hour).UnixMilli())
+			cs = append(cs, &call{key: key, args: []any{expire}})
+			byKey[key] = cs
+			calls = append(calls, cs[len(cs)-1])
+		}
+		last := cs[len(cs)-1]
+		// 8 bytes each: a 64-bit hash of the visitor (a collision within
+		// one link-day is negligible) and the event's EID.
+		last.args = append(last.args, string(binary.BigEndian.AppendUint64(nil, clickstore.EID(cl.Visitor))),
+			string(binary.BigEndian.AppendUint64(nil, clickstore.EID(cl.EventID))))
+		last.rows = append(last.rows, r)
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.opts.InsertTimeout)
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	for _, cl := range calls {
+		cl.cmd = visitorScript.EvalSha(rctx, pipe, []string{cl.key}, cl.args...)
+	}
+	_, _ = pipe.Exec(rctx) // errors are per command, below
+	for _, cl := range calls {
+		if err := cl.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cl.cmd = visitorScript.Run(rctx, c.rdb, []string{cl.key}, cl.args...)
+		}
+		flags, err := cl.cmd.Int64Slice()
+		if err != nil {
+			return fmt.Errorf("redis first-visit marks: %w", err)
+		}
+		if len(flags) != len(cl.rows) {
+			return fmt.Errorf("redis first-visit marks: %d answers for %d visitors", len(flags), len(cl.rows))
+		}
+		for i, r := range cl.rows {
+			r.click.NewVisitor = flags[i] == 1
+		}
+	}
+	return nil
+}
+
+// ack acknowledges entries, per shard.
+func (c *Consumer) ack(ctx context.Context, es []entry) error {
+	ids := make([][]string, len(c.keys))
+	for _, e := range es {
+		ids[e.shard] = append(ids[e.shard], e.id)
+	}
+	actx, cancel := context.WithTimeout(ctx, c.opts.InsertTimeout)
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	for shard, list := range ids {
+		for start := 0; start < len(list); start += 1000 {
+			pipe.XAck(actx, c.keys[shard], c.opts.Group, list[start:min(start+1000, len(list))]...)
+		}
+	}
+	if _, err := pipe.Exec(actx); err != nil {
+		return fmt.Errorf("redis xack: %w", err)
+	}
+	return nil
+}
+
+// renew resets the idle time of entries this consumer still works on, so
+// no other consumer claims them (XCLAIM JUSTID does not count a delivery).
+func (c *Consumer) renew(ctx context.Context, es []entry) {
+	ids := make([][]string, len(c.keys))
+	for _, e := range es {
+		ids[e.shard] = append(ids[e.shard], e.id)
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.opts.InsertTimeout)
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	for shard, list := range ids {
+		for start := 0; start < len(list); start += 1000 {
+			pipe.XClaimJustID(rctx, &redis.XClaimArgs{Stream: c.keys[shard], Group: c.opts.Group,
+				Consumer: c.opts.Name, Messages: list[start:min(start+1000, len(list))]})
+		}
+	}
+	if _, err := pipe.Exec(rctx); err != nil {
+		c.log.Warn("click stream lease renewal failed", "err", err)
+	}
+}

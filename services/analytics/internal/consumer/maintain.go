@@ -1,0 +1,200 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maintain measures the lag and reclaims idle pending entries every
+// ClaimEvery, until ctx ends.
+func (c *Consumer) maintain(ctx, hard context.Context) {
+	tick := time.NewTicker(c.opts.ClaimEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		c.refreshLag(ctx)
+		// A consumer that cannot store what it holds must not take more
+		// from others: that would only count deliveries towards the
+		// dead-letter limit while ClickHouse is down.
+		if c.failing() {
+			continue
+		}
+		for shard := range c.keys {
+			if !c.claim(ctx, hard, shard) {
+				return
+			}
+		}
+	}
+}
+
+// claimRounds bounds the XAUTOCLAIM calls per shard and tick.
+const claimRounds = 10
+
+// claim takes over entries of shard idle for ClaimIdle (from any consumer,
+// this one included), dead-letters those delivered more than MaxDeliveries
+// times and hands the rest to the batcher. False means stop.
+func (c *Consumer) claim(ctx, hard context.Context, shard int) bool {
+	key := c.keys[shard]
+	start := "0-0"
+	for range claimRounds {
+		msgs, next, deleted, err := c.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+			Stream: key, Group: c.opts.Group, Consumer: c.opts.Name,
+			MinIdle: c.opts.ClaimIdle, Start: start, Count: int64(c.opts.ReadCount),
+		}).Result()
+		if err != nil {
+			if ctx.Err() == nil && !strings.HasPrefix(err.Error(), "NOGROUP") {
+				c.log.Warn("click stream claim failed", "stream", key, "err", err)
+			}
+			return ctx.Err() == nil
+		}
+		if len(deleted) > 0 {
+			// Trimmed by MAXLEN while pending: Redis drops them from the
+			// pending list; the clicks are lost.
+			c.m.trimmed(len(deleted))
+			c.log.Error("pending click entries were trimmed from the stream before being stored",
+				"stream", key, "entries", len(deleted))
+		}
+		if len(msgs) > 0 {
+			c.m.claimed(len(msgs))
+			counts := c.deliveries(ctx, key, msgs)
+			var fresh []redis.XMessage
+			var dead []poisoned
+			es := toEntries(shard, msgs, true)
+			for i, m := range msgs {
+				if n := counts[m.ID]; n > int64(c.opts.MaxDeliveries) {
+					dead = append(dead, poisoned{&es[i], fmt.Sprintf("delivered %d times without being stored (limit %d)", n, c.opts.MaxDeliveries), "deliveries"})
+					continue
+				}
+				fresh = append(fresh, m)
+			}
+			c.log.Info("claimed idle click entries", "stream", key, "entries", len(msgs), "dead_lettered", len(dead))
+			if len(dead) > 0 {
+				if err := c.deadLetter(ctx, dead); err != nil {
+					c.log.Warn("click dead-letter failed; entries stay pending", "stream", key, "err", err)
+				} else {
+					var ids []string
+					for _, p := range dead {
+						ids = append(ids, p.e.id)
+					}
+					if err := c.rdb.XAck(ctx, key, c.opts.Group, ids...).Err(); err != nil {
+						c.log.Warn("click dead-letter ack failed", "stream", key, "err", err)
+					}
+				}
+			}
+			if len(fresh) > 0 && !c.send(hard, toEntries(shard, fresh, true)) {
+				return false
+			}
+		}
+		if next == "0-0" || next == "" {
+			return true
+		}
+		start = next
+	}
+	return true
+}
+
+// deliveries returns the delivery counts of msgs (just claimed, so now this
+// consumer's), from XPENDING.
+func (c *Consumer) deliveries(ctx context.Context, key string, msgs []redis.XMessage) map[string]int64 {
+	out := make(map[string]int64, len(msgs))
+	pend, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: key, Group: c.opts.Group, Consumer: c.opts.Name,
+		Start: msgs[0].ID, End: msgs[len(msgs)-1].ID, Count: int64(len(msgs)) + 10_000,
+	}).Result()
+	if err != nil {
+		c.log.Warn("click stream pending lookup failed", "stream", key, "err", err)
+		return out
+	}
+	for _, p := range pend {
+		out[p.ID] = p.RetryCount
+	}
+	return out
+}
+
+// deadLetter copies poisoned entries to their shard's dead-letter stream
+// with the reason, the source stream and the entry ID. The caller
+// acknowledges them.
+func (c *Consumer) deadLetter(ctx context.Context, items []poisoned) error {
+	dctx, cancel := context.WithTimeout(ctx, c.opts.InsertTimeout)
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	for _, p := range items {
+		vals := make([]any, 0, 2*len(p.e.values)+6)
+		for k, v := range p.e.values {
+			vals = append(vals, k, v)
+		}
+		vals = append(vals, "reason", p.reason, "stream", c.keys[p.e.shard], "entry_id", p.e.id)
+		pipe.XAdd(dctx, &redis.XAddArgs{Stream: c.deadKeys[p.e.shard], MaxLen: c.opts.DeadLetterMaxLen, Approx: true, Values: vals})
+	}
+	if _, err := pipe.Exec(dctx); err != nil {
+		return fmt.Errorf("redis dead-letter xadd: %w", err)
+	}
+	for _, p := range items {
+		c.m.deadLettered(p.kind)
+		c.log.Warn("click entry dead-lettered", "stream", c.keys[p.e.shard], "entry_id", p.e.id,
+			"dead_letter_stream", c.deadKeys[p.e.shard], "reason", p.reason)
+	}
+	return nil
+}
+
+// ShardLag is one shard's backlog for the group.
+type ShardLag struct {
+	Stream string `json:"stream"`
+	// Pending entries were delivered and not acknowledged yet.
+	Pending int64 `json:"pending"`
+	// Unread entries were never delivered (Redis 7 reports it; before, the
+	// stream length stands in as an upper bound).
+	Unread int64 `json:"unread"`
+}
+
+// refreshLag reads XINFO GROUPS of every shard.
+func (c *Consumer) refreshLag(ctx context.Context) {
+	lags := make([]ShardLag, 0, len(c.keys))
+	for _, key := range c.keys {
+		l := ShardLag{Stream: key}
+		groups, err := c.rdb.XInfoGroups(ctx, key).Result()
+		if err != nil {
+			if ctx.Err() == nil && !strings.Contains(err.Error(), "no such key") {
+				c.log.Warn("click stream lag unavailable", "stream", key, "err", err)
+			}
+			lags = append(lags, l)
+			continue
+		}
+		for _, g := range groups {
+			if g.Name != c.opts.Group {
+				continue
+			}
+			l.Pending, l.Unread = g.Pending, g.Lag
+			if g.Lag < 0 {
+				l.Unread, _ = c.rdb.XLen(ctx, key).Result()
+			}
+		}
+		lags = append(lags, l)
+	}
+	c.mu.Lock()
+	c.lag = lags
+	c.mu.Unlock()
+}
+
+// lagSummary renders the last measured lag for logs.
+func (c *Consumer) lagSummary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	var total int64
+	for _, l := range c.lag {
+		total += l.Pending + l.Unread
+		if l.Pending+l.Unread > 0 {
+			fmt.Fprintf(&b, " %s=%d+%d", l.Stream, l.Pending, l.Unread)
+		}
+	}
+	return fmt.Sprintf("%d entries (pending+unread:%s)", total, b.String())
+}

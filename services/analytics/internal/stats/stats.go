@@ -1,0 +1,328 @@
+// Package stats serves kurz.analytics.v1.AnalyticsService: a link's click
+// statistics over a time range, read from the pre-aggregated ClickHouse
+// tables (clickstore), scoped to the caller's tenant.
+package stats
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/linkcode"
+	"kurz.dev/services/analytics/internal/clickstore"
+)
+
+// Limits of a request.
+const (
+	// DefaultRange is the range when the request sets no start.
+	DefaultRange = 30 * 24 * time.Hour
+	// MaxRange bounds end - start.
+	MaxRange = 400 * 24 * time.Hour
+	// MaxHourlyRange bounds an hourly series.
+	MaxHourlyRange = 31 * 24 * time.Hour
+	// AutoHourlyRange is the longest range an unspecified interval serves
+	// by the hour.
+	AutoHourlyRange = 48 * time.Hour
+	// TopN is the length of every top list.
+	TopN = 10
+	// maxTenantLen matches the shortener's bound on tenant metadata.
+	maxTenantLen = 128
+)
+
+// ErrorDomain is google.rpc.ErrorInfo.domain of every kurz error.
+const ErrorDomain = "kurz.dev"
+
+// Reasons of INVALID_ARGUMENT (google.rpc.ErrorInfo.reason).
+const (
+	ReasonCodeInvalid     = "CODE_INVALID"
+	ReasonRangeInvalid    = "RANGE_INVALID"
+	ReasonIntervalInvalid = "INTERVAL_INVALID"
+	ReasonTenantMissing   = "TENANT_REQUIRED"
+)
+
+// Options configure the service.
+type Options struct {
+	// AllowAnonymous answers calls without x-kurz-tenant as tenant
+	// "anonymous" (the shortener's rule: links created without a tenant
+	// belong to it); otherwise they are UNAUTHENTICATED.
+	AllowAnonymous bool
+	// QueryTimeout bounds one request's ClickHouse queries (default 5s).
+	QueryTimeout time.Duration
+	// now is the clock; tests set it.
+	now func() time.Time
+}
+
+// Service implements AnalyticsService.
+type Service struct {
+	analyticsv1.UnimplementedAnalyticsServiceServer
+	store *clickstore.Store
+	log   *slog.Logger
+	opts  Options
+}
+
+// New returns the service over store.
+func New(store *clickstore.Store, log *slog.Logger, opts Options) *Service {
+	if opts.QueryTimeout <= 0 {
+		opts.QueryTimeout = 5 * time.Second
+	}
+	if opts.now == nil {
+		opts.now = time.Now
+	}
+	return &Service{store: store, log: log, opts: opts}
+}
+
+// GetLinkStats returns the link's counts, series and top lists over the
+// requested range. A code with no clicks at all answers zeros; a code whose
+// clicks all belong to other tenants answers NOT_FOUND, as a code that does
+// not exist would for the shortener.
+func (s *Service) GetLinkStats(ctx context.Context, req *analyticsv1.GetLinkStatsRequest) (*analyticsv1.GetLinkStatsResponse, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q, err := s.parse(req)
+	if err != nil {
+		return nil, err
+	}
+	q.r.Tenant = tenant
+	resp, err := s.stats(ctx, q)
+	if err != nil {
+		return nil, s.toStatus(ctx, err)
+	}
+	return resp, nil
+}
+
+func (s *Service) tenant(ctx context.Context) (string, error) {
+	t := callmeta.Tenant(ctx)
+	switch {
+	case t == "" && s.opts.AllowAnonymous:
+		return callmeta.AnonymousTenant, nil
+	case t == "":
+		return "", withDetails(codes.Unauthenticated,
+			"no tenant: call through the gateway with an API key (anonymous statistics are disabled)",
+			&errdetails.ErrorInfo{Reason: ReasonTenantMissing, Domain: ErrorDomain})
+	case len(t) > maxTenantLen:
+		return "", status.Error(codes.Unauthenticated, "the tenant metadata is not valid")
+	}
+	return t, nil
+}
+
+// query is a validated request.
+type query struct {
+	r        clickstore.Range
+	interval analyticsv1.Interval
+	step     time.Duration
+}
+
+func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
+	var q query
+	if !linkcode.Plausible(req.GetCode()) {
+		return q, badRequest("code", ReasonCodeInvalid, fmt.Sprintf(
+			"code %q is not a short code: %d to %d characters, letters, digits, '-' and '_'",
+			clip(req.GetCode()), linkcode.MinLength, linkcode.MaxLength))
+	}
+	q.r.Code = req.GetCode()
+	end := s.opts.now()
+	if req.EndTime != nil {
+		if err := req.GetEndTime().CheckValid(); err != nil {
+			return q, badRequest("end_time", ReasonRangeInvalid, "end_time is not a valid timestamp")
+		}
+		end = req.GetEndTime().AsTime()
+	}
+	start := end.Add(-DefaultRange)
+	if req.StartTime != nil {
+		if err := req.GetStartTime().CheckValid(); err != nil {
+			return q, badRequest("start_time", ReasonRangeInvalid, "start_time is not a valid timestamp")
+		}
+		start = req.GetStartTime().AsTime()
+	}
+	if !end.After(start) {
+		return q, badRequest("end_time", ReasonRangeInvalid, fmt.Sprintf(
+			"end_time (%s) must be after start_time (%s)", end.UTC().Format(time.RFC3339), start.UTC().Format(time.RFC3339)))
+	}
+	// Limits and the interval go by the range asked for; the range counted
+	// is widened to whole hours, the resolution of the aggregates.
+	asked := end.Sub(start)
+	if asked > MaxRange {
+		return q, badRequest("start_time", ReasonRangeInvalid, fmt.Sprintf(
+			"the range spans %.0f days; at most %.0f: narrow it or ask in several requests",
+			asked.Hours()/24, MaxRange.Hours()/24))
+	}
+	start = start.UTC().Truncate(time.Hour)
+	if t := end.UTC().Truncate(time.Hour); t.Equal(end) {
+		end = t
+	} else {
+		end = t.Add(time.Hour)
+	}
+	q.r.Start, q.r.End = start, end
+	switch iv := req.GetInterval(); iv {
+	case analyticsv1.Interval_INTERVAL_UNSPECIFIED:
+		q.interval = analyticsv1.Interval_INTERVAL_DAY
+		if asked <= AutoHourlyRange {
+			q.interval = analyticsv1.Interval_INTERVAL_HOUR
+		}
+	case analyticsv1.Interval_INTERVAL_HOUR:
+		if asked > MaxHourlyRange {
+			return q, badRequest("interval", ReasonIntervalInvalid, fmt.Sprintf(
+				"an hourly series covers at most %.0f days and this range spans %.0f: use INTERVAL_DAY or a shorter range",
+				MaxHourlyRange.Hours()/24, asked.Hours()/24))
+		}
+		q.interval = iv
+	case analyticsv1.Interval_INTERVAL_DAY:
+		q.interval = iv
+	default:
+		return q, badRequest("interval", ReasonIntervalInvalid, fmt.Sprintf(
+			"unknown interval %d: use INTERVAL_HOUR, INTERVAL_DAY or leave it unspecified", iv))
+	}
+	q.step = time.Hour
+	if q.interval == analyticsv1.Interval_INTERVAL_DAY {
+		q.step = 24 * time.Hour
+	}
+	return q, nil
+}
+
+// errNotFound is a code with clicks of other tenants only.
+var errNotFound = errors.New("stats: no such link")
+
+// stats runs the four independent queries concurrently and assembles them.
+func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStatsResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.QueryTimeout)
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		owners []string
+		hourly map[int64]clickstore.Counts
+		dims   map[string]map[string]int64
+		dups   []clickstore.Duplicate
+		errs   [4]error
+	)
+	wg.Go(func() { owners, errs[0] = s.store.Owners(ctx, q.r.Code) })
+	wg.Go(func() { hourly, errs[1] = s.store.Hourly(ctx, q.r) })
+	wg.Go(func() { dims, errs[2] = s.store.Dims(ctx, q.r) })
+	wg.Go(func() { dups, errs[3] = s.store.Duplicates(ctx, q.r) })
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	if len(owners) > 0 && !slices.Contains(owners, q.r.Tenant) {
+		return nil, errNotFound
+	}
+	for _, d := range dups {
+		if c, ok := hourly[d.Hour]; ok {
+			c.Sub(d.Excess())
+			hourly[d.Hour] = c
+		}
+		extra := int64(len(d.Copies) - 1)
+		for dim, key := range map[string]string{
+			clickstore.DimReferrer: d.ReferrerHost, clickstore.DimBrowser: d.Browser,
+			clickstore.DimOS: d.OS, clickstore.DimDevice: d.Device,
+		} {
+			if m := dims[dim]; m != nil {
+				m[key] -= extra
+			}
+		}
+	}
+
+	resp := &analyticsv1.GetLinkStatsResponse{
+		Code:                q.r.Code,
+		StartTime:           timestamppb.New(q.r.Start),
+		EndTime:             timestamppb.New(q.r.End),
+		Interval:            q.interval,
+		TopReferrers:        top(dims[clickstore.DimReferrer]),
+		TopBrowsers:         top(dims[clickstore.DimBrowser]),
+		TopOperatingSystems: top(dims[clickstore.DimOS]),
+		TopDevices:          top(dims[clickstore.DimDevice]),
+	}
+	var total clickstore.Counts
+	buckets := make(map[int64]clickstore.Counts)
+	step := int64(q.step / time.Second)
+	for h, c := range hourly {
+		total.Add(c)
+		b := buckets[h/step*step]
+		b.Add(c)
+		buckets[h/step*step] = b
+	}
+	for t := q.r.Start.Unix() / step * step; t < q.r.End.Unix(); t += step {
+		resp.Series = append(resp.Series, &analyticsv1.TimeBucket{
+			StartTime: timestamppb.New(time.Unix(t, 0)), Counts: counts(buckets[t])})
+	}
+	resp.Counts = counts(total)
+	if total.Total > 0 {
+		resp.BotShare = float64(total.Bot) / float64(total.Total)
+		resp.FloodShare = float64(total.Flood) / float64(total.Total)
+	}
+	return resp, nil
+}
+
+func counts(c clickstore.Counts) *analyticsv1.ClickCounts {
+	return &analyticsv1.ClickCounts{Total: c.Total, Human: c.Human, UniqueVisitors: c.Visitors, Bot: c.Bot, Flood: c.Flood}
+}
+
+// top returns the TopN keys by count, ties by key.
+func top(m map[string]int64) []*analyticsv1.KeyCount {
+	out := make([]*analyticsv1.KeyCount, 0, min(len(m), TopN))
+	for k, n := range m {
+		if n > 0 {
+			out = append(out, &analyticsv1.KeyCount{Key: k, Count: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b *analyticsv1.KeyCount) int {
+		return cmp.Or(cmp.Compare(b.GetCount(), a.GetCount()), cmp.Compare(a.GetKey(), b.GetKey()))
+	})
+	return out[:min(len(out), TopN)]
+}
+
+func (s *Service) toStatus(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, errNotFound):
+		return status.Error(codes.NotFound, "no such link: check the code (links of other tenants are not visible)")
+	case errors.Is(err, context.DeadlineExceeded):
+		s.log.WarnContext(ctx, "link stats timed out", "err", err)
+		return status.Error(codes.DeadlineExceeded, "the statistics took too long; try again or narrow the range")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "the request was cancelled")
+	}
+	s.log.ErrorContext(ctx, "link stats failed", "err", err)
+	return status.Error(codes.Unavailable, "statistics are unavailable right now; try again later")
+}
+
+func withDetails(c codes.Code, msg string, details ...*errdetails.ErrorInfo) error {
+	st := status.New(c, msg)
+	for _, d := range details {
+		if withd, err := st.WithDetails(d); err == nil {
+			st = withd
+		}
+	}
+	return st.Err()
+}
+
+func badRequest(field, reason, msg string) error {
+	st := status.New(codes.InvalidArgument, msg)
+	if withd, err := st.WithDetails(
+		&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: map[string]string{"field": field}},
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg, Reason: reason}}},
+	); err == nil {
+		st = withd
+	}
+	return st.Err()
+}
+
+// clip shortens what a client sent before it is echoed in an error.
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}

@@ -1,0 +1,296 @@
+package stats
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/chconn"
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/services/analytics/internal/clickstore"
+)
+
+func newStore(t testing.TB, database string) *clickstore.Store {
+	t.Helper()
+	var cfg struct{ ClickHouse chconn.Config }
+	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if database != "" {
+		cfg.ClickHouse.Database = database
+	}
+	ch, err := chconn.New(context.Background(), cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	if err := clickstore.Apply(context.Background(), ch); err != nil {
+		t.Fatal(err)
+	}
+	return clickstore.New(ch)
+}
+
+func rnd() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func as(tenant string) context.Context {
+	if tenant == "" {
+		return context.Background()
+	}
+	return metadata.NewIncomingContext(context.Background(), metadata.Pairs(callmeta.TenantKey, tenant))
+}
+
+func ts(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+// day0 is a fixed UTC midnight the tests put their clicks on.
+var day0 = time.Date(2025, 3, 10, 0, 0, 0, 0, time.UTC)
+
+func TestTenantScoping(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, "")
+	owner, other, code, unused := "own-"+rnd(), "other-"+rnd(), "scope"+rnd(), "never"+rnd()
+	err := store.Insert(context.Background(), []clickstore.Click{
+		{Tenant: owner, Code: code, Time: day0.Add(time.Hour), EventID: rnd(), Visitor: "v1", NewVisitor: true},
+		{Tenant: owner, Code: code, Time: day0.Add(2 * time.Hour), EventID: rnd(), Visitor: "v1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := New(store, servertest.Logger(t), Options{})
+	anon := New(store, servertest.Logger(t), Options{AllowAnonymous: true})
+	req := func(code string) *analyticsv1.GetLinkStatsRequest {
+		return &analyticsv1.GetLinkStatsRequest{Code: code, StartTime: ts(day0), EndTime: ts(day0.Add(24 * time.Hour))}
+	}
+	tests := map[string]struct {
+		svc       *Service
+		tenant    string
+		code      string
+		want      codes.Code
+		wantTotal int64
+	}{
+		"owner sees its clicks":                {svc, owner, code, codes.OK, 2},
+		"another tenant gets not found":        {svc, other, code, codes.NotFound, 0},
+		"a code without clicks answers zeros":  {svc, other, unused, codes.OK, 0},
+		"no tenant is unauthenticated":         {svc, "", code, codes.Unauthenticated, 0},
+		"anonymous, where allowed, is scoped":  {anon, "", code, codes.NotFound, 0},
+		"anonymous sees zeros of unused codes": {anon, "", unused, codes.OK, 0},
+		"an oversized tenant is refused":       {svc, strings.Repeat("t", 200), code, codes.Unauthenticated, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			resp, err := tc.svc.GetLinkStats(as(tc.tenant), req(tc.code))
+			if got := status.Code(err); got != tc.want {
+				t.Fatalf("code %v (%v), want %v", got, err, tc.want)
+			}
+			if err != nil {
+				if strings.Contains(status.Convert(err).Message(), owner) {
+					t.Errorf("error %q names the owner", err)
+				}
+				return
+			}
+			if got := resp.GetCounts().GetTotal(); got != tc.wantTotal {
+				t.Errorf("total %d, want %d", got, tc.wantTotal)
+			}
+			if got := len(resp.GetSeries()); got != 24 {
+				t.Errorf("%d buckets, want 24 hourly buckets", got)
+			}
+		})
+	}
+}
+
+func TestValidation(t *testing.T) {
+	t.Parallel()
+	svc := New(newStore(t, ""), servertest.Logger(t), Options{})
+	now := time.Now()
+	tests := map[string]struct {
+		req       *analyticsv1.GetLinkStatsRequest
+		field     string
+		wantInMsg string
+	}{
+		"empty code":       {&analyticsv1.GetLinkStatsRequest{}, "code", "not a short code"},
+		"code too short":   {&analyticsv1.GetLinkStatsRequest{Code: "ab"}, "code", "4 to 32 characters"},
+		"code with slash":  {&analyticsv1.GetLinkStatsRequest{Code: "abc/def"}, "code", "letters, digits"},
+		"end before start": {&analyticsv1.GetLinkStatsRequest{Code: "abcd", StartTime: ts(now), EndTime: ts(now.Add(-time.Hour))}, "end_time", "must be after start_time"},
+		"empty range":      {&analyticsv1.GetLinkStatsRequest{Code: "abcd", StartTime: ts(now), EndTime: ts(now)}, "end_time", "must be after start_time"},
+		"range too long": {&analyticsv1.GetLinkStatsRequest{Code: "abcd", StartTime: ts(now.Add(-401 * 24 * time.Hour))},
+			"start_time", "at most 400"},
+		"hourly too long": {&analyticsv1.GetLinkStatsRequest{Code: "abcd", StartTime: ts(now.Add(-40 * 24 * time.Hour)), Interval: analyticsv1.Interval_INTERVAL_HOUR},
+			"interval", "use INTERVAL_DAY"},
+		"unknown interval": {&analyticsv1.GetLinkStatsRequest{Code: "abcd", Interval: 7}, "interval", "unknown interval 7"},
+		"bad timestamp":    {&analyticsv1.GetLinkStatsRequest{Code: "abcd", EndTime: &timestamppb.Timestamp{Nanos: -1}}, "end_time", "not a valid timestamp"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := svc.GetLinkStats(as("t-"+rnd()), tc.req)
+			st := status.Convert(err)
+			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.wantInMsg) {
+				t.Fatalf("got %v %q, want InvalidArgument containing %q", st.Code(), st.Message(), tc.wantInMsg)
+			}
+			var field string
+			for _, d := range st.Details() {
+				if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
+					field = br.GetFieldViolations()[0].GetField()
+				}
+			}
+			if field != tc.field {
+				t.Errorf("BadRequest field %q, want %q", field, tc.field)
+			}
+		})
+	}
+}
+
+func TestIntervalAndRange(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 15, 10, 30, 0, 0, time.UTC)
+	svc := New(newStore(t, ""), servertest.Logger(t), Options{})
+	svc.opts.now = func() time.Time { return now }
+	tests := map[string]struct {
+		start, end           time.Time
+		interval             analyticsv1.Interval
+		wantInterval         analyticsv1.Interval
+		wantStart, wantEnd   time.Time
+		wantBuckets          int
+		wantFirstBucketStart time.Time
+	}{
+		"defaults: last 30 days by day": {
+			wantInterval: analyticsv1.Interval_INTERVAL_DAY,
+			wantStart:    now.Add(-30 * 24 * time.Hour).Truncate(time.Hour), wantEnd: now.Truncate(time.Hour).Add(time.Hour),
+			wantBuckets: 31, wantFirstBucketStart: time.Date(2029, 12, 16, 0, 0, 0, 0, time.UTC),
+		},
+		"48 hours: by hour": {
+			start: now.Add(-48 * time.Hour), end: now, wantInterval: analyticsv1.Interval_INTERVAL_HOUR,
+			wantStart: now.Add(-48 * time.Hour).Truncate(time.Hour), wantEnd: now.Truncate(time.Hour).Add(time.Hour),
+			wantBuckets: 49, wantFirstBucketStart: now.Add(-48 * time.Hour).Truncate(time.Hour),
+		},
+		"whole hours stay as asked": {
+			start: day0, end: day0.Add(48 * time.Hour), wantInterval: analyticsv1.Interval_INTERVAL_HOUR,
+			wantStart: day0, wantEnd: day0.Add(48 * time.Hour), wantBuckets: 48, wantFirstBucketStart: day0,
+		},
+		"49 hours: by day": {
+			start: day0, end: day0.Add(49 * time.Hour), wantInterval: analyticsv1.Interval_INTERVAL_DAY,
+			wantStart: day0, wantEnd: day0.Add(49 * time.Hour), wantBuckets: 3, wantFirstBucketStart: day0,
+		},
+		"hourly on request": {
+			start: day0, end: day0.Add(72 * time.Hour), interval: analyticsv1.Interval_INTERVAL_HOUR,
+			wantInterval: analyticsv1.Interval_INTERVAL_HOUR, wantStart: day0, wantEnd: day0.Add(72 * time.Hour),
+			wantBuckets: 72, wantFirstBucketStart: day0,
+		},
+		"daily on request, partial days": {
+			start: day0.Add(90 * time.Minute), end: day0.Add(5 * time.Hour), interval: analyticsv1.Interval_INTERVAL_DAY,
+			wantInterval: analyticsv1.Interval_INTERVAL_DAY, wantStart: day0.Add(time.Hour), wantEnd: day0.Add(5 * time.Hour),
+			wantBuckets: 1, wantFirstBucketStart: day0,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			req := &analyticsv1.GetLinkStatsRequest{Code: "iv" + rnd(), Interval: tc.interval}
+			if !tc.start.IsZero() {
+				req.StartTime, req.EndTime = ts(tc.start), ts(tc.end)
+			}
+			resp, err := svc.GetLinkStats(as("t-"+rnd()), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetInterval() != tc.wantInterval {
+				t.Errorf("interval %v, want %v", resp.GetInterval(), tc.wantInterval)
+			}
+			if s, e := resp.GetStartTime().AsTime(), resp.GetEndTime().AsTime(); !s.Equal(tc.wantStart) || !e.Equal(tc.wantEnd) {
+				t.Errorf("range [%s, %s), want [%s, %s)", s, e, tc.wantStart, tc.wantEnd)
+			}
+			if len(resp.GetSeries()) != tc.wantBuckets {
+				t.Fatalf("%d buckets, want %d", len(resp.GetSeries()), tc.wantBuckets)
+			}
+			if got := resp.GetSeries()[0].GetStartTime().AsTime(); !got.Equal(tc.wantFirstBucketStart) {
+				t.Errorf("first bucket at %s, want %s", got, tc.wantFirstBucketStart)
+			}
+		})
+	}
+}
+
+// TestDuplicatesCountOnce stores events more than once, with flags that
+// differ between copies, as racing consumers can: every statistic counts
+// each event once, with the most severe copy's flags.
+func TestDuplicatesCountOnce(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, "")
+	tenant, code := "dup-"+rnd(), "dup"+rnd()
+	at := day0.Add(3*time.Hour + 10*time.Minute)
+	row := func(id, ref, browser string, bot, flood, newVisitor, suspect bool) clickstore.Click {
+		return clickstore.Click{Tenant: tenant, Code: code, Time: at, EventID: id, Visitor: "v-" + id,
+			ReferrerHost: ref, Browser: browser, OS: "Linux", Device: "desktop",
+			Bot: bot, Flood: flood, NewVisitor: newVisitor, Suspect: suspect}
+	}
+	err := store.Insert(context.Background(), []clickstore.Click{
+		row("e1", "a.com", "Chrome", false, false, true, false), // human, first visit...
+		row("e1", "a.com", "Chrome", false, true, false, true),  // ...and a flood copy: a flood
+		row("e2", "b.com", "Firefox", false, false, true, false),
+		row("e2", "b.com", "Firefox", false, false, true, true), // the same human twice
+		row("e3", "", "Bot", true, false, false, false),
+		row("e3", "", "Bot", true, false, false, true),
+		row("e3", "", "Bot", true, false, false, true),          // a bot three times
+		row("e4", "a.com", "Chrome", false, false, false, true), // redelivered, stored once
+		row("e5", "c.com", "Chrome", false, false, true, false), // never suspect
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := New(store, servertest.Logger(t), Options{})
+	resp, err := svc.GetLinkStats(as(tenant), &analyticsv1.GetLinkStatsRequest{
+		Code: code, StartTime: ts(day0), EndTime: ts(day0.Add(24 * time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := resp.GetCounts()
+	got := [5]int64{c.GetTotal(), c.GetHuman(), c.GetBot(), c.GetFlood(), c.GetUniqueVisitors()}
+	if want := [5]int64{5, 3, 1, 1, 2}; got != want {
+		t.Errorf("(total, human, bot, flood, unique visitors) = %v, want %v", got, want)
+	}
+	if b := resp.GetSeries()[3].GetCounts(); b.GetTotal() != 5 || b.GetHuman() != 3 {
+		t.Errorf("03:00 bucket %v, want the same counts as the total", b)
+	}
+	wantTop := map[string]map[string]int64{
+		"referrers": {"a.com": 2, "b.com": 1, "": 1, "c.com": 1},
+		"browsers":  {"Chrome": 3, "Firefox": 1, "Bot": 1},
+		"os":        {"Linux": 5},
+		"devices":   {"desktop": 5},
+	}
+	for name, list := range map[string][]*analyticsv1.KeyCount{
+		"referrers": resp.GetTopReferrers(), "browsers": resp.GetTopBrowsers(),
+		"os": resp.GetTopOperatingSystems(), "devices": resp.GetTopDevices(),
+	} {
+		gotTop := map[string]int64{}
+		for _, kc := range list {
+			gotTop[kc.GetKey()] = kc.GetCount()
+		}
+		if len(gotTop) != len(wantTop[name]) {
+			t.Errorf("top %s %v, want %v", name, gotTop, wantTop[name])
+		}
+		for k, n := range wantTop[name] {
+			if gotTop[k] != n {
+				t.Errorf("top %s %v, want %v", name, gotTop, wantTop[name])
+				break
+			}
+		}
+	}
+	if resp.GetBotShare() != 0.2 || resp.GetFloodShare() != 0.2 {
+		t.Errorf("shares bot %v flood %v, want 0.2 and 0.2", resp.GetBotShare(), resp.GetFloodShare())
+	}
+	if got := resp.GetTopBrowsers()[0].GetKey(); got != "Chrome" {
+		t.Errorf("top browser %q, want Chrome", got)
+	}
+}
