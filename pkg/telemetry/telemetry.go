@@ -69,10 +69,11 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 
-	// Without an exporter there is nowhere to send spans: sample none, so
-	// instrumented hot paths do not pay for recording them (trace context
-	// still propagates to the services that do export).
-	sampler := sdktrace.NeverSample()
+	// Without an exporter there is nowhere to send spans: start no sampled
+	// trace here, so instrumented hot paths do not pay for recording them,
+	// but keep a caller's sampled trace going (its context reaches the
+	// services that do export, as the click events carry it).
+	sampler := sdktrace.ParentBased(sdktrace.NeverSample())
 	if cfg.OTLPEndpoint != "" {
 		sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.TraceSampleRatio))
 	}
