@@ -58,5 +58,29 @@ check "limiter lists envoy.service.ratelimit.v3.RateLimitService" bash -c "'$GRP
 # through the running services, checked against the notes' figures.
 check "make demo: the notes' figures" bash -c "cd '$ROOT' && go run ./services/limiter/cmd/kurz-demo -check"
 
+# End to end: a link created through the gateway, N browser redirects through
+# the redirect service, and exactly N human clicks from one visitor in the
+# analytics service's GetLinkStats once the consumer has moved them into
+# ClickHouse (bounded wait).
+clicks_end_to_end() {
+	local n=7 code i stats
+	code=$(curl -fsS --max-time 5 -XPOST "http://${HTTP[gateway]}/links" -d '{"longUrl":"https://example.com/smoke-clicks"}' | sed -n 's/.*"code":"\([^"]*\)".*/\1/p')
+	[[ -n $code ]] || { echo "no code from POST /links"; return 1; }
+	for ((i = 0; i < n; i++)); do
+		curl -fsS --max-time 5 -o /dev/null -w '%{http_code}\n' -A 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36' \
+			"http://${HTTP[redirect]}/$code" | grep -qx 302 || { echo "redirect $i of $code was not a 302"; return 1; }
+	done
+	for _ in $(seq 1 150); do
+		stats=$("$GRPCURL" -plaintext -max-time 5 -d "{\"code\":\"$code\"}" "${GRPC[analytics]}" kurz.analytics.v1.AnalyticsService/GetLinkStats 2>/dev/null | tr -d ' \n')
+		if [[ $stats == *"\"counts\":{\"total\":\"$n\",\"human\":\"$n\",\"uniqueVisitors\":\"1\""* ]]; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	echo "GetLinkStats for $code after 30 s: $stats"
+	return 1
+}
+check "7 redirects through gateway-created link -> 7 human clicks, 1 visitor in GetLinkStats" clicks_end_to_end
+
 echo "smoke: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
