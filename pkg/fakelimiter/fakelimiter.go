@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -45,16 +47,21 @@ type Server struct {
 	calls  []*ratelimitv1.CheckQuotaRequest
 }
 
-// Start serves a fake limiter on a loopback port until the test ends.
-func Start(t testing.TB, decide Decider) *Server {
+// Start serves a fake limiter (and a gRPC health service that reports
+// SERVING) on a loopback port until the test ends. opts
+// go to the gRPC server, e.g. an otelgrpc stats handler for a trace test.
+func Start(t testing.TB, decide Decider, opts ...grpc.ServerOption) *Server {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("fake limiter: %v", err)
 	}
 	s := &Server{addr: lis.Addr().String(), decide: decide}
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	ratelimitv1.RegisterRateLimitServiceServer(g, s)
+	// SERVING, so callers that gate their readiness on the limiter's
+	// health (the gateway) become ready.
+	healthpb.RegisterHealthServer(g, health.NewServer())
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	return s

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -27,7 +28,10 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),
-			otelgrpc.WithMeterProvider(tel.MeterProvider))),
+			otelgrpc.WithMeterProvider(tel.MeterProvider),
+			// Readiness checks of dependencies run every few seconds: as
+			// traces they would be noise, each its own root.
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 	}

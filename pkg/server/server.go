@@ -15,11 +15,15 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -118,7 +122,9 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 	base := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),
-			otelgrpc.WithMeterProvider(tel.MeterProvider))),
+			otelgrpc.WithMeterProvider(tel.MeterProvider),
+			// Health checks are probes, like /healthz: no spans, no metrics.
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: 5 * time.Minute,
 			// Clients reconnect now and then, so new replicas behind a
@@ -148,7 +154,7 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 		s.Mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	}
 	s.httpSrv = &http.Server{
-		Handler:           s.Mux,
+		Handler:           s.instrument(s.Mux),
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -163,8 +169,38 @@ func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // SetHandler replaces the HTTP handler, e.g. to wrap Mux in middleware. The
-// ops routes stay on Mux.
-func (s *Server) SetHandler(h http.Handler) { s.httpSrv.Handler = h }
+// ops routes stay on Mux. The server wraps h in its OpenTelemetry middleware,
+// so every request (but the ops routes) gets one server span; h must not
+// start another.
+func (s *Server) SetHandler(h http.Handler) { s.httpSrv.Handler = s.instrument(h) }
+
+// instrument gives h a server span per request (continuing the caller's
+// trace from traceparent) and the http.server.* metrics, on the service's own
+// providers. Probes, scrapes and profiles are left out: they would drown the
+// traces and skew the latency histograms.
+func (s *Server) instrument(h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, s.name,
+		otelhttp.WithTracerProvider(s.Telemetry.TracerProvider),
+		otelhttp.WithMeterProvider(s.Telemetry.MeterProvider),
+		otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+		otelhttp.WithFilter(func(r *http.Request) bool {
+			switch r.URL.Path {
+			case "/healthz", "/readyz", "/metrics":
+				return false
+			}
+			return !strings.HasPrefix(r.URL.Path, "/debug/pprof/")
+		}),
+		// The route, not the path, keeps span names few; ServeMux fills
+		// Pattern when it routes the request (otelhttp renames the span
+		// after the handler), the method alone stands until then.
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if r.Pattern != "" {
+				return r.Pattern
+			}
+			return r.Method
+		}),
+	)
+}
 
 // AddCheck adds a readiness check, run by /readyz and by the periodic refresh
 // of the gRPC health status.

@@ -32,6 +32,10 @@ type Config struct {
 	OTLPInsecure bool `env:"OTLP_INSECURE" default:"true"`
 	// TraceSampleRatio is the share of root traces kept; children follow their parent.
 	TraceSampleRatio float64 `env:"TRACE_SAMPLE_RATIO" default:"1"`
+	// SpanProcessor is for tests: when set, every root trace is sampled and
+	// each span goes to it (e.g. a tracetest.SpanRecorder) besides any OTLP
+	// exporter. It has no env tag, so no environment variable can set it.
+	SpanProcessor sdktrace.SpanProcessor
 }
 
 // Telemetry holds the providers of one service. Pass them explicitly (to
@@ -77,9 +81,15 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	if cfg.OTLPEndpoint != "" {
 		sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.TraceSampleRatio))
 	}
+	if cfg.SpanProcessor != nil {
+		sampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
+	}
 	tpOpts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sampler),
+	}
+	if cfg.SpanProcessor != nil {
+		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(cfg.SpanProcessor))
 	}
 	if cfg.OTLPEndpoint != "" {
 		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(cfg.OTLPEndpoint)}

@@ -8,20 +8,34 @@ import (
 	"maps"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/server/servertest"
 	"kurz.dev/services/shortener/internal/app"
 )
 
+// Option changes how Start boots the shortener beyond its environment.
+type Option func(*app.Config)
+
+// WithSpanProcessor samples every trace and hands each span the shortener
+// ends to sp (a tracetest.SpanRecorder, say), for tests of trace propagation.
+func WithSpanProcessor(sp sdktrace.SpanProcessor) Option {
+	return func(c *app.Config) { c.Telemetry.SpanProcessor = sp }
+}
+
 // Start runs a shortener until the test ends. overrides are KURZ_* variables
 // on top of the environment; listeners default to free loopback ports.
-func Start(t testing.TB, overrides map[string]string) *servertest.Running {
+func Start(t testing.TB, overrides map[string]string, opts ...Option) *servertest.Running {
 	t.Helper()
 	env := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
 	maps.Copy(env, overrides)
 	var cfg app.Config
 	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	srv, err := app.New(context.Background(), cfg, servertest.Logger(t))
 	if err != nil {

@@ -25,8 +25,9 @@ const adminToken = "test-admin-token-0123456789abcdef"
 // startGateway runs the gateway in-process on free ports, in front of the
 // stack's file-rules limiter, shortener and analytics; it trusts loopback as
 // a proxy, so each test client picks its own IP through X-Forwarded-For.
-// overrides are KURZ_* variables on top.
-func startGateway(t *testing.T, overrides map[string]string) *servertest.Running {
+// overrides are KURZ_* variables on top; edits change what no variable can
+// (a test's span processor).
+func startGateway(t *testing.T, overrides map[string]string, edits ...func(*Config)) *servertest.Running {
 	t.Helper()
 	env := map[string]string{
 		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
@@ -46,6 +47,9 @@ func startGateway(t *testing.T, overrides map[string]string) *servertest.Running
 	var cfg Config
 	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {
 		t.Fatal(err)
+	}
+	for _, edit := range edits {
+		edit(&cfg)
 	}
 	srv, err := New(context.Background(), cfg, servertest.Logger(t))
 	if err != nil {

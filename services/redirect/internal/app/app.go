@@ -211,7 +211,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	handler, err := redirector.New(redirector.Config{
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
 		ClientIPHeader: cfg.ClientIPHeader, VisitorSalt: salt, MissPolicy: missPolicy,
-	}, resolver, quotaClient, clicks, srv.Telemetry.TracerProvider, meter)
+	}, resolver, quotaClient, clicks, meter)
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,11 @@ func New(cfg Config, rdb redis.Cmdable, log *slog.Logger, meter metric.Meter) (*
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, fmt.Errorf("click pipeline metrics: %w", err)
 	}
+	// Both drop series exist from the start, at 0: an alert on their rate
+	// sees "no drops", not "no data".
+	for _, reason := range []string{"buffer_full", "redis"} {
+		p.dropped.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", reason)))
+	}
 	for _, key := range p.keys {
 		p.wg.Go(func() { p.write(key) })
 	}

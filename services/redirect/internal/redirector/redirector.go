@@ -64,14 +64,15 @@ type Handler struct {
 	resolver *resolve.Resolver
 	quota    *quota.Client
 	clicks   Clicks
-	tracer   trace.Tracer
 	requests metric.Int64Counter
 	latency  metric.Float64Histogram
 }
 
-// New builds the handler.
-func New(cfg Config, r *resolve.Resolver, q *quota.Client, clicks Clicks, tp trace.TracerProvider, meter metric.Meter) (*Handler, error) {
-	h := &Handler{cfg: cfg, resolver: r, quota: q, clicks: clicks, tracer: tp.Tracer("kurz.dev/services/redirect")}
+// New builds the handler. It starts no span of its own: the server's HTTP
+// middleware (pkg/server) gives each request its server span, which the
+// handler annotates and whose context every click event carries.
+func New(cfg Config, r *resolve.Resolver, q *quota.Client, clicks Clicks, meter metric.Meter) (*Handler, error) {
+	h := &Handler{cfg: cfg, resolver: r, quota: q, clicks: clicks}
 	var err error
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
@@ -104,22 +105,20 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 		page(w, http.StatusNotFound)
 		return
 	}
-	ctx := traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	ctx, span := h.tracer.Start(ctx, "GET /{code}", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("kurz.code", code)))
-	defer span.End()
+	ctx := r.Context()
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(attribute.String("kurz.code", code))
 
 	ip := h.clientIP(r)
 	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context) error { return h.gate(ctx, ip) })
 	if err != nil {
 		status := h.refuse(w, err)
-		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		h.count(ctx, start, "none", status)
 		return
 	}
 	w.Header().Set("X-Source", string(res.Source))
 	status := h.answer(w, res.Entry, start)
-	span.SetAttributes(attribute.String("kurz.source", string(res.Source)), attribute.Int("http.response.status_code", status))
+	span.SetAttributes(attribute.String("kurz.source", string(res.Source)))
 	h.count(ctx, start, string(res.Source), status)
 	if status < 300 || status > 399 || r.Method != http.MethodGet {
 		return

@@ -1,0 +1,137 @@
+package telemetry
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// knownMetrics are the Prometheus names of the families the services export
+// (the services' metric tests check the ones with traffic behind them); a
+// dashboard query naming anything else would draw an empty panel.
+var knownMetrics = map[string]bool{
+	"kurz_ratelimit_decisions_total":           true,
+	"kurz_ratelimit_fallbacks_total":           true,
+	"kurz_ratelimit_redis_duration_seconds":    true,
+	"kurz_redirect_requests_total":             true,
+	"kurz_redirect_duration_seconds":           true,
+	"kurz_redirect_click_events_written_total": true,
+	"kurz_redirect_click_events_dropped_total": true,
+	"kurz_analytics_consumer_lag":              true,
+	"kurz_analytics_batch_size":                true,
+	"kurz_analytics_flush_failures_total":      true,
+	"kurz_gateway_requests_total":              true,
+	"kurz_gateway_request_duration_seconds":    true,
+	"rpc_server_call_duration_seconds":         true,
+	"rpc_client_call_duration_seconds":         true,
+	"http_server_request_duration_seconds":     true,
+}
+
+var (
+	metricName = regexp.MustCompile(`\b(?:kurz|rpc|http)_[a-z0-9_]+`)
+	// Label matchers and grouping clauses name labels, not metrics.
+	labelParts = regexp.MustCompile(`\{[^}]*\}|\b(?:by|without)\s*\([^)]*\)`)
+)
+
+// TestGrafanaDashboard: deploy/grafana/kurz.json is a dashboard model
+// Grafana can import: valid JSON, unique panel IDs, and every panel (rows
+// aside) has a title, a Prometheus datasource and at least one target whose
+// PromQL names only metrics the services export, with balanced brackets.
+func TestGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/grafana/kurz.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Title         string `json:"title"`
+		UID           string `json:"uid"`
+		SchemaVersion int    `json:"schemaVersion"`
+		Panels        []struct {
+			ID         int    `json:"id"`
+			Type       string `json:"type"`
+			Title      string `json:"title"`
+			Datasource struct {
+				Type string `json:"type"`
+			} `json:"datasource"`
+			Targets []struct {
+				RefID string `json:"refId"`
+				Expr  string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("kurz.json: %v", err)
+	}
+	if dash.Title == "" || dash.UID == "" || dash.SchemaVersion == 0 || len(dash.Panels) == 0 {
+		t.Fatalf("dashboard: title %q, uid %q, schemaVersion %d, %d panels: want all set", dash.Title, dash.UID, dash.SchemaVersion, len(dash.Panels))
+	}
+	ids := map[int]bool{}
+	used := map[string]bool{}
+	for _, p := range dash.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d used twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.Title == "" {
+			t.Errorf("panel %d has no title", p.ID)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource.Type != "prometheus" {
+			t.Errorf("panel %q: datasource type %q, want prometheus", p.Title, p.Datasource.Type)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no targets", p.Title)
+		}
+		for _, tg := range p.Targets {
+			if strings.TrimSpace(tg.Expr) == "" || tg.RefID == "" {
+				t.Errorf("panel %q: target %q has an empty expr or refId", p.Title, tg.RefID)
+				continue
+			}
+			if !balanced(tg.Expr) {
+				t.Errorf("panel %q: unbalanced brackets in %s", p.Title, tg.Expr)
+			}
+			names := metricName.FindAllString(labelParts.ReplaceAllString(tg.Expr, ""), -1)
+			if len(names) == 0 {
+				t.Errorf("panel %q: %s names no kurz metric", p.Title, tg.Expr)
+			}
+			for _, n := range names {
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_count"), "_sum")
+				if !knownMetrics[base] {
+					t.Errorf("panel %q: unknown metric %s", p.Title, n)
+				}
+				used[base] = true
+			}
+		}
+	}
+	for _, key := range []string{"kurz_ratelimit_decisions_total", "kurz_ratelimit_redis_duration_seconds",
+		"kurz_redirect_requests_total", "kurz_redirect_duration_seconds", "kurz_analytics_consumer_lag"} {
+		if !used[key] {
+			t.Errorf("no panel shows %s", key)
+		}
+	}
+}
+
+func balanced(s string) bool {
+	var stack []rune
+	pairs := map[rune]rune{')': '(', ']': '[', '}': '{'}
+	inQuote := false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			inQuote = !inQuote
+		case inQuote:
+		case r == '(' || r == '[' || r == '{':
+			stack = append(stack, r)
+		case pairs[r] != 0:
+			if len(stack) == 0 || stack[len(stack)-1] != pairs[r] {
+				return false
+			}
+			stack = stack[:len(stack)-1]
+		}
+	}
+	return len(stack) == 0 && !inQuote
+}

@@ -1,0 +1,79 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+// TestMetricFamilies: after an allowed and a denied CheckQuota, the
+// limiter's /metrics has the families the dashboard (deploy/grafana) and the
+// alerts read: decisions by domain, rule, outcome and source, Redis
+// latency, and otelgrpc's server call duration.
+func TestMetricFamilies(t *testing.T) {
+	r, rl := startFile(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	desc := map[string]string{"v": unique(t)}
+	for i, wantAllowed := range []bool{true, false} { // rule "one": 1 per hour
+		resp, err := rl.CheckQuota(ctx, &ratelimitv1.CheckQuotaRequest{Domain: "crafted", Descriptors: desc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetAllowed() != wantAllowed {
+			t.Fatalf("request %d: allowed=%v, want %v", i+1, resp.GetAllowed(), wantAllowed)
+		}
+	}
+	code, body := r.Get(t, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, w := range []struct {
+		name string
+		with []string
+	}{
+		{"kurz_ratelimit_decisions_total", []string{`domain="crafted"`, `rule="one"`, `source="redis"`}},
+		{"kurz_ratelimit_redis_duration_seconds_bucket", []string{`error="false"`}},
+		{"kurz_ratelimit_redis_duration_seconds_count", nil},
+		{"rpc_server_call_duration_seconds_count", []string{"CheckQuota"}},
+	} {
+		if !hasSeries(body, w.name, w.with...) {
+			t.Errorf("/metrics has no %s series with %v", w.name, w.with)
+		}
+	}
+	// Allowed and denied are told apart: two outcomes for the one rule.
+	outcomes := map[string]bool{}
+	for line := range strings.Lines(body) {
+		if strings.HasPrefix(line, "kurz_ratelimit_decisions_total{") && strings.Contains(line, `rule="one"`) && strings.Contains(line, `domain="crafted"`) {
+			if i := strings.Index(line, `outcome="`); i >= 0 {
+				rest := line[i+len(`outcome="`):]
+				outcomes[rest[:strings.IndexByte(rest, '"')]] = true
+			}
+		}
+	}
+	if len(outcomes) < 2 {
+		t.Errorf("decisions of rule one by outcome: %v, want an allowed and a denied outcome", outcomes)
+	}
+}
+
+// hasSeries reports whether the Prometheus text body has a sample of name
+// whose labels include all of with.
+func hasSeries(body, name string, with ...string) bool {
+lines:
+	for line := range strings.Lines(body) {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		for _, w := range with {
+			if !strings.Contains(line, w) {
+				continue lines
+			}
+		}
+		return true
+	}
+	return false
+}
