@@ -147,6 +147,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		BatchSize: cfg.BatchSize, BatchAge: cfg.BatchAge, ClaimIdle: cfg.ClaimIdle,
 		MaxDeliveries: cfg.MaxDeliveries, InsertTimeout: cfg.InsertTimeout,
 		FloodParallelism: cfg.FloodParallelism, UnhealthyAfter: cfg.UnhealthyAfter,
+		TracerProvider: srv.Telemetry.TracerProvider,
 		// The last batch must be stored before the stores close, within
 		// the shutdown budget.
 		DrainTimeout: cfg.ShutdownTimeout / 2,

@@ -28,7 +28,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/quota"
@@ -97,6 +99,10 @@ type Options struct {
 	DrainTimeout time.Duration
 	// DeadLetterMaxLen trims each dead-letter stream (default 100000).
 	DeadLetterMaxLen int64
+	// TracerProvider records one span per flushed batch, linked to the
+	// redirect spans of its clicks (from each event's traceparent). Nil:
+	// the global provider.
+	TracerProvider trace.TracerProvider
 
 	// hooks are for this package's tests only; configuration never sets them.
 	hooks hooks
@@ -181,6 +187,8 @@ type Consumer struct {
 	quota QuotaChecker
 	log   *slog.Logger
 	m     *metrics
+	// tracer makes one span per flushed batch.
+	tracer trace.Tracer
 
 	keys, deadKeys []string
 	in             chan []entry
@@ -209,6 +217,11 @@ func New(rdb redis.UniversalClient, store *clickstore.Store, q QuotaChecker, log
 		return nil, err
 	}
 	c := &Consumer{opts: opts, rdb: rdb, store: store, quota: q, log: log.With("consumer", opts.Name, "group", opts.Group)}
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	c.tracer = tp.Tracer("kurz.dev/services/analytics/consumer")
 	for _, k := range clickevent.StreamKeys(opts.Shards) {
 		tag := strings.TrimPrefix(k, DefaultStreamPrefix) // ":{<tag>}"
 		c.keys = append(c.keys, opts.StreamPrefix+tag)

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/quota"
@@ -43,6 +46,21 @@ type work struct {
 	poison  []poisoned
 	flooded bool // flood checks done (they consume quota: never twice)
 	visited bool // first-visit marks done
+	// links point at the redirect spans of the batch's clicks.
+	links []trace.Link
+}
+
+// maxLinks caps the span links of one batch (the SDK's default limit).
+const maxLinks = 128
+
+// linkTo turns an event's W3C traceparent into a span link.
+func linkTo(traceparent string) (trace.Link, bool) {
+	if traceparent == "" {
+		return trace.Link{}, false
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	sc := trace.SpanContextFromContext(ctx)
+	return trace.Link{SpanContext: sc}, sc.IsValid()
 }
 
 // Earliest and latest click times the raw table takes (DateTime is a
@@ -84,6 +102,9 @@ func (c *Consumer) prepare(es []entry) *work {
 			continue
 		}
 		seen[ev.ID] = true
+		if l, ok := linkTo(ev.TraceParent); ok && len(w.links) < maxLinks {
+			w.links = append(w.links, l)
+		}
 		ua := useragent.Classify(ev.UserAgent)
 		w.rows = append(w.rows, &row{
 			e: e,
@@ -112,6 +133,12 @@ func (c *Consumer) flush(ctx context.Context, es []entry) {
 	}
 	start := time.Now()
 	w := c.prepare(es)
+	// One span per batch, linked to each click's redirect span: the trace
+	// of a redirect leads to the batch that stored its click.
+	ctx, span := c.tracer.Start(ctx, "clicks.flush",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(w.links...),
+		trace.WithAttributes(attribute.Int("kurz.batch.entries", len(es)), attribute.Int("kurz.batch.rows", len(w.rows))))
+	defer span.End()
 	bo := c.backoff()
 	var renewed time.Time // the entries may have waited already: renew at the first retry
 	for attempt := 0; ; attempt++ {
