@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // BenchmarkCheck measures one decision through the engine on the local
@@ -47,4 +48,43 @@ func BenchmarkPing(b *testing.B) {
 			rdb.Ping(context.Background())
 		}
 	})
+}
+
+// BenchmarkMemoryPerKey reports the Redis memory of one active key of each
+// algorithm after 100 requests within its window (MEMORY USAGE): the notes'
+// point about sliding logs, measured. Baseline: a plain counter key (what
+// INCR-based fixed windows store).
+func BenchmarkMemoryPerKey(b *testing.B) {
+	rdb := cluster(b)
+	e := engine(b, rdb, hourly, Options{})
+	ctx := context.Background()
+	measure := func(key string) float64 {
+		n, err := rdb.MemoryUsage(ctx, key).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(n)
+	}
+	b.Run("baseline-counter", func(b *testing.B) {
+		key := "bench:counter:{" + unique(b) + "}"
+		for range 100 {
+			rdb.Incr(ctx, key)
+		}
+		rdb.Expire(ctx, key, time.Minute)
+		for range b.N {
+			b.ReportMetric(measure(key), "bytes/key")
+		}
+	})
+	for _, algo := range algos {
+		b.Run(algo, func(b *testing.B) {
+			desc := map[string]string{"user": unique(b), "algo": algo}
+			for range 100 {
+				e.Check(ctx, "t", desc, 1)
+			}
+			_, rules := e.Rules().Match("t", desc)
+			for range b.N {
+				b.ReportMetric(measure(rules[0].Key), "bytes/key")
+			}
+		})
+	}
 }
