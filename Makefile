@@ -110,6 +110,8 @@ bench: ## Measure the hot paths against baselines from the same run (see BENCHMA
 	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkCheck|BenchmarkPing' -benchtime 3s ./services/limiter/internal/ratelimit/
 	@echo "== redirect: viral code and 10,000 codes vs a minimal net/http 302 in the same process"
 	go run ./services/redirect/cmd/redirectload -addr $${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787} -c 32 -d $(BENCH_DURATION)
+	@echo "== shortener: CreateLink sequential vs random, PostgreSQL statements per link"
+	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkCreateLink' -benchtime 3s ./services/shortener/internal/app/
 	@echo "== Redis memory of one active key per algorithm after 100 requests (MEMORY USAGE)"
 	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkMemoryPerKey' -benchtime 1x ./services/limiter/internal/ratelimit/
 	@echo "== analytics: GetLinkStats at 1,000,000 clicks; consumer throughput"

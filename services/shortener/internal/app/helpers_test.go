@@ -28,7 +28,7 @@ import (
 	"kurz.dev/pkg/server/servertest"
 )
 
-func load(t *testing.T, overrides map[string]string) Config {
+func load(t testing.TB, overrides map[string]string) Config {
 	t.Helper()
 	base := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
 	maps.Copy(base, overrides)
@@ -50,7 +50,7 @@ type instance struct {
 // start boots a shortener. Unless overridden, it talks to a fake limiter
 // that allows everything (never a limiter someone else runs on the default
 // port, whose rules would throttle the tests).
-func start(t *testing.T, overrides map[string]string, h hooks) instance {
+func start(t testing.TB, overrides map[string]string, h hooks) instance {
 	t.Helper()
 	env := map[string]string{}
 	if _, ok := overrides["KURZ_LIMITER_GRPC_ADDR"]; !ok {
@@ -80,7 +80,7 @@ func as(tenant, ip string) context.Context {
 
 // stores opens test-side handles on PostgreSQL and Redis, and removes the
 // tenant's rows and their cache entries when the test ends.
-func stores(t *testing.T, cfg Config, tenants ...string) (*pgxpool.Pool, *redis.ClusterClient) {
+func stores(t testing.TB, cfg Config, tenants ...string) (*pgxpool.Pool, *redis.ClusterClient) {
 	t.Helper()
 	ctx := context.Background()
 	db, err := pgpool.New(ctx, cfg.Postgres)
