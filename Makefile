@@ -108,6 +108,8 @@ bench: ## Measure the hot paths against baselines from the same run (see BENCHMA
 	go run ./services/limiter/cmd/quotaload -addr $${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091} -c 32 -d $(BENCH_DURATION) -baseline
 	@echo "== limiter engine in-process: one decision vs one PING on the same cluster"
 	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkCheck|BenchmarkPing' -benchtime 3s ./services/limiter/internal/ratelimit/
+	@echo "== limiter engine vs the same Lua script called directly with EVALSHA, 2/16/64/256 goroutines, 100,000 keys"
+	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkDecisionVsEvalsha' -benchtime 2s ./services/limiter/internal/ratelimit/
 	@echo "== redirect: viral code and 10,000 codes vs a minimal net/http 302 in the same process"
 	go run ./services/redirect/cmd/redirectload -addr $${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787} -c 32 -d $(BENCH_DURATION)
 	@echo "== shortener: CreateLink sequential vs random, PostgreSQL statements per link"

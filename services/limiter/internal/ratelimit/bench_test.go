@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -85,6 +87,52 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 			for range b.N {
 				b.ReportMetric(measure(rules[0].Key), "bytes/key")
 			}
+		})
+	}
+}
+
+// BenchmarkDecisionVsEvalsha compares a full engine decision (rule match,
+// auto-pipelined script, response) with its ceiling: the same Lua script
+// called directly with EVALSHA on the same cluster, at the same
+// concurrency (goroutines: 2, 16, 64, 256 on two cores), over 100,000
+// keys (token bucket).
+func BenchmarkDecisionVsEvalsha(b *testing.B) {
+	rdb := cluster(b)
+	e := engine(b, rdb, hourly, Options{AutoPipeline: true})
+	run := unique(b)
+	const keys = 100_000
+	users := make([]map[string]string, keys)
+	for i := range users {
+		users[i] = map[string]string{"user": run + strconv.Itoa(i), "algo": "token_bucket"}
+	}
+	rule := e.Rules().Rules("t")[0]
+	for _, want := range []int{1, 16, 64, 256} {
+		// RunParallel runs parallelism x GOMAXPROCS goroutines.
+		parallelism := max(1, want/runtime.GOMAXPROCS(0))
+		c := parallelism * runtime.GOMAXPROCS(0)
+		b.Run(fmt.Sprintf("c=%d/evalsha", c), func(b *testing.B) {
+			var n atomic.Int64
+			b.SetParallelism(parallelism)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					u := users[n.Add(1)%keys]
+					key := rule.stateKey(u)
+					args := []any{"", "check", "bench", int(rule.Algorithm), rule.Limit, rule.Window.Milliseconds(), rule.capacity(), 1, 0}
+					if err := decideScript.Run(context.Background(), rdb, []string{key}, args...).Err(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("c=%d/engine", c), func(b *testing.B) {
+			var n atomic.Int64
+			b.SetParallelism(parallelism)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					e.Check(context.Background(), "t", users[n.Add(1)%keys], 1)
+				}
+			})
 		})
 	}
 }
