@@ -18,13 +18,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
-	"sync"
 	"time"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/loadgen"
 	"kurz.dev/pkg/redisconn"
 )
 
@@ -40,6 +39,7 @@ func run() error {
 	concurrency := flag.Int("c", 32, "concurrent callers")
 	duration := flag.Duration("d", 10*time.Second, "duration of each measurement")
 	codes := flag.Int("codes", 10000, "codes drawn uniformly in the spread scenario")
+	rate := flag.Float64("rate", 0, "requests per second (open loop); 0 = back to back (closed loop)")
 	flag.Parse()
 
 	var rc redisconn.Config
@@ -80,70 +80,31 @@ func run() error {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       5 * time.Second,
 	}
-	base := measure(client, *concurrency, *duration, func() string { return "http://" + lis.Addr().String() + "/" + all[0] })
-	base.print("baseline: net/http fixed 302")
-	viral := measure(client, *concurrency, *duration, func() string { return "http://" + *addr + "/" + all[0] })
-	viral.print("redirect: one viral code")
-	spread := measure(client, *concurrency, *duration, func() string { return "http://" + *addr + "/" + all[rand.IntN(len(all))] })
-	spread.print(fmt.Sprintf("redirect: %d codes, uniform", *codes))
-	fmt.Printf("ratio: viral = %.2f x baseline, spread = %.2f x baseline\n", viral.rate()/base.rate(), spread.rate()/base.rate())
-	return nil
-}
-
-type result struct {
-	n, errs   int
-	sources   map[string]int
-	elapsed   time.Duration
-	latencies []time.Duration
-}
-
-func (r result) rate() float64 { return float64(r.n) / r.elapsed.Seconds() }
-
-func (r result) print(name string) {
-	slices.Sort(r.latencies)
-	q := func(p float64) time.Duration {
-		if len(r.latencies) == 0 {
-			return 0
+	get := func(url func() string) loadgen.Call {
+		return func(int) (string, error) {
+			resp, err := client.Get(url())
+			if err != nil {
+				return "", err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusFound {
+				return "", fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return resp.Header.Get("X-Source"), nil
 		}
-		return r.latencies[int(p*float64(len(r.latencies)-1))]
 	}
-	fmt.Printf("%-36s %8.0f/s  p50 %-8v p99 %-8v p99.9 %-8v errors %d sources %v\n", name, r.rate(),
-		q(0.5).Round(time.Microsecond), q(0.99).Round(time.Microsecond), q(0.999).Round(time.Microsecond), r.errs, r.sources)
-}
-
-func measure(client *http.Client, concurrency int, d time.Duration, url func() string) result {
-	var mu sync.Mutex
-	total := result{sources: map[string]int{}}
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := start.Add(d)
-	for range concurrency {
-		wg.Go(func() {
-			local := result{sources: map[string]int{}}
-			for time.Now().Before(stop) {
-				t0 := time.Now()
-				resp, err := client.Get(url())
-				local.latencies = append(local.latencies, time.Since(t0))
-				local.n++
-				if err != nil || resp.StatusCode != http.StatusFound {
-					local.errs++
-				}
-				if err == nil {
-					local.sources[resp.Header.Get("X-Source")]++
-					resp.Body.Close()
-				}
-			}
-			mu.Lock()
-			total.n += local.n
-			total.errs += local.errs
-			for k, v := range local.sources {
-				total.sources[k] += v
-			}
-			total.latencies = append(total.latencies, local.latencies...)
-			mu.Unlock()
-		})
+	measure := func(name string, call loadgen.Call) *loadgen.Result {
+		if *rate > 0 {
+			return loadgen.Open(fmt.Sprintf("%s @%.0f/s", name, *rate), *rate, *concurrency, *duration, call)
+		}
+		return loadgen.Closed(name, *concurrency, *duration, call)
 	}
-	wg.Wait()
-	total.elapsed = time.Since(start)
-	return total
+	base := measure("baseline: net/http fixed 302", get(func() string { return "http://" + lis.Addr().String() + "/" + all[0] }))
+	base.Print(os.Stdout)
+	viral := measure("redirect: one viral code", get(func() string { return "http://" + *addr + "/" + all[0] }))
+	viral.Print(os.Stdout)
+	spread := measure(fmt.Sprintf("redirect: %d codes, uniform", *codes), get(func() string { return "http://" + *addr + "/" + all[rand.IntN(len(all))] }))
+	spread.Print(os.Stdout)
+	fmt.Printf("ratio: viral = %.2f x baseline, spread = %.2f x baseline\n", viral.Rate()/base.Rate(), spread.Rate()/base.Rate())
+	return nil
 }
