@@ -101,25 +101,7 @@ demo: ## Reproduce the design notes' figures against the running stack (make up 
 BENCH_DURATION ?= 10s
 
 .PHONY: bench
-bench: ## Measure the hot paths against baselines from the same run (see BENCHMARKS.md).
+bench: ## Measure the hot paths against baselines from the same run; writes BENCHMARKS.md.
 	deploy/local/infra.sh up
 	deploy/local/services.sh up
-	@echo "== limiter: 32 concurrent gRPC callers, CheckQuota vs a gRPC health-check baseline"
-	go run ./services/limiter/cmd/quotaload -addr $${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091} -c 32 -d $(BENCH_DURATION) -baseline
-	@echo "== limiter, open loop at about half the closed-loop maximum (latency from each call's scheduled start)"
-	go run ./services/limiter/cmd/quotaload -addr $${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091} -c 64 -d $(BENCH_DURATION) -rate 3000
-	@echo "== limiter engine in-process: one decision vs one PING on the same cluster"
-	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkCheck|BenchmarkPing' -benchtime 3s ./services/limiter/internal/ratelimit/
-	@echo "== limiter engine vs the same Lua script called directly with EVALSHA, 2/16/64/256 goroutines, 100,000 keys"
-	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkDecisionVsEvalsha' -benchtime 2s ./services/limiter/internal/ratelimit/
-	@echo "== redirect: viral code and 10,000 codes vs a minimal net/http 302 in the same process"
-	go run ./services/redirect/cmd/redirectload -addr $${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787} -c 32 -d $(BENCH_DURATION)
-	@echo "== redirect, open loop at 3,000/s"
-	go run ./services/redirect/cmd/redirectload -addr $${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787} -c 64 -d $(BENCH_DURATION) -rate 3000
-	@echo "== shortener: CreateLink sequential vs random, PostgreSQL statements per link"
-	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkCreateLink' -benchtime 3s ./services/shortener/internal/app/
-	@echo "== Redis memory of one active key per algorithm after 100 requests (MEMORY USAGE)"
-	$(TEST_ENV) go test -run '^$$' -bench 'BenchmarkMemoryPerKey' -benchtime 1x ./services/limiter/internal/ratelimit/
-	@echo "== analytics: GetLinkStats at 1,000,000 clicks; consumer throughput"
-	$(TEST_ENV) go test -run '^$$' -bench 'GetLinkStats1M' -benchtime 3s ./services/analytics/internal/stats/
-	$(TEST_ENV) go test -run '^$$' -bench 'ConsumerThroughput' -benchtime 3x ./services/analytics/internal/consumer/
+	BENCH_DURATION=$(BENCH_DURATION) deploy/bench/bench.sh
