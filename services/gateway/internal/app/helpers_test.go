@@ -32,9 +32,9 @@ func startGateway(t *testing.T, overrides map[string]string, edits ...func(*Conf
 	env := map[string]string{
 		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
 		"KURZ_GATEWAY_HTTP_ADDR":       "127.0.0.1:0",
-		"KURZ_LIMITER_GRPC_ADDR":       stack.limiter.grpcAddr,
-		"KURZ_SHORTENER_GRPC_ADDR":     stack.shortener.grpcAddr,
-		"KURZ_ANALYTICS_GRPC_ADDR":     stack.analytics.grpcAddr,
+		"KURZ_LIMITER_GRPC_ADDR":       stack.limiter.GRPCAddr,
+		"KURZ_SHORTENER_GRPC_ADDR":     stack.shortener.GRPCAddr,
+		"KURZ_ANALYTICS_GRPC_ADDR":     stack.analytics.GRPCAddr,
 		"KURZ_GATEWAY_ADMIN_TOKEN":     adminToken,
 		"KURZ_GATEWAY_ALLOW_ANONYMOUS": "true",
 		"KURZ_GATEWAY_TRUSTED_PROXIES": "127.0.0.1/32, ::1",

@@ -19,7 +19,7 @@ import (
 // api/per-api-key of testdata/rules.yaml, 10 requests/s with a burst of 5.
 func TestPacedAndGreedyClients(t *testing.T) {
 	lim := startLimiter(t)
-	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.grpcAddr})
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr})
 
 	t.Run("paced", func(t *testing.T) {
 		c := newClient(t, gw, newTenant(t, gw, "free").key)
@@ -109,7 +109,7 @@ func checkTooMany(t *testing.T, r response, policy string, q, w int) {
 // until it fails.
 func TestBruteForceBlocksIPEvenWithValidKey(t *testing.T) {
 	lim := startLimiter(t)
-	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.grpcAddr, "KURZ_GATEWAY_LIMITER_TIMEOUT": "500ms"})
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr, "KURZ_GATEWAY_LIMITER_TIMEOUT": "500ms"})
 	tn := newTenant(t, gw, "free")
 	const unknownKey = "kurz_AAAAAAAAAAAA_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
 	attacker := newClient(t, gw, unknownKey)
@@ -140,7 +140,7 @@ func TestBruteForceBlocksIPEvenWithValidKey(t *testing.T) {
 		_, _ = stack.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = 'anonymous' AND long_url = 'https://example.com/x'`)
 	})
 
-	if err := lim.stop(); err != nil {
+	if err := lim.Stop(); err != nil {
 		t.Fatalf("stop the limiter: %v", err)
 	}
 	r := attacker.with(tn.key).do("GET", "/v1/links", "")
@@ -171,7 +171,7 @@ func TestBruteForceBlocksIPEvenWithValidKey(t *testing.T) {
 // both tables; an unknown plan is a 400 that lists the known ones and
 // changes nothing.
 func TestPlanChangeReachesTheLimiter(t *testing.T) {
-	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.limiterPG.grpcAddr})
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.limiterPG.GRPCAddr})
 	tn := newTenant(t, gw, "free")
 	c := newClient(t, gw, tn.key)
 	admin := newClient(t, gw, adminToken)

@@ -13,6 +13,7 @@ import (
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/server/servertest"
 )
 
 // Health service names the tests wait for.
@@ -35,10 +36,10 @@ var stack struct {
 	// rulesFile has small limits (for a test's own limiter), roomyFile room
 	// for the functional tests (the shared limiter).
 	rulesFile, roomyFile string
-	limiter              *process
-	limiterPG            *process
-	shortener            *process
-	analytics            *process
+	limiter              *servertest.Process
+	limiterPG            *servertest.Process
+	shortener            *servertest.Process
+	analytics            *servertest.Process
 	db                   *pgxpool.Pool
 }
 
@@ -65,7 +66,7 @@ func runTests(m *testing.M) (_ int, err error) {
 	if stack.roomyFile, err = filepath.Abs(filepath.Join("testdata", "roomy.yaml")); err != nil {
 		return 0, err
 	}
-	if err := buildServices(dir, "limiter", "shortener", "analytics"); err != nil {
+	if err := servertest.BuildServices(dir, "limiter", "shortener", "analytics"); err != nil {
 		return 0, err
 	}
 
@@ -78,12 +79,12 @@ func runTests(m *testing.M) (_ int, err error) {
 	}
 	defer stack.db.Close()
 
-	limiterAddr, err := freeAddr()
+	limiterAddr, err := servertest.FreeAddr()
 	if err != nil {
 		return 0, err
 	}
 	starts := []struct {
-		dst     **process
+		dst     **servertest.Process
 		name    string
 		service string
 		env     func(grpc, http string) []string
@@ -109,26 +110,26 @@ func runTests(m *testing.M) (_ int, err error) {
 	for i, s := range starts {
 		grpcAddr, httpAddr := limiterAddr, ""
 		if i > 0 {
-			grpcAddr, err = freeAddr()
+			grpcAddr, err = servertest.FreeAddr()
 			if err != nil {
 				return 0, err
 			}
 		}
-		if httpAddr, err = freeAddr(); err != nil {
+		if httpAddr, err = servertest.FreeAddr(); err != nil {
 			return 0, err
 		}
 		wg.Go(func() {
-			*s.dst, errs[i] = startProcess(s.name, filepath.Join(dir, s.name), grpcAddr, s.service, s.env(grpcAddr, httpAddr)...)
+			*s.dst, errs[i] = servertest.StartProcess(s.name, filepath.Join(dir, s.name), grpcAddr, s.service, s.env(grpcAddr, httpAddr)...)
 		})
 	}
 	wg.Wait()
 	defer func() {
-		for _, p := range []*process{stack.analytics, stack.shortener, stack.limiterPG, stack.limiter} {
+		for _, p := range []*servertest.Process{stack.analytics, stack.shortener, stack.limiterPG, stack.limiter} {
 			if p == nil {
 				continue
 			}
-			if serr := p.stop(); serr != nil {
-				fmt.Fprintf(os.Stderr, "%s did not stop cleanly: %v\n%s\n", p.name, serr, p.out)
+			if serr := p.Stop(); serr != nil {
+				fmt.Fprintf(os.Stderr, "%s did not stop cleanly: %v\n%s\n", p.Name, serr, p.Output())
 			}
 		}
 	}()
@@ -151,21 +152,21 @@ func limiterEnv(grpcAddr, httpAddr string) []string {
 
 // startLimiter runs one more limiter on the small-limits rules file, for a
 // test that counts on them or stops the limiter.
-func startLimiter(t *testing.T) *process {
+func startLimiter(t *testing.T) *servertest.Process {
 	t.Helper()
-	grpcAddr, err := freeAddr()
+	grpcAddr, err := servertest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	httpAddr, err := freeAddr()
+	httpAddr, err := servertest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := startProcess("limiter", filepath.Join(stack.binDir, "limiter"), grpcAddr, limiterService,
+	p, err := servertest.StartProcess("limiter", filepath.Join(stack.binDir, "limiter"), grpcAddr, limiterService,
 		append(limiterEnv(grpcAddr, httpAddr), "KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+stack.rulesFile)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.kill)
+	t.Cleanup(p.Kill)
 	return p
 }

@@ -26,7 +26,7 @@ import (
 // whatever changes from run to run.
 func TestREADMEExamples(t *testing.T) {
 	blocks := readmeBlocks(t)
-	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.limiterPG.grpcAddr})
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.limiterPG.GRPCAddr})
 	tenantID := newTenantID(t)
 	cleanupTenants(t, tenantID)
 	start := time.Now()

@@ -1,81 +1,44 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/server/servertest"
 )
 
-// limiterProcess is a limiter binary running as its own process.
+// limiterProcess is a limiter binary running as its own process, with a
+// client.
 type limiterProcess struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	conn   *grpc.ClientConn
-	rl     ratelimitv1.RateLimitServiceClient
-	done   chan error
-}
-
-// syncBuffer collects a process's stderr for the failure message.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	*servertest.Process
+	rl ratelimitv1.RateLimitServiceClient
 }
 
 // buildLimiter builds the limiter binary (with the race detector when the
 // test runs under it) into a temporary directory.
 func buildLimiter(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "limiter")
-	// -s -w: no symbol table or DWARF, a much faster link; panics and race
-	// reports still name functions and lines.
-	args := []string{"build", "-ldflags=-s -w", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
+	dir := t.TempDir()
+	if err := servertest.BuildServices(dir, "limiter"); err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.Command("go", append(args, "kurz.dev/services/limiter")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return filepath.Join(dir, "limiter")
 }
 
 // freeAddr returns a loopback address nothing listens on right now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := servertest.FreeAddr()
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	if err := lis.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return addr
@@ -84,8 +47,7 @@ func freeAddr(t *testing.T) string {
 // startLimiter runs bin with the test rules file and waits until its gRPC
 // health reports SERVING. It is safe to call from several goroutines.
 func startLimiter(t *testing.T, bin, grpcAddr, httpAddr string) (*limiterProcess, error) {
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(),
+	p, err := servertest.StartProcess("limiter", bin, grpcAddr, "kurz.ratelimit.v1.RateLimitService",
 		"KURZ_LIMITER_GRPC_ADDR="+grpcAddr,
 		"KURZ_LIMITER_HTTP_ADDR="+httpAddr,
 		"KURZ_LIMITER_RULES_SOURCE=file",
@@ -97,61 +59,16 @@ func startLimiter(t *testing.T, bin, grpcAddr, httpAddr string) (*limiterProcess
 		"KURZ_REDIS_WRITE_TIMEOUT=1s",
 		"KURZ_LOG_LEVEL=error",
 	)
-	p := &limiterProcess{cmd: cmd, stderr: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start limiter: %w", err)
+	if err != nil {
+		return nil, err
 	}
-	exited := make(chan struct{})
-	go func() { p.done <- cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	t.Cleanup(p.Kill)
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	p.conn, p.rl = conn, ratelimitv1.NewRateLimitServiceClient(conn)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	go func() {
-		// A process that dies before serving ends the wait at once.
-		select {
-		case <-exited:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	stream, err := healthpb.NewHealthClient(conn).Watch(ctx,
-		&healthpb.HealthCheckRequest{Service: "kurz.ratelimit.v1.RateLimitService"}, grpc.WaitForReady(true))
-	for err == nil {
-		var resp *healthpb.HealthCheckResponse
-		if resp, err = stream.Recv(); err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return p, nil
-		}
-	}
-	return nil, fmt.Errorf("limiter at %s never became SERVING: %w\n%s", grpcAddr, err, p.stderr)
-}
-
-// stop sends SIGTERM and returns the exit error (nil for status 0).
-func (p *limiterProcess) stop(t *testing.T) error {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	select {
-	case err := <-p.done:
-		return err
-	case <-time.After(30 * time.Second):
-		return errors.New("still running 30 s after SIGTERM")
-	}
+	return &limiterProcess{Process: p, rl: ratelimitv1.NewRateLimitServiceClient(conn)}, nil
 }
 
 // The notes' race through three limiter processes: 500 concurrent
@@ -238,13 +155,13 @@ func TestThreeProcessesAllowExactlyTheLimit(t *testing.T) {
 	}
 
 	for i, p := range procs {
-		if err := p.stop(t); err != nil {
-			t.Errorf("process %d after SIGTERM: %v, want exit status 0\n%s", i, err, p.stderr)
+		if err := p.Stop(); err != nil {
+			t.Errorf("process %d after SIGTERM: %v, want exit status 0\n%s", i, err, p.Output())
 		}
 	}
 	if t.Failed() {
 		for i, p := range procs {
-			t.Logf("process %d output:\n%s", i, p.stderr)
+			t.Logf("process %d output:\n%s", i, p.Output())
 		}
 	}
 }

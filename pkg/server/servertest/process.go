@@ -1,0 +1,155 @@
+package servertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Tests that need another module's service (whose internal packages they
+// cannot import) build its binary and run it as a process on free loopback
+// ports, against the shared stores.
+
+// BuildServices builds the named services (kurz.dev/services/<name>) into
+// dir in one go command, with the race detector when the test binary has it.
+func BuildServices(dir string, names ...string) error {
+	// -s -w: no symbol table or DWARF, a much faster link; panics and race
+	// reports still name functions and lines.
+	args := []string{"build", "-ldflags=-s -w", "-o", dir + string(filepath.Separator)}
+	if RaceEnabled {
+		args = append(args, "-race")
+	}
+	for _, n := range names {
+		args = append(args, "kurz.dev/services/"+n)
+	}
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// FreeAddr returns a loopback address nothing listens on right now.
+func FreeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := lis.Addr().String()
+	return addr, lis.Close()
+}
+
+// Process is a service binary running as its own process.
+type Process struct {
+	Name     string
+	GRPCAddr string
+	cmd      *exec.Cmd
+	out      *syncBuffer
+	done     chan struct{}
+	err      error // Wait's result, once done is closed
+}
+
+// StartProcess runs bin with the process environment plus env and waits
+// (60 s at most) until its gRPC health reports SERVING for service. A
+// process that exits before that ends the wait at once.
+func StartProcess(name, bin, grpcAddr, service string, env ...string) (*Process, error) {
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	p := &Process{Name: name, GRPCAddr: grpcAddr, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	if err := awaitServing(grpcAddr, service, p.done); err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("%s never became SERVING: %w\n%s", name, err, p.out)
+	}
+	return p, nil
+}
+
+func awaitServing(addr, service string, exited <-chan struct{}) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.WaitForReady(true))
+	for err == nil {
+		var resp *healthpb.HealthCheckResponse
+		if resp, err = stream.Recv(); err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+	}
+	return err
+}
+
+// Output is what the process wrote to stdout and stderr so far.
+func (p *Process) Output() string { return p.out.String() }
+
+// Stop sends SIGTERM and waits for the exit: nil for exit status 0.
+func (p *Process) Stop() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(30 * time.Second):
+		p.Kill()
+		return errors.New(p.Name + ": still running 30 s after SIGTERM")
+	}
+}
+
+// Kill stops the process with SIGKILL (if it still runs) and waits for it.
+func (p *Process) Kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// syncBuffer collects a process's output for failure messages.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
