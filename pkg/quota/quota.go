@@ -6,6 +6,7 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/grpcclient"
+	"kurz.dev/pkg/telemetry"
 )
 
 // Policy is what a caller does when the limiter cannot answer in time.
@@ -135,4 +138,19 @@ func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, p
 		}
 	}
 	return d
+}
+
+// Dial connects to the limiter at target (the caller's
+// KURZ_LIMITER_GRPC_ADDR) with kurz's gRPC client settings and returns a
+// client over that connection, and the function that closes it.
+func Dial(target string, tel *telemetry.Telemetry, timeout time.Duration, log *slog.Logger) (*Client, func() error, error) {
+	conn, err := grpcclient.Dial(target, tel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
+	}
+	c, err := New(conn, timeout, log, tel.MeterProvider)
+	if err != nil {
+		return nil, nil, errors.Join(err, conn.Close())
+	}
+	return c, conn.Close, nil
 }

@@ -14,7 +14,6 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
-	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
@@ -130,15 +129,11 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		return nil, err
 	}
 	closers = append(closers, func() { _ = srv.Close(context.Background()) })
-	limiterConn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
-	if err != nil {
-		return nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
-	}
-	closers = append(closers, func() { _ = limiterConn.Close() })
-	quotaClient, err := quota.New(limiterConn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
+	quotaClient, closeLimiter, err := quota.Dial(cfg.LimiterAddr, srv.Telemetry, cfg.LimiterTimeout, log)
 	if err != nil {
 		return nil, err
 	}
+	closers = append(closers, func() { _ = closeLimiter() })
 
 	store := clickstore.New(ch)
 	cons, err := consumer.New(rdb, store, quotaClient, log, srv.Telemetry.MeterProvider, consumer.Options{
@@ -172,7 +167,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 
 	srv.OnShutdown(func(context.Context) error { return ch.Close() })
 	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
-	srv.OnShutdown(func(context.Context) error { return limiterConn.Close() })
+	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
 	srv.OnShutdown(func(ctx context.Context) error {
 		stopConsumer()
 		select {

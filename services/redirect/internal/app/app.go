@@ -17,7 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/clickevent"
-	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
@@ -160,15 +159,11 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		return nil, err
 	}
 	closers = append(closers, func() { _ = srv.Close(context.Background()) })
-	limiterConn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
-	if err != nil {
-		return nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
-	}
-	closers = append(closers, func() { _ = limiterConn.Close() })
-	quotaClient, err := quota.New(limiterConn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
+	quotaClient, closeLimiter, err := quota.Dial(cfg.LimiterAddr, srv.Telemetry, cfg.LimiterTimeout, log)
 	if err != nil {
 		return nil, err
 	}
+	closers = append(closers, func() { _ = closeLimiter() })
 	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
 
 	resolver, err := resolve.New(resolve.Config{
@@ -221,7 +216,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	// invalidation listener, then close the limiter connection and stores.
 	srv.OnShutdown(func(context.Context) error { db.Close(); return nil })
 	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
-	srv.OnShutdown(func(context.Context) error { return limiterConn.Close() })
+	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
 	srv.OnShutdown(func(context.Context) error { err := sub.Close(); <-listening; return err })
 	srv.OnShutdown(clicks.Close)
 	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })

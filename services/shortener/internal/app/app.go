@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
-	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkschema"
@@ -183,15 +182,11 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		return nil, err
 	}
 	closers = append(closers, func() { _ = srv.Close(context.Background()) })
-	limiterConn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
-	if err != nil {
-		return nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
-	}
-	closers = append(closers, func() { _ = limiterConn.Close() })
-	quotaClient, err := quota.New(limiterConn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
+	quotaClient, closeLimiter, err := quota.Dial(cfg.LimiterAddr, srv.Telemetry, cfg.LimiterTimeout, log)
 	if err != nil {
 		return nil, err
 	}
+	closers = append(closers, func() { _ = closeLimiter() })
 
 	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener")
 	blocksFetched, err := meter.Int64Counter("kurz.shortener.code_blocks.fetched",
@@ -224,7 +219,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	// Closers run in reverse: background work stops first, stores close last.
 	srv.OnShutdown(func(context.Context) error { db.Close(); return nil })
 	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
-	srv.OnShutdown(func(context.Context) error { return limiterConn.Close() })
+	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
 	srv.OnShutdown(func(context.Context) error { stopBackground(); return nil })
 	srv.AddCheck("postgres", db.Ping)
 	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
