@@ -116,6 +116,8 @@ type hooks struct {
 	clickRedis redis.Cmdable
 	// beforeFlight runs when a request misses L1.
 	beforeFlight func(code string)
+	// afterInvalidate runs when an invalidation of code was applied to L1.
+	afterInvalidate func(code string)
 }
 
 func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
@@ -174,6 +176,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		return nil, err
 	}
 	resolver.BeforeFlight = h.beforeFlight
+	resolver.AfterInvalidate = h.afterInvalidate
 	sub := rdb.Subscribe(ctx, linkcache.InvalidationChannel)
 	closers = append(closers, func() { _ = sub.Close() })
 	subCtx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +26,11 @@ import (
 // PostgreSQL, and prints it the way curl would.
 func TestTranscript(t *testing.T) {
 	f := newFixture(t)
-	redir := start(t, nil, hooks{})
+	// The shortener's write-through publishes an invalidation that reaches
+	// this pod asynchronously; one landing after the second redirect would
+	// drop the L1 entry the third one expects. Record them to wait for it.
+	var invalidated sync.Map
+	redir := start(t, nil, hooks{afterInvalidate: func(code string) { invalidated.Store(code, true) }})
 	sh := shortenertest.Start(t, map[string]string{
 		"KURZ_SHORTENER_ALLOW_ANONYMOUS": "true",
 		"KURZ_SHORTENER_BASE_URL":        redir.HTTP,
@@ -98,6 +103,10 @@ func TestTranscript(t *testing.T) {
 
 	say("# create /d, delete its cache key, then redirect three times")
 	d := create(&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/d"})
+	await(t, "the shortener's invalidation of "+d.GetCode(), 10*time.Second, func() bool {
+		_, ok := invalidated.Load(d.GetCode())
+		return ok
+	})
 	f.flush(d.GetCode())
 	redirect(d.GetCode(), "db", http.StatusFound, "https://example.com/d")
 	redirect(d.GetCode(), "cache", http.StatusFound, "https://example.com/d")

@@ -79,6 +79,9 @@ type Resolver struct {
 	// BeforeFlight, if set, runs when a request misses L1 and is about to
 	// join or lead a lookup (tests use it to release requests together).
 	BeforeFlight func(code string)
+	// AfterInvalidate, if set, runs after an invalidation of code was
+	// applied (tests use it to wait for the shortener's Pub/Sub message).
+	AfterInvalidate func(code string)
 
 	collapsed   metric.Int64Counter
 	redisErrors metric.Int64Counter
@@ -224,6 +227,9 @@ func (r *Resolver) Invalidate(code string) {
 	r.stripe(code).Add(1)
 	r.l1.Remove(code)
 	r.invalidated.Add(context.Background(), 1, metric.WithAttributes(attribute.String("kind", "code")))
+	if r.AfterInvalidate != nil {
+		r.AfterInvalidate(code)
+	}
 }
 
 // Purge empties L1; after a Pub/Sub reconnect invalidations may have been
