@@ -40,15 +40,34 @@ func BuildServices(dir string, names ...string) error {
 	return nil
 }
 
-// FreeAddr returns a loopback address nothing listens on right now.
+// FreeAddr returns a loopback address nothing listens on right now, and
+// never the same one twice in a test binary: the kernel may offer a port
+// again as soon as its probe listener closes, before the process meant to
+// take it has started.
 func FreeAddr() (string, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := lis.Addr().String()
+		if err := lis.Close(); err != nil {
+			return "", err
+		}
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr, nil
+		}
 	}
-	addr := lis.Addr().String()
-	return addr, lis.Close()
+	return "", errors.New("no fresh loopback port after 100 tries")
 }
+
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
 
 // Process is a service binary running as its own process.
 type Process struct {
