@@ -3,12 +3,14 @@
 # baseline from the same run, written to BENCHMARKS.md (dated, with the
 # machine's CPU and core count). Needs the stack of `make up`.
 #
-# BENCH_DURATION (default 10s) is the length of each load-generator run.
+# BENCH_DURATION (default 10s) is the length of each load-generator run,
+# BENCH_MATRIX_DURATION (default 2s) of each cell of the limiter matrix.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 D=${BENCH_DURATION:-10s}
+MATRIX_D=${BENCH_MATRIX_DURATION:-2s} # 80 cells of the limiter matrix
 LIMITER=${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091}
 REDIRECT=${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787}
 export KURZ_POSTGRES_URL=${KURZ_TEST_POSTGRES_URL:-postgres://kurz:kurz@127.0.0.1:5433/kurz_test?sslmode=disable}
@@ -64,6 +66,9 @@ section "Limiter: CheckQuota through gRPC, closed loop" \
 section "Limiter: CheckQuota, open loop" \
 	"3,000 calls/s over 64 workers; latency counted from each call's scheduled start." -- \
 	go run ./services/limiter/cmd/quotaload -addr "$LIMITER" -c 64 -d "$D" -rate 3000
+section "Limiter: every algorithm, hot key and spread keys, vs direct EVALSHA" \
+	"CheckQuota through the running limiter against the same Lua script called directly with EVALSHA on the same cluster, at the same concurrency (closed loop, $MATRIX_D per cell); one hot key (over its limit after 100 calls) and 100,000 uniform keys; then open loop at half the maximum rate." -- \
+	go run ./services/limiter/cmd/quotaload -addr "$LIMITER" -matrix -d "$MATRIX_D"
 section "Limiter engine vs direct EVALSHA" \
 	"The engine (rule match, auto-pipelined script, response) against the same Lua script called directly with EVALSHA, same process, same concurrency, 100,000 keys." -- \
 	go test -run '^$' -bench BenchmarkDecisionVsEvalsha -benchtime 2s ./services/limiter/internal/ratelimit/

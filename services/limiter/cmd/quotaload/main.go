@@ -7,15 +7,35 @@
 //
 //	go run ./services/limiter/cmd/quotaload -addr 127.0.0.1:9091 -c 32 -d 10s -baseline
 //	go run ./services/limiter/cmd/quotaload -addr 127.0.0.1:9091 -c 64 -d 10s -rate 3000
+//
+// With -matrix it measures every algorithm of the domain (-algos), over one
+// hot key and over -spread keys drawn uniformly, at each concurrency of
+// -conc, closed loop, -d each. Every cell is a pair: first the ceiling,
+// the limiter's decision script called directly with EVALSHA on the same
+// Redis Cluster (KURZ_REDIS_* variables, as the limiter) with the key and
+// arguments the limiter sends for the same rule (read from -rules, the
+// built-in bootstrap file by default, and checked against the running
+// limiter), then CheckQuota through the limiter; then their ratio. After the
+// matrix, the token bucket over the spread keys runs open loop at half its
+// highest CheckQuota rate, against the p99 target of 2 ms; a summary table
+// and the throughput target (0.7 x EVALSHA at concurrency 64) close the
+// report. Each run uses keys of its own. With the defaults it makes 80
+// measurements (5 algorithms x 2 key shapes x 4 concurrencies x 2) and one
+// open-loop run: about 81 x -d.
+//
+//	go run ./services/limiter/cmd/quotaload -addr 127.0.0.1:9091 -matrix -d 2s
+//	go run ./services/limiter/cmd/quotaload -matrix -d 1s -algos token_bucket -conc 16,64
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,7 +63,33 @@ func run() error {
 	algo := flag.String("algo", "token_bucket", "value of the algo descriptor")
 	conns := flag.Int("conns", 4, "gRPC connections, callers spread over them")
 	baseline := flag.Bool("baseline", false, "measure gRPC health checks first, as the ceiling")
+	matrix := flag.Bool("matrix", false, "measure every algorithm, key shape and concurrency against direct EVALSHA (ignores -c, -k, -algo, -rate, -baseline)")
+	algos := flag.String("algos", strings.Join(matrixAlgos, ","), "-matrix: values of the algo descriptor, comma-separated")
+	conc := flag.String("conc", "1,16,64,256", "-matrix: concurrencies, comma-separated")
+	spread := flag.Int("spread", 100_000, "-matrix: distinct keys of the spread key shape")
+	rules := flag.String("rules", "", "-matrix: rules YAML the limiter runs with; empty = the built-in bootstrap file")
 	flag.Parse()
+
+	var m *matrixRun
+	if *matrix {
+		var ignored []string
+		flag.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "c", "k", "algo", "rate", "baseline":
+				ignored = append(ignored, "-"+f.Name)
+			}
+		})
+		if len(ignored) > 0 {
+			return fmt.Errorf("-matrix sets its own concurrencies, keys and algorithms; drop %s", strings.Join(ignored, " "))
+		}
+		var err error
+		if m, err = newMatrixRun(*domain, *algos, *conc, *rules, *spread, *duration); err != nil {
+			return err
+		}
+	}
+	if *conns < 1 {
+		return errors.New("-conns must be at least 1")
+	}
 
 	clients := make([]*grpc.ClientConn, *conns)
 	for i := range clients {
@@ -54,6 +100,10 @@ func run() error {
 		defer c.Close()
 		clients[i] = c
 	}
+	if m != nil {
+		return m.run(context.Background(), clients, os.Stdout)
+	}
+
 	measure := func(name string, call loadgen.Call) *loadgen.Result {
 		if *rate > 0 {
 			return loadgen.Open(fmt.Sprintf("%s @%.0f/s", name, *rate), *rate, *concurrency, *duration, call)
