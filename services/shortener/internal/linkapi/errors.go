@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -39,6 +44,7 @@ const (
 	ReasonCodesExhausted    = "RANDOM_CODES_EXHAUSTED"
 	ReasonScannerDown       = "URL_SCANNER_UNAVAILABLE"
 	ReasonTenantMissing     = "TENANT_REQUIRED"
+	ReasonStoreDown         = "LINK_STORE_UNAVAILABLE"
 )
 
 // invalid is a refused argument: field, machine-readable reason, and a
@@ -83,6 +89,23 @@ func retryLater(c codes.Code, reason, what string, after time.Duration, meta map
 	)
 }
 
+// storeUnreachable tells a database that cannot be reached (no connection,
+// a connection lost mid-statement) from an error the database answered: the
+// former is UNAVAILABLE, worth retrying. A statement cut off before its
+// commit changed nothing: PostgreSQL rolls back a transaction whose
+// connection dies.
+func storeUnreachable(err error) bool {
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	return errors.As(err, &connect) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		pgconn.SafeToRetry(err)
+}
+
 // toStatus is the one place domain errors become gRPC statuses. Anything not
 // recognised is logged and answered INTERNAL with a generic message.
 func toStatus(ctx context.Context, log *slog.Logger, op string, err error) error {
@@ -103,6 +126,9 @@ func toStatus(ctx context.Context, log *slog.Logger, op string, err error) error
 		return status.Error(codes.DeadlineExceeded, "the request took too long; try again")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "the request was cancelled")
+	case storeUnreachable(err):
+		log.WarnContext(ctx, "link store unreachable", "op", op, "err", err)
+		return retryLater(codes.Unavailable, ReasonStoreDown, "the link store is unavailable; nothing was changed", time.Second, nil)
 	}
 	if _, ok := status.FromError(err); ok {
 		return err // already a status, built by this package

@@ -1,0 +1,182 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/server/servertest"
+)
+
+// bins holds the five service binaries, built once for every test.
+var bins string
+
+// The shared stores (make up; kurz_test databases under make test).
+var (
+	pgURL  string
+	chDB   string
+	sharedDB *pgxpool.Pool
+)
+
+func TestMain(m *testing.M) {
+	code, err := runTests(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fault tests:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func runTests(m *testing.M) (int, error) {
+	dir, err := os.MkdirTemp("", "kurz-faults-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	bins = dir
+	if err := servertest.BuildServices(dir, "limiter", "shortener", "redirect", "analytics", "gateway"); err != nil {
+		return 0, err
+	}
+	var pg pgpool.Config
+	if err := config.Load(&pg); err != nil {
+		return 0, err
+	}
+	pgURL = pg.URL
+	chDB = os.Getenv("KURZ_CLICKHOUSE_DATABASE")
+	if sharedDB, err = pgpool.New(context.Background(), pg); err != nil {
+		return 0, err
+	}
+	defer sharedDB.Close()
+	return m.Run(), nil
+}
+
+// Health service names.
+const (
+	limiterService   = "kurz.ratelimit.v1.RateLimitService"
+	shortenerService = "kurz.shortener.v1.ShortenerService"
+	analyticsService = "kurz.analytics.v1.AnalyticsService"
+)
+
+// service is one service process on its own loopback addresses; it can be
+// stopped and started again on the same addresses with the same
+// environment, as a pod restarted in place.
+type service struct {
+	name               string
+	grpcAddr, httpAddr string
+	env                []string
+	*servertest.Process
+}
+
+// startService runs the named service with env (on top of the test
+// process's environment) on fresh loopback addresses and waits until it is
+// SERVING; it is killed when the test ends.
+func startService(t *testing.T, name string, env ...string) *service {
+	t.Helper()
+	s := &service{name: name, grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
+	prefix := "KURZ_" + strings.ToUpper(name)
+	s.env = append([]string{prefix + "_GRPC_ADDR=" + s.grpcAddr, prefix + "_HTTP_ADDR=" + s.httpAddr, "KURZ_LOG_LEVEL=warn"}, env...)
+	s.start(t)
+	return s
+}
+
+func (s *service) start(t *testing.T) {
+	t.Helper()
+	p, err := servertest.StartProcess(s.name, filepath.Join(bins, s.name), s.grpcAddr, "", s.env...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Process = p
+	t.Cleanup(p.Kill)
+}
+
+// restart stops the service gracefully (SIGTERM) and starts it again.
+func (s *service) restart(t *testing.T) {
+	t.Helper()
+	if err := s.Stop(); err != nil {
+		t.Fatalf("%s did not stop cleanly: %v\n%s", s.name, err, s.Output())
+	}
+	s.start(t)
+}
+
+// conn is a gRPC client connection to the service.
+func (s *service) conn(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	return dial(t, s.grpcAddr)
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	addr, err := servertest.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// proxy starts a fault proxy to target, closed when the test ends.
+func proxy(t *testing.T, target string) *Proxy {
+	t.Helper()
+	p, err := NewProxy("127.0.0.1:0", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// privateCluster starts a Redis Cluster of the test's own, behind proxies.
+func privateCluster(t *testing.T) *Cluster {
+	t.Helper()
+	c, err := StartCluster(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// eventually polls cond every 20 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v (%s)", what, timeout, state)
+		}
+		time.Sleep(20 * time.Millisecond) // polling state that has no change notification
+	}
+}
+
+// testdata returns the absolute path of a file in testdata.
+func testdata(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
