@@ -47,10 +47,17 @@ func sharedRedis(t *testing.T) *redis.ClusterClient {
 	return rdb
 }
 
+const browserUA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+
 // get requests a short code on the redirect service, without following.
 func get(t *testing.T, redirect *service, code string) (int, string) {
 	t.Helper()
-	resp, err := noFollow.Get("http://" + redirect.httpAddr + "/" + code)
+	req, err := http.NewRequest(http.MethodGet, "http://"+redirect.httpAddr+"/"+code, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("User-Agent", browserUA) // a person, not a bot: the click counts as human
+	resp, err := noFollow.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
