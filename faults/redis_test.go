@@ -225,13 +225,15 @@ var noFollow = &http.Client{
 func redirectLoad(t *testing.T, redirect *service, codes []string, workers int) *steadyLoad {
 	base := "http://" + redirect.httpAddr + "/"
 	return startLoad(workers, func(ctx context.Context, w, i int) sample {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+codes[(i*workers+w)%len(codes)], nil)
+		code := codes[(i*workers+w)%len(codes)]
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+code, nil)
+		req.Header.Set("User-Agent", browserUA)
 		resp, err := noFollow.Do(req)
 		if err != nil {
-			return sample{err: err}
+			return sample{tag: code, err: err}
 		}
 		resp.Body.Close()
-		return sample{outcome: resp.Header.Get("X-Source"), ok: resp.StatusCode == http.StatusFound, tag: strconv.Itoa(resp.StatusCode)}
+		return sample{tag: code, outcome: strconv.Itoa(resp.StatusCode) + " " + resp.Header.Get("X-Source"), ok: resp.StatusCode == http.StatusFound}
 	})
 }
 
@@ -243,7 +245,7 @@ func checkRedirects(t *testing.T, served []sample) {
 	}
 	for _, s := range served {
 		if s.err != nil || !s.ok {
-			t.Fatalf("redirect failed during the fault: status %s, err %v", s.tag, s.err)
+			t.Fatalf("redirect of %s failed during the fault: %s, err %v", s.tag, s.outcome, s.err)
 		}
 	}
 }
