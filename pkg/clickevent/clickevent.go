@@ -133,6 +133,8 @@ func (e Event) Values() []string {
 }
 
 // Parse reads an entry's values (as go-redis returns them in XMessage.Values).
+// A user agent or referrer over MaxTextLen bytes, which no producer of this
+// package writes, is truncated as Values would.
 func Parse(values map[string]any) (Event, error) {
 	get := func(f string) string {
 		s, _ := values[f].(string)
@@ -147,7 +149,7 @@ func Parse(values map[string]any) (Event, error) {
 	}
 	e := Event{
 		ID: get(FieldID), Code: get(FieldCode), Tenant: get(FieldTenant), Time: time.UnixMilli(ms),
-		Visitor: get(FieldVisitor), UserAgent: get(FieldUserAgent), Referrer: get(FieldReferrer),
+		Visitor: get(FieldVisitor), UserAgent: Truncate(get(FieldUserAgent)), Referrer: Truncate(get(FieldReferrer)),
 		TraceParent: get(FieldTraceParent),
 	}
 	if e.ID == "" || e.Code == "" {
@@ -157,14 +159,21 @@ func Parse(values map[string]any) (Event, error) {
 }
 
 // Truncate cuts s to at most MaxTextLen bytes without splitting a UTF-8
-// sequence.
+// sequence. Invalid bytes before the cut are kept as they are.
 func Truncate(s string) string {
 	if len(s) <= MaxTextLen {
 		return s
 	}
 	s = s[:MaxTextLen]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	// Only the last rune can be cut short: find its first byte among the
+	// last UTFMax-1 and drop it if the rest of its sequence is gone.
+	for i := len(s) - 1; i >= len(s)-(utf8.UTFMax-1); i-- {
+		if utf8.RuneStart(s[i]) {
+			if !utf8.FullRuneInString(s[i:]) {
+				s = s[:i]
+			}
+			break
+		}
 	}
 	return s
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // readBody reads the request body up to Options.MaxBodyBytes: larger is a
-// 413, an empty one a 400 unless emptyOK.
+// 413; an empty one (nothing but whitespace) a 400, or nil when emptyOK.
 func (a *API) readBody(c *call, emptyOK bool) ([]byte, error) {
 	max := a.opts.MaxBodyBytes
 	tooLarge := newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge,
@@ -31,6 +31,8 @@ func (a *API) readBody(c *call, emptyOK bool) ([]byte, error) {
 		return nil, badRequest("the request body could not be read")
 	case len(bytes.TrimSpace(b)) == 0 && !emptyOK:
 		return nil, badRequest("the request body is empty: send a JSON object")
+	case len(bytes.TrimSpace(b)) == 0:
+		return nil, nil
 	}
 	return b, nil
 }
@@ -56,6 +58,10 @@ func protojsonProblem(err error) string {
 // decodeJSON reads a JSON object body into v (a struct with json tags),
 // refusing unknown fields and trailing data.
 func decodeJSON(b []byte, v any) error {
+	// A null decodes into a struct without an error, and leaves it as it was.
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return badRequest("invalid JSON body: the body must be a JSON object, not a JSON null")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

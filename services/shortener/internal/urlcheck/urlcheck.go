@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
@@ -88,7 +89,9 @@ func NormalizeHost(h string) (string, error) {
 
 // Normalize checks raw and returns its normal form: lowercase scheme, host in
 // lowercase punycode (or a canonical IP), default port dropped, the rest
-// re-encoded as net/url writes it. Normalize is idempotent.
+// re-encoded as net/url writes it, with white space, control characters,
+// quotes and angle brackets in the query percent-encoded. Normalize is
+// idempotent.
 func (p Policy) Normalize(raw string) (string, error) {
 	raw = strings.TrimSpace(raw)
 	switch {
@@ -139,6 +142,7 @@ func (p Policy) Normalize(raw string) (string, error) {
 	}
 	u.Scheme = scheme
 	u.Host = host
+	u.RawQuery = escapeQuery(u.RawQuery)
 	if strings.Contains(host, ":") {
 		u.Host = "[" + host + "]"
 	}
@@ -150,6 +154,34 @@ func (p Policy) Normalize(raw string) (string, error) {
 		return "", refuse(ReasonTooLong, "the URL is longer than %d characters once normalised", p.MaxLength)
 	}
 	return out, nil
+}
+
+// escapeQuery percent-encodes what net/url leaves raw in a query but a
+// client could read differently: space, '"', '<' and '>' (as browsers do)
+// and non-ASCII white space, control and format characters (U+00A0, U+0085,
+// U+2028, U+202E, ...), which can end a URL where it is printed or reorder
+// it on screen. Other non-ASCII characters stay as written (ASCII controls
+// never get here: url.Parse refuses them). Escapes already there are kept,
+// so the result is stable.
+func escapeQuery(q string) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(q); {
+		r, size := utf8.DecodeRuneInString(q[i:])
+		raw := q[i : i+size]
+		i += size
+		if r != ' ' && r != '"' && r != '<' && r != '>' &&
+			(r < utf8.RuneSelf || !unicode.IsSpace(r) && !unicode.IsControl(r) && !unicode.Is(unicode.Cf, r)) {
+			b.WriteString(raw)
+			continue
+		}
+		for j := 0; j < len(raw); j++ {
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[raw[j]>>4])
+			b.WriteByte(hexDigits[raw[j]&15])
+		}
+	}
+	return b.String()
 }
 
 // host normalises a host name or IP literal and applies the private-network

@@ -3,12 +3,16 @@ package urlcheck
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"kurz.dev/pkg/server/servertest"
 )
@@ -33,6 +37,7 @@ func TestNormalize(t *testing.T) {
 		"public ipv4":          {in: "http://93.184.216.34/", want: "http://93.184.216.34/"},
 		"public ipv6":          {in: "http://[2606:4700::1111]:8080/", want: "http://[2606:4700::1111]:8080/"},
 		"youtube cdn hyphens":  {in: "https://r4---sn-abc.googlevideo.com/v", want: "https://r4---sn-abc.googlevideo.com/v"},
+		"query encoded":        {in: "https://example.com/?q=a b&r=ä&s=\"<>'%20&t=\u00a0x\u202e", want: "https://example.com/?q=a%20b&r=ä&s=%22%3C%3E'%20&t=%C2%A0x%E2%80%AE"},
 
 		"javascript":         {in: "javascript:alert(1)", reason: ReasonScheme},
 		"javascript case":    {in: "JaVaScRiPt:alert(1)", reason: ReasonScheme},
@@ -128,46 +133,95 @@ func TestOwnHost(t *testing.T) {
 }
 
 // FuzzValidateURL checks the validator's invariants on arbitrary input: it
-// never panics; whatever it accepts is http(s) with a public host and no user
-// info, fits the length bound, and is a fixed point of Normalize. Its seed
+// never panics; a refusal is an *Error with one of the documented reasons;
+// whatever it accepts was written as http:// or https://, holds no white
+// space, control or format character, backslash, quote or angle bracket (so
+// no client reads it differently), is ASCII outside the query, fits the
+// length bound, has no user info, a public host in its normal form (the form
+// OwnHost and the blocklist compare), not the short domain, a canonical
+// non-default port, and is a fixed point of Normalize. A policy that allows
+// private hosts accepts everything the strict one does, unchanged. Its seed
 // corpus is in testdata/fuzz/FuzzValidateURL; `go test` runs the seeds,
 // `go test -fuzz=FuzzValidateURL` explores.
 func FuzzValidateURL(f *testing.F) {
 	for _, s := range []string{
 		"https://example.com/a?b=c#d", "javascript:alert(1)", "http://127.1/", "https://bücher.de/",
 		"https://bank.com@evil.example", "http://[::ffff:10.0.0.1]/", "HTTP://EXAMPLE.COM:80",
+		"https://example.com/?q=a b", "https://example.com/?q=\"><script>", "https://example.com/?q=ä#ö",
+		"https://example.com/?\u2028=\u00a0", "http://[2606:4700::1111]:0443/", "https://xn--bcher-kva.de./",
+		" data:text/html,x", "https://kurz.example:443/x", "http://0x5d.0xb8.0xd8.0x22/",
 	} {
 		f.Add(s)
 	}
+	reasons := map[string]bool{
+		ReasonRequired: true, ReasonTooLong: true, ReasonMalformed: true, ReasonScheme: true,
+		ReasonHostRequired: true, ReasonHostInvalid: true, ReasonUserInfo: true, ReasonPrivateHost: true,
+		ReasonLoop: true, ReasonBlocked: true,
+	}
 	p := Policy{MaxLength: 256, OwnHosts: []string{"kurz.example"}}
+	lax := Policy{MaxLength: 256, AllowPrivateHosts: true, OwnHosts: []string{"kurz.example"}}
 	f.Fuzz(func(t *testing.T, raw string) {
 		got, err := p.Normalize(raw)
 		if err != nil {
 			var ue *Error
-			if !errors.As(err, &ue) || ue.Reason == "" || ue.Message == "" {
-				t.Fatalf("Normalize(%q): error %v is not a *Error with a reason", raw, err)
+			if !errors.As(err, &ue) || !reasons[ue.Reason] || ue.Message == "" {
+				t.Fatalf("Normalize(%q): error %v is not a *Error with a documented reason", raw, err)
+			}
+			if laxGot, err := lax.Normalize(raw); err == nil && ue.Reason != ReasonPrivateHost && ue.Reason != ReasonHostInvalid {
+				t.Fatalf("Normalize(%q) refused (%s) by the strict policy only, as %q", raw, ue.Reason, laxGot)
 			}
 			return
 		}
+		if scheme, _, _ := strings.Cut(strings.ToLower(strings.TrimSpace(raw)), "//"); scheme != "http:" && scheme != "https:" {
+			t.Fatalf("Normalize(%q) = %q: accepted though not written as http:// or https://", raw, got)
+		}
 		if len(got) > p.MaxLength {
 			t.Fatalf("Normalize(%q) = %q: longer than %d", raw, got, p.MaxLength)
+		}
+		for i, r := range got {
+			if r <= ' ' || r == 0x7f || strings.ContainsRune("\\\"<>", r) || unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+				t.Fatalf("Normalize(%q) = %q: %q at %d is white space, a control character or unsafe in a URL", raw, got, r, i)
+			}
+		}
+		withQuery, fragment, _ := strings.Cut(got, "#")
+		base, _, _ := strings.Cut(withQuery, "?")
+		if nonASCII := func(r rune) bool { return r >= utf8.RuneSelf }; strings.ContainsFunc(base+fragment, nonASCII) {
+			t.Fatalf("Normalize(%q) = %q: non-ASCII outside the query", raw, got)
 		}
 		u, perr := url.Parse(got)
 		if perr != nil {
 			t.Fatalf("Normalize(%q) = %q does not parse: %v", raw, got, perr)
 		}
-		if u.Scheme != "http" && u.Scheme != "https" {
-			t.Fatalf("Normalize(%q) = %q: scheme %q", raw, got, u.Scheme)
+		if u.Scheme != "http" && u.Scheme != "https" || u.Opaque != "" || u.User != nil {
+			t.Fatalf("Normalize(%q) = %q: scheme %q, opaque %q, user info %v", raw, got, u.Scheme, u.Opaque, u.User)
 		}
-		if u.User != nil || u.Hostname() == "" || u.Hostname() == "kurz.example" {
-			t.Fatalf("Normalize(%q) = %q: user info, empty host or own host", raw, got)
+		host := u.Hostname()
+		if a, err := netip.ParseAddr(host); err == nil {
+			if a.String() != host || a.Is4In6() || a.Zone() != "" || !publicIP(a) {
+				t.Fatalf("Normalize(%q) = %q: IP host %q is not a public address in canonical form", raw, got, host)
+			}
+		} else if again, err := NormalizeHost(host); err != nil || again != host || localName(host) || !strings.Contains(host, ".") {
+			t.Fatalf("Normalize(%q) = %q: host %q is not a public name in normal form (NormalizeHost: %q, %v)", raw, got, host, again, err)
 		}
-		if strings.ContainsAny(got, "\\\r\n\t ") {
-			t.Fatalf("Normalize(%q) = %q: contains whitespace or a backslash", raw, got)
+		if own, err := OwnHost(got); err != nil || own != host {
+			t.Fatalf("Normalize(%q) = %q: OwnHost reads host %q, %v; want %q", raw, got, own, err, host)
+		}
+		if host == "kurz.example" {
+			t.Fatalf("Normalize(%q) = %q: links to the short domain", raw, got)
+		}
+		if port := u.Port(); port != "" {
+			n, err := strconv.Atoi(port)
+			if err != nil || strconv.Itoa(n) != port || n < 1 || n > 65535 ||
+				u.Scheme == "http" && n == 80 || u.Scheme == "https" && n == 443 {
+				t.Fatalf("Normalize(%q) = %q: port %q is not canonical", raw, got, port)
+			}
 		}
 		again, err := p.Normalize(got)
 		if err != nil || again != got {
 			t.Fatalf("Normalize is not idempotent: %q -> %q -> %q, %v", raw, got, again, err)
+		}
+		if laxGot, err := lax.Normalize(raw); err != nil || laxGot != got {
+			t.Fatalf("AllowPrivateHosts changes an accepted URL: %q -> %q, but %q, %v", raw, got, laxGot, err)
 		}
 	})
 }
@@ -182,8 +236,16 @@ func TestBlocklistReloadsOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go bl.Run(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		bl.Run(ctx)
+	}()
+	// Run logs into the test log: it must be gone before the test ends.
+	defer func() {
+		cancel()
+		<-done
+	}()
 
 	blocked := func(raw string) bool {
 		u, _ := url.Parse(raw)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# deploy/local/fuzz.sh — runs every native Go fuzz target for FUZZTIME, one
+# after another (a fuzzer already uses every core), and exits non-zero if any
+# of them fails. Called by `make fuzz` and CI.
+#
+#   FUZZTIME   how long each target fuzzes: a duration (10s, 1m) or a count
+#              of executions (1000x); default 10s
+#
+# Plain `go test` runs each target's seeds and its committed corpus
+# (testdata/fuzz/<Target>/ in the package) without fuzzing. A failure found
+# here is written to that directory by `go test`: fix the bug and commit the
+# input with the fix, so the corpus keeps it from coming back.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+FUZZTIME=${FUZZTIME:-10s}
+
+# Target and package, one per line: every place bad input is parsed or
+# decoded.
+TARGETS=(
+	"FuzzValidateURL ./services/shortener/internal/urlcheck"
+	"FuzzParseCode   ./pkg/linkcode"
+	"FuzzEncode      ./pkg/linkcode"
+	"FuzzParse       ./services/limiter/internal/rulestore"
+	"FuzzParseRule   ./services/limiter/internal/rulestore"
+	"FuzzDecodeJSON  ./services/gateway/internal/httpapi"
+	"FuzzDecodeProto ./services/gateway/internal/httpapi"
+	"FuzzParse       ./pkg/clickevent"
+)
+
+cd "$ROOT"
+passed=0 failed=() t0=$SECONDS
+for entry in "${TARGETS[@]}"; do
+	read -r target pkg <<<"$entry"
+	printf '== %s %s (%s)\n' "$target" "$pkg" "$FUZZTIME"
+	t=$SECONDS
+	# go test passes when -fuzz matches nothing: a renamed target must fail.
+	if ! grep -q "^func ${target}(f \*testing.F)" "$pkg"/*_test.go; then
+		failed+=("$target $pkg")
+		printf 'FAIL  %s %s: no such fuzz target\n' "$target" "$pkg"
+		continue
+	fi
+	if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"; then
+		passed=$((passed + 1))
+		printf 'ok    %s %s in %ds\n' "$target" "$pkg" $((SECONDS - t))
+	else
+		failed+=("$target $pkg")
+		printf 'FAIL  %s %s\n' "$target" "$pkg"
+	fi
+done
+
+printf '\n%d of %d fuzz targets passed in %ds\n' "$passed" "${#TARGETS[@]}" $((SECONDS - t0))
+if ((${#failed[@]} > 0)); then
+	printf 'failed: %s\n' "${failed[@]}"
+	exit 1
+fi
