@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/netip"
@@ -28,6 +29,12 @@ const adminToken = "test-admin-token-0123456789abcdef"
 // overrides are KURZ_* variables on top; edits change what no variable can
 // (a test's span processor).
 func startGateway(t *testing.T, overrides map[string]string, edits ...func(*Config)) *servertest.Running {
+	t.Helper()
+	return startGatewayLogging(t, servertest.Logger(t), overrides, edits...)
+}
+
+// startGatewayLogging is startGateway with the gateway's logs going to log.
+func startGatewayLogging(t *testing.T, log *slog.Logger, overrides map[string]string, edits ...func(*Config)) *servertest.Running {
 	t.Helper()
 	env := map[string]string{
 		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
@@ -51,7 +58,7 @@ func startGateway(t *testing.T, overrides map[string]string, edits ...func(*Conf
 	for _, edit := range edits {
 		edit(&cfg)
 	}
-	srv, err := New(context.Background(), cfg, servertest.Logger(t))
+	srv, err := New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatalf("gateway: %v", err)
 	}
