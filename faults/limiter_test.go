@@ -52,6 +52,23 @@ func field(t *testing.T, body, name string) string {
 	return s
 }
 
+// newTenant creates a tenant on the pro plan through the gateway's admin API
+// and returns a client with its API key, calling from ip.
+func newTenant(t *testing.T, gateway *service, ip string) gatewayClient {
+	t.Helper()
+	base := "http://" + gateway.httpAddr
+	admin := gatewayClient{t: t, base: base, key: adminToken, ip: "198.51.100.1"}
+	tenant := "faults-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if st, body, _ := admin.do("POST", "/v1/admin/tenants", `{"id":"`+tenant+`","name":"Faults","plan":"pro"}`); st != http.StatusCreated && st != http.StatusOK {
+		t.Fatalf("create tenant: %d %s", st, body)
+	}
+	st, body, _ := admin.do("POST", "/v1/admin/tenants/"+tenant+"/keys", `{"name":"faults"}`)
+	if st != http.StatusCreated && st != http.StatusOK {
+		t.Fatalf("create key: %d %s", st, body)
+	}
+	return gatewayClient{t: t, base: base, key: field(t, body, "key"), ip: ip}
+}
+
 // The limiter goes away, then turns slow. Every caller applies its own
 // policy within its deadline: the gateway's API quotas fail open (a valid
 // key is served), its brute-force rule fails closed (an address already
@@ -73,16 +90,7 @@ func TestLimiterDownOrSlow(t *testing.T) {
 		"KURZ_SHORTENER_GRPC_ADDR="+shortener.grpcAddr, "KURZ_ANALYTICS_GRPC_ADDR="+analytics.grpcAddr,
 		"KURZ_GATEWAY_ADMIN_TOKEN="+adminToken, "KURZ_GATEWAY_TRUSTED_PROXIES=127.0.0.1/32")
 	base := "http://" + gateway.httpAddr
-	admin := gatewayClient{t: t, base: base, key: adminToken, ip: "198.51.100.1"}
-	tenant := "faults-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	if st, body, _ := admin.do("POST", "/v1/admin/tenants", `{"id":"`+tenant+`","name":"Faults","plan":"pro"}`); st != http.StatusCreated && st != http.StatusOK {
-		t.Fatalf("create tenant: %d %s", st, body)
-	}
-	st, body, _ := admin.do("POST", "/v1/admin/tenants/"+tenant+"/keys", `{"name":"faults"}`)
-	if st != http.StatusCreated && st != http.StatusOK {
-		t.Fatalf("create key: %d %s", st, body)
-	}
-	user := gatewayClient{t: t, base: base, key: field(t, body, "key"), ip: "198.51.100.2"}
+	user := newTenant(t, gateway, "198.51.100.2")
 
 	// Healthy: the figures every answer under a fault is measured against.
 	var healthy time.Duration
