@@ -103,7 +103,7 @@ func TestNoClickLostOrCountedTwice(t *testing.T) {
 			t.Fatalf("%s: %d counted of %d served after the consumer caught up", code, got, n)
 		}
 	}
-	t.Logf("RESULT ClickHouse down, then consumer killed mid-work: %d clicks served, %d counted, exactly once per link over %d links", len(served), len(served), len(want))
+	report(t, "ClickHouse unreachable, then the consumer killed (SIGKILL) mid-work and restarted under a new name, under click load", "no click lost, none counted twice", fmt.Sprintf("%d clicks served, %d counted, exactly once per link over %d links", len(served), len(served), len(want)))
 }
 
 // clickHouseAddr is the native address of the stack's ClickHouse.

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -165,6 +166,6 @@ func TestLimiterDownOrSlow(t *testing.T) {
 		resp.Body.Close()
 		return resp.Header.Get("RateLimit-Policy") != "", resp.Status
 	})
-	t.Logf("RESULT limiter down and slow: valid key served (fail open), guessing address blocked (fail closed), creation served (shortener policy open), redirects 302, clicks stored unflagged; every answer within %v of the healthy maximum %v",
-		50*time.Millisecond+answerMargin, healthy.Round(time.Millisecond))
+	report(t, "Limiter unreachable, then 2 s slow, behind every caller", "each caller applies its own policy within its deadline: API quotas fail open, brute-force rule fails closed, creation per the shortener's policy, redirects unaffected, clicks stored unflagged", fmt.Sprintf("valid key served (fail open), guessing address blocked (fail closed), creation served (shortener policy open), redirects 302, clicks stored unflagged; every answer within %v of the healthy maximum %v",
+		50*time.Millisecond+answerMargin, healthy.Round(time.Millisecond)))
 }

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -142,8 +143,8 @@ func TestPostgresDown(t *testing.T) {
 	if st, _ := get(t, redirect, alias); st != http.StatusFound {
 		t.Errorf("the link created after recovery answered %d", st)
 	}
-	t.Logf("RESULT PostgreSQL down: cached link 302, uncached link and unknown code 503 (not negative-cached), CreateLink UNAVAILABLE, nothing written; recovered %v after PostgreSQL returned",
-		recovered.Round(time.Millisecond))
+	report(t, "PostgreSQL unreachable (connections reset)", "cached links served; uncached and unknown codes 503, not negative-cached; CreateLink UNAVAILABLE, nothing half-written; recovery by itself", fmt.Sprintf("cached link 302, uncached link and unknown code 503 (not negative-cached), CreateLink UNAVAILABLE, nothing written; recovered %v after PostgreSQL returned",
+		recovered.Round(time.Millisecond)))
 }
 
 func mustHostPort(t *testing.T, rawURL string) string {

@@ -192,9 +192,9 @@ func TestRedisMasterKilled(t *testing.T) {
 	back := lastFallback(samples).Sub(killedAt)
 	checkRedirects(t, served)
 	enforcedAgain(t, limiter)
-	t.Logf("RESULT master killed: %d decisions, %v fallbacks, p99 %v, max %v (timeout %v); replica promoted after %v; limiter back on Redis %v after the kill; %d redirects, all 302",
+	report(t, "Redis master killed (SIGKILL) under steady CheckQuota load", "every call answered by its rule's failure mode within the Redis timeout; back on Redis after the replica's promotion; quotas enforced again; redirects keep serving", fmt.Sprintf("%d decisions, %v fallbacks, p99 %v, max %v (timeout %v); replica promoted after %v; limiter back on Redis %v after the kill; %d redirects, all 302",
 		len(samples), fallbacks, quantile(samples, 0.99).Round(time.Millisecond), maxLatency(samples).Round(time.Millisecond),
-		redisTimeout, promoted.Round(time.Millisecond), back.Round(time.Millisecond), len(served))
+		redisTimeout, promoted.Round(time.Millisecond), back.Round(time.Millisecond), len(served)))
 	if back > 15*time.Second {
 		t.Errorf("the limiter took %v after the kill to decide from Redis again, want at most 15 s", back)
 	}
@@ -320,8 +320,8 @@ func TestRedisSlow(t *testing.T) {
 		t.Errorf("while Redis was slow %v Redis calls failed for %v fallback decisions: the breaker did not spare the timeout", failedCalls, slowFallbacks)
 	}
 	back := lastFallback(samples).Sub(restoredAt)
-	t.Logf("RESULT Redis slow (+%v per round trip, timeout %v): %d decisions, %v fallbacks; %v Redis calls paid the timeout for %v fallback decisions; back on Redis %v after the latency went",
-		4*redisTimeout, redisTimeout, len(samples), fallbacks, failedCalls, slowFallbacks, max(back, 0).Round(time.Millisecond))
+	report(t, "Redis slow: every node 400 ms late, over the limiter's 100 ms timeout", "decisions fall back within the timeout; the breaker stops paying it on every call; back on Redis when the latency goes", fmt.Sprintf("+%v per round trip, timeout %v: %d decisions, %v fallbacks; %v Redis calls paid the timeout for %v fallback decisions; back on Redis %v after the latency went",
+		4*redisTimeout, redisTimeout, len(samples), fallbacks, failedCalls, slowFallbacks, max(back, 0).Round(time.Millisecond)))
 	if back > 10*time.Second {
 		t.Errorf("the limiter took %v after Redis recovered to decide from Redis again, want at most 10 s", back)
 	}

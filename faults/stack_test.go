@@ -23,8 +23,8 @@ var bins string
 
 // The shared stores (make up; kurz_test databases under make test).
 var (
-	pgURL  string
-	chDB   string
+	pgURL    string
+	chDB     string
 	sharedDB *pgxpool.Pool
 )
 
@@ -179,4 +179,11 @@ func testdata(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// report logs a fault's outcome in the form `make reliability` collects into
+// RELIABILITY.md: the test, the fault, the promise and what was observed.
+func report(t *testing.T, fault, promise, observed string) {
+	t.Helper()
+	t.Logf("RESULT|%s|%s|%s|%s", t.Name(), fault, promise, observed)
 }
