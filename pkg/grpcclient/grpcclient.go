@@ -5,25 +5,46 @@ package grpcclient
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/health" // client-side health checking (healthCheckConfig)
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	"kurz.dev/pkg/telemetry"
 )
 
 // serviceConfig spreads calls over every address the name resolves to: with
-// "dns:///limiter-headless:9091" each replica gets its share.
-const serviceConfig = `{"loadBalancingConfig":[{"round_robin":{}}]}`
+// "dns:///limiter-headless:9091" each replica gets its share. Each
+// connection watches its server's gRPC health: a replica that reports
+// NOT_SERVING (draining on SIGTERM) gets no new calls while it finishes the
+// ones it has.
+const serviceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":""}}`
 
-// Dial creates a client connection to target (host:port or a gRPC target URI
-// such as dns:///limiter:9091). It does not block: the first call connects.
+// Dial creates a client connection to target: host:port, a gRPC target URI
+// such as dns:///limiter:9091, or a comma-separated list of host:port (fixed
+// replicas, e.g. on one machine). It does not block: the first call
+// connects.
 func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if strings.Contains(target, ",") {
+		r := manual.NewBuilderWithScheme("kurz-list")
+		var state resolver.State
+		for _, addr := range strings.Split(target, ",") {
+			if addr = strings.TrimSpace(addr); addr != "" {
+				state.Addresses = append(state.Addresses, resolver.Address{Addr: addr})
+			}
+		}
+		r.InitialState(state)
+		opts = append(opts, grpc.WithResolvers(r))
+		target = r.Scheme() + ":///" + strings.ReplaceAll(target, " ", "")
+	}
 	base := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
