@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,18 +157,22 @@ func TestPeekConsumesNothing(t *testing.T) {
 
 func TestRecoversFromAFlushedScriptCache(t *testing.T) {
 	rdb := cluster(t)
-	e := engine(t, rdb, hourly, Options{})
-	ctx := context.Background()
-	desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
-	e.Check(ctx, "t", desc, 1)
-	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		return m.ScriptFlush(ctx).Err()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	resp := e.Check(ctx, "t", desc, 1)
-	if !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS || resp.Remaining != 98 {
-		t.Errorf("after SCRIPT FLUSH: allowed=%v source=%v remaining=%d, want true, REDIS, 98", resp.Allowed, resp.Source, resp.Remaining)
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autopipeline=%v", pipelined), func(t *testing.T) {
+			e := engine(t, rdb, hourly, Options{AutoPipeline: pipelined})
+			ctx := context.Background()
+			desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
+			e.Check(ctx, "t", desc, 1)
+			if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				return m.ScriptFlush(ctx).Err()
+			}); err != nil {
+				t.Fatal(err)
+			}
+			resp := e.Check(ctx, "t", desc, 1)
+			if !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS || resp.Remaining != 98 {
+				t.Errorf("after SCRIPT FLUSH: allowed=%v source=%v remaining=%d, want true, REDIS, 98", resp.Allowed, resp.Source, resp.Remaining)
+			}
+		})
 	}
 }
 
@@ -323,5 +329,129 @@ domains:
 	// per-api-key: 19 of a 20 burst left (95%); per-tenant: 59 of 60 (98%).
 	if resp.DecidingRule != "per-api-key" || resp.Remaining != 19 {
 		t.Errorf("deciding %q remaining %d, want per-api-key with 19", resp.DecidingRule, resp.Remaining)
+	}
+}
+
+// slowRedis is a client hook that, while on, delays every decision script by
+// delay before it reaches Redis: a Redis that answers, but late. A caller's
+// context still cuts the wait, as a context deadline cuts a socket read
+// (ContextTimeoutEnabled); an auto-pipelined batch, which runs on the
+// pipeliner's own context, waits the delay out, as it waits out a slow read.
+// calls counts the scripts sent while slow.
+type slowRedis struct {
+	delay time.Duration
+	on    atomic.Bool
+	calls atomic.Int64
+}
+
+func (s *slowRedis) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *slowRedis) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := s.wait(ctx, cmd); err != nil {
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (s *slowRedis) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := s.wait(ctx, cmds...); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (s *slowRedis) wait(ctx context.Context, cmds ...redis.Cmder) error {
+	if !s.on.Load() {
+		return nil
+	}
+	n := 0
+	for _, c := range cmds {
+		if name := c.Name(); name == "evalsha" || name == "eval" {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	s.calls.Add(int64(n))
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A Redis that is slow rather than down must cost a decision no more than
+// the timeout, auto-pipelined or not, and open the breaker as a dead one does.
+func TestSlowRedisCostsNoMoreThanTheTimeout(t *testing.T) {
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autopipeline=%v", pipelined), func(t *testing.T) {
+			const timeout = 100 * time.Millisecond
+			const threshold = 3
+			node := redistest.Start(t)
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{
+				Addrs: []string{node.Addr}, ContextTimeoutEnabled: true,
+				// As the service sets them: longer than the timeout, so the
+				// decision deadline, not a socket timeout, cuts a slow call.
+				ReadTimeout: 10 * timeout, WriteTimeout: 10 * timeout,
+			})
+			t.Cleanup(func() { _ = rdb.Close() })
+			slow := &slowRedis{delay: 4 * timeout}
+			rdb.AddHook(slow)
+			e := engine(t, rdb, failureRules, Options{
+				Timeout: timeout, Replicas: 2, BreakerThreshold: threshold, BreakerCooldown: time.Hour,
+				AutoPipeline: pipelined,
+			})
+			user := unique(t)
+			check := func(mode string) (*ratelimitv1.CheckQuotaResponse, time.Duration) {
+				start := time.Now()
+				resp := e.Check(context.Background(), "f", map[string]string{"user": user, "mode": mode}, 1)
+				return resp, time.Since(start)
+			}
+			if got, _ := check("open"); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+				t.Fatalf("healthy: source %v, want REDIS", got.Source)
+			}
+
+			slow.on.Store(true)
+			modes := []string{"open", "closed", "local"}
+			want := map[string]ratelimitv1.DecisionSource{
+				"open":   ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN,
+				"closed": ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED,
+				"local":  ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK,
+			}
+			var breakerOpen time.Duration
+			for i := range 4 * threshold {
+				mode := modes[i%len(modes)]
+				got, took := check(mode)
+				if got.Source != want[mode] {
+					t.Errorf("decision %d (%s) with Redis slow: source %v, want %v", i+1, mode, got.Source, want[mode])
+				}
+				// The margin is for a busy machine; the delay is twice as long.
+				if took > 2*timeout {
+					t.Errorf("decision %d (%s) took %v with Redis %v slow, want it cut at the %v timeout", i+1, mode, took, slow.delay, timeout)
+				}
+				if i >= threshold {
+					breakerOpen += took
+				}
+			}
+			if breakerOpen >= timeout {
+				t.Errorf("%d decisions with the breaker open took %v: the timeout is still being paid", 3*threshold, breakerOpen)
+			}
+
+			// Close runs every abandoned script through the hook (a script
+			// abandoned at its deadline still runs, as after a network
+			// timeout), so the count below is final.
+			_ = rdb.Close()
+			if got := slow.calls.Load(); got != threshold {
+				t.Errorf("%d scripts were sent to the slow Redis, want %d: the breaker opens after %d failures", got, threshold, threshold)
+			}
+		})
 	}
 }

@@ -25,9 +25,10 @@ import (
 //go:embed decide.lua
 var decideSource string
 
-// decideScript is loaded once per Redis node and run with EVALSHA; go-redis
-// falls back to EVAL (which reloads it) on NOSCRIPT, after a failover or a
-// SCRIPT FLUSH.
+// decideScript is loaded once per Redis node and run with EVALSHA; on
+// NOSCRIPT, after a restart, a failover or a SCRIPT FLUSH, the engine falls
+// back to EVAL, which loads it again (go-redis's Script.Run does the same on
+// the direct path).
 var decideScript = redis.NewScript(decideSource)
 
 // Options tune an Engine.
@@ -50,15 +51,18 @@ type Options struct {
 	// AllowLogEvery logs one allowance in this many (every denial is logged).
 	AllowLogEvery int64
 	// AutoPipeline batches concurrent decisions into one pipeline per Redis
-	// node (go-redis's auto-pipeliner), instead of one round trip each.
+	// node (go-redis's auto-pipeliner), instead of one round trip each. A
+	// decision still waits for its batch only until Timeout.
 	AutoPipeline bool
 }
 
 // Engine evaluates requests against the current Ruleset.
 type Engine struct {
 	rdb *redis.ClusterClient
-	// scripter runs the decision scripts: rdb itself, or its auto-pipeliner.
-	scripter redis.Scripter
+	// ap, when auto-pipelining, batches the decision scripts: go-redis's
+	// deferred face, whose futures a decision can stop waiting for at its
+	// deadline. Nil otherwise: decisions call rdb directly.
+	ap       *redis.AutoPipeliner
 	rules    atomic.Pointer[Ruleset]
 	opts     Options
 	log      *slog.Logger
@@ -115,6 +119,9 @@ type result struct {
 }
 
 // NewEngine returns an engine deciding with rules until SetRules replaces them.
+// rdb must have ContextTimeoutEnabled, so that context deadlines bound its
+// socket I/O: calls that do not go through the auto-pipeliner (decisions
+// without it, refunds, Explain) rely on that for their timeouts.
 func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog.Logger, mp metric.MeterProvider) (*Engine, error) {
 	if opts.Timeout <= 0 {
 		return nil, errors.New("ratelimit: timeout must be positive")
@@ -150,13 +157,18 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 		breakers: &breakers{threshold: opts.BreakerThreshold, cooldown: opts.BreakerCooldown, byNode: map[string]*breaker{}},
 		reqPfx:   hex.EncodeToString(pfx[:]),
 	}
-	e.scripter = rdb
+	if !rdb.Options().ContextTimeoutEnabled {
+		log.Warn("redis client without ContextTimeoutEnabled: calls wait for socket timeouts, not the decision timeout")
+	}
 	if opts.AutoPipeline {
-		ap, err := rdb.AutoPipeline()
+		// The deferred face (Submit, then wait with a deadline): the
+		// blocking face waits for the batch whatever the caller's context,
+		// so a slow Redis would cost every decision its full latency.
+		ap, err := rdb.AsyncAutoPipeline()
 		if err != nil {
 			return nil, fmt.Errorf("ratelimit: auto-pipeline: %w", err)
 		}
-		e.scripter = ap
+		e.ap = ap
 	}
 	e.rules.Store(rules)
 	if err := e.slots.refresh(context.Background(), rdb, time.Second); err != nil {
@@ -335,7 +347,7 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	start := time.Now()
-	vals, err := decideScript.Run(rctx, e.scripter, g.keys, g.args...).Int64Slice()
+	vals, err := e.decideOnRedis(rctx, g.keys, g.args)
 	cancel()
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
 	opened, closed := br.record(err == nil || isScriptError(err), time.Now())
@@ -379,6 +391,51 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 }
 
 var errBreakerOpen = errors.New("redis breaker open")
+
+// decideSHA is decideScript's digest, the EVALSHA argument.
+var decideSHA = decideScript.Hash()
+
+// decideOnRedis runs the decision script on keys with args and returns its
+// reply, or an error once ctx is done.
+//
+// Auto-pipelined, the script joins the next batch to its node and the
+// decision waits for the batch only until ctx's deadline: go-redis runs
+// batches on the pipeliner's own context, so the wait is what a deadline can
+// cut. A script abandoned there is not withdrawn and may still run on Redis
+// later, as one cut by a network timeout may: a "check" then consumes units
+// no caller was granted, which the window or bucket gives back in time.
+func (e *Engine) decideOnRedis(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	if e.ap == nil {
+		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
+	}
+	cmd, err := e.submitScript(ctx, "evalsha", decideSHA, keys, args)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The node lost its script cache (restart, failover, SCRIPT FLUSH):
+		// EVAL runs the script and caches it again, within the same deadline.
+		cmd, err = e.submitScript(ctx, "eval", decideSource, keys, args)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Int64Slice()
+}
+
+// submitScript queues EVAL or EVALSHA (name) of script on the auto-pipeliner
+// and waits for its reply until ctx is done.
+func (e *Engine) submitScript(ctx context.Context, name, script string, keys []string, args []any) (*redis.Cmd, error) {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, script, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	cmd.SetFirstKeyPos(3) // route by the first key, as the typed EvalSha does
+	if err := e.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
 
 // isScriptError tells a script's own error reply (a bug, not an outage) from
 // a network failure or timeout: only the latter counts against the breaker.
