@@ -45,11 +45,77 @@ type Config struct {
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM; keep
 	// it below the pod's terminationGracePeriodSeconds.
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long a replica keeps serving after SIGTERM while
+	// it reports not ready (HTTP /readyz 503, gRPC health NOT_SERVING), so
+	// load balancers and clients stop sending before its listeners close.
+	// Set it above the balancers' probe period; zero closes at once.
+	ShutdownDelay time.Duration
 	// ReadinessInterval is how often the readiness checks refresh the gRPC
 	// health status.
 	ReadinessInterval time.Duration
 	// Pprof registers net/http/pprof under /debug/pprof/.
 	Pprof bool
+	// HTTP bounds what one client can hold on the HTTP listener.
+	HTTP HTTPLimits
+	// GRPCMaxRecvMsgSize bounds one request message on the gRPC listener;
+	// a larger one is refused with RESOURCE_EXHAUSTED. Zero means
+	// DefaultGRPCMaxRecvMsgSize.
+	GRPCMaxRecvMsgSize int
+}
+
+// HTTPLimits bound the time and memory one client can hold on the HTTP
+// listener, so slow or oversized requests cannot pin goroutines and
+// connections. Zero fields take the defaults below; tests shorten them.
+type HTTPLimits struct {
+	// ReadHeaderTimeout bounds reading the request line and header: a client
+	// that trickles its header (slowloris) is disconnected after it.
+	// Default 5s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading the whole request, body included: a body
+	// sent a byte at a time is cut after it. Default 30s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the response, from the end of the request header
+	// to the last byte written. Default 30s; net/http/pprof extends it by
+	// the length of a profile it is asked for.
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next
+	// request. Default 2m.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the request line and header; net/http answers
+	// 431 beyond (it reads up to 4 KiB more before deciding). Default
+	// DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+}
+
+// Defaults of the listener bounds.
+const (
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	// DefaultMaxHeaderBytes is 64 KiB: generous for cookies and tokens, a
+	// sixteenth of net/http's own default.
+	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultGRPCMaxRecvMsgSize is gRPC's own default, 4 MiB, stated here so
+	// the bound does not depend on a library default.
+	DefaultGRPCMaxRecvMsgSize = 4 << 20
+)
+
+// withDefaults fills the zero fields.
+func (l HTTPLimits) withDefaults() HTTPLimits {
+	orDefault := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	orDefault(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	orDefault(&l.ReadTimeout, DefaultReadTimeout)
+	orDefault(&l.WriteTimeout, DefaultWriteTimeout)
+	orDefault(&l.IdleTimeout, DefaultIdleTimeout)
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	return l
 }
 
 // Check reports whether one dependency is usable; nil means ready.
@@ -96,6 +162,10 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
+	if cfg.GRPCMaxRecvMsgSize <= 0 {
+		cfg.GRPCMaxRecvMsgSize = DefaultGRPCMaxRecvMsgSize
+	}
+	cfg.HTTP = cfg.HTTP.withDefaults()
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, name, cfg.Version)
 	if err != nil {
 		return nil, err
@@ -136,6 +206,7 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.recoverUnary),
+		grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvMsgSize),
 	}
 	s.GRPC = grpc.NewServer(append(base, opts...)...)
 	healthpb.RegisterHealthServer(s.GRPC, s.health)
@@ -155,8 +226,11 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 	}
 	s.httpSrv = &http.Server{
 		Handler:           s.instrument(s.Mux),
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
+		ReadTimeout:       cfg.HTTP.ReadTimeout,
+		WriteTimeout:      cfg.HTTP.WriteTimeout,
+		IdleTimeout:       cfg.HTTP.IdleTimeout,
+		MaxHeaderBytes:    cfg.HTTP.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
@@ -257,6 +331,10 @@ func (s *Server) shutdown() error {
 	s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
 	s.draining.Store(true)
 	s.health.Shutdown() // every service NOT_SERVING: load balancers stop sending
+	if d := s.cfg.ShutdownDelay; d > 0 {
+		s.log.Info("not ready; serving on while balancers notice", "delay", d)
+		time.Sleep(d) // the delay itself: requests keep arriving and are answered
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 

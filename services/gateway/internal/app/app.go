@@ -116,7 +116,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 		log.Info("migrations applied", "names", applied)
 	}
 
-	srv, err := server.New(ctx, "gateway", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
+	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	// net/http's own header bound must stay well above the gateway's, so a
+	// client over KURZ_GATEWAY_MAX_HEADER_BYTES gets the gateway's 431 with
+	// its JSON body rather than net/http's bare one.
+	srvCfg.HTTP.MaxHeaderBytes = max(srvCfg.HTTP.MaxHeaderBytes, server.DefaultMaxHeaderBytes, 4*cfg.MaxHeaderBytes)
+	srv, err := server.New(ctx, "gateway", srvCfg, log)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,9 @@ import (
 // Mapping: the request's domain is a kurz domain; each descriptor's entries
 // become one descriptor set (entry key -> value); hits_addend is the cost
 // (0 means 1, as in Envoy). All descriptors are decided together, all or
-// nothing, and each gets a status from the most restrictive of its rules.
+// nothing, and each gets a status from the most restrictive of its rules;
+// a descriptor's own hits_addend must be the request's, and
+// is_negative_hits is refused.
 type envoyService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	engine *ratelimit.Engine
@@ -52,6 +54,17 @@ func (s *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	}
 	descs := make([]map[string]string, len(req.GetDescriptors()))
 	for j, d := range req.GetDescriptors() {
+		// All descriptors are decided together at one cost: a descriptor's
+		// own hits_addend is refused unless it is that cost (0 means 1, as
+		// for the request's), and so is is_negative_hits, a refund that
+		// would otherwise consume.
+		if d.GetIsNegativeHits() {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported", j)
+		}
+		if h := d.GetHitsAddend(); h != nil && max(h.GetValue(), 1) != uint64(cost) {
+			return nil, status.Errorf(codes.InvalidArgument,
+				"descriptor %d: hits_addend %d differs from the request's %d; per-descriptor costs are not supported", j, h.GetValue(), cost)
+		}
 		m := make(map[string]string, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
 			m[e.GetKey()] = e.GetValue()
