@@ -20,6 +20,7 @@ COPY services/redirect/go.mod services/redirect/go.sum services/redirect/
 COPY services/analytics/go.mod services/analytics/go.sum services/analytics/
 COPY services/gateway/go.mod services/gateway/go.sum services/gateway/
 COPY deploy/k8s/go.mod deploy/k8s/go.sum deploy/k8s/
+COPY faults/go.mod faults/go.sum faults/
 RUN test -n "${SERVICE}" || { echo "build with --build-arg SERVICE=<limiter|shortener|redirect|analytics|gateway>" >&2; exit 1; }
 RUN go mod download
 # Then the sources this service can import.

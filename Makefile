@@ -86,11 +86,32 @@ status: ## Show what is running.
 # --- tests -------------------------------------------------------------------
 
 .PHONY: test
-test: lint check-gen ## Start the stack if needed, then run every test against it.
+test: lint check-gen ## Start the stack if needed, then run every test (fault suite included), a short fuzz run and the smoke test.
 	deploy/local/infra.sh up
 	$(TEST_ENV) go test -race -count=1 $(MODULES)
+	FUZZTIME=$(CI_FUZZTIME) deploy/local/fuzz.sh
 	deploy/local/services.sh up
 	deploy/local/smoke.sh
+
+# How long each fuzz target runs inside make test; make fuzz runs longer.
+CI_FUZZTIME ?= 2s
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 30s each).
+	FUZZTIME=$(FUZZTIME) deploy/local/fuzz.sh
+
+.PHONY: reliability
+reliability: ## Run the fault suite against the stack and write its table into RELIABILITY.md.
+	deploy/local/infra.sh up
+	deploy/local/reliability.sh
+
+.PHONY: soak
+soak: ## The soak test alone, for SOAK_DURATION (default 5m).
+	deploy/local/infra.sh up
+	$(TEST_ENV) KURZ_SOAK_DURATION=$(SOAK_DURATION) go test -race -count=1 -v -run '^TestSoak$$' -timeout 30m ./faults/
+
+SOAK_DURATION ?= 5m
 
 .PHONY: demo
 demo: ## Reproduce the design notes' figures against the running stack (make up first).

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/health" // client-side health checking (healthCheckConfig)
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -55,6 +56,12 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultServiceConfig(serviceConfig),
+		// A replica that restarts is back within seconds: reconnect soon
+		// after, not after gRPC's default backoff of up to two minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
 	}
 	conn, err := grpc.NewClient(target, append(base, opts...)...)
 	if err != nil {

@@ -1,0 +1,104 @@
+package faults
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Balancer is an HTTP load balancer in front of replicas, as a Kubernetes
+// Service with readiness probes: it polls each replica's /readyz and sends
+// requests round-robin to the ready ones only. It does not retry: a request
+// sent to a replica that fails is a failed request.
+type Balancer struct {
+	srv      *http.Server
+	lis      net.Listener
+	backends []*backend
+	next     atomic.Uint64
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+type backend struct {
+	addr  string
+	ready atomic.Bool
+	proxy *httputil.ReverseProxy
+}
+
+// NewBalancer balances over the replicas' HTTP addresses, probing every
+// period.
+func NewBalancer(addrs []string, period time.Duration) (*Balancer, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Balancer{lis: lis, stop: cancel}
+	transport := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
+	for _, a := range addrs {
+		be := &backend{addr: a, proxy: httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: a})}
+		be.proxy.Transport = transport
+		b.backends = append(b.backends, be)
+		b.wg.Go(func() { b.probe(ctx, be, period) })
+	}
+	b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 5 * time.Second}
+	b.wg.Go(func() { _ = b.srv.Serve(lis) })
+	return b, nil
+}
+
+// Addr is where clients send requests.
+func (b *Balancer) Addr() string { return b.lis.Addr().String() }
+
+// Ready reports whether the replica at addr is in rotation.
+func (b *Balancer) Ready(addr string) bool {
+	for _, be := range b.backends {
+		if be.addr == addr {
+			return be.ready.Load()
+		}
+	}
+	return false
+}
+
+func (b *Balancer) probe(ctx context.Context, be *backend, period time.Duration) {
+	client := &http.Client{Timeout: period}
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		resp, err := client.Get("http://" + be.addr + "/readyz")
+		ok := err == nil && resp.StatusCode == http.StatusOK
+		if err == nil {
+			resp.Body.Close()
+		}
+		be.ready.Store(ok)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (b *Balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := uint64(len(b.backends))
+	start := b.next.Add(1)
+	for i := range n {
+		if be := b.backends[(start+i)%n]; be.ready.Load() {
+			be.proxy.ServeHTTP(w, r)
+			return
+		}
+	}
+	http.Error(w, "no ready replica", http.StatusServiceUnavailable)
+}
+
+// Close stops probing and serving.
+func (b *Balancer) Close() error {
+	b.stop()
+	err := b.srv.Close()
+	b.wg.Wait()
+	return err
+}
