@@ -25,9 +25,10 @@ type Balancer struct {
 }
 
 type backend struct {
-	addr  string
-	ready atomic.Bool
-	proxy *httputil.ReverseProxy
+	addr   string
+	ready  atomic.Bool
+	streak atomic.Int64 // consecutive successful probes
+	proxy  *httputil.ReverseProxy
 }
 
 // NewBalancer balances over the replicas' HTTP addresses, probing every
@@ -64,8 +65,19 @@ func (b *Balancer) Ready(addr string) bool {
 	return false
 }
 
+// Settled reports whether the replica at addr passed its last n probes in
+// a row: in rotation, and staying there.
+func (b *Balancer) Settled(addr string, n int) bool {
+	for _, be := range b.backends {
+		if be.addr == addr {
+			return be.streak.Load() >= int64(n)
+		}
+	}
+	return false
+}
+
 func (b *Balancer) probe(ctx context.Context, be *backend, period time.Duration) {
-	client := &http.Client{Timeout: period}
+	client := &http.Client{Timeout: time.Second} // Kubernetes' default probe timeout
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
@@ -75,6 +87,11 @@ func (b *Balancer) probe(ctx context.Context, be *backend, period time.Duration)
 			resp.Body.Close()
 		}
 		be.ready.Store(ok)
+		if ok {
+			be.streak.Add(1)
+		} else {
+			be.streak.Store(0)
+		}
 		select {
 		case <-ctx.Done():
 			return

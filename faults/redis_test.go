@@ -245,7 +245,7 @@ func checkRedirects(t *testing.T, served []sample) {
 	}
 	for _, s := range served {
 		if s.err != nil || !s.ok {
-			t.Fatalf("redirect of %s failed during the fault: %s, err %v", s.tag, s.outcome, s.err)
+			t.Fatalf("%v redirect of %s failed during the fault: %s, err %v", s.at.Format("15:04:05.000"), s.tag, s.outcome, s.err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -121,8 +122,9 @@ func TestRollingRestart(t *testing.T) {
 		if err != nil {
 			return sample{tag: method + " " + path, err: err}
 		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 		resp.Body.Close()
-		return sample{tag: method + " " + path, outcome: resp.Status, ok: resp.StatusCode < 300}
+		return sample{tag: method + " " + path, outcome: resp.Status + " " + string(b), ok: resp.StatusCode < 300}
 	})
 	redirect := &service{httpAddr: redirectLB.Addr()}
 	clicks := redirectLoad(t, redirect, codes, 2)
@@ -130,7 +132,9 @@ func TestRollingRestart(t *testing.T) {
 	restarted := 0
 	for _, group := range [][]*service{limiters, shorteners, analytics, redirects, gateways} {
 		for _, s := range group {
+			t.Logf("%v restarting %s %s", time.Now().Format("15:04:05.000"), s.name, s.grpcAddr)
 			s.restart(t)
+			t.Logf("%v restarted %s", time.Now().Format("15:04:05.000"), s.name)
 			restarted++
 			switch s.name {
 			case "gateway", "redirect":
@@ -138,7 +142,8 @@ func TestRollingRestart(t *testing.T) {
 				if s.name == "redirect" {
 					lb = redirectLB
 				}
-				eventually(t, 30*time.Second, s.name+" back in rotation", func() (bool, string) { return lb.Ready(s.httpAddr), "" })
+				// Back in rotation to stay: ten probes in a row (a second).
+				eventually(t, 30*time.Second, s.name+" back in rotation", func() (bool, string) { return lb.Settled(s.httpAddr, 10), "" })
 			default:
 				// Back in its callers' balancing: it answers calls again.
 				eventually(t, 30*time.Second, s.name+" serving its callers again", func() (bool, string) {
@@ -153,7 +158,7 @@ func TestRollingRestart(t *testing.T) {
 	for _, s := range apiSamples {
 		if s.err != nil || !s.ok {
 			failed++
-			t.Errorf("gateway request failed during the rolling restart: %s: %s %v", s.tag, s.outcome, s.err)
+			t.Errorf("%v gateway request failed during the rolling restart: %s: %s %v", s.at.Format("15:04:05.000"), s.tag, s.outcome, s.err)
 		}
 	}
 	checkRedirects(t, clickSamples)

@@ -12,9 +12,9 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/health" // client-side health checking (healthCheckConfig)
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -70,18 +70,25 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 	return conn, nil
 }
 
-// HealthCheck returns a readiness check that asks the server behind conn for
-// its overall gRPC health.
+// HealthCheck is a readiness check of the service behind conn: ready while
+// at least one of its replicas is connected and reports SERVING (the
+// connection watches each replica's health). One replica draining or down
+// is not a failure; every replica failing is.
 func HealthCheck(conn *grpc.ClientConn) func(ctx context.Context) error {
-	client := healthpb.NewHealthClient(conn)
 	return func(ctx context.Context) error {
-		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil {
-			return fmt.Errorf("health of %s: %w", conn.Target(), err)
+		for {
+			state := conn.GetState()
+			switch state {
+			case connectivity.Ready:
+				return nil
+			case connectivity.Idle:
+				conn.Connect()
+			case connectivity.TransientFailure, connectivity.Shutdown:
+				return fmt.Errorf("%s: no replica serving (%s)", conn.Target(), state)
+			}
+			if !conn.WaitForStateChange(ctx, state) {
+				return fmt.Errorf("%s: no replica serving within the check's deadline (%s)", conn.Target(), state)
+			}
 		}
-		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("health of %s: %s", conn.Target(), resp.GetStatus())
-		}
-		return nil
 	}
 }

@@ -124,6 +124,7 @@ type Check func(ctx context.Context) error
 type namedCheck struct {
 	name  string
 	check Check
+	soft  bool
 }
 
 // Server is one service's pair of listeners. Register gRPC services on GRPC
@@ -277,9 +278,18 @@ func (s *Server) instrument(h http.Handler) http.Handler {
 }
 
 // AddCheck adds a readiness check, run by /readyz and by the periodic refresh
-// of the gRPC health status.
+// of the gRPC health status: when it fails, the replica is not ready.
 func (s *Server) AddCheck(name string, check Check) {
-	s.checks = append(s.checks, namedCheck{name, check})
+	s.checks = append(s.checks, namedCheck{name: name, check: check})
+}
+
+// AddSoftCheck adds a check of a dependency the service has a fallback for
+// (a rule's failure mode, a cache, a caller's policy): its failure is
+// reported as "degraded" by /readyz but leaves the replica ready. A shared
+// dependency's outage makes every replica fail its checks at once; taking
+// them all out of rotation would turn a degraded service into no service.
+func (s *Server) AddSoftCheck(name string, check Check) {
+	s.checks = append(s.checks, namedCheck{name: name, check: check, soft: true})
 }
 
 // OnShutdown registers a closer run after both servers have drained, in
@@ -398,6 +408,11 @@ func (s *Server) runChecks(ctx context.Context) (map[string]string, bool) {
 		if err != nil {
 			// The detail goes to the log, not the response: /readyz can be
 			// on a public port.
+			if c.soft {
+				results[c.name] = "degraded"
+				s.log.Warn("dependency degraded; serving on its fallback", "check", c.name, "err", err)
+				continue
+			}
 			ok = false
 			results[c.name] = "unavailable"
 			s.log.Warn("readiness check failed", "check", c.name, "err", err)

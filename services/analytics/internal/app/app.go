@@ -178,7 +178,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		}
 	})
 	srv.AddCheck("clickhouse", ch.Ping)
-	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
+	// Without Redis the consumer waits (the clicks wait in the streams) and
+	// the stats are still served.
+	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	srv.AddCheck("consumer", cons.Ready)
 	log.Info("analytics configured", "click_streams", cfg.Streams.Shards, "group", cfg.ConsumerGroup,
 		"consumer", cons.Name(), "batch_size", cfg.BatchSize, "batch_age", cfg.BatchAge,

@@ -127,10 +127,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 	}
 	closers = append(closers, func() { _ = srv.Close(context.Background()) })
 	conns := map[string]*grpc.ClientConn{}
-	for _, d := range []struct{ name, addr, variable string }{
-		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR"},
-		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR"},
-		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR"},
+	// The limiter and analytics have fallbacks (quotas fail open, stats
+	// answer 503): without them the gateway still serves, so they do not
+	// take it out of rotation.
+	for _, d := range []struct {
+		name, addr, variable string
+		soft                 bool
+	}{
+		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR", true},
+		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false},
+		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true},
 	} {
 		conn, err := grpcclient.Dial(d.addr, srv.Telemetry)
 		if err != nil {
@@ -138,7 +144,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 		}
 		closers = append(closers, func() { _ = conn.Close() })
 		conns[d.name] = conn
-		srv.AddCheck(d.name, grpcclient.HealthCheck(conn))
+		if d.soft {
+			srv.AddSoftCheck(d.name, grpcclient.HealthCheck(conn))
+		} else {
+			srv.AddCheck(d.name, grpcclient.HealthCheck(conn))
+		}
 	}
 	quotaClient, err := quota.New(httpapi.RecordWindows(conns["limiter"]), cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
 	if err != nil {

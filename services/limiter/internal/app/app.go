@@ -167,9 +167,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 	}
 	srv.OnShutdown(func(context.Context) error { engine.Wait(); return nil })
 	srv.OnShutdown(func(context.Context) error { stopBG(); return nil })
-	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
+	// Without Redis every rule answers by its failure mode, without
+	// PostgreSQL the rules loaded last hold: the limiter keeps deciding.
+	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	if db != nil {
-		srv.AddCheck("postgres", db.Ping)
+		srv.AddSoftCheck("postgres", db.Ping)
 	}
 	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, &quotaService{engine: engine})
 	registerEnvoy(srv, engine)

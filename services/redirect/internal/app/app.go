@@ -222,8 +222,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
 	srv.OnShutdown(func(context.Context) error { err := sub.Close(); <-listening; return err })
 	srv.OnShutdown(clicks.Close)
-	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
-	srv.AddCheck("postgres", db.Ping)
+	// Each store backs the other (and L1 both): a redirect replica serves
+	// what it can through either outage, and no other replica does better.
+	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
+	srv.AddSoftCheck("postgres", db.Ping)
 	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
 		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String())
 	return srv, nil

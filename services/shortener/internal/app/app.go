@@ -222,7 +222,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
 	srv.OnShutdown(func(context.Context) error { stopBackground(); return nil })
 	srv.AddCheck("postgres", db.Ping)
-	srv.AddCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
+	// Links are written to PostgreSQL; the write-through to Redis is best
+	// effort (a redirect falls back to PostgreSQL).
+	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
 	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
 		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String())
