@@ -27,11 +27,11 @@ type Config struct {
 // New connects to the cluster and checks it is usable: every master answers
 // and the cluster reports state ok. The error names the addresses and the
 // variable to set.
-func New(ctx context.Context, cfg Config) (*redis.ClusterClient, error) {
+func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, errors.New("redis cluster: no addresses; set KURZ_REDIS_ADDRS")
 	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{
+	o := &redis.ClusterOptions{
 		Addrs:        cfg.Addrs,
 		Password:     cfg.Password,
 		DialTimeout:  cfg.DialTimeout,
@@ -43,7 +43,11 @@ func New(ctx context.Context, cfg Config) (*redis.ClusterClient, error) {
 		ContextTimeoutEnabled: true,
 		// Reads stay on masters: limiter state must be read where it is written.
 		ReadOnly: false,
-	})
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	c := redis.NewClusterClient(o)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := Check(ctx, c); err != nil {
@@ -69,4 +73,19 @@ func Check(ctx context.Context, c *redis.ClusterClient) error {
 		}
 		return nil
 	})
+}
+
+// Option adjusts the client for one use.
+type Option func(*redis.ClusterOptions)
+
+// NoRetries turns off go-redis's retries of failed commands, pipelines
+// included (their retries follow MaxRedirects). Use it for writes that are
+// not idempotent (XADD with an automatic ID): a retry after a timeout whose
+// write in fact succeeded would append the entry twice.
+func NoRetries(o *redis.ClusterOptions) { o.MaxRetries, o.MaxRedirects = -1, -1 }
+
+// SocketTimeouts sets the read and write timeouts of each socket operation,
+// for a client whose calls carry a longer budget than the default's.
+func SocketTimeouts(d time.Duration) Option {
+	return func(o *redis.ClusterOptions) { o.ReadTimeout, o.WriteTimeout = d, d }
 }

@@ -188,9 +188,20 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	listening := make(chan struct{})
 	go func() { resolver.Listen(context.WithoutCancel(ctx), sub); close(listening) }()
 
-	var clickRedis redis.Cmdable = rdb
-	if h.clickRedis != nil {
-		clickRedis = h.clickRedis
+	var clickRedis redis.Cmdable = h.clickRedis
+	closeClickRedis := func(context.Context) error { return nil }
+	if clickRedis == nil {
+		// The click streams get a client of their own that never retries:
+		// XADD is not idempotent, and a retry after a timeout whose write
+		// went through would append the click twice. Its sockets wait as
+		// long as a batch may take.
+		crdb, err := redisconn.New(ctx, cfg.Redis, redisconn.NoRetries, redisconn.SocketTimeouts(cfg.ClickWriteTimeout))
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { _ = crdb.Close() })
+		closeClickRedis = func(context.Context) error { return crdb.Close() }
+		clickRedis = crdb
 	}
 	clicks, err := clickpipe.New(clickpipe.Config{
 		Streams: cfg.Streams, Buffer: cfg.ClickBuffer, Batch: cfg.ClickBatch,
@@ -221,6 +232,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
 	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
 	srv.OnShutdown(func(context.Context) error { err := sub.Close(); <-listening; return err })
+	srv.OnShutdown(closeClickRedis) // after the pipeline's last flush
 	srv.OnShutdown(clicks.Close)
 	// Each store backs the other (and L1 both): a redirect replica serves
 	// what it can through either outage, and no other replica does better.
