@@ -96,6 +96,9 @@ func startNode(dir string, nodeTimeout time.Duration) (*Node, error) {
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
+		// A replica may always take over, however long its link to the
+		// master was down: the test kills masters on a busy machine.
+		"--cluster-replica-validity-factor", "0",
 		"--cluster-announce-ip", "127.0.0.1",
 		"--cluster-announce-port", proxyPort,
 		"--cluster-announce-bus-port", strconv.Itoa(port+10000),

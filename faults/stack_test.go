@@ -84,7 +84,11 @@ func startService(t *testing.T, name string, env ...string) *service {
 	t.Helper()
 	s := &service{name: name, grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
 	prefix := "KURZ_" + strings.ToUpper(name)
-	s.env = append([]string{prefix + "_GRPC_ADDR=" + s.grpcAddr, prefix + "_HTTP_ADDR=" + s.httpAddr, "KURZ_LOG_LEVEL=warn"}, env...)
+	s.env = append([]string{prefix + "_GRPC_ADDR=" + s.grpcAddr, prefix + "_HTTP_ADDR=" + s.httpAddr, "KURZ_LOG_LEVEL=warn",
+		// Socket timeouts roomy enough for race-enabled binaries on two busy
+		// cores; the limiter's per-decision deadline (its own setting) is
+		// what the faults are measured against.
+		"KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s"}, env...)
 	s.start(t)
 	return s
 }
