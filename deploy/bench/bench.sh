@@ -79,8 +79,8 @@ section "Redis memory per active key" \
 	"MEMORY USAGE of one key after 100 requests in its window, per algorithm; baseline: a plain INCR counter." -- \
 	go test -run '^$' -bench BenchmarkMemoryPerKey -benchtime 1x ./services/limiter/internal/ratelimit/
 section "Redirect, closed loop" \
-	"32 HTTP callers; one viral code and 10,000 codes; baseline: a minimal net/http handler answering a fixed 302, measured in the same process." -- \
-	go run ./services/redirect/cmd/redirectload -addr "$REDIRECT" -c 32 -d "$D"
+	"32 HTTP callers; one viral code, 1,000,000 codes drawn uniformly (Redis hits), 10,000 unknown codes (negative cache); baseline: a minimal net/http handler answering a fixed 302, measured in the same process." -- \
+	go run ./services/redirect/cmd/redirectload -addr "$REDIRECT" -c 32 -d "$D" -codes 1000000
 section "Redirect, open loop" \
 	"3,000 requests/s over 64 workers." -- \
 	go run ./services/redirect/cmd/redirectload -addr "$REDIRECT" -c 64 -d "$D" -rate 3000 -codes 2000
@@ -90,9 +90,12 @@ section "Shortener: CreateLink" \
 section "Analytics: GetLinkStats at 1,000,000 clicks" \
 	"One link with 1M stored clicks (10,000 redelivered, 1,000 stored twice)." -- \
 	go test -run '^$' -bench GetLinkStats1M -benchtime 3s ./services/analytics/internal/stats/
-section "Analytics: consumer throughput" \
-	"Events from the streams into ClickHouse, acknowledged (fake limiter)." -- \
-	go test -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
+section "Analytics: click pipeline, consumers vs a direct ClickHouse insert" \
+	"50,000 click events from the streams into ClickHouse with 1, 2 and 4 consumers of one group (fake limiter); baseline: the same rows inserted directly in batches of 5,000 (x-baseline = consumer events/s over the baseline's)." -- \
+	go test -run '^$' -bench ConsumerThroughput -benchtime 2x ./services/analytics/internal/consumer/
+section "Analytics: end-to-end lag, redirect to queryable stats" \
+	"20 clicks, one after the other, each GET on the redirect then GetLinkStats polled every 10 ms until it counts the click." -- \
+	go run ./services/analytics/cmd/clicklag -n 20
 
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 {

@@ -5,20 +5,26 @@
 //
 //	go run ./services/redirect/cmd/redirectload -addr 127.0.0.1:8787 -c 32 -d 10s
 //
-// Scenarios: one viral code (L1 after the first request), and -codes codes
-// drawn uniformly (Redis, then L1 within its TTL). The codes are written to
-// the link cache first (pkg/linkcache), as the shortener's write-through does.
+// Scenarios: one viral code (L1 after the first request), -codes codes drawn
+// uniformly (Redis, then L1 within its TTL), and -unknown unknown codes (the
+// negative cache: 404 without PostgreSQL). The codes are written to the link
+// cache first (pkg/linkcache), as the shortener's write-through and the
+// redirect's own misses do.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
@@ -39,6 +45,7 @@ func run() error {
 	concurrency := flag.Int("c", 32, "concurrent callers")
 	duration := flag.Duration("d", 10*time.Second, "duration of each measurement")
 	codes := flag.Int("codes", 10000, "codes drawn uniformly in the spread scenario")
+	unknownCodes := flag.Int("unknown", 10000, "unknown codes (negative-cache hits, 404) drawn uniformly")
 	rate := flag.Float64("rate", 0, "requests per second (open loop); 0 = back to back (closed loop)")
 	flag.Parse()
 
@@ -52,15 +59,16 @@ func run() error {
 		return err
 	}
 	defer rdb.Close()
-	all := make([]string, *codes)
-	for i := range all {
-		// IDs far above any sequence a real shortener reaches here.
-		if all[i], err = linkcode.Sequential(3_000_000_000_000 + int64(i)); err != nil {
-			return err
-		}
-		if err := linkcache.WriteThrough(ctx, rdb, all[i], linkcache.Entry{State: linkcache.Active, URL: "https://example.com/bench", Tenant: "bench"}, time.Hour); err != nil {
-			return fmt.Errorf("seed link cache: %w", err)
-		}
+	// The links exist only in Redis (the redirect's cache), under IDs far
+	// above any sequence a real shortener reaches here; the unknown codes
+	// are negative-cache entries, as the redirect leaves them after a miss.
+	all, err := seed(ctx, rdb, 3_000_000_000_000, *codes, linkcache.Entry{State: linkcache.Active, URL: "https://example.com/bench", Tenant: "bench"})
+	if err != nil {
+		return err
+	}
+	unknown, err := seed(ctx, rdb, 3_400_000_000_000, *unknownCodes, linkcache.Entry{State: linkcache.Missing})
+	if err != nil {
+		return err
 	}
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -80,14 +88,18 @@ func run() error {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       5 * time.Second,
 	}
-	get := func(url func() string) loadgen.Call {
+	get := func(url func() string, want ...int) loadgen.Call {
+		if len(want) == 0 {
+			want = []int{http.StatusFound}
+		}
 		return func(int) (string, error) {
 			resp, err := client.Get(url())
 			if err != nil {
 				return "", err
 			}
+			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusFound {
+			if !slices.Contains(want, resp.StatusCode) {
 				return "", fmt.Errorf("status %d", resp.StatusCode)
 			}
 			return resp.Header.Get("X-Source"), nil
@@ -105,6 +117,36 @@ func run() error {
 	viral.Print(os.Stdout)
 	spread := measure(fmt.Sprintf("redirect: %d codes, uniform", *codes), get(func() string { return "http://" + *addr + "/" + all[rand.IntN(len(all))] }))
 	spread.Print(os.Stdout)
-	fmt.Printf("ratio: viral = %.2f x baseline, spread = %.2f x baseline\n", viral.Rate()/base.Rate(), spread.Rate()/base.Rate())
+	var miss *loadgen.Result
+	if len(unknown) > 0 {
+		miss = measure(fmt.Sprintf("redirect: %d unknown codes (404)", len(unknown)), get(func() string { return "http://" + *addr + "/" + unknown[rand.IntN(len(unknown))] }, http.StatusNotFound))
+		miss.Print(os.Stdout)
+	}
+	fmt.Printf("ratio: viral = %.2f x baseline, spread = %.2f x baseline", viral.Rate()/base.Rate(), spread.Rate()/base.Rate())
+	if miss != nil {
+		fmt.Printf(", unknown = %.2f x baseline", miss.Rate()/base.Rate())
+	}
+	fmt.Println()
 	return nil
+}
+
+// seed stores n cache entries e under the codes of IDs first, first+1, ...,
+// in pipelines of 10,000, and returns the codes.
+func seed(ctx context.Context, rdb *redis.ClusterClient, first int64, n int, e linkcache.Entry) ([]string, error) {
+	codes := make([]string, n)
+	for start := 0; start < n; start += 10_000 {
+		pipe := rdb.Pipeline()
+		for i := start; i < min(n, start+10_000); i++ {
+			code, err := linkcode.Sequential(first + int64(i))
+			if err != nil {
+				return nil, err
+			}
+			codes[i] = code
+			pipe.Set(ctx, linkcache.Key(code), linkcache.Marshal(e), time.Hour)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("seed link cache: %w", err)
+		}
+	}
+	return codes, nil
 }
