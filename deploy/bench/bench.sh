@@ -92,7 +92,7 @@ section "Analytics: GetLinkStats at 1,000,000 clicks" \
 	go test -run '^$' -bench GetLinkStats1M -benchtime 3s ./services/analytics/internal/stats/
 section "Analytics: click pipeline, consumers vs a direct ClickHouse insert" \
 	"50,000 click events from the streams into ClickHouse with 1, 2 and 4 consumers of one group (fake limiter); baseline: the same rows inserted directly in batches of 5,000 (x-baseline = consumer events/s over the baseline's)." -- \
-	go test -run '^$' -bench ConsumerThroughput -benchtime 2x ./services/analytics/internal/consumer/
+	go test -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
 section "Analytics: end-to-end lag, redirect to queryable stats" \
 	"20 clicks, one after the other, each GET on the redirect then GetLinkStats polled every 10 ms until it counts the click." -- \
 	go run ./services/analytics/cmd/clicklag -n 20

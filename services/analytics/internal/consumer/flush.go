@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -73,8 +74,14 @@ var (
 // prepare parses and classifies the entries, sets poison aside, and drops
 // repeats of an event within the batch.
 func (c *Consumer) prepare(es []entry) *work {
-	w := &work{entries: es}
+	w := &work{entries: es, rows: make([]*row, 0, len(es))}
 	seen := make(map[string]bool, len(es))
+	// One allocation for the batch's rows (never grown: w.rows points into
+	// it), and the classification of each distinct User-Agent and referrer
+	// once per batch: the same few recur in thousands of clicks.
+	slab := make([]row, 0, len(es))
+	uas := make(map[string]useragent.Class)
+	hosts := make(map[string]string)
 	now := time.Now()
 	for i := range es {
 		e := &es[i]
@@ -102,11 +109,22 @@ func (c *Consumer) prepare(es []entry) *work {
 			continue
 		}
 		seen[ev.ID] = true
-		if l, ok := linkTo(ev.TraceParent); ok && len(w.links) < maxLinks {
-			w.links = append(w.links, l)
+		if len(w.links) < maxLinks {
+			if l, ok := linkTo(ev.TraceParent); ok {
+				w.links = append(w.links, l)
+			}
 		}
-		ua := useragent.Classify(ev.UserAgent)
-		w.rows = append(w.rows, &row{
+		ua, ok := uas[ev.UserAgent]
+		if !ok {
+			ua = useragent.Classify(ev.UserAgent)
+			uas[ev.UserAgent] = ua
+		}
+		host, ok := hosts[ev.Referrer]
+		if !ok {
+			host = useragent.ReferrerHost(ev.Referrer)
+			hosts[ev.Referrer] = host
+		}
+		slab = append(slab, row{
 			e: e,
 			// A redelivered entry may be stored already (by its previous
 			// consumer, possibly right now: it is suspect). An entry read
@@ -115,11 +133,12 @@ func (c *Consumer) prepare(es []entry) *work {
 			check: e.redelivered || now.Sub(e.readAt) > c.opts.ClaimIdle/2,
 			click: clickstore.Click{
 				Tenant: ev.Tenant, Code: ev.Code, Time: ev.Time.UTC().Truncate(time.Second), EventID: ev.ID,
-				Visitor: ev.Visitor, Referrer: ev.Referrer, ReferrerHost: useragent.ReferrerHost(ev.Referrer),
+				Visitor: ev.Visitor, Referrer: ev.Referrer, ReferrerHost: host,
 				UserAgent: ev.UserAgent, Browser: ua.Browser, OS: ua.OS, Device: ua.Device, Bot: ua.Bot,
 				Suspect: e.redelivered,
 			},
 		})
+		w.rows = append(w.rows, &slab[len(slab)-1])
 	}
 	return w
 }
@@ -273,37 +292,55 @@ func (c *Consumer) dropExisting(ctx context.Context, w *work) error {
 // that does not answer leaves the clicks unflagged, counted as degraded.
 func (c *Consumer) judgeFloods(ctx context.Context, rows []*row) {
 	type key struct{ code, visitor string }
-	groups := make(map[key][]*row)
+	index := make(map[key]int)
+	var groups [][]*row
 	for _, r := range rows {
 		if r.click.Bot || r.click.Visitor == "" {
 			continue
 		}
 		k := key{r.click.Code, r.click.Visitor}
-		groups[k] = append(groups[k], r)
+		i, ok := index[k]
+		if !ok {
+			i = len(groups)
+			index[k] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], r)
 	}
-	sem := make(chan struct{}, c.opts.FloodParallelism)
+	// FloodParallelism workers take the groups in turn: a goroutine per
+	// group would grow a fresh stack for every limiter call.
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for k, g := range groups {
-		sem <- struct{}{}
+	for range min(c.opts.FloodParallelism, len(groups)) {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			slices.SortFunc(g, func(a, b *row) int {
-				return cmp.Or(a.click.Time.Compare(b.click.Time), cmp.Compare(a.e.id, b.e.id))
-			})
-			allowed, degraded := c.allowance(ctx, k.code, k.visitor, len(g))
-			if degraded {
-				c.m.degraded(len(g))
-				return
-			}
-			for _, r := range g[allowed:] {
-				r.click.Flood = true
-			}
-			if n := len(g) - allowed; n > 0 {
-				c.m.floods(n)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(groups) {
+					return
+				}
+				c.judgeFlood(ctx, groups[i])
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// judgeFlood flags the clicks of one (code, visitor) group over the rule.
+func (c *Consumer) judgeFlood(ctx context.Context, g []*row) {
+	slices.SortFunc(g, func(a, b *row) int {
+		return cmp.Or(a.click.Time.Compare(b.click.Time), cmp.Compare(a.e.id, b.e.id))
+	})
+	allowed, degraded := c.allowance(ctx, g[0].click.Code, g[0].click.Visitor, len(g))
+	if degraded {
+		c.m.degraded(len(g))
+		return
+	}
+	for _, r := range g[allowed:] {
+		r.click.Flood = true
+	}
+	if n := len(g) - allowed; n > 0 {
+		c.m.floods(n)
+	}
 }
 
 // allowance returns how many of n clicks the flood rule allows. A denial
