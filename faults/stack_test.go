@@ -57,6 +57,9 @@ func runTests(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer sharedDB.Close()
+	if err := migrateLimiterRules(dir); err != nil {
+		return 0, err
+	}
 	return m.Run(), nil
 }
 
@@ -190,4 +193,29 @@ func testdata(t *testing.T, name string) string {
 func report(t *testing.T, fault, promise, observed string) {
 	t.Helper()
 	t.Logf("RESULT|%s|%s|%s|%s", t.Name(), fault, promise, observed)
+}
+
+// migrateLimiterRules runs a limiter once in PostgreSQL mode, so the rule
+// tables the gateway's admin API writes tenants' plans to exist in the test
+// database (the fault tests' own limiters read their rules from files).
+func migrateLimiterRules(bin string) error {
+	grpcAddr, err := servertest.FreeAddr()
+	if err != nil {
+		return err
+	}
+	httpAddr, err := servertest.FreeAddr()
+	if err != nil {
+		return err
+	}
+	p, err := servertest.StartProcess("limiter", filepath.Join(bin, "limiter"), grpcAddr, "",
+		"KURZ_LIMITER_GRPC_ADDR="+grpcAddr, "KURZ_LIMITER_HTTP_ADDR="+httpAddr,
+		"KURZ_LIMITER_RULES_SOURCE=postgres", "KURZ_LIMITER_RULES_FILE=", "KURZ_LOG_LEVEL=warn",
+		"KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s")
+	if err != nil {
+		return err
+	}
+	if err := p.Stop(); err != nil {
+		return fmt.Errorf("limiter (rule tables): %w\n%s", err, p.Output())
+	}
+	return nil
 }
