@@ -63,7 +63,7 @@ check-gen: tools ## Fail if gen/go differs from what proto/ generates.
 .PHONY: lint
 lint: tools ## buf lint, gofmt, go vet.
 	buf lint
-	@bad=$$(gofmt -l pkg services); if [[ -n $$bad ]]; then echo "gofmt needed: $$bad" >&2; exit 1; fi
+	@bad=$$(gofmt -l pkg services faults); if [[ -n $$bad ]]; then echo "gofmt needed: $$bad" >&2; exit 1; fi
 	go vet $(MODULES)
 
 # --- the local stack ---------------------------------------------------------

@@ -199,7 +199,11 @@ func TestRollingRestart(t *testing.T) {
 			if st != http.StatusOK {
 				return false, body
 			}
-			var s struct{ Counts struct{ Total int64 `json:",string"` } }
+			var s struct {
+				Counts struct {
+					Total int64 `json:",string"`
+				}
+			}
 			if err := json.Unmarshal([]byte(body), &s); err != nil {
 				return false, err.Error()
 			}
