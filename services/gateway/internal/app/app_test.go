@@ -60,10 +60,12 @@ func TestReadinessFollowsDownstreamHealth(t *testing.T) {
 	var code int
 	var body string
 	if !eventually(5*time.Second, 20*time.Millisecond, func() bool {
+		// Each connection has its own health watch: wait until all three
+		// have heard.
 		code, body = r.Get(t, "/readyz")
-		return code == http.StatusServiceUnavailable
-	}) || !strings.Contains(body, `"shortener":"unavailable"`) ||
-		!strings.Contains(body, `"limiter":"degraded"`) || !strings.Contains(body, `"analytics":"degraded"`) {
+		return code == http.StatusServiceUnavailable && strings.Contains(body, `"shortener":"unavailable"`) &&
+			strings.Contains(body, `"limiter":"degraded"`) && strings.Contains(body, `"analytics":"degraded"`)
+	}) {
 		t.Errorf("/readyz with downstream NOT_SERVING: got %d %s, want 503 naming shortener unavailable, limiter and analytics degraded", code, body)
 	}
 	if err := r.Stop(); err != nil {
