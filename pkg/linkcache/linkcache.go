@@ -78,7 +78,31 @@ type Entry struct {
 	Status int `json:"r,omitempty"`
 	// ExpiresAtMs is the expiry in Unix milliseconds; 0 never expires.
 	ExpiresAtMs int64 `json:"x,omitempty"`
+	// PasswordHash is the Argon2id hash (PHC string) of a password-protected
+	// link's password; empty for an open link.
+	PasswordHash string `json:"p,omitempty"`
+	// MaxVisits is the number of visits after which the link answers 410; 0
+	// means no limit. Visits are counted at VisitsKey(code).
+	MaxVisits int64 `json:"m,omitempty"`
+	// Targets are per-device destinations; nil when the link has none.
+	Targets *Targets `json:"d,omitempty"`
 }
+
+// Targets are a link's per-device destinations; an empty one means URL.
+type Targets struct {
+	IOS     string `json:"i,omitempty"`
+	Android string `json:"a,omitempty"`
+	Desktop string `json:"w,omitempty"`
+}
+
+// VisitsKeyPrefix starts the key of a visit-limited link's visit counter:
+// "v:<code>", an integer INCRed by the redirect service once per visit. It has
+// no TTL: it lives as long as the link (the shortener deletes it when the
+// link is deleted), since losing it would hand out the visits again.
+const VisitsKeyPrefix = "v:"
+
+// VisitsKey returns the Redis key of code's visit counter.
+func VisitsKey(code string) string { return VisitsKeyPrefix + code }
 
 // Expired reports whether an Active entry's expiry has passed at now.
 func (e Entry) Expired(now time.Time) bool {

@@ -159,7 +159,23 @@ type Link struct {
 	// After this time the code answers 410 Gone. Unset: never expires.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// A disabled link stops redirecting but keeps its code and statistics.
-	Disabled      bool `protobuf:"varint,9,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	Disabled bool `protobuf:"varint,9,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// Free-form labels, filterable in ListLinks: at most 10 per link, each 1 to
+	// 32 characters of lower-case letters, digits, '-', '_' or '.'.
+	Tags []string `protobuf:"bytes,10,rep,name=tags,proto3" json:"tags,omitempty"`
+	// After this many visits the code answers 410 Gone; 0: no limit. Visits of
+	// such links are counted atomically in Redis, exactly at the limit under
+	// concurrency.
+	MaxVisits int64 `protobuf:"varint,11,opt,name=max_visits,json=maxVisits,proto3" json:"max_visits,omitempty"`
+	// Output only: the link asks for a password before redirecting.
+	PasswordProtected bool `protobuf:"varint,12,opt,name=password_protected,json=passwordProtected,proto3" json:"password_protected,omitempty"`
+	// Input only, never returned: on create, or on update with "password" in
+	// the mask, sets the password (8 to 128 characters; stored as an Argon2id
+	// hash). An update to "" removes the protection.
+	Password string `protobuf:"bytes,13,opt,name=password,proto3" json:"password,omitempty"`
+	// Per-device destinations, chosen by the visitor's user agent; long_url
+	// serves every device without a target of its own.
+	DeviceTargets *DeviceTargets `protobuf:"bytes,14,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,22 +273,129 @@ func (x *Link) GetDisabled() bool {
 	return false
 }
 
+func (x *Link) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *Link) GetMaxVisits() int64 {
+	if x != nil {
+		return x.MaxVisits
+	}
+	return 0
+}
+
+func (x *Link) GetPasswordProtected() bool {
+	if x != nil {
+		return x.PasswordProtected
+	}
+	return false
+}
+
+func (x *Link) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *Link) GetDeviceTargets() *DeviceTargets {
+	if x != nil {
+		return x.DeviceTargets
+	}
+	return nil
+}
+
+// DeviceTargets are optional destinations per device class. Each is an
+// http(s) URL validated like long_url; empty means long_url.
+type DeviceTargets struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// iPhone, iPad and iPod.
+	IosUrl     string `protobuf:"bytes,1,opt,name=ios_url,json=iosUrl,proto3" json:"ios_url,omitempty"`
+	AndroidUrl string `protobuf:"bytes,2,opt,name=android_url,json=androidUrl,proto3" json:"android_url,omitempty"`
+	// Everything that is neither iOS nor Android.
+	DesktopUrl    string `protobuf:"bytes,3,opt,name=desktop_url,json=desktopUrl,proto3" json:"desktop_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeviceTargets) Reset() {
+	*x = DeviceTargets{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceTargets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceTargets) ProtoMessage() {}
+
+func (x *DeviceTargets) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceTargets.ProtoReflect.Descriptor instead.
+func (*DeviceTargets) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DeviceTargets) GetIosUrl() string {
+	if x != nil {
+		return x.IosUrl
+	}
+	return ""
+}
+
+func (x *DeviceTargets) GetAndroidUrl() string {
+	if x != nil {
+		return x.AndroidUrl
+	}
+	return ""
+}
+
+func (x *DeviceTargets) GetDesktopUrl() string {
+	if x != nil {
+		return x.DesktopUrl
+	}
+	return ""
+}
+
 type CreateLinkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The URL to shorten (JSON "longUrl").
 	LongUrl string   `protobuf:"bytes,1,opt,name=long_url,json=longUrl,proto3" json:"long_url,omitempty"`
 	Mode    CodeMode `protobuf:"varint,2,opt,name=mode,proto3,enum=kurz.shortener.v1.CodeMode" json:"mode,omitempty"`
 	// With CODE_MODE_CUSTOM: the wanted code.
-	CustomAlias   string                 `protobuf:"bytes,3,opt,name=custom_alias,json=customAlias,proto3" json:"custom_alias,omitempty"`
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
-	RedirectType  RedirectType           `protobuf:"varint,5,opt,name=redirect_type,json=redirectType,proto3,enum=kurz.shortener.v1.RedirectType" json:"redirect_type,omitempty"`
+	CustomAlias  string                 `protobuf:"bytes,3,opt,name=custom_alias,json=customAlias,proto3" json:"custom_alias,omitempty"`
+	ExpireTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	RedirectType RedirectType           `protobuf:"varint,5,opt,name=redirect_type,json=redirectType,proto3,enum=kurz.shortener.v1.RedirectType" json:"redirect_type,omitempty"`
+	// See Link.tags.
+	Tags []string `protobuf:"bytes,6,rep,name=tags,proto3" json:"tags,omitempty"`
+	// See Link.max_visits.
+	MaxVisits int64 `protobuf:"varint,7,opt,name=max_visits,json=maxVisits,proto3" json:"max_visits,omitempty"`
+	// See Link.password.
+	Password string `protobuf:"bytes,8,opt,name=password,proto3" json:"password,omitempty"`
+	// See Link.device_targets.
+	DeviceTargets *DeviceTargets `protobuf:"bytes,9,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateLinkRequest) Reset() {
 	*x = CreateLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +407,7 @@ func (x *CreateLinkRequest) String() string {
 func (*CreateLinkRequest) ProtoMessage() {}
 
 func (x *CreateLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +420,7 @@ func (x *CreateLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLinkRequest.ProtoReflect.Descriptor instead.
 func (*CreateLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{1}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateLinkRequest) GetLongUrl() string {
@@ -335,6 +458,34 @@ func (x *CreateLinkRequest) GetRedirectType() RedirectType {
 	return RedirectType_REDIRECT_TYPE_UNSPECIFIED
 }
 
+func (x *CreateLinkRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *CreateLinkRequest) GetMaxVisits() int64 {
+	if x != nil {
+		return x.MaxVisits
+	}
+	return 0
+}
+
+func (x *CreateLinkRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *CreateLinkRequest) GetDeviceTargets() *DeviceTargets {
+	if x != nil {
+		return x.DeviceTargets
+	}
+	return nil
+}
+
 type CreateLinkResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Link          *Link                  `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
@@ -344,7 +495,7 @@ type CreateLinkResponse struct {
 
 func (x *CreateLinkResponse) Reset() {
 	*x = CreateLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +507,7 @@ func (x *CreateLinkResponse) String() string {
 func (*CreateLinkResponse) ProtoMessage() {}
 
 func (x *CreateLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +520,7 @@ func (x *CreateLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLinkResponse.ProtoReflect.Descriptor instead.
 func (*CreateLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{2}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateLinkResponse) GetLink() *Link {
@@ -388,7 +539,7 @@ type GetLinkRequest struct {
 
 func (x *GetLinkRequest) Reset() {
 	*x = GetLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +551,7 @@ func (x *GetLinkRequest) String() string {
 func (*GetLinkRequest) ProtoMessage() {}
 
 func (x *GetLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +564,7 @@ func (x *GetLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLinkRequest.ProtoReflect.Descriptor instead.
 func (*GetLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{3}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetLinkRequest) GetCode() string {
@@ -432,7 +583,7 @@ type GetLinkResponse struct {
 
 func (x *GetLinkResponse) Reset() {
 	*x = GetLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +595,7 @@ func (x *GetLinkResponse) String() string {
 func (*GetLinkResponse) ProtoMessage() {}
 
 func (x *GetLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +608,7 @@ func (x *GetLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLinkResponse.ProtoReflect.Descriptor instead.
 func (*GetLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{4}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetLinkResponse) GetLink() *Link {
@@ -472,14 +623,16 @@ type ListLinksRequest struct {
 	// At most this many links; the server caps it.
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From a previous ListLinksResponse.next_page_token.
-	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only links carrying this tag (a page token is tied to its tag).
+	Tag           string `protobuf:"bytes,3,opt,name=tag,proto3" json:"tag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListLinksRequest) Reset() {
 	*x = ListLinksRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +644,7 @@ func (x *ListLinksRequest) String() string {
 func (*ListLinksRequest) ProtoMessage() {}
 
 func (x *ListLinksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +657,7 @@ func (x *ListLinksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLinksRequest.ProtoReflect.Descriptor instead.
 func (*ListLinksRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{5}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListLinksRequest) GetPageSize() int32 {
@@ -521,6 +674,13 @@ func (x *ListLinksRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListLinksRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
 type ListLinksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Links []*Link                `protobuf:"bytes,1,rep,name=links,proto3" json:"links,omitempty"`
@@ -532,7 +692,7 @@ type ListLinksResponse struct {
 
 func (x *ListLinksResponse) Reset() {
 	*x = ListLinksResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +704,7 @@ func (x *ListLinksResponse) String() string {
 func (*ListLinksResponse) ProtoMessage() {}
 
 func (x *ListLinksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +717,7 @@ func (x *ListLinksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLinksResponse.ProtoReflect.Descriptor instead.
 func (*ListLinksResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{6}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListLinksResponse) GetLinks() []*Link {
@@ -579,7 +739,7 @@ type UpdateLinkRequest struct {
 	// The link to change, identified by its code.
 	Link *Link `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
 	// Which fields of link to write: long_url, redirect_type, expire_time,
-	// disabled.
+	// disabled, tags, max_visits, password, device_targets.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -587,7 +747,7 @@ type UpdateLinkRequest struct {
 
 func (x *UpdateLinkRequest) Reset() {
 	*x = UpdateLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +759,7 @@ func (x *UpdateLinkRequest) String() string {
 func (*UpdateLinkRequest) ProtoMessage() {}
 
 func (x *UpdateLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +772,7 @@ func (x *UpdateLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLinkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{7}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateLinkRequest) GetLink() *Link {
@@ -638,7 +798,7 @@ type UpdateLinkResponse struct {
 
 func (x *UpdateLinkResponse) Reset() {
 	*x = UpdateLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +810,7 @@ func (x *UpdateLinkResponse) String() string {
 func (*UpdateLinkResponse) ProtoMessage() {}
 
 func (x *UpdateLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +823,7 @@ func (x *UpdateLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLinkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{8}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateLinkResponse) GetLink() *Link {
@@ -682,7 +842,7 @@ type DeleteLinkRequest struct {
 
 func (x *DeleteLinkRequest) Reset() {
 	*x = DeleteLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +854,7 @@ func (x *DeleteLinkRequest) String() string {
 func (*DeleteLinkRequest) ProtoMessage() {}
 
 func (x *DeleteLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +867,7 @@ func (x *DeleteLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLinkRequest.ProtoReflect.Descriptor instead.
 func (*DeleteLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{9}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteLinkRequest) GetCode() string {
@@ -725,7 +885,7 @@ type DeleteLinkResponse struct {
 
 func (x *DeleteLinkResponse) Reset() {
 	*x = DeleteLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +897,7 @@ func (x *DeleteLinkResponse) String() string {
 func (*DeleteLinkResponse) ProtoMessage() {}
 
 func (x *DeleteLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,14 +910,240 @@ func (x *DeleteLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLinkResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{10}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{11}
+}
+
+type BatchCreateLinksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1,000 links, created in this order.
+	Requests      []*CreateLinkRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCreateLinksRequest) Reset() {
+	*x = BatchCreateLinksRequest{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCreateLinksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCreateLinksRequest) ProtoMessage() {}
+
+func (x *BatchCreateLinksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCreateLinksRequest.ProtoReflect.Descriptor instead.
+func (*BatchCreateLinksRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BatchCreateLinksRequest) GetRequests() []*CreateLinkRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// BatchItemError says why one item of a batch was not created.
+type BatchItemError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gRPC code name, e.g. "INVALID_ARGUMENT" or "ALREADY_EXISTS".
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// What to fix, for a person.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The request field at fault, e.g. "long_url" or "custom_alias"; empty
+	// when no one field is.
+	Field         string `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchItemError) Reset() {
+	*x = BatchItemError{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchItemError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchItemError) ProtoMessage() {}
+
+func (x *BatchItemError) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchItemError.ProtoReflect.Descriptor instead.
+func (*BatchItemError) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BatchItemError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *BatchItemError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BatchItemError) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+// BatchCreateResult is the outcome of one item: link or error.
+type BatchCreateResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The item's position in BatchCreateLinksRequest.requests.
+	Index         int32           `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Link          *Link           `protobuf:"bytes,2,opt,name=link,proto3" json:"link,omitempty"`
+	Error         *BatchItemError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCreateResult) Reset() {
+	*x = BatchCreateResult{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCreateResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCreateResult) ProtoMessage() {}
+
+func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCreateResult.ProtoReflect.Descriptor instead.
+func (*BatchCreateResult) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BatchCreateResult) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BatchCreateResult) GetLink() *Link {
+	if x != nil {
+		return x.Link
+	}
+	return nil
+}
+
+func (x *BatchCreateResult) GetError() *BatchItemError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type BatchCreateLinksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per request, in request order.
+	Results []*BatchCreateResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// How many items were created.
+	Created       int32 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchCreateLinksResponse) Reset() {
+	*x = BatchCreateLinksResponse{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchCreateLinksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchCreateLinksResponse) ProtoMessage() {}
+
+func (x *BatchCreateLinksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchCreateLinksResponse.ProtoReflect.Descriptor instead.
+func (*BatchCreateLinksResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BatchCreateLinksResponse) GetResults() []*BatchCreateResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *BatchCreateLinksResponse) GetCreated() int32 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
 }
 
 var File_kurz_shortener_v1_shortener_proto protoreflect.FileDescriptor
 
 const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\n" +
-	"!kurz/shortener/v1/shortener.proto\x12\x11kurz.shortener.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x83\x03\n" +
+	"!kurz/shortener/v1/shortener.proto\x12\x11kurz.shortener.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\tshort_url\x18\x02 \x01(\tR\bshortUrl\x12\x19\n" +
@@ -770,24 +1156,43 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"updateTime\x12;\n" +
 	"\vexpire_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12\x1a\n" +
-	"\bdisabled\x18\t \x01(\bR\bdisabled\"\x85\x02\n" +
+	"\bdisabled\x18\t \x01(\bR\bdisabled\x12\x12\n" +
+	"\x04tags\x18\n" +
+	" \x03(\tR\x04tags\x12\x1d\n" +
+	"\n" +
+	"max_visits\x18\v \x01(\x03R\tmaxVisits\x12-\n" +
+	"\x12password_protected\x18\f \x01(\bR\x11passwordProtected\x12\x1a\n" +
+	"\bpassword\x18\r \x01(\tR\bpassword\x12G\n" +
+	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\"j\n" +
+	"\rDeviceTargets\x12\x17\n" +
+	"\aios_url\x18\x01 \x01(\tR\x06iosUrl\x12\x1f\n" +
+	"\vandroid_url\x18\x02 \x01(\tR\n" +
+	"androidUrl\x12\x1f\n" +
+	"\vdesktop_url\x18\x03 \x01(\tR\n" +
+	"desktopUrl\"\x9d\x03\n" +
 	"\x11CreateLinkRequest\x12\x19\n" +
 	"\blong_url\x18\x01 \x01(\tR\alongUrl\x12/\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x1b.kurz.shortener.v1.CodeModeR\x04mode\x12!\n" +
 	"\fcustom_alias\x18\x03 \x01(\tR\vcustomAlias\x12;\n" +
 	"\vexpire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12D\n" +
-	"\rredirect_type\x18\x05 \x01(\x0e2\x1f.kurz.shortener.v1.RedirectTypeR\fredirectType\"A\n" +
+	"\rredirect_type\x18\x05 \x01(\x0e2\x1f.kurz.shortener.v1.RedirectTypeR\fredirectType\x12\x12\n" +
+	"\x04tags\x18\x06 \x03(\tR\x04tags\x12\x1d\n" +
+	"\n" +
+	"max_visits\x18\a \x01(\x03R\tmaxVisits\x12\x1a\n" +
+	"\bpassword\x18\b \x01(\tR\bpassword\x12G\n" +
+	"\x0edevice_targets\x18\t \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\"A\n" +
 	"\x12CreateLinkResponse\x12+\n" +
 	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"$\n" +
 	"\x0eGetLinkRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\">\n" +
 	"\x0fGetLinkResponse\x12+\n" +
-	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"N\n" +
+	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"`\n" +
 	"\x10ListLinksRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"j\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x10\n" +
+	"\x03tag\x18\x03 \x01(\tR\x03tag\"j\n" +
 	"\x11ListLinksResponse\x12-\n" +
 	"\x05links\x18\x01 \x03(\v2\x17.kurz.shortener.v1.LinkR\x05links\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"}\n" +
@@ -799,7 +1204,20 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"'\n" +
 	"\x11DeleteLinkRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\"\x14\n" +
-	"\x12DeleteLinkResponse*k\n" +
+	"\x12DeleteLinkResponse\"[\n" +
+	"\x17BatchCreateLinksRequest\x12@\n" +
+	"\brequests\x18\x01 \x03(\v2$.kurz.shortener.v1.CreateLinkRequestR\brequests\"T\n" +
+	"\x0eBatchItemError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\x8f\x01\n" +
+	"\x11BatchCreateResult\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12+\n" +
+	"\x04link\x18\x02 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\x127\n" +
+	"\x05error\x18\x03 \x01(\v2!.kurz.shortener.v1.BatchItemErrorR\x05error\"t\n" +
+	"\x18BatchCreateLinksResponse\x12>\n" +
+	"\aresults\x18\x01 \x03(\v2$.kurz.shortener.v1.BatchCreateResultR\aresults\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\x05R\acreated*k\n" +
 	"\bCodeMode\x12\x19\n" +
 	"\x15CODE_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14CODE_MODE_SEQUENTIAL\x10\x01\x12\x14\n" +
@@ -810,7 +1228,7 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x13REDIRECT_TYPE_FOUND\x10\x01\x12#\n" +
 	"\x1fREDIRECT_TYPE_MOVED_PERMANENTLY\x10\x02\x12$\n" +
 	" REDIRECT_TYPE_TEMPORARY_REDIRECT\x10\x03\x12$\n" +
-	" REDIRECT_TYPE_PERMANENT_REDIRECT\x10\x042\xcd\x03\n" +
+	" REDIRECT_TYPE_PERMANENT_REDIRECT\x10\x042\xba\x04\n" +
 	"\x10ShortenerService\x12Y\n" +
 	"\n" +
 	"CreateLink\x12$.kurz.shortener.v1.CreateLinkRequest\x1a%.kurz.shortener.v1.CreateLinkResponse\x12P\n" +
@@ -819,7 +1237,8 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\n" +
 	"UpdateLink\x12$.kurz.shortener.v1.UpdateLinkRequest\x1a%.kurz.shortener.v1.UpdateLinkResponse\x12Y\n" +
 	"\n" +
-	"DeleteLink\x12$.kurz.shortener.v1.DeleteLinkRequest\x1a%.kurz.shortener.v1.DeleteLinkResponseB\xb9\x01\n" +
+	"DeleteLink\x12$.kurz.shortener.v1.DeleteLinkRequest\x1a%.kurz.shortener.v1.DeleteLinkResponse\x12k\n" +
+	"\x10BatchCreateLinks\x12*.kurz.shortener.v1.BatchCreateLinksRequest\x1a+.kurz.shortener.v1.BatchCreateLinksResponseB\xb9\x01\n" +
 	"\x15com.kurz.shortener.v1B\x0eShortenerProtoP\x01Z*kurz.dev/gen/kurz/shortener/v1;shortenerv1\xa2\x02\x03KSX\xaa\x02\x11Kurz.Shortener.V1\xca\x02\x11Kurz\\Shortener\\V1\xe2\x02\x1dKurz\\Shortener\\V1\\GPBMetadata\xea\x02\x13Kurz::Shortener::V1b\x06proto3"
 
 var (
@@ -835,53 +1254,66 @@ func file_kurz_shortener_v1_shortener_proto_rawDescGZIP() []byte {
 }
 
 var file_kurz_shortener_v1_shortener_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kurz_shortener_v1_shortener_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_kurz_shortener_v1_shortener_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_kurz_shortener_v1_shortener_proto_goTypes = []any{
-	(CodeMode)(0),                 // 0: kurz.shortener.v1.CodeMode
-	(RedirectType)(0),             // 1: kurz.shortener.v1.RedirectType
-	(*Link)(nil),                  // 2: kurz.shortener.v1.Link
-	(*CreateLinkRequest)(nil),     // 3: kurz.shortener.v1.CreateLinkRequest
-	(*CreateLinkResponse)(nil),    // 4: kurz.shortener.v1.CreateLinkResponse
-	(*GetLinkRequest)(nil),        // 5: kurz.shortener.v1.GetLinkRequest
-	(*GetLinkResponse)(nil),       // 6: kurz.shortener.v1.GetLinkResponse
-	(*ListLinksRequest)(nil),      // 7: kurz.shortener.v1.ListLinksRequest
-	(*ListLinksResponse)(nil),     // 8: kurz.shortener.v1.ListLinksResponse
-	(*UpdateLinkRequest)(nil),     // 9: kurz.shortener.v1.UpdateLinkRequest
-	(*UpdateLinkResponse)(nil),    // 10: kurz.shortener.v1.UpdateLinkResponse
-	(*DeleteLinkRequest)(nil),     // 11: kurz.shortener.v1.DeleteLinkRequest
-	(*DeleteLinkResponse)(nil),    // 12: kurz.shortener.v1.DeleteLinkResponse
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil), // 14: google.protobuf.FieldMask
+	(CodeMode)(0),                    // 0: kurz.shortener.v1.CodeMode
+	(RedirectType)(0),                // 1: kurz.shortener.v1.RedirectType
+	(*Link)(nil),                     // 2: kurz.shortener.v1.Link
+	(*DeviceTargets)(nil),            // 3: kurz.shortener.v1.DeviceTargets
+	(*CreateLinkRequest)(nil),        // 4: kurz.shortener.v1.CreateLinkRequest
+	(*CreateLinkResponse)(nil),       // 5: kurz.shortener.v1.CreateLinkResponse
+	(*GetLinkRequest)(nil),           // 6: kurz.shortener.v1.GetLinkRequest
+	(*GetLinkResponse)(nil),          // 7: kurz.shortener.v1.GetLinkResponse
+	(*ListLinksRequest)(nil),         // 8: kurz.shortener.v1.ListLinksRequest
+	(*ListLinksResponse)(nil),        // 9: kurz.shortener.v1.ListLinksResponse
+	(*UpdateLinkRequest)(nil),        // 10: kurz.shortener.v1.UpdateLinkRequest
+	(*UpdateLinkResponse)(nil),       // 11: kurz.shortener.v1.UpdateLinkResponse
+	(*DeleteLinkRequest)(nil),        // 12: kurz.shortener.v1.DeleteLinkRequest
+	(*DeleteLinkResponse)(nil),       // 13: kurz.shortener.v1.DeleteLinkResponse
+	(*BatchCreateLinksRequest)(nil),  // 14: kurz.shortener.v1.BatchCreateLinksRequest
+	(*BatchItemError)(nil),           // 15: kurz.shortener.v1.BatchItemError
+	(*BatchCreateResult)(nil),        // 16: kurz.shortener.v1.BatchCreateResult
+	(*BatchCreateLinksResponse)(nil), // 17: kurz.shortener.v1.BatchCreateLinksResponse
+	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 19: google.protobuf.FieldMask
 }
 var file_kurz_shortener_v1_shortener_proto_depIdxs = []int32{
 	1,  // 0: kurz.shortener.v1.Link.redirect_type:type_name -> kurz.shortener.v1.RedirectType
-	13, // 1: kurz.shortener.v1.Link.create_time:type_name -> google.protobuf.Timestamp
-	13, // 2: kurz.shortener.v1.Link.update_time:type_name -> google.protobuf.Timestamp
-	13, // 3: kurz.shortener.v1.Link.expire_time:type_name -> google.protobuf.Timestamp
-	0,  // 4: kurz.shortener.v1.CreateLinkRequest.mode:type_name -> kurz.shortener.v1.CodeMode
-	13, // 5: kurz.shortener.v1.CreateLinkRequest.expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 6: kurz.shortener.v1.CreateLinkRequest.redirect_type:type_name -> kurz.shortener.v1.RedirectType
-	2,  // 7: kurz.shortener.v1.CreateLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	2,  // 8: kurz.shortener.v1.GetLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	2,  // 9: kurz.shortener.v1.ListLinksResponse.links:type_name -> kurz.shortener.v1.Link
-	2,  // 10: kurz.shortener.v1.UpdateLinkRequest.link:type_name -> kurz.shortener.v1.Link
-	14, // 11: kurz.shortener.v1.UpdateLinkRequest.update_mask:type_name -> google.protobuf.FieldMask
-	2,  // 12: kurz.shortener.v1.UpdateLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	3,  // 13: kurz.shortener.v1.ShortenerService.CreateLink:input_type -> kurz.shortener.v1.CreateLinkRequest
-	5,  // 14: kurz.shortener.v1.ShortenerService.GetLink:input_type -> kurz.shortener.v1.GetLinkRequest
-	7,  // 15: kurz.shortener.v1.ShortenerService.ListLinks:input_type -> kurz.shortener.v1.ListLinksRequest
-	9,  // 16: kurz.shortener.v1.ShortenerService.UpdateLink:input_type -> kurz.shortener.v1.UpdateLinkRequest
-	11, // 17: kurz.shortener.v1.ShortenerService.DeleteLink:input_type -> kurz.shortener.v1.DeleteLinkRequest
-	4,  // 18: kurz.shortener.v1.ShortenerService.CreateLink:output_type -> kurz.shortener.v1.CreateLinkResponse
-	6,  // 19: kurz.shortener.v1.ShortenerService.GetLink:output_type -> kurz.shortener.v1.GetLinkResponse
-	8,  // 20: kurz.shortener.v1.ShortenerService.ListLinks:output_type -> kurz.shortener.v1.ListLinksResponse
-	10, // 21: kurz.shortener.v1.ShortenerService.UpdateLink:output_type -> kurz.shortener.v1.UpdateLinkResponse
-	12, // 22: kurz.shortener.v1.ShortenerService.DeleteLink:output_type -> kurz.shortener.v1.DeleteLinkResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	18, // 1: kurz.shortener.v1.Link.create_time:type_name -> google.protobuf.Timestamp
+	18, // 2: kurz.shortener.v1.Link.update_time:type_name -> google.protobuf.Timestamp
+	18, // 3: kurz.shortener.v1.Link.expire_time:type_name -> google.protobuf.Timestamp
+	3,  // 4: kurz.shortener.v1.Link.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
+	0,  // 5: kurz.shortener.v1.CreateLinkRequest.mode:type_name -> kurz.shortener.v1.CodeMode
+	18, // 6: kurz.shortener.v1.CreateLinkRequest.expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 7: kurz.shortener.v1.CreateLinkRequest.redirect_type:type_name -> kurz.shortener.v1.RedirectType
+	3,  // 8: kurz.shortener.v1.CreateLinkRequest.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
+	2,  // 9: kurz.shortener.v1.CreateLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	2,  // 10: kurz.shortener.v1.GetLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	2,  // 11: kurz.shortener.v1.ListLinksResponse.links:type_name -> kurz.shortener.v1.Link
+	2,  // 12: kurz.shortener.v1.UpdateLinkRequest.link:type_name -> kurz.shortener.v1.Link
+	19, // 13: kurz.shortener.v1.UpdateLinkRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,  // 14: kurz.shortener.v1.UpdateLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	4,  // 15: kurz.shortener.v1.BatchCreateLinksRequest.requests:type_name -> kurz.shortener.v1.CreateLinkRequest
+	2,  // 16: kurz.shortener.v1.BatchCreateResult.link:type_name -> kurz.shortener.v1.Link
+	15, // 17: kurz.shortener.v1.BatchCreateResult.error:type_name -> kurz.shortener.v1.BatchItemError
+	16, // 18: kurz.shortener.v1.BatchCreateLinksResponse.results:type_name -> kurz.shortener.v1.BatchCreateResult
+	4,  // 19: kurz.shortener.v1.ShortenerService.CreateLink:input_type -> kurz.shortener.v1.CreateLinkRequest
+	6,  // 20: kurz.shortener.v1.ShortenerService.GetLink:input_type -> kurz.shortener.v1.GetLinkRequest
+	8,  // 21: kurz.shortener.v1.ShortenerService.ListLinks:input_type -> kurz.shortener.v1.ListLinksRequest
+	10, // 22: kurz.shortener.v1.ShortenerService.UpdateLink:input_type -> kurz.shortener.v1.UpdateLinkRequest
+	12, // 23: kurz.shortener.v1.ShortenerService.DeleteLink:input_type -> kurz.shortener.v1.DeleteLinkRequest
+	14, // 24: kurz.shortener.v1.ShortenerService.BatchCreateLinks:input_type -> kurz.shortener.v1.BatchCreateLinksRequest
+	5,  // 25: kurz.shortener.v1.ShortenerService.CreateLink:output_type -> kurz.shortener.v1.CreateLinkResponse
+	7,  // 26: kurz.shortener.v1.ShortenerService.GetLink:output_type -> kurz.shortener.v1.GetLinkResponse
+	9,  // 27: kurz.shortener.v1.ShortenerService.ListLinks:output_type -> kurz.shortener.v1.ListLinksResponse
+	11, // 28: kurz.shortener.v1.ShortenerService.UpdateLink:output_type -> kurz.shortener.v1.UpdateLinkResponse
+	13, // 29: kurz.shortener.v1.ShortenerService.DeleteLink:output_type -> kurz.shortener.v1.DeleteLinkResponse
+	17, // 30: kurz.shortener.v1.ShortenerService.BatchCreateLinks:output_type -> kurz.shortener.v1.BatchCreateLinksResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_kurz_shortener_v1_shortener_proto_init() }
@@ -895,7 +1327,7 @@ func file_kurz_shortener_v1_shortener_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kurz_shortener_v1_shortener_proto_rawDesc), len(file_kurz_shortener_v1_shortener_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ShortenerService_CreateLink_FullMethodName = "/kurz.shortener.v1.ShortenerService/CreateLink"
-	ShortenerService_GetLink_FullMethodName    = "/kurz.shortener.v1.ShortenerService/GetLink"
-	ShortenerService_ListLinks_FullMethodName  = "/kurz.shortener.v1.ShortenerService/ListLinks"
-	ShortenerService_UpdateLink_FullMethodName = "/kurz.shortener.v1.ShortenerService/UpdateLink"
-	ShortenerService_DeleteLink_FullMethodName = "/kurz.shortener.v1.ShortenerService/DeleteLink"
+	ShortenerService_CreateLink_FullMethodName       = "/kurz.shortener.v1.ShortenerService/CreateLink"
+	ShortenerService_GetLink_FullMethodName          = "/kurz.shortener.v1.ShortenerService/GetLink"
+	ShortenerService_ListLinks_FullMethodName        = "/kurz.shortener.v1.ShortenerService/ListLinks"
+	ShortenerService_UpdateLink_FullMethodName       = "/kurz.shortener.v1.ShortenerService/UpdateLink"
+	ShortenerService_DeleteLink_FullMethodName       = "/kurz.shortener.v1.ShortenerService/DeleteLink"
+	ShortenerService_BatchCreateLinks_FullMethodName = "/kurz.shortener.v1.ShortenerService/BatchCreateLinks"
 )
 
 // ShortenerServiceClient is the client API for ShortenerService service.
@@ -43,6 +44,11 @@ type ShortenerServiceClient interface {
 	UpdateLink(ctx context.Context, in *UpdateLinkRequest, opts ...grpc.CallOption) (*UpdateLinkResponse, error)
 	// DeleteLink revokes a link: its code stops redirecting at once.
 	DeleteLink(ctx context.Context, in *DeleteLinkRequest, opts ...grpc.CallOption) (*DeleteLinkResponse, error)
+	// BatchCreateLinks creates up to 1,000 links in one call. Each item
+	// succeeds or fails on its own (one bad URL does not fail the rest); the
+	// call itself fails only for a bad batch (empty, too large) or when the
+	// caller's quota cannot cover the number of items.
+	BatchCreateLinks(ctx context.Context, in *BatchCreateLinksRequest, opts ...grpc.CallOption) (*BatchCreateLinksResponse, error)
 }
 
 type shortenerServiceClient struct {
@@ -103,6 +109,16 @@ func (c *shortenerServiceClient) DeleteLink(ctx context.Context, in *DeleteLinkR
 	return out, nil
 }
 
+func (c *shortenerServiceClient) BatchCreateLinks(ctx context.Context, in *BatchCreateLinksRequest, opts ...grpc.CallOption) (*BatchCreateLinksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchCreateLinksResponse)
+	err := c.cc.Invoke(ctx, ShortenerService_BatchCreateLinks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ShortenerServiceServer is the server API for ShortenerService service.
 // All implementations must embed UnimplementedShortenerServiceServer
 // for forward compatibility.
@@ -120,6 +136,11 @@ type ShortenerServiceServer interface {
 	UpdateLink(context.Context, *UpdateLinkRequest) (*UpdateLinkResponse, error)
 	// DeleteLink revokes a link: its code stops redirecting at once.
 	DeleteLink(context.Context, *DeleteLinkRequest) (*DeleteLinkResponse, error)
+	// BatchCreateLinks creates up to 1,000 links in one call. Each item
+	// succeeds or fails on its own (one bad URL does not fail the rest); the
+	// call itself fails only for a bad batch (empty, too large) or when the
+	// caller's quota cannot cover the number of items.
+	BatchCreateLinks(context.Context, *BatchCreateLinksRequest) (*BatchCreateLinksResponse, error)
 	mustEmbedUnimplementedShortenerServiceServer()
 }
 
@@ -144,6 +165,9 @@ func (UnimplementedShortenerServiceServer) UpdateLink(context.Context, *UpdateLi
 }
 func (UnimplementedShortenerServiceServer) DeleteLink(context.Context, *DeleteLinkRequest) (*DeleteLinkResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteLink not implemented")
+}
+func (UnimplementedShortenerServiceServer) BatchCreateLinks(context.Context, *BatchCreateLinksRequest) (*BatchCreateLinksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchCreateLinks not implemented")
 }
 func (UnimplementedShortenerServiceServer) mustEmbedUnimplementedShortenerServiceServer() {}
 func (UnimplementedShortenerServiceServer) testEmbeddedByValue()                          {}
@@ -256,6 +280,24 @@ func _ShortenerService_DeleteLink_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ShortenerService_BatchCreateLinks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchCreateLinksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShortenerServiceServer).BatchCreateLinks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShortenerService_BatchCreateLinks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShortenerServiceServer).BatchCreateLinks(ctx, req.(*BatchCreateLinksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ShortenerService_ServiceDesc is the grpc.ServiceDesc for ShortenerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -282,6 +324,10 @@ var ShortenerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteLink",
 			Handler:    _ShortenerService_DeleteLink_Handler,
+		},
+		{
+			MethodName: "BatchCreateLinks",
+			Handler:    _ShortenerService_BatchCreateLinks_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
