@@ -19,6 +19,7 @@ FUZZTIME=${FUZZTIME:-10s}
 # decoded.
 TARGETS=(
 	"FuzzValidateURL ./services/shortener/internal/urlcheck"
+	"FuzzParse       ./pkg/linkimport"
 	"FuzzParseCode   ./pkg/linkcode"
 	"FuzzEncode      ./pkg/linkcode"
 	"FuzzParse       ./services/limiter/internal/rulestore"

@@ -229,6 +229,8 @@ ensure_packages() {
   ch_server_bin >/dev/null || missing+=(clickhouse-server)
   command -v clickhouse-client >/dev/null 2>&1 || missing+=(clickhouse-client)
   pg_bin_dir >/dev/null || missing+=(postgresql)
+  # Headless Chromium drives the web console's browser test.
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   ((${#missing[@]} == 0)) && return 0
 
   if ((!IS_ROOT)); then

@@ -86,6 +86,40 @@ func TestBots(t *testing.T) {
 	}
 }
 
+// TestLinkPreviewFetchers: the fetchers chat apps and social networks send
+// as soon as a link is posted are bots, so they never count as human clicks
+// or unique visitors. Their real User-Agents, several with a browser's
+// tokens besides.
+func TestLinkPreviewFetchers(t *testing.T) {
+	fetchers := map[string]string{
+		"Slackbot-LinkExpanding": "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)",
+		"Slack-ImgProxy":         "Slack-ImgProxy (+https://api.slack.com/robots)",
+		"facebookexternalhit":    "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)",
+		"Facebot":                "Facebot",
+		"Twitterbot":             "Twitterbot/1.0",
+		"Discordbot":             "Mozilla/5.0 (Macintosh; Intel Mac OS X 11.6; rv:92.0) Gecko/20100101 Firefox/92.0 (compatible; Discordbot/2.0; +https://discordapp.com)",
+		"WhatsApp":               "WhatsApp/2.23.20.0 A",
+		"TelegramBot":            "TelegramBot (like TwitterBot)",
+		"LinkedInBot":            "LinkedInBot/1.0 (compatible; Mozilla/5.0; Apache-HttpClient +http://www.linkedin.com)",
+		"SkypeUriPreview":        "Mozilla/5.0 (Windows NT 6.1; WOW64) SkypeUriPreview Preview/0.5 skype-url-preview@microsoft.com",
+		"Applebot":               "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1 (Applebot/0.1; +http://www.apple.com/go/applebot)",
+		"Iframely":               "Iframely/1.3.1 (+https://iframely.com/docs/about) Atlassian",
+		"redditbot":              "Mozilla/5.0 (compatible; redditbot/1.0; +http://www.reddit.com/feedback)",
+		"Pinterestbot":           "Mozilla/5.0 (compatible; Pinterestbot/1.0; +http://www.pinterest.com/bot.html)",
+		"Embedly":                "Mozilla/5.0 (compatible; Embedly/0.2; +http://support.embed.ly/)",
+		"Google-PageRenderer":    "Mozilla/5.0 (Windows NT 6.1; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/56.0.2924.87 Safari/537.36 Google (+https://developers.google.com/+/web/snippet/) Google-PageRenderer",
+		"Mastodon":               "http.rb/5.1.1 (Mastodon/4.2.8; +https://mastodon.social/)",
+	}
+	want := Class{Bot: true, Browser: BotBrowser, OS: Other, Device: BotDev}
+	for name, ua := range fetchers {
+		t.Run(name, func(t *testing.T) {
+			if got := Classify(ua); got != want {
+				t.Errorf("Classify(%q) = %+v, want %+v", ua, got, want)
+			}
+		})
+	}
+}
+
 func TestReferrerHost(t *testing.T) {
 	tests := map[string]string{
 		"":                                      Direct,

@@ -18,6 +18,7 @@ import (
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/server"
+	"kurz.dev/services/gateway/internal/console"
 	"kurz.dev/services/gateway/internal/httpapi"
 	"kurz.dev/services/gateway/internal/keystore"
 	"kurz.dev/services/gateway/internal/keystore/migrations"
@@ -166,6 +167,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 		return nil, err
 	}
 	api.Register(srv.Mux)
+	web, err := console.New()
+	if err != nil {
+		return nil, err
+	}
+	web.Register(srv.Mux)
 	srv.SetHandler(api.Wrap(srv.Mux))
 	srv.AddCheck("postgres", db.Ping)
 

@@ -189,8 +189,13 @@ func (c *call) tenant() string { return c.st.tenant }
 // gateway: tenant and client IP as metadata (pkg/callmeta), bounded by the
 // call timeout.
 func (a *API) downstream(c *call) (context.Context, context.CancelFunc) {
+	return a.downstreamFor(c, a.opts.CallTimeout)
+}
+
+// downstreamFor is downstream with another bound, for the bulk calls.
+func (a *API) downstreamFor(c *call, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx := callmeta.Outgoing(c.r.Context(), c.tenant(), c.st.ip)
-	return context.WithTimeout(ctx, a.opts.CallTimeout)
+	return context.WithTimeout(ctx, timeout)
 }
 
 // serve runs one route: admission (authentication, brute-force guard, edge

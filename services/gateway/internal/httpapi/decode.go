@@ -16,9 +16,23 @@ import (
 // readBody reads the request body up to Options.MaxBodyBytes: larger is a
 // 413; an empty one (nothing but whitespace) a 400, or nil when emptyOK.
 func (a *API) readBody(c *call, emptyOK bool) ([]byte, error) {
-	max := a.opts.MaxBodyBytes
-	tooLarge := newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge,
+	if emptyOK {
+		return a.readBodyUpTo(c, a.opts.MaxBodyBytes, "")
+	}
+	return a.readBodyUpTo(c, a.opts.MaxBodyBytes, "send a JSON object")
+}
+
+// bodyTooLarge is the 413 of a body over max bytes.
+func bodyTooLarge(max int64) *apiError {
+	return newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge,
 		fmt.Sprintf("the request body is larger than %d bytes", max))
+}
+
+// readBodyUpTo reads the request body up to max bytes: larger is a 413; an
+// empty one (nothing but whitespace) a 400 saying what to send (want), or
+// nil when want is "".
+func (a *API) readBodyUpTo(c *call, max int64, want string) ([]byte, error) {
+	tooLarge := bodyTooLarge(max)
 	if c.r.ContentLength > max {
 		return nil, tooLarge
 	}
@@ -29,8 +43,8 @@ func (a *API) readBody(c *call, emptyOK bool) ([]byte, error) {
 		return nil, tooLarge
 	case err != nil:
 		return nil, badRequest("the request body could not be read")
-	case len(bytes.TrimSpace(b)) == 0 && !emptyOK:
-		return nil, badRequest("the request body is empty: send a JSON object")
+	case len(bytes.TrimSpace(b)) == 0 && want != "":
+		return nil, badRequest("the request body is empty: " + want)
 	case len(bytes.TrimSpace(b)) == 0:
 		return nil, nil
 	}
@@ -117,13 +131,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // protoJSON is how messages are written: proto JSON names, enums by name,
 // scalars even when zero (so "disabled": false is there), unset messages
-// left out.
+// left out. writeProto leaves out Link's input-only password.
 var protoJSON = protojson.MarshalOptions{EmitDefaultValues: true}
 
 // writeProto sends m in proto JSON, compacted: protojson varies its
 // whitespace on purpose, and clients (and the README's examples) deserve
 // stable bytes.
 func writeProto(w http.ResponseWriter, status int, m proto.Message) error {
+	if pm := m.ProtoReflect(); pm.IsValid() {
+		withoutPasswords(pm)
+	}
 	raw, err := protoJSON.Marshal(m)
 	if err != nil {
 		return internalError(fmt.Errorf("marshal %T: %w", m, err))
@@ -132,8 +149,8 @@ func writeProto(w http.ResponseWriter, status int, m proto.Message) error {
 	if err := json.Compact(&buf, raw); err != nil {
 		return internalError(fmt.Errorf("compact %T: %w", m, err))
 	}
-	buf.WriteByte('\n')
-	send(w, status, "application/json", buf.Bytes())
+	out := append(dropEmptyPasswords(buf.Bytes()), '\n')
+	send(w, status, "application/json", out)
 	return nil
 }
 

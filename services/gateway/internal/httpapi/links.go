@@ -28,7 +28,10 @@ func (a *API) table() []route {
 		{pattern: "GET /v1/openapi.json", access: public, handle: a.openAPI},
 
 		{pattern: "POST /v1/links", access: tenantOrAnonymous, handle: a.createLink},
-		{pattern: "GET /v1/links", access: tenantKey, query: []string{"page_size", "page_token"}, handle: a.listLinks},
+		{pattern: "GET /v1/links", access: tenantKey, query: []string{"page_size", "page_token", "tag"}, handle: a.listLinks},
+		{pattern: "POST /v1/links:batch", access: tenantKey, handle: a.batchCreateLinks},
+		{pattern: "GET /v1/links:export", access: tenantKey, query: []string{"tag"}, handle: a.exportLinks},
+		{pattern: "POST /v1/links:import", access: tenantKey, handle: a.importLinks},
 		{pattern: "GET /v1/links/{code}", access: tenantKey, handle: a.getLink},
 		{pattern: "PATCH /v1/links/{code}", access: tenantKey, handle: a.updateLink},
 		{pattern: "DELETE /v1/links/{code}", access: tenantKey, handle: a.deleteLink},
@@ -76,8 +79,9 @@ func (a *API) createLink(c *call) error {
 }
 
 func (a *API) listLinks(c *call) error {
-	req := &shortenerv1.ListLinksRequest{PageToken: c.r.URL.Query().Get("page_token")}
-	if s := c.r.URL.Query().Get("page_size"); s != "" {
+	q := c.r.URL.Query()
+	req := &shortenerv1.ListLinksRequest{PageToken: q.Get("page_token"), Tag: q.Get("tag")}
+	if s := q.Get("page_size"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 1000 {
 			return badRequest("page_size must be a whole number from 1 to 1000")
@@ -121,10 +125,17 @@ func (a *API) fetchLink(c *call, code string) (*shortenerv1.Link, error) {
 }
 
 // mutableLinkFields are the Link fields PATCH may change.
-var mutableLinkFields = []protoreflect.Name{"long_url", "redirect_type", "expire_time", "disabled"}
+var mutableLinkFields = []protoreflect.Name{
+	"long_url", "redirect_type", "expire_time", "disabled", "tags", "max_visits", "password", "device_targets",
+}
+
+// mutableLinkJSON lists mutableLinkFields by their JSON names, for messages.
+const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxVisits, password and deviceTargets"
 
 // updateLink changes the fields present in the body (a partial Link in proto
-// JSON); "expireTime": null clears the expiry.
+// JSON); "expireTime": null clears the expiry, "tags": [] the tags,
+// "maxVisits": 0 the visit limit, "password": "" the password and
+// "deviceTargets": null the device targets.
 func (a *API) updateLink(c *call) error {
 	code, err := pathCode(c)
 	if err != nil {
@@ -150,12 +161,12 @@ func (a *API) updateLink(c *call) error {
 			fd = fields.ByTextName(key)
 		}
 		if fd == nil || !slices.Contains(mutableLinkFields, fd.Name()) {
-			return badRequest(fmt.Sprintf("field %q cannot be changed; PATCH takes longUrl, redirectType, expireTime and disabled", key))
+			return badRequest(fmt.Sprintf("field %q cannot be changed; PATCH takes %s", key, mutableLinkJSON))
 		}
 		mask = append(mask, string(fd.Name()))
 	}
 	if len(mask) == 0 {
-		return badRequest("nothing to change: send one or more of longUrl, redirectType, expireTime, disabled")
+		return badRequest("nothing to change: send one or more of " + mutableLinkJSON)
 	}
 	slices.Sort(mask)
 	link.Code = code

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
@@ -66,6 +67,19 @@ type Config struct {
 	// MissFailurePolicy is what the miss path does when the limiter does not
 	// answer: open (look up anyway) or closed (503).
 	MissFailurePolicy string `env:"REDIRECT_MISS_FAILURE_POLICY" default:"open"`
+	// PasswordLimiterTimeout bounds the CheckQuota before a password
+	// attempt. That check fails closed (no answer, no attempt), so it gets
+	// more room than the miss path's.
+	PasswordLimiterTimeout time.Duration `env:"REDIRECT_PASSWORD_LIMITER_TIMEOUT" default:"250ms"`
+	// VisitTimeout bounds the INCR that counts a visit of a visit-limited
+	// link, waiting for a pooled connection included; past it the visit is
+	// refused (503), never let through uncounted.
+	VisitTimeout time.Duration `env:"REDIRECT_VISIT_TIMEOUT" default:"500ms"`
+	// FormSecret keys the CSRF tokens of password forms; give every pod the
+	// same secret (at least 32 characters). Empty: a random secret per
+	// process, with a warning (a form then verifies only on the pod that
+	// rendered it).
+	FormSecret string `env:"REDIRECT_FORM_SECRET" default:""`
 
 	// ClickBuffer is how many click events may wait in memory; more are
 	// dropped and counted.
@@ -95,12 +109,18 @@ func (c Config) validate() (quota.Policy, error) {
 	if c.ClickBuffer < 1 || c.ClickBatch < 1 || c.ClickFlushInterval <= 0 || c.ClickWriteTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_BUFFER, _BATCH, _FLUSH_INTERVAL and _WRITE_TIMEOUT must be positive"))
 	}
-	if c.LimiterTimeout <= 0 {
-		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT must be positive"))
+	if c.LimiterTimeout <= 0 || c.PasswordLimiterTimeout <= 0 || c.VisitTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT, KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT and KURZ_REDIRECT_VISIT_TIMEOUT must be positive"))
+	}
+	if n := len(c.FormSecret); n > 0 && n < minFormSecret {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_FORM_SECRET has %d characters: want at least %d", n, minFormSecret))
 	}
 	errs = append(errs, c.Cache.Validate(), c.Streams.Validate())
 	return policy, errors.Join(errs...)
 }
+
+// minFormSecret is the shortest KURZ_REDIRECT_FORM_SECRET accepted.
+const minFormSecret = 32
 
 // New connects to Redis, PostgreSQL and the limiter, and returns the redirect
 // server, ready to Run.
@@ -114,6 +134,8 @@ type hooks struct {
 	redisHook redis.Hook
 	// clickRedis replaces the cluster client for click events only.
 	clickRedis redis.Cmdable
+	// visitRedis replaces the cluster client for visit counters only.
+	visitRedis redis.Cmdable
 	// beforeFlight runs when a request misses L1.
 	beforeFlight func(code string)
 	// afterInvalidate runs when an invalidation of code was applied to L1.
@@ -161,11 +183,22 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		return nil, err
 	}
 	closers = append(closers, func() { _ = srv.Close(context.Background()) })
-	quotaClient, closeLimiter, err := quota.Dial(cfg.LimiterAddr, srv.Telemetry, cfg.LimiterTimeout, log)
+	// One connection to the limiter, two clients: the miss path's (short
+	// timeout, configurable policy) and the password attempts' (fail closed).
+	limiterConn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
+	if err != nil {
+		return nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
+	}
+	closeLimiter := limiterConn.Close
+	closers = append(closers, func() { _ = closeLimiter() })
+	quotaClient, err := quota.New(limiterConn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { _ = closeLimiter() })
+	passwordQuota, err := quota.New(limiterConn, cfg.PasswordLimiterTimeout, log, srv.Telemetry.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
 	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
 
 	resolver, err := resolve.New(resolve.Config{
@@ -212,15 +245,38 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	}
 	closers = append(closers, func() { _ = clicks.Close(context.Background()) })
 
+	var visitRedis redis.Cmdable = h.visitRedis
+	if visitRedis == nil {
+		// Visit counters get a client that never retries: an INCR retried
+		// after a timeout whose first try went through would spend two
+		// visits on one. A failed count refuses the visit instead.
+		vrdb, err := redisconn.New(ctx, cfg.Redis, redisconn.NoRetries, redisconn.SocketTimeouts(cfg.VisitTimeout))
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, func() { _ = vrdb.Close() })
+		srv.OnShutdown(func(context.Context) error { return vrdb.Close() })
+		visitRedis = vrdb
+	}
+
 	salt := []byte(cfg.VisitorSalt)
 	if len(salt) == 0 {
 		salt = []byte(rand.Text())
 		log.Warn("KURZ_REDIRECT_VISITOR_SALT is not set: using a random salt, so each pod hashes visitors differently")
 	}
+	formSecret := []byte(cfg.FormSecret)
+	if len(formSecret) == 0 {
+		formSecret = []byte(rand.Text() + rand.Text())
+		log.Warn("KURZ_REDIRECT_FORM_SECRET is not set: using a random secret, so a password form only verifies on the pod that rendered it")
+	}
 	handler, err := redirector.New(redirector.Config{
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
 		ClientIPHeader: cfg.ClientIPHeader, VisitorSalt: salt, MissPolicy: missPolicy,
-	}, resolver, quotaClient, clicks, meter)
+		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout,
+	}, redirector.Deps{
+		Resolver: resolver, Quota: quotaClient, PasswordQuota: passwordQuota, Visits: visitRedis,
+		Clicks: clicks, Log: log,
+	}, meter)
 	if err != nil {
 		return nil, err
 	}

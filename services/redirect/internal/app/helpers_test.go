@@ -102,6 +102,7 @@ func newFixture(t *testing.T) *fixture {
 			_, _ = db.Exec(ctx, `DELETE FROM links WHERE code = ANY($1)`, f.codes)
 			for _, c := range f.codes {
 				rdb.Del(ctx, linkcache.Key(c))
+				rdb.Del(ctx, linkcache.VisitsKey(c))
 			}
 		}
 		db.Close()

@@ -3,27 +3,41 @@
 // unknown codes, 410 for revoked, disabled or expired links, and 429 when a
 // client IP misses too often. Every answer from a lookup carries X-Source:
 // l1, cache or db. Each GET redirect records a click event, without waiting.
+//
+// Links may carry more: per-device targets (iOS, Android, desktop, by
+// User-Agent); a visit limit (each GET spends one visit, counted with INCR
+// on Redis; past the limit 410, and 503 when Redis cannot count); a password
+// (GET shows a form, POST /{code} checks it after the limiter and a CSRF
+// token). HEAD requests and link-preview fetchers see a protected link's
+// status, never its target, and spend no visit.
 package redirector
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"mime"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/redirect/internal/resolve"
 )
@@ -45,12 +59,20 @@ type Config struct {
 	PermanentMaxAge time.Duration
 	// ClientIPHeader names a header set by a trusted proxy in front of the
 	// service (X-Forwarded-For: its last entry is used). Empty: the peer
-	// address.
+	// address. When set, that proxy's X-Forwarded-Proto is trusted too.
 	ClientIPHeader string
 	// VisitorSalt keys the visitor hash of click events.
 	VisitorSalt []byte
-	// MissPolicy applies when the limiter does not answer.
+	// MissPolicy applies when the limiter does not answer on the miss path.
 	MissPolicy quota.Policy
+	// FormSecret keys the password forms' CSRF tokens; every replica must
+	// share it, or a form only verifies on the replica that rendered it.
+	FormSecret []byte
+	// VisitTimeout bounds one visit counter's round trip to Redis.
+	VisitTimeout time.Duration
+	// PasswordChecks bounds the Argon2 verifications running at once
+	// (about 19 MiB each); 0 means GOMAXPROCS.
+	PasswordChecks int
 }
 
 // Clicks receives click events; Record must not block.
@@ -58,21 +80,51 @@ type Clicks interface {
 	Record(clickevent.Event)
 }
 
+// Deps are what the handler talks to.
+type Deps struct {
+	Resolver *resolve.Resolver
+	// Quota is asked on the miss path (MissPolicy applies).
+	Quota *quota.Client
+	// PasswordQuota is asked before each password attempt; the handler
+	// fails closed whatever its answer's source.
+	PasswordQuota *quota.Client
+	// Visits INCRs the counters of visit-limited links. Give it a client
+	// that never retries: a retried INCR whose first try went through
+	// would spend two visits on one.
+	Visits redis.Cmdable
+	Clicks Clicks
+	Log    *slog.Logger
+}
+
 // Handler serves short codes.
 type Handler struct {
 	cfg      Config
 	resolver *resolve.Resolver
 	quota    *quota.Client
+	pwQuota  *quota.Client
+	visits   redis.Cmdable
 	clicks   Clicks
+	log      *slog.Logger
+	tokens   formTokens
+	argon    chan struct{}
 	requests metric.Int64Counter
 	latency  metric.Float64Histogram
+	attempts metric.Int64Counter
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
 // middleware (pkg/server) gives each request its server span, which the
 // handler annotates and whose context every click event carries.
-func New(cfg Config, r *resolve.Resolver, q *quota.Client, clicks Clicks, meter metric.Meter) (*Handler, error) {
-	h := &Handler{cfg: cfg, resolver: r, quota: q, clicks: clicks}
+func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
+	if len(cfg.FormSecret) == 0 {
+		return nil, errors.New("redirect handler: empty form secret")
+	}
+	checks := cfg.PasswordChecks
+	if checks <= 0 {
+		checks = runtime.GOMAXPROCS(0)
+	}
+	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
+		clicks: d.Clicks, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks)}
 	var err error
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
@@ -84,13 +136,20 @@ func New(cfg Config, r *resolve.Resolver, q *quota.Client, clicks Clicks, meter 
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)); err != nil {
 		return nil, fmt.Errorf("redirect metrics: %w", err)
 	}
+	if h.attempts, err = meter.Int64Counter("kurz.redirect.password_attempts",
+		metric.WithDescription("Password form submissions by outcome: ok, wrong, forged (CSRF token refused), limited, unavailable"),
+		metric.WithUnit("{attempt}")); err != nil {
+		return nil, fmt.Errorf("redirect metrics: %w", err)
+	}
 	return h, nil
 }
 
-// Register puts the routes on mux: /{code} for GET and HEAD, and a neutral
-// 404 for every other path the service does not own.
+// Register puts the routes on mux: /{code} for GET and HEAD, POST /{code}
+// for password forms, and a neutral 404 for every other path the service
+// does not own.
 func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{code}", h.serveCode)
+	mux.HandleFunc("POST /{code}", h.serveAttempt)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { page(w, http.StatusNotFound) })
 }
 
@@ -117,49 +176,253 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Source", string(res.Source))
-	status := h.answer(w, res.Entry, start)
 	span.SetAttributes(attribute.String("kurz.source", string(res.Source)))
+	status := h.visit(w, r, code, ip, res.Entry, start)
 	h.count(ctx, start, string(res.Source), status)
-	if status < 300 || status > 399 || r.Method != http.MethodGet {
+}
+
+// visit answers a GET or HEAD of code, whose entry is e, and returns the
+// status. Ordinary links redirect without any other I/O. A HEAD, or a GET by
+// a link-preview fetcher, never reveals a protected link's target nor spends
+// a visit.
+func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code, ip string, e linkcache.Entry, start time.Time) int {
+	if status, done := h.inactive(w, e, start); done {
+		return status
+	}
+	ctx := r.Context()
+	ua := r.UserAgent()
+	look := r.Method == http.MethodHead || (e.MaxVisits > 0 && IsPreviewBot(ua))
+	switch {
+	case e.PasswordHash != "":
+		// The form, for browsers, bots and HEAD alike. If the visits are
+		// known to be spent, say so before anyone types a password.
+		if e.MaxVisits > 0 {
+			if left, err := h.visitsLeft(ctx, code, e.MaxVisits); err == nil && !left {
+				page(w, http.StatusGone)
+				return http.StatusGone
+			}
+		}
+		return h.form(w, r, code, http.StatusOK, "")
+	case e.MaxVisits > 0 && look:
+		left, err := h.visitsLeft(ctx, code, e.MaxVisits)
+		if err != nil {
+			h.log.WarnContext(ctx, "visit counter unreadable", "code", code, "err", err)
+			return h.unavailable(w)
+		}
+		if !left {
+			page(w, http.StatusGone)
+			return http.StatusGone
+		}
+		// The status a visit would get, without Location.
+		w.Header().Set("Cache-Control", "no-store")
+		status := h.status(e)
+		w.WriteHeader(status)
+		return status
+	case e.MaxVisits > 0:
+		switch h.countVisit(ctx, code, e.MaxVisits) {
+		case visitExhausted:
+			page(w, http.StatusGone)
+			return http.StatusGone
+		case visitUncounted:
+			return h.unavailable(w)
+		}
+	}
+	status := h.redirect(w, e, Target(e, ua), e.MaxVisits > 0, h.status(e))
+	if r.Method == http.MethodGet {
+		h.record(ctx, r, code, e.Tenant, ip, start)
+	}
+	return status
+}
+
+// serveAttempt checks a password form: the code (404, 410, and 405 for a
+// link without a password), the body, the CSRF token, then the limiter, then
+// the password; the right one redirects (303, the browser GETs the target)
+// and counts as a click and, for a visit-limited link, a visit.
+func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := r.PathValue("code")
+	ctx := r.Context()
+	if !linkcode.Plausible(code) {
+		h.count(ctx, start, "none", http.StatusNotFound)
+		page(w, http.StatusNotFound)
 		return
 	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("kurz.code", code))
+	ip := h.clientIP(r)
+	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context) error { return h.gate(ctx, ip) })
+	if err != nil {
+		h.count(ctx, start, "none", h.refuse(w, err))
+		return
+	}
+	w.Header().Set("X-Source", string(res.Source))
+	status := h.attempt(w, r, code, ip, res.Entry, start)
+	h.count(ctx, start, string(res.Source), status)
+}
+
+// readForm reads a POST's form (bounded) and returns 0, or the status that
+// refuses it.
+func readForm(w http.ResponseWriter, r *http.Request) int {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct != "application/x-www-form-urlencoded" {
+		return http.StatusUnsupportedMediaType
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return http.StatusRequestEntityTooLarge
+		}
+		return http.StatusBadRequest
+	}
+	return 0
+}
+
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code, ip string, e linkcache.Entry, start time.Time) int {
+	if status, done := h.inactive(w, e, start); done {
+		return status
+	}
+	ctx := r.Context()
+	if e.PasswordHash == "" {
+		w.Header().Set("Allow", "GET, HEAD")
+		page(w, http.StatusMethodNotAllowed)
+		return http.StatusMethodNotAllowed
+	}
+	if status := readForm(w, r); status != 0 {
+		page(w, status)
+		return status
+	}
+	outcome := func(o string) {
+		h.attempts.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", o)))
+	}
+	var nonce string
+	if c, err := r.Cookie(formCookie); err == nil {
+		nonce = c.Value
+	}
+	if err := h.tokens.check(code, nonce, r.PostForm.Get(formField), start); err != nil {
+		outcome("forged")
+		h.log.InfoContext(ctx, "password form refused", "code", code, "reason", err.Error())
+		return h.form(w, r, code, http.StatusForbidden, msgForged)
+	}
+	// The limiter before the hash: it bounds guesses and Argon2 work alike.
+	d := h.pwQuota.Check(ctx, PasswordDomain, map[string]string{"ip": ip, "code": code}, 1, quota.FailClosed)
+	if d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE && d.Allowed {
+		h.log.WarnContext(ctx, "no limiter rule for password attempts: add one to domain "+PasswordDomain, "code", code)
+	}
+	if !d.Allowed {
+		if d.Degraded {
+			outcome("unavailable")
+			w.Header().Set("Retry-After", "1")
+			return h.form(w, r, code, http.StatusServiceUnavailable, msgUnavailable)
+		}
+		outcome("limited")
+		w.Header().Set("Retry-After", retryAfter(d.RetryAfter))
+		return h.form(w, r, code, http.StatusTooManyRequests, msgTooMany)
+	}
+	ok, err := h.verify(ctx, e.PasswordHash, r.PostForm.Get("password"))
+	switch {
+	case errors.Is(err, linkpass.ErrMalformed):
+		h.log.ErrorContext(ctx, "stored password hash is malformed", "code", code)
+		page(w, http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	case err != nil:
+		outcome("unavailable")
+		return h.unavailable(w)
+	case !ok:
+		outcome("wrong")
+		return h.form(w, r, code, http.StatusUnauthorized, msgWrong)
+	}
+	outcome("ok")
+	if e.MaxVisits > 0 {
+		switch h.countVisit(ctx, code, e.MaxVisits) {
+		case visitExhausted:
+			page(w, http.StatusGone)
+			return http.StatusGone
+		case visitUncounted:
+			return h.unavailable(w)
+		}
+	}
+	// The nonce has served; the next form gets a new one.
+	http.SetCookie(w, &http.Cookie{Name: formCookie, Path: "/" + code, MaxAge: -1, HttpOnly: true,
+		Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
+	// 303 whatever the link's type: the browser follows with a GET, where
+	// a 307/308 would re-post the form, password included, to the target.
+	status := h.redirect(w, e, Target(e, r.UserAgent()), true, http.StatusSeeOther)
+	h.record(ctx, r, code, e.Tenant, ip, start)
+	return status
+}
+
+// inactive answers an entry that does not redirect (404, 410) and reports
+// whether it did.
+func (h *Handler) inactive(w http.ResponseWriter, e linkcache.Entry, now time.Time) (int, bool) {
+	switch {
+	case e.State == linkcache.Missing:
+		page(w, http.StatusNotFound)
+		return http.StatusNotFound, true
+	case e.State == linkcache.Gone || e.Expired(now):
+		page(w, http.StatusGone)
+		return http.StatusGone, true
+	}
+	return 0, false
+}
+
+// status is the redirect status of an active entry.
+func (h *Handler) status(e linkcache.Entry) int {
+	if e.Status != 0 {
+		return e.Status
+	}
+	return h.cfg.DefaultStatus
+}
+
+// redirect writes a redirect to target and returns its status. noStore
+// answers of protected links (visit-limited, or after a password) must not
+// be kept by any cache, or a later visit would bypass the count or the
+// password; per-device answers are cached only by the device's own browser.
+func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target string, noStore bool, status int) int {
+	hdr := w.Header()
+	permanent := status == http.StatusMovedPermanently || status == http.StatusPermanentRedirect
+	switch {
+	case noStore:
+		hdr.Set("Cache-Control", "no-store")
+	case e.Targets != nil:
+		hdr.Set("Vary", "User-Agent")
+		if permanent {
+			hdr.Set("Cache-Control", "private, max-age="+strconv.Itoa(int(h.cfg.PermanentMaxAge.Seconds())))
+		} else {
+			hdr.Set("Cache-Control", "private, max-age=0")
+		}
+	case permanent:
+		hdr.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(h.cfg.PermanentMaxAge.Seconds())))
+	case h.cfg.CDNMaxAge > 0:
+		hdr.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(h.cfg.CDNMaxAge.Seconds())))
+	default:
+		hdr.Set("Cache-Control", "private, max-age=0")
+	}
+	hdr.Set("Location", target)
+	w.WriteHeader(status)
+	return status
+}
+
+// record appends the click of a redirect, without waiting.
+func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip string, start time.Time) {
 	carrier := propagation.MapCarrier{}
 	traceContext.Inject(ctx, carrier)
 	ua := r.UserAgent()
 	h.clicks.Record(clickevent.Event{
-		ID: clickevent.NewID(start), Code: code, Tenant: res.Entry.Tenant, Time: start,
+		ID: clickevent.NewID(start), Code: code, Tenant: tenant, Time: start,
 		Visitor:   clickevent.Visitor(h.cfg.VisitorSalt, start, ip, ua),
 		UserAgent: ua, Referrer: r.Referer(), TraceParent: carrier.Get("traceparent"),
 	})
 }
 
-// answer writes the response for an entry and returns its status.
-func (h *Handler) answer(w http.ResponseWriter, e linkcache.Entry, now time.Time) int {
-	switch {
-	case e.State == linkcache.Missing:
-		page(w, http.StatusNotFound)
-		return http.StatusNotFound
-	case e.State == linkcache.Gone || e.Expired(now):
-		page(w, http.StatusGone)
-		return http.StatusGone
-	}
-	status := e.Status
-	if status == 0 {
-		status = h.cfg.DefaultStatus
-	}
-	switch status {
-	case http.StatusMovedPermanently, http.StatusPermanentRedirect:
-		w.Header().Set("Cache-Control", fmt.Sprintf("public, max-age=%d", int(h.cfg.PermanentMaxAge.Seconds())))
-	default:
-		if h.cfg.CDNMaxAge > 0 {
-			w.Header().Set("Cache-Control", fmt.Sprintf("public, max-age=%d", int(h.cfg.CDNMaxAge.Seconds())))
-		} else {
-			w.Header().Set("Cache-Control", "private, max-age=0")
-		}
-	}
-	w.Header().Set("Location", e.URL)
-	w.WriteHeader(status)
-	return status
+// unavailable answers 503 with Retry-After: 1.
+func (h *Handler) unavailable(w http.ResponseWriter) int {
+	w.Header().Set("Retry-After", "1")
+	page(w, http.StatusServiceUnavailable)
+	return http.StatusServiceUnavailable
+}
+
+func retryAfter(d time.Duration) string {
+	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
 }
 
 // refuse answers a lookup that did not complete and returns the status.
@@ -170,13 +433,11 @@ func (h *Handler) refuse(w http.ResponseWriter, err error) int {
 		if d.Unavailable {
 			status = http.StatusServiceUnavailable
 		}
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(d.RetryAfter.Seconds())))))
+		w.Header().Set("Retry-After", retryAfter(d.RetryAfter))
 		page(w, status)
 		return status
 	}
-	w.Header().Set("Retry-After", "1")
-	page(w, http.StatusServiceUnavailable)
-	return http.StatusServiceUnavailable
+	return h.unavailable(w)
 }
 
 // gate asks the limiter before a PostgreSQL lookup: only unknown (uncached)
@@ -219,10 +480,15 @@ func (h *Handler) count(ctx context.Context, start time.Time, source string, sta
 
 // The pages reflect nothing from the request.
 var pages = map[int]string{
-	http.StatusNotFound:           "This short link does not exist.",
-	http.StatusGone:               "This short link is no longer available.",
-	http.StatusTooManyRequests:    "Too many requests. Please wait a moment and try again.",
-	http.StatusServiceUnavailable: "This service is temporarily unavailable. Please try again shortly.",
+	http.StatusBadRequest:            "The form could not be read.",
+	http.StatusMethodNotAllowed:      "This short link only answers GET and HEAD.",
+	http.StatusRequestEntityTooLarge: "The form is too large.",
+	http.StatusUnsupportedMediaType:  "The form must be sent as application/x-www-form-urlencoded.",
+	http.StatusInternalServerError:   "Something went wrong on our side. Please try again later.",
+	http.StatusNotFound:              "This short link does not exist.",
+	http.StatusGone:                  "This short link is no longer available.",
+	http.StatusTooManyRequests:       "Too many requests. Please wait a moment and try again.",
+	http.StatusServiceUnavailable:    "This service is temporarily unavailable. Please try again shortly.",
 }
 
 func page(w http.ResponseWriter, status int) {

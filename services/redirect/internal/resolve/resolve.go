@@ -193,13 +193,17 @@ func (r *Resolver) fromDB(ctx context.Context, code string) (linkcache.Entry, er
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
 	var (
-		e                 linkcache.Entry
-		status            int16
-		expires           *time.Time
-		disabled, deleted bool
+		e                     linkcache.Entry
+		status                int16
+		expires               *time.Time
+		disabled, deleted     bool
+		hash                  *string
+		ios, android, desktop *string
 	)
-	err := r.db.QueryRow(ctx, `SELECT tenant, long_url, redirect_type, expires_at, disabled, deleted_at IS NOT NULL
-		FROM links WHERE code = $1`, code).Scan(&e.Tenant, &e.URL, &status, &expires, &disabled, &deleted)
+	err := r.db.QueryRow(ctx, `SELECT tenant, long_url, redirect_type, expires_at, disabled, deleted_at IS NOT NULL,
+			max_visits, password_hash, ios_url, android_url, desktop_url
+		FROM links WHERE code = $1`, code).Scan(&e.Tenant, &e.URL, &status, &expires, &disabled, &deleted,
+		&e.MaxVisits, &hash, &ios, &android, &desktop)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return linkcache.Entry{State: linkcache.Missing}, nil
@@ -213,7 +217,20 @@ func (r *Resolver) fromDB(ctx context.Context, code string) (linkcache.Entry, er
 	if expires != nil {
 		e.ExpiresAtMs = expires.UnixMilli()
 	}
+	if hash != nil {
+		e.PasswordHash = *hash
+	}
+	if t := (linkcache.Targets{IOS: deref(ios), Android: deref(android), Desktop: deref(desktop)}); t != (linkcache.Targets{}) {
+		e.Targets = &t
+	}
 	return e, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func (r *Resolver) stripe(code string) *atomic.Uint64 {

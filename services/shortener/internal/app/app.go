@@ -190,13 +190,13 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 
 	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener")
 	blocksFetched, err := meter.Int64Counter("kurz.shortener.code_blocks.fetched",
-		metric.WithDescription("Blocks of sequential IDs taken from the link_block sequence (one nextval each)"),
+		metric.WithDescription("Blocks of sequential IDs taken from the link_block sequence (one nextval each; a batch fetches all it needs in one round trip)"),
 		metric.WithUnit("{block}"))
 	if err != nil {
 		return nil, fmt.Errorf("shortener metrics: %w", err)
 	}
 	store := linkstore.New(db, cfg.Postgres.QueryTimeout)
-	blocks := codegen.NewBlocks(store.NextBlock, cfg.BlockSize, func() { blocksFetched.Add(context.Background(), 1) })
+	blocks := codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, func() { blocksFetched.Add(context.Background(), 1) })
 	svc, err := linkapi.New(linkapi.Options{
 		BaseURL:        cfg.BaseURL,
 		AllowAnonymous: cfg.AllowAnonymous,

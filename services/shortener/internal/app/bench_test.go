@@ -58,3 +58,33 @@ func (ts tracers) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQ
 }
 
 func (ts tracers) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// BenchmarkBatchCreateLinks measures BatchCreateLinks of 1,000 sequential
+// links, and reports the PostgreSQL statements per link: one multi-row
+// INSERT per batch and at most one nextval round trip per batch (one block
+// of 1,000 covers it).
+func BenchmarkBatchCreateLinks(b *testing.B) {
+	const size = 1000
+	all := &queryCounter{substr: ""}
+	nextvals := &queryCounter{substr: "nextval('link_block')"}
+	inst := start(b, nil, hooks{pgTracer: tracers{all, nextvals}})
+	tenant := uniq("benchb-")
+	stores(b, inst.cfg, tenant)
+	ctx := as(tenant, "198.51.100.8")
+	reqs := make([]*shortenerv1.CreateLinkRequest, size)
+	for i := range reqs {
+		reqs[i] = &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/bench/" + strconv.Itoa(i)}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		resp, err := inst.api.BatchCreateLinks(ctx, &shortenerv1.BatchCreateLinksRequest{Requests: reqs})
+		if err != nil || resp.GetCreated() != size {
+			b.Fatalf("batch: created %d, %v", resp.GetCreated(), err)
+		}
+	}
+	b.StopTimer()
+	links := float64(b.N * size)
+	b.ReportMetric(float64(all.n.Load())/links, "pg-statements/link")
+	b.ReportMetric(float64(nextvals.n.Load())*1000/links, "nextval/1000-links")
+}

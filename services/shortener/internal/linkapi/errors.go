@@ -13,12 +13,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
@@ -45,6 +47,10 @@ const (
 	ReasonScannerDown       = "URL_SCANNER_UNAVAILABLE"
 	ReasonTenantMissing     = "TENANT_REQUIRED"
 	ReasonStoreDown         = "LINK_STORE_UNAVAILABLE"
+	ReasonTagsInvalid       = "TAGS_INVALID"
+	ReasonMaxVisitsInvalid  = "MAX_VISITS_INVALID"
+	ReasonPasswordInvalid   = "PASSWORD_INVALID"
+	ReasonBatchSizeInvalid  = "BATCH_SIZE_INVALID"
 )
 
 // invalid is a refused argument: field, machine-readable reason, and a
@@ -122,6 +128,9 @@ func toStatus(ctx context.Context, log *slog.Logger, op string, err error) error
 		return status.Error(codes.NotFound, "no such link: check the code (links of other tenants are not visible)")
 	case errors.Is(err, linkstore.ErrBadPageToken):
 		return badRequest("page_token", ReasonPageTokenInvalid, "page_token is not one this API issued; start again without it")
+	case errors.Is(err, linkstore.ErrPageTokenTag):
+		return badRequest("page_token", ReasonPageTokenInvalid,
+			"page_token belongs to a listing with another tag filter: pass the tag of the call that returned it, or start again without a token")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "the request took too long; try again")
 	case errors.Is(err, context.Canceled):
@@ -135,4 +144,18 @@ func toStatus(ctx context.Context, log *slog.Logger, op string, err error) error
 	}
 	log.ErrorContext(ctx, "request failed", "op", op, "err", err)
 	return status.Error(codes.Internal, "internal error; try again later")
+}
+
+// itemError is toStatus for one item of a batch: the same code and message
+// the item would have got from CreateLink, with the field at fault (from the
+// ErrorInfo metadata) when there is one.
+func itemError(ctx context.Context, log *slog.Logger, err error) *shortenerv1.BatchItemError {
+	st := status.Convert(toStatus(ctx, log, "batch", err))
+	e := &shortenerv1.BatchItemError{Code: code.Code(st.Code()).String(), Message: st.Message()}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			e.Field = info.GetMetadata()["field"]
+		}
+	}
+	return e
 }

@@ -24,6 +24,7 @@ import (
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/shortener/internal/codegen"
 	"kurz.dev/services/shortener/internal/linkstore"
@@ -41,6 +42,8 @@ const (
 	// DefaultPageSize and MaxPageSize bound ListLinks.
 	DefaultPageSize = 50
 	MaxPageSize     = 1000
+	// updatable lists the update_mask paths UpdateLink accepts.
+	updatable = "long_url, redirect_type, expire_time, disabled, tags, max_visits, password or device_targets"
 )
 
 // Options are the service's settings.
@@ -140,22 +143,30 @@ func (s *Service) tenant(ctx context.Context) (string, error) {
 }
 
 // CreateLink validates, checks the quota, allocates a code, stores the link
-// and writes it through to Redis.
+// and writes it through to Redis. A password is hashed (Argon2id) only once
+// the quota allowed the call, and only its hash is stored and returned to
+// nobody: responses say password_protected.
 func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkRequest) (*shortenerv1.CreateLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
 		return nil, err
 	}
-	l, mode, err := s.prepare(req)
+	d, err := s.prepare(req)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
 	}
+	l, mode := d.link, d.mode
 	l.Tenant = tenant
-	if err := s.checkQuota(ctx, tenant); err != nil {
+	if err := s.checkQuota(ctx, tenant, 1, false); err != nil {
 		return nil, err
 	}
-	if err := s.scan(ctx, l.LongURL); err != nil {
+	if err := s.scanLink(ctx, l); err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
+	}
+	if d.password != "" {
+		if l.PasswordHash, err = linkpass.Hash(d.password); err != nil {
+			return nil, toStatus(ctx, s.log, "create", fmt.Errorf("hash password: %w", err))
+		}
 	}
 
 	var stored linkstore.Link
@@ -180,9 +191,45 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored)}, nil
 }
 
-// prepare validates a CreateLinkRequest into a row to insert (without code
-// unless custom) and the code mode.
-func (s *Service) prepare(req *shortenerv1.CreateLinkRequest) (linkstore.Link, shortenerv1.CodeMode, error) {
+// draft is a validated CreateLinkRequest: the row to insert (without its
+// code unless custom, and without the password hash), its code mode, and the
+// password still to hash (empty: none).
+type draft struct {
+	link     linkstore.Link
+	mode     shortenerv1.CodeMode
+	password string
+}
+
+// prepare validates a CreateLinkRequest into a draft, without I/O.
+func (s *Service) prepare(req *shortenerv1.CreateLinkRequest) (draft, error) {
+	l, mode, err := s.prepareLink(req)
+	if err != nil {
+		return draft{}, err
+	}
+	if l.Tags, err = normalizeTags(req.GetTags()); err != nil {
+		return draft{}, err
+	}
+	if err := checkMaxVisits(req.GetMaxVisits()); err != nil {
+		return draft{}, err
+	}
+	l.MaxVisits = req.GetMaxVisits()
+	if req.GetPassword() != "" {
+		if err := checkPassword(req.GetPassword()); err != nil {
+			return draft{}, err
+		}
+	}
+	t, err := s.normalizeTargets(req.GetDeviceTargets())
+	if err != nil {
+		return draft{}, err
+	}
+	l.IOSURL, l.AndroidURL, l.DesktopURL = t.IOS, t.Android, t.Desktop
+	return draft{link: l, mode: mode, password: req.GetPassword()}, nil
+}
+
+// prepareLink validates the fields a link had before tags, visit limits,
+// passwords and device targets: long_url, the code mode and alias, the
+// redirect type and the expiry.
+func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Link, shortenerv1.CodeMode, error) {
 	var l linkstore.Link
 	target, err := s.policy.Normalize(req.GetLongUrl())
 	if err != nil {
@@ -287,15 +334,17 @@ func errInfo(reason string, meta map[string]string) *errdetails.ErrorInfo {
 	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}
 }
 
-// checkQuota asks the limiter (per tenant and per client IP). Over quota is
+// checkQuota asks the limiter (per tenant and per client IP) for n links at
+// once: one CheckQuota of cost n, so a batch costs what its links would cost
+// one by one, and is allowed or denied as a whole. Over quota is
 // RESOURCE_EXHAUSTED with the retry-after; a silent limiter follows the
 // configured policy (quota.Client logs and counts that).
-func (s *Service) checkQuota(ctx context.Context, tenant string) error {
+func (s *Service) checkQuota(ctx context.Context, tenant string, n int, batch bool) error {
 	desc := map[string]string{"tenant": tenant}
 	if ip := callmeta.ClientIP(ctx); ip != "" {
 		desc["ip"] = ip
 	}
-	d := s.quota.Check(ctx, QuotaDomain, desc, 1, s.opts.LimiterPolicy)
+	d := s.quota.Check(ctx, QuotaDomain, desc, uint32(n), s.opts.LimiterPolicy)
 	switch {
 	case d.Allowed:
 		return nil
@@ -303,11 +352,27 @@ func (s *Service) checkQuota(ctx context.Context, tenant string) error {
 		return retryLater(codes.Unavailable, ReasonLimiterDown,
 			"link creation is paused: the rate limiter is unreachable", time.Second, nil)
 	}
-	what := "too many links created"
+	var rule string
 	if d.Rule != "" {
-		what += " (rule " + d.Rule + ")"
+		rule = " (rule " + d.Rule + ")"
+	}
+	what := "too many links created" + rule
+	if batch {
+		what = fmt.Sprintf("the link creation quota%s cannot cover this batch of %d links; nothing was created", rule, n)
+		if d.Limit > 0 {
+			what += fmt.Sprintf(" (%d of %d left now)", d.Remaining, d.Limit)
+		}
 	}
 	return retryLater(codes.ResourceExhausted, ReasonRateLimited, what, d.RetryAfter, map[string]string{"rule": d.Rule})
+}
+
+// scanLink runs the scanner over every destination of l: long_url and the
+// device targets.
+func (s *Service) scanLink(ctx context.Context, l linkstore.Link) error {
+	if err := s.scan(ctx, l.LongURL); err != nil {
+		return err
+	}
+	return s.scanTargets(ctx, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL})
 }
 
 func (s *Service) scan(ctx context.Context, target string) error {
@@ -372,9 +437,13 @@ func entry(l linkstore.Link) linkcache.Entry {
 	if l.Deleted != nil || l.Disabled {
 		return linkcache.Entry{State: linkcache.Gone, Tenant: l.Tenant}
 	}
-	e := linkcache.Entry{State: linkcache.Active, URL: l.LongURL, Tenant: l.Tenant, Status: l.Status}
+	e := linkcache.Entry{State: linkcache.Active, URL: l.LongURL, Tenant: l.Tenant, Status: l.Status,
+		PasswordHash: l.PasswordHash, MaxVisits: l.MaxVisits}
 	if l.Expires != nil {
 		e.ExpiresAtMs = l.Expires.UnixMilli()
+	}
+	if t := targetsOf(l); t != nil {
+		e.Targets = &linkcache.Targets{IOS: t.IOS, Android: t.Android, Desktop: t.Desktop}
 	}
 	return e
 }
@@ -391,6 +460,45 @@ func (s *Service) writeThrough(ctx context.Context, op string, l linkstore.Link)
 	}
 }
 
+// writeThroughMany is writeThrough for many links in one Redis pipeline (the
+// cluster client splits it per node): one round trip per node, not per link.
+func (s *Service) writeThroughMany(ctx context.Context, op string, links []linkstore.Link) {
+	if len(links) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	for _, l := range links {
+		// Queued only: a pipeline's errors come from Exec.
+		_ = linkcache.WriteThrough(ctx, pipe, l.Code, entry(l), s.opts.CacheTTL)
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return
+	}
+	failed := 0
+	for _, c := range cmds {
+		if c.Err() != nil {
+			failed++
+		}
+	}
+	s.m.cacheFailed.Add(ctx, int64(max(failed, 1)), metric.WithAttributes(attribute.String("op", op)))
+	s.log.ErrorContext(ctx, "write-through failed", "op", op, "links", len(links), "failed_commands", failed, "err", err)
+}
+
+// forgetVisits deletes code's visit counter once its link is deleted (after
+// the commit, best effort like the write-through): a code is never reused, so
+// a counter left behind would only take room until Redis is flushed.
+func (s *Service) forgetVisits(ctx context.Context, code string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
+	defer cancel()
+	if err := s.rdb.Del(ctx, linkcache.VisitsKey(code)).Err(); err != nil {
+		s.m.cacheFailed.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "delete-visits")))
+		s.log.ErrorContext(ctx, "visit counter delete failed", "code", code, "err", fmt.Errorf("redis del %s: %w", linkcache.VisitsKey(code), err))
+	}
+}
+
 func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 	p := &shortenerv1.Link{
 		Code:         l.Code,
@@ -401,9 +509,16 @@ func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 		CreateTime:   timestamppb.New(l.Created),
 		UpdateTime:   timestamppb.New(l.Updated),
 		Disabled:     l.Disabled,
+		Tags:         l.Tags,
+		MaxVisits:    l.MaxVisits,
+		// Password is input only: never set here.
+		PasswordProtected: l.PasswordHash != "",
 	}
 	if l.Expires != nil {
 		p.ExpireTime = timestamppb.New(*l.Expires)
+	}
+	if t := targetsOf(l); t != nil {
+		p.DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: t.IOS, AndroidUrl: t.Android, DesktopUrl: t.Desktop}
 	}
 	return p
 }
@@ -424,7 +539,9 @@ func (s *Service) GetLink(ctx context.Context, req *shortenerv1.GetLinkRequest) 
 	return &shortenerv1.GetLinkResponse{Link: s.toProto(l)}, nil
 }
 
-// ListLinks pages through the caller's links, newest first.
+// ListLinks pages through the caller's links, newest first; with a tag, only
+// those carrying it (the tag is validated and lower-cased like tags on
+// create, and a page token only continues the listing of its own tag).
 func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksRequest) (*shortenerv1.ListLinksResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -439,7 +556,13 @@ func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksReque
 	case size > MaxPageSize:
 		size = MaxPageSize
 	}
-	page, err := s.store.List(ctx, tenant, size, req.GetPageToken())
+	var tag string
+	if req.GetTag() != "" {
+		if tag, err = normalizeTag("tag", req.GetTag()); err != nil {
+			return nil, toStatus(ctx, s.log, "list", err)
+		}
+	}
+	page, err := s.store.List(ctx, tenant, size, req.GetPageToken(), tag)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "list", err)
 	}
@@ -450,8 +573,15 @@ func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksReque
 	return resp, nil
 }
 
-// UpdateLink changes the fields named in update_mask (long_url is
-// re-validated) and writes the result through.
+// UpdateLink changes the fields named in update_mask and writes the result
+// through. long_url and device_targets are re-validated (and scanned);
+// device_targets replaces all three URLs (an unset or empty message clears
+// them); tags replaces the tags; "password" sets a new password (validated,
+// hashed) or, given "", removes it. max_visits changes the limit only: the
+// visits counted so far in Redis (linkcache.VisitsKey) are kept, so raising
+// the limit reopens a link that had reached it by the difference, and
+// lowering it below the count closes the link at once; to count afresh,
+// create a new link.
 func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkRequest) (*shortenerv1.UpdateLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -464,9 +594,10 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
 		return nil, toStatus(ctx, s.log, "update", invalidf("update_mask", ReasonUpdateMaskInvalid,
-			"update_mask is required: name the fields to change (long_url, redirect_type, expire_time, disabled)"))
+			"update_mask is required: name the fields to change ("+updatable+")"))
 	}
 	var ch linkstore.Changes
+	var password *string // the new password, hashed below; "" removes it
 	for _, p := range paths {
 		switch p {
 		case "long_url":
@@ -495,9 +626,35 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 		case "disabled":
 			d := link.GetDisabled()
 			ch.Disabled = &d
+		case "tags":
+			tags, err := normalizeTags(link.GetTags())
+			if err != nil {
+				return nil, toStatus(ctx, s.log, "update", err)
+			}
+			ch.Tags = &tags
+		case "max_visits":
+			n := link.GetMaxVisits()
+			if err := checkMaxVisits(n); err != nil {
+				return nil, toStatus(ctx, s.log, "update", err)
+			}
+			ch.MaxVisits = &n
+		case "password":
+			pw := link.GetPassword()
+			if pw != "" {
+				if err := checkPassword(pw); err != nil {
+					return nil, toStatus(ctx, s.log, "update", err)
+				}
+			}
+			password = &pw
+		case "device_targets":
+			t, err := s.normalizeTargets(link.GetDeviceTargets())
+			if err != nil {
+				return nil, toStatus(ctx, s.log, "update", err)
+			}
+			ch.Targets = &t
 		default:
 			return nil, toStatus(ctx, s.log, "update", invalidf("update_mask", ReasonUpdateMaskInvalid,
-				"update_mask path %q cannot be changed; use long_url, redirect_type, expire_time or disabled", p))
+				"update_mask path %q cannot be changed; use %s", p, updatable))
 		}
 	}
 	if !linkcode.Plausible(link.GetCode()) {
@@ -508,6 +665,20 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 			return nil, toStatus(ctx, s.log, "update", err)
 		}
 	}
+	if ch.Targets != nil {
+		if err := s.scanTargets(ctx, *ch.Targets); err != nil {
+			return nil, toStatus(ctx, s.log, "update", err)
+		}
+	}
+	if password != nil {
+		hash := ""
+		if *password != "" {
+			if hash, err = linkpass.Hash(*password); err != nil {
+				return nil, toStatus(ctx, s.log, "update", fmt.Errorf("hash password: %w", err))
+			}
+		}
+		ch.PasswordHash = &hash
+	}
 	l, err := s.store.Update(ctx, tenant, link.GetCode(), ch)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "update", err)
@@ -517,7 +688,8 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 }
 
 // DeleteLink revokes one of the caller's links: its code answers 410 from now
-// on (every redirect pod within its L1 TTL at most).
+// on (every redirect pod within its L1 TTL at most), and its visit counter
+// is deleted from Redis.
 func (s *Service) DeleteLink(ctx context.Context, req *shortenerv1.DeleteLinkRequest) (*shortenerv1.DeleteLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -531,5 +703,6 @@ func (s *Service) DeleteLink(ctx context.Context, req *shortenerv1.DeleteLinkReq
 		return nil, toStatus(ctx, s.log, "delete", err)
 	}
 	s.writeThrough(ctx, "delete", l)
+	s.forgetVisits(ctx, l.Code)
 	return &shortenerv1.DeleteLinkResponse{}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,9 @@ var (
 	ErrCodeTaken = errors.New("code already taken")
 	// ErrBadPageToken: the page token was not issued by List.
 	ErrBadPageToken = errors.New("invalid page token")
+	// ErrPageTokenTag: the page token was issued by List with another tag
+	// filter than the one it came back with.
+	ErrPageTokenTag = errors.New("page token of another tag filter")
 )
 
 // Link is one row of links.
@@ -38,6 +42,15 @@ type Link struct {
 	Disabled bool
 	// Deleted is set once the link was revoked with DeleteLink.
 	Deleted *time.Time
+	// Tags are the link's labels, normalised by the caller; never nil when
+	// read (an empty slice for none).
+	Tags []string
+	// MaxVisits is the visit limit; 0 means none.
+	MaxVisits int64
+	// PasswordHash is the Argon2id PHC string; empty: no password.
+	PasswordHash string
+	// IOSURL, AndroidURL and DesktopURL are per-device targets; empty: LongURL.
+	IOSURL, AndroidURL, DesktopURL string
 }
 
 // Store reads and writes links. Every statement is bounded by timeout.
@@ -51,39 +64,87 @@ func New(db *pgxpool.Pool, timeout time.Duration) *Store {
 	return &Store{db: db, timeout: timeout}
 }
 
-const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at`
+const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at,
+	tags, max_visits, password_hash, ios_url, android_url, desktop_url`
 
 func scan(row pgx.Row) (Link, error) {
 	var l Link
 	var status int16
-	err := row.Scan(&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted)
+	var hash, ios, android, desktop *string
+	err := row.Scan(&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
+		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop)
 	l.Status = int(status)
+	l.PasswordHash, l.IOSURL, l.AndroidURL, l.DesktopURL = deref(hash), deref(ios), deref(android), deref(desktop)
+	if l.Tags == nil {
+		l.Tags = []string{}
+	}
 	return l, err
 }
 
-// NextBlock returns the next value of link_block: this process may use IDs
-// [n*size, (n+1)*size). One call per block is the point of block allocation.
-func (s *Store) NextBlock(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var n int64
-	if err := s.db.QueryRow(ctx, `SELECT nextval('link_block')`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("nextval link_block: %w", err)
+func deref(s *string) string {
+	if s == nil {
+		return ""
 	}
-	return n, nil
+	return *s
 }
 
-// Insert stores l (Code, Tenant, LongURL, Status, Expires) unless its code is
-// taken (ON CONFLICT DO NOTHING: a collision is an answer, not an error
-// that aborts anything). It returns the stored row.
+// nullIfEmpty stores "" as NULL (no password, no device target).
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// tagsOf never hands pgx a nil slice: that would be NULL, and tags is NOT NULL.
+func tagsOf(tags []string) []string {
+	if tags == nil {
+		return []string{}
+	}
+	return tags
+}
+
+// NextBlocks returns n fresh values of link_block in one round trip: this
+// process may use IDs [b*size, (b+1)*size) of each. One nextval per block,
+// and one round trip per fetch, is the point of block allocation.
+func (s *Store) NextBlocks(ctx context.Context, n int) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT nextval('link_block') FROM generate_series(1, $1)`, n)
+	if err != nil {
+		return nil, fmt.Errorf("nextval link_block: %w", err)
+	}
+	blocks, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("nextval link_block: %w", err)
+	}
+	if len(blocks) != n {
+		return nil, fmt.Errorf("nextval link_block: %d values for %d blocks", len(blocks), n)
+	}
+	return blocks, nil
+}
+
+// insertColumns are the columns Insert and InsertMany write, in the order
+// of insertArgs.
+const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url`
+
+func insertArgs(l Link) []any {
+	return []any{l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, tagsOf(l.Tags), l.MaxVisits,
+		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL)}
+}
+
+// Insert stores l (Code, Tenant, LongURL, Status, Expires, Tags, MaxVisits,
+// PasswordHash and the device URLs) unless its code is taken (ON CONFLICT DO
+// NOTHING: a collision is an answer, not an error that aborts anything). It
+// returns the stored row.
 func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	got, err := scan(s.db.QueryRow(ctx, `
-		INSERT INTO links (code, tenant, long_url, redirect_type, expires_at)
-		VALUES ($1, $2, $3, $4, $5)
+		INSERT INTO links (`+insertColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (code) DO NOTHING
-		RETURNING `+columns, l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires))
+		RETURNING `+columns, insertArgs(l)...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Link{}, ErrCodeTaken
 	}
@@ -91,6 +152,66 @@ func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 		return Link{}, fmt.Errorf("insert link: %w", err)
 	}
 	return got, nil
+}
+
+// MaxInsertMany bounds InsertMany (the arrays it sends grow with it).
+const MaxInsertMany = 1000
+
+// insertMany is one statement whatever the number of rows (so pgx prepares
+// and caches it once): the rows travel as one array per column and unnest
+// back into rows. Tags, an array per row, travel as a JSON array each.
+const insertMany = `
+	INSERT INTO links (` + insertColumns + `)
+	SELECT r.code, r.tenant, r.long_url, r.redirect_type, r.expires_at,
+		ARRAY(SELECT t.tag FROM jsonb_array_elements_text(r.tags::jsonb) WITH ORDINALITY AS t(tag, n) ORDER BY t.n),
+		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::timestamptz[], $6::text[], $7::int8[],
+		$8::text[], $9::text[], $10::text[], $11::text[])
+		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url)
+	ON CONFLICT (code) DO NOTHING
+	RETURNING ` + columns
+
+// InsertMany stores links in one statement (one round trip, atomic) and
+// returns the rows stored, keyed by code. A link whose code is taken is left
+// out of the result, not an error (ON CONFLICT DO NOTHING): the others are
+// still stored. Codes must be distinct within links (a code twice would make
+// the result ambiguous); 1 to MaxInsertMany links.
+func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, error) {
+	if len(links) == 0 || len(links) > MaxInsertMany {
+		return nil, fmt.Errorf("insert links: %d rows, want 1 to %d", len(links), MaxInsertMany)
+	}
+	n := len(links)
+	var (
+		code, tenant, longURL, tags = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		status                      = make([]int16, n)
+		expires                     = make([]*time.Time, n)
+		maxVisits                   = make([]int64, n)
+		hash, ios, android, desktop = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+	)
+	for i, l := range links {
+		t, err := json.Marshal(tagsOf(l.Tags))
+		if err != nil {
+			return nil, fmt.Errorf("insert links: encode tags: %w", err)
+		}
+		code[i], tenant[i], longURL[i], status[i], expires[i], tags[i] = l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, string(t)
+		maxVisits[i], hash[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash)
+		ios[i], android[i], desktop[i] = nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop)
+	if err != nil {
+		return nil, fmt.Errorf("insert links: %w", err)
+	}
+	stored, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Link, error) { return scan(r) })
+	if err != nil {
+		return nil, fmt.Errorf("insert links: %w", err)
+	}
+	out := make(map[string]Link, len(stored))
+	for _, l := range stored {
+		out[l.Code] = l
+	}
+	return out, nil
 }
 
 // Get returns tenant's live (not deleted) link with code.
@@ -115,31 +236,41 @@ type Page struct {
 	Next string
 }
 
+// cursor is a page token's content. Tag ties it to the tag filter of the
+// listing that issued it (empty: none).
 type cursor struct {
 	CreatedUs int64  `json:"c"`
 	Code      string `json:"k"`
+	Tag       string `json:"g,omitempty"`
 }
 
 // List returns up to size of tenant's live links, newest first, starting
-// after token (empty: from the newest).
-func (s *Store) List(ctx context.Context, tenant string, size int, token string) (Page, error) {
+// after token (empty: from the newest). A non-empty tag keeps only the links
+// carrying it; a token is only valid with the tag it was issued for
+// (ErrPageTokenTag otherwise).
+func (s *Store) List(ctx context.Context, tenant string, size int, token, tag string) (Page, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var rows pgx.Rows
-	var err error
-	if token == "" {
-		rows, err = s.db.Query(ctx, `SELECT `+columns+` FROM links
-			WHERE tenant = $1 AND deleted_at IS NULL
-			ORDER BY created_at DESC, code DESC LIMIT $2`, tenant, size+1)
-	} else {
-		c, derr := decodeToken(token)
-		if derr != nil {
-			return Page{}, derr
-		}
-		rows, err = s.db.Query(ctx, `SELECT `+columns+` FROM links
-			WHERE tenant = $1 AND deleted_at IS NULL AND (created_at, code) < ($2, $3)
-			ORDER BY created_at DESC, code DESC LIMIT $4`, tenant, time.UnixMicro(c.CreatedUs), c.Code, size+1)
+	where := `tenant = $1 AND deleted_at IS NULL`
+	args := []any{tenant}
+	if tag != "" {
+		args = append(args, []string{tag})
+		where += ` AND tags @> $` + strconv.Itoa(len(args)) + `::text[]`
 	}
+	if token != "" {
+		c, err := decodeToken(token)
+		if err != nil {
+			return Page{}, err
+		}
+		if c.Tag != tag {
+			return Page{}, ErrPageTokenTag
+		}
+		args = append(args, time.UnixMicro(c.CreatedUs), c.Code)
+		where += fmt.Sprintf(` AND (created_at, code) < ($%d, $%d)`, len(args)-1, len(args))
+	}
+	args = append(args, size+1)
+	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM links WHERE `+where+`
+		ORDER BY created_at DESC, code DESC LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list links: %w", err)
 	}
@@ -151,7 +282,7 @@ func (s *Store) List(ctx context.Context, tenant string, size int, token string)
 	if len(links) > size {
 		p.Links = links[:size]
 		last := p.Links[size-1]
-		p.Next = encodeToken(cursor{CreatedUs: last.Created.UnixMicro(), Code: last.Code})
+		p.Next = encodeToken(cursor{CreatedUs: last.Created.UnixMicro(), Code: last.Code, Tag: tag})
 	}
 	return p, nil
 }
@@ -179,6 +310,20 @@ type Changes struct {
 	Status   *int
 	Expires  **time.Time // set to a nil *time.Time to clear the expiry
 	Disabled *bool
+	// Tags replaces the tags (an empty slice clears them).
+	Tags *[]string
+	// MaxVisits replaces the visit limit. The visits counted so far (in
+	// Redis) are kept.
+	MaxVisits *int64
+	// PasswordHash replaces the hash; "" removes the password.
+	PasswordHash *string
+	// Targets replaces all three device URLs at once; "" clears one.
+	Targets *DeviceURLs
+}
+
+// DeviceURLs are the three per-device targets of a link; "" is none.
+type DeviceURLs struct {
+	IOS, Android, Desktop string
 }
 
 // Update applies ch to tenant's live link code and returns the new row.
@@ -194,15 +339,35 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 	if ch.Expires != nil {
 		expires = *ch.Expires
 	}
+	var tags []string
+	if ch.Tags != nil {
+		tags = tagsOf(*ch.Tags)
+	}
+	var hash *string
+	if ch.PasswordHash != nil {
+		hash = nullIfEmpty(*ch.PasswordHash)
+	}
+	var targets DeviceURLs
+	if ch.Targets != nil {
+		targets = *ch.Targets
+	}
 	l, err := scan(s.db.QueryRow(ctx, `
 		UPDATE links SET
 			long_url      = COALESCE($3, long_url),
 			redirect_type = COALESCE($4, redirect_type),
 			expires_at    = CASE WHEN $5 THEN $6 ELSE expires_at END,
 			disabled      = COALESCE($7, disabled),
+			tags          = CASE WHEN $8 THEN $9::text[] ELSE tags END,
+			max_visits    = COALESCE($10, max_visits),
+			password_hash = CASE WHEN $11 THEN $12 ELSE password_hash END,
+			ios_url       = CASE WHEN $13 THEN $14 ELSE ios_url END,
+			android_url   = CASE WHEN $13 THEN $15 ELSE android_url END,
+			desktop_url   = CASE WHEN $13 THEN $16 ELSE desktop_url END,
 			updated_at    = now()
 		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL
-		RETURNING `+columns, code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled))
+		RETURNING `+columns, code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
+		ch.Tags != nil, tags, ch.MaxVisits, ch.PasswordHash != nil, hash,
+		ch.Targets != nil, nullIfEmpty(targets.IOS), nullIfEmpty(targets.Android), nullIfEmpty(targets.Desktop)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Link{}, ErrNotFound
 	}

@@ -1,0 +1,175 @@
+package linkimport
+
+import (
+	"context"
+	"fmt"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkcode"
+)
+
+// MaxBatch is the most links Import sends in one Creator call: the limit of
+// BatchCreateLinks.
+const MaxBatch = 1000
+
+// Creator creates a batch of at most MaxBatch links, as BatchCreateLinks
+// does: one result per request, in request order. An error fails the whole
+// batch (nothing of it is taken as created).
+type Creator func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error)
+
+// Report is the outcome of an Import.
+type Report struct {
+	// Format is the file's format. Import does not know it: the caller sets
+	// it from Parse.
+	Format Format
+	// Rows is how many rows were given to Import.
+	Rows int
+	// Created is how many links were created.
+	Created int
+	// AliasesKept is how many of them got their source code as their kurz
+	// code.
+	AliasesKept int
+	// Failed is how many rows got no link.
+	Failed int
+	// Results has one entry per row, in row order; when Import returned an
+	// error, only the rows whose outcome is final.
+	Results []Result
+}
+
+// Result is the outcome of one row.
+type Result struct {
+	// Row is the row's Line in the file.
+	Row int
+	// SourceCode is the row's code at the other shortener.
+	SourceCode string
+	// Code and ShortURL are the created link's; empty when Err is set.
+	Code     string
+	ShortURL string
+	// AliasKept says the link's code is SourceCode.
+	AliasKept bool
+	// Err says why the row got no link; nil when it got one.
+	Err *shortenerv1.BatchItemError
+}
+
+// Import creates a link per row through create, in chunks of at most
+// MaxBatch, in row order. A row whose SourceCode is a valid kurz alias
+// (linkcode.AliasProblem) asks for it (CODE_MODE_CUSTOM); the others, and
+// those whose alias was refused (taken, reserved, or otherwise invalid for
+// the shortener: an error on field "custom_alias" with code ALREADY_EXISTS
+// or INVALID_ARGUMENT), get a sequential code: the refused ones in further
+// chunks after the first pass. Rows without a URL fail on their own without
+// a call. Each row's Tags are carried; Title and CreatedAt are not (kurz
+// links have neither).
+//
+// progress, when not nil, is called after each chunk with the number of rows
+// whose outcome is final and len(rows). When create fails, Import stops
+// and returns the report of the rows finished so far with the error.
+func Import(ctx context.Context, rows []Row, create Creator, progress func(done, total int)) (Report, error) {
+	rep := Report{Rows: len(rows)}
+	results := make([]Result, len(rows))
+	final := make([]bool, len(rows))
+	done := 0
+	var pending []int // rows to send, by index
+	for i, row := range rows {
+		results[i] = Result{Row: row.Line, SourceCode: row.SourceCode}
+		if row.LongURL == "" {
+			results[i].Err = &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Field: "long_url",
+				Message: fmt.Sprintf("line %d has no URL", row.Line)}
+			final[i] = true
+			done++
+			continue
+		}
+		pending = append(pending, i)
+	}
+	finish := func(err error) (Report, error) {
+		for i, r := range results {
+			if !final[i] {
+				continue // never sent, or sent again when create failed
+			}
+			rep.Results = append(rep.Results, r)
+			switch {
+			case r.Err != nil:
+				rep.Failed++
+			case r.AliasKept:
+				rep.Created++
+				rep.AliasesKept++
+			default:
+				rep.Created++
+			}
+		}
+		return rep, err
+	}
+
+	var retry []int
+	send := func(idx []int, alias bool) error {
+		for len(idx) > 0 {
+			chunk := idx[:min(MaxBatch, len(idx))]
+			idx = idx[len(chunk):]
+			reqs := make([]*shortenerv1.CreateLinkRequest, len(chunk))
+			withAlias := make([]bool, len(chunk))
+			for k, i := range chunk {
+				withAlias[k] = alias && linkcode.AliasProblem(rows[i].SourceCode) == ""
+				reqs[k] = request(rows[i], withAlias[k])
+			}
+			resp, err := create(ctx, reqs)
+			if err != nil {
+				return fmt.Errorf("batch create of lines %d to %d: %w", rows[chunk[0]].Line, rows[chunk[len(chunk)-1]].Line, err)
+			}
+			got := resp.GetResults()
+			if len(got) != len(chunk) {
+				return fmt.Errorf("batch create of %d links answered %d results", len(chunk), len(got))
+			}
+			for k, res := range got {
+				if int(res.GetIndex()) != k {
+					return fmt.Errorf("batch create answered result %d with index %d", k, res.GetIndex())
+				}
+				i := chunk[k]
+				if e := res.GetError(); e != nil {
+					if withAlias[k] && aliasRefused(e) {
+						retry = append(retry, i)
+						continue
+					}
+					results[i].Err = e
+				} else {
+					link := res.GetLink()
+					results[i].Code = link.GetCode()
+					results[i].ShortURL = link.GetShortUrl()
+					results[i].AliasKept = withAlias[k] && link.GetCode() == rows[i].SourceCode
+				}
+				final[i] = true
+				done++
+			}
+			if progress != nil {
+				progress(done, len(rows))
+			}
+		}
+		return nil
+	}
+	if err := send(pending, true); err != nil {
+		return finish(err)
+	}
+	if err := send(retry, false); err != nil {
+		return finish(err)
+	}
+	return finish(nil)
+}
+
+// request is the CreateLinkRequest of a row.
+func request(row Row, alias bool) *shortenerv1.CreateLinkRequest {
+	req := &shortenerv1.CreateLinkRequest{
+		LongUrl: row.LongURL,
+		Mode:    shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL,
+		Tags:    row.Tags,
+	}
+	if alias {
+		req.Mode = shortenerv1.CodeMode_CODE_MODE_CUSTOM
+		req.CustomAlias = row.SourceCode
+	}
+	return req
+}
+
+// aliasRefused reports whether an item failed for its alias alone, so that
+// it may succeed with a code of kurz's choosing.
+func aliasRefused(e *shortenerv1.BatchItemError) bool {
+	return e.GetField() == "custom_alias" && (e.GetCode() == "ALREADY_EXISTS" || e.GetCode() == "INVALID_ARGUMENT")
+}

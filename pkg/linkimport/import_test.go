@@ -1,0 +1,179 @@
+package linkimport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+)
+
+// fakeShortener is a Creator over an in-memory code space: custom aliases
+// are refused when taken (ALREADY_EXISTS) or listed as reserved
+// (INVALID_ARGUMENT); URLs starting "bad" are refused; other links get
+// sequential codes "s0000001", ...
+type fakeShortener struct {
+	taken    map[string]bool
+	reserved map[string]bool
+	next     int
+	calls    [][]*shortenerv1.CreateLinkRequest
+	failCall int // 1-based call that fails; 0: none
+}
+
+func newFake(taken ...string) *fakeShortener {
+	f := &fakeShortener{taken: map[string]bool{}, reserved: map[string]bool{}}
+	for _, c := range taken {
+		f.taken[c] = true
+	}
+	return f
+}
+
+func (f *fakeShortener) create(_ context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+	f.calls = append(f.calls, reqs)
+	if len(f.calls) == f.failCall {
+		return nil, errors.New("quota exhausted")
+	}
+	if len(reqs) > MaxBatch {
+		return nil, fmt.Errorf("batch of %d", len(reqs))
+	}
+	resp := &shortenerv1.BatchCreateLinksResponse{}
+	for i, r := range reqs {
+		res := &shortenerv1.BatchCreateResult{Index: int32(i)}
+		switch {
+		case len(r.GetLongUrl()) >= 3 && r.GetLongUrl()[:3] == "bad":
+			res.Error = &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Field: "long_url", Message: "not a URL"}
+		case r.GetMode() == shortenerv1.CodeMode_CODE_MODE_CUSTOM && f.reserved[r.GetCustomAlias()]:
+			res.Error = &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Field: "custom_alias", Message: "reserved"}
+		case r.GetMode() == shortenerv1.CodeMode_CODE_MODE_CUSTOM && f.taken[r.GetCustomAlias()]:
+			res.Error = &shortenerv1.BatchItemError{Code: "ALREADY_EXISTS", Field: "custom_alias", Message: "taken"}
+		default:
+			code := r.GetCustomAlias()
+			if r.GetMode() != shortenerv1.CodeMode_CODE_MODE_CUSTOM {
+				f.next++
+				code = fmt.Sprintf("s%07d", f.next)
+			}
+			f.taken[code] = true
+			res.Link = &shortenerv1.Link{Code: code, ShortUrl: "http://kurz.test/" + code, LongUrl: r.GetLongUrl(), Tags: r.GetTags()}
+			resp.Created++
+		}
+		resp.Results = append(resp.Results, res)
+	}
+	return resp, nil
+}
+
+func TestImportKeepsFreeAliases(t *testing.T) {
+	f := newFake("taken1")
+	f.reserved["promo1"] = true
+	rows := []Row{
+		{Line: 2, SourceCode: "free1", LongURL: "https://example.com/1", Tags: []string{"a", "import-bitly"}},
+		{Line: 3, SourceCode: "taken1", LongURL: "https://example.com/2"},
+		{Line: 4, SourceCode: "no", LongURL: "https://example.com/3"}, // too short for an alias
+		{Line: 5, SourceCode: "free2", LongURL: ""},
+		{Line: 6, SourceCode: "free3", LongURL: "bad url"},
+		{Line: 7, SourceCode: "promo1", LongURL: "https://example.com/4"},
+		{Line: 8, SourceCode: "", LongURL: "https://example.com/5"},
+		{Line: 9, SourceCode: "free1", LongURL: "https://example.com/6"}, // the file's own duplicate
+	}
+	var progress [][2]int
+	got, err := Import(context.Background(), rows, f.create, func(done, total int) { progress = append(progress, [2]int{done, total}) })
+	if err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	want := Report{Rows: 8, Created: 6, AliasesKept: 1, Failed: 2, Results: []Result{
+		{Row: 2, SourceCode: "free1", Code: "free1", ShortURL: "http://kurz.test/free1", AliasKept: true},
+		{Row: 3, SourceCode: "taken1", Code: "s0000003", ShortURL: "http://kurz.test/s0000003"},
+		{Row: 4, SourceCode: "no", Code: "s0000001", ShortURL: "http://kurz.test/s0000001"},
+		{Row: 5, SourceCode: "free2", Err: &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Field: "long_url", Message: "line 5 has no URL"}},
+		{Row: 6, SourceCode: "free3", Err: &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Field: "long_url", Message: "not a URL"}},
+		{Row: 7, SourceCode: "promo1", Code: "s0000004", ShortURL: "http://kurz.test/s0000004"},
+		{Row: 8, Code: "s0000002", ShortURL: "http://kurz.test/s0000002"},
+		{Row: 9, SourceCode: "free1", Code: "s0000005", ShortURL: "http://kurz.test/s0000005"},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("report:\n got %+v\nwant %+v", got, want)
+	}
+	if len(f.calls) != 2 {
+		t.Fatalf("%d calls, want 2 (first pass, then the refused aliases)", len(f.calls))
+	}
+	if first := f.calls[0][0]; first.GetMode() != shortenerv1.CodeMode_CODE_MODE_CUSTOM || first.GetCustomAlias() != "free1" ||
+		!reflect.DeepEqual(first.GetTags(), []string{"a", "import-bitly"}) {
+		t.Errorf("first request = %v, want custom alias free1 with the row's tags", first)
+	}
+	for _, r := range f.calls[1] {
+		if r.GetMode() != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL || r.GetCustomAlias() != "" {
+			t.Errorf("retried request %v asks for an alias", r)
+		}
+	}
+	if want := [][2]int{{5, 8}, {8, 8}}; !reflect.DeepEqual(progress, want) {
+		t.Errorf("progress = %v, want %v", progress, want)
+	}
+}
+
+func TestImportChunks(t *testing.T) {
+	tests := map[string]struct {
+		rows      int
+		wantSizes []int
+	}{
+		"one":        {rows: 1, wantSizes: []int{1}},
+		"exactly 1k": {rows: MaxBatch, wantSizes: []int{MaxBatch}},
+		"max rows":   {rows: MaxRows + 1, wantSizes: []int{1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rows := make([]Row, tc.rows)
+			for i := range rows {
+				rows[i] = Row{Line: i + 2, LongURL: "https://example.com/"}
+			}
+			f := newFake()
+			var calls int
+			rep, err := Import(context.Background(), rows, f.create, func(done, total int) {
+				calls++
+				if total != tc.rows || done > total {
+					t.Errorf("progress(%d, %d) of %d rows", done, total, tc.rows)
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sizes []int
+			for _, c := range f.calls {
+				sizes = append(sizes, len(c))
+			}
+			if !reflect.DeepEqual(sizes, tc.wantSizes) {
+				t.Errorf("chunk sizes = %v, want %v", sizes, tc.wantSizes)
+			}
+			if calls != len(tc.wantSizes) || rep.Created != tc.rows || len(rep.Results) != tc.rows {
+				t.Errorf("progress calls %d, created %d, results %d; want %d, %d, %d",
+					calls, rep.Created, len(rep.Results), len(tc.wantSizes), tc.rows, tc.rows)
+			}
+		})
+	}
+}
+
+func TestImportStopsWhenCreateFails(t *testing.T) {
+	rows := make([]Row, 1500)
+	for i := range rows {
+		rows[i] = Row{Line: i + 2, LongURL: "https://example.com/"}
+	}
+	f := newFake()
+	f.failCall = 2
+	rep, err := Import(context.Background(), rows, f.create, nil)
+	if err == nil || rep.Created != 1000 || len(rep.Results) != 1000 {
+		t.Fatalf("Import = created %d, results %d, err %v; want the first chunk's 1000 and an error", rep.Created, len(rep.Results), err)
+	}
+	if want := "batch create of lines 1002 to 1501: quota exhausted"; err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+}
+
+func TestImportRefusesInconsistentAnswer(t *testing.T) {
+	short := func(context.Context, []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+		return &shortenerv1.BatchCreateLinksResponse{}, nil
+	}
+	_, err := Import(context.Background(), []Row{{Line: 2, LongURL: "https://example.com/"}}, short, nil)
+	if err == nil {
+		t.Fatal("Import took an answer without results")
+	}
+}

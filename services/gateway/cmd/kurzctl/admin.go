@@ -1,0 +1,218 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"text/tabwriter"
+)
+
+// tenant is a tenant in the admin API.
+type tenant struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Plan       string `json:"plan"`
+	CreateTime string `json:"createTime"`
+}
+
+// apiKey is an API key's metadata in the admin API; Key only in the answer
+// that issues it.
+type apiKey struct {
+	ID         string `json:"id"`
+	Key        string `json:"key"`
+	Tenant     string `json:"tenant"`
+	Name       string `json:"name"`
+	CreateTime string `json:"createTime"`
+	RevokeTime string `json:"revokeTime"`
+}
+
+const adminHelpNote = `Needs the gateway's admin token (--admin-token or KURZ_ADMIN_TOKEN).`
+
+func adminCommands() []*command {
+	return []*command{
+		{
+			name: "tenants create", args: "<id>", minArgs: 1, maxArgs: 1,
+			summary: "create a tenant on a plan",
+			help: `Creates a tenant: an id of lowercase letters, digits and '-', on one of the
+limiter's plans (free, pro), which its API keys' limits follow. ` + adminHelpNote + `
+
+Examples:
+  kurzctl tenants create acme --name "Acme Inc." --plan pro
+  kurzctl tenants create acme`,
+			setup: setupTenantsCreate,
+		},
+		{
+			name: "tenants get", args: "<id>", minArgs: 1, maxArgs: 1,
+			summary: "show a tenant",
+			help:    "Shows a tenant and its plan. " + adminHelpNote + "\n\nExample:\n  kurzctl tenants get acme",
+			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+				return func(args []string) error {
+					return c.tenantCall("tenants get", "GET", "/v1/admin/tenants/"+url.PathEscape(args[0]), nil)
+				}
+			},
+		},
+		{
+			name: "tenants set-plan", args: "<id> <plan>", minArgs: 2, maxArgs: 2,
+			summary: "move a tenant to another plan",
+			help: `Moves a tenant to another plan; every limiter applies it within a second.
+` + adminHelpNote + `
+
+Example:
+  kurzctl tenants set-plan acme pro`,
+			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+				return func(args []string) error {
+					b, _ := json.Marshal(map[string]string{"plan": args[1]})
+					return c.tenantCall("tenants set-plan", "PATCH", "/v1/admin/tenants/"+url.PathEscape(args[0]), b)
+				}
+			},
+		},
+		{
+			name: "keys issue", args: "<tenant>", minArgs: 1, maxArgs: 1,
+			summary: "issue an API key (shown once)",
+			help: `Issues an API key for a tenant. The key is shown this once: only its SHA-256
+is stored. --quiet prints the key alone, for a variable. ` + adminHelpNote + `
+
+Examples:
+  kurzctl keys issue acme --name laptop
+  export KURZ_API_KEY=$(kurzctl keys issue acme --name ci --quiet)`,
+			setup: setupKeysIssue,
+		},
+		{
+			name: "keys list", args: "<tenant>", minArgs: 1, maxArgs: 1,
+			summary: "list a tenant's API keys",
+			help:    "Lists a tenant's API keys (never the keys themselves), revoked ones too. " + adminHelpNote + "\n\nExample:\n  kurzctl keys list acme",
+			setup:   setupKeysList,
+		},
+		{
+			name: "keys revoke", args: "<tenant> <key-id>", minArgs: 2, maxArgs: 2,
+			summary: "revoke an API key",
+			help: `Revokes an API key: the very next request with it is refused. ` + adminHelpNote + `
+
+Example:
+  kurzctl keys revoke acme 3f2a9c1d`,
+			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+				return func(args []string) error {
+					gw, err := c.gateway("keys revoke", adminAuth)
+					if err != nil {
+						return err
+					}
+					path := "/v1/admin/tenants/" + url.PathEscape(args[0]) + "/keys/" + url.PathEscape(args[1])
+					if _, err := gw.call(c.ctx, "DELETE", path, nil, nil); err != nil {
+						return err
+					}
+					if c.json() {
+						return writeJSONValue(c.stdout, struct{}{})
+					}
+					_, err = fmt.Fprintf(c.stdout, "revoked key %s of tenant %s\n", args[1], args[0])
+					return err
+				}
+			},
+		},
+	}
+}
+
+func setupTenantsCreate(c *cli, fs *flag.FlagSet) func([]string) error {
+	plan := fs.String("plan", "free", "the limiter's `plan`")
+	name := fs.String("name", "", "a display `name`")
+	return func(args []string) error {
+		b, _ := json.Marshal(map[string]string{"id": args[0], "name": *name, "plan": *plan})
+		return c.tenantCall("tenants create", "POST", "/v1/admin/tenants", b)
+	}
+}
+
+// tenantCall makes an admin call answered with a tenant, and shows it.
+func (c *cli) tenantCall(cmd, method, path string, body []byte) error {
+	gw, err := c.gateway(cmd, adminAuth)
+	if err != nil {
+		return err
+	}
+	raw, err := gw.call(c.ctx, method, path, nil, body)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeRaw(c.stdout, raw)
+	}
+	var t tenant
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return fmt.Errorf("%s %s: the answer is not a tenant: %w", method, path, err)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nname\t%s\nplan\t%s\ncreated\t%s\n", t.ID, orDash(t.Name), t.Plan, t.CreateTime)
+	return tw.Flush()
+}
+
+func setupKeysIssue(c *cli, fs *flag.FlagSet) func([]string) error {
+	name := fs.String("name", "", "a `name` to tell the key by, e.g. laptop or ci")
+	quiet := fs.Bool("quiet", false, "print only the key (also -q)")
+	fs.BoolVar(quiet, "q", false, "short for --quiet")
+	return func(args []string) error {
+		gw, err := c.gateway("keys issue", adminAuth)
+		if err != nil {
+			return err
+		}
+		b, _ := json.Marshal(map[string]string{"name": *name})
+		path := "/v1/admin/tenants/" + url.PathEscape(args[0]) + "/keys"
+		raw, err := gw.call(c.ctx, "POST", path, nil, b)
+		if err != nil {
+			return err
+		}
+		var k apiKey
+		if err := json.Unmarshal(raw, &k); err != nil {
+			return fmt.Errorf("POST %s: the answer is not a key: %w", path, err)
+		}
+		switch {
+		case *quiet:
+			_, err = fmt.Fprintln(c.stdout, k.Key)
+			return err
+		case c.json():
+			return writeRaw(c.stdout, raw)
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "id\t%s\nkey\t%s\ntenant\t%s\nname\t%s\ncreated\t%s\n", k.ID, k.Key, k.Tenant, orDash(k.Name), k.CreateTime)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.stderr, "The key is shown this once: store it now.")
+		return nil
+	}
+}
+
+func setupKeysList(c *cli, fs *flag.FlagSet) func([]string) error {
+	return func(args []string) error {
+		gw, err := c.gateway("keys list", adminAuth)
+		if err != nil {
+			return err
+		}
+		path := "/v1/admin/tenants/" + url.PathEscape(args[0]) + "/keys"
+		raw, err := gw.call(c.ctx, "GET", path, nil, nil)
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return writeRaw(c.stdout, raw)
+		}
+		var list struct {
+			Keys []apiKey `json:"keys"`
+		}
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return fmt.Errorf("GET %s: the answer is not a key list: %w", path, err)
+		}
+		return printKeys(c.stdout, list.Keys)
+	}
+}
+
+func printKeys(w io.Writer, keys []apiKey) error {
+	if len(keys) == 0 {
+		_, err := fmt.Fprintln(w, "no keys")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tCREATED\tREVOKED")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, orDash(k.Name), k.CreateTime, orDash(k.RevokeTime))
+	}
+	return tw.Flush()
+}

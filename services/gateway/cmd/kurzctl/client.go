@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxErrorBody bounds what is read of an error answer.
+const maxErrorBody = 64 << 10
+
+// credential is what a call authenticates with.
+type credential int
+
+const (
+	// apiKeyAuth sends the tenant's API key when there is one (the
+	// gateway refuses or acts as "anonymous" without).
+	apiKeyAuth credential = iota
+	// adminAuth sends the admin token, which must be set.
+	adminAuth
+)
+
+// apiError is the gateway's uniform error answer.
+type apiError struct {
+	Status       int    `json:"-"`
+	Code         string `json:"code"`
+	Message      string `json:"message"`
+	RequestID    string `json:"request_id"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+}
+
+func (e *apiError) Error() string {
+	msg := e.Message
+	if e.RetryAfterMS > 0 && !strings.Contains(msg, "retry after") {
+		msg += fmt.Sprintf(" (retry after %s)", time.Duration(e.RetryAfterMS)*time.Millisecond)
+	}
+	return msg
+}
+
+// gateway calls the gateway's JSON API.
+type gateway struct {
+	base string
+	auth string // the Authorization value; "" sends none
+	http *http.Client
+}
+
+// gateway returns a client of the gateway with the credential the command
+// needs; a missing admin token is a usage error.
+func (c *cli) gateway(cmd string, cred credential) (*gateway, error) {
+	gw := &gateway{base: c.g.url, http: &http.Client{Timeout: c.g.timeout}}
+	switch cred {
+	case adminAuth:
+		if c.g.adminToken == "" {
+			return nil, usagef(cmd, "the admin API needs the admin token: set --admin-token or KURZ_ADMIN_TOKEN")
+		}
+		gw.auth = "Bearer " + c.g.adminToken
+	case apiKeyAuth:
+		if c.g.apiKey != "" {
+			gw.auth = "Bearer " + c.g.apiKey
+		}
+	}
+	return gw, nil
+}
+
+// send makes one request and returns the response of a 2xx answer, whose
+// body the caller must close; other answers become *apiError.
+func (gw *gateway) send(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string) (*http.Response, error) {
+	u := gw.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if gw.auth != "" {
+		req.Header.Set("Authorization", gw.auth)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("User-Agent", "kurzctl/"+version)
+	resp, err := gw.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var uerr *url.Error
+		if errors.As(err, &uerr) && uerr.Timeout() {
+			return nil, fmt.Errorf("the gateway at %s did not answer in time (--timeout)", gw.base)
+		}
+		return nil, fmt.Errorf("cannot reach the gateway at %s (set --url or KURZ_URL): %w", gw.base, unwrapURLError(err))
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var answer struct {
+		Error *apiError `json:"error"`
+	}
+	if json.Unmarshal(raw, &answer) == nil && answer.Error != nil && answer.Error.Message != "" {
+		answer.Error.Status = resp.StatusCode
+		if resp.StatusCode == http.StatusUnauthorized && gw.auth == "" {
+			answer.Error.Message += " (set --api-key or KURZ_API_KEY)"
+		}
+		return nil, answer.Error
+	}
+	text := strings.TrimSpace(string(raw))
+	if len(text) > 200 {
+		text = text[:200] + "…"
+	}
+	if text == "" {
+		text = http.StatusText(resp.StatusCode)
+	}
+	return nil, &apiError{Status: resp.StatusCode, Code: http.StatusText(resp.StatusCode), Message: fmt.Sprintf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, text)}
+}
+
+// unwrapURLError drops net/url's "Get "http://...": " prefix, which the
+// message says already.
+func unwrapURLError(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
+}
+
+// call makes one request with an optional JSON body and returns the whole
+// answer's body.
+func (gw *gateway) call(ctx context.Context, method, path string, query url.Values, body []byte) ([]byte, error) {
+	var rd io.Reader
+	ctype := ""
+	if body != nil {
+		rd, ctype = bytes.NewReader(body), "application/json"
+	}
+	resp, err := gw.send(ctx, method, path, query, rd, ctype)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	return raw, nil
+}
+
+// callProto sends req (nil: no body) in proto JSON and decodes the answer
+// into resp; it returns the answer's raw JSON too, for -o json.
+func (gw *gateway) callProto(ctx context.Context, method, path string, query url.Values, req, resp proto.Message) ([]byte, error) {
+	var body []byte
+	if req != nil {
+		var err error
+		if body, err = protojson.Marshal(req); err != nil {
+			return nil, fmt.Errorf("encode request: %w", err)
+		}
+	}
+	raw, err := gw.call(ctx, method, path, query, body)
+	if err != nil {
+		return nil, err
+	}
+	if resp != nil {
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, resp); err != nil {
+			return nil, fmt.Errorf("%s %s: the answer is not the expected JSON: %w", method, path, err)
+		}
+	}
+	return raw, nil
+}
+
+// writeRaw writes an answer's JSON as one line.
+func writeRaw(w io.Writer, raw []byte) error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return fmt.Errorf("the answer is not JSON: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// writeJSONValue writes v as one line of JSON.
+func writeJSONValue(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// writeProtoJSON writes m as the gateway would: proto JSON with default
+// values, on one line.
+func writeProtoJSON(w io.Writer, m proto.Message) error {
+	raw, err := protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	return writeRaw(w, raw)
+}
+
+// unmarshalProto decodes an answer's proto JSON, ignoring fields this
+// kurzctl does not know (a newer gateway's).
+func unmarshalProto(raw []byte, m proto.Message) error {
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, m); err != nil {
+		return fmt.Errorf("the answer is not the expected JSON: %w", err)
+	}
+	return nil
+}

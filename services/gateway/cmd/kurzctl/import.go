@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkimport"
+)
+
+// defaultImportBatch is the most one POST /v1/links:batch takes; a smaller
+// --batch prints progress more often and fits a small plan's burst.
+const defaultImportBatch = linkimport.MaxBatch
+
+func setupLinksImport(c *cli, fs *flag.FlagSet) func([]string) error {
+	const cmd = "links import"
+	batch := fs.Int("batch", defaultImportBatch, fmt.Sprintf("links per request, 1 to %d", linkimport.MaxBatch))
+	return func(args []string) error {
+		if *batch < 1 || *batch > linkimport.MaxBatch {
+			return usagef(cmd, "--batch must be from 1 to %d", linkimport.MaxBatch)
+		}
+		f, err := os.Open(args[0])
+		if err != nil {
+			return fmt.Errorf("import: %w", err)
+		}
+		defer f.Close()
+		format, rows, err := linkimport.Parse(f)
+		if err != nil {
+			return fmt.Errorf("%s: %w", args[0], err)
+		}
+		gw, err := c.gateway(cmd, apiKeyAuth)
+		if err != nil {
+			return err
+		}
+		rep, err := c.importRows(gw, rows, *batch)
+		rep.Format = format
+		if err != nil {
+			if rep.Created > 0 {
+				fmt.Fprintf(c.stderr, "stopped after %d of %d rows (%d links created)\n", len(rep.Results), rep.Rows, rep.Created)
+			}
+			return err
+		}
+		if c.json() {
+			return writeJSONValue(c.stdout, reportJSON(rep))
+		}
+		return printReport(c.stdout, rep)
+	}
+}
+
+// importRows imports rows in chunks of batch rows, one linkimport.Import
+// each (so a chunk's refused aliases are retried before the next chunk),
+// printing a progress line on stderr per chunk.
+func (c *cli) importRows(gw *gateway, rows []linkimport.Row, batch int) (linkimport.Report, error) {
+	create := func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+		var resp shortenerv1.BatchCreateLinksResponse
+		if _, err := gw.callProto(ctx, "POST", "/v1/links:batch", nil, &shortenerv1.BatchCreateLinksRequest{Requests: reqs}, &resp); err != nil {
+			return nil, err
+		}
+		return &resp, nil
+	}
+	total := linkimport.Report{Rows: len(rows)}
+	for start := 0; start < len(rows); start += batch {
+		chunk := rows[start:min(start+batch, len(rows))]
+		rep, err := linkimport.Import(c.ctx, chunk, create, nil)
+		total.Created += rep.Created
+		total.AliasesKept += rep.AliasesKept
+		total.Failed += rep.Failed
+		total.Results = append(total.Results, rep.Results...)
+		if err != nil {
+			return total, err
+		}
+		fmt.Fprintf(c.stderr, "imported %d/%d rows (%d created, %d failed)\n",
+			start+len(chunk), len(rows), total.Created, total.Failed)
+	}
+	return total, nil
+}
+
+// importResultJSON is one row's outcome in -o json.
+type importResultJSON struct {
+	Row        int            `json:"row"`
+	SourceCode string         `json:"sourceCode,omitempty"`
+	Code       string         `json:"code,omitempty"`
+	ShortURL   string         `json:"shortUrl,omitempty"`
+	AliasKept  bool           `json:"aliasKept"`
+	Error      *itemErrorJSON `json:"error,omitempty"`
+}
+
+// itemErrorJSON is why a row got no link.
+type itemErrorJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// importReportJSON is the import's outcome in -o json.
+type importReportJSON struct {
+	Format      string             `json:"format"`
+	Rows        int                `json:"rows"`
+	Created     int                `json:"created"`
+	AliasesKept int                `json:"aliasesKept"`
+	Failed      int                `json:"failed"`
+	Results     []importResultJSON `json:"results"`
+}
+
+func reportJSON(rep linkimport.Report) importReportJSON {
+	out := importReportJSON{Format: string(rep.Format), Rows: rep.Rows, Created: rep.Created,
+		AliasesKept: rep.AliasesKept, Failed: rep.Failed, Results: []importResultJSON{}}
+	for _, r := range rep.Results {
+		res := importResultJSON{Row: r.Row, SourceCode: r.SourceCode, Code: r.Code, ShortURL: r.ShortURL, AliasKept: r.AliasKept}
+		if r.Err != nil {
+			res.Error = &itemErrorJSON{Code: r.Err.GetCode(), Message: r.Err.GetMessage(), Field: r.Err.GetField()}
+		}
+		out.Results = append(out.Results, res)
+	}
+	return out
+}
+
+// printReport summarises an import, then lists the rows that failed.
+func printReport(w io.Writer, rep linkimport.Report) error {
+	fmt.Fprintf(w, "imported %d rows of a %s export: %d created (%d kept their code), %d failed\n",
+		rep.Rows, rep.Format, rep.Created, rep.AliasesKept, rep.Failed)
+	if rep.Failed == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LINE\tSOURCE CODE\tERROR")
+	for _, r := range rep.Results {
+		if r.Err != nil {
+			fmt.Fprintf(tw, "%d\t%s\t%s: %s\n", r.Row, orDash(r.SourceCode), r.Err.GetCode(), r.Err.GetMessage())
+		}
+	}
+	return tw.Flush()
+}

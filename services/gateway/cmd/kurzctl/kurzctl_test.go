@@ -1,0 +1,413 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+)
+
+// decodeJSON parses one JSON document of a command's -o json output; the
+// test fails if it is not exactly one.
+func decodeJSON(t *testing.T, out string) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("output is not a JSON object: %v\n%s", err, out)
+	}
+	if dec.More() {
+		t.Fatalf("output holds more than one JSON document:\n%s", out)
+	}
+	return m
+}
+
+// field returns the value of a "name  value" line of a two-column table.
+func field(t *testing.T, table, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s{2,}(.*)$`).FindStringSubmatch(table)
+	if m == nil {
+		t.Fatalf("no %q line in:\n%s", name, table)
+	}
+	return m[1]
+}
+
+// A tenant's links, through every links command: create with every
+// setting, get, list by tag, update only what is given, delete.
+func TestLinksLifecycle(t *testing.T) {
+	gw := startGateway(t, stack.limiter)
+	_, c := tenantWithKey(t, newCtl(t, gw), "free")
+
+	c.stdin = "correct horse battery\n"
+	out := c.ok("links", "create", "https://example.com/spring-sale", "--tag", "spring", "--tag", "launch",
+		"--max-visits", "100", "--password-stdin", "--ios", "https://apps.example.com/ios",
+		"--redirect", "307", "--expire", "72h")
+	c.stdin = ""
+	code := field(t, out, "code")
+	for name, want := range map[string]string{
+		"short url": shortBase + "/" + code, "long url": "https://example.com/spring-sale", "tags": "spring, launch",
+		"max visits": "100", "password": "yes", "redirect": "307", "ios url": "https://apps.example.com/ios", "disabled": "no",
+	} {
+		if got := field(t, out, name); got != want {
+			t.Errorf("create: %s = %q, want %q", name, got, want)
+		}
+	}
+	if exp, err := time.Parse(time.RFC3339, field(t, out, "expires")); err != nil || exp.Before(time.Now().Add(71*time.Hour)) {
+		t.Errorf("create --expire 72h: expires %q", field(t, out, "expires"))
+	}
+
+	link := decodeJSON(t, c.ok("links", "get", code, "-o", "json"))
+	if link["code"] != code || link["passwordProtected"] != true || link["maxVisits"] != "100" {
+		t.Errorf("get -o json: %v", link)
+	}
+	if _, ok := link["password"]; ok {
+		t.Errorf("get -o json shows a password: %v", link)
+	}
+	if got := field(t, c.ok("links", "get", code), "long url"); got != "https://example.com/spring-sale" {
+		t.Errorf("get: long url %q", got)
+	}
+
+	other := strings.TrimSpace(c.ok("links", "create", "https://example.com/other", "--tag", "autumn", "-q"))
+	list := c.ok("links", "list", "--tag", "spring")
+	if !strings.Contains(list, code) || strings.Contains(list, other) || !strings.HasPrefix(list, "CODE") {
+		t.Errorf("list --tag spring (want %s, not %s):\n%s", code, other, list)
+	}
+	page := decodeJSON(t, c.ok("links", "list", "--all", "-o", "json"))
+	if links, _ := page["links"].([]any); len(links) != 2 {
+		t.Errorf("list --all -o json: want 2 links, got %v", page)
+	}
+	if r := c.run("links", "list", "--page-size", "1"); r.code != 0 || !strings.Contains(r.stderr, "--page-token") {
+		t.Errorf("list --page-size 1 of 2 links names no next page: %s", r)
+	}
+
+	// Only the given fields change; a device flag keeps the other devices.
+	c.ok("links", "update", code, "--android", "https://apps.example.com/android", "--clear-tags", "--disable")
+	link = decodeJSON(t, c.ok("links", "get", code, "-o", "json"))
+	targets, _ := link["deviceTargets"].(map[string]any)
+	if targets["iosUrl"] != "https://apps.example.com/ios" || targets["androidUrl"] != "https://apps.example.com/android" ||
+		link["disabled"] != true || link["longUrl"] != "https://example.com/spring-sale" || link["maxVisits"] != "100" {
+		t.Errorf("after update --android --clear-tags --disable: %v", link)
+	}
+	if tags, _ := link["tags"].([]any); len(tags) != 0 {
+		t.Errorf("after --clear-tags: tags %v", tags)
+	}
+	out = c.ok("links", "update", code, "--long-url", "https://example.com/b", "--enable", "--clear-password", "--max-visits", "0", "--clear-expire")
+	for name, want := range map[string]string{"long url": "https://example.com/b", "disabled": "no", "password": "no", "max visits": "no limit", "expires": "never"} {
+		if got := field(t, out, name); got != want {
+			t.Errorf("update: %s = %q, want %q", name, got, want)
+		}
+	}
+
+	if out := c.ok("links", "delete", code); out != "deleted "+code+"\n" {
+		t.Errorf("delete: %q", out)
+	}
+	r := c.run("links", "get", code)
+	if r.code != exitError || !strings.Contains(r.stderr, "no such link") {
+		t.Errorf("get after delete: %s", r)
+	}
+	if got := decodeJSON(t, c.ok("links", "delete", other, "-o", "json")); len(got) != 0 {
+		t.Errorf("delete -o json: %v", got)
+	}
+}
+
+// An API error (an unknown code) exits 1 with the API's own message on
+// stderr, one line, nothing on stdout.
+func TestAPIErrorExitsOne(t *testing.T) {
+	gw := startGateway(t, stack.limiter)
+	_, c := tenantWithKey(t, newCtl(t, gw), "free")
+	for _, args := range [][]string{{"links", "get", "zzzzzz9"}, {"stats", "zzzzzz9"}, {"links", "delete", "zzzzzz9", "-o", "json"}} {
+		r := c.run(args...)
+		want := "kurzctl: no such link: check the code (links of other tenants are not visible)\n"
+		if r.code != exitError || r.stderr != want || r.stdout != "" {
+			t.Errorf("kurzctl %s: %s\nwant exit 1 and stderr %q", strings.Join(args, " "), r, want)
+		}
+	}
+	r := newCtl(t, gw).run("links", "list")
+	if r.code != exitError || !strings.Contains(r.stderr, "an API key is required") || !strings.Contains(r.stderr, "KURZ_API_KEY") {
+		t.Errorf("list without a key: %s", r)
+	}
+	r = newCtl(t, gw).run("--url", "http://127.0.0.1:1", "links", "list")
+	if r.code != exitError || !strings.Contains(r.stderr, "cannot reach the gateway at http://127.0.0.1:1") {
+		t.Errorf("list from nowhere: %s", r)
+	}
+}
+
+// A mistake on the command line exits 2 with what to fix and where the
+// help is, before anything is sent.
+func TestUsageErrorsExitTwo(t *testing.T) {
+	c := &ctl{t: t, env: map[string]string{"KURZ_URL": "http://127.0.0.1:1"}}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", nil, "kurzctl: no command given"},
+		{"unknown command", []string{"shorten"}, `kurzctl: unknown command "shorten"`},
+		{"unknown subcommand", []string{"links", "shorten"}, `kurzctl links: unknown command "links shorten"`},
+		{"missing argument", []string{"links", "create"}, "kurzctl links create: missing <long-url>"},
+		{"extra argument", []string{"links", "get", "a", "b"}, `kurzctl links get: unexpected argument "b"`},
+		{"unknown flag", []string{"links", "list", "--colour"}, "flag provided but not defined: -colour"},
+		{"bad redirect", []string{"links", "create", "https://example.com", "--redirect", "303"}, "--redirect 303: want 301, 302, 307 or 308"},
+		{"bad expire", []string{"links", "create", "https://example.com", "--expire", "soon"}, `--expire: "soon" is neither an RFC 3339 time`},
+		{"bad output", []string{"links", "list", "-o", "yaml"}, `--output "yaml": want table or json`},
+		{"bad url", []string{"--url", "127.0.0.1:8080", "links", "list"}, `--url "127.0.0.1:8080": want the gateway's base URL`},
+		{"nothing to update", []string{"links", "update", "abc1234"}, "nothing to change"},
+		{"conflicting flags", []string{"links", "update", "abc1234", "--enable", "--disable"}, "give --disable or --enable, not both"},
+		{"bad interval", []string{"stats", "abc1234", "--interval", "week"}, `--interval "week": want hour or day`},
+		{"since and start", []string{"stats", "abc1234", "--since", "7d", "--start", "2026-01-01"}, "give --since, or --start and --end, not both"},
+		{"no domain", []string{"quota", "explain", "--descriptor", "tenant=acme"}, "--domain is required"},
+		{"bad descriptor", []string{"quota", "check", "--domain", "api", "--descriptor", "tenant"}, `--descriptor "tenant": want name=value`},
+		{"no admin token", []string{"tenants", "get", "acme"}, "set --admin-token or KURZ_ADMIN_TOKEN"},
+		{"bad batch", []string{"links", "import", "x.csv", "--batch", "0"}, "--batch must be from 1 to 1000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := c.run(tt.args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, "-h' for usage") {
+				t.Errorf("%s\nwant exit 2 with %q and a pointer to -h", r, tt.want)
+			}
+		})
+	}
+}
+
+// Every command has help with examples, on stdout, exit 0; so do the groups
+// and kurzctl itself.
+func TestHelp(t *testing.T) {
+	c := &ctl{t: t, env: map[string]string{}}
+	for _, cmd := range commands {
+		for _, args := range [][]string{append(strings.Fields(cmd.name), "-h"), append([]string{"help"}, strings.Fields(cmd.name)...)} {
+			out := c.ok(args...)
+			if !strings.HasPrefix(out, "Usage: kurzctl "+cmd.name) || !strings.Contains(out, "Example") || !strings.Contains(out, "--output") {
+				t.Errorf("kurzctl %s:\n%s", strings.Join(args, " "), out)
+			}
+		}
+	}
+	for _, args := range [][]string{{"-h"}, {"help"}, {"links", "-h"}, {"quota", "--help"}} {
+		if out := c.ok(args...); !strings.Contains(out, "Usage:") || !strings.Contains(out, "kurzctl help") {
+			t.Errorf("kurzctl %s:\n%s", strings.Join(args, " "), out)
+		}
+	}
+	if out := c.ok("version"); !strings.HasPrefix(out, "kurzctl dev (go") {
+		t.Errorf("version: %q", out)
+	}
+	decodeJSON(t, c.ok("version", "-o", "json"))
+}
+
+// The admin commands: a tenant, its plan, its keys; a revoked key is
+// refused on the next call.
+func TestTenantsAndKeys(t *testing.T) {
+	gw := startGateway(t, stack.limiter)
+	c := newCtl(t, gw)
+	id := newTenantID(t)
+	out := c.ok("tenants", "create", id, "--name", "Acme Inc.", "--plan", "free")
+	if field(t, out, "id") != id || field(t, out, "name") != "Acme Inc." || field(t, out, "plan") != "free" {
+		t.Errorf("tenants create:\n%s", out)
+	}
+	if got := decodeJSON(t, c.ok("tenants", "get", id, "-o", "json")); got["id"] != id || got["plan"] != "free" {
+		t.Errorf("tenants get -o json: %v", got)
+	}
+	if got := field(t, c.ok("tenants", "set-plan", id, "pro"), "plan"); got != "pro" {
+		t.Errorf("tenants set-plan: plan %q", got)
+	}
+	if r := c.run("tenants", "create", id); r.code != exitError || !strings.Contains(r.stderr, "exists already") {
+		t.Errorf("tenants create twice: %s", r)
+	}
+
+	r := c.run("keys", "issue", id, "--name", "laptop")
+	if r.code != 0 || !strings.Contains(r.stderr, "shown this once") {
+		t.Fatalf("keys issue: %s", r)
+	}
+	keyID, key := field(t, r.stdout, "id"), field(t, r.stdout, "key")
+	issued := decodeJSON(t, c.ok("keys", "issue", id, "--name", "ci", "-o", "json"))
+	list := c.ok("keys", "list", id)
+	if !strings.Contains(list, keyID) || !strings.Contains(list, issued["id"].(string)) || strings.Contains(list, key) {
+		t.Errorf("keys list (want both IDs, never a key):\n%s", list)
+	}
+	if keys, _ := decodeJSON(t, c.ok("keys", "list", id, "-o", "json"))["keys"].([]any); len(keys) != 2 {
+		t.Errorf("keys list -o json: %v", keys)
+	}
+	tc := c.withKey(key)
+	tc.ok("links", "list")
+	if out := c.ok("keys", "revoke", id, keyID); !strings.Contains(out, "revoked key "+keyID) {
+		t.Errorf("keys revoke: %q", out)
+	}
+	if r := tc.run("links", "list"); r.code != exitError || r.stderr != "kurzctl: the API key is invalid or revoked\n" {
+		t.Errorf("a revoked key: %s", r)
+	}
+	if r := c.run("tenants", "get", "no-such-tenant-"+id); r.code != exitError || !strings.Contains(r.stderr, "no such tenant") {
+		t.Errorf("tenants get of nobody: %s", r)
+	}
+}
+
+// quota explain names the rule CheckQuota would decide by, and says why;
+// quota check consumes and reports the same rule.
+func TestQuotaExplainNamesDecidingRule(t *testing.T) {
+	gw := startGateway(t, stack.limiter)
+	c := newCtl(t, gw)
+	desc := func() []string {
+		return []string{"--domain", "links.create", "--descriptor", "tenant=" + newTenantID(t), "--descriptor", "ip=" + newIP()}
+	}
+
+	// 6000 hits are more than test-per-tenant's burst of 5000: it denies,
+	// per-ip (6000 a minute) alone would allow.
+	out := c.ok(append([]string{"quota", "explain", "--hits", "6000"}, desc()...)...)
+	for _, want := range []string{
+		"6000 hits in links.create would be denied; 2 rules match\n",
+		"test-per-tenant decides: it denies: 6000 hits exceed its capacity of 5000",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain --hits 6000: no %q in\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^▶ test-per-tenant\s+token_bucket\s+-\s+60000/1m\s+5000\s+.*\s+open\s+deny$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^  per-ip\s+sliding_window\S*\s+-\s+6000/1m\s+.*\s+local\s+allow$`).MatchString(out) {
+		t.Errorf("explain --hits 6000: rows do not mark test-per-tenant as deciding:\n%s", out)
+	}
+
+	// Allowed: the deciding rule is the one CheckQuota names.
+	args := desc()
+	check := decodeJSON(t, c.ok(append([]string{"quota", "check", "--hits", "0", "-o", "json"}, args...)...))
+	decidingRule, _ := check["decidingRule"].(string)
+	if check["allowed"] != true || decidingRule == "" {
+		t.Fatalf("check -o json: %v", check)
+	}
+	out = c.ok(append([]string{"quota", "explain"}, args...)...)
+	if !strings.Contains(out, decidingRule+" decides: it has the least headroom") || !strings.Contains(out, "▶ "+decidingRule+" ") {
+		t.Errorf("explain names another rule than CheckQuota's %s:\n%s", decidingRule, out)
+	}
+	explained := decodeJSON(t, c.ok(append([]string{"quota", "explain", "-o", "json"}, args...)...))
+	if rules, _ := explained["rules"].([]any); len(rules) != 2 || explained["allowed"] != true {
+		t.Errorf("explain -o json: %v", explained)
+	}
+
+	out = c.ok(append([]string{"quota", "check", "--hits", "5"}, args...)...)
+	if !strings.HasPrefix(out, "allowed 5 hits in links.create; deciding rule ") {
+		t.Errorf("check:\n%s", out)
+	}
+	// auth's rule is keyed by ip: without one, no rule applies.
+	if out := c.ok("quota", "explain", "--domain", "auth", "--descriptor", "tenant=x"); out != "1 hits in auth would be allowed: no rule of the domain matches these descriptors\n" {
+		t.Errorf("explain without a matching rule: %q", out)
+	}
+	if r := c.run("quota", "explain", "--domain", "no.such.domain"); r.code != exitError || !strings.Contains(r.stderr, `kurzctl: unknown domain "no.such.domain"`) {
+		t.Errorf("explain of an unknown domain: %s", r)
+	}
+	r := c.run("--limiter", "127.0.0.1:1", "--timeout", "2s", "quota", "explain", "--domain", "api")
+	if r.code != exitError || !strings.Contains(r.stderr, "cannot reach the limiter at 127.0.0.1:1") {
+		t.Errorf("explain without a limiter: %s", r)
+	}
+}
+
+// stats of a link without clicks: the totals, "no clicks", and the API's
+// JSON.
+func TestStats(t *testing.T) {
+	gw := startGateway(t, stack.limiter)
+	_, c := tenantWithKey(t, newCtl(t, gw), "free")
+	code := strings.TrimSpace(c.ok("links", "create", "https://example.com/stats", "-q"))
+	out := c.ok("stats", code, "--since", "7d")
+	if !strings.HasPrefix(out, "link "+code+": clicks from ") || field(t, out, "total") != "0" ||
+		field(t, out, "bot") != "0 (0.0%)" || !strings.HasSuffix(out, "\nno clicks in this range\n") {
+		t.Errorf("stats:\n%s", out)
+	}
+	got := decodeJSON(t, c.ok("stats", code, "--start", time.Now().Add(-48*time.Hour).Format(time.DateOnly), "--interval", "hour", "-o", "json"))
+	if got["code"] != code || got["interval"] != "INTERVAL_HOUR" {
+		t.Errorf("stats -o json: %v", got)
+	}
+	if series, _ := got["series"].([]any); len(series) < 48 {
+		t.Errorf("stats --interval hour over 2+ days: %d buckets", len(series))
+	}
+}
+
+// The chart scales the busiest bucket to the full width, human clicks in
+// blocks to an eighth of a cell, bot and flood clicks shaded, and shows any
+// non-zero part.
+func TestChart(t *testing.T) {
+	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	bucket := func(i int, human, bot, flood int64) *analyticsv1.TimeBucket {
+		return &analyticsv1.TimeBucket{StartTime: timestamppb.New(day.AddDate(0, 0, i)),
+			Counts: &analyticsv1.ClickCounts{Total: human + bot + flood, Human: human, Bot: bot, Flood: flood}}
+	}
+	got := chart([]*analyticsv1.TimeBucket{bucket(0, 80, 0, 0), bucket(1, 30, 8, 2), bucket(2, 0, 0, 0), bucket(3, 1, 1, 0)}, analyticsv1.Interval_INTERVAL_DAY, 8)
+	want := "2026-03-01  ████████   80\n" +
+		"2026-03-02  ███░       40 (10 bot/flood)\n" +
+		"2026-03-03             0\n" +
+		"2026-03-04  ▏░         2 (1 bot/flood)\n"
+	if got != want {
+		t.Errorf("chart:\n%s\nwant:\n%s", got, want)
+	}
+	if got := formatDuration(durationpb.New(90 * time.Second)); got != "1m30s" {
+		t.Errorf("formatDuration(90s) = %q", got)
+	}
+}
+
+// links import: a Bitly export in batches, a progress line per batch on
+// stderr, a summary and the failed rows; the links carry the import tag.
+// links export writes them back as CSV, to stdout or a file.
+func TestImportAndExport(t *testing.T) {
+	gw := startGateway(t, stack.limiter)
+	_, c := tenantWithKey(t, newCtl(t, gw), "pro")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bitly.csv")
+	// Fresh aliases, so each keeps its code (codes are global).
+	src := newTenantID(t)[4:]
+	csvText := "long_url,link,title,created_at,tags\n" +
+		"https://example.com/1,bit.ly/" + src + "a,One,2024-01-02T03:04:05Z,news\n" +
+		"https://example.com/2,bit.ly/" + src + "b,Two,2024-01-02T03:04:05Z,\n" +
+		"javascript:alert(1),bit.ly/" + src + "c,Bad,2024-01-02T03:04:05Z,\n" +
+		"https://example.com/4,bit.ly/" + src + "d,Four,2024-01-02T03:04:05Z,news\n" +
+		",bit.ly/" + src + "e,Empty,2024-01-02T03:04:05Z,\n"
+	if err := os.WriteFile(file, []byte(csvText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run("links", "import", file, "--batch", "2")
+	if r.code != 0 {
+		t.Fatalf("import: %s", r)
+	}
+	wantProgress := "imported 2/5 rows (2 created, 0 failed)\nimported 4/5 rows (3 created, 1 failed)\nimported 5/5 rows (3 created, 2 failed)\n"
+	if r.stderr != wantProgress {
+		t.Errorf("import progress:\n%s\nwant:\n%s", r.stderr, wantProgress)
+	}
+	if !strings.HasPrefix(r.stdout, "imported 5 rows of a bitly export: 3 created (3 kept their code), 2 failed\n") ||
+		!regexp.MustCompile(`(?m)^4\s+`+src+`c\s+INVALID_ARGUMENT: `).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^6\s+`+src+`e\s+INVALID_ARGUMENT: line 6 has no URL$`).MatchString(r.stdout) {
+		t.Errorf("import summary:\n%s", r.stdout)
+	}
+	page := decodeJSON(t, c.ok("links", "list", "--tag", "import-bitly", "--all", "-o", "json"))
+	if links, _ := page["links"].([]any); len(links) != 3 {
+		t.Errorf("links tagged import-bitly: %v", page)
+	}
+	if got := field(t, c.ok("links", "get", src+"a"), "long url"); got != "https://example.com/1" {
+		t.Errorf("the imported link %sa leads to %q", src, got)
+	}
+
+	out := c.ok("links", "export", "--tag", "news")
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil || len(recs) != 3 || recs[0][0] != "code" {
+		t.Fatalf("export --tag news (want a header and 2 rows): %v\n%s", err, out)
+	}
+	exported := filepath.Join(dir, "out.csv")
+	if r := c.run("links", "export", "-f", exported); r.code != 0 || !strings.Contains(r.stderr, "wrote ") {
+		t.Fatalf("export -f: %s", r)
+	}
+	b, err := os.ReadFile(exported)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := csv.NewReader(strings.NewReader(string(b))).ReadAll(); err != nil || len(recs) != 4 {
+		t.Errorf("export -f (want a header and 3 rows): %v\n%s", err, b)
+	}
+	rep := decodeJSON(t, c.ok("links", "import", file, "-o", "json"))
+	// Again: the aliases are taken now (by these very links), so the
+	// links get codes of kurz's choosing.
+	if rep["format"] != "bitly" || rep["rows"] != float64(5) || rep["created"] != float64(3) || rep["aliasesKept"] != float64(0) {
+		t.Errorf("import -o json: %v", rep)
+	}
+}

@@ -1,0 +1,629 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+)
+
+func linkCommands() []*command {
+	return []*command{
+		{
+			name: "links create", args: "<long-url>", minArgs: 1, maxArgs: 1,
+			summary: "shorten a URL",
+			help: `Creates a short link for <long-url> (http or https). With an API key the link
+is the tenant's; without one the gateway may accept it as "anonymous".
+
+--expire takes an RFC 3339 time or a duration from now (72h, 30d). A password
+(8 to 128 characters) makes visitors enter it before the redirect; prefer
+--password-stdin, which keeps it out of the shell's history. --ios, --android
+and --desktop send those devices elsewhere than <long-url>.
+
+Examples:
+  kurzctl links create https://example.com/spring-sale --tag spring --tag launch
+  kurzctl links create https://example.com/q3 --alias q3-report --expire 30d
+  kurzctl links create https://example.com/app --ios https://apps.apple.com/app/id1 \
+      --android https://play.google.com/store/apps/details?id=com.example
+  printf '%s\n' "$PASSWORD" | kurzctl links create https://example.com/private --password-stdin
+  CODE=$(kurzctl links create https://example.com -q)`,
+			setup: setupLinksCreate,
+		},
+		{
+			name: "links list", summary: "list the tenant's links, newest first", maxArgs: 0,
+			help: `Lists the tenant's links, newest first, one page at a time (the next page's
+token is printed on stderr), or every page with --all.
+
+Examples:
+  kurzctl links list
+  kurzctl links list --tag spring --all
+  kurzctl links list --page-size 100 --page-token "$TOKEN"
+  kurzctl links list --all -o json`,
+			setup: setupLinksList,
+		},
+		{
+			name: "links get", args: "<code>", minArgs: 1, maxArgs: 1,
+			summary: "show one link",
+			help: `Shows one of the tenant's links.
+
+Examples:
+  kurzctl links get 1000abc
+  kurzctl links get 1000abc -o json`,
+			setup: setupLinksGet,
+		},
+		{
+			name: "links update", args: "<code>", minArgs: 1, maxArgs: 1,
+			summary: "change a link (only the fields given)",
+			help: `Changes the fields given, and only those. --tag replaces the tags (repeat
+it for several); --clear-tags removes them. --max-visits 0 removes the limit.
+A device flag changes that device's destination and keeps the others (an
+empty value removes it).
+
+Examples:
+  kurzctl links update 1000abc --long-url https://example.com/new
+  kurzctl links update 1000abc --tag spring --tag archived --disable
+  kurzctl links update 1000abc --clear-password --clear-expire
+  kurzctl links update 1000abc --android ''`,
+			setup: setupLinksUpdate,
+		},
+		{
+			name: "links delete", args: "<code>", minArgs: 1, maxArgs: 1,
+			summary: "revoke a link",
+			help: `Deletes a link: its short URL stops redirecting at once.
+
+Example:
+  kurzctl links delete 1000abc`,
+			setup: setupLinksDelete,
+		},
+		{
+			name: "links import", args: "<file.csv>", minArgs: 1, maxArgs: 1,
+			summary: "create links from a Bitly or YOURLS CSV export",
+			help: `Reads a CSV export of Bitly or YOURLS (the format is recognised from its
+header), and creates its links in batches through the gateway, keeping each
+link's old code as its alias where it is free. Progress goes to stderr, one
+line per batch; then a summary and the rows that failed.
+
+Examples:
+  kurzctl links import bitly-export.csv
+  kurzctl links import yourls.csv --batch 200 -o json > report.json`,
+			setup: setupLinksImport,
+		},
+		{
+			name: "links export", maxArgs: 0,
+			summary: "export the tenant's links as CSV",
+			help: `Writes the tenant's links as CSV, to stdout or to a file.
+
+Examples:
+  kurzctl links export > links.csv
+  kurzctl links export --tag spring -f spring.csv`,
+			setup: setupLinksExport,
+		},
+	}
+}
+
+// linkFlags are the settings create and update share.
+type linkFlags struct {
+	tags          stringList
+	expire        string
+	maxVisits     int64
+	password      string
+	passwordStdin bool
+	ios, android  string
+	desktop       string
+	redirect      int
+}
+
+func (f *linkFlags) define(fs *flag.FlagSet) {
+	fs.Var(&f.tags, "tag", "a `tag` (repeat for several): lower-case letters, digits, '-', '_', '.'")
+	fs.StringVar(&f.expire, "expire", "", "expiry: an RFC 3339 `time` or a duration from now (72h, 30d)")
+	fs.Int64Var(&f.maxVisits, "max-visits", 0, "answer 410 Gone after `n` visits")
+	fs.StringVar(&f.password, "password", "", "ask visitors for this `password` (visible in the shell's history: prefer --password-stdin)")
+	fs.BoolVar(&f.passwordStdin, "password-stdin", false, "read the password from the first line of stdin")
+	fs.StringVar(&f.ios, "ios", "", "destination for iOS devices (`URL`)")
+	fs.StringVar(&f.android, "android", "", "destination for Android devices (`URL`)")
+	fs.StringVar(&f.desktop, "desktop", "", "destination for every other device (`URL`)")
+	fs.IntVar(&f.redirect, "redirect", 0, "HTTP `status` of the redirect: 301, 302, 307 or 308 (default: the service's)")
+}
+
+// readPassword returns the password from --password or stdin.
+func (c *cli) readPassword(cmd string, f *linkFlags, set map[string]bool) (string, error) {
+	if set["password"] && f.passwordStdin {
+		return "", usagef(cmd, "give --password or --password-stdin, not both")
+	}
+	if !f.passwordStdin {
+		return f.password, nil
+	}
+	line, err := bufio.NewReader(c.stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read the password from stdin: %w", err)
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", usagef(cmd, "--password-stdin: stdin holds no password")
+	}
+	return line, nil
+}
+
+// redirectTypes maps --redirect to the API's enum.
+var redirectTypes = map[int]shortenerv1.RedirectType{
+	301: shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY,
+	302: shortenerv1.RedirectType_REDIRECT_TYPE_FOUND,
+	307: shortenerv1.RedirectType_REDIRECT_TYPE_TEMPORARY_REDIRECT,
+	308: shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT,
+}
+
+func redirectType(cmd string, status int) (shortenerv1.RedirectType, error) {
+	rt, ok := redirectTypes[status]
+	if !ok {
+		return 0, usagef(cmd, "--redirect %d: want 301, 302, 307 or 308", status)
+	}
+	return rt, nil
+}
+
+// parseSpan parses a duration, with "d" for days: 90m, 72h, 7d, 1.5d.
+func parseSpan(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.ParseFloat(n, 64)
+		if err != nil || days < 0 {
+			return 0, fmt.Errorf("%q is not a duration such as 72h or 7d", s)
+		}
+		return time.Duration(days * float64(24*time.Hour)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration such as 72h or 7d", s)
+	}
+	return d, nil
+}
+
+// parseWhen parses an RFC 3339 time, or a duration from now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	d, err := parseSpan(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration from now (72h, 30d)", s)
+	}
+	return now.Add(d), nil
+}
+
+func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
+	const cmd = "links create"
+	var f linkFlags
+	f.define(fs)
+	alias := fs.String("alias", "", "the wanted `code` instead of a generated one")
+	random := fs.Bool("random", false, "a random code rather than a sequential (guessable) one")
+	quiet := fs.Bool("quiet", false, "print only the new code (also -q)")
+	fs.BoolVar(quiet, "q", false, "short for --quiet")
+	return func(args []string) error {
+		set := visited(fs)
+		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits}
+		switch {
+		case *alias != "" && *random:
+			return usagef(cmd, "give --alias or --random, not both")
+		case *alias != "":
+			req.Mode, req.CustomAlias = shortenerv1.CodeMode_CODE_MODE_CUSTOM, *alias
+		case *random:
+			req.Mode = shortenerv1.CodeMode_CODE_MODE_RANDOM
+		}
+		if f.maxVisits < 0 {
+			return usagef(cmd, "--max-visits must be positive (or 0 for no limit)")
+		}
+		if f.expire != "" {
+			t, err := parseWhen(f.expire, time.Now())
+			if err != nil {
+				return usagef(cmd, "--expire: %v", err)
+			}
+			req.ExpireTime = timestamppb.New(t)
+		}
+		if set["redirect"] {
+			rt, err := redirectType(cmd, f.redirect)
+			if err != nil {
+				return err
+			}
+			req.RedirectType = rt
+		}
+		if f.ios != "" || f.android != "" || f.desktop != "" {
+			req.DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: f.ios, AndroidUrl: f.android, DesktopUrl: f.desktop}
+		}
+		pw, err := c.readPassword(cmd, &f, set)
+		if err != nil {
+			return err
+		}
+		req.Password = pw
+		gw, err := c.gateway(cmd, apiKeyAuth)
+		if err != nil {
+			return err
+		}
+		var link shortenerv1.Link
+		raw, err := gw.callProto(c.ctx, "POST", "/v1/links", nil, req, &link)
+		if err != nil {
+			return err
+		}
+		switch {
+		case *quiet:
+			_, err = fmt.Fprintln(c.stdout, link.GetCode())
+			return err
+		case c.json():
+			return writeRaw(c.stdout, raw)
+		}
+		return printLink(c.stdout, &link)
+	}
+}
+
+func setupLinksList(c *cli, fs *flag.FlagSet) func([]string) error {
+	const cmd = "links list"
+	tag := fs.String("tag", "", "only links with this `tag`")
+	all := fs.Bool("all", false, "every page")
+	pageSize := fs.Int("page-size", 0, "links per page, 1 to 1000 (default: the service's; 1000 with --all)")
+	pageToken := fs.String("page-token", "", "the page to start at, from the previous page")
+	return func([]string) error {
+		if *pageSize < 0 || *pageSize > 1000 {
+			return usagef(cmd, "--page-size must be from 1 to 1000")
+		}
+		gw, err := c.gateway(cmd, apiKeyAuth)
+		if err != nil {
+			return err
+		}
+		q := url.Values{}
+		if *tag != "" {
+			q.Set("tag", *tag)
+		}
+		size := *pageSize
+		if *all && size == 0 {
+			size = 1000
+		}
+		if size > 0 {
+			q.Set("page_size", strconv.Itoa(size))
+		}
+		token := *pageToken
+		var links []*shortenerv1.Link
+		var raws []json.RawMessage
+		for {
+			if token != "" {
+				q.Set("page_token", token)
+			}
+			var page shortenerv1.ListLinksResponse
+			raw, err := gw.callProto(c.ctx, "GET", "/v1/links", q, nil, &page)
+			if err != nil {
+				return err
+			}
+			var rawPage struct {
+				Links []json.RawMessage `json:"links"`
+			}
+			if err := json.Unmarshal(raw, &rawPage); err != nil {
+				return fmt.Errorf("GET /v1/links: %w", err)
+			}
+			links, raws = append(links, page.GetLinks()...), append(raws, rawPage.Links...)
+			token = page.GetNextPageToken()
+			if !*all || token == "" {
+				break
+			}
+		}
+		if c.json() {
+			if raws == nil {
+				raws = []json.RawMessage{}
+			}
+			return writeJSONValue(c.stdout, struct {
+				Links         []json.RawMessage `json:"links"`
+				NextPageToken string            `json:"nextPageToken"`
+			}{raws, token})
+		}
+		if err := printLinks(c.stdout, links, *tag); err != nil {
+			return err
+		}
+		if token != "" {
+			fmt.Fprintf(c.stderr, "more links: --page-token %s (or --all)\n", token)
+		}
+		return nil
+	}
+}
+
+func setupLinksGet(c *cli, fs *flag.FlagSet) func([]string) error {
+	return func(args []string) error {
+		gw, err := c.gateway("links get", apiKeyAuth)
+		if err != nil {
+			return err
+		}
+		var link shortenerv1.Link
+		raw, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), nil, nil, &link)
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return writeRaw(c.stdout, raw)
+		}
+		return printLink(c.stdout, &link)
+	}
+}
+
+func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
+	const cmd = "links update"
+	var f linkFlags
+	f.define(fs)
+	// Not --url: that is the gateway's address.
+	longURL := fs.String("long-url", "", "the new long `URL`")
+	clearTags := fs.Bool("clear-tags", false, "remove every tag")
+	clearPassword := fs.Bool("clear-password", false, "remove the password")
+	disable := fs.Bool("disable", false, "stop redirecting (the code and statistics stay)")
+	enable := fs.Bool("enable", false, "redirect again")
+	clearExpire := fs.Bool("clear-expire", false, "never expire")
+	return func(args []string) error {
+		set := visited(fs)
+		body := map[string]any{}
+		conflict := func(a, b string) error {
+			if set[a] && set[b] {
+				return usagef(cmd, "give --%s or --%s, not both", a, b)
+			}
+			return nil
+		}
+		for _, p := range [][2]string{{"tag", "clear-tags"}, {"password", "clear-password"}, {"password-stdin", "clear-password"},
+			{"disable", "enable"}, {"expire", "clear-expire"}} {
+			if err := conflict(p[0], p[1]); err != nil {
+				return err
+			}
+		}
+		if set["long-url"] {
+			body["longUrl"] = *longURL
+		}
+		switch {
+		case set["tag"]:
+			body["tags"] = []string(f.tags)
+		case *clearTags:
+			body["tags"] = []string{}
+		}
+		if set["max-visits"] {
+			if f.maxVisits < 0 {
+				return usagef(cmd, "--max-visits must be positive (or 0 for no limit)")
+			}
+			body["maxVisits"] = strconv.FormatInt(f.maxVisits, 10)
+		}
+		switch {
+		case set["password"] || f.passwordStdin:
+			pw, err := c.readPassword(cmd, &f, set)
+			if err != nil {
+				return err
+			}
+			if pw == "" {
+				return usagef(cmd, "--password is empty: use --clear-password to remove the password")
+			}
+			body["password"] = pw
+		case *clearPassword:
+			body["password"] = ""
+		}
+		switch {
+		case *disable:
+			body["disabled"] = true
+		case *enable:
+			body["disabled"] = false
+		}
+		switch {
+		case set["expire"]:
+			t, err := parseWhen(f.expire, time.Now())
+			if err != nil {
+				return usagef(cmd, "--expire: %v", err)
+			}
+			body["expireTime"] = t.UTC().Format(time.RFC3339Nano)
+		case *clearExpire:
+			body["expireTime"] = nil
+		}
+		if set["redirect"] {
+			rt, err := redirectType(cmd, f.redirect)
+			if err != nil {
+				return err
+			}
+			body["redirectType"] = rt.String()
+		}
+		gw, err := c.gateway(cmd, apiKeyAuth)
+		if err != nil {
+			return err
+		}
+		path := "/v1/links/" + url.PathEscape(args[0])
+		if set["ios"] || set["android"] || set["desktop"] {
+			// The API replaces the device targets whole: keep the ones
+			// the command line does not name.
+			var cur shortenerv1.Link
+			if _, err := gw.callProto(c.ctx, "GET", path, nil, nil, &cur); err != nil {
+				return err
+			}
+			t := cur.GetDeviceTargets()
+			targets := map[string]string{"iosUrl": t.GetIosUrl(), "androidUrl": t.GetAndroidUrl(), "desktopUrl": t.GetDesktopUrl()}
+			for flagName, field := range map[string]string{"ios": "iosUrl", "android": "androidUrl", "desktop": "desktopUrl"} {
+				if set[flagName] {
+					targets[field] = fs.Lookup(flagName).Value.String()
+				}
+			}
+			body["deviceTargets"] = targets
+		}
+		if len(body) == 0 {
+			return usagef(cmd, "nothing to change: give one or more of --long-url, --tag, --clear-tags, --max-visits, --password, --clear-password, --disable, --enable, --expire, --clear-expire, --redirect, --ios, --android, --desktop")
+		}
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		raw, err := gw.call(c.ctx, "PATCH", path, nil, b)
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return writeRaw(c.stdout, raw)
+		}
+		var link shortenerv1.Link
+		if err := unmarshalProto(raw, &link); err != nil {
+			return fmt.Errorf("PATCH %s: %w", path, err)
+		}
+		return printLink(c.stdout, &link)
+	}
+}
+
+func setupLinksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
+	return func(args []string) error {
+		gw, err := c.gateway("links delete", apiKeyAuth)
+		if err != nil {
+			return err
+		}
+		if _, err := gw.call(c.ctx, "DELETE", "/v1/links/"+url.PathEscape(args[0]), nil, nil); err != nil {
+			return err
+		}
+		if c.json() {
+			return writeJSONValue(c.stdout, struct{}{})
+		}
+		_, err = fmt.Fprintf(c.stdout, "deleted %s\n", args[0])
+		return err
+	}
+}
+
+func setupLinksExport(c *cli, fs *flag.FlagSet) func([]string) error {
+	const cmd = "links export"
+	tag := fs.String("tag", "", "only links with this `tag`")
+	file := fs.String("file", "", "write to this `file` instead of stdout (also -f)")
+	fs.StringVar(file, "f", "", "short for --file")
+	return func([]string) error {
+		gw, err := c.gateway(cmd, apiKeyAuth)
+		if err != nil {
+			return err
+		}
+		q := url.Values{}
+		if *tag != "" {
+			q.Set("tag", *tag)
+		}
+		resp, err := gw.send(c.ctx, "GET", "/v1/links:export", q, nil, "")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if *file == "" {
+			if _, err := io.Copy(c.stdout, resp.Body); err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			return nil
+		}
+		// A temporary file renamed at the end: an interrupted export leaves
+		// no half-written file behind.
+		tmp, err := os.CreateTemp(filepath.Dir(*file), "."+filepath.Base(*file)+".*")
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		n, err := io.Copy(tmp, resp.Body)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), *file)
+		}
+		if err != nil {
+			_ = os.Remove(tmp.Name())
+			return fmt.Errorf("export to %s: %w", *file, err)
+		}
+		if !c.json() {
+			fmt.Fprintf(c.stderr, "wrote %d bytes to %s\n", n, *file)
+		}
+		return nil
+	}
+}
+
+// printLink shows one link as a two-column table.
+func printLink(w io.Writer, l *shortenerv1.Link) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("code", l.GetCode())
+	row("short url", l.GetShortUrl())
+	row("long url", l.GetLongUrl())
+	if t := l.GetDeviceTargets(); t != nil {
+		for _, d := range []struct{ name, url string }{{"ios url", t.GetIosUrl()}, {"android url", t.GetAndroidUrl()}, {"desktop url", t.GetDesktopUrl()}} {
+			if d.url != "" {
+				row(d.name, d.url)
+			}
+		}
+	}
+	row("tags", orDash(strings.Join(l.GetTags(), ", ")))
+	row("redirect", redirectName(l.GetRedirectType()))
+	row("created", formatTime(l.GetCreateTime()))
+	expires := "never"
+	if l.GetExpireTime() != nil {
+		expires = formatTime(l.GetExpireTime())
+	}
+	row("expires", expires)
+	maxVisits := "no limit"
+	if l.GetMaxVisits() > 0 {
+		maxVisits = strconv.FormatInt(l.GetMaxVisits(), 10)
+	}
+	row("max visits", maxVisits)
+	row("password", yesNo(l.GetPasswordProtected()))
+	row("disabled", yesNo(l.GetDisabled()))
+	return tw.Flush()
+}
+
+// printLinks shows links as a table, one per line.
+func printLinks(w io.Writer, links []*shortenerv1.Link, tag string) error {
+	if len(links) == 0 {
+		if tag != "" {
+			_, err := fmt.Fprintf(w, "no links tagged %q\n", tag)
+			return err
+		}
+		_, err := fmt.Fprintln(w, "no links")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CODE\tSHORT URL\tLONG URL\tTAGS\tCREATED")
+	for _, l := range links {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.GetCode(), l.GetShortUrl(), truncate(l.GetLongUrl(), 50),
+			orDash(strings.Join(l.GetTags(), ",")), formatTime(l.GetCreateTime()))
+	}
+	return tw.Flush()
+}
+
+func redirectName(rt shortenerv1.RedirectType) string {
+	for status, t := range redirectTypes {
+		if t == rt {
+			return strconv.Itoa(status)
+		}
+	}
+	return "default"
+}
+
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// truncate shortens s to n runes, marking the cut with "…".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}

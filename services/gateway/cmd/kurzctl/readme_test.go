@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+// readmeTenant is the tenant the README's CLI examples create. It is not
+// random (the examples are run verbatim): the test deletes it before and
+// after.
+const readmeTenant = "acme"
+
+// The "CLI" section of the top README.md, run verbatim: its ```console
+// blocks hold shell commands ("$ " lines) each followed by its output
+// (stdout and stderr). The test runs every command in order in one bash,
+// with kurzctl on PATH (this test binary, as kurzctl), against a test
+// gateway whose limiter has the rules in PostgreSQL (as under make up);
+// only the environment differs from make up's: KURZ_URL, KURZ_ADMIN_TOKEN,
+// KURZ_LIMITER_ADDR. Each output is compared with the README's line by
+// line, where "…" matches any run of characters within a line (codes,
+// times, keys: what changes from run to run).
+func TestREADMECLIExamples(t *testing.T) {
+	examples := readmeCLIExamples(t)
+	gw := startGateway(t, stack.limiterPG)
+	if err := deleteTenants(readmeTenant); err != nil {
+		t.Fatal(err)
+	}
+	cleanupTenants(t, readmeTenant)
+
+	// kurzctl on PATH is this binary, run as kurzctl.
+	binDir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, filepath.Join(binDir, "kurzctl")); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{runAsKurzctl + "=1", "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"KURZ_URL=" + gw.url, "KURZ_ADMIN_TOKEN=" + adminToken, "KURZ_LIMITER_ADDR=" + gw.limiter, "LC_ALL=C.UTF-8"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KURZ_API_KEY=") && !strings.HasPrefix(kv, "KURZ_URL=") && !strings.HasPrefix(kv, "KURZ_ADMIN_TOKEN=") &&
+			!strings.HasPrefix(kv, "KURZ_LIMITER_ADDR=") && !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	sh := startShell(t, env)
+
+	// What the README leaves to time, the test awaits: a plan reaches the
+	// limiters by NOTIFY, within a second.
+	after := map[string]func(){
+		"kurzctl tenants create " + readmeTenant: func() { awaitPlan(t, gw.limiter, readmeTenant) },
+	}
+	for _, ex := range examples {
+		got := sh.run(ex.command)
+		if problem := matchOutput(ex.want, got); problem != "" {
+			t.Errorf("README line %d: $ %s\n%s\ngot:\n%s", ex.line, ex.command, problem, got)
+		}
+		for prefix, hook := range after {
+			if strings.HasPrefix(ex.command, prefix) {
+				hook()
+			}
+		}
+	}
+}
+
+// cliExample is one "$ " command of the README and its output.
+type cliExample struct {
+	command string
+	want    string
+	line    int // 1-based
+}
+
+// readmeCLIExamples reads the commands and outputs of the ```console
+// blocks under "## CLI".
+func readmeCLIExamples(t *testing.T) []cliExample {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []cliExample
+	in, block := false, false
+	for i, l := range strings.Split(string(raw), "\n") {
+		switch {
+		case strings.HasPrefix(l, "## "):
+			in = l == "## CLI"
+		case !in:
+		case l == "```console":
+			block = true
+		case block && l == "```":
+			block = false
+		case block && strings.HasPrefix(l, "$ "):
+			out = append(out, cliExample{command: strings.TrimPrefix(l, "$ "), line: i + 1})
+		case block && len(out) > 0:
+			out[len(out)-1].want += l + "\n"
+		case block:
+			t.Fatalf("README line %d: output before any command", i+1)
+		}
+	}
+	if len(out) < 5 {
+		t.Fatalf("found %d commands in ```console blocks under \"## CLI\"", len(out))
+	}
+	return out
+}
+
+// shell is one bash that runs commands one at a time.
+type shell struct {
+	t     *testing.T
+	stdin io.Writer
+	out   *bufio.Reader
+}
+
+// shellMarker ends each command's output.
+const shellMarker = "@@@ end of command @@@"
+
+func startShell(t *testing.T, env []string) *shell {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "--noprofile", "--norc")
+	cmd.Dir = t.TempDir()
+	cmd.Env = env
+	// One pipe for both: the output interleaves as on a terminal.
+	cmd.Stdout, cmd.Stderr = pw, pw
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	t.Cleanup(func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("bash: %v", err)
+		}
+		pr.Close()
+	})
+	return &shell{t: t, stdin: stdin, out: bufio.NewReader(pr)}
+}
+
+// run runs one command line and returns what it printed.
+func (s *shell) run(command string) string {
+	s.t.Helper()
+	// The marker keeps the command's exit status for the next "echo $?".
+	if _, err := fmt.Fprintf(s.stdin, "%s\n__rc=$?; echo '%s'; (exit $__rc)\n", command, shellMarker); err != nil {
+		s.t.Fatalf("bash: %v", err)
+	}
+	var b strings.Builder
+	for {
+		line, err := s.out.ReadString('\n')
+		if err != nil {
+			s.t.Fatalf("bash ended during %q: %v\n%s", command, err, b.String())
+		}
+		if line == shellMarker+"\n" {
+			return b.String()
+		}
+		b.WriteString(line)
+	}
+}
+
+// matchOutput compares an output with the README's, line by line (blank
+// lines at the end aside); "…" in the README matches any run of characters
+// within a line.
+func matchOutput(want, got string) string {
+	wl := strings.Split(strings.TrimRight(want, "\n"), "\n")
+	gl := strings.Split(strings.TrimRight(got, "\n"), "\n")
+	if len(wl) != len(gl) {
+		return fmt.Sprintf("want %d lines, got %d", len(wl), len(gl))
+	}
+	for i := range wl {
+		parts := strings.Split(wl[i], "…")
+		for j, p := range parts {
+			parts[j] = regexp.QuoteMeta(p)
+		}
+		if !regexp.MustCompile("^" + strings.Join(parts, ".*?") + "$").MatchString(gl[i]) {
+			return fmt.Sprintf("line %d: want %s\n             got  %s", i+1, wl[i], gl[i])
+		}
+	}
+	return ""
+}
+
+// awaitPlan waits until the limiter applies tenant's plan: its
+// links.create rule names it.
+func awaitPlan(t *testing.T, limiter, tenant string) {
+	t.Helper()
+	conn, err := grpc.NewClient(limiter, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := ratelimitv1.NewRateLimitServiceClient(conn)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := client.ExplainQuota(ctx, &ratelimitv1.ExplainQuotaRequest{Domain: "links.create", Descriptors: map[string]string{"tenant": tenant}})
+		cancel()
+		if err != nil {
+			t.Fatalf("explain: %v", err)
+		}
+		for _, r := range resp.GetRules() {
+			if r.GetPlan() != "" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the limiter did not apply %s's plan within 10 s", tenant)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

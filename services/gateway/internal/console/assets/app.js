@@ -1,0 +1,480 @@
+// kurz console: a single-page app over the gateway's JSON API. The API key
+// lives in sessionStorage (this tab only) and goes out as a Bearer token.
+// Every string from the API is rendered with textContent or setAttribute,
+// never parsed as HTML.
+'use strict';
+
+const KEY = 'kurz.apiKey';
+const PAGE_SIZE = 20;
+const SVG_NS = 'http://www.w3.org/2000/svg';
+// The chart's series, stacked bottom to top: field, label, colour.
+const SERIES = [['human', 'Human', '#2f6fdf'], ['bot', 'Bot', '#9aa3ad'], ['flood', 'Flood', '#e0662b']];
+// Stats ranges: hours back from now, bucket width.
+const RANGES = { '24h': [24, 'hour'], '7d': [24 * 7, 'hour'], '30d': [24 * 30, 'day'] };
+
+const $ = (id) => document.getElementById(id);
+const enc = encodeURIComponent;
+const num = (x) => Number(x || 0); // proto JSON sends int64 as strings
+
+const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: '', qrURL: '', statsCode: '' };
+
+class APIError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+function apiKey() { return sessionStorage.getItem(KEY) || ''; }
+
+// api calls the gateway and returns the decoded JSON (or a Blob for images,
+// null for 204); failures throw an APIError carrying the API's own message.
+async function api(method, path, body, key = apiKey()) {
+  const init = { method, headers: { Authorization: 'Bearer ' + key }, cache: 'no-store' };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  let resp;
+  try {
+    resp = await fetch(path, init);
+  } catch (e) {
+    throw new APIError(0, 'The gateway did not answer (' + e.message + ')');
+  }
+  const type = resp.headers.get('Content-Type') || '';
+  if (!resp.ok) {
+    let msg = 'The gateway answered ' + resp.status + ' ' + resp.statusText;
+    if (type.startsWith('application/json')) {
+      const b = await resp.json().catch(() => null);
+      if (b && b.error && typeof b.error.message === 'string') msg = b.error.message;
+    }
+    if (resp.status === 401 && key && key === apiKey()) signOut(msg);
+    throw new APIError(resp.status, msg);
+  }
+  if (resp.status === 204) return null;
+  return type.startsWith('application/json') ? resp.json() : resp.blob();
+}
+
+// el builds an element; "text" sets textContent, "class" the class, other
+// keys are attributes.
+function el(tag, props = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === 'text') e.textContent = v;
+    else if (k === 'class') e.className = v;
+    else e.setAttribute(k, v);
+  }
+  e.append(...children);
+  return e;
+}
+
+function svg(tag, attrs = {}, text) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function button(text, cls, onclick) {
+  const b = el('button', { type: 'button', class: cls, text });
+  b.addEventListener('click', onclick);
+  return b;
+}
+
+// safeHref lets only http(s) URLs become links.
+function safeHref(u) { return /^https?:\/\//i.test(u || '') ? u : '#'; }
+
+// countRender counts a view's finished loads (data-renders), so a test can
+// wait for a load to land.
+function countRender(id) {
+  const v = $(id);
+  v.dataset.renders = String(num(v.dataset.renders) + 1);
+}
+
+// --- navigation ---------------------------------------------------------
+
+function show(view) {
+  for (const v of ['signin', 'links', 'stats']) $('view-' + v).hidden = v !== view;
+}
+
+function go(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+function route() {
+  const key = apiKey();
+  $('nav').hidden = !key;
+  if (!key) {
+    show('signin');
+    $('signin-key').focus();
+    return;
+  }
+  $('nav-key').textContent = 'Key ' + key.split('_').slice(0, 2).join('_');
+  const m = location.hash.match(/^#\/stats\/([A-Za-z0-9_-]+)$/);
+  if (m) {
+    show('stats');
+    loadStats(m[1]);
+  } else {
+    show('links');
+    loadLinks();
+  }
+}
+
+function signOut(msg) {
+  sessionStorage.removeItem(KEY);
+  state.tokens = [''];
+  state.page = 0;
+  route();
+  $('signin-error').textContent = msg || '';
+}
+
+// --- sign-in ------------------------------------------------------------
+
+$('signin-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const key = $('signin-key').value.trim();
+  $('signin-error').textContent = '';
+  try {
+    await api('GET', '/v1/links?page_size=1', undefined, key);
+  } catch (e) {
+    $('signin-error').textContent = e.message;
+    return;
+  }
+  sessionStorage.setItem(KEY, key);
+  $('signin-key').value = '';
+  go(location.hash.startsWith('#/stats/') ? location.hash : '#/links');
+});
+$('signout').addEventListener('click', () => signOut(''));
+
+// --- links --------------------------------------------------------------
+
+async function loadLinks() {
+  $('links-error').textContent = '';
+  const q = new URLSearchParams({ page_size: PAGE_SIZE });
+  if (state.tokens[state.page]) q.set('page_token', state.tokens[state.page]);
+  if (state.tag) q.set('tag', state.tag);
+  try {
+    const page = await api('GET', '/v1/links?' + q);
+    state.tokens.length = state.page + 1;
+    if (page.nextPageToken) state.tokens.push(page.nextPageToken);
+    renderLinks(page.links || []);
+  } catch (e) {
+    $('links-error').textContent = e.message;
+  } finally {
+    countRender('view-links');
+  }
+}
+
+function renderLinks(links) {
+  $('links-body').replaceChildren(...links.map(linkRow));
+  $('links-empty').hidden = links.length > 0;
+  $('page-prev').disabled = state.page === 0;
+  $('page-next').disabled = state.tokens.length <= state.page + 1;
+  $('page-label').textContent = 'Page ' + (state.page + 1);
+}
+
+function linkStatus(l) {
+  if (l.disabled) return 'disabled';
+  if (l.expireTime && new Date(l.expireTime) < new Date()) return 'expired';
+  return 'active';
+}
+
+function linkRow(l) {
+  const status = linkStatus(l);
+  const first = el('td', {}, el('a', { href: safeHref(l.shortUrl), class: 'short', target: '_blank', rel: 'noopener noreferrer', text: l.shortUrl }));
+  if (l.passwordProtected) first.append(' ', el('span', { class: 'tag', text: 'password' }));
+  return el('tr', { 'data-code': l.code },
+    first,
+    el('td', {}, el('span', { class: 'target', title: l.longUrl, text: l.longUrl })),
+    el('td', {}, ...(l.tags || []).map((t) => el('span', { class: 'tag', text: t }))),
+    el('td', { text: num(l.maxVisits) ? 'max ' + num(l.maxVisits) : '—' }),
+    el('td', { text: l.expireTime ? new Date(l.expireTime).toLocaleDateString() : 'never' }),
+    el('td', { class: 'status ' + status, text: status }),
+    el('td', { class: 'actions' },
+      el('a', { href: '#/stats/' + enc(l.code), class: 'button stats', text: 'Stats' }),
+      button('QR', 'qr', () => showQR(l.code)),
+      button('Edit', 'edit', () => openForm(l)),
+      button('Revoke', 'revoke danger', () => confirmRevoke(l.code))));
+}
+
+$('filter-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  state.tag = $('filter-tag').value.trim();
+  state.tokens = [''];
+  state.page = 0;
+  loadLinks();
+});
+$('page-prev').addEventListener('click', () => { state.page = Math.max(0, state.page - 1); loadLinks(); });
+$('page-next').addEventListener('click', () => { state.page++; loadLinks(); });
+
+// --- create and edit ----------------------------------------------------
+
+// dateInput is an RFC 3339 time as a local yyyy-mm-dd for <input type=date>.
+function dateInput(iso) {
+  const d = new Date(iso);
+  return [d.getFullYear(), d.getMonth() + 1, d.getDate()].map((x, i) => String(x).padStart(i ? 2 : 4, '0')).join('-');
+}
+
+const TARGETS = [['iosUrl', 'f-ios'], ['androidUrl', 'f-android'], ['desktopUrl', 'f-desktop']];
+
+function openForm(link) {
+  state.editing = link;
+  const t = (link && link.deviceTargets) || {};
+  $('link-form-title').textContent = link ? 'Edit ' + link.code : 'New link';
+  $('link-save').textContent = link ? 'Save' : 'Create';
+  $('f-long-url').value = link ? link.longUrl : '';
+  $('f-alias').value = link ? link.code : '';
+  $('f-alias').disabled = !!link;
+  $('f-tags').value = link ? (link.tags || []).join(', ') : '';
+  $('f-expire').value = link && link.expireTime ? dateInput(link.expireTime) : '';
+  $('f-max-visits').value = link && num(link.maxVisits) ? num(link.maxVisits) : '';
+  $('f-password').value = '';
+  $('f-password').placeholder = link && link.passwordProtected ? 'unchanged' : 'none';
+  $('f-clear-password').checked = false;
+  $('f-clear-password-label').hidden = !(link && link.passwordProtected);
+  for (const [k, id] of TARGETS) $(id).value = t[k] || '';
+  $('f-disabled').checked = !!(link && link.disabled);
+  $('f-disabled-label').hidden = !link;
+  $('link-form-error').textContent = '';
+  $('link-dialog').showModal();
+}
+
+function readForm() {
+  const expire = $('f-expire').value;
+  const targets = {};
+  for (const [k, id] of TARGETS) targets[k] = $(id).value.trim();
+  return {
+    longUrl: $('f-long-url').value.trim(),
+    alias: $('f-alias').value.trim(),
+    tags: $('f-tags').value.split(',').map((s) => s.trim()).filter(Boolean),
+    expire,
+    // The end of the chosen day, local time.
+    expireTime: expire ? new Date(expire + 'T23:59:59').toISOString() : null,
+    maxVisits: num($('f-max-visits').value),
+    password: $('f-password').value,
+    clearPassword: $('f-clear-password').checked,
+    targets,
+    disabled: $('f-disabled').checked,
+  };
+}
+
+// createBody is the POST /v1/links body: only the fields given.
+function createBody(f) {
+  const b = { longUrl: f.longUrl };
+  if (f.alias) Object.assign(b, { mode: 'CODE_MODE_CUSTOM', customAlias: f.alias });
+  if (f.tags.length) b.tags = f.tags;
+  if (f.expireTime) b.expireTime = f.expireTime;
+  if (f.maxVisits) b.maxVisits = f.maxVisits;
+  if (f.password) b.password = f.password;
+  if (Object.values(f.targets).some(Boolean)) b.deviceTargets = f.targets;
+  return b;
+}
+
+// patchBody is the PATCH body: only the fields that changed ("expireTime":
+// null clears the expiry, "password": "" removes the password).
+function patchBody(l, f) {
+  const b = {};
+  const t = l.deviceTargets || {};
+  if (f.longUrl !== l.longUrl) b.longUrl = f.longUrl;
+  if (f.tags.join(',') !== (l.tags || []).join(',')) b.tags = f.tags;
+  if (f.expire !== (l.expireTime ? dateInput(l.expireTime) : '')) b.expireTime = f.expireTime;
+  if (f.maxVisits !== num(l.maxVisits)) b.maxVisits = f.maxVisits;
+  if (f.password) b.password = f.password;
+  else if (f.clearPassword) b.password = '';
+  if (TARGETS.some(([k]) => f.targets[k] !== (t[k] || ''))) b.deviceTargets = f.targets;
+  if (f.disabled !== !!l.disabled) b.disabled = f.disabled;
+  return b;
+}
+
+$('new-link').addEventListener('click', () => openForm(null));
+$('link-cancel').addEventListener('click', () => $('link-dialog').close());
+$('link-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = readForm();
+  const l = state.editing;
+  $('link-form-error').textContent = '';
+  try {
+    if (l) {
+      const b = patchBody(l, f);
+      if (Object.keys(b).length) await api('PATCH', '/v1/links/' + enc(l.code), b);
+    } else {
+      const created = await api('POST', '/v1/links', createBody(f));
+      $('created-short-url').textContent = created.shortUrl;
+      $('created-short-url').href = safeHref(created.shortUrl);
+      $('created').hidden = false;
+      state.tokens = [''];
+      state.page = 0;
+    }
+  } catch (e) {
+    $('link-form-error').textContent = e.message;
+    return;
+  }
+  $('link-dialog').close();
+  loadLinks();
+});
+
+// --- revoke -------------------------------------------------------------
+
+function confirmRevoke(code) {
+  state.revoking = code;
+  $('confirm-code').textContent = code;
+  $('confirm-error').textContent = '';
+  $('confirm-dialog').showModal();
+}
+
+$('confirm-cancel').addEventListener('click', () => $('confirm-dialog').close());
+$('confirm-ok').addEventListener('click', async () => {
+  try {
+    await api('DELETE', '/v1/links/' + enc(state.revoking));
+  } catch (e) {
+    $('confirm-error').textContent = e.message;
+    return;
+  }
+  $('confirm-dialog').close();
+  loadLinks();
+});
+
+// --- QR code ------------------------------------------------------------
+
+function dropQR() {
+  if (state.qrURL) URL.revokeObjectURL(state.qrURL);
+  state.qrURL = '';
+  $('qr-img').removeAttribute('src');
+}
+
+async function showQR(code) {
+  dropQR();
+  $('qr-code').textContent = code;
+  $('qr-error').textContent = '';
+  $('qr-dialog').showModal();
+  try {
+    const blob = await api('GET', '/v1/links/' + enc(code) + '/qr?size=256');
+    state.qrURL = URL.createObjectURL(blob);
+    $('qr-img').src = state.qrURL;
+  } catch (e) {
+    $('qr-error').textContent = e.message;
+  }
+}
+
+$('qr-close').addEventListener('click', () => $('qr-dialog').close());
+$('qr-dialog').addEventListener('close', dropQR);
+
+// --- statistics ---------------------------------------------------------
+
+async function loadStats(code) {
+  state.statsCode = code;
+  $('stats-code').textContent = code;
+  $('stats-error').textContent = '';
+  const [hours, interval] = RANGES[$('stats-range').value];
+  const start = new Date(Date.now() - hours * 3600e3).toISOString().replace(/\.\d+Z$/, 'Z');
+  const q = new URLSearchParams({ start_time: start, interval });
+  try {
+    const [link, stats] = await Promise.all([
+      api('GET', '/v1/links/' + enc(code)),
+      api('GET', '/v1/links/' + enc(code) + '/stats?' + q),
+    ]);
+    if (state.statsCode === code) {
+      $('stats-target').textContent = link.shortUrl + ' → ' + link.longUrl;
+      renderStats(stats);
+    }
+  } catch (e) {
+    $('stats-error').textContent = e.message;
+  } finally {
+    countRender('view-stats');
+  }
+}
+
+$('stats-refresh').addEventListener('click', () => loadStats(state.statsCode));
+$('stats-range').addEventListener('change', () => loadStats(state.statsCode));
+
+function pct(x) { return (100 * Number(x || 0)).toFixed(1) + ' %'; }
+
+// fillTable writes [label, value, field?] rows; field names the value cell
+// (data-field) for tests and styles.
+function fillTable(id, rows) {
+  const body = $(id).tBodies[0];
+  if (!rows.length) {
+    body.replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No clicks in this range' })));
+    return;
+  }
+  body.replaceChildren(...rows.map(([label, value, field]) =>
+    el('tr', {}, el('th', { text: label }), el('td', field ? { 'data-field': field, text: String(value) } : { text: String(value) }))));
+}
+
+function renderStats(s) {
+  const c = s.counts || {};
+  const top = (list) => (list || []).map((k) => [k.key || '(none)', num(k.count)]);
+  $('chart').replaceChildren(chart(s.series || [], s.interval));
+  fillTable('stats-totals', [
+    ['Total', num(c.total), 'total'], ['Human', num(c.human), 'human'], ['Bot', num(c.bot), 'bot'],
+    ['Flood', num(c.flood), 'flood'], ['Unique visitors', num(c.uniqueVisitors), 'unique-visitors'],
+    ['Bot share', pct(s.botShare), 'bot-share'], ['Flood share', pct(s.floodShare), 'flood-share'],
+  ]);
+  fillTable('stats-referrers', (s.topReferrers || []).map((k) => [k.key || '(direct)', num(k.count)]));
+  fillTable('stats-browsers', top(s.topBrowsers));
+  fillTable('stats-devices', top(s.topDevices));
+  fillTable('stats-os', top(s.topOperatingSystems));
+}
+
+// niceMax rounds the tallest bar up to an even 2, 4, 6, 8 or 10 × 10^k, so
+// the three gridlines (0, half, top) are whole numbers.
+function niceMax(m) {
+  const p = 10 ** Math.floor(Math.log10(Math.max(m, 1)));
+  for (const f of [2, 4, 6, 8, 10]) if (f * p >= m) return f * p;
+  return 10 * p;
+}
+
+// chart draws the series as stacked bars (human, bot, flood) in SVG. The
+// numbers drawn are on the elements: data-human/bot/flood on the <svg>
+// (sums) and on each bucket's <g> (with data-start).
+function chart(series, interval) {
+  const W = 760, H = 260, L = 48, R = 12, T = 32, B = 36;
+  const pw = W - L - R, ph = H - T - B;
+  const rows = series.map((b) => {
+    const c = b.counts || {};
+    return { start: new Date(b.startTime), human: num(c.human), bot: num(c.bot), flood: num(c.flood) };
+  });
+  const sums = { human: 0, bot: 0, flood: 0 };
+  for (const r of rows) for (const [k] of SERIES) sums[k] += r[k];
+  const top = niceMax(Math.max(1, ...rows.map((r) => r.human + r.bot + r.flood)));
+  const root = svg('svg', {
+    viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': 'Clicks over time',
+    'data-human': sums.human, 'data-bot': sums.bot, 'data-flood': sums.flood, 'data-buckets': rows.length,
+  });
+  const yOf = (v) => T + ph - (v / top) * ph;
+  for (const v of [0, top / 2, top]) {
+    root.append(svg('line', { x1: L, x2: W - R, y1: yOf(v), y2: yOf(v), class: v ? 'grid' : 'axis-line' }),
+      svg('text', { x: L - 6, y: yOf(v) + 4, 'text-anchor': 'end', class: 'axis' }, String(v)));
+  }
+  root.append(svg('text', { x: 14, y: T + ph / 2, transform: `rotate(-90 14 ${T + ph / 2})`, 'text-anchor': 'middle', class: 'axis' }, 'Clicks'));
+  const bw = pw / Math.max(rows.length, 1);
+  const every = Math.ceil(rows.length / 8) || 1;
+  const label = interval === 'INTERVAL_DAY' ? { month: 'short', day: 'numeric' }
+    : rows.length > 48 ? { month: 'short', day: 'numeric', hour: '2-digit' } : { hour: '2-digit', minute: '2-digit' };
+  rows.forEach((r, i) => {
+    const x = L + i * bw;
+    const g = svg('g', { class: 'bucket', 'data-start': r.start.toISOString(), 'data-human': r.human, 'data-bot': r.bot, 'data-flood': r.flood });
+    let y = T + ph;
+    for (const [k, name, colour] of SERIES) {
+      if (!r[k]) continue;
+      const h = (r[k] / top) * ph;
+      y -= h;
+      const bar = svg('rect', { x: x + bw * 0.1, y, width: Math.max(bw * 0.8, 1), height: h, fill: colour, class: k });
+      bar.append(svg('title', {}, `${r.start.toLocaleString()}: ${r[k]} ${name.toLowerCase()}`));
+      g.append(bar);
+    }
+    root.append(g);
+    if (i % every === 0) {
+      root.append(svg('text', { x: x + bw / 2, y: H - B + 16, 'text-anchor': 'middle', class: 'axis' }, r.start.toLocaleString([], label)));
+    }
+  });
+  root.append(svg('text', { x: L + pw / 2, y: H - 4, 'text-anchor': 'middle', class: 'axis' }, 'Time (local)'));
+  const legend = svg('g', { class: 'legend' });
+  SERIES.forEach(([k, name, colour], i) => {
+    const x = L + i * 140;
+    legend.append(svg('rect', { x, y: 8, width: 12, height: 12, fill: colour }), svg('text', { x: x + 18, y: 18 }, `${name} (${sums[k]})`));
+  });
+  root.append(legend);
+  return root;
+}
+
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,415 @@
+package console_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/services/gateway/internal/app"
+)
+
+// adminToken is the test gateway's admin credential.
+const adminToken = "console-test-admin-token-0123456789"
+
+// User agents of the clicks: a desktop browser (a human) and a link
+// preview fetcher (a bot).
+const (
+	humanUA = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
+	botUA   = "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)"
+)
+
+// The console in headless Chromium against the real services: a wrong API
+// key shows the API's message; the right one signs in (kept in
+// sessionStorage only); a link created through the form is listed with its
+// short URL; its QR code loads from a blob: URL; an edit through the same
+// form changes its target; a human click and a bot click through the
+// redirect reach the stats page (refreshed until the consumer has stored
+// them), in the chart's data attributes and the tables; revoking asks first
+// and then removes the link. The page throws no exception and the CSP
+// blocks nothing. A screenshot of the stats page goes to the artifacts
+// directory (and docs/ with KURZ_UPDATE_SCREENSHOT=1).
+func TestConsoleInBrowser(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("Chromium is needed for the console's browser test and is not installed (%v): "+
+			"deploy/local/infra.sh up installs it (make up and make test run it), or apt-get install chromium", err)
+	}
+	s := startStack(t)
+	gw := startGateway(t, s)
+	key := newTenant(t, s, gw)
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+
+	// Exceptions and CSP violations, from the browser's start on.
+	var (
+		mu       sync.Mutex
+		problems []string
+	)
+	messages := chromedp.Console(ctx)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Source == "security" || strings.Contains(m.Text, "Content Security Policy") {
+				mu.Lock()
+				problems = append(problems, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-listening
+		for _, p := range problems {
+			t.Errorf("browser console: %s", p)
+		}
+	}()
+
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	text := func(sel string) string {
+		t.Helper()
+		return eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ''`, sel))
+	}
+
+	// A wrong key: the API's own message, and nothing stored.
+	start := time.Now()
+	wrongKey := "kurz_" + strings.Repeat("x", 12) + "_" + strings.Repeat("y", 32)
+	do("sign in with a wrong key",
+		chromedp.Navigate(gw.HTTP+"/console"),
+		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
+		chromedp.SendKeys(chromedp.CSS("#signin-key"), wrongKey),
+		chromedp.Click(chromedp.CSS("#signin-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#signin-error")))
+	if got, want := text("#signin-error"), "the API key is invalid or revoked"; got != want {
+		t.Errorf("sign-in error with a wrong key: %q, want the API's message %q", got, want)
+	}
+	if got := eval(`sessionStorage.getItem('kurz.apiKey') || ''`); got != "" {
+		t.Errorf("a wrong key was stored: %q", got)
+	}
+
+	// The right key: the links view, the key in sessionStorage only.
+	do("sign in",
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('signin-key').value = ''`),
+		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
+		chromedp.Click(chromedp.CSS("#signin-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#view-links")))
+	if got := eval(`sessionStorage.getItem('kurz.apiKey') || ''`); got != key {
+		t.Errorf("sessionStorage holds %q, want the key", got)
+	}
+	if got := eval(`String(localStorage.length)`); got != "0" {
+		t.Errorf("localStorage has %s items, want none (the key stays in the tab)", got)
+	}
+
+	// Finished loads of the list, to wait for a reload.
+	listed := `document.getElementById('view-links').dataset.renders`
+
+	// Create a link through the form; its short URL is on the page.
+	longURL := "https://example.com/console/" + strings.ToLower(rand.Text()[:8])
+	do("create a link",
+		chromedp.Click(chromedp.CSS("#new-link")),
+		chromedp.WaitVisible(chromedp.CSS("#link-dialog")),
+		chromedp.SendKeys(chromedp.CSS("#f-long-url"), longURL),
+		chromedp.Click(chromedp.CSS("#link-save")),
+		chromedp.WaitVisible(chromedp.CSS("#created-short-url")))
+	shortURL := text("#created-short-url")
+	code := shortURL[strings.LastIndex(shortURL, "/")+1:]
+	if !strings.HasPrefix(shortURL, s.redirectURL+"/") || code == "" {
+		t.Fatalf("short URL on the page: %q (form error %q), want %s/<code>", shortURL, text("#link-form-error"), s.redirectURL)
+	}
+	row := fmt.Sprintf(`tr[data-code=%q]`, code)
+	do("the new link in the list", chromedp.WaitVisible(chromedp.CSS(row+" a.short")))
+	if got := text(row + " .target"); got != longURL {
+		t.Errorf("listed target %q, want %q", got, longURL)
+	}
+
+	// Its QR code, fetched with the key, shown from a blob: URL.
+	do("QR code",
+		chromedp.Click(chromedp.CSS(row+" button.qr")),
+		chromedp.WaitVisible(chromedp.CSS("#qr-dialog")),
+		chromedp.Poll[chromedp.Void](`(() => { const i = document.getElementById('qr-img');
+			return i.src.startsWith('blob:') && i.complete && i.naturalWidth > 0; })()`, chromedp.WithPollingTimeout(20*time.Second)))
+	if w := eval(`String(document.getElementById('qr-img').naturalWidth)`); w != "256" {
+		t.Errorf("QR image naturalWidth %s, want 256", w)
+	}
+	do("close the QR code", chromedp.Click(chromedp.CSS("#qr-close")), chromedp.WaitNotVisible(chromedp.CSS("#qr-dialog")))
+
+	// Edit the long URL through the same form (a PATCH); the list reloads
+	// with it.
+	editedURL := longURL + "/edited"
+	n := eval(listed)
+	do("edit the link",
+		chromedp.Click(chromedp.CSS(row+" button.edit")),
+		chromedp.WaitVisible(chromedp.CSS("#link-dialog")),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('f-long-url').value = ''`),
+		chromedp.SendKeys(chromedp.CSS("#f-long-url"), editedURL),
+		chromedp.Click(chromedp.CSS("#link-save")),
+		chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`Number(%s) > %s`, listed, n), chromedp.WithPollingTimeout(20*time.Second)))
+	if got := text(row + " .target"); got != editedURL {
+		t.Errorf("listed target after the edit %q (form error %q), want %q", got, text("#link-form-error"), editedURL)
+	}
+	longURL = editedURL
+
+	// A human and a bot open the short URL.
+	for _, c := range []struct{ ua, referer string }{{humanUA, "https://news.example/console"}, {botUA, ""}} {
+		if st, loc := visit(t, shortURL, c.ua, c.referer); st != http.StatusFound || loc != longURL {
+			t.Fatalf("GET %s as %q: %d Location %q, want 302 to %s", shortURL, c.ua, st, loc, longURL)
+		}
+	}
+
+	// The stats page, refreshed until both clicks are in ClickHouse.
+	do("open the stats page", chromedp.Click(chromedp.CSS(row+" a.stats")), chromedp.WaitVisible(chromedp.CSS("#view-stats")))
+	renders := `document.getElementById('view-stats').dataset.renders`
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		n := eval(renders)
+		do("refresh the stats", chromedp.Click(chromedp.CSS("#stats-refresh")),
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`Number(%s) > %s`, renders, n), chromedp.WithPollingTimeout(20*time.Second)))
+		got := eval(`(() => { const c = document.querySelector('#chart svg');
+			return c ? c.dataset.human + '/' + c.dataset.bot + '/' + c.dataset.flood : 'no chart'; })()`)
+		if got == "1/1/0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the chart shows human/bot/flood %s (stats error %q), want 1/1/0", got, text("#stats-error"))
+		}
+		time.Sleep(300 * time.Millisecond) // the poll interval of a person pressing Refresh
+	}
+	if n := eval(`String(document.querySelectorAll('#chart g.bucket[data-human="1"]').length)`); n != "1" {
+		t.Errorf("%s buckets of the chart hold the human click, want 1", n)
+	}
+	if n := eval(`String(document.querySelectorAll('#chart g.bucket rect').length)`); n != "2" {
+		t.Errorf("%s bars drawn, want 2 (one human, one bot)", n)
+	}
+	if n, _ := strconv.Atoi(eval(`document.querySelector('#chart svg').dataset.buckets`)); n < 24 || n > 25 {
+		t.Errorf("%d buckets for the last 24 hours, want 24 or 25 (hours)", n)
+	}
+	if got := text("#chart .legend"); !strings.Contains(got, "Human (1)") || !strings.Contains(got, "Bot (1)") || !strings.Contains(got, "Flood (0)") {
+		t.Errorf("chart legend %q", got)
+	}
+	for field, want := range map[string]string{"total": "2", "human": "1", "bot": "1", "flood": "0", "unique-visitors": "1", "bot-share": "50.0 %"} {
+		if got := text(fmt.Sprintf(`#stats-totals td[data-field=%q]`, field)); got != want {
+			t.Errorf("totals: %s = %q, want %q", field, got, want)
+		}
+	}
+	for table, want := range map[string][]string{
+		"#stats-referrers": {"news.example1", "(direct)1"},
+		"#stats-browsers":  {"Firefox1", "Bot1"},
+		"#stats-devices":   {"desktop1", "bot1"},
+	} {
+		got := text(table)
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q, want a row %q", table, got, w)
+			}
+		}
+	}
+	if got := text("#stats-target"); got != shortURL+" → "+longURL {
+		t.Errorf("stats page names the link %q", got)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	saveScreenshot(t, shot)
+
+	// Revoke: a confirm step, then the link is gone from the list and the
+	// redirect.
+	// The list keeps its rows while it reloads: wait for the reload, or the
+	// click may land on a row it is replacing.
+	n = eval(listed)
+	do("revoke",
+		chromedp.Click(chromedp.CSS("#back-to-links")),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`Number(%s) > %s`, listed, n), chromedp.WithPollingTimeout(20*time.Second)),
+		chromedp.Click(chromedp.CSS(row+" button.revoke")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-dialog")))
+	if got := text("#confirm-code"); got != code {
+		t.Errorf("confirm dialog names %q, want %q", got, code)
+	}
+	do("confirm the revocation", chromedp.Click(chromedp.CSS("#confirm-ok")), chromedp.WaitNotPresent(chromedp.CSS(row)))
+	if st, _ := visit(t, shortURL, humanUA, ""); st != http.StatusNotFound && st != http.StatusGone {
+		t.Errorf("GET %s after revoking: %d, want 404 or 410", shortURL, st)
+	}
+	t.Logf("browser session took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// startGateway runs the gateway in-process in front of the stack.
+func startGateway(t *testing.T, s *stack) *servertest.Running {
+	t.Helper()
+	var cfg app.Config
+	err := config.LoadFrom(servertest.Env(map[string]string{
+		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
+		"KURZ_GATEWAY_HTTP_ADDR":       "127.0.0.1:0",
+		"KURZ_LIMITER_GRPC_ADDR":       s.limiter.GRPCAddr,
+		"KURZ_SHORTENER_GRPC_ADDR":     s.shortener.GRPCAddr,
+		"KURZ_ANALYTICS_GRPC_ADDR":     s.analytics.GRPCAddr,
+		"KURZ_GATEWAY_ADMIN_TOKEN":     adminToken,
+		"KURZ_GATEWAY_ALLOW_ANONYMOUS": "false",
+		"KURZ_GATEWAY_TRUSTED_PROXIES": "",
+		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
+	}), &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := app.New(context.Background(), cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("gateway: %v", err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "")
+	return r
+}
+
+// newTenant creates a tenant with one API key through the admin API and
+// returns the key; the tenant, its plan row and its links are deleted when
+// the test ends.
+func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
+	t.Helper()
+	id := "console-" + strings.ToLower(rand.Text()[:10])
+	t.Cleanup(func() {
+		for _, q := range []string{
+			`DELETE FROM gw_tenants WHERE id = $1`,
+			`DELETE FROM rl_tenant_plans WHERE tenant = $1`,
+			`DELETE FROM links WHERE tenant = $1`,
+		} {
+			if _, err := s.db.Exec(context.Background(), q, id); err != nil {
+				t.Errorf("clean up (%s): %v", q, err)
+			}
+		}
+	})
+	admin := func(path, body string) map[string]any {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, gw.HTTP+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &m) != nil {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		}
+		return m
+	}
+	admin("/v1/admin/tenants", fmt.Sprintf(`{"id":%q,"name":"Console test","plan":"pro"}`, id))
+	key, _ := admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
+	if key == "" {
+		t.Fatal("the admin API issued no key")
+	}
+	return key
+}
+
+// visit GETs a short URL as a browser would (without following the
+// redirect) and returns the status and Location.
+func visit(t *testing.T, url, ua, referer string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("User-Agent", ua)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml")
+	if referer != "" {
+		req.Header.Set("Referer", referer)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("Location")
+}
+
+// saveScreenshot writes the stats page's PNG to $KURZ_ARTIFACTS_DIR (by
+// default <repo>/artifacts), and to docs/ for the README when
+// KURZ_UPDATE_SCREENSHOT=1.
+func saveScreenshot(t *testing.T, png []byte) {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("KURZ_ARTIFACTS_DIR")
+	if dir == "" {
+		dir = filepath.Join(root, "artifacts")
+	}
+	paths := []string{filepath.Join(dir, "console-stats.png")}
+	if os.Getenv("KURZ_UPDATE_SCREENSHOT") == "1" {
+		paths = append(paths, filepath.Join(root, "docs", "console-stats.png"))
+	}
+	for _, p := range paths {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot of the stats page: %s", p)
+	}
+}
+
+// repoRoot is the directory of go.work above the test's directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.work above the test's directory")
+		}
+		dir = parent
+	}
+}

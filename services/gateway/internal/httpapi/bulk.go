@@ -1,0 +1,306 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkimport"
+)
+
+// maxBatchItems is the most links one POST /v1/links:batch creates: the
+// limit of the shortener's BatchCreateLinks.
+const maxBatchItems = linkimport.MaxBatch
+
+// batchBodyBytes bounds the body of POST /v1/links:batch (when larger than
+// Options.MaxBodyBytes): maxBatchItems items of up to 4 KiB of JSON (a long
+// URL of about 2 KiB, tags, device targets).
+const batchBodyBytes = maxBatchItems * 4 << 10
+
+// importBodyBytes bounds the CSV of POST /v1/links:import (when larger than
+// Options.MaxBodyBytes): linkimport.MaxRows rows of up to 2 KiB.
+const importBodyBytes = linkimport.MaxRows * 2 << 10
+
+// batchCallFactor is how many call timeouts one BatchCreateLinks call may
+// take: a batch of 1,000 links does the work of many single creates
+// (password hashing, a multi-row insert, a Redis pipeline).
+const batchCallFactor = 4
+
+// exportPageSize is how many links the export reads per ListLinks page.
+const exportPageSize = 1000
+
+// exportColumns is the header row of GET /v1/links:export.
+var exportColumns = []string{
+	"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
+	"password_protected", "ios_url", "android_url", "desktop_url",
+}
+
+// batchCreateLinks creates up to maxBatchItems links; each item succeeds
+// or fails on its own, so the answer is 200 with one result per item.
+func (a *API) batchCreateLinks(c *call) error {
+	b, err := a.readBodyUpTo(c, max(a.opts.MaxBodyBytes, batchBodyBytes), "send a JSON object")
+	if err != nil {
+		return err
+	}
+	var req shortenerv1.BatchCreateLinksRequest
+	if err := decodeProto(b, &req); err != nil {
+		return err
+	}
+	if n := len(req.GetRequests()); n == 0 || n > maxBatchItems {
+		return badRequest(fmt.Sprintf(`"requests" must hold 1 to %d links; it holds %d: split larger batches`, maxBatchItems, n))
+	}
+	resp, err := a.batchCreate(c, req.GetRequests())
+	if err != nil {
+		return err
+	}
+	return writeProto(c.w, http.StatusOK, resp)
+}
+
+// batchCreate calls BatchCreateLinks with the batch timeout, pushing the
+// response's write deadline past it.
+func (a *API) batchCreate(c *call, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+	timeout := batchCallFactor * a.opts.CallTimeout
+	extendWriteDeadline(c.w, timeout)
+	ctx, cancel := a.downstreamFor(c, timeout)
+	defer cancel()
+	return a.shortener.BatchCreateLinks(ctx, &shortenerv1.BatchCreateLinksRequest{Requests: reqs})
+}
+
+// extendWriteDeadline gives the response d more (and 10 s of slack) to be
+// written, where the server's write timeout would cut a long bulk call.
+func extendWriteDeadline(w http.ResponseWriter, d time.Duration) {
+	// Not every ResponseWriter can (a test recorder): then the server's
+	// own timeout stands.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + 10*time.Second))
+}
+
+// exportLinks streams the caller's links (optionally those with ?tag=) as
+// CSV, one ListLinks page at a time. The first page is read before anything
+// is written, so that a refusal is a proper error answer; a failure after
+// that aborts the response, so the client sees a broken transfer rather
+// than a short file.
+func (a *API) exportLinks(c *call) error {
+	req := &shortenerv1.ListLinksRequest{PageSize: exportPageSize, Tag: c.r.URL.Query().Get("tag")}
+	page, err := a.listPage(c, req)
+	if err != nil {
+		return err
+	}
+	h := c.w.Header()
+	h.Set("Content-Type", "text/csv; charset=utf-8")
+	h.Set("Content-Disposition", `attachment; filename="kurz-links.csv"`)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	c.w.WriteHeader(http.StatusOK)
+	cw := csv.NewWriter(c.w)
+	_ = cw.Write(exportColumns)
+	for {
+		for _, l := range page.GetLinks() {
+			_ = cw.Write(exportRecord(l))
+		}
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return nil // the client went away
+		}
+		if page.GetNextPageToken() == "" {
+			return nil
+		}
+		req.PageToken = page.GetNextPageToken()
+		if page, err = a.listPage(c, req); err != nil {
+			a.log.WarnContext(c.r.Context(), "export aborted", "route", c.st.route, "request_id", c.st.id, "err", err)
+			// net/http's documented way to end a response as failed: the
+			// client must not take a partial export for a whole one.
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// listPage reads one page of ListLinks, giving the response time to be
+// written.
+func (a *API) listPage(c *call, req *shortenerv1.ListLinksRequest) (*shortenerv1.ListLinksResponse, error) {
+	extendWriteDeadline(c.w, a.opts.CallTimeout)
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	return a.shortener.ListLinks(ctx, req)
+}
+
+// exportRecord is one CSV row of a link: tags joined with '|', times in
+// RFC 3339 UTC, no visit limit as an empty cell; every cell made safe
+// from spreadsheet formula injection.
+func exportRecord(l *shortenerv1.Link) []string {
+	ts := func(t interface {
+		IsValid() bool
+		AsTime() time.Time
+	}, set bool) string {
+		if !set || !t.IsValid() {
+			return ""
+		}
+		return t.AsTime().UTC().Format(time.RFC3339)
+	}
+	maxVisits := ""
+	if l.GetMaxVisits() > 0 {
+		maxVisits = strconv.FormatInt(l.GetMaxVisits(), 10)
+	}
+	dt := l.GetDeviceTargets()
+	rec := []string{
+		l.GetCode(), l.GetShortUrl(), l.GetLongUrl(), strings.Join(l.GetTags(), "|"),
+		ts(l.GetCreateTime(), l.GetCreateTime() != nil), ts(l.GetExpireTime(), l.GetExpireTime() != nil),
+		maxVisits, strconv.FormatBool(l.GetDisabled()), strconv.FormatBool(l.GetPasswordProtected()),
+		dt.GetIosUrl(), dt.GetAndroidUrl(), dt.GetDesktopUrl(),
+	}
+	for i, v := range rec {
+		rec[i] = safeCell(v)
+	}
+	return rec
+}
+
+// safeCell defuses a cell a spreadsheet would run as a formula (OWASP's
+// CSV injection advice): one starting with '=', '+', '-', '@', a tab or a
+// carriage return gets a leading single quote.
+func safeCell(v string) string {
+	if v != "" && strings.IndexByte("=+-@\t\r", v[0]) >= 0 {
+		return "'" + v
+	}
+	return v
+}
+
+// importResponse is the answer of POST /v1/links:import.
+type importResponse struct {
+	Format      linkimport.Format `json:"format"`
+	Rows        int               `json:"rows"`
+	Created     int               `json:"created"`
+	AliasesKept int               `json:"aliasesKept"`
+	Failed      int               `json:"failed"`
+	Results     []importResult    `json:"results"`
+}
+
+// importResult is one row's outcome.
+type importResult struct {
+	Row        int        `json:"row"`
+	SourceCode string     `json:"sourceCode"`
+	Code       string     `json:"code,omitempty"`
+	ShortURL   string     `json:"shortUrl,omitempty"`
+	AliasKept  bool       `json:"aliasKept"`
+	Error      *itemError `json:"error,omitempty"`
+}
+
+// itemError is a row's error, as BatchItemError reads in proto JSON.
+type itemError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// importLinks creates the links of a Bitly or YOURLS CSV export (the
+// request body) through BatchCreateLinks, keeping the export's codes where
+// they are free kurz aliases (see linkimport.Import). Rows fail on their
+// own. When a batch call fails (quota, an outage) after some links were
+// created, the answer is still 200: the rows not reached carry that error,
+// so the client knows exactly which to send again; when nothing was
+// created it is the error itself.
+func (a *API) importLinks(c *call) error {
+	if ct := c.r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err == nil && strings.HasPrefix(mt, "multipart/") {
+			return badRequest("send the CSV file itself as the request body (Content-Type: text/csv), not a form")
+		}
+	}
+	limit := max(a.opts.MaxBodyBytes, importBodyBytes)
+	if c.r.ContentLength > limit {
+		return bodyTooLarge(limit)
+	}
+	format, rows, err := linkimport.Parse(http.MaxBytesReader(c.w, c.r.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return bodyTooLarge(limit)
+	case errors.Is(err, linkimport.ErrRead):
+		return badRequest("the request body could not be read")
+	case err != nil:
+		return badRequest(err.Error())
+	case len(rows) == 0:
+		return badRequest("the CSV file has a header but no rows: nothing to import")
+	}
+
+	var callErr error // the batch call's own error, unwrapped
+	create := func(_ context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+		resp, err := a.batchCreate(c, reqs)
+		callErr = err
+		return resp, err
+	}
+	rep, err := linkimport.Import(c.r.Context(), rows, create, nil)
+	if err != nil && (callErr == nil || rep.Created == 0) {
+		if callErr != nil {
+			return callErr
+		}
+		return internalError(err)
+	}
+	out := importResponse{Format: format, Rows: rep.Rows, Created: rep.Created, AliasesKept: rep.AliasesKept,
+		Failed: rep.Failed, Results: make([]importResult, 0, len(rows))}
+	done := make(map[int]linkimport.Result, len(rep.Results))
+	for _, r := range rep.Results {
+		done[r.Row] = r
+	}
+	var notReached *itemError
+	if err != nil {
+		e := toAPIError(callErr)
+		notReached = &itemError{Code: e.code, Message: "not imported: " + e.message}
+	}
+	for _, row := range rows {
+		r, ok := done[row.Line]
+		if !ok {
+			out.Results = append(out.Results, importResult{Row: row.Line, SourceCode: row.SourceCode, Error: notReached})
+			out.Failed++
+			continue
+		}
+		res := importResult{Row: r.Row, SourceCode: r.SourceCode, Code: r.Code, ShortURL: r.ShortURL, AliasKept: r.AliasKept}
+		if r.Err != nil {
+			res.Error = &itemError{Code: r.Err.GetCode(), Message: r.Err.GetMessage(), Field: r.Err.GetField()}
+		}
+		out.Results = append(out.Results, res)
+	}
+	writeJSON(c.w, http.StatusOK, out)
+	return nil
+}
+
+// emptyPassword is Link.password as protoJSON writes it once cleared.
+var emptyPassword = []byte(`,"password":""`)
+
+var linkName = (&shortenerv1.Link{}).ProtoReflect().Descriptor().FullName()
+
+// withoutPasswords clears the input-only Link.password wherever m holds a
+// Link, so that no answer can carry one whatever a service sends.
+func withoutPasswords(m protoreflect.Message) {
+	if m.Descriptor().FullName() == linkName {
+		m.Clear(m.Descriptor().Fields().ByName("password"))
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil || fd.IsMap():
+		case fd.IsList():
+			for i := range v.List().Len() {
+				withoutPasswords(v.List().Get(i).Message())
+			}
+		default:
+			withoutPasswords(v.Message())
+		}
+		return true
+	})
+}
+
+// dropEmptyPasswords removes the member "password":"" that protoJSON's
+// EmitDefaultValues writes for every (cleared) Link: the field is input
+// only. In compact JSON this byte sequence can only be that member: inside
+// a string every quote is escaped, and no message of the API has a key
+// ending in `\"password`.
+func dropEmptyPasswords(b []byte) []byte {
+	return bytes.ReplaceAll(b, emptyPassword, nil)
+}

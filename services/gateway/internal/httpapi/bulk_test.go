@@ -1,0 +1,398 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+)
+
+// bulkShortener is a fake shortener for the bulk routes: ListLinks pages
+// through links (pageSize of them per page, failing at page failPage),
+// BatchCreateLinks gives each valid item the code "c<n>" (or its alias),
+// refusing URLs without "://" and failing call failBatch.
+type bulkShortener struct {
+	shortenerv1.ShortenerServiceClient
+	links     []*shortenerv1.Link
+	pageSize  int
+	failPage  int
+	lists     []*shortenerv1.ListLinksRequest
+	batches   [][]*shortenerv1.CreateLinkRequest
+	failBatch int
+	batchErr  error
+	update    *shortenerv1.UpdateLinkRequest
+}
+
+func (s *bulkShortener) ListLinks(_ context.Context, in *shortenerv1.ListLinksRequest, _ ...grpc.CallOption) (*shortenerv1.ListLinksResponse, error) {
+	s.lists = append(s.lists, proto.Clone(in).(*shortenerv1.ListLinksRequest))
+	if len(s.lists) == s.failPage {
+		return nil, status.Error(codes.Unavailable, "connection refused to 10.0.0.7")
+	}
+	start := 0
+	if in.GetPageToken() != "" {
+		fmt.Sscan(in.GetPageToken(), &start)
+	}
+	end := min(start+s.pageSize, len(s.links))
+	resp := &shortenerv1.ListLinksResponse{Links: s.links[start:end]}
+	if end < len(s.links) {
+		resp.NextPageToken = fmt.Sprint(end)
+	}
+	return resp, nil
+}
+
+func (s *bulkShortener) BatchCreateLinks(_ context.Context, in *shortenerv1.BatchCreateLinksRequest, _ ...grpc.CallOption) (*shortenerv1.BatchCreateLinksResponse, error) {
+	s.batches = append(s.batches, in.GetRequests())
+	if len(s.batches) == s.failBatch {
+		return nil, s.batchErr
+	}
+	resp := &shortenerv1.BatchCreateLinksResponse{}
+	for i, r := range in.GetRequests() {
+		res := &shortenerv1.BatchCreateResult{Index: int32(i)}
+		if !strings.Contains(r.GetLongUrl(), "://") {
+			res.Error = &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Message: "not a URL", Field: "long_url"}
+		} else {
+			code := r.GetCustomAlias()
+			if code == "" {
+				code = fmt.Sprintf("c%d", len(s.batches)*10000+i)
+			}
+			res.Link = &shortenerv1.Link{Code: code, ShortUrl: "http://k.test/" + code, LongUrl: r.GetLongUrl(),
+				Password: r.GetPassword(), PasswordProtected: r.GetPassword() != ""}
+			resp.Created++
+		}
+		resp.Results = append(resp.Results, res)
+	}
+	return resp, nil
+}
+
+func (s *bulkShortener) UpdateLink(_ context.Context, in *shortenerv1.UpdateLinkRequest, _ ...grpc.CallOption) (*shortenerv1.UpdateLinkResponse, error) {
+	s.update = proto.Clone(in).(*shortenerv1.UpdateLinkRequest)
+	return &shortenerv1.UpdateLinkResponse{Link: in.GetLink()}, nil
+}
+
+func newBulkAPI(sh *bulkShortener) *API {
+	return &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler)}
+}
+
+// bulkCall runs handle on method target with body, as the route table
+// would after admission.
+func bulkCall(a *API, handle func(*call) error, method, target, body string) (*httptest.ResponseRecorder, error) {
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	r.SetPathValue("code", "abcd123")
+	w := httptest.NewRecorder()
+	return w, handle(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}})
+}
+
+func statusOf(t *testing.T, err error) (int, string) {
+	t.Helper()
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = toAPIError(err)
+	}
+	return ae.status, ae.message
+}
+
+// A batch holds 1 to 1,000 items, in a body that may be larger than the
+// default bound; the shortener's answer is passed on with 200.
+func TestBatchCreateLinks(t *testing.T) {
+	item := `{"longUrl":"https://example.com/` + strings.Repeat("p", 200) + `"}`
+	items := func(n int) string {
+		return `{"requests":[` + strings.TrimSuffix(strings.Repeat(item+",", n), ",") + `]}`
+	}
+	for name, tc := range map[string]struct {
+		body       string
+		wantStatus int
+		wantText   string
+	}{
+		"empty list":     {body: `{"requests":[]}`, wantStatus: 400, wantText: `"requests" must hold 1 to 1000 links; it holds 0`},
+		"no list":        {body: `{}`, wantStatus: 400, wantText: "it holds 0"},
+		"1001 items":     {body: items(1001), wantStatus: 400, wantText: "it holds 1001: split larger batches"},
+		"unknown field":  {body: `{"requests":[{"longUrl":"x","colour":1}]}`, wantStatus: 400, wantText: "unknown field"},
+		"empty body":     {body: ``, wantStatus: 400, wantText: "the request body is empty"},
+		"too large":      {body: items(1000) + strings.Repeat(" ", batchBodyBytes), wantStatus: 413},
+		"1000 items":     {body: items(1000), wantStatus: 200},
+		"one bad of two": {body: `{"requests":[{"longUrl":"https://a.example/"},{"longUrl":"nope"}]}`, wantStatus: 200},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sh := &bulkShortener{}
+			a := newBulkAPI(sh)
+			w, err := bulkCall(a, a.batchCreateLinks, "POST", "/v1/links:batch", tc.body)
+			if err != nil {
+				code, msg := statusOf(t, err)
+				if code != tc.wantStatus || !strings.Contains(msg, tc.wantText) {
+					t.Fatalf("got %d %q, want %d containing %q", code, msg, tc.wantStatus, tc.wantText)
+				}
+				if len(sh.batches) != 0 {
+					t.Errorf("a refused batch reached the shortener")
+				}
+				return
+			}
+			if w.Code != tc.wantStatus {
+				t.Fatalf("got %d %s, want %d", w.Code, w.Body, tc.wantStatus)
+			}
+			var resp struct {
+				Results []struct {
+					Index int             `json:"index"`
+					Link  json.RawMessage `json:"link"`
+					Error *itemError      `json:"error"`
+				} `json:"results"`
+				Created int `json:"created"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+				t.Fatal(err)
+			}
+			n := len(sh.batches[0])
+			if len(resp.Results) != n {
+				t.Fatalf("%d results for %d items", len(resp.Results), n)
+			}
+			for i, r := range resp.Results {
+				if r.Index != i || (r.Link == nil) == (r.Error == nil) {
+					t.Errorf("result %d: index %d, link %s, error %v: want its index and one of link or error", i, r.Index, r.Link, r.Error)
+				}
+			}
+			if name == "one bad of two" && (resp.Created != 1 || resp.Results[1].Error.Field != "long_url") {
+				t.Errorf("created %d, second error %+v; want 1 and a long_url error", resp.Created, resp.Results[1].Error)
+			}
+		})
+	}
+}
+
+// No answer carries a password, even one a service sent by mistake: the
+// input-only field is cleared and left out of the JSON, in a single link
+// and in the links of a list or batch.
+func TestAnswersCarryNoPassword(t *testing.T) {
+	link := func() *shortenerv1.Link {
+		return &shortenerv1.Link{Code: "abcd123", LongUrl: `https://example.com/?q="password":""`, Password: "hunter22hunter22", PasswordProtected: true}
+	}
+	for name, m := range map[string]proto.Message{
+		"link": link(),
+		"list": &shortenerv1.ListLinksResponse{Links: []*shortenerv1.Link{link(), link()}},
+		"batch": &shortenerv1.BatchCreateLinksResponse{Results: []*shortenerv1.BatchCreateResult{
+			{Index: 0, Link: link()}, {Index: 1, Error: &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT"}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			if err := writeProto(w, 200, m); err != nil {
+				t.Fatal(err)
+			}
+			body := w.Body.String()
+			if strings.Contains(body, "hunter22") || strings.Contains(body, `,"password":`) {
+				t.Errorf("answer carries the password field: %s", body)
+			}
+			if !strings.Contains(body, `"passwordProtected":true`) || !strings.Contains(body, `q=\"password\":\"\"`) {
+				t.Errorf("answer lost passwordProtected or mangled the URL: %s", body)
+			}
+			if !json.Valid(w.Body.Bytes()) {
+				t.Errorf("invalid JSON: %s", body)
+			}
+		})
+	}
+}
+
+// PATCH takes the new fields into the mask: tags, maxVisits, password and
+// deviceTargets (null clears them).
+func TestUpdateLinkNewFields(t *testing.T) {
+	sh := &bulkShortener{}
+	a := newBulkAPI(sh)
+	body := `{"tags":["a","b"],"maxVisits":"5","password":"correct horse","deviceTargets":null}`
+	w, err := bulkCall(a, a.updateLink, "PATCH", "/v1/links/abcd123", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sh.update.GetUpdateMask().GetPaths(), []string{"device_targets", "max_visits", "password", "tags"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("mask = %v, want %v", got, want)
+	}
+	l := sh.update.GetLink()
+	if !reflect.DeepEqual(l.GetTags(), []string{"a", "b"}) || l.GetMaxVisits() != 5 || l.GetPassword() != "correct horse" || l.GetDeviceTargets() != nil {
+		t.Errorf("link sent = %v", l)
+	}
+	if strings.Contains(w.Body.String(), "correct horse") {
+		t.Errorf("the answer echoes the password: %s", w.Body)
+	}
+	_, err = bulkCall(a, a.updateLink, "PATCH", "/v1/links/abcd123", `{"passwordProtected":true}`)
+	if code, msg := statusOf(t, err); code != 400 || !strings.Contains(msg, "tags, maxVisits, password and deviceTargets") {
+		t.Errorf("PATCH passwordProtected: %d %q, want a 400 listing the fields", code, msg)
+	}
+}
+
+// The export is CSV in pages: the header row, then each link, with the tag
+// filter and page tokens passed on, formula-like cells quoted and times in
+// UTC.
+func TestExportLinks(t *testing.T) {
+	sh := &bulkShortener{pageSize: 2}
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
+	for i := range 5 {
+		sh.links = append(sh.links, &shortenerv1.Link{Code: fmt.Sprintf("code%03d", i), ShortUrl: "http://k.test/x",
+			LongUrl: "https://example.com/" + fmt.Sprint(i), Tags: []string{"a", "b"}, CreateTime: timestamppb.New(created)})
+	}
+	sh.links[1].LongUrl = "=HYPERLINK(\"http://evil.example\")"
+	sh.links[1].Tags = []string{"-x", "y"}
+	sh.links[2].MaxVisits = 7
+	sh.links[2].PasswordProtected = true
+	sh.links[2].Password = "never-exported"
+	sh.links[2].ExpireTime = timestamppb.New(created.Add(time.Hour))
+	sh.links[3].DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: "https://apple.example/", AndroidUrl: "@android", DesktopUrl: "https://d.example/"}
+	a := newBulkAPI(sh)
+	w, err := bulkCall(a, a.exportLinks, "GET", "/v1/links:export?tag=a", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct, cd := w.Header().Get("Content-Type"), w.Header().Get("Content-Disposition"); ct != "text/csv; charset=utf-8" || cd != `attachment; filename="kurz-links.csv"` {
+		t.Errorf("Content-Type %q, Content-Disposition %q", ct, cd)
+	}
+	if len(sh.lists) != 3 || sh.lists[0].GetTag() != "a" || sh.lists[2].GetPageToken() != "4" || sh.lists[0].GetPageSize() != exportPageSize {
+		t.Errorf("ListLinks calls = %v", sh.lists)
+	}
+	recs, err := csv.NewReader(w.Body).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		exportColumns,
+		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
+		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
+		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", ""},
+		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/"},
+		{"code004", "http://k.test/x", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
+	}
+	if !reflect.DeepEqual(recs, want) {
+		t.Errorf("CSV:\n got %q\nwant %q", recs, want)
+	}
+	if strings.Contains(w.Body.String(), "never-exported") {
+		t.Error("the export carries a password")
+	}
+}
+
+func TestSafeCell(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "", "abc": "abc", "=1+1": "'=1+1", "+1": "'+1", "-1": "'-1", "@SUM(A1)": "'@SUM(A1)",
+		"\tx": "'\tx", "\rx": "'\rx", "a=b": "a=b", "'quoted": "'quoted",
+	} {
+		if got := safeCell(in); got != want {
+			t.Errorf("safeCell(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A refusal of the first page is an ordinary error answer; a failure on a
+// later page aborts the response (http.ErrAbortHandler), never a short file
+// that looks whole.
+func TestExportFailures(t *testing.T) {
+	sh := &bulkShortener{pageSize: 1, failPage: 1, links: []*shortenerv1.Link{{Code: "a"}, {Code: "b"}}}
+	a := newBulkAPI(sh)
+	w, err := bulkCall(a, a.exportLinks, "GET", "/v1/links:export", "")
+	if code, msg := statusOf(t, err); code != 503 || strings.Contains(msg, "10.0.0.7") || w.Body.Len() != 0 {
+		t.Errorf("first page refused: %d %q, body %q; want a 503 without the internal text and no body", code, msg, w.Body)
+	}
+
+	sh = &bulkShortener{pageSize: 1, failPage: 2, links: []*shortenerv1.Link{{Code: "a"}, {Code: "b"}}}
+	a = newBulkAPI(sh)
+	defer func() {
+		if p := recover(); p != http.ErrAbortHandler {
+			t.Errorf("a failure mid-way: recovered %v, want http.ErrAbortHandler", p)
+		}
+	}()
+	_, _ = bulkCall(a, a.exportLinks, "GET", "/v1/links:export", "")
+	t.Error("a failure mid-way ended the export normally")
+}
+
+// The import answers the report of linkimport.Import: per row, in file
+// order, aliases kept where given; a bad file is a 400 naming the
+// formats; a batch failure after some rows leaves the rows not reached
+// with that error, one before any row is the error itself.
+func TestImportLinks(t *testing.T) {
+	bitly := "link,long_url,tags\nbit.ly/abc123,https://example.com/1,X\nbit.ly/x,no-scheme,\nbit.ly/def456,,\n"
+	sh := &bulkShortener{}
+	a := newBulkAPI(sh)
+	w, err := bulkCall(a, a.importLinks, "POST", "/v1/links:import", bitly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got importResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := importResponse{Format: "bitly", Rows: 3, Created: 1, AliasesKept: 1, Failed: 2, Results: []importResult{
+		{Row: 2, SourceCode: "abc123", Code: "abc123", ShortURL: "http://k.test/abc123", AliasKept: true},
+		{Row: 3, SourceCode: "x", Error: &itemError{Code: "INVALID_ARGUMENT", Message: "not a URL", Field: "long_url"}},
+		{Row: 4, SourceCode: "def456", Error: &itemError{Code: "INVALID_ARGUMENT", Message: "line 4 has no URL", Field: "long_url"}},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("report:\n got %+v\nwant %+v", got, want)
+	}
+	if tags := sh.batches[0][0].GetTags(); !reflect.DeepEqual(tags, []string{"x", "import-bitly"}) {
+		t.Errorf("tags sent = %q", tags)
+	}
+
+	for name, tc := range map[string]struct {
+		body, contentType, wantText string
+		wantStatus                  int
+	}{
+		"unknown header": {body: "a,b\n1,2\n", wantStatus: 400, wantText: "expected a Bitly export"},
+		"empty":          {body: "", wantStatus: 400, wantText: "the file is empty"},
+		"header only":    {body: "keyword,url\n", wantStatus: 400, wantText: "no rows"},
+		"form":           {body: "x", contentType: "multipart/form-data; boundary=x", wantStatus: 400, wantText: "not a form"},
+		"too large":      {body: "keyword,url\n" + strings.Repeat("k,https://example.com/\n", importBodyBytes/22+1), wantStatus: 413},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/v1/links:import", strings.NewReader(tc.body))
+			if tc.contentType != "" {
+				r.Header.Set("Content-Type", tc.contentType)
+			}
+			sh := &bulkShortener{}
+			a := newBulkAPI(sh)
+			err := a.importLinks(&call{w: httptest.NewRecorder(), r: r, st: &reqState{id: "t", tenant: "acme"}})
+			if code, msg := statusOf(t, err); code != tc.wantStatus || !strings.Contains(msg, tc.wantText) {
+				t.Errorf("got %d %q, want %d containing %q", code, msg, tc.wantStatus, tc.wantText)
+			}
+			if len(sh.batches) != 0 {
+				t.Error("a refused file reached the shortener")
+			}
+		})
+	}
+
+	many := "keyword,url\n" + strings.Repeat("k,https://example.com/\n", 1500)
+	quota := status.Error(codes.ResourceExhausted, "link quota exhausted")
+	sh = &bulkShortener{failBatch: 2, batchErr: quota}
+	a = newBulkAPI(sh)
+	w, err = bulkCall(a, a.importLinks, "POST", "/v1/links:import", many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = importResponse{}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Rows != 1500 || got.Created != 1000 || got.Failed != 500 || len(got.Results) != 1500 {
+		t.Fatalf("rows %d created %d failed %d results %d; want 1500, 1000, 500, 1500", got.Rows, got.Created, got.Failed, len(got.Results))
+	}
+	if e := got.Results[1200].Error; e == nil || e.Code != "RESOURCE_EXHAUSTED" || !strings.Contains(e.Message, "not imported: too many requests") {
+		t.Errorf("row not reached: error %+v", e)
+	}
+
+	sh = &bulkShortener{failBatch: 1, batchErr: quota}
+	a = newBulkAPI(sh)
+	_, err = bulkCall(a, a.importLinks, "POST", "/v1/links:import", many)
+	if code, _ := statusOf(t, err); code != http.StatusTooManyRequests {
+		t.Errorf("failure before any row: %d, want 429", code)
+	}
+	if !bytes.Contains([]byte(fmt.Sprint(err)), []byte("quota")) {
+		t.Errorf("error = %v", err)
+	}
+}

@@ -1,0 +1,209 @@
+package redirector
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/base64"
+	"errors"
+	"html/template"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"kurz.dev/pkg/linkpass"
+)
+
+// PasswordDomain is the limiter domain asked, with descriptors ip and code,
+// before each password attempt is checked: it bounds guessing and the
+// Argon2 work an attacker can cause. Its rule fails closed, and so does the
+// handler when the limiter does not answer.
+const PasswordDomain = "links.password"
+
+// The password form's CSRF protection is a signed double-submit token: the
+// GET that renders the form sets a cookie holding a random nonce and puts
+// nonce.issued-at.HMAC-SHA256(secret, code|nonce|issued-at) in a hidden
+// field; a POST must carry both, with the same nonce, a valid MAC and an age
+// under formTokenTTL. Another site can make a browser send the cookie only
+// with SameSite=Strict navigation rules it cannot meet, and cannot read the
+// nonce to forge the field; the MAC binds the field to this code and this
+// service's secret, and the age bounds a leaked page.
+const (
+	formCookie   = "kurz_form"
+	formField    = "token"
+	formTokenTTL = time.Hour
+	// clockSkew is how far in the future an issued-at may be (replicas'
+	// clocks differ a little).
+	clockSkew = time.Minute
+	// maxFormBytes caps a POST body: a password (at most 128 characters,
+	// percent-encoded) and a token fit many times over.
+	maxFormBytes = 4 << 10
+)
+
+// Reasons a form token is refused; logged, never shown.
+var (
+	errNoCookie      = errors.New("no form cookie")
+	errMalformed     = errors.New("malformed form token")
+	errNonceMismatch = errors.New("form token nonce differs from the cookie's")
+	errBadSignature  = errors.New("form token signature invalid")
+	errExpired       = errors.New("form token expired")
+)
+
+// formTokens issues and checks the double-submit tokens under one secret,
+// which every replica must share.
+type formTokens struct{ secret []byte }
+
+var b64 = base64.RawURLEncoding
+
+// issue returns a fresh nonce (the cookie) and the token (the form field)
+// for code at now.
+func (f formTokens) issue(code string, now time.Time) (nonce, token string) {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	nonce = b64.EncodeToString(b[:])
+	iat := strconv.FormatInt(now.Unix(), 10)
+	return nonce, nonce + "." + iat + "." + f.sign(code, nonce, iat)
+}
+
+// sign is the MAC of code|nonce|iat; none of the three can hold a '|'.
+func (f formTokens) sign(code, nonce, iat string) string {
+	m := hmac.New(sha256.New, f.secret)
+	m.Write([]byte(code))
+	m.Write([]byte{'|'})
+	m.Write([]byte(nonce))
+	m.Write([]byte{'|'})
+	m.Write([]byte(iat))
+	return b64.EncodeToString(m.Sum(nil))
+}
+
+// check verifies a POST's token against its cookie nonce for code at now.
+func (f formTokens) check(code, cookieNonce, token string, now time.Time) error {
+	if cookieNonce == "" {
+		return errNoCookie
+	}
+	nonce, rest, ok1 := strings.Cut(token, ".")
+	iat, mac, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || nonce == "" {
+		return errMalformed
+	}
+	if subtle.ConstantTimeCompare([]byte(nonce), []byte(cookieNonce)) != 1 {
+		return errNonceMismatch
+	}
+	if !hmac.Equal([]byte(mac), []byte(f.sign(code, nonce, iat))) {
+		return errBadSignature
+	}
+	secs, err := strconv.ParseInt(iat, 10, 64)
+	if err != nil {
+		return errMalformed
+	}
+	issued := time.Unix(secs, 0)
+	if now.Sub(issued) >= formTokenTTL || issued.After(now.Add(clockSkew)) {
+		return errExpired
+	}
+	return nil
+}
+
+// formStyle is the form's only style; the CSP allows exactly it, by hash.
+const formStyle = `body{font:16px/1.5 system-ui,sans-serif;margin:0;display:flex;justify-content:center}` +
+	`main{max-width:22rem;padding:2rem 1rem}label,input,button{display:block;width:100%;box-sizing:border-box}` +
+	`input{margin:.25rem 0 1rem;padding:.5rem;font:inherit}button{padding:.5rem;font:inherit;cursor:pointer}` +
+	`.msg{color:#a40000;font-weight:600}code{word-break:break-all}`
+
+// formCSP lets the page load nothing but its own style, be framed by no one,
+// and post only to kurz. form-action also lists http: and https: because
+// Chrome applies it to the redirects that follow a form submission: with
+// 'self' alone the 303 to the link's (external) target would be blocked. The
+// page reflects nothing a form could be injected through, and naming the
+// target's origin instead would reveal it to anyone who opens the form.
+var formCSP = func() string {
+	sum := sha256.Sum256([]byte(formStyle))
+	return "default-src 'none'; style-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) +
+		"'; form-action 'self' https: http:; frame-ancestors 'none'; base-uri 'none'"
+}()
+
+//go:embed form.html
+var formHTML string
+
+var formTemplate = template.Must(template.New("form").Parse(formHTML))
+
+// formPage is the template's data: the code (plausible, and escaped anyway),
+// the token, and one of the fixed messages below. Nothing else from the
+// request, and never the target, reaches the page.
+type formPage struct {
+	Style   template.CSS
+	Code    string
+	Token   string
+	Message string
+}
+
+// The form's messages.
+const (
+	msgForged      = "This form has expired or was not sent from this page. Please enter the password again."
+	msgWrong       = "Wrong password."
+	msgTooMany     = "Too many attempts. Please wait a while before trying again."
+	msgUnavailable = "Passwords cannot be checked right now. Please try again shortly."
+)
+
+// form renders the password form for code with status and msg, setting a
+// fresh nonce cookie.
+func (h *Handler) form(w http.ResponseWriter, r *http.Request, code string, status int, msg string) int {
+	nonce, token := h.tokens.issue(code, time.Now())
+	var body bytes.Buffer
+	if err := formTemplate.Execute(&body, formPage{Style: formStyle, Code: code, Token: token, Message: msg}); err != nil {
+		page(w, http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: formCookie, Value: nonce, Path: "/" + code, MaxAge: int(formTokenTTL / time.Second),
+		HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteStrictMode,
+	})
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/html; charset=utf-8")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("Content-Security-Policy", formCSP)
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Referrer-Policy", "no-referrer")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body.Bytes())
+	return status
+}
+
+// secure reports whether the client reached kurz over TLS: directly, or
+// as told by the trusted proxy in front (the one ClientIPHeader trusts),
+// whose X-Forwarded-Proto entry is the last.
+func (h *Handler) secure(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if h.cfg.ClientIPHeader == "" {
+		return false
+	}
+	v := r.Header.Values("X-Forwarded-Proto")
+	if len(v) == 0 {
+		return false
+	}
+	last := v[len(v)-1]
+	if i := strings.LastIndexByte(last, ','); i >= 0 {
+		last = last[i+1:]
+	}
+	return strings.EqualFold(strings.TrimSpace(last), "https")
+}
+
+// verify checks password against hash with at most cap(h.argon) Argon2
+// computations at a time (each takes ~19 MiB), waiting for a slot no
+// longer than the request lasts.
+func (h *Handler) verify(ctx context.Context, hash, password string) (bool, error) {
+	select {
+	case h.argon <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-h.argon }()
+	return linkpass.Verify(hash, password)
+}
