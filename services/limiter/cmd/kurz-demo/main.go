@@ -65,9 +65,21 @@ func run(ctx context.Context, check bool, parts string) error {
 		}
 		defer conn.Close()
 		fmt.Println("== the race: 500 concurrent requests, one user, limit 100")
-		r, err := demo.Race(ctx, rdb, ratelimitv1.NewRateLimitServiceClient(conn), user)
-		if err != nil {
-			return fmt.Errorf("race (is the limiter up at %s? make up): %w", s.LimiterAddr, err)
+		// The race shows what Redis decides. On a loaded machine some of the
+		// 500 calls can outlast the limiter's Redis timeout and be decided
+		// by the rule's local fallback instead; such a run says nothing
+		// about Redis, so it is run again with a fresh user (up to 3 times)
+		// and Check reports it if it persists.
+		var r demo.RaceResult
+		for attempt := 1; ; attempt++ {
+			r, err = demo.Race(ctx, rdb, ratelimitv1.NewRateLimitServiceClient(conn), user+"-"+strconv.Itoa(attempt))
+			if err != nil {
+				return fmt.Errorf("race (is the limiter up at %s? make up): %w", s.LimiterAddr, err)
+			}
+			if r.NotRedis == 0 || attempt == 3 {
+				break
+			}
+			fmt.Printf("(attempt %d: %d decisions came from the limiter's local fallback, Redis being slower than its timeout under this load; running again)\n", attempt, r.NotRedis)
 		}
 		demo.PrintRace(os.Stdout, r)
 		bad = append(bad, demo.Check(r)...)
