@@ -47,13 +47,22 @@ baked=$1
 live=$2
 child=
 restart=
-trap 'restart=1; kill -TERM "$child" 2>/dev/null' HUP
-trap 'restart=; kill -TERM "$child" 2>/dev/null' TERM INT
+stopping=
+sent=
+# A signal can land between starting the service and learning its PID (the
+# service may even be up and answering by then): it is remembered in
+# $stopping and delivered as soon as $child is known, exactly once.
+stop_child() {
+  if [ -n "$child" ] && [ -z "$sent" ]; then sent=1; kill -TERM "$child" 2>/dev/null; fi
+}
+trap 'restart=1; stopping=1; stop_child' HUP
+trap 'restart=; stopping=1; stop_child' TERM INT
 while :; do
   bin=$baked
   if [ -x "$live" ]; then bin=$live; fi
   "$bin" &
   child=$!
+  if [ -n "$stopping" ]; then stop_child; fi
   wait "$child"
   status=$?
   # A trapped signal ends wait early: wait again until the service is gone.
@@ -62,7 +71,7 @@ while :; do
     status=$?
   done
   if [ -z "$restart" ]; then exit "$status"; fi
-  restart=
+  restart= stopping= sent= child=
 done
 EOF_WRAPPER
 ENV PATH=/busybox:/usr/local/bin:/usr/bin:/bin

@@ -260,8 +260,14 @@ func serviceEnvironments(t testing.TB, r rendering) map[string]serviceEnv {
 
 // secretVariable says whether a variable holds a credential, which must come
 // from a Secret and never from a ConfigMap or a literal.
+// The last word of the name decides: KURZ_REDIS_PASSWORD is one,
+// KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT is not.
 func secretVariable(name string) bool {
-	return strings.Contains(name, "PASSWORD") || strings.Contains(name, "SECRET") || strings.Contains(name, "TOKEN") || name == "KURZ_POSTGRES_URL"
+	switch name[strings.LastIndexByte(name, '_')+1:] {
+	case "PASSWORD", "SECRET", "TOKEN", "SALT":
+		return true
+	}
+	return name == "KURZ_POSTGRES_URL"
 }
 
 // configProblems checks one service's environment against what it reads.
@@ -393,15 +399,22 @@ func TestConfigCheckCatchesMistakes(t *testing.T) {
 			"KURZ_DB_URL":   {Name: "KURZ_DB_URL", HasDefault: true, Default: "postgres://u:p@127.0.0.1:5433/x"},
 		},
 		Given: map[string]envSource{
-			"KURZ_OPTINAL":        {Value: "1", From: "configmap x"},
-			"KURZ_REDIS_PASSWORD": {Value: "hunter2", From: "configmap x"},
+			"KURZ_OPTINAL":            {Value: "1", From: "configmap x"},
+			"KURZ_REDIS_PASSWORD":     {Value: "hunter2", From: "configmap x"},
+			"KURZ_X_SALT":             {Value: "pepper", From: "configmap x"},
+			"KURZ_X_PASSWORD_TIMEOUT": {Value: "1s", From: "configmap x"},
 		},
 	}
-	got := strings.Join(configProblems(e, map[string]bool{"KURZ_NEEDED": true, "KURZ_OPTIONAL": true, "KURZ_REDIS_PASSWORD": true}), "\n")
-	for _, want := range []string{"KURZ_NEEDED is required", "KURZ_OPTINAL (from configmap x) is read by no kurz service", "KURZ_REDIS_PASSWORD is a credential", "KURZ_DB_URL is not set and its default"} {
+	known := map[string]bool{"KURZ_NEEDED": true, "KURZ_OPTIONAL": true, "KURZ_REDIS_PASSWORD": true, "KURZ_X_SALT": true, "KURZ_X_PASSWORD_TIMEOUT": true}
+	got := strings.Join(configProblems(e, known), "\n")
+	for _, want := range []string{"KURZ_NEEDED is required", "KURZ_OPTINAL (from configmap x) is read by no kurz service", "KURZ_REDIS_PASSWORD is a credential", "KURZ_X_SALT is a credential", "KURZ_DB_URL is not set and its default"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("problems:\n%s\ndo not mention %q", got, want)
 		}
+	}
+	// A timeout named after what it guards is no credential.
+	if strings.Contains(got, "KURZ_X_PASSWORD_TIMEOUT is a credential") {
+		t.Errorf("problems:\n%s\ncall a timeout a credential", got)
 	}
 }
 
