@@ -121,6 +121,10 @@ soak: ## The soak test alone, for SOAK_DURATION (default 5m).
 
 SOAK_DURATION ?= 5m
 
+.PHONY: kurzctl
+kurzctl: ## Build the kurzctl CLI into ./bin (see the README's CLI section).
+	go build -o $(BIN)/kurzctl ./services/gateway/cmd/kurzctl
+
 .PHONY: demo
 demo: ## Reproduce the design notes' figures against the running stack (make up first).
 	go run ./services/limiter/cmd/kurz-demo -check

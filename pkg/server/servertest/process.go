@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"google.golang.org/grpc"
@@ -85,6 +86,7 @@ type Process struct {
 func StartProcess(name, bin, grpcAddr, service string, env ...string) (*Process, error) {
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), env...)
+	dieWithParent(cmd)
 	p := &Process{Name: name, GRPCAddr: grpcAddr, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
@@ -96,6 +98,77 @@ func StartProcess(name, bin, grpcAddr, service string, env ...string) (*Process,
 		return nil, fmt.Errorf("%s never became SERVING: %w\n%s", name, err, p.out)
 	}
 	return p, nil
+}
+
+// Spec is one process of a test stack.
+type Spec struct {
+	// Name is the binary's name in the build directory (see BuildServices).
+	Name string
+	// Service is the gRPC health service awaited ("" for the whole server).
+	Service string
+	// GRPCAddr and HTTPAddr are the addresses to give the process (for
+	// those others must know in advance); empty ones are picked free.
+	GRPCAddr, HTTPAddr string
+	// Env is the process's environment given its gRPC and HTTP addresses.
+	Env func(grpcAddr, httpAddr string) []string
+}
+
+// StartAll starts the specs concurrently from the binaries in dir, and
+// returns their processes in the specs' order. If any fails to start, it
+// stops the others and returns every failure.
+func StartAll(dir string, specs ...Spec) ([]*Process, error) {
+	procs := make([]*Process, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		grpcAddr := s.GRPCAddr
+		if grpcAddr == "" {
+			var err error
+			if grpcAddr, err = FreeAddr(); err != nil {
+				return nil, err
+			}
+		}
+		httpAddr := s.HTTPAddr
+		if httpAddr == "" {
+			var err error
+			if httpAddr, err = FreeAddr(); err != nil {
+				return nil, err
+			}
+		}
+		wg.Go(func() {
+			procs[i], errs[i] = StartProcess(s.Name, filepath.Join(dir, s.Name), grpcAddr, s.Service, s.Env(grpcAddr, httpAddr)...)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		StopAll(procs...)
+		return nil, err
+	}
+	return procs, nil
+}
+
+// Run starts one process for a test, from the binary in dir, failing t if
+// it does not become SERVING; the process is killed when the test ends.
+func Run(t testing.TB, dir string, s Spec) *Process {
+	t.Helper()
+	procs, err := StartAll(dir, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(procs[0].Kill)
+	return procs[0]
+}
+
+// StopAll stops the processes in reverse order (nil ones are skipped) and
+// writes the output of any that does not stop cleanly to stderr.
+func StopAll(procs ...*Process) {
+	for i := len(procs) - 1; i >= 0; i-- {
+		if p := procs[i]; p != nil {
+			if err := p.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "%s did not stop cleanly: %v\n%s\n", p.Name, err, p.Output())
+			}
+		}
+	}
 }
 
 func awaitServing(addr, service string, exited <-chan struct{}) error {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,23 +110,16 @@ func TestVisitorIPsNeverReachStreamsClickHouseOrLogs(t *testing.T) {
 	needles := slices.Concat(visitors, forged, []string{caller})
 	t.Logf("visitor IPs %v, forged hops %v, stats caller %s", visitors, forged, caller)
 
-	grpcAddr, err := servertest.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
 	httpAddr, err := servertest.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp, err := servertest.StartProcess("redirect", filepath.Join(bin, "redirect"), grpcAddr, "",
-		"KURZ_REDIRECT_GRPC_ADDR="+grpcAddr, "KURZ_REDIRECT_HTTP_ADDR="+httpAddr,
-		"KURZ_LIMITER_GRPC_ADDR="+lim.Addr(), "KURZ_REDIRECT_CLIENT_IP_HEADER=X-Forwarded-For",
-		"KURZ_REDIRECT_VISITOR_SALT="+salt, "KURZ_CLICK_STREAM_SHARDS=1",
-		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_LOG_LEVEL=debug")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rp.Kill)
+	rp := servertest.Run(t, bin, servertest.Spec{Name: "redirect", HTTPAddr: httpAddr, Env: func(g, h string) []string {
+		return []string{"KURZ_REDIRECT_GRPC_ADDR=" + g, "KURZ_REDIRECT_HTTP_ADDR=" + h,
+			"KURZ_LIMITER_GRPC_ADDR=" + lim.Addr(), "KURZ_REDIRECT_CLIENT_IP_HEADER=X-Forwarded-For",
+			"KURZ_REDIRECT_VISITOR_SALT=" + salt, "KURZ_CLICK_STREAM_SHARDS=1",
+			"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_LOG_LEVEL=debug"}
+	}})
 
 	since := time.Now().Add(-time.Second)
 	noFollow := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

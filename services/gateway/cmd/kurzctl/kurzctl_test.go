@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // decodeJSON parses one JSON document of a command's -o json output; the
@@ -44,7 +45,7 @@ func field(t *testing.T, table, name string) string {
 // A tenant's links, through every links command: create with every
 // setting, get, list by tag, update only what is given, delete.
 func TestLinksLifecycle(t *testing.T) {
-	gw := startGateway(t, stack.limiter)
+	gw := startGateway(t, stack.Limiter)
 	_, c := tenantWithKey(t, newCtl(t, gw), "free")
 
 	c.stdin = "correct horse battery\n"
@@ -122,7 +123,7 @@ func TestLinksLifecycle(t *testing.T) {
 // An API error (an unknown code) exits 1 with the API's own message on
 // stderr, one line, nothing on stdout.
 func TestAPIErrorExitsOne(t *testing.T) {
-	gw := startGateway(t, stack.limiter)
+	gw := startGateway(t, stack.Limiter)
 	_, c := tenantWithKey(t, newCtl(t, gw), "free")
 	for _, args := range [][]string{{"links", "get", "zzzzzz9"}, {"stats", "zzzzzz9"}, {"links", "delete", "zzzzzz9", "-o", "json"}} {
 		r := c.run(args...)
@@ -205,7 +206,7 @@ func TestHelp(t *testing.T) {
 // The admin commands: a tenant, its plan, its keys; a revoked key is
 // refused on the next call.
 func TestTenantsAndKeys(t *testing.T) {
-	gw := startGateway(t, stack.limiter)
+	gw := startGateway(t, stack.Limiter)
 	c := newCtl(t, gw)
 	id := newTenantID(t)
 	out := c.ok("tenants", "create", id, "--name", "Acme Inc.", "--plan", "free")
@@ -251,10 +252,10 @@ func TestTenantsAndKeys(t *testing.T) {
 // quota explain names the rule CheckQuota would decide by, and says why;
 // quota check consumes and reports the same rule.
 func TestQuotaExplainNamesDecidingRule(t *testing.T) {
-	gw := startGateway(t, stack.limiter)
+	gw := startGateway(t, stack.Limiter)
 	c := newCtl(t, gw)
 	desc := func() []string {
-		return []string{"--domain", "links.create", "--descriptor", "tenant=" + newTenantID(t), "--descriptor", "ip=" + newIP()}
+		return []string{"--domain", "links.create", "--descriptor", "tenant=" + newTenantID(t), "--descriptor", "ip=" + gatewaytest.NewIP()}
 	}
 
 	// 6000 hits are more than test-per-tenant's burst of 5000: it denies,
@@ -309,7 +310,7 @@ func TestQuotaExplainNamesDecidingRule(t *testing.T) {
 // stats of a link without clicks: the totals, "no clicks", and the API's
 // JSON.
 func TestStats(t *testing.T) {
-	gw := startGateway(t, stack.limiter)
+	gw := startGateway(t, stack.Limiter)
 	_, c := tenantWithKey(t, newCtl(t, gw), "free")
 	code := strings.TrimSpace(c.ok("links", "create", "https://example.com/stats", "-q"))
 	out := c.ok("stats", code, "--since", "7d")
@@ -352,7 +353,7 @@ func TestChart(t *testing.T) {
 // stderr, a summary and the failed rows; the links carry the import tag.
 // links export writes them back as CSV, to stdout or a file.
 func TestImportAndExport(t *testing.T) {
-	gw := startGateway(t, stack.limiter)
+	gw := startGateway(t, stack.Limiter)
 	_, c := tenantWithKey(t, newCtl(t, gw), "pro")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "bitly.csv")

@@ -4,37 +4,25 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http/httptest"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/server/servertest"
 	"kurz.dev/services/gateway/internal/app"
-)
-
-// Health service names the tests wait for.
-const (
-	limiterService   = "kurz.ratelimit.v1.RateLimitService"
-	shortenerService = "kurz.shortener.v1.ShortenerService"
-	analyticsService = "kurz.analytics.v1.AnalyticsService"
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // shortBase is the test shortener's short-link host: make up's, so the
 // README's outputs read the same here and there.
-const shortBase = "http://127.0.0.1:8787"
+const shortBase = gatewaytest.ShortBase
 
 // adminToken is the test gateways' admin credential.
 const adminToken = "test-admin-token-0123456789abcdef"
@@ -44,18 +32,10 @@ const adminToken = "test-admin-token-0123456789abcdef"
 // "kurzctl" symlink to this binary, so they exercise the code under test.
 const runAsKurzctl = "KURZCTL_TEST_RUN_AS_MAIN"
 
-// stack is what TestMain starts once: two limiters (the gateway tests'
-// roomy rules from a file; and the rules in PostgreSQL, as under make up,
-// where tenant plans apply), the shortener and analytics, on the shared
-// Redis, PostgreSQL (kurz_test) and ClickHouse.
-var stack struct {
-	binDir    string
-	limiter   *servertest.Process
-	limiterPG *servertest.Process
-	shortener *servertest.Process
-	analytics *servertest.Process
-	db        *pgxpool.Pool
-}
+// stack is what TestMain starts once: the gateway's services, the file
+// limiter on the gateway tests' roomy rules (the one on PostgreSQL is as
+// under make up, where tenant plans apply).
+var stack struct{ *gatewaytest.Stack }
 
 func TestMain(m *testing.M) {
 	if os.Getenv(runAsKurzctl) == "1" {
@@ -70,90 +50,14 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) (_ int, err error) {
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "kurzctl-test-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	stack.binDir = dir
 	roomy, err := filepath.Abs(filepath.Join("..", "..", "internal", "app", "testdata", "roomy.yaml"))
 	if err != nil {
 		return 0, err
 	}
-	if err := servertest.BuildServices(dir, "limiter", "shortener", "analytics"); err != nil {
+	if stack.Stack, err = gatewaytest.Start(roomy); err != nil {
 		return 0, err
 	}
-	var pgCfg pgpool.Config
-	if err := config.Load(&pgCfg); err != nil {
-		return 0, err
-	}
-	if stack.db, err = pgpool.New(ctx, pgCfg); err != nil {
-		return 0, err
-	}
-	defer stack.db.Close()
-
-	limiterAddr, err := servertest.FreeAddr()
-	if err != nil {
-		return 0, err
-	}
-	limiterEnv := func(g, h string) []string {
-		return []string{"KURZ_LIMITER_GRPC_ADDR=" + g, "KURZ_LIMITER_HTTP_ADDR=" + h,
-			"KURZ_LIMITER_REDIS_TIMEOUT=1s", "KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s", "KURZ_LOG_LEVEL=warn"}
-	}
-	starts := []struct {
-		dst     **servertest.Process
-		name    string
-		service string
-		env     func(grpc, http string) []string
-	}{
-		{&stack.limiter, "limiter", limiterService, func(g, h string) []string {
-			return append(limiterEnv(g, h), "KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+roomy)
-		}},
-		{&stack.limiterPG, "limiter", limiterService, func(g, h string) []string {
-			// Refreshed only by NOTIFY within a test's time.
-			return append(limiterEnv(g, h), "KURZ_LIMITER_RULES_SOURCE=postgres", "KURZ_LIMITER_RULES_REFRESH=1h", "KURZ_LIMITER_RULES_FILE=")
-		}},
-		{&stack.shortener, "shortener", shortenerService, func(g, h string) []string {
-			return []string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
-				"KURZ_LIMITER_GRPC_ADDR=" + limiterAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-				"KURZ_SHORTENER_BASE_URL=" + shortBase, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn"}
-		}},
-		{&stack.analytics, "analytics", analyticsService, func(g, h string) []string {
-			return []string{"KURZ_ANALYTICS_GRPC_ADDR=" + g, "KURZ_ANALYTICS_HTTP_ADDR=" + h, "KURZ_LOG_LEVEL=warn"}
-		}},
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(starts))
-	for i, s := range starts {
-		grpcAddr := limiterAddr
-		if i > 0 {
-			if grpcAddr, err = servertest.FreeAddr(); err != nil {
-				return 0, err
-			}
-		}
-		httpAddr, err := servertest.FreeAddr()
-		if err != nil {
-			return 0, err
-		}
-		wg.Go(func() {
-			*s.dst, errs[i] = servertest.StartProcess(s.name, filepath.Join(dir, s.name), grpcAddr, s.service, s.env(grpcAddr, httpAddr)...)
-		})
-	}
-	wg.Wait()
-	defer func() {
-		for _, p := range []*servertest.Process{stack.analytics, stack.shortener, stack.limiterPG, stack.limiter} {
-			if p == nil {
-				continue
-			}
-			if serr := p.Stop(); serr != nil {
-				fmt.Fprintf(os.Stderr, "%s did not stop cleanly: %v\n%s\n", p.Name, serr, p.Output())
-			}
-		}
-	}()
-	if err := errors.Join(errs...); err != nil {
-		return 0, err
-	}
+	defer stack.Close()
 	return m.Run(), nil
 }
 
@@ -173,8 +77,8 @@ func startGateway(t *testing.T, limiter *servertest.Process) testGateway {
 		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
 		"KURZ_GATEWAY_HTTP_ADDR":       "127.0.0.1:0",
 		"KURZ_LIMITER_GRPC_ADDR":       limiter.GRPCAddr,
-		"KURZ_SHORTENER_GRPC_ADDR":     stack.shortener.GRPCAddr,
-		"KURZ_ANALYTICS_GRPC_ADDR":     stack.analytics.GRPCAddr,
+		"KURZ_SHORTENER_GRPC_ADDR":     stack.Shortener.GRPCAddr,
+		"KURZ_ANALYTICS_GRPC_ADDR":     stack.Analytics.GRPCAddr,
 		"KURZ_GATEWAY_ADMIN_TOKEN":     adminToken,
 		"KURZ_GATEWAY_TRUSTED_PROXIES": "127.0.0.1/32, ::1",
 		// Generous: under the race detector no call may slip into the
@@ -196,22 +100,13 @@ func startGateway(t *testing.T, limiter *servertest.Process) testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip := newIP()
+	ip := gatewaytest.NewIP()
 	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(target)
 		pr.Out.Header.Set("X-Forwarded-For", ip)
 	}})
 	t.Cleanup(proxy.Close)
 	return testGateway{url: proxy.URL, limiter: limiter.GRPCAddr}
-}
-
-// newIP returns a client address no other test (or run) uses: a random host
-// in 2001:db8::/32, the documentation prefix.
-func newIP() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[0], b[1], b[2], b[3] = 0x20, 0x01, 0x0d, 0xb8
-	return netip.AddrFrom16(b).String()
 }
 
 // newTenantID returns a tenant ID no other test or run uses, deleting the
@@ -225,27 +120,7 @@ func newTenantID(t *testing.T) string {
 }
 
 // cleanupTenants deletes what a test wrote for these tenants, when it ends.
-func cleanupTenants(t *testing.T, ids ...string) {
-	t.Cleanup(func() {
-		if err := deleteTenants(ids...); err != nil {
-			t.Error(err)
-		}
-	})
-}
-
-func deleteTenants(ids ...string) error {
-	ctx := context.Background()
-	for _, q := range []string{
-		`DELETE FROM gw_tenants WHERE id = ANY($1)`,
-		`DELETE FROM rl_tenant_plans WHERE tenant = ANY($1)`,
-		`DELETE FROM links WHERE tenant = ANY($1)`,
-	} {
-		if _, err := stack.db.Exec(ctx, q, ids); err != nil {
-			return fmt.Errorf("clean up (%s): %w", q, err)
-		}
-	}
-	return nil
-}
+func cleanupTenants(t *testing.T, ids ...string) { gatewaytest.CleanupTenants(t, stack.DB, ids...) }
 
 // result is one kurzctl run.
 type result struct {

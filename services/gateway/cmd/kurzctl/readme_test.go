@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // readmeTenant is the tenant the README's CLI examples create. It is not
@@ -35,8 +35,8 @@ const readmeTenant = "acme"
 // times, keys: what changes from run to run).
 func TestREADMECLIExamples(t *testing.T) {
 	examples := readmeCLIExamples(t)
-	gw := startGateway(t, stack.limiterPG)
-	if err := deleteTenants(readmeTenant); err != nil {
+	gw := startGateway(t, stack.LimiterPG)
+	if err := gatewaytest.DeleteTenants(context.Background(), stack.DB, readmeTenant); err != nil {
 		t.Fatal(err)
 	}
 	cleanupTenants(t, readmeTenant)
@@ -67,7 +67,7 @@ func TestREADMECLIExamples(t *testing.T) {
 	}
 	for _, ex := range examples {
 		got := sh.run(ex.command)
-		if problem := matchOutput(ex.want, got); problem != "" {
+		if problem := gatewaytest.MatchOutput(ex.want, got); problem != "" {
 			t.Errorf("README line %d: $ %s\n%s\ngot:\n%s", ex.line, ex.command, problem, got)
 		}
 		for prefix, hook := range after {
@@ -175,27 +175,6 @@ func (s *shell) run(command string) string {
 		}
 		b.WriteString(line)
 	}
-}
-
-// matchOutput compares an output with the README's, line by line (blank
-// lines at the end aside); "…" in the README matches any run of characters
-// within a line.
-func matchOutput(want, got string) string {
-	wl := strings.Split(strings.TrimRight(want, "\n"), "\n")
-	gl := strings.Split(strings.TrimRight(got, "\n"), "\n")
-	if len(wl) != len(gl) {
-		return fmt.Sprintf("want %d lines, got %d", len(wl), len(gl))
-	}
-	for i := range wl {
-		parts := strings.Split(wl[i], "…")
-		for j, p := range parts {
-			parts[j] = regexp.QuoteMeta(p)
-		}
-		if !regexp.MustCompile("^" + strings.Join(parts, ".*?") + "$").MatchString(gl[i]) {
-			return fmt.Sprintf("line %d: want %s\n             got  %s", i+1, wl[i], gl[i])
-		}
-	}
-	return ""
 }
 
 // awaitPlan waits until the limiter applies tenant's plan: its

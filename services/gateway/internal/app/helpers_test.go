@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // adminToken is the test gateways' admin credential.
@@ -39,9 +39,9 @@ func startGatewayLogging(t *testing.T, log *slog.Logger, overrides map[string]st
 	env := map[string]string{
 		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
 		"KURZ_GATEWAY_HTTP_ADDR":       "127.0.0.1:0",
-		"KURZ_LIMITER_GRPC_ADDR":       stack.limiter.GRPCAddr,
-		"KURZ_SHORTENER_GRPC_ADDR":     stack.shortener.GRPCAddr,
-		"KURZ_ANALYTICS_GRPC_ADDR":     stack.analytics.GRPCAddr,
+		"KURZ_LIMITER_GRPC_ADDR":       stack.Limiter.GRPCAddr,
+		"KURZ_SHORTENER_GRPC_ADDR":     stack.Shortener.GRPCAddr,
+		"KURZ_ANALYTICS_GRPC_ADDR":     stack.Analytics.GRPCAddr,
 		"KURZ_GATEWAY_ADMIN_TOKEN":     adminToken,
 		"KURZ_GATEWAY_ALLOW_ANONYMOUS": "true",
 		"KURZ_GATEWAY_TRUSTED_PROXIES": "127.0.0.1/32, ::1",
@@ -67,15 +67,6 @@ func startGatewayLogging(t *testing.T, log *slog.Logger, overrides map[string]st
 	return r
 }
 
-// newIP returns a client address no other test (or test run) uses: a random
-// host in 2001:db8::/32, the documentation prefix.
-func newIP() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[0], b[1], b[2], b[3] = 0x20, 0x01, 0x0d, 0xb8
-	return netip.AddrFrom16(b).String()
-}
-
 // client calls one gateway as one client: its IP (via X-Forwarded-For) and
 // its credential.
 type client struct {
@@ -86,7 +77,7 @@ type client struct {
 }
 
 func newClient(t *testing.T, gw *servertest.Running, key string) *client {
-	c := &client{t: t, base: gw.HTTP, ip: newIP()}
+	c := &client{t: t, base: gw.HTTP, ip: gatewaytest.NewIP()}
 	if key != "" {
 		c.auth = "Bearer " + key
 	}
@@ -217,27 +208,14 @@ func newTenant(t *testing.T, gw *servertest.Running, plan string) tenant {
 	return tenant{id: id, key: k["key"].(string), keyID: k["id"].(string)}
 }
 
-// cleanupTenants deletes what the tests wrote for these tenants: gateway
-// rows (keys cascade), the limiter's plan rows, and links.
-func cleanupTenants(t *testing.T, ids ...string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		for _, q := range []string{
-			`DELETE FROM gw_tenants WHERE id = ANY($1)`,
-			`DELETE FROM rl_tenant_plans WHERE tenant = ANY($1)`,
-			`DELETE FROM links WHERE tenant = ANY($1)`,
-		} {
-			if _, err := stack.db.Exec(ctx, q, ids); err != nil {
-				t.Errorf("clean up (%s): %v", q, err)
-			}
-		}
-	})
-}
+// cleanupTenants deletes what the tests wrote for these tenants (see
+// gatewaytest.CleanupTenants) when the test ends.
+func cleanupTenants(t *testing.T, ids ...string) { gatewaytest.CleanupTenants(t, stack.DB, ids...) }
 
 // cleanupCodes deletes links the tests created as tenant "anonymous".
 func cleanupCodes(t *testing.T, codes *[]string) {
 	t.Cleanup(func() {
-		if _, err := stack.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = 'anonymous' AND code = ANY($1)`, *codes); err != nil {
+		if _, err := stack.DB.Exec(context.Background(), `DELETE FROM links WHERE tenant = 'anonymous' AND code = ANY($1)`, *codes); err != nil {
 			t.Errorf("clean up anonymous links: %v", err)
 		}
 	})

@@ -137,7 +137,7 @@ func TestBruteForceBlocksIPEvenWithValidKey(t *testing.T) {
 		t.Fatalf("valid key from another IP: %s; want 200", r)
 	}
 	t.Cleanup(func() {
-		_, _ = stack.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = 'anonymous' AND long_url = 'https://example.com/x'`)
+		_, _ = stack.DB.Exec(context.Background(), `DELETE FROM links WHERE tenant = 'anonymous' AND long_url = 'https://example.com/x'`)
 	})
 
 	if err := lim.Stop(); err != nil {
@@ -171,7 +171,7 @@ func TestBruteForceBlocksIPEvenWithValidKey(t *testing.T) {
 // both tables; an unknown plan is a 400 that lists the known ones and
 // changes nothing.
 func TestPlanChangeReachesTheLimiter(t *testing.T) {
-	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.limiterPG.GRPCAddr})
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.LimiterPG.GRPCAddr})
 	tn := newTenant(t, gw, "free")
 	c := newClient(t, gw, tn.key)
 	admin := newClient(t, gw, adminToken)
@@ -212,7 +212,7 @@ func TestPlanChangeReachesTheLimiter(t *testing.T) {
 		t.Errorf("unknown plan: %s; want 400 listing the known plans", r)
 	}
 	var gwPlan, rlPlan string
-	if err := stack.db.QueryRow(context.Background(), `SELECT g.plan, r.plan FROM gw_tenants g JOIN rl_tenant_plans r ON r.tenant = g.id WHERE g.id = $1`, tn.id).Scan(&gwPlan, &rlPlan); err != nil {
+	if err := stack.DB.QueryRow(context.Background(), `SELECT g.plan, r.plan FROM gw_tenants g JOIN rl_tenant_plans r ON r.tenant = g.id WHERE g.id = $1`, tn.id).Scan(&gwPlan, &rlPlan); err != nil {
 		t.Fatal(err)
 	}
 	if gwPlan != "pro" || rlPlan != "pro" {

@@ -12,6 +12,7 @@ import (
 
 	"kurz.dev/pkg/server"
 	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // Requests no client library would send (broken request line, invalid
@@ -80,7 +81,7 @@ func TestSlowClientsAreCutWhileOthersAreServed(t *testing.T) {
 	tn := newTenant(t, gw, "free")
 	addr := strings.TrimPrefix(gw.HTTP, "http://")
 	normal := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
-	ip := newIP()
+	ip := gatewaytest.NewIP()
 	call := func() (int, time.Duration, error) {
 		req, err := http.NewRequest("GET", gw.HTTP+"/v1/links?page_size=1", nil)
 		if err != nil {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -10,10 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // The "Using the API" section of the top README.md, run verbatim:
@@ -26,19 +26,19 @@ import (
 // whatever changes from run to run.
 func TestREADMEExamples(t *testing.T) {
 	blocks := readmeBlocks(t)
-	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.limiterPG.GRPCAddr})
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.LimiterPG.GRPCAddr})
 	tenantID := newTenantID(t)
 	cleanupTenants(t, tenantID)
 	start := time.Now()
 	t.Cleanup(func() {
-		_, _ = stack.db.Exec(context.Background(),
+		_, _ = stack.DB.Exec(context.Background(),
 			`DELETE FROM links WHERE tenant = 'anonymous' AND long_url = 'https://example.com/c' AND created_at >= $1`, start.Add(-time.Minute))
 	})
 
 	// The README's client is one address behind a proxy the gateway
 	// trusts: a fresh IP for this run, so its limits are its own.
 	target, _ := url.Parse(gw.HTTP)
-	ip := newIP()
+	ip := gatewaytest.NewIP()
 	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(target)
 		pr.Out.Header.Set("X-Forwarded-For", ip)
@@ -72,7 +72,7 @@ func TestREADMEExamples(t *testing.T) {
 		if b.want == "" {
 			continue
 		}
-		if problem := matchOutput(b.want, outputs[i]); problem != "" {
+		if problem := gatewaytest.MatchOutput(b.want, outputs[i]); problem != "" {
 			t.Errorf("README block %d (line %d):\n%s\n%s\ngot:\n%s", i+1, b.line, b.code, problem, outputs[i])
 		}
 	}
@@ -136,26 +136,6 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 		t.Fatalf("found %d sh blocks under \"## Using the API\"", len(blocks))
 	}
 	return blocks
-}
-
-// matchOutput compares an output with the README's, line by line; "…" in
-// the README matches any run of characters within a line.
-func matchOutput(want, got string) string {
-	wl := strings.Split(strings.TrimRight(want, "\n"), "\n")
-	gl := strings.Split(strings.TrimRight(got, "\n"), "\n")
-	if len(wl) != len(gl) {
-		return fmt.Sprintf("want %d lines, got %d", len(wl), len(gl))
-	}
-	for i := range wl {
-		parts := strings.Split(wl[i], "…")
-		for j, p := range parts {
-			parts[j] = regexp.QuoteMeta(p)
-		}
-		if !regexp.MustCompile("^" + strings.Join(parts, ".*?") + "$").MatchString(gl[i]) {
-			return fmt.Sprintf("line %d: want %s\n             got  %s", i+1, wl[i], gl[i])
-		}
-	}
-	return ""
 }
 
 // respelled gives back the gateway's spelling of the field names the README

@@ -26,6 +26,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // logBuffer keeps everything a service logs, and copies it to the test log.
@@ -102,7 +103,7 @@ func TestTenantCannotListOrRevokeAnotherTenantsKeys(t *testing.T) {
 		t.Errorf("B's key after A's attempts: %s; want 200", r)
 	}
 	var keys, live int
-	if err := stack.db.QueryRow(context.Background(),
+	if err := stack.DB.QueryRow(context.Background(),
 		`SELECT count(*), count(*) FILTER (WHERE revoked_at IS NULL) FROM gw_api_keys WHERE tenant_id = $1`, b.id).Scan(&keys, &live); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestAPIKeysStoredOnlyAsHashes(t *testing.T) {
 		}
 		var stored []byte
 		id := strings.Split(key, "_")[1]
-		if err := stack.db.QueryRow(ctx, `SELECT hash FROM gw_api_keys WHERE id = $1`, id).Scan(&stored); err != nil {
+		if err := stack.DB.QueryRow(ctx, `SELECT hash FROM gw_api_keys WHERE id = $1`, id).Scan(&stored); err != nil {
 			t.Fatal(err)
 		}
 		if sum := sha256.Sum256([]byte(key)); !bytes.Equal(stored, sum[:]) {
@@ -196,7 +197,7 @@ func TestAPIKeysStoredOnlyAsHashes(t *testing.T) {
 		}
 	}
 
-	rows, err := stack.db.Query(ctx, `SELECT quote_ident(table_schema) || '.' || quote_ident(table_name)
+	rows, err := stack.DB.Query(ctx, `SELECT quote_ident(table_schema) || '.' || quote_ident(table_name)
 		FROM information_schema.tables
 		WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', 'information_schema')`)
 	if err != nil {
@@ -215,7 +216,7 @@ func TestAPIKeysStoredOnlyAsHashes(t *testing.T) {
 	scanned := 0
 	for _, table := range tables {
 		var hits int
-		err := stack.db.QueryRow(ctx, `SELECT count(*) FROM `+table+` AS r WHERE EXISTS (
+		err := stack.DB.QueryRow(ctx, `SELECT count(*) FROM `+table+` AS r WHERE EXISTS (
 			SELECT 1 FROM unnest($1::text[]) AS n WHERE strpos(r::text, n) > 0)`, needles).Scan(&hits)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
@@ -317,7 +318,7 @@ func TestAPIKeysNeverLogged(t *testing.T) {
 		t.Errorf("%d failed authentications logged, key id %s logged: %v; want every failure logged, by the key's public id",
 			n, keyID, strings.Contains(out, keyID))
 	}
-	for _, p := range []*servertest.Process{stack.limiter, stack.shortener, stack.analytics} {
+	for _, p := range []*servertest.Process{stack.Limiter, stack.Shortener, stack.Analytics} {
 		if strings.Contains(p.Output(), secret) {
 			t.Errorf("the %s's output holds the key's secret", p.Name)
 		}
@@ -381,21 +382,10 @@ func privateRedis(t *testing.T) (string, func()) {
 // key is served (200).
 func TestBruteForceStaysBlockedWhileRedisIsDown(t *testing.T) {
 	redisAddr, killRedis := privateRedis(t)
-	grpcAddr, err := servertest.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr, err := servertest.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := servertest.StartProcess("limiter", filepath.Join(stack.binDir, "limiter"), grpcAddr, limiterService,
-		append(limiterEnv(grpcAddr, httpAddr), "KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+stack.rulesFile,
-			"KURZ_REDIS_ADDRS="+redisAddr, "KURZ_LIMITER_REDIS_TIMEOUT=100ms")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lim.Kill)
+	lim := servertest.Run(t, stack.BinDir, servertest.Spec{Name: "limiter", Service: limiterService, Env: func(g, h string) []string {
+		return append(gatewaytest.LimiterEnv(g, h), "KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+stack.rulesFile,
+			"KURZ_REDIS_ADDRS="+redisAddr, "KURZ_LIMITER_REDIS_TIMEOUT=100ms")
+	}})
 	// Generous: the gateway must hear the limiter's FAIL_CLOSED, not time
 	// out on it (the limiter-down case is TestBruteForceBlocksIPEvenWithValidKey).
 	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr, "KURZ_GATEWAY_LIMITER_TIMEOUT": "3s"})
@@ -422,7 +412,7 @@ func TestBruteForceStaysBlockedWhileRedisIsDown(t *testing.T) {
 	rl := ratelimitv1.NewRateLimitServiceClient(conn)
 	var src ratelimitv1.DecisionSource
 	if !eventually(10*time.Second, 50*time.Millisecond, func() bool {
-		resp, err := rl.CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{Domain: "auth", Descriptors: map[string]string{"ip": newIP()}})
+		resp, err := rl.CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{Domain: "auth", Descriptors: map[string]string{"ip": gatewaytest.NewIP()}})
 		src = resp.GetSource()
 		return err == nil && !resp.GetAllowed() && src == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED
 	}) {
@@ -592,23 +582,12 @@ func TestLinksCannotPointAtScriptSchemesEvenThroughPatch(t *testing.T) {
 // spellings of both hosts, are 400 URL_REDIRECT_LOOP on POST and PATCH, and
 // the link keeps its target.
 func TestLinksToOwnShortDomainRefusedThroughTheGateway(t *testing.T) {
-	grpcAddr, err := servertest.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr, err := servertest.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh, err := servertest.StartProcess("shortener", filepath.Join(stack.binDir, "shortener"), grpcAddr, shortenerService,
-		"KURZ_SHORTENER_GRPC_ADDR="+grpcAddr, "KURZ_SHORTENER_HTTP_ADDR="+httpAddr,
-		"KURZ_LIMITER_GRPC_ADDR="+stack.limiter.GRPCAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-		"KURZ_SHORTENER_BASE_URL=https://kurz.test", "KURZ_SHORTENER_OWN_HOSTS=go.kurz.test",
-		"KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sh.Kill)
+	sh := servertest.Run(t, stack.BinDir, servertest.Spec{Name: "shortener", Service: shortenerService, Env: func(g, h string) []string {
+		return []string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
+			"KURZ_LIMITER_GRPC_ADDR=" + stack.Limiter.GRPCAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
+			"KURZ_SHORTENER_BASE_URL=https://kurz.test", "KURZ_SHORTENER_OWN_HOSTS=go.kurz.test",
+			"KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn"}
+	}})
 	gw := startGateway(t, map[string]string{"KURZ_SHORTENER_GRPC_ADDR": sh.GRPCAddr})
 	c := newClient(t, gw, newTenant(t, gw, "free").key)
 	r := c.do("POST", "/v1/links", `{"longUrl":"https://example.com/kept"}`)

@@ -154,7 +154,7 @@ func TestAdminAPI(t *testing.T) {
 	}
 	var stored []byte
 	var leaked bool
-	if err := stack.db.QueryRow(context.Background(),
+	if err := stack.DB.QueryRow(context.Background(),
 		`SELECT hash, strpos(id || tenant_id || name, $2) > 0 FROM gw_api_keys WHERE id = $1`, m[1], m[2]).Scan(&stored, &leaked); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/server/servertest"
 	"kurz.dev/services/gateway/internal/app"
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // adminToken is the test gateway's admin credential.
@@ -306,17 +307,7 @@ func startGateway(t *testing.T, s *stack) *servertest.Running {
 func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
 	t.Helper()
 	id := "console-" + strings.ToLower(rand.Text()[:10])
-	t.Cleanup(func() {
-		for _, q := range []string{
-			`DELETE FROM gw_tenants WHERE id = $1`,
-			`DELETE FROM rl_tenant_plans WHERE tenant = $1`,
-			`DELETE FROM links WHERE tenant = $1`,
-		} {
-			if _, err := s.db.Exec(context.Background(), q, id); err != nil {
-				t.Errorf("clean up (%s): %v", q, err)
-			}
-		}
-	})
+	gatewaytest.CleanupTenants(t, s.db, id)
 	admin := func(path, body string) map[string]any {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, gw.HTTP+path, strings.NewReader(body))

@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -85,7 +84,6 @@ func newStack() (_ *stack, err error) {
 	if err := servertest.BuildServices(dir, "limiter", "shortener", "redirect", "analytics"); err != nil {
 		return nil, err
 	}
-	bin := func(name string) string { return filepath.Join(dir, name) }
 
 	var pgCfg pgpool.Config
 	if err := config.Load(&pgCfg); err != nil {
@@ -116,71 +114,58 @@ func newStack() (_ *stack, err error) {
 		teardown = append(teardown, func() { rdb.XGroupDestroy(context.Background(), key, group) })
 	}
 
-	addrs := make([]string, 10)
-	for i := range addrs {
-		if addrs[i], err = servertest.FreeAddr(); err != nil {
-			return nil, err
-		}
-	}
-	limGRPC, limHTTP, shortGRPC, shortHTTP, anGRPC := addrs[0], addrs[1], addrs[2], addrs[3], addrs[4]
-	anHTTP, redGRPC, redHTTP, pgLimGRPC, pgLimHTTP := addrs[5], addrs[6], addrs[7], addrs[8], addrs[9]
-	s.redirectURL = "http://" + redHTTP
-	common := []string{"KURZ_LOG_LEVEL=warn", "KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s"}
-
-	// The admin API sets tenants' plans in the limiter's rule tables: a
-	// limiter on PostgreSQL creates them (on a fresh database) and stops.
-	p, err := servertest.StartProcess("limiter", bin("limiter"), pgLimGRPC, limiterService, append(common,
-		"KURZ_LIMITER_GRPC_ADDR="+pgLimGRPC, "KURZ_LIMITER_HTTP_ADDR="+pgLimHTTP,
-		"KURZ_LIMITER_RULES_SOURCE=postgres", "KURZ_LIMITER_RULES_FILE=")...)
+	limGRPC, err := servertest.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	if err := p.Stop(); err != nil {
-		return nil, fmt.Errorf("limiter (rule tables): %w\n%s", err, p.Output())
-	}
-
-	starts := []struct {
-		dst                 **servertest.Process
-		name, grpc, service string
-		env                 []string
-	}{
-		{&s.limiter, "limiter", limGRPC, limiterService, []string{
-			"KURZ_LIMITER_GRPC_ADDR=" + limGRPC, "KURZ_LIMITER_HTTP_ADDR=" + limHTTP, "KURZ_LIMITER_REDIS_TIMEOUT=1s",
-			"KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE=" + rules}},
-		{&s.shortener, "shortener", shortGRPC, shortenerService, []string{
-			"KURZ_SHORTENER_GRPC_ADDR=" + shortGRPC, "KURZ_SHORTENER_HTTP_ADDR=" + shortHTTP,
-			"KURZ_LIMITER_GRPC_ADDR=" + limGRPC, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-			"KURZ_SHORTENER_BASE_URL=" + s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false"}},
-		{&s.analytics, "analytics", anGRPC, analyticsService, []string{
-			"KURZ_ANALYTICS_GRPC_ADDR=" + anGRPC, "KURZ_ANALYTICS_HTTP_ADDR=" + anHTTP,
-			"KURZ_LIMITER_GRPC_ADDR=" + limGRPC, "KURZ_ANALYTICS_LIMITER_TIMEOUT=1s",
-			fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards), "KURZ_ANALYTICS_CONSUMER_GROUP=" + group,
-			"KURZ_ANALYTICS_BATCH_AGE=100ms"}},
-		{&s.redirect, "redirect", redGRPC, "", []string{
-			"KURZ_REDIRECT_GRPC_ADDR=" + redGRPC, "KURZ_REDIRECT_HTTP_ADDR=" + redHTTP,
-			"KURZ_LIMITER_GRPC_ADDR=" + limGRPC, "KURZ_REDIRECT_LIMITER_TIMEOUT=1s",
-			"KURZ_REDIRECT_VISITOR_SALT=console-test-salt", fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards),
-			"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms"}},
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(starts))
-	for i, st := range starts {
-		wg.Go(func() {
-			*st.dst, errs[i] = servertest.StartProcess(st.name, bin(st.name), st.grpc, st.service, append(common, st.env...)...)
-		})
-	}
-	wg.Wait()
-	for _, st := range starts {
-		if p := *st.dst; p != nil {
-			teardown = append(teardown, func() {
-				if err := p.Stop(); err != nil {
-					fmt.Fprintf(os.Stderr, "%s did not stop cleanly: %v\n%s\n", p.Name, err, p.Output())
-				}
-			})
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	redHTTP, err := servertest.FreeAddr()
+	if err != nil {
 		return nil, err
 	}
+	s.redirectURL = "http://" + redHTTP
+	common := []string{"KURZ_LOG_LEVEL=warn", "KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s"}
+	limiter := func(rules ...string) func(g, h string) []string {
+		return func(g, h string) []string {
+			return append(append(common, "KURZ_LIMITER_GRPC_ADDR="+g, "KURZ_LIMITER_HTTP_ADDR="+h, "KURZ_LIMITER_REDIS_TIMEOUT=1s"), rules...)
+		}
+	}
+
+	// The admin API sets tenants' plans in the limiter's rule tables: a
+	// limiter on PostgreSQL creates them (on a fresh database) and stops.
+	procs, err := servertest.StartAll(dir, servertest.Spec{Name: "limiter", Service: limiterService,
+		Env: limiter("KURZ_LIMITER_RULES_SOURCE=postgres", "KURZ_LIMITER_RULES_FILE=")})
+	if err != nil {
+		return nil, err
+	}
+	if err := procs[0].Stop(); err != nil {
+		return nil, fmt.Errorf("limiter (rule tables): %w\n%s", err, procs[0].Output())
+	}
+
+	procs, err = servertest.StartAll(dir,
+		servertest.Spec{Name: "limiter", Service: limiterService, GRPCAddr: limGRPC,
+			Env: limiter("KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+rules)},
+		servertest.Spec{Name: "shortener", Service: shortenerService, Env: func(g, h string) []string {
+			return append(common, "KURZ_SHORTENER_GRPC_ADDR="+g, "KURZ_SHORTENER_HTTP_ADDR="+h,
+				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
+				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false")
+		}},
+		servertest.Spec{Name: "analytics", Service: analyticsService, Env: func(g, h string) []string {
+			return append(common, "KURZ_ANALYTICS_GRPC_ADDR="+g, "KURZ_ANALYTICS_HTTP_ADDR="+h,
+				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_ANALYTICS_LIMITER_TIMEOUT=1s",
+				fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards), "KURZ_ANALYTICS_CONSUMER_GROUP="+group,
+				"KURZ_ANALYTICS_BATCH_AGE=100ms")
+		}},
+		servertest.Spec{Name: "redirect", HTTPAddr: redHTTP, Env: func(g, h string) []string {
+			return append(common, "KURZ_REDIRECT_GRPC_ADDR="+g, "KURZ_REDIRECT_HTTP_ADDR="+h,
+				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_REDIRECT_LIMITER_TIMEOUT=1s",
+				"KURZ_REDIRECT_VISITOR_SALT=console-test-salt", fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards),
+				"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms")
+		}},
+	)
+	if err != nil {
+		return nil, err
+	}
+	teardown = append(teardown, func() { servertest.StopAll(procs...) })
+	s.limiter, s.shortener, s.analytics, s.redirect = procs[0], procs[1], procs[2], procs[3]
 	return s, nil
 }

@@ -368,27 +368,17 @@ func startLimiterProcess(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, err := servertest.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr, err := servertest.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := servertest.StartProcess("limiter", filepath.Join(dir, "limiter"), grpcAddr, "kurz.ratelimit.v1.RateLimitService",
-		"KURZ_LIMITER_GRPC_ADDR="+grpcAddr, "KURZ_LIMITER_HTTP_ADDR="+httpAddr,
-		"KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+rules,
-		"KURZ_LIMITER_REDIS_TIMEOUT=1s", "KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s", "KURZ_LOG_LEVEL=warn")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := servertest.Run(t, dir, servertest.Spec{Name: "limiter", Service: "kurz.ratelimit.v1.RateLimitService", Env: func(g, h string) []string {
+		return []string{"KURZ_LIMITER_GRPC_ADDR=" + g, "KURZ_LIMITER_HTTP_ADDR=" + h,
+			"KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE=" + rules,
+			"KURZ_LIMITER_REDIS_TIMEOUT=1s", "KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s", "KURZ_LOG_LEVEL=warn"}
+	}})
 	t.Cleanup(func() {
 		if err := p.Stop(); err != nil {
 			t.Errorf("limiter did not stop cleanly: %v\n%s", err, p.Output())
 		}
 	})
-	return grpcAddr
+	return p.GRPCAddr
 }
 
 // TestPasswordAttemptsLimited, with the real limiter and the bootstrap's
