@@ -8,8 +8,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"kurz.dev/pkg/telemetry"
 )
@@ -89,5 +93,65 @@ func TestListTargetSpreadsAndSkipsDrainingReplicas(t *testing.T) {
 	}
 	if got := a.calls.Load() - before; got != 0 {
 		t.Fatalf("a draining replica got %d of 20 new calls", got)
+	}
+}
+
+// With no replica serving, a call to the shortener or analytics waits for
+// one (within its deadline) and succeeds once a replica is back, while a
+// call to the limiter fails at once with UNAVAILABLE so that its caller can
+// apply the rule's failure mode.
+func TestShortenerCallsWaitForAReplicaLimiterCallsFailFast(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := health.NewServer()
+	// Every method of every other service answers an empty message.
+	srv := grpc.NewServer(grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		if err := stream.RecvMsg(&emptypb.Empty{}); err != nil {
+			return err
+		}
+		return stream.SendMsg(&emptypb.Empty{})
+	}))
+	healthpb.RegisterHealthServer(srv, hs)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	hs.Shutdown() // NOT_SERVING: the only replica is draining
+
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{}, "test", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := Dial(lis.Addr().String(), tel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	invoke := func(method string, timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{})
+	}
+	// The connection learns the replica is NOT_SERVING from its health watch.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn.Connect()
+	for s := conn.GetState(); s != connectivity.TransientFailure; s = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, s) {
+			t.Fatalf("connection state %v after 10 s, want TRANSIENT_FAILURE (replica NOT_SERVING)", s)
+		}
+	}
+
+	waited := make(chan error, 1)
+	go func() { waited <- invoke("/kurz.shortener.v1.ShortenerService/GetLink", 10*time.Second) }()
+	if err := invoke("/kurz.ratelimit.v1.RateLimitService/CheckQuota", 10*time.Second); status.Code(err) != codes.Unavailable {
+		t.Errorf("limiter call with no replica serving: %v, want UNAVAILABLE at once", err)
+	}
+	hs.Resume()
+	if err := <-waited; err != nil {
+		t.Errorf("shortener call with the replica back within its deadline: %v, want success", err)
+	}
+	if err := invoke("/kurz.analytics.v1.AnalyticsService/GetLinkStats", 10*time.Second); err != nil {
+		t.Errorf("analytics call: %v", err)
 	}
 }
