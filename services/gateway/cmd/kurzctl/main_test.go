@@ -84,6 +84,7 @@ func startGateway(t *testing.T, limiter *servertest.Process) testGateway {
 		// Generous: under the race detector no call may slip into the
 		// fail-open path by accident.
 		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
+		"KURZ_POSTGRES_QUERY_TIMEOUT":  "10s",
 	}
 	var cfg app.Config
 	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {

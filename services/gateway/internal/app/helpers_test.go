@@ -49,6 +49,10 @@ func startGatewayLogging(t *testing.T, log *slog.Logger, overrides map[string]st
 		// fail-open path by accident; the tests that want it stop the
 		// limiter.
 		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
+		// Likewise for the API-key lookups in PostgreSQL: 40 concurrent
+		// first requests of a greedy client on a loaded 2-core machine
+		// once took over the 2 s default (CI, TestPacedAndGreedyClients).
+		"KURZ_POSTGRES_QUERY_TIMEOUT": "10s",
 	}
 	maps.Copy(env, overrides)
 	var cfg Config

@@ -288,6 +288,7 @@ func startGateway(t *testing.T, s *stack) *servertest.Running {
 		"KURZ_GATEWAY_ALLOW_ANONYMOUS": "false",
 		"KURZ_GATEWAY_TRUSTED_PROXIES": "",
 		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
+		"KURZ_POSTGRES_QUERY_TIMEOUT":  "10s",
 	}), &cfg)
 	if err != nil {
 		t.Fatal(err)
