@@ -91,8 +91,8 @@ section "Analytics: GetLinkStats at 1,000,000 clicks" \
 	"One link with 1M stored clicks (10,000 redelivered, 1,000 stored twice)." -- \
 	go test -run '^$' -bench GetLinkStats1M -benchtime 3s ./services/analytics/internal/stats/
 section "Analytics: click pipeline, consumers vs a direct ClickHouse insert" \
-	"50,000 click events from the streams into ClickHouse with 1, 2 and 4 consumers of one group (fake limiter); baseline: the same rows inserted directly in batches of 5,000 (x-baseline = consumer events/s over the baseline's)." -- \
-	go test -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
+	"50,000 click events from the streams into ClickHouse with 1, 2 and 4 consumers of one group, flood checks answered by an allow-all fake limiter and then by the stack's limiter (CheckQuotas, 100 checks a call); baseline: the same rows inserted directly in batches of 5,000 (x-baseline = consumer events/s over the baseline's)." -- \
+	env KURZ_BENCH_LIMITER_ADDR="${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091}" go test -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
 section "Analytics: end-to-end lag, redirect to queryable stats" \
 	"20 clicks, one after the other, each GET on the redirect then GetLinkStats polled every 10 ms until it counts the click." -- \
 	go run ./services/analytics/cmd/clicklag -n 20

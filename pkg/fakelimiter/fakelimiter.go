@@ -1,11 +1,13 @@
 // Package fakelimiter is an in-process kurz.ratelimit.v1.RateLimitService for
-// the tests of the limiter's callers: it records every CheckQuota and answers
-// what the test decides. Tests of the limiter itself use the real one.
+// the tests of the limiter's callers: it records every CheckQuota (and each
+// check of a CheckQuotas) and answers what the test decides. Tests of the
+// limiter itself use the real one.
 package fakelimiter
 
 import (
 	"context"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +47,8 @@ type Server struct {
 	mu     sync.Mutex
 	decide Decider
 	calls  []*ratelimitv1.CheckQuotaRequest
+	// batches holds the size of each CheckQuotas call.
+	batches []int
 }
 
 // Start serves a fake limiter (and a gRPC health service that reports
@@ -95,4 +99,24 @@ func (s *Server) CheckQuota(_ context.Context, req *ratelimitv1.CheckQuotaReques
 	d := s.decide
 	s.mu.Unlock()
 	return d(req), nil
+}
+
+// CheckQuotas answers each check as CheckQuota would, recording each as a
+// call of its own.
+func (s *Server) CheckQuotas(ctx context.Context, req *ratelimitv1.CheckQuotasRequest) (*ratelimitv1.CheckQuotasResponse, error) {
+	s.mu.Lock()
+	s.batches = append(s.batches, len(req.GetChecks()))
+	s.mu.Unlock()
+	resp := &ratelimitv1.CheckQuotasResponse{Results: make([]*ratelimitv1.CheckQuotaResponse, len(req.GetChecks()))}
+	for i, c := range req.GetChecks() {
+		resp.Results[i], _ = s.CheckQuota(ctx, c)
+	}
+	return resp, nil
+}
+
+// Batches returns the number of checks of each CheckQuotas call so far.
+func (s *Server) Batches() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.batches)
 }

@@ -105,6 +105,61 @@ func (c *Client) Peek(ctx context.Context, domain string, descriptors map[string
 	return c.call(ctx, &ratelimitv1.CheckQuotaRequest{Domain: domain, Descriptors: descriptors, Cost: &zero}, policy)
 }
 
+// Request is one decision of a CheckMany call.
+type Request struct {
+	Domain      string
+	Descriptors map[string]string
+	// Cost is the units to consume: 1 when 0.
+	Cost uint32
+}
+
+// MaxBatch is the most requests one CheckQuotas call carries (the
+// limiter's bound).
+const MaxBatch = 1000
+
+// CheckMany asks the limiter about independent requests with one
+// CheckQuotas call per MaxBatch of them (each decided as Check would, not
+// atomically together) and returns their decisions in order. Like Check it
+// never fails: when a call does not succeed within the client's timeout,
+// policy decides its requests and their decisions are marked Degraded.
+func (c *Client) CheckMany(ctx context.Context, reqs []Request, policy Policy) []Decision {
+	out := make([]Decision, 0, len(reqs))
+	for start := 0; start < len(reqs); start += MaxBatch {
+		out = append(out, c.checkBatch(ctx, reqs[start:min(start+MaxBatch, len(reqs))], policy)...)
+	}
+	return out
+}
+
+func (c *Client) checkBatch(ctx context.Context, reqs []Request, policy Policy) []Decision {
+	checks := make([]*ratelimitv1.CheckQuotaRequest, len(reqs))
+	for i, r := range reqs {
+		cost := max(r.Cost, 1)
+		checks[i] = &ratelimitv1.CheckQuotaRequest{Domain: r.Domain, Descriptors: r.Descriptors, Cost: &cost}
+	}
+	out := make([]Decision, len(reqs))
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	resp, err := c.rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: checks})
+	if err == nil && len(resp.GetResults()) != len(reqs) {
+		err = fmt.Errorf("the limiter answered %d of %d checks", len(resp.GetResults()), len(reqs))
+	}
+	if err != nil {
+		c.log.WarnContext(ctx, "limiter unavailable; caller policy applies",
+			"domain", reqs[0].Domain, "checks", len(reqs), "policy", policy.String(), "err", err)
+		c.calls.Add(ctx, int64(len(reqs)), metric.WithAttributes(
+			attribute.String("domain", reqs[0].Domain), attribute.String("outcome", "degraded"),
+			attribute.String("policy", policy.String())))
+		for i := range out {
+			out[i] = Decision{Allowed: policy == FailOpen, Degraded: true}
+		}
+		return out
+	}
+	for i, r := range resp.GetResults() {
+		out[i] = c.decision(ctx, reqs[i].Domain, r)
+	}
+	return out
+}
+
 func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, policy Policy) Decision {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -117,12 +172,17 @@ func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, p
 			attribute.String("policy", policy.String())))
 		return Decision{Allowed: policy == FailOpen, Degraded: true}
 	}
+	return c.decision(ctx, req.GetDomain(), resp)
+}
+
+// decision turns the limiter's answer into a Decision, counting it.
+func (c *Client) decision(ctx context.Context, domain string, resp *ratelimitv1.CheckQuotaResponse) Decision {
 	outcome := "allowed"
 	if !resp.GetAllowed() {
 		outcome = "denied"
 	}
 	c.calls.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("domain", req.GetDomain()), attribute.String("outcome", outcome)))
+		attribute.String("domain", domain), attribute.String("outcome", outcome)))
 	d := Decision{
 		Allowed:    resp.GetAllowed(),
 		Rule:       resp.GetDecidingRule(),

@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,25 +26,48 @@ import (
 // whose own tests run against Redis.
 type fakeLimiter struct {
 	ratelimitv1.UnimplementedRateLimitServiceServer
-	check func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error)
+	check   func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error)
+	batches *atomic.Int64 // CheckQuotas calls
 }
 
 func (f *fakeLimiter) CheckQuota(ctx context.Context, req *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
 	return f.check(ctx, req)
 }
 
+// CheckQuotas answers each check with check; the first error fails the call.
+func (f *fakeLimiter) CheckQuotas(ctx context.Context, req *ratelimitv1.CheckQuotasRequest) (*ratelimitv1.CheckQuotasResponse, error) {
+	f.batches.Add(1)
+	resp := &ratelimitv1.CheckQuotasResponse{}
+	for _, c := range req.GetChecks() {
+		r, err := f.check(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
+}
+
 // serve runs a fake limiter on a loopback port and returns its address.
 func serve(t *testing.T, check func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error)) string {
 	t.Helper()
+	addr, _ := serveCounting(t, check)
+	return addr
+}
+
+// serveCounting is serve that also returns the count of CheckQuotas calls.
+func serveCounting(t *testing.T, check func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error)) (string, *atomic.Int64) {
+	t.Helper()
+	batches := new(atomic.Int64)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	ratelimitv1.RegisterRateLimitServiceServer(srv, &fakeLimiter{check: check})
+	ratelimitv1.RegisterRateLimitServiceServer(srv, &fakeLimiter{check: check, batches: batches})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return lis.Addr().String(), batches
 }
 
 func newClient(t *testing.T, addr string, timeout time.Duration) *quota.Client {
@@ -184,6 +209,11 @@ func TestUnavailableLimiterAppliesThePolicy(t *testing.T) {
 				if peek := c.Peek(context.Background(), "auth", map[string]string{"ip": "192.0.2.1"}, policy); peek != want {
 					t.Errorf("Peek: got %+v, want %+v", peek, want)
 				}
+				for i, d := range c.CheckMany(context.Background(), []quota.Request{{Domain: "auth"}, {Domain: "auth", Cost: 3}}, policy) {
+					if d != want {
+						t.Errorf("CheckMany decision %d: got %+v, want %+v", i, d, want)
+					}
+				}
 			})
 		}
 	}
@@ -269,5 +299,40 @@ func TestParsePolicy(t *testing.T) {
 				t.Errorf("%v.String() = %q, want %q (round trip)", got, got.String(), in)
 			}
 		})
+	}
+}
+
+// CheckMany sends its requests in CheckQuotas calls of at most 1,000 checks
+// (cost 0 sent as 1) and returns the limiter's answers in the requests'
+// order: 2,500 requests make 3 calls.
+func TestCheckManyBatchesInOrder(t *testing.T) {
+	addr, batches := serveCounting(t, func(_ context.Context, req *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		// Allowed when the cost is even; Remaining echoes the cost.
+		return &ratelimitv1.CheckQuotaResponse{Allowed: req.GetCost()%2 == 0, Remaining: int64(req.GetCost()), DecidingRule: req.GetDescriptors()["n"],
+			Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}, nil
+	})
+	c := newClient(t, addr, 5*time.Second)
+	reqs := make([]quota.Request, 2500)
+	for i := range reqs {
+		reqs[i] = quota.Request{Domain: "clicks", Descriptors: map[string]string{"n": strconv.Itoa(i)}, Cost: uint32(i % 7)}
+	}
+	got := c.CheckMany(context.Background(), reqs, quota.FailOpen)
+	if len(got) != len(reqs) {
+		t.Fatalf("%d decisions for %d requests", len(got), len(reqs))
+	}
+	for i, d := range got {
+		cost := int64(max(i%7, 1))
+		if d.Rule != strconv.Itoa(i) || d.Remaining != cost || d.Allowed != (cost%2 == 0) || d.Degraded {
+			t.Fatalf("decision %d: %+v, want the answer to request %d (cost %d)", i, d, i, cost)
+		}
+	}
+	if n := batches.Load(); n != 3 {
+		t.Errorf("%d CheckQuotas calls for 2,500 requests, want 3", n)
+	}
+	if d := c.CheckMany(context.Background(), nil, quota.FailOpen); len(d) != 0 {
+		t.Errorf("no requests: %d decisions", len(d))
+	}
+	if n := batches.Load(); n != 3 {
+		t.Errorf("no requests made a call (%d calls in all)", n)
 	}
 }

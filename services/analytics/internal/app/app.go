@@ -56,8 +56,9 @@ type Config struct {
 	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
 	// LimiterTimeout bounds one flood check.
 	LimiterTimeout time.Duration `env:"ANALYTICS_LIMITER_TIMEOUT" default:"50ms"`
-	// FloodParallelism bounds concurrent flood checks of one batch.
-	FloodParallelism int `env:"ANALYTICS_FLOOD_PARALLELISM" default:"32"`
+	// FloodParallelism bounds the concurrent CheckQuotas calls of one batch
+	// (each up to consumer.FloodChecksPerCall flood checks).
+	FloodParallelism int `env:"ANALYTICS_FLOOD_PARALLELISM" default:"4"`
 
 	// AllowAnonymous serves statistics to calls without a tenant, as tenant
 	// "anonymous" (set it where the shortener allows anonymous links).

@@ -88,8 +88,8 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// InsertTimeout bounds one ClickHouse insert or lookup (default 10s).
 	InsertTimeout time.Duration
-	// FloodParallelism bounds concurrent limiter calls of one batch
-	// (default 32).
+	// FloodParallelism bounds the concurrent CheckQuotas calls of one batch,
+	// each of up to FloodChecksPerCall flood checks (default 4).
 	FloodParallelism int
 	// UnhealthyAfter makes Ready fail once flushes have been failing this
 	// long (default 30s).
@@ -154,7 +154,7 @@ func (o Options) withDefaults() (Options, error) {
 	set(&o.RetryMax, 5*time.Second)
 	set(&o.InsertTimeout, 10*time.Second)
 	if o.FloodParallelism <= 0 {
-		o.FloodParallelism = 32
+		o.FloodParallelism = 4
 	}
 	set(&o.UnhealthyAfter, 30*time.Second)
 	set(&o.DrainTimeout, 10*time.Second)
@@ -177,6 +177,7 @@ func defaultName() string {
 // QuotaChecker is the limiter client (*quota.Client).
 type QuotaChecker interface {
 	Check(ctx context.Context, domain string, descriptors map[string]string, cost uint32, policy quota.Policy) quota.Decision
+	CheckMany(ctx context.Context, reqs []quota.Request, policy quota.Policy) []quota.Decision
 }
 
 // Consumer is one process's membership in the consumer group. Run it once.

@@ -451,6 +451,39 @@ func TestFloodFlagging(t *testing.T) {
 	}
 }
 
+// The flood checks of a batch go up to FloodChecksPerCall to a CheckQuotas
+// call: 250 visitors clicking once each are 250 checks in a few calls
+// (however the consumer split the events into batches), none over 100.
+func TestFloodChecksAreBatched(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "fbatch" + rnd()
+	fake := fakelimiter.Start(t, fakelimiter.AllowAll)
+	opts := e.opts()
+	opts.BatchSize = 1000
+	e.start(opts, e.rdb, e.store, limiterClient(t, fake.Addr(), time.Second))
+	var events []clickevent.Event
+	for v := range 250 {
+		events = append(events, e.click(code, time.Duration(v)*time.Millisecond, visitor(v), chromeUA, ""))
+	}
+	e.xadd(events...)
+	eventually(t, 20*time.Second, "events stored", func() (bool, string) {
+		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return p == 0 && n == 250, fmt.Sprintf("pending %d, total %d", p, n)
+	})
+	sizes := fake.Batches()
+	sum := 0
+	for _, n := range sizes {
+		sum += n
+		if n > FloodChecksPerCall {
+			t.Errorf("a CheckQuotas call of %d checks, want at most %d", n, FloodChecksPerCall)
+		}
+	}
+	if checks := len(fake.Calls()); checks != 250 || sum != 250 || len(sizes) > 25 {
+		t.Errorf("%d checks, %d of them in %d CheckQuotas calls (%v); want all 250 in at most 25 calls", checks, sum, len(sizes), sizes)
+	}
+}
+
 func TestLimiterUnreachableStoresUnflagged(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

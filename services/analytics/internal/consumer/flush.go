@@ -286,14 +286,24 @@ func (c *Consumer) dropExisting(ctx context.Context, w *work) error {
 	return nil
 }
 
+// FloodChecksPerCall is how many (code, visitor) flood checks one
+// CheckQuotas call carries.
+const FloodChecksPerCall = 100
+
+// floodRounds bounds how often a group is asked again after a denial.
+const floodRounds = 4
+
 // judgeFloods asks the limiter about every non-bot click, grouped per
-// (code, visitor): one CheckQuota of cost n for n clicks of a visitor in the
-// batch. Within a group the earliest clicks are the allowed ones. A limiter
-// that does not answer leaves the clicks unflagged, counted as degraded.
+// (code, visitor): one check of cost n for n clicks of a visitor in the
+// batch, FloodChecksPerCall checks per CheckQuotas call. Within a group the
+// earliest clicks are the allowed ones. A denial consumes nothing, so a
+// denied group is asked again for the headroom the limiter reported (up to
+// floodRounds times). A limiter that does not answer leaves the clicks
+// unflagged, counted as degraded.
 func (c *Consumer) judgeFloods(ctx context.Context, rows []*row) {
 	type key struct{ code, visitor string }
 	index := make(map[key]int)
-	var groups [][]*row
+	var groups []*floodGroup
 	for _, r := range rows {
 		if r.click.Bot || r.click.Visitor == "" {
 			continue
@@ -303,65 +313,95 @@ func (c *Consumer) judgeFloods(ctx context.Context, rows []*row) {
 		if !ok {
 			i = len(groups)
 			index[k] = i
-			groups = append(groups, nil)
+			groups = append(groups, &floodGroup{})
 		}
-		groups[i] = append(groups[i], r)
+		groups[i].rows = append(groups[i].rows, r)
 	}
-	// FloodParallelism workers take the groups in turn: a goroutine per
-	// group would grow a fresh stack for every limiter call.
+	pending := groups
+	for _, g := range groups {
+		slices.SortFunc(g.rows, func(a, b *row) int {
+			return cmp.Or(a.click.Time.Compare(b.click.Time), cmp.Compare(a.e.id, b.e.id))
+		})
+		g.cost = len(g.rows)
+	}
+	for range floodRounds {
+		if len(pending) == 0 {
+			break
+		}
+		c.askFloods(ctx, pending)
+		var again []*floodGroup
+		for _, g := range pending {
+			if !g.done {
+				again = append(again, g)
+			}
+		}
+		pending = again
+	}
+	for _, g := range groups {
+		if g.degraded {
+			c.m.degraded(len(g.rows))
+			continue
+		}
+		for _, r := range g.rows[g.allowed:] {
+			r.click.Flood = true
+		}
+		if n := len(g.rows) - g.allowed; n > 0 {
+			c.m.floods(n)
+		}
+	}
+}
+
+// floodGroup is the clicks of one (code, visitor) in a batch and what the
+// limiter has said of them so far.
+type floodGroup struct {
+	rows     []*row
+	cost     int  // what to ask for next
+	allowed  int  // clicks the rule allows, the earliest ones
+	done     bool // no more asking
+	degraded bool // the limiter did not answer: all allowed, unflagged
+}
+
+// askFloods asks the limiter about each group's cost, FloodChecksPerCall
+// groups per call with FloodParallelism calls at once, and records the
+// answers: allowed (done), degraded (done), or denied with the headroom to
+// ask for next (done when there is none).
+func (c *Consumer) askFloods(ctx context.Context, groups []*floodGroup) {
 	var next atomic.Int64
+	calls := (len(groups) + FloodChecksPerCall - 1) / FloodChecksPerCall
 	var wg sync.WaitGroup
-	for range min(c.opts.FloodParallelism, len(groups)) {
+	for range min(c.opts.FloodParallelism, calls) {
 		wg.Go(func() {
 			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(groups) {
+				start := int(next.Add(1)-1) * FloodChecksPerCall
+				if start >= len(groups) {
 					return
 				}
-				c.judgeFlood(ctx, groups[i])
+				chunk := groups[start:min(start+FloodChecksPerCall, len(groups))]
+				reqs := make([]quota.Request, len(chunk))
+				for i, g := range chunk {
+					first := g.rows[0].click
+					reqs[i] = quota.Request{Domain: FloodDomain, Descriptors: map[string]string{"code": first.Code, "visitor": first.Visitor}, Cost: uint32(g.cost)}
+				}
+				for i, d := range c.quota.CheckMany(ctx, reqs, quota.FailOpen) {
+					chunk[i].answer(d)
+				}
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// judgeFlood flags the clicks of one (code, visitor) group over the rule.
-func (c *Consumer) judgeFlood(ctx context.Context, g []*row) {
-	slices.SortFunc(g, func(a, b *row) int {
-		return cmp.Or(a.click.Time.Compare(b.click.Time), cmp.Compare(a.e.id, b.e.id))
-	})
-	allowed, degraded := c.allowance(ctx, g[0].click.Code, g[0].click.Visitor, len(g))
-	if degraded {
-		c.m.degraded(len(g))
-		return
+// answer records one limiter decision about the group's current cost.
+func (g *floodGroup) answer(d quota.Decision) {
+	switch {
+	case d.Degraded:
+		g.allowed, g.degraded, g.done = len(g.rows), true, true
+	case d.Allowed:
+		g.allowed, g.done = g.cost, true
+	default:
+		g.cost = min(int(d.Remaining), g.cost-1)
+		g.done = g.cost <= 0
 	}
-	for _, r := range g[allowed:] {
-		r.click.Flood = true
-	}
-	if n := len(g) - allowed; n > 0 {
-		c.m.floods(n)
-	}
-}
-
-// allowance returns how many of n clicks the flood rule allows. A denial
-// consumes nothing, so after one the remaining headroom is asked for.
-func (c *Consumer) allowance(ctx context.Context, code, visitor string, n int) (allowed int, degraded bool) {
-	desc := map[string]string{"code": code, "visitor": visitor}
-	cost := n
-	for range 4 {
-		if cost <= 0 {
-			return 0, false
-		}
-		d := c.quota.Check(ctx, FloodDomain, desc, uint32(cost), quota.FailOpen)
-		if d.Degraded {
-			return n, true
-		}
-		if d.Allowed {
-			return cost, false
-		}
-		cost = min(int(d.Remaining), cost-1)
-	}
-	return 0, false
 }
 
 // visitorScript records the first event of each visitor in one link's

@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,6 +19,11 @@ const (
 	maxDescriptorKey   = 64
 	maxDescriptorValue = 1024
 	maxCost            = 1_000_000
+	// maxBatch bounds the checks of one CheckQuotas call.
+	maxBatch = 1000
+	// batchParallelism is how many checks of one CheckQuotas call are in
+	// flight at once: enough to fill the engine's Redis pipelines.
+	batchParallelism = 64
 )
 
 // quotaService serves kurz.ratelimit.v1.RateLimitService.
@@ -32,6 +39,41 @@ func (q *quotaService) CheckQuota(ctx context.Context, req *ratelimitv1.CheckQuo
 		return nil, err
 	}
 	return q.engine.Check(ctx, req.GetDomain(), req.GetDescriptors(), cost), nil
+}
+
+// CheckQuotas implements ratelimitv1.RateLimitServiceServer: every check is
+// validated before any is decided, then they are decided concurrently, each
+// exactly as by CheckQuota.
+func (q *quotaService) CheckQuotas(ctx context.Context, req *ratelimitv1.CheckQuotasRequest) (*ratelimitv1.CheckQuotasResponse, error) {
+	checks := req.GetChecks()
+	if len(checks) > maxBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "%d checks: at most %d per call", len(checks), maxBatch)
+	}
+	rules := q.engine.Rules()
+	costs := make([]int64, len(checks))
+	for i, c := range checks {
+		cost, err := validate(rules, c.GetDomain(), c.GetDescriptors(), c.Cost)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "checks[%d]: %s", i, status.Convert(err).Message())
+		}
+		costs[i] = cost
+	}
+	results := make([]*ratelimitv1.CheckQuotaResponse, len(checks))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(batchParallelism, len(checks)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(checks) {
+					return
+				}
+				results[i] = q.engine.Check(ctx, checks[i].GetDomain(), checks[i].GetDescriptors(), costs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return &ratelimitv1.CheckQuotasResponse{Results: results}, nil
 }
 
 // ExplainQuota implements ratelimitv1.RateLimitServiceServer.

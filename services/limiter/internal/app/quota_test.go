@@ -194,7 +194,17 @@ func TestValidation(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, checkErr := rl.CheckQuota(ctx, &ratelimitv1.CheckQuotaRequest{Domain: tc.domain, Descriptors: tc.desc, Cost: tc.cost})
 			_, explainErr := rl.ExplainQuota(ctx, &ratelimitv1.ExplainQuotaRequest{Domain: tc.domain, Descriptors: tc.desc, Cost: tc.cost})
-			for rpc, err := range map[string]error{"CheckQuota": checkErr, "ExplainQuota": explainErr} {
+			// In a batch, behind a valid check: the whole call fails, naming it.
+			_, batchErr := rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: []*ratelimitv1.CheckQuotaRequest{
+				{Domain: "cost", Descriptors: map[string]string{"user": user}, Cost: ptr(uint32(0))},
+				{Domain: tc.domain, Descriptors: tc.desc, Cost: tc.cost},
+			}})
+			if tc.wantCode != codes.OK {
+				if msg := status.Convert(batchErr).Message(); !strings.HasPrefix(msg, "checks[1]: ") {
+					t.Errorf("CheckQuotas: message %q, want it to name checks[1]", msg)
+				}
+			}
+			for rpc, err := range map[string]error{"CheckQuota": checkErr, "ExplainQuota": explainErr, "CheckQuotas": batchErr} {
 				if got := status.Code(err); got != tc.wantCode {
 					t.Errorf("%s: code %v (%v), want %v", rpc, got, err, tc.wantCode)
 					continue
@@ -204,6 +214,86 @@ func TestValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// CheckQuotas decides each check as CheckQuota would, answering in the
+// checks' order: 150 concurrent unit checks of one user against the cost
+// domain's limit of 100 admit exactly 100; an exhausted and a fresh user
+// interleaved get denial, admission, denial, admission. More than 1,000
+// checks, or one invalid check, fail the call and consume nothing.
+func TestCheckQuotas(t *testing.T) {
+	_, rl := startFile(t)
+	ctx := context.Background()
+	check := func(user string, cost uint32) *ratelimitv1.CheckQuotaRequest {
+		return &ratelimitv1.CheckQuotaRequest{Domain: "cost", Descriptors: map[string]string{"user": user}, Cost: &cost}
+	}
+	remaining := func(user string) int64 {
+		t.Helper()
+		resp, err := rl.CheckQuota(ctx, check(user, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetRemaining()
+	}
+
+	one := unique(t) + "-one"
+	batch := make([]*ratelimitv1.CheckQuotaRequest, 150)
+	for i := range batch {
+		batch[i] = check(one, 1)
+	}
+	resp, err := rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: batch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := 0
+	for i, r := range resp.GetResults() {
+		if r.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+			t.Errorf("result %d: source %v, want REDIS", i, r.GetSource())
+		}
+		if r.GetAllowed() {
+			allowed++
+		}
+	}
+	if len(resp.GetResults()) != 150 || allowed != 100 {
+		t.Errorf("150 checks of one user: %d results, %d allowed; want 150 results, 100 allowed", len(resp.GetResults()), allowed)
+	}
+
+	spent, fresh := unique(t)+"-spent", unique(t)+"-fresh"
+	if _, err := rl.CheckQuota(ctx, check(spent, 100)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: []*ratelimitv1.CheckQuotaRequest{
+		check(spent, 1), check(fresh, 1), check(spent, 1), check(fresh, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for _, r := range resp.GetResults() {
+		got = append(got, r.GetAllowed())
+	}
+	if want := []bool{false, true, false, true}; !slices.Equal(got, want) {
+		t.Errorf("spent, fresh, spent, fresh: allowed %v, want %v", got, want)
+	}
+
+	untouched := unique(t) + "-untouched"
+	tooMany := make([]*ratelimitv1.CheckQuotaRequest, 1001)
+	for i := range tooMany {
+		tooMany[i] = check(untouched, 1)
+	}
+	if _, err := rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: tooMany}); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(status.Convert(err).Message(), "1001 checks: at most 1000") {
+		t.Errorf("1,001 checks: %v, want INVALID_ARGUMENT naming the bound", err)
+	}
+	if _, err := rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: []*ratelimitv1.CheckQuotaRequest{
+		check(untouched, 5), {Domain: "no-such-domain"}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a batch with an unknown domain: %v, want INVALID_ARGUMENT", err)
+	}
+	if r := remaining(untouched); r != 100 {
+		t.Errorf("after two refused batches the untouched user has %d left, want all 100", r)
+	}
+	if resp, err := rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{}); err != nil || len(resp.GetResults()) != 0 {
+		t.Errorf("empty batch: %v, %d results; want no error, no results", err, len(resp.GetResults()))
 	}
 }
 

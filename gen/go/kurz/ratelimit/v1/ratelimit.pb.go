@@ -214,6 +214,97 @@ func (DecisionSource) EnumDescriptor() ([]byte, []int) {
 	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
+// CheckQuotasRequest is a batch of independent CheckQuota requests.
+type CheckQuotasRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Checks        []*CheckQuotaRequest   `protobuf:"bytes,1,rep,name=checks,proto3" json:"checks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckQuotasRequest) Reset() {
+	*x = CheckQuotasRequest{}
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckQuotasRequest) ProtoMessage() {}
+
+func (x *CheckQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckQuotasRequest.ProtoReflect.Descriptor instead.
+func (*CheckQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CheckQuotasRequest) GetChecks() []*CheckQuotaRequest {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+// CheckQuotasResponse answers a CheckQuotasRequest, in the order of its
+// checks.
+type CheckQuotasResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*CheckQuotaResponse  `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckQuotasResponse) Reset() {
+	*x = CheckQuotasResponse{}
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckQuotasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckQuotasResponse) ProtoMessage() {}
+
+func (x *CheckQuotasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckQuotasResponse.ProtoReflect.Descriptor instead.
+func (*CheckQuotasResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CheckQuotasResponse) GetResults() []*CheckQuotaResponse {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // CheckQuotaRequest names the request being limited.
 type CheckQuotaRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -231,7 +322,7 @@ type CheckQuotaRequest struct {
 
 func (x *CheckQuotaRequest) Reset() {
 	*x = CheckQuotaRequest{}
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +334,7 @@ func (x *CheckQuotaRequest) String() string {
 func (*CheckQuotaRequest) ProtoMessage() {}
 
 func (x *CheckQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[0]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +347,7 @@ func (x *CheckQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckQuotaRequest.ProtoReflect.Descriptor instead.
 func (*CheckQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{0}
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CheckQuotaRequest) GetDomain() string {
@@ -306,7 +397,7 @@ type RuleDecision struct {
 
 func (x *RuleDecision) Reset() {
 	*x = RuleDecision{}
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +409,7 @@ func (x *RuleDecision) String() string {
 func (*RuleDecision) ProtoMessage() {}
 
 func (x *RuleDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[1]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +422,7 @@ func (x *RuleDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleDecision.ProtoReflect.Descriptor instead.
 func (*RuleDecision) Descriptor() ([]byte, []int) {
-	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RuleDecision) GetRule() string {
@@ -427,7 +518,7 @@ type CheckQuotaResponse struct {
 
 func (x *CheckQuotaResponse) Reset() {
 	*x = CheckQuotaResponse{}
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +530,7 @@ func (x *CheckQuotaResponse) String() string {
 func (*CheckQuotaResponse) ProtoMessage() {}
 
 func (x *CheckQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[2]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +543,7 @@ func (x *CheckQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckQuotaResponse.ProtoReflect.Descriptor instead.
 func (*CheckQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CheckQuotaResponse) GetAllowed() bool {
@@ -524,7 +615,7 @@ type ExplainQuotaRequest struct {
 
 func (x *ExplainQuotaRequest) Reset() {
 	*x = ExplainQuotaRequest{}
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +627,7 @@ func (x *ExplainQuotaRequest) String() string {
 func (*ExplainQuotaRequest) ProtoMessage() {}
 
 func (x *ExplainQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[3]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +640,7 @@ func (x *ExplainQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainQuotaRequest.ProtoReflect.Descriptor instead.
 func (*ExplainQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{3}
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExplainQuotaRequest) GetDomain() string {
@@ -597,7 +688,7 @@ type RuleExplanation struct {
 
 func (x *RuleExplanation) Reset() {
 	*x = RuleExplanation{}
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +700,7 @@ func (x *RuleExplanation) String() string {
 func (*RuleExplanation) ProtoMessage() {}
 
 func (x *RuleExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[4]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +713,7 @@ func (x *RuleExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleExplanation.ProtoReflect.Descriptor instead.
 func (*RuleExplanation) Descriptor() ([]byte, []int) {
-	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{4}
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RuleExplanation) GetDecision() *RuleDecision {
@@ -694,7 +785,7 @@ type ExplainQuotaResponse struct {
 
 func (x *ExplainQuotaResponse) Reset() {
 	*x = ExplainQuotaResponse{}
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +797,7 @@ func (x *ExplainQuotaResponse) String() string {
 func (*ExplainQuotaResponse) ProtoMessage() {}
 
 func (x *ExplainQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[5]
+	mi := &file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +810,7 @@ func (x *ExplainQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainQuotaResponse.ProtoReflect.Descriptor instead.
 func (*ExplainQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{5}
+	return file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExplainQuotaResponse) GetAllowed() bool {
@@ -747,7 +838,11 @@ var File_kurz_ratelimit_v1_ratelimit_proto protoreflect.FileDescriptor
 
 const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"!kurz/ratelimit/v1/ratelimit.proto\x12\x11kurz.ratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"\xe6\x01\n" +
+	"!kurz/ratelimit/v1/ratelimit.proto\x12\x11kurz.ratelimit.v1\x1a\x1egoogle/protobuf/duration.proto\"R\n" +
+	"\x12CheckQuotasRequest\x12<\n" +
+	"\x06checks\x18\x01 \x03(\v2$.kurz.ratelimit.v1.CheckQuotaRequestR\x06checks\"V\n" +
+	"\x13CheckQuotasResponse\x12?\n" +
+	"\aresults\x18\x01 \x03(\v2%.kurz.ratelimit.v1.CheckQuotaResponseR\aresults\"\xe6\x01\n" +
 	"\x11CheckQuotaRequest\x12\x16\n" +
 	"\x06domain\x18\x01 \x01(\tR\x06domain\x12W\n" +
 	"\vdescriptors\x18\x02 \x03(\v25.kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntryR\vdescriptors\x12\x17\n" +
@@ -825,10 +920,11 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x19DECISION_SOURCE_FAIL_OPEN\x10\x03\x12\x1f\n" +
 	"\x1bDECISION_SOURCE_FAIL_CLOSED\x10\x04\x12\x1a\n" +
 	"\x16DECISION_SOURCE_SHADOW\x10\x05\x12\x1b\n" +
-	"\x17DECISION_SOURCE_NO_RULE\x10\x062\xce\x01\n" +
+	"\x17DECISION_SOURCE_NO_RULE\x10\x062\xac\x02\n" +
 	"\x10RateLimitService\x12Y\n" +
 	"\n" +
-	"CheckQuota\x12$.kurz.ratelimit.v1.CheckQuotaRequest\x1a%.kurz.ratelimit.v1.CheckQuotaResponse\x12_\n" +
+	"CheckQuota\x12$.kurz.ratelimit.v1.CheckQuotaRequest\x1a%.kurz.ratelimit.v1.CheckQuotaResponse\x12\\\n" +
+	"\vCheckQuotas\x12%.kurz.ratelimit.v1.CheckQuotasRequest\x1a&.kurz.ratelimit.v1.CheckQuotasResponse\x12_\n" +
 	"\fExplainQuota\x12&.kurz.ratelimit.v1.ExplainQuotaRequest\x1a'.kurz.ratelimit.v1.ExplainQuotaResponseB\xb9\x01\n" +
 	"\x15com.kurz.ratelimit.v1B\x0eRatelimitProtoP\x01Z*kurz.dev/gen/kurz/ratelimit/v1;ratelimitv1\xa2\x02\x03KRX\xaa\x02\x11Kurz.Ratelimit.V1\xca\x02\x11Kurz\\Ratelimit\\V1\xe2\x02\x1dKurz\\Ratelimit\\V1\\GPBMetadata\xea\x02\x13Kurz::Ratelimit::V1b\x06proto3"
 
@@ -845,48 +941,54 @@ func file_kurz_ratelimit_v1_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_kurz_ratelimit_v1_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kurz_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_kurz_ratelimit_v1_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_kurz_ratelimit_v1_ratelimit_proto_goTypes = []any{
 	(FailureMode)(0),             // 0: kurz.ratelimit.v1.FailureMode
 	(Algorithm)(0),               // 1: kurz.ratelimit.v1.Algorithm
 	(DecisionSource)(0),          // 2: kurz.ratelimit.v1.DecisionSource
-	(*CheckQuotaRequest)(nil),    // 3: kurz.ratelimit.v1.CheckQuotaRequest
-	(*RuleDecision)(nil),         // 4: kurz.ratelimit.v1.RuleDecision
-	(*CheckQuotaResponse)(nil),   // 5: kurz.ratelimit.v1.CheckQuotaResponse
-	(*ExplainQuotaRequest)(nil),  // 6: kurz.ratelimit.v1.ExplainQuotaRequest
-	(*RuleExplanation)(nil),      // 7: kurz.ratelimit.v1.RuleExplanation
-	(*ExplainQuotaResponse)(nil), // 8: kurz.ratelimit.v1.ExplainQuotaResponse
-	nil,                          // 9: kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntry
-	nil,                          // 10: kurz.ratelimit.v1.ExplainQuotaRequest.DescriptorsEntry
-	nil,                          // 11: kurz.ratelimit.v1.RuleExplanation.StateEntry
-	(*durationpb.Duration)(nil),  // 12: google.protobuf.Duration
+	(*CheckQuotasRequest)(nil),   // 3: kurz.ratelimit.v1.CheckQuotasRequest
+	(*CheckQuotasResponse)(nil),  // 4: kurz.ratelimit.v1.CheckQuotasResponse
+	(*CheckQuotaRequest)(nil),    // 5: kurz.ratelimit.v1.CheckQuotaRequest
+	(*RuleDecision)(nil),         // 6: kurz.ratelimit.v1.RuleDecision
+	(*CheckQuotaResponse)(nil),   // 7: kurz.ratelimit.v1.CheckQuotaResponse
+	(*ExplainQuotaRequest)(nil),  // 8: kurz.ratelimit.v1.ExplainQuotaRequest
+	(*RuleExplanation)(nil),      // 9: kurz.ratelimit.v1.RuleExplanation
+	(*ExplainQuotaResponse)(nil), // 10: kurz.ratelimit.v1.ExplainQuotaResponse
+	nil,                          // 11: kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntry
+	nil,                          // 12: kurz.ratelimit.v1.ExplainQuotaRequest.DescriptorsEntry
+	nil,                          // 13: kurz.ratelimit.v1.RuleExplanation.StateEntry
+	(*durationpb.Duration)(nil),  // 14: google.protobuf.Duration
 }
 var file_kurz_ratelimit_v1_ratelimit_proto_depIdxs = []int32{
-	9,  // 0: kurz.ratelimit.v1.CheckQuotaRequest.descriptors:type_name -> kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntry
-	1,  // 1: kurz.ratelimit.v1.RuleDecision.algorithm:type_name -> kurz.ratelimit.v1.Algorithm
-	12, // 2: kurz.ratelimit.v1.RuleDecision.window:type_name -> google.protobuf.Duration
-	12, // 3: kurz.ratelimit.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
-	12, // 4: kurz.ratelimit.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
-	12, // 5: kurz.ratelimit.v1.RuleDecision.delay:type_name -> google.protobuf.Duration
-	2,  // 6: kurz.ratelimit.v1.RuleDecision.source:type_name -> kurz.ratelimit.v1.DecisionSource
-	12, // 7: kurz.ratelimit.v1.CheckQuotaResponse.reset_after:type_name -> google.protobuf.Duration
-	12, // 8: kurz.ratelimit.v1.CheckQuotaResponse.retry_after:type_name -> google.protobuf.Duration
-	2,  // 9: kurz.ratelimit.v1.CheckQuotaResponse.source:type_name -> kurz.ratelimit.v1.DecisionSource
-	4,  // 10: kurz.ratelimit.v1.CheckQuotaResponse.decisions:type_name -> kurz.ratelimit.v1.RuleDecision
-	10, // 11: kurz.ratelimit.v1.ExplainQuotaRequest.descriptors:type_name -> kurz.ratelimit.v1.ExplainQuotaRequest.DescriptorsEntry
-	4,  // 12: kurz.ratelimit.v1.RuleExplanation.decision:type_name -> kurz.ratelimit.v1.RuleDecision
-	0,  // 13: kurz.ratelimit.v1.RuleExplanation.failure_mode:type_name -> kurz.ratelimit.v1.FailureMode
-	11, // 14: kurz.ratelimit.v1.RuleExplanation.state:type_name -> kurz.ratelimit.v1.RuleExplanation.StateEntry
-	7,  // 15: kurz.ratelimit.v1.ExplainQuotaResponse.rules:type_name -> kurz.ratelimit.v1.RuleExplanation
-	3,  // 16: kurz.ratelimit.v1.RateLimitService.CheckQuota:input_type -> kurz.ratelimit.v1.CheckQuotaRequest
-	6,  // 17: kurz.ratelimit.v1.RateLimitService.ExplainQuota:input_type -> kurz.ratelimit.v1.ExplainQuotaRequest
-	5,  // 18: kurz.ratelimit.v1.RateLimitService.CheckQuota:output_type -> kurz.ratelimit.v1.CheckQuotaResponse
-	8,  // 19: kurz.ratelimit.v1.RateLimitService.ExplainQuota:output_type -> kurz.ratelimit.v1.ExplainQuotaResponse
-	18, // [18:20] is the sub-list for method output_type
-	16, // [16:18] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	5,  // 0: kurz.ratelimit.v1.CheckQuotasRequest.checks:type_name -> kurz.ratelimit.v1.CheckQuotaRequest
+	7,  // 1: kurz.ratelimit.v1.CheckQuotasResponse.results:type_name -> kurz.ratelimit.v1.CheckQuotaResponse
+	11, // 2: kurz.ratelimit.v1.CheckQuotaRequest.descriptors:type_name -> kurz.ratelimit.v1.CheckQuotaRequest.DescriptorsEntry
+	1,  // 3: kurz.ratelimit.v1.RuleDecision.algorithm:type_name -> kurz.ratelimit.v1.Algorithm
+	14, // 4: kurz.ratelimit.v1.RuleDecision.window:type_name -> google.protobuf.Duration
+	14, // 5: kurz.ratelimit.v1.RuleDecision.reset_after:type_name -> google.protobuf.Duration
+	14, // 6: kurz.ratelimit.v1.RuleDecision.retry_after:type_name -> google.protobuf.Duration
+	14, // 7: kurz.ratelimit.v1.RuleDecision.delay:type_name -> google.protobuf.Duration
+	2,  // 8: kurz.ratelimit.v1.RuleDecision.source:type_name -> kurz.ratelimit.v1.DecisionSource
+	14, // 9: kurz.ratelimit.v1.CheckQuotaResponse.reset_after:type_name -> google.protobuf.Duration
+	14, // 10: kurz.ratelimit.v1.CheckQuotaResponse.retry_after:type_name -> google.protobuf.Duration
+	2,  // 11: kurz.ratelimit.v1.CheckQuotaResponse.source:type_name -> kurz.ratelimit.v1.DecisionSource
+	6,  // 12: kurz.ratelimit.v1.CheckQuotaResponse.decisions:type_name -> kurz.ratelimit.v1.RuleDecision
+	12, // 13: kurz.ratelimit.v1.ExplainQuotaRequest.descriptors:type_name -> kurz.ratelimit.v1.ExplainQuotaRequest.DescriptorsEntry
+	6,  // 14: kurz.ratelimit.v1.RuleExplanation.decision:type_name -> kurz.ratelimit.v1.RuleDecision
+	0,  // 15: kurz.ratelimit.v1.RuleExplanation.failure_mode:type_name -> kurz.ratelimit.v1.FailureMode
+	13, // 16: kurz.ratelimit.v1.RuleExplanation.state:type_name -> kurz.ratelimit.v1.RuleExplanation.StateEntry
+	9,  // 17: kurz.ratelimit.v1.ExplainQuotaResponse.rules:type_name -> kurz.ratelimit.v1.RuleExplanation
+	5,  // 18: kurz.ratelimit.v1.RateLimitService.CheckQuota:input_type -> kurz.ratelimit.v1.CheckQuotaRequest
+	3,  // 19: kurz.ratelimit.v1.RateLimitService.CheckQuotas:input_type -> kurz.ratelimit.v1.CheckQuotasRequest
+	8,  // 20: kurz.ratelimit.v1.RateLimitService.ExplainQuota:input_type -> kurz.ratelimit.v1.ExplainQuotaRequest
+	7,  // 21: kurz.ratelimit.v1.RateLimitService.CheckQuota:output_type -> kurz.ratelimit.v1.CheckQuotaResponse
+	4,  // 22: kurz.ratelimit.v1.RateLimitService.CheckQuotas:output_type -> kurz.ratelimit.v1.CheckQuotasResponse
+	10, // 23: kurz.ratelimit.v1.RateLimitService.ExplainQuota:output_type -> kurz.ratelimit.v1.ExplainQuotaResponse
+	21, // [21:24] is the sub-list for method output_type
+	18, // [18:21] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_kurz_ratelimit_v1_ratelimit_proto_init() }
@@ -894,15 +996,15 @@ func file_kurz_ratelimit_v1_ratelimit_proto_init() {
 	if File_kurz_ratelimit_v1_ratelimit_proto != nil {
 		return
 	}
-	file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[0].OneofWrappers = []any{}
-	file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[3].OneofWrappers = []any{}
+	file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[2].OneofWrappers = []any{}
+	file_kurz_ratelimit_v1_ratelimit_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kurz_ratelimit_v1_ratelimit_proto_rawDesc), len(file_kurz_ratelimit_v1_ratelimit_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	RateLimitService_CheckQuota_FullMethodName   = "/kurz.ratelimit.v1.RateLimitService/CheckQuota"
+	RateLimitService_CheckQuotas_FullMethodName  = "/kurz.ratelimit.v1.RateLimitService/CheckQuotas"
 	RateLimitService_ExplainQuota_FullMethodName = "/kurz.ratelimit.v1.RateLimitService/ExplainQuota"
 )
 
@@ -34,6 +35,12 @@ type RateLimitServiceClient interface {
 	// and answers whether all of them allowed it. It is atomic per rule: each
 	// rule's read-check-update runs as one script on Redis.
 	CheckQuota(ctx context.Context, in *CheckQuotaRequest, opts ...grpc.CallOption) (*CheckQuotaResponse, error)
+	// CheckQuotas decides up to 1,000 independent requests in one call, each
+	// exactly as CheckQuota would (they are not atomic together): for callers
+	// with many decisions at once, such as the click consumer's flood checks of
+	// a batch, whose decisions then share the limiter's Redis pipelines. An
+	// invalid request fails the whole call with INVALID_ARGUMENT naming it.
+	CheckQuotas(ctx context.Context, in *CheckQuotasRequest, opts ...grpc.CallOption) (*CheckQuotasResponse, error)
 	// ExplainQuota takes the same inputs, consumes nothing, and returns every
 	// matching rule with its current state and the exact Redis keys involved:
 	// how support answers "I was throttled at 80% of my quota".
@@ -52,6 +59,16 @@ func (c *rateLimitServiceClient) CheckQuota(ctx context.Context, in *CheckQuotaR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CheckQuotaResponse)
 	err := c.cc.Invoke(ctx, RateLimitService_CheckQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateLimitServiceClient) CheckQuotas(ctx context.Context, in *CheckQuotasRequest, opts ...grpc.CallOption) (*CheckQuotasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckQuotasResponse)
+	err := c.cc.Invoke(ctx, RateLimitService_CheckQuotas_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +96,12 @@ type RateLimitServiceServer interface {
 	// and answers whether all of them allowed it. It is atomic per rule: each
 	// rule's read-check-update runs as one script on Redis.
 	CheckQuota(context.Context, *CheckQuotaRequest) (*CheckQuotaResponse, error)
+	// CheckQuotas decides up to 1,000 independent requests in one call, each
+	// exactly as CheckQuota would (they are not atomic together): for callers
+	// with many decisions at once, such as the click consumer's flood checks of
+	// a batch, whose decisions then share the limiter's Redis pipelines. An
+	// invalid request fails the whole call with INVALID_ARGUMENT naming it.
+	CheckQuotas(context.Context, *CheckQuotasRequest) (*CheckQuotasResponse, error)
 	// ExplainQuota takes the same inputs, consumes nothing, and returns every
 	// matching rule with its current state and the exact Redis keys involved:
 	// how support answers "I was throttled at 80% of my quota".
@@ -95,6 +118,9 @@ type UnimplementedRateLimitServiceServer struct{}
 
 func (UnimplementedRateLimitServiceServer) CheckQuota(context.Context, *CheckQuotaRequest) (*CheckQuotaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckQuota not implemented")
+}
+func (UnimplementedRateLimitServiceServer) CheckQuotas(context.Context, *CheckQuotasRequest) (*CheckQuotasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckQuotas not implemented")
 }
 func (UnimplementedRateLimitServiceServer) ExplainQuota(context.Context, *ExplainQuotaRequest) (*ExplainQuotaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExplainQuota not implemented")
@@ -138,6 +164,24 @@ func _RateLimitService_CheckQuota_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimitService_CheckQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateLimitServiceServer).CheckQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateLimitService_CheckQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateLimitServiceServer).CheckQuotas(ctx, req.(*CheckQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RateLimitService_ExplainQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ExplainQuotaRequest)
 	if err := dec(in); err != nil {
@@ -166,6 +210,10 @@ var RateLimitService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckQuota",
 			Handler:    _RateLimitService_CheckQuota_Handler,
+		},
+		{
+			MethodName: "CheckQuotas",
+			Handler:    _RateLimitService_CheckQuotas_Handler,
 		},
 		{
 			MethodName: "ExplainQuota",
