@@ -27,21 +27,16 @@ import (
 // connection watches its server's gRPC health: a replica that reports
 // NOT_SERVING (draining on SIGTERM) gets no new calls while it finishes the
 // ones it has.
-//
-// Calls to the shortener and analytics wait for a ready replica (within
-// their deadline) instead of failing at once when none is: in a rolling
-// restart the replica that just came back may still be in its reconnect
-// backoff when the next one starts draining, and those calls have deadlines
-// of seconds. Calls to the limiter keep failing fast: their callers bound
-// them by tens of milliseconds and apply the rule's failure mode at once.
-const serviceConfig = `{
-  "loadBalancingConfig": [{"round_robin": {}}],
-  "healthCheckConfig": {"serviceName": ""},
-  "methodConfig": [{
-    "name": [{"service": "kurz.shortener.v1.ShortenerService"}, {"service": "kurz.analytics.v1.AnalyticsService"}],
-    "waitForReady": true
-  }]
-}`
+const serviceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":""}}`
+
+// WaitForReplica makes the connection's calls wait for a ready replica
+// (within their deadline) instead of failing at once when none is: in a
+// rolling restart the replica that just came back may still be in its
+// reconnect backoff when the next one starts draining. For services whose
+// calls have deadlines of seconds (the shortener, analytics); calls to the
+// limiter should keep failing fast, so that their callers apply the rule's
+// failure mode within their few milliseconds.
+var WaitForReplica = grpc.WithDefaultCallOptions(grpc.WaitForReady(true))
 
 // Dial creates a client connection to target: host:port, a gRPC target URI
 // such as dns:///limiter:9091, or a comma-separated list of host:port (fixed

@@ -96,11 +96,12 @@ func TestListTargetSpreadsAndSkipsDrainingReplicas(t *testing.T) {
 	}
 }
 
-// With no replica serving, a call to the shortener or analytics waits for
-// one (within its deadline) and succeeds once a replica is back, while a
-// call to the limiter fails at once with UNAVAILABLE so that its caller can
-// apply the rule's failure mode.
-func TestShortenerCallsWaitForAReplicaLimiterCallsFailFast(t *testing.T) {
+// With no replica serving, a call on a connection dialled WaitForReplica
+// (the gateway's to the shortener and analytics) waits for one within its
+// deadline and succeeds once a replica is back, while a call on a plain
+// connection (the limiter's) fails at once with UNAVAILABLE so that its
+// caller can apply the rule's failure mode.
+func TestWaitForReplicaWaitsPlainConnectionsFailFast(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -122,36 +123,41 @@ func TestShortenerCallsWaitForAReplicaLimiterCallsFailFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := Dial(lis.Addr().String(), tel)
-	if err != nil {
-		t.Fatal(err)
+	dial := func(opts ...grpc.DialOption) *grpc.ClientConn {
+		t.Helper()
+		conn, err := Dial(lis.Addr().String(), tel, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		// The connection learns the replica is NOT_SERVING from its health watch.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn.Connect()
+		for s := conn.GetState(); s != connectivity.TransientFailure; s = conn.GetState() {
+			if !conn.WaitForStateChange(ctx, s) {
+				t.Fatalf("connection state %v after 10 s, want TRANSIENT_FAILURE (replica NOT_SERVING)", s)
+			}
+		}
+		return conn
 	}
-	defer conn.Close()
-	invoke := func(method string, timeout time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	invoke := func(conn *grpc.ClientConn, method string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{})
 	}
-	// The connection learns the replica is NOT_SERVING from its health watch.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn.Connect()
-	for s := conn.GetState(); s != connectivity.TransientFailure; s = conn.GetState() {
-		if !conn.WaitForStateChange(ctx, s) {
-			t.Fatalf("connection state %v after 10 s, want TRANSIENT_FAILURE (replica NOT_SERVING)", s)
-		}
-	}
+	waiting, plain := dial(WaitForReplica), dial()
 
 	waited := make(chan error, 1)
-	go func() { waited <- invoke("/kurz.shortener.v1.ShortenerService/GetLink", 10*time.Second) }()
-	if err := invoke("/kurz.ratelimit.v1.RateLimitService/CheckQuota", 10*time.Second); status.Code(err) != codes.Unavailable {
+	go func() { waited <- invoke(waiting, "/kurz.shortener.v1.ShortenerService/GetLink") }()
+	if err := invoke(plain, "/kurz.ratelimit.v1.RateLimitService/CheckQuota"); status.Code(err) != codes.Unavailable {
 		t.Errorf("limiter call with no replica serving: %v, want UNAVAILABLE at once", err)
 	}
 	hs.Resume()
 	if err := <-waited; err != nil {
 		t.Errorf("shortener call with the replica back within its deadline: %v, want success", err)
 	}
-	if err := invoke("/kurz.analytics.v1.AnalyticsService/GetLinkStats", 10*time.Second); err != nil {
+	if err := invoke(waiting, "/kurz.analytics.v1.AnalyticsService/GetLinkStats"); err != nil {
 		t.Errorf("analytics call: %v", err)
 	}
 }

@@ -120,20 +120,20 @@ func StartAll(dir string, specs ...Spec) ([]*Process, error) {
 	procs := make([]*Process, len(specs))
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
-	for i, s := range specs {
-		grpcAddr := s.GRPCAddr
-		if grpcAddr == "" {
-			var err error
-			if grpcAddr, err = FreeAddr(); err != nil {
-				return nil, err
-			}
+	orFree := func(addr string) (string, error) {
+		if addr != "" {
+			return addr, nil
 		}
-		httpAddr := s.HTTPAddr
-		if httpAddr == "" {
-			var err error
-			if httpAddr, err = FreeAddr(); err != nil {
-				return nil, err
-			}
+		return FreeAddr()
+	}
+	for i, s := range specs {
+		grpcAddr, err := orFree(s.GRPCAddr)
+		if err != nil {
+			return nil, err
+		}
+		httpAddr, err := orFree(s.HTTPAddr)
+		if err != nil {
+			return nil, err
 		}
 		wg.Go(func() {
 			procs[i], errs[i] = StartProcess(s.Name, filepath.Join(dir, s.Name), grpcAddr, s.Service, s.Env(grpcAddr, httpAddr)...)

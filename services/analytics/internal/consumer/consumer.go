@@ -176,7 +176,6 @@ func defaultName() string {
 
 // QuotaChecker is the limiter client (*quota.Client).
 type QuotaChecker interface {
-	Check(ctx context.Context, domain string, descriptors map[string]string, cost uint32, policy quota.Policy) quota.Decision
 	CheckMany(ctx context.Context, reqs []quota.Request, policy quota.Policy) []quota.Decision
 }
 

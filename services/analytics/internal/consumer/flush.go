@@ -317,13 +317,13 @@ func (c *Consumer) judgeFloods(ctx context.Context, rows []*row) {
 		}
 		groups[i].rows = append(groups[i].rows, r)
 	}
-	pending := groups
 	for _, g := range groups {
 		slices.SortFunc(g.rows, func(a, b *row) int {
 			return cmp.Or(a.click.Time.Compare(b.click.Time), cmp.Compare(a.e.id, b.e.id))
 		})
 		g.cost = len(g.rows)
 	}
+	pending := groups
 	for range floodRounds {
 		if len(pending) == 0 {
 			break

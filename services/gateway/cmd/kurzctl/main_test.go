@@ -73,19 +73,8 @@ type testGateway struct {
 // stack's shortener and analytics.
 func startGateway(t *testing.T, limiter *servertest.Process) testGateway {
 	t.Helper()
-	env := map[string]string{
-		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
-		"KURZ_GATEWAY_HTTP_ADDR":       "127.0.0.1:0",
-		"KURZ_LIMITER_GRPC_ADDR":       limiter.GRPCAddr,
-		"KURZ_SHORTENER_GRPC_ADDR":     stack.Shortener.GRPCAddr,
-		"KURZ_ANALYTICS_GRPC_ADDR":     stack.Analytics.GRPCAddr,
-		"KURZ_GATEWAY_ADMIN_TOKEN":     adminToken,
-		"KURZ_GATEWAY_TRUSTED_PROXIES": "127.0.0.1/32, ::1",
-		// Generous: under the race detector no call may slip into the
-		// fail-open path by accident.
-		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
-		"KURZ_POSTGRES_QUERY_TIMEOUT":  "10s",
-	}
+	env := gatewaytest.GatewayEnv(limiter.GRPCAddr, stack.Shortener.GRPCAddr, stack.Analytics.GRPCAddr, adminToken)
+	env["KURZ_GATEWAY_TRUSTED_PROXIES"] = "127.0.0.1/32, ::1"
 	var cfg app.Config
 	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {
 		t.Fatal(err)

@@ -131,15 +131,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 	// The limiter and analytics have fallbacks (quotas fail open, stats
 	// answer 503): without them the gateway still serves, so they do not
 	// take it out of rotation.
+	// Calls to the shortener and analytics wait for a ready replica within
+	// their deadline (KURZ_GATEWAY_CALL_TIMEOUT); limiter calls fail fast.
 	for _, d := range []struct {
 		name, addr, variable string
 		soft                 bool
+		opts                 []grpc.DialOption
 	}{
-		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR", true},
-		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false},
-		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true},
+		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR", true, nil},
+		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false, []grpc.DialOption{grpcclient.WaitForReplica}},
+		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true, []grpc.DialOption{grpcclient.WaitForReplica}},
 	} {
-		conn, err := grpcclient.Dial(d.addr, srv.Telemetry)
+		conn, err := grpcclient.Dial(d.addr, srv.Telemetry, d.opts...)
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", d.name, d.variable, err)
 		}

@@ -36,24 +36,9 @@ func startGateway(t *testing.T, overrides map[string]string, edits ...func(*Conf
 // startGatewayLogging is startGateway with the gateway's logs going to log.
 func startGatewayLogging(t *testing.T, log *slog.Logger, overrides map[string]string, edits ...func(*Config)) *servertest.Running {
 	t.Helper()
-	env := map[string]string{
-		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
-		"KURZ_GATEWAY_HTTP_ADDR":       "127.0.0.1:0",
-		"KURZ_LIMITER_GRPC_ADDR":       stack.Limiter.GRPCAddr,
-		"KURZ_SHORTENER_GRPC_ADDR":     stack.Shortener.GRPCAddr,
-		"KURZ_ANALYTICS_GRPC_ADDR":     stack.Analytics.GRPCAddr,
-		"KURZ_GATEWAY_ADMIN_TOKEN":     adminToken,
-		"KURZ_GATEWAY_ALLOW_ANONYMOUS": "true",
-		"KURZ_GATEWAY_TRUSTED_PROXIES": "127.0.0.1/32, ::1",
-		// Generous: under the race detector no call may slip into the
-		// fail-open path by accident; the tests that want it stop the
-		// limiter.
-		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
-		// Likewise for the API-key lookups in PostgreSQL: 40 concurrent
-		// first requests of a greedy client on a loaded 2-core machine
-		// once took over the 2 s default (CI, TestPacedAndGreedyClients).
-		"KURZ_POSTGRES_QUERY_TIMEOUT": "10s",
-	}
+	env := gatewaytest.GatewayEnv(stack.Limiter.GRPCAddr, stack.Shortener.GRPCAddr, stack.Analytics.GRPCAddr, adminToken)
+	env["KURZ_GATEWAY_ALLOW_ANONYMOUS"] = "true"
+	env["KURZ_GATEWAY_TRUSTED_PROXIES"] = "127.0.0.1/32, ::1"
 	maps.Copy(env, overrides)
 	var cfg Config
 	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {

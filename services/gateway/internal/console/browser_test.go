@@ -278,18 +278,10 @@ func TestConsoleInBrowser(t *testing.T) {
 func startGateway(t *testing.T, s *stack) *servertest.Running {
 	t.Helper()
 	var cfg app.Config
-	err := config.LoadFrom(servertest.Env(map[string]string{
-		"KURZ_GATEWAY_GRPC_ADDR":       "127.0.0.1:0",
-		"KURZ_GATEWAY_HTTP_ADDR":       "127.0.0.1:0",
-		"KURZ_LIMITER_GRPC_ADDR":       s.limiter.GRPCAddr,
-		"KURZ_SHORTENER_GRPC_ADDR":     s.shortener.GRPCAddr,
-		"KURZ_ANALYTICS_GRPC_ADDR":     s.analytics.GRPCAddr,
-		"KURZ_GATEWAY_ADMIN_TOKEN":     adminToken,
-		"KURZ_GATEWAY_ALLOW_ANONYMOUS": "false",
-		"KURZ_GATEWAY_TRUSTED_PROXIES": "",
-		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
-		"KURZ_POSTGRES_QUERY_TIMEOUT":  "10s",
-	}), &cfg)
+	env := gatewaytest.GatewayEnv(s.limiter.GRPCAddr, s.shortener.GRPCAddr, s.analytics.GRPCAddr, adminToken)
+	env["KURZ_GATEWAY_ALLOW_ANONYMOUS"] = "false"
+	env["KURZ_GATEWAY_TRUSTED_PROXIES"] = ""
+	err := config.LoadFrom(servertest.Env(env), &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,3 +109,24 @@ func LimiterEnv(grpcAddr, httpAddr string) []string {
 		"KURZ_LOG_LEVEL=warn",
 	}
 }
+
+// GatewayEnv is the environment of a test's in-process gateway in front of
+// the given limiter, shortener and analytics (gRPC addresses), with the
+// admin API on adminToken. Callers add or override what their tests need.
+func GatewayEnv(limiter, shortener, analytics, adminToken string) map[string]string {
+	return map[string]string{
+		"KURZ_GATEWAY_GRPC_ADDR":   "127.0.0.1:0",
+		"KURZ_GATEWAY_HTTP_ADDR":   "127.0.0.1:0",
+		"KURZ_LIMITER_GRPC_ADDR":   limiter,
+		"KURZ_SHORTENER_GRPC_ADDR": shortener,
+		"KURZ_ANALYTICS_GRPC_ADDR": analytics,
+		"KURZ_GATEWAY_ADMIN_TOKEN": adminToken,
+		// Generous, so that under the race detector on a loaded machine no
+		// call slips into the limiter's fail-open path by accident (tests
+		// that want it stop the limiter), and no API-key lookup passes the
+		// 2 s default (40 concurrent first requests of one client once did
+		// in CI).
+		"KURZ_GATEWAY_LIMITER_TIMEOUT": "1s",
+		"KURZ_POSTGRES_QUERY_TIMEOUT":  "10s",
+	}
+}
