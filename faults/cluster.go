@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/redisconn"
+	"kurz.dev/pkg/server/servertest"
 )
 
 // Cluster is a private Redis Cluster (three masters, three replicas) whose
@@ -62,7 +63,7 @@ func StartCluster(dir string, nodeTimeout time.Duration) (*Cluster, error) {
 		c.Nodes = append(c.Nodes, n)
 	}
 	// The cluster is formed over the real ports (CLUSTER MEET reaches the
-	// bus at port+10000); from then on the nodes announce their proxies.
+	// bus at port+busOffset); from then on the nodes announce their proxies.
 	args := []string{"--cluster", "create"}
 	for _, n := range c.Nodes {
 		args = append(args, "127.0.0.1:"+strconv.Itoa(n.Port))
@@ -83,7 +84,26 @@ func startNode(dir string, nodeTimeout time.Duration) (*Node, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := freeRedisPort()
+	// A port found free can still be taken before redis-server binds it
+	// (the check and the bind are separate steps, and other tests bind
+	// ports too): such a node is started again on other ports.
+	var err error
+	for range 5 {
+		var n *Node
+		n, err = startNodeOnce(dir, nodeTimeout)
+		if !errors.Is(err, errPortTaken) {
+			return n, err
+		}
+	}
+	return nil, err
+}
+
+// errPortTaken marks a node that could not bind its port or bus port.
+var errPortTaken = errors.New("port taken")
+
+func startNodeOnce(dir string, nodeTimeout time.Duration) (*Node, error) {
+	_ = os.Remove(filepath.Join(dir, "nodes.conf"))
+	port, err := servertest.FreePort(busOffset)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +112,8 @@ func startNode(dir string, nodeTimeout time.Duration) (*Node, error) {
 		return nil, err
 	}
 	_, proxyPort, _ := net.SplitHostPort(proxy.Addr())
+	logFile := filepath.Join(dir, "redis.log")
+	_ = os.Remove(logFile)
 	cmd := exec.Command("redis-server",
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -101,8 +123,8 @@ func startNode(dir string, nodeTimeout time.Duration) (*Node, error) {
 		"--cluster-replica-validity-factor", "0",
 		"--cluster-announce-ip", "127.0.0.1",
 		"--cluster-announce-port", proxyPort,
-		"--cluster-announce-bus-port", strconv.Itoa(port+10000),
-		"--save", "", "--appendonly", "no", "--logfile", filepath.Join(dir, "redis.log"))
+		"--cluster-announce-bus-port", strconv.Itoa(port+busOffset),
+		"--save", "", "--appendonly", "no", "--logfile", logFile)
 	if err := cmd.Start(); err != nil {
 		_ = proxy.Close()
 		return nil, fmt.Errorf("start redis-server: %w", err)
@@ -115,7 +137,12 @@ func startNode(dir string, nodeTimeout time.Duration) (*Node, error) {
 	for direct.Ping(context.Background()).Err() != nil {
 		select {
 		case <-n.done:
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, n.log())
+			_ = proxy.Close()
+			log := n.log()
+			if strings.Contains(log, "Address already in use") {
+				return nil, fmt.Errorf("redis-server on port %d: %w: %s", port, errPortTaken, log)
+			}
+			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, log)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -133,29 +160,8 @@ func (n *Node) log() string {
 	return string(b)
 }
 
-// freeRedisPort finds a port free for both a node and its cluster bus
-// (port+10000).
-func freeRedisPort() (int, error) {
-	for range 100 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := lis.Addr().(*net.TCPAddr).Port
-		if port+10000 > 65535 {
-			_ = lis.Close()
-			continue
-		}
-		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
-		_ = lis.Close()
-		if err != nil {
-			continue
-		}
-		_ = bus.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free port pair for a redis node")
-}
+// busOffset is where Redis puts a node's cluster bus: port+10000.
+const busOffset = 10000
 
 // Addrs are the announced addresses, for KURZ_REDIS_ADDRS.
 func (c *Cluster) Addrs() []string {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -42,33 +45,72 @@ func BuildServices(dir string, names ...string) error {
 }
 
 // FreeAddr returns a loopback address nothing listens on right now, and
-// never the same one twice in a test binary: the kernel may offer a port
-// again as soon as its probe listener closes, before the process meant to
-// take it has started.
+// never the same one twice in a test binary (see FreePort).
 func FreeAddr() (string, error) {
+	port, err := FreePort(0)
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(port), nil
+}
+
+// FreePort returns a loopback port that nothing listens on right now and,
+// when offset is not 0, such that port+offset is free too (Redis Cluster
+// puts a node's bus at port+10000). A test binary never gets the same port
+// twice.
+//
+// Ports come from below the kernel's ephemeral range: a port found free
+// there stays free until the process meant to take it binds it (or binds
+// it again after a restart), because the kernel hands ephemeral ports, not
+// these, to "listen on port 0" and to outgoing connections. A port probed
+// with "listen on port 0" can be given to another socket the moment its
+// probe closes (CI once saw a Redis bus port taken that way).
+func FreePort(offset int) (int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
-	for range 100 {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := lis.Addr().String()
-		if err := lis.Close(); err != nil {
-			return "", err
-		}
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr, nil
-		}
+	low, high := 10000, ephemeralLow()-offset
+	if high-low < 1000 {
+		return 0, fmt.Errorf("the kernel's ephemeral port range starts at %d: no room below it for test ports", high+offset)
 	}
-	return "", errors.New("no fresh loopback port after 100 tries")
+	for range 1000 {
+		port := low + rand.IntN(high-low)
+		if handedOut.ports[port] || handedOut.ports[port+offset] {
+			continue
+		}
+		if !canListen(port) || (offset != 0 && !canListen(port+offset)) {
+			continue
+		}
+		handedOut.ports[port], handedOut.ports[port+offset] = true, true
+		return port, nil
+	}
+	return 0, errors.New("no free loopback port after 1000 tries")
 }
 
 var handedOut = struct {
 	sync.Mutex
-	addrs map[string]bool
-}{addrs: map[string]bool{}}
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+func canListen(port int) bool {
+	lis, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	return lis.Close() == nil
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default where it cannot be read).
+func ephemeralLow() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
+}
 
 // Process is a service binary running as its own process.
 type Process struct {

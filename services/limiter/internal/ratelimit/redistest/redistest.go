@@ -6,7 +6,6 @@ package redistest
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/server/servertest"
 )
 
 // Node is a running redis-server in cluster mode.
@@ -99,12 +100,14 @@ func (n *Node) await(ok func() bool, what string) {
 	}
 }
 
+// freePort returns a port free for the node and its cluster bus
+// (port+10000), below the kernel's ephemeral range so that nothing takes
+// it between tests' restarts of the node.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := servertest.FreePort(10000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
