@@ -114,6 +114,9 @@ type hooks struct {
 	afterInsert  func(ctx context.Context, rows int)
 	// retry runs before each backoff wait of a failing flush.
 	retry func(wait time.Duration)
+	// claimSkipped runs when a maintenance tick takes nothing from other
+	// consumers because this one is failing or stalled.
+	claimSkipped func()
 }
 
 func (o Options) withDefaults() (Options, error) {

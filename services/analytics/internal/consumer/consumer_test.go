@@ -206,25 +206,18 @@ func TestStalledConsumerResumesAfterReclaim(t *testing.T) {
 	e.xadd(events...)
 	q := allowAll(t)
 
-	stalled, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	st := newStall()
 	optsA := e.opts()
-	optsA.hooks.afterInsert = func(context.Context, int) {
-		once.Do(func() { close(stalled); <-release })
-	}
+	optsA.hooks.afterInsert = st.hook
 	a := e.start(optsA, e.rdb, e.store, q)
-	select {
-	case <-stalled:
-	case <-time.After(20 * time.Second):
-		t.Fatal("consumer A never inserted")
-	}
+	st.await(t, "consumer A never inserted")
 	e.start(e.opts(), e.rdb, e.store, q)
 	w := expect(events)
 	eventually(t, 20*time.Second, "B finishes while A stalls", func() (bool, string) {
 		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
 		return p == 0 && n == w.total, fmt.Sprintf("pending %d, total %d", p, n)
 	})
-	close(release)
+	st.free()
 	a.stop(t) // A acknowledges and flushes what it still held
 	w.check(t, e.stats(code))
 	if p := e.pending(); p != 0 {
@@ -246,26 +239,20 @@ func TestRacingInsertsCountOnce(t *testing.T) {
 	e.xadd(events...)
 	q := allowAll(t)
 
-	stalled, release, aInserted := make(chan struct{}), make(chan struct{}), make(chan int, 1)
-	var before, after sync.Once
+	st, aInserted := newStall(), make(chan int, 1)
+	var after sync.Once
 	optsA := e.opts()
-	optsA.hooks.beforeInsert = func(context.Context, int) {
-		before.Do(func() { close(stalled); <-release })
-	}
+	optsA.hooks.beforeInsert = st.hook
 	optsA.hooks.afterInsert = func(_ context.Context, n int) { after.Do(func() { aInserted <- n }) }
 	a := e.start(optsA, e.rdb, e.store, q)
-	select {
-	case <-stalled:
-	case <-time.After(20 * time.Second):
-		t.Fatal("consumer A never reached its insert")
-	}
+	st.await(t, "consumer A never reached its insert")
 	e.start(e.opts(), e.rdb, e.store, q)
 	w := expect(events)
 	eventually(t, 20*time.Second, "B stores everything while A stalls", func() (bool, string) {
 		p, n := e.pending(), e.rows(code)
 		return p == 0 && n == uint64(w.total), fmt.Sprintf("pending %d, rows %d", p, n)
 	})
-	close(release)
+	st.free()
 	var dup int
 	select {
 	case dup = <-aInserted:
@@ -275,6 +262,60 @@ func TestRacingInsertsCountOnce(t *testing.T) {
 	a.stop(t)
 	if got := e.rows(code); got != uint64(w.total+int64(dup)) || dup == 0 {
 		t.Fatalf("raw rows %d, want %d + %d duplicates from A", got, w.total, dup)
+	}
+	w.check(t, e.stats(code))
+}
+
+// TestStalledConsumerClaimsNothing: a consumer stuck in an insert holds its
+// entries past ClaimIdle. It must neither claim them back from itself (each
+// claim is a delivery, and enough of them dead-letter good clicks) nor take
+// anything from others; a healthy consumer takes its entries over and stores
+// every click, none dead-lettered.
+func TestStalledConsumerClaimsNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "stall" + rnd()
+	events := e.mixed(code, 200)
+	e.xadd(events...)
+	q := allowAll(t)
+
+	st, skipped := newStall(), make(chan struct{}, 1)
+	optsA := e.opts()
+	optsA.hooks.beforeInsert = st.hook
+	optsA.hooks.claimSkipped = func() {
+		select {
+		case skipped <- struct{}{}:
+		default:
+		}
+	}
+	a := e.start(optsA, e.rdb, e.store, q)
+	st.await(t, "consumer A never reached its insert")
+	// A's entries go idle while it is stuck: it must notice, tick after
+	// tick, for longer than the default MaxDeliveries (5) self-claims take.
+	for i := range 10 {
+		select {
+		case <-skipped:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("stalled consumer A did not hold back its claims (%d ticks so far)", i)
+		}
+	}
+	if n := counter(t, a.reader, MetricClaimed); n != 0 {
+		t.Fatalf("stalled consumer A claimed %d entries", n)
+	}
+
+	b := e.start(e.opts(), e.rdb, e.store, q)
+	w := expect(events)
+	eventually(t, 20*time.Second, "B stores everything A holds", func() (bool, string) {
+		p, n := e.pending(), e.rows(code)
+		return p == 0 && n == uint64(w.total), fmt.Sprintf("pending %d, rows %d", p, n)
+	})
+	if n := counter(t, b.reader, MetricDeadLettered); n != 0 {
+		t.Fatalf("B dead-lettered %d of the stalled consumer's clicks", n)
+	}
+	for _, k := range b.c.DeadLetterStreams() {
+		if n, err := e.rdb.XLen(context.Background(), k).Result(); err != nil || n != 0 {
+			t.Fatalf("dead-letter stream %s: %d entries (err %v), want 0", k, n, err)
+		}
 	}
 	w.check(t, e.stats(code))
 }

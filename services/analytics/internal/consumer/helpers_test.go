@@ -434,3 +434,35 @@ func (p *proxy) restore() {
 func tspb(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 
 func visitor(i int) string { return fmt.Sprintf("%032x", i+1) }
+
+// stall holds a consumer inside one of its hooks: the first call blocks
+// until free.
+type stall struct {
+	reached, release chan struct{}
+	hit, freed       sync.Once
+}
+
+func newStall() *stall {
+	return &stall{reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+// hook is the hook to install (beforeInsert or afterInsert).
+func (s *stall) hook(context.Context, int) {
+	s.hit.Do(func() { close(s.reached); <-s.release })
+}
+
+// await waits until the consumer is held, and frees it when the test ends
+// at the latest: this cleanup runs before the consumer's stop (registered
+// earlier, by start), so a failing test does not leave it stuck.
+func (s *stall) await(t testing.TB, never string) {
+	t.Helper()
+	t.Cleanup(s.free)
+	select {
+	case <-s.reached:
+	case <-time.After(20 * time.Second):
+		t.Fatal(never)
+	}
+}
+
+// free lets the held consumer go on.
+func (s *stall) free() { s.freed.Do(func() { close(s.release) }) }

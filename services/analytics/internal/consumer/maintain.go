@@ -23,8 +23,15 @@ func (c *Consumer) maintain(ctx, hard context.Context) {
 		c.refreshLag(ctx)
 		// A consumer that cannot store what it holds must not take more
 		// from others: that would only count deliveries towards the
-		// dead-letter limit while ClickHouse is down.
-		if c.failing() {
+		// dead-letter limit while ClickHouse is down. Nor may a stalled
+		// one (an insert that hangs, a batcher far behind): it would claim
+		// its own idle entries back from itself, again and again, and each
+		// claim is a delivery, until a healthy consumer that finally takes
+		// them dead-letters good clicks.
+		if c.failing() || c.stalled(ctx) {
+			if h := c.opts.hooks.claimSkipped; h != nil {
+				h()
+			}
 			continue
 		}
 		for shard := range c.keys {
@@ -33,6 +40,22 @@ func (c *Consumer) maintain(ctx, hard context.Context) {
 			}
 		}
 	}
+}
+
+// stalled reports whether any entry this consumer holds has been pending
+// with it for ClaimIdle: what it reads or claims is in its memory until
+// acknowledged, so such an entry means its batcher is not keeping up.
+func (c *Consumer) stalled(ctx context.Context) bool {
+	for _, key := range c.keys {
+		idle, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: key, Group: c.opts.Group, Consumer: c.opts.Name,
+			Idle: c.opts.ClaimIdle, Start: "-", End: "+", Count: 1,
+		}).Result()
+		if err == nil && len(idle) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // claimRounds bounds the XAUTOCLAIM calls per shard and tick.
