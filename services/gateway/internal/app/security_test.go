@@ -10,9 +10,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +22,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/redistest"
 	"kurz.dev/pkg/server/servertest"
 	"kurz.dev/services/gateway/internal/gatewaytest"
 )
@@ -326,52 +324,6 @@ func TestAPIKeysNeverLogged(t *testing.T) {
 	t.Logf("%d bytes of gateway log, %d lines, without the key", len(out), strings.Count(out, "\n"))
 }
 
-// privateRedis runs a one-node Redis Cluster (all 16384 slots) of the test's
-// own, so a test can kill it without touching the shared cluster. It returns
-// the node's address and a func that kills it (SIGKILL, idempotent).
-func privateRedis(t *testing.T) (string, func()) {
-	t.Helper()
-	addr, err := servertest.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := addr[strings.LastIndexByte(addr, ':')+1:]
-	dir := t.TempDir()
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-		"--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--dir", dir, "--save", "", "--appendonly", "no")
-	logf, err := os.Create(filepath.Join(dir, "redis.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server (deploy/local/infra.sh installs it): %v", err)
-	}
-	var once sync.Once
-	kill := func() {
-		once.Do(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			_ = logf.Close()
-		})
-	}
-	t.Cleanup(kill)
-	cli := func(args ...string) string {
-		out, _ := exec.Command("redis-cli", append([]string{"-p", port}, args...)...).CombinedOutput()
-		return string(out)
-	}
-	if !eventually(10*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(cli("PING"), "PONG") }) {
-		t.Fatalf("private redis on %s never answered PING", addr)
-	}
-	if out := cli("CLUSTER", "ADDSLOTSRANGE", "0", "16383"); !strings.Contains(out, "OK") {
-		t.Fatalf("assign slots: %s", out)
-	}
-	if !eventually(10*time.Second, 20*time.Millisecond, func() bool { return strings.Contains(cli("CLUSTER", "INFO"), "cluster_state:ok") }) {
-		t.Fatalf("private redis on %s: cluster_state never ok", addr)
-	}
-	return addr, kill
-}
-
 // Brute force against API keys is stopped per IP and stays stopped while
 // the limiter's Redis is down. The limiter runs on a private Redis, which
 // the test kills: the limiter itself keeps answering (auth/per-ip fails
@@ -381,10 +333,10 @@ func privateRedis(t *testing.T) (string, func()) {
 // for every further guess (20) and for a valid key; a clean IP with a valid
 // key is served (200).
 func TestBruteForceStaysBlockedWhileRedisIsDown(t *testing.T) {
-	redisAddr, killRedis := privateRedis(t)
+	redis := redistest.Start(t)
 	lim := servertest.Run(t, stack.BinDir, servertest.Spec{Name: "limiter", Service: limiterService, Env: func(g, h string) []string {
 		return append(gatewaytest.LimiterEnv(g, h), "KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+stack.rulesFile,
-			"KURZ_REDIS_ADDRS="+redisAddr, "KURZ_LIMITER_REDIS_TIMEOUT=100ms")
+			"KURZ_REDIS_ADDRS="+redis.Addr, "KURZ_LIMITER_REDIS_TIMEOUT=100ms")
 	}})
 	// Generous: the gateway must hear the limiter's FAIL_CLOSED, not time
 	// out on it (the limiter-down case is TestBruteForceBlocksIPEvenWithValidKey).
@@ -402,7 +354,7 @@ func TestBruteForceStaysBlockedWhileRedisIsDown(t *testing.T) {
 		t.Fatalf("after 10 failures, Redis up: %s; want 429", r)
 	}
 
-	killRedis()
+	redis.Kill()
 	killed := time.Now()
 	conn, err := grpc.NewClient(lim.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

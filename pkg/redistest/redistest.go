@@ -19,6 +19,9 @@ import (
 	"kurz.dev/pkg/server/servertest"
 )
 
+// busOffset is where Redis puts a node's cluster bus: port+10000.
+const busOffset = 10000
+
 // Node is a running redis-server in cluster mode.
 type Node struct {
 	Addr string
@@ -26,18 +29,22 @@ type Node struct {
 	dir  string
 	port int
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
 }
 
-// Start launches a node on a free loopback port and assigns it every slot.
-// It is stopped when the test ends.
+// Start launches a node on a free loopback port (its cluster bus port free
+// too) and assigns it every slot. It is killed when the test ends.
 func Start(t testing.TB) *Node {
 	t.Helper()
-	_, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (deploy/local/infra.sh installs it): %v", err)
 	}
-	n := &Node{t: t, dir: t.TempDir(), port: freePort(t)}
-	n.Addr = fmt.Sprintf("127.0.0.1:%d", n.port)
+	port, err := servertest.FreePort(busOffset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{t: t, dir: t.TempDir(), port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	t.Cleanup(n.Kill)
 	n.Restart()
 	c := redis.NewClient(&redis.Options{Addr: n.Addr})
 	defer c.Close()
@@ -49,7 +56,6 @@ func Start(t testing.TB) *Node {
 		info, err := c.ClusterInfo(ctx).Result()
 		return err == nil && strings.Contains(info, "cluster_state:ok")
 	}, "cluster_state:ok")
-	t.Cleanup(n.Kill)
 	return n
 }
 
@@ -57,28 +63,34 @@ func Start(t testing.TB) *Node {
 // and port, and waits until it answers.
 func (n *Node) Restart() {
 	n.t.Helper()
-	n.cmd = exec.Command("redis-server",
+	cmd := exec.Command("redis-server",
 		"--port", fmt.Sprint(n.port), "--bind", "127.0.0.1",
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
 		"--dir", n.dir, "--save", "", "--appendonly", "no", "--daemonize", "no")
-	if logf, err := os.OpenFile(filepath.Join(n.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-		n.cmd.Stdout, n.cmd.Stderr = logf, logf
+	logf, err := os.OpenFile(n.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		n.t.Fatal(err)
 	}
-	if err := n.cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
 		n.t.Fatalf("start redis-server: %v", err)
 	}
+	n.cmd, n.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); _ = logf.Close(); close(done) }(n.done)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr, DialTimeout: 100 * time.Millisecond})
 	defer c.Close()
 	n.await(func() bool { return c.Ping(context.Background()).Err() == nil }, "PING")
 }
 
-// Kill stops the server with SIGKILL and waits for it to exit.
+// Kill stops the server with SIGKILL and waits for it to exit. Killing a
+// stopped node does nothing.
 func (n *Node) Kill() {
-	if n.cmd == nil || n.cmd.Process == nil {
+	if n.cmd == nil {
 		return
 	}
 	_ = n.cmd.Process.Signal(syscall.SIGKILL)
-	_, _ = n.cmd.Process.Wait()
+	<-n.done
 	n.cmd = nil
 }
 
@@ -89,25 +101,24 @@ func (n *Node) Pause() { _ = n.cmd.Process.Signal(syscall.SIGSTOP) }
 // Resume thaws a paused server.
 func (n *Node) Resume() { _ = n.cmd.Process.Signal(syscall.SIGCONT) }
 
+func (n *Node) logPath() string { return filepath.Join(n.dir, "redis.log") }
+
+// await polls ok (redis-server has no readiness signal) for 10 s at most,
+// and gives up at once, with the server's log, if the server exits.
 func (n *Node) await(ok func() bool, what string) {
 	n.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !ok() {
+		select {
+		case <-n.done:
+			log, _ := os.ReadFile(n.logPath())
+			n.t.Fatalf("redis %s exited before %s:\n%s", n.Addr, what, log)
+		default:
+		}
 		if time.Now().After(deadline) {
-			n.t.Fatalf("redis %s: no %s within 10s", n.Addr, what)
+			log, _ := os.ReadFile(n.logPath())
+			n.t.Fatalf("redis %s: no %s within 10s:\n%s", n.Addr, what, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// freePort returns a port free for the node and its cluster bus
-// (port+10000), below the kernel's ephemeral range so that nothing takes
-// it between tests' restarts of the node.
-func freePort(t testing.TB) int {
-	t.Helper()
-	port, err := servertest.FreePort(10000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
 }
