@@ -65,11 +65,16 @@ while :; do
   if [ -n "$stopping" ]; then stop_child; fi
   wait "$child"
   status=$?
-  # A trapped signal ends wait early: wait again until the service is gone.
+  # A trapped signal ends wait early (with 128+n, not the service's status):
+  # wait again until the service is gone, then once more for its status,
+  # which the shell keeps until asked (127: the last wait had it already).
   while kill -0 "$child" 2>/dev/null; do
     wait "$child"
     status=$?
   done
+  wait "$child" 2>/dev/null
+  last=$?
+  if [ "$last" -ne 127 ]; then status=$last; fi
   if [ -z "$restart" ]; then exit "$status"; fi
   restart= stopping= sent= child=
 done
