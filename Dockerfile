@@ -63,18 +63,15 @@ while :; do
   "$bin" &
   child=$!
   if [ -n "$stopping" ]; then stop_child; fi
+  # Poll instead of blocking in wait: a signal landing just as wait starts
+  # to block can have its trap run only when wait returns (never, for a
+  # service nobody stops). A trap runs at the latest after one short sleep;
+  # the shell reaps the service meanwhile and keeps its status for wait.
+  while kill -0 "$child" 2>/dev/null; do
+    sleep 0.2
+  done
   wait "$child"
   status=$?
-  # A trapped signal ends wait early (with 128+n, not the service's status):
-  # wait again until the service is gone, then once more for its status,
-  # which the shell keeps until asked (127: the last wait had it already).
-  while kill -0 "$child" 2>/dev/null; do
-    wait "$child"
-    status=$?
-  done
-  wait "$child" 2>/dev/null
-  last=$?
-  if [ "$last" -ne 127 ]; then status=$last; fi
   if [ -z "$restart" ]; then exit "$status"; fi
   restart= stopping= sent= child=
 done
