@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -563,6 +564,14 @@ while :; do sleep 0.1; done
 		}
 		return -1
 	}
+
+	// A shell cannot trap a signal that was ignored when it started, and
+	// SIGHUP is ignored under nohup (and so in a test binary started by
+	// one). While this process is notified of SIGHUP, the processes it
+	// starts get the default disposition, as PID 1 of a container does.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	t.Cleanup(func() { signal.Stop(hup) })
 
 	cmd, done := start()
 	expect("start " + baked)
