@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
@@ -57,12 +55,9 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 	}
 	base := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(
-			otelgrpc.WithTracerProvider(tel.TracerProvider),
-			otelgrpc.WithMeterProvider(tel.MeterProvider),
-			// Readiness checks of dependencies run every few seconds: as
-			// traces they would be noise, each its own root.
-			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())))),
+		// Readiness checks of dependencies run every few seconds: as
+		// traces they would be noise, each its own root; they get none.
+		grpc.WithStatsHandler(tel.GRPCClientHandler()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		// A replica that restarts is back within seconds: reconnect soon

@@ -45,7 +45,10 @@ type Telemetry struct {
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
 	// Metrics serves the Prometheus text format of this service's registry.
-	Metrics  http.Handler
+	Metrics http.Handler
+	// Tracing says whether spans are recorded somewhere (an OTLP exporter
+	// or a test's span processor); instrumentation skips span work when not.
+	Tracing  bool
 	shutdown []func(context.Context) error
 }
 
@@ -102,6 +105,7 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 		}
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
 	}
+	t.Tracing = cfg.OTLPEndpoint != "" || cfg.SpanProcessor != nil
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 	t.TracerProvider = tp
 	t.shutdown = append(t.shutdown, tp.Shutdown)

@@ -1,0 +1,207 @@
+package telemetry
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+)
+
+// GRPCServerHandler is the stats handler of a gRPC server: the
+// rpc.server.call.duration histogram of every call but health checks, and a
+// server span per call when traces are exported.
+func (t *Telemetry) GRPCServerHandler() stats.Handler { return t.grpcHandler(true) }
+
+// GRPCClientHandler is the stats handler of a gRPC client connection: the
+// rpc.client.call.duration histogram, a client span per call when traces are
+// exported, and the caller's trace context sent on every call.
+func (t *Telemetry) GRPCClientHandler() stats.Handler { return t.grpcHandler(false) }
+
+// rpcStats records call durations with one attribute set per (method,
+// status) built once, instead of otelgrpc's per-call attribute slices and
+// set hashing (about 15% of the limiter's CPU per decision when profiled).
+// Spans are otelgrpc's, and only when something records them: with no
+// exporter a sampler that never samples still made otelgrpc build every
+// call's span attributes.
+type rpcStats struct {
+	server   bool
+	spans    stats.Handler // nil when traces are not exported
+	duration metric.Float64Histogram
+	sets     sync.Map // rpcKey -> metric.MeasurementOption
+}
+
+type rpcKey struct {
+	method string
+	code   codes.Code
+}
+
+// rpcMethodKey holds the call's full method name in its context.
+type rpcMethodKey struct{}
+
+func (t *Telemetry) grpcHandler(server bool) stats.Handler {
+	meter := t.MeterProvider.Meter("kurz.dev/pkg/telemetry")
+	name, desc := "rpc.client.call.duration", "Duration of outgoing gRPC calls"
+	if server {
+		name, desc = "rpc.server.call.duration", "Duration of incoming gRPC calls"
+	}
+	h := &rpcStats{server: server}
+	var err error
+	h.duration, err = meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	if err != nil {
+		otel.Handle(err)
+		h.duration = metricnoop.Float64Histogram{}
+	}
+	if t.Tracing {
+		opts := []otelgrpc.Option{
+			otelgrpc.WithTracerProvider(t.TracerProvider),
+			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+			// Health checks are probes, like /healthz: no spans.
+			otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+		}
+		if server {
+			h.spans = otelgrpc.NewServerHandler(opts...)
+		} else {
+			h.spans = otelgrpc.NewClientHandler(opts...)
+		}
+	}
+	return h
+}
+
+var propagator = propagation.TraceContext{}
+
+func (h *rpcStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
+		return ctx
+	}
+	switch {
+	case h.spans != nil:
+		ctx = h.spans.TagRPC(ctx, info)
+	case h.server:
+		// Nothing records spans here, but a caller's trace goes on
+		// through this service's own calls.
+		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("traceparent")) > 0 {
+			ctx = propagator.Extract(ctx, metadataCarrier(md))
+		}
+	default:
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+			md, _ := metadata.FromOutgoingContext(ctx)
+			md = md.Copy()
+			propagator.Inject(ctx, metadataCarrier(md))
+			ctx = metadata.NewOutgoingContext(ctx, md)
+		}
+	}
+	return context.WithValue(ctx, rpcMethodKey{}, info.FullMethodName)
+}
+
+func (h *rpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
+	if h.spans != nil {
+		h.spans.HandleRPC(ctx, rs)
+	}
+	end, ok := rs.(*stats.End)
+	if !ok {
+		return
+	}
+	method, ok := ctx.Value(rpcMethodKey{}).(string)
+	if !ok {
+		return // a health check
+	}
+	h.duration.Record(ctx, end.EndTime.Sub(end.BeginTime).Seconds(), h.attrs(method, status.Code(end.Error)))
+}
+
+// attrs returns the attribute set of a call's method and status, built on
+// first use.
+func (h *rpcStats) attrs(method string, code codes.Code) metric.MeasurementOption {
+	k := rpcKey{method, code}
+	if v, ok := h.sets.Load(k); ok {
+		return v.(metric.MeasurementOption)
+	}
+	kv := []attribute.KeyValue{
+		semconv.RPCSystemNameGRPC,
+		semconv.RPCMethod(strings.TrimPrefix(method, "/")),
+		semconv.RPCResponseStatusCode(codeName(code)),
+	}
+	if h.isError(code) {
+		kv = append(kv, semconv.ErrorTypeKey.String(codeName(code)))
+	}
+	v, _ := h.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
+	return v.(metric.MeasurementOption)
+}
+
+// isError follows the semantic conventions: a client counts every status but
+// OK as an error; a server only those that are its own fault.
+func (h *rpcStats) isError(c codes.Code) bool {
+	if !h.server {
+		return c != codes.OK
+	}
+	switch c {
+	case codes.Unknown, codes.DeadlineExceeded, codes.Unimplemented, codes.Internal, codes.Unavailable, codes.DataLoss:
+		return true
+	}
+	return false
+}
+
+// codeNames are the canonical status code names (as gRPC's spec spells
+// them: CANCELLED, not Go's Canceled).
+var codeNames = [...]string{
+	codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN",
+	codes.InvalidArgument: "INVALID_ARGUMENT", codes.DeadlineExceeded: "DEADLINE_EXCEEDED",
+	codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
+	codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED",
+	codes.OutOfRange: "OUT_OF_RANGE", codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL",
+	codes.Unavailable: "UNAVAILABLE", codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
+}
+
+func codeName(c codes.Code) string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return "UNKNOWN"
+}
+
+func (h *rpcStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	if h.spans != nil {
+		return h.spans.TagConn(ctx, info)
+	}
+	return ctx
+}
+
+func (h *rpcStats) HandleConn(ctx context.Context, s stats.ConnStats) {
+	if h.spans != nil {
+		h.spans.HandleConn(ctx, s)
+	}
+}
+
+// metadataCarrier adapts gRPC metadata to the propagators.
+type metadataCarrier metadata.MD
+
+func (c metadataCarrier) Get(key string) string {
+	if v := metadata.MD(c).Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c metadataCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
+
+func (c metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
