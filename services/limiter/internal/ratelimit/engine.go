@@ -63,6 +63,7 @@ type Engine struct {
 	// deferred face, whose futures a decision can stop waiting for at its
 	// deadline. Nil otherwise: decisions call rdb directly.
 	ap       *redis.AutoPipeliner
+	inflight atomic.Int64 // decisions on Redis right now, when auto-pipelining
 	rules    atomic.Pointer[Ruleset]
 	opts     Options
 	log      *slog.Logger
@@ -245,6 +246,7 @@ func (e *Engine) CheckAt(ctx context.Context, at time.Time, domain string, desc 
 // group is the rules of one request that share a hash tag, decided by one
 // script call.
 type group struct {
+	tag  string
 	idx  []int
 	keys []string
 	args []any
@@ -310,13 +312,26 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 }
 
 func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64) []*group {
-	byTag := make(map[string]*group, len(rules))
+	var byTag map[string]*group // only for requests whose rules span tags
 	var order []*group
 	for i, a := range rules {
-		g := byTag[a.tag]
+		var g *group
+		switch {
+		case len(order) == 1 && order[0].tag == a.tag:
+			g = order[0]
+		case len(order) > 0:
+			if byTag == nil {
+				byTag = map[string]*group{order[0].tag: order[0]}
+			}
+			g = byTag[a.tag]
+		}
 		if g == nil {
-			g = &group{args: []any{clock, mode, reqID}}
-			byTag[a.tag] = g
+			args := make([]any, 3, 3+6*(len(rules)-i))
+			args[0], args[1], args[2] = clock, mode, reqID
+			g = &group{tag: a.tag, args: args}
+			if byTag != nil {
+				byTag[a.tag] = g
+			}
 			order = append(order, g)
 		}
 		r := a.Rule
@@ -405,9 +420,16 @@ var decideSHA = decideScript.Hash()
 // later, as one cut by a network timeout may: a "check" then consumes units
 // no caller was granted, which the window or bucket gives back in time.
 func (e *Engine) decideOnRedis(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	if e.ap == nil {
+	// A decision alone in flight has nothing to share a batch with: it
+	// goes straight to its node, without the pipeliner's hand-offs between
+	// goroutines (at one caller those doubled a decision's latency).
+	if e.ap == nil || e.inflight.Add(1) == 1 {
+		if e.ap != nil {
+			defer e.inflight.Add(-1)
+		}
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	}
+	defer e.inflight.Add(-1)
 	cmd, err := e.submitScript(ctx, "evalsha", decideSHA, keys, args)
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// The node lost its script cache (restart, failover, SCRIPT FLUSH):
