@@ -28,6 +28,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -381,21 +382,28 @@ func (m *measurement) decidedBy() string {
 		}
 		return "memory"
 	}
+	names := slices.Sorted(maps.Keys(m.sources))
+	if len(names) == 0 {
+		return "–"
+	}
+	// Most frequent first.
+	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(m.sources[b], m.sources[a]) })
+	for i, k := range names {
+		names[i] = k + " " + m.share(k)
+	}
+	return strings.Join(names, ", ")
+}
+
+// share is the percentage of m's decisions with source, "–" unknown.
+func (m *measurement) share(source string) string {
 	var total int64
 	for _, v := range m.sources {
 		total += v
 	}
 	if total == 0 {
-		return "?"
+		return "–"
 	}
-	names := slices.Sorted(maps.Keys(m.sources))
-	// Most frequent first.
-	slices.SortStableFunc(names, func(a, b string) int { return int(m.sources[b] - m.sources[a]) })
-	parts := make([]string, len(names))
-	for i, k := range names {
-		parts[i] = fmt.Sprintf("%s %.1f%%", k, 100*float64(m.sources[k])/float64(total))
-	}
-	return strings.Join(parts, ", ")
+	return fmt.Sprintf("%.1f%%", 100*float64(m.sources[source])/float64(total))
 }
 
 // report writes the measurements and kurz's ratios to each peer as markdown.
@@ -421,8 +429,8 @@ func report(out io.Writer, ms []*measurement, c, conns int, d time.Duration, rou
 	}
 	fmt.Fprintln(out, "\n(Redis CPU in parentheses: gubernator does not use Redis; the cluster's background work in the same time, for scale.)")
 
-	fmt.Fprintln(out, "\n| kurz / peer | keys | throughput | p99 | server CPU/decision | Redis CPU/decision | server + Redis CPU/decision |")
-	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(out, "\n| kurz / peer | keys | throughput | p99 | server CPU/decision | Redis CPU/decision | server + Redis CPU/decision | kurz decided on Redis |")
+	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, k := range ms {
 		if k.t.peer == "" {
 			continue
@@ -441,13 +449,14 @@ func report(out io.Writer, ms []*measurement, c, conns int, d time.Duration, rou
 		} else {
 			pRedis = nan
 		}
-		fmt.Fprintf(out, "| %s %s vs %s (%s) | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(out, "| %s %s vs %s (%s) | %s | %s | %s | %s | %s | %s | %s |\n",
 			k.t.name, k.t.api, p.t.name, k.t.algo, k.shape,
 			fmtRatio(kr.Rate()/pr.Rate()),
 			fmtRatio(float64(kr.Quantile(0.99))/float64(pr.Quantile(0.99))),
-			fmtRatio(kServer/pServer), fmtRatio(kRedis/pRedis), fmtRatio((kServer+kRedis)/pTotal))
+			fmtRatio(kServer/pServer), fmtRatio(kRedis/pRedis), fmtRatio((kServer+kRedis)/pTotal), k.share("redis"))
 	}
-	fmt.Fprintln(out, "\nRatios above 1: kurz is faster (throughput) or costlier (latency, CPU) than the peer.")
+	fmt.Fprintln(out, "\nRatios above 1: kurz is faster (throughput) or costlier (latency, CPU) than the peer. "+
+		"kurz's answers not decided on Redis came from a rule's failure mode (its Redis deadline passed, or a node's breaker was open): cheaper, and only approximately the rule.")
 }
 
 func fmtMicros(v float64) string {
