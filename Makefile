@@ -13,6 +13,9 @@ BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPCURL_VERSION            := v1.9.4
+# The peers make bench measures kurz against (deploy/bench/peers.sh).
+ENVOY_RATELIMIT_VERSION    := v1.4.1-0.20260122083618-3fb702589d36
+GUBERNATOR_VERSION         := v2.13.0
 
 # Every module of the workspace (go.work), as package patterns.
 MODULES := $(shell go list -m -f '{{.Path}}/...' 2>/dev/null)
@@ -38,6 +41,18 @@ $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 	@touch $@
 $(BIN)/.grpcurl-$(GRPCURL_VERSION):
 	GOBIN=$(BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	@touch $@
+
+$(BIN)/.service_cmd-$(ENVOY_RATELIMIT_VERSION):
+	GOBIN=$(BIN) go install github.com/envoyproxy/ratelimit/src/service_cmd@$(ENVOY_RATELIMIT_VERSION)
+	@touch $@
+$(BIN)/.gubernator-$(GUBERNATOR_VERSION):
+	GOBIN=$(BIN) go install github.com/gubernator-io/gubernator/v2/cmd/gubernator@$(GUBERNATOR_VERSION)
+	@touch $@
+# The Node prototype's packages, as its package-lock.json pins them.
+NODE_PROTOTYPE := deploy/bench/node-prototype
+$(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
+	cd $(NODE_PROTOTYPE) && npm ci --no-audit --no-fund
 	@touch $@
 
 .PHONY: tools
@@ -133,8 +148,24 @@ demo: ## Reproduce the design notes' figures against the running stack (make up 
 
 BENCH_DURATION ?= 10s
 
+PEERS := $(BIN)/.service_cmd-$(ENVOY_RATELIMIT_VERSION) $(BIN)/.gubernator-$(GUBERNATOR_VERSION) \
+         $(NODE_PROTOTYPE)/node_modules/.installed
+
+.PHONY: peers
+peers: $(PEERS) ## Install the pinned peers of make bench: envoyproxy/ratelimit and gubernator into ./bin, the Node prototype's packages.
+
 .PHONY: bench
-bench: ## Measure the hot paths against baselines from the same run; writes BENCHMARKS.md.
+bench: peers ## Measure the hot paths against baselines from the same run, and kurz vs peers; writes BENCHMARKS.md.
 	deploy/local/infra.sh up
 	deploy/local/services.sh up
 	BENCH_DURATION=$(BENCH_DURATION) deploy/bench/bench.sh
+
+# make bench-peers: short runs, one round, for iterating on the comparison.
+# The peers listen on 127.0.0.1:9301-9309 (deploy/bench/peers.sh), ports the
+# stack does not use.
+BENCH_PEERS_DURATION ?= 3s
+BENCH_PEERS_ROUNDS ?= 1
+
+.PHONY: bench-peers
+bench-peers: peers ## Only the kurz vs peers section of make bench, on the running stack (make up first): BENCH_PEERS_DURATION (3s) per run, markdown to stdout.
+	@BENCH_DURATION=$(BENCH_PEERS_DURATION) BENCH_PEERS_ROUNDS=$(BENCH_PEERS_ROUNDS) deploy/bench/peers.sh

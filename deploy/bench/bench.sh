@@ -4,7 +4,9 @@
 # machine's CPU and core count). Needs the stack of `make up`.
 #
 # BENCH_DURATION (default 10s) is the length of each load-generator run,
-# BENCH_MATRIX_DURATION (default 2s) of each cell of the limiter matrix.
+# BENCH_MATRIX_DURATION (default 2s) of each cell of the limiter matrix,
+# BENCH_PEERS_ROUNDS (default 2) how many times each kurz vs peers
+# measurement runs (deploy/bench/peers.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -97,6 +99,19 @@ section "Analytics: end-to-end lag, redirect to queryable stats" \
 	"20 clicks, one after the other, each GET on the redirect then GetLinkStats polled every 10 ms until it counts the click." -- \
 	go run ./services/analytics/cmd/clicklag -n 20
 
+# kurz vs peers: markdown tables of its own (deploy/bench/peers.sh; make
+# bench-peers runs it alone). If it fails, the rest is still written, and
+# make bench fails at the end.
+echo "== kurz vs peers" >&2
+peers_rc=0
+peers=$(deploy/bench/peers.sh | tee /dev/stderr) || peers_rc=$?
+if ((peers_rc != 0)); then
+	peers="## kurz vs peers
+
+Not measured: deploy/bench/peers.sh failed (exit $peers_rc); its errors are in make bench's output."
+fi
+printf '\n%s\n' "$peers" >>"$out"
+
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 {
 	echo "# Benchmarks"
@@ -108,3 +123,4 @@ cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 	cat "$out"
 } >BENCHMARKS.md
 echo "wrote BENCHMARKS.md in $((SECONDS - started)) s" >&2
+exit "$peers_rc"

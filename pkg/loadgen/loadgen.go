@@ -50,6 +50,24 @@ func (r *Result) Print(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
+// Merge combines measurements of the same thing (rounds of one run) into
+// one named name: calls, errors and tags add up, the latencies are pooled
+// and the elapsed times add, so Rate is the calls of all rounds over the
+// time they took together.
+func Merge(name string, rs ...*Result) *Result {
+	m := &Result{Name: name, Tags: map[string]int{}}
+	for _, r := range rs {
+		m.N += r.N
+		m.Errors += r.Errors
+		m.Elapsed += r.Elapsed
+		for k, v := range r.Tags {
+			m.Tags[k] += v
+		}
+		m.latencies = append(m.latencies, r.latencies...)
+	}
+	return m
+}
+
 // Closed runs concurrency workers, each calling back to back, for d.
 func Closed(name string, concurrency int, d time.Duration, call Call) *Result {
 	stop := time.Now().Add(d)

@@ -1,0 +1,289 @@
+// Command redirectpeers measures kurz's redirect service beside two peers,
+// one viral code each, with the same HTTP client and callers:
+//
+//   - net/http (-fixed302): the least a redirect costs, a handler answering
+//     a fixed 302 in a process of its own (services/redirect/cmd/fixed302);
+//   - the design notes' Node prototype (-node): node:http, a Redis GET of
+//     the code, a fire-and-forget XADD of the click, 302
+//     (deploy/bench/node-prototype), on a standalone Redis (-node-redis,
+//     where this command writes the code);
+//   - kurz (-kurz): the redirect service, the code written to its link cache
+//     on the Redis Cluster (KURZ_REDIS_* variables) as the shortener does.
+//
+// Each runs closed loop (-c callers, -d per measurement), in turns, -rounds
+// times. Each measurement charges the server process (-kurz-pid, ...) the
+// CPU time it used meanwhile (/proc), and the whole click path (-kurz-path-
+// pids, -node-path-pids: the processes that carry a click to storage, the
+// server included) likewise. The report, markdown tables and kurz's ratios
+// to each peer, goes to stdout; each run's line to stderr. An empty address
+// skips its server. deploy/bench/peers.sh starts the peers and runs this.
+//
+//	go run ./services/redirect/cmd/redirectpeers -fixed302 127.0.0.1:9307 -fixed302-pid 123 \
+//		-node 127.0.0.1:9308 -node-pid 124 -node-redis 127.0.0.1:9309 -kurz-pid 99 -d 3s -rounds 1
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/loadgen"
+	"kurz.dev/pkg/redisconn"
+)
+
+// The viral link: an ID far above any sequence a real shortener reaches
+// here, and apart from redirectload's.
+const (
+	viralID  = 3_450_000_000_000
+	viralURL = "https://example.com/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "redirectpeers:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	kurzAddr := flag.String("kurz", "127.0.0.1:8787", "kurz redirect service address; empty = skip")
+	kurzPID := flag.Int("kurz-pid", 0, "kurz redirect process ID (0 = no CPU figures)")
+	kurzPath := flag.String("kurz-path-pids", "", "process IDs of kurz's click path besides the redirect (analytics, limiter, Redis, ClickHouse), comma-separated")
+	fixedAddr := flag.String("fixed302", "", "fixed302 address; empty = skip")
+	fixedPID := flag.Int("fixed302-pid", 0, "fixed302 process ID")
+	nodeAddr := flag.String("node", "", "Node prototype address; empty = skip")
+	nodePID := flag.Int("node-pid", 0, "Node prototype process ID")
+	nodeRedis := flag.String("node-redis", "127.0.0.1:9309", "the Node prototype's Redis, where its link is written")
+	nodePath := flag.String("node-path-pids", "", "process IDs of the Node prototype's click path besides node (its Redis), comma-separated")
+	concurrency := flag.Int("c", 32, "concurrent callers")
+	duration := flag.Duration("d", 10*time.Second, "duration of each measurement")
+	rounds := flag.Int("rounds", 2, "times every server is measured, in turns")
+	flag.Parse()
+	if *concurrency < 1 || *duration <= 0 || *rounds < 1 {
+		return errors.New("-c, -d and -rounds must be positive")
+	}
+	code, err := linkcode.Sequential(viralID)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+
+	var servers []*server
+	if *fixedAddr != "" {
+		servers = append(servers, &server{name: "net/http fixed 302", addr: *fixedAddr, pid: *fixedPID})
+	}
+	if *nodeAddr != "" {
+		path, err := loadgen.ParsePIDs(*nodePath)
+		if err != nil {
+			return err
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: *nodeRedis})
+		err = rdb.Set(ctx, linkcache.Key(code), viralURL, 0).Err()
+		rdb.Close()
+		if err != nil {
+			return fmt.Errorf("node prototype's redis: %w", err)
+		}
+		servers = append(servers, &server{name: "Node prototype", addr: *nodeAddr, pid: *nodePID, path: path, clicks: true})
+	}
+	if *kurzAddr != "" {
+		path, err := loadgen.ParsePIDs(*kurzPath)
+		if err != nil {
+			return err
+		}
+		if err := seedKurz(ctx, code); err != nil {
+			return err
+		}
+		servers = append(servers, &server{name: "kurz redirect", addr: *kurzAddr, pid: *kurzPID, path: path, clicks: true, kurz: true})
+	}
+	if len(servers) == 0 {
+		return errors.New("no server: set -fixed302, -node or -kurz")
+	}
+
+	client := &http.Client{
+		Transport:     &http.Transport{MaxIdleConnsPerHost: *concurrency, MaxConnsPerHost: *concurrency},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       5 * time.Second,
+	}
+	for _, s := range servers {
+		s.url = "http://" + s.addr + "/" + code
+		if _, err := s.get(client); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	for range *rounds {
+		for _, s := range servers {
+			if err := s.measure(client, *concurrency, *duration); err != nil {
+				return err
+			}
+		}
+	}
+	report(os.Stdout, servers, *concurrency, *duration, *rounds)
+	return nil
+}
+
+// seedKurz writes code's link to kurz's link cache, as the shortener's
+// write-through does.
+func seedKurz(ctx context.Context, code string) error {
+	var rc redisconn.Config
+	if err := config.Load(&rc); err != nil {
+		return err
+	}
+	rdb, err := redisconn.New(ctx, rc)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	e := linkcache.Entry{State: linkcache.Active, URL: viralURL, Tenant: "bench"}
+	if err := rdb.Set(ctx, linkcache.Key(code), linkcache.Marshal(e), time.Hour).Err(); err != nil {
+		return fmt.Errorf("seed kurz link cache: %w", err)
+	}
+	return nil
+}
+
+// server is one redirect server under load.
+type server struct {
+	name, addr, url string
+	pid             int   // 0 = unknown
+	path            []int // the click path's other processes
+	clicks          bool  // records clicks (has a click path)
+	kurz            bool
+	rounds          []*loadgen.Result
+	cpu, pathCPU    time.Duration
+}
+
+// get makes one request and checks it is the viral link's 302; it returns
+// the response's X-Source (kurz: l1, cache, db).
+func (s *server) get(client *http.Client) (string, error) {
+	resp, err := client.Get(s.url)
+	if err != nil {
+		return "", err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != viralURL {
+		return "", fmt.Errorf("status %d, Location %q: want 302 to %s", resp.StatusCode, resp.Header.Get("Location"), viralURL)
+	}
+	return resp.Header.Get("X-Source"), nil
+}
+
+// measure runs one round and charges the CPU time of s's processes.
+func (s *server) measure(client *http.Client, c int, d time.Duration) error {
+	cpu0, path0, err := s.readCPU()
+	if err != nil {
+		return err
+	}
+	res := loadgen.Closed(s.name, c, d, func(int) (string, error) { return s.get(client) })
+	cpu1, path1, err := s.readCPU()
+	if err != nil {
+		return err
+	}
+	s.cpu += cpu1 - cpu0
+	s.pathCPU += path1 - path0
+	s.rounds = append(s.rounds, res)
+	res.Print(os.Stderr)
+	return nil
+}
+
+// readCPU returns the CPU time used so far by the server and by its whole
+// click path (the server included).
+func (s *server) readCPU() (own, path time.Duration, err error) {
+	if s.pid == 0 {
+		return 0, 0, nil
+	}
+	if own, err = loadgen.CPU(s.pid); err != nil {
+		return 0, 0, err
+	}
+	rest, err := loadgen.CPU(s.path...)
+	return own, own + rest, err
+}
+
+// perRequest is a CPU time per request in microseconds; NaN when unknown.
+func perRequest(cpu time.Duration, n int, known bool) float64 {
+	if !known || n == 0 {
+		return math.NaN()
+	}
+	return float64(cpu.Microseconds()) / float64(n)
+}
+
+func (s *server) figures() (r *loadgen.Result, cpu, path float64) {
+	r = loadgen.Merge(s.name, s.rounds...)
+	cpu = perRequest(s.cpu, r.N, s.pid != 0)
+	path = perRequest(s.pathCPU, r.N, s.pid != 0 && s.clicks && len(s.path) > 0)
+	return r, cpu, path
+}
+
+// report writes the measurements and kurz's ratios to each peer as markdown.
+func report(out io.Writer, servers []*server, c int, d time.Duration, rounds int) {
+	fmt.Fprintf(out, "Closed loop, %d HTTP callers (keep-alive), one viral code, %v per measurement, %d round(s), servers in turns. "+
+		"CPU per request: user + system time (/proc) of the server process over its runs, per request; click path: the server and every process that carries its clicks to storage "+
+		"(Node: its Redis; kurz: analytics, limiter, the 6 Redis servers, ClickHouse), over the same time (clicks still queued at the end are not counted).\n\n", c, d, rounds)
+	fmt.Fprintln(out, "| server | requests/s | p50 | p99 | p99.9 | server CPU µs/request | click path CPU µs/request | served from | errors |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|")
+	for _, s := range servers {
+		r, cpu, path := s.figures()
+		from := "–"
+		if s.kurz {
+			from = sources(r)
+		}
+		fmt.Fprintf(out, "| %s | %.0f | %v | %v | %v | %s | %s | %s | %d |\n", s.name, r.Rate(),
+			r.Quantile(0.5).Round(time.Microsecond), r.Quantile(0.99).Round(time.Microsecond), r.Quantile(0.999).Round(time.Microsecond),
+			fmtMicros(cpu), fmtMicros(path), from, r.Errors)
+	}
+	i := slices.IndexFunc(servers, func(s *server) bool { return s.kurz })
+	if i < 0 {
+		return
+	}
+	k, kcpu, kpath := servers[i].figures()
+	fmt.Fprintln(out, "\n| kurz redirect / peer | throughput | p99 | server CPU/request | click path CPU/request |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|")
+	for _, s := range servers {
+		if s.kurz {
+			continue
+		}
+		p, pcpu, ppath := s.figures()
+		fmt.Fprintf(out, "| kurz redirect vs %s | %s | %s | %s | %s |\n", s.name,
+			fmtRatio(k.Rate()/p.Rate()), fmtRatio(float64(k.Quantile(0.99))/float64(p.Quantile(0.99))),
+			fmtRatio(kcpu/pcpu), fmtRatio(kpath/ppath))
+	}
+	fmt.Fprintln(out, "\nRatios above 1: kurz is faster (throughput) or costlier (latency, CPU) than the peer.")
+}
+
+// sources lists the X-Source values of r's answers in shares.
+func sources(r *loadgen.Result) string {
+	s := ""
+	for _, k := range slices.Sorted(maps.Keys(r.Tags)) {
+		if s != "" {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s %.1f%%", k, 100*float64(r.Tags[k])/float64(max(1, r.N)))
+	}
+	return s
+}
+
+func fmtMicros(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+func fmtRatio(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64) + " x"
+}
