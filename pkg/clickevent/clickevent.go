@@ -34,7 +34,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -183,13 +185,34 @@ func Truncate(s string) string {
 // the input makes hashes unlinkable from one day to the next; without the
 // salt a hash cannot be brute-forced back to an IP.
 func Visitor(salt []byte, t time.Time, ip, userAgent string) string {
-	m := hmac.New(sha256.New, salt)
-	m.Write([]byte(t.UTC().Format(time.DateOnly)))
+	return NewVisitors(salt).Visitor(t, ip, userAgent)
+}
+
+// Visitors computes the visitor hashes of one salt, reusing HMAC states: a
+// fresh HMAC per click (two SHA-256 states keyed anew) was ~2% of the
+// redirect's CPU.
+type Visitors struct{ macs sync.Pool }
+
+// NewVisitors returns the hasher of salt.
+func NewVisitors(salt []byte) *Visitors {
+	v := &Visitors{}
+	v.macs.New = func() any { return hmac.New(sha256.New, salt) }
+	return v
+}
+
+// Visitor is the package's Visitor with this hasher's salt.
+func (v *Visitors) Visitor(t time.Time, ip, userAgent string) string {
+	m := v.macs.Get().(hash.Hash)
+	m.Reset()
+	var buf [32]byte
+	m.Write(t.UTC().AppendFormat(buf[:0], time.DateOnly))
 	m.Write([]byte{0})
 	m.Write([]byte(ip))
 	m.Write([]byte{0})
 	m.Write([]byte(userAgent))
-	return hex.EncodeToString(m.Sum(nil)[:16])
+	sum := m.Sum(buf[:0])
+	v.macs.Put(m)
+	return hex.EncodeToString(sum[:16])
 }
 
 // NewID returns a UUIDv7 (RFC 9562) for t: time-ordered, 74 random bits.

@@ -2,6 +2,9 @@ package clickevent
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"regexp"
 	"strings"
 	"testing"
@@ -126,6 +129,23 @@ func TestStreamKeysSpreadOverMasters(t *testing.T) {
 		}
 		if n == 8 {
 			t.Logf("8 shards: %v, per master %v", keys, perMaster)
+		}
+	}
+}
+
+// A reused HMAC state must hash like a fresh one: the pool resets it.
+func TestVisitorsReuseMatchesAFreshHMAC(t *testing.T) {
+	day := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	v := NewVisitors([]byte("s1"))
+	for i, ip := range []string{"203.0.113.9", "203.0.113.10", "2001:db8::1", "203.0.113.9"} {
+		ua := strings.Repeat("u", i)
+		want := hex.EncodeToString(func() []byte {
+			m := hmac.New(sha256.New, []byte("s1"))
+			m.Write([]byte("2026-03-01\x00" + ip + "\x00" + ua))
+			return m.Sum(nil)[:16]
+		}())
+		if got := v.Visitor(day, ip, ua); got != want {
+			t.Errorf("visit %d (%s): got %s, want %s", i, ip, got, want)
 		}
 	}
 }

@@ -21,8 +21,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -250,32 +248,19 @@ func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 // start another.
 func (s *Server) SetHandler(h http.Handler) { s.httpSrv.Handler = s.instrument(h) }
 
-// instrument gives h a server span per request (continuing the caller's
-// trace from traceparent) and the http.server.* metrics, on the service's own
-// providers. Probes, scrapes and profiles are left out: they would drown the
-// traces and skew the latency histograms.
+// instrument gives h the http.server.request.duration metric and, when
+// traces are recorded, a server span per request (continuing the caller's
+// trace from traceparent), on the service's own providers. Probes, scrapes
+// and profiles are left out: they would drown the traces and skew the
+// latency histograms.
 func (s *Server) instrument(h http.Handler) http.Handler {
-	return otelhttp.NewHandler(h, s.name,
-		otelhttp.WithTracerProvider(s.Telemetry.TracerProvider),
-		otelhttp.WithMeterProvider(s.Telemetry.MeterProvider),
-		otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
-		otelhttp.WithFilter(func(r *http.Request) bool {
-			switch r.URL.Path {
-			case "/healthz", "/readyz", "/metrics":
-				return false
-			}
-			return !strings.HasPrefix(r.URL.Path, "/debug/pprof/")
-		}),
-		// The route, not the path, keeps span names few; ServeMux fills
-		// Pattern when it routes the request (otelhttp renames the span
-		// after the handler), the method alone stands until then.
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			if r.Pattern != "" {
-				return r.Pattern
-			}
-			return r.Method
-		}),
-	)
+	return s.Telemetry.HTTPServer(s.name, h, func(r *http.Request) bool {
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			return true
+		}
+		return strings.HasPrefix(r.URL.Path, "/debug/pprof/")
+	})
 }
 
 // AddCheck adds a readiness check, run by /readyz and by the periodic refresh

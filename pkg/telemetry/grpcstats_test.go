@@ -5,8 +5,10 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -123,14 +125,22 @@ func TestGRPCDurationsByMethodAndStatus(t *testing.T) {
 			`error_type="NOT_FOUND",`,
 		}},
 	} {
-		text := scrape(t, c.tel)
-		var lines []string
-		for _, l := range strings.Split(text, "\n") {
-			if strings.HasPrefix(l, c.name+"{") {
-				lines = append(lines, l)
+		// A server records a call's end after its answer went out: poll
+		// until every series is there, or give up after a few seconds.
+		var all string
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			var lines []string
+			for _, l := range strings.Split(scrape(t, c.tel), "\n") {
+				if strings.HasPrefix(l, c.name+"{") {
+					lines = append(lines, l)
+				}
+			}
+			all = strings.Join(lines, "\n")
+			missing := slices.ContainsFunc(c.want, func(w string) bool { return !strings.Contains(all, w) })
+			if !missing || time.Now().After(deadline) {
+				break
 			}
 		}
-		all := strings.Join(lines, "\n")
 		for _, w := range c.want {
 			if !strings.Contains(all, w) {
 				t.Errorf("%s: no series with %s; got:\n%s", c.name, w, all)
@@ -166,7 +176,11 @@ func TestGRPCSpansOnlyWhenRecorded(t *testing.T) {
 	if got := <-e.seen; got.TraceID() != parent.TraceID() {
 		t.Errorf("server span in trace %s, want the caller's %s", got.TraceID(), parent.TraceID())
 	}
+	// The server span ends after the answer went out.
 	ended := rec.Ended()
+	for deadline := time.Now().Add(5 * time.Second); len(ended) == 0 && time.Now().Before(deadline); ended = rec.Ended() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if len(ended) != 1 || ended[0].Name() != "test.Echo/Ok" || ended[0].Parent().SpanID() != parent.SpanID() {
 		t.Fatalf("server spans: got %d (%v), want one test.Echo/Ok child of the caller's span", len(ended), ended)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"kurz.dev/pkg/telemetry"
 )
 
 // maxURIBytes bounds the request target; longer ones are answered 414.
@@ -51,28 +53,6 @@ func stateOf(r *http.Request) *reqState {
 	return &reqState{id: newRequestID()}
 }
 
-// recorder remembers the status a handler wrote.
-type recorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
 // Wrap is the gateway's HTTP handler around mux (which must hold the API's
 // routes and the ops routes): a request ID on every response, limits on the
 // request line and header size, canonical paths only, JSON answers for
@@ -83,7 +63,7 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 		start := time.Now()
 		st := &reqState{id: requestID(r), ip: clientIP(r, a.opts.TrustedProxies), route: unmatchedRoute}
 		w.Header()["X-Request-ID"] = []string{st.id} // as spelt by most proxies, not Go's X-Request-Id
-		rec := &recorder{ResponseWriter: w}
+		rec := &telemetry.StatusWriter{ResponseWriter: w}
 		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
 		defer func() {
 			if p := recover(); p != nil {
@@ -93,11 +73,11 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 				// A last resort: one bad request must not take the
 				// connection's other work down, nor go unanswered.
 				a.log.ErrorContext(r.Context(), "handler panicked", "route", st.route, "request_id", st.id, "panic", p)
-				if rec.status == 0 {
+				if rec.Status == 0 {
 					writeError(rec, st.id, internalError(nil))
 				}
 			}
-			a.observe(r, rec.status, st, time.Since(start))
+			a.observe(r, rec.Status, st, time.Since(start))
 		}()
 		if e := a.checkShape(r); e != nil {
 			writeError(rec, st.id, e)
