@@ -9,14 +9,22 @@ import (
 // failing: after `threshold` consecutive failures it opens for `cooldown`,
 // during which calls go straight to the rules' failure modes; then one probe
 // call is let through, and its outcome closes or reopens the breaker.
+//
+// Consecutive means one after the other in time: a failure counts only if
+// its call started after the last counted failure was seen. Calls in flight
+// together that one stall cuts at their deadline are one failure, not one
+// each: under load 32 decisions waiting on one slow batch used to open the
+// breaker at once, and a second of decisions went to the failure modes for
+// a stall of a few milliseconds.
 type breaker struct {
 	threshold int
 	cooldown  time.Duration
 
-	mu        sync.Mutex
-	failures  int
-	openUntil time.Time
-	probing   bool
+	mu          sync.Mutex
+	failures    int
+	lastFailure time.Time // when the last counted failure was seen
+	openUntil   time.Time
+	probing     bool
 }
 
 type breakerState int
@@ -42,9 +50,9 @@ func (b *breaker) allow(now time.Time) bool {
 	return true
 }
 
-// record reports a call's outcome and returns whether the breaker changed
-// between open and closed.
-func (b *breaker) record(ok bool, now time.Time) (opened, closed bool) {
+// record reports the outcome of a call that started at start and returns
+// whether the breaker changed between open and closed.
+func (b *breaker) record(ok bool, start, now time.Time) (opened, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	wasOpen := !b.openUntil.IsZero()
@@ -54,7 +62,11 @@ func (b *breaker) record(ok bool, now time.Time) (opened, closed bool) {
 		b.openUntil = time.Time{}
 		return false, wasOpen
 	}
+	if !wasOpen && !start.After(b.lastFailure) {
+		return false, false // in flight with the last counted failure
+	}
 	b.failures++
+	b.lastFailure = now
 	if wasOpen || b.failures >= b.threshold {
 		b.openUntil = now.Add(b.cooldown)
 		return !wasOpen, false

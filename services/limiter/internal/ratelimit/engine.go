@@ -365,7 +365,7 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 	vals, err := e.decideOnRedis(rctx, g.keys, g.args)
 	cancel()
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
-	opened, closed := br.record(err == nil || isScriptError(err), time.Now())
+	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
 	if opened {
 		e.log.Warn("redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
 		e.m.breakerOpen.Add(ctx, 1)
