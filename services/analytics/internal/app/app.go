@@ -59,6 +59,8 @@ type Config struct {
 	// FloodParallelism bounds the concurrent CheckQuotas calls of one batch
 	// (each up to consumer.FloodChecksPerCall flood checks).
 	FloodParallelism int `env:"ANALYTICS_FLOOD_PARALLELISM" default:"4"`
+	// Flushers is how many batches one consumer flushes at once.
+	Flushers int `env:"ANALYTICS_FLUSHERS" default:"2"`
 
 	// AllowAnonymous serves statistics to calls without a tenant, as tenant
 	// "anonymous" (set it where the shortener allows anonymous links).
@@ -75,8 +77,8 @@ func (c Config) validate() error {
 	if c.ClaimIdle < time.Second {
 		errs = append(errs, fmt.Errorf("KURZ_ANALYTICS_CLAIM_IDLE=%s: want at least 1s", c.ClaimIdle))
 	}
-	if c.MaxDeliveries < 1 || c.FloodParallelism < 1 {
-		errs = append(errs, errors.New("KURZ_ANALYTICS_MAX_DELIVERIES and KURZ_ANALYTICS_FLOOD_PARALLELISM must be positive"))
+	if c.MaxDeliveries < 1 || c.FloodParallelism < 1 || c.Flushers < 1 {
+		errs = append(errs, errors.New("KURZ_ANALYTICS_MAX_DELIVERIES, KURZ_ANALYTICS_FLOOD_PARALLELISM and KURZ_ANALYTICS_FLUSHERS must be positive"))
 	}
 	if c.ConsumerGroup == "" {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_CONSUMER_GROUP must not be empty"))
@@ -142,7 +144,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		GroupStart: h.groupStart, Name: cfg.ConsumerName,
 		BatchSize: cfg.BatchSize, BatchAge: cfg.BatchAge, ClaimIdle: cfg.ClaimIdle,
 		MaxDeliveries: cfg.MaxDeliveries, InsertTimeout: cfg.InsertTimeout,
-		FloodParallelism: cfg.FloodParallelism, UnhealthyAfter: cfg.UnhealthyAfter,
+		FloodParallelism: cfg.FloodParallelism, Flushers: cfg.Flushers, UnhealthyAfter: cfg.UnhealthyAfter,
 		TracerProvider: srv.Telemetry.TracerProvider,
 		// The last batch must be stored before the stores close, within
 		// the shutdown budget.

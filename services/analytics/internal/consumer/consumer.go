@@ -91,6 +91,10 @@ type Options struct {
 	// FloodParallelism bounds the concurrent CheckQuotas calls of one batch,
 	// each of up to FloodChecksPerCall flood checks (default 4).
 	FloodParallelism int
+	// Flushers is how many batches are flushed at once (default 2): one
+	// can wait on ClickHouse while the next asks the limiter and Redis.
+	// The consumer holds up to Flushers+1 batches in memory.
+	Flushers int
 	// UnhealthyAfter makes Ready fail once flushes have been failing this
 	// long (default 30s).
 	UnhealthyAfter time.Duration
@@ -158,6 +162,9 @@ func (o Options) withDefaults() (Options, error) {
 	set(&o.InsertTimeout, 10*time.Second)
 	if o.FloodParallelism <= 0 {
 		o.FloodParallelism = 4
+	}
+	if o.Flushers <= 0 {
+		o.Flushers = 2
 	}
 	set(&o.UnhealthyAfter, 30*time.Second)
 	set(&o.DrainTimeout, 10*time.Second)
@@ -361,15 +368,33 @@ func (c *Consumer) ensureGroup(ctx context.Context, key string) bool {
 }
 
 // batch collects entries and flushes at BatchSize or BatchAge, until the
-// readers are gone (final flush) or hard ends.
+// readers are gone (final flush) or hard ends. Up to Flushers batches are
+// flushed at once, each on its own goroutine, so the next batch's limiter
+// and Redis round trips overlap the last one's ClickHouse insert; when all
+// are busy the batcher waits, and so do the readers.
 func (c *Consumer) batch(hard context.Context) {
 	var pending []entry
 	age := time.NewTimer(time.Hour)
 	age.Stop()
+	busy := make(chan struct{}, c.opts.Flushers)
+	var flushing sync.WaitGroup
+	defer flushing.Wait()
 	flush := func() {
 		age.Stop()
-		c.flush(hard, pending)
+		if len(pending) == 0 {
+			return
+		}
+		es := pending
 		pending = nil
+		select {
+		case busy <- struct{}{}:
+		case <-hard.Done():
+			return
+		}
+		flushing.Go(func() {
+			defer func() { <-busy }()
+			c.flush(hard, es)
+		})
 	}
 	for {
 		select {
