@@ -64,7 +64,7 @@ func (r *Rule) validateLease() error {
 
 // leaseTable is this replica's leases, one slot per leased key.
 type leaseTable struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex // read-locked on every leased decision
 	slots  map[string]*leaseSlot
 	closed bool // after ReturnLeases: take only what a request needs
 }
@@ -155,12 +155,18 @@ func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []re
 
 // slot returns key's slot, creating it.
 func (t *leaseTable) slot(key string) *leaseSlot {
+	t.mu.RLock()
+	s := t.slots[key]
+	t.mu.RUnlock()
+	if s != nil {
+		return s
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.slots == nil {
 		t.slots = map[string]*leaseSlot{}
 	}
-	s := t.slots[key]
+	s = t.slots[key]
 	if s == nil {
 		s = &leaseSlot{key: key}
 		t.slots[key] = s
@@ -253,11 +259,11 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 		}
 	}
 	want := max(min(r.Lease.Size, r.capacity()), n)
-	e.leases.mu.Lock()
+	e.leases.mu.RLock()
 	if e.leases.closed {
 		want = n // shutting down: strand nothing
 	}
-	e.leases.mu.Unlock()
+	e.leases.mu.RUnlock()
 	id := e.reqPfx + "L" + strconv.FormatUint(e.reqSeq.Add(1), 36)
 	args := append(ruleArgs(r), give...)
 	args = append(args, want, n, max(e.opts.Replicas, 1), r.Lease.TTL.Milliseconds(), id)
