@@ -21,7 +21,8 @@ import (
 // Units are taken before they are handed out, so no number of replicas
 // admits more than Redis gave; what a lease can cost is under-admission:
 // units held unused in other replicas' leases (at most (replicas-1) x Size
-// per key at any moment), and the units of a lease whose replica dies before
+// per key at any moment; a take sized for queued callers hands its extra
+// units out at once), and the units of a lease whose replica dies before
 // giving them back, until the window or bucket refills.
 
 //go:embed lease.lua
@@ -75,7 +76,11 @@ type leaseSlot struct {
 	mu     sync.Mutex
 	cur    *lease       // the lease requests draw from, or nil
 	flight *leaseFlight // non-nil while a take for this key is in flight
-	gone   bool         // removed from the table: look the key up again
+	// demand is the units callers queued behind a flight still need: the
+	// next take asks for them too, so that one call serves every caller
+	// waiting, not size units' worth of them.
+	demand int64
+	gone   bool // removed from the table: look the key up again
 }
 
 // leaseFlight is the one take in flight for a key; callers that find it
@@ -176,14 +181,24 @@ func (t *leaseTable) slot(key string) *leaseSlot {
 
 // takeLeased takes n units of a's key from this replica's lease, or, when
 // it has too few, takes a new lease from Redis (one request per key in
-// flight; the others wait for it, at most the decision timeout).
+// flight; the others wait for it, at most the decision timeout in all).
 func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, leaseHold, error) {
 	deadline := time.Now().Add(e.opts.Timeout)
 	fp := fingerprintOf(a.Rule)
 	s := e.leases.slot(a.Key)
+	// queued is the slot whose demand counts this caller's n while it waits.
+	var queued *leaseSlot
+	defer func() {
+		if queued != nil {
+			queued.mu.Lock()
+			queued.demand -= n
+			queued.mu.Unlock()
+			e.dropIfIdle(queued)
+		}
+	}()
 	for {
 		s.mu.Lock()
-		if s.gone {
+		if s.gone { // never with callers queued: dropIfIdle waits for them
 			s.mu.Unlock()
 			s = e.leases.slot(a.Key)
 			continue
@@ -191,11 +206,19 @@ func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, le
 		now := time.Now()
 		if l := s.cur; l != nil && !l.ended && now.Before(l.until) && l.left >= n && fingerprintOf(l.rule) == fp {
 			l.left -= n
+			if queued == s { // served: no longer demand for the next take
+				s.demand -= n
+				queued = nil
+			}
 			res := l.allowance(now)
 			s.mu.Unlock()
 			return res, leaseHold{s, l, n}, nil
 		}
 		if f := s.flight; f != nil {
+			if queued == nil {
+				queued = s
+				s.demand += n
+			}
 			s.mu.Unlock()
 			wait := time.NewTimer(time.Until(deadline))
 			select {
@@ -218,8 +241,12 @@ func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, le
 		f := &leaseFlight{done: make(chan struct{}), least: n}
 		s.flight = f
 		old := s.end()
+		demand := s.demand // this caller's n included once it has queued
+		if queued == nil {
+			demand += n
+		}
 		s.mu.Unlock()
-		return e.lead(ctx, s, f, old, a, n)
+		return e.lead(ctx, s, f, old, a, n, demand)
 	}
 }
 
@@ -247,8 +274,9 @@ func (s *leaseSlot) end() ending {
 }
 
 // lead runs the flight f: one script call that gives back what the old
-// lease left and takes a new lease for a's key, of which the caller gets n.
-func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old ending, a Applied, n int64) (res result, hold leaseHold, err error) {
+// lease left and takes a new lease for a's key, of the lease's size or,
+// when more callers are queued, what they need (demand); the caller gets n.
+func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old ending, a Applied, n, demand int64) (res result, hold leaseHold, err error) {
 	r := a.Rule
 	give := []any{int64(0), int64(0), int64(0), ""}
 	if old.give > 0 {
@@ -258,7 +286,7 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 			e.giveBackToRedis(s.key, old) // under the numbers it was taken under
 		}
 	}
-	want := max(min(r.Lease.Size, r.capacity()), n)
+	want := max(min(r.Lease.Size, r.capacity()), demand)
 	e.leases.mu.RLock()
 	if e.leases.closed {
 		want = n // shutting down: strand nothing
@@ -345,7 +373,7 @@ func (e *Engine) dropIfIdle(s *leaseSlot) {
 	defer e.leases.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur == nil && s.flight == nil && !s.gone {
+	if s.cur == nil && s.flight == nil && s.demand == 0 && !s.gone {
 		s.gone = true
 		delete(e.leases.slots, s.key)
 	}
