@@ -187,17 +187,31 @@ func TestLeasedBurstAcrossThreeEngines(t *testing.T) {
 	}
 }
 
-// scriptCounter counts lease.lua calls through a client.
-type scriptCounter struct{ n atomic.Int64 }
+// scriptCounter counts lease.lua calls through a client (an EVALSHA that
+// finds no script, and is followed by EVAL, is not one); while gate is
+// set, the first call waits until it is closed.
+type scriptCounter struct {
+	n     atomic.Int64
+	gate  chan struct{}
+	gated atomic.Bool
+}
 
 func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) > 1 && (args[1] == leaseScript.Hash() || args[1] == leaseSource) {
+		args := cmd.Args()
+		if len(args) < 2 || (args[1] != leaseScript.Hash() && args[1] != leaseSource) {
+			return next(ctx, cmd)
+		}
+		if c.gate != nil && c.gated.CompareAndSwap(false, true) {
+			<-c.gate
+		}
+		err := next(ctx, cmd)
+		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
 			c.n.Add(1)
 		}
-		return next(ctx, cmd)
+		return err
 	}
 }
 
@@ -243,6 +257,43 @@ func TestLeaseIsSingleFlightAndDenialsAreCached(t *testing.T) {
 	// most, however slow the machine.
 	if n, most := calls.n.Load()-before, int64(time.Since(start)/maxDenialTTL)+1; n > most {
 		t.Errorf("50 denied calls made %d lease requests, want at most %d (denials cached)", n, most)
+	}
+}
+
+// Callers that queue behind a lease take are all served by the next one:
+// with leases of 1, 50 concurrent callers cost 2 lease calls, not 50.
+func TestLeaseTakeServesQueuedCallers(t *testing.T) {
+	rdb := cluster(t)
+	calls := &scriptCounter{gate: make(chan struct{})}
+	rdb.AddHook(calls)
+	e := leaseEngine(t, rdb, strings.ReplaceAll(leasedRules, "size: 10,", "size: 1,"), Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if e.Check(ctx, "l", desc, 1).Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	// The first take is held at the gate until the 49 others are queued.
+	_, rules := e.Rules().Match("l", desc)
+	queued := func() int64 {
+		s := e.leases.slot(rules[0].Key)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.demand
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for queued() < 49 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	}
+	close(calls.gate)
+	wg.Wait()
+	if allowed.Load() != 50 || calls.n.Load() != 2 {
+		t.Errorf("50 callers, leases of 1: allowed %d, lease calls %d; want 50 allowed from 2 calls (the second sized for the 49 queued)", allowed.Load(), calls.n.Load())
 	}
 }
 
