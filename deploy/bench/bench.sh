@@ -38,7 +38,8 @@ section() {
 }
 
 # ratios prints, for Go benchmark pairs, the throughput ratio of each
-# measurement to its baseline line (the one named baseline, evalsha or Ping).
+# measurement to its baseline line (the one named baseline, evalsha, redis
+# or Ping).
 ratios() {
 	awk '
 		/^Benchmark/ {
@@ -51,6 +52,7 @@ ratios() {
 			for (k = 1; k <= n; k++) {
 				name = order[k]; base = ""
 				if (name ~ /\/engine$/) { base = name; sub(/\/engine$/, "/evalsha", base) }
+				if (name ~ /\/leased$/) { base = name; sub(/\/leased$/, "/redis", base) }
 				if (name ~ /^BenchmarkCheck\//) base = "BenchmarkPing"
 				if (base != "" && (base in ns) && ns[name] > 0)
 					printf "- %s: %.2f x the throughput of %s\n", name, ns[base] / ns[name], base
@@ -77,6 +79,9 @@ section "Limiter engine vs direct EVALSHA" \
 section "Limiter engine vs PING" \
 	"One decision (direct and auto-pipelined) against a bare PING through the same client." -- \
 	go test -run '^$' -bench 'BenchmarkCheck|BenchmarkPing' -benchtime 3s ./services/limiter/internal/ratelimit/
+section "Limiter: leased vs Redis-decided hot key" \
+	"One key called by 32 goroutines through the engine (auto-pipelined): the token bucket decided on Redis, then the same rule leased 100 units at a time (one script call per lease, the other calls answered from memory); target: leased >= 3x." -- \
+	go test -run '^$' -bench BenchmarkLeasedHotKey -benchtime 3s ./services/limiter/internal/ratelimit/
 section "Redis memory per active key" \
 	"MEMORY USAGE of one key after 100 requests in its window, per algorithm; baseline: a plain INCR counter." -- \
 	go test -run '^$' -bench BenchmarkMemoryPerKey -benchtime 1x ./services/limiter/internal/ratelimit/

@@ -67,6 +67,9 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// leaseReturnTimeout bounds giving the leases back at shutdown.
+const leaseReturnTimeout = 2 * time.Second
+
 // New connects to Redis Cluster (and PostgreSQL in postgres mode), loads the
 // rules, and returns the limiter's server, ready to Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
@@ -161,11 +164,22 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 	go engine.Run(bg)
 
 	// Order matters: closers run in reverse, so background work stops first,
-	// then refunds drain, then the stores close.
+	// then leases go back, then refunds drain, then the stores close.
 	for _, c := range closers {
 		srv.OnShutdown(func(context.Context) error { c(); return nil })
 	}
 	srv.OnShutdown(func(context.Context) error { engine.Wait(); return nil })
+	srv.OnShutdown(func(ctx context.Context) error {
+		// Unused leased units back to Redis, so a rolling restart strands
+		// none; past the bound they return when their window or bucket
+		// refills, which is not worth failing the shutdown for.
+		ctx, cancel := context.WithTimeout(ctx, leaseReturnTimeout)
+		defer cancel()
+		if err := engine.ReturnLeases(ctx); err != nil {
+			log.Warn("leases not all returned; their units come back when their windows or buckets refill", "err", err)
+		}
+		return nil
+	})
 	srv.OnShutdown(func(context.Context) error { stopBG(); return nil })
 	// Without Redis every rule answers by its failure mode, without
 	// PostgreSQL the rules loaded last hold: the limiter keeps deciding.

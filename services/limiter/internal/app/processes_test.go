@@ -44,20 +44,22 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// startLimiter runs bin with the test rules file and waits until its gRPC
-// health reports SERVING. It is safe to call from several goroutines.
-func startLimiter(t *testing.T, bin, grpcAddr, httpAddr string) (*limiterProcess, error) {
-	p, err := servertest.StartProcess("limiter", bin, grpcAddr, "kurz.ratelimit.v1.RateLimitService",
-		"KURZ_LIMITER_GRPC_ADDR="+grpcAddr,
-		"KURZ_LIMITER_HTTP_ADDR="+httpAddr,
+// startLimiter runs bin with the test rules file (and env, KEY=value, on
+// top) and waits until its gRPC health reports SERVING. It is safe to call
+// from several goroutines.
+func startLimiter(t *testing.T, bin, grpcAddr, httpAddr string, env ...string) (*limiterProcess, error) {
+	p, err := servertest.StartProcess("limiter", bin, grpcAddr, "kurz.ratelimit.v1.RateLimitService", append([]string{
+		"KURZ_LIMITER_GRPC_ADDR=" + grpcAddr,
+		"KURZ_LIMITER_HTTP_ADDR=" + httpAddr,
 		"KURZ_LIMITER_RULES_SOURCE=file",
-		"KURZ_LIMITER_RULES_FILE="+rulesFile(t),
+		"KURZ_LIMITER_RULES_FILE=" + rulesFile(t),
 		// Generous timeouts: under the race detector no decision may slip
 		// into a failure mode; this test is about Redis decisions.
 		"KURZ_LIMITER_REDIS_TIMEOUT=1s",
 		"KURZ_REDIS_READ_TIMEOUT=1s",
 		"KURZ_REDIS_WRITE_TIMEOUT=1s",
 		"KURZ_LOG_LEVEL=error",
+	}, env...)...,
 	)
 	if err != nil {
 		return nil, err

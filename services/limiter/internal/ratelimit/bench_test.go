@@ -133,3 +133,43 @@ func BenchmarkDecisionVsEvalsha(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLeasedHotKey measures one hot key (every call the same key) at
+// 32 goroutines, auto-pipelined as the service runs: first the rule decided
+// on Redis, then the same rule leased (each lease 100 units, taken in one
+// script call; the other callers draw from memory). The limit is far above
+// what either reaches, so no call is a cached denial. bench.sh prints the
+// ratio of the two.
+func BenchmarkLeasedHotKey(b *testing.B) {
+	const rules = `
+domains:
+  hot:
+    rules:
+      - {name: redis, key: [user], match: {mode: redis}, algorithm: token_bucket, limit: 1000000000, window: 1h, failure_mode: open}
+      - {name: leased, key: [user], match: {mode: leased}, algorithm: token_bucket, limit: 1000000000, window: 1h, failure_mode: open, lease: {size: 100, ttl: 1s}}
+`
+	const callers = 32
+	parallelism := max(1, callers/runtime.GOMAXPROCS(0))
+	c := parallelism * runtime.GOMAXPROCS(0)
+	for _, mode := range []string{"redis", "leased"} {
+		b.Run(fmt.Sprintf("c=%d/%s", c, mode), func(b *testing.B) {
+			e := engine(b, cluster(b), rules, Options{AutoPipeline: true, Replicas: 3})
+			b.Cleanup(func() { _ = e.ReturnLeases(context.Background()) })
+			desc := map[string]string{"user": unique(b), "mode": mode}
+			var denied atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(parallelism)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !e.Check(context.Background(), "hot", desc, 1).Allowed {
+						denied.Add(1)
+					}
+				}
+			})
+			if n := denied.Load(); n > 0 {
+				b.Errorf("%d calls denied: the limit must stay out of reach", n)
+			}
+		})
+	}
+}

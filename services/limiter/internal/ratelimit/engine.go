@@ -38,7 +38,8 @@ type Options struct {
 	// retries a timed-out script and a decision may consume twice.
 	Timeout time.Duration
 	// Replicas is the number of limiter replicas; "local" fallback holds
-	// limit/Replicas per key in each.
+	// limit/Replicas per key in each, and a lease takes at most a
+	// 1/Replicas share of what is left of a key.
 	Replicas int
 	// BreakerThreshold consecutive failures open a node's circuit breaker
 	// for BreakerCooldown.
@@ -77,6 +78,8 @@ type Engine struct {
 	m        *engineMetrics
 	// refunds tracks background refunds so tests and shutdown can wait.
 	refunds sync.WaitGroup
+	// leases are this replica's leases of leased rules' units (lease.go).
+	leases leaseTable
 }
 
 // denial is a cached Redis denial: the key denies any cost >= cost until
@@ -237,7 +240,8 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 
 // CheckAt is Check with the clock fixed at `at` instead of Redis TIME. It
 // exists for tests and the demo, which replay traces at chosen instants; the
-// service never calls it and no configuration reaches it.
+// service never calls it and no configuration reaches it. Leases run on
+// Redis TIME, so CheckAt decides leased rules on Redis as if unleased.
 func (e *Engine) CheckAt(ctx context.Context, at time.Time, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
 	_, rules := e.rules.Load().Match(domain, desc)
 	return e.decide(ctx, strconv.FormatInt(at.UnixMilli(), 10), domain, rules, cost)
@@ -285,8 +289,12 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 		mode = "peek"
 	}
 	reqID := e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
-	groups := e.groups(rules, clock, mode, reqID, cost)
 	results := make([]result, len(rules))
+	var ls leased
+	if cost > 0 && clock == "" {
+		ls = e.decideLeased(ctx, rules, results, cost)
+	}
+	groups := e.groups(rules, clock, mode, reqID, cost, ls.skip)
 	if len(groups) == 1 {
 		e.run(ctx, groups[0], rules, results, cost)
 	} else {
@@ -299,7 +307,8 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 
 	resp := e.respond(domain, rules, results)
 	if !resp.Allowed && cost > 0 {
-		e.giveBack(groups, rules, results, reqID, cost, clock)
+		e.giveBack(append(groups, ls.failed...), rules, results, reqID, cost, clock)
+		e.giveBackLeased(ls.holds)
 		for i, a := range rules {
 			r := results[i]
 			if !r.allowed && !a.Rule.Shadow && r.source == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS && r.retryAfter > 0 && clock == "" {
@@ -311,10 +320,15 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 	return resp
 }
 
-func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64) []*group {
+// groups groups the rules by hash tag, leaving out those skip marks
+// (decided from leases).
+func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, skip []bool) []*group {
 	var byTag map[string]*group // only for requests whose rules span tags
 	var order []*group
 	for i, a := range rules {
+		if skip != nil && skip[i] {
+			continue
+		}
 		var g *group
 		switch {
 		case len(order) == 1 && order[0].tag == a.tag:
@@ -597,6 +611,8 @@ func sourceName(s ratelimitv1.DecisionSource) string {
 		return "shadow"
 	case ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE:
 		return "no_rule"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE:
+		return "lease"
 	}
 	return "unspecified"
 }
@@ -644,7 +660,7 @@ func (e *Engine) Explain(ctx context.Context, domain string, desc map[string]str
 		return out, nil
 	}
 	reqID := e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
-	groups := e.groups(rules, "", "peek", reqID, cost)
+	groups := e.groups(rules, "", "peek", reqID, cost, nil)
 	results := make([]result, len(rules))
 	for _, g := range groups {
 		rctx, cancel := context.WithTimeout(ctx, 10*e.opts.Timeout)

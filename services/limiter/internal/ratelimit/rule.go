@@ -40,6 +40,9 @@ type Rule struct {
 	// the rule's own key is the hash tag and a big tenant's keys spread over
 	// the cluster.
 	ShardByTenant bool
+	// Lease, when its Size is set, lets each replica take up to Size units
+	// of a key from Redis at once and hand them out in memory (lease.go).
+	Lease Lease
 }
 
 // ID is "domain/name", unique across domains.
@@ -82,7 +85,7 @@ func (r *Rule) Validate() error {
 	if r.ShardByTenant && !containsString(r.Key, "tenant") {
 		return fmt.Errorf("rule %s: shard: tenant needs \"tenant\" among the key descriptors", r.ID())
 	}
-	return nil
+	return r.validateLease()
 }
 
 // matches reports whether the rule applies to a request with these descriptors.

@@ -41,6 +41,15 @@ type RuleSpec struct {
 	Shadow      bool              `yaml:"shadow,omitempty" json:"shadow,omitempty"`
 	// Shard is "key" (default) or "tenant".
 	Shard string `yaml:"shard,omitempty" json:"shard,omitempty"`
+	// Lease lets each replica take units of a hot key in advance.
+	Lease *LeaseSpec `yaml:"lease,omitempty" json:"lease,omitempty"`
+}
+
+// LeaseSpec is a rule's lease as written in configuration: up to Size units
+// per replica and key, handed out for at most TTL (a duration such as 1s).
+type LeaseSpec struct {
+	Size int64  `yaml:"size" json:"size"`
+	TTL  string `yaml:"ttl" json:"ttl"`
 }
 
 // LimitSpec overrides a rule's numbers for one plan; zero fields keep the
@@ -92,10 +101,18 @@ func (s RuleSpec) Rule(domain string) (*Rule, error) {
 	if s.Shard != "" && s.Shard != "key" && s.Shard != "tenant" {
 		return nil, fmt.Errorf("rule %s/%s: shard %q: want key or tenant", domain, s.Name, s.Shard)
 	}
+	var lease Lease
+	if s.Lease != nil {
+		ttl, err := time.ParseDuration(s.Lease.TTL)
+		if err != nil {
+			return nil, fmt.Errorf("rule %s/%s: lease: ttl %q: want a duration such as 500ms or 5s", domain, s.Name, s.Lease.TTL)
+		}
+		lease = Lease{Size: s.Lease.Size, TTL: ttl}
+	}
 	r := &Rule{
 		Domain: domain, Name: s.Name, Key: slices.Clone(s.Key), Match: maps.Clone(s.Match),
 		Algorithm: algo, Limit: s.Limit, Window: window, Burst: s.Burst, Queue: s.Queue,
-		FailureMode: mode, Shadow: s.Shadow, ShardByTenant: s.Shard == "tenant",
+		FailureMode: mode, Shadow: s.Shadow, ShardByTenant: s.Shard == "tenant", Lease: lease,
 	}
 	if err := r.Validate(); err != nil {
 		return nil, err

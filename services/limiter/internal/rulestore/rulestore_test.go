@@ -132,3 +132,36 @@ func TestBootstrapFileCompiles(t *testing.T) {
 		}
 	}
 }
+
+// A rule's lease survives PostgreSQL (it is part of the rule's jsonb spec),
+// and a misspelt lease field in a rule file is an error.
+func TestLeaseRoundTripsThroughPostgres(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	cfg, err := Parse([]byte(`
+domains:
+  hot:
+    rules:
+      - {name: a, key: [user], algorithm: token_bucket, limit: 100, window: 1m, failure_mode: open, lease: {size: 10, ttl: 2s}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Seed(ctx, pool, cfg); err != nil {
+		t.Fatal(err)
+	}
+	got, err := PostgresSource{Pool: pool}.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := ratelimit.Compile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := rs.Rules("hot")[0].Lease; l != (ratelimit.Lease{Size: 10, TTL: 2 * time.Second}) {
+		t.Errorf("lease loaded from postgres: %+v, want size 10, ttl 2s", l)
+	}
+	if _, err := Parse([]byte(`domains: {hot: {rules: [{name: a, key: [user], algorithm: token_bucket, limit: 1, window: 1m, failure_mode: open, lease: {size: 1, tll: 1s}}]}}`)); err == nil {
+		t.Error("lease with a misspelt field: want an error")
+	}
+}

@@ -163,6 +163,11 @@ const (
 	DecisionSource_DECISION_SOURCE_SHADOW DecisionSource = 5
 	// No rule matched the request; it passes.
 	DecisionSource_DECISION_SOURCE_NO_RULE DecisionSource = 6
+	// Allowed by this limiter replica's lease of a rule with `lease`: units
+	// the replica took from Redis in advance, by the rule's own algorithm, and
+	// hands out in memory. As exact as REDIS (no unit is handed out that Redis
+	// did not give); a leased rule's denials come from Redis and say REDIS.
+	DecisionSource_DECISION_SOURCE_LEASE DecisionSource = 7
 )
 
 // Enum value maps for DecisionSource.
@@ -175,6 +180,7 @@ var (
 		4: "DECISION_SOURCE_FAIL_CLOSED",
 		5: "DECISION_SOURCE_SHADOW",
 		6: "DECISION_SOURCE_NO_RULE",
+		7: "DECISION_SOURCE_LEASE",
 	}
 	DecisionSource_value = map[string]int32{
 		"DECISION_SOURCE_UNSPECIFIED":    0,
@@ -184,6 +190,7 @@ var (
 		"DECISION_SOURCE_FAIL_CLOSED":    4,
 		"DECISION_SOURCE_SHADOW":         5,
 		"DECISION_SOURCE_NO_RULE":        6,
+		"DECISION_SOURCE_LEASE":          7,
 	}
 )
 
@@ -912,7 +919,7 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x02\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xe9\x01\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\x84\x02\n" +
 	"\x0eDecisionSource\x12\x1f\n" +
 	"\x1bDECISION_SOURCE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_SOURCE_REDIS\x10\x01\x12\"\n" +
@@ -920,7 +927,8 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x19DECISION_SOURCE_FAIL_OPEN\x10\x03\x12\x1f\n" +
 	"\x1bDECISION_SOURCE_FAIL_CLOSED\x10\x04\x12\x1a\n" +
 	"\x16DECISION_SOURCE_SHADOW\x10\x05\x12\x1b\n" +
-	"\x17DECISION_SOURCE_NO_RULE\x10\x062\xac\x02\n" +
+	"\x17DECISION_SOURCE_NO_RULE\x10\x06\x12\x19\n" +
+	"\x15DECISION_SOURCE_LEASE\x10\a2\xac\x02\n" +
 	"\x10RateLimitService\x12Y\n" +
 	"\n" +
 	"CheckQuota\x12$.kurz.ratelimit.v1.CheckQuotaRequest\x1a%.kurz.ratelimit.v1.CheckQuotaResponse\x12\\\n" +

@@ -1,0 +1,474 @@
+package ratelimit
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+// Leases: a rule with a lease lets each replica take up to Size units of a
+// key from Redis in one script call (lease.lua, by the rule's own
+// algorithm) and answer that key's requests from memory until the units run
+// out or the lease ends, then give back exactly what it did not hand out.
+// Units are taken before they are handed out, so no number of replicas
+// admits more than Redis gave; what a lease can cost is under-admission:
+// units held unused in other replicas' leases (at most (replicas-1) x Size
+// per key at any moment; a take sized for queued callers hands its extra
+// units out at once), and the units of a lease whose replica dies before
+// giving them back, until the window or bucket refills.
+
+//go:embed lease.lua
+var leaseSource string
+
+var leaseScript = redis.NewScript(leaseSource)
+
+// Lease is a rule's lease option; the zero value means no lease.
+type Lease struct {
+	// Size is the most units a replica takes for one key at once.
+	Size int64
+	// TTL bounds how long a lease hands out units; fixed-window and
+	// sliding-window-counter leases also end with their window.
+	TTL time.Duration
+}
+
+// maxLeaseTTL bounds a lease's TTL: unused units sit in a lease until it
+// ends, and a bucket's lease may hand its units out up to TTL after Redis
+// gave them.
+const maxLeaseTTL = time.Minute
+
+func (r *Rule) validateLease() error {
+	l := r.Lease
+	switch {
+	case l == Lease{}:
+		return nil
+	case l.Size < 1:
+		return fmt.Errorf("rule %s: lease: size must be at least 1", r.ID())
+	case l.Size > r.capacity():
+		return fmt.Errorf("rule %s: lease: size %d exceeds what the rule holds at once (%d, its burst or limit): a lease could never fill", r.ID(), l.Size, r.capacity())
+	case l.TTL < time.Millisecond || l.TTL > maxLeaseTTL:
+		return fmt.Errorf("rule %s: lease: ttl %v: want 1ms to %v (unused units wait in a lease until it ends)", r.ID(), l.TTL, maxLeaseTTL)
+	case r.Shadow:
+		return fmt.Errorf("rule %s: lease: not with shadow: a shadow rule reports what Redis would decide and never denies, and a lease would only hide that behind this replica's share", r.ID())
+	case r.Queue:
+		return fmt.Errorf("rule %s: lease: not with queue: a queued leaky bucket tells each request its delay from the level it finds, and a lease raises the level by its whole size at once", r.ID())
+	}
+	return nil
+}
+
+// leaseTable is this replica's leases, one slot per leased key.
+type leaseTable struct {
+	mu     sync.RWMutex // read-locked on every leased decision
+	slots  map[string]*leaseSlot
+	closed bool // after ReturnLeases: take only what a request needs
+}
+
+// leaseSlot is one key's current lease and its single flight.
+type leaseSlot struct {
+	key    string
+	mu     sync.Mutex
+	cur    *lease       // the lease requests draw from, or nil
+	flight *leaseFlight // non-nil while a take for this key is in flight
+	// demand is the units callers queued behind a flight still need: the
+	// next take asks for them too, so that one call serves every caller
+	// waiting, not size units' worth of them.
+	demand int64
+	gone   bool // removed from the table: look the key up again
+}
+
+// leaseFlight is the one take in flight for a key; callers that find it
+// wait for it, then draw from the lease it installed.
+type leaseFlight struct {
+	done  chan struct{}
+	least int64   // the leader's cost: a denial holds for costs >= it
+	err   error   // Redis failed: the waiters' failure modes decide too
+	deny  *result // nothing to take: the waiters are denied too
+}
+
+// lease is units of one key taken from Redis and not yet given back.
+type lease struct {
+	id   string
+	rule *Rule // the numbers it was taken under; giving back uses them
+	at   int64 // Redis ms of the take
+	// top counts the units still counted in Redis: taken minus given back
+	// (sliding-log members "<id>:1" .. "<id>:<top>").
+	top   int64
+	left  int64 // not handed out
+	until time.Time
+	ended bool
+	timer *time.Timer
+	// remaining and resetAt are what Redis had left, and when it would be
+	// full again, at the take: what a leased allowance reports.
+	remaining int64
+	resetAt   time.Time
+}
+
+// leaseHold is a unit count a request took from a lease, given back if
+// another of the request's rules denies.
+type leaseHold struct {
+	slot  *leaseSlot
+	lease *lease
+	n     int64
+}
+
+// leased is what decideLeased did for a request: which rules it decided,
+// what it took from leases, and the groups of rules whose lease could not
+// be had from Redis (decided by their failure modes, refunded like others).
+type leased struct {
+	skip   []bool
+	holds  []leaseHold
+	failed []*group
+}
+
+// errLeaseWait is a take that waited for another caller's lease request
+// longer than the decision timeout.
+var errLeaseWait = errors.New("lease: waited past the decision timeout")
+
+// decideLeased decides every enforced leased rule of a request from this
+// replica's leases, taking a lease from Redis where none has units.
+func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []result, cost int64) leased {
+	var out leased
+	for i, a := range rules {
+		if a.Rule.Lease.Size == 0 || a.Rule.Shadow {
+			continue
+		}
+		if out.skip == nil {
+			out.skip = make([]bool, len(rules))
+		}
+		out.skip[i] = true
+		res, hold, err := e.takeLeased(ctx, a, a.cost(cost))
+		if err != nil {
+			g := &group{idx: []int{i}, keys: []string{a.Key}, err: err}
+			e.fallback(g, rules, results, cost, time.Now())
+			out.failed = append(out.failed, g)
+			continue
+		}
+		results[i] = res
+		if hold.lease != nil {
+			out.holds = append(out.holds, hold)
+		}
+	}
+	return out
+}
+
+// slot returns key's slot, creating it.
+func (t *leaseTable) slot(key string) *leaseSlot {
+	t.mu.RLock()
+	s := t.slots[key]
+	t.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.slots == nil {
+		t.slots = map[string]*leaseSlot{}
+	}
+	s = t.slots[key]
+	if s == nil {
+		s = &leaseSlot{key: key}
+		t.slots[key] = s
+	}
+	return s
+}
+
+// takeLeased takes n units of a's key from this replica's lease, or, when
+// it has too few, takes a new lease from Redis (one request per key in
+// flight; the others wait for it, at most the decision timeout in all).
+func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, leaseHold, error) {
+	deadline := time.Now().Add(e.opts.Timeout)
+	fp := fingerprintOf(a.Rule)
+	s := e.leases.slot(a.Key)
+	// queued is the slot whose demand counts this caller's n while it waits.
+	var queued *leaseSlot
+	defer func() {
+		if queued != nil {
+			queued.mu.Lock()
+			queued.demand -= n
+			queued.mu.Unlock()
+			e.dropIfIdle(queued)
+		}
+	}()
+	for {
+		s.mu.Lock()
+		if s.gone { // never with callers queued: dropIfIdle waits for them
+			s.mu.Unlock()
+			s = e.leases.slot(a.Key)
+			continue
+		}
+		now := time.Now()
+		if l := s.cur; l != nil && !l.ended && now.Before(l.until) && l.left >= n && fingerprintOf(l.rule) == fp {
+			l.left -= n
+			if queued == s { // served: no longer demand for the next take
+				s.demand -= n
+				queued = nil
+			}
+			res := l.allowance(now)
+			s.mu.Unlock()
+			return res, leaseHold{s, l, n}, nil
+		}
+		if f := s.flight; f != nil {
+			if queued == nil {
+				queued = s
+				s.demand += n
+			}
+			s.mu.Unlock()
+			wait := time.NewTimer(time.Until(deadline))
+			select {
+			case <-f.done:
+				wait.Stop()
+			case <-wait.C:
+				return result{}, leaseHold{}, errLeaseWait
+			case <-ctx.Done():
+				wait.Stop()
+				return result{}, leaseHold{}, ctx.Err()
+			}
+			if f.err != nil {
+				return result{}, leaseHold{}, f.err
+			}
+			if f.deny != nil && n >= f.least {
+				return *f.deny, leaseHold{}, nil
+			}
+			continue
+		}
+		f := &leaseFlight{done: make(chan struct{}), least: n}
+		s.flight = f
+		old := s.end()
+		demand := s.demand // this caller's n included once it has queued
+		if queued == nil {
+			demand += n
+		}
+		s.mu.Unlock()
+		return e.lead(ctx, s, f, old, a, n, demand)
+	}
+}
+
+// ending is what an ended lease leaves to give back to Redis.
+type ending struct {
+	l    *lease
+	give int64
+	top  int64 // the lease's top before giving back
+}
+
+// end ends s's current lease, if any, and returns what it leaves to give
+// back. s.mu must be held.
+func (s *leaseSlot) end() ending {
+	l := s.cur
+	s.cur = nil
+	if l == nil || l.ended {
+		return ending{}
+	}
+	l.ended = true
+	l.timer.Stop()
+	out := ending{l: l, give: l.left, top: l.top}
+	l.top -= l.left
+	l.left = 0
+	return out
+}
+
+// lead runs the flight f: one script call that gives back what the old
+// lease left and takes a new lease for a's key, of the lease's size or,
+// when more callers are queued, what they need (demand); the caller gets n.
+func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old ending, a Applied, n, demand int64) (res result, hold leaseHold, err error) {
+	r := a.Rule
+	give := []any{int64(0), int64(0), int64(0), ""}
+	if old.give > 0 {
+		if fingerprintOf(old.l.rule) == fingerprintOf(r) {
+			give = old.args()
+		} else {
+			e.giveBackToRedis(s.key, old) // under the numbers it was taken under
+		}
+	}
+	want := max(min(r.Lease.Size, r.capacity()), demand)
+	e.leases.mu.RLock()
+	if e.leases.closed {
+		want = n // shutting down: strand nothing
+	}
+	e.leases.mu.RUnlock()
+	id := e.reqPfx + "L" + strconv.FormatUint(e.reqSeq.Add(1), 36)
+	args := append(ruleArgs(r), give...)
+	args = append(args, want, n, max(e.opts.Replicas, 1), r.Lease.TTL.Milliseconds(), id)
+
+	start := time.Now()
+	// Not the caller's cancellation: waiters depend on this call too.
+	vals, err := e.leaseCall(context.WithoutCancel(ctx), s.key, args)
+
+	s.mu.Lock()
+	defer func() {
+		s.flight = nil
+		close(f.done)
+		s.mu.Unlock()
+		e.dropIfIdle(s) // nothing was installed after a denial or an error
+	}()
+	if err != nil {
+		f.err = err
+		return result{}, leaseHold{}, err
+	}
+	taken, valid, remaining, retry, reset := vals[0], vals[2], vals[3], vals[4], vals[5]
+	if taken == 0 {
+		res = result{limit: r.Limit, remaining: remaining, resetAfter: time.Duration(reset) * time.Millisecond,
+			source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}
+		if retry < 0 {
+			res.never, res.retryAfter = true, r.Window
+		} else {
+			res.retryAfter = time.Duration(retry) * time.Millisecond
+		}
+		f.deny = &res
+		return res, leaseHold{}, nil
+	}
+	l := &lease{
+		id: id, rule: r, at: vals[1], top: taken, left: taken - n,
+		// From before the call: the local end comes no later than Redis's.
+		until:     start.Add(time.Duration(valid) * time.Millisecond),
+		remaining: remaining,
+		resetAt:   start.Add(time.Duration(reset) * time.Millisecond),
+	}
+	l.timer = time.AfterFunc(time.Until(l.until), func() { e.expire(s, l) })
+	s.cur = l
+	return l.allowance(time.Now()), leaseHold{s, l, n}, nil
+}
+
+// allowance is a leased allowance as the rule reports it: remaining is this
+// lease's units plus what Redis had left when the lease was taken.
+func (l *lease) allowance(now time.Time) result {
+	return result{
+		allowed: true, limit: l.rule.Limit, remaining: l.left + l.remaining,
+		resetAfter: max(0, l.resetAt.Sub(now)), source: ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE,
+	}
+}
+
+// args are the give-back arguments of lease.lua for what o leaves.
+func (o ending) args() []any { return []any{o.give, o.top, o.l.at, o.l.id} }
+
+func ruleArgs(r *Rule) []any {
+	return []any{int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity()}
+}
+
+// expire ends l at its end of life and gives back what it did not hand out;
+// an idle slot leaves the table.
+func (e *Engine) expire(s *leaseSlot, l *lease) {
+	s.mu.Lock()
+	var old ending
+	if s.cur == l {
+		old = s.end()
+	}
+	s.mu.Unlock()
+	if old.give > 0 {
+		e.giveBackToRedis(s.key, old)
+	}
+	e.dropIfIdle(s)
+}
+
+// dropIfIdle removes s from the table when it holds no lease and no flight,
+// so keys no longer leased cost no memory.
+func (e *Engine) dropIfIdle(s *leaseSlot) {
+	e.leases.mu.Lock()
+	defer e.leases.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil && s.flight == nil && s.demand == 0 && !s.gone {
+		s.gone = true
+		delete(e.leases.slots, s.key)
+	}
+}
+
+// giveBackLeased returns the units a denied request took from leases: to
+// the lease if it is still handing out, else to Redis.
+func (e *Engine) giveBackLeased(holds []leaseHold) {
+	for _, h := range holds {
+		h.slot.mu.Lock()
+		l := h.lease
+		if !l.ended {
+			l.left += h.n
+			h.slot.mu.Unlock()
+			continue
+		}
+		old := ending{l: l, give: h.n, top: l.top}
+		l.top -= h.n
+		h.slot.mu.Unlock()
+		e.giveBackToRedis(h.slot.key, old)
+	}
+}
+
+// giveBackToRedis gives what an ended lease left back to Redis in the
+// background; if that fails, the units return when the window or bucket
+// refills.
+func (e *Engine) giveBackToRedis(key string, old ending) {
+	e.refunds.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*e.opts.Timeout)
+		defer cancel()
+		if err := e.giveBack1(ctx, key, old); err != nil {
+			e.log.Warn("lease give-back failed; the units return when the window or bucket refills", "key", key, "units", old.give, "err", err)
+		}
+	})
+}
+
+func (e *Engine) giveBack1(ctx context.Context, key string, old ending) error {
+	args := append(ruleArgs(old.l.rule), old.args()...)
+	args = append(args, int64(0), int64(0), 1, int64(0), "")
+	return leaseScript.Run(ctx, e.rdb, []string{key}, args...).Err()
+}
+
+// leaseCall runs lease.lua on key's node, under that node's circuit breaker
+// and within the decision timeout, as decisions run decide.lua.
+func (e *Engine) leaseCall(ctx context.Context, key string, args []any) ([]int64, error) {
+	node := e.slots.node(key)
+	br := e.breakers.get(node)
+	if !br.allow(time.Now()) {
+		return nil, errBreakerOpen
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+	start := time.Now()
+	vals, err := leaseScript.Run(rctx, e.rdb, []string{key}, args...).Int64Slice()
+	cancel()
+	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
+	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
+	if opened {
+		e.log.Warn("redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
+		e.m.breakerOpen.Add(ctx, 1)
+	}
+	if closed {
+		e.log.Info("redis breaker closed; back on redis", "node", node)
+		e.m.breakerOpen.Add(ctx, -1)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	return vals, nil
+}
+
+// ReturnLeases gives every outstanding lease's unused units back to Redis,
+// within ctx, so that a replica shutting down (a rolling restart) strands
+// none. Leases taken afterwards hold only what their request needs. Call it
+// once the replica has stopped taking requests.
+func (e *Engine) ReturnLeases(ctx context.Context) error {
+	e.leases.mu.Lock()
+	e.leases.closed = true
+	var olds []ending
+	var keys []string
+	for key, s := range e.leases.slots {
+		s.mu.Lock()
+		if old := s.end(); old.give > 0 {
+			olds, keys = append(olds, old), append(keys, key)
+		}
+		s.mu.Unlock()
+	}
+	e.leases.mu.Unlock()
+	errs := make([]error, len(olds))
+	var wg sync.WaitGroup
+	for i := range olds {
+		wg.Go(func() { errs[i] = e.giveBack1(ctx, keys[i], olds[i]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("return leases: %w", err)
+	}
+	return nil
+}

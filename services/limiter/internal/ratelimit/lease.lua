@@ -1,0 +1,206 @@
+-- lease.lua: a replica's lease of one rule's key. In one atomic call it
+-- gives back what an earlier lease did not hand out (exactly those units,
+-- where they still count), then takes up to `want` units for a new lease by
+-- the rule's own algorithm, so that units are always taken before the
+-- replica hands them out. Redis TIME is the clock; state keys and fields are
+-- decide.lua's.
+--
+-- KEYS[1]   the rule's state key
+-- ARGV[1-4] algorithm (as in decide.lua), limit, window in ms, burst
+-- ARGV[5-8] give back: units (0: none), the earlier lease's top member index
+--           (sliding log: members "<id>:1" .. "<id>:<top>" are still in the
+--           log), the Redis ms it was taken at, its id
+-- ARGV[9-13] take: units wanted (0: take nothing), the least worth taking
+--           (the request's cost: fewer available means a denial), the
+--           number of replicas sharing the key, the lease's ttl in ms, its id
+--
+-- Returns {taken, now_ms, valid_ms (how long the lease may hand out units),
+-- remaining (left in Redis after the take), retry_after_ms (when taken is 0:
+-- until `least` units could be taken; -1: never, least exceeds capacity),
+-- reset_after_ms}.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local key = KEYS[1]
+local algo, limit, window, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local give, top, at, oldid = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+local want, least, share, ttl, id = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
+local ceil, floor, max, min = math.ceil, math.floor, math.max, math.min
+
+if give > 0 then
+  if algo == 4 then
+    local tokens = tonumber(redis.call('HGET', key, 'tokens'))
+    if tokens then redis.call('HSET', key, 'tokens', min(burst, tokens + give)) end
+  elseif algo == 5 then
+    local level = tonumber(redis.call('HGET', key, 'level'))
+    if level then redis.call('HSET', key, 'level', max(0, level - give)) end
+  elseif algo == 1 then
+    -- Only into the window the lease was taken in: a later one started afresh.
+    local s = redis.call('HMGET', key, 'w', 'n')
+    if tonumber(s[1]) == floor(at / window) then
+      redis.call('HSET', key, 'n', max(0, tonumber(s[2]) - give))
+    end
+  elseif algo == 3 then
+    -- The lease's window is `cur`, or `prev` once the next window began.
+    local s = redis.call('HMGET', key, 'w', 'cur', 'prev')
+    local w = floor(at / window)
+    if tonumber(s[1]) == w then
+      redis.call('HSET', key, 'cur', max(0, tonumber(s[2]) - give))
+    elseif tonumber(s[1]) == w + 1 then
+      redis.call('HSET', key, 'prev', max(0, tonumber(s[3]) - give))
+    end
+  elseif algo == 2 then
+    for j = top - give + 1, top do redis.call('ZREM', key, oldid .. ':' .. j) end
+  end
+end
+if want == 0 then return {0, now, 0, 0, 0, 0} end
+
+-- count is how many of avail units to take: none below least; else at most
+-- want, and only a replica's share of what is left once little is left, so
+-- the last units are not all held by one replica.
+local function count(avail)
+  if avail < least then return 0 end
+  return min(want, avail, max(least, floor(avail / share)))
+end
+
+local taken, remaining, retry, reset = 0, 0, 0, 0
+local ends = now + ttl
+
+if algo == 4 then
+  local rate = limit / window
+  local s = redis.call('HMGET', key, 'tokens', 'ts')
+  local tokens = tonumber(s[1]) or burst
+  local ts = tonumber(s[2]) or now
+  if ts > now then ts = now end
+  tokens = min(burst, tokens + (now - ts) * rate)
+  taken = count(floor(tokens))
+  tokens = tokens - taken
+  if taken > 0 then
+    redis.call('HSET', key, 'tokens', tokens, 'ts', now)
+    redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
+  elseif least > burst then
+    retry = -1
+  else
+    retry = ceil((least - tokens) / rate)
+  end
+  remaining = floor(tokens)
+  reset = ceil((burst - tokens) / rate)
+
+elseif algo == 5 then
+  local rate = limit / window
+  local s = redis.call('HMGET', key, 'level', 'ts')
+  local level = tonumber(s[1]) or 0
+  local ts = tonumber(s[2]) or now
+  if ts > now then ts = now end
+  level = max(0, level - (now - ts) * rate)
+  taken = count(floor(burst - level))
+  level = level + taken
+  if taken > 0 then
+    redis.call('HSET', key, 'level', level, 'ts', now)
+    redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
+  elseif least > burst then
+    retry = -1
+  else
+    retry = ceil((level + least - burst) / rate)
+  end
+  remaining = max(0, floor(burst - level))
+  reset = ceil(level / rate)
+
+elseif algo == 1 then
+  -- A fixed-window lease ends with its window: its units count only there.
+  local w = floor(now / window)
+  local s = redis.call('HMGET', key, 'w', 'n')
+  local n = 0
+  if tonumber(s[1]) == w then n = tonumber(s[2]) or 0 end
+  reset = (w + 1) * window - now
+  ends = min(ends, (w + 1) * window)
+  taken = count(limit - n)
+  n = n + taken
+  if taken > 0 then
+    redis.call('HSET', key, 'w', w, 'n', n)
+    redis.call('PEXPIRE', key, reset)
+  elseif least > limit then
+    retry = -1
+  else
+    retry = reset
+  end
+  remaining = limit - n
+
+elseif algo == 3 then
+  -- Counted in this window's `cur`, so the lease ends with the window: a
+  -- unit handed out later would weigh only as part of `prev`.
+  local w = floor(now / window)
+  local s = redis.call('HMGET', key, 'w', 'cur', 'prev')
+  local sw = tonumber(s[1])
+  local cur, prev = 0, 0
+  if sw == w then
+    cur, prev = tonumber(s[2]) or 0, tonumber(s[3]) or 0
+  elseif sw == w - 1 then
+    prev = tonumber(s[2]) or 0
+  end
+  local elapsed = now - w * window
+  ends = min(ends, (w + 1) * window)
+  local est = prev * (1 - elapsed / window) + cur
+  -- One unit at a time (decide.lua), the k-th passes while est + k - 1 < limit.
+  taken = count(max(0, ceil(limit - est)))
+  cur = cur + taken
+  est = est + taken
+  if taken > 0 then
+    redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prev)
+    redis.call('PEXPIRE', key, 2 * window + 1000)
+  else
+    -- decide.lua's retry-after for a request of cost `least`.
+    local room = limit - least + 1
+    if room <= 0 then
+      retry = -1
+    else
+      local dt = -1
+      if prev > 0 then
+        dt = floor((est - room) * window / prev) + 1
+        if elapsed + dt >= window then dt = -1 end
+      end
+      if dt < 0 then
+        local left = window - elapsed
+        if cur < room then
+          dt = left
+        else
+          dt = left + floor(window * (1 - room / cur)) + 1
+        end
+      end
+      retry = dt
+    end
+  end
+  remaining = max(0, ceil(limit - est))
+  if cur > 0 then
+    reset = (w + 2) * window - now
+  elseif prev > 0 then
+    reset = (w + 1) * window - now
+  end
+
+elseif algo == 2 then
+  -- A sliding-log lease stamps its members with the lease's end, the last
+  -- instant one of its units can be handed out: every unit then stays in
+  -- the log for at least a full window after its use, so the log stays
+  -- exact over any window.
+  local from = now - window
+  local n = redis.call('ZCOUNT', key, '(' .. from, '+inf')
+  taken = count(limit - n)
+  if taken > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', from)
+    for j = 1, taken do redis.call('ZADD', key, ends, id .. ':' .. j) end
+    redis.call('PEXPIRE', key, max(redis.call('PTTL', key), ends - now + window + 1000))
+  elseif least > limit then
+    retry = -1
+  else
+    -- The oldest n + least - limit members must leave the window first.
+    local e = redis.call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', n + least - limit - 1, 1)
+    retry = tonumber(e[2]) + window - now
+  end
+  remaining = max(0, limit - n - taken)
+  reset = ends + window - now
+
+else
+  return redis.error_reply('unknown algorithm ' .. tostring(algo))
+end
+
+return {taken, now, ends - now, remaining, retry, reset}

@@ -1,0 +1,398 @@
+package ratelimit
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/redistest"
+)
+
+// leasedRules are the five algorithms at limit 100 per hour (nothing refills
+// by a whole unit while a test runs), each leased 10 units at a time for a
+// minute, chosen by descriptor algo.
+const leasedRules = `
+domains:
+  l:
+    rules:
+      - {name: token_bucket, key: [user], match: {algo: token_bucket}, algorithm: token_bucket, limit: 100, window: 1h, failure_mode: open, lease: {size: 10, ttl: 1m}}
+      - {name: fixed_window, key: [user], match: {algo: fixed_window}, algorithm: fixed_window, limit: 100, window: 1h, failure_mode: open, lease: {size: 10, ttl: 1m}}
+      - {name: sliding_window_counter, key: [user], match: {algo: sliding_window_counter}, algorithm: sliding_window_counter, limit: 100, window: 1h, failure_mode: open, lease: {size: 10, ttl: 1m}}
+      - {name: sliding_log, key: [user], match: {algo: sliding_log}, algorithm: sliding_log, limit: 100, window: 1h, failure_mode: open, lease: {size: 10, ttl: 1m}}
+      - {name: leaky_bucket, key: [user], match: {algo: leaky_bucket}, algorithm: leaky_bucket, limit: 100, window: 1h, failure_mode: open, lease: {size: 10, ttl: 1m}}
+`
+
+// leaseEngine is engine() whose leases go back to Redis when the test ends,
+// before its background work is waited for.
+func leaseEngine(t *testing.T, rdb *redis.ClusterClient, rules string, opts Options) *Engine {
+	t.Helper()
+	e := engine(t, rdb, rules, opts)
+	t.Cleanup(func() { _ = e.ReturnLeases(context.Background()) })
+	return e
+}
+
+// peekRemaining is what Redis has left for desc's rule (a cost-0 look that
+// leases do not answer), and the decision's source.
+func peekRemaining(t *testing.T, e *Engine, domain string, desc map[string]string) int64 {
+	t.Helper()
+	resp := e.Check(context.Background(), domain, desc, 0)
+	if resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Fatalf("peek: source %v, want REDIS", resp.Source)
+	}
+	return resp.Remaining
+}
+
+func TestLeaseValidation(t *testing.T) {
+	for _, tc := range []struct{ rule, want string }{
+		{`{name: r, key: [u], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open, lease: {size: 0, ttl: 1s}}`, "lease: size must be at least 1"},
+		{`{name: r, key: [u], algorithm: token_bucket, limit: 100, burst: 10, window: 1s, failure_mode: open, lease: {size: 11, ttl: 1s}}`, "lease: size 11 exceeds what the rule holds at once (10"},
+		{`{name: r, key: [u], algorithm: fixed_window, limit: 10, window: 1s, failure_mode: open, lease: {size: 11, ttl: 1s}}`, "lease: size 11 exceeds"},
+		{`{name: r, key: [u], algorithm: fixed_window, limit: 10, window: 1s, failure_mode: open, lease: {size: 1}}`, `lease: ttl "": want a duration`},
+		{`{name: r, key: [u], algorithm: fixed_window, limit: 10, window: 1s, failure_mode: open, lease: {size: 1, ttl: soon}}`, `lease: ttl "soon"`},
+		{`{name: r, key: [u], algorithm: fixed_window, limit: 10, window: 1s, failure_mode: open, lease: {size: 1, ttl: 0s}}`, "lease: ttl 0s: want 1ms to 1m0s"},
+		{`{name: r, key: [u], algorithm: fixed_window, limit: 10, window: 1s, failure_mode: open, lease: {size: 1, ttl: 2m}}`, "lease: ttl 2m0s: want 1ms to 1m0s"},
+		{`{name: r, key: [u], algorithm: fixed_window, limit: 10, window: 1s, failure_mode: open, shadow: true, lease: {size: 1, ttl: 1s}}`, "lease: not with shadow"},
+		{`{name: r, key: [u], algorithm: leaky_bucket, limit: 10, window: 1s, failure_mode: open, queue: true, lease: {size: 1, ttl: 1s}}`, "lease: not with queue"},
+	} {
+		var cfg Config
+		if err := yaml.Unmarshal([]byte("domains: {d: {rules: ["+tc.rule+"]}}"), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Compile(cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s:\n  got %v\n  want an error containing %q", tc.rule, err, tc.want)
+		}
+	}
+	rs := compile(t, `domains: {d: {rules: [{name: r, key: [u], algorithm: sliding_log, limit: 10, window: 1s, failure_mode: open, lease: {size: 10, ttl: 1m}}]}}`)
+	if got := rs.Rules("d")[0].Lease; got != (Lease{Size: 10, TTL: time.Minute}) {
+		t.Errorf("lease %+v, want size 10, ttl 1m", got)
+	}
+}
+
+// A lease takes its size from Redis at once, hands units out from memory,
+// and gives back exactly what it did not hand out.
+func TestLeaseReturnIsExact(t *testing.T) {
+	rdb := cluster(t)
+	ctx := context.Background()
+	for _, algo := range algos {
+		t.Run(algo, func(t *testing.T) {
+			// An engine of its own: after ReturnLeases an engine leases
+			// only what a request needs.
+			e := leaseEngine(t, rdb, leasedRules, Options{})
+			desc := map[string]string{"user": unique(t), "algo": algo}
+			for i := range 3 {
+				resp := e.Check(ctx, "l", desc, 1)
+				if !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+					t.Fatalf("check %d: allowed=%v source=%v, want allowed from the LEASE", i+1, resp.Allowed, resp.Source)
+				}
+				if resp.Remaining != int64(99-i) {
+					t.Errorf("check %d: remaining %d, want %d", i+1, resp.Remaining, 99-i)
+				}
+			}
+			if got := peekRemaining(t, e, "l", desc); got != 90 {
+				t.Errorf("Redis with the lease out: remaining %d, want 90 (one lease of 10)", got)
+			}
+			if err := e.ReturnLeases(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := peekRemaining(t, e, "l", desc); got != 97 {
+				t.Errorf("Redis after the lease came back: remaining %d, want 97 (3 handed out)", got)
+			}
+			if algo == "sliding_log" {
+				_, rules := e.Rules().Match("l", desc)
+				if n, err := rdb.ZCard(ctx, rules[0].Key).Result(); err != nil || n != 3 {
+					t.Errorf("sliding log holds %d members (%v), want the 3 handed out", n, err)
+				}
+			}
+		})
+	}
+}
+
+// A lease that ends unused gives its units back by itself.
+func TestLeaseExpiryReturnsUnits(t *testing.T) {
+	e := leaseEngine(t, cluster(t), strings.ReplaceAll(leasedRules, "ttl: 1m", "ttl: 50ms"), Options{})
+	ctx := context.Background()
+	for _, algo := range algos {
+		t.Run(algo, func(t *testing.T) {
+			desc := map[string]string{"user": unique(t), "algo": algo}
+			if resp := e.Check(ctx, "l", desc, 1); !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+				t.Fatalf("allowed=%v source=%v, want allowed from the LEASE", resp.Allowed, resp.Source)
+			}
+			var got int64
+			deadline := time.Now().Add(10 * time.Second)
+			for got = peekRemaining(t, e, "l", desc); got != 99 && time.Now().Before(deadline); got = peekRemaining(t, e, "l", desc) {
+				time.Sleep(10 * time.Millisecond) // polling interval, not synchronisation
+			}
+			if got != 99 {
+				t.Errorf("10 s after a 50 ms lease: Redis remaining %d, want 99 (9 unused units back)", got)
+			}
+		})
+	}
+}
+
+// Three replicas, each with its own Redis client, share one leased key:
+// 1,500 concurrent calls admit at most the limit and, with leases of 10 and
+// the last units shared out, at least 95; after the replicas give their
+// leases back, Redis holds exactly what was not admitted.
+func TestLeasedBurstAcrossThreeEngines(t *testing.T) {
+	ctx := context.Background()
+	for _, algo := range algos {
+		t.Run(algo, func(t *testing.T) {
+			engines := make([]*Engine, 3)
+			for i := range engines {
+				engines[i] = leaseEngine(t, cluster(t), leasedRules, Options{Replicas: 3, AutoPipeline: i == 0})
+			}
+			desc := map[string]string{"user": unique(t), "algo": algo}
+			var allowed, fromLease atomic.Int64
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range 1500 {
+				e := engines[i%3]
+				wg.Go(func() {
+					<-start
+					resp := e.Check(ctx, "l", desc, 1)
+					if resp.Allowed {
+						allowed.Add(1)
+					}
+					if resp.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+						fromLease.Add(1)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			got := allowed.Load()
+			if got > 100 || got < 95 {
+				t.Errorf("allowed %d/1500 through 3 leasing engines, want 95..100 (never above the limit)", got)
+			}
+			if fromLease.Load() != got {
+				t.Errorf("%d allowances from leases, want all %d", fromLease.Load(), got)
+			}
+			for _, e := range engines {
+				if err := e.ReturnLeases(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if left := peekRemaining(t, engines[0], "l", desc); left != 100-got {
+				t.Errorf("Redis after every lease came back: remaining %d, want %d (100 - allowed)", left, 100-got)
+			}
+		})
+	}
+}
+
+// scriptCounter counts lease.lua calls through a client (an EVALSHA that
+// finds no script, and is followed by EVAL, is not one); while gate is
+// set, the first call waits until it is closed.
+type scriptCounter struct {
+	n     atomic.Int64
+	gate  chan struct{}
+	gated atomic.Bool
+}
+
+func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 2 || (args[1] != leaseScript.Hash() && args[1] != leaseSource) {
+			return next(ctx, cmd)
+		}
+		if c.gate != nil && c.gated.CompareAndSwap(false, true) {
+			<-c.gate
+		}
+		err := next(ctx, cmd)
+		if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			c.n.Add(1)
+		}
+		return err
+	}
+}
+
+func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Concurrent callers of one key wait for the one lease request in flight
+// and draw from it; once Redis says nothing is left, the over-limit cache
+// answers instead of Redis.
+func TestLeaseIsSingleFlightAndDenialsAreCached(t *testing.T) {
+	rdb := cluster(t)
+	calls := &scriptCounter{}
+	rdb.AddHook(calls)
+	e := leaseEngine(t, rdb, strings.ReplaceAll(leasedRules, "size: 10,", "size: 100,"), Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			if e.Check(ctx, "l", desc, 1).Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if allowed.Load() != 100 || calls.n.Load() != 1 {
+		t.Errorf("100 concurrent calls: allowed %d, lease requests %d; want 100 allowed from 1 lease of 100", allowed.Load(), calls.n.Load())
+	}
+
+	denied := e.Check(ctx, "l", desc, 1)
+	if denied.Allowed || denied.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS || denied.RetryAfter.AsDuration() <= 0 {
+		t.Fatalf("101st call: allowed=%v source=%v retry=%v, want denied by REDIS with a retry-after", denied.Allowed, denied.Source, denied.RetryAfter.AsDuration())
+	}
+	before, start := calls.n.Load(), time.Now()
+	for range 50 {
+		if e.Check(ctx, "l", desc, 1).Allowed {
+			t.Fatal("allowed after the limit")
+		}
+	}
+	// A cached denial lasts maxDenialTTL: one Redis call per such period at
+	// most, however slow the machine.
+	if n, most := calls.n.Load()-before, int64(time.Since(start)/maxDenialTTL)+1; n > most {
+		t.Errorf("50 denied calls made %d lease requests, want at most %d (denials cached)", n, most)
+	}
+}
+
+// Callers that queue behind a lease take are all served by the next one:
+// with leases of 1, 50 concurrent callers cost 2 lease calls, not 50.
+func TestLeaseTakeServesQueuedCallers(t *testing.T) {
+	rdb := cluster(t)
+	calls := &scriptCounter{gate: make(chan struct{})}
+	rdb.AddHook(calls)
+	e := leaseEngine(t, rdb, strings.ReplaceAll(leasedRules, "size: 10,", "size: 1,"), Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if e.Check(ctx, "l", desc, 1).Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	// The first take is held at the gate until the 49 others are queued.
+	_, rules := e.Rules().Match("l", desc)
+	queued := func() int64 {
+		s := e.leases.slot(rules[0].Key)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.demand
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for queued() < 49 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	}
+	close(calls.gate)
+	wg.Wait()
+	if allowed.Load() != 50 || calls.n.Load() != 2 {
+		t.Errorf("50 callers, leases of 1: allowed %d, lease calls %d; want 50 allowed from 2 calls (the second sized for the 49 queued)", allowed.Load(), calls.n.Load())
+	}
+}
+
+// A request's rules are all or nothing: a leased unit goes back to its lease
+// when another rule denies, and a leased rule's denial refunds the others.
+func TestLeasedRuleInAMultiRuleRequest(t *testing.T) {
+	e := leaseEngine(t, cluster(t), `
+domains:
+  m:
+    rules:
+      - {name: hot, key: [user], algorithm: token_bucket, limit: 100, window: 1h, failure_mode: open, lease: {size: 10, ttl: 1m}}
+      - {name: strict, key: [ip], algorithm: fixed_window, limit: 1, window: 1h, failure_mode: open}
+  n:
+    rules:
+      - {name: scarce, key: [user], algorithm: token_bucket, limit: 1, window: 1h, failure_mode: open, lease: {size: 1, ttl: 1m}}
+      - {name: plenty, key: [ip], algorithm: fixed_window, limit: 5, window: 1h, failure_mode: open}
+`, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "ip": unique(t)}
+	if resp := e.Check(ctx, "m", desc, 1); !resp.Allowed {
+		t.Fatalf("first request denied by %s", resp.DecidingRule)
+	}
+	if resp := e.Check(ctx, "m", desc, 1); resp.Allowed || resp.DecidingRule != "strict" {
+		t.Fatalf("second request: allowed=%v deciding=%q, want denied by strict", resp.Allowed, resp.DecidingRule)
+	}
+	e.Wait()
+	if err := e.ReturnLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := peekRemaining(t, e, "m", map[string]string{"user": desc["user"]}); got != 99 {
+		t.Errorf("hot after the leases came back: remaining %d, want 99 (the denied request's unit given back)", got)
+	}
+
+	desc = map[string]string{"user": unique(t), "ip": unique(t)}
+	e.Check(ctx, "n", desc, 1)
+	if resp := e.Check(ctx, "n", desc, 1); resp.Allowed || resp.DecidingRule != "scarce" {
+		t.Fatalf("second request: allowed=%v deciding=%q, want denied by scarce", resp.Allowed, resp.DecidingRule)
+	}
+	e.Wait()
+	if got := peekRemaining(t, e, "n", map[string]string{"ip": desc["ip"]}); got != 4 {
+		t.Errorf("plenty after scarce denied: remaining %d, want 4 (the denied request refunded)", got)
+	}
+}
+
+// When Redis cannot give a lease, the rule's failure mode decides; a lease
+// already held goes on answering from memory.
+func TestLeaseWhenRedisIsDown(t *testing.T) {
+	node := redistest.Start(t)
+	const timeout = 100 * time.Millisecond
+	e := leaseEngine(t, privateCluster(t, node, timeout), `
+domains:
+  f:
+    rules:
+      - {name: open, key: [user], match: {mode: open}, algorithm: token_bucket, limit: 10, window: 1h, failure_mode: open, lease: {size: 5, ttl: 1m}}
+      - {name: closed, key: [user], match: {mode: closed}, algorithm: fixed_window, limit: 10, window: 1h, failure_mode: closed, lease: {size: 5, ttl: 1m}}
+      - {name: local, key: [user], match: {mode: local}, algorithm: sliding_log, limit: 10, window: 1h, failure_mode: local, lease: {size: 5, ttl: 1m}}
+`, Options{Timeout: timeout, Replicas: 2, BreakerThreshold: 3, BreakerCooldown: time.Hour})
+	ctx := context.Background()
+	held := map[string]string{"user": unique(t), "mode": "open"}
+	if got := e.Check(ctx, "f", held, 1); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+		t.Fatalf("healthy: source %v, want LEASE", got.Source)
+	}
+
+	node.Pause()
+	t.Cleanup(node.Resume)
+	for i := range 4 {
+		if got := e.Check(ctx, "f", held, 1); !got.Allowed || got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+			t.Errorf("held lease, unit %d of 4 left, Redis hung: allowed=%v source=%v, want allowed from the LEASE", i+1, got.Allowed, got.Source)
+		}
+	}
+	fresh := unique(t)
+	want := map[string]ratelimitv1.DecisionSource{
+		"open":   ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN,
+		"closed": ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED,
+		"local":  ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK,
+	}
+	for _, mode := range []string{"open", "closed", "local"} {
+		got := e.Check(ctx, "f", map[string]string{"user": fresh, "mode": mode}, 1)
+		if got.Source != want[mode] || got.Allowed != (mode != "closed") {
+			t.Errorf("%s, no lease, Redis hung: allowed=%v source=%v, want %v", mode, got.Allowed, got.Source, want[mode])
+		}
+	}
+	// Local fallback holds limit / replicas = 5 per key, leased or not.
+	allowed := 1 // the one above
+	for range 9 {
+		if e.Check(ctx, "f", map[string]string{"user": fresh, "mode": "local"}, 1).Allowed {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Errorf("local fallback allowed %d/10, want 5", allowed)
+	}
+	if got := e.Check(ctx, "f", held, 1); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN {
+		t.Errorf("held lease used up, Redis hung: source %v, want FAIL_OPEN", got.Source)
+	}
+}
+
+func TestLeaseSourceName(t *testing.T) {
+	if got := sourceName(ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE); got != "lease" {
+		t.Errorf("sourceName(LEASE) = %q, want lease", got)
+	}
+}
