@@ -14,7 +14,7 @@ import (
 	"kurz.dev/pkg/callmeta"
 )
 
-// The limiter's per-decision Redis timeout in these tests (production: 5 ms):
+// The limiter's per-decision Redis timeout in these tests (production: 10 ms):
 // long enough that a healthy Redis under the race detector answers within
 // it, short enough that a fallback is still quick.
 const redisTimeout = 100 * time.Millisecond

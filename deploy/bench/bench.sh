@@ -67,6 +67,9 @@ ratios() {
 section "Limiter: CheckQuota through gRPC, closed loop" \
 	"32 concurrent callers, demo token bucket over 10,000 keys; baseline: gRPC health checks on the same server and connections." -- \
 	go run ./services/limiter/cmd/quotaload -addr "$LIMITER" -c 32 -d "$D" -baseline
+section "Limiter at the production Redis deadline" \
+	"A second limiter beside the stack with the default KURZ_LIMITER_REDIS_TIMEOUT (10 ms; make up's runs with 50 ms), 32 callers, 100,000 keys: the answers by source (target: >= 99% decided on Redis)." -- \
+	deploy/bench/default-deadline.sh
 section "Limiter: CheckQuota, open loop" \
 	"3,000 calls/s over 64 workers; latency counted from each call's scheduled start." -- \
 	go run ./services/limiter/cmd/quotaload -addr "$LIMITER" -c 64 -d "$D" -rate 3000

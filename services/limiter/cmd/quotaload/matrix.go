@@ -301,7 +301,7 @@ func (m *matrixRun) summary(out io.Writer, cells []cell) {
 			x.evalsha.Errors+x.quota.Errors)
 	}
 	fmt.Fprintln(out, "\nkeys 1: one hot key, over its limit after 100 calls; the limiter answers most of its denials from its over-limit cache, EVALSHA runs the script every time.")
-	fmt.Fprintln(out, "ratio: CheckQuota answers decided on Redis per second over EVALSHA's; answers by a rule's failure mode (the limiter's Redis deadline, 5 ms by default, passed or a breaker was open) do not count.")
+	fmt.Fprintln(out, "ratio: CheckQuota answers decided on Redis per second over EVALSHA's; answers by a rule's failure mode (the limiter's Redis deadline, 10 ms by default, passed or a breaker was open) do not count.")
 	if !slices.Contains(m.conc, ratioConc) {
 		fmt.Fprintf(out, "target throughput >= %.1f x baseline at concurrency %d: not measured (-conc)\n", ratioTarget, ratioConc)
 		return

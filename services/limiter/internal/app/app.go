@@ -37,8 +37,11 @@ type Config struct {
 	RulesFile    string        `env:"LIMITER_RULES_FILE" default:""`
 	RulesRefresh time.Duration `env:"LIMITER_RULES_REFRESH" default:"10s"`
 	// RedisTimeout bounds every decision's Redis call; past it the rule's
-	// failure mode decides.
-	RedisTimeout     time.Duration `env:"LIMITER_REDIS_TIMEOUT" default:"5ms"`
+	// failure mode decides. 10 ms: at 32 callers on a 2-core machine
+	// shared with Redis, 5 ms decided 98.8% of answers on Redis, 10 ms
+	// 99.8%, 20 ms all; Envoy's rate-limit filter gives up at 20 ms by
+	// default, and the rule's failure mode must answer before it does.
+	RedisTimeout     time.Duration `env:"LIMITER_REDIS_TIMEOUT" default:"10ms"`
 	Replicas         int           `env:"LIMITER_REPLICAS" default:"1"`
 	BreakerThreshold int           `env:"LIMITER_BREAKER_THRESHOLD" default:"3"`
 	BreakerCooldown  time.Duration `env:"LIMITER_BREAKER_COOLDOWN" default:"1s"`
