@@ -59,6 +59,9 @@ if mode == 'refund' then
 end
 
 local out = {1, now}
+-- The state each rule would write: {key, ttl ms, then HSET's field-value
+-- pairs, or false, the log's window start and the cost for a sliding log}.
+-- Data, not closures: a closure per rule cost ~10% of the script's time.
 local writes = {}
 local all = true
 
@@ -86,10 +89,7 @@ for i = 1, #KEYS do
     end
     remaining = floor(tokens)
     reset = ceil((burst - tokens) / rate)
-    writes[#writes + 1] = function()
-      redis.call('HSET', key, 'tokens', tokens, 'ts', now)
-      redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
-    end
+    writes[#writes + 1] = {key, ceil(burst / rate) + 1000, 'tokens', tokens, 'ts', now}
 
   elseif algo == 1 then
     -- Fixed window: {w, n}, the count of calendar window w.
@@ -107,10 +107,7 @@ for i = 1, #KEYS do
       retry = reset
     end
     remaining = limit - n
-    writes[#writes + 1] = function()
-      redis.call('HSET', key, 'w', w, 'n', n)
-      redis.call('PEXPIRE', key, reset)
-    end
+    writes[#writes + 1] = {key, reset, 'w', w, 'n', n}
 
   elseif algo == 3 then
     -- Sliding window counter: {w, cur, prev}; the estimate is
@@ -158,10 +155,7 @@ for i = 1, #KEYS do
     elseif prev > 0 then
       reset = (w + 1) * window - now
     end
-    writes[#writes + 1] = function()
-      redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prev)
-      redis.call('PEXPIRE', key, 2 * window + 1000)
-    end
+    writes[#writes + 1] = {key, 2 * window + 1000, 'w', w, 'cur', cur, 'prev', prev}
 
   elseif algo == 2 then
     -- Sliding log: a sorted set of request timestamps; exact, and its memory
@@ -184,11 +178,7 @@ for i = 1, #KEYS do
       if last[2] then reset = tonumber(last[2]) + window - now end
     end
     remaining = max(0, limit - n)
-    writes[#writes + 1] = function()
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', from)
-      for j = 1, cost do redis.call('ZADD', key, now, reqid .. ':' .. j) end
-      redis.call('PEXPIRE', key, window + 1000)
-    end
+    writes[#writes + 1] = {key, window + 1000, false, from, cost}
 
   elseif algo == 5 then
     -- Leaky bucket: {level, ts}; drains at limit/window, holds at most
@@ -211,10 +201,7 @@ for i = 1, #KEYS do
     end
     remaining = max(0, floor(burst - level))
     reset = ceil(level / rate)
-    writes[#writes + 1] = function()
-      redis.call('HSET', key, 'level', level, 'ts', now)
-      redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
-    end
+    writes[#writes + 1] = {key, ceil(burst / rate) + 1000, 'level', level, 'ts', now}
 
   else
     return redis.error_reply('unknown algorithm ' .. tostring(algo))
@@ -236,6 +223,14 @@ end
 if not all then
   out[1] = 0
 elseif mode == 'check' then
-  for _, write in ipairs(writes) do write() end
+  for _, w in ipairs(writes) do
+    if w[3] then
+      redis.call('HSET', w[1], unpack(w, 3))
+    else -- sliding log: drop what left the window, add this request
+      redis.call('ZREMRANGEBYSCORE', w[1], '-inf', w[4])
+      for j = 1, w[5] do redis.call('ZADD', w[1], now, reqid .. ':' .. j) end
+    end
+    redis.call('PEXPIRE', w[1], w[2])
+  end
 end
 return out
