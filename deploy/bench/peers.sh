@@ -186,11 +186,14 @@ kurz's limiter and redirect service beside peers this run started, under the sam
 Peers: envoyproxy/ratelimit $(version "$BIN/service_cmd") (REDIS_TYPE=cluster on the stack's Redis Cluster, REDIS_PIPELINE_WINDOW=150us, otherwise its defaults: no local cache, 10 connections per node),
 gubernator $(version "$BIN/gubernator") (one node, in memory, GUBER_CACHE_SIZE=1000000), a net/http handler answering a fixed 302 (services/redirect/cmd/fixed302),
 and the design notes' Node prototype (deploy/bench/node-prototype: Node $(node --version), ioredis $(node -p "require('$NODE_DIR/node_modules/ioredis/package.json').version"), on a redis-server of its own).
-kurz: the running stack. Everything shares the machine's $(nproc) cores with the load generator.
+kurz: the running stack, its click consumers caught up before every run (clicks an earlier run queued would otherwise be consumed during the next). Everything shares the machine's $(nproc) cores with the load generator.
 
 ### Limiter
 
 EOF
+# Clicks queued by earlier sections (make bench's redirect runs) would be
+# consumed on the same cores during the runs below: wait for the consumers.
+go run ./services/redirect/cmd/redirectpeers -settle-only >&2
 log "limiter peers: $D per run, $ROUNDS round(s)"
 go run ./services/limiter/cmd/peerload -d "$D" -rounds "$ROUNDS" \
 	-envoy 127.0.0.1:$ENVOY_GRPC -envoy-pid "$envoy_pid" -envoy-domain kurz-peers \

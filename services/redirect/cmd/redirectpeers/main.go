@@ -34,10 +34,12 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
@@ -72,9 +74,26 @@ func run() error {
 	concurrency := flag.Int("c", 32, "concurrent callers")
 	duration := flag.Duration("d", 10*time.Second, "duration of each measurement")
 	rounds := flag.Int("rounds", 2, "times every server is measured, in turns")
+	group := flag.String("group", "analytics", "kurz's click consumer group, waited for before every measurement")
+	settleMax := flag.Duration("settle", 2*time.Minute, "the longest wait for kurz's click consumers to catch up before a measurement (0: do not wait)")
+	settleOnly := flag.Bool("settle-only", false, "only wait for kurz's click consumers to catch up, then exit")
 	flag.Parse()
 	if *concurrency < 1 || *duration <= 0 || *rounds < 1 {
 		return errors.New("-c, -d and -rounds must be positive")
+	}
+	wait := func() error {
+		if *settleMax <= 0 {
+			return nil
+		}
+		took, err := settle(context.Background(), *group, *settleMax)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "redirectpeers: kurz's click consumers caught up in %v\n", took.Round(time.Millisecond))
+		return nil
+	}
+	if *settleOnly {
+		return wait()
 	}
 	code, err := linkcode.Sequential(viralID)
 	if err != nil {
@@ -126,6 +145,9 @@ func run() error {
 	}
 	for range *rounds {
 		for _, s := range servers {
+			if err := wait(); err != nil {
+				return err
+			}
 			if err := s.measure(client, *concurrency, *duration); err != nil {
 				return err
 			}
@@ -133,6 +155,59 @@ func run() error {
 	}
 	report(os.Stdout, servers, *concurrency, *duration, *rounds)
 	return nil
+}
+
+// settle waits until kurz's click consumers have caught up: every click
+// stream's group has nothing left to read and nothing pending. Clicks an
+// earlier measurement queued would otherwise be consumed on the same cores
+// during the next one, slowing whichever server runs then (with the stack
+// on two cores, a backlog halved the next run's rate). It gives up after
+// most.
+func settle(ctx context.Context, group string, most time.Duration) (time.Duration, error) {
+	var rc redisconn.Config
+	var sc clickevent.StreamConfig
+	if err := errors.Join(config.Load(&rc), config.Load(&sc)); err != nil {
+		return 0, err
+	}
+	rdb, err := redisconn.New(ctx, rc)
+	if err != nil {
+		return 0, err
+	}
+	defer rdb.Close()
+	start := time.Now()
+	for {
+		behind, err := backlog(ctx, rdb, clickevent.StreamKeys(sc.Shards), group)
+		if err != nil {
+			return 0, err
+		}
+		if behind == 0 {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > most {
+			return 0, fmt.Errorf("kurz's click consumers still %d entries behind after %v", behind, most)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// backlog is what group has yet to read or acknowledge on keys.
+func backlog(ctx context.Context, rdb *redis.ClusterClient, keys []string, group string) (int64, error) {
+	var behind int64
+	for _, k := range keys {
+		groups, err := rdb.XInfoGroups(ctx, k).Result()
+		if err != nil {
+			if strings.Contains(err.Error(), "no such key") {
+				continue
+			}
+			return 0, fmt.Errorf("click stream %s: %w", k, err)
+		}
+		for _, g := range groups {
+			if g.Name == group {
+				behind += max(g.Lag, 0) + g.Pending
+			}
+		}
+	}
+	return behind, nil
 }
 
 // seedKurz writes code's link to kurz's link cache, as the shortener's
