@@ -366,31 +366,11 @@ func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, 
 // run decides one group on Redis, or by the rules' failure modes when Redis
 // fails, is slow, or its node's breaker is open.
 func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []result, cost int64) {
-	node := e.slots.node(g.keys[0])
-	br := e.breakers.get(node)
-	now := time.Now()
-	if !br.allow(now) {
-		g.err = errBreakerOpen
-		e.fallback(g, rules, results, cost, now)
-		return
-	}
-	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
-	start := time.Now()
-	vals, err := e.decideOnRedis(rctx, g.keys, g.args)
-	cancel()
-	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
-	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
-	if opened {
-		e.log.Warn("redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
-		e.m.breakerOpen.Add(ctx, 1)
-	}
-	if closed {
-		e.log.Info("redis breaker closed; back on redis", "node", node)
-		e.m.breakerOpen.Add(ctx, -1)
-	}
+	vals, err := e.onRedis(ctx, g.keys[0], func(ctx context.Context) ([]int64, error) {
+		return e.decideOnRedis(ctx, g.keys, g.args)
+	})
 	if err != nil {
 		g.err = err
-		e.log.Debug("redis decision failed", "node", node, "err", err)
 		e.fallback(g, rules, results, cost, time.Now())
 		return
 	}
@@ -420,6 +400,36 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 }
 
 var errBreakerOpen = errors.New("redis breaker open")
+
+// onRedis runs call, a script on the node that holds key, within the
+// decision timeout and behind that node's breaker: it fails at once while
+// the breaker is open, and its outcome feeds the breaker and the Redis
+// latency metric.
+func (e *Engine) onRedis(ctx context.Context, key string, call func(context.Context) ([]int64, error)) ([]int64, error) {
+	node := e.slots.node(key)
+	br := e.breakers.get(node)
+	if !br.allow(time.Now()) {
+		return nil, errBreakerOpen
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
+	start := time.Now()
+	vals, err := call(rctx)
+	cancel()
+	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
+	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
+	if opened {
+		e.log.Warn("redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
+		e.m.breakerOpen.Add(ctx, 1)
+	}
+	if closed {
+		e.log.Info("redis breaker closed; back on redis", "node", node)
+		e.m.breakerOpen.Add(ctx, -1)
+	}
+	if err != nil && !errors.Is(err, errBreakerOpen) {
+		e.log.Debug("redis call failed", "node", node, "err", err)
+	}
+	return vals, err
+}
 
 // decideSHA is decideScript's digest, the EVALSHA argument.
 var decideSHA = decideScript.Hash()

@@ -419,25 +419,9 @@ func (e *Engine) giveBack1(ctx context.Context, key string, old ending) error {
 // leaseCall runs lease.lua on key's node, under that node's circuit breaker
 // and within the decision timeout, as decisions run decide.lua.
 func (e *Engine) leaseCall(ctx context.Context, key string, args []any) ([]int64, error) {
-	node := e.slots.node(key)
-	br := e.breakers.get(node)
-	if !br.allow(time.Now()) {
-		return nil, errBreakerOpen
-	}
-	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
-	start := time.Now()
-	vals, err := leaseScript.Run(rctx, e.rdb, []string{key}, args...).Int64Slice()
-	cancel()
-	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
-	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
-	if opened {
-		e.log.Warn("redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
-		e.m.breakerOpen.Add(ctx, 1)
-	}
-	if closed {
-		e.log.Info("redis breaker closed; back on redis", "node", node)
-		e.m.breakerOpen.Add(ctx, -1)
-	}
+	vals, err := e.onRedis(ctx, key, func(ctx context.Context) ([]int64, error) {
+		return leaseScript.Run(ctx, e.rdb, []string{key}, args...).Int64Slice()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
