@@ -108,16 +108,18 @@ func (h *rpcStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.C
 }
 
 func (h *rpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
+	method, ok := ctx.Value(rpcMethodKey{}).(string)
+	if !ok {
+		// A health check, which TagRPC left untagged: otelgrpc would take
+		// the caller's span for the call's own and end it.
+		return
+	}
 	if h.spans != nil {
 		h.spans.HandleRPC(ctx, rs)
 	}
 	end, ok := rs.(*stats.End)
 	if !ok {
 		return
-	}
-	method, ok := ctx.Value(rpcMethodKey{}).(string)
-	if !ok {
-		return // a health check
 	}
 	h.duration.Record(ctx, end.EndTime.Sub(end.BeginTime).Seconds(), h.attrs(method, status.Code(end.Error)))
 }

@@ -199,3 +199,20 @@ func TestGRPCTraceGoesOnWithoutTracing(t *testing.T) {
 		t.Errorf("server context: trace %s sampled=%v, want the caller's %s, sampled", got.TraceID(), got.IsSampled(), parent.TraceID())
 	}
 }
+
+// A health check made inside a caller's span neither records a span nor
+// touches the caller's: otelgrpc, handed a call TagRPC skipped, would take
+// the caller's span for the call's and end it.
+func TestGRPCHealthChecksLeaveTheCallersSpanAlone(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	cliTel := setup(t, Config{SpanProcessor: rec}, "cli")
+	conn, _ := pair(t, setup(t, Config{}, "srv"), cliTel)
+	ctx, span := cliTel.TracerProvider.Tracer("test").Start(context.Background(), "caller")
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if !span.IsRecording() || len(rec.Ended()) != 0 {
+		t.Fatalf("after a health check: caller's span recording=%v, %d spans ended; want it open and none ended", span.IsRecording(), len(rec.Ended()))
+	}
+	span.End()
+}
