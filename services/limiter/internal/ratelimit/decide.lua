@@ -19,6 +19,8 @@
 -- Returns {all_allowed, now_ms, then per rule: allowed, remaining,
 -- reset_after_ms, retry_after_ms (-1: never, cost exceeds capacity), delay_ms}.
 -- Every key written gets a TTL in the same script: no key outlives its use.
+-- The state of each algorithm is read by state.lua's functions, which the
+-- engine puts in front of this script.
 
 local now
 if ARGV[1] ~= '' then
@@ -29,7 +31,6 @@ else
 end
 local mode = ARGV[2]
 local reqid = ARGV[3]
-local ceil, floor, max, min = math.ceil, math.floor, math.max, math.min
 
 local function rule(i)
   local b = 3 + (i - 1) * 6
@@ -74,11 +75,7 @@ for i = 1, #KEYS do
     -- Token bucket: {tokens, ts}; refills at limit/window, holds at most
     -- burst. min(burst, ...) also clamps a bucket whose plan shrank.
     local rate = limit / window
-    local s = redis.call('HMGET', key, 'tokens', 'ts')
-    local tokens = tonumber(s[1]) or burst
-    local ts = tonumber(s[2]) or now
-    if ts > now then ts = now end
-    tokens = min(burst, tokens + (now - ts) * rate)
+    local tokens = bucket_tokens(key, rate, burst, now)
     if tokens >= cost then
       allowed = 1
       tokens = tokens - cost
@@ -113,17 +110,7 @@ for i = 1, #KEYS do
     -- Sliding window counter: {w, cur, prev}; the estimate is
     -- prev x (share of the previous window still inside the last `window` ms)
     -- + cur, and a request passes while the estimate is below the limit.
-    local w = floor(now / window)
-    local s = redis.call('HMGET', key, 'w', 'cur', 'prev')
-    local sw = tonumber(s[1])
-    local cur, prev = 0, 0
-    if sw == w then
-      cur, prev = tonumber(s[2]) or 0, tonumber(s[3]) or 0
-    elseif sw == w - 1 then
-      prev = tonumber(s[2]) or 0
-    end
-    local elapsed = now - w * window
-    local est = prev * (1 - elapsed / window) + cur
+    local w, cur, prev, elapsed, est = counter_state(key, window, now)
     local room = limit - cost + 1 -- passes while est < room
     if est < room then
       allowed = 1
@@ -132,22 +119,7 @@ for i = 1, #KEYS do
     elseif room <= 0 then
       retry = -1
     else
-      local t = -1
-      if prev > 0 then
-        -- The estimate falls by prev/window per ms until this window ends.
-        local dt = floor((est - room) * window / prev) + 1
-        if elapsed + dt < window then t = dt end
-      end
-      if t < 0 then
-        -- Next window: prev' = cur, cur' = 0, so est' = cur x (1 - e'/window).
-        local left = window - elapsed
-        if cur < room then
-          t = left
-        else
-          t = left + floor(window * (1 - room / cur)) + 1
-        end
-      end
-      retry = t
+      retry = counter_retry(est, room, cur, prev, elapsed, window)
     end
     remaining = max(0, ceil(limit - est))
     if cur > 0 then
@@ -185,11 +157,7 @@ for i = 1, #KEYS do
     -- burst. As a meter it admits or rejects; in queue mode an admitted
     -- request also learns how long to wait for what is ahead of it.
     local rate = limit / window
-    local s = redis.call('HMGET', key, 'level', 'ts')
-    local level = tonumber(s[1]) or 0
-    local ts = tonumber(s[2]) or now
-    if ts > now then ts = now end
-    level = max(0, level - (now - ts) * rate)
+    local level = bucket_level(key, rate, now)
     if level + cost <= burst then
       allowed = 1
       if flags % 2 == 1 then delay = ceil(level / rate) end

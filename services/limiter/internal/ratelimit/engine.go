@@ -22,8 +22,14 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 )
 
+//go:embed state.lua
+var stateLua string
+
 //go:embed decide.lua
-var decideSource string
+var decideLua string
+
+// decideSource is the decision script: state.lua's readers, then decide.lua.
+var decideSource = stateLua + decideLua
 
 // decideScript is loaded once per Redis node and run with EVALSHA; on
 // NOSCRIPT, after a restart, a failover or a SCRIPT FLUSH, the engine falls

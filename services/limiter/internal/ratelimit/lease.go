@@ -26,7 +26,11 @@ import (
 // giving them back, until the window or bucket refills.
 
 //go:embed lease.lua
-var leaseSource string
+var leaseLua string
+
+// leaseSource is the lease script: state.lua's readers (as decisions read
+// the same state), then lease.lua.
+var leaseSource = stateLua + leaseLua
 
 var leaseScript = redis.NewScript(leaseSource)
 

@@ -3,7 +3,7 @@
 -- where they still count), then takes up to `want` units for a new lease by
 -- the rule's own algorithm, so that units are always taken before the
 -- replica hands them out. Redis TIME is the clock; state keys and fields are
--- decide.lua's.
+-- decide.lua's, read as state.lua (in front of both) reads them.
 --
 -- KEYS[1]   the rule's state key
 -- ARGV[1-4] algorithm (as in decide.lua), limit, window in ms, burst
@@ -25,7 +25,6 @@ local key = KEYS[1]
 local algo, limit, window, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local give, top, at, oldid = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local want, least, share, ttl, id = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
-local ceil, floor, max, min = math.ceil, math.floor, math.max, math.min
 
 if give > 0 then
   if algo == 4 then
@@ -68,11 +67,7 @@ local ends = now + ttl
 
 if algo == 4 then
   local rate = limit / window
-  local s = redis.call('HMGET', key, 'tokens', 'ts')
-  local tokens = tonumber(s[1]) or burst
-  local ts = tonumber(s[2]) or now
-  if ts > now then ts = now end
-  tokens = min(burst, tokens + (now - ts) * rate)
+  local tokens = bucket_tokens(key, rate, burst, now)
   taken = count(floor(tokens))
   tokens = tokens - taken
   if taken > 0 then
@@ -88,11 +83,7 @@ if algo == 4 then
 
 elseif algo == 5 then
   local rate = limit / window
-  local s = redis.call('HMGET', key, 'level', 'ts')
-  local level = tonumber(s[1]) or 0
-  local ts = tonumber(s[2]) or now
-  if ts > now then ts = now end
-  level = max(0, level - (now - ts) * rate)
+  local level = bucket_level(key, rate, now)
   taken = count(floor(burst - level))
   level = level + taken
   if taken > 0 then
@@ -129,18 +120,8 @@ elseif algo == 1 then
 elseif algo == 3 then
   -- Counted in this window's `cur`, so the lease ends with the window: a
   -- unit handed out later would weigh only as part of `prev`.
-  local w = floor(now / window)
-  local s = redis.call('HMGET', key, 'w', 'cur', 'prev')
-  local sw = tonumber(s[1])
-  local cur, prev = 0, 0
-  if sw == w then
-    cur, prev = tonumber(s[2]) or 0, tonumber(s[3]) or 0
-  elseif sw == w - 1 then
-    prev = tonumber(s[2]) or 0
-  end
-  local elapsed = now - w * window
+  local w, cur, prev, elapsed, est = counter_state(key, window, now)
   ends = min(ends, (w + 1) * window)
-  local est = prev * (1 - elapsed / window) + cur
   -- One unit at a time (decide.lua), the k-th passes while est + k - 1 < limit.
   taken = count(max(0, ceil(limit - est)))
   cur = cur + taken
@@ -154,20 +135,7 @@ elseif algo == 3 then
     if room <= 0 then
       retry = -1
     else
-      local dt = -1
-      if prev > 0 then
-        dt = floor((est - room) * window / prev) + 1
-        if elapsed + dt >= window then dt = -1 end
-      end
-      if dt < 0 then
-        local left = window - elapsed
-        if cur < room then
-          dt = left
-        else
-          dt = left + floor(window * (1 - room / cur)) + 1
-        end
-      end
-      retry = dt
+      retry = counter_retry(est, room, cur, prev, elapsed, window)
     end
   end
   remaining = max(0, ceil(limit - est))
