@@ -53,11 +53,10 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 		opts = append(opts, grpc.WithResolvers(r))
 		target = r.Scheme() + ":///" + strings.ReplaceAll(target, " ", "")
 	}
-	base := []grpc.DialOption{
+	// Readiness checks of dependencies run every few seconds: as traces
+	// they would be noise, each its own root; they get none.
+	base := append(tel.GRPCClientOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// Readiness checks of dependencies run every few seconds: as
-		// traces they would be noise, each its own root; they get none.
-		grpc.WithStatsHandler(tel.GRPCClientHandler()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		// A replica that restarts is back within seconds: reconnect soon
@@ -66,7 +65,7 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		}),
-	}
+	)
 	conn, err := grpc.NewClient(target, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("grpc client for %s: %w", target, err)

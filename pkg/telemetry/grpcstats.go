@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
@@ -25,10 +27,19 @@ import (
 // server span per call when traces are exported.
 func (t *Telemetry) GRPCServerHandler() stats.Handler { return t.grpcHandler(true) }
 
-// GRPCClientHandler is the stats handler of a gRPC client connection: the
+// GRPCClientOptions instrument a gRPC client connection: the
 // rpc.client.call.duration histogram, a client span per call when traces are
 // exported, and the caller's trace context sent on every call.
-func (t *Telemetry) GRPCClientHandler() stats.Handler { return t.grpcHandler(false) }
+//
+// Unary calls are timed by an interceptor, with the error the caller gets:
+// grpc-go (1.85) can report a call's end to stats handlers as a success when
+// the server answered with an error before SendMsg returned (the attempt is
+// finished with SendMsg's io.EOF, which it takes for success), so a stats
+// handler alone would count some failed calls as OK.
+func (t *Telemetry) GRPCClientOptions() []grpc.DialOption {
+	h := t.grpcHandler(false)
+	return []grpc.DialOption{grpc.WithStatsHandler(h), grpc.WithChainUnaryInterceptor(h.timeUnary)}
+}
 
 // rpcStats records call durations with one attribute set per (method,
 // status) built once, instead of otelgrpc's per-call attribute slices and
@@ -51,7 +62,10 @@ type rpcKey struct {
 // rpcMethodKey holds the call's full method name in its context.
 type rpcMethodKey struct{}
 
-func (t *Telemetry) grpcHandler(server bool) stats.Handler {
+// timedKey marks a client call whose duration the unary interceptor records.
+type timedKey struct{}
+
+func (t *Telemetry) grpcHandler(server bool) *rpcStats {
 	meter := t.MeterProvider.Meter("kurz.dev/pkg/telemetry")
 	name, desc := "rpc.client.call.duration", "Duration of outgoing gRPC calls"
 	if server {
@@ -118,10 +132,22 @@ func (h *rpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 		h.spans.HandleRPC(ctx, rs)
 	}
 	end, ok := rs.(*stats.End)
-	if !ok {
+	if !ok || ctx.Value(timedKey{}) != nil {
 		return
 	}
 	h.duration.Record(ctx, end.EndTime.Sub(end.BeginTime).Seconds(), h.attrs(method, status.Code(end.Error)))
+}
+
+// timeUnary records a unary client call's duration with the status its
+// caller gets.
+func (h *rpcStats) timeUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	start := time.Now()
+	err := invoker(context.WithValue(ctx, timedKey{}, true), method, req, reply, cc, opts...)
+	h.duration.Record(ctx, time.Since(start).Seconds(), h.attrs(method, status.Code(err)))
+	return err
 }
 
 // attrs returns the attribute set of a call's method and status, built on
