@@ -455,3 +455,48 @@ func TestSlowRedisCostsNoMoreThanTheTimeout(t *testing.T) {
 		})
 	}
 }
+
+// A refund lands after its window rolled over: the units it gives back were
+// counted in the old window and must not be taken from the new window's
+// count (for the sliding window counter: from `prev`, where they now are).
+func TestRefundAfterRolloverLeavesTheNewWindowAlone(t *testing.T) {
+	rdb := cluster(t)
+	ctx := context.Background()
+	const window = 60_000
+	t1 := int64(1_800_000_000_000) / window * window // a window's start
+	t1 += window - 1                                 // its last ms
+	t2 := t1 + 2                                     // the next window
+	for _, c := range []struct {
+		name  string
+		algo  int
+		field string // the new window's own count
+		want  map[string]string
+	}{
+		{"fixed window", 1, "n", map[string]string{"n": "1"}},
+		{"sliding window counter", 3, "cur", map[string]string{"cur": "1", "prev": "0"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := "rl:{test:" + unique(t) + "}"
+			run := func(clock int64, mode, id string) []int64 {
+				t.Helper()
+				vals, err := decideScript.Run(ctx, rdb, []string{key}, clock, mode, id, c.algo, 10, window, 10, 1, 0).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return vals
+			}
+			first := run(t1, "check", "a") // consumed in the old window
+			run(t2, "check", "b")          // the new window counts 1
+			run(first[1], "refund", "a")   // the refund arrives late
+			got, err := rdb.HGetAll(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for f, v := range c.want {
+				if got[f] != v {
+					t.Errorf("%s after the late refund = %q, want %q (state %v)", f, got[f], v, got)
+				}
+			}
+		})
+	}
+}

@@ -7,7 +7,10 @@
 -- ARGV[2]   "check": decide, and write every rule's new state only if every
 --           enforced rule allows (nothing is consumed otherwise);
 --           "peek": decide without writing anything;
---           "refund": give back what a "check" with the same ARGV consumed.
+--           "refund": give back what a "check" with the same ARGV consumed;
+--           ARGV[1] is then that check's clock (its returned now_ms), so
+--           units consumed in a window that has since rolled over are not
+--           credited to the new one.
 -- ARGV[3]   request id: sliding-log members are "<id>:<n>", so a refund can
 --           remove exactly them.
 -- then, per rule i, 6 values from ARGV[4 + (i-1)*6]:
@@ -49,9 +52,21 @@ if mode == 'refund' then
       local level = tonumber(redis.call('HGET', key, 'level'))
       if level then redis.call('HSET', key, 'level', max(0, level - cost)) end
     elseif algo == 1 or algo == 3 then
-      local field = (algo == 1) and 'n' or 'cur'
-      local n = tonumber(redis.call('HGET', key, field))
-      if n then redis.call('HSET', key, field, max(0, n - cost)) end
+      -- The units were counted in window w (the check's clock): take them
+      -- from that window's count wherever it is now, from nothing if it
+      -- has left the state.
+      local w = floor(now / window)
+      local s = redis.call('HMGET', key, 'w')
+      local sw, field = tonumber(s[1]), nil
+      if sw == w then
+        field = (algo == 1) and 'n' or 'cur'
+      elseif sw == w + 1 and algo == 3 then
+        field = 'prev'
+      end
+      if field then
+        local n = tonumber(redis.call('HGET', key, field))
+        if n then redis.call('HSET', key, field, max(0, n - cost)) end
+      end
     elseif algo == 2 then
       for j = 1, cost do redis.call('ZREM', key, reqid .. ':' .. j) end
     end

@@ -260,8 +260,10 @@ type group struct {
 	idx  []int
 	keys []string
 	args []any
-	// consumed is set when the script consumed (to refund on an overall denial).
+	// consumed is set when the script consumed (to refund on an overall
+	// denial), at Redis's clock now (ms), which the refund is given.
 	consumed bool
+	now      int64
 	err      error
 }
 
@@ -313,7 +315,7 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 
 	resp := e.respond(domain, rules, results)
 	if !resp.Allowed && cost > 0 {
-		e.giveBack(append(groups, ls.failed...), rules, results, reqID, cost, clock)
+		e.giveBack(append(groups, ls.failed...), rules, results, reqID, cost)
 		e.giveBackLeased(ls.holds)
 		for i, a := range rules {
 			r := results[i]
@@ -380,7 +382,7 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 		e.fallback(g, rules, results, cost, time.Now())
 		return
 	}
-	g.consumed = vals[0] == 1 && g.args[1] == "check"
+	g.consumed, g.now = vals[0] == 1 && g.args[1] == "check", vals[1]
 	for j, i := range g.idx {
 		v := vals[2+5*j : 7+5*j]
 		r := rules[i].Rule
@@ -529,10 +531,10 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 // known, and until it lands the consumed units are briefly unavailable to
 // other requests of the same keys (the bounded imprecision of rules that
 // span hash slots).
-func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, reqID string, cost int64, clock string) {
+func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, reqID string, cost int64) {
 	for _, g := range groups {
 		if g.consumed {
-			args := append([]any{clock, "refund", reqID}, g.args[3:]...)
+			args := append([]any{g.now, "refund", reqID}, g.args[3:]...)
 			e.refunds.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*e.opts.Timeout)
 				defer cancel()
