@@ -36,16 +36,7 @@ type Node struct {
 // too) and assigns it every slot. It is killed when the test ends.
 func Start(t testing.TB) *Node {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("redis-server not found (deploy/local/infra.sh installs it): %v", err)
-	}
-	port, err := servertest.FreePort(busOffset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &Node{t: t, dir: t.TempDir(), port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port)}
-	t.Cleanup(n.Kill)
-	n.Restart()
+	n := launch(t)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr})
 	defer c.Close()
 	ctx := context.Background()
@@ -57,6 +48,48 @@ func Start(t testing.TB) *Node {
 		return err == nil && strings.Contains(info, "cluster_state:ok")
 	}, "cluster_state:ok")
 	return n
+}
+
+// launch starts an empty cluster-mode node.
+func launch(t testing.TB) *Node {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not found (deploy/local/infra.sh installs it): %v", err)
+	}
+	port, err := servertest.FreePort(busOffset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{t: t, dir: t.TempDir(), port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	t.Cleanup(n.Kill)
+	n.Restart()
+	return n
+}
+
+// StartReplica launches a replica of n (a master from Start) and waits until
+// n reports it online.
+func (n *Node) StartReplica() *Node {
+	n.t.Helper()
+	r := launch(n.t)
+	ctx := context.Background()
+	mc := redis.NewClient(&redis.Options{Addr: n.Addr})
+	defer mc.Close()
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	id, err := mc.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		n.t.Fatalf("master id: %v", err)
+	}
+	if err := rc.ClusterMeet(ctx, "127.0.0.1", fmt.Sprint(n.port)).Err(); err != nil {
+		n.t.Fatalf("cluster meet: %v", err)
+	}
+	// REPLICATE needs the master known to the replica first.
+	r.await(func() bool { return rc.Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil }, "CLUSTER REPLICATE")
+	n.await(func() bool {
+		info, err := mc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	}, "its replica online")
+	return r
 }
 
 // Restart starts the server again (after Kill) with the same data directory

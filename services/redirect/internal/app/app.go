@@ -75,6 +75,10 @@ type Config struct {
 	// link, waiting for a pooled connection included; past it the visit is
 	// refused (503), never let through uncounted.
 	VisitTimeout time.Duration `env:"REDIRECT_VISIT_TIMEOUT" default:"500ms"`
+	// VisitReplicas is how many Redis replicas must hold a counted visit
+	// before it is granted (WAIT): a failover then keeps every granted
+	// visit. 0 for a Redis without replicas.
+	VisitReplicas int `env:"REDIRECT_VISIT_REPLICAS" default:"1"`
 	// FormSecret keys the CSRF tokens of password forms; give every pod the
 	// same secret (at least 32 characters). Empty: a random secret per
 	// process, with a warning (a form then verifies only on the pod that
@@ -111,6 +115,9 @@ func (c Config) validate() (quota.Policy, error) {
 	}
 	if c.LimiterTimeout <= 0 || c.PasswordLimiterTimeout <= 0 || c.VisitTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT, KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT and KURZ_REDIRECT_VISIT_TIMEOUT must be positive"))
+	}
+	if c.VisitReplicas < 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_VISIT_REPLICAS must be 0 or more"))
 	}
 	if n := len(c.FormSecret); n > 0 && n < minFormSecret {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_FORM_SECRET has %d characters: want at least %d", n, minFormSecret))
@@ -272,7 +279,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	handler, err := redirector.New(redirector.Config{
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
 		ClientIPHeader: cfg.ClientIPHeader, VisitorSalt: salt, MissPolicy: missPolicy,
-		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout,
+		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout, VisitReplicas: cfg.VisitReplicas,
 	}, redirector.Deps{
 		Resolver: resolver, Quota: quotaClient, PasswordQuota: passwordQuota, Visits: visitRedis,
 		Clicks: clicks, Log: log,

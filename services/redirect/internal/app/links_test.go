@@ -22,6 +22,7 @@ import (
 	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkpass"
+	"kurz.dev/pkg/redistest"
 	"kurz.dev/pkg/server/servertest"
 )
 
@@ -45,6 +46,7 @@ type features struct {
 	maxVisits             int64
 	passwordHash          string
 	ios, android, desktop string
+	expires               time.Time // zero: never
 }
 
 // insertLink stores an active link with features directly in PostgreSQL.
@@ -56,9 +58,13 @@ func (f *fixture) insertLink(code, target string, ft features) {
 		}
 		return &s
 	}
+	var expires *time.Time
+	if !ft.expires.IsZero() {
+		expires = &ft.expires
+	}
 	if _, err := f.db.Exec(context.Background(), `INSERT INTO links (code, tenant, long_url, redirect_type, max_visits,
-			password_hash, ios_url, android_url, desktop_url) VALUES ($1, 'feat', $2, $3, $4, $5, $6, $7, $8)`,
-		code, target, ft.status, ft.maxVisits, null(ft.passwordHash), null(ft.ios), null(ft.android), null(ft.desktop)); err != nil {
+			password_hash, ios_url, android_url, desktop_url, expires_at) VALUES ($1, 'feat', $2, $3, $4, $5, $6, $7, $8, $9)`,
+		code, target, ft.status, ft.maxVisits, null(ft.passwordHash), null(ft.ios), null(ft.android), null(ft.desktop), expires); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -444,6 +450,8 @@ func counted(t *testing.T, f *fixture, c *redisCounter) redis.Cmdable {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: opts.Addrs, Password: opts.Password,
 		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRetries: -1, PoolSize: 64})
 	rdb.AddHook(c)
+	// Visit counts go straight to the key's node (INCR then WAIT there).
+	rdb.OnNewNode(func(node *redis.Client) { node.AddHook(c) })
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
@@ -569,6 +577,54 @@ func TestVisitCounterUnavailable(t *testing.T) {
 	if _, n := streamEvents(t, f.rdb, r.cfg.Streams.Shards, code, since); n != 0 {
 		t.Errorf("%d click events for refused visits", n)
 	}
+}
+
+// TestVisitsHeldByAReplica: a visit is granted only once a replica holds
+// its count, so a failover cannot grant it again; with the replica frozen
+// the visit is refused (503), and granted again once it is back. A link that
+// expires gives its counter the same end of life (plus an hour's grace), so
+// no counter outlives its link.
+func TestVisitsHeldByAReplica(t *testing.T) {
+	f := newFixture(t)
+	code := f.code()
+	expires := time.Now().Add(48 * time.Hour).Truncate(time.Millisecond)
+	f.insertLink(code, "https://example.com/durable", features{maxVisits: 3, expires: expires})
+	master := redistest.Start(t)
+	replica := master.StartReplica()
+	vrdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{master.Addr},
+		DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = vrdb.Close() })
+	r := start(t, map[string]string{"KURZ_REDIRECT_VISIT_TIMEOUT": "400ms"}, hooks{visitRedis: vrdb})
+	ctx := context.Background()
+	key := linkcache.VisitsKey(code)
+
+	get := func(want int) {
+		t.Helper()
+		if resp := do(t, http.MethodGet, r.HTTP+"/"+code); resp.StatusCode != want {
+			t.Fatalf("GET: %d, want %d", resp.StatusCode, want)
+		}
+	}
+	get(http.StatusFound)
+	// The replica answers reads (READONLY) on one connection.
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr, PoolSize: 1})
+	t.Cleanup(func() { _ = rc.Close() })
+	if err := rc.Do(ctx, "READONLY").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rc.Get(ctx, key).Int64(); err != nil || n != 1 {
+		t.Errorf("replica's count after a granted visit: %d (%v), want 1", n, err)
+	}
+	ttl, err := vrdb.PTTL(ctx, key).Result()
+	// Redis rounds to its own clock: allow it a second either way.
+	if want := time.Until(expires) + time.Hour; err != nil || (ttl-want).Abs() > time.Second {
+		t.Errorf("counter TTL %v (%v), want %v: its link's expiry plus the grace", ttl, err, want)
+	}
+
+	replica.Pause()
+	get(http.StatusServiceUnavailable) // counted on the master, held by no replica
+	replica.Resume()
+	get(http.StatusFound) // the third visit
+	get(http.StatusGone)
 }
 
 // TestDeviceTargets: each User-Agent class gets its target, or the long URL

@@ -71,6 +71,10 @@ type Config struct {
 	FormSecret []byte
 	// VisitTimeout bounds one visit counter's round trip to Redis.
 	VisitTimeout time.Duration
+	// VisitReplicas is how many replicas must hold a counted visit before
+	// it is granted (Redis WAIT), so that a failover does not reopen a
+	// spent link; 0 for a Redis without replicas.
+	VisitReplicas int
 	// PasswordChecks bounds the Argon2 verifications running at once
 	// (about 19 MiB each); 0 means GOMAXPROCS.
 	PasswordChecks int
@@ -223,7 +227,7 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code, ip string,
 		w.WriteHeader(status)
 		return status
 	case e.MaxVisits > 0:
-		switch h.countVisit(ctx, code, e.MaxVisits) {
+		switch h.countVisit(ctx, code, e) {
 		case visitExhausted:
 			page(w, http.StatusGone)
 			return http.StatusGone
@@ -337,7 +341,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code, ip strin
 	}
 	outcome("ok")
 	if e.MaxVisits > 0 {
-		switch h.countVisit(ctx, code, e.MaxVisits) {
+		switch h.countVisit(ctx, code, e) {
 		case visitExhausted:
 			page(w, http.StatusGone)
 			return http.StatusGone

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,15 +37,70 @@ func decideVisit(n int64, err error, max int64) verdict {
 	return visitExhausted
 }
 
-// countVisit counts one visit of code on Redis.
-func (h *Handler) countVisit(ctx context.Context, code string, max int64) verdict {
+// countVisit counts one visit of code, whose entry is e, on Redis.
+func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry) verdict {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.VisitTimeout)
 	defer cancel()
-	n, err := h.visits.Incr(ctx, linkcache.VisitsKey(code)).Result()
+	n, err := h.incr(ctx, linkcache.VisitsKey(code), e.ExpiresAtMs)
 	if err != nil {
-		h.log.WarnContext(ctx, "visit not counted; refusing it", "code", code, "err", fmt.Errorf("redis incr: %w", err))
+		h.log.WarnContext(ctx, "visit not counted; refusing it", "code", code, "err", err)
 	}
-	return decideVisit(n, err, max)
+	return decideVisit(n, err, e.MaxVisits)
+}
+
+// counterGrace keeps a counter this long past its link's expiry, so that a
+// redirect whose clock runs behind Redis's never finds a fresh counter for
+// a link it still takes for live.
+const counterGrace = time.Hour
+
+// keyNode finds the node that holds a key: a cluster client.
+type keyNode interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+}
+
+// incr counts one visit at key: INCR, the counter's expiry (its link's, if
+// the link expires; otherwise it lives as long as the link, which deletes
+// it), and WAIT until VisitReplicas replicas hold the count, in one round
+// trip to the node holding key. A count the replicas did not acknowledge
+// within the deadline is an error: the visit is refused (503), because a
+// failover to a replica without it would grant that visit again.
+func (h *Handler) incr(ctx context.Context, key string, expiresAtMs int64) (int64, error) {
+	c := h.visits
+	replicas := h.cfg.VisitReplicas
+	if kn, ok := c.(keyNode); ok && replicas > 0 {
+		// WAIT has no key: it must go to the node that took the INCR.
+		node, err := kn.MasterForKey(ctx, key)
+		if err != nil {
+			return 0, fmt.Errorf("redis node of %s: %w", key, err)
+		}
+		c = node
+	}
+	var incr *redis.IntCmd
+	var wait *redis.Cmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		incr = p.Incr(ctx, key)
+		if expiresAtMs > 0 {
+			p.PExpireAt(ctx, key, time.UnixMilli(expiresAtMs).Add(counterGrace))
+		}
+		if replicas > 0 {
+			// Answer before the socket deadline: WAIT 0 would block forever.
+			d := time.Millisecond
+			if dl, ok := ctx.Deadline(); ok {
+				d = max(d, time.Until(dl)*3/4)
+			}
+			wait = p.Do(ctx, "WAIT", replicas, d.Milliseconds())
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("redis incr %s: %w", key, err)
+	}
+	if wait != nil {
+		if held, _ := wait.Int64(); held < int64(replicas) {
+			return 0, fmt.Errorf("visit %d at %s held by %d of %d replicas in time", incr.Val(), key, held, replicas)
+		}
+	}
+	return incr.Val(), nil
 }
 
 // visitsLeft reads code's counter without counting: whether a visit would
