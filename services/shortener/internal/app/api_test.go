@@ -355,3 +355,51 @@ func TestBlocklistRefusesAtCreation(t *testing.T) {
 		t.Errorf("refused metric %v, want at least 2", got)
 	}
 }
+
+// TestBlocklistReachesExistingLinks: a domain added to the blocklist
+// disables the live links created before it, whether it is their long URL's
+// or a device target's, and their redirect entry answers gone; other links
+// stay live.
+func TestBlocklistReachesExistingLinks(t *testing.T) {
+	tenant := uniq("swp-")
+	bad := uniq("later-") + ".example"
+	path := filepath.Join(t.TempDir(), "blocklist")
+	if err := os.WriteFile(path, []byte("phish.example\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sh := start(t, map[string]string{"KURZ_SHORTENER_BLOCKLIST_FILE": path, "KURZ_SHORTENER_BLOCKLIST_RELOAD": "10ms"}, hooks{})
+	_, rdb := stores(t, sh.cfg, tenant)
+	ctx := as(tenant, "")
+	create := func(req *shortenerv1.CreateLinkRequest) string {
+		t.Helper()
+		made, err := sh.api.CreateLink(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return made.GetLink().GetCode()
+	}
+	byURL := create(&shortenerv1.CreateLinkRequest{LongUrl: "https://login." + bad + "/x"})
+	byTarget := create(&shortenerv1.CreateLinkRequest{LongUrl: "https://fine.example/app",
+		DeviceTargets: &shortenerv1.DeviceTargets{IosUrl: "https://" + bad + "/ios"}})
+	fine := create(&shortenerv1.CreateLinkRequest{LongUrl: "https://fine.example/stays"})
+
+	if err := os.WriteFile(path, []byte("phish.example\n"+bad+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range []string{byURL, byTarget} {
+		await(t, "sweep of "+code, 10*time.Second, func() bool {
+			l, err := sh.api.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+			return err == nil && l.GetLink().GetDisabled()
+		})
+		if e := cacheEntry(t, rdb, code); e.State != linkcache.Gone {
+			t.Errorf("%s: redirect entry %+v, want gone", code, e)
+		}
+	}
+	l, err := sh.api.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: fine})
+	if err != nil || l.GetLink().GetDisabled() || cacheEntry(t, rdb, fine).State != linkcache.Active {
+		t.Errorf("unrelated link: %v, %v; want live", l, err)
+	}
+	if got := metricValue(t, sh.Running, "kurz_shortener_links_blocklisted_total"); got < 2 {
+		t.Errorf("blocklisted metric %v, want at least 2", got)
+	}
+}

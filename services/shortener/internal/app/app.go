@@ -165,6 +165,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	closers = append(closers, func() { _ = rdb.Close() })
 
 	var scanner urlcheck.Scanner = urlcheck.Nothing{}
+	var blocklist *urlcheck.Blocklist
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	closers = append(closers, stopBackground)
 	if cfg.BlocklistFile != "" {
@@ -173,8 +174,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 			return nil, err
 		}
 		log.Info("blocklist loaded", "path", cfg.BlocklistFile, "entries", bl.Len())
-		go bl.Run(bgCtx)
-		scanner = bl
+		blocklist, scanner = bl, bl
 	}
 
 	srv, err := server.New(ctx, "shortener", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
@@ -226,7 +226,22 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	// effort (a redirect falls back to PostgreSQL).
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
+	if blocklist != nil {
+		go blocklist.Run(bgCtx, func(ctx context.Context) { sweep(ctx, svc, log) })
+	}
 	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
 		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String())
 	return srv, nil
+}
+
+// sweep disables the existing links the blocklist now covers and reports
+// what it did; a failed sweep runs again at the blocklist's next change or
+// the next start.
+func sweep(ctx context.Context, svc *linkapi.Service, log *slog.Logger) {
+	rep, err := svc.SweepBlocked(ctx)
+	if err != nil && ctx.Err() == nil {
+		log.Error("blocklist sweep failed", "scanned", rep.Scanned, "disabled", len(rep.Disabled), "err", err)
+		return
+	}
+	log.Info("blocklist sweep done", "scanned", rep.Scanned, "disabled", len(rep.Disabled))
 }

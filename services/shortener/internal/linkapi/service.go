@@ -83,6 +83,7 @@ type instruments struct {
 	seqSkipped    metric.Int64Counter
 	refused       metric.Int64Counter
 	cacheFailed   metric.Int64Counter
+	swept         metric.Int64Counter
 }
 
 // Deps are the Service's collaborators.
@@ -119,6 +120,8 @@ func New(opts Options, d Deps) (*Service, error) {
 		refused: counter("kurz.shortener.urls.refused", "Long URLs refused, by reason", "{url}"),
 		cacheFailed: counter("kurz.shortener.cache.write_failures",
 			"Write-throughs to Redis that failed after the commit (the entry expires or is refreshed later)", "{write}"),
+		swept: counter("kurz.shortener.links.blocklisted",
+			"Existing links disabled by a sweep because their destination joined the blocklist", "{link}"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("shortener metrics: %w", err)

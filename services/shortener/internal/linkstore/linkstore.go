@@ -287,6 +287,24 @@ func (s *Store) List(ctx context.Context, tenant string, size int, token, tag st
 	return p, nil
 }
 
+// Live returns up to n live links (not deleted, not disabled) of every
+// tenant with codes after the given one, in code order: the keyset walk of
+// background sweeps.
+func (s *Store) Live(ctx context.Context, after string, n int) ([]Link, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM links
+		WHERE code > $1 AND deleted_at IS NULL AND NOT disabled ORDER BY code LIMIT $2`, after, n)
+	if err != nil {
+		return nil, fmt.Errorf("live links: %w", err)
+	}
+	links, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Link, error) { return scan(r) })
+	if err != nil {
+		return nil, fmt.Errorf("live links: %w", err)
+	}
+	return links, nil
+}
+
 func encodeToken(c cursor) string {
 	b, _ := json.Marshal(c) // cannot fail: an integer and a string
 	return base64.RawURLEncoding.EncodeToString(b)

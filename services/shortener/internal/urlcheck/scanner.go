@@ -1,8 +1,6 @@
 package urlcheck
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -58,8 +56,11 @@ func NewBlocklist(path string, interval time.Duration, log *slog.Logger) (*Block
 func (b *Blocklist) Len() int { return len(*b.domains.Load()) }
 
 // Run polls the file until ctx ends. A file that disappears or cannot be read
-// keeps the last good list (and is logged).
-func (b *Blocklist) Run(ctx context.Context) {
+// keeps the last good list (and is logged). changed runs on Run's goroutine
+// first for the list loaded by NewBlocklist, then after every reload that
+// changed it, so calls never overlap.
+func (b *Blocklist) Run(ctx context.Context, changed func(context.Context)) {
+	changed(ctx)
 	t := time.NewTicker(b.interval)
 	defer t.Stop()
 	for {
@@ -68,16 +69,21 @@ func (b *Blocklist) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		changed, err := b.reload()
+		ok, err := b.reload()
 		if err != nil {
 			b.log.Warn("blocklist reload failed; keeping the previous list", "path", b.path, "err", err)
 			continue
 		}
-		if changed {
+		if ok {
 			b.log.Info("blocklist reloaded", "path", b.path, "entries", b.Len())
+			changed(ctx)
 		}
 	}
 }
+
+// maxEntry bounds a line worth parsing: a domain name has at most 253
+// characters, and a line with a comment may have some more.
+const maxEntry = 1024
 
 func (b *Blocklist) reload() (bool, error) {
 	fi, err := os.Stat(b.path)
@@ -93,9 +99,16 @@ func (b *Blocklist) reload() (bool, error) {
 		return false, err
 	}
 	set := map[string]struct{}{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for line := 1; sc.Scan(); line++ {
-		entry, _, _ := strings.Cut(sc.Text(), "#")
+	// Lines of any length: a bufio.Scanner stops at its first line over
+	// 64 KiB, which silently dropped every entry after it.
+	line := 0
+	for text := range strings.Lines(string(data)) {
+		line++
+		if len(text) > maxEntry {
+			b.log.Warn("blocklist: entry ignored", "path", b.path, "line", line, "err", fmt.Errorf("line of %d bytes, over %d", len(text), maxEntry))
+			continue
+		}
+		entry, _, _ := strings.Cut(text, "#")
 		entry = strings.TrimSpace(entry)
 		if entry == "" {
 			continue

@@ -226,6 +226,29 @@ func FuzzValidateURL(f *testing.F) {
 	})
 }
 
+// A line too long for a bufio.Scanner (64 KiB) is ignored on its own: the
+// entries after it still count.
+func TestBlocklistSurvivesALongLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blocklist.txt")
+	data := "first.example\n" + strings.Repeat("x", 100_000) + "\nafter.example\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bl, err := NewBlocklist(path, time.Hour, servertest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{"https://first.example/", "https://after.example/"} {
+		u, _ := url.Parse(raw)
+		if v, err := bl.Scan(context.Background(), u); err != nil || !v.Blocked {
+			t.Errorf("%s: blocked=%v (%v), want blocked", raw, v.Blocked, err)
+		}
+	}
+	if bl.Len() != 2 {
+		t.Errorf("%d entries, want 2", bl.Len())
+	}
+}
+
 func TestBlocklistReloadsOnChange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "blocklist.txt")
 	if err := os.WriteFile(path, []byte("# phishing\nevil.example\n*.malware.test  # whole zone\n"), 0o600); err != nil {
@@ -239,7 +262,7 @@ func TestBlocklistReloadsOnChange(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		bl.Run(ctx)
+		bl.Run(ctx, func(context.Context) {})
 	}()
 	// Run logs into the test log: it must be gone before the test ends.
 	defer func() {
