@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/linkcache"
 )
 
 const adminToken = "faults-admin-token-0123456789abcdef"
@@ -83,7 +86,10 @@ func TestLimiterDownOrSlow(t *testing.T) {
 	viaLimiter := "KURZ_LIMITER_GRPC_ADDR=" + lp.Addr()
 	// Links, their cache and the click streams on a cluster of the test's
 	// own: its consumer sees only this test's clicks.
-	onCluster := "KURZ_REDIS_ADDRS=" + strings.Join(privateCluster(t).Addrs(), ",")
+	cluster := privateCluster(t)
+	onCluster := "KURZ_REDIS_ADDRS=" + strings.Join(cluster.Addrs(), ",")
+	rdb := cluster.Client()
+	t.Cleanup(func() { _ = rdb.Close() })
 	shortener := startService(t, "shortener", viaLimiter, onCluster, "KURZ_SHORTENER_BASE_URL=http://short.test")
 	redirect := startService(t, "redirect", viaLimiter, onCluster)
 	analytics := startService(t, "analytics", viaLimiter, onCluster, "KURZ_ANALYTICS_BATCH_AGE=200ms")
@@ -112,6 +118,11 @@ func TestLimiterDownOrSlow(t *testing.T) {
 	}
 	for i, f := range faults {
 		guesser := gatewayClient{t: t, base: base, key: "kurz_notarealkey_000000000000000000000000", ip: "198.51.100." + strconv.Itoa(66+i)}
+		st, body, _ := user.do("POST", "/v1/links", `{"longUrl":"https://example.com/uncached-`+f.name+`"}`)
+		if st != http.StatusOK && st != http.StatusCreated {
+			t.Fatalf("healthy link creation answered %d %s", st, body)
+		}
+		uncached := field(t, body, "code")
 		f.inject()
 		// The gateway's limiter timeout is 50 ms: no answer may wait for the
 		// limiter much longer than that beyond the healthy figure.
@@ -137,6 +148,24 @@ func TestLimiterDownOrSlow(t *testing.T) {
 		}
 		if st, _, _ := user.do("GET", "/v1/links?page_size=1", ""); st != http.StatusOK {
 			t.Errorf("limiter %s: the valid key's address answered %d after another address guessed", f.name, st)
+		}
+		// The miss path asks the limiter (the brake on code scanners) and
+		// applies its policy (open) within the redirect's limiter timeout:
+		// a link whose cache entry is gone is served from PostgreSQL, an
+		// unknown code is 404.
+		if err := rdb.Del(context.Background(), linkcache.Key(uncached)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []struct {
+			code, source string
+			want         int
+		}{{uncached, "db", http.StatusFound}, {"zz" + strconv.FormatInt(time.Now().UnixNano(), 36), "db", http.StatusNotFound}} {
+			start := time.Now()
+			st, source := get(t, redirect, m.code)
+			if took := time.Since(start); st != m.want || source != m.source || took > bound {
+				t.Errorf("limiter %s: miss path for %s answered %d (X-Source %q) in %v, want %d (%q) within %v",
+					f.name, m.code, st, source, took, m.want, m.source, bound)
+			}
 		}
 		// Redirects are unaffected, and their clicks are stored unflagged.
 		for range 3 {

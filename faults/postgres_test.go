@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -108,6 +109,15 @@ func TestPostgresDown(t *testing.T) {
 	_, err := sc.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/pg-down", CustomAlias: alias})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("CreateLink while PostgreSQL was down: %v, want UNAVAILABLE", err)
+	}
+	var retry *errdetails.RetryInfo
+	for _, d := range status.Convert(err).Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			retry = r
+		}
+	}
+	if retry == nil || retry.GetRetryDelay().AsDuration() <= 0 {
+		t.Errorf("CreateLink while PostgreSQL was down: details %v, want RetryInfo with a delay", status.Convert(err).Details())
 	}
 	msg := status.Convert(err).Message()
 	if strings.Contains(msg, pg.Addr()) || strings.Contains(strings.ToLower(msg), "dial") || strings.Contains(msg, "127.0.0.1") {
