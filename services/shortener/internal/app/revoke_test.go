@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/fakelimiter"
@@ -57,21 +58,27 @@ func privateDatabase(t *testing.T) string {
 	return u.String()
 }
 
-// TestRevokeWhoseWriteThroughFailedReachesEveryRedirect: a link is revoked
-// while Redis refuses the shortener's write, and still stops redirecting on
-// every replica once Redis takes writes again. A shortener and two redirect
-// replicas run as processes (built from this workspace) on a private Redis
-// and a private database. Both replicas have the link in L1 (second GET:
-// X-Source l1); Redis refuses writes (maxmemory below its use: every SET
-// fails with OOM, reads still work), DeleteLink succeeds (the revocation is
-// committed) and its invalidation is pending (gauge 1); Redis takes writes
-// again, and within 30 s both replicas answer 410, and nothing is pending.
+// TestRevokeAndUpdateWhoseWriteThroughFailedReachEveryRedirect: a link is
+// revoked and another one redirected elsewhere while Redis refuses the
+// shortener's writes, and every redirect replica follows both changes once
+// Redis takes writes again. A shortener and two redirect replicas run as
+// processes (built from this workspace) on a private Redis and a private
+// database. Both replicas have both links in L1 (second GET: X-Source l1);
+// Redis refuses writes (maxmemory below its use: every SET fails with OOM,
+// reads still work); DeleteLink and UpdateLink (long_url) succeed (the
+// changes are committed) and two invalidations are pending, the oldest
+// waiting more than 0 s; Redis takes writes again, and within 30 s both
+// replicas answer 410 for the revoked link and 302 to the new URL for the
+// other, and nothing is pending any more.
 //
 // A frozen Redis (SIGSTOP) would not do: the SET the shortener gave up on
 // waits in the socket and is applied when Redis thaws, whereas the write of
 // a failover is lost for good. A refused write is lost for good too.
-func TestRevokeWhoseWriteThroughFailedReachesEveryRedirect(t *testing.T) {
-	const pendingMetric = "kurz_shortener_invalidations_pending"
+func TestRevokeAndUpdateWhoseWriteThroughFailedReachEveryRedirect(t *testing.T) {
+	const (
+		pendingMetric = "kurz_shortener_invalidations_pending"
+		ageMetric     = "kurz_shortener_invalidations_oldest_age_seconds"
+	)
 	node := redistest.Start(t)
 	dbURL := privateDatabase(t)
 	bin := t.TempDir()
@@ -124,26 +131,34 @@ func TestRevokeWhoseWriteThroughFailedReachesEveryRedirect(t *testing.T) {
 	defer conn.Close()
 	api := shortenerv1.NewShortenerServiceClient(conn)
 	ctx := as(uniq("revoke-"), "")
-	made, err := api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/taken-down"})
-	if err != nil {
-		t.Fatal(err)
+	var codes []string // revoked, moved
+	for _, target := range []string{"https://example.com/taken-down", "https://example.com/old"} {
+		made, err := api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: target})
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, made.GetLink().GetCode())
 	}
-	code := made.GetLink().GetCode()
+	revoked, moved := codes[0], codes[1]
+	const newURL = "https://example.com/new"
 
 	noFollow := &http.Client{Timeout: 5 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	visit := func(addr string) (status int, source string) {
+	// visit returns a replica's answer for code: status, X-Source, Location.
+	visit := func(addr, code string) (int, string, string) {
 		t.Helper()
 		resp, err := noFollow.Get("http://" + addr + "/" + code)
 		if err != nil {
 			t.Fatalf("GET %s/%s: %v", addr, code, err)
 		}
 		resp.Body.Close()
-		return resp.StatusCode, resp.Header.Get("X-Source")
+		return resp.StatusCode, resp.Header.Get("X-Source"), resp.Header.Get("Location")
 	}
 	for _, addr := range replicas {
-		visit(addr) // from Redis (the create's write-through), into L1
-		if status, source := visit(addr); status != http.StatusFound || source != "l1" {
-			t.Fatalf("replica %s before the revoke: %d from %q, want 302 from l1", addr, status, source)
+		for _, code := range codes {
+			visit(addr, code) // from Redis (the create's write-through), into L1
+			if status, source, _ := visit(addr, code); status != http.StatusFound || source != "l1" {
+				t.Fatalf("replica %s, %s before the changes: %d from %q, want 302 from l1", addr, code, status, source)
+			}
 		}
 	}
 
@@ -159,30 +174,46 @@ func TestRevokeWhoseWriteThroughFailedReachesEveryRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	maxmemory("1")
-	if _, err := api.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code}); err != nil {
+	if _, err := api.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: revoked}); err != nil {
 		t.Fatalf("DeleteLink while Redis refuses writes: %v, want success (the revocation is committed)", err)
 	}
-	if got := metricAt(t, "http://"+shHTTP, pendingMetric); got != 1 {
-		t.Errorf("%s while Redis refuses writes: got %v, want 1", pendingMetric, got)
+	if _, err := api.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link:       &shortenerv1.Link{Code: moved, LongUrl: newURL},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"long_url"}},
+	}); err != nil {
+		t.Fatalf("UpdateLink while Redis refuses writes: %v, want success (the change is committed)", err)
+	}
+	shMetrics := "http://" + shHTTP
+	if got := metricAt(t, shMetrics, pendingMetric); got != 2 {
+		t.Errorf("%s while Redis refuses writes: got %v, want 2", pendingMetric, got)
+	}
+	if got := metricAt(t, shMetrics, ageMetric); got <= 0 {
+		t.Errorf("%s while Redis refuses writes: got %v, want > 0", ageMetric, got)
 	}
 	maxmemory("0")
 
 	const within = 30 * time.Second
 	deadline := time.Now().Add(within)
 	for _, addr := range replicas {
-		for {
-			status, source := visit(addr)
-			if status == http.StatusGone {
-				break
+		for _, want := range []struct {
+			code     string
+			status   int
+			location string
+		}{{revoked, http.StatusGone, ""}, {moved, http.StatusFound, newURL}} {
+			for {
+				status, source, location := visit(addr, want.code)
+				if status == want.status && location == want.location {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("replica %s, %s %v after Redis took writes again: %d %q from %q, want %d %q (the old state still serves)",
+						addr, want.code, within, status, location, source, want.status, want.location)
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %s %v after Redis took writes again: %d from %q, want 410 (the revoked link still serves)",
-					addr, within, status, source)
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	await(t, pendingMetric+" back to 0", within, func() bool {
-		return metricAt(t, "http://"+shHTTP, pendingMetric) == 0
+		return metricAt(t, shMetrics, pendingMetric) == 0 && metricAt(t, shMetrics, ageMetric) == 0
 	})
 }
