@@ -98,7 +98,7 @@ func (s *Service) RunInvalidations(ctx context.Context) {
 // the age of the oldest. Every replica reports the same shared table.
 func observeInvalidations(meter metric.Meter, store *linkstore.Store) error {
 	pending, err1 := meter.Int64ObservableGauge("kurz.shortener.invalidations.pending",
-		metric.WithDescription("Link changes whose Redis write-through has not succeeded yet (queued in link_invalidations, retried with backoff)"),
+		metric.WithDescription("Links whose change has not reached Redis yet (queued in link_invalidations, retried with backoff)"),
 		metric.WithUnit("{invalidation}"))
 	oldest, err2 := meter.Float64ObservableGauge("kurz.shortener.invalidations.oldest_age",
 		metric.WithDescription("How long the oldest queued invalidation has waited (0: none); meanwhile redirects may serve the link's previous state"),

@@ -10,20 +10,20 @@ import (
 )
 
 // The outbox of Redis refreshes (table link_invalidations): Update and Delete
-// queue a row for the code they change in the same statement; Refresh
-// deletes a code's rows once its current state reached Redis. Rows name a
-// code only, never a state: whoever refreshes writes the row as it is now,
-// so refreshes in any order, repeated or concurrent, leave Redis with the
-// latest state.
+// queue the code they change in the same statement (one row per code);
+// Refresh deletes it once the link's current state reached Redis. A row
+// names a code only, never a state: whoever refreshes writes the link as it
+// is now, so refreshes in any order, repeated or concurrent, leave Redis
+// with the latest state.
 
 // Refresh brings code's cache entry up to date: in one transaction it takes
 // a share lock on code's row of links, hands the row to write (which stores
-// it in Redis), and once write succeeds deletes every invalidation queued for
-// code. The lock keeps any change of the row (which would queue a new
-// invalidation) waiting until write is done, so no invalidation is deleted
-// whose change write did not see. If write fails, nothing is deleted and the
-// error is returned. A code without a row (removed behind the service's back)
-// has its invalidations deleted and write is not called.
+// it in Redis), and once write succeeds deletes code's queued invalidation.
+// The lock keeps any change of the row (which would queue an invalidation)
+// waiting until write is done, so no invalidation is deleted whose change
+// write did not see. If write fails, nothing is deleted and the error is
+// returned. A code without a row (removed behind the service's back) has its
+// invalidation deleted and write is not called.
 //
 // write runs while the row is locked: it must be bounded (a Redis timeout).
 func (s *Store) Refresh(ctx context.Context, code string, write func(context.Context, Link) error) error {
@@ -45,7 +45,7 @@ func (s *Store) Refresh(ctx context.Context, code string, write func(context.Con
 		}
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM link_invalidations WHERE code = $1`, code); err != nil {
-		return fmt.Errorf("refresh %s: delete invalidations: %w", code, err)
+		return fmt.Errorf("refresh %s: delete invalidation: %w", code, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("refresh %s: commit: %w", code, err)
@@ -53,13 +53,13 @@ func (s *Store) Refresh(ctx context.Context, code string, write func(context.Con
 	return nil
 }
 
-// DueInvalidations returns up to limit codes with an invalidation whose next
-// attempt is due, oldest first.
+// DueInvalidations returns up to limit codes whose queued invalidation is due
+// for another attempt, oldest first.
 func (s *Store) DueInvalidations(ctx context.Context, limit int) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	rows, err := s.db.Query(ctx, `SELECT code FROM link_invalidations WHERE next_try_at <= now()
-		GROUP BY code ORDER BY min(id) LIMIT $1`, limit)
+		ORDER BY created_at LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("due invalidations: %w", err)
 	}
@@ -70,7 +70,7 @@ func (s *Store) DueInvalidations(ctx context.Context, limit int) ([]string, erro
 	return codes, nil
 }
 
-// Postpone records a failed attempt on code's invalidations: the next one is
+// Postpone records a failed attempt on code's invalidation: the next one is
 // due after base, doubled for every earlier failure, at most maxDelay.
 func (s *Store) Postpone(ctx context.Context, code string, base, maxDelay time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -84,8 +84,8 @@ func (s *Store) Postpone(ctx context.Context, code string, base, maxDelay time.D
 	return nil
 }
 
-// PendingInvalidations returns how many invalidations are queued and how long
-// the oldest has waited (0 when none is).
+// PendingInvalidations returns how many links have an invalidation queued
+// and how long the oldest has waited (0 when none has).
 func (s *Store) PendingInvalidations(ctx context.Context) (n int64, oldest time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -3,6 +3,7 @@ package linkstore
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func connect(t *testing.T, appName string) *pgxpool.Pool {
 }
 
 // queuedLink stores a new link and changes it once, so one invalidation of
-// its code is queued; the link is removed (its invalidations with it) when
+// its code is queued; the link is removed (its invalidation with it) when
 // the test ends.
 func queuedLink(t *testing.T, s *Store) (tenant, code string) {
 	t.Helper()
@@ -71,6 +72,37 @@ func queued(t *testing.T, db *pgxpool.Pool, code string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// The queue holds one invalidation per link however often it changes, dated
+// by the oldest change not yet in Redis: its size is bounded by the number
+// of links, not by the number of calls.
+func TestInvalidationsAreOnePerLink(t *testing.T) {
+	ctx := context.Background()
+	db := connect(t, "")
+	s := New(db, 10*time.Second)
+	tenant, code := queuedLink(t, s)
+	var first time.Time
+	if err := db.QueryRow(ctx, `SELECT created_at FROM link_invalidations WHERE code = $1`, code).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		u := fmt.Sprintf("https://example.com/v%d", i+3)
+		if _, err := s.Update(ctx, tenant, code, Changes{LongURL: &u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Delete(ctx, tenant, code); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var oldest time.Time
+	if err := db.QueryRow(ctx, `SELECT count(*), min(created_at) FROM link_invalidations WHERE code = $1`, code).Scan(&n, &oldest); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || !oldest.Equal(first) {
+		t.Errorf("after 5 changes: %d invalidations from %v, want 1 from the first change (%v)", n, oldest, first)
+	}
 }
 
 // A change made while a refresh of its link is under way waits for the

@@ -328,12 +328,13 @@ type DeviceURLs struct {
 
 // queueing turns update, an UPDATE of one row of links without RETURNING,
 // into one statement that also queues an invalidation of the row's code in
-// link_invalidations and returns the new row: the change and its
-// invalidation commit together or not at all. The INSERT reads the UPDATE's
-// output, so it runs only once the UPDATE holds the row's lock.
+// link_invalidations (unless one is queued already: it stands for this
+// change too) and returns the new row: the change and its invalidation
+// commit together or not at all. The INSERT reads the UPDATE's output, so it
+// runs only once the UPDATE holds the row's lock.
 func queueing(update string) string {
 	return `WITH changed AS (` + update + ` RETURNING ` + columns + `),
-		queued AS (INSERT INTO link_invalidations (code) SELECT code FROM changed)
+		queued AS (INSERT INTO link_invalidations (code) SELECT code FROM changed ON CONFLICT (code) DO NOTHING)
 	SELECT ` + columns + ` FROM changed`
 }
 
