@@ -19,9 +19,12 @@ import (
 // happen. So the change queues an invalidation in PostgreSQL in its own
 // statement (linkstore), the call tries to refresh Redis at once, and
 // RunInvalidations retries whatever is still queued until Redis has the
-// link's current state. Redirect pods need nothing more: their L1 keeps only
-// entries read from Redis, for KURZ_REDIRECT_L1_TTL (5 s), and the refresh
-// publishes on linkcache.InvalidationChannel to drop them sooner.
+// link's current state. Redirect pods need nothing more: every successful
+// refresh publishes on linkcache.InvalidationChannel, which drops the code
+// from the L1 of every subscribed pod; a pod that was disconnected meanwhile
+// purges its whole L1 when it subscribes again; and L1 keeps only entries
+// read from Redis, for KURZ_REDIRECT_L1_TTL (5 s), so even a lost message
+// leaves the old state there at most that long once Redis has the new one.
 
 // invalidationBatch bounds the codes one pass of RunInvalidations takes.
 const invalidationBatch = 100
