@@ -71,6 +71,11 @@ type Config struct {
 	BlocklistReload time.Duration `env:"SHORTENER_BLOCKLIST_RELOAD" default:"5s"`
 	// CacheWriteTimeout bounds the write-through to Redis after a commit.
 	CacheWriteTimeout time.Duration `env:"SHORTENER_CACHE_WRITE_TIMEOUT" default:"500ms"`
+	// InvalidationRetry is how often queued invalidations (write-throughs of
+	// changed links that failed) are retried, and the first backoff.
+	InvalidationRetry time.Duration `env:"SHORTENER_INVALIDATION_RETRY" default:"1s"`
+	// InvalidationMaxBackoff bounds the backoff, doubled per failure.
+	InvalidationMaxBackoff time.Duration `env:"SHORTENER_INVALIDATION_MAX_BACKOFF" default:"10s"`
 }
 
 func (c Config) validate() (quota.Policy, urlcheck.Policy, error) {
@@ -93,6 +98,9 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, error) {
 	}
 	if c.CacheWriteTimeout <= 0 || c.LimiterTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_SHORTENER_CACHE_WRITE_TIMEOUT and KURZ_SHORTENER_LIMITER_TIMEOUT must be positive"))
+	}
+	if c.InvalidationRetry <= 0 || c.InvalidationMaxBackoff < c.InvalidationRetry {
+		errs = append(errs, errors.New("KURZ_SHORTENER_INVALIDATION_RETRY must be positive and at most KURZ_SHORTENER_INVALIDATION_MAX_BACKOFF"))
 	}
 	errs = append(errs, c.Cache.Validate())
 	up := urlcheck.Policy{MaxLength: c.MaxURLLength, AllowPrivateHosts: c.AllowPrivateHosts}
@@ -203,6 +211,8 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		CacheTTL:       cfg.Cache.TTL,
 		CacheTimeout:   cfg.CacheWriteTimeout,
 		LimiterPolicy:  limiterPolicy,
+		RetryInterval:  cfg.InvalidationRetry,
+		RetryMaxDelay:  cfg.InvalidationMaxBackoff,
 	}, linkapi.Deps{
 		Store: store, Redis: rdb, Blocks: blocks,
 		Random:  codegen.NewRandom(h.random, cfg.RandomCodeLength),
@@ -220,10 +230,13 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	srv.OnShutdown(func(context.Context) error { db.Close(); return nil })
 	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
 	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
-	srv.OnShutdown(func(context.Context) error { stopBackground(); return nil })
+	invalidating := make(chan struct{})
+	go func() { svc.RunInvalidations(bgCtx); close(invalidating) }()
+	// Background work stops before the stores it uses close.
+	srv.OnShutdown(func(context.Context) error { stopBackground(); <-invalidating; return nil })
 	srv.AddCheck("postgres", db.Ping)
-	// Links are written to PostgreSQL; the write-through to Redis is best
-	// effort (a redirect falls back to PostgreSQL).
+	// Links are written to PostgreSQL; the write-through to Redis is retried
+	// (changes) or filled by readers (new links), so Redis is not required.
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
 	if blocklist != nil {

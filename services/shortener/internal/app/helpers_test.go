@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"io"
 	"maps"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -133,10 +135,22 @@ func wantStatus(t *testing.T, err error, c codes.Code) (reason string, st *statu
 // /metrics.
 func metricValue(t *testing.T, r *servertest.Running, name string) float64 {
 	t.Helper()
-	code, body := r.Get(t, "/metrics")
-	if code != 200 {
-		t.Fatalf("/metrics: %d", code)
+	return metricAt(t, r.HTTP, name)
+}
+
+// metricAt sums every series of a Prometheus metric on base + "/metrics".
+func metricAt(t *testing.T, base, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
 	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	body := string(b)
 	var sum float64
 	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {

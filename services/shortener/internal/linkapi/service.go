@@ -59,6 +59,11 @@ type Options struct {
 	CacheTimeout time.Duration
 	// LimiterPolicy applies when the limiter does not answer.
 	LimiterPolicy quota.Policy
+	// RetryInterval is how often RunInvalidations looks for queued
+	// invalidations, and the delay after a first failed attempt.
+	RetryInterval time.Duration
+	// RetryMaxDelay bounds the delay between attempts (doubled per failure).
+	RetryMaxDelay time.Duration
 }
 
 // Service implements shortenerv1.ShortenerServiceServer.
@@ -119,10 +124,11 @@ func New(opts Options, d Deps) (*Service, error) {
 			"Sequential IDs skipped because a custom alias already held their code", "{id}"),
 		refused: counter("kurz.shortener.urls.refused", "Long URLs refused, by reason", "{url}"),
 		cacheFailed: counter("kurz.shortener.cache.write_failures",
-			"Write-throughs to Redis that failed after the commit (the entry expires or is refreshed later)", "{write}"),
+			"Write-throughs to Redis that failed after the commit (a change of a link is retried until it succeeds; a new link's entry is filled on a read)", "{write}"),
 		swept: counter("kurz.shortener.links.blocklisted",
 			"Existing links disabled by a sweep because their destination joined the blocklist", "{link}"),
 	}
+	errs = append(errs, observeInvalidations(d.Meter, d.Store))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("shortener metrics: %w", err)
 	}
@@ -451,9 +457,11 @@ func entry(l linkstore.Link) linkcache.Entry {
 	return e
 }
 
-// writeThrough sets the code's Redis entry after the commit and publishes the
-// invalidation. A failure does not fail the call (the row is committed): it
-// is logged and counted, and the old entry lives at most its TTL.
+// writeThrough sets the code's Redis entry after the commit of a new link and
+// publishes the invalidation. A failure does not fail the call (the row is
+// committed): it is logged and counted, and a reader fills Redis from
+// PostgreSQL (a negative entry met meanwhile lives KURZ_LINK_NEGATIVE_TTL).
+// Changes of existing links go through refresh instead.
 func (s *Service) writeThrough(ctx context.Context, op string, l linkstore.Link) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
 	defer cancel()
@@ -488,18 +496,6 @@ func (s *Service) writeThroughMany(ctx context.Context, op string, links []links
 	}
 	s.m.cacheFailed.Add(ctx, int64(max(failed, 1)), metric.WithAttributes(attribute.String("op", op)))
 	s.log.ErrorContext(ctx, "write-through failed", "op", op, "links", len(links), "failed_commands", failed, "err", err)
-}
-
-// forgetVisits deletes code's visit counter once its link is deleted (after
-// the commit, best effort like the write-through): a code is never reused, so
-// a counter left behind would only take room until Redis is flushed.
-func (s *Service) forgetVisits(ctx context.Context, code string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
-	defer cancel()
-	if err := s.rdb.Del(ctx, linkcache.VisitsKey(code)).Err(); err != nil {
-		s.m.cacheFailed.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "delete-visits")))
-		s.log.ErrorContext(ctx, "visit counter delete failed", "code", code, "err", fmt.Errorf("redis del %s: %w", linkcache.VisitsKey(code), err))
-	}
 }
 
 func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
@@ -686,13 +682,13 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "update", err)
 	}
-	s.writeThrough(ctx, "update", l)
+	s.refresh(ctx, "update", l.Code)
 	return &shortenerv1.UpdateLinkResponse{Link: s.toProto(l)}, nil
 }
 
 // DeleteLink revokes one of the caller's links: its code answers 410 from now
-// on (every redirect pod within its L1 TTL at most), and its visit counter
-// is deleted from Redis.
+// on (every redirect pod within its L1 TTL at most, once Redis is reachable:
+// see refresh), and its visit counter is deleted from Redis.
 func (s *Service) DeleteLink(ctx context.Context, req *shortenerv1.DeleteLinkRequest) (*shortenerv1.DeleteLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -705,7 +701,6 @@ func (s *Service) DeleteLink(ctx context.Context, req *shortenerv1.DeleteLinkReq
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "delete", err)
 	}
-	s.writeThrough(ctx, "delete", l)
-	s.forgetVisits(ctx, l.Code)
+	s.refresh(ctx, "delete", l.Code)
 	return &shortenerv1.DeleteLinkResponse{}, nil
 }

@@ -28,10 +28,10 @@ type SweepReport struct {
 // SweepBlocked disables every live link whose long URL or device target the
 // scanner blocks now: a domain added to the blocklist reaches the links
 // created before it, not only new ones. Each is disabled as UpdateLink
-// would (written through to the redirect cache, answering 410), logged with
-// its tenant, and counted. Replicas may sweep at once: disabling is
-// idempotent. It stops at the first store or scanner error, with what it did
-// so far.
+// would (its invalidation queued and written through, retried until Redis
+// has it: the link answers 410), logged with its tenant, and counted.
+// Replicas may sweep at once: disabling is idempotent. It stops at the first
+// store or scanner error, with what it did so far.
 func (s *Service) SweepBlocked(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
 	disabled := true
@@ -56,7 +56,7 @@ func (s *Service) SweepBlocked(ctx context.Context) (SweepReport, error) {
 			case err != nil:
 				return rep, err
 			}
-			s.writeThrough(ctx, "blocklist", nl)
+			s.refresh(ctx, "blocklist", nl.Code)
 			s.m.swept.Add(ctx, 1)
 			s.log.WarnContext(ctx, "link disabled: its destination is on the blocklist now",
 				"tenant", l.Tenant, "code", l.Code, "why", why)

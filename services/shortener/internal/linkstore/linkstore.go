@@ -344,7 +344,20 @@ type DeviceURLs struct {
 	IOS, Android, Desktop string
 }
 
-// Update applies ch to tenant's live link code and returns the new row.
+// queueing turns update, an UPDATE of one row of links without RETURNING,
+// into one statement that also queues an invalidation of the row's code in
+// link_invalidations (unless one is queued already: it stands for this
+// change too) and returns the new row: the change and its invalidation
+// commit together or not at all. The INSERT reads the UPDATE's output, so it
+// runs only once the UPDATE holds the row's lock.
+func queueing(update string) string {
+	return `WITH changed AS (` + update + ` RETURNING ` + columns + `),
+		queued AS (INSERT INTO link_invalidations (code) SELECT code FROM changed ON CONFLICT (code) DO NOTHING)
+	SELECT ` + columns + ` FROM changed`
+}
+
+// Update applies ch to tenant's live link code, queues an invalidation of
+// code (see Refresh) and returns the new row.
 func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -369,7 +382,7 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 	if ch.Targets != nil {
 		targets = *ch.Targets
 	}
-	l, err := scan(s.db.QueryRow(ctx, `
+	l, err := scan(s.db.QueryRow(ctx, queueing(`
 		UPDATE links SET
 			long_url      = COALESCE($3, long_url),
 			redirect_type = COALESCE($4, redirect_type),
@@ -382,8 +395,7 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 			android_url   = CASE WHEN $13 THEN $15 ELSE android_url END,
 			desktop_url   = CASE WHEN $13 THEN $16 ELSE desktop_url END,
 			updated_at    = now()
-		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL
-		RETURNING `+columns, code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
+		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL`), code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
 		ch.Tags != nil, tags, ch.MaxVisits, ch.PasswordHash != nil, hash,
 		ch.Targets != nil, nullIfEmpty(targets.IOS), nullIfEmpty(targets.Android), nullIfEmpty(targets.Desktop)))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -396,14 +408,14 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 }
 
 // Delete revokes tenant's live link code: the row stays, marked deleted, so
-// the code is never handed out again and keeps answering 410.
+// the code is never handed out again and keeps answering 410. Like Update, it
+// queues an invalidation of code.
 func (s *Store) Delete(ctx context.Context, tenant, code string) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	l, err := scan(s.db.QueryRow(ctx, `
+	l, err := scan(s.db.QueryRow(ctx, queueing(`
 		UPDATE links SET deleted_at = now(), updated_at = now()
-		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL
-		RETURNING `+columns, code, tenant))
+		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL`), code, tenant))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Link{}, ErrNotFound
 	}
