@@ -40,8 +40,11 @@ const downstreamMaxRecvMsgSize = 16 << 20
 // one environment configures a whole local stack.
 type Config struct {
 	server.Common
-	GRPCAddr      string `env:"GATEWAY_GRPC_ADDR" default:"127.0.0.1:9095"`
-	HTTPAddr      string `env:"GATEWAY_HTTP_ADDR" default:"127.0.0.1:8080"`
+	GRPCAddr string `env:"GATEWAY_GRPC_ADDR" default:"127.0.0.1:9095"`
+	HTTPAddr string `env:"GATEWAY_HTTP_ADDR" default:"127.0.0.1:8080"`
+	// OpsAddr serves /readyz, /metrics and pprof, kept off the public
+	// listener (which answers /healthz only).
+	OpsAddr       string `env:"GATEWAY_OPS_ADDR" default:"127.0.0.1:9195"`
 	LimiterAddr   string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
 	ShortenerAddr string `env:"SHORTENER_GRPC_ADDR" default:"127.0.0.1:9092"`
 	AnalyticsAddr string `env:"ANALYTICS_GRPC_ADDR" default:"127.0.0.1:9093"`
@@ -126,6 +129,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 	}
 
 	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	srvCfg.OpsAddr = cfg.OpsAddr
 	// net/http's own header bound must stay well above the gateway's, so a
 	// client over KURZ_GATEWAY_MAX_HEADER_BYTES gets the gateway's 431 with
 	// its JSON body rather than net/http's bare one.
