@@ -168,8 +168,8 @@ type Server struct {
 }
 
 // New sets up telemetry, listens on the addresses (":0" picks a free port;
-// see GRPCAddr, HTTPAddr and OpsAddr) and builds the servers. Nothing is served until
-// Run; if the service gives up before that, call Close.
+// see GRPCAddr, HTTPAddr and OpsAddr) and builds the servers. Nothing is
+// served until Run; if the service gives up before that, call Close.
 func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ...grpc.ServerOption) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 20 * time.Second
@@ -294,9 +294,9 @@ func (s *Server) OpsAddr() string {
 }
 
 // SetHandler replaces the HTTP handler, e.g. to wrap Mux in middleware. The
-// ops routes stay on Mux. The server wraps h in its OpenTelemetry middleware,
-// so every request (but the ops routes) gets one server span; h must not
-// start another.
+// ops routes stay on Mux (/healthz; all of them without an ops listener).
+// The server wraps h in its OpenTelemetry middleware, so every request (but
+// the ops routes) gets one server span; h must not start another.
 func (s *Server) SetHandler(h http.Handler) { s.httpSrv.Handler = s.instrument(h) }
 
 // instrument gives h the http.server.request.duration metric and, when
