@@ -12,7 +12,8 @@ import (
 )
 
 // Balancer is an HTTP load balancer in front of replicas, as a Kubernetes
-// Service with readiness probes: it polls each replica's /readyz and sends
+// Service with readiness probes: it polls each replica's /readyz (on its ops
+// listener, as the kubelet does) and sends
 // requests round-robin to the ready ones only. It does not retry: a request
 // sent to a replica that fails is a failed request.
 type Balancer struct {
@@ -26,14 +27,20 @@ type Balancer struct {
 
 type backend struct {
 	addr   string
+	probe  string // where /readyz is
 	ready  atomic.Bool
 	streak atomic.Int64 // consecutive successful probes
 	proxy  *httputil.ReverseProxy
 }
 
-// NewBalancer balances over the replicas' HTTP addresses, probing every
-// period.
-func NewBalancer(addrs []string, period time.Duration) (*Balancer, error) {
+// Replica is one replica behind a Balancer: where requests go, and where its
+// /readyz is.
+type Replica struct {
+	Addr, ProbeAddr string
+}
+
+// NewBalancer balances over the replicas, probing every period.
+func NewBalancer(replicas []Replica, period time.Duration) (*Balancer, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -41,8 +48,8 @@ func NewBalancer(addrs []string, period time.Duration) (*Balancer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Balancer{lis: lis, stop: cancel}
 	transport := &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}
-	for _, a := range addrs {
-		be := &backend{addr: a, proxy: httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: a})}
+	for _, rp := range replicas {
+		be := &backend{addr: rp.Addr, probe: rp.ProbeAddr, proxy: httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: rp.Addr})}
 		be.proxy.Transport = transport
 		b.backends = append(b.backends, be)
 		b.wg.Go(func() { b.probe(ctx, be, period) })
@@ -81,7 +88,7 @@ func (b *Balancer) probe(ctx context.Context, be *backend, period time.Duration)
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
-		resp, err := client.Get("http://" + be.addr + "/readyz")
+		resp, err := client.Get("http://" + be.probe + "/readyz")
 		ok := err == nil && resp.StatusCode == http.StatusOK
 		if err == nil {
 			resp.Body.Close()

@@ -14,7 +14,7 @@ type metrics map[string]float64
 
 func scrape(t *testing.T, s *service) metrics {
 	t.Helper()
-	resp, err := http.Get("http://" + s.httpAddr + "/metrics")
+	resp, err := http.Get("http://" + s.opsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

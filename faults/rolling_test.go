@@ -46,11 +46,11 @@ func grpcList(ss []*service) string {
 
 func balance(t *testing.T, ss []*service) *Balancer {
 	t.Helper()
-	addrs := make([]string, len(ss))
+	replicas := make([]Replica, len(ss))
 	for i, s := range ss {
-		addrs[i] = s.httpAddr
+		replicas[i] = Replica{Addr: s.httpAddr, ProbeAddr: s.opsAddr}
 	}
-	b, err := NewBalancer(addrs, probePeriod)
+	b, err := NewBalancer(replicas, probePeriod)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,10 @@ const (
 type service struct {
 	name               string
 	grpcAddr, httpAddr string
-	env                []string
+	// opsAddr serves /readyz and /metrics: its own listener on the public
+	// services (gateway, redirect), httpAddr on the others.
+	opsAddr string
+	env     []string
 	*servertest.Process
 }
 
@@ -86,7 +89,12 @@ type service struct {
 func startService(t *testing.T, name string, env ...string) *service {
 	t.Helper()
 	s := &service{name: name, grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
+	s.opsAddr = s.httpAddr
 	prefix := "KURZ_" + strings.ToUpper(name)
+	if name == "gateway" || name == "redirect" {
+		s.opsAddr = freeAddr(t)
+		env = append([]string{prefix + "_OPS_ADDR=" + s.opsAddr}, env...)
+	}
 	s.env = append([]string{prefix + "_GRPC_ADDR=" + s.grpcAddr, prefix + "_HTTP_ADDR=" + s.httpAddr, "KURZ_LOG_LEVEL=warn",
 		// Socket timeouts roomy enough for race-enabled binaries on two busy
 		// cores; the limiter's per-decision deadline (its own setting) is

@@ -37,6 +37,7 @@ LOCAL=${KURZ_LOCAL_DIR:-$ROOT/.local}
 LIMITER=${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091}
 LIMITER_HTTP=${KURZ_LIMITER_HTTP_ADDR:-127.0.0.1:9191}
 REDIRECT=${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787}
+REDIRECT_OPS=${KURZ_REDIRECT_OPS_ADDR:-127.0.0.1:9194}
 ANALYTICS_HTTP=${KURZ_ANALYTICS_HTTP_ADDR:-127.0.0.1:9193}
 CLICKHOUSE_PORT=${KURZ_CH_TCP_PORT:-9000}
 REDIS_ADDRS=${KURZ_REDIS_ADDRS:-127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005,127.0.0.1:7006}
@@ -75,7 +76,7 @@ pid_of() {
 port() { echo "${1##*:}"; }
 
 curl -fsS -o /dev/null --max-time 2 "http://$LIMITER_HTTP/readyz" || die "the limiter is not ready at $LIMITER_HTTP: is the stack up (make up)?"
-curl -fsS -o /dev/null --max-time 2 "http://$REDIRECT/readyz" || die "the redirect service is not ready at $REDIRECT: is the stack up (make up)?"
+curl -fsS -o /dev/null --max-time 2 "http://$REDIRECT_OPS/readyz" || die "the redirect service is not ready at $REDIRECT_OPS: is the stack up (make up)?"
 limiter_pid=$(pid_of limiter "$(port "$LIMITER")")
 redirect_pid=$(pid_of redirect "$(port "$REDIRECT")")
 analytics_pid=$(pid_of analytics "$(port "$ANALYTICS_HTTP")")

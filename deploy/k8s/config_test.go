@@ -313,7 +313,11 @@ func TestServiceConfiguration(t *testing.T) {
 			// The listen addresses must be given (the defaults are loopback)
 			// and match the container ports.
 			c := e.Workload.Template.Spec.Containers[0]
-			for _, kind := range []string{"grpc", "http"} {
+			kinds := []string{"grpc", "http"}
+			if opsPort(svc) != "http" {
+				kinds = append(kinds, opsPort(svc))
+			}
+			for _, kind := range kinds {
 				name := envPrefix + strings.ToUpper(svc) + "_" + strings.ToUpper(kind) + "_ADDR"
 				g, ok := e.Given[name]
 				if !ok {

@@ -106,7 +106,7 @@ func admits(policies []*networkingv1.NetworkPolicy, target map[string]string, cp
 // wantIngress is who may reach each workload's port in the namespace;
 // "*" means everyone, including clients outside the namespace (public).
 // Ports not listed are reachable by nobody in or out of the namespace
-// (Prometheus aside, on the "http" ports of the kurz services).
+// (Prometheus aside, on the ops ports of the kurz services: see opsPort).
 func wantIngress(t *testing.T, r rendering) map[string]map[string][]string {
 	clients := func(envVar string) []string {
 		var out []string
@@ -181,7 +181,7 @@ func TestNetworkPolicies(t *testing.T) {
 							t.Errorf("%s port %s is reachable from %v, want %v", w.app(), cp.Name, got, expected)
 						}
 						scrapable := admits(policies, w.Template.Labels, cp, prometheus)
-						wantScrape := kurzService(w) != "" && cp.Name == "http"
+						wantScrape := kurzService(w) != "" && cp.Name == opsPort(kurzService(w))
 						if scrapable != wantScrape && !external {
 							t.Errorf("%s port %s: Prometheus may scrape it: %v, want %v", w.app(), cp.Name, scrapable, wantScrape)
 						}

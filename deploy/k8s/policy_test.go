@@ -218,8 +218,9 @@ func TestServicePortsMatchContainerPorts(t *testing.T) {
 }
 
 // Every kurz service: named gRPC and HTTP ports, a Service with both, a
-// ServiceAccount of its own, the scrape annotations on the HTTP port, user
-// 65532, and a grace period longer than its drain (preStop sleep plus
+// ServiceAccount of its own, liveness and the scrape annotations on its ops
+// port (HTTP, or "ops" on the public services, which no Service exposes),
+// user 65532, and a grace period longer than its drain (preStop sleep plus
 // KURZ_SHUTDOWN_TIMEOUT as configured).
 func TestKurzServices(t *testing.T) {
 	for _, dir := range overlays {
@@ -236,10 +237,13 @@ func TestKurzServices(t *testing.T) {
 			accounts[sa.Name] = true
 		}
 		servicePorts := map[string]map[string]int32{}
+		serviceTargets := map[string][]intstr.IntOrString{} // by the app it selects
 		for _, s := range typed[corev1.Service](r) {
 			servicePorts[s.Name] = map[string]int32{}
 			for _, p := range s.Spec.Ports {
 				servicePorts[s.Name][p.Name] = p.Port
+				app := s.Spec.Selector["app.kubernetes.io/name"]
+				serviceTargets[app] = append(serviceTargets[app], p.TargetPort)
 			}
 		}
 		for _, svc := range services {
@@ -257,8 +261,24 @@ func TestKurzServices(t *testing.T) {
 			for _, p := range c.Ports {
 				ports[p.Name] = p.ContainerPort
 			}
-			if ports["grpc"] == 0 || ports["http"] == 0 || len(ports) != 2 {
-				t.Errorf("%s: %s: ports %v, want exactly grpc and http", dir, w, ports)
+			wantPorts := []string{"grpc", "http"}
+			if ops := opsPort(svc); ops != "http" {
+				wantPorts = append(wantPorts, ops)
+				// No Service leads to the ops port: it is for the kubelet
+				// and Prometheus, which reach the pod itself.
+				for _, tp := range serviceTargets[svc] {
+					if tp.StrVal == ops || tp.IntVal == ports[ops] {
+						t.Errorf("%s: a Service of %s targets its %s port", dir, svc, ops)
+					}
+				}
+			}
+			for _, p := range wantPorts {
+				if ports[p] == 0 {
+					t.Errorf("%s: %s: ports %v, want exactly %v", dir, w, ports, wantPorts)
+				}
+			}
+			if len(ports) != len(wantPorts) {
+				t.Errorf("%s: %s: ports %v, want exactly %v", dir, w, ports, wantPorts)
 			}
 			if got := servicePorts[svc]; got["grpc"] != ports["grpc"] || got["http"] != ports["http"] {
 				t.Errorf("%s: Service %s ports %v, want grpc %d and http %d", dir, svc, got, ports["grpc"], ports["http"])
@@ -266,8 +286,12 @@ func TestKurzServices(t *testing.T) {
 			if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil && (c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz") {
 				t.Errorf("%s: %s: readiness must be the gRPC health probe or GET /readyz", dir, w)
 			}
-			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-				t.Errorf("%s: %s: liveness must be GET /healthz", dir, w)
+			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" ||
+				c.LivenessProbe.HTTPGet.Port != intstr.FromString(opsPort(svc)) {
+				t.Errorf("%s: %s: liveness must be GET /healthz on port %q", dir, w, opsPort(svc))
+			}
+			if p := c.ReadinessProbe; p != nil && p.HTTPGet != nil && p.HTTPGet.Port != intstr.FromString(opsPort(svc)) {
+				t.Errorf("%s: %s: GET /readyz must be on port %q", dir, w, opsPort(svc))
 			}
 			if spec.ServiceAccountName != svc || !accounts[svc] {
 				t.Errorf("%s: %s: serviceAccountName %q, want its own ServiceAccount %q (rendered: %v)", dir, w, spec.ServiceAccountName, svc, accounts[svc])
@@ -276,8 +300,8 @@ func TestKurzServices(t *testing.T) {
 				t.Errorf("%s: %s: want pod runAsUser 65532 (distroless nonroot)", dir, w)
 			}
 			ann := w.Template.Annotations
-			if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != strconv.Itoa(int(ports["http"])) {
-				t.Errorf("%s: %s: scrape annotations %v, want scrape=true path=/metrics port=%d", dir, w, ann, ports["http"])
+			if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != strconv.Itoa(int(ports[opsPort(svc)])) {
+				t.Errorf("%s: %s: scrape annotations %v, want scrape=true path=/metrics port=%d (%s)", dir, w, ann, ports[opsPort(svc)], opsPort(svc))
 			}
 
 			// Termination: grace > preStop sleep + drain.

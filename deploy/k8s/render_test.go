@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,20 @@ var overlays = []string{"overlays/dev", "overlays/prod"}
 // services are the kurz services, each a module under services/ and an image
 // kurz/<name>.
 var services = []string{"limiter", "shortener", "redirect", "analytics", "gateway"}
+
+// publicServices take traffic from outside the cluster on their "http" port;
+// their ops routes (/readyz, /metrics, pprof) are on a port of their own,
+// "ops", which only the kubelet and Prometheus reach.
+var publicServices = []string{"gateway", "redirect"}
+
+// opsPort is the name of the container port svc serves /metrics and its
+// probes on.
+func opsPort(svc string) string {
+	if slices.Contains(publicServices, svc) {
+		return "ops"
+	}
+	return "http"
+}
 
 // kinds maps apiVersion/kind to a constructor of its typed struct. A rendered
 // object of any other kind fails the tests: add it here deliberately.

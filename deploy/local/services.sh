@@ -27,8 +27,10 @@ export KURZ_ANALYTICS_GRPC_ADDR=${KURZ_ANALYTICS_GRPC_ADDR:-127.0.0.1:9093}
 export KURZ_ANALYTICS_HTTP_ADDR=${KURZ_ANALYTICS_HTTP_ADDR:-127.0.0.1:9193}
 export KURZ_REDIRECT_GRPC_ADDR=${KURZ_REDIRECT_GRPC_ADDR:-127.0.0.1:9094}
 export KURZ_REDIRECT_HTTP_ADDR=${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787}
+export KURZ_REDIRECT_OPS_ADDR=${KURZ_REDIRECT_OPS_ADDR:-127.0.0.1:9194}
 export KURZ_GATEWAY_GRPC_ADDR=${KURZ_GATEWAY_GRPC_ADDR:-127.0.0.1:9095}
 export KURZ_GATEWAY_HTTP_ADDR=${KURZ_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}
+export KURZ_GATEWAY_OPS_ADDR=${KURZ_GATEWAY_OPS_ADDR:-127.0.0.1:9195}
 # Limiter: the 10 ms default Redis deadline holds 32 callers on this machine
 # (make bench measures it), but make demo's burst of 500 concurrent calls on
 # one key queues ~500 scripts on one Redis node: it would miss 10 ms and be
@@ -48,6 +50,9 @@ export KURZ_GATEWAY_ALLOW_ANONYMOUS=${KURZ_GATEWAY_ALLOW_ANONYMOUS:-true}
 export KURZ_GATEWAY_ADMIN_TOKEN=${KURZ_GATEWAY_ADMIN_TOKEN:-kurz-local-admin-token}
 
 http_addr() { local v="KURZ_${1^^}_HTTP_ADDR"; echo "${!v}"; }
+# ops_addr is where /readyz is: the ops listener of the public services, the
+# HTTP listener of the others.
+ops_addr() { local v="KURZ_${1^^}_OPS_ADDR"; echo "${!v:-$(http_addr "$1")}"; }
 grpc_addr() { local v="KURZ_${1^^}_GRPC_ADDR"; echo "${!v}"; }
 
 pid_of() {
@@ -67,7 +72,7 @@ build() {
 
 await_ready() {
 	local s=$1 pid=$2 url
-	url="http://$(http_addr "$1")/readyz"
+	url="http://$(ops_addr "$1")/readyz"
 	for _ in $(seq 1 150); do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			echo "$s exited during start; last lines of $LOG/$s.log:" >&2
@@ -127,8 +132,8 @@ cmd_up() {
 		limiter "$(grpc_addr limiter)" "$(http_addr limiter)" \
 		shortener "$(grpc_addr shortener)" "$(http_addr shortener)" \
 		analytics "$(grpc_addr analytics)" "$(http_addr analytics)" \
-		redirect "$(grpc_addr redirect)" "$(http_addr redirect)  (public)" \
-		gateway "$(grpc_addr gateway)" "$(http_addr gateway)  (public)"
+		redirect "$(grpc_addr redirect)" "$(http_addr redirect)  (public; ops http://$(ops_addr redirect))" \
+		gateway "$(grpc_addr gateway)" "$(http_addr gateway)  (public; ops http://$(ops_addr gateway))"
 }
 
 cmd_down() {

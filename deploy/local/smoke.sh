@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/local/smoke.sh — checks the stack that `make up` started, from the
 # outside, the way an operator would: gRPC health and reflection through
-# grpcurl, /readyz over HTTP. Exits non-zero on the first failure.
+# grpcurl, /readyz and /metrics on each service's ops listener (and not on
+# the public ones). Exits non-zero on the first failure.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,10 +15,16 @@ declare -A GRPC=(
 	[redirect]=${KURZ_REDIRECT_GRPC_ADDR:-127.0.0.1:9094}
 	[gateway]=${KURZ_GATEWAY_GRPC_ADDR:-127.0.0.1:9095}
 )
-declare -A HTTP=(
+# Where /readyz and /metrics are: the HTTP listener of the internal services,
+# the ops listener of the public ones.
+declare -A OPS=(
 	[limiter]=${KURZ_LIMITER_HTTP_ADDR:-127.0.0.1:9191}
 	[shortener]=${KURZ_SHORTENER_HTTP_ADDR:-127.0.0.1:9192}
 	[analytics]=${KURZ_ANALYTICS_HTTP_ADDR:-127.0.0.1:9193}
+	[redirect]=${KURZ_REDIRECT_OPS_ADDR:-127.0.0.1:9194}
+	[gateway]=${KURZ_GATEWAY_OPS_ADDR:-127.0.0.1:9195}
+)
+declare -A PUBLIC=(
 	[redirect]=${KURZ_REDIRECT_HTTP_ADDR:-127.0.0.1:8787}
 	[gateway]=${KURZ_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}
 )
@@ -42,8 +49,11 @@ check() {
 
 for s in limiter shortener analytics redirect gateway; do
 	check "$s gRPC health SERVING" bash -c "'$GRPCURL' -plaintext -max-time 5 '${GRPC[$s]}' grpc.health.v1.Health/Check | grep -q '\"SERVING\"'"
-	check "$s /readyz 200" curl -fsS --max-time 5 -o /dev/null "http://${HTTP[$s]}/readyz"
-	check "$s /metrics" bash -c "curl -fsS --max-time 5 'http://${HTTP[$s]}/metrics' | grep -q '^go_goroutines'"
+	check "$s /readyz 200" curl -fsS --max-time 5 -o /dev/null "http://${OPS[$s]}/readyz"
+	check "$s /metrics" bash -c "curl -fsS --max-time 5 'http://${OPS[$s]}/metrics' | grep -q '^go_goroutines'"
+	if [[ -n ${PUBLIC[$s]:-} ]]; then
+		check "$s public /metrics 404" bash -c "[[ \$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' 'http://${PUBLIC[$s]}/metrics') == 404 ]]"
+	fi
 	if [[ -n ${API[$s]:-} ]]; then
 		check "$s lists ${API[$s]} via reflection" bash -c "'$GRPCURL' -plaintext -max-time 5 '${GRPC[$s]}' list | grep -qx '${API[$s]}'"
 	fi

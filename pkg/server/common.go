@@ -14,8 +14,12 @@ type Common struct {
 	// SIGTERM before it drains (see Config.ShutdownDelay).
 	ShutdownDelay time.Duration `env:"SHUTDOWN_DELAY" default:"0s"`
 	Version       string        `env:"VERSION" default:"dev"`
-	// Pprof serves net/http/pprof under /debug/pprof/ on the HTTP listener.
-	// Off by default: turn it on to profile a replica, not on public ports.
+	// ReadinessInterval is how often the readiness checks run in the
+	// background; /readyz and gRPC health answer the last result, so it is
+	// also how stale they may be.
+	ReadinessInterval time.Duration `env:"READINESS_INTERVAL" default:"5s"`
+	// Pprof serves net/http/pprof under /debug/pprof/ on the ops listener
+	// (the HTTP listener of a service without one). Off by default.
 	Pprof     bool `env:"PPROF" default:"false"`
 	Telemetry telemetry.Config
 	// HTTP bounds the HTTP listener; it has no variables (zero fields take
@@ -26,13 +30,14 @@ type Common struct {
 // Config returns the server configuration for the given listen addresses.
 func (c Common) Config(grpcAddr, httpAddr string) Config {
 	return Config{
-		GRPCAddr:        grpcAddr,
-		HTTPAddr:        httpAddr,
-		Version:         c.Version,
-		Telemetry:       c.Telemetry,
-		ShutdownTimeout: c.ShutdownTimeout,
-		ShutdownDelay:   c.ShutdownDelay,
-		Pprof:           c.Pprof,
-		HTTP:            c.HTTP,
+		GRPCAddr:          grpcAddr,
+		HTTPAddr:          httpAddr,
+		Version:           c.Version,
+		Telemetry:         c.Telemetry,
+		ShutdownTimeout:   c.ShutdownTimeout,
+		ShutdownDelay:     c.ShutdownDelay,
+		ReadinessInterval: c.ReadinessInterval,
+		Pprof:             c.Pprof,
+		HTTP:              c.HTTP,
 	}
 }

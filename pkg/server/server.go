@@ -1,8 +1,10 @@
 // Package server runs the two listeners every kurz service has: a gRPC server
 // (health, reflection, OpenTelemetry, keepalive) and an HTTP server for
 // /healthz, /readyz and /metrics, plus whatever public routes the service adds.
-// It owns graceful shutdown, in a fixed order: readiness off, HTTP drained,
-// gRPC drained, then the closers the service registered (stores, telemetry).
+// A public service moves the ops routes to a third, internal listener
+// (Config.OpsAddr). It owns graceful shutdown, in a fixed order: readiness
+// off, HTTP drained, gRPC drained, ops listener closed, then the closers the
+// service registered (stores, telemetry).
 package server
 
 import (
@@ -35,8 +37,13 @@ import (
 // Config is where a service listens, what it reports, and how long it may
 // take to stop.
 type Config struct {
-	GRPCAddr  string
-	HTTPAddr  string
+	GRPCAddr string
+	HTTPAddr string
+	// OpsAddr, when set, is where /readyz, /metrics, /healthz and pprof are
+	// served instead of HTTPAddr, which then answers /healthz only: a public
+	// listener must not expose metrics or let strangers probe readiness.
+	// Empty keeps them on HTTPAddr (services that are internal already).
+	OpsAddr   string
 	Version   string
 	Telemetry telemetry.Config
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM; keep
@@ -47,10 +54,12 @@ type Config struct {
 	// load balancers and clients stop sending before its listeners close.
 	// Set it above the balancers' probe period; zero closes at once.
 	ShutdownDelay time.Duration
-	// ReadinessInterval is how often the readiness checks refresh the gRPC
-	// health status.
+	// ReadinessInterval is how often the readiness checks run, in the
+	// background; the gRPC health status and /readyz answer their last
+	// result, so probes never ping a dependency themselves.
 	ReadinessInterval time.Duration
-	// Pprof registers net/http/pprof under /debug/pprof/.
+	// Pprof registers net/http/pprof under /debug/pprof/ (on the ops
+	// listener when there is one).
 	Pprof bool
 	// HTTP bounds what one client can hold on the HTTP listener.
 	HTTP HTTPLimits
@@ -124,12 +133,19 @@ type namedCheck struct {
 	soft  bool
 }
 
-// Server is one service's pair of listeners. Register gRPC services on GRPC
-// and HTTP routes on Mux before calling Run.
+// readiness is the result of one run of the readiness checks.
+type readiness struct {
+	checks map[string]string
+	ok     bool
+}
+
+// Server is one service's listeners. Register gRPC services on GRPC and HTTP
+// routes on Mux before calling Run.
 type Server struct {
 	// GRPC is the gRPC server; health and reflection are already registered.
 	GRPC *grpc.Server
-	// Mux is the HTTP router; /healthz, /readyz and /metrics are already on it.
+	// Mux is the HTTP router; /healthz is already on it, and /readyz and
+	// /metrics too unless they have their own listener (Config.OpsAddr).
 	Mux *http.ServeMux
 	// Telemetry holds the tracer and meter providers for the service's own
 	// instruments.
@@ -142,14 +158,18 @@ type Server struct {
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	httpSrv  *http.Server
+	opsLis   net.Listener // nil: the ops routes are on httpLis
+	opsSrv   *http.Server
 	checks   []namedCheck
 	closers  []func(context.Context) error
 	draining atomic.Bool
+	// ready is the last result of the readiness checks; nil before the first.
+	ready atomic.Pointer[readiness]
 }
 
-// New sets up telemetry, listens on both addresses (":0" picks a free port;
-// see GRPCAddr and HTTPAddr) and builds the servers. Nothing is served until
-// Run; if the service gives up before that, call Close.
+// New sets up telemetry, listens on the addresses (":0" picks a free port;
+// see GRPCAddr, HTTPAddr and OpsAddr) and builds the servers. Nothing is
+// served until Run; if the service gives up before that, call Close.
 func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ...grpc.ServerOption) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 20 * time.Second
@@ -176,6 +196,12 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err), grpcLis.Close(), tel.Shutdown(ctx))
 	}
+	var opsLis net.Listener
+	if cfg.OpsAddr != "" {
+		if opsLis, err = net.Listen("tcp", cfg.OpsAddr); err != nil {
+			return nil, errors.Join(fmt.Errorf("listen ops HTTP on %s: %w", cfg.OpsAddr, err), httpLis.Close(), grpcLis.Close(), tel.Shutdown(ctx))
+		}
+	}
 	s := &Server{
 		name:      name,
 		cfg:       cfg,
@@ -183,6 +209,7 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 		health:    health.NewServer(),
 		grpcLis:   grpcLis,
 		httpLis:   httpLis,
+		opsLis:    opsLis,
 		Mux:       http.NewServeMux(),
 		Telemetry: tel,
 		closers:   []func(context.Context) error{tel.Shutdown},
@@ -213,27 +240,42 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 	reflection.Register(s.GRPC)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 
-	s.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	// Liveness stays on the public listener: it pings nothing and tells
+	// nothing, and load balancers outside the cluster probe that port.
+	healthz := func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	s.Mux.HandleFunc("GET /readyz", s.serveReadyz)
-	s.Mux.Handle("GET /metrics", tel.Metrics)
+	}
+	s.Mux.HandleFunc("GET /healthz", healthz)
+	ops := s.Mux
+	if opsLis != nil {
+		ops = http.NewServeMux()
+		ops.HandleFunc("GET /healthz", healthz)
+		// Probes and scrapes only: no spans, no request metrics.
+		s.opsSrv = s.httpServer(ops)
+	}
+	ops.HandleFunc("GET /readyz", s.serveReadyz)
+	ops.Handle("GET /metrics", tel.Metrics)
 	if cfg.Pprof {
-		s.Mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		s.Mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		s.Mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-		s.Mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		ops.HandleFunc("GET /debug/pprof/", pprof.Index)
+		ops.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		ops.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		ops.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	}
-	s.httpSrv = &http.Server{
-		Handler:           s.instrument(s.Mux),
-		ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
-		ReadTimeout:       cfg.HTTP.ReadTimeout,
-		WriteTimeout:      cfg.HTTP.WriteTimeout,
-		IdleTimeout:       cfg.HTTP.IdleTimeout,
-		MaxHeaderBytes:    cfg.HTTP.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	s.httpSrv = s.httpServer(s.instrument(s.Mux))
 	return s, nil
+}
+
+// httpServer is an HTTP server of h within the listener bounds.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.HTTP.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.HTTP.ReadTimeout,
+		WriteTimeout:      s.cfg.HTTP.WriteTimeout,
+		IdleTimeout:       s.cfg.HTTP.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.HTTP.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
 }
 
 // GRPCAddr is the address the gRPC server listens on.
@@ -242,10 +284,19 @@ func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
 // HTTPAddr is the address the HTTP server listens on.
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 
+// OpsAddr is the address /readyz and /metrics are served on: the ops
+// listener's, or HTTPAddr without one.
+func (s *Server) OpsAddr() string {
+	if s.opsLis == nil {
+		return s.HTTPAddr()
+	}
+	return s.opsLis.Addr().String()
+}
+
 // SetHandler replaces the HTTP handler, e.g. to wrap Mux in middleware. The
-// ops routes stay on Mux. The server wraps h in its OpenTelemetry middleware,
-// so every request (but the ops routes) gets one server span; h must not
-// start another.
+// ops routes stay on Mux (/healthz; all of them without an ops listener).
+// The server wraps h in its OpenTelemetry middleware, so every request (but
+// the ops routes) gets one server span; h must not start another.
 func (s *Server) SetHandler(h http.Handler) { s.httpSrv.Handler = s.instrument(h) }
 
 // instrument gives h the http.server.request.duration metric and, when
@@ -263,8 +314,9 @@ func (s *Server) instrument(h http.Handler) http.Handler {
 	})
 }
 
-// AddCheck adds a readiness check, run by /readyz and by the periodic refresh
-// of the gRPC health status: when it fails, the replica is not ready.
+// AddCheck adds a readiness check, run every Config.ReadinessInterval in the
+// background: when it fails, the replica is not ready (gRPC health and
+// /readyz).
 func (s *Server) AddCheck(name string, check Check) {
 	s.checks = append(s.checks, namedCheck{name: name, check: check})
 }
@@ -288,6 +340,9 @@ func (s *Server) OnShutdown(fn func(context.Context) error) {
 // ran; use it when wiring fails after New.
 func (s *Server) Close(ctx context.Context) error {
 	errs := []error{s.grpcLis.Close(), s.httpLis.Close()}
+	if s.opsLis != nil {
+		errs = append(errs, s.opsLis.Close())
+	}
 	for _, fn := range slices.Backward(s.closers) {
 		errs = append(errs, fn(ctx))
 	}
@@ -297,7 +352,7 @@ func (s *Server) Close(ctx context.Context) error {
 // Run serves until ctx ends, then shuts down gracefully. It returns nil after
 // a clean shutdown, or the first serve error.
 func (s *Server) Run(ctx context.Context) error {
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	go func() {
 		if err := s.GRPC.Serve(s.grpcLis); err != nil {
 			serveErr <- fmt.Errorf("serve gRPC: %w", err)
@@ -308,10 +363,17 @@ func (s *Server) Run(ctx context.Context) error {
 			serveErr <- fmt.Errorf("serve HTTP: %w", err)
 		}
 	}()
+	if s.opsSrv != nil {
+		go func() {
+			if err := s.opsSrv.Serve(s.opsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("serve ops HTTP: %w", err)
+			}
+		}()
+	}
 	refreshCtx, stopRefresh := context.WithCancel(ctx)
 	var refreshing sync.WaitGroup
 	refreshing.Go(func() { s.refreshHealth(refreshCtx) })
-	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "ops", s.OpsAddr())
 
 	var runErr error
 	select {
@@ -346,6 +408,12 @@ func (s *Server) shutdown() error {
 		s.GRPC.Stop()
 		errs = append(errs, errors.New("drain gRPC: timed out; in-flight calls cancelled"))
 	}
+	// Last of the listeners: probes see "draining" until the others closed.
+	if s.opsSrv != nil {
+		if err := s.opsSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("drain ops HTTP: %w", err))
+		}
+	}
 	for _, fn := range slices.Backward(s.closers) {
 		if err := fn(ctx); err != nil {
 			errs = append(errs, err)
@@ -360,17 +428,21 @@ func (s *Server) shutdown() error {
 	return err
 }
 
-// refreshHealth keeps the gRPC health status in line with the readiness checks.
+// refreshHealth runs the readiness checks every ReadinessInterval and keeps
+// their result for /readyz and the gRPC health status. It is the only caller
+// of the checks: a flood of probes is not a flood of dependency pings.
 func (s *Server) refreshHealth(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.ReadinessInterval)
 	defer tick.Stop()
 	for {
-		st := healthpb.HealthCheckResponse_SERVING
-		if _, ok := s.runChecks(ctx); !ok {
-			st = healthpb.HealthCheckResponse_NOT_SERVING
-		}
+		results, ok := s.runChecks(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		s.ready.Store(&readiness{checks: results, ok: ok})
+		st := healthpb.HealthCheckResponse_SERVING
+		if !ok {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
 		}
 		s.health.SetServingStatus("", st)
 		for svc := range s.GRPC.GetServiceInfo() {
@@ -392,8 +464,7 @@ func (s *Server) runChecks(ctx context.Context) (map[string]string, bool) {
 		err := c.check(cctx)
 		cancel()
 		if err != nil {
-			// The detail goes to the log, not the response: /readyz can be
-			// on a public port.
+			// The detail goes to the log, not the response.
 			if c.soft {
 				results[c.name] = "degraded"
 				s.log.Warn("dependency degraded; serving on its fallback", "check", c.name, "err", err)
@@ -409,17 +480,23 @@ func (s *Server) runChecks(ctx context.Context) (map[string]string, bool) {
 	return results, ok
 }
 
-func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
+// serveReadyz answers the last result of the readiness checks (at most
+// ReadinessInterval old); it runs none itself.
+func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	if s.draining.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
 		return
 	}
-	results, ok := s.runChecks(r.Context())
+	rd := s.ready.Load()
+	if rd == nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "starting"})
+		return
+	}
 	code, st := http.StatusOK, "ok"
-	if !ok {
+	if !rd.ok {
 		code, st = http.StatusServiceUnavailable, "unavailable"
 	}
-	writeJSON(w, code, map[string]any{"status": st, "checks": results})
+	writeJSON(w, code, map[string]any{"status": st, "checks": rd.checks})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -55,6 +55,9 @@ type Running struct {
 	Conn *grpc.ClientConn
 	// HTTP is the base URL of the service's HTTP listener.
 	HTTP string
+	// Ops is the base URL of /readyz and /metrics: the ops listener's, or
+	// HTTP's when the service has none.
+	Ops  string
 	stop context.CancelFunc
 	done chan error
 }
@@ -64,7 +67,7 @@ type Running struct {
 func Start(t testing.TB, srv *server.Server) *Running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Running{Server: srv, HTTP: "http://" + srv.HTTPAddr(), stop: cancel, done: make(chan error, 1)}
+	r := &Running{Server: srv, HTTP: "http://" + srv.HTTPAddr(), Ops: "http://" + srv.OpsAddr(), stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- srv.Run(ctx) }()
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -146,7 +149,18 @@ func (r *Running) GRPCServices(t testing.TB) []string {
 // Get fetches path from the HTTP listener and returns status and body.
 func (r *Running) Get(t testing.TB, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(r.HTTP + path)
+	return get(t, r.HTTP, path)
+}
+
+// GetOps fetches path from the ops listener (/readyz, /metrics).
+func (r *Running) GetOps(t testing.TB, path string) (int, string) {
+	t.Helper()
+	return get(t, r.Ops, path)
+}
+
+func get(t testing.TB, base, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(base + path)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
@@ -158,14 +172,17 @@ func (r *Running) Get(t testing.TB, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// AssertOps checks the ops endpoints every service has: /healthz, /readyz
-// with every named check "ok", and /metrics in Prometheus text format.
+// AssertOps checks the ops endpoints every service has: /healthz on both
+// listeners, /readyz with every named check "ok" (once the first run of the
+// checks is in), and /metrics in Prometheus text format.
 func (r *Running) AssertOps(t testing.TB, checks ...string) {
 	t.Helper()
-	if code, body := r.Get(t, "/healthz"); code != http.StatusOK {
-		t.Errorf("/healthz: got %d %s, want 200", code, body)
+	for _, base := range []string{r.HTTP, r.Ops} {
+		if code, body := get(t, base, "/healthz"); code != http.StatusOK {
+			t.Errorf("%s/healthz: got %d %s, want 200", base, code, body)
+		}
 	}
-	code, body := r.Get(t, "/readyz")
+	code, body := r.AwaitReadyz(t)
 	if code != http.StatusOK {
 		t.Errorf("/readyz: got %d %s, want 200", code, body)
 	}
@@ -181,7 +198,41 @@ func (r *Running) AssertOps(t testing.TB, checks ...string) {
 			t.Errorf("/readyz check %q: got %q, want ok (all: %v)", c, ready.Checks[c], ready.Checks)
 		}
 	}
-	if code, body := r.Get(t, "/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+	if code, body := r.GetOps(t, "/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("/metrics: got %d, want 200 with Prometheus text; body starts %.200q", code, body)
+	}
+}
+
+// AwaitReadyz waits (bounded) until /readyz has the result of a run of the
+// readiness checks, whatever it is, and returns it.
+func (r *Running) AwaitReadyz(t testing.TB) (int, string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, body := r.GetOps(t, "/readyz")
+		if !strings.Contains(body, `"starting"`) || time.Now().After(deadline) {
+			return code, body
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// AssertOpsOffPublic checks that a public service keeps its ops routes off
+// its public listener: /readyz, /metrics and /debug/pprof/ answer 404 there
+// (run the service with pprof on to check that one), /healthz 200, and the
+// ops listener is another listener.
+func (r *Running) AssertOpsOffPublic(t testing.TB) {
+	t.Helper()
+	if r.Ops == r.HTTP {
+		t.Errorf("the ops routes are on the public listener %s", r.HTTP)
+	}
+	for _, path := range []string{"/readyz", "/metrics", "/debug/pprof/", "/healthz"} {
+		want := http.StatusNotFound
+		if path == "/healthz" {
+			want = http.StatusOK
+		}
+		if code, body := r.Get(t, path); code != want {
+			t.Errorf("public %s: got %d %.100s, want %d", path, code, body, want)
+		}
 	}
 }

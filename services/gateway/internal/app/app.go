@@ -27,13 +27,24 @@ import (
 // minAdminTokenLen refuses admin tokens short enough to guess.
 const minAdminTokenLen = 16
 
+// downstreamMaxRecvMsgSize bounds one response from the shortener or
+// analytics, 16 MiB instead of gRPC's default 4 MiB. The shortener ends a
+// ListLinks page at 1 MiB (linkapi.MaxPageBytes), so pages never come near
+// it; the headroom is for a response that grows (a new field, a replica of
+// another version in a rolling update) rather than a limit to reach. It is
+// still a bound: one call holds at most this much of the gateway's memory.
+const downstreamMaxRecvMsgSize = 16 << 20
+
 // Config is the gateway's configuration, from KURZ_* environment variables.
 // The downstream addresses are the same variables the services listen on, so
 // one environment configures a whole local stack.
 type Config struct {
 	server.Common
-	GRPCAddr      string `env:"GATEWAY_GRPC_ADDR" default:"127.0.0.1:9095"`
-	HTTPAddr      string `env:"GATEWAY_HTTP_ADDR" default:"127.0.0.1:8080"`
+	GRPCAddr string `env:"GATEWAY_GRPC_ADDR" default:"127.0.0.1:9095"`
+	HTTPAddr string `env:"GATEWAY_HTTP_ADDR" default:"127.0.0.1:8080"`
+	// OpsAddr serves /readyz, /metrics and pprof, kept off the public
+	// listener (which answers /healthz only).
+	OpsAddr       string `env:"GATEWAY_OPS_ADDR" default:"127.0.0.1:9195"`
 	LimiterAddr   string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
 	ShortenerAddr string `env:"SHORTENER_GRPC_ADDR" default:"127.0.0.1:9092"`
 	AnalyticsAddr string `env:"ANALYTICS_GRPC_ADDR" default:"127.0.0.1:9093"`
@@ -118,6 +129,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 	}
 
 	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	srvCfg.OpsAddr = cfg.OpsAddr
 	// net/http's own header bound must stay well above the gateway's, so a
 	// client over KURZ_GATEWAY_MAX_HEADER_BYTES gets the gateway's 431 with
 	// its JSON body rather than net/http's bare one.
@@ -133,14 +145,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 	// take it out of rotation.
 	// Calls to the shortener and analytics wait for a ready replica within
 	// their deadline (KURZ_GATEWAY_CALL_TIMEOUT); limiter calls fail fast.
+	bigAnswers := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(downstreamMaxRecvMsgSize))
 	for _, d := range []struct {
 		name, addr, variable string
 		soft                 bool
 		opts                 []grpc.DialOption
 	}{
 		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR", true, nil},
-		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false, []grpc.DialOption{grpcclient.WaitForReplica}},
-		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true, []grpc.DialOption{grpcclient.WaitForReplica}},
+		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false, []grpc.DialOption{grpcclient.WaitForReplica, bigAnswers}},
+		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true, []grpc.DialOption{grpcclient.WaitForReplica, bigAnswers}},
 	} {
 		conn, err := grpcclient.Dial(d.addr, srv.Telemetry, d.opts...)
 		if err != nil {

@@ -32,12 +32,27 @@ func downstream(t *testing.T) (string, *health.Server) {
 	return lis.Addr().String(), hs
 }
 
+// The public listener answers 404 (the API's JSON one) for /readyz,
+// /metrics and pprof and 200 for /healthz; the ops listener
+// (KURZ_GATEWAY_OPS_ADDR) serves them all.
+func TestOpsRoutesAreOnlyOnTheOpsListener(t *testing.T) {
+	gw := startGateway(t, map[string]string{"KURZ_PPROF": "true"})
+	gw.AssertOpsOffPublic(t)
+	gw.AssertOps(t, "limiter", "shortener", "analytics", "postgres")
+	if code, _ := gw.GetOps(t, "/debug/pprof/"); code != http.StatusOK {
+		t.Errorf("ops /debug/pprof/: %d, want 200", code)
+	}
+}
+
 func TestReadinessFollowsDownstreamHealth(t *testing.T) {
 	addr, hs := downstream(t)
 	var cfg Config
 	if err := config.LoadFrom(servertest.Env(map[string]string{
-		"KURZ_GATEWAY_GRPC_ADDR":   "127.0.0.1:0",
-		"KURZ_GATEWAY_HTTP_ADDR":   "127.0.0.1:0",
+		"KURZ_GATEWAY_GRPC_ADDR": "127.0.0.1:0",
+		"KURZ_GATEWAY_HTTP_ADDR": "127.0.0.1:0",
+		"KURZ_GATEWAY_OPS_ADDR":  "127.0.0.1:0",
+		// /readyz answers the checks' last run: run them often.
+		"KURZ_READINESS_INTERVAL":  "50ms",
 		"KURZ_LIMITER_GRPC_ADDR":   addr,
 		"KURZ_SHORTENER_GRPC_ADDR": addr,
 		"KURZ_ANALYTICS_GRPC_ADDR": addr,
@@ -62,7 +77,7 @@ func TestReadinessFollowsDownstreamHealth(t *testing.T) {
 	if !eventually(5*time.Second, 20*time.Millisecond, func() bool {
 		// Each connection has its own health watch: wait until all three
 		// have heard.
-		code, body = r.Get(t, "/readyz")
+		code, body = r.GetOps(t, "/readyz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, `"shortener":"unavailable"`) &&
 			strings.Contains(body, `"limiter":"degraded"`) && strings.Contains(body, `"analytics":"degraded"`)
 	}) {

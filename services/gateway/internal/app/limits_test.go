@@ -157,7 +157,7 @@ func TestBruteForceBlocksIPEvenWithValidKey(t *testing.T) {
 	if r := fresh.with(tn.key).do("GET", "/v1/links", ""); r.code != http.StatusTooManyRequests {
 		t.Errorf("the same IP, now with a failure, limiter stopped: %s; want 429", r)
 	}
-	_, metrics := gw.Get(t, "/metrics")
+	_, metrics := gw.GetOps(t, "/metrics")
 	for _, want := range []string{`kurz_gateway_quota_degraded_total{domain="api"`, `kurz_gateway_quota_degraded_total{domain="auth"`, `kurz_gateway_auth_failures_total{`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -154,7 +154,7 @@ func TestLinkRoutes(t *testing.T) {
 	}
 
 	// Metrics by route pattern and status.
-	_, metrics := gw.Get(t, "/metrics")
+	_, metrics := gw.GetOps(t, "/metrics")
 	for _, want := range []string{
 		`route="POST /v1/links",status="201"`,
 		`route="DELETE /v1/links/{code}",status="204"`,

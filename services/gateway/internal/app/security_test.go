@@ -396,7 +396,7 @@ func TestBruteForceStaysBlockedWhileRedisIsDown(t *testing.T) {
 	if r := newClient(t, gw, tn.key).do("GET", "/v1/links", ""); r.code != http.StatusOK {
 		t.Errorf("a clean IP with a valid key, Redis down: %s; want 200", r)
 	}
-	if _, m := gw.Get(t, "/metrics"); !strings.Contains(m, `kurz_gateway_quota_degraded_total{domain="auth"`) {
+	if _, m := gw.GetOps(t, "/metrics"); !strings.Contains(m, `kurz_gateway_quota_degraded_total{domain="auth"`) {
 		t.Error(`/metrics lacks kurz_gateway_quota_degraded_total{domain="auth"}: the fallback was not what blocked`)
 	}
 	t.Logf("limiter answered FAIL_CLOSED %v after Redis was killed; the outage checks took %v", failClosedAfter.Round(time.Millisecond), (time.Since(killed) - failClosedAfter).Round(time.Millisecond))

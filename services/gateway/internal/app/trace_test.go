@@ -124,7 +124,7 @@ func TestTraceLinkCreation(t *testing.T) {
 				{"kurz_shortener_links_created_total"},
 			}},
 		} {
-			code, body := svc.r.Get(t, "/metrics")
+			code, body := svc.r.GetOps(t, "/metrics")
 			if code != http.StatusOK {
 				t.Fatalf("%s /metrics: %d", svc.name, code)
 			}

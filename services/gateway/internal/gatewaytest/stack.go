@@ -117,6 +117,7 @@ func GatewayEnv(limiter, shortener, analytics, adminToken string) map[string]str
 	return map[string]string{
 		"KURZ_GATEWAY_GRPC_ADDR":   "127.0.0.1:0",
 		"KURZ_GATEWAY_HTTP_ADDR":   "127.0.0.1:0",
+		"KURZ_GATEWAY_OPS_ADDR":    "127.0.0.1:0",
 		"KURZ_LIMITER_GRPC_ADDR":   limiter,
 		"KURZ_SHORTENER_GRPC_ADDR": shortener,
 		"KURZ_ANALYTICS_GRPC_ADDR": analytics,

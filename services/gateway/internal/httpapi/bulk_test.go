@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -368,7 +369,8 @@ func TestImportLinks(t *testing.T) {
 	}
 
 	many := "keyword,url\n" + strings.Repeat("k,https://example.com/\n", 1500)
-	quota := status.Error(codes.ResourceExhausted, "link quota exhausted")
+	// A quota, as the shortener refuses one: with kurz's ErrorInfo.
+	quota := withDetails(t, codes.ResourceExhausted, "link quota exhausted", &errdetails.ErrorInfo{Reason: "RATE_LIMITED", Domain: kurzErrorDomain})
 	sh = &bulkShortener{failBatch: 2, batchErr: quota}
 	a = newBulkAPI(sh)
 	w, err = bulkCall(a, a.importLinks, "POST", "/v1/links:import", many)
@@ -382,7 +384,7 @@ func TestImportLinks(t *testing.T) {
 	if got.Rows != 1500 || got.Created != 1000 || got.Failed != 500 || len(got.Results) != 1500 {
 		t.Fatalf("rows %d created %d failed %d results %d; want 1500, 1000, 500, 1500", got.Rows, got.Created, got.Failed, len(got.Results))
 	}
-	if e := got.Results[1200].Error; e == nil || e.Code != "RESOURCE_EXHAUSTED" || !strings.Contains(e.Message, "not imported: too many requests") {
+	if e := got.Results[1200].Error; e == nil || e.Code != "RESOURCE_EXHAUSTED" || !strings.Contains(e.Message, "not imported: link quota exhausted") {
 		t.Errorf("row not reached: error %+v", e)
 	}
 

@@ -123,7 +123,8 @@ func codeName(c codes.Code) string {
 // Messages of downstream statuses are passed on only where a kurz service
 // wrote them for users: client errors (4xx), and 429/503 that carry a kurz
 // ErrorInfo. Transport errors (connection refused, deadlines, ...) get a
-// generic message: they name internal addresses.
+// generic message: they name internal addresses. Only a kurz quota is a
+// 429: RESOURCE_EXHAUSTED from gRPC itself is a 502.
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -166,9 +167,14 @@ func toAPIError(err error) *apiError {
 		e.message = "a service behind the gateway is unavailable; try again shortly"
 		e.retryAfter = max(e.retryAfter, time.Second)
 		return e
-	case e.status == http.StatusTooManyRequests && !fromKurz:
-		e.message = "too many requests; try again later"
-		e.retryAfter = max(e.retryAfter, time.Second)
+	case code == codes.ResourceExhausted && !fromKurz:
+		// Not a quota: a kurz service says those with its ErrorInfo. This
+		// is gRPC's own (a message over a size limit, a stream limit), a
+		// fault between the gateway and the service that the client cannot
+		// wait out; a 429 would have it retry forever.
+		e.status, e.code = http.StatusBadGateway, codeName(codes.Internal)
+		e.message = "a service behind the gateway sent an answer the gateway could not take; this is a fault on our side"
+		e.retryAfter = 0
 		return e
 	}
 	e.message = st.Message()

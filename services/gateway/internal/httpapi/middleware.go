@@ -27,9 +27,9 @@ const maxURIBytes = 8 << 10
 // scanners cannot blow up the metrics' cardinality.
 const unmatchedRoute = "unmatched"
 
-// opsRoutes are logged at debug level: probes and scrapes would drown the
-// request log.
-var opsRoutes = []string{"GET /healthz", "GET /readyz", "GET /metrics"}
+// opsRoutes are logged at debug level: probes would drown the request log.
+// (/readyz and /metrics are on the ops listener, not behind Wrap.)
+var opsRoutes = []string{"GET /healthz"}
 
 // reqState is what the middleware knows of a request, filled in as the
 // request goes through: its ID, client IP, route and tenant.
@@ -54,7 +54,7 @@ func stateOf(r *http.Request) *reqState {
 }
 
 // Wrap is the gateway's HTTP handler around mux (which must hold the API's
-// routes and the ops routes): a request ID on every response, limits on the
+// routes and /healthz): a request ID on every response, limits on the
 // request line and header size, canonical paths only, JSON answers for
 // unknown routes (404) and methods (405, with Allow), then one log line and
 // the metrics of every request.

@@ -35,6 +35,9 @@ type Config struct {
 	GRPCAddr string `env:"REDIRECT_GRPC_ADDR" default:"127.0.0.1:9094"`
 	// HTTPAddr is the public listener: short codes are served at its root.
 	HTTPAddr string `env:"REDIRECT_HTTP_ADDR" default:"127.0.0.1:8787"`
+	// OpsAddr serves /readyz, /metrics and pprof, kept off the public
+	// listener (which answers /healthz only).
+	OpsAddr  string `env:"REDIRECT_OPS_ADDR" default:"127.0.0.1:9194"`
 	Postgres pgpool.Config
 	Redis    redisconn.Config
 	Cache    linkcache.Config
@@ -185,7 +188,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	}
 	closers = append(closers, db.Close)
 
-	srv, err := server.New(ctx, "redirect", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
+	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	srvCfg.OpsAddr = cfg.OpsAddr
+	srv, err := server.New(ctx, "redirect", srvCfg, log)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +19,18 @@ func TestBootsHealthyWithGRPCHealthOnly(t *testing.T) {
 	}
 	if err := r.Stop(); err != nil {
 		t.Errorf("graceful stop: %v", err)
+	}
+}
+
+// The public listener answers 404 for /readyz, /metrics and pprof (a short
+// code lookup finds no such link) and 200 for /healthz; the ops listener
+// (KURZ_REDIRECT_OPS_ADDR) serves them all.
+func TestOpsRoutesAreOnlyOnTheOpsListener(t *testing.T) {
+	r := start(t, map[string]string{"KURZ_PPROF": "true"}, hooks{})
+	r.AssertOpsOffPublic(t)
+	r.AssertOps(t, "redis", "postgres")
+	if code, _ := r.GetOps(t, "/debug/pprof/"); code != http.StatusOK {
+		t.Errorf("ops /debug/pprof/: %d, want 200", code)
 	}
 }
 

@@ -29,7 +29,8 @@ const testSalt = "redirect-test-salt"
 
 func load(t *testing.T, overrides map[string]string) Config {
 	t.Helper()
-	base := map[string]string{"KURZ_REDIRECT_GRPC_ADDR": "127.0.0.1:0", "KURZ_REDIRECT_HTTP_ADDR": "127.0.0.1:0"}
+	base := map[string]string{"KURZ_REDIRECT_GRPC_ADDR": "127.0.0.1:0", "KURZ_REDIRECT_HTTP_ADDR": "127.0.0.1:0",
+		"KURZ_REDIRECT_OPS_ADDR": "127.0.0.1:0"}
 	maps.Copy(base, overrides)
 	var cfg Config
 	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
@@ -181,7 +182,7 @@ func do(t testing.TB, method, url string, header ...string) *http.Response {
 // all of with (e.g. `source="db"`).
 func metricValue(t *testing.T, r *servertest.Running, name string, with ...string) float64 {
 	t.Helper()
-	code, body := r.Get(t, "/metrics")
+	code, body := r.GetOps(t, "/metrics")
 	if code != 200 {
 		t.Fatalf("/metrics: %d", code)
 	}

@@ -48,9 +48,12 @@ func TestTraceRedirectClick(t *testing.T) {
 	if resp := get(t, r.HTTP, "/"+code, "traceparent", "00-"+callerTrace+"-"+callerSpan+"-01"); resp.StatusCode != http.StatusFound {
 		t.Fatalf("redirect with traceparent: %d", resp.StatusCode)
 	}
+	if status, _ := r.Get(t, "/healthz"); status != http.StatusOK {
+		t.Fatalf("/healthz: %d", status)
+	}
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
-		if status, _ := r.Get(t, path); status != http.StatusOK {
-			t.Fatalf("%s: %d", path, status)
+		if status, _ := r.GetOps(t, path); status != http.StatusOK {
+			t.Fatalf("ops %s: %d", path, status)
 		}
 	}
 	if err := r.Stop(); err != nil { // flushes the click buffer and ends every span
@@ -140,7 +143,7 @@ func TestMetricFamilies(t *testing.T) {
 	}
 	var body string
 	ok := eventuallyTrue(5*time.Second, func() bool {
-		_, body = r.Get(t, "/metrics")
+		_, body = r.GetOps(t, "/metrics")
 		for _, w := range want {
 			if !hasSeries(body, w.name, w.with...) {
 				return false

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -42,6 +44,13 @@ const (
 	// DefaultPageSize and MaxPageSize bound ListLinks.
 	DefaultPageSize = 50
 	MaxPageSize     = 1000
+	// MaxPageBytes bounds the encoded links of one ListLinks page: a page
+	// ends early (with a next page token) rather than pass it. 1,000 links
+	// with long URLs and device targets encode to several MiB, past gRPC's
+	// default 4 MiB receive limit, and a client that cannot read a page
+	// cannot read any after it. A quarter of that limit leaves room for the
+	// rest of the response, and one link (URLs up to 64 KiB each) always fits.
+	MaxPageBytes = 1 << 20
 	// updatable lists the update_mask paths UpdateLink accepts.
 	updatable = "long_url, redirect_type, expire_time, disabled, tags, max_visits, password or device_targets"
 )
@@ -566,8 +575,17 @@ func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksReque
 		return nil, toStatus(ctx, s.log, "list", err)
 	}
 	resp := &shortenerv1.ListLinksResponse{NextPageToken: page.Next}
-	for _, l := range page.Links {
-		resp.Links = append(resp.Links, s.toProto(l))
+	budget := MaxPageBytes
+	for i, l := range page.Links {
+		pl := s.toProto(l)
+		// What the link adds to the response: field tag, length, message.
+		n := protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(pl))
+		if i > 0 && n > budget {
+			resp.NextPageToken = linkstore.TokenAfter(page.Links[i-1], tag)
+			break
+		}
+		budget -= n
+		resp.Links = append(resp.Links, pl)
 	}
 	return resp, nil
 }

@@ -281,8 +281,7 @@ func (s *Store) List(ctx context.Context, tenant string, size int, token, tag st
 	p := Page{Links: links}
 	if len(links) > size {
 		p.Links = links[:size]
-		last := p.Links[size-1]
-		p.Next = encodeToken(cursor{CreatedUs: last.Created.UnixMicro(), Code: last.Code, Tag: tag})
+		p.Next = TokenAfter(p.Links[size-1], tag)
 	}
 	return p, nil
 }
@@ -303,6 +302,13 @@ func (s *Store) Live(ctx context.Context, after string, n int) ([]Link, error) {
 		return nil, fmt.Errorf("live links: %w", err)
 	}
 	return links, nil
+}
+
+// TokenAfter is the page token that continues a listing (with tag) right
+// after l: how a caller that ends a page early, before its last link, names
+// where the next page starts.
+func TokenAfter(l Link, tag string) string {
+	return encodeToken(cursor{CreatedUs: l.Created.UnixMicro(), Code: l.Code, Tag: tag})
 }
 
 func encodeToken(c cursor) string {

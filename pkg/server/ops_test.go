@@ -1,0 +1,126 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/server/servertest"
+)
+
+// startWith runs a bare server with cfg on loopback ports.
+func startWith(t *testing.T, cfg server.Config, setup func(*server.Server)) *servertest.Running {
+	t.Helper()
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	srv, err := server.New(context.Background(), "ops-test", cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if setup != nil {
+		setup(srv)
+	}
+	return servertest.Start(t, srv)
+}
+
+// getStatus is the status of GET url.
+func getStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// awaitReady polls base/readyz (bounded) until it answers 200.
+func awaitReady(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for getStatus(t, base+"/readyz") != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz never answered 200")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With an ops listener, the public listener answers 404 for /readyz,
+// /metrics and pprof and keeps /healthz (liveness, no dependency pinged);
+// the ops listener serves all four.
+func TestOpsRoutesOnlyOnTheOpsListener(t *testing.T) {
+	r := startWith(t, server.Config{OpsAddr: "127.0.0.1:0", Pprof: true}, nil)
+	if r.Ops == r.HTTP {
+		t.Fatalf("ops listener %s is the HTTP listener", r.Ops)
+	}
+	awaitReady(t, r.Ops)
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 404, "/metrics": 404, "/debug/pprof/": 404} {
+		if got := getStatus(t, r.HTTP+path); got != want {
+			t.Errorf("public %s: %d, want %d", path, got, want)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/debug/pprof/"} {
+		if got := getStatus(t, r.Ops+path); got != http.StatusOK {
+			t.Errorf("ops %s: %d, want 200", path, got)
+		}
+	}
+}
+
+// Without an ops listener (the internal services), the ops routes stay on
+// the HTTP listener.
+func TestWithoutOpsAddrOpsRoutesStayOnHTTP(t *testing.T) {
+	r := startWith(t, server.Config{}, nil)
+	if r.Ops != r.HTTP {
+		t.Fatalf("ops %s, want the HTTP listener %s", r.Ops, r.HTTP)
+	}
+	awaitReady(t, r.HTTP)
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if got := getStatus(t, r.HTTP+path); got != http.StatusOK {
+			t.Errorf("%s: %d, want 200", path, got)
+		}
+	}
+}
+
+// 1,000 concurrent /readyz requests ping no dependency: /readyz answers the
+// last background run of the checks, and with an hour between runs the
+// check runs once (at start) whatever the probes do.
+func TestReadyzFloodPingsNoDependency(t *testing.T) {
+	var pings atomic.Int64
+	r := startWith(t, server.Config{ReadinessInterval: time.Hour}, func(s *server.Server) {
+		s.AddCheck("dependency", func(context.Context) error { pings.Add(1); return nil })
+	})
+	awaitReady(t, r.HTTP)
+	before := pings.Load()
+
+	const flood = 1000
+	var wg sync.WaitGroup
+	var notOK atomic.Int64
+	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}}
+	for range flood {
+		wg.Go(func() {
+			resp, err := client.Get(r.HTTP + "/readyz")
+			if err != nil {
+				notOK.Add(1)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				notOK.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := notOK.Load(); n != 0 {
+		t.Errorf("%d of %d /readyz requests failed or were not 200", n, flood)
+	}
+	if got := pings.Load(); before != 1 || got != before {
+		t.Errorf("dependency pinged %d times at start and %d during %d /readyz requests; want once, then none", before, got-before, flood)
+	}
+}
