@@ -116,7 +116,7 @@ func TestVisitorIPsNeverReachStreamsClickHouseOrLogs(t *testing.T) {
 	}
 	rp := servertest.Run(t, bin, servertest.Spec{Name: "redirect", HTTPAddr: httpAddr, Env: func(g, h string) []string {
 		return []string{"KURZ_REDIRECT_GRPC_ADDR=" + g, "KURZ_REDIRECT_HTTP_ADDR=" + h,
-			"KURZ_LIMITER_GRPC_ADDR=" + lim.Addr(), "KURZ_REDIRECT_CLIENT_IP_HEADER=X-Forwarded-For",
+			"KURZ_LIMITER_GRPC_ADDR=" + lim.Addr(), "KURZ_REDIRECT_TRUSTED_PROXIES=127.0.0.1/32,::1",
 			"KURZ_REDIRECT_VISITOR_SALT=" + salt, "KURZ_CLICK_STREAM_SHARDS=1",
 			"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_LOG_LEVEL=debug"}
 	}})
