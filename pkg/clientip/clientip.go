@@ -78,8 +78,8 @@ func (k Keying) KeyString(s string) string {
 	return k.Key(a)
 }
 
-// Policy finds the client of a request. The zero Policy trusts no proxy:
-// every client is its peer.
+// Policy finds the client of a request. The zero Policy, and a nil one,
+// trust no proxy: every client is its peer.
 type Policy struct {
 	trusted []netip.Prefix
 	header  string // canonical; "" walks X-Forwarded-For
@@ -136,6 +136,9 @@ func unmapPrefix(p netip.Prefix) netip.Prefix {
 
 // Trusted reports whether a is one of the trusted proxies.
 func (p *Policy) Trusted(a netip.Addr) bool {
+	if p == nil {
+		return false
+	}
 	for _, t := range p.trusted {
 		if t.Contains(a) {
 			return true
@@ -245,6 +248,9 @@ func ParseHop(s string) (netip.Addr, bool) {
 
 // String describes the policy for a startup log line.
 func (p *Policy) String() string {
+	if p == nil {
+		return "trusted=[]"
+	}
 	parts := make([]string, len(p.trusted))
 	for i, t := range p.trusted {
 		parts[i] = t.String()

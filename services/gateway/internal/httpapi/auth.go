@@ -104,7 +104,7 @@ func limiterBlind(d quota.Decision) bool {
 // within the rule's window: a Redis or limiter outage must not lock every
 // user out, only the addresses already guessing.
 func (a *API) checkAuthFailures(c *call) error {
-	ctx, ip := c.r.Context(), c.st.ip
+	ctx, ip := c.r.Context(), c.st.ipKey
 	desc := map[string]string{"ip": ip}
 	var rec windowRecord
 	d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, desc, quota.FailClosed)
@@ -133,7 +133,7 @@ func (a *API) checkAuthFailures(c *call) error {
 // limiter and in the gateway's memory), logs it without the credential, and
 // returns the 401.
 func (a *API) authFailed(c *call, reason, keyID, msg string) error {
-	ctx, ip := c.r.Context(), c.st.ip
+	ctx, ip := c.r.Context(), c.st.ipKey
 	a.failures.add(ip)
 	a.m.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
 	var rec windowRecord

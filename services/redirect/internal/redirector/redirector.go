@@ -131,9 +131,6 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
 		clicks: d.Clicks, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
 		visitors: clickevent.NewVisitors(cfg.VisitorSalt), clients: cfg.Clients}
-	if h.clients == nil {
-		h.clients = &clientip.Policy{}
-	}
 	var err error
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
