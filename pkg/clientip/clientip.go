@@ -32,12 +32,17 @@ const MaxHops = 16
 // forwardedFor is the chain header every proxy appends to.
 const forwardedFor = "X-Forwarded-For"
 
+// DefaultIPv6Prefix is the IPv6 prefix of one client: a subscriber's usual
+// allocation.
+const DefaultIPv6Prefix = 64
+
 // Keying turns client addresses into limiter keys. Embed it in a service's
 // Config: every service that keys by client IP must use the same prefix, or
 // one client's limits would be split or merged differently at each service.
 type Keying struct {
 	// IPv6Prefix is how many leading bits of an IPv6 address name one
-	// client (48..128).
+	// client (48..128); 0, the zero Keying's, is DefaultIPv6Prefix, never
+	// "every IPv6 client is one".
 	IPv6Prefix int `env:"CLIENT_IPV6_PREFIX" default:"64"`
 }
 
@@ -58,10 +63,14 @@ func (k Keying) Key(a netip.Addr) string {
 		return ""
 	}
 	a = a.Unmap().WithZone("")
-	if a.Is4() || k.IPv6Prefix >= 128 {
+	bits := k.IPv6Prefix
+	if bits == 0 {
+		bits = DefaultIPv6Prefix
+	}
+	if a.Is4() || bits >= 128 {
 		return a.String()
 	}
-	p, err := a.Prefix(k.IPv6Prefix)
+	p, err := a.Prefix(bits)
 	if err != nil { // a prefix Check refused; keep the address whole
 		return a.String()
 	}

@@ -161,6 +161,7 @@ func TestKey(t *testing.T) {
 		{k64, "fe80::1%eth0", "fe80::/64"},
 		{k48, "2001:db8:1:2::1", "2001:db8:1::/48"},
 		{k128, "2001:db8:1:2::1", "2001:db8:1:2::1"},
+		{Keying{}, "2001:db8:1:2::1", "2001:db8:1:2::/64"},
 	} {
 		if got := tc.k.Key(netip.MustParseAddr(tc.addr)); got != tc.want {
 			t.Errorf("/%d key of %s: %q, want %q", tc.k.IPv6Prefix, tc.addr, got, tc.want)
@@ -175,7 +176,7 @@ func TestKey(t *testing.T) {
 	if got := k64.KeyString("2001:db8:1:2::7"); got != "2001:db8:1:2::/64" {
 		t.Errorf("KeyString: %q", got)
 	}
-	for bits, ok := range map[int]bool{47: false, 48: true, 64: true, 128: true, 129: false} {
+	for bits, ok := range map[int]bool{0: false, 47: false, 48: true, 64: true, 128: true, 129: false} {
 		if err := (Keying{IPv6Prefix: bits}).Check(); (err == nil) != ok {
 			t.Errorf("Check(/%d): %v, want ok=%v", bits, err, ok)
 		}
