@@ -181,7 +181,7 @@ func (h *Handler) secure(r *http.Request) bool {
 	if r.TLS != nil {
 		return true
 	}
-	if !h.clients.FromTrustedProxy(r) {
+	if !h.cfg.Clients.FromTrustedProxy(r) {
 		return false
 	}
 	v := r.Header.Values("X-Forwarded-Proto")

@@ -110,7 +110,6 @@ type Handler struct {
 	tokens   formTokens
 	argon    chan struct{}
 	visitors *clickevent.Visitors
-	clients  *clientip.Policy
 	requests metric.Int64Counter
 	latency  metric.Float64Histogram
 	attempts metric.Int64Counter
@@ -130,7 +129,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
 		clicks: d.Clicks, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
-		visitors: clickevent.NewVisitors(cfg.VisitorSalt), clients: cfg.Clients}
+		visitors: clickevent.NewVisitors(cfg.VisitorSalt)}
 	var err error
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
@@ -466,7 +465,7 @@ func (h *Handler) gate(ctx context.Context, ip string) error {
 // clientIP is the key of r's client (pkg/clientip): its limits and visitor
 // hash are kept under it.
 func (h *Handler) clientIP(r *http.Request) string {
-	return h.cfg.Keying.Key(h.clients.Client(r))
+	return h.cfg.Keying.Key(h.cfg.Clients.Client(r))
 }
 
 func (h *Handler) count(ctx context.Context, start time.Time, source string, status int) {
