@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,16 @@ func opsPort(svc string) string {
 		return "ops"
 	}
 	return "http"
+}
+
+// operatorFiles are the files an overlay needs that only its operator can
+// write (the overlay refuses to render without them), by overlay and name.
+// The tests render a copy of this directory with them in place, holding
+// documentation addresses.
+var operatorFiles = map[string]map[string]string{
+	"overlays/prod": {
+		"trusted-proxies.env": "KURZ_GATEWAY_TRUSTED_PROXIES=192.0.2.0/24\nKURZ_REDIRECT_TRUSTED_PROXIES=192.0.2.0/24,2001:db8::/64\n",
+	},
 }
 
 // kinds maps apiVersion/kind to a constructor of its typed struct. A rendered
@@ -118,12 +129,9 @@ func render(t testing.TB, dir string) rendering {
 			res.err = errors.New("kubectl is not on PATH: these tests render the overlays with `kubectl kustomize`; install kubectl (e.g. apt-get install kubectl, or the upstream binary)")
 			return
 		}
-		cmd := exec.Command(kubectl, "kustomize", dir)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
+		out, err := kustomize(kubectl, dir, operatorFiles[dir])
 		if err != nil {
-			res.err = fmt.Errorf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+			res.err = err
 			return
 		}
 		objs, err := decodeStream(out)
@@ -137,6 +145,97 @@ func render(t testing.TB, dir string) rendering {
 		t.Fatal(res.err)
 	}
 	return res.r
+}
+
+// kustomize runs `kubectl kustomize dir`; with files (even none), on a copy
+// of this directory's manifests where dir's operator files are exactly
+// files (name -> content), whatever a local checkout holds.
+func kustomize(kubectl, dir string, files map[string]string) ([]byte, error) {
+	root := "."
+	if files != nil {
+		tmp, err := os.MkdirTemp("", "kurz-k8s-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		if err := copyManifests(".", tmp); err != nil {
+			return nil, err
+		}
+		for name := range operatorFiles[dir] {
+			if err := os.Remove(filepath.Join(tmp, dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+		}
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(tmp, dir, name), []byte(content), 0o644); err != nil {
+				return nil, err
+			}
+		}
+		root = tmp
+	}
+	cmd := exec.Command(kubectl, "kustomize", filepath.Join(root, dir))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+	}
+	return out, nil
+}
+
+// copyManifests copies the kustomizations' files (everything but Go
+// sources) from src to dst, keeping the tree.
+func copyManifests(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil || strings.HasSuffix(path, ".go") {
+			return err
+		}
+		to := filepath.Join(dst, path)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+}
+
+// The prod overlay needs the operator's trusted proxies: without
+// trusted-proxies.env it does not render, and whatever the file says is
+// what the gateway and the redirect get (the generated ConfigMap itself is
+// not rendered).
+func TestProdRefusesToRenderWithoutTrustedProxies(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("kubectl is not on PATH")
+	}
+	out, err := kustomize(kubectl, "overlays/prod", map[string]string{})
+	if err == nil || !strings.Contains(err.Error(), "trusted-proxies.env") {
+		t.Fatalf("overlays/prod rendered without trusted-proxies.env (err %v, %d bytes)", err, len(out))
+	}
+	r := render(t, "overlays/prod")
+	want := map[string]map[string]string{
+		"gateway-config":  {"KURZ_GATEWAY_TRUSTED_PROXIES": "192.0.2.0/24"},
+		"redirect-config": {"KURZ_REDIRECT_TRUSTED_PROXIES": "192.0.2.0/24,2001:db8::/64"},
+	}
+	for _, cm := range typed[corev1.ConfigMap](r) {
+		if cm.Name == "kurz-trusted-proxies" {
+			t.Errorf("ConfigMap %s is rendered; it is local to kustomize", cm.Name)
+		}
+		for k, v := range want[cm.Name] {
+			if got := cm.Data[k]; got != v {
+				t.Errorf("%s: %s=%q, want %q from trusted-proxies.env", cm.Name, k, got, v)
+			}
+			delete(want[cm.Name], k)
+		}
+	}
+	for name, left := range want {
+		if len(left) > 0 {
+			t.Errorf("ConfigMap %s not rendered with %v", name, left)
+		}
+	}
 }
 
 // decodeStream splits a YAML stream and decodes every document strictly into

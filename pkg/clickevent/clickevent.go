@@ -19,7 +19,7 @@
 //	code         the short code
 //	tenant       the link's owner
 //	ts           click time, Unix milliseconds (decimal)
-//	visitor      hex HMAC-SHA256 of (UTC day, client IP, user agent) under a
+//	visitor      hex HMAC-SHA256 of (UTC day, client IP key, user agent) under a
 //	             secret salt; the raw IP is never stored
 //	ua           User-Agent, at most MaxTextLen bytes
 //	ref          Referer, at most MaxTextLen bytes
@@ -181,7 +181,9 @@ func Truncate(s string) string {
 }
 
 // Visitor returns the visitor hash: HMAC-SHA256 over the UTC day of t, the
-// client IP and the user agent, keyed by salt, as 32 hex digits. The day in
+// client IP and the user agent, keyed by salt, as 32 hex digits. The
+// redirect passes the client's limiter key (pkg/clientip) as ip, so an IPv6
+// visitor rotating through one /64 stays one visitor. The day in
 // the input makes hashes unlinkable from one day to the next; without the
 // salt a hash cannot be brute-forced back to an IP.
 func Visitor(salt []byte, t time.Time, ip, userAgent string) string {

@@ -20,6 +20,7 @@ import (
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/redisconn"
@@ -58,7 +59,8 @@ func (l *logBuffer) String() string {
 // x-kurz-client-ip. None of the IP strings appears in any field of the
 // stream entries, in any row of any ClickHouse table of the database, in
 // the statistics, in the redirect's output or in the analytics log; each
-// visitor field is the HMAC of the day, IP and user agent under the salt.
+// visitor field is the HMAC of the day, IP key (an IPv6 visitor's /64) and
+// user agent under the salt.
 //
 // The redirect writes one shard (KURZ_CLICK_STREAM_SHARDS=1: clicks:{0}, a
 // key no 8-shard producer or consumer uses) and the consumer group is the
@@ -116,7 +118,7 @@ func TestVisitorIPsNeverReachStreamsClickHouseOrLogs(t *testing.T) {
 	}
 	rp := servertest.Run(t, bin, servertest.Spec{Name: "redirect", HTTPAddr: httpAddr, Env: func(g, h string) []string {
 		return []string{"KURZ_REDIRECT_GRPC_ADDR=" + g, "KURZ_REDIRECT_HTTP_ADDR=" + h, "KURZ_REDIRECT_OPS_ADDR=127.0.0.1:0",
-			"KURZ_LIMITER_GRPC_ADDR=" + lim.Addr(), "KURZ_REDIRECT_CLIENT_IP_HEADER=X-Forwarded-For",
+			"KURZ_LIMITER_GRPC_ADDR=" + lim.Addr(), "KURZ_REDIRECT_TRUSTED_PROXIES=127.0.0.1/32,::1",
 			"KURZ_REDIRECT_VISITOR_SALT=" + salt, "KURZ_CLICK_STREAM_SHARDS=1",
 			"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_LOG_LEVEL=debug"}
 	}})
@@ -178,7 +180,9 @@ func TestVisitorIPsNeverReachStreamsClickHouseOrLogs(t *testing.T) {
 		}
 		hashed := false
 		for _, ip := range visitors {
-			hashed = hashed || e.Visitor == clickevent.Visitor([]byte(salt), e.Time, ip, ua)
+			// The redirect hashes the client's key: an IPv6 visitor's /64.
+			key := clientip.Keying{IPv6Prefix: 64}.KeyString(ip)
+			hashed = hashed || e.Visitor == clickevent.Visitor([]byte(salt), e.Time, key, ua)
 		}
 		if !hashed {
 			t.Errorf("stream entry %s: visitor %q is not the salted hash of a visitor IP", m.ID, e.Visitor)

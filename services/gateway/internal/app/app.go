@@ -14,6 +14,7 @@ import (
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
@@ -64,17 +65,28 @@ type Config struct {
 	// AllowAnonymous lets requests without an API key create links as
 	// tenant "anonymous", limited per client IP.
 	AllowAnonymous bool `env:"GATEWAY_ALLOW_ANONYMOUS" default:"false"`
-	// TrustedProxies are CIDRs of proxies whose X-Forwarded-For is believed.
+	// TrustedProxies are CIDRs (or addresses) of the proxies in front of the
+	// gateway (the ingress pods): only their forwarding headers are
+	// believed, X-Forwarded-For walked from the right (pkg/clientip).
 	TrustedProxies []string `env:"GATEWAY_TRUSTED_PROXIES" default:""`
+	// ClientIPHeader optionally names a single-value header (X-Real-IP,
+	// CF-Connecting-IP) the trusted proxies set, read instead of
+	// X-Forwarded-For.
+	ClientIPHeader string `env:"GATEWAY_CLIENT_IP_HEADER" default:""`
+	// Keying keys IPv6 clients by their prefix (KURZ_CLIENT_IPV6_PREFIX).
+	Keying clientip.Keying
 	// AdminToken guards /v1/admin/...; empty disables the admin API.
 	AdminToken string `env:"GATEWAY_ADMIN_TOKEN" default:""`
 }
 
 func (c Config) options() (httpapi.Options, error) {
 	var errs []error
-	proxies, err := httpapi.ParseTrustedProxies(c.TrustedProxies)
+	clients, err := clientip.New(c.TrustedProxies, c.ClientIPHeader)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_TRUSTED_PROXIES: %w", err))
+		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_TRUSTED_PROXIES / KURZ_GATEWAY_CLIENT_IP_HEADER: %w", err))
+	}
+	if err := c.Keying.Check(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.LimiterTimeout <= 0 || c.CallTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_GATEWAY_LIMITER_TIMEOUT and KURZ_GATEWAY_CALL_TIMEOUT must be positive"))
@@ -93,7 +105,8 @@ func (c Config) options() (httpapi.Options, error) {
 		MaxHeaderBytes: c.MaxHeaderBytes,
 		AllowAnonymous: c.AllowAnonymous,
 		AdminToken:     c.AdminToken,
-		TrustedProxies: proxies,
+		Clients:        clients,
+		Keying:         c.Keying,
 		CallTimeout:    c.CallTimeout,
 	}, errors.Join(errs...)
 }
@@ -197,6 +210,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 		srv.OnShutdown(func(context.Context) error { return conn.Close() })
 	}
 	log.Info("gateway configured", "anonymous", cfg.AllowAnonymous, "admin_api", cfg.AdminToken != "",
-		"trusted_proxies", cfg.TrustedProxies, "limiter_timeout", cfg.LimiterTimeout, "max_body_bytes", cfg.MaxBodyBytes)
+		"client_ip", opts.Clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix, "limiter_timeout", cfg.LimiterTimeout, "max_body_bytes", cfg.MaxBodyBytes)
 	return srv, nil
 }

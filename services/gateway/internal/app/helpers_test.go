@@ -63,6 +63,8 @@ type client struct {
 	base string
 	ip   string
 	auth string // the Authorization value; "" sends none
+	// http sends the requests; nil is http.DefaultClient.
+	http *http.Client
 }
 
 func newClient(t *testing.T, gw *servertest.Running, key string) *client {
@@ -148,12 +150,21 @@ func (c *client) do(method, path, body string, header ...string) response {
 		}
 		req.Header.Add(header[i], header[i+1])
 	}
-	return send(c.t, req)
+	return sendWith(c.t, c.http, req)
 }
 
 func send(t *testing.T, req *http.Request) response {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
+	return sendWith(t, nil, req)
+}
+
+// sendWith sends req with hc (nil: http.DefaultClient) and reads the answer.
+func sendWith(t *testing.T, hc *http.Client, req *http.Request) response {
+	t.Helper()
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -20,6 +19,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/gateway/internal/keystore"
 )
@@ -44,8 +44,11 @@ type Options struct {
 	AllowAnonymous bool
 	// AdminToken guards /v1/admin/...; empty disables the admin API (404).
 	AdminToken string
-	// TrustedProxies are the peers whose X-Forwarded-For is believed.
-	TrustedProxies []netip.Prefix
+	// Clients finds each request's client (nil: the TCP peer).
+	Clients *clientip.Policy
+	// Keying turns the client's address into the key of its limits: an
+	// IPv6 client's whole prefix is one client.
+	Keying clientip.Keying
 	// CallTimeout bounds each call to a service behind the gateway.
 	CallTimeout time.Duration
 }
@@ -244,8 +247,8 @@ func (a *API) admit(c *call, rt route) error {
 // writes the deciding rule's RateLimit fields.
 func (a *API) edgeQuota(c *call, pattern string) error {
 	desc := map[string]string{"tenant": c.tenant(), "route": pattern}
-	if c.st.ip != "" {
-		desc["ip"] = c.st.ip
+	if c.st.ipKey != "" {
+		desc["ip"] = c.st.ipKey
 	}
 	if c.keyID != "" {
 		desc["api_key"] = c.keyID

@@ -104,7 +104,7 @@ func limiterBlind(d quota.Decision) bool {
 // within the rule's window: a Redis or limiter outage must not lock every
 // user out, only the addresses already guessing.
 func (a *API) checkAuthFailures(c *call) error {
-	ctx, ip := c.r.Context(), c.st.ip
+	ctx, ip := c.r.Context(), c.st.ipKey
 	desc := map[string]string{"ip": ip}
 	var rec windowRecord
 	d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, desc, quota.FailClosed)
@@ -133,18 +133,18 @@ func (a *API) checkAuthFailures(c *call) error {
 // limiter and in the gateway's memory), logs it without the credential, and
 // returns the 401.
 func (a *API) authFailed(c *call, reason, keyID, msg string) error {
-	ctx, ip := c.r.Context(), c.st.ip
-	a.failures.add(ip)
+	ctx, key := c.r.Context(), c.st.ipKey
+	a.failures.add(key)
 	a.m.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
 	var rec windowRecord
-	d := a.quota.Check(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": ip}, 1, quota.FailClosed)
+	d := a.quota.Check(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": key}, 1, quota.FailClosed)
 	if limiterBlind(d) {
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
 	} else {
 		a.failures.setTTL(rec.window)
 		setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
 	}
-	a.log.InfoContext(ctx, "authentication failed", "reason", reason, "key_id", keyID, "ip", ip,
+	a.log.InfoContext(ctx, "authentication failed", "reason", reason, "key_id", keyID, "ip", c.st.ip,
 		"route", c.st.route, "request_id", c.st.id, "failures_left", d.Remaining, "limiter_blind", limiterBlind(d))
 	bearerErr := "invalid_token"
 	if reason == "malformed" {

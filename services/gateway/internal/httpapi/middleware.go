@@ -32,10 +32,13 @@ const unmatchedRoute = "unmatched"
 var opsRoutes = []string{"GET /healthz"}
 
 // reqState is what the middleware knows of a request, filled in as the
-// request goes through: its ID, client IP, route and tenant.
+// request goes through: its ID, client IP, route and tenant. ipKey is the
+// client's limiter key (pkg/clientip: an IPv6 client's prefix), ip its
+// address, for logs and for the services behind the gateway.
 type reqState struct {
 	id     string
 	ip     string
+	ipKey  string
 	route  string
 	tenant string
 }
@@ -61,7 +64,10 @@ func stateOf(r *http.Request) *reqState {
 func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		st := &reqState{id: requestID(r), ip: clientIP(r, a.opts.TrustedProxies), route: unmatchedRoute}
+		st := &reqState{id: requestID(r), route: unmatchedRoute}
+		if ip := a.opts.Clients.Client(r); ip.IsValid() {
+			st.ip, st.ipKey = ip.String(), a.opts.Keying.Key(ip)
+		}
 		w.Header()["X-Request-ID"] = []string{st.id} // as spelt by most proxies, not Go's X-Request-Id
 		rec := &telemetry.StatusWriter{ResponseWriter: w}
 		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))

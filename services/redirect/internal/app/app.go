@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/pgpool"
@@ -55,9 +56,18 @@ type Config struct {
 	CDNMaxAge time.Duration `env:"REDIRECT_CDN_MAX_AGE" default:"0s"`
 	// PermanentMaxAge is the Cache-Control max-age of 301/308 answers.
 	PermanentMaxAge time.Duration `env:"REDIRECT_PERMANENT_MAX_AGE" default:"1h"`
-	// ClientIPHeader is the header a trusted proxy puts the client IP in
-	// (X-Forwarded-For: last entry); empty uses the TCP peer.
+	// TrustedProxies are CIDRs (or addresses) of the proxies in front of the
+	// service (the ingress pods): only their forwarding headers are
+	// believed, X-Forwarded-For walked from the right (pkg/clientip).
+	// Empty: every client is its TCP peer.
+	TrustedProxies []string `env:"REDIRECT_TRUSTED_PROXIES" default:""`
+	// ClientIPHeader optionally names a single-value header (X-Real-IP,
+	// CF-Connecting-IP) the trusted proxies set, read instead of
+	// X-Forwarded-For. It needs TrustedProxies: it used to be believed
+	// from any peer.
 	ClientIPHeader string `env:"REDIRECT_CLIENT_IP_HEADER" default:""`
+	// Keying keys IPv6 clients by their prefix (KURZ_CLIENT_IPV6_PREFIX).
+	Keying clientip.Keying
 	// VisitorSalt keys the visitor hash in click events; give every pod the
 	// same secret. Empty: a random salt per process (visitors then differ
 	// per pod), with a warning.
@@ -99,11 +109,15 @@ type Config struct {
 	ClickWriteTimeout time.Duration `env:"REDIRECT_CLICK_WRITE_TIMEOUT" default:"1s"`
 }
 
-func (c Config) validate() (quota.Policy, error) {
+func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	var errs []error
 	policy, err := quota.ParsePolicy(c.MissFailurePolicy)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_MISS_FAILURE_POLICY: %w", err))
+	}
+	clients, err := clientip.New(c.TrustedProxies, c.ClientIPHeader)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_TRUSTED_PROXIES / KURZ_REDIRECT_CLIENT_IP_HEADER: %w", err))
 	}
 	switch c.DefaultStatus {
 	case 301, 302, 307, 308:
@@ -125,8 +139,8 @@ func (c Config) validate() (quota.Policy, error) {
 	if n := len(c.FormSecret); n > 0 && n < minFormSecret {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_FORM_SECRET has %d characters: want at least %d", n, minFormSecret))
 	}
-	errs = append(errs, c.Cache.Validate(), c.Streams.Validate())
-	return policy, errors.Join(errs...)
+	errs = append(errs, c.Cache.Validate(), c.Streams.Validate(), c.Keying.Check())
+	return policy, clients, errors.Join(errs...)
 }
 
 // minFormSecret is the shortest KURZ_REDIRECT_FORM_SECRET accepted.
@@ -153,7 +167,7 @@ type hooks struct {
 }
 
 func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
-	missPolicy, err := cfg.validate()
+	missPolicy, clients, err := cfg.validate()
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
@@ -283,7 +297,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	}
 	handler, err := redirector.New(redirector.Config{
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
-		ClientIPHeader: cfg.ClientIPHeader, VisitorSalt: salt, MissPolicy: missPolicy,
+		Clients: clients, Keying: cfg.Keying, VisitorSalt: salt, MissPolicy: missPolicy,
 		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout, VisitReplicas: cfg.VisitReplicas,
 	}, redirector.Deps{
 		Resolver: resolver, Quota: quotaClient, PasswordQuota: passwordQuota, Visits: visitRedis,
@@ -307,6 +321,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	srv.AddSoftCheck("postgres", db.Ping)
 	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
-		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String())
+		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String(),
+		"client_ip", clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix)
 	return srv, nil
 }

@@ -50,7 +50,7 @@ func TestClicks(t *testing.T) {
 	f.insert(code, "acme", "https://example.com/clicked", 0, nil, false)
 	f.insert(gone, "acme", "https://example.com/gone", 0, nil, true)
 	since := time.Now().Add(-time.Second)
-	r := start(t, map[string]string{"KURZ_REDIRECT_CLIENT_IP_HEADER": "X-Forwarded-For",
+	r := start(t, map[string]string{"KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1",
 		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": "20ms"}, hooks{})
 
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"

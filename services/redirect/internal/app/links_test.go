@@ -203,7 +203,7 @@ func TestPasswordFormPage(t *testing.T) {
 	const target = "https://example.com/secret-place"
 	f.insertLink(code, target, features{passwordHash: testHash(t)})
 	vrc := &redisCounter{}
-	r := start(t, map[string]string{"KURZ_REDIRECT_CLIENT_IP_HEADER": "X-Forwarded-For"}, hooks{visitRedis: counted(t, f, vrc)})
+	r := start(t, map[string]string{"KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1"}, hooks{visitRedis: counted(t, f, vrc)})
 
 	resp, fm := openForm(t, r.HTTP, code+"?next="+url.QueryEscape(xss), "User-Agent", xss, "Referer", "https://x.example/?"+xss)
 	assertForm(t, "GET", resp, http.StatusOK, "Enter the password", target)
@@ -307,7 +307,7 @@ func TestPasswordAttempts(t *testing.T) {
 	f.insertLink(once, "https://example.com/once", features{passwordHash: testHash(t), maxVisits: 1})
 	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
 	since := time.Now().Add(-time.Second)
-	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_REDIRECT_CLIENT_IP_HEADER": "X-Forwarded-For",
+	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1",
 		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": "20ms", "KURZ_REDIRECT_FORM_SECRET": testFormSecret}, hooks{})
 	ip := []string{"X-Forwarded-For", "203.0.113.7", "User-Agent", "kurz-test/1.0"}
 
@@ -397,7 +397,7 @@ func TestPasswordAttemptsLimited(t *testing.T) {
 	const target = "https://example.com/limited"
 	f.insertLink(code, target, features{passwordHash: testHash(t)})
 	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": startLimiterProcess(t),
-		"KURZ_REDIRECT_CLIENT_IP_HEADER": "X-Forwarded-For", "KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT": "2s"}, hooks{})
+		"KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1", "KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT": "2s"}, hooks{})
 	attacker := []string{"X-Forwarded-For", "198.51.100.66"}
 	_, fm := openForm(t, r.HTTP, code, attacker...)
 	for i := range 5 {

@@ -210,7 +210,7 @@ func TestMissPathRateLimited(t *testing.T) {
 	f.insert(cached, "t", "https://example.com/cached", 0, nil, false)
 	f.insert(uncached, "t", "https://example.com/uncached", 0, nil, false)
 	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
-	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_REDIRECT_CLIENT_IP_HEADER": "X-Forwarded-For"}, hooks{})
+	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1"}, hooks{})
 	if resp := get(t, r.HTTP, "/"+cached); resp.StatusCode != 302 { // fills Redis
 		t.Fatalf("warm: %d", resp.StatusCode)
 	}
@@ -231,7 +231,7 @@ func TestMissPathRateLimited(t *testing.T) {
 	calls := lim.Calls()
 	for _, c := range calls[warmCalls:] {
 		if c.GetDomain() != "redirect.miss" || c.GetDescriptors()["ip"] != "203.0.113.50" {
-			t.Errorf("limiter call %v, want redirect.miss for ip 203.0.113.50 (last X-Forwarded-For entry)", c)
+			t.Errorf("limiter call %v, want redirect.miss for ip 203.0.113.50 (the right-most untrusted X-Forwarded-For hop)", c)
 		}
 	}
 	before := len(calls)

@@ -21,7 +21,7 @@ func TestRedirectNeverReflectsRequestsIntoHTML(t *testing.T) {
 	const target = "https://example.com/target"
 	f.insert(code, "t", target, 0, nil, false)
 	f.insert(gone, "t", "https://example.com/gone", 0, nil, true)
-	r := start(t, map[string]string{"KURZ_REDIRECT_CLIENT_IP_HEADER": "X-Forwarded-For"}, hooks{})
+	r := start(t, map[string]string{"KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1"}, hooks{})
 	q := url.PathEscape(xss)
 	headers := []string{"User-Agent", xss, "Referer", "https://example.com/?" + xss, "X-Forwarded-For", xss,
 		"Cookie", "a=" + q, "Accept", "text/html"}

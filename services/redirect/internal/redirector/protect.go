@@ -175,13 +175,13 @@ func (h *Handler) form(w http.ResponseWriter, r *http.Request, code string, stat
 }
 
 // secure reports whether the client reached kurz over TLS: directly, or
-// as told by the trusted proxy in front (the one ClientIPHeader trusts),
-// whose X-Forwarded-Proto entry is the last.
+// as told by a trusted proxy in front (Config.Clients), whose
+// X-Forwarded-Proto entry is the last.
 func (h *Handler) secure(r *http.Request) bool {
 	if r.TLS != nil {
 		return true
 	}
-	if h.cfg.ClientIPHeader == "" {
+	if !h.cfg.Clients.FromTrustedProxy(r) {
 		return false
 	}
 	v := r.Header.Values("X-Forwarded-Proto")

@@ -19,11 +19,9 @@ import (
 	"log/slog"
 	"math"
 	"mime"
-	"net"
 	"net/http"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +34,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkpass"
@@ -58,10 +57,12 @@ type Config struct {
 	// PermanentMaxAge is the max-age of 301/308 answers, a deliberate choice
 	// per link or by configuration.
 	PermanentMaxAge time.Duration
-	// ClientIPHeader names a header set by a trusted proxy in front of the
-	// service (X-Forwarded-For: its last entry is used). Empty: the peer
-	// address. When set, that proxy's X-Forwarded-Proto is trusted too.
-	ClientIPHeader string
+	// Clients finds each request's client (nil: the TCP peer). Its trusted
+	// proxies' X-Forwarded-Proto is believed too.
+	Clients *clientip.Policy
+	// Keying turns the client address into the key of its limits and its
+	// visitor hash: an IPv6 client's whole prefix is one client.
+	Keying clientip.Keying
 	// VisitorSalt keys the visitor hash of click events.
 	VisitorSalt []byte
 	// MissPolicy applies when the limiter does not answer on the miss path.
@@ -465,24 +466,10 @@ func (h *Handler) gate(ctx context.Context, ip string) error {
 	return &resolve.Denied{RetryAfter: d.RetryAfter}
 }
 
+// clientIP is the key of r's client (pkg/clientip): its limits and visitor
+// hash are kept under it.
 func (h *Handler) clientIP(r *http.Request) string {
-	if h.cfg.ClientIPHeader != "" {
-		v := r.Header.Values(h.cfg.ClientIPHeader)
-		if len(v) > 0 {
-			last := v[len(v)-1]
-			if i := strings.LastIndexByte(last, ','); i >= 0 {
-				last = last[i+1:]
-			}
-			if ip := net.ParseIP(strings.TrimSpace(last)); ip != nil {
-				return ip.String()
-			}
-		}
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	return h.cfg.Keying.Key(h.cfg.Clients.Client(r))
 }
 
 func (h *Handler) count(ctx context.Context, start time.Time, source string, status int) {

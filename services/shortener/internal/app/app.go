@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkschema"
@@ -38,6 +39,9 @@ type Config struct {
 	Postgres pgpool.Config
 	Redis    redisconn.Config
 	Cache    linkcache.Config
+	// Keying keys the quota's client IPs (KURZ_CLIENT_IPV6_PREFIX): the
+	// same prefix as the gateway's.
+	Keying clientip.Keying
 
 	// LimiterAddr is where the limiter's gRPC listens.
 	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
@@ -102,7 +106,7 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, error) {
 	if c.InvalidationRetry <= 0 || c.InvalidationMaxBackoff < c.InvalidationRetry {
 		errs = append(errs, errors.New("KURZ_SHORTENER_INVALIDATION_RETRY must be positive and at most KURZ_SHORTENER_INVALIDATION_MAX_BACKOFF"))
 	}
-	errs = append(errs, c.Cache.Validate())
+	errs = append(errs, c.Cache.Validate(), c.Keying.Check())
 	up := urlcheck.Policy{MaxLength: c.MaxURLLength, AllowPrivateHosts: c.AllowPrivateHosts}
 	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_BASE_URL=%q: want an http(s) URL such as https://kurz.example", c.BaseURL))
@@ -213,6 +217,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		LimiterPolicy:  limiterPolicy,
 		RetryInterval:  cfg.InvalidationRetry,
 		RetryMaxDelay:  cfg.InvalidationMaxBackoff,
+		Keying:         cfg.Keying,
 	}, linkapi.Deps{
 		Store: store, Redis: rdb, Blocks: blocks,
 		Random:  codegen.NewRandom(h.random, cfg.RandomCodeLength),

@@ -24,6 +24,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkpass"
@@ -73,6 +74,9 @@ type Options struct {
 	RetryInterval time.Duration
 	// RetryMaxDelay bounds the delay between attempts (doubled per failure).
 	RetryMaxDelay time.Duration
+	// Keying turns the caller's client IP (from the gateway) into the key
+	// of its quota: an IPv6 client's whole prefix is one client.
+	Keying clientip.Keying
 }
 
 // Service implements shortenerv1.ShortenerServiceServer.
@@ -359,7 +363,7 @@ func errInfo(reason string, meta map[string]string) *errdetails.ErrorInfo {
 // configured policy (quota.Client logs and counts that).
 func (s *Service) checkQuota(ctx context.Context, tenant string, n int, batch bool) error {
 	desc := map[string]string{"tenant": tenant}
-	if ip := callmeta.ClientIP(ctx); ip != "" {
+	if ip := s.opts.Keying.KeyString(callmeta.ClientIP(ctx)); ip != "" {
 		desc["ip"] = ip
 	}
 	d := s.quota.Check(ctx, QuotaDomain, desc, uint32(n), s.opts.LimiterPolicy)
