@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/capacity"
 )
 
 // bulkShortener is a fake shortener for the bulk routes: ListLinks pages
@@ -87,7 +88,8 @@ func (s *bulkShortener) UpdateLink(_ context.Context, in *shortenerv1.UpdateLink
 }
 
 func newBulkAPI(sh *bulkShortener) *API {
-	return &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler)}
+	return &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler),
+		bulk: capacity.New(1, 0)}
 }
 
 // bulkCall runs handle on method target with body, as the route table
