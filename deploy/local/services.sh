@@ -49,6 +49,11 @@ export KURZ_ANALYTICS_ALLOW_ANONYMOUS=${KURZ_ANALYTICS_ALLOW_ANONYMOUS:-true}
 export KURZ_GATEWAY_ALLOW_ANONYMOUS=${KURZ_GATEWAY_ALLOW_ANONYMOUS:-true}
 export KURZ_GATEWAY_ADMIN_TOKEN=${KURZ_GATEWAY_ADMIN_TOKEN:-kurz-local-admin-token}
 
+# Each service's GOMEMLIMIT, as its pod has it in deploy/k8s/base (below the
+# pod's memory limit): the Go runtime collects harder as the heap nears it
+# rather than grow without bound. A GOMEMLIMIT in the environment wins.
+declare -A GOMEMLIMITS=([limiter]=200MiB [shortener]=200MiB [analytics]=400MiB [redirect]=200MiB [gateway]=200MiB)
+
 http_addr() { local v="KURZ_${1^^}_HTTP_ADDR"; echo "${!v}"; }
 # ops_addr is where /readyz is: the ops listener of the public services, the
 # HTTP listener of the others.
@@ -100,7 +105,7 @@ start() {
 	: >"$LOG/$s.log"
 	# setsid: the service gets its own session, so it outlives this shell
 	# and a terminal's ^C does not reach it; `down` stops it by PID.
-	setsid "$BIN/$s" >>"$LOG/$s.log" 2>&1 </dev/null &
+	GOMEMLIMIT=${GOMEMLIMIT:-${GOMEMLIMITS[$s]}} setsid "$BIN/$s" >>"$LOG/$s.log" 2>&1 </dev/null &
 	pid=$!
 	echo "$pid" >"$RUN/$s.pid"
 	echo "$sum" >"$RUN/$s.sum"

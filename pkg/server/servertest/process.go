@@ -29,10 +29,21 @@ import (
 // BuildServices builds the named services (kurz.dev/services/<name>) into
 // dir in one go command, with the race detector when the test binary has it.
 func BuildServices(dir string, names ...string) error {
+	return buildServices(dir, RaceEnabled, names)
+}
+
+// BuildServicesWithoutRace is BuildServices without the race detector ever:
+// for tests that measure a process's memory, which the detector's shadow
+// memory would multiply.
+func BuildServicesWithoutRace(dir string, names ...string) error {
+	return buildServices(dir, false, names)
+}
+
+func buildServices(dir string, race bool, names []string) error {
 	// -s -w: no symbol table or DWARF, a much faster link; panics and race
 	// reports still name functions and lines.
 	args := []string{"build", "-ldflags=-s -w", "-o", dir + string(filepath.Separator)}
-	if RaceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	for _, n := range names {
@@ -236,6 +247,36 @@ func awaitServing(addr, service string, exited <-chan struct{}) error {
 		}
 	}
 	return err
+}
+
+// Memory returns the process's resident set size now and its peak so far
+// (VmRSS and VmHWM of /proc/<pid>/status), in bytes; Linux only.
+func (p *Process) Memory() (rss, peak int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s memory: %w", p.Name, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		name, value, _ := strings.Cut(line, ":")
+		var dst *int64
+		switch name {
+		case "VmRSS":
+			dst = &rss
+		case "VmHWM":
+			dst = &peak
+		default:
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s memory: %s: %w", p.Name, name, err)
+		}
+		*dst = kb << 10
+	}
+	if peak == 0 {
+		return 0, 0, fmt.Errorf("%s memory: no VmHWM in /proc/%d/status", p.Name, p.cmd.Process.Pid)
+	}
+	return rss, peak, nil
 }
 
 // Output is what the process wrote to stdout and stderr so far.

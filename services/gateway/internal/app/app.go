@@ -77,6 +77,10 @@ type Config struct {
 	Keying clientip.Keying
 	// AdminToken guards /v1/admin/...; empty disables the admin API.
 	AdminToken string `env:"GATEWAY_ADMIN_TOKEN" default:""`
+	// MaxBulkRequests bounds the batch and import requests served at once
+	// (each may hold tens of MB); past it they are answered 503 with a
+	// Retry-After before their body is read.
+	MaxBulkRequests int `env:"GATEWAY_MAX_BULK_REQUESTS" default:"2"`
 }
 
 func (c Config) options() (httpapi.Options, error) {
@@ -97,17 +101,21 @@ func (c Config) options() (httpapi.Options, error) {
 	if c.MaxHeaderBytes < 1024 {
 		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_MAX_HEADER_BYTES=%d: want at least 1024", c.MaxHeaderBytes))
 	}
+	if c.MaxBulkRequests < 1 || c.MaxBulkRequests > 1000 {
+		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_MAX_BULK_REQUESTS=%d: want 1 to 1000", c.MaxBulkRequests))
+	}
 	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenLen {
 		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_ADMIN_TOKEN: want at least %d characters (or empty to disable the admin API)", minAdminTokenLen))
 	}
 	return httpapi.Options{
-		MaxBodyBytes:   c.MaxBodyBytes,
-		MaxHeaderBytes: c.MaxHeaderBytes,
-		AllowAnonymous: c.AllowAnonymous,
-		AdminToken:     c.AdminToken,
-		Clients:        clients,
-		Keying:         c.Keying,
-		CallTimeout:    c.CallTimeout,
+		MaxBodyBytes:    c.MaxBodyBytes,
+		MaxHeaderBytes:  c.MaxHeaderBytes,
+		AllowAnonymous:  c.AllowAnonymous,
+		AdminToken:      c.AdminToken,
+		Clients:         clients,
+		Keying:          c.Keying,
+		CallTimeout:     c.CallTimeout,
+		MaxBulkRequests: c.MaxBulkRequests,
 	}, errors.Join(errs...)
 }
 

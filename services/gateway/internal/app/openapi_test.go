@@ -60,7 +60,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		}
 	}
 
-	api, err := httpapi.New(httpapi.Options{MaxBodyBytes: 1, MaxHeaderBytes: 1, CallTimeout: 1},
+	api, err := httpapi.New(httpapi.Options{MaxBodyBytes: 1, MaxHeaderBytes: 1, CallTimeout: 1, MaxBulkRequests: 1},
 		httpapi.Deps{Meter: noop.NewMeterProvider().Meter("test")})
 	if err != nil {
 		t.Fatal(err)

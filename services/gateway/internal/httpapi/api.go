@@ -19,6 +19,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/gateway/internal/keystore"
@@ -51,6 +52,10 @@ type Options struct {
 	Keying clientip.Keying
 	// CallTimeout bounds each call to a service behind the gateway.
 	CallTimeout time.Duration
+	// MaxBulkRequests bounds the bulk requests (POST /v1/links:batch and
+	// /v1/links:import, up to 4 and 20 MB of body) the process serves at
+	// once; past it they are answered 503 before their body is read.
+	MaxBulkRequests int
 }
 
 // KeyStore is what the API needs of the tenant and key store.
@@ -86,6 +91,7 @@ type API struct {
 	log       *slog.Logger
 	adminHash [sha256.Size]byte
 	failures  *failMemory
+	bulk      *capacity.Gate
 	routes    []route
 	m         instruments
 }
@@ -99,13 +105,16 @@ type instruments struct {
 
 // New builds the API.
 func New(opts Options, d Deps) (*API, error) {
-	if opts.MaxBodyBytes <= 0 || opts.MaxHeaderBytes <= 0 || opts.CallTimeout <= 0 {
-		return nil, errors.New("httpapi: MaxBodyBytes, MaxHeaderBytes and CallTimeout must be positive")
+	if opts.MaxBodyBytes <= 0 || opts.MaxHeaderBytes <= 0 || opts.CallTimeout <= 0 || opts.MaxBulkRequests <= 0 {
+		return nil, errors.New("httpapi: MaxBodyBytes, MaxHeaderBytes, CallTimeout and MaxBulkRequests must be positive")
 	}
 	a := &API{
 		opts: opts, shortener: d.Shortener, analytics: d.Analytics, quota: d.Quota, keys: d.Keys, log: d.Log,
 		adminHash: sha256.Sum256([]byte(opts.AdminToken)),
 		failures:  newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
+		// No wait: a bulk request lasts seconds, so a slot rarely frees
+		// within a wait worth holding the client for.
+		bulk: capacity.New(opts.MaxBulkRequests, 0),
 	}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {

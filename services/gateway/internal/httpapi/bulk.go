@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -36,6 +37,10 @@ const importBodyBytes = linkimport.MaxRows * 2 << 10
 // (password hashing, a multi-row insert, a Redis pipeline).
 const batchCallFactor = 4
 
+// bulkRetryAfter is the Retry-After of a bulk request refused because every
+// bulk slot is busy: the requests holding them take seconds.
+const bulkRetryAfter = 2 * time.Second
+
 // exportPageSize is how many links the export reads per ListLinks page.
 const exportPageSize = 1000
 
@@ -48,7 +53,16 @@ var exportColumns = []string{
 // batchCreateLinks creates up to maxBatchItems links; each item succeeds
 // or fails on its own, so the answer is 200 with one result per item.
 func (a *API) batchCreateLinks(c *call) error {
-	b, err := a.readBodyUpTo(c, max(a.opts.MaxBodyBytes, batchBodyBytes), "send a JSON object")
+	limit := max(a.opts.MaxBodyBytes, batchBodyBytes)
+	if c.r.ContentLength > limit {
+		return bodyTooLarge(limit)
+	}
+	release, err := a.admitBulk()
+	if err != nil {
+		return err
+	}
+	defer release()
+	b, err := a.readBodyUpTo(c, limit, "send a JSON object")
 	if err != nil {
 		return err
 	}
@@ -64,6 +78,22 @@ func (a *API) batchCreateLinks(c *call) error {
 		return err
 	}
 	return writeProto(c.w, http.StatusOK, resp)
+}
+
+// admitBulk takes one of the process's bulk slots (Options.MaxBulkRequests)
+// for a request whose body may hold megabytes, before the body is read:
+// with every slot busy the answer is 503 with a Retry-After at once, so
+// that concurrent bulk requests cannot hold more memory than the slots'.
+func (a *API) admitBulk() (release func(), err error) {
+	// No wait (the gate's is 0): Acquire only fails with ErrBusy.
+	release, err = a.bulk.Acquire(context.Background())
+	if err != nil {
+		e := newError(http.StatusServiceUnavailable, codeName(codes.Unavailable),
+			"the gateway is serving as many bulk requests (batches, imports) as it can hold; nothing was created: retry shortly")
+		e.retryAfter = bulkRetryAfter
+		return nil, e
+	}
+	return release, nil
 }
 
 // batchCreate calls BatchCreateLinks with the batch timeout, pushing the
@@ -217,6 +247,11 @@ func (a *API) importLinks(c *call) error {
 	if c.r.ContentLength > limit {
 		return bodyTooLarge(limit)
 	}
+	release, err := a.admitBulk()
+	if err != nil {
+		return err
+	}
+	defer release()
 	format, rows, err := linkimport.Parse(http.MaxBytesReader(c.w, c.r.Body, limit))
 	var mbe *http.MaxBytesError
 	switch {

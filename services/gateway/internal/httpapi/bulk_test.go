@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/capacity"
 )
 
 // bulkShortener is a fake shortener for the bulk routes: ListLinks pages
@@ -88,7 +90,8 @@ func (s *bulkShortener) UpdateLink(_ context.Context, in *shortenerv1.UpdateLink
 }
 
 func newBulkAPI(sh *bulkShortener) *API {
-	return &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler)}
+	return &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler),
+		bulk: capacity.New(1, 0)}
 }
 
 // bulkCall runs handle on method target with body, as the route table
@@ -396,5 +399,61 @@ func TestImportLinks(t *testing.T) {
 	}
 	if !bytes.Contains([]byte(fmt.Sprint(err)), []byte("quota")) {
 		t.Errorf("error = %v", err)
+	}
+}
+
+// trackedBody is a request body that records whether it was read.
+type trackedBody struct {
+	io.Reader
+	read bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	b.read = true
+	return b.Reader.Read(p)
+}
+
+// With every bulk slot taken, a batch and an import are answered 503
+// UNAVAILABLE with a Retry-After before their body is read, and reach no
+// service; once the slot is free, the same requests go through.
+func TestBulkRequestsBeyondTheBoundRefusedUnread(t *testing.T) {
+	sh := &bulkShortener{}
+	a := newBulkAPI(sh)
+	release, err := a.bulk.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := []struct {
+		handle       func(*call) error
+		target, body string
+	}{
+		{a.batchCreateLinks, "/v1/links:batch", `{"requests":[{"longUrl":"https://example.com/b"}]}`},
+		{a.importLinks, "/v1/links:import", "long_url,link\nhttps://example.com/i,bit.ly/abc123\n"},
+	}
+	for _, rt := range routes {
+		body := &trackedBody{Reader: strings.NewReader(rt.body)}
+		r := httptest.NewRequest("POST", rt.target, body)
+		w := httptest.NewRecorder()
+		err := rt.handle(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}})
+		e := toAPIError(err)
+		if e.status != http.StatusServiceUnavailable || e.code != "UNAVAILABLE" || e.retryAfter != bulkRetryAfter {
+			t.Errorf("%s with the bound reached: %d %s retry %v (%v); want 503 UNAVAILABLE retry %v",
+				rt.target, e.status, e.code, e.retryAfter, err, bulkRetryAfter)
+		}
+		if body.read {
+			t.Errorf("%s with the bound reached: the body was read", rt.target)
+		}
+	}
+	if len(sh.batches) != 0 {
+		t.Errorf("refused bulk requests reached the shortener %d times", len(sh.batches))
+	}
+	release()
+	for _, rt := range routes {
+		if _, err := bulkCall(a, rt.handle, "POST", rt.target, rt.body); err != nil {
+			t.Errorf("%s with a free slot: %v", rt.target, err)
+		}
+	}
+	if len(sh.batches) != 2 {
+		t.Errorf("the shortener got %d batches, want one per request", len(sh.batches))
 	}
 }

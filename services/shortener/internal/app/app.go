@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
@@ -80,6 +81,13 @@ type Config struct {
 	InvalidationRetry time.Duration `env:"SHORTENER_INVALIDATION_RETRY" default:"1s"`
 	// InvalidationMaxBackoff bounds the backoff, doubled per failure.
 	InvalidationMaxBackoff time.Duration `env:"SHORTENER_INVALIDATION_MAX_BACKOFF" default:"10s"`
+	// MaxConcurrentHashes bounds the password hashes (Argon2id, 19 MiB of
+	// memory each) the process runs at once, over creates, batches and
+	// updates together: size it to the memory limit (4: 76 MiB).
+	MaxConcurrentHashes int `env:"SHORTENER_MAX_CONCURRENT_HASHES" default:"4"`
+	// HashWait is how long a call waits for a hashing slot before it is
+	// refused UNAVAILABLE (at most MaxConcurrentHashes calls wait).
+	HashWait time.Duration `env:"SHORTENER_HASH_WAIT" default:"250ms"`
 }
 
 func (c Config) validate() (quota.Policy, urlcheck.Policy, error) {
@@ -99,6 +107,12 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, error) {
 	}
 	if c.BlocklistReload <= 0 {
 		errs = append(errs, errors.New("KURZ_SHORTENER_BLOCKLIST_RELOAD must be positive"))
+	}
+	if c.MaxConcurrentHashes < 1 || c.MaxConcurrentHashes > 256 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_MAX_CONCURRENT_HASHES=%d: want 1 to 256", c.MaxConcurrentHashes))
+	}
+	if c.HashWait < 0 || c.HashWait > 10*time.Second {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_HASH_WAIT=%s: want 0 to 10s", c.HashWait))
 	}
 	if c.CacheWriteTimeout <= 0 || c.LimiterTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_SHORTENER_CACHE_WRITE_TIMEOUT and KURZ_SHORTENER_LIMITER_TIMEOUT must be positive"))
@@ -134,6 +148,8 @@ type hooks struct {
 	pgTracer pgx.QueryTracer
 	// random replaces crypto/rand as the source of random codes.
 	random io.Reader
+	// hashes replaces the password hashing gate the configuration sizes.
+	hashes *capacity.Gate
 }
 
 func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
@@ -209,6 +225,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	}
 	store := linkstore.New(db, cfg.Postgres.QueryTimeout)
 	blocks := codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, func() { blocksFetched.Add(context.Background(), 1) })
+	hashes := h.hashes
+	if hashes == nil {
+		hashes = capacity.New(cfg.MaxConcurrentHashes, cfg.HashWait)
+	}
 	svc, err := linkapi.New(linkapi.Options{
 		BaseURL:        cfg.BaseURL,
 		AllowAnonymous: cfg.AllowAnonymous,
@@ -224,6 +244,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		Policy:  urlPolicy,
 		Scanner: scanner,
 		Quota:   quotaClient,
+		Hashes:  hashes,
 		Log:     log,
 		Meter:   meter,
 	})
@@ -248,7 +269,8 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		go blocklist.Run(bgCtx, func(ctx context.Context) { sweep(ctx, svc, log) })
 	}
 	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
-		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String())
+		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String(),
+		"max_concurrent_hashes", cfg.MaxConcurrentHashes)
 	return srv, nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
-	"kurz.dev/pkg/linkpass"
 	"kurz.dev/services/shortener/internal/linkstore"
 )
 
@@ -78,7 +77,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		valid++
 	}
 	if valid > 0 {
-		if err := s.checkQuota(ctx, tenant, valid, true); err != nil {
+		if err := s.checkQuota(ctx, tenant, valid, chargeBatch); err != nil {
 			return nil, err
 		}
 	}
@@ -124,8 +123,10 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 
 // hashPasswords hashes the passwords of drafts on at most GOMAXPROCS workers
 // (Argon2id costs tens of milliseconds and 19 MiB each: unbounded, a batch of
-// 1,000 would take every core and a lot of memory at once). It returns one
-// error per item that failed, keyed by index.
+// 1,000 would take every core and a lot of memory at once), each hash in one
+// of the process's hashing slots like any other (hashPassword): an item that
+// finds them busy fails UNAVAILABLE on its own. It returns one error per
+// item that failed, keyed by index.
 func (s *Service) hashPasswords(ctx context.Context, drafts []*draft) map[int]error {
 	var todo []int
 	for i, d := range drafts {
@@ -140,15 +141,13 @@ func (s *Service) hashPasswords(ctx context.Context, drafts []*draft) map[int]er
 	var mu sync.Mutex
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(todo)) {
+	// More workers than slots would only wait for them, or be refused.
+	for range min(runtime.GOMAXPROCS(0), s.hashes.Slots(), len(todo)) {
 		wg.Go(func() {
 			for i := range work {
 				err := ctx.Err()
 				if err == nil {
-					drafts[i].link.PasswordHash, err = linkpass.Hash(drafts[i].password)
-					if err != nil {
-						err = fmt.Errorf("hash password: %w", err)
-					}
+					drafts[i].link.PasswordHash, err = s.hashPassword(ctx, drafts[i].password)
 				}
 				if err != nil {
 					mu.Lock()

@@ -51,6 +51,7 @@ const (
 	ReasonMaxVisitsInvalid  = "MAX_VISITS_INVALID"
 	ReasonPasswordInvalid   = "PASSWORD_INVALID"
 	ReasonBatchSizeInvalid  = "BATCH_SIZE_INVALID"
+	ReasonHashingBusy       = "PASSWORD_HASHING_BUSY"
 )
 
 // invalid is a refused argument: field, machine-readable reason, and a

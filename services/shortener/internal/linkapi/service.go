@@ -24,6 +24,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
@@ -90,6 +91,7 @@ type Service struct {
 	policy  urlcheck.Policy
 	scanner urlcheck.Scanner
 	quota   *quota.Client
+	hashes  *capacity.Gate
 	log     *slog.Logger
 	m       instruments
 }
@@ -102,6 +104,7 @@ type instruments struct {
 	refused       metric.Int64Counter
 	cacheFailed   metric.Int64Counter
 	swept         metric.Int64Counter
+	hashBusy      metric.Int64Counter
 }
 
 // Deps are the Service's collaborators.
@@ -113,14 +116,17 @@ type Deps struct {
 	Policy  urlcheck.Policy
 	Scanner urlcheck.Scanner
 	Quota   *quota.Client
-	Log     *slog.Logger
-	Meter   metric.Meter
+	// Hashes bounds the password hashes (Argon2id, 19 MiB each) the
+	// process runs at once, over every call that hashes.
+	Hashes *capacity.Gate
+	Log    *slog.Logger
+	Meter  metric.Meter
 }
 
 // New builds the service.
 func New(opts Options, d Deps) (*Service, error) {
 	s := &Service{opts: opts, store: d.Store, rdb: d.Redis, blocks: d.Blocks, random: d.Random,
-		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, log: d.Log}
+		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, hashes: d.Hashes, log: d.Log}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, err := d.Meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -140,6 +146,8 @@ func New(opts Options, d Deps) (*Service, error) {
 			"Write-throughs to Redis that failed after the commit (a change of a link is retried until it succeeds; a new link's entry is filled on a read)", "{write}"),
 		swept: counter("kurz.shortener.links.blocklisted",
 			"Existing links disabled by a sweep because their destination joined the blocklist", "{link}"),
+		hashBusy: counter("kurz.shortener.password_hash.refused",
+			"Password hashes refused because every hashing slot stayed busy (KURZ_SHORTENER_MAX_CONCURRENT_HASHES); the call was answered UNAVAILABLE", "{hash}"),
 	}
 	errs = append(errs, observeInvalidations(d.Meter, d.Store))
 	if err := errors.Join(errs...); err != nil {
@@ -179,15 +187,15 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	l, mode := d.link, d.mode
 	l.Tenant = tenant
-	if err := s.checkQuota(ctx, tenant, 1, false); err != nil {
+	if err := s.checkQuota(ctx, tenant, 1, chargeCreate); err != nil {
 		return nil, err
 	}
 	if err := s.scanLink(ctx, l); err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
 	}
 	if d.password != "" {
-		if l.PasswordHash, err = linkpass.Hash(d.password); err != nil {
-			return nil, toStatus(ctx, s.log, "create", fmt.Errorf("hash password: %w", err))
+		if l.PasswordHash, err = s.hashPassword(ctx, d.password); err != nil {
+			return nil, toStatus(ctx, s.log, "create", err)
 		}
 	}
 
@@ -356,12 +364,23 @@ func errInfo(reason string, meta map[string]string) *errdetails.ErrorInfo {
 	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}
 }
 
+// charge is what a call spends of the link creation quota on.
+type charge int
+
+const (
+	chargeCreate   charge = iota // one CreateLink
+	chargeBatch                  // a BatchCreateLinks, for its valid items
+	chargePassword               // an UpdateLink that sets a password
+)
+
 // checkQuota asks the limiter (per tenant and per client IP) for n links at
 // once: one CheckQuota of cost n, so a batch costs what its links would cost
-// one by one, and is allowed or denied as a whole. Over quota is
-// RESOURCE_EXHAUSTED with the retry-after; a silent limiter follows the
-// configured policy (quota.Client logs and counts that).
-func (s *Service) checkQuota(ctx context.Context, tenant string, n int, batch bool) error {
+// one by one, and is allowed or denied as a whole. Setting a password on an
+// existing link costs one link: it costs the service what a create with a
+// password does (an Argon2id hash). Over quota is RESOURCE_EXHAUSTED with
+// the retry-after; a silent limiter follows the configured policy
+// (quota.Client logs and counts that).
+func (s *Service) checkQuota(ctx context.Context, tenant string, n int, kind charge) error {
 	desc := map[string]string{"tenant": tenant}
 	if ip := s.opts.Keying.KeyString(callmeta.ClientIP(ctx)); ip != "" {
 		desc["ip"] = ip
@@ -379,7 +398,10 @@ func (s *Service) checkQuota(ctx context.Context, tenant string, n int, batch bo
 		rule = " (rule " + d.Rule + ")"
 	}
 	what := "too many links created" + rule
-	if batch {
+	switch kind {
+	case chargePassword:
+		what = "too many links created or passwords set" + rule + "; the password was not changed"
+	case chargeBatch:
 		what = fmt.Sprintf("the link creation quota%s cannot cover this batch of %d links; nothing was created", rule, n)
 		if d.Limit > 0 {
 			what += fmt.Sprintf(" (%d of %d left now)", d.Remaining, d.Limit)
@@ -413,6 +435,28 @@ func (s *Service) scan(ctx context.Context, target string) error {
 		return &urlcheck.Error{Reason: urlcheck.ReasonBlocked, Message: "this destination is blocked (phishing, malware or abuse)"}
 	}
 	return nil
+}
+
+// hashPassword hashes password in one of the process's hashing slots
+// (Deps.Hashes): with every slot busy for the gate's short wait, the call is
+// refused UNAVAILABLE with a retry delay, so that a burst of passwords
+// cannot hold more than the slots' memory (19 MiB each) at once.
+func (s *Service) hashPassword(ctx context.Context, password string) (string, error) {
+	release, err := s.hashes.Acquire(ctx)
+	if errors.Is(err, capacity.ErrBusy) {
+		s.m.hashBusy.Add(ctx, 1)
+		return "", retryLater(codes.Unavailable, ReasonHashingBusy,
+			"too many passwords are being hashed right now; nothing was created or changed", time.Second, nil)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	hash, err := linkpass.Hash(password)
+	if err != nil {
+		return "", fmt.Errorf("hash password: %w", err)
+	}
+	return hash, nil
 }
 
 func (s *Service) insertSequential(ctx context.Context, l linkstore.Link) (linkstore.Link, error) {
@@ -595,10 +639,11 @@ func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksReque
 }
 
 // UpdateLink changes the fields named in update_mask and writes the result
-// through. long_url and device_targets are re-validated (and scanned);
-// device_targets replaces all three URLs (an unset or empty message clears
-// them); tags replaces the tags; "password" sets a new password (validated,
-// hashed) or, given "", removes it. max_visits changes the limit only: the
+// through, all in one statement (a failed call changes nothing). long_url
+// and device_targets are re-validated (and scanned); device_targets
+// replaces all three URLs (an unset or empty message clears them); tags
+// replaces the tags; "password" sets a new password (validated, charged to
+// the link creation quota like a new link, hashed) or, given "", removes it. max_visits changes the limit only: the
 // visits counted so far in Redis (linkcache.VisitsKey) are kept, so raising
 // the limit reopens a link that had reached it by the difference, and
 // lowering it below the count closes the link at once; to count afresh,
@@ -694,8 +739,11 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	if password != nil {
 		hash := ""
 		if *password != "" {
-			if hash, err = linkpass.Hash(*password); err != nil {
-				return nil, toStatus(ctx, s.log, "update", fmt.Errorf("hash password: %w", err))
+			if err := s.checkQuota(ctx, tenant, 1, chargePassword); err != nil {
+				return nil, err
+			}
+			if hash, err = s.hashPassword(ctx, *password); err != nil {
+				return nil, toStatus(ctx, s.log, "update", err)
 			}
 		}
 		ch.PasswordHash = &hash
