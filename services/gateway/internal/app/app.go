@@ -18,6 +18,7 @@ import (
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/svcauth"
 	"kurz.dev/services/gateway/internal/console"
 	"kurz.dev/services/gateway/internal/httpapi"
 	"kurz.dev/services/gateway/internal/keystore"
@@ -57,10 +58,14 @@ type Config struct {
 	TrustedProxies []string `env:"GATEWAY_TRUSTED_PROXIES" default:""`
 	// AdminToken guards /v1/admin/...; empty disables the admin API.
 	AdminToken string `env:"GATEWAY_ADMIN_TOKEN" default:""`
+	// ServiceAuth signs, on every call to the shortener and analytics, an
+	// assertion of the tenant the gateway authenticated.
+	ServiceAuth svcauth.Config
 }
 
-func (c Config) options() (httpapi.Options, error) {
-	var errs []error
+func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
+	keys, err := c.ServiceAuth.Keys()
+	errs := []error{err}
 	proxies, err := httpapi.ParseTrustedProxies(c.TrustedProxies)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_TRUSTED_PROXIES: %w", err))
@@ -84,14 +89,14 @@ func (c Config) options() (httpapi.Options, error) {
 		AdminToken:     c.AdminToken,
 		TrustedProxies: proxies,
 		CallTimeout:    c.CallTimeout,
-	}, errors.Join(errs...)
+	}, keys, errors.Join(errs...)
 }
 
 // New connects to PostgreSQL (applying the gateway's migrations), dials the
 // downstream services and returns the gateway server, ready to Run. Dialing
 // does not wait for the services: readiness reports them.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, err error) {
-	opts, err := cfg.options()
+	opts, keys, err := cfg.options()
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
@@ -133,14 +138,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 	// take it out of rotation.
 	// Calls to the shortener and analytics wait for a ready replica within
 	// their deadline (KURZ_GATEWAY_CALL_TIMEOUT); limiter calls fail fast.
+	// They carry the tenant's signed assertion; the limiter takes no tenant
+	// from metadata and needs none.
 	for _, d := range []struct {
 		name, addr, variable string
 		soft                 bool
 		opts                 []grpc.DialOption
 	}{
 		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR", true, nil},
-		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false, []grpc.DialOption{grpcclient.WaitForReplica}},
-		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true, []grpc.DialOption{grpcclient.WaitForReplica}},
+		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false, []grpc.DialOption{grpcclient.WaitForReplica, keys.DialOption()}},
+		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true, []grpc.DialOption{grpcclient.WaitForReplica, keys.DialOption()}},
 	} {
 		conn, err := grpcclient.Dial(d.addr, srv.Telemetry, d.opts...)
 		if err != nil {
