@@ -170,7 +170,12 @@ func (m *macPool) verify(payload, audience, mac string) bool {
 // Sign returns an assertion that tenant ("" for none) calls audience, the
 // full gRPC method name, valid for TTL from now.
 func (k *Keys) Sign(tenant, audience string) string {
-	exp := k.now().Add(TTL).Unix()
+	return k.SignAt(tenant, audience, k.now())
+}
+
+// SignAt is Sign as of the time at: valid for TTL from then.
+func (k *Keys) SignAt(tenant, audience string, at time.Time) string {
+	exp := at.Add(TTL).Unix()
 	b := make([]byte, 0, len(version)+24+base64.RawURLEncoding.EncodedLen(len(tenant))+macLen)
 	b = append(b, version...)
 	b = append(b, '.')

@@ -54,13 +54,17 @@ func serviceAuthKey() string {
 	return ServiceAuthKey
 }
 
+// ServiceAuthKeys are the keys of the test's services: the environment's
+// KURZ_SERVICE_AUTH_KEY, else ServiceAuthKey.
+func ServiceAuthKeys() *svcauth.Keys {
+	return svcauth.NewKeys([]byte(serviceAuthKey()), nil)
+}
+
 // ServiceAuth is a dial option that signs every call with the key of the
-// test's services (see ServiceAuthKey), for the tenant in the call's
+// test's services (see ServiceAuthKeys), for the tenant in the call's
 // x-kurz-tenant metadata: a test calls the shortener or analytics directly
 // as the gateway would.
-func ServiceAuth() grpc.DialOption {
-	return svcauth.NewKeys([]byte(serviceAuthKey()), nil).DialOption()
-}
+func ServiceAuth() grpc.DialOption { return ServiceAuthKeys().DialOption() }
 
 // Logger writes the service's log lines into the test log.
 func Logger(t testing.TB) *slog.Logger {
