@@ -103,12 +103,25 @@ func render(t testing.TB, dir string) rendering {
 			res.err = errors.New("kubectl is not on PATH: these tests render the overlays with `kubectl kustomize`; install kubectl (e.g. apt-get install kubectl, or the upstream binary)")
 			return
 		}
-		cmd := exec.Command(kubectl, "kustomize", dir)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
+		src := dir
+		if dir == prodOverlay {
+			// The prod overlay renders only with its service-auth.env,
+			// which is never in the repository: render a copy with a
+			// test one.
+			tmp, err := os.MkdirTemp("", "kurz-k8s-prod-")
+			if err != nil {
+				res.err = err
+				return
+			}
+			defer os.RemoveAll(tmp)
+			if src, err = prodCopy(tmp, testServiceAuthEnv); err != nil {
+				res.err = err
+				return
+			}
+		}
+		out, err := kustomize(kubectl, src)
 		if err != nil {
-			res.err = fmt.Errorf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
+			res.err = fmt.Errorf("%s: %w", dir, err)
 			return
 		}
 		objs, err := decodeStream(out)
@@ -122,6 +135,47 @@ func render(t testing.TB, dir string) rendering {
 		t.Fatal(res.err)
 	}
 	return res.r
+}
+
+// prodOverlay refuses to render without its service-auth.env.
+const prodOverlay = "overlays/prod"
+
+// testServiceAuthEnv is the service-auth.env the tests give the prod
+// overlay; like every Secret value rendered here, it says dev-only.
+const testServiceAuthEnv = "key=dev-only-test-service-auth-key-0123456789abcdef\n"
+
+// prodCopy copies the base and the prod overlay into dir, with serviceAuth
+// as the overlay's service-auth.env ("" for none), and returns the copy of
+// the overlay.
+func prodCopy(dir, serviceAuth string) (string, error) {
+	for _, sub := range []string{"base", prodOverlay} {
+		if err := os.CopyFS(filepath.Join(dir, sub), os.DirFS(sub)); err != nil {
+			return "", err
+		}
+	}
+	overlay := filepath.Join(dir, prodOverlay)
+	env := filepath.Join(overlay, "service-auth.env")
+	if err := os.Remove(env); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if serviceAuth != "" {
+		if err := os.WriteFile(env, []byte(serviceAuth), 0o600); err != nil {
+			return "", err
+		}
+	}
+	return overlay, nil
+}
+
+// kustomize runs `kubectl kustomize dir`.
+func kustomize(kubectl, dir string) ([]byte, error) {
+	cmd := exec.Command(kubectl, "kustomize", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kubectl kustomize: %v\n%s", err, stderr.String())
+	}
+	return out, nil
 }
 
 // decodeStream splits a YAML stream and decodes every document strictly into

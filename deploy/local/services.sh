@@ -47,6 +47,22 @@ export KURZ_ANALYTICS_ALLOW_ANONYMOUS=${KURZ_ANALYTICS_ALLOW_ANONYMOUS:-true}
 export KURZ_GATEWAY_ALLOW_ANONYMOUS=${KURZ_GATEWAY_ALLOW_ANONYMOUS:-true}
 export KURZ_GATEWAY_ADMIN_TOKEN=${KURZ_GATEWAY_ADMIN_TOKEN:-kurz-local-admin-token}
 
+# Internal gRPC calls carry assertions signed with KURZ_SERVICE_AUTH_KEY (the
+# gateway signs, the shortener and analytics verify and refuse unsigned
+# calls). Unless set, it is a random key made once in $LOCAL/service-auth.key
+# (readable by this user only), so that restarted services agree; tools that
+# call the shortener or analytics directly (clicklag) read it from there.
+local_service_auth_key() {
+	local f=$LOCAL/service-auth.key
+	if [[ ! -s $f ]]; then
+		mkdir -p "$LOCAL"
+		(umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n' >"$f")
+	fi
+	cat "$f"
+}
+KURZ_SERVICE_AUTH_KEY=${KURZ_SERVICE_AUTH_KEY:-$(local_service_auth_key)}
+export KURZ_SERVICE_AUTH_KEY
+
 http_addr() { local v="KURZ_${1^^}_HTTP_ADDR"; echo "${!v}"; }
 grpc_addr() { local v="KURZ_${1^^}_GRPC_ADDR"; echo "${!v}"; }
 

@@ -12,9 +12,10 @@
 // the last dot plus the full gRPC method name (its audience), in unpadded
 // base64url. It lives TTL; the verifier allows MaxSkew of clock difference
 // either way and accepts the current key or the previous one, so a key
-// rotates without a flag day: roll out the new key as the current key with
-// the old one as previous on every server, then on the callers, then drop
-// the previous key.
+// rotates without refused calls in three rollouts, in any order of pods:
+// the new key as previous (everyone accepts it), then the new key as
+// current and the old one as previous (everyone signs with it), then no
+// previous key.
 package svcauth
 
 import (
