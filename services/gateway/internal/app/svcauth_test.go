@@ -135,3 +135,19 @@ func TestAnAssertionActsOnlyForItsTenant(t *testing.T) {
 		t.Errorf("GetLink with B's own assertion: %v, %v; want B's link", own, err)
 	}
 }
+
+// A gateway whose KURZ_SERVICE_AUTH_KEY differs from the services' is
+// refused by them: its client gets a generic 500, not a 401 blaming its API
+// key nor the refusal's words, and nothing is created.
+func TestGatewayWithAnotherKeyAnswersInternalError(t *testing.T) {
+	gw := startGateway(t, nil)
+	tn := newTenant(t, gw, "free")
+	wrong := startGateway(t, map[string]string{"KURZ_SERVICE_AUTH_KEY": "not-the-services-key-0123456789abcdef"})
+	r := newClient(t, wrong, tn.key).do("POST", "/v1/links", `{"longUrl":"https://example.com/never-created"}`)
+	if e := r.apiError(t); r.code != http.StatusInternalServerError || e["code"] != "INTERNAL" || strings.Contains(string(r.body), "assertion") {
+		t.Errorf("create through a gateway with another key: %s; want a generic 500 INTERNAL", r)
+	}
+	if n := linkCount(t, newClient(t, gw, tn.key)); n != 0 {
+		t.Errorf("the tenant has %d links after the refused create, want 0", n)
+	}
+}
