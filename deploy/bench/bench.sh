@@ -105,6 +105,7 @@ section "Analytics: click pipeline, consumers vs a direct ClickHouse insert" \
 	env KURZ_BENCH_LIMITER_ADDR="${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091}" go test -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
 section "Analytics: end-to-end lag, redirect to queryable stats" \
 	"20 clicks, one after the other, each GET on the redirect then GetLinkStats polled every 10 ms until it counts the click." -- \
+	env KURZ_SERVICE_AUTH_KEY="${KURZ_SERVICE_AUTH_KEY:-$(cat "${KURZ_LOCAL_DIR:-.local}/service-auth.key")}" \
 	go run ./services/analytics/cmd/clicklag -n 20
 
 # kurz vs peers: markdown tables of its own (deploy/bench/peers.sh; make

@@ -264,7 +264,7 @@ func serviceEnvironments(t testing.TB, r rendering) map[string]serviceEnv {
 // KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT is not.
 func secretVariable(name string) bool {
 	switch name[strings.LastIndexByte(name, '_')+1:] {
-	case "PASSWORD", "SECRET", "TOKEN", "SALT":
+	case "PASSWORD", "SECRET", "TOKEN", "SALT", "KEY":
 		return true
 	}
 	return name == "KURZ_POSTGRES_URL"
@@ -614,7 +614,7 @@ func TestSecretsAreDocumented(t *testing.T) {
 					ref := ev.ValueFrom.SecretKeyRef
 					name := ref.Name
 					if s, ok := rendered[name]; ok {
-						if _, has := s.Data[ref.Key]; !has {
+						if _, has := s.Data[ref.Key]; !has && (ref.Optional == nil || !*ref.Optional) {
 							t.Errorf("%s: %s: Secret %s has no key %s", dir, w, name, ref.Key)
 						}
 						if m := hashSuffix.FindStringSubmatch(name); m != nil {

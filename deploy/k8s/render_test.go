@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +55,10 @@ func opsPort(svc string) string {
 	return "http"
 }
 
+// testServiceAuthEnv is the service-auth.env the tests give the prod
+// overlay; like every Secret value rendered here, it says dev-only.
+const testServiceAuthEnv = "key=dev-only-test-service-auth-key-0123456789abcdef\n"
+
 // operatorFiles are the files an overlay needs that only its operator can
 // write (the overlay refuses to render without them), by overlay and name.
 // The tests render a copy of this directory with them in place, holding
@@ -61,6 +66,7 @@ func opsPort(svc string) string {
 var operatorFiles = map[string]map[string]string{
 	"overlays/prod": {
 		"trusted-proxies.env": "KURZ_GATEWAY_TRUSTED_PROXIES=192.0.2.0/24\nKURZ_REDIRECT_TRUSTED_PROXIES=192.0.2.0/24,2001:db8::/64\n",
+		"service-auth.env":    testServiceAuthEnv,
 	},
 }
 
@@ -211,7 +217,10 @@ func TestProdRefusesToRenderWithoutTrustedProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal("kubectl is not on PATH")
 	}
-	out, err := kustomize(kubectl, "overlays/prod", map[string]string{})
+	// Every operator file but this one: the failure is about it.
+	files := maps.Clone(operatorFiles["overlays/prod"])
+	delete(files, "trusted-proxies.env")
+	out, err := kustomize(kubectl, "overlays/prod", files)
 	if err == nil || !strings.Contains(err.Error(), "trusted-proxies.env") {
 		t.Fatalf("overlays/prod rendered without trusted-proxies.env (err %v, %d bytes)", err, len(out))
 	}

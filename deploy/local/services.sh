@@ -53,6 +53,21 @@ export KURZ_GATEWAY_ADMIN_TOKEN=${KURZ_GATEWAY_ADMIN_TOKEN:-kurz-local-admin-tok
 # pod's memory limit): the Go runtime collects harder as the heap nears it
 # rather than grow without bound. A GOMEMLIMIT in the environment wins.
 declare -A GOMEMLIMITS=([limiter]=200MiB [shortener]=200MiB [analytics]=400MiB [redirect]=200MiB [gateway]=200MiB)
+# Internal gRPC calls carry assertions signed with KURZ_SERVICE_AUTH_KEY (the
+# gateway signs, the shortener and analytics verify and refuse unsigned
+# calls). Unless set, it is a random key made once in $LOCAL/service-auth.key
+# (readable by this user only), so that restarted services agree; tools that
+# call the shortener or analytics directly (clicklag) read it from there.
+local_service_auth_key() {
+	local f=$LOCAL/service-auth.key
+	if [[ ! -s $f ]]; then
+		mkdir -p "$LOCAL"
+		(umask 077 && head -c 48 /dev/urandom | base64 | tr -d '\n' >"$f")
+	fi
+	cat "$f"
+}
+KURZ_SERVICE_AUTH_KEY=${KURZ_SERVICE_AUTH_KEY:-$(local_service_auth_key)}
+export KURZ_SERVICE_AUTH_KEY
 
 http_addr() { local v="KURZ_${1^^}_HTTP_ADDR"; echo "${!v}"; }
 # ops_addr is where /readyz is: the ops listener of the public services, the

@@ -1,7 +1,10 @@
 // Package callmeta names the gRPC metadata the public gateway attaches to the
 // calls it makes on a client's behalf, and reads it back on the server side.
-// Internal services trust these values only because nothing but the gateway
-// (and operators) can reach their gRPC ports.
+// The tenant is believed only as the caller's signed service assertion names
+// it (kurz.dev/pkg/svcauth verifies it and calls WithVerifiedTenant); the
+// x-kurz-tenant metadata itself only tells the caller's signer which tenant
+// to sign for. The client IP is read on services whose every call is
+// authenticated that way.
 package callmeta
 
 import (
@@ -13,7 +16,8 @@ import (
 )
 
 const (
-	// TenantKey carries the authenticated tenant of the call.
+	// TenantKey carries, on the caller's side, the tenant its svcauth signer
+	// puts into the call's assertion. Servers never read it.
 	TenantKey = "x-kurz-tenant"
 	// ClientIPKey carries the end client's IP address as the gateway saw it.
 	ClientIPKey = "x-kurz-client-ip"
@@ -39,9 +43,21 @@ func Outgoing(ctx context.Context, tenant, clientIP string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
 
-// Tenant returns the tenant of an incoming call, or "" without one.
+type verifiedTenantKey struct{}
+
+// WithVerifiedTenant returns ctx carrying tenant as the verified tenant of
+// the incoming call: svcauth's server interceptor sets it from the caller's
+// assertion, and tests of handlers called in process.
+func WithVerifiedTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, verifiedTenantKey{}, tenant)
+}
+
+// Tenant returns the verified tenant of an incoming call (see
+// WithVerifiedTenant), or "" without one. x-kurz-tenant metadata a caller
+// sends is never believed.
 func Tenant(ctx context.Context) string {
-	return first(ctx, TenantKey)
+	t, _ := ctx.Value(verifiedTenantKey{}).(string)
+	return t
 }
 
 // ClientIP returns the end client's IP of an incoming call: the gateway's

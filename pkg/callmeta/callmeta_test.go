@@ -12,12 +12,22 @@ import (
 func TestRoundTripThroughMetadata(t *testing.T) {
 	out := Outgoing(context.Background(), "acme", "203.0.113.7")
 	md, _ := metadata.FromOutgoingContext(out)
-	in := metadata.NewIncomingContext(context.Background(), md)
-	if got := Tenant(in); got != "acme" {
-		t.Errorf("Tenant = %q, want acme", got)
+	if got := md.Get(TenantKey); len(got) != 1 || got[0] != "acme" {
+		t.Errorf("outgoing %s = %q, want [acme]", TenantKey, got)
 	}
+	in := metadata.NewIncomingContext(context.Background(), md)
 	if got := ClientIP(in); got != "203.0.113.7" {
 		t.Errorf("ClientIP = %q, want 203.0.113.7", got)
+	}
+}
+
+func TestTenantIsOnlyTheVerifiedOne(t *testing.T) {
+	forged := metadata.NewIncomingContext(context.Background(), metadata.Pairs(TenantKey, "victim"))
+	if got := Tenant(forged); got != "" {
+		t.Errorf("Tenant from x-kurz-tenant metadata alone = %q, want empty", got)
+	}
+	if got := Tenant(WithVerifiedTenant(forged, "acme")); got != "acme" {
+		t.Errorf("Tenant = %q, want the verified acme", got)
 	}
 }
 

@@ -21,19 +21,50 @@ import (
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/svcauth"
 )
 
 // Env overrides the process environment for config.LoadFrom: keys in
 // overrides win, everything else comes from the real environment (which
-// `make test` points at the local stack).
+// `make test` points at the local stack), and KURZ_SERVICE_AUTH_KEY falls
+// back to ServiceAuthKey.
 func Env(overrides map[string]string) config.Lookup {
 	return func(name string) (string, bool) {
 		if v, ok := overrides[name]; ok {
 			return v, true
 		}
+		if name == serviceAuthVar {
+			return serviceAuthKey(), true
+		}
 		return os.LookupEnv(name)
 	}
 }
+
+// ServiceAuthKey is the KURZ_SERVICE_AUTH_KEY of services a test starts
+// (with Env, StartProcess or StartAll) when the environment sets none. It
+// is no secret: test stacks listen on loopback.
+const ServiceAuthKey = "kurz-test-service-auth-key-not-a-secret"
+
+const serviceAuthVar = "KURZ_SERVICE_AUTH_KEY"
+
+func serviceAuthKey() string {
+	if v := os.Getenv(serviceAuthVar); v != "" {
+		return v
+	}
+	return ServiceAuthKey
+}
+
+// ServiceAuthKeys are the keys of the test's services: the environment's
+// KURZ_SERVICE_AUTH_KEY, else ServiceAuthKey.
+func ServiceAuthKeys() *svcauth.Keys {
+	return svcauth.NewKeys([]byte(serviceAuthKey()), nil)
+}
+
+// ServiceAuth is a dial option that signs every call with the key of the
+// test's services (see ServiceAuthKeys), for the tenant in the call's
+// x-kurz-tenant metadata: a test calls the shortener or analytics directly
+// as the gateway would.
+func ServiceAuth() grpc.DialOption { return ServiceAuthKeys().DialOption() }
 
 // Logger writes the service's log lines into the test log.
 func Logger(t testing.TB) *slog.Logger {
@@ -51,7 +82,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 // Running is a service started by Start.
 type Running struct {
 	Server *server.Server
-	// Conn is a client connection to the service's gRPC listener.
+	// Conn is a client connection to the service's gRPC listener; its calls
+	// are signed (see ServiceAuth).
 	Conn *grpc.ClientConn
 	// HTTP is the base URL of the service's HTTP listener.
 	HTTP string
@@ -69,7 +101,7 @@ func Start(t testing.TB, srv *server.Server) *Running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Running{Server: srv, HTTP: "http://" + srv.HTTPAddr(), Ops: "http://" + srv.OpsAddr(), stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- srv.Run(ctx) }()
-	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), ServiceAuth())
 	if err != nil {
 		cancel()
 		t.Fatalf("grpc client: %v", err)

@@ -14,6 +14,9 @@
 // when it fills up), so on a quiet stack a click waits up to about a second
 // before the flush stores it. A click that does not show up within -timeout
 // is an error (exit status 1).
+//
+// It calls the shortener and analytics as the gateway does, signing each
+// call with KURZ_SERVICE_AUTH_KEY (make up's key on a local stack).
 package main
 
 import (
@@ -62,19 +65,24 @@ func run(ctx context.Context) error {
 		return errors.New("-n, -poll and -timeout must be positive")
 	}
 	// The consumer's batch age as the analytics service reads it from this
-	// environment: its default unless KURZ_ANALYTICS_BATCH_AGE is set here.
+	// environment: its default unless KURZ_ANALYTICS_BATCH_AGE is set here;
+	// and the key the services verify calls with.
 	var cfg app.Config
 	if err := config.Load(&cfg); err != nil {
 		return err
 	}
+	keys, err := cfg.ServiceAuth.Keys()
+	if err != nil {
+		return err
+	}
 
 	ctx = callmeta.Outgoing(ctx, *tenant, "")
-	shortenerConn, err := grpc.NewClient(*shortenerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	shortenerConn, err := grpc.NewClient(*shortenerAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), keys.DialOption())
 	if err != nil {
 		return err
 	}
 	defer shortenerConn.Close()
-	analyticsConn, err := grpc.NewClient(*analyticsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	analyticsConn, err := grpc.NewClient(*analyticsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), keys.DialOption())
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/svcauth"
 	"kurz.dev/services/analytics/internal/clickstore"
 	"kurz.dev/services/analytics/internal/consumer"
 	"kurz.dev/services/analytics/internal/stats"
@@ -31,6 +32,9 @@ type Config struct {
 	ClickHouse chconn.Config
 	Redis      redisconn.Config
 	Streams    clickevent.StreamConfig
+	// ServiceAuth verifies the callers' signed tenant assertions: a call
+	// without a valid one is refused, whatever tenant its metadata names.
+	ServiceAuth svcauth.Config
 
 	// BatchSize flushes a batch into ClickHouse at this many events.
 	BatchSize int `env:"ANALYTICS_BATCH_SIZE" default:"5000"`
@@ -69,8 +73,9 @@ type Config struct {
 	QueryTimeout time.Duration `env:"ANALYTICS_QUERY_TIMEOUT" default:"5s"`
 }
 
-func (c Config) validate() error {
-	errs := []error{c.Streams.Validate()}
+func (c Config) validate() (*svcauth.Keys, error) {
+	keys, err := c.ServiceAuth.Keys()
+	errs := []error{err, c.Streams.Validate()}
 	if c.BatchSize < 1 || c.BatchAge <= 0 {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_BATCH_SIZE and KURZ_ANALYTICS_BATCH_AGE must be positive"))
 	}
@@ -86,7 +91,7 @@ func (c Config) validate() error {
 	if c.InsertTimeout <= 0 || c.UnhealthyAfter <= 0 || c.LimiterTimeout <= 0 || c.QueryTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_INSERT_TIMEOUT, _UNHEALTHY_AFTER, _LIMITER_TIMEOUT and _QUERY_TIMEOUT must be positive"))
 	}
-	return errors.Join(errs...)
+	return keys, errors.Join(errs...)
 }
 
 // New connects to ClickHouse (applying the schema), Redis and the limiter,
@@ -103,7 +108,8 @@ type hooks struct {
 }
 
 func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
-	if err := cfg.validate(); err != nil {
+	keys, err := cfg.validate()
+	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
 	var closers []func()
@@ -127,7 +133,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		return nil, err
 	}
 	closers = append(closers, func() { _ = rdb.Close() })
-	srv, err := server.New(ctx, "analytics", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
+	srv, err := server.New(ctx, "analytics", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log, keys.ServerOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -197,9 +197,11 @@ func TestFailsFastNamingTheMissingDependency(t *testing.T) {
 }
 
 func TestRefusesBadSettings(t *testing.T) {
-	cfg := load(t, map[string]string{"KURZ_ANALYTICS_BATCH_SIZE": "0", "KURZ_ANALYTICS_CLAIM_IDLE": "10ms"})
+	cfg := load(t, map[string]string{"KURZ_ANALYTICS_BATCH_SIZE": "0", "KURZ_ANALYTICS_CLAIM_IDLE": "10ms", "KURZ_SERVICE_AUTH_KEY": "too-short"})
 	_, err := New(context.Background(), cfg, servertest.Logger(t))
-	if err == nil || !strings.Contains(err.Error(), "KURZ_ANALYTICS_BATCH_SIZE") || !strings.Contains(err.Error(), "KURZ_ANALYTICS_CLAIM_IDLE") {
-		t.Fatalf("got %v, want an error naming KURZ_ANALYTICS_BATCH_SIZE and KURZ_ANALYTICS_CLAIM_IDLE", err)
+	for _, name := range []string{"KURZ_ANALYTICS_BATCH_SIZE", "KURZ_ANALYTICS_CLAIM_IDLE", "KURZ_SERVICE_AUTH_KEY"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("got %v, want it to name %s", err, name)
+		}
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
@@ -283,7 +282,7 @@ func (e *env) rows(code string) uint64 {
 func (e *env) stats(code string) *analyticsv1.GetLinkStatsResponse {
 	e.t.Helper()
 	svc := stats.New(e.store, servertest.Logger(e.t), stats.Options{})
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(callmeta.TenantKey, e.tenant))
+	ctx := callmeta.WithVerifiedTenant(context.Background(), e.tenant)
 	resp, err := svc.GetLinkStats(ctx, &analyticsv1.GetLinkStatsRequest{
 		Code:      code,
 		StartTime: tspb(e.base.Add(-24 * time.Hour)), EndTime: tspb(e.base.Add(48 * time.Hour)),

@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -52,7 +51,7 @@ func as(tenant string) context.Context {
 	if tenant == "" {
 		return context.Background()
 	}
-	return metadata.NewIncomingContext(context.Background(), metadata.Pairs(callmeta.TenantKey, tenant))
+	return callmeta.WithVerifiedTenant(context.Background(), tenant)
 }
 
 func ts(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }

@@ -19,6 +19,7 @@ import (
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/svcauth"
 	"kurz.dev/services/gateway/internal/console"
 	"kurz.dev/services/gateway/internal/httpapi"
 	"kurz.dev/services/gateway/internal/keystore"
@@ -81,10 +82,14 @@ type Config struct {
 	// (each may hold tens of MB); past it they are answered 503 with a
 	// Retry-After before their body is read.
 	MaxBulkRequests int `env:"GATEWAY_MAX_BULK_REQUESTS" default:"2"`
+	// ServiceAuth signs, on every call to the shortener and analytics, an
+	// assertion of the tenant the gateway authenticated.
+	ServiceAuth svcauth.Config
 }
 
-func (c Config) options() (httpapi.Options, error) {
-	var errs []error
+func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
+	keys, err := c.ServiceAuth.Keys()
+	errs := []error{err}
 	clients, err := clientip.New(c.TrustedProxies, c.ClientIPHeader)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_TRUSTED_PROXIES / KURZ_GATEWAY_CLIENT_IP_HEADER: %w", err))
@@ -116,14 +121,14 @@ func (c Config) options() (httpapi.Options, error) {
 		Keying:          c.Keying,
 		CallTimeout:     c.CallTimeout,
 		MaxBulkRequests: c.MaxBulkRequests,
-	}, errors.Join(errs...)
+	}, keys, errors.Join(errs...)
 }
 
 // New connects to PostgreSQL (applying the gateway's migrations), dials the
 // downstream services and returns the gateway server, ready to Run. Dialing
 // does not wait for the services: readiness reports them.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, err error) {
-	opts, err := cfg.options()
+	opts, keys, err := cfg.options()
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
@@ -167,14 +172,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 	// Calls to the shortener and analytics wait for a ready replica within
 	// their deadline (KURZ_GATEWAY_CALL_TIMEOUT); limiter calls fail fast.
 	bigAnswers := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(downstreamMaxRecvMsgSize))
+	// They carry the tenant's signed assertion; the limiter takes no tenant
+	// from metadata and needs none.
 	for _, d := range []struct {
 		name, addr, variable string
 		soft                 bool
 		opts                 []grpc.DialOption
 	}{
 		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR", true, nil},
-		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false, []grpc.DialOption{grpcclient.WaitForReplica, bigAnswers}},
-		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true, []grpc.DialOption{grpcclient.WaitForReplica, bigAnswers}},
+		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false, []grpc.DialOption{grpcclient.WaitForReplica, bigAnswers, keys.DialOption()}},
+		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true, []grpc.DialOption{grpcclient.WaitForReplica, bigAnswers, keys.DialOption()}},
 	} {
 		conn, err := grpcclient.Dial(d.addr, srv.Telemetry, d.opts...)
 		if err != nil {

@@ -122,9 +122,9 @@ func codeName(c codes.Code) string {
 // *apiError as is, a gRPC status by the mapping above, anything else a 500.
 // Messages of downstream statuses are passed on only where a kurz service
 // wrote them for users: client errors (4xx), and 429/503 that carry a kurz
-// ErrorInfo. Transport errors (connection refused, deadlines, ...) get a
-// generic message: they name internal addresses. Only a kurz quota is a
-// 429: RESOURCE_EXHAUSTED from gRPC itself is a 502.
+// ErrorInfo, and 401s that carry one. Transport errors (connection refused,
+// deadlines, ...) get a generic message: they name internal addresses. Only
+// a kurz quota is a 429: RESOURCE_EXHAUSTED from gRPC itself is a 502.
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -163,6 +163,12 @@ func toAPIError(err error) *apiError {
 		}
 		e.retryAfter = 0
 		return e
+	case code == codes.Unauthenticated && !fromKurz:
+		// The gateway authenticated the client itself; an UNAUTHENTICATED
+		// no kurz service explained is the shortener or analytics refusing
+		// the gateway's own assertion (KURZ_SERVICE_AUTH_KEY differs): an
+		// operator's problem, logged, not the client's.
+		return internalError(err)
 	case e.status == http.StatusServiceUnavailable && !fromKurz:
 		e.message = "a service behind the gateway is unavailable; try again shortly"
 		e.retryAfter = max(e.retryAfter, time.Second)

@@ -26,6 +26,7 @@ import (
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/svcauth"
 	"kurz.dev/services/shortener/internal/codegen"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/linkstore"
@@ -43,6 +44,9 @@ type Config struct {
 	// Keying keys the quota's client IPs (KURZ_CLIENT_IPV6_PREFIX): the
 	// same prefix as the gateway's.
 	Keying clientip.Keying
+	// ServiceAuth verifies the callers' signed tenant assertions: a call
+	// without a valid one is refused, whatever tenant its metadata names.
+	ServiceAuth svcauth.Config
 
 	// LimiterAddr is where the limiter's gRPC listens.
 	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
@@ -90,8 +94,9 @@ type Config struct {
 	HashWait time.Duration `env:"SHORTENER_HASH_WAIT" default:"250ms"`
 }
 
-func (c Config) validate() (quota.Policy, urlcheck.Policy, error) {
-	var errs []error
+func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error) {
+	keys, err := c.ServiceAuth.Keys()
+	errs := []error{err}
 	policy, err := quota.ParsePolicy(c.LimiterFailurePolicy)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_LIMITER_FAILURE_POLICY: %w", err))
@@ -133,7 +138,7 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, error) {
 		}
 		up.OwnHosts = append(up.OwnHosts, own)
 	}
-	return policy, up, errors.Join(errs...)
+	return policy, up, keys, errors.Join(errs...)
 }
 
 // New connects to PostgreSQL (applying migrations), Redis and the limiter,
@@ -153,7 +158,7 @@ type hooks struct {
 }
 
 func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
-	limiterPolicy, urlPolicy, err := cfg.validate()
+	limiterPolicy, urlPolicy, keys, err := cfg.validate()
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
@@ -205,7 +210,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		blocklist, scanner = bl, bl
 	}
 
-	srv, err := server.New(ctx, "shortener", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
+	srv, err := server.New(ctx, "shortener", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log, keys.ServerOptions()...)
 	if err != nil {
 		return nil, err
 	}
