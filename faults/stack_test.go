@@ -91,7 +91,9 @@ func startService(t *testing.T, name string, env ...string) *service {
 		// Socket timeouts roomy enough for race-enabled binaries on two busy
 		// cores; the limiter's per-decision deadline (its own setting) is
 		// what the faults are measured against.
-		"KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s"}, env...)
+		"KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s",
+		// Every shortener replica must share it; the other services ignore it.
+		"KURZ_SHORTENER_CODE_KEY=faults-code-key-0123456789abcdef"}, env...)
 	s.start(t)
 	return s
 }

@@ -38,6 +38,8 @@ export KURZ_LIMITER_REDIS_TIMEOUT=${KURZ_LIMITER_REDIS_TIMEOUT:-50ms}
 # belong to "anonymous"); short URLs point at the local redirect service.
 export KURZ_SHORTENER_ALLOW_ANONYMOUS=${KURZ_SHORTENER_ALLOW_ANONYMOUS:-true}
 export KURZ_SHORTENER_BASE_URL=${KURZ_SHORTENER_BASE_URL:-http://127.0.0.1:8787}
+# A fixed, public key for local use only: anyone can invert these codes.
+export KURZ_SHORTENER_CODE_KEY=${KURZ_SHORTENER_CODE_KEY:-kurz-local-code-key-not-a-secret-0123456789}
 export KURZ_REDIRECT_VISITOR_SALT=${KURZ_REDIRECT_VISITOR_SALT:-kurz-local-visitor-salt}
 # Analytics: statistics of those anonymous links, for calls without a tenant.
 export KURZ_ANALYTICS_ALLOW_ANONYMOUS=${KURZ_ANALYTICS_ALLOW_ANONYMOUS:-true}
