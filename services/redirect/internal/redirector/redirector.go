@@ -1,8 +1,9 @@
 // Package redirector is the redirect service's public HTTP handler: GET and
 // HEAD /{code} answer 302 (or the link's 301/307/308) with Location, 404 for
 // unknown codes, 410 for revoked, disabled or expired links, and 429 when a
-// client IP misses too often. Every answer from a lookup carries X-Source:
-// l1, cache or db. Each GET redirect records a click event, without waiting.
+// client IP misses too often or looks up too many codes past L1 (WalkBound).
+// Every answer from a lookup carries X-Source: l1, cache or db. Each GET
+// redirect records a click event, without waiting.
 //
 // Links may carry more: per-device targets (iOS, Android, desktop, by
 // User-Agent); a visit limit (each GET spends one visit, counted with INCR
