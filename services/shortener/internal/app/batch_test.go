@@ -273,13 +273,9 @@ func TestBatchOfSequentialCodesTakesOneBlock(t *testing.T) {
 	db, _ := stores(t, sh.cfg, tenant)
 	ctx := as(tenant, "")
 
-	first, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/first"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	firstID, ok := testCodes.ID(first.GetLink().GetCode())
-	if !ok || nextvals.n.Load() != 1 {
-		t.Fatalf("first link %q after %d nextvals", first.GetLink().GetCode(), nextvals.n.Load())
+	firstID := firstBlockID(ctx, t, sh)
+	if n := nextvals.n.Load(); n != 1 {
+		t.Fatalf("first link after %d nextvals, want 1", n)
 	}
 	var seqBefore int64
 	if err := db.QueryRow(context.Background(), `SELECT last_value FROM link_block`).Scan(&seqBefore); err != nil {

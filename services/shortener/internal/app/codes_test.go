@@ -298,15 +298,7 @@ func TestBlockCodesSkipCodesOfOlderLinks(t *testing.T) {
 	sh := start(t, nil, hooks{})
 	db, _ := stores(t, sh.cfg, tenant)
 	ctx := as(tenant, "")
-	first, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/o0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A fresh instance starts a block: the next IDs are its own.
-	id, ok := testCodes.ID(first.GetLink().GetCode())
-	if !ok || id%1000 != 0 {
-		t.Fatalf("first code %q is of ID %d, want the first of a block", first.GetLink().GetCode(), id)
-	}
+	id := firstBlockID(ctx, t, sh)
 	codeOf := func(id int64) string {
 		c, err := testCodes.Code(id)
 		if err != nil {

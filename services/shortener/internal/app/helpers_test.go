@@ -194,3 +194,19 @@ func await(t *testing.T, what string, within time.Duration, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// firstBlockID makes a fresh instance's first link and returns its ID: the
+// first of a block of the default size, so the block's next IDs are the
+// instance's own.
+func firstBlockID(ctx context.Context, t *testing.T, sh instance) int64 {
+	t.Helper()
+	resp, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := testCodes.ID(resp.GetLink().GetCode())
+	if !ok || id%1000 != 0 {
+		t.Fatalf("first code %q is of ID %d, want the first of a block", resp.GetLink().GetCode(), id)
+	}
+	return id
+}
