@@ -24,11 +24,18 @@ func WithSpanProcessor(sp sdktrace.SpanProcessor) Option {
 	return func(c *app.Config) { c.Telemetry.SpanProcessor = sp }
 }
 
+// CodeKey is the KURZ_SHORTENER_CODE_KEY Start gives the shortener unless
+// overridden: a test reads a block code's ID back with
+// linkcode.NewPermutation([]byte(CodeKey)).
+const CodeKey = "shortenertest-code-key-0123456789abcdef"
+
 // Start runs a shortener until the test ends. overrides are KURZ_* variables
-// on top of the environment; listeners default to free loopback ports.
+// on top of the environment; listeners default to free loopback ports and
+// the code key to CodeKey.
 func Start(t testing.TB, overrides map[string]string, opts ...Option) *servertest.Running {
 	t.Helper()
-	env := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
+	env := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0",
+		"KURZ_SHORTENER_CODE_KEY": CodeKey}
 	maps.Copy(env, overrides)
 	var cfg app.Config
 	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {

@@ -207,7 +207,7 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 	var f linkFlags
 	f.define(fs)
 	alias := fs.String("alias", "", "the wanted `code` instead of a generated one")
-	random := fs.Bool("random", false, "a random code rather than a sequential (guessable) one")
+	random := fs.Bool("random", false, "a random code rather than a block (permuted sequential) one")
 	quiet := fs.Bool("quiet", false, "print only the new code (also -q)")
 	fs.BoolVar(quiet, "q", false, "short for --quiet")
 	return func(args []string) error {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // Every link route against the real shortener and analytics: statuses,
@@ -192,13 +193,18 @@ func TestPrototypeTranscript(t *testing.T) {
 	a := create(`{"longUrl":"https://example.com/a/very/long/path?utm=1"}`)
 	b := create(`{"longUrl":"https://example.com/b"}`)
 	c3 := create(`{"longUrl":"https://example.com/c","mode":"random"}`)
-	idA, okA := linkcode.SequentialID(a)
-	idB, okB := linkcode.SequentialID(b)
-	if !okA || !okB || idB != idA+1 {
-		t.Errorf("sequential codes %s, %s: want consecutive (IDs %d, %d)", a, b, idA, idB)
+	// Block codes are consecutive IDs under the stack's code key.
+	blockCodes, err := linkcode.NewPermutation([]byte(gatewaytest.CodeKey))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if next, _ := linkcode.Sequential(idB + 1); len(c3) != 7 || c3 == next {
-		t.Errorf("random code %q: want 7 characters, not the next sequential code", c3)
+	idA, okA := blockCodes.ID(a)
+	idB, okB := blockCodes.ID(b)
+	if !okA || !okB || idB != idA+1 {
+		t.Errorf("block codes %s, %s: want consecutive IDs (got %d, %d)", a, b, idA, idB)
+	}
+	if next, _ := blockCodes.Code(idB + 1); len(c3) != 7 || c3 == next {
+		t.Errorf("random code %q: want 7 characters, not the next block code", c3)
 	}
 	r := c.do("POST", "/links", `{"longUrl":"javascript:alert(1)"}`, "Content-Type", "")
 	if r.code != http.StatusBadRequest || string(r.body) != `{"error":"invalid url"}`+"\n" {

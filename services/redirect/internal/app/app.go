@@ -97,6 +97,12 @@ type Config struct {
 	// process, with a warning (a form then verifies only on the pod that
 	// rendered it).
 	FormSecret string `env:"REDIRECT_FORM_SECRET" default:""`
+	// WalkRate and WalkBurst bound, per client IP and pod, the lookups of
+	// codes not in L1 (which is how a client walks existing codes): a token
+	// bucket of WalkRate per second holding WalkBurst; past it 429. Popular
+	// codes are L1 hits and never count, nor does the same code again.
+	WalkRate  float64 `env:"REDIRECT_WALK_RATE" default:"10"`
+	WalkBurst int     `env:"REDIRECT_WALK_BURST" default:"1000"`
 
 	// ClickBuffer is how many click events may wait in memory; more are
 	// dropped and counted.
@@ -135,6 +141,9 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	}
 	if c.VisitReplicas < 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_VISIT_REPLICAS must be 0 or more"))
+	}
+	if err := redirector.CheckWalkBound(c.WalkRate, c.WalkBurst); err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_WALK_RATE, KURZ_REDIRECT_WALK_BURST: %w", err))
 	}
 	if n := len(c.FormSecret); n > 0 && n < minFormSecret {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_FORM_SECRET has %d characters: want at least %d", n, minFormSecret))
@@ -299,6 +308,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
 		Clients: clients, Keying: cfg.Keying, VisitorSalt: salt, MissPolicy: missPolicy,
 		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout, VisitReplicas: cfg.VisitReplicas,
+		WalkRate: cfg.WalkRate, WalkBurst: cfg.WalkBurst,
 	}, redirector.Deps{
 		Resolver: resolver, Quota: quotaClient, PasswordQuota: passwordQuota, Visits: visitRedis,
 		Clicks: clicks, Log: log,

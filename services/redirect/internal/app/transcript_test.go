@@ -76,19 +76,23 @@ func TestTranscript(t *testing.T) {
 	a := create(&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/a/very/long/path?utm=1"})
 	b := create(&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/b"})
 	c := create(&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/c", Mode: shortenerv1.CodeMode_CODE_MODE_RANDOM})
-	ida, okA := linkcode.SequentialID(a.GetCode())
-	idb, okB := linkcode.SequentialID(b.GetCode())
+	blockCodes, err := linkcode.NewPermutation([]byte(shortenertest.CodeKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ida, okA := blockCodes.ID(a.GetCode())
+	idb, okB := blockCodes.ID(b.GetCode())
 	if !okA || !okB || idb != ida+1 || len(a.GetCode()) != 7 {
-		t.Errorf("sequential codes %s, %s: want consecutive 7-character codes", a.GetCode(), b.GetCode())
+		t.Errorf("block codes %s, %s: want 7-character codes of consecutive IDs", a.GetCode(), b.GetCode())
 	}
 	if a.GetShortUrl() != redir.HTTP+"/"+a.GetCode() {
 		t.Errorf("short URL %q, want %s/%s", a.GetShortUrl(), redir.HTTP, a.GetCode())
 	}
-	if idc, ok := linkcode.SequentialID(c.GetCode()); len(c.GetCode()) != 7 || strings.Trim(c.GetCode(), linkcode.Alphabet) != "" || (ok && idc == idb+1) {
-		t.Errorf("random code %q: want 7 base62 characters, not the next sequential code", c.GetCode())
+	if idc, ok := blockCodes.ID(c.GetCode()); len(c.GetCode()) != 7 || strings.Trim(c.GetCode(), linkcode.Alphabet) != "" || (ok && idc == idb+1) {
+		t.Errorf("random code %q: want 7 base62 characters, not the next block code", c.GetCode())
 	}
 
-	_, err := api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "javascript:alert(1)"})
+	_, err = api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "javascript:alert(1)"})
 	st, _ := status.FromError(err)
 	var reason string
 	for _, d := range st.Details() {

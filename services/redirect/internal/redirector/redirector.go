@@ -1,8 +1,9 @@
 // Package redirector is the redirect service's public HTTP handler: GET and
 // HEAD /{code} answer 302 (or the link's 301/307/308) with Location, 404 for
 // unknown codes, 410 for revoked, disabled or expired links, and 429 when a
-// client IP misses too often. Every answer from a lookup carries X-Source:
-// l1, cache or db. Each GET redirect records a click event, without waiting.
+// client IP misses too often or looks up too many codes past L1 (WalkBound).
+// Every answer from a lookup carries X-Source: l1, cache or db. Each GET
+// redirect records a click event, without waiting.
 //
 // Links may carry more: per-device targets (iOS, Android, desktop, by
 // User-Agent); a visit limit (each GET spends one visit, counted with INCR
@@ -79,6 +80,10 @@ type Config struct {
 	// PasswordChecks bounds the Argon2 verifications running at once
 	// (about 19 MiB each); 0 means GOMAXPROCS.
 	PasswordChecks int
+	// WalkRate (per second) and WalkBurst bound the lookups past L1 of one
+	// client IP (see WalkBound, CheckWalkBound); past them 429.
+	WalkRate  float64
+	WalkBurst int
 }
 
 // Clicks receives click events; Record must not block.
@@ -117,7 +122,10 @@ type Handler struct {
 	requests metric.Int64Counter
 	latency  metric.Float64Histogram
 	attempts metric.Int64Counter
-	sets     sync.Map // countKey -> metric.MeasurementOption
+	walk     *WalkBound
+	// walkRefused counts lookups the walk bound refused.
+	walkRefused metric.Int64Counter
+	sets        sync.Map // countKey -> metric.MeasurementOption
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
@@ -127,14 +135,17 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	if len(cfg.FormSecret) == 0 {
 		return nil, errors.New("redirect handler: empty form secret")
 	}
+	walk, err := NewWalkBound(cfg.WalkRate, cfg.WalkBurst)
+	if err != nil {
+		return nil, fmt.Errorf("redirect handler: %w", err)
+	}
 	checks := cfg.PasswordChecks
 	if checks <= 0 {
 		checks = runtime.GOMAXPROCS(0)
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
 		clicks: d.Clicks, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
-		visitors: clickevent.NewVisitors(cfg.VisitorSalt)}
-	var err error
+		visitors: clickevent.NewVisitors(cfg.VisitorSalt), walk: walk}
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
 		metric.WithUnit("{request}")); err != nil {
@@ -148,6 +159,11 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	if h.attempts, err = meter.Int64Counter("kurz.redirect.password_attempts",
 		metric.WithDescription("Password form submissions by outcome: ok, wrong, forged (CSRF token refused), limited, unavailable"),
 		metric.WithUnit("{attempt}")); err != nil {
+		return nil, fmt.Errorf("redirect metrics: %w", err)
+	}
+	if h.walkRefused, err = meter.Int64Counter("kurz.redirect.walk.refused",
+		metric.WithDescription("Lookups past L1 refused (429) because their client IP looked up more distinct codes than the walk bound allows"),
+		metric.WithUnit("{request}")); err != nil {
 		return nil, fmt.Errorf("redirect metrics: %w", err)
 	}
 	return h, nil
@@ -178,7 +194,7 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 	span.SetAttributes(attribute.String("kurz.code", code))
 
 	ip := h.clientIP(r)
-	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context) error { return h.gate(ctx, ip) })
+	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, code, tier) })
 	if err != nil {
 		status := h.refuse(w, err)
 		h.count(ctx, start, "none", status)
@@ -258,7 +274,7 @@ func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("kurz.code", code))
 	ip := h.clientIP(r)
-	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context) error { return h.gate(ctx, ip) })
+	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, code, tier) })
 	if err != nil {
 		h.count(ctx, start, "none", h.refuse(w, err))
 		return
@@ -453,9 +469,17 @@ func (h *Handler) refuse(w http.ResponseWriter, err error) int {
 	return h.unavailable(w)
 }
 
-// gate asks the limiter before a PostgreSQL lookup: only unknown (uncached)
-// codes pay for rate limiting.
-func (h *Handler) gate(ctx context.Context, ip string) error {
+// gate bounds lookups past L1 per client IP: the walk bound (in process)
+// before Redis, the limiter before PostgreSQL. L1 hits, which popular codes
+// are, pay for neither; only unknown (uncached) codes pay a limiter call.
+func (h *Handler) gate(ctx context.Context, ip, code string, tier resolve.Tier) error {
+	if tier == resolve.TierCache {
+		if wait := h.walk.Allow(ip, code, time.Now()); wait > 0 {
+			h.walkRefused.Add(ctx, 1)
+			return &resolve.Denied{RetryAfter: wait}
+		}
+		return nil
+	}
 	d := h.quota.Check(ctx, MissDomain, map[string]string{"ip": ip}, 1, h.cfg.MissPolicy)
 	switch {
 	case d.Allowed:

@@ -46,10 +46,23 @@ type Result struct {
 	Source Source
 }
 
-// Gate is asked before a lookup goes to PostgreSQL (the code is in no cache):
-// the redirect service puts the per-IP limiter there. A non-nil error stops
-// the lookup and is returned to the caller.
-type Gate func(ctx context.Context) error
+// Tier is the lookup a Gate is asked about.
+type Tier int
+
+const (
+	// TierCache: the request missed L1 and is about to read Redis (or join
+	// a lookup that does). Asked once per such request.
+	TierCache Tier = iota
+	// TierDB: the code is in no cache; the lookup is about to query
+	// PostgreSQL. Asked by the request that leads the lookup.
+	TierDB
+)
+
+// Gate is asked before each lookup past L1, with its tier: the redirect
+// service puts its per-IP walk bound at TierCache and the per-IP limiter at
+// TierDB. L1 hits never ask. A non-nil error stops the lookup and is
+// returned to the caller.
+type Gate func(ctx context.Context, tier Tier) error
 
 // Config sizes the resolver.
 type Config struct {
@@ -115,13 +128,19 @@ type flightResult struct {
 	err error
 }
 
-// Resolve returns code's entry. gate runs only if this request leads a lookup
-// that must go to PostgreSQL. If another request's gate refused a lookup this
-// request had joined, this request looks up on its own (its own gate), so one
-// client's denial never spreads to others.
+// Resolve returns code's entry. On an L1 miss gate runs with TierCache, and
+// again with TierDB if this request leads a lookup that must go to
+// PostgreSQL. If another request's gate refused a lookup this request had
+// joined, this request looks up on its own (its own gate), so one client's
+// denial never spreads to others.
 func (r *Resolver) Resolve(ctx context.Context, code string, gate Gate) (Result, error) {
 	if e, ok := r.l1.Get(code); ok {
 		return Result{Entry: e, Source: SourceL1}, nil
+	}
+	if gate != nil {
+		if err := gate(ctx, TierCache); err != nil {
+			return Result{}, err
+		}
 	}
 	if r.BeforeFlight != nil {
 		r.BeforeFlight(code)
@@ -166,7 +185,7 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 	}
 
 	if gate != nil {
-		if err := gate(reqCtx); err != nil {
+		if err := gate(reqCtx, TierDB); err != nil {
 			return Result{}, err
 		}
 	}

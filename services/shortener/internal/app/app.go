@@ -67,6 +67,12 @@ type Config struct {
 	// BlockSize is how many sequential IDs one nextval hands this process.
 	// Every replica must use the same value.
 	BlockSize int64 `env:"SHORTENER_BLOCK_SIZE" default:"1000"`
+	// CodeKey keys the permutation that turns block IDs into codes (so codes
+	// cannot be walked). Required, at least 32 characters, the same on every
+	// replica and never changed: a new key keeps every link working but
+	// makes new codes collide with old ones now and then (each collision
+	// costs a skipped ID).
+	CodeKey string `env:"SHORTENER_CODE_KEY" default:""`
 	// RandomCodeLength is the length of CODE_MODE_RANDOM codes.
 	RandomCodeLength int `env:"SHORTENER_RANDOM_CODE_LENGTH" default:"7"`
 	// MaxURLLength bounds long URLs.
@@ -103,6 +109,9 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error)
 	}
 	if c.BlockSize < 1 || c.BlockSize > 1_000_000 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_BLOCK_SIZE=%d: want 1 to 1000000", c.BlockSize))
+	}
+	if n := len(c.CodeKey); n < linkcode.MinKeyLength {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_CODE_KEY has %d characters: want at least %d random ones, the same on every replica (e.g. openssl rand -hex 32)", n, linkcode.MinKeyLength))
 	}
 	if c.RandomCodeLength < linkcode.MinLength || c.RandomCodeLength > 16 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_RANDOM_CODE_LENGTH=%d: want %d to 16", c.RandomCodeLength, linkcode.MinLength))
@@ -228,8 +237,12 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	if err != nil {
 		return nil, fmt.Errorf("shortener metrics: %w", err)
 	}
+	codes, err := linkcode.NewPermutation([]byte(cfg.CodeKey))
+	if err != nil {
+		return nil, err
+	}
 	store := linkstore.New(db, cfg.Postgres.QueryTimeout)
-	blocks := codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, func() { blocksFetched.Add(context.Background(), 1) })
+	blocks := codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, codes, func() { blocksFetched.Add(context.Background(), 1) })
 	hashes := h.hashes
 	if hashes == nil {
 		hashes = capacity.New(cfg.MaxConcurrentHashes, cfg.HashWait)

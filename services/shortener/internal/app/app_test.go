@@ -62,3 +62,20 @@ func TestRejectsBadConfigurationNamingEachVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusesToStartWithoutACodeKey: without KURZ_SHORTENER_CODE_KEY, or
+// with one too short to be a secret, the shortener does not start (it would
+// otherwise hand out codes anyone could walk), and says which variable.
+func TestRefusesToStartWithoutACodeKey(t *testing.T) {
+	for _, key := range []string{"", "too-short-a-key"} {
+		cfg := load(t, map[string]string{"KURZ_SHORTENER_CODE_KEY": key})
+		srv, err := New(context.Background(), cfg, servertest.Logger(t))
+		if err == nil {
+			_ = srv.Close(context.Background())
+			t.Fatalf("key of %d characters: the shortener started", len(key))
+		}
+		if !strings.Contains(err.Error(), "KURZ_SHORTENER_CODE_KEY") {
+			t.Errorf("key of %d characters: got %v, want an error naming KURZ_SHORTENER_CODE_KEY", len(key), err)
+		}
+	}
+}

@@ -18,7 +18,6 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
-	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/services/shortener/internal/linkapi"
 )
@@ -274,13 +273,9 @@ func TestBatchOfSequentialCodesTakesOneBlock(t *testing.T) {
 	db, _ := stores(t, sh.cfg, tenant)
 	ctx := as(tenant, "")
 
-	first, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/first"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	firstID, ok := linkcode.SequentialID(first.GetLink().GetCode())
-	if !ok || nextvals.n.Load() != 1 {
-		t.Fatalf("first link %q after %d nextvals", first.GetLink().GetCode(), nextvals.n.Load())
+	firstID := firstBlockID(ctx, t, sh)
+	if n := nextvals.n.Load(); n != 1 {
+		t.Fatalf("first link after %d nextvals, want 1", n)
 	}
 	var seqBefore int64
 	if err := db.QueryRow(context.Background(), `SELECT last_value FROM link_block`).Scan(&seqBefore); err != nil {
@@ -314,7 +309,7 @@ func TestBatchOfSequentialCodesTakesOneBlock(t *testing.T) {
 	seen := map[int64]bool{firstID: true}
 	blocks := map[int64]bool{firstID / blockSize: true}
 	for i, r := range resp.GetResults() {
-		id, ok := linkcode.SequentialID(r.GetLink().GetCode())
+		id, ok := testCodes.ID(r.GetLink().GetCode())
 		if !ok || seen[id] {
 			t.Fatalf("item %d: code %q (sequential %v, repeated %v)", i, r.GetLink().GetCode(), ok, seen[id])
 		}
@@ -324,7 +319,7 @@ func TestBatchOfSequentialCodesTakesOneBlock(t *testing.T) {
 	if len(blocks) != 2 {
 		t.Errorf("the first link and the batch span %d blocks, want 2", len(blocks))
 	}
-	if id, _ := linkcode.SequentialID(resp.GetResults()[0].GetLink().GetCode()); id != firstID+1 {
+	if id, _ := testCodes.ID(resp.GetResults()[0].GetLink().GetCode()); id != firstID+1 {
 		t.Errorf("the batch starts at ID %d, want %d: the rest of the current block first", id, firstID+1)
 	}
 }

@@ -78,9 +78,9 @@ func TestBlockAllocation(t *testing.T) {
 				t.Errorf("code %s handed out by instance %d and instance %d", code, prev, i)
 			}
 			all[code] = i
-			id, ok := linkcode.SequentialID(code)
+			id, ok := testCodes.ID(code)
 			if !ok {
-				t.Errorf("code %q is not a 7-character sequential code", code)
+				t.Errorf("code %q is not a 7-character block code", code)
 			}
 			blocksOf[i][id/blockSize] = true
 			return true
@@ -124,6 +124,33 @@ func TestBlockAllocation(t *testing.T) {
 	}
 	t.Logf("instances made %d and %d links with %d and %d nextval calls; link_block %d -> %d",
 		made[0].Load(), made[1].Load(), nextvals[0].n.Load(), nextvals[1].n.Load(), seqBefore, seqAfter)
+}
+
+// TestDefaultCodesCannotBeWalked: the default (block) codes of links made
+// one after the other are 7 base62 characters and none is a neighbour of
+// the one before (within 62 as base62 numbers), as sequential codes were: a
+// code does not lead to the next one.
+func TestDefaultCodesCannotBeWalked(t *testing.T) {
+	tenant := uniq("walk-")
+	sh := start(t, nil, hooks{})
+	stores(t, sh.cfg, tenant)
+	ctx := as(tenant, "")
+	prev := int64(-1)
+	for i := range 20 {
+		resp, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/w/" + strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := resp.GetLink().GetCode()
+		n, ok := linkcode.Decode(code)
+		if !ok || len(code) != linkcode.SequentialLength {
+			t.Fatalf("code %q: want 7 base62 characters", code)
+		}
+		if d := n - prev; prev >= 0 && d >= -62 && d <= 62 {
+			t.Errorf("link %d has code %q, %d from the previous link's: walkable", i, code, d)
+		}
+		prev = n
+	}
 }
 
 // seeded is a deterministic random source, so the test knows which codes
@@ -239,13 +266,13 @@ func TestAliases(t *testing.T) {
 	_, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", CustomAlias: uniq("x"), Mode: shortenerv1.CodeMode_CODE_MODE_RANDOM})
 	wantStatus(t, err, codes.InvalidArgument)
 
-	// The next sequential code, taken by an alias, is skipped.
+	// The next block code, taken by an alias, is skipped.
 	first, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/s1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, _ := linkcode.SequentialID(first.GetLink().GetCode())
-	held, _ := linkcode.Sequential(id + 1)
+	id, _ := testCodes.ID(first.GetLink().GetCode())
+	held, _ := testCodes.Code(id + 1)
 	if err := create(held); err != nil {
 		t.Fatalf("alias %s: %v", held, err)
 	}
@@ -253,10 +280,79 @@ func TestAliases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, _ := linkcode.Sequential(id + 2); second.GetLink().GetCode() != want {
+	if want, _ := testCodes.Code(id + 2); second.GetLink().GetCode() != want {
 		t.Errorf("after %s and alias %s: got %s, want %s", first.GetLink().GetCode(), held, second.GetLink().GetCode(), want)
 	}
 	if got := metricValue(t, sh.Running, "kurz_shortener_sequential_code_skipped_total"); got != 1 {
 		t.Errorf("skipped metric %v, want 1", got)
+	}
+}
+
+// TestBlockCodesSkipCodesOfOlderLinks: block codes are permuted IDs now, so
+// the code of a new ID can be one a link already holds: one the old
+// sequential scheme gave (base62 of ID + 62^6), or an alias. The unique code
+// keeps the older link; the new one takes the next ID, alone and in a batch,
+// and each skip is counted.
+func TestBlockCodesSkipCodesOfOlderLinks(t *testing.T) {
+	tenant := uniq("old-")
+	sh := start(t, nil, hooks{})
+	db, _ := stores(t, sh.cfg, tenant)
+	ctx := as(tenant, "")
+	id := firstBlockID(ctx, t, sh)
+	codeOf := func(id int64) string {
+		c, err := testCodes.Code(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// legacy stores a link as the old scheme did, under the block code of
+	// id: a code whose first digit is not 0 is the sequential code of ID
+	// base62(code) - 62^6, which the old scheme gave.
+	legacy := func(id int64) {
+		t.Helper()
+		code := codeOf(id)
+		if n, _ := linkcode.Decode(code); n >= linkcode.SequentialOffset {
+			old, _ := linkcode.Sequential(n - linkcode.SequentialOffset)
+			t.Logf("ID %d's code %s is old ID %d's sequential code %s", id, code, n-linkcode.SequentialOffset, old)
+		}
+		if _, err := db.Exec(context.Background(),
+			`INSERT INTO links (code, tenant, long_url) VALUES ($1, $2, 'https://example.com/legacy')`, code, tenant); err != nil {
+			t.Fatalf("legacy link %s: %v", code, err)
+		}
+	}
+	legacy(id + 1)
+	if _, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/alias", CustomAlias: codeOf(id + 2)}); err != nil {
+		t.Fatalf("alias %s: %v", codeOf(id+2), err)
+	}
+
+	next, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/o3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next.GetLink().GetCode(), codeOf(id+3); got != want {
+		t.Errorf("CreateLink after two taken codes: %s, want %s (ID %d)", got, want, id+3)
+	}
+
+	legacy(id + 5)
+	resp, err := sh.api.BatchCreateLinks(ctx, &shortenerv1.BatchCreateLinksRequest{Requests: linksOf("old", 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The item that met the taken code gets the next free ID in a later round.
+	got := map[string]bool{}
+	for _, r := range resp.GetResults() {
+		got[r.GetLink().GetCode()] = true
+	}
+	if want := []string{codeOf(id + 4), codeOf(id + 6), codeOf(id + 7)}; len(got) != 3 || !got[want[0]] || !got[want[1]] || !got[want[2]] {
+		t.Errorf("batch codes %v, want %v (IDs %d, %d and %d)", got, want, id+4, id+6, id+7)
+	}
+	if got := metricValue(t, sh.Running, "kurz_shortener_sequential_code_skipped_total"); got != 3 {
+		t.Errorf("skipped metric %v, want 3", got)
+	}
+	var legacyURLs int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM links WHERE code = ANY($1) AND long_url = 'https://example.com/legacy'`,
+		[]string{codeOf(id + 1), codeOf(id + 5)}).Scan(&legacyURLs); err != nil || legacyURLs != 2 {
+		t.Errorf("%d legacy links still lead where they did (%v), want 2", legacyURLs, err)
 	}
 }

@@ -25,14 +25,29 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server/servertest"
 )
 
+// testCodeKey is the tests' KURZ_SHORTENER_CODE_KEY.
+const testCodeKey = "shortener-test-code-key-0123456789abcdef"
+
+// testCodes is the permutation testCodeKey keys: tests read a code's ID back
+// with it.
+var testCodes = func() *linkcode.Permutation {
+	p, err := linkcode.NewPermutation([]byte(testCodeKey))
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
 func load(t testing.TB, overrides map[string]string) Config {
 	t.Helper()
-	base := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
+	base := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0",
+		"KURZ_SHORTENER_CODE_KEY": testCodeKey}
 	maps.Copy(base, overrides)
 	var cfg Config
 	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
@@ -192,4 +207,20 @@ func await(t *testing.T, what string, within time.Duration, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// firstBlockID makes a fresh instance's first link and returns its ID: the
+// first of a block of the default size, so the block's next IDs are the
+// instance's own.
+func firstBlockID(ctx context.Context, t *testing.T, sh instance) int64 {
+	t.Helper()
+	resp, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := testCodes.ID(resp.GetLink().GetCode())
+	if !ok || id%1000 != 0 {
+		t.Fatalf("first code %q is of ID %d, want the first of a block", resp.GetLink().GetCode(), id)
+	}
+	return id
 }

@@ -1,7 +1,8 @@
-// Package codegen hands out short codes: sequential codes from IDs allocated
-// in blocks (one database round trip per block per process; a batch fetches
-// every block it needs in one round trip), and random codes from a
-// cryptographic source.
+// Package codegen hands out short codes: block codes from IDs allocated in
+// blocks (one database round trip per block per process; a batch fetches
+// every block it needs in one round trip), each ID turned into its code by a
+// keyed permutation (linkcode.Permutation) so that codes cannot be walked,
+// and random codes from a cryptographic source.
 package codegen
 
 import (
@@ -18,22 +19,23 @@ import (
 // (a PostgreSQL sequence's nextval is).
 type BlockSource func(ctx context.Context, n int) ([]int64, error)
 
-// Blocks hands out IDs from blocks of size; safe for concurrent use. Two
-// processes never share a block, so replicas never collide, provided they all
-// use the same size.
+// Blocks hands out IDs from blocks of size, and their codes; safe for
+// concurrent use. Two processes never share a block, so replicas never
+// collide, provided they all use the same size and the same permutation key.
 type Blocks struct {
 	source BlockSource
 	size   int64
+	codes  *linkcode.Permutation
 
 	mu        sync.Mutex
 	next, end int64
 	fetched   func() // called once per block fetched (metrics)
 }
 
-// NewBlocks returns an allocator over source. onFetch, if not nil, runs once
-// for every block fetched.
-func NewBlocks(source BlockSource, size int64, onFetch func()) *Blocks {
-	return &Blocks{source: source, size: size, fetched: onFetch}
+// NewBlocks returns an allocator over source whose IDs become codes through
+// codes. onFetch, if not nil, runs once for every block fetched.
+func NewBlocks(source BlockSource, size int64, codes *linkcode.Permutation, onFetch func()) *Blocks {
+	return &Blocks{source: source, size: size, codes: codes, fetched: onFetch}
 }
 
 // Next returns an ID no other caller (in this or another process) gets.
@@ -65,7 +67,7 @@ func (b *Blocks) Take(ctx context.Context, n int) ([]int64, error) {
 			return nil, err
 		}
 		for _, blk := range blocks {
-			if blk < 0 || blk > (linkcode.MaxSequentialID+1)/b.size-1 {
+			if blk < 0 || blk > linkcode.CodeSpace/b.size-1 {
 				return nil, fmt.Errorf("block %d of size %d is past the last 7-character code", blk, b.size)
 			}
 		}
@@ -92,8 +94,8 @@ func (b *Blocks) Take(ctx context.Context, n int) ([]int64, error) {
 	}
 }
 
-// NextCode returns the sequential code of the next ID, skipping IDs whose
-// code is a reserved word.
+// NextCode returns the code of the next ID, skipping IDs whose code is a
+// reserved word.
 func (b *Blocks) NextCode(ctx context.Context) (string, error) {
 	codes, err := b.NextCodes(ctx, 1)
 	if err != nil {
@@ -102,8 +104,8 @@ func (b *Blocks) NextCode(ctx context.Context) (string, error) {
 	return codes[0], nil
 }
 
-// NextCodes returns the sequential codes of n fresh IDs, skipping IDs whose
-// code is a reserved word. One Take covers the n IDs (at most one round trip);
+// NextCodes returns the codes of n fresh IDs, skipping IDs whose code is a
+// reserved word. One Take covers the n IDs (at most one round trip);
 // only when reserved words among them leave it short does it Take the few it
 // lacks, which come from the current block's remainder unless that block
 // ended exactly at the batch (then it costs a second round trip).
@@ -115,7 +117,7 @@ func (b *Blocks) NextCodes(ctx context.Context, n int) ([]string, error) {
 			return nil, err
 		}
 		for _, id := range ids {
-			code, err := linkcode.Sequential(id)
+			code, err := b.codes.Code(id)
 			if err != nil {
 				return nil, err
 			}

@@ -8,6 +8,15 @@ import (
 	"kurz.dev/pkg/linkcode"
 )
 
+// testCodes is the permutation of the tests' blocks.
+var testCodes = func() *linkcode.Permutation {
+	p, err := linkcode.NewPermutation([]byte("codegen-test-key-0123456789abcdef"))
+	if err != nil {
+		panic(err)
+	}
+	return p
+}()
+
 // counter is a BlockSource handing out 0, 1, 2, ... and counting its calls.
 type counter struct {
 	next  int64
@@ -34,7 +43,7 @@ func (c *counter) source(_ context.Context, n int) ([]int64, error) {
 func TestTakeCoversABatchWithOneFetch(t *testing.T) {
 	src := &counter{next: 10}
 	fetched := 0
-	b := NewBlocks(src.source, 100, func() { fetched++ })
+	b := NewBlocks(src.source, 100, testCodes, func() { fetched++ })
 	seen := map[int64]bool{}
 	take := func(n int) []int64 {
 		t.Helper()
@@ -81,7 +90,7 @@ func TestTakeCoversABatchWithOneFetch(t *testing.T) {
 // loses none of the IDs left in the current block.
 func TestTakeFailureKeepsTheCurrentBlock(t *testing.T) {
 	src := &counter{}
-	b := NewBlocks(src.source, 10, nil)
+	b := NewBlocks(src.source, 10, testCodes, nil)
 	if _, err := b.Take(context.Background(), 4); err != nil {
 		t.Fatal(err)
 	}
@@ -96,22 +105,22 @@ func TestTakeFailureKeepsTheCurrentBlock(t *testing.T) {
 
 // TestBlockPastTheLastCode: a block beyond the 7-character codes is refused.
 func TestBlockPastTheLastCode(t *testing.T) {
-	src := &counter{next: (linkcode.MaxSequentialID + 1) / 1000}
-	b := NewBlocks(src.source, 1000, nil)
+	src := &counter{next: linkcode.CodeSpace / 1000}
+	b := NewBlocks(src.source, 1000, testCodes, nil)
 	if _, err := b.Take(context.Background(), 1); err == nil {
 		t.Error("a block past the last code was used")
 	}
 }
 
-// TestNextCodesSkipsReservedWords: "healthz" is a sequential code; NextCodes
+// TestNextCodesSkipsReservedWords: "healthz" is the code of some ID; NextCodes
 // never returns it and still returns as many codes as asked.
 func TestNextCodesSkipsReservedWords(t *testing.T) {
-	id, ok := linkcode.SequentialID("healthz")
+	id, ok := testCodes.ID("healthz")
 	if !ok {
-		t.Fatal("healthz is not a sequential code")
+		t.Fatal("healthz is not a 7-character code")
 	}
 	src := &counter{next: id / 100}
-	b := NewBlocks(src.source, 100, nil)
+	b := NewBlocks(src.source, 100, testCodes, nil)
 	codes, err := b.NextCodes(context.Background(), 100)
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +128,47 @@ func TestNextCodesSkipsReservedWords(t *testing.T) {
 	if len(codes) != 100 {
 		t.Fatalf("%d codes, want 100", len(codes))
 	}
-	for _, c := range codes {
+	// The block's 100 IDs but healthz's, then the first of the next block.
+	start := id / 100 * 100
+	var want []int64
+	for n := start; n <= start+100; n++ {
+		if n != id {
+			want = append(want, n)
+		}
+	}
+	for i, c := range codes {
 		if linkcode.Reserved(c) {
 			t.Errorf("reserved code %q handed out", c)
 		}
+		if got, _ := testCodes.ID(c); got != want[i] {
+			t.Errorf("code %d is of ID %d, want %d", i, got, want[i])
+		}
+	}
+}
+
+// TestBlockCodesArePermutedIDs: a block's IDs come out as their permuted
+// codes, one per ID, in ID order, and no code is the old sequential one.
+func TestBlockCodesArePermutedIDs(t *testing.T) {
+	src := &counter{next: 7}
+	b := NewBlocks(src.source, 1000, testCodes, nil)
+	codes, err := b.NextCodes(context.Background(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range codes {
+		id := 7000 + int64(i)
+		want, _ := testCodes.Code(id)
+		if linkcode.Reserved(want) {
+			t.Skipf("ID %d has a reserved code under the test key", id)
+		}
+		if c != want {
+			t.Fatalf("code %d = %q, want %q (ID %d permuted)", i, c, want, id)
+		}
+		if seq, _ := linkcode.Sequential(id); c == seq {
+			t.Errorf("ID %d kept its sequential code %q", id, c)
+		}
+	}
+	if src.calls != 1 {
+		t.Errorf("%d block fetches for one block's codes, want 1", src.calls)
 	}
 }

@@ -29,8 +29,8 @@ type CodeMode int32
 const (
 	// Same as CODE_MODE_SEQUENTIAL.
 	CodeMode_CODE_MODE_UNSPECIFIED CodeMode = 0
-	// Block-allocated counter in base62, always 7 characters. Guessable: not for
-	// private links.
+	// Block-allocated counter, each ID turned into 7 base62 characters by a
+	// keyed permutation: consecutive links get unrelated codes.
 	CodeMode_CODE_MODE_SEQUENTIAL CodeMode = 1
 	// 7 random base62 characters from a cryptographic RNG.
 	CodeMode_CODE_MODE_RANDOM CodeMode = 2

@@ -1,0 +1,65 @@
+package redirector
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/redistest"
+	"kurz.dev/services/redirect/internal/resolve"
+)
+
+type discardClicks struct{}
+
+func (discardClicks) Record(clickevent.Event) {}
+
+// benchConfig is the handler's configuration in the benchmarks.
+func benchConfig() Config {
+	return Config{DefaultStatus: http.StatusFound, FormSecret: []byte("bench-form-secret-0123456789abcdef"),
+		VisitTimeout: time.Second, WalkRate: 10, WalkBurst: 1000}
+}
+
+// BenchmarkServeCodeL1Hit is the hot path: GET of a popular code that L1
+// holds (a private Redis filled it once), answered 302 with no I/O.
+func BenchmarkServeCodeL1Hit(b *testing.B) {
+	node := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: node.Addr})
+	b.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	if err := linkcache.WriteThrough(ctx, rdb, "popular", linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: "t"}, time.Hour); err != nil {
+		b.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	meter := noop.NewMeterProvider().Meter("bench")
+	res, err := resolve.New(resolve.Config{L1TTL: time.Hour, L1Size: 1000, RedisTimeout: time.Second, DBTimeout: time.Second}, rdb, nil, log, meter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := New(benchConfig(), Deps{Resolver: res, Clicks: discardClicks{}, Log: log}, meter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	h.Register(mux)
+	req := httptest.NewRequest(http.MethodGet, "/popular", nil)
+	req.RemoteAddr = "198.51.100.1:1234"
+	for _, want := range []string{"cache", "l1"} {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, req)
+		if w.Code != http.StatusFound || w.Header().Get("X-Source") != want {
+			b.Fatalf("warm-up: %d from %q, want 302 from %s", w.Code, w.Header().Get("X-Source"), want)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		mux.ServeHTTP(httptest.NewRecorder(), req)
+	}
+}
