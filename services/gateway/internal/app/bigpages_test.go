@@ -84,7 +84,8 @@ func TestListOfBigLinksPagesUnderTheMessageLimit(t *testing.T) {
 	tn := newBigTenant(t, gw)
 
 	// A plain client: gRPC's default receive limit, not the gateway's.
-	conn, err := grpc.NewClient(stack.Shortener.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(stack.Shortener.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		servertest.ServiceAuth()) // signed as the gateway signs
 	if err != nil {
 		t.Fatal(err)
 	}

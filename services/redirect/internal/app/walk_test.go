@@ -20,7 +20,7 @@ import (
 func TestWalkingExistingCodesIsBoundedPerIP(t *testing.T) {
 	const burst = 5
 	f := newFixture(t)
-	r := start(t, map[string]string{"KURZ_REDIRECT_CLIENT_IP_HEADER": "X-Forwarded-For",
+	r := start(t, map[string]string{"KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1",
 		"KURZ_REDIRECT_WALK_BURST": strconv.Itoa(burst), "KURZ_REDIRECT_WALK_RATE": "0.001", "KURZ_REDIRECT_L1_SIZE": "1"}, hooks{})
 	link := func() string {
 		code := f.code()

@@ -96,7 +96,7 @@ func TestRevokeAndUpdateWhoseWriteThroughFailedReachEveryRedirect(t *testing.T) 
 	sh := servertest.Run(t, bin, servertest.Spec{Name: "shortener", Service: "kurz.shortener.v1.ShortenerService",
 		HTTPAddr: shHTTP, Env: func(g, h string) []string {
 			return append([]string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
-				"KURZ_SHORTENER_INVALIDATION_RETRY=200ms"}, stores...)
+				"KURZ_SHORTENER_INVALIDATION_RETRY=200ms", "KURZ_SHORTENER_CODE_KEY=" + testCodeKey}, stores...)
 		}})
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -105,7 +105,7 @@ func TestRevokeAndUpdateWhoseWriteThroughFailedReachEveryRedirect(t *testing.T) 
 	})
 	redirectSpec := func(httpAddr string) servertest.Spec {
 		return servertest.Spec{Name: "redirect", HTTPAddr: httpAddr, Env: func(g, h string) []string {
-			return append([]string{"KURZ_REDIRECT_GRPC_ADDR=" + g, "KURZ_REDIRECT_HTTP_ADDR=" + h}, stores...)
+			return append([]string{"KURZ_REDIRECT_GRPC_ADDR=" + g, "KURZ_REDIRECT_HTTP_ADDR=" + h, "KURZ_REDIRECT_OPS_ADDR=127.0.0.1:0"}, stores...)
 		}}
 	}
 	var replicas []string
@@ -124,7 +124,7 @@ func TestRevokeAndUpdateWhoseWriteThroughFailedReachEveryRedirect(t *testing.T) 
 	}
 	t.Cleanup(func() { servertest.StopAll(procs...) })
 
-	conn, err := grpc.NewClient(sh.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(sh.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), servertest.ServiceAuth())
 	if err != nil {
 		t.Fatal(err)
 	}
