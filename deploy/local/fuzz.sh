@@ -41,13 +41,27 @@ for entry in "${TARGETS[@]}"; do
 		printf 'FAIL  %s %s: no such fuzz target\n' "$target" "$pkg"
 		continue
 	fi
-	if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"; then
+	corpus="$pkg/testdata/fuzz/$target"
+	before=$(ls "$corpus" 2>/dev/null | wc -l)
+	out=$(mktemp)
+	if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1 | tee "$out"; [[ ${PIPESTATUS[0]} -eq 0 ]]; then
 		passed=$((passed + 1))
 		printf 'ok    %s %s in %ds\n' "$target" "$pkg" $((SECONDS - t))
+	elif grep -qE '^[[:space:]]+context deadline exceeded$' "$out" &&
+		! grep -q 'Failing input written to' "$out" &&
+		[[ $(ls "$corpus" 2>/dev/null | wc -l) -eq $before ]] &&
+		go test -count=1 -run "^${target}\$" "$pkg" >/dev/null; then
+		# Go's fuzzing coordinator can fail a target at the end of its
+		# -fuzztime with a bare "context deadline exceeded" and nothing found
+		# (a race between its deadline and its workers' stop). No input was
+		# written and the seeds and corpus replay clean: not a finding.
+		passed=$((passed + 1))
+		printf 'ok    %s %s in %ds (the coordinator'"'"'s deadline race; nothing found, corpus replays clean)\n' "$target" "$pkg" $((SECONDS - t))
 	else
 		failed+=("$target $pkg")
 		printf 'FAIL  %s %s\n' "$target" "$pkg"
 	fi
+	rm -f "$out"
 done
 
 printf '\n%d of %d fuzz targets passed in %ds\n' "$passed" "${#TARGETS[@]}" $((SECONDS - t0))
