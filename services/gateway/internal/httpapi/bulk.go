@@ -54,10 +54,7 @@ var exportColumns = []string{
 // or fails on its own, so the answer is 200 with one result per item.
 func (a *API) batchCreateLinks(c *call) error {
 	limit := max(a.opts.MaxBodyBytes, batchBodyBytes)
-	if c.r.ContentLength > limit {
-		return bodyTooLarge(limit)
-	}
-	release, err := a.admitBulk()
+	release, err := a.admitBulk(c, limit)
 	if err != nil {
 		return err
 	}
@@ -80,11 +77,16 @@ func (a *API) batchCreateLinks(c *call) error {
 	return writeProto(c.w, http.StatusOK, resp)
 }
 
-// admitBulk takes one of the process's bulk slots (Options.MaxBulkRequests)
-// for a request whose body may hold megabytes, before the body is read:
-// with every slot busy the answer is 503 with a Retry-After at once, so
-// that concurrent bulk requests cannot hold more memory than the slots'.
-func (a *API) admitBulk() (release func(), err error) {
+// admitBulk admits a request whose body may hold up to limit bytes, before
+// the body is read: a declared length over limit is a 413 without taking
+// anything; otherwise it takes one of the process's bulk slots
+// (Options.MaxBulkRequests), and with every slot busy the answer is 503 with
+// a Retry-After at once, so that concurrent bulk requests cannot hold more
+// memory than the slots'.
+func (a *API) admitBulk(c *call, limit int64) (release func(), err error) {
+	if c.r.ContentLength > limit {
+		return nil, bodyTooLarge(limit)
+	}
 	// No wait (the gate's is 0): Acquire only fails with ErrBusy.
 	release, err = a.bulk.Acquire(context.Background())
 	if err != nil {
@@ -244,10 +246,7 @@ func (a *API) importLinks(c *call) error {
 		}
 	}
 	limit := max(a.opts.MaxBodyBytes, importBodyBytes)
-	if c.r.ContentLength > limit {
-		return bodyTooLarge(limit)
-	}
-	release, err := a.admitBulk()
+	release, err := a.admitBulk(c, limit)
 	if err != nil {
 		return err
 	}
