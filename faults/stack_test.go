@@ -100,8 +100,6 @@ func startService(t *testing.T, name string, env ...string) *service {
 		// cores; the limiter's per-decision deadline (its own setting) is
 		// what the faults are measured against.
 		"KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s",
-		// Every shortener replica must share it; the other services ignore it.
-		"KURZ_SHORTENER_CODE_KEY=faults-code-key-0123456789abcdef",
 		// The redirect loads come from one address, thousands a second past
 		// L1 while Redis is down: lift the per-IP walk bound (not under test).
 		"KURZ_REDIRECT_WALK_RATE=1000000", "KURZ_REDIRECT_WALK_BURST=1000000"}, env...)

@@ -133,15 +133,15 @@ type Process struct {
 	err      error // Wait's result, once done is closed
 }
 
-// StartProcess runs bin with the process environment plus env (and
-// KURZ_SERVICE_AUTH_KEY=ServiceAuthKey unless either sets it) and waits
+// StartProcess runs bin with the process environment plus env (and the test
+// defaults, ServiceAuthKey and CodeKey, unless either sets them) and waits
 // (60 s at most) until its gRPC health reports SERVING for service. A
 // process that exits before that ends the wait at once.
 func StartProcess(name, bin, grpcAddr, service string, env ...string) (*Process, error) {
 	cmd := exec.Command(bin)
-	// The test key comes first: the environment and env override it (the
-	// last of duplicate variables wins).
-	cmd.Env = append(append([]string{serviceAuthVar + "=" + ServiceAuthKey}, os.Environ()...), env...)
+	// The test defaults come first: the environment and env override them
+	// (the last of duplicate variables wins).
+	cmd.Env = append(append(defaultEnv(), os.Environ()...), env...)
 	dieWithParent(cmd)
 	p := &Process{Name: name, GRPCAddr: grpcAddr, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out

@@ -26,17 +26,17 @@ import (
 
 // Env overrides the process environment for config.LoadFrom: keys in
 // overrides win, everything else comes from the real environment (which
-// `make test` points at the local stack), and KURZ_SERVICE_AUTH_KEY falls
-// back to ServiceAuthKey.
+// `make test` points at the local stack), and the test defaults (the
+// service auth key, the shortener's code key) fill what neither sets.
 func Env(overrides map[string]string) config.Lookup {
 	return func(name string) (string, bool) {
 		if v, ok := overrides[name]; ok {
 			return v, true
 		}
-		if name == serviceAuthVar {
-			return serviceAuthKey(), true
+		if v, ok := os.LookupEnv(name); ok || testDefaults[name] == "" {
+			return v, ok
 		}
-		return os.LookupEnv(name)
+		return testDefaults[name], true
 	}
 }
 
@@ -45,7 +45,29 @@ func Env(overrides map[string]string) config.Lookup {
 // is no secret: test stacks listen on loopback.
 const ServiceAuthKey = "kurz-test-service-auth-key-not-a-secret"
 
+// CodeKey is the KURZ_SHORTENER_CODE_KEY of shorteners a test starts the
+// same way: a test reads a block code's ID back with
+// linkcode.NewPermutation([]byte(CodeKey)).
+const CodeKey = "kurz-test-shortener-code-key-not-a-secret"
+
 const serviceAuthVar = "KURZ_SERVICE_AUTH_KEY"
+
+// testDefaults are the secrets every test-started service gets unless the
+// environment or the test sets them.
+var testDefaults = map[string]string{
+	serviceAuthVar:            ServiceAuthKey,
+	"KURZ_SHORTENER_CODE_KEY": CodeKey,
+}
+
+// defaultEnv is testDefaults as KEY=value lines, for a process environment
+// (later lines of the same variable win).
+func defaultEnv() []string {
+	var env []string
+	for k, v := range testDefaults {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
 
 func serviceAuthKey() string {
 	if v := os.Getenv(serviceAuthVar); v != "" {

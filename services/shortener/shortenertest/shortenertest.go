@@ -25,17 +25,16 @@ func WithSpanProcessor(sp sdktrace.SpanProcessor) Option {
 }
 
 // CodeKey is the KURZ_SHORTENER_CODE_KEY Start gives the shortener unless
-// overridden: a test reads a block code's ID back with
+// overridden (servertest's): a test reads a block code's ID back with
 // linkcode.NewPermutation([]byte(CodeKey)).
-const CodeKey = "shortenertest-code-key-0123456789abcdef"
+const CodeKey = servertest.CodeKey
 
 // Start runs a shortener until the test ends. overrides are KURZ_* variables
 // on top of the environment; listeners default to free loopback ports and
 // the code key to CodeKey.
 func Start(t testing.TB, overrides map[string]string, opts ...Option) *servertest.Running {
 	t.Helper()
-	env := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0",
-		"KURZ_SHORTENER_CODE_KEY": CodeKey}
+	env := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
 	maps.Copy(env, overrides)
 	var cfg app.Config
 	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {

@@ -200,7 +200,7 @@ func TestConcurrentPasswordChangesStayWithinShortenerMemory(t *testing.T) {
 	sh, _ := memoryProcess(t, "shortener", shortenerService, func(g, h string) []string {
 		return []string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
 			"KURZ_LIMITER_GRPC_ADDR=" + stack.Limiter.GRPCAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-			"KURZ_SHORTENER_BASE_URL=" + shortBase, "KURZ_SHORTENER_CODE_KEY=" + gatewaytest.CodeKey}
+			"KURZ_SHORTENER_BASE_URL=" + shortBase}
 	})
 	_, gw := memoryGateway(t, sh.GRPCAddr, nil)
 	tn := newTenant(t, gw, "free")

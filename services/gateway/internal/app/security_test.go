@@ -538,7 +538,7 @@ func TestLinksToOwnShortDomainRefusedThroughTheGateway(t *testing.T) {
 		return []string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
 			"KURZ_LIMITER_GRPC_ADDR=" + stack.Limiter.GRPCAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
 			"KURZ_SHORTENER_BASE_URL=https://kurz.test", "KURZ_SHORTENER_OWN_HOSTS=go.kurz.test",
-			"KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn", "KURZ_SHORTENER_CODE_KEY=" + gatewaytest.CodeKey}
+			"KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn"}
 	}})
 	gw := startGateway(t, map[string]string{"KURZ_SHORTENER_GRPC_ADDR": sh.GRPCAddr})
 	c := newClient(t, gw, newTenant(t, gw, "free").key)

@@ -20,9 +20,10 @@ const (
 	AnalyticsService = "kurz.analytics.v1.AnalyticsService"
 )
 
-// CodeKey is the test shortener's KURZ_SHORTENER_CODE_KEY: a test reads a
-// block code's ID back with linkcode.NewPermutation([]byte(CodeKey)).
-const CodeKey = "gatewaytest-code-key-0123456789abcdef"
+// CodeKey is the test shortener's KURZ_SHORTENER_CODE_KEY (servertest's,
+// which every test-started shortener gets): a test reads a block code's ID
+// back with linkcode.NewPermutation([]byte(CodeKey)).
+const CodeKey = servertest.CodeKey
 
 // ShortBase is the test shortener's short-link host: make up's, so that
 // the README's outputs read the same in tests and on a laptop.
@@ -81,8 +82,7 @@ func Start(rulesFile string) (_ *Stack, err error) {
 		servertest.Spec{Name: "shortener", Service: ShortenerService, Env: func(g, h string) []string {
 			return []string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
 				"KURZ_LIMITER_GRPC_ADDR=" + limiterAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-				"KURZ_SHORTENER_BASE_URL=" + ShortBase, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn",
-				"KURZ_SHORTENER_CODE_KEY=" + CodeKey}
+				"KURZ_SHORTENER_BASE_URL=" + ShortBase, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn"}
 		}},
 		servertest.Spec{Name: "analytics", Service: AnalyticsService, Env: func(g, h string) []string {
 			return []string{"KURZ_ANALYTICS_GRPC_ADDR=" + g, "KURZ_ANALYTICS_HTTP_ADDR=" + h, "KURZ_LOG_LEVEL=warn"}

@@ -31,8 +31,9 @@ import (
 	"kurz.dev/pkg/server/servertest"
 )
 
-// testCodeKey is the tests' KURZ_SHORTENER_CODE_KEY.
-const testCodeKey = "shortener-test-code-key-0123456789abcdef"
+// testCodeKey is the tests' KURZ_SHORTENER_CODE_KEY, which servertest gives
+// every shortener a test starts.
+const testCodeKey = servertest.CodeKey
 
 // testCodes is the permutation testCodeKey keys: tests read a code's ID back
 // with it.
@@ -46,8 +47,7 @@ var testCodes = func() *linkcode.Permutation {
 
 func load(t testing.TB, overrides map[string]string) Config {
 	t.Helper()
-	base := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0",
-		"KURZ_SHORTENER_CODE_KEY": testCodeKey}
+	base := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
 	maps.Copy(base, overrides)
 	var cfg Config
 	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {

@@ -96,7 +96,7 @@ func TestRevokeAndUpdateWhoseWriteThroughFailedReachEveryRedirect(t *testing.T) 
 	sh := servertest.Run(t, bin, servertest.Spec{Name: "shortener", Service: "kurz.shortener.v1.ShortenerService",
 		HTTPAddr: shHTTP, Env: func(g, h string) []string {
 			return append([]string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
-				"KURZ_SHORTENER_INVALIDATION_RETRY=200ms", "KURZ_SHORTENER_CODE_KEY=" + testCodeKey}, stores...)
+				"KURZ_SHORTENER_INVALIDATION_RETRY=200ms"}, stores...)
 		}})
 	t.Cleanup(func() {
 		if t.Failed() {
