@@ -1,30 +1,20 @@
 # syntax=docker/dockerfile:1.7
-# One image per kurz service, from the whole Go workspace:
+# One image per kurz service, from the repository's Go module:
 #   docker build --build-arg SERVICE=limiter -t kurz/limiter:0.1.0 .
 # SERVICE is one of limiter, shortener, redirect, analytics, gateway. The
 # default (last) stage is the production image: a static binary on distroless,
 # as user 65532. The "dev" stage is for Tilt only (see the Tiltfile).
 
-# ---- build: a static binary from the workspace ------------------------------
+# ---- build: a static binary from the module ------------------------------
 FROM golang:1.26.8 AS build
 ARG SERVICE
 WORKDIR /src
-# Module files first, so the download layer is reused until a go.mod changes.
-# go.work lists every module; each must be present for the workspace to load.
-COPY go.work go.work.sum ./
-COPY gen/go/go.mod gen/go/go.sum gen/go/
-COPY pkg/go.mod pkg/go.sum pkg/
-COPY services/limiter/go.mod services/limiter/go.sum services/limiter/
-COPY services/shortener/go.mod services/shortener/go.sum services/shortener/
-COPY services/redirect/go.mod services/redirect/go.sum services/redirect/
-COPY services/analytics/go.mod services/analytics/go.sum services/analytics/
-COPY services/gateway/go.mod services/gateway/go.sum services/gateway/
-COPY deploy/k8s/go.mod deploy/k8s/go.sum deploy/k8s/
-COPY faults/go.mod faults/go.sum faults/
+# The module files first, so the download layer is reused until they change.
+COPY go.mod go.sum ./
 RUN test -n "${SERVICE}" || { echo "build with --build-arg SERVICE=<limiter|shortener|redirect|analytics|gateway>" >&2; exit 1; }
 RUN go mod download
 # Then the sources this service can import.
-COPY gen/go gen/go
+COPY gen gen
 COPY pkg pkg
 COPY services/${SERVICE} services/${SERVICE}
 RUN --mount=type=cache,target=/root/.cache/go-build \

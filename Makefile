@@ -17,8 +17,6 @@ GRPCURL_VERSION            := v1.9.4
 ENVOY_RATELIMIT_VERSION    := v1.4.1-0.20260122083618-3fb702589d36
 GUBERNATOR_VERSION         := v2.13.0
 
-# Every module of the workspace (go.work), as package patterns.
-MODULES := $(shell go list -m -f '{{.Path}}/...' 2>/dev/null)
 
 # Tests use their own databases so they never touch the data of `make up`.
 TEST_ENV := KURZ_POSTGRES_URL=$${KURZ_TEST_POSTGRES_URL:-postgres://kurz:kurz@127.0.0.1:5433/kurz_test?sslmode=disable} \
@@ -62,24 +60,24 @@ tools: $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION)
 # --- code generation and static checks --------------------------------------
 
 .PHONY: gen
-gen: tools ## Regenerate gen/go from proto/ with buf.
-	rm -rf gen/go/kurz
+gen: tools ## Regenerate gen/ from proto/ with buf.
+	rm -rf gen/kurz
 	buf generate
 
 .PHONY: check-gen
-check-gen: tools ## Fail if gen/go differs from what proto/ generates.
+check-gen: tools ## Fail if gen/ differs from what proto/ generates.
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	buf generate --output "$$tmp"; \
-	if ! diff -r "$$tmp/gen/go/kurz" gen/go/kurz; then \
-		echo "gen/go is stale: run 'make gen' and commit the result" >&2; exit 1; \
+	if ! diff -r "$$tmp/gen/kurz" gen/kurz; then \
+		echo "gen/ is stale: run 'make gen' and commit the result" >&2; exit 1; \
 	fi; \
-	echo "gen/go matches proto/"
+	echo "gen/ matches proto/"
 
 .PHONY: lint
 lint: tools ## buf lint, gofmt, go vet.
 	buf lint
 	@bad=$$(gofmt -l pkg services faults); if [[ -n $$bad ]]; then echo "gofmt needed: $$bad" >&2; exit 1; fi
-	go vet $(MODULES)
+	go vet ./...
 
 # --- the local stack ---------------------------------------------------------
 
@@ -103,7 +101,7 @@ status: ## Show what is running.
 .PHONY: test
 test: lint check-gen ## Start the stack if needed, then run every test (fault suite included), a short fuzz run and the smoke test.
 	deploy/local/infra.sh up
-	$(TEST_ENV) go test -race -count=1 $(filter-out kurz.dev/faults/...,$(MODULES))
+	$(TEST_ENV) go test -race -count=1 $$(go list ./... | grep -v '^kurz.dev/faults$$')
 	@# The fault suite loads both cores with its own processes: alone, after
 	@# the rest, so it does not starve the timing of other packages' tests.
 	$(TEST_ENV) go test -race -count=1 -timeout 20m ./faults/

@@ -132,33 +132,6 @@ func (s stage) find(cmd string) []instruction {
 	return out
 }
 
-// workspaceModules lists the directories of go.work's use directives.
-func workspaceModules(t *testing.T) []string {
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "go.work"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dirs []string
-	inUse := false
-	for line := range strings.SplitSeq(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "use (":
-			inUse = true
-		case inUse && line == ")":
-			inUse = false
-		case inUse && line != "" && !strings.HasPrefix(line, "//"):
-			dirs = append(dirs, strings.TrimPrefix(filepath.Clean(line), "./"))
-		case strings.HasPrefix(line, "use ") && !strings.HasSuffix(line, "("):
-			dirs = append(dirs, strings.TrimPrefix(filepath.Clean(strings.TrimSpace(strings.TrimPrefix(line, "use "))), "./"))
-		}
-	}
-	if len(dirs) == 0 {
-		t.Fatal("go.work has no use directives")
-	}
-	return dirs
-}
-
 func goDirective(t *testing.T, file string) string {
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -192,12 +165,12 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 
-	// The build stage: golang at the workspace's Go version, every module
-	// file of go.work copied before the download, a static trimmed build.
+	// The build stage: golang at the module's Go version, go.mod and go.sum
+	// copied before the download, a static trimmed build.
 	build := df.Stages[0]
-	goVersion := goDirective(t, filepath.Join(root, "go.work"))
+	goVersion := goDirective(t, filepath.Join(root, "go.mod"))
 	if !regexp.MustCompile(`^golang:` + regexp.QuoteMeta(goVersion) + `\.\d+(-[a-z0-9]+)?$`).MatchString(build.Base) {
-		t.Errorf("build stage FROM %s, want golang:%s.<patch> (go.work says go %s)", build.Base, goVersion, goVersion)
+		t.Errorf("build stage FROM %s, want golang:%s.<patch> (go.mod says go %s)", build.Base, goVersion, goVersion)
 	}
 	var copied []string
 	downloadAt := -1
@@ -215,16 +188,9 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal("no RUN go mod download in the build stage")
 	}
 	before := copied[:downloadAt]
-	want := []string{"go.work", "go.work.sum"}
-	for _, dir := range workspaceModules(t) {
-		want = append(want, dir+"/go.mod")
-		if _, err := os.Stat(filepath.Join(root, dir, "go.sum")); err == nil {
-			want = append(want, dir+"/go.sum")
-		}
-	}
-	for _, w := range want {
+	for _, w := range []string{"go.mod", "go.sum"} {
 		if !slices.Contains(before, w) {
-			t.Errorf("%s is not copied before go mod download (go.work needs every module it uses)", w)
+			t.Errorf("%s is not copied before go mod download", w)
 		}
 	}
 	if !slices.ContainsFunc(build.find("ARG"), func(i instruction) bool { return i.Args == "SERVICE" }) {

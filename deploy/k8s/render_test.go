@@ -102,15 +102,15 @@ type rendering struct {
 	Objects []object
 }
 
-// repoRoot is the repository root (the directory holding go.work).
+// repoRoot is the repository root (the directory holding go.mod).
 func repoRoot(t testing.TB) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "go.work")); err != nil {
-		t.Fatalf("repository root %s has no go.work: %v", root, err)
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("repository root %s has no go.mod: %v", root, err)
 	}
 	return root
 }

@@ -345,7 +345,7 @@ func TestTiltfile(t *testing.T) {
 		if c.Env["CGO_ENABLED"] != "0" || c.Env["GOOS"] != "linux" {
 			t.Errorf("%s-compile: env %v, want CGO_ENABLED=0 GOOS=linux (a static binary for the distroless image)", svc, c.Env)
 		}
-		for _, dep := range []string{"go.work", "pkg", "gen/go", "services/" + svc} {
+		for _, dep := range []string{"go.mod", "go.sum", "gen", "pkg", "services/" + svc} {
 			if !slices.Contains(c.Deps, dep) {
 				t.Errorf("%s-compile: deps %v lack %s", svc, c.Deps, dep)
 			}

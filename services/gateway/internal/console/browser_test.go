@@ -380,19 +380,19 @@ func saveScreenshot(t *testing.T, png []byte) {
 	}
 }
 
-// repoRoot is the directory of go.work above the test's directory.
+// repoRoot is the directory of go.mod above the test's directory.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no go.work above the test's directory")
+			return "", fmt.Errorf("no go.mod above the test's directory")
 		}
 		dir = parent
 	}
