@@ -76,7 +76,7 @@ check-gen: tools ## Fail if gen/ differs from what proto/ generates.
 .PHONY: lint
 lint: tools ## buf lint, gofmt, go vet.
 	buf lint
-	@bad=$$(gofmt -l pkg services faults); if [[ -n $$bad ]]; then echo "gofmt needed: $$bad" >&2; exit 1; fi
+	@bad=$$(gofmt -l cmd tools pkg services faults deploy); if [[ -n $$bad ]]; then echo "gofmt needed: $$bad" >&2; exit 1; fi
 	go vet ./...
 
 # --- the local stack ---------------------------------------------------------
@@ -136,7 +136,7 @@ SOAK_DURATION ?= 5m
 
 .PHONY: kurzctl
 kurzctl: ## Build the kurzctl CLI into ./bin (see the README's CLI section).
-	go build -o $(BIN)/kurzctl ./services/gateway/cmd/kurzctl
+	go build -o $(BIN)/kurzctl ./cmd/kurzctl
 
 .PHONY: demo
 demo: ## Reproduce the design notes' figures against the running stack (make up first).

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Cluster is a private Redis Cluster (three masters, three replicas) whose

@@ -15,7 +15,7 @@ import (
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // bins holds the five service binaries, built once for every test.

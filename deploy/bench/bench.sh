@@ -90,10 +90,10 @@ section "Redis memory per active key" \
 	go test -run '^$' -bench BenchmarkMemoryPerKey -benchtime 1x ./services/limiter/internal/ratelimit/
 section "Redirect, closed loop" \
 	"32 HTTP callers; one viral code, 1,000,000 codes drawn uniformly (Redis hits), 10,000 unknown codes (negative cache); baseline: a minimal net/http handler answering a fixed 302, measured in the same process." -- \
-	go run ./services/redirect/cmd/redirectload -addr "$REDIRECT" -c 32 -d "$D" -codes 1000000
+	go run ./tools/redirectload -addr "$REDIRECT" -c 32 -d "$D" -codes 1000000
 section "Redirect, open loop" \
 	"3,000 requests/s over 64 workers." -- \
-	go run ./services/redirect/cmd/redirectload -addr "$REDIRECT" -c 64 -d "$D" -rate 3000 -codes 2000
+	go run ./tools/redirectload -addr "$REDIRECT" -c 64 -d "$D" -rate 3000 -codes 2000
 section "Shortener: CreateLink" \
 	"Sequential vs random codes over gRPC in-process, PostgreSQL statements per link and nextval per 1,000 links." -- \
 	go test -run '^$' -bench BenchmarkCreateLink -benchtime 3s ./services/shortener/internal/app/

@@ -6,11 +6,11 @@
 #   limiter   envoyproxy/ratelimit (fixed window on the stack's Redis
 #             Cluster) and gubernator (one node, in memory), installed pinned
 #             into ./bin by make; every target enforces 100 per minute per
-#             user (services/limiter/cmd/peerload).
+#             user (tools/peerload).
 #   redirect  a net/http handler answering a fixed 302 in its own process
-#             (services/redirect/cmd/fixed302) and the design notes' Node
+#             (tools/fixed302) and the design notes' Node
 #             prototype (deploy/bench/node-prototype, npm ci by make) on a
-#             redis-server of its own (services/redirect/cmd/redirectpeers).
+#             redis-server of its own (tools/redirectpeers).
 #
 # Needs the stack of make up (it starts nothing of it). Writes the section's
 # markdown to stdout, progress to stderr; stops what it started on exit.
@@ -167,7 +167,7 @@ start gubernator "curl -fsS http://127.0.0.1:$GUB_HTTP/v1/HealthCheck | grep -q 
 	OTEL_TRACES_EXPORTER=none "$BIN/gubernator"
 gubernator_pid=$pid
 
-go build -o "$tmp/fixed302" ./services/redirect/cmd/fixed302
+go build -o "$tmp/fixed302" ./tools/fixed302
 start fixed302 "[[ \$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$FIXED302/x) == 302 ]]" \
 	"$tmp/fixed302" -addr 127.0.0.1:$FIXED302
 fixed302_pid=$pid
@@ -185,7 +185,7 @@ cat <<EOF
 
 kurz's limiter and redirect service beside peers this run started, under the same load (\`make bench-peers\` runs this section alone).
 Peers: envoyproxy/ratelimit $(version "$BIN/service_cmd") (REDIS_TYPE=cluster on the stack's Redis Cluster, REDIS_PIPELINE_WINDOW=150us, otherwise its defaults: no local cache, 10 connections per node),
-gubernator $(version "$BIN/gubernator") (one node, in memory, GUBER_CACHE_SIZE=1000000), a net/http handler answering a fixed 302 (services/redirect/cmd/fixed302),
+gubernator $(version "$BIN/gubernator") (one node, in memory, GUBER_CACHE_SIZE=1000000), a net/http handler answering a fixed 302 (tools/fixed302),
 and the design notes' Node prototype (deploy/bench/node-prototype: Node $(node --version), ioredis $(node -p "require('$NODE_DIR/node_modules/ioredis/package.json').version"), on a redis-server of its own).
 kurz: the running stack, its click consumers caught up before every run (clicks an earlier run queued would otherwise be consumed during the next). Everything shares the machine's $(nproc) cores with the load generator.
 
@@ -194,16 +194,16 @@ kurz: the running stack, its click consumers caught up before every run (clicks 
 EOF
 # Clicks queued by earlier sections (make bench's redirect runs) would be
 # consumed on the same cores during the runs below: wait for the consumers.
-go run ./services/redirect/cmd/redirectpeers -settle-only >&2
+go run ./tools/redirectpeers -settle-only >&2
 log "limiter peers: $D per run, $ROUNDS round(s)"
-go run ./services/limiter/cmd/peerload -d "$D" -rounds "$ROUNDS" \
+go run ./tools/peerload -d "$D" -rounds "$ROUNDS" \
 	-envoy 127.0.0.1:$ENVOY_GRPC -envoy-pid "$envoy_pid" -envoy-domain kurz-peers \
 	-gubernator 127.0.0.1:$GUB_GRPC -gubernator-pid "$gubernator_pid" \
 	-kurz "$LIMITER" -kurz-pid "$limiter_pid" -kurz-metrics "http://$LIMITER_HTTP/metrics" \
 	-redis-pids "$redis_pids"
 printf '\n### Redirect\n\n'
 log "redirect peers: $D per run, $ROUNDS round(s)"
-go run ./services/redirect/cmd/redirectpeers -d "$D" -rounds "$ROUNDS" \
+go run ./tools/redirectpeers -d "$D" -rounds "$ROUNDS" \
 	-fixed302 127.0.0.1:$FIXED302 -fixed302-pid "$fixed302_pid" \
 	-node 127.0.0.1:$NODE -node-pid "$node_pid" -node-redis 127.0.0.1:$NODE_REDIS -node-path-pids "$node_redis_pid" \
 	-kurz "$REDIRECT" -kurz-pid "$redirect_pid" \

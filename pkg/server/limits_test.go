@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"kurz.dev/pkg/server"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // start runs a bare server (ops routes only) with these listener bounds.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"kurz.dev/pkg/server"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // startWith runs a bare server with cfg on loopback ports.

@@ -3,8 +3,8 @@ package svcauth_test
 import (
 	"testing"
 
-	"kurz.dev/pkg/server/servertest"
 	"kurz.dev/pkg/svcauth"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Verification runs on every call to the shortener and analytics: it

@@ -22,9 +22,9 @@ import (
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 	"kurz.dev/services/analytics/internal/consumer"
 )
@@ -70,7 +70,7 @@ func start(t *testing.T, cfg Config) (*servertest.Running, string) {
 }
 
 func TestBootsHealthyWithSchemaApplied(t *testing.T) {
-	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": fakelimiter.Start(t, fakelimiter.AllowAll).Addr()})
+	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr()})
 	r, _ := start(t, cfg)
 	r.AssertOps(t, "clickhouse", "redis", "consumer")
 	if got := r.GRPCServices(t); !slices.Contains(got, "kurz.analytics.v1.AnalyticsService") {
@@ -115,7 +115,7 @@ func TestBootsHealthyWithSchemaApplied(t *testing.T) {
 // TestClicksThroughTheService: events written as the redirect service
 // writes them come out of GetLinkStats over gRPC, exactly.
 func TestClicksThroughTheService(t *testing.T) {
-	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": fakelimiter.Start(t, fakelimiter.AllowAll).Addr()})
+	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr()})
 	r, prefix := start(t, cfg)
 	rdb, err := redisconn.New(context.Background(), cfg.Redis)
 	if err != nil {

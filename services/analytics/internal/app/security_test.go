@@ -21,10 +21,10 @@ import (
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 
@@ -73,7 +73,7 @@ func TestVisitorIPsNeverReachStreamsClickHouseOrLogs(t *testing.T) {
 	if err := servertest.BuildServices(bin, "redirect"); err != nil {
 		t.Fatal(err)
 	}
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_CLICK_STREAM_SHARDS": "1"})
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 func TestApplyIsIdempotentAndRefusesAnOldShape(t *testing.T) {

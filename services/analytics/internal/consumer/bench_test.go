@@ -15,7 +15,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clickevent"
-	"kurz.dev/pkg/fakelimiter"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 
@@ -240,8 +240,8 @@ func (e *env) backlog() int64 {
 	return n
 }
 
-// allowAllLimiter allows every CheckQuota, like fakelimiter.AllowAll, but
-// keeps no record of the calls: a run makes 45,000 of them, and fakelimiter's
+// allowAllLimiter allows every CheckQuota, like limitertest.AllowAll, but
+// keeps no record of the calls: a run makes 45,000 of them, and limitertest's
 // copies of every request would pile up in the heap the consumer's garbage
 // collector works through, slowing each batch more than the last. The real
 // limiter runs in another process.
@@ -250,7 +250,7 @@ type allowAllLimiter struct {
 }
 
 func (allowAllLimiter) CheckQuota(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
-	return fakelimiter.AllowAll(nil), nil
+	return limitertest.AllowAll(nil), nil
 }
 
 // startAllowAll serves an allowAllLimiter on a loopback port until the

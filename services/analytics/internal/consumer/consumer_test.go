@@ -15,7 +15,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
-	"kurz.dev/pkg/fakelimiter"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 
@@ -467,7 +467,7 @@ func TestFloodFlagging(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	code := "flood" + rnd()
-	fake := fakelimiter.Start(t, countingLimiter(10))
+	fake := limitertest.Start(t, countingLimiter(10))
 	e.start(e.opts(), e.rdb, e.store, limiterClient(t, fake.Addr(), time.Second))
 	var events []clickevent.Event
 	for i := range 25 { // one visitor hammering the link
@@ -506,7 +506,7 @@ func TestFloodChecksAreBatched(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	code := "fbatch" + rnd()
-	fake := fakelimiter.Start(t, fakelimiter.AllowAll)
+	fake := limitertest.Start(t, limitertest.AllowAll)
 	opts := e.opts()
 	opts.BatchSize = 1000
 	e.start(opts, e.rdb, e.store, limiterClient(t, fake.Addr(), time.Second))

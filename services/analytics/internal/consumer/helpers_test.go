@@ -27,10 +27,10 @@ import (
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 	"kurz.dev/services/analytics/internal/stats"
 )
@@ -160,7 +160,7 @@ func (e *env) start(opts Options, rdb redis.UniversalClient, store *clickstore.S
 
 // allowAll is a limiter client over a fake limiter that allows everything.
 func allowAll(t testing.TB) *quota.Client {
-	return limiterClient(t, fakelimiter.Start(t, fakelimiter.AllowAll).Addr(), time.Second)
+	return limiterClient(t, limitertest.Start(t, limitertest.AllowAll).Addr(), time.Second)
 }
 
 func limiterClient(t testing.TB, addr string, timeout time.Duration) *quota.Client {
@@ -179,12 +179,12 @@ func limiterClient(t testing.TB, addr string, timeout time.Duration) *quota.Clie
 
 // countingLimiter is the clicks/per-visitor rule in miniature: at most limit
 // units per (code, visitor), all or nothing per call, like the limiter.
-func countingLimiter(limit int64) fakelimiter.Decider {
+func countingLimiter(limit int64) limitertest.Decider {
 	var mu sync.Mutex
 	used := make(map[string]int64)
 	return func(req *ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
 		if req.GetDomain() != FloodDomain {
-			return fakelimiter.AllowAll(req)
+			return limitertest.AllowAll(req)
 		}
 		cost := int64(req.GetCost())
 		if req.Cost == nil {

@@ -9,7 +9,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 	"kurz.dev/services/analytics/internal/useragent"
 )

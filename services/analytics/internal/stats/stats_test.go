@@ -17,7 +17,7 @@ import (
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 

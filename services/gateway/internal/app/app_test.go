@@ -13,7 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // downstream is a stand-in for the services behind the gateway: a gRPC

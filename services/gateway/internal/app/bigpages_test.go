@@ -13,7 +13,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // bigLinks is how many links the big-page tests give their tenant, and

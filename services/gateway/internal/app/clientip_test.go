@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"testing"
 
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Who the client is (pkg/clientip), seen through the brute-force rule (auth

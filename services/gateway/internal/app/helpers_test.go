@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/server/servertest"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // adminToken is the test gateways' admin credential.

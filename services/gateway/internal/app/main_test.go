@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"kurz.dev/pkg/server/servertest"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Health service names the tests wait for, and the test shortener's

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"kurz.dev/pkg/server"
-	"kurz.dev/pkg/server/servertest"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Requests no client library would send (broken request line, invalid

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"kurz.dev/pkg/linkpass"
-	"kurz.dev/pkg/server/servertest"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // The memory tests run the gateway and the shortener as the pods of

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // The "Using the API" section of the top README.md, run verbatim:

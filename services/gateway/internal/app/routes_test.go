@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"kurz.dev/pkg/linkcode"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Every link route against the real shortener and analytics: statuses,

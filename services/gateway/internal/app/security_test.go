@@ -22,9 +22,9 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/linkcode"
-	"kurz.dev/pkg/redistest"
-	"kurz.dev/pkg/server/servertest"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/pkg/testkit/redistest"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // logBuffer keeps everything a service logs, and copies it to the test log.

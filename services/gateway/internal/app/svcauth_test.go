@@ -16,8 +16,8 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
-	"kurz.dev/pkg/server/servertest"
 	"kurz.dev/pkg/svcauth"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Full method names: the audiences of assertions.

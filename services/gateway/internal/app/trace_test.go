@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
-	"kurz.dev/pkg/fakelimiter"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/shortener/shortenertest"
 )
 
@@ -31,7 +31,7 @@ func TestTraceLinkCreation(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	limiterTP := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec),
 		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("limiter"))))
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll,
+	lim := limitertest.Start(t, limitertest.AllowAll,
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(limiterTP))))
 	sh := shortenertest.Start(t, map[string]string{
 		"KURZ_LIMITER_GRPC_ADDR":         lim.Addr(),

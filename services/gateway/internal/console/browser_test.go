@@ -19,9 +19,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 	"kurz.dev/services/gateway/internal/app"
-	"kurz.dev/services/gateway/internal/gatewaytest"
 )
 
 // adminToken is the test gateway's admin credential.

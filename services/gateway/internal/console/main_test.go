@@ -15,7 +15,7 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Health service names the stack's processes are awaited on.

@@ -43,7 +43,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/loadgen"
+	"kurz.dev/tools/loadgen"
 )
 
 func main() {

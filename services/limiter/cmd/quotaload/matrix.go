@@ -16,10 +16,10 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/loadgen"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/services/limiter/internal/ratelimit"
 	"kurz.dev/services/limiter/internal/rulestore"
+	"kurz.dev/tools/loadgen"
 )
 
 // matrixAlgos are the values of the demo domain's algo descriptor, in

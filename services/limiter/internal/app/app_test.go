@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 func load(t *testing.T, overrides map[string]string) Config {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // rulesFile is the absolute path of the test rules (testdata/rules.yaml).

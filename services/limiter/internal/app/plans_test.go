@@ -10,7 +10,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/pgpool"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/limiter/internal/rulestore"
 )
 

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // limiterProcess is a limiter binary running as its own process, with a

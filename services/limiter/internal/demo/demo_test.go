@@ -12,7 +12,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/limiter/internal/app"
 	"kurz.dev/services/limiter/internal/ratelimit"
 	"kurz.dev/services/limiter/internal/rulestore"

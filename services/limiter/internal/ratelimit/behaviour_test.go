@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/redistest"
+	"kurz.dev/pkg/testkit/redistest"
 )
 
 // Two rules of one tenant share its hash tag and are decided by one script;

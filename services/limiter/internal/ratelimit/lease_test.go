@@ -12,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/redistest"
+	"kurz.dev/pkg/testkit/redistest"
 )
 
 // leasedRules are the five algorithms at limit 100 per hour (nothing refills

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 func TestBootsHealthyWithGRPCHealthOnly(t *testing.T) {

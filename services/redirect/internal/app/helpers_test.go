@@ -17,12 +17,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkschema"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 const testSalt = "redirect-test-salt"
@@ -52,7 +52,7 @@ func start(t *testing.T, overrides map[string]string, h hooks) instance {
 	t.Helper()
 	env := map[string]string{"KURZ_REDIRECT_VISITOR_SALT": testSalt}
 	if _, ok := overrides["KURZ_LIMITER_GRPC_ADDR"]; !ok {
-		env["KURZ_LIMITER_GRPC_ADDR"] = fakelimiter.Start(t, fakelimiter.AllowAll).Addr()
+		env["KURZ_LIMITER_GRPC_ADDR"] = limitertest.Start(t, limitertest.AllowAll).Addr()
 	}
 	maps.Copy(env, overrides)
 	cfg := load(t, env)

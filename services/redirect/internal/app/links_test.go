@@ -19,11 +19,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkpass"
-	"kurz.dev/pkg/redistest"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/redistest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Link features of issue #10 as the redirect serves them: passwords (form,
@@ -236,7 +236,7 @@ func TestPasswordFormCSRF(t *testing.T) {
 	code, other := f.code(), f.code()
 	const target = "https://example.com/csrf"
 	f.insertLink(code, target, features{passwordHash: testHash(t)})
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_REDIRECT_FORM_SECRET": testFormSecret}, hooks{})
 
 	_, a := openForm(t, r.HTTP, code)
@@ -305,7 +305,7 @@ func TestPasswordAttempts(t *testing.T) {
 	const target = "https://example.com/behind-password"
 	f.insertLink(code, target, features{status: 308, passwordHash: testHash(t)})
 	f.insertLink(once, "https://example.com/once", features{passwordHash: testHash(t), maxVisits: 1})
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	since := time.Now().Add(-time.Second)
 	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1",
 		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": "20ms", "KURZ_REDIRECT_FORM_SECRET": testFormSecret}, hooks{})

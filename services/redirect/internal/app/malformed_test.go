@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/server"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // startLimited boots a redirect pod (fake allow-all limiter, testSalt) with
@@ -20,7 +20,7 @@ func startLimited(t *testing.T, limits server.HTTPLimits) instance {
 	t.Helper()
 	cfg := load(t, map[string]string{
 		"KURZ_REDIRECT_VISITOR_SALT": testSalt,
-		"KURZ_LIMITER_GRPC_ADDR":     fakelimiter.Start(t, fakelimiter.AllowAll).Addr(),
+		"KURZ_LIMITER_GRPC_ADDR":     limitertest.Start(t, limitertest.AllowAll).Addr(),
 	})
 	cfg.HTTP = limits
 	srv, err := build(context.Background(), cfg, servertest.Logger(t), hooks{})

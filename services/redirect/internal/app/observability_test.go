@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"kurz.dev/pkg/fakelimiter"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // TestTraceRedirectClick: a redirect has exactly one server span (the
@@ -30,7 +30,7 @@ func TestTraceRedirectClick(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	cfg := load(t, map[string]string{
 		"KURZ_REDIRECT_VISITOR_SALT":         testSalt,
-		"KURZ_LIMITER_GRPC_ADDR":             fakelimiter.Start(t, fakelimiter.AllowAll).Addr(),
+		"KURZ_LIMITER_GRPC_ADDR":             limitertest.Start(t, limitertest.AllowAll).Addr(),
 		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": "20ms",
 	})
 	cfg.Telemetry.SpanProcessor = rec

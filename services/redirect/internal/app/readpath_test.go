@@ -11,8 +11,8 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/shortenertest"
 )
 
@@ -22,7 +22,7 @@ import (
 func TestImplausibleCodeIsAnswered404WithoutIO(t *testing.T) {
 	newFixture(t)
 	pg, rc := &lookups{}, &redisCounter{}
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{pgTracer: pg, redisHook: rc})
 	before := rc.total()
 	for _, path := range []string{"/abc", "/<script>alert(1)</script>", "/favicon.ico", "/" + strings.Repeat("a", 33),
@@ -108,7 +108,7 @@ func TestRevocationAcrossPods(t *testing.T) {
 		start(t, map[string]string{"KURZ_REDIRECT_L1_TTL": l1TTL.String()}, hooks{}),
 	}
 	sh := shortenertest.Start(t, map[string]string{
-		"KURZ_LIMITER_GRPC_ADDR": fakelimiter.Start(t, fakelimiter.AllowAll).Addr(),
+		"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr(),
 	})
 	api := shortenerv1.NewShortenerServiceClient(sh.Conn)
 	ctx := callmeta.Outgoing(context.Background(), "revoke-test", "")
@@ -209,14 +209,14 @@ func TestMissPathRateLimited(t *testing.T) {
 	cached, uncached := f.code(), f.code()
 	f.insert(cached, "t", "https://example.com/cached", 0, nil, false)
 	f.insert(uncached, "t", "https://example.com/uncached", 0, nil, false)
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1"}, hooks{})
 	if resp := get(t, r.HTTP, "/"+cached); resp.StatusCode != 302 { // fills Redis
 		t.Fatalf("warm: %d", resp.StatusCode)
 	}
 	warmCalls := len(lim.Calls())
 
-	lim.SetDecider(fakelimiter.Deny("per-ip", 2300*time.Millisecond))
+	lim.SetDecider(limitertest.Deny("per-ip", 2300*time.Millisecond))
 	scanner := []string{"X-Forwarded-For", "10.9.9.9, 203.0.113.50"}
 	for i := range 3 {
 		unknown := f.code()

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/shortenertest"
 )
 
@@ -34,7 +34,7 @@ func TestTranscript(t *testing.T) {
 	sh := shortenertest.Start(t, map[string]string{
 		"KURZ_SHORTENER_ALLOW_ANONYMOUS": "true",
 		"KURZ_SHORTENER_BASE_URL":        redir.HTTP,
-		"KURZ_LIMITER_GRPC_ADDR":         fakelimiter.Start(t, fakelimiter.AllowAll).Addr(),
+		"KURZ_LIMITER_GRPC_ADDR":         limitertest.Start(t, limitertest.AllowAll).Addr(),
 	})
 	api := shortenerv1.NewShortenerServiceClient(sh.Conn)
 	ctx := context.Background()

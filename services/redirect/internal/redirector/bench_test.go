@@ -13,7 +13,7 @@ import (
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/linkcache"
-	"kurz.dev/pkg/redistest"
+	"kurz.dev/pkg/testkit/redistest"
 	"kurz.dev/services/redirect/internal/resolve"
 )
 

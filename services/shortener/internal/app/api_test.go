@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
@@ -274,7 +274,7 @@ func TestUpdateAndDeleteWriteThrough(t *testing.T) {
 // tenant and the client IP; an unreachable limiter follows the policy.
 func TestQuota(t *testing.T) {
 	tenant := uniq("quo-")
-	lim := fakelimiter.Start(t, fakelimiter.Deny("per-ip", 12500*time.Millisecond))
+	lim := limitertest.Start(t, limitertest.Deny("per-ip", 12500*time.Millisecond))
 	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{})
 	db, _ := stores(t, sh.cfg, tenant)
 
@@ -308,7 +308,7 @@ func TestQuota(t *testing.T) {
 		t.Errorf("limiter called for an invalid URL")
 	}
 
-	lim.SetDecider(fakelimiter.AllowAll)
+	lim.SetDecider(limitertest.AllowAll)
 	if _, err := sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/ok"}); err != nil {
 		t.Errorf("allowed create: %v", err)
 	}

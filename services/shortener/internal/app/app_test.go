@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"kurz.dev/pkg/pgpool"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 func TestBootsHealthyWithSchemaApplied(t *testing.T) {

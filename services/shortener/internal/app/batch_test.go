@@ -16,16 +16,16 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkpass"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
 )
 
 // budget is a limiter holding n links in all under rule "links-per-day": each
 // CheckQuota is charged its cost (1 when unset), and one whose cost exceeds
 // what is left is denied and charged nothing, as the limiter's rules do.
-func budget(n int64) fakelimiter.Decider {
+func budget(n int64) limitertest.Decider {
 	var mu sync.Mutex
 	left := n
 	return func(req *ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
@@ -70,7 +70,7 @@ func countRows(t *testing.T, db *pgxpool.Pool, tenant, where string) int {
 // nor the database.
 func TestBatchSizeIsBounded(t *testing.T) {
 	tenant := uniq("bsz-")
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{})
 	db, _ := stores(t, sh.cfg, tenant)
 	for _, n := range []int{0, 1001} {
@@ -98,7 +98,7 @@ func TestBatchSizeIsBounded(t *testing.T) {
 // codes cost one nextval.
 func TestBatchOf1000ItemsFailOnTheirOwn(t *testing.T) {
 	tenant, other := uniq("b1k-"), uniq("b1k-")
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	nextvals := &queryCounter{substr: "nextval('link_block')"}
 	inserts := &queryCounter{substr: "INSERT INTO links"}
 	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{pgTracer: tracers{nextvals, inserts}})
@@ -330,7 +330,7 @@ func TestBatchOfSequentialCodesTakesOneBlock(t *testing.T) {
 // is created.
 func TestBatchQuotaChargedByCount(t *testing.T) {
 	tenant := uniq("bqu-")
-	lim := fakelimiter.Start(t, budget(5))
+	lim := limitertest.Start(t, budget(5))
 	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{})
 	db, _ := stores(t, sh.cfg, tenant)
 	ctx := as(tenant, "")

@@ -9,7 +9,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
-	"kurz.dev/pkg/fakelimiter"
+	"kurz.dev/pkg/testkit/limitertest"
 )
 
 // The quota's client IP is keyed as at the gateway (pkg/clientip): two
@@ -24,13 +24,13 @@ func TestQuotaKeysIPv6ClientsByPrefix(t *testing.T) {
 		defer mu.Unlock()
 		ip := req.GetDescriptors()["ip"]
 		if used[ip] {
-			return fakelimiter.Deny("per-ip", 0)(req)
+			return limitertest.Deny("per-ip", 0)(req)
 		}
 		used[ip] = true
-		return fakelimiter.AllowAll(req)
+		return limitertest.AllowAll(req)
 	}
 	tenant := uniq("v6-")
-	lim := fakelimiter.Start(t, onePerIP)
+	lim := limitertest.Start(t, onePerIP)
 	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{})
 	stores(t, sh.cfg, tenant)
 

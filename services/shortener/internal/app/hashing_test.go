@@ -11,7 +11,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/capacity"
-	"kurz.dev/pkg/fakelimiter"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
 )
 
@@ -21,7 +21,7 @@ import (
 // cost nothing. Over quota, the whole update is refused and changes nothing.
 func TestPasswordChangeChargedToLinkQuota(t *testing.T) {
 	tenant := uniq("pwq-")
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{})
 	db, _ := stores(t, sh.cfg, tenant)
 	ctx := as(tenant, "203.0.113.9")
@@ -53,7 +53,7 @@ func TestPasswordChangeChargedToLinkQuota(t *testing.T) {
 		t.Errorf("password set charged %v, want links.create with tenant and ip, cost 1", c)
 	}
 
-	lim.SetDecider(fakelimiter.Deny("links-per-day", 3*time.Second))
+	lim.SetDecider(limitertest.Deny("links-per-day", 3*time.Second))
 	before := readRow(t, db, code)
 	err = update("second passphrase", "password", "tags")
 	if reason, st := wantStatus(t, err, codes.ResourceExhausted); reason != linkapi.ReasonRateLimited || retryDelay(st.Details()) != 3*time.Second {

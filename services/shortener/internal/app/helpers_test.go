@@ -23,12 +23,12 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/fakelimiter"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // testCodeKey is the tests' KURZ_SHORTENER_CODE_KEY, which servertest gives
@@ -71,7 +71,7 @@ func start(t testing.TB, overrides map[string]string, h hooks) instance {
 	t.Helper()
 	env := map[string]string{}
 	if _, ok := overrides["KURZ_LIMITER_GRPC_ADDR"]; !ok {
-		env["KURZ_LIMITER_GRPC_ADDR"] = fakelimiter.Start(t, fakelimiter.AllowAll).Addr()
+		env["KURZ_LIMITER_GRPC_ADDR"] = limitertest.Start(t, limitertest.AllowAll).Addr()
 	}
 	maps.Copy(env, overrides)
 	cfg := load(t, env)

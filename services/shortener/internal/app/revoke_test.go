@@ -14,9 +14,9 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
-	"kurz.dev/pkg/fakelimiter"
-	"kurz.dev/pkg/redistest"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/redistest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // privateDatabase creates an empty PostgreSQL database for one test, next to
@@ -85,7 +85,7 @@ func TestRevokeAndUpdateWhoseWriteThroughFailedReachEveryRedirect(t *testing.T) 
 	if err := servertest.BuildServices(bin, "shortener", "redirect"); err != nil {
 		t.Fatal(err)
 	}
-	lim := fakelimiter.Start(t, fakelimiter.AllowAll)
+	lim := limitertest.Start(t, limitertest.AllowAll)
 	stores := []string{"KURZ_REDIS_ADDRS=" + node.Addr, "KURZ_POSTGRES_URL=" + dbURL, "KURZ_LIMITER_GRPC_ADDR=" + lim.Addr()}
 
 	shHTTP, err := servertest.FreeAddr()

@@ -14,7 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 var policy = Policy{MaxLength: 2048, OwnHosts: []string{"kurz.example", "127.0.0.1"}}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // decodeJSON parses one JSON document of a command's -o json output; the

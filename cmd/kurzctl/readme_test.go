@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // readmeTenant is the tenant the README's CLI examples create. It is not
@@ -89,7 +89,7 @@ type cliExample struct {
 // blocks under "## CLI".
 func readmeCLIExamples(t *testing.T) []cliExample {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

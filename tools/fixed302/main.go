@@ -3,7 +3,7 @@
 // CPU can be read apart. deploy/bench/peers.sh runs it beside kurz's
 // redirect service (redirectpeers measures both).
 //
-//	go run ./services/redirect/cmd/fixed302 -addr 127.0.0.1:9307
+//	go run ./tools/fixed302 -addr 127.0.0.1:9307
 package main
 
 import (

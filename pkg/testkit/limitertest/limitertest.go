@@ -1,8 +1,8 @@
-// Package fakelimiter is an in-process kurz.ratelimit.v1.RateLimitService for
+// Package limitertest is an in-process kurz.ratelimit.v1.RateLimitService for
 // the tests of the limiter's callers: it records every CheckQuota (and each
 // check of a CheckQuotas) and answers what the test decides. Tests of the
 // limiter itself use the real one.
-package fakelimiter
+package limitertest
 
 import (
 	"context"

@@ -3,7 +3,7 @@
 // answers a fixed 302, run in this process and measured with the same
 // client, callers and duration in the same run.
 //
-//	go run ./services/redirect/cmd/redirectload -addr 127.0.0.1:8787 -c 32 -d 10s
+//	go run ./tools/redirectload -addr 127.0.0.1:8787 -c 32 -d 10s
 //
 // Scenarios: one viral code (L1 after the first request), -codes codes drawn
 // uniformly (Redis, then L1 within its TTL), and -unknown unknown codes (the
@@ -29,8 +29,8 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
-	"kurz.dev/pkg/loadgen"
 	"kurz.dev/pkg/redisconn"
+	"kurz.dev/tools/loadgen"
 )
 
 func main() {

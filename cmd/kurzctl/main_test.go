@@ -14,10 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"kurz.dev/pkg/config"
-	"kurz.dev/pkg/server/servertest"
-	"kurz.dev/services/gateway/internal/app"
-	"kurz.dev/services/gateway/internal/gatewaytest"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // shortBase is the test shortener's short-link host: make up's, so the
@@ -50,7 +48,7 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) (_ int, err error) {
-	roomy, err := filepath.Abs(filepath.Join("..", "..", "internal", "app", "testdata", "roomy.yaml"))
+	roomy, err := filepath.Abs(filepath.Join("..", "..", "services", "gateway", "internal", "app", "testdata", "roomy.yaml"))
 	if err != nil {
 		return 0, err
 	}
@@ -58,6 +56,9 @@ func runTests(m *testing.M) (_ int, err error) {
 		return 0, err
 	}
 	defer stack.Close()
+	if err := servertest.BuildServices(stack.BinDir, "gateway"); err != nil {
+		return 0, err
+	}
 	return m.Run(), nil
 }
 
@@ -69,24 +70,26 @@ type testGateway struct {
 	limiter string // the gateway's limiter, for quota commands
 }
 
-// startGateway runs the gateway in-process in front of limiter and the
-// stack's shortener and analytics.
+// startGateway runs a gateway process in front of limiter and the stack's
+// shortener and analytics.
 func startGateway(t *testing.T, limiter *servertest.Process) testGateway {
 	t.Helper()
 	env := gatewaytest.GatewayEnv(limiter.GRPCAddr, stack.Shortener.GRPCAddr, stack.Analytics.GRPCAddr, adminToken)
 	env["KURZ_GATEWAY_TRUSTED_PROXIES"] = "127.0.0.1/32, ::1"
-	var cfg app.Config
-	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {
+	httpAddr, err := servertest.FreeAddr()
+	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := app.New(context.Background(), cfg, servertest.Logger(t))
-	if err != nil {
-		t.Fatalf("gateway: %v", err)
-	}
-	r := servertest.Start(t, srv)
-	r.AwaitServing(t, "")
+	servertest.Run(t, stack.BinDir, servertest.Spec{Name: "gateway", HTTPAddr: httpAddr, Env: func(g, h string) []string {
+		env["KURZ_GATEWAY_GRPC_ADDR"], env["KURZ_GATEWAY_HTTP_ADDR"] = g, h
+		list := make([]string, 0, len(env))
+		for k, v := range env {
+			list = append(list, k+"="+v)
+		}
+		return list
+	}})
 
-	target, err := url.Parse(r.HTTP)
+	target, err := url.Parse("http://" + httpAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

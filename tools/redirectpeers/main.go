@@ -2,7 +2,7 @@
 // one viral code each, with the same HTTP client and callers:
 //
 //   - net/http (-fixed302): the least a redirect costs, a handler answering
-//     a fixed 302 in a process of its own (services/redirect/cmd/fixed302);
+//     a fixed 302 in a process of its own (tools/fixed302);
 //   - the design notes' Node prototype (-node): node:http, a Redis GET of
 //     the code, a fire-and-forget XADD of the click, 302
 //     (deploy/bench/node-prototype), on a standalone Redis (-node-redis,
@@ -18,7 +18,7 @@
 // to each peer, goes to stdout; each run's line to stderr. An empty address
 // skips its server. deploy/bench/peers.sh starts the peers and runs this.
 //
-//	go run ./services/redirect/cmd/redirectpeers -fixed302 127.0.0.1:9307 -fixed302-pid 123 \
+//	go run ./tools/redirectpeers -fixed302 127.0.0.1:9307 -fixed302-pid 123 \
 //		-node 127.0.0.1:9308 -node-pid 124 -node-redis 127.0.0.1:9309 -kurz-pid 99 -d 3s -rounds 1
 package main
 
@@ -43,8 +43,8 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
-	"kurz.dev/pkg/loadgen"
 	"kurz.dev/pkg/redisconn"
+	"kurz.dev/tools/loadgen"
 )
 
 // The viral link: an ID far above any sequence a real shortener reaches

@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // busOffset is where Redis puts a node's cluster bus: port+10000.

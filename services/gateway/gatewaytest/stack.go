@@ -10,7 +10,7 @@ import (
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
-	"kurz.dev/pkg/server/servertest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Health service names the stack's processes are awaited on.

@@ -23,7 +23,7 @@
 // stdout; each run's line to stderr. An empty address skips its target.
 // deploy/bench/peers.sh starts the peers and runs this:
 //
-//	go run ./services/limiter/cmd/peerload -envoy 127.0.0.1:9301 -envoy-pid 123 \
+//	go run ./tools/peerload -envoy 127.0.0.1:9301 -envoy-pid 123 \
 //		-gubernator 127.0.0.1:9304 -gubernator-pid 124 -kurz-pid 99 -redis-pids 1,2,3,4,5,6 -d 3s -rounds 1
 package main
 
@@ -49,7 +49,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/loadgen"
+	"kurz.dev/tools/loadgen"
 )
 
 // The rule every target enforces: 100 calls per minute per user.
