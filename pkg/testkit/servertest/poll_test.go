@@ -1,0 +1,34 @@
+package servertest
+
+import (
+	"testing"
+	"time"
+)
+
+func TestEventually(t *testing.T) {
+	n := 0
+	if !Eventually(time.Second, func() bool { n++; return n == 3 }) || n != 3 {
+		t.Fatalf("Eventually stopped after %d calls, want true on the third", n)
+	}
+	if Eventually(20*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Eventually of a condition that never holds returned true")
+	}
+}
+
+func TestHasSeries(t *testing.T) {
+	body := "# TYPE x counter\nkurz_calls_total{code=\"OK\",method=\"Get\"} 3\nkurz_calls 1\n"
+	for _, c := range []struct {
+		name string
+		with []string
+		want bool
+	}{
+		{"kurz_calls_total", []string{`code="OK"`}, true},
+		{"kurz_calls_total", []string{`code="OK"`, `method="Put"`}, false},
+		{"kurz_calls", nil, true},
+		{"kurz_call", nil, false},
+	} {
+		if got := HasSeries(body, c.name, c.with...); got != c.want {
+			t.Errorf("HasSeries(%s, %v) = %v, want %v", c.name, c.with, got, c.want)
+		}
+	}
+}

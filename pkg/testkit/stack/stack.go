@@ -1,0 +1,104 @@
+// Package stack is the gate of kurz's integration tier. Test files that
+// need the real stack carry the build tag `integration` (so `go test ./...`
+// runs the unit tier alone), and their package's TestMain calls Require
+// with what it needs: when any of it is down the binary stops at once with
+// one clear line ("integration tests need the stack: make up ..."), never a
+// silent skip or a slow pile of timeouts.
+package stack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"kurz.dev/pkg/chconn"
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/redisconn"
+)
+
+// A Component is one engine of the stack.
+type Component string
+
+// The engines `make up` (deploy/local/infra.sh) starts.
+const (
+	Redis      Component = "Redis Cluster"
+	Postgres   Component = "PostgreSQL"
+	ClickHouse Component = "ClickHouse"
+)
+
+// All is every engine.
+var All = []Component{Redis, Postgres, ClickHouse}
+
+// Require runs m's tests if every component answers, and exits the test
+// binary with a clear message if one does not. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { stack.Require(m, stack.Redis, stack.Postgres) }
+func Require(m *testing.M, need ...Component) {
+	if err := Check(need...); err != nil {
+		fmt.Fprintf(os.Stderr, "integration tests need the stack: %v\n(run `make up`, or `make test`, which starts it)\n", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// Check dials each component at the address its service would use (the
+// same KURZ_* variables and defaults), and names the first that is down.
+func Check(need ...Component) error {
+	for _, c := range need {
+		addrs, err := addresses(c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c, err)
+		}
+		if err := dialAny(addrs); err != nil {
+			return fmt.Errorf("%s unreachable at %s: %w", c, strings.Join(addrs, ","), err)
+		}
+	}
+	return nil
+}
+
+func addresses(c Component) ([]string, error) {
+	switch c {
+	case Redis:
+		var cfg redisconn.Config
+		err := config.Load(&cfg)
+		return cfg.Addrs, err
+	case Postgres:
+		var cfg pgpool.Config
+		if err := config.Load(&cfg); err != nil {
+			return nil, err
+		}
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("KURZ_POSTGRES_URL: %w", err)
+		}
+		return []string{u.Host}, nil
+	case ClickHouse:
+		var cfg chconn.Config
+		err := config.Load(&cfg)
+		return cfg.Addrs, err
+	}
+	return nil, fmt.Errorf("unknown component %q", c)
+}
+
+// dialAny succeeds if one address accepts a TCP connection: a cluster with
+// one node down is still a stack, and the tests say what they need of it.
+func dialAny(addrs []string) error {
+	var last error = fmt.Errorf("no address")
+	for _, a := range addrs {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
+		cancel()
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		last = err
+	}
+	return last
+}
