@@ -73,6 +73,10 @@ check-gen: tools ## Fail if gen/ differs from what proto/ generates.
 	fi; \
 	echo "gen/ matches proto/"
 
+.PHONY: docs
+docs: ## Regenerate docs/configuration.md from the services' Config structs.
+	go run ./tools/envdoc -w docs/configuration.md
+
 .PHONY: lint
 lint: tools ## buf lint, gofmt, go vet.
 	buf lint
@@ -135,7 +139,7 @@ soak: ## The soak test alone, for SOAK_DURATION (default 5m).
 SOAK_DURATION ?= 5m
 
 .PHONY: kurzctl
-kurzctl: ## Build the kurzctl CLI into ./bin (see the README's CLI section).
+kurzctl: ## Build the kurzctl CLI into ./bin (see docs/cli.md).
 	go build -o $(BIN)/kurzctl ./cmd/kurzctl
 
 .PHONY: demo
