@@ -122,7 +122,7 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 30s each).
 	FUZZTIME=$(FUZZTIME) deploy/local/fuzz.sh
 
 .PHONY: screenshot
-screenshot: ## Regenerate docs/console-stats.png (the README's) with the console's browser test.
+screenshot: ## Regenerate docs/console-stats.png (docs/api.md's) with the console's browser test.
 	deploy/local/infra.sh up
 	$(TEST_ENV) KURZ_UPDATE_SCREENSHOT=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./services/gateway/internal/console/
 
