@@ -25,9 +25,20 @@ or a comma-separated list of replicas.
 
 "Declared in" is the Go field behind a setting (package.Type.Field, the
 package in pkg/ or the service's internal/app); the description is its doc
-comment. ` + "`make up`" + ` overrides a few defaults for the local stack
-(deploy/local/services.sh); the stack's own variables are in
+comment. The stack's own variables (not the services') are in
 [development.md](development.md#the-local-stack).
+
+What the field comments do not say:
+
+- ` + "`make up`" + ` sets more than the defaults (deploy/local/services.sh):
+  ` + "`KURZ_LIMITER_REDIS_TIMEOUT=50ms`" + `, so that ` + "`make demo`" + `'s burst of 500
+  concurrent calls on one key, serialised on one Redis node, is decided on
+  Redis too; ` + "`KURZ_REDIRECT_WALK_RATE`" + ` and ` + "`_BURST`" + ` of 1000000 for ` + "`make bench`" + `;
+  anonymous creation, a local admin token and code key for the examples.
+- ` + "`KURZ_SERVICE_AUTH_KEY`" + ` has an empty default, but the gateway, the
+  shortener and analytics refuse to start without one (at least 32
+  characters); ` + "`make up`" + ` makes one in ` + "`.local/service-auth.key`" + `.
+- ` + "`KURZ_SHUTDOWN_DELAY`" + ` stays 0 in Kubernetes, where the preStop sleep does it.
 `
 
 // render writes the whole document: the variables every service reads, then
