@@ -73,6 +73,10 @@ check-gen: tools ## Fail if gen/ differs from what proto/ generates.
 	fi; \
 	echo "gen/ matches proto/"
 
+.PHONY: docs
+docs: ## Regenerate docs/configuration.md from the services' Config structs.
+	go run ./tools/envdoc -w docs/configuration.md
+
 .PHONY: lint
 lint: tools ## buf lint, gofmt, go vet.
 	buf lint
@@ -118,7 +122,7 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 30s each).
 	FUZZTIME=$(FUZZTIME) deploy/local/fuzz.sh
 
 .PHONY: screenshot
-screenshot: ## Regenerate docs/console-stats.png (the README's) with the console's browser test.
+screenshot: ## Regenerate docs/console-stats.png (docs/api.md's) with the console's browser test.
 	deploy/local/infra.sh up
 	$(TEST_ENV) KURZ_UPDATE_SCREENSHOT=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./services/gateway/internal/console/
 
@@ -135,7 +139,7 @@ soak: ## The soak test alone, for SOAK_DURATION (default 5m).
 SOAK_DURATION ?= 5m
 
 .PHONY: kurzctl
-kurzctl: ## Build the kurzctl CLI into ./bin (see the README's CLI section).
+kurzctl: ## Build the kurzctl CLI into ./bin (see docs/cli.md).
 	go build -o $(BIN)/kurzctl ./cmd/kurzctl
 
 .PHONY: demo

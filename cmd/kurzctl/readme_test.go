@@ -19,18 +19,24 @@ import (
 	"kurz.dev/services/gateway/gatewaytest"
 )
 
-// readmeTenant is the tenant the README's CLI examples create. It is not
+// cliDoc is the page whose examples the test runs, and cliSection the
+// section of it that holds them.
+var cliDoc = filepath.Join("..", "..", "docs", "cli.md")
+
+const cliSection = "## Using kurzctl"
+
+// readmeTenant is the tenant the CLI examples of docs/cli.md create. It is not
 // random (the examples are run verbatim): the test deletes it before and
 // after.
 const readmeTenant = "acme"
 
-// The "CLI" section of the top README.md, run verbatim: its ```console
+// The "Using kurzctl" section of docs/cli.md, run verbatim: its ```console
 // blocks hold shell commands ("$ " lines) each followed by its output
 // (stdout and stderr). The test runs every command in order in one bash,
 // with kurzctl on PATH (this test binary, as kurzctl), against a test
 // gateway whose limiter has the rules in PostgreSQL (as under make up);
 // only the environment differs from make up's: KURZ_URL, KURZ_ADMIN_TOKEN,
-// KURZ_LIMITER_ADDR. Each output is compared with the README's line by
+// KURZ_LIMITER_ADDR. Each output is compared with the page's line by
 // line, where "…" matches any run of characters within a line (codes,
 // times, keys: what changes from run to run).
 func TestREADMECLIExamples(t *testing.T) {
@@ -60,7 +66,7 @@ func TestREADMECLIExamples(t *testing.T) {
 	}
 	sh := startShell(t, env)
 
-	// What the README leaves to time, the test awaits: a plan reaches the
+	// What docs/cli.md leaves to time, the test awaits: a plan reaches the
 	// limiters by NOTIFY, within a second.
 	after := map[string]func(){
 		"kurzctl tenants create " + readmeTenant: func() { awaitPlan(t, gw.limiter, readmeTenant) },
@@ -68,7 +74,7 @@ func TestREADMECLIExamples(t *testing.T) {
 	for _, ex := range examples {
 		got := sh.run(ex.command)
 		if problem := gatewaytest.MatchOutput(ex.want, got); problem != "" {
-			t.Errorf("README line %d: $ %s\n%s\ngot:\n%s", ex.line, ex.command, problem, got)
+			t.Errorf("docs/cli.md line %d: $ %s\n%s\ngot:\n%s", ex.line, ex.command, problem, got)
 		}
 		for prefix, hook := range after {
 			if strings.HasPrefix(ex.command, prefix) {
@@ -78,7 +84,7 @@ func TestREADMECLIExamples(t *testing.T) {
 	}
 }
 
-// cliExample is one "$ " command of the README and its output.
+// cliExample is one "$ " command of docs/cli.md and its output.
 type cliExample struct {
 	command string
 	want    string
@@ -86,10 +92,10 @@ type cliExample struct {
 }
 
 // readmeCLIExamples reads the commands and outputs of the ```console
-// blocks under "## CLI".
+// blocks under cliSection.
 func readmeCLIExamples(t *testing.T) []cliExample {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	raw, err := os.ReadFile(cliDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +104,7 @@ func readmeCLIExamples(t *testing.T) []cliExample {
 	for i, l := range strings.Split(string(raw), "\n") {
 		switch {
 		case strings.HasPrefix(l, "## "):
-			in = l == "## CLI"
+			in = l == cliSection
 		case !in:
 		case l == "```console":
 			block = true
@@ -109,11 +115,11 @@ func readmeCLIExamples(t *testing.T) []cliExample {
 		case block && len(out) > 0:
 			out[len(out)-1].want += l + "\n"
 		case block:
-			t.Fatalf("README line %d: output before any command", i+1)
+			t.Fatalf("docs/cli.md line %d: output before any command", i+1)
 		}
 	}
 	if len(out) < 5 {
-		t.Fatalf("found %d commands in ```console blocks under \"## CLI\"", len(out))
+		t.Fatalf("found %d commands in ```console blocks under %q", len(out), cliSection)
 	}
 	return out
 }

@@ -7,7 +7,7 @@
 #   services.sh down    stop every service by PID (SIGTERM, then SIGKILL)
 #   services.sh status  print each service up/down; exit 1 if any is down
 #
-# Every address is a KURZ_* variable with the defaults below (see README).
+# Every address is a KURZ_* variable with the defaults below (see docs/configuration.md).
 # Runtime files live under ${KURZ_LOCAL_DIR:-<repo>/.local}: bin/, run/*.pid,
 # log/*.log.
 set -euo pipefail

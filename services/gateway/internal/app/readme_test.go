@@ -16,14 +16,14 @@ import (
 	"kurz.dev/services/gateway/gatewaytest"
 )
 
-// The "Using the API" section of the top README.md, run verbatim:
-// its ```sh blocks in order, in one bash, against a test gateway whose
-// limiter has the rules in PostgreSQL (the bootstrap's, as under make up).
-// Only the variables the README documents differ (KURZ,
-// KURZ_GATEWAY_ADMIN_TOKEN, TENANT). Each block's output is compared with
-// the block that follows it, with the test's values read back as the
-// README's (the gateway's address, the tenant "acme"); "…" there matches
-// whatever changes from run to run.
+// The README's "Your first link" and the "Using the API" section of
+// docs/api.md that goes on from it, run verbatim: their ```sh blocks in
+// order, in one bash, against a test gateway whose limiter has the rules
+// in PostgreSQL (the bootstrap's, as under make up). Only the variables the
+// README documents differ (KURZ, KURZ_GATEWAY_ADMIN_TOKEN, TENANT). Each
+// block's output is compared with the block that follows it, with the
+// test's values read back as the documents' (the gateway's address, the
+// tenant "acme"); "…" there matches whatever changes from run to run.
 func TestREADMEExamples(t *testing.T) {
 	blocks := readmeBlocks(t)
 	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.LimiterPG.GRPCAddr})
@@ -73,7 +73,7 @@ func TestREADMEExamples(t *testing.T) {
 			continue
 		}
 		if problem := gatewaytest.MatchOutput(b.want, outputs[i]); problem != "" {
-			t.Errorf("README block %d (line %d):\n%s\n%s\ngot:\n%s", i+1, b.line, b.code, problem, outputs[i])
+			t.Errorf("block %d (%s line %d):\n%s\n%s\ngot:\n%s", i+1, b.file, b.line, b.code, problem, outputs[i])
 		}
 	}
 	if t.Failed() {
@@ -87,20 +87,46 @@ func TestREADMEExamples(t *testing.T) {
 	}
 }
 
-// readmeBlock is one ```sh block of the README and the output block that
+// readmeBlock is one ```sh block of a document and the output block that
 // follows it, if any.
 type readmeBlock struct {
 	code, want string
-	line       int // where the code starts (0-based)
-	end        int // the line of its closing fence
+	file       string // the document, from the repository root
+	line       int    // where the code starts (0-based)
+	end        int    // the line of its closing fence
 }
 
-// readmeBlocks reads the ```sh blocks of the "Using the API" section and,
+// readmeSections are the sections whose examples the test runs, in order:
+// the README's first link, then the API walkthrough that continues it.
+var readmeSections = []struct{ file, section string }{
+	{"README.md", "## Your first link"},
+	{"docs/api.md", "## Using the API"},
+}
+
+// readmeBlocks reads the ```sh blocks of every readmeSections entry and,
 // for each, the fenced block right after it (```json or ```text) as its
 // expected output.
 func readmeBlocks(t *testing.T) []readmeBlock {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "README.md"))
+	var blocks []readmeBlock
+	for _, s := range readmeSections {
+		got := sectionBlocks(t, s.file, s.section)
+		if len(got) == 0 {
+			t.Fatalf("found no sh blocks under %q in %s", s.section, s.file)
+		}
+		blocks = append(blocks, got...)
+	}
+	if len(blocks) < 5 {
+		t.Fatalf("found %d sh blocks in %v", len(blocks), readmeSections)
+	}
+	return blocks
+}
+
+// sectionBlocks reads the ```sh blocks, with their outputs, of one section
+// of a document (a path from the repository root).
+func sectionBlocks(t *testing.T, file, section string) []readmeBlock {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", filepath.FromSlash(file)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +137,7 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 		l := lines[i]
 		switch {
 		case strings.HasPrefix(l, "## "):
-			in = l == "## Using the API"
+			in = l == section
 			continue
 		case !in || !strings.HasPrefix(l, "```") || l == "```":
 			continue
@@ -121,7 +147,7 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 		}
 		body := strings.Join(lines[start:i], "\n") + "\n"
 		if lang == "sh" {
-			blocks = append(blocks, readmeBlock{code: body, line: start, end: i})
+			blocks = append(blocks, readmeBlock{code: body, file: file, line: start, end: i})
 			continue
 		}
 		// An output block: it belongs to the sh block just before it, with
@@ -129,11 +155,8 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 		if n := len(blocks); n > 0 && blocks[n-1].want == "" && strings.TrimSpace(strings.Join(lines[blocks[n-1].end+1:start-1], "")) == "" {
 			blocks[n-1].want = body
 		} else {
-			t.Fatalf("README line %d: a ```%s block that follows no ```sh block", start, lang)
+			t.Fatalf("%s line %d: a ```%s block that follows no ```sh block", file, start, lang)
 		}
-	}
-	if len(blocks) < 5 {
-		t.Fatalf("found %d sh blocks under \"## Using the API\"", len(blocks))
 	}
 	return blocks
 }

@@ -1,0 +1,57 @@
+package doccheck
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestLayoutNamesEveryFolder(t *testing.T) {
+	root := filepath.Join("..", "..")
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(named(doc)); n < 20 {
+		t.Fatalf("docs/architecture.md's Layout names %d folders; is the section still \"## Layout\" with \"- `path/`: role\" items?", n)
+	}
+	got, err := problems(root, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range got {
+		t.Errorf("docs/architecture.md: %s", p)
+	}
+}
+
+// The check on a small tree: a folder the Layout misses, one it names that
+// is gone, folders below the levels and ignored ones that it need not name.
+func TestProblemsReportsMissingAndStaleFolders(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{
+		"pkg/config", "pkg/extra", "pkg/config/deeper", "pkg/testkit/stack",
+		"services/limiter/internal/app", "services/limiter/internal/app/testdata",
+		"bin", ".local/log", "testdata",
+	} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := []byte("# Architecture\n\n## Layout\n\n" +
+		"- `pkg/`: shared.\n- `pkg/config/`: config.\n- `pkg/testkit/`: kits.\n- `pkg/testkit/stack/`: the gate.\n" +
+		"- `services/`: services.\n- `services/limiter/`: the limiter.\n- `services/limiter/internal/`: its packages.\n" +
+		"- `services/limiter/internal/app/`: wiring.\n- `pkg/gone/`: removed.\n\n" +
+		"## Next\n\n- `pkg/extra/`: named outside the Layout, so not named.\n")
+	got, err := problems(root, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"the Layout names pkg/gone/, which is not a folder",
+		"pkg/extra/ exists but the Layout does not name it",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("problems:\n got %q\nwant %q", got, want)
+	}
+}
