@@ -4,6 +4,7 @@ package gatewaytest
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,6 +12,7 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/pkg/testkit/stack"
 )
 
 // Health service names the stack's processes are awaited on.
@@ -42,6 +44,17 @@ type Stack struct {
 	Analytics *servertest.Process
 	// DB is the PostgreSQL the services use, for setup and clean-up.
 	DB *pgxpool.Pool
+}
+
+// RequireStack is stack.Require for a TestMain that must undo what it
+// starts once m.Run returns (which stack.Require, exiting, does not let it
+// do): it exits the test binary with the same message unless every engine
+// of the stack (the services here use all three) answers.
+func RequireStack() {
+	if err := stack.Check(stack.All...); err != nil {
+		fmt.Fprintf(os.Stderr, "integration tests need the stack: %v\n(run `make up`, or `make test`, which starts it)\n", err)
+		os.Exit(1)
+	}
 }
 
 // Start builds the services and starts the stack, the file limiter on

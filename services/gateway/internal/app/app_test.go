@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -74,7 +76,7 @@ func TestReadinessFollowsDownstreamHealth(t *testing.T) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	var code int
 	var body string
-	if !eventually(5*time.Second, 20*time.Millisecond, func() bool {
+	if !servertest.Eventually(5*time.Second, func() bool {
 		// Each connection has its own health watch: wait until all three
 		// have heard.
 		code, body = r.GetOps(t, "/readyz")

@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -13,7 +15,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/servertest"
@@ -219,20 +220,6 @@ func cleanupCodes(t *testing.T, codes *[]string) {
 			t.Errorf("clean up anonymous links: %v", err)
 		}
 	})
-}
-
-// eventually polls cond every interval until it holds or within has passed.
-func eventually(within, interval time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(interval)
-	}
 }
 
 // rateLimit parses the RateLimit field: the policy name, r and t.

@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -10,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // A client that obeys RateLimit (waits t seconds when r reaches 0) and
@@ -191,7 +195,7 @@ func TestPlanChangeReachesTheLimiter(t *testing.T) {
 			return plans[plan][p] == q
 		}
 	}
-	if !eventually(5*time.Second, 50*time.Millisecond, on("free")) {
+	if !servertest.Eventually(5*time.Second, on("free")) {
 		t.Fatal("the new tenant's plan free never reached the limiter")
 	}
 	r := admin.do("PATCH", "/v1/admin/tenants/"+tn.id, `{"plan":"pro"}`)
@@ -199,7 +203,7 @@ func TestPlanChangeReachesTheLimiter(t *testing.T) {
 	if r.code != http.StatusOK || r.json(t)["plan"] != "pro" {
 		t.Fatalf("PATCH plan pro: %s", r)
 	}
-	ok := eventually(2*time.Second, 20*time.Millisecond, on("pro"))
+	ok := servertest.Eventually(2*time.Second, on("pro"))
 	took := time.Since(committed)
 	if !ok {
 		t.Fatalf("plan pro not applied %v after the change", took)

@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -30,6 +32,7 @@ var stack struct {
 }
 
 func TestMain(m *testing.M) {
+	gatewaytest.RequireStack()
 	code, err := runTests(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gateway tests:", err)

@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -363,7 +365,7 @@ func TestBruteForceStaysBlockedWhileRedisIsDown(t *testing.T) {
 	defer conn.Close()
 	rl := ratelimitv1.NewRateLimitServiceClient(conn)
 	var src ratelimitv1.DecisionSource
-	if !eventually(10*time.Second, 50*time.Millisecond, func() bool {
+	if !servertest.Eventually(10*time.Second, func() bool {
 		resp, err := rl.CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{Domain: "auth", Descriptors: map[string]string{"ip": gatewaytest.NewIP()}})
 		src = resp.GetSource()
 		return err == nil && !resp.GetAllowed() && src == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED

@@ -1,9 +1,10 @@
+//go:build integration
+
 package app
 
 import (
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func TestTraceLinkCreation(t *testing.T) {
 	// for the spans, not for a guessed time.
 	var root, createLink, checkQuota sdktrace.ReadOnlySpan
 	var spans []sdktrace.ReadOnlySpan
-	found := eventually(10*time.Second, 10*time.Millisecond, func() bool {
+	found := servertest.Eventually(10*time.Second, func() bool {
 		spans = rec.Ended()
 		root = find(spans, func(s sdktrace.ReadOnlySpan) bool {
 			return service(s) == "gateway" && s.SpanKind() == trace.SpanKindServer &&
@@ -129,30 +130,12 @@ func TestTraceLinkCreation(t *testing.T) {
 				t.Fatalf("%s /metrics: %d", svc.name, code)
 			}
 			for _, w := range svc.want {
-				if !hasSeries(body, w[0], w[1:]...) {
+				if !servertest.HasSeries(body, w[0], w[1:]...) {
 					t.Errorf("%s /metrics has no %s series with %v", svc.name, w[0], w[1:])
 				}
 			}
 		}
 	})
-}
-
-// hasSeries reports whether the Prometheus text body has a sample of name
-// whose labels include all of with.
-func hasSeries(body, name string, with ...string) bool {
-lines:
-	for line := range strings.Lines(body) {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		for _, w := range with {
-			if !strings.Contains(line, w) {
-				continue lines
-			}
-		}
-		return true
-	}
-	return false
 }
 
 // find returns the first span that matches, or nil.

@@ -1,3 +1,5 @@
+//go:build integration
+
 package console_test
 
 import (
@@ -16,6 +18,7 @@ import (
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Health service names the stack's processes are awaited on.
@@ -52,6 +55,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	gatewaytest.RequireStack()
 	code := m.Run()
 	for i := len(teardown) - 1; i >= 0; i-- {
 		teardown[i]()

@@ -1,3 +1,5 @@
+//go:build integration
+
 package keystore
 
 import (
@@ -103,34 +105,5 @@ func TestKeys(t *testing.T) {
 	}
 	if _, err := s.Keys(ctx, "no-such-tenant-ks"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Keys of an unknown tenant: %v, want ErrNotFound", err)
-	}
-}
-
-func TestParseKeyID(t *testing.T) {
-	id := "AbCdEf012345"
-	secret := strings.Repeat("x", keySecretLen)
-	for key, want := range map[string]string{
-		KeyPrefix + id + "_" + secret:           id,
-		KeyPrefix + id + "-" + secret:           "",
-		KeyPrefix + id + "_" + secret + "x":     "",
-		"KURZ_" + id + "_" + secret:             "",
-		KeyPrefix + "AbCdEf01234!_" + secret:    "",
-		KeyPrefix + id + "_" + secret[1:] + "é": "",
-	} {
-		got, ok := ParseKeyID(key)
-		if got != want || ok != (want != "") {
-			t.Errorf("ParseKeyID(%q) = %q %v, want %q", key, got, ok, want)
-		}
-	}
-}
-
-func TestTenantIDProblem(t *testing.T) {
-	for id, ok := range map[string]bool{
-		"acme": true, "a": true, "acme-2": true, strings.Repeat("a", 63): true,
-		"": false, "Acme": false, "-acme": false, "acme-": false, "ac_me": false, strings.Repeat("a", 64): false, "anonymous": false,
-	} {
-		if got := TenantIDProblem(id) == ""; got != ok {
-			t.Errorf("TenantIDProblem(%q) ok = %v, want %v", id, got, ok)
-		}
 	}
 }

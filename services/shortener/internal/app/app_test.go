@@ -2,39 +2,28 @@ package app
 
 import (
 	"context"
-	"slices"
+	"maps"
 	"strings"
 	"testing"
 
-	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/servertest"
 )
 
-func TestBootsHealthyWithSchemaApplied(t *testing.T) {
-	sh := start(t, nil, hooks{})
-	sh.AssertOps(t, "postgres", "redis")
-	if got := sh.GRPCServices(t); !slices.Contains(got, "kurz.shortener.v1.ShortenerService") {
-		t.Errorf("reflection lists %v, want kurz.shortener.v1.ShortenerService", got)
-	}
+// The tests of this file need nothing running: the configuration is refused
+// before any connection, or the one connection is refused at once.
 
-	db, err := pgpool.New(context.Background(), sh.cfg.Postgres)
-	if err != nil {
+// load is the configuration of a test shortener on loopback ports, with
+// overrides.
+func load(t testing.TB, overrides map[string]string) Config {
+	t.Helper()
+	base := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
+	maps.Copy(base, overrides)
+	var cfg Config
+	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	var links, block, deletedAt bool
-	if err := db.QueryRow(context.Background(), `
-		SELECT to_regclass('links') IS NOT NULL, to_regclass('link_block') IS NOT NULL,
-		       EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'links' AND column_name = 'deleted_at')`,
-	).Scan(&links, &block, &deletedAt); err != nil {
-		t.Fatal(err)
-	}
-	if !links || !block || !deletedAt {
-		t.Errorf("after boot: links table %v, link_block sequence %v, links.deleted_at %v; want all", links, block, deletedAt)
-	}
-	if err := sh.Stop(); err != nil {
-		t.Errorf("graceful stop: %v", err)
-	}
+	return cfg
 }
 
 func TestFailsFastNamingTheMissingDependency(t *testing.T) {

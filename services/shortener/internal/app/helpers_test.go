@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -22,7 +24,6 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/pgpool"
@@ -44,17 +45,6 @@ var testCodes = func() *linkcode.Permutation {
 	}
 	return p
 }()
-
-func load(t testing.TB, overrides map[string]string) Config {
-	t.Helper()
-	base := map[string]string{"KURZ_SHORTENER_GRPC_ADDR": "127.0.0.1:0", "KURZ_SHORTENER_HTTP_ADDR": "127.0.0.1:0"}
-	maps.Copy(base, overrides)
-	var cfg Config
-	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // instance is one in-process shortener with a client and handles on its
 // stores.
@@ -200,12 +190,8 @@ func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 // await polls cond (bounded) until it holds.
 func await(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !servertest.Eventually(within, cond) {
+		t.Fatalf("%s: not within %v", what, within)
 	}
 }
 

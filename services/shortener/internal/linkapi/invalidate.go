@@ -99,7 +99,7 @@ func (s *Service) RunInvalidations(ctx context.Context) {
 
 // observeInvalidations exports the queue of invalidations: how many wait and
 // the age of the oldest. Every replica reports the same shared table.
-func observeInvalidations(meter metric.Meter, store *linkstore.Store) error {
+func observeInvalidations(meter metric.Meter, store Store) error {
 	pending, err1 := meter.Int64ObservableGauge("kurz.shortener.invalidations.pending",
 		metric.WithDescription("Links whose change has not reached Redis yet (queued in link_invalidations, retried with backoff)"),
 		metric.WithUnit("{invalidation}"))

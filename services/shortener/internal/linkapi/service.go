@@ -84,7 +84,7 @@ type Options struct {
 type Service struct {
 	shortenerv1.UnimplementedShortenerServiceServer
 	opts    Options
-	store   *linkstore.Store
+	store   Store
 	rdb     redis.Cmdable
 	blocks  *codegen.Blocks
 	random  *codegen.Random
@@ -109,7 +109,7 @@ type instruments struct {
 
 // Deps are the Service's collaborators.
 type Deps struct {
-	Store   *linkstore.Store
+	Store   Store
 	Redis   redis.Cmdable
 	Blocks  *codegen.Blocks
 	Random  *codegen.Random

@@ -328,6 +328,19 @@ func decodeToken(t string) (cursor, error) {
 	return c, nil
 }
 
+// ParseToken reads back a page token of List or TokenAfter: the listing
+// continues after the link created at created with code, and only with the
+// tag filter tag. ErrBadPageToken if it is not such a token. It is for
+// stores that stand in for this one (a test's fake): they must continue the
+// listings whose tokens linkapi makes with TokenAfter.
+func ParseToken(token string) (created time.Time, code, tag string, err error) {
+	c, err := decodeToken(token)
+	if err != nil {
+		return time.Time{}, "", "", err
+	}
+	return time.UnixMicro(c.CreatedUs), c.Code, c.Tag, nil
+}
+
 // Changes lists the fields Update writes; nil pointers are left alone.
 type Changes struct {
 	LongURL  *string

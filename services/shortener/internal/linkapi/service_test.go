@@ -1,0 +1,305 @@
+package linkapi_test
+
+import (
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/services/shortener/internal/linkapi"
+	"kurz.dev/services/shortener/internal/urlcheck"
+)
+
+func mask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
+
+// A link goes through its whole life: created (in each code mode), read,
+// listed, updated and deleted, with each change written through to the
+// cache the redirect reads.
+func TestLinkLifecycle(t *testing.T) {
+	e := newEnv(t)
+	ctx := as("acme")
+
+	for name, req := range map[string]*shortenerv1.CreateLinkRequest{
+		"sequential": {LongUrl: "https://Example.com/seq"},
+		"random":     {LongUrl: "https://example.com/rnd", Mode: shortenerv1.CodeMode_CODE_MODE_RANDOM},
+		"custom":     {LongUrl: "https://example.com/own", CustomAlias: "acme-own"},
+	} {
+		resp, err := e.client.CreateLink(ctx, req)
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		l := resp.GetLink()
+		if l.GetCode() == "" || l.GetShortUrl() != baseURL+"/"+l.GetCode() || l.GetTenant() != "acme" ||
+			!strings.EqualFold(l.GetLongUrl(), req.GetLongUrl()) {
+			t.Errorf("create %s: got %v", name, l)
+		}
+		if name == "custom" && l.GetCode() != "acme-own" {
+			t.Errorf("create custom: code %q, want the alias acme-own", l.GetCode())
+		}
+		if got, found := e.cache.entry(t, l.GetCode()); !found || got.State != linkcache.Active || got.URL != l.GetLongUrl() || got.Tenant != "acme" {
+			t.Errorf("create %s: cache entry %+v (found %v), want it active on %s", name, got, found, l.GetLongUrl())
+		}
+	}
+
+	created, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/life",
+		Tags: []string{"Blue", "blue", "red"}, RedirectType: shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := created.GetLink().GetCode()
+	if got, want := created.GetLink().GetTags(), []string{"blue", "red"}; !slices.Equal(got, want) {
+		t.Errorf("tags %v, want %v (lowered, de-duplicated)", got, want)
+	}
+
+	got, err := e.client.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetLink().GetLongUrl() != "https://example.com/life" || got.GetLink().GetRedirectType() != shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY {
+		t.Errorf("get: %v", got.GetLink())
+	}
+
+	list, err := e.client.ListLinks(ctx, &shortenerv1.ListLinksRequest{Tag: "RED"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetLinks()) != 1 || list.GetLinks()[0].GetCode() != code {
+		t.Errorf("list tagged red: %v, want only %s", list.GetLinks(), code)
+	}
+	list, err = e.client.ListLinks(ctx, &shortenerv1.ListLinksRequest{PageSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetLinks()) != 2 || list.GetLinks()[0].GetCode() != code || list.GetNextPageToken() == "" {
+		t.Fatalf("first page of 2: %v next %q, want the newest link first and a next page", list.GetLinks(), list.GetNextPageToken())
+	}
+	rest, err := e.client.ListLinks(ctx, &shortenerv1.ListLinksRequest{PageSize: 10, PageToken: list.GetNextPageToken()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest.GetLinks()) != 2 || rest.GetNextPageToken() != "" {
+		t.Errorf("second page: %v next %q, want the 2 other links and no next page", rest.GetLinks(), rest.GetNextPageToken())
+	}
+
+	updated, err := e.client.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link:       &shortenerv1.Link{Code: code, LongUrl: "https://example.com/moved", Disabled: true, Tags: []string{"green"}},
+		UpdateMask: mask("long_url", "tags"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := updated.GetLink(); u.GetLongUrl() != "https://example.com/moved" || !slices.Equal(u.GetTags(), []string{"green"}) || u.GetDisabled() {
+		t.Errorf("update of long_url and tags: %v, want both changed and disabled (not in the mask) kept", u)
+	}
+	if entry, _ := e.cache.entry(t, code); entry.URL != "https://example.com/moved" {
+		t.Errorf("cache entry after update: %+v, want the new URL", entry)
+	}
+
+	if _, err := e.client.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	wantStatus(t, "get after delete", err, codes.NotFound, "", "")
+	if entry, _ := e.cache.entry(t, code); entry.State != linkcache.Gone {
+		t.Errorf("cache entry after delete: %+v, want gone", entry)
+	}
+	if !slices.Contains(e.cache.published, code) {
+		t.Errorf("published %v, want the deleted code among them", e.cache.published)
+	}
+}
+
+// Every refused argument is INVALID_ARGUMENT with the reason and field in an
+// ErrorInfo, and nothing is stored or charged.
+func TestCreateRefusesBadArguments(t *testing.T) {
+	e := newEnv(t)
+	past := timestamppb.New(time.Now().Add(-time.Hour))
+	for name, tc := range map[string]struct {
+		req           *shortenerv1.CreateLinkRequest
+		reason, field string
+	}{
+		"no url":             {&shortenerv1.CreateLinkRequest{}, urlcheck.ReasonRequired, "long_url"},
+		"script scheme":      {&shortenerv1.CreateLinkRequest{LongUrl: "javascript:alert(1)"}, urlcheck.ReasonScheme, "long_url"},
+		"private host":       {&shortenerv1.CreateLinkRequest{LongUrl: "http://127.0.0.1/admin"}, urlcheck.ReasonPrivateHost, "long_url"},
+		"bad alias":          {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", CustomAlias: "a b"}, linkapi.ReasonAliasInvalid, "custom_alias"},
+		"reserved alias":     {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", CustomAlias: "healthz"}, linkapi.ReasonAliasReserved, "custom_alias"},
+		"alias with random":  {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", CustomAlias: "mine", Mode: shortenerv1.CodeMode_CODE_MODE_RANDOM}, linkapi.ReasonModeInvalid, "custom_alias"},
+		"custom, no alias":   {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Mode: shortenerv1.CodeMode_CODE_MODE_CUSTOM}, linkapi.ReasonAliasInvalid, "custom_alias"},
+		"unknown mode":       {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Mode: 99}, linkapi.ReasonModeInvalid, "mode"},
+		"unknown redirect":   {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", RedirectType: 99}, linkapi.ReasonRedirectInvalid, "redirect_type"},
+		"expiry in the past": {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", ExpireTime: past}, linkapi.ReasonExpireTimeInvalid, "expire_time"},
+		"bad tag":            {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Tags: []string{"no spaces"}}, linkapi.ReasonTagsInvalid, "tags"},
+		"negative visits":    {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", MaxVisits: -1}, linkapi.ReasonMaxVisitsInvalid, "max_visits"},
+		"short password":     {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Password: "short"}, linkapi.ReasonPasswordInvalid, "password"},
+	} {
+		_, err := e.client.CreateLink(as("acme"), tc.req)
+		wantStatus(t, name, err, codes.InvalidArgument, tc.reason, tc.field)
+	}
+	list, err := e.client.ListLinks(as("acme"), &shortenerv1.ListLinksRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetLinks()) != 0 || len(e.limiter.Calls()) != 0 {
+		t.Errorf("after refused creates: %d links stored, %d quota checks; want none", len(list.GetLinks()), len(e.limiter.Calls()))
+	}
+}
+
+func TestUpdateAndListRefuseBadArguments(t *testing.T) {
+	e := newEnv(t)
+	ctx := as("acme")
+	l, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/kept", Tags: []string{"red"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := l.GetLink().GetCode()
+	for name, tc := range map[string]struct {
+		req           *shortenerv1.UpdateLinkRequest
+		reason, field string
+	}{
+		"no link":      {&shortenerv1.UpdateLinkRequest{UpdateMask: mask("long_url")}, linkapi.ReasonLinkRequired, "link"},
+		"no mask":      {&shortenerv1.UpdateLinkRequest{Link: &shortenerv1.Link{Code: code}}, linkapi.ReasonUpdateMaskInvalid, "update_mask"},
+		"unknown path": {&shortenerv1.UpdateLinkRequest{Link: &shortenerv1.Link{Code: code}, UpdateMask: mask("tenant")}, linkapi.ReasonUpdateMaskInvalid, "update_mask"},
+		"bad url":      {&shortenerv1.UpdateLinkRequest{Link: &shortenerv1.Link{Code: code, LongUrl: "ftp://x"}, UpdateMask: mask("long_url")}, urlcheck.ReasonScheme, "long_url"},
+		"bad tags":     {&shortenerv1.UpdateLinkRequest{Link: &shortenerv1.Link{Code: code, Tags: []string{""}}, UpdateMask: mask("tags")}, linkapi.ReasonTagsInvalid, "tags"},
+	} {
+		_, err := e.client.UpdateLink(ctx, tc.req)
+		wantStatus(t, "update, "+name, err, codes.InvalidArgument, tc.reason, tc.field)
+	}
+	if got, err := e.client.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code}); err != nil || got.GetLink().GetLongUrl() != "https://example.com/kept" {
+		t.Errorf("after refused updates: %v, %v; want the link unchanged", got.GetLink(), err)
+	}
+
+	if _, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/2", Tags: []string{"red"}}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.client.ListLinks(ctx, &shortenerv1.ListLinksRequest{PageSize: 1, Tag: "red"})
+	if err != nil || first.GetNextPageToken() == "" {
+		t.Fatalf("first page of 1 tagged red: %v, %v; want a next page", first, err)
+	}
+	for name, tc := range map[string]struct {
+		req    *shortenerv1.ListLinksRequest
+		reason string
+		field  string
+	}{
+		"negative size":     {&shortenerv1.ListLinksRequest{PageSize: -1}, linkapi.ReasonPageSizeInvalid, "page_size"},
+		"made-up token":     {&shortenerv1.ListLinksRequest{PageToken: "nope"}, linkapi.ReasonPageTokenInvalid, "page_token"},
+		"another tag's":     {&shortenerv1.ListLinksRequest{PageToken: first.GetNextPageToken(), Tag: "blue"}, linkapi.ReasonPageTokenInvalid, "page_token"},
+		"bad tag":           {&shortenerv1.ListLinksRequest{Tag: "a/b"}, linkapi.ReasonTagsInvalid, "tag"},
+		"token without tag": {&shortenerv1.ListLinksRequest{PageToken: first.GetNextPageToken()}, linkapi.ReasonPageTokenInvalid, "page_token"},
+	} {
+		_, err := e.client.ListLinks(ctx, tc.req)
+		wantStatus(t, "list, "+name, err, codes.InvalidArgument, tc.reason, tc.field)
+	}
+}
+
+// A denied quota check is RESOURCE_EXHAUSTED with the rule and a retry
+// delay, and nothing is created; the check is keyed by tenant and client.
+func TestQuotaDenialCreatesNothing(t *testing.T) {
+	e := newEnv(t)
+	e.limiter.SetDecider(limitertest.Deny("per-tenant", 3*time.Second))
+	_, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/denied", CustomAlias: "denied"})
+	wantStatus(t, "create over quota", err, codes.ResourceExhausted, linkapi.ReasonRateLimited, "")
+	var retry *errdetails.RetryInfo
+	for _, d := range status.Convert(err).Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			retry = r
+		}
+	}
+	if retry.GetRetryDelay().AsDuration() != 3*time.Second || !strings.Contains(status.Convert(err).Message(), "per-tenant") {
+		t.Errorf("denial %v with retry info %v; want the rule named and a retry delay of 3s", err, retry)
+	}
+	calls := e.limiter.Calls()
+	if len(calls) != 1 || calls[0].GetDomain() != linkapi.QuotaDomain || calls[0].GetDescriptors()["tenant"] != "acme" ||
+		calls[0].GetDescriptors()["ip"] == "" {
+		t.Errorf("quota checks %v, want one on %s keyed by tenant acme and the client IP", calls, linkapi.QuotaDomain)
+	}
+
+	e.limiter.SetDecider(limitertest.AllowAll)
+	if _, err := e.client.GetLink(as("acme"), &shortenerv1.GetLinkRequest{Code: "denied"}); status.Code(err) != codes.NotFound {
+		t.Errorf("the denied alias: %v, want NotFound (nothing stored)", err)
+	}
+	if _, found := e.cache.entry(t, "denied"); found {
+		t.Error("the denied link reached the cache")
+	}
+}
+
+// A code that is not the caller's (unknown, never plausible, or deleted)
+// is NOT_FOUND for every call.
+func TestUnknownCodesAreNotFound(t *testing.T) {
+	e := newEnv(t)
+	ctx := as("acme")
+	for _, code := range []string{"nosuchcode", "", "not a code!"} {
+		_, err := e.client.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+		wantStatus(t, "get "+code, err, codes.NotFound, "", "")
+		_, err = e.client.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{Link: &shortenerv1.Link{Code: code, Disabled: true}, UpdateMask: mask("disabled")})
+		wantStatus(t, "update "+code, err, codes.NotFound, "", "")
+		_, err = e.client.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code})
+		wantStatus(t, "delete "+code, err, codes.NotFound, "", "")
+	}
+}
+
+// A tenant never sees, changes or deletes another tenant's link: to it the
+// code does not exist. Codes are global, though: an alias another tenant
+// holds is taken.
+func TestTenantIsolation(t *testing.T) {
+	e := newEnv(t)
+	owner, other := as("acme"), as("globex")
+	l, err := e.client.CreateLink(owner, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/acme", CustomAlias: "acme-only"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := l.GetLink().GetCode()
+
+	_, err = e.client.GetLink(other, &shortenerv1.GetLinkRequest{Code: code})
+	wantStatus(t, "another tenant's get", err, codes.NotFound, "", "")
+	_, err = e.client.UpdateLink(other, &shortenerv1.UpdateLinkRequest{
+		Link: &shortenerv1.Link{Code: code, LongUrl: "https://evil.example"}, UpdateMask: mask("long_url")})
+	wantStatus(t, "another tenant's update", err, codes.NotFound, "", "")
+	_, err = e.client.DeleteLink(other, &shortenerv1.DeleteLinkRequest{Code: code})
+	wantStatus(t, "another tenant's delete", err, codes.NotFound, "", "")
+	list, err := e.client.ListLinks(other, &shortenerv1.ListLinksRequest{})
+	if err != nil || len(list.GetLinks()) != 0 {
+		t.Errorf("another tenant's list: %v, %v; want no links", list.GetLinks(), err)
+	}
+	_, err = e.client.CreateLink(other, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/g", CustomAlias: code})
+	wantStatus(t, "another tenant's create of the alias", err, codes.AlreadyExists, linkapi.ReasonAliasTaken, "custom_alias")
+
+	got, err := e.client.GetLink(owner, &shortenerv1.GetLinkRequest{Code: code})
+	if err != nil || got.GetLink().GetLongUrl() != "https://example.com/acme" {
+		t.Errorf("the owner's link after the other tenant's calls: %v, %v; want it unchanged", got.GetLink(), err)
+	}
+}
+
+// A call without a tenant is UNAUTHENTICATED, unless anonymous creation is
+// on: then it acts as tenant "anonymous".
+func TestCallsWithoutATenant(t *testing.T) {
+	_, err := newEnv(t).client.CreateLink(as(""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com"})
+	wantStatus(t, "create without a tenant", err, codes.Unauthenticated, linkapi.ReasonTenantMissing, "")
+
+	e := newEnv(t, func(o *linkapi.Options) { o.AllowAnonymous = true })
+	l, err := e.client.CreateLink(as(""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com"})
+	if err != nil || l.GetLink().GetTenant() != "anonymous" {
+		t.Errorf("anonymous create: %v, %v; want tenant anonymous", l.GetLink(), err)
+	}
+}
+
+// A store that cannot be reached is UNAVAILABLE with a retry delay; its
+// error text never reaches the client.
+func TestUnreachableStoreIsUnavailable(t *testing.T) {
+	e := newEnv(t)
+	e.store.Fail(&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "secret-db-host", Name: "db"}})
+	_, err := e.client.GetLink(as("acme"), &shortenerv1.GetLinkRequest{Code: "abcdef"})
+	wantStatus(t, "get with the store down", err, codes.Unavailable, linkapi.ReasonStoreDown, "")
+	if strings.Contains(status.Convert(err).Message(), "secret-db-host") {
+		t.Errorf("the store's error reached the client: %v", err)
+	}
+}

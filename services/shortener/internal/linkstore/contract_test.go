@@ -1,0 +1,347 @@
+package linkstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"kurz.dev/services/shortener/internal/linkapi"
+	"kurz.dev/services/shortener/internal/linkstore"
+	"kurz.dev/services/shortener/internal/linkstore/linkstoretest"
+)
+
+// contractStore is what the contract checks: what linkapi needs of a store,
+// and the block source of codegen.
+type contractStore interface {
+	linkapi.Store
+	NextBlocks(ctx context.Context, n int) ([]int64, error)
+}
+
+// newRun returns a fresh prefix for a contract run's codes and tenants: the
+// PostgreSQL store's run shares its database with other tests.
+func newRun() string { return "ct" + strings.ToLower(rand.Text()[:10]) }
+
+// The in-memory store linkapi's unit tests use behaves as the PostgreSQL
+// store does (TestPostgresStoreMeetsTheContract, integration tier).
+func TestFakeStoreMeetsTheContract(t *testing.T) {
+	testContract(t, linkstoretest.New(), newRun())
+}
+
+// testContract checks s: every code and tenant it makes starts with run.
+func testContract(t *testing.T, s contractStore, run string) {
+	ctx := context.Background()
+	tenant, other := run+"-a", run+"-b"
+	insert := func(t *testing.T, l linkstore.Link) linkstore.Link {
+		t.Helper()
+		got, err := s.Insert(ctx, l)
+		if err != nil {
+			t.Fatalf("Insert %s: %v", l.Code, err)
+		}
+		return got
+	}
+	pending := func(t *testing.T, code string) bool {
+		t.Helper()
+		due, err := s.DueInvalidations(ctx, 1_000_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(due, code)
+	}
+
+	t.Run("InsertThenGetReturnsEveryField", func(t *testing.T) {
+		exp := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+		want := linkstore.Link{Code: run + "f1", Tenant: tenant, LongURL: "https://example.com/f", Status: 308,
+			Expires: &exp, Tags: []string{"b", "a"}, MaxVisits: 7, PasswordHash: "$argon2id$x",
+			IOSURL: "https://example.com/ios", DesktopURL: "https://example.com/desk"}
+		stored := insert(t, want)
+		got, err := s.Get(ctx, tenant, want.Code)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, l := range map[string]linkstore.Link{"Insert": stored, "Get": got} {
+			if l.Code != want.Code || l.Tenant != tenant || l.LongURL != want.LongURL || l.Status != 308 ||
+				l.Expires == nil || !l.Expires.Equal(exp) || !slices.Equal(l.Tags, want.Tags) || l.MaxVisits != 7 ||
+				l.PasswordHash != want.PasswordHash || l.IOSURL != want.IOSURL || l.AndroidURL != "" ||
+				l.DesktopURL != want.DesktopURL || l.Disabled || l.Deleted != nil || l.Created.IsZero() || !l.Updated.Equal(l.Created) {
+				t.Errorf("%s returned %+v; want the fields inserted, %+v", name, l, want)
+			}
+		}
+		bare := insert(t, linkstore.Link{Code: run + "f2", Tenant: tenant, LongURL: "https://example.com/bare"})
+		if bare.Tags == nil || len(bare.Tags) != 0 || bare.Expires != nil {
+			t.Errorf("a link without tags or expiry: tags %#v, expiry %v; want an empty slice and nil", bare.Tags, bare.Expires)
+		}
+	})
+
+	t.Run("CodesStayTakenAcrossTenantsAndRevocation", func(t *testing.T) {
+		l := insert(t, linkstore.Link{Code: run + "t1", Tenant: tenant, LongURL: "https://example.com/t"})
+		if _, err := s.Insert(ctx, linkstore.Link{Code: l.Code, Tenant: other, LongURL: "https://example.com/o"}); !errors.Is(err, linkstore.ErrCodeTaken) {
+			t.Errorf("Insert of a code another tenant holds: %v, want ErrCodeTaken", err)
+		}
+		if _, err := s.Delete(ctx, tenant, l.Code); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Insert(ctx, l); !errors.Is(err, linkstore.ErrCodeTaken) {
+			t.Errorf("Insert of a revoked link's code: %v, want ErrCodeTaken", err)
+		}
+		if _, err := s.Get(ctx, tenant, l.Code); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("Get of a revoked link: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Delete(ctx, tenant, l.Code); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("Delete of a revoked link: %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("AnotherTenantsLinkIsNotFound", func(t *testing.T) {
+		l := insert(t, linkstore.Link{Code: run + "i1", Tenant: tenant, LongURL: "https://example.com/i"})
+		disabled := true
+		if _, err := s.Get(ctx, other, l.Code); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("Get as another tenant: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Update(ctx, other, l.Code, linkstore.Changes{Disabled: &disabled}); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("Update as another tenant: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Delete(ctx, other, l.Code); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("Delete as another tenant: %v, want ErrNotFound", err)
+		}
+		page, err := s.List(ctx, other, 100, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Links) != 0 {
+			t.Errorf("another tenant lists %d links, want none", len(page.Links))
+		}
+		if got, err := s.Get(ctx, tenant, l.Code); err != nil || got.Disabled {
+			t.Errorf("after the other tenant's calls: %+v, %v; want the link unchanged", got, err)
+		}
+	})
+
+	t.Run("InsertManyLeavesTakenCodesOut", func(t *testing.T) {
+		insert(t, linkstore.Link{Code: run + "m1", Tenant: tenant, LongURL: "https://example.com/m1"})
+		got, err := s.InsertMany(ctx, []linkstore.Link{
+			{Code: run + "m1", Tenant: other, LongURL: "https://example.com/taken"},
+			{Code: run + "m2", Tenant: other, LongURL: "https://example.com/m2", Tags: []string{"x"}},
+			{Code: run + "m3", Tenant: other, LongURL: "https://example.com/m3"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[run+"m2"].LongURL != "https://example.com/m2" || !slices.Equal(got[run+"m2"].Tags, []string{"x"}) ||
+			got[run+"m3"].Tenant != other || got[run+"m3"].Tags == nil {
+			t.Errorf("InsertMany returned %+v; want m2 and m3 stored as given, m1 left out", got)
+		}
+		if l, err := s.Get(ctx, tenant, run+"m1"); err != nil || l.LongURL != "https://example.com/m1" {
+			t.Errorf("the taken code's link: %+v, %v; want the first one kept", l, err)
+		}
+		if _, err := s.InsertMany(ctx, nil); err == nil {
+			t.Error("InsertMany of no links succeeded, want an error")
+		}
+	})
+
+	t.Run("ListPagesNewestFirstByTag", func(t *testing.T) {
+		lt := run + "-list"
+		var all []linkstore.Link
+		for i, tags := range [][]string{{"red"}, nil, {"red", "big"}, {"red"}, nil} {
+			all = append(all, insert(t, linkstore.Link{Code: run + "l" + string(rune('a'+i)), Tenant: lt,
+				LongURL: "https://example.com/l", Tags: tags}))
+		}
+		gone := insert(t, linkstore.Link{Code: run + "lz", Tenant: lt, LongURL: "https://example.com/gone", Tags: []string{"red"}})
+		if _, err := s.Delete(ctx, lt, gone.Code); err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(all, func(a, b linkstore.Link) int {
+			if c := b.Created.Compare(a.Created); c != 0 {
+				return c
+			}
+			return strings.Compare(b.Code, a.Code)
+		})
+		codes := func(ls []linkstore.Link) []string {
+			var out []string
+			for _, l := range ls {
+				out = append(out, l.Code)
+			}
+			return out
+		}
+		list := func(tag string) []string {
+			var got []string
+			token := ""
+			for range len(all) + 1 {
+				page, err := s.List(ctx, lt, 2, token, tag)
+				if err != nil {
+					t.Fatalf("List tag %q: %v", tag, err)
+				}
+				if len(page.Links) > 2 {
+					t.Fatalf("List of size 2 returned %d links", len(page.Links))
+				}
+				got = append(got, codes(page.Links)...)
+				if token = page.Next; token == "" {
+					return got
+				}
+			}
+			t.Fatalf("List tag %q never ended", tag)
+			return nil
+		}
+		if got, want := list(""), codes(all); !slices.Equal(got, want) {
+			t.Errorf("pages of 2: %v, want %v (newest first, the revoked link left out)", got, want)
+		}
+		var red []linkstore.Link
+		for _, l := range all {
+			if slices.Contains(l.Tags, "red") {
+				red = append(red, l)
+			}
+		}
+		if got, want := list("red"), codes(red); !slices.Equal(got, want) {
+			t.Errorf("pages of 2 tagged red: %v, want %v", got, want)
+		}
+		page, err := s.List(ctx, lt, 10, linkstore.TokenAfter(all[1], ""), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := codes(page.Links), codes(all[2:]); !slices.Equal(got, want) || page.Next != "" {
+			t.Errorf("after TokenAfter(the second link): %v next %q, want %v and no next", got, page.Next, want)
+		}
+		first, err := s.List(ctx, lt, 1, "", "red")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.List(ctx, lt, 1, first.Next, "big"); !errors.Is(err, linkstore.ErrPageTokenTag) {
+			t.Errorf("a red listing's token with tag big: %v, want ErrPageTokenTag", err)
+		}
+		if _, err := s.List(ctx, lt, 1, "not-a-token", ""); !errors.Is(err, linkstore.ErrBadPageToken) {
+			t.Errorf("a made-up token: %v, want ErrBadPageToken", err)
+		}
+	})
+
+	t.Run("UpdateChangesOnlyTheGivenFields", func(t *testing.T) {
+		exp := time.Now().Add(time.Hour)
+		l := insert(t, linkstore.Link{Code: run + "u1", Tenant: tenant, LongURL: "https://example.com/u", Status: 301,
+			Expires: &exp, Tags: []string{"a"}, MaxVisits: 3, PasswordHash: "h", AndroidURL: "https://example.com/and"})
+		newURL, disabled, noExpiry := "https://example.com/u2", true, (*time.Time)(nil)
+		got, err := s.Update(ctx, tenant, l.Code, linkstore.Changes{LongURL: &newURL, Disabled: &disabled,
+			Expires: &noExpiry, Targets: &linkstore.DeviceURLs{IOS: "https://example.com/ios"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.LongURL != newURL || !got.Disabled || got.Expires != nil || got.IOSURL != "https://example.com/ios" ||
+			got.AndroidURL != "" || got.Status != 301 || !slices.Equal(got.Tags, []string{"a"}) || got.MaxVisits != 3 ||
+			got.PasswordHash != "h" || got.Updated.Before(l.Updated) {
+			t.Errorf("after Update: %+v; want long_url, disabled, expiry and targets changed, the rest kept", got)
+		}
+		if read, err := s.Get(ctx, tenant, l.Code); err != nil || read.LongURL != newURL || !read.Disabled {
+			t.Errorf("Get after Update: %+v, %v", read, err)
+		}
+		empty, none := []string{}, ""
+		got, err = s.Update(ctx, tenant, l.Code, linkstore.Changes{Tags: &empty, PasswordHash: &none})
+		if err != nil || got.Tags == nil || len(got.Tags) != 0 || got.PasswordHash != "" || got.LongURL != newURL {
+			t.Errorf("clearing tags and password: %+v, %v", got, err)
+		}
+	})
+
+	t.Run("LiveWalksEnabledLinksInCodeOrder", func(t *testing.T) {
+		lr := run + "v"
+		disabled := true
+		for _, c := range []string{"c", "a", "d", "b"} {
+			insert(t, linkstore.Link{Code: lr + c, Tenant: other, LongURL: "https://example.com/v"})
+		}
+		if _, err := s.Update(ctx, other, lr+"b", linkstore.Changes{Disabled: &disabled}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Delete(ctx, other, lr+"d"); err != nil {
+			t.Fatal(err)
+		}
+		// The run's codes come first after lr: every code between lr and
+		// the next prefix starts with lr.
+		links, err := s.Live(ctx, lr, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range links {
+			if strings.HasPrefix(l.Code, lr) {
+				got = append(got, strings.TrimPrefix(l.Code, lr))
+			}
+		}
+		if want := []string{"a", "c"}; !slices.Equal(got, want) {
+			t.Errorf("Live after %s: %v, want %v (disabled and revoked left out)", lr, got, want)
+		}
+		if links, err := s.Live(ctx, lr+"a", 1); err != nil || len(links) != 1 || links[0].Code != lr+"c" {
+			t.Errorf("Live after %sa, 1: %+v, %v; want %sc", lr, links, err, lr)
+		}
+	})
+
+	t.Run("ChangesQueueAnInvalidationUntilRefreshed", func(t *testing.T) {
+		l := insert(t, linkstore.Link{Code: run + "q1", Tenant: tenant, LongURL: "https://example.com/q"})
+		if pending(t, l.Code) {
+			t.Fatal("a new link has an invalidation queued; want none")
+		}
+		v2 := "https://example.com/q2"
+		if _, err := s.Update(ctx, tenant, l.Code, linkstore.Changes{LongURL: &v2}); err != nil {
+			t.Fatal(err)
+		}
+		if !pending(t, l.Code) {
+			t.Fatal("no invalidation queued after Update")
+		}
+		if n, oldest, err := s.PendingInvalidations(ctx); err != nil || n < 1 || oldest < 0 {
+			t.Errorf("PendingInvalidations: %d, %v, %v; want at least this one", n, oldest, err)
+		}
+		failed := errors.New("redis down")
+		if err := s.Refresh(ctx, l.Code, func(context.Context, linkstore.Link) error { return failed }); !errors.Is(err, failed) {
+			t.Errorf("Refresh whose write failed: %v, want the write's error", err)
+		}
+		if !pending(t, l.Code) {
+			t.Error("a failed Refresh dropped the invalidation")
+		}
+		if err := s.Postpone(ctx, l.Code, time.Hour, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if pending(t, l.Code) {
+			t.Error("a postponed invalidation is due at once")
+		}
+		var written []linkstore.Link
+		write := func(_ context.Context, l linkstore.Link) error { written = append(written, l); return nil }
+		if err := s.Refresh(ctx, l.Code, write); err != nil {
+			t.Fatal(err)
+		}
+		if len(written) != 1 || written[0].LongURL != v2 {
+			t.Errorf("Refresh wrote %+v, want the link's current state once", written)
+		}
+		if _, err := s.Delete(ctx, tenant, l.Code); err != nil {
+			t.Fatal(err)
+		}
+		if !pending(t, l.Code) {
+			t.Error("no invalidation queued after Delete")
+		}
+		written = nil
+		if err := s.Refresh(ctx, l.Code, write); err != nil {
+			t.Fatal(err)
+		}
+		if len(written) != 1 || written[0].Deleted == nil {
+			t.Errorf("Refresh of a revoked link wrote %+v, want it with its revocation", written)
+		}
+		if pending(t, l.Code) {
+			t.Error("the invalidation is still due after a successful Refresh")
+		}
+		written = nil
+		if err := s.Refresh(ctx, run+"nosuch", write); err != nil || len(written) != 0 {
+			t.Errorf("Refresh of a code without a link: %v, wrote %+v; want nil and nothing written", err, written)
+		}
+	})
+
+	t.Run("NextBlocksNeverRepeat", func(t *testing.T) {
+		a, err := s.NextBlocks(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.NextBlocks(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := append(a, b...)
+		if len(a) != 3 || len(b) != 2 || !slices.IsSorted(all) || len(slices.Compact(slices.Clone(all))) != len(all) {
+			t.Errorf("NextBlocks(3), NextBlocks(2): %v, %v; want 5 increasing values", a, b)
+		}
+	})
+}
