@@ -90,6 +90,9 @@ type Sentinel struct {
 	Code codes.Code
 	// Reason, when set, adds an ErrorInfo in Domain.
 	Reason string
+	// Field, when set, makes the status a BadRequest of that field (Code
+	// must be INVALID_ARGUMENT, Reason set).
+	Field string
 	// Message is what the client reads: written for a person, naming
 	// nothing internal.
 	Message string
@@ -101,6 +104,8 @@ type Sentinel struct {
 // status builds the row's status.
 func (s Sentinel) status() error {
 	switch {
+	case s.Field != "":
+		return BadRequest(s.Field, s.Reason, s.Message)
 	case s.RetryAfter > 0:
 		return RetryLater(s.Code, s.Reason, s.Message, s.RetryAfter, nil)
 	case s.Reason != "":

@@ -99,13 +99,15 @@ func TestWithDetails(t *testing.T) {
 }
 
 var (
-	errGone = errors.New("store: gone")
-	errDown = errors.New("store: down at 10.0.0.7")
+	errGone  = errors.New("store: gone")
+	errDown  = errors.New("store: down at 10.0.0.7")
+	errToken = errors.New("store: bad token")
 )
 
 var table = []Sentinel{
 	{Err: errGone, Code: codes.NotFound, Message: "no such thing"},
 	{Err: errDown, Code: codes.Unavailable, Reason: "STORE_UNAVAILABLE", Message: "the store is unavailable", RetryAfter: time.Second},
+	{Err: errToken, Code: codes.InvalidArgument, Reason: "TOKEN_INVALID", Field: "page_token", Message: "start again without page_token"},
 	{Err: context.DeadlineExceeded, Code: codes.DeadlineExceeded, Reason: "SLOW", Message: "too slow: narrow it"},
 }
 
@@ -124,6 +126,7 @@ func TestToStatus(t *testing.T) {
 		"wrapped sentinel":           {fmt.Errorf("get 42: %w", errGone), table, codes.NotFound, "no such thing", "", false},
 		"joined sentinel":            {errors.Join(errors.New("other"), errGone), table, codes.NotFound, "no such thing", "", false},
 		"retryable sentinel, logged": {fmt.Errorf("query: %w", errDown), table, codes.Unavailable, "the store is unavailable; retry after 1s", "STORE_UNAVAILABLE", true},
+		"field sentinel":             {errToken, table, codes.InvalidArgument, "start again without page_token", "TOKEN_INVALID", false},
 		"cancelled":                  {fmt.Errorf("query: %w", context.Canceled), table, codes.Canceled, msgCanceled, "", false},
 		"deadline":                   {fmt.Errorf("query: %w", context.DeadlineExceeded), nil, codes.DeadlineExceeded, msgDeadline, "", false},
 		"deadline reworded by table": {fmt.Errorf("query: %w", context.DeadlineExceeded), table, codes.DeadlineExceeded, "too slow: narrow it", "SLOW", true},
@@ -149,6 +152,10 @@ func TestToStatus(t *testing.T) {
 			info, _, _ := details(t, got)
 			if info.GetReason() != tc.wantReason || (tc.wantReason != "" && info.GetDomain() != Domain) {
 				t.Errorf("ErrorInfo %v, want reason %q in %s", info, tc.wantReason, Domain)
+			}
+			if _, br, _ := details(t, got); tc.err == errToken &&
+				(len(br.GetFieldViolations()) != 1 || br.GetFieldViolations()[0].GetField() != "page_token") {
+				t.Errorf("field violations %v, want one for page_token", br.GetFieldViolations())
 			}
 			if tc.err == onPurpose && got != onPurpose {
 				t.Errorf("a status came back as %v, want it unchanged", got)
