@@ -83,6 +83,41 @@ func RetryLater(c codes.Code, reason, what string, after time.Duration, meta map
 	)
 }
 
+// Invalid is a refused argument: the field at fault, a machine-readable
+// reason, and a message a person can act on. ToStatus answers it as
+// BadRequest, wrapped or not.
+type Invalid struct {
+	Field, Reason, Message string
+}
+
+// Invalidf is an *Invalid with a formatted message.
+func Invalidf(field, reason, format string, args ...any) *Invalid {
+	return &Invalid{Field: field, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *Invalid) Error() string { return e.Message }
+
+// Status is the answer to the refused argument: BadRequest.
+func (e *Invalid) Status() error { return BadRequest(e.Field, e.Reason, e.Message) }
+
+// Details returns the details of a kurz status: its ErrorInfo, BadRequest
+// and RetryInfo, each nil where absent (and all nil for an error that is
+// not a status).
+func Details(err error) (info *errdetails.ErrorInfo, br *errdetails.BadRequest, retry *errdetails.RetryInfo) {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			info = d
+		case *errdetails.BadRequest:
+			br = d
+		case *errdetails.RetryInfo:
+			retry = d
+		}
+	}
+	return info, br, retry
+}
+
 // Sentinel is one row of a service's error table: the status a client gets
 // for an error that is Err (errors.Is).
 type Sentinel struct {
@@ -117,6 +152,7 @@ func (s Sentinel) status() error {
 // ToStatus is the one place a handler's error becomes a gRPC status, by the
 // first of:
 //
+//   - an *Invalid (errors.As): its BadRequest;
 //   - a row of table that err is (errors.Is), in the table's order: its code,
 //     reason and message; the real error is logged when the code is a fault
 //     on the server's side (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, ...);
@@ -131,6 +167,10 @@ func (s Sentinel) status() error {
 func ToStatus(ctx context.Context, log *slog.Logger, err error, table []Sentinel) error {
 	if err == nil {
 		return nil
+	}
+	var inv *Invalid
+	if errors.As(err, &inv) {
+		return inv.Status()
 	}
 	for _, s := range table {
 		if errors.Is(err, s.Err) {

@@ -10,32 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// details returns the ErrorInfo, BadRequest and RetryInfo of err, nil where
-// absent.
-func details(t *testing.T, err error) (*errdetails.ErrorInfo, *errdetails.BadRequest, *errdetails.RetryInfo) {
-	t.Helper()
-	var info *errdetails.ErrorInfo
-	var br *errdetails.BadRequest
-	var retry *errdetails.RetryInfo
-	for _, d := range status.Convert(err).Details() {
-		switch d := d.(type) {
-		case *errdetails.ErrorInfo:
-			info = d
-		case *errdetails.BadRequest:
-			br = d
-		case *errdetails.RetryInfo:
-			retry = d
-		default:
-			t.Errorf("unexpected detail %T", d)
-		}
-	}
-	return info, br, retry
-}
 
 func TestBadRequest(t *testing.T) {
 	err := BadRequest("code", "CODE_INVALID", "code \"!\" is not a short code")
@@ -43,7 +20,7 @@ func TestBadRequest(t *testing.T) {
 	if st.Code() != codes.InvalidArgument || st.Message() != "code \"!\" is not a short code" {
 		t.Errorf("status %v %q, want InvalidArgument with the message", st.Code(), st.Message())
 	}
-	info, br, retry := details(t, err)
+	info, br, retry := Details(err)
 	if info.GetDomain() != Domain || info.GetReason() != "CODE_INVALID" || info.GetMetadata()["field"] != "code" {
 		t.Errorf("ErrorInfo %v, want domain %s, reason CODE_INVALID, field code", info, Domain)
 	}
@@ -74,7 +51,7 @@ func TestRetryLater(t *testing.T) {
 			if want := fmt.Sprintf("too many links; retry after %ds", tc.wantSecs); st.Code() != codes.ResourceExhausted || st.Message() != want {
 				t.Errorf("status %v %q, want ResourceExhausted %q", st.Code(), st.Message(), want)
 			}
-			info, br, retry := details(t, err)
+			info, br, retry := Details(err)
 			if info.GetDomain() != Domain || info.GetReason() != ReasonRateLimited || info.GetMetadata()["rule"] != "per-ip" {
 				t.Errorf("ErrorInfo %v, want %s in %s with rule per-ip", info, ReasonRateLimited, Domain)
 			}
@@ -88,12 +65,20 @@ func TestRetryLater(t *testing.T) {
 	}
 }
 
+func TestDetailsOfOtherErrors(t *testing.T) {
+	for _, err := range []error{nil, errors.New("plain"), status.Error(codes.NotFound, "bare")} {
+		if info, br, retry := Details(err); info != nil || br != nil || retry != nil {
+			t.Errorf("Details(%v) = %v, %v, %v; want all nil", err, info, br, retry)
+		}
+	}
+}
+
 func TestWithDetails(t *testing.T) {
 	err := WithDetails(codes.Unauthenticated, "no tenant", Info(ReasonTenantMissing, nil))
 	if st := status.Convert(err); st.Code() != codes.Unauthenticated || st.Message() != "no tenant" {
 		t.Errorf("status %v %q, want Unauthenticated \"no tenant\"", st.Code(), st.Message())
 	}
-	if info, _, _ := details(t, err); info.GetReason() != ReasonTenantMissing || info.GetDomain() != Domain {
+	if info, _, _ := Details(err); info.GetReason() != ReasonTenantMissing || info.GetDomain() != Domain {
 		t.Errorf("ErrorInfo %v, want %s in %s", info, ReasonTenantMissing, Domain)
 	}
 }
@@ -130,6 +115,7 @@ func TestToStatus(t *testing.T) {
 		"cancelled":                  {fmt.Errorf("query: %w", context.Canceled), table, codes.Canceled, msgCanceled, "", false},
 		"deadline":                   {fmt.Errorf("query: %w", context.DeadlineExceeded), nil, codes.DeadlineExceeded, msgDeadline, "", false},
 		"deadline reworded by table": {fmt.Errorf("query: %w", context.DeadlineExceeded), table, codes.DeadlineExceeded, "too slow: narrow it", "SLOW", true},
+		"wrapped invalid argument":   {fmt.Errorf("create: %w", Invalidf("alias", "ALIAS_INVALID", "alias %q is reserved", "api")), table, codes.InvalidArgument, `alias "api" is reserved`, "ALIAS_INVALID", false},
 		"status passes":              {onPurpose, table, codes.InvalidArgument, "f is wrong", "F_INVALID", false},
 		"unknown is internal":        {errors.New("pq: relation links does not exist"), table, codes.Internal, msgInternal, "", true},
 		"unknown, no table":          {errors.New("boom at 10.0.0.7"), nil, codes.Internal, msgInternal, "", true},
@@ -149,13 +135,17 @@ func TestToStatus(t *testing.T) {
 			if !ok || st.Code() != tc.wantCode || st.Message() != tc.wantMsg {
 				t.Errorf("ToStatus = %v, want %v %q", got, tc.wantCode, tc.wantMsg)
 			}
-			info, _, _ := details(t, got)
+			info, _, _ := Details(got)
 			if info.GetReason() != tc.wantReason || (tc.wantReason != "" && info.GetDomain() != Domain) {
 				t.Errorf("ErrorInfo %v, want reason %q in %s", info, tc.wantReason, Domain)
 			}
-			if _, br, _ := details(t, got); tc.err == errToken &&
+			if _, br, _ := Details(got); tc.err == errToken &&
 				(len(br.GetFieldViolations()) != 1 || br.GetFieldViolations()[0].GetField() != "page_token") {
 				t.Errorf("field violations %v, want one for page_token", br.GetFieldViolations())
+			}
+			if _, br, _ := Details(got); tc.wantReason == "ALIAS_INVALID" &&
+				(len(br.GetFieldViolations()) != 1 || br.GetFieldViolations()[0].GetField() != "alias") {
+				t.Errorf("field violations %v, want one for alias", br.GetFieldViolations())
 			}
 			if tc.err == onPurpose && got != onPurpose {
 				t.Errorf("a status came back as %v, want it unchanged", got)

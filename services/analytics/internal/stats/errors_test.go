@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -44,19 +43,11 @@ func TestStoreFailures(t *testing.T) {
 			if st.Code() != tc.wantCode {
 				t.Fatalf("code %v (%v), want %v", st.Code(), err, tc.wantCode)
 			}
-			var reason string
-			var retry time.Duration
-			for _, d := range st.Details() {
-				switch d := d.(type) {
-				case *errdetails.ErrorInfo:
-					if d.GetDomain() != rpcerr.Domain {
-						t.Errorf("ErrorInfo domain %q, want %q", d.GetDomain(), rpcerr.Domain)
-					}
-					reason = d.GetReason()
-				case *errdetails.RetryInfo:
-					retry = d.GetRetryDelay().AsDuration()
-				}
+			info, _, retryInfo := rpcerr.Details(err)
+			if info != nil && info.GetDomain() != rpcerr.Domain {
+				t.Errorf("ErrorInfo domain %q, want %q", info.GetDomain(), rpcerr.Domain)
 			}
+			reason, retry := info.GetReason(), retryInfo.GetRetryDelay().AsDuration()
 			if reason != tc.wantReason || retry != tc.wantRetry {
 				t.Errorf("reason %q, retry %v; want %q, %v", reason, retry, tc.wantReason, tc.wantRetry)
 			}

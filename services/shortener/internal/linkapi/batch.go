@@ -45,7 +45,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	}
 	reqs := req.GetRequests()
 	if len(reqs) < 1 || len(reqs) > MaxBatch {
-		return nil, toStatus(ctx, s.log, "batch", invalidf("requests", ReasonBatchSizeInvalid,
+		return nil, toStatus(ctx, s.log, "batch", rpcerr.Invalidf("requests", ReasonBatchSizeInvalid,
 			"a batch holds 1 to %d links; this one holds %d", MaxBatch, len(reqs)))
 	}
 

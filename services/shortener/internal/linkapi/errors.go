@@ -3,7 +3,6 @@ package linkapi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -47,18 +45,6 @@ const (
 	ReasonHashingBusy       = "PASSWORD_HASHING_BUSY"
 )
 
-// invalid is a refused argument: field, machine-readable reason, and a
-// message a person can act on.
-type invalid struct {
-	field, reason, msg string
-}
-
-func (e *invalid) Error() string { return e.msg }
-
-func invalidf(field, reason, format string, args ...any) *invalid {
-	return &invalid{field: field, reason: reason, msg: fmt.Sprintf(format, args...)}
-}
-
 // linkErrors are the link store's sentinel errors as clients see them.
 var linkErrors = []rpcerr.Sentinel{
 	{Err: linkstore.ErrNotFound, Code: codes.NotFound,
@@ -90,20 +76,17 @@ func storeUnreachable(err error) bool {
 		pgconn.SafeToRetry(err)
 }
 
-// toStatus is the one place domain errors become gRPC statuses: refused
-// arguments and an unreachable store here, the link store's sentinels by
-// linkErrors, the rest by rpcerr.ToStatus (INTERNAL with a generic message
-// for anything not recognised).
+// toStatus is the one place domain errors become gRPC statuses: a refused
+// URL and an unreachable store here, the rest by rpcerr.ToStatus (refused
+// arguments, the link store's sentinels by linkErrors, INTERNAL with a
+// generic message for anything not recognised).
 func toStatus(ctx context.Context, log *slog.Logger, op string, err error) error {
 	var ue *urlcheck.Error
-	var inv *invalid
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &ue):
 		return rpcerr.BadRequest("long_url", ue.Reason, ue.Message)
-	case errors.As(err, &inv):
-		return rpcerr.BadRequest(inv.field, inv.reason, inv.msg)
 	case storeUnreachable(err):
 		log.WarnContext(ctx, "link store unreachable", "op", op, "err", err)
 		return rpcerr.RetryLater(codes.Unavailable, ReasonStoreDown, "the link store is unavailable; nothing was changed", time.Second, nil)
@@ -115,12 +98,8 @@ func toStatus(ctx context.Context, log *slog.Logger, op string, err error) error
 // the item would have got from CreateLink, with the field at fault (from the
 // ErrorInfo metadata) when there is one.
 func itemError(ctx context.Context, log *slog.Logger, err error) *shortenerv1.BatchItemError {
-	st := status.Convert(toStatus(ctx, log, "batch", err))
-	e := &shortenerv1.BatchItemError{Code: code.Code(st.Code()).String(), Message: st.Message()}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			e.Field = info.GetMetadata()["field"]
-		}
-	}
-	return e
+	err = toStatus(ctx, log, "batch", err)
+	st := status.Convert(err)
+	info, _, _ := rpcerr.Details(err)
+	return &shortenerv1.BatchItemError{Code: code.Code(st.Code()).String(), Message: st.Message(), Field: info.GetMetadata()["field"]}
 }

@@ -277,17 +277,17 @@ func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Lin
 			if linkcode.Reserved(alias) {
 				reason = ReasonAliasReserved
 			}
-			return l, 0, invalidf("custom_alias", reason, "custom_alias: %s", problem)
+			return l, 0, rpcerr.Invalidf("custom_alias", reason, "custom_alias: %s", problem)
 		}
 		l.Code = alias
 	case alias != "":
-		return l, 0, invalidf("custom_alias", ReasonModeInvalid, "custom_alias needs mode CODE_MODE_CUSTOM (or no mode)")
+		return l, 0, rpcerr.Invalidf("custom_alias", ReasonModeInvalid, "custom_alias needs mode CODE_MODE_CUSTOM (or no mode)")
 	case mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM:
-		return l, 0, invalidf("custom_alias", ReasonAliasInvalid, "mode CODE_MODE_CUSTOM needs custom_alias")
+		return l, 0, rpcerr.Invalidf("custom_alias", ReasonAliasInvalid, "mode CODE_MODE_CUSTOM needs custom_alias")
 	case mode == shortenerv1.CodeMode_CODE_MODE_UNSPECIFIED:
 		mode = shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL
 	case mode != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL && mode != shortenerv1.CodeMode_CODE_MODE_RANDOM:
-		return l, 0, invalidf("mode", ReasonModeInvalid, "mode %d is not a known code mode", mode)
+		return l, 0, rpcerr.Invalidf("mode", ReasonModeInvalid, "mode %d is not a known code mode", mode)
 	}
 	if l.Status, err = statusOf(req.GetRedirectType()); err != nil {
 		return l, 0, err
@@ -304,11 +304,11 @@ func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Lin
 
 func futureTime(ts *timestamppb.Timestamp) (time.Time, error) {
 	if err := ts.CheckValid(); err != nil {
-		return time.Time{}, invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time is not a valid timestamp")
+		return time.Time{}, rpcerr.Invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time is not a valid timestamp")
 	}
 	t := ts.AsTime()
 	if !t.After(time.Now()) {
-		return time.Time{}, invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time must be in the future")
+		return time.Time{}, rpcerr.Invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time must be in the future")
 	}
 	return t, nil
 }
@@ -326,7 +326,7 @@ func statusOf(rt shortenerv1.RedirectType) (int, error) {
 	case shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT:
 		return 308, nil
 	}
-	return 0, invalidf("redirect_type", ReasonRedirectInvalid, "redirect_type %d is not a known redirect type", rt)
+	return 0, rpcerr.Invalidf("redirect_type", ReasonRedirectInvalid, "redirect_type %d is not a known redirect type", rt)
 }
 
 func redirectTypeOf(status int) shortenerv1.RedirectType {
@@ -602,7 +602,7 @@ func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksReque
 	size := int(req.GetPageSize())
 	switch {
 	case size < 0:
-		return nil, toStatus(ctx, s.log, "list", invalidf("page_size", ReasonPageSizeInvalid, "page_size must not be negative"))
+		return nil, toStatus(ctx, s.log, "list", rpcerr.Invalidf("page_size", ReasonPageSizeInvalid, "page_size must not be negative"))
 	case size == 0:
 		size = DefaultPageSize
 	case size > MaxPageSize:
@@ -651,11 +651,11 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	}
 	link := req.GetLink()
 	if link == nil {
-		return nil, toStatus(ctx, s.log, "update", invalidf("link", ReasonLinkRequired, "link is required, with its code"))
+		return nil, toStatus(ctx, s.log, "update", rpcerr.Invalidf("link", ReasonLinkRequired, "link is required, with its code"))
 	}
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toStatus(ctx, s.log, "update", invalidf("update_mask", ReasonUpdateMaskInvalid,
+		return nil, toStatus(ctx, s.log, "update", rpcerr.Invalidf("update_mask", ReasonUpdateMaskInvalid,
 			"update_mask is required: name the fields to change ("+updatable+")"))
 	}
 	var ch linkstore.Changes
@@ -715,7 +715,7 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 			}
 			ch.Targets = &t
 		default:
-			return nil, toStatus(ctx, s.log, "update", invalidf("update_mask", ReasonUpdateMaskInvalid,
+			return nil, toStatus(ctx, s.log, "update", rpcerr.Invalidf("update_mask", ReasonUpdateMaskInvalid,
 				"update_mask path %q cannot be changed; use %s", p, updatable))
 		}
 	}
