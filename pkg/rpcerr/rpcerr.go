@@ -156,8 +156,8 @@ func (s Sentinel) status() error {
 //   - a row of table that err is (errors.Is), in the table's order: its code,
 //     reason and message; the real error is logged when the code is a fault
 //     on the server's side (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, ...);
-//   - context.Canceled or context.DeadlineExceeded: CANCELLED or
-//     DEADLINE_EXCEEDED (a table row for either rewords it);
+//   - context.DeadlineExceeded or context.Canceled: DEADLINE_EXCEEDED or
+//     CANCELLED (a table row for either rewords it);
 //   - an error that already is a status (built on purpose by the handler):
 //     unchanged;
 //   - anything else: INTERNAL with a generic message, the error logged.
@@ -181,10 +181,10 @@ func ToStatus(ctx context.Context, log *slog.Logger, err error, table []Sentinel
 		}
 	}
 	switch {
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, msgCanceled)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, msgDeadline)
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, msgCanceled)
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
