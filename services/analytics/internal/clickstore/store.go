@@ -33,9 +33,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
@@ -181,6 +185,36 @@ func (c *Counts) Sub(o Counts) {
 	c.Visitors -= o.Visitors
 }
 
+// ErrUnavailable wraps a read that failed because ClickHouse could not be
+// reached or the connection broke mid-query: an outage, worth retrying,
+// unlike an error ClickHouse answered (a bad query, a missing table).
+var ErrUnavailable = errors.New("clickhouse unavailable")
+
+// readErr wraps a read's error with what was read, and with ErrUnavailable
+// when ClickHouse was unreachable.
+func readErr(what string, err error) error {
+	if unreachable(err) {
+		return fmt.Errorf("%s: %w: %w", what, ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// unreachable tells a ClickHouse that cannot be reached (no connection, a
+// connection lost, no connection free in time) from an error it answered.
+// The caller's own cancellation or deadline is neither
+// (context.DeadlineExceeded is a net.Error).
+func unreachable(err error) bool {
+	var exception *clickhouse.Exception
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.As(err, &exception):
+		return false
+	}
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, clickhouse.ErrAcquireConnTimeout) || errors.Is(err, clickhouse.ErrConnectionClosed)
+}
+
 // Hourly returns r's counts per hour (Unix seconds of the hour's start), as
 // the aggregates hold them: duplicates not yet subtracted.
 func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
@@ -190,7 +224,7 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
 		GROUP BY h`, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, fmt.Errorf("clickhouse hourly counts: %w", err)
+		return nil, readErr("clickhouse hourly counts", err)
 	}
 	defer rows.Close()
 	out := make(map[int64]Counts)
@@ -198,12 +232,12 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 		var h uint32
 		var total, human, bot, flood, visitors uint64
 		if err := rows.Scan(&h, &total, &human, &bot, &flood, &visitors); err != nil {
-			return nil, fmt.Errorf("clickhouse hourly counts: %w", err)
+			return nil, readErr("clickhouse hourly counts", err)
 		}
 		out[int64(h)] = Counts{Total: int64(total), Human: int64(human), Bot: int64(bot), Flood: int64(flood), Visitors: int64(visitors)}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("clickhouse hourly counts: %w", err)
+		return nil, readErr("clickhouse hourly counts", err)
 	}
 	return out, nil
 }
@@ -216,7 +250,7 @@ func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64,
 		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
 		GROUP BY dim, key`, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, fmt.Errorf("clickhouse dimension counts: %w", err)
+		return nil, readErr("clickhouse dimension counts", err)
 	}
 	defer rows.Close()
 	out := make(map[string]map[string]int64)
@@ -224,7 +258,7 @@ func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64,
 		var dim, key string
 		var n uint64
 		if err := rows.Scan(&dim, &key, &n); err != nil {
-			return nil, fmt.Errorf("clickhouse dimension counts: %w", err)
+			return nil, readErr("clickhouse dimension counts", err)
 		}
 		if out[dim] == nil {
 			out[dim] = make(map[string]int64)
@@ -232,7 +266,7 @@ func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64,
 		out[dim][key] = int64(n)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("clickhouse dimension counts: %w", err)
+		return nil, readErr("clickhouse dimension counts", err)
 	}
 	return out, nil
 }
@@ -242,19 +276,19 @@ func (s *Store) Owners(ctx context.Context, code string) ([]string, error) {
 	rows, err := s.conn.Query(ctx,
 		"SELECT DISTINCT tenant FROM "+OwnersTable+" WHERE code = ? LIMIT 16", code)
 	if err != nil {
-		return nil, fmt.Errorf("clickhouse owners: %w", err)
+		return nil, readErr("clickhouse owners", err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var t string
 		if err := rows.Scan(&t); err != nil {
-			return nil, fmt.Errorf("clickhouse owners: %w", err)
+			return nil, readErr("clickhouse owners", err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("clickhouse owners: %w", err)
+		return nil, readErr("clickhouse owners", err)
 	}
 	return out, nil
 }
@@ -294,7 +328,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, fmt.Errorf("clickhouse duplicates: %w", err)
+		return nil, readErr("clickhouse duplicates", err)
 	}
 	defer rows.Close()
 	var out []Duplicate
@@ -303,7 +337,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		var ts uint32
 		var bots, floods, news []uint8
 		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &bots, &floods, &news); err != nil {
-			return nil, fmt.Errorf("clickhouse duplicates: %w", err)
+			return nil, readErr("clickhouse duplicates", err)
 		}
 		d.Hour = int64(ts) / 3600 * 3600
 		for i := range bots {
@@ -312,7 +346,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("clickhouse duplicates: %w", err)
+		return nil, readErr("clickhouse duplicates", err)
 	}
 	return out, nil
 }

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -21,6 +20,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 
@@ -41,15 +41,13 @@ const (
 	maxTenantLen = 128
 )
 
-// ErrorDomain is google.rpc.ErrorInfo.domain of every kurz error.
-const ErrorDomain = "kurz.dev"
-
-// Reasons of INVALID_ARGUMENT (google.rpc.ErrorInfo.reason).
+// Reasons (google.rpc.ErrorInfo.reason) of INVALID_ARGUMENT, and of
+// UNAVAILABLE while ClickHouse is down; shared ones are in rpcerr.
 const (
 	ReasonCodeInvalid     = "CODE_INVALID"
 	ReasonRangeInvalid    = "RANGE_INVALID"
 	ReasonIntervalInvalid = "INTERVAL_INVALID"
-	ReasonTenantMissing   = "TENANT_REQUIRED"
+	ReasonStoreDown       = "CLICK_STORE_UNAVAILABLE"
 )
 
 // Options configure the service.
@@ -99,7 +97,7 @@ func (s *Service) GetLinkStats(ctx context.Context, req *analyticsv1.GetLinkStat
 	q.r.Tenant = tenant
 	resp, err := s.stats(ctx, q)
 	if err != nil {
-		return nil, s.toStatus(ctx, err)
+		return nil, rpcerr.ToStatus(ctx, s.log, err, statsErrors)
 	}
 	return resp, nil
 }
@@ -110,9 +108,9 @@ func (s *Service) tenant(ctx context.Context) (string, error) {
 	case t == "" && s.opts.AllowAnonymous:
 		return callmeta.AnonymousTenant, nil
 	case t == "":
-		return "", withDetails(codes.Unauthenticated,
+		return "", rpcerr.WithDetails(codes.Unauthenticated,
 			"no tenant: call through the gateway with an API key (anonymous statistics are disabled)",
-			&errdetails.ErrorInfo{Reason: ReasonTenantMissing, Domain: ErrorDomain})
+			rpcerr.Info(rpcerr.ReasonTenantMissing, nil))
 	case len(t) > maxTenantLen:
 		return "", status.Error(codes.Unauthenticated, "the tenant metadata is not valid")
 	}
@@ -129,7 +127,7 @@ type query struct {
 func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 	var q query
 	if !linkcode.Plausible(req.GetCode()) {
-		return q, badRequest("code", ReasonCodeInvalid, fmt.Sprintf(
+		return q, rpcerr.BadRequest("code", ReasonCodeInvalid, fmt.Sprintf(
 			"code %q is not a short code: %d to %d characters, letters, digits, '-' and '_'",
 			clip(req.GetCode()), linkcode.MinLength, linkcode.MaxLength))
 	}
@@ -137,26 +135,26 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 	end := s.opts.now()
 	if req.EndTime != nil {
 		if err := req.GetEndTime().CheckValid(); err != nil {
-			return q, badRequest("end_time", ReasonRangeInvalid, "end_time is not a valid timestamp")
+			return q, rpcerr.BadRequest("end_time", ReasonRangeInvalid, "end_time is not a valid timestamp")
 		}
 		end = req.GetEndTime().AsTime()
 	}
 	start := end.Add(-DefaultRange)
 	if req.StartTime != nil {
 		if err := req.GetStartTime().CheckValid(); err != nil {
-			return q, badRequest("start_time", ReasonRangeInvalid, "start_time is not a valid timestamp")
+			return q, rpcerr.BadRequest("start_time", ReasonRangeInvalid, "start_time is not a valid timestamp")
 		}
 		start = req.GetStartTime().AsTime()
 	}
 	if !end.After(start) {
-		return q, badRequest("end_time", ReasonRangeInvalid, fmt.Sprintf(
+		return q, rpcerr.BadRequest("end_time", ReasonRangeInvalid, fmt.Sprintf(
 			"end_time (%s) must be after start_time (%s)", end.UTC().Format(time.RFC3339), start.UTC().Format(time.RFC3339)))
 	}
 	// Limits and the interval go by the range asked for; the range counted
 	// is widened to whole hours, the resolution of the aggregates.
 	asked := end.Sub(start)
 	if asked > MaxRange {
-		return q, badRequest("start_time", ReasonRangeInvalid, fmt.Sprintf(
+		return q, rpcerr.BadRequest("start_time", ReasonRangeInvalid, fmt.Sprintf(
 			"the range spans %.0f days; at most %.0f: narrow it or ask in several requests",
 			asked.Hours()/24, MaxRange.Hours()/24))
 	}
@@ -175,7 +173,7 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 		}
 	case analyticsv1.Interval_INTERVAL_HOUR:
 		if asked > MaxHourlyRange {
-			return q, badRequest("interval", ReasonIntervalInvalid, fmt.Sprintf(
+			return q, rpcerr.BadRequest("interval", ReasonIntervalInvalid, fmt.Sprintf(
 				"an hourly series covers at most %.0f days and this range spans %.0f: use INTERVAL_DAY or a shorter range",
 				MaxHourlyRange.Hours()/24, asked.Hours()/24))
 		}
@@ -183,7 +181,7 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 	case analyticsv1.Interval_INTERVAL_DAY:
 		q.interval = iv
 	default:
-		return q, badRequest("interval", ReasonIntervalInvalid, fmt.Sprintf(
+		return q, rpcerr.BadRequest("interval", ReasonIntervalInvalid, fmt.Sprintf(
 			"unknown interval %d: use INTERVAL_HOUR, INTERVAL_DAY or leave it unspecified", iv))
 	}
 	q.step = time.Hour
@@ -195,6 +193,18 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 
 // errNotFound is a code with clicks of other tenants only.
 var errNotFound = errors.New("stats: no such link")
+
+// statsErrors are what clients see of the errors stats returns; anything
+// else is INTERNAL (rpcerr.ToStatus).
+var statsErrors = []rpcerr.Sentinel{
+	{Err: errNotFound, Code: codes.NotFound,
+		Message: "no such link: check the code (links of other tenants are not visible)"},
+	{Err: context.DeadlineExceeded, Code: codes.DeadlineExceeded,
+		Message: "the statistics took too long; try again or narrow the range"},
+	// A ClickHouse outage, not a fault of the request: worth retrying.
+	{Err: clickstore.ErrUnavailable, Code: codes.Unavailable, Reason: ReasonStoreDown,
+		Message: "statistics are unavailable right now", RetryAfter: time.Second},
+}
 
 // stats runs the four independent queries concurrently and assembles them.
 func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStatsResponse, error) {
@@ -282,41 +292,6 @@ func top(m map[string]int64) []*analyticsv1.KeyCount {
 		return cmp.Or(cmp.Compare(b.GetCount(), a.GetCount()), cmp.Compare(a.GetKey(), b.GetKey()))
 	})
 	return out[:min(len(out), TopN)]
-}
-
-func (s *Service) toStatus(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, errNotFound):
-		return status.Error(codes.NotFound, "no such link: check the code (links of other tenants are not visible)")
-	case errors.Is(err, context.DeadlineExceeded):
-		s.log.WarnContext(ctx, "link stats timed out", "err", err)
-		return status.Error(codes.DeadlineExceeded, "the statistics took too long; try again or narrow the range")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "the request was cancelled")
-	}
-	s.log.ErrorContext(ctx, "link stats failed", "err", err)
-	return status.Error(codes.Unavailable, "statistics are unavailable right now; try again later")
-}
-
-func withDetails(c codes.Code, msg string, details ...*errdetails.ErrorInfo) error {
-	st := status.New(c, msg)
-	for _, d := range details {
-		if withd, err := st.WithDetails(d); err == nil {
-			st = withd
-		}
-	}
-	return st.Err()
-}
-
-func badRequest(field, reason, msg string) error {
-	st := status.New(codes.InvalidArgument, msg)
-	if withd, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: map[string]string{"field": field}},
-		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg, Reason: reason}}},
-	); err == nil {
-		st = withd
-	}
-	return st.Err()
 }
 
 // clip shortens what a client sent before it is echoed in an error.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,6 +24,17 @@ import (
 
 func newStore(t testing.TB, database string) *clickstore.Store {
 	t.Helper()
+	ch := connect(t, database)
+	if err := clickstore.Apply(context.Background(), ch); err != nil {
+		t.Fatal(err)
+	}
+	return clickstore.New(ch)
+}
+
+// connect opens the test ClickHouse, on database if set (created if
+// missing).
+func connect(t testing.TB, database string) driver.Conn {
+	t.Helper()
 	var cfg struct{ ClickHouse chconn.Config }
 	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
 		t.Fatal(err)
@@ -35,10 +47,7 @@ func newStore(t testing.TB, database string) *clickstore.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ch.Close() })
-	if err := clickstore.Apply(context.Background(), ch); err != nil {
-		t.Fatal(err)
-	}
-	return clickstore.New(ch)
+	return ch
 }
 
 func rnd() string {

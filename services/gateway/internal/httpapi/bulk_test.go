@@ -25,6 +25,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/capacity"
+	"kurz.dev/pkg/rpcerr"
 )
 
 // bulkShortener is a fake shortener for the bulk routes: ListLinks pages
@@ -373,7 +374,7 @@ func TestImportLinks(t *testing.T) {
 
 	many := "keyword,url\n" + strings.Repeat("k,https://example.com/\n", 1500)
 	// A quota, as the shortener refuses one: with kurz's ErrorInfo.
-	quota := withDetails(t, codes.ResourceExhausted, "link quota exhausted", &errdetails.ErrorInfo{Reason: "RATE_LIMITED", Domain: kurzErrorDomain})
+	quota := withDetails(t, codes.ResourceExhausted, "link quota exhausted", &errdetails.ErrorInfo{Reason: "RATE_LIMITED", Domain: rpcerr.Domain})
 	sh = &bulkShortener{failBatch: 2, batchErr: quota}
 	a = newBulkAPI(sh)
 	w, err = bulkCall(a, a.importLinks, "POST", "/v1/links:import", many)

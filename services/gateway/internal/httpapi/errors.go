@@ -15,11 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-)
 
-// kurzErrorDomain is google.rpc.ErrorInfo.domain of errors a kurz service
-// built on purpose; their messages are written for end users.
-const kurzErrorDomain = "kurz.dev"
+	"kurz.dev/pkg/rpcerr"
+)
 
 // Error codes of the error body beyond the gRPC code names.
 const (
@@ -150,7 +148,9 @@ func toAPIError(err error) *apiError {
 		case *errdetails.RetryInfo:
 			e.retryAfter = d.GetRetryDelay().AsDuration()
 		case *errdetails.ErrorInfo:
-			fromKurz = fromKurz || d.GetDomain() == kurzErrorDomain
+			// rpcerr.Domain marks a status a kurz service built on
+			// purpose; its message is written for end users.
+			fromKurz = fromKurz || d.GetDomain() == rpcerr.Domain
 		}
 	}
 	switch {

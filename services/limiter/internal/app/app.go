@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -18,6 +19,7 @@ import (
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
+	"kurz.dev/services/limiter/internal/quotaapi"
 	"kurz.dev/services/limiter/internal/ratelimit"
 	"kurz.dev/services/limiter/internal/rulestore"
 	"kurz.dev/services/limiter/internal/rulestore/migrations"
@@ -190,7 +192,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 	if db != nil {
 		srv.AddSoftCheck("postgres", db.Ping)
 	}
-	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, &quotaService{engine: engine})
-	registerEnvoy(srv, engine)
+	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
+	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine))
 	return srv, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/urlcheck"
@@ -282,8 +283,8 @@ func TestQuota(t *testing.T) {
 
 	_, err := sh.api.CreateLink(as(tenant, "203.0.113.77"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/q"})
 	reason, st := wantStatus(t, err, codes.ResourceExhausted)
-	if reason != linkapi.ReasonRateLimited || !strings.Contains(st.Message(), "retry after 13s") {
-		t.Errorf("denial: reason %q message %q; want %s and 'retry after 13s'", reason, st.Message(), linkapi.ReasonRateLimited)
+	if reason != rpcerr.ReasonRateLimited || !strings.Contains(st.Message(), "retry after 13s") {
+		t.Errorf("denial: reason %q message %q; want %s and 'retry after 13s'", reason, st.Message(), rpcerr.ReasonRateLimited)
 	}
 	var retry *errdetails.RetryInfo
 	for _, d := range st.Details() {

@@ -20,6 +20,7 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkpass"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
 )
@@ -348,7 +349,7 @@ func TestBatchQuotaChargedByCount(t *testing.T) {
 	}
 	_, err := batch(linksOf("two", 2))
 	reason, st := wantStatus(t, err, codes.ResourceExhausted)
-	if reason != linkapi.ReasonRateLimited || !strings.Contains(st.Message(), "batch of 2 links") || !strings.Contains(st.Message(), "links-per-day") {
+	if reason != rpcerr.ReasonRateLimited || !strings.Contains(st.Message(), "batch of 2 links") || !strings.Contains(st.Message(), "links-per-day") {
 		t.Errorf("batch of 2 with 1 left: reason %q message %q", reason, st.Message())
 	}
 	if n := countRows(t, db, tenant, `AND long_url LIKE 'https://example.com/two/%'`); n != 0 {

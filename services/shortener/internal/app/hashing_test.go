@@ -13,6 +13,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/capacity"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
 )
@@ -58,8 +59,8 @@ func TestPasswordChangeChargedToLinkQuota(t *testing.T) {
 	lim.SetDecider(limitertest.Deny("links-per-day", 3*time.Second))
 	before := readRow(t, db, code)
 	err = update("second passphrase", "password", "tags")
-	if reason, st := wantStatus(t, err, codes.ResourceExhausted); reason != linkapi.ReasonRateLimited || retryDelay(st.Details()) != 3*time.Second {
-		t.Errorf("password set over quota: reason %q, details %v; want %s with a 3s RetryInfo", reason, st.Details(), linkapi.ReasonRateLimited)
+	if reason, st := wantStatus(t, err, codes.ResourceExhausted); reason != rpcerr.ReasonRateLimited || retryDelay(st.Details()) != 3*time.Second {
+		t.Errorf("password set over quota: reason %q, details %v; want %s with a 3s RetryInfo", reason, st.Details(), rpcerr.ReasonRateLimited)
 	}
 	after := readRow(t, db, code)
 	if after.hash != nil || !slices.Equal(after.tags, before.tags) {

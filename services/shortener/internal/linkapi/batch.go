@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/linkstore"
 )
 
@@ -44,7 +45,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	}
 	reqs := req.GetRequests()
 	if len(reqs) < 1 || len(reqs) > MaxBatch {
-		return nil, toStatus(ctx, s.log, "batch", invalidf("requests", ReasonBatchSizeInvalid,
+		return nil, toStatus(ctx, s.log, "batch", rpcerr.Invalidf("requests", ReasonBatchSizeInvalid,
 			"a batch holds 1 to %d links; this one holds %d", MaxBatch, len(reqs)))
 	}
 
@@ -66,9 +67,9 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		d.link.Tenant = tenant
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
 			if first, dup := aliases[d.link.Code]; dup {
-				fail(i, withDetails(codes.AlreadyExists,
+				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
 					fmt.Sprintf("the alias %q is already used by item %d of this batch; choose another", d.link.Code, first),
-					errInfo(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
+					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
 				continue
 			}
 			aliases[d.link.Code] = i
@@ -239,13 +240,13 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 			}
 			switch drafts[i].mode {
 			case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
-				fail(i, withDetails(codes.AlreadyExists,
+				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
 					fmt.Sprintf("the alias %q is already taken; choose another", rows[k].Code),
-					errInfo(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
+					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
 			case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 				if attempts[i] >= RandomAttempts {
 					s.m.randomFailed.Add(ctx, 1)
-					fail(i, retryLater(codes.Unavailable, ReasonCodesExhausted,
+					fail(i, rpcerr.RetryLater(codes.Unavailable, ReasonCodesExhausted,
 						fmt.Sprintf("no free random code found in %d attempts; try again, or use sequential mode", RandomAttempts),
 						time.Second, nil))
 					continue

@@ -8,6 +8,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkpass"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
@@ -28,7 +29,7 @@ const (
 // script becomes a tag). field names the request field in the error.
 func normalizeTag(field, tag string) (string, error) {
 	if tag == "" || len(tag) > MaxTagLength {
-		return "", invalidf(field, ReasonTagsInvalid, "%s: %s is not a valid tag: a tag has 1 to %d characters", field, quoteShort(tag), MaxTagLength)
+		return "", rpcerr.Invalidf(field, ReasonTagsInvalid, "%s: %s is not a valid tag: a tag has 1 to %d characters", field, quoteShort(tag), MaxTagLength)
 	}
 	b := []byte(tag)
 	for i, c := range b {
@@ -37,7 +38,7 @@ func normalizeTag(field, tag string) (string, error) {
 			b[i] = c + ('a' - 'A')
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
 		default:
-			return "", invalidf(field, ReasonTagsInvalid,
+			return "", rpcerr.Invalidf(field, ReasonTagsInvalid,
 				"%s: %s is not a valid tag: use only a-z, 0-9, '.', '_' and '-'", field, quoteShort(tag))
 		}
 	}
@@ -57,7 +58,7 @@ func normalizeTags(tags []string) ([]string, error) {
 			continue
 		}
 		if len(out) == MaxTags {
-			return nil, invalidf("tags", ReasonTagsInvalid, "tags: a link carries at most %d distinct tags", MaxTags)
+			return nil, rpcerr.Invalidf("tags", ReasonTagsInvalid, "tags: a link carries at most %d distinct tags", MaxTags)
 		}
 		out = append(out, t)
 	}
@@ -77,7 +78,7 @@ func quoteShort(s string) string {
 // checkMaxVisits bounds a visit limit: 0 (none) to MaxVisitsLimit.
 func checkMaxVisits(n int64) error {
 	if n < 0 || n > MaxVisitsLimit {
-		return invalidf("max_visits", ReasonMaxVisitsInvalid,
+		return rpcerr.Invalidf("max_visits", ReasonMaxVisitsInvalid,
 			"max_visits must be 0 (no limit) to %d", MaxVisitsLimit)
 	}
 	return nil
@@ -86,7 +87,7 @@ func checkMaxVisits(n int64) error {
 // checkPassword refuses a password linkpass cannot set, with its message.
 func checkPassword(password string) error {
 	if err := linkpass.Validate(password); err != nil {
-		return invalidf("password", ReasonPasswordInvalid, "password: %s", err.Error())
+		return rpcerr.Invalidf("password", ReasonPasswordInvalid, "password: %s", err.Error())
 	}
 	return nil
 }
@@ -135,7 +136,7 @@ func (s *Service) scanTargets(ctx context.Context, t linkstore.DeviceURLs) error
 func targetError(field string, err error) error {
 	var ue *urlcheck.Error
 	if errors.As(err, &ue) {
-		return invalidf(field, ue.Reason, "%s: %s", field, ue.Message)
+		return rpcerr.Invalidf(field, ue.Reason, "%s: %s", field, ue.Message)
 	}
 	return err
 }

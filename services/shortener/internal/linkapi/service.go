@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -30,6 +29,7 @@ import (
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/codegen"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/urlcheck"
@@ -163,9 +163,9 @@ func (s *Service) tenant(ctx context.Context) (string, error) {
 	case t == "" && s.opts.AllowAnonymous:
 		return callmeta.AnonymousTenant, nil
 	case t == "":
-		return "", withDetails(codes.Unauthenticated,
+		return "", rpcerr.WithDetails(codes.Unauthenticated,
 			"no tenant: call through the gateway with an API key (anonymous creation is disabled)",
-			errInfo(ReasonTenantMissing, nil))
+			rpcerr.Info(rpcerr.ReasonTenantMissing, nil))
 	case len(t) > maxTenantLen:
 		return "", status.Error(codes.Unauthenticated, "the tenant metadata is not valid")
 	}
@@ -204,9 +204,9 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 		stored, err = s.store.Insert(ctx, l)
 		if errors.Is(err, linkstore.ErrCodeTaken) {
-			return nil, withDetails(codes.AlreadyExists,
+			return nil, rpcerr.WithDetails(codes.AlreadyExists,
 				fmt.Sprintf("the alias %q is already taken; choose another", l.Code),
-				errInfo(ReasonAliasTaken, map[string]string{"field": "custom_alias"}))
+				rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"}))
 		}
 	case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 		stored, err = s.insertRandom(ctx, l)
@@ -277,17 +277,17 @@ func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Lin
 			if linkcode.Reserved(alias) {
 				reason = ReasonAliasReserved
 			}
-			return l, 0, invalidf("custom_alias", reason, "custom_alias: %s", problem)
+			return l, 0, rpcerr.Invalidf("custom_alias", reason, "custom_alias: %s", problem)
 		}
 		l.Code = alias
 	case alias != "":
-		return l, 0, invalidf("custom_alias", ReasonModeInvalid, "custom_alias needs mode CODE_MODE_CUSTOM (or no mode)")
+		return l, 0, rpcerr.Invalidf("custom_alias", ReasonModeInvalid, "custom_alias needs mode CODE_MODE_CUSTOM (or no mode)")
 	case mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM:
-		return l, 0, invalidf("custom_alias", ReasonAliasInvalid, "mode CODE_MODE_CUSTOM needs custom_alias")
+		return l, 0, rpcerr.Invalidf("custom_alias", ReasonAliasInvalid, "mode CODE_MODE_CUSTOM needs custom_alias")
 	case mode == shortenerv1.CodeMode_CODE_MODE_UNSPECIFIED:
 		mode = shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL
 	case mode != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL && mode != shortenerv1.CodeMode_CODE_MODE_RANDOM:
-		return l, 0, invalidf("mode", ReasonModeInvalid, "mode %d is not a known code mode", mode)
+		return l, 0, rpcerr.Invalidf("mode", ReasonModeInvalid, "mode %d is not a known code mode", mode)
 	}
 	if l.Status, err = statusOf(req.GetRedirectType()); err != nil {
 		return l, 0, err
@@ -304,11 +304,11 @@ func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Lin
 
 func futureTime(ts *timestamppb.Timestamp) (time.Time, error) {
 	if err := ts.CheckValid(); err != nil {
-		return time.Time{}, invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time is not a valid timestamp")
+		return time.Time{}, rpcerr.Invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time is not a valid timestamp")
 	}
 	t := ts.AsTime()
 	if !t.After(time.Now()) {
-		return time.Time{}, invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time must be in the future")
+		return time.Time{}, rpcerr.Invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time must be in the future")
 	}
 	return t, nil
 }
@@ -326,7 +326,7 @@ func statusOf(rt shortenerv1.RedirectType) (int, error) {
 	case shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT:
 		return 308, nil
 	}
-	return 0, invalidf("redirect_type", ReasonRedirectInvalid, "redirect_type %d is not a known redirect type", rt)
+	return 0, rpcerr.Invalidf("redirect_type", ReasonRedirectInvalid, "redirect_type %d is not a known redirect type", rt)
 }
 
 func redirectTypeOf(status int) shortenerv1.RedirectType {
@@ -360,10 +360,6 @@ func (s *Service) countRefused(err error) {
 	}
 }
 
-func errInfo(reason string, meta map[string]string) *errdetails.ErrorInfo {
-	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}
-}
-
 // charge is what a call spends of the link creation quota on.
 type charge int
 
@@ -390,7 +386,7 @@ func (s *Service) checkQuota(ctx context.Context, tenant string, n int, kind cha
 	case d.Allowed:
 		return nil
 	case d.Degraded:
-		return retryLater(codes.Unavailable, ReasonLimiterDown,
+		return rpcerr.RetryLater(codes.Unavailable, ReasonLimiterDown,
 			"link creation is paused: the rate limiter is unreachable", time.Second, nil)
 	}
 	var rule string
@@ -407,7 +403,7 @@ func (s *Service) checkQuota(ctx context.Context, tenant string, n int, kind cha
 			what += fmt.Sprintf(" (%d of %d left now)", d.Remaining, d.Limit)
 		}
 	}
-	return retryLater(codes.ResourceExhausted, ReasonRateLimited, what, d.RetryAfter, map[string]string{"rule": d.Rule})
+	return rpcerr.RetryLater(codes.ResourceExhausted, rpcerr.ReasonRateLimited, what, d.RetryAfter, map[string]string{"rule": d.Rule})
 }
 
 // scanLink runs the scanner over every destination of l: long_url and the
@@ -427,7 +423,7 @@ func (s *Service) scan(ctx context.Context, target string) error {
 	v, err := s.scanner.Scan(ctx, u)
 	if err != nil {
 		s.log.WarnContext(ctx, "url scanner failed", "err", err)
-		return retryLater(codes.Unavailable, ReasonScannerDown, "the URL scanner is unavailable", time.Second, nil)
+		return rpcerr.RetryLater(codes.Unavailable, ReasonScannerDown, "the URL scanner is unavailable", time.Second, nil)
 	}
 	if v.Blocked {
 		s.log.InfoContext(ctx, "url blocked", "host", u.Hostname(), "why", v.Why)
@@ -445,7 +441,7 @@ func (s *Service) hashPassword(ctx context.Context, password string) (string, er
 	release, err := s.hashes.Acquire(ctx)
 	if errors.Is(err, capacity.ErrBusy) {
 		s.m.hashBusy.Add(ctx, 1)
-		return "", retryLater(codes.Unavailable, ReasonHashingBusy,
+		return "", rpcerr.RetryLater(codes.Unavailable, ReasonHashingBusy,
 			"too many passwords are being hashed right now; nothing was created or changed", time.Second, nil)
 	}
 	if err != nil {
@@ -490,7 +486,7 @@ func (s *Service) insertRandom(ctx context.Context, l linkstore.Link) (linkstore
 		if attempt == RandomAttempts {
 			s.m.randomFailed.Add(ctx, 1)
 			s.log.WarnContext(ctx, "random codes exhausted: every attempt collided", "attempts", attempt)
-			return linkstore.Link{}, retryLater(codes.Unavailable, ReasonCodesExhausted,
+			return linkstore.Link{}, rpcerr.RetryLater(codes.Unavailable, ReasonCodesExhausted,
 				fmt.Sprintf("no free random code found in %d attempts; try again, or use sequential mode", RandomAttempts),
 				time.Second, nil)
 		}
@@ -606,7 +602,7 @@ func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksReque
 	size := int(req.GetPageSize())
 	switch {
 	case size < 0:
-		return nil, toStatus(ctx, s.log, "list", invalidf("page_size", ReasonPageSizeInvalid, "page_size must not be negative"))
+		return nil, toStatus(ctx, s.log, "list", rpcerr.Invalidf("page_size", ReasonPageSizeInvalid, "page_size must not be negative"))
 	case size == 0:
 		size = DefaultPageSize
 	case size > MaxPageSize:
@@ -655,11 +651,11 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	}
 	link := req.GetLink()
 	if link == nil {
-		return nil, toStatus(ctx, s.log, "update", invalidf("link", ReasonLinkRequired, "link is required, with its code"))
+		return nil, toStatus(ctx, s.log, "update", rpcerr.Invalidf("link", ReasonLinkRequired, "link is required, with its code"))
 	}
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, toStatus(ctx, s.log, "update", invalidf("update_mask", ReasonUpdateMaskInvalid,
+		return nil, toStatus(ctx, s.log, "update", rpcerr.Invalidf("update_mask", ReasonUpdateMaskInvalid,
 			"update_mask is required: name the fields to change ("+updatable+")"))
 	}
 	var ch linkstore.Changes
@@ -719,7 +715,7 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 			}
 			ch.Targets = &t
 		default:
-			return nil, toStatus(ctx, s.log, "update", invalidf("update_mask", ReasonUpdateMaskInvalid,
+			return nil, toStatus(ctx, s.log, "update", rpcerr.Invalidf("update_mask", ReasonUpdateMaskInvalid,
 				"update_mask path %q cannot be changed; use %s", p, updatable))
 		}
 	}

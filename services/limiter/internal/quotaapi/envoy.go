@@ -1,22 +1,20 @@
-package app
+package quotaapi
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/server"
-	"kurz.dev/services/limiter/internal/ratelimit"
+	"kurz.dev/pkg/rpcerr"
 )
 
-// envoyService serves envoy.service.ratelimit.v3.RateLimitService, so Envoy,
+// EnvoyService serves envoy.service.ratelimit.v3.RateLimitService, so Envoy,
 // Istio or any gateway speaking that API can use kurz's rules (and its token
 // buckets and sliding windows) in place of envoyproxy/ratelimit.
 //
@@ -26,27 +24,26 @@ import (
 // nothing, and each gets a status from the most restrictive of its rules;
 // a descriptor's own hits_addend must be the request's, and
 // is_negative_hits is refused.
-type envoyService struct {
+type EnvoyService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	engine *ratelimit.Engine
+	engine Engine
 }
 
-func registerEnvoy(srv *server.Server, engine *ratelimit.Engine) {
-	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, &envoyService{engine: engine})
-}
+// NewEnvoy returns Envoy's rate-limit service over engine.
+func NewEnvoy(engine Engine) *EnvoyService { return &EnvoyService{engine: engine} }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
-func (s *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, "domain is required")
+		return nil, rpcerr.Invalidf("domain", ReasonDomainRequired, "domain is required").Status()
 	}
 	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "at least one descriptor is required")
+		return nil, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "at least one descriptor is required").Status()
 	}
 	// Each descriptor is decided against every rule of the domain: bound
 	// them as CheckQuota bounds its descriptors.
 	if n := len(req.GetDescriptors()); n > maxDescriptors {
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d", n, maxDescriptors)
+		return nil, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "%d descriptors: at most %d", n, maxDescriptors).Status()
 	}
 	cost := uint32(1)
 	if req.GetHitsAddend() > 0 {
@@ -59,18 +56,19 @@ func (s *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		// for the request's), and so is is_negative_hits, a refund that
 		// would otherwise consume.
 		if d.GetIsNegativeHits() {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported", j)
+			return nil, rpcerr.Invalidf(fmt.Sprintf("descriptors[%d].is_negative_hits", j), ReasonCostInvalid,
+				"descriptor %d: is_negative_hits is not supported", j).Status()
 		}
 		if h := d.GetHitsAddend(); h != nil && max(h.GetValue(), 1) != uint64(cost) {
-			return nil, status.Errorf(codes.InvalidArgument,
-				"descriptor %d: hits_addend %d differs from the request's %d; per-descriptor costs are not supported", j, h.GetValue(), cost)
+			return nil, rpcerr.Invalidf(fmt.Sprintf("descriptors[%d].hits_addend", j), ReasonCostInvalid,
+				"descriptor %d: hits_addend %d differs from the request's %d; per-descriptor costs are not supported", j, h.GetValue(), cost).Status()
 		}
 		m := make(map[string]string, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
 			m[e.GetKey()] = e.GetValue()
 		}
-		if _, err := validate(s.engine.Rules(), req.GetDomain(), m, &cost); err != nil {
-			return nil, err
+		if _, inv := validate(s.engine.Rules(), req.GetDomain(), m, &cost); inv != nil {
+			return nil, envoyField(inv, j).Status()
 		}
 		descs[j] = m
 	}
@@ -112,6 +110,19 @@ func (s *envoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		out.ResponseHeadersToAdd = rateLimitHeaders(resp)
 	}
 	return out, nil
+}
+
+// envoyField names, in Envoy's request, the field of a refusal validate
+// made of descriptor j: the cost is the request's hits_addend, a
+// descriptor's entries are descriptors[j].entries.
+func envoyField(inv *rpcerr.Invalid, j int) *rpcerr.Invalid {
+	switch inv.Field {
+	case "cost":
+		return &rpcerr.Invalid{Field: "hits_addend", Reason: inv.Reason, Message: inv.Message}
+	case "descriptors":
+		return &rpcerr.Invalid{Field: fmt.Sprintf("descriptors[%d].entries", j), Reason: inv.Reason, Message: inv.Message}
+	}
+	return inv
 }
 
 // moreRestrictive reports whether a should decide over b.

@@ -1,0 +1,94 @@
+package quotaapi
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+)
+
+func TestEnvoyLimit(t *testing.T) {
+	tests := map[string]struct {
+		limit    int64
+		window   time.Duration
+		wantN    uint32
+		wantUnit rlsv3.RateLimitResponse_RateLimit_Unit
+	}{
+		"one second":                {5, time.Second, 5, rlsv3.RateLimitResponse_RateLimit_SECOND},
+		"one minute":                {60, time.Minute, 60, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		"one hour":                  {1000, time.Hour, 1000, rlsv3.RateLimitResponse_RateLimit_HOUR},
+		"one day":                   {3, 24 * time.Hour, 3, rlsv3.RateLimitResponse_RateLimit_DAY},
+		"10 s scales to the minute": {3, 10 * time.Second, 18, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		"2 min scales to the min":   {10, 2 * time.Minute, 5, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+		"0.5 s scales to the sec":   {4, 500 * time.Millisecond, 8, rlsv3.RateLimitResponse_RateLimit_SECOND},
+		"too sparse is 1 a day":     {1, 48 * time.Hour, 1, rlsv3.RateLimitResponse_RateLimit_DAY},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := envoyLimit(&ratelimitv1.RuleDecision{Rule: "r", Limit: tc.limit, Window: durationpb.New(tc.window)})
+			if got.GetName() != "r" || got.GetRequestsPerUnit() != tc.wantN || got.GetUnit() != tc.wantUnit {
+				t.Errorf("got %d per %v (%q), want %d per %v", got.GetRequestsPerUnit(), got.GetUnit(), got.GetName(), tc.wantN, tc.wantUnit)
+			}
+		})
+	}
+}
+
+func TestRateLimitHeaders(t *testing.T) {
+	tests := map[string]struct {
+		resp *ratelimitv1.CheckQuotaResponse
+		want string
+	}{
+		"allowed": {&ratelimitv1.CheckQuotaResponse{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: durationpb.New(2500 * time.Millisecond)},
+			"[RateLimit-Limit=10 RateLimit-Remaining=7 RateLimit-Reset=3]"},
+		"negative remaining is 0": {&ratelimitv1.CheckQuotaResponse{Allowed: true, Limit: 10, Remaining: -2, ResetAfter: durationpb.New(time.Second)},
+			"[RateLimit-Limit=10 RateLimit-Remaining=0 RateLimit-Reset=1]"},
+		"denied, retry rounded up": {&ratelimitv1.CheckQuotaResponse{Limit: 4, ResetAfter: durationpb.New(time.Minute), RetryAfter: durationpb.New(1001 * time.Millisecond)},
+			"[RateLimit-Limit=4 RateLimit-Remaining=0 RateLimit-Reset=60 Retry-After=2]"},
+		"denied, no retry is 1 s": {&ratelimitv1.CheckQuotaResponse{Limit: 4, ResetAfter: durationpb.New(0)},
+			"[RateLimit-Limit=4 RateLimit-Remaining=0 RateLimit-Reset=0 Retry-After=1]"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var got []string
+			for _, h := range rateLimitHeaders(tc.resp) {
+				got = append(got, h.GetKey()+"="+h.GetValue())
+			}
+			if fmt.Sprint(got) != tc.want {
+				t.Errorf("headers %v, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMoreRestrictive(t *testing.T) {
+	allowed := func(limit, remaining int64) *ratelimitv1.RuleDecision {
+		return &ratelimitv1.RuleDecision{Allowed: true, Limit: limit, Remaining: remaining}
+	}
+	denied := func(retry time.Duration) *ratelimitv1.RuleDecision {
+		return &ratelimitv1.RuleDecision{RetryAfter: durationpb.New(retry)}
+	}
+	tests := map[string]struct {
+		a, b *ratelimitv1.RuleDecision
+		want bool
+	}{
+		"anything beats none":          {allowed(10, 10), nil, true},
+		"a denial beats an allowance":  {denied(time.Second), allowed(10, 0), true},
+		"an allowance loses to denial": {allowed(10, 0), denied(time.Second), false},
+		"the longer retry decides":     {denied(2 * time.Second), denied(time.Second), true},
+		"the shorter retry does not":   {denied(time.Second), denied(2 * time.Second), false},
+		"less headroom decides":        {allowed(100, 10), allowed(10, 5), true},
+		"more headroom does not":       {allowed(10, 5), allowed(100, 10), false},
+		"equal headroom does not":      {allowed(10, 5), allowed(100, 50), false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := moreRestrictive(tc.a, tc.b); got != tc.want {
+				t.Errorf("moreRestrictive = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,322 @@
+package quotaapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/services/limiter/internal/ratelimit"
+	"kurz.dev/services/limiter/internal/rulestore"
+)
+
+// testRules has one domain, "cost", with one rule per user.
+const testRules = `
+domains:
+  cost:
+    rules:
+      - {name: per-user, key: [user], algorithm: token_bucket, limit: 100, window: 1h, failure_mode: open}
+`
+
+// fakeEngine decides without Redis: every check is allowed, answered with
+// its cost as the remaining units (so a test can tell answers apart), and
+// every call is recorded.
+type fakeEngine struct {
+	rules *ratelimit.Ruleset
+	// each is what CheckEach answers; explainErr what Explain fails with.
+	each       *ratelimitv1.CheckQuotaResponse
+	owners     [][]int
+	explainErr error
+
+	mu    sync.Mutex
+	calls int
+	costs []int64
+}
+
+func newFake(t *testing.T) *fakeEngine {
+	t.Helper()
+	cfg, err := rulestore.Parse([]byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := ratelimit.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeEngine{rules: rules}
+}
+
+func (f *fakeEngine) record(cost int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	f.costs = append(f.costs, cost)
+}
+
+func (f *fakeEngine) Rules() *ratelimit.Ruleset { return f.rules }
+
+func (f *fakeEngine) Check(_ context.Context, _ string, _ map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
+	f.record(cost)
+	return &ratelimitv1.CheckQuotaResponse{Allowed: true, Remaining: cost}
+}
+
+func (f *fakeEngine) CheckEach(_ context.Context, _ string, _ []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
+	f.record(cost)
+	return f.each, f.owners
+}
+
+func (f *fakeEngine) Explain(_ context.Context, _ string, _ map[string]string, cost int64) (*ratelimitv1.ExplainQuotaResponse, error) {
+	f.record(cost)
+	if f.explainErr != nil {
+		return nil, f.explainErr
+	}
+	return &ratelimitv1.ExplainQuotaResponse{Allowed: true}, nil
+}
+
+// refusal returns the ErrorInfo reason and the field of err's first field
+// violation, failing unless err is INVALID_ARGUMENT in kurz's domain.
+func refusal(t *testing.T, err error) (reason, field string) {
+	t.Helper()
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("got %v, want InvalidArgument", err)
+	}
+	info, br, _ := rpcerr.Details(err)
+	if info.GetDomain() != rpcerr.Domain {
+		t.Errorf("ErrorInfo %v, want domain %q", info, rpcerr.Domain)
+	}
+	if v := br.GetFieldViolations(); len(v) > 0 {
+		field = v[0].GetField()
+	}
+	return info.GetReason(), field
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Bad requests are refused with a reason and the field at fault, and
+// without a call to the engine: nothing reaches Redis.
+func TestRefusals(t *testing.T) {
+	many := map[string]string{}
+	for i := range 33 {
+		many[fmt.Sprintf("d%02d", i)] = "x"
+	}
+	tests := map[string]struct {
+		domain     string
+		desc       map[string]string
+		cost       *uint32
+		wantReason string
+		wantField  string
+		wantMsg    string
+	}{
+		"empty domain":         {"", nil, nil, ReasonDomainRequired, "domain", "domain is required"},
+		"unknown domain":       {"nope", nil, nil, ReasonDomainUnknown, "domain", `unknown domain "nope"; configured domains: [cost]`},
+		"33 descriptors":       {"cost", many, nil, ReasonDescriptorsInvalid, "descriptors", "33 descriptors: at most 32"},
+		"empty name":           {"cost", map[string]string{"": "x"}, nil, ReasonDescriptorsInvalid, "descriptors", `descriptor name "": want 1 to 64 bytes`},
+		"65-byte name, cut":    {"cost", map[string]string{strings.Repeat("n", 65): "x"}, nil, ReasonDescriptorsInvalid, "descriptors", strings.Repeat("n", 32) + `..."`},
+		"1025-byte value":      {"cost", map[string]string{"user": strings.Repeat("v", 1025)}, nil, ReasonDescriptorsInvalid, "descriptors", `descriptor "user": value of 1025 bytes, at most 1024`},
+		"cost over the bound":  {"cost", nil, ptr(uint32(1_000_001)), ReasonCostInvalid, "cost", "cost 1000001: at most 1000000"},
+		"cost at the max uint": {"cost", nil, ptr(^uint32(0)), ReasonCostInvalid, "cost", "cost 4294967295: at most 1000000"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			engine := newFake(t)
+			svc := New(engine)
+			ctx := context.Background()
+			_, checkErr := svc.CheckQuota(ctx, &ratelimitv1.CheckQuotaRequest{Domain: tc.domain, Descriptors: tc.desc, Cost: tc.cost})
+			_, explainErr := svc.ExplainQuota(ctx, &ratelimitv1.ExplainQuotaRequest{Domain: tc.domain, Descriptors: tc.desc, Cost: tc.cost})
+			for rpc, err := range map[string]error{"CheckQuota": checkErr, "ExplainQuota": explainErr} {
+				reason, field := refusal(t, err)
+				if reason != tc.wantReason || field != tc.wantField || !strings.Contains(status.Convert(err).Message(), tc.wantMsg) {
+					t.Errorf("%s: reason %q field %q message %q; want %q %q containing %q",
+						rpc, reason, field, status.Convert(err).Message(), tc.wantReason, tc.wantField, tc.wantMsg)
+				}
+			}
+			// Behind a valid check in a batch: the whole call is refused,
+			// naming the check.
+			_, err := svc.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: []*ratelimitv1.CheckQuotaRequest{
+				{Domain: "cost"}, {Domain: tc.domain, Descriptors: tc.desc, Cost: tc.cost}}})
+			reason, field := refusal(t, err)
+			if msg := status.Convert(err).Message(); reason != tc.wantReason || field != "checks[1]."+tc.wantField ||
+				!strings.HasPrefix(msg, "checks[1]: ") || !strings.Contains(msg, tc.wantMsg) {
+				t.Errorf("CheckQuotas: reason %q field %q message %q; want %q, checks[1].%s, naming checks[1]",
+					reason, field, msg, tc.wantReason, tc.wantField)
+			}
+			if engine.calls != 0 {
+				t.Errorf("the engine was called %d times for a refused request", engine.calls)
+			}
+		})
+	}
+}
+
+func TestCheckQuotasBounds(t *testing.T) {
+	engine := newFake(t)
+	svc := New(engine)
+	checks := make([]*ratelimitv1.CheckQuotaRequest, maxBatch+1)
+	for i := range checks {
+		checks[i] = &ratelimitv1.CheckQuotaRequest{Domain: "cost"}
+	}
+	_, err := svc.CheckQuotas(context.Background(), &ratelimitv1.CheckQuotasRequest{Checks: checks})
+	if reason, field := refusal(t, err); reason != ReasonBatchSizeInvalid || field != "checks" ||
+		!strings.Contains(status.Convert(err).Message(), "1001 checks: at most 1000 per call") {
+		t.Errorf("1,001 checks: reason %q field %q (%v); want %s on checks naming the bound", reason, field, err, ReasonBatchSizeInvalid)
+	}
+	if engine.calls != 0 {
+		t.Errorf("the engine was called %d times for a refused batch", engine.calls)
+	}
+}
+
+// CheckQuotas answers in the checks' order, each at its own cost (1 when
+// unset), however the concurrent checks interleave.
+func TestCheckQuotasAnswersInOrder(t *testing.T) {
+	svc := New(newFake(t))
+	checks := make([]*ratelimitv1.CheckQuotaRequest, 300)
+	for i := range checks {
+		checks[i] = &ratelimitv1.CheckQuotaRequest{Domain: "cost", Cost: ptr(uint32(i))}
+	}
+	checks[0].Cost = nil
+	resp, err := svc.CheckQuotas(context.Background(), &ratelimitv1.CheckQuotasRequest{Checks: checks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetResults()) != len(checks) {
+		t.Fatalf("%d results, want %d", len(resp.GetResults()), len(checks))
+	}
+	for i, r := range resp.GetResults() {
+		want := int64(max(i, 1))
+		if r.GetRemaining() != want {
+			t.Errorf("result %d answers the check of cost %d, want %d", i, r.GetRemaining(), want)
+		}
+	}
+}
+
+// ExplainQuota fails only when Redis does: UNAVAILABLE, retryable, saying
+// nothing of the Redis error.
+func TestExplainQuotaStateUnavailable(t *testing.T) {
+	engine := newFake(t)
+	engine.explainErr = errors.New("explain: redis: dial tcp 10.0.0.7:7001: connect: connection refused")
+	_, err := New(engine).ExplainQuota(context.Background(), &ratelimitv1.ExplainQuotaRequest{Domain: "cost"})
+	st := status.Convert(err)
+	info, _, retryInfo := rpcerr.Details(err)
+	reason, retry := info.GetReason(), retryInfo.GetRetryDelay().AsDuration()
+	if st.Code() != codes.Unavailable || reason != ReasonStateUnavailable || retry != time.Second {
+		t.Errorf("got %v, reason %q, retry %v; want Unavailable, %s, 1s", err, reason, retry, ReasonStateUnavailable)
+	}
+	if strings.Contains(st.Message(), "10.0.0.7") {
+		t.Errorf("message %q names the Redis address", st.Message())
+	}
+}
+
+func descriptor(k, v string) *ratelimitcommonv3.RateLimitDescriptor {
+	return &ratelimitcommonv3.RateLimitDescriptor{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+}
+
+// Envoy requests are refused as CheckQuota refuses them, with the field
+// named in Envoy's request, and without a call to the engine.
+func TestEnvoyRefusals(t *testing.T) {
+	var many []*ratelimitcommonv3.RateLimitDescriptor
+	for range 33 {
+		many = append(many, descriptor("user", "u"))
+	}
+	negative := descriptor("user", "u")
+	negative.IsNegativeHits = true
+	own := descriptor("user", "u")
+	own.HitsAddend = wrapperspb.UInt64(3)
+	tests := map[string]struct {
+		req        *rlsv3.RateLimitRequest
+		wantReason string
+		wantField  string
+	}{
+		"empty domain":           {&rlsv3.RateLimitRequest{Descriptors: many[:1]}, ReasonDomainRequired, "domain"},
+		"unknown domain":         {&rlsv3.RateLimitRequest{Domain: "nope", Descriptors: many[:1]}, ReasonDomainUnknown, "domain"},
+		"no descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost"}, ReasonDescriptorsInvalid, "descriptors"},
+		"33 descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
+		"empty entry key":        {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: append(many[:1:1], descriptor("", "u"))}, ReasonDescriptorsInvalid, "descriptors[1].entries"},
+		"hits_addend too large":  {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: many[:1], HitsAddend: 1_000_001}, ReasonCostInvalid, "hits_addend"},
+		"is_negative_hits":       {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{negative}}, ReasonCostInvalid, "descriptors[0].is_negative_hits"},
+		"own, other hits_addend": {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{own}}, ReasonCostInvalid, "descriptors[0].hits_addend"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			engine := newFake(t)
+			_, err := NewEnvoy(engine).ShouldRateLimit(context.Background(), tc.req)
+			if reason, field := refusal(t, err); reason != tc.wantReason || field != tc.wantField {
+				t.Errorf("reason %q field %q (%v); want %q %q", reason, field, err, tc.wantReason, tc.wantField)
+			}
+			if engine.calls != 0 {
+				t.Errorf("the engine was called %d times for a refused request", engine.calls)
+			}
+		})
+	}
+}
+
+func decision(rule string, allowed bool, limit, remaining int64, window, retry time.Duration) *ratelimitv1.RuleDecision {
+	return &ratelimitv1.RuleDecision{Rule: rule, Allowed: allowed, Limit: limit, Remaining: remaining,
+		Window: durationpb.New(window), ResetAfter: durationpb.New(window / 2), RetryAfter: durationpb.New(retry),
+		Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}
+}
+
+// Each descriptor gets the status of the most restrictive decision it owns;
+// shadow decisions decide nothing; the response carries the headers of the
+// deciding rule, and the request's hits_addend is the cost.
+func TestEnvoyStatuses(t *testing.T) {
+	engine := newFake(t)
+	shadow := decision("shadow", false, 1, 0, time.Minute, time.Hour)
+	shadow.Source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
+	engine.each = &ratelimitv1.CheckQuotaResponse{
+		Allowed: false, DecidingRule: "per-ip", Limit: 4, Remaining: 0,
+		ResetAfter: durationpb.New(30 * time.Second), RetryAfter: durationpb.New(1500 * time.Millisecond),
+		Decisions: []*ratelimitv1.RuleDecision{
+			decision("per-key", true, 10, 5, time.Hour, 0),
+			decision("per-ip", false, 4, 0, time.Minute, 1500*time.Millisecond),
+			decision("per-tenant", true, 100, 90, time.Hour, 0),
+			shadow,
+		},
+	}
+	// Descriptor 0 owns per-key and per-ip, 1 owns per-tenant and the
+	// shadow rule, 2 owns nothing.
+	engine.owners = [][]int{{0}, {0}, {1}, {1}}
+	resp, err := NewEnvoy(engine).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain: "cost", HitsAddend: 2,
+		Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{descriptor("user", "a"), descriptor("user", "b"), descriptor("user", "c")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("overall %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	type want struct {
+		code      rlsv3.RateLimitResponse_Code
+		rule      string
+		remaining uint32
+	}
+	wants := []want{{rlsv3.RateLimitResponse_OVER_LIMIT, "per-ip", 0}, {rlsv3.RateLimitResponse_OK, "per-tenant", 90}, {rlsv3.RateLimitResponse_OK, "", 0}}
+	for j, w := range wants {
+		st := resp.GetStatuses()[j]
+		if got := (want{st.GetCode(), st.GetCurrentLimit().GetName(), st.GetLimitRemaining()}); got != w {
+			t.Errorf("descriptor %d: %+v, want %+v", j, got, w)
+		}
+	}
+	headers := map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		headers[h.GetKey()] = h.GetValue()
+	}
+	wantHeaders := map[string]string{"RateLimit-Limit": "4", "RateLimit-Remaining": "0", "RateLimit-Reset": "30", "Retry-After": "2"}
+	if fmt.Sprint(headers) != fmt.Sprint(wantHeaders) {
+		t.Errorf("headers %v, want %v", headers, wantHeaders)
+	}
+	if fmt.Sprint(engine.costs) != "[2]" {
+		t.Errorf("engine costs %v, want one CheckEach at the hits_addend 2", engine.costs)
+	}
+}
