@@ -25,6 +25,7 @@ import (
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/codegen"
 	"kurz.dev/services/shortener/internal/linkapi"
@@ -128,8 +129,8 @@ func wantStatus(t *testing.T, what string, err error, c codes.Code, reason, fiel
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			if info.GetReason() != reason || info.GetDomain() != linkapi.ErrorDomain || info.GetMetadata()["field"] != field {
-				t.Errorf("%s: ErrorInfo %v, want reason %s, domain %s, field %q", what, info, reason, linkapi.ErrorDomain, field)
+			if info.GetReason() != reason || info.GetDomain() != rpcerr.Domain || info.GetMetadata()["field"] != field {
+				t.Errorf("%s: ErrorInfo %v, want reason %s, domain %s, field %q", what, info, reason, rpcerr.Domain, field)
 			}
 			return
 		}

@@ -15,6 +15,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/urlcheck"
@@ -207,7 +208,7 @@ func TestQuotaDenialCreatesNothing(t *testing.T) {
 	e := newEnv(t)
 	e.limiter.SetDecider(limitertest.Deny("per-tenant", 3*time.Second))
 	_, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/denied", CustomAlias: "denied"})
-	wantStatus(t, "create over quota", err, codes.ResourceExhausted, linkapi.ReasonRateLimited, "")
+	wantStatus(t, "create over quota", err, codes.ResourceExhausted, rpcerr.ReasonRateLimited, "")
 	var retry *errdetails.RetryInfo
 	for _, d := range status.Convert(err).Details() {
 		if r, ok := d.(*errdetails.RetryInfo); ok {
@@ -283,7 +284,7 @@ func TestTenantIsolation(t *testing.T) {
 // on: then it acts as tenant "anonymous".
 func TestCallsWithoutATenant(t *testing.T) {
 	_, err := newEnv(t).client.CreateLink(as(""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com"})
-	wantStatus(t, "create without a tenant", err, codes.Unauthenticated, linkapi.ReasonTenantMissing, "")
+	wantStatus(t, "create without a tenant", err, codes.Unauthenticated, rpcerr.ReasonTenantMissing, "")
 
 	e := newEnv(t, func(o *linkapi.Options) { o.AllowAnonymous = true })
 	l, err := e.client.CreateLink(as(""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com"})
