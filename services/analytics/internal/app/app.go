@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/redis/go-redis/v9"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
@@ -126,19 +127,10 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	ch, err := chconn.New(ctx, cfg.ClickHouse)
+	ch, rdb, err := openStores(ctx, cfg, lc)
 	if err != nil {
 		return nil, err
 	}
-	lc.OwnCloser("clickhouse", ch)
-	if err := clickstore.Apply(ctx, ch); err != nil {
-		return nil, err
-	}
-	rdb, err := redisconn.New(ctx, cfg.Redis)
-	if err != nil {
-		return nil, err
-	}
-	lc.OwnCloser("redis", rdb)
 	srv, err := server.New(ctx, "analytics", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), lc, log, keys.ServerOptions()...)
 	if err != nil {
 		return nil, err
@@ -164,6 +156,25 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		"consumer", cons.Name(), "batch_size", cfg.BatchSize, "batch_age", cfg.BatchAge,
 		"claim_idle", cfg.ClaimIdle, "limiter", cfg.LimiterAddr)
 	return srv, nil
+}
+
+// openStores connects to ClickHouse, applying its schema, and to Redis
+// Cluster, where the click streams are.
+func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle) (driver.Conn, *redis.ClusterClient, error) {
+	ch, err := chconn.New(ctx, cfg.ClickHouse)
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.OwnCloser("clickhouse", ch)
+	if err := clickstore.Apply(ctx, ch); err != nil {
+		return nil, nil, err
+	}
+	rdb, err := redisconn.New(ctx, cfg.Redis)
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.OwnCloser("redis", rdb)
+	return ch, rdb, nil
 }
 
 // startConsumer dials the limiter (for the consumer's flood checks) and

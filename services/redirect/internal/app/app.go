@@ -204,18 +204,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	deps := redirector.Deps{Log: log}
-	if deps.Quota, deps.PasswordQuota, err = dialLimiter(cfg, srv, lc, log); err != nil {
-		return nil, err
-	}
 	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
-	if deps.Resolver, err = h.startResolver(ctx, cfg, rdb, db, lc, log, meter); err != nil {
-		return nil, err
-	}
-	if deps.Clicks, err = h.startClicks(ctx, cfg, lc, log, meter); err != nil {
-		return nil, err
-	}
-	if deps.Visits, err = h.visitCounter(ctx, cfg, lc); err != nil {
+	deps, err := h.handlerDeps(ctx, cfg, rdb, db, srv, lc, log, meter)
+	if err != nil {
 		return nil, err
 	}
 	handler, err := newHandler(cfg, missPolicy, clients, deps, meter)
@@ -257,6 +248,23 @@ func (h hooks) openStores(ctx context.Context, cfg Config, lc *server.Lifecycle)
 	}
 	lc.Own("postgres", func(context.Context) error { db.Close(); return nil })
 	return rdb, db, nil
+}
+
+// handlerDeps dials the limiter and starts what the handler works with: the
+// lookup path, the click pipeline and the visit counter.
+func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, srv *server.Server, lc *server.Lifecycle, log *slog.Logger, meter metric.Meter) (deps redirector.Deps, err error) {
+	deps.Log = log
+	if deps.Quota, deps.PasswordQuota, err = dialLimiter(cfg, srv, lc, log); err != nil {
+		return deps, err
+	}
+	if deps.Resolver, err = h.startResolver(ctx, cfg, rdb, db, lc, log, meter); err != nil {
+		return deps, err
+	}
+	if deps.Clicks, err = h.startClicks(ctx, cfg, lc, log, meter); err != nil {
+		return deps, err
+	}
+	deps.Visits, err = h.visitCounter(ctx, cfg, lc)
+	return deps, err
 }
 
 // dialLimiter opens one connection to the limiter for two clients: the miss

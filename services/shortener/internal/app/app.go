@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -183,15 +184,10 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	db, err := h.openPostgres(ctx, cfg, lc, log)
+	db, rdb, err := h.openStores(ctx, cfg, lc, log)
 	if err != nil {
 		return nil, err
 	}
-	rdb, err := redisconn.New(ctx, cfg.Redis)
-	if err != nil {
-		return nil, err
-	}
-	lc.OwnCloser("redis", rdb)
 	blocklist, err := loadBlocklist(cfg, log)
 	if err != nil {
 		return nil, err
@@ -213,11 +209,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	// Stopped before the stores they use close.
-	lc.Go("invalidation retries", svc.RunInvalidations)
-	if blocklist != nil {
-		lc.Go("blocklist", func(ctx context.Context) { blocklist.Run(ctx, func(ctx context.Context) { sweep(ctx, svc, log) }) })
-	}
+	startBackground(svc, blocklist, lc, log)
 	srv.AddCheck("postgres", db.Ping)
 	// Links are written to PostgreSQL; the write-through to Redis is retried
 	// (changes) or filled by readers (new links), so Redis is not required.
@@ -229,30 +221,35 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	return srv, nil
 }
 
-// openPostgres connects to PostgreSQL and applies the links schema's
-// migrations.
-func (h hooks) openPostgres(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*pgxpool.Pool, error) {
+// openStores connects to PostgreSQL, applying the links schema's
+// migrations, and to Redis Cluster.
+func (h hooks) openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*pgxpool.Pool, *redis.ClusterClient, error) {
 	db, err := pgpool.New(ctx, cfg.Postgres)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if h.pgTracer != nil {
 		pc := db.Config()
 		pc.ConnConfig.Tracer = h.pgTracer
 		db.Close()
 		if db, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
+			return nil, nil, fmt.Errorf("postgres: %w", err)
 		}
 	}
 	lc.Own("postgres", func(context.Context) error { db.Close(); return nil })
 	applied, err := linkschema.Apply(ctx, db)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(applied) > 0 {
 		log.Info("migrations applied", "names", applied)
 	}
-	return db, nil
+	rdb, err := redisconn.New(ctx, cfg.Redis)
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.OwnCloser("redis", rdb)
+	return db, rdb, nil
 }
 
 // loadBlocklist reads the blocklist file; nil when none is configured.
@@ -300,6 +297,15 @@ func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, db *pgxpoo
 		RetryMaxDelay:  cfg.InvalidationMaxBackoff,
 		Keying:         cfg.Keying,
 	}, deps)
+}
+
+// startBackground starts the retries of failed write-throughs and, with a
+// blocklist, its reloads and sweeps; they stop before the stores close.
+func startBackground(svc *linkapi.Service, blocklist *urlcheck.Blocklist, lc *server.Lifecycle, log *slog.Logger) {
+	lc.Go("invalidation retries", svc.RunInvalidations)
+	if blocklist != nil {
+		lc.Go("blocklist", func(ctx context.Context) { blocklist.Run(ctx, func(ctx context.Context) { sweep(ctx, svc, log) }) })
+	}
 }
 
 // sweep disables the existing links the blocklist now covers and reports
