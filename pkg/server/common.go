@@ -10,6 +10,11 @@ import (
 // Config next to its own listen addresses.
 type Common struct {
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" default:"20s"`
+	// CloseTimeout bounds the closes after the drain, all together: the
+	// stores, peer connections and background workers' stops (see
+	// Lifecycle). A shutdown takes at most the drain (ShutdownTimeout), this
+	// and the telemetry flush (KURZ_TELEMETRY_FLUSH_TIMEOUT).
+	CloseTimeout time.Duration `env:"CLOSE_TIMEOUT" default:"10s"`
 	// ShutdownDelay keeps a replica serving, not ready, this long after
 	// SIGTERM before it drains (see Config.ShutdownDelay).
 	ShutdownDelay time.Duration `env:"SHUTDOWN_DELAY" default:"0s"`
@@ -26,6 +31,9 @@ type Common struct {
 	// the server's defaults), so only code and tests set it.
 	HTTP HTTPLimits
 }
+
+// common makes every Config that embeds Common a Service.
+func (c Common) common() Common { return c }
 
 // Config returns the server configuration for the given listen addresses.
 func (c Common) Config(grpcAddr, httpAddr string) Config {

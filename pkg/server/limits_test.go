@@ -19,8 +19,9 @@ import (
 // start runs a bare server (ops routes only) with these listener bounds.
 func start(t *testing.T, limits server.HTTPLimits) *servertest.Running {
 	t.Helper()
+	log := servertest.Logger(t)
 	srv, err := server.New(context.Background(), "limits-test",
-		server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", HTTP: limits}, servertest.Logger(t))
+		server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", HTTP: limits}, server.NewLifecycle(log, 0), log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

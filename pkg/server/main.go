@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,13 +15,19 @@ import (
 
 // Build wires a service from its configuration and returns its server, ready
 // to Run. It connects to every dependency first, so a missing one fails the
-// start with a message that names it.
-type Build[C any] func(ctx context.Context, cfg C, log *slog.Logger) (*Server, error)
+// start with a message that names it, and hands each resource it opens to lc
+// as soon as it is open: lc closes them if Build fails, or after the server
+// drained.
+type Build[C any] func(ctx context.Context, cfg C, lc *Lifecycle, log *slog.Logger) (*Server, error)
+
+// Service is what Main and Start need of a service's configuration: the
+// settings every service shares. Embedding Common is the way to have them.
+type Service interface{ common() Common }
 
 // Main is the whole of a service's main: it loads C and the logging settings
 // from the environment, builds the service, and runs it until SIGINT or
 // SIGTERM. It exits the process once, with status 1 on any error.
-func Main[C any](name string, build Build[C]) {
+func Main[C Service](name string, build Build[C]) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, name, build)
 	stop()
@@ -30,7 +37,7 @@ func Main[C any](name string, build Build[C]) {
 	}
 }
 
-func run[C any](ctx context.Context, name string, build Build[C]) error {
+func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	var logCfg logging.Config
 	var cfg C
 	if err := config.Load(&logCfg); err != nil {
@@ -43,9 +50,22 @@ func run[C any](ctx context.Context, name string, build Build[C]) error {
 	if err != nil {
 		return err
 	}
-	srv, err := build(ctx, cfg, log)
+	srv, err := Start(ctx, cfg, log, build)
 	if err != nil {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// Start builds a service within a new lifecycle, as Main does before Run; if
+// build fails, what it owned by then is closed, last first. Tests use it to
+// start a service in process.
+func Start[C Service](ctx context.Context, cfg C, log *slog.Logger, build Build[C]) (*Server, error) {
+	lc := NewLifecycle(log, cfg.common().CloseTimeout)
+	srv, err := build(ctx, cfg, lc, log)
+	if err != nil {
+		// A start cut short by SIGTERM still closes what it opened.
+		return nil, errors.Join(err, lc.Close(context.WithoutCancel(ctx)))
+	}
+	return srv, nil
 }

@@ -17,7 +17,8 @@ import (
 func startWith(t *testing.T, cfg server.Config, setup func(*server.Server)) *servertest.Running {
 	t.Helper()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	srv, err := server.New(context.Background(), "ops-test", cfg, servertest.Logger(t))
+	log := servertest.Logger(t)
+	srv, err := server.New(context.Background(), "ops-test", cfg, server.NewLifecycle(log, 0), log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -3,8 +3,8 @@
 // /healthz, /readyz and /metrics, plus whatever public routes the service adds.
 // A public service moves the ops routes to a third, internal listener
 // (Config.OpsAddr). It owns graceful shutdown, in a fixed order: readiness
-// off, HTTP drained, gRPC drained, ops listener closed, then the closers the
-// service registered (stores, telemetry).
+// off, HTTP drained, gRPC drained, ops listener closed, then the service's
+// Lifecycle closed (stores, peers, background work, last telemetry).
 package server
 
 import (
@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,16 +160,18 @@ type Server struct {
 	opsLis   net.Listener // nil: the ops routes are on httpLis
 	opsSrv   *http.Server
 	checks   []namedCheck
-	closers  []func(context.Context) error
+	lc       *Lifecycle
 	draining atomic.Bool
 	// ready is the last result of the readiness checks; nil before the first.
 	ready atomic.Pointer[readiness]
 }
 
 // New sets up telemetry, listens on the addresses (":0" picks a free port;
-// see GRPCAddr, HTTPAddr and OpsAddr) and builds the servers. Nothing is
-// served until Run; if the service gives up before that, call Close.
-func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ...grpc.ServerOption) (*Server, error) {
+// see GRPCAddr, HTTPAddr and OpsAddr) and builds the servers, all owned by
+// lc: the listeners close with it and the telemetry is flushed after
+// everything else in it. Nothing is served until Run, which closes lc after
+// the drain; a service that gives up before Run closes lc instead.
+func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.Logger, opts ...grpc.ServerOption) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 20 * time.Second
 	}
@@ -188,18 +189,19 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 	if err != nil {
 		return nil, err
 	}
-	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	lc.flushLast(tel.Shutdown, cfg.Telemetry.FlushTimeout)
+	grpcLis, err := listen(lc, "gRPC", cfg.GRPCAddr)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("listen gRPC on %s: %w", cfg.GRPCAddr, err), tel.Shutdown(ctx))
+		return nil, err
 	}
-	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	httpLis, err := listen(lc, "HTTP", cfg.HTTPAddr)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err), grpcLis.Close(), tel.Shutdown(ctx))
+		return nil, err
 	}
 	var opsLis net.Listener
 	if cfg.OpsAddr != "" {
-		if opsLis, err = net.Listen("tcp", cfg.OpsAddr); err != nil {
-			return nil, errors.Join(fmt.Errorf("listen ops HTTP on %s: %w", cfg.OpsAddr, err), httpLis.Close(), grpcLis.Close(), tel.Shutdown(ctx))
+		if opsLis, err = listen(lc, "ops HTTP", cfg.OpsAddr); err != nil {
+			return nil, err
 		}
 	}
 	s := &Server{
@@ -212,7 +214,7 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 		opsLis:    opsLis,
 		Mux:       http.NewServeMux(),
 		Telemetry: tel,
-		closers:   []func(context.Context) error{tel.Shutdown},
+		lc:        lc,
 	}
 	base := []grpc.ServerOption{
 		// Health checks are probes, like /healthz: no spans, no metrics.
@@ -263,6 +265,22 @@ func New(ctx context.Context, name string, cfg Config, log *slog.Logger, opts ..
 	}
 	s.httpSrv = s.httpServer(s.instrument(s.Mux))
 	return s, nil
+}
+
+// listen listens on addr and gives lc the listener, for a server that never
+// ran: Run's drain closes it otherwise, and then closing it again is a no-op.
+func listen(lc *Lifecycle, what, addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s on %s: %w", what, addr, err)
+	}
+	lc.Own(what+" listener", func(context.Context) error {
+		if err := lis.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
+	return lis, nil
 }
 
 // httpServer is an HTTP server of h within the listener bounds.
@@ -330,24 +348,9 @@ func (s *Server) AddSoftCheck(name string, check Check) {
 	s.checks = append(s.checks, namedCheck{name: name, check: check, soft: true})
 }
 
-// OnShutdown registers a closer run after both servers have drained, in
-// reverse order of registration (close what was opened last first).
-func (s *Server) OnShutdown(fn func(context.Context) error) {
-	s.closers = append(s.closers, fn)
-}
-
-// Close releases the listeners and runs the closers of a server that never
-// ran; use it when wiring fails after New.
-func (s *Server) Close(ctx context.Context) error {
-	errs := []error{s.grpcLis.Close(), s.httpLis.Close()}
-	if s.opsLis != nil {
-		errs = append(errs, s.opsLis.Close())
-	}
-	for _, fn := range slices.Backward(s.closers) {
-		errs = append(errs, fn(ctx))
-	}
-	return errors.Join(errs...)
-}
+// Close closes the lifecycle of a server that never ran: its listeners,
+// everything the service owned, then its telemetry.
+func (s *Server) Close(ctx context.Context) error { return s.lc.Close(ctx) }
 
 // Run serves until ctx ends, then shuts down gracefully. It returns nil after
 // a clean shutdown, or the first serve error.
@@ -414,11 +417,9 @@ func (s *Server) shutdown() error {
 			errs = append(errs, fmt.Errorf("drain ops HTTP: %w", err))
 		}
 	}
-	for _, fn := range slices.Backward(s.closers) {
-		if err := fn(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	// Not ctx: the closes and the telemetry flush have bounds of their own,
+	// so a drain that used all of its time does not cut them short.
+	errs = append(errs, s.lc.Close(context.Background()))
 	err := errors.Join(errs...)
 	if err != nil {
 		s.log.Error("shutdown", "err", err)

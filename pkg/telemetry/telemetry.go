@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,6 +33,9 @@ type Config struct {
 	OTLPInsecure bool `env:"OTLP_INSECURE" default:"true"`
 	// TraceSampleRatio is the share of root traces kept; children follow their parent.
 	TraceSampleRatio float64 `env:"TRACE_SAMPLE_RATIO" default:"1"`
+	// FlushTimeout bounds Shutdown's flush of buffered spans and metrics
+	// when a service stops; it has its own budget, after the drain's.
+	FlushTimeout time.Duration `env:"TELEMETRY_FLUSH_TIMEOUT" default:"5s"`
 	// SpanProcessor is for tests: when set, every root trace is sampled and
 	// each span goes to it (e.g. a tracetest.SpanRecorder) besides any OTLP
 	// exporter. It has no env tag, so no environment variable can set it.

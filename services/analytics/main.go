@@ -7,4 +7,4 @@ import (
 	"kurz.dev/services/analytics/internal/app"
 )
 
-func main() { server.Main("analytics", app.New) }
+func main() { server.Main("analytics", app.Build) }

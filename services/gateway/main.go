@@ -6,4 +6,4 @@ import (
 	"kurz.dev/services/gateway/internal/app"
 )
 
-func main() { server.Main("gateway", app.New) }
+func main() { server.Main("gateway", app.Build) }

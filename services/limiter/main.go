@@ -7,4 +7,4 @@ import (
 	"kurz.dev/services/limiter/internal/app"
 )
 
-func main() { server.Main("limiter", app.New) }
+func main() { server.Main("limiter", app.Build) }

@@ -7,4 +7,4 @@ import (
 	"kurz.dev/services/redirect/internal/app"
 )
 
-func main() { server.Main("redirect", app.New) }
+func main() { server.Main("redirect", app.Build) }

@@ -7,4 +7,4 @@ import (
 	"kurz.dev/services/shortener/internal/app"
 )
 
-func main() { server.Main("shortener", app.New) }
+func main() { server.Main("shortener", app.Build) }

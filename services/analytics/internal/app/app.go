@@ -11,6 +11,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/redis/go-redis/v9"
+
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
@@ -94,11 +97,22 @@ func (c Config) validate() (*svcauth.Keys, error) {
 	return keys, errors.Join(errs...)
 }
 
-// New connects to ClickHouse (applying the schema), Redis and the limiter,
-// and returns the analytics server, ready to Run; the click consumer starts
-// with it.
+// Build wires the analytics service within lc: ClickHouse (with its schema)
+// and Redis, then its server, the click consumer (and its limiter client)
+// and the statistics API. The main passes it to server.Main.
+func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*server.Server, error) {
+	return hooks{}.wire(ctx, cfg, lc, log)
+}
+
+// New starts the analytics service in process, as server.Main does before
+// Run; the click consumer starts with it.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
-	return build(ctx, cfg, log, hooks{})
+	return server.Start(ctx, cfg, log, Build)
+}
+
+// build is New with test hooks.
+func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (*server.Server, error) {
+	return server.Start(ctx, cfg, log, h.wire)
 }
 
 // hooks let in-package tests run the service on their own streams.
@@ -107,55 +121,22 @@ type hooks struct {
 	groupStart   string
 }
 
-func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
+// wire is Build with test hooks.
+func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*server.Server, error) {
 	keys, err := cfg.validate()
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	var closers []func()
-	defer func() {
-		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
-		}
-	}()
-	ch, err := chconn.New(ctx, cfg.ClickHouse)
+	ch, rdb, err := openStores(ctx, cfg, lc)
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { _ = ch.Close() })
-	if err := clickstore.Apply(ctx, ch); err != nil {
-		return nil, err
-	}
-	rdb, err := redisconn.New(ctx, cfg.Redis)
+	srv, err := server.New(ctx, "analytics", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), lc, log, keys.ServerOptions()...)
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { _ = rdb.Close() })
-	srv, err := server.New(ctx, "analytics", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log, keys.ServerOptions()...)
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, func() { _ = srv.Close(context.Background()) })
-	quotaClient, closeLimiter, err := quota.Dial(cfg.LimiterAddr, srv.Telemetry, cfg.LimiterTimeout, log)
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, func() { _ = closeLimiter() })
-
 	store := clickstore.New(ch)
-	cons, err := consumer.New(rdb, store, quotaClient, log, srv.Telemetry.MeterProvider, consumer.Options{
-		Shards: cfg.Streams.Shards, StreamPrefix: h.streamPrefix, Group: cfg.ConsumerGroup,
-		GroupStart: h.groupStart, Name: cfg.ConsumerName,
-		BatchSize: cfg.BatchSize, BatchAge: cfg.BatchAge, ClaimIdle: cfg.ClaimIdle,
-		MaxDeliveries: cfg.MaxDeliveries, InsertTimeout: cfg.InsertTimeout,
-		FloodParallelism: cfg.FloodParallelism, Flushers: cfg.Flushers, UnhealthyAfter: cfg.UnhealthyAfter,
-		TracerProvider: srv.Telemetry.TracerProvider,
-		// The last batch must be stored before the stores close, within
-		// the shutdown budget.
-		DrainTimeout: cfg.ShutdownTimeout / 2,
-	})
+	cons, err := h.startConsumer(cfg, rdb, store, srv, lc, log)
 	if err != nil {
 		return nil, err
 	}
@@ -166,26 +147,6 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(cons.Status())
 	})
-
-	// The consumer runs from here until shutdown; it is stopped first
-	// (closers run in reverse), so its last batch is stored and
-	// acknowledged while ClickHouse and Redis are still open.
-	runCtx, stopConsumer := context.WithCancel(context.WithoutCancel(ctx))
-	consumed := make(chan struct{})
-	go func() { cons.Run(runCtx); close(consumed) }()
-
-	srv.OnShutdown(func(context.Context) error { return ch.Close() })
-	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
-	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
-	srv.OnShutdown(func(ctx context.Context) error {
-		stopConsumer()
-		select {
-		case <-consumed:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("click consumer: stop: %w", ctx.Err())
-		}
-	})
 	srv.AddCheck("clickhouse", ch.Ping)
 	// Without Redis the consumer waits (the clicks wait in the streams) and
 	// the stats are still served.
@@ -195,4 +156,50 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		"consumer", cons.Name(), "batch_size", cfg.BatchSize, "batch_age", cfg.BatchAge,
 		"claim_idle", cfg.ClaimIdle, "limiter", cfg.LimiterAddr)
 	return srv, nil
+}
+
+// openStores connects to ClickHouse, applying its schema, and to Redis
+// Cluster, where the click streams are.
+func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle) (driver.Conn, *redis.ClusterClient, error) {
+	ch, err := chconn.New(ctx, cfg.ClickHouse)
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.OwnCloser("clickhouse", ch)
+	if err := clickstore.Apply(ctx, ch); err != nil {
+		return nil, nil, err
+	}
+	rdb, err := redisconn.New(ctx, cfg.Redis)
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.OwnCloser("redis", rdb)
+	return ch, rdb, nil
+}
+
+// startConsumer dials the limiter (for the consumer's flood checks) and
+// starts the click consumer, which runs until shutdown.
+func (h hooks) startConsumer(cfg Config, rdb *redis.ClusterClient, store *clickstore.Store, srv *server.Server, lc *server.Lifecycle, log *slog.Logger) (*consumer.Consumer, error) {
+	quotaClient, closeLimiter, err := quota.Dial(cfg.LimiterAddr, srv.Telemetry, cfg.LimiterTimeout, log)
+	if err != nil {
+		return nil, err
+	}
+	lc.Own("limiter connection", func(context.Context) error { return closeLimiter() })
+	cons, err := consumer.New(rdb, store, quotaClient, log, srv.Telemetry.MeterProvider, consumer.Options{
+		Shards: cfg.Streams.Shards, StreamPrefix: h.streamPrefix, Group: cfg.ConsumerGroup,
+		GroupStart: h.groupStart, Name: cfg.ConsumerName,
+		BatchSize: cfg.BatchSize, BatchAge: cfg.BatchAge, ClaimIdle: cfg.ClaimIdle,
+		MaxDeliveries: cfg.MaxDeliveries, InsertTimeout: cfg.InsertTimeout,
+		FloodParallelism: cfg.FloodParallelism, Flushers: cfg.Flushers, UnhealthyAfter: cfg.UnhealthyAfter,
+		TracerProvider: srv.Telemetry.TracerProvider,
+		// The last batch is stored and acknowledged within the bound on
+		// the consumer's stop, half of it, so it ends on its own, while
+		// ClickHouse and Redis are still open (they close after it).
+		DrainTimeout: cfg.CloseTimeout / 2,
+	})
+	if err != nil {
+		return nil, err
+	}
+	lc.Go("click consumer", cons.Run)
+	return cons, nil
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
@@ -124,28 +125,54 @@ func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 	}, keys, errors.Join(errs...)
 }
 
-// New connects to PostgreSQL (applying the gateway's migrations), dials the
-// downstream services and returns the gateway server, ready to Run. Dialing
-// does not wait for the services: readiness reports them.
-func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, err error) {
+// Build wires the gateway within lc: PostgreSQL (migrated), then its
+// server, the downstream services and the HTTP API. Dialing does not wait
+// for the services: readiness reports them. The main passes it to
+// server.Main.
+func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*server.Server, error) {
 	opts, keys, err := cfg.options()
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	var closers []func()
-	defer func() {
-		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
-		}
-	}()
+	db, err := openPostgres(ctx, cfg, lc, log)
+	if err != nil {
+		return nil, err
+	}
+	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	srvCfg.OpsAddr = cfg.OpsAddr
+	// net/http's own header bound must stay well above the gateway's, so a
+	// client over KURZ_GATEWAY_MAX_HEADER_BYTES gets the gateway's 431 with
+	// its JSON body rather than net/http's bare one.
+	srvCfg.HTTP.MaxHeaderBytes = max(srvCfg.HTTP.MaxHeaderBytes, server.DefaultMaxHeaderBytes, 4*cfg.MaxHeaderBytes)
+	srv, err := server.New(ctx, "gateway", srvCfg, lc, log)
+	if err != nil {
+		return nil, err
+	}
+	conns, err := dialDownstream(cfg, keys, srv, lc)
+	if err != nil {
+		return nil, err
+	}
+	if err := registerAPI(cfg, opts, db, conns, srv, log); err != nil {
+		return nil, err
+	}
+	srv.AddCheck("postgres", db.Ping)
+	log.Info("gateway configured", "anonymous", cfg.AllowAnonymous, "admin_api", cfg.AdminToken != "",
+		"client_ip", opts.Clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix, "limiter_timeout", cfg.LimiterTimeout, "max_body_bytes", cfg.MaxBodyBytes)
+	return srv, nil
+}
 
+// New starts the gateway in process, as server.Main does before Run.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
+	return server.Start(ctx, cfg, log, Build)
+}
+
+// openPostgres connects to PostgreSQL and applies the gateway's migrations.
+func openPostgres(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*pgxpool.Pool, error) {
 	db, err := pgpool.New(ctx, cfg.Postgres)
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, db.Close)
+	lc.Own("postgres", func(context.Context) error { db.Close(); return nil })
 	applied, err := pgpool.Migrate(ctx, db, migrations.Component, migrations.FS)
 	if err != nil {
 		return nil, err
@@ -153,18 +180,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 	if len(applied) > 0 {
 		log.Info("migrations applied", "names", applied)
 	}
+	return db, nil
+}
 
-	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
-	srvCfg.OpsAddr = cfg.OpsAddr
-	// net/http's own header bound must stay well above the gateway's, so a
-	// client over KURZ_GATEWAY_MAX_HEADER_BYTES gets the gateway's 431 with
-	// its JSON body rather than net/http's bare one.
-	srvCfg.HTTP.MaxHeaderBytes = max(srvCfg.HTTP.MaxHeaderBytes, server.DefaultMaxHeaderBytes, 4*cfg.MaxHeaderBytes)
-	srv, err := server.New(ctx, "gateway", srvCfg, log)
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, func() { _ = srv.Close(context.Background()) })
+// dialDownstream connects to the limiter, the shortener and analytics, by
+// name, each with its readiness check.
+func dialDownstream(cfg Config, keys *svcauth.Keys, srv *server.Server, lc *server.Lifecycle) (map[string]*grpc.ClientConn, error) {
 	conns := map[string]*grpc.ClientConn{}
 	// The limiter and analytics have fallbacks (quotas fail open, stats
 	// answer 503): without them the gateway still serves, so they do not
@@ -187,7 +208,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 		if err != nil {
 			return nil, fmt.Errorf("%s (%s): %w", d.name, d.variable, err)
 		}
-		closers = append(closers, func() { _ = conn.Close() })
+		lc.OwnCloser(d.name+" connection", conn)
 		conns[d.name] = conn
 		if d.soft {
 			srv.AddSoftCheck(d.name, grpcclient.HealthCheck(conn))
@@ -195,9 +216,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 			srv.AddCheck(d.name, grpcclient.HealthCheck(conn))
 		}
 	}
+	return conns, nil
+}
+
+// registerAPI puts the JSON API and the console on the server's HTTP
+// listener.
+func registerAPI(cfg Config, opts httpapi.Options, db *pgxpool.Pool, conns map[string]*grpc.ClientConn, srv *server.Server, log *slog.Logger) error {
 	quotaClient, err := quota.New(httpapi.RecordWindows(conns["limiter"]), cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	api, err := httpapi.New(opts, httpapi.Deps{
 		Shortener: shortenerv1.NewShortenerServiceClient(conns["shortener"]),
@@ -208,23 +235,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *server.Server, e
 		Meter:     srv.Telemetry.MeterProvider.Meter("kurz.dev/services/gateway"),
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	api.Register(srv.Mux)
 	web, err := console.New()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	web.Register(srv.Mux)
 	srv.SetHandler(api.Wrap(srv.Mux))
-	srv.AddCheck("postgres", db.Ping)
-
-	// Closers run in reverse: connections first, the pool last.
-	srv.OnShutdown(func(context.Context) error { db.Close(); return nil })
-	for _, conn := range conns {
-		srv.OnShutdown(func(context.Context) error { return conn.Close() })
-	}
-	log.Info("gateway configured", "anonymous", cfg.AllowAnonymous, "admin_api", cfg.AdminToken != "",
-		"client_ip", opts.Clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix, "limiter_timeout", cfg.LimiterTimeout, "max_body_bytes", cfg.MaxBodyBytes)
-	return srv, nil
+	return nil
 }

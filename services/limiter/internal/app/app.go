@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -75,20 +75,52 @@ func (c Config) validate() error {
 // leaseReturnTimeout bounds giving the leases back at shutdown.
 const leaseReturnTimeout = 2 * time.Second
 
-// New connects to Redis Cluster (and PostgreSQL in postgres mode), loads the
-// rules, and returns the limiter's server, ready to Run.
-func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
+// Build wires the limiter within lc: its stores and rules, then its server,
+// the decision engine and the gRPC APIs. The main passes it to server.Main.
+func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*server.Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	var closers []func()
-	fail := func(err error) (*server.Server, error) {
-		for _, c := range closers {
-			c()
-		}
+	st, err := openStores(ctx, cfg, lc, log)
+	if err != nil {
 		return nil, err
 	}
+	srv, err := server.New(ctx, "limiter", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), lc, log)
+	if err != nil {
+		return nil, err
+	}
+	engine, err := startEngine(cfg, st, srv, lc, log)
+	if err != nil {
+		return nil, err
+	}
+	// Without Redis every rule answers by its failure mode, without
+	// PostgreSQL the rules loaded last hold: the limiter keeps deciding.
+	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, st.rdb) })
+	if st.db != nil {
+		srv.AddSoftCheck("postgres", st.db.Ping)
+	}
+	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
+	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine))
+	return srv, nil
+}
 
+// New starts the limiter in process, as server.Main does before Run.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
+	return server.Start(ctx, cfg, log, Build)
+}
+
+// stores are the limiter's connections and the rules it starts with.
+type stores struct {
+	rdb *redis.ClusterClient
+	// db is nil when the rules come from the file only.
+	db     *pgxpool.Pool
+	source rulestore.Source
+	rules  *ratelimit.Ruleset
+}
+
+// openStores connects to Redis Cluster (and PostgreSQL in postgres mode) and
+// loads the rules.
+func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (stores, error) {
 	// The per-decision deadline (RedisTimeout) must be what cuts a slow
 	// call: a socket timeout that fires first makes go-redis retry the
 	// script, and a retried decision can consume twice.
@@ -96,45 +128,54 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 	cfg.Redis.WriteTimeout = max(cfg.Redis.WriteTimeout, 10*cfg.RedisTimeout)
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {
+		return stores{}, err
+	}
+	lc.OwnCloser("redis", rdb)
+	st := stores{rdb: rdb, source: rulestore.FileSource{Path: cfg.RulesFile}}
+	if cfg.RulesSource == "postgres" {
+		if st.db, err = openRulesDB(ctx, cfg, lc, log); err != nil {
+			return stores{}, err
+		}
+		st.source = rulestore.PostgresSource{Pool: st.db}
+	}
+	first, err := st.source.Load(ctx)
+	if err != nil {
+		return stores{}, err
+	}
+	st.rules, err = ratelimit.Compile(first)
+	return st, err
+}
+
+// openRulesDB connects to PostgreSQL, migrates the rules schema and seeds
+// it from the bootstrap file.
+func openRulesDB(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*pgxpool.Pool, error) {
+	db, err := pgpool.New(ctx, cfg.Postgres)
+	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { _ = rdb.Close() })
+	lc.Own("postgres", func(context.Context) error { db.Close(); return nil })
+	if _, err := pgpool.Migrate(ctx, db, "limiter", migrations.FS); err != nil {
+		return nil, err
+	}
+	boot, err := rulestore.ReadFile(cfg.RulesFile)
+	if err != nil {
+		return nil, err
+	}
+	n, err := rulestore.Seed(ctx, db, boot)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		log.Info("bootstrap rules seeded into postgres", "items", n, "file", cfg.RulesFile)
+	}
+	return db, nil
+}
 
-	var db *pgxpool.Pool
-	var source rulestore.Source = rulestore.FileSource{Path: cfg.RulesFile}
-	if cfg.RulesSource == "postgres" {
-		if db, err = pgpool.New(ctx, cfg.Postgres); err != nil {
-			return fail(err)
-		}
-		closers = append(closers, db.Close)
-		if _, err := pgpool.Migrate(ctx, db, "limiter", migrations.FS); err != nil {
-			return fail(err)
-		}
-		boot, err := rulestore.ReadFile(cfg.RulesFile)
-		if err != nil {
-			return fail(err)
-		}
-		if n, err := rulestore.Seed(ctx, db, boot); err != nil {
-			return fail(err)
-		} else if n > 0 {
-			log.Info("bootstrap rules seeded into postgres", "items", n, "file", cfg.RulesFile)
-		}
-		source = rulestore.PostgresSource{Pool: db}
-	}
-	first, err := source.Load(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	rules, err := ratelimit.Compile(first)
-	if err != nil {
-		return fail(err)
-	}
-
-	srv, err := server.New(ctx, "limiter", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log)
-	if err != nil {
-		return fail(err)
-	}
-	engine, err := ratelimit.NewEngine(rdb, rules, ratelimit.Options{
+// startEngine builds the decision engine on the stores' rules and starts its
+// background work: the rules refresh (woken by NOTIFY in postgres mode) and
+// the cluster slot map's.
+func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle, log *slog.Logger) (*ratelimit.Engine, error) {
+	engine, err := ratelimit.NewEngine(st.rdb, st.rules, ratelimit.Options{
 		Timeout:          cfg.RedisTimeout,
 		Replicas:         cfg.Replicas,
 		BreakerThreshold: cfg.BreakerThreshold,
@@ -143,38 +184,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 		AutoPipeline:     cfg.AutoPipeline,
 	}, log, srv.Telemetry.MeterProvider)
 	if err != nil {
-		return fail(errors.Join(err, srv.Close(ctx)))
+		return nil, err
 	}
-
-	refreshes, err := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/limiter").Int64Counter(
-		"kurz.ratelimit.rules.refreshes", metric.WithUnit("{refresh}"),
-		metric.WithDescription("Rule reloads by outcome; a failed one keeps the last good rules"))
+	refresher, err := newRefresher(cfg, st.source, engine, srv, log)
 	if err != nil {
-		return fail(errors.Join(err, srv.Close(ctx)))
+		return nil, err
 	}
-	var lastRefreshErr atomic.Pointer[error]
-	refresher := &rulestore.Refresher{
-		Source: source, Interval: cfg.RulesRefresh, Apply: engine.SetRules, Log: log,
-		OnResult: func(err error) {
-			lastRefreshErr.Store(&err)
-			refreshes.Add(context.Background(), 1, metric.WithAttributes(attribute.Bool("ok", err == nil)))
-		},
-	}
-	bg, stopBG := context.WithCancel(context.Background())
-	notify := make(chan struct{}, 1)
-	if db != nil {
-		go rulestore.Listen(bg, db, notify, log)
-	}
-	go refresher.Run(bg, notify)
-	go engine.Run(bg)
-
-	// Order matters: closers run in reverse, so background work stops first,
-	// then leases go back, then refunds drain, then the stores close.
-	for _, c := range closers {
-		srv.OnShutdown(func(context.Context) error { c(); return nil })
-	}
-	srv.OnShutdown(func(context.Context) error { engine.Wait(); return nil })
-	srv.OnShutdown(func(ctx context.Context) error {
+	// Closed in reverse: the background work stops, then the leases go
+	// back, then the refunds drain, then the stores close.
+	lc.Own("refunds", func(context.Context) error { engine.Wait(); return nil })
+	lc.Own("leases", func(ctx context.Context) error {
 		// Unused leased units back to Redis, so a rolling restart strands
 		// none; past the bound they return when their window or bucket
 		// refills, which is not worth failing the shutdown for.
@@ -185,14 +204,28 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, err
 		}
 		return nil
 	})
-	srv.OnShutdown(func(context.Context) error { stopBG(); return nil })
-	// Without Redis every rule answers by its failure mode, without
-	// PostgreSQL the rules loaded last hold: the limiter keeps deciding.
-	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
-	if db != nil {
-		srv.AddSoftCheck("postgres", db.Ping)
+	notify := make(chan struct{}, 1)
+	if st.db != nil {
+		lc.Go("rules listener", func(ctx context.Context) { rulestore.Listen(ctx, st.db, notify, log) })
 	}
-	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
-	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine))
-	return srv, nil
+	lc.Go("rules refresh", func(ctx context.Context) { refresher.Run(ctx, notify) })
+	lc.Go("slot map refresh", engine.Run)
+	return engine, nil
+}
+
+// newRefresher reloads the rules into engine every RulesRefresh (and when
+// notified), counting the reloads by outcome.
+func newRefresher(cfg Config, source rulestore.Source, engine *ratelimit.Engine, srv *server.Server, log *slog.Logger) (*rulestore.Refresher, error) {
+	refreshes, err := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/limiter").Int64Counter(
+		"kurz.ratelimit.rules.refreshes", metric.WithUnit("{refresh}"),
+		metric.WithDescription("Rule reloads by outcome; a failed one keeps the last good rules"))
+	if err != nil {
+		return nil, err
+	}
+	return &rulestore.Refresher{
+		Source: source, Interval: cfg.RulesRefresh, Apply: engine.SetRules, Log: log,
+		OnResult: func(err error) {
+			refreshes.Add(context.Background(), 1, metric.WithAttributes(attribute.Bool("ok", err == nil)))
+		},
+	}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
@@ -155,10 +156,22 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 // minFormSecret is the shortest KURZ_REDIRECT_FORM_SECRET accepted.
 const minFormSecret = 32
 
-// New connects to Redis, PostgreSQL and the limiter, and returns the redirect
-// server, ready to Run.
+// Build wires the redirect service within lc: its stores, then its server,
+// the limiter clients, the lookup path, the click pipeline and the HTTP
+// handler. The main passes it to server.Main.
+func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*server.Server, error) {
+	return hooks{}.wire(ctx, cfg, lc, log)
+}
+
+// New starts the redirect service in process, as server.Main does before
+// Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
-	return build(ctx, cfg, log, hooks{})
+	return server.Start(ctx, cfg, log, Build)
+}
+
+// build is New with test hooks.
+func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (*server.Server, error) {
+	return server.Start(ctx, cfg, log, h.wire)
 }
 
 // hooks let in-package tests observe and steer I/O; zero values are no-ops.
@@ -175,67 +188,104 @@ type hooks struct {
 	afterInvalidate func(code string)
 }
 
-func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
+// wire is Build with test hooks.
+func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*server.Server, error) {
 	missPolicy, clients, err := cfg.validate()
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	var closers []func()
-	defer func() {
-		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
-		}
-	}()
-
-	rdb, err := redisconn.New(ctx, cfg.Redis)
+	rdb, db, err := h.openStores(ctx, cfg, lc)
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { _ = rdb.Close() })
+	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	srvCfg.OpsAddr = cfg.OpsAddr
+	srv, err := server.New(ctx, "redirect", srvCfg, lc, log)
+	if err != nil {
+		return nil, err
+	}
+	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
+	deps, err := h.handlerDeps(ctx, cfg, rdb, db, srv, lc, log, meter)
+	if err != nil {
+		return nil, err
+	}
+	handler, err := newHandler(cfg, missPolicy, clients, deps, meter)
+	if err != nil {
+		return nil, err
+	}
+	handler.Register(srv.Mux)
+	// Each store backs the other (and L1 both): a redirect replica serves
+	// what it can through either outage, and no other replica does better.
+	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
+	srv.AddSoftCheck("postgres", db.Ping)
+	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
+		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String(),
+		"client_ip", clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix)
+	return srv, nil
+}
+
+// openStores connects to Redis Cluster and PostgreSQL.
+func (h hooks) openStores(ctx context.Context, cfg Config, lc *server.Lifecycle) (*redis.ClusterClient, *pgxpool.Pool, error) {
+	rdb, err := redisconn.New(ctx, cfg.Redis)
+	if err != nil {
+		return nil, nil, err
+	}
+	lc.OwnCloser("redis", rdb)
 	if h.redisHook != nil {
 		rdb.AddHook(h.redisHook)
 	}
 	db, err := pgpool.New(ctx, cfg.Postgres)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if h.pgTracer != nil {
 		pc := db.Config()
 		pc.ConnConfig.Tracer = h.pgTracer
 		db.Close()
 		if db, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
+			return nil, nil, fmt.Errorf("postgres: %w", err)
 		}
 	}
-	closers = append(closers, db.Close)
+	lc.Own("postgres", func(context.Context) error { db.Close(); return nil })
+	return rdb, db, nil
+}
 
-	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
-	srvCfg.OpsAddr = cfg.OpsAddr
-	srv, err := server.New(ctx, "redirect", srvCfg, log)
-	if err != nil {
-		return nil, err
+// handlerDeps dials the limiter and starts what the handler works with: the
+// lookup path, the click pipeline and the visit counter.
+func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, srv *server.Server, lc *server.Lifecycle, log *slog.Logger, meter metric.Meter) (deps redirector.Deps, err error) {
+	deps.Log = log
+	if deps.Quota, deps.PasswordQuota, err = dialLimiter(cfg, srv, lc, log); err != nil {
+		return deps, err
 	}
-	closers = append(closers, func() { _ = srv.Close(context.Background()) })
-	// One connection to the limiter, two clients: the miss path's (short
-	// timeout, configurable policy) and the password attempts' (fail closed).
-	limiterConn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
-	if err != nil {
-		return nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
+	if deps.Resolver, err = h.startResolver(ctx, cfg, rdb, db, lc, log, meter); err != nil {
+		return deps, err
 	}
-	closeLimiter := limiterConn.Close
-	closers = append(closers, func() { _ = closeLimiter() })
-	quotaClient, err := quota.New(limiterConn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
-	if err != nil {
-		return nil, err
+	if deps.Clicks, err = h.startClicks(ctx, cfg, lc, log, meter); err != nil {
+		return deps, err
 	}
-	passwordQuota, err := quota.New(limiterConn, cfg.PasswordLimiterTimeout, log, srv.Telemetry.MeterProvider)
-	if err != nil {
-		return nil, err
-	}
-	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
+	deps.Visits, err = h.visitCounter(ctx, cfg, lc)
+	return deps, err
+}
 
+// dialLimiter opens one connection to the limiter for two clients: the miss
+// path's (short timeout, configurable policy) and the password attempts'
+// (fail closed).
+func dialLimiter(cfg Config, srv *server.Server, lc *server.Lifecycle, log *slog.Logger) (miss, password *quota.Client, err error) {
+	conn, err := grpcclient.Dial(cfg.LimiterAddr, srv.Telemetry)
+	if err != nil {
+		return nil, nil, fmt.Errorf("limiter (KURZ_LIMITER_GRPC_ADDR): %w", err)
+	}
+	lc.OwnCloser("limiter connection", conn)
+	if miss, err = quota.New(conn, cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider); err != nil {
+		return nil, nil, err
+	}
+	password, err = quota.New(conn, cfg.PasswordLimiterTimeout, log, srv.Telemetry.MeterProvider)
+	return miss, password, err
+}
+
+// startResolver builds the lookup path (L1, Redis, PostgreSQL) and keeps L1
+// current with the invalidations the shortener publishes.
+func (h hooks) startResolver(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger, meter metric.Meter) (*resolve.Resolver, error) {
 	resolver, err := resolve.New(resolve.Config{
 		L1TTL: cfg.L1TTL, L1Size: cfg.L1Size, Cache: cfg.Cache,
 		DBTimeout: cfg.Postgres.QueryTimeout, RedisTimeout: cfg.Redis.ReadTimeout + cfg.Redis.WriteTimeout,
@@ -245,19 +295,33 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	}
 	resolver.BeforeFlight = h.beforeFlight
 	resolver.AfterInvalidate = h.afterInvalidate
-	sub := rdb.Subscribe(ctx, linkcache.InvalidationChannel)
-	closers = append(closers, func() { _ = sub.Close() })
-	subCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = sub.Receive(subCtx) // the confirmation: invalidations flow from here on
-	cancel()
+	sub, err := subscribe(ctx, rdb)
 	if err != nil {
-		return nil, fmt.Errorf("redis subscribe %s (KURZ_REDIS_ADDRS): %w", linkcache.InvalidationChannel, err)
+		return nil, err
 	}
 	listening := make(chan struct{})
 	go func() { resolver.Listen(context.WithoutCancel(ctx), sub); close(listening) }()
+	// Closing the subscription ends the listener.
+	lc.Own("invalidations", func(context.Context) error { err := sub.Close(); <-listening; return err })
+	return resolver, nil
+}
 
-	var clickRedis redis.Cmdable = h.clickRedis
-	closeClickRedis := func(context.Context) error { return nil }
+// subscribe subscribes to the invalidation channel and waits for Redis to
+// confirm: invalidations flow from then on.
+func subscribe(ctx context.Context, rdb *redis.ClusterClient) (*redis.PubSub, error) {
+	sub := rdb.Subscribe(ctx, linkcache.InvalidationChannel)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := sub.Receive(ctx); err != nil {
+		_ = sub.Close()
+		return nil, fmt.Errorf("redis subscribe %s (KURZ_REDIS_ADDRS): %w", linkcache.InvalidationChannel, err)
+	}
+	return sub, nil
+}
+
+// startClicks starts the pipeline of click events into the Redis streams.
+func (h hooks) startClicks(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger, meter metric.Meter) (*clickpipe.Pipeline, error) {
+	clickRedis := h.clickRedis
 	if clickRedis == nil {
 		// The click streams get a client of their own that never retries:
 		// XADD is not idempotent, and a retry after a timeout whose write
@@ -267,8 +331,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, func() { _ = crdb.Close() })
-		closeClickRedis = func(context.Context) error { return crdb.Close() }
+		lc.OwnCloser("click redis", crdb) // closed after the pipeline's last flush
 		clickRedis = crdb
 	}
 	clicks, err := clickpipe.New(clickpipe.Config{
@@ -278,60 +341,42 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { _ = clicks.Close(context.Background()) })
+	lc.Own("click pipeline", clicks.Close)
+	return clicks, nil
+}
 
-	var visitRedis redis.Cmdable = h.visitRedis
-	if visitRedis == nil {
-		// Visit counters get a client that never retries: an INCR retried
-		// after a timeout whose first try went through would spend two
-		// visits on one. A failed count refuses the visit instead.
-		vrdb, err := redisconn.New(ctx, cfg.Redis, redisconn.NoRetries, redisconn.SocketTimeouts(cfg.VisitTimeout))
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, func() { _ = vrdb.Close() })
-		srv.OnShutdown(func(context.Context) error { return vrdb.Close() })
-		visitRedis = vrdb
+// visitCounter is the client that counts the visits of visit-limited links.
+func (h hooks) visitCounter(ctx context.Context, cfg Config, lc *server.Lifecycle) (redis.Cmdable, error) {
+	if h.visitRedis != nil {
+		return h.visitRedis, nil
 	}
+	// Visit counters get a client that never retries: an INCR retried
+	// after a timeout whose first try went through would spend two visits
+	// on one. A failed count refuses the visit instead.
+	vrdb, err := redisconn.New(ctx, cfg.Redis, redisconn.NoRetries, redisconn.SocketTimeouts(cfg.VisitTimeout))
+	if err != nil {
+		return nil, err
+	}
+	lc.OwnCloser("visit redis", vrdb)
+	return vrdb, nil
+}
 
+// newHandler builds the HTTP hot path on deps.
+func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, deps redirector.Deps, meter metric.Meter) (*redirector.Handler, error) {
 	salt := []byte(cfg.VisitorSalt)
 	if len(salt) == 0 {
 		salt = []byte(rand.Text())
-		log.Warn("KURZ_REDIRECT_VISITOR_SALT is not set: using a random salt, so each pod hashes visitors differently")
+		deps.Log.Warn("KURZ_REDIRECT_VISITOR_SALT is not set: using a random salt, so each pod hashes visitors differently")
 	}
 	formSecret := []byte(cfg.FormSecret)
 	if len(formSecret) == 0 {
 		formSecret = []byte(rand.Text() + rand.Text())
-		log.Warn("KURZ_REDIRECT_FORM_SECRET is not set: using a random secret, so a password form only verifies on the pod that rendered it")
+		deps.Log.Warn("KURZ_REDIRECT_FORM_SECRET is not set: using a random secret, so a password form only verifies on the pod that rendered it")
 	}
-	handler, err := redirector.New(redirector.Config{
+	return redirector.New(redirector.Config{
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
 		Clients: clients, Keying: cfg.Keying, VisitorSalt: salt, MissPolicy: missPolicy,
 		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout, VisitReplicas: cfg.VisitReplicas,
 		WalkRate: cfg.WalkRate, WalkBurst: cfg.WalkBurst,
-	}, redirector.Deps{
-		Resolver: resolver, Quota: quotaClient, PasswordQuota: passwordQuota, Visits: visitRedis,
-		Clicks: clicks, Log: log,
-	}, meter)
-	if err != nil {
-		return nil, err
-	}
-	handler.Register(srv.Mux)
-
-	// Closers run in reverse, after HTTP drained: flush clicks, stop the
-	// invalidation listener, then close the limiter connection and stores.
-	srv.OnShutdown(func(context.Context) error { db.Close(); return nil })
-	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
-	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
-	srv.OnShutdown(func(context.Context) error { err := sub.Close(); <-listening; return err })
-	srv.OnShutdown(closeClickRedis) // after the pipeline's last flush
-	srv.OnShutdown(clicks.Close)
-	// Each store backs the other (and L1 both): a redirect replica serves
-	// what it can through either outage, and no other replica does better.
-	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
-	srv.AddSoftCheck("postgres", db.Ping)
-	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
-		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String(),
-		"client_ip", clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix)
-	return srv, nil
+	}, deps, meter)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -150,10 +151,21 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error)
 	return policy, up, keys, errors.Join(errs...)
 }
 
-// New connects to PostgreSQL (applying migrations), Redis and the limiter,
-// and returns the shortener's server, ready to Run.
+// Build wires the shortener within lc: PostgreSQL (migrated), Redis and the
+// blocklist, then its server, the limiter client and the link service with
+// its background work. The main passes it to server.Main.
+func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*server.Server, error) {
+	return hooks{}.wire(ctx, cfg, lc, log)
+}
+
+// New starts the shortener in process, as server.Main does before Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*server.Server, error) {
-	return build(ctx, cfg, log, hooks{})
+	return server.Start(ctx, cfg, log, Build)
+}
+
+// build is New with test hooks.
+func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (*server.Server, error) {
+	return server.Start(ctx, cfg, log, h.wire)
 }
 
 // hooks let in-package tests observe and steer I/O; zero values are no-ops.
@@ -166,71 +178,96 @@ type hooks struct {
 	hashes *capacity.Gate
 }
 
-func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *server.Server, err error) {
+// wire is Build with test hooks.
+func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*server.Server, error) {
 	limiterPolicy, urlPolicy, keys, err := cfg.validate()
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	var closers []func()
-	defer func() {
-		if err != nil {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
-		}
-	}()
-
-	db, err := pgpool.New(ctx, cfg.Postgres)
+	db, rdb, err := h.openStores(ctx, cfg, lc, log)
 	if err != nil {
 		return nil, err
+	}
+	blocklist, err := loadBlocklist(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := server.New(ctx, "shortener", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), lc, log, keys.ServerOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	quotaClient, closeLimiter, err := quota.Dial(cfg.LimiterAddr, srv.Telemetry, cfg.LimiterTimeout, log)
+	if err != nil {
+		return nil, err
+	}
+	lc.Own("limiter connection", func(context.Context) error { return closeLimiter() })
+	deps := linkapi.Deps{Redis: rdb, Policy: urlPolicy, Scanner: urlcheck.Nothing{}, Quota: quotaClient, Log: log}
+	if blocklist != nil {
+		deps.Scanner = blocklist
+	}
+	svc, err := h.newLinkService(cfg, limiterPolicy, db, deps, srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener"))
+	if err != nil {
+		return nil, err
+	}
+	startBackground(svc, blocklist, lc, log)
+	srv.AddCheck("postgres", db.Ping)
+	// Links are written to PostgreSQL; the write-through to Redis is retried
+	// (changes) or filled by readers (new links), so Redis is not required.
+	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
+	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
+	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
+		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String(),
+		"max_concurrent_hashes", cfg.MaxConcurrentHashes)
+	return srv, nil
+}
+
+// openStores connects to PostgreSQL, applying the links schema's
+// migrations, and to Redis Cluster.
+func (h hooks) openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*pgxpool.Pool, *redis.ClusterClient, error) {
+	db, err := pgpool.New(ctx, cfg.Postgres)
+	if err != nil {
+		return nil, nil, err
 	}
 	if h.pgTracer != nil {
 		pc := db.Config()
 		pc.ConnConfig.Tracer = h.pgTracer
 		db.Close()
 		if db, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
+			return nil, nil, fmt.Errorf("postgres: %w", err)
 		}
 	}
-	closers = append(closers, db.Close)
+	lc.Own("postgres", func(context.Context) error { db.Close(); return nil })
 	applied, err := linkschema.Apply(ctx, db)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(applied) > 0 {
 		log.Info("migrations applied", "names", applied)
 	}
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	closers = append(closers, func() { _ = rdb.Close() })
+	lc.OwnCloser("redis", rdb)
+	return db, rdb, nil
+}
 
-	var scanner urlcheck.Scanner = urlcheck.Nothing{}
-	var blocklist *urlcheck.Blocklist
-	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	closers = append(closers, stopBackground)
-	if cfg.BlocklistFile != "" {
-		bl, err := urlcheck.NewBlocklist(cfg.BlocklistFile, cfg.BlocklistReload, log)
-		if err != nil {
-			return nil, err
-		}
-		log.Info("blocklist loaded", "path", cfg.BlocklistFile, "entries", bl.Len())
-		blocklist, scanner = bl, bl
+// loadBlocklist reads the blocklist file; nil when none is configured.
+func loadBlocklist(cfg Config, log *slog.Logger) (*urlcheck.Blocklist, error) {
+	if cfg.BlocklistFile == "" {
+		return nil, nil
 	}
-
-	srv, err := server.New(ctx, "shortener", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), log, keys.ServerOptions()...)
+	bl, err := urlcheck.NewBlocklist(cfg.BlocklistFile, cfg.BlocklistReload, log)
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, func() { _ = srv.Close(context.Background()) })
-	quotaClient, closeLimiter, err := quota.Dial(cfg.LimiterAddr, srv.Telemetry, cfg.LimiterTimeout, log)
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, func() { _ = closeLimiter() })
+	log.Info("blocklist loaded", "path", cfg.BlocklistFile, "entries", bl.Len())
+	return bl, nil
+}
 
-	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener")
+// newLinkService builds the ShortenerService on db and deps (which it
+// completes): the store, the code sources and the password hashing gate.
+func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, db *pgxpool.Pool, deps linkapi.Deps, meter metric.Meter) (*linkapi.Service, error) {
 	blocksFetched, err := meter.Int64Counter("kurz.shortener.code_blocks.fetched",
 		metric.WithDescription("Blocks of sequential IDs taken from the link_block sequence (one nextval each; a batch fetches all it needs in one round trip)"),
 		metric.WithUnit("{block}"))
@@ -242,12 +279,15 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		return nil, err
 	}
 	store := linkstore.New(db, cfg.Postgres.QueryTimeout)
-	blocks := codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, codes, func() { blocksFetched.Add(context.Background(), 1) })
-	hashes := h.hashes
-	if hashes == nil {
-		hashes = capacity.New(cfg.MaxConcurrentHashes, cfg.HashWait)
+	deps.Store = store
+	deps.Blocks = codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, codes, func() { blocksFetched.Add(context.Background(), 1) })
+	deps.Random = codegen.NewRandom(h.random, cfg.RandomCodeLength)
+	deps.Hashes = h.hashes
+	if deps.Hashes == nil {
+		deps.Hashes = capacity.New(cfg.MaxConcurrentHashes, cfg.HashWait)
 	}
-	svc, err := linkapi.New(linkapi.Options{
+	deps.Meter = meter
+	return linkapi.New(linkapi.Options{
 		BaseURL:        cfg.BaseURL,
 		AllowAnonymous: cfg.AllowAnonymous,
 		CacheTTL:       cfg.Cache.TTL,
@@ -256,40 +296,16 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, h hooks) (_ *serve
 		RetryInterval:  cfg.InvalidationRetry,
 		RetryMaxDelay:  cfg.InvalidationMaxBackoff,
 		Keying:         cfg.Keying,
-	}, linkapi.Deps{
-		Store: store, Redis: rdb, Blocks: blocks,
-		Random:  codegen.NewRandom(h.random, cfg.RandomCodeLength),
-		Policy:  urlPolicy,
-		Scanner: scanner,
-		Quota:   quotaClient,
-		Hashes:  hashes,
-		Log:     log,
-		Meter:   meter,
-	})
-	if err != nil {
-		return nil, err
-	}
+	}, deps)
+}
 
-	// Closers run in reverse: background work stops first, stores close last.
-	srv.OnShutdown(func(context.Context) error { db.Close(); return nil })
-	srv.OnShutdown(func(context.Context) error { return rdb.Close() })
-	srv.OnShutdown(func(context.Context) error { return closeLimiter() })
-	invalidating := make(chan struct{})
-	go func() { svc.RunInvalidations(bgCtx); close(invalidating) }()
-	// Background work stops before the stores it uses close.
-	srv.OnShutdown(func(context.Context) error { stopBackground(); <-invalidating; return nil })
-	srv.AddCheck("postgres", db.Ping)
-	// Links are written to PostgreSQL; the write-through to Redis is retried
-	// (changes) or filled by readers (new links), so Redis is not required.
-	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
-	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
+// startBackground starts the retries of failed write-throughs and, with a
+// blocklist, its reloads and sweeps; they stop before the stores close.
+func startBackground(svc *linkapi.Service, blocklist *urlcheck.Blocklist, lc *server.Lifecycle, log *slog.Logger) {
+	lc.Go("invalidation retries", svc.RunInvalidations)
 	if blocklist != nil {
-		go blocklist.Run(bgCtx, func(ctx context.Context) { sweep(ctx, svc, log) })
+		lc.Go("blocklist", func(ctx context.Context) { blocklist.Run(ctx, func(ctx context.Context) { sweep(ctx, svc, log) }) })
 	}
-	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
-		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String(),
-		"max_concurrent_hashes", cfg.MaxConcurrentHashes)
-	return srv, nil
 }
 
 // sweep disables the existing links the blocklist now covers and reports
