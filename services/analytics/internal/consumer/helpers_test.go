@@ -1,3 +1,5 @@
+//go:build integration
+
 package consumer
 
 import (
@@ -294,19 +296,18 @@ func (e *env) stats(code string) *analyticsv1.GetLinkStatsResponse {
 	return resp
 }
 
-// eventually polls cond every 25ms until it holds or timeout passes.
+// eventually polls cond until it holds, or fails the test with what and
+// the state cond last reported.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last state: %s", what, timeout, state)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var state string
+	held := servertest.Eventually(timeout, func() bool {
+		var ok bool
+		ok, state = cond()
+		return ok
+	})
+	if !held {
+		t.Fatalf("%s: not within %s; last state: %s", what, timeout, state)
 	}
 }
 
