@@ -183,13 +183,7 @@ func privateCluster(t *testing.T) *Cluster {
 // the state cond last reported.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	var state string
-	held := servertest.Eventually(timeout, func() bool {
-		var ok bool
-		ok, state = cond()
-		return ok
-	})
-	if !held {
+	if held, state := servertest.EventuallyState(timeout, cond); !held {
 		t.Fatalf("%s: not within %v (%s)", what, timeout, state)
 	}
 }

@@ -298,13 +298,7 @@ func (e *env) stats(code string) *analyticsv1.GetLinkStatsResponse {
 // the state cond last reported.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	var state string
-	held := servertest.Eventually(timeout, func() bool {
-		var ok bool
-		ok, state = cond()
-		return ok
-	})
-	if !held {
+	if held, state := servertest.EventuallyState(timeout, cond); !held {
 		t.Fatalf("%s: not within %s; last state: %s", what, timeout, state)
 	}
 }
