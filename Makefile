@@ -1,5 +1,6 @@
-# kurz — `make up` runs the system on loopback; `make test` runs every test
-# against it. `make help` lists the rest.
+# kurz — `make up` runs the system on loopback; `make unit` runs the tests
+# that need nothing running, `make test` every test (it starts the stack).
+# `make help` lists the rest.
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
@@ -78,10 +79,11 @@ docs: ## Regenerate docs/configuration.md from the services' Config structs.
 	go run ./tools/envdoc -w docs/configuration.md
 
 .PHONY: lint
-lint: tools ## buf lint, gofmt, go vet.
+lint: tools ## buf lint, gofmt, go vet (both test tiers).
 	buf lint
 	@bad=$$(gofmt -l cmd tools pkg services faults deploy); if [[ -n $$bad ]]; then echo "gofmt needed: $$bad" >&2; exit 1; fi
 	go vet ./...
+	go vet -tags integration ./...
 
 # --- the local stack ---------------------------------------------------------
 
@@ -102,13 +104,29 @@ status: ## Show what is running.
 
 # --- tests -------------------------------------------------------------------
 
+# Two tiers. The unit tier is every test file without a build tag: it needs
+# nothing running (plain `go test ./...`). The integration tier is the files
+# tagged `//go:build integration`: they need Redis Cluster, PostgreSQL and
+# ClickHouse, and their packages' TestMain refuses at once, naming what is
+# down, when the stack is not up (pkg/testkit/stack).
+
+# The packages with integration tests: those with test files that the
+# untagged build leaves out. The fault suite runs on its own (see test).
+INTEGRATION_PKGS = go list -f '{{.ImportPath}}{{range .IgnoredGoFiles}} {{.}}{{end}}' ./... | \
+                   awk '/_test\.go/ {print $$1}' | grep -v '^kurz.dev/faults$$'
+
+.PHONY: unit
+unit: ## The unit tier: every test that needs nothing running (no stack).
+	go test -count=1 ./...
+
 .PHONY: test
-test: lint check-gen ## Start the stack if needed, then run every test (fault suite included), a short fuzz run and the smoke test.
+test: lint check-gen ## The unit tier (-race), then the stack if needed and the integration tier (fault suite included), a short fuzz run and the smoke test.
+	go test -race -count=1 ./...
 	deploy/local/infra.sh up
-	$(TEST_ENV) go test -race -count=1 $$(go list ./... | grep -v '^kurz.dev/faults$$')
+	$(TEST_ENV) go test -race -count=1 -tags integration $$($(INTEGRATION_PKGS))
 	@# The fault suite loads both cores with its own processes: alone, after
 	@# the rest, so it does not starve the timing of other packages' tests.
-	$(TEST_ENV) go test -race -count=1 -timeout 20m ./faults/
+	$(TEST_ENV) go test -race -count=1 -timeout 20m -tags integration ./faults/
 	FUZZTIME=$(CI_FUZZTIME) deploy/local/fuzz.sh
 	deploy/local/services.sh up
 	deploy/local/smoke.sh
@@ -124,7 +142,7 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 30s each).
 .PHONY: screenshot
 screenshot: ## Regenerate docs/console-stats.png (docs/api.md's) with the console's browser test.
 	deploy/local/infra.sh up
-	$(TEST_ENV) KURZ_UPDATE_SCREENSHOT=1 go test -count=1 -run '^TestConsoleInBrowser$$' ./services/gateway/internal/console/
+	$(TEST_ENV) KURZ_UPDATE_SCREENSHOT=1 go test -count=1 -tags integration -run '^TestConsoleInBrowser$$' ./services/gateway/internal/console/
 
 .PHONY: reliability
 reliability: ## Run the fault suite against the stack and write its table into RELIABILITY.md.
@@ -134,7 +152,7 @@ reliability: ## Run the fault suite against the stack and write its table into R
 .PHONY: soak
 soak: ## The soak test alone, for SOAK_DURATION (default 5m).
 	deploy/local/infra.sh up
-	$(TEST_ENV) KURZ_SOAK_DURATION=$(SOAK_DURATION) go test -race -count=1 -v -run '^TestSoak$$' -timeout 30m ./faults/
+	$(TEST_ENV) KURZ_SOAK_DURATION=$(SOAK_DURATION) go test -race -count=1 -tags integration -v -run '^TestSoak$$' -timeout 30m ./faults/
 
 SOAK_DURATION ?= 5m
 

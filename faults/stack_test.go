@@ -1,3 +1,5 @@
+//go:build integration
+
 package faults
 
 import (
@@ -16,6 +18,7 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/pkg/testkit/stack"
 )
 
 // bins holds the five service binaries, built once for every test.
@@ -29,6 +32,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	stack.Gate(stack.All...)
 	code, err := runTests(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fault tests:", err)
@@ -175,19 +179,12 @@ func privateCluster(t *testing.T) *Cluster {
 	return c
 }
 
-// eventually polls cond every 20 ms until it holds or timeout passes.
+// eventually polls cond until it holds, or fails the test with what and
+// the state cond last reported.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v (%s)", what, timeout, state)
-		}
-		time.Sleep(20 * time.Millisecond) // polling state that has no change notification
+	if held, state := servertest.EventuallyState(timeout, cond); !held {
+		t.Fatalf("%s: not within %v (%s)", what, timeout, state)
 	}
 }
 

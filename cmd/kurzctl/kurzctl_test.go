@@ -1,8 +1,9 @@
+//go:build integration
+
 package main
 
 import (
 	"encoding/csv"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,21 +17,6 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/services/gateway/gatewaytest"
 )
-
-// decodeJSON parses one JSON document of a command's -o json output; the
-// test fails if it is not exactly one.
-func decodeJSON(t *testing.T, out string) map[string]any {
-	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(out))
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		t.Fatalf("output is not a JSON object: %v\n%s", err, out)
-	}
-	if dec.More() {
-		t.Fatalf("output holds more than one JSON document:\n%s", out)
-	}
-	return m
-}
 
 // field returns the value of a "name  value" line of a two-column table.
 func field(t *testing.T, table, name string) string {
@@ -140,67 +126,6 @@ func TestAPIErrorExitsOne(t *testing.T) {
 	if r.code != exitError || !strings.Contains(r.stderr, "cannot reach the gateway at http://127.0.0.1:1") {
 		t.Errorf("list from nowhere: %s", r)
 	}
-}
-
-// A mistake on the command line exits 2 with what to fix and where the
-// help is, before anything is sent.
-func TestUsageErrorsExitTwo(t *testing.T) {
-	c := &ctl{t: t, env: map[string]string{"KURZ_URL": "http://127.0.0.1:1"}}
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"no command", nil, "kurzctl: no command given"},
-		{"unknown command", []string{"shorten"}, `kurzctl: unknown command "shorten"`},
-		{"unknown subcommand", []string{"links", "shorten"}, `kurzctl links: unknown command "links shorten"`},
-		{"missing argument", []string{"links", "create"}, "kurzctl links create: missing <long-url>"},
-		{"extra argument", []string{"links", "get", "a", "b"}, `kurzctl links get: unexpected argument "b"`},
-		{"unknown flag", []string{"links", "list", "--colour"}, "flag provided but not defined: -colour"},
-		{"bad redirect", []string{"links", "create", "https://example.com", "--redirect", "303"}, "--redirect 303: want 301, 302, 307 or 308"},
-		{"bad expire", []string{"links", "create", "https://example.com", "--expire", "soon"}, `--expire: "soon" is neither an RFC 3339 time`},
-		{"bad output", []string{"links", "list", "-o", "yaml"}, `--output "yaml": want table or json`},
-		{"bad url", []string{"--url", "127.0.0.1:8080", "links", "list"}, `--url "127.0.0.1:8080": want the gateway's base URL`},
-		{"nothing to update", []string{"links", "update", "abc1234"}, "nothing to change"},
-		{"conflicting flags", []string{"links", "update", "abc1234", "--enable", "--disable"}, "give --disable or --enable, not both"},
-		{"bad interval", []string{"stats", "abc1234", "--interval", "week"}, `--interval "week": want hour or day`},
-		{"since and start", []string{"stats", "abc1234", "--since", "7d", "--start", "2026-01-01"}, "give --since, or --start and --end, not both"},
-		{"no domain", []string{"quota", "explain", "--descriptor", "tenant=acme"}, "--domain is required"},
-		{"bad descriptor", []string{"quota", "check", "--domain", "api", "--descriptor", "tenant"}, `--descriptor "tenant": want name=value`},
-		{"no admin token", []string{"tenants", "get", "acme"}, "set --admin-token or KURZ_ADMIN_TOKEN"},
-		{"bad batch", []string{"links", "import", "x.csv", "--batch", "0"}, "--batch must be from 1 to 1000"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := c.run(tt.args...)
-			if r.code != exitUsage || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, "-h' for usage") {
-				t.Errorf("%s\nwant exit 2 with %q and a pointer to -h", r, tt.want)
-			}
-		})
-	}
-}
-
-// Every command has help with examples, on stdout, exit 0; so do the groups
-// and kurzctl itself.
-func TestHelp(t *testing.T) {
-	c := &ctl{t: t, env: map[string]string{}}
-	for _, cmd := range commands {
-		for _, args := range [][]string{append(strings.Fields(cmd.name), "-h"), append([]string{"help"}, strings.Fields(cmd.name)...)} {
-			out := c.ok(args...)
-			if !strings.HasPrefix(out, "Usage: kurzctl "+cmd.name) || !strings.Contains(out, "Example") || !strings.Contains(out, "--output") {
-				t.Errorf("kurzctl %s:\n%s", strings.Join(args, " "), out)
-			}
-		}
-	}
-	for _, args := range [][]string{{"-h"}, {"help"}, {"links", "-h"}, {"quota", "--help"}} {
-		if out := c.ok(args...); !strings.Contains(out, "Usage:") || !strings.Contains(out, "kurzctl help") {
-			t.Errorf("kurzctl %s:\n%s", strings.Join(args, " "), out)
-		}
-	}
-	if out := c.ok("version"); !strings.HasPrefix(out, "kurzctl dev (go") {
-		t.Errorf("version: %q", out)
-	}
-	decodeJSON(t, c.ok("version", "-o", "json"))
 }
 
 // The admin commands: a tenant, its plan, its keys; a revoked key is

@@ -1,11 +1,11 @@
+//go:build integration
+
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
-	"maps"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"kurz.dev/pkg/testkit/servertest"
+	stackgate "kurz.dev/pkg/testkit/stack"
 	"kurz.dev/services/gateway/gatewaytest"
 )
 
@@ -39,6 +40,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(runAsKurzctl) == "1" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
+	// The stack's services run on all three engines.
+	stackgate.Gate(stackgate.All...)
 	code, err := runTests(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kurzctl tests:", err)
@@ -115,61 +118,10 @@ func newTenantID(t *testing.T) string {
 // cleanupTenants deletes what a test wrote for these tenants, when it ends.
 func cleanupTenants(t *testing.T, ids ...string) { gatewaytest.CleanupTenants(t, stack.DB, ids...) }
 
-// result is one kurzctl run.
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
-func (r result) String() string {
-	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-}
-
-// ctl runs kurzctl commands in process against one gateway, with the
-// settings in its environment (never the test process's).
-type ctl struct {
-	t     *testing.T
-	env   map[string]string
-	stdin string
-}
-
 func newCtl(t *testing.T, gw testGateway) *ctl {
 	return &ctl{t: t, env: map[string]string{
 		"KURZ_URL": gw.url, "KURZ_ADMIN_TOKEN": adminToken, "KURZ_LIMITER_ADDR": gw.limiter,
 	}}
-}
-
-// withKey returns a copy of c that uses an API key.
-func (c *ctl) withKey(key string) *ctl {
-	d := *c
-	d.env = maps.Clone(c.env)
-	d.env["KURZ_API_KEY"] = key
-	return &d
-}
-
-// run runs one command line.
-func (c *ctl) run(args ...string) result {
-	c.t.Helper()
-	var stdout, stderr bytes.Buffer
-	lookup := func(name string) (string, bool) {
-		v, ok := c.env[name]
-		return v, ok
-	}
-	code := runIO(context.Background(), args, strings.NewReader(c.stdin), &stdout, &stderr, lookup)
-	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
-}
-
-// ok runs a command that must succeed, and returns its stdout.
-func (c *ctl) ok(args ...string) string {
-	c.t.Helper()
-	r := c.run(args...)
-	if r.code != 0 {
-		c.t.Fatalf("kurzctl %s: %s", strings.Join(args, " "), r)
-	}
-	if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
-		c.t.Fatalf("kurzctl %s wrote a trace: %s", strings.Join(args, " "), r.stderr)
-	}
-	return r.stdout
 }
 
 // tenantWithKey creates a tenant on plan with kurzctl and returns a ctl

@@ -78,16 +78,16 @@ section "Limiter: every algorithm, hot key and spread keys, vs direct EVALSHA" \
 	go run ./services/limiter/cmd/quotaload -addr "$LIMITER" -matrix -d "$MATRIX_D"
 section "Limiter engine vs direct EVALSHA" \
 	"The engine (rule match, auto-pipelined script, response) against the same Lua script called directly with EVALSHA, same process, same concurrency, 100,000 keys." -- \
-	go test -run '^$' -bench BenchmarkDecisionVsEvalsha -benchtime 2s ./services/limiter/internal/ratelimit/
+	go test -tags integration -run '^$' -bench BenchmarkDecisionVsEvalsha -benchtime 2s ./services/limiter/internal/ratelimit/
 section "Limiter engine vs PING" \
 	"One decision (direct and auto-pipelined) against a bare PING through the same client." -- \
-	go test -run '^$' -bench 'BenchmarkCheck|BenchmarkPing' -benchtime 3s ./services/limiter/internal/ratelimit/
+	go test -tags integration -run '^$' -bench 'BenchmarkCheck|BenchmarkPing' -benchtime 3s ./services/limiter/internal/ratelimit/
 section "Limiter: leased vs Redis-decided hot key" \
 	"One key called by 32 goroutines through the engine (auto-pipelined): the token bucket decided on Redis, then the same rule leased 100 units at a time (one script call per lease, the other calls answered from memory); target: leased >= 3x." -- \
-	go test -run '^$' -bench BenchmarkLeasedHotKey -benchtime 3s ./services/limiter/internal/ratelimit/
+	go test -tags integration -run '^$' -bench BenchmarkLeasedHotKey -benchtime 3s ./services/limiter/internal/ratelimit/
 section "Redis memory per active key" \
 	"MEMORY USAGE of one key after 100 requests in its window, per algorithm; baseline: a plain INCR counter." -- \
-	go test -run '^$' -bench BenchmarkMemoryPerKey -benchtime 1x ./services/limiter/internal/ratelimit/
+	go test -tags integration -run '^$' -bench BenchmarkMemoryPerKey -benchtime 1x ./services/limiter/internal/ratelimit/
 section "Redirect, closed loop" \
 	"32 HTTP callers; one viral code, 1,000,000 codes drawn uniformly (Redis hits), 10,000 unknown codes (negative cache); baseline: a minimal net/http handler answering a fixed 302, measured in the same process." -- \
 	go run ./tools/redirectload -addr "$REDIRECT" -c 32 -d "$D" -codes 1000000
@@ -96,13 +96,13 @@ section "Redirect, open loop" \
 	go run ./tools/redirectload -addr "$REDIRECT" -c 64 -d "$D" -rate 3000 -codes 2000
 section "Shortener: CreateLink" \
 	"Sequential vs random codes over gRPC in-process, PostgreSQL statements per link and nextval per 1,000 links." -- \
-	go test -run '^$' -bench BenchmarkCreateLink -benchtime 3s ./services/shortener/internal/app/
+	go test -tags integration -run '^$' -bench BenchmarkCreateLink -benchtime 3s ./services/shortener/internal/app/
 section "Analytics: GetLinkStats at 1,000,000 clicks" \
 	"One link with 1M stored clicks (10,000 redelivered, 1,000 stored twice)." -- \
-	go test -run '^$' -bench GetLinkStats1M -benchtime 3s ./services/analytics/internal/stats/
+	go test -tags integration -run '^$' -bench GetLinkStats1M -benchtime 3s ./services/analytics/internal/stats/
 section "Analytics: click pipeline, consumers vs a direct ClickHouse insert" \
 	"50,000 click events from the streams into ClickHouse with 1, 2 and 4 consumers of one group, flood checks answered by an allow-all fake limiter and then by the stack's limiter (CheckQuotas, 100 checks a call); baseline: the same rows inserted directly in batches of 5,000 (x-baseline = consumer events/s over the baseline's)." -- \
-	env KURZ_BENCH_LIMITER_ADDR="${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091}" go test -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
+	env KURZ_BENCH_LIMITER_ADDR="${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091}" go test -tags integration -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
 section "Analytics: end-to-end lag, redirect to queryable stats" \
 	"20 clicks, one after the other, each GET on the redirect then GetLinkStats polled every 10 ms until it counts the click." -- \
 	env KURZ_SERVICE_AUTH_KEY="${KURZ_SERVICE_AUTH_KEY:-$(cat "${KURZ_LOCAL_DIR:-.local}/service-auth.key")}" \

@@ -36,21 +36,28 @@ for entry in "${TARGETS[@]}"; do
 	printf '== %s %s (%s)\n' "$target" "$pkg" "$FUZZTIME"
 	t=$SECONDS
 	# go test passes when -fuzz matches nothing: a renamed target must fail.
-	if ! grep -q "^func ${target}(f \*testing.F)" "$pkg"/*_test.go; then
+	file=$(grep -l "^func ${target}(f \*testing.F)" "$pkg"/*_test.go || true)
+	if [[ -z $file ]]; then
 		failed+=("$target $pkg")
 		printf 'FAIL  %s %s: no such fuzz target\n' "$target" "$pkg"
 		continue
 	fi
+	# A target in an integration-tier file is built only with the tag (and
+	# then needs the stack up, as under make test).
+	tags=()
+	if head -1 "$file" | grep -qx '//go:build integration'; then
+		tags=(-tags integration)
+	fi
 	corpus="$pkg/testdata/fuzz/$target"
 	before=$(ls "$corpus" 2>/dev/null | wc -l)
 	out=$(mktemp)
-	if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1 | tee "$out"; [[ ${PIPESTATUS[0]} -eq 0 ]]; then
+	if go test "${tags[@]}" -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1 | tee "$out"; [[ ${PIPESTATUS[0]} -eq 0 ]]; then
 		passed=$((passed + 1))
 		printf 'ok    %s %s in %ds\n' "$target" "$pkg" $((SECONDS - t))
 	elif grep -qE '^[[:space:]]+context deadline exceeded$' "$out" &&
 		! grep -q 'Failing input written to' "$out" &&
 		[[ $(ls "$corpus" 2>/dev/null | wc -l) -eq $before ]] &&
-		go test -count=1 -run "^${target}\$" "$pkg" >/dev/null; then
+		go test "${tags[@]}" -count=1 -run "^${target}\$" "$pkg" >/dev/null; then
 		# Go's fuzzing coordinator can fail a target at the end of its
 		# -fuzztime with a bare "context deadline exceeded" and nothing found
 		# (a race between its deadline and its workers' stop). No input was

@@ -18,7 +18,7 @@ table=$(mktemp)
 trap 'rm -f "$log" "$table"' EXIT
 started=$SECONDS
 status=0
-go test -race -count=1 -v ./faults/ 2>&1 | tee "$log" >&2 || status=$?
+go test -race -count=1 -tags integration -v ./faults/ 2>&1 | tee "$log" >&2 || status=$?
 
 {
 	echo "<!-- faults:begin -->"

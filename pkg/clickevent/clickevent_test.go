@@ -1,7 +1,6 @@
 package clickevent
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"kurz.dev/pkg/redisconn"
 )
 
 func TestValuesParseRoundTrip(t *testing.T) {
@@ -71,65 +68,6 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 	s := strings.Repeat("a", MaxTextLen-1) + "é"
 	if got := Truncate(s); got != strings.Repeat("a", MaxTextLen-1) {
 		t.Errorf("Truncate split a rune: %q", got[MaxTextLen-4:])
-	}
-}
-
-// TestStreamKeysSpreadOverMasters asks the local Redis Cluster where the
-// shard keys live.
-func TestStreamKeysSpreadOverMasters(t *testing.T) {
-	ctx := context.Background()
-	rdb, err := redisconn.New(ctx, redisconn.Config{
-		Addrs:       []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 2,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	ranges, err := rdb.ClusterSlots(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	masterOf := func(slot int) string {
-		for _, r := range ranges {
-			if slot >= int(r.Start) && slot <= int(r.End) {
-				return r.Nodes[0].Addr
-			}
-		}
-		return ""
-	}
-	masters := map[string]bool{}
-	for _, r := range ranges {
-		masters[r.Nodes[0].Addr] = true
-	}
-
-	for _, n := range []int{1, 3, 8, 16, MaxShards} {
-		keys := StreamKeys(n)
-		slotsSeen := map[int]bool{}
-		perMaster := map[string]int{}
-		for i, k := range keys {
-			want, err := rdb.ClusterKeySlot(ctx, k).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := Slot(k); int64(got) != want {
-				t.Fatalf("Slot(%q) = %d, Redis says %d", k, got, want)
-			}
-			if lo, hi := i*16384/n, (i+1)*16384/n; int(want) < lo || int(want) >= hi {
-				t.Errorf("n=%d: %s in slot %d, want [%d,%d)", n, k, want, lo, hi)
-			}
-			slotsSeen[int(want)] = true
-			perMaster[masterOf(int(want))]++
-		}
-		if len(slotsSeen) != n {
-			t.Errorf("n=%d: %d distinct slots, want %d", n, len(slotsSeen), n)
-		}
-		if n >= len(masters) && len(perMaster) != len(masters) {
-			t.Errorf("n=%d: shards on %d of %d masters (%v), want all", n, len(perMaster), len(masters), perMaster)
-		}
-		if n == 8 {
-			t.Logf("8 shards: %v, per master %v", keys, perMaster)
-		}
 	}
 }
 

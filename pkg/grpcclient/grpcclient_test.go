@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"kurz.dev/pkg/telemetry"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // replica is an in-process gRPC server with a health service that counts
@@ -65,10 +66,14 @@ func TestListTargetSpreadsAndSkipsDrainingReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 20 {
+	// round_robin picks only READY subchannels: until b's connection is up
+	// (on a loaded machine, after a's), every call goes to a. So keep
+	// calling until both have answered.
+	spread := servertest.Eventually(10*time.Second, func() bool {
 		call()
-	}
-	if a.calls.Load() == 0 || b.calls.Load() == 0 {
+		return a.calls.Load() > 0 && b.calls.Load() > 0
+	})
+	if !spread {
 		t.Fatalf("calls not spread: %d and %d", a.calls.Load(), b.calls.Load())
 	}
 

@@ -21,6 +21,19 @@ func Eventually(within time.Duration, cond func() bool) bool {
 	}
 }
 
+// EventuallyState is Eventually for a condition that also describes the
+// state it saw, and returns the last description: for the failure message
+// of a test that waited in vain.
+func EventuallyState(within time.Duration, cond func() (bool, string)) (bool, string) {
+	var state string
+	held := Eventually(within, func() bool {
+		var ok bool
+		ok, state = cond()
+		return ok
+	})
+	return held, state
+}
+
 // HasSeries reports whether the Prometheus text body has a sample of name
 // whose labels include every string of with (e.g. `code="OK"`).
 func HasSeries(body, name string, with ...string) bool {

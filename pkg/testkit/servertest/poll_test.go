@@ -1,6 +1,7 @@
 package servertest
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -12,6 +13,18 @@ func TestEventually(t *testing.T) {
 	}
 	if Eventually(20*time.Millisecond, func() bool { return false }) {
 		t.Fatal("Eventually of a condition that never holds returned true")
+	}
+}
+
+func TestEventuallyStateReturnsTheLastState(t *testing.T) {
+	n := 0
+	held, state := EventuallyState(20*time.Millisecond, func() (bool, string) { n++; return false, strconv.Itoa(n) })
+	if held || state != strconv.Itoa(n) {
+		t.Fatalf("EventuallyState of a condition that never holds = %v, %q; want false, %q (the last call's)", held, state, strconv.Itoa(n))
+	}
+	held, state = EventuallyState(time.Second, func() (bool, string) { return true, "done" })
+	if !held || state != "done" {
+		t.Fatalf("EventuallyState of a condition that holds = %v, %q; want true, done", held, state)
 	}
 }
 

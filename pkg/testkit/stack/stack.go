@@ -40,11 +40,18 @@ var All = []Component{Redis, Postgres, ClickHouse}
 //
 //	func TestMain(m *testing.M) { stack.Require(m, stack.Redis, stack.Postgres) }
 func Require(m *testing.M, need ...Component) {
+	Gate(need...)
+	os.Exit(m.Run())
+}
+
+// Gate exits the test binary with Require's message if a component is down,
+// and returns if all answer: for a TestMain that does more than run m (it
+// starts processes on the stack first, say).
+func Gate(need ...Component) {
 	if err := Check(need...); err != nil {
 		fmt.Fprintf(os.Stderr, "integration tests need the stack: %v\n(run `make up`, or `make test`, which starts it)\n", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
 }
 
 // Check dials each component at the address its service would use (the

@@ -1,9 +1,9 @@
+//go:build integration
+
 package app
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -21,39 +21,12 @@ import (
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 	"kurz.dev/services/analytics/internal/consumer"
 )
-
-func rnd() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-func load(t *testing.T, overrides map[string]string) Config {
-	t.Helper()
-	base := map[string]string{
-		"KURZ_ANALYTICS_GRPC_ADDR": "127.0.0.1:0", "KURZ_ANALYTICS_HTTP_ADDR": "127.0.0.1:0",
-		// Every test has its own group on its own streams (see start).
-		"KURZ_ANALYTICS_CONSUMER_GROUP": "g-" + rnd(),
-		"KURZ_ANALYTICS_BATCH_AGE":      "50ms",
-		"KURZ_ANALYTICS_CLAIM_IDLE":     "1s",
-		"KURZ_CLICK_STREAM_SHARDS":      "4",
-	}
-	for k, v := range overrides {
-		base[k] = v
-	}
-	var cfg Config
-	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // start builds the service on streams of its own ("t-<random>:{tag}"),
 // never the real click streams, and runs it until the test ends.
@@ -185,23 +158,5 @@ func TestClicksThroughTheService(t *testing.T) {
 	}
 	if _, err := ask("someone-else-" + rnd()); status.Code(err) != codes.NotFound {
 		t.Errorf("another tenant: %v, want NotFound", err)
-	}
-}
-
-func TestFailsFastNamingTheMissingDependency(t *testing.T) {
-	cfg := load(t, map[string]string{"KURZ_CLICKHOUSE_ADDRS": "127.0.0.1:1", "KURZ_CLICKHOUSE_DIAL_TIMEOUT": "200ms"})
-	_, err := New(context.Background(), cfg, servertest.Logger(t))
-	if err == nil || !strings.Contains(err.Error(), "KURZ_CLICKHOUSE_ADDRS") {
-		t.Fatalf("got %v, want an error naming KURZ_CLICKHOUSE_ADDRS", err)
-	}
-}
-
-func TestRefusesBadSettings(t *testing.T) {
-	cfg := load(t, map[string]string{"KURZ_ANALYTICS_BATCH_SIZE": "0", "KURZ_ANALYTICS_CLAIM_IDLE": "10ms", "KURZ_SERVICE_AUTH_KEY": "too-short"})
-	_, err := New(context.Background(), cfg, servertest.Logger(t))
-	for _, name := range []string{"KURZ_ANALYTICS_BATCH_SIZE", "KURZ_ANALYTICS_CLAIM_IDLE", "KURZ_SERVICE_AUTH_KEY"} {
-		if err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("got %v, want it to name %s", err, name)
-		}
 	}
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package consumer
 
 import (
@@ -16,6 +18,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 
@@ -167,7 +170,7 @@ func benchThroughput(b *testing.B, limiterAddr string, n int, baseline float64) 
 		consumed := func() int64 {
 			var sum int64
 			for _, r := range rs {
-				sum += counter(b, r.reader, MetricConsumed)
+				sum += metrictest.Counter(b, r.reader, MetricConsumed)
 			}
 			return sum
 		}

@@ -1,3 +1,5 @@
+//go:build integration
+
 package consumer
 
 import (
@@ -16,6 +18,7 @@ import (
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 
@@ -134,7 +137,7 @@ func TestEventsArriveExactlyOnceWithStats(t *testing.T) {
 	if got := e.rows(code); got != uint64(w.total) {
 		t.Errorf("raw rows %d, want %d", got, w.total)
 	}
-	if got := counter(t, r.reader, MetricConsumed); got != w.total {
+	if got := metrictest.Counter(t, r.reader, MetricConsumed); got != w.total {
 		t.Errorf("%s = %d, want %d", MetricConsumed, got, w.total)
 	}
 }
@@ -189,10 +192,10 @@ func TestCrashAfterInsertBeforeAck(t *testing.T) {
 	if got := e.rows(code); got != uint64(w.total) {
 		t.Errorf("raw rows %d, want %d: B must skip what A stored", got, w.total)
 	}
-	if got := counter(t, b.reader, MetricSkipped, "reason", "stored"); got != int64(stored) {
+	if got := metrictest.Counter(t, b.reader, MetricSkipped, "reason", "stored"); got != int64(stored) {
 		t.Errorf("B skipped %d stored events, want %d", got, stored)
 	}
-	if got := counter(t, b.reader, MetricClaimed); got < int64(len(events)) {
+	if got := metrictest.Counter(t, b.reader, MetricClaimed); got < int64(len(events)) {
 		t.Errorf("B claimed %d entries, want at least %d", got, len(events))
 	}
 }
@@ -306,7 +309,7 @@ func TestStalledConsumerClaimsNothing(t *testing.T) {
 			t.Fatalf("stalled consumer A did not hold back its claims (%d ticks so far)", i)
 		}
 	}
-	if n := counter(t, a.reader, MetricClaimed); n != 0 {
+	if n := metrictest.Counter(t, a.reader, MetricClaimed); n != 0 {
 		t.Fatalf("stalled consumer A claimed %d entries", n)
 	}
 
@@ -316,7 +319,7 @@ func TestStalledConsumerClaimsNothing(t *testing.T) {
 		p, n := e.pending(), e.rows(code)
 		return p == 0 && n == uint64(w.total), fmt.Sprintf("pending %d, rows %d", p, n)
 	})
-	if n := counter(t, b.reader, MetricDeadLettered); n != 0 {
+	if n := metrictest.Counter(t, b.reader, MetricDeadLettered); n != 0 {
 		t.Fatalf("B dead-lettered %d of the stalled consumer's clicks", n)
 	}
 	for _, k := range b.c.DeadLetterStreams() {
@@ -355,7 +358,7 @@ func TestClickHouseOutage(t *testing.T) {
 	e.xadd(events...)
 
 	eventually(t, 20*time.Second, "batches failing, entries pending", func() (bool, string) {
-		f, pend := counter(t, r.reader, MetricFailures), e.pending()
+		f, pend := metrictest.Counter(t, r.reader, MetricFailures), e.pending()
 		return f >= 5 && pend == int64(len(events)), fmt.Sprintf("failures %d, pending %d", f, pend)
 	})
 	if n := e.rows(code); n != 0 {
@@ -420,7 +423,7 @@ func TestPoisonEntriesAreDeadLettered(t *testing.T) {
 	if !strings.Contains(reasons[garbage], "version") || !strings.Contains(reasons[badTS], "ts") || len(reasons) != 2 {
 		t.Errorf("dead letters by entry: %v; want %s (version) and %s (ts)", reasons, garbage, badTS)
 	}
-	if got := counter(t, r.reader, MetricDeadLettered, "reason", "unparseable"); got != 2 {
+	if got := metrictest.Counter(t, r.reader, MetricDeadLettered, "reason", "unparseable"); got != 2 {
 		t.Errorf("%s = %d, want 2", MetricDeadLettered, got)
 	}
 }
@@ -448,7 +451,7 @@ func TestTooManyDeliveriesAreDeadLettered(t *testing.T) {
 	opts.MaxDeliveries = 5
 	r := e.start(opts, e.rdb, e.store, allowAll(t))
 	eventually(t, 20*time.Second, "entry dead-lettered", func() (bool, string) {
-		n := counter(t, r.reader, MetricDeadLettered, "reason", "deliveries")
+		n := metrictest.Counter(t, r.reader, MetricDeadLettered, "reason", "deliveries")
 		return n == 1 && e.pending() == 0, fmt.Sprintf("dead-lettered %d, pending %d", n, e.pending())
 	})
 	dead, err := e.rdb.XRange(ctx, e.prefix+"-dead"+key[len(e.prefix):], "-", "+").Result()
@@ -550,7 +553,7 @@ func TestLimiterUnreachableStoresUnflagged(t *testing.T) {
 	if c.GetHuman() != 20 || c.GetFlood() != 0 || c.GetUniqueVisitors() != 2 {
 		t.Errorf("counts %v: want 20 human, 0 flood, 2 visitors", c)
 	}
-	if got := counter(t, r.reader, MetricDegraded); got != 20 {
+	if got := metrictest.Counter(t, r.reader, MetricDegraded); got != 20 {
 		t.Errorf("%s = %d, want 20", MetricDegraded, got)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package consumer
 
 import (
@@ -14,9 +16,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -294,50 +294,13 @@ func (e *env) stats(code string) *analyticsv1.GetLinkStatsResponse {
 	return resp
 }
 
-// eventually polls cond every 25ms until it holds or timeout passes.
+// eventually polls cond until it holds, or fails the test with what and
+// the state cond last reported.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last state: %s", what, timeout, state)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if held, state := servertest.EventuallyState(timeout, cond); !held {
+		t.Fatalf("%s: not within %s; last state: %s", what, timeout, state)
 	}
-}
-
-// counter sums a counter's data points, optionally those with attr=value.
-func counter(t testing.TB, r *sdkmetric.ManualReader, name string, attr ...string) int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != name {
-				continue
-			}
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if !ok {
-				t.Fatalf("%s is %T, want an int64 sum", name, m.Data)
-			}
-			for _, dp := range sum.DataPoints {
-				if len(attr) == 2 {
-					if v, ok := dp.Attributes.Value(attribute.Key(attr[0])); !ok || v.AsString() != attr[1] {
-						continue
-					}
-				}
-				n += dp.Value
-			}
-		}
-	}
-	return n
 }
 
 // proxy is a TCP forwarder to ClickHouse that a test can cut and restore,

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 
@@ -21,22 +20,6 @@ func load(t *testing.T, overrides map[string]string) Config {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-func TestBootsHealthyAgainstTheCluster(t *testing.T) {
-	srv, err := New(context.Background(), load(t, nil), servertest.Logger(t))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	r := servertest.Start(t, srv)
-	r.AwaitServing(t, "kurz.ratelimit.v1.RateLimitService")
-	r.AssertOps(t, "redis")
-	if got := r.GRPCServices(t); !slices.Contains(got, "kurz.ratelimit.v1.RateLimitService") {
-		t.Errorf("reflection lists %v, want kurz.ratelimit.v1.RateLimitService", got)
-	}
-	if err := r.Stop(); err != nil {
-		t.Errorf("graceful stop: %v", err)
-	}
 }
 
 func TestFailsFastNamingTheMissingDependency(t *testing.T) {

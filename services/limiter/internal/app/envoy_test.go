@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // An Envoy-style request with two descriptors, each matching its own rule:
@@ -126,7 +129,7 @@ func TestEnvoyShouldRateLimitTwoDescriptors(t *testing.T) {
 	// it), once the refund from the other hash slot has landed; the key
 	// alone still passes.
 	var left int64
-	if !eventually(2*time.Second, func() bool {
+	if !servertest.Eventually(2*time.Second, func() bool {
 		e, err := rl.ExplainQuota(ctx, &ratelimitv1.ExplainQuotaRequest{Domain: "envoy", Descriptors: map[string]string{"api_key": key}, Cost: ptr(uint32(0))})
 		if err != nil {
 			t.Fatalf("ExplainQuota: %v", err)

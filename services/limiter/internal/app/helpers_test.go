@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -75,22 +77,4 @@ func explanationOf(t testing.TB, resp *ratelimitv1.ExplainQuotaResponse, rule st
 	}
 	t.Fatalf("no explanation for rule %q in %v", rule, resp)
 	return nil
-}
-
-// eventually polls cond until it holds or within has passed, and reports
-// whether it held. The poll interval is short; it is not a synchronisation
-// point, only how often the condition is looked at.
-func eventually(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -8,6 +10,7 @@ import (
 	"time"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // TestMetricFamilies: after an allowed and a denied CheckQuota, the
@@ -41,7 +44,7 @@ func TestMetricFamilies(t *testing.T) {
 		{"kurz_ratelimit_redis_duration_seconds_count", nil},
 		{"rpc_server_call_duration_seconds_count", []string{"CheckQuota"}},
 	} {
-		if !hasSeries(body, w.name, w.with...) {
+		if !servertest.HasSeries(body, w.name, w.with...) {
 			t.Errorf("/metrics has no %s series with %v", w.name, w.with)
 		}
 	}
@@ -58,22 +61,4 @@ func TestMetricFamilies(t *testing.T) {
 	if len(outcomes) < 2 {
 		t.Errorf("decisions of rule one by outcome: %v, want an allowed and a denied outcome", outcomes)
 	}
-}
-
-// hasSeries reports whether the Prometheus text body has a sample of name
-// whose labels include all of with.
-func hasSeries(body, name string, with ...string) bool {
-lines:
-	for line := range strings.Lines(body) {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		for _, w := range with {
-			if !strings.Contains(line, w) {
-				continue lines
-			}
-		}
-		return true
-	}
-	return false
 }

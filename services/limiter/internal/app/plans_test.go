@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -155,7 +157,7 @@ func TestPlanUpgradeLiftsAnEarlierDenial(t *testing.T) {
 	}
 	committed := time.Now().Add(-took)
 	var last *ratelimitv1.CheckQuotaResponse
-	if !eventually(time.Second, func() bool { last = check(); return last.GetAllowed() }) {
+	if !servertest.Eventually(time.Second, func() bool { last = check(); return last.GetAllowed() }) {
 		t.Errorf("cost-20 request %v after moving to pro: still denied by %s (limit %d, retry_after %v), want allowed within 1 s of the commit",
 			time.Since(committed), last.GetDecidingRule(), last.GetLimit(), last.GetRetryAfter().AsDuration())
 	}
@@ -218,6 +220,6 @@ func setPlan(t *testing.T, rl ratelimitv1.RateLimitServiceClient, db *pgxpool.Po
 		t.Fatal(err)
 	}
 	committed := time.Now()
-	ok := eventually(5*time.Second, func() bool { return peekAPIKey(t, rl, tenant, key).GetLimit() == want })
+	ok := servertest.Eventually(5*time.Second, func() bool { return peekAPIKey(t, rl, tenant, key).GetLimit() == want })
 	return time.Since(committed), ok
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Cost unset consumes 1, cost 0 looks without consuming, cost n consumes n,
@@ -147,7 +150,7 @@ func TestCheckQuotaTwoRulesAllOrNothing(t *testing.T) {
 				// refund must bring it back. With a 1 h window nothing else
 				// would.
 				var got int64
-				if !eventually(2*time.Second, func() bool { got = perKeyTokens(); return got == 2 }) {
+				if !servertest.Eventually(2*time.Second, func() bool { got = perKeyTokens(); return got == 2 }) {
 					t.Errorf("per-key remaining after the denial: %d, want 2 within 2 s (refund)", got)
 				}
 			}

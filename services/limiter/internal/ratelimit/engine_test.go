@@ -1,3 +1,5 @@
+//go:build integration
+
 package ratelimit
 
 import (
@@ -13,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric/noop"
-	"go.yaml.in/yaml/v3"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/redisconn"
@@ -35,19 +36,6 @@ func cluster(t testing.TB) *redis.ClusterClient {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-func compile(t testing.TB, src string) *Ruleset {
-	t.Helper()
-	var cfg Config
-	if err := yaml.Unmarshal([]byte(src), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	rs, err := Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rs
 }
 
 func engine(t testing.TB, rdb *redis.ClusterClient, rules string, opts Options) *Engine {
@@ -235,3 +223,16 @@ domains:
       - {name: leaky_bucket, key: [user], match: {algo: leaky_bucket}, algorithm: leaky_bucket, limit: 100, window: 60s, burst: 100, failure_mode: local}
       - {name: leaky_queue, key: [user], match: {algo: leaky_queue}, algorithm: leaky_bucket, limit: 100, window: 60s, burst: 100, queue: true, failure_mode: local}
 `
+
+func TestKeySlotMatchesRedis(t *testing.T) {
+	rdb := cluster(t)
+	for _, key := range []string{"rl:{t:acme}:api:per-key:k", "rl:{api:per-ip:1.2.3.4}", "plain", "{}", "a{b}c{d}", "x{}y"} {
+		want, err := rdb.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keySlot(key); int64(got) != want {
+			t.Errorf("keySlot(%q) = %d, Redis says %d", key, got, want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -116,15 +115,15 @@ func names(as []Applied) []string {
 	return out
 }
 
-func TestKeySlotMatchesRedis(t *testing.T) {
-	rdb := cluster(t)
-	for _, key := range []string{"rl:{t:acme}:api:per-key:k", "rl:{api:per-ip:1.2.3.4}", "plain", "{}", "a{b}c{d}", "x{}y"} {
-		want, err := rdb.ClusterKeySlot(context.Background(), key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := keySlot(key); int64(got) != want {
-			t.Errorf("keySlot(%q) = %d, Redis says %d", key, got, want)
-		}
+func compile(t testing.TB, src string) *Ruleset {
+	t.Helper()
+	var cfg Config
+	if err := yaml.Unmarshal([]byte(src), &cfg); err != nil {
+		t.Fatal(err)
 	}
+	rs, err := Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }

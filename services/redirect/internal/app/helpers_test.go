@@ -1,3 +1,5 @@
+//go:build integration
+
 package app
 
 import (
@@ -16,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkschema"
 	"kurz.dev/pkg/pgpool"
@@ -26,18 +27,6 @@ import (
 )
 
 const testSalt = "redirect-test-salt"
-
-func load(t *testing.T, overrides map[string]string) Config {
-	t.Helper()
-	base := map[string]string{"KURZ_REDIRECT_GRPC_ADDR": "127.0.0.1:0", "KURZ_REDIRECT_HTTP_ADDR": "127.0.0.1:0",
-		"KURZ_REDIRECT_OPS_ADDR": "127.0.0.1:0"}
-	maps.Copy(base, overrides)
-	var cfg Config
-	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // instance is one in-process redirect pod.
 type instance struct {
@@ -313,11 +302,8 @@ func (c *redisCounter) total() int {
 func await(t *testing.T, what string, within time.Duration, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !servertest.Eventually(within, cond) {
+		t.Fatalf("%s: not within %v", what, within)
 	}
 	return time.Since(start)
 }

@@ -1,9 +1,10 @@
+//go:build integration
+
 package app
 
 import (
 	"context"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -142,10 +143,10 @@ func TestMetricFamilies(t *testing.T) {
 		{"kurz_quota_calls_total", nil},
 	}
 	var body string
-	ok := eventuallyTrue(5*time.Second, func() bool {
+	ok := servertest.Eventually(5*time.Second, func() bool {
 		_, body = r.GetOps(t, "/metrics")
 		for _, w := range want {
-			if !hasSeries(body, w.name, w.with...) {
+			if !servertest.HasSeries(body, w.name, w.with...) {
 				return false
 			}
 		}
@@ -153,39 +154,9 @@ func TestMetricFamilies(t *testing.T) {
 	})
 	if !ok {
 		for _, w := range want {
-			if !hasSeries(body, w.name, w.with...) {
+			if !servertest.HasSeries(body, w.name, w.with...) {
 				t.Errorf("/metrics has no %s series with %v", w.name, w.with)
 			}
 		}
 	}
-}
-
-// hasSeries reports whether the Prometheus text body has a sample of name
-// whose labels include all of with.
-func hasSeries(body, name string, with ...string) bool {
-lines:
-	for line := range strings.Lines(body) {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		for _, w := range with {
-			if !strings.Contains(line, w) {
-				continue lines
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// eventuallyTrue polls cond every 20ms until it holds or within passes.
-func eventuallyTrue(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }

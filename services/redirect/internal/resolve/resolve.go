@@ -21,7 +21,6 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -75,11 +74,17 @@ type Config struct {
 	RedisTimeout time.Duration
 }
 
+// Querier is the PostgreSQL call the resolver makes: a *pgxpool.Pool, or a
+// fake in tests.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // Resolver is safe for concurrent use.
 type Resolver struct {
 	cfg     Config
 	rdb     redis.Cmdable
-	db      *pgxpool.Pool
+	db      Querier
 	log     *slog.Logger
 	l1      *expirable.LRU[string, linkcache.Entry]
 	flights singleflight.Group
@@ -102,7 +107,7 @@ type Resolver struct {
 }
 
 // New returns a resolver over rdb and db.
-func New(cfg Config, rdb redis.Cmdable, db *pgxpool.Pool, log *slog.Logger, meter metric.Meter) (*Resolver, error) {
+func New(cfg Config, rdb redis.Cmdable, db Querier, log *slog.Logger, meter metric.Meter) (*Resolver, error) {
 	r := &Resolver{cfg: cfg, rdb: rdb, db: db, log: log, seed: maphash.MakeSeed(),
 		l1: expirable.NewLRU[string, linkcache.Entry](cfg.L1Size, nil, cfg.L1TTL)}
 	var errs []error

@@ -1,0 +1,70 @@
+// Package metrictest reads the OpenTelemetry counters a component under
+// test records, through a ManualReader: no exporter, no /metrics scrape.
+package metrictest
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// New returns a meter whose measurements r collects.
+func New() (r *sdkmetric.ManualReader, m metric.Meter) {
+	r = sdkmetric.NewManualReader()
+	return r, sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)).Meter("metrictest")
+}
+
+// Counter sums the data points of the int64 counter name, only those with
+// attribute attr[0] = attr[1] if attr is given.
+func Counter(t testing.TB, r *sdkmetric.ManualReader, name string, attr ...string) int64 {
+	t.Helper()
+	var n int64
+	for _, dp := range points(t, r, name, attr) {
+		n += dp.Value
+	}
+	return n
+}
+
+// Series reports whether the int64 counter name has a data point (of any
+// value, 0 included) with attribute attr[0] = attr[1], or any if attr is
+// not given: whether a dashboard would see the series at all.
+func Series(t testing.TB, r *sdkmetric.ManualReader, name string, attr ...string) bool {
+	t.Helper()
+	return len(points(t, r, name, attr)) > 0
+}
+
+func points(t testing.TB, r *sdkmetric.ManualReader, name string, attr []string) []metricdata.DataPoint[int64] {
+	t.Helper()
+	if len(attr) != 0 && len(attr) != 2 {
+		t.Fatalf("metrictest: attr is a key and a value, got %q", attr)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var out []metricdata.DataPoint[int64]
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				t.Fatalf("%s is %T, want an int64 sum", name, m.Data)
+			}
+			for _, dp := range sum.DataPoints {
+				if len(attr) == 2 {
+					if v, ok := dp.Attributes.Value(attribute.Key(attr[0])); !ok || v.AsString() != attr[1] {
+						continue
+					}
+				}
+				out = append(out, dp)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,56 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/testkit/servertest"
+)
+
+func rnd() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func load(t *testing.T, overrides map[string]string) Config {
+	t.Helper()
+	base := map[string]string{
+		"KURZ_ANALYTICS_GRPC_ADDR": "127.0.0.1:0", "KURZ_ANALYTICS_HTTP_ADDR": "127.0.0.1:0",
+		// Every test has its own group on its own streams (see start).
+		"KURZ_ANALYTICS_CONSUMER_GROUP": "g-" + rnd(),
+		"KURZ_ANALYTICS_BATCH_AGE":      "50ms",
+		"KURZ_ANALYTICS_CLAIM_IDLE":     "1s",
+		"KURZ_CLICK_STREAM_SHARDS":      "4",
+	}
+	for k, v := range overrides {
+		base[k] = v
+	}
+	var cfg Config
+	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestFailsFastNamingTheMissingDependency(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_CLICKHOUSE_ADDRS": "127.0.0.1:1", "KURZ_CLICKHOUSE_DIAL_TIMEOUT": "200ms"})
+	_, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err == nil || !strings.Contains(err.Error(), "KURZ_CLICKHOUSE_ADDRS") {
+		t.Fatalf("got %v, want an error naming KURZ_CLICKHOUSE_ADDRS", err)
+	}
+}
+
+func TestRefusesBadSettings(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_ANALYTICS_BATCH_SIZE": "0", "KURZ_ANALYTICS_CLAIM_IDLE": "10ms", "KURZ_SERVICE_AUTH_KEY": "too-short"})
+	_, err := New(context.Background(), cfg, servertest.Logger(t))
+	for _, name := range []string{"KURZ_ANALYTICS_BATCH_SIZE", "KURZ_ANALYTICS_CLAIM_IDLE", "KURZ_SERVICE_AUTH_KEY"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("got %v, want it to name %s", err, name)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package app
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/testkit/servertest"
+)
+
+func load(t *testing.T, overrides map[string]string) Config {
+	t.Helper()
+	base := map[string]string{"KURZ_REDIRECT_GRPC_ADDR": "127.0.0.1:0", "KURZ_REDIRECT_HTTP_ADDR": "127.0.0.1:0",
+		"KURZ_REDIRECT_OPS_ADDR": "127.0.0.1:0"}
+	maps.Copy(base, overrides)
+	var cfg Config
+	if err := config.LoadFrom(servertest.Env(base), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestRejectsBadConfigurationNamingEachVariable(t *testing.T) {
+	cfg := load(t, map[string]string{
+		"KURZ_REDIRECT_DEFAULT_STATUS":      "303",
+		"KURZ_REDIRECT_MISS_FAILURE_POLICY": "sometimes",
+		"KURZ_CLICK_STREAM_SHARDS":          "0",
+	})
+	_, err := New(context.Background(), cfg, servertest.Logger(t))
+	for _, name := range []string{"KURZ_REDIRECT_DEFAULT_STATUS", "KURZ_REDIRECT_MISS_FAILURE_POLICY", "KURZ_CLICK_STREAM_SHARDS"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("got %v, want it to name %s", err, name)
+		}
+	}
+}
+
+// A header without a proxy to believe it from is a configuration error,
+// named in the message, not a silent fallback to the peer.
+func TestClientIPHeaderWithoutTrustedProxiesRefused(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_REDIRECT_CLIENT_IP_HEADER": "X-Forwarded-For"})
+	if _, _, err := cfg.validate(); err == nil {
+		t.Fatal("KURZ_REDIRECT_CLIENT_IP_HEADER without KURZ_REDIRECT_TRUSTED_PROXIES was accepted")
+	} else if want := "KURZ_REDIRECT_TRUSTED_PROXIES"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not name %s", err, want)
+	}
+	cfg = load(t, map[string]string{"KURZ_CLIENT_IPV6_PREFIX": "32"})
+	if _, _, err := cfg.validate(); err == nil {
+		t.Error("KURZ_CLIENT_IPV6_PREFIX=32 was accepted")
+	}
+}

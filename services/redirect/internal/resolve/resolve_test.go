@@ -1,0 +1,542 @@
+package resolve
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/testkit/metrictest"
+	"kurz.dev/pkg/testkit/servertest"
+)
+
+// fakeRedis is the part of Redis the resolver uses: GET and SET NX of link
+// entries. Any other command panics (the nil embedded interface), so a test
+// notices a resolver that starts using one.
+type fakeRedis struct {
+	redis.Cmdable
+	mu      sync.Mutex
+	entries map[string]string
+	ttls    map[string]time.Duration
+	gets    map[string]int
+	getErr  error // every GET fails with it
+	fillErr error // every SET NX fails with it
+	// hold, if set, makes every GET wait for it to be closed; arrived, if
+	// set, is sent the key of each GET that starts waiting.
+	hold    chan struct{}
+	arrived chan string
+}
+
+func newFakeRedis() *fakeRedis {
+	return &fakeRedis{entries: map[string]string{}, ttls: map[string]time.Duration{}, gets: map[string]int{}}
+}
+
+func (f *fakeRedis) Get(ctx context.Context, key string) *redis.StringCmd {
+	if f.hold != nil {
+		if f.arrived != nil {
+			f.arrived <- key
+		}
+		<-f.hold
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gets[key]++
+	cmd := redis.NewStringCmd(ctx, "get", key)
+	if f.getErr != nil {
+		cmd.SetErr(f.getErr)
+	} else if v, ok := f.entries[key]; ok {
+		cmd.SetVal(v)
+	} else {
+		cmd.SetErr(redis.Nil)
+	}
+	return cmd
+}
+
+func (f *fakeRedis) SetNX(ctx context.Context, key string, value any, ttl time.Duration) *redis.BoolCmd {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cmd := redis.NewBoolCmd(ctx, "set", key, value, "nx")
+	if f.fillErr != nil {
+		cmd.SetErr(f.fillErr)
+		return cmd
+	}
+	if _, ok := f.entries[key]; ok {
+		return cmd // false: a newer entry wins
+	}
+	f.entries[key], f.ttls[key] = value.(string), ttl
+	cmd.SetVal(true)
+	return cmd
+}
+
+// entry returns what Redis holds for code, and its TTL.
+func (f *fakeRedis) entry(t *testing.T, code string) (linkcache.Entry, time.Duration, bool) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.entries[linkcache.Key(code)]
+	if !ok {
+		return linkcache.Entry{}, 0, false
+	}
+	e, err := linkcache.Unmarshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, f.ttls[linkcache.Key(code)], true
+}
+
+func (f *fakeRedis) getsOf(code string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gets[linkcache.Key(code)]
+}
+
+// link is a row of the links table, in the resolver's column order.
+type link struct {
+	tenant, url           string
+	status                int16
+	expires               *time.Time
+	disabled, deleted     bool
+	maxVisits             int64
+	hash                  *string
+	ios, android, desktop *string
+}
+
+// fakeDB answers the resolver's query from a map of links by code.
+type fakeDB struct {
+	mu      sync.Mutex
+	links   map[string]link
+	queries map[string]int
+	err     error
+	// hold, if set, makes every query wait for it to be closed.
+	hold chan struct{}
+}
+
+func newFakeDB() *fakeDB { return &fakeDB{links: map[string]link{}, queries: map[string]int{}} }
+
+func (d *fakeDB) QueryRow(_ context.Context, _ string, args ...any) pgx.Row {
+	if d.hold != nil {
+		<-d.hold
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	code := args[0].(string)
+	d.queries[code]++
+	if d.err != nil {
+		return row{err: d.err}
+	}
+	l, ok := d.links[code]
+	if !ok {
+		return row{err: pgx.ErrNoRows}
+	}
+	return row{link: &l}
+}
+
+func (d *fakeDB) queriesOf(code string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.queries[code]
+}
+
+type row struct {
+	link *link
+	err  error
+}
+
+func (r row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	l := r.link
+	*dest[0].(*string), *dest[1].(*string), *dest[2].(*int16) = l.tenant, l.url, l.status
+	*dest[3].(**time.Time), *dest[4].(*bool), *dest[5].(*bool) = l.expires, l.disabled, l.deleted
+	*dest[6].(*int64), *dest[7].(**string) = l.maxVisits, l.hash
+	*dest[8].(**string), *dest[9].(**string), *dest[10].(**string) = l.ios, l.android, l.desktop
+	return nil
+}
+
+var testCache = linkcache.Config{TTL: 24 * time.Hour, NegativeTTL: time.Minute}
+
+func newResolver(t *testing.T, rdb *fakeRedis, db *fakeDB) (*Resolver, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader, meter := metrictest.New()
+	r, err := New(Config{L1TTL: time.Hour, L1Size: 100, Cache: testCache, DBTimeout: time.Second, RedisTimeout: time.Second},
+		rdb, db, slog.New(slog.DiscardHandler), meter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, reader
+}
+
+func resolve(t *testing.T, r *Resolver, code string) Result {
+	t.Helper()
+	res, err := r.Resolve(context.Background(), code, nil)
+	if err != nil {
+		t.Fatalf("Resolve(%s): %v", code, err)
+	}
+	return res
+}
+
+// The first request after a flush is answered by PostgreSQL and fills
+// Redis, the next by Redis, which fills L1, and the rest by L1 alone.
+func TestResolveAsksL1ThenRedisThenPostgres(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	db.links["abc"] = link{tenant: "acme", url: "https://example.com/a"}
+	r, _ := newResolver(t, rdb, db)
+	want := linkcache.Entry{State: linkcache.Active, URL: "https://example.com/a", Tenant: "acme"}
+
+	for i, source := range []Source{SourceDB, SourceCache, SourceL1, SourceL1} {
+		if got := resolve(t, r, "abc"); got.Source != source || got.Entry != want {
+			t.Fatalf("request %d: %+v from %s, want %+v from %s", i+1, got.Entry, got.Source, want, source)
+		}
+	}
+	if got := db.queriesOf("abc"); got != 1 {
+		t.Errorf("PostgreSQL queried %d times, want 1", got)
+	}
+	if got := rdb.getsOf("abc"); got != 2 {
+		t.Errorf("Redis read %d times, want 2 (L1 answers after the second)", got)
+	}
+	if e, ttl, ok := rdb.entry(t, "abc"); !ok || e != want || ttl != testCache.TTL {
+		t.Errorf("Redis holds %+v (ttl %v, present %v), want %+v for %v", e, ttl, ok, want, testCache.TTL)
+	}
+}
+
+// A code no link has is remembered as missing, in Redis for the negative
+// TTL only, so a guessed code costs PostgreSQL one query.
+func TestUnknownCodeIsCachedAsMissing(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	r, _ := newResolver(t, rdb, db)
+	for i, source := range []Source{SourceDB, SourceCache, SourceL1} {
+		if got := resolve(t, r, "nope"); got.Source != source || got.Entry.State != linkcache.Missing {
+			t.Fatalf("request %d: %+v from %s, want missing from %s", i+1, got.Entry, got.Source, source)
+		}
+	}
+	if got := db.queriesOf("nope"); got != 1 {
+		t.Errorf("PostgreSQL queried %d times, want 1", got)
+	}
+	if e, ttl, ok := rdb.entry(t, "nope"); !ok || e.State != linkcache.Missing || ttl != testCache.NegativeTTL {
+		t.Errorf("Redis holds %+v (ttl %v, present %v), want missing for %v", e, ttl, ok, testCache.NegativeTTL)
+	}
+}
+
+// Every column of a link reaches its entry; disabled and deleted links are
+// gone, with their tenant (click events carry it) and nothing else.
+func TestRowsBecomeEntries(t *testing.T) {
+	expires := time.UnixMilli(1790000000123)
+	str := func(s string) *string { return &s }
+	tests := []struct {
+		name string
+		link link
+		want linkcache.Entry
+	}{
+		{"every column", link{tenant: "acme", url: "https://example.com/", status: 301, expires: &expires, maxVisits: 5,
+			hash: str("$argon2id$x"), ios: str("https://apps.apple.com/x"), desktop: str("https://example.com/d")},
+			linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: "acme", Status: 301,
+				ExpiresAtMs: 1790000000123, MaxVisits: 5, PasswordHash: "$argon2id$x",
+				Targets: &linkcache.Targets{IOS: "https://apps.apple.com/x", Desktop: "https://example.com/d"}}},
+		{"empty device targets are none", link{tenant: "acme", url: "https://example.com/", ios: str(""), android: str("")},
+			linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: "acme"}},
+		{"disabled", link{tenant: "acme", url: "https://example.com/", disabled: true, hash: str("h")},
+			linkcache.Entry{State: linkcache.Gone, Tenant: "acme"}},
+		{"deleted", link{tenant: "acme", url: "https://example.com/", deleted: true, maxVisits: 3},
+			linkcache.Entry{State: linkcache.Gone, Tenant: "acme"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := newFakeDB()
+			db.links["c"] = tt.link
+			r, _ := newResolver(t, newFakeRedis(), db)
+			got := resolve(t, r, "c")
+			if got.Source != SourceDB || !entriesEqual(got.Entry, tt.want) {
+				t.Errorf("got %+v (targets %+v) from %s, want %+v (targets %+v) from db",
+					got.Entry, got.Entry.Targets, got.Source, tt.want, tt.want.Targets)
+			}
+		})
+	}
+}
+
+func entriesEqual(a, b linkcache.Entry) bool {
+	ta, tb := a.Targets, b.Targets
+	a.Targets, b.Targets = nil, nil
+	return a == b && (ta == nil) == (tb == nil) && (ta == nil || *ta == *tb)
+}
+
+// With Redis down the answer comes from PostgreSQL, nothing is written
+// back (Redis may hold a newer entry the resolver could not read), and the
+// failed read is counted.
+func TestRedisErrorFallsThroughToPostgres(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	rdb.getErr = errors.New("connection refused")
+	db.links["abc"] = link{tenant: "acme", url: "https://example.com/a"}
+	r, reader := newResolver(t, rdb, db)
+	for i := range 2 {
+		if got := resolve(t, r, "abc"); got.Source != SourceDB || got.Entry.URL != "https://example.com/a" {
+			t.Fatalf("request %d: %+v from %s, want the link from db", i+1, got.Entry, got.Source)
+		}
+	}
+	if _, _, ok := rdb.entry(t, "abc"); ok {
+		t.Error("Redis was filled after its read failed")
+	}
+	if got := metrictest.Counter(t, reader, "kurz.redirect.cache.errors", "op", "get"); got != 2 {
+		t.Errorf("cache errors op=get: %d, want 2", got)
+	}
+}
+
+// A failed fill is counted but does not fail the request.
+func TestFailedFillStillAnswers(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	rdb.fillErr = errors.New("READONLY")
+	db.links["abc"] = link{tenant: "acme", url: "https://example.com/a"}
+	r, reader := newResolver(t, rdb, db)
+	if got := resolve(t, r, "abc"); got.Source != SourceDB || got.Entry.URL != "https://example.com/a" {
+		t.Fatalf("%+v from %s, want the link from db", got.Entry, got.Source)
+	}
+	if got := metrictest.Counter(t, reader, "kurz.redirect.cache.errors", "op", "fill"); got != 1 {
+		t.Errorf("cache errors op=fill: %d, want 1", got)
+	}
+}
+
+func TestPostgresErrorIsReturned(t *testing.T) {
+	db := newFakeDB()
+	db.err = errors.New("too many connections")
+	r, _ := newResolver(t, newFakeRedis(), db)
+	_, err := r.Resolve(context.Background(), "abc", nil)
+	if err == nil || !strings.Contains(err.Error(), "too many connections") || !strings.Contains(err.Error(), "abc") {
+		t.Fatalf("got %v, want the PostgreSQL error, naming the code", err)
+	}
+}
+
+// The gate is asked for TierCache on an L1 miss, for TierDB before
+// PostgreSQL, and never on an L1 hit; its refusal is the caller's error and
+// no lookup past it is made.
+func TestGateIsAskedPerTier(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	db.links["abc"] = link{tenant: "acme", url: "https://example.com/a"}
+	r, _ := newResolver(t, rdb, db)
+	var asked []Tier
+	gate := func(_ context.Context, tier Tier) error { asked = append(asked, tier); return nil }
+	for range 3 { // db, cache, l1
+		if _, err := r.Resolve(context.Background(), "abc", gate); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []Tier{TierCache, TierDB, TierCache}; !slices.Equal(asked, want) {
+		t.Errorf("gate asked %v, want %v", asked, want)
+	}
+
+	denied := &Denied{RetryAfter: time.Second}
+	for _, tier := range []Tier{TierCache, TierDB} {
+		gets, queries := rdb.getsOf("new"), db.queriesOf("new")
+		_, err := r.Resolve(context.Background(), "new", func(_ context.Context, at Tier) error {
+			if at == tier {
+				return denied
+			}
+			return nil
+		})
+		if !errors.Is(err, denied) {
+			t.Fatalf("denied at tier %d: got %v, want the gate's error", tier, err)
+		}
+		wantGets := gets
+		if tier == TierDB {
+			wantGets++
+		}
+		if rdb.getsOf("new") != wantGets || db.queriesOf("new") != queries {
+			t.Errorf("denied at tier %d: %d Redis reads and %d queries after it, want %d and %d",
+				tier, rdb.getsOf("new"), db.queriesOf("new"), wantGets, queries)
+		}
+	}
+}
+
+// awaitJoined waits until n requests wait on another's lookup: goroutines
+// parked in singleflight's Do (its leader runs the lookup in doCall
+// instead, so is not counted).
+func awaitJoined(t *testing.T, n int) {
+	t.Helper()
+	joined := func() int {
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		count := 0
+		for g := range strings.SplitSeq(string(buf), "\n\n") {
+			if strings.Contains(g, "singleflight.(*Group).Do(") && strings.Contains(g, "sync.(*WaitGroup).Wait(") {
+				count++
+			}
+		}
+		return count
+	}
+	if !servertest.Eventually(10*time.Second, func() bool { return joined() >= n }) {
+		t.Fatalf("%d of %d requests joined the lookup", joined(), n)
+	}
+}
+
+// Concurrent misses on one code make one Redis read and one PostgreSQL
+// query, and every request gets the answer.
+func TestConcurrentMissesShareOneLookup(t *testing.T) {
+	const n = 50
+	rdb, db := newFakeRedis(), newFakeDB()
+	db.links["viral"] = link{tenant: "acme", url: "https://example.com/v"}
+	db.hold = make(chan struct{})
+	r, reader := newResolver(t, rdb, db)
+
+	results := make(chan Result, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			res, err := r.Resolve(context.Background(), "viral", nil)
+			if err != nil {
+				t.Errorf("Resolve: %v", err)
+			}
+			results <- res
+		})
+	}
+	awaitJoined(t, n-1)
+	close(db.hold)
+	wg.Wait()
+	close(results)
+	for res := range results {
+		if res.Source != SourceDB || res.Entry.URL != "https://example.com/v" {
+			t.Errorf("got %+v from %s, want the link from the one db lookup", res.Entry, res.Source)
+		}
+	}
+	if got := db.queriesOf("viral"); got != 1 {
+		t.Errorf("%d PostgreSQL queries, want 1", got)
+	}
+	if got := rdb.getsOf("viral"); got != 1 {
+		t.Errorf("%d Redis reads, want 1", got)
+	}
+	// singleflight reports the leader's call as shared too once any joined,
+	// so the count is n, or n-1 if that ever changes: at least every joiner.
+	if got := metrictest.Counter(t, reader, "kurz.redirect.lookups.collapsed"); got < n-1 {
+		t.Errorf("collapsed %d, want at least %d", got, n-1)
+	}
+}
+
+// When the request leading a shared lookup is refused by its gate, the
+// requests that joined it look up on their own: one client's denial does
+// not spread to another.
+func TestALeadersDenialDoesNotSpread(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	db.links["abc"] = link{tenant: "acme", url: "https://example.com/a"}
+	rdb.hold, rdb.arrived = make(chan struct{}), make(chan string, 8)
+	r, _ := newResolver(t, rdb, db)
+
+	// The first request's gate refuses its first PostgreSQL lookup only
+	// (Resolve retries a shared lookup that was refused, for its leader
+	// too, and asks the gate again).
+	var dbAsks atomic.Int64
+	leaderDone := make(chan error, 1)
+	go func() {
+		_, err := r.Resolve(context.Background(), "abc", func(_ context.Context, tier Tier) error {
+			if tier == TierDB && dbAsks.Add(1) == 1 {
+				return &Denied{RetryAfter: time.Second}
+			}
+			return nil
+		})
+		leaderDone <- err
+	}()
+	// It leads: it waits in its Redis read while a second request joins.
+	<-rdb.arrived
+	type outcome struct {
+		res Result
+		err error
+	}
+	follower := make(chan outcome, 1)
+	go func() {
+		res, err := r.Resolve(context.Background(), "abc", nil)
+		follower <- outcome{res, err}
+	}()
+	awaitJoined(t, 1)
+	close(rdb.hold)
+
+	// Its own lookup, or one the leader retried: db, or cache if the
+	// other's fill came first; never the denial.
+	got := <-follower
+	if got.err != nil || got.res.Entry.URL != "https://example.com/a" || got.res.Source == SourceL1 {
+		t.Errorf("follower: %+v from %s, %v; want the link from a lookup after the denied one", got.res.Entry, got.res.Source, got.err)
+	}
+	<-leaderDone
+	if dbAsks.Load() == 0 {
+		t.Error("the leader's gate was never asked before PostgreSQL")
+	}
+}
+
+// An invalidation drops the code from L1, and a lookup that began before it
+// does not put its possibly stale answer there.
+func TestInvalidateDropsTheCodeFromL1(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	db.links["abc"] = link{tenant: "acme", url: "https://example.com/a"}
+	r, reader := newResolver(t, rdb, db)
+	var invalidated []string
+	r.AfterInvalidate = func(code string) { invalidated = append(invalidated, code) }
+	resolve(t, r, "abc") // db, fills Redis
+	resolve(t, r, "abc") // cache, fills L1
+	if got := resolve(t, r, "abc"); got.Source != SourceL1 {
+		t.Fatalf("third request from %s, want l1", got.Source)
+	}
+	r.Invalidate("abc")
+	if got := resolve(t, r, "abc"); got.Source != SourceCache {
+		t.Errorf("after Invalidate: from %s, want cache (L1 dropped the code)", got.Source)
+	}
+	if len(invalidated) != 1 || invalidated[0] != "abc" {
+		t.Errorf("AfterInvalidate saw %v, want [abc]", invalidated)
+	}
+	if got := metrictest.Counter(t, reader, "kurz.redirect.l1.invalidations", "kind", "code"); got != 1 {
+		t.Errorf("invalidations kind=code: %d, want 1", got)
+	}
+
+	// A lookup that read Redis before an invalidation but finished after
+	// it answers, yet leaves L1 alone.
+	r.Invalidate("abc")
+	rdb.hold, rdb.arrived = make(chan struct{}), make(chan string, 1)
+	done := make(chan Source, 1)
+	go func() {
+		res, err := r.Resolve(context.Background(), "abc", nil)
+		if err != nil {
+			t.Errorf("racing lookup: %v", err)
+		}
+		done <- res.Source
+	}()
+	<-rdb.arrived
+	r.Invalidate("abc")
+	close(rdb.hold)
+	if got := <-done; got != SourceCache {
+		t.Errorf("racing lookup from %s, want cache", got)
+	}
+	if got := resolve(t, r, "abc"); got.Source != SourceCache {
+		t.Errorf("after the racing lookup: from %s, want cache (its answer kept out of L1)", got.Source)
+	}
+}
+
+// Purge empties L1 (after a Pub/Sub reconnect, invalidations may have been
+// missed).
+func TestPurgeEmptiesL1(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	db.links["a"] = link{tenant: "acme", url: "https://example.com/a"}
+	db.links["b"] = link{tenant: "acme", url: "https://example.com/b"}
+	r, reader := newResolver(t, rdb, db)
+	for _, code := range []string{"a", "b"} {
+		resolve(t, r, code)
+		resolve(t, r, code)
+		if got := resolve(t, r, code); got.Source != SourceL1 {
+			t.Fatalf("%s: third request from %s, want l1", code, got.Source)
+		}
+	}
+	r.Purge()
+	for _, code := range []string{"a", "b"} {
+		if got := resolve(t, r, code); got.Source != SourceCache {
+			t.Errorf("%s after Purge: from %s, want cache", code, got.Source)
+		}
+	}
+	if got := metrictest.Counter(t, reader, "kurz.redirect.l1.invalidations", "kind", "purge"); got != 1 {
+		t.Errorf("invalidations kind=purge: %d, want 1", got)
+	}
+}
