@@ -4,7 +4,6 @@ package gatewaytest
 
 import (
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,7 +11,6 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/testkit/servertest"
-	"kurz.dev/pkg/testkit/stack"
 )
 
 // Health service names the stack's processes are awaited on.
@@ -44,17 +42,6 @@ type Stack struct {
 	Analytics *servertest.Process
 	// DB is the PostgreSQL the services use, for setup and clean-up.
 	DB *pgxpool.Pool
-}
-
-// RequireStack is stack.Require for a TestMain that must undo what it
-// starts once m.Run returns (which stack.Require, exiting, does not let it
-// do): it exits the test binary with the same message unless every engine
-// of the stack (the services here use all three) answers.
-func RequireStack() {
-	if err := stack.Check(stack.All...); err != nil {
-		fmt.Fprintf(os.Stderr, "integration tests need the stack: %v\n(run `make up`, or `make test`, which starts it)\n", err)
-		os.Exit(1)
-	}
 }
 
 // Start builds the services and starts the stack, the file limiter on

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"kurz.dev/pkg/testkit/servertest"
+	stackgate "kurz.dev/pkg/testkit/stack"
 	"kurz.dev/services/gateway/gatewaytest"
 )
 
@@ -32,7 +33,7 @@ var stack struct {
 }
 
 func TestMain(m *testing.M) {
-	gatewaytest.RequireStack()
+	stackgate.Gate(stackgate.All...)
 	code, err := runTests(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gateway tests:", err)

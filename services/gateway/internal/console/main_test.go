@@ -18,7 +18,7 @@ import (
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/testkit/servertest"
-	"kurz.dev/services/gateway/gatewaytest"
+	stackgate "kurz.dev/pkg/testkit/stack"
 )
 
 // Health service names the stack's processes are awaited on.
@@ -55,7 +55,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	gatewaytest.RequireStack()
+	stackgate.Gate(stackgate.All...)
 	code := m.Run()
 	for i := len(teardown) - 1; i >= 0; i-- {
 		teardown[i]()
