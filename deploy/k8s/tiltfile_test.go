@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 	"go.starlark.net/syntax"
@@ -269,20 +270,16 @@ func TestTiltfile(t *testing.T) {
 
 	// Images: one docker_build per service, from the Dockerfile's dev stage,
 	// live-updating the binary its compile resource builds.
-	df := readDockerfile(t)
-	var devCopy, devEntrypoint string
-	for _, s := range df.Stages {
-		if s.Name != "dev" {
-			continue
+	dev := readDockerfile(t).stage(t, "dev")
+	var devCopy string
+	var devEntrypoint []string
+	for _, c := range commands[*instructions.CopyCommand](dev) {
+		if c.DestPath == "/app/service" && len(c.SourcePaths) == 1 {
+			devCopy = c.SourcePaths[0]
 		}
-		for _, ins := range s.find("COPY") {
-			if f := strings.Fields(ins.Args); ins.Heredoc == "" && len(f) == 2 && f[1] == "/app/service" {
-				devCopy = f[0]
-			}
-		}
-		if eps := s.find("ENTRYPOINT"); len(eps) > 0 {
-			devEntrypoint = eps[len(eps)-1].Args
-		}
+	}
+	if eps := commands[*instructions.EntrypointCommand](dev); len(eps) > 0 {
+		devEntrypoint = eps[len(eps)-1].CmdLine
 	}
 	builds := map[string]tiltDockerBuild{}
 	for _, b := range tf.DockerBuilds {
@@ -324,11 +321,11 @@ func TestTiltfile(t *testing.T) {
 		if synced == "" || !restarts {
 			t.Errorf("docker_build kurz/%s: live_update needs a sync of the binary and a run('kill -HUP 1') for the restart wrapper", svc)
 		}
-		if want := strings.ReplaceAll(devCopy, "${SERVICE}", svc); want != synced+"/service" {
+		if want, _ := expandFor(svc)(devCopy); want != synced+"/service" {
 			t.Errorf("kurz/%s: the dev stage copies %s, the live update syncs %s/service", svc, want, synced)
 		}
-		if !strings.Contains(devEntrypoint, `"`+syncDest+`/service"`) {
-			t.Errorf("kurz/%s: live update syncs to %s, but the dev ENTRYPOINT %s does not run %s/service", svc, syncDest, devEntrypoint, syncDest)
+		if !slices.Contains(devEntrypoint, syncDest+"/service") {
+			t.Errorf("kurz/%s: live update syncs to %s, but the dev ENTRYPOINT %q does not run %s/service", svc, syncDest, devEntrypoint, syncDest)
 		}
 		if w, ok := ws[svc]; ok && !writableMount(w, syncDest) {
 			t.Errorf("kurz/%s: %s is not on an emptyDir of the dev pod; the root filesystem is read-only", svc, syncDest)
