@@ -13,6 +13,12 @@ BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPCURL_VERSION            := v1.9.4
+# deploy/k8s validates the rendered overlays with kubeconform against the
+# JSON schemas deploy/k8s/schemagen makes from the OpenAPI document of this
+# Kubernetes release (the k8s.io/kubernetes module; keep its minor version
+# that of k8s.io/api in go.mod: the tests check).
+KUBECONFORM_VERSION        := v0.8.0
+K8S_SCHEMA_VERSION         := v1.37.2
 # The peers make bench measures kurz against (deploy/bench/peers.sh).
 ENVOY_RATELIMIT_VERSION    := v1.4.1-0.20260122083618-3fb702589d36
 GUBERNATOR_VERSION         := v2.13.0
@@ -40,6 +46,12 @@ $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 $(BIN)/.grpcurl-$(GRPCURL_VERSION):
 	GOBIN=$(BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	@touch $@
+$(BIN)/.kubeconform-$(KUBECONFORM_VERSION):
+	GOBIN=$(BIN) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION)
+	@touch $@
+$(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done: deploy/k8s/schemagen/main.go
+	go run ./deploy/k8s/schemagen -version $(K8S_SCHEMA_VERSION) -out $(BIN)/k8s-schemas
+	@touch $@
 
 $(BIN)/.service_cmd-$(ENVOY_RATELIMIT_VERSION):
 	GOBIN=$(BIN) go install github.com/envoyproxy/ratelimit/src/service_cmd@$(ENVOY_RATELIMIT_VERSION)
@@ -55,7 +67,8 @@ $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
 
 .PHONY: tools
 tools: $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
-       $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) ## Install the pinned tools into ./bin.
+       $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) \
+       $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done ## Install the pinned tools into ./bin.
 
 # --- code generation and static checks --------------------------------------
 
