@@ -16,12 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// The real Tilt is not installable here (its module is not served by the Go
-// proxy), so the Tiltfile is executed with go.starlark.net, Tilt's own
-// Starlark interpreter, against stubs of the Tilt built-ins it uses. Each stub
-// takes exactly the parameters of the Tilt API (docs.tilt.dev/api.html), so a
-// misspelt or unknown argument fails as it would under `tilt up`; the calls
-// are recorded and checked against the dev overlay and the Dockerfile.
+// The real Tilt is not installable here (`go install` of its module fails:
+// README.md, "How these tests check"), so the Tiltfile is executed with
+// go.starlark.net, Tilt's own Starlark interpreter, against stubs of the
+// Tilt built-ins it uses. Each stub takes exactly the parameters of the Tilt
+// API (docs.tilt.dev/api.html), so a misspelt or unknown argument fails as
+// it would under `tilt up`; the calls are recorded and checked against the
+// dev overlay and the Dockerfile.
 
 type tiltDockerBuild struct {
 	Ref, Context, Dockerfile, Target string
