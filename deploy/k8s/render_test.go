@@ -133,12 +133,7 @@ func render(t testing.TB, dir string) rendering {
 	v, _ := renders.LoadOrStore(dir, &renderResult{})
 	res := v.(*renderResult)
 	res.once.Do(func() {
-		kubectl, err := exec.LookPath("kubectl")
-		if err != nil {
-			res.err = errors.New("kubectl is not on PATH: these tests render the overlays with `kubectl kustomize`; install kubectl (e.g. apt-get install kubectl, or the upstream binary)")
-			return
-		}
-		out, err := kustomize(kubectl, dir, operatorFiles[dir])
+		out, err := kustomize(dir, operatorFiles[dir])
 		if err != nil {
 			res.err = err
 			return
@@ -159,7 +154,11 @@ func render(t testing.TB, dir string) rendering {
 // kustomize runs `kubectl kustomize dir`; with files (even none), on a copy
 // of this directory's manifests where dir's operator files are exactly
 // files (name -> content), whatever a local checkout holds.
-func kustomize(kubectl, dir string, files map[string]string) ([]byte, error) {
+func kustomize(dir string, files map[string]string) ([]byte, error) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		return nil, errors.New("kubectl is not on PATH: these tests render the overlays with `kubectl kustomize`; install kubectl (e.g. apt-get install kubectl, or the upstream binary)")
+	}
 	root := "."
 	if files != nil {
 		tmp, err := os.MkdirTemp("", "kurz-k8s-")
@@ -216,14 +215,10 @@ func copyManifests(src, dst string) error {
 // what the gateway and the redirect get (the generated ConfigMap itself is
 // not rendered).
 func TestProdRefusesToRenderWithoutTrustedProxies(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Fatal("kubectl is not on PATH")
-	}
 	// Every operator file but this one: the failure is about it.
 	files := maps.Clone(operatorFiles["overlays/prod"])
 	delete(files, "trusted-proxies.env")
-	out, err := kustomize(kubectl, "overlays/prod", files)
+	out, err := kustomize("overlays/prod", files)
 	if err == nil || !strings.Contains(err.Error(), "trusted-proxies.env") {
 		t.Fatalf("overlays/prod rendered without trusted-proxies.env (err %v, %d bytes)", err, len(out))
 	}
@@ -455,56 +450,23 @@ func TestOverlaysUseNamespaceKurz(t *testing.T) {
 // decoder's own refusals.
 func TestAPISchemaCheckRejectsMistakes(t *testing.T) {
 	t.Parallel()
-	cases := map[string]string{
-		"unknown field": `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: x}
-spec:
-  replica: 2
-  selector: {matchLabels: {app: x}}
-  template:
-    metadata: {labels: {app: x}}
-    spec: {containers: [{name: x, image: "x:1"}]}
-`,
-		"misplaced field": `apiVersion: v1
-kind: Service
-metadata: {name: x}
-spec:
-  ports:
-    - port: 80
-      targetport: http
-`,
-		"missing required field": `apiVersion: v1
-kind: Service
-metadata: {name: x}
-spec:
-  ports:
-    - targetPort: http
-`,
-		"wrong type": `apiVersion: v1
-kind: Service
-metadata: {name: x}
-spec:
-  ports:
-    - port: eighty
-`,
-		"unknown kind": `apiVersion: example.com/v1
-kind: Widget
-metadata: {name: x}
-`,
-		"duplicate field": `apiVersion: v1
-kind: ConfigMap
-metadata: {name: x}
-data:
-  A: "1"
-  A: "2"
-`,
+	// One object each, in YAML's flow style, with the one mistake its name
+	// says, and what kubeconform must say about it.
+	cases := map[string]struct{ doc, want string }{
+		"unknown field": {`{apiVersion: apps/v1, kind: Deployment, metadata: {name: x}, spec: {replica: 2,
+			selector: {matchLabels: {app: x}}, template: {metadata: {labels: {app: x}}, spec: {containers: [{name: x, image: "x:1"}]}}}}`,
+			"'replica' not allowed"},
+		"misplaced field":        {`{apiVersion: v1, kind: Service, metadata: {name: x}, spec: {ports: [{port: 80, targetport: http}]}}`, "'targetport' not allowed"},
+		"missing required field": {`{apiVersion: v1, kind: Service, metadata: {name: x}, spec: {ports: [{targetPort: http}]}}`, "missing property 'port'"},
+		"wrong type":             {`{apiVersion: v1, kind: Service, metadata: {name: x}, spec: {ports: [{port: eighty}]}}`, "want integer"},
+		"unknown kind":           {`{apiVersion: example.com/v1, kind: Widget, metadata: {name: x}}`, "could not find schema for Widget"},
+		"duplicate field":        {`{apiVersion: v1, kind: ConfigMap, metadata: {name: x}, data: {A: "1", A: "2"}}`, `key "A" already set`},
 	}
-	for name, doc := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			if err := kubeconform(t, []byte(doc)); err == nil {
-				t.Errorf("kubeconform accepted:\n%s", doc)
+			if err := kubeconform(t, []byte(tc.doc)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("kubeconform on %s: %v, want an error saying %q", tc.doc, err, tc.want)
 			}
 		})
 	}
@@ -513,10 +475,10 @@ data:
 	if err := kubeconform(t, []byte(valid)); err != nil {
 		t.Errorf("valid Service and Pod (int-or-string ports, numeric and string quantities): %v", err)
 	}
-	if _, err := decodeStream([]byte(cases["unknown kind"])); err == nil {
+	if _, err := decodeStream([]byte(cases["unknown kind"].doc)); err == nil {
 		t.Error("decoded a kind not in kinds")
 	}
-	objs, err := decodeStream([]byte(cases["misplaced field"]))
+	objs, err := decodeStream([]byte(cases["misplaced field"].doc))
 	if err != nil || objs[0].Obj.(*corev1.Service).Spec.Ports[0].TargetPort.StrVal != "" {
 		t.Errorf("targetport decoded as targetPort (%v): field names must match case-sensitively", err)
 	}
