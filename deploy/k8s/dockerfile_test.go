@@ -83,20 +83,7 @@ func expandFor(svc string) func(string) (string, error) {
 	}
 }
 
-func goDirective(t *testing.T, file string) string {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^go (\d+\.\d+)(\.\d+)?$`).FindStringSubmatch(string(data))
-	if m == nil {
-		t.Fatalf("%s has no go directive", file)
-	}
-	return m[1]
-}
-
 func TestDockerfile(t *testing.T) {
-	root := repoRoot(t)
 	df := readDockerfile(t)
 	if len(df.Stages) < 2 {
 		t.Fatalf("%d stages, want a multi-stage build", len(df.Stages))
@@ -119,7 +106,7 @@ func TestDockerfile(t *testing.T) {
 	// The build stage: golang at the module's Go version, go.mod and go.sum
 	// copied before the download, a static trimmed build.
 	build := df.Stages[0]
-	goVersion := goDirective(t, filepath.Join(root, "go.mod"))
+	goVersion := fromGoMod(t, `^go (\d+\.\d+)`)
 	if !regexp.MustCompile(`^golang:` + regexp.QuoteMeta(goVersion) + `\.\d+(-[a-z0-9]+)?$`).MatchString(build.BaseName) {
 		t.Errorf("build stage FROM %s, want golang:%s.<patch> (go.mod says go %s)", build.BaseName, goVersion, goVersion)
 	}

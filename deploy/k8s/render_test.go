@@ -373,7 +373,7 @@ func kubeconform(t *testing.T, stream []byte) error {
 		t.Fatal("the Makefile has no K8S_SCHEMA_VERSION := v1.<minor>.<patch>")
 	}
 	version := fmt.Sprintf("1.%s.%s", m[1], m[2])
-	if api := goModVersion(t, "k8s.io/api"); !strings.HasPrefix(api, "v0."+string(m[1])+".") {
+	if api := fromGoMod(t, `^\s*k8s\.io/api (v\S+)`); !strings.HasPrefix(api, "v0."+string(m[1])+".") {
 		t.Errorf("K8S_SCHEMA_VERSION is Kubernetes %s but go.mod has k8s.io/api %s: keep their minor versions equal", version, api)
 	}
 	bin, schemas := filepath.Join(root, "bin", "kubeconform"), filepath.Join(root, "bin", "k8s-schemas")
@@ -390,16 +390,16 @@ func kubeconform(t *testing.T, stream []byte) error {
 	return nil
 }
 
-// goModVersion is the version go.mod requires of a module.
-func goModVersion(t *testing.T, module string) string {
+// fromGoMod returns the first group of re, a multi-line pattern, in go.mod.
+func fromGoMod(t *testing.T, re string) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(module) + ` (v\S+)`).FindSubmatch(data)
+	m := regexp.MustCompile(`(?m)` + re).FindSubmatch(data)
 	if m == nil {
-		t.Fatalf("go.mod does not require %s", module)
+		t.Fatalf("go.mod has no line matching %s", re)
 	}
 	return string(m[1])
 }

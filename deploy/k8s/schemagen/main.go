@@ -49,6 +49,9 @@ func run(version, out string) error {
 		return fmt.Errorf("swagger.json: %w", err)
 	}
 	dir := filepath.Join(out, version+"-standalone-strict")
+	if err := os.RemoveAll(dir); err != nil { // no schema of an older run stays
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
