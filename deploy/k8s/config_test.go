@@ -297,6 +297,7 @@ func configProblems(e serviceEnv, readByAny map[string]bool) []string {
 }
 
 func TestServiceConfiguration(t *testing.T) {
+	t.Parallel() // renders both overlays: overlap it with the slow tests
 	any := readByAny(t)
 	for _, dir := range overlays {
 		r := render(t, dir)

@@ -389,6 +389,7 @@ func TestDockerignore(t *testing.T) {
 // stops it, and a service that exits by itself ends the wrapper with its
 // status so that Kubernetes restarts the container.
 func TestDevRestartWrapper(t *testing.T) {
+	t.Parallel() // mostly waiting for the wrapper
 	dev := readDockerfile(t).stage(t, "dev")
 	var wrapper string
 	for _, c := range commands[*instructions.CopyCommand](dev) {
