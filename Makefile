@@ -15,8 +15,8 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPCURL_VERSION            := v1.9.4
 # deploy/k8s validates the rendered overlays with kubeconform against the
 # JSON schemas deploy/k8s/schemagen makes from the OpenAPI document of this
-# Kubernetes release (the k8s.io/kubernetes module; keep its minor version
-# that of k8s.io/api in go.mod: the tests check).
+# Kubernetes release (in the k8s.io/kubernetes module). Its minor version
+# must be k8s.io/api's in go.mod: the tests check.
 KUBECONFORM_VERSION        := v0.8.0
 K8S_SCHEMA_VERSION         := v1.37.2
 # The peers make bench measures kurz against (deploy/bench/peers.sh).
