@@ -318,6 +318,18 @@ func typed[T any](r rendering) []*T {
 	return out
 }
 
+// byName returns every rendered object of type T by its name.
+func byName[T any, PT interface {
+	*T
+	GetName() string
+}](r rendering) map[string]PT {
+	out := map[string]PT{}
+	for _, o := range typed[T](r) {
+		out[PT(o).GetName()] = o
+	}
+	return out
+}
+
 // workload is anything that runs pods.
 type workload struct {
 	Kind, Name string

@@ -43,10 +43,7 @@ func TestServiceAuthKeyComesFromTheRenderedSecret(t *testing.T) {
 	}
 	for _, dir := range overlays {
 		r := render(t, dir)
-		secrets := map[string]*corev1.Secret{}
-		for _, s := range typed[corev1.Secret](r) {
-			secrets[s.Name] = s
-		}
+		secrets := byName[corev1.Secret](r)
 		envs := serviceEnvironments(t, r)
 		for _, svc := range readers {
 			ref := envs[svc].Given[serviceAuthVar].Secret

@@ -132,11 +132,6 @@ func evalTiltfile(src string, getenv func(string) (string, bool)) (*tiltfile, er
 			}
 			return step("run", starlark.StringDict{"cmd": cmd, "trigger": trigger}), err
 		}),
-		"fall_back_on": builtin("fall_back_on", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-			var files starlark.Value
-			err := starlark.UnpackArgs("fall_back_on", args, kwargs, "files", &files)
-			return step("fall_back_on", starlark.StringDict{"files": files}), err
-		}),
 		"docker_build": builtin("docker_build", func(args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var b tiltDockerBuild
 			var buildArgs *starlark.Dict
@@ -395,7 +390,7 @@ func TestTiltfile(t *testing.T) {
 				remote = local
 			}
 			n, err := strconv.Atoi(remote)
-			if err != nil || portDeclared(intOrString(n), w.Template.Spec.Containers[0]) != nil {
+			if err != nil || portDeclared(intstr.FromInt(n), w.Template.Spec.Containers[0]) != nil {
 				t.Errorf("k8s_resource %s: port forward %s: %d is not a container port", name, pf, n)
 			}
 		}
@@ -478,5 +473,3 @@ func TestTiltStubsRejectWhatTiltRejects(t *testing.T) {
 		t.Errorf("valid calls: %v %+v", err, tf)
 	}
 }
-
-func intOrString(n int) intstr.IntOrString { return intstr.FromInt(n) }
