@@ -205,10 +205,7 @@ func (e serviceEnv) duration(name string) (time.Duration, error) {
 // environment its container gets (envFrom ConfigMaps in order, then env).
 func serviceEnvironments(t testing.TB, r rendering) map[string]serviceEnv {
 	read := readEnv(t)
-	cms := map[string]*corev1.ConfigMap{}
-	for _, cm := range typed[corev1.ConfigMap](r) {
-		cms[cm.Name] = cm
-	}
+	cms := byName[corev1.ConfigMap](r)
 	out := map[string]serviceEnv{}
 	for _, w := range workloads(r) {
 		svc := kurzService(w)
@@ -297,6 +294,7 @@ func configProblems(e serviceEnv, readByAny map[string]bool) []string {
 }
 
 func TestServiceConfiguration(t *testing.T) {
+	t.Parallel() // renders both overlays: overlap it with the slow tests
 	any := readByAny(t)
 	for _, dir := range overlays {
 		r := render(t, dir)
@@ -470,10 +468,7 @@ const clusterDomain = "kurz.svc.cluster.local"
 func TestDevEndpointsResolveInTheNamespace(t *testing.T) {
 	r := render(t, "overlays/dev")
 	envs := serviceEnvironments(t, r)
-	secrets := map[string]*corev1.Secret{}
-	for _, s := range typed[corev1.Secret](r) {
-		secrets[s.Name] = s
-	}
+	secrets := byName[corev1.Secret](r)
 	for _, svc := range services {
 		e := envs[svc]
 		var endpoints []string
@@ -520,10 +515,7 @@ func resolvesInRendering(r rendering, hostport string) error {
 	}
 	n, _ := strconv.Atoi(port)
 	labelsOf := strings.Split(strings.TrimSuffix(host, "."+clusterDomain), ".")
-	services := map[string]*corev1.Service{}
-	for _, s := range typed[corev1.Service](r) {
-		services[s.Name] = s
-	}
+	services := byName[corev1.Service](r)
 	var svc *corev1.Service
 	switch len(labelsOf) {
 	case 1:

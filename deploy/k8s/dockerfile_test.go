@@ -16,97 +16,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/frontend/dockerfile/shell"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
 )
 
-// instruction is one Dockerfile instruction; heredoc bodies are kept apart.
-type instruction struct {
-	Cmd     string // upper case: FROM, RUN, COPY, ...
-	Args    string
-	Heredoc string
-	Line    int
-}
-
-type stage struct {
-	Base, Name   string
-	Instructions []instruction
-}
-
+// dockerfile is the repository's Dockerfile as BuildKit's own parser
+// (the one `docker build` runs) reads it.
 type dockerfile struct {
-	Directives map[string]string // parser directives (# syntax=...)
-	Stages     []stage
-}
-
-var heredocStart = regexp.MustCompile(`<<-?['"]?([A-Za-z_][A-Za-z0-9_]*)['"]?`)
-
-func parseDockerfile(data []byte) (dockerfile, error) {
-	df := dockerfile{Directives: map[string]string{}}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	lineNo := 0
-	leading := true
-	var cur *stage
-	for sc.Scan() {
-		lineNo++
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		if leading {
-			if m := regexp.MustCompile(`^#\s*([a-z]+)\s*=\s*(\S+)`).FindStringSubmatch(trimmed); m != nil {
-				df.Directives[m[1]] = m[2]
-				continue
-			}
-			leading = false
-		}
-		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
-			continue
-		}
-		start := lineNo
-		for strings.HasSuffix(line, "\\") && sc.Scan() {
-			lineNo++
-			line = strings.TrimSuffix(line, "\\") + " " + strings.TrimSpace(sc.Text())
-		}
-		cmd, args, _ := strings.Cut(strings.TrimSpace(line), " ")
-		ins := instruction{Cmd: strings.ToUpper(cmd), Args: strings.TrimSpace(args), Line: start}
-		if m := heredocStart.FindStringSubmatch(ins.Args); m != nil && (ins.Cmd == "RUN" || ins.Cmd == "COPY") {
-			var body []string
-			closed := false
-			for sc.Scan() {
-				lineNo++
-				if sc.Text() == m[1] {
-					closed = true
-					break
-				}
-				body = append(body, sc.Text())
-			}
-			if !closed {
-				return df, fmt.Errorf("line %d: heredoc %s is not closed", start, m[1])
-			}
-			ins.Heredoc = strings.Join(body, "\n") + "\n"
-		}
-		if ins.Cmd == "FROM" {
-			f := strings.Fields(ins.Args)
-			var s stage
-			for i := 0; i < len(f); i++ {
-				switch {
-				case strings.HasPrefix(f[i], "--"):
-				case strings.EqualFold(f[i], "AS") && i+1 < len(f):
-					s.Name = f[i+1]
-					i++
-				case s.Base == "":
-					s.Base = f[i]
-				}
-			}
-			df.Stages = append(df.Stages, s)
-			cur = &df.Stages[len(df.Stages)-1]
-			continue
-		}
-		if cur == nil {
-			if ins.Cmd != "ARG" {
-				return df, fmt.Errorf("line %d: %s before the first FROM", start, ins.Cmd)
-			}
-			continue
-		}
-		cur.Instructions = append(cur.Instructions, ins)
-	}
-	return df, sc.Err()
+	Syntax string // image of the # syntax= directive, or ""
+	Stages []instructions.Stage
 }
 
 func readDockerfile(t *testing.T) dockerfile {
@@ -115,49 +37,65 @@ func readDockerfile(t *testing.T) dockerfile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	df, err := parseDockerfile(data)
+	ast, err := parser.Parse(bytes.NewReader(data))
 	if err != nil {
 		t.Fatalf("Dockerfile: %v", err)
 	}
-	return df
+	stages, _, err := instructions.Parse(ast.AST, nil)
+	if err != nil {
+		t.Fatalf("Dockerfile: %v", err)
+	}
+	syntax, _, _, _ := parser.DetectSyntax(data)
+	return dockerfile{Syntax: syntax, Stages: stages}
 }
 
-func (s stage) find(cmd string) []instruction {
-	var out []instruction
-	for _, ins := range s.Instructions {
-		if ins.Cmd == cmd {
-			out = append(out, ins)
+// stage returns the stage named name, or fails the test.
+func (df dockerfile) stage(t *testing.T, name string) instructions.Stage {
+	t.Helper()
+	for _, s := range df.Stages {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("the Dockerfile has no stage %q", name)
+	return instructions.Stage{}
+}
+
+// commands returns a stage's commands of type T, in order.
+func commands[T instructions.Command](s instructions.Stage) []T {
+	var out []T
+	for _, c := range s.Commands {
+		if v, ok := c.(T); ok {
+			out = append(out, v)
 		}
 	}
 	return out
 }
 
-func goDirective(t *testing.T, file string) string {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
+// expandFor expands ${SERVICE} (and any other build argument, to nothing)
+// as Docker does for a build of svc.
+func expandFor(svc string) func(string) (string, error) {
+	lex := shell.NewLex('\\')
+	env := shell.EnvsFromSlice([]string{"SERVICE=" + svc})
+	return func(word string) (string, error) {
+		s, _, err := lex.ProcessWord(word, env)
+		return s, err
 	}
-	m := regexp.MustCompile(`(?m)^go (\d+\.\d+)(\.\d+)?$`).FindStringSubmatch(string(data))
-	if m == nil {
-		t.Fatalf("%s has no go directive", file)
-	}
-	return m[1]
 }
 
 func TestDockerfile(t *testing.T) {
-	root := repoRoot(t)
 	df := readDockerfile(t)
 	if len(df.Stages) < 2 {
 		t.Fatalf("%d stages, want a multi-stage build", len(df.Stages))
 	}
-	if s, ok := df.Directives["syntax"]; ok && imageProblem(s) != "" {
-		t.Errorf("syntax directive: %s", imageProblem(s))
+	if df.Syntax != "" && imageProblem(df.Syntax) != "" {
+		t.Errorf("syntax directive: %s", imageProblem(df.Syntax))
 	}
 	names := map[string]bool{}
 	for _, s := range df.Stages {
-		if !names[s.Base] {
-			if p := imageProblem(s.Base); p != "" {
-				t.Errorf("FROM %s: %s", s.Base, p)
+		if !names[s.BaseName] {
+			if p := imageProblem(s.BaseName); p != "" {
+				t.Errorf("FROM %s: %s", s.BaseName, p)
 			}
 		}
 		if s.Name != "" {
@@ -168,66 +106,74 @@ func TestDockerfile(t *testing.T) {
 	// The build stage: golang at the module's Go version, go.mod and go.sum
 	// copied before the download, a static trimmed build.
 	build := df.Stages[0]
-	goVersion := goDirective(t, filepath.Join(root, "go.mod"))
-	if !regexp.MustCompile(`^golang:` + regexp.QuoteMeta(goVersion) + `\.\d+(-[a-z0-9]+)?$`).MatchString(build.Base) {
-		t.Errorf("build stage FROM %s, want golang:%s.<patch> (go.mod says go %s)", build.Base, goVersion, goVersion)
+	goVersion := fromGoMod(t, `^go (\d+\.\d+)`)
+	if !regexp.MustCompile(`^golang:` + regexp.QuoteMeta(goVersion) + `\.\d+(-[a-z0-9]+)?$`).MatchString(build.BaseName) {
+		t.Errorf("build stage FROM %s, want golang:%s.<patch> (go.mod says go %s)", build.BaseName, goVersion, goVersion)
 	}
-	var copied []string
-	downloadAt := -1
-	for i, ins := range build.Instructions {
-		if ins.Cmd == "COPY" && !strings.Contains(ins.Args, "--from") {
-			f := strings.Fields(ins.Args)
-			copied = append(copied, f[:len(f)-1]...)
-		}
-		if ins.Cmd == "RUN" && strings.Contains(ins.Args, "go mod download") && downloadAt < 0 {
-			downloadAt = len(copied)
-			_ = i
+	var before []string // what is copied before go mod download
+	downloaded := false
+	for _, c := range build.Commands {
+		switch c := c.(type) {
+		case *instructions.CopyCommand:
+			if !downloaded && c.From == "" {
+				before = append(before, c.SourcePaths...)
+			}
+		case *instructions.RunCommand:
+			downloaded = downloaded || strings.Contains(strings.Join(c.CmdLine, " "), "go mod download")
 		}
 	}
-	if downloadAt < 0 {
+	if !downloaded {
 		t.Fatal("no RUN go mod download in the build stage")
 	}
-	before := copied[:downloadAt]
 	for _, w := range []string{"go.mod", "go.sum"} {
 		if !slices.Contains(before, w) {
 			t.Errorf("%s is not copied before go mod download", w)
 		}
 	}
-	if !slices.ContainsFunc(build.find("ARG"), func(i instruction) bool { return i.Args == "SERVICE" }) {
+	if !slices.ContainsFunc(commands[*instructions.ArgCommand](build), func(a *instructions.ArgCommand) bool {
+		return len(a.Args) == 1 && a.Args[0].Key == "SERVICE"
+	}) {
 		t.Error("build stage: no ARG SERVICE")
 	}
-	buildCmd := goBuildCommand(t, build)
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-ldflags=-s -w", "./services/${SERVICE}"} {
-		if !slices.Contains(buildCmd, want) {
-			t.Errorf("go build command %q lacks %q", buildCmd, want)
+	for _, svc := range services {
+		buildCmd := goBuildCommand(t, build, svc)
+		for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-ldflags=-s -w", "./services/" + svc} {
+			if !slices.Contains(buildCmd, want) {
+				t.Errorf("go build command %q lacks %q", buildCmd, want)
+			}
 		}
 	}
 
 	// The final stage is what `docker build` produces by default.
 	final := df.Stages[len(df.Stages)-1]
-	if !strings.HasPrefix(final.Base, "gcr.io/distroless/static") && final.Base != "scratch" {
-		t.Errorf("final stage FROM %s, want distroless static or scratch", final.Base)
+	if !strings.HasPrefix(final.BaseName, "gcr.io/distroless/static") && final.BaseName != "scratch" {
+		t.Errorf("final stage FROM %s, want distroless static or scratch", final.BaseName)
 	}
 	for _, s := range df.Stages[1:] {
-		users := s.find("USER")
+		users := commands[*instructions.UserCommand](s)
 		if len(users) == 0 {
 			t.Errorf("stage %s sets no USER", s.Name)
 			continue
 		}
-		if u := users[len(users)-1].Args; u != "65532:65532" && u != "nonroot:nonroot" && u != "nonroot" {
+		if u := users[len(users)-1].User; u != "65532:65532" && u != "nonroot:nonroot" && u != "nonroot" {
 			t.Errorf("stage %s: USER %s, want 65532:65532", s.Name, u)
 		}
-		eps := s.find("ENTRYPOINT")
-		if len(eps) == 0 || !strings.HasPrefix(eps[len(eps)-1].Args, "[") {
+		eps := commands[*instructions.EntrypointCommand](s)
+		if len(eps) == 0 || eps[len(eps)-1].PrependShell {
 			t.Errorf("stage %s: want an exec-form ENTRYPOINT", s.Name)
 		}
 	}
 }
 
-// goBuildCommand returns the build stage's go build command, as words.
-func goBuildCommand(t *testing.T, build stage) []string {
-	for _, ins := range build.find("RUN") {
-		words := shellWords(ins.Args)
+// goBuildCommand returns the build stage's go build command for svc, as
+// the shell's words, with the variable assignments before it.
+func goBuildCommand(t *testing.T, build instructions.Stage, svc string) []string {
+	t.Helper()
+	for _, run := range commands[*instructions.RunCommand](build) {
+		words, err := shell.NewLex('\\').ProcessWords(strings.Join(run.CmdLine, " "), shell.EnvsFromSlice([]string{"SERVICE=" + svc}))
+		if err != nil {
+			t.Fatalf("RUN %s: %v", run.CmdLine, err)
+		}
 		for i, w := range words {
 			if w == "go" && i+1 < len(words) && words[i+1] == "build" {
 				j := i
@@ -242,129 +188,128 @@ func goBuildCommand(t *testing.T, build stage) []string {
 	return nil
 }
 
-// shellWords splits a simple shell command line (quotes, no expansions).
-func shellWords(s string) []string {
-	var words []string
-	var cur strings.Builder
-	in := false
-	var quote rune
-	for _, r := range s {
-		switch {
-		case quote != 0 && r == quote:
-			quote = 0
-		case quote != 0:
-			cur.WriteRune(r)
-		case r == '\'' || r == '"':
-			quote, in = r, true
-		case r == ' ' || r == '\t':
-			if in {
-				words = append(words, cur.String())
-				cur.Reset()
-				in = false
-			}
-		default:
-			cur.WriteRune(r)
-			in = true
+// buildContext assembles, in a temporary directory, what the build stage's
+// COPY instructions put into its WORKDIR for a build of svc, leaving out
+// what .dockerignore keeps out of Docker's build context (so a file the
+// build needs but the image does not get is missing there too), and
+// returns it.
+func buildContext(t *testing.T, build instructions.Stage, svc string) string {
+	t.Helper()
+	if w := commands[*instructions.WorkdirCommand](build); len(w) != 1 || w[0].Path != "/src" {
+		t.Fatalf("build stage: want one WORKDIR /src, got %v", w)
+	}
+	root, src, ignored := repoRoot(t), filepath.Join(t.TempDir(), "src"), dockerignore(t)
+	for _, c := range commands[*instructions.CopyCommand](build) {
+		// Expand rewrites in place: expand a copy, the stage is shared.
+		paths := c.SourcesAndDest
+		paths.SourcePaths = slices.Clone(paths.SourcePaths)
+		if err := paths.Expand(expandFor(svc)); err != nil {
+			t.Fatalf("%s: %v", c, err)
+		}
+		if err := replayCopy(root, src, paths.SourcePaths, paths.DestPath, ignored); err != nil {
+			t.Fatalf("%s: %v", c, err)
 		}
 	}
-	if in {
-		words = append(words, cur.String())
-	}
-	return words
+	return src
 }
 
-// The build stage, replayed here for every service without Docker: its COPY
-// instructions assemble a build context in a temporary directory (so a module
-// the build needs but the Dockerfile does not copy fails here too), then its
-// RUN commands run there with sh, /out mapped to a temporary directory. The
-// binary must be static and stripped, as distroless static needs.
-func TestDockerfileBuildStageBuildsEveryService(t *testing.T) {
-	root := repoRoot(t)
+// Every service's build context holds every package the service imports,
+// and its embedded files: `go list -deps` resolves them all there.
+func TestDockerfileBuildContextHoldsEveryImport(t *testing.T) {
+	t.Parallel() // with the other slow tests, after the quick ones
 	build := readDockerfile(t).Stages[0]
-	if w := build.find("WORKDIR"); len(w) != 1 || w[0].Args != "/src" {
-		t.Fatalf("build stage: want WORKDIR /src, got %v", w)
-	}
 	for _, svc := range services {
 		t.Run(svc, func(t *testing.T) {
-			t.Parallel() // linking is mostly serial: use both cores
-			dir := t.TempDir()
-			src, out := filepath.Join(dir, "src"), filepath.Join(dir, "out")
-			for _, ins := range build.Instructions {
-				args := strings.ReplaceAll(ins.Args, "${SERVICE}", svc)
-				switch ins.Cmd {
-				case "COPY":
-					if err := replayCopy(root, src, args); err != nil {
-						t.Fatalf("line %d: COPY %s: %v", ins.Line, args, err)
-					}
-				case "RUN":
-					script := ins.Args
-					for strings.HasPrefix(script, "--") {
-						_, script, _ = strings.Cut(script, " ")
-					}
-					script = strings.ReplaceAll(script, "/out/", out+"/")
-					cmd := exec.Command("sh", "-c", script)
-					cmd.Dir = src
-					// The workspace of the copied context, not the tests' GOWORK.
-					cmd.Env = append(os.Environ(), "SERVICE="+svc, "GOWORK=")
-					if b, err := cmd.CombinedOutput(); err != nil {
-						t.Fatalf("line %d: RUN %s: %v\n%s", ins.Line, script, err, b)
-					}
-				}
-			}
-			f, err := elf.Open(filepath.Join(out, "service"))
+			t.Parallel()
+			cmd := exec.Command("go", "list", "-e", "-deps", "-f", "{{with .Error}}{{$.ImportPath}}: {{.}}\n{{end}}", "./services/"+svc)
+			cmd.Dir = buildContext(t, build, svc)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+			out, err := cmd.Output()
 			if err != nil {
-				t.Fatalf("the build stage left no /out/service: %v", err)
+				t.Fatalf("go list -deps in the build context: %v", err)
 			}
-			defer f.Close()
-			for _, p := range f.Progs {
-				if p.Type == elf.PT_INTERP {
-					t.Error("the binary is dynamically linked; distroless static has no libc")
-				}
-			}
-			if f.Section(".symtab") != nil {
-				t.Error("the binary has a symbol table; -ldflags=-s should strip it")
+			if len(out) > 0 {
+				t.Errorf("the build context lacks packages or files:\n%s", out)
 			}
 		})
 	}
 }
 
+// The build stage, replayed without Docker for one service (the command
+// is the same for every service but for ${SERVICE}, whose contexts
+// TestDockerfileBuildContextHoldsEveryImport checks): its RUN commands run
+// with sh in the build context, /out mapped to a temporary directory. The
+// binary must be static and stripped, as distroless static needs.
+func TestDockerfileBuildStageBuildsAStaticBinary(t *testing.T) {
+	t.Parallel() // linking is mostly serial: overlap it with go list
+	const svc = "gateway"
+	build := readDockerfile(t).Stages[0]
+	src := buildContext(t, build, svc)
+	out := t.TempDir()
+	for _, run := range commands[*instructions.RunCommand](build) {
+		if !run.PrependShell {
+			t.Fatalf("%s: want the shell form", run.String())
+		}
+		script := strings.ReplaceAll(strings.Join(run.CmdLine, " "), "/out/", out+"/")
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "SERVICE="+svc, "GOWORK=off")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", run.String(), err, b)
+		}
+	}
+	f, err := elf.Open(filepath.Join(out, "service"))
+	if err != nil {
+		t.Fatalf("the build stage left no /out/service: %v", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the binary is dynamically linked; distroless static has no libc")
+		}
+	}
+	if f.Section(".symtab") != nil {
+		t.Error("the binary has a symbol table; -ldflags=-s should strip it")
+	}
+}
+
 // replayCopy performs a COPY (sources relative to root, destination relative
 // to dst, the WORKDIR) with Docker's semantics: a directory source copies its
-// contents; a destination ending in / is a directory.
-func replayCopy(root, dst, args string) error {
-	f := strings.Fields(args)
-	for len(f) > 0 && strings.HasPrefix(f[0], "--") {
-		f = f[1:]
-	}
-	if len(f) < 2 {
-		return fmt.Errorf("want sources and a destination")
-	}
-	srcs, dest := f[:len(f)-1], filepath.Join(dst, f[len(f)-1])
-	intoDir := strings.HasSuffix(f[len(f)-1], "/") || len(srcs) > 1
+// contents; a destination ending in / is a directory; files ignored (paths
+// relative to root) are not in the build context.
+func replayCopy(root, dst string, srcs []string, destPath string, ignored func(string) bool) error {
+	dest := filepath.Join(dst, destPath)
+	intoDir := strings.HasSuffix(destPath, "/") || len(srcs) > 1
 	for _, s := range srcs {
+		if ignored(s) {
+			return fmt.Errorf("%s is not in the build context (.dockerignore)", s)
+		}
 		from := filepath.Join(root, s)
 		info, err := os.Stat(from)
 		if err != nil {
 			return err
 		}
-		if info.IsDir() {
-			err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
-				if err != nil || d.IsDir() {
-					return err
-				}
-				rel, _ := filepath.Rel(from, path)
-				return copyFile(path, filepath.Join(dest, rel))
-			})
-			if err != nil {
+		if !info.IsDir() {
+			to := dest
+			if intoDir {
+				to = filepath.Join(dest, filepath.Base(s))
+			}
+			if err := copyFile(from, to); err != nil {
 				return err
 			}
 			continue
 		}
-		to := dest
-		if intoDir {
-			to = filepath.Join(dest, filepath.Base(s))
-		}
-		if err := copyFile(from, to); err != nil {
+		err = filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			if rel, _ := filepath.Rel(root, path); ignored(filepath.ToSlash(rel)) {
+				return nil
+			}
+			rel, _ := filepath.Rel(from, path)
+			return copyFile(path, filepath.Join(dest, rel))
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -382,45 +327,55 @@ func copyFile(from, to string) error {
 	return os.WriteFile(to, data, 0o644)
 }
 
-func TestDockerignore(t *testing.T) {
-	root := repoRoot(t)
-	data, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+// dockerignore returns whether .dockerignore keeps a path (relative to the
+// repository root, with slashes) out of Docker's build context, read and
+// matched by the packages docker build uses.
+func dockerignore(t *testing.T) func(path string) bool {
+	t.Helper()
+	f, err := os.Open(filepath.Join(repoRoot(t), ".dockerignore"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var patterns []string
-	for line := range strings.SplitSeq(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "!") {
-			patterns = append(patterns, strings.TrimPrefix(line, "/"))
-		}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{".git", ".local", "bin"} {
-		if !slices.Contains(patterns, want) {
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(path string) bool {
+		ok, err := pm.MatchesOrParentMatches(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+}
+
+// .dockerignore excludes what must never reach the build context and no
+// source a COPY names (the files inside those that a build needs are
+// TestDockerfileBuildContextHoldsEveryImport's).
+func TestDockerignore(t *testing.T) {
+	ignored := dockerignore(t)
+	for _, want := range []string{".git/HEAD", ".local/x", "bin/buf"} {
+		if !ignored(want) {
 			t.Errorf(".dockerignore does not exclude %s", want)
 		}
 	}
-	ignored := func(path string) bool {
-		for _, p := range patterns {
-			if ok, _ := filepath.Match(p, path); ok || strings.HasPrefix(path, p+"/") {
-				return true
-			}
-		}
-		return false
-	}
-	df := readDockerfile(t)
-	for _, s := range df.Stages {
-		for _, ins := range s.find("COPY") {
-			if strings.Contains(ins.Args, "--from") || ins.Heredoc != "" {
+	for _, s := range readDockerfile(t).Stages {
+		for _, c := range commands[*instructions.CopyCommand](s) {
+			if c.From != "" {
 				continue
 			}
-			f := strings.Fields(ins.Args)
-			for _, src := range f[:len(f)-1] {
-				if strings.HasPrefix(src, "--") {
-					continue
-				}
-				for _, svc := range services {
-					if path := strings.ReplaceAll(src, "${SERVICE}", svc); ignored(strings.TrimSuffix(path, "/")) {
+			for _, svc := range services {
+				for _, src := range c.SourcePaths {
+					path, err := expandFor(svc)(src)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ignored(strings.TrimSuffix(path, "/")) {
 						t.Errorf("stage %s copies %s, which .dockerignore excludes", s.Name, path)
 					}
 				}
@@ -434,28 +389,20 @@ func TestDockerignore(t *testing.T) {
 // stops it, and a service that exits by itself ends the wrapper with its
 // status so that Kubernetes restarts the container.
 func TestDevRestartWrapper(t *testing.T) {
-	df := readDockerfile(t)
-	var dev *stage
-	for i := range df.Stages {
-		if df.Stages[i].Name == "dev" {
-			dev = &df.Stages[i]
-		}
-	}
-	if dev == nil {
-		t.Fatal("no dev stage (Tilt builds target dev)")
-	}
+	t.Parallel() // mostly waiting for the wrapper
+	dev := readDockerfile(t).stage(t, "dev")
 	var wrapper string
-	for _, ins := range dev.find("COPY") {
-		if strings.HasSuffix(ins.Args, " /app/restart.sh") {
-			wrapper = ins.Heredoc
+	for _, c := range commands[*instructions.CopyCommand](dev) {
+		if c.DestPath == "/app/restart.sh" && len(c.SourceContents) == 1 {
+			wrapper = c.SourceContents[0].Data
 		}
 	}
-	eps := dev.find("ENTRYPOINT")
+	eps := commands[*instructions.EntrypointCommand](dev)
 	if wrapper == "" || len(eps) == 0 {
 		t.Fatal("dev stage: want the wrapper as a heredoc COPY to /app/restart.sh and an ENTRYPOINT")
 	}
-	if want := `["/busybox/sh", "/app/restart.sh", "/app/service", "/tmp/live/service"]`; eps[len(eps)-1].Args != want {
-		t.Errorf("dev ENTRYPOINT %s, want %s", eps[len(eps)-1].Args, want)
+	if want := []string{"/busybox/sh", "/app/restart.sh", "/app/service", "/tmp/live/service"}; !slices.Equal(eps[len(eps)-1].CmdLine, want) {
+		t.Errorf("dev ENTRYPOINT %q, want %q", eps[len(eps)-1].CmdLine, want)
 	}
 
 	dir := t.TempDir()
@@ -514,21 +461,14 @@ while :; do sleep 0.1; done
 		go func() { done <- cmd.Wait() }()
 		return cmd, done
 	}
-	exitCode := func(done chan error) int {
+	exitCode := func(cmd *exec.Cmd, done chan error) int {
 		t.Helper()
 		select {
-		case err := <-done:
-			if err == nil {
-				return 0
-			}
-			if ee, ok := err.(*exec.ExitError); ok {
-				return ee.ExitCode()
-			}
-			t.Fatal(err)
+		case <-done:
 		case <-time.After(10 * time.Second):
 			t.Fatal("the wrapper did not exit within 10s")
 		}
-		return -1
+		return cmd.ProcessState.ExitCode()
 	}
 
 	// A shell cannot trap a signal that was ignored when it started, and
@@ -553,14 +493,14 @@ while :; do sleep 0.1; done
 		t.Fatal(err)
 	}
 	expect("stop " + live)
-	if code := exitCode(done); code != 0 {
+	if code := exitCode(cmd, done); code != 0 {
 		t.Errorf("after SIGTERM the wrapper exited %d, want the service's 0", code)
 	}
 
 	// A service that exits by itself is not restarted.
-	_, done = start("EXIT_AT_ONCE=3")
+	cmd, done = start("EXIT_AT_ONCE=3")
 	expect("start " + live)
-	if code := exitCode(done); code != 3 {
+	if code := exitCode(cmd, done); code != 3 {
 		t.Errorf("the wrapper exited %d, want the service's status 3", code)
 	}
 }

@@ -204,7 +204,7 @@ func TestNetworkPolicyEvaluator(t *testing.T) {
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{
 			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "gateway"}}}},
-			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptrIntStr("grpc")}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &intstr.IntOrString{Type: intstr.String, StrVal: "grpc"}}},
 		}},
 	}}
 	limiter := map[string]string{"app.kubernetes.io/name": "limiter"}
@@ -232,9 +232,4 @@ func TestNetworkPolicyEvaluator(t *testing.T) {
 			t.Errorf("%s: admits = %v, want %v", tc.name, got, tc.want)
 		}
 	}
-}
-
-func ptrIntStr(name string) *intstr.IntOrString {
-	v := intstr.FromString(name)
-	return &v
 }

@@ -341,10 +341,7 @@ func TestProdHasReplicasAutoscalersAndBudgets(t *testing.T) {
 			t.Errorf("prod renders Secret %s: credentials must not be in the repository", s.Name)
 		}
 	}
-	deployments := map[string]*appsv1.Deployment{}
-	for _, d := range typed[appsv1.Deployment](r) {
-		deployments[d.Name] = d
-	}
+	deployments := byName[appsv1.Deployment](r)
 	hpa := map[string]int32{}
 	for _, h := range typed[autoscalingv2.HorizontalPodAutoscaler](r) {
 		ref := h.Spec.ScaleTargetRef
@@ -416,10 +413,7 @@ func TestDevHasOneReplicaAndTheStatefulDependencies(t *testing.T) {
 			t.Errorf("dev Deployment %s: replicas %v, want 1", d.Name, d.Spec.Replicas)
 		}
 	}
-	sts := map[string]*appsv1.StatefulSet{}
-	for _, s := range typed[appsv1.StatefulSet](r) {
-		sts[s.Name] = s
-	}
+	sts := byName[appsv1.StatefulSet](r)
 	headless := map[string]bool{}
 	for _, s := range typed[corev1.Service](r) {
 		if s.Spec.ClusterIP == corev1.ClusterIPNone {

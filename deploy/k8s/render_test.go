@@ -1,8 +1,9 @@
 // Package k8s holds the tests of kurz's Kubernetes manifests (kustomize base
 // and overlays), of the Dockerfile and of the Tiltfile. Nothing here needs a
 // cluster or a Docker engine: the overlays are rendered with
-// `kubectl kustomize`, every object is decoded strictly into its
-// k8s.io/api type, and the policies are checked on those typed objects.
+// `kubectl kustomize`, validated with kubeconform against the Kubernetes
+// API's schemas, decoded into their k8s.io/api types, and the policies are
+// checked on those typed objects.
 package k8s
 
 import (
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -96,9 +98,10 @@ type object struct {
 
 func (o object) String() string { return o.Kind + "/" + o.Name }
 
-// rendering is the decoded output of one kustomization.
+// rendering is the output of one kustomization, as rendered and decoded.
 type rendering struct {
 	Dir     string
+	Raw     []byte
 	Objects []object
 }
 
@@ -124,18 +127,13 @@ type renderResult struct {
 }
 
 // render runs `kubectl kustomize dir` once per test binary and decodes the
-// result strictly. kubectl is required: its absence fails the test.
+// result. kubectl is required: its absence fails the test.
 func render(t testing.TB, dir string) rendering {
 	t.Helper()
 	v, _ := renders.LoadOrStore(dir, &renderResult{})
 	res := v.(*renderResult)
 	res.once.Do(func() {
-		kubectl, err := exec.LookPath("kubectl")
-		if err != nil {
-			res.err = errors.New("kubectl is not on PATH: these tests render the overlays with `kubectl kustomize`; install kubectl (e.g. apt-get install kubectl, or the upstream binary)")
-			return
-		}
-		out, err := kustomize(kubectl, dir, operatorFiles[dir])
+		out, err := kustomize(dir, operatorFiles[dir])
 		if err != nil {
 			res.err = err
 			return
@@ -145,7 +143,7 @@ func render(t testing.TB, dir string) rendering {
 			res.err = fmt.Errorf("%s: %w", dir, err)
 			return
 		}
-		res.r = rendering{Dir: dir, Objects: objs}
+		res.r = rendering{Dir: dir, Raw: out, Objects: objs}
 	})
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -156,7 +154,11 @@ func render(t testing.TB, dir string) rendering {
 // kustomize runs `kubectl kustomize dir`; with files (even none), on a copy
 // of this directory's manifests where dir's operator files are exactly
 // files (name -> content), whatever a local checkout holds.
-func kustomize(kubectl, dir string, files map[string]string) ([]byte, error) {
+func kustomize(dir string, files map[string]string) ([]byte, error) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		return nil, errors.New("kubectl is not on PATH: these tests render the overlays with `kubectl kustomize`; install kubectl (e.g. apt-get install kubectl, or the upstream binary)")
+	}
 	root := "."
 	if files != nil {
 		tmp, err := os.MkdirTemp("", "kurz-k8s-")
@@ -213,14 +215,10 @@ func copyManifests(src, dst string) error {
 // what the gateway and the redirect get (the generated ConfigMap itself is
 // not rendered).
 func TestProdRefusesToRenderWithoutTrustedProxies(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Fatal("kubectl is not on PATH")
-	}
 	// Every operator file but this one: the failure is about it.
 	files := maps.Clone(operatorFiles["overlays/prod"])
 	delete(files, "trusted-proxies.env")
-	out, err := kustomize(kubectl, "overlays/prod", files)
+	out, err := kustomize("overlays/prod", files)
 	if err == nil || !strings.Contains(err.Error(), "trusted-proxies.env") {
 		t.Fatalf("overlays/prod rendered without trusted-proxies.env (err %v, %d bytes)", err, len(out))
 	}
@@ -247,8 +245,10 @@ func TestProdRefusesToRenderWithoutTrustedProxies(t *testing.T) {
 	}
 }
 
-// decodeStream splits a YAML stream and decodes every document strictly into
-// its typed struct: unknown or duplicate fields and unknown kinds are errors.
+// decodeStream splits a YAML stream and decodes every document into its
+// typed struct, field names case-sensitively as the API server does: unknown
+// kinds are errors. Unknown and duplicate fields are kubeconform's
+// (TestOverlaysConformToTheAPISchemas).
 func decodeStream(data []byte) ([]object, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var objs []object
@@ -294,20 +294,15 @@ func decodeDoc(doc []byte) (object, error) {
 	if !ok {
 		return object{}, fmt.Errorf("%s %q: kind not known to the tests (add it to kinds)", id, meta.Metadata.Name)
 	}
-	// YAMLToJSONStrict rejects duplicate keys; kjson.UnmarshalStrict, the
-	// API machinery's decoder, rejects unknown fields and fields whose case
-	// differs from the API's (encoding/json would accept "targetport").
-	js, err := yaml.YAMLToJSONStrict(doc)
+	js, err := yaml.YAMLToJSON(doc)
 	if err != nil {
 		return object{}, fmt.Errorf("%s %q: %w", id, meta.Metadata.Name, err)
 	}
+	// The API machinery's decoder: encoding/json would take "targetport"
+	// for targetPort.
 	obj := newObj()
-	strictErrs, err := kjson.UnmarshalStrict(js, obj)
-	if err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, obj); err != nil {
 		return object{}, fmt.Errorf("%s %q: decode: %w", id, meta.Metadata.Name, err)
-	}
-	if len(strictErrs) > 0 {
-		return object{}, fmt.Errorf("%s %q: strict decode: %w", id, meta.Metadata.Name, errors.Join(strictErrs...))
 	}
 	return object{APIVersion: meta.APIVersion, Kind: meta.Kind, Name: meta.Metadata.Name, Namespace: meta.Metadata.Namespace, Obj: obj}, nil
 }
@@ -319,6 +314,18 @@ func typed[T any](r rendering) []*T {
 		if v, ok := o.Obj.(*T); ok {
 			out = append(out, v)
 		}
+	}
+	return out
+}
+
+// byName returns every rendered object of type T by its name.
+func byName[T any, PT interface {
+	*T
+	GetName() string
+}](r rendering) map[string]PT {
+	out := map[string]PT{}
+	for _, o := range typed[T](r) {
+		out[PT(o).GetName()] = o
 	}
 	return out
 }
@@ -362,10 +369,62 @@ func kurzService(w workload) string {
 	return ""
 }
 
-func TestOverlaysRenderAndDecodeStrictly(t *testing.T) {
+// kubeconform runs kubeconform -strict on a YAML stream: every object must
+// match the schema of its kind in the Kubernetes API the tests decode with
+// (k8s.io/api in go.mod), with no unknown or duplicate field. make tools
+// installs kubeconform and the schemas (Makefile, deploy/k8s/schemagen).
+func kubeconform(t *testing.T, stream []byte) error {
+	t.Helper()
+	root := repoRoot(t)
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^K8S_SCHEMA_VERSION\s*:=\s*v1\.(\d+)\.(\d+)$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile has no K8S_SCHEMA_VERSION := v1.<minor>.<patch>")
+	}
+	version := fmt.Sprintf("1.%s.%s", m[1], m[2])
+	if api := fromGoMod(t, `^\s*k8s\.io/api (v\S+)`); !strings.HasPrefix(api, "v0."+string(m[1])+".") {
+		t.Errorf("K8S_SCHEMA_VERSION is Kubernetes %s but go.mod has k8s.io/api %s: keep their minor versions equal", version, api)
+	}
+	bin, schemas := filepath.Join(root, "bin", "kubeconform"), filepath.Join(root, "bin", "k8s-schemas")
+	for _, p := range []string{bin, filepath.Join(schemas, "v"+version+"-standalone-strict")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%v: run make tools (it installs kubeconform and the Kubernetes %s schemas into bin/)", err, version)
+		}
+	}
+	cmd := exec.Command(bin, "-strict", "-summary", "-kubernetes-version", version, "-schema-location", schemas, "-")
+	cmd.Stdin = bytes.NewReader(stream)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubeconform: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// fromGoMod returns the first group of re, a multi-line pattern, in go.mod.
+func fromGoMod(t *testing.T, re string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)` + re).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("go.mod has no line matching %s", re)
+	}
+	return string(m[1])
+}
+
+func TestOverlaysConformToTheAPISchemas(t *testing.T) {
+	t.Parallel() // kubeconform runs beside the Dockerfile's build
 	for _, dir := range append(overlays, "monitoring") {
 		t.Run(dir, func(t *testing.T) {
+			t.Parallel()
 			r := render(t, dir)
+			if err := kubeconform(t, r.Raw); err != nil {
+				t.Error(err)
+			}
 			seen := map[string]bool{}
 			for _, o := range r.Objects {
 				key := o.Kind + "/" + o.Namespace + "/" + o.Name
@@ -398,44 +457,41 @@ func TestOverlaysUseNamespaceKurz(t *testing.T) {
 	}
 }
 
-// The decoder must reject what the API server would drop or refuse; this
-// proves the strictness the other tests rely on.
-func TestStrictDecodingRejectsMistakes(t *testing.T) {
-	cases := map[string]string{
-		"unknown field": `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: x}
-spec:
-  replica: 2
-`,
-		"misplaced field": `apiVersion: v1
-kind: Service
-metadata: {name: x}
-spec:
-  ports:
-    - port: 80
-      targetport: http
-`,
-		"unknown kind": `apiVersion: example.com/v1
-kind: Widget
-metadata: {name: x}
-`,
-		"duplicate field": `apiVersion: v1
-kind: ConfigMap
-metadata: {name: x}
-data:
-  A: "1"
-  A: "2"
-`,
+// kubeconform must reject what the API server would drop or refuse; this
+// proves the strictness the other tests rely on (and the schemas'), and the
+// decoder's own refusals.
+func TestAPISchemaCheckRejectsMistakes(t *testing.T) {
+	t.Parallel()
+	// One object each, in YAML's flow style, with the one mistake its name
+	// says, and what kubeconform must say about it.
+	cases := map[string]struct{ doc, want string }{
+		"unknown field": {`{apiVersion: apps/v1, kind: Deployment, metadata: {name: x}, spec: {replica: 2,
+			selector: {matchLabels: {app: x}}, template: {metadata: {labels: {app: x}}, spec: {containers: [{name: x, image: "x:1"}]}}}}`,
+			"'replica' not allowed"},
+		"misplaced field":        {`{apiVersion: v1, kind: Service, metadata: {name: x}, spec: {ports: [{port: 80, targetport: http}]}}`, "'targetport' not allowed"},
+		"missing required field": {`{apiVersion: v1, kind: Service, metadata: {name: x}, spec: {ports: [{targetPort: http}]}}`, "missing property 'port'"},
+		"wrong type":             {`{apiVersion: v1, kind: Service, metadata: {name: x}, spec: {ports: [{port: eighty}]}}`, "want integer"},
+		"unknown kind":           {`{apiVersion: example.com/v1, kind: Widget, metadata: {name: x}}`, "could not find schema for Widget"},
+		"duplicate field":        {`{apiVersion: v1, kind: ConfigMap, metadata: {name: x}, data: {A: "1", A: "2"}}`, `key "A" already set`},
 	}
-	for name, doc := range cases {
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := decodeStream([]byte(doc)); err == nil {
-				t.Errorf("decoded without error:\n%s", doc)
+			t.Parallel()
+			if err := kubeconform(t, []byte(tc.doc)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("kubeconform on %s: %v, want an error saying %q", tc.doc, err, tc.want)
 			}
 		})
 	}
-	if _, err := decodeStream([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {A: \"1\"}\n")); err != nil {
-		t.Errorf("valid ConfigMap: %v", err)
+	valid := "apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec:\n  ports: [{port: 80, targetPort: 8080}, {port: 81, targetPort: http}]\n" +
+		"---\napiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: x, image: \"x:1\", resources: {limits: {cpu: 1, memory: 128Mi}}}]\n"
+	if err := kubeconform(t, []byte(valid)); err != nil {
+		t.Errorf("valid Service and Pod (int-or-string ports, numeric and string quantities): %v", err)
+	}
+	if _, err := decodeStream([]byte(cases["unknown kind"].doc)); err == nil {
+		t.Error("decoded a kind not in kinds")
+	}
+	objs, err := decodeStream([]byte(cases["misplaced field"].doc))
+	if err != nil || objs[0].Obj.(*corev1.Service).Spec.Ports[0].TargetPort.StrVal != "" {
+		t.Errorf("targetport decoded as targetPort (%v): field names must match case-sensitively", err)
 	}
 }

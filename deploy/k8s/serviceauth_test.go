@@ -2,7 +2,6 @@ package k8s
 
 import (
 	"maps"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -16,14 +15,10 @@ const serviceAuthVar = "KURZ_SERVICE_AUTH_KEY"
 // production install cannot come up with internal calls unsigned (the
 // services would refuse to start without the key anyway).
 func TestProdRefusesToRenderWithoutTheServiceAuthKey(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Fatal("kubectl is not on PATH: these tests render the overlays with `kubectl kustomize`")
-	}
 	// Every operator file but this one: the failure is about it.
 	files := maps.Clone(operatorFiles["overlays/prod"])
 	delete(files, "service-auth.env")
-	out, err := kustomize(kubectl, "overlays/prod", files)
+	out, err := kustomize("overlays/prod", files)
 	if err == nil {
 		t.Fatalf("the prod overlay rendered without service-auth.env (%d bytes); want a failure", len(out))
 	}
@@ -48,10 +43,7 @@ func TestServiceAuthKeyComesFromTheRenderedSecret(t *testing.T) {
 	}
 	for _, dir := range overlays {
 		r := render(t, dir)
-		secrets := map[string]*corev1.Secret{}
-		for _, s := range typed[corev1.Secret](r) {
-			secrets[s.Name] = s
-		}
+		secrets := byName[corev1.Secret](r)
 		envs := serviceEnvironments(t, r)
 		for _, svc := range readers {
 			ref := envs[svc].Given[serviceAuthVar].Secret
