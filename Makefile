@@ -20,8 +20,6 @@ GRPCURL_VERSION            := v1.9.4
 # must be k8s.io/api's in go.mod: the tests check.
 KUBECONFORM_VERSION        := v0.8.0
 K8S_SCHEMA_VERSION         := v1.37.2
-# deploy/k8s evaluates the Tiltfile with tilt alpha tiltfile-result.
-TILT_VERSION               := v0.34.0
 # The peers make bench measures kurz against (deploy/bench/peers.sh).
 ENVOY_RATELIMIT_VERSION    := v1.4.1-0.20260122083618-3fb702589d36
 GUBERNATOR_VERSION         := v2.13.0
@@ -55,14 +53,6 @@ $(BIN)/.kubeconform-$(KUBECONFORM_VERSION):
 $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done: deploy/k8s/schemagen/main.go
 	go run ./deploy/k8s/schemagen -version $(K8S_SCHEMA_VERSION) -out $(BIN)/k8s-schemas
 	@touch $@
-# go install refuses Tilt (its go.mod has replace directives): build it in a
-# copy of its module, where they apply. It takes minutes, once.
-$(BIN)/.tilt-$(TILT_VERSION):
-	tmp=$$(mktemp -d); trap 'chmod -R u+w "$$tmp"; rm -rf "$$tmp"' EXIT; cd "$$tmp"; \
-	dir=$$(go mod download -json github.com/tilt-dev/tilt@$(TILT_VERSION) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
-	cp -R "$$dir/." src; chmod -R u+w src; cd src; \
-	go build -mod=mod -o $(BIN)/tilt ./cmd/tilt
-	@touch $@
 
 $(BIN)/.service_cmd-$(ENVOY_RATELIMIT_VERSION):
 	GOBIN=$(BIN) go install github.com/envoyproxy/ratelimit/src/service_cmd@$(ENVOY_RATELIMIT_VERSION)
@@ -79,8 +69,7 @@ $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
 .PHONY: tools
 tools: $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
        $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) \
-       $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done \
-       $(BIN)/.tilt-$(TILT_VERSION) ## Install the pinned tools into ./bin.
+       $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done ## Install the pinned tools into ./bin.
 
 # --- code generation and static checks --------------------------------------
 
