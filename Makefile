@@ -129,7 +129,7 @@ INTEGRATION_PKGS = go list -f '{{.ImportPath}}{{range .IgnoredGoFiles}} {{.}}{{e
                    awk '/_test\.go/ {print $$1}' | grep -v '^kurz.dev/faults$$'
 
 .PHONY: unit
-unit: ## The unit tier: every test that needs nothing running (no stack).
+unit: tools ## The unit tier: every test that needs nothing running (no stack).
 	go test -count=1 ./...
 
 .PHONY: test
