@@ -123,19 +123,27 @@ status: ## Show what is running.
 # ClickHouse, and their packages' TestMain refuses at once, naming what is
 # down, when the stack is not up (pkg/testkit/stack).
 
-# The packages with integration tests: those with test files that the
-# untagged build leaves out. The fault suite runs on its own (see test).
-INTEGRATION_PKGS = go list -f '{{.ImportPath}}{{range .IgnoredGoFiles}} {{.}}{{end}}' ./... | \
-                   awk '/_test\.go/ {print $$1}' | grep -v '^kurz.dev/faults$$'
+# The packages with integration tests (test files that the untagged build
+# leaves out), and the rest. make test runs each package once: the
+# unit-only ones before the stack is needed, the others with the tag (their
+# unit tests included), so no test binary is built or run twice. The fault
+# suite runs on its own (see test).
+PKGS_BY_TIER = go list -f '{{.ImportPath}}{{range .IgnoredGoFiles}} {{.}}{{end}}' ./... | \
+               awk '/_test\.go/ {print "integration", $$1; next} {print "unit", $$1}'
+UNIT_PKGS        = $(PKGS_BY_TIER) | awk '$$1 == "unit" {print $$2}'
+INTEGRATION_PKGS = $(PKGS_BY_TIER) | awk '$$1 == "integration" && $$2 != "kurz.dev/faults" {print $$2}'
 
 .PHONY: unit
 unit: tools ## The unit tier: every test that needs nothing running (no stack).
 	go test -count=1 ./...
 
 .PHONY: test
-test: lint check-gen ## The unit tier (-race), then the stack if needed and the integration tier (fault suite included), a short fuzz run and the smoke test.
-	go test -race -count=1 ./...
-	deploy/local/infra.sh up
+test: lint check-gen ## Both tiers with -race (the stack started when needed, the fault suite included), a short fuzz run and the smoke test.
+	@# The stack starts while the unit-only packages run: they need none of it.
+	@mkdir -p .local; deploy/local/infra.sh up > .local/infra-up.log 2>&1 & infra=$$!; \
+	go test -race -count=1 $$($(UNIT_PKGS)); unit=$$?; \
+	wait $$infra; up=$$?; cat .local/infra-up.log; \
+	if [[ $$unit -ne 0 || $$up -ne 0 ]]; then exit 1; fi
 	$(TEST_ENV) go test -race -count=1 -tags integration $$($(INTEGRATION_PKGS))
 	@# The fault suite loads both cores with its own processes: alone, after
 	@# the rest, so it does not starve the timing of other packages' tests.

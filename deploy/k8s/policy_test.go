@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -220,8 +221,9 @@ func TestServicePortsMatchContainerPorts(t *testing.T) {
 // Every kurz service: named gRPC and HTTP ports, a Service with both, a
 // ServiceAccount of its own, liveness and the scrape annotations on its ops
 // port (HTTP, or "ops" on the public services, which no Service exposes),
-// user 65532, and a grace period longer than its drain (preStop sleep plus
-// KURZ_SHUTDOWN_TIMEOUT as configured).
+// user 65532, and a grace period longer than its shutdown (preStop sleep plus
+// KURZ_SHUTDOWN_TIMEOUT, KURZ_CLOSE_TIMEOUT and KURZ_TELEMETRY_FLUSH_TIMEOUT
+// as configured).
 func TestKurzServices(t *testing.T) {
 	for _, dir := range overlays {
 		r := render(t, dir)
@@ -304,11 +306,14 @@ func TestKurzServices(t *testing.T) {
 				t.Errorf("%s: %s: scrape annotations %v, want scrape=true path=/metrics port=%d (%s)", dir, w, ann, ports[opsPort(svc)], opsPort(svc))
 			}
 
-			// Termination: grace > preStop sleep + drain.
-			shutdown, err := env[svc].duration("KURZ_SHUTDOWN_TIMEOUT")
-			if err != nil {
-				t.Errorf("%s: %s: %v", dir, w, err)
-				continue
+			// Termination: grace > preStop sleep + drain + closes + flush.
+			var shutdown time.Duration
+			for _, name := range []string{"KURZ_SHUTDOWN_TIMEOUT", "KURZ_CLOSE_TIMEOUT", "KURZ_TELEMETRY_FLUSH_TIMEOUT"} {
+				d, err := env[svc].duration(name)
+				if err != nil {
+					t.Errorf("%s: %s: %v", dir, w, err)
+				}
+				shutdown += d
 			}
 			var preStop int64
 			if l := c.Lifecycle; l != nil && l.PreStop != nil {
@@ -323,7 +328,7 @@ func TestKurzServices(t *testing.T) {
 				grace = *spec.TerminationGracePeriodSeconds
 			}
 			if grace <= preStop+int64(shutdown.Seconds()) {
-				t.Errorf("%s: %s: terminationGracePeriodSeconds %d must exceed preStop %ds + KURZ_SHUTDOWN_TIMEOUT %s", dir, w, grace, preStop, shutdown)
+				t.Errorf("%s: %s: terminationGracePeriodSeconds %d must exceed preStop %ds + KURZ_SHUTDOWN_TIMEOUT, KURZ_CLOSE_TIMEOUT and KURZ_TELEMETRY_FLUSH_TIMEOUT (%s)", dir, w, grace, preStop, shutdown)
 			}
 		}
 	}

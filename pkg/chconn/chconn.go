@@ -16,10 +16,14 @@ import (
 
 // Config locates the server and the database.
 type Config struct {
-	Addrs    []string `env:"CLICKHOUSE_ADDRS" default:"127.0.0.1:9000"`
-	Database string   `env:"CLICKHOUSE_DATABASE" default:"kurz"`
-	User     string   `env:"CLICKHOUSE_USER" default:"default"`
-	Password string   `env:"CLICKHOUSE_PASSWORD" default:""`
+	// Addrs is the ClickHouse native-protocol addresses (host:port, comma-separated).
+	Addrs []string `env:"CLICKHOUSE_ADDRS" default:"127.0.0.1:9000"`
+	// Database is the ClickHouse database, created if missing.
+	Database string `env:"CLICKHOUSE_DATABASE" default:"kurz"`
+	// User is the ClickHouse user.
+	User string `env:"CLICKHOUSE_USER" default:"default"`
+	// Password is the ClickHouse user's password.
+	Password string `env:"CLICKHOUSE_PASSWORD" default:""`
 	// DialTimeout bounds connecting; queries carry their own deadlines.
 	DialTimeout time.Duration `env:"CLICKHOUSE_DIAL_TIMEOUT" default:"3s"`
 }

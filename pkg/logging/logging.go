@@ -10,7 +10,9 @@ import (
 
 // Config selects the log level and format.
 type Config struct {
-	Level  string `env:"LOG_LEVEL" default:"info"`
+	// Level is the lowest level logged: debug, info, warn or error.
+	Level string `env:"LOG_LEVEL" default:"info"`
+	// Format is the log format: json or text (slog).
 	Format string `env:"LOG_FORMAT" default:"json"`
 }
 

@@ -12,8 +12,10 @@ import (
 
 // Config locates the database.
 type Config struct {
-	URL      string `env:"POSTGRES_URL" default:"postgres://kurz:kurz@127.0.0.1:5433/kurz?sslmode=disable"`
-	MaxConns int    `env:"POSTGRES_MAX_CONNS" default:"16"`
+	// URL is the PostgreSQL connection string.
+	URL string `env:"POSTGRES_URL" default:"postgres://kurz:kurz@127.0.0.1:5433/kurz?sslmode=disable"`
+	// MaxConns is the PostgreSQL pool's size.
+	MaxConns int `env:"POSTGRES_MAX_CONNS" default:"16"`
 	// QueryTimeout bounds one statement; the read path must not hang on a
 	// sick database.
 	QueryTimeout time.Duration `env:"POSTGRES_QUERY_TIMEOUT" default:"2s"`

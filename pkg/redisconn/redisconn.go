@@ -16,12 +16,17 @@ import (
 // such as the limiter, set a context deadline per call).
 type Config struct {
 	// Addrs are seed nodes; the client discovers the rest of the cluster.
-	Addrs        []string      `env:"REDIS_ADDRS" default:"127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005,127.0.0.1:7006"`
-	Password     string        `env:"REDIS_PASSWORD" default:""`
-	DialTimeout  time.Duration `env:"REDIS_DIAL_TIMEOUT" default:"1s"`
-	ReadTimeout  time.Duration `env:"REDIS_READ_TIMEOUT" default:"100ms"`
+	Addrs []string `env:"REDIS_ADDRS" default:"127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005,127.0.0.1:7006"`
+	// Password is the Redis password (AUTH).
+	Password string `env:"REDIS_PASSWORD" default:""`
+	// DialTimeout bounds connecting to a Redis node.
+	DialTimeout time.Duration `env:"REDIS_DIAL_TIMEOUT" default:"1s"`
+	// ReadTimeout is the socket read timeout (the limiter bounds each decision tighter).
+	ReadTimeout time.Duration `env:"REDIS_READ_TIMEOUT" default:"100ms"`
+	// WriteTimeout is the socket write timeout (the limiter bounds each decision tighter).
 	WriteTimeout time.Duration `env:"REDIS_WRITE_TIMEOUT" default:"100ms"`
-	PoolSize     int           `env:"REDIS_POOL_SIZE" default:"32"`
+	// PoolSize is the connections per Redis Cluster node.
+	PoolSize int `env:"REDIS_POOL_SIZE" default:"32"`
 }
 
 // New connects to the cluster and checks it is usable: every master answers

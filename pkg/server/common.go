@@ -9,6 +9,7 @@ import (
 // Common holds the settings every service shares; embed it in a service's
 // Config next to its own listen addresses.
 type Common struct {
+	// ShutdownTimeout bounds the drain on SIGTERM; keep it below the pod's grace period.
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" default:"20s"`
 	// CloseTimeout bounds the closes after the drain, all together: the
 	// stores, peer connections and background workers' stops (see
@@ -18,7 +19,8 @@ type Common struct {
 	// ShutdownDelay keeps a replica serving, not ready, this long after
 	// SIGTERM before it drains (see Config.ShutdownDelay).
 	ShutdownDelay time.Duration `env:"SHUTDOWN_DELAY" default:"0s"`
-	Version       string        `env:"VERSION" default:"dev"`
+	// Version is the service's version, reported in telemetry resources.
+	Version string `env:"VERSION" default:"dev"`
 	// ReadinessInterval is how often the readiness checks run in the
 	// background; /readyz and gRPC health answer the last result, so it is
 	// also how stale they may be.

@@ -82,29 +82,18 @@ func TestRenderMarksRequiredEmptyAndEscapes(t *testing.T) {
 	}
 }
 
-// A fallback line is for a variable whose field has no doc comment; once
-// the field has one, the line must go.
-func TestEveryFallbackIsNeeded(t *testing.T) {
+// Every variable is described where it is declared: its field's doc
+// comment is the documentation, so a field without one fails here.
+func TestEveryVariableHasADocComment(t *testing.T) {
 	services, err := scan(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	undocumented := map[string]bool{}
 	for _, s := range services {
 		for _, v := range s.Vars {
 			if v.Doc == "" {
-				undocumented[v.Name] = true
+				t.Errorf("%s (%s) has no doc comment", v.Name, v.Field)
 			}
-		}
-	}
-	for name := range fallback {
-		if !undocumented[name] {
-			t.Errorf("fallback[%q]: no field of that variable lacks a doc comment; delete the line", name)
-		}
-	}
-	for name := range undocumented {
-		if fallback[name] == "" {
-			t.Errorf("%s has neither a doc comment nor a fallback line", name)
 		}
 	}
 }

@@ -80,11 +80,7 @@ func table(b *bytes.Buffer, vars []variable) {
 		case v.Default == "":
 			def = "empty"
 		}
-		doc := v.Doc
-		if doc == "" {
-			doc = fallback[v.Name]
-		}
-		fmt.Fprintf(b, "| `%s` | %s | `%s` | %s |\n", v.Name, cell(def), v.Field, cell(doc))
+		fmt.Fprintf(b, "| `%s` | %s | `%s` | %s |\n", v.Name, cell(def), v.Field, cell(v.Doc))
 	}
 }
 

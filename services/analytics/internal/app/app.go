@@ -30,7 +30,9 @@ import (
 // variables.
 type Config struct {
 	server.Common
-	GRPCAddr   string `env:"ANALYTICS_GRPC_ADDR" default:"127.0.0.1:9093"`
+	// GRPCAddr is the analytics gRPC address: where it listens, and where its callers dial it.
+	GRPCAddr string `env:"ANALYTICS_GRPC_ADDR" default:"127.0.0.1:9093"`
+	// HTTPAddr is the analytics ops HTTP address (/healthz, /readyz, /metrics).
 	HTTPAddr   string `env:"ANALYTICS_HTTP_ADDR" default:"127.0.0.1:9193"`
 	ClickHouse chconn.Config
 	Redis      redisconn.Config

@@ -43,13 +43,18 @@ const downstreamMaxRecvMsgSize = 16 << 20
 // one environment configures a whole local stack.
 type Config struct {
 	server.Common
+	// GRPCAddr is the gateway's gRPC address (health and reflection only).
 	GRPCAddr string `env:"GATEWAY_GRPC_ADDR" default:"127.0.0.1:9095"`
+	// HTTPAddr is the gateway's public HTTP address: the JSON API, the console and /healthz.
 	HTTPAddr string `env:"GATEWAY_HTTP_ADDR" default:"127.0.0.1:8080"`
 	// OpsAddr serves /readyz, /metrics and pprof, kept off the public
 	// listener (which answers /healthz only).
-	OpsAddr       string `env:"GATEWAY_OPS_ADDR" default:"127.0.0.1:9195"`
-	LimiterAddr   string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
+	OpsAddr string `env:"GATEWAY_OPS_ADDR" default:"127.0.0.1:9195"`
+	// LimiterAddr is the limiter's gRPC address: where it listens, and where its callers dial it.
+	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
+	// ShortenerAddr is the shortener's gRPC address: where it listens, and where its callers dial it.
 	ShortenerAddr string `env:"SHORTENER_GRPC_ADDR" default:"127.0.0.1:9092"`
+	// AnalyticsAddr is the analytics gRPC address: where it listens, and where its callers dial it.
 	AnalyticsAddr string `env:"ANALYTICS_GRPC_ADDR" default:"127.0.0.1:9093"`
 	// Postgres holds tenants and API keys, and the limiter's plan table the
 	// admin API writes.

@@ -28,8 +28,10 @@ import (
 )
 
 type settings struct {
-	Redis       redisconn.Config
+	Redis redisconn.Config
+	// LimiterAddr is the limiter's gRPC address: where it listens, and where its callers dial it.
 	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
+	// GatewayAddr is the gateway's public HTTP address: the JSON API, the console and /healthz.
 	GatewayAddr string `env:"GATEWAY_HTTP_ADDR" default:"127.0.0.1:8080"`
 	RedirectAdr string `env:"REDIRECT_HTTP_ADDR" default:"127.0.0.1:8787"`
 }

@@ -28,7 +28,9 @@ import (
 // Config is the limiter's configuration, from KURZ_* environment variables.
 type Config struct {
 	server.Common
+	// GRPCAddr is the limiter's gRPC address: where it listens, and where its callers dial it.
 	GRPCAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
+	// HTTPAddr is the limiter's ops HTTP address (/healthz, /readyz, /metrics).
 	HTTPAddr string `env:"LIMITER_HTTP_ADDR" default:"127.0.0.1:9191"`
 	Redis    redisconn.Config
 	Postgres pgpool.Config
@@ -36,17 +38,21 @@ type Config struct {
 	// bootstrap file, reloaded on NOTIFY) or "file" (the YAML file only).
 	RulesSource string `env:"LIMITER_RULES_SOURCE" default:"postgres"`
 	// RulesFile is the bootstrap / rules YAML; empty means the one built in.
-	RulesFile    string        `env:"LIMITER_RULES_FILE" default:""`
+	RulesFile string `env:"LIMITER_RULES_FILE" default:""`
+	// RulesRefresh is how often the rules are reloaded (a PostgreSQL NOTIFY reloads them at once).
 	RulesRefresh time.Duration `env:"LIMITER_RULES_REFRESH" default:"10s"`
 	// RedisTimeout bounds every decision's Redis call; past it the rule's
 	// failure mode decides. 10 ms: at 32 callers on a 2-core machine
 	// shared with Redis, 5 ms decided 98.8% of answers on Redis, 10 ms
 	// 99.8%, 20 ms all; Envoy's rate-limit filter gives up at 20 ms by
 	// default, and the rule's failure mode must answer before it does.
-	RedisTimeout     time.Duration `env:"LIMITER_REDIS_TIMEOUT" default:"10ms"`
-	Replicas         int           `env:"LIMITER_REPLICAS" default:"1"`
-	BreakerThreshold int           `env:"LIMITER_BREAKER_THRESHOLD" default:"3"`
-	BreakerCooldown  time.Duration `env:"LIMITER_BREAKER_COOLDOWN" default:"1s"`
+	RedisTimeout time.Duration `env:"LIMITER_REDIS_TIMEOUT" default:"10ms"`
+	// Replicas is the number of limiter replicas: the local fallback admits limit/replicas per key on each.
+	Replicas int `env:"LIMITER_REPLICAS" default:"1"`
+	// BreakerThreshold is the consecutive failures that open a Redis node's breaker.
+	BreakerThreshold int `env:"LIMITER_BREAKER_THRESHOLD" default:"3"`
+	// BreakerCooldown is how long an open breaker skips a Redis node before it probes it again.
+	BreakerCooldown time.Duration `env:"LIMITER_BREAKER_COOLDOWN" default:"1s"`
 	// AllowLogEvery logs one allowed decision in this many; every denial is
 	// logged.
 	AllowLogEvery int `env:"LIMITER_ALLOW_LOG_EVERY" default:"1000"`

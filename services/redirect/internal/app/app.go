@@ -34,6 +34,7 @@ import (
 // variables.
 type Config struct {
 	server.Common
+	// GRPCAddr is the redirect's gRPC address (health and reflection only).
 	GRPCAddr string `env:"REDIRECT_GRPC_ADDR" default:"127.0.0.1:9094"`
 	// HTTPAddr is the public listener: short codes are served at its root.
 	HTTPAddr string `env:"REDIRECT_HTTP_ADDR" default:"127.0.0.1:8787"`

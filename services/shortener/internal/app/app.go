@@ -37,7 +37,9 @@ import (
 // Config is the shortener's configuration, from KURZ_* environment variables.
 type Config struct {
 	server.Common
+	// GRPCAddr is the shortener's gRPC address: where it listens, and where its callers dial it.
 	GRPCAddr string `env:"SHORTENER_GRPC_ADDR" default:"127.0.0.1:9092"`
+	// HTTPAddr is the shortener's ops HTTP address (/healthz, /readyz, /metrics).
 	HTTPAddr string `env:"SHORTENER_HTTP_ADDR" default:"127.0.0.1:9192"`
 	Postgres pgpool.Config
 	Redis    redisconn.Config
