@@ -8,6 +8,10 @@ MAKEFLAGS += --no-print-directory
 
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
+# Builds that do not depend on where the clone is: the Go build cache then
+# serves a fresh clone (CI's) everything it already compiled elsewhere, and
+# stack traces name kurz.dev/... paths.
+export GOFLAGS += -trimpath
 
 # Pinned tool versions, installed into ./bin with `go install`.
 BUF_VERSION                := v1.75.0
