@@ -64,8 +64,10 @@ func FuzzParseRule(f *testing.F) {
 	f.Add("d", "n", "k", "sliding_window_counter", int64(10), "1.5s", int64(0), "open", "tenant", "p", "1e3s", int64(5), int64(0))
 	f.Fuzz(func(t *testing.T, domain, name, key, algorithm string, limit int64, window string, burst int64, failureMode, shard, plan, planWindow string, planLimit, planBurst int64) {
 		q := strconv.Quote
-		data := fmt.Sprintf("domains:\n  %s:\n    rules:\n      - {name: %s, key: [%s], algorithm: %s, limit: %d, window: %s, burst: %d, failure_mode: %s, shard: %s}\n"+
-			"plans:\n  %s: {%s: {limit: %d, window: %s, burst: %d}}\ntenants: {acme: %s}\n",
+		// Fuzzed keys are explicit ("? key"): YAML caps an implicit key at
+		// 1024 characters, and a longer one made this file ill-formed.
+		data := fmt.Sprintf("domains:\n  ? %s\n  : rules:\n      - {name: %s, key: [%s], algorithm: %s, limit: %d, window: %s, burst: %d, failure_mode: %s, shard: %s}\n"+
+			"plans:\n  ? %s\n  : {? %s : {limit: %d, window: %s, burst: %d}}\ntenants: {acme: %s}\n",
 			q(domain), q(name), q(key), q(algorithm), limit, q(window), burst, q(failureMode), q(shard),
 			q(plan), q(domain+"/"+name), planLimit, q(planWindow), planBurst, q(plan))
 		if _, err := Parse([]byte(data)); err != nil {
