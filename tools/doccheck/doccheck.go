@@ -1,6 +1,7 @@
 // Package doccheck checks that the docs match the repository: its tests
 // fail when docs/architecture.md's Layout misses a folder or names one that
-// is gone. It holds the check; the tests run it on the repository.
+// is gone, and when a service README's table gives a default the code does
+// not declare. It holds the checks; the tests run them on the repository.
 package doccheck
 
 import (

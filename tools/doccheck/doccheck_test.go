@@ -55,3 +55,50 @@ func TestProblemsReportsMissingAndStaleFolders(t *testing.T) {
 		t.Errorf("problems:\n got %q\nwant %q", got, want)
 	}
 }
+
+// The services' READMEs keep short tables of their own settings; each
+// default there must be the one the code declares (docs/configuration.md
+// is generated from it), so the two cannot drift apart.
+func TestServiceREADMEDefaultsMatchTheCode(t *testing.T) {
+	root := filepath.Join("..", "..")
+	generated, err := os.ReadFile(filepath.Join(root, "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readmes, err := filepath.Glob(filepath.Join(root, "services", "*", "README.md"))
+	if err != nil || len(readmes) < 5 {
+		t.Fatalf("service READMEs: %v %v", readmes, err)
+	}
+	rows := 0
+	for _, p := range readmes {
+		readme, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows += len(defaults(readme))
+		for _, problem := range staleDefaults(readme, generated) {
+			t.Errorf("%s: %s", p, problem)
+		}
+	}
+	if rows < 20 {
+		t.Fatalf("found %d variables in the service READMEs' tables; has their format changed?", rows)
+	}
+}
+
+func TestStaleDefaults(t *testing.T) {
+	generated := []byte("| `KURZ_A` | `5s` | `x.A` | a |\n| `KURZ_B` | `1` | `x.B` | b |\n")
+	readme := []byte("| `KURZ_A` | `5s` | fine |\n| `KURZ_B` | `2` | stale |\n| `KURZ_C` | `0` | gone |\n| `KURZ_D` | empty | not compared |\n")
+	got := staleDefaults(readme, generated)
+	want := map[string]bool{
+		"KURZ_B: default `2`, docs/configuration.md says [\"1\"]": true,
+		"KURZ_C: no such variable in docs/configuration.md":       true,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %q, want %d problems", got, len(want))
+	}
+	for _, g := range got {
+		if !want[g] {
+			t.Errorf("unexpected problem %q", g)
+		}
+	}
+}
