@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -55,11 +56,30 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 	c := redis.NewClusterClient(o)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := Check(ctx, c); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("redis cluster at %s unreachable (set KURZ_REDIS_ADDRS): %w", strings.Join(cfg.Addrs, ","), err)
+	for {
+		err := Check(ctx, c)
+		if err == nil {
+			return c, nil
+		}
+		// A node that answers slower than ReadTimeout (one busy moment, a
+		// loaded machine) is asked again within the 5 s; one that refuses,
+		// or an answer that is wrong, fails the start at once.
+		if !timedOut(err) || ctx.Err() != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("redis cluster at %s unreachable (set KURZ_REDIS_ADDRS): %w", strings.Join(cfg.Addrs, ","), err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return c, nil
+}
+
+// timedOut reports whether err is a network timeout: the node may only be
+// slow.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // Check pings every master and verifies the cluster state; it is the Redis
