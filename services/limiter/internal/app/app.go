@@ -59,6 +59,10 @@ type Config struct {
 	// AutoPipeline batches concurrent decisions into one pipeline per Redis
 	// node.
 	AutoPipeline bool `env:"LIMITER_AUTOPIPELINE" default:"true"`
+	// Batch sends the decisions waiting for the same Redis node as one
+	// script call (one command, one script run and one TIME per batch);
+	// it takes precedence over AutoPipeline.
+	Batch bool `env:"LIMITER_BATCH" default:"false"`
 }
 
 func (c Config) validate() error {
@@ -188,10 +192,12 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 		BreakerCooldown:  cfg.BreakerCooldown,
 		AllowLogEvery:    int64(cfg.AllowLogEvery),
 		AutoPipeline:     cfg.AutoPipeline,
+		Batch:            cfg.Batch,
 	}, log, srv.Telemetry.MeterProvider)
 	if err != nil {
 		return nil, err
 	}
+	lc.OwnCloser("decision batches", engine)
 	refresher, err := newRefresher(cfg, st.source, engine, srv, log)
 	if err != nil {
 		return nil, err
