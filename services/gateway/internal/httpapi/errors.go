@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/pkg/rpcerr"
 )
 
@@ -244,9 +245,4 @@ func writeError(w http.ResponseWriter, requestID string, e *apiError) {
 }
 
 // ceilSeconds rounds d up to whole seconds (never negative).
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64(math.Ceil(d.Seconds()))
-}
+func ceilSeconds(d time.Duration) int64 { return ratelimitfields.CeilSeconds(d) }

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/ratelimitfields"
 )
 
 // Limiter domains the gateway asks about.
@@ -58,56 +57,27 @@ func (c windowConn) Invoke(ctx context.Context, method string, args, reply any, 
 	return err
 }
 
-// rateLimitFields are the IETF RateLimit-Policy and RateLimit field values
-// (draft-ietf-httpapi-ratelimit-headers, structured fields) of one decision:
-// the deciding rule as the policy, q = its limit per w seconds, r = what is
-// left, t = seconds until it is back to full. ok is false when no rule
-// decided (no rule matched, or the limiter did not answer).
+// rateLimitFields are the RateLimit-Policy and RateLimit field values of
+// one decision, the deciding rule as the policy (named domain/rule). ok is
+// false when no rule decided (no rule matched, or the limiter did not
+// answer).
 func rateLimitFields(domain string, d quota.Decision, window time.Duration) (policy, state string, ok bool) {
 	if d.Degraded || d.Rule == "" || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE {
 		return "", "", false
 	}
-	name := sfString(domain + "/" + d.Rule)
-	policy = name + ";q=" + strconv.FormatInt(max(d.Limit, 0), 10)
-	if w := ceilSeconds(window); w > 0 {
-		policy += ";w=" + strconv.FormatInt(w, 10)
-	}
-	remaining, reset := max(d.Remaining, 0), ceilSeconds(d.ResetAfter)
-	if !d.Allowed {
-		remaining, reset = 0, max(reset, ceilSeconds(d.RetryAfter))
-	}
-	state = fmt.Sprintf("%s;r=%d;t=%d", name, remaining, reset)
+	policy, state = ratelimitfields.Fields(ratelimitfields.Quota{
+		Policy: domain + "/" + d.Rule, Limit: d.Limit, Window: window,
+		Remaining: d.Remaining, ResetAfter: d.ResetAfter, Allowed: d.Allowed, RetryAfter: d.RetryAfter,
+	})
 	return policy, state, true
 }
 
-// setRateLimitHeaders writes the fields of d, if any, spelt as the draft
-// spells them (field names are case-insensitive; Go would send
-// "Ratelimit-Policy").
+// setRateLimitHeaders writes the fields of d, if any.
 func setRateLimitHeaders(h http.Header, domain string, d quota.Decision, window time.Duration) {
 	if policy, state, ok := rateLimitFields(domain, d, window); ok {
-		h["RateLimit-Policy"] = []string{policy}
-		h["RateLimit"] = []string{state}
+		h[ratelimitfields.PolicyField] = []string{policy}
+		h[ratelimitfields.StateField] = []string{state}
 	}
-}
-
-// sfString writes s as a structured-field String (RFC 9651 §3.3.3).
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := range len(s) {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?') // not representable; rule names never hold these
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }
 
 // denied is the 429 of a limiter denial: the deciding policy and when to

@@ -63,6 +63,11 @@ type Config struct {
 	// script call (one command, one script run and one TIME per batch);
 	// it takes precedence over AutoPipeline.
 	Batch bool `env:"LIMITER_BATCH" default:"false"`
+	// EnvoyHeaders are the rate-limit fields Envoy's rate-limit API asks
+	// Envoy to add to responses: draft (RateLimit and RateLimit-Policy, the
+	// current IETF draft's, as the gateway sends), legacy (RateLimit-Limit,
+	// -Remaining and -Reset, an earlier draft's) or both.
+	EnvoyHeaders string `env:"LIMITER_ENVOY_HEADERS" default:"draft"`
 }
 
 func (c Config) validate() error {
@@ -78,6 +83,9 @@ func (c Config) validate() error {
 	}
 	if c.Replicas < 1 {
 		errs = append(errs, errors.New("KURZ_LIMITER_REPLICAS must be at least 1"))
+	}
+	if _, err := quotaapi.ParseHeaderStyle(c.EnvoyHeaders); err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_ENVOY_HEADERS: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -110,7 +118,8 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 		srv.AddSoftCheck("postgres", st.db.Ping)
 	}
 	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
-	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine))
+	style, _ := quotaapi.ParseHeaderStyle(cfg.EnvoyHeaders) // validated above
+	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine, style))
 	return srv, nil
 }
 

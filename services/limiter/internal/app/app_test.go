@@ -29,3 +29,13 @@ func TestFailsFastNamingTheMissingDependency(t *testing.T) {
 		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS", err)
 	}
 }
+
+// A misspelt Envoy header style stops the limiter at start, naming the
+// variable, rather than falling back to a style nobody chose.
+func TestUnknownEnvoyHeaderStyleRefused(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_LIMITER_ENVOY_HEADERS": "ietf"})
+	_, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err == nil || !strings.Contains(err.Error(), "KURZ_LIMITER_ENVOY_HEADERS") {
+		t.Fatalf("got %v, want an error naming KURZ_LIMITER_ENVOY_HEADERS", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +93,7 @@ func TestEnvoyShouldRateLimitTwoDescriptors(t *testing.T) {
 	checkStatus("hits 0, per-ip", resp.GetStatuses()[0], wantStatus{rlsv3.RateLimitResponse_OK, 4, rlsv3.RateLimitResponse_RateLimit_MINUTE, 3, perIP})
 	checkStatus("hits 0, per-api-key", resp.GetStatuses()[1], wantStatus{rlsv3.RateLimitResponse_OK, 10, rlsv3.RateLimitResponse_RateLimit_HOUR, 9, perKey})
 	// The deciding rule is the one with the least headroom: per-ip (3/4).
-	checkHeaders("hits 0", resp, map[string]string{"RateLimit-Limit": "4", "RateLimit-Remaining": "3", "RateLimit-Reset": "15"})
+	checkHeaders("hits 0", resp, map[string]string{"RateLimit-Policy": `"envoy/per-ip";q=4;w=60`, "RateLimit": `"envoy/per-ip";r=3;t=15`})
 
 	// hits_addend 3 takes the rest of the per-ip bucket.
 	resp = request(3)
@@ -101,7 +102,7 @@ func TestEnvoyShouldRateLimitTwoDescriptors(t *testing.T) {
 	}
 	checkStatus("hits 3, per-ip", resp.GetStatuses()[0], wantStatus{rlsv3.RateLimitResponse_OK, 4, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, 4 * perIP})
 	checkStatus("hits 3, per-api-key", resp.GetStatuses()[1], wantStatus{rlsv3.RateLimitResponse_OK, 10, rlsv3.RateLimitResponse_RateLimit_HOUR, 6, 4 * perKey})
-	checkHeaders("hits 3", resp, map[string]string{"RateLimit-Limit": "4", "RateLimit-Remaining": "0", "RateLimit-Reset": "60"})
+	checkHeaders("hits 3", resp, map[string]string{"RateLimit-Policy": `"envoy/per-ip";q=4;w=60`, "RateLimit": `"envoy/per-ip";r=0;t=60`})
 
 	// Now per-ip is exhausted: OVER_LIMIT overall and for per-ip, OK for the
 	// api key, which keeps what it had.
@@ -121,8 +122,8 @@ func TestEnvoyShouldRateLimitTwoDescriptors(t *testing.T) {
 	if err != nil || retry < 1 || retry > 15 {
 		t.Errorf("OVER_LIMIT: Retry-After %q, want 1..15 s (one per-ip token at 4/min)", headers["Retry-After"])
 	}
-	if headers["RateLimit-Limit"] != "4" || headers["RateLimit-Remaining"] != "0" || headers["RateLimit-Reset"] == "" {
-		t.Errorf("OVER_LIMIT: headers %v, want RateLimit-Limit 4, RateLimit-Remaining 0 and a RateLimit-Reset", headers)
+	if headers["RateLimit-Policy"] != `"envoy/per-ip";q=4;w=60` || !strings.HasPrefix(headers["RateLimit"], `"envoy/per-ip";r=0;t=`) {
+		t.Errorf("OVER_LIMIT: headers %v, want per-ip's policy (q=4;w=60) and r=0", headers)
 	}
 
 	// The denied request consumed nothing from the api key (6 left before

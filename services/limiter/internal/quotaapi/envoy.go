@@ -8,9 +8,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/pkg/rpcerr"
 )
 
@@ -26,11 +26,38 @@ import (
 // is_negative_hits is refused.
 type EnvoyService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	engine Engine
+	engine  Engine
+	headers HeaderStyle
 }
 
-// NewEnvoy returns Envoy's rate-limit service over engine.
-func NewEnvoy(engine Engine) *EnvoyService { return &EnvoyService{engine: engine} }
+// HeaderStyle chooses the rate-limit fields the response asks Envoy to add.
+type HeaderStyle string
+
+const (
+	// HeadersDraft: RateLimit and RateLimit-Policy, the current IETF draft's
+	// fields (as the gateway sends them).
+	HeadersDraft HeaderStyle = "draft"
+	// HeadersLegacy: RateLimit-Limit, -Remaining and -Reset, an earlier
+	// draft's fields, for clients that read those.
+	HeadersLegacy HeaderStyle = "legacy"
+	// HeadersBoth: all five.
+	HeadersBoth HeaderStyle = "both"
+)
+
+// ParseHeaderStyle reads a HeaderStyle from configuration.
+func ParseHeaderStyle(s string) (HeaderStyle, error) {
+	switch h := HeaderStyle(s); h {
+	case HeadersDraft, HeadersLegacy, HeadersBoth:
+		return h, nil
+	}
+	return "", fmt.Errorf("rate-limit header style %q: want draft, legacy or both", s)
+}
+
+// NewEnvoy returns Envoy's rate-limit service over engine, adding the
+// rate-limit fields of style to responses.
+func NewEnvoy(engine Engine, style HeaderStyle) *EnvoyService {
+	return &EnvoyService{engine: engine, headers: style}
+}
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -107,7 +134,7 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		out.Statuses[j] = st
 	}
 	if resp.GetDecidingRule() != "" {
-		out.ResponseHeadersToAdd = rateLimitHeaders(resp)
+		out.ResponseHeadersToAdd = rateLimitHeaders(req.GetDomain(), resp, s.headers)
 	}
 	return out, nil
 }
@@ -167,20 +194,34 @@ func envoyLimit(d *ratelimitv1.RuleDecision) *rlsv3.RateLimitResponse_RateLimit 
 	return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_DAY}
 }
 
-// rateLimitHeaders are the IETF RateLimit-* headers of the deciding rule, and
-// Retry-After on a denial (whole seconds, rounded up).
-func rateLimitHeaders(resp *ratelimitv1.CheckQuotaResponse) []*corev3.HeaderValue {
-	h := []*corev3.HeaderValue{
-		{Key: "RateLimit-Limit", Value: strconv.FormatInt(resp.GetLimit(), 10)},
-		{Key: "RateLimit-Remaining", Value: strconv.FormatInt(max(0, resp.GetRemaining()), 10)},
-		{Key: "RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(resp.GetResetAfter()), 10)},
+// rateLimitHeaders are the rate-limit fields of style for the deciding
+// rule (its policy named domain/rule), and Retry-After on a denial (whole
+// seconds, rounded up, at least 1).
+func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style HeaderStyle) []*corev3.HeaderValue {
+	q := ratelimitfields.Quota{
+		Policy: domain + "/" + resp.GetDecidingRule(), Limit: resp.GetLimit(),
+		Remaining: resp.GetRemaining(), ResetAfter: resp.GetResetAfter().AsDuration(),
+		Allowed: resp.GetAllowed(), RetryAfter: resp.GetRetryAfter().AsDuration(),
 	}
-	if !resp.GetAllowed() {
-		h = append(h, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(1, ceilSeconds(resp.GetRetryAfter())), 10)})
+	for _, d := range resp.GetDecisions() {
+		if d.GetRule() == resp.GetDecidingRule() {
+			q.Window = d.GetWindow().AsDuration()
+			break
+		}
+	}
+	h := make([]*corev3.HeaderValue, 0, 6)
+	if style != HeadersLegacy {
+		policy, state := ratelimitfields.Fields(q)
+		h = append(h, &corev3.HeaderValue{Key: ratelimitfields.PolicyField, Value: policy},
+			&corev3.HeaderValue{Key: ratelimitfields.StateField, Value: state})
+	}
+	if style == HeadersLegacy || style == HeadersBoth {
+		for _, f := range ratelimitfields.Legacy(q) {
+			h = append(h, &corev3.HeaderValue{Key: f[0], Value: f[1]})
+		}
+	}
+	if !q.Allowed {
+		h = append(h, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(1, ratelimitfields.CeilSeconds(q.RetryAfter)), 10)})
 	}
 	return h
-}
-
-func ceilSeconds(d *durationpb.Duration) int64 {
-	return int64((d.AsDuration() + time.Second - 1) / time.Second)
 }

@@ -37,30 +37,57 @@ func TestEnvoyLimit(t *testing.T) {
 	}
 }
 
+// The response asks Envoy for the current draft's RateLimit and
+// RateLimit-Policy fields of the deciding rule (policy "domain/rule", its
+// window from the rule's decision), the older trio when configured, or
+// both; Retry-After on a denial in whole seconds, rounded up, at least 1.
 func TestRateLimitHeaders(t *testing.T) {
+	decided := func(resp *ratelimitv1.CheckQuotaResponse, window time.Duration) *ratelimitv1.CheckQuotaResponse {
+		resp.DecidingRule = "per-user"
+		resp.Decisions = []*ratelimitv1.RuleDecision{{Rule: "other", Window: durationpb.New(time.Hour)},
+			{Rule: "per-user", Window: durationpb.New(window)}}
+		return resp
+	}
+	allowed := decided(&ratelimitv1.CheckQuotaResponse{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: durationpb.New(2500 * time.Millisecond)}, time.Minute)
 	tests := map[string]struct {
-		resp *ratelimitv1.CheckQuotaResponse
-		want string
+		resp  *ratelimitv1.CheckQuotaResponse
+		style HeaderStyle
+		want  string
 	}{
-		"allowed": {&ratelimitv1.CheckQuotaResponse{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: durationpb.New(2500 * time.Millisecond)},
+		"allowed": {allowed, HeadersDraft,
+			`[RateLimit-Policy="rl/per-user";q=10;w=60 RateLimit="rl/per-user";r=7;t=3]`},
+		"allowed, legacy": {allowed, HeadersLegacy,
 			"[RateLimit-Limit=10 RateLimit-Remaining=7 RateLimit-Reset=3]"},
-		"negative remaining is 0": {&ratelimitv1.CheckQuotaResponse{Allowed: true, Limit: 10, Remaining: -2, ResetAfter: durationpb.New(time.Second)},
-			"[RateLimit-Limit=10 RateLimit-Remaining=0 RateLimit-Reset=1]"},
-		"denied, retry rounded up": {&ratelimitv1.CheckQuotaResponse{Limit: 4, ResetAfter: durationpb.New(time.Minute), RetryAfter: durationpb.New(1001 * time.Millisecond)},
-			"[RateLimit-Limit=4 RateLimit-Remaining=0 RateLimit-Reset=60 Retry-After=2]"},
-		"denied, no retry is 1 s": {&ratelimitv1.CheckQuotaResponse{Limit: 4, ResetAfter: durationpb.New(0)},
+		"allowed, both": {allowed, HeadersBoth,
+			`[RateLimit-Policy="rl/per-user";q=10;w=60 RateLimit="rl/per-user";r=7;t=3 RateLimit-Limit=10 RateLimit-Remaining=7 RateLimit-Reset=3]`},
+		"negative remaining is 0": {decided(&ratelimitv1.CheckQuotaResponse{Allowed: true, Limit: 10, Remaining: -2, ResetAfter: durationpb.New(time.Second)}, time.Second), HeadersBoth,
+			`[RateLimit-Policy="rl/per-user";q=10;w=1 RateLimit="rl/per-user";r=0;t=1 RateLimit-Limit=10 RateLimit-Remaining=0 RateLimit-Reset=1]`},
+		"denied, retry rounded up": {decided(&ratelimitv1.CheckQuotaResponse{Limit: 4, ResetAfter: durationpb.New(time.Minute), RetryAfter: durationpb.New(1001 * time.Millisecond)}, time.Minute), HeadersDraft,
+			`[RateLimit-Policy="rl/per-user";q=4;w=60 RateLimit="rl/per-user";r=0;t=60 Retry-After=2]`},
+		"denied, no retry is 1 s": {decided(&ratelimitv1.CheckQuotaResponse{Limit: 4, ResetAfter: durationpb.New(0)}, time.Minute), HeadersLegacy,
 			"[RateLimit-Limit=4 RateLimit-Remaining=0 RateLimit-Reset=0 Retry-After=1]"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			var got []string
-			for _, h := range rateLimitHeaders(tc.resp) {
+			for _, h := range rateLimitHeaders("rl", tc.resp, tc.style) {
 				got = append(got, h.GetKey()+"="+h.GetValue())
 			}
 			if fmt.Sprint(got) != tc.want {
-				t.Errorf("headers %v, want %s", got, tc.want)
+				t.Errorf("headers %v\nwant    %s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestParseHeaderStyle(t *testing.T) {
+	for _, s := range []string{"draft", "legacy", "both"} {
+		if got, err := ParseHeaderStyle(s); err != nil || string(got) != s {
+			t.Errorf("ParseHeaderStyle(%q) = %q, %v", s, got, err)
+		}
+	}
+	if _, err := ParseHeaderStyle("ietf"); err == nil {
+		t.Error(`ParseHeaderStyle("ietf"): no error`)
 	}
 }
 

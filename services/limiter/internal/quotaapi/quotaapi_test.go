@@ -249,7 +249,7 @@ func TestEnvoyRefusals(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			engine := newFake(t)
-			_, err := NewEnvoy(engine).ShouldRateLimit(context.Background(), tc.req)
+			_, err := NewEnvoy(engine, HeadersDraft).ShouldRateLimit(context.Background(), tc.req)
 			if reason, field := refusal(t, err); reason != tc.wantReason || field != tc.wantField {
 				t.Errorf("reason %q field %q (%v); want %q %q", reason, field, err, tc.wantReason, tc.wantField)
 			}
@@ -286,7 +286,7 @@ func TestEnvoyStatuses(t *testing.T) {
 	// Descriptor 0 owns per-key and per-ip, 1 owns per-tenant and the
 	// shadow rule, 2 owns nothing.
 	engine.owners = [][]int{{0}, {0}, {1}, {1}}
-	resp, err := NewEnvoy(engine).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+	resp, err := NewEnvoy(engine, HeadersDraft).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 		Domain: "cost", HitsAddend: 2,
 		Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{descriptor("user", "a"), descriptor("user", "b"), descriptor("user", "c")},
 	})
@@ -312,7 +312,7 @@ func TestEnvoyStatuses(t *testing.T) {
 	for _, h := range resp.GetResponseHeadersToAdd() {
 		headers[h.GetKey()] = h.GetValue()
 	}
-	wantHeaders := map[string]string{"RateLimit-Limit": "4", "RateLimit-Remaining": "0", "RateLimit-Reset": "30", "Retry-After": "2"}
+	wantHeaders := map[string]string{"RateLimit-Policy": `"cost/per-ip";q=4;w=60`, "RateLimit": `"cost/per-ip";r=0;t=30`, "Retry-After": "2"}
 	if fmt.Sprint(headers) != fmt.Sprint(wantHeaders) {
 		t.Errorf("headers %v, want %v", headers, wantHeaders)
 	}
