@@ -1,9 +1,11 @@
 package doccheck
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -100,5 +102,35 @@ func TestStaleDefaults(t *testing.T) {
 		if !want[g] {
 			t.Errorf("unexpected problem %q", g)
 		}
+	}
+}
+
+// The project's license is one: LICENSE is the Apache License 2.0, and the
+// README and the OpenAPI document name that one.
+func TestLicenseIsOneAndNamedEverywhere(t *testing.T) {
+	root := filepath.Join("..", "..")
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if l := read("LICENSE"); !strings.Contains(l, "Apache License") || !strings.Contains(l, "Version 2.0, January 2004") {
+		t.Errorf("LICENSE is not the Apache License 2.0")
+	}
+	if !strings.Contains(read("README.md"), "[Apache License 2.0](LICENSE)") {
+		t.Errorf("README.md does not name the Apache License 2.0 with a link to LICENSE")
+	}
+	var spec struct {
+		Info struct {
+			License struct{ Identifier string } `json:"license"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(read("services/gateway/internal/httpapi/openapi.json")), &spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Info.License.Identifier != "Apache-2.0" {
+		t.Errorf("openapi.json names license %q, want Apache-2.0", spec.Info.License.Identifier)
 	}
 }
