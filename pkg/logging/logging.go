@@ -2,10 +2,13 @@
 package logging
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config selects the log level and format.
@@ -33,5 +36,25 @@ func New(w io.Writer, cfg Config, service string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("KURZ_LOG_FORMAT=%q: want json or text", cfg.Format)
 	}
-	return slog.New(h).With("service", service), nil
+	return slog.New(traceHandler{h}).With("service", service), nil
+}
+
+// traceHandler adds the trace_id and span_id of the span in a record's
+// context (the *Context logging calls pass it), so a log line inside a
+// traced request leads to its trace.
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
 }

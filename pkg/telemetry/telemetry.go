@@ -1,13 +1,26 @@
 // Package telemetry sets up OpenTelemetry for a kurz service: traces exported
-// over OTLP/gRPC when an endpoint is configured (off otherwise), and metrics
+// over OTLP when an endpoint is configured (off otherwise), and metrics
 // exposed for Prometheus scraping on the service's /metrics.
+//
+// Traces follow OpenTelemetry's own environment variables, as any
+// OpenTelemetry SDK does: OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT),
+// _PROTOCOL (http/protobuf, the specification's default, or grpc), _HEADERS,
+// _INSECURE, _TIMEOUT and _CERTIFICATE; OTEL_TRACES_EXPORTER (otlp or
+// none); OTEL_TRACES_SAMPLER and _ARG; OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES; OTEL_SDK_DISABLED. KURZ_OTLP_ENDPOINT, kurz's
+// older name, still selects OTLP/gRPC to host:port and wins over them.
+// Unlike the specification's default, nothing is exported unless an
+// endpoint is set or OTEL_TRACES_EXPORTER=otlp asks for the default one.
 package telemetry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -27,11 +41,14 @@ import (
 
 // Config selects where traces go and how many are kept.
 type Config struct {
-	// OTLPEndpoint is host:port of an OTLP/gRPC collector; empty turns tracing off.
+	// OTLPEndpoint is host:port of an OTLP/gRPC collector. Empty leaves the
+	// choice to the OpenTelemetry variables (OTEL_EXPORTER_OTLP_ENDPOINT and
+	// the others, docs/operations.md); with neither, tracing is off.
 	OTLPEndpoint string `env:"OTLP_ENDPOINT" default:""`
 	// OTLPInsecure sends traces without TLS (a collector on the pod network).
 	OTLPInsecure bool `env:"OTLP_INSECURE" default:"true"`
-	// TraceSampleRatio is the share of root traces kept; children follow their parent.
+	// TraceSampleRatio is the share of root traces kept; children follow
+	// their parent. OTEL_TRACES_SAMPLER, when set, decides instead.
 	TraceSampleRatio float64 `env:"TRACE_SAMPLE_RATIO" default:"1"`
 	// FlushTimeout bounds Shutdown's flush of buffered spans and metrics
 	// when a service stops; it has its own budget, after the drain's.
@@ -62,8 +79,13 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	if cfg.TraceSampleRatio < 0 || cfg.TraceSampleRatio > 1 {
 		return nil, fmt.Errorf("KURZ_TRACE_SAMPLE_RATIO=%v: want a number from 0 to 1", cfg.TraceSampleRatio)
 	}
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the
+	// service's own name, as an operator who sets them expects.
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
 		semconv.ServiceName(service), semconv.ServiceVersion(version)))
+	if err == nil {
+		res, err = resource.Merge(res, resource.Environment())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
@@ -80,23 +102,45 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 
+	exp, err := traceExporter(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	// Without an exporter there is nowhere to send spans: start no sampled
 	// trace here, so instrumented hot paths do not pay for recording them,
 	// but keep a caller's sampled trace going (its context reaches the
 	// services that do export, as the click events carry it).
-	sampler := sdktrace.ParentBased(sdktrace.NeverSample())
-	if cfg.OTLPEndpoint != "" {
-		sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.TraceSampleRatio))
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	switch {
+	case cfg.SpanProcessor != nil:
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
+			sdktrace.WithSpanProcessor(cfg.SpanProcessor))
+	case exp == nil:
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	case os.Getenv("OTEL_TRACES_SAMPLER") != "":
+		// The SDK reads OTEL_TRACES_SAMPLER and _ARG itself.
+	default:
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.TraceSampleRatio))))
 	}
-	if cfg.SpanProcessor != nil {
-		sampler = sdktrace.ParentBased(sdktrace.AlwaysSample())
+	if exp != nil {
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
 	}
-	tpOpts := []sdktrace.TracerProviderOption{
-		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sampler),
-	}
-	if cfg.SpanProcessor != nil {
-		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(cfg.SpanProcessor))
+	t.Tracing = exp != nil || cfg.SpanProcessor != nil
+	tp := sdktrace.NewTracerProvider(tpOpts...)
+	t.TracerProvider = tp
+	t.shutdown = append(t.shutdown, tp.Shutdown)
+
+	otel.SetTracerProvider(tp)
+	otel.SetMeterProvider(mp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	return t, nil
+}
+
+// traceExporter is the span exporter the configuration asks for, or nil
+// when traces go nowhere (see the package comment for the variables).
+func traceExporter(ctx context.Context, cfg Config) (sdktrace.SpanExporter, error) {
+	if disabled, _ := strconv.ParseBool(os.Getenv("OTEL_SDK_DISABLED")); disabled {
+		return nil, nil
 	}
 	if cfg.OTLPEndpoint != "" {
 		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(cfg.OTLPEndpoint)}
@@ -107,17 +151,44 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 		if err != nil {
 			return nil, fmt.Errorf("otlp trace exporter for %s (KURZ_OTLP_ENDPOINT): %w", cfg.OTLPEndpoint, err)
 		}
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+		return exp, nil
 	}
-	t.Tracing = cfg.OTLPEndpoint != "" || cfg.SpanProcessor != nil
-	tp := sdktrace.NewTracerProvider(tpOpts...)
-	t.TracerProvider = tp
-	t.shutdown = append(t.shutdown, tp.Shutdown)
+	switch e := os.Getenv("OTEL_TRACES_EXPORTER"); e {
+	case "none":
+		return nil, nil
+	case "", "otlp":
+		if e == "" && firstEnv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
+			return nil, nil
+		}
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: kurz exports traces over otlp (or none)", e)
+	}
+	// The exporters read the endpoint, headers, TLS and timeout variables
+	// themselves.
+	var exp sdktrace.SpanExporter
+	var err error
+	switch p := cmp.Or(firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"), "http/protobuf"); p {
+	case "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%q: want http/protobuf or grpc", p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("otlp trace exporter (OTEL_EXPORTER_OTLP_*): %w", err)
+	}
+	return exp, nil
+}
 
-	otel.SetTracerProvider(tp)
-	otel.SetMeterProvider(mp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	return t, nil
+// firstEnv is the first of the variables that is set and not empty.
+func firstEnv(names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // Shutdown flushes and stops the providers; it returns when ctx ends at the latest.

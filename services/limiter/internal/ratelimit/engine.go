@@ -463,15 +463,15 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
 	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
 	if opened {
-		e.log.Warn("redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
+		e.log.WarnContext(ctx, "redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
 		e.m.breakerOpen.Add(ctx, 1)
 	}
 	if closed {
-		e.log.Info("redis breaker closed; back on redis", "node", node)
+		e.log.InfoContext(ctx, "redis breaker closed; back on redis", "node", node)
 		e.m.breakerOpen.Add(ctx, -1)
 	}
 	if err != nil && !errors.Is(err, errBreakerOpen) {
-		e.log.Debug("redis call failed", "node", node, "err", err)
+		e.log.DebugContext(ctx, "redis call failed", "node", node, "err", err)
 	}
 	return vals, err
 }
