@@ -30,13 +30,13 @@ const (
 	adminAuth
 )
 
-// apiError is the gateway's uniform error answer.
+// apiError is the gateway's error answer, an RFC 9457 problem detail.
 type apiError struct {
 	Status       int    `json:"-"`
 	Code         string `json:"code"`
-	Message      string `json:"message"`
-	RequestID    string `json:"request_id"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
+	Message      string `json:"detail"`
+	RequestID    string `json:"requestId"`
+	RetryAfterMS int64  `json:"retryAfterMs"`
 }
 
 func (e *apiError) Error() string {
@@ -106,15 +106,13 @@ func (gw *gateway) send(ctx context.Context, method, path string, query url.Valu
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	var answer struct {
-		Error *apiError `json:"error"`
-	}
-	if json.Unmarshal(raw, &answer) == nil && answer.Error != nil && answer.Error.Message != "" {
-		answer.Error.Status = resp.StatusCode
+	var problem apiError
+	if json.Unmarshal(raw, &problem) == nil && problem.Message != "" {
+		problem.Status = resp.StatusCode
 		if resp.StatusCode == http.StatusUnauthorized && gw.auth == "" {
-			answer.Error.Message += " (set --api-key or KURZ_API_KEY)"
+			problem.Message += " (set --api-key or KURZ_API_KEY)"
 		}
-		return nil, answer.Error
+		return nil, &problem
 	}
 	text := strings.TrimSpace(string(raw))
 	if len(text) > 200 {

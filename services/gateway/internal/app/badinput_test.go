@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// Bad input gets a clear 4xx with the uniform error body (a message naming
+// Bad input gets a clear 4xx with a problem detail (a message naming
 // the problem) and writes nothing: the tenant's link count and its one link
 // are the same after the whole table.
 func TestBadInput(t *testing.T) {
@@ -89,8 +89,8 @@ func TestBadInput(t *testing.T) {
 				return
 			}
 			e := r.apiError(t)
-			if e["code"] != tc.code || !strings.Contains(fmt.Sprint(e["message"]), tc.msg) {
-				t.Errorf("error %v %q; want %s with %q", e["code"], e["message"], tc.code, tc.msg)
+			if e["code"] != tc.code || !strings.Contains(fmt.Sprint(e["detail"]), tc.msg) {
+				t.Errorf("error %v %q; want %s with %q", e["code"], e["detail"], tc.code, tc.msg)
 			}
 			if tc.status == 405 && r.header.Get("Allow") == "" {
 				t.Error("405 without Allow")

@@ -107,21 +107,25 @@ func (r response) json(t *testing.T) map[string]any {
 	return m
 }
 
-// apiError returns the uniform error body's fields, failing the test if the
-// body does not have that shape.
+// apiError returns the problem detail's fields (RFC 9457), failing the
+// test if the answer is not one: application/problem+json, type, title,
+// status (the response's), detail, code and requestId (X-Request-ID's).
 func (r response) apiError(t *testing.T) map[string]any {
 	t.Helper()
-	e, ok := r.json(t)["error"].(map[string]any)
-	if !ok {
-		t.Fatalf("%d: body is not the uniform error body: %s", r.code, r.body)
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("%d: Content-Type %q, want application/problem+json", r.code, ct)
 	}
-	for _, f := range []string{"code", "message", "request_id"} {
+	e := r.json(t)
+	for _, f := range []string{"type", "title", "detail", "code", "requestId"} {
 		if s, _ := e[f].(string); s == "" {
-			t.Errorf("%d: error body lacks %q: %s", r.code, f, r.body)
+			t.Errorf("%d: problem lacks %q: %s", r.code, f, r.body)
 		}
 	}
-	if e["request_id"] != r.header.Get("X-Request-ID") {
-		t.Errorf("error request_id %v != X-Request-ID %q", e["request_id"], r.header.Get("X-Request-ID"))
+	if status, _ := e["status"].(float64); int(status) != r.code {
+		t.Errorf("problem status %v != the response's %d", e["status"], r.code)
+	}
+	if e["requestId"] != r.header.Get("X-Request-ID") {
+		t.Errorf("problem requestId %v != X-Request-ID %q", e["requestId"], r.header.Get("X-Request-ID"))
 	}
 	return e
 }

@@ -18,7 +18,7 @@ import (
 
 // A client that obeys RateLimit (waits t seconds when r reaches 0) and
 // Retry-After never gets a 429 in a paced run over a small limit; a greedy
-// one that ignores them gets 429s with Retry-After = retry_after_ms rounded
+// one that ignores them gets 429s with Retry-After = retryAfterMs rounded
 // up to whole seconds, and a request after that wait passes. Rule:
 // api/per-api-key of testdata/rules.yaml, 10 requests/s with a burst of 5.
 func TestPacedAndGreedyClients(t *testing.T) {
@@ -86,16 +86,16 @@ func TestPacedAndGreedyClients(t *testing.T) {
 	})
 }
 
-// checkTooMany checks a 429: the uniform body with RESOURCE_EXHAUSTED and
-// retry_after_ms > 0, Retry-After = retry_after_ms in whole seconds rounded
+// checkTooMany checks a 429: the problem detail with RESOURCE_EXHAUSTED and
+// retryAfterMs > 0, Retry-After = retryAfterMs in whole seconds rounded
 // up, and the RateLimit fields of the denying policy with r=0.
 func checkTooMany(t *testing.T, r response, policy string, q, w int) {
 	t.Helper()
 	e := r.apiError(t)
-	ms, _ := e["retry_after_ms"].(float64)
+	ms, _ := e["retryAfterMs"].(float64)
 	secs, err := strconv.Atoi(r.header.Get("Retry-After"))
 	if e["code"] != "RESOURCE_EXHAUSTED" || ms <= 0 || err != nil || secs != int(math.Ceil(ms/1000)) || secs < 1 {
-		t.Errorf("429: %s, Retry-After %q; want RESOURCE_EXHAUSTED, retry_after_ms > 0, Retry-After = ceil(retry_after_ms / 1000)", r, r.header.Get("Retry-After"))
+		t.Errorf("429: %s, Retry-After %q; want RESOURCE_EXHAUSTED, retryAfterMs > 0, Retry-After = ceil(retryAfterMs / 1000)", r, r.header.Get("Retry-After"))
 	}
 	if p, gotQ, gotW := ratePolicy(t, r.header); p != policy || gotQ != q || gotW != w {
 		t.Errorf("429 RateLimit-Policy %q;q=%d;w=%d, want %s q=%d w=%d", p, gotQ, gotW, policy, q, w)
@@ -211,8 +211,8 @@ func TestPlanChangeReachesTheLimiter(t *testing.T) {
 	t.Logf("plan pro applied at the edge %v after the admin call", took)
 
 	r = admin.do("PATCH", "/v1/admin/tenants/"+tn.id, `{"plan":"platinum"}`)
-	if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(e["message"]), `unknown plan "platinum"; known plans: `) ||
-		!strings.Contains(fmt.Sprint(e["message"]), "free") {
+	if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(e["detail"]), `unknown plan "platinum"; known plans: `) ||
+		!strings.Contains(fmt.Sprint(e["detail"]), "free") {
 		t.Errorf("unknown plan: %s; want 400 listing the known plans", r)
 	}
 	var gwPlan, rlPlan string

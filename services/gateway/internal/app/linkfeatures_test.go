@@ -172,7 +172,7 @@ func TestBatchCreateAndTagFilter(t *testing.T) {
 	items = append(items, map[string]any{"longUrl": "https://example.com/one-too-many"})
 	body, _ = json.Marshal(map[string]any{"requests": items})
 	r := c.do("POST", "/v1/links:batch", string(body))
-	if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(e["message"].(string), "1 to 1000") {
+	if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(e["detail"].(string), "1 to 1000") {
 		t.Errorf("1001 items: %s, want 400 naming the limit", r)
 	}
 	if total := linkCount(t, c); total != got.Created {
@@ -445,7 +445,7 @@ func TestImportBitlyAndYOURLS(t *testing.T) {
 		"not CSV":        {"long_url,link\n\"https://example.com/\n", "not valid CSV"},
 	} {
 		r := c.do("POST", "/v1/links:import", tc.body, csvType...)
-		if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(e["message"].(string), tc.want) {
+		if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(e["detail"].(string), tc.want) {
 			t.Errorf("%s: %s, want 400 containing %q", name, r, tc.want)
 		}
 	}

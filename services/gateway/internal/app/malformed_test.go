@@ -49,13 +49,11 @@ func TestMalformedHTTPGets4xxAndTheGatewayKeepsServing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var body struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
+		var body struct{ Code, Detail string }
 		if err := json.Unmarshal([]byte(got.Body), &body); err != nil {
 			t.Errorf("413 body %q: %v", got.Body, err)
 		}
-		if got.Status != http.StatusRequestEntityTooLarge || body.Error.Code != "PAYLOAD_TOO_LARGE" || !got.Closed || got.After > 2*time.Second {
+		if got.Status != http.StatusRequestEntityTooLarge || body.Code != "PAYLOAD_TOO_LARGE" || !got.Closed || got.After > 2*time.Second {
 			t.Errorf("got %d %q, closed=%v after %v; want 413 PAYLOAD_TOO_LARGE at once and the connection closed",
 				got.Status, got.Body, got.Closed, got.After)
 		}

@@ -155,11 +155,9 @@ func sendAll(reqs []*http.Request) []answer {
 func tally(answers []answer) string {
 	counts := map[string]int{}
 	for _, a := range answers {
-		var body struct {
-			Error struct{ Code string } `json:"error"`
-		}
+		var body struct{ Code string }
 		_ = json.Unmarshal(a.body, &body)
-		counts[fmt.Sprintf("%d %s", a.code, body.Error.Code)]++
+		counts[fmt.Sprintf("%d %s", a.code, body.Code)]++
 	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
@@ -170,7 +168,7 @@ func tally(answers []answer) string {
 
 // refusalProblem says what is wrong with a refusal for capacity or quota:
 // it must be a 429 or 503 with a Retry-After of at least a second and the
-// uniform error body with that code; "" when it is one.
+// problem detail with that code; "" when it is one.
 func refusalProblem(a answer) string {
 	if a.err != nil || (a.code != http.StatusTooManyRequests && a.code != http.StatusServiceUnavailable) {
 		return "want 200, 429 or 503: " + a.String()
@@ -178,12 +176,10 @@ func refusalProblem(a answer) string {
 	if s, err := strconv.Atoi(a.header.Get("Retry-After")); err != nil || s < 1 {
 		return "no Retry-After of whole seconds: " + a.String()
 	}
-	var body struct {
-		Error struct{ Code, Message string } `json:"error"`
-	}
+	var body struct{ Code, Detail string }
 	want := map[int][]string{http.StatusTooManyRequests: {"RESOURCE_EXHAUSTED"}, http.StatusServiceUnavailable: {"UNAVAILABLE", "DEADLINE_EXCEEDED"}}[a.code]
-	if json.Unmarshal(a.body, &body) != nil || !slices.Contains(want, body.Error.Code) || body.Error.Message == "" {
-		return fmt.Sprintf("not the uniform error body with code %v: %s", want, a)
+	if json.Unmarshal(a.body, &body) != nil || !slices.Contains(want, body.Code) || body.Detail == "" {
+		return fmt.Sprintf("not a problem detail with code %v: %s", want, a)
 	}
 	return ""
 }

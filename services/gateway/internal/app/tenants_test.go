@@ -26,7 +26,7 @@ func TestTenantIsolation(t *testing.T) {
 	created := r.json(t)
 	code := created["code"].(string)
 
-	unknown := cb.do("GET", "/v1/links/zzzzzzz", "").apiError(t)["message"]
+	unknown := cb.do("GET", "/v1/links/zzzzzzz", "").apiError(t)["detail"]
 	for _, req := range []struct{ method, path, body string }{
 		{"GET", "/v1/links/" + code, ""},
 		{"PATCH", "/v1/links/" + code, `{"longUrl":"https://evil.example/"}`},
@@ -37,7 +37,7 @@ func TestTenantIsolation(t *testing.T) {
 	} {
 		r := cb.do(req.method, req.path, req.body)
 		e := r.apiError(t)
-		if r.code != http.StatusNotFound || e["code"] != "NOT_FOUND" || e["message"] != unknown {
+		if r.code != http.StatusNotFound || e["code"] != "NOT_FOUND" || e["detail"] != unknown {
 			t.Errorf("B: %s %s: %s; want the 404 of an unknown code (%q)", req.method, req.path, r, unknown)
 		}
 	}
@@ -75,7 +75,7 @@ func TestRevokedKeyStopsAtOnce(t *testing.T) {
 	}
 	for i, cl := range []*client{c, cOther} {
 		r := cl.do("GET", "/v1/links", "")
-		if e := r.apiError(t); r.code != http.StatusUnauthorized || e["message"] != "the API key is invalid or revoked" {
+		if e := r.apiError(t); r.code != http.StatusUnauthorized || e["detail"] != "the API key is invalid or revoked" {
 			t.Errorf("gateway %d, right after revocation: %s; want 401", i, r)
 		}
 	}
@@ -125,7 +125,7 @@ func TestAdminAPI(t *testing.T) {
 		{`{"id":7,"plan":"free"}`, `field "id" must be a string, not a JSON number`},
 	} {
 		r := admin.do("POST", "/v1/admin/tenants", bad.body)
-		if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(e["message"]), bad.msg) {
+		if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(e["detail"]), bad.msg) {
 			t.Errorf("POST %s: %s; want 400 saying %q", bad.body, r, bad.msg)
 		}
 	}

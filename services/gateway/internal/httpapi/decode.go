@@ -124,7 +124,8 @@ func jsonKind(goKind string) string {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"INTERNAL","message":"internal error; try again later"}}`)
+		writeError(w, "", internalError(err))
+		return
 	}
 	send(w, status, "application/json", append(b, '\n'))
 }

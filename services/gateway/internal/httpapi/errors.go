@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -37,8 +38,11 @@ type apiError struct {
 	// retryAfter sets Retry-After (whole seconds, rounded up) and
 	// retry_after_ms.
 	retryAfter time.Duration
-	// details are google.rpc error details in their JSON form.
+	// details are google.rpc error details in their JSON form; reason and
+	// fields are read from them (ErrorInfo, BadRequest).
 	details []json.RawMessage
+	reason  string
+	fields  []fieldError
 	// header is set on the response (Allow, WWW-Authenticate).
 	header http.Header
 	// cause is logged, never sent.
@@ -186,6 +190,18 @@ func toAPIError(err error) *apiError {
 	}
 	e.message = st.Message()
 	e.details = publicDetails(st)
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.GetDomain() == rpcerr.Domain {
+				e.reason = d.GetReason()
+			}
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				e.fields = append(e.fields, fieldError{Field: v.GetField(), Reason: v.GetReason(), Detail: v.GetDescription()})
+			}
+		}
+	}
 	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
 		e.retryAfter = max(e.retryAfter, time.Second)
 	}
@@ -216,32 +232,87 @@ func typeURL(m proto.Message) string {
 	return "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName())
 }
 
-// errorBody is the uniform error answer.
-type errorBody struct {
-	Error errorFields `json:"error"`
+// problemType is the base of the problem type URIs: one per code, e.g.
+// https://kurz.dev/problems/invalid-argument, documented in docs/api.md.
+const problemType = "https://kurz.dev/problems/"
+
+// problemTitles are the problem titles by code: the same for every
+// occurrence of a code, as RFC 9457 asks; the detail says what happened.
+var problemTitles = map[string]string{
+	"INVALID_ARGUMENT": "Invalid argument", "FAILED_PRECONDITION": "Failed precondition", "OUT_OF_RANGE": "Out of range",
+	"UNAUTHENTICATED": "Unauthenticated", "PERMISSION_DENIED": "Permission denied", "NOT_FOUND": "Not found",
+	"ALREADY_EXISTS": "Already exists", "ABORTED": "Conflict", "RESOURCE_EXHAUSTED": "Too many requests",
+	"CANCELLED": "Request cancelled", "UNIMPLEMENTED": "Not implemented", "UNAVAILABLE": "Service unavailable",
+	"DEADLINE_EXCEEDED": "Service unavailable", "INTERNAL": "Internal error", "UNKNOWN": "Internal error",
+	"DATA_LOSS": "Internal error", codeMethodNotAllowed: "Method not allowed", codeBodyTooLarge: "Payload too large",
+	codeHeadersTooLarge: "Headers too large", codeURITooLong: "URI too long",
 }
 
-type errorFields struct {
-	Code         string            `json:"code"`
-	Message      string            `json:"message"`
-	RequestID    string            `json:"request_id"`
-	RetryAfterMS int64             `json:"retry_after_ms,omitempty"`
-	Details      []json.RawMessage `json:"details,omitempty"`
+// problem is the error answer: an RFC 9457 problem detail
+// (application/problem+json) with kurz's extensions.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	// Instance names this occurrence: urn:kurz:request:<request ID>. Not
+	// the path, which would echo what the client sent (other tenants'
+	// names in a refused request, markup) back into the answer.
+	Instance string `json:"instance,omitempty"`
+	// Code is the stable machine-readable code (gRPC code names, plus the
+	// gateway's own for HTTP-level refusals).
+	Code      string `json:"code"`
+	RequestID string `json:"requestId"`
+	// RetryAfterMS is the Retry-After header in milliseconds.
+	RetryAfterMS int64 `json:"retryAfterMs,omitempty"`
+	// Reason is the ErrorInfo reason of a kurz refusal (e.g. ALIAS_TAKEN).
+	Reason string `json:"reason,omitempty"`
+	// Errors are the fields at fault (BadRequest field violations).
+	Errors []fieldError `json:"errors,omitempty"`
+	// Details are the public google.rpc error details, in their JSON form,
+	// for clients that read gRPC's.
+	Details []json.RawMessage `json:"details,omitempty"`
 }
 
-// writeError sends e as the uniform error body, with Retry-After when e has
-// a retry delay.
+// fieldError is one field at fault.
+type fieldError struct {
+	Field  string `json:"field"`
+	Reason string `json:"reason,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// problemTypeOf is the type URI of a code: problemType then the code in
+// lower case with dashes.
+func problemTypeOf(code string) string {
+	return problemType + strings.ReplaceAll(strings.ToLower(code), "_", "-")
+}
+
+// writeError sends e as a problem detail, with Retry-After when e has a
+// retry delay.
 func writeError(w http.ResponseWriter, requestID string, e *apiError) {
 	h := w.Header()
 	for k, vs := range e.header {
 		h[k] = vs
 	}
-	body := errorBody{Error: errorFields{Code: e.code, Message: e.message, RequestID: requestID, Details: e.details}}
+	title, ok := problemTitles[e.code]
+	if !ok {
+		title = http.StatusText(e.status)
+	}
+	body := problem{Type: problemTypeOf(e.code), Title: title, Status: e.status, Detail: e.message,
+		Code: e.code, RequestID: requestID, Reason: e.reason, Errors: e.fields, Details: e.details}
+	if requestID != "" {
+		body.Instance = "urn:kurz:request:" + requestID
+	}
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(e.retryAfter), 10))
-		body.Error.RetryAfterMS = int64(math.Ceil(float64(e.retryAfter) / float64(time.Millisecond)))
+		body.RetryAfterMS = int64(math.Ceil(float64(e.retryAfter) / float64(time.Millisecond)))
 	}
-	writeJSON(w, e.status, body)
+	b, err := json.Marshal(body)
+	if err != nil {
+		b = []byte(`{"type":"` + problemTypeOf("INTERNAL") + `","title":"Internal error","status":500,"code":"INTERNAL"}`)
+		e.status = http.StatusInternalServerError
+	}
+	send(w, e.status, "application/problem+json", append(b, '\n'))
 }
 
 // ceilSeconds rounds d up to whole seconds (never negative).

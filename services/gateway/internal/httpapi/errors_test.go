@@ -2,10 +2,12 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -83,8 +85,10 @@ func TestToAPIError(t *testing.T) {
 	}
 }
 
-// The uniform body: code, message, request_id, retry_after_ms (rounded up)
-// with Retry-After in whole seconds (rounded up), details as given.
+// The error answer is an RFC 9457 problem detail: type (one URI per code),
+// title, status, detail, instance (the path), and kurz's extensions: code,
+// requestId, retryAfterMs (rounded up) with Retry-After in whole seconds
+// (rounded up), the kurz reason, the fields at fault, details as given.
 func TestWriteError(t *testing.T) {
 	e := toAPIError(withDetails(t, codes.ResourceExhausted, "slow down",
 		&errdetails.ErrorInfo{Reason: "RATE_LIMITED", Domain: "kurz.dev", Metadata: map[string]string{"rule": "per-ip"}},
@@ -92,12 +96,34 @@ func TestWriteError(t *testing.T) {
 		&errdetails.DebugInfo{Detail: "stack trace"}))
 	w := httptest.NewRecorder()
 	writeError(w, "req-1", e)
-	want := `{"error":{"code":"RESOURCE_EXHAUSTED","message":"slow down","request_id":"req-1","retry_after_ms":1201,` +
-		`"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMITED","domain":"kurz.dev","metadata":{"rule":"per-ip"}}]}}` + "\n"
-	if w.Code != http.StatusTooManyRequests || w.Body.String() != want || w.Header().Get("Retry-After") != "2" {
-		t.Errorf("got %d %s (Retry-After %q)\nwant 429 %s (Retry-After 2)", w.Code, w.Body, w.Header().Get("Retry-After"), want)
+	want := `{"type":"https://kurz.dev/problems/resource-exhausted","title":"Too many requests","status":429,"detail":"slow down",` +
+		`"instance":"urn:kurz:request:req-1","code":"RESOURCE_EXHAUSTED","requestId":"req-1","retryAfterMs":1201,"reason":"RATE_LIMITED",` +
+		`"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMITED","domain":"kurz.dev","metadata":{"rule":"per-ip"}}]}` + "\n"
+	if w.Code != http.StatusTooManyRequests || w.Body.String() != want || w.Header().Get("Retry-After") != "2" ||
+		w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Errorf("got %d %s %s (Retry-After %q)\nwant 429 application/problem+json %s (Retry-After 2)",
+			w.Code, w.Header().Get("Content-Type"), w.Body, w.Header().Get("Retry-After"), want)
 	}
 	if strings.Contains(w.Body.String(), "stack trace") {
 		t.Error("DebugInfo reached the client")
+	}
+}
+
+// A field violation becomes an entry of errors: the field, its reason and
+// what is wrong with it.
+func TestWriteErrorNamesTheFieldsAtFault(t *testing.T) {
+	e := toAPIError(withDetails(t, codes.InvalidArgument, "long_url: scheme ftp is not allowed",
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: "long_url", Reason: "URL_SCHEME", Description: "scheme ftp is not allowed"}}}))
+	w := httptest.NewRecorder()
+	writeError(w, "req-2", e)
+	var got problem
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []fieldError{{Field: "long_url", Reason: "URL_SCHEME", Detail: "scheme ftp is not allowed"}}
+	if got.Type != "https://kurz.dev/problems/invalid-argument" || got.Title != "Invalid argument" || got.Status != 400 ||
+		!reflect.DeepEqual(got.Errors, want) {
+		t.Errorf("got %+v, want type .../invalid-argument, title Invalid argument, status 400, errors %+v", got, want)
 	}
 }

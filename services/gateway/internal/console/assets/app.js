@@ -41,9 +41,9 @@ async function api(method, path, body, key = apiKey()) {
   const type = resp.headers.get('Content-Type') || '';
   if (!resp.ok) {
     let msg = 'The gateway answered ' + resp.status + ' ' + resp.statusText;
-    if (type.startsWith('application/json')) {
+    if (type.startsWith('application/problem+json')) {
       const b = await resp.json().catch(() => null);
-      if (b && b.error && typeof b.error.message === 'string') msg = b.error.message;
+      if (b && typeof b.detail === 'string') msg = b.detail;
     }
     if (resp.status === 401 && key && key === apiKey()) signOut(msg);
     throw new APIError(resp.status, msg);
