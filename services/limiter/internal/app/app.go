@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,8 +48,26 @@ type Config struct {
 	// 99.8%, 20 ms all; Envoy's rate-limit filter gives up at 20 ms by
 	// default, and the rule's failure mode must answer before it does.
 	RedisTimeout time.Duration `env:"LIMITER_REDIS_TIMEOUT" default:"10ms"`
-	// Replicas is the number of limiter replicas: the local fallback admits limit/replicas per key on each.
+	// Replicas is the number of limiter replicas when the live count is
+	// off (KURZ_LIMITER_FLEET_HEARTBEAT=0): the local fallback admits
+	// limit/replicas per key on each. With it on (the default), it is
+	// KURZ_LIMITER_MAX_REPLICAS's default.
 	Replicas int `env:"LIMITER_REPLICAS" default:"1"`
+	// Fleet names the limiter replicas that share the rules: each one
+	// heartbeats into the Redis key rl:fleet:{<name>} and the local
+	// fallback and lease shares divide by the live count. 1 to 64
+	// characters of A-Z a-z 0-9 . _ -.
+	Fleet string `env:"LIMITER_FLEET" default:"default"`
+	// MaxReplicas is the most limiter replicas there may be (the
+	// autoscaler's maximum): the count assumed by a replica that has not
+	// read the live one yet, the conservative end. 0 means
+	// KURZ_LIMITER_REPLICAS.
+	MaxReplicas int `env:"LIMITER_MAX_REPLICAS" default:"0"`
+	// FleetHeartbeat is how often a replica renews its fleet entry and
+	// reads the live count; a replica that dies stops counting three
+	// heartbeats later, one that shuts down at once. 0 turns the live
+	// count off: KURZ_LIMITER_REPLICAS is the count, fixed.
+	FleetHeartbeat time.Duration `env:"LIMITER_FLEET_HEARTBEAT" default:"2s"`
 	// BreakerThreshold is the consecutive failures that open a Redis node's breaker.
 	BreakerThreshold int `env:"LIMITER_BREAKER_THRESHOLD" default:"3"`
 	// BreakerCooldown is how long an open breaker skips a Redis node before it probes it again.
@@ -86,6 +105,12 @@ func (c Config) validate() error {
 	}
 	if _, err := quotaapi.ParseHeaderStyle(c.EnvoyHeaders); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_ENVOY_HEADERS: %w", err))
+	}
+	if c.MaxReplicas != 0 && c.MaxReplicas < c.Replicas {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_MAX_REPLICAS=%d: below KURZ_LIMITER_REPLICAS=%d (0 means the same)", c.MaxReplicas, c.Replicas))
+	}
+	if err := ratelimit.ValidFleetName(c.Fleet); err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_FLEET: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -194,9 +219,19 @@ func openRulesDB(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slo
 // background work: the rules refresh (woken by NOTIFY in postgres mode) and
 // the cluster slot map's.
 func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle, log *slog.Logger) (*ratelimit.Engine, error) {
+	fleet := ratelimit.StaticFleet(cfg.Replicas)
+	if cfg.FleetHeartbeat > 0 {
+		var err error
+		fleet, err = ratelimit.NewFleet(st.rdb, ratelimit.FleetOptions{
+			Name: cfg.Fleet, Heartbeat: cfg.FleetHeartbeat, MaxReplicas: cmp.Or(cfg.MaxReplicas, cfg.Replicas),
+		}, log, srv.Telemetry.MeterProvider)
+		if err != nil {
+			return nil, err
+		}
+	}
 	engine, err := ratelimit.NewEngine(st.rdb, st.rules, ratelimit.Options{
 		Timeout:          cfg.RedisTimeout,
-		Replicas:         cfg.Replicas,
+		Fleet:            fleet,
 		BreakerThreshold: cfg.BreakerThreshold,
 		BreakerCooldown:  cfg.BreakerCooldown,
 		AllowLogEvery:    int64(cfg.AllowLogEvery),
@@ -231,6 +266,9 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 	}
 	lc.Go("rules refresh", func(ctx context.Context) { refresher.Run(ctx, notify) })
 	lc.Go("slot map refresh", engine.Run)
+	// Stopped after the drain: the replica leaves the fleet once it no
+	// longer answers, and the others' shares grow.
+	lc.Go("fleet heartbeat", fleet.Run)
 	return engine, nil
 }
 

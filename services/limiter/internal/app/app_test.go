@@ -39,3 +39,26 @@ func TestUnknownEnvoyHeaderStyleRefused(t *testing.T) {
 		t.Fatalf("got %v, want an error naming KURZ_LIMITER_ENVOY_HEADERS", err)
 	}
 }
+
+func TestFleetSettingsAreChecked(t *testing.T) {
+	if err := load(t, nil).validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"KURZ_LIMITER_FLEET": "a{b}"}, "KURZ_LIMITER_FLEET"},
+		{map[string]string{"KURZ_LIMITER_FLEET": strings.Repeat("x", 65)}, "KURZ_LIMITER_FLEET"},
+		{map[string]string{"KURZ_LIMITER_REPLICAS": "3", "KURZ_LIMITER_MAX_REPLICAS": "2"}, "KURZ_LIMITER_MAX_REPLICAS"},
+	} {
+		err := load(t, c.env).validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want an error naming %s", c.env, err, c.want)
+		}
+	}
+	// The live count off, as before fleets.
+	if err := load(t, map[string]string{"KURZ_LIMITER_FLEET_HEARTBEAT": "0s", "KURZ_LIMITER_REPLICAS": "3"}).validate(); err != nil {
+		t.Errorf("heartbeat off: %v", err)
+	}
+}

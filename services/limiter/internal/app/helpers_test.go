@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -31,6 +32,7 @@ func startFile(t *testing.T) (*servertest.Running, ratelimitv1.RateLimitServiceC
 	cfg := load(t, map[string]string{
 		"KURZ_LIMITER_RULES_SOURCE": "file",
 		"KURZ_LIMITER_RULES_FILE":   rulesFile(t),
+		"KURZ_LIMITER_FLEET":        fleetName(t),
 		// Generous, so the race detector never pushes a decision into the
 		// rules' failure modes: these tests are about Redis decisions.
 		"KURZ_LIMITER_REDIS_TIMEOUT": "1s",
@@ -50,6 +52,18 @@ func startFile(t *testing.T) (*servertest.Running, ratelimitv1.RateLimitServiceC
 // only bytes a key keeps as they are.
 func unique(t testing.TB) string {
 	return fmt.Sprintf("%s-%d", strings.NewReplacer("/", "-", "#", "-").Replace(t.Name()), time.Now().UnixNano())
+}
+
+// fleetName is the limiter fleet of the test's limiters: theirs alone, so
+// that neither the stack's limiter nor another test's counts them.
+func fleetName(t testing.TB) string {
+	name := strings.Map(func(r rune) rune {
+		if r == '.' || r == '_' || r == '-' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' {
+			return r
+		}
+		return '-'
+	}, t.Name())
+	return fmt.Sprintf("%.40s-%d", name, os.Getpid())
 }
 
 func ptr[T any](v T) *T { return &v }

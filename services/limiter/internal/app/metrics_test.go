@@ -43,6 +43,7 @@ func TestMetricFamilies(t *testing.T) {
 		{"kurz_ratelimit_redis_duration_seconds_bucket", []string{`error="false"`}},
 		{"kurz_ratelimit_redis_duration_seconds_count", nil},
 		{"rpc_server_call_duration_seconds_count", []string{"CheckQuota"}},
+		{"kurz_ratelimit_fleet_replicas", []string{`fleet="` + fleetName(t) + `"`}},
 	} {
 		if !servertest.HasSeries(body, w.name, w.with...) {
 			t.Errorf("/metrics has no %s series with %v", w.name, w.with)

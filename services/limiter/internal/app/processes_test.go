@@ -55,6 +55,7 @@ func startLimiter(t *testing.T, bin, grpcAddr, httpAddr string, env ...string) (
 		"KURZ_LIMITER_HTTP_ADDR=" + httpAddr,
 		"KURZ_LIMITER_RULES_SOURCE=file",
 		"KURZ_LIMITER_RULES_FILE=" + rulesFile(t),
+		"KURZ_LIMITER_FLEET=" + fleetName(t),
 		// Generous timeouts: under the race detector no decision may slip
 		// into a failure mode; this test is about Redis decisions.
 		"KURZ_LIMITER_REDIS_TIMEOUT=1s",

@@ -47,9 +47,12 @@ type Options struct {
 	// decide. The client's socket timeouts must be longer, or go-redis
 	// retries a timed-out script and a decision may consume twice.
 	Timeout time.Duration
-	// Replicas is the number of limiter replicas; "local" fallback holds
-	// limit/Replicas per key in each, and a lease takes at most a
-	// 1/Replicas share of what is left of a key.
+	// Fleet is the number of limiter replicas, live or static: "local"
+	// fallback holds limit/size per key in each, and a lease takes at most
+	// a 1/size share of what is left of a key. Nil means a static fleet of
+	// Replicas.
+	Fleet *Fleet
+	// Replicas is the static replica count used when Fleet is nil.
 	Replicas int
 	// BreakerThreshold consecutive failures open a node's circuit breaker
 	// for BreakerCooldown.
@@ -161,7 +164,10 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 	if opts.LocalCacheSize <= 0 {
 		opts.LocalCacheSize = 100_000
 	}
-	local, err := newLocalLimiter(opts.Replicas, opts.LocalCacheSize)
+	if opts.Fleet == nil {
+		opts.Fleet = StaticFleet(opts.Replicas)
+	}
+	local, err := newLocalLimiter(opts.Fleet, opts.LocalCacheSize)
 	if err != nil {
 		return nil, err
 	}

@@ -298,7 +298,7 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 	e.leases.mu.RUnlock()
 	id := e.reqPfx + "L" + strconv.FormatUint(e.reqSeq.Add(1), 36)
 	args := append(ruleArgs(r), give...)
-	args = append(args, want, n, max(e.opts.Replicas, 1), r.Lease.TTL.Milliseconds(), id)
+	args = append(args, want, n, e.opts.Fleet.Size(), r.Lease.TTL.Milliseconds(), id)
 
 	start := time.Now()
 	// Not the caller's cancellation: waiters depend on this call too.

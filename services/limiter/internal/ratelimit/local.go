@@ -10,12 +10,13 @@ import (
 
 // localLimiter is the in-process stand-in for Redis used by rules with
 // failure mode "local": a token bucket per key holding this replica's share
-// of the rule (limit and burst divided by the number of replicas), so the
-// fleet as a whole stays near the rule's limit while each pod sees only its
-// share of the traffic. It is stricter than Redis, never looser.
+// of the rule (limit and burst divided by the fleet's size, read at every
+// decision, so shares follow replicas as they come and go), so the fleet as
+// a whole stays near the rule's limit while each pod sees only its share of
+// the traffic. It is stricter than Redis, never looser.
 type localLimiter struct {
-	replicas int
-	buckets  *lru.Cache[string, *localBucket]
+	fleet   *Fleet
+	buckets *lru.Cache[string, *localBucket]
 }
 
 type localBucket struct {
@@ -24,20 +25,17 @@ type localBucket struct {
 	ts     time.Time
 }
 
-func newLocalLimiter(replicas, size int) (*localLimiter, error) {
-	if replicas < 1 {
-		replicas = 1
-	}
+func newLocalLimiter(fleet *Fleet, size int) (*localLimiter, error) {
 	c, err := lru.New[string, *localBucket](size)
 	if err != nil {
 		return nil, err
 	}
-	return &localLimiter{replicas: replicas, buckets: c}, nil
+	return &localLimiter{fleet: fleet, buckets: c}, nil
 }
 
 // share returns this replica's rate (tokens per second) and burst for r.
 func (l *localLimiter) share(r *Rule) (rate, burst float64) {
-	n := float64(l.replicas)
+	n := float64(l.fleet.Size())
 	rate = float64(r.Limit) / r.Window.Seconds() / n
 	burst = math.Max(1, math.Floor(float64(r.capacity())/n))
 	return rate, burst
@@ -56,10 +54,13 @@ func (l *localLimiter) take(key string, r *Rule, cost int64, now time.Time) resu
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// Clamped at every take, not only when time has passed: a fleet that
+	// grew shrinks every bucket's share at once.
 	if elapsed := now.Sub(b.ts).Seconds(); elapsed > 0 {
-		b.tokens = math.Min(burst, b.tokens+elapsed*rate)
+		b.tokens += elapsed * rate
 		b.ts = now
 	}
+	b.tokens = math.Min(burst, b.tokens)
 	res := result{limit: int64(burst)}
 	c := float64(cost)
 	switch {
