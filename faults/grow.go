@@ -60,13 +60,36 @@ func (c *Cluster) AddMaster(ctx context.Context) (*Node, error) {
 }
 
 // AddReplica starts a node and joins it to the cluster as a replica of
-// master (add-node --cluster-slave --cluster-master-id).
+// master (add-node --cluster-slave --cluster-master-id), and waits until it
+// replicates.
 func (c *Cluster) AddReplica(ctx context.Context, master *Node) (*Node, error) {
 	id, err := master.ID(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return c.add(ctx, "--cluster-slave", "--cluster-master-id", id)
+	n, err := c.add(ctx, "--cluster-slave", "--cluster-master-id", id)
+	if err != nil {
+		return nil, err
+	}
+	// Joined is not yet replicating: the first sync waits
+	// repl-diskless-sync-delay (5 s) for other replicas. Until it is done
+	// the master has no replica to acknowledge a write (WAIT).
+	return n, n.awaitReplicating(ctx, 30*time.Second)
+}
+
+// awaitReplicating waits until the replica's link to its master is up.
+func (n *Node) awaitReplicating(ctx context.Context, timeout time.Duration) error {
+	direct := n.direct()
+	defer direct.Close()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		info, err := direct.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // replication has no change notification
+	}
+	return fmt.Errorf("replica %d not replicating after %v", n.Port, timeout)
 }
 
 func (c *Cluster) add(ctx context.Context, args ...string) (*Node, error) {

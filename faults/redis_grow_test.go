@@ -10,8 +10,12 @@ import (
 	"time"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/redisconn"
 )
 
 // The Redis Cluster is grown and shrunk live, as an operator does it, under
@@ -19,9 +23,10 @@ import (
 // its replica join (redis-cli --cluster add-node), slots from every master
 // move to the new one (reshard), then the new master is emptied again
 // (rebalance, its weight 0) and both nodes are deleted (del-node). Limiter
-// keys, cached links and a click stream, with its consumer group and
-// pending entries, move with their slots. Every decision is still made on
-// Redis, or else by its rule's failure mode; every redirect is served;
+// keys, cached links, visit counters of visit-limited links and a click
+// stream, with its consumer group and pending entries, move with their
+// slots. Every decision is still made on Redis, or else by its rule's
+// failure mode; every redirect is served, visit-limited ones included;
 // every click is counted exactly once.
 func TestRedisClusterGrownLive(t *testing.T) {
 	ctx := context.Background()
@@ -34,6 +39,8 @@ func TestRedisClusterGrownLive(t *testing.T) {
 	analytics := startService(t, "analytics", onCluster, viaLimiter,
 		"KURZ_ANALYTICS_BATCH_SIZE=200", "KURZ_ANALYTICS_BATCH_AGE=200ms", "KURZ_ANALYTICS_CLAIM_IDLE=2s")
 	links := createLinks(t, shortener, 30)
+	visitLinks := createVisitLinksInMovingSlots(t, shortener, 3)
+	links = append(links, visitLinks...)
 
 	decisions := decisionLoad(t, limiter, 8)
 	redirects := pacedRedirectLoad(t, redirect, links, 2, 5*time.Millisecond)
@@ -63,6 +70,11 @@ func TestRedisClusterGrownLive(t *testing.T) {
 	streamsMoved := streamsOn(t, cluster, master)
 	if streamsMoved == 0 {
 		t.Error("no click stream moved to the new master: the move of a stream under its consumer was not exercised")
+	}
+	for _, code := range visitLinks {
+		if m, err := cluster.MasterOf(ctx, linkcache.VisitsKey(code)); err != nil || m != master {
+			t.Fatalf("the visit counter of %s is not on the new master (%v)", code, err)
+		}
 	}
 	grown := time.Since(grownAt)
 	t.Logf("grown in %v: %d slots, %d click streams on the new master", grown.Round(time.Millisecond), moved, streamsMoved)
@@ -112,6 +124,41 @@ func TestRedisClusterGrownLive(t *testing.T) {
 // slot 5649) and a share of the limiter's keys, few enough that moving
 // them takes seconds.
 const slotsToMove = 768
+
+// movingSlot reports whether Reshard(slotsToMove) moves slot off one of
+// the three masters redis-cli --cluster create made (0-5460, 5461-10922,
+// 10923-16383): the lowest slotsToMove/3 of each.
+func movingSlot(slot int) bool {
+	for _, first := range []int{0, 5461, 10923} {
+		if slot >= first && slot < first+slotsToMove/3 {
+			return true
+		}
+	}
+	return false
+}
+
+// createVisitLinksInMovingSlots creates visit-limited links (a limit out of
+// the load's reach) until n of them count their visits in slots the
+// reshard moves, and returns those n codes.
+func createVisitLinksInMovingSlots(t *testing.T, shortener *service, n int) []string {
+	t.Helper()
+	sc := shortenerv1.NewShortenerServiceClient(shortener.conn(t))
+	ctx := callmeta.Outgoing(context.Background(), "faults", "192.0.2.1")
+	var codes []string
+	for i := 0; len(codes) < n; i++ {
+		if i == 2000 {
+			t.Fatalf("%d of %d links count visits in moving slots after %d tries", len(codes), n, i)
+		}
+		resp, err := sc.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: fmt.Sprintf("https://example.com/visits/%d", i), MaxVisits: 1_000_000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.GetLink().GetCode(); movingSlot(redisconn.Slot(linkcache.VisitsKey(code))) {
+			codes = append(codes, code)
+		}
+	}
+	return codes
+}
 
 // decisionSources asserts that every decision was answered, and every
 // answer not from Redis by its rule's failure mode; it returns how many
