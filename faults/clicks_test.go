@@ -13,7 +13,6 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/clickevent"
-	"kurz.dev/pkg/config"
 )
 
 // Clicks flow from the redirect through the streams into ClickHouse while
@@ -58,11 +57,19 @@ func TestNoClickLostOrCountedTwice(t *testing.T) {
 	}
 	served := clicks.stop()
 	checkRedirects(t, served)
+	counted := checkClicksCounted(t, analytics, cluster, served)
+	report(t, "ClickHouse unreachable, then the consumer killed (SIGKILL) mid-work and restarted under a new name, under click load", "no click lost, none counted twice", fmt.Sprintf("%d clicks served, %d counted, exactly once per link over %d links", len(served), len(served), counted))
+}
+
+// checkClicksCounted asserts that every redirect served counted exactly
+// once for its link, and that nothing is left pending in the consumer group
+// (so nothing can arrive late); it returns how many links were counted.
+func checkClicksCounted(t *testing.T, analytics *service, cluster *Cluster, served []sample) int {
+	t.Helper()
 	want := map[string]int64{}
 	for _, s := range served {
 		want[s.tag]++
 	}
-
 	stats := analyticsv1.NewAnalyticsServiceClient(analytics.conn(t))
 	ctx := callmeta.Outgoing(context.Background(), "faults", "")
 	eventually(t, 60*time.Second, "every click counted", func() (bool, string) {
@@ -77,17 +84,11 @@ func TestNoClickLostOrCountedTwice(t *testing.T) {
 		}
 		return true, ""
 	})
-	// Every click acknowledged, and the counts still exact: nothing is
-	// left to arrive late.
 	rdb := cluster.Client()
 	defer rdb.Close()
 	eventually(t, 30*time.Second, "nothing pending in the consumer group", func() (bool, string) {
 		var pending int64
-		var streams clickevent.StreamConfig
-		if err := config.Load(&streams); err != nil {
-			return false, err.Error()
-		}
-		for _, key := range clickevent.StreamKeys(streams.Shards) {
+		for _, key := range clickevent.StreamKeys(streamShards(t)) {
 			p, err := rdb.XPending(context.Background(), key, "analytics").Result()
 			if err != nil {
 				return false, err.Error()
@@ -105,7 +106,7 @@ func TestNoClickLostOrCountedTwice(t *testing.T) {
 			t.Fatalf("%s: %d counted of %d served after the consumer caught up", code, got, n)
 		}
 	}
-	report(t, "ClickHouse unreachable, then the consumer killed (SIGKILL) mid-work and restarted under a new name, under click load", "no click lost, none counted twice", fmt.Sprintf("%d clicks served, %d counted, exactly once per link over %d links", len(served), len(served), len(want)))
+	return len(want)
 }
 
 // clickHouseAddr is the native address of the stack's ClickHouse.

@@ -25,6 +25,10 @@ import (
 // disturbs no other test.
 type Cluster struct {
 	Nodes []*Node
+
+	dir         string        // where nodes keep their files
+	nodeTimeout time.Duration // every node's cluster-node-timeout
+	started     int           // nodes started so far, to name their folders
 }
 
 // Node is one redis-server process and the proxy it announces.
@@ -53,9 +57,9 @@ func (n *Node) Kill() {
 // StartCluster starts six nodes in dir and creates the cluster; a failed
 // node is noticed by its peers after nodeTimeout and its replica promoted.
 func StartCluster(dir string, nodeTimeout time.Duration) (*Cluster, error) {
-	c := &Cluster{}
-	for i := range 6 {
-		n, err := startNode(filepath.Join(dir, "redis-"+strconv.Itoa(i)), nodeTimeout)
+	c := &Cluster{dir: dir, nodeTimeout: nodeTimeout}
+	for range 6 {
+		n, err := c.startNode()
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -78,6 +82,14 @@ func StartCluster(dir string, nodeTimeout time.Duration) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// startNode starts one more node, in a folder of its own, outside the
+// cluster.
+func (c *Cluster) startNode() (*Node, error) {
+	dir := filepath.Join(c.dir, "redis-"+strconv.Itoa(c.started))
+	c.started++
+	return startNode(dir, c.nodeTimeout)
 }
 
 func startNode(dir string, nodeTimeout time.Duration) (*Node, error) {

@@ -225,8 +225,24 @@ var noFollow = &http.Client{
 
 // redirectLoad GETs the codes round-robin from workers.
 func redirectLoad(t *testing.T, redirect *service, codes []string, workers int) *steadyLoad {
+	return pacedRedirectLoad(t, redirect, codes, workers, 0)
+}
+
+// pacedRedirectLoad is redirectLoad with at most one redirect started per
+// interval across the workers (back to back if interval is 0): clicks then
+// arrive at a rate a consumer keeps up with on a loaded machine.
+func pacedRedirectLoad(t *testing.T, redirect *service, codes []string, workers int, interval time.Duration) *steadyLoad {
+	var tick <-chan time.Time
+	if interval > 0 {
+		ticker := time.NewTicker(interval)
+		t.Cleanup(ticker.Stop)
+		tick = ticker.C
+	}
 	base := "http://" + redirect.httpAddr + "/"
 	return startLoad(workers, func(ctx context.Context, w, i int) sample {
+		if tick != nil {
+			<-tick // pacing the load, not waiting for a state
+		}
 		code := codes[(i*workers+w)%len(codes)]
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+code, nil)
 		req.Header.Set("User-Agent", browserUA)

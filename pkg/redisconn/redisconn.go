@@ -37,7 +37,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 	if len(cfg.Addrs) == 0 {
 		return nil, errors.New("redis cluster: no addresses; set KURZ_REDIS_ADDRS")
 	}
-	o := &redis.ClusterOptions{
+	o := &options{cluster: &redis.ClusterOptions{
 		Addrs:        cfg.Addrs,
 		Password:     cfg.Password,
 		DialTimeout:  cfg.DialTimeout,
@@ -49,11 +49,14 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 		ContextTimeoutEnabled: true,
 		// Reads stay on masters: limiter state must be read where it is written.
 		ReadOnly: false,
-	}
+	}}
 	for _, opt := range opts {
 		opt(o)
 	}
-	c := redis.NewClusterClient(o)
+	c := redis.NewClusterClient(o.cluster)
+	for _, h := range o.hooks {
+		c.AddHook(h)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
@@ -101,16 +104,57 @@ func Check(ctx context.Context, c *redis.ClusterClient) error {
 }
 
 // Option adjusts the client for one use.
-type Option func(*redis.ClusterOptions)
+type Option func(*options)
 
-// NoRetries turns off go-redis's retries of failed commands, pipelines
-// included (their retries follow MaxRedirects). Use it for writes that are
-// not idempotent (XADD with an automatic ID): a retry after a timeout whose
-// write in fact succeeded would append the entry twice.
-func NoRetries(o *redis.ClusterOptions) { o.MaxRetries, o.MaxRedirects = -1, -1 }
+type options struct {
+	cluster *redis.ClusterOptions
+	hooks   []redis.Hook
+}
+
+// NoRetries makes a client that never sends a command a second time once
+// it may have run: not after a timeout nor a broken connection, pipelines
+// included. Use it for writes that are not idempotent (XADD with an
+// automatic ID, INCR of a visit): a retry after a timeout whose write in
+// fact succeeded would append the entry twice. A command a node refused
+// with MOVED or ASK did not run: the client still follows the redirect, so
+// the write lands while the cluster moves slots between nodes.
+func NoRetries(o *options) {
+	// The node clients never retry; the cluster client's attempts
+	// (MaxRedirects, default 3) resend only what never ran, because every
+	// command is marked NoRetry on its way in.
+	o.cluster.MaxRetries = -1
+	o.hooks = append(o.hooks, sendOnce{})
+}
+
+// sendOnce marks every command, single or pipelined, NoRetry before the
+// cluster client sees it: go-redis then resends none after a network error
+// or a timeout, and follows MOVED and ASK whatever the mark.
+type sendOnce struct{}
+
+func (sendOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (sendOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { return next(ctx, once{cmd}) }
+}
+
+func (sendOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		marked := make([]redis.Cmder, len(cmds))
+		for i, c := range cmds {
+			marked[i] = once{c}
+		}
+		return next(ctx, marked)
+	}
+}
+
+// once is a command go-redis must not resend; its reply lands in the
+// command it wraps.
+type once struct{ redis.Cmder }
+
+func (once) NoRetry() bool { return true }
 
 // SocketTimeouts sets the read and write timeouts of each socket operation,
 // for a client whose calls carry a longer budget than the default's.
 func SocketTimeouts(d time.Duration) Option {
-	return func(o *redis.ClusterOptions) { o.ReadTimeout, o.WriteTimeout = d, d }
+	return func(o *options) { o.cluster.ReadTimeout, o.cluster.WriteTimeout = d, d }
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,9 +55,11 @@ func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry
 // a link it still takes for live.
 const counterGrace = time.Hour
 
-// keyNode finds the node that holds a key: a cluster client.
+// keyNode finds the node that holds a key, and the masters: a cluster
+// client.
 type keyNode interface {
 	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
 }
 
 // incr counts one visit at key: INCR, the counter's expiry (its link's, if
@@ -64,22 +68,50 @@ type keyNode interface {
 // trip to the node holding key. A count the replicas did not acknowledge
 // within the deadline is an error: the visit is refused (503), because a
 // failover to a replica without it would grant that visit again.
+//
+// While Redis Cluster moves the key's slot, its node may refuse the INCR
+// with MOVED (the slot has moved; this client's view of the cluster is
+// older) or ASK (the slot is moving and the key is already on the other
+// node). A refused INCR counted nothing, so the visit is counted once more
+// on the node the answer names: a moving slot costs a round trip, not a
+// refused visit.
 func (h *Handler) incr(ctx context.Context, key string, expiresAtMs int64) (int64, error) {
-	c := h.visits
-	replicas := h.cfg.VisitReplicas
-	if kn, ok := c.(keyNode); ok && replicas > 0 {
-		// WAIT has no key: it must go to the node that took the INCR.
-		node, err := kn.MasterForKey(ctx, key)
-		if err != nil {
-			return 0, fmt.Errorf("redis node of %s: %w", key, err)
-		}
-		c = node
+	kn, ok := h.visits.(keyNode)
+	if !ok || h.cfg.VisitReplicas == 0 {
+		return h.incrOn(ctx, h.visits, key, expiresAtMs, false)
 	}
+	// WAIT has no key: it must go to the node that took the INCR.
+	node, err := kn.MasterForKey(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("redis node of %s: %w", key, err)
+	}
+	n, err := h.incrOn(ctx, node, key, expiresAtMs, false)
+	ask, addr, refused := redirection(err)
+	if !refused {
+		return n, err
+	}
+	target, terr := masterAt(ctx, kn, addr)
+	if terr != nil {
+		return 0, errors.Join(err, terr)
+	}
+	return h.incrOn(ctx, target, key, expiresAtMs, ask)
+}
+
+// incrOn is incr's round trip to c; asking sends ASKING before each
+// command on key, as a node importing key's slot requires.
+func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, expiresAtMs int64, asking bool) (int64, error) {
+	replicas := h.cfg.VisitReplicas
 	var incr *redis.IntCmd
 	var wait *redis.Cmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if asking {
+			p.Do(ctx, "ASKING")
+		}
 		incr = p.Incr(ctx, key)
 		if expiresAtMs > 0 {
+			if asking {
+				p.Do(ctx, "ASKING")
+			}
 			p.PExpireAt(ctx, key, time.UnixMilli(expiresAtMs).Add(counterGrace))
 		}
 		if replicas > 0 {
@@ -92,6 +124,9 @@ func (h *Handler) incr(ctx context.Context, key string, expiresAtMs int64) (int6
 		}
 		return nil
 	})
+	if err := incr.Err(); err != nil {
+		return 0, fmt.Errorf("redis incr %s: %w", key, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("redis incr %s: %w", key, err)
 	}
@@ -101,6 +136,42 @@ func (h *Handler) incr(ctx context.Context, key string, expiresAtMs int64) (int6
 		}
 	}
 	return incr.Val(), nil
+}
+
+// redirection reports whether err is a node's MOVED or ASK answer, and the
+// address it names.
+func redirection(err error) (ask bool, addr string, ok bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false, "", false
+	}
+	f := strings.Fields(rerr.Error())
+	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
+		return false, "", false
+	}
+	return f[0] == "ASK", f[2], true
+}
+
+// masterAt is the cluster's master at addr, from a fresh view of the
+// cluster (ForEachMaster reloads it first).
+func masterAt(ctx context.Context, kn keyNode, addr string) (*redis.Client, error) {
+	var mu sync.Mutex
+	var found *redis.Client
+	err := kn.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis masters: %w", err)
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no redis master at %s", addr)
+	}
+	return found, nil
 }
 
 // visitsLeft reads code's counter without counting: whether a visit would
