@@ -137,7 +137,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	store := clickstore.New(ch)
+	store := clickstore.New(ch, clickstore.LayoutOf(cfg.ClickHouse))
 	cons, err := h.startConsumer(cfg, rdb, store, srv, lc, log)
 	if err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle) (driver.C
 		return nil, nil, err
 	}
 	lc.OwnCloser("clickhouse", ch)
-	if err := clickstore.Apply(ctx, ch); err != nil {
+	if err := clickstore.Apply(ctx, ch, clickstore.LayoutOf(cfg.ClickHouse)); err != nil {
 		return nil, nil, err
 	}
 	rdb, err := redisconn.New(ctx, cfg.Redis)

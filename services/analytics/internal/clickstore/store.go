@@ -75,11 +75,13 @@ func EID(eventID string) uint64 {
 
 // Store reads and writes clicks. It is safe for concurrent use.
 type Store struct {
-	conn driver.Conn
+	conn   driver.Conn
+	layout Layout
 }
 
-// New returns a store over conn; the schema must have been applied (Apply).
-func New(conn driver.Conn) *Store { return &Store{conn: conn} }
+// New returns a store over conn, its tables laid out as l; the schema must
+// have been applied (Apply).
+func New(conn driver.Conn, l Layout) *Store { return &Store{conn: conn, layout: l} }
 
 // ErrNotSent wraps an insert failure that happened before any row reached
 // ClickHouse: retrying cannot duplicate anything.
@@ -314,7 +316,9 @@ type Duplicate struct {
 // nothing when the range has no suspects, and otherwise a cost that follows
 // the incidents (a crash, a takeover, a failed insert), not the link's size.
 func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
-	suspects := `SELECT %s FROM ` + SuspectsTable + `
+	// On a cluster the subqueries read each shard's own suspects (the
+	// link's rows and suspects share a shard), not the Distributed table.
+	suspects := `SELECT %s FROM ` + s.layout.LocalQualified(SuspectsTable) + `
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)`
 	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device),
 			groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)

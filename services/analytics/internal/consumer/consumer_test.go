@@ -161,7 +161,7 @@ func TestCrashAfterInsertBeforeAck(t *testing.T) {
 	optsA.hooks.afterInsert = func(context.Context, int) {
 		once.Do(func() { close(inserted); <-release })
 	}
-	a := e.start(optsA, rdbA, clickstore.New(chA), q)
+	a := e.start(optsA, rdbA, clickstore.New(chA, clickstore.LayoutOf(e.cfg.ClickHouse)), q)
 	select {
 	case <-inserted:
 	case <-time.After(20 * time.Second):
@@ -353,7 +353,7 @@ func TestClickHouseOutage(t *testing.T) {
 	opts.UnhealthyAfter = 300 * time.Millisecond
 	opts.InsertTimeout = 2 * time.Second
 	opts.hooks.retry = func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() }
-	r := e.start(opts, e.rdb, clickstore.New(chP), allowAll(t))
+	r := e.start(opts, e.rdb, clickstore.New(chP, clickstore.LayoutOf(chCfg)), allowAll(t))
 	events := e.mixed(code, 150)
 	e.xadd(events...)
 

@@ -70,10 +70,10 @@ func newEnv(t testing.TB) *env {
 	e := &env{t: t, cfg: cfg, prefix: "t-" + rnd(), group: "g-" + rnd(), tenant: "tenant-" + rnd(),
 		base: time.Now().UTC().Truncate(24 * time.Hour).Add(-72*time.Hour + 10*time.Hour)}
 	e.rdb, e.ch = e.clients()
-	if err := clickstore.Apply(context.Background(), e.ch); err != nil {
+	if err := clickstore.Apply(context.Background(), e.ch, clickstore.LayoutOf(e.cfg.ClickHouse)); err != nil {
 		t.Fatal(err)
 	}
-	e.store = clickstore.New(e.ch)
+	e.store = clickstore.New(e.ch, clickstore.LayoutOf(e.cfg.ClickHouse))
 	keys := clickevent.StreamKeys(testShards)
 	t.Cleanup(func() {
 		ctx := context.Background()
