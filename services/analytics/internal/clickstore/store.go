@@ -35,6 +35,7 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -201,6 +202,11 @@ func readErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// peerUnreachable are the codes of a ClickHouse exception that says another
+// server of the cluster could not be reached: ALL_CONNECTION_TRIES_FAILED,
+// NETWORK_ERROR, SOCKET_TIMEOUT.
+var peerUnreachable = []int32{279, 210, 209}
+
 // unreachable tells a ClickHouse that cannot be reached (no connection, a
 // connection lost, no connection free in time) from an error it answered.
 // The caller's own cancellation or deadline is neither
@@ -209,8 +215,12 @@ func unreachable(err error) bool {
 	var exception *clickhouse.Exception
 	var netErr net.Error
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.As(err, &exception):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
+	case errors.As(err, &exception):
+		// On a cluster the server that took the query answers for the
+		// others: it could not reach every replica of a shard.
+		return slices.Contains(peerUnreachable, exception.Code)
 	}
 	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||

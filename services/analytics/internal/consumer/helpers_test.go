@@ -158,6 +158,35 @@ func (e *env) start(opts Options, rdb redis.UniversalClient, store *clickstore.S
 	return r
 }
 
+// crashAfterInsert runs a consumer A until its first batch is in ClickHouse
+// and, before A acknowledges anything, runs blocked (if not nil) and kills
+// A: cut off from Redis and ClickHouse, then let go on.
+func (e *env) crashAfterInsert(q QuotaChecker, blocked func()) {
+	e.t.Helper()
+	rdbA, chA := e.clients()
+	inserted, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	optsA := e.opts()
+	optsA.DrainTimeout = 200 * time.Millisecond
+	optsA.hooks.afterInsert = func(context.Context, int) {
+		once.Do(func() { close(inserted); <-release })
+	}
+	a := e.start(optsA, rdbA, clickstore.New(chA, clickstore.LayoutOf(e.cfg.ClickHouse)), q)
+	select {
+	case <-inserted:
+	case <-time.After(20 * time.Second):
+		e.t.Fatal("consumer A never inserted")
+	}
+	if blocked != nil {
+		blocked()
+	}
+	a.cancel()
+	_ = rdbA.Close()
+	_ = chA.Close()
+	close(release)
+	a.stop(e.t)
+}
+
 // allowAll is a limiter client over a fake limiter that allows everything.
 func allowAll(t testing.TB) *quota.Client {
 	return limiterClient(t, limitertest.Start(t, limitertest.AllowAll).Addr(), time.Second)
