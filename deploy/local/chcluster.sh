@@ -15,7 +15,8 @@
 #   node4 shard 2 replica 2  native 9114  http 8214  interserver 9214
 #   ZooKeeper (Debian's zookeeper package, run from its jars) on 2281.
 # Each node has macros {shard} and {replica}, a distributed DDL queue (ON
-# CLUSTER), small caches and a per-query memory cap: the four fit in ~1 GiB.
+# CLUSTER), small caches and a per-query memory cap (500 MB): the four
+# servers and ZooKeeper held 460 MB resident after make test-chcluster.
 #
 # Environment: KURZ_LOCAL_DIR (default <repo>/.local); data under
 # $KURZ_LOCAL_DIR/chcluster/ (zk/, node<N>/, log/, run/).
