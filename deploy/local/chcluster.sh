@@ -57,10 +57,10 @@ port_in_use() { [[ -n $(ss -Hltn "sport = :$1" 2>/dev/null) ]]; }
 
 # wait_for SECONDS DESCRIPTION LOGFILE CMD...
 wait_for() {
-  local deadline=$((SECONDS + $1)) desc=$2 logf=$3
+  local timeout=$1 deadline=$((SECONDS + $1)) desc=$2 logf=$3
   shift 3
   until "$@"; do
-    ((SECONDS < deadline)) || die_with_log "timed out after ${deadline}s waiting for $desc" "$logf"
+    ((SECONDS < deadline)) || die_with_log "timed out after ${timeout}s waiting for $desc" "$logf"
     sleep 0.2
   done
 }
@@ -86,12 +86,19 @@ take_lock() {
 # ---------------------------------------------------------------- zookeeper --
 
 zk_pid() { local p; p=$(read_pid "$RUN_DIR/zk.pid") && alive "$p" && echo "$p"; }
-zk_ok() { [[ $(exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT && printf ruok >&3 && timeout 2 cat <&3) == imok ]] 2>/dev/null; }
+# serving, not just running: while ZooKeeper replays its log it answers
+# "ruok" but refuses sessions, and a clickhouse-server starting then fails
+zk_ok() { [[ $(exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT && printf stat >&3 && timeout 2 cat <&3) == *"Mode: standalone"* ]] 2>/dev/null; }
 
 zk_up() {
   zk_pid >/dev/null && return 0
+  if [[ ! -r /usr/share/java/zookeeper.jar && $EUID -eq 0 ]]; then
+    log "installing Debian's zookeeper package (log: $LOG_DIR/apt.log; its system service is not used)"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends zookeeper \
+      >>"$LOG_DIR/apt.log" 2>&1 || die_with_log "apt-get install zookeeper failed" "$LOG_DIR/apt.log"
+  fi
   [[ -r /usr/share/java/zookeeper.jar ]] ||
-    die "ZooKeeper not installed: apt-get install -y zookeeper (Debian's package; the system service is not used)"
+    die "ZooKeeper not installed: sudo apt-get install -y zookeeper (Debian's package; the system service is not used)"
   command -v java >/dev/null || die "java not found (apt-get install -y default-jre-headless)"
   port_in_use "$ZK_PORT" && die "port $ZK_PORT is in use by another process"
   mkdir -p "$HOME_DIR/zk/data"
