@@ -115,7 +115,7 @@ func TestClusterReplicaDown(t *testing.T) {
 	e.start(e.opts(), e.rdb, e.store, allowAll(t))
 	e.xadd(events...)
 	w1, w2 := expect(events[:150]), expect(events[150:])
-	eventually(t, 30*time.Second, "all events stored and acknowledged with a replica of each shard down", func() (bool, string) {
+	eventually(t, 60*time.Second, "all events stored and acknowledged with a replica of each shard down", func() (bool, string) {
 		return e.settled([]string{code1, code2}, w1, w2)
 	})
 	w1.check(t, e.stats(code1))
@@ -185,7 +185,7 @@ func TestClusterRedeliveryAfterReplicaLoss(t *testing.T) {
 
 	e.start(e.opts(), e.rdb, e.store, q)
 	w := expect(events)
-	eventually(t, 30*time.Second, "B drains what A left, node1 down", func() (bool, string) {
+	eventually(t, 60*time.Second, "B drains what A left, node1 down", func() (bool, string) {
 		return e.settled([]string{code}, w)
 	})
 	w.check(t, e.stats(code))
@@ -196,7 +196,7 @@ func TestClusterRedeliveryAfterReplicaLoss(t *testing.T) {
 	}
 	node(t, "start-node", 1)
 	e.awaitReplicas(t, [2]int{1, 2}, code, rows)
-	eventually(t, 10*time.Second, "exact counts with node1 back", func() (bool, string) {
+	eventually(t, 30*time.Second, "exact counts with node1 back", func() (bool, string) {
 		return e.settled([]string{code}, w)
 	})
 	w.check(t, e.stats(code))
