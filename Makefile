@@ -101,6 +101,7 @@ lint: tools ## buf lint, gofmt, go vet (both test tiers).
 	@bad=$$(gofmt -l cmd tools pkg services faults deploy); if [[ -n $$bad ]]; then echo "gofmt needed: $$bad" >&2; exit 1; fi
 	go vet ./...
 	go vet -tags integration ./...
+	go vet -tags integration,chcluster ./services/analytics/...
 
 # --- the local stack ---------------------------------------------------------
 
@@ -110,9 +111,10 @@ up: ## Start Redis Cluster, PostgreSQL, ClickHouse and the five services (idempo
 	deploy/local/services.sh up
 
 .PHONY: down
-down: ## Stop everything `make up` started.
+down: ## Stop everything `make up` (and `make test-chcluster`) started.
 	deploy/local/services.sh down
 	deploy/local/infra.sh down
+	deploy/local/chcluster.sh down
 
 .PHONY: status
 status: ## Show what is running.
@@ -149,12 +151,28 @@ test: lint check-gen ## Both tiers with -race (the stack started when needed, th
 	wait $$infra; up=$$?; cat .local/infra-up.log; \
 	if [[ $$unit -ne 0 || $$up -ne 0 ]]; then exit 1; fi
 	$(TEST_ENV) go test -race -count=1 -tags integration $$($(INTEGRATION_PKGS))
+	$(MAKE) --no-print-directory test-chcluster
 	@# The fault suite loads both cores with its own processes: alone, after
 	@# the rest, so it does not starve the timing of other packages' tests.
 	$(TEST_ENV) go test -race -count=1 -timeout 20m -tags integration ./faults/
 	FUZZTIME=$(CI_FUZZTIME) deploy/local/fuzz.sh
 	deploy/local/services.sh up
 	deploy/local/smoke.sh
+
+# The analytics click tests again on a ClickHouse cluster, 2 shards x 2
+# replicas on ZooKeeper (deploy/local/chcluster.sh, left running: make down
+# stops it), with the cluster tier's failure tests (tag chcluster). Redis
+# comes from the stack (make up). One package at a time: the consumer's
+# failure tests stop servers the others would be reading.
+CHCLUSTER_ENV := KURZ_CLICKHOUSE_CLUSTER=kurz \
+                 KURZ_CLICKHOUSE_ADDRS=127.0.0.1:9111,127.0.0.1:9112,127.0.0.1:9113,127.0.0.1:9114
+CHCLUSTER_PKGS := ./services/analytics/internal/clickstore/ ./services/analytics/internal/consumer/ \
+                  ./services/analytics/internal/stats/
+
+.PHONY: test-chcluster
+test-chcluster: ## The click consumer, store and stats tests on a local ClickHouse cluster (2 shards x 2 replicas).
+	deploy/local/chcluster.sh up
+	$(TEST_ENV) $(CHCLUSTER_ENV) go test -race -count=1 -p 1 -tags integration,chcluster $(CHCLUSTER_PKGS)
 
 # How long each fuzz target runs inside make test; make fuzz runs longer.
 CI_FUZZTIME ?= 2s

@@ -26,6 +26,17 @@ type Config struct {
 	Password string `env:"CLICKHOUSE_PASSWORD" default:""`
 	// DialTimeout bounds connecting; queries carry their own deadlines.
 	DialTimeout time.Duration `env:"CLICKHOUSE_DIAL_TIMEOUT" default:"3s"`
+	// Cluster is the ClickHouse cluster (a remote_servers name) to create
+	// the database and tables on, ON CLUSTER; empty: one server.
+	Cluster string `env:"CLICKHOUSE_CLUSTER" default:""`
+}
+
+// OnCluster is the ON CLUSTER clause of cfg's DDL: empty for one server.
+func (cfg Config) OnCluster() string {
+	if cfg.Cluster == "" {
+		return ""
+	}
+	return " ON CLUSTER " + cfg.Cluster
 }
 
 // New creates the database if needed, connects to it and pings the server.
@@ -33,12 +44,21 @@ func New(ctx context.Context, cfg Config) (driver.Conn, error) {
 	if !validIdent(cfg.Database) {
 		return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_DATABASE=%q: want letters, digits and underscores", cfg.Database)
 	}
+	if cfg.Cluster != "" && !validIdent(cfg.Cluster) {
+		return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_CLUSTER=%q: want letters, digits and underscores", cfg.Cluster)
+	}
 	// The database may not exist yet, so the first connection uses "default".
 	boot, err := open(ctx, cfg, "default")
 	if err != nil {
 		return nil, err
 	}
-	err = boot.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+cfg.Database)
+	// On a cluster, only when this server lacks it: ON CLUSTER waits for
+	// every node, and a start must not wait for one that is down.
+	var have uint64
+	err = boot.QueryRow(ctx, "SELECT count() FROM system.databases WHERE name = ?", cfg.Database).Scan(&have)
+	if err == nil && have == 0 {
+		err = boot.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+cfg.Database+cfg.OnCluster())
+	}
 	_ = boot.Close()
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: create database %s: %w", cfg.Database, err)
@@ -47,8 +67,16 @@ func New(ctx context.Context, cfg Config) (driver.Conn, error) {
 }
 
 func open(ctx context.Context, cfg Config, database string) (driver.Conn, error) {
+	var settings clickhouse.Settings
+	if cfg.Cluster != "" {
+		// An insert into a Distributed table returns once every shard's
+		// replica has stored its rows, not once they are queued on the
+		// server that took it: only then may the consumer acknowledge.
+		settings = clickhouse.Settings{"insert_distributed_sync": 1}
+	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Addr:        cfg.Addrs,
+		Settings:    settings,
 		Auth:        clickhouse.Auth{Database: database, Username: cfg.User, Password: cfg.Password},
 		DialTimeout: cfg.DialTimeout,
 		Protocol:    clickhouse.Native,

@@ -52,11 +52,14 @@ const CodeKey = "kurz-test-shortener-code-key-not-a-secret"
 
 const serviceAuthVar = "KURZ_SERVICE_AUTH_KEY"
 
-// testDefaults are the secrets every test-started service gets unless the
-// environment or the test sets them.
+// testDefaults are the secrets and settings every test-started service gets
+// unless the environment or the test sets them. Test analytics services
+// keep every raw click: tests share a database and some write clicks dated
+// long ago (the retention is tested on a database of its own).
 var testDefaults = map[string]string{
-	serviceAuthVar:            ServiceAuthKey,
-	"KURZ_SHORTENER_CODE_KEY": CodeKey,
+	serviceAuthVar:                 ServiceAuthKey,
+	"KURZ_SHORTENER_CODE_KEY":      CodeKey,
+	"KURZ_ANALYTICS_RAW_RETENTION": "0",
 }
 
 // defaultEnv is testDefaults as KEY=value lines, for a process environment

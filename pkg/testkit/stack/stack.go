@@ -30,6 +30,10 @@ const (
 	Redis      Component = "Redis Cluster"
 	Postgres   Component = "PostgreSQL"
 	ClickHouse Component = "ClickHouse"
+	// ClickHouseCluster is the ClickHouse cluster KURZ_CLICKHOUSE_CLUSTER
+	// names, every server of KURZ_CLICKHOUSE_ADDRS up (deploy/local/
+	// chcluster.sh starts one; `make test-chcluster` runs its tests).
+	ClickHouseCluster Component = "ClickHouse cluster"
 )
 
 // All is every engine.
@@ -62,6 +66,12 @@ func Check(need ...Component) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", c, err)
 		}
+		if c == ClickHouseCluster {
+			if err := dialAll(addrs); err != nil {
+				return fmt.Errorf("%s: %w (deploy/local/chcluster.sh up, or make test-chcluster)", c, err)
+			}
+			continue
+		}
 		if err := dialAny(addrs); err != nil {
 			return fmt.Errorf("%s unreachable at %s: %w", c, strings.Join(addrs, ","), err)
 		}
@@ -89,8 +99,28 @@ func addresses(c Component) ([]string, error) {
 		var cfg chconn.Config
 		err := config.Load(&cfg)
 		return cfg.Addrs, err
+	case ClickHouseCluster:
+		var cfg chconn.Config
+		if err := config.Load(&cfg); err != nil {
+			return nil, err
+		}
+		if cfg.Cluster == "" {
+			return nil, fmt.Errorf("KURZ_CLICKHOUSE_CLUSTER is not set (the cluster tests run on a cluster)")
+		}
+		return cfg.Addrs, nil
 	}
 	return nil, fmt.Errorf("unknown component %q", c)
+}
+
+// dialAll succeeds if every address accepts a TCP connection, and names
+// the first that does not.
+func dialAll(addrs []string) error {
+	for _, a := range addrs {
+		if err := dialAny([]string{a}); err != nil {
+			return fmt.Errorf("unreachable at %s: %w", a, err)
+		}
+	}
+	return nil
 }
 
 // dialAny succeeds if one address accepts a TCP connection: a cluster with

@@ -76,6 +76,14 @@ type Config struct {
 	AllowAnonymous bool `env:"ANALYTICS_ALLOW_ANONYMOUS" default:"false"`
 	// QueryTimeout bounds one GetLinkStats' queries.
 	QueryTimeout time.Duration `env:"ANALYTICS_QUERY_TIMEOUT" default:"5s"`
+
+	// RawRetention is how long raw click rows are kept: a month of them is
+	// dropped once it ended this long ago (so they live up to one month
+	// more); the hourly rollups statistics read are kept. 0 keeps them all.
+	RawRetention time.Duration `env:"ANALYTICS_RAW_RETENTION" default:"2160h"`
+	// RetentionEvery is how often the expired months are looked for (and
+	// once at start).
+	RetentionEvery time.Duration `env:"ANALYTICS_RETENTION_EVERY" default:"1h"`
 }
 
 func (c Config) validate() (*svcauth.Keys, error) {
@@ -92,6 +100,9 @@ func (c Config) validate() (*svcauth.Keys, error) {
 	}
 	if c.ConsumerGroup == "" {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_CONSUMER_GROUP must not be empty"))
+	}
+	if c.RetentionEvery <= 0 {
+		errs = append(errs, errors.New("KURZ_ANALYTICS_RETENTION_EVERY must be positive"))
 	}
 	if c.InsertTimeout <= 0 || c.UnhealthyAfter <= 0 || c.LimiterTimeout <= 0 || c.QueryTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_INSERT_TIMEOUT, _UNHEALTHY_AFTER, _LIMITER_TIMEOUT and _QUERY_TIMEOUT must be positive"))
@@ -137,7 +148,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	store := clickstore.New(ch)
+	store := clickstore.New(ch, clickstore.LayoutOf(cfg.ClickHouse))
 	cons, err := h.startConsumer(cfg, rdb, store, srv, lc, log)
 	if err != nil {
 		return nil, err
@@ -149,6 +160,11 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(cons.Status())
 	})
+	if cfg.RawRetention > 0 {
+		lc.Go("click retention", func(ctx context.Context) {
+			expireRaw(ctx, store, cfg.RawRetention, cfg.RetentionEvery, log)
+		})
+	}
 	srv.AddCheck("clickhouse", ch.Ping)
 	// Without Redis the consumer waits (the clicks wait in the streams) and
 	// the stats are still served.
@@ -160,6 +176,32 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	return srv, nil
 }
 
+// expireRaw drops the raw clicks older than retention at start and every
+// interval, until ctx ends. A failure is logged and tried again at the
+// next tick: expiring late keeps rows a little longer, nothing else.
+func expireRaw(ctx context.Context, store *clickstore.Store, retention, every time.Duration, log *slog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		// A drop ON CLUSTER waits for every server; bound it by the
+		// interval so one unreachable server delays, never piles up, runs.
+		rctx, cancel := context.WithTimeout(ctx, every)
+		months, err := store.ExpireRaw(rctx, time.Now().Add(-retention))
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("raw click retention failed; trying again later", "retry_in", every, "err", err)
+		case len(months) > 0:
+			log.Info("raw clicks expired", "months", months, "retention", retention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // openStores connects to ClickHouse, applying its schema, and to Redis
 // Cluster, where the click streams are.
 func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle) (driver.Conn, *redis.ClusterClient, error) {
@@ -168,7 +210,7 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle) (driver.C
 		return nil, nil, err
 	}
 	lc.OwnCloser("clickhouse", ch)
-	if err := clickstore.Apply(ctx, ch); err != nil {
+	if err := clickstore.Apply(ctx, ch, clickstore.LayoutOf(cfg.ClickHouse)); err != nil {
 		return nil, nil, err
 	}
 	rdb, err := redisconn.New(ctx, cfg.Redis)

@@ -60,7 +60,7 @@ func TestBootsHealthyWithSchemaApplied(t *testing.T) {
 		"SELECT count() FROM system.tables WHERE database = ? AND substring(name, 1, 6) = 'click_'", cfg.ClickHouse.Database).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if want := uint64(len(clickstore.Schema)); n != want {
+	if want := uint64(len(clickstore.Schema(clickstore.LayoutOf(cfg.ClickHouse)))); n != want {
 		t.Errorf("click_* tables and views in %s: found %d, want %d", cfg.ClickHouse.Database, n, want)
 	}
 

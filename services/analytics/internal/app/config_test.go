@@ -46,9 +46,10 @@ func TestFailsFastNamingTheMissingDependency(t *testing.T) {
 }
 
 func TestRefusesBadSettings(t *testing.T) {
-	cfg := load(t, map[string]string{"KURZ_ANALYTICS_BATCH_SIZE": "0", "KURZ_ANALYTICS_CLAIM_IDLE": "10ms", "KURZ_SERVICE_AUTH_KEY": "too-short"})
+	cfg := load(t, map[string]string{"KURZ_ANALYTICS_BATCH_SIZE": "0", "KURZ_ANALYTICS_CLAIM_IDLE": "10ms", "KURZ_SERVICE_AUTH_KEY": "too-short",
+		"KURZ_ANALYTICS_RETENTION_EVERY": "0s"})
 	_, err := New(context.Background(), cfg, servertest.Logger(t))
-	for _, name := range []string{"KURZ_ANALYTICS_BATCH_SIZE", "KURZ_ANALYTICS_CLAIM_IDLE", "KURZ_SERVICE_AUTH_KEY"} {
+	for _, name := range []string{"KURZ_ANALYTICS_BATCH_SIZE", "KURZ_ANALYTICS_CLAIM_IDLE", "KURZ_SERVICE_AUTH_KEY", "KURZ_ANALYTICS_RETENTION_EVERY"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("got %v, want it to name %s", err, name)
 		}

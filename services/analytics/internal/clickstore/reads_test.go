@@ -50,10 +50,10 @@ func TestReadsTellAnOutageFromAnAnswer(t *testing.T) {
 	}
 	for name, read := range reads {
 		t.Run(name, func(t *testing.T) {
-			if err := read(New(down)); !errors.Is(err, ErrUnavailable) {
+			if err := read(New(down, LayoutOf(cfg.ClickHouse))); !errors.Is(err, ErrUnavailable) {
 				t.Errorf("ClickHouse down: %v, want ErrUnavailable", err)
 			}
-			if err := read(New(up)); err == nil || errors.Is(err, ErrUnavailable) {
+			if err := read(New(up, LayoutOf(cfg.ClickHouse))); err == nil || errors.Is(err, ErrUnavailable) {
 				t.Errorf("tables missing: %v, want an error that is not ErrUnavailable", err)
 			}
 		})

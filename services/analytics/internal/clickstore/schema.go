@@ -35,12 +35,30 @@ const (
 // are not whole hours from UTC).
 const hourOf = `toDateTime(intDiv(toUInt32(ts), 3600) * 3600)`
 
-// Schema is the ClickHouse DDL, applied at every start. Every statement is
-// idempotent and runs on ClickHouse 18.16 as well as 24.x: MergeTree family
-// engines, materialized views with TO, plain integer and string columns.
-var Schema = []string{
-	`CREATE TABLE IF NOT EXISTS ` + EventsTable + ` (
-		tenant        String,
+// table is one table of the schema: its columns, the MergeTree engine that
+// stores it on one server (the Replicated one on a cluster) and the rest of
+// its definition.
+type table struct {
+	name, columns, engine, keys string
+	// shardKey spreads inserted rows over a cluster's shards; only the raw
+	// table takes inserts.
+	shardKey string
+}
+
+// view is a materialized view: rows inserted into from go through query
+// into to.
+type view struct {
+	name, to, from, query string
+}
+
+// shardKey keeps each link's rows on one shard: its raw rows, its
+// aggregates (the views run where the rows land) and its suspects, so the
+// duplicate lookup's subqueries can read each shard's own tables.
+const shardKey = "cityHash64(tenant, code)"
+
+var tables = []table{{
+	name: EventsTable, engine: "MergeTree", shardKey: shardKey,
+	columns: `tenant        String,
 		code          String,
 		ts            DateTime,
 		event_id      String,
@@ -56,69 +74,161 @@ var Schema = []string{
 		is_flood      UInt8,
 		new_visitor   UInt8,
 		suspect       UInt8,
-		inserted_at   DateTime
-	) ENGINE = MergeTree()
-	PARTITION BY toYYYYMM(ts)
+		inserted_at   DateTime`,
+	keys: `PARTITION BY toYYYYMM(ts)
 	ORDER BY (tenant, code, ts, eid)`,
-
-	`CREATE TABLE IF NOT EXISTS ` + HourlyTable + ` (
-		tenant   String,
+}, {
+	name: HourlyTable, engine: "SummingMergeTree",
+	columns: `tenant   String,
 		code     String,
 		hour     DateTime,
 		total    UInt64,
 		human    UInt64,
 		bot      UInt64,
 		flood    UInt64,
-		visitors UInt64
-	) ENGINE = SummingMergeTree()
-	PARTITION BY toYYYYMM(hour)
+		visitors UInt64`,
+	keys: `PARTITION BY toYYYYMM(hour)
 	ORDER BY (tenant, code, hour)`,
-	`CREATE MATERIALIZED VIEW IF NOT EXISTS ` + HourlyTable + `_mv TO ` + HourlyTable + ` AS
-	SELECT tenant, code, ` + hourOf + ` AS hour,
+}, {
+	name: DimsTable, engine: "SummingMergeTree",
+	columns: `tenant String,
+		code   String,
+		hour   DateTime,
+		dim    String,
+		key    String,
+		clicks UInt64`,
+	keys: `PARTITION BY toYYYYMM(hour)
+	ORDER BY (tenant, code, hour, dim, key)`,
+}, {
+	name: OwnersTable, engine: "ReplacingMergeTree",
+	columns: `code   String,
+		tenant String`,
+	keys: `ORDER BY (code, tenant)`,
+}, {
+	name: SuspectsTable, engine: "MergeTree",
+	columns: `tenant String,
+		code   String,
+		ts     DateTime,
+		eid    UInt64`,
+	keys: `PARTITION BY toYYYYMM(ts)
+	ORDER BY (tenant, code, ts, eid)`,
+}}
+
+var views = []view{{
+	name: HourlyTable + "_mv", to: HourlyTable, from: EventsTable,
+	query: `SELECT tenant, code, ` + hourOf + ` AS hour,
 		count() AS total,
 		sum(is_bot = 0 AND is_flood = 0) AS human,
 		sum(is_bot) AS bot,
 		sum(is_bot = 0 AND is_flood = 1) AS flood,
 		sum(new_visitor) AS visitors
-	FROM ` + EventsTable + `
+	FROM %s
 	GROUP BY tenant, code, hour`,
-
-	`CREATE TABLE IF NOT EXISTS ` + DimsTable + ` (
-		tenant String,
-		code   String,
-		hour   DateTime,
-		dim    String,
-		key    String,
-		clicks UInt64
-	) ENGINE = SummingMergeTree()
-	PARTITION BY toYYYYMM(hour)
-	ORDER BY (tenant, code, hour, dim, key)`,
-	`CREATE MATERIALIZED VIEW IF NOT EXISTS ` + DimsTable + `_mv TO ` + DimsTable + ` AS
-	SELECT tenant, code, ` + hourOf + ` AS hour,
+}, {
+	name: DimsTable + "_mv", to: DimsTable, from: EventsTable,
+	query: `SELECT tenant, code, ` + hourOf + ` AS hour,
 		tupleElement(d, 1) AS dim, tupleElement(d, 2) AS key, count() AS clicks
-	FROM ` + EventsTable + `
+	FROM %s
 	ARRAY JOIN [('` + DimReferrer + `', referrer_host), ('` + DimBrowser + `', browser),
 		('` + DimOS + `', os), ('` + DimDevice + `', device)] AS d
 	GROUP BY tenant, code, hour, dim, key`,
+}, {
+	name: OwnersTable + "_mv", to: OwnersTable, from: EventsTable,
+	query: `SELECT code, tenant FROM %s GROUP BY code, tenant`,
+}, {
+	name: SuspectsTable + "_mv", to: SuspectsTable, from: EventsTable,
+	query: `SELECT tenant, code, ts, eid FROM %s WHERE suspect = 1`,
+}}
 
-	`CREATE TABLE IF NOT EXISTS ` + OwnersTable + ` (
-		code   String,
-		tenant String
-	) ENGINE = ReplacingMergeTree()
-	ORDER BY (code, tenant)`,
-	`CREATE MATERIALIZED VIEW IF NOT EXISTS ` + OwnersTable + `_mv TO ` + OwnersTable + ` AS
-	SELECT code, tenant FROM ` + EventsTable + ` GROUP BY code, tenant`,
+// LocalSuffix names a cluster's per-server tables: click_events_local is
+// the ReplicatedMergeTree each server holds of its shard, click_events the
+// Distributed table over all shards that inserts and queries go through.
+const LocalSuffix = "_local"
 
-	`CREATE TABLE IF NOT EXISTS ` + SuspectsTable + ` (
-		tenant String,
-		code   String,
-		ts     DateTime,
-		eid    UInt64
-	) ENGINE = MergeTree()
-	PARTITION BY toYYYYMM(ts)
-	ORDER BY (tenant, code, ts, eid)`,
-	`CREATE MATERIALIZED VIEW IF NOT EXISTS ` + SuspectsTable + `_mv TO ` + SuspectsTable + ` AS
-	SELECT tenant, code, ts, eid FROM ` + EventsTable + ` WHERE suspect = 1`,
+// Layout says where the tables live: on one server (Cluster empty) or on
+// every server of a ClickHouse cluster.
+type Layout struct {
+	// Database holds the tables (on a cluster, on every server).
+	Database string
+	// Cluster is the remote_servers cluster; empty: one server.
+	Cluster string
+}
+
+// LayoutOf is the layout cfg selects.
+func LayoutOf(cfg chconn.Config) Layout {
+	return Layout{Database: cfg.Database, Cluster: cfg.Cluster}
+}
+
+// Local is the name of table's rows on one server: table itself on one
+// server, its replicated per-shard table on a cluster.
+func (l Layout) Local(table string) string {
+	if l.Cluster == "" {
+		return table
+	}
+	return table + LocalSuffix
+}
+
+// LocalQualified is Local(table) with its database on a cluster: a query
+// sent to the other shards resolves unqualified names in their default
+// database, not the connection's.
+func (l Layout) LocalQualified(table string) string {
+	if l.Cluster == "" {
+		return table
+	}
+	return l.Database + "." + l.Local(table)
+}
+
+// DDL is one idempotent statement of the schema and the table or view it
+// creates.
+type DDL struct {
+	Object, Stmt string
+}
+
+// Schema is the ClickHouse DDL, applied at every start. Every statement is
+// idempotent and runs on ClickHouse 18.16 as well as 24.x: MergeTree family
+// engines, materialized views with TO, plain integer and string columns.
+//
+// On one server the tables are plain MergeTree family tables. On a cluster
+// each server holds its shard in Replicated tables (<name>_local, their
+// ZooKeeper path /clickhouse/tables/{shard}/<database>/<name>_local, the
+// {shard} and {replica} macros from each server's configuration), the views
+// run on the server where rows land, and a Distributed table of the plain
+// name spans the shards: the raw rows sharded by link (shardKey), so the
+// queries are the same in both layouts.
+func Schema(l Layout) []DDL {
+	var out []DDL
+	on, qual := "", ""
+	if l.Cluster != "" {
+		on, qual = " ON CLUSTER "+l.Cluster, l.Database+"."
+	}
+	for _, t := range tables {
+		engine := t.engine + "()"
+		if l.Cluster != "" {
+			engine = fmt.Sprintf("Replicated%s('/clickhouse/tables/{shard}/%s/%s', '{replica}')",
+				t.engine, l.Database, l.Local(t.name))
+		}
+		out = append(out, DDL{l.Local(t.name), `CREATE TABLE IF NOT EXISTS ` + qual + l.Local(t.name) + on + ` (
+		` + t.columns + `
+	) ENGINE = ` + engine + `
+	` + t.keys})
+	}
+	for _, v := range views {
+		out = append(out, DDL{v.name, `CREATE MATERIALIZED VIEW IF NOT EXISTS ` + qual + v.name + on +
+			` TO ` + qual + l.Local(v.to) + ` AS
+	` + fmt.Sprintf(v.query, qual+l.Local(v.from))})
+	}
+	if l.Cluster == "" {
+		return out
+	}
+	for _, t := range tables {
+		args := l.Cluster + ", " + l.Database + ", " + l.Local(t.name)
+		if t.shardKey != "" {
+			args += ", " + t.shardKey
+		}
+		out = append(out, DDL{t.name, `CREATE TABLE IF NOT EXISTS ` + qual + t.name + on +
+			` AS ` + qual + l.Local(t.name) + ` ENGINE = Distributed(` + args + `)`})
+	}
+	return out
 }
 
 // Dimensions of DimsTable.
@@ -142,34 +252,62 @@ var requiredColumns = map[string][]string{
 	SuspectsTable: {"tenant", "code", "ts", "eid"},
 }
 
-// Apply runs Schema. Right after each CREATE TABLE of a table whose shape
-// changed during development it checks the columns: a table of the same
-// name left by an older build fails the start with a message, instead of
-// failing a view, every insert or every query.
-func Apply(ctx context.Context, conn driver.Conn) error {
-	for _, stmt := range Schema {
-		if err := chconn.ApplyDDL(ctx, conn, []string{stmt}); err != nil {
-			return err
-		}
-		for table, want := range requiredColumns {
-			if !strings.HasPrefix(stmt, "CREATE TABLE IF NOT EXISTS "+table+" ") {
+// Apply runs Schema(l). Right after each CREATE TABLE of a table whose
+// shape changed during development it checks the columns: a table of the
+// same name left by an older build fails the start with a message, instead
+// of failing a view, every insert or every query.
+//
+// On a cluster a statement runs only when this server lacks its object: ON
+// CLUSTER waits for every server, and a start must not wait for one that is
+// down (the DDL queue in ZooKeeper brings it the statements it missed when
+// it returns).
+func Apply(ctx context.Context, conn driver.Conn, l Layout) error {
+	for _, d := range Schema(l) {
+		if l.Cluster != "" {
+			var have uint64
+			if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?",
+				d.Object).Scan(&have); err != nil {
+				return fmt.Errorf("clickhouse: tables: %w", err)
+			}
+			if have > 0 {
+				if err := checkColumns(ctx, conn, l, d.Object); err != nil {
+					return err
+				}
 				continue
 			}
-			have, err := columns(ctx, conn, table)
-			if err != nil {
-				return err
+		}
+		if err := chconn.ApplyDDL(ctx, conn, []string{d.Stmt}); err != nil {
+			return err
+		}
+		if err := checkColumns(ctx, conn, l, d.Object); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkColumns fails when object is a table whose shape changed during
+// development (or, on a cluster, the Distributed table over one) and it
+// lacks a column this version needs.
+func checkColumns(ctx context.Context, conn driver.Conn, l Layout, object string) error {
+	for table, want := range requiredColumns {
+		if object != table && object != l.Local(table) {
+			continue
+		}
+		have, err := columns(ctx, conn, object)
+		if err != nil {
+			return err
+		}
+		var missing []string
+		for _, c := range want {
+			if !slices.Contains(have, c) {
+				missing = append(missing, c)
 			}
-			var missing []string
-			for _, c := range want {
-				if !slices.Contains(have, c) {
-					missing = append(missing, c)
-				}
-			}
-			if len(missing) > 0 {
-				return fmt.Errorf("clickhouse: table %s exists without columns %s: it was created by another version; "+
-					"drop the click_* tables and views of this database (nothing else reads them) "+
-					"or point KURZ_CLICKHOUSE_DATABASE elsewhere", table, strings.Join(missing, ", "))
-			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("clickhouse: table %s exists without columns %s: it was created by another version; "+
+				"drop the click_* tables and views of this database (nothing else reads them) "+
+				"or point KURZ_CLICKHOUSE_DATABASE elsewhere", object, strings.Join(missing, ", "))
 		}
 	}
 	return nil

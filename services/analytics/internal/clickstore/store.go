@@ -35,6 +35,7 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -75,11 +76,13 @@ func EID(eventID string) uint64 {
 
 // Store reads and writes clicks. It is safe for concurrent use.
 type Store struct {
-	conn driver.Conn
+	conn   driver.Conn
+	layout Layout
 }
 
-// New returns a store over conn; the schema must have been applied (Apply).
-func New(conn driver.Conn) *Store { return &Store{conn: conn} }
+// New returns a store over conn, its tables laid out as l; the schema must
+// have been applied (Apply).
+func New(conn driver.Conn, l Layout) *Store { return &Store{conn: conn, layout: l} }
 
 // ErrNotSent wraps an insert failure that happened before any row reached
 // ClickHouse: retrying cannot duplicate anything.
@@ -199,6 +202,11 @@ func readErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// peerUnreachable are the codes of a ClickHouse exception that says another
+// server of the cluster could not be reached: ALL_CONNECTION_TRIES_FAILED,
+// NETWORK_ERROR, SOCKET_TIMEOUT.
+var peerUnreachable = []int32{279, 210, 209}
+
 // unreachable tells a ClickHouse that cannot be reached (no connection, a
 // connection lost, no connection free in time) from an error it answered.
 // The caller's own cancellation or deadline is neither
@@ -207,8 +215,12 @@ func unreachable(err error) bool {
 	var exception *clickhouse.Exception
 	var netErr net.Error
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.As(err, &exception):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return false
+	case errors.As(err, &exception):
+		// On a cluster the server that took the query answers for the
+		// others: it could not reach every replica of a shard.
+		return slices.Contains(peerUnreachable, exception.Code)
 	}
 	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
@@ -314,7 +326,9 @@ type Duplicate struct {
 // nothing when the range has no suspects, and otherwise a cost that follows
 // the incidents (a crash, a takeover, a failed insert), not the link's size.
 func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
-	suspects := `SELECT %s FROM ` + SuspectsTable + `
+	// On a cluster the subqueries read each shard's own suspects (the
+	// link's rows and suspects share a shard), not the Distributed table.
+	suspects := `SELECT %s FROM ` + s.layout.LocalQualified(SuspectsTable) + `
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)`
 	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device),
 			groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)

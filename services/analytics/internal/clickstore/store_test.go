@@ -26,7 +26,7 @@ func TestApplyIsIdempotentAndRefusesAnOldShape(t *testing.T) {
 	}
 	defer ch.Close()
 	for range 2 {
-		if err := Apply(ctx, ch); err != nil {
+		if err := Apply(ctx, ch, LayoutOf(cfg.ClickHouse)); err != nil {
 			t.Fatalf("Apply: %v", err)
 		}
 	}
@@ -47,7 +47,7 @@ func TestApplyIsIdempotentAndRefusesAnOldShape(t *testing.T) {
 		ENGINE = MergeTree() ORDER BY (code, ts)`); err != nil {
 		t.Fatal(err)
 	}
-	err = Apply(ctx, och)
+	err = Apply(ctx, och, LayoutOf(old))
 	if err == nil || !strings.Contains(err.Error(), "without columns tenant") || !strings.Contains(err.Error(), "KURZ_CLICKHOUSE_DATABASE") {
 		t.Fatalf("Apply over an old click_events = %v, want an error naming the missing columns and what to do", err)
 	}

@@ -24,6 +24,7 @@ func TestUnreachable(t *testing.T) {
 		"no connection free":   {clickhouse.ErrAcquireConnTimeout, true},
 		"connection closed":    {clickhouse.ErrConnectionClosed, true},
 		"an answered error":    {&clickhouse.Exception{Code: 60, Message: "Table kurz.x does not exist"}, false},
+		"a shard unreachable":  {fmt.Errorf("query: %w", &clickhouse.Exception{Code: 279, Message: "All connection tries failed"}), true},
 		"the caller's timeout": {fmt.Errorf("query: %w", context.DeadlineExceeded), false},
 		"the caller gave up":   {context.Canceled, false},
 		"anything else":        {errors.New("scan: converting String to *uint32"), false},

@@ -153,30 +153,12 @@ func TestCrashAfterInsertBeforeAck(t *testing.T) {
 	e.xadd(events...)
 	q := allowAll(t)
 
-	rdbA, chA := e.clients()
-	inserted, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	optsA := e.opts()
-	optsA.DrainTimeout = 200 * time.Millisecond
-	optsA.hooks.afterInsert = func(context.Context, int) {
-		once.Do(func() { close(inserted); <-release })
-	}
-	a := e.start(optsA, rdbA, clickstore.New(chA), q)
-	select {
-	case <-inserted:
-	case <-time.After(20 * time.Second):
-		t.Fatal("consumer A never inserted")
-	}
-	eventually(t, 10*time.Second, "every entry delivered to A", func() (bool, string) {
-		p := e.pending()
-		return p == int64(len(events)), fmt.Sprintf("pending %d", p)
+	e.crashAfterInsert(q, func() {
+		eventually(t, 10*time.Second, "every entry delivered to A", func() (bool, string) {
+			p := e.pending()
+			return p == int64(len(events)), fmt.Sprintf("pending %d", p)
+		})
 	})
-	// kill -9: cut A off from Redis and ClickHouse, then let it go on.
-	a.cancel()
-	_ = rdbA.Close()
-	_ = chA.Close()
-	close(release)
-	a.stop(t)
 	stored := e.rows(code)
 	if p := e.pending(); p != int64(len(events)) || stored == 0 {
 		t.Fatalf("after the crash: pending %d, raw rows %d; want %d pending (nothing acknowledged) and some rows", p, stored, len(events))
@@ -353,7 +335,7 @@ func TestClickHouseOutage(t *testing.T) {
 	opts.UnhealthyAfter = 300 * time.Millisecond
 	opts.InsertTimeout = 2 * time.Second
 	opts.hooks.retry = func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() }
-	r := e.start(opts, e.rdb, clickstore.New(chP), allowAll(t))
+	r := e.start(opts, e.rdb, clickstore.New(chP, clickstore.LayoutOf(chCfg)), allowAll(t))
 	events := e.mixed(code, 150)
 	e.xadd(events...)
 

@@ -70,10 +70,10 @@ func newEnv(t testing.TB) *env {
 	e := &env{t: t, cfg: cfg, prefix: "t-" + rnd(), group: "g-" + rnd(), tenant: "tenant-" + rnd(),
 		base: time.Now().UTC().Truncate(24 * time.Hour).Add(-72*time.Hour + 10*time.Hour)}
 	e.rdb, e.ch = e.clients()
-	if err := clickstore.Apply(context.Background(), e.ch); err != nil {
+	if err := clickstore.Apply(context.Background(), e.ch, clickstore.LayoutOf(e.cfg.ClickHouse)); err != nil {
 		t.Fatal(err)
 	}
-	e.store = clickstore.New(e.ch)
+	e.store = clickstore.New(e.ch, clickstore.LayoutOf(e.cfg.ClickHouse))
 	keys := clickevent.StreamKeys(testShards)
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -156,6 +156,35 @@ func (e *env) start(opts Options, rdb redis.UniversalClient, store *clickstore.S
 	go func() { c.Run(ctx); close(r.done) }()
 	e.t.Cleanup(func() { r.stop(e.t) })
 	return r
+}
+
+// crashAfterInsert runs a consumer A until its first batch is in ClickHouse
+// and, before A acknowledges anything, runs blocked (if not nil) and kills
+// A: cut off from Redis and ClickHouse, then let go on.
+func (e *env) crashAfterInsert(q QuotaChecker, blocked func()) {
+	e.t.Helper()
+	rdbA, chA := e.clients()
+	inserted, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	optsA := e.opts()
+	optsA.DrainTimeout = 200 * time.Millisecond
+	optsA.hooks.afterInsert = func(context.Context, int) {
+		once.Do(func() { close(inserted); <-release })
+	}
+	a := e.start(optsA, rdbA, clickstore.New(chA, clickstore.LayoutOf(e.cfg.ClickHouse)), q)
+	select {
+	case <-inserted:
+	case <-time.After(20 * time.Second):
+		e.t.Fatal("consumer A never inserted")
+	}
+	if blocked != nil {
+		blocked()
+	}
+	a.cancel()
+	_ = rdbA.Close()
+	_ = chA.Close()
+	close(release)
+	a.stop(e.t)
 }
 
 // allowAll is a limiter client over a fake limiter that allows everything.

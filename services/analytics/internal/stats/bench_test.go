@@ -61,7 +61,7 @@ func benchStore(b *testing.B) *clickstore.Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = ch.Close() })
-	if err := clickstore.Apply(ctx, ch); err != nil {
+	if err := clickstore.Apply(ctx, ch, clickstore.LayoutOf(cfg.ClickHouse)); err != nil {
 		b.Fatal(err)
 	}
 	want := uint64(benchClicks + benchDups)
@@ -71,7 +71,7 @@ func benchStore(b *testing.B) *clickstore.Store {
 		b.Fatal(err)
 	}
 	if have == want {
-		return clickstore.New(ch)
+		return clickstore.New(ch, clickstore.LayoutOf(cfg.ClickHouse))
 	}
 	b.Logf("loading %d clicks into %s (found %d rows)", benchClicks, cfg.ClickHouse.Database, have)
 	for _, t := range []string{clickstore.EventsTable, clickstore.HourlyTable, clickstore.DimsTable, clickstore.OwnersTable, clickstore.SuspectsTable} {
@@ -79,7 +79,7 @@ func benchStore(b *testing.B) *clickstore.Store {
 			b.Fatal(err)
 		}
 	}
-	store := clickstore.New(ch)
+	store := clickstore.New(ch, clickstore.LayoutOf(cfg.ClickHouse))
 	start := time.Now()
 	firstOfDay := make(map[string]bool)
 	classes := make([]useragent.Class, len(benchUAs))

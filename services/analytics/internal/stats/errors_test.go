@@ -22,11 +22,11 @@ import (
 func TestStoreFailures(t *testing.T) {
 	// A closed pool fails every query as one whose server went away does
 	// (clickstore's tests dial a port nothing listens on).
-	gone := connect(t, "")
+	gone, l := connect(t, "")
 	if err := gone.Close(); err != nil {
 		t.Fatal(err)
 	}
-	empty := connect(t, "kurz_test_empty") // created, never migrated: no tables
+	empty, _ := connect(t, "kurz_test_empty") // created, never migrated: no tables
 
 	tests := map[string]struct {
 		store      *clickstore.Store
@@ -34,8 +34,8 @@ func TestStoreFailures(t *testing.T) {
 		wantReason string
 		wantRetry  time.Duration
 	}{
-		"clickhouse gone":  {clickstore.New(gone), codes.Unavailable, ReasonStoreDown, time.Second},
-		"a query it fails": {clickstore.New(empty), codes.Internal, "", 0},
+		"clickhouse gone":  {clickstore.New(gone, l), codes.Unavailable, ReasonStoreDown, time.Second},
+		"a query it fails": {clickstore.New(empty, l), codes.Internal, "", 0},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -26,16 +26,16 @@ import (
 
 func newStore(t testing.TB, database string) *clickstore.Store {
 	t.Helper()
-	ch := connect(t, database)
-	if err := clickstore.Apply(context.Background(), ch); err != nil {
+	ch, l := connect(t, database)
+	if err := clickstore.Apply(context.Background(), ch, l); err != nil {
 		t.Fatal(err)
 	}
-	return clickstore.New(ch)
+	return clickstore.New(ch, l)
 }
 
 // connect opens the test ClickHouse, on database if set (created if
-// missing).
-func connect(t testing.TB, database string) driver.Conn {
+// missing), and the tables' layout there.
+func connect(t testing.TB, database string) (driver.Conn, clickstore.Layout) {
 	t.Helper()
 	var cfg struct{ ClickHouse chconn.Config }
 	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
@@ -49,7 +49,7 @@ func connect(t testing.TB, database string) driver.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ch.Close() })
-	return ch
+	return ch, clickstore.LayoutOf(cfg.ClickHouse)
 }
 
 func rnd() string {
