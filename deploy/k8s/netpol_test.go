@@ -128,7 +128,7 @@ func wantIngress(t *testing.T, r rendering) map[string]map[string][]string {
 		// The stores take exactly the services whose code reads their
 		// settings (from the source scan).
 		want["redis"] = map[string][]string{
-			"redis":       append(clients("KURZ_REDIS_ADDRS"), "redis", "redis-cluster-init"),
+			"redis":       append(clients("KURZ_REDIS_ADDRS"), "redis", "redis-cluster-init", "redis-cluster-grow"),
 			"cluster-bus": {"redis"},
 		}
 		want["postgres"] = map[string][]string{"postgres": clients("KURZ_POSTGRES_URL")}
