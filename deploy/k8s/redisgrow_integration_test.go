@@ -5,6 +5,7 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -22,14 +23,18 @@ import (
 
 // The dev overlay's Redis Jobs, run for real: redis-server processes started
 // with the StatefulSet's own arguments, each on a loopback address of its
-// own (127.0.0.1x, port 6379, as every pod has its IP), and the Jobs' scripts
+// own (127.A.B.1x, port 6379, as every pod has its IP; A and B drawn at
+// random so that two runs on one machine do not meet), and the Jobs' scripts
 // run as they are rendered. Only name resolution is stood in for: getent and
 // redis-cli see the pods' DNS names mapped to those addresses. The cluster
 // is private to this test (not the stack's).
 const growPassword = "dev-only-grow-test-password"
 
 // podIP is the loopback address standing in for pod redis-<i>.
-func podIP(i int) string { return fmt.Sprintf("127.0.0.%d", 10+i) }
+func podIP(i int) string { return fmt.Sprintf("%s.%d", podNet, 10+i) }
+
+// podNet is the /24 of loopback addresses this run's pods get.
+var podNet = fmt.Sprintf("127.%d.%d", 1+rand.IntN(254), rand.IntN(256))
 
 func TestRedisJobsFormAndGrowTheCluster(t *testing.T) {
 	r := render(t, "overlays/dev")
@@ -49,7 +54,7 @@ func TestRedisJobsFormAndGrowTheCluster(t *testing.T) {
 	}
 	domain := ".redis-headless.kurz.svc.cluster.local"
 	// pod maps a pod's DNS name (with anything after it) to its address.
-	pod := `idx=${a#redis-}; idx=${idx%%.*}; rest=${a#*` + domain + `}; a="127.0.0.$((10 + idx))$rest"`
+	pod := `idx=${a#redis-}; idx=${idx%%.*}; rest=${a#*` + domain + `}; a="` + podNet + `.$((10 + idx))$rest"`
 	writeShim := func(name, body string) {
 		if err := os.WriteFile(filepath.Join(shims, name), []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 			t.Fatal(err)
