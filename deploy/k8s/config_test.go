@@ -464,9 +464,14 @@ func dialsService(r rendering, target, svc string) error {
 // clusterDomain is the DNS suffix of the kurz namespace; names may carry it.
 const clusterDomain = "kurz.svc.cluster.local"
 
-// The dev endpoints point at what the dev overlay runs.
+// The dev endpoints point at what the dev overlays run.
 func TestDevEndpointsResolveInTheNamespace(t *testing.T) {
-	r := render(t, "overlays/dev")
+	for _, dir := range []string{"overlays/dev", "overlays/dev-chcluster"} {
+		devEndpointsResolve(t, render(t, dir))
+	}
+}
+
+func devEndpointsResolve(t *testing.T, r rendering) {
 	envs := serviceEnvironments(t, r)
 	secrets := byName[corev1.Secret](r)
 	for _, svc := range services {
@@ -478,7 +483,7 @@ func TestDevEndpointsResolveInTheNamespace(t *testing.T) {
 			}
 			v, _ := e.value(name)
 			if v == "" {
-				t.Errorf("dev: %s: %s is empty", svc, name)
+				t.Errorf("%s: %s: %s is empty", r.Dir, svc, name)
 			}
 			for item := range strings.SplitSeq(v, ",") {
 				endpoints = append(endpoints, strings.TrimSpace(item))
@@ -487,20 +492,20 @@ func TestDevEndpointsResolveInTheNamespace(t *testing.T) {
 		if g, ok := e.Given["KURZ_POSTGRES_URL"]; ok && g.Secret != nil {
 			s, ok := secrets[g.Secret.Name]
 			if !ok {
-				t.Errorf("dev: %s: Secret %s is not rendered", svc, g.Secret.Name)
+				t.Errorf("%s: %s: Secret %s is not rendered", r.Dir, svc, g.Secret.Name)
 				continue
 			}
 			raw := string(s.Data[g.Secret.Key]) + s.StringData[g.Secret.Key]
 			u, err := url.Parse(raw)
 			if err != nil || u.Port() == "" {
-				t.Errorf("dev: %s: KURZ_POSTGRES_URL %q: want postgres://user:password@host:port/db", svc, raw)
+				t.Errorf("%s: %s: KURZ_POSTGRES_URL %q: want postgres://user:password@host:port/db", r.Dir, svc, raw)
 				continue
 			}
 			endpoints = append(endpoints, u.Host)
 		}
 		for _, ep := range endpoints {
 			if err := resolvesInRendering(r, ep); err != nil {
-				t.Errorf("dev: %s: endpoint %s: %v", svc, ep, err)
+				t.Errorf("%s: %s: endpoint %s: %v", r.Dir, svc, ep, err)
 			}
 		}
 	}

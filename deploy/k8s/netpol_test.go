@@ -124,16 +124,22 @@ func wantIngress(t *testing.T, r rendering) map[string]map[string][]string {
 		"shortener": {"grpc": {"gateway"}},
 		"analytics": {"grpc": {"gateway"}},
 	}
-	if r.Dir == "overlays/dev" {
+	if strings.HasPrefix(r.Dir, "overlays/dev") {
 		// The stores take exactly the services whose code reads their
 		// settings (from the source scan).
 		want["redis"] = map[string][]string{
-			"redis":       append(clients("KURZ_REDIS_ADDRS"), "redis", "redis-cluster-init"),
+			"redis":       append(clients("KURZ_REDIS_ADDRS"), "redis", "redis-cluster-init", "redis-cluster-grow"),
 			"cluster-bus": {"redis"},
 		}
 		want["postgres"] = map[string][]string{"postgres": clients("KURZ_POSTGRES_URL")}
 		want["clickhouse"] = map[string][]string{"native": clients("KURZ_CLICKHOUSE_ADDRS")}
 		want["otel-collector"] = map[string][]string{"otlp-grpc": clients("KURZ_OTLP_ENDPOINT")}
+	}
+	if r.Dir == "overlays/dev-chcluster" {
+		// The nodes query and replicate from each other, through Keeper.
+		want["clickhouse"]["native"] = append(want["clickhouse"]["native"], "clickhouse")
+		want["clickhouse"]["interserver"] = []string{"clickhouse"}
+		want["clickhouse-keeper"] = map[string][]string{"keeper": {"clickhouse"}}
 	}
 	return want
 }

@@ -475,3 +475,26 @@ func TestDevHasOneReplicaAndTheStatefulDependencies(t *testing.T) {
 		t.Error("dev has no Job that forms the Redis Cluster (redis-cli --cluster create)")
 	}
 }
+
+// The prod overlay's scale-out settings agree with each other: the
+// limiter's replica bound is its HPA's maximum, and analytics runs in
+// cluster mode against more than one ClickHouse node.
+func TestProdScaleOutSettings(t *testing.T) {
+	r := render(t, "overlays/prod")
+	envs := serviceEnvironments(t, r)
+	var max int32
+	for _, h := range typed[autoscalingv2.HorizontalPodAutoscaler](r) {
+		if h.Spec.ScaleTargetRef.Name == "limiter" {
+			max = h.Spec.MaxReplicas
+		}
+	}
+	if got, _ := envs["limiter"].value("KURZ_LIMITER_MAX_REPLICAS"); got != strconv.Itoa(int(max)) || max == 0 {
+		t.Errorf("limiter: KURZ_LIMITER_MAX_REPLICAS=%q, want the limiter HPA's maxReplicas %d", got, max)
+	}
+	if v, _ := envs["analytics"].value("KURZ_CLICKHOUSE_CLUSTER"); v == "" {
+		t.Error("analytics: KURZ_CLICKHOUSE_CLUSTER is not set: prod's ClickHouse is a replicated cluster")
+	}
+	if v, _ := envs["analytics"].value("KURZ_CLICKHOUSE_ADDRS"); len(strings.Split(v, ",")) < 2 {
+		t.Errorf("analytics: KURZ_CLICKHOUSE_ADDRS=%q, want several nodes of the cluster", v)
+	}
+}

@@ -37,7 +37,7 @@ import (
 
 // overlays are the kustomizations users apply; monitoring is the optional
 // Prometheus scrape configuration.
-var overlays = []string{"overlays/dev", "overlays/prod"}
+var overlays = []string{"overlays/dev", "overlays/dev-chcluster", "overlays/prod"}
 
 // services are the kurz services, each a module under services/ and an image
 // kurz/<name>.
