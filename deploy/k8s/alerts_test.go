@@ -2,6 +2,8 @@ package k8s
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -289,4 +291,48 @@ func TestPrometheusRuleMatchesTheRulesFile(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s is stale: run %s=1 go test -run TestPrometheusRuleMatchesTheRulesFile ./deploy/k8s/", prometheusRule, updateRulesEnv)
 	}
+}
+
+// Every query of the Grafana dashboard is PromQL that Prometheus parses:
+// promtool check rules on a rules file recording each one
+// ($__rate_interval, Grafana's, as 5m).
+func TestDashboardQueriesParse(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "grafana", "kurz.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			ID      int `json:"id"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	type record struct {
+		Record string `json:"record"`
+		Expr   string `json:"expr"`
+	}
+	var records []record
+	for _, p := range dash.Panels {
+		for i, tg := range p.Targets {
+			records = append(records, record{fmt.Sprintf("dashboard:panel%d_%d", p.ID, i), strings.ReplaceAll(tg.Expr, "$__rate_interval", "5m")})
+		}
+	}
+	if len(records) == 0 {
+		t.Fatal("kurz.json has no queries")
+	}
+	file := map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": records}}}
+	out, err := yaml.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard.rules.yaml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promtool(t, "check", "rules", path)
 }
