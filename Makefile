@@ -64,6 +64,27 @@ $(BIN)/.service_cmd-$(ENVOY_RATELIMIT_VERSION):
 $(BIN)/.gubernator-$(GUBERNATOR_VERSION):
 	GOBIN=$(BIN) go install github.com/gubernator-io/gubernator/v2/cmd/gubernator@$(GUBERNATOR_VERSION)
 	@touch $@
+# promtool checks and unit-tests the alert rules (deploy/k8s/alerts_test.go).
+# It comes in Debian's package prometheus; the Prometheus server of that
+# package is not wanted here (9090 is no port of ours, but nothing should
+# listen that the tests did not start): where systemd runs, it is stopped and
+# disabled right after the install.
+.PHONY: promtool
+promtool:
+	@command -v promtool >/dev/null 2>&1 && exit 0; \
+	if [[ $$(id -u) -ne 0 ]]; then \
+		echo "promtool is missing: sudo apt-get install -y --no-install-recommends prometheus" >&2; exit 1; \
+	fi; \
+	echo "installing promtool (Debian package prometheus, log: .local/apt-promtool.log)"; \
+	mkdir -p .local; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends prometheus >.local/apt-promtool.log 2>&1 || \
+	{ apt-get -o DPkg::Lock::Timeout=600 update >>.local/apt-promtool.log 2>&1 && \
+	  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends prometheus >>.local/apt-promtool.log 2>&1; } || \
+	{ cat .local/apt-promtool.log >&2; exit 1; }; \
+	if [[ -d /run/systemd/system ]]; then systemctl disable --now prometheus >>.local/apt-promtool.log 2>&1 || true; fi; \
+	command -v promtool
+
 # The Node prototype's packages, as its package-lock.json pins them.
 NODE_PROTOTYPE := deploy/bench/node-prototype
 $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
@@ -73,7 +94,8 @@ $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
 .PHONY: tools
 tools: $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
        $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) \
-       $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done ## Install the pinned tools into ./bin.
+       $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done \
+       promtool ## Install the pinned tools into ./bin, and promtool (Debian's prometheus).
 
 # --- code generation and static checks --------------------------------------
 

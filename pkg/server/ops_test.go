@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,5 +125,57 @@ func TestReadyzFloodPingsNoDependency(t *testing.T) {
 	}
 	if got := pings.Load(); before != 1 || got != before {
 		t.Errorf("dependency pinged %d times at start and %d during %d /readyz requests; want once, then none", before, got-before, flood)
+	}
+}
+
+// kurz_dependency_up on /metrics follows the readiness checks: 1 for a
+// passing check, 0 for a failing one (hard or soft), and it changes when a
+// check's result does.
+func TestDependencyUpFollowsTheChecks(t *testing.T) {
+	var storeDown atomic.Bool
+	r := startWith(t, server.Config{ReadinessInterval: 20 * time.Millisecond}, func(s *server.Server) {
+		s.AddCheck("postgres", func(context.Context) error { return nil })
+		s.AddSoftCheck("redis", func(context.Context) error {
+			if storeDown.Load() {
+				return errors.New("connection refused")
+			}
+			return nil
+		})
+	})
+	scrape := func() string {
+		resp, err := http.Get(r.HTTP + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var lines []string
+		for l := range strings.Lines(string(body)) {
+			if strings.HasPrefix(l, "kurz_dependency_up{") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+		return strings.Join(lines, "\n")
+	}
+	up := func(check, value string) func() (bool, string) {
+		return func() (bool, string) {
+			got := scrape()
+			for l := range strings.Lines(got) {
+				if strings.Contains(l, `check="`+check+`"`) && strings.HasSuffix(strings.TrimSpace(l), " "+value) {
+					return true, got
+				}
+			}
+			return false, got
+		}
+	}
+	if ok, got := servertest.EventuallyState(10*time.Second, up("redis", "1")); !ok {
+		t.Fatalf("redis check passing: want kurz_dependency_up{check=\"redis\"} 1, got:\n%s", got)
+	}
+	storeDown.Store(true)
+	if ok, got := servertest.EventuallyState(10*time.Second, up("redis", "0")); !ok {
+		t.Fatalf("redis check failing: want kurz_dependency_up{check=\"redis\"} 0, got:\n%s", got)
+	}
+	if ok, got := up("postgres", "1")(); !ok {
+		t.Errorf("postgres check passing: want kurz_dependency_up{check=\"postgres\"} 1, got:\n%s", got)
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -236,6 +238,9 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.recoverUnary),
 		grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvMsgSize),
+	}
+	if err := s.observeReadiness(); err != nil {
+		return nil, err
 	}
 	s.GRPC = grpc.NewServer(append(base, opts...)...)
 	healthpb.RegisterHealthServer(s.GRPC, s.health)
@@ -479,6 +484,38 @@ func (s *Server) runChecks(ctx context.Context) (map[string]string, bool) {
 		results[c.name] = "ok"
 	}
 	return results, ok
+}
+
+// MetricDependencyUp is the gauge of the readiness checks' last results,
+// one series per check (attribute check: postgres, redis, clickhouse, a
+// peer): 1 when it passed, 0 when it failed, whether the failure takes the
+// replica out of rotation or leaves it degraded. The alerts on unreachable
+// stores read it (deploy/k8s/monitoring/alerts.yaml).
+const MetricDependencyUp = "kurz.dependency.up"
+
+// observeReadiness exports the last readiness results as MetricDependencyUp;
+// it reports nothing before the first run of the checks.
+func (s *Server) observeReadiness() error {
+	_, err := s.Telemetry.MeterProvider.Meter("kurz.dev/pkg/server").Int64ObservableGauge(MetricDependencyUp,
+		metric.WithDescription("1 when the last readiness check of a dependency (attribute check) passed, 0 when it failed"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			rd := s.ready.Load()
+			if rd == nil {
+				return nil
+			}
+			for name, st := range rd.checks {
+				up := int64(0)
+				if st == "ok" {
+					up = 1
+				}
+				o.Observe(up, metric.WithAttributes(attribute.String("check", name)))
+			}
+			return nil
+		}))
+	if err != nil {
+		return fmt.Errorf("readiness metrics: %w", err)
+	}
+	return nil
 }
 
 // serveReadyz answers the last result of the readiness checks (at most

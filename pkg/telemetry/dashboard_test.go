@@ -6,27 +6,39 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // knownMetrics are the Prometheus names of the families the services export
 // (the services' metric tests check the ones with traffic behind them); a
 // dashboard query naming anything else would draw an empty panel.
 var knownMetrics = map[string]bool{
-	"kurz_ratelimit_decisions_total":           true,
-	"kurz_ratelimit_fallbacks_total":           true,
-	"kurz_ratelimit_redis_duration_seconds":    true,
-	"kurz_redirect_requests_total":             true,
-	"kurz_redirect_duration_seconds":           true,
-	"kurz_redirect_click_events_written_total": true,
-	"kurz_redirect_click_events_dropped_total": true,
-	"kurz_analytics_consumer_lag":              true,
-	"kurz_analytics_batch_size":                true,
-	"kurz_analytics_flush_failures_total":      true,
-	"kurz_gateway_requests_total":              true,
-	"kurz_gateway_request_duration_seconds":    true,
-	"rpc_server_call_duration_seconds":         true,
-	"rpc_client_call_duration_seconds":         true,
-	"http_server_request_duration_seconds":     true,
+	"kurz_ratelimit_decisions_total":                  true,
+	"kurz_ratelimit_fallbacks_total":                  true,
+	"kurz_ratelimit_redis_duration_seconds":           true,
+	"kurz_redirect_requests_total":                    true,
+	"kurz_redirect_duration_seconds":                  true,
+	"kurz_redirect_click_events_written_total":        true,
+	"kurz_redirect_click_events_dropped_total":        true,
+	"kurz_analytics_consumer_lag":                     true,
+	"kurz_analytics_batch_size":                       true,
+	"kurz_analytics_flush_failures_total":             true,
+	"kurz_gateway_requests_total":                     true,
+	"kurz_gateway_request_duration_seconds":           true,
+	"rpc_server_call_duration_seconds":                true,
+	"rpc_client_call_duration_seconds":                true,
+	"http_server_request_duration_seconds":            true,
+	"kurz_ratelimit_breakers_open":                    true,
+	"kurz_quota_calls_total":                          true,
+	"kurz_shortener_links_created_total":              true,
+	"kurz_shortener_urls_refused_total":               true,
+	"kurz_shortener_cache_write_failures_total":       true,
+	"kurz_shortener_invalidations_pending":            true,
+	"kurz_shortener_invalidations_oldest_age_seconds": true,
+	"kurz_analytics_events_dead_lettered_total":       true,
+	"kurz_analytics_events_trimmed_total":             true,
+	"kurz_dependency_up":                              true,
 }
 
 var (
@@ -134,4 +146,61 @@ func balanced(s string) bool {
 		}
 	}
 	return len(stack) == 0 && !inQuote
+}
+
+// TestDashboardShowsWhatTheAlertsWatch: every metric an alert of
+// deploy/k8s/monitoring/alerts.rules.yaml reads is drawn by some panel, so
+// the operator paged has the graph behind the page.
+func TestDashboardShowsWhatTheAlertsWatch(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/grafana/kurz.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	drawn := map[string]bool{}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range metricName.FindAllString(labelParts.ReplaceAllString(tg.Expr, ""), -1) {
+				drawn[n] = true
+			}
+		}
+	}
+	rawRules, err := os.ReadFile("../../deploy/k8s/monitoring/alerts.rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `json:"alert"`
+				Expr  string `json:"expr"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(rawRules, &rules); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			for _, m := range metricName.FindAllString(labelParts.ReplaceAllString(r.Expr, ""), -1) {
+				if !drawn[m] {
+					t.Errorf("alert %s reads %s, which no panel of kurz.json draws", r.Alert, m)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("alerts.rules.yaml has no rules")
+	}
 }

@@ -63,3 +63,22 @@ func TestMetricFamilies(t *testing.T) {
 		t.Errorf("decisions of rule one by outcome: %v, want an allowed and a denied outcome", outcomes)
 	}
 }
+
+// TestDependencyUpOnTheRealStack: the limiter's readiness check of the real
+// Redis Cluster shows on /metrics as kurz_dependency_up{check="redis"} 1,
+// the series the KurzRedisUnreachable alert reads.
+func TestDependencyUpOnTheRealStack(t *testing.T) {
+	r, _ := startFile(t)
+	ok, last := servertest.EventuallyState(10*time.Second, func() (bool, string) {
+		_, body := r.Get(t, "/metrics")
+		for line := range strings.Lines(body) {
+			if strings.HasPrefix(line, "kurz_dependency_up{") && strings.Contains(line, `check="redis"`) {
+				return strings.HasSuffix(strings.TrimSpace(line), " 1"), line
+			}
+		}
+		return false, "no kurz_dependency_up series for redis"
+	})
+	if !ok {
+		t.Fatalf("want kurz_dependency_up{check=\"redis\"} 1 on /metrics; last: %s", last)
+	}
+}
