@@ -92,8 +92,10 @@ check-gen: tools ## Fail if gen/ differs from what proto/ generates.
 	echo "gen/ matches proto/"
 
 .PHONY: docs
-docs: ## Regenerate docs/configuration.md from the services' Config structs.
+docs: ## Regenerate docs/configuration.md from the services' Config structs, and docs/cli from kurzctl's commands.
 	go run ./tools/envdoc -w docs/configuration.md
+	rm -rf docs/cli
+	go run ./cmd/kurzctl docs docs/cli
 
 .PHONY: lint
 lint: tools ## buf lint, gofmt, go vet (both test tiers).
