@@ -195,7 +195,8 @@ SOAK_DURATION ?= 5m
 
 .PHONY: kurzctl
 kurzctl: ## Build the kurzctl CLI into ./bin (see docs/cli.md).
-	go build -o $(BIN)/kurzctl ./cmd/kurzctl
+	go build -ldflags "-X kurz.dev/pkg/buildinfo.Version=$(VERSION) -X kurz.dev/pkg/buildinfo.Commit=$$(git rev-parse HEAD)" \
+		-o $(BIN)/kurzctl ./cmd/kurzctl
 
 # --- release -----------------------------------------------------------------
 
