@@ -1,16 +1,16 @@
 // Command release builds kurz's release: kurzctl and the five services for
 // linux and darwin on amd64 and arm64, static, with the version, commit and
-// build date linked into pkg/buildinfo; a SHA-256 checksum file over them;
-// and a CycloneDX SBOM of each binary's modules (with cyclonedx-gomod,
-// which make release installs). make release runs it:
+// build date linked into pkg/buildinfo; a CycloneDX SBOM of each binary's
+// modules (with cyclonedx-gomod, which make release installs); and a SHA-256
+// checksum file over them all. make release runs it:
 //
 //	go run ./tools/release -version v0.3.0 -out dist -sbom bin/cyclonedx-gomod
 //
 // Its output, in -out:
 //
-//	<binary>_<version>_<os>_<arch>    the binaries (4 platforms × 6)
-//	<binary>_<version>.cdx.json       the SBOMs (the modules of its linux/amd64 build)
-//	checksums.txt                     sha256sum -c format, over every file above
+//	<binary>_<version>_<os>_<arch>           the binaries (4 platforms × 6)
+//	<binary>_<version>_<os>_<arch>.cdx.json  each one's SBOM
+//	checksums.txt                            sha256sum -c format, over them all
 package main
 
 import (
@@ -106,10 +106,13 @@ func run(version, commit, out, sbom string) error {
 		}
 	}
 	if sbom != "" {
-		for _, b := range binaries {
-			file := fmt.Sprintf("%s_%s.cdx.json", b.name, version)
-			cmd := exec.Command(sbom, "app", "-json", "-output", filepath.Join(out, file), "-main", strings.TrimPrefix(b.pkg, "./"), ".")
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+		// From each binary's embedded module list: the SBOM describes what
+		// shipped, platform by platform, and needs no git (the source mode
+		// of cyclonedx-gomod reads the version from git and fails in a
+		// git worktree).
+		for _, bin := range append([]string(nil), files...) {
+			file := bin + ".cdx.json"
+			cmd := exec.Command(sbom, "bin", "-json", "-version", version, "-output", filepath.Join(out, file), filepath.Join(out, bin))
 			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 			fmt.Fprintf(os.Stderr, "sbom %s\n", file)
 			if err := cmd.Run(); err != nil {
