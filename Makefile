@@ -26,6 +26,9 @@ KUBECONFORM_VERSION        := v0.8.0
 K8S_SCHEMA_VERSION         := v1.37.2
 # The peers make bench measures kurz against (deploy/bench/peers.sh).
 ENVOY_RATELIMIT_VERSION    := v1.4.1-0.20260122083618-3fb702589d36
+# make release's SBOMs and make images' builder (tools/release, .ko.yaml).
+CYCLONEDX_GOMOD_VERSION    := v1.10.0
+KO_VERSION                 := v0.19.1
 GUBERNATOR_VERSION         := v2.13.0
 
 
@@ -56,6 +59,13 @@ $(BIN)/.kubeconform-$(KUBECONFORM_VERSION):
 	@touch $@
 $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done: deploy/k8s/schemagen/main.go
 	go run ./deploy/k8s/schemagen -version $(K8S_SCHEMA_VERSION) -out $(BIN)/k8s-schemas
+	@touch $@
+
+$(BIN)/.cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION):
+	GOBIN=$(BIN) go install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
+	@touch $@
+$(BIN)/.ko-$(KO_VERSION):
+	GOBIN=$(BIN) go install github.com/google/ko@$(KO_VERSION)
 	@touch $@
 
 $(BIN)/.service_cmd-$(ENVOY_RATELIMIT_VERSION):
@@ -114,8 +124,10 @@ check-gen: tools ## Fail if gen/ differs from what proto/ generates.
 	echo "gen/ matches proto/"
 
 .PHONY: docs
-docs: ## Regenerate docs/configuration.md from the services' Config structs.
+docs: ## Regenerate docs/configuration.md from the services' Config structs, and docs/cli from kurzctl's commands.
 	go run ./tools/envdoc -w docs/configuration.md
+	rm -rf docs/cli
+	go run ./cmd/kurzctl docs docs/cli
 
 .PHONY: lint
 lint: tools ## buf lint, gofmt, go vet (both test tiers).
@@ -223,7 +235,37 @@ SOAK_DURATION ?= 5m
 
 .PHONY: kurzctl
 kurzctl: ## Build the kurzctl CLI into ./bin (see docs/cli.md).
-	go build -o $(BIN)/kurzctl ./cmd/kurzctl
+	go build -ldflags "-X kurz.dev/pkg/buildinfo.Version=$(VERSION) -X kurz.dev/pkg/buildinfo.Commit=$$(git rev-parse HEAD)" \
+		-o $(BIN)/kurzctl ./cmd/kurzctl
+
+# --- release -----------------------------------------------------------------
+
+# The release's version: the tag of HEAD, else the nearest tag with the
+# commits since and the commit, e.g. v0.3.0-4-gabcdef0 (-dirty with
+# uncommitted changes).
+VERSION ?= $(shell git describe --tags --always --dirty)
+
+.PHONY: release
+release: $(BIN)/.cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION) ## Build kurzctl and the services for linux/darwin × amd64/arm64 into dist/, with checksums.txt and SBOMs (VERSION=v0.3.0).
+	go run ./tools/release -version $(VERSION) -out dist -sbom $(BIN)/cyclonedx-gomod
+
+.PHONY: release-check
+release-check: release ## make release, then check its checksums and that the binaries know their version.
+	cd dist && sha256sum -c --quiet checksums.txt
+	v=$$(dist/kurzctl_$(VERSION)_linux_amd64 version -o json); echo "$$v"; \
+	[[ $$v == *'"version":"$(VERSION)"'* ]] || { echo "kurzctl does not know its version" >&2; exit 1; }
+
+# Container images without a Docker daemon: ko builds each service onto
+# .ko.yaml's base image and writes one OCI tarball (docker load, podman
+# load, crane push). KO_DOCKER_REPO names the images.
+KO_DOCKER_REPO ?= kurz
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+
+.PHONY: images
+images: $(BIN)/.ko-$(KO_VERSION) ## Build the five services' images with ko (no Docker) into dist/images.tar.
+	@mkdir -p dist
+	KO_DOCKER_REPO=$(KO_DOCKER_REPO) VERSION=$(VERSION) ko build --push=false --tarball=dist/images.tar --base-import-paths --tags=$(VERSION) \
+		--platform=$(IMAGE_PLATFORMS) ./services/limiter ./services/shortener ./services/redirect ./services/analytics ./services/gateway
 
 .PHONY: demo
 demo: ## Reproduce the design notes' figures against the running stack (make up first).

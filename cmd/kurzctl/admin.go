@@ -28,7 +28,7 @@ type apiKey struct {
 	RevokeTime string `json:"revokeTime"`
 }
 
-const adminHelpNote = `Needs the gateway's admin token (--admin-token or KURZ_ADMIN_TOKEN).`
+const adminHelpNote = `Needs the gateway's admin token (--admin-token or KURZ_GATEWAY_ADMIN_TOKEN).`
 
 func adminCommands() []*command {
 	return []*command{

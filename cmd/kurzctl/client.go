@@ -14,6 +14,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"kurz.dev/pkg/buildinfo"
 )
 
 // maxErrorBody bounds what is read of an error answer.
@@ -61,7 +63,10 @@ func (c *cli) gateway(cmd string, cred credential) (*gateway, error) {
 	switch cred {
 	case adminAuth:
 		if c.g.adminToken == "" {
-			return nil, usagef(cmd, "the admin API needs the admin token: set --admin-token or KURZ_ADMIN_TOKEN")
+			return nil, usagef(cmd, "the admin API needs the admin token: set --admin-token or %s (the gateway's variable), or a context's admin-token", adminTokenEnv)
+		}
+		if c.g.adminTokenAlias {
+			fmt.Fprintf(c.stderr, "kurzctl: %s is deprecated: name the admin token %s, as the gateway does\n", deprecatedAdminTokenEnv, adminTokenEnv)
 		}
 		gw.auth = "Bearer " + c.g.adminToken
 	case apiKeyAuth:
@@ -89,7 +94,7 @@ func (gw *gateway) send(ctx context.Context, method, path string, query url.Valu
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	req.Header.Set("User-Agent", "kurzctl/"+version)
+	req.Header.Set("User-Agent", "kurzctl/"+buildinfo.Version)
 	resp, err := gw.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -93,7 +93,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"unknown flag", []string{"links", "list", "--colour"}, "flag provided but not defined: -colour"},
 		{"bad redirect", []string{"links", "create", "https://example.com", "--redirect", "303"}, "--redirect 303: want 301, 302, 307 or 308"},
 		{"bad expire", []string{"links", "create", "https://example.com", "--expire", "soon"}, `--expire: "soon" is neither an RFC 3339 time`},
-		{"bad output", []string{"links", "list", "-o", "yaml"}, `--output "yaml": want table or json`},
+		{"bad output", []string{"links", "list", "-o", "xml"}, `--output "xml": want table, json or yaml`},
 		{"bad url", []string{"--url", "127.0.0.1:8080", "links", "list"}, `--url "127.0.0.1:8080": want the gateway's base URL`},
 		{"nothing to update", []string{"links", "update", "abc1234"}, "nothing to change"},
 		{"conflicting flags", []string{"links", "update", "abc1234", "--enable", "--disable"}, "give --disable or --enable, not both"},
@@ -101,7 +101,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"since and start", []string{"stats", "abc1234", "--since", "7d", "--start", "2026-01-01"}, "give --since, or --start and --end, not both"},
 		{"no domain", []string{"quota", "explain", "--descriptor", "tenant=acme"}, "--domain is required"},
 		{"bad descriptor", []string{"quota", "check", "--domain", "api", "--descriptor", "tenant"}, `--descriptor "tenant": want name=value`},
-		{"no admin token", []string{"tenants", "get", "acme"}, "set --admin-token or KURZ_ADMIN_TOKEN"},
+		{"no admin token", []string{"tenants", "get", "acme"}, "set --admin-token or KURZ_GATEWAY_ADMIN_TOKEN"},
 		{"bad batch", []string{"links", "import", "x.csv", "--batch", "0"}, "--batch must be from 1 to 1000"},
 	}
 	for _, tt := range tests {

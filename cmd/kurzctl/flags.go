@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 	"time"
-)
 
-// version is kurzctl's version, set at build time with
-// -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+	"kurz.dev/pkg/buildinfo"
+)
 
 // Defaults of the global settings, when neither a flag nor the environment
 // gives one: the addresses make up uses.
@@ -34,22 +30,37 @@ type globals struct {
 	limiter    string
 	output     string
 	timeout    time.Duration
+	config     string // the config file (--config)
+	context    string // the context to use (--context)
+	// adminTokenAlias is set when the admin token came from the deprecated
+	// KURZ_ADMIN_TOKEN: the call that uses it warns.
+	adminTokenAlias bool
 }
+
+// adminTokenEnv is the admin token's variable: the gateway's own name for
+// it, so one variable serves both. deprecatedAdminTokenEnv is read too,
+// with a warning.
+const (
+	adminTokenEnv           = "KURZ_GATEWAY_ADMIN_TOKEN"
+	deprecatedAdminTokenEnv = "KURZ_ADMIN_TOKEN"
+)
 
 // globalFlags documents the global flags once, for every help text (never
 // with their values: they may be secrets).
 var globalFlags = []struct{ name, usage string }{
 	{"--url URL", "the gateway's base URL (env KURZ_URL; default " + defaultURL + ")"},
 	{"--api-key KEY", "a tenant's API key, for links and stats (env KURZ_API_KEY)"},
-	{"--admin-token TOKEN", "the gateway's admin token, for tenants and keys (env KURZ_ADMIN_TOKEN)"},
+	{"--admin-token TOKEN", "the gateway's admin token, for tenants and keys (env " + adminTokenEnv + ")"},
 	{"--limiter ADDR", "the limiter's gRPC address, for quota (env KURZ_LIMITER_ADDR; default " + defaultLimiter + ")"},
-	{"-o, --output FORMAT", "table (for people) or json (the API's JSON, one document, for scripts)"},
+	{"--context NAME", "the config file's context to take settings from (env KURZ_CONTEXT; default its current-context)"},
+	{"--config FILE", "the config file (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)"},
+	{"-o, --output FORMAT", "table (for people), json (the API's JSON, one document, for scripts) or yaml (the same as YAML)"},
 	{"--timeout DURATION", "bound on each call to a service (default 30s; 0: none)"},
 }
 
 func isGlobalFlag(name string) bool {
 	switch name {
-	case "url", "api-key", "admin-token", "limiter", "output", "o", "timeout":
+	case "url", "api-key", "admin-token", "limiter", "output", "o", "timeout", "config", "context":
 		return true
 	}
 	return false
@@ -70,6 +81,8 @@ func (c *cli) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&g.output, "output", g.output, "")
 	fs.StringVar(&g.output, "o", g.output, "")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "")
+	fs.StringVar(&g.config, "config", g.config, "")
+	fs.StringVar(&g.context, "context", g.context, "")
 	return fs
 }
 
@@ -107,42 +120,72 @@ func (c *cli) parse(fs *flag.FlagSet, cmd *command, args []string) ([]string, er
 	}
 }
 
-// resolveGlobals fills the settings no flag gave from the environment and
-// the defaults, and checks them.
-func (c *cli) resolveGlobals(cmd string) error {
+// resolveGlobals fills the settings no flag gave from the environment, the
+// config file's context and the defaults, and checks them. An offline
+// command (config, version, ...) calls no service: only its output format
+// is resolved.
+func (c *cli) resolveGlobals(cmd *command) error {
 	g := &c.g
-	fromEnv := func(dst *string, name, def string) {
-		if *dst == "" {
-			if v, ok := c.lookupEnv(name); ok && v != "" {
-				*dst = v
-			} else {
-				*dst = def
-			}
-		}
-	}
-	fromEnv(&g.url, "KURZ_URL", defaultURL)
-	fromEnv(&g.apiKey, "KURZ_API_KEY", "")
-	fromEnv(&g.adminToken, "KURZ_ADMIN_TOKEN", "")
-	fromEnv(&g.limiter, "KURZ_LIMITER_ADDR", defaultLimiter)
 	if g.output == "" {
 		g.output = "table"
 	}
-	if g.output != "table" && g.output != "json" {
-		return usagef(cmd, "--output %q: want table or json", g.output)
+	if g.output != "table" && g.output != "json" && g.output != "yaml" {
+		return usagef(cmd.name, "--output %q: want table, json or yaml", g.output)
 	}
-	u, err := url.Parse(g.url)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usagef(cmd, "--url %q: want the gateway's base URL, e.g. %s", g.url, defaultURL)
+	if g.timeout < 0 {
+		return usagef(cmd.name, "--timeout must not be negative")
+	}
+	if cmd.offline {
+		return nil
+	}
+	k, err := c.currentContext(cmd.name)
+	if err != nil {
+		return err
+	}
+	if k == nil {
+		k = &kurzContext{}
+	}
+	fromEnv := func(dst *string, name, fromContext, def string) {
+		switch v, ok := c.lookupEnv(name); {
+		case *dst != "":
+		case ok && v != "":
+			*dst = v
+		case fromContext != "":
+			*dst = fromContext
+		default:
+			*dst = def
+		}
+	}
+	fromEnv(&g.url, "KURZ_URL", k.URL, defaultURL)
+	fromEnv(&g.apiKey, "KURZ_API_KEY", k.APIKey, "")
+	if g.adminToken == "" {
+		if v, ok := c.lookupEnv(adminTokenEnv); !ok || v == "" {
+			if v, ok := c.lookupEnv(deprecatedAdminTokenEnv); ok && v != "" {
+				g.adminToken, g.adminTokenAlias = v, true
+			}
+		}
+	}
+	fromEnv(&g.adminToken, adminTokenEnv, k.AdminToken, "")
+	fromEnv(&g.limiter, "KURZ_LIMITER_ADDR", k.Limiter, defaultLimiter)
+	if err := checkURL(cmd.name, g.url); err != nil {
+		return err
 	}
 	g.url = strings.TrimRight(g.url, "/")
-	if g.timeout < 0 {
-		return usagef(cmd, "--timeout must not be negative")
+	return nil
+}
+
+// checkURL checks a gateway base URL.
+func checkURL(cmd, s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usagef(cmd, "--url %q: want the gateway's base URL, e.g. %s", s, defaultURL)
 	}
 	return nil
 }
 
-// json reports whether the output is JSON, for scripts.
-func (c *cli) json() bool { return c.g.output == "json" }
+// json reports whether the output is for scripts: JSON, or YAML, which
+// runCommand converts the JSON into.
+func (c *cli) json() bool { return c.g.output == "json" || c.g.output == "yaml" }
 
 // visited returns the flags the command line set.
 func visited(fs *flag.FlagSet) map[string]bool {
@@ -248,18 +291,21 @@ func (c *cli) printCommandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	printGlobalFlags(w)
 }
 
+// version prints the build information (pkg/buildinfo): the release
+// version make release links in ("dev" otherwise), the commit and the build
+// date.
 func (c *cli) version() error {
-	rev := ""
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = ", commit " + s.Value[:12]
-			}
-		}
-	}
+	bi := buildinfo.Get()
 	if c.json() {
-		return writeJSONValue(c.stdout, map[string]string{"version": version, "go": runtime.Version(), "commit": strings.TrimPrefix(rev, ", commit ")})
+		return writeJSONValue(c.stdout, bi)
 	}
-	fmt.Fprintf(c.stdout, "kurzctl %s (%s%s)\n", version, runtime.Version(), rev)
-	return nil
+	var extra string
+	if bi.Commit != "" {
+		extra += ", commit " + bi.ShortCommit()
+	}
+	if bi.Date != "" {
+		extra += ", built " + bi.Date
+	}
+	_, err := fmt.Fprintf(c.stdout, "kurzctl %s (%s%s)\n", bi.Version, bi.Go, extra)
+	return err
 }

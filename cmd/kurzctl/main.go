@@ -98,6 +98,9 @@ type cli struct {
 	stderr    io.Writer
 	lookupEnv func(string) (string, bool)
 	g         globals
+	// given is g as the command line set it, before the environment and
+	// the config file filled the rest (config set-context stores it).
+	given globals
 }
 
 // command is one leaf command, e.g. "links create".
@@ -109,6 +112,9 @@ type command struct {
 	// minArgs and maxArgs bound the positional arguments (maxArgs < 0: no
 	// bound).
 	minArgs, maxArgs int
+	// offline commands call no service: they need no gateway settings
+	// (config, version, help, completion, docs).
+	offline bool
 	// setup defines the command's own flags on fs and returns what runs the
 	// command with its positional arguments once the flags are parsed.
 	setup func(c *cli, fs *flag.FlagSet) func(args []string) error
@@ -121,14 +127,16 @@ func init() {
 	commands = append(commands, linkCommands()...)
 	commands = append(commands, statsCommand(), quotaCheckCommand(), quotaExplainCommand())
 	commands = append(commands, adminCommands()...)
+	commands = append(commands, configCommands()...)
+	commands = append(commands, completionCommand(), docsCommand())
 	commands = append(commands, &command{
-		name: "version", summary: "print kurzctl's version",
-		help: "Prints kurzctl's version, and the commit it was built from when known.\n\nExample:\n  kurzctl version",
+		name: "version", summary: "print kurzctl's version", offline: true,
+		help: "Prints kurzctl's version, the commit it was built from and when, as make\nrelease sets them (\"dev\" for other builds, with the commit when known).\n\nExamples:\n  kurzctl version\n  kurzctl version -o json",
 		setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
 			return func([]string) error { return c.version() }
 		},
 	}, &command{
-		name: "help", args: "[command]", summary: "show help for kurzctl or a command", maxArgs: -1,
+		name: "help", args: "[command]", summary: "show help for kurzctl or a command", maxArgs: -1, offline: true,
 		help:  "Shows the commands, or one command's flags and examples.\n\nExamples:\n  kurzctl help\n  kurzctl help links create",
 		setup: func(c *cli, fs *flag.FlagSet) func([]string) error { return c.helpCommand },
 	})
@@ -149,6 +157,9 @@ func (c *cli) dispatch(args []string) error {
 	if len(rest) == 0 {
 		c.printOverview(c.stderr)
 		return usagef("", "no command given")
+	}
+	if isCompletionRequest(rest[0]) {
+		return c.complete(rest)
 	}
 	cmd, n := findCommand(rest)
 	if cmd == nil {
@@ -191,10 +202,22 @@ func (c *cli) runCommand(cmd *command, args []string) error {
 	case cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs:
 		return usagef(cmd.name, "unexpected argument %q (usage: kurzctl %s %s)", pos[cmd.maxArgs], cmd.name, cmd.args)
 	}
-	if err := c.resolveGlobals(cmd.name); err != nil {
+	c.given = c.g
+	if err := c.resolveGlobals(cmd); err != nil {
 		return err
 	}
-	return exec(pos)
+	if c.g.output != "yaml" {
+		return exec(pos)
+	}
+	// -o yaml: the command writes JSON, converted when it is done.
+	y := &yamlWriter{out: c.stdout}
+	c.stdout = y
+	err = exec(pos)
+	c.stdout = y.out
+	if ferr := y.flush(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // stdoutOrErr is stdout for asked-for help, stderr for help printed beside

@@ -120,7 +120,7 @@ func cleanupTenants(t *testing.T, ids ...string) { gatewaytest.CleanupTenants(t,
 
 func newCtl(t *testing.T, gw testGateway) *ctl {
 	return &ctl{t: t, env: map[string]string{
-		"KURZ_URL": gw.url, "KURZ_ADMIN_TOKEN": adminToken, "KURZ_LIMITER_ADDR": gw.limiter,
+		"KURZ_URL": gw.url, "KURZ_GATEWAY_ADMIN_TOKEN": adminToken, "KURZ_LIMITER_ADDR": gw.limiter,
 	}}
 }
 

@@ -37,7 +37,7 @@ const readmeTenant = "acme"
 // (stdout and stderr). The test runs every command in order in one bash,
 // with kurzctl on PATH (this test binary, as kurzctl), against a test
 // gateway whose limiter has the rules in PostgreSQL (as under make up);
-// only the environment differs from make up's: KURZ_URL, KURZ_ADMIN_TOKEN,
+// only the environment differs from make up's: KURZ_URL, KURZ_GATEWAY_ADMIN_TOKEN,
 // KURZ_LIMITER_ADDR. Each output is compared with the page's line by
 // line, where "…" matches any run of characters within a line (codes,
 // times, keys: what changes from run to run).
@@ -59,9 +59,12 @@ func TestREADMECLIExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{runAsKurzctl + "=1", "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH"),
-		"KURZ_URL=" + gw.url, "KURZ_ADMIN_TOKEN=" + adminToken, "KURZ_LIMITER_ADDR=" + gw.limiter, "LC_ALL=C.UTF-8"}
+		"KURZ_URL=" + gw.url, "KURZ_GATEWAY_ADMIN_TOKEN=" + adminToken, "KURZ_LIMITER_ADDR=" + gw.limiter, "LC_ALL=C.UTF-8",
+		// No config file of the machine's user: the page's settings alone.
+		"KURZ_CONFIG=" + filepath.Join(t.TempDir(), "config.yaml")}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "KURZ_API_KEY=") && !strings.HasPrefix(kv, "KURZ_URL=") && !strings.HasPrefix(kv, "KURZ_ADMIN_TOKEN=") &&
+			!strings.HasPrefix(kv, "KURZ_GATEWAY_ADMIN_TOKEN=") && !strings.HasPrefix(kv, "KURZ_CONFIG=") && !strings.HasPrefix(kv, "KURZ_CONTEXT=") &&
 			!strings.HasPrefix(kv, "KURZ_LIMITER_ADDR=") && !strings.HasPrefix(kv, "PATH=") {
 			env = append(env, kv)
 		}

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"kurz.dev/pkg/buildinfo"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/logging"
 )
@@ -50,6 +51,8 @@ func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	if err != nil {
 		return err
 	}
+	bi := buildinfo.Get()
+	log.Info("starting", "version", bi.Version, "commit", bi.ShortCommit(), "built", bi.Date, "go", bi.Go)
 	srv, err := Start(ctx, cfg, log, build)
 	if err != nil {
 		return err

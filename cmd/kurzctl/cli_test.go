@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"kurz.dev/pkg/buildinfo"
+)
+
+// docs/cli is what kurzctl docs writes now: run make docs after changing a
+// command, a flag or a help text.
+func TestDocsCLIIsCurrent(t *testing.T) {
+	c := &cli{lookupEnv: func(string) (string, bool) { return "", false }}
+	want := c.docPages()
+	dir := filepath.Join("..", "..", "docs", "cli")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("%v (run make docs)", err)
+	}
+	var have []string
+	for _, e := range entries {
+		have = append(have, e.Name())
+	}
+	var names []string
+	for name := range want {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(have, names) {
+		t.Fatalf("docs/cli holds %v, kurzctl docs writes %v: run make docs", have, names)
+	}
+	for _, name := range names {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want[name]) {
+			t.Errorf("docs/cli/%s is stale: run make docs", name)
+		}
+	}
+	if !strings.Contains(string(want["kurzctl_links_create.md"]), "--tag tag") {
+		t.Errorf("links create's page lacks its --tag flag:\n%s", want["kurzctl_links_create.md"])
+	}
+}
+
+// The completion scripts are cobra's, and the requests they make are
+// answered: commands, a command's flags, the output formats and the
+// config file's contexts.
+func TestCompletion(t *testing.T) {
+	dir := t.TempDir()
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(dir, "config.yaml")}}
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		if out := c.ok("completion", shell); !strings.Contains(out, "__complete") || !strings.Contains(out, "kurzctl") {
+			t.Errorf("completion %s: no completion script:\n%.300s", shell, out)
+		}
+	}
+	if r := c.run("completion", "tcsh"); r.code != exitUsage {
+		t.Errorf("completion tcsh: %s", r)
+	}
+	c.ok("config", "set-context", "staging", "--url", "http://127.0.0.1:1")
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"__complete", "links", "cr"}, []string{"create\tshorten a URL"}},
+		{[]string{"__complete", "con"}, []string{"config\t"}},
+		{[]string{"__complete", "links", "create", "https://example.com", "--ta"}, []string{"--tag\t"}},
+		{[]string{"__complete", "keys", "issue", "acme", "-"}, []string{"--quiet\t", "--output\t"}},
+		{[]string{"__complete", "links", "list", "-o", ""}, []string{"table", "json", "yaml"}},
+		{[]string{"__complete", "config", "use-context", ""}, []string{"staging"}},
+	} {
+		out := c.ok(tt.args...)
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("kurzctl %s: want %q in\n%s", strings.Join(tt.args, " "), w, out)
+			}
+		}
+	}
+}
+
+// -o yaml is -o json as YAML; what is not JSON passes unchanged.
+func TestOutputYAML(t *testing.T) {
+	c := &ctl{t: t, env: map[string]string{}}
+	var v buildinfo.Info
+	out := c.ok("version", "-o", "yaml")
+	if err := yaml.UnmarshalStrict([]byte(out), &v); err != nil || v.Version != "dev" || v.Go == "" {
+		t.Fatalf("version -o yaml: %v\n%s", err, out)
+	}
+
+	for _, tt := range []struct{ in, want string }{
+		{`{"b":1,"a":"x"}` + "\n", "a: x\nb: 1\n"},
+		{`{"a":1}` + "\n" + `{"a":2}` + "\n", "a: 1\n---\na: 2\n"},
+		{"code,short_url\nabc,http://x/abc\n", "code,short_url\nabc,http://x/abc\n"},
+	} {
+		var buf bytes.Buffer
+		w := &yamlWriter{out: &buf}
+		w.Write([]byte(tt.in))
+		if err := w.flush(); err != nil || buf.String() != tt.want {
+			t.Errorf("yaml of %q = %q, %v; want %q", tt.in, buf.String(), err, tt.want)
+		}
+	}
+}
+
+// recorder is a gateway that answers every request 404 and remembers which
+// server was asked and with which credential.
+type recorder struct {
+	mu   sync.Mutex
+	seen []string // "<server> <Authorization>"
+}
+
+func (rec *recorder) server(t *testing.T, name string) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.seen = append(rec.seen, name+" "+r.Header.Get("Authorization"))
+		rec.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"error":{"code":"not_found","message":"no such thing"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func (rec *recorder) last(t *testing.T) string {
+	t.Helper()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.seen) == 0 {
+		t.Fatal("no request reached a gateway")
+	}
+	return rec.seen[len(rec.seen)-1]
+}
+
+// Settings come from flags, then the environment, then the current
+// context (or --context's), then the defaults.
+func TestConfigContextPrecedence(t *testing.T) {
+	rec := &recorder{}
+	fromContext, fromEnv, fromFlag := rec.server(t, "context"), rec.server(t, "env"), rec.server(t, "flag")
+	cfgPath := filepath.Join(t.TempDir(), "kurz", "config.yaml")
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": cfgPath}, stdin: "ctx-key\n"}
+	c.ok("config", "set-context", "prod", "--url", fromContext, "--api-key-stdin")
+	c.ok("config", "set-context", "other", "--url", fromEnv)
+	c.ok("config", "use-context", "prod")
+
+	if r := c.run("links", "get", "abc1234"); r.code != exitError || rec.last(t) != "context Bearer ctx-key" {
+		t.Fatalf("context: %s\nlast request: %s", r, rec.last(t))
+	}
+	c.env["KURZ_URL"], c.env["KURZ_API_KEY"] = fromEnv, "env-key"
+	if c.run("links", "get", "abc1234"); rec.last(t) != "env Bearer env-key" {
+		t.Fatalf("env over context: last request %s", rec.last(t))
+	}
+	if c.run("links", "get", "abc1234", "--url", fromFlag, "--api-key", "flag-key"); rec.last(t) != "flag Bearer flag-key" {
+		t.Fatalf("flags over env: last request %s", rec.last(t))
+	}
+	delete(c.env, "KURZ_URL")
+	delete(c.env, "KURZ_API_KEY")
+	if c.run("--context", "other", "links", "get", "abc1234"); rec.last(t) != "env " {
+		t.Fatalf("--context other: last request %q", rec.last(t))
+	}
+	if r := c.run("--context", "nosuch", "links", "get", "abc1234"); r.code != exitUsage || !strings.Contains(r.stderr, `no context "nosuch"`) {
+		t.Fatalf("unknown context: %s", r)
+	}
+}
+
+// The config file is written for its owner alone; no command prints its
+// secrets; a file with secrets that others can read is refused.
+func TestConfigKeepsSecrets(t *testing.T) {
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	const key, token = "kurz_secretkey_0123456789", "admin-secret-token-0123456789"
+	c := &ctl{t: t, env: map[string]string{"XDG_CONFIG_HOME": filepath.Dir(cfgPath), "HOME": "/nonexistent"}}
+	cfgPath = filepath.Join(filepath.Dir(cfgPath), "kurz", "config.yaml") // XDG_CONFIG_HOME/kurz/config.yaml
+	c.ok("config", "set-context", "prod", "--url", "https://kurz.example.com", "--api-key", key, "--admin-token", token)
+
+	st, err := os.Stat(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("config file mode %04o, want 0600", st.Mode().Perm())
+	}
+	raw, _ := os.ReadFile(cfgPath)
+	if !strings.Contains(string(raw), key) {
+		t.Fatalf("the file does not hold the key:\n%s", raw)
+	}
+	for _, args := range [][]string{
+		{"config", "view"}, {"config", "view", "-o", "json"}, {"config", "get-contexts"}, {"config", "get-contexts", "-o", "yaml"},
+		{"config", "set-context", "prod", "-o", "json"},
+	} {
+		r := c.run(args...)
+		if r.code != 0 || strings.Contains(r.stdout+r.stderr, key) || strings.Contains(r.stdout+r.stderr, token) {
+			t.Errorf("kurzctl %s shows a secret or failed: %s", strings.Join(args, " "), r)
+		}
+	}
+	if out := c.ok("config", "view"); !strings.Contains(out, "api-key: "+redacted) || !strings.Contains(out, "current-context: prod") {
+		t.Errorf("config view:\n%s", out)
+	}
+
+	if err := os.Chmod(cfgPath, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run("links", "get", "abc1234")
+	if r.code != exitError || !strings.Contains(r.stderr, "chmod 600") || strings.Contains(r.stderr, key) {
+		t.Errorf("a world-readable file with secrets: %s", r)
+	}
+}
+
+// The admin token is the gateway's variable, KURZ_GATEWAY_ADMIN_TOKEN;
+// KURZ_ADMIN_TOKEN still works, with a warning, and the new name wins.
+func TestAdminTokenVariable(t *testing.T) {
+	rec := &recorder{}
+	url := rec.server(t, "gw")
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	for _, tt := range []struct {
+		name     string
+		env      map[string]string
+		wantAuth string
+		warns    bool
+	}{
+		{"server's name", map[string]string{"KURZ_GATEWAY_ADMIN_TOKEN": "new"}, "gw Bearer new", false},
+		{"deprecated alias", map[string]string{"KURZ_ADMIN_TOKEN": "old"}, "gw Bearer old", true},
+		{"both", map[string]string{"KURZ_GATEWAY_ADMIN_TOKEN": "new", "KURZ_ADMIN_TOKEN": "old"}, "gw Bearer new", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.env["KURZ_URL"], tt.env["KURZ_CONFIG"] = url, cfg
+			r := (&ctl{t: t, env: tt.env}).run("tenants", "get", "acme")
+			if r.code != exitError || rec.last(t) != tt.wantAuth {
+				t.Fatalf("%s\nlast request: %s, want %s", r, rec.last(t), tt.wantAuth)
+			}
+			if warned := strings.Contains(r.stderr, "KURZ_ADMIN_TOKEN is deprecated"); warned != tt.warns {
+				t.Errorf("warned %v, want %v: %s", warned, tt.warns, r.stderr)
+			}
+		})
+	}
+}
