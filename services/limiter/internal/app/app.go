@@ -78,10 +78,6 @@ type Config struct {
 	// AutoPipeline batches concurrent decisions into one pipeline per Redis
 	// node.
 	AutoPipeline bool `env:"LIMITER_AUTOPIPELINE" default:"true"`
-	// Batch sends the decisions waiting for the same Redis node as one
-	// script call (one command, one script run and one TIME per batch);
-	// it takes precedence over AutoPipeline.
-	Batch bool `env:"LIMITER_BATCH" default:"false"`
 	// EnvoyHeaders are the rate-limit fields Envoy's rate-limit API asks
 	// Envoy to add to responses: draft (RateLimit and RateLimit-Policy, the
 	// current IETF draft's, as the gateway sends), legacy (RateLimit-Limit,
@@ -236,12 +232,10 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 		BreakerCooldown:  cfg.BreakerCooldown,
 		AllowLogEvery:    int64(cfg.AllowLogEvery),
 		AutoPipeline:     cfg.AutoPipeline,
-		Batch:            cfg.Batch,
 	}, log, srv.Telemetry.MeterProvider)
 	if err != nil {
 		return nil, err
 	}
-	lc.OwnCloser("decision batches", engine)
 	refresher, err := newRefresher(cfg, st.source, engine, srv, log)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,9 +159,9 @@ func TestPeekConsumesNothing(t *testing.T) {
 
 func TestRecoversFromAFlushedScriptCache(t *testing.T) {
 	rdb := cluster(t)
-	for _, path := range redisPaths {
-		t.Run(path.name, func(t *testing.T) {
-			e := engine(t, rdb, hourly, path.opts)
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autopipeline=%v", pipelined), func(t *testing.T) {
+			e := engine(t, rdb, hourly, Options{AutoPipeline: pipelined})
 			ctx := context.Background()
 			desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
 			e.Check(ctx, "t", desc, 1)
@@ -392,8 +393,8 @@ func (s *slowRedis) wait(ctx context.Context, cmds ...redis.Cmder) error {
 // A Redis that is slow rather than down must cost a decision no more than
 // the timeout, auto-pipelined or not, and open the breaker as a dead one does.
 func TestSlowRedisCostsNoMoreThanTheTimeout(t *testing.T) {
-	for _, path := range redisPaths {
-		t.Run(path.name, func(t *testing.T) {
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("autopipeline=%v", pipelined), func(t *testing.T) {
 			const timeout = 100 * time.Millisecond
 			const threshold = 3
 			node := redistest.Start(t)
@@ -408,7 +409,7 @@ func TestSlowRedisCostsNoMoreThanTheTimeout(t *testing.T) {
 			rdb.AddHook(slow)
 			e := engine(t, rdb, failureRules, Options{
 				Timeout: timeout, Replicas: 2, BreakerThreshold: threshold, BreakerCooldown: time.Hour,
-				AutoPipeline: path.opts.AutoPipeline, Batch: path.opts.Batch,
+				AutoPipeline: pipelined,
 			})
 			user := unique(t)
 			check := func(mode string) (*ratelimitv1.CheckQuotaResponse, time.Duration) {

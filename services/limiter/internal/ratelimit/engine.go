@@ -28,12 +28,8 @@ var stateLua string
 //go:embed decide.lua
 var decideLua string
 
-//go:embed decide_one.lua
-var decideOneLua string
-
-// decideSource is the decision script for one request: state.lua's
-// readers, decide.lua's decision, then decide_one.lua's entry.
-var decideSource = stateLua + decideLua + decideOneLua
+// decideSource is the decision script: state.lua's readers, then decide.lua.
+var decideSource = stateLua + decideLua
 
 // decideScript is loaded once per Redis node and run with EVALSHA; on
 // NOSCRIPT, after a restart, a failover or a SCRIPT FLUSH, the engine falls
@@ -68,10 +64,6 @@ type Options struct {
 	// node (go-redis's auto-pipeliner), instead of one round trip each. A
 	// decision still waits for its batch only until Timeout.
 	AutoPipeline bool
-	// Batch sends the decisions waiting for the same Redis node as one
-	// script call per batch (batch.go) instead of one call each; it takes
-	// precedence over AutoPipeline.
-	Batch bool
 }
 
 // Engine evaluates requests against the current Ruleset.
@@ -80,24 +72,19 @@ type Engine struct {
 	// ap, when auto-pipelining, batches the decision scripts: go-redis's
 	// deferred face, whose futures a decision can stop waiting for at its
 	// deadline. Nil otherwise: decisions call rdb directly.
-	ap *redis.AutoPipeliner
-	// batch, when batching, sends each node's waiting decisions as one
-	// script call. Nil otherwise.
-	batch    *batcher
-	inflight atomic.Int64 // decisions on Redis right now, when batching or auto-pipelining
+	ap       *redis.AutoPipeliner
+	inflight atomic.Int64 // decisions on Redis right now, when auto-pipelining
 	rules    atomic.Pointer[Ruleset]
 	opts     Options
 	log      *slog.Logger
 	local    *localLimiter
 	breakers *breakers
 	slots    slotMap
-	// refreshing is set while a slot map reload asked by a batch runs.
-	refreshing atomic.Bool
-	denied     *lru.Cache[string, denial]
-	reqPfx     string
-	reqSeq     atomic.Uint64
-	allowSeq   atomic.Int64
-	m          *engineMetrics
+	denied   *lru.Cache[string, denial]
+	reqPfx   string
+	reqSeq   atomic.Uint64
+	allowSeq atomic.Int64
+	m        *engineMetrics
 	// refunds tracks background refunds so tests and shutdown can wait.
 	refunds sync.WaitGroup
 	// leases are this replica's leases of leased rules' units (lease.go).
@@ -189,11 +176,7 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 	if !rdb.Options().ContextTimeoutEnabled {
 		log.Warn("redis client without ContextTimeoutEnabled: calls wait for socket timeouts, not the decision timeout")
 	}
-	if opts.Batch {
-		e.batch = newBatcher(rdb, opts.Timeout, e.refreshSlotsSoon, func(n int) {
-			m.batchSize.Record(context.Background(), int64(n))
-		})
-	} else if opts.AutoPipeline {
+	if opts.AutoPipeline {
 		// The deferred face (Submit, then wait with a deadline): the
 		// blocking face waits for the batch whatever the caller's context,
 		// so a slow Redis would cost every decision its full latency.
@@ -223,26 +206,6 @@ func (e *Engine) Run(ctx context.Context) {
 			_ = e.slots.refresh(ctx, e.rdb, time.Second)
 		}
 	}
-}
-
-// Close stops the batch workers; decisions after it use the failure modes.
-func (e *Engine) Close() error {
-	if e.batch != nil {
-		e.batch.close()
-	}
-	return nil
-}
-
-// refreshSlotsSoon reloads the slot map in the background, once at a time:
-// a batch met a key whose slot moved.
-func (e *Engine) refreshSlotsSoon() {
-	if !e.refreshing.CompareAndSwap(false, true) {
-		return
-	}
-	go func() {
-		defer e.refreshing.Store(false)
-		_ = e.slots.refresh(context.Background(), e.rdb, time.Second)
-	}()
 }
 
 // SetRules replaces the rules; requests in flight finish with the old ones.
@@ -417,8 +380,8 @@ func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, 
 // run decides one group on Redis, or by the rules' failure modes when Redis
 // fails, is slow, or its node's breaker is open.
 func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []result, cost int64) {
-	vals, err := e.onRedis(ctx, g.keys[0], func(ctx context.Context, node string) ([]int64, error) {
-		return e.decideOnRedis(ctx, node, g.keys, g.args)
+	vals, err := e.onRedis(ctx, g.keys[0], func(ctx context.Context) ([]int64, error) {
+		return e.decideOnRedis(ctx, g.keys, g.args)
 	})
 	if err != nil {
 		g.err = err
@@ -456,7 +419,7 @@ var errBreakerOpen = errors.New("redis breaker open")
 // decision timeout and behind that node's breaker: it fails at once while
 // the breaker is open, and its outcome feeds the breaker and the Redis
 // latency metric.
-func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.Context, node string) ([]int64, error)) ([]int64, error) {
+func (e *Engine) onRedis(ctx context.Context, key string, call func(context.Context) ([]int64, error)) ([]int64, error) {
 	node := e.slots.node(key)
 	br := e.breakers.get(node)
 	if !br.allow(time.Now()) {
@@ -464,7 +427,7 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	start := time.Now()
-	vals, err := call(rctx, node)
+	vals, err := call(rctx)
 	cancel()
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
 	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
@@ -494,24 +457,17 @@ var decideSHA = decideScript.Hash()
 // cut. A script abandoned there is not withdrawn and may still run on Redis
 // later, as one cut by a network timeout may: a "check" then consumes units
 // no caller was granted, which the window or bucket gives back in time.
-func (e *Engine) decideOnRedis(ctx context.Context, node string, keys []string, args []any) ([]int64, error) {
-	shared := e.ap != nil || e.batch != nil
+func (e *Engine) decideOnRedis(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	// A decision alone in flight has nothing to share a batch with: it
-	// goes straight to its node, without the hand-offs between goroutines
-	// (at one caller those doubled a decision's latency).
-	if !shared || e.inflight.Add(1) == 1 {
-		if shared {
+	// goes straight to its node, without the pipeliner's hand-offs between
+	// goroutines (at one caller those doubled a decision's latency).
+	if e.ap == nil || e.inflight.Add(1) == 1 {
+		if e.ap != nil {
 			defer e.inflight.Add(-1)
 		}
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	}
 	defer e.inflight.Add(-1)
-	if e.batch != nil {
-		if node == "cluster" { // no slot map yet: nothing to batch by
-			return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
-		}
-		return e.batch.decide(ctx, node, keys, args)
-	}
 	cmd, err := e.submitScript(ctx, "evalsha", decideSHA, keys, args)
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// The node lost its script cache (restart, failover, SCRIPT FLUSH):
@@ -802,7 +758,6 @@ type engineMetrics struct {
 	decisions     metric.Int64Counter
 	fallbacks     metric.Int64Counter
 	redisDuration metric.Float64Histogram
-	batchSize     metric.Int64Histogram
 	breakerOpen   metric.Int64UpDownCounter
 	// redisOutcome holds the two attribute sets of redisDuration.
 	redisOutcome map[bool]metric.MeasurementOption
@@ -840,10 +795,6 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	em.redisDuration, e2 = m.Float64Histogram("kurz.ratelimit.redis.duration", metric.WithUnit("s"),
 		metric.WithDescription("Latency of decision scripts on Redis"),
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1))
-	err = errors.Join(err, e2)
-	em.batchSize, e2 = m.Int64Histogram("kurz.ratelimit.redis.batch.size", metric.WithUnit("{decision}"),
-		metric.WithDescription("Decisions per script call when decisions are batched by Redis node"),
-		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64))
 	err = errors.Join(err, e2)
 	em.breakerOpen, e2 = m.Int64UpDownCounter("kurz.ratelimit.breakers.open", metric.WithUnit("{breaker}"),
 		metric.WithDescription("Redis nodes whose circuit breaker is open"))
