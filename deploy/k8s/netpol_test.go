@@ -134,6 +134,17 @@ func wantIngress(t *testing.T, r rendering) map[string]map[string][]string {
 		want["postgres"] = map[string][]string{"postgres": clients("KURZ_POSTGRES_URL")}
 		want["clickhouse"] = map[string][]string{"native": clients("KURZ_CLICKHOUSE_ADDRS")}
 		want["otel-collector"] = map[string][]string{"otlp-grpc": clients("KURZ_OTLP_ENDPOINT")}
+		// The observability stack: its Prometheus scrapes every service's
+		// ops port (public http ones aside, which everyone reaches),
+		// Grafana queries Prometheus and Jaeger, the collector exports to
+		// Jaeger. The UIs are for port forwards only.
+		for _, svc := range services {
+			if ops := opsPort(svc); !slices.Contains(want[svc][ops], "*") {
+				want[svc][ops] = append(want[svc][ops], "prometheus")
+			}
+		}
+		want["prometheus"] = map[string][]string{"http": {"grafana"}}
+		want["jaeger"] = map[string][]string{"otlp-grpc": {"otel-collector"}, "http": {"grafana"}}
 	}
 	if r.Dir == "overlays/dev-chcluster" {
 		// The nodes query and replicate from each other, through Keeper.

@@ -395,7 +395,10 @@ func TestTiltfile(t *testing.T) {
 			}
 		}
 	}
-	for svc, port := range map[string]string{"gateway": "8080", "redirect": "8787", "limiter": "9091"} {
+	// The services' public ports and the limiter's gRPC, and the UIs of the
+	// observability stack.
+	for svc, port := range map[string]string{"gateway": "8080", "redirect": "8787", "limiter": "9091",
+		"grafana": "3000", "prometheus": "9090", "jaeger": "16686"} {
 		if !slices.Contains(resources[svc].PortForwards, port+":"+port) {
 			t.Errorf("k8s_resource %s: port_forwards %v lack %s:%s", svc, resources[svc].PortForwards, port, port)
 		}
