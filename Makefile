@@ -17,6 +17,7 @@ export GOFLAGS += -trimpath
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+OPENAPIV2_VERSION          := v2.34.0
 GRPCURL_VERSION            := v1.9.4
 # deploy/k8s validates the rendered overlays with kubeconform against the
 # JSON schemas deploy/k8s/schemagen makes from the OpenAPI document of this
@@ -50,6 +51,9 @@ $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION):
 	@touch $@
 $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 	GOBIN=$(BIN) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	@touch $@
+$(BIN)/.protoc-gen-openapiv2-$(OPENAPIV2_VERSION):
+	GOBIN=$(BIN) go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(OPENAPIV2_VERSION)
 	@touch $@
 $(BIN)/.grpcurl-$(GRPCURL_VERSION):
 	GOBIN=$(BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
@@ -104,21 +108,22 @@ $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
 .PHONY: tools
 tools: $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
        $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) \
+       $(BIN)/.protoc-gen-openapiv2-$(OPENAPIV2_VERSION) \
        $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done \
        promtool ## Install the pinned tools into ./bin, and promtool (Debian's prometheus).
 
 # --- code generation and static checks --------------------------------------
 
 .PHONY: gen
-gen: tools ## Regenerate gen/ from proto/ with buf.
-	rm -rf gen/kurz
+gen: tools ## Regenerate gen/ (Go code, the OpenAPI spec of the HTTP-mapped RPCs) from proto/ with buf.
+	rm -rf gen/kurz gen/openapi
 	buf generate
 
 .PHONY: check-gen
 check-gen: tools ## Fail if gen/ differs from what proto/ generates.
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	buf generate --output "$$tmp"; \
-	if ! diff -r "$$tmp/gen/kurz" gen/kurz; then \
+	if ! diff -r "$$tmp/gen/kurz" gen/kurz || ! diff -r "$$tmp/gen/openapi" gen/openapi; then \
 		echo "gen/ is stale: run 'make gen' and commit the result" >&2; exit 1; \
 	fi; \
 	echo "gen/ matches proto/"

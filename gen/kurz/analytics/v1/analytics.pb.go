@@ -7,6 +7,7 @@
 package analyticsv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -485,7 +486,7 @@ var File_kurz_analytics_v1_analytics_proto protoreflect.FileDescriptor
 
 const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\n" +
-	"!kurz/analytics/v1/analytics.proto\x12\x11kurz.analytics.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
+	"!kurz/analytics/v1/analytics.proto\x12\x11kurz.analytics.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
 	"\x13GetLinkStatsRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x129\n" +
 	"\n" +
@@ -526,9 +527,9 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINTERVAL_HOUR\x10\x01\x12\x10\n" +
-	"\fINTERVAL_DAY\x10\x022s\n" +
-	"\x10AnalyticsService\x12_\n" +
-	"\fGetLinkStats\x12&.kurz.analytics.v1.GetLinkStatsRequest\x1a'.kurz.analytics.v1.GetLinkStatsResponseB\xb9\x01\n" +
+	"\fINTERVAL_DAY\x10\x022\x93\x01\n" +
+	"\x10AnalyticsService\x12\x7f\n" +
+	"\fGetLinkStats\x12&.kurz.analytics.v1.GetLinkStatsRequest\x1a'.kurz.analytics.v1.GetLinkStatsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/links/{code}/statsB\xb9\x01\n" +
 	"\x15com.kurz.analytics.v1B\x0eAnalyticsProtoP\x01Z*kurz.dev/gen/kurz/analytics/v1;analyticsv1\xa2\x02\x03KAX\xaa\x02\x11Kurz.Analytics.V1\xca\x02\x11Kurz\\Analytics\\V1\xe2\x02\x1dKurz\\Analytics\\V1\\GPBMetadata\xea\x02\x13Kurz::Analytics::V1b\x06proto3"
 
 var (

@@ -7,6 +7,7 @@
 package shortenerv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -1143,7 +1144,7 @@ var File_kurz_shortener_v1_shortener_proto protoreflect.FileDescriptor
 
 const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\n" +
-	"!kurz/shortener/v1/shortener.proto\x12\x11kurz.shortener.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n" +
+	"!kurz/shortener/v1/shortener.proto\x12\x11kurz.shortener.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\tshort_url\x18\x02 \x01(\tR\bshortUrl\x12\x19\n" +
@@ -1228,17 +1229,17 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x13REDIRECT_TYPE_FOUND\x10\x01\x12#\n" +
 	"\x1fREDIRECT_TYPE_MOVED_PERMANENTLY\x10\x02\x12$\n" +
 	" REDIRECT_TYPE_TEMPORARY_REDIRECT\x10\x03\x12$\n" +
-	" REDIRECT_TYPE_PERMANENT_REDIRECT\x10\x042\xba\x04\n" +
-	"\x10ShortenerService\x12Y\n" +
+	" REDIRECT_TYPE_PERMANENT_REDIRECT\x10\x042\xec\x05\n" +
+	"\x10ShortenerService\x12u\n" +
 	"\n" +
-	"CreateLink\x12$.kurz.shortener.v1.CreateLinkRequest\x1a%.kurz.shortener.v1.CreateLinkResponse\x12P\n" +
-	"\aGetLink\x12!.kurz.shortener.v1.GetLinkRequest\x1a\".kurz.shortener.v1.GetLinkResponse\x12V\n" +
-	"\tListLinks\x12#.kurz.shortener.v1.ListLinksRequest\x1a$.kurz.shortener.v1.ListLinksResponse\x12Y\n" +
+	"CreateLink\x12$.kurz.shortener.v1.CreateLinkRequest\x1a%.kurz.shortener.v1.CreateLinkResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*b\x04link\"\t/v1/links\x12p\n" +
+	"\aGetLink\x12!.kurz.shortener.v1.GetLinkRequest\x1a\".kurz.shortener.v1.GetLinkResponse\"\x1e\x82\xd3\xe4\x93\x02\x18b\x04link\x12\x10/v1/links/{code}\x12i\n" +
+	"\tListLinks\x12#.kurz.shortener.v1.ListLinksRequest\x1a$.kurz.shortener.v1.ListLinksResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/links\x12\x84\x01\n" +
 	"\n" +
-	"UpdateLink\x12$.kurz.shortener.v1.UpdateLinkRequest\x1a%.kurz.shortener.v1.UpdateLinkResponse\x12Y\n" +
+	"UpdateLink\x12$.kurz.shortener.v1.UpdateLinkRequest\x1a%.kurz.shortener.v1.UpdateLinkResponse\")\x82\xd3\xe4\x93\x02#:\x04linkb\x04link2\x15/v1/links/{link.code}\x12s\n" +
 	"\n" +
-	"DeleteLink\x12$.kurz.shortener.v1.DeleteLinkRequest\x1a%.kurz.shortener.v1.DeleteLinkResponse\x12k\n" +
-	"\x10BatchCreateLinks\x12*.kurz.shortener.v1.BatchCreateLinksRequest\x1a+.kurz.shortener.v1.BatchCreateLinksResponseB\xb9\x01\n" +
+	"DeleteLink\x12$.kurz.shortener.v1.DeleteLinkRequest\x1a%.kurz.shortener.v1.DeleteLinkResponse\"\x18\x82\xd3\xe4\x93\x02\x12*\x10/v1/links/{code}\x12\x87\x01\n" +
+	"\x10BatchCreateLinks\x12*.kurz.shortener.v1.BatchCreateLinksRequest\x1a+.kurz.shortener.v1.BatchCreateLinksResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/links:batchB\xb9\x01\n" +
 	"\x15com.kurz.shortener.v1B\x0eShortenerProtoP\x01Z*kurz.dev/gen/kurz/shortener/v1;shortenerv1\xa2\x02\x03KSX\xaa\x02\x11Kurz.Shortener.V1\xca\x02\x11Kurz\\Shortener\\V1\xe2\x02\x1dKurz\\Shortener\\V1\\GPBMetadata\xea\x02\x13Kurz::Shortener::V1b\x06proto3"
 
 var (
