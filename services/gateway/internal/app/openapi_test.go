@@ -8,17 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"go.opentelemetry.io/otel/metric/noop"
-
-	"kurz.dev/services/gateway/internal/httpapi"
 )
 
 // The OpenAPI document served at /v1/openapi.json describes exactly the
-// routes the gateway serves: every route of the API's table is documented,
-// every documented operation is in the table, and, asked on the running
-// gateway, each documented path allows exactly the documented methods (the
-// mux's Allow list) and answers each of them from a route, not the router's
+// routes the gateway serves (the unit test TestOpenAPIDocumentsEveryRoute
+// compares it with the API's route table): asked on the running gateway,
+// each documented path allows exactly the documented methods (the mux's
+// Allow list) and answers each of them from a route, not the router's
 // 404/405. Every $ref resolves and every operation has an operationId and
 // responses.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
@@ -41,7 +37,6 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 
 	methods := []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 	documented := map[string][]string{} // path -> upper-case methods
-	var operations []string
 	opIDs := map[string]bool{}
 	for path, item := range doc.Paths {
 		for key, raw := range item {
@@ -50,7 +45,6 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 			m := strings.ToUpper(key)
 			documented[path] = append(documented[path], m)
-			operations = append(operations, m+" "+path)
 			var op struct {
 				OperationID string                     `json:"operationId"`
 				Responses   map[string]json.RawMessage `json:"responses"`
@@ -60,18 +54,6 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 			opIDs[op.OperationID] = true
 		}
-	}
-
-	api, err := httpapi.New(httpapi.Options{MaxBodyBytes: 1, MaxHeaderBytes: 1, CallTimeout: 1, MaxBulkRequests: 1},
-		httpapi.Deps{Meter: noop.NewMeterProvider().Meter("test")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := api.Routes()
-	slices.Sort(table)
-	slices.Sort(operations)
-	if !slices.Equal(table, operations) {
-		t.Errorf("routes and the OpenAPI document differ:\nroutes:     %v\ndocumented: %v", table, operations)
 	}
 
 	// The running gateway: Allow lists exactly the documented methods (and

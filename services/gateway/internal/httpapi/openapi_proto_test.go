@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // generatedSpec is the Swagger 2.0 document protoc-gen-openapiv2 writes from
@@ -259,4 +261,37 @@ func strs(l []any) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The served openapi.json documents exactly the routes the API registers on
+// its mux ("POST /v1/links", ...), no more and no fewer. (The integration
+// test TestOpenAPIMatchesRoutes asks a running gateway the same of each
+// path's Allow list.)
+func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	methods := []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+	var documented []string
+	for path, item := range doc.Paths {
+		for key := range item {
+			if slices.Contains(methods, key) {
+				documented = append(documented, strings.ToUpper(key)+" "+path)
+			}
+		}
+	}
+	api, err := New(Options{MaxBodyBytes: 1, MaxHeaderBytes: 1, CallTimeout: 1, MaxBulkRequests: 1},
+		Deps{Meter: noop.NewMeterProvider().Meter("test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := api.Routes()
+	slices.Sort(routes)
+	slices.Sort(documented)
+	if len(routes) == 0 || !slices.Equal(routes, documented) {
+		t.Errorf("routes and the OpenAPI document differ:\nroutes:     %v\ndocumented: %v", routes, documented)
+	}
 }
