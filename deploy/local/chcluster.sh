@@ -32,18 +32,9 @@ ZK_PORT=2281
 NODES=(1 2 3 4)
 export PATH="$PATH:/usr/sbin:/sbin"
 
-log() { printf 'chcluster: %s\n' "$*"; }
-die() {
-  printf 'chcluster: ERROR: %s\n' "$*" >&2
-  exit 1
-}
-die_with_log() {
-  {
-    printf 'chcluster: ERROR: %s\nchcluster: see %s — last 20 lines:\n' "$1" "$2"
-    [[ -e $2 ]] && tail -n 20 "$2" | sed 's/^/    /'
-  } >&2
-  exit 1
-}
+LOG_NAME=chcluster
+# shellcheck source=deploy/local/lib.sh
+source "$ROOT/deploy/local/lib.sh"
 
 tcp_port() { echo $((9110 + $1)); }
 http_port() { echo $((8210 + $1)); }
@@ -51,31 +42,6 @@ inter_port() { echo $((9210 + $1)); }
 shard_of() { echo $((($1 + 1) / 2)); }
 replica_of() { echo $((($1 + 1) % 2 + 1)); }
 
-read_pid() { [[ -r $1 ]] && tr -dc 0-9 <"$1"; }
-alive() { [[ -n ${1:-} && -r /proc/$1/stat ]] && ! grep -qE '^[0-9]+ \(.*\) [ZX]' "/proc/$1/stat"; }
-port_in_use() { [[ -n $(ss -Hltn "sport = :$1" 2>/dev/null) ]]; }
-
-# wait_for SECONDS DESCRIPTION LOGFILE CMD...
-wait_for() {
-  local timeout=$1 deadline=$((SECONDS + $1)) desc=$2 logf=$3
-  shift 3
-  until "$@"; do
-    ((SECONDS < deadline)) || die_with_log "timed out after ${timeout}s waiting for $desc" "$logf"
-    sleep 0.2
-  done
-}
-
-stop_pid() { # stop_pid PID NAME: TERM, 10 s, KILL
-  local pid=$1 i
-  alive "$pid" || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 150; i++)); do
-    alive "$pid" || return 0
-    ((i == 100)) && kill -KILL "$pid" 2>/dev/null
-    sleep 0.1
-  done
-  die "$2 (pid $pid) did not exit"
-}
 
 take_lock() {
   mkdir -p "$RUN_DIR" "$LOG_DIR"
@@ -85,7 +51,7 @@ take_lock() {
 
 # ---------------------------------------------------------------- zookeeper --
 
-zk_pid() { local p; p=$(read_pid "$RUN_DIR/zk.pid") && alive "$p" && echo "$p"; }
+zk_pid() { local p; p=$(read_pidfile "$RUN_DIR/zk.pid") && pid_alive "$p" && echo "$p"; }
 # serving, not just running: while ZooKeeper replays its log it answers
 # "ruok" but refuses sessions, and a clickhouse-server starting then fails
 zk_ok() { [[ $(exec 3<>/dev/tcp/127.0.0.1/$ZK_PORT && printf stat >&3 && timeout 2 cat <&3) == *"Mode: standalone"* ]] 2>/dev/null; }
@@ -131,7 +97,7 @@ EOF
 
 # --------------------------------------------------------------- clickhouse --
 
-node_pid() { local p; p=$(read_pid "$RUN_DIR/node$1.pid") && alive "$p" && echo "$p"; }
+node_pid() { local p; p=$(read_pidfile "$RUN_DIR/node$1.pid") && pid_alive "$p" && echo "$p"; }
 node_ping() { [[ $(curl -fsS --max-time 2 "http://127.0.0.1:$(http_port "$1")/ping" 2>/dev/null) == Ok.* ]]; }
 
 write_node_config() {

@@ -47,35 +47,44 @@ var (
 	labelParts = regexp.MustCompile(`\{[^}]*\}|\b(?:by|without)\s*\([^)]*\)`)
 )
 
+// dashboard is the part of deploy/grafana/kurz.json the tests read.
+type dashboard struct {
+	Title         string `json:"title"`
+	UID           string `json:"uid"`
+	SchemaVersion int    `json:"schemaVersion"`
+	Panels        []struct {
+		ID         int    `json:"id"`
+		Type       string `json:"type"`
+		Title      string `json:"title"`
+		Datasource struct {
+			Type string `json:"type"`
+		} `json:"datasource"`
+		Targets []struct {
+			RefID string `json:"refId"`
+			Expr  string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+func loadDashboard(t *testing.T) dashboard {
+	t.Helper()
+	raw, err := os.ReadFile("../../deploy/grafana/kurz.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash dashboard
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("kurz.json: %v", err)
+	}
+	return dash
+}
+
 // TestGrafanaDashboard: deploy/grafana/kurz.json is a dashboard model
 // Grafana can import: valid JSON, unique panel IDs, and every panel (rows
 // aside) has a title, a Prometheus datasource and at least one target whose
 // PromQL names only metrics the services export, with balanced brackets.
 func TestGrafanaDashboard(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/grafana/kurz.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Title         string `json:"title"`
-		UID           string `json:"uid"`
-		SchemaVersion int    `json:"schemaVersion"`
-		Panels        []struct {
-			ID         int    `json:"id"`
-			Type       string `json:"type"`
-			Title      string `json:"title"`
-			Datasource struct {
-				Type string `json:"type"`
-			} `json:"datasource"`
-			Targets []struct {
-				RefID string `json:"refId"`
-				Expr  string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatalf("kurz.json: %v", err)
-	}
+	dash := loadDashboard(t)
 	if dash.Title == "" || dash.UID == "" || dash.SchemaVersion == 0 || len(dash.Panels) == 0 {
 		t.Fatalf("dashboard: title %q, uid %q, schemaVersion %d, %d panels: want all set", dash.Title, dash.UID, dash.SchemaVersion, len(dash.Panels))
 	}
@@ -152,20 +161,7 @@ func balanced(s string) bool {
 // deploy/k8s/monitoring/alerts.rules.yaml reads is drawn by some panel, so
 // the operator paged has the graph behind the page.
 func TestDashboardShowsWhatTheAlertsWatch(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/grafana/kurz.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(raw, &dash); err != nil {
-		t.Fatal(err)
-	}
+	dash := loadDashboard(t)
 	drawn := map[string]bool{}
 	for _, p := range dash.Panels {
 		for _, tg := range p.Targets {
