@@ -1,0 +1,394 @@
+//go:build integration
+
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/pkg/webhooksig"
+)
+
+// event is a delivery's body.
+type event struct {
+	ID     string         `json:"id"`
+	Type   string         `json:"type"`
+	Time   time.Time      `json:"time"`
+	Tenant string         `json:"tenant"`
+	Data   map[string]any `json:"data"`
+}
+
+// webhookEnv lets the tests' loopback receivers in and keeps retries short.
+var webhookEnv = map[string]string{
+	"KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP":    "true",
+	"KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS":   "127.0.0.1/32",
+	"KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL": "50ms",
+	"KURZ_SHORTENER_WEBHOOK_BACKOFF_BASE":  "100ms",
+	"KURZ_SHORTENER_WEBHOOK_BACKOFF_MAX":   "200ms",
+	"KURZ_SHORTENER_WEBHOOK_TIMEOUT":       "2s",
+	"KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS":  "3",
+}
+
+// received is one request a receiver got, its signature checked.
+type received struct {
+	event   event
+	header  http.Header
+	sigErr  error
+	rawBody []byte
+}
+
+// receiver is a loopback webhook receiver that answers what answer says.
+type receiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	secret string
+	got    []received
+	answer func(r *http.Request) int
+}
+
+func newReceiver(t *testing.T) *receiver {
+	rc := &receiver{answer: func(*http.Request) int { return http.StatusNoContent }}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		rc.mu.Lock()
+		secret := rc.secret
+		rc.mu.Unlock()
+		var ev event
+		_ = json.Unmarshal(b, &ev)
+		got := received{event: ev, header: r.Header.Clone(), rawBody: b,
+			sigErr: webhooksig.Verify(secret, r.Header.Get(webhooksig.Header), b, time.Now(), 0)}
+		code := rc.answer(r)
+		rc.mu.Lock()
+		rc.got = append(rc.got, got)
+		rc.mu.Unlock()
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, "receiver says "+http.StatusText(code))
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) all() []received {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]received(nil), rc.got...)
+}
+
+// ids returns how often each event id arrived with a 2xx-worthy request.
+func (rc *receiver) ids() map[string]int {
+	n := map[string]int{}
+	for _, g := range rc.all() {
+		n[g.event.ID]++
+	}
+	return n
+}
+
+func subscribe(t *testing.T, ctx context.Context, api shortenerv1.WebhookServiceClient, rc *receiver, events ...string) *shortenerv1.Webhook {
+	t.Helper()
+	resp, err := api.CreateWebhook(ctx, &shortenerv1.CreateWebhookRequest{Url: rc.URL + "/hooks", Events: events})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(resp.GetSecret(), "whsec_") {
+		t.Fatalf("secret %q", resp.GetSecret())
+	}
+	rc.mu.Lock()
+	rc.secret = resp.GetSecret()
+	rc.mu.Unlock()
+	return resp.GetWebhook()
+}
+
+func deliveries(t *testing.T, ctx context.Context, api shortenerv1.WebhookServiceClient, id string) []*shortenerv1.WebhookDelivery {
+	t.Helper()
+	resp, err := api.ListWebhookDeliveries(ctx, &shortenerv1.ListWebhookDeliveriesRequest{WebhookId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetDeliveries()
+}
+
+// webhookSetup starts a shortener with webhookEnv, a fresh tenant (calling
+// as it: ctx) and a receiver; the tenant's rows go when the test ends.
+func webhookSetup(t *testing.T) (instance, string, context.Context, shortenerv1.WebhookServiceClient, *receiver) {
+	sh := start(t, webhookEnv, hooks{})
+	tenant := uniq("wh")
+	stores(t, sh.cfg, tenant)
+	dropWebhooks(t, sh, tenant)
+	return sh, tenant, as(tenant, ""), shortenerv1.NewWebhookServiceClient(sh.Conn), newReceiver(t)
+}
+
+func TestWebhookDeliversSignedLinkEvents(t *testing.T) {
+	sh, tenant, ctx, api, rc := webhookSetup(t)
+	wh := subscribe(t, ctx, api, rc)
+
+	link, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/hooked", Tags: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := link.GetLink().GetCode()
+	if _, err := sh.api.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link:       &shortenerv1.Link{Code: code, LongUrl: "https://example.com/moved"},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"long_url"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.api.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code}); err != nil {
+		t.Fatal(err)
+	}
+
+	await(t, "three deliveries", 10*time.Second, func() bool { return len(rc.all()) >= 3 })
+	byType := map[string]received{}
+	for _, g := range rc.all() {
+		if g.sigErr != nil {
+			t.Errorf("delivery %s: signature: %v", g.event.ID, g.sigErr)
+		}
+		if g.header.Get("Kurz-Event-Id") != g.event.ID || g.header.Get("Kurz-Event-Type") != g.event.Type {
+			t.Errorf("headers %v do not match the body's id %q and type %q", g.header, g.event.ID, g.event.Type)
+		}
+		if g.event.Tenant != tenant {
+			t.Errorf("tenant %q, want %q", g.event.Tenant, tenant)
+		}
+		byType[g.event.Type] = g
+	}
+	for typ, wantURL := range map[string]string{"link.created": "https://example.com/hooked",
+		"link.updated": "https://example.com/moved", "link.deleted": "https://example.com/moved"} {
+		g, ok := byType[typ]
+		if !ok {
+			t.Errorf("no %s event among %d", typ, len(rc.all()))
+			continue
+		}
+		raw := g.event
+		if raw.Data["code"] != code || raw.Data["long_url"] != wantURL || raw.Data["short_url"] != link.GetLink().GetShortUrl() {
+			t.Errorf("%s data %v, want code %s, long_url %s, short_url %s", typ, raw.Data, code, wantURL, link.GetLink().GetShortUrl())
+		}
+		if _, leaked := raw.Data["password_hash"]; leaked {
+			t.Errorf("%s data carries the password hash", typ)
+		}
+	}
+	ds := deliveries(t, ctx, api, wh.GetId())
+	if len(ds) != 3 {
+		t.Fatalf("%d deliveries listed, want 3", len(ds))
+	}
+	await(t, "all succeeded", 5*time.Second, func() bool {
+		for _, d := range deliveries(t, ctx, api, wh.GetId()) {
+			if d.GetStatus() != shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_SUCCEEDED || d.GetAttempts() != 1 || d.GetLastStatusCode() != 204 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestWebhookRetriesThenDeadLettersThenRedelivers(t *testing.T) {
+	sh, _, ctx, api, rc := webhookSetup(t)
+	var mu sync.Mutex
+	failing := true
+	rc.answer = func(*http.Request) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	}
+	wh := subscribe(t, ctx, api, rc, "link.created")
+	if _, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/dead"}); err != nil {
+		t.Fatal(err)
+	}
+	var dead *shortenerv1.WebhookDelivery
+	ok, state := servertest.EventuallyState(15*time.Second, func() (bool, string) {
+		ds := deliveries(t, ctx, api, wh.GetId())
+		if len(ds) != 1 {
+			return false, "no delivery"
+		}
+		dead = ds[0]
+		return dead.GetStatus() == shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DEAD, dead.String()
+	})
+	if !ok {
+		t.Fatalf("not dead: %s", state)
+	}
+	if dead.GetAttempts() != 3 || dead.GetLastStatusCode() != 500 || !strings.HasPrefix(dead.GetLastError(), "HTTP 500: receiver says") {
+		t.Errorf("dead delivery %v: want 3 attempts, last status 500 and the answer's start in last_error", dead)
+	}
+	if n := rc.ids()[dead.GetId()]; n != 3 {
+		t.Errorf("the receiver got the event %d times, want 3 (one per attempt)", n)
+	}
+
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	again, err := api.RedeliverWebhookDelivery(ctx, &shortenerv1.RedeliverWebhookDeliveryRequest{WebhookId: wh.GetId(), Id: dead.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetDelivery().GetStatus() != shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_PENDING {
+		t.Errorf("redelivered: %v, want pending", again.GetDelivery())
+	}
+	await(t, "the redelivery succeeds", 10*time.Second, func() bool {
+		ds := deliveries(t, ctx, api, wh.GetId())
+		return len(ds) == 1 && ds[0].GetStatus() == shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_SUCCEEDED
+	})
+	if n := rc.ids()[dead.GetId()]; n != 4 {
+		t.Errorf("the receiver got the event %d times, want 4 (the same id again)", n)
+	}
+	_, err = api.RedeliverWebhookDelivery(ctx, &shortenerv1.RedeliverWebhookDeliveryRequest{WebhookId: wh.GetId(), Id: "evt_nope"})
+	wantStatus(t, err, codes.NotFound)
+}
+
+// TestWebhookDeliveriesSurviveASenderRestart stops the shortener while a
+// delivery is in flight and the rest are queued; a new one (the same
+// database) delivers every event at least once.
+func TestWebhookDeliveriesSurviveASenderRestart(t *testing.T) {
+	env := map[string]string{"KURZ_SHORTENER_WEBHOOK_TIMEOUT": "1s", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "1"}
+	for k, v := range webhookEnv {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+	first := start(t, env, hooks{})
+	tenant := uniq("wh")
+	stores(t, first.cfg, tenant)
+	dropWebhooks(t, first, tenant)
+	ctx := as(tenant, "")
+	rc := newReceiver(t)
+	release := make(chan struct{})
+	inFlight := make(chan struct{}, 1)
+	var once sync.Once
+	rc.answer = func(r *http.Request) int {
+		select {
+		case <-release:
+			return http.StatusOK
+		default:
+		}
+		select { // the first attempts hang until the sender is gone
+		case inFlight <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return http.StatusOK
+	}
+	wh := subscribe(t, ctx, shortenerv1.NewWebhookServiceClient(first.Conn), rc, "link.created")
+	const links = 5
+	for i := range links {
+		if _, err := first.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/restart/" + string(rune('a'+i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-inFlight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery attempted")
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	once.Do(func() { close(release) })
+
+	second := start(t, env, hooks{})
+	api := shortenerv1.NewWebhookServiceClient(second.Conn)
+	ok, state := servertest.EventuallyState(30*time.Second, func() (bool, string) {
+		ds := deliveries(t, ctx, api, wh.GetId())
+		done := 0
+		for _, d := range ds {
+			if d.GetStatus() == shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_SUCCEEDED {
+				done++
+			}
+		}
+		return len(ds) == links && done == links, strings.Repeat("+", done)
+	})
+	if !ok {
+		t.Fatalf("after the restart, succeeded deliveries: %q of %d", state, links)
+	}
+	ids := rc.ids()
+	for _, d := range deliveries(t, ctx, api, wh.GetId()) {
+		if ids[d.GetId()] < 1 {
+			t.Errorf("event %s never reached the receiver", d.GetId())
+		}
+	}
+	if len(ids) != links {
+		t.Errorf("the receiver saw %d distinct event ids, want %d", len(ids), links)
+	}
+}
+
+func TestWebhooksAreTenantScopedAndBounded(t *testing.T) {
+	env := map[string]string{"KURZ_SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS": "2"}
+	for k, v := range webhookEnv {
+		env[k] = v
+	}
+	sh := start(t, env, hooks{})
+	a, b := uniq("wha"), uniq("whb")
+	stores(t, sh.cfg, a, b)
+	dropWebhooks(t, sh, a, b)
+	api := shortenerv1.NewWebhookServiceClient(sh.Conn)
+	rc := newReceiver(t)
+	wh := subscribe(t, as(a, ""), api, rc)
+
+	list, err := api.ListWebhooks(as(b, ""), &shortenerv1.ListWebhooksRequest{})
+	if err != nil || len(list.GetWebhooks()) != 0 {
+		t.Fatalf("tenant b lists %v (%v), want none", list.GetWebhooks(), err)
+	}
+	_, err = api.ListWebhookDeliveries(as(b, ""), &shortenerv1.ListWebhookDeliveriesRequest{WebhookId: wh.GetId()})
+	wantStatus(t, err, codes.NotFound)
+	_, err = api.DeleteWebhook(as(b, ""), &shortenerv1.DeleteWebhookRequest{Id: wh.GetId()})
+	wantStatus(t, err, codes.NotFound)
+
+	// b's link makes no delivery for a's subscription.
+	if _, err := sh.api.CreateLink(as(b, ""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/b"}); err != nil {
+		t.Fatal(err)
+	}
+	if ds := deliveries(t, as(a, ""), api, wh.GetId()); len(ds) != 0 {
+		t.Errorf("a's subscription has %d deliveries of b's link", len(ds))
+	}
+
+	if _, err := api.CreateWebhook(as(a, ""), &shortenerv1.CreateWebhookRequest{Url: rc.URL + "/2"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.CreateWebhook(as(a, ""), &shortenerv1.CreateWebhookRequest{Url: rc.URL + "/3"})
+	if reason, _ := wantStatus(t, err, codes.FailedPrecondition); reason != "WEBHOOK_LIMIT_REACHED" {
+		t.Errorf("reason %q", reason)
+	}
+	for _, bad := range []struct{ url, event string }{
+		{"https://10.1.2.3/x", ""}, {"ftp://example.com/", ""}, {"https://user:pw@example.com/", ""},
+		{"https://example.com/", "link.exploded"},
+	} {
+		req := &shortenerv1.CreateWebhookRequest{Url: bad.url}
+		if bad.event != "" {
+			req.Events = []string{bad.event}
+		}
+		_, err := api.CreateWebhook(as(b, ""), req)
+		wantStatus(t, err, codes.InvalidArgument)
+	}
+
+	if _, err := api.DeleteWebhook(as(a, ""), &shortenerv1.DeleteWebhookRequest{Id: wh.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	list, err = api.ListWebhooks(as(a, ""), &shortenerv1.ListWebhooksRequest{})
+	if err != nil || len(list.GetWebhooks()) != 1 {
+		t.Fatalf("after delete a lists %v (%v), want one", list.GetWebhooks(), err)
+	}
+}
+
+// dropWebhooks deletes the tenants' subscriptions (and so their
+// deliveries) when the test ends.
+func dropWebhooks(t *testing.T, sh instance, tenants ...string) {
+	t.Helper()
+	db, _ := stores(t, sh.cfg)
+	t.Cleanup(func() {
+		_, _ = db.Exec(context.Background(), `DELETE FROM webhook_subscriptions WHERE tenant = ANY($1)`, tenants)
+	})
+}
