@@ -849,13 +849,13 @@ const file_kurz_shortener_v1_webhooks_proto_rawDesc = "" +
 	"#WEBHOOK_DELIVERY_STATUS_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fWEBHOOK_DELIVERY_STATUS_PENDING\x10\x01\x12%\n" +
 	"!WEBHOOK_DELIVERY_STATUS_SUCCEEDED\x10\x02\x12 \n" +
-	"\x1cWEBHOOK_DELIVERY_STATUS_DEAD\x10\x032\xfe\x05\n" +
+	"\x1cWEBHOOK_DELIVERY_STATUS_DEAD\x10\x032\xfb\x05\n" +
 	"\x0eWebhookService\x12{\n" +
 	"\rCreateWebhook\x12'.kurz.shortener.v1.CreateWebhookRequest\x1a(.kurz.shortener.v1.CreateWebhookResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/webhooks\x12u\n" +
 	"\fListWebhooks\x12&.kurz.shortener.v1.ListWebhooksRequest\x1a'.kurz.shortener.v1.ListWebhooksResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/webhooks\x12}\n" +
 	"\rDeleteWebhook\x12'.kurz.shortener.v1.DeleteWebhookRequest\x1a(.kurz.shortener.v1.DeleteWebhookResponse\"\x19\x82\xd3\xe4\x93\x02\x13*\x11/v1/webhooks/{id}\x12\xa8\x01\n" +
-	"\x15ListWebhookDeliveries\x12/.kurz.shortener.v1.ListWebhookDeliveriesRequest\x1a0.kurz.shortener.v1.ListWebhookDeliveriesResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/webhooks/{webhook_id}/deliveries\x12\xcd\x01\n" +
-	"\x18RedeliverWebhookDelivery\x122.kurz.shortener.v1.RedeliverWebhookDeliveryRequest\x1a3.kurz.shortener.v1.RedeliverWebhookDeliveryResponse\"H\x82\xd3\xe4\x93\x02B:\x01*b\bdelivery\"3/v1/webhooks/{webhook_id}/deliveries/{id}:redeliverB\xb8\x01\n" +
+	"\x15ListWebhookDeliveries\x12/.kurz.shortener.v1.ListWebhookDeliveriesRequest\x1a0.kurz.shortener.v1.ListWebhookDeliveriesResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/webhooks/{webhook_id}/deliveries\x12\xca\x01\n" +
+	"\x18RedeliverWebhookDelivery\x122.kurz.shortener.v1.RedeliverWebhookDeliveryRequest\x1a3.kurz.shortener.v1.RedeliverWebhookDeliveryResponse\"E\x82\xd3\xe4\x93\x02?b\bdelivery\"3/v1/webhooks/{webhook_id}/deliveries/{id}/redeliverB\xb8\x01\n" +
 	"\x15com.kurz.shortener.v1B\rWebhooksProtoP\x01Z*kurz.dev/gen/kurz/shortener/v1;shortenerv1\xa2\x02\x03KSX\xaa\x02\x11Kurz.Shortener.V1\xca\x02\x11Kurz\\Shortener\\V1\xe2\x02\x1dKurz\\Shortener\\V1\\GPBMetadata\xea\x02\x13Kurz::Shortener::V1b\x06proto3"
 
 var (

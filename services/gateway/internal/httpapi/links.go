@@ -39,6 +39,12 @@ func (a *API) table() []route {
 		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
 
+		{pattern: "POST /v1/webhooks", access: tenantKey, handle: a.createWebhook},
+		{pattern: "GET /v1/webhooks", access: tenantKey, handle: a.listWebhooks},
+		{pattern: "DELETE /v1/webhooks/{id}", access: tenantKey, handle: a.deleteWebhook},
+		{pattern: "GET /v1/webhooks/{webhookId}/deliveries", access: tenantKey, query: []string{"page_size", "page_token", "status"}, handle: a.listWebhookDeliveries},
+		{pattern: "POST /v1/webhooks/{webhookId}/deliveries/{id}/redeliver", access: tenantKey, handle: a.redeliverWebhookDelivery},
+
 		{pattern: "POST /v1/admin/tenants", access: adminToken, handle: a.createTenant},
 		{pattern: "GET /v1/admin/tenants/{tenant}", access: adminToken, handle: a.getTenant},
 		{pattern: "PATCH /v1/admin/tenants/{tenant}", access: adminToken, handle: a.updateTenant},
