@@ -3,12 +3,10 @@
 package console_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -27,10 +25,8 @@ import (
 // dead one is redelivered from the page once the receiver recovers; the
 // webhook is deleted after a confirmation. No exception, no CSP report.
 func TestConsoleWebhooksInBrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("Chromium is needed for the console's browser test and is not installed (%v): apt-get install chromium", err)
-	}
+	b := openBrowser(t)
+	do, eval := b.do, b.eval
 	s := startStack(t)
 	gw := startGateway(t, s)
 	key := newTenant(t, s, gw)
@@ -49,54 +45,6 @@ func TestConsoleWebhooksInBrowser(t *testing.T) {
 		}
 	}))
 	defer rcv.Close()
-
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	var problems []string
-	messages := chromedp.Console(ctx)
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.IsException() || m.Source == "security" || strings.Contains(m.Text, "Content Security Policy") {
-				mu.Lock()
-				problems = append(problems, m.String())
-				mu.Unlock()
-			}
-		}
-	}()
-	defer func() {
-		cancel()
-		<-listening
-		for _, p := range problems {
-			t.Errorf("browser console: %s", p)
-		}
-	}()
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return v
-	}
 
 	do("sign in and open the webhooks",
 		chromedp.Navigate(gw.HTTP+"/console"),
@@ -135,12 +83,22 @@ func TestConsoleWebhooksInBrowser(t *testing.T) {
 		resp.Body.Close()
 	}
 
+	// refresh reloads the deliveries and waits until the new list is drawn.
+	refresh := func() {
+		t.Helper()
+		renders := `document.getElementById('deliveries').dataset.renders`
+		before := eval(renders)
+		do("refresh the deliveries", chromedp.Click(chromedp.CSS("#deliveries-refresh")))
+		if !servertest.Eventually(10*time.Second, func() bool { return eval(renders) != before }) {
+			t.Fatal("the deliveries were not drawn again")
+		}
+	}
 	statuses := func() string {
 		return eval(`[...document.querySelectorAll('#deliveries-body tr')].map((r) => r.dataset.status).sort().join(',')`)
 	}
 	do("open the deliveries", chromedp.Click(chromedp.CSS(row+" button.deliveries")), chromedp.WaitVisible(chromedp.CSS("#deliveries")))
 	ok, last := servertest.EventuallyState(20*time.Second, func() (bool, string) {
-		do("refresh", chromedp.Click(chromedp.CSS("#deliveries-refresh")))
+		refresh()
 		got := statuses()
 		return got == "dead,succeeded", got
 	})
@@ -156,7 +114,7 @@ func TestConsoleWebhooksInBrowser(t *testing.T) {
 	mu.Unlock()
 	do("redeliver the dead one", chromedp.Click(chromedp.CSS(`#deliveries-body tr[data-status="dead"] button.redeliver`)))
 	ok, last = servertest.EventuallyState(20*time.Second, func() (bool, string) {
-		do("refresh", chromedp.Click(chromedp.CSS("#deliveries-refresh")))
+		refresh()
 		got := statuses()
 		return got == "succeeded,succeeded", got
 	})
