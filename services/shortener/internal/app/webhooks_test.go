@@ -222,6 +222,21 @@ func TestWebhookRetriesThenDeadLettersThenRedelivers(t *testing.T) {
 	if dead.GetAttempts() != 3 || dead.GetLastStatusCode() != 500 || !strings.HasPrefix(dead.GetLastError(), "HTTP 500: receiver says") {
 		t.Errorf("dead delivery %v: want 3 attempts, last status 500 and the answer's start in last_error", dead)
 	}
+	// The attempts are counted before the outcome is stored.
+	if got := metricValue(t, sh.Running, "kurz_shortener_webhook_attempts_total"); got != 3 {
+		t.Errorf("kurz_shortener_webhook_attempts_total = %v, want 3", got)
+	}
+	body := metricsBody(t, sh)
+	for _, outcome := range []string{"retry", "dead"} {
+		if !servertest.HasSeries(body, "kurz_shortener_webhook_attempts_total", `outcome="`+outcome+`"`) {
+			t.Errorf("no kurz_shortener_webhook_attempts_total{outcome=%q}", outcome)
+		}
+	}
+	for _, name := range []string{"kurz_shortener_webhook_queue_pending", "kurz_shortener_webhook_queue_oldest_age_seconds", "kurz_shortener_webhook_queue_lag_seconds"} {
+		if !servertest.HasSeries(body, name) {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
 	if n := rc.ids()[dead.GetId()]; n != 3 {
 		t.Errorf("the receiver got the event %d times, want 3 (one per attempt)", n)
 	}
@@ -391,4 +406,19 @@ func dropWebhooks(t *testing.T, sh instance, tenants ...string) {
 	t.Cleanup(func() {
 		_, _ = db.Exec(context.Background(), `DELETE FROM webhook_subscriptions WHERE tenant = ANY($1)`, tenants)
 	})
+}
+
+// metricsBody returns the shortener's /metrics.
+func metricsBody(t *testing.T, sh instance) string {
+	t.Helper()
+	resp, err := http.Get(sh.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
