@@ -18,7 +18,8 @@ func webhookCommands() []*command {
 			name: "webhooks create", args: "<url>", minArgs: 1, maxArgs: 1,
 			summary: "subscribe a URL to link events",
 			help: `Subscribes <url> (https) to the tenant's link events: link.created,
-link.updated and link.deleted (all of them unless --event names some). Each
+link.updated, link.deleted and link.clicked (a link's clicks counted per
+interval); all of them unless --event names some. Each
 event is POSTed as JSON, signed in the Kurz-Signature header with the
 secret this command prints: the only time it is shown. docs/webhooks.md
 says how to verify it.
@@ -75,7 +76,7 @@ Example:
 
 func setupWebhooksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 	var events stringList
-	fs.Var(&events, "event", "send only this `event` (repeatable): link.created, link.updated, link.deleted")
+	fs.Var(&events, "event", "send only this `event` (repeatable): link.created, link.updated, link.deleted, link.clicked")
 	desc := fs.String("description", "", "a note for people, at most 200 characters")
 	return func(args []string) error {
 		gw, err := c.gateway("webhooks create", apiKeyAuth)

@@ -89,8 +89,8 @@ type Webhook struct {
 	// 2,048 characters; its host must not resolve to a private, loopback,
 	// link-local or multicast address unless the operator allow-lists it.
 	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
-	// The events sent: link.created, link.updated, link.deleted. Empty on
-	// create: all of them.
+	// The events sent: link.created, link.updated, link.deleted,
+	// link.clicked. Empty on create: all of them.
 	Events []string `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
 	// Free text for people, at most 200 characters.
 	Description   string                 `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`

@@ -31,7 +31,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // WebhookService manages a tenant's webhook subscriptions: URLs kurz POSTs
-// signed JSON events to (link.created, link.updated, link.deleted), and the
+// signed JSON events to (link.created, link.updated, link.deleted, and
+// link.clicked: the clicks of a link counted per interval), and the
 // deliveries of those events, retried with backoff and dead-lettered when
 // they keep failing. See docs/webhooks.md for the body, the signature and
 // how to verify it. Every call sees only the caller's tenant.
@@ -114,7 +115,8 @@ func (c *webhookServiceClient) RedeliverWebhookDelivery(ctx context.Context, in 
 // for forward compatibility.
 //
 // WebhookService manages a tenant's webhook subscriptions: URLs kurz POSTs
-// signed JSON events to (link.created, link.updated, link.deleted), and the
+// signed JSON events to (link.created, link.updated, link.deleted, and
+// link.clicked: the clicks of a link counted per interval), and the
 // deliveries of those events, retried with backoff and dead-lettered when
 // they keep failing. See docs/webhooks.md for the body, the signature and
 // how to verify it. Every call sees only the caller's tenant.

@@ -215,7 +215,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	if err := wireWebhooks(cfg, db, srv, lc, log); err != nil {
+	if err := wireWebhooks(cfg, db, rdb, srv, lc, log); err != nil {
 		return nil, err
 	}
 	startBackground(svc, blocklist, lc, log)
@@ -330,8 +330,9 @@ func sweep(ctx context.Context, svc *linkapi.Service, log *slog.Logger) {
 }
 
 // wireWebhooks registers kurz.shortener.v1.WebhookService and starts the
-// webhook sender, which stops before the stores close.
-func wireWebhooks(cfg Config, db *pgxpool.Pool, srv *server.Server, lc *server.Lifecycle, log *slog.Logger) error {
+// webhook sender and the click batcher (link.clicked), which stop before
+// the stores close.
+func wireWebhooks(cfg Config, db *pgxpool.Pool, rdb *redis.ClusterClient, srv *server.Server, lc *server.Lifecycle, log *slog.Logger) error {
 	allow, err := cfg.Webhooks.Validate()
 	if err != nil {
 		return err
@@ -353,6 +354,8 @@ func wireWebhooks(cfg Config, db *pgxpool.Pool, srv *server.Server, lc *server.L
 	}
 	shortenerv1.RegisterWebhookServiceServer(srv.GRPC, webhook.NewAPI(cfg.Webhooks, store, sealer, targets, cfg.AllowAnonymous, log))
 	lc.Go("webhook sender", sender.Run)
+	clicks := webhook.NewClickBatcher(cfg.Webhooks, rdb, store, cfg.Webhooks.Streams, log.With("component", "webhook-clicks"))
+	lc.Go("webhook clicks", clicks.Run)
 	log.Info("webhooks configured", "allow_http", cfg.Webhooks.AllowHTTP, "allow_cidrs", cfg.Webhooks.AllowCIDRs,
 		"concurrency", cfg.Webhooks.Concurrency, "max_attempts", cfg.Webhooks.MaxAttempts, "retry_window", cfg.Webhooks.RetryWindow,
 		"dedicated_key", cfg.Webhooks.Key != "")

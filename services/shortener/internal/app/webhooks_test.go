@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/pkg/webhooksig"
 )
@@ -421,4 +424,86 @@ func metricsBody(t *testing.T, sh instance) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestWebhookClicksAreBatchedPerLink writes click events into a stream
+// layout of the test's own (11 shards, which nothing else uses) and gets
+// one link.clicked delivery per link and interval carrying their number.
+func TestWebhookClicksAreBatchedPerLink(t *testing.T) {
+	group := uniq("wh-clicks-")
+	env := map[string]string{"KURZ_CLICK_STREAM_SHARDS": "11", "KURZ_SHORTENER_WEBHOOK_CLICK_INTERVAL": "1s",
+		"KURZ_SHORTENER_WEBHOOK_CLICK_GROUP": group}
+	for k, v := range webhookEnv {
+		env[k] = v
+	}
+	// The subscription exists before the batcher that counts starts, so
+	// its first look at the subscribers sees it.
+	first := start(t, env, hooks{})
+	tenant := uniq("wh")
+	_, rdb := stores(t, first.cfg, tenant)
+	dropWebhooks(t, first, tenant)
+	keys := clickevent.StreamKeys(11)
+	t.Cleanup(func() {
+		for _, k := range keys {
+			rdb.XGroupDestroy(context.Background(), k, group)
+		}
+	})
+	ctx := as(tenant, "")
+	rc := newReceiver(t)
+	wh := subscribe(t, ctx, shortenerv1.NewWebhookServiceClient(first.Conn), rc, "link.clicked")
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	sh := start(t, env, hooks{})
+	api := shortenerv1.NewWebhookServiceClient(sh.Conn)
+	link, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/clicked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := link.GetLink().GetCode()
+	now := time.Now()
+	for i, c := range []struct{ key, tenant, code string }{
+		{keys[0], tenant, code}, {keys[5], tenant, code}, {keys[0], tenant, code}, {keys[3], "someone-else", code},
+	} {
+		ev := clickevent.Event{ID: clickevent.NewID(now), Code: c.code, Tenant: c.tenant, Time: now.Add(time.Duration(i) * time.Second)}
+		if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: c.key, Values: ev.Values()}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok, state := servertest.EventuallyState(15*time.Second, func() (bool, string) {
+		clicks, seen := 0, ""
+		for _, g := range rc.all() {
+			if g.event.Type != "link.clicked" || g.sigErr != nil {
+				seen += fmt.Sprintf(" %s(sig %v)", g.event.Type, g.sigErr)
+				continue
+			}
+			if g.event.Data["code"] != code || g.event.Data["short_url"] != link.GetLink().GetShortUrl() {
+				seen += fmt.Sprintf(" data %v", g.event.Data)
+				continue
+			}
+			n, _ := g.event.Data["clicks"].(float64)
+			clicks += int(n)
+		}
+		return clicks == 3, fmt.Sprintf("%d clicks;%s", clicks, seen)
+	})
+	if !ok {
+		t.Fatalf("link.clicked deliveries: %s, want 3 clicks of %s", state, code)
+	}
+	for _, d := range deliveries(t, ctx, api, wh.GetId()) {
+		if d.GetEventType() != "link.clicked" {
+			t.Errorf("delivery of %s to a link.clicked-only subscription", d.GetEventType())
+		}
+	}
+	// Every entry is acknowledged, the other tenant's included.
+	if !servertest.Eventually(10*time.Second, func() bool {
+		for _, k := range keys {
+			p, err := rdb.XPending(context.Background(), k, group).Result()
+			if err != nil || p.Count != 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Error("click entries stay pending in the webhook group")
+	}
 }

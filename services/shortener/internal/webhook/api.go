@@ -21,7 +21,7 @@ import (
 )
 
 // Events are the event types a subscription can ask for.
-var Events = []string{"link.created", "link.updated", "link.deleted"}
+var Events = []string{"link.created", "link.updated", "link.deleted", "link.clicked"}
 
 // ErrorInfo reasons of the webhook API.
 const (

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"kurz.dev/pkg/clickevent"
 )
 
 // Config is the webhooks' part of the shortener's configuration.
@@ -49,6 +51,14 @@ type Config struct {
 	BackoffBase time.Duration `env:"SHORTENER_WEBHOOK_BACKOFF_BASE" default:"10s"`
 	// BackoffMax bounds the wait between attempts.
 	BackoffMax time.Duration `env:"SHORTENER_WEBHOOK_BACKOFF_MAX" default:"1h"`
+	// ClickInterval is how long clicks are counted before one link.clicked
+	// delivery per link (and subscription) carries their number.
+	ClickInterval time.Duration `env:"SHORTENER_WEBHOOK_CLICK_INTERVAL" default:"1m"`
+	// ClickGroup is the Redis consumer group that reads the click streams
+	// for link.clicked (analytics has its own).
+	ClickGroup string `env:"SHORTENER_WEBHOOK_CLICK_GROUP" default:"kurz-webhooks"`
+	// Streams is the click stream layout (the redirect's and analytics').
+	Streams clickevent.StreamConfig
 	// Retention is how long succeeded and dead deliveries stay listed
 	// before they are deleted.
 	Retention time.Duration `env:"SHORTENER_WEBHOOK_RETENTION" default:"168h"`
@@ -84,5 +94,9 @@ func (c Config) Validate() ([]netip.Prefix, error) {
 	if c.PollInterval <= 0 || c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase || c.RetryWindow <= 0 || c.Retention <= 0 {
 		errs = append(errs, errors.New("KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL, _BACKOFF_BASE, _RETRY_WINDOW and _RETENTION must be positive, and _BACKOFF_MAX at least _BACKOFF_BASE"))
 	}
+	if c.ClickInterval < time.Second || c.ClickInterval > time.Hour || c.ClickGroup == "" || len(c.ClickGroup) > 64 {
+		errs = append(errs, errors.New("KURZ_SHORTENER_WEBHOOK_CLICK_INTERVAL must be 1s to 1h, and KURZ_SHORTENER_WEBHOOK_CLICK_GROUP 1 to 64 characters"))
+	}
+	errs = append(errs, c.Streams.Validate())
 	return allow, errors.Join(errs...)
 }
