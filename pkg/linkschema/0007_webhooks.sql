@@ -43,6 +43,8 @@ CREATE TABLE webhook_deliveries (
 
 -- The sender's claim: due pending rows, oldest due first.
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+-- The retention's deletes: finished deliveries by their last attempt.
+CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (last_attempt_at) WHERE status <> 'pending';
 -- ListWebhookDeliveries: a subscription's deliveries, newest first.
 CREATE INDEX webhook_deliveries_page ON webhook_deliveries (subscription_id, created_at DESC, id DESC);
 

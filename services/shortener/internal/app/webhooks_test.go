@@ -22,6 +22,7 @@ import (
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/pkg/webhooksig"
+	"kurz.dev/services/shortener/internal/webhook"
 )
 
 // event is a delivery's body.
@@ -505,5 +506,87 @@ func TestWebhookClicksAreBatchedPerLink(t *testing.T) {
 		return true
 	}) {
 		t.Error("click entries stay pending in the webhook group")
+	}
+}
+
+// TestWebhookReplicasShareTheQueue runs two shorteners on one database:
+// their senders claim with SKIP LOCKED, so each of 20 events reaches the
+// receiver exactly once (no failure, so no retry may repeat one).
+func TestWebhookReplicasShareTheQueue(t *testing.T) {
+	env := map[string]string{"KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "1"}
+	for k, v := range webhookEnv {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+	a, b := start(t, env, hooks{}), start(t, env, hooks{})
+	tenant := uniq("wh")
+	stores(t, a.cfg, tenant)
+	dropWebhooks(t, a, tenant)
+	ctx := as(tenant, "")
+	rc := newReceiver(t)
+	wh := subscribe(t, ctx, shortenerv1.NewWebhookServiceClient(a.Conn), rc, "link.created")
+	const links = 20
+	for i := range links {
+		sh := []instance{a, b}[i%2]
+		if _, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: fmt.Sprintf("https://example.com/shared/%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok, state := servertest.EventuallyState(20*time.Second, func() (bool, string) {
+		n := len(rc.ids())
+		return n == links, fmt.Sprintf("%d distinct ids", n)
+	})
+	if !ok {
+		t.Fatalf("the receiver got %s, want %d", state, links)
+	}
+	for id, n := range rc.ids() {
+		if n != 1 {
+			t.Errorf("event %s arrived %d times, want once", id, n)
+		}
+	}
+	if ds := deliveries(t, ctx, shortenerv1.NewWebhookServiceClient(b.Conn), wh.GetId()); len(ds) != links {
+		t.Errorf("%d deliveries listed, want %d", len(ds), links)
+	}
+}
+
+// TestWebhookRetentionPrunesFinishedDeliveriesOnly: finished deliveries
+// whose last attempt is older than the cut go; recent and pending ones
+// stay.
+func TestWebhookRetentionPrunesFinishedDeliveriesOnly(t *testing.T) {
+	sh, _, ctx, api, rc := webhookSetup(t)
+	db, _ := stores(t, sh.cfg)
+	wh := subscribe(t, ctx, api, rc)
+	rows := map[string]struct {
+		status string
+		age    time.Duration
+		gone   bool
+	}{
+		"old-succeeded": {"succeeded", 48 * time.Hour, true},
+		"old-dead":      {"dead", 48 * time.Hour, true},
+		"new-dead":      {"dead", time.Minute, false},
+		"old-pending":   {"pending", 48 * time.Hour, false},
+	}
+	prefix := "evt_" + uniq("prune")
+	for name, r := range rows {
+		if _, err := db.Exec(context.Background(), `
+			INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data, status, last_attempt_at, next_attempt_at)
+			SELECT $1, id, tenant, 'link.created', '{}', $2, now() - make_interval(secs => $3), now() + interval '1 day'
+			FROM webhook_subscriptions WHERE id = $4`,
+			prefix+name, r.status, r.age.Seconds(), wh.GetId()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := webhook.NewStore(db, 5*time.Second).Prune(context.Background(), time.Now().Add(-24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range rows {
+		var exists bool
+		if err := db.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE id = $1)`, prefix+name).Scan(&exists); err != nil {
+			t.Fatal(err)
+		}
+		if exists == r.gone {
+			t.Errorf("%s: exists %v after the prune, want gone %v", name, exists, r.gone)
+		}
 	}
 }

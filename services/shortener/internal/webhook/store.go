@@ -265,12 +265,28 @@ func (s *Store) Finish(ctx context.Context, id string, attempt int, o outcome) e
 	return nil
 }
 
-// Prune deletes finished deliveries whose last attempt is older than before.
+// pruneBatch bounds the rows one delete of Prune removes, so that each
+// statement stays within the query timeout however large the backlog.
+const pruneBatch = 5000
+
+// Prune deletes finished deliveries whose last attempt is older than
+// before, pruneBatch at a time, and returns how many it deleted.
 func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		n, err := s.pruneOnce(ctx, before)
+		total += n
+		if err != nil || n < pruneBatch {
+			return total, err
+		}
+	}
+}
+
+func (s *Store) pruneOnce(ctx context.Context, before time.Time) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries
-		WHERE status <> 'pending' AND last_attempt_at < $1`, before)
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
+		SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND last_attempt_at < $1 LIMIT $2)`, before, pruneBatch)
 	if err != nil {
 		return 0, fmt.Errorf("prune deliveries: %w", err)
 	}
