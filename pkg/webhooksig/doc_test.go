@@ -113,7 +113,18 @@ func TestDocsGoRecipe(t *testing.T) {
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cancel(); _ = run.Wait() }()
+	// stop ends the receiver; its output is complete (and safe to read)
+	// once Wait has returned.
+	stopped := false
+	stop := func() string {
+		if !stopped {
+			stopped = true
+			cancel()
+			_ = run.Wait()
+		}
+		return logs.String()
+	}
+	defer stop()
 
 	post := func(header string, body []byte) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/kurz", bytes.NewReader(body))
@@ -127,7 +138,7 @@ func TestDocsGoRecipe(t *testing.T) {
 	}
 	body := []byte(`{"id":"evt_docs","type":"link.created","tenant":"acme","data":{}}`)
 	if !servertest.Eventually(10*time.Second, func() bool { return post("", nil) != 0 }) {
-		t.Fatalf("the recipe's receiver does not listen on %s:\n%s", addr, logs.String())
+		t.Fatalf("the recipe's receiver does not listen on %s:\n%s", addr, stop())
 	}
 	now := time.Now()
 	for i, tc := range []struct {
@@ -145,7 +156,8 @@ func TestDocsGoRecipe(t *testing.T) {
 			t.Errorf("delivery %d: %d, want %d", i, got, tc.want)
 		}
 	}
-	if n := strings.Count(logs.String(), "link.created evt_docs"); n != 1 {
-		t.Errorf("the receiver handled evt_docs %d times, want once:\n%s", n, logs.String())
+	out := stop()
+	if n := strings.Count(out, "link.created evt_docs"); n != 1 {
+		t.Errorf("the receiver handled evt_docs %d times, want once:\n%s", n, out)
 	}
 }
