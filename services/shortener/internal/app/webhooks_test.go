@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +22,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/pkg/webhooksig"
 	"kurz.dev/services/shortener/internal/webhook"
@@ -588,5 +591,77 @@ func TestWebhookRetentionPrunesFinishedDeliveriesOnly(t *testing.T) {
 		if exists == r.gone {
 			t.Errorf("%s: exists %v after the prune, want gone %v", name, exists, r.gone)
 		}
+	}
+}
+
+// lockedBuffer is a log sink several goroutines write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestWebhookSecretsStayOutOfLogsAndStorage: at debug level, the
+// shortener's log of a subscription's life (create, a failed and a
+// dead delivery, a redelivery, a delete) never holds its secret, and
+// PostgreSQL holds it sealed only.
+func TestWebhookSecretsStayOutOfLogsAndStorage(t *testing.T) {
+	env := map[string]string{"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr()}
+	maps.Copy(env, webhookEnv)
+	cfg := load(t, env)
+	var logs lockedBuffer
+	srv, err := build(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "kurz.shortener.v1.ShortenerService")
+	sh := instance{Running: r, api: shortenerv1.NewShortenerServiceClient(r.Conn), cfg: cfg}
+	tenant := uniq("wh")
+	db, _ := stores(t, cfg, tenant)
+	dropWebhooks(t, sh, tenant)
+	ctx := as(tenant, "")
+	api := shortenerv1.NewWebhookServiceClient(sh.Conn)
+	rc := newReceiver(t)
+	rc.answer = func(*http.Request) int { return http.StatusBadGateway }
+	wh := subscribe(t, ctx, api, rc)
+	rc.mu.Lock()
+	secret := rc.secret
+	rc.mu.Unlock()
+	if _, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/secretive"}); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "a dead delivery", 15*time.Second, func() bool {
+		ds := deliveries(t, ctx, api, wh.GetId())
+		return len(ds) == 1 && ds[0].GetStatus() == shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DEAD
+	})
+	list, err := api.ListWebhooks(ctx, &shortenerv1.ListWebhooksRequest{})
+	if err != nil || strings.Contains(list.String(), secret) {
+		t.Errorf("ListWebhooks (%v) shows the secret", err)
+	}
+	var sealed []byte
+	if err := db.QueryRow(context.Background(), `SELECT secret FROM webhook_subscriptions WHERE id = $1`, wh.GetId()).Scan(&sealed); err != nil {
+		t.Fatal(err)
+	}
+	if len(sealed) < 40 || strings.Contains(string(sealed), secret[len("whsec_"):]) {
+		t.Errorf("the stored secret (%d bytes) is not sealed", len(sealed))
+	}
+	if _, err := api.DeleteWebhook(ctx, &shortenerv1.DeleteWebhookRequest{Id: wh.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.String(); !strings.Contains(got, "webhook delivery dead") || strings.Contains(got, secret) ||
+		strings.Contains(got, secret[len("whsec_"):]) {
+		t.Errorf("the log lacks the dead delivery or holds the secret:\n%s", got)
 	}
 }
