@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -284,26 +286,7 @@ func TestWebhookDeliveriesSurviveASenderRestart(t *testing.T) {
 	stores(t, first.cfg, tenant)
 	dropWebhooks(t, first, tenant)
 	ctx := as(tenant, "")
-	rc := newReceiver(t)
-	release := make(chan struct{})
-	inFlight := make(chan struct{}, 1)
-	var once sync.Once
-	rc.answer = func(r *http.Request) int {
-		select {
-		case <-release:
-			return http.StatusOK
-		default:
-		}
-		select { // the first attempts hang until the sender is gone
-		case inFlight <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-		return http.StatusOK
-	}
+	rc, inFlight, release := hangingReceiver(t)
 	wh := subscribe(t, ctx, shortenerv1.NewWebhookServiceClient(first.Conn), rc, "link.created")
 	const links = 5
 	for i := range links {
@@ -311,40 +294,14 @@ func TestWebhookDeliveriesSurviveASenderRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case <-inFlight:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no delivery attempted")
-	}
+	awaitInFlight(t, inFlight)
 	if err := first.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	once.Do(func() { close(release) })
+	close(release)
 
 	second := start(t, env, hooks{})
-	api := shortenerv1.NewWebhookServiceClient(second.Conn)
-	ok, state := servertest.EventuallyState(30*time.Second, func() (bool, string) {
-		ds := deliveries(t, ctx, api, wh.GetId())
-		done := 0
-		for _, d := range ds {
-			if d.GetStatus() == shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_SUCCEEDED {
-				done++
-			}
-		}
-		return len(ds) == links && done == links, strings.Repeat("+", done)
-	})
-	if !ok {
-		t.Fatalf("after the restart, succeeded deliveries: %q of %d", state, links)
-	}
-	ids := rc.ids()
-	for _, d := range deliveries(t, ctx, api, wh.GetId()) {
-		if ids[d.GetId()] < 1 {
-			t.Errorf("event %s never reached the receiver", d.GetId())
-		}
-	}
-	if len(ids) != links {
-		t.Errorf("the receiver saw %d distinct event ids, want %d", len(ids), links)
-	}
+	awaitEveryEvent(t, ctx, shortenerv1.NewWebhookServiceClient(second.Conn), wh.GetId(), links, rc)
 }
 
 func TestWebhooksAreTenantScopedAndBounded(t *testing.T) {
@@ -663,5 +620,123 @@ func TestWebhookSecretsStayOutOfLogsAndStorage(t *testing.T) {
 	if got := logs.String(); !strings.Contains(got, "webhook delivery dead") || strings.Contains(got, secret) ||
 		strings.Contains(got, secret[len("whsec_"):]) {
 		t.Errorf("the log lacks the dead delivery or holds the secret:\n%s", got)
+	}
+}
+
+// TestWebhookDeliveriesSurviveASIGKILL runs the shortener as a process,
+// kills it (SIGKILL: no shutdown at all) while a delivery is in flight
+// and the rest are queued, and starts another: every event reaches the
+// receiver at least once.
+func TestWebhookDeliveriesSurviveASIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	if err := servertest.BuildServicesWithoutRace(dir, "shortener"); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"KURZ_LIMITER_GRPC_ADDR=" + limitertest.Start(t, limitertest.AllowAll).Addr(), "KURZ_LOG_LEVEL=warn",
+		"KURZ_SHORTENER_WEBHOOK_TIMEOUT=1s", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY=1"}
+	for k, v := range webhookEnv {
+		if k != "KURZ_SHORTENER_WEBHOOK_TIMEOUT" {
+			env = append(env, k+"="+v)
+		}
+	}
+	spec := servertest.Spec{Name: "shortener", Service: "kurz.shortener.v1.ShortenerService", Env: func(g, h string) []string {
+		return append(env, "KURZ_SHORTENER_GRPC_ADDR="+g, "KURZ_SHORTENER_HTTP_ADDR="+h)
+	}}
+	first := servertest.Run(t, dir, spec)
+	conn, err := grpc.NewClient(first.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), servertest.ServiceAuth())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	tenant := uniq("wh")
+	cfg := load(t, nil)
+	stores(t, cfg, tenant)
+	db, _ := stores(t, cfg)
+	t.Cleanup(func() {
+		_, _ = db.Exec(context.Background(), `DELETE FROM webhook_subscriptions WHERE tenant = $1`, tenant)
+	})
+	ctx := as(tenant, "")
+	rc, inFlight, release := hangingReceiver(t)
+	wh := subscribe(t, ctx, shortenerv1.NewWebhookServiceClient(conn), rc, "link.created")
+	links := shortenerv1.NewShortenerServiceClient(conn)
+	const n = 5
+	for i := range n {
+		if _, err := links.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: fmt.Sprintf("https://example.com/killed/%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitInFlight(t, inFlight)
+	first.Kill()
+	close(release)
+
+	second := servertest.Run(t, dir, spec)
+	conn2, err := grpc.NewClient(second.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), servertest.ServiceAuth())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	awaitEveryEvent(t, ctx, shortenerv1.NewWebhookServiceClient(conn2), wh.GetId(), n, rc)
+}
+
+// hangingReceiver is a receiver whose attempts hang until release is
+// closed (or the sender gives up); inFlight receives when one hangs.
+func hangingReceiver(t *testing.T) (rc *receiver, inFlight <-chan struct{}, release chan struct{}) {
+	rc = newReceiver(t)
+	release = make(chan struct{})
+	hung := make(chan struct{}, 1)
+	rc.answer = func(r *http.Request) int {
+		select {
+		case <-release:
+			return http.StatusOK
+		default:
+		}
+		select {
+		case hung <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return http.StatusOK
+	}
+	return rc, hung, release
+}
+
+func awaitInFlight(t *testing.T, inFlight <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-inFlight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery attempted")
+	}
+}
+
+// awaitEveryEvent waits until the subscription's n deliveries succeeded,
+// and checks each event reached rc at least once, and no other did.
+func awaitEveryEvent(t *testing.T, ctx context.Context, api shortenerv1.WebhookServiceClient, id string, n int, rc *receiver) {
+	t.Helper()
+	ok, state := servertest.EventuallyState(30*time.Second, func() (bool, string) {
+		ds := deliveries(t, ctx, api, id)
+		done := 0
+		for _, d := range ds {
+			if d.GetStatus() == shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_SUCCEEDED {
+				done++
+			}
+		}
+		return len(ds) == n && done == n, fmt.Sprintf("%d of %d succeeded", done, n)
+	})
+	if !ok {
+		t.Fatalf("after the sender's end: %s", state)
+	}
+	ids := rc.ids()
+	for _, d := range deliveries(t, ctx, api, id) {
+		if ids[d.GetId()] < 1 {
+			t.Errorf("event %s never reached the receiver", d.GetId())
+		}
+	}
+	if len(ids) != n {
+		t.Errorf("the receiver saw %d distinct event ids, want %d", len(ids), n)
 	}
 }
