@@ -41,8 +41,9 @@ CREATE TABLE webhook_deliveries (
     next_attempt_at timestamptz NOT NULL DEFAULT now()
 );
 
--- The sender's claim: due pending rows, oldest due first.
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+-- The sender's claim: each subscription's due pending rows, oldest due
+-- first (a few per subscription, so one backlog cannot crowd out others).
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (subscription_id, next_attempt_at) WHERE status = 'pending';
 -- The retention's deletes: finished deliveries by their last attempt.
 CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (last_attempt_at) WHERE status <> 'pending';
 -- ListWebhookDeliveries: a subscription's deliveries, newest first.

@@ -740,3 +740,42 @@ func awaitEveryEvent(t *testing.T, ctx context.Context, api shortenerv1.WebhookS
 		t.Errorf("the receiver saw %d distinct event ids, want %d", len(ids), n)
 	}
 }
+
+// TestWebhookSlowReceiverDoesNotStarveOthers: tenant a's receiver hangs
+// on every delivery and a has a backlog of 8; a delivery of tenant b,
+// queued after them, still arrives while a's hang, because a replica
+// sends at most KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION of one
+// subscription at once.
+func TestWebhookSlowReceiverDoesNotStarveOthers(t *testing.T) {
+	env := map[string]string{"KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "4", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION": "2",
+		"KURZ_SHORTENER_WEBHOOK_TIMEOUT": "30s"}
+	for k, v := range webhookEnv {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+	sh := start(t, env, hooks{})
+	a, b := uniq("wha"), uniq("whb")
+	stores(t, sh.cfg, a, b)
+	dropWebhooks(t, sh, a, b)
+	api := shortenerv1.NewWebhookServiceClient(sh.Conn)
+	slow, _, release := hangingReceiver(t)
+	defer close(release)
+	fast := newReceiver(t)
+	subscribe(t, as(a, ""), api, slow, "link.created")
+	subscribe(t, as(b, ""), api, fast, "link.created")
+	for i := range 8 {
+		if _, err := sh.api.CreateLink(as(a, ""), &shortenerv1.CreateLinkRequest{LongUrl: fmt.Sprintf("https://example.com/slow/%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sh.api.CreateLink(as(b, ""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/fast"}); err != nil {
+		t.Fatal(err)
+	}
+	if !servertest.Eventually(10*time.Second, func() bool { return len(fast.all()) == 1 }) {
+		t.Fatalf("tenant b's delivery did not arrive while tenant a's receiver hangs (a has %d in flight)", len(slow.all()))
+	}
+	if n := len(slow.all()); n != 0 {
+		t.Errorf("the hanging receiver answered %d requests, want none yet", n)
+	}
+}

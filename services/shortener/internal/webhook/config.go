@@ -38,6 +38,11 @@ type Config struct {
 	PollInterval time.Duration `env:"SHORTENER_WEBHOOK_POLL_INTERVAL" default:"1s"`
 	// Concurrency bounds the deliveries one replica sends at once.
 	Concurrency int `env:"SHORTENER_WEBHOOK_CONCURRENCY" default:"8"`
+	// ConcurrencyPerSubscription bounds the deliveries of one subscription
+	// a replica sends at once, so that one slow receiver or one backlog
+	// cannot take every slot from the other tenants (above
+	// KURZ_SHORTENER_WEBHOOK_CONCURRENCY it is that).
+	ConcurrencyPerSubscription int `env:"SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION" default:"2"`
 	// Timeout bounds one attempt: connecting, sending, and the answer's
 	// status line and headers.
 	Timeout time.Duration `env:"SHORTENER_WEBHOOK_TIMEOUT" default:"10s"`
@@ -84,6 +89,9 @@ func (c Config) Validate() ([]netip.Prefix, error) {
 	}
 	if c.Concurrency < 1 || c.Concurrency > 256 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_CONCURRENCY=%d: want 1 to 256", c.Concurrency))
+	}
+	if c.ConcurrencyPerSubscription < 1 || c.ConcurrencyPerSubscription > 256 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION=%d: want 1 to 256", c.ConcurrencyPerSubscription))
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS=%d: want 1 to 100", c.MaxAttempts))

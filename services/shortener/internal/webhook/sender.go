@@ -34,9 +34,10 @@ const (
 	userAgent = "kurz-webhooks/1"
 )
 
-// Sender sends due deliveries: it claims a batch, POSTs each (at most
-// Concurrency at once), records the outcome, and claims again while there
-// is work; otherwise it waits PollInterval.
+// Sender sends due deliveries: whenever it has a free slot (at most
+// Concurrency in flight, ConcurrencyPerSubscription per subscription) it
+// claims due deliveries to fill them, POSTs each and records the outcome;
+// with nothing due it waits PollInterval or until a slot frees.
 type Sender struct {
 	cfg     Config
 	store   *Store
@@ -50,6 +51,7 @@ type Sender struct {
 
 // NewSender returns a Sender; baseURL prefixes the short URLs in events.
 func NewSender(cfg Config, store *Store, sealer *Sealer, targets Targets, baseURL string, log *slog.Logger, meter metric.Meter) (*Sender, error) {
+	cfg.ConcurrencyPerSubscription = min(cfg.ConcurrencyPerSubscription, cfg.Concurrency)
 	s := &Sender{cfg: cfg, store: store, sealer: sealer, client: targets.Client(cfg.Timeout), baseURL: baseURL, log: log, now: time.Now}
 	var errs [4]error
 	s.sent, errs[0] = meter.Int64Counter("kurz.shortener.webhook.attempts",
@@ -90,15 +92,52 @@ func (s *Sender) lease() time.Duration { return 2*s.cfg.Timeout + 5*time.Second 
 func (s *Sender) Run(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		inFlight = 0
+		perSub   = map[string]int{}
+		freed    = make(chan struct{}, 1)
+	)
+	defer wg.Wait()
 	lastPrune := time.Time{}
-	for {
-		for ctx.Err() == nil {
-			n, err := s.round(ctx)
+	for ctx.Err() == nil {
+		mu.Lock()
+		free := s.cfg.Concurrency - inFlight
+		var busy []string
+		for id, n := range perSub {
+			if n >= s.cfg.ConcurrencyPerSubscription {
+				busy = append(busy, id)
+			}
+		}
+		mu.Unlock()
+		claimed := 0
+		if free > 0 {
+			batch, err := s.store.Claim(ctx, free, s.lease(), s.cfg.ConcurrencyPerSubscription, busy)
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("webhook deliveries: claim failed", "err", err)
 			}
-			if n < s.cfg.Concurrency*2 {
-				break
+			claimed = len(batch)
+			mu.Lock()
+			inFlight += len(batch)
+			for _, c := range batch {
+				perSub[c.SubscriptionID]++
+			}
+			mu.Unlock()
+			for _, c := range batch {
+				wg.Go(func() {
+					s.deliver(ctx, c)
+					mu.Lock()
+					inFlight--
+					if perSub[c.SubscriptionID]--; perSub[c.SubscriptionID] == 0 {
+						delete(perSub, c.SubscriptionID)
+					}
+					mu.Unlock()
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				})
 			}
 		}
 		if time.Since(lastPrune) > pruneEvery {
@@ -109,32 +148,15 @@ func (s *Sender) Run(ctx context.Context) {
 				s.log.Info("webhook deliveries pruned", "deleted", n)
 			}
 		}
+		if claimed > 0 && claimed == free {
+			continue // maybe more is due: claim again once a slot frees
+		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-tick.C:
+		case <-freed:
 		}
 	}
-}
-
-// round claims one batch and sends it; it returns how many it claimed.
-func (s *Sender) round(ctx context.Context) (int, error) {
-	batch, err := s.store.Claim(ctx, s.cfg.Concurrency*2, s.lease())
-	if err != nil {
-		return 0, err
-	}
-	sem := make(chan struct{}, s.cfg.Concurrency)
-	var wg sync.WaitGroup
-	for _, c := range batch {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			s.deliver(ctx, c)
-		}()
-	}
-	wg.Wait()
-	return len(batch), nil
 }
 
 // deliver makes one attempt of c and records how it went. An attempt cut

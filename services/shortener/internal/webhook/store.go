@@ -199,18 +199,30 @@ func (s *Store) Redeliver(ctx context.Context, tenant, subID, id string) (Delive
 	return d, nil
 }
 
-// Claim takes up to n due deliveries for one attempt each: it counts the
-// attempt and pushes next_attempt_at lease ahead, so no other sender takes
-// them meanwhile, and a sender that dies leaves them due again once the
-// lease passes. Rows other senders hold are skipped, not waited for.
-func (s *Store) Claim(ctx context.Context, n int, lease time.Duration) ([]claim, error) {
+// Claim takes up to n due deliveries for one attempt each, oldest due
+// first but at most perSub of any one subscription and none of the busy
+// ones (those the caller already sends as many of as it may): it counts
+// the attempt and pushes next_attempt_at lease ahead, so no other sender
+// takes them meanwhile, and a sender that dies leaves them due again once
+// the lease passes. Rows other senders hold are skipped, not waited for.
+func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, perSub int, busy []string) ([]claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	if busy == nil {
+		busy = []string{}
+	}
 	rows, err := s.db.Query(ctx, `
-		WITH due AS (
+		WITH cand AS (
+			SELECT x.id FROM webhook_subscriptions s
+			CROSS JOIN LATERAL (
+				SELECT id, next_attempt_at FROM webhook_deliveries d
+				WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+				ORDER BY d.next_attempt_at LIMIT $3) x
+			WHERE s.id <> ALL ($4::text[])
+			ORDER BY x.next_attempt_at LIMIT $1),
+		due AS (
 			SELECT id FROM webhook_deliveries
-			WHERE status = 'pending' AND next_attempt_at <= now()
-			ORDER BY next_attempt_at LIMIT $1
+			WHERE id IN (SELECT id FROM cand) AND status = 'pending' AND next_attempt_at <= now()
 			FOR UPDATE SKIP LOCKED)
 		UPDATE webhook_deliveries d
 		SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
@@ -218,7 +230,7 @@ func (s *Store) Claim(ctx context.Context, n int, lease time.Duration) ([]claim,
 		WHERE d.id = due.id AND s.id = d.subscription_id
 		RETURNING d.id, d.subscription_id, d.tenant, d.event_type, d.data, d.status, d.attempts, d.last_error,
 			d.last_status, d.created_at, d.queued_at, d.next_attempt_at, d.last_attempt_at, s.url, s.secret`,
-		n, lease.Seconds())
+		n, lease.Seconds(), perSub, busy)
 	if err != nil {
 		return nil, fmt.Errorf("claim deliveries: %w", err)
 	}
