@@ -275,12 +275,7 @@ func TestWebhookRetriesThenDeadLettersThenRedelivers(t *testing.T) {
 // delivery is in flight and the rest are queued; a new one (the same
 // database) delivers every event at least once.
 func TestWebhookDeliveriesSurviveASenderRestart(t *testing.T) {
-	env := map[string]string{"KURZ_SHORTENER_WEBHOOK_TIMEOUT": "1s", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "1"}
-	for k, v := range webhookEnv {
-		if _, set := env[k]; !set {
-			env[k] = v
-		}
-	}
+	env := withWebhookEnv(map[string]string{"KURZ_SHORTENER_WEBHOOK_TIMEOUT": "1s", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "1"})
 	first := start(t, env, hooks{})
 	tenant := uniq("wh")
 	stores(t, first.cfg, tenant)
@@ -305,10 +300,7 @@ func TestWebhookDeliveriesSurviveASenderRestart(t *testing.T) {
 }
 
 func TestWebhooksAreTenantScopedAndBounded(t *testing.T) {
-	env := map[string]string{"KURZ_SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS": "2"}
-	for k, v := range webhookEnv {
-		env[k] = v
-	}
+	env := withWebhookEnv(map[string]string{"KURZ_SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS": "2"})
 	sh := start(t, env, hooks{})
 	a, b := uniq("wha"), uniq("whb")
 	stores(t, sh.cfg, a, b)
@@ -392,11 +384,8 @@ func metricsBody(t *testing.T, sh instance) string {
 // one link.clicked delivery per link and interval carrying their number.
 func TestWebhookClicksAreBatchedPerLink(t *testing.T) {
 	group := uniq("wh-clicks-")
-	env := map[string]string{"KURZ_CLICK_STREAM_SHARDS": "11", "KURZ_SHORTENER_WEBHOOK_CLICK_INTERVAL": "1s",
-		"KURZ_SHORTENER_WEBHOOK_CLICK_GROUP": group}
-	for k, v := range webhookEnv {
-		env[k] = v
-	}
+	env := withWebhookEnv(map[string]string{"KURZ_CLICK_STREAM_SHARDS": "11", "KURZ_SHORTENER_WEBHOOK_CLICK_INTERVAL": "1s",
+		"KURZ_SHORTENER_WEBHOOK_CLICK_GROUP": group})
 	// The subscription exists before the batcher that counts starts, so
 	// its first look at the subscribers sees it.
 	first := start(t, env, hooks{})
@@ -473,12 +462,7 @@ func TestWebhookClicksAreBatchedPerLink(t *testing.T) {
 // their senders claim with SKIP LOCKED, so each of 20 events reaches the
 // receiver exactly once (no failure, so no retry may repeat one).
 func TestWebhookReplicasShareTheQueue(t *testing.T) {
-	env := map[string]string{"KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "1"}
-	for k, v := range webhookEnv {
-		if _, set := env[k]; !set {
-			env[k] = v
-		}
-	}
+	env := withWebhookEnv(map[string]string{"KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "1"})
 	a, b := start(t, env, hooks{}), start(t, env, hooks{})
 	tenant := uniq("wh")
 	stores(t, a.cfg, tenant)
@@ -747,13 +731,8 @@ func awaitEveryEvent(t *testing.T, ctx context.Context, api shortenerv1.WebhookS
 // sends at most KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION of one
 // subscription at once.
 func TestWebhookSlowReceiverDoesNotStarveOthers(t *testing.T) {
-	env := map[string]string{"KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "4", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION": "2",
-		"KURZ_SHORTENER_WEBHOOK_TIMEOUT": "30s"}
-	for k, v := range webhookEnv {
-		if _, set := env[k]; !set {
-			env[k] = v
-		}
-	}
+	env := withWebhookEnv(map[string]string{"KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "4", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION": "2",
+		"KURZ_SHORTENER_WEBHOOK_TIMEOUT": "30s"})
 	sh := start(t, env, hooks{})
 	a, b := uniq("wha"), uniq("whb")
 	stores(t, sh.cfg, a, b)
@@ -778,4 +757,11 @@ func TestWebhookSlowReceiverDoesNotStarveOthers(t *testing.T) {
 	if n := len(slow.all()); n != 0 {
 		t.Errorf("the hanging receiver answered %d requests, want none yet", n)
 	}
+}
+
+// withWebhookEnv is webhookEnv with overrides.
+func withWebhookEnv(overrides map[string]string) map[string]string {
+	env := maps.Clone(webhookEnv)
+	maps.Copy(env, overrides)
+	return env
 }
