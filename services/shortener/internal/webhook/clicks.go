@@ -83,6 +83,7 @@ func newClickBatch() *clickBatch {
 // claimed again.
 func (b *ClickBatcher) Run(ctx context.Context) {
 	grouped := false
+	failing := false // the last read failed: logged once, until one succeeds
 	batch := newClickBatch()
 	for ctx.Err() == nil {
 		if !grouped {
@@ -96,7 +97,16 @@ func (b *ClickBatcher) Run(ctx context.Context) {
 		if len(tenants) == 0 && batch.entries == 0 && grouped {
 			b.skipToEnd(ctx)
 		} else if grouped {
-			read = b.read(ctx, tenants, batch)
+			var err error
+			read, err = b.read(ctx, tenants, batch)
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				b.log.Warn("webhook clicks: reading the click streams failed; retrying every poll interval", "err", err)
+				failing = true
+			case err == nil && failing:
+				b.log.Info("webhook clicks: reading the click streams again")
+				failing = false
+			}
 		}
 		if batch.entries > 0 && (time.Since(batch.started) >= b.cfg.ClickInterval || batch.entries >= maxClickBatch) {
 			b.claim(ctx, tenants, batch)
@@ -153,15 +163,17 @@ func (b *ClickBatcher) clickTenants(ctx context.Context) (map[string]bool, error
 	return ts, nil
 }
 
-// read takes new entries from every shard into batch and returns how many.
-func (b *ClickBatcher) read(ctx context.Context, tenants map[string]bool, batch *clickBatch) int {
+// read takes new entries from every shard into batch and returns how
+// many, and the first failure (the other shards are read all the same).
+func (b *ClickBatcher) read(ctx context.Context, tenants map[string]bool, batch *clickBatch) (int, error) {
 	n := 0
+	var first error
 	for _, key := range b.keys {
 		res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.cfg.ClickGroup, Consumer: b.consumer,
 			Streams: []string{key, ">"}, Count: clickReadCount, Block: -1}).Result()
 		if err != nil {
-			if !errors.Is(err, redis.Nil) && ctx.Err() == nil {
-				b.log.Warn("webhook clicks: reading a stream failed", "stream", key, "err", err)
+			if !errors.Is(err, redis.Nil) && first == nil {
+				first = fmt.Errorf("%s: %w", key, err)
 			}
 			continue
 		}
@@ -170,7 +182,7 @@ func (b *ClickBatcher) read(ctx context.Context, tenants map[string]bool, batch 
 			batch.add(key, s.Messages, tenants)
 		}
 	}
-	return n
+	return n, first
 }
 
 // claim takes over entries other consumers have held for three intervals

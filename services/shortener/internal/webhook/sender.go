@@ -101,6 +101,7 @@ func (s *Sender) Run(ctx context.Context) {
 	)
 	defer wg.Wait()
 	lastPrune := time.Time{}
+	failing := false // the last claim failed: logged once, until one succeeds
 	for ctx.Err() == nil {
 		mu.Lock()
 		free := s.cfg.Concurrency - inFlight
@@ -114,8 +115,13 @@ func (s *Sender) Run(ctx context.Context) {
 		claimed := 0
 		if free > 0 {
 			batch, err := s.store.Claim(ctx, free, s.lease(), s.cfg.ConcurrencyPerSubscription, busy)
-			if err != nil && ctx.Err() == nil {
-				s.log.Warn("webhook deliveries: claim failed", "err", err)
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				s.log.Warn("webhook deliveries: claim failed; retrying every poll interval", "err", err)
+				failing = true
+			case err == nil && failing:
+				s.log.Info("webhook deliveries: claiming again")
+				failing = false
 			}
 			claimed = len(batch)
 			mu.Lock()
