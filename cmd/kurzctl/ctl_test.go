@@ -90,7 +90,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"unknown subcommand", []string{"links", "shorten"}, `kurzctl links: unknown command "links shorten"`},
 		{"missing argument", []string{"links", "create"}, "kurzctl links create: missing <long-url>"},
 		{"extra argument", []string{"links", "get", "a", "b"}, `kurzctl links get: unexpected argument "b"`},
-		{"unknown flag", []string{"links", "list", "--colour"}, "flag provided but not defined: -colour"},
+		{"unknown flag", []string{"links", "list", "--colour"}, "unknown flag: --colour"},
 		{"bad redirect", []string{"links", "create", "https://example.com", "--redirect", "303"}, "--redirect 303: want 301, 302, 307 or 308"},
 		{"bad expire", []string{"links", "create", "https://example.com", "--expire", "soon"}, `--expire: "soon" is neither an RFC 3339 time`},
 		{"bad output", []string{"links", "list", "-o", "xml"}, `--output "xml": want table, json or yaml`},

@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"net/url"
 	"os"
@@ -117,7 +117,7 @@ Examples:
 
 // linkFlags are the settings create and update share.
 type linkFlags struct {
-	tags          stringList
+	tags          []string
 	expire        string
 	maxVisits     int64
 	password      string
@@ -127,8 +127,8 @@ type linkFlags struct {
 	redirect      int
 }
 
-func (f *linkFlags) define(fs *flag.FlagSet) {
-	fs.Var(&f.tags, "tag", "a `tag` (repeat for several): lower-case letters, digits, '-', '_', '.'")
+func (f *linkFlags) define(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&f.tags, "tag", nil, "a `tag` (repeat for several): lower-case letters, digits, '-', '_', '.'")
 	fs.StringVar(&f.expire, "expire", "", "expiry: an RFC 3339 `time` or a duration from now (72h, 30d)")
 	fs.Int64Var(&f.maxVisits, "max-visits", 0, "answer 410 Gone after `n` visits")
 	fs.StringVar(&f.password, "password", "", "ask visitors for this `password` (visible in the shell's history: prefer --password-stdin)")
@@ -202,14 +202,13 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	return now.Add(d), nil
 }
 
-func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links create"
 	var f linkFlags
 	f.define(fs)
 	alias := fs.String("alias", "", "the wanted `code` instead of a generated one")
 	random := fs.Bool("random", false, "a random code rather than a block (permuted sequential) one")
-	quiet := fs.Bool("quiet", false, "print only the new code (also -q)")
-	fs.BoolVar(quiet, "q", false, "short for --quiet")
+	quiet := fs.BoolP("quiet", "q", false, "print only the new code")
 	return func(args []string) error {
 		set := visited(fs)
 		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits}
@@ -266,7 +265,7 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksList(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links list"
 	tag := fs.String("tag", "", "only links with this `tag`")
 	all := fs.Bool("all", false, "every page")
@@ -334,7 +333,7 @@ func setupLinksList(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksGet(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksGet(c *cli, fs *pflag.FlagSet) func([]string) error {
 	return func(args []string) error {
 		gw, err := c.gateway("links get", apiKeyAuth)
 		if err != nil {
@@ -352,7 +351,7 @@ func setupLinksGet(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links update"
 	var f linkFlags
 	f.define(fs)
@@ -383,7 +382,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 		}
 		switch {
 		case set["tag"]:
-			body["tags"] = []string(f.tags)
+			body["tags"] = f.tags
 		case *clearTags:
 			body["tags"] = []string{}
 		}
@@ -472,7 +471,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksDelete(c *cli, fs *pflag.FlagSet) func([]string) error {
 	return func(args []string) error {
 		gw, err := c.gateway("links delete", apiKeyAuth)
 		if err != nil {
@@ -489,11 +488,10 @@ func setupLinksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksExport(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksExport(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links export"
 	tag := fs.String("tag", "", "only links with this `tag`")
-	file := fs.String("file", "", "write to this `file` instead of stdout (also -f)")
-	fs.StringVar(file, "f", "", "short for --file")
+	file := fs.StringP("file", "f", "", "write to this `file` instead of stdout")
 	return func([]string) error {
 		gw, err := c.gateway(cmd, apiKeyAuth)
 		if err != nil {
