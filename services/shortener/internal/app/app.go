@@ -284,6 +284,9 @@ func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, db *pgxpoo
 	deps.Store = store
 	deps.Blocks = codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, codes, func() { blocksFetched.Add(context.Background(), 1) })
 	deps.Random = codegen.NewRandom(h.random, cfg.RandomCodeLength)
+	if deps.FromURL, err = codegen.NewFromURL([]byte(cfg.CodeKey)); err != nil {
+		return nil, err
+	}
 	deps.Hashes = h.hashes
 	if deps.Hashes == nil {
 		deps.Hashes = capacity.New(cfg.MaxConcurrentHashes, cfg.HashWait)
