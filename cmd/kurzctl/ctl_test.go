@@ -92,6 +92,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"extra argument", []string{"links", "get", "a", "b"}, `kurzctl links get: unexpected argument "b"`},
 		{"unknown flag", []string{"links", "list", "--colour"}, "unknown flag: --colour"},
 		{"bad redirect", []string{"links", "create", "https://example.com", "--redirect", "303"}, "--redirect 303: want 301, 302, 307 or 308"},
+		{"two code modes", []string{"links", "create", "https://example.com", "--from-url", "--random"}, "give one of --alias, --random and --from-url"},
 		{"bad expire", []string{"links", "create", "https://example.com", "--expire", "soon"}, `--expire: "soon" is neither an RFC 3339 time`},
 		{"bad output", []string{"links", "list", "-o", "xml"}, `--output "xml": want table, json or yaml`},
 		{"bad url", []string{"--url", "127.0.0.1:8080", "links", "list"}, `--url "127.0.0.1:8080": want the gateway's base URL`},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/spf13/pflag"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,6 +30,10 @@ func linkCommands() []*command {
 			help: `Creates a short link for <long-url> (http or https). With an API key the link
 is the tenant's; without one the gateway may accept it as "anonymous".
 
+--from-url derives the code from the URL: creating the same URL again
+returns the tenant's link of it, unchanged, and says so on stderr ("exists
+already"; the API answers 200 instead of 201) without spending quota.
+
 --expire takes an RFC 3339 time or a duration from now (72h, 30d). A password
 (8 to 128 characters) makes visitors enter it before the redirect; prefer
 --password-stdin, which keeps it out of the shell's history. --ios, --android
@@ -37,6 +42,7 @@ and --desktop send those devices elsewhere than <long-url>.
 Examples:
   kurzctl links create https://example.com/spring-sale --tag spring --tag launch
   kurzctl links create https://example.com/q3 --alias q3-report --expire 30d
+  kurzctl links create https://example.com/pricing --from-url -q
   kurzctl links create https://example.com/app --ios https://apps.apple.com/app/id1 \
       --android https://play.google.com/store/apps/details?id=com.example
   printf '%s\n' "$PASSWORD" | kurzctl links create https://example.com/private --password-stdin
@@ -208,13 +214,17 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	f.define(fs)
 	alias := fs.String("alias", "", "the wanted `code` instead of a generated one")
 	random := fs.Bool("random", false, "a random code rather than a block (permuted sequential) one")
+	fromURL := fs.Bool("from-url", false, "the code derived from the URL: the same URL again returns its existing link")
 	quiet := fs.BoolP("quiet", "q", false, "print only the new code")
 	return func(args []string) error {
 		set := visited(fs)
 		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits}
+		if n := btoi(*alias != "") + btoi(*random) + btoi(*fromURL); n > 1 {
+			return usagef(cmd, "give one of --alias, --random and --from-url")
+		}
 		switch {
-		case *alias != "" && *random:
-			return usagef(cmd, "give --alias or --random, not both")
+		case *fromURL:
+			req.Mode = shortenerv1.CodeMode_CODE_MODE_FROM_URL
 		case *alias != "":
 			req.Mode, req.CustomAlias = shortenerv1.CodeMode_CODE_MODE_CUSTOM, *alias
 		case *random:
@@ -250,9 +260,13 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 			return err
 		}
 		var link shortenerv1.Link
-		raw, err := gw.callProto(c.ctx, "POST", "/v1/links", nil, req, &link)
+		raw, status, err := gw.callProtoStatus(c.ctx, "POST", "/v1/links", nil, req, &link)
 		if err != nil {
 			return err
+		}
+		if status == http.StatusOK && !c.json() {
+			// CODE_MODE_FROM_URL found the tenant's link of this URL.
+			fmt.Fprintf(c.stderr, "the link of %s exists already: nothing was created or changed\n", link.GetLongUrl())
 		}
 		switch {
 		case *quiet:
@@ -534,6 +548,13 @@ func setupLinksExport(c *cli, fs *pflag.FlagSet) func([]string) error {
 		}
 		return nil
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // printLink shows one link as a two-column table.
