@@ -127,7 +127,7 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range [][]string{{"-h"}, {"help"}, {"links", "-h"}, {"quota", "--help"}} {
+	for _, args := range [][]string{{"-h"}, {"-help"}, {"help"}, {"links", "-h"}, {"quota", "--help"}} {
 		if out := c.ok(args...); !strings.Contains(out, "Usage:") || !strings.Contains(out, "kurzctl help") {
 			t.Errorf("kurzctl %s:\n%s", strings.Join(args, " "), out)
 		}

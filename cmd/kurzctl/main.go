@@ -49,10 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, lookupEnv: lookupEnv, g: globals{timeout: defaultTimeout}}
 	root := c.cobraRoot()
-	if args == nil {
-		args = []string{} // cobra reads os.Args for nil
-	}
-	root.SetArgs(args)
+	root.SetArgs(helpFlags(args))
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -68,6 +65,23 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	}
 	fmt.Fprintf(stderr, "kurzctl: %s\n", errorText(err))
 	return exitError
+}
+
+// helpFlags returns args (never nil: cobra reads os.Args for nil) with
+// "-help", which kurzctl took before it parsed with pflag, spelled
+// "--help"; after "--" every word is an argument.
+func helpFlags(args []string) []string {
+	out := make([]string, len(args))
+	copy(out, args)
+	for i, a := range out {
+		if a == "--" {
+			break
+		}
+		if a == "-help" {
+			out[i] = "--help"
+		}
+	}
+	return out
 }
 
 // errorText is what a person sees of err: the API's own message for API
