@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,6 +30,10 @@ func linkCommands() []*command {
 			help: `Creates a short link for <long-url> (http or https). With an API key the link
 is the tenant's; without one the gateway may accept it as "anonymous".
 
+--from-url derives the code from the URL: creating the same URL again
+returns the tenant's link of it, unchanged, and says so on stderr ("exists
+already"; the API answers 200 instead of 201) without spending quota.
+
 --expire takes an RFC 3339 time or a duration from now (72h, 30d). A password
 (8 to 128 characters) makes visitors enter it before the redirect; prefer
 --password-stdin, which keeps it out of the shell's history. --ios, --android
@@ -37,6 +42,7 @@ and --desktop send those devices elsewhere than <long-url>.
 Examples:
   kurzctl links create https://example.com/spring-sale --tag spring --tag launch
   kurzctl links create https://example.com/q3 --alias q3-report --expire 30d
+  kurzctl links create https://example.com/pricing --from-url -q
   kurzctl links create https://example.com/app --ios https://apps.apple.com/app/id1 \
       --android https://play.google.com/store/apps/details?id=com.example
   printf '%s\n' "$PASSWORD" | kurzctl links create https://example.com/private --password-stdin
@@ -117,7 +123,7 @@ Examples:
 
 // linkFlags are the settings create and update share.
 type linkFlags struct {
-	tags          stringList
+	tags          []string
 	expire        string
 	maxVisits     int64
 	password      string
@@ -127,8 +133,8 @@ type linkFlags struct {
 	redirect      int
 }
 
-func (f *linkFlags) define(fs *flag.FlagSet) {
-	fs.Var(&f.tags, "tag", "a `tag` (repeat for several): lower-case letters, digits, '-', '_', '.'")
+func (f *linkFlags) define(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&f.tags, "tag", nil, "a `tag` (repeat for several): lower-case letters, digits, '-', '_', '.'")
 	fs.StringVar(&f.expire, "expire", "", "expiry: an RFC 3339 `time` or a duration from now (72h, 30d)")
 	fs.Int64Var(&f.maxVisits, "max-visits", 0, "answer 410 Gone after `n` visits")
 	fs.StringVar(&f.password, "password", "", "ask visitors for this `password` (visible in the shell's history: prefer --password-stdin)")
@@ -202,20 +208,23 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	return now.Add(d), nil
 }
 
-func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links create"
 	var f linkFlags
 	f.define(fs)
 	alias := fs.String("alias", "", "the wanted `code` instead of a generated one")
 	random := fs.Bool("random", false, "a random code rather than a block (permuted sequential) one")
-	quiet := fs.Bool("quiet", false, "print only the new code (also -q)")
-	fs.BoolVar(quiet, "q", false, "short for --quiet")
+	fromURL := fs.Bool("from-url", false, "the code derived from the URL: the same URL again returns its existing link")
+	quiet := fs.BoolP("quiet", "q", false, "print only the new code")
 	return func(args []string) error {
 		set := visited(fs)
 		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits}
+		if n := btoi(*alias != "") + btoi(*random) + btoi(*fromURL); n > 1 {
+			return usagef(cmd, "give one of --alias, --random and --from-url")
+		}
 		switch {
-		case *alias != "" && *random:
-			return usagef(cmd, "give --alias or --random, not both")
+		case *fromURL:
+			req.Mode = shortenerv1.CodeMode_CODE_MODE_FROM_URL
 		case *alias != "":
 			req.Mode, req.CustomAlias = shortenerv1.CodeMode_CODE_MODE_CUSTOM, *alias
 		case *random:
@@ -251,9 +260,13 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 			return err
 		}
 		var link shortenerv1.Link
-		raw, err := gw.callProto(c.ctx, "POST", "/v1/links", nil, req, &link)
+		raw, status, err := gw.callProtoStatus(c.ctx, "POST", "/v1/links", nil, req, &link)
 		if err != nil {
 			return err
+		}
+		if status == http.StatusOK && !c.json() {
+			// CODE_MODE_FROM_URL found the tenant's link of this URL.
+			fmt.Fprintf(c.stderr, "the link of %s exists already: nothing was created or changed\n", link.GetLongUrl())
 		}
 		switch {
 		case *quiet:
@@ -266,7 +279,7 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksList(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links list"
 	tag := fs.String("tag", "", "only links with this `tag`")
 	all := fs.Bool("all", false, "every page")
@@ -334,7 +347,7 @@ func setupLinksList(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksGet(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksGet(c *cli, fs *pflag.FlagSet) func([]string) error {
 	return func(args []string) error {
 		gw, err := c.gateway("links get", apiKeyAuth)
 		if err != nil {
@@ -352,7 +365,7 @@ func setupLinksGet(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links update"
 	var f linkFlags
 	f.define(fs)
@@ -383,7 +396,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 		}
 		switch {
 		case set["tag"]:
-			body["tags"] = []string(f.tags)
+			body["tags"] = f.tags
 		case *clearTags:
 			body["tags"] = []string{}
 		}
@@ -472,7 +485,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksDelete(c *cli, fs *pflag.FlagSet) func([]string) error {
 	return func(args []string) error {
 		gw, err := c.gateway("links delete", apiKeyAuth)
 		if err != nil {
@@ -489,11 +502,10 @@ func setupLinksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksExport(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksExport(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links export"
 	tag := fs.String("tag", "", "only links with this `tag`")
-	file := fs.String("file", "", "write to this `file` instead of stdout (also -f)")
-	fs.StringVar(file, "f", "", "short for --file")
+	file := fs.StringP("file", "f", "", "write to this `file` instead of stdout")
 	return func([]string) error {
 		gw, err := c.gateway(cmd, apiKeyAuth)
 		if err != nil {
@@ -536,6 +548,13 @@ func setupLinksExport(c *cli, fs *flag.FlagSet) func([]string) error {
 		}
 		return nil
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // printLink shows one link as a two-column table.

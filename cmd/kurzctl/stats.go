@@ -1,8 +1,8 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"math"
 	"net/url"
@@ -47,7 +47,7 @@ func parseDay(s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a date (2026-01-02)", s)
 }
 
-func setupStats(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupStats(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "stats"
 	since := fs.String("since", "", "the range's `duration` up to now, e.g. 7d or 48h")
 	start := fs.String("start", "", "the range's start: an RFC 3339 `time` or a date")

@@ -37,6 +37,14 @@ const (
 	CodeMode_CODE_MODE_RANDOM CodeMode = 2
 	// The caller's own alias (see CreateLinkRequest.custom_alias).
 	CodeMode_CODE_MODE_CUSTOM CodeMode = 3
+	// A code derived from the tenant and the long URL (after normalisation):
+	// shortening one URL again returns the tenant's existing link
+	// (CreateLinkResponse.created false) instead of a new one. The code is
+	// the first free one of a fixed sequence of candidates, each 7 base62
+	// characters of HMAC-SHA256 under the shortener's code key; a candidate
+	// held by another link (another URL, or a deleted link: codes are never
+	// reused) yields to the next, up to 8 candidates.
+	CodeMode_CODE_MODE_FROM_URL CodeMode = 4
 )
 
 // Enum value maps for CodeMode.
@@ -46,12 +54,14 @@ var (
 		1: "CODE_MODE_SEQUENTIAL",
 		2: "CODE_MODE_RANDOM",
 		3: "CODE_MODE_CUSTOM",
+		4: "CODE_MODE_FROM_URL",
 	}
 	CodeMode_value = map[string]int32{
 		"CODE_MODE_UNSPECIFIED": 0,
 		"CODE_MODE_SEQUENTIAL":  1,
 		"CODE_MODE_RANDOM":      2,
 		"CODE_MODE_CUSTOM":      3,
+		"CODE_MODE_FROM_URL":    4,
 	}
 )
 
@@ -488,8 +498,13 @@ func (x *CreateLinkRequest) GetDeviceTargets() *DeviceTargets {
 }
 
 type CreateLinkResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Link          *Link                  `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Link  *Link                  `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	// True when this call created the link; false when, with
+	// CODE_MODE_FROM_URL, the tenant's link of this URL existed already and
+	// was returned unchanged (the request's other settings are not applied).
+	// The REST API answers 201 Created or 200 OK.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +544,13 @@ func (x *CreateLinkResponse) GetLink() *Link {
 		return x.Link
 	}
 	return nil
+}
+
+func (x *CreateLinkResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
 }
 
 type GetLinkRequest struct {
@@ -1028,9 +1050,13 @@ func (x *BatchItemError) GetField() string {
 type BatchCreateResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The item's position in BatchCreateLinksRequest.requests.
-	Index         int32           `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Link          *Link           `protobuf:"bytes,2,opt,name=link,proto3" json:"link,omitempty"`
-	Error         *BatchItemError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Index int32           `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Link  *Link           `protobuf:"bytes,2,opt,name=link,proto3" json:"link,omitempty"`
+	Error *BatchItemError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// True when this call created link; false for an error, or for an item
+	// with CODE_MODE_FROM_URL whose link existed already (see
+	// CreateLinkResponse.created).
+	Created       bool `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1086,11 +1112,19 @@ func (x *BatchCreateResult) GetError() *BatchItemError {
 	return nil
 }
 
+func (x *BatchCreateResult) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
 type BatchCreateLinksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One result per request, in request order.
 	Results []*BatchCreateResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	// How many items were created.
+	// How many items were created (links returned because they existed
+	// already are not counted).
 	Created       int32 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1182,9 +1216,10 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\n" +
 	"max_visits\x18\a \x01(\x03R\tmaxVisits\x12\x1a\n" +
 	"\bpassword\x18\b \x01(\tR\bpassword\x12G\n" +
-	"\x0edevice_targets\x18\t \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\"A\n" +
+	"\x0edevice_targets\x18\t \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\"[\n" +
 	"\x12CreateLinkResponse\x12+\n" +
-	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"$\n" +
+	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"$\n" +
 	"\x0eGetLinkRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\">\n" +
 	"\x0fGetLinkResponse\x12+\n" +
@@ -1211,19 +1246,21 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x0eBatchItemError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\x8f\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xa9\x01\n" +
 	"\x11BatchCreateResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12+\n" +
 	"\x04link\x18\x02 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\x127\n" +
-	"\x05error\x18\x03 \x01(\v2!.kurz.shortener.v1.BatchItemErrorR\x05error\"t\n" +
+	"\x05error\x18\x03 \x01(\v2!.kurz.shortener.v1.BatchItemErrorR\x05error\x12\x18\n" +
+	"\acreated\x18\x04 \x01(\bR\acreated\"t\n" +
 	"\x18BatchCreateLinksResponse\x12>\n" +
 	"\aresults\x18\x01 \x03(\v2$.kurz.shortener.v1.BatchCreateResultR\aresults\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\x05R\acreated*k\n" +
+	"\acreated\x18\x02 \x01(\x05R\acreated*\x83\x01\n" +
 	"\bCodeMode\x12\x19\n" +
 	"\x15CODE_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14CODE_MODE_SEQUENTIAL\x10\x01\x12\x14\n" +
 	"\x10CODE_MODE_RANDOM\x10\x02\x12\x14\n" +
-	"\x10CODE_MODE_CUSTOM\x10\x03*\xb7\x01\n" +
+	"\x10CODE_MODE_CUSTOM\x10\x03\x12\x16\n" +
+	"\x12CODE_MODE_FROM_URL\x10\x04*\xb7\x01\n" +
 	"\fRedirectType\x12\x1d\n" +
 	"\x19REDIRECT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REDIRECT_TYPE_FOUND\x10\x01\x12#\n" +

@@ -273,6 +273,33 @@ func TestConsoleInBrowser(t *testing.T) {
 	if st, _ := visit(t, shortURL, humanUA, ""); st != http.StatusNotFound && st != http.StatusGone {
 		t.Errorf("GET %s after revoking: %d, want 404 or 410", shortURL, st)
 	}
+
+	// A code from the URL: created once; the same URL again answers with
+	// the same short URL, marked as existing.
+	fromURL := "https://example.com/console-from-url/" + strings.ToLower(rand.Text()[:8])
+	var shortURLs []string
+	for i, want := range []string{"Created", "Exists already"} {
+		n := eval(listed)
+		do(fmt.Sprintf("create from the URL (%d)", i+1),
+			chromedp.Click(chromedp.CSS("#new-link")),
+			chromedp.WaitVisible(chromedp.CSS("#link-dialog")),
+			chromedp.SendKeys(chromedp.CSS("#f-long-url"), fromURL),
+			chromedp.Click(chromedp.CSS("#f-from-url")),
+			chromedp.Click(chromedp.CSS("#link-save")),
+			chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")),
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`Number(%s) > %s`, listed, n), chromedp.WithPollingTimeout(20*time.Second)))
+		if got := text("#created-what"); got != want {
+			t.Errorf("create %d from the URL: notice %q (form error %q), want %q", i+1, got, text("#link-form-error"), want)
+		}
+		shortURLs = append(shortURLs, text("#created-short-url"))
+	}
+	if shortURLs[0] == "" || shortURLs[0] != shortURLs[1] || shortURLs[0] == shortURL {
+		t.Errorf("short URLs from the URL: %q; want one new link, twice", shortURLs)
+	}
+	fromURLCode := shortURLs[0][strings.LastIndex(shortURLs[0], "/")+1:]
+	if n := eval(fmt.Sprintf(`String(document.querySelectorAll('tr[data-code=%q]').length)`, fromURLCode)); n != "1" {
+		t.Errorf("the link from the URL is listed %s times, want once", n)
+	}
 	t.Logf("browser session took %v", time.Since(start).Round(time.Millisecond))
 }
 

@@ -75,6 +75,10 @@ func (a *API) createLink(c *call) error {
 		return err
 	}
 	c.w.Header().Set("Location", "/v1/links/"+resp.GetLink().GetCode())
+	if !resp.GetCreated() {
+		// CODE_MODE_FROM_URL found the tenant's link of this URL.
+		return writeProto(c.w, http.StatusOK, resp.GetLink())
+	}
 	return writeProto(c.w, http.StatusCreated, resp.GetLink())
 }
 

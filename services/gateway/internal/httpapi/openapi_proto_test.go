@@ -121,25 +121,29 @@ func (c *schemaComparer) compareOperation(where string, g, s map[string]any) {
 	}
 
 	genResp := c.resolve(c.gen, obj(obj(obj(g["responses"])["200"])["schema"]))
-	var servedResp map[string]any
+	// Several success statuses (201 Created, or 200 for a link that
+	// existed) must each carry the RPC's response.
 	var servedCodes []string
-	for code, r := range obj(s["responses"]) {
+	for code := range obj(s["responses"]) {
 		if strings.HasPrefix(code, "2") {
 			servedCodes = append(servedCodes, code)
-			servedResp = obj(obj(obj(obj(r)["content"])["application/json"])["schema"])
 		}
 	}
-	if len(servedCodes) != 1 {
-		c.errorf("%s: %d success responses %v, want one", where, len(servedCodes), servedCodes)
+	if len(servedCodes) == 0 {
+		c.errorf("%s: no success response", where)
 		return
 	}
-	switch {
-	case len(obj(genResp["properties"])) == 0 && servedResp != nil:
-		c.errorf("%s: serves a response body for an empty proto response", where)
-	case len(obj(genResp["properties"])) > 0 && servedResp == nil:
-		c.errorf("%s: serves no JSON response, the RPC returns fields", where)
-	case servedResp != nil:
-		c.compare(where+" response", obj(obj(obj(g["responses"])["200"])["schema"]), servedResp)
+	slices.Sort(servedCodes)
+	for _, code := range servedCodes {
+		servedResp := obj(obj(obj(obj(obj(s["responses"])[code])["content"])["application/json"])["schema"])
+		switch {
+		case len(obj(genResp["properties"])) == 0 && servedResp != nil:
+			c.errorf("%s %s: serves a response body for an empty proto response", where, code)
+		case len(obj(genResp["properties"])) > 0 && servedResp == nil:
+			c.errorf("%s %s: serves no JSON response, the RPC returns fields", where, code)
+		case servedResp != nil:
+			c.compare(where+" response "+code, obj(obj(obj(g["responses"])["200"])["schema"]), servedResp)
+		}
 	}
 }
 

@@ -71,10 +71,11 @@ type Config struct {
 	// Every replica must use the same value.
 	BlockSize int64 `env:"SHORTENER_BLOCK_SIZE" default:"1000"`
 	// CodeKey keys the permutation that turns block IDs into codes (so codes
-	// cannot be walked). Required, at least 32 characters, the same on every
-	// replica and never changed: a new key keeps every link working but
-	// makes new codes collide with old ones now and then (each collision
-	// costs a skipped ID).
+	// cannot be walked), and the hash of codes from the URL. Required, at
+	// least 32 characters, the same on every replica and never changed: a
+	// new key keeps every link working (a URL's existing link is still
+	// found) but makes new codes collide with old ones now and then (each
+	// collision costs a skipped ID or candidate).
 	CodeKey string `env:"SHORTENER_CODE_KEY" default:""`
 	// RandomCodeLength is the length of CODE_MODE_RANDOM codes.
 	RandomCodeLength int `env:"SHORTENER_RANDOM_CODE_LENGTH" default:"7"`
@@ -284,6 +285,9 @@ func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, db *pgxpoo
 	deps.Store = store
 	deps.Blocks = codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, codes, func() { blocksFetched.Add(context.Background(), 1) })
 	deps.Random = codegen.NewRandom(h.random, cfg.RandomCodeLength)
+	if deps.FromURL, err = codegen.NewFromURL([]byte(cfg.CodeKey)); err != nil {
+		return nil, err
+	}
 	deps.Hashes = h.hashes
 	if deps.Hashes == nil {
 		deps.Hashes = capacity.New(cfg.MaxConcurrentHashes, cfg.HashWait)

@@ -65,6 +65,10 @@ func newEnv(t *testing.T, edit ...func(*linkapi.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fromURL, err := codegen.NewFromURL([]byte("linkapi-unit-test-code-key-0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := linkapi.Options{BaseURL: baseURL, CacheTTL: time.Hour, CacheTimeout: time.Second,
 		LimiterPolicy: quota.FailClosed, RetryInterval: time.Second, RetryMaxDelay: time.Minute}
 	for _, f := range edit {
@@ -74,6 +78,7 @@ func newEnv(t *testing.T, edit ...func(*linkapi.Options)) *env {
 		Store: e.store, Redis: e.cache,
 		Blocks:  codegen.NewBlocks(e.store.NextBlocks, 100, perm, nil),
 		Random:  codegen.NewRandom(nil, 8),
+		FromURL: fromURL,
 		Policy:  urlcheck.Policy{MaxLength: 2048},
 		Scanner: urlcheck.Nothing{},
 		Quota:   q,

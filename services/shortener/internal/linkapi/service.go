@@ -88,6 +88,7 @@ type Service struct {
 	rdb     redis.Cmdable
 	blocks  *codegen.Blocks
 	random  *codegen.Random
+	fromURL *codegen.FromURL
 	policy  urlcheck.Policy
 	scanner urlcheck.Scanner
 	quota   *quota.Client
@@ -97,14 +98,16 @@ type Service struct {
 }
 
 type instruments struct {
-	created       metric.Int64Counter
-	randomRetries metric.Int64Counter
-	randomFailed  metric.Int64Counter
-	seqSkipped    metric.Int64Counter
-	refused       metric.Int64Counter
-	cacheFailed   metric.Int64Counter
-	swept         metric.Int64Counter
-	hashBusy      metric.Int64Counter
+	created        metric.Int64Counter
+	repeated       metric.Int64Counter
+	fromURLSkipped metric.Int64Counter
+	randomRetries  metric.Int64Counter
+	randomFailed   metric.Int64Counter
+	seqSkipped     metric.Int64Counter
+	refused        metric.Int64Counter
+	cacheFailed    metric.Int64Counter
+	swept          metric.Int64Counter
+	hashBusy       metric.Int64Counter
 }
 
 // Deps are the Service's collaborators.
@@ -113,6 +116,7 @@ type Deps struct {
 	Redis   redis.Cmdable
 	Blocks  *codegen.Blocks
 	Random  *codegen.Random
+	FromURL *codegen.FromURL
 	Policy  urlcheck.Policy
 	Scanner urlcheck.Scanner
 	Quota   *quota.Client
@@ -125,7 +129,7 @@ type Deps struct {
 
 // New builds the service.
 func New(opts Options, d Deps) (*Service, error) {
-	s := &Service{opts: opts, store: d.Store, rdb: d.Redis, blocks: d.Blocks, random: d.Random,
+	s := &Service{opts: opts, store: d.Store, rdb: d.Redis, blocks: d.Blocks, random: d.Random, fromURL: d.FromURL,
 		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, hashes: d.Hashes, log: d.Log}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
@@ -135,6 +139,10 @@ func New(opts Options, d Deps) (*Service, error) {
 	}
 	s.m = instruments{
 		created: counter("kurz.shortener.links.created", "Links created, by code mode", "{link}"),
+		repeated: counter("kurz.shortener.from_url.existing",
+			"Creates with codes from the URL answered with the tenant's existing link of the URL (nothing created, no quota spent)", "{call}"),
+		fromURLSkipped: counter("kurz.shortener.from_url.skipped",
+			"Candidate codes from a URL skipped because another link held them", "{code}"),
 		randomRetries: counter("kurz.shortener.random_code.retries",
 			"Random codes that collided with an existing code and were drawn again; a rising rate means the keyspace fills: lengthen codes", "{retry}"),
 		randomFailed: counter("kurz.shortener.random_code.exhausted",
@@ -176,6 +184,12 @@ func (s *Service) tenant(ctx context.Context) (string, error) {
 // and writes it through to Redis. A password is hashed (Argon2id) only once
 // the quota allowed the call, and only its hash is stored and returned to
 // nobody: responses say password_protected.
+//
+// With CODE_MODE_FROM_URL, the tenant's live link made from the same
+// (normalised) URL, if there is one, is returned as it is (created false)
+// before the quota is asked: a repeat spends no creation quota and changes
+// nothing. Two calls that race to create it make one link: the loser's
+// insert meets the unique index and returns the winner's link.
 func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkRequest) (*shortenerv1.CreateLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -187,6 +201,17 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	l, mode := d.link, d.mode
 	l.Tenant = tenant
+	if mode == shortenerv1.CodeMode_CODE_MODE_FROM_URL {
+		l.URLKey = codegen.URLKey(l.LongURL)
+		existing, err := s.store.FromURL(ctx, tenant, l.URLKey)
+		if err == nil {
+			s.m.repeated.Add(ctx, 1)
+			return &shortenerv1.CreateLinkResponse{Link: s.toProto(existing)}, nil
+		}
+		if !errors.Is(err, linkstore.ErrNotFound) {
+			return nil, toStatus(ctx, s.log, "create", err)
+		}
+	}
 	if err := s.checkQuota(ctx, tenant, 1, chargeCreate); err != nil {
 		return nil, err
 	}
@@ -210,6 +235,12 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 		}
 	case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 		stored, err = s.insertRandom(ctx, l)
+	case shortenerv1.CodeMode_CODE_MODE_FROM_URL:
+		var created bool
+		if stored, created, err = s.insertFromURL(ctx, l); err == nil && !created {
+			s.m.repeated.Add(ctx, 1)
+			return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored)}, nil
+		}
 	default:
 		stored, err = s.insertSequential(ctx, l)
 	}
@@ -218,7 +249,33 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	s.m.created.Add(ctx, 1, metric.WithAttributes(attribute.String("mode", modeName(mode))))
 	s.writeThrough(ctx, "create", stored)
-	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored)}, nil
+	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored), Created: true}, nil
+}
+
+// insertFromURL stores l (URLKey set) under the first of its URL's
+// candidate codes that is free. created is false when the tenant's link of
+// the URL appeared meanwhile (a concurrent create won): that link is
+// returned. Every candidate taken is FAILED_PRECONDITION: retrying cannot
+// help, another mode can.
+func (s *Service) insertFromURL(ctx context.Context, l linkstore.Link) (stored linkstore.Link, created bool, err error) {
+	for attempt := range codegen.FromURLAttempts {
+		l.Code = s.fromURL.Candidate(l.Tenant, l.LongURL, attempt)
+		stored, err = s.store.Insert(ctx, l)
+		switch {
+		case err == nil:
+			return stored, true, nil
+		case errors.Is(err, linkstore.ErrURLTaken):
+			stored, err = s.store.FromURL(ctx, l.Tenant, l.URLKey)
+			return stored, false, err
+		case !errors.Is(err, linkstore.ErrCodeTaken):
+			return linkstore.Link{}, false, err
+		}
+		s.m.fromURLSkipped.Add(ctx, 1)
+	}
+	s.log.WarnContext(ctx, "codes from the url exhausted: every candidate is taken", "attempts", codegen.FromURLAttempts)
+	return linkstore.Link{}, false, rpcerr.WithDetails(codes.FailedPrecondition,
+		fmt.Sprintf("every one of the %d codes this URL can have is taken by other links; create it with another mode", codegen.FromURLAttempts),
+		rpcerr.Info(ReasonFromURLExhausted, map[string]string{"field": "mode"}))
 }
 
 // draft is a validated CreateLinkRequest: the row to insert (without its
@@ -286,7 +343,8 @@ func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Lin
 		return l, 0, rpcerr.Invalidf("custom_alias", ReasonAliasInvalid, "mode CODE_MODE_CUSTOM needs custom_alias")
 	case mode == shortenerv1.CodeMode_CODE_MODE_UNSPECIFIED:
 		mode = shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL
-	case mode != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL && mode != shortenerv1.CodeMode_CODE_MODE_RANDOM:
+	case mode != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL && mode != shortenerv1.CodeMode_CODE_MODE_RANDOM &&
+		mode != shortenerv1.CodeMode_CODE_MODE_FROM_URL:
 		return l, 0, rpcerr.Invalidf("mode", ReasonModeInvalid, "mode %d is not a known code mode", mode)
 	}
 	if l.Status, err = statusOf(req.GetRedirectType()); err != nil {
@@ -349,6 +407,8 @@ func modeName(m shortenerv1.CodeMode) string {
 		return "random"
 	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 		return "custom"
+	case shortenerv1.CodeMode_CODE_MODE_FROM_URL:
+		return "from_url"
 	}
 	return "sequential"
 }

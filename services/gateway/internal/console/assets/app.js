@@ -27,6 +27,11 @@ function apiKey() { return sessionStorage.getItem(KEY) || ''; }
 // api calls the gateway and returns the decoded JSON (or a Blob for images,
 // null for 204); failures throw an APIError carrying the API's own message.
 async function api(method, path, body, key = apiKey()) {
+  return (await apiCall(method, path, body, key)).body;
+}
+
+// apiCall is api that also returns the answer's status: { status, body }.
+async function apiCall(method, path, body, key = apiKey()) {
   const init = { method, headers: { Authorization: 'Bearer ' + key }, cache: 'no-store' };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
@@ -48,8 +53,8 @@ async function api(method, path, body, key = apiKey()) {
     if (resp.status === 401 && key && key === apiKey()) signOut(msg);
     throw new APIError(resp.status, msg);
   }
-  if (resp.status === 204) return null;
-  return type.startsWith('application/json') ? resp.json() : resp.blob();
+  if (resp.status === 204) return { status: 204, body: null };
+  return { status: resp.status, body: await (type.startsWith('application/json') ? resp.json() : resp.blob()) };
 }
 
 // el builds an element; "text" sets textContent, "class" the class, other
@@ -223,6 +228,8 @@ function openForm(link) {
   $('f-long-url').value = link ? link.longUrl : '';
   $('f-alias').value = link ? link.code : '';
   $('f-alias').disabled = !!link;
+  $('f-from-url').checked = false;
+  $('f-from-url-label').hidden = !!link;
   $('f-tags').value = link ? (link.tags || []).join(', ') : '';
   $('f-expire').value = link && link.expireTime ? dateInput(link.expireTime) : '';
   $('f-max-visits').value = link && num(link.maxVisits) ? num(link.maxVisits) : '';
@@ -244,6 +251,7 @@ function readForm() {
   return {
     longUrl: $('f-long-url').value.trim(),
     alias: $('f-alias').value.trim(),
+    fromUrl: $('f-from-url').checked,
     tags: $('f-tags').value.split(',').map((s) => s.trim()).filter(Boolean),
     expire,
     // The end of the chosen day, local time.
@@ -259,7 +267,8 @@ function readForm() {
 // createBody is the POST /v1/links body: only the fields given.
 function createBody(f) {
   const b = { longUrl: f.longUrl };
-  if (f.alias) Object.assign(b, { mode: 'CODE_MODE_CUSTOM', customAlias: f.alias });
+  if (f.fromUrl) b.mode = 'CODE_MODE_FROM_URL';
+  else if (f.alias) Object.assign(b, { mode: 'CODE_MODE_CUSTOM', customAlias: f.alias });
   if (f.tags.length) b.tags = f.tags;
   if (f.expireTime) b.expireTime = f.expireTime;
   if (f.maxVisits) b.maxVisits = f.maxVisits;
@@ -285,6 +294,8 @@ function patchBody(l, f) {
 }
 
 $('new-link').addEventListener('click', () => openForm(null));
+// A code from the URL and a custom alias exclude each other.
+$('f-from-url').addEventListener('change', () => { $('f-alias').disabled = $('f-from-url').checked; });
 $('link-cancel').addEventListener('click', () => $('link-dialog').close());
 $('link-form').addEventListener('submit', async (ev) => {
   ev.preventDefault();
@@ -296,7 +307,10 @@ $('link-form').addEventListener('submit', async (ev) => {
       const b = patchBody(l, f);
       if (Object.keys(b).length) await api('PATCH', '/v1/links/' + enc(l.code), b);
     } else {
-      const created = await api('POST', '/v1/links', createBody(f));
+      const { status, body: created } = await apiCall('POST', '/v1/links', createBody(f));
+      // 200 rather than 201: the tenant's link of this URL existed (code
+      // from the URL), returned unchanged.
+      $('created-what').textContent = status === 200 ? 'Exists already' : 'Created';
       $('created-short-url').textContent = created.shortUrl;
       $('created-short-url').href = safeHref(created.shortUrl);
       $('created').hidden = false;
