@@ -17,7 +17,7 @@ export GOFLAGS += -trimpath
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
-OPENAPIV2_VERSION          := v2.34.0
+GRPC_GATEWAY_VERSION       := v2.34.0
 GRPCURL_VERSION            := v1.9.4
 # deploy/k8s validates the rendered overlays with kubeconform against the
 # JSON schemas deploy/k8s/schemagen makes from the OpenAPI document of this
@@ -52,8 +52,11 @@ $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION):
 $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 	GOBIN=$(BIN) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	@touch $@
-$(BIN)/.protoc-gen-openapiv2-$(OPENAPIV2_VERSION):
-	GOBIN=$(BIN) go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(OPENAPIV2_VERSION)
+$(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION):
+	GOBIN=$(BIN) go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+	@touch $@
+$(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION):
+	GOBIN=$(BIN) go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
 	@touch $@
 $(BIN)/.grpcurl-$(GRPCURL_VERSION):
 	GOBIN=$(BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
@@ -108,7 +111,7 @@ $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
 .PHONY: tools
 tools: $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
        $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) \
-       $(BIN)/.protoc-gen-openapiv2-$(OPENAPIV2_VERSION) \
+       $(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION) $(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION) \
        $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done \
        promtool ## Install the pinned tools into ./bin, and promtool (Debian's prometheus).
 

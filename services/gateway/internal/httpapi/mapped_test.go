@@ -1,0 +1,78 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
+)
+
+// routeHandler returns the handler the route table gives pattern (the
+// generated one's, for a mapped route), for tests that call a route
+// after admission.
+func (a *API) routeHandler(pattern string) func(*call) error {
+	for _, rt := range a.table() {
+		if rt.pattern != pattern {
+			continue
+		}
+		if rt.rpc != nil {
+			return a.serveMapped(rt.pattern, *rt.rpc)
+		}
+		return rt.handle
+	}
+	panic("no route " + pattern)
+}
+
+// mdShortener records the outgoing metadata and deadline of GetLink.
+type mdShortener struct {
+	shortenerv1.ShortenerServiceClient
+	md       metadata.MD
+	deadline time.Duration
+}
+
+func (s *mdShortener) GetLink(ctx context.Context, in *shortenerv1.GetLinkRequest, _ ...grpc.CallOption) (*shortenerv1.GetLinkResponse, error) {
+	s.md, _ = metadata.FromOutgoingContext(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		s.deadline = time.Until(d)
+	}
+	return &shortenerv1.GetLinkResponse{Link: &shortenerv1.Link{Code: in.GetCode(), Password: "hunter22"}}, nil
+}
+
+// A mapped route's call carries the tenant and client IP the gateway
+// attaches, under the gateway's call timeout, and nothing of the client's
+// request headers: not its API key (grpc-gateway passes Authorization on by
+// default), not grpc-gateway's forwarding metadata, not a Grpc-Timeout of
+// its choosing. The answer leaves Link's input-only password out.
+func TestMappedCallCarriesOnlyTheGatewaysMetadata(t *testing.T) {
+	sh := &mdShortener{}
+	a := &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: 3 * time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler)}
+	r := httptest.NewRequest("GET", "/v1/links/abcd123", nil)
+	r.SetPathValue("code", "abcd123")
+	r.Header.Set("Authorization", "Bearer kurz_secret")
+	r.Header.Set("Grpc-Metadata-X-Kurz-Tenant", "someone-else")
+	r.Header.Set("Grpc-Timeout", "1H")
+	r.Header.Set("X-Forwarded-For", "198.51.100.1")
+	w := httptest.NewRecorder()
+	if err := a.routeHandler("GET /v1/links/{code}")(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := metadata.MD{callmeta.TenantKey: {"acme"}, callmeta.ClientIPKey: {"203.0.113.9"}}
+	if !reflect.DeepEqual(sh.md, want) {
+		t.Errorf("metadata sent = %v, want only %v", sh.md, want)
+	}
+	if sh.deadline <= 0 || sh.deadline > 3*time.Second {
+		t.Errorf("call deadline in %v, want within the call timeout of 3s", sh.deadline)
+	}
+	if w.Code != 200 || !strings.HasPrefix(w.Body.String(), `{"code":"abcd123",`) || strings.Contains(w.Body.String(), "password\"") {
+		t.Errorf("answer %d %s, want the link without its password", w.Code, w.Body)
+	}
+}
