@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
 
 // generatedSpec is the Swagger 2.0 document protoc-gen-openapiv2 writes from
@@ -280,5 +282,32 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	slices.Sort(documented)
 	if len(routes) == 0 || !slices.Equal(routes, documented) {
 		t.Errorf("routes and the OpenAPI document differ:\nroutes:     %v\ndocumented: %v", routes, documented)
+	}
+}
+
+// PATCH /v1/links/{code} takes exactly the Link fields its documented body
+// does not mark read-only ("Output only." in the proto comment): a new
+// Link field is either documented as output only or changeable by PATCH.
+func TestPatchTakesTheWritableFields(t *testing.T) {
+	var served map[string]any
+	if err := json.Unmarshal(OpenAPI, &served); err != nil {
+		t.Fatal(err)
+	}
+	body := obj(obj(obj(obj(obj(obj(obj(served["paths"])["/v1/links/{code}"])["patch"])["requestBody"])["content"])["application/json"])["schema"])
+	var writable []string
+	for name, p := range obj(body["properties"]) {
+		if obj(p)["readOnly"] != true {
+			writable = append(writable, name)
+		}
+	}
+	slices.Sort(writable)
+	fields := (&shortenerv1.Link{}).ProtoReflect().Descriptor().Fields()
+	var takes []string
+	for _, name := range mutableLinkFields {
+		takes = append(takes, fields.ByName(name).JSONName())
+	}
+	slices.Sort(takes)
+	if len(writable) == 0 || !slices.Equal(writable, takes) {
+		t.Errorf("the PATCH body documents %v as writable, PATCH takes %v", writable, takes)
 	}
 }
