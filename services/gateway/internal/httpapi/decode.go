@@ -132,18 +132,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // protoJSON is how messages are written: proto JSON names, enums by name,
 // scalars even when zero (so "disabled": false is there), unset messages
-// left out. writeProto leaves out Link's input-only password.
+// left out. marshalProto leaves out Link's input-only password.
 var protoJSON = protojson.MarshalOptions{EmitDefaultValues: true}
-
-// writeProto sends m in proto JSON (marshalProto).
-func writeProto(w http.ResponseWriter, status int, m proto.Message) error {
-	out, err := marshalProto(m)
-	if err != nil {
-		return err
-	}
-	send(w, status, "application/json", out)
-	return nil
-}
 
 // marshalProto is m in proto JSON, compacted and with a final newline:
 // protojson varies its whitespace on purpose, and clients (and the

@@ -217,8 +217,8 @@ func (w *captured) WriteHeader(code int) {
 }
 
 // protoMarshaler is the mapped routes' JSON: bodies read as decodeProto
-// reads them (its errors, the requestChecks), answers written as
-// writeProto writes them.
+// reads them (its errors, the requestChecks), answers written by
+// marshalProto.
 type protoMarshaler struct{}
 
 func (protoMarshaler) ContentType(any) string { return "application/json" }

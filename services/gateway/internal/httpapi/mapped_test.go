@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/rpcerr"
 )
 
 // routeHandler returns the handler the route table gives pattern (the
@@ -74,5 +76,56 @@ func TestMappedCallCarriesOnlyTheGatewaysMetadata(t *testing.T) {
 	}
 	if w.Code != 200 || !strings.HasPrefix(w.Body.String(), `{"code":"abcd123",`) || strings.Contains(w.Body.String(), "password\"") {
 		t.Errorf("answer %d %s, want the link without its password", w.Code, w.Body)
+	}
+}
+
+// statusShortener answers CreateLink and DeleteLink, and refuses GetLink as
+// the shortener does an unknown code.
+type statusShortener struct {
+	shortenerv1.ShortenerServiceClient
+}
+
+func (statusShortener) CreateLink(context.Context, *shortenerv1.CreateLinkRequest, ...grpc.CallOption) (*shortenerv1.CreateLinkResponse, error) {
+	return &shortenerv1.CreateLinkResponse{Link: &shortenerv1.Link{Code: "10000g8"}}, nil
+}
+
+func (statusShortener) DeleteLink(context.Context, *shortenerv1.DeleteLinkRequest, ...grpc.CallOption) (*shortenerv1.DeleteLinkResponse, error) {
+	return &shortenerv1.DeleteLinkResponse{}, nil
+}
+
+func (statusShortener) GetLink(context.Context, *shortenerv1.GetLinkRequest, ...grpc.CallOption) (*shortenerv1.GetLinkResponse, error) {
+	return nil, rpcerr.WithDetails(codes.NotFound, "no link with this code", rpcerr.Info("CODE_NOT_FOUND", nil))
+}
+
+// The mapped routes answer as the gateway always did: a create 201 with
+// Location, a delete 204 without a body, a refusal as the service's status
+// mapped to its HTTP error, with the service's message.
+func TestMappedStatuses(t *testing.T) {
+	a := &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: statusShortener{}, log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		pattern, target, body string
+		status                int
+		location, text        string
+	}{
+		{"POST /v1/links", "/v1/links", `{"longUrl":"https://example.com/"}`, 201, "/v1/links/10000g8", `{"code":"10000g8",`},
+		{"DELETE /v1/links/{code}", "/v1/links/10000g8", "", 204, "", ""},
+		{"GET /v1/links/{code}", "/v1/links/10000g8", "", 404, "", "no link with this code"},
+	} {
+		method, _, _ := strings.Cut(tc.pattern, " ")
+		r := httptest.NewRequest(method, tc.target, strings.NewReader(tc.body))
+		r.SetPathValue("code", "10000g8")
+		w := httptest.NewRecorder()
+		err := a.routeHandler(tc.pattern)(&call{w: w, r: r, st: &reqState{id: "t", tenant: "acme"}})
+		status, text, body := w.Code, w.Body.String(), w.Body.String()
+		if err != nil {
+			e := toAPIError(err)
+			status, text, body = e.status, e.message, ""
+		}
+		if status != tc.status || w.Header().Get("Location") != tc.location || !strings.Contains(text, tc.text) {
+			t.Errorf("%s: %d Location %q %q, want %d Location %q and %q", tc.pattern, status, w.Header().Get("Location"), text, tc.status, tc.location, tc.text)
+		}
+		if tc.status == 204 && (body != "" || w.Header().Get("Content-Type") != "") {
+			t.Errorf("%s: 204 with Content-Type %q and body %q", tc.pattern, w.Header().Get("Content-Type"), body)
+		}
 	}
 }
