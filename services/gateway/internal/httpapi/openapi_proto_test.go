@@ -108,7 +108,7 @@ func TestOpenAPIMapsTheAnnotatedRPCs(t *testing.T) {
 // Every schema of openapi.json named as a kurz proto message or enum has
 // exactly the message's fields, by their JSON names, with matching types,
 // or the enum's values: the served document cannot drift from the protos.
-func TestOpenAPISchemasMatchProtos(t *testing.T) {
+func TestOpenAPIMatchesProtos(t *testing.T) {
 	var served map[string]any
 	if err := json.Unmarshal(OpenAPI, &served); err != nil {
 		t.Fatal(err)
