@@ -20,11 +20,13 @@
 // table spells it; query parameters take the proto field names
 // (page_size), which the gateway reads; a path parameter that
 // components/parameters of the overlay defines is a $ref to it; a body
-// parameter becomes the requestBody; the success response moves to the
-// overlay's status (204: no content). Then "mapped._defaults" and
-// "mapped.<operationId>" are merged over each mapped operation (maps
-// merged key by key, a null removing a key, anything else replaced;
-// "parameters" there patches the generated parameters by name).
+// parameter becomes the requestBody; a property whose comment starts
+// "Input only" is writeOnly (as "Output only." is readOnly); the success
+// response moves to the overlay's status (204: no content). Then
+// "mapped._defaults" and "mapped.<operationId>" are merged over each
+// mapped operation (maps merged key by key, a null removing a key,
+// anything else replaced; "parameters" there patches the generated
+// parameters by name).
 //
 // It refuses an overlay that redefines a generated schema or route, names
 // an operation the protos do not map, or leaves a $ref unresolved.
@@ -159,10 +161,33 @@ func merge(sw, ov map[string]any) (map[string]any, error) {
 		}
 	}
 	doc = rewriteRefs(doc).(map[string]any)
+	markInputOnly(doc)
 	if err := checkRefs(doc, doc); err != nil {
 		return nil, err
 	}
 	return doc, nil
+}
+
+// markInputOnly marks writeOnly every schema property in v whose comment
+// starts "Input only" (Link.password): the counterpart of the readOnly
+// protoc-gen-openapiv2 gives an "Output only." comment, which Swagger 2.0
+// cannot say.
+func markInputOnly(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, p := range obj(v["properties"]) {
+			if d, _ := obj(p)["description"].(string); strings.HasPrefix(d, "Input only") {
+				obj(p)["writeOnly"] = true
+			}
+		}
+		for _, x := range v {
+			markInputOnly(x)
+		}
+	case []any:
+		for _, x := range v {
+			markInputOnly(x)
+		}
+	}
 }
 
 // fieldPath matches a path parameter naming a field of a message,

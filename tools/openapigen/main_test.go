@@ -43,7 +43,9 @@ func TestMergeRefuses(t *testing.T) {
 				},
 				"responses": map[string]any{"200": map[string]any{"schema": map[string]any{"$ref": "#/definitions/Link"}}},
 			}}},
-			"definitions": map[string]any{"Link": map[string]any{"type": "object"}},
+			"definitions": map[string]any{"Link": map[string]any{"type": "object", "properties": map[string]any{
+				"password": map[string]any{"type": "string", "description": "Input only, never returned."},
+			}}},
 		}
 	}
 	ov := func(extra map[string]any) map[string]any {
@@ -76,7 +78,8 @@ func TestMergeRefuses(t *testing.T) {
 	}
 
 	// And the conversion itself: {link.code} is {code}, the body a
-	// requestBody, the status the overlay's, the refs components'.
+	// requestBody, the status the overlay's, the refs components', an
+	// input-only field writeOnly.
 	doc, err := merge(sw(), ov(map[string]any{"mapped": map[string]any{"S_Update": map[string]any{"status": 202}}}))
 	if err != nil {
 		t.Fatal(err)
@@ -91,5 +94,8 @@ func TestMergeRefuses(t *testing.T) {
 	}
 	if r := obj(op["responses"]); r["202"] == nil || len(r) != 1 {
 		t.Errorf("responses %v, want only 202", r)
+	}
+	if p := obj(obj(obj(obj(obj(doc["components"])["schemas"])["Link"])["properties"])["password"]); p["writeOnly"] != true {
+		t.Errorf("Link.password %v, want writeOnly", p)
 	}
 }
