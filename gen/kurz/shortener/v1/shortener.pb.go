@@ -158,15 +158,17 @@ type Link struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The short code, e.g. "10000g8".
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	// The full short URL, e.g. "http://localhost:8787/10000g8".
+	// Output only. The full short URL, e.g. "http://localhost:8787/10000g8".
 	ShortUrl string `protobuf:"bytes,2,opt,name=short_url,json=shortUrl,proto3" json:"short_url,omitempty"`
 	// Where the code redirects to; http or https only.
 	LongUrl string `protobuf:"bytes,3,opt,name=long_url,json=longUrl,proto3" json:"long_url,omitempty"`
-	// The tenant that owns the link.
-	Tenant       string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	RedirectType RedirectType           `protobuf:"varint,5,opt,name=redirect_type,json=redirectType,proto3,enum=kurz.shortener.v1.RedirectType" json:"redirect_type,omitempty"`
-	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Output only. The tenant that owns the link.
+	Tenant       string       `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	RedirectType RedirectType `protobuf:"varint,5,opt,name=redirect_type,json=redirectType,proto3,enum=kurz.shortener.v1.RedirectType" json:"redirect_type,omitempty"`
+	// Output only. When the link was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only. When the link was last changed.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// After this time the code answers 410 Gone. Unset: never expires.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// A disabled link stops redirecting but keeps its code and statistics.
@@ -178,7 +180,7 @@ type Link struct {
 	// such links are counted atomically in Redis, exactly at the limit under
 	// concurrency.
 	MaxVisits int64 `protobuf:"varint,11,opt,name=max_visits,json=maxVisits,proto3" json:"max_visits,omitempty"`
-	// Output only: the link asks for a password before redirecting.
+	// Output only. The link asks for a password before redirecting.
 	PasswordProtected bool `protobuf:"varint,12,opt,name=password_protected,json=passwordProtected,proto3" json:"password_protected,omitempty"`
 	// Input only, never returned: on create, or on update with "password" in
 	// the mask, sets the password (8 to 128 characters; stored as an Argon2id

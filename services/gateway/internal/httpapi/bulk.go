@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
-	"fmt"
 	"mime"
 	"net/http"
 	"strconv"
@@ -48,33 +47,6 @@ const exportPageSize = 1000
 var exportColumns = []string{
 	"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
 	"password_protected", "ios_url", "android_url", "desktop_url",
-}
-
-// batchCreateLinks creates up to maxBatchItems links; each item succeeds
-// or fails on its own, so the answer is 200 with one result per item.
-func (a *API) batchCreateLinks(c *call) error {
-	limit := max(a.opts.MaxBodyBytes, batchBodyBytes)
-	release, err := a.admitBulk(c, limit)
-	if err != nil {
-		return err
-	}
-	defer release()
-	b, err := a.readBodyUpTo(c, limit, "send a JSON object")
-	if err != nil {
-		return err
-	}
-	var req shortenerv1.BatchCreateLinksRequest
-	if err := decodeProto(b, &req); err != nil {
-		return err
-	}
-	if n := len(req.GetRequests()); n == 0 || n > maxBatchItems {
-		return badRequest(fmt.Sprintf(`"requests" must hold 1 to %d links; it holds %d: split larger batches`, maxBatchItems, n))
-	}
-	resp, err := a.batchCreate(c, req.GetRequests())
-	if err != nil {
-		return err
-	}
-	return writeProto(c.w, http.StatusOK, resp)
 }
 
 // admitBulk admits a request whose body may hold up to limit bytes, before
