@@ -42,14 +42,6 @@ type Config struct {
 	ReloadInterval time.Duration `env:"GEOIP_RELOAD_INTERVAL" default:"1m"`
 }
 
-// Validate reports a configuration that cannot work.
-func (c Config) Validate() error {
-	if c.ReloadInterval < 0 {
-		return fmt.Errorf("KURZ_GEOIP_RELOAD_INTERVAL=%s: want 0 (never) or more", c.ReloadInterval)
-	}
-	return nil
-}
-
 // MaxFileSize bounds the database read into memory. Country databases
 // are under 10 MiB, City ones a few hundred.
 const MaxFileSize = 1 << 30

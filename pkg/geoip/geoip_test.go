@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"kurz.dev/pkg/geoip"
 	"kurz.dev/pkg/geoip/geoiptest"
@@ -105,15 +104,6 @@ func TestOpenRefusesWhatIsNotADatabase(t *testing.T) {
 	}
 	if _, err := geoip.Open(filepath.Join(dir, "missing.mmdb")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Open(missing) = %v, want ErrNotExist", err)
-	}
-}
-
-func TestConfigValidate(t *testing.T) {
-	if err := (geoip.Config{ReloadInterval: -time.Second}).Validate(); err == nil {
-		t.Error("a negative reload interval validated")
-	}
-	if err := (geoip.Config{DB: "x.mmdb"}).Validate(); err != nil {
-		t.Errorf("no reload: %v", err)
 	}
 }
 
