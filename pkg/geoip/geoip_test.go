@@ -1,16 +1,21 @@
 package geoip_test
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"kurz.dev/pkg/geoip"
 	"kurz.dev/pkg/geoip/geoiptest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 func TestCountry(t *testing.T) {
@@ -224,4 +229,47 @@ func BenchmarkCountry(b *testing.B) {
 	for b.Loop() {
 		db.Country(a)
 	}
+}
+
+// Watch loads a new file within a few intervals, logs it, and returns when
+// its context ends.
+func TestWatchReloads(t *testing.T) {
+	path := geoiptest.Write(t, nil)
+	src, err := geoip.OpenSource(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { src.Watch(ctx, 10*time.Millisecond, log); close(done) }()
+
+	replace(t, path, []geoiptest.Network{{CIDR: "198.51.100.0/24", Country: "AT"}})
+	de := netip.MustParseAddr(geoiptest.IPv4DE)
+	if ok, got := servertest.EventuallyState(10*time.Second, func() (bool, string) {
+		c := src.Country(de)
+		return c == "AT", c
+	}); !ok {
+		t.Fatalf("Country after the file changed = %q, want AT", got)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "geoip database reloaded") {
+		t.Errorf("no reload logged: %s", logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
