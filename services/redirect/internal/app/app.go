@@ -214,6 +214,11 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		return nil, err
 	}
 	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
+	if geo != nil {
+		if err := observeGeoIP(meter, geo); err != nil {
+			return nil, fmt.Errorf("redirect metrics: %w", err)
+		}
+	}
 	deps, err := h.handlerDeps(ctx, cfg, rdb, db, srv, lc, log, meter)
 	if err != nil {
 		return nil, err
@@ -387,6 +392,23 @@ func openGeoIP(cfg geoip.Config, lc *server.Lifecycle, log *slog.Logger) (*geoip
 		lc.Go("geoip reload", func(ctx context.Context) { src.Watch(ctx, cfg.ReloadInterval, log) })
 	}
 	return src, nil
+}
+
+// observeGeoIP exports the age of the GeoIP database in service: its
+// licence may require current data, and a reload that keeps failing shows
+// as an age that only grows.
+func observeGeoIP(meter metric.Meter, geo *geoip.Source) error {
+	age, err := meter.Float64ObservableGauge("kurz.redirect.geoip.age",
+		metric.WithDescription("Time since the GeoIP database in service was built (its metadata's build epoch)"),
+		metric.WithUnit("s"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveFloat64(age, time.Since(geo.DB().Built).Seconds())
+		return nil
+	}, age)
+	return err
 }
 
 // newHandler builds the HTTP hot path on deps; geo (nil: none) locates

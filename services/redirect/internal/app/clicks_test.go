@@ -220,6 +220,10 @@ func TestClicksCarryCountry(t *testing.T) {
 
 	env["KURZ_GEOIP_DB"] = geoiptest.Write(t, nil)
 	r := start(t, env, hooks{})
+	// The fixture was built just now (build epoch in whole seconds).
+	if age := metricValue(t, r.Running, "kurz_redirect_geoip_age_seconds"); age <= 0 || age > 600 {
+		t.Errorf("kurz_redirect_geoip_age_seconds = %v, want the fixture's few seconds", age)
+	}
 	visit(r)
 	byShard, total := streamEvents(t, f.rdb, r.cfg.Streams.Shards, code, since)
 	if total != len(clients) {
