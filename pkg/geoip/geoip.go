@@ -13,7 +13,7 @@
 // (cp over it) must not change, or truncate, what a running reader sees.
 // Source reloads it when it changes (a new file, size or modification
 // time), checked every Config.ReloadInterval; replace it by renaming a
-// complete file over it (geoipupdate does) so a reload never sees half a
+// complete file over it (on the same filesystem) so a reload never sees half a
 // file. A file that fails to open keeps the previous one in service.
 package geoip
 

@@ -113,7 +113,7 @@ func TestOpenRefusesWhatIsNotADatabase(t *testing.T) {
 }
 
 // replace writes nets to a new file beside path and renames it over path,
-// as geoipupdate does.
+// the atomic way to update a database.
 func replace(t *testing.T, path string, nets []geoiptest.Network) {
 	t.Helper()
 	tmp := path + ".new"
