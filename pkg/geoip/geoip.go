@@ -4,7 +4,9 @@
 // ships no database; the operator provides one (KURZ_GEOIP_DB).
 //
 // A record's country is its "country.iso_code", or "registered_country.
-// iso_code" when it has none (anycast and satellite networks). Whatever
+// iso_code" when it has none (anycast and satellite networks), or a
+// top-level "country_code" (the flat layout of ipinfo's and other country
+// databases). Whatever
 // the file holds, Country returns either an ISO 3166-1 alpha-2 code (two
 // uppercase ASCII letters) or "": a bigger or stranger value never reaches
 // a click event.
@@ -101,16 +103,11 @@ func OpenBytes(data []byte, name string) (*DB, error) {
 		codes: make(map[uintptr]string)}, nil
 }
 
-// record is what a lookup decodes of a record: the country fields that
-// MaxMind's and DB-IP's layouts share.
-type record struct {
-	Country struct {
-		ISOCode string `maxminddb:"iso_code"`
-	} `maxminddb:"country"`
-	RegisteredCountry struct {
-		ISOCode string `maxminddb:"iso_code"`
-	} `maxminddb:"registered_country"`
-}
+// codePaths are where a record may hold its country code, in the order
+// tried: MaxMind's and DB-IP's layouts (country, else the registered
+// country for anycast and satellite networks), then the flat layout of
+// other country databases (ipinfo's, ip-location-db's).
+var codePaths = [][]any{{"country", "iso_code"}, {"registered_country", "iso_code"}, {"country_code"}}
 
 // Country returns the ISO 3166-1 alpha-2 code of a's country, "" when the
 // database has none for it (or a is not a valid address). An IPv4-mapped
@@ -130,13 +127,15 @@ func (d *DB) Country(a netip.Addr) string {
 	if ok {
 		return code
 	}
-	var rec record
-	if err := res.Decode(&rec); err != nil {
-		return ""
-	}
-	code = Valid(rec.Country.ISOCode)
-	if code == "" {
-		code = Valid(rec.RegisteredCountry.ISOCode)
+	for _, path := range codePaths {
+		// A path another layout uses differently (a "country" that is a
+		// name, not a map) fails to decode: try the next one.
+		var s string
+		if err := res.DecodePath(&s, path...); err == nil {
+			if code = Valid(s); code != "" {
+				break
+			}
+		}
 	}
 	d.mu.Lock()
 	if len(d.codes) < maxCached {

@@ -35,7 +35,8 @@ func TestCountry(t *testing.T) {
 		{"IPv4-mapped IPv6", "::ffff:" + geoiptest.IPv4DE, "DE"},
 		{"not a country code", geoiptest.IPv4Bad, ""},
 		{"no network", geoiptest.IPv4Unknown, ""},
-		{"no IPv6 network", "2001:db8:2::1", ""},
+		{"flat layout", geoiptest.IPv6FlatNL, "NL"},
+		{"no IPv6 network", "2001:db8:3::1", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := netip.MustParseAddr(tc.addr)

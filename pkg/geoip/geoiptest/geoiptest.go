@@ -24,6 +24,9 @@ type Network struct {
 	Country string
 	// Registered is registered_country.iso_code.
 	Registered string
+	// Flat is a top-level country_code, with "country" a name (a string),
+	// as ipinfo's databases lay records out.
+	Flat string
 }
 
 // Addresses of Networks, one per case a test may want.
@@ -38,6 +41,8 @@ const (
 	IPv4Bad = "192.0.2.200"
 	// IPv4Unknown is in no network of the fixture.
 	IPv4Unknown = "192.0.2.1"
+	// IPv6FlatNL is in a network laid out flat: country_code NL.
+	IPv6FlatNL = "2001:db8:2::7"
 )
 
 // Networks is the default fixture: documentation ranges (RFC 5737, RFC
@@ -48,6 +53,7 @@ var Networks = []Network{
 	{CIDR: "203.0.113.0/24", Registered: "FR"},
 	{CIDR: "2001:db8:1::/48", Country: "JP", Registered: "JP"},
 	{CIDR: "192.0.2.128/25", Country: "germany", Registered: "de"},
+	{CIDR: "2001:db8:2::/48", Flat: "NL"},
 }
 
 // Bytes returns a database of nets, typed dbType ("GeoLite2-Country").
@@ -74,6 +80,9 @@ func Bytes(dbType string, nets []Network) ([]byte, error) {
 		}
 		if n.Registered != "" {
 			rec["registered_country"] = country(n.Registered)
+		}
+		if n.Flat != "" {
+			rec = mmdbtype.Map{"country": mmdbtype.String("Country " + n.Flat), "country_code": mmdbtype.String(n.Flat)}
 		}
 		if err := tree.Insert(network, rec); err != nil {
 			return nil, fmt.Errorf("geoiptest: insert %s: %w", n.CIDR, err)
