@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oschwald/maxminddb-golang/v2"
@@ -60,11 +61,11 @@ type DB struct {
 	// ("GeoLite2-Country", "DBIP-Country-Lite") and build time.
 	Type  string
 	Built time.Time
-	// codes remembers the country of each record (by its data offset)
-	// already decoded, so a lookup allocates nothing once its record was
-	// seen.
-	mu    sync.RWMutex
-	codes map[uintptr]string
+	// codes remembers the country of each record (uintptr data offset ->
+	// string) already decoded, so a lookup allocates nothing and takes no
+	// lock once its record was seen; cached counts its entries.
+	codes  sync.Map
+	cached atomic.Int32
 }
 
 // Open reads the database at path and checks all of it (the search tree
@@ -99,8 +100,7 @@ func OpenBytes(data []byte, name string) (*DB, error) {
 	if err := r.Verify(); err != nil {
 		return nil, fmt.Errorf("geoip: %s is a damaged mmdb database: %w", name, err)
 	}
-	return &DB{reader: r, Type: r.Metadata.DatabaseType, Built: r.Metadata.BuildTime().UTC(),
-		codes: make(map[uintptr]string)}, nil
+	return &DB{reader: r, Type: r.Metadata.DatabaseType, Built: r.Metadata.BuildTime().UTC()}, nil
 }
 
 // codePaths are where a record may hold its country code, in the order
@@ -121,12 +121,10 @@ func (d *DB) Country(a netip.Addr) string {
 		return ""
 	}
 	off := res.Offset()
-	d.mu.RLock()
-	code, ok := d.codes[off]
-	d.mu.RUnlock()
-	if ok {
-		return code
+	if code, ok := d.codes.Load(off); ok {
+		return code.(string)
 	}
+	var code string
 	for _, path := range codePaths {
 		// A path another layout uses differently (a "country" that is a
 		// name, not a map) fails to decode: try the next one.
@@ -137,11 +135,10 @@ func (d *DB) Country(a netip.Addr) string {
 			}
 		}
 	}
-	d.mu.Lock()
-	if len(d.codes) < maxCached {
-		d.codes[off] = code
+	// Past the bound the counter stops moving (it must not wrap around).
+	if d.cached.Load() < maxCached && d.cached.Add(1) <= maxCached {
+		d.codes.Store(off, code)
 	}
-	d.mu.Unlock()
 	return code
 }
 
