@@ -23,9 +23,9 @@ func statsCommand() *command {
 		summary: "a link's clicks: totals, top referrers, a chart",
 		help: `Shows a link's clicks over a time range (by default the last 30 days):
 totals split into human, bot and flood clicks, unique visitors, the top
-referrers, browsers and devices, and a bar chart of the series (█ human,
-░ bot and flood). The range is widened to whole hours; hourly series cover at
-most 31 days.
+referrers, browsers, devices and countries (when the redirect has a GeoIP
+database), and a bar chart of the series (█ human, ░ bot and flood). The
+range is widened to whole hours; hourly series cover at most 31 days.
 
 Examples:
   kurzctl stats 1000abc
@@ -124,8 +124,10 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 	for _, top := range []struct {
 		title string
 		list  []*analyticsv1.KeyCount
-	}{{"REFERRER", s.GetTopReferrers()}, {"BROWSER", s.GetTopBrowsers()}, {"DEVICE", s.GetTopDevices()}} {
-		if len(top.list) == 0 {
+	}{{"REFERRER", s.GetTopReferrers()}, {"BROWSER", s.GetTopBrowsers()}, {"DEVICE", s.GetTopDevices()},
+		{"COUNTRY", s.GetTopCountries()}} {
+		if len(top.list) == 0 || top.title == "COUNTRY" && !anyCountry(top.list) {
+			// Without a GeoIP database every click's country is unknown.
 			continue
 		}
 		fmt.Fprintln(w)
@@ -133,8 +135,11 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 		fmt.Fprintf(tw, "%s\tCLICKS\n", top.title)
 		for _, kc := range top.list {
 			key := kc.GetKey()
-			if key == "" && top.title == "REFERRER" {
+			switch {
+			case key == "" && top.title == "REFERRER":
 				key = "(none)"
+			case key == "" && top.title == "COUNTRY":
+				key = "(unknown)"
 			}
 			fmt.Fprintf(tw, "%s\t%d\n", key, kc.GetCount())
 		}
@@ -145,6 +150,16 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 	fmt.Fprintf(w, "\nclicks by %s  █ human  ░ bot/flood\n", unit)
 	_, err := io.WriteString(w, chart(s.GetSeries(), s.GetInterval(), chartWidth))
 	return err
+}
+
+// anyCountry reports whether list holds a known country.
+func anyCountry(list []*analyticsv1.KeyCount) bool {
+	for _, kc := range list {
+		if kc.GetKey() != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func percent(share float64) string {

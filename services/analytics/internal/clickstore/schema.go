@@ -21,7 +21,7 @@ const (
 	// HourlyTable holds per-link hourly counts (SummingMergeTree).
 	HourlyTable = "click_hourly"
 	// DimsTable holds per-link hourly counts per referrer host, browser,
-	// operating system and device class (SummingMergeTree).
+	// operating system, device class and country (SummingMergeTree).
 	DimsTable = "click_dims"
 	// OwnersTable maps a code to the tenants that have clicks on it.
 	OwnersTable = "click_owners"
@@ -79,7 +79,8 @@ var tables = []table{{
 		is_flood      UInt8,
 		new_visitor   UInt8,
 		suspect       UInt8,
-		inserted_at   DateTime`,
+		inserted_at   DateTime,
+		country       String DEFAULT ''`,
 	keys: `PARTITION BY toYYYYMM(ts)
 	ORDER BY (tenant, code, ts, eid)`,
 }, {
@@ -130,12 +131,13 @@ var views = []view{{
 	FROM %s
 	GROUP BY tenant, code, hour`,
 }, {
-	name: DimsTable + "_mv", to: DimsTable, from: EventsTable,
+	// v2: the country dimension. The earlier view is dropped (retired).
+	name: DimsTable + "_v2_mv", to: DimsTable, from: EventsTable, retired: []string{DimsTable + "_mv"},
 	query: `SELECT tenant, code, ` + hourOf + ` AS hour,
 		tupleElement(d, 1) AS dim, tupleElement(d, 2) AS key, count() AS clicks
 	FROM %s
 	ARRAY JOIN [('` + DimReferrer + `', referrer_host), ('` + DimBrowser + `', browser),
-		('` + DimOS + `', os), ('` + DimDevice + `', device)] AS d
+		('` + DimOS + `', os), ('` + DimDevice + `', device), ('` + DimCountry + `', country)] AS d
 	GROUP BY tenant, code, hour, dim, key`,
 }, {
 	name: OwnersTable + "_mv", to: OwnersTable, from: EventsTable,
@@ -242,12 +244,13 @@ const (
 	DimBrowser  = "browser"
 	DimOS       = "os"
 	DimDevice   = "device"
+	DimCountry  = "country"
 )
 
 // eventColumns are the columns Insert writes, in order.
 var eventColumns = []string{
 	"tenant", "code", "ts", "event_id", "eid", "visitor", "referrer", "referrer_host", "user_agent",
-	"browser", "os", "device", "is_bot", "is_flood", "new_visitor", "suspect", "inserted_at",
+	"browser", "os", "device", "is_bot", "is_flood", "new_visitor", "suspect", "inserted_at", "country",
 }
 
 // requiredColumns are the columns this version reads or writes, per table

@@ -237,7 +237,7 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 		extra := int64(len(d.Copies) - 1)
 		for dim, key := range map[string]string{
 			clickstore.DimReferrer: d.ReferrerHost, clickstore.DimBrowser: d.Browser,
-			clickstore.DimOS: d.OS, clickstore.DimDevice: d.Device,
+			clickstore.DimOS: d.OS, clickstore.DimDevice: d.Device, clickstore.DimCountry: d.Country,
 		} {
 			if m := dims[dim]; m != nil {
 				m[key] -= extra
@@ -254,6 +254,7 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 		TopBrowsers:         top(dims[clickstore.DimBrowser]),
 		TopOperatingSystems: top(dims[clickstore.DimOS]),
 		TopDevices:          top(dims[clickstore.DimDevice]),
+		TopCountries:        top(dims[clickstore.DimCountry]),
 	}
 	var total clickstore.Counts
 	buckets := make(map[int64]clickstore.Counts)

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/geoip/geoiptest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/gateway/gatewaytest"
 	"kurz.dev/services/gateway/internal/app"
@@ -43,7 +44,7 @@ const (
 // form changes its target; a human click and a bot click through the
 // redirect reach the stats page (refreshed until the consumer has stored
 // them), in the chart's data attributes and the tables; revoking asks first
-// and then removes the link. The page throws no exception and the CSP
+// and then removes the link; the stats show the clicks' countries. The page throws no exception and the CSP
 // blocks nothing. A screenshot of the stats page goes to the artifacts
 // directory (and docs/ with KURZ_UPDATE_SCREENSHOT=1).
 func TestConsoleInBrowser(t *testing.T) {
@@ -193,9 +194,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	longURL = editedURL
 
-	// A human and a bot open the short URL.
-	for _, c := range []struct{ ua, referer string }{{humanUA, "https://news.example/console"}, {botUA, ""}} {
-		if st, loc := visit(t, shortURL, c.ua, c.referer); st != http.StatusFound || loc != longURL {
+	// A human (in Germany, says the redirect's fixture GeoIP database) and
+	// a bot (somewhere it does not know) open the short URL.
+	for _, c := range []struct{ ua, referer, ip string }{
+		{humanUA, "https://news.example/console", geoiptest.IPv4DE}, {botUA, "", geoiptest.IPv4Unknown},
+	} {
+		if st, loc := visit(t, shortURL, c.ua, c.referer, c.ip); st != http.StatusFound || loc != longURL {
 			t.Fatalf("GET %s as %q: %d Location %q, want 302 to %s", shortURL, c.ua, st, loc, longURL)
 		}
 	}
@@ -239,6 +243,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		"#stats-referrers": {"news.example1", "(direct)1"},
 		"#stats-browsers":  {"Firefox1", "Bot1"},
 		"#stats-devices":   {"desktop1", "bot1"},
+		"#stats-countries": {"Germany (DE)1", "(unknown)1"},
 	} {
 		got := text(table)
 		for _, w := range want {
@@ -270,7 +275,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("confirm dialog names %q, want %q", got, code)
 	}
 	do("confirm the revocation", chromedp.Click(chromedp.CSS("#confirm-ok")), chromedp.WaitNotPresent(chromedp.CSS(row)))
-	if st, _ := visit(t, shortURL, humanUA, ""); st != http.StatusNotFound && st != http.StatusGone {
+	if st, _ := visit(t, shortURL, humanUA, "", geoiptest.IPv4DE); st != http.StatusNotFound && st != http.StatusGone {
 		t.Errorf("GET %s after revoking: %d, want 404 or 410", shortURL, st)
 	}
 
@@ -358,9 +363,10 @@ func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
 	return key
 }
 
-// visit GETs a short URL as a browser would (without following the
-// redirect) and returns the status and Location.
-func visit(t *testing.T, url, ua, referer string) (int, string) {
+// visit GETs a short URL as a browser at ip would, through the redirect's
+// trusted proxy (without following the redirect), and returns the status
+// and Location.
+func visit(t *testing.T, url, ua, referer, ip string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -368,6 +374,7 @@ func visit(t *testing.T, url, ua, referer string) (int, string) {
 	}
 	req.Header.Set("User-Agent", ua)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml")
+	req.Header.Set("X-Forwarded-For", ip)
 	if referer != "" {
 		req.Header.Set("Referer", referer)
 	}

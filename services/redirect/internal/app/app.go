@@ -19,6 +19,7 @@ import (
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/geoip"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/pgpool"
@@ -70,6 +71,8 @@ type Config struct {
 	ClientIPHeader string `env:"REDIRECT_CLIENT_IP_HEADER" default:""`
 	// Keying keys IPv6 clients by their prefix (KURZ_CLIENT_IPV6_PREFIX).
 	Keying clientip.Keying
+	// GeoIP is the country database clicks are located with (pkg/geoip).
+	GeoIP geoip.Config
 	// VisitorSalt keys the visitor hash in click events; give every pod the
 	// same secret. Empty: a random salt per process (visitors then differ
 	// per pod), with a warning.
@@ -195,6 +198,11 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
+	// The database before the stores: a bad file fails the start at once.
+	geo, err := openGeoIP(cfg.GeoIP, lc, log)
+	if err != nil {
+		return nil, err
+	}
 	rdb, db, err := h.openStores(ctx, cfg, lc)
 	if err != nil {
 		return nil, err
@@ -206,11 +214,16 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		return nil, err
 	}
 	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
+	if geo != nil {
+		if err := observeGeoIP(meter, geo); err != nil {
+			return nil, fmt.Errorf("redirect metrics: %w", err)
+		}
+	}
 	deps, err := h.handlerDeps(ctx, cfg, rdb, db, srv, lc, log, meter)
 	if err != nil {
 		return nil, err
 	}
-	handler, err := newHandler(cfg, missPolicy, clients, deps, meter)
+	handler, err := newHandler(cfg, missPolicy, clients, geo, deps, meter)
 	if err != nil {
 		return nil, err
 	}
@@ -362,8 +375,45 @@ func (h hooks) visitCounter(ctx context.Context, cfg Config, lc *server.Lifecycl
 	return vrdb, nil
 }
 
-// newHandler builds the HTTP hot path on deps.
-func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, deps redirector.Deps, meter metric.Meter) (*redirector.Handler, error) {
+// openGeoIP opens the country database of cfg, if any, and keeps it
+// current while lc runs. Without one it returns nil: clicks carry no
+// country.
+func openGeoIP(cfg geoip.Config, lc *server.Lifecycle, log *slog.Logger) (*geoip.Source, error) {
+	if cfg.DB == "" {
+		return nil, nil
+	}
+	src, err := geoip.OpenSource(cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("KURZ_GEOIP_DB: %w", err)
+	}
+	db := src.DB()
+	log.Info("geoip database loaded", "path", cfg.DB, "type", db.Type, "build", db.Built, "reload_interval", cfg.ReloadInterval)
+	if cfg.ReloadInterval > 0 {
+		lc.Go("geoip reload", func(ctx context.Context) { src.Watch(ctx, cfg.ReloadInterval, log) })
+	}
+	return src, nil
+}
+
+// observeGeoIP exports the age of the GeoIP database in service: its
+// licence may require current data, and a reload that keeps failing shows
+// as an age that only grows.
+func observeGeoIP(meter metric.Meter, geo *geoip.Source) error {
+	age, err := meter.Float64ObservableGauge("kurz.redirect.geoip.age",
+		metric.WithDescription("Time since the GeoIP database in service was built (its metadata's build epoch)"),
+		metric.WithUnit("s"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveFloat64(age, time.Since(geo.DB().Built).Seconds())
+		return nil
+	}, age)
+	return err
+}
+
+// newHandler builds the HTTP hot path on deps; geo (nil: none) locates
+// clicks.
+func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, geo *geoip.Source, deps redirector.Deps, meter metric.Meter) (*redirector.Handler, error) {
 	salt := []byte(cfg.VisitorSalt)
 	if len(salt) == 0 {
 		salt = []byte(rand.Text())
@@ -374,10 +424,14 @@ func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, d
 		formSecret = []byte(rand.Text() + rand.Text())
 		deps.Log.Warn("KURZ_REDIRECT_FORM_SECRET is not set: using a random secret, so a password form only verifies on the pod that rendered it")
 	}
-	return redirector.New(redirector.Config{
+	hcfg := redirector.Config{
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
 		Clients: clients, Keying: cfg.Keying, VisitorSalt: salt, MissPolicy: missPolicy,
 		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout, VisitReplicas: cfg.VisitReplicas,
 		WalkRate: cfg.WalkRate, WalkBurst: cfg.WalkBurst,
-	}, deps, meter)
+	}
+	if geo != nil {
+		hcfg.Country = geo.Country
+	}
+	return redirector.New(hcfg, deps, meter)
 }

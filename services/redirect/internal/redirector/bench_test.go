@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/geoip"
+	"kurz.dev/pkg/geoip/geoiptest"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/testkit/redistest"
 	"kurz.dev/services/redirect/internal/resolve"
@@ -31,7 +33,21 @@ func benchConfig() Config {
 
 // BenchmarkServeCodeL1Hit is the hot path: GET of a popular code that L1
 // holds (a private Redis filled it once), answered 302 with no I/O.
-func BenchmarkServeCodeL1Hit(b *testing.B) {
+func BenchmarkServeCodeL1Hit(b *testing.B) { benchL1Hit(b, benchConfig()) }
+
+// BenchmarkServeCodeL1HitGeoIP is the hot path with a GeoIP database: each
+// click also looks up its client's country.
+func BenchmarkServeCodeL1HitGeoIP(b *testing.B) {
+	db, err := geoip.Open(geoiptest.Write(b, []geoiptest.Network{{CIDR: "198.51.100.0/24", Country: "DE"}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := benchConfig()
+	cfg.Country = db.Country
+	benchL1Hit(b, cfg)
+}
+
+func benchL1Hit(b *testing.B, cfg Config) {
 	node := redistest.Start(b)
 	rdb := redis.NewClient(&redis.Options{Addr: node.Addr})
 	b.Cleanup(func() { _ = rdb.Close() })
@@ -45,7 +61,7 @@ func BenchmarkServeCodeL1Hit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := New(benchConfig(), Deps{Resolver: res, Clicks: discardClicks{}, Log: log}, meter)
+	h, err := New(cfg, Deps{Resolver: res, Clicks: discardClicks{}, Log: log}, meter)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"sync"
@@ -84,6 +85,9 @@ type Config struct {
 	// client IP (see WalkBound, CheckWalkBound); past them 429.
 	WalkRate  float64
 	WalkBurst int
+	// Country returns the ISO 3166-1 alpha-2 code of a client address's
+	// country, "" when unknown; nil when no GeoIP database is configured.
+	Country func(netip.Addr) string
 }
 
 // Clicks receives click events; Record must not block.
@@ -439,8 +443,17 @@ func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip 
 	h.clicks.Record(clickevent.Event{
 		ID: clickevent.NewID(start), Code: code, Tenant: tenant, Time: start,
 		Visitor:   h.visitors.Visitor(start, ip, ua),
-		UserAgent: ua, Referrer: r.Referer(), TraceParent: parent,
+		UserAgent: ua, Referrer: r.Referer(), TraceParent: parent, Country: h.country(r),
 	})
+}
+
+// country is the country of r's client, "" without a GeoIP database (which
+// then costs nothing).
+func (h *Handler) country(r *http.Request) string {
+	if h.cfg.Country == nil {
+		return ""
+	}
+	return h.cfg.Country(h.cfg.Clients.Client(r))
 }
 
 // unavailable answers 503 with Retry-After: 1.

@@ -426,6 +426,25 @@ function renderStats(s) {
   fillTable('stats-browsers', top(s.topBrowsers));
   fillTable('stats-devices', top(s.topDevices));
   fillTable('stats-os', top(s.topOperatingSystems));
+  const countries = s.topCountries || [];
+  if (countries.length && countries.every((k) => !k.key)) {
+    // Every click unknown: the redirect has no GeoIP database.
+    $('stats-countries').tBodies[0].replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No countries: the redirect has no GeoIP database' })));
+  } else {
+    fillTable('stats-countries', countries.map((k) => [k.key ? countryName(k.key) : '(unknown)', num(k.count)]));
+  }
+}
+
+// countryName shows an ISO 3166-1 alpha-2 code with its English name when
+// the browser knows it: "Germany (DE)".
+const regions = typeof Intl.DisplayNames === 'function' ? new Intl.DisplayNames(['en'], { type: 'region' }) : null;
+function countryName(code) {
+  try {
+    const name = regions && regions.of(code);
+    return name && name !== code ? `${name} (${code})` : code;
+  } catch {
+    return code;
+  }
 }
 
 // niceMax rounds the tallest bar up to an even 2, 4, 6, 8 or 10 × 10^k, so
