@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/linkstore"
 )
@@ -56,6 +57,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		drafts[i] = nil
 	}
 	aliases := make(map[string]int)
+	domains := make(map[string]domainCheck) // one lookup per distinct domain
 	valid := 0
 	for i, r := range reqs {
 		results[i] = &shortenerv1.BatchCreateResult{Index: int32(i)}
@@ -65,10 +67,21 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			continue
 		}
 		d.link.Tenant = tenant
+		dc, seen := domains[r.GetDomain()]
+		if !seen {
+			dc.name, dc.err = s.linkDomain(ctx, tenant, r.GetDomain())
+			domains[r.GetDomain()] = dc
+		}
+		if dc.err != nil {
+			fail(i, dc.err)
+			continue
+		}
+		d.link.Domain = dc.name
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
+			d.link.Code = linkdomain.Key(d.link.Domain, d.link.Code)
 			if first, dup := aliases[d.link.Code]; dup {
 				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
-					fmt.Sprintf("the alias %q is already used by item %d of this batch; choose another", d.link.Code, first),
+					fmt.Sprintf("the alias %q is already used by item %d of this batch; choose another", r.GetCustomAlias(), first),
 					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
 				continue
 			}
@@ -120,6 +133,18 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	resp.Created = int32(len(links))
 	s.writeThroughMany(ctx, "batch", links)
 	return resp, nil
+}
+
+// aliasOf is the code of a link key.
+func aliasOf(key string) string {
+	_, code := linkdomain.Split(key)
+	return code
+}
+
+// domainCheck is the outcome of linkDomain for one domain of a batch.
+type domainCheck struct {
+	name string
+	err  error
 }
 
 // hashPasswords hashes the passwords of drafts on at most GOMAXPROCS workers
@@ -212,13 +237,13 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 			d := drafts[i]
 			switch d.mode {
 			case shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL:
-				d.link.Code, seq = seq[0], seq[1:]
+				d.link.Code, seq = linkdomain.Key(d.link.Domain, seq[0]), seq[1:]
 			case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 				code, err := s.random.Code()
 				if err != nil {
 					return stored, err
 				}
-				d.link.Code = code
+				d.link.Code = linkdomain.Key(d.link.Domain, code)
 				attempts[i]++
 			}
 			if inRound[d.link.Code] { // only a generated code: aliases are distinct and come first
@@ -241,7 +266,7 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 			switch drafts[i].mode {
 			case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
-					fmt.Sprintf("the alias %q is already taken; choose another", rows[k].Code),
+					fmt.Sprintf("the alias %q is already taken; choose another", aliasOf(rows[k].Code)),
 					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
 			case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 				if attempts[i] >= RandomAttempts {
