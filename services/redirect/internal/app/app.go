@@ -21,6 +21,7 @@ import (
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
@@ -106,6 +107,16 @@ type Config struct {
 	WalkRate  float64 `env:"REDIRECT_WALK_RATE" default:"10"`
 	WalkBurst int     `env:"REDIRECT_WALK_BURST" default:"1000"`
 
+	// DefaultHosts are the host names (no port) that serve the default
+	// domain's links; a request for any other host that is not a verified
+	// custom domain answers 404. Empty: every host that is not a custom
+	// domain serves the default domain.
+	DefaultHosts []string `env:"REDIRECT_DEFAULT_HOSTS" default:""`
+	// DomainRefresh is how often the set of verified custom domains is
+	// read from PostgreSQL: the longest a newly verified (or deleted)
+	// domain waits to be served (or refused).
+	DomainRefresh time.Duration `env:"REDIRECT_DOMAIN_REFRESH" default:"10s"`
+
 	// ClickBuffer is how many click events may wait in memory; more are
 	// dropped and counted.
 	ClickBuffer int `env:"REDIRECT_CLICK_BUFFER" default:"10000"`
@@ -140,6 +151,14 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	}
 	if c.LimiterTimeout <= 0 || c.PasswordLimiterTimeout <= 0 || c.VisitTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT, KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT and KURZ_REDIRECT_VISIT_TIMEOUT must be positive"))
+	}
+	if c.DomainRefresh <= 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_DOMAIN_REFRESH must be positive"))
+	}
+	for _, h := range c.DefaultHosts {
+		if h == "" || linkdomain.Host(h) != h {
+			errs = append(errs, fmt.Errorf("KURZ_REDIRECT_DEFAULT_HOSTS: %q is not a lower-case host name without a port", h))
+		}
 	}
 	if c.VisitReplicas < 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_VISIT_REPLICAS must be 0 or more"))
@@ -264,8 +283,67 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 	if deps.Clicks, err = h.startClicks(ctx, cfg, lc, log, meter); err != nil {
 		return deps, err
 	}
-	deps.Visits, err = h.visitCounter(ctx, cfg, lc)
-	return deps, err
+	if deps.Visits, err = h.visitCounter(ctx, cfg, lc); err != nil {
+		return deps, err
+	}
+	deps.Hosts = startHosts(ctx, cfg, db, lc, log)
+	return deps, nil
+}
+
+// maxDomains bounds the custom domains one redirect process serves.
+const maxDomains = 1_000_000
+
+// startHosts loads the verified custom domains from PostgreSQL now and every
+// DomainRefresh. A failed load keeps the set it had (at start: none, so
+// custom domains answer 404 until PostgreSQL answers) and is logged.
+func startHosts(ctx context.Context, cfg Config, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) *redirector.Hosts {
+	hosts := redirector.NewHosts(cfg.DefaultHosts)
+	load := func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, cfg.Postgres.QueryTimeout)
+		defer cancel()
+		domains, err := verifiedDomains(ctx, db)
+		if err != nil {
+			log.WarnContext(ctx, "custom domains not refreshed", "err", err, "serving", hosts.Domains())
+			return
+		}
+		hosts.SetDomains(domains)
+	}
+	load(ctx)
+	lc.Go("custom domains", func(ctx context.Context) {
+		t := time.NewTicker(cfg.DomainRefresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				load(ctx)
+			}
+		}
+	})
+	return hosts
+}
+
+// verifiedDomains reads every verified domain (table domains, owned by the
+// shortener: pkg/linkschema) and the tenant that holds it.
+func verifiedDomains(ctx context.Context, db *pgxpool.Pool) (map[string]string, error) {
+	rows, err := db.Query(ctx, `SELECT name, tenant FROM domains WHERE verified_at IS NOT NULL LIMIT $1`, maxDomains)
+	if err != nil {
+		return nil, fmt.Errorf("verified domains: %w", err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var name, tenant string
+		if err := rows.Scan(&name, &tenant); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("verified domains: %w", err)
+		}
+		out[name] = tenant
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("verified domains: %w", err)
+	}
+	return out, nil
 }
 
 // dialLimiter opens one connection to the limiter for two clients: the miss
