@@ -351,8 +351,8 @@ func (x *KeyCount) GetCount() int64 {
 type GetLinkStatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	// The link's custom domain; empty: the default domain.
-	Domain string `protobuf:"bytes,13,opt,name=domain,proto3" json:"domain,omitempty"`
+	// The link's custom domain; absent: the default domain.
+	Domain *string `protobuf:"bytes,13,opt,name=domain,proto3,oneof" json:"domain,omitempty"`
 	// Totals over the range: total = human + bot + flood.
 	Counts *ClickCounts `protobuf:"bytes,2,opt,name=counts,proto3" json:"counts,omitempty"`
 	// One bucket per interval of the range, oldest first, empty ones included.
@@ -417,8 +417,8 @@ func (x *GetLinkStatsResponse) GetCode() string {
 }
 
 func (x *GetLinkStatsResponse) GetDomain() string {
-	if x != nil {
-		return x.Domain
+	if x != nil && x.Domain != nil {
+		return *x.Domain
 	}
 	return ""
 }
@@ -525,10 +525,10 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\"2\n" +
 	"\bKeyCount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xab\x05\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xbb\x05\n" +
 	"\x14GetLinkStatsResponse\x12\x12\n" +
-	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
-	"\x06domain\x18\r \x01(\tR\x06domain\x126\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
+	"\x06domain\x18\r \x01(\tH\x00R\x06domain\x88\x01\x01\x126\n" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\x125\n" +
 	"\x06series\x18\x03 \x03(\v2\x1d.kurz.analytics.v1.TimeBucketR\x06series\x12@\n" +
 	"\rtop_referrers\x18\x04 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopReferrers\x12>\n" +
@@ -543,7 +543,8 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"start_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x127\n" +
-	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval*I\n" +
+	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\bintervalB\t\n" +
+	"\a_domain*I\n" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINTERVAL_HOUR\x10\x01\x12\x10\n" +
@@ -604,6 +605,7 @@ func file_kurz_analytics_v1_analytics_proto_init() {
 	if File_kurz_analytics_v1_analytics_proto != nil {
 		return
 	}
+	file_kurz_analytics_v1_analytics_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -800,9 +800,9 @@ type Link struct {
 	// Per-device destinations, chosen by the visitor's user agent; long_url
 	// serves every device without a target of its own.
 	DeviceTargets *DeviceTargets `protobuf:"bytes,14,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
-	// The custom domain the link is on; empty: the default domain. Codes are
-	// unique per domain. Set on create only.
-	Domain        string `protobuf:"bytes,15,opt,name=domain,proto3" json:"domain,omitempty"`
+	// The custom domain the link is on; absent: the default domain. Codes
+	// are unique per domain. Set on create only.
+	Domain        *string `protobuf:"bytes,15,opt,name=domain,proto3,oneof" json:"domain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -936,8 +936,8 @@ func (x *Link) GetDeviceTargets() *DeviceTargets {
 }
 
 func (x *Link) GetDomain() string {
-	if x != nil {
-		return x.Domain
+	if x != nil && x.Domain != nil {
+		return *x.Domain
 	}
 	return ""
 }
@@ -1838,7 +1838,7 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x14ApproveDomainRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
 	"\x15ApproveDomainResponse\x121\n" +
-	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\xe2\x04\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\xf2\x04\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\tshort_url\x18\x02 \x01(\tR\bshortUrl\x12\x19\n" +
@@ -1858,8 +1858,9 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"max_visits\x18\v \x01(\x03R\tmaxVisits\x12-\n" +
 	"\x12password_protected\x18\f \x01(\bR\x11passwordProtected\x12\x1a\n" +
 	"\bpassword\x18\r \x01(\tR\bpassword\x12G\n" +
-	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x12\x16\n" +
-	"\x06domain\x18\x0f \x01(\tR\x06domain\"j\n" +
+	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x12\x1b\n" +
+	"\x06domain\x18\x0f \x01(\tH\x00R\x06domain\x88\x01\x01B\t\n" +
+	"\a_domain\"j\n" +
 	"\rDeviceTargets\x12\x17\n" +
 	"\aios_url\x18\x01 \x01(\tR\x06iosUrl\x12\x1f\n" +
 	"\vandroid_url\x18\x02 \x01(\tR\n" +
@@ -1942,7 +1943,7 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x0eRegisterDomain\x12(.kurz.shortener.v1.RegisterDomainRequest\x1a).kurz.shortener.v1.RegisterDomainResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*b\x06domain\"\v/v1/domains\x12q\n" +
 	"\vListDomains\x12%.kurz.shortener.v1.ListDomainsRequest\x1a&.kurz.shortener.v1.ListDomainsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/domains\x12z\n" +
 	"\tGetDomain\x12#.kurz.shortener.v1.GetDomainRequest\x1a$.kurz.shortener.v1.GetDomainResponse\"\"\x82\xd3\xe4\x93\x02\x1cb\x06domain\x12\x12/v1/domains/{name}\x12\x8a\x01\n" +
-	"\fVerifyDomain\x12&.kurz.shortener.v1.VerifyDomainRequest\x1a'.kurz.shortener.v1.VerifyDomainResponse\")\x82\xd3\xe4\x93\x02#b\x06domain\"\x19/v1/domains/{name}:verify\x12{\n" +
+	"\fVerifyDomain\x12&.kurz.shortener.v1.VerifyDomainRequest\x1a'.kurz.shortener.v1.VerifyDomainResponse\")\x82\xd3\xe4\x93\x02#b\x06domain\"\x19/v1/domains/{name}/verify\x12{\n" +
 	"\fDeleteDomain\x12&.kurz.shortener.v1.DeleteDomainRequest\x1a'.kurz.shortener.v1.DeleteDomainResponse\"\x1a\x82\xd3\xe4\x93\x02\x14*\x12/v1/domains/{name}\x12b\n" +
 	"\rApproveDomain\x12'.kurz.shortener.v1.ApproveDomainRequest\x1a(.kurz.shortener.v1.ApproveDomainResponseB\xb9\x01\n" +
 	"\x15com.kurz.shortener.v1B\x0eShortenerProtoP\x01Z*kurz.dev/gen/kurz/shortener/v1;shortenerv1\xa2\x02\x03KSX\xaa\x02\x11Kurz.Shortener.V1\xca\x02\x11Kurz\\Shortener\\V1\xe2\x02\x1dKurz\\Shortener\\V1\\GPBMetadata\xea\x02\x13Kurz::Shortener::V1b\x06proto3"
@@ -2059,6 +2060,7 @@ func file_kurz_shortener_v1_shortener_proto_init() {
 	if File_kurz_shortener_v1_shortener_proto != nil {
 		return
 	}
+	file_kurz_shortener_v1_shortener_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

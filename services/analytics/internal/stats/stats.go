@@ -256,9 +256,13 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 	}
 
 	domain, code := linkdomain.Split(q.r.Code)
+	var domainField *string // absent for the default domain
+	if domain != "" {
+		domainField = &domain
+	}
 	resp := &analyticsv1.GetLinkStatsResponse{
+		Domain:              domainField,
 		Code:                code,
-		Domain:              domain,
 		StartTime:           timestamppb.New(q.r.Start),
 		EndTime:             timestamppb.New(q.r.End),
 		Interval:            q.interval,

@@ -583,7 +583,6 @@ func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 	}
 	p := &shortenerv1.Link{
 		Code:         code,
-		Domain:       l.Domain,
 		ShortUrl:     short,
 		LongUrl:      l.LongURL,
 		Tenant:       l.Tenant,
@@ -595,6 +594,9 @@ func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 		MaxVisits:    l.MaxVisits,
 		// Password is input only: never set here.
 		PasswordProtected: l.PasswordHash != "",
+	}
+	if l.Domain != "" {
+		p.Domain = &l.Domain // absent for the default domain
 	}
 	if l.Expires != nil {
 		p.ExpireTime = timestamppb.New(*l.Expires)
