@@ -32,12 +32,18 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/links:batch", access: tenantKey, handle: a.batchCreateLinks},
 		{pattern: "GET /v1/links:export", access: tenantKey, query: []string{"tag"}, handle: a.exportLinks},
 		{pattern: "POST /v1/links:import", access: tenantKey, handle: a.importLinks},
-		{pattern: "GET /v1/links/{code}", access: tenantKey, handle: a.getLink},
+		{pattern: "GET /v1/links/{code}", access: tenantKey, query: []string{"domain"}, handle: a.getLink},
 		{pattern: "PATCH /v1/links/{code}", access: tenantKey, handle: a.updateLink},
-		{pattern: "DELETE /v1/links/{code}", access: tenantKey, handle: a.deleteLink},
-		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval"}, handle: a.linkStats},
-		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size"}, handle: a.linkQR},
+		{pattern: "DELETE /v1/links/{code}", access: tenantKey, query: []string{"domain"}, handle: a.deleteLink},
+		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval", "domain"}, handle: a.linkStats},
+		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
+
+		{pattern: "POST /v1/domains", access: tenantKey, handle: a.registerDomain},
+		{pattern: "GET /v1/domains", access: tenantKey, handle: a.listDomains},
+		{pattern: "GET /v1/domains/{name}", access: tenantKey, handle: a.getDomain},
+		{pattern: "DELETE /v1/domains/{name}", access: tenantKey, handle: a.deleteDomain},
+		{pattern: "POST /v1/domains/{name}/verify", access: tenantKey, handle: a.verifyDomain},
 
 		{pattern: "POST /v1/admin/tenants", access: adminToken, handle: a.createTenant},
 		{pattern: "GET /v1/admin/tenants/{tenant}", access: adminToken, handle: a.getTenant},
@@ -45,6 +51,7 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.issueKey},
 		{pattern: "GET /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.listKeys},
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/keys/{key}", access: adminToken, handle: a.revokeKey},
+		{pattern: "POST /v1/admin/tenants/{tenant}/domains/{name}/verify", access: adminToken, handle: a.approveDomain},
 	}
 }
 
@@ -74,7 +81,11 @@ func (a *API) createLink(c *call) error {
 	if err != nil {
 		return err
 	}
-	c.w.Header().Set("Location", "/v1/links/"+resp.GetLink().GetCode())
+	loc := "/v1/links/" + resp.GetLink().GetCode()
+	if d := resp.GetLink().GetDomain(); d != "" {
+		loc += "?domain=" + d
+	}
+	c.w.Header().Set("Location", loc)
 	return writeProto(c.w, http.StatusCreated, resp.GetLink())
 }
 
@@ -112,12 +123,17 @@ func (a *API) getLink(c *call) error {
 	return writeProto(c.w, http.StatusOK, link)
 }
 
-// fetchLink returns one of the caller's links; other tenants' links are
-// NOT_FOUND, which is what keeps stats and QR codes tenant-scoped.
+// fetchLink returns one of the caller's links, on the domain of the
+// request's ?domain= (the default domain without); other tenants' links
+// are NOT_FOUND, which is what keeps stats and QR codes tenant-scoped.
 func (a *API) fetchLink(c *call, code string) (*shortenerv1.Link, error) {
+	domain, err := queryDomain(c)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := a.downstream(c)
 	defer cancel()
-	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code, Domain: domain})
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +151,8 @@ const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxV
 // updateLink changes the fields present in the body (a partial Link in proto
 // JSON); "expireTime": null clears the expiry, "tags": [] the tags,
 // "maxVisits": 0 the visit limit, "password": "" the password and
-// "deviceTargets": null the device targets.
+// "deviceTargets": null the device targets. "domain" names the link's
+// custom domain (it identifies the link, and is not changed).
 func (a *API) updateLink(c *call) error {
 	code, err := pathCode(c)
 	if err != nil {
@@ -159,6 +176,9 @@ func (a *API) updateLink(c *call) error {
 		fd := fields.ByJSONName(key)
 		if fd == nil {
 			fd = fields.ByTextName(key)
+		}
+		if fd != nil && fd.Name() == "domain" {
+			continue // identifies the link
 		}
 		if fd == nil || !slices.Contains(mutableLinkFields, fd.Name()) {
 			return badRequest(fmt.Sprintf("field %q cannot be changed; PATCH takes %s", key, mutableLinkJSON))
@@ -184,9 +204,13 @@ func (a *API) deleteLink(c *call) error {
 	if err != nil {
 		return err
 	}
+	domain, err := queryDomain(c)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := a.downstream(c)
 	defer cancel()
-	if _, err := a.shortener.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code}); err != nil {
+	if _, err := a.shortener.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code, Domain: domain}); err != nil {
 		return err
 	}
 	c.w.WriteHeader(http.StatusNoContent)
@@ -223,9 +247,12 @@ func (a *API) linkStats(c *call) error {
 	default:
 		return badRequest(`interval must be "hour" or "day"`)
 	}
-	if _, err := a.fetchLink(c, code); err != nil {
+	link, err := a.fetchLink(c, code)
+	if err != nil {
 		return err
 	}
+	// The domain as the shortener normalised it.
+	req.Domain = link.GetDomain()
 	ctx, cancel := a.downstream(c)
 	defer cancel()
 	resp, err := a.analytics.GetLinkStats(ctx, req)
