@@ -32,11 +32,13 @@ is the tenant's; without one the gateway may accept it as "anonymous".
 --expire takes an RFC 3339 time or a duration from now (72h, 30d). A password
 (8 to 128 characters) makes visitors enter it before the redirect; prefer
 --password-stdin, which keeps it out of the shell's history. --ios, --android
-and --desktop send those devices elsewhere than <long-url>.
+and --desktop send those devices elsewhere than <long-url>. --domain puts the
+link on one of the tenant's verified custom domains (kurzctl domains).
 
 Examples:
   kurzctl links create https://example.com/spring-sale --tag spring --tag launch
   kurzctl links create https://example.com/q3 --alias q3-report --expire 30d
+  kurzctl links create https://example.com/launch --domain go.example.com
   kurzctl links create https://example.com/app --ios https://apps.apple.com/app/id1 \
       --android https://play.google.com/store/apps/details?id=com.example
   printf '%s\n' "$PASSWORD" | kurzctl links create https://example.com/private --password-stdin
@@ -210,9 +212,10 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 	random := fs.Bool("random", false, "a random code rather than a block (permuted sequential) one")
 	quiet := fs.Bool("quiet", false, "print only the new code (also -q)")
 	fs.BoolVar(quiet, "q", false, "short for --quiet")
+	domain := fs.String("domain", "", "one of the tenant's verified custom `domains` (default: the default domain)")
 	return func(args []string) error {
 		set := visited(fs)
-		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits}
+		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits, Domain: *domain}
 		switch {
 		case *alias != "" && *random:
 			return usagef(cmd, "give --alias or --random, not both")
@@ -334,14 +337,28 @@ func setupLinksList(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
+// domainFlag defines --domain, the custom domain a command's <code> is on.
+func domainFlag(fs *flag.FlagSet) *string {
+	return fs.String("domain", "", "the custom `domain` the link is on (default: the default domain)")
+}
+
+// domainQuery is the ?domain= of a link route; nil for the default domain.
+func domainQuery(domain string) url.Values {
+	if domain == "" {
+		return nil
+	}
+	return url.Values{"domain": {domain}}
+}
+
 func setupLinksGet(c *cli, fs *flag.FlagSet) func([]string) error {
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		gw, err := c.gateway("links get", apiKeyAuth)
 		if err != nil {
 			return err
 		}
 		var link shortenerv1.Link
-		raw, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), nil, nil, &link)
+		raw, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), domainQuery(*domain), nil, &link)
 		if err != nil {
 			return err
 		}
@@ -363,6 +380,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 	disable := fs.Bool("disable", false, "stop redirecting (the code and statistics stay)")
 	enable := fs.Bool("enable", false, "redirect again")
 	clearExpire := fs.Bool("clear-expire", false, "never expire")
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		set := visited(fs)
 		body := map[string]any{}
@@ -438,7 +456,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 			// The API replaces the device targets whole: keep the ones
 			// the command line does not name.
 			var cur shortenerv1.Link
-			if _, err := gw.callProto(c.ctx, "GET", path, nil, nil, &cur); err != nil {
+			if _, err := gw.callProto(c.ctx, "GET", path, domainQuery(*domain), nil, &cur); err != nil {
 				return err
 			}
 			t := cur.GetDeviceTargets()
@@ -452,6 +470,9 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 		}
 		if len(body) == 0 {
 			return usagef(cmd, "nothing to change: give one or more of --long-url, --tag, --clear-tags, --max-visits, --password, --clear-password, --disable, --enable, --expire, --clear-expire, --redirect, --ios, --android, --desktop")
+		}
+		if *domain != "" {
+			body["domain"] = *domain // names the link
 		}
 		b, err := json.Marshal(body)
 		if err != nil {
@@ -473,12 +494,13 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 }
 
 func setupLinksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		gw, err := c.gateway("links delete", apiKeyAuth)
 		if err != nil {
 			return err
 		}
-		if _, err := gw.call(c.ctx, "DELETE", "/v1/links/"+url.PathEscape(args[0]), nil, nil); err != nil {
+		if _, err := gw.call(c.ctx, "DELETE", "/v1/links/"+url.PathEscape(args[0]), domainQuery(*domain), nil); err != nil {
 			return err
 		}
 		if c.json() {
@@ -543,6 +565,9 @@ func printLink(w io.Writer, l *shortenerv1.Link) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("code", l.GetCode())
+	if l.GetDomain() != "" {
+		row("domain", l.GetDomain())
+	}
 	row("short url", l.GetShortUrl())
 	row("long url", l.GetLongUrl())
 	if t := l.GetDeviceTargets(); t != nil {
