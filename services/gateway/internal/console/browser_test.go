@@ -54,7 +54,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	s := startStack(t)
 	gw := startGateway(t, s)
-	key := newTenant(t, s, gw)
+	_, key := newTenant(t, s, gw)
 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
@@ -297,11 +297,11 @@ func startGateway(t *testing.T, s *stack) *servertest.Running {
 }
 
 // newTenant creates a tenant with one API key through the admin API and
-// returns the key; the tenant, its plan row and its links are deleted when
-// the test ends.
-func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
+// returns its id and the key; the tenant, its plan row, its links and its
+// domains are deleted when the test ends.
+func newTenant(t *testing.T, s *stack, gw *servertest.Running) (id, key string) {
 	t.Helper()
-	id := "console-" + strings.ToLower(rand.Text()[:10])
+	id = "console-" + strings.ToLower(rand.Text()[:10])
 	gatewaytest.CleanupTenants(t, s.db, id)
 	admin := func(path, body string) map[string]any {
 		t.Helper()
@@ -324,11 +324,11 @@ func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
 		return m
 	}
 	admin("/v1/admin/tenants", fmt.Sprintf(`{"id":%q,"name":"Console test","plan":"pro"}`, id))
-	key, _ := admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
+	key, _ = admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
 	if key == "" {
 		t.Fatal("the admin API issued no key")
 	}
-	return key
+	return id, key
 }
 
 // visit GETs a short URL as a browser would (without following the

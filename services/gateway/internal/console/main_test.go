@@ -19,6 +19,7 @@ import (
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/testkit/servertest"
 	stackgate "kurz.dev/pkg/testkit/stack"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Health service names the stack's processes are awaited on.
@@ -151,7 +152,8 @@ func newStack() (_ *stack, err error) {
 		servertest.Spec{Name: "shortener", Service: shortenerService, Env: func(g, h string) []string {
 			return append(common, "KURZ_SHORTENER_GRPC_ADDR="+g, "KURZ_SHORTENER_HTTP_ADDR="+h,
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false")
+				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false",
+				"KURZ_SHORTENER_DNS_SERVER="+gatewaytest.NoDNS, "KURZ_SHORTENER_DNS_TIMEOUT=1s")
 		}},
 		servertest.Spec{Name: "analytics", Service: analyticsService, Env: func(g, h string) []string {
 			return append(common, "KURZ_ANALYTICS_GRPC_ADDR="+g, "KURZ_ANALYTICS_HTTP_ADDR="+h,

@@ -1,0 +1,181 @@
+//go:build integration
+
+package console_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// Custom domains in the console, in headless Chromium: the domains view
+// adds a domain and shows the TXT record to publish; Verify (no DNS in
+// tests) shows the API's message; once an administrator approved it, it
+// is listed verified, the new-link form offers it in its domain selector,
+// and a link created on it gets its short URL on the domain, its row and
+// stats page naming the domain.
+func TestConsoleDomains(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("Chromium is needed for the console's browser test (%v): apt-get install chromium", err)
+	}
+	s := startStack(t)
+	gw := startGateway(t, s)
+	tenant, key := newTenant(t, s, gw)
+	domain := "go-" + strings.ToLower(rand.Text()[:10]) + ".console.test"
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	// Exceptions, from the browser's start on (which this also starts, on
+	// ctx itself: a browser started on a step's timeout context would end
+	// with that step).
+	var (
+		mu       sync.Mutex
+		problems []string
+	)
+	messages := chromedp.Console(ctx)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Source == "security" || strings.Contains(m.Text, "Content Security Policy") {
+				mu.Lock()
+				problems = append(problems, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-listening
+		for _, p := range problems {
+			t.Errorf("browser console: %s", p)
+		}
+	}()
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := chromedp.Do(sctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	text := func(sel string) string {
+		t.Helper()
+		return eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ''`, sel))
+	}
+	renders := `Number(document.getElementById('view-domains').dataset.renders)`
+
+	do("sign in",
+		chromedp.Navigate(gw.HTTP+"/console"),
+		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
+		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
+		chromedp.Click(chromedp.CSS("#signin-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#view-links")))
+	do("open the domains view", chromedp.Click(chromedp.CSS("#nav-domains")), chromedp.WaitVisible(chromedp.CSS("#view-domains")),
+		chromedp.Poll[chromedp.Void](renders+` > 0`, chromedp.WithPollingTimeout(20*time.Second)))
+	if got := eval(`String(!document.getElementById('domains-empty').hidden)`); got != "true" {
+		t.Errorf("a new tenant's domains view does not say it has none")
+	}
+
+	row := fmt.Sprintf(`tr[data-domain=%q]`, domain)
+	do("add a domain",
+		chromedp.SendKeys(chromedp.CSS("#domain-name"), strings.ToUpper(domain)),
+		chromedp.Click(chromedp.CSS("#domain-add")),
+		chromedp.WaitVisible(chromedp.CSS(row)))
+	if got := text(row + " .status"); got != "not verified" {
+		t.Errorf("new domain's status %q", got)
+	}
+	if got := text(row + " td:nth-child(3) code"); got != "_kurz-challenge."+domain {
+		t.Errorf("TXT record shown %q", got)
+	}
+	if got := text(row + " .token"); !strings.HasPrefix(got, "kurz-verify=") {
+		t.Errorf("TXT value shown %q", got)
+	}
+	n := eval(`String(` + renders + `)`)
+	do("verify without DNS", chromedp.Click(chromedp.CSS(row+" button.verify")),
+		chromedp.Poll[chromedp.Void](renders+` > `+n, chromedp.WithPollingTimeout(20*time.Second)))
+	if got := text("#domains-error"); !strings.Contains(got, "_kurz-challenge."+domain) {
+		t.Errorf("verify without DNS: error %q, want the API's message naming the record", got)
+	}
+
+	// The administrator approves it; the view shows it verified.
+	approve(t, gw.HTTP, tenant, domain)
+	do("reload the domains", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(row)),
+		chromedp.Poll[chromedp.Void](fmt.Sprintf(`(document.querySelector(%q) || {}).textContent === 'verified'`, row+" .status"),
+			chromedp.WithPollingTimeout(20*time.Second)))
+
+	// A link on the domain through the form's selector.
+	alias := "c" + strings.ToLower(rand.Text()[:8])
+	do("open the new-link form on the domain",
+		chromedp.Click(chromedp.CSS("#nav-links")), chromedp.WaitVisible(chromedp.CSS("#view-links")),
+		chromedp.Click(chromedp.CSS("#new-link")), chromedp.WaitVisible(chromedp.CSS("#link-dialog")),
+		chromedp.Poll[chromedp.Void](`document.getElementById('f-domain').dataset.loaded === '1'`, chromedp.WithPollingTimeout(20*time.Second)))
+	if got := eval(`Array.from(document.getElementById('f-domain').options).map(o => o.value).join(',')`); got != ","+domain {
+		t.Fatalf("domain selector offers %q, want the default and %s", got, domain)
+	}
+	do("create the link on the domain",
+		chromedp.SetValue(chromedp.CSS("#f-domain"), domain),
+		chromedp.SendKeys(chromedp.CSS("#f-long-url"), "https://example.com/console-domain"),
+		chromedp.SendKeys(chromedp.CSS("#f-alias"), alias),
+		chromedp.Click(chromedp.CSS("#link-save")),
+		chromedp.WaitVisible(chromedp.CSS("#created-short-url")))
+	if got := text("#created-short-url"); got != "https://"+domain+"/"+alias {
+		t.Fatalf("short URL on the page %q (form error %q), want it on the domain", got, text("#link-form-error"))
+	}
+	linkRow := fmt.Sprintf(`tr[data-code=%q][data-domain=%q]`, alias, domain)
+	do("the link in the list", chromedp.WaitVisible(chromedp.CSS(linkRow+" a.short")))
+	do("its stats page", chromedp.Click(chromedp.CSS(linkRow+" a.stats")), chromedp.WaitVisible(chromedp.CSS("#view-stats")),
+		chromedp.Poll[chromedp.Void](`Number(document.getElementById('view-stats').dataset.renders) > 0`, chromedp.WithPollingTimeout(20*time.Second)))
+	if got := text("#stats-code"); got != domain+"/"+alias {
+		t.Errorf("stats page names %q, want %s/%s", got, domain, alias)
+	}
+	if got := text("#stats-error"); got != "" {
+		t.Errorf("stats page error %q", got)
+	}
+	if got := text("#stats-target"); !strings.HasPrefix(got, "https://"+domain+"/"+alias) {
+		t.Errorf("stats target %q", got)
+	}
+}
+
+// approve verifies tenant's domain through the admin API.
+func approve(t *testing.T, base, tenant, domain string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/admin/tenants/"+tenant+"/domains/"+domain+"/verify", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("approve %s: %d %s", domain, resp.StatusCode, b)
+	}
+}
