@@ -15,14 +15,17 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Custom domains in the console, in headless Chromium: the domains view
 // adds a domain and shows the TXT record to publish; Verify (no DNS in
 // tests) shows the API's message; once an administrator approved it, it
 // is listed verified, the new-link form offers it in its domain selector,
-// and a link created on it gets its short URL on the domain, its row and
-// stats page naming the domain.
+// and a link created on it gets its short URL on the domain; the redirect
+// serves it by Host, and its stats page names the domain and counts the
+// click.
 func TestConsoleDomains(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -151,6 +154,15 @@ func TestConsoleDomains(t *testing.T) {
 	}
 	linkRow := fmt.Sprintf(`tr[data-code=%q][data-domain=%q]`, alias, domain)
 	do("the link in the list", chromedp.WaitVisible(chromedp.CSS(linkRow+" a.short")))
+
+	// A visitor follows it: the redirect answers for the domain (once it has
+	// read the verified set) by the Host header, and the click is counted.
+	if !servertest.Eventually(20*time.Second, func() bool {
+		status, _ := visitHost(t, s.redirectURL+"/"+alias, domain)
+		return status == http.StatusFound
+	}) {
+		t.Fatalf("the redirect did not serve %s/%s within 20 s", domain, alias)
+	}
 	do("its stats page", chromedp.Click(chromedp.CSS(linkRow+" a.stats")), chromedp.WaitVisible(chromedp.CSS("#view-stats")),
 		chromedp.Poll[chromedp.Void](`Number(document.getElementById('view-stats').dataset.renders) > 0`, chromedp.WithPollingTimeout(20*time.Second)))
 	if got := text("#stats-code"); got != domain+"/"+alias {
@@ -162,6 +174,40 @@ func TestConsoleDomains(t *testing.T) {
 	if got := text("#stats-target"); !strings.HasPrefix(got, "https://"+domain+"/"+alias) {
 		t.Errorf("stats target %q", got)
 	}
+	// The click reaches the domain's link's statistics (not the default
+	// domain's code), refreshed until the consumer has stored it.
+	statsRenders := `document.getElementById('view-stats').dataset.renders`
+	total := `(document.querySelector('#stats-totals [data-field=total]') || {}).textContent || ''`
+	deadline := time.Now().Add(90 * time.Second)
+	for eval(total) != "1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stats of %s/%s show total %q (error %q), want 1", domain, alias, eval(total), text("#stats-error"))
+		}
+		time.Sleep(300 * time.Millisecond) // the poll interval of a person pressing Refresh
+		n := eval(statsRenders)
+		do("refresh the stats", chromedp.Click(chromedp.CSS("#stats-refresh")),
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`Number(%s) > %s`, statsRenders, n), chromedp.WithPollingTimeout(20*time.Second)))
+	}
+}
+
+// visitHost GETs url with the Host header host, without following the
+// redirect, and returns the status and Location.
+func visitHost(t *testing.T, url, host string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	req.Header.Set("User-Agent", humanUA)
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s (Host %s): %v", url, host, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("Location")
 }
 
 // approve verifies tenant's domain through the admin API.

@@ -165,7 +165,7 @@ func newStack() (_ *stack, err error) {
 			return append(common, "KURZ_REDIRECT_GRPC_ADDR="+g, "KURZ_REDIRECT_HTTP_ADDR="+h, "KURZ_REDIRECT_OPS_ADDR=127.0.0.1:0",
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_REDIRECT_LIMITER_TIMEOUT=1s",
 				"KURZ_REDIRECT_VISITOR_SALT=console-test-salt", fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards),
-				"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms")
+				"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_REDIRECT_DOMAIN_REFRESH=200ms")
 		}},
 	)
 	if err != nil {
