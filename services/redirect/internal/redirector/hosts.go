@@ -47,17 +47,17 @@ func (h *Hosts) Domains() int {
 
 // Route maps a request's Host header to the domain it serves: "" with
 // tenant "" for the default domain, or a custom domain and the tenant that
-// holds it; ok is false for a host that is neither.
+// holds it; ok is false for a host that is neither. A default host stays
+// the default domain's even if a tenant holds a domain of its name.
 func (h *Hosts) Route(hostport string) (domain, tenant string, ok bool) {
 	host := linkdomain.Host(hostport)
+	if _, ok := h.defaults[host]; ok {
+		return "", "", true
+	}
 	if t, ok := (*h.domains.Load())[host]; ok {
 		return host, t, true
 	}
-	if h.defaults == nil {
-		return "", "", true
-	}
-	_, ok = h.defaults[host]
-	return "", "", ok
+	return "", "", h.defaults == nil
 }
 
 // route is the key of code requested on hostport and the tenant that holds

@@ -166,6 +166,28 @@ func TestCustomDomains(t *testing.T) {
 	if err != nil || seq.GetLink().GetDomain() != domain || !strings.HasPrefix(seq.GetLink().GetShortUrl(), "https://"+domain+"/") {
 		t.Fatalf("sequential link on the domain: %v %+v", err, seq.GetLink())
 	}
+	// A batch: items on the domain (an alias taken there, one free), one on
+	// a domain the tenant does not hold.
+	batch, err := sh.api.BatchCreateLinks(a, &shortenerv1.BatchCreateLinksRequest{Requests: []*shortenerv1.CreateLinkRequest{
+		{LongUrl: "https://example.com/b1", CustomAlias: alias, Domain: domain},
+		{LongUrl: "https://example.com/b2", CustomAlias: alias + "b", Domain: domain},
+		{LongUrl: "https://example.com/b3", Domain: domain},
+		{LongUrl: "https://example.com/b4", Domain: testDomain()},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := batch.GetResults()
+	if batch.GetCreated() != 2 || r[0].GetError().GetCode() != "ALREADY_EXISTS" || r[3].GetError().GetField() != "domain" ||
+		r[1].GetLink().GetShortUrl() != "https://"+domain+"/"+alias+"b" || r[2].GetLink().GetDomain() != domain {
+		t.Errorf("batch on the domain: %v", r)
+	}
+	for _, i := range []int{1, 2} {
+		if _, err := sh.api.DeleteLink(a, &shortenerv1.DeleteLinkRequest{Code: r[i].GetLink().GetCode(), Domain: domain}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	ctx := context.Background()
 	for key, want := range map[string]string{domain + "/" + alias: "https://example.com/custom", alias: "https://example.com/default"} {
 		e, found, err := linkcache.Get(ctx, rdb, key)

@@ -29,6 +29,10 @@ const (
 	ReasonDNSUnavailable    = "DNS_UNAVAILABLE"
 )
 
+// maxListedDomains bounds ListDomains: KURZ_SHORTENER_MAX_DOMAINS's
+// largest value, so that lowering the setting hides no domain.
+const maxListedDomains = 10_000
+
 // TokenPrefix starts every verification token: the TXT record's value is
 // "kurz-verify=<random>".
 const TokenPrefix = "kurz-verify="
@@ -137,7 +141,7 @@ func (s *Service) ListDomains(ctx context.Context, _ *shortenerv1.ListDomainsReq
 	if s.domains == nil {
 		return nil, s.domainStatus(ctx, "list domains", nil)
 	}
-	ds, err := s.domains.ListDomains(ctx, tenant, s.opts.MaxDomains)
+	ds, err := s.domains.ListDomains(ctx, tenant, maxListedDomains)
 	if err != nil {
 		return nil, s.domainStatus(ctx, "list domains", err)
 	}
