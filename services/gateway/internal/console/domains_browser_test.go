@@ -3,14 +3,11 @@
 package console_test
 
 import (
-	"context"
 	"crypto/rand"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,72 +24,12 @@ import (
 // serves it by Host, and its stats page names the domain and counts the
 // click.
 func TestConsoleDomains(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("Chromium is needed for the console's browser test (%v): apt-get install chromium", err)
-	}
 	s := startStack(t)
 	gw := startGateway(t, s)
 	tenant, key := newTenant(t, s, gw)
 	domain := "go-" + strings.ToLower(rand.Text()[:10]) + ".console.test"
-
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-	// Exceptions, from the browser's start on (which this also starts, on
-	// ctx itself: a browser started on a step's timeout context would end
-	// with that step).
-	var (
-		mu       sync.Mutex
-		problems []string
-	)
-	messages := chromedp.Console(ctx)
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.IsException() || m.Source == "security" || strings.Contains(m.Text, "Content Security Policy") {
-				mu.Lock()
-				problems = append(problems, m.String())
-				mu.Unlock()
-			}
-		}
-	}()
-	defer func() {
-		cancel()
-		<-listening
-		for _, p := range problems {
-			t.Errorf("browser console: %s", p)
-		}
-	}()
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return v
-	}
-	text := func(sel string) string {
-		t.Helper()
-		return eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ''`, sel))
-	}
+	b := startBrowser(t)
+	do, eval, text := b.do, b.eval, b.text
 	renders := `Number(document.getElementById('view-domains').dataset.renders)`
 
 	do("sign in",
