@@ -24,6 +24,12 @@ const (
 	MaxLabel  = 63
 )
 
+// ChangedChannel is the Redis Pub/Sub channel on which the shortener
+// publishes a domain's name after it was verified or deleted: redirect pods
+// re-read the verified set at once rather than at their next refresh.
+// Delivery is best effort; the refresh interval bounds a lost message.
+const ChangedChannel = "domains:changed"
+
 // ChallengePrefix is the label before a domain of the TXT record that proves
 // its ownership: "_kurz-challenge.go.acme.com".
 const ChallengePrefix = "_kurz-challenge."

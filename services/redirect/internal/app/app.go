@@ -113,8 +113,9 @@ type Config struct {
 	// domain serves the default domain.
 	DefaultHosts []string `env:"REDIRECT_DEFAULT_HOSTS" default:""`
 	// DomainRefresh is how often the set of verified custom domains is
-	// read from PostgreSQL: the longest a newly verified (or deleted)
-	// domain waits to be served (or refused).
+	// read from PostgreSQL besides the reads the shortener's change
+	// messages trigger: the longest a newly verified (or deleted) domain
+	// waits to be served (or refused) when such a message is lost.
 	DomainRefresh time.Duration `env:"REDIRECT_DOMAIN_REFRESH" default:"10s"`
 
 	// ClickBuffer is how many click events may wait in memory; more are
@@ -286,17 +287,19 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 	if deps.Visits, err = h.visitCounter(ctx, cfg, lc); err != nil {
 		return deps, err
 	}
-	deps.Hosts = startHosts(ctx, cfg, db, lc, log)
-	return deps, nil
+	deps.Hosts, err = startHosts(ctx, cfg, rdb, db, lc, log)
+	return deps, err
 }
 
 // maxDomains bounds the custom domains one redirect process serves.
 const maxDomains = 1_000_000
 
-// startHosts loads the verified custom domains from PostgreSQL now and every
-// DomainRefresh. A failed load keeps the set it had (at start: none, so
-// custom domains answer 404 until PostgreSQL answers) and is logged.
-func startHosts(ctx context.Context, cfg Config, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) *redirector.Hosts {
+// startHosts loads the verified custom domains from PostgreSQL now, every
+// DomainRefresh, and whenever the shortener publishes a change (or the
+// subscription is re-established, when one may have been missed). A failed
+// load keeps the set it had (at start: none, so custom domains answer 404
+// until PostgreSQL answers) and is logged.
+func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) (*redirector.Hosts, error) {
 	hosts := redirector.NewHosts(cfg.DefaultHosts)
 	load := func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.Postgres.QueryTimeout)
@@ -308,8 +311,14 @@ func startHosts(ctx context.Context, cfg Config, db *pgxpool.Pool, lc *server.Li
 		}
 		hosts.SetDomains(domains)
 	}
+	sub, err := subscribe(ctx, rdb, linkdomain.ChangedChannel)
+	if err != nil {
+		return nil, err
+	}
 	load(ctx)
 	lc.Go("custom domains", func(ctx context.Context) {
+		defer func() { _ = sub.Close() }()
+		changes := sub.ChannelWithSubscriptions()
 		t := time.NewTicker(cfg.DomainRefresh)
 		defer t.Stop()
 		for {
@@ -317,11 +326,15 @@ func startHosts(ctx context.Context, cfg Config, db *pgxpool.Pool, lc *server.Li
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				load(ctx)
+			case _, ok := <-changes:
+				if !ok {
+					return
+				}
 			}
+			load(ctx)
 		}
 	})
-	return hosts
+	return hosts, nil
 }
 
 // verifiedDomains reads every verified domain (table domains, owned by the
@@ -374,7 +387,7 @@ func (h hooks) startResolver(ctx context.Context, cfg Config, rdb *redis.Cluster
 	}
 	resolver.BeforeFlight = h.beforeFlight
 	resolver.AfterInvalidate = h.afterInvalidate
-	sub, err := subscribe(ctx, rdb)
+	sub, err := subscribe(ctx, rdb, linkcache.InvalidationChannel)
 	if err != nil {
 		return nil, err
 	}
@@ -385,15 +398,15 @@ func (h hooks) startResolver(ctx context.Context, cfg Config, rdb *redis.Cluster
 	return resolver, nil
 }
 
-// subscribe subscribes to the invalidation channel and waits for Redis to
-// confirm: invalidations flow from then on.
-func subscribe(ctx context.Context, rdb *redis.ClusterClient) (*redis.PubSub, error) {
-	sub := rdb.Subscribe(ctx, linkcache.InvalidationChannel)
+// subscribe subscribes to channel (the invalidations', the domain
+// changes') and waits for Redis to confirm: messages flow from then on.
+func subscribe(ctx context.Context, rdb *redis.ClusterClient, channel string) (*redis.PubSub, error) {
+	sub := rdb.Subscribe(ctx, channel)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := sub.Receive(ctx); err != nil {
 		_ = sub.Close()
-		return nil, fmt.Errorf("redis subscribe %s (KURZ_REDIS_ADDRS): %w", linkcache.InvalidationChannel, err)
+		return nil, fmt.Errorf("redis subscribe %s (KURZ_REDIS_ADDRS): %w", channel, err)
 	}
 	return sub, nil
 }

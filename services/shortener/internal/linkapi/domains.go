@@ -218,7 +218,22 @@ func (s *Service) VerifyDomain(ctx context.Context, req *shortenerv1.VerifyDomai
 		return nil, s.domainStatus(ctx, "verify domain", err)
 	}
 	s.log.InfoContext(ctx, "domain verified", "domain", d.Name, "tenant", tenant, "by", "dns")
+	s.domainChanged(ctx, d.Name)
 	return &shortenerv1.VerifyDomainResponse{Domain: s.domainProto(d)}, nil
+}
+
+// domainChanged tells the redirect pods that the verified set changed
+// (linkdomain.ChangedChannel), after the commit. A failure is logged only:
+// the pods' periodic refresh (KURZ_REDIRECT_DOMAIN_REFRESH) catches up.
+func (s *Service) domainChanged(ctx context.Context, name string) {
+	if s.rdb == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
+	defer cancel()
+	if err := s.rdb.Publish(ctx, linkdomain.ChangedChannel, name).Err(); err != nil {
+		s.log.WarnContext(ctx, "domain change not published; redirect pods see it at their next refresh", "domain", name, "err", err)
+	}
 }
 
 // notFoundDNS reports whether a lookup error means "no such record" (an
@@ -239,6 +254,7 @@ func (s *Service) ApproveDomain(ctx context.Context, req *shortenerv1.ApproveDom
 		return nil, s.domainStatus(ctx, "approve domain", err)
 	}
 	s.log.InfoContext(ctx, "domain verified", "domain", d.Name, "tenant", d.Tenant, "by", d.VerifiedBy)
+	s.domainChanged(ctx, d.Name)
 	return &shortenerv1.ApproveDomainResponse{Domain: s.domainProto(d)}, nil
 }
 
@@ -251,6 +267,7 @@ func (s *Service) DeleteDomain(ctx context.Context, req *shortenerv1.DeleteDomai
 	if err := s.domains.DeleteDomain(ctx, d.Tenant, d.Name); err != nil {
 		return nil, s.domainStatus(ctx, "delete domain", err)
 	}
+	s.domainChanged(ctx, d.Name)
 	return &shortenerv1.DeleteDomainResponse{}, nil
 }
 
