@@ -57,7 +57,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		drafts[i] = nil
 	}
 	aliases := make(map[string]int)
-	domains := make(map[string]domainCheck) // one lookup per distinct domain
+	var domains *tenantDomains // read once, if an item names a domain
 	valid := 0
 	for i, r := range reqs {
 		results[i] = &shortenerv1.BatchCreateResult{Index: int32(i)}
@@ -67,16 +67,15 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			continue
 		}
 		d.link.Tenant = tenant
-		dc, seen := domains[r.GetDomain()]
-		if !seen {
-			dc.name, dc.err = s.linkDomain(ctx, tenant, r.GetDomain())
-			domains[r.GetDomain()] = dc
+		if r.GetDomain() != "" && domains == nil {
+			if domains, err = s.verifiedDomains(ctx, tenant); err != nil {
+				return nil, toStatus(ctx, s.log, "batch", err)
+			}
 		}
-		if dc.err != nil {
-			fail(i, dc.err)
+		if d.link.Domain, err = domains.check(r.GetDomain()); err != nil {
+			fail(i, err)
 			continue
 		}
-		d.link.Domain = dc.name
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
 			d.link.Code = linkdomain.Key(d.link.Domain, d.link.Code)
 			if first, dup := aliases[d.link.Code]; dup {
@@ -139,12 +138,6 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 func aliasOf(key string) string {
 	_, code := linkdomain.Split(key)
 	return code
-}
-
-// domainCheck is the outcome of linkDomain for one domain of a batch.
-type domainCheck struct {
-	name string
-	err  error
 }
 
 // hashPasswords hashes the passwords of drafts on at most GOMAXPROCS workers

@@ -289,7 +289,48 @@ func (s *Service) linkDomain(ctx context.Context, tenant, name string) (string, 
 			return "", err
 		}
 	}
-	return "", rpcerr.Invalidf("domain", ReasonDomainNotVerified,
+	return "", notVerified(name)
+}
+
+// tenantDomains is a tenant's verified domains, read once for a batch.
+type tenantDomains struct {
+	verified map[string]bool
+}
+
+// verifiedDomains reads tenant's verified domains (one statement).
+func (s *Service) verifiedDomains(ctx context.Context, tenant string) (*tenantDomains, error) {
+	td := &tenantDomains{verified: map[string]bool{}}
+	if s.domains == nil {
+		return td, nil
+	}
+	ds, err := s.domains.ListDomains(ctx, tenant, maxListedDomains)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		if d.Verified != nil {
+			td.verified[d.Name] = true
+		}
+	}
+	return td, nil
+}
+
+// check is linkDomain against the domains read: name normalised if it is
+// one of them, "" for the default domain, else the same refusal.
+func (td *tenantDomains) check(name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	if n, err := linkdomain.Normalize(name); err == nil && td.verified[n] {
+		return n, nil
+	}
+	return "", notVerified(name)
+}
+
+// notVerified refuses a link's domain that is not one of the caller's
+// verified domains, whether it exists or not.
+func notVerified(name string) error {
+	return rpcerr.Invalidf("domain", ReasonDomainNotVerified,
 		"domain: %q is not one of your verified domains (register and verify it first, or leave domain empty for the default)", clip(name))
 }
 

@@ -202,14 +202,15 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	l, mode := d.link, d.mode
 	l.Tenant = tenant
+	if err := s.checkQuota(ctx, tenant, 1, chargeCreate); err != nil {
+		return nil, err
+	}
+	// The domain after the quota: its check reads PostgreSQL.
 	if l.Domain, err = s.linkDomain(ctx, tenant, req.GetDomain()); err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
 	}
 	if mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
 		l.Code = linkdomain.Key(l.Domain, l.Code)
-	}
-	if err := s.checkQuota(ctx, tenant, 1, chargeCreate); err != nil {
-		return nil, err
 	}
 	if err := s.scanLink(ctx, l); err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
