@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/spf13/pflag"
 	"io"
 	"net/http"
 	"net/url"
@@ -16,6 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/spf13/pflag"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -37,12 +38,14 @@ already"; the API answers 200 instead of 201) without spending quota.
 --expire takes an RFC 3339 time or a duration from now (72h, 30d). A password
 (8 to 128 characters) makes visitors enter it before the redirect; prefer
 --password-stdin, which keeps it out of the shell's history. --ios, --android
-and --desktop send those devices elsewhere than <long-url>.
+and --desktop send those devices elsewhere than <long-url>. --domain puts the
+link on one of the tenant's verified custom domains (kurzctl domains).
 
 Examples:
   kurzctl links create https://example.com/spring-sale --tag spring --tag launch
   kurzctl links create https://example.com/q3 --alias q3-report --expire 30d
   kurzctl links create https://example.com/pricing --from-url -q
+  kurzctl links create https://example.com/launch --domain go.example.com
   kurzctl links create https://example.com/app --ios https://apps.apple.com/app/id1 \
       --android https://play.google.com/store/apps/details?id=com.example
   printf '%s\n' "$PASSWORD" | kurzctl links create https://example.com/private --password-stdin
@@ -216,9 +219,10 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	random := fs.Bool("random", false, "a random code rather than a block (permuted sequential) one")
 	fromURL := fs.Bool("from-url", false, "the code derived from the URL: the same URL again returns its existing link")
 	quiet := fs.BoolP("quiet", "q", false, "print only the new code")
+	domain := fs.String("domain", "", "one of the tenant's verified custom `domains` (default: the default domain)")
 	return func(args []string) error {
 		set := visited(fs)
-		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits}
+		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits, Domain: *domain}
 		if n := btoi(*alias != "") + btoi(*random) + btoi(*fromURL); n > 1 {
 			return usagef(cmd, "give one of --alias, --random and --from-url")
 		}
@@ -347,14 +351,28 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 	}
 }
 
+// domainFlag defines --domain, the custom domain a command's <code> is on.
+func domainFlag(fs *pflag.FlagSet) *string {
+	return fs.String("domain", "", "the custom `domain` the link is on (default: the default domain)")
+}
+
+// domainQuery is the ?domain= of a link route; nil for the default domain.
+func domainQuery(domain string) url.Values {
+	if domain == "" {
+		return nil
+	}
+	return url.Values{"domain": {domain}}
+}
+
 func setupLinksGet(c *cli, fs *pflag.FlagSet) func([]string) error {
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		gw, err := c.gateway("links get", apiKeyAuth)
 		if err != nil {
 			return err
 		}
 		var link shortenerv1.Link
-		raw, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), nil, nil, &link)
+		raw, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), domainQuery(*domain), nil, &link)
 		if err != nil {
 			return err
 		}
@@ -376,6 +394,7 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	disable := fs.Bool("disable", false, "stop redirecting (the code and statistics stay)")
 	enable := fs.Bool("enable", false, "redirect again")
 	clearExpire := fs.Bool("clear-expire", false, "never expire")
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		set := visited(fs)
 		body := map[string]any{}
@@ -451,7 +470,7 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 			// The API replaces the device targets whole: keep the ones
 			// the command line does not name.
 			var cur shortenerv1.Link
-			if _, err := gw.callProto(c.ctx, "GET", path, nil, nil, &cur); err != nil {
+			if _, err := gw.callProto(c.ctx, "GET", path, domainQuery(*domain), nil, &cur); err != nil {
 				return err
 			}
 			t := cur.GetDeviceTargets()
@@ -465,6 +484,9 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 		}
 		if len(body) == 0 {
 			return usagef(cmd, "nothing to change: give one or more of --long-url, --tag, --clear-tags, --max-visits, --password, --clear-password, --disable, --enable, --expire, --clear-expire, --redirect, --ios, --android, --desktop")
+		}
+		if *domain != "" {
+			body["domain"] = *domain // names the link
 		}
 		b, err := json.Marshal(body)
 		if err != nil {
@@ -486,12 +508,13 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 }
 
 func setupLinksDelete(c *cli, fs *pflag.FlagSet) func([]string) error {
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		gw, err := c.gateway("links delete", apiKeyAuth)
 		if err != nil {
 			return err
 		}
-		if _, err := gw.call(c.ctx, "DELETE", "/v1/links/"+url.PathEscape(args[0]), nil, nil); err != nil {
+		if _, err := gw.call(c.ctx, "DELETE", "/v1/links/"+url.PathEscape(args[0]), domainQuery(*domain), nil); err != nil {
 			return err
 		}
 		if c.json() {
@@ -562,6 +585,9 @@ func printLink(w io.Writer, l *shortenerv1.Link) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("code", l.GetCode())
+	if l.GetDomain() != "" {
+		row("domain", l.GetDomain())
+	}
 	row("short url", l.GetShortUrl())
 	row("long url", l.GetLongUrl())
 	if t := l.GetDeviceTargets(); t != nil {

@@ -53,8 +53,12 @@ func setupStats(c *cli, fs *pflag.FlagSet) func([]string) error {
 	start := fs.String("start", "", "the range's start: an RFC 3339 `time` or a date")
 	end := fs.String("end", "", "the range's end (exclusive; default now): an RFC 3339 `time` or a date")
 	interval := fs.String("interval", "", "the series' buckets: `hour` or day (default: hours up to two days, days beyond)")
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		q := url.Values{}
+		if *domain != "" {
+			q.Set("domain", *domain)
+		}
 		if *since != "" && (*start != "" || *end != "") {
 			return usagef(cmd, "give --since, or --start and --end, not both")
 		}
@@ -105,7 +109,11 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 	if s.GetInterval() == analyticsv1.Interval_INTERVAL_HOUR {
 		unit = "hour"
 	}
-	fmt.Fprintf(w, "link %s: clicks from %s to %s, by %s\n\n", s.GetCode(),
+	name := s.GetCode()
+	if s.GetDomain() != "" {
+		name = s.GetDomain() + "/" + s.GetCode()
+	}
+	fmt.Fprintf(w, "link %s: clicks from %s to %s, by %s\n\n", name,
 		formatTime(s.GetStartTime()), formatTime(s.GetEndTime()), unit)
 	n := s.GetCounts()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -278,7 +278,7 @@ func TestExportRoundTrip(t *testing.T) {
 		t.Fatalf("the export is not CSV: %v\n%s", err, r.body)
 	}
 	header := []string{"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
-		"password_protected", "ios_url", "android_url", "desktop_url"}
+		"password_protected", "ios_url", "android_url", "desktop_url", "domain"}
 	if len(recs) != 5 || !slices.Equal(recs[0], header) {
 		t.Fatalf("export has %d records, header %q; want 5 and %q", len(recs), recs[0], header)
 	}
@@ -302,7 +302,7 @@ func TestExportRoundTrip(t *testing.T) {
 			tags = "'" + tags // the neutralised cell
 		}
 		want := []string{l.Code, l.ShortURL, l.LongURL, tags, ct.UTC().Truncate(time.Second).Format(time.RFC3339), "", "", "false",
-			fmt.Sprint(l.PasswordProtected), "", "", ""}
+			fmt.Sprint(l.PasswordProtected), "", "", "", ""}
 		if l.ExpireTime != "" {
 			want[5] = expire.Format(time.RFC3339)
 		}

@@ -10,11 +10,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,72 +46,11 @@ const (
 // blocks nothing. A screenshot of the stats page goes to the artifacts
 // directory (and docs/ with KURZ_UPDATE_SCREENSHOT=1).
 func TestConsoleInBrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("Chromium is needed for the console's browser test and is not installed (%v): "+
-			"deploy/local/infra.sh up installs it (make up and make test run it), or apt-get install chromium", err)
-	}
 	s := startStack(t)
 	gw := startGateway(t, s)
-	key := newTenant(t, s, gw)
-
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-
-	// Exceptions and CSP violations, from the browser's start on.
-	var (
-		mu       sync.Mutex
-		problems []string
-	)
-	messages := chromedp.Console(ctx)
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.IsException() || m.Source == "security" || strings.Contains(m.Text, "Content Security Policy") {
-				mu.Lock()
-				problems = append(problems, m.String())
-				mu.Unlock()
-			}
-		}
-	}()
-	defer func() {
-		cancel()
-		<-listening
-		for _, p := range problems {
-			t.Errorf("browser console: %s", p)
-		}
-	}()
-
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return v
-	}
-	text := func(sel string) string {
-		t.Helper()
-		return eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ''`, sel))
-	}
+	_, key := newTenant(t, s, gw)
+	b := startBrowser(t)
+	ctx, do, eval, text := b.ctx, b.do, b.eval, b.text
 
 	// A wrong key: the API's own message, and nothing stored.
 	start := time.Now()
@@ -329,11 +266,11 @@ func startGateway(t *testing.T, s *stack) *servertest.Running {
 }
 
 // newTenant creates a tenant with one API key through the admin API and
-// returns the key; the tenant, its plan row and its links are deleted when
-// the test ends.
-func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
+// returns its id and the key; the tenant, its plan row, its links and its
+// domains are deleted when the test ends.
+func newTenant(t *testing.T, s *stack, gw *servertest.Running) (id, key string) {
 	t.Helper()
-	id := "console-" + strings.ToLower(rand.Text()[:10])
+	id = "console-" + strings.ToLower(rand.Text()[:10])
 	gatewaytest.CleanupTenants(t, s.db, id)
 	admin := func(path, body string) map[string]any {
 		t.Helper()
@@ -356,11 +293,11 @@ func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
 		return m
 	}
 	admin("/v1/admin/tenants", fmt.Sprintf(`{"id":%q,"name":"Console test","plan":"pro"}`, id))
-	key, _ := admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
+	key, _ = admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
 	if key == "" {
 		t.Fatal("the admin API issued no key")
 	}
-	return key
+	return id, key
 }
 
 // visit GETs a short URL as a browser at ip would, through the redirect's

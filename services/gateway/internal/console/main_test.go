@@ -20,6 +20,7 @@ import (
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/testkit/servertest"
 	stackgate "kurz.dev/pkg/testkit/stack"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Health service names the stack's processes are awaited on.
@@ -159,7 +160,8 @@ func newStack() (_ *stack, err error) {
 		servertest.Spec{Name: "shortener", Service: shortenerService, Env: func(g, h string) []string {
 			return append(common, "KURZ_SHORTENER_GRPC_ADDR="+g, "KURZ_SHORTENER_HTTP_ADDR="+h,
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false")
+				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false",
+				"KURZ_SHORTENER_DNS_SERVER="+gatewaytest.NoDNS, "KURZ_SHORTENER_DNS_TIMEOUT=1s")
 		}},
 		servertest.Spec{Name: "analytics", Service: analyticsService, Env: func(g, h string) []string {
 			return append(common, "KURZ_ANALYTICS_GRPC_ADDR="+g, "KURZ_ANALYTICS_HTTP_ADDR="+h,
@@ -171,7 +173,7 @@ func newStack() (_ *stack, err error) {
 			return append(common, "KURZ_REDIRECT_GRPC_ADDR="+g, "KURZ_REDIRECT_HTTP_ADDR="+h, "KURZ_REDIRECT_OPS_ADDR=127.0.0.1:0",
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_REDIRECT_LIMITER_TIMEOUT=1s",
 				"KURZ_REDIRECT_VISITOR_SALT=console-test-salt", fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards),
-				"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_GEOIP_DB="+geoDB, "KURZ_REDIRECT_TRUSTED_PROXIES=127.0.0.1/32,::1")
+				"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_REDIRECT_DOMAIN_REFRESH=200ms", "KURZ_GEOIP_DB="+geoDB, "KURZ_REDIRECT_TRUSTED_PROXIES=127.0.0.1/32,::1")
 		}},
 	)
 	if err != nil {

@@ -46,7 +46,7 @@ const exportPageSize = 1000
 // exportColumns is the header row of GET /v1/links:export.
 var exportColumns = []string{
 	"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
-	"password_protected", "ios_url", "android_url", "desktop_url",
+	"password_protected", "ios_url", "android_url", "desktop_url", "domain",
 }
 
 // admitBulk admits a request whose body may hold up to limit bytes, before
@@ -159,7 +159,7 @@ func exportRecord(l *shortenerv1.Link) []string {
 		l.GetCode(), l.GetShortUrl(), l.GetLongUrl(), strings.Join(l.GetTags(), "|"),
 		ts(l.GetCreateTime(), l.GetCreateTime() != nil), ts(l.GetExpireTime(), l.GetExpireTime() != nil),
 		maxVisits, strconv.FormatBool(l.GetDisabled()), strconv.FormatBool(l.GetPasswordProtected()),
-		dt.GetIosUrl(), dt.GetAndroidUrl(), dt.GetDesktopUrl(),
+		dt.GetIosUrl(), dt.GetAndroidUrl(), dt.GetDesktopUrl(), l.GetDomain(),
 	}
 	for i, v := range rec {
 		rec[i] = safeCell(v)

@@ -253,6 +253,8 @@ func TestExportLinks(t *testing.T) {
 	sh.links[2].Password = "never-exported"
 	sh.links[2].ExpireTime = timestamppb.New(created.Add(time.Hour))
 	sh.links[3].DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: "https://apple.example/", AndroidUrl: "@android", DesktopUrl: "https://d.example/"}
+	sh.links[4].Domain = proto.String("go.acme.test")
+	sh.links[4].ShortUrl = "https://go.acme.test/code004"
 	a := newBulkAPI(sh)
 	w, err := bulkCall(a, a.exportLinks, "GET", "/v1/links:export?tag=a", "")
 	if err != nil {
@@ -270,11 +272,11 @@ func TestExportLinks(t *testing.T) {
 	}
 	want := [][]string{
 		exportColumns,
-		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
-		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
-		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", ""},
-		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/"},
-		{"code004", "http://k.test/x", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
+		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", ""},
+		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", ""},
+		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", "", ""},
+		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/", ""},
+		{"code004", "https://go.acme.test/code004", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "go.acme.test"},
 	}
 	if !reflect.DeepEqual(recs, want) {
 		t.Errorf("CSV:\n got %q\nwant %q", recs, want)

@@ -35,12 +35,18 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/links:batch", access: tenantKey, rpc: &mapping{bulkBody: batchBodyBytes}},
 		{pattern: "GET /v1/links:export", access: tenantKey, query: []string{"tag"}, handle: a.exportLinks},
 		{pattern: "POST /v1/links:import", access: tenantKey, handle: a.importLinks},
-		{pattern: "GET /v1/links/{code}", access: tenantKey, rpc: &mapping{}},
+		{pattern: "GET /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain}},
 		{pattern: "PATCH /v1/links/{code}", access: tenantKey, rpc: &mapping{before: patchMask}},
-		{pattern: "DELETE /v1/links/{code}", access: tenantKey, rpc: &mapping{status: http.StatusNoContent}},
-		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval"}, rpc: &mapping{before: a.statsFirst}},
-		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size"}, handle: a.linkQR},
+		{pattern: "DELETE /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain, status: http.StatusNoContent}},
+		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval", "domain"}, rpc: &mapping{before: a.statsFirst}},
+		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
+
+		{pattern: "POST /v1/domains", access: tenantKey, rpc: &mapping{status: http.StatusCreated, location: domainLocation}},
+		{pattern: "GET /v1/domains", access: tenantKey, rpc: &mapping{}},
+		{pattern: "GET /v1/domains/{name}", access: tenantKey, rpc: &mapping{}},
+		{pattern: "DELETE /v1/domains/{name}", access: tenantKey, rpc: &mapping{status: http.StatusNoContent}},
+		{pattern: "POST /v1/domains/{name}/verify", access: tenantKey, rpc: &mapping{noBody: true}},
 
 		{pattern: "POST /v1/admin/tenants", access: adminToken, handle: a.createTenant},
 		{pattern: "GET /v1/admin/tenants/{tenant}", access: adminToken, handle: a.getTenant},
@@ -48,6 +54,7 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.issueKey},
 		{pattern: "GET /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.listKeys},
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/keys/{key}", access: adminToken, handle: a.revokeKey},
+		{pattern: "POST /v1/admin/tenants/{tenant}/domains/{name}/verify", access: adminToken, handle: a.approveDomain},
 	}
 }
 
@@ -62,9 +69,15 @@ func pathCode(c *call) (string, error) {
 	return code, nil
 }
 
-// linkLocation is the Location of a created link.
+// linkLocation is the Location of a created link: its code, and its
+// custom domain as ?domain=.
 func linkLocation(resp proto.Message) string {
-	return "/v1/links/" + resp.(*shortenerv1.CreateLinkResponse).GetLink().GetCode()
+	l := resp.(*shortenerv1.CreateLinkResponse).GetLink()
+	loc := "/v1/links/" + l.GetCode()
+	if d := l.GetDomain(); d != "" {
+		loc += "?domain=" + url.QueryEscape(d)
+	}
+	return loc
 }
 
 // linkExisted reports a create that returned the tenant's existing link of
@@ -83,12 +96,17 @@ func checkPageSize(_ *call, _ []byte, q url.Values) error {
 	return nil
 }
 
-// fetchLink returns one of the caller's links; other tenants' links are
-// NOT_FOUND, which is what keeps stats and QR codes tenant-scoped.
+// fetchLink returns one of the caller's links, on the domain of the
+// request's ?domain= (the default domain without); other tenants' links
+// are NOT_FOUND, which is what keeps stats and QR codes tenant-scoped.
 func (a *API) fetchLink(c *call, code string) (*shortenerv1.Link, error) {
+	domain, err := queryDomain(c)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := a.downstream(c)
 	defer cancel()
-	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code, Domain: domain})
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +128,8 @@ const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxV
 // name nested fields, deviceTargets.iosUrl, where PATCH replaces the
 // whole deviceTargets). "expireTime": null clears the expiry, "tags": []
 // the tags, "maxVisits": 0 the visit limit, "password": "" the password
-// and "deviceTargets": null the device targets.
+// and "deviceTargets": null the device targets. "domain" names the link's
+// custom domain (it identifies the link, and is not changed).
 func patchMask(_ *call, body []byte, q url.Values) error {
 	if err := decodeProto(body, &shortenerv1.Link{}); err != nil {
 		return err
@@ -125,6 +144,12 @@ func patchMask(_ *call, body []byte, q url.Values) error {
 		fd := fields.ByJSONName(key)
 		if fd == nil {
 			fd = fields.ByTextName(key)
+		}
+		if fd != nil && fd.Name() == "domain" {
+			continue // identifies the link
+		}
+		if fd != nil && fd.Name() == "domain" {
+			continue // identifies the link
 		}
 		if fd == nil || !slices.Contains(mutableLinkFields, fd.Name()) {
 			return badRequest(fmt.Sprintf("field %q cannot be changed; PATCH takes %s", key, mutableLinkJSON))
@@ -163,8 +188,17 @@ func (a *API) statsFirst(c *call, _ []byte, q url.Values) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.fetchLink(c, code)
-	return err
+	link, err := a.fetchLink(c, code)
+	if err != nil {
+		return err
+	}
+	// The domain as the shortener normalised it.
+	if d := link.GetDomain(); d != "" {
+		q.Set("domain", d)
+	} else {
+		q.Del("domain")
+	}
+	return nil
 }
 
 // compatRequest is the notes' prototype body.

@@ -41,6 +41,9 @@ type mapping struct {
 	status int
 	// location gives the Location header of a success from the response.
 	location func(resp proto.Message) string
+	// noBody: the RPC's mapping takes no body (a POST action such as
+	// verify); an empty body is fine, and a body is ignored.
+	noBody bool
 	// existed, when set, reports a response that created nothing (a create
 	// that found its link): 200 instead of status.
 	existed func(resp proto.Message) bool
@@ -50,6 +53,7 @@ type mapping struct {
 // a service sees them.
 var pathChecks = map[string]func(c *call) error{
 	"code": func(c *call) error { _, err := pathCode(c); return err },
+	"name": func(c *call) error { _, err := pathDomain(c); return err },
 }
 
 // requestChecks are checks on a decoded request body, by message: what
@@ -151,6 +155,9 @@ func (a *API) serveMapped(pattern string, m mapping) func(c *call) error {
 		var body []byte
 		switch c.r.Method {
 		case http.MethodPost, http.MethodPut, http.MethodPatch:
+			if m.noBody {
+				break
+			}
 			b, err := a.readBodyUpTo(c, limit, "send a JSON object")
 			if err != nil {
 				return err

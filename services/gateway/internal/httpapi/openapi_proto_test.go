@@ -105,6 +105,9 @@ func TestOpenAPIMapsTheAnnotatedRPCs(t *testing.T) {
 		if (op["requestBody"] != nil) != genBody {
 			t.Errorf("%s: documented request body %v, the RPC takes one: %v", rt.pattern, op["requestBody"] != nil, genBody)
 		}
+		if post := method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch; post && rt.rpc.noBody == genBody {
+			t.Errorf("%s: the route reads a body: %v, the RPC takes one: %v", rt.pattern, !rt.rpc.noBody, genBody)
+		}
 	}
 	for pattern, g := range genOps {
 		t.Errorf("%s: the protos map %s here, the route table has no such route", pattern, g["operationId"])
@@ -292,8 +295,9 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 }
 
 // PATCH /v1/links/{code} takes exactly the Link fields its documented body
-// does not mark read-only ("Output only." in the proto comment): a new
-// Link field is either documented as output only or changeable by PATCH.
+// does not mark read-only ("Output only." in the proto comment), plus
+// "domain", which names the link: a new Link field is either documented as
+// output only or changeable by PATCH.
 func TestPatchTakesTheWritableFields(t *testing.T) {
 	var served map[string]any
 	if err := json.Unmarshal(OpenAPI, &served); err != nil {
@@ -312,6 +316,8 @@ func TestPatchTakesTheWritableFields(t *testing.T) {
 	for _, name := range mutableLinkFields {
 		takes = append(takes, fields.ByName(name).JSONName())
 	}
+	// "domain" names the link (its custom domain), and is not changed.
+	takes = append(takes, fields.ByName("domain").JSONName())
 	slices.Sort(takes)
 	if len(writable) == 0 || !slices.Equal(writable, takes) {
 		t.Errorf("the PATCH body documents %v as writable, PATCH takes %v", writable, takes)

@@ -62,9 +62,15 @@ func (f *FromURL) Candidate(tenant, longURL string, attempt int) string {
 }
 
 // URLKey is what identifies a normalised long URL among a tenant's links
-// made from their URL: its SHA-256 (linkstore.Link.URLKey), fixed in size
-// whatever the URL's length, so a unique index can hold it.
-func URLKey(longURL string) []byte {
+// made from their URL on one domain ("" for the default domain, else a
+// normalised custom domain): the SHA-256 of the URL, or of
+// "<domain>/<URL>" on a custom domain (linkstore.Link.URLKey), fixed in
+// size whatever the URL's length, so a unique index can hold it. The same
+// URL on two domains is two links.
+func URLKey(domain, longURL string) []byte {
+	if domain != "" {
+		longURL = domain + "/" + longURL
+	}
 	sum := sha256.Sum256([]byte(longURL))
 	return sum[:]
 }

@@ -43,7 +43,10 @@ func TestFromURLCandidates(t *testing.T) {
 	if _, err := codegen.NewFromURL([]byte("short")); err == nil {
 		t.Error("a short key was accepted")
 	}
-	if !bytes.Equal(codegen.URLKey(url), codegen.URLKey(url)) || bytes.Equal(codegen.URLKey(url), codegen.URLKey(url+"/")) || len(codegen.URLKey(url)) != 32 {
+	if bytes.Equal(codegen.URLKey("", url), codegen.URLKey("go.example.com", url)) {
+		t.Error("URLKey: one URL on two domains has one key")
+	}
+	if !bytes.Equal(codegen.URLKey("", url), codegen.URLKey("", url)) || bytes.Equal(codegen.URLKey("", url), codegen.URLKey("", url+"/")) || len(codegen.URLKey("", url)) != 32 {
 		t.Error("URLKey is not a SHA-256 of the URL")
 	}
 }

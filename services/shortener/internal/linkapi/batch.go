@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/codegen"
 	"kurz.dev/services/shortener/internal/linkstore"
@@ -62,6 +63,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	aliases := make(map[string]int)
 	urls := make(map[string]int) // a from-URL item's URL key: its first item
 	repeats := make(map[int]int) // item: the earlier item of the same URL
+	var domains *tenantDomains   // read once, if an item names a domain
 	valid := 0
 	for i, r := range reqs {
 		results[i] = &shortenerv1.BatchCreateResult{Index: int32(i)}
@@ -71,17 +73,27 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			continue
 		}
 		d.link.Tenant = tenant
+		if r.GetDomain() != "" && domains == nil {
+			if domains, err = s.verifiedDomains(ctx, tenant); err != nil {
+				return nil, toStatus(ctx, s.log, "batch", err)
+			}
+		}
+		if d.link.Domain, err = domains.check(r.GetDomain()); err != nil {
+			fail(i, err)
+			continue
+		}
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
+			d.link.Code = linkdomain.Key(d.link.Domain, d.link.Code)
 			if first, dup := aliases[d.link.Code]; dup {
 				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
-					fmt.Sprintf("the alias %q is already used by item %d of this batch; choose another", d.link.Code, first),
+					fmt.Sprintf("the alias %q is already used by item %d of this batch; choose another", r.GetCustomAlias(), first),
 					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
 				continue
 			}
 			aliases[d.link.Code] = i
 		}
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_FROM_URL {
-			d.link.URLKey = codegen.URLKey(d.link.LongURL)
+			d.link.URLKey = codegen.URLKey(d.link.Domain, d.link.LongURL)
 			if first, dup := urls[string(d.link.URLKey)]; dup {
 				repeats[i] = first
 				continue
@@ -160,6 +172,12 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	resp.Created = int32(len(links))
 	s.writeThroughMany(ctx, "batch", links)
 	return resp, nil
+}
+
+// aliasOf is the code of a link key.
+func aliasOf(key string) string {
+	_, code := linkdomain.Split(key)
+	return code
 }
 
 // hashPasswords hashes the passwords of drafts on at most GOMAXPROCS workers
@@ -252,13 +270,13 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 			d := drafts[i]
 			switch d.mode {
 			case shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL:
-				d.link.Code, seq = seq[0], seq[1:]
+				d.link.Code, seq = linkdomain.Key(d.link.Domain, seq[0]), seq[1:]
 			case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 				code, err := s.random.Code()
 				if err != nil {
 					return stored, err
 				}
-				d.link.Code = code
+				d.link.Code = linkdomain.Key(d.link.Domain, code)
 				attempts[i]++
 			}
 			if inRound[d.link.Code] { // only a generated code: aliases are distinct and come first
@@ -281,7 +299,7 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 			switch drafts[i].mode {
 			case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
-					fmt.Sprintf("the alias %q is already taken; choose another", rows[k].Code),
+					fmt.Sprintf("the alias %q is already taken; choose another", aliasOf(rows[k].Code)),
 					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
 			case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 				if attempts[i] >= RandomAttempts {

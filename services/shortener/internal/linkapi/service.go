@@ -27,6 +27,7 @@ import (
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/rpcerr"
@@ -78,6 +79,13 @@ type Options struct {
 	// Keying turns the caller's client IP (from the gateway) into the key
 	// of its quota: an IPv6 client's whole prefix is one client.
 	Keying clientip.Keying
+	// MaxDomains bounds the custom domains of one tenant.
+	MaxDomains int
+	// OwnHosts are kurz's own short domains (BaseURL's host among them):
+	// no tenant may register one.
+	OwnHosts []string
+	// DNSTimeout bounds one TXT lookup of VerifyDomain.
+	DNSTimeout time.Duration
 }
 
 // Service implements shortenerv1.ShortenerServiceServer.
@@ -93,6 +101,8 @@ type Service struct {
 	scanner urlcheck.Scanner
 	quota   *quota.Client
 	hashes  *capacity.Gate
+	domains DomainStore
+	txt     TXTResolver
 	log     *slog.Logger
 	m       instruments
 }
@@ -123,14 +133,19 @@ type Deps struct {
 	// Hashes bounds the password hashes (Argon2id, 19 MiB each) the
 	// process runs at once, over every call that hashes.
 	Hashes *capacity.Gate
-	Log    *slog.Logger
-	Meter  metric.Meter
+	// Domains keeps tenants' custom domains; nil: the domain RPCs answer
+	// UNIMPLEMENTED and links take no domain.
+	Domains DomainStore
+	// TXT looks up verification records; nil: only ApproveDomain verifies.
+	TXT   TXTResolver
+	Log   *slog.Logger
+	Meter metric.Meter
 }
 
 // New builds the service.
 func New(opts Options, d Deps) (*Service, error) {
 	s := &Service{opts: opts, store: d.Store, rdb: d.Redis, blocks: d.Blocks, random: d.Random, fromURL: d.FromURL,
-		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, hashes: d.Hashes, log: d.Log}
+		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, hashes: d.Hashes, domains: d.Domains, txt: d.TXT, log: d.Log}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, err := d.Meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -201,8 +216,15 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	l, mode := d.link, d.mode
 	l.Tenant = tenant
+	domainKnown := false
 	if mode == shortenerv1.CodeMode_CODE_MODE_FROM_URL {
-		l.URLKey = codegen.URLKey(l.LongURL)
+		// The link of this URL is the tenant's on the domain asked for, so
+		// the domain is checked first here.
+		if l.Domain, err = s.linkDomain(ctx, tenant, req.GetDomain()); err != nil {
+			return nil, toStatus(ctx, s.log, "create", err)
+		}
+		domainKnown = true
+		l.URLKey = codegen.URLKey(l.Domain, l.LongURL)
 		existing, err := s.store.FromURL(ctx, tenant, l.URLKey)
 		if err == nil {
 			s.m.repeated.Add(ctx, 1)
@@ -214,6 +236,15 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	if err := s.checkQuota(ctx, tenant, 1, chargeCreate); err != nil {
 		return nil, err
+	}
+	// The domain after the quota: its check reads PostgreSQL.
+	if !domainKnown {
+		if l.Domain, err = s.linkDomain(ctx, tenant, req.GetDomain()); err != nil {
+			return nil, toStatus(ctx, s.log, "create", err)
+		}
+	}
+	if mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
+		l.Code = linkdomain.Key(l.Domain, l.Code)
 	}
 	if err := s.scanLink(ctx, l); err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
@@ -230,7 +261,7 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 		stored, err = s.store.Insert(ctx, l)
 		if errors.Is(err, linkstore.ErrCodeTaken) {
 			return nil, rpcerr.WithDetails(codes.AlreadyExists,
-				fmt.Sprintf("the alias %q is already taken; choose another", l.Code),
+				fmt.Sprintf("the alias %q is already taken; choose another", req.GetCustomAlias()),
 				rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"}))
 		}
 	case shortenerv1.CodeMode_CODE_MODE_RANDOM:
@@ -259,7 +290,7 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 // help, another mode can.
 func (s *Service) insertFromURL(ctx context.Context, l linkstore.Link) (stored linkstore.Link, created bool, err error) {
 	for attempt := range codegen.FromURLAttempts {
-		l.Code = s.fromURL.Candidate(l.Tenant, l.LongURL, attempt)
+		l.Code = linkdomain.Key(l.Domain, s.fromURL.Candidate(l.Tenant, l.LongURL, attempt))
 		stored, err = s.store.Insert(ctx, l)
 		switch {
 		case err == nil:
@@ -522,7 +553,7 @@ func (s *Service) insertSequential(ctx context.Context, l linkstore.Link) (links
 		if err != nil {
 			return linkstore.Link{}, err
 		}
-		l.Code = code
+		l.Code = linkdomain.Key(l.Domain, code)
 		stored, err := s.store.Insert(ctx, l)
 		if !errors.Is(err, linkstore.ErrCodeTaken) {
 			return stored, err
@@ -538,7 +569,7 @@ func (s *Service) insertRandom(ctx context.Context, l linkstore.Link) (linkstore
 		if err != nil {
 			return linkstore.Link{}, err
 		}
-		l.Code = code
+		l.Code = linkdomain.Key(l.Domain, code)
 		stored, err := s.store.Insert(ctx, l)
 		if !errors.Is(err, linkstore.ErrCodeTaken) {
 			return stored, err
@@ -611,10 +642,18 @@ func (s *Service) writeThroughMany(ctx context.Context, op string, links []links
 	s.log.ErrorContext(ctx, "write-through failed", "op", op, "links", len(links), "failed_commands", failed, "err", err)
 }
 
+// toProto is l as the API shows it: the bare code and the domain apart, and
+// the short URL on the link's domain (https://<domain>/<code>, or BaseURL's
+// for the default domain).
 func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
+	_, code := linkdomain.Split(l.Code)
+	short := strings.TrimSuffix(s.opts.BaseURL, "/") + "/" + code
+	if l.Domain != "" {
+		short = "https://" + l.Domain + "/" + code
+	}
 	p := &shortenerv1.Link{
-		Code:         l.Code,
-		ShortUrl:     strings.TrimSuffix(s.opts.BaseURL, "/") + "/" + l.Code,
+		Code:         code,
+		ShortUrl:     short,
 		LongUrl:      l.LongURL,
 		Tenant:       l.Tenant,
 		RedirectType: redirectTypeOf(l.Status),
@@ -625,6 +664,9 @@ func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 		MaxVisits:    l.MaxVisits,
 		// Password is input only: never set here.
 		PasswordProtected: l.PasswordHash != "",
+	}
+	if l.Domain != "" {
+		p.Domain = &l.Domain // absent for the default domain
 	}
 	if l.Expires != nil {
 		p.ExpireTime = timestamppb.New(*l.Expires)
@@ -641,10 +683,11 @@ func (s *Service) GetLink(ctx context.Context, req *shortenerv1.GetLinkRequest) 
 	if err != nil {
 		return nil, err
 	}
-	if !linkcode.Plausible(req.GetCode()) {
+	key, ok := linkKey(req.GetDomain(), req.GetCode())
+	if !linkcode.Plausible(req.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "get", linkstore.ErrNotFound)
 	}
-	l, err := s.store.Get(ctx, tenant, req.GetCode())
+	l, err := s.store.Get(ctx, tenant, key)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "get", err)
 	}
@@ -779,7 +822,8 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 				"update_mask path %q cannot be changed; use %s", p, updatable))
 		}
 	}
-	if !linkcode.Plausible(link.GetCode()) {
+	key, ok := linkKey(link.GetDomain(), link.GetCode())
+	if !linkcode.Plausible(link.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "update", linkstore.ErrNotFound)
 	}
 	if ch.LongURL != nil {
@@ -804,7 +848,7 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 		}
 		ch.PasswordHash = &hash
 	}
-	l, err := s.store.Update(ctx, tenant, link.GetCode(), ch)
+	l, err := s.store.Update(ctx, tenant, key, ch)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "update", err)
 	}
@@ -820,10 +864,11 @@ func (s *Service) DeleteLink(ctx context.Context, req *shortenerv1.DeleteLinkReq
 	if err != nil {
 		return nil, err
 	}
-	if !linkcode.Plausible(req.GetCode()) {
+	key, ok := linkKey(req.GetDomain(), req.GetCode())
+	if !linkcode.Plausible(req.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "delete", linkstore.ErrNotFound)
 	}
-	l, err := s.store.Delete(ctx, tenant, req.GetCode())
+	l, err := s.store.Delete(ctx, tenant, key)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "delete", err)
 	}

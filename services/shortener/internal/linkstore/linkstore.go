@@ -36,7 +36,11 @@ var (
 
 // Link is one row of links.
 type Link struct {
-	Code     string
+	// Code is the link's key (pkg/linkdomain.Key): the code itself on the
+	// default domain, "<domain>/<code>" on a custom one.
+	Code string
+	// Domain is the link's custom domain; "" for the default domain.
+	Domain   string
 	Tenant   string
 	LongURL  string
 	Status   int // 0, 301, 302, 307 or 308; 0 = the redirect's default
@@ -73,14 +77,14 @@ func New(db *pgxpool.Pool, timeout time.Duration) *Store {
 }
 
 const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at,
-	tags, max_visits, password_hash, ios_url, android_url, desktop_url, url_key`
+	tags, max_visits, password_hash, ios_url, android_url, desktop_url, url_key, domain`
 
 func scan(row pgx.Row) (Link, error) {
 	var l Link
 	var status int16
 	var hash, ios, android, desktop *string
 	err := row.Scan(&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
-		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &l.URLKey)
+		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &l.URLKey, &l.Domain)
 	l.Status = int(status)
 	l.PasswordHash, l.IOSURL, l.AndroidURL, l.DesktopURL = deref(hash), deref(ios), deref(android), deref(desktop)
 	if l.Tags == nil {
@@ -134,11 +138,11 @@ func (s *Store) NextBlocks(ctx context.Context, n int) ([]int64, error) {
 
 // insertColumns are the columns Insert and InsertMany write, in the order
 // of insertArgs.
-const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url`
+const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, domain`
 
 func insertArgs(l Link) []any {
 	return []any{l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, tagsOf(l.Tags), l.MaxVisits,
-		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL), l.URLKey}
+		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL), l.Domain, l.URLKey}
 }
 
 // urlKeyIndex is the unique index of links made from their URL
@@ -154,7 +158,7 @@ func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 	defer cancel()
 	got, err := scan(s.db.QueryRow(ctx, `
 		INSERT INTO links (`+insertColumns+`, url_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 		ON CONFLICT (code) DO NOTHING
 		RETURNING `+columns, insertArgs(l)...))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -180,10 +184,10 @@ const insertMany = `
 	INSERT INTO links (` + insertColumns + `)
 	SELECT r.code, r.tenant, r.long_url, r.redirect_type, r.expires_at,
 		ARRAY(SELECT t.tag FROM jsonb_array_elements_text(r.tags::jsonb) WITH ORDINALITY AS t(tag, n) ORDER BY t.n),
-		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url
+		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url, r.domain
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::timestamptz[], $6::text[], $7::int8[],
-		$8::text[], $9::text[], $10::text[], $11::text[])
-		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url)
+		$8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, domain)
 	ON CONFLICT (code) DO NOTHING
 	RETURNING ` + columns
 
@@ -203,6 +207,7 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 	n := len(links)
 	var (
 		code, tenant, longURL, tags = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		domain                      = make([]string, n)
 		status                      = make([]int16, n)
 		expires                     = make([]*time.Time, n)
 		maxVisits                   = make([]int64, n)
@@ -214,12 +219,12 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 			return nil, fmt.Errorf("insert links: encode tags: %w", err)
 		}
 		code[i], tenant[i], longURL[i], status[i], expires[i], tags[i] = l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, string(t)
-		maxVisits[i], hash[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash)
+		maxVisits[i], hash[i], domain[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash), l.Domain
 		ios[i], android[i], desktop[i] = nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop)
+	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, domain)
 	if err != nil {
 		return nil, fmt.Errorf("insert links: %w", err)
 	}

@@ -16,7 +16,7 @@ const $ = (id) => document.getElementById(id);
 const enc = encodeURIComponent;
 const num = (x) => Number(x || 0); // proto JSON sends int64 as strings
 
-const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: '', qrURL: '', statsCode: '' };
+const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: null, qrURL: '', statsCode: null };
 
 class APIError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -96,7 +96,13 @@ function countRender(id) {
 // --- navigation ---------------------------------------------------------
 
 function show(view) {
-  for (const v of ['signin', 'links', 'stats']) $('view-' + v).hidden = v !== view;
+  for (const v of ['signin', 'links', 'domains', 'stats']) $('view-' + v).hidden = v !== view;
+}
+
+// linkPath is a link's API path: /v1/links/<code>, with ?domain= (or, for
+// PATCH, a "domain" in the body) for a link on a custom domain.
+function linkPath(l, suffix = '') {
+  return '/v1/links/' + enc(l.code) + suffix + (l.domain ? (suffix.includes('?') ? '&' : '?') + 'domain=' + enc(l.domain) : '');
 }
 
 function go(hash) {
@@ -113,10 +119,14 @@ function route() {
     return;
   }
   $('nav-key').textContent = 'Key ' + key.split('_').slice(0, 2).join('_');
-  const m = location.hash.match(/^#\/stats\/([A-Za-z0-9_-]+)$/);
+  // #/stats/<code> on the default domain, #/stats/<domain>/<code> on a custom one.
+  const m = location.hash.match(/^#\/stats\/(?:([a-z0-9.-]+)\/)?([A-Za-z0-9_-]+)$/);
   if (m) {
     show('stats');
-    loadStats(m[1]);
+    loadStats({ code: m[2], domain: m[1] || '' });
+  } else if (location.hash === '#/domains') {
+    show('domains');
+    loadDomains();
   } else {
     show('links');
     loadLinks();
@@ -186,7 +196,7 @@ function linkRow(l) {
   const status = linkStatus(l);
   const first = el('td', {}, el('a', { href: safeHref(l.shortUrl), class: 'short', target: '_blank', rel: 'noopener noreferrer', text: l.shortUrl }));
   if (l.passwordProtected) first.append(' ', el('span', { class: 'tag', text: 'password' }));
-  return el('tr', { 'data-code': l.code },
+  return el('tr', { 'data-code': l.code, 'data-domain': l.domain || '' },
     first,
     el('td', {}, el('span', { class: 'target', title: l.longUrl, text: l.longUrl })),
     el('td', {}, ...(l.tags || []).map((t) => el('span', { class: 'tag', text: t }))),
@@ -194,10 +204,10 @@ function linkRow(l) {
     el('td', { text: l.expireTime ? new Date(l.expireTime).toLocaleDateString() : 'never' }),
     el('td', { class: 'status ' + status, text: status }),
     el('td', { class: 'actions' },
-      el('a', { href: '#/stats/' + enc(l.code), class: 'button stats', text: 'Stats' }),
-      button('QR', 'qr', () => showQR(l.code)),
+      el('a', { href: '#/stats/' + (l.domain ? enc(l.domain) + '/' : '') + enc(l.code), class: 'button stats', text: 'Stats' }),
+      button('QR', 'qr', () => showQR(l)),
       button('Edit', 'edit', () => openForm(l)),
-      button('Revoke', 'revoke danger', () => confirmRevoke(l.code))));
+      button('Revoke', 'revoke danger', () => confirmRevoke(l))));
 }
 
 $('filter-form').addEventListener('submit', (ev) => {
@@ -220,8 +230,30 @@ function dateInput(iso) {
 
 const TARGETS = [['iosUrl', 'f-ios'], ['androidUrl', 'f-android'], ['desktopUrl', 'f-desktop']];
 
+// fillDomains offers the verified domains in the form's selector (the
+// link's own when editing); a failed load leaves the default domain only.
+async function fillDomains(link) {
+  const sel = $('f-domain');
+  sel.replaceChildren(el('option', { value: '', text: 'default domain' }));
+  sel.disabled = !!link;
+  if (link) {
+    if (link.domain) sel.append(el('option', { value: link.domain, text: link.domain }));
+    sel.value = link.domain || '';
+    return;
+  }
+  try {
+    const resp = await api('GET', '/v1/domains');
+    for (const d of resp.domains || []) if (d.verified) sel.append(el('option', { value: d.name, text: d.name }));
+  } catch (e) {
+    // The default domain still works.
+  }
+  sel.dataset.loaded = '1';
+}
+
 function openForm(link) {
   state.editing = link;
+  $('f-domain').dataset.loaded = '';
+  fillDomains(link);
   const t = (link && link.deviceTargets) || {};
   $('link-form-title').textContent = link ? 'Edit ' + link.code : 'New link';
   $('link-save').textContent = link ? 'Save' : 'Create';
@@ -252,6 +284,7 @@ function readForm() {
     longUrl: $('f-long-url').value.trim(),
     alias: $('f-alias').value.trim(),
     fromUrl: $('f-from-url').checked,
+    domain: $('f-domain').value,
     tags: $('f-tags').value.split(',').map((s) => s.trim()).filter(Boolean),
     expire,
     // The end of the chosen day, local time.
@@ -269,6 +302,7 @@ function createBody(f) {
   const b = { longUrl: f.longUrl };
   if (f.fromUrl) b.mode = 'CODE_MODE_FROM_URL';
   else if (f.alias) Object.assign(b, { mode: 'CODE_MODE_CUSTOM', customAlias: f.alias });
+  if (f.domain) b.domain = f.domain;
   if (f.tags.length) b.tags = f.tags;
   if (f.expireTime) b.expireTime = f.expireTime;
   if (f.maxVisits) b.maxVisits = f.maxVisits;
@@ -305,7 +339,10 @@ $('link-form').addEventListener('submit', async (ev) => {
   try {
     if (l) {
       const b = patchBody(l, f);
-      if (Object.keys(b).length) await api('PATCH', '/v1/links/' + enc(l.code), b);
+      if (Object.keys(b).length) {
+        if (l.domain) b.domain = l.domain; // names the link
+        await api('PATCH', '/v1/links/' + enc(l.code), b);
+      }
     } else {
       const { status, body: created } = await apiCall('POST', '/v1/links', createBody(f));
       // 200 rather than 201: the tenant's link of this URL existed (code
@@ -327,9 +364,9 @@ $('link-form').addEventListener('submit', async (ev) => {
 
 // --- revoke -------------------------------------------------------------
 
-function confirmRevoke(code) {
-  state.revoking = code;
-  $('confirm-code').textContent = code;
+function confirmRevoke(l) {
+  state.revoking = l;
+  $('confirm-code').textContent = l.domain ? l.domain + '/' + l.code : l.code;
   $('confirm-error').textContent = '';
   $('confirm-dialog').showModal();
 }
@@ -337,7 +374,7 @@ function confirmRevoke(code) {
 $('confirm-cancel').addEventListener('click', () => $('confirm-dialog').close());
 $('confirm-ok').addEventListener('click', async () => {
   try {
-    await api('DELETE', '/v1/links/' + enc(state.revoking));
+    await api('DELETE', linkPath(state.revoking));
   } catch (e) {
     $('confirm-error').textContent = e.message;
     return;
@@ -354,13 +391,13 @@ function dropQR() {
   $('qr-img').removeAttribute('src');
 }
 
-async function showQR(code) {
+async function showQR(l) {
   dropQR();
-  $('qr-code').textContent = code;
+  $('qr-code').textContent = l.domain ? l.domain + '/' + l.code : l.code;
   $('qr-error').textContent = '';
   $('qr-dialog').showModal();
   try {
-    const blob = await api('GET', '/v1/links/' + enc(code) + '/qr?size=256');
+    const blob = await api('GET', linkPath(l, '/qr?size=256'));
     state.qrURL = URL.createObjectURL(blob);
     $('qr-img').src = state.qrURL;
   } catch (e) {
@@ -373,19 +410,20 @@ $('qr-dialog').addEventListener('close', dropQR);
 
 // --- statistics ---------------------------------------------------------
 
-async function loadStats(code) {
-  state.statsCode = code;
-  $('stats-code').textContent = code;
+async function loadStats(l) {
+  const code = l.code;
+  state.statsCode = l;
+  $('stats-code').textContent = l.domain ? l.domain + '/' + code : code;
   $('stats-error').textContent = '';
   const [hours, interval] = RANGES[$('stats-range').value];
   const start = new Date(Date.now() - hours * 3600e3).toISOString().replace(/\.\d+Z$/, 'Z');
   const q = new URLSearchParams({ start_time: start, interval });
   try {
     const [link, stats] = await Promise.all([
-      api('GET', '/v1/links/' + enc(code)),
-      api('GET', '/v1/links/' + enc(code) + '/stats?' + q),
+      api('GET', linkPath(l)),
+      api('GET', linkPath(l, '/stats?' + q)),
     ]);
-    if (state.statsCode === code) {
+    if (state.statsCode === l) {
       $('stats-target').textContent = link.shortUrl + ' → ' + link.longUrl;
       renderStats(stats);
     }
@@ -508,6 +546,60 @@ function chart(series, interval) {
   root.append(legend);
   return root;
 }
+
+// --- custom domains -----------------------------------------------------
+
+async function loadDomains() {
+  $('domains-error').textContent = '';
+  try {
+    const resp = await api('GET', '/v1/domains');
+    const ds = resp.domains || [];
+    $('domains-body').replaceChildren(...ds.map(domainRow));
+    $('domains-empty').hidden = ds.length > 0;
+  } catch (e) {
+    $('domains-error').textContent = e.message;
+  } finally {
+    countRender('view-domains');
+  }
+}
+
+function domainRow(d) {
+  const actions = el('td', { class: 'actions' });
+  if (!d.verified) actions.append(button('Verify', 'verify', () => domainAction('POST', d, '/verify')));
+  actions.append(button('Delete', 'delete danger', () => domainAction('DELETE', d, '')));
+  return el('tr', { 'data-domain': d.name },
+    el('td', { class: 'name', text: d.name }),
+    el('td', { class: 'status ' + (d.verified ? 'active' : 'pending'), text: d.verified ? 'verified' : 'not verified' }),
+    el('td', {}, el('code', { text: d.verified ? '—' : d.verificationRecord })),
+    el('td', {}, el('code', { class: 'token', text: d.verified ? '—' : d.verificationToken })),
+    actions);
+}
+
+async function domainAction(method, d, suffix) {
+  $('domains-error').textContent = '';
+  try {
+    await api(method, '/v1/domains/' + enc(d.name) + suffix);
+  } catch (e) {
+    $('domains-error').textContent = e.message;
+    countRender('view-domains');
+    return;
+  }
+  loadDomains();
+}
+
+$('domain-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  $('domains-error').textContent = '';
+  try {
+    await api('POST', '/v1/domains', { name: $('domain-name').value.trim() });
+  } catch (e) {
+    $('domains-error').textContent = e.message;
+    countRender('view-domains');
+    return;
+  }
+  $('domain-name').value = '';
+  loadDomains();
+});
 
 window.addEventListener('hashchange', route);
 route();
