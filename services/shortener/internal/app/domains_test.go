@@ -208,6 +208,37 @@ func TestCustomDomains(t *testing.T) {
 	_, err = sh.api.GetLink(o, &shortenerv1.GetLinkRequest{Code: alias, Domain: domain})
 	wantStatus(t, err, codes.NotFound)
 
+	// Codes from the URL are per domain: one URL on the domain and on the
+	// default domain is two links, each returned again on its own domain,
+	// the custom one keyed <domain>/<code>.
+	fromURL := func(d string) *shortenerv1.CreateLinkResponse {
+		t.Helper()
+		resp, err := sh.api.CreateLink(a, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/from-url", Domain: d,
+			Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL})
+		if err != nil {
+			t.Fatalf("from URL on %q: %v", d, err)
+		}
+		return resp
+	}
+	fu1, fd1 := fromURL(domain), fromURL("")
+	fu2, fd2 := fromURL(domain), fromURL("")
+	if !fu1.GetCreated() || !fd1.GetCreated() || fu2.GetCreated() || fd2.GetCreated() {
+		t.Errorf("from URL created: domain %v then %v, default %v then %v; want true then false on each",
+			fu1.GetCreated(), fu2.GetCreated(), fd1.GetCreated(), fd2.GetCreated())
+	}
+	if fu1.GetLink().GetDomain() != domain || fu2.GetLink().GetCode() != fu1.GetLink().GetCode() ||
+		fd1.GetLink().GetDomain() != "" || fd2.GetLink().GetCode() != fd1.GetLink().GetCode() {
+		t.Errorf("from URL: domain %+v / %+v, default %+v / %+v", fu1.GetLink(), fu2.GetLink(), fd1.GetLink(), fd2.GetLink())
+	}
+	if e, found, err := linkcache.Get(context.Background(), rdb, domain+"/"+fu1.GetLink().GetCode()); err != nil || !found || e.URL != "https://example.com/from-url" {
+		t.Errorf("from-URL link on the domain: cache entry %+v %v %v", e, found, err)
+	}
+	for _, l := range []*shortenerv1.Link{fu1.GetLink(), fd1.GetLink()} {
+		if _, err := sh.api.DeleteLink(a, &shortenerv1.DeleteLinkRequest{Code: l.GetCode(), Domain: l.GetDomain()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// A domain with live links is not deleted; without, it is.
 	_, err = sh.api.DeleteDomain(a, &shortenerv1.DeleteDomainRequest{Name: domain})
 	if reason, _ := wantStatus(t, err, codes.FailedPrecondition); reason != "DOMAIN_IN_USE" {
