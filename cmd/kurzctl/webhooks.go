@@ -1,13 +1,14 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/spf13/pflag"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
@@ -74,9 +75,9 @@ Example:
 	}
 }
 
-func setupWebhooksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
-	var events stringList
-	fs.Var(&events, "event", "send only this `event` (repeatable): link.created, link.updated, link.deleted, link.clicked")
+func setupWebhooksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
+	var events []string
+	fs.StringArrayVar(&events, "event", nil, "send only this `event` (repeat for several): link.created, link.updated, link.deleted, link.clicked")
 	desc := fs.String("description", "", "a note for people, at most 200 characters")
 	return func(args []string) error {
 		gw, err := c.gateway("webhooks create", apiKeyAuth)
@@ -106,7 +107,7 @@ func setupWebhooksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupWebhooksList(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupWebhooksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 	return func([]string) error {
 		gw, err := c.gateway("webhooks list", apiKeyAuth)
 		if err != nil {
@@ -130,7 +131,7 @@ func setupWebhooksList(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupWebhooksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupWebhooksDelete(c *cli, fs *pflag.FlagSet) func([]string) error {
 	return func(args []string) error {
 		gw, err := c.gateway("webhooks delete", apiKeyAuth)
 		if err != nil {
@@ -152,7 +153,7 @@ var deliveryStatuses = map[string]string{
 	"pending": "WEBHOOK_DELIVERY_STATUS_PENDING", "succeeded": "WEBHOOK_DELIVERY_STATUS_SUCCEEDED", "dead": "WEBHOOK_DELIVERY_STATUS_DEAD",
 }
 
-func setupWebhooksDeliveries(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupWebhooksDeliveries(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "webhooks deliveries"
 	status := fs.String("status", "", "only this `status`: pending, succeeded or dead")
 	pageSize := fs.Int("page-size", 0, "deliveries per page, 1 to 100 (default 50)")
@@ -216,7 +217,7 @@ func statusWord(s shortenerv1.WebhookDeliveryStatus) string {
 	return "-"
 }
 
-func setupWebhooksRedeliver(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupWebhooksRedeliver(c *cli, fs *pflag.FlagSet) func([]string) error {
 	return func(args []string) error {
 		gw, err := c.gateway("webhooks redeliver", apiKeyAuth)
 		if err != nil {

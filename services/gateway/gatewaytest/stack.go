@@ -29,6 +29,11 @@ const CodeKey = servertest.CodeKey
 // the README's outputs read the same in tests and on a laptop.
 const ShortBase = "http://127.0.0.1:8787"
 
+// NoDNS is the test shortener's DNS server: the discard port on loopback,
+// where nothing listens, so VerifyDomain fails (503) rather than ask the
+// outside world; tests verify domains through the admin API.
+const NoDNS = "127.0.0.1:9"
+
 // Stack is two limiters (one on a rules file; one on the rules in
 // PostgreSQL, as under make up, where tenant plans apply), the shortener
 // (on the file limiter) and analytics, on the shared Redis, PostgreSQL
@@ -86,7 +91,10 @@ func Start(rulesFile string) (_ *Stack, err error) {
 				// Webhook receivers in tests are loopback httptest servers.
 				"KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP=true", "KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32,::1/128",
 				"KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL=100ms", "KURZ_SHORTENER_WEBHOOK_BACKOFF_BASE=100ms",
-				"KURZ_SHORTENER_WEBHOOK_BACKOFF_MAX=200ms", "KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS=2"}
+				"KURZ_SHORTENER_WEBHOOK_BACKOFF_MAX=200ms", "KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS=2",
+				// No test asks the outside world's DNS: a TXT lookup goes
+				// to a port nothing listens on and fails at once.
+				"KURZ_SHORTENER_DNS_SERVER=" + NoDNS, "KURZ_SHORTENER_DNS_TIMEOUT=1s"}
 		}},
 		servertest.Spec{Name: "analytics", Service: AnalyticsService, Env: func(g, h string) []string {
 			return []string{"KURZ_ANALYTICS_GRPC_ADDR=" + g, "KURZ_ANALYTICS_HTTP_ADDR=" + h, "KURZ_LOG_LEVEL=warn"}

@@ -38,6 +38,7 @@ func DeleteTenants(ctx context.Context, db *pgxpool.Pool, ids ...string) error {
 		`DELETE FROM rl_tenant_plans WHERE tenant = ANY($1)`,
 		`DELETE FROM links WHERE tenant = ANY($1)`,
 		`DELETE FROM webhook_subscriptions WHERE tenant = ANY($1)`,
+		`DELETE FROM domains WHERE tenant = ANY($1)`,
 	} {
 		if _, err := db.Exec(ctx, q, ids); err != nil {
 			return fmt.Errorf("clean up (%s): %w", q, err)

@@ -84,7 +84,9 @@ type GetLinkStatsRequest struct {
 	// Exclusive end, rounded up to the next hour (UTC); unset means now.
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// Hourly series cover at most 31 days.
-	Interval      Interval `protobuf:"varint,4,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	Interval Interval `protobuf:"varint,4,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	// The link's custom domain; empty: the default domain.
+	Domain        string `protobuf:"bytes,5,opt,name=domain,proto3" json:"domain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -145,6 +147,13 @@ func (x *GetLinkStatsRequest) GetInterval() Interval {
 		return x.Interval
 	}
 	return Interval_INTERVAL_UNSPECIFIED
+}
+
+func (x *GetLinkStatsRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
 }
 
 // ClickCounts splits clicks by who made them.
@@ -342,6 +351,8 @@ func (x *KeyCount) GetCount() int64 {
 type GetLinkStatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The link's custom domain; absent: the default domain.
+	Domain *string `protobuf:"bytes,14,opt,name=domain,proto3,oneof" json:"domain,omitempty"`
 	// Totals over the range: total = human + bot + flood.
 	Counts *ClickCounts `protobuf:"bytes,2,opt,name=counts,proto3" json:"counts,omitempty"`
 	// One bucket per interval of the range, oldest first, empty ones included.
@@ -363,7 +374,11 @@ type GetLinkStatsResponse struct {
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// The interval of series, as chosen when the request left it unspecified.
-	Interval      Interval `protobuf:"varint,12,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	Interval Interval `protobuf:"varint,12,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	// Client countries by clicks, at most 10: ISO 3166-1 alpha-2 codes
+	// ("DE"), from the redirect's GeoIP database; the key "" is clicks of
+	// unknown country (all of them when the redirect has no database).
+	TopCountries  []*KeyCount `protobuf:"bytes,13,rep,name=top_countries,json=topCountries,proto3" json:"top_countries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -401,6 +416,13 @@ func (*GetLinkStatsResponse) Descriptor() ([]byte, []int) {
 func (x *GetLinkStatsResponse) GetCode() string {
 	if x != nil {
 		return x.Code
+	}
+	return ""
+}
+
+func (x *GetLinkStatsResponse) GetDomain() string {
+	if x != nil && x.Domain != nil {
+		return *x.Domain
 	}
 	return ""
 }
@@ -482,17 +504,25 @@ func (x *GetLinkStatsResponse) GetInterval() Interval {
 	return Interval_INTERVAL_UNSPECIFIED
 }
 
+func (x *GetLinkStatsResponse) GetTopCountries() []*KeyCount {
+	if x != nil {
+		return x.TopCountries
+	}
+	return nil
+}
+
 var File_kurz_analytics_v1_analytics_proto protoreflect.FileDescriptor
 
 const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\n" +
-	"!kurz/analytics/v1/analytics.proto\x12\x11kurz.analytics.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
+	"!kurz/analytics/v1/analytics.proto\x12\x11kurz.analytics.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x01\n" +
 	"\x13GetLinkStatsRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x129\n" +
 	"\n" +
 	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x127\n" +
-	"\binterval\x18\x04 \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\"\x8a\x01\n" +
+	"\binterval\x18\x04 \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\x12\x16\n" +
+	"\x06domain\x18\x05 \x01(\tR\x06domain\"\x8a\x01\n" +
 	"\vClickCounts\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n" +
 	"\x05human\x18\x02 \x01(\x03R\x05human\x12'\n" +
@@ -506,9 +536,10 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\"2\n" +
 	"\bKeyCount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\x93\x05\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xfd\x05\n" +
 	"\x14GetLinkStatsResponse\x12\x12\n" +
-	"\x04code\x18\x01 \x01(\tR\x04code\x126\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
+	"\x06domain\x18\x0e \x01(\tH\x00R\x06domain\x88\x01\x01\x126\n" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\x125\n" +
 	"\x06series\x18\x03 \x03(\v2\x1d.kurz.analytics.v1.TimeBucketR\x06series\x12@\n" +
 	"\rtop_referrers\x18\x04 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopReferrers\x12>\n" +
@@ -523,7 +554,9 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"start_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x127\n" +
-	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval*I\n" +
+	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\x12@\n" +
+	"\rtop_countries\x18\r \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopCountriesB\t\n" +
+	"\a_domain*I\n" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINTERVAL_HOUR\x10\x01\x12\x10\n" +
@@ -570,13 +603,14 @@ var file_kurz_analytics_v1_analytics_proto_depIdxs = []int32{
 	6,  // 11: kurz.analytics.v1.GetLinkStatsResponse.start_time:type_name -> google.protobuf.Timestamp
 	6,  // 12: kurz.analytics.v1.GetLinkStatsResponse.end_time:type_name -> google.protobuf.Timestamp
 	0,  // 13: kurz.analytics.v1.GetLinkStatsResponse.interval:type_name -> kurz.analytics.v1.Interval
-	1,  // 14: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
-	5,  // 15: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
-	15, // [15:16] is the sub-list for method output_type
-	14, // [14:15] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	4,  // 14: kurz.analytics.v1.GetLinkStatsResponse.top_countries:type_name -> kurz.analytics.v1.KeyCount
+	1,  // 15: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
+	5,  // 16: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
+	16, // [16:17] is the sub-list for method output_type
+	15, // [15:16] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kurz_analytics_v1_analytics_proto_init() }
@@ -584,6 +618,7 @@ func file_kurz_analytics_v1_analytics_proto_init() {
 	if File_kurz_analytics_v1_analytics_proto != nil {
 		return
 	}
+	file_kurz_analytics_v1_analytics_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/geoip/geoiptest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/gateway/gatewaytest"
 	"kurz.dev/services/gateway/internal/app"
@@ -41,20 +42,15 @@ const (
 // form changes its target; a human click and a bot click through the
 // redirect reach the stats page (refreshed until the consumer has stored
 // them), in the chart's data attributes and the tables; revoking asks first
-// and then removes the link. The page throws no exception and the CSP
+// and then removes the link; the stats show the clicks' countries. The page throws no exception and the CSP
 // blocks nothing. A screenshot of the stats page goes to the artifacts
 // directory (and docs/ with KURZ_UPDATE_SCREENSHOT=1).
 func TestConsoleInBrowser(t *testing.T) {
-	b := openBrowser(t)
-	do, eval, ctx := b.do, b.eval, b.ctx
 	s := startStack(t)
 	gw := startGateway(t, s)
-	key := newTenant(t, s, gw)
-
-	text := func(sel string) string {
-		t.Helper()
-		return eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ''`, sel))
-	}
+	_, key := newTenant(t, s, gw)
+	b := startBrowser(t)
+	ctx, do, eval, text := b.ctx, b.do, b.eval, b.text
 
 	// A wrong key: the API's own message, and nothing stored.
 	start := time.Now()
@@ -135,9 +131,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	longURL = editedURL
 
-	// A human and a bot open the short URL.
-	for _, c := range []struct{ ua, referer string }{{humanUA, "https://news.example/console"}, {botUA, ""}} {
-		if st, loc := visit(t, shortURL, c.ua, c.referer); st != http.StatusFound || loc != longURL {
+	// A human (in Germany, says the redirect's fixture GeoIP database) and
+	// a bot (somewhere it does not know) open the short URL.
+	for _, c := range []struct{ ua, referer, ip string }{
+		{humanUA, "https://news.example/console", geoiptest.IPv4DE}, {botUA, "", geoiptest.IPv4Unknown},
+	} {
+		if st, loc := visit(t, shortURL, c.ua, c.referer, c.ip); st != http.StatusFound || loc != longURL {
 			t.Fatalf("GET %s as %q: %d Location %q, want 302 to %s", shortURL, c.ua, st, loc, longURL)
 		}
 	}
@@ -181,6 +180,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		"#stats-referrers": {"news.example1", "(direct)1"},
 		"#stats-browsers":  {"Firefox1", "Bot1"},
 		"#stats-devices":   {"desktop1", "bot1"},
+		"#stats-countries": {"Germany (DE)1", "(unknown)1"},
 	} {
 		got := text(table)
 		for _, w := range want {
@@ -212,8 +212,35 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("confirm dialog names %q, want %q", got, code)
 	}
 	do("confirm the revocation", chromedp.Click(chromedp.CSS("#confirm-ok")), chromedp.WaitNotPresent(chromedp.CSS(row)))
-	if st, _ := visit(t, shortURL, humanUA, ""); st != http.StatusNotFound && st != http.StatusGone {
+	if st, _ := visit(t, shortURL, humanUA, "", geoiptest.IPv4DE); st != http.StatusNotFound && st != http.StatusGone {
 		t.Errorf("GET %s after revoking: %d, want 404 or 410", shortURL, st)
+	}
+
+	// A code from the URL: created once; the same URL again answers with
+	// the same short URL, marked as existing.
+	fromURL := "https://example.com/console-from-url/" + strings.ToLower(rand.Text()[:8])
+	var shortURLs []string
+	for i, want := range []string{"Created", "Exists already"} {
+		n := eval(listed)
+		do(fmt.Sprintf("create from the URL (%d)", i+1),
+			chromedp.Click(chromedp.CSS("#new-link")),
+			chromedp.WaitVisible(chromedp.CSS("#link-dialog")),
+			chromedp.SendKeys(chromedp.CSS("#f-long-url"), fromURL),
+			chromedp.Click(chromedp.CSS("#f-from-url")),
+			chromedp.Click(chromedp.CSS("#link-save")),
+			chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")),
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`Number(%s) > %s`, listed, n), chromedp.WithPollingTimeout(20*time.Second)))
+		if got := text("#created-what"); got != want {
+			t.Errorf("create %d from the URL: notice %q (form error %q), want %q", i+1, got, text("#link-form-error"), want)
+		}
+		shortURLs = append(shortURLs, text("#created-short-url"))
+	}
+	if shortURLs[0] == "" || shortURLs[0] != shortURLs[1] || shortURLs[0] == shortURL {
+		t.Errorf("short URLs from the URL: %q; want one new link, twice", shortURLs)
+	}
+	fromURLCode := shortURLs[0][strings.LastIndex(shortURLs[0], "/")+1:]
+	if n := eval(fmt.Sprintf(`String(document.querySelectorAll('tr[data-code=%q]').length)`, fromURLCode)); n != "1" {
+		t.Errorf("the link from the URL is listed %s times, want once", n)
 	}
 	t.Logf("browser session took %v", time.Since(start).Round(time.Millisecond))
 }
@@ -239,11 +266,11 @@ func startGateway(t *testing.T, s *stack) *servertest.Running {
 }
 
 // newTenant creates a tenant with one API key through the admin API and
-// returns the key; the tenant, its plan row and its links are deleted when
-// the test ends.
-func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
+// returns its id and the key; the tenant, its plan row, its links and its
+// domains are deleted when the test ends.
+func newTenant(t *testing.T, s *stack, gw *servertest.Running) (id, key string) {
 	t.Helper()
-	id := "console-" + strings.ToLower(rand.Text()[:10])
+	id = "console-" + strings.ToLower(rand.Text()[:10])
 	gatewaytest.CleanupTenants(t, s.db, id)
 	admin := func(path, body string) map[string]any {
 		t.Helper()
@@ -266,16 +293,17 @@ func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
 		return m
 	}
 	admin("/v1/admin/tenants", fmt.Sprintf(`{"id":%q,"name":"Console test","plan":"pro"}`, id))
-	key, _ := admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
+	key, _ = admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
 	if key == "" {
 		t.Fatal("the admin API issued no key")
 	}
-	return key
+	return id, key
 }
 
-// visit GETs a short URL as a browser would (without following the
-// redirect) and returns the status and Location.
-func visit(t *testing.T, url, ua, referer string) (int, string) {
+// visit GETs a short URL as a browser at ip would, through the redirect's
+// trusted proxy (without following the redirect), and returns the status
+// and Location.
+func visit(t *testing.T, url, ua, referer, ip string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -283,6 +311,7 @@ func visit(t *testing.T, url, ua, referer string) (int, string) {
 	}
 	req.Header.Set("User-Agent", ua)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml")
+	req.Header.Set("X-Forwarded-For", ip)
 	if referer != "" {
 		req.Header.Set("Referer", referer)
 	}

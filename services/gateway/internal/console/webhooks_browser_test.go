@@ -25,11 +25,11 @@ import (
 // dead one is redelivered from the page once the receiver recovers; the
 // webhook is deleted after a confirmation. No exception, no CSP report.
 func TestConsoleWebhooksInBrowser(t *testing.T) {
-	b := openBrowser(t)
-	do, eval := b.do, b.eval
 	s := startStack(t)
 	gw := startGateway(t, s)
-	key := newTenant(t, s, gw)
+	_, key := newTenant(t, s, gw)
+	b := startBrowser(t)
+	do, eval := b.do, b.eval
 
 	var mu sync.Mutex
 	refuse := true

@@ -200,6 +200,33 @@ func TestWebhookDeliversSignedLinkEvents(t *testing.T) {
 	})
 }
 
+// A link on a custom domain is keyed "<domain>/<code>" in PostgreSQL; its
+// events show it as the API does: the bare code, the domain, and the short
+// URL on that domain.
+func TestWebhookEventsOfACustomDomainLink(t *testing.T) {
+	sh, tenant, ctx, api, rc := webhookSetup(t)
+	db, _ := stores(t, sh.cfg, tenant)
+	t.Cleanup(func() { _, _ = db.Exec(context.Background(), `DELETE FROM domains WHERE tenant = $1`, tenant) })
+	subscribe(t, ctx, api, rc, "link.created")
+	domain := testDomain()
+	if _, err := sh.api.RegisterDomain(ctx, &shortenerv1.RegisterDomainRequest{Name: domain}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.api.ApproveDomain(ctx, &shortenerv1.ApproveDomainRequest{Name: domain}); err != nil {
+		t.Fatal(err)
+	}
+	link, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/on-a-domain", Domain: domain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := link.GetLink()
+	await(t, "the link.created delivery", 10*time.Second, func() bool { return len(rc.all()) >= 1 })
+	d := rc.all()[0].event.Data
+	if d["code"] != l.GetCode() || d["domain"] != domain || d["short_url"] != l.GetShortUrl() || l.GetShortUrl() != "https://"+domain+"/"+l.GetCode() {
+		t.Errorf("data code %v, domain %v, short_url %v; want %s, %s, %s", d["code"], d["domain"], d["short_url"], l.GetCode(), domain, l.GetShortUrl())
+	}
+}
+
 func TestWebhookRetriesThenDeadLettersThenRedelivers(t *testing.T) {
 	sh, _, ctx, api, rc := webhookSetup(t)
 	var mu sync.Mutex

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/webhooksig"
 )
 
@@ -221,13 +222,20 @@ type Event struct {
 }
 
 // body returns the JSON body of c: the event, its data with short_url.
+// The queued data carries the link key (links.code, the click events'
+// code): on a custom domain it is split, as the API shows a link, into the
+// bare code and "domain", and the short URL is on that domain.
 func (s *Sender) body(c claim) ([]byte, error) {
 	var data map[string]any
 	if err := json.Unmarshal(c.Data, &data); err != nil {
 		return nil, err
 	}
-	if code, ok := data["code"].(string); ok {
-		data["short_url"] = s.baseURL + "/" + code
+	if key, ok := data["code"].(string); ok {
+		domain, code := linkdomain.Split(key)
+		data["code"], data["short_url"] = code, strings.TrimSuffix(s.baseURL, "/")+"/"+code
+		if domain != "" {
+			data["domain"], data["short_url"] = domain, "https://"+domain+"/"+code
+		}
 	}
 	d, err := json.Marshal(data)
 	if err != nil {

@@ -125,3 +125,23 @@ func TestScrubKeepsAPrintableBoundedStart(t *testing.T) {
 		t.Fatalf("scrub = %q", got)
 	}
 }
+
+// An event's data shows a link as the API does: the link key queued by the
+// trigger or the click batcher ("<domain>/<code>" on a custom domain) is
+// split into the bare code and the domain, and the short URL is on the
+// link's domain; a default-domain link has no domain field.
+func TestBodySplitsTheLinkKey(t *testing.T) {
+	s := &Sender{baseURL: "https://kurz.example/"}
+	for _, tc := range []struct{ data, want string }{
+		{`{"code":"1000ita","clicks":2}`, `{"clicks":2,"code":"1000ita","short_url":"https://kurz.example/1000ita"}`},
+		{`{"code":"go.acme.com/launch","clicks":2}`, `{"clicks":2,"code":"launch","domain":"go.acme.com","short_url":"https://go.acme.com/launch"}`},
+	} {
+		b, err := s.body(claim{Delivery: Delivery{ID: "evt_1", EventType: "link.clicked", Tenant: "acme", Data: []byte(tc.data)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), `"data":`+tc.want+`}`) {
+			t.Errorf("body of %s = %s, want data %s", tc.data, b, tc.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
@@ -14,15 +15,14 @@ import (
 )
 
 // browser is a headless Chromium for one test. Exceptions and CSP
-// violations from its start on fail the test when it ends.
+// violations its pages log, from its start on, fail the test when it ends.
 type browser struct {
 	t   *testing.T
 	ctx context.Context
 }
 
-// openBrowser starts Chromium (the test fails without it) and closes it
-// when the test ends.
-func openBrowser(t *testing.T) *browser {
+// startBrowser starts Chromium; it stops when the test ends.
+func startBrowser(t *testing.T) *browser {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -33,6 +33,9 @@ func openBrowser(t *testing.T) *browser {
 		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
+
+	// Listening starts the browser, on ctx itself: a browser started on a
+	// step's timeout context would end with that step.
 	var (
 		mu       sync.Mutex
 		problems []string
@@ -63,7 +66,7 @@ func openBrowser(t *testing.T) *browser {
 	return &browser{t: t, ctx: ctx}
 }
 
-// do runs steps (bounded), failing the test with what on an error.
+// do runs steps, within 30 s, or fails the test naming what.
 func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	sctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
@@ -73,7 +76,7 @@ func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-// eval evaluates a JavaScript expression of string value.
+// eval is the string a JavaScript expression evaluates to.
 func (b *browser) eval(expr string) string {
 	b.t.Helper()
 	sctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
@@ -83,4 +86,10 @@ func (b *browser) eval(expr string) string {
 		b.t.Fatalf("evaluate %s: %v", expr, err)
 	}
 	return v
+}
+
+// text is the text of the first element sel matches ("" for none).
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	return b.eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ''`, sel))
 }
