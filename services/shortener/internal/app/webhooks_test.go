@@ -610,10 +610,24 @@ func TestWebhookSecretsStayOutOfLogsAndStorage(t *testing.T) {
 	if _, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/secretive"}); err != nil {
 		t.Fatal(err)
 	}
-	await(t, "a dead delivery", 15*time.Second, func() bool {
-		ds := deliveries(t, ctx, api, wh.GetId())
-		return len(ds) == 1 && ds[0].GetStatus() == shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DEAD
-	})
+	// The shorteners of other test packages on the same database share the
+	// queue, so the dead delivery may be another process's to log: it is
+	// redelivered until this instance's sender logged one (bounded).
+	for round := 0; round < 10 && !strings.Contains(logs.String(), "webhook delivery dead"); round++ {
+		var dead *shortenerv1.WebhookDelivery
+		await(t, "a dead delivery", 15*time.Second, func() bool {
+			ds := deliveries(t, ctx, api, wh.GetId())
+			if len(ds) == 1 && ds[0].GetStatus() == shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DEAD {
+				dead = ds[0]
+			}
+			return dead != nil
+		})
+		if !strings.Contains(logs.String(), "webhook delivery dead") {
+			if _, err := api.RedeliverWebhookDelivery(ctx, &shortenerv1.RedeliverWebhookDeliveryRequest{WebhookId: wh.GetId(), Id: dead.GetId()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	list, err := api.ListWebhooks(ctx, &shortenerv1.ListWebhooksRequest{})
 	if err != nil || strings.Contains(list.String(), secret) {
 		t.Errorf("ListWebhooks (%v) shows the secret", err)
