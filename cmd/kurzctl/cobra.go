@@ -22,11 +22,12 @@ import (
 
 // groupSummaries describe the command groups.
 var groupSummaries = map[string]string{
-	"links":   "create, list, change and export short links",
-	"quota":   "ask the limiter what it would decide",
-	"tenants": "manage tenants (admin)",
-	"keys":    "manage tenants' API keys (admin)",
-	"config":  "manage the config file's contexts",
+	"links":    "create, list, change and export short links",
+	"quota":    "ask the limiter what it would decide",
+	"tenants":  "manage tenants (admin)",
+	"keys":     "manage tenants' API keys (admin)",
+	"config":   "manage the config file's contexts",
+	"webhooks": "subscribe URLs to signed link events; see deliveries",
 }
 
 // cobraRoot returns kurzctl's command tree, its flags bound to c, and keeps

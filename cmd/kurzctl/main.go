@@ -153,6 +153,7 @@ var commands []*command
 
 func init() {
 	commands = append(commands, linkCommands()...)
+	commands = append(commands, webhookCommands()...)
 	commands = append(commands, domainCommands()...)
 	commands = append(commands, statsCommand(), quotaCheckCommand(), quotaExplainCommand())
 	commands = append(commands, adminCommands()...)

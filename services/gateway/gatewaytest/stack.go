@@ -88,6 +88,10 @@ func Start(rulesFile string) (_ *Stack, err error) {
 			return []string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
 				"KURZ_LIMITER_GRPC_ADDR=" + limiterAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
 				"KURZ_SHORTENER_BASE_URL=" + ShortBase, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn",
+				// Webhook receivers in tests are loopback httptest servers.
+				"KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP=true", "KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32,::1/128",
+				"KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL=100ms", "KURZ_SHORTENER_WEBHOOK_BACKOFF_BASE=100ms",
+				"KURZ_SHORTENER_WEBHOOK_BACKOFF_MAX=200ms", "KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS=2",
 				// No test asks the outside world's DNS: a TXT lookup goes
 				// to a port nothing listens on and fails at once.
 				"KURZ_SHORTENER_DNS_SERVER=" + NoDNS, "KURZ_SHORTENER_DNS_TIMEOUT=1s"}

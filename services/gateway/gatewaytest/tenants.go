@@ -22,7 +22,7 @@ func NewIP() string {
 
 // CleanupTenants deletes what a test wrote for these tenants when it ends:
 // their gateway rows (API keys cascade), their plans in the limiter's rule
-// tables, and their links.
+// tables, their links and their webhook subscriptions (and deliveries).
 func CleanupTenants(t testing.TB, db *pgxpool.Pool, ids ...string) {
 	t.Cleanup(func() {
 		if err := DeleteTenants(context.Background(), db, ids...); err != nil {
@@ -37,6 +37,7 @@ func DeleteTenants(ctx context.Context, db *pgxpool.Pool, ids ...string) error {
 		`DELETE FROM gw_tenants WHERE id = ANY($1)`,
 		`DELETE FROM rl_tenant_plans WHERE tenant = ANY($1)`,
 		`DELETE FROM links WHERE tenant = ANY($1)`,
+		`DELETE FROM webhook_subscriptions WHERE tenant = ANY($1)`,
 		`DELETE FROM domains WHERE tenant = ANY($1)`,
 	} {
 		if _, err := db.Exec(ctx, q, ids); err != nil {

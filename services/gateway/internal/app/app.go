@@ -233,6 +233,7 @@ func registerAPI(cfg Config, opts httpapi.Options, db *pgxpool.Pool, conns map[s
 	}
 	api, err := httpapi.New(opts, httpapi.Deps{
 		Shortener: shortenerv1.NewShortenerServiceClient(conns["shortener"]),
+		Webhooks:  shortenerv1.NewWebhookServiceClient(conns["shortener"]),
 		Analytics: analyticsv1.NewAnalyticsServiceClient(conns["analytics"]),
 		Quota:     quotaClient,
 		Keys:      keystore.New(db, cfg.Postgres.QueryTimeout),

@@ -18,8 +18,9 @@ import (
 	"kurz.dev/services/gateway/gatewaytest"
 )
 
-// The README's "Your first link" and the "Using the API" section of
-// docs/api.md that goes on from it, run verbatim: their ```sh blocks in
+// The README's "Your first link", the "Using the API" section of
+// docs/api.md that goes on from it, and docs/webhooks.md's "Subscribing",
+// run verbatim: their ```sh blocks in
 // order, in one bash, against a test gateway whose limiter has the rules
 // in PostgreSQL (the bootstrap's, as under make up). Only the variables the
 // README documents differ (KURZ, KURZ_GATEWAY_ADMIN_TOKEN, TENANT). Each
@@ -99,10 +100,12 @@ type readmeBlock struct {
 }
 
 // readmeSections are the sections whose examples the test runs, in order:
-// the README's first link, then the API walkthrough that continues it.
+// the README's first link, then the API walkthrough that continues it,
+// then the webhooks guide's subscription.
 var readmeSections = []struct{ file, section string }{
 	{"README.md", "## Your first link"},
 	{"docs/api.md", "## Using the API"},
+	{"docs/webhooks.md", "## Subscribing"},
 }
 
 // readmeBlocks reads the ```sh blocks of every readmeSections entry and,

@@ -161,6 +161,10 @@ func newStack() (_ *stack, err error) {
 			return append(common, "KURZ_SHORTENER_GRPC_ADDR="+g, "KURZ_SHORTENER_HTTP_ADDR="+h,
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
 				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false",
+				// The webhook test's receiver is a loopback httptest server.
+				"KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP=true", "KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32,::1/128",
+				"KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL=100ms", "KURZ_SHORTENER_WEBHOOK_BACKOFF_BASE=100ms",
+				"KURZ_SHORTENER_WEBHOOK_BACKOFF_MAX=200ms", "KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS=2",
 				"KURZ_SHORTENER_DNS_SERVER="+gatewaytest.NoDNS, "KURZ_SHORTENER_DNS_TIMEOUT=1s")
 		}},
 		servertest.Spec{Name: "analytics", Service: analyticsService, Env: func(g, h string) []string {

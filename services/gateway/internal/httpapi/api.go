@@ -74,6 +74,8 @@ type KeyStore interface {
 // Deps are the API's collaborators.
 type Deps struct {
 	Shortener shortenerv1.ShortenerServiceClient
+	// Webhooks is the shortener's WebhookService.
+	Webhooks  shortenerv1.WebhookServiceClient
 	Analytics analyticsv1.AnalyticsServiceClient
 	// Quota must be built over RecordWindows(conn) for RateLimit-Policy to
 	// carry the window.
@@ -87,6 +89,7 @@ type Deps struct {
 type API struct {
 	opts      Options
 	shortener shortenerv1.ShortenerServiceClient
+	webhooks  shortenerv1.WebhookServiceClient
 	analytics analyticsv1.AnalyticsServiceClient
 	quota     *quota.Client
 	keys      KeyStore
@@ -115,7 +118,7 @@ func New(opts Options, d Deps) (*API, error) {
 		return nil, errors.New("httpapi: MaxBodyBytes, MaxHeaderBytes, CallTimeout and MaxBulkRequests must be positive")
 	}
 	a := &API{
-		opts: opts, shortener: d.Shortener, analytics: d.Analytics, quota: d.Quota, keys: d.Keys, log: d.Log,
+		opts: opts, shortener: d.Shortener, webhooks: d.Webhooks, analytics: d.Analytics, quota: d.Quota, keys: d.Keys, log: d.Log,
 		adminHash: sha256.Sum256([]byte(opts.AdminToken)),
 		failures:  newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
 		// No wait: a bulk request lasts seconds, so a slot rarely frees

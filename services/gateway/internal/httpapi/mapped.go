@@ -47,6 +47,9 @@ type mapping struct {
 	// existed, when set, reports a response that created nothing (a create
 	// that found its link): 200 instead of status.
 	existed func(resp proto.Message) bool
+	// noStore: the answer carries a secret shown once (a webhook's signing
+	// secret): Cache-Control: no-store.
+	noStore bool
 }
 
 // pathChecks refuse path parameters (by name) that cannot be valid, before
@@ -54,6 +57,10 @@ type mapping struct {
 var pathChecks = map[string]func(c *call) error{
 	"code": func(c *call) error { _, err := pathCode(c); return err },
 	"name": func(c *call) error { _, err := pathDomain(c); return err },
+	// A webhook subscription's id, and on its deliveries' routes the
+	// delivery's.
+	"id":        func(c *call) error { _, err := pathWebhookID(c, "id"); return err },
+	"webhookId": func(c *call) error { _, err := pathWebhookID(c, "webhookId"); return err },
 }
 
 // requestChecks are checks on a decoded request body, by message: what
@@ -102,6 +109,9 @@ func (a *API) rpcMux() *runtime.ServeMux {
 		errs := []error{shortenerv1.RegisterShortenerServiceHandlerClient(ctx, mux, a.shortener)}
 		if a.analytics != nil {
 			errs = append(errs, analyticsv1.RegisterAnalyticsServiceHandlerClient(ctx, mux, a.analytics))
+		}
+		if a.webhooks != nil {
+			errs = append(errs, shortenerv1.RegisterWebhookServiceHandlerClient(ctx, mux, a.webhooks))
 		}
 		if err := errors.Join(errs...); err != nil {
 			panic(fmt.Sprintf("httpapi: register the mapped RPCs: %v", err)) // only with a nil mux
@@ -193,6 +203,9 @@ func (a *API) serveMapped(pattern string, m mapping) func(c *call) error {
 			return o.err
 		case out.status != 0 && out.status != http.StatusOK:
 			return internalError(fmt.Errorf("the mapped handler answered %d", out.status))
+		}
+		if m.noStore {
+			c.w.Header().Set("Cache-Control", "no-store")
 		}
 		if m.location != nil && o.resp != nil {
 			c.w.Header().Set("Location", m.location(o.resp))

@@ -133,3 +133,69 @@ func TestMappedStatuses(t *testing.T) {
 		}
 	}
 }
+
+// webhookFake answers the WebhookService's calls.
+type webhookFake struct {
+	shortenerv1.WebhookServiceClient
+	listed *shortenerv1.ListWebhookDeliveriesRequest
+}
+
+func (webhookFake) CreateWebhook(context.Context, *shortenerv1.CreateWebhookRequest, ...grpc.CallOption) (*shortenerv1.CreateWebhookResponse, error) {
+	return &shortenerv1.CreateWebhookResponse{Webhook: &shortenerv1.Webhook{Id: "wh_1"}, Secret: "whsec_x"}, nil
+}
+
+func (webhookFake) DeleteWebhook(context.Context, *shortenerv1.DeleteWebhookRequest, ...grpc.CallOption) (*shortenerv1.DeleteWebhookResponse, error) {
+	return &shortenerv1.DeleteWebhookResponse{}, nil
+}
+
+func (f *webhookFake) ListWebhookDeliveries(_ context.Context, in *shortenerv1.ListWebhookDeliveriesRequest, _ ...grpc.CallOption) (*shortenerv1.ListWebhookDeliveriesResponse, error) {
+	f.listed = in
+	return &shortenerv1.ListWebhookDeliveriesResponse{}, nil
+}
+
+func (webhookFake) RedeliverWebhookDelivery(_ context.Context, in *shortenerv1.RedeliverWebhookDeliveryRequest, _ ...grpc.CallOption) (*shortenerv1.RedeliverWebhookDeliveryResponse, error) {
+	return &shortenerv1.RedeliverWebhookDeliveryResponse{Delivery: &shortenerv1.WebhookDelivery{Id: in.GetId(), WebhookId: in.GetWebhookId()}}, nil
+}
+
+// The webhook routes are mapped: a create answers 201 with the secret and
+// Cache-Control: no-store, a delete 204, a redeliver the delivery itself
+// (response_body); the deliveries' page size and status are checked before
+// the service is asked, and the path and query reach it.
+func TestMappedWebhookRoutes(t *testing.T) {
+	wh := &webhookFake{}
+	a := &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: statusShortener{}, webhooks: wh, log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		pattern, target, body string
+		path                  map[string]string
+		status                int
+		cache, text           string
+	}{
+		{"POST /v1/webhooks", "/v1/webhooks", `{"url":"https://hooks.example.com/"}`, nil, 201, "no-store", `"secret":"whsec_x"`},
+		{"DELETE /v1/webhooks/{id}", "/v1/webhooks/wh_1", "", map[string]string{"id": "wh_1"}, 204, "", ""},
+		{"POST /v1/webhooks/{webhookId}/deliveries/{id}/redeliver", "/v1/webhooks/wh_1/deliveries/evt_2/redeliver", "",
+			map[string]string{"webhookId": "wh_1", "id": "evt_2"}, 200, "", `{"id":"evt_2","webhookId":"wh_1"`},
+		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?page_size=101", "", map[string]string{"webhookId": "wh_1"}, 400, "", "page_size"},
+		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?status=dead", "", map[string]string{"webhookId": "wh_1"}, 400, "", "status must be"},
+		{"DELETE /v1/webhooks/{id}", "/v1/webhooks/" + strings.Repeat("x", 65), "", map[string]string{"id": strings.Repeat("x", 65)}, 400, "", "1 to 64 characters"},
+		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?page_size=5&status=WEBHOOK_DELIVERY_STATUS_DEAD", "", map[string]string{"webhookId": "wh_1"}, 200, "", "{"},
+	} {
+		method, _, _ := strings.Cut(tc.pattern, " ")
+		r := httptest.NewRequest(method, tc.target, strings.NewReader(tc.body))
+		for k, v := range tc.path {
+			r.SetPathValue(k, v)
+		}
+		w := httptest.NewRecorder()
+		err := a.routeHandler(tc.pattern)(&call{w: w, r: r, st: &reqState{id: "t", tenant: "acme"}})
+		status, text := w.Code, w.Body.String()
+		if err != nil {
+			e := toAPIError(err)
+			status, text = e.status, e.message
+		}
+		if status != tc.status || w.Header().Get("Cache-Control") != tc.cache || !strings.Contains(text, tc.text) {
+			t.Errorf("%s %s: %d Cache-Control %q %q, want %d %q and %q", method, tc.target, status, w.Header().Get("Cache-Control"), text, tc.status, tc.cache, tc.text)
+		}
+	}
+	if got := wh.listed; got.GetWebhookId() != "wh_1" || got.GetPageSize() != 5 || got.GetStatus() != shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DEAD {
+		t.Errorf("ListWebhookDeliveries got %v, want wh_1, 5, DEAD", got)
+	}
+}

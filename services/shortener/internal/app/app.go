@@ -33,6 +33,7 @@ import (
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/urlcheck"
+	"kurz.dev/services/shortener/internal/webhook"
 )
 
 // Config is the shortener's configuration, from KURZ_* environment variables.
@@ -100,6 +101,8 @@ type Config struct {
 	// memory each) the process runs at once, over creates, batches and
 	// updates together: size it to the memory limit (4: 76 MiB).
 	MaxConcurrentHashes int `env:"SHORTENER_MAX_CONCURRENT_HASHES" default:"4"`
+	// Webhooks are the tenants' webhook subscriptions and their sender.
+	Webhooks webhook.Config
 	// HashWait is how long a call waits for a hashing slot before it is
 	// refused UNAVAILABLE (at most MaxConcurrentHashes calls wait).
 	HashWait time.Duration `env:"SHORTENER_HASH_WAIT" default:"250ms"`
@@ -160,7 +163,8 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error)
 	if c.InvalidationRetry <= 0 || c.InvalidationMaxBackoff < c.InvalidationRetry {
 		errs = append(errs, errors.New("KURZ_SHORTENER_INVALIDATION_RETRY must be positive and at most KURZ_SHORTENER_INVALIDATION_MAX_BACKOFF"))
 	}
-	errs = append(errs, c.Cache.Validate(), c.Keying.Check())
+	_, werr := c.Webhooks.Validate()
+	errs = append(errs, c.Cache.Validate(), c.Keying.Check(), werr)
 	up := urlcheck.Policy{MaxLength: c.MaxURLLength, AllowPrivateHosts: c.AllowPrivateHosts}
 	if u, err := url.Parse(c.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_BASE_URL=%q: want an http(s) URL such as https://kurz.example", c.BaseURL))
@@ -232,6 +236,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	}
 	svc, err := h.newLinkService(cfg, limiterPolicy, urlPolicy, db, deps, srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener"))
 	if err != nil {
+		return nil, err
+	}
+	if err := wireWebhooks(cfg, db, rdb, srv, lc, log); err != nil {
 		return nil, err
 	}
 	startBackground(svc, blocklist, lc, log)
@@ -367,4 +374,37 @@ func sweep(ctx context.Context, svc *linkapi.Service, log *slog.Logger) {
 		return
 	}
 	log.Info("blocklist sweep done", "scanned", rep.Scanned, "disabled", len(rep.Disabled))
+}
+
+// wireWebhooks registers kurz.shortener.v1.WebhookService and starts the
+// webhook sender and the click batcher (link.clicked), which stop before
+// the stores close.
+func wireWebhooks(cfg Config, db *pgxpool.Pool, rdb *redis.ClusterClient, srv *server.Server, lc *server.Lifecycle, log *slog.Logger) error {
+	allow, err := cfg.Webhooks.Validate()
+	if err != nil {
+		return err
+	}
+	key := cfg.Webhooks.Key
+	if key == "" {
+		key = "derived from the code key\x00" + cfg.CodeKey
+	}
+	sealer, err := webhook.NewSealer(key)
+	if err != nil {
+		return err
+	}
+	targets := webhook.Targets{AllowHTTP: cfg.Webhooks.AllowHTTP, Allow: allow}
+	store := webhook.NewStore(db, cfg.Postgres.QueryTimeout)
+	sender, err := webhook.NewSender(cfg.Webhooks, store, sealer, targets, cfg.BaseURL, log.With("component", "webhooks"),
+		srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener/webhook"))
+	if err != nil {
+		return err
+	}
+	shortenerv1.RegisterWebhookServiceServer(srv.GRPC, webhook.NewAPI(cfg.Webhooks, store, sealer, targets, cfg.AllowAnonymous, log))
+	lc.Go("webhook sender", sender.Run)
+	clicks := webhook.NewClickBatcher(cfg.Webhooks, rdb, store, cfg.Webhooks.Streams, log.With("component", "webhook-clicks"))
+	lc.Go("webhook clicks", clicks.Run)
+	log.Info("webhooks configured", "allow_http", cfg.Webhooks.AllowHTTP, "allow_cidrs", cfg.Webhooks.AllowCIDRs,
+		"concurrency", cfg.Webhooks.Concurrency, "max_attempts", cfg.Webhooks.MaxAttempts, "retry_window", cfg.Webhooks.RetryWindow,
+		"dedicated_key", cfg.Webhooks.Key != "")
+	return nil
 }

@@ -181,9 +181,16 @@ func New(opts Options, d Deps) (*Service, error) {
 
 // tenant returns the caller's tenant from metadata, or anonymous if allowed.
 func (s *Service) tenant(ctx context.Context) (string, error) {
+	return Tenant(ctx, s.opts.AllowAnonymous)
+}
+
+// Tenant returns the caller's tenant from metadata: UNAUTHENTICATED without
+// one, unless allowAnonymous makes it "anonymous". Every shortener API
+// scopes its calls with it.
+func Tenant(ctx context.Context, allowAnonymous bool) (string, error) {
 	t := callmeta.Tenant(ctx)
 	switch {
-	case t == "" && s.opts.AllowAnonymous:
+	case t == "" && allowAnonymous:
 		return callmeta.AnonymousTenant, nil
 	case t == "":
 		return "", rpcerr.WithDetails(codes.Unauthenticated,

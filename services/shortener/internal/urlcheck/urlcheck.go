@@ -357,3 +357,13 @@ func OwnHost(s string) (string, error) {
 	}
 	return NormalizeHost(h)
 }
+
+// PublicIP reports whether a is a public unicast address: not loopback,
+// private, link-local, multicast, unspecified, carrier-grade NAT or
+// otherwise reserved (an IPv4-mapped address is judged by its IPv4 form).
+// The webhook sender checks every address it dials with it.
+func PublicIP(a netip.Addr) bool { return publicIP(a.Unmap()) }
+
+// LocalName reports whether host is a name that only resolves locally
+// (localhost, *.local, *.internal, ...).
+func LocalName(host string) bool { return localName(strings.ToLower(strings.TrimSuffix(host, "."))) }

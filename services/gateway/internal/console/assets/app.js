@@ -16,7 +16,7 @@ const $ = (id) => document.getElementById(id);
 const enc = encodeURIComponent;
 const num = (x) => Number(x || 0); // proto JSON sends int64 as strings
 
-const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: null, qrURL: '', statsCode: null };
+const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: null, qrURL: '', statsCode: null, webhook: '', deleting: '' };
 
 class APIError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -96,7 +96,7 @@ function countRender(id) {
 // --- navigation ---------------------------------------------------------
 
 function show(view) {
-  for (const v of ['signin', 'links', 'domains', 'stats']) $('view-' + v).hidden = v !== view;
+  for (const v of ['signin', 'links', 'domains', 'stats', 'webhooks']) $('view-' + v).hidden = v !== view;
 }
 
 // linkPath is a link's API path: /v1/links/<code>, with ?domain= (or, for
@@ -127,6 +127,10 @@ function route() {
   } else if (location.hash === '#/domains') {
     show('domains');
     loadDomains();
+  } else if (location.hash === '#/webhooks') {
+    show('webhooks');
+    $('webhook-secret-notice').hidden = true;
+    loadWebhooks();
   } else {
     show('links');
     loadLinks();
@@ -546,6 +550,123 @@ function chart(series, interval) {
   root.append(legend);
   return root;
 }
+
+// --- webhooks -----------------------------------------------------------
+
+// Delivery statuses as the API names them, and as the console shows them.
+const DELIVERY_STATUS = {
+  WEBHOOK_DELIVERY_STATUS_PENDING: 'pending', WEBHOOK_DELIVERY_STATUS_SUCCEEDED: 'succeeded', WEBHOOK_DELIVERY_STATUS_DEAD: 'dead',
+};
+
+async function loadWebhooks() {
+  $('webhooks-error').textContent = '';
+  try {
+    const r = await api('GET', '/v1/webhooks');
+    const list = r.webhooks || [];
+    $('webhooks-body').replaceChildren(...list.map(webhookRow));
+    $('webhooks-empty').hidden = list.length > 0;
+    if (state.webhook && !list.some((w) => w.id === state.webhook)) {
+      state.webhook = '';
+      $('deliveries').hidden = true;
+    }
+  } catch (e) {
+    $('webhooks-error').textContent = e.message;
+  } finally {
+    countRender('view-webhooks');
+  }
+}
+
+function webhookRow(w) {
+  return el('tr', { 'data-id': w.id },
+    el('td', {}, el('span', { class: 'target', title: w.url, text: w.url })),
+    el('td', {}, ...(w.events || []).map((e) => el('span', { class: 'tag', text: e }))),
+    el('td', { text: w.description || '—' }),
+    el('td', { text: w.createTime ? new Date(w.createTime).toLocaleString() : '' }),
+    el('td', { class: 'actions' },
+      button('Deliveries', 'deliveries', () => loadDeliveries(w.id)),
+      button('Delete', 'delete danger', () => confirmDeleteWebhook(w))));
+}
+
+$('webhook-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const events = [...document.querySelectorAll('#w-events input:checked')].map((i) => i.value);
+  $('webhook-form-error').textContent = '';
+  try {
+    const r = await api('POST', '/v1/webhooks', { url: $('w-url').value.trim(), events, description: $('w-description').value.trim() });
+    $('webhook-secret-id').textContent = r.webhook.id;
+    $('webhook-secret').textContent = r.secret;
+    $('webhook-secret-notice').hidden = false;
+    $('w-url').value = '';
+    $('w-description').value = '';
+  } catch (e) {
+    $('webhook-form-error').textContent = e.message;
+    return;
+  }
+  loadWebhooks();
+});
+
+async function loadDeliveries(id) {
+  state.webhook = id;
+  $('deliveries').hidden = false;
+  $('deliveries-webhook').textContent = id;
+  $('deliveries-error').textContent = '';
+  try {
+    const r = await api('GET', '/v1/webhooks/' + enc(id) + '/deliveries?page_size=20');
+    if (state.webhook === id) {
+      const list = r.deliveries || [];
+      $('deliveries-body').replaceChildren(...list.map(deliveryRow));
+      $('deliveries-empty').hidden = list.length > 0;
+    }
+  } catch (e) {
+    $('deliveries-error').textContent = e.message;
+  } finally {
+    countRender('deliveries');
+  }
+}
+
+function deliveryRow(d) {
+  const status = DELIVERY_STATUS[d.status] || 'unknown';
+  return el('tr', { 'data-id': d.id, 'data-status': status },
+    el('td', {}, el('code', { text: d.id })),
+    el('td', { text: d.eventType }),
+    el('td', { class: 'status ' + status, text: status }),
+    el('td', { text: String(d.attempts || 0) }),
+    el('td', {}, el('span', { class: 'target', title: d.lastError || '', text: d.lastError || '—' })),
+    el('td', { text: d.createTime ? new Date(d.createTime).toLocaleString() : '' }),
+    el('td', { class: 'actions' }, ...(status === 'dead' ? [button('Redeliver', 'redeliver', () => redeliver(d.id))] : [])));
+}
+
+async function redeliver(id) {
+  $('deliveries-error').textContent = '';
+  try {
+    await api('POST', '/v1/webhooks/' + enc(state.webhook) + '/deliveries/' + enc(id) + '/redeliver');
+  } catch (e) {
+    $('deliveries-error').textContent = e.message;
+    return;
+  }
+  loadDeliveries(state.webhook);
+}
+
+$('deliveries-refresh').addEventListener('click', () => loadDeliveries(state.webhook));
+
+function confirmDeleteWebhook(w) {
+  state.deleting = w.id;
+  $('webhook-confirm-url').textContent = w.url;
+  $('webhook-confirm-error').textContent = '';
+  $('webhook-confirm-dialog').showModal();
+}
+
+$('webhook-confirm-cancel').addEventListener('click', () => $('webhook-confirm-dialog').close());
+$('webhook-confirm-ok').addEventListener('click', async () => {
+  try {
+    await api('DELETE', '/v1/webhooks/' + enc(state.deleting));
+  } catch (e) {
+    $('webhook-confirm-error').textContent = e.message;
+    return;
+  }
+  $('webhook-confirm-dialog').close();
+  loadWebhooks();
+});
 
 // --- custom domains -----------------------------------------------------
 

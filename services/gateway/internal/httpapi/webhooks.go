@@ -1,0 +1,37 @@
+package httpapi
+
+import (
+	"net/url"
+	"strconv"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+)
+
+// maxWebhookID bounds the ids in webhook paths before a service sees them.
+const maxWebhookID = 64
+
+// pathWebhookID returns the path value name (a subscription's or a
+// delivery's id), refusing an empty or oversized one.
+func pathWebhookID(c *call, name string) (string, error) {
+	id := c.r.PathValue(name)
+	if id == "" || len(id) > maxWebhookID {
+		return "", badRequest("the " + name + " in the path must be 1 to 64 characters")
+	}
+	return id, nil
+}
+
+// checkDeliveriesPage refuses a page_size out of 1 to 100 and a status
+// that names no WebhookDeliveryStatus, with the message the client needs.
+func checkDeliveriesPage(_ *call, _ []byte, q url.Values) error {
+	if s := q.Get("page_size"); s != "" {
+		if n, err := strconv.Atoi(s); err != nil || n < 1 || n > 100 {
+			return badRequest("page_size must be a whole number from 1 to 100")
+		}
+	}
+	if s := q.Get("status"); s != "" {
+		if _, ok := shortenerv1.WebhookDeliveryStatus_value[s]; !ok {
+			return badRequest("status must be WEBHOOK_DELIVERY_STATUS_PENDING, _SUCCEEDED or _DEAD")
+		}
+	}
+	return nil
+}

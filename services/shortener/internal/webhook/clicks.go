@@ -1,0 +1,304 @@
+package webhook
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/clickevent"
+)
+
+const (
+	// clickReadCount bounds the entries one XREADGROUP takes from a shard.
+	clickReadCount = 500
+	// maxClickBatch bounds the entries held before a flush (memory): a
+	// batch this big is flushed before its interval ends.
+	maxClickBatch = 100_000
+	// clickTenantsTTL is how long the set of tenants subscribed to
+	// link.clicked is cached.
+	clickTenantsTTL = 5 * time.Second
+)
+
+// ClickBatcher turns the click streams into link.clicked deliveries: it
+// reads every shard through a consumer group of its own (analytics' group
+// is not touched), counts the clicks of links whose tenant subscribed to
+// link.clicked, and once per ClickInterval queues one delivery per link
+// and subscription, then acknowledges the entries. The delivery id is
+// derived from the subscription, the link and the batch's first entry, and
+// inserted with ON CONFLICT DO NOTHING, so a batch queued again after a
+// crash between the insert and the XACK is not queued twice. Entries of a
+// replica that died before its flush are claimed (XAUTOCLAIM) by another
+// after three intervals: counts are at least once. While no tenant
+// subscribes to link.clicked, the group is moved to the streams' ends
+// instead of reading them.
+type ClickBatcher struct {
+	cfg      Config
+	rdb      redis.Cmdable
+	db       *Store
+	keys     []string
+	consumer string
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	tenants  map[string]bool
+	loadedAt time.Time
+}
+
+// NewClickBatcher returns a batcher over the click streams of layout.
+func NewClickBatcher(cfg Config, rdb redis.Cmdable, store *Store, layout clickevent.StreamConfig, log *slog.Logger) *ClickBatcher {
+	return &ClickBatcher{cfg: cfg, rdb: rdb, db: store, keys: clickevent.StreamKeys(layout.Shards),
+		consumer: "shortener-" + strings.ToLower(rand.Text()[:10]), log: log}
+}
+
+// clickBatch is what a batcher holds between flushes.
+type clickBatch struct {
+	started time.Time
+	links   map[linkKey]*clickCount
+	acks    map[string][]string // stream key -> entry ids
+	entries int
+}
+
+type linkKey struct{ tenant, code string }
+
+type clickCount struct {
+	n           int
+	first, last time.Time
+	firstEntry  string // stream key and entry id of the first click, for the delivery id
+}
+
+func newClickBatch() *clickBatch {
+	return &clickBatch{started: time.Now(), links: map[linkKey]*clickCount{}, acks: map[string][]string{}}
+}
+
+// Run batches until ctx ends; what it holds then is left pending, to be
+// claimed again.
+func (b *ClickBatcher) Run(ctx context.Context) {
+	grouped := false
+	failing := false // the last read failed: logged once, until one succeeds
+	batch := newClickBatch()
+	for ctx.Err() == nil {
+		if !grouped {
+			grouped = b.ensureGroups(ctx) == nil
+		}
+		tenants, err := b.clickTenants(ctx)
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("webhook clicks: reading the subscriptions failed", "err", err)
+		}
+		read := 0
+		if len(tenants) == 0 && batch.entries == 0 && grouped {
+			b.skipToEnd(ctx)
+		} else if grouped {
+			var err error
+			read, err = b.read(ctx, tenants, batch)
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				b.log.Warn("webhook clicks: reading the click streams failed; retrying every poll interval", "err", err)
+				failing = true
+			case err == nil && failing:
+				b.log.Info("webhook clicks: reading the click streams again")
+				failing = false
+			}
+		}
+		if batch.entries > 0 && (time.Since(batch.started) >= b.cfg.ClickInterval || batch.entries >= maxClickBatch) {
+			b.claim(ctx, tenants, batch)
+			if err := b.flush(ctx, batch); err != nil {
+				if ctx.Err() == nil {
+					b.log.Warn("webhook clicks: queueing a batch failed; its clicks stay pending and are claimed again", "err", err)
+				}
+			}
+			batch = newClickBatch()
+		}
+		if read == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(b.cfg.PollInterval):
+			}
+		}
+	}
+}
+
+func (b *ClickBatcher) ensureGroups(ctx context.Context) error {
+	for _, key := range b.keys {
+		err := b.rdb.XGroupCreateMkStream(ctx, key, b.cfg.ClickGroup, "$").Err()
+		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+			if ctx.Err() == nil {
+				b.log.Warn("webhook clicks: creating the consumer group failed", "stream", key, "err", err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// skipToEnd moves the group to the streams' ends: with no subscriber,
+// nothing is owed, and a first subscriber must not get the backlog.
+func (b *ClickBatcher) skipToEnd(ctx context.Context) {
+	for _, key := range b.keys {
+		_ = b.rdb.XGroupSetID(ctx, key, b.cfg.ClickGroup, "$").Err()
+	}
+}
+
+// clickTenants returns the tenants with a link.clicked subscription
+// (cached for clickTenantsTTL).
+func (b *ClickBatcher) clickTenants(ctx context.Context) (map[string]bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tenants != nil && time.Since(b.loadedAt) < clickTenantsTTL {
+		return b.tenants, nil
+	}
+	ts, err := b.db.ClickTenants(ctx)
+	if err != nil {
+		return b.tenants, err
+	}
+	b.tenants, b.loadedAt = ts, time.Now()
+	return ts, nil
+}
+
+// read takes new entries from every shard into batch and returns how
+// many, and the first failure (the other shards are read all the same).
+func (b *ClickBatcher) read(ctx context.Context, tenants map[string]bool, batch *clickBatch) (int, error) {
+	n := 0
+	var first error
+	for _, key := range b.keys {
+		res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.cfg.ClickGroup, Consumer: b.consumer,
+			Streams: []string{key, ">"}, Count: clickReadCount, Block: -1}).Result()
+		if err != nil {
+			if !errors.Is(err, redis.Nil) && first == nil {
+				first = fmt.Errorf("%s: %w", key, err)
+			}
+			continue
+		}
+		for _, s := range res {
+			n += len(s.Messages)
+			batch.add(key, s.Messages, tenants)
+		}
+	}
+	return n, first
+}
+
+// claim takes over entries other consumers have held for three intervals
+// (a replica that died before its flush).
+func (b *ClickBatcher) claim(ctx context.Context, tenants map[string]bool, batch *clickBatch) {
+	for _, key := range b.keys {
+		msgs, _, err := b.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: key, Group: b.cfg.ClickGroup, Consumer: b.consumer,
+			MinIdle: 3 * b.cfg.ClickInterval, Start: "0-0", Count: clickReadCount}).Result()
+		if err == nil {
+			batch.add(key, msgs, tenants)
+		}
+	}
+}
+
+// add counts the clicks of subscribed tenants' links; every entry is
+// acknowledged at the flush, counted or not (a poison entry included).
+func (batch *clickBatch) add(key string, msgs []redis.XMessage, tenants map[string]bool) {
+	for _, m := range msgs {
+		batch.acks[key] = append(batch.acks[key], m.ID)
+		batch.entries++
+		ev, err := clickevent.Parse(m.Values)
+		if err != nil || !tenants[ev.Tenant] {
+			continue
+		}
+		k := linkKey{ev.Tenant, ev.Code}
+		c := batch.links[k]
+		if c == nil {
+			c = &clickCount{first: ev.Time, last: ev.Time, firstEntry: key + "/" + m.ID}
+			batch.links[k] = c
+		}
+		c.n++
+		if ev.Time.Before(c.first) {
+			c.first = ev.Time
+		}
+		if ev.Time.After(c.last) {
+			c.last = ev.Time
+		}
+	}
+}
+
+// clickData is a link.clicked event's data.
+type clickData struct {
+	Code           string    `json:"code"`
+	Clicks         int       `json:"clicks"`
+	FirstClickTime time.Time `json:"first_click_time"`
+	LastClickTime  time.Time `json:"last_click_time"`
+}
+
+// flush queues the batch's deliveries, then acknowledges its entries.
+func (b *ClickBatcher) flush(ctx context.Context, batch *clickBatch) error {
+	if len(batch.links) > 0 {
+		rows := make([]clickRow, 0, len(batch.links))
+		for k, c := range batch.links {
+			data, err := json.Marshal(clickData{Code: k.code, Clicks: c.n, FirstClickTime: c.first.UTC(), LastClickTime: c.last.UTC()})
+			if err != nil {
+				return err
+			}
+			rows = append(rows, clickRow{tenant: k.tenant, batchKey: k.code + "|" + c.firstEntry, data: data})
+		}
+		if err := b.db.QueueClicks(ctx, rows); err != nil {
+			return err
+		}
+	}
+	for key, ids := range batch.acks {
+		for len(ids) > 0 {
+			n := min(len(ids), 1000)
+			if err := b.rdb.XAck(ctx, key, b.cfg.ClickGroup, ids[:n]...).Err(); err != nil {
+				return fmt.Errorf("xack %s: %w", key, err)
+			}
+			ids = ids[n:]
+		}
+	}
+	return nil
+}
+
+// clickRow is one link's clicks of a batch, to queue for each of its
+// tenant's link.clicked subscriptions.
+type clickRow struct {
+	tenant, batchKey string
+	data             []byte
+}
+
+// ClickTenants returns the tenants with a link.clicked subscription.
+func (s *Store) ClickTenants(ctx context.Context) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT tenant FROM webhook_subscriptions WHERE 'link.clicked' = ANY (events)`)
+	if err != nil {
+		return nil, fmt.Errorf("click subscribers: %w", err)
+	}
+	ts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("click subscribers: %w", err)
+	}
+	out := make(map[string]bool, len(ts))
+	for _, t := range ts {
+		out[t] = true
+	}
+	return out, nil
+}
+
+// QueueClicks queues a link.clicked delivery per row and subscription, in
+// one transaction; a delivery already queued (the same id) is kept.
+func (s *Store) QueueClicks(ctx context.Context, rows []clickRow) error {
+	ctx, cancel := context.WithTimeout(ctx, 4*s.timeout)
+	defer cancel()
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		batch := &pgx.Batch{}
+		for _, r := range rows {
+			batch.Queue(`
+				INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data)
+				SELECT 'evt_' || md5(s.id || '|' || $2), s.id, $1, 'link.clicked', $3::jsonb
+				FROM webhook_subscriptions s
+				WHERE s.tenant = $1 AND 'link.clicked' = ANY (s.events)
+				ON CONFLICT (id) DO NOTHING`, r.tenant, r.batchKey, string(r.data))
+		}
+		return tx.SendBatch(ctx, batch).Close()
+	})
+}

@@ -1,0 +1,312 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"kurz.dev/pkg/linkdomain"
+	"kurz.dev/pkg/webhooksig"
+)
+
+const (
+	// maxBody bounds the body of one delivery; a bigger one is dead at once.
+	maxBody = 1 << 20
+	// maxAnswer bounds what is read of a receiver's answer (then dropped).
+	maxAnswer = 4 << 10
+	// maxErrorText bounds the answer's start kept in last_error.
+	maxErrorText = 200
+	// pruneEvery is how often finished deliveries past the retention go.
+	pruneEvery = 10 * time.Minute
+	// userAgent names the sender to receivers.
+	userAgent = "kurz-webhooks/1"
+)
+
+// Sender sends due deliveries: whenever it has a free slot (at most
+// Concurrency in flight, ConcurrencyPerSubscription per subscription) it
+// claims due deliveries to fill them, POSTs each and records the outcome;
+// with nothing due it waits PollInterval or until a slot frees.
+type Sender struct {
+	cfg     Config
+	store   *Store
+	sealer  *Sealer
+	client  *http.Client
+	baseURL string
+	log     *slog.Logger
+	now     func() time.Time
+	sent    metric.Int64Counter
+}
+
+// NewSender returns a Sender; baseURL prefixes the short URLs in events.
+func NewSender(cfg Config, store *Store, sealer *Sealer, targets Targets, baseURL string, log *slog.Logger, meter metric.Meter) (*Sender, error) {
+	cfg.ConcurrencyPerSubscription = min(cfg.ConcurrencyPerSubscription, cfg.Concurrency)
+	s := &Sender{cfg: cfg, store: store, sealer: sealer, client: targets.Client(cfg.Timeout), baseURL: baseURL, log: log, now: time.Now}
+	var errs [4]error
+	s.sent, errs[0] = meter.Int64Counter("kurz.shortener.webhook.attempts",
+		metric.WithDescription("Webhook delivery attempts, by outcome: succeeded, retry (failed, attempted again later) or dead (failed for good, until redelivered)"),
+		metric.WithUnit("{attempt}"))
+	pending, err1 := meter.Int64ObservableGauge("kurz.shortener.webhook.queue.pending",
+		metric.WithDescription("Webhook deliveries not delivered yet (due now, or waiting for a retry)"), metric.WithUnit("{delivery}"))
+	oldest, err2 := meter.Float64ObservableGauge("kurz.shortener.webhook.queue.oldest_age",
+		metric.WithDescription("How long the oldest pending webhook delivery has been queued (0: none)"), metric.WithUnit("s"))
+	lag, err3 := meter.Float64ObservableGauge("kurz.shortener.webhook.queue.lag",
+		metric.WithDescription("How long the most overdue webhook delivery has been due without an attempt (0: none); growing means no sender keeps up"),
+		metric.WithUnit("s"))
+	errs[1] = errors.Join(err1, err2, err3)
+	if errs[1] == nil {
+		_, errs[2] = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+			n, age, late, err := store.QueueStats(ctx)
+			if err != nil {
+				return err
+			}
+			o.ObserveInt64(pending, n)
+			o.ObserveFloat64(oldest, age.Seconds())
+			o.ObserveFloat64(lag, late.Seconds())
+			return nil
+		}, pending, oldest, lag)
+	}
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("webhook metrics: %w", err)
+	}
+	return s, nil
+}
+
+// lease is how long a claimed delivery is held: past the attempt's own
+// bound, so a live sender always finishes first.
+func (s *Sender) lease() time.Duration { return 2*s.cfg.Timeout + 5*time.Second }
+
+// Run sends until ctx ends. In-flight attempts are cancelled then; their
+// deliveries are due again once their lease passes.
+func (s *Sender) Run(ctx context.Context) {
+	tick := time.NewTicker(s.cfg.PollInterval)
+	defer tick.Stop()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		inFlight = 0
+		perSub   = map[string]int{}
+		freed    = make(chan struct{}, 1)
+	)
+	defer wg.Wait()
+	lastPrune := time.Time{}
+	failing := false // the last claim failed: logged once, until one succeeds
+	for ctx.Err() == nil {
+		mu.Lock()
+		free := s.cfg.Concurrency - inFlight
+		var busy []string
+		for id, n := range perSub {
+			if n >= s.cfg.ConcurrencyPerSubscription {
+				busy = append(busy, id)
+			}
+		}
+		mu.Unlock()
+		claimed := 0
+		if free > 0 {
+			batch, err := s.store.Claim(ctx, free, s.lease(), s.cfg.ConcurrencyPerSubscription, busy)
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				s.log.Warn("webhook deliveries: claim failed; retrying every poll interval", "err", err)
+				failing = true
+			case err == nil && failing:
+				s.log.Info("webhook deliveries: claiming again")
+				failing = false
+			}
+			claimed = len(batch)
+			mu.Lock()
+			inFlight += len(batch)
+			for _, c := range batch {
+				perSub[c.SubscriptionID]++
+			}
+			mu.Unlock()
+			for _, c := range batch {
+				wg.Go(func() {
+					s.deliver(ctx, c)
+					mu.Lock()
+					inFlight--
+					if perSub[c.SubscriptionID]--; perSub[c.SubscriptionID] == 0 {
+						delete(perSub, c.SubscriptionID)
+					}
+					mu.Unlock()
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				})
+			}
+		}
+		if time.Since(lastPrune) > pruneEvery {
+			lastPrune = time.Now()
+			if n, err := s.store.Prune(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+				s.log.Warn("webhook deliveries: prune failed", "err", err)
+			} else if n > 0 {
+				s.log.Info("webhook deliveries pruned", "deleted", n)
+			}
+		}
+		if claimed > 0 && claimed == free {
+			continue // maybe more is due: claim again once a slot frees
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		case <-freed:
+		}
+	}
+}
+
+// deliver makes one attempt of c and records how it went. An attempt cut
+// by the sender's own shutdown is not recorded: the lease brings it back.
+func (s *Sender) deliver(ctx context.Context, c claim) {
+	o := s.attempt(ctx, c)
+	if ctx.Err() != nil {
+		return
+	}
+	result := "succeeded"
+	if o.err != "" {
+		o.dead = c.Attempts >= s.cfg.MaxAttempts || o.dead
+		o.wait = s.backoff(c.Attempts)
+		if !o.dead && s.now().Add(o.wait).After(c.Queued.Add(s.cfg.RetryWindow)) {
+			o.dead = true
+		}
+		result = "retry"
+		if o.dead {
+			result = "dead"
+			o.wait = 0
+			s.log.Warn("webhook delivery dead", "id", c.ID, "subscription", c.SubscriptionID, "tenant", c.Tenant,
+				"attempts", c.Attempts, "err", o.err)
+		}
+	}
+	s.sent.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", result)))
+	if err := s.store.Finish(context.WithoutCancel(ctx), c.ID, c.Attempts, o); err != nil {
+		s.log.Warn("webhook delivery: recording the attempt failed (the delivery is retried when its lease passes)", "id", c.ID, "err", err)
+	}
+}
+
+// backoff is the wait after the n'th failed attempt: BackoffBase doubled
+// per earlier failure, at most BackoffMax, with "equal jitter" (between
+// half and all of it) so receivers that fail together are not retried in
+// lockstep.
+func (s *Sender) backoff(n int) time.Duration {
+	d := s.cfg.BackoffBase
+	for i := 1; i < n && d < s.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.BackoffMax)
+	return d/2 + rand.N(d/2+1)
+}
+
+// Event is the body of every delivery.
+type Event struct {
+	// ID is the event id: the receiver's idempotency key.
+	ID string `json:"id"`
+	// Type is link.created, link.updated or link.deleted.
+	Type string `json:"type"`
+	// Time is when the event happened, RFC 3339.
+	Time time.Time `json:"time"`
+	// Tenant is the subscription's (and the link's) tenant.
+	Tenant string `json:"tenant"`
+	// Data is the link as the event left it.
+	Data json.RawMessage `json:"data"`
+}
+
+// body returns the JSON body of c: the event, its data with short_url.
+// The queued data carries the link key (links.code, the click events'
+// code): on a custom domain it is split, as the API shows a link, into the
+// bare code and "domain", and the short URL is on that domain.
+func (s *Sender) body(c claim) ([]byte, error) {
+	var data map[string]any
+	if err := json.Unmarshal(c.Data, &data); err != nil {
+		return nil, err
+	}
+	if key, ok := data["code"].(string); ok {
+		domain, code := linkdomain.Split(key)
+		data["code"], data["short_url"] = code, strings.TrimSuffix(s.baseURL, "/")+"/"+code
+		if domain != "" {
+			data["domain"], data["short_url"] = domain, "https://"+domain+"/"+code
+		}
+	}
+	d, err := json.Marshal(data)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(Event{ID: c.ID, Type: c.EventType, Time: c.Created.UTC(), Tenant: c.Tenant, Data: d})
+}
+
+// attempt POSTs c once.
+func (s *Sender) attempt(ctx context.Context, c claim) outcome {
+	secret, err := s.sealer.Open(c.SubscriptionID, c.Sealed)
+	if err != nil {
+		return outcome{err: err.Error(), dead: true}
+	}
+	body, err := s.body(c)
+	if err != nil {
+		return outcome{err: "the event cannot be encoded: " + err.Error(), dead: true}
+	}
+	if len(body) > maxBody {
+		return outcome{err: fmt.Sprintf("the event is %d bytes, over the %d bytes a delivery may carry", len(body), maxBody), dead: true}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(body))
+	if err != nil {
+		return outcome{err: "bad url: " + err.Error(), dead: true}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", userAgent)
+	req.Header.Set("Kurz-Event-Id", c.ID)
+	req.Header.Set("Kurz-Event-Type", c.EventType)
+	req.Header.Set(webhooksig.Header, webhooksig.Sign(secret, s.now(), body))
+	resp, err := s.client.Do(req)
+	if err != nil {
+		switch {
+		case dialRefused(err):
+			return outcome{err: "refused: the receiver resolves to a non-public address"}
+		case timedOut(err):
+			return outcome{err: fmt.Sprintf("no answer within %s", s.cfg.Timeout)}
+		}
+		return outcome{err: "request failed: " + scrub(err.Error())}
+	}
+	defer resp.Body.Close()
+	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return outcome{status: resp.StatusCode}
+	}
+	msg := fmt.Sprintf("HTTP %d", resp.StatusCode)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		msg += " (redirects are not followed)"
+	}
+	if t := scrub(string(head)); t != "" {
+		msg += ": " + t
+	}
+	return outcome{status: resp.StatusCode, err: msg}
+}
+
+// scrub keeps the printable start of s, at most maxErrorText runes.
+func scrub(s string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if n == maxErrorText {
+			b.WriteString("…")
+			break
+		}
+		if !unicode.IsPrint(r) {
+			r = ' '
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return strings.TrimSpace(b.String())
+}

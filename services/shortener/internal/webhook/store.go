@@ -1,0 +1,323 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Delivery statuses, as stored.
+const (
+	statusPending   = "pending"
+	statusSucceeded = "succeeded"
+	statusDead      = "dead"
+)
+
+// Errors of the store.
+var (
+	errNotFound      = errors.New("not found")
+	errTooMany       = errors.New("too many subscriptions")
+	errNotRedelivery = errors.New("delivery is still pending")
+)
+
+// Subscription is a row of webhook_subscriptions, without its secret.
+type Subscription struct {
+	ID, Tenant, URL, Description string
+	Events                       []string
+	Created                      time.Time
+}
+
+// Delivery is a row of webhook_deliveries.
+type Delivery struct {
+	ID, SubscriptionID, Tenant, EventType string
+	Data                                  []byte
+	Status                                string
+	Attempts                              int
+	LastError                             string
+	LastStatus                            int
+	Created, Queued, NextAttempt          time.Time
+	LastAttempt                           *time.Time
+}
+
+// claim is a delivery the sender took, with what it needs to send it.
+type claim struct {
+	Delivery
+	URL    string
+	Sealed []byte
+}
+
+// Store keeps subscriptions and the delivery queue in PostgreSQL.
+type Store struct {
+	db      *pgxpool.Pool
+	timeout time.Duration
+}
+
+// NewStore returns a Store on db; every statement is bounded by timeout.
+func NewStore(db *pgxpool.Pool, timeout time.Duration) *Store {
+	return &Store{db: db, timeout: timeout}
+}
+
+// Create inserts sub with its sealed secret, unless its tenant already has
+// max subscriptions (checked under a per-tenant lock, so concurrent creates
+// cannot pass it together).
+func (s *Store) Create(ctx context.Context, sub Subscription, sealed []byte, max int) (Subscription, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('webhooks:' || $1, 0))`, sub.Tenant); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_subscriptions WHERE tenant = $1`, sub.Tenant).Scan(&n); err != nil {
+			return err
+		}
+		if n >= max {
+			return errTooMany
+		}
+		return tx.QueryRow(ctx, `
+			INSERT INTO webhook_subscriptions (id, tenant, url, events, description, secret)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at`,
+			sub.ID, sub.Tenant, sub.URL, sub.Events, sub.Description, sealed).Scan(&sub.Created)
+	})
+	if err != nil && !errors.Is(err, errTooMany) {
+		err = fmt.Errorf("create webhook: %w", err)
+	}
+	return sub, err
+}
+
+// List returns tenant's subscriptions, oldest first.
+func (s *Store) List(ctx context.Context, tenant string) ([]Subscription, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `
+		SELECT id, tenant, url, description, events, created_at FROM webhook_subscriptions
+		WHERE tenant = $1 ORDER BY created_at, id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list webhooks: %w", err)
+	}
+	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) {
+		var sub Subscription
+		err := r.Scan(&sub.ID, &sub.Tenant, &sub.URL, &sub.Description, &sub.Events, &sub.Created)
+		return sub, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list webhooks: %w", err)
+	}
+	return subs, nil
+}
+
+// Delete removes tenant's subscription id and its deliveries.
+func (s *Store) Delete(ctx context.Context, tenant, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_subscriptions WHERE id = $1 AND tenant = $2`, id, tenant)
+	if err != nil {
+		return fmt.Errorf("delete webhook: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return errNotFound
+	}
+	return nil
+}
+
+const deliveryColumns = `id, subscription_id, tenant, event_type, data, status, attempts, last_error,
+	last_status, created_at, queued_at, next_attempt_at, last_attempt_at`
+
+func scanDelivery(r pgx.Row, extra ...any) (Delivery, error) {
+	var d Delivery
+	err := r.Scan(append([]any{&d.ID, &d.SubscriptionID, &d.Tenant, &d.EventType, &d.Data, &d.Status, &d.Attempts,
+		&d.LastError, &d.LastStatus, &d.Created, &d.Queued, &d.NextAttempt, &d.LastAttempt}, extra...)...)
+	return d, err
+}
+
+// cursor is where a page of deliveries resumes: after (created, id).
+type cursor struct {
+	Created time.Time
+	ID      string
+}
+
+// Deliveries returns up to limit of tenant's subscription's deliveries,
+// newest first, after cur (nil: from the newest), in status (empty: any).
+// A subscription that is not the tenant's is errNotFound.
+func (s *Store) Deliveries(ctx context.Context, tenant, subID, status string, limit int, cur *cursor) ([]Delivery, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var exists bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE id = $1 AND tenant = $2)`,
+		subID, tenant).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	if !exists {
+		return nil, errNotFound
+	}
+	var after *time.Time
+	var afterID string
+	if cur != nil {
+		after, afterID = &cur.Created, cur.ID
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+		WHERE subscription_id = $1 AND tenant = $2 AND ($3 = '' OR status = $3)
+		  AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5))
+		ORDER BY created_at DESC, id DESC LIMIT $6`, subID, tenant, status, after, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) { return scanDelivery(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return ds, nil
+}
+
+// Redeliver queues tenant's finished (dead or succeeded) delivery id of
+// subID again, due now, with a fresh count of attempts and retry window.
+func (s *Store) Redeliver(ctx context.Context, tenant, subID, id string) (Delivery, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	d, err := scanDelivery(s.db.QueryRow(ctx, `
+		UPDATE webhook_deliveries SET status = 'pending', attempts = 0, queued_at = now(), next_attempt_at = now()
+		WHERE id = $1 AND subscription_id = $2 AND tenant = $3 AND status <> 'pending'
+		RETURNING `+deliveryColumns, id, subID, tenant))
+	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_deliveries
+			WHERE id = $1 AND subscription_id = $2 AND tenant = $3)`, id, subID, tenant).Scan(&exists); err != nil {
+			return Delivery{}, fmt.Errorf("redeliver: %w", err)
+		}
+		if exists {
+			return Delivery{}, errNotRedelivery
+		}
+		return Delivery{}, errNotFound
+	}
+	if err != nil {
+		return Delivery{}, fmt.Errorf("redeliver: %w", err)
+	}
+	return d, nil
+}
+
+// Claim takes up to n due deliveries for one attempt each, oldest due
+// first but at most perSub of any one subscription and none of the busy
+// ones (those the caller already sends as many of as it may): it counts
+// the attempt and pushes next_attempt_at lease ahead, so no other sender
+// takes them meanwhile, and a sender that dies leaves them due again once
+// the lease passes. Rows other senders hold are skipped, not waited for.
+func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, perSub int, busy []string) ([]claim, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if busy == nil {
+		busy = []string{}
+	}
+	rows, err := s.db.Query(ctx, `
+		WITH cand AS (
+			SELECT x.id FROM webhook_subscriptions s
+			CROSS JOIN LATERAL (
+				SELECT id, next_attempt_at FROM webhook_deliveries d
+				WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+				ORDER BY d.next_attempt_at LIMIT $3) x
+			WHERE s.id <> ALL ($4::text[])
+			ORDER BY x.next_attempt_at LIMIT $1),
+		due AS (
+			SELECT id FROM webhook_deliveries
+			WHERE id IN (SELECT id FROM cand) AND status = 'pending' AND next_attempt_at <= now()
+			FOR UPDATE SKIP LOCKED)
+		UPDATE webhook_deliveries d
+		SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
+		FROM due, webhook_subscriptions s
+		WHERE d.id = due.id AND s.id = d.subscription_id
+		RETURNING d.id, d.subscription_id, d.tenant, d.event_type, d.data, d.status, d.attempts, d.last_error,
+			d.last_status, d.created_at, d.queued_at, d.next_attempt_at, d.last_attempt_at, s.url, s.secret`,
+		n, lease.Seconds(), perSub, busy)
+	if err != nil {
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claim, error) {
+		var c claim
+		var err error
+		c.Delivery, err = scanDelivery(r, &c.URL, &c.Sealed)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim deliveries: %w", err)
+	}
+	return cs, nil
+}
+
+// outcome is how an attempt ended.
+type outcome struct {
+	status int    // HTTP status; 0: no answer
+	err    string // empty: delivered
+	dead   bool   // no further attempt
+	wait   time.Duration
+}
+
+// Finish records the attempt'th attempt of id, unless a later claim took
+// the delivery meanwhile (its lease passed).
+func (s *Store) Finish(ctx context.Context, id string, attempt int, o outcome) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	status := statusPending
+	switch {
+	case o.err == "":
+		status = statusSucceeded
+	case o.dead:
+		status = statusDead
+	}
+	_, err := s.db.Exec(ctx, `
+		UPDATE webhook_deliveries SET status = $3, last_status = $4, last_error = $5,
+			last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => $6)
+		WHERE id = $1 AND attempts = $2 AND status = 'pending'`,
+		id, attempt, status, o.status, o.err, o.wait.Seconds())
+	if err != nil {
+		return fmt.Errorf("record delivery %s: %w", id, err)
+	}
+	return nil
+}
+
+// pruneBatch bounds the rows one delete of Prune removes, so that each
+// statement stays within the query timeout however large the backlog.
+const pruneBatch = 5000
+
+// Prune deletes finished deliveries whose last attempt is older than
+// before, pruneBatch at a time, and returns how many it deleted.
+func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		n, err := s.pruneOnce(ctx, before)
+		total += n
+		if err != nil || n < pruneBatch {
+			return total, err
+		}
+	}
+}
+
+func (s *Store) pruneOnce(ctx context.Context, before time.Time) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
+		SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND last_attempt_at < $1 LIMIT $2)`, before, pruneBatch)
+	if err != nil {
+		return 0, fmt.Errorf("prune deliveries: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// QueueStats returns the pending deliveries, how long the oldest has been
+// queued, and how far the most overdue one is past its due time.
+func (s *Store) QueueStats(ctx context.Context) (pending int64, oldest, lag time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var o, l float64
+	err = s.db.QueryRow(ctx, `
+		SELECT count(*),
+			COALESCE(EXTRACT(EPOCH FROM now() - min(queued_at)), 0)::float8,
+			COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now())), 0)::float8
+		FROM webhook_deliveries WHERE status = 'pending'`).Scan(&pending, &o, &l)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("webhook queue: %w", err)
+	}
+	return pending, time.Duration(o * float64(time.Second)), time.Duration(l * float64(time.Second)), nil
+}

@@ -1,0 +1,130 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"kurz.dev/services/shortener/internal/urlcheck"
+)
+
+// maxURLLength bounds a receiver URL.
+const maxURLLength = 2048
+
+// Targets decides which receivers kurz may call: https (http only with
+// AllowHTTP), and only public addresses, or ones in an allow-listed range.
+// The address check runs on the resolved IP at dial time, so a name that
+// resolves to a public address when subscribed and a private one later
+// (DNS rebinding) is refused all the same.
+type Targets struct {
+	AllowHTTP bool
+	Allow     []netip.Prefix
+}
+
+// errNotAllowed marks a refused address.
+var errNotAllowed = errors.New("address not allowed")
+
+// allowed reports whether kurz may connect to a.
+func (t Targets) allowed(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range t.Allow {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return urlcheck.PublicIP(a)
+}
+
+// Check validates a receiver URL when it is subscribed and returns it
+// normalised; the problem is a sentence for the caller.
+func (t Targets) Check(raw string) (string, error) {
+	if raw == "" {
+		return "", errors.New("url is required")
+	}
+	if len(raw) > maxURLLength {
+		return "", fmt.Errorf("url is longer than %d characters", maxURLLength)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", errors.New("url is not a URL")
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && t.AllowHTTP:
+	case u.Scheme == "http":
+		return "", errors.New("url must be https (this server does not allow http receivers)")
+	default:
+		return "", errors.New("url must be an https URL")
+	}
+	if u.User != nil {
+		return "", errors.New("url must not carry a user name or password")
+	}
+	if u.Fragment != "" || u.Opaque != "" {
+		return "", errors.New("url must not have a fragment")
+	}
+	host := u.Hostname()
+	if host == "" {
+		return "", errors.New("url has no host")
+	}
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		if !t.allowed(a) {
+			return "", errors.New("url points to a private, loopback, link-local or otherwise non-public address")
+		}
+	} else if urlcheck.LocalName(host) && !t.allowed(netip.MustParseAddr("127.0.0.1")) {
+		return "", errors.New("url names a local host")
+	}
+	return u.String(), nil
+}
+
+// Client returns the HTTP client deliveries go through: no proxy (it would
+// hide the address dialled), every dialled address checked, redirects not
+// followed, each attempt bounded by timeout.
+func (t Targets) Client(timeout time.Duration) *http.Client {
+	d := &net.Dialer{
+		Timeout: timeout,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			host, _, err := net.SplitHostPort(address)
+			if err != nil {
+				return err
+			}
+			a, err := netip.ParseAddr(host)
+			if err != nil || !t.allowed(a) {
+				return fmt.Errorf("%w: %s is not a public address", errNotAllowed, host)
+			}
+			return nil
+		},
+	}
+	tr := &http.Transport{
+		Proxy:                  nil,
+		DialContext:            d.DialContext,
+		TLSHandshakeTimeout:    timeout,
+		ResponseHeaderTimeout:  timeout,
+		MaxIdleConns:           64,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: 16 << 10,
+	}
+	return &http.Client{
+		Transport: tr,
+		Timeout:   timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// dialRefused reports whether err is a refused address.
+func dialRefused(err error) bool { return errors.Is(err, errNotAllowed) }
+
+// timedOut reports whether err is a timeout.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}

@@ -1,0 +1,147 @@
+package webhook
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheckRefusesWhatNoOperatorAllowed(t *testing.T) {
+	var strict Targets
+	for _, raw := range []string{
+		"", "http://example.com/hook", "ftp://example.com/", "https://user:pw@example.com/",
+		"https://127.0.0.1/", "https://[::1]/", "https://10.0.0.8/", "https://169.254.169.254/latest",
+		"https://192.168.1.1/", "https://[fe80::1]/", "https://224.0.0.1/", "https://100.64.0.1/",
+		"https://[::ffff:127.0.0.1]/", "https://localhost/", "https://printer.local/", "https:///nohost",
+		"https://example.com/" + strings.Repeat("a", maxURLLength),
+	} {
+		if got, err := strict.Check(raw); err == nil {
+			t.Errorf("Check(%q) = %q, want an error", raw, got)
+		}
+	}
+	if _, err := strict.Check("https://hooks.example.com/kurz?x=1"); err != nil {
+		t.Errorf("a public https URL: %v", err)
+	}
+	lenient := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	for _, raw := range []string{"http://127.0.0.1:9/x", "http://localhost:9/"} {
+		if _, err := lenient.Check(raw); err != nil {
+			t.Errorf("allow-listed %q: %v", raw, err)
+		}
+	}
+	if _, err := lenient.Check("http://10.0.0.1/"); err == nil {
+		t.Error("10.0.0.1 is not in the allow-list")
+	}
+}
+
+// TestClientRefusesAtDialTime is the DNS rebinding guard: whatever a name
+// resolved to when subscribed, the address dialled is checked.
+func TestClientRefusesAtDialTime(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer srv.Close()
+	byName := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+
+	_, err := Targets{}.Client(time.Second).Post(byName, "application/json", nil)
+	if !dialRefused(err) {
+		t.Fatalf("POST %s without an allow-list: %v, want a refused dial", byName, err)
+	}
+	allowed := Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}}
+	resp, err := allowed.Client(time.Second).Post(byName, "application/json", nil)
+	if err != nil {
+		t.Fatalf("allow-listed: %v", err)
+	}
+	resp.Body.Close()
+}
+
+func TestClientDoesNotFollowRedirects(t *testing.T) {
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		http.Redirect(w, r, "/elsewhere", http.StatusFound)
+	}))
+	defer srv.Close()
+	c := Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}.Client(time.Second)
+	resp, err := c.Post(srv.URL, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || hits != 1 {
+		t.Fatalf("status %d after %d requests, want the 302 itself after 1", resp.StatusCode, hits)
+	}
+}
+
+func TestBackoffDoublesWithJitterWithinBounds(t *testing.T) {
+	s := &Sender{cfg: Config{BackoffBase: 10 * time.Second, BackoffMax: time.Minute}}
+	for n, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second, 4: time.Minute, 9: time.Minute} {
+		for range 50 {
+			if d := s.backoff(n); d < want/2 || d > want {
+				t.Fatalf("backoff(%d) = %s, want %s to %s", n, d, want/2, want)
+			}
+		}
+	}
+}
+
+func TestSealerOpensOnlyItsOwnSecrets(t *testing.T) {
+	a, _ := NewSealer(strings.Repeat("a", 32))
+	b, _ := NewSealer(strings.Repeat("b", 32))
+	secret := newSecret()
+	if len(secret) != len(secretPrefix)+43 {
+		t.Fatalf("secret %q", secret)
+	}
+	sealed := a.Seal("wh_1", secret)
+	if strings.Contains(string(sealed), secret[len(secretPrefix):]) {
+		t.Fatal("the sealed secret contains the secret")
+	}
+	if got, err := a.Open("wh_1", sealed); err != nil || got != secret {
+		t.Fatalf("Open = %q, %v", got, err)
+	}
+	if _, err := b.Open("wh_1", sealed); err == nil {
+		t.Error("another key opened it")
+	}
+	if _, err := a.Open("wh_2", sealed); err == nil {
+		t.Error("it opened as another subscription's secret")
+	}
+}
+
+func TestPageTokensRoundTripAndRefuseGarbage(t *testing.T) {
+	c := cursor{Created: time.Unix(1733300000, 123).UTC(), ID: "evt_x"}
+	got, err := decodeToken(encodeToken(c))
+	if err != nil || !got.Created.Equal(c.Created) || got.ID != c.ID {
+		t.Fatalf("round trip: %v %v", got, err)
+	}
+	for _, bad := range []string{"!!", "e30", strings.Repeat("A", 300)} {
+		if _, err := decodeToken(bad); err == nil {
+			t.Errorf("decodeToken(%q) accepted", bad)
+		}
+	}
+}
+
+func TestScrubKeepsAPrintableBoundedStart(t *testing.T) {
+	got := scrub("line1\nline2\x00" + strings.Repeat("x", 500))
+	if strings.ContainsAny(got, "\n\x00") || len([]rune(got)) > maxErrorText+1 {
+		t.Fatalf("scrub = %q", got)
+	}
+}
+
+// An event's data shows a link as the API does: the link key queued by the
+// trigger or the click batcher ("<domain>/<code>" on a custom domain) is
+// split into the bare code and the domain, and the short URL is on the
+// link's domain; a default-domain link has no domain field.
+func TestBodySplitsTheLinkKey(t *testing.T) {
+	s := &Sender{baseURL: "https://kurz.example/"}
+	for _, tc := range []struct{ data, want string }{
+		{`{"code":"1000ita","clicks":2}`, `{"clicks":2,"code":"1000ita","short_url":"https://kurz.example/1000ita"}`},
+		{`{"code":"go.acme.com/launch","clicks":2}`, `{"clicks":2,"code":"launch","domain":"go.acme.com","short_url":"https://go.acme.com/launch"}`},
+	} {
+		b, err := s.body(claim{Delivery: Delivery{ID: "evt_1", EventType: "link.clicked", Tenant: "acme", Data: []byte(tc.data)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), `"data":`+tc.want+`}`) {
+			t.Errorf("body of %s = %s, want data %s", tc.data, b, tc.want)
+		}
+	}
+}
