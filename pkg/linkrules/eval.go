@@ -1,0 +1,285 @@
+package linkrules
+
+import (
+	"net/netip"
+	"net/url"
+	"strings"
+)
+
+// program is a compiled Set.
+type program struct {
+	rules []crule
+	needs kind
+	cum   []uint64 // cumulative weights of the variants
+	total uint64
+	vary  string
+}
+
+type crule struct {
+	name  string
+	url   string
+	conds []ccond
+}
+
+// Request is what conditions test. The caller fills it on the stack; fields
+// a Set does not need (NeedsDevice, NeedsCountry) may stay zero.
+type Request struct {
+	// NowMs is the visit's time, Unix milliseconds.
+	NowMs int64
+	// Device is the visitor's device class (DeviceDesktop, DeviceIOS,
+	// DeviceAndroid).
+	Device int
+	// AcceptLanguage is the request's Accept-Language header.
+	AcceptLanguage string
+	// RawQuery is the request URL's query, still encoded.
+	RawQuery string
+	// Addr is the client address (pkg/clientip).
+	Addr netip.Addr
+	// Country returns Addr's country, "" when unknown; nil: no GeoIP
+	// database, and country conditions never hold. Called at most once.
+	Country func(netip.Addr) string
+
+	country     string
+	countryDone bool
+}
+
+// NeedsDevice reports whether some rule tests the device class.
+func (s *Set) NeedsDevice() bool { return s.prog != nil && s.prog.needs&kindDevice != 0 }
+
+// NeedsCountry reports whether some rule tests the country.
+func (s *Set) NeedsCountry() bool { return s.prog != nil && s.prog.needs&kindCountry != 0 }
+
+// HasRules reports whether s has rules to Match.
+func (s *Set) HasRules() bool { return s != nil && s.prog != nil && len(s.prog.rules) > 0 }
+
+// HasVariants reports whether s has variants to Pick.
+func (s *Set) HasVariants() bool { return s != nil && s.prog != nil && s.prog.total > 0 }
+
+// Vary is the Vary header value of an answer s chose: the request headers
+// its rules and variants read ("" when none).
+func (s *Set) Vary() string {
+	if s == nil || s.prog == nil {
+		return ""
+	}
+	return s.prog.vary
+}
+
+func vary(needs kind, variants bool) string {
+	var parts []string
+	if needs&kindDevice != 0 || variants {
+		parts = append(parts, "User-Agent")
+	}
+	if needs&kindLanguage != 0 {
+		parts = append(parts, "Accept-Language")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Match returns the URL and name of the first rule whose conditions all
+// hold for req; ok is false when none does (or s is nil or not compiled).
+func (s *Set) Match(req *Request) (target, name string, ok bool) {
+	if s == nil || s.prog == nil {
+		return "", "", false
+	}
+	for i := range s.prog.rules {
+		r := &s.prog.rules[i]
+		if r.matches(req) {
+			return r.url, r.name, true
+		}
+	}
+	return "", "", false
+}
+
+func (r *crule) matches(req *Request) bool {
+	for i := range r.conds {
+		if !r.conds[i].holds(req) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *ccond) holds(req *Request) bool {
+	switch c.kind {
+	case kindDevice:
+		return c.devices&(1<<req.Device) != 0
+	case kindLanguage:
+		return acceptsLanguage(req.AcceptLanguage, c.values)
+	case kindQuery:
+		return hasParam(req.RawQuery, c.param, c.value, c.hasValue)
+	case kindCIDR:
+		if !req.Addr.IsValid() {
+			return false
+		}
+		a := req.Addr.Unmap()
+		for _, p := range c.prefixes {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	case kindCountry:
+		if !req.countryDone {
+			req.countryDone = true
+			if req.Country != nil && req.Addr.IsValid() {
+				req.country = req.Country(req.Addr)
+			}
+		}
+		if req.country == "" {
+			return false
+		}
+		for _, v := range c.values {
+			if strings.EqualFold(v, req.country) {
+				return true
+			}
+		}
+		return false
+	case kindTime:
+		return req.NowMs >= c.from && (c.until == 0 || req.NowMs < c.until)
+	}
+	return false
+}
+
+// Pick returns the URL and name of the variant whose share of the weights
+// holds bucket (any uniformly spread number, see Sticky); ok is false when s
+// has no variants.
+func (s *Set) Pick(bucket uint64) (target, name string, ok bool) {
+	if !s.HasVariants() {
+		return "", "", false
+	}
+	b := bucket % s.prog.total
+	for i, c := range s.prog.cum {
+		if b < c {
+			v := &s.Variants[i]
+			return v.URL, v.Name, true
+		}
+	}
+	return "", "", false // unreachable: b < total = cum[last]
+}
+
+// maxLanguageItems bounds the Accept-Language entries read per condition.
+const maxLanguageItems = 32
+
+// acceptsLanguage reports whether header names, with a quality above 0, a
+// tag in one of ranges (lower case). "*" names no particular language and
+// matches nothing; a malformed quality counts as 1.
+func acceptsLanguage(header string, ranges []string) bool {
+	for n := 0; header != "" && n < maxLanguageItems; n++ {
+		var item string
+		item, header, _ = strings.Cut(header, ",")
+		tag, params, _ := strings.Cut(item, ";")
+		tag = strings.TrimSpace(tag)
+		if tag == "" || tag == "*" || zeroQuality(params) {
+			continue
+		}
+		for _, r := range ranges {
+			if len(tag) >= len(r) && strings.EqualFold(tag[:len(r)], r) && (len(tag) == len(r) || tag[len(r)] == '-') {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// zeroQuality reports whether an Accept-Language entry's parameters say
+// q=0 (also "0.0", "0.000").
+func zeroQuality(params string) bool {
+	for params != "" {
+		var p string
+		p, params, _ = strings.Cut(params, ";")
+		p = strings.TrimSpace(p)
+		if len(p) < 2 || p[0]|0x20 != 'q' || p[1] != '=' {
+			continue
+		}
+		v := strings.TrimSpace(p[2:])
+		if v == "" || v[0] != '0' {
+			return false
+		}
+		for i := 1; i < len(v); i++ {
+			if v[i] != '0' && !(i == 1 && v[i] == '.') {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// maxQueryParams bounds the query parameters read per condition.
+const maxQueryParams = 100
+
+// hasParam reports whether rawQuery has parameter name (with value, when
+// withValue). Names and values are compared decoded; decoding allocates,
+// and happens only for a name or value that is encoded.
+func hasParam(rawQuery, name, value string, withValue bool) bool {
+	for n := 0; rawQuery != "" && n < maxQueryParams; n++ {
+		var pair string
+		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if !equalDecoded(k, name) {
+			continue
+		}
+		if !withValue || equalDecoded(v, value) {
+			return true
+		}
+	}
+	return false
+}
+
+// equalDecoded compares an encoded query component with a decoded string.
+func equalDecoded(encoded, want string) bool {
+	if !strings.ContainsAny(encoded, "%+") {
+		return encoded == want
+	}
+	d, err := url.QueryUnescape(encoded)
+	return err == nil && d == want
+}
+
+// Sticky maps a visitor of a link to a bucket for Pick: a keyed hash of the
+// visitor's key, User-Agent and the link's code, so one visitor keeps one
+// variant while the weights are unchanged, and different links split their
+// visitors independently. The key (from a secret salt) keeps assignments
+// unpredictable to outsiders; it is not a security boundary.
+type Sticky struct{ seed uint64 }
+
+// NewSticky returns the hasher of salt.
+func NewSticky(salt []byte) Sticky {
+	h := uint64(fnvOffset)
+	for _, b := range []byte("kurz variant\x00") {
+		h = (h ^ uint64(b)) * fnvPrime
+	}
+	for _, b := range salt {
+		h = (h ^ uint64(b)) * fnvPrime
+	}
+	return Sticky{seed: mix(h)}
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+// Bucket returns the visitor's bucket for code. It allocates nothing.
+func (s Sticky) Bucket(visitor, userAgent, code string) uint64 {
+	h := s.seed ^ fnvOffset
+	h = fnv(h, visitor)
+	h = (h ^ 0xff) * fnvPrime
+	h = fnv(h, userAgent)
+	h = (h ^ 0xff) * fnvPrime
+	h = fnv(h, code)
+	return mix(h ^ s.seed)
+}
+
+func fnv(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
+}
+
+// mix is splitmix64's finaliser: every input bit affects every output bit.
+func mix(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
