@@ -24,6 +24,13 @@
 //	ua           User-Agent, at most MaxTextLen bytes
 //	ref          Referer, at most MaxTextLen bytes
 //	traceparent  W3C trace context of the redirect request ("" if none)
+//
+// Optional fields, absent when empty (an absent field reads as ""), so that
+// events of an older redirect still decode and plain clicks stay as they
+// were:
+//
+//	rule         name of the link's redirect rule that chose the destination
+//	variant      name of the link's A/B-test variant that chose it
 package clickevent
 
 import (
@@ -57,6 +64,8 @@ const (
 	FieldUserAgent   = "ua"
 	FieldReferrer    = "ref"
 	FieldTraceParent = "traceparent"
+	FieldRule        = "rule"
+	FieldVariant     = "variant"
 )
 
 // MaxTextLen bounds the user agent and referrer kept in an event.
@@ -117,11 +126,15 @@ type Event struct {
 	UserAgent   string
 	Referrer    string
 	TraceParent string
+	// Rule and Variant name the link's rule or variant that chose the
+	// destination; empty for a plain redirect.
+	Rule    string
+	Variant string
 }
 
 // Values returns the entry's field/value pairs for XADD, in a fixed order.
 func (e Event) Values() []string {
-	return []string{
+	v := []string{
 		FieldVersion, Version,
 		FieldID, e.ID,
 		FieldCode, e.Code,
@@ -132,6 +145,23 @@ func (e Event) Values() []string {
 		FieldReferrer, Truncate(e.Referrer),
 		FieldTraceParent, e.TraceParent,
 	}
+	if e.Rule != "" {
+		v = append(v, FieldRule, truncateName(e.Rule))
+	}
+	if e.Variant != "" {
+		v = append(v, FieldVariant, truncateName(e.Variant))
+	}
+	return v
+}
+
+// MaxNameLen bounds a rule or variant name kept in an event.
+const MaxNameLen = 64
+
+func truncateName(s string) string {
+	if len(s) > MaxNameLen {
+		return s[:MaxNameLen]
+	}
+	return s
 }
 
 // Parse reads an entry's values (as go-redis returns them in XMessage.Values).
@@ -153,6 +183,7 @@ func Parse(values map[string]any) (Event, error) {
 		ID: get(FieldID), Code: get(FieldCode), Tenant: get(FieldTenant), Time: time.UnixMilli(ms),
 		Visitor: get(FieldVisitor), UserAgent: Truncate(get(FieldUserAgent)), Referrer: Truncate(get(FieldReferrer)),
 		TraceParent: get(FieldTraceParent),
+		Rule:        truncateName(get(FieldRule)), Variant: truncateName(get(FieldVariant)),
 	}
 	if e.ID == "" || e.Code == "" {
 		return Event{}, errors.New("clickevent: id and code are required")

@@ -12,7 +12,7 @@ type program struct {
 	needs kind
 	cum   []uint64 // cumulative weights of the variants
 	total uint64
-	vary  string
+	vary  []string // nil, or one value
 }
 
 type crule struct {
@@ -55,16 +55,18 @@ func (s *Set) HasRules() bool { return s != nil && s.prog != nil && len(s.prog.r
 // HasVariants reports whether s has variants to Pick.
 func (s *Set) HasVariants() bool { return s != nil && s.prog != nil && s.prog.total > 0 }
 
-// Vary is the Vary header value of an answer s chose: the request headers
-// its rules and variants read ("" when none).
-func (s *Set) Vary() string {
+// Vary is the Vary header of an answer s chose, as the values of an
+// http.Header: the request headers its rules and variants read (nil when
+// none). The slice is shared: callers must not modify it (appending copies
+// it, as its capacity is its length).
+func (s *Set) Vary() []string {
 	if s == nil || s.prog == nil {
-		return ""
+		return nil
 	}
 	return s.prog.vary
 }
 
-func vary(needs kind, variants bool) string {
+func vary(needs kind, variants bool) []string {
 	var parts []string
 	if needs&kindDevice != 0 || variants {
 		parts = append(parts, "User-Agent")
@@ -72,7 +74,10 @@ func vary(needs kind, variants bool) string {
 	if needs&kindLanguage != 0 {
 		parts = append(parts, "Accept-Language")
 	}
-	return strings.Join(parts, ", ")
+	if len(parts) == 0 {
+		return nil
+	}
+	return []string{strings.Join(parts, ", ")}
 }
 
 // Match returns the URL and name of the first rule whose conditions all

@@ -50,23 +50,26 @@ func DeviceOf(ua string) Device {
 // target of its device class if the link has one, else the link's URL.
 // Links without targets never look at ua.
 func Target(e linkcache.Entry, ua string) string {
+	if u := deviceTarget(e, ua); u != "" {
+		return u
+	}
+	return e.URL
+}
+
+// deviceTarget is the entry's target for ua's device class, "" when it has
+// none.
+func deviceTarget(e linkcache.Entry, ua string) string {
 	t := e.Targets
 	if t == nil {
-		return e.URL
+		return ""
 	}
-	var u string
 	switch DeviceOf(ua) {
 	case IOS:
-		u = t.IOS
+		return t.IOS
 	case Android:
-		u = t.Android
-	default:
-		u = t.Desktop
+		return t.Android
 	}
-	if u == "" {
-		return e.URL
-	}
-	return u
+	return t.Desktop
 }
 
 // previewTokens are lowercase substrings of the User-Agents of link-preview

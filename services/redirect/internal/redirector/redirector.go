@@ -10,7 +10,10 @@
 // on Redis; past the limit 410, and 503 when Redis cannot count); a password
 // (GET shows a form, POST /{code} checks it after the limiter and a CSRF
 // token). HEAD requests and link-preview fetchers see a protected link's
-// status, never its target, and spend no visit.
+// status, never its target, and spend no visit. Redirect rules and A/B-test
+// variants (pkg/linkrules) choose the destination after the password and
+// visit checks, from the cached entry (see destination); their answers are
+// "private, max-age=0" so no shared cache keeps one visitor's choice.
 package redirector
 
 import (
@@ -21,6 +24,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"sync"
@@ -39,6 +43,7 @@ import (
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkpass"
+	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/redirect/internal/resolve"
 )
@@ -84,6 +89,9 @@ type Config struct {
 	// client IP (see WalkBound, CheckWalkBound); past them 429.
 	WalkRate  float64
 	WalkBurst int
+	// Country returns the ISO 3166-1 alpha-2 code of a client address's
+	// country, "" when unknown; nil when no GeoIP database is configured.
+	Country func(netip.Addr) string
 }
 
 // Clicks receives click events; Record must not block.
@@ -119,6 +127,7 @@ type Handler struct {
 	tokens   formTokens
 	argon    chan struct{}
 	visitors *clickevent.Visitors
+	sticky   linkrules.Sticky
 	requests metric.Int64Counter
 	latency  metric.Float64Histogram
 	attempts metric.Int64Counter
@@ -145,7 +154,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
 		clicks: d.Clicks, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
-		visitors: clickevent.NewVisitors(cfg.VisitorSalt), walk: walk}
+		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk}
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
 		metric.WithUnit("{request}")); err != nil {
@@ -193,7 +202,8 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(attribute.String("kurz.code", code))
 
-	ip := h.clientIP(r)
+	addr := h.cfg.Clients.Client(r)
+	ip := h.cfg.Keying.Key(addr)
 	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, code, tier) })
 	if err != nil {
 		status := h.refuse(w, err)
@@ -202,7 +212,7 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Source", string(res.Source))
 	span.SetAttributes(attribute.String("kurz.source", string(res.Source)))
-	status := h.visit(w, r, code, ip, res.Entry, start)
+	status := h.visit(w, r, code, client{addr, ip}, res.Entry, start)
 	h.count(ctx, start, string(res.Source), status)
 }
 
@@ -210,7 +220,7 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 // status. Ordinary links redirect without any other I/O. A HEAD, or a GET by
 // a link-preview fetcher, never reveals a protected link's target nor spends
 // a visit.
-func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code, ip string, e linkcache.Entry, start time.Time) int {
+func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code string, c client, e linkcache.Entry, start time.Time) int {
 	if status, done := h.inactive(w, e, start); done {
 		return status
 	}
@@ -252,9 +262,10 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code, ip string,
 			return h.unavailable(w)
 		}
 	}
-	status := h.redirect(w, e, Target(e, ua), e.MaxVisits > 0, h.status(e))
+	d := h.destination(r, code, c, e, start)
+	status := h.redirect(w, e, d.url, e.MaxVisits > 0, h.status(e))
 	if r.Method == http.MethodGet {
-		h.record(ctx, r, code, e.Tenant, ip, start)
+		h.record(ctx, r, code, e.Tenant, c.key, start, d)
 	}
 	return status
 }
@@ -273,14 +284,15 @@ func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("kurz.code", code))
-	ip := h.clientIP(r)
+	addr := h.cfg.Clients.Client(r)
+	ip := h.cfg.Keying.Key(addr)
 	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, code, tier) })
 	if err != nil {
 		h.count(ctx, start, "none", h.refuse(w, err))
 		return
 	}
 	w.Header().Set("X-Source", string(res.Source))
-	status := h.attempt(w, r, code, ip, res.Entry, start)
+	status := h.attempt(w, r, code, client{addr, ip}, res.Entry, start)
 	h.count(ctx, start, string(res.Source), status)
 }
 
@@ -302,7 +314,8 @@ func readForm(w http.ResponseWriter, r *http.Request) int {
 	return 0
 }
 
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code, ip string, e linkcache.Entry, start time.Time) int {
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code string, c client, e linkcache.Entry, start time.Time) int {
+	ip := c.key
 	if status, done := h.inactive(w, e, start); done {
 		return status
 	}
@@ -371,8 +384,9 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code, ip strin
 		Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
 	// 303 whatever the link's type: the browser follows with a GET, where
 	// a 307/308 would re-post the form, password included, to the target.
-	status := h.redirect(w, e, Target(e, r.UserAgent()), true, http.StatusSeeOther)
-	h.record(ctx, r, code, e.Tenant, ip, start)
+	dest := h.destination(r, code, c, e, start)
+	status := h.redirect(w, e, dest.url, true, http.StatusSeeOther)
+	h.record(ctx, r, code, e.Tenant, ip, start, dest)
 	return status
 }
 
@@ -408,6 +422,14 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 	switch {
 	case noStore:
 		hdr.Set("Cache-Control", "no-store")
+	case e.Rules != nil:
+		// Rules and variants answer each visitor on their own: no shared
+		// cache may keep one visitor's answer, nor the visitor's browser
+		// past a rule's time window.
+		if v := e.Rules.Vary(); v != nil {
+			hdr["Vary"] = v // shared, computed once per entry
+		}
+		hdr.Set("Cache-Control", "private, max-age=0")
 	case e.Targets != nil:
 		hdr.Set("Vary", "User-Agent")
 		if permanent {
@@ -428,7 +450,7 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 }
 
 // record appends the click of a redirect, without waiting.
-func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip string, start time.Time) {
+func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip string, start time.Time, d destination) {
 	var parent string
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		carrier := propagation.MapCarrier{}
@@ -440,6 +462,7 @@ func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip 
 		ID: clickevent.NewID(start), Code: code, Tenant: tenant, Time: start,
 		Visitor:   h.visitors.Visitor(start, ip, ua),
 		UserAgent: ua, Referrer: r.Referer(), TraceParent: parent,
+		Rule: d.rule, Variant: d.variant,
 	})
 }
 
@@ -490,10 +513,11 @@ func (h *Handler) gate(ctx context.Context, ip, code string, tier resolve.Tier) 
 	return &resolve.Denied{RetryAfter: d.RetryAfter}
 }
 
-// clientIP is the key of r's client (pkg/clientip): its limits and visitor
-// hash are kept under it.
-func (h *Handler) clientIP(r *http.Request) string {
-	return h.cfg.Keying.Key(h.cfg.Clients.Client(r))
+// client is a request's client: its address (pkg/clientip) and the key of
+// its limits and visitor hash.
+type client struct {
+	addr netip.Addr
+	key  string
 }
 
 func (h *Handler) count(ctx context.Context, start time.Time, source string, status int) {
