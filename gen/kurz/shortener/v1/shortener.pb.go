@@ -177,6 +177,15 @@ type Link struct {
 	// Per-device destinations, chosen by the visitor's user agent; long_url
 	// serves every device without a target of its own.
 	DeviceTargets *DeviceTargets `protobuf:"bytes,14,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
+	// Redirect rules, tried in order after the password and visit checks:
+	// the first whose conditions all hold chooses the destination. Visits no
+	// rule matches go to the device target, else a variant, else long_url.
+	// At most 20; each destination is validated like long_url.
+	Rules []*RedirectRule `protobuf:"bytes,15,rep,name=rules,proto3" json:"rules,omitempty"`
+	// A/B-test destinations: the visits no rule and no device target took
+	// are split by weight, sticky per visitor (client address and user
+	// agent). At most 10.
+	Variants      []*Variant `protobuf:"bytes,16,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +318,353 @@ func (x *Link) GetDeviceTargets() *DeviceTargets {
 	return nil
 }
 
+func (x *Link) GetRules() []*RedirectRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *Link) GetVariants() []*Variant {
+	if x != nil {
+		return x.Variants
+	}
+	return nil
+}
+
+// RedirectRule sends the visits matching all its conditions to url.
+type RedirectRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Labels the rule on clicks and in statistics: 1 to 32 characters of
+	// a-z, 0-9, '.', '_' or '-', unique among the link's rules.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// 1 to 8 conditions, all of which must hold.
+	Conditions []*RuleCondition `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// An http(s) URL, validated like long_url.
+	Url           string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedirectRule) Reset() {
+	*x = RedirectRule{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedirectRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedirectRule) ProtoMessage() {}
+
+func (x *RedirectRule) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedirectRule.ProtoReflect.Descriptor instead.
+func (*RedirectRule) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RedirectRule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RedirectRule) GetConditions() []*RuleCondition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *RedirectRule) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// RuleCondition is one test of a visit: exactly one of its fields is set.
+// A field with several values holds when any one does.
+type RuleCondition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The visitor's device class, by user agent: "ios", "android", "desktop".
+	Devices []string `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
+	// Language ranges ("de", "en-US") matched against the Accept-Language
+	// tags whose quality is above 0: "de" matches "de" and "de-AT".
+	Languages []string `protobuf:"bytes,2,rep,name=languages,proto3" json:"languages,omitempty"`
+	// A query parameter of the short URL's request.
+	Query *QueryCondition `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
+	// The client address (as the redirect's trusted proxies report it) is in
+	// one of these prefixes, e.g. "203.0.113.0/24", "2001:db8::/32".
+	Cidrs []string `protobuf:"bytes,4,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
+	// The client's country, ISO 3166-1 alpha-2 ("DE"). Holds only when the
+	// redirect has a GeoIP database (KURZ_GEOIP_DB).
+	Countries []string `protobuf:"bytes,5,rep,name=countries,proto3" json:"countries,omitempty"`
+	// The visit falls in this window (UTC).
+	Time          *TimeWindow `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuleCondition) Reset() {
+	*x = RuleCondition{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuleCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuleCondition) ProtoMessage() {}
+
+func (x *RuleCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuleCondition.ProtoReflect.Descriptor instead.
+func (*RuleCondition) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RuleCondition) GetDevices() []string {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetLanguages() []string {
+	if x != nil {
+		return x.Languages
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetQuery() *QueryCondition {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetCidrs() []string {
+	if x != nil {
+		return x.Cidrs
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetCountries() []string {
+	if x != nil {
+		return x.Countries
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetTime() *TimeWindow {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// QueryCondition tests one query parameter, compared decoded.
+type QueryCondition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The parameter's name, 1 to 128 bytes.
+	Param string `protobuf:"bytes,1,opt,name=param,proto3" json:"param,omitempty"`
+	// When set, the value the parameter must have (at most 128 bytes); when
+	// unset the parameter only has to be present.
+	Value         *string `protobuf:"bytes,2,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryCondition) Reset() {
+	*x = QueryCondition{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryCondition) ProtoMessage() {}
+
+func (x *QueryCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryCondition.ProtoReflect.Descriptor instead.
+func (*QueryCondition) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *QueryCondition) GetParam() string {
+	if x != nil {
+		return x.Param
+	}
+	return ""
+}
+
+func (x *QueryCondition) GetValue() string {
+	if x != nil && x.Value != nil {
+		return *x.Value
+	}
+	return ""
+}
+
+// TimeWindow is [from, until); either side may be open, not both.
+type TimeWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Until         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeWindow) Reset() {
+	*x = TimeWindow{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeWindow) ProtoMessage() {}
+
+func (x *TimeWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeWindow.ProtoReflect.Descriptor instead.
+func (*TimeWindow) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TimeWindow) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *TimeWindow) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+// Variant is one weighted destination of an A/B test.
+type Variant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Labels the variant on clicks and in statistics, like a rule's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// An http(s) URL, validated like long_url.
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// The variant's share is weight over the sum of weights: 1 to 1000.
+	Weight        int32 `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Variant) Reset() {
+	*x = Variant{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Variant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Variant) ProtoMessage() {}
+
+func (x *Variant) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Variant.ProtoReflect.Descriptor instead.
+func (*Variant) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Variant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Variant) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Variant) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
 // DeviceTargets are optional destinations per device class. Each is an
 // http(s) URL validated like long_url; empty means long_url.
 type DeviceTargets struct {
@@ -324,7 +680,7 @@ type DeviceTargets struct {
 
 func (x *DeviceTargets) Reset() {
 	*x = DeviceTargets{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +692,7 @@ func (x *DeviceTargets) String() string {
 func (*DeviceTargets) ProtoMessage() {}
 
 func (x *DeviceTargets) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +705,7 @@ func (x *DeviceTargets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceTargets.ProtoReflect.Descriptor instead.
 func (*DeviceTargets) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{1}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeviceTargets) GetIosUrl() string {
@@ -390,13 +746,17 @@ type CreateLinkRequest struct {
 	Password string `protobuf:"bytes,8,opt,name=password,proto3" json:"password,omitempty"`
 	// See Link.device_targets.
 	DeviceTargets *DeviceTargets `protobuf:"bytes,9,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
+	// See Link.rules.
+	Rules []*RedirectRule `protobuf:"bytes,10,rep,name=rules,proto3" json:"rules,omitempty"`
+	// See Link.variants.
+	Variants      []*Variant `protobuf:"bytes,11,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateLinkRequest) Reset() {
 	*x = CreateLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +768,7 @@ func (x *CreateLinkRequest) String() string {
 func (*CreateLinkRequest) ProtoMessage() {}
 
 func (x *CreateLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +781,7 @@ func (x *CreateLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLinkRequest.ProtoReflect.Descriptor instead.
 func (*CreateLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{2}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateLinkRequest) GetLongUrl() string {
@@ -487,6 +847,20 @@ func (x *CreateLinkRequest) GetDeviceTargets() *DeviceTargets {
 	return nil
 }
 
+func (x *CreateLinkRequest) GetRules() []*RedirectRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *CreateLinkRequest) GetVariants() []*Variant {
+	if x != nil {
+		return x.Variants
+	}
+	return nil
+}
+
 type CreateLinkResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Link          *Link                  `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
@@ -496,7 +870,7 @@ type CreateLinkResponse struct {
 
 func (x *CreateLinkResponse) Reset() {
 	*x = CreateLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +882,7 @@ func (x *CreateLinkResponse) String() string {
 func (*CreateLinkResponse) ProtoMessage() {}
 
 func (x *CreateLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +895,7 @@ func (x *CreateLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLinkResponse.ProtoReflect.Descriptor instead.
 func (*CreateLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{3}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateLinkResponse) GetLink() *Link {
@@ -540,7 +914,7 @@ type GetLinkRequest struct {
 
 func (x *GetLinkRequest) Reset() {
 	*x = GetLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +926,7 @@ func (x *GetLinkRequest) String() string {
 func (*GetLinkRequest) ProtoMessage() {}
 
 func (x *GetLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,7 +939,7 @@ func (x *GetLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLinkRequest.ProtoReflect.Descriptor instead.
 func (*GetLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{4}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetLinkRequest) GetCode() string {
@@ -584,7 +958,7 @@ type GetLinkResponse struct {
 
 func (x *GetLinkResponse) Reset() {
 	*x = GetLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +970,7 @@ func (x *GetLinkResponse) String() string {
 func (*GetLinkResponse) ProtoMessage() {}
 
 func (x *GetLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +983,7 @@ func (x *GetLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLinkResponse.ProtoReflect.Descriptor instead.
 func (*GetLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{5}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetLinkResponse) GetLink() *Link {
@@ -633,7 +1007,7 @@ type ListLinksRequest struct {
 
 func (x *ListLinksRequest) Reset() {
 	*x = ListLinksRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +1019,7 @@ func (x *ListLinksRequest) String() string {
 func (*ListLinksRequest) ProtoMessage() {}
 
 func (x *ListLinksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +1032,7 @@ func (x *ListLinksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLinksRequest.ProtoReflect.Descriptor instead.
 func (*ListLinksRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{6}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListLinksRequest) GetPageSize() int32 {
@@ -693,7 +1067,7 @@ type ListLinksResponse struct {
 
 func (x *ListLinksResponse) Reset() {
 	*x = ListLinksResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +1079,7 @@ func (x *ListLinksResponse) String() string {
 func (*ListLinksResponse) ProtoMessage() {}
 
 func (x *ListLinksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +1092,7 @@ func (x *ListLinksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLinksResponse.ProtoReflect.Descriptor instead.
 func (*ListLinksResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{7}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListLinksResponse) GetLinks() []*Link {
@@ -740,7 +1114,7 @@ type UpdateLinkRequest struct {
 	// The link to change, identified by its code.
 	Link *Link `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
 	// Which fields of link to write: long_url, redirect_type, expire_time,
-	// disabled, tags, max_visits, password, device_targets.
+	// disabled, tags, max_visits, password, device_targets, rules, variants.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -748,7 +1122,7 @@ type UpdateLinkRequest struct {
 
 func (x *UpdateLinkRequest) Reset() {
 	*x = UpdateLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +1134,7 @@ func (x *UpdateLinkRequest) String() string {
 func (*UpdateLinkRequest) ProtoMessage() {}
 
 func (x *UpdateLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +1147,7 @@ func (x *UpdateLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLinkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{8}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateLinkRequest) GetLink() *Link {
@@ -799,7 +1173,7 @@ type UpdateLinkResponse struct {
 
 func (x *UpdateLinkResponse) Reset() {
 	*x = UpdateLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +1185,7 @@ func (x *UpdateLinkResponse) String() string {
 func (*UpdateLinkResponse) ProtoMessage() {}
 
 func (x *UpdateLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +1198,7 @@ func (x *UpdateLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLinkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{9}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateLinkResponse) GetLink() *Link {
@@ -843,7 +1217,7 @@ type DeleteLinkRequest struct {
 
 func (x *DeleteLinkRequest) Reset() {
 	*x = DeleteLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +1229,7 @@ func (x *DeleteLinkRequest) String() string {
 func (*DeleteLinkRequest) ProtoMessage() {}
 
 func (x *DeleteLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1242,7 @@ func (x *DeleteLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLinkRequest.ProtoReflect.Descriptor instead.
 func (*DeleteLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{10}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteLinkRequest) GetCode() string {
@@ -886,7 +1260,7 @@ type DeleteLinkResponse struct {
 
 func (x *DeleteLinkResponse) Reset() {
 	*x = DeleteLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1272,7 @@ func (x *DeleteLinkResponse) String() string {
 func (*DeleteLinkResponse) ProtoMessage() {}
 
 func (x *DeleteLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1285,7 @@ func (x *DeleteLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLinkResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{11}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{16}
 }
 
 type BatchCreateLinksRequest struct {
@@ -924,7 +1298,7 @@ type BatchCreateLinksRequest struct {
 
 func (x *BatchCreateLinksRequest) Reset() {
 	*x = BatchCreateLinksRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1310,7 @@ func (x *BatchCreateLinksRequest) String() string {
 func (*BatchCreateLinksRequest) ProtoMessage() {}
 
 func (x *BatchCreateLinksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1323,7 @@ func (x *BatchCreateLinksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateLinksRequest.ProtoReflect.Descriptor instead.
 func (*BatchCreateLinksRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{12}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchCreateLinksRequest) GetRequests() []*CreateLinkRequest {
@@ -975,7 +1349,7 @@ type BatchItemError struct {
 
 func (x *BatchItemError) Reset() {
 	*x = BatchItemError{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1361,7 @@ func (x *BatchItemError) String() string {
 func (*BatchItemError) ProtoMessage() {}
 
 func (x *BatchItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1374,7 @@ func (x *BatchItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchItemError.ProtoReflect.Descriptor instead.
 func (*BatchItemError) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{13}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchItemError) GetCode() string {
@@ -1037,7 +1411,7 @@ type BatchCreateResult struct {
 
 func (x *BatchCreateResult) Reset() {
 	*x = BatchCreateResult{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1423,7 @@ func (x *BatchCreateResult) String() string {
 func (*BatchCreateResult) ProtoMessage() {}
 
 func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1436,7 @@ func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateResult.ProtoReflect.Descriptor instead.
 func (*BatchCreateResult) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{14}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BatchCreateResult) GetIndex() int32 {
@@ -1098,7 +1472,7 @@ type BatchCreateLinksResponse struct {
 
 func (x *BatchCreateLinksResponse) Reset() {
 	*x = BatchCreateLinksResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1484,7 @@ func (x *BatchCreateLinksResponse) String() string {
 func (*BatchCreateLinksResponse) ProtoMessage() {}
 
 func (x *BatchCreateLinksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1497,7 @@ func (x *BatchCreateLinksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateLinksResponse.ProtoReflect.Descriptor instead.
 func (*BatchCreateLinksResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{15}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchCreateLinksResponse) GetResults() []*BatchCreateResult {
@@ -1144,7 +1518,7 @@ var File_kurz_shortener_v1_shortener_proto protoreflect.FileDescriptor
 
 const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\n" +
-	"!kurz/shortener/v1/shortener.proto\x12\x11kurz.shortener.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x04\n" +
+	"!kurz/shortener/v1/shortener.proto\x12\x11kurz.shortener.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x05\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\tshort_url\x18\x02 \x01(\tR\bshortUrl\x12\x19\n" +
@@ -1164,13 +1538,40 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"max_visits\x18\v \x01(\x03R\tmaxVisits\x12-\n" +
 	"\x12password_protected\x18\f \x01(\bR\x11passwordProtected\x12\x1a\n" +
 	"\bpassword\x18\r \x01(\tR\bpassword\x12G\n" +
-	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\"j\n" +
+	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x125\n" +
+	"\x05rules\x18\x0f \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
+	"\bvariants\x18\x10 \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\"v\n" +
+	"\fRedirectRule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +
+	"\n" +
+	"conditions\x18\x02 \x03(\v2 .kurz.shortener.v1.RuleConditionR\n" +
+	"conditions\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\"\xe7\x01\n" +
+	"\rRuleCondition\x12\x18\n" +
+	"\adevices\x18\x01 \x03(\tR\adevices\x12\x1c\n" +
+	"\tlanguages\x18\x02 \x03(\tR\tlanguages\x127\n" +
+	"\x05query\x18\x03 \x01(\v2!.kurz.shortener.v1.QueryConditionR\x05query\x12\x14\n" +
+	"\x05cidrs\x18\x04 \x03(\tR\x05cidrs\x12\x1c\n" +
+	"\tcountries\x18\x05 \x03(\tR\tcountries\x121\n" +
+	"\x04time\x18\x06 \x01(\v2\x1d.kurz.shortener.v1.TimeWindowR\x04time\"K\n" +
+	"\x0eQueryCondition\x12\x14\n" +
+	"\x05param\x18\x01 \x01(\tR\x05param\x12\x19\n" +
+	"\x05value\x18\x02 \x01(\tH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"n\n" +
+	"\n" +
+	"TimeWindow\x12.\n" +
+	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"G\n" +
+	"\aVariant\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06weight\x18\x03 \x01(\x05R\x06weight\"j\n" +
 	"\rDeviceTargets\x12\x17\n" +
 	"\aios_url\x18\x01 \x01(\tR\x06iosUrl\x12\x1f\n" +
 	"\vandroid_url\x18\x02 \x01(\tR\n" +
 	"androidUrl\x12\x1f\n" +
 	"\vdesktop_url\x18\x03 \x01(\tR\n" +
-	"desktopUrl\"\x9d\x03\n" +
+	"desktopUrl\"\x8c\x04\n" +
 	"\x11CreateLinkRequest\x12\x19\n" +
 	"\blong_url\x18\x01 \x01(\tR\alongUrl\x12/\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x1b.kurz.shortener.v1.CodeModeR\x04mode\x12!\n" +
@@ -1182,7 +1583,10 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\n" +
 	"max_visits\x18\a \x01(\x03R\tmaxVisits\x12\x1a\n" +
 	"\bpassword\x18\b \x01(\tR\bpassword\x12G\n" +
-	"\x0edevice_targets\x18\t \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\"A\n" +
+	"\x0edevice_targets\x18\t \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x125\n" +
+	"\x05rules\x18\n" +
+	" \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
+	"\bvariants\x18\v \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\"A\n" +
 	"\x12CreateLinkResponse\x12+\n" +
 	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"$\n" +
 	"\x0eGetLinkRequest\x12\x12\n" +
@@ -1255,66 +1659,80 @@ func file_kurz_shortener_v1_shortener_proto_rawDescGZIP() []byte {
 }
 
 var file_kurz_shortener_v1_shortener_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kurz_shortener_v1_shortener_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_kurz_shortener_v1_shortener_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_kurz_shortener_v1_shortener_proto_goTypes = []any{
 	(CodeMode)(0),                    // 0: kurz.shortener.v1.CodeMode
 	(RedirectType)(0),                // 1: kurz.shortener.v1.RedirectType
 	(*Link)(nil),                     // 2: kurz.shortener.v1.Link
-	(*DeviceTargets)(nil),            // 3: kurz.shortener.v1.DeviceTargets
-	(*CreateLinkRequest)(nil),        // 4: kurz.shortener.v1.CreateLinkRequest
-	(*CreateLinkResponse)(nil),       // 5: kurz.shortener.v1.CreateLinkResponse
-	(*GetLinkRequest)(nil),           // 6: kurz.shortener.v1.GetLinkRequest
-	(*GetLinkResponse)(nil),          // 7: kurz.shortener.v1.GetLinkResponse
-	(*ListLinksRequest)(nil),         // 8: kurz.shortener.v1.ListLinksRequest
-	(*ListLinksResponse)(nil),        // 9: kurz.shortener.v1.ListLinksResponse
-	(*UpdateLinkRequest)(nil),        // 10: kurz.shortener.v1.UpdateLinkRequest
-	(*UpdateLinkResponse)(nil),       // 11: kurz.shortener.v1.UpdateLinkResponse
-	(*DeleteLinkRequest)(nil),        // 12: kurz.shortener.v1.DeleteLinkRequest
-	(*DeleteLinkResponse)(nil),       // 13: kurz.shortener.v1.DeleteLinkResponse
-	(*BatchCreateLinksRequest)(nil),  // 14: kurz.shortener.v1.BatchCreateLinksRequest
-	(*BatchItemError)(nil),           // 15: kurz.shortener.v1.BatchItemError
-	(*BatchCreateResult)(nil),        // 16: kurz.shortener.v1.BatchCreateResult
-	(*BatchCreateLinksResponse)(nil), // 17: kurz.shortener.v1.BatchCreateLinksResponse
-	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 19: google.protobuf.FieldMask
+	(*RedirectRule)(nil),             // 3: kurz.shortener.v1.RedirectRule
+	(*RuleCondition)(nil),            // 4: kurz.shortener.v1.RuleCondition
+	(*QueryCondition)(nil),           // 5: kurz.shortener.v1.QueryCondition
+	(*TimeWindow)(nil),               // 6: kurz.shortener.v1.TimeWindow
+	(*Variant)(nil),                  // 7: kurz.shortener.v1.Variant
+	(*DeviceTargets)(nil),            // 8: kurz.shortener.v1.DeviceTargets
+	(*CreateLinkRequest)(nil),        // 9: kurz.shortener.v1.CreateLinkRequest
+	(*CreateLinkResponse)(nil),       // 10: kurz.shortener.v1.CreateLinkResponse
+	(*GetLinkRequest)(nil),           // 11: kurz.shortener.v1.GetLinkRequest
+	(*GetLinkResponse)(nil),          // 12: kurz.shortener.v1.GetLinkResponse
+	(*ListLinksRequest)(nil),         // 13: kurz.shortener.v1.ListLinksRequest
+	(*ListLinksResponse)(nil),        // 14: kurz.shortener.v1.ListLinksResponse
+	(*UpdateLinkRequest)(nil),        // 15: kurz.shortener.v1.UpdateLinkRequest
+	(*UpdateLinkResponse)(nil),       // 16: kurz.shortener.v1.UpdateLinkResponse
+	(*DeleteLinkRequest)(nil),        // 17: kurz.shortener.v1.DeleteLinkRequest
+	(*DeleteLinkResponse)(nil),       // 18: kurz.shortener.v1.DeleteLinkResponse
+	(*BatchCreateLinksRequest)(nil),  // 19: kurz.shortener.v1.BatchCreateLinksRequest
+	(*BatchItemError)(nil),           // 20: kurz.shortener.v1.BatchItemError
+	(*BatchCreateResult)(nil),        // 21: kurz.shortener.v1.BatchCreateResult
+	(*BatchCreateLinksResponse)(nil), // 22: kurz.shortener.v1.BatchCreateLinksResponse
+	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 24: google.protobuf.FieldMask
 }
 var file_kurz_shortener_v1_shortener_proto_depIdxs = []int32{
 	1,  // 0: kurz.shortener.v1.Link.redirect_type:type_name -> kurz.shortener.v1.RedirectType
-	18, // 1: kurz.shortener.v1.Link.create_time:type_name -> google.protobuf.Timestamp
-	18, // 2: kurz.shortener.v1.Link.update_time:type_name -> google.protobuf.Timestamp
-	18, // 3: kurz.shortener.v1.Link.expire_time:type_name -> google.protobuf.Timestamp
-	3,  // 4: kurz.shortener.v1.Link.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
-	0,  // 5: kurz.shortener.v1.CreateLinkRequest.mode:type_name -> kurz.shortener.v1.CodeMode
-	18, // 6: kurz.shortener.v1.CreateLinkRequest.expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 7: kurz.shortener.v1.CreateLinkRequest.redirect_type:type_name -> kurz.shortener.v1.RedirectType
-	3,  // 8: kurz.shortener.v1.CreateLinkRequest.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
-	2,  // 9: kurz.shortener.v1.CreateLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	2,  // 10: kurz.shortener.v1.GetLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	2,  // 11: kurz.shortener.v1.ListLinksResponse.links:type_name -> kurz.shortener.v1.Link
-	2,  // 12: kurz.shortener.v1.UpdateLinkRequest.link:type_name -> kurz.shortener.v1.Link
-	19, // 13: kurz.shortener.v1.UpdateLinkRequest.update_mask:type_name -> google.protobuf.FieldMask
-	2,  // 14: kurz.shortener.v1.UpdateLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	4,  // 15: kurz.shortener.v1.BatchCreateLinksRequest.requests:type_name -> kurz.shortener.v1.CreateLinkRequest
-	2,  // 16: kurz.shortener.v1.BatchCreateResult.link:type_name -> kurz.shortener.v1.Link
-	15, // 17: kurz.shortener.v1.BatchCreateResult.error:type_name -> kurz.shortener.v1.BatchItemError
-	16, // 18: kurz.shortener.v1.BatchCreateLinksResponse.results:type_name -> kurz.shortener.v1.BatchCreateResult
-	4,  // 19: kurz.shortener.v1.ShortenerService.CreateLink:input_type -> kurz.shortener.v1.CreateLinkRequest
-	6,  // 20: kurz.shortener.v1.ShortenerService.GetLink:input_type -> kurz.shortener.v1.GetLinkRequest
-	8,  // 21: kurz.shortener.v1.ShortenerService.ListLinks:input_type -> kurz.shortener.v1.ListLinksRequest
-	10, // 22: kurz.shortener.v1.ShortenerService.UpdateLink:input_type -> kurz.shortener.v1.UpdateLinkRequest
-	12, // 23: kurz.shortener.v1.ShortenerService.DeleteLink:input_type -> kurz.shortener.v1.DeleteLinkRequest
-	14, // 24: kurz.shortener.v1.ShortenerService.BatchCreateLinks:input_type -> kurz.shortener.v1.BatchCreateLinksRequest
-	5,  // 25: kurz.shortener.v1.ShortenerService.CreateLink:output_type -> kurz.shortener.v1.CreateLinkResponse
-	7,  // 26: kurz.shortener.v1.ShortenerService.GetLink:output_type -> kurz.shortener.v1.GetLinkResponse
-	9,  // 27: kurz.shortener.v1.ShortenerService.ListLinks:output_type -> kurz.shortener.v1.ListLinksResponse
-	11, // 28: kurz.shortener.v1.ShortenerService.UpdateLink:output_type -> kurz.shortener.v1.UpdateLinkResponse
-	13, // 29: kurz.shortener.v1.ShortenerService.DeleteLink:output_type -> kurz.shortener.v1.DeleteLinkResponse
-	17, // 30: kurz.shortener.v1.ShortenerService.BatchCreateLinks:output_type -> kurz.shortener.v1.BatchCreateLinksResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	23, // 1: kurz.shortener.v1.Link.create_time:type_name -> google.protobuf.Timestamp
+	23, // 2: kurz.shortener.v1.Link.update_time:type_name -> google.protobuf.Timestamp
+	23, // 3: kurz.shortener.v1.Link.expire_time:type_name -> google.protobuf.Timestamp
+	8,  // 4: kurz.shortener.v1.Link.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
+	3,  // 5: kurz.shortener.v1.Link.rules:type_name -> kurz.shortener.v1.RedirectRule
+	7,  // 6: kurz.shortener.v1.Link.variants:type_name -> kurz.shortener.v1.Variant
+	4,  // 7: kurz.shortener.v1.RedirectRule.conditions:type_name -> kurz.shortener.v1.RuleCondition
+	5,  // 8: kurz.shortener.v1.RuleCondition.query:type_name -> kurz.shortener.v1.QueryCondition
+	6,  // 9: kurz.shortener.v1.RuleCondition.time:type_name -> kurz.shortener.v1.TimeWindow
+	23, // 10: kurz.shortener.v1.TimeWindow.from:type_name -> google.protobuf.Timestamp
+	23, // 11: kurz.shortener.v1.TimeWindow.until:type_name -> google.protobuf.Timestamp
+	0,  // 12: kurz.shortener.v1.CreateLinkRequest.mode:type_name -> kurz.shortener.v1.CodeMode
+	23, // 13: kurz.shortener.v1.CreateLinkRequest.expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 14: kurz.shortener.v1.CreateLinkRequest.redirect_type:type_name -> kurz.shortener.v1.RedirectType
+	8,  // 15: kurz.shortener.v1.CreateLinkRequest.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
+	3,  // 16: kurz.shortener.v1.CreateLinkRequest.rules:type_name -> kurz.shortener.v1.RedirectRule
+	7,  // 17: kurz.shortener.v1.CreateLinkRequest.variants:type_name -> kurz.shortener.v1.Variant
+	2,  // 18: kurz.shortener.v1.CreateLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	2,  // 19: kurz.shortener.v1.GetLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	2,  // 20: kurz.shortener.v1.ListLinksResponse.links:type_name -> kurz.shortener.v1.Link
+	2,  // 21: kurz.shortener.v1.UpdateLinkRequest.link:type_name -> kurz.shortener.v1.Link
+	24, // 22: kurz.shortener.v1.UpdateLinkRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,  // 23: kurz.shortener.v1.UpdateLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	9,  // 24: kurz.shortener.v1.BatchCreateLinksRequest.requests:type_name -> kurz.shortener.v1.CreateLinkRequest
+	2,  // 25: kurz.shortener.v1.BatchCreateResult.link:type_name -> kurz.shortener.v1.Link
+	20, // 26: kurz.shortener.v1.BatchCreateResult.error:type_name -> kurz.shortener.v1.BatchItemError
+	21, // 27: kurz.shortener.v1.BatchCreateLinksResponse.results:type_name -> kurz.shortener.v1.BatchCreateResult
+	9,  // 28: kurz.shortener.v1.ShortenerService.CreateLink:input_type -> kurz.shortener.v1.CreateLinkRequest
+	11, // 29: kurz.shortener.v1.ShortenerService.GetLink:input_type -> kurz.shortener.v1.GetLinkRequest
+	13, // 30: kurz.shortener.v1.ShortenerService.ListLinks:input_type -> kurz.shortener.v1.ListLinksRequest
+	15, // 31: kurz.shortener.v1.ShortenerService.UpdateLink:input_type -> kurz.shortener.v1.UpdateLinkRequest
+	17, // 32: kurz.shortener.v1.ShortenerService.DeleteLink:input_type -> kurz.shortener.v1.DeleteLinkRequest
+	19, // 33: kurz.shortener.v1.ShortenerService.BatchCreateLinks:input_type -> kurz.shortener.v1.BatchCreateLinksRequest
+	10, // 34: kurz.shortener.v1.ShortenerService.CreateLink:output_type -> kurz.shortener.v1.CreateLinkResponse
+	12, // 35: kurz.shortener.v1.ShortenerService.GetLink:output_type -> kurz.shortener.v1.GetLinkResponse
+	14, // 36: kurz.shortener.v1.ShortenerService.ListLinks:output_type -> kurz.shortener.v1.ListLinksResponse
+	16, // 37: kurz.shortener.v1.ShortenerService.UpdateLink:output_type -> kurz.shortener.v1.UpdateLinkResponse
+	18, // 38: kurz.shortener.v1.ShortenerService.DeleteLink:output_type -> kurz.shortener.v1.DeleteLinkResponse
+	22, // 39: kurz.shortener.v1.ShortenerService.BatchCreateLinks:output_type -> kurz.shortener.v1.BatchCreateLinksResponse
+	34, // [34:40] is the sub-list for method output_type
+	28, // [28:34] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_kurz_shortener_v1_shortener_proto_init() }
@@ -1322,13 +1740,14 @@ func file_kurz_shortener_v1_shortener_proto_init() {
 	if File_kurz_shortener_v1_shortener_proto != nil {
 		return
 	}
+	file_kurz_shortener_v1_shortener_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kurz_shortener_v1_shortener_proto_rawDesc), len(file_kurz_shortener_v1_shortener_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -127,15 +127,17 @@ func (a *API) fetchLink(c *call, code string) (*shortenerv1.Link, error) {
 // mutableLinkFields are the Link fields PATCH may change.
 var mutableLinkFields = []protoreflect.Name{
 	"long_url", "redirect_type", "expire_time", "disabled", "tags", "max_visits", "password", "device_targets",
+	"rules", "variants",
 }
 
 // mutableLinkJSON lists mutableLinkFields by their JSON names, for messages.
-const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxVisits, password and deviceTargets"
+const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxVisits, password, deviceTargets, rules and variants"
 
 // updateLink changes the fields present in the body (a partial Link in proto
 // JSON); "expireTime": null clears the expiry, "tags": [] the tags,
 // "maxVisits": 0 the visit limit, "password": "" the password and
-// "deviceTargets": null the device targets.
+// "deviceTargets": null the device targets, "rules": [] (or null) the rules
+// and "variants": [] the variants.
 func (a *API) updateLink(c *call) error {
 	code, err := pathCode(c)
 	if err != nil {

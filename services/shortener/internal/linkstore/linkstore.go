@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"kurz.dev/pkg/linkrules"
 )
 
 var (
@@ -51,6 +53,9 @@ type Link struct {
 	PasswordHash string
 	// IOSURL, AndroidURL and DesktopURL are per-device targets; empty: LongURL.
 	IOSURL, AndroidURL, DesktopURL string
+	// Rules are the link's redirect rules and variants, compiled; nil for
+	// none.
+	Rules *linkrules.Set
 }
 
 // Store reads and writes links. Every statement is bounded by timeout.
@@ -65,15 +70,22 @@ func New(db *pgxpool.Pool, timeout time.Duration) *Store {
 }
 
 const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at,
-	tags, max_visits, password_hash, ios_url, android_url, desktop_url`
+	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules`
 
 func scan(row pgx.Row) (Link, error) {
 	var l Link
 	var status int16
 	var hash, ios, android, desktop *string
+	var rules []byte
 	err := row.Scan(&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
-		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop)
+		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules)
+	if err != nil {
+		return l, err
+	}
 	l.Status = int(status)
+	if l.Rules, err = linkrules.Parse(rules); err != nil {
+		return l, fmt.Errorf("link %s: %w", l.Code, err)
+	}
 	l.PasswordHash, l.IOSURL, l.AndroidURL, l.DesktopURL = deref(hash), deref(ios), deref(android), deref(desktop)
 	if l.Tags == nil {
 		l.Tags = []string{}
@@ -126,15 +138,25 @@ func (s *Store) NextBlocks(ctx context.Context, n int) ([]int64, error) {
 
 // insertColumns are the columns Insert and InsertMany write, in the order
 // of insertArgs.
-const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url`
+const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules`
 
 func insertArgs(l Link) []any {
 	return []any{l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, tagsOf(l.Tags), l.MaxVisits,
-		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL)}
+		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL), rulesJSON(l.Rules)}
+}
+
+// rulesJSON is a Set as the rules column stores it: NULL for none.
+func rulesJSON(s *linkrules.Set) *string {
+	b := s.Marshal()
+	if b == nil {
+		return nil
+	}
+	v := string(b)
+	return &v
 }
 
 // Insert stores l (Code, Tenant, LongURL, Status, Expires, Tags, MaxVisits,
-// PasswordHash and the device URLs) unless its code is taken (ON CONFLICT DO
+// PasswordHash, the device URLs and Rules) unless its code is taken (ON CONFLICT DO
 // NOTHING: a collision is an answer, not an error that aborts anything). It
 // returns the stored row.
 func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
@@ -142,7 +164,7 @@ func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 	defer cancel()
 	got, err := scan(s.db.QueryRow(ctx, `
 		INSERT INTO links (`+insertColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb)
 		ON CONFLICT (code) DO NOTHING
 		RETURNING `+columns, insertArgs(l)...))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -164,10 +186,10 @@ const insertMany = `
 	INSERT INTO links (` + insertColumns + `)
 	SELECT r.code, r.tenant, r.long_url, r.redirect_type, r.expires_at,
 		ARRAY(SELECT t.tag FROM jsonb_array_elements_text(r.tags::jsonb) WITH ORDINALITY AS t(tag, n) ORDER BY t.n),
-		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url
+		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url, r.rules::jsonb
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::timestamptz[], $6::text[], $7::int8[],
-		$8::text[], $9::text[], $10::text[], $11::text[])
-		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url)
+		$8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules)
 	ON CONFLICT (code) DO NOTHING
 	RETURNING ` + columns
 
@@ -187,6 +209,7 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 		expires                     = make([]*time.Time, n)
 		maxVisits                   = make([]int64, n)
 		hash, ios, android, desktop = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		rules                       = make([]*string, n)
 	)
 	for i, l := range links {
 		t, err := json.Marshal(tagsOf(l.Tags))
@@ -196,10 +219,11 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 		code[i], tenant[i], longURL[i], status[i], expires[i], tags[i] = l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, string(t)
 		maxVisits[i], hash[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash)
 		ios[i], android[i], desktop[i] = nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL)
+		rules[i] = rulesJSON(l.Rules)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop)
+	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, rules)
 	if err != nil {
 		return nil, fmt.Errorf("insert links: %w", err)
 	}
@@ -356,6 +380,10 @@ type Changes struct {
 	PasswordHash *string
 	// Targets replaces all three device URLs at once; "" clears one.
 	Targets *DeviceURLs
+	// Rules replaces the redirect rules (an empty slice clears them) and
+	// Variants the variants, each leaving the other as it is.
+	Rules    *[]linkrules.Rule
+	Variants *[]linkrules.Variant
 }
 
 // DeviceURLs are the three per-device targets of a link; "" is none.
@@ -413,10 +441,14 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 			ios_url       = CASE WHEN $13 THEN $14 ELSE ios_url END,
 			android_url   = CASE WHEN $13 THEN $15 ELSE android_url END,
 			desktop_url   = CASE WHEN $13 THEN $16 ELSE desktop_url END,
+			rules         = CASE WHEN $17 OR $19 THEN NULLIF(COALESCE(rules, '{}'::jsonb)
+				- (CASE WHEN $17 THEN 'r' ELSE '' END) - (CASE WHEN $19 THEN 'v' ELSE '' END)
+				|| COALESCE($18::jsonb, '{}'::jsonb) || COALESCE($20::jsonb, '{}'::jsonb), '{}'::jsonb) ELSE rules END,
 			updated_at    = now()
 		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL`), code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
 		ch.Tags != nil, tags, ch.MaxVisits, ch.PasswordHash != nil, hash,
-		ch.Targets != nil, nullIfEmpty(targets.IOS), nullIfEmpty(targets.Android), nullIfEmpty(targets.Desktop)))
+		ch.Targets != nil, nullIfEmpty(targets.IOS), nullIfEmpty(targets.Android), nullIfEmpty(targets.Desktop),
+		ch.Rules != nil, rulesPart(ch.Rules, nil), ch.Variants != nil, rulesPart(nil, ch.Variants)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Link{}, ErrNotFound
 	}
@@ -424,6 +456,19 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 		return Link{}, fmt.Errorf("update link: %w", err)
 	}
 	return l, nil
+}
+
+// rulesPart is the rules or the variants of Changes as a JSON object of the
+// rules column ({"r": [...]} or {"v": [...]}), NULL when unset or empty.
+func rulesPart(rules *[]linkrules.Rule, variants *[]linkrules.Variant) *string {
+	var s linkrules.Set
+	if rules != nil {
+		s.Rules = *rules
+	}
+	if variants != nil {
+		s.Variants = *variants
+	}
+	return rulesJSON(&s)
 }
 
 // Delete revokes tenant's live link code: the row stays, marked deleted, so
