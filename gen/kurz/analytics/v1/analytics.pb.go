@@ -363,7 +363,13 @@ type GetLinkStatsResponse struct {
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// The interval of series, as chosen when the request left it unspecified.
-	Interval      Interval `protobuf:"varint,12,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	Interval Interval `protobuf:"varint,12,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	// Clicks per redirect rule of the link that chose the destination, by
+	// clicks, at most 40; clicks no rule chose are not listed.
+	Rules []*KeyCount `protobuf:"bytes,13,rep,name=rules,proto3" json:"rules,omitempty"`
+	// Clicks per A/B-test variant, by clicks, at most 20; clicks no variant
+	// chose are not listed.
+	Variants      []*KeyCount `protobuf:"bytes,14,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -482,6 +488,20 @@ func (x *GetLinkStatsResponse) GetInterval() Interval {
 	return Interval_INTERVAL_UNSPECIFIED
 }
 
+func (x *GetLinkStatsResponse) GetRules() []*KeyCount {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *GetLinkStatsResponse) GetVariants() []*KeyCount {
+	if x != nil {
+		return x.Variants
+	}
+	return nil
+}
+
 var File_kurz_analytics_v1_analytics_proto protoreflect.FileDescriptor
 
 const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
@@ -506,7 +526,7 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\"2\n" +
 	"\bKeyCount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\x93\x05\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xff\x05\n" +
 	"\x14GetLinkStatsResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x126\n" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\x125\n" +
@@ -523,7 +543,9 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"start_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x127\n" +
-	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval*I\n" +
+	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\x121\n" +
+	"\x05rules\x18\r \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\x05rules\x127\n" +
+	"\bvariants\x18\x0e \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\bvariants*I\n" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINTERVAL_HOUR\x10\x01\x12\x10\n" +
@@ -570,13 +592,15 @@ var file_kurz_analytics_v1_analytics_proto_depIdxs = []int32{
 	6,  // 11: kurz.analytics.v1.GetLinkStatsResponse.start_time:type_name -> google.protobuf.Timestamp
 	6,  // 12: kurz.analytics.v1.GetLinkStatsResponse.end_time:type_name -> google.protobuf.Timestamp
 	0,  // 13: kurz.analytics.v1.GetLinkStatsResponse.interval:type_name -> kurz.analytics.v1.Interval
-	1,  // 14: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
-	5,  // 15: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
-	15, // [15:16] is the sub-list for method output_type
-	14, // [14:15] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	4,  // 14: kurz.analytics.v1.GetLinkStatsResponse.rules:type_name -> kurz.analytics.v1.KeyCount
+	4,  // 15: kurz.analytics.v1.GetLinkStatsResponse.variants:type_name -> kurz.analytics.v1.KeyCount
+	1,  // 16: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
+	5,  // 17: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
+	17, // [17:18] is the sub-list for method output_type
+	16, // [16:17] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_kurz_analytics_v1_analytics_proto_init() }

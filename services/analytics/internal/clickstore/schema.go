@@ -74,7 +74,9 @@ var tables = []table{{
 		is_flood      UInt8,
 		new_visitor   UInt8,
 		suspect       UInt8,
-		inserted_at   DateTime`,
+		inserted_at   DateTime,
+		rule          String DEFAULT '',
+		variant       String DEFAULT ''`,
 	keys: `PARTITION BY toYYYYMM(ts)
 	ORDER BY (tenant, code, ts, eid)`,
 }, {
@@ -130,7 +132,8 @@ var views = []view{{
 		tupleElement(d, 1) AS dim, tupleElement(d, 2) AS key, count() AS clicks
 	FROM %s
 	ARRAY JOIN [('` + DimReferrer + `', referrer_host), ('` + DimBrowser + `', browser),
-		('` + DimOS + `', os), ('` + DimDevice + `', device)] AS d
+		('` + DimOS + `', os), ('` + DimDevice + `', device),
+		('` + DimRule + `', rule), ('` + DimVariant + `', variant)] AS d
 	GROUP BY tenant, code, hour, dim, key`,
 }, {
 	name: OwnersTable + "_mv", to: OwnersTable, from: EventsTable,
@@ -237,12 +240,16 @@ const (
 	DimBrowser  = "browser"
 	DimOS       = "os"
 	DimDevice   = "device"
+	// DimRule and DimVariant are the link's redirect rule or A/B-test
+	// variant that chose the destination ("" when none did).
+	DimRule    = "rule"
+	DimVariant = "variant"
 )
 
 // eventColumns are the columns Insert writes, in order.
 var eventColumns = []string{
 	"tenant", "code", "ts", "event_id", "eid", "visitor", "referrer", "referrer_host", "user_agent",
-	"browser", "os", "device", "is_bot", "is_flood", "new_visitor", "suspect", "inserted_at",
+	"browser", "os", "device", "is_bot", "is_flood", "new_visitor", "suspect", "inserted_at", "rule", "variant",
 }
 
 // requiredColumns are the columns this version reads or writes, per table
