@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -32,7 +33,8 @@ is the tenant's; without one the gateway may accept it as "anonymous".
 --expire takes an RFC 3339 time or a duration from now (72h, 30d). A password
 (8 to 128 characters) makes visitors enter it before the redirect; prefer
 --password-stdin, which keeps it out of the shell's history. --ios, --android
-and --desktop send those devices elsewhere than <long-url>.
+and --desktop send those devices elsewhere than <long-url>. --rules reads
+redirect rules and A/B-test variants from a file (see links set-rules).
 
 Examples:
   kurzctl links create https://example.com/spring-sale --tag spring --tag launch
@@ -210,9 +212,21 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 	random := fs.Bool("random", false, "a random code rather than a block (permuted sequential) one")
 	quiet := fs.Bool("quiet", false, "print only the new code (also -q)")
 	fs.BoolVar(quiet, "q", false, "short for --quiet")
+	rulesFile := fs.String("rules", "", "redirect rules and variants from a JSON or YAML `file` (see links set-rules)")
 	return func(args []string) error {
 		set := visited(fs)
 		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits}
+		if *rulesFile != "" {
+			b, err := c.readRulesFile(cmd, *rulesFile)
+			if err != nil {
+				return err
+			}
+			var l shortenerv1.Link
+			if err := protojson.Unmarshal(b, &l); err != nil {
+				return usagef(cmd, "--rules: %v", err)
+			}
+			req.Rules, req.Variants = l.GetRules(), l.GetVariants()
+		}
 		switch {
 		case *alias != "" && *random:
 			return usagef(cmd, "give --alias or --random, not both")
@@ -551,6 +565,20 @@ func printLink(w io.Writer, l *shortenerv1.Link) error {
 				row(d.name, d.url)
 			}
 		}
+	}
+	if n := len(l.GetRules()); n > 0 {
+		var names []string
+		for _, r := range l.GetRules() {
+			names = append(names, r.GetName())
+		}
+		row("rules", strings.Join(names, ", ")+" (links rules "+l.GetCode()+")")
+	}
+	if len(l.GetVariants()) > 0 {
+		var vs []string
+		for _, v := range l.GetVariants() {
+			vs = append(vs, fmt.Sprintf("%s %d", v.GetName(), v.GetWeight()))
+		}
+		row("variants", strings.Join(vs, ", "))
 	}
 	row("tags", orDash(strings.Join(l.GetTags(), ", ")))
 	row("redirect", redirectName(l.GetRedirectType()))

@@ -125,6 +125,7 @@ var commands []*command
 
 func init() {
 	commands = append(commands, linkCommands()...)
+	commands = append(commands, ruleCommands()...)
 	commands = append(commands, statsCommand(), quotaCheckCommand(), quotaExplainCommand())
 	commands = append(commands, adminCommands()...)
 	commands = append(commands, configCommands()...)
