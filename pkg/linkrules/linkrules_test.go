@@ -217,3 +217,20 @@ func TestEvaluationAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per evaluation", allocs)
 	}
 }
+
+// BenchmarkEvaluate is what a rule-carrying link adds to a redirect: the
+// sample's rules, none of which match, then a sticky variant.
+func BenchmarkEvaluate(b *testing.B) {
+	s := compiled(b)
+	st := NewSticky([]byte("salt"))
+	const ua = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36"
+	addr := netip.MustParseAddr("198.51.100.1")
+	b.ReportAllocs()
+	for b.Loop() {
+		req := Request{NowMs: 5000, Device: DeviceDesktop, AcceptLanguage: "en-US,en;q=0.9,de;q=0", RawQuery: "utm_source=x", Addr: addr}
+		if _, _, ok := s.Match(&req); ok {
+			b.Fatal("matched")
+		}
+		s.Pick(st.Bucket("198.51.100.1", ua, "abcdefg"))
+	}
+}
