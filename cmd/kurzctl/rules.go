@@ -186,7 +186,7 @@ func (c *cli) readRulesFile(cmd, name string) ([]byte, error) {
 	return j, nil
 }
 
-// printRules shows rules and variants as tables.
+// printRules shows rules and variants as two tables, a blank line apart.
 func printRules(w io.Writer, l *shortenerv1.Link) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(l.GetRules()) == 0 {
@@ -201,6 +201,11 @@ func printRules(w io.Writer, l *shortenerv1.Link) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.GetName(), strings.Join(conds, "; "), r.GetUrl())
 		}
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(l.GetVariants()) == 0 {
 		fmt.Fprintln(tw, "no variants")
 	} else {

@@ -23,7 +23,8 @@ func statsCommand() *command {
 		summary: "a link's clicks: totals, top referrers, a chart",
 		help: `Shows a link's clicks over a time range (by default the last 30 days):
 totals split into human, bot and flood clicks, unique visitors, the top
-referrers, browsers and devices, and a bar chart of the series (█ human,
+referrers, browsers and devices, the clicks per redirect rule and per
+A/B-test variant (for a link with rules), and a bar chart of the series (█ human,
 ░ bot and flood). The range is widened to whole hours; hourly series cover at
 most 31 days.
 
@@ -124,7 +125,8 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 	for _, top := range []struct {
 		title string
 		list  []*analyticsv1.KeyCount
-	}{{"REFERRER", s.GetTopReferrers()}, {"BROWSER", s.GetTopBrowsers()}, {"DEVICE", s.GetTopDevices()}} {
+	}{{"REFERRER", s.GetTopReferrers()}, {"BROWSER", s.GetTopBrowsers()}, {"DEVICE", s.GetTopDevices()},
+		{"RULE", s.GetRules()}, {"VARIANT", s.GetVariants()}} {
 		if len(top.list) == 0 {
 			continue
 		}

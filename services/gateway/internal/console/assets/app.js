@@ -241,7 +241,11 @@ function openForm(link) {
 
 // rulesText shows rules as the API's JSON; variantsText shows variants one
 // per line: name, weight, URL.
-function rulesText(rules) { return rules && rules.length ? JSON.stringify(rules, null, 1) : ''; }
+// (The API writes every list of a condition, the empty ones too: they are
+// left out here.)
+function rulesText(rules) {
+  return rules && rules.length ? JSON.stringify(rules, (k, v) => (Array.isArray(v) && !v.length ? undefined : v), 1) : '';
+}
 function variantsText(vs) { return (vs || []).map((v) => [v.name, v.weight, v.url].join(' ')).join('\n'); }
 
 // readRules parses the rules box: empty is none; anything else must be a
