@@ -28,8 +28,12 @@ type Request struct {
 	// NowMs is the visit's time, Unix milliseconds.
 	NowMs int64
 	// Device is the visitor's device class (DeviceDesktop, DeviceIOS,
-	// DeviceAndroid).
+	// DeviceAndroid), unless Classify is set.
 	Device int
+	// Classify, when set, returns the device class of UserAgent; it is
+	// called at most once, and only if a device condition is reached.
+	Classify  func(userAgent string) int
+	UserAgent string
 	// AcceptLanguage is the request's Accept-Language header.
 	AcceptLanguage string
 	// RawQuery is the request URL's query, still encoded.
@@ -42,6 +46,51 @@ type Request struct {
 
 	country     string
 	countryDone bool
+	deviceDone  bool
+	// The Accept-Language tags with a quality above 0, parsed once.
+	langs     [maxLanguageTags]string
+	nLangs    int
+	langsDone bool
+}
+
+// languages returns AcceptLanguage's tags with a quality above 0 (at most
+// maxLanguageTags of the first maxLanguageItems entries), parsing the
+// header on the first call only. "*" names no particular language and is
+// left out; a malformed quality counts as 1.
+func (req *Request) languages() []string {
+	if req.langsDone {
+		return req.langs[:req.nLangs]
+	}
+	req.langsDone = true
+	h := req.AcceptLanguage
+	for items := 0; items < maxLanguageItems && req.nLangs < maxLanguageTags; items++ {
+		i := 0
+		for i < len(h) && (h[i] == ' ' || h[i] == '\t' || h[i] == ',') {
+			i++
+		}
+		h = h[i:]
+		if h == "" {
+			break
+		}
+		j := 0
+		for j < len(h) && h[j] != ';' && h[j] != ',' && h[j] != ' ' && h[j] != '\t' {
+			j++
+		}
+		tag := h[:j]
+		h = h[j:]
+		var params string
+		if k := strings.IndexByte(h, ','); k < 0 {
+			params, h = h, ""
+		} else {
+			params, h = h[:k], h[k+1:]
+		}
+		if tag == "*" || params != "" && zeroQuality(params) {
+			continue
+		}
+		req.langs[req.nLangs] = tag
+		req.nLangs++
+	}
+	return req.langs[:req.nLangs]
 }
 
 // NeedsDevice reports whether some rule tests the device class.
@@ -108,9 +157,13 @@ func (r *crule) matches(req *Request) bool {
 func (c *ccond) holds(req *Request) bool {
 	switch c.kind {
 	case kindDevice:
+		if req.Classify != nil && !req.deviceDone {
+			req.deviceDone = true
+			req.Device = req.Classify(req.UserAgent)
+		}
 		return c.devices&(1<<req.Device) != 0
 	case kindLanguage:
-		return acceptsLanguage(req.AcceptLanguage, c.values)
+		return acceptsLanguage(req.languages(), c.values)
 	case kindQuery:
 		return hasParam(req.RawQuery, c.param, c.value, c.hasValue)
 	case kindCIDR:
@@ -163,21 +216,17 @@ func (s *Set) Pick(bucket uint64) (target, name string, ok bool) {
 	return "", "", false // unreachable: b < total = cum[last]
 }
 
-// maxLanguageItems bounds the Accept-Language entries read per condition.
-const maxLanguageItems = 32
+// Bounds of the Accept-Language header's parsing: the entries read, and the
+// tags kept.
+const (
+	maxLanguageItems = 32
+	maxLanguageTags  = 8
+)
 
-// acceptsLanguage reports whether header names, with a quality above 0, a
-// tag in one of ranges (lower case). "*" names no particular language and
-// matches nothing; a malformed quality counts as 1.
-func acceptsLanguage(header string, ranges []string) bool {
-	for n := 0; header != "" && n < maxLanguageItems; n++ {
-		var item string
-		item, header, _ = strings.Cut(header, ",")
-		tag, params, _ := strings.Cut(item, ";")
-		tag = strings.TrimSpace(tag)
-		if tag == "" || tag == "*" || zeroQuality(params) {
-			continue
-		}
+// acceptsLanguage reports whether one of tags is in one of ranges (lower
+// case).
+func acceptsLanguage(tags, ranges []string) bool {
+	for _, tag := range tags {
 		for _, r := range ranges {
 			if len(tag) >= len(r) && strings.EqualFold(tag[:len(r)], r) && (len(tag) == len(r) || tag[len(r)] == '-') {
 				return true
@@ -188,21 +237,30 @@ func acceptsLanguage(header string, ranges []string) bool {
 }
 
 // zeroQuality reports whether an Accept-Language entry's parameters say
-// q=0 (also "0.0", "0.000").
+// q=0 (also "0.0", "0.000"). It reads them once, without splitting.
 func zeroQuality(params string) bool {
-	for params != "" {
-		var p string
-		p, params, _ = strings.Cut(params, ";")
-		p = strings.TrimSpace(p)
-		if len(p) < 2 || p[0]|0x20 != 'q' || p[1] != '=' {
+	for i := 0; i < len(params); i++ {
+		if params[i] != 'q' && params[i] != 'Q' || i+1 >= len(params) || params[i+1] != '=' {
 			continue
 		}
-		v := strings.TrimSpace(p[2:])
+		// A q parameter starts the string or follows a ';' and spaces.
+		k := i - 1
+		for k >= 0 && (params[k] == ' ' || params[k] == '\t') {
+			k--
+		}
+		if k >= 0 && params[k] != ';' {
+			continue
+		}
+		v := params[i+2:]
+		for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+			v = v[1:]
+		}
 		if v == "" || v[0] != '0' {
 			return false
 		}
-		for i := 1; i < len(v); i++ {
-			if v[i] != '0' && !(i == 1 && v[i] == '.') {
+		// "0", or "0." and zeros; anything else (0.5, 00) is not zero.
+		for j := 1; j < len(v) && v[j] != ';' && v[j] != ' ' && v[j] != '\t'; j++ {
+			if j == 1 && v[j] != '.' || j > 1 && v[j] != '0' {
 				return false
 			}
 		}

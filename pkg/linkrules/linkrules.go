@@ -28,9 +28,11 @@
 package linkrules
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 )
@@ -178,6 +180,10 @@ func (s *Set) Compile() error {
 			cr.conds[j] = c
 			p.needs |= c.kind
 		}
+		// All must hold, so the order is free: cheapest first, so a rule
+		// that fails does so before the costlier tests (the device class
+		// reads the User-Agent, the country is a GeoIP lookup).
+		slices.SortStableFunc(cr.conds, func(a, b ccond) int { return cmp.Compare(cost[a.kind], cost[b.kind]) })
 		p.rules[i] = cr
 	}
 	clear(names)
@@ -266,6 +272,9 @@ const (
 	kindCountry
 	kindTime
 )
+
+// cost orders a rule's conditions for evaluation, cheapest first.
+var cost = map[kind]int{kindTime: 0, kindCIDR: 1, kindQuery: 2, kindLanguage: 3, kindDevice: 4, kindCountry: 5}
 
 type ccond struct {
 	kind     kind

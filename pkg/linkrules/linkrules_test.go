@@ -234,3 +234,14 @@ func BenchmarkEvaluate(b *testing.B) {
 		s.Pick(st.Bucket("198.51.100.1", ua, "abcdefg"))
 	}
 }
+
+func TestZeroQuality(t *testing.T) {
+	for params, want := range map[string]bool{
+		"": false, ";q=0": true, "; q=0.000": true, ";Q=0.0": true, ";q=0.5": false, ";q=1": false,
+		";level=1;q=0": true, ";q=0;x=1": true, ";xq=0": false, ";q=": false, ";q=0.01": false, ";q=00": false,
+	} {
+		if got := zeroQuality(params); got != want {
+			t.Errorf("zeroQuality(%q) = %v, want %v", params, got, want)
+		}
+	}
+}

@@ -37,10 +37,19 @@ func (d Device) String() string {
 // DeviceOf classifies a User-Agent. It allocates nothing: the tokens are
 // matched case-sensitively as every browser and in-app web view writes them.
 func DeviceOf(ua string) Device {
-	switch {
-	case strings.Contains(ua, "iPhone"), strings.Contains(ua, "iPad"), strings.Contains(ua, "iPod"):
-		return IOS
-	case strings.Contains(ua, "Android"):
+	// One pass for the three iOS tokens (all start with "iP"), one for
+	// Android, where four Contains read the whole string four times.
+	for s := ua; ; {
+		i := strings.Index(s, "iP")
+		if i < 0 {
+			break
+		}
+		s = s[i+2:]
+		if strings.HasPrefix(s, "hone") || strings.HasPrefix(s, "ad") || strings.HasPrefix(s, "od") {
+			return IOS
+		}
+	}
+	if strings.Contains(ua, "Android") {
 		return Android
 	}
 	return Desktop

@@ -30,11 +30,8 @@ func (h *Handler) destination(r *http.Request, code string, c client, e linkcach
 	ua := r.UserAgent()
 	if rs.HasRules() {
 		req := linkrules.Request{
-			NowMs: now.UnixMilli(), AcceptLanguage: r.Header.Get("Accept-Language"), RawQuery: r.URL.RawQuery,
-			Addr: c.addr, Country: h.cfg.Country,
-		}
-		if rs.NeedsDevice() {
-			req.Device = deviceClass(DeviceOf(ua))
+			NowMs: now.UnixMilli(), AcceptLanguage: firstValue(r.Header, "Accept-Language"), RawQuery: r.URL.RawQuery,
+			Addr: c.addr, Country: h.cfg.Country, UserAgent: ua, Classify: deviceClass,
 		}
 		if u, name, ok := rs.Match(&req); ok {
 			return destination{url: u, rule: name}
@@ -49,9 +46,18 @@ func (h *Handler) destination(r *http.Request, code string, c client, e linkcach
 	return destination{url: e.URL}
 }
 
-// deviceClass maps a Device to linkrules' device numbers.
-func deviceClass(d Device) int {
-	switch d {
+// firstValue is h's first value of an already canonical key: Header.Get
+// without canonicalising it again.
+func firstValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// deviceClass is the linkrules device number of ua's class.
+func deviceClass(ua string) int {
+	switch DeviceOf(ua) {
 	case IOS:
 		return linkrules.DeviceIOS
 	case Android:
