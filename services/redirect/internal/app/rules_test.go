@@ -62,7 +62,8 @@ func TestRulesFromEveryTier(t *testing.T) {
 // TestRulesAfterPasswordAndVisits: a protected link asks for its password
 // before any rule applies (the form, whatever the visitor), the right
 // password leads where the rules say; a visit-limited link spends a visit
-// per redirect, rules or not, and answers 410 once spent.
+// per redirect, rules or not, and answers 410 once spent; an expired link
+// answers 410.
 func TestRulesAfterPasswordAndVisits(t *testing.T) {
 	f := newFixture(t)
 	locked, limited := f.code(), f.code()
@@ -91,6 +92,14 @@ func TestRulesAfterPasswordAndVisits(t *testing.T) {
 	}
 	if resp := get(t, r.HTTP, "/"+limited, german...); resp.StatusCode != http.StatusGone {
 		t.Fatalf("third visit of a 2-visit link with rules: %d, want 410", resp.StatusCode)
+	}
+
+	// An expired link answers 410 whatever its rules say.
+	expired := f.code()
+	f.insertLink(expired, "https://example.com/expired", features{expires: time.Now().Add(-time.Minute)})
+	f.setRules(expired, germanRules)
+	if resp := get(t, r.HTTP, "/"+expired, german...); resp.StatusCode != http.StatusGone || resp.Header.Get("Location") != "" {
+		t.Fatalf("expired link with rules: %d Location %q, want 410", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
 
