@@ -116,9 +116,9 @@ func (s *Set) Vary() []string {
 	return s.prog.vary
 }
 
-func vary(needs kind, variants bool) []string {
+func vary(needs kind) []string {
 	var parts []string
-	if needs&kindDevice != 0 || variants {
+	if needs&kindDevice != 0 {
 		parts = append(parts, "User-Agent")
 	}
 	if needs&kindLanguage != 0 {
@@ -310,10 +310,11 @@ func encodedComponent(s string) bool {
 }
 
 // Sticky maps a visitor of a link to a bucket for Pick: a keyed hash of the
-// visitor's key, User-Agent and the link's code, so one visitor keeps one
-// variant while the weights are unchanged, and different links split their
-// visitors independently. The key (from a secret salt) keeps assignments
-// unpredictable to outsiders; it is not a security boundary.
+// visitor's key (the client address, an IPv6 /64) and the link's code, so
+// one visitor keeps one variant while the weights are unchanged, and
+// different links split their visitors independently. The key (from a
+// secret salt) keeps assignments unpredictable to outsiders; it is not a
+// security boundary.
 type Sticky struct{ seed uint64 }
 
 // NewSticky returns the hasher of salt.
@@ -334,10 +335,9 @@ const (
 )
 
 // Bucket returns the visitor's bucket for code. It allocates nothing and
-// reads the input eight bytes at a time (a User-Agent is ~100 bytes).
-func (s Sticky) Bucket(visitor, userAgent, code string) uint64 {
+// reads the input eight bytes at a time.
+func (s Sticky) Bucket(visitor, code string) uint64 {
 	h := absorb(s.seed, visitor)
-	h = absorb(h^k1, userAgent)
 	h = absorb(h^k2, code)
 	return mix(h ^ s.seed)
 }

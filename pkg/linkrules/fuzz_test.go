@@ -25,7 +25,7 @@ func FuzzParse(f *testing.F) {
 		} {
 			s.Match(&req)
 		}
-		s.Pick(NewSticky(b).Bucket("v", "ua", "code"))
+		s.Pick(NewSticky(b).Bucket("v", "code"))
 		enc := s.Marshal()
 		again, err := Parse(enc)
 		if err != nil {

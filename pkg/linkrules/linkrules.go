@@ -8,8 +8,8 @@
 //  1. the first rule (in order) whose conditions all hold: its URL;
 //  2. the link's device target for the visitor's device (linkcache.Targets);
 //  3. a variant, chosen by weight and sticky per visitor: the same visitor
-//     (client IP key and User-Agent) always gets the same variant of one link
-//     while the variants and their weights are unchanged;
+//     (client address; an IPv6 /64) always gets the same variant of one
+//     link while the variants and their weights are unchanged;
 //  4. the link's long URL.
 //
 // Conditions: the visitor's device class (ios, android, desktop); a language
@@ -206,7 +206,7 @@ func (s *Set) Compile() error {
 		p.total += uint64(v.Weight)
 		p.cum = append(p.cum, p.total)
 	}
-	p.vary = vary(p.needs, len(s.Variants) > 0)
+	p.vary = vary(p.needs)
 	s.prog = p
 	return nil
 }

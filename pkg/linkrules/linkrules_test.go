@@ -183,9 +183,9 @@ func TestPickIsStickyAndWeighted(t *testing.T) {
 	counts := map[string]int{}
 	for i := range 4000 {
 		visitor := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}).String()
-		_, first, _ := s.Pick(st.Bucket(visitor, "ua", "code1"))
+		_, first, _ := s.Pick(st.Bucket(visitor, "code1"))
 		for range 3 {
-			if _, again, _ := s.Pick(st.Bucket(visitor, "ua", "code1")); again != first {
+			if _, again, _ := s.Pick(st.Bucket(visitor, "code1")); again != first {
 				t.Fatalf("visitor %s got %s then %s", visitor, first, again)
 			}
 		}
@@ -196,7 +196,7 @@ func TestPickIsStickyAndWeighted(t *testing.T) {
 	if counts["a"] < 2700 || counts["a"] > 3300 {
 		t.Fatalf("variant a got %d of 4000 visitors at weight 3 of 4", counts["a"])
 	}
-	if NewSticky([]byte("salt")).Bucket("v", "u", "c") == NewSticky([]byte("other")).Bucket("v", "u", "c") {
+	if NewSticky([]byte("salt")).Bucket("v", "c") == NewSticky([]byte("other")).Bucket("v", "c") {
 		t.Fatal("the salt does not change the bucket")
 	}
 }
@@ -211,7 +211,7 @@ func TestEvaluationAllocatesNothing(t *testing.T) {
 		if _, _, ok := s.Match(&r); ok {
 			t.Fatal("matched")
 		}
-		s.Pick(st.Bucket("198.51.100.1", "Mozilla/5.0", "abc"))
+		s.Pick(st.Bucket("198.51.100.1", "abc"))
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per evaluation", allocs)
@@ -223,7 +223,6 @@ func TestEvaluationAllocatesNothing(t *testing.T) {
 func BenchmarkEvaluate(b *testing.B) {
 	s := compiled(b)
 	st := NewSticky([]byte("salt"))
-	const ua = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36"
 	addr := netip.MustParseAddr("198.51.100.1")
 	b.ReportAllocs()
 	for b.Loop() {
@@ -231,7 +230,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		if _, _, ok := s.Match(&req); ok {
 			b.Fatal("matched")
 		}
-		s.Pick(st.Bucket("198.51.100.1", ua, "abcdefg"))
+		s.Pick(st.Bucket("198.51.100.1", "abcdefg"))
 	}
 }
 

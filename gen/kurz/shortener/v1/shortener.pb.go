@@ -183,8 +183,8 @@ type Link struct {
 	// At most 20; each destination is validated like long_url.
 	Rules []*RedirectRule `protobuf:"bytes,15,rep,name=rules,proto3" json:"rules,omitempty"`
 	// A/B-test destinations: the visits no rule and no device target took
-	// are split by weight, sticky per visitor (client address and user
-	// agent). At most 10.
+	// are split by weight, sticky per visitor (client address; an IPv6 /64
+	// is one visitor). At most 10.
 	Variants      []*Variant `protobuf:"bytes,16,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

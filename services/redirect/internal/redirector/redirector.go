@@ -262,7 +262,7 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code string, c c
 			return h.unavailable(w)
 		}
 	}
-	d := h.destination(r, code, c, e, start)
+	d := h.destination(r, ua, code, c, e, start)
 	status := h.redirect(w, e, d.url, e.MaxVisits > 0, h.status(e))
 	if r.Method == http.MethodGet {
 		h.record(ctx, r, code, e.Tenant, c.key, start, d)
@@ -384,7 +384,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code string, c
 		Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
 	// 303 whatever the link's type: the browser follows with a GET, where
 	// a 307/308 would re-post the form, password included, to the target.
-	dest := h.destination(r, code, c, e, start)
+	dest := h.destination(r, r.UserAgent(), code, c, e, start)
 	status := h.redirect(w, e, dest.url, true, http.StatusSeeOther)
 	h.record(ctx, r, code, e.Tenant, ip, start, dest)
 	return status

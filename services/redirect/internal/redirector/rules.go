@@ -22,12 +22,11 @@ type destination struct {
 // Links without rules or variants pay for nothing but the device lookup
 // they always paid; the country is looked up only for a rule that tests
 // it, once.
-func (h *Handler) destination(r *http.Request, code string, c client, e linkcache.Entry, now time.Time) destination {
+func (h *Handler) destination(r *http.Request, ua, code string, c client, e linkcache.Entry, now time.Time) destination {
 	rs := e.Rules
 	if rs == nil {
-		return destination{url: Target(e, r.UserAgent())}
+		return destination{url: Target(e, ua)}
 	}
-	ua := r.UserAgent()
 	if rs.HasRules() {
 		req := linkrules.Request{
 			NowMs: now.UnixMilli(), AcceptLanguage: firstValue(r.Header, "Accept-Language"), RawQuery: r.URL.RawQuery,
@@ -40,7 +39,7 @@ func (h *Handler) destination(r *http.Request, code string, c client, e linkcach
 	if t := deviceTarget(e, ua); t != "" {
 		return destination{url: t}
 	}
-	if u, name, ok := rs.Pick(h.sticky.Bucket(c.key, ua, code)); ok {
+	if u, name, ok := rs.Pick(h.sticky.Bucket(c.key, code)); ok {
 		return destination{url: u, variant: name}
 	}
 	return destination{url: e.URL}

@@ -40,7 +40,7 @@ func BenchmarkDestination(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				h.destination(r, "popular", c, tc.e, now)
+				h.destination(r, r.UserAgent(), "popular", c, tc.e, now)
 			}
 		})
 	}
