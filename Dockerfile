@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1.7
 # One image per kurz service, from the repository's Go module:
-#   docker build --build-arg SERVICE=limiter -t kurz/limiter:0.1.0 .
+#   docker build --build-arg SERVICE=limiter --build-arg VERSION=v0.1.0 -t kurz/limiter:0.1.0 .
 # SERVICE is one of limiter, shortener, redirect, analytics, gateway. The
 # default (last) stage is the production image: a static binary on distroless,
 # as user 65532. The "dev" stage is for Tilt only (see the Tiltfile).
@@ -17,8 +17,17 @@ RUN go mod download
 COPY gen gen
 COPY pkg pkg
 COPY services/${SERVICE} services/${SERVICE}
+# The build information kurz binaries report (pkg/buildinfo), e.g.
+#   --build-arg VERSION=v0.3.0 --build-arg COMMIT=$(git rev-parse HEAD) \
+#   --build-arg DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+# (the context has no .git, so nothing is stamped otherwise).
+ARG VERSION=dev
+ARG COMMIT=
+ARG DATE=
 RUN --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/service ./services/${SERVICE}
+    CGO_ENABLED=0 go build -trimpath \
+      -ldflags="-s -w -X kurz.dev/pkg/buildinfo.Version=${VERSION} -X kurz.dev/pkg/buildinfo.Commit=${COMMIT} -X kurz.dev/pkg/buildinfo.Date=${DATE}" \
+      -o /out/service ./services/${SERVICE}
 
 # ---- dev: Tilt's image, a locally cross-compiled binary that live_update
 # replaces. distroless's debug variant adds busybox (sh, kill, tar) for the

@@ -17,7 +17,7 @@ export GOFLAGS += -trimpath
 BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
-OPENAPIV2_VERSION          := v2.34.0
+GRPC_GATEWAY_VERSION       := v2.34.0
 GRPCURL_VERSION            := v1.9.4
 # deploy/k8s validates the rendered overlays with kubeconform against the
 # JSON schemas deploy/k8s/schemagen makes from the OpenAPI document of this
@@ -52,8 +52,11 @@ $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION):
 $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 	GOBIN=$(BIN) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	@touch $@
-$(BIN)/.protoc-gen-openapiv2-$(OPENAPIV2_VERSION):
-	GOBIN=$(BIN) go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(OPENAPIV2_VERSION)
+$(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION):
+	GOBIN=$(BIN) go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+	@touch $@
+$(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION):
+	GOBIN=$(BIN) go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
 	@touch $@
 $(BIN)/.grpcurl-$(GRPCURL_VERSION):
 	GOBIN=$(BIN) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
@@ -108,25 +111,32 @@ $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
 .PHONY: tools
 tools: $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
        $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) \
-       $(BIN)/.protoc-gen-openapiv2-$(OPENAPIV2_VERSION) \
+       $(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION) $(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION) \
        $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done \
        promtool ## Install the pinned tools into ./bin, and promtool (Debian's prometheus).
 
 # --- code generation and static checks --------------------------------------
 
 .PHONY: gen
-gen: tools ## Regenerate gen/ (Go code, the OpenAPI spec of the HTTP-mapped RPCs) from proto/ with buf.
+gen: tools ## Regenerate gen/ (Go code, grpc-gateway handlers, the OpenAPI spec) from proto/ with buf, and the gateway's served openapi.json.
 	rm -rf gen/kurz gen/openapi
 	buf generate
+	go run ./tools/openapigen -swagger gen/openapi/kurz.swagger.json -overlay $(OPENAPI_OVERLAY) -out $(OPENAPI_SERVED)
+
+# The gateway's served OpenAPI document: the generated spec of the mapped
+# RPCs plus the hand-written overlay (tools/openapigen, docs/api.md).
+OPENAPI_OVERLAY := services/gateway/internal/httpapi/openapi.overlay.yaml
+OPENAPI_SERVED  := services/gateway/internal/httpapi/openapi.json
 
 .PHONY: check-gen
-check-gen: tools ## Fail if gen/ differs from what proto/ generates.
+check-gen: tools ## Fail if gen/ or the served openapi.json differs from what proto/ and the overlay generate.
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	buf generate --output "$$tmp"; \
-	if ! diff -r "$$tmp/gen/kurz" gen/kurz || ! diff -r "$$tmp/gen/openapi" gen/openapi; then \
-		echo "gen/ is stale: run 'make gen' and commit the result" >&2; exit 1; \
+	go run ./tools/openapigen -swagger "$$tmp/gen/openapi/kurz.swagger.json" -overlay $(OPENAPI_OVERLAY) -out "$$tmp/openapi.json"; \
+	if ! diff -r "$$tmp/gen/kurz" gen/kurz || ! diff -r "$$tmp/gen/openapi" gen/openapi || ! diff "$$tmp/openapi.json" $(OPENAPI_SERVED); then \
+		echo "gen/ or $(OPENAPI_SERVED) is stale: run 'make gen' and commit the result" >&2; exit 1; \
 	fi; \
-	echo "gen/ matches proto/"
+	echo "gen/ and $(OPENAPI_SERVED) match proto/ and the overlay"
 
 .PHONY: docs
 docs: ## Regenerate docs/configuration.md from the services' Config structs, and docs/cli from kurzctl's commands.

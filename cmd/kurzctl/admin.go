@@ -2,8 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"net/url"
 	"text/tabwriter"
@@ -47,7 +47,7 @@ Examples:
 			name: "tenants get", args: "<id>", minArgs: 1, maxArgs: 1,
 			summary: "show a tenant",
 			help:    "Shows a tenant and its plan. " + adminHelpNote + "\n\nExample:\n  kurzctl tenants get acme",
-			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return func(args []string) error {
 					return c.tenantCall("tenants get", "GET", "/v1/admin/tenants/"+url.PathEscape(args[0]), nil)
 				}
@@ -61,7 +61,7 @@ Examples:
 
 Example:
   kurzctl tenants set-plan acme pro`,
-			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return func(args []string) error {
 					b, _ := json.Marshal(map[string]string{"plan": args[1]})
 					return c.tenantCall("tenants set-plan", "PATCH", "/v1/admin/tenants/"+url.PathEscape(args[0]), b)
@@ -92,7 +92,7 @@ Examples:
 
 Example:
   kurzctl keys revoke acme 3f2a9c1d`,
-			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return func(args []string) error {
 					gw, err := c.gateway("keys revoke", adminAuth)
 					if err != nil {
@@ -113,7 +113,7 @@ Example:
 	}
 }
 
-func setupTenantsCreate(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupTenantsCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	plan := fs.String("plan", "free", "the limiter's `plan`")
 	name := fs.String("name", "", "a display `name`")
 	return func(args []string) error {
@@ -144,10 +144,9 @@ func (c *cli) tenantCall(cmd, method, path string, body []byte) error {
 	return tw.Flush()
 }
 
-func setupKeysIssue(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupKeysIssue(c *cli, fs *pflag.FlagSet) func([]string) error {
 	name := fs.String("name", "", "a `name` to tell the key by, e.g. laptop or ci")
-	quiet := fs.Bool("quiet", false, "print only the key (also -q)")
-	fs.BoolVar(quiet, "q", false, "short for --quiet")
+	quiet := fs.BoolP("quiet", "q", false, "print only the key")
 	return func(args []string) error {
 		gw, err := c.gateway("keys issue", adminAuth)
 		if err != nil {
@@ -180,7 +179,7 @@ func setupKeysIssue(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupKeysList(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupKeysList(c *cli, fs *pflag.FlagSet) func([]string) error {
 	return func(args []string) error {
 		gw, err := c.gateway("keys list", adminAuth)
 		if err != nil {

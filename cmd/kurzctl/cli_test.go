@@ -241,3 +241,55 @@ func TestAdminTokenVariable(t *testing.T) {
 		})
 	}
 }
+
+// cobra parses every command line: global flags before the command or
+// after it, a command's flags between its arguments, "--" ending the
+// flags, and each flag's value completed where it has a fixed set.
+func TestFlagsAnywhere(t *testing.T) {
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.EscapedPath()+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"code":"abc1234","longUrl":"https://example.com"}`))
+	}))
+	t.Cleanup(srv.Close)
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+	last := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return paths[len(paths)-1]
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--url", srv.URL, "--api-key", "k1", "links", "get", "abc1234"}, "GET /v1/links/abc1234 Bearer k1"},
+		{[]string{"links", "get", "abc1234", "--url", srv.URL, "--api-key=k2"}, "GET /v1/links/abc1234 Bearer k2"},
+		{[]string{"links", "--url", srv.URL, "get", "abc1234"}, "GET /v1/links/abc1234 "},
+		{[]string{"--url", srv.URL, "links", "get", "--", "-abc"}, "GET /v1/links/-abc "},
+	} {
+		c.ok(tt.args...)
+		if got := last(); got != tt.want {
+			t.Errorf("kurzctl %s: sent %q, want %q", strings.Join(tt.args, " "), got, tt.want)
+		}
+	}
+	if out := decodeJSON(t, c.ok("-o", "json", "--url", srv.URL, "links", "get", "abc1234")); out["code"] != "abc1234" {
+		t.Errorf("-o json before the command: %v", out)
+	}
+	if r := c.run("links", "get", "abc1234", "--url"); r.code != exitUsage || !strings.Contains(r.stderr, "flag needs an argument: --url") {
+		t.Errorf("--url without a value: %s", r)
+	}
+	if r := c.run("help", "links", "nosuch"); r.code != exitUsage || !strings.Contains(r.stderr, `no such command "links nosuch"`) {
+		t.Errorf("help of no command: %s", r)
+	}
+	c.ok("config", "set-context", "staging", "--url", srv.URL)
+	if out := c.ok("__complete", "links", "list", "--context", ""); !strings.Contains(out, "staging") {
+		t.Errorf("--context's value is not completed from the config file:\n%s", out)
+	}
+	if out := c.ok("__complete", "--output", ""); !strings.Contains(out, "yaml") {
+		t.Errorf("--output's value is not completed:\n%s", out)
+	}
+}

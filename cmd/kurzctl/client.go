@@ -142,6 +142,12 @@ func unwrapURLError(err error) error {
 // call makes one request with an optional JSON body and returns the whole
 // answer's body.
 func (gw *gateway) call(ctx context.Context, method, path string, query url.Values, body []byte) ([]byte, error) {
+	raw, _, err := gw.callStatus(ctx, method, path, query, body)
+	return raw, err
+}
+
+// callStatus is call that returns the answer's status code too.
+func (gw *gateway) callStatus(ctx context.Context, method, path string, query url.Values, body []byte) ([]byte, int, error) {
 	var rd io.Reader
 	ctype := ""
 	if body != nil {
@@ -149,36 +155,42 @@ func (gw *gateway) call(ctx context.Context, method, path string, query url.Valu
 	}
 	resp, err := gw.send(ctx, method, path, query, rd, ctype)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return nil, 0, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
-	return raw, nil
+	return raw, resp.StatusCode, nil
 }
 
 // callProto sends req (nil: no body) in proto JSON and decodes the answer
 // into resp; it returns the answer's raw JSON too, for -o json.
 func (gw *gateway) callProto(ctx context.Context, method, path string, query url.Values, req, resp proto.Message) ([]byte, error) {
+	raw, _, err := gw.callProtoStatus(ctx, method, path, query, req, resp)
+	return raw, err
+}
+
+// callProtoStatus is callProto that returns the answer's status code too.
+func (gw *gateway) callProtoStatus(ctx context.Context, method, path string, query url.Values, req, resp proto.Message) ([]byte, int, error) {
 	var body []byte
 	if req != nil {
 		var err error
 		if body, err = protojson.Marshal(req); err != nil {
-			return nil, fmt.Errorf("encode request: %w", err)
+			return nil, 0, fmt.Errorf("encode request: %w", err)
 		}
 	}
-	raw, err := gw.call(ctx, method, path, query, body)
+	raw, status, err := gw.callStatus(ctx, method, path, query, body)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if resp != nil {
 		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, resp); err != nil {
-			return nil, fmt.Errorf("%s %s: the answer is not the expected JSON: %w", method, path, err)
+			return nil, 0, fmt.Errorf("%s %s: the answer is not the expected JSON: %w", method, path, err)
 		}
 	}
-	return raw, nil
+	return raw, status, nil
 }
 
 // writeRaw writes an answer's JSON as one line.

@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,12 +13,12 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// kurzctl's commands are one table (commands) that its own parser runs:
-// flags anywhere among the arguments, exit status 2 for a mistake on the
-// command line. cobraRoot mirrors the table as a cobra command tree, each
-// command with its flags, for what cobra does well: shell completion
-// (kurzctl completion, and the __complete requests the scripts make) and
-// the reference pages in docs/cli (kurzctl docs).
+// kurzctl's commands are one table (commands); cobraRoot makes the cobra
+// command tree of it, which parses every command line: flags anywhere among
+// the arguments ("--" ends them), the global flags as the root's persistent
+// flags, shell completion (kurzctl completion, and the __complete requests
+// the scripts make) and the reference pages in docs/cli (kurzctl docs).
+// Every mistake on the command line is a *usageError: exit status 2.
 
 // groupSummaries describe the command groups.
 var groupSummaries = map[string]string{
@@ -29,7 +29,8 @@ var groupSummaries = map[string]string{
 	"config":  "manage the config file's contexts",
 }
 
-// cobraRoot returns kurzctl's command tree for cobra.
+// cobraRoot returns kurzctl's command tree, its flags bound to c, and keeps
+// it in c.root.
 func (c *cli) cobraRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kurzctl",
@@ -45,112 +46,154 @@ command line.`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,
+		Args:              cobra.ArbitraryArgs,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				c.printOverview(c.stderr, c.root)
+				return usagef("", "no command given")
+			}
+			return usagef("", "unknown command %q", args[0])
+		},
 	}
+	c.root = root
+	c.leaves = map[*cobra.Command]*command{}
 	root.CompletionOptions.DisableDefaultCmd = true
-	var g globals
-	pf := root.PersistentFlags()
-	pf.StringVar(&g.url, "url", "", "the gateway's base URL (env KURZ_URL; default "+defaultURL+")")
-	pf.StringVar(&g.apiKey, "api-key", "", "a tenant's API key, for links and stats (env KURZ_API_KEY)")
-	pf.StringVar(&g.adminToken, "admin-token", "", "the gateway's admin token, for tenants and keys (env "+adminTokenEnv+")")
-	pf.StringVar(&g.limiter, "limiter", "", "the limiter's gRPC address, for quota (env KURZ_LIMITER_ADDR; default "+defaultLimiter+")")
-	pf.StringVar(&g.context, "context", "", "the config file's context to take settings from (env KURZ_CONTEXT)")
-	pf.StringVar(&g.config, "config", "", "the config file (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)")
-	pf.StringVarP(&g.output, "output", "o", "table", "output format: table, json or yaml")
-	pf.DurationVar(&g.timeout, "timeout", defaultTimeout, "bound on each call to a service (0: none)")
+	c.defineGlobals(root.PersistentFlags())
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = root.RegisterFlagCompletionFunc("context", c.completeContexts)
 	_ = root.MarkPersistentFlagFilename("config", "yaml", "yml")
+	root.SetFlagErrorFunc(func(cc *cobra.Command, err error) error { return usagef(commandName(cc), "%v", err) })
+	root.SetHelpFunc(func(cc *cobra.Command, _ []string) { c.help(c.stdout, cc) })
 
 	groups := map[string]*cobra.Command{}
 	for _, cmd := range commands {
-		if cmd.name == "help" {
-			continue // cobra has its own
-		}
 		words := strings.Fields(cmd.name)
 		parent := root
 		if len(words) == 2 {
 			if groups[words[0]] == nil {
-				groups[words[0]] = &cobra.Command{Use: words[0], Short: groupSummaries[words[0]]}
+				groups[words[0]] = c.groupCommand(words[0])
 				root.AddCommand(groups[words[0]])
 			}
 			parent = groups[words[0]]
 		}
-		leaf := &cobra.Command{
-			Use:   strings.TrimSpace(words[len(words)-1] + " " + cmd.args),
-			Short: cmd.summary,
-			Long:  strings.TrimSpace(cmd.help),
-			Run:   func(*cobra.Command, []string) {},
+		leaf := c.leafCommand(cmd, words[len(words)-1])
+		if cmd.name == "help" {
+			root.SetHelpCommand(leaf)
+			continue
 		}
-		if cmd.args == "" {
-			leaf.ValidArgsFunction = cobra.NoFileCompletions
-		}
-		switch cmd.name {
-		case "config use-context", "config delete-context", "config set-context":
-			leaf.ValidArgsFunction = c.completeContexts
-		case "completion":
-			leaf.ValidArgs = []string{"bash", "zsh", "fish", "powershell"}
-		}
-		fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
-		cmd.setup(&cli{stdin: c.stdin, stdout: c.stdout, stderr: c.stderr, lookupEnv: c.lookupEnv}, fs)
-		addGoFlags(leaf.Flags(), fs)
 		parent.AddCommand(leaf)
 	}
 	return root
 }
 
-// addGoFlags defines a command's own flags (not the global ones) on dst;
-// a one-letter flag whose usage is "short for --x" becomes x's shorthand.
-func addGoFlags(dst *pflag.FlagSet, fs *flag.FlagSet) {
-	short := map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) {
-		if long, ok := strings.CutPrefix(f.Usage, "short for --"); ok && len(f.Name) == 1 {
-			short[long] = f.Name
-		}
-	})
-	fs.VisitAll(func(f *flag.Flag) {
-		if isGlobalFlag(f.Name) || strings.HasPrefix(f.Usage, "short for --") {
-			return
-		}
-		typ, _ := flag.UnquoteUsage(f)
-		isBool := false
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			typ, isBool = "bool", true
-		}
-		if typ == "" {
-			typ = "string"
-		}
-		// The placeholder goes into the type, so completion descriptions
-		// read without pflag's backquotes.
-		usage := strings.ReplaceAll(f.Usage, "`", "")
-		pf := dst.VarPF(pflagValue{f.Value, typ}, f.Name, short[f.Name], usage)
-		pf.DefValue = f.DefValue
-		if isBool {
-			pf.NoOptDefVal = "true"
-		}
-	})
+// commandName is a command's words after "kurzctl": "links create".
+func commandName(cc *cobra.Command) string {
+	return strings.TrimPrefix(strings.TrimPrefix(cc.CommandPath(), "kurzctl"), " ")
 }
 
-// pflagValue is a standard library flag.Value for pflag.
-type pflagValue struct {
-	flag.Value
-	typ string
+// groupCommand is a group ("links"): alone, or with a word that names none
+// of its commands, it is a usage error that lists the group's commands.
+func (c *cli) groupCommand(group string) *cobra.Command {
+	return &cobra.Command{
+		Use:   group,
+		Short: groupSummaries[group],
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				c.printGroup(c.stderr, group)
+				return usagef(group, "missing a subcommand")
+			case args[0] == "help":
+				c.printGroup(c.stdout, group)
+				return nil
+			}
+			return usagef(group, "unknown command %q", group+" "+args[0])
+		},
+	}
 }
 
-func (v pflagValue) Type() string { return v.typ }
-
-// isCompletionRequest: cobra's hidden commands that the completion scripts
-// run to ask what comes next on the command line.
-func isCompletionRequest(word string) bool {
-	return word == cobra.ShellCompRequestCmd || word == cobra.ShellCompNoDescRequestCmd
+// leafCommand makes the cobra command of cmd: its flags, its bounds on
+// the arguments and what runs it once the global settings are resolved.
+func (c *cli) leafCommand(cmd *command, word string) *cobra.Command {
+	leaf := &cobra.Command{
+		Use:   strings.TrimSpace(word + " " + cmd.args),
+		Short: cmd.summary,
+		Long:  strings.TrimSpace(cmd.help),
+		Args: func(_ *cobra.Command, pos []string) error {
+			switch {
+			case len(pos) < cmd.minArgs:
+				missing := strings.Fields(cmd.args)
+				if len(pos) < len(missing) {
+					return usagef(cmd.name, "missing %s", strings.Join(missing[len(pos):cmd.minArgs], " "))
+				}
+				return usagef(cmd.name, "want %s", cmd.args)
+			case cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs:
+				return usagef(cmd.name, "unexpected argument %q (usage: kurzctl %s %s)", pos[cmd.maxArgs], cmd.name, cmd.args)
+			}
+			return nil
+		},
+	}
+	exec := cmd.setup(c, leaf.Flags())
+	leaf.RunE = func(_ *cobra.Command, pos []string) error { return c.runCommand(cmd, exec, pos) }
+	c.leaves[leaf] = cmd
+	if cmd.args == "" {
+		leaf.ValidArgsFunction = cobra.NoFileCompletions
+	}
+	switch cmd.name {
+	case "config use-context", "config delete-context", "config set-context":
+		leaf.ValidArgsFunction = c.completeContexts
+	case "completion":
+		leaf.ValidArgs = []string{"bash", "zsh", "fish", "powershell"}
+	}
+	return leaf
 }
 
-// complete answers a completion script's request.
-func (c *cli) complete(args []string) error {
-	root := c.cobraRoot()
-	root.SetArgs(args)
-	root.SetOut(c.stdout)
-	root.SetErr(c.stderr)
-	return root.ExecuteContext(c.ctx)
+// runCommand resolves the global settings and runs a command whose flags
+// and arguments cobra has parsed.
+func (c *cli) runCommand(cmd *command, exec func([]string) error, pos []string) error {
+	c.given = c.g
+	if err := c.resolveGlobals(cmd); err != nil {
+		return err
+	}
+	if c.g.output != "yaml" {
+		return exec(pos)
+	}
+	// -o yaml: the command writes JSON, converted when it is done.
+	y := &yamlWriter{out: c.stdout}
+	c.stdout = y
+	err := exec(pos)
+	c.stdout = y.out
+	if ferr := y.flush(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// help shows cc's help: the overview for kurzctl itself, a group's
+// commands, or a command's usage, flags and examples.
+func (c *cli) help(w io.Writer, cc *cobra.Command) {
+	switch cmd, ok := c.leaves[cc]; {
+	case ok:
+		c.printCommandHelp(w, cmd, cc)
+	case cc.HasParent():
+		c.printGroup(w, cc.Name())
+	default:
+		c.printOverview(w, cc)
+	}
+}
+
+// helpCommand runs "kurzctl help [command]".
+func (c *cli) helpCommand(args []string) error {
+	if len(args) == 0 {
+		c.printOverview(c.stdout, c.root)
+		return nil
+	}
+	cc, rest, err := c.root.Find(args)
+	if err != nil || cc == c.root || len(rest) > 0 {
+		return usagef("help", "no such command %q", strings.Join(args, " "))
+	}
+	c.help(c.stdout, cc)
+	return nil
 }
 
 // completeContexts completes a context's name from the config file.
@@ -178,9 +221,9 @@ Examples:
   kurzctl completion bash > /etc/bash_completion.d/kurzctl
   kurzctl completion zsh > "${fpath[1]}/_kurzctl"
   kurzctl completion fish > ~/.config/fish/completions/kurzctl.fish`,
-		setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+		setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 			return func(args []string) error {
-				root := c.cobraRoot()
+				root := c.root
 				switch args[0] {
 				case "bash":
 					return root.GenBashCompletionV2(c.stdout, true)
@@ -205,7 +248,7 @@ func docsCommand() *command {
 
 Example:
   kurzctl docs docs/cli`,
-		setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+		setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 			return func(args []string) error {
 				pages := c.docPages()
 				if err := os.MkdirAll(args[0], 0o755); err != nil {
@@ -238,7 +281,9 @@ func (c *cli) docPages() map[string][]byte {
 			}
 		}
 	}
-	walk(c.cobraRoot())
+	// A tree of its own: the running one has flags cobra added to the
+	// command it runs (--help).
+	walk((&cli{lookupEnv: c.lookupEnv}).cobraRoot())
 	return pages
 }
 
@@ -254,7 +299,7 @@ func markdownPage(cmd *cobra.Command) []byte {
 	if cmd.Long != "" {
 		fmt.Fprintf(&b, "### Synopsis\n\n```text\n%s\n```\n\n", cmd.Long)
 	}
-	if cmd.Runnable() {
+	if cmd.Runnable() && !cmd.HasAvailableSubCommands() {
 		fmt.Fprintf(&b, "```sh\n%s\n```\n\n", cmd.UseLine())
 	}
 	if fl := cmd.NonInheritedFlags(); fl.HasAvailableFlags() {

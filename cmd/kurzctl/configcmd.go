@@ -1,8 +1,8 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"slices"
 	"text/tabwriter"
 )
@@ -33,7 +33,7 @@ Examples:
 			name: "config use-context", args: "<name>", minArgs: 1, maxArgs: 1, offline: true,
 			summary: "make a context the current one",
 			help:    "Makes a context the current one: commands use its settings where no flag or\nenvironment variable gives one. " + configHelpNote + "\n\nExample:\n  kurzctl config use-context prod",
-			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return func(args []string) error {
 					err := c.changeConfig(func(cfg *kurzConfig) error {
 						if cfg.find(args[0]) == nil {
@@ -57,7 +57,7 @@ Examples:
 			name: "config get-contexts", offline: true,
 			summary: "list the contexts (never their secrets)",
 			help:    "Lists the contexts, the current one marked *; whether each holds an API key\nor an admin token, never their values. " + configHelpNote + "\n\nExamples:\n  kurzctl config get-contexts\n  kurzctl config get-contexts -o yaml",
-			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return c.showConfig(func(cfg *kurzConfig) error {
 					if len(cfg.Contexts) == 0 {
 						_, err := fmt.Fprintln(c.stdout, "no contexts (add one with kurzctl config set-context)")
@@ -80,7 +80,7 @@ Examples:
 			name: "config view", offline: true,
 			summary: "show the config file, secrets redacted",
 			help:    "Shows the config file as YAML (or -o json), every secret replaced by " + redacted + ".\n" + configHelpNote + "\n\nExample:\n  kurzctl config view",
-			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return c.showConfig(func(cfg *kurzConfig) error {
 					y := &yamlWriter{out: c.stdout}
 					if err := writeJSONValue(y, redactConfig(cfg)); err != nil {
@@ -94,7 +94,7 @@ Examples:
 			name: "config delete-context", args: "<name>", minArgs: 1, maxArgs: 1, offline: true,
 			summary: "remove a context",
 			help:    "Removes a context and its credentials from the config file. " + configHelpNote + "\n\nExample:\n  kurzctl config delete-context old",
-			setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return func(args []string) error {
 					err := c.changeConfig(func(cfg *kurzConfig) error {
 						kept := slices.DeleteFunc(slices.Clone(cfg.Contexts), func(k kurzContext) bool { return k.Name == args[0] })
@@ -121,7 +121,7 @@ Examples:
 	}
 }
 
-func setupSetContext(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupSetContext(c *cli, fs *pflag.FlagSet) func([]string) error {
 	keyStdin := fs.Bool("api-key-stdin", false, "read the API key from the first line of stdin")
 	tokenStdin := fs.Bool("admin-token-stdin", false, "read the admin token from the first line of stdin")
 	use := fs.Bool("use", false, "make it the current context")

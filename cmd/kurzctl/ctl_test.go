@@ -90,8 +90,9 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"unknown subcommand", []string{"links", "shorten"}, `kurzctl links: unknown command "links shorten"`},
 		{"missing argument", []string{"links", "create"}, "kurzctl links create: missing <long-url>"},
 		{"extra argument", []string{"links", "get", "a", "b"}, `kurzctl links get: unexpected argument "b"`},
-		{"unknown flag", []string{"links", "list", "--colour"}, "flag provided but not defined: -colour"},
+		{"unknown flag", []string{"links", "list", "--colour"}, "unknown flag: --colour"},
 		{"bad redirect", []string{"links", "create", "https://example.com", "--redirect", "303"}, "--redirect 303: want 301, 302, 307 or 308"},
+		{"two code modes", []string{"links", "create", "https://example.com", "--from-url", "--random"}, "give one of --alias, --random and --from-url"},
 		{"bad expire", []string{"links", "create", "https://example.com", "--expire", "soon"}, `--expire: "soon" is neither an RFC 3339 time`},
 		{"bad output", []string{"links", "list", "-o", "xml"}, `--output "xml": want table, json or yaml`},
 		{"bad url", []string{"--url", "127.0.0.1:8080", "links", "list"}, `--url "127.0.0.1:8080": want the gateway's base URL`},
@@ -126,7 +127,7 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range [][]string{{"-h"}, {"help"}, {"links", "-h"}, {"quota", "--help"}} {
+	for _, args := range [][]string{{"-h"}, {"-help"}, {"help"}, {"links", "-h"}, {"quota", "--help"}} {
 		if out := c.ok(args...); !strings.Contains(out, "Usage:") || !strings.Contains(out, "kurzctl help") {
 			t.Errorf("kurzctl %s:\n%s", strings.Join(args, " "), out)
 		}

@@ -1,14 +1,15 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"kurz.dev/pkg/buildinfo"
 )
@@ -45,79 +46,19 @@ const (
 	deprecatedAdminTokenEnv = "KURZ_ADMIN_TOKEN"
 )
 
-// globalFlags documents the global flags once, for every help text (never
-// with their values: they may be secrets).
-var globalFlags = []struct{ name, usage string }{
-	{"--url URL", "the gateway's base URL (env KURZ_URL; default " + defaultURL + ")"},
-	{"--api-key KEY", "a tenant's API key, for links and stats (env KURZ_API_KEY)"},
-	{"--admin-token TOKEN", "the gateway's admin token, for tenants and keys (env " + adminTokenEnv + ")"},
-	{"--limiter ADDR", "the limiter's gRPC address, for quota (env KURZ_LIMITER_ADDR; default " + defaultLimiter + ")"},
-	{"--context NAME", "the config file's context to take settings from (env KURZ_CONTEXT; default its current-context)"},
-	{"--config FILE", "the config file (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)"},
-	{"-o, --output FORMAT", "table (for people), json (the API's JSON, one document, for scripts) or yaml (the same as YAML)"},
-	{"--timeout DURATION", "bound on each call to a service (default 30s; 0: none)"},
-}
-
-func isGlobalFlag(name string) bool {
-	switch name {
-	case "url", "api-key", "admin-token", "limiter", "output", "o", "timeout", "config", "context":
-		return true
-	}
-	return false
-}
-
-// flagSet returns a FlagSet with the global flags, bound to c.g with their
-// current values (so flags given before the command keep theirs), for
-// cmd's own flags to be added to. It never prints: parse reports errors.
-func (c *cli) flagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("kurzctl "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+// defineGlobals defines the flags every command takes, bound to c.g: the
+// root's persistent flags. Their defaults are never secrets (c.g holds no
+// credential yet when they are defined).
+func (c *cli) defineGlobals(pf *pflag.FlagSet) {
 	g := &c.g
-	fs.StringVar(&g.url, "url", g.url, "")
-	fs.StringVar(&g.apiKey, "api-key", g.apiKey, "")
-	fs.StringVar(&g.adminToken, "admin-token", g.adminToken, "")
-	fs.StringVar(&g.limiter, "limiter", g.limiter, "")
-	fs.StringVar(&g.output, "output", g.output, "")
-	fs.StringVar(&g.output, "o", g.output, "")
-	fs.DurationVar(&g.timeout, "timeout", g.timeout, "")
-	fs.StringVar(&g.config, "config", g.config, "")
-	fs.StringVar(&g.context, "context", g.context, "")
-	return fs
-}
-
-// parseLeading parses the global flags before the command's name.
-func (c *cli) parseLeading(fs *flag.FlagSet, args []string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, usagef("", "%v", err)
-	}
-	return fs.Args(), nil
-}
-
-// parse parses a command's flags wherever they stand among its arguments
-// (stdlib flag stops at the first argument); "--" ends the flags.
-func (c *cli) parse(fs *flag.FlagSet, cmd *command, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usagef(cmd.name, "%v", err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
+	pf.StringVar(&g.url, "url", "", "the gateway's base `URL` (env KURZ_URL; default "+defaultURL+")")
+	pf.StringVar(&g.apiKey, "api-key", "", "a tenant's API `key`, for links and stats (env KURZ_API_KEY)")
+	pf.StringVar(&g.adminToken, "admin-token", "", "the gateway's admin `token`, for tenants and keys (env "+adminTokenEnv+")")
+	pf.StringVar(&g.limiter, "limiter", "", "the limiter's gRPC `address`, for quota (env KURZ_LIMITER_ADDR; default "+defaultLimiter+")")
+	pf.StringVar(&g.context, "context", "", "the config file's `context` to take settings from (env KURZ_CONTEXT; default its current-context)")
+	pf.StringVar(&g.config, "config", "", "the config `file` (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)")
+	pf.StringVarP(&g.output, "output", "o", "table", "output `format`: table (for people), json (the API's JSON, one document, for scripts) or yaml (the same as YAML)")
+	pf.DurationVar(&g.timeout, "timeout", defaultTimeout, "bound on each call to a service (0: none)")
 }
 
 // resolveGlobals fills the settings no flag gave from the environment, the
@@ -188,24 +129,14 @@ func checkURL(cmd, s string) error {
 func (c *cli) json() bool { return c.g.output == "json" || c.g.output == "yaml" }
 
 // visited returns the flags the command line set.
-func visited(fs *flag.FlagSet) map[string]bool {
+func visited(fs *pflag.FlagSet) map[string]bool {
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *pflag.Flag) { set[f.Name] = true })
 	return set
 }
 
-// stringList is a repeatable flag: --tag a --tag b.
-type stringList []string
-
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-
-func (l *stringList) Set(s string) error {
-	*l = append(*l, s)
-	return nil
-}
-
 // printOverview lists every command.
-func (c *cli) printOverview(w io.Writer) {
+func (c *cli) printOverview(w io.Writer, root *cobra.Command) {
 	fmt.Fprint(w, `kurzctl is kurz's command-line client: links, click statistics, imports and
 exports through the gateway; tenants and API keys through its admin API;
 quotas straight from the limiter.
@@ -221,7 +152,7 @@ Commands:
 	}
 	_ = tw.Flush()
 	fmt.Fprint(w, "\n")
-	printGlobalFlags(w)
+	printGlobalFlags(w, root)
 	fmt.Fprint(w, `
 Exit status: 0 on success, 1 when a service refuses or fails (its message on
 stderr), 2 for a mistake on the command line.
@@ -231,13 +162,8 @@ flags and examples.
 `)
 }
 
-func printGlobalFlags(w io.Writer) {
-	fmt.Fprint(w, "Global flags (before or after the command):\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, f := range globalFlags {
-		fmt.Fprintf(tw, "  %s\t%s\n", f.name, f.usage)
-	}
-	_ = tw.Flush()
+func printGlobalFlags(w io.Writer, root *cobra.Command) {
+	fmt.Fprintf(w, "Global flags (before or after the command):\n%s", root.PersistentFlags().FlagUsages())
 }
 
 // printGroup lists the commands of one group ("links").
@@ -255,40 +181,23 @@ func (c *cli) printGroup(w io.Writer, group string) {
 
 // printCommandHelp shows one command: usage, description with examples,
 // its own flags, then the global ones.
-func (c *cli) printCommandHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
+func (c *cli) printCommandHelp(w io.Writer, cmd *command, cc *cobra.Command) {
 	fmt.Fprintf(w, "Usage: kurzctl %s", cmd.name)
 	if cmd.args != "" {
 		fmt.Fprintf(w, " %s", cmd.args)
 	}
 	fmt.Fprintf(w, " [flags]\n\n%s\n", strings.TrimSpace(cmd.help))
-	var own []*flag.Flag
-	fs.VisitAll(func(f *flag.Flag) {
-		if !isGlobalFlag(f.Name) && !strings.HasPrefix(f.Usage, "short for ") {
-			own = append(own, f)
+	own := pflag.NewFlagSet(cmd.name, pflag.ContinueOnError)
+	cc.NonInheritedFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" {
+			own.AddFlag(f)
 		}
 	})
-	if len(own) > 0 {
-		fmt.Fprint(w, "\nFlags:\n")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, f := range own {
-			typ, usage := flag.UnquoteUsage(f)
-			dash := "--"
-			if len(f.Name) == 1 {
-				dash = "-"
-			}
-			name := dash + f.Name
-			if typ != "" {
-				name += " " + typ
-			}
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "[]" {
-				usage += fmt.Sprintf(" (default %s)", f.DefValue)
-			}
-			fmt.Fprintf(tw, "  %s\t%s\n", name, usage)
-		}
-		_ = tw.Flush()
+	if own.HasFlags() {
+		fmt.Fprintf(w, "\nFlags:\n%s", own.FlagUsages())
 	}
 	fmt.Fprint(w, "\n")
-	printGlobalFlags(w)
+	printGlobalFlags(w, cc.Root())
 }
 
 // version prints the build information (pkg/buildinfo): the release

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"os"
 	"text/tabwriter"
@@ -16,7 +16,7 @@ import (
 // --batch prints progress more often and fits a small plan's burst.
 const defaultImportBatch = linkimport.MaxBatch
 
-func setupLinksImport(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksImport(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links import"
 	batch := fs.Int("batch", defaultImportBatch, fmt.Sprintf("links per request, 1 to %d", linkimport.MaxBatch))
 	return func(args []string) error {

@@ -337,3 +337,22 @@ func TestImportAndExport(t *testing.T) {
 		t.Errorf("import -o json: %v", rep)
 	}
 }
+
+// links create --from-url: the same URL twice is one link; the second
+// create says on stderr that it existed, and -q prints its code.
+func TestLinksCreateFromURL(t *testing.T) {
+	gw := startGateway(t, stack.Limiter)
+	_, c := tenantWithKey(t, newCtl(t, gw), "free")
+	first := c.run("links", "create", "https://example.com/from-url", "--from-url", "--tag", "one")
+	if first.code != 0 || strings.Contains(first.stderr, "exists already") {
+		t.Fatalf("first create: %s", first)
+	}
+	code := field(t, first.stdout, "code")
+	again := c.run("links", "create", "https://example.com/from-url", "--from-url", "-q")
+	if again.code != 0 || strings.TrimSpace(again.stdout) != code || !strings.Contains(again.stderr, "exists already") {
+		t.Errorf("second create: %s\nwant code %s and a note that it exists", again, code)
+	}
+	if tags := field(t, c.ok("links", "get", code), "tags"); tags != "one" {
+		t.Errorf("the repeat changed the link: tags %q", tags)
+	}
+}

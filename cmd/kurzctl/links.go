@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -30,15 +31,22 @@ func linkCommands() []*command {
 			help: `Creates a short link for <long-url> (http or https). With an API key the link
 is the tenant's; without one the gateway may accept it as "anonymous".
 
+--from-url derives the code from the URL: creating the same URL again
+returns the tenant's link of it, unchanged, and says so on stderr ("exists
+already"; the API answers 200 instead of 201) without spending quota.
+
 --expire takes an RFC 3339 time or a duration from now (72h, 30d). A password
 (8 to 128 characters) makes visitors enter it before the redirect; prefer
 --password-stdin, which keeps it out of the shell's history. --ios, --android
-and --desktop send those devices elsewhere than <long-url>. --rules reads
-redirect rules and A/B-test variants from a file (see links set-rules).
+and --desktop send those devices elsewhere than <long-url>. --domain puts the
+link on one of the tenant's verified custom domains (kurzctl domains). --rules
+reads redirect rules and A/B-test variants from a file (see links set-rules).
 
 Examples:
   kurzctl links create https://example.com/spring-sale --tag spring --tag launch
   kurzctl links create https://example.com/q3 --alias q3-report --expire 30d
+  kurzctl links create https://example.com/pricing --from-url -q
+  kurzctl links create https://example.com/launch --domain go.example.com
   kurzctl links create https://example.com/app --ios https://apps.apple.com/app/id1 \
       --android https://play.google.com/store/apps/details?id=com.example
   printf '%s\n' "$PASSWORD" | kurzctl links create https://example.com/private --password-stdin
@@ -119,7 +127,7 @@ Examples:
 
 // linkFlags are the settings create and update share.
 type linkFlags struct {
-	tags          stringList
+	tags          []string
 	expire        string
 	maxVisits     int64
 	password      string
@@ -129,8 +137,8 @@ type linkFlags struct {
 	redirect      int
 }
 
-func (f *linkFlags) define(fs *flag.FlagSet) {
-	fs.Var(&f.tags, "tag", "a `tag` (repeat for several): lower-case letters, digits, '-', '_', '.'")
+func (f *linkFlags) define(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&f.tags, "tag", nil, "a `tag` (repeat for several): lower-case letters, digits, '-', '_', '.'")
 	fs.StringVar(&f.expire, "expire", "", "expiry: an RFC 3339 `time` or a duration from now (72h, 30d)")
 	fs.Int64Var(&f.maxVisits, "max-visits", 0, "answer 410 Gone after `n` visits")
 	fs.StringVar(&f.password, "password", "", "ask visitors for this `password` (visible in the shell's history: prefer --password-stdin)")
@@ -204,18 +212,22 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	return now.Add(d), nil
 }
 
-func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links create"
 	var f linkFlags
 	f.define(fs)
 	alias := fs.String("alias", "", "the wanted `code` instead of a generated one")
 	random := fs.Bool("random", false, "a random code rather than a block (permuted sequential) one")
-	quiet := fs.Bool("quiet", false, "print only the new code (also -q)")
-	fs.BoolVar(quiet, "q", false, "short for --quiet")
+	fromURL := fs.Bool("from-url", false, "the code derived from the URL: the same URL again returns its existing link")
+	quiet := fs.BoolP("quiet", "q", false, "print only the new code")
+	domain := fs.String("domain", "", "one of the tenant's verified custom `domains` (default: the default domain)")
 	rulesFile := fs.String("rules", "", "redirect rules and variants from a JSON or YAML `file` (see links set-rules)")
 	return func(args []string) error {
 		set := visited(fs)
-		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits}
+		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits, Domain: *domain}
+		if n := btoi(*alias != "") + btoi(*random) + btoi(*fromURL); n > 1 {
+			return usagef(cmd, "give one of --alias, --random and --from-url")
+		}
 		if *rulesFile != "" {
 			b, err := c.readRulesFile(cmd, *rulesFile)
 			if err != nil {
@@ -228,8 +240,8 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 			req.Rules, req.Variants = l.GetRules(), l.GetVariants()
 		}
 		switch {
-		case *alias != "" && *random:
-			return usagef(cmd, "give --alias or --random, not both")
+		case *fromURL:
+			req.Mode = shortenerv1.CodeMode_CODE_MODE_FROM_URL
 		case *alias != "":
 			req.Mode, req.CustomAlias = shortenerv1.CodeMode_CODE_MODE_CUSTOM, *alias
 		case *random:
@@ -265,9 +277,13 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 			return err
 		}
 		var link shortenerv1.Link
-		raw, err := gw.callProto(c.ctx, "POST", "/v1/links", nil, req, &link)
+		raw, status, err := gw.callProtoStatus(c.ctx, "POST", "/v1/links", nil, req, &link)
 		if err != nil {
 			return err
+		}
+		if status == http.StatusOK && !c.json() {
+			// CODE_MODE_FROM_URL found the tenant's link of this URL.
+			fmt.Fprintf(c.stderr, "the link of %s exists already: nothing was created or changed\n", link.GetLongUrl())
 		}
 		switch {
 		case *quiet:
@@ -280,7 +296,7 @@ func setupLinksCreate(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksList(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links list"
 	tag := fs.String("tag", "", "only links with this `tag`")
 	all := fs.Bool("all", false, "every page")
@@ -348,14 +364,28 @@ func setupLinksList(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksGet(c *cli, fs *flag.FlagSet) func([]string) error {
+// domainFlag defines --domain, the custom domain a command's <code> is on.
+func domainFlag(fs *pflag.FlagSet) *string {
+	return fs.String("domain", "", "the custom `domain` the link is on (default: the default domain)")
+}
+
+// domainQuery is the ?domain= of a link route; nil for the default domain.
+func domainQuery(domain string) url.Values {
+	if domain == "" {
+		return nil
+	}
+	return url.Values{"domain": {domain}}
+}
+
+func setupLinksGet(c *cli, fs *pflag.FlagSet) func([]string) error {
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		gw, err := c.gateway("links get", apiKeyAuth)
 		if err != nil {
 			return err
 		}
 		var link shortenerv1.Link
-		raw, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), nil, nil, &link)
+		raw, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), domainQuery(*domain), nil, &link)
 		if err != nil {
 			return err
 		}
@@ -366,7 +396,7 @@ func setupLinksGet(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links update"
 	var f linkFlags
 	f.define(fs)
@@ -377,6 +407,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 	disable := fs.Bool("disable", false, "stop redirecting (the code and statistics stay)")
 	enable := fs.Bool("enable", false, "redirect again")
 	clearExpire := fs.Bool("clear-expire", false, "never expire")
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		set := visited(fs)
 		body := map[string]any{}
@@ -397,7 +428,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 		}
 		switch {
 		case set["tag"]:
-			body["tags"] = []string(f.tags)
+			body["tags"] = f.tags
 		case *clearTags:
 			body["tags"] = []string{}
 		}
@@ -452,7 +483,7 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 			// The API replaces the device targets whole: keep the ones
 			// the command line does not name.
 			var cur shortenerv1.Link
-			if _, err := gw.callProto(c.ctx, "GET", path, nil, nil, &cur); err != nil {
+			if _, err := gw.callProto(c.ctx, "GET", path, domainQuery(*domain), nil, &cur); err != nil {
 				return err
 			}
 			t := cur.GetDeviceTargets()
@@ -466,6 +497,9 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 		}
 		if len(body) == 0 {
 			return usagef(cmd, "nothing to change: give one or more of --long-url, --tag, --clear-tags, --max-visits, --password, --clear-password, --disable, --enable, --expire, --clear-expire, --redirect, --ios, --android, --desktop")
+		}
+		if *domain != "" {
+			body["domain"] = *domain // names the link
 		}
 		b, err := json.Marshal(body)
 		if err != nil {
@@ -486,13 +520,14 @@ func setupLinksUpdate(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksDelete(c *cli, fs *pflag.FlagSet) func([]string) error {
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		gw, err := c.gateway("links delete", apiKeyAuth)
 		if err != nil {
 			return err
 		}
-		if _, err := gw.call(c.ctx, "DELETE", "/v1/links/"+url.PathEscape(args[0]), nil, nil); err != nil {
+		if _, err := gw.call(c.ctx, "DELETE", "/v1/links/"+url.PathEscape(args[0]), domainQuery(*domain), nil); err != nil {
 			return err
 		}
 		if c.json() {
@@ -503,11 +538,10 @@ func setupLinksDelete(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
-func setupLinksExport(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksExport(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links export"
 	tag := fs.String("tag", "", "only links with this `tag`")
-	file := fs.String("file", "", "write to this `file` instead of stdout (also -f)")
-	fs.StringVar(file, "f", "", "short for --file")
+	file := fs.StringP("file", "f", "", "write to this `file` instead of stdout")
 	return func([]string) error {
 		gw, err := c.gateway(cmd, apiKeyAuth)
 		if err != nil {
@@ -552,11 +586,21 @@ func setupLinksExport(c *cli, fs *flag.FlagSet) func([]string) error {
 	}
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // printLink shows one link as a two-column table.
 func printLink(w io.Writer, l *shortenerv1.Link) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("code", l.GetCode())
+	if l.GetDomain() != "" {
+		row("domain", l.GetDomain())
+	}
 	row("short url", l.GetShortUrl())
 	row("long url", l.GetLongUrl())
 	if t := l.GetDeviceTargets(); t != nil {

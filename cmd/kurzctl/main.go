@@ -13,13 +13,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes: scripts tell a mistake on the command line from a refusal by
@@ -47,7 +48,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // runIO is run with its inputs explicit: stdin and the environment.
 func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	c := &cli{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, lookupEnv: lookupEnv, g: globals{timeout: defaultTimeout}}
-	err := c.dispatch(args)
+	root := c.cobraRoot()
+	root.SetArgs(helpFlags(args))
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -59,6 +65,23 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	}
 	fmt.Fprintf(stderr, "kurzctl: %s\n", errorText(err))
 	return exitError
+}
+
+// helpFlags returns args (never nil: cobra reads os.Args for nil) with
+// "-help", which kurzctl took before it parsed with pflag, spelled
+// "--help"; after "--" every word is an argument.
+func helpFlags(args []string) []string {
+	out := make([]string, len(args))
+	copy(out, args)
+	for i, a := range out {
+		if a == "--" {
+			break
+		}
+		if a == "-help" {
+			out[i] = "--help"
+		}
+	}
+	return out
 }
 
 // errorText is what a person sees of err: the API's own message for API
@@ -101,9 +124,14 @@ type cli struct {
 	// given is g as the command line set it, before the environment and
 	// the config file filled the rest (config set-context stores it).
 	given globals
+	// root is the command tree cobraRoot made for this invocation, and
+	// leaves its commands' entries in commands.
+	root   *cobra.Command
+	leaves map[*cobra.Command]*command
 }
 
-// command is one leaf command, e.g. "links create".
+// command is one leaf command, e.g. "links create"; cobraRoot makes a
+// cobra command of each.
 type command struct {
 	name    string // the words that select it, e.g. "links create"
 	args    string // its positional arguments, e.g. "<long-url>"
@@ -117,7 +145,7 @@ type command struct {
 	offline bool
 	// setup defines the command's own flags on fs and returns what runs the
 	// command with its positional arguments once the flags are parsed.
-	setup func(c *cli, fs *flag.FlagSet) func(args []string) error
+	setup func(c *cli, fs *pflag.FlagSet) func(args []string) error
 }
 
 // commands is every command, in the order help lists them.
@@ -126,6 +154,7 @@ var commands []*command
 func init() {
 	commands = append(commands, linkCommands()...)
 	commands = append(commands, ruleCommands()...)
+	commands = append(commands, domainCommands()...)
 	commands = append(commands, statsCommand(), quotaCheckCommand(), quotaExplainCommand())
 	commands = append(commands, adminCommands()...)
 	commands = append(commands, configCommands()...)
@@ -133,141 +162,12 @@ func init() {
 	commands = append(commands, &command{
 		name: "version", summary: "print kurzctl's version", offline: true,
 		help: "Prints kurzctl's version, the commit it was built from and when, as make\nrelease sets them (\"dev\" for other builds, with the commit when known).\n\nExamples:\n  kurzctl version\n  kurzctl version -o json",
-		setup: func(c *cli, fs *flag.FlagSet) func([]string) error {
+		setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 			return func([]string) error { return c.version() }
 		},
 	}, &command{
 		name: "help", args: "[command]", summary: "show help for kurzctl or a command", maxArgs: -1, offline: true,
 		help:  "Shows the commands, or one command's flags and examples.\n\nExamples:\n  kurzctl help\n  kurzctl help links create",
-		setup: func(c *cli, fs *flag.FlagSet) func([]string) error { return c.helpCommand },
+		setup: func(c *cli, fs *pflag.FlagSet) func([]string) error { return c.helpCommand },
 	})
-}
-
-// dispatch finds the command named by the leading words of args (global
-// flags may come before it) and runs it.
-func (c *cli) dispatch(args []string) error {
-	fs := c.flagSet("")
-	rest, err := c.parseLeading(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		c.printOverview(c.stdout)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if len(rest) == 0 {
-		c.printOverview(c.stderr)
-		return usagef("", "no command given")
-	}
-	if isCompletionRequest(rest[0]) {
-		return c.complete(rest)
-	}
-	cmd, n := findCommand(rest)
-	if cmd == nil {
-		if group := groupOf(rest[0]); group != "" {
-			if len(rest) == 1 || isHelp(rest[1]) {
-				c.printGroup(c.stdoutOrErr(len(rest) > 1), group)
-				if len(rest) == 1 {
-					return usagef(group, "missing a subcommand")
-				}
-				return nil
-			}
-			return usagef(group, "unknown command %q", strings.Join(rest[:2], " "))
-		}
-		return usagef("", "unknown command %q", rest[0])
-	}
-	return c.runCommand(cmd, rest[n:])
-}
-
-// runCommand parses a command's flags (its own and the global ones, before,
-// between or after its arguments), checks the number of arguments and runs
-// it.
-func (c *cli) runCommand(cmd *command, args []string) error {
-	fs := c.flagSet(cmd.name)
-	exec := cmd.setup(c, fs)
-	pos, err := c.parse(fs, cmd, args)
-	if errors.Is(err, flag.ErrHelp) {
-		c.printCommandHelp(c.stdout, cmd, fs)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(pos) < cmd.minArgs:
-		missing := strings.Fields(cmd.args)
-		if len(pos) < len(missing) {
-			return usagef(cmd.name, "missing %s", strings.Join(missing[len(pos):cmd.minArgs], " "))
-		}
-		return usagef(cmd.name, "want %s", cmd.args)
-	case cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs:
-		return usagef(cmd.name, "unexpected argument %q (usage: kurzctl %s %s)", pos[cmd.maxArgs], cmd.name, cmd.args)
-	}
-	c.given = c.g
-	if err := c.resolveGlobals(cmd); err != nil {
-		return err
-	}
-	if c.g.output != "yaml" {
-		return exec(pos)
-	}
-	// -o yaml: the command writes JSON, converted when it is done.
-	y := &yamlWriter{out: c.stdout}
-	c.stdout = y
-	err = exec(pos)
-	c.stdout = y.out
-	if ferr := y.flush(); err == nil {
-		err = ferr
-	}
-	return err
-}
-
-// stdoutOrErr is stdout for asked-for help, stderr for help printed beside
-// a usage error.
-func (c *cli) stdoutOrErr(asked bool) io.Writer {
-	if asked {
-		return c.stdout
-	}
-	return c.stderr
-}
-
-func isHelp(s string) bool { return s == "-h" || s == "-help" || s == "--help" || s == "help" }
-
-// findCommand returns the command whose words lead args, and how many words
-// that is.
-func findCommand(args []string) (*command, int) {
-	for _, cmd := range commands {
-		words := strings.Fields(cmd.name)
-		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == cmd.name {
-			return cmd, len(words)
-		}
-	}
-	return nil, 0
-}
-
-// groupOf returns word if it is a command group ("links", "quota", ...).
-func groupOf(word string) string {
-	for _, cmd := range commands {
-		if g, _, ok := strings.Cut(cmd.name, " "); ok && g == word {
-			return g
-		}
-	}
-	return ""
-}
-
-func (c *cli) helpCommand(args []string) error {
-	if len(args) == 0 {
-		c.printOverview(c.stdout)
-		return nil
-	}
-	if cmd, n := findCommand(args); cmd != nil && n == len(args) {
-		fs := c.flagSet(cmd.name)
-		cmd.setup(c, fs)
-		c.printCommandHelp(c.stdout, cmd, fs)
-		return nil
-	}
-	if g := groupOf(args[0]); g != "" && len(args) == 1 {
-		c.printGroup(c.stdout, g)
-		return nil
-	}
-	return usagef("help", "no such command %q", strings.Join(args, " "))
 }

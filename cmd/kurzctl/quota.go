@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -32,7 +32,7 @@ verdict, the deciding rule and every rule's decision.
 Examples:
   kurzctl quota check --domain api --descriptor tenant=acme --descriptor api_key=k1
   kurzctl quota check --domain links.create --descriptor tenant=acme --hits 0`,
-		setup: func(c *cli, fs *flag.FlagSet) func([]string) error { return setupQuota(c, fs, "quota check") },
+		setup: func(c *cli, fs *pflag.FlagSet) func([]string) error { return setupQuota(c, fs, "quota check") },
 	}
 }
 
@@ -48,21 +48,20 @@ Examples:
   kurzctl quota explain --domain api --descriptor tenant=acme
   kurzctl quota explain --domain links.create --descriptor tenant=acme \
       --descriptor ip=203.0.113.7 --hits 20`,
-		setup: func(c *cli, fs *flag.FlagSet) func([]string) error { return setupQuota(c, fs, "quota explain") },
+		setup: func(c *cli, fs *pflag.FlagSet) func([]string) error { return setupQuota(c, fs, "quota explain") },
 	}
 }
 
-func setupQuota(c *cli, fs *flag.FlagSet, cmd string) func([]string) error {
+func setupQuota(c *cli, fs *pflag.FlagSet, cmd string) func([]string) error {
 	domain := fs.String("domain", "", "the rule `domain`, e.g. api, links.create, auth (required)")
-	var descs stringList
-	fs.Var(&descs, "descriptor", "a descriptor `name=value`, e.g. tenant=acme (repeat for several)")
+	descs := fs.StringArray("descriptor", nil, "a descriptor `name=value`, e.g. tenant=acme (repeat for several)")
 	hits := fs.Uint("hits", 1, "the request's cost in `units`")
 	return func([]string) error {
 		if *domain == "" {
 			return usagef(cmd, "--domain is required, e.g. --domain api")
 		}
 		desc := map[string]string{}
-		for _, d := range descs {
+		for _, d := range *descs {
 			k, v, ok := strings.Cut(d, "=")
 			if !ok || k == "" {
 				return usagef(cmd, "--descriptor %q: want name=value, e.g. tenant=acme", d)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
@@ -58,20 +58,22 @@ Example file:
 Examples:
   kurzctl links set-rules 1000abc rules.yaml
   kurzctl links rules 1000abc -o json | kurzctl links set-rules 1000xyz -
-  kurzctl links set-rules 1000abc --clear`,
+  kurzctl links set-rules 1000abc --clear
+  kurzctl links set-rules launch rules.yaml --domain go.example.com`,
 			setup: setupLinksSetRules,
 		},
 	}
 }
 
-func setupLinksRules(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksRules(c *cli, fs *pflag.FlagSet) func([]string) error {
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		gw, err := c.gateway("links rules", apiKeyAuth)
 		if err != nil {
 			return err
 		}
 		var link shortenerv1.Link
-		if _, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), nil, nil, &link); err != nil {
+		if _, err := gw.callProto(c.ctx, "GET", "/v1/links/"+url.PathEscape(args[0]), domainQuery(*domain), nil, &link); err != nil {
 			return err
 		}
 		if c.json() {
@@ -105,9 +107,10 @@ func writeRules(w io.Writer, l *shortenerv1.Link) error {
 	return err
 }
 
-func setupLinksSetRules(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupLinksSetRules(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links set-rules"
 	clear := fs.Bool("clear", false, "remove every rule and variant")
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		var body []byte
 		switch {
@@ -121,6 +124,21 @@ func setupLinksSetRules(c *cli, fs *flag.FlagSet) func([]string) error {
 			var err error
 			if body, err = c.readRulesFile(cmd, args[1]); err != nil {
 				return err
+			}
+		}
+		if *domain != "" {
+			// The body names the link's custom domain, as links update's does.
+			var doc map[string]json.RawMessage
+			if err := json.Unmarshal(body, &doc); err != nil {
+				return fmt.Errorf("encode request: %w", err)
+			}
+			d, err := json.Marshal(*domain)
+			if err != nil {
+				return fmt.Errorf("encode request: %w", err)
+			}
+			doc["domain"] = d
+			if body, err = json.Marshal(doc); err != nil {
+				return fmt.Errorf("encode request: %w", err)
 			}
 		}
 		gw, err := c.gateway(cmd, apiKeyAuth)

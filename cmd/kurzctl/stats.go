@@ -1,8 +1,8 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"github.com/spf13/pflag"
 	"io"
 	"math"
 	"net/url"
@@ -23,10 +23,10 @@ func statsCommand() *command {
 		summary: "a link's clicks: totals, top referrers, a chart",
 		help: `Shows a link's clicks over a time range (by default the last 30 days):
 totals split into human, bot and flood clicks, unique visitors, the top
-referrers, browsers and devices, the clicks per redirect rule and per
-A/B-test variant (for a link with rules), and a bar chart of the series (█ human,
-░ bot and flood). The range is widened to whole hours; hourly series cover at
-most 31 days.
+referrers, browsers, devices and countries (when the redirect has a GeoIP
+database), the clicks per redirect rule and per A/B-test variant (for a link
+with rules), and a bar chart of the series (█ human, ░ bot and flood). The
+range is widened to whole hours; hourly series cover at most 31 days.
 
 Examples:
   kurzctl stats 1000abc
@@ -48,14 +48,18 @@ func parseDay(s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a date (2026-01-02)", s)
 }
 
-func setupStats(c *cli, fs *flag.FlagSet) func([]string) error {
+func setupStats(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "stats"
 	since := fs.String("since", "", "the range's `duration` up to now, e.g. 7d or 48h")
 	start := fs.String("start", "", "the range's start: an RFC 3339 `time` or a date")
 	end := fs.String("end", "", "the range's end (exclusive; default now): an RFC 3339 `time` or a date")
 	interval := fs.String("interval", "", "the series' buckets: `hour` or day (default: hours up to two days, days beyond)")
+	domain := domainFlag(fs)
 	return func(args []string) error {
 		q := url.Values{}
+		if *domain != "" {
+			q.Set("domain", *domain)
+		}
 		if *since != "" && (*start != "" || *end != "") {
 			return usagef(cmd, "give --since, or --start and --end, not both")
 		}
@@ -106,7 +110,11 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 	if s.GetInterval() == analyticsv1.Interval_INTERVAL_HOUR {
 		unit = "hour"
 	}
-	fmt.Fprintf(w, "link %s: clicks from %s to %s, by %s\n\n", s.GetCode(),
+	name := s.GetCode()
+	if s.GetDomain() != "" {
+		name = s.GetDomain() + "/" + s.GetCode()
+	}
+	fmt.Fprintf(w, "link %s: clicks from %s to %s, by %s\n\n", name,
 		formatTime(s.GetStartTime()), formatTime(s.GetEndTime()), unit)
 	n := s.GetCounts()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -126,8 +134,9 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 		title string
 		list  []*analyticsv1.KeyCount
 	}{{"REFERRER", s.GetTopReferrers()}, {"BROWSER", s.GetTopBrowsers()}, {"DEVICE", s.GetTopDevices()},
-		{"RULE", s.GetRules()}, {"VARIANT", s.GetVariants()}} {
-		if len(top.list) == 0 {
+		{"COUNTRY", s.GetTopCountries()}, {"RULE", s.GetRules()}, {"VARIANT", s.GetVariants()}} {
+		if len(top.list) == 0 || top.title == "COUNTRY" && !anyCountry(top.list) {
+			// Without a GeoIP database every click's country is unknown.
 			continue
 		}
 		fmt.Fprintln(w)
@@ -135,8 +144,11 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 		fmt.Fprintf(tw, "%s\tCLICKS\n", top.title)
 		for _, kc := range top.list {
 			key := kc.GetKey()
-			if key == "" && top.title == "REFERRER" {
+			switch {
+			case key == "" && top.title == "REFERRER":
 				key = "(none)"
+			case key == "" && top.title == "COUNTRY":
+				key = "(unknown)"
 			}
 			fmt.Fprintf(tw, "%s\t%d\n", key, kc.GetCount())
 		}
@@ -147,6 +159,16 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 	fmt.Fprintf(w, "\nclicks by %s  █ human  ░ bot/flood\n", unit)
 	_, err := io.WriteString(w, chart(s.GetSeries(), s.GetInterval(), chartWidth))
 	return err
+}
+
+// anyCountry reports whether list holds a known country.
+func anyCountry(list []*analyticsv1.KeyCount) bool {
+	for _, kc := range list {
+		if kc.GetKey() != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func percent(share float64) string {

@@ -137,10 +137,29 @@ func TestDockerfile(t *testing.T) {
 	}
 	for _, svc := range services {
 		buildCmd := goBuildCommand(t, build, svc)
-		for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-ldflags=-s -w", "./services/" + svc} {
+		for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./services/" + svc} {
 			if !slices.Contains(buildCmd, want) {
 				t.Errorf("go build command %q lacks %q", buildCmd, want)
 			}
+		}
+		// Stripped, and stamped with the build information kurz binaries
+		// report (ARG VERSION, COMMIT, DATE; pkg/buildinfo).
+		i := slices.IndexFunc(buildCmd, func(a string) bool { return strings.HasPrefix(a, "-ldflags=") })
+		if i < 0 || !strings.HasPrefix(buildCmd[i], "-ldflags=-s -w ") {
+			t.Errorf("go build command %q: no -ldflags starting with -s -w", buildCmd)
+			continue
+		}
+		for _, v := range []string{"Version", "Commit", "Date"} {
+			if !strings.Contains(buildCmd[i], "-X kurz.dev/pkg/buildinfo."+v+"=") {
+				t.Errorf("go build command %q does not set buildinfo.%s", buildCmd, v)
+			}
+		}
+	}
+	for _, arg := range []string{"VERSION", "COMMIT", "DATE"} {
+		if !slices.ContainsFunc(commands[*instructions.ArgCommand](build), func(a *instructions.ArgCommand) bool {
+			return len(a.Args) == 1 && a.Args[0].Key == arg
+		}) {
+			t.Errorf("build stage: no ARG %s", arg)
 		}
 	}
 

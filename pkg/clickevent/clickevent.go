@@ -12,7 +12,8 @@
 // Producers trim with XADD ... MAXLEN ~ KURZ_CLICK_STREAM_MAXLEN.
 //
 // An event is one stream entry with these string fields (all present, some
-// possibly empty):
+// possibly empty; the optional ones, added after schema version 1 shipped,
+// may be absent from an older producer's entries and read as empty):
 //
 //	v            schema version, "1"
 //	id           event ID: a UUIDv7, unique per click; use it to deduplicate
@@ -24,10 +25,13 @@
 //	ua           User-Agent, at most MaxTextLen bytes
 //	ref          Referer, at most MaxTextLen bytes
 //	traceparent  W3C trace context of the redirect request ("" if none)
+//	country      optional: ISO 3166-1 alpha-2 code of the client's country,
+//	             two uppercase ASCII letters, from the redirect's GeoIP
+//	             database (pkg/geoip); "" when unknown or without one.
+//	             Parse reads any other value as ""
 //
-// Optional fields, absent when empty (an absent field reads as ""), so that
-// events of an older redirect still decode and plain clicks stay as they
-// were:
+// Two more optional fields are written only when set (an absent field reads
+// as ""), so that plain clicks stay as they were:
 //
 //	rule         name of the link's redirect rule that chose the destination
 //	variant      name of the link's A/B-test variant that chose it
@@ -64,6 +68,7 @@ const (
 	FieldUserAgent   = "ua"
 	FieldReferrer    = "ref"
 	FieldTraceParent = "traceparent"
+	FieldCountry     = "country"
 	FieldRule        = "rule"
 	FieldVariant     = "variant"
 )
@@ -126,6 +131,9 @@ type Event struct {
 	UserAgent   string
 	Referrer    string
 	TraceParent string
+	// Country is the client's ISO 3166-1 alpha-2 country code, "" when
+	// unknown.
+	Country string
 	// Rule and Variant name the link's rule or variant that chose the
 	// destination; empty for a plain redirect.
 	Rule    string
@@ -144,6 +152,7 @@ func (e Event) Values() []string {
 		FieldUserAgent, Truncate(e.UserAgent),
 		FieldReferrer, Truncate(e.Referrer),
 		FieldTraceParent, e.TraceParent,
+		FieldCountry, Country(e.Country),
 	}
 	if e.Rule != "" {
 		v = append(v, FieldRule, truncateName(e.Rule))
@@ -182,13 +191,22 @@ func Parse(values map[string]any) (Event, error) {
 	e := Event{
 		ID: get(FieldID), Code: get(FieldCode), Tenant: get(FieldTenant), Time: time.UnixMilli(ms),
 		Visitor: get(FieldVisitor), UserAgent: Truncate(get(FieldUserAgent)), Referrer: Truncate(get(FieldReferrer)),
-		TraceParent: get(FieldTraceParent),
-		Rule:        truncateName(get(FieldRule)), Variant: truncateName(get(FieldVariant)),
+		TraceParent: get(FieldTraceParent), Country: Country(get(FieldCountry)),
+		Rule: truncateName(get(FieldRule)), Variant: truncateName(get(FieldVariant)),
 	}
 	if e.ID == "" || e.Code == "" {
 		return Event{}, errors.New("clickevent: id and code are required")
 	}
 	return e, nil
+}
+
+// Country returns code when it is a country code (two uppercase ASCII
+// letters), else "": the only values field country carries.
+func Country(code string) string {
+	if len(code) != 2 || code[0] < 'A' || code[0] > 'Z' || code[1] < 'A' || code[1] > 'Z' {
+		return ""
+	}
+	return code
 }
 
 // Truncate cuts s to at most MaxTextLen bytes without splitting a UTF-8

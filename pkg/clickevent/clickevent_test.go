@@ -15,6 +15,7 @@ func TestValuesParseRoundTrip(t *testing.T) {
 		ID: NewID(time.Now()), Code: "10000g8", Tenant: "acme", Time: time.UnixMilli(1790000000123),
 		Visitor: Visitor([]byte("salt"), time.Now(), "203.0.113.9", "curl/8"), UserAgent: "curl/8",
 		Referrer: "https://news.example/", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		Country: "DE",
 	}
 	vals := e.Values()
 	m := map[string]any{}
@@ -24,6 +25,19 @@ func TestValuesParseRoundTrip(t *testing.T) {
 	got, err := Parse(m)
 	if err != nil || got != e {
 		t.Fatalf("Parse(Values(e)) = %+v, %v; want %+v", got, err, e)
+	}
+	// An older producer's entry has no country: it reads as unknown.
+	delete(m, FieldCountry)
+	want := e
+	want.Country = ""
+	if got, err := Parse(m); err != nil || got != want {
+		t.Fatalf("Parse without a country = %+v, %v; want %+v", got, err, want)
+	}
+	for _, bad := range []string{"de", "DEU", "D", "1A", "ÄÖ"} {
+		m[FieldCountry] = bad
+		if got, err := Parse(m); err != nil || got.Country != "" {
+			t.Errorf("Parse with country %q = %q, %v; want \"\"", bad, got.Country, err)
+		}
 	}
 	delete(m, FieldVersion)
 	if _, err := Parse(m); err == nil {
@@ -97,7 +111,7 @@ func TestRuleAndVariantAreOptional(t *testing.T) {
 		return m
 	}
 	plain := Event{ID: NewID(time.Now()), Code: "10000g8", Tenant: "acme", Time: time.UnixMilli(1790000000123)}
-	if m := toMap(plain.Values()); m[FieldRule] != nil || m[FieldVariant] != nil || len(m) != 9 {
+	if m := toMap(plain.Values()); m[FieldRule] != nil || m[FieldVariant] != nil || len(m) != 10 { // country is always written
 		t.Fatalf("a plain click writes %d fields: %v", len(m), m)
 	}
 	ruled := plain

@@ -12,7 +12,8 @@ import (
 // never panics; an accepted event had version "1", a decimal timestamp and
 // an ID and a code, keeps the user agent and referrer within MaxTextLen
 // bytes, and goes through the producer's encoding (Values, as XADD writes
-// it) and Parse again unchanged. The seed corpus is in
+// it) and Parse again unchanged. Its country is a country code or "", and
+// "" when the entry has none (an older producer's). The seed corpus is in
 // testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	const all = 1<<9 - 1
@@ -27,6 +28,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(uint16(all&^(1<<1)), Version, "i", "c", "t", "1", "", "", "", "")
 	f.Add(uint16(all|1<<9), Version, "i", "c", "t", "1", "v", "ua", "ref", "tp")
 	f.Add(uint16(all|1<<10), Version, "i", "c", "t", "1", "v", "ua", "ref", "tp")
+	f.Add(uint16(all|1<<11), Version, "i", "c", "DE", "1", "v", "ua", "ref", "tp")
+	f.Add(uint16(all|1<<11), Version, "i", "c", "de", "1", "v", "ua", "ref", "tp")
 	f.Add(uint16(all), Version, "i", "c", "t", "1", "v", strings.Repeat("a", MaxTextLen-1)+"é", strings.Repeat("€", 200), "")
 	f.Add(uint16(all), Version, "i", "c", "t", "1", "v", "\xff"+strings.Repeat("a", MaxTextLen), strings.Repeat("a", MaxTextLen-2)+"\xe2\x82", "")
 	f.Fuzz(func(t *testing.T, present uint16, version, id, code, tenant, ts, visitor, ua, ref, traceparent string) {
@@ -43,6 +46,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if present&(1<<10) != 0 {
 			m["extra"] = ts // unknown fields are ignored
+		}
+		if present&(1<<11) != 0 {
+			m[FieldCountry] = tenant // optional; anything but a code reads as ""
 		}
 
 		checkTruncate(t, ua)
@@ -62,6 +68,12 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q): user agent of %d bytes, referrer of %d; want at most %d", m, len(e.UserAgent), len(e.Referrer), MaxTextLen)
 		}
 
+		if want := Country(tenant); present&(1<<11) != 0 && e.Country != want || present&(1<<11) == 0 && e.Country != "" ||
+			e.Country != "" && (len(e.Country) != 2 || strings.Trim(e.Country, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "") {
+			t.Fatalf("Parse(%q): country %q", m, e.Country)
+		}
+
+		fields = append(fields, FieldCountry)
 		vals := e.Values()
 		if len(vals) != 2*len(fields) {
 			t.Fatalf("Values(%+v) = %q: want %d field/value pairs", e, vals, len(fields))

@@ -93,6 +93,11 @@ func (req *Request) languages() []string {
 	return req.langs[:req.nLangs]
 }
 
+// CountryLookedUp returns the country a country condition looked up for
+// req, and whether one did: a caller that needs the country too (for the
+// click) can skip a second lookup.
+func (req *Request) CountryLookedUp() (string, bool) { return req.country, req.countryDone }
+
 // NeedsDevice reports whether some rule tests the device class.
 func (s *Set) NeedsDevice() bool { return s.prog != nil && s.prog.needs&kindDevice != 0 }
 

@@ -29,6 +29,11 @@ const CodeKey = servertest.CodeKey
 // the README's outputs read the same in tests and on a laptop.
 const ShortBase = "http://127.0.0.1:8787"
 
+// NoDNS is the test shortener's DNS server: the discard port on loopback,
+// where nothing listens, so VerifyDomain fails (503) rather than ask the
+// outside world; tests verify domains through the admin API.
+const NoDNS = "127.0.0.1:9"
+
 // Stack is two limiters (one on a rules file; one on the rules in
 // PostgreSQL, as under make up, where tenant plans apply), the shortener
 // (on the file limiter) and analytics, on the shared Redis, PostgreSQL
@@ -82,7 +87,10 @@ func Start(rulesFile string) (_ *Stack, err error) {
 		servertest.Spec{Name: "shortener", Service: ShortenerService, Env: func(g, h string) []string {
 			return []string{"KURZ_SHORTENER_GRPC_ADDR=" + g, "KURZ_SHORTENER_HTTP_ADDR=" + h,
 				"KURZ_LIMITER_GRPC_ADDR=" + limiterAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-				"KURZ_SHORTENER_BASE_URL=" + ShortBase, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn"}
+				"KURZ_SHORTENER_BASE_URL=" + ShortBase, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn",
+				// No test asks the outside world's DNS: a TXT lookup goes
+				// to a port nothing listens on and fails at once.
+				"KURZ_SHORTENER_DNS_SERVER=" + NoDNS, "KURZ_SHORTENER_DNS_TIMEOUT=1s"}
 		}},
 		servertest.Spec{Name: "analytics", Service: AnalyticsService, Env: func(g, h string) []string {
 			return []string{"KURZ_ANALYTICS_GRPC_ADDR=" + g, "KURZ_ANALYTICS_HTTP_ADDR=" + h, "KURZ_LOG_LEVEL=warn"}

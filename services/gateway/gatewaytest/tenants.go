@@ -37,6 +37,7 @@ func DeleteTenants(ctx context.Context, db *pgxpool.Pool, ids ...string) error {
 		`DELETE FROM gw_tenants WHERE id = ANY($1)`,
 		`DELETE FROM rl_tenant_plans WHERE tenant = ANY($1)`,
 		`DELETE FROM links WHERE tenant = ANY($1)`,
+		`DELETE FROM domains WHERE tenant = ANY($1)`,
 	} {
 		if _, err := db.Exec(ctx, q, ids); err != nil {
 			return fmt.Errorf("clean up (%s): %w", q, err)

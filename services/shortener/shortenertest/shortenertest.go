@@ -51,3 +51,11 @@ func Start(t testing.TB, overrides map[string]string, opts ...Option) *servertes
 	r.AwaitServing(t, "kurz.shortener.v1.ShortenerService")
 	return r
 }
+
+// WithTXT makes VerifyDomain ask r for the _kurz-challenge TXT records
+// instead of DNS: tests verify custom domains without the outside world.
+func WithTXT(r interface {
+	LookupTXT(ctx context.Context, name string) ([]string, error)
+}) Option {
+	return func(c *app.Config) { c.TXT = r }
+}

@@ -84,7 +84,9 @@ type GetLinkStatsRequest struct {
 	// Exclusive end, rounded up to the next hour (UTC); unset means now.
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// Hourly series cover at most 31 days.
-	Interval      Interval `protobuf:"varint,4,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	Interval Interval `protobuf:"varint,4,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	// The link's custom domain; empty: the default domain.
+	Domain        string `protobuf:"bytes,5,opt,name=domain,proto3" json:"domain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -145,6 +147,13 @@ func (x *GetLinkStatsRequest) GetInterval() Interval {
 		return x.Interval
 	}
 	return Interval_INTERVAL_UNSPECIFIED
+}
+
+func (x *GetLinkStatsRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
 }
 
 // ClickCounts splits clicks by who made them.
@@ -342,6 +351,8 @@ func (x *KeyCount) GetCount() int64 {
 type GetLinkStatsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The link's custom domain; absent: the default domain.
+	Domain *string `protobuf:"bytes,14,opt,name=domain,proto3,oneof" json:"domain,omitempty"`
 	// Totals over the range: total = human + bot + flood.
 	Counts *ClickCounts `protobuf:"bytes,2,opt,name=counts,proto3" json:"counts,omitempty"`
 	// One bucket per interval of the range, oldest first, empty ones included.
@@ -364,12 +375,16 @@ type GetLinkStatsResponse struct {
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// The interval of series, as chosen when the request left it unspecified.
 	Interval Interval `protobuf:"varint,12,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
+	// Client countries by clicks, at most 10: ISO 3166-1 alpha-2 codes
+	// ("DE"), from the redirect's GeoIP database; the key "" is clicks of
+	// unknown country (all of them when the redirect has no database).
+	TopCountries []*KeyCount `protobuf:"bytes,13,rep,name=top_countries,json=topCountries,proto3" json:"top_countries,omitempty"`
 	// Clicks per redirect rule of the link that chose the destination, by
 	// clicks, at most 40; clicks no rule chose are not listed.
-	Rules []*KeyCount `protobuf:"bytes,13,rep,name=rules,proto3" json:"rules,omitempty"`
+	Rules []*KeyCount `protobuf:"bytes,15,rep,name=rules,proto3" json:"rules,omitempty"`
 	// Clicks per A/B-test variant, by clicks, at most 20; clicks no variant
 	// chose are not listed.
-	Variants      []*KeyCount `protobuf:"bytes,14,rep,name=variants,proto3" json:"variants,omitempty"`
+	Variants      []*KeyCount `protobuf:"bytes,16,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,6 +422,13 @@ func (*GetLinkStatsResponse) Descriptor() ([]byte, []int) {
 func (x *GetLinkStatsResponse) GetCode() string {
 	if x != nil {
 		return x.Code
+	}
+	return ""
+}
+
+func (x *GetLinkStatsResponse) GetDomain() string {
+	if x != nil && x.Domain != nil {
+		return *x.Domain
 	}
 	return ""
 }
@@ -488,6 +510,13 @@ func (x *GetLinkStatsResponse) GetInterval() Interval {
 	return Interval_INTERVAL_UNSPECIFIED
 }
 
+func (x *GetLinkStatsResponse) GetTopCountries() []*KeyCount {
+	if x != nil {
+		return x.TopCountries
+	}
+	return nil
+}
+
 func (x *GetLinkStatsResponse) GetRules() []*KeyCount {
 	if x != nil {
 		return x.Rules
@@ -506,13 +535,14 @@ var File_kurz_analytics_v1_analytics_proto protoreflect.FileDescriptor
 
 const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\n" +
-	"!kurz/analytics/v1/analytics.proto\x12\x11kurz.analytics.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
+	"!kurz/analytics/v1/analytics.proto\x12\x11kurz.analytics.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xec\x01\n" +
 	"\x13GetLinkStatsRequest\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x129\n" +
 	"\n" +
 	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x127\n" +
-	"\binterval\x18\x04 \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\"\x8a\x01\n" +
+	"\binterval\x18\x04 \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\x12\x16\n" +
+	"\x06domain\x18\x05 \x01(\tR\x06domain\"\x8a\x01\n" +
 	"\vClickCounts\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n" +
 	"\x05human\x18\x02 \x01(\x03R\x05human\x12'\n" +
@@ -526,9 +556,10 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\"2\n" +
 	"\bKeyCount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xff\x05\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xe9\x06\n" +
 	"\x14GetLinkStatsResponse\x12\x12\n" +
-	"\x04code\x18\x01 \x01(\tR\x04code\x126\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
+	"\x06domain\x18\x0e \x01(\tH\x00R\x06domain\x88\x01\x01\x126\n" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\x125\n" +
 	"\x06series\x18\x03 \x03(\v2\x1d.kurz.analytics.v1.TimeBucketR\x06series\x12@\n" +
 	"\rtop_referrers\x18\x04 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopReferrers\x12>\n" +
@@ -543,9 +574,11 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"start_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x127\n" +
-	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\x121\n" +
-	"\x05rules\x18\r \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\x05rules\x127\n" +
-	"\bvariants\x18\x0e \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\bvariants*I\n" +
+	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\x12@\n" +
+	"\rtop_countries\x18\r \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopCountries\x121\n" +
+	"\x05rules\x18\x0f \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\x05rules\x127\n" +
+	"\bvariants\x18\x10 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\bvariantsB\t\n" +
+	"\a_domain*I\n" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINTERVAL_HOUR\x10\x01\x12\x10\n" +
@@ -592,15 +625,16 @@ var file_kurz_analytics_v1_analytics_proto_depIdxs = []int32{
 	6,  // 11: kurz.analytics.v1.GetLinkStatsResponse.start_time:type_name -> google.protobuf.Timestamp
 	6,  // 12: kurz.analytics.v1.GetLinkStatsResponse.end_time:type_name -> google.protobuf.Timestamp
 	0,  // 13: kurz.analytics.v1.GetLinkStatsResponse.interval:type_name -> kurz.analytics.v1.Interval
-	4,  // 14: kurz.analytics.v1.GetLinkStatsResponse.rules:type_name -> kurz.analytics.v1.KeyCount
-	4,  // 15: kurz.analytics.v1.GetLinkStatsResponse.variants:type_name -> kurz.analytics.v1.KeyCount
-	1,  // 16: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
-	5,  // 17: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
-	17, // [17:18] is the sub-list for method output_type
-	16, // [16:17] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	4,  // 14: kurz.analytics.v1.GetLinkStatsResponse.top_countries:type_name -> kurz.analytics.v1.KeyCount
+	4,  // 15: kurz.analytics.v1.GetLinkStatsResponse.rules:type_name -> kurz.analytics.v1.KeyCount
+	4,  // 16: kurz.analytics.v1.GetLinkStatsResponse.variants:type_name -> kurz.analytics.v1.KeyCount
+	1,  // 17: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
+	5,  // 18: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
+	18, // [18:19] is the sub-list for method output_type
+	17, // [17:18] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_kurz_analytics_v1_analytics_proto_init() }
@@ -608,6 +642,7 @@ func file_kurz_analytics_v1_analytics_proto_init() {
 	if File_kurz_analytics_v1_analytics_proto != nil {
 		return
 	}
+	file_kurz_analytics_v1_analytics_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

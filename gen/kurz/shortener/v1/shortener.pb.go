@@ -37,6 +37,14 @@ const (
 	CodeMode_CODE_MODE_RANDOM CodeMode = 2
 	// The caller's own alias (see CreateLinkRequest.custom_alias).
 	CodeMode_CODE_MODE_CUSTOM CodeMode = 3
+	// A code derived from the tenant and the long URL (after normalisation):
+	// shortening one URL again returns the tenant's existing link
+	// (CreateLinkResponse.created false) instead of a new one. The code is
+	// the first free one of a fixed sequence of candidates, each 7 base62
+	// characters of HMAC-SHA256 under the shortener's code key; a candidate
+	// held by another link (another URL, or a deleted link: codes are never
+	// reused) yields to the next, up to 8 candidates.
+	CodeMode_CODE_MODE_FROM_URL CodeMode = 4
 )
 
 // Enum value maps for CodeMode.
@@ -46,12 +54,14 @@ var (
 		1: "CODE_MODE_SEQUENTIAL",
 		2: "CODE_MODE_RANDOM",
 		3: "CODE_MODE_CUSTOM",
+		4: "CODE_MODE_FROM_URL",
 	}
 	CodeMode_value = map[string]int32{
 		"CODE_MODE_UNSPECIFIED": 0,
 		"CODE_MODE_SEQUENTIAL":  1,
 		"CODE_MODE_RANDOM":      2,
 		"CODE_MODE_CUSTOM":      3,
+		"CODE_MODE_FROM_URL":    4,
 	}
 )
 
@@ -143,20 +153,645 @@ func (RedirectType) EnumDescriptor() ([]byte, []int) {
 	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{1}
 }
 
+// Domain is a tenant's custom domain for short links.
+type Domain struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The host name, lower-case, e.g. "go.acme.com".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The tenant that holds it.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Verified domains take links and are served by the redirect.
+	Verified bool `protobuf:"varint,3,opt,name=verified,proto3" json:"verified,omitempty"`
+	// The DNS TXT record that proves ownership:
+	// "_kurz-challenge.go.acme.com".
+	VerificationRecord string `protobuf:"bytes,4,opt,name=verification_record,json=verificationRecord,proto3" json:"verification_record,omitempty"`
+	// The value that record must hold.
+	VerificationToken string                 `protobuf:"bytes,5,opt,name=verification_token,json=verificationToken,proto3" json:"verification_token,omitempty"`
+	CreateTime        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it was verified; unset while unverified.
+	VerifyTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=verify_time,json=verifyTime,proto3" json:"verify_time,omitempty"`
+	// How: "dns" or "admin"; empty while unverified.
+	VerifiedBy    string `protobuf:"bytes,8,opt,name=verified_by,json=verifiedBy,proto3" json:"verified_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Domain) Reset() {
+	*x = Domain{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Domain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Domain) ProtoMessage() {}
+
+func (x *Domain) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Domain.ProtoReflect.Descriptor instead.
+func (*Domain) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Domain) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Domain) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Domain) GetVerified() bool {
+	if x != nil {
+		return x.Verified
+	}
+	return false
+}
+
+func (x *Domain) GetVerificationRecord() string {
+	if x != nil {
+		return x.VerificationRecord
+	}
+	return ""
+}
+
+func (x *Domain) GetVerificationToken() string {
+	if x != nil {
+		return x.VerificationToken
+	}
+	return ""
+}
+
+func (x *Domain) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Domain) GetVerifyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.VerifyTime
+	}
+	return nil
+}
+
+func (x *Domain) GetVerifiedBy() string {
+	if x != nil {
+		return x.VerifiedBy
+	}
+	return ""
+}
+
+type RegisterDomainRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The domain to register: a host name, at most 253 characters,
+	// lower-cased by the service; not an IP address nor kurz's own domain.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterDomainRequest) Reset() {
+	*x = RegisterDomainRequest{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterDomainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterDomainRequest) ProtoMessage() {}
+
+func (x *RegisterDomainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterDomainRequest.ProtoReflect.Descriptor instead.
+func (*RegisterDomainRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RegisterDomainRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RegisterDomainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterDomainResponse) Reset() {
+	*x = RegisterDomainResponse{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterDomainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterDomainResponse) ProtoMessage() {}
+
+func (x *RegisterDomainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterDomainResponse.ProtoReflect.Descriptor instead.
+func (*RegisterDomainResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RegisterDomainResponse) GetDomain() *Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
+type ListDomainsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDomainsRequest) Reset() {
+	*x = ListDomainsRequest{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDomainsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDomainsRequest) ProtoMessage() {}
+
+func (x *ListDomainsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDomainsRequest.ProtoReflect.Descriptor instead.
+func (*ListDomainsRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{3}
+}
+
+type ListDomainsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domains       []*Domain              `protobuf:"bytes,1,rep,name=domains,proto3" json:"domains,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDomainsResponse) Reset() {
+	*x = ListDomainsResponse{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDomainsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDomainsResponse) ProtoMessage() {}
+
+func (x *ListDomainsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDomainsResponse.ProtoReflect.Descriptor instead.
+func (*ListDomainsResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListDomainsResponse) GetDomains() []*Domain {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+type GetDomainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDomainRequest) Reset() {
+	*x = GetDomainRequest{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDomainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDomainRequest) ProtoMessage() {}
+
+func (x *GetDomainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDomainRequest.ProtoReflect.Descriptor instead.
+func (*GetDomainRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetDomainRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetDomainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDomainResponse) Reset() {
+	*x = GetDomainResponse{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDomainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDomainResponse) ProtoMessage() {}
+
+func (x *GetDomainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDomainResponse.ProtoReflect.Descriptor instead.
+func (*GetDomainResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetDomainResponse) GetDomain() *Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
+type VerifyDomainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyDomainRequest) Reset() {
+	*x = VerifyDomainRequest{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyDomainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyDomainRequest) ProtoMessage() {}
+
+func (x *VerifyDomainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyDomainRequest.ProtoReflect.Descriptor instead.
+func (*VerifyDomainRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *VerifyDomainRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type VerifyDomainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyDomainResponse) Reset() {
+	*x = VerifyDomainResponse{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyDomainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyDomainResponse) ProtoMessage() {}
+
+func (x *VerifyDomainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyDomainResponse.ProtoReflect.Descriptor instead.
+func (*VerifyDomainResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *VerifyDomainResponse) GetDomain() *Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
+type DeleteDomainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteDomainRequest) Reset() {
+	*x = DeleteDomainRequest{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteDomainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteDomainRequest) ProtoMessage() {}
+
+func (x *DeleteDomainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteDomainRequest.ProtoReflect.Descriptor instead.
+func (*DeleteDomainRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DeleteDomainRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteDomainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteDomainResponse) Reset() {
+	*x = DeleteDomainResponse{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteDomainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteDomainResponse) ProtoMessage() {}
+
+func (x *DeleteDomainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteDomainResponse.ProtoReflect.Descriptor instead.
+func (*DeleteDomainResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{10}
+}
+
+type ApproveDomainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveDomainRequest) Reset() {
+	*x = ApproveDomainRequest{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveDomainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveDomainRequest) ProtoMessage() {}
+
+func (x *ApproveDomainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveDomainRequest.ProtoReflect.Descriptor instead.
+func (*ApproveDomainRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ApproveDomainRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ApproveDomainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveDomainResponse) Reset() {
+	*x = ApproveDomainResponse{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveDomainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveDomainResponse) ProtoMessage() {}
+
+func (x *ApproveDomainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveDomainResponse.ProtoReflect.Descriptor instead.
+func (*ApproveDomainResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ApproveDomainResponse) GetDomain() *Domain {
+	if x != nil {
+		return x.Domain
+	}
+	return nil
+}
+
 // Link is a short code and where it leads.
 type Link struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The short code, e.g. "10000g8".
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	// The full short URL, e.g. "http://localhost:8787/10000g8".
+	// Output only. The full short URL, e.g. "http://localhost:8787/10000g8".
 	ShortUrl string `protobuf:"bytes,2,opt,name=short_url,json=shortUrl,proto3" json:"short_url,omitempty"`
 	// Where the code redirects to; http or https only.
 	LongUrl string `protobuf:"bytes,3,opt,name=long_url,json=longUrl,proto3" json:"long_url,omitempty"`
-	// The tenant that owns the link.
-	Tenant       string                 `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	RedirectType RedirectType           `protobuf:"varint,5,opt,name=redirect_type,json=redirectType,proto3,enum=kurz.shortener.v1.RedirectType" json:"redirect_type,omitempty"`
-	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// Output only. The tenant that owns the link.
+	Tenant       string       `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	RedirectType RedirectType `protobuf:"varint,5,opt,name=redirect_type,json=redirectType,proto3,enum=kurz.shortener.v1.RedirectType" json:"redirect_type,omitempty"`
+	// Output only. When the link was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only. When the link was last changed.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// After this time the code answers 410 Gone. Unset: never expires.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// A disabled link stops redirecting but keeps its code and statistics.
@@ -168,7 +803,7 @@ type Link struct {
 	// such links are counted atomically in Redis, exactly at the limit under
 	// concurrency.
 	MaxVisits int64 `protobuf:"varint,11,opt,name=max_visits,json=maxVisits,proto3" json:"max_visits,omitempty"`
-	// Output only: the link asks for a password before redirecting.
+	// Output only. The link asks for a password before redirecting.
 	PasswordProtected bool `protobuf:"varint,12,opt,name=password_protected,json=passwordProtected,proto3" json:"password_protected,omitempty"`
 	// Input only, never returned: on create, or on update with "password" in
 	// the mask, sets the password (8 to 128 characters; stored as an Argon2id
@@ -177,22 +812,25 @@ type Link struct {
 	// Per-device destinations, chosen by the visitor's user agent; long_url
 	// serves every device without a target of its own.
 	DeviceTargets *DeviceTargets `protobuf:"bytes,14,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
+	// The custom domain the link is on; absent: the default domain. Codes
+	// are unique per domain. Set on create only.
+	Domain *string `protobuf:"bytes,15,opt,name=domain,proto3,oneof" json:"domain,omitempty"`
 	// Redirect rules, tried in order after the password and visit checks:
 	// the first whose conditions all hold chooses the destination. Visits no
 	// rule matches go to the device target, else a variant, else long_url.
 	// At most 20; each destination is validated like long_url.
-	Rules []*RedirectRule `protobuf:"bytes,15,rep,name=rules,proto3" json:"rules,omitempty"`
+	Rules []*RedirectRule `protobuf:"bytes,16,rep,name=rules,proto3" json:"rules,omitempty"`
 	// A/B-test destinations: the visits no rule and no device target took
 	// are split by weight, sticky per visitor (client address; an IPv6 /64
 	// is one visitor). At most 10.
-	Variants      []*Variant `protobuf:"bytes,16,rep,name=variants,proto3" json:"variants,omitempty"`
+	Variants      []*Variant `protobuf:"bytes,17,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Link) Reset() {
 	*x = Link{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[0]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -204,7 +842,7 @@ func (x *Link) String() string {
 func (*Link) ProtoMessage() {}
 
 func (x *Link) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[0]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -217,7 +855,7 @@ func (x *Link) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Link.ProtoReflect.Descriptor instead.
 func (*Link) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{0}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Link) GetCode() string {
@@ -318,6 +956,13 @@ func (x *Link) GetDeviceTargets() *DeviceTargets {
 	return nil
 }
 
+func (x *Link) GetDomain() string {
+	if x != nil && x.Domain != nil {
+		return *x.Domain
+	}
+	return ""
+}
+
 func (x *Link) GetRules() []*RedirectRule {
 	if x != nil {
 		return x.Rules
@@ -348,7 +993,7 @@ type RedirectRule struct {
 
 func (x *RedirectRule) Reset() {
 	*x = RedirectRule{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +1005,7 @@ func (x *RedirectRule) String() string {
 func (*RedirectRule) ProtoMessage() {}
 
 func (x *RedirectRule) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[1]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +1018,7 @@ func (x *RedirectRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedirectRule.ProtoReflect.Descriptor instead.
 func (*RedirectRule) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{1}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RedirectRule) GetName() string {
@@ -422,7 +1067,7 @@ type RuleCondition struct {
 
 func (x *RuleCondition) Reset() {
 	*x = RuleCondition{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +1079,7 @@ func (x *RuleCondition) String() string {
 func (*RuleCondition) ProtoMessage() {}
 
 func (x *RuleCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[2]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +1092,7 @@ func (x *RuleCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleCondition.ProtoReflect.Descriptor instead.
 func (*RuleCondition) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{2}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RuleCondition) GetDevices() []string {
@@ -506,7 +1151,7 @@ type QueryCondition struct {
 
 func (x *QueryCondition) Reset() {
 	*x = QueryCondition{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +1163,7 @@ func (x *QueryCondition) String() string {
 func (*QueryCondition) ProtoMessage() {}
 
 func (x *QueryCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[3]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +1176,7 @@ func (x *QueryCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryCondition.ProtoReflect.Descriptor instead.
 func (*QueryCondition) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{3}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueryCondition) GetParam() string {
@@ -559,7 +1204,7 @@ type TimeWindow struct {
 
 func (x *TimeWindow) Reset() {
 	*x = TimeWindow{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +1216,7 @@ func (x *TimeWindow) String() string {
 func (*TimeWindow) ProtoMessage() {}
 
 func (x *TimeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[4]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +1229,7 @@ func (x *TimeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeWindow.ProtoReflect.Descriptor instead.
 func (*TimeWindow) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{4}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TimeWindow) GetFrom() *timestamppb.Timestamp {
@@ -616,7 +1261,7 @@ type Variant struct {
 
 func (x *Variant) Reset() {
 	*x = Variant{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +1273,7 @@ func (x *Variant) String() string {
 func (*Variant) ProtoMessage() {}
 
 func (x *Variant) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[5]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +1286,7 @@ func (x *Variant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Variant.ProtoReflect.Descriptor instead.
 func (*Variant) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{5}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Variant) GetName() string {
@@ -680,7 +1325,7 @@ type DeviceTargets struct {
 
 func (x *DeviceTargets) Reset() {
 	*x = DeviceTargets{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +1337,7 @@ func (x *DeviceTargets) String() string {
 func (*DeviceTargets) ProtoMessage() {}
 
 func (x *DeviceTargets) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[6]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +1350,7 @@ func (x *DeviceTargets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceTargets.ProtoReflect.Descriptor instead.
 func (*DeviceTargets) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{6}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeviceTargets) GetIosUrl() string {
@@ -746,17 +1391,19 @@ type CreateLinkRequest struct {
 	Password string `protobuf:"bytes,8,opt,name=password,proto3" json:"password,omitempty"`
 	// See Link.device_targets.
 	DeviceTargets *DeviceTargets `protobuf:"bytes,9,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
+	// One of the caller's verified domains; empty: the default domain.
+	Domain string `protobuf:"bytes,10,opt,name=domain,proto3" json:"domain,omitempty"`
 	// See Link.rules.
-	Rules []*RedirectRule `protobuf:"bytes,10,rep,name=rules,proto3" json:"rules,omitempty"`
+	Rules []*RedirectRule `protobuf:"bytes,11,rep,name=rules,proto3" json:"rules,omitempty"`
 	// See Link.variants.
-	Variants      []*Variant `protobuf:"bytes,11,rep,name=variants,proto3" json:"variants,omitempty"`
+	Variants      []*Variant `protobuf:"bytes,12,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateLinkRequest) Reset() {
 	*x = CreateLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +1415,7 @@ func (x *CreateLinkRequest) String() string {
 func (*CreateLinkRequest) ProtoMessage() {}
 
 func (x *CreateLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[7]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1428,7 @@ func (x *CreateLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLinkRequest.ProtoReflect.Descriptor instead.
 func (*CreateLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{7}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateLinkRequest) GetLongUrl() string {
@@ -847,6 +1494,13 @@ func (x *CreateLinkRequest) GetDeviceTargets() *DeviceTargets {
 	return nil
 }
 
+func (x *CreateLinkRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
 func (x *CreateLinkRequest) GetRules() []*RedirectRule {
 	if x != nil {
 		return x.Rules
@@ -862,15 +1516,20 @@ func (x *CreateLinkRequest) GetVariants() []*Variant {
 }
 
 type CreateLinkResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Link          *Link                  `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Link  *Link                  `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
+	// True when this call created the link; false when, with
+	// CODE_MODE_FROM_URL, the tenant's link of this URL existed already and
+	// was returned unchanged (the request's other settings are not applied).
+	// The REST API answers 201 Created or 200 OK.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateLinkResponse) Reset() {
 	*x = CreateLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1541,7 @@ func (x *CreateLinkResponse) String() string {
 func (*CreateLinkResponse) ProtoMessage() {}
 
 func (x *CreateLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[8]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1554,7 @@ func (x *CreateLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLinkResponse.ProtoReflect.Descriptor instead.
 func (*CreateLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{8}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateLinkResponse) GetLink() *Link {
@@ -905,16 +1564,25 @@ func (x *CreateLinkResponse) GetLink() *Link {
 	return nil
 }
 
+func (x *CreateLinkResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
 type GetLinkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The link's custom domain; empty: the default domain.
+	Domain        string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetLinkRequest) Reset() {
 	*x = GetLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1594,7 @@ func (x *GetLinkRequest) String() string {
 func (*GetLinkRequest) ProtoMessage() {}
 
 func (x *GetLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[9]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,12 +1607,19 @@ func (x *GetLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLinkRequest.ProtoReflect.Descriptor instead.
 func (*GetLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{9}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetLinkRequest) GetCode() string {
 	if x != nil {
 		return x.Code
+	}
+	return ""
+}
+
+func (x *GetLinkRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
 	}
 	return ""
 }
@@ -958,7 +1633,7 @@ type GetLinkResponse struct {
 
 func (x *GetLinkResponse) Reset() {
 	*x = GetLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1645,7 @@ func (x *GetLinkResponse) String() string {
 func (*GetLinkResponse) ProtoMessage() {}
 
 func (x *GetLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[10]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1658,7 @@ func (x *GetLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLinkResponse.ProtoReflect.Descriptor instead.
 func (*GetLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{10}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetLinkResponse) GetLink() *Link {
@@ -1007,7 +1682,7 @@ type ListLinksRequest struct {
 
 func (x *ListLinksRequest) Reset() {
 	*x = ListLinksRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1694,7 @@ func (x *ListLinksRequest) String() string {
 func (*ListLinksRequest) ProtoMessage() {}
 
 func (x *ListLinksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[11]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1707,7 @@ func (x *ListLinksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLinksRequest.ProtoReflect.Descriptor instead.
 func (*ListLinksRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{11}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLinksRequest) GetPageSize() int32 {
@@ -1067,7 +1742,7 @@ type ListLinksResponse struct {
 
 func (x *ListLinksResponse) Reset() {
 	*x = ListLinksResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1754,7 @@ func (x *ListLinksResponse) String() string {
 func (*ListLinksResponse) ProtoMessage() {}
 
 func (x *ListLinksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[12]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1767,7 @@ func (x *ListLinksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLinksResponse.ProtoReflect.Descriptor instead.
 func (*ListLinksResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{12}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLinksResponse) GetLinks() []*Link {
@@ -1111,7 +1786,7 @@ func (x *ListLinksResponse) GetNextPageToken() string {
 
 type UpdateLinkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The link to change, identified by its code.
+	// The link to change, identified by its code and domain.
 	Link *Link `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
 	// Which fields of link to write: long_url, redirect_type, expire_time,
 	// disabled, tags, max_visits, password, device_targets, rules, variants.
@@ -1122,7 +1797,7 @@ type UpdateLinkRequest struct {
 
 func (x *UpdateLinkRequest) Reset() {
 	*x = UpdateLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1809,7 @@ func (x *UpdateLinkRequest) String() string {
 func (*UpdateLinkRequest) ProtoMessage() {}
 
 func (x *UpdateLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[13]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1822,7 @@ func (x *UpdateLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLinkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{13}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateLinkRequest) GetLink() *Link {
@@ -1173,7 +1848,7 @@ type UpdateLinkResponse struct {
 
 func (x *UpdateLinkResponse) Reset() {
 	*x = UpdateLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1860,7 @@ func (x *UpdateLinkResponse) String() string {
 func (*UpdateLinkResponse) ProtoMessage() {}
 
 func (x *UpdateLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1873,7 @@ func (x *UpdateLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLinkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{14}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpdateLinkResponse) GetLink() *Link {
@@ -1209,15 +1884,17 @@ func (x *UpdateLinkResponse) GetLink() *Link {
 }
 
 type DeleteLinkRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The link's custom domain; empty: the default domain.
+	Domain        string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteLinkRequest) Reset() {
 	*x = DeleteLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1906,7 @@ func (x *DeleteLinkRequest) String() string {
 func (*DeleteLinkRequest) ProtoMessage() {}
 
 func (x *DeleteLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,12 +1919,19 @@ func (x *DeleteLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLinkRequest.ProtoReflect.Descriptor instead.
 func (*DeleteLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{15}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteLinkRequest) GetCode() string {
 	if x != nil {
 		return x.Code
+	}
+	return ""
+}
+
+func (x *DeleteLinkRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
 	}
 	return ""
 }
@@ -1260,7 +1944,7 @@ type DeleteLinkResponse struct {
 
 func (x *DeleteLinkResponse) Reset() {
 	*x = DeleteLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1956,7 @@ func (x *DeleteLinkResponse) String() string {
 func (*DeleteLinkResponse) ProtoMessage() {}
 
 func (x *DeleteLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1969,7 @@ func (x *DeleteLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLinkResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{16}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{29}
 }
 
 type BatchCreateLinksRequest struct {
@@ -1298,7 +1982,7 @@ type BatchCreateLinksRequest struct {
 
 func (x *BatchCreateLinksRequest) Reset() {
 	*x = BatchCreateLinksRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1994,7 @@ func (x *BatchCreateLinksRequest) String() string {
 func (*BatchCreateLinksRequest) ProtoMessage() {}
 
 func (x *BatchCreateLinksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +2007,7 @@ func (x *BatchCreateLinksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateLinksRequest.ProtoReflect.Descriptor instead.
 func (*BatchCreateLinksRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{17}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BatchCreateLinksRequest) GetRequests() []*CreateLinkRequest {
@@ -1349,7 +2033,7 @@ type BatchItemError struct {
 
 func (x *BatchItemError) Reset() {
 	*x = BatchItemError{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +2045,7 @@ func (x *BatchItemError) String() string {
 func (*BatchItemError) ProtoMessage() {}
 
 func (x *BatchItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +2058,7 @@ func (x *BatchItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchItemError.ProtoReflect.Descriptor instead.
 func (*BatchItemError) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{18}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchItemError) GetCode() string {
@@ -1402,16 +2086,20 @@ func (x *BatchItemError) GetField() string {
 type BatchCreateResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The item's position in BatchCreateLinksRequest.requests.
-	Index         int32           `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Link          *Link           `protobuf:"bytes,2,opt,name=link,proto3" json:"link,omitempty"`
-	Error         *BatchItemError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Index int32           `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Link  *Link           `protobuf:"bytes,2,opt,name=link,proto3" json:"link,omitempty"`
+	Error *BatchItemError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// True when this call created link; false for an error, or for an item
+	// with CODE_MODE_FROM_URL whose link existed already (see
+	// CreateLinkResponse.created).
+	Created       bool `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchCreateResult) Reset() {
 	*x = BatchCreateResult{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +2111,7 @@ func (x *BatchCreateResult) String() string {
 func (*BatchCreateResult) ProtoMessage() {}
 
 func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +2124,7 @@ func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateResult.ProtoReflect.Descriptor instead.
 func (*BatchCreateResult) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{19}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BatchCreateResult) GetIndex() int32 {
@@ -1460,11 +2148,19 @@ func (x *BatchCreateResult) GetError() *BatchItemError {
 	return nil
 }
 
+func (x *BatchCreateResult) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
 type BatchCreateLinksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One result per request, in request order.
 	Results []*BatchCreateResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	// How many items were created.
+	// How many items were created (links returned because they existed
+	// already are not counted).
 	Created       int32 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1472,7 +2168,7 @@ type BatchCreateLinksResponse struct {
 
 func (x *BatchCreateLinksResponse) Reset() {
 	*x = BatchCreateLinksResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +2180,7 @@ func (x *BatchCreateLinksResponse) String() string {
 func (*BatchCreateLinksResponse) ProtoMessage() {}
 
 func (x *BatchCreateLinksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +2193,7 @@ func (x *BatchCreateLinksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateLinksResponse.ProtoReflect.Descriptor instead.
 func (*BatchCreateLinksResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{20}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BatchCreateLinksResponse) GetResults() []*BatchCreateResult {
@@ -1518,7 +2214,41 @@ var File_kurz_shortener_v1_shortener_proto protoreflect.FileDescriptor
 
 const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\n" +
-	"!kurz/shortener/v1/shortener.proto\x12\x11kurz.shortener.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x05\n" +
+	"!kurz/shortener/v1/shortener.proto\x12\x11kurz.shortener.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x02\n" +
+	"\x06Domain\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1a\n" +
+	"\bverified\x18\x03 \x01(\bR\bverified\x12/\n" +
+	"\x13verification_record\x18\x04 \x01(\tR\x12verificationRecord\x12-\n" +
+	"\x12verification_token\x18\x05 \x01(\tR\x11verificationToken\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vverify_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"verifyTime\x12\x1f\n" +
+	"\vverified_by\x18\b \x01(\tR\n" +
+	"verifiedBy\"+\n" +
+	"\x15RegisterDomainRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"K\n" +
+	"\x16RegisterDomainResponse\x121\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\x14\n" +
+	"\x12ListDomainsRequest\"J\n" +
+	"\x13ListDomainsResponse\x123\n" +
+	"\adomains\x18\x01 \x03(\v2\x19.kurz.shortener.v1.DomainR\adomains\"&\n" +
+	"\x10GetDomainRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"F\n" +
+	"\x11GetDomainResponse\x121\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\")\n" +
+	"\x13VerifyDomainRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"I\n" +
+	"\x14VerifyDomainResponse\x121\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\")\n" +
+	"\x13DeleteDomainRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14DeleteDomainResponse\"*\n" +
+	"\x14ApproveDomainRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
+	"\x15ApproveDomainResponse\x121\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\xe1\x05\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\tshort_url\x18\x02 \x01(\tR\bshortUrl\x12\x19\n" +
@@ -1538,9 +2268,11 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"max_visits\x18\v \x01(\x03R\tmaxVisits\x12-\n" +
 	"\x12password_protected\x18\f \x01(\bR\x11passwordProtected\x12\x1a\n" +
 	"\bpassword\x18\r \x01(\tR\bpassword\x12G\n" +
-	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x125\n" +
-	"\x05rules\x18\x0f \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
-	"\bvariants\x18\x10 \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\"v\n" +
+	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x12\x1b\n" +
+	"\x06domain\x18\x0f \x01(\tH\x00R\x06domain\x88\x01\x01\x125\n" +
+	"\x05rules\x18\x10 \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
+	"\bvariants\x18\x11 \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariantsB\t\n" +
+	"\a_domain\"v\n" +
 	"\fRedirectRule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +
 	"\n" +
@@ -1571,7 +2303,7 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\vandroid_url\x18\x02 \x01(\tR\n" +
 	"androidUrl\x12\x1f\n" +
 	"\vdesktop_url\x18\x03 \x01(\tR\n" +
-	"desktopUrl\"\x8c\x04\n" +
+	"desktopUrl\"\xa4\x04\n" +
 	"\x11CreateLinkRequest\x12\x19\n" +
 	"\blong_url\x18\x01 \x01(\tR\alongUrl\x12/\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x1b.kurz.shortener.v1.CodeModeR\x04mode\x12!\n" +
@@ -1583,14 +2315,17 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\n" +
 	"max_visits\x18\a \x01(\x03R\tmaxVisits\x12\x1a\n" +
 	"\bpassword\x18\b \x01(\tR\bpassword\x12G\n" +
-	"\x0edevice_targets\x18\t \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x125\n" +
-	"\x05rules\x18\n" +
-	" \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
-	"\bvariants\x18\v \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\"A\n" +
+	"\x0edevice_targets\x18\t \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x12\x16\n" +
+	"\x06domain\x18\n" +
+	" \x01(\tR\x06domain\x125\n" +
+	"\x05rules\x18\v \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
+	"\bvariants\x18\f \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\"[\n" +
 	"\x12CreateLinkResponse\x12+\n" +
-	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"$\n" +
+	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"<\n" +
 	"\x0eGetLinkRequest\x12\x12\n" +
-	"\x04code\x18\x01 \x01(\tR\x04code\">\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\">\n" +
 	"\x0fGetLinkResponse\x12+\n" +
 	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"`\n" +
 	"\x10ListLinksRequest\x12\x1b\n" +
@@ -1606,34 +2341,37 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
 	"updateMask\"A\n" +
 	"\x12UpdateLinkResponse\x12+\n" +
-	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"'\n" +
+	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\"?\n" +
 	"\x11DeleteLinkRequest\x12\x12\n" +
-	"\x04code\x18\x01 \x01(\tR\x04code\"\x14\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\"\x14\n" +
 	"\x12DeleteLinkResponse\"[\n" +
 	"\x17BatchCreateLinksRequest\x12@\n" +
 	"\brequests\x18\x01 \x03(\v2$.kurz.shortener.v1.CreateLinkRequestR\brequests\"T\n" +
 	"\x0eBatchItemError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05field\x18\x03 \x01(\tR\x05field\"\x8f\x01\n" +
+	"\x05field\x18\x03 \x01(\tR\x05field\"\xa9\x01\n" +
 	"\x11BatchCreateResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12+\n" +
 	"\x04link\x18\x02 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\x127\n" +
-	"\x05error\x18\x03 \x01(\v2!.kurz.shortener.v1.BatchItemErrorR\x05error\"t\n" +
+	"\x05error\x18\x03 \x01(\v2!.kurz.shortener.v1.BatchItemErrorR\x05error\x12\x18\n" +
+	"\acreated\x18\x04 \x01(\bR\acreated\"t\n" +
 	"\x18BatchCreateLinksResponse\x12>\n" +
 	"\aresults\x18\x01 \x03(\v2$.kurz.shortener.v1.BatchCreateResultR\aresults\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\x05R\acreated*k\n" +
+	"\acreated\x18\x02 \x01(\x05R\acreated*\x83\x01\n" +
 	"\bCodeMode\x12\x19\n" +
 	"\x15CODE_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14CODE_MODE_SEQUENTIAL\x10\x01\x12\x14\n" +
 	"\x10CODE_MODE_RANDOM\x10\x02\x12\x14\n" +
-	"\x10CODE_MODE_CUSTOM\x10\x03*\xb7\x01\n" +
+	"\x10CODE_MODE_CUSTOM\x10\x03\x12\x16\n" +
+	"\x12CODE_MODE_FROM_URL\x10\x04*\xb7\x01\n" +
 	"\fRedirectType\x12\x1d\n" +
 	"\x19REDIRECT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REDIRECT_TYPE_FOUND\x10\x01\x12#\n" +
 	"\x1fREDIRECT_TYPE_MOVED_PERMANENTLY\x10\x02\x12$\n" +
 	" REDIRECT_TYPE_TEMPORARY_REDIRECT\x10\x03\x12$\n" +
-	" REDIRECT_TYPE_PERMANENT_REDIRECT\x10\x042\xec\x05\n" +
+	" REDIRECT_TYPE_PERMANENT_REDIRECT\x10\x042\xd1\v\n" +
 	"\x10ShortenerService\x12u\n" +
 	"\n" +
 	"CreateLink\x12$.kurz.shortener.v1.CreateLinkRequest\x1a%.kurz.shortener.v1.CreateLinkResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*b\x04link\"\t/v1/links\x12p\n" +
@@ -1643,7 +2381,13 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"UpdateLink\x12$.kurz.shortener.v1.UpdateLinkRequest\x1a%.kurz.shortener.v1.UpdateLinkResponse\")\x82\xd3\xe4\x93\x02#:\x04linkb\x04link2\x15/v1/links/{link.code}\x12s\n" +
 	"\n" +
 	"DeleteLink\x12$.kurz.shortener.v1.DeleteLinkRequest\x1a%.kurz.shortener.v1.DeleteLinkResponse\"\x18\x82\xd3\xe4\x93\x02\x12*\x10/v1/links/{code}\x12\x87\x01\n" +
-	"\x10BatchCreateLinks\x12*.kurz.shortener.v1.BatchCreateLinksRequest\x1a+.kurz.shortener.v1.BatchCreateLinksResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/links:batchB\xb9\x01\n" +
+	"\x10BatchCreateLinks\x12*.kurz.shortener.v1.BatchCreateLinksRequest\x1a+.kurz.shortener.v1.BatchCreateLinksResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/links:batch\x12\x85\x01\n" +
+	"\x0eRegisterDomain\x12(.kurz.shortener.v1.RegisterDomainRequest\x1a).kurz.shortener.v1.RegisterDomainResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*b\x06domain\"\v/v1/domains\x12q\n" +
+	"\vListDomains\x12%.kurz.shortener.v1.ListDomainsRequest\x1a&.kurz.shortener.v1.ListDomainsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/domains\x12z\n" +
+	"\tGetDomain\x12#.kurz.shortener.v1.GetDomainRequest\x1a$.kurz.shortener.v1.GetDomainResponse\"\"\x82\xd3\xe4\x93\x02\x1cb\x06domain\x12\x12/v1/domains/{name}\x12\x8a\x01\n" +
+	"\fVerifyDomain\x12&.kurz.shortener.v1.VerifyDomainRequest\x1a'.kurz.shortener.v1.VerifyDomainResponse\")\x82\xd3\xe4\x93\x02#b\x06domain\"\x19/v1/domains/{name}/verify\x12{\n" +
+	"\fDeleteDomain\x12&.kurz.shortener.v1.DeleteDomainRequest\x1a'.kurz.shortener.v1.DeleteDomainResponse\"\x1a\x82\xd3\xe4\x93\x02\x14*\x12/v1/domains/{name}\x12b\n" +
+	"\rApproveDomain\x12'.kurz.shortener.v1.ApproveDomainRequest\x1a(.kurz.shortener.v1.ApproveDomainResponseB\xb9\x01\n" +
 	"\x15com.kurz.shortener.v1B\x0eShortenerProtoP\x01Z*kurz.dev/gen/kurz/shortener/v1;shortenerv1\xa2\x02\x03KSX\xaa\x02\x11Kurz.Shortener.V1\xca\x02\x11Kurz\\Shortener\\V1\xe2\x02\x1dKurz\\Shortener\\V1\\GPBMetadata\xea\x02\x13Kurz::Shortener::V1b\x06proto3"
 
 var (
@@ -1659,80 +2403,112 @@ func file_kurz_shortener_v1_shortener_proto_rawDescGZIP() []byte {
 }
 
 var file_kurz_shortener_v1_shortener_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kurz_shortener_v1_shortener_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_kurz_shortener_v1_shortener_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_kurz_shortener_v1_shortener_proto_goTypes = []any{
 	(CodeMode)(0),                    // 0: kurz.shortener.v1.CodeMode
 	(RedirectType)(0),                // 1: kurz.shortener.v1.RedirectType
-	(*Link)(nil),                     // 2: kurz.shortener.v1.Link
-	(*RedirectRule)(nil),             // 3: kurz.shortener.v1.RedirectRule
-	(*RuleCondition)(nil),            // 4: kurz.shortener.v1.RuleCondition
-	(*QueryCondition)(nil),           // 5: kurz.shortener.v1.QueryCondition
-	(*TimeWindow)(nil),               // 6: kurz.shortener.v1.TimeWindow
-	(*Variant)(nil),                  // 7: kurz.shortener.v1.Variant
-	(*DeviceTargets)(nil),            // 8: kurz.shortener.v1.DeviceTargets
-	(*CreateLinkRequest)(nil),        // 9: kurz.shortener.v1.CreateLinkRequest
-	(*CreateLinkResponse)(nil),       // 10: kurz.shortener.v1.CreateLinkResponse
-	(*GetLinkRequest)(nil),           // 11: kurz.shortener.v1.GetLinkRequest
-	(*GetLinkResponse)(nil),          // 12: kurz.shortener.v1.GetLinkResponse
-	(*ListLinksRequest)(nil),         // 13: kurz.shortener.v1.ListLinksRequest
-	(*ListLinksResponse)(nil),        // 14: kurz.shortener.v1.ListLinksResponse
-	(*UpdateLinkRequest)(nil),        // 15: kurz.shortener.v1.UpdateLinkRequest
-	(*UpdateLinkResponse)(nil),       // 16: kurz.shortener.v1.UpdateLinkResponse
-	(*DeleteLinkRequest)(nil),        // 17: kurz.shortener.v1.DeleteLinkRequest
-	(*DeleteLinkResponse)(nil),       // 18: kurz.shortener.v1.DeleteLinkResponse
-	(*BatchCreateLinksRequest)(nil),  // 19: kurz.shortener.v1.BatchCreateLinksRequest
-	(*BatchItemError)(nil),           // 20: kurz.shortener.v1.BatchItemError
-	(*BatchCreateResult)(nil),        // 21: kurz.shortener.v1.BatchCreateResult
-	(*BatchCreateLinksResponse)(nil), // 22: kurz.shortener.v1.BatchCreateLinksResponse
-	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 24: google.protobuf.FieldMask
+	(*Domain)(nil),                   // 2: kurz.shortener.v1.Domain
+	(*RegisterDomainRequest)(nil),    // 3: kurz.shortener.v1.RegisterDomainRequest
+	(*RegisterDomainResponse)(nil),   // 4: kurz.shortener.v1.RegisterDomainResponse
+	(*ListDomainsRequest)(nil),       // 5: kurz.shortener.v1.ListDomainsRequest
+	(*ListDomainsResponse)(nil),      // 6: kurz.shortener.v1.ListDomainsResponse
+	(*GetDomainRequest)(nil),         // 7: kurz.shortener.v1.GetDomainRequest
+	(*GetDomainResponse)(nil),        // 8: kurz.shortener.v1.GetDomainResponse
+	(*VerifyDomainRequest)(nil),      // 9: kurz.shortener.v1.VerifyDomainRequest
+	(*VerifyDomainResponse)(nil),     // 10: kurz.shortener.v1.VerifyDomainResponse
+	(*DeleteDomainRequest)(nil),      // 11: kurz.shortener.v1.DeleteDomainRequest
+	(*DeleteDomainResponse)(nil),     // 12: kurz.shortener.v1.DeleteDomainResponse
+	(*ApproveDomainRequest)(nil),     // 13: kurz.shortener.v1.ApproveDomainRequest
+	(*ApproveDomainResponse)(nil),    // 14: kurz.shortener.v1.ApproveDomainResponse
+	(*Link)(nil),                     // 15: kurz.shortener.v1.Link
+	(*RedirectRule)(nil),             // 16: kurz.shortener.v1.RedirectRule
+	(*RuleCondition)(nil),            // 17: kurz.shortener.v1.RuleCondition
+	(*QueryCondition)(nil),           // 18: kurz.shortener.v1.QueryCondition
+	(*TimeWindow)(nil),               // 19: kurz.shortener.v1.TimeWindow
+	(*Variant)(nil),                  // 20: kurz.shortener.v1.Variant
+	(*DeviceTargets)(nil),            // 21: kurz.shortener.v1.DeviceTargets
+	(*CreateLinkRequest)(nil),        // 22: kurz.shortener.v1.CreateLinkRequest
+	(*CreateLinkResponse)(nil),       // 23: kurz.shortener.v1.CreateLinkResponse
+	(*GetLinkRequest)(nil),           // 24: kurz.shortener.v1.GetLinkRequest
+	(*GetLinkResponse)(nil),          // 25: kurz.shortener.v1.GetLinkResponse
+	(*ListLinksRequest)(nil),         // 26: kurz.shortener.v1.ListLinksRequest
+	(*ListLinksResponse)(nil),        // 27: kurz.shortener.v1.ListLinksResponse
+	(*UpdateLinkRequest)(nil),        // 28: kurz.shortener.v1.UpdateLinkRequest
+	(*UpdateLinkResponse)(nil),       // 29: kurz.shortener.v1.UpdateLinkResponse
+	(*DeleteLinkRequest)(nil),        // 30: kurz.shortener.v1.DeleteLinkRequest
+	(*DeleteLinkResponse)(nil),       // 31: kurz.shortener.v1.DeleteLinkResponse
+	(*BatchCreateLinksRequest)(nil),  // 32: kurz.shortener.v1.BatchCreateLinksRequest
+	(*BatchItemError)(nil),           // 33: kurz.shortener.v1.BatchItemError
+	(*BatchCreateResult)(nil),        // 34: kurz.shortener.v1.BatchCreateResult
+	(*BatchCreateLinksResponse)(nil), // 35: kurz.shortener.v1.BatchCreateLinksResponse
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 37: google.protobuf.FieldMask
 }
 var file_kurz_shortener_v1_shortener_proto_depIdxs = []int32{
-	1,  // 0: kurz.shortener.v1.Link.redirect_type:type_name -> kurz.shortener.v1.RedirectType
-	23, // 1: kurz.shortener.v1.Link.create_time:type_name -> google.protobuf.Timestamp
-	23, // 2: kurz.shortener.v1.Link.update_time:type_name -> google.protobuf.Timestamp
-	23, // 3: kurz.shortener.v1.Link.expire_time:type_name -> google.protobuf.Timestamp
-	8,  // 4: kurz.shortener.v1.Link.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
-	3,  // 5: kurz.shortener.v1.Link.rules:type_name -> kurz.shortener.v1.RedirectRule
-	7,  // 6: kurz.shortener.v1.Link.variants:type_name -> kurz.shortener.v1.Variant
-	4,  // 7: kurz.shortener.v1.RedirectRule.conditions:type_name -> kurz.shortener.v1.RuleCondition
-	5,  // 8: kurz.shortener.v1.RuleCondition.query:type_name -> kurz.shortener.v1.QueryCondition
-	6,  // 9: kurz.shortener.v1.RuleCondition.time:type_name -> kurz.shortener.v1.TimeWindow
-	23, // 10: kurz.shortener.v1.TimeWindow.from:type_name -> google.protobuf.Timestamp
-	23, // 11: kurz.shortener.v1.TimeWindow.until:type_name -> google.protobuf.Timestamp
-	0,  // 12: kurz.shortener.v1.CreateLinkRequest.mode:type_name -> kurz.shortener.v1.CodeMode
-	23, // 13: kurz.shortener.v1.CreateLinkRequest.expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 14: kurz.shortener.v1.CreateLinkRequest.redirect_type:type_name -> kurz.shortener.v1.RedirectType
-	8,  // 15: kurz.shortener.v1.CreateLinkRequest.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
-	3,  // 16: kurz.shortener.v1.CreateLinkRequest.rules:type_name -> kurz.shortener.v1.RedirectRule
-	7,  // 17: kurz.shortener.v1.CreateLinkRequest.variants:type_name -> kurz.shortener.v1.Variant
-	2,  // 18: kurz.shortener.v1.CreateLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	2,  // 19: kurz.shortener.v1.GetLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	2,  // 20: kurz.shortener.v1.ListLinksResponse.links:type_name -> kurz.shortener.v1.Link
-	2,  // 21: kurz.shortener.v1.UpdateLinkRequest.link:type_name -> kurz.shortener.v1.Link
-	24, // 22: kurz.shortener.v1.UpdateLinkRequest.update_mask:type_name -> google.protobuf.FieldMask
-	2,  // 23: kurz.shortener.v1.UpdateLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	9,  // 24: kurz.shortener.v1.BatchCreateLinksRequest.requests:type_name -> kurz.shortener.v1.CreateLinkRequest
-	2,  // 25: kurz.shortener.v1.BatchCreateResult.link:type_name -> kurz.shortener.v1.Link
-	20, // 26: kurz.shortener.v1.BatchCreateResult.error:type_name -> kurz.shortener.v1.BatchItemError
-	21, // 27: kurz.shortener.v1.BatchCreateLinksResponse.results:type_name -> kurz.shortener.v1.BatchCreateResult
-	9,  // 28: kurz.shortener.v1.ShortenerService.CreateLink:input_type -> kurz.shortener.v1.CreateLinkRequest
-	11, // 29: kurz.shortener.v1.ShortenerService.GetLink:input_type -> kurz.shortener.v1.GetLinkRequest
-	13, // 30: kurz.shortener.v1.ShortenerService.ListLinks:input_type -> kurz.shortener.v1.ListLinksRequest
-	15, // 31: kurz.shortener.v1.ShortenerService.UpdateLink:input_type -> kurz.shortener.v1.UpdateLinkRequest
-	17, // 32: kurz.shortener.v1.ShortenerService.DeleteLink:input_type -> kurz.shortener.v1.DeleteLinkRequest
-	19, // 33: kurz.shortener.v1.ShortenerService.BatchCreateLinks:input_type -> kurz.shortener.v1.BatchCreateLinksRequest
-	10, // 34: kurz.shortener.v1.ShortenerService.CreateLink:output_type -> kurz.shortener.v1.CreateLinkResponse
-	12, // 35: kurz.shortener.v1.ShortenerService.GetLink:output_type -> kurz.shortener.v1.GetLinkResponse
-	14, // 36: kurz.shortener.v1.ShortenerService.ListLinks:output_type -> kurz.shortener.v1.ListLinksResponse
-	16, // 37: kurz.shortener.v1.ShortenerService.UpdateLink:output_type -> kurz.shortener.v1.UpdateLinkResponse
-	18, // 38: kurz.shortener.v1.ShortenerService.DeleteLink:output_type -> kurz.shortener.v1.DeleteLinkResponse
-	22, // 39: kurz.shortener.v1.ShortenerService.BatchCreateLinks:output_type -> kurz.shortener.v1.BatchCreateLinksResponse
-	34, // [34:40] is the sub-list for method output_type
-	28, // [28:34] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	36, // 0: kurz.shortener.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
+	36, // 1: kurz.shortener.v1.Domain.verify_time:type_name -> google.protobuf.Timestamp
+	2,  // 2: kurz.shortener.v1.RegisterDomainResponse.domain:type_name -> kurz.shortener.v1.Domain
+	2,  // 3: kurz.shortener.v1.ListDomainsResponse.domains:type_name -> kurz.shortener.v1.Domain
+	2,  // 4: kurz.shortener.v1.GetDomainResponse.domain:type_name -> kurz.shortener.v1.Domain
+	2,  // 5: kurz.shortener.v1.VerifyDomainResponse.domain:type_name -> kurz.shortener.v1.Domain
+	2,  // 6: kurz.shortener.v1.ApproveDomainResponse.domain:type_name -> kurz.shortener.v1.Domain
+	1,  // 7: kurz.shortener.v1.Link.redirect_type:type_name -> kurz.shortener.v1.RedirectType
+	36, // 8: kurz.shortener.v1.Link.create_time:type_name -> google.protobuf.Timestamp
+	36, // 9: kurz.shortener.v1.Link.update_time:type_name -> google.protobuf.Timestamp
+	36, // 10: kurz.shortener.v1.Link.expire_time:type_name -> google.protobuf.Timestamp
+	21, // 11: kurz.shortener.v1.Link.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
+	16, // 12: kurz.shortener.v1.Link.rules:type_name -> kurz.shortener.v1.RedirectRule
+	20, // 13: kurz.shortener.v1.Link.variants:type_name -> kurz.shortener.v1.Variant
+	17, // 14: kurz.shortener.v1.RedirectRule.conditions:type_name -> kurz.shortener.v1.RuleCondition
+	18, // 15: kurz.shortener.v1.RuleCondition.query:type_name -> kurz.shortener.v1.QueryCondition
+	19, // 16: kurz.shortener.v1.RuleCondition.time:type_name -> kurz.shortener.v1.TimeWindow
+	36, // 17: kurz.shortener.v1.TimeWindow.from:type_name -> google.protobuf.Timestamp
+	36, // 18: kurz.shortener.v1.TimeWindow.until:type_name -> google.protobuf.Timestamp
+	0,  // 19: kurz.shortener.v1.CreateLinkRequest.mode:type_name -> kurz.shortener.v1.CodeMode
+	36, // 20: kurz.shortener.v1.CreateLinkRequest.expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 21: kurz.shortener.v1.CreateLinkRequest.redirect_type:type_name -> kurz.shortener.v1.RedirectType
+	21, // 22: kurz.shortener.v1.CreateLinkRequest.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
+	16, // 23: kurz.shortener.v1.CreateLinkRequest.rules:type_name -> kurz.shortener.v1.RedirectRule
+	20, // 24: kurz.shortener.v1.CreateLinkRequest.variants:type_name -> kurz.shortener.v1.Variant
+	15, // 25: kurz.shortener.v1.CreateLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	15, // 26: kurz.shortener.v1.GetLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	15, // 27: kurz.shortener.v1.ListLinksResponse.links:type_name -> kurz.shortener.v1.Link
+	15, // 28: kurz.shortener.v1.UpdateLinkRequest.link:type_name -> kurz.shortener.v1.Link
+	37, // 29: kurz.shortener.v1.UpdateLinkRequest.update_mask:type_name -> google.protobuf.FieldMask
+	15, // 30: kurz.shortener.v1.UpdateLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	22, // 31: kurz.shortener.v1.BatchCreateLinksRequest.requests:type_name -> kurz.shortener.v1.CreateLinkRequest
+	15, // 32: kurz.shortener.v1.BatchCreateResult.link:type_name -> kurz.shortener.v1.Link
+	33, // 33: kurz.shortener.v1.BatchCreateResult.error:type_name -> kurz.shortener.v1.BatchItemError
+	34, // 34: kurz.shortener.v1.BatchCreateLinksResponse.results:type_name -> kurz.shortener.v1.BatchCreateResult
+	22, // 35: kurz.shortener.v1.ShortenerService.CreateLink:input_type -> kurz.shortener.v1.CreateLinkRequest
+	24, // 36: kurz.shortener.v1.ShortenerService.GetLink:input_type -> kurz.shortener.v1.GetLinkRequest
+	26, // 37: kurz.shortener.v1.ShortenerService.ListLinks:input_type -> kurz.shortener.v1.ListLinksRequest
+	28, // 38: kurz.shortener.v1.ShortenerService.UpdateLink:input_type -> kurz.shortener.v1.UpdateLinkRequest
+	30, // 39: kurz.shortener.v1.ShortenerService.DeleteLink:input_type -> kurz.shortener.v1.DeleteLinkRequest
+	32, // 40: kurz.shortener.v1.ShortenerService.BatchCreateLinks:input_type -> kurz.shortener.v1.BatchCreateLinksRequest
+	3,  // 41: kurz.shortener.v1.ShortenerService.RegisterDomain:input_type -> kurz.shortener.v1.RegisterDomainRequest
+	5,  // 42: kurz.shortener.v1.ShortenerService.ListDomains:input_type -> kurz.shortener.v1.ListDomainsRequest
+	7,  // 43: kurz.shortener.v1.ShortenerService.GetDomain:input_type -> kurz.shortener.v1.GetDomainRequest
+	9,  // 44: kurz.shortener.v1.ShortenerService.VerifyDomain:input_type -> kurz.shortener.v1.VerifyDomainRequest
+	11, // 45: kurz.shortener.v1.ShortenerService.DeleteDomain:input_type -> kurz.shortener.v1.DeleteDomainRequest
+	13, // 46: kurz.shortener.v1.ShortenerService.ApproveDomain:input_type -> kurz.shortener.v1.ApproveDomainRequest
+	23, // 47: kurz.shortener.v1.ShortenerService.CreateLink:output_type -> kurz.shortener.v1.CreateLinkResponse
+	25, // 48: kurz.shortener.v1.ShortenerService.GetLink:output_type -> kurz.shortener.v1.GetLinkResponse
+	27, // 49: kurz.shortener.v1.ShortenerService.ListLinks:output_type -> kurz.shortener.v1.ListLinksResponse
+	29, // 50: kurz.shortener.v1.ShortenerService.UpdateLink:output_type -> kurz.shortener.v1.UpdateLinkResponse
+	31, // 51: kurz.shortener.v1.ShortenerService.DeleteLink:output_type -> kurz.shortener.v1.DeleteLinkResponse
+	35, // 52: kurz.shortener.v1.ShortenerService.BatchCreateLinks:output_type -> kurz.shortener.v1.BatchCreateLinksResponse
+	4,  // 53: kurz.shortener.v1.ShortenerService.RegisterDomain:output_type -> kurz.shortener.v1.RegisterDomainResponse
+	6,  // 54: kurz.shortener.v1.ShortenerService.ListDomains:output_type -> kurz.shortener.v1.ListDomainsResponse
+	8,  // 55: kurz.shortener.v1.ShortenerService.GetDomain:output_type -> kurz.shortener.v1.GetDomainResponse
+	10, // 56: kurz.shortener.v1.ShortenerService.VerifyDomain:output_type -> kurz.shortener.v1.VerifyDomainResponse
+	12, // 57: kurz.shortener.v1.ShortenerService.DeleteDomain:output_type -> kurz.shortener.v1.DeleteDomainResponse
+	14, // 58: kurz.shortener.v1.ShortenerService.ApproveDomain:output_type -> kurz.shortener.v1.ApproveDomainResponse
+	47, // [47:59] is the sub-list for method output_type
+	35, // [35:47] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_kurz_shortener_v1_shortener_proto_init() }
@@ -1740,14 +2516,15 @@ func file_kurz_shortener_v1_shortener_proto_init() {
 	if File_kurz_shortener_v1_shortener_proto != nil {
 		return
 	}
-	file_kurz_shortener_v1_shortener_proto_msgTypes[3].OneofWrappers = []any{}
+	file_kurz_shortener_v1_shortener_proto_msgTypes[13].OneofWrappers = []any{}
+	file_kurz_shortener_v1_shortener_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kurz_shortener_v1_shortener_proto_rawDesc), len(file_kurz_shortener_v1_shortener_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,12 @@ const (
 	ShortenerService_UpdateLink_FullMethodName       = "/kurz.shortener.v1.ShortenerService/UpdateLink"
 	ShortenerService_DeleteLink_FullMethodName       = "/kurz.shortener.v1.ShortenerService/DeleteLink"
 	ShortenerService_BatchCreateLinks_FullMethodName = "/kurz.shortener.v1.ShortenerService/BatchCreateLinks"
+	ShortenerService_RegisterDomain_FullMethodName   = "/kurz.shortener.v1.ShortenerService/RegisterDomain"
+	ShortenerService_ListDomains_FullMethodName      = "/kurz.shortener.v1.ShortenerService/ListDomains"
+	ShortenerService_GetDomain_FullMethodName        = "/kurz.shortener.v1.ShortenerService/GetDomain"
+	ShortenerService_VerifyDomain_FullMethodName     = "/kurz.shortener.v1.ShortenerService/VerifyDomain"
+	ShortenerService_DeleteDomain_FullMethodName     = "/kurz.shortener.v1.ShortenerService/DeleteDomain"
+	ShortenerService_ApproveDomain_FullMethodName    = "/kurz.shortener.v1.ShortenerService/ApproveDomain"
 )
 
 // ShortenerServiceClient is the client API for ShortenerService service.
@@ -49,6 +55,25 @@ type ShortenerServiceClient interface {
 	// call itself fails only for a bad batch (empty, too large) or when the
 	// caller's quota cannot cover the number of items.
 	BatchCreateLinks(ctx context.Context, in *BatchCreateLinksRequest, opts ...grpc.CallOption) (*BatchCreateLinksResponse, error)
+	// RegisterDomain adds a custom domain (e.g. go.acme.com) to the caller's
+	// tenant, unverified: it takes links once verified (VerifyDomain, or an
+	// administrator). Registering a domain the tenant holds already returns it.
+	RegisterDomain(ctx context.Context, in *RegisterDomainRequest, opts ...grpc.CallOption) (*RegisterDomainResponse, error)
+	// ListDomains returns the caller's domains, by name.
+	ListDomains(ctx context.Context, in *ListDomainsRequest, opts ...grpc.CallOption) (*ListDomainsResponse, error)
+	// GetDomain returns one of the caller's domains.
+	GetDomain(ctx context.Context, in *GetDomainRequest, opts ...grpc.CallOption) (*GetDomainResponse, error)
+	// VerifyDomain looks up the domain's TXT record
+	// _kurz-challenge.<domain>: once it holds the domain's
+	// verification_token, the domain is verified and takes links.
+	VerifyDomain(ctx context.Context, in *VerifyDomainRequest, opts ...grpc.CallOption) (*VerifyDomainResponse, error)
+	// DeleteDomain removes one of the caller's domains; refused while live
+	// links use it.
+	DeleteDomain(ctx context.Context, in *DeleteDomainRequest, opts ...grpc.CallOption) (*DeleteDomainResponse, error)
+	// ApproveDomain verifies a tenant's domain without a DNS check: an
+	// operator's decision. Only the gateway's admin API calls it (the tenant
+	// is the one the administrator names); it is not mapped to tenants' REST.
+	ApproveDomain(ctx context.Context, in *ApproveDomainRequest, opts ...grpc.CallOption) (*ApproveDomainResponse, error)
 }
 
 type shortenerServiceClient struct {
@@ -119,6 +144,66 @@ func (c *shortenerServiceClient) BatchCreateLinks(ctx context.Context, in *Batch
 	return out, nil
 }
 
+func (c *shortenerServiceClient) RegisterDomain(ctx context.Context, in *RegisterDomainRequest, opts ...grpc.CallOption) (*RegisterDomainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterDomainResponse)
+	err := c.cc.Invoke(ctx, ShortenerService_RegisterDomain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shortenerServiceClient) ListDomains(ctx context.Context, in *ListDomainsRequest, opts ...grpc.CallOption) (*ListDomainsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDomainsResponse)
+	err := c.cc.Invoke(ctx, ShortenerService_ListDomains_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shortenerServiceClient) GetDomain(ctx context.Context, in *GetDomainRequest, opts ...grpc.CallOption) (*GetDomainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDomainResponse)
+	err := c.cc.Invoke(ctx, ShortenerService_GetDomain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shortenerServiceClient) VerifyDomain(ctx context.Context, in *VerifyDomainRequest, opts ...grpc.CallOption) (*VerifyDomainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VerifyDomainResponse)
+	err := c.cc.Invoke(ctx, ShortenerService_VerifyDomain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shortenerServiceClient) DeleteDomain(ctx context.Context, in *DeleteDomainRequest, opts ...grpc.CallOption) (*DeleteDomainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteDomainResponse)
+	err := c.cc.Invoke(ctx, ShortenerService_DeleteDomain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shortenerServiceClient) ApproveDomain(ctx context.Context, in *ApproveDomainRequest, opts ...grpc.CallOption) (*ApproveDomainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveDomainResponse)
+	err := c.cc.Invoke(ctx, ShortenerService_ApproveDomain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ShortenerServiceServer is the server API for ShortenerService service.
 // All implementations must embed UnimplementedShortenerServiceServer
 // for forward compatibility.
@@ -141,6 +226,25 @@ type ShortenerServiceServer interface {
 	// call itself fails only for a bad batch (empty, too large) or when the
 	// caller's quota cannot cover the number of items.
 	BatchCreateLinks(context.Context, *BatchCreateLinksRequest) (*BatchCreateLinksResponse, error)
+	// RegisterDomain adds a custom domain (e.g. go.acme.com) to the caller's
+	// tenant, unverified: it takes links once verified (VerifyDomain, or an
+	// administrator). Registering a domain the tenant holds already returns it.
+	RegisterDomain(context.Context, *RegisterDomainRequest) (*RegisterDomainResponse, error)
+	// ListDomains returns the caller's domains, by name.
+	ListDomains(context.Context, *ListDomainsRequest) (*ListDomainsResponse, error)
+	// GetDomain returns one of the caller's domains.
+	GetDomain(context.Context, *GetDomainRequest) (*GetDomainResponse, error)
+	// VerifyDomain looks up the domain's TXT record
+	// _kurz-challenge.<domain>: once it holds the domain's
+	// verification_token, the domain is verified and takes links.
+	VerifyDomain(context.Context, *VerifyDomainRequest) (*VerifyDomainResponse, error)
+	// DeleteDomain removes one of the caller's domains; refused while live
+	// links use it.
+	DeleteDomain(context.Context, *DeleteDomainRequest) (*DeleteDomainResponse, error)
+	// ApproveDomain verifies a tenant's domain without a DNS check: an
+	// operator's decision. Only the gateway's admin API calls it (the tenant
+	// is the one the administrator names); it is not mapped to tenants' REST.
+	ApproveDomain(context.Context, *ApproveDomainRequest) (*ApproveDomainResponse, error)
 	mustEmbedUnimplementedShortenerServiceServer()
 }
 
@@ -168,6 +272,24 @@ func (UnimplementedShortenerServiceServer) DeleteLink(context.Context, *DeleteLi
 }
 func (UnimplementedShortenerServiceServer) BatchCreateLinks(context.Context, *BatchCreateLinksRequest) (*BatchCreateLinksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BatchCreateLinks not implemented")
+}
+func (UnimplementedShortenerServiceServer) RegisterDomain(context.Context, *RegisterDomainRequest) (*RegisterDomainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterDomain not implemented")
+}
+func (UnimplementedShortenerServiceServer) ListDomains(context.Context, *ListDomainsRequest) (*ListDomainsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDomains not implemented")
+}
+func (UnimplementedShortenerServiceServer) GetDomain(context.Context, *GetDomainRequest) (*GetDomainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDomain not implemented")
+}
+func (UnimplementedShortenerServiceServer) VerifyDomain(context.Context, *VerifyDomainRequest) (*VerifyDomainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VerifyDomain not implemented")
+}
+func (UnimplementedShortenerServiceServer) DeleteDomain(context.Context, *DeleteDomainRequest) (*DeleteDomainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteDomain not implemented")
+}
+func (UnimplementedShortenerServiceServer) ApproveDomain(context.Context, *ApproveDomainRequest) (*ApproveDomainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveDomain not implemented")
 }
 func (UnimplementedShortenerServiceServer) mustEmbedUnimplementedShortenerServiceServer() {}
 func (UnimplementedShortenerServiceServer) testEmbeddedByValue()                          {}
@@ -298,6 +420,114 @@ func _ShortenerService_BatchCreateLinks_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ShortenerService_RegisterDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShortenerServiceServer).RegisterDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShortenerService_RegisterDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShortenerServiceServer).RegisterDomain(ctx, req.(*RegisterDomainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShortenerService_ListDomains_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDomainsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShortenerServiceServer).ListDomains(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShortenerService_ListDomains_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShortenerServiceServer).ListDomains(ctx, req.(*ListDomainsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShortenerService_GetDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShortenerServiceServer).GetDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShortenerService_GetDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShortenerServiceServer).GetDomain(ctx, req.(*GetDomainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShortenerService_VerifyDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VerifyDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShortenerServiceServer).VerifyDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShortenerService_VerifyDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShortenerServiceServer).VerifyDomain(ctx, req.(*VerifyDomainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShortenerService_DeleteDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShortenerServiceServer).DeleteDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShortenerService_DeleteDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShortenerServiceServer).DeleteDomain(ctx, req.(*DeleteDomainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShortenerService_ApproveDomain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveDomainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShortenerServiceServer).ApproveDomain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShortenerService_ApproveDomain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShortenerServiceServer).ApproveDomain(ctx, req.(*ApproveDomainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ShortenerService_ServiceDesc is the grpc.ServiceDesc for ShortenerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -328,6 +558,30 @@ var ShortenerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BatchCreateLinks",
 			Handler:    _ShortenerService_BatchCreateLinks_Handler,
+		},
+		{
+			MethodName: "RegisterDomain",
+			Handler:    _ShortenerService_RegisterDomain_Handler,
+		},
+		{
+			MethodName: "ListDomains",
+			Handler:    _ShortenerService_ListDomains_Handler,
+		},
+		{
+			MethodName: "GetDomain",
+			Handler:    _ShortenerService_GetDomain_Handler,
+		},
+		{
+			MethodName: "VerifyDomain",
+			Handler:    _ShortenerService_VerifyDomain_Handler,
+		},
+		{
+			MethodName: "DeleteDomain",
+			Handler:    _ShortenerService_DeleteDomain_Handler,
+		},
+		{
+			MethodName: "ApproveDomain",
+			Handler:    _ShortenerService_ApproveDomain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -24,8 +24,6 @@ import (
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/linkcache"
-	"kurz.dev/pkg/redisconn"
-	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
@@ -71,22 +69,8 @@ func TestVisitorIPsNeverReachStreamsClickHouseOrLogs(t *testing.T) {
 	const salt = "security-test-salt"
 	const perVisitor = 12
 	ctx := context.Background()
-	bin := t.TempDir()
-	if err := servertest.BuildServices(bin, "redirect"); err != nil {
-		t.Fatal(err)
-	}
-	lim := limitertest.Start(t, limitertest.AllowAll)
-	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_CLICK_STREAM_SHARDS": "1"})
-	rdb, err := redisconn.New(ctx, cfg.Redis)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	stream := clickevent.StreamKeys(1)[0]
-	if err := rdb.XGroupCreateMkStream(ctx, stream, cfg.ConsumerGroup, "$").Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rdb.XGroupDestroy(context.Background(), stream, cfg.ConsumerGroup) })
+	rig := newRedirectRig(t)
+	cfg, rdb, stream := rig.cfg, rig.rdb, rig.stream
 
 	lb := &logBuffer{t: t}
 	srv, err := build(ctx, cfg, slog.New(slog.NewJSONHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})), hooks{})
@@ -118,12 +102,7 @@ func TestVisitorIPsNeverReachStreamsClickHouseOrLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp := servertest.Run(t, bin, servertest.Spec{Name: "redirect", HTTPAddr: httpAddr, Env: func(g, h string) []string {
-		return []string{"KURZ_REDIRECT_GRPC_ADDR=" + g, "KURZ_REDIRECT_HTTP_ADDR=" + h, "KURZ_REDIRECT_OPS_ADDR=127.0.0.1:0",
-			"KURZ_LIMITER_GRPC_ADDR=" + lim.Addr(), "KURZ_REDIRECT_TRUSTED_PROXIES=127.0.0.1/32,::1",
-			"KURZ_REDIRECT_VISITOR_SALT=" + salt, "KURZ_CLICK_STREAM_SHARDS=1",
-			"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_LOG_LEVEL=debug"}
-	}})
+	rp := rig.redirect(t, httpAddr, "KURZ_REDIRECT_VISITOR_SALT="+salt, "KURZ_LOG_LEVEL=debug")
 
 	since := time.Now().Add(-time.Second)
 	noFollow := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -21,7 +21,7 @@ const (
 	// HourlyTable holds per-link hourly counts (SummingMergeTree).
 	HourlyTable = "click_hourly"
 	// DimsTable holds per-link hourly counts per referrer host, browser,
-	// operating system and device class (SummingMergeTree).
+	// operating system, device class and country (SummingMergeTree).
 	DimsTable = "click_dims"
 	// OwnersTable maps a code to the tenants that have clicks on it.
 	OwnersTable = "click_owners"
@@ -49,6 +49,11 @@ type table struct {
 // into to.
 type view struct {
 	name, to, from, query string
+	// retired are the names this view had before its query changed. A
+	// materialized view cannot be altered on ClickHouse 18.16, so a view
+	// whose query changes gets a new name and Apply drops the old ones
+	// before creating it (see upgradeView).
+	retired []string
 }
 
 // shardKey keeps each link's rows on one shard: its raw rows, its
@@ -75,6 +80,7 @@ var tables = []table{{
 		new_visitor   UInt8,
 		suspect       UInt8,
 		inserted_at   DateTime,
+		country       String DEFAULT '',
 		rule          String DEFAULT '',
 		variant       String DEFAULT ''`,
 	keys: `PARTITION BY toYYYYMM(ts)
@@ -127,12 +133,15 @@ var views = []view{{
 	FROM %s
 	GROUP BY tenant, code, hour`,
 }, {
-	name: DimsTable + "_mv", to: DimsTable, from: EventsTable,
+	// v2: the country dimension; v3: the rule and variant dimensions. The
+	// earlier views are dropped (retired).
+	name: DimsTable + "_v3_mv", to: DimsTable, from: EventsTable,
+	retired: []string{DimsTable + "_mv", DimsTable + "_v2_mv"},
 	query: `SELECT tenant, code, ` + hourOf + ` AS hour,
 		tupleElement(d, 1) AS dim, tupleElement(d, 2) AS key, count() AS clicks
 	FROM %s
 	ARRAY JOIN [('` + DimReferrer + `', referrer_host), ('` + DimBrowser + `', browser),
-		('` + DimOS + `', os), ('` + DimDevice + `', device),
+		('` + DimOS + `', os), ('` + DimDevice + `', device), ('` + DimCountry + `', country),
 		('` + DimRule + `', rule), ('` + DimVariant + `', variant)] AS d
 	GROUP BY tenant, code, hour, dim, key`,
 }, {
@@ -240,6 +249,7 @@ const (
 	DimBrowser  = "browser"
 	DimOS       = "os"
 	DimDevice   = "device"
+	DimCountry  = "country"
 	// DimRule and DimVariant are the link's redirect rule or A/B-test
 	// variant that chose the destination ("" when none did).
 	DimRule    = "rule"
@@ -249,7 +259,8 @@ const (
 // eventColumns are the columns Insert writes, in order.
 var eventColumns = []string{
 	"tenant", "code", "ts", "event_id", "eid", "visitor", "referrer", "referrer_host", "user_agent",
-	"browser", "os", "device", "is_bot", "is_flood", "new_visitor", "suspect", "inserted_at", "rule", "variant",
+	"browser", "os", "device", "is_bot", "is_flood", "new_visitor", "suspect", "inserted_at", "country",
+	"rule", "variant",
 }
 
 // requiredColumns are the columns this version reads or writes, per table
@@ -270,6 +281,9 @@ var requiredColumns = map[string][]string{
 // it returns).
 func Apply(ctx context.Context, conn driver.Conn, l Layout) error {
 	for _, d := range Schema(l) {
+		if err := retireViews(ctx, conn, l, d.Object); err != nil {
+			return err
+		}
 		if l.Cluster != "" {
 			var have uint64
 			if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?",
@@ -277,6 +291,9 @@ func Apply(ctx context.Context, conn driver.Conn, l Layout) error {
 				return fmt.Errorf("clickhouse: tables: %w", err)
 			}
 			if have > 0 {
+				if err := addColumns(ctx, conn, l, d.Object); err != nil {
+					return err
+				}
 				if err := checkColumns(ctx, conn, l, d.Object); err != nil {
 					return err
 				}
@@ -286,8 +303,139 @@ func Apply(ctx context.Context, conn driver.Conn, l Layout) error {
 		if err := chconn.ApplyDDL(ctx, conn, []string{d.Stmt}); err != nil {
 			return err
 		}
+		if err := addColumns(ctx, conn, l, d.Object); err != nil {
+			return err
+		}
 		if err := checkColumns(ctx, conn, l, d.Object); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// column is one declared column: its name and the rest of its declaration
+// (type, default).
+type column struct {
+	name, decl string
+}
+
+// declared parses t.columns, one column per line.
+func (t table) declared() []column {
+	var out []column
+	for line := range strings.Lines(t.columns) {
+		line = strings.TrimSuffix(strings.TrimSpace(line), ",")
+		name, decl, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		out = append(out, column{name, strings.TrimSpace(decl)})
+	}
+	return out
+}
+
+// tableOf is the declared table whose rows object holds: the table itself on
+// one server, its _local table or its Distributed table on a cluster.
+func tableOf(l Layout, object string) (table, bool) {
+	for _, t := range tables {
+		if object == t.name || object == l.Local(t.name) {
+			return t, true
+		}
+	}
+	return table{}, false
+}
+
+// addColumns is the upgrade path of a table created by an earlier version:
+// a declared column with a DEFAULT that object lacks is added (ClickHouse
+// 18.16 has no ADD COLUMN IF NOT EXISTS, so the columns are compared
+// first). Rows written before read the default. On a cluster the
+// replicated table is altered ON CLUSTER (ClickHouse runs it on one replica
+// per shard and replication does the rest); a Distributed table cannot be
+// altered ON CLUSTER on 18.16 ("isn't replicated"), so it is dropped and
+// created again over the altered tables: inserts through it fail for that
+// moment and are redelivered. A column without a DEFAULT is never added:
+// checkColumns reports it.
+func addColumns(ctx context.Context, conn driver.Conn, l Layout, object string) error {
+	t, ok := tableOf(l, object)
+	if !ok {
+		return nil
+	}
+	have, err := columns(ctx, conn, object)
+	if err != nil {
+		return err
+	}
+	var missing []column
+	for _, c := range t.declared() {
+		if !slices.Contains(have, c.name) && strings.Contains(c.decl, " DEFAULT ") {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	on, qual := "", ""
+	if l.Cluster != "" {
+		on, qual = " ON CLUSTER "+l.Cluster, l.Database+"."
+	}
+	if l.Cluster != "" && object == t.name {
+		// Only a Distributed table is dropped: a table of this name with
+		// rows of its own (left by another layout) is checkColumns' to
+		// report.
+		var engine string
+		if err := conn.QueryRow(ctx, "SELECT engine FROM system.tables WHERE database = currentDatabase() AND name = ?",
+			object).Scan(&engine); err != nil {
+			return fmt.Errorf("clickhouse: engine of %s: %w", object, err)
+		}
+		if engine != "Distributed" {
+			return nil
+		}
+		for _, d := range Schema(l) {
+			if d.Object == object && strings.Contains(d.Stmt, "ENGINE = Distributed(") {
+				return chconn.ApplyDDL(ctx, conn, []string{`DROP TABLE IF EXISTS ` + qual + object + on, d.Stmt})
+			}
+		}
+		return fmt.Errorf("clickhouse: no Distributed table %s in the schema", object)
+	}
+	for _, c := range missing {
+		err := conn.Exec(ctx, `ALTER TABLE `+qual+object+on+` ADD COLUMN `+c.name+` `+c.decl)
+		if err == nil {
+			continue
+		}
+		// Another replica of the analytics service may have added it
+		// meanwhile.
+		if now, cerr := columns(ctx, conn, object); cerr == nil && slices.Contains(now, c.name) {
+			continue
+		}
+		return fmt.Errorf("clickhouse: add column %s to %s: %w", c.name, object, err)
+	}
+	return nil
+}
+
+// retireViews drops the earlier names of the view named object, before
+// Apply creates it: the rows inserted between the drop and the create are
+// not broken down by that view (their totals, counted by another view, are
+// whole). Dropping first loses those few rows' breakdowns where creating
+// first would count them twice.
+func retireViews(ctx context.Context, conn driver.Conn, l Layout, object string) error {
+	on, qual := "", ""
+	if l.Cluster != "" {
+		on, qual = " ON CLUSTER "+l.Cluster, l.Database+"."
+	}
+	for _, v := range views {
+		if v.name != object {
+			continue
+		}
+		for _, old := range v.retired {
+			var have uint64
+			if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?",
+				old).Scan(&have); err != nil {
+				return fmt.Errorf("clickhouse: tables: %w", err)
+			}
+			if have == 0 {
+				continue
+			}
+			if err := chconn.ApplyDDL(ctx, conn, []string{`DROP TABLE IF EXISTS ` + qual + old + on}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -54,3 +54,25 @@ func TestClusterSchemaReplicatesAndShardsByLink(t *testing.T) {
 		}
 	}
 }
+
+// Every column line of every table parses into a name and a declaration,
+// which is what the upgrade path adds.
+func TestDeclaredColumnsParse(t *testing.T) {
+	for _, tb := range tables {
+		lines := 0
+		for line := range strings.Lines(tb.columns) {
+			if strings.TrimSpace(line) != "" {
+				lines++
+			}
+		}
+		cols := tb.declared()
+		if len(cols) != lines {
+			t.Errorf("%s: %d columns parsed from %d lines", tb.name, len(cols), lines)
+		}
+		for _, c := range cols {
+			if c.name == "" || c.decl == "" || strings.ContainsAny(c.name+c.decl, ",\n") {
+				t.Errorf("%s: column %q %q", tb.name, c.name, c.decl)
+			}
+		}
+	}
+}

@@ -57,8 +57,10 @@ type Click struct {
 	Browser      string
 	OS           string
 	Device       string
-	Bot          bool
-	Flood        bool
+	// Country is the client's ISO 3166-1 alpha-2 code, "" when unknown.
+	Country string
+	Bot     bool
+	Flood   bool
 	// NewVisitor marks the visitor's first human click of the UTC day on
 	// this link: the sum of NewVisitor is the number of unique visitors.
 	NewVisitor bool
@@ -107,7 +109,7 @@ func (s *Store) Insert(ctx context.Context, rows []Click) error {
 		r := &rows[i]
 		if err := b.Append(r.Tenant, r.Code, r.Time, r.EventID, EID(r.EventID), r.Visitor, r.Referrer,
 			r.ReferrerHost, r.UserAgent, r.Browser, r.OS, r.Device,
-			u8(r.Bot), u8(r.Flood), u8(r.NewVisitor), u8(r.Suspect), now, r.Rule, r.Variant); err != nil {
+			u8(r.Bot), u8(r.Flood), u8(r.NewVisitor), u8(r.Suspect), now, r.Country, r.Rule, r.Variant); err != nil {
 			_ = b.Abort()
 			return fmt.Errorf("clickhouse append: %w: %w", ErrNotSent, err)
 		}
@@ -318,10 +320,10 @@ type Flags struct {
 type Duplicate struct {
 	EID uint64
 	// Hour is the Unix second of the event's hour.
-	Hour                              int64
-	ReferrerHost, Browser, OS, Device string
-	Rule, Variant                     string
-	Copies                            []Flags
+	Hour                                       int64
+	ReferrerHost, Browser, OS, Device, Country string
+	Rule, Variant                              string
+	Copies                                     []Flags
 }
 
 // Duplicates returns r's events stored more than once. Only events with a
@@ -334,7 +336,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 	// link's rows and suspects share a shard), not the Distributed table.
 	suspects := `SELECT %s FROM ` + s.layout.LocalQualified(SuspectsTable) + `
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)`
-	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device),
+	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device), any(country),
 			any(rule), any(variant), groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)
 		FROM `+EventsTable+`
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
@@ -354,7 +356,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		var d Duplicate
 		var ts uint32
 		var bots, floods, news []uint8
-		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &d.Rule, &d.Variant, &bots, &floods, &news); err != nil {
+		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &d.Country, &d.Rule, &d.Variant, &bots, &floods, &news); err != nil {
 			return nil, readErr("clickhouse duplicates", err)
 		}
 		d.Hour = int64(ts) / 3600 * 3600

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,4 +52,108 @@ func TestApplyIsIdempotentAndRefusesAnOldShape(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "without columns tenant") || !strings.Contains(err.Error(), "KURZ_CLICKHOUSE_DATABASE") {
 		t.Fatalf("Apply over an old click_events = %v, want an error naming the missing columns and what to do", err)
 	}
+}
+
+// TestApplyUpgradesAnEarlierVersion: a database an earlier version created
+// (click_events without the columns added since, a view under a retired
+// name) gets the missing columns, on the replicated and the Distributed
+// tables of a cluster too, keeps its rows, and loses the retired view.
+func TestApplyUpgradesAnEarlierVersion(t *testing.T) {
+	var cfg struct{ ClickHouse chconn.Config }
+	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	scratch := cfg.ClickHouse
+	scratch.Database += "_upgrade_" + hex.EncodeToString(b[:])
+	l := LayoutOf(scratch)
+	on, qual := "", ""
+	if l.Cluster != "" {
+		on, qual = " ON CLUSTER "+l.Cluster, l.Database+"."
+	}
+	ch, err := chconn.New(ctx, scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = ch.Exec(ctx, "DROP DATABASE IF EXISTS "+scratch.Database+on)
+		_ = ch.Close()
+	}()
+	if err := Apply(ctx, ch, l); err != nil {
+		t.Fatal(err)
+	}
+
+	// Make it the earlier version's database.
+	events, _ := tableOf(l, EventsTable)
+	var added []string
+	for _, c := range events.declared() {
+		if strings.Contains(c.decl, " DEFAULT ") {
+			added = append(added, c.name)
+		}
+	}
+	if len(added) == 0 {
+		t.Fatal("click_events declares no column with a DEFAULT: nothing to upgrade")
+	}
+	for _, c := range added {
+		if err := ch.Exec(ctx, `ALTER TABLE `+qual+l.Local(EventsTable)+on+` DROP COLUMN `+c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var retired []string
+	for _, v := range views {
+		retired = append(retired, v.retired...)
+	}
+	if l.Cluster != "" {
+		for _, d := range Schema(l) {
+			if d.Object == EventsTable && strings.Contains(d.Stmt, "Distributed(") {
+				if err := chconn.ApplyDDL(ctx, ch, []string{`DROP TABLE ` + qual + EventsTable + on, d.Stmt}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, name := range retired {
+		if err := ch.Exec(ctx, `CREATE MATERIALIZED VIEW `+qual+name+on+` TO `+qual+l.Local(HourlyTable)+
+			` AS SELECT tenant, code, ts AS hour, count() AS total FROM `+qual+l.Local(EventsTable)+` GROUP BY tenant, code, hour`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, obj := range []string{l.Local(EventsTable), EventsTable} {
+		have, err := columns(ctx, ch, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range added {
+			if slices.Contains(have, c) {
+				t.Fatalf("%s still has %s after the drop", obj, c)
+			}
+		}
+	}
+
+	if err := Apply(ctx, ch, l); err != nil {
+		t.Fatalf("Apply over the earlier version: %v", err)
+	}
+	for _, obj := range []string{l.Local(EventsTable), EventsTable} {
+		have, err := columns(ctx, ch, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range added {
+			if !slices.Contains(have, c) {
+				t.Errorf("%s lacks %s after Apply", obj, c)
+			}
+		}
+	}
+	for _, name := range retired {
+		var n uint64
+		if err := ch.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("retired view %s is still there", name)
+		}
+	}
+	t.Logf("added %v; dropped retired views %v", added, retired)
 }

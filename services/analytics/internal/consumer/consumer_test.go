@@ -32,17 +32,18 @@ const (
 type want struct {
 	total, human, bot, flood, visitors int64
 	perDay                             map[time.Time]int64
-	referrers                          map[string]int64
+	referrers, countries               map[string]int64
 }
 
 // expect computes want for events that the limiter does not flag.
 func expect(events []clickevent.Event) want {
-	w := want{perDay: map[time.Time]int64{}, referrers: map[string]int64{}}
+	w := want{perDay: map[time.Time]int64{}, referrers: map[string]int64{}, countries: map[string]int64{}}
 	seen := map[string]bool{}
 	for _, ev := range events {
 		w.total++
 		day := ev.Time.UTC().Truncate(24 * time.Hour)
 		w.perDay[day]++
+		w.countries[ev.Country]++
 		switch {
 		case strings.Contains(ev.UserAgent, "bot"):
 			w.bot++
@@ -93,10 +94,19 @@ func (w want) check(t *testing.T, resp *analyticsv1.GetLinkStatsResponse) {
 	if len(resp.GetTopReferrers()) != len(w.referrers) {
 		t.Errorf("top referrers %v, want %d keys (%v)", resp.GetTopReferrers(), len(w.referrers), w.referrers)
 	}
+	for _, kc := range resp.GetTopCountries() {
+		if e := w.countries[kc.GetKey()]; kc.GetCount() != e {
+			t.Errorf("country %q: %d, want %d", kc.GetKey(), kc.GetCount(), e)
+		}
+	}
+	if len(resp.GetTopCountries()) != len(w.countries) {
+		t.Errorf("top countries %v, want %d keys (%v)", resp.GetTopCountries(), len(w.countries), w.countries)
+	}
 }
 
 // mixed returns n events on code over two days: 37 visitors, four
-// referrers (t.co first), a bot every 20th click.
+// referrers (t.co first), a bot every 20th click, three countries and
+// clicks of unknown country.
 func (e *env) mixed(code string, n int) []clickevent.Event {
 	refs := []string{"https://news.ycombinator.com/item?id=1", "https://www.twitter.com/x", "https://t.co/abc", ""}
 	var out []clickevent.Event
@@ -108,7 +118,9 @@ func (e *env) mixed(code string, n int) []clickevent.Event {
 			ua = iphoneUA
 		}
 		at := time.Duration(i%2)*24*time.Hour + time.Duration(i)*time.Second
-		out = append(out, e.click(code, at, visitor(i%37), ua, refs[[]int{0, 0, 2, 2, 2, 1, 3}[i%7]]))
+		ev := e.click(code, at, visitor(i%37), ua, refs[[]int{0, 0, 2, 2, 2, 1, 3}[i%7]])
+		ev.Country = []string{"DE", "JP", "", "FR", "DE"}[i%5]
+		out = append(out, ev)
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
@@ -50,6 +51,7 @@ const (
 // UNAVAILABLE while ClickHouse is down; shared ones are in rpcerr.
 const (
 	ReasonCodeInvalid     = "CODE_INVALID"
+	ReasonDomainInvalid   = "DOMAIN_INVALID"
 	ReasonRangeInvalid    = "RANGE_INVALID"
 	ReasonIntervalInvalid = "INTERVAL_INVALID"
 	ReasonStoreDown       = "CLICK_STORE_UNAVAILABLE"
@@ -137,6 +139,14 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 			clip(req.GetCode()), linkcode.MinLength, linkcode.MaxLength))
 	}
 	q.r.Code = req.GetCode()
+	if req.GetDomain() != "" {
+		domain, err := linkdomain.Normalize(req.GetDomain())
+		if err != nil {
+			return q, rpcerr.BadRequest("domain", ReasonDomainInvalid, "domain: "+err.Error())
+		}
+		// The link's key: clicks of a custom domain's link carry it.
+		q.r.Code = linkdomain.Key(domain, req.GetCode())
+	}
 	end := s.opts.now()
 	if req.EndTime != nil {
 		if err := req.GetEndTime().CheckValid(); err != nil {
@@ -242,7 +252,7 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 		extra := int64(len(d.Copies) - 1)
 		for dim, key := range map[string]string{
 			clickstore.DimReferrer: d.ReferrerHost, clickstore.DimBrowser: d.Browser,
-			clickstore.DimOS: d.OS, clickstore.DimDevice: d.Device,
+			clickstore.DimOS: d.OS, clickstore.DimDevice: d.Device, clickstore.DimCountry: d.Country,
 			clickstore.DimRule: d.Rule, clickstore.DimVariant: d.Variant,
 		} {
 			if m := dims[dim]; m != nil {
@@ -251,8 +261,14 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 		}
 	}
 
+	domain, code := linkdomain.Split(q.r.Code)
+	var domainField *string // absent for the default domain
+	if domain != "" {
+		domainField = &domain
+	}
 	resp := &analyticsv1.GetLinkStatsResponse{
-		Code:                q.r.Code,
+		Domain:              domainField,
+		Code:                code,
 		StartTime:           timestamppb.New(q.r.Start),
 		EndTime:             timestamppb.New(q.r.End),
 		Interval:            q.interval,
@@ -260,6 +276,7 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 		TopBrowsers:         top(dims[clickstore.DimBrowser]),
 		TopOperatingSystems: top(dims[clickstore.DimOS]),
 		TopDevices:          top(dims[clickstore.DimDevice]),
+		TopCountries:        top(dims[clickstore.DimCountry]),
 		Rules:               named(dims[clickstore.DimRule], MaxRules),
 		Variants:            named(dims[clickstore.DimVariant], MaxVariants),
 	}

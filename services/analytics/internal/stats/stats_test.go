@@ -6,6 +6,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -308,5 +310,37 @@ func TestDuplicatesCountOnce(t *testing.T) {
 	}
 	if got := resp.GetTopBrowsers()[0].GetKey(); got != "Chrome" {
 		t.Errorf("top browser %q, want Chrome", got)
+	}
+}
+
+// TestTopCountries: clicks break down by the country the redirect found,
+// "" for clicks of unknown country, and an event stored twice counts once
+// in its country.
+func TestTopCountries(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, "")
+	tenant, code := "geo-"+rnd(), "geo"+rnd()
+	at := day0.Add(5 * time.Hour)
+	row := func(id, country string, suspect bool) clickstore.Click {
+		return clickstore.Click{Tenant: tenant, Code: code, Time: at, EventID: id, Visitor: "v-" + id,
+			Browser: "Chrome", OS: "Linux", Device: "desktop", Country: country, NewVisitor: true, Suspect: suspect}
+	}
+	if err := store.Insert(context.Background(), []clickstore.Click{
+		row("e1", "DE", false), row("e2", "DE", false), row("e3", "JP", false), row("e4", "", false),
+		row("e2", "DE", true), // e2 stored twice
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := New(store, servertest.Logger(t), Options{}).GetLinkStats(as(tenant), &analyticsv1.GetLinkStatsRequest{
+		Code: code, StartTime: ts(day0), EndTime: ts(day0.Add(24 * time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, kc := range resp.GetTopCountries() {
+		got = append(got, fmt.Sprintf("%s=%d", kc.GetKey(), kc.GetCount()))
+	}
+	if want := []string{"DE=2", "=1", "JP=1"}; !slices.Equal(got, want) {
+		t.Errorf("top countries %v, want %v", got, want)
 	}
 }

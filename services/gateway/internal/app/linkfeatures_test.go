@@ -42,9 +42,10 @@ type apiLink struct {
 // batchAnswer is the answer of POST /v1/links:batch.
 type batchAnswer struct {
 	Results []struct {
-		Index int      `json:"index"`
-		Link  *apiLink `json:"link"`
-		Error *struct {
+		Index   int      `json:"index"`
+		Link    *apiLink `json:"link"`
+		Created bool     `json:"created"`
+		Error   *struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 			Field   string `json:"field"`
@@ -279,7 +280,7 @@ func TestExportRoundTrip(t *testing.T) {
 		t.Fatalf("the export is not CSV: %v\n%s", err, r.body)
 	}
 	header := []string{"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
-		"password_protected", "ios_url", "android_url", "desktop_url"}
+		"password_protected", "ios_url", "android_url", "desktop_url", "domain"}
 	if len(recs) != 5 || !slices.Equal(recs[0], header) {
 		t.Fatalf("export has %d records, header %q; want 5 and %q", len(recs), recs[0], header)
 	}
@@ -303,7 +304,7 @@ func TestExportRoundTrip(t *testing.T) {
 			tags = "'" + tags // the neutralised cell
 		}
 		want := []string{l.Code, l.ShortURL, l.LongURL, tags, ct.UTC().Truncate(time.Second).Format(time.RFC3339), "", "", "false",
-			fmt.Sprint(l.PasswordProtected), "", "", ""}
+			fmt.Sprint(l.PasswordProtected), "", "", "", ""}
 		if l.ExpireTime != "" {
 			want[5] = expire.Format(time.RFC3339)
 		}
@@ -450,5 +451,26 @@ func TestImportBitlyAndYOURLS(t *testing.T) {
 		if e := r.apiError(t); r.code != http.StatusBadRequest || !strings.Contains(e["detail"].(string), tc.want) {
 			t.Errorf("%s: %s, want 400 containing %q", name, r, tc.want)
 		}
+	}
+}
+
+// Codes from the URL over REST: the first create answers 201 Created, a
+// repeat of the same URL (written otherwise) 200 OK with the same link,
+// unchanged; the batch marks which items it created.
+func TestCreateFromURL(t *testing.T) {
+	gw := startGateway(t, nil)
+	c := newClient(t, gw, newTenant(t, gw, "free").key)
+	var first, again apiLink
+	decodeAnswer(t, c.do("POST", "/v1/links", `{"longUrl": "https://example.com/from-url", "mode": "CODE_MODE_FROM_URL", "tags": ["one"]}`), http.StatusCreated, &first)
+	decodeAnswer(t, c.do("POST", "/v1/links", `{"longUrl": "HTTPS://Example.com/from-url", "mode": "CODE_MODE_FROM_URL", "tags": ["two"]}`), http.StatusOK, &again)
+	if again.Code != first.Code || !slices.Equal(again.Tags, []string{"one"}) {
+		t.Errorf("the repeat answered %+v, want the first link %+v unchanged", again, first)
+	}
+	var batch batchAnswer
+	decodeAnswer(t, c.do("POST", "/v1/links:batch", `{"requests": [
+		{"longUrl": "https://example.com/from-url", "mode": "CODE_MODE_FROM_URL"},
+		{"longUrl": "https://example.com/from-url-2", "mode": "CODE_MODE_FROM_URL"}]}`), http.StatusOK, &batch)
+	if len(batch.Results) != 2 || batch.Created != 1 || batch.Results[0].Created || batch.Results[0].Link.Code != first.Code || !batch.Results[1].Created {
+		t.Errorf("batch: %+v; want the existing link (created false) and a new one", batch)
 	}
 }

@@ -10,17 +10,16 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/geoip/geoiptest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/gateway/gatewaytest"
 	"kurz.dev/services/gateway/internal/app"
@@ -43,76 +42,15 @@ const (
 // form changes its target; a human click and a bot click through the
 // redirect reach the stats page (refreshed until the consumer has stored
 // them), in the chart's data attributes and the tables; revoking asks first
-// and then removes the link. The page throws no exception and the CSP
+// and then removes the link; the stats show the clicks' countries. The page throws no exception and the CSP
 // blocks nothing. A screenshot of the stats page goes to the artifacts
 // directory (and docs/ with KURZ_UPDATE_SCREENSHOT=1).
 func TestConsoleInBrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("Chromium is needed for the console's browser test and is not installed (%v): "+
-			"deploy/local/infra.sh up installs it (make up and make test run it), or apt-get install chromium", err)
-	}
 	s := startStack(t)
 	gw := startGateway(t, s)
-	key := newTenant(t, s, gw)
-
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	defer cancel()
-
-	// Exceptions and CSP violations, from the browser's start on.
-	var (
-		mu       sync.Mutex
-		problems []string
-	)
-	messages := chromedp.Console(ctx)
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.IsException() || m.Source == "security" || strings.Contains(m.Text, "Content Security Policy") {
-				mu.Lock()
-				problems = append(problems, m.String())
-				mu.Unlock()
-			}
-		}
-	}()
-	defer func() {
-		cancel()
-		<-listening
-		for _, p := range problems {
-			t.Errorf("browser console: %s", p)
-		}
-	}()
-
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := chromedp.Do(sctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	eval := func(expr string) string {
-		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		v, err := chromedp.Run(sctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return v
-	}
-	text := func(sel string) string {
-		t.Helper()
-		return eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ''`, sel))
-	}
+	_, key := newTenant(t, s, gw)
+	b := startBrowser(t)
+	ctx, do, eval, text := b.ctx, b.do, b.eval, b.text
 
 	// A wrong key: the API's own message, and nothing stored.
 	start := time.Now()
@@ -218,11 +156,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#link-cancel")),
 		chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")))
 
-	// A human opens the short URL and gets the variant (no rule matches);
-	// a bot opens it with ?promo and gets the rule's URL.
-	for _, c := range []struct{ ua, referer, query, want string }{
-		{humanUA, "https://news.example/console", "", variantURL}, {botUA, "", "?promo", promoURL}} {
-		if st, loc := visit(t, shortURL+c.query, c.ua, c.referer); st != http.StatusFound || loc != c.want {
+	// A human (in Germany, says the redirect's fixture GeoIP database)
+	// opens the short URL and gets the variant (no rule matches); a bot
+	// (somewhere it does not know) opens it with ?promo and gets the
+	// rule's URL.
+	for _, c := range []struct{ ua, referer, ip, query, want string }{
+		{humanUA, "https://news.example/console", geoiptest.IPv4DE, "", variantURL},
+		{botUA, "", geoiptest.IPv4Unknown, "?promo", promoURL},
+	} {
+		if st, loc := visit(t, shortURL+c.query, c.ua, c.referer, c.ip); st != http.StatusFound || loc != c.want {
 			t.Fatalf("GET %s%s as %q: %d Location %q, want 302 to %s", shortURL, c.query, c.ua, st, loc, c.want)
 		}
 	}
@@ -266,6 +208,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		"#stats-referrers": {"news.example1", "(direct)1"},
 		"#stats-browsers":  {"Firefox1", "Bot1"},
 		"#stats-devices":   {"desktop1", "bot1"},
+		"#stats-countries": {"Germany (DE)1", "(unknown)1"},
 		"#stats-rules":     {"promo1"},
 		"#stats-variants":  {"only1"},
 	} {
@@ -299,8 +242,35 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("confirm dialog names %q, want %q", got, code)
 	}
 	do("confirm the revocation", chromedp.Click(chromedp.CSS("#confirm-ok")), chromedp.WaitNotPresent(chromedp.CSS(row)))
-	if st, _ := visit(t, shortURL, humanUA, ""); st != http.StatusNotFound && st != http.StatusGone {
+	if st, _ := visit(t, shortURL, humanUA, "", geoiptest.IPv4DE); st != http.StatusNotFound && st != http.StatusGone {
 		t.Errorf("GET %s after revoking: %d, want 404 or 410", shortURL, st)
+	}
+
+	// A code from the URL: created once; the same URL again answers with
+	// the same short URL, marked as existing.
+	fromURL := "https://example.com/console-from-url/" + strings.ToLower(rand.Text()[:8])
+	var shortURLs []string
+	for i, want := range []string{"Created", "Exists already"} {
+		n := eval(listed)
+		do(fmt.Sprintf("create from the URL (%d)", i+1),
+			chromedp.Click(chromedp.CSS("#new-link")),
+			chromedp.WaitVisible(chromedp.CSS("#link-dialog")),
+			chromedp.SendKeys(chromedp.CSS("#f-long-url"), fromURL),
+			chromedp.Click(chromedp.CSS("#f-from-url")),
+			chromedp.Click(chromedp.CSS("#link-save")),
+			chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")),
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`Number(%s) > %s`, listed, n), chromedp.WithPollingTimeout(20*time.Second)))
+		if got := text("#created-what"); got != want {
+			t.Errorf("create %d from the URL: notice %q (form error %q), want %q", i+1, got, text("#link-form-error"), want)
+		}
+		shortURLs = append(shortURLs, text("#created-short-url"))
+	}
+	if shortURLs[0] == "" || shortURLs[0] != shortURLs[1] || shortURLs[0] == shortURL {
+		t.Errorf("short URLs from the URL: %q; want one new link, twice", shortURLs)
+	}
+	fromURLCode := shortURLs[0][strings.LastIndex(shortURLs[0], "/")+1:]
+	if n := eval(fmt.Sprintf(`String(document.querySelectorAll('tr[data-code=%q]').length)`, fromURLCode)); n != "1" {
+		t.Errorf("the link from the URL is listed %s times, want once", n)
 	}
 	t.Logf("browser session took %v", time.Since(start).Round(time.Millisecond))
 }
@@ -326,11 +296,11 @@ func startGateway(t *testing.T, s *stack) *servertest.Running {
 }
 
 // newTenant creates a tenant with one API key through the admin API and
-// returns the key; the tenant, its plan row and its links are deleted when
-// the test ends.
-func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
+// returns its id and the key; the tenant, its plan row, its links and its
+// domains are deleted when the test ends.
+func newTenant(t *testing.T, s *stack, gw *servertest.Running) (id, key string) {
 	t.Helper()
-	id := "console-" + strings.ToLower(rand.Text()[:10])
+	id = "console-" + strings.ToLower(rand.Text()[:10])
 	gatewaytest.CleanupTenants(t, s.db, id)
 	admin := func(path, body string) map[string]any {
 		t.Helper()
@@ -353,16 +323,17 @@ func newTenant(t *testing.T, s *stack, gw *servertest.Running) string {
 		return m
 	}
 	admin("/v1/admin/tenants", fmt.Sprintf(`{"id":%q,"name":"Console test","plan":"pro"}`, id))
-	key, _ := admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
+	key, _ = admin("/v1/admin/tenants/"+id+"/keys", `{"name":"console"}`)["key"].(string)
 	if key == "" {
 		t.Fatal("the admin API issued no key")
 	}
-	return key
+	return id, key
 }
 
-// visit GETs a short URL as a browser would (without following the
-// redirect) and returns the status and Location.
-func visit(t *testing.T, url, ua, referer string) (int, string) {
+// visit GETs a short URL as a browser at ip would, through the redirect's
+// trusted proxy (without following the redirect), and returns the status
+// and Location.
+func visit(t *testing.T, url, ua, referer, ip string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -370,6 +341,7 @@ func visit(t *testing.T, url, ua, referer string) (int, string) {
 	}
 	req.Header.Set("User-Agent", ua)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml")
+	req.Header.Set("X-Forwarded-For", ip)
 	if referer != "" {
 		req.Header.Set("Referer", referer)
 	}

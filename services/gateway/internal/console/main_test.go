@@ -15,10 +15,12 @@ import (
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/geoip/geoiptest"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/testkit/servertest"
 	stackgate "kurz.dev/pkg/testkit/stack"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Health service names the stack's processes are awaited on.
@@ -35,7 +37,8 @@ const streamShards = 16
 
 // stack is what the browser test runs against: a limiter on the test's
 // rules file, the shortener (its short URLs on the redirect's address), the
-// redirect writing clicks into the Redis streams, and analytics moving them
+// redirect writing clicks (with their countries, from a fixture GeoIP
+// database) into the Redis streams, and analytics moving them
 // into ClickHouse, all on the shared Redis, PostgreSQL (kurz_test under make
 // test) and ClickHouse. It is started by the first test that needs it, and
 // stopped by TestMain.
@@ -127,6 +130,12 @@ func newStack() (_ *stack, err error) {
 		return nil, err
 	}
 	s.redirectURL = "http://" + redHTTP
+	// The redirect places clicks with a fixture GeoIP database, the client
+	// being the X-Forwarded-For of the test (a trusted proxy on loopback).
+	geoDB := filepath.Join(dir, "country.mmdb")
+	if err := geoiptest.WriteFile(geoDB, geoiptest.Networks); err != nil {
+		return nil, err
+	}
 	common := []string{"KURZ_LOG_LEVEL=warn", "KURZ_REDIS_READ_TIMEOUT=1s", "KURZ_REDIS_WRITE_TIMEOUT=1s"}
 	limiter := func(rules ...string) func(g, h string) []string {
 		return func(g, h string) []string {
@@ -151,7 +160,8 @@ func newStack() (_ *stack, err error) {
 		servertest.Spec{Name: "shortener", Service: shortenerService, Env: func(g, h string) []string {
 			return append(common, "KURZ_SHORTENER_GRPC_ADDR="+g, "KURZ_SHORTENER_HTTP_ADDR="+h,
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
-				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false")
+				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false",
+				"KURZ_SHORTENER_DNS_SERVER="+gatewaytest.NoDNS, "KURZ_SHORTENER_DNS_TIMEOUT=1s")
 		}},
 		servertest.Spec{Name: "analytics", Service: analyticsService, Env: func(g, h string) []string {
 			return append(common, "KURZ_ANALYTICS_GRPC_ADDR="+g, "KURZ_ANALYTICS_HTTP_ADDR="+h,
@@ -163,7 +173,7 @@ func newStack() (_ *stack, err error) {
 			return append(common, "KURZ_REDIRECT_GRPC_ADDR="+g, "KURZ_REDIRECT_HTTP_ADDR="+h, "KURZ_REDIRECT_OPS_ADDR=127.0.0.1:0",
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_REDIRECT_LIMITER_TIMEOUT=1s",
 				"KURZ_REDIRECT_VISITOR_SALT=console-test-salt", fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards),
-				"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms")
+				"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_REDIRECT_DOMAIN_REFRESH=200ms", "KURZ_GEOIP_DB="+geoDB, "KURZ_REDIRECT_TRUSTED_PROXIES=127.0.0.1/32,::1")
 		}},
 	)
 	if err != nil {

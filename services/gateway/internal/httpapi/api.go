@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -94,6 +96,10 @@ type API struct {
 	bulk      *capacity.Gate
 	routes    []route
 	m         instruments
+
+	// muxOnce builds mux, the generated handlers of the mapped routes.
+	muxOnce sync.Once
+	mux     *runtime.ServeMux
 }
 
 type instruments struct {
@@ -135,6 +141,11 @@ func New(opts Options, d Deps) (*API, error) {
 		return nil, fmt.Errorf("gateway metrics: %w", err)
 	}
 	a.routes = a.table()
+	for i, rt := range a.routes {
+		if rt.rpc != nil {
+			a.routes[i].handle = a.serveMapped(rt.pattern, *rt.rpc)
+		}
+	}
 	return a, nil
 }
 
@@ -159,8 +170,11 @@ type route struct {
 	pattern string // "METHOD /path", as given to http.ServeMux
 	access  access
 	// query lists the query parameters the route takes; others are a 400.
-	query  []string
+	query []string
+	// handle serves the route; rpc instead, for an RPC the protos map to
+	// HTTP, serves it through the generated handler (mapped.go).
 	handle func(c *call) error
+	rpc    *mapping
 }
 
 // Register adds the API's routes to mux. Admin routes are left out when no

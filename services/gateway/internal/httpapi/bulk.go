@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"errors"
-	"fmt"
 	"mime"
 	"net/http"
 	"strconv"
@@ -47,34 +46,7 @@ const exportPageSize = 1000
 // exportColumns is the header row of GET /v1/links:export.
 var exportColumns = []string{
 	"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
-	"password_protected", "ios_url", "android_url", "desktop_url",
-}
-
-// batchCreateLinks creates up to maxBatchItems links; each item succeeds
-// or fails on its own, so the answer is 200 with one result per item.
-func (a *API) batchCreateLinks(c *call) error {
-	limit := max(a.opts.MaxBodyBytes, batchBodyBytes)
-	release, err := a.admitBulk(c, limit)
-	if err != nil {
-		return err
-	}
-	defer release()
-	b, err := a.readBodyUpTo(c, limit, "send a JSON object")
-	if err != nil {
-		return err
-	}
-	var req shortenerv1.BatchCreateLinksRequest
-	if err := decodeProto(b, &req); err != nil {
-		return err
-	}
-	if n := len(req.GetRequests()); n == 0 || n > maxBatchItems {
-		return badRequest(fmt.Sprintf(`"requests" must hold 1 to %d links; it holds %d: split larger batches`, maxBatchItems, n))
-	}
-	resp, err := a.batchCreate(c, req.GetRequests())
-	if err != nil {
-		return err
-	}
-	return writeProto(c.w, http.StatusOK, resp)
+	"password_protected", "ios_url", "android_url", "desktop_url", "domain",
 }
 
 // admitBulk admits a request whose body may hold up to limit bytes, before
@@ -187,7 +159,7 @@ func exportRecord(l *shortenerv1.Link) []string {
 		l.GetCode(), l.GetShortUrl(), l.GetLongUrl(), strings.Join(l.GetTags(), "|"),
 		ts(l.GetCreateTime(), l.GetCreateTime() != nil), ts(l.GetExpireTime(), l.GetExpireTime() != nil),
 		maxVisits, strconv.FormatBool(l.GetDisabled()), strconv.FormatBool(l.GetPasswordProtected()),
-		dt.GetIosUrl(), dt.GetAndroidUrl(), dt.GetDesktopUrl(),
+		dt.GetIosUrl(), dt.GetAndroidUrl(), dt.GetDesktopUrl(), l.GetDomain(),
 	}
 	for i, v := range rec {
 		rec[i] = safeCell(v)

@@ -137,7 +137,7 @@ func TestBatchCreateLinks(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			sh := &bulkShortener{}
 			a := newBulkAPI(sh)
-			w, err := bulkCall(a, a.batchCreateLinks, "POST", "/v1/links:batch", tc.body)
+			w, err := bulkCall(a, a.routeHandler("POST /v1/links:batch"), "POST", "/v1/links:batch", tc.body)
 			if err != nil {
 				code, msg := statusOf(t, err)
 				if code != tc.wantStatus || !strings.Contains(msg, tc.wantText) {
@@ -192,18 +192,18 @@ func TestAnswersCarryNoPassword(t *testing.T) {
 			{Index: 0, Link: link()}, {Index: 1, Error: &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT"}}}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			w := httptest.NewRecorder()
-			if err := writeProto(w, 200, m); err != nil {
+			out, err := (protoMarshaler{}).Marshal(m)
+			if err != nil {
 				t.Fatal(err)
 			}
-			body := w.Body.String()
+			body := string(out)
 			if strings.Contains(body, "hunter22") || strings.Contains(body, `,"password":`) {
 				t.Errorf("answer carries the password field: %s", body)
 			}
 			if !strings.Contains(body, `"passwordProtected":true`) || !strings.Contains(body, `q=\"password\":\"\"`) {
 				t.Errorf("answer lost passwordProtected or mangled the URL: %s", body)
 			}
-			if !json.Valid(w.Body.Bytes()) {
+			if !json.Valid(out) {
 				t.Errorf("invalid JSON: %s", body)
 			}
 		})
@@ -216,7 +216,7 @@ func TestUpdateLinkNewFields(t *testing.T) {
 	sh := &bulkShortener{}
 	a := newBulkAPI(sh)
 	body := `{"tags":["a","b"],"maxVisits":"5","password":"correct horse","deviceTargets":null}`
-	w, err := bulkCall(a, a.updateLink, "PATCH", "/v1/links/abcd123", body)
+	w, err := bulkCall(a, a.routeHandler("PATCH /v1/links/{code}"), "PATCH", "/v1/links/abcd123", body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestUpdateLinkNewFields(t *testing.T) {
 	if strings.Contains(w.Body.String(), "correct horse") {
 		t.Errorf("the answer echoes the password: %s", w.Body)
 	}
-	_, err = bulkCall(a, a.updateLink, "PATCH", "/v1/links/abcd123", `{"passwordProtected":true}`)
+	_, err = bulkCall(a, a.routeHandler("PATCH /v1/links/{code}"), "PATCH", "/v1/links/abcd123", `{"passwordProtected":true}`)
 	if code, msg := statusOf(t, err); code != 400 || !strings.Contains(msg, "tags, maxVisits, password, deviceTargets, rules and variants") {
 		t.Errorf("PATCH passwordProtected: %d %q, want a 400 listing the fields", code, msg)
 	}
@@ -253,6 +253,8 @@ func TestExportLinks(t *testing.T) {
 	sh.links[2].Password = "never-exported"
 	sh.links[2].ExpireTime = timestamppb.New(created.Add(time.Hour))
 	sh.links[3].DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: "https://apple.example/", AndroidUrl: "@android", DesktopUrl: "https://d.example/"}
+	sh.links[4].Domain = proto.String("go.acme.test")
+	sh.links[4].ShortUrl = "https://go.acme.test/code004"
 	a := newBulkAPI(sh)
 	w, err := bulkCall(a, a.exportLinks, "GET", "/v1/links:export?tag=a", "")
 	if err != nil {
@@ -270,11 +272,11 @@ func TestExportLinks(t *testing.T) {
 	}
 	want := [][]string{
 		exportColumns,
-		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
-		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
-		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", ""},
-		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/"},
-		{"code004", "http://k.test/x", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", ""},
+		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", ""},
+		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", ""},
+		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", "", ""},
+		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/", ""},
+		{"code004", "https://go.acme.test/code004", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "go.acme.test"},
 	}
 	if !reflect.DeepEqual(recs, want) {
 		t.Errorf("CSV:\n got %q\nwant %q", recs, want)
@@ -428,7 +430,7 @@ func TestBulkRequestsBeyondTheBoundRefusedUnread(t *testing.T) {
 		handle       func(*call) error
 		target, body string
 	}{
-		{a.batchCreateLinks, "/v1/links:batch", `{"requests":[{"longUrl":"https://example.com/b"}]}`},
+		{a.routeHandler("POST /v1/links:batch"), "/v1/links:batch", `{"requests":[{"longUrl":"https://example.com/b"}]}`},
 		{a.importLinks, "/v1/links:import", "long_url,link\nhttps://example.com/i,bit.ly/abc123\n"},
 	}
 	for _, rt := range routes {
@@ -465,7 +467,7 @@ func TestUpdateLinkRulesAndVariants(t *testing.T) {
 	sh := &bulkShortener{}
 	a := newBulkAPI(sh)
 	body := `{"rules":[{"name":"de","conditions":[{"languages":["de"]},{"query":{"param":"ref","value":"x"}}],"url":"https://example.com/de"}],"variants":null}`
-	if _, err := bulkCall(a, a.updateLink, "PATCH", "/v1/links/abcd123", body); err != nil {
+	if _, err := bulkCall(a, a.routeHandler("PATCH /v1/links/{code}"), "PATCH", "/v1/links/abcd123", body); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := sh.update.GetUpdateMask().GetPaths(), []string{"rules", "variants"}; !reflect.DeepEqual(got, want) {

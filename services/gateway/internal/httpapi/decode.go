@@ -132,27 +132,26 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // protoJSON is how messages are written: proto JSON names, enums by name,
 // scalars even when zero (so "disabled": false is there), unset messages
-// left out. writeProto leaves out Link's input-only password.
+// left out. marshalProto leaves out Link's input-only password.
 var protoJSON = protojson.MarshalOptions{EmitDefaultValues: true}
 
-// writeProto sends m in proto JSON, compacted: protojson varies its
-// whitespace on purpose, and clients (and the README's examples) deserve
-// stable bytes.
-func writeProto(w http.ResponseWriter, status int, m proto.Message) error {
+// marshalProto is m in proto JSON, compacted and with a final newline:
+// protojson varies its whitespace on purpose, and clients (and the
+// README's examples) deserve stable bytes. Link's input-only password is
+// left out.
+func marshalProto(m proto.Message) ([]byte, error) {
 	if pm := m.ProtoReflect(); pm.IsValid() {
 		withoutPasswords(pm)
 	}
 	raw, err := protoJSON.Marshal(m)
 	if err != nil {
-		return internalError(fmt.Errorf("marshal %T: %w", m, err))
+		return nil, internalError(fmt.Errorf("marshal %T: %w", m, err))
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
-		return internalError(fmt.Errorf("compact %T: %w", m, err))
+		return nil, internalError(fmt.Errorf("compact %T: %w", m, err))
 	}
-	out := append(dropEmptyPasswords(buf.Bytes()), '\n')
-	send(w, status, "application/json", out)
-	return nil
+	return append(dropEmptyPasswords(buf.Bytes()), '\n'), nil
 }
 
 func send(w http.ResponseWriter, status int, contentType string, body []byte) {

@@ -69,7 +69,14 @@ func (k *fakeKeys) IssueKey(_ context.Context, tenant, name string) (keystore.Ke
 // admission: declared with its length, or chunked (length unknown).
 func fuzzCall(t *testing.T, a *API, handle func(*call) error, body []byte, chunked bool) (*httptest.ResponseRecorder, error) {
 	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	return fuzzCallAt(t, a, handle, http.MethodPost, "/", body, chunked)
+}
+
+// fuzzCallAt is fuzzCall on method and target, for the mapped routes (whose
+// generated handlers route by both).
+func fuzzCallAt(t *testing.T, a *API, handle func(*call) error, method, target string, body []byte, chunked bool) (*httptest.ResponseRecorder, error) {
+	t.Helper()
+	r := httptest.NewRequest(method, target, bytes.NewReader(body))
 	if chunked {
 		r.ContentLength = -1
 	}
@@ -244,14 +251,14 @@ func FuzzDecodeProto(f *testing.F) {
 		sh := &fakeShortener{}
 		a := &API{opts: Options{MaxBodyBytes: fuzzMaxBody}, shortener: sh, log: slog.New(slog.DiscardHandler)}
 
-		_, err := fuzzCall(t, a, a.createLink, body, chunked)
+		_, err := fuzzCallAt(t, a, a.routeHandler("POST /v1/links"), "POST", "/v1/links", body, chunked)
 		if sh.create != nil {
 			checkProto(t, body, sh.create, &shortenerv1.CreateLinkRequest{})
 		} else {
 			checkRefusal(t, err, body)
 		}
 
-		_, err = fuzzCall(t, a, a.updateLink, body, chunked)
+		_, err = fuzzCallAt(t, a, a.routeHandler("PATCH /v1/links/{code}"), "PATCH", "/v1/links/10000g8", body, chunked)
 		if sh.update == nil {
 			checkRefusal(t, err, body)
 			return

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,9 +13,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/fieldmaskpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -22,22 +22,31 @@ import (
 )
 
 // table is every API route. The OpenAPI document (openapi.json) describes
-// exactly these; TestOpenAPIMatchesRoutes keeps the two equal.
+// exactly these; TestOpenAPIDocumentsEveryRoute keeps the two equal. A
+// route with rpc is an RPC the protos map to HTTP (google.api.http), served
+// through the generated handler (mapped.go): adding one takes its
+// annotation and its line here.
 func (a *API) table() []route {
 	return []route{
 		{pattern: "GET /v1/openapi.json", access: public, handle: a.openAPI},
 
-		{pattern: "POST /v1/links", access: tenantOrAnonymous, handle: a.createLink},
-		{pattern: "GET /v1/links", access: tenantKey, query: []string{"page_size", "page_token", "tag"}, handle: a.listLinks},
-		{pattern: "POST /v1/links:batch", access: tenantKey, handle: a.batchCreateLinks},
+		{pattern: "POST /v1/links", access: tenantOrAnonymous, rpc: &mapping{status: http.StatusCreated, existed: linkExisted, location: linkLocation}},
+		{pattern: "GET /v1/links", access: tenantKey, query: []string{"page_size", "page_token", "tag"}, rpc: &mapping{before: checkPageSize}},
+		{pattern: "POST /v1/links:batch", access: tenantKey, rpc: &mapping{bulkBody: batchBodyBytes}},
 		{pattern: "GET /v1/links:export", access: tenantKey, query: []string{"tag"}, handle: a.exportLinks},
 		{pattern: "POST /v1/links:import", access: tenantKey, handle: a.importLinks},
-		{pattern: "GET /v1/links/{code}", access: tenantKey, handle: a.getLink},
-		{pattern: "PATCH /v1/links/{code}", access: tenantKey, handle: a.updateLink},
-		{pattern: "DELETE /v1/links/{code}", access: tenantKey, handle: a.deleteLink},
-		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval"}, handle: a.linkStats},
-		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size"}, handle: a.linkQR},
+		{pattern: "GET /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain}},
+		{pattern: "PATCH /v1/links/{code}", access: tenantKey, rpc: &mapping{before: patchMask}},
+		{pattern: "DELETE /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain, status: http.StatusNoContent}},
+		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval", "domain"}, rpc: &mapping{before: a.statsFirst}},
+		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
+
+		{pattern: "POST /v1/domains", access: tenantKey, rpc: &mapping{status: http.StatusCreated, location: domainLocation}},
+		{pattern: "GET /v1/domains", access: tenantKey, rpc: &mapping{}},
+		{pattern: "GET /v1/domains/{name}", access: tenantKey, rpc: &mapping{}},
+		{pattern: "DELETE /v1/domains/{name}", access: tenantKey, rpc: &mapping{status: http.StatusNoContent}},
+		{pattern: "POST /v1/domains/{name}/verify", access: tenantKey, rpc: &mapping{noBody: true}},
 
 		{pattern: "POST /v1/admin/tenants", access: adminToken, handle: a.createTenant},
 		{pattern: "GET /v1/admin/tenants/{tenant}", access: adminToken, handle: a.getTenant},
@@ -45,6 +54,7 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.issueKey},
 		{pattern: "GET /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.listKeys},
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/keys/{key}", access: adminToken, handle: a.revokeKey},
+		{pattern: "POST /v1/admin/tenants/{tenant}/domains/{name}/verify", access: adminToken, handle: a.approveDomain},
 	}
 }
 
@@ -59,65 +69,44 @@ func pathCode(c *call) (string, error) {
 	return code, nil
 }
 
-func (a *API) createLink(c *call) error {
-	b, err := a.readBody(c, false)
-	if err != nil {
-		return err
+// linkLocation is the Location of a created link: its code, and its
+// custom domain as ?domain=.
+func linkLocation(resp proto.Message) string {
+	l := resp.(*shortenerv1.CreateLinkResponse).GetLink()
+	loc := "/v1/links/" + l.GetCode()
+	if d := l.GetDomain(); d != "" {
+		loc += "?domain=" + url.QueryEscape(d)
 	}
-	var req shortenerv1.CreateLinkRequest
-	if err := decodeProto(b, &req); err != nil {
-		return err
-	}
-	ctx, cancel := a.downstream(c)
-	defer cancel()
-	resp, err := a.shortener.CreateLink(ctx, &req)
-	if err != nil {
-		return err
-	}
-	c.w.Header().Set("Location", "/v1/links/"+resp.GetLink().GetCode())
-	return writeProto(c.w, http.StatusCreated, resp.GetLink())
+	return loc
 }
 
-func (a *API) listLinks(c *call) error {
-	q := c.r.URL.Query()
-	req := &shortenerv1.ListLinksRequest{PageToken: q.Get("page_token"), Tag: q.Get("tag")}
+// linkExisted reports a create that returned the tenant's existing link of
+// the URL (CODE_MODE_FROM_URL): 200, not 201.
+func linkExisted(resp proto.Message) bool {
+	return !resp.(*shortenerv1.CreateLinkResponse).GetCreated()
+}
+
+// checkPageSize refuses a page_size out of 1 to 1000.
+func checkPageSize(_ *call, _ []byte, q url.Values) error {
 	if s := q.Get("page_size"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 1000 {
+		if n, err := strconv.Atoi(s); err != nil || n < 1 || n > 1000 {
 			return badRequest("page_size must be a whole number from 1 to 1000")
 		}
-		req.PageSize = int32(n)
 	}
-	ctx, cancel := a.downstream(c)
-	defer cancel()
-	resp, err := a.shortener.ListLinks(ctx, req)
-	if err != nil {
-		return err
-	}
-	if resp.Links == nil {
-		resp.Links = []*shortenerv1.Link{} // "links": [] rather than nothing
-	}
-	return writeProto(c.w, http.StatusOK, resp)
+	return nil
 }
 
-func (a *API) getLink(c *call) error {
-	code, err := pathCode(c)
-	if err != nil {
-		return err
-	}
-	link, err := a.fetchLink(c, code)
-	if err != nil {
-		return err
-	}
-	return writeProto(c.w, http.StatusOK, link)
-}
-
-// fetchLink returns one of the caller's links; other tenants' links are
-// NOT_FOUND, which is what keeps stats and QR codes tenant-scoped.
+// fetchLink returns one of the caller's links, on the domain of the
+// request's ?domain= (the default domain without); other tenants' links
+// are NOT_FOUND, which is what keeps stats and QR codes tenant-scoped.
 func (a *API) fetchLink(c *call, code string) (*shortenerv1.Link, error) {
+	domain, err := queryDomain(c)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := a.downstream(c)
 	defer cancel()
-	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code, Domain: domain})
 	if err != nil {
 		return nil, err
 	}
@@ -133,34 +122,33 @@ var mutableLinkFields = []protoreflect.Name{
 // mutableLinkJSON lists mutableLinkFields by their JSON names, for messages.
 const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxVisits, password, deviceTargets, rules and variants"
 
-// updateLink changes the fields present in the body (a partial Link in proto
-// JSON); "expireTime": null clears the expiry, "tags": [] the tags,
-// "maxVisits": 0 the visit limit, "password": "" the password and
+// patchMask makes PATCH change the fields present in the body (a partial
+// Link in proto JSON) and only those: the update mask is the body's
+// top-level fields, sorted, handed to UpdateLink's mapping as its
+// update_mask query parameter (grpc-gateway's own mask from the body would
+// name nested fields, deviceTargets.iosUrl, where PATCH replaces the
+// whole deviceTargets). "expireTime": null clears the expiry, "tags": []
+// the tags, "maxVisits": 0 the visit limit, "password": "" the password,
 // "deviceTargets": null the device targets, "rules": [] (or null) the rules
-// and "variants": [] the variants.
-func (a *API) updateLink(c *call) error {
-	code, err := pathCode(c)
-	if err != nil {
-		return err
-	}
-	b, err := a.readBody(c, false)
-	if err != nil {
-		return err
-	}
-	link := &shortenerv1.Link{}
-	if err := decodeProto(b, link); err != nil {
+// and "variants": [] (or null) the variants. "domain" names the link's
+// custom domain (it identifies the link, and is not changed).
+func patchMask(_ *call, body []byte, q url.Values) error {
+	if err := decodeProto(body, &shortenerv1.Link{}); err != nil {
 		return err
 	}
 	var present map[string]json.RawMessage
-	if err := json.Unmarshal(b, &present); err != nil {
+	if err := json.Unmarshal(body, &present); err != nil {
 		return badRequest("invalid JSON body: the body must be a JSON object")
 	}
-	fields := link.ProtoReflect().Descriptor().Fields()
+	fields := (&shortenerv1.Link{}).ProtoReflect().Descriptor().Fields()
 	var mask []string
 	for key := range present {
 		fd := fields.ByJSONName(key)
 		if fd == nil {
 			fd = fields.ByTextName(key)
+		}
+		if fd != nil && fd.Name() == "domain" {
+			continue // identifies the link
 		}
 		if fd == nil || !slices.Contains(mutableLinkFields, fd.Name()) {
 			return badRequest(fmt.Sprintf("field %q cannot be changed; PATCH takes %s", key, mutableLinkJSON))
@@ -171,70 +159,45 @@ func (a *API) updateLink(c *call) error {
 		return badRequest("nothing to change: send one or more of " + mutableLinkJSON)
 	}
 	slices.Sort(mask)
-	link.Code = code
-	ctx, cancel := a.downstream(c)
-	defer cancel()
-	resp, err := a.shortener.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{Link: link, UpdateMask: &fieldmaskpb.FieldMask{Paths: mask}})
-	if err != nil {
-		return err
-	}
-	return writeProto(c.w, http.StatusOK, resp.GetLink())
-}
-
-func (a *API) deleteLink(c *call) error {
-	code, err := pathCode(c)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := a.downstream(c)
-	defer cancel()
-	if _, err := a.shortener.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code}); err != nil {
-		return err
-	}
-	c.w.WriteHeader(http.StatusNoContent)
+	q.Set("update_mask", strings.Join(mask, ","))
 	return nil
 }
 
-// linkStats answers from the analytics service, after the shortener has
-// confirmed the link is the caller's: analytics knows codes, not tenants.
-func (a *API) linkStats(c *call) error {
+// statsFirst checks a stats request before analytics is asked: the times
+// are RFC 3339, the interval hour or day (or the enum's names), and the
+// link is the caller's (the shortener confirms it): analytics knows codes,
+// not tenants.
+func (a *API) statsFirst(c *call, _ []byte, q url.Values) error {
+	for _, name := range []string{"start_time", "end_time"} {
+		if s := q.Get(name); s != "" {
+			if _, err := time.Parse(time.RFC3339, s); err != nil {
+				return badRequest(fmt.Sprintf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z", name))
+			}
+		}
+	}
+	switch iv := q.Get("interval"); iv {
+	case "":
+	case "hour", "day":
+		q.Set("interval", "INTERVAL_"+strings.ToUpper(iv))
+	case analyticsv1.Interval_INTERVAL_HOUR.String(), analyticsv1.Interval_INTERVAL_DAY.String():
+	default:
+		return badRequest(`interval must be "hour" or "day"`)
+	}
 	code, err := pathCode(c)
 	if err != nil {
 		return err
 	}
-	q := c.r.URL.Query()
-	req := &analyticsv1.GetLinkStatsRequest{Code: code}
-	for _, p := range []struct {
-		name string
-		dst  **timestamppb.Timestamp
-	}{{"start_time", &req.StartTime}, {"end_time", &req.EndTime}} {
-		if s := q.Get(p.name); s != "" {
-			t, err := time.Parse(time.RFC3339, s)
-			if err != nil {
-				return badRequest(fmt.Sprintf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z", p.name))
-			}
-			*p.dst = timestamppb.New(t)
-		}
-	}
-	switch q.Get("interval") {
-	case "":
-	case "hour":
-		req.Interval = analyticsv1.Interval_INTERVAL_HOUR
-	case "day":
-		req.Interval = analyticsv1.Interval_INTERVAL_DAY
-	default:
-		return badRequest(`interval must be "hour" or "day"`)
-	}
-	if _, err := a.fetchLink(c, code); err != nil {
-		return err
-	}
-	ctx, cancel := a.downstream(c)
-	defer cancel()
-	resp, err := a.analytics.GetLinkStats(ctx, req)
+	link, err := a.fetchLink(c, code)
 	if err != nil {
 		return err
 	}
-	return writeProto(c.w, http.StatusOK, resp)
+	// The domain as the shortener normalised it.
+	if d := link.GetDomain(); d != "" {
+		q.Set("domain", d)
+	} else {
+		q.Del("domain")
+	}
+	return nil
 }
 
 // compatRequest is the notes' prototype body.

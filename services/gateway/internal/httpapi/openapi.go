@@ -5,7 +5,10 @@ import (
 	"net/http"
 )
 
-// OpenAPI is the OpenAPI 3 document of the API, served at /v1/openapi.json.
+// OpenAPI is the OpenAPI 3.1 document of the API, served at
+// /v1/openapi.json. make gen writes it (tools/openapigen): the mapped
+// routes and their messages from the protos, the rest from
+// openapi.overlay.yaml.
 //
 //go:embed openapi.json
 var OpenAPI []byte

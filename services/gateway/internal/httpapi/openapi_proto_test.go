@@ -4,39 +4,30 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
-	"unicode"
 
 	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
 
 // generatedSpec is the Swagger 2.0 document protoc-gen-openapiv2 writes from
 // the protos' google.api.http annotations (make gen; make check-gen fails
-// when it is stale).
+// when it or the served openapi.json made from it is stale).
 const generatedSpec = "../../../../gen/openapi/kurz.swagger.json"
 
-// Deliberate differences between a served schema and the proto message it
-// carries, each with its reason; everything else must match.
-var (
-	// Fields of a message the served response schema leaves out.
-	servedOmits = map[string]map[string]string{
-		"Link": {"password": "input only: never returned, set through CreateLinkRequest or LinkPatch"},
-	}
-	// Served request schemas that accept only some of the message's fields.
-	servedSubset = map[string]string{
-		"LinkPatch": "PATCH writes only the fields UpdateLink's update_mask may name",
-	}
-)
-
-// Every RPC the protos map to HTTP is served at its path and method, with
-// the same query parameters, and its request body and response schemas
-// (followed through every nested message and enum) have the fields, types
-// and enum values of the proto messages: the hand-written openapi.json
-// cannot drift from the protos.
-func TestOpenAPIMatchesProtos(t *testing.T) {
+// The RPCs the protos map to HTTP are exactly the route table's mapped
+// routes, at the same method and path; the served document gives each the
+// status the gateway answers with, the query parameters it takes, and a
+// request body where the RPC takes one.
+func TestOpenAPIMapsTheAnnotatedRPCs(t *testing.T) {
 	raw, err := os.ReadFile(generatedSpec)
 	if err != nil {
 		t.Fatal(err)
@@ -48,207 +39,209 @@ func TestOpenAPIMatchesProtos(t *testing.T) {
 	if err := json.Unmarshal(OpenAPI, &served); err != nil {
 		t.Fatal(err)
 	}
-	c := &schemaComparer{gen: gen, served: served, seen: map[string]bool{}}
-
-	genPaths := obj(gen["paths"])
-	if len(genPaths) == 0 {
-		t.Fatal("the generated spec maps no RPC to HTTP")
-	}
-	for _, path := range slices.Sorted(maps.Keys(genPaths)) {
+	genOps := map[string]map[string]any{} // "PATCH /v1/links/{code}" -> generated operation
+	for path, item := range obj(gen["paths"]) {
 		// grpc-gateway's {link.code} (a field of the body message) is the
 		// served {code}.
-		servedPath := strings.ReplaceAll(path, "{link.code}", "{code}")
-		for _, method := range slices.Sorted(maps.Keys(obj(genPaths[path]))) {
-			g := obj(obj(genPaths[path])[method])
-			where := fmt.Sprintf("%s %s (%s)", strings.ToUpper(method), servedPath, g["operationId"])
-			s := obj(obj(obj(served["paths"])[servedPath])[method])
-			if s == nil {
-				t.Errorf("%s: mapped in the protos, not in openapi.json", where)
+		path = strings.ReplaceAll(path, "{link.code}", "{code}")
+		for method, op := range obj(item) {
+			genOps[strings.ToUpper(method)+" "+path] = obj(op)
+		}
+	}
+	if len(genOps) == 0 {
+		t.Fatal("the generated spec maps no RPC to HTTP")
+	}
+	a := newTestAPI(t)
+	for _, rt := range a.table() {
+		g, annotated := genOps[rt.pattern]
+		delete(genOps, rt.pattern)
+		switch {
+		case rt.rpc == nil && annotated:
+			t.Errorf("%s: the protos map %s here, the route table serves it by hand", rt.pattern, g["operationId"])
+			continue
+		case rt.rpc == nil:
+			continue
+		case !annotated:
+			t.Errorf("%s: a mapped route, but no RPC's google.api.http maps it", rt.pattern)
+			continue
+		}
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		op := obj(obj(obj(served["paths"])[path])[strings.ToLower(method)])
+		if op == nil {
+			t.Errorf("%s: not in openapi.json", rt.pattern)
+			continue
+		}
+		want := http.StatusOK
+		if rt.rpc.status != 0 {
+			want = rt.rpc.status
+		}
+		answers := []string{strconv.Itoa(want)}
+		if rt.rpc.existed != nil {
+			answers = append(answers, strconv.Itoa(http.StatusOK))
+		}
+		slices.Sort(answers)
+		var success []string
+		for code := range obj(op["responses"]) {
+			if strings.HasPrefix(code, "2") {
+				success = append(success, code)
+			}
+		}
+		slices.Sort(success)
+		if !slices.Equal(success, answers) {
+			t.Errorf("%s: documented success %v, the gateway answers %v", rt.pattern, success, answers)
+		}
+		var query []string
+		for _, p := range arr(op["parameters"]) {
+			if p := obj(p); p["in"] == "query" {
+				query = append(query, p["name"].(string))
+			}
+		}
+		slices.Sort(query)
+		takes := slices.Sorted(slices.Values(rt.query))
+		if !slices.Equal(query, takes) {
+			t.Errorf("%s: documented query parameters %v, the route takes %v", rt.pattern, query, takes)
+		}
+		genBody := slices.ContainsFunc(arr(g["parameters"]), func(p any) bool { return obj(p)["in"] == "body" })
+		if (op["requestBody"] != nil) != genBody {
+			t.Errorf("%s: documented request body %v, the RPC takes one: %v", rt.pattern, op["requestBody"] != nil, genBody)
+		}
+		if post := method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch; post && rt.rpc.noBody == genBody {
+			t.Errorf("%s: the route reads a body: %v, the RPC takes one: %v", rt.pattern, !rt.rpc.noBody, genBody)
+		}
+	}
+	for pattern, g := range genOps {
+		t.Errorf("%s: the protos map %s here, the route table has no such route", pattern, g["operationId"])
+	}
+}
+
+// Every schema of openapi.json named as a kurz proto message or enum has
+// exactly the message's fields, by their JSON names, with matching types,
+// or the enum's values: the served document cannot drift from the protos.
+func TestOpenAPIMatchesProtos(t *testing.T) {
+	var served map[string]any
+	if err := json.Unmarshal(OpenAPI, &served); err != nil {
+		t.Fatal(err)
+	}
+	schemas := obj(obj(served["components"])["schemas"])
+	compared := 0
+	for _, name := range slices.Sorted(maps.Keys(schemas)) {
+		s := schemas[name]
+		d := protoDescriptor(name)
+		if d == nil {
+			continue
+		}
+		compared++
+		for _, e := range compareSchema(name, obj(s), d) {
+			t.Error(e)
+		}
+	}
+	if compared < 10 {
+		t.Errorf("only %d schemas of openapi.json are proto messages; the generated ones are missing", compared)
+	}
+}
+
+// protoPackages are the packages whose messages the API carries.
+var protoPackages = []protoreflect.FullName{"kurz.shortener.v1", "kurz.analytics.v1"}
+
+// protoDescriptor finds the message or enum name in protoPackages.
+func protoDescriptor(name string) protoreflect.Descriptor {
+	var found protoreflect.Descriptor
+	for _, pkg := range protoPackages {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(pkg.Append(protoreflect.Name(name)))
+		if err == nil && found != nil {
+			return nil // ambiguous: not one message
+		}
+		if err == nil {
+			found = d
+		}
+	}
+	return found
+}
+
+func compareSchema(name string, s map[string]any, d protoreflect.Descriptor) []string {
+	var errs []string
+	switch d := d.(type) {
+	case protoreflect.EnumDescriptor:
+		var want []string
+		for i := range d.Values().Len() {
+			want = append(want, string(d.Values().Get(i).Name()))
+		}
+		if got := strs(arr(s["enum"])); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+			errs = append(errs, fmt.Sprintf("%s: enum %v, the proto has %v", name, got, want))
+		}
+	case protoreflect.MessageDescriptor:
+		props := obj(s["properties"])
+		fields := d.Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			p, ok := props[fd.JSONName()]
+			if !ok {
+				errs = append(errs, fmt.Sprintf("%s: no property %q, the proto message has it", name, fd.JSONName()))
 				continue
 			}
-			c.compareOperation(where, g, s)
+			if want, got := jsonType(fd), schemaType(obj(p)); want != got {
+				errs = append(errs, fmt.Sprintf("%s.%s: %s, the proto field is %s", name, fd.JSONName(), got, want))
+			}
 		}
-	}
-	for _, e := range c.errs {
-		t.Error(e)
-	}
-}
-
-type schemaComparer struct {
-	gen, served map[string]any
-	seen        map[string]bool // generated/served pairs already compared
-	errs        []string
-}
-
-func (c *schemaComparer) errorf(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Sprintf(format, args...))
-}
-
-func (c *schemaComparer) compareOperation(where string, g, s map[string]any) {
-	var genQuery []string
-	var genBody map[string]any
-	for _, p := range arr(g["parameters"]) {
-		p := obj(p)
-		switch p["in"] {
-		case "query":
-			// The gateway reads the proto field names (page_size), which
-			// the generator writes in JSON case (pageSize).
-			genQuery = append(genQuery, snake(p["name"].(string)))
-		case "body":
-			genBody = obj(p["schema"])
-		}
-	}
-	var servedQuery []string
-	for _, p := range arr(s["parameters"]) {
-		if p := obj(p); p["in"] == "query" {
-			servedQuery = append(servedQuery, p["name"].(string))
-		}
-	}
-	slices.Sort(genQuery)
-	slices.Sort(servedQuery)
-	if !slices.Equal(genQuery, servedQuery) {
-		c.errorf("%s: query parameters %v, the proto request has %v", where, servedQuery, genQuery)
-	}
-
-	servedBody := obj(obj(obj(obj(s["requestBody"])["content"])["application/json"])["schema"])
-	switch {
-	case genBody == nil && servedBody != nil:
-		c.errorf("%s: serves a request body the RPC has none of", where)
-	case genBody != nil && servedBody == nil:
-		c.errorf("%s: serves no JSON request body, the RPC takes one", where)
-	case genBody != nil:
-		c.compare(where+" request", genBody, servedBody)
-	}
-
-	genResp := c.resolve(c.gen, obj(obj(obj(g["responses"])["200"])["schema"]))
-	var servedResp map[string]any
-	var servedCodes []string
-	for code, r := range obj(s["responses"]) {
-		if strings.HasPrefix(code, "2") {
-			servedCodes = append(servedCodes, code)
-			servedResp = obj(obj(obj(obj(r)["content"])["application/json"])["schema"])
-		}
-	}
-	if len(servedCodes) != 1 {
-		c.errorf("%s: %d success responses %v, want one", where, len(servedCodes), servedCodes)
-		return
-	}
-	switch {
-	case len(obj(genResp["properties"])) == 0 && servedResp != nil:
-		c.errorf("%s: serves a response body for an empty proto response", where)
-	case len(obj(genResp["properties"])) > 0 && servedResp == nil:
-		c.errorf("%s: serves no JSON response, the RPC returns fields", where)
-	case servedResp != nil:
-		c.compare(where+" response", obj(obj(obj(g["responses"])["200"])["schema"]), servedResp)
-	}
-}
-
-// compare checks that the served schema s carries what the generated schema
-// g does: the same properties (less the listed exceptions), types, int64 and
-// date-time formats, and enum values, recursively.
-func (c *schemaComparer) compare(where string, g, s map[string]any) {
-	gName, sName := refName(g), refName(s)
-	if gName != "" && sName != "" {
-		key := gName + "=" + sName
-		if c.seen[key] {
-			return
-		}
-		c.seen[key] = true
-		where = fmt.Sprintf("%s (%s as %s)", where, gName, sName)
-	}
-	g, s = c.resolve(c.gen, g), c.resolve(c.served, s)
-	if len(arr(s["oneOf"])) > 0 { // a nullable PATCH field: {oneOf: [X, null]}
-		for _, alt := range arr(s["oneOf"]) {
-			if alt := obj(alt); alt["type"] != "null" {
-				sName = refName(alt)
-				s = c.resolve(c.served, alt)
+		for key := range props {
+			if fields.ByJSONName(key) == nil {
+				errs = append(errs, fmt.Sprintf("%s: property %q is not a field of the proto message", name, key))
 			}
 		}
 	}
+	return errs
+}
 
-	if e := arr(g["enum"]); e != nil {
-		if !slices.Equal(strs(e), strs(arr(s["enum"]))) {
-			c.errorf("%s: enum %v, the proto has %v", where, strs(arr(s["enum"])), strs(e))
-		}
-		return
-	}
-	gType, _ := g["type"].(string)
-	if gType == "" && g["properties"] != nil {
-		gType = "object"
-	}
-	if !hasType(s, gType) {
-		c.errorf("%s: type %v, the proto's is %s", where, s["type"], gType)
-		return
-	}
-	switch gType {
-	case "array":
-		c.compare(where+"[]", obj(g["items"]), obj(s["items"]))
-	case "object":
-		gp, sp := obj(g["properties"]), obj(s["properties"])
-		for name := range gp {
-			if _, ok := sp[name]; ok {
-				c.compare(where+"."+name, obj(gp[name]), obj(sp[name]))
-			} else if servedOmits[sName][name] == "" && servedSubset[sName] == "" {
-				c.errorf("%s: no property %q, the proto message has it", where, name)
-			}
-		}
-		for name := range sp {
-			if _, ok := gp[name]; !ok {
-				c.errorf("%s: property %q is not a field of the proto message", where, name)
-			}
+// jsonType is how proto JSON writes a field: "string", "int64 string",
+// "integer", "boolean", "date-time string", "ref <Message>", and arrays of
+// those.
+func jsonType(fd protoreflect.FieldDescriptor) string {
+	var t string
+	switch fd.Kind() {
+	case protoreflect.StringKind, protoreflect.BytesKind:
+		t = "string"
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		t = "int64 string"
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		t = "uint64 string"
+	case protoreflect.BoolKind:
+		t = "boolean"
+	case protoreflect.FloatKind, protoreflect.DoubleKind:
+		t = "number"
+	case protoreflect.EnumKind:
+		t = "ref " + string(fd.Enum().Name())
+	case protoreflect.MessageKind:
+		switch fd.Message().FullName() {
+		case "google.protobuf.Timestamp":
+			t = "date-time string"
+		case "google.protobuf.FieldMask", "google.protobuf.Duration":
+			t = "string"
+		default:
+			t = "ref " + string(fd.Message().Name())
 		}
 	default:
-		if f, _ := g["format"].(string); (f == "int64" || f == "uint64" || f == "date-time") && s["format"] != f {
-			c.errorf("%s: format %v, the proto's is %s", where, s["format"], f)
-		}
+		t = "integer"
 	}
+	if fd.IsList() {
+		return "array of " + t
+	}
+	return t
 }
 
-func (c *schemaComparer) resolve(doc map[string]any, s map[string]any) map[string]any {
-	for range 10 {
-		ref, _ := s["$ref"].(string)
-		if ref == "" {
-			return s
-		}
-		node := any(doc)
-		for _, part := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
-			node = obj(node)[part]
-		}
-		if node == nil {
-			c.errorf("unresolved $ref %s", ref)
-			return map[string]any{}
-		}
-		s = obj(node)
+// schemaType is jsonType's reading of a schema.
+func schemaType(s map[string]any) string {
+	if ref, _ := s["$ref"].(string); ref != "" {
+		return "ref " + ref[strings.LastIndex(ref, "/")+1:]
 	}
-	return s
-}
-
-func refName(s map[string]any) string {
-	ref, _ := s["$ref"].(string)
-	return ref[strings.LastIndex(ref, "/")+1:]
-}
-
-// hasType reports whether s's type is t or, for a list of types, includes t.
-func hasType(s map[string]any, t string) bool {
-	switch st := s["type"].(type) {
-	case string:
-		return st == t
-	case []any:
-		return slices.Contains(strs(st), t)
+	switch t, f := s["type"], s["format"]; {
+	case t == "array":
+		return "array of " + schemaType(obj(s["items"]))
+	case t == "string" && (f == "int64" || f == "uint64" || f == "date-time"):
+		return fmt.Sprintf("%s string", f)
+	case t == "number", t == "boolean", t == "string", t == "integer":
+		return t.(string)
 	}
-	return t == "object" && s["properties"] != nil
-}
-
-func snake(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsUpper(r) {
-			b.WriteByte('_')
-			r = unicode.ToLower(r)
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return fmt.Sprint(s["type"])
 }
 
 func obj(v any) map[string]any { m, _ := v.(map[string]any); return m }
@@ -261,6 +254,16 @@ func strs(l []any) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+func newTestAPI(t *testing.T) *API {
+	t.Helper()
+	api, err := New(Options{MaxBodyBytes: 1, MaxHeaderBytes: 1, CallTimeout: 1, MaxBulkRequests: 1},
+		Deps{Meter: noop.NewMeterProvider().Meter("test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api
 }
 
 // The served openapi.json documents exactly the routes the API registers on
@@ -283,15 +286,40 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			}
 		}
 	}
-	api, err := New(Options{MaxBodyBytes: 1, MaxHeaderBytes: 1, CallTimeout: 1, MaxBulkRequests: 1},
-		Deps{Meter: noop.NewMeterProvider().Meter("test")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	routes := api.Routes()
+	routes := newTestAPI(t).Routes()
 	slices.Sort(routes)
 	slices.Sort(documented)
 	if len(routes) == 0 || !slices.Equal(routes, documented) {
 		t.Errorf("routes and the OpenAPI document differ:\nroutes:     %v\ndocumented: %v", routes, documented)
+	}
+}
+
+// PATCH /v1/links/{code} takes exactly the Link fields its documented body
+// does not mark read-only ("Output only." in the proto comment), plus
+// "domain", which names the link: a new Link field is either documented as
+// output only or changeable by PATCH.
+func TestPatchTakesTheWritableFields(t *testing.T) {
+	var served map[string]any
+	if err := json.Unmarshal(OpenAPI, &served); err != nil {
+		t.Fatal(err)
+	}
+	body := obj(obj(obj(obj(obj(obj(obj(served["paths"])["/v1/links/{code}"])["patch"])["requestBody"])["content"])["application/json"])["schema"])
+	var writable []string
+	for name, p := range obj(body["properties"]) {
+		if obj(p)["readOnly"] != true {
+			writable = append(writable, name)
+		}
+	}
+	slices.Sort(writable)
+	fields := (&shortenerv1.Link{}).ProtoReflect().Descriptor().Fields()
+	var takes []string
+	for _, name := range mutableLinkFields {
+		takes = append(takes, fields.ByName(name).JSONName())
+	}
+	// "domain" names the link (its custom domain), and is not changed.
+	takes = append(takes, fields.ByName("domain").JSONName())
+	slices.Sort(takes)
+	if len(writable) == 0 || !slices.Equal(writable, takes) {
+		t.Errorf("the PATCH body documents %v as writable, PATCH takes %v", writable, takes)
 	}
 }

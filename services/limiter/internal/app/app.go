@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
@@ -83,6 +84,11 @@ type Config struct {
 	// current IETF draft's, as the gateway sends), legacy (RateLimit-Limit,
 	// -Remaining and -Reset, an earlier draft's) or both.
 	EnvoyHeaders string `env:"LIMITER_ENVOY_HEADERS" default:"draft"`
+	// EnvoyIPv6Prefix is how many leading bits of an IPv6 address in Envoy's
+	// remote_address descriptor entry name one client (48..128): a client
+	// usually holds a whole /64 and could otherwise pick a new address for
+	// every request. IPv4 addresses are kept whole; 128 keeps IPv6 whole.
+	EnvoyIPv6Prefix int `env:"LIMITER_ENVOY_IPV6_PREFIX" default:"64"`
 }
 
 func (c Config) validate() error {
@@ -101,6 +107,9 @@ func (c Config) validate() error {
 	}
 	if _, err := quotaapi.ParseHeaderStyle(c.EnvoyHeaders); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_ENVOY_HEADERS: %w", err))
+	}
+	if err := (clientip.Keying{IPv6Prefix: c.EnvoyIPv6Prefix}).Check(); err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_ENVOY_IPV6_PREFIX=%d: want 48..128", c.EnvoyIPv6Prefix))
 	}
 	if c.MaxReplicas != 0 && c.MaxReplicas < c.Replicas {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_MAX_REPLICAS=%d: below KURZ_LIMITER_REPLICAS=%d (0 means the same)", c.MaxReplicas, c.Replicas))
@@ -140,7 +149,7 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	}
 	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
 	style, _ := quotaapi.ParseHeaderStyle(cfg.EnvoyHeaders) // validated above
-	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine, style))
+	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine, style, clientip.Keying{IPv6Prefix: cfg.EnvoyIPv6Prefix}))
 	return srv, nil
 }
 

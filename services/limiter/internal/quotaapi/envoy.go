@@ -3,6 +3,7 @@ package quotaapi
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/pkg/rpcerr"
 )
@@ -23,12 +25,19 @@ import (
 // (0 means 1, as in Envoy). All descriptors are decided together, all or
 // nothing, and each gets a status from the most restrictive of its rules;
 // a descriptor's own hits_addend must be the request's, and
-// is_negative_hits is refused.
+// is_negative_hits is refused. The value of a remote_address entry (Envoy's
+// RemoteAddress action) that is an IPv6 address is keyed by its prefix
+// (KURZ_LIMITER_ENVOY_IPV6_PREFIX), as the gateway and the redirect key
+// their clients: one client's /64 is one counter.
 type EnvoyService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	engine  Engine
 	headers HeaderStyle
+	keying  clientip.Keying
 }
+
+// RemoteAddressKey is the descriptor entry of Envoy's RemoteAddress action.
+const RemoteAddressKey = "remote_address"
 
 // HeaderStyle chooses the rate-limit fields the response asks Envoy to add.
 type HeaderStyle string
@@ -55,8 +64,8 @@ func ParseHeaderStyle(s string) (HeaderStyle, error) {
 
 // NewEnvoy returns Envoy's rate-limit service over engine, adding the
 // rate-limit fields of style to responses.
-func NewEnvoy(engine Engine, style HeaderStyle) *EnvoyService {
-	return &EnvoyService{engine: engine, headers: style}
+func NewEnvoy(engine Engine, style HeaderStyle, keying clientip.Keying) *EnvoyService {
+	return &EnvoyService{engine: engine, headers: style, keying: keying}
 }
 
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
@@ -92,7 +101,13 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		}
 		m := make(map[string]string, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
-			m[e.GetKey()] = e.GetValue()
+			v := e.GetValue()
+			if e.GetKey() == RemoteAddressKey {
+				if a, err := netip.ParseAddr(v); err == nil {
+					v = s.keying.Key(a)
+				}
+			}
+			m[e.GetKey()] = v
 		}
 		if _, inv := validate(s.engine.Rules(), req.GetDomain(), m, &cost); inv != nil {
 			return nil, envoyField(inv, j).Status()

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/limiter/internal/ratelimit"
 	"kurz.dev/services/limiter/internal/rulestore"
@@ -39,6 +40,8 @@ type fakeEngine struct {
 	each       *ratelimitv1.CheckQuotaResponse
 	owners     [][]int
 	explainErr error
+	// descs are the descriptor sets CheckEach was asked about.
+	descs []map[string]string
 
 	mu    sync.Mutex
 	calls int
@@ -72,8 +75,11 @@ func (f *fakeEngine) Check(_ context.Context, _ string, _ map[string]string, cos
 	return &ratelimitv1.CheckQuotaResponse{Allowed: true, Remaining: cost}
 }
 
-func (f *fakeEngine) CheckEach(_ context.Context, _ string, _ []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
+func (f *fakeEngine) CheckEach(_ context.Context, _ string, descs []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
 	f.record(cost)
+	f.mu.Lock()
+	f.descs = append(f.descs, descs...)
+	f.mu.Unlock()
 	return f.each, f.owners
 }
 
@@ -249,7 +255,7 @@ func TestEnvoyRefusals(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			engine := newFake(t)
-			_, err := NewEnvoy(engine, HeadersDraft).ShouldRateLimit(context.Background(), tc.req)
+			_, err := NewEnvoy(engine, HeadersDraft, clientip.Keying{}).ShouldRateLimit(context.Background(), tc.req)
 			if reason, field := refusal(t, err); reason != tc.wantReason || field != tc.wantField {
 				t.Errorf("reason %q field %q (%v); want %q %q", reason, field, err, tc.wantReason, tc.wantField)
 			}
@@ -286,7 +292,7 @@ func TestEnvoyStatuses(t *testing.T) {
 	// Descriptor 0 owns per-key and per-ip, 1 owns per-tenant and the
 	// shadow rule, 2 owns nothing.
 	engine.owners = [][]int{{0}, {0}, {1}, {1}}
-	resp, err := NewEnvoy(engine, HeadersDraft).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+	resp, err := NewEnvoy(engine, HeadersDraft, clientip.Keying{}).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 		Domain: "cost", HitsAddend: 2,
 		Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{descriptor("user", "a"), descriptor("user", "b"), descriptor("user", "c")},
 	})
@@ -318,5 +324,38 @@ func TestEnvoyStatuses(t *testing.T) {
 	}
 	if fmt.Sprint(engine.costs) != "[2]" {
 		t.Errorf("engine costs %v, want one CheckEach at the hits_addend 2", engine.costs)
+	}
+}
+
+// Envoy's remote_address entry names a client: an IPv6 address counts under
+// its /64 (KURZ_LIMITER_ENVOY_IPV6_PREFIX), so a client cannot rotate
+// through its prefix; IPv4 and other entries are kept as sent.
+func TestEnvoyKeysRemoteAddressByPrefix(t *testing.T) {
+	engine := newFake(t)
+	engine.each = &ratelimitv1.CheckQuotaResponse{Allowed: true}
+	engine.owners = [][]int{}
+	for _, tc := range []struct {
+		keying      clientip.Keying
+		value, want string
+	}{
+		{clientip.Keying{IPv6Prefix: 64}, "2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"},
+		{clientip.Keying{IPv6Prefix: 64}, "2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"},
+		{clientip.Keying{IPv6Prefix: 56}, "2001:db8:1:2ff::1", "2001:db8:1:200::/56"},
+		{clientip.Keying{IPv6Prefix: 128}, "2001:db8:1:2::1", "2001:db8:1:2::1"},
+		{clientip.Keying{IPv6Prefix: 64}, "203.0.113.7", "203.0.113.7"},
+		{clientip.Keying{IPv6Prefix: 64}, "::ffff:203.0.113.7", "203.0.113.7"},
+		{clientip.Keying{IPv6Prefix: 64}, "not-an-address", "not-an-address"},
+	} {
+		engine.descs = nil
+		_, err := NewEnvoy(engine, HeadersDraft, tc.keying).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+			Domain:      "cost",
+			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{descriptor(RemoteAddressKey, tc.value), descriptor("user", tc.value)},
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.value, err)
+		}
+		if len(engine.descs) != 2 || engine.descs[0][RemoteAddressKey] != tc.want || engine.descs[1]["user"] != tc.value {
+			t.Errorf("/%d %s: decided %v, want remote_address %s and user as sent", tc.keying.IPv6Prefix, tc.value, engine.descs, tc.want)
+		}
 	}
 }

@@ -105,3 +105,25 @@ func (bs *breakers) get(node string) *breaker {
 	}
 	return b
 }
+
+// forget drops the breakers of nodes that are no longer masters (a
+// failover, a node removed from the cluster, the whole-cluster breaker once
+// the slot map is loaded) and returns how many of them were open: no call
+// goes to such a node again, so its breaker would never probe and close, and
+// the open-breakers gauge would count it for good.
+func (bs *breakers) forget(master func(node string) bool) (wasOpen int) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for node, b := range bs.byNode {
+		if master(node) {
+			continue
+		}
+		b.mu.Lock()
+		if !b.openUntil.IsZero() {
+			wasOpen++
+		}
+		b.mu.Unlock()
+		delete(bs.byNode, node)
+	}
+	return wasOpen
+}

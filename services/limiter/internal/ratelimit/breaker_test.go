@@ -46,3 +46,26 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 		t.Fatalf("failures %d after a success, want 0", b.failures)
 	}
 }
+
+// A node that stops being a master (failover, removed from the cluster) gets
+// no more calls, so its breaker would stay open for good: forget drops it
+// and says it was open, and keeps the masters' breakers.
+func TestForgetDropsBreakersOfFormerMasters(t *testing.T) {
+	bs := &breakers{threshold: 1, cooldown: time.Minute, byNode: map[string]*breaker{}}
+	now := time.Now()
+	bs.get("gone:1").record(false, now, now)
+	bs.get("gone:2")
+	bs.get("kept:1").record(false, now, now)
+	if got := bs.forget(func(n string) bool { return n == "kept:1" }); got != 1 {
+		t.Errorf("forget = %d open breakers dropped, want 1 (gone:1)", got)
+	}
+	if _, ok := bs.byNode["gone:1"]; ok {
+		t.Error("gone:1 still has a breaker")
+	}
+	if _, ok := bs.byNode["gone:2"]; ok {
+		t.Error("gone:2 still has a breaker")
+	}
+	if b, ok := bs.byNode["kept:1"]; !ok || b.state(now) != breakerOpen {
+		t.Error("the master's open breaker was dropped")
+	}
+}

@@ -187,10 +187,23 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 		e.ap = ap
 	}
 	e.rules.Store(rules)
-	if err := e.slots.refresh(context.Background(), rdb, time.Second); err != nil {
+	if _, err := e.slots.refresh(context.Background(), rdb, time.Second); err != nil {
 		log.Warn("cluster slot map not loaded yet; one breaker covers the cluster until it is", "err", err)
 	}
 	return e, nil
+}
+
+// refreshSlots reloads the slot map and forgets the breakers of nodes that
+// are no longer masters.
+func (e *Engine) refreshSlots(ctx context.Context) {
+	masters, err := e.slots.refresh(ctx, e.rdb, time.Second)
+	if err != nil {
+		return
+	}
+	if n := e.breakers.forget(func(node string) bool { return masters[node] }); n > 0 {
+		e.m.breakerOpen.Add(ctx, int64(-n))
+		e.log.InfoContext(ctx, "dropped open breakers of nodes that are no longer masters", "breakers", n)
+	}
 }
 
 // Run keeps the slot-to-node map of the breakers current (failovers move
@@ -203,7 +216,7 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			_ = e.slots.refresh(ctx, e.rdb, time.Second)
+			e.refreshSlots(ctx)
 		}
 	}
 }

@@ -20,25 +20,27 @@ type slotMap struct {
 	nodes atomic.Pointer[[slotCount]string]
 }
 
-// refresh reloads the map from CLUSTER SLOTS.
-func (m *slotMap) refresh(ctx context.Context, rdb *redis.ClusterClient, timeout time.Duration) error {
+// refresh reloads the map from CLUSTER SLOTS and returns the masters.
+func (m *slotMap) refresh(ctx context.Context, rdb *redis.ClusterClient, timeout time.Duration) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	slots, err := rdb.ClusterSlots(ctx).Result()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var nodes [slotCount]string
+	masters := map[string]bool{}
 	for _, s := range slots {
 		if len(s.Nodes) == 0 {
 			continue
 		}
+		masters[s.Nodes[0].Addr] = true
 		for i := s.Start; i <= s.End && i < slotCount; i++ {
 			nodes[i] = s.Nodes[0].Addr
 		}
 	}
 	m.nodes.Store(&nodes)
-	return nil
+	return masters, nil
 }
 
 // node returns the master address serving key, or "cluster" before the map

@@ -19,8 +19,10 @@ import (
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/geoip"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
@@ -70,6 +72,8 @@ type Config struct {
 	ClientIPHeader string `env:"REDIRECT_CLIENT_IP_HEADER" default:""`
 	// Keying keys IPv6 clients by their prefix (KURZ_CLIENT_IPV6_PREFIX).
 	Keying clientip.Keying
+	// GeoIP is the country database clicks are located with (pkg/geoip).
+	GeoIP geoip.Config
 	// VisitorSalt keys the visitor hash in click events; give every pod the
 	// same secret. Empty: a random salt per process (visitors then differ
 	// per pod), with a warning.
@@ -106,6 +110,17 @@ type Config struct {
 	WalkRate  float64 `env:"REDIRECT_WALK_RATE" default:"10"`
 	WalkBurst int     `env:"REDIRECT_WALK_BURST" default:"1000"`
 
+	// DefaultHosts are the host names (no port) that serve the default
+	// domain's links; a request for any other host that is not a verified
+	// custom domain answers 404. Empty: every host that is not a custom
+	// domain serves the default domain.
+	DefaultHosts []string `env:"REDIRECT_DEFAULT_HOSTS" default:""`
+	// DomainRefresh is how often the set of verified custom domains is
+	// read from PostgreSQL besides the reads the shortener's change
+	// messages trigger: the longest a newly verified (or deleted) domain
+	// waits to be served (or refused) when such a message is lost.
+	DomainRefresh time.Duration `env:"REDIRECT_DOMAIN_REFRESH" default:"10s"`
+
 	// ClickBuffer is how many click events may wait in memory; more are
 	// dropped and counted.
 	ClickBuffer int `env:"REDIRECT_CLICK_BUFFER" default:"10000"`
@@ -140,6 +155,14 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	}
 	if c.LimiterTimeout <= 0 || c.PasswordLimiterTimeout <= 0 || c.VisitTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT, KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT and KURZ_REDIRECT_VISIT_TIMEOUT must be positive"))
+	}
+	if c.DomainRefresh <= 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_DOMAIN_REFRESH must be positive"))
+	}
+	for _, h := range c.DefaultHosts {
+		if h == "" || linkdomain.Host(h) != h {
+			errs = append(errs, fmt.Errorf("KURZ_REDIRECT_DEFAULT_HOSTS: %q is not a lower-case host name without a port", h))
+		}
 	}
 	if c.VisitReplicas < 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_VISIT_REPLICAS must be 0 or more"))
@@ -195,6 +218,11 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
+	// The database before the stores: a bad file fails the start at once.
+	geo, err := openGeoIP(cfg.GeoIP, lc, log)
+	if err != nil {
+		return nil, err
+	}
 	rdb, db, err := h.openStores(ctx, cfg, lc)
 	if err != nil {
 		return nil, err
@@ -206,11 +234,16 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		return nil, err
 	}
 	meter := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/redirect")
+	if geo != nil {
+		if err := observeGeoIP(meter, geo); err != nil {
+			return nil, fmt.Errorf("redirect metrics: %w", err)
+		}
+	}
 	deps, err := h.handlerDeps(ctx, cfg, rdb, db, srv, lc, log, meter)
 	if err != nil {
 		return nil, err
 	}
-	handler, err := newHandler(cfg, missPolicy, clients, deps, meter)
+	handler, err := newHandler(cfg, missPolicy, clients, geo, deps, meter)
 	if err != nil {
 		return nil, err
 	}
@@ -264,8 +297,79 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 	if deps.Clicks, err = h.startClicks(ctx, cfg, lc, log, meter); err != nil {
 		return deps, err
 	}
-	deps.Visits, err = h.visitCounter(ctx, cfg, lc)
+	if deps.Visits, err = h.visitCounter(ctx, cfg, lc); err != nil {
+		return deps, err
+	}
+	deps.Hosts, err = startHosts(ctx, cfg, rdb, db, lc, log)
 	return deps, err
+}
+
+// maxDomains bounds the custom domains one redirect process serves.
+const maxDomains = 1_000_000
+
+// startHosts loads the verified custom domains from PostgreSQL now, every
+// DomainRefresh, and whenever the shortener publishes a change (or the
+// subscription is re-established, when one may have been missed). A failed
+// load keeps the set it had (at start: none, so custom domains answer 404
+// until PostgreSQL answers) and is logged.
+func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) (*redirector.Hosts, error) {
+	hosts := redirector.NewHosts(cfg.DefaultHosts)
+	load := func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, cfg.Postgres.QueryTimeout)
+		defer cancel()
+		domains, err := verifiedDomains(ctx, db)
+		if err != nil {
+			log.WarnContext(ctx, "custom domains not refreshed", "err", err, "serving", hosts.Domains())
+			return
+		}
+		hosts.SetDomains(domains)
+	}
+	sub, err := subscribe(ctx, rdb, linkdomain.ChangedChannel)
+	if err != nil {
+		return nil, err
+	}
+	load(ctx)
+	lc.Go("custom domains", func(ctx context.Context) {
+		defer func() { _ = sub.Close() }()
+		changes := sub.ChannelWithSubscriptions()
+		t := time.NewTicker(cfg.DomainRefresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			case _, ok := <-changes:
+				if !ok {
+					return
+				}
+			}
+			load(ctx)
+		}
+	})
+	return hosts, nil
+}
+
+// verifiedDomains reads every verified domain (table domains, owned by the
+// shortener: pkg/linkschema) and the tenant that holds it.
+func verifiedDomains(ctx context.Context, db *pgxpool.Pool) (map[string]string, error) {
+	rows, err := db.Query(ctx, `SELECT name, tenant FROM domains WHERE verified_at IS NOT NULL LIMIT $1`, maxDomains)
+	if err != nil {
+		return nil, fmt.Errorf("verified domains: %w", err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var name, tenant string
+		if err := rows.Scan(&name, &tenant); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("verified domains: %w", err)
+		}
+		out[name] = tenant
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("verified domains: %w", err)
+	}
+	return out, nil
 }
 
 // dialLimiter opens one connection to the limiter for two clients: the miss
@@ -296,7 +400,7 @@ func (h hooks) startResolver(ctx context.Context, cfg Config, rdb *redis.Cluster
 	}
 	resolver.BeforeFlight = h.beforeFlight
 	resolver.AfterInvalidate = h.afterInvalidate
-	sub, err := subscribe(ctx, rdb)
+	sub, err := subscribe(ctx, rdb, linkcache.InvalidationChannel)
 	if err != nil {
 		return nil, err
 	}
@@ -307,15 +411,15 @@ func (h hooks) startResolver(ctx context.Context, cfg Config, rdb *redis.Cluster
 	return resolver, nil
 }
 
-// subscribe subscribes to the invalidation channel and waits for Redis to
-// confirm: invalidations flow from then on.
-func subscribe(ctx context.Context, rdb *redis.ClusterClient) (*redis.PubSub, error) {
-	sub := rdb.Subscribe(ctx, linkcache.InvalidationChannel)
+// subscribe subscribes to channel (the invalidations', the domain
+// changes') and waits for Redis to confirm: messages flow from then on.
+func subscribe(ctx context.Context, rdb *redis.ClusterClient, channel string) (*redis.PubSub, error) {
+	sub := rdb.Subscribe(ctx, channel)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := sub.Receive(ctx); err != nil {
 		_ = sub.Close()
-		return nil, fmt.Errorf("redis subscribe %s (KURZ_REDIS_ADDRS): %w", linkcache.InvalidationChannel, err)
+		return nil, fmt.Errorf("redis subscribe %s (KURZ_REDIS_ADDRS): %w", channel, err)
 	}
 	return sub, nil
 }
@@ -362,8 +466,45 @@ func (h hooks) visitCounter(ctx context.Context, cfg Config, lc *server.Lifecycl
 	return vrdb, nil
 }
 
-// newHandler builds the HTTP hot path on deps.
-func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, deps redirector.Deps, meter metric.Meter) (*redirector.Handler, error) {
+// openGeoIP opens the country database of cfg, if any, and keeps it
+// current while lc runs. Without one it returns nil: clicks carry no
+// country.
+func openGeoIP(cfg geoip.Config, lc *server.Lifecycle, log *slog.Logger) (*geoip.Source, error) {
+	if cfg.DB == "" {
+		return nil, nil
+	}
+	src, err := geoip.OpenSource(cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("KURZ_GEOIP_DB: %w", err)
+	}
+	db := src.DB()
+	log.Info("geoip database loaded", "path", cfg.DB, "type", db.Type, "build", db.Built, "reload_interval", cfg.ReloadInterval)
+	if cfg.ReloadInterval > 0 {
+		lc.Go("geoip reload", func(ctx context.Context) { src.Watch(ctx, cfg.ReloadInterval, log) })
+	}
+	return src, nil
+}
+
+// observeGeoIP exports the age of the GeoIP database in service: its
+// licence may require current data, and a reload that keeps failing shows
+// as an age that only grows.
+func observeGeoIP(meter metric.Meter, geo *geoip.Source) error {
+	age, err := meter.Float64ObservableGauge("kurz.redirect.geoip.age",
+		metric.WithDescription("Time since the GeoIP database in service was built (its metadata's build epoch)"),
+		metric.WithUnit("s"))
+	if err != nil {
+		return err
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveFloat64(age, time.Since(geo.DB().Built).Seconds())
+		return nil
+	}, age)
+	return err
+}
+
+// newHandler builds the HTTP hot path on deps; geo (nil: none) locates
+// clicks.
+func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, geo *geoip.Source, deps redirector.Deps, meter metric.Meter) (*redirector.Handler, error) {
 	salt := []byte(cfg.VisitorSalt)
 	if len(salt) == 0 {
 		salt = []byte(rand.Text())
@@ -374,10 +515,14 @@ func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, d
 		formSecret = []byte(rand.Text() + rand.Text())
 		deps.Log.Warn("KURZ_REDIRECT_FORM_SECRET is not set: using a random secret, so a password form only verifies on the pod that rendered it")
 	}
-	return redirector.New(redirector.Config{
+	hcfg := redirector.Config{
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
 		Clients: clients, Keying: cfg.Keying, VisitorSalt: salt, MissPolicy: missPolicy,
 		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout, VisitReplicas: cfg.VisitReplicas,
 		WalkRate: cfg.WalkRate, WalkBurst: cfg.WalkBurst,
-	}, deps, meter)
+	}
+	if geo != nil {
+		hcfg.Country = geo.Country
+	}
+	return redirector.New(hcfg, deps, meter)
 }

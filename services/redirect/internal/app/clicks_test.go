@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/geoip/geoiptest"
 )
 
 // streamEvents reads, from every click stream shard, the events of code
@@ -189,4 +191,66 @@ func TestBrokenClickStreamDoesNotSlowRedirects(t *testing.T) {
 		t.Errorf("dropped (buffer full) %v of %d events, want at least %d", dropped, n+1, n-held)
 	}
 	t.Logf("%d redirects in %v (slowest %v) while the stream hung; %v events dropped as buffer_full", n, elapsed.Round(time.Millisecond), slowest.Round(time.Millisecond), dropped)
+}
+
+// TestClicksCarryCountry: with KURZ_GEOIP_DB, each click carries the
+// country of its client (the trusted proxy's X-Forwarded-For), never its
+// address; a client the database does not know, or that it maps to no
+// country code, gets "". Without a database every click's country is "".
+func TestClicksCarryCountry(t *testing.T) {
+	f := newFixture(t)
+	code := f.code()
+	f.insert(code, "acme", "https://example.com/geo", 0, nil, false)
+	since := time.Now().Add(-time.Second)
+	env := map[string]string{"KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1", "KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": "20ms"}
+	clients := map[string]string{
+		geoiptest.IPv4DE: "DE", geoiptest.IPv4RegisteredFR: "FR", geoiptest.IPv6JP: "JP",
+		geoiptest.IPv4Bad: "", geoiptest.IPv4Unknown: "",
+	}
+	visit := func(r instance) {
+		for ip := range clients {
+			if resp := get(t, r.HTTP, "/"+code, "X-Forwarded-For", ip, "User-Agent", "geo/"+ip); resp.StatusCode != http.StatusFound {
+				t.Fatalf("redirect for %s: %d", ip, resp.StatusCode)
+			}
+		}
+		if err := r.Stop(); err != nil { // flushes the buffer
+			t.Fatal(err)
+		}
+	}
+
+	env["KURZ_GEOIP_DB"] = geoiptest.Write(t, nil)
+	r := start(t, env, hooks{})
+	// The fixture was built just now (build epoch in whole seconds).
+	if age := metricValue(t, r.Running, "kurz_redirect_geoip_age_seconds"); age <= 0 || age > 600 {
+		t.Errorf("kurz_redirect_geoip_age_seconds = %v, want the fixture's few seconds", age)
+	}
+	visit(r)
+	byShard, total := streamEvents(t, f.rdb, r.cfg.Streams.Shards, code, since)
+	if total != len(clients) {
+		t.Fatalf("%d events for %d redirects", total, len(clients))
+	}
+	for _, events := range byShard {
+		for _, e := range events {
+			ip := strings.TrimPrefix(e.UserAgent, "geo/")
+			if want := clients[ip]; e.Country != want {
+				t.Errorf("click from %s: country %q, want %q", ip, e.Country, want)
+			}
+		}
+	}
+
+	delete(env, "KURZ_GEOIP_DB")
+	since = time.Now()
+	r = start(t, env, hooks{})
+	visit(r)
+	byShard, total = streamEvents(t, f.rdb, r.cfg.Streams.Shards, code, since)
+	if total != len(clients) {
+		t.Fatalf("without a database: %d events for %d redirects", total, len(clients))
+	}
+	for _, events := range byShard {
+		for _, e := range events {
+			if e.Country != "" {
+				t.Errorf("without a database: click from %s has country %q", e.UserAgent, e.Country)
+			}
+		}
+	}
 }

@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -48,5 +50,23 @@ func TestClientIPHeaderWithoutTrustedProxiesRefused(t *testing.T) {
 	cfg = load(t, map[string]string{"KURZ_CLIENT_IPV6_PREFIX": "32"})
 	if _, _, err := cfg.validate(); err == nil {
 		t.Error("KURZ_CLIENT_IPV6_PREFIX=32 was accepted")
+	}
+}
+
+// A KURZ_GEOIP_DB that is not a database fails the start, naming the
+// variable, before any store is dialled (so this needs no stack).
+func TestBadGeoIPDatabaseFailsTheStart(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "country.mmdb")
+	if err := os.WriteFile(bad, []byte("not a database"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{"damaged": bad, "missing": bad + ".missing"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := load(t, map[string]string{"KURZ_GEOIP_DB": path, "KURZ_REDIS_ADDRS": "127.0.0.1:1"})
+			_, err := New(context.Background(), cfg, servertest.Logger(t))
+			if err == nil || !strings.Contains(err.Error(), "KURZ_GEOIP_DB") || !strings.Contains(err.Error(), path) {
+				t.Fatalf("got %v, want an error naming KURZ_GEOIP_DB and %s", err, path)
+			}
+		})
 	}
 }

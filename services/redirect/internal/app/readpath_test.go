@@ -94,8 +94,10 @@ func TestRequestCollapsing(t *testing.T) {
 	if bySource["db"] < n-1 {
 		t.Errorf("sources %v: want (nearly) all %d answered by the one PostgreSQL lookup", bySource, n)
 	}
-	if got := metricValue(t, r.Running, "kurz_redirect_lookups_collapsed_total"); got < n-2 {
-		t.Errorf("collapsed metric %v, want about %d", got, n-1)
+	// Every request but the leader joined its lookup (a straggler may lead
+	// a second one); the leader is never counted.
+	if got := metricValue(t, r.Running, "kurz_redirect_lookups_collapsed_total"); got < n-2 || got > n-1 {
+		t.Errorf("collapsed metric %v, want %d (%d with a straggler)", got, n-1, n-2)
 	}
 	t.Logf("%d requests: sources %v, %d PostgreSQL query, %d Redis GET", n, bySource, pg.count(code), rc.count("get", linkcache.Key(code)))
 }

@@ -4,6 +4,7 @@ package redirector
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/geoip"
+	"kurz.dev/pkg/geoip/geoiptest"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/testkit/redistest"
@@ -30,16 +33,21 @@ func benchConfig() Config {
 		VisitTimeout: time.Second, WalkRate: 10, WalkBurst: 1000}
 }
 
-// serveEntries returns a handler over a private Redis holding entries
-// (written through as the shortener does).
+// serveEntries returns a handler without Host routing over a private
+// Redis holding entries (written through as the shortener does).
 func serveEntries(tb testing.TB, cfg Config, clicks Clicks, entries map[string]linkcache.Entry) *http.ServeMux {
+	return serveHosts(tb, cfg, clicks, nil, entries)
+}
+
+// serveHosts is serveEntries routing by Host through hosts (nil: none).
+func serveHosts(tb testing.TB, cfg Config, clicks Clicks, hosts *Hosts, entries map[string]linkcache.Entry) *http.ServeMux {
 	tb.Helper()
 	node := redistest.Start(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: node.Addr})
 	tb.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
-	for code, e := range entries {
-		if err := linkcache.WriteThrough(ctx, rdb, code, e, time.Hour); err != nil {
+	for key, e := range entries {
+		if err := linkcache.WriteThrough(ctx, rdb, key, e, time.Hour); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -49,7 +57,7 @@ func serveEntries(tb testing.TB, cfg Config, clicks Clicks, entries map[string]l
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h, err := New(cfg, Deps{Resolver: res, Clicks: clicks, Log: log}, meter)
+	h, err := New(cfg, Deps{Resolver: res, Clicks: clicks, Hosts: hosts, Log: log}, meter)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -58,14 +66,71 @@ func serveEntries(tb testing.TB, cfg Config, clicks Clicks, entries map[string]l
 	return mux
 }
 
-// benchL1Hit measures GET of a popular code that L1 holds (a private Redis
-// filled it once), answered 302 with no I/O.
-func benchL1Hit(b *testing.B, e linkcache.Entry, header ...string) {
-	mux := serveEntries(b, benchConfig(), discardClicks{}, map[string]linkcache.Entry{"popular": e})
+// benchHeader is a desktop browser's request.
+var benchHeader = []string{
+	"User-Agent", "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36",
+	"Accept-Language", "en-US,en;q=0.9,de;q=0",
+}
+
+// BenchmarkServeCodeL1Hit is the hot path: GET of a popular plain link
+// that L1 holds (a private Redis filled it once), answered 302 with no I/O.
+// The handler routes by Host as in production (default hosts configured
+// and 1,000 verified custom domains): "default" asks the default host,
+// "custom" a custom domain's link (its key "<domain>/<code>"); "nohosts"
+// is the handler without Host routing, as before custom domains.
+func BenchmarkServeCodeL1Hit(b *testing.B) {
+	benchHosts(b, linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: "t"})
+}
+
+// BenchmarkServeCodeL1HitRules is BenchmarkServeCodeL1Hit for a link with
+// rules that do not match (every condition kind but country is tested) and
+// variants: the visitor gets a variant.
+func BenchmarkServeCodeL1HitRules(b *testing.B) {
+	benchHosts(b, linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: "t", Rules: BenchRules(b)})
+}
+
+// benchHosts runs benchL1Hit on e, as the link "popular" of the default
+// domain and of go.acme.test, for each way of routing by Host.
+func benchHosts(b *testing.B, e linkcache.Entry) {
+	hosts := NewHosts([]string{"kurz.test", "127.0.0.1"})
+	domains := map[string]string{"go.acme.test": "t"}
+	for i := range 999 {
+		domains[fmt.Sprintf("go%d.example.test", i)] = "other"
+	}
+	hosts.SetDomains(domains)
+	entries := map[string]linkcache.Entry{"popular": e, "go.acme.test/popular": e}
+	for _, c := range []struct {
+		name  string
+		hosts *Hosts
+		host  string
+	}{{"nohosts", nil, "kurz.test"}, {"default", hosts, "kurz.test"}, {"custom", hosts, "go.acme.test"}} {
+		b.Run(c.name, func(b *testing.B) {
+			benchL1Hit(b, serveHosts(b, benchConfig(), discardClicks{}, c.hosts, entries), c.host)
+		})
+	}
+}
+
+// BenchmarkServeCodeL1HitGeoIP is the hot path with a GeoIP database: each
+// click also looks up its client's country.
+func BenchmarkServeCodeL1HitGeoIP(b *testing.B) {
+	db, err := geoip.Open(geoiptest.Write(b, []geoiptest.Network{{CIDR: "198.51.100.0/24", Country: "DE"}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := benchConfig()
+	cfg.Country = db.Country
+	e := linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: "t"}
+	benchL1Hit(b, serveEntries(b, cfg, discardClicks{}, map[string]linkcache.Entry{"popular": e}), "kurz.test")
+}
+
+// benchL1Hit measures GET of /popular on host, a browser's request (the
+// same headers and query for every benchmark), once L1 holds it.
+func benchL1Hit(b *testing.B, mux *http.ServeMux, host string) {
 	req := httptest.NewRequest(http.MethodGet, "/popular?utm_source=news", nil)
+	req.Host = host + ":8787"
 	req.RemoteAddr = "198.51.100.1:1234"
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+	for i := 0; i+1 < len(benchHeader); i += 2 {
+		req.Header.Set(benchHeader[i], benchHeader[i+1])
 	}
 	for _, want := range []string{"cache", "l1"} {
 		w := httptest.NewRecorder()
@@ -78,24 +143,6 @@ func benchL1Hit(b *testing.B, e linkcache.Entry, header ...string) {
 	for b.Loop() {
 		mux.ServeHTTP(httptest.NewRecorder(), req)
 	}
-}
-
-// benchHeader is a desktop browser's request.
-var benchHeader = []string{
-	"User-Agent", "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36",
-	"Accept-Language", "en-US,en;q=0.9,de;q=0",
-}
-
-// BenchmarkServeCodeL1Hit is the hot path: a plain link.
-func BenchmarkServeCodeL1Hit(b *testing.B) {
-	benchL1Hit(b, linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: "t"}, benchHeader...)
-}
-
-// BenchmarkServeCodeL1HitRules is the hot path of a link with rules that
-// do not match (every condition kind but country is tested) and variants:
-// the visitor gets a variant.
-func BenchmarkServeCodeL1HitRules(b *testing.B) {
-	benchL1Hit(b, linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: "t", Rules: BenchRules(b)}, benchHeader...)
 }
 
 // BenchRules is a rule set of the size a campaign link carries: four rules

@@ -112,7 +112,10 @@ type Deps struct {
 	// would spend two visits on one.
 	Visits redis.Cmdable
 	Clicks Clicks
-	Log    *slog.Logger
+	// Hosts routes requests by Host header (default domain, custom
+	// domains); nil serves every host as the default domain.
+	Hosts *Hosts
+	Log   *slog.Logger
 }
 
 // Handler serves short codes.
@@ -123,6 +126,7 @@ type Handler struct {
 	pwQuota  *quota.Client
 	visits   redis.Cmdable
 	clicks   Clicks
+	hosts    *Hosts
 	log      *slog.Logger
 	tokens   formTokens
 	argon    chan struct{}
@@ -153,7 +157,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 		checks = runtime.GOMAXPROCS(0)
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
-		clicks: d.Clicks, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
+		clicks: d.Clicks, hosts: d.Hosts, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
 		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk}
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
@@ -199,12 +203,19 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	key, tenant, known := h.route(r.Host, code)
+	if !known {
+		// A host that is neither ours nor a verified domain: no lookup.
+		h.count(ctx, start, "none", http.StatusNotFound)
+		hostPage(w)
+		return
+	}
 	span := trace.SpanFromContext(ctx)
-	span.SetAttributes(attribute.String("kurz.code", code))
+	span.SetAttributes(attribute.String("kurz.code", key))
 
 	addr := h.cfg.Clients.Client(r)
 	ip := h.cfg.Keying.Key(addr)
-	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, code, tier) })
+	res, err := h.resolver.Resolve(ctx, key, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, key, tier) })
 	if err != nil {
 		status := h.refuse(w, err)
 		h.count(ctx, start, "none", status)
@@ -212,15 +223,34 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Source", string(res.Source))
 	span.SetAttributes(attribute.String("kurz.source", string(res.Source)))
-	status := h.visit(w, r, code, client{addr, ip}, res.Entry, start)
+	status := h.visit(w, r, link{key: key, code: code}, client{addr, ip}, foreign(res.Entry, tenant), start)
 	h.count(ctx, start, string(res.Source), status)
+}
+
+// link names the link of a request: its key (pkg/linkdomain: the code on
+// the default domain, "<domain>/<code>" on a custom one), which the caches,
+// visit counters and click events go by, and the code of the path, which
+// the password form's URL and cookie use.
+type link struct {
+	key, code string
+}
+
+// foreign turns the entry of a link on a custom domain into Missing unless
+// the link belongs to the tenant holding the domain now (tenant "": the
+// default domain, any tenant).
+func foreign(e linkcache.Entry, tenant string) linkcache.Entry {
+	if tenant != "" && e.State != linkcache.Missing && e.Tenant != tenant {
+		return linkcache.Entry{State: linkcache.Missing}
+	}
+	return e
 }
 
 // visit answers a GET or HEAD of code, whose entry is e, and returns the
 // status. Ordinary links redirect without any other I/O. A HEAD, or a GET by
 // a link-preview fetcher, never reveals a protected link's target nor spends
 // a visit.
-func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code string, c client, e linkcache.Entry, start time.Time) int {
+func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, c client, e linkcache.Entry, start time.Time) int {
+	code := lk.key
 	if status, done := h.inactive(w, e, start); done {
 		return status
 	}
@@ -237,7 +267,7 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code string, c c
 				return http.StatusGone
 			}
 		}
-		return h.form(w, r, code, http.StatusOK, "")
+		return h.form(w, r, lk.code, http.StatusOK, "")
 	case e.MaxVisits > 0 && look:
 		left, err := h.visitsLeft(ctx, code, e.MaxVisits)
 		if err != nil {
@@ -265,7 +295,7 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, code string, c c
 	d := h.destination(r, ua, code, c, e, start)
 	status := h.redirect(w, e, d.url, e.MaxVisits > 0, h.status(e))
 	if r.Method == http.MethodGet {
-		h.record(ctx, r, code, e.Tenant, c.key, start, d)
+		h.record(ctx, r, code, e.Tenant, c, start, d)
 	}
 	return status
 }
@@ -283,16 +313,22 @@ func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
 		page(w, http.StatusNotFound)
 		return
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("kurz.code", code))
+	key, tenant, known := h.route(r.Host, code)
+	if !known {
+		h.count(ctx, start, "none", http.StatusNotFound)
+		hostPage(w)
+		return
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("kurz.code", key))
 	addr := h.cfg.Clients.Client(r)
 	ip := h.cfg.Keying.Key(addr)
-	res, err := h.resolver.Resolve(ctx, code, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, code, tier) })
+	res, err := h.resolver.Resolve(ctx, key, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, key, tier) })
 	if err != nil {
 		h.count(ctx, start, "none", h.refuse(w, err))
 		return
 	}
 	w.Header().Set("X-Source", string(res.Source))
-	status := h.attempt(w, r, code, client{addr, ip}, res.Entry, start)
+	status := h.attempt(w, r, link{key: key, code: code}, client{addr, ip}, foreign(res.Entry, tenant), start)
 	h.count(ctx, start, string(res.Source), status)
 }
 
@@ -314,8 +350,8 @@ func readForm(w http.ResponseWriter, r *http.Request) int {
 	return 0
 }
 
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code string, c client, e linkcache.Entry, start time.Time) int {
-	ip := c.key
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c client, e linkcache.Entry, start time.Time) int {
+	code, ip := lk.key, c.key
 	if status, done := h.inactive(w, e, start); done {
 		return status
 	}
@@ -336,10 +372,10 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code string, c
 	if c, err := r.Cookie(formCookie); err == nil {
 		nonce = c.Value
 	}
-	if err := h.tokens.check(code, nonce, r.PostForm.Get(formField), start); err != nil {
+	if err := h.tokens.check(lk.code, nonce, r.PostForm.Get(formField), start); err != nil {
 		outcome("forged")
 		h.log.InfoContext(ctx, "password form refused", "code", code, "reason", err.Error())
-		return h.form(w, r, code, http.StatusForbidden, msgForged)
+		return h.form(w, r, lk.code, http.StatusForbidden, msgForged)
 	}
 	// The limiter before the hash: it bounds guesses and Argon2 work alike.
 	d := h.pwQuota.Check(ctx, PasswordDomain, map[string]string{"ip": ip, "code": code}, 1, quota.FailClosed)
@@ -350,11 +386,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code string, c
 		if d.Degraded {
 			outcome("unavailable")
 			w.Header().Set("Retry-After", "1")
-			return h.form(w, r, code, http.StatusServiceUnavailable, msgUnavailable)
+			return h.form(w, r, lk.code, http.StatusServiceUnavailable, msgUnavailable)
 		}
 		outcome("limited")
 		w.Header().Set("Retry-After", retryAfter(d.RetryAfter))
-		return h.form(w, r, code, http.StatusTooManyRequests, msgTooMany)
+		return h.form(w, r, lk.code, http.StatusTooManyRequests, msgTooMany)
 	}
 	ok, err := h.verify(ctx, e.PasswordHash, r.PostForm.Get("password"))
 	switch {
@@ -367,7 +403,7 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code string, c
 		return h.unavailable(w)
 	case !ok:
 		outcome("wrong")
-		return h.form(w, r, code, http.StatusUnauthorized, msgWrong)
+		return h.form(w, r, lk.code, http.StatusUnauthorized, msgWrong)
 	}
 	outcome("ok")
 	if e.MaxVisits > 0 {
@@ -380,13 +416,13 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, code string, c
 		}
 	}
 	// The nonce has served; the next form gets a new one.
-	http.SetCookie(w, &http.Cookie{Name: formCookie, Path: "/" + code, MaxAge: -1, HttpOnly: true,
+	http.SetCookie(w, &http.Cookie{Name: formCookie, Path: "/" + lk.code, MaxAge: -1, HttpOnly: true,
 		Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
 	// 303 whatever the link's type: the browser follows with a GET, where
 	// a 307/308 would re-post the form, password included, to the target.
 	dest := h.destination(r, r.UserAgent(), code, c, e, start)
 	status := h.redirect(w, e, dest.url, true, http.StatusSeeOther)
-	h.record(ctx, r, code, e.Tenant, ip, start, dest)
+	h.record(ctx, r, code, e.Tenant, c, start, dest)
 	return status
 }
 
@@ -450,7 +486,7 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 }
 
 // record appends the click of a redirect, without waiting.
-func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip string, start time.Time, d destination) {
+func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant string, c client, start time.Time, d destination) {
 	var parent string
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		carrier := propagation.MapCarrier{}
@@ -460,10 +496,28 @@ func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip 
 	ua := r.UserAgent()
 	h.clicks.Record(clickevent.Event{
 		ID: clickevent.NewID(start), Code: code, Tenant: tenant, Time: start,
-		Visitor:   h.visitors.Visitor(start, ip, ua),
-		UserAgent: ua, Referrer: r.Referer(), TraceParent: parent,
+		Visitor:   h.visitors.Visitor(start, c.key, ua),
+		UserAgent: ua, Referrer: r.Referer(), TraceParent: parent, Country: h.clickCountry(c, d),
 		Rule: d.rule, Variant: d.variant,
 	})
+}
+
+// country is the country of the client address addr, "" without a GeoIP
+// database (which then costs nothing).
+func (h *Handler) country(addr netip.Addr) string {
+	if h.cfg.Country == nil {
+		return ""
+	}
+	return h.cfg.Country(addr)
+}
+
+// clickCountry is the country of a click's client: the one a rule's
+// country condition looked up, else a lookup of its own.
+func (h *Handler) clickCountry(c client, d destination) string {
+	if d.countryKnown {
+		return d.country
+	}
+	return h.country(c.addr)
 }
 
 // unavailable answers 503 with Retry-After: 1.
@@ -554,12 +608,26 @@ var pages = map[int]string{
 	http.StatusUnsupportedMediaType:  "The form must be sent as application/x-www-form-urlencoded.",
 	http.StatusInternalServerError:   "Something went wrong on our side. Please try again later.",
 	http.StatusNotFound:              "This short link does not exist.",
+	statusUnknownHost:                "This domain does not serve short links.",
 	http.StatusGone:                  "This short link is no longer available.",
 	http.StatusTooManyRequests:       "Too many requests. Please wait a moment and try again.",
 	http.StatusServiceUnavailable:    "This service is temporarily unavailable. Please try again shortly.",
 }
 
+// statusUnknownHost keys the page of a host kurz does not serve (a 404).
+const statusUnknownHost = 1404
+
+// hostPage answers a request for a host that is neither one of kurz's own
+// nor a verified custom domain: 404, saying so.
+func hostPage(w http.ResponseWriter) {
+	writePage(w, http.StatusNotFound, pages[statusUnknownHost])
+}
+
 func page(w http.ResponseWriter, status int) {
+	writePage(w, status, pages[status])
+}
+
+func writePage(w http.ResponseWriter, status int, msg string) {
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/html; charset=utf-8")
 	hdr.Set("Cache-Control", "private, max-age=0")
@@ -567,5 +635,5 @@ func page(w http.ResponseWriter, status int) {
 	hdr.Set("Content-Security-Policy", "default-src 'none'")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, "<!doctype html><meta charset=utf-8><title>%d %s</title><p>%s</p>\n",
-		status, http.StatusText(status), pages[status])
+		status, http.StatusText(status), msg)
 }

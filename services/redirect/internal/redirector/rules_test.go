@@ -136,13 +136,20 @@ func TestRulesChooseTheDestination(t *testing.T) {
 		t.Fatalf("64 visitors split %v, want both variants", seen)
 	}
 
-	// A plain link keeps its answer and looks nothing up.
+	// A country rule's lookup is the click's country too: one lookup.
 	before := lookups
-	w := serve("/plain", "192.0.2.1", "User-Agent", iPhone, "Accept-Language", "de")
-	if w.Header().Get("Location") != "https://example.com/" || w.Header().Get("Vary") != "" || lookups != before {
-		t.Fatalf("plain link: Location %q Vary %q, %d country lookups", w.Header().Get("Location"), w.Header().Get("Vary"), lookups-before)
+	w := serve("/ruled", "192.0.2.1", "User-Agent", windows)
+	if ev := clicks.last(); ev.Rule != "dach" || ev.Country != "AT" || lookups-before != 1 {
+		t.Fatalf("country rule: click rule %q country %q, %d country lookups; want dach, AT, 1", ev.Rule, ev.Country, lookups-before)
 	}
-	if ev := clicks.last(); ev.Rule != "" || ev.Variant != "" {
-		t.Fatalf("plain click recorded rule %q variant %q", ev.Rule, ev.Variant)
+
+	// A plain link keeps its answer; only its click looks the country up.
+	before = lookups
+	w = serve("/plain", "192.0.2.1", "User-Agent", iPhone, "Accept-Language", "de")
+	if w.Header().Get("Location") != "https://example.com/" || w.Header().Get("Vary") != "" || lookups-before != 1 {
+		t.Fatalf("plain link: Location %q Vary %q, %d country lookups; want 1, for the click", w.Header().Get("Location"), w.Header().Get("Vary"), lookups-before)
+	}
+	if ev := clicks.last(); ev.Rule != "" || ev.Variant != "" || ev.Country != "AT" {
+		t.Fatalf("plain click recorded rule %q variant %q country %q", ev.Rule, ev.Variant, ev.Country)
 	}
 }

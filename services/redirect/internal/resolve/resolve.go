@@ -152,12 +152,16 @@ func (r *Resolver) Resolve(ctx context.Context, code string, gate Gate) (Result,
 		r.BeforeFlight(code)
 	}
 	for attempt := 0; ; attempt++ {
+		led := false
 		v, _, shared := r.flights.Do(code, func() (any, error) {
+			led = true
 			res, err := r.lookup(ctx, code, gate)
 			return flightResult{res, err}, nil
 		})
 		fr := v.(flightResult)
-		if shared {
+		// shared is true for the leader too when others joined: only the
+		// requests that joined were collapsed.
+		if shared && !led {
 			r.collapsed.Add(ctx, 1)
 			var denied *Denied
 			if errors.As(fr.err, &denied) && attempt < 2 {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"time"
 
@@ -71,10 +72,11 @@ type Config struct {
 	// Every replica must use the same value.
 	BlockSize int64 `env:"SHORTENER_BLOCK_SIZE" default:"1000"`
 	// CodeKey keys the permutation that turns block IDs into codes (so codes
-	// cannot be walked). Required, at least 32 characters, the same on every
-	// replica and never changed: a new key keeps every link working but
-	// makes new codes collide with old ones now and then (each collision
-	// costs a skipped ID).
+	// cannot be walked), and the hash of codes from the URL. Required, at
+	// least 32 characters, the same on every replica and never changed: a
+	// new key keeps every link working (a URL's existing link is still
+	// found) but makes new codes collide with old ones now and then (each
+	// collision costs a skipped ID or candidate).
 	CodeKey string `env:"SHORTENER_CODE_KEY" default:""`
 	// RandomCodeLength is the length of CODE_MODE_RANDOM codes.
 	RandomCodeLength int `env:"SHORTENER_RANDOM_CODE_LENGTH" default:"7"`
@@ -101,6 +103,16 @@ type Config struct {
 	// HashWait is how long a call waits for a hashing slot before it is
 	// refused UNAVAILABLE (at most MaxConcurrentHashes calls wait).
 	HashWait time.Duration `env:"SHORTENER_HASH_WAIT" default:"250ms"`
+	// MaxDomains bounds the custom domains one tenant may register.
+	MaxDomains int `env:"SHORTENER_MAX_DOMAINS" default:"20"`
+	// DNSServer is the DNS server (host:port) VerifyDomain asks for the
+	// _kurz-challenge TXT records; empty: the system's resolver.
+	DNSServer string `env:"SHORTENER_DNS_SERVER" default:""`
+	// DNSTimeout bounds one TXT lookup of VerifyDomain.
+	DNSTimeout time.Duration `env:"SHORTENER_DNS_TIMEOUT" default:"5s"`
+	// TXT is for tests: when set, VerifyDomain asks it instead of DNS. It
+	// has no env tag, so no environment variable can set it.
+	TXT linkapi.TXTResolver
 }
 
 func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error) {
@@ -133,6 +145,17 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error)
 	}
 	if c.CacheWriteTimeout <= 0 || c.LimiterTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_SHORTENER_CACHE_WRITE_TIMEOUT and KURZ_SHORTENER_LIMITER_TIMEOUT must be positive"))
+	}
+	if c.MaxDomains < 0 || c.MaxDomains > 10_000 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_MAX_DOMAINS=%d: want 0 to 10000", c.MaxDomains))
+	}
+	if c.DNSTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_SHORTENER_DNS_TIMEOUT must be positive"))
+	}
+	if c.DNSServer != "" {
+		if _, _, err := net.SplitHostPort(c.DNSServer); err != nil {
+			errs = append(errs, fmt.Errorf("KURZ_SHORTENER_DNS_SERVER=%q: want host:port, e.g. 127.0.0.1:53", c.DNSServer))
+		}
 	}
 	if c.InvalidationRetry <= 0 || c.InvalidationMaxBackoff < c.InvalidationRetry {
 		errs = append(errs, errors.New("KURZ_SHORTENER_INVALIDATION_RETRY must be positive and at most KURZ_SHORTENER_INVALIDATION_MAX_BACKOFF"))
@@ -207,7 +230,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if blocklist != nil {
 		deps.Scanner = blocklist
 	}
-	svc, err := h.newLinkService(cfg, limiterPolicy, db, deps, srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener"))
+	svc, err := h.newLinkService(cfg, limiterPolicy, urlPolicy, db, deps, srv.Telemetry.MeterProvider.Meter("kurz.dev/services/shortener"))
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +292,7 @@ func loadBlocklist(cfg Config, log *slog.Logger) (*urlcheck.Blocklist, error) {
 
 // newLinkService builds the ShortenerService on db and deps (which it
 // completes): the store, the code sources and the password hashing gate.
-func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, db *pgxpool.Pool, deps linkapi.Deps, meter metric.Meter) (*linkapi.Service, error) {
+func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, urlPolicy urlcheck.Policy, db *pgxpool.Pool, deps linkapi.Deps, meter metric.Meter) (*linkapi.Service, error) {
 	blocksFetched, err := meter.Int64Counter("kurz.shortener.code_blocks.fetched",
 		metric.WithDescription("Blocks of sequential IDs taken from the link_block sequence (one nextval each; a batch fetches all it needs in one round trip)"),
 		metric.WithUnit("{block}"))
@@ -284,12 +307,20 @@ func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, db *pgxpoo
 	deps.Store = store
 	deps.Blocks = codegen.NewBlocks(store.NextBlocks, cfg.BlockSize, codes, func() { blocksFetched.Add(context.Background(), 1) })
 	deps.Random = codegen.NewRandom(h.random, cfg.RandomCodeLength)
+	if deps.FromURL, err = codegen.NewFromURL([]byte(cfg.CodeKey)); err != nil {
+		return nil, err
+	}
 	deps.Hashes = h.hashes
 	if deps.Hashes == nil {
 		deps.Hashes = capacity.New(cfg.MaxConcurrentHashes, cfg.HashWait)
 	}
 	deps.Meter = meter
+	deps.Domains = store
+	deps.TXT = txtResolver(cfg)
 	return linkapi.New(linkapi.Options{
+		MaxDomains:     cfg.MaxDomains,
+		OwnHosts:       urlPolicy.OwnHosts,
+		DNSTimeout:     cfg.DNSTimeout,
 		BaseURL:        cfg.BaseURL,
 		AllowAnonymous: cfg.AllowAnonymous,
 		CacheTTL:       cfg.Cache.TTL,
@@ -299,6 +330,22 @@ func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, db *pgxpoo
 		RetryMaxDelay:  cfg.InvalidationMaxBackoff,
 		Keying:         cfg.Keying,
 	}, deps)
+}
+
+// txtResolver is what VerifyDomain asks: the test's, the configured DNS
+// server, or the system's resolver.
+func txtResolver(cfg Config) linkapi.TXTResolver {
+	switch {
+	case cfg.TXT != nil:
+		return cfg.TXT
+	case cfg.DNSServer != "":
+		server := cfg.DNSServer
+		return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, server)
+		}}
+	}
+	return net.DefaultResolver
 }
 
 // startBackground starts the retries of failed write-throughs and, with a

@@ -13,7 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/services/shortener/internal/codegen"
 	"kurz.dev/services/shortener/internal/linkstore"
 )
 
@@ -37,7 +39,10 @@ const maxBatchRounds = 32
 // trip); the rows in one multi-row INSERT ... ON CONFLICT (code) DO NOTHING
 // (a taken alias does not abort the others; a generated code that was taken
 // gets a fresh code in another, rare, round); the write-through in one Redis
-// pipeline.
+// pipeline. Items with CODE_MODE_FROM_URL whose link exists already (or
+// that repeat an earlier item's URL) return that link with created false
+// and cost no quota; the others are inserted one by one, as CreateLink
+// does.
 func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCreateLinksRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -56,6 +61,9 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		drafts[i] = nil
 	}
 	aliases := make(map[string]int)
+	urls := make(map[string]int) // a from-URL item's URL key: its first item
+	repeats := make(map[int]int) // item: the earlier item of the same URL
+	var domains *tenantDomains   // read once, if an item names a domain
 	valid := 0
 	for i, r := range reqs {
 		results[i] = &shortenerv1.BatchCreateResult{Index: int32(i)}
@@ -65,14 +73,40 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			continue
 		}
 		d.link.Tenant = tenant
+		if r.GetDomain() != "" && domains == nil {
+			if domains, err = s.verifiedDomains(ctx, tenant); err != nil {
+				return nil, toStatus(ctx, s.log, "batch", err)
+			}
+		}
+		if d.link.Domain, err = domains.check(r.GetDomain()); err != nil {
+			fail(i, err)
+			continue
+		}
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
+			d.link.Code = linkdomain.Key(d.link.Domain, d.link.Code)
 			if first, dup := aliases[d.link.Code]; dup {
 				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
-					fmt.Sprintf("the alias %q is already used by item %d of this batch; choose another", d.link.Code, first),
+					fmt.Sprintf("the alias %q is already used by item %d of this batch; choose another", r.GetCustomAlias(), first),
 					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
 				continue
 			}
 			aliases[d.link.Code] = i
+		}
+		if d.mode == shortenerv1.CodeMode_CODE_MODE_FROM_URL {
+			d.link.URLKey = codegen.URLKey(d.link.Domain, d.link.LongURL)
+			if first, dup := urls[string(d.link.URLKey)]; dup {
+				repeats[i] = first
+				continue
+			}
+			switch existing, err := s.store.FromURL(ctx, tenant, d.link.URLKey); {
+			case err == nil:
+				s.m.repeated.Add(ctx, 1)
+				results[i].Link = s.toProto(existing)
+				continue
+			case !errors.Is(err, linkstore.ErrNotFound):
+				return nil, toStatus(ctx, s.log, "batch", err)
+			}
+			urls[string(d.link.URLKey)] = i
 		}
 		drafts[i] = &d
 		valid++
@@ -100,6 +134,21 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	if err != nil && len(stored) == 0 {
 		return nil, toStatus(ctx, s.log, "batch", err)
 	}
+	for i, d := range drafts {
+		if err != nil || d == nil || d.mode != shortenerv1.CodeMode_CODE_MODE_FROM_URL {
+			continue
+		}
+		l, created, ierr := s.insertFromURL(ctx, d.link)
+		switch {
+		case ierr != nil:
+			fail(i, ierr)
+		case created:
+			stored[i] = l
+		default: // a concurrent create won
+			results[i].Link = s.toProto(l)
+			drafts[i] = nil
+		}
+	}
 	resp := &shortenerv1.BatchCreateLinksResponse{Results: results}
 	links := make([]linkstore.Link, 0, len(stored))
 	for i, d := range drafts {
@@ -113,13 +162,22 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			}
 			continue
 		}
-		results[i].Link = s.toProto(l)
+		results[i].Link, results[i].Created = s.toProto(l), true
 		links = append(links, l)
 		s.m.created.Add(ctx, 1, metric.WithAttributes(attribute.String("mode", modeName(d.mode))))
+	}
+	for i, first := range repeats {
+		results[i].Link, results[i].Error = results[first].GetLink(), results[first].GetError()
 	}
 	resp.Created = int32(len(links))
 	s.writeThroughMany(ctx, "batch", links)
 	return resp, nil
+}
+
+// aliasOf is the code of a link key.
+func aliasOf(key string) string {
+	_, code := linkdomain.Split(key)
+	return code
 }
 
 // hashPasswords hashes the passwords of drafts on at most GOMAXPROCS workers
@@ -184,7 +242,7 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 		}
 	}
 	for i, d := range drafts {
-		if d != nil && d.mode != shortenerv1.CodeMode_CODE_MODE_CUSTOM {
+		if d != nil && d.mode != shortenerv1.CodeMode_CODE_MODE_CUSTOM && d.mode != shortenerv1.CodeMode_CODE_MODE_FROM_URL {
 			pending = append(pending, i)
 		}
 	}
@@ -212,13 +270,13 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 			d := drafts[i]
 			switch d.mode {
 			case shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL:
-				d.link.Code, seq = seq[0], seq[1:]
+				d.link.Code, seq = linkdomain.Key(d.link.Domain, seq[0]), seq[1:]
 			case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 				code, err := s.random.Code()
 				if err != nil {
 					return stored, err
 				}
-				d.link.Code = code
+				d.link.Code = linkdomain.Key(d.link.Domain, code)
 				attempts[i]++
 			}
 			if inRound[d.link.Code] { // only a generated code: aliases are distinct and come first
@@ -241,7 +299,7 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 			switch drafts[i].mode {
 			case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
-					fmt.Sprintf("the alias %q is already taken; choose another", rows[k].Code),
+					fmt.Sprintf("the alias %q is already taken; choose another", aliasOf(rows[k].Code)),
 					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
 			case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 				if attempts[i] >= RandomAttempts {

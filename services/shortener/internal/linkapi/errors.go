@@ -36,13 +36,15 @@ const (
 	ReasonLinkRequired      = "LINK_REQUIRED"
 	ReasonLimiterDown       = "RATE_LIMITER_UNAVAILABLE"
 	ReasonCodesExhausted    = "RANDOM_CODES_EXHAUSTED"
-	ReasonScannerDown       = "URL_SCANNER_UNAVAILABLE"
-	ReasonStoreDown         = "LINK_STORE_UNAVAILABLE"
-	ReasonTagsInvalid       = "TAGS_INVALID"
-	ReasonMaxVisitsInvalid  = "MAX_VISITS_INVALID"
-	ReasonPasswordInvalid   = "PASSWORD_INVALID"
-	ReasonBatchSizeInvalid  = "BATCH_SIZE_INVALID"
-	ReasonHashingBusy       = "PASSWORD_HASHING_BUSY"
+	// ReasonFromURLExhausted: every candidate code of the URL is taken.
+	ReasonFromURLExhausted = "FROM_URL_CODES_EXHAUSTED"
+	ReasonScannerDown      = "URL_SCANNER_UNAVAILABLE"
+	ReasonStoreDown        = "LINK_STORE_UNAVAILABLE"
+	ReasonTagsInvalid      = "TAGS_INVALID"
+	ReasonMaxVisitsInvalid = "MAX_VISITS_INVALID"
+	ReasonPasswordInvalid  = "PASSWORD_INVALID"
+	ReasonBatchSizeInvalid = "BATCH_SIZE_INVALID"
+	ReasonHashingBusy      = "PASSWORD_HASHING_BUSY"
 )
 
 // linkErrors are the link store's sentinel errors as clients see them.

@@ -49,6 +49,13 @@ type env struct {
 // options.
 func newEnv(t *testing.T, edit ...func(*linkapi.Options)) *env {
 	t.Helper()
+	return newEnvWith(t, nil, edit...)
+}
+
+// newEnvWith is newEnv with deps completing the Service's collaborators
+// (custom domains' store and resolver) before it is built.
+func newEnvWith(t *testing.T, deps func(*linkapi.Deps), edit ...func(*linkapi.Options)) *env {
+	t.Helper()
 	e := &env{store: linkstoretest.New(), limiter: limitertest.Start(t, limitertest.AllowAll), cache: newCache()}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	mp := noop.NewMeterProvider()
@@ -65,22 +72,31 @@ func newEnv(t *testing.T, edit ...func(*linkapi.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fromURL, err := codegen.NewFromURL([]byte("linkapi-unit-test-code-key-0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := linkapi.Options{BaseURL: baseURL, CacheTTL: time.Hour, CacheTimeout: time.Second,
 		LimiterPolicy: quota.FailClosed, RetryInterval: time.Second, RetryMaxDelay: time.Minute}
 	for _, f := range edit {
 		f(&opts)
 	}
-	svc, err := linkapi.New(opts, linkapi.Deps{
+	d := linkapi.Deps{
 		Store: e.store, Redis: e.cache,
 		Blocks:  codegen.NewBlocks(e.store.NextBlocks, 100, perm, nil),
 		Random:  codegen.NewRandom(nil, 8),
+		FromURL: fromURL,
 		Policy:  urlcheck.Policy{MaxLength: 2048},
 		Scanner: urlcheck.Nothing{},
 		Quota:   q,
 		Hashes:  capacity.New(2, time.Second),
 		Log:     log,
 		Meter:   mp.Meter("linkapi_test"),
-	})
+	}
+	if deps != nil {
+		deps(&d)
+	}
+	svc, err := linkapi.New(opts, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/quota"
@@ -79,6 +80,13 @@ type Options struct {
 	// Keying turns the caller's client IP (from the gateway) into the key
 	// of its quota: an IPv6 client's whole prefix is one client.
 	Keying clientip.Keying
+	// MaxDomains bounds the custom domains of one tenant.
+	MaxDomains int
+	// OwnHosts are kurz's own short domains (BaseURL's host among them):
+	// no tenant may register one.
+	OwnHosts []string
+	// DNSTimeout bounds one TXT lookup of VerifyDomain.
+	DNSTimeout time.Duration
 }
 
 // Service implements shortenerv1.ShortenerServiceServer.
@@ -89,23 +97,28 @@ type Service struct {
 	rdb     redis.Cmdable
 	blocks  *codegen.Blocks
 	random  *codegen.Random
+	fromURL *codegen.FromURL
 	policy  urlcheck.Policy
 	scanner urlcheck.Scanner
 	quota   *quota.Client
 	hashes  *capacity.Gate
+	domains DomainStore
+	txt     TXTResolver
 	log     *slog.Logger
 	m       instruments
 }
 
 type instruments struct {
-	created       metric.Int64Counter
-	randomRetries metric.Int64Counter
-	randomFailed  metric.Int64Counter
-	seqSkipped    metric.Int64Counter
-	refused       metric.Int64Counter
-	cacheFailed   metric.Int64Counter
-	swept         metric.Int64Counter
-	hashBusy      metric.Int64Counter
+	created        metric.Int64Counter
+	repeated       metric.Int64Counter
+	fromURLSkipped metric.Int64Counter
+	randomRetries  metric.Int64Counter
+	randomFailed   metric.Int64Counter
+	seqSkipped     metric.Int64Counter
+	refused        metric.Int64Counter
+	cacheFailed    metric.Int64Counter
+	swept          metric.Int64Counter
+	hashBusy       metric.Int64Counter
 }
 
 // Deps are the Service's collaborators.
@@ -114,20 +127,26 @@ type Deps struct {
 	Redis   redis.Cmdable
 	Blocks  *codegen.Blocks
 	Random  *codegen.Random
+	FromURL *codegen.FromURL
 	Policy  urlcheck.Policy
 	Scanner urlcheck.Scanner
 	Quota   *quota.Client
 	// Hashes bounds the password hashes (Argon2id, 19 MiB each) the
 	// process runs at once, over every call that hashes.
 	Hashes *capacity.Gate
-	Log    *slog.Logger
-	Meter  metric.Meter
+	// Domains keeps tenants' custom domains; nil: the domain RPCs answer
+	// UNIMPLEMENTED and links take no domain.
+	Domains DomainStore
+	// TXT looks up verification records; nil: only ApproveDomain verifies.
+	TXT   TXTResolver
+	Log   *slog.Logger
+	Meter metric.Meter
 }
 
 // New builds the service.
 func New(opts Options, d Deps) (*Service, error) {
-	s := &Service{opts: opts, store: d.Store, rdb: d.Redis, blocks: d.Blocks, random: d.Random,
-		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, hashes: d.Hashes, log: d.Log}
+	s := &Service{opts: opts, store: d.Store, rdb: d.Redis, blocks: d.Blocks, random: d.Random, fromURL: d.FromURL,
+		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, hashes: d.Hashes, domains: d.Domains, txt: d.TXT, log: d.Log}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, err := d.Meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -136,6 +155,10 @@ func New(opts Options, d Deps) (*Service, error) {
 	}
 	s.m = instruments{
 		created: counter("kurz.shortener.links.created", "Links created, by code mode", "{link}"),
+		repeated: counter("kurz.shortener.from_url.existing",
+			"Creates with codes from the URL answered with the tenant's existing link of the URL (nothing created, no quota spent)", "{call}"),
+		fromURLSkipped: counter("kurz.shortener.from_url.skipped",
+			"Candidate codes from a URL skipped because another link held them", "{code}"),
 		randomRetries: counter("kurz.shortener.random_code.retries",
 			"Random codes that collided with an existing code and were drawn again; a rising rate means the keyspace fills: lengthen codes", "{retry}"),
 		randomFailed: counter("kurz.shortener.random_code.exhausted",
@@ -177,6 +200,12 @@ func (s *Service) tenant(ctx context.Context) (string, error) {
 // and writes it through to Redis. A password is hashed (Argon2id) only once
 // the quota allowed the call, and only its hash is stored and returned to
 // nobody: responses say password_protected.
+//
+// With CODE_MODE_FROM_URL, the tenant's live link made from the same
+// (normalised) URL, if there is one, is returned as it is (created false)
+// before the quota is asked: a repeat spends no creation quota and changes
+// nothing. Two calls that race to create it make one link: the loser's
+// insert meets the unique index and returns the winner's link.
 func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkRequest) (*shortenerv1.CreateLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -188,8 +217,35 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	l, mode := d.link, d.mode
 	l.Tenant = tenant
+	domainKnown := false
+	if mode == shortenerv1.CodeMode_CODE_MODE_FROM_URL {
+		// The link of this URL is the tenant's on the domain asked for, so
+		// the domain is checked first here.
+		if l.Domain, err = s.linkDomain(ctx, tenant, req.GetDomain()); err != nil {
+			return nil, toStatus(ctx, s.log, "create", err)
+		}
+		domainKnown = true
+		l.URLKey = codegen.URLKey(l.Domain, l.LongURL)
+		existing, err := s.store.FromURL(ctx, tenant, l.URLKey)
+		if err == nil {
+			s.m.repeated.Add(ctx, 1)
+			return &shortenerv1.CreateLinkResponse{Link: s.toProto(existing)}, nil
+		}
+		if !errors.Is(err, linkstore.ErrNotFound) {
+			return nil, toStatus(ctx, s.log, "create", err)
+		}
+	}
 	if err := s.checkQuota(ctx, tenant, 1, chargeCreate); err != nil {
 		return nil, err
+	}
+	// The domain after the quota: its check reads PostgreSQL.
+	if !domainKnown {
+		if l.Domain, err = s.linkDomain(ctx, tenant, req.GetDomain()); err != nil {
+			return nil, toStatus(ctx, s.log, "create", err)
+		}
+	}
+	if mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
+		l.Code = linkdomain.Key(l.Domain, l.Code)
 	}
 	if err := s.scanLink(ctx, l); err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
@@ -206,11 +262,17 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 		stored, err = s.store.Insert(ctx, l)
 		if errors.Is(err, linkstore.ErrCodeTaken) {
 			return nil, rpcerr.WithDetails(codes.AlreadyExists,
-				fmt.Sprintf("the alias %q is already taken; choose another", l.Code),
+				fmt.Sprintf("the alias %q is already taken; choose another", req.GetCustomAlias()),
 				rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"}))
 		}
 	case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 		stored, err = s.insertRandom(ctx, l)
+	case shortenerv1.CodeMode_CODE_MODE_FROM_URL:
+		var created bool
+		if stored, created, err = s.insertFromURL(ctx, l); err == nil && !created {
+			s.m.repeated.Add(ctx, 1)
+			return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored)}, nil
+		}
 	default:
 		stored, err = s.insertSequential(ctx, l)
 	}
@@ -219,7 +281,33 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	s.m.created.Add(ctx, 1, metric.WithAttributes(attribute.String("mode", modeName(mode))))
 	s.writeThrough(ctx, "create", stored)
-	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored)}, nil
+	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored), Created: true}, nil
+}
+
+// insertFromURL stores l (URLKey set) under the first of its URL's
+// candidate codes that is free. created is false when the tenant's link of
+// the URL appeared meanwhile (a concurrent create won): that link is
+// returned. Every candidate taken is FAILED_PRECONDITION: retrying cannot
+// help, another mode can.
+func (s *Service) insertFromURL(ctx context.Context, l linkstore.Link) (stored linkstore.Link, created bool, err error) {
+	for attempt := range codegen.FromURLAttempts {
+		l.Code = linkdomain.Key(l.Domain, s.fromURL.Candidate(l.Tenant, l.LongURL, attempt))
+		stored, err = s.store.Insert(ctx, l)
+		switch {
+		case err == nil:
+			return stored, true, nil
+		case errors.Is(err, linkstore.ErrURLTaken):
+			stored, err = s.store.FromURL(ctx, l.Tenant, l.URLKey)
+			return stored, false, err
+		case !errors.Is(err, linkstore.ErrCodeTaken):
+			return linkstore.Link{}, false, err
+		}
+		s.m.fromURLSkipped.Add(ctx, 1)
+	}
+	s.log.WarnContext(ctx, "codes from the url exhausted: every candidate is taken", "attempts", codegen.FromURLAttempts)
+	return linkstore.Link{}, false, rpcerr.WithDetails(codes.FailedPrecondition,
+		fmt.Sprintf("every one of the %d codes this URL can have is taken by other links; create it with another mode", codegen.FromURLAttempts),
+		rpcerr.Info(ReasonFromURLExhausted, map[string]string{"field": "mode"}))
 }
 
 // draft is a validated CreateLinkRequest: the row to insert (without its
@@ -290,7 +378,8 @@ func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Lin
 		return l, 0, rpcerr.Invalidf("custom_alias", ReasonAliasInvalid, "mode CODE_MODE_CUSTOM needs custom_alias")
 	case mode == shortenerv1.CodeMode_CODE_MODE_UNSPECIFIED:
 		mode = shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL
-	case mode != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL && mode != shortenerv1.CodeMode_CODE_MODE_RANDOM:
+	case mode != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL && mode != shortenerv1.CodeMode_CODE_MODE_RANDOM &&
+		mode != shortenerv1.CodeMode_CODE_MODE_FROM_URL:
 		return l, 0, rpcerr.Invalidf("mode", ReasonModeInvalid, "mode %d is not a known code mode", mode)
 	}
 	if l.Status, err = statusOf(req.GetRedirectType()); err != nil {
@@ -353,6 +442,8 @@ func modeName(m shortenerv1.CodeMode) string {
 		return "random"
 	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 		return "custom"
+	case shortenerv1.CodeMode_CODE_MODE_FROM_URL:
+		return "from_url"
 	}
 	return "sequential"
 }
@@ -469,7 +560,7 @@ func (s *Service) insertSequential(ctx context.Context, l linkstore.Link) (links
 		if err != nil {
 			return linkstore.Link{}, err
 		}
-		l.Code = code
+		l.Code = linkdomain.Key(l.Domain, code)
 		stored, err := s.store.Insert(ctx, l)
 		if !errors.Is(err, linkstore.ErrCodeTaken) {
 			return stored, err
@@ -485,7 +576,7 @@ func (s *Service) insertRandom(ctx context.Context, l linkstore.Link) (linkstore
 		if err != nil {
 			return linkstore.Link{}, err
 		}
-		l.Code = code
+		l.Code = linkdomain.Key(l.Domain, code)
 		stored, err := s.store.Insert(ctx, l)
 		if !errors.Is(err, linkstore.ErrCodeTaken) {
 			return stored, err
@@ -561,10 +652,18 @@ func (s *Service) writeThroughMany(ctx context.Context, op string, links []links
 	s.log.ErrorContext(ctx, "write-through failed", "op", op, "links", len(links), "failed_commands", failed, "err", err)
 }
 
+// toProto is l as the API shows it: the bare code and the domain apart, and
+// the short URL on the link's domain (https://<domain>/<code>, or BaseURL's
+// for the default domain).
 func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
+	_, code := linkdomain.Split(l.Code)
+	short := strings.TrimSuffix(s.opts.BaseURL, "/") + "/" + code
+	if l.Domain != "" {
+		short = "https://" + l.Domain + "/" + code
+	}
 	p := &shortenerv1.Link{
-		Code:         l.Code,
-		ShortUrl:     strings.TrimSuffix(s.opts.BaseURL, "/") + "/" + l.Code,
+		Code:         code,
+		ShortUrl:     short,
 		LongUrl:      l.LongURL,
 		Tenant:       l.Tenant,
 		RedirectType: redirectTypeOf(l.Status),
@@ -575,6 +674,9 @@ func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 		MaxVisits:    l.MaxVisits,
 		// Password is input only: never set here.
 		PasswordProtected: l.PasswordHash != "",
+	}
+	if l.Domain != "" {
+		p.Domain = &l.Domain // absent for the default domain
 	}
 	if l.Expires != nil {
 		p.ExpireTime = timestamppb.New(*l.Expires)
@@ -592,10 +694,11 @@ func (s *Service) GetLink(ctx context.Context, req *shortenerv1.GetLinkRequest) 
 	if err != nil {
 		return nil, err
 	}
-	if !linkcode.Plausible(req.GetCode()) {
+	key, ok := linkKey(req.GetDomain(), req.GetCode())
+	if !linkcode.Plausible(req.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "get", linkstore.ErrNotFound)
 	}
-	l, err := s.store.Get(ctx, tenant, req.GetCode())
+	l, err := s.store.Get(ctx, tenant, key)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "get", err)
 	}
@@ -735,7 +838,8 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	if err := s.rulesChanges(link, paths, &ch); err != nil {
 		return nil, toStatus(ctx, s.log, "update", err)
 	}
-	if !linkcode.Plausible(link.GetCode()) {
+	key, ok := linkKey(link.GetDomain(), link.GetCode())
+	if !linkcode.Plausible(link.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "update", linkstore.ErrNotFound)
 	}
 	if ch.LongURL != nil {
@@ -765,7 +869,7 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 		}
 		ch.PasswordHash = &hash
 	}
-	l, err := s.store.Update(ctx, tenant, link.GetCode(), ch)
+	l, err := s.store.Update(ctx, tenant, key, ch)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "update", err)
 	}
@@ -781,10 +885,11 @@ func (s *Service) DeleteLink(ctx context.Context, req *shortenerv1.DeleteLinkReq
 	if err != nil {
 		return nil, err
 	}
-	if !linkcode.Plausible(req.GetCode()) {
+	key, ok := linkKey(req.GetDomain(), req.GetCode())
+	if !linkcode.Plausible(req.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "delete", linkstore.ErrNotFound)
 	}
-	l, err := s.store.Delete(ctx, tenant, req.GetCode())
+	l, err := s.store.Delete(ctx, tenant, key)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "delete", err)
 	}

@@ -77,6 +77,45 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 	})
 
+	t.Run("OneLiveLinkPerTenantAndURLKey", func(t *testing.T) {
+		key := []byte(run + "-url-key-0123456789abcdef")
+		a := insert(t, linkstore.Link{Code: run + "h1", Tenant: tenant, LongURL: "https://example.com/u", URLKey: key})
+		if string(a.URLKey) != string(key) {
+			t.Fatalf("Insert returned URLKey %q, want %q", a.URLKey, key)
+		}
+		if _, err := s.Insert(ctx, linkstore.Link{Code: run + "h2", Tenant: tenant, LongURL: "https://example.com/u", URLKey: key}); !errors.Is(err, linkstore.ErrURLTaken) {
+			t.Errorf("a second live link of the tenant with the key: %v, want ErrURLTaken", err)
+		}
+		if _, err := s.Insert(ctx, linkstore.Link{Code: run + "h1", Tenant: tenant, LongURL: "https://example.com/u", URLKey: key}); !errors.Is(err, linkstore.ErrCodeTaken) {
+			t.Errorf("a taken code with a taken key: %v, want ErrCodeTaken", err)
+		}
+		insert(t, linkstore.Link{Code: run + "h3", Tenant: run + "-c", LongURL: "https://example.com/u", URLKey: key})
+		if got, err := s.FromURL(ctx, tenant, key); err != nil || got.Code != a.Code {
+			t.Errorf("FromURL = %s, %v; want %s", got.Code, err, a.Code)
+		}
+		if _, err := s.InsertMany(ctx, []linkstore.Link{{Code: run + "h4", Tenant: tenant, LongURL: "https://example.com/v", URLKey: []byte("k")}}); err == nil {
+			t.Error("InsertMany stored a link with a URLKey")
+		}
+
+		// A new long URL: the link is no longer the URL's.
+		moved := "https://example.com/moved"
+		if l, err := s.Update(ctx, tenant, a.Code, linkstore.Changes{LongURL: &moved}); err != nil || l.URLKey != nil {
+			t.Fatalf("Update long_url: URLKey %q, %v; want none", l.URLKey, err)
+		}
+		if _, err := s.FromURL(ctx, tenant, key); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("FromURL after the URL changed: %v, want ErrNotFound", err)
+		}
+		// A deleted link leaves the key free (its code stays taken).
+		b := insert(t, linkstore.Link{Code: run + "h5", Tenant: tenant, LongURL: "https://example.com/u", URLKey: key})
+		if _, err := s.Delete(ctx, tenant, b.Code); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.FromURL(ctx, tenant, key); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("FromURL after Delete: %v, want ErrNotFound", err)
+		}
+		insert(t, linkstore.Link{Code: run + "h6", Tenant: tenant, LongURL: "https://example.com/u", URLKey: key})
+	})
+
 	t.Run("CodesStayTakenAcrossTenantsAndRevocation", func(t *testing.T) {
 		l := insert(t, linkstore.Link{Code: run + "t1", Tenant: tenant, LongURL: "https://example.com/t"})
 		if _, err := s.Insert(ctx, linkstore.Link{Code: l.Code, Tenant: other, LongURL: "https://example.com/o"}); !errors.Is(err, linkstore.ErrCodeTaken) {

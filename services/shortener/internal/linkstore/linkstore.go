@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"kurz.dev/pkg/linkrules"
@@ -25,6 +26,9 @@ var (
 	// ErrCodeTaken: the code is already used by some link (any tenant, live
 	// or revoked).
 	ErrCodeTaken = errors.New("code already taken")
+	// ErrURLTaken: the tenant has a live link made from this URL already
+	// (another Link.URLKey equal to this one's): FromURL returns it.
+	ErrURLTaken = errors.New("the tenant has a link from this URL already")
 	// ErrBadPageToken: the page token was not issued by List.
 	ErrBadPageToken = errors.New("invalid page token")
 	// ErrPageTokenTag: the page token was issued by List with another tag
@@ -34,7 +38,11 @@ var (
 
 // Link is one row of links.
 type Link struct {
-	Code     string
+	// Code is the link's key (pkg/linkdomain.Key): the code itself on the
+	// default domain, "<domain>/<code>" on a custom one.
+	Code string
+	// Domain is the link's custom domain; "" for the default domain.
+	Domain   string
 	Tenant   string
 	LongURL  string
 	Status   int // 0, 301, 302, 307 or 308; 0 = the redirect's default
@@ -56,6 +64,10 @@ type Link struct {
 	// Rules are the link's redirect rules and variants, compiled; nil for
 	// none.
 	Rules *linkrules.Set
+	// URLKey is set on a link made with codes from the URL: the SHA-256 of
+	// LongURL. A tenant has at most one live link per URLKey; an update of
+	// LongURL clears it. Nil for every other link.
+	URLKey []byte
 }
 
 // Store reads and writes links. Every statement is bounded by timeout.
@@ -70,7 +82,7 @@ func New(db *pgxpool.Pool, timeout time.Duration) *Store {
 }
 
 const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at,
-	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules`
+	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, url_key, domain`
 
 func scan(row pgx.Row) (Link, error) {
 	var l Link
@@ -78,7 +90,7 @@ func scan(row pgx.Row) (Link, error) {
 	var hash, ios, android, desktop *string
 	var rules []byte
 	err := row.Scan(&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
-		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules)
+		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules, &l.URLKey, &l.Domain)
 	if err != nil {
 		return l, err
 	}
@@ -138,11 +150,12 @@ func (s *Store) NextBlocks(ctx context.Context, n int) ([]int64, error) {
 
 // insertColumns are the columns Insert and InsertMany write, in the order
 // of insertArgs.
-const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules`
+const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, domain`
 
 func insertArgs(l Link) []any {
 	return []any{l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, tagsOf(l.Tags), l.MaxVisits,
-		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL), rulesJSON(l.Rules)}
+		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL), rulesJSON(l.Rules),
+		l.Domain, l.URLKey}
 }
 
 // rulesJSON is a Set as the rules column stores it: NULL for none.
@@ -155,20 +168,29 @@ func rulesJSON(s *linkrules.Set) *string {
 	return &v
 }
 
+// urlKeyIndex is the unique index of links made from their URL
+// (0008_links_from_url.sql).
+const urlKeyIndex = "links_tenant_url_key"
+
 // Insert stores l (Code, Tenant, LongURL, Status, Expires, Tags, MaxVisits,
-// PasswordHash, the device URLs and Rules) unless its code is taken (ON CONFLICT DO
-// NOTHING: a collision is an answer, not an error that aborts anything). It
-// returns the stored row.
+// PasswordHash, the device URLs, Rules and URLKey) unless its code is taken
+// (ON CONFLICT DO NOTHING: a collision is an answer, not an error that
+// aborts anything), or its URLKey is (ErrURLTaken). It returns the stored
+// row.
 func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	got, err := scan(s.db.QueryRow(ctx, `
-		INSERT INTO links (`+insertColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb)
+		INSERT INTO links (`+insertColumns+`, url_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14)
 		ON CONFLICT (code) DO NOTHING
 		RETURNING `+columns, insertArgs(l)...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Link{}, ErrCodeTaken
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == urlKeyIndex {
+		return Link{}, ErrURLTaken
 	}
 	if err != nil {
 		return Link{}, fmt.Errorf("insert link: %w", err)
@@ -186,10 +208,10 @@ const insertMany = `
 	INSERT INTO links (` + insertColumns + `)
 	SELECT r.code, r.tenant, r.long_url, r.redirect_type, r.expires_at,
 		ARRAY(SELECT t.tag FROM jsonb_array_elements_text(r.tags::jsonb) WITH ORDINALITY AS t(tag, n) ORDER BY t.n),
-		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url, r.rules::jsonb
+		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url, r.rules::jsonb, r.domain
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::timestamptz[], $6::text[], $7::int8[],
-		$8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
-		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules)
+		$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
+		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, domain)
 	ON CONFLICT (code) DO NOTHING
 	RETURNING ` + columns
 
@@ -197,14 +219,19 @@ const insertMany = `
 // returns the rows stored, keyed by code. A link whose code is taken is left
 // out of the result, not an error (ON CONFLICT DO NOTHING): the others are
 // still stored. Codes must be distinct within links (a code twice would make
-// the result ambiguous); 1 to MaxInsertMany links.
+// the result ambiguous); 1 to MaxInsertMany links. Links made from their
+// URL (URLKey set) go through Insert, one by one: InsertMany refuses them.
 func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, error) {
 	if len(links) == 0 || len(links) > MaxInsertMany {
 		return nil, fmt.Errorf("insert links: %d rows, want 1 to %d", len(links), MaxInsertMany)
 	}
+	if err := noURLKeys(links); err != nil {
+		return nil, err
+	}
 	n := len(links)
 	var (
 		code, tenant, longURL, tags = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		domain                      = make([]string, n)
 		status                      = make([]int16, n)
 		expires                     = make([]*time.Time, n)
 		maxVisits                   = make([]int64, n)
@@ -217,13 +244,13 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 			return nil, fmt.Errorf("insert links: encode tags: %w", err)
 		}
 		code[i], tenant[i], longURL[i], status[i], expires[i], tags[i] = l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, string(t)
-		maxVisits[i], hash[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash)
+		maxVisits[i], hash[i], domain[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash), l.Domain
 		ios[i], android[i], desktop[i] = nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL)
 		rules[i] = rulesJSON(l.Rules)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, rules)
+	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, rules, domain)
 	if err != nil {
 		return nil, fmt.Errorf("insert links: %w", err)
 	}
@@ -236,6 +263,32 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 		out[l.Code] = l
 	}
 	return out, nil
+}
+
+// noURLKeys refuses links made from their URL in InsertMany.
+func noURLKeys(links []Link) error {
+	for _, l := range links {
+		if l.URLKey != nil {
+			return fmt.Errorf("insert links: %s is made from its URL: use Insert", l.Code)
+		}
+	}
+	return nil
+}
+
+// FromURL returns tenant's live link made from the URL whose key is key
+// (Link.URLKey), or ErrNotFound.
+func (s *Store) FromURL(ctx context.Context, tenant string, key []byte) (Link, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	l, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM links
+		WHERE tenant = $1 AND url_key = $2 AND deleted_at IS NULL`, tenant, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Link{}, ErrNotFound
+	}
+	if err != nil {
+		return Link{}, fmt.Errorf("find link from url: %w", err)
+	}
+	return l, nil
 }
 
 // Get returns tenant's live (not deleted) link with code.
@@ -444,6 +497,7 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 			rules         = CASE WHEN $17 OR $19 THEN NULLIF(COALESCE(rules, '{}'::jsonb)
 				- (CASE WHEN $17 THEN 'r' ELSE '' END) - (CASE WHEN $19 THEN 'v' ELSE '' END)
 				|| COALESCE($18::jsonb, '{}'::jsonb) || COALESCE($20::jsonb, '{}'::jsonb), '{}'::jsonb) ELSE rules END,
+			url_key       = CASE WHEN $3::text IS DISTINCT FROM NULL AND $3::text <> long_url THEN NULL ELSE url_key END,
 			updated_at    = now()
 		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL`), code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
 		ch.Tags != nil, tags, ch.MaxVisits, ch.PasswordHash != nil, hash,

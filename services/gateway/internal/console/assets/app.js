@@ -16,7 +16,7 @@ const $ = (id) => document.getElementById(id);
 const enc = encodeURIComponent;
 const num = (x) => Number(x || 0); // proto JSON sends int64 as strings
 
-const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: '', qrURL: '', statsCode: '' };
+const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: null, qrURL: '', statsCode: null };
 
 class APIError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -27,6 +27,11 @@ function apiKey() { return sessionStorage.getItem(KEY) || ''; }
 // api calls the gateway and returns the decoded JSON (or a Blob for images,
 // null for 204); failures throw an APIError carrying the API's own message.
 async function api(method, path, body, key = apiKey()) {
+  return (await apiCall(method, path, body, key)).body;
+}
+
+// apiCall is api that also returns the answer's status: { status, body }.
+async function apiCall(method, path, body, key = apiKey()) {
   const init = { method, headers: { Authorization: 'Bearer ' + key }, cache: 'no-store' };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
@@ -48,8 +53,8 @@ async function api(method, path, body, key = apiKey()) {
     if (resp.status === 401 && key && key === apiKey()) signOut(msg);
     throw new APIError(resp.status, msg);
   }
-  if (resp.status === 204) return null;
-  return type.startsWith('application/json') ? resp.json() : resp.blob();
+  if (resp.status === 204) return { status: 204, body: null };
+  return { status: resp.status, body: await (type.startsWith('application/json') ? resp.json() : resp.blob()) };
 }
 
 // el builds an element; "text" sets textContent, "class" the class, other
@@ -91,7 +96,13 @@ function countRender(id) {
 // --- navigation ---------------------------------------------------------
 
 function show(view) {
-  for (const v of ['signin', 'links', 'stats']) $('view-' + v).hidden = v !== view;
+  for (const v of ['signin', 'links', 'domains', 'stats']) $('view-' + v).hidden = v !== view;
+}
+
+// linkPath is a link's API path: /v1/links/<code>, with ?domain= (or, for
+// PATCH, a "domain" in the body) for a link on a custom domain.
+function linkPath(l, suffix = '') {
+  return '/v1/links/' + enc(l.code) + suffix + (l.domain ? (suffix.includes('?') ? '&' : '?') + 'domain=' + enc(l.domain) : '');
 }
 
 function go(hash) {
@@ -108,10 +119,14 @@ function route() {
     return;
   }
   $('nav-key').textContent = 'Key ' + key.split('_').slice(0, 2).join('_');
-  const m = location.hash.match(/^#\/stats\/([A-Za-z0-9_-]+)$/);
+  // #/stats/<code> on the default domain, #/stats/<domain>/<code> on a custom one.
+  const m = location.hash.match(/^#\/stats\/(?:([a-z0-9.-]+)\/)?([A-Za-z0-9_-]+)$/);
   if (m) {
     show('stats');
-    loadStats(m[1]);
+    loadStats({ code: m[2], domain: m[1] || '' });
+  } else if (location.hash === '#/domains') {
+    show('domains');
+    loadDomains();
   } else {
     show('links');
     loadLinks();
@@ -181,7 +196,7 @@ function linkRow(l) {
   const status = linkStatus(l);
   const first = el('td', {}, el('a', { href: safeHref(l.shortUrl), class: 'short', target: '_blank', rel: 'noopener noreferrer', text: l.shortUrl }));
   if (l.passwordProtected) first.append(' ', el('span', { class: 'tag', text: 'password' }));
-  return el('tr', { 'data-code': l.code },
+  return el('tr', { 'data-code': l.code, 'data-domain': l.domain || '' },
     first,
     el('td', {}, el('span', { class: 'target', title: l.longUrl, text: l.longUrl })),
     el('td', {}, ...(l.tags || []).map((t) => el('span', { class: 'tag', text: t }))),
@@ -189,10 +204,10 @@ function linkRow(l) {
     el('td', { text: l.expireTime ? new Date(l.expireTime).toLocaleDateString() : 'never' }),
     el('td', { class: 'status ' + status, text: status }),
     el('td', { class: 'actions' },
-      el('a', { href: '#/stats/' + enc(l.code), class: 'button stats', text: 'Stats' }),
-      button('QR', 'qr', () => showQR(l.code)),
+      el('a', { href: '#/stats/' + (l.domain ? enc(l.domain) + '/' : '') + enc(l.code), class: 'button stats', text: 'Stats' }),
+      button('QR', 'qr', () => showQR(l)),
       button('Edit', 'edit', () => openForm(l)),
-      button('Revoke', 'revoke danger', () => confirmRevoke(l.code))));
+      button('Revoke', 'revoke danger', () => confirmRevoke(l))));
 }
 
 $('filter-form').addEventListener('submit', (ev) => {
@@ -215,14 +230,38 @@ function dateInput(iso) {
 
 const TARGETS = [['iosUrl', 'f-ios'], ['androidUrl', 'f-android'], ['desktopUrl', 'f-desktop']];
 
+// fillDomains offers the verified domains in the form's selector (the
+// link's own when editing); a failed load leaves the default domain only.
+async function fillDomains(link) {
+  const sel = $('f-domain');
+  sel.replaceChildren(el('option', { value: '', text: 'default domain' }));
+  sel.disabled = !!link;
+  if (link) {
+    if (link.domain) sel.append(el('option', { value: link.domain, text: link.domain }));
+    sel.value = link.domain || '';
+    return;
+  }
+  try {
+    const resp = await api('GET', '/v1/domains');
+    for (const d of resp.domains || []) if (d.verified) sel.append(el('option', { value: d.name, text: d.name }));
+  } catch (e) {
+    // The default domain still works.
+  }
+  sel.dataset.loaded = '1';
+}
+
 function openForm(link) {
   state.editing = link;
+  $('f-domain').dataset.loaded = '';
+  fillDomains(link);
   const t = (link && link.deviceTargets) || {};
   $('link-form-title').textContent = link ? 'Edit ' + link.code : 'New link';
   $('link-save').textContent = link ? 'Save' : 'Create';
   $('f-long-url').value = link ? link.longUrl : '';
   $('f-alias').value = link ? link.code : '';
   $('f-alias').disabled = !!link;
+  $('f-from-url').checked = false;
+  $('f-from-url-label').hidden = !!link;
   $('f-tags').value = link ? (link.tags || []).join(', ') : '';
   $('f-expire').value = link && link.expireTime ? dateInput(link.expireTime) : '';
   $('f-max-visits').value = link && num(link.maxVisits) ? num(link.maxVisits) : '';
@@ -276,6 +315,8 @@ function readForm() {
   return {
     longUrl: $('f-long-url').value.trim(),
     alias: $('f-alias').value.trim(),
+    fromUrl: $('f-from-url').checked,
+    domain: $('f-domain').value,
     tags: $('f-tags').value.split(',').map((s) => s.trim()).filter(Boolean),
     expire,
     // The end of the chosen day, local time.
@@ -295,7 +336,9 @@ function readForm() {
 // createBody is the POST /v1/links body: only the fields given.
 function createBody(f) {
   const b = { longUrl: f.longUrl };
-  if (f.alias) Object.assign(b, { mode: 'CODE_MODE_CUSTOM', customAlias: f.alias });
+  if (f.fromUrl) b.mode = 'CODE_MODE_FROM_URL';
+  else if (f.alias) Object.assign(b, { mode: 'CODE_MODE_CUSTOM', customAlias: f.alias });
+  if (f.domain) b.domain = f.domain;
   if (f.tags.length) b.tags = f.tags;
   if (f.expireTime) b.expireTime = f.expireTime;
   if (f.maxVisits) b.maxVisits = f.maxVisits;
@@ -325,6 +368,8 @@ function patchBody(l, f) {
 }
 
 $('new-link').addEventListener('click', () => openForm(null));
+// A code from the URL and a custom alias exclude each other.
+$('f-from-url').addEventListener('change', () => { $('f-alias').disabled = $('f-from-url').checked; });
 $('link-cancel').addEventListener('click', () => $('link-dialog').close());
 $('link-form').addEventListener('submit', async (ev) => {
   ev.preventDefault();
@@ -334,9 +379,15 @@ $('link-form').addEventListener('submit', async (ev) => {
     const f = readForm();
     if (l) {
       const b = patchBody(l, f);
-      if (Object.keys(b).length) await api('PATCH', '/v1/links/' + enc(l.code), b);
+      if (Object.keys(b).length) {
+        if (l.domain) b.domain = l.domain; // names the link
+        await api('PATCH', '/v1/links/' + enc(l.code), b);
+      }
     } else {
-      const created = await api('POST', '/v1/links', createBody(f));
+      const { status, body: created } = await apiCall('POST', '/v1/links', createBody(f));
+      // 200 rather than 201: the tenant's link of this URL existed (code
+      // from the URL), returned unchanged.
+      $('created-what').textContent = status === 200 ? 'Exists already' : 'Created';
       $('created-short-url').textContent = created.shortUrl;
       $('created-short-url').href = safeHref(created.shortUrl);
       $('created').hidden = false;
@@ -353,9 +404,9 @@ $('link-form').addEventListener('submit', async (ev) => {
 
 // --- revoke -------------------------------------------------------------
 
-function confirmRevoke(code) {
-  state.revoking = code;
-  $('confirm-code').textContent = code;
+function confirmRevoke(l) {
+  state.revoking = l;
+  $('confirm-code').textContent = l.domain ? l.domain + '/' + l.code : l.code;
   $('confirm-error').textContent = '';
   $('confirm-dialog').showModal();
 }
@@ -363,7 +414,7 @@ function confirmRevoke(code) {
 $('confirm-cancel').addEventListener('click', () => $('confirm-dialog').close());
 $('confirm-ok').addEventListener('click', async () => {
   try {
-    await api('DELETE', '/v1/links/' + enc(state.revoking));
+    await api('DELETE', linkPath(state.revoking));
   } catch (e) {
     $('confirm-error').textContent = e.message;
     return;
@@ -380,13 +431,13 @@ function dropQR() {
   $('qr-img').removeAttribute('src');
 }
 
-async function showQR(code) {
+async function showQR(l) {
   dropQR();
-  $('qr-code').textContent = code;
+  $('qr-code').textContent = l.domain ? l.domain + '/' + l.code : l.code;
   $('qr-error').textContent = '';
   $('qr-dialog').showModal();
   try {
-    const blob = await api('GET', '/v1/links/' + enc(code) + '/qr?size=256');
+    const blob = await api('GET', linkPath(l, '/qr?size=256'));
     state.qrURL = URL.createObjectURL(blob);
     $('qr-img').src = state.qrURL;
   } catch (e) {
@@ -399,19 +450,20 @@ $('qr-dialog').addEventListener('close', dropQR);
 
 // --- statistics ---------------------------------------------------------
 
-async function loadStats(code) {
-  state.statsCode = code;
-  $('stats-code').textContent = code;
+async function loadStats(l) {
+  const code = l.code;
+  state.statsCode = l;
+  $('stats-code').textContent = l.domain ? l.domain + '/' + code : code;
   $('stats-error').textContent = '';
   const [hours, interval] = RANGES[$('stats-range').value];
   const start = new Date(Date.now() - hours * 3600e3).toISOString().replace(/\.\d+Z$/, 'Z');
   const q = new URLSearchParams({ start_time: start, interval });
   try {
     const [link, stats] = await Promise.all([
-      api('GET', '/v1/links/' + enc(code)),
-      api('GET', '/v1/links/' + enc(code) + '/stats?' + q),
+      api('GET', linkPath(l)),
+      api('GET', linkPath(l, '/stats?' + q)),
     ]);
-    if (state.statsCode === code) {
+    if (state.statsCode === l) {
       $('stats-target').textContent = link.shortUrl + ' → ' + link.longUrl;
       renderStats(stats);
     }
@@ -454,6 +506,25 @@ function renderStats(s) {
   fillTable('stats-os', top(s.topOperatingSystems));
   fillTable('stats-rules', top(s.rules));
   fillTable('stats-variants', top(s.variants));
+  const countries = s.topCountries || [];
+  if (countries.length && countries.every((k) => !k.key)) {
+    // Every click unknown: the redirect has no GeoIP database.
+    $('stats-countries').tBodies[0].replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No countries: the redirect has no GeoIP database' })));
+  } else {
+    fillTable('stats-countries', countries.map((k) => [k.key ? countryName(k.key) : '(unknown)', num(k.count)]));
+  }
+}
+
+// countryName shows an ISO 3166-1 alpha-2 code with its English name when
+// the browser knows it: "Germany (DE)".
+const regions = typeof Intl.DisplayNames === 'function' ? new Intl.DisplayNames(['en'], { type: 'region' }) : null;
+function countryName(code) {
+  try {
+    const name = regions && regions.of(code);
+    return name && name !== code ? `${name} (${code})` : code;
+  } catch {
+    return code;
+  }
 }
 
 // niceMax rounds the tallest bar up to an even 2, 4, 6, 8 or 10 × 10^k, so
@@ -517,6 +588,60 @@ function chart(series, interval) {
   root.append(legend);
   return root;
 }
+
+// --- custom domains -----------------------------------------------------
+
+async function loadDomains() {
+  $('domains-error').textContent = '';
+  try {
+    const resp = await api('GET', '/v1/domains');
+    const ds = resp.domains || [];
+    $('domains-body').replaceChildren(...ds.map(domainRow));
+    $('domains-empty').hidden = ds.length > 0;
+  } catch (e) {
+    $('domains-error').textContent = e.message;
+  } finally {
+    countRender('view-domains');
+  }
+}
+
+function domainRow(d) {
+  const actions = el('td', { class: 'actions' });
+  if (!d.verified) actions.append(button('Verify', 'verify', () => domainAction('POST', d, '/verify')));
+  actions.append(button('Delete', 'delete danger', () => domainAction('DELETE', d, '')));
+  return el('tr', { 'data-domain': d.name },
+    el('td', { class: 'name', text: d.name }),
+    el('td', { class: 'status ' + (d.verified ? 'active' : 'pending'), text: d.verified ? 'verified' : 'not verified' }),
+    el('td', {}, el('code', { text: d.verified ? '—' : d.verificationRecord })),
+    el('td', {}, el('code', { class: 'token', text: d.verified ? '—' : d.verificationToken })),
+    actions);
+}
+
+async function domainAction(method, d, suffix) {
+  $('domains-error').textContent = '';
+  try {
+    await api(method, '/v1/domains/' + enc(d.name) + suffix);
+  } catch (e) {
+    $('domains-error').textContent = e.message;
+    countRender('view-domains');
+    return;
+  }
+  loadDomains();
+}
+
+$('domain-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  $('domains-error').textContent = '';
+  try {
+    await api('POST', '/v1/domains', { name: $('domain-name').value.trim() });
+  } catch (e) {
+    $('domains-error').textContent = e.message;
+    countRender('view-domains');
+    return;
+  }
+  $('domain-name').value = '';
+  loadDomains();
+});
 
 window.addEventListener('hashchange', route);
 route();

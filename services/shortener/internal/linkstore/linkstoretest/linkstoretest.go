@@ -70,6 +70,7 @@ func now() time.Time { return time.Now().Truncate(time.Microsecond) }
 // later changes.
 func clone(l linkstore.Link) linkstore.Link {
 	l.Tags = append([]string{}, l.Tags...)
+	l.URLKey = slices.Clone(l.URLKey)
 	if l.Expires != nil {
 		e := *l.Expires
 		l.Expires = &e
@@ -111,6 +112,7 @@ func (f *Fake) insert(l linkstore.Link, t time.Time) (linkstore.Link, bool) {
 	if _, taken := f.links[l.Code]; taken {
 		return linkstore.Link{}, false
 	}
+	l.URLKey = slices.Clone(l.URLKey)
 	l = clone(l)
 	l.Created, l.Updated, l.Disabled, l.Deleted = t, t, false, nil
 	f.links[l.Code] = &row{link: l}
@@ -123,11 +125,40 @@ func (f *Fake) Insert(_ context.Context, l linkstore.Link) (linkstore.Link, erro
 	if err := f.lock(); err != nil {
 		return linkstore.Link{}, err
 	}
+	if _, taken := f.links[l.Code]; !taken && l.URLKey != nil {
+		if _, ok := f.fromURL(l.Tenant, l.URLKey); ok {
+			return linkstore.Link{}, linkstore.ErrURLTaken
+		}
+	}
 	stored, ok := f.insert(l, now())
 	if !ok {
 		return linkstore.Link{}, linkstore.ErrCodeTaken
 	}
 	return stored, nil
+}
+
+// fromURL finds tenant's live link with URLKey key; the caller holds mu.
+func (f *Fake) fromURL(tenant string, key []byte) (*row, bool) {
+	for _, r := range f.links {
+		if r.link.Tenant == tenant && r.link.Deleted == nil && r.link.URLKey != nil && string(r.link.URLKey) == string(key) {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// FromURL returns tenant's live link made from the URL of key, or
+// linkstore.ErrNotFound.
+func (f *Fake) FromURL(_ context.Context, tenant string, key []byte) (linkstore.Link, error) {
+	defer f.mu.Unlock()
+	if err := f.lock(); err != nil {
+		return linkstore.Link{}, err
+	}
+	r, ok := f.fromURL(tenant, key)
+	if !ok {
+		return linkstore.Link{}, linkstore.ErrNotFound
+	}
+	return clone(r.link), nil
 }
 
 // InsertMany stores the links whose codes are free, all at once.
@@ -138,6 +169,11 @@ func (f *Fake) InsertMany(_ context.Context, links []linkstore.Link) (map[string
 	}
 	if len(links) == 0 || len(links) > linkstore.MaxInsertMany {
 		return nil, fmt.Errorf("insert links: %d rows, want 1 to %d", len(links), linkstore.MaxInsertMany)
+	}
+	for _, l := range links {
+		if l.URLKey != nil {
+			return nil, fmt.Errorf("insert links: %s is made from its URL: use Insert", l.Code)
+		}
 	}
 	t := now() // one statement: one now()
 	out := make(map[string]linkstore.Link, len(links))
@@ -255,6 +291,9 @@ func (f *Fake) change(tenant, code string, edit func(*linkstore.Link, time.Time)
 func (f *Fake) Update(_ context.Context, tenant, code string, ch linkstore.Changes) (linkstore.Link, error) {
 	return f.change(tenant, code, func(l *linkstore.Link, _ time.Time) {
 		if ch.LongURL != nil {
+			if *ch.LongURL != l.LongURL {
+				l.URLKey = nil
+			}
 			l.LongURL = *ch.LongURL
 		}
 		if ch.Status != nil {

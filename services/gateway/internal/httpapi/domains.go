@@ -1,0 +1,68 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"google.golang.org/protobuf/proto"
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/linkdomain"
+)
+
+// pathDomain returns the {name} of the path, refusing what cannot be a
+// domain name before a service sees it.
+func pathDomain(c *call) (string, error) {
+	name := c.r.PathValue("name")
+	if len(name) > linkdomain.MaxLength+1 {
+		return "", badRequest("the domain in the path is too long: at most 253 characters")
+	}
+	return name, nil
+}
+
+// queryDomain returns the ?domain= of a link route ("" for the default
+// domain), bounded.
+func queryDomain(c *call) (string, error) {
+	d := c.r.URL.Query().Get("domain")
+	if len(d) > linkdomain.MaxLength+1 {
+		return "", badRequest("domain is too long: at most 253 characters")
+	}
+	return d, nil
+}
+
+// checkDomain bounds the ?domain= of a mapped link route.
+func checkDomain(c *call, _ []byte, _ url.Values) error {
+	_, err := queryDomain(c)
+	return err
+}
+
+// domainLocation is the Location of a registered domain.
+func domainLocation(resp proto.Message) string {
+	return "/v1/domains/" + resp.(*shortenerv1.RegisterDomainResponse).GetDomain().GetName()
+}
+
+// approveDomain is the administrator's verification of a tenant's domain,
+// without DNS: the shortener is called as that tenant.
+func (a *API) approveDomain(c *call) error {
+	name, err := pathDomain(c)
+	if err != nil {
+		return err
+	}
+	tenant := c.r.PathValue("tenant")
+	if _, err := a.keys.Tenant(c.r.Context(), tenant); err != nil {
+		return storeError(err)
+	}
+	ctx, cancel := context.WithTimeout(callmeta.Outgoing(c.r.Context(), tenant, c.st.ip), a.opts.CallTimeout)
+	defer cancel()
+	resp, err := a.shortener.ApproveDomain(ctx, &shortenerv1.ApproveDomainRequest{Name: name})
+	if err != nil {
+		return err
+	}
+	body, err := marshalProto(resp.GetDomain())
+	if err != nil {
+		return err
+	}
+	send(c.w, http.StatusOK, "application/json", body)
+	return nil
+}

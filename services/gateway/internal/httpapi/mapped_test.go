@@ -1,0 +1,135 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/rpcerr"
+)
+
+// routeHandler returns the handler the route table gives pattern (the
+// generated one's, for a mapped route), for tests that call a route
+// after admission.
+func (a *API) routeHandler(pattern string) func(*call) error {
+	for _, rt := range a.table() {
+		if rt.pattern != pattern {
+			continue
+		}
+		if rt.rpc != nil {
+			return a.serveMapped(rt.pattern, *rt.rpc)
+		}
+		return rt.handle
+	}
+	panic("no route " + pattern)
+}
+
+// mdShortener records the outgoing metadata and deadline of GetLink.
+type mdShortener struct {
+	shortenerv1.ShortenerServiceClient
+	md       metadata.MD
+	deadline time.Duration
+}
+
+func (s *mdShortener) GetLink(ctx context.Context, in *shortenerv1.GetLinkRequest, _ ...grpc.CallOption) (*shortenerv1.GetLinkResponse, error) {
+	s.md, _ = metadata.FromOutgoingContext(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		s.deadline = time.Until(d)
+	}
+	return &shortenerv1.GetLinkResponse{Link: &shortenerv1.Link{Code: in.GetCode(), Password: "hunter22"}}, nil
+}
+
+// A mapped route's call carries the tenant and client IP the gateway
+// attaches, under the gateway's call timeout, and nothing of the client's
+// request headers: not its API key (grpc-gateway passes Authorization on by
+// default), not grpc-gateway's forwarding metadata, not a Grpc-Timeout of
+// its choosing. The answer leaves Link's input-only password out.
+func TestMappedCallCarriesOnlyTheGatewaysMetadata(t *testing.T) {
+	sh := &mdShortener{}
+	a := &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: 3 * time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler)}
+	r := httptest.NewRequest("GET", "/v1/links/abcd123", nil)
+	r.SetPathValue("code", "abcd123")
+	r.Header.Set("Authorization", "Bearer kurz_secret")
+	r.Header.Set("Grpc-Metadata-X-Kurz-Tenant", "someone-else")
+	r.Header.Set("Grpc-Timeout", "1H")
+	r.Header.Set("X-Forwarded-For", "198.51.100.1")
+	w := httptest.NewRecorder()
+	if err := a.routeHandler("GET /v1/links/{code}")(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := metadata.MD{callmeta.TenantKey: {"acme"}, callmeta.ClientIPKey: {"203.0.113.9"}}
+	if !reflect.DeepEqual(sh.md, want) {
+		t.Errorf("metadata sent = %v, want only %v", sh.md, want)
+	}
+	if sh.deadline <= 0 || sh.deadline > 3*time.Second {
+		t.Errorf("call deadline in %v, want within the call timeout of 3s", sh.deadline)
+	}
+	if w.Code != 200 || !strings.HasPrefix(w.Body.String(), `{"code":"abcd123",`) || strings.Contains(w.Body.String(), "password\"") {
+		t.Errorf("answer %d %s, want the link without its password", w.Code, w.Body)
+	}
+}
+
+// statusShortener answers CreateLink and DeleteLink, and refuses GetLink as
+// the shortener does an unknown code.
+type statusShortener struct {
+	shortenerv1.ShortenerServiceClient
+}
+
+// CreateLink creates a link, except for CODE_MODE_FROM_URL, where it
+// returns the link that exists.
+func (statusShortener) CreateLink(_ context.Context, req *shortenerv1.CreateLinkRequest, _ ...grpc.CallOption) (*shortenerv1.CreateLinkResponse, error) {
+	return &shortenerv1.CreateLinkResponse{Link: &shortenerv1.Link{Code: "10000g8"},
+		Created: req.GetMode() != shortenerv1.CodeMode_CODE_MODE_FROM_URL}, nil
+}
+
+func (statusShortener) DeleteLink(context.Context, *shortenerv1.DeleteLinkRequest, ...grpc.CallOption) (*shortenerv1.DeleteLinkResponse, error) {
+	return &shortenerv1.DeleteLinkResponse{}, nil
+}
+
+func (statusShortener) GetLink(context.Context, *shortenerv1.GetLinkRequest, ...grpc.CallOption) (*shortenerv1.GetLinkResponse, error) {
+	return nil, rpcerr.WithDetails(codes.NotFound, "no link with this code", rpcerr.Info("CODE_NOT_FOUND", nil))
+}
+
+// The mapped routes answer as the gateway always did: a create 201 with
+// Location (200 when it found the link of its URL), a delete 204 without a body, a refusal as the service's status
+// mapped to its HTTP error, with the service's message.
+func TestMappedStatuses(t *testing.T) {
+	a := &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: statusShortener{}, log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		pattern, target, body string
+		status                int
+		location, text        string
+	}{
+		{"POST /v1/links", "/v1/links", `{"longUrl":"https://example.com/"}`, 201, "/v1/links/10000g8", `{"code":"10000g8",`},
+		{"POST /v1/links", "/v1/links", `{"longUrl":"https://example.com/","mode":"CODE_MODE_FROM_URL"}`, 200, "/v1/links/10000g8", `{"code":"10000g8",`},
+		{"DELETE /v1/links/{code}", "/v1/links/10000g8", "", 204, "", ""},
+		{"GET /v1/links/{code}", "/v1/links/10000g8", "", 404, "", "no link with this code"},
+	} {
+		method, _, _ := strings.Cut(tc.pattern, " ")
+		r := httptest.NewRequest(method, tc.target, strings.NewReader(tc.body))
+		r.SetPathValue("code", "10000g8")
+		w := httptest.NewRecorder()
+		err := a.routeHandler(tc.pattern)(&call{w: w, r: r, st: &reqState{id: "t", tenant: "acme"}})
+		status, text, body := w.Code, w.Body.String(), w.Body.String()
+		if err != nil {
+			e := toAPIError(err)
+			status, text, body = e.status, e.message, ""
+		}
+		if status != tc.status || w.Header().Get("Location") != tc.location || !strings.Contains(text, tc.text) {
+			t.Errorf("%s: %d Location %q %q, want %d Location %q and %q", tc.pattern, status, w.Header().Get("Location"), text, tc.status, tc.location, tc.text)
+		}
+		if tc.status == 204 && (body != "" || w.Header().Get("Content-Type") != "") {
+			t.Errorf("%s: 204 with Content-Type %q and body %q", tc.pattern, w.Header().Get("Content-Type"), body)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package redirector
+
+import (
+	"testing"
+
+	"kurz.dev/pkg/linkcache"
+)
+
+func TestHostsRoute(t *testing.T) {
+	h := NewHosts([]string{"kurz.test", "127.0.0.1"})
+	// kurz.test held by a tenant (a shortener whose own hosts were not
+	// configured as the redirect's) does not take the default host.
+	h.SetDomains(map[string]string{"go.acme.test": "acme", "kurz.test": "mallory"})
+	for _, c := range []struct {
+		host, domain, tenant string
+		ok                   bool
+	}{
+		{"kurz.test", "", "", true},
+		{"KURZ.test:443", "", "", true},
+		{"127.0.0.1:8787", "", "", true},
+		{"go.acme.test", "go.acme.test", "acme", true},
+		{"Go.Acme.Test:8787", "go.acme.test", "acme", true},
+		{"other.test", "", "", false},
+		{"", "", "", false},
+	} {
+		d, tenant, ok := h.Route(c.host)
+		if d != c.domain || tenant != c.tenant || ok != c.ok {
+			t.Errorf("Route(%q) = %q, %q, %v; want %q, %q, %v", c.host, d, tenant, ok, c.domain, c.tenant, c.ok)
+		}
+	}
+	// Without default hosts, every other host is the default domain.
+	open := NewHosts(nil)
+	open.SetDomains(map[string]string{"go.acme.test": "acme"})
+	if d, _, ok := open.Route("anything.test"); d != "" || !ok {
+		t.Errorf("Route without default hosts = %q, %v; want the default domain", d, ok)
+	}
+	if d, tenant, ok := open.Route("go.acme.test"); d != "go.acme.test" || tenant != "acme" || !ok {
+		t.Errorf("Route of a custom domain without default hosts = %q, %q, %v", d, tenant, ok)
+	}
+}
+
+func TestForeignEntry(t *testing.T) {
+	e := entryOf("acme")
+	if got := foreign(e, ""); got.State != e.State {
+		t.Error("the default domain refused a link")
+	}
+	if got := foreign(e, "acme"); got.State != e.State {
+		t.Error("the holder's own link refused")
+	}
+	if got := foreign(e, "other"); got.URL != "" || got.State == e.State {
+		t.Errorf("another tenant's link served: %+v", got)
+	}
+}
+
+func entryOf(tenant string) linkcache.Entry {
+	return linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: tenant}
+}

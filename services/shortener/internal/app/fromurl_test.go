@@ -1,0 +1,114 @@
+//go:build integration
+
+package app
+
+import (
+	"sync"
+	"testing"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/testkit/limitertest"
+)
+
+const fromURL = shortenerv1.CodeMode_CODE_MODE_FROM_URL
+
+// Concurrent creates of one URL from the URL make one link on PostgreSQL:
+// every caller gets its code, exactly one is told it created it, and the
+// quota is spent for that one (plus racers that lost after asking).
+func TestFromURLConcurrentCreatesMakeOneLink(t *testing.T) {
+	tenant := uniq("fu-")
+	lim := limitertest.Start(t, limitertest.AllowAll)
+	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{})
+	db, _ := stores(t, sh.cfg, tenant)
+
+	const callers = 16
+	var wg sync.WaitGroup
+	resps := make([]*shortenerv1.CreateLinkResponse, callers)
+	errs := make([]error, callers)
+	start := make(chan struct{})
+	for i := range callers {
+		wg.Go(func() {
+			<-start
+			resps[i], errs[i] = sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{
+				LongUrl: "https://example.com/race", Mode: fromURL})
+		})
+	}
+	close(start)
+	wg.Wait()
+	created, code := 0, ""
+	for i := range callers {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if resps[i].GetCreated() {
+			created++
+		}
+		if code == "" {
+			code = resps[i].GetLink().GetCode()
+		}
+		if resps[i].GetLink().GetCode() != code {
+			t.Errorf("caller %d got code %s, another %s", i, resps[i].GetLink().GetCode(), code)
+		}
+	}
+	if created != 1 {
+		t.Errorf("%d callers were told they created the link, want 1", created)
+	}
+	if n := countRows(t, db, tenant, ""); n != 1 {
+		t.Errorf("%d rows for the URL, want 1", n)
+	}
+
+	// A repeat after the race needs no quota: a limiter that denies
+	// everything does not stop it.
+	lim.SetDecider(budget(0))
+	again, err := sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/race", Mode: fromURL})
+	if err != nil || again.GetCreated() || again.GetLink().GetCode() != code {
+		t.Errorf("a repeat with no quota left: %v, %v; want the link, not created", again, err)
+	}
+}
+
+// A batch creates each URL once: an item whose link exists, or that repeats
+// an earlier item's URL, returns that link (created false) and costs no
+// quota; the others are created.
+func TestBatchFromURL(t *testing.T) {
+	tenant := uniq("fub-")
+	lim := limitertest.Start(t, limitertest.AllowAll)
+	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{})
+	db, _ := stores(t, sh.cfg, tenant)
+	existing, err := sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/a", Mode: fromURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim.SetDecider(budget(2)) // the two new links, no more
+	item := func(long string, mode shortenerv1.CodeMode) *shortenerv1.CreateLinkRequest {
+		return &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: mode}
+	}
+	resp, err := sh.api.BatchCreateLinks(as(tenant, ""), &shortenerv1.BatchCreateLinksRequest{Requests: []*shortenerv1.CreateLinkRequest{
+		item("https://example.com/a", fromURL),
+		item("https://example.com/b", fromURL),
+		item("https://example.com/b", fromURL),
+		item("https://example.com/b", shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL),
+		item("ftp://example.com/c", fromURL),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.GetResults()
+	if r[0].GetCreated() || r[0].GetLink().GetCode() != existing.GetLink().GetCode() {
+		t.Errorf("item 0, an existing link's URL: %v", r[0])
+	}
+	if !r[1].GetCreated() || r[1].GetLink().GetCode() == "" {
+		t.Errorf("item 1, a new URL: %v", r[1])
+	}
+	if r[2].GetCreated() || r[2].GetLink().GetCode() != r[1].GetLink().GetCode() {
+		t.Errorf("item 2, item 1's URL again: %v", r[2])
+	}
+	if !r[3].GetCreated() || r[3].GetLink().GetCode() == r[1].GetLink().GetCode() {
+		t.Errorf("item 3, a sequential link of item 1's URL: %v", r[3])
+	}
+	if r[4].GetCreated() || r[4].GetError() == nil {
+		t.Errorf("item 4, a bad URL: %v", r[4])
+	}
+	if resp.GetCreated() != 2 || countRows(t, db, tenant, "") != 3 {
+		t.Errorf("created %d (want 2), rows %d (want 3)", resp.GetCreated(), countRows(t, db, tenant, ""))
+	}
+}

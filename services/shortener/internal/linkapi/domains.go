@@ -1,0 +1,356 @@
+package linkapi
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkdomain"
+	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/services/shortener/internal/linkstore"
+)
+
+// Reasons of the domain RPCs' errors.
+const (
+	ReasonDomainInvalid     = "DOMAIN_INVALID"
+	ReasonDomainTaken       = "DOMAIN_TAKEN"
+	ReasonDomainLimit       = "DOMAIN_LIMIT"
+	ReasonDomainInUse       = "DOMAIN_IN_USE"
+	ReasonDomainNotVerified = "DOMAIN_NOT_VERIFIED"
+	ReasonDNSUnavailable    = "DNS_UNAVAILABLE"
+)
+
+// maxListedDomains bounds ListDomains: KURZ_SHORTENER_MAX_DOMAINS's
+// largest value, so that lowering the setting hides no domain.
+const maxListedDomains = 10_000
+
+// TokenPrefix starts every verification token: the TXT record's value is
+// "kurz-verify=<random>".
+const TokenPrefix = "kurz-verify="
+
+// TXTResolver looks up DNS TXT records: *net.Resolver in production, a fake
+// in tests (no test asks the outside world).
+type TXTResolver interface {
+	LookupTXT(ctx context.Context, name string) ([]string, error)
+}
+
+// DomainStore keeps tenants' domains (linkstore.Store in production).
+type DomainStore interface {
+	RegisterDomain(ctx context.Context, tenant, name, token string, max int) (linkstore.Domain, bool, error)
+	GetDomain(ctx context.Context, tenant, name string) (linkstore.Domain, error)
+	ListDomains(ctx context.Context, tenant string, limit int) ([]linkstore.Domain, error)
+	VerifyDomain(ctx context.Context, tenant, name, by string) (linkstore.Domain, error)
+	DeleteDomain(ctx context.Context, tenant, name string) error
+}
+
+// domainErrors are the domain store's sentinels as clients see them. A
+// domain another tenant holds is refused without naming the tenant.
+var domainErrors = []rpcerr.Sentinel{
+	{Err: linkstore.ErrDomainNotFound, Code: codes.NotFound,
+		Message: "no such domain: register it first (domains of other tenants are not visible)"},
+	{Err: linkstore.ErrDomainTaken, Code: codes.AlreadyExists, Reason: ReasonDomainTaken,
+		Message: "this domain is registered already; it cannot be registered again"},
+	{Err: linkstore.ErrDomainInUse, Code: codes.FailedPrecondition, Reason: ReasonDomainInUse,
+		Message: "live links use this domain: delete them first"},
+}
+
+// domainName normalises a request's domain name; field names it in errors.
+func (s *Service) domainName(field, name string) (string, error) {
+	n, err := linkdomain.Normalize(name)
+	if err != nil {
+		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s", field, err.Error())
+	}
+	if slices.Contains(s.opts.OwnHosts, n) {
+		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s is kurz's own domain, which every tenant shares", field, n)
+	}
+	return n, nil
+}
+
+func (s *Service) domainStatus(ctx context.Context, op string, err error) error {
+	if s.domains == nil {
+		return rpcerr.WithDetails(codes.Unimplemented, "custom domains are not enabled on this server")
+	}
+	if storeUnreachable(err) {
+		return toStatus(ctx, s.log, op, err)
+	}
+	var inv *rpcerr.Invalid
+	if errors.As(err, &inv) {
+		return inv.Status()
+	}
+	for _, sen := range domainErrors {
+		if errors.Is(err, sen.Err) {
+			return rpcerr.ToStatus(ctx, s.log.With("op", op), err, domainErrors)
+		}
+	}
+	return toStatus(ctx, s.log, op, err)
+}
+
+func (s *Service) domainProto(d linkstore.Domain) *shortenerv1.Domain {
+	p := &shortenerv1.Domain{
+		Name: d.Name, Tenant: d.Tenant, Verified: d.Verified != nil,
+		VerificationRecord: linkdomain.ChallengePrefix + d.Name, VerificationToken: d.Token,
+		CreateTime: timestamppb.New(d.Created), VerifiedBy: d.VerifiedBy,
+	}
+	if d.Verified != nil {
+		p.VerifyTime = timestamppb.New(*d.Verified)
+	}
+	return p
+}
+
+// RegisterDomain adds a domain to the caller's tenant, unverified, with a
+// fresh verification token.
+func (s *Service) RegisterDomain(ctx context.Context, req *shortenerv1.RegisterDomainRequest) (*shortenerv1.RegisterDomainResponse, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.domains == nil {
+		return nil, s.domainStatus(ctx, "register domain", nil)
+	}
+	name, err := s.domainName("name", req.GetName())
+	if err != nil {
+		return nil, s.domainStatus(ctx, "register domain", err)
+	}
+	d, _, err := s.domains.RegisterDomain(ctx, tenant, name, TokenPrefix+rand.Text(), s.opts.MaxDomains)
+	if errors.Is(err, linkstore.ErrDomainLimit) {
+		return nil, rpcerr.WithDetails(codes.FailedPrecondition,
+			fmt.Sprintf("a tenant holds at most %d domains: delete one first", s.opts.MaxDomains),
+			rpcerr.Info(ReasonDomainLimit, nil))
+	}
+	if err != nil {
+		return nil, s.domainStatus(ctx, "register domain", err)
+	}
+	return &shortenerv1.RegisterDomainResponse{Domain: s.domainProto(d)}, nil
+}
+
+// ListDomains returns the caller's domains by name.
+func (s *Service) ListDomains(ctx context.Context, _ *shortenerv1.ListDomainsRequest) (*shortenerv1.ListDomainsResponse, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.domains == nil {
+		return nil, s.domainStatus(ctx, "list domains", nil)
+	}
+	ds, err := s.domains.ListDomains(ctx, tenant, maxListedDomains)
+	if err != nil {
+		return nil, s.domainStatus(ctx, "list domains", err)
+	}
+	resp := &shortenerv1.ListDomainsResponse{Domains: make([]*shortenerv1.Domain, 0, len(ds))}
+	for _, d := range ds {
+		resp.Domains = append(resp.Domains, s.domainProto(d))
+	}
+	return resp, nil
+}
+
+// GetDomain returns one of the caller's domains.
+func (s *Service) GetDomain(ctx context.Context, req *shortenerv1.GetDomainRequest) (*shortenerv1.GetDomainResponse, error) {
+	d, err := s.ownDomain(ctx, "get domain", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return &shortenerv1.GetDomainResponse{Domain: s.domainProto(d)}, nil
+}
+
+// ownDomain reads the caller's domain name; a malformed name is NOT_FOUND,
+// like a name the caller does not hold.
+func (s *Service) ownDomain(ctx context.Context, op, name string) (linkstore.Domain, error) {
+	tenant, err := s.tenant(ctx)
+	if err != nil {
+		return linkstore.Domain{}, err
+	}
+	if s.domains == nil {
+		return linkstore.Domain{}, s.domainStatus(ctx, op, nil)
+	}
+	n, err := linkdomain.Normalize(name)
+	if err != nil {
+		return linkstore.Domain{}, s.domainStatus(ctx, op, linkstore.ErrDomainNotFound)
+	}
+	d, err := s.domains.GetDomain(ctx, tenant, n)
+	if err != nil {
+		return linkstore.Domain{}, s.domainStatus(ctx, op, err)
+	}
+	return d, nil
+}
+
+// VerifyDomain checks the domain's TXT record _kurz-challenge.<name> (one
+// lookup, bounded by Options.DNSTimeout): when one of its values is the
+// domain's token, the domain is verified. A verified domain stays verified.
+func (s *Service) VerifyDomain(ctx context.Context, req *shortenerv1.VerifyDomainRequest) (*shortenerv1.VerifyDomainResponse, error) {
+	d, err := s.ownDomain(ctx, "verify domain", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if d.Verified != nil {
+		return &shortenerv1.VerifyDomainResponse{Domain: s.domainProto(d)}, nil
+	}
+	if s.txt == nil {
+		return nil, rpcerr.WithDetails(codes.FailedPrecondition,
+			"DNS verification is not enabled on this server: ask an administrator to approve the domain",
+			rpcerr.Info(ReasonDomainNotVerified, nil))
+	}
+	record := linkdomain.ChallengePrefix + d.Name
+	lctx, cancel := context.WithTimeout(ctx, s.opts.DNSTimeout)
+	values, err := s.txt.LookupTXT(lctx, record)
+	cancel()
+	if err != nil && !notFoundDNS(err) {
+		s.log.InfoContext(ctx, "TXT lookup failed", "record", record, "err", err)
+		return nil, rpcerr.RetryLater(codes.Unavailable, ReasonDNSUnavailable,
+			"the DNS lookup of "+record+" failed; try again", 5*time.Second, nil)
+	}
+	if !slices.ContainsFunc(values, func(v string) bool { return strings.TrimSpace(v) == d.Token }) {
+		return nil, rpcerr.WithDetails(codes.FailedPrecondition,
+			fmt.Sprintf("the TXT record %s does not hold %q yet: add it, wait for DNS to publish it, and verify again", record, d.Token),
+			rpcerr.Info(ReasonDomainNotVerified, map[string]string{"record": record}))
+	}
+	tenant, _ := s.tenant(ctx)
+	d, err = s.domains.VerifyDomain(ctx, tenant, d.Name, "dns")
+	if err != nil {
+		return nil, s.domainStatus(ctx, "verify domain", err)
+	}
+	s.log.InfoContext(ctx, "domain verified", "domain", d.Name, "tenant", tenant, "by", "dns")
+	s.domainChanged(ctx, d.Name)
+	return &shortenerv1.VerifyDomainResponse{Domain: s.domainProto(d)}, nil
+}
+
+// domainChanged tells the redirect pods that the verified set changed
+// (linkdomain.ChangedChannel), after the commit. A failure is logged only:
+// the pods' periodic refresh (KURZ_REDIRECT_DOMAIN_REFRESH) catches up.
+func (s *Service) domainChanged(ctx context.Context, name string) {
+	if s.rdb == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
+	defer cancel()
+	if err := s.rdb.Publish(ctx, linkdomain.ChangedChannel, name).Err(); err != nil {
+		s.log.WarnContext(ctx, "domain change not published; redirect pods see it at their next refresh", "domain", name, "err", err)
+	}
+}
+
+// notFoundDNS reports whether a lookup error means "no such record" (an
+// answer), rather than a failed lookup.
+func notFoundDNS(err error) bool {
+	var dnsErr *net.DNSError
+	return errors.As(err, &dnsErr) && dnsErr.IsNotFound
+}
+
+// ApproveDomain verifies the named tenant's domain without a DNS check: an
+// administrator's decision (the gateway's admin API).
+func (s *Service) ApproveDomain(ctx context.Context, req *shortenerv1.ApproveDomainRequest) (*shortenerv1.ApproveDomainResponse, error) {
+	d, err := s.ownDomain(ctx, "approve domain", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if d, err = s.domains.VerifyDomain(ctx, d.Tenant, d.Name, "admin"); err != nil {
+		return nil, s.domainStatus(ctx, "approve domain", err)
+	}
+	s.log.InfoContext(ctx, "domain verified", "domain", d.Name, "tenant", d.Tenant, "by", d.VerifiedBy)
+	s.domainChanged(ctx, d.Name)
+	return &shortenerv1.ApproveDomainResponse{Domain: s.domainProto(d)}, nil
+}
+
+// DeleteDomain removes one of the caller's domains, unless live links use it.
+func (s *Service) DeleteDomain(ctx context.Context, req *shortenerv1.DeleteDomainRequest) (*shortenerv1.DeleteDomainResponse, error) {
+	d, err := s.ownDomain(ctx, "delete domain", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.domains.DeleteDomain(ctx, d.Tenant, d.Name); err != nil {
+		return nil, s.domainStatus(ctx, "delete domain", err)
+	}
+	s.domainChanged(ctx, d.Name)
+	return &shortenerv1.DeleteDomainResponse{}, nil
+}
+
+// linkDomain checks the domain of a new link: "" (the default domain), or
+// one of tenant's verified domains, normalised. Another tenant's domain is
+// refused like one that does not exist.
+func (s *Service) linkDomain(ctx context.Context, tenant, name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	n, err := linkdomain.Normalize(name)
+	if err == nil && s.domains != nil {
+		var d linkstore.Domain
+		d, err = s.domains.GetDomain(ctx, tenant, n)
+		switch {
+		case err == nil && d.Verified != nil:
+			return n, nil
+		case err != nil && !errors.Is(err, linkstore.ErrDomainNotFound):
+			return "", err
+		}
+	}
+	return "", notVerified(name)
+}
+
+// tenantDomains is a tenant's verified domains, read once for a batch.
+type tenantDomains struct {
+	verified map[string]bool
+}
+
+// verifiedDomains reads tenant's verified domains (one statement).
+func (s *Service) verifiedDomains(ctx context.Context, tenant string) (*tenantDomains, error) {
+	td := &tenantDomains{verified: map[string]bool{}}
+	if s.domains == nil {
+		return td, nil
+	}
+	ds, err := s.domains.ListDomains(ctx, tenant, maxListedDomains)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		if d.Verified != nil {
+			td.verified[d.Name] = true
+		}
+	}
+	return td, nil
+}
+
+// check is linkDomain against the domains read: name normalised if it is
+// one of them, "" for the default domain, else the same refusal.
+func (td *tenantDomains) check(name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	if n, err := linkdomain.Normalize(name); err == nil && td.verified[n] {
+		return n, nil
+	}
+	return "", notVerified(name)
+}
+
+// notVerified refuses a link's domain that is not one of the caller's
+// verified domains, whether it exists or not.
+func notVerified(name string) error {
+	return rpcerr.Invalidf("domain", ReasonDomainNotVerified,
+		"domain: %q is not one of your verified domains (register and verify it first, or leave domain empty for the default)", clip(name))
+}
+
+// clip shortens a stranger's string for a message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// linkKey is the key of a request's link: code on domain. ok is false for a
+// malformed domain, which names no link.
+func linkKey(domain, code string) (string, bool) {
+	if domain == "" {
+		return code, true
+	}
+	n, err := linkdomain.Normalize(domain)
+	if err != nil {
+		return "", false
+	}
+	return linkdomain.Key(n, code), true
+}

@@ -1,0 +1,236 @@
+package linkapi_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/services/shortener/internal/linkapi"
+	"kurz.dev/services/shortener/internal/linkstore"
+)
+
+// fakeDomains is an in-memory DomainStore with linkstore's answers.
+type fakeDomains struct {
+	mu sync.Mutex
+	m  map[string]linkstore.Domain
+}
+
+func (f *fakeDomains) RegisterDomain(_ context.Context, tenant, name, token string, max int) (linkstore.Domain, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d, ok := f.m[name]; ok {
+		if d.Tenant != tenant {
+			return linkstore.Domain{}, false, linkstore.ErrDomainTaken
+		}
+		return d, false, nil
+	}
+	n := 0
+	for _, d := range f.m {
+		if d.Tenant == tenant {
+			n++
+		}
+	}
+	if n >= max {
+		return linkstore.Domain{}, false, linkstore.ErrDomainLimit
+	}
+	d := linkstore.Domain{Name: name, Tenant: tenant, Token: token, Created: time.Now()}
+	f.m[name] = d
+	return d, true, nil
+}
+
+func (f *fakeDomains) GetDomain(_ context.Context, tenant, name string) (linkstore.Domain, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d, ok := f.m[name]; ok && d.Tenant == tenant {
+		return d, nil
+	}
+	return linkstore.Domain{}, linkstore.ErrDomainNotFound
+}
+
+func (f *fakeDomains) ListDomains(_ context.Context, tenant string, _ int) ([]linkstore.Domain, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []linkstore.Domain
+	for _, d := range f.m {
+		if d.Tenant == tenant {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeDomains) VerifyDomain(_ context.Context, tenant, name, by string) (linkstore.Domain, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.m[name]
+	if !ok || d.Tenant != tenant {
+		return linkstore.Domain{}, linkstore.ErrDomainNotFound
+	}
+	if d.Verified == nil {
+		now := time.Now()
+		d.Verified, d.VerifiedBy = &now, by
+		f.m[name] = d
+	}
+	return d, nil
+}
+
+func (f *fakeDomains) DeleteDomain(_ context.Context, tenant, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d, ok := f.m[name]; !ok || d.Tenant != tenant {
+		return linkstore.ErrDomainNotFound
+	}
+	delete(f.m, name)
+	return nil
+}
+
+// txtAnswer is what the fake resolver answers for every name.
+type txtAnswer struct {
+	mu     sync.Mutex
+	values []string
+	err    error
+	asked  []string
+}
+
+func (r *txtAnswer) LookupTXT(_ context.Context, name string) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, name)
+	return r.values, r.err
+}
+
+func (r *txtAnswer) set(values []string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.values, r.err = values, err
+}
+
+func domainEnv(t *testing.T, txt *txtAnswer) *env {
+	return newEnvWith(t, func(d *linkapi.Deps) {
+		d.Domains = &fakeDomains{m: map[string]linkstore.Domain{}}
+		if txt != nil {
+			d.TXT = txt
+		}
+	}, func(o *linkapi.Options) {
+		o.MaxDomains, o.OwnHosts, o.DNSTimeout = 3, []string{"kurz.test"}, time.Second
+	})
+}
+
+// VerifyDomain asks the resolver for _kurz-challenge.<domain> and verifies
+// only on the domain's token among the record's values; "no such record"
+// is FAILED_PRECONDITION, a failed lookup UNAVAILABLE.
+func TestVerifyDomainByTXT(t *testing.T) {
+	txt := &txtAnswer{}
+	e := domainEnv(t, txt)
+	ctx := as("acme")
+	reg, err := e.client.RegisterDomain(ctx, &shortenerv1.RegisterDomainRequest{Name: "Go.Acme.Example."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := reg.GetDomain()
+	if d.GetName() != "go.acme.example" || d.GetVerificationRecord() != "_kurz-challenge.go.acme.example" {
+		t.Fatalf("registered %+v", d)
+	}
+	verify := func() error {
+		_, err := e.client.VerifyDomain(ctx, &shortenerv1.VerifyDomainRequest{Name: "go.acme.example"})
+		return err
+	}
+	txt.set(nil, &net.DNSError{Err: "no such host", IsNotFound: true})
+	wantStatus(t, "no record", verify(), codes.FailedPrecondition, linkapi.ReasonDomainNotVerified, "")
+	txt.set(nil, &net.DNSError{Err: "i/o timeout", IsTimeout: true})
+	wantStatus(t, "lookup failed", verify(), codes.Unavailable, linkapi.ReasonDNSUnavailable, "")
+	txt.set(nil, errors.New("server misbehaving"))
+	wantStatus(t, "lookup error", verify(), codes.Unavailable, linkapi.ReasonDNSUnavailable, "")
+	txt.set([]string{"v=spf1 -all", d.GetVerificationToken() + "x"}, nil)
+	wantStatus(t, "another value", verify(), codes.FailedPrecondition, linkapi.ReasonDomainNotVerified, "")
+	txt.set([]string{"v=spf1 -all", " " + d.GetVerificationToken() + " "}, nil)
+	if err := verify(); err != nil {
+		t.Fatalf("verify with the token: %v", err)
+	}
+	if txt.asked[0] != "_kurz-challenge.go.acme.example" {
+		t.Errorf("looked up %q", txt.asked[0])
+	}
+	got, err := e.client.GetDomain(ctx, &shortenerv1.GetDomainRequest{Name: "go.acme.example"})
+	if err != nil || !got.GetDomain().GetVerified() || got.GetDomain().GetVerifiedBy() != "dns" {
+		t.Errorf("after verification: %+v %v", got.GetDomain(), err)
+	}
+	// A verified domain stays verified: no lookup.
+	n := len(txt.asked)
+	txt.set(nil, errors.New("down"))
+	if err := verify(); err != nil || len(txt.asked) != n {
+		t.Errorf("verify again: %v, %d lookups more", err, len(txt.asked)-n)
+	}
+
+	l, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/x", CustomAlias: "spring", Domain: "GO.acme.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.GetLink().GetShortUrl() != "https://go.acme.example/spring" || l.GetLink().GetDomain() != "go.acme.example" || l.GetLink().GetCode() != "spring" {
+		t.Errorf("link on the domain: %+v", l.GetLink())
+	}
+	if got, err := e.store.Get(context.Background(), "acme", "go.acme.example/spring"); err != nil || got.Domain != "go.acme.example" {
+		t.Errorf("the store's link keyed go.acme.example/spring: %+v %v", got, err)
+	}
+}
+
+// Names are validated before any I/O, kurz's own host is refused, the
+// per-tenant bound holds, another tenant's domain is refused without a
+// name, and links take only the caller's verified domains.
+func TestDomainRules(t *testing.T) {
+	e := domainEnv(t, nil)
+	a, b := as("acme"), as("other")
+	for _, name := range []string{"", "kurz.test", "KURZ.TEST.", "127.0.0.1", "a..b", "x"} {
+		_, err := e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: name})
+		wantStatus(t, "register "+name, err, codes.InvalidArgument, linkapi.ReasonDomainInvalid, "name")
+	}
+	for _, name := range []string{"a.example", "b.example", "c.example"} {
+		if _, err := e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: "d.example"})
+	wantStatus(t, "a fourth domain", err, codes.FailedPrecondition, linkapi.ReasonDomainLimit, "")
+	_, err = e.client.RegisterDomain(b, &shortenerv1.RegisterDomainRequest{Name: "a.example"})
+	wantStatus(t, "another tenant's domain", err, codes.AlreadyExists, linkapi.ReasonDomainTaken, "")
+	// Without a resolver only an administrator verifies.
+	_, err = e.client.VerifyDomain(a, &shortenerv1.VerifyDomainRequest{Name: "a.example"})
+	wantStatus(t, "verify without a resolver", err, codes.FailedPrecondition, linkapi.ReasonDomainNotVerified, "")
+	for _, c := range []struct {
+		ctx    context.Context
+		domain string
+	}{{a, "b.example"}, {b, "a.example"}, {a, "nobody.example"}, {a, "not a domain"}} {
+		_, err := e.client.CreateLink(c.ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", Domain: c.domain})
+		wantStatus(t, "link on "+c.domain, err, codes.InvalidArgument, linkapi.ReasonDomainNotVerified, "domain")
+	}
+	if _, err := e.client.ApproveDomain(a, &shortenerv1.ApproveDomainRequest{Name: "a.example"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.CreateLink(b, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", Domain: "a.example"})
+	wantStatus(t, "another tenant's verified domain", err, codes.InvalidArgument, linkapi.ReasonDomainNotVerified, "domain")
+	if _, err := e.client.CreateLink(a, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", Domain: "a.example"}); err != nil {
+		t.Errorf("link on an approved domain: %v", err)
+	}
+}
+
+// Without a domain store the domain RPCs are UNIMPLEMENTED and links take
+// no domain; default-domain links are unaffected.
+func TestDomainsDisabled(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.client.RegisterDomain(as("acme"), &shortenerv1.RegisterDomainRequest{Name: "go.acme.example"})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("RegisterDomain without a store: %v, want UNIMPLEMENTED", err)
+	}
+	_, err = e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", Domain: "go.acme.example"})
+	wantStatus(t, "link on a domain", err, codes.InvalidArgument, linkapi.ReasonDomainNotVerified, "domain")
+	l, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/"})
+	if err != nil || l.GetLink().Domain != nil {
+		t.Errorf("default-domain link: %+v %v (domain must be absent)", l.GetLink(), err)
+	}
+}

@@ -1,0 +1,107 @@
+package linkapi_test
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/services/shortener/internal/codegen"
+	"kurz.dev/services/shortener/internal/linkapi"
+	"kurz.dev/services/shortener/internal/linkstore"
+)
+
+const fromURL = shortenerv1.CodeMode_CODE_MODE_FROM_URL
+
+// unitCodeKey is the code key newEnv's service runs with.
+var unitCodeKey = []byte("linkapi-unit-test-code-key-0123456789")
+
+func createFromURL(t *testing.T, e *env, tenant, long string) *shortenerv1.CreateLinkResponse {
+	t.Helper()
+	resp, err := e.client.CreateLink(as(tenant), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL, Tags: []string{"first"}})
+	if err != nil {
+		t.Fatalf("create %s from the URL as %s: %v", long, tenant, err)
+	}
+	return resp
+}
+
+// Shortening one URL again returns the tenant's link of it, unchanged and
+// without asking the limiter; the URL is compared once normalised; another
+// tenant's link of the URL is another link.
+func TestFromURLReturnsTheTenantsLinkOfTheURL(t *testing.T) {
+	e := newEnv(t)
+	first := createFromURL(t, e, "acme", "https://example.com/spring")
+	f, _ := codegen.NewFromURL(unitCodeKey)
+	if !first.GetCreated() || first.GetLink().GetCode() != f.Candidate("acme", "https://example.com/spring", 0) {
+		t.Fatalf("first create: created %v, code %s; want a new link with the URL's first candidate", first.GetCreated(), first.GetLink().GetCode())
+	}
+	quotaCalls := len(e.limiter.Calls())
+	e.limiter.SetDecider(limitertest.Deny("per-tenant", time.Second)) // a repeat needs no quota
+	again, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "HTTPS://Example.COM/spring", Mode: fromURL, Tags: []string{"second"}})
+	if err != nil {
+		t.Fatalf("the same URL again, written otherwise: %v", err)
+	}
+	if again.GetCreated() || again.GetLink().GetCode() != first.GetLink().GetCode() || again.GetLink().GetTags()[0] != "first" {
+		t.Errorf("again: created %v, %v; want the first link, unchanged", again.GetCreated(), again.GetLink())
+	}
+	if n := len(e.limiter.Calls()); n != quotaCalls {
+		t.Errorf("the repeat asked the limiter %d times, want none", n-quotaCalls)
+	}
+	e.limiter.SetDecider(limitertest.AllowAll)
+	other := createFromURL(t, e, "globex", "https://example.com/spring")
+	if !other.GetCreated() || other.GetLink().GetCode() == first.GetLink().GetCode() {
+		t.Errorf("another tenant's link of the URL: created %v, code %s (acme's %s)", other.GetCreated(), other.GetLink().GetCode(), first.GetLink().GetCode())
+	}
+	plain, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/spring"})
+	if err != nil || !plain.GetCreated() || plain.GetLink().GetCode() == first.GetLink().GetCode() {
+		t.Errorf("a sequential link of the same URL: %v, %v; want a new link of its own", plain, err)
+	}
+}
+
+// A candidate held by another link yields to the next one, a deleted link's
+// code is never reused, a new long URL frees the link's URL, and a URL
+// whose every candidate is taken is refused.
+func TestFromURLCandidates(t *testing.T) {
+	e := newEnv(t)
+	f, _ := codegen.NewFromURL(unitCodeKey)
+	const long = "https://example.com/taken"
+	taken := f.Candidate("acme", long, 0)
+	if _, err := e.store.Insert(t.Context(), linkstore.Link{Code: taken, Tenant: "globex", LongURL: "https://example.com/other"}); err != nil {
+		t.Fatal(err)
+	}
+	l := createFromURL(t, e, "acme", long)
+	if l.GetLink().GetCode() != f.Candidate("acme", long, 1) {
+		t.Errorf("first candidate taken: code %s, want the second candidate %s", l.GetLink().GetCode(), f.Candidate("acme", long, 1))
+	}
+
+	if _, err := e.client.DeleteLink(as("acme"), &shortenerv1.DeleteLinkRequest{Code: l.GetLink().GetCode()}); err != nil {
+		t.Fatal(err)
+	}
+	renewed := createFromURL(t, e, "acme", long)
+	if !renewed.GetCreated() || renewed.GetLink().GetCode() != f.Candidate("acme", long, 2) {
+		t.Errorf("after delete: created %v, code %s; want a new link with the third candidate", renewed.GetCreated(), renewed.GetLink().GetCode())
+	}
+
+	moved := &shortenerv1.Link{Code: renewed.GetLink().GetCode(), LongUrl: "https://example.com/moved"}
+	if _, err := e.client.UpdateLink(as("acme"), &shortenerv1.UpdateLinkRequest{Link: moved, UpdateMask: mask("long_url")}); err != nil {
+		t.Fatal(err)
+	}
+	if next := createFromURL(t, e, "acme", long); !next.GetCreated() || next.GetLink().GetCode() != f.Candidate("acme", long, 3) {
+		t.Errorf("after the link moved to another URL: created %v, code %s; want a new link", next.GetCreated(), next.GetLink().GetCode())
+	}
+
+	const full = "https://example.com/full"
+	for i := range codegen.FromURLAttempts {
+		if _, err := e.store.Insert(t.Context(), linkstore.Link{Code: f.Candidate("acme", full, i), Tenant: "globex", LongURL: "https://example.com/x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: full, Mode: fromURL})
+	wantStatus(t, "every candidate taken", err, codes.FailedPrecondition, linkapi.ReasonFromURLExhausted, "mode")
+	if _, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: full, Mode: fromURL, CustomAlias: "mine"}); grpcstatus.Code(err) != codes.InvalidArgument {
+		t.Errorf("from the URL with an alias: %v, want InvalidArgument", err)
+	}
+}

@@ -1,0 +1,167 @@
+package linkstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Errors of the domain statements.
+var (
+	// ErrDomainNotFound: the tenant holds no domain of this name.
+	ErrDomainNotFound = errors.New("domain not found")
+	// ErrDomainTaken: another tenant holds the domain.
+	ErrDomainTaken = errors.New("domain registered by another tenant")
+	// ErrDomainLimit: the tenant holds as many domains as it may.
+	ErrDomainLimit = errors.New("too many domains")
+	// ErrDomainInUse: live links are on the domain.
+	ErrDomainInUse = errors.New("domain has live links")
+)
+
+// Domain is one row of domains.
+type Domain struct {
+	Name    string
+	Tenant  string
+	Token   string
+	Created time.Time
+	// Verified is when the domain was verified; nil while it is not.
+	Verified *time.Time
+	// VerifiedBy is "dns" or "admin"; "" while unverified.
+	VerifiedBy string
+}
+
+const domainColumns = `name, tenant, token, created_at, verified_at, COALESCE(verified_by, '')`
+
+func scanDomain(row pgx.Row) (Domain, error) {
+	var d Domain
+	err := row.Scan(&d.Name, &d.Tenant, &d.Token, &d.Created, &d.Verified, &d.VerifiedBy)
+	return d, err
+}
+
+// RegisterDomain stores name as tenant's, unverified, with token, unless
+// tenant holds max domains already (ErrDomainLimit) or another tenant holds
+// name (ErrDomainTaken). If tenant holds name already it returns that row
+// and created false. Registrations of one tenant are serialised (an advisory
+// lock on the tenant), so concurrent ones cannot pass max together.
+func (s *Store) RegisterDomain(ctx context.Context, tenant, name, token string, max int) (d Domain, created bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return Domain{}, false, fmt.Errorf("register domain: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('kurz.domains:' || $1))`, tenant); err != nil {
+		return Domain{}, false, fmt.Errorf("register domain: lock: %w", err)
+	}
+	d, err = scanDomain(tx.QueryRow(ctx, `SELECT `+domainColumns+` FROM domains WHERE name = $1`, name))
+	switch {
+	case err == nil && d.Tenant == tenant:
+		return d, false, nil
+	case err == nil:
+		return Domain{}, false, ErrDomainTaken
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Domain{}, false, fmt.Errorf("register domain: %w", err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM domains WHERE tenant = $1`, tenant).Scan(&n); err != nil {
+		return Domain{}, false, fmt.Errorf("register domain: count: %w", err)
+	}
+	if n >= max {
+		return Domain{}, false, ErrDomainLimit
+	}
+	d, err = scanDomain(tx.QueryRow(ctx, `INSERT INTO domains (name, tenant, token) VALUES ($1, $2, $3)
+		ON CONFLICT (name) DO NOTHING RETURNING `+domainColumns, name, tenant, token))
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another tenant's registration committed since the read.
+		return Domain{}, false, ErrDomainTaken
+	}
+	if err != nil {
+		return Domain{}, false, fmt.Errorf("register domain: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Domain{}, false, fmt.Errorf("register domain: commit: %w", err)
+	}
+	return d, true, nil
+}
+
+// GetDomain returns tenant's domain name; another tenant's is
+// ErrDomainNotFound, like one nobody holds.
+func (s *Store) GetDomain(ctx context.Context, tenant, name string) (Domain, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	d, err := scanDomain(s.db.QueryRow(ctx, `SELECT `+domainColumns+` FROM domains WHERE name = $1 AND tenant = $2`, name, tenant))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Domain{}, ErrDomainNotFound
+	}
+	if err != nil {
+		return Domain{}, fmt.Errorf("get domain: %w", err)
+	}
+	return d, nil
+}
+
+// ListDomains returns tenant's domains by name, at most limit.
+func (s *Store) ListDomains(ctx context.Context, tenant string, limit int) ([]Domain, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT `+domainColumns+` FROM domains WHERE tenant = $1 ORDER BY name LIMIT $2`, tenant, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list domains: %w", err)
+	}
+	ds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Domain, error) { return scanDomain(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list domains: %w", err)
+	}
+	return ds, nil
+}
+
+// VerifyDomain marks tenant's domain name verified by by ("dns" or
+// "admin"); a verified domain keeps its first verification.
+func (s *Store) VerifyDomain(ctx context.Context, tenant, name, by string) (Domain, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	d, err := scanDomain(s.db.QueryRow(ctx, `UPDATE domains SET verified_at = COALESCE(verified_at, now()),
+			verified_by = COALESCE(verified_by, $3)
+		WHERE name = $1 AND tenant = $2 RETURNING `+domainColumns, name, tenant, by))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Domain{}, ErrDomainNotFound
+	}
+	if err != nil {
+		return Domain{}, fmt.Errorf("verify domain: %w", err)
+	}
+	return d, nil
+}
+
+// DeleteDomain removes tenant's domain name unless live links are on it
+// (ErrDomainInUse). Revoked links keep their rows: their keys stay taken,
+// and the redirect serves a link only on a domain its own tenant holds.
+func (s *Store) DeleteDomain(ctx context.Context, tenant, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("delete domain: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	var inUse bool
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM links WHERE domain = d.name AND deleted_at IS NULL)
+		FROM domains d WHERE d.name = $1 AND d.tenant = $2 FOR UPDATE`, name, tenant).Scan(&inUse)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrDomainNotFound
+	case err != nil:
+		return fmt.Errorf("delete domain: %w", err)
+	case inUse:
+		return ErrDomainInUse
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM domains WHERE name = $1`, name); err != nil {
+		return fmt.Errorf("delete domain: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("delete domain: commit: %w", err)
+	}
+	return nil
+}
