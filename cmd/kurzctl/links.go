@@ -17,7 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/pflag"
-
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -39,7 +39,8 @@ already"; the API answers 200 instead of 201) without spending quota.
 (8 to 128 characters) makes visitors enter it before the redirect; prefer
 --password-stdin, which keeps it out of the shell's history. --ios, --android
 and --desktop send those devices elsewhere than <long-url>. --domain puts the
-link on one of the tenant's verified custom domains (kurzctl domains).
+link on one of the tenant's verified custom domains (kurzctl domains). --rules
+reads redirect rules and A/B-test variants from a file (see links set-rules).
 
 Examples:
   kurzctl links create https://example.com/spring-sale --tag spring --tag launch
@@ -220,11 +221,23 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	fromURL := fs.Bool("from-url", false, "the code derived from the URL: the same URL again returns its existing link")
 	quiet := fs.BoolP("quiet", "q", false, "print only the new code")
 	domain := fs.String("domain", "", "one of the tenant's verified custom `domains` (default: the default domain)")
+	rulesFile := fs.String("rules", "", "redirect rules and variants from a JSON or YAML `file` (see links set-rules)")
 	return func(args []string) error {
 		set := visited(fs)
 		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits, Domain: *domain}
 		if n := btoi(*alias != "") + btoi(*random) + btoi(*fromURL); n > 1 {
 			return usagef(cmd, "give one of --alias, --random and --from-url")
+		}
+		if *rulesFile != "" {
+			b, err := c.readRulesFile(cmd, *rulesFile)
+			if err != nil {
+				return err
+			}
+			var l shortenerv1.Link
+			if err := protojson.Unmarshal(b, &l); err != nil {
+				return usagef(cmd, "--rules: %v", err)
+			}
+			req.Rules, req.Variants = l.GetRules(), l.GetVariants()
 		}
 		switch {
 		case *fromURL:
@@ -596,6 +609,20 @@ func printLink(w io.Writer, l *shortenerv1.Link) error {
 				row(d.name, d.url)
 			}
 		}
+	}
+	if n := len(l.GetRules()); n > 0 {
+		var names []string
+		for _, r := range l.GetRules() {
+			names = append(names, r.GetName())
+		}
+		row("rules", strings.Join(names, ", ")+" (links rules "+l.GetCode()+")")
+	}
+	if len(l.GetVariants()) > 0 {
+		var vs []string
+		for _, v := range l.GetVariants() {
+			vs = append(vs, fmt.Sprintf("%s %d", v.GetName(), v.GetWeight()))
+		}
+		row("variants", strings.Join(vs, ", "))
 	}
 	row("tags", orDash(strings.Join(l.GetTags(), ", ")))
 	row("redirect", redirectName(l.GetRedirectType()))

@@ -154,6 +154,7 @@ var commands []*command
 func init() {
 	commands = append(commands, linkCommands()...)
 	commands = append(commands, webhookCommands()...)
+	commands = append(commands, ruleCommands()...)
 	commands = append(commands, domainCommands()...)
 	commands = append(commands, statsCommand(), quotaCheckCommand(), quotaExplainCommand())
 	commands = append(commands, adminCommands()...)

@@ -24,7 +24,8 @@ func statsCommand() *command {
 		help: `Shows a link's clicks over a time range (by default the last 30 days):
 totals split into human, bot and flood clicks, unique visitors, the top
 referrers, browsers, devices and countries (when the redirect has a GeoIP
-database), and a bar chart of the series (█ human, ░ bot and flood). The
+database), the clicks per redirect rule and per A/B-test variant (for a link
+with rules), and a bar chart of the series (█ human, ░ bot and flood). The
 range is widened to whole hours; hourly series cover at most 31 days.
 
 Examples:
@@ -133,7 +134,7 @@ func printStats(w io.Writer, s *analyticsv1.GetLinkStatsResponse) error {
 		title string
 		list  []*analyticsv1.KeyCount
 	}{{"REFERRER", s.GetTopReferrers()}, {"BROWSER", s.GetTopBrowsers()}, {"DEVICE", s.GetTopDevices()},
-		{"COUNTRY", s.GetTopCountries()}} {
+		{"COUNTRY", s.GetTopCountries()}, {"RULE", s.GetRules()}, {"VARIANT", s.GetVariants()}} {
 		if len(top.list) == 0 || top.title == "COUNTRY" && !anyCountry(top.list) {
 			// Without a GeoIP database every click's country is unknown.
 			continue

@@ -89,11 +89,14 @@ section "Redis memory per active key" \
 	"MEMORY USAGE of one key after 100 requests in its window, per algorithm; baseline: a plain INCR counter." -- \
 	go test -tags integration -run '^$' -bench BenchmarkMemoryPerKey -benchtime 1x ./services/limiter/internal/ratelimit/
 section "Redirect, closed loop" \
-	"32 HTTP callers; one viral code, 1,000,000 codes drawn uniformly (Redis hits), 10,000 unknown codes (negative cache); baseline: a minimal net/http handler answering a fixed 302, measured in the same process." -- \
+	"32 HTTP callers; one viral code, the same with four redirect rules and two variants (L1 hit; goal: within 10% of the plain one), 1,000,000 codes drawn uniformly (Redis hits), 10,000 unknown codes (negative cache); baseline: a minimal net/http handler answering a fixed 302, measured in the same process." -- \
 	go run ./tools/redirectload -addr "$REDIRECT" -c 32 -d "$D" -codes 1000000
 section "Redirect, open loop" \
 	"3,000 requests/s over 64 workers." -- \
 	go run ./tools/redirectload -addr "$REDIRECT" -c 64 -d "$D" -rate 3000 -codes 2000
+section "Redirect handler: L1 hit, plain link vs rules" \
+	"The handler in process (no network): GET of a code L1 holds, a plain link against one with four redirect rules no request matches and two variants, same browser headers; goal: rules within 10%." -- \
+	go test -tags integration -run '^$' -bench 'BenchmarkServeCodeL1Hit' -benchtime 3s ./services/redirect/internal/redirector/
 section "Shortener: CreateLink" \
 	"Sequential vs random codes over gRPC in-process, PostgreSQL statements per link and nextval per 1,000 links." -- \
 	go test -tags integration -run '^$' -bench BenchmarkCreateLink -benchtime 3s ./services/shortener/internal/app/

@@ -29,6 +29,12 @@
 //	             two uppercase ASCII letters, from the redirect's GeoIP
 //	             database (pkg/geoip); "" when unknown or without one.
 //	             Parse reads any other value as ""
+//
+// Two more optional fields are written only when set (an absent field reads
+// as ""), so that plain clicks stay as they were:
+//
+//	rule         name of the link's redirect rule that chose the destination
+//	variant      name of the link's A/B-test variant that chose it
 package clickevent
 
 import (
@@ -63,6 +69,8 @@ const (
 	FieldReferrer    = "ref"
 	FieldTraceParent = "traceparent"
 	FieldCountry     = "country"
+	FieldRule        = "rule"
+	FieldVariant     = "variant"
 )
 
 // MaxTextLen bounds the user agent and referrer kept in an event.
@@ -126,11 +134,15 @@ type Event struct {
 	// Country is the client's ISO 3166-1 alpha-2 country code, "" when
 	// unknown.
 	Country string
+	// Rule and Variant name the link's rule or variant that chose the
+	// destination; empty for a plain redirect.
+	Rule    string
+	Variant string
 }
 
 // Values returns the entry's field/value pairs for XADD, in a fixed order.
 func (e Event) Values() []string {
-	return []string{
+	v := []string{
 		FieldVersion, Version,
 		FieldID, e.ID,
 		FieldCode, e.Code,
@@ -142,6 +154,23 @@ func (e Event) Values() []string {
 		FieldTraceParent, e.TraceParent,
 		FieldCountry, Country(e.Country),
 	}
+	if e.Rule != "" {
+		v = append(v, FieldRule, truncateName(e.Rule))
+	}
+	if e.Variant != "" {
+		v = append(v, FieldVariant, truncateName(e.Variant))
+	}
+	return v
+}
+
+// MaxNameLen bounds a rule or variant name kept in an event.
+const MaxNameLen = 64
+
+func truncateName(s string) string {
+	if len(s) > MaxNameLen {
+		return s[:MaxNameLen]
+	}
+	return s
 }
 
 // Parse reads an entry's values (as go-redis returns them in XMessage.Values).
@@ -163,6 +192,7 @@ func Parse(values map[string]any) (Event, error) {
 		ID: get(FieldID), Code: get(FieldCode), Tenant: get(FieldTenant), Time: time.UnixMilli(ms),
 		Visitor: get(FieldVisitor), UserAgent: Truncate(get(FieldUserAgent)), Referrer: Truncate(get(FieldReferrer)),
 		TraceParent: get(FieldTraceParent), Country: Country(get(FieldCountry)),
+		Rule: truncateName(get(FieldRule)), Variant: truncateName(get(FieldVariant)),
 	}
 	if e.ID == "" || e.Code == "" {
 		return Event{}, errors.New("clickevent: id and code are required")

@@ -101,3 +101,28 @@ func TestVisitorsReuseMatchesAFreshHMAC(t *testing.T) {
 		}
 	}
 }
+
+func TestRuleAndVariantAreOptional(t *testing.T) {
+	toMap := func(vals []string) map[string]any {
+		m := map[string]any{}
+		for i := 0; i < len(vals); i += 2 {
+			m[vals[i]] = vals[i+1]
+		}
+		return m
+	}
+	plain := Event{ID: NewID(time.Now()), Code: "10000g8", Tenant: "acme", Time: time.UnixMilli(1790000000123)}
+	if m := toMap(plain.Values()); m[FieldRule] != nil || m[FieldVariant] != nil || len(m) != 10 { // country is always written
+		t.Fatalf("a plain click writes %d fields: %v", len(m), m)
+	}
+	ruled := plain
+	ruled.Rule, ruled.Variant = "ios-de", "b"
+	got, err := Parse(toMap(ruled.Values()))
+	if err != nil || got != ruled {
+		t.Fatalf("Parse(Values(%+v)) = %+v, %v", ruled, got, err)
+	}
+	// An older redirect's event, without the fields, reads as empty.
+	got, err = Parse(toMap(plain.Values()))
+	if err != nil || got.Rule != "" || got.Variant != "" {
+		t.Fatalf("old event: %+v, %v", got, err)
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/linkrules"
 )
 
 // KeyPrefix starts every link entry's key: "l:<code>", as in the design notes.
@@ -86,6 +88,10 @@ type Entry struct {
 	MaxVisits int64 `json:"m,omitempty"`
 	// Targets are per-device destinations; nil when the link has none.
 	Targets *Targets `json:"d,omitempty"`
+	// Rules are the link's redirect rules and variants, compiled when the
+	// entry is decoded; nil when it has none (a plain link's entry has no
+	// such field at all).
+	Rules *linkrules.Set `json:"g,omitempty"`
 }
 
 // Targets are a link's per-device destinations; an empty one means URL.
@@ -111,7 +117,7 @@ func (e Entry) Expired(now time.Time) bool {
 
 // Marshal encodes an entry for Redis (compact JSON).
 func Marshal(e Entry) string {
-	b, _ := json.Marshal(e) // cannot fail: strings and integers only
+	b, _ := json.Marshal(e) // cannot fail: strings, integers and slices of them
 	return string(b)
 }
 

@@ -3,6 +3,8 @@ package linkcache
 import (
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/linkrules"
 )
 
 func TestEntryRoundTrip(t *testing.T) {
@@ -30,5 +32,30 @@ func TestExpired(t *testing.T) {
 	}
 	if !(Entry{State: Active, URL: "x", ExpiresAtMs: 1_000_000}).Expired(now) {
 		t.Error("expiry at now not reported as expired")
+	}
+}
+
+func TestPlainEntryHasNoRulesField(t *testing.T) {
+	const want = `{"s":"active","u":"https://example.com/","t":"acme"}`
+	if got := Marshal(Entry{State: Active, URL: "https://example.com/", Tenant: "acme"}); got != want {
+		t.Fatalf("plain entry encodes as %s, want %s", got, want)
+	}
+}
+
+func TestRulesRoundTripCompiled(t *testing.T) {
+	rules := &linkrules.Set{Rules: []linkrules.Rule{{Name: "debug", If: []linkrules.Condition{{Query: &linkrules.Query{Param: "debug"}}}, URL: "https://example.com/debug"}}}
+	if err := rules.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Unmarshal(Marshal(Entry{State: Active, URL: "https://example.com/", Rules: rules}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := linkrules.Request{RawQuery: "debug=1"}
+	if u, _, ok := got.Rules.Match(&req); !ok || u != "https://example.com/debug" {
+		t.Fatalf("decoded rules matched %q, %v", u, ok)
+	}
+	if _, err := Unmarshal(`{"s":"active","u":"https://example.com/","g":{"v":[{"n":"a","u":"https://example.com/","w":-1}]}}`); err == nil {
+		t.Fatal("an entry with a negative weight decoded")
 	}
 }

@@ -57,8 +57,11 @@ const serviceAuthVar = "KURZ_SERVICE_AUTH_KEY"
 // keep every raw click: tests share a database and some write clicks dated
 // long ago (the retention is tested on a database of its own).
 var testDefaults = map[string]string{
-	serviceAuthVar:                 ServiceAuthKey,
-	"KURZ_SHORTENER_CODE_KEY":      CodeKey,
+	serviceAuthVar:            ServiceAuthKey,
+	"KURZ_SHORTENER_CODE_KEY": CodeKey,
+	// Every test shortener shares the webhook queue of the test database:
+	// only the stacks that test webhooks send (webhooktest.Env).
+	"KURZ_SHORTENER_WEBHOOK_SEND":  "false",
 	"KURZ_ANALYTICS_RAW_RETENTION": "0",
 }
 

@@ -5,12 +5,14 @@ package gatewaytest
 import (
 	"context"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/pkg/testkit/webhooktest"
 )
 
 // Health service names the stack's processes are awaited on.
@@ -47,6 +49,8 @@ type Stack struct {
 	Analytics *servertest.Process
 	// DB is the PostgreSQL the services use, for setup and clean-up.
 	DB *pgxpool.Pool
+	// unlock lets another package's sending stack run (webhooktest).
+	unlock func()
 }
 
 // Start builds the services and starts the stack, the file limiter on
@@ -62,6 +66,12 @@ func Start(rulesFile string) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
+	// The stack's shortener sends webhooks: one such stack at a time.
+	lockCtx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if s.unlock, err = webhooktest.Lock(lockCtx); err != nil {
+		return nil, err
+	}
 	if err := servertest.BuildServices(dir, "limiter", "shortener", "analytics"); err != nil {
 		return nil, err
 	}
@@ -89,7 +99,7 @@ func Start(rulesFile string) (_ *Stack, err error) {
 				"KURZ_LIMITER_GRPC_ADDR=" + limiterAddr, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
 				"KURZ_SHORTENER_BASE_URL=" + ShortBase, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false", "KURZ_LOG_LEVEL=warn",
 				// Webhook receivers in tests are loopback httptest servers.
-				"KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP=true", "KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32,::1/128",
+				webhooktest.Send, "KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP=true", "KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32,::1/128",
 				"KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL=100ms", "KURZ_SHORTENER_WEBHOOK_BACKOFF_BASE=100ms",
 				"KURZ_SHORTENER_WEBHOOK_BACKOFF_MAX=200ms", "KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS=2",
 				// No test asks the outside world's DNS: a TXT lookup goes
@@ -114,6 +124,9 @@ func (s *Stack) Close() {
 		s.DB.Close()
 	}
 	os.RemoveAll(s.BinDir)
+	if s.unlock != nil {
+		s.unlock()
+	}
 }
 
 // LimiterEnv is a limiter's environment: its addresses, and timeouts

@@ -378,7 +378,13 @@ type GetLinkStatsResponse struct {
 	// Client countries by clicks, at most 10: ISO 3166-1 alpha-2 codes
 	// ("DE"), from the redirect's GeoIP database; the key "" is clicks of
 	// unknown country (all of them when the redirect has no database).
-	TopCountries  []*KeyCount `protobuf:"bytes,13,rep,name=top_countries,json=topCountries,proto3" json:"top_countries,omitempty"`
+	TopCountries []*KeyCount `protobuf:"bytes,13,rep,name=top_countries,json=topCountries,proto3" json:"top_countries,omitempty"`
+	// Clicks per redirect rule of the link that chose the destination, by
+	// clicks, at most 40; clicks no rule chose are not listed.
+	Rules []*KeyCount `protobuf:"bytes,15,rep,name=rules,proto3" json:"rules,omitempty"`
+	// Clicks per A/B-test variant, by clicks, at most 20; clicks no variant
+	// chose are not listed.
+	Variants      []*KeyCount `protobuf:"bytes,16,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -511,6 +517,20 @@ func (x *GetLinkStatsResponse) GetTopCountries() []*KeyCount {
 	return nil
 }
 
+func (x *GetLinkStatsResponse) GetRules() []*KeyCount {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *GetLinkStatsResponse) GetVariants() []*KeyCount {
+	if x != nil {
+		return x.Variants
+	}
+	return nil
+}
+
 var File_kurz_analytics_v1_analytics_proto protoreflect.FileDescriptor
 
 const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
@@ -536,7 +556,7 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\x06counts\x18\x02 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06counts\"2\n" +
 	"\bKeyCount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xfd\x05\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xe9\x06\n" +
 	"\x14GetLinkStatsResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\x06domain\x18\x0e \x01(\tH\x00R\x06domain\x88\x01\x01\x126\n" +
@@ -555,7 +575,9 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x127\n" +
 	"\binterval\x18\f \x01(\x0e2\x1b.kurz.analytics.v1.IntervalR\binterval\x12@\n" +
-	"\rtop_countries\x18\r \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopCountriesB\t\n" +
+	"\rtop_countries\x18\r \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopCountries\x121\n" +
+	"\x05rules\x18\x0f \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\x05rules\x127\n" +
+	"\bvariants\x18\x10 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\bvariantsB\t\n" +
 	"\a_domain*I\n" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
@@ -604,13 +626,15 @@ var file_kurz_analytics_v1_analytics_proto_depIdxs = []int32{
 	6,  // 12: kurz.analytics.v1.GetLinkStatsResponse.end_time:type_name -> google.protobuf.Timestamp
 	0,  // 13: kurz.analytics.v1.GetLinkStatsResponse.interval:type_name -> kurz.analytics.v1.Interval
 	4,  // 14: kurz.analytics.v1.GetLinkStatsResponse.top_countries:type_name -> kurz.analytics.v1.KeyCount
-	1,  // 15: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
-	5,  // 16: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
-	16, // [16:17] is the sub-list for method output_type
-	15, // [15:16] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 15: kurz.analytics.v1.GetLinkStatsResponse.rules:type_name -> kurz.analytics.v1.KeyCount
+	4,  // 16: kurz.analytics.v1.GetLinkStatsResponse.variants:type_name -> kurz.analytics.v1.KeyCount
+	1,  // 17: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
+	5,  // 18: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
+	18, // [18:19] is the sub-list for method output_type
+	17, // [17:18] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_kurz_analytics_v1_analytics_proto_init() }

@@ -814,7 +814,16 @@ type Link struct {
 	DeviceTargets *DeviceTargets `protobuf:"bytes,14,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
 	// The custom domain the link is on; absent: the default domain. Codes
 	// are unique per domain. Set on create only.
-	Domain        *string `protobuf:"bytes,15,opt,name=domain,proto3,oneof" json:"domain,omitempty"`
+	Domain *string `protobuf:"bytes,15,opt,name=domain,proto3,oneof" json:"domain,omitempty"`
+	// Redirect rules, tried in order after the password and visit checks:
+	// the first whose conditions all hold chooses the destination. Visits no
+	// rule matches go to the device target, else a variant, else long_url.
+	// At most 20; each destination is validated like long_url.
+	Rules []*RedirectRule `protobuf:"bytes,16,rep,name=rules,proto3" json:"rules,omitempty"`
+	// A/B-test destinations: the visits no rule and no device target took
+	// are split by weight, sticky per visitor (client address; an IPv6 /64
+	// is one visitor). At most 10.
+	Variants      []*Variant `protobuf:"bytes,17,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -954,6 +963,353 @@ func (x *Link) GetDomain() string {
 	return ""
 }
 
+func (x *Link) GetRules() []*RedirectRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *Link) GetVariants() []*Variant {
+	if x != nil {
+		return x.Variants
+	}
+	return nil
+}
+
+// RedirectRule sends the visits matching all its conditions to url.
+type RedirectRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Labels the rule on clicks and in statistics: 1 to 32 characters of
+	// a-z, 0-9, '.', '_' or '-', unique among the link's rules.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// 1 to 8 conditions, all of which must hold.
+	Conditions []*RuleCondition `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// An http(s) URL, validated like long_url.
+	Url           string `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedirectRule) Reset() {
+	*x = RedirectRule{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedirectRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedirectRule) ProtoMessage() {}
+
+func (x *RedirectRule) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedirectRule.ProtoReflect.Descriptor instead.
+func (*RedirectRule) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RedirectRule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RedirectRule) GetConditions() []*RuleCondition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *RedirectRule) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+// RuleCondition is one test of a visit: exactly one of its fields is set.
+// A field with several values holds when any one does.
+type RuleCondition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The visitor's device class, by user agent: "ios", "android", "desktop".
+	Devices []string `protobuf:"bytes,1,rep,name=devices,proto3" json:"devices,omitempty"`
+	// Language ranges ("de", "en-US") matched against the Accept-Language
+	// tags whose quality is above 0: "de" matches "de" and "de-AT".
+	Languages []string `protobuf:"bytes,2,rep,name=languages,proto3" json:"languages,omitempty"`
+	// A query parameter of the short URL's request.
+	Query *QueryCondition `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
+	// The client address (as the redirect's trusted proxies report it) is in
+	// one of these prefixes, e.g. "203.0.113.0/24", "2001:db8::/32".
+	Cidrs []string `protobuf:"bytes,4,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
+	// The client's country, ISO 3166-1 alpha-2 ("DE"). Holds only when the
+	// redirect has a GeoIP database (KURZ_GEOIP_DB).
+	Countries []string `protobuf:"bytes,5,rep,name=countries,proto3" json:"countries,omitempty"`
+	// The visit falls in this window (UTC).
+	Time          *TimeWindow `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuleCondition) Reset() {
+	*x = RuleCondition{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuleCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuleCondition) ProtoMessage() {}
+
+func (x *RuleCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuleCondition.ProtoReflect.Descriptor instead.
+func (*RuleCondition) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RuleCondition) GetDevices() []string {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetLanguages() []string {
+	if x != nil {
+		return x.Languages
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetQuery() *QueryCondition {
+	if x != nil {
+		return x.Query
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetCidrs() []string {
+	if x != nil {
+		return x.Cidrs
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetCountries() []string {
+	if x != nil {
+		return x.Countries
+	}
+	return nil
+}
+
+func (x *RuleCondition) GetTime() *TimeWindow {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// QueryCondition tests one query parameter, compared decoded.
+type QueryCondition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The parameter's name, 1 to 128 bytes.
+	Param string `protobuf:"bytes,1,opt,name=param,proto3" json:"param,omitempty"`
+	// When set, the value the parameter must have (at most 128 bytes); when
+	// unset the parameter only has to be present.
+	Value         *string `protobuf:"bytes,2,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryCondition) Reset() {
+	*x = QueryCondition{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryCondition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryCondition) ProtoMessage() {}
+
+func (x *QueryCondition) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryCondition.ProtoReflect.Descriptor instead.
+func (*QueryCondition) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QueryCondition) GetParam() string {
+	if x != nil {
+		return x.Param
+	}
+	return ""
+}
+
+func (x *QueryCondition) GetValue() string {
+	if x != nil && x.Value != nil {
+		return *x.Value
+	}
+	return ""
+}
+
+// TimeWindow is [from, until); either side may be open, not both.
+type TimeWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Until         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimeWindow) Reset() {
+	*x = TimeWindow{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimeWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimeWindow) ProtoMessage() {}
+
+func (x *TimeWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimeWindow.ProtoReflect.Descriptor instead.
+func (*TimeWindow) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TimeWindow) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *TimeWindow) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+// Variant is one weighted destination of an A/B test.
+type Variant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Labels the variant on clicks and in statistics, like a rule's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// An http(s) URL, validated like long_url.
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// The variant's share is weight over the sum of weights: 1 to 1000.
+	Weight        int32 `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Variant) Reset() {
+	*x = Variant{}
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Variant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Variant) ProtoMessage() {}
+
+func (x *Variant) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Variant.ProtoReflect.Descriptor instead.
+func (*Variant) Descriptor() ([]byte, []int) {
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Variant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Variant) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Variant) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
 // DeviceTargets are optional destinations per device class. Each is an
 // http(s) URL validated like long_url; empty means long_url.
 type DeviceTargets struct {
@@ -969,7 +1325,7 @@ type DeviceTargets struct {
 
 func (x *DeviceTargets) Reset() {
 	*x = DeviceTargets{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1337,7 @@ func (x *DeviceTargets) String() string {
 func (*DeviceTargets) ProtoMessage() {}
 
 func (x *DeviceTargets) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[14]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1350,7 @@ func (x *DeviceTargets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeviceTargets.ProtoReflect.Descriptor instead.
 func (*DeviceTargets) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{14}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeviceTargets) GetIosUrl() string {
@@ -1036,14 +1392,18 @@ type CreateLinkRequest struct {
 	// See Link.device_targets.
 	DeviceTargets *DeviceTargets `protobuf:"bytes,9,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
 	// One of the caller's verified domains; empty: the default domain.
-	Domain        string `protobuf:"bytes,10,opt,name=domain,proto3" json:"domain,omitempty"`
+	Domain string `protobuf:"bytes,10,opt,name=domain,proto3" json:"domain,omitempty"`
+	// See Link.rules.
+	Rules []*RedirectRule `protobuf:"bytes,11,rep,name=rules,proto3" json:"rules,omitempty"`
+	// See Link.variants.
+	Variants      []*Variant `protobuf:"bytes,12,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateLinkRequest) Reset() {
 	*x = CreateLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1415,7 @@ func (x *CreateLinkRequest) String() string {
 func (*CreateLinkRequest) ProtoMessage() {}
 
 func (x *CreateLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[15]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1428,7 @@ func (x *CreateLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLinkRequest.ProtoReflect.Descriptor instead.
 func (*CreateLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{15}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateLinkRequest) GetLongUrl() string {
@@ -1141,6 +1501,20 @@ func (x *CreateLinkRequest) GetDomain() string {
 	return ""
 }
 
+func (x *CreateLinkRequest) GetRules() []*RedirectRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *CreateLinkRequest) GetVariants() []*Variant {
+	if x != nil {
+		return x.Variants
+	}
+	return nil
+}
+
 type CreateLinkResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Link  *Link                  `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
@@ -1155,7 +1529,7 @@ type CreateLinkResponse struct {
 
 func (x *CreateLinkResponse) Reset() {
 	*x = CreateLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1541,7 @@ func (x *CreateLinkResponse) String() string {
 func (*CreateLinkResponse) ProtoMessage() {}
 
 func (x *CreateLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[16]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1554,7 @@ func (x *CreateLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLinkResponse.ProtoReflect.Descriptor instead.
 func (*CreateLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{16}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateLinkResponse) GetLink() *Link {
@@ -1208,7 +1582,7 @@ type GetLinkRequest struct {
 
 func (x *GetLinkRequest) Reset() {
 	*x = GetLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1594,7 @@ func (x *GetLinkRequest) String() string {
 func (*GetLinkRequest) ProtoMessage() {}
 
 func (x *GetLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[17]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1607,7 @@ func (x *GetLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLinkRequest.ProtoReflect.Descriptor instead.
 func (*GetLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{17}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetLinkRequest) GetCode() string {
@@ -1259,7 +1633,7 @@ type GetLinkResponse struct {
 
 func (x *GetLinkResponse) Reset() {
 	*x = GetLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1645,7 @@ func (x *GetLinkResponse) String() string {
 func (*GetLinkResponse) ProtoMessage() {}
 
 func (x *GetLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[18]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1658,7 @@ func (x *GetLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLinkResponse.ProtoReflect.Descriptor instead.
 func (*GetLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{18}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetLinkResponse) GetLink() *Link {
@@ -1308,7 +1682,7 @@ type ListLinksRequest struct {
 
 func (x *ListLinksRequest) Reset() {
 	*x = ListLinksRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1694,7 @@ func (x *ListLinksRequest) String() string {
 func (*ListLinksRequest) ProtoMessage() {}
 
 func (x *ListLinksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[19]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1707,7 @@ func (x *ListLinksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLinksRequest.ProtoReflect.Descriptor instead.
 func (*ListLinksRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{19}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLinksRequest) GetPageSize() int32 {
@@ -1368,7 +1742,7 @@ type ListLinksResponse struct {
 
 func (x *ListLinksResponse) Reset() {
 	*x = ListLinksResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1754,7 @@ func (x *ListLinksResponse) String() string {
 func (*ListLinksResponse) ProtoMessage() {}
 
 func (x *ListLinksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[20]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1767,7 @@ func (x *ListLinksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLinksResponse.ProtoReflect.Descriptor instead.
 func (*ListLinksResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{20}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLinksResponse) GetLinks() []*Link {
@@ -1415,7 +1789,7 @@ type UpdateLinkRequest struct {
 	// The link to change, identified by its code and domain.
 	Link *Link `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
 	// Which fields of link to write: long_url, redirect_type, expire_time,
-	// disabled, tags, max_visits, password, device_targets.
+	// disabled, tags, max_visits, password, device_targets, rules, variants.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1423,7 +1797,7 @@ type UpdateLinkRequest struct {
 
 func (x *UpdateLinkRequest) Reset() {
 	*x = UpdateLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[21]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1809,7 @@ func (x *UpdateLinkRequest) String() string {
 func (*UpdateLinkRequest) ProtoMessage() {}
 
 func (x *UpdateLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[21]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1822,7 @@ func (x *UpdateLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLinkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{21}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateLinkRequest) GetLink() *Link {
@@ -1474,7 +1848,7 @@ type UpdateLinkResponse struct {
 
 func (x *UpdateLinkResponse) Reset() {
 	*x = UpdateLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[22]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1860,7 @@ func (x *UpdateLinkResponse) String() string {
 func (*UpdateLinkResponse) ProtoMessage() {}
 
 func (x *UpdateLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[22]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1873,7 @@ func (x *UpdateLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLinkResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{22}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpdateLinkResponse) GetLink() *Link {
@@ -1520,7 +1894,7 @@ type DeleteLinkRequest struct {
 
 func (x *DeleteLinkRequest) Reset() {
 	*x = DeleteLinkRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[23]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1906,7 @@ func (x *DeleteLinkRequest) String() string {
 func (*DeleteLinkRequest) ProtoMessage() {}
 
 func (x *DeleteLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[23]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1919,7 @@ func (x *DeleteLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLinkRequest.ProtoReflect.Descriptor instead.
 func (*DeleteLinkRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{23}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteLinkRequest) GetCode() string {
@@ -1570,7 +1944,7 @@ type DeleteLinkResponse struct {
 
 func (x *DeleteLinkResponse) Reset() {
 	*x = DeleteLinkResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[24]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1956,7 @@ func (x *DeleteLinkResponse) String() string {
 func (*DeleteLinkResponse) ProtoMessage() {}
 
 func (x *DeleteLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[24]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1969,7 @@ func (x *DeleteLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLinkResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLinkResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{24}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{29}
 }
 
 type BatchCreateLinksRequest struct {
@@ -1608,7 +1982,7 @@ type BatchCreateLinksRequest struct {
 
 func (x *BatchCreateLinksRequest) Reset() {
 	*x = BatchCreateLinksRequest{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[25]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1994,7 @@ func (x *BatchCreateLinksRequest) String() string {
 func (*BatchCreateLinksRequest) ProtoMessage() {}
 
 func (x *BatchCreateLinksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[25]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +2007,7 @@ func (x *BatchCreateLinksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateLinksRequest.ProtoReflect.Descriptor instead.
 func (*BatchCreateLinksRequest) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{25}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BatchCreateLinksRequest) GetRequests() []*CreateLinkRequest {
@@ -1659,7 +2033,7 @@ type BatchItemError struct {
 
 func (x *BatchItemError) Reset() {
 	*x = BatchItemError{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[26]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +2045,7 @@ func (x *BatchItemError) String() string {
 func (*BatchItemError) ProtoMessage() {}
 
 func (x *BatchItemError) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[26]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +2058,7 @@ func (x *BatchItemError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchItemError.ProtoReflect.Descriptor instead.
 func (*BatchItemError) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{26}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchItemError) GetCode() string {
@@ -1725,7 +2099,7 @@ type BatchCreateResult struct {
 
 func (x *BatchCreateResult) Reset() {
 	*x = BatchCreateResult{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[27]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +2111,7 @@ func (x *BatchCreateResult) String() string {
 func (*BatchCreateResult) ProtoMessage() {}
 
 func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[27]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +2124,7 @@ func (x *BatchCreateResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateResult.ProtoReflect.Descriptor instead.
 func (*BatchCreateResult) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{27}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BatchCreateResult) GetIndex() int32 {
@@ -1794,7 +2168,7 @@ type BatchCreateLinksResponse struct {
 
 func (x *BatchCreateLinksResponse) Reset() {
 	*x = BatchCreateLinksResponse{}
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[28]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2180,7 @@ func (x *BatchCreateLinksResponse) String() string {
 func (*BatchCreateLinksResponse) ProtoMessage() {}
 
 func (x *BatchCreateLinksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[28]
+	mi := &file_kurz_shortener_v1_shortener_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2193,7 @@ func (x *BatchCreateLinksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCreateLinksResponse.ProtoReflect.Descriptor instead.
 func (*BatchCreateLinksResponse) Descriptor() ([]byte, []int) {
-	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{28}
+	return file_kurz_shortener_v1_shortener_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BatchCreateLinksResponse) GetResults() []*BatchCreateResult {
@@ -1874,7 +2248,7 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x14ApproveDomainRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
 	"\x15ApproveDomainResponse\x121\n" +
-	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\xf2\x04\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\xe1\x05\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\tshort_url\x18\x02 \x01(\tR\bshortUrl\x12\x19\n" +
@@ -1895,14 +2269,41 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x12password_protected\x18\f \x01(\bR\x11passwordProtected\x12\x1a\n" +
 	"\bpassword\x18\r \x01(\tR\bpassword\x12G\n" +
 	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x12\x1b\n" +
-	"\x06domain\x18\x0f \x01(\tH\x00R\x06domain\x88\x01\x01B\t\n" +
-	"\a_domain\"j\n" +
+	"\x06domain\x18\x0f \x01(\tH\x00R\x06domain\x88\x01\x01\x125\n" +
+	"\x05rules\x18\x10 \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
+	"\bvariants\x18\x11 \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariantsB\t\n" +
+	"\a_domain\"v\n" +
+	"\fRedirectRule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +
+	"\n" +
+	"conditions\x18\x02 \x03(\v2 .kurz.shortener.v1.RuleConditionR\n" +
+	"conditions\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\"\xe7\x01\n" +
+	"\rRuleCondition\x12\x18\n" +
+	"\adevices\x18\x01 \x03(\tR\adevices\x12\x1c\n" +
+	"\tlanguages\x18\x02 \x03(\tR\tlanguages\x127\n" +
+	"\x05query\x18\x03 \x01(\v2!.kurz.shortener.v1.QueryConditionR\x05query\x12\x14\n" +
+	"\x05cidrs\x18\x04 \x03(\tR\x05cidrs\x12\x1c\n" +
+	"\tcountries\x18\x05 \x03(\tR\tcountries\x121\n" +
+	"\x04time\x18\x06 \x01(\v2\x1d.kurz.shortener.v1.TimeWindowR\x04time\"K\n" +
+	"\x0eQueryCondition\x12\x14\n" +
+	"\x05param\x18\x01 \x01(\tR\x05param\x12\x19\n" +
+	"\x05value\x18\x02 \x01(\tH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"n\n" +
+	"\n" +
+	"TimeWindow\x12.\n" +
+	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"G\n" +
+	"\aVariant\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06weight\x18\x03 \x01(\x05R\x06weight\"j\n" +
 	"\rDeviceTargets\x12\x17\n" +
 	"\aios_url\x18\x01 \x01(\tR\x06iosUrl\x12\x1f\n" +
 	"\vandroid_url\x18\x02 \x01(\tR\n" +
 	"androidUrl\x12\x1f\n" +
 	"\vdesktop_url\x18\x03 \x01(\tR\n" +
-	"desktopUrl\"\xb5\x03\n" +
+	"desktopUrl\"\xa4\x04\n" +
 	"\x11CreateLinkRequest\x12\x19\n" +
 	"\blong_url\x18\x01 \x01(\tR\alongUrl\x12/\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x1b.kurz.shortener.v1.CodeModeR\x04mode\x12!\n" +
@@ -1916,7 +2317,9 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\bpassword\x18\b \x01(\tR\bpassword\x12G\n" +
 	"\x0edevice_targets\x18\t \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x12\x16\n" +
 	"\x06domain\x18\n" +
-	" \x01(\tR\x06domain\"[\n" +
+	" \x01(\tR\x06domain\x125\n" +
+	"\x05rules\x18\v \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
+	"\bvariants\x18\f \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\"[\n" +
 	"\x12CreateLinkResponse\x12+\n" +
 	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"<\n" +
@@ -2000,7 +2403,7 @@ func file_kurz_shortener_v1_shortener_proto_rawDescGZIP() []byte {
 }
 
 var file_kurz_shortener_v1_shortener_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kurz_shortener_v1_shortener_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_kurz_shortener_v1_shortener_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_kurz_shortener_v1_shortener_proto_goTypes = []any{
 	(CodeMode)(0),                    // 0: kurz.shortener.v1.CodeMode
 	(RedirectType)(0),                // 1: kurz.shortener.v1.RedirectType
@@ -2018,80 +2421,94 @@ var file_kurz_shortener_v1_shortener_proto_goTypes = []any{
 	(*ApproveDomainRequest)(nil),     // 13: kurz.shortener.v1.ApproveDomainRequest
 	(*ApproveDomainResponse)(nil),    // 14: kurz.shortener.v1.ApproveDomainResponse
 	(*Link)(nil),                     // 15: kurz.shortener.v1.Link
-	(*DeviceTargets)(nil),            // 16: kurz.shortener.v1.DeviceTargets
-	(*CreateLinkRequest)(nil),        // 17: kurz.shortener.v1.CreateLinkRequest
-	(*CreateLinkResponse)(nil),       // 18: kurz.shortener.v1.CreateLinkResponse
-	(*GetLinkRequest)(nil),           // 19: kurz.shortener.v1.GetLinkRequest
-	(*GetLinkResponse)(nil),          // 20: kurz.shortener.v1.GetLinkResponse
-	(*ListLinksRequest)(nil),         // 21: kurz.shortener.v1.ListLinksRequest
-	(*ListLinksResponse)(nil),        // 22: kurz.shortener.v1.ListLinksResponse
-	(*UpdateLinkRequest)(nil),        // 23: kurz.shortener.v1.UpdateLinkRequest
-	(*UpdateLinkResponse)(nil),       // 24: kurz.shortener.v1.UpdateLinkResponse
-	(*DeleteLinkRequest)(nil),        // 25: kurz.shortener.v1.DeleteLinkRequest
-	(*DeleteLinkResponse)(nil),       // 26: kurz.shortener.v1.DeleteLinkResponse
-	(*BatchCreateLinksRequest)(nil),  // 27: kurz.shortener.v1.BatchCreateLinksRequest
-	(*BatchItemError)(nil),           // 28: kurz.shortener.v1.BatchItemError
-	(*BatchCreateResult)(nil),        // 29: kurz.shortener.v1.BatchCreateResult
-	(*BatchCreateLinksResponse)(nil), // 30: kurz.shortener.v1.BatchCreateLinksResponse
-	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 32: google.protobuf.FieldMask
+	(*RedirectRule)(nil),             // 16: kurz.shortener.v1.RedirectRule
+	(*RuleCondition)(nil),            // 17: kurz.shortener.v1.RuleCondition
+	(*QueryCondition)(nil),           // 18: kurz.shortener.v1.QueryCondition
+	(*TimeWindow)(nil),               // 19: kurz.shortener.v1.TimeWindow
+	(*Variant)(nil),                  // 20: kurz.shortener.v1.Variant
+	(*DeviceTargets)(nil),            // 21: kurz.shortener.v1.DeviceTargets
+	(*CreateLinkRequest)(nil),        // 22: kurz.shortener.v1.CreateLinkRequest
+	(*CreateLinkResponse)(nil),       // 23: kurz.shortener.v1.CreateLinkResponse
+	(*GetLinkRequest)(nil),           // 24: kurz.shortener.v1.GetLinkRequest
+	(*GetLinkResponse)(nil),          // 25: kurz.shortener.v1.GetLinkResponse
+	(*ListLinksRequest)(nil),         // 26: kurz.shortener.v1.ListLinksRequest
+	(*ListLinksResponse)(nil),        // 27: kurz.shortener.v1.ListLinksResponse
+	(*UpdateLinkRequest)(nil),        // 28: kurz.shortener.v1.UpdateLinkRequest
+	(*UpdateLinkResponse)(nil),       // 29: kurz.shortener.v1.UpdateLinkResponse
+	(*DeleteLinkRequest)(nil),        // 30: kurz.shortener.v1.DeleteLinkRequest
+	(*DeleteLinkResponse)(nil),       // 31: kurz.shortener.v1.DeleteLinkResponse
+	(*BatchCreateLinksRequest)(nil),  // 32: kurz.shortener.v1.BatchCreateLinksRequest
+	(*BatchItemError)(nil),           // 33: kurz.shortener.v1.BatchItemError
+	(*BatchCreateResult)(nil),        // 34: kurz.shortener.v1.BatchCreateResult
+	(*BatchCreateLinksResponse)(nil), // 35: kurz.shortener.v1.BatchCreateLinksResponse
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 37: google.protobuf.FieldMask
 }
 var file_kurz_shortener_v1_shortener_proto_depIdxs = []int32{
-	31, // 0: kurz.shortener.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
-	31, // 1: kurz.shortener.v1.Domain.verify_time:type_name -> google.protobuf.Timestamp
+	36, // 0: kurz.shortener.v1.Domain.create_time:type_name -> google.protobuf.Timestamp
+	36, // 1: kurz.shortener.v1.Domain.verify_time:type_name -> google.protobuf.Timestamp
 	2,  // 2: kurz.shortener.v1.RegisterDomainResponse.domain:type_name -> kurz.shortener.v1.Domain
 	2,  // 3: kurz.shortener.v1.ListDomainsResponse.domains:type_name -> kurz.shortener.v1.Domain
 	2,  // 4: kurz.shortener.v1.GetDomainResponse.domain:type_name -> kurz.shortener.v1.Domain
 	2,  // 5: kurz.shortener.v1.VerifyDomainResponse.domain:type_name -> kurz.shortener.v1.Domain
 	2,  // 6: kurz.shortener.v1.ApproveDomainResponse.domain:type_name -> kurz.shortener.v1.Domain
 	1,  // 7: kurz.shortener.v1.Link.redirect_type:type_name -> kurz.shortener.v1.RedirectType
-	31, // 8: kurz.shortener.v1.Link.create_time:type_name -> google.protobuf.Timestamp
-	31, // 9: kurz.shortener.v1.Link.update_time:type_name -> google.protobuf.Timestamp
-	31, // 10: kurz.shortener.v1.Link.expire_time:type_name -> google.protobuf.Timestamp
-	16, // 11: kurz.shortener.v1.Link.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
-	0,  // 12: kurz.shortener.v1.CreateLinkRequest.mode:type_name -> kurz.shortener.v1.CodeMode
-	31, // 13: kurz.shortener.v1.CreateLinkRequest.expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 14: kurz.shortener.v1.CreateLinkRequest.redirect_type:type_name -> kurz.shortener.v1.RedirectType
-	16, // 15: kurz.shortener.v1.CreateLinkRequest.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
-	15, // 16: kurz.shortener.v1.CreateLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	15, // 17: kurz.shortener.v1.GetLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	15, // 18: kurz.shortener.v1.ListLinksResponse.links:type_name -> kurz.shortener.v1.Link
-	15, // 19: kurz.shortener.v1.UpdateLinkRequest.link:type_name -> kurz.shortener.v1.Link
-	32, // 20: kurz.shortener.v1.UpdateLinkRequest.update_mask:type_name -> google.protobuf.FieldMask
-	15, // 21: kurz.shortener.v1.UpdateLinkResponse.link:type_name -> kurz.shortener.v1.Link
-	17, // 22: kurz.shortener.v1.BatchCreateLinksRequest.requests:type_name -> kurz.shortener.v1.CreateLinkRequest
-	15, // 23: kurz.shortener.v1.BatchCreateResult.link:type_name -> kurz.shortener.v1.Link
-	28, // 24: kurz.shortener.v1.BatchCreateResult.error:type_name -> kurz.shortener.v1.BatchItemError
-	29, // 25: kurz.shortener.v1.BatchCreateLinksResponse.results:type_name -> kurz.shortener.v1.BatchCreateResult
-	17, // 26: kurz.shortener.v1.ShortenerService.CreateLink:input_type -> kurz.shortener.v1.CreateLinkRequest
-	19, // 27: kurz.shortener.v1.ShortenerService.GetLink:input_type -> kurz.shortener.v1.GetLinkRequest
-	21, // 28: kurz.shortener.v1.ShortenerService.ListLinks:input_type -> kurz.shortener.v1.ListLinksRequest
-	23, // 29: kurz.shortener.v1.ShortenerService.UpdateLink:input_type -> kurz.shortener.v1.UpdateLinkRequest
-	25, // 30: kurz.shortener.v1.ShortenerService.DeleteLink:input_type -> kurz.shortener.v1.DeleteLinkRequest
-	27, // 31: kurz.shortener.v1.ShortenerService.BatchCreateLinks:input_type -> kurz.shortener.v1.BatchCreateLinksRequest
-	3,  // 32: kurz.shortener.v1.ShortenerService.RegisterDomain:input_type -> kurz.shortener.v1.RegisterDomainRequest
-	5,  // 33: kurz.shortener.v1.ShortenerService.ListDomains:input_type -> kurz.shortener.v1.ListDomainsRequest
-	7,  // 34: kurz.shortener.v1.ShortenerService.GetDomain:input_type -> kurz.shortener.v1.GetDomainRequest
-	9,  // 35: kurz.shortener.v1.ShortenerService.VerifyDomain:input_type -> kurz.shortener.v1.VerifyDomainRequest
-	11, // 36: kurz.shortener.v1.ShortenerService.DeleteDomain:input_type -> kurz.shortener.v1.DeleteDomainRequest
-	13, // 37: kurz.shortener.v1.ShortenerService.ApproveDomain:input_type -> kurz.shortener.v1.ApproveDomainRequest
-	18, // 38: kurz.shortener.v1.ShortenerService.CreateLink:output_type -> kurz.shortener.v1.CreateLinkResponse
-	20, // 39: kurz.shortener.v1.ShortenerService.GetLink:output_type -> kurz.shortener.v1.GetLinkResponse
-	22, // 40: kurz.shortener.v1.ShortenerService.ListLinks:output_type -> kurz.shortener.v1.ListLinksResponse
-	24, // 41: kurz.shortener.v1.ShortenerService.UpdateLink:output_type -> kurz.shortener.v1.UpdateLinkResponse
-	26, // 42: kurz.shortener.v1.ShortenerService.DeleteLink:output_type -> kurz.shortener.v1.DeleteLinkResponse
-	30, // 43: kurz.shortener.v1.ShortenerService.BatchCreateLinks:output_type -> kurz.shortener.v1.BatchCreateLinksResponse
-	4,  // 44: kurz.shortener.v1.ShortenerService.RegisterDomain:output_type -> kurz.shortener.v1.RegisterDomainResponse
-	6,  // 45: kurz.shortener.v1.ShortenerService.ListDomains:output_type -> kurz.shortener.v1.ListDomainsResponse
-	8,  // 46: kurz.shortener.v1.ShortenerService.GetDomain:output_type -> kurz.shortener.v1.GetDomainResponse
-	10, // 47: kurz.shortener.v1.ShortenerService.VerifyDomain:output_type -> kurz.shortener.v1.VerifyDomainResponse
-	12, // 48: kurz.shortener.v1.ShortenerService.DeleteDomain:output_type -> kurz.shortener.v1.DeleteDomainResponse
-	14, // 49: kurz.shortener.v1.ShortenerService.ApproveDomain:output_type -> kurz.shortener.v1.ApproveDomainResponse
-	38, // [38:50] is the sub-list for method output_type
-	26, // [26:38] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	36, // 8: kurz.shortener.v1.Link.create_time:type_name -> google.protobuf.Timestamp
+	36, // 9: kurz.shortener.v1.Link.update_time:type_name -> google.protobuf.Timestamp
+	36, // 10: kurz.shortener.v1.Link.expire_time:type_name -> google.protobuf.Timestamp
+	21, // 11: kurz.shortener.v1.Link.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
+	16, // 12: kurz.shortener.v1.Link.rules:type_name -> kurz.shortener.v1.RedirectRule
+	20, // 13: kurz.shortener.v1.Link.variants:type_name -> kurz.shortener.v1.Variant
+	17, // 14: kurz.shortener.v1.RedirectRule.conditions:type_name -> kurz.shortener.v1.RuleCondition
+	18, // 15: kurz.shortener.v1.RuleCondition.query:type_name -> kurz.shortener.v1.QueryCondition
+	19, // 16: kurz.shortener.v1.RuleCondition.time:type_name -> kurz.shortener.v1.TimeWindow
+	36, // 17: kurz.shortener.v1.TimeWindow.from:type_name -> google.protobuf.Timestamp
+	36, // 18: kurz.shortener.v1.TimeWindow.until:type_name -> google.protobuf.Timestamp
+	0,  // 19: kurz.shortener.v1.CreateLinkRequest.mode:type_name -> kurz.shortener.v1.CodeMode
+	36, // 20: kurz.shortener.v1.CreateLinkRequest.expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 21: kurz.shortener.v1.CreateLinkRequest.redirect_type:type_name -> kurz.shortener.v1.RedirectType
+	21, // 22: kurz.shortener.v1.CreateLinkRequest.device_targets:type_name -> kurz.shortener.v1.DeviceTargets
+	16, // 23: kurz.shortener.v1.CreateLinkRequest.rules:type_name -> kurz.shortener.v1.RedirectRule
+	20, // 24: kurz.shortener.v1.CreateLinkRequest.variants:type_name -> kurz.shortener.v1.Variant
+	15, // 25: kurz.shortener.v1.CreateLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	15, // 26: kurz.shortener.v1.GetLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	15, // 27: kurz.shortener.v1.ListLinksResponse.links:type_name -> kurz.shortener.v1.Link
+	15, // 28: kurz.shortener.v1.UpdateLinkRequest.link:type_name -> kurz.shortener.v1.Link
+	37, // 29: kurz.shortener.v1.UpdateLinkRequest.update_mask:type_name -> google.protobuf.FieldMask
+	15, // 30: kurz.shortener.v1.UpdateLinkResponse.link:type_name -> kurz.shortener.v1.Link
+	22, // 31: kurz.shortener.v1.BatchCreateLinksRequest.requests:type_name -> kurz.shortener.v1.CreateLinkRequest
+	15, // 32: kurz.shortener.v1.BatchCreateResult.link:type_name -> kurz.shortener.v1.Link
+	33, // 33: kurz.shortener.v1.BatchCreateResult.error:type_name -> kurz.shortener.v1.BatchItemError
+	34, // 34: kurz.shortener.v1.BatchCreateLinksResponse.results:type_name -> kurz.shortener.v1.BatchCreateResult
+	22, // 35: kurz.shortener.v1.ShortenerService.CreateLink:input_type -> kurz.shortener.v1.CreateLinkRequest
+	24, // 36: kurz.shortener.v1.ShortenerService.GetLink:input_type -> kurz.shortener.v1.GetLinkRequest
+	26, // 37: kurz.shortener.v1.ShortenerService.ListLinks:input_type -> kurz.shortener.v1.ListLinksRequest
+	28, // 38: kurz.shortener.v1.ShortenerService.UpdateLink:input_type -> kurz.shortener.v1.UpdateLinkRequest
+	30, // 39: kurz.shortener.v1.ShortenerService.DeleteLink:input_type -> kurz.shortener.v1.DeleteLinkRequest
+	32, // 40: kurz.shortener.v1.ShortenerService.BatchCreateLinks:input_type -> kurz.shortener.v1.BatchCreateLinksRequest
+	3,  // 41: kurz.shortener.v1.ShortenerService.RegisterDomain:input_type -> kurz.shortener.v1.RegisterDomainRequest
+	5,  // 42: kurz.shortener.v1.ShortenerService.ListDomains:input_type -> kurz.shortener.v1.ListDomainsRequest
+	7,  // 43: kurz.shortener.v1.ShortenerService.GetDomain:input_type -> kurz.shortener.v1.GetDomainRequest
+	9,  // 44: kurz.shortener.v1.ShortenerService.VerifyDomain:input_type -> kurz.shortener.v1.VerifyDomainRequest
+	11, // 45: kurz.shortener.v1.ShortenerService.DeleteDomain:input_type -> kurz.shortener.v1.DeleteDomainRequest
+	13, // 46: kurz.shortener.v1.ShortenerService.ApproveDomain:input_type -> kurz.shortener.v1.ApproveDomainRequest
+	23, // 47: kurz.shortener.v1.ShortenerService.CreateLink:output_type -> kurz.shortener.v1.CreateLinkResponse
+	25, // 48: kurz.shortener.v1.ShortenerService.GetLink:output_type -> kurz.shortener.v1.GetLinkResponse
+	27, // 49: kurz.shortener.v1.ShortenerService.ListLinks:output_type -> kurz.shortener.v1.ListLinksResponse
+	29, // 50: kurz.shortener.v1.ShortenerService.UpdateLink:output_type -> kurz.shortener.v1.UpdateLinkResponse
+	31, // 51: kurz.shortener.v1.ShortenerService.DeleteLink:output_type -> kurz.shortener.v1.DeleteLinkResponse
+	35, // 52: kurz.shortener.v1.ShortenerService.BatchCreateLinks:output_type -> kurz.shortener.v1.BatchCreateLinksResponse
+	4,  // 53: kurz.shortener.v1.ShortenerService.RegisterDomain:output_type -> kurz.shortener.v1.RegisterDomainResponse
+	6,  // 54: kurz.shortener.v1.ShortenerService.ListDomains:output_type -> kurz.shortener.v1.ListDomainsResponse
+	8,  // 55: kurz.shortener.v1.ShortenerService.GetDomain:output_type -> kurz.shortener.v1.GetDomainResponse
+	10, // 56: kurz.shortener.v1.ShortenerService.VerifyDomain:output_type -> kurz.shortener.v1.VerifyDomainResponse
+	12, // 57: kurz.shortener.v1.ShortenerService.DeleteDomain:output_type -> kurz.shortener.v1.DeleteDomainResponse
+	14, // 58: kurz.shortener.v1.ShortenerService.ApproveDomain:output_type -> kurz.shortener.v1.ApproveDomainResponse
+	47, // [47:59] is the sub-list for method output_type
+	35, // [35:47] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_kurz_shortener_v1_shortener_proto_init() }
@@ -2100,13 +2517,14 @@ func file_kurz_shortener_v1_shortener_proto_init() {
 		return
 	}
 	file_kurz_shortener_v1_shortener_proto_msgTypes[13].OneofWrappers = []any{}
+	file_kurz_shortener_v1_shortener_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kurz_shortener_v1_shortener_proto_rawDesc), len(file_kurz_shortener_v1_shortener_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -80,7 +80,9 @@ var tables = []table{{
 		new_visitor   UInt8,
 		suspect       UInt8,
 		inserted_at   DateTime,
-		country       String DEFAULT ''`,
+		country       String DEFAULT '',
+		rule          String DEFAULT '',
+		variant       String DEFAULT ''`,
 	keys: `PARTITION BY toYYYYMM(ts)
 	ORDER BY (tenant, code, ts, eid)`,
 }, {
@@ -131,13 +133,16 @@ var views = []view{{
 	FROM %s
 	GROUP BY tenant, code, hour`,
 }, {
-	// v2: the country dimension. The earlier view is dropped (retired).
-	name: DimsTable + "_v2_mv", to: DimsTable, from: EventsTable, retired: []string{DimsTable + "_mv"},
+	// v2: the country dimension; v3: the rule and variant dimensions. The
+	// earlier views are dropped (retired).
+	name: DimsTable + "_v3_mv", to: DimsTable, from: EventsTable,
+	retired: []string{DimsTable + "_mv", DimsTable + "_v2_mv"},
 	query: `SELECT tenant, code, ` + hourOf + ` AS hour,
 		tupleElement(d, 1) AS dim, tupleElement(d, 2) AS key, count() AS clicks
 	FROM %s
 	ARRAY JOIN [('` + DimReferrer + `', referrer_host), ('` + DimBrowser + `', browser),
-		('` + DimOS + `', os), ('` + DimDevice + `', device), ('` + DimCountry + `', country)] AS d
+		('` + DimOS + `', os), ('` + DimDevice + `', device), ('` + DimCountry + `', country),
+		('` + DimRule + `', rule), ('` + DimVariant + `', variant)] AS d
 	GROUP BY tenant, code, hour, dim, key`,
 }, {
 	name: OwnersTable + "_mv", to: OwnersTable, from: EventsTable,
@@ -245,12 +250,17 @@ const (
 	DimOS       = "os"
 	DimDevice   = "device"
 	DimCountry  = "country"
+	// DimRule and DimVariant are the link's redirect rule or A/B-test
+	// variant that chose the destination ("" when none did).
+	DimRule    = "rule"
+	DimVariant = "variant"
 )
 
 // eventColumns are the columns Insert writes, in order.
 var eventColumns = []string{
 	"tenant", "code", "ts", "event_id", "eid", "visitor", "referrer", "referrer_host", "user_agent",
 	"browser", "os", "device", "is_bot", "is_flood", "new_visitor", "suspect", "inserted_at", "country",
+	"rule", "variant",
 }
 
 // requiredColumns are the columns this version reads or writes, per table

@@ -66,6 +66,9 @@ type Click struct {
 	NewVisitor bool
 	// Suspect marks a row that may duplicate another (see the package doc).
 	Suspect bool
+	// Rule and Variant name the link's redirect rule or variant that chose
+	// the destination; empty when none did.
+	Rule, Variant string
 }
 
 // EID is the 64-bit FNV-1a hash of an event ID: the raw table's sort key
@@ -106,7 +109,7 @@ func (s *Store) Insert(ctx context.Context, rows []Click) error {
 		r := &rows[i]
 		if err := b.Append(r.Tenant, r.Code, r.Time, r.EventID, EID(r.EventID), r.Visitor, r.Referrer,
 			r.ReferrerHost, r.UserAgent, r.Browser, r.OS, r.Device,
-			u8(r.Bot), u8(r.Flood), u8(r.NewVisitor), u8(r.Suspect), now, r.Country); err != nil {
+			u8(r.Bot), u8(r.Flood), u8(r.NewVisitor), u8(r.Suspect), now, r.Country, r.Rule, r.Variant); err != nil {
 			_ = b.Abort()
 			return fmt.Errorf("clickhouse append: %w: %w", ErrNotSent, err)
 		}
@@ -319,6 +322,7 @@ type Duplicate struct {
 	// Hour is the Unix second of the event's hour.
 	Hour                                       int64
 	ReferrerHost, Browser, OS, Device, Country string
+	Rule, Variant                              string
 	Copies                                     []Flags
 }
 
@@ -333,7 +337,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 	suspects := `SELECT %s FROM ` + s.layout.LocalQualified(SuspectsTable) + `
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)`
 	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device), any(country),
-			groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)
+			any(rule), any(variant), groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)
 		FROM `+EventsTable+`
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
 			AND ts IN (`+fmt.Sprintf(suspects, "ts")+`)
@@ -352,7 +356,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		var d Duplicate
 		var ts uint32
 		var bots, floods, news []uint8
-		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &d.Country, &bots, &floods, &news); err != nil {
+		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &d.Country, &d.Rule, &d.Variant, &bots, &floods, &news); err != nil {
 			return nil, readErr("clickhouse duplicates", err)
 		}
 		d.Hour = int64(ts) / 3600 * 3600

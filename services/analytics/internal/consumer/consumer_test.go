@@ -576,3 +576,40 @@ func TestGracefulShutdownAcknowledges(t *testing.T) {
 	}
 	expect(events).check(t, e.stats(code))
 }
+
+// TestRulesAndVariantsReachTheStats: the rule and variant a click event
+// names (and an event without them, as an older redirect writes) are
+// stored and counted per rule and per variant.
+func TestRulesAndVariantsReachTheStats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "rul" + rnd()
+	var events []clickevent.Event
+	for i := range 6 {
+		ev := e.click(code, time.Duration(i)*time.Second, visitor(i), chromeUA, "")
+		switch {
+		case i < 2:
+			ev.Rule = "de"
+		case i < 5:
+			ev.Variant = []string{"a", "b", "a"}[i-2]
+		}
+		events = append(events, ev)
+	}
+	e.start(e.opts(), e.rdb, e.store, allowAll(t))
+	e.xadd(events...)
+	eventually(t, 20*time.Second, "all events stored", func() (bool, string) {
+		n := e.stats(code).GetCounts().GetTotal()
+		return n == 6, fmt.Sprintf("total %d", n)
+	})
+	resp := e.stats(code)
+	got := func(list []*analyticsv1.KeyCount) map[string]int64 {
+		m := map[string]int64{}
+		for _, kc := range list {
+			m[kc.GetKey()] = kc.GetCount()
+		}
+		return m
+	}
+	if r, v := got(resp.GetRules()), got(resp.GetVariants()); len(r) != 1 || r["de"] != 2 || len(v) != 2 || v["a"] != 2 || v["b"] != 1 {
+		t.Fatalf("rules %v variants %v; want de: 2, and a: 2, b: 1", r, v)
+	}
+}

@@ -38,6 +38,11 @@ const (
 	AutoHourlyRange = 48 * time.Hour
 	// TopN is the length of every top list.
 	TopN = 10
+	// MaxRules and MaxVariants bound the rules and variants lists: a
+	// link's current rules and variants (linkrules' bounds) and some of
+	// those it had before.
+	MaxRules    = 40
+	MaxVariants = 20
 	// maxTenantLen matches the shortener's bound on tenant metadata.
 	maxTenantLen = 128
 )
@@ -248,6 +253,7 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 		for dim, key := range map[string]string{
 			clickstore.DimReferrer: d.ReferrerHost, clickstore.DimBrowser: d.Browser,
 			clickstore.DimOS: d.OS, clickstore.DimDevice: d.Device, clickstore.DimCountry: d.Country,
+			clickstore.DimRule: d.Rule, clickstore.DimVariant: d.Variant,
 		} {
 			if m := dims[dim]; m != nil {
 				m[key] -= extra
@@ -271,6 +277,8 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 		TopOperatingSystems: top(dims[clickstore.DimOS]),
 		TopDevices:          top(dims[clickstore.DimDevice]),
 		TopCountries:        top(dims[clickstore.DimCountry]),
+		Rules:               named(dims[clickstore.DimRule], MaxRules),
+		Variants:            named(dims[clickstore.DimVariant], MaxVariants),
 	}
 	var total clickstore.Counts
 	buckets := make(map[int64]clickstore.Counts)
@@ -297,8 +305,18 @@ func counts(c clickstore.Counts) *analyticsv1.ClickCounts {
 	return &analyticsv1.ClickCounts{Total: c.Total, Human: c.Human, UniqueVisitors: c.Visitors, Bot: c.Bot, Flood: c.Flood}
 }
 
+// named returns the clicks of m's named keys (rules or variants; "" is
+// the clicks none of them chose), at most n, by count, ties by key.
+func named(m map[string]int64, n int) []*analyticsv1.KeyCount {
+	delete(m, "")
+	return topN(m, n)
+}
+
 // top returns the TopN keys by count, ties by key.
-func top(m map[string]int64) []*analyticsv1.KeyCount {
+func top(m map[string]int64) []*analyticsv1.KeyCount { return topN(m, TopN) }
+
+// topN returns the n keys of m by count, ties by key.
+func topN(m map[string]int64, n int) []*analyticsv1.KeyCount {
 	out := make([]*analyticsv1.KeyCount, 0, min(len(m), TopN))
 	for k, n := range m {
 		if n > 0 {
@@ -308,7 +326,7 @@ func top(m map[string]int64) []*analyticsv1.KeyCount {
 	slices.SortFunc(out, func(a, b *analyticsv1.KeyCount) int {
 		return cmp.Or(cmp.Compare(b.GetCount(), a.GetCount()), cmp.Compare(a.GetKey(), b.GetKey()))
 	})
-	return out[:min(len(out), TopN)]
+	return out[:min(len(out), n)]
 }
 
 // clip shortens what a client sent before it is echoed in an error.

@@ -242,10 +242,13 @@ func TestDuplicatesCountOnce(t *testing.T) {
 	store := newStore(t, "")
 	tenant, code := "dup-"+rnd(), "dup"+rnd()
 	at := day0.Add(3*time.Hour + 10*time.Minute)
+	// e1 went where rule "de" said, e2 and e5 to variant a, e4 to b.
+	rules := map[string]string{"e1": "de"}
+	variants := map[string]string{"e2": "a", "e5": "a", "e4": "b"}
 	row := func(id, ref, browser string, bot, flood, newVisitor, suspect bool) clickstore.Click {
 		return clickstore.Click{Tenant: tenant, Code: code, Time: at, EventID: id, Visitor: "v-" + id,
 			ReferrerHost: ref, Browser: browser, OS: "Linux", Device: "desktop",
-			Bot: bot, Flood: flood, NewVisitor: newVisitor, Suspect: suspect}
+			Bot: bot, Flood: flood, NewVisitor: newVisitor, Suspect: suspect, Rule: rules[id], Variant: variants[id]}
 	}
 	err := store.Insert(context.Background(), []clickstore.Click{
 		row("e1", "a.com", "Chrome", false, false, true, false), // human, first visit...
@@ -280,10 +283,13 @@ func TestDuplicatesCountOnce(t *testing.T) {
 		"browsers":  {"Chrome": 3, "Firefox": 1, "Bot": 1},
 		"os":        {"Linux": 5},
 		"devices":   {"desktop": 5},
+		"rules":     {"de": 1},
+		"variants":  {"a": 2, "b": 1},
 	}
 	for name, list := range map[string][]*analyticsv1.KeyCount{
 		"referrers": resp.GetTopReferrers(), "browsers": resp.GetTopBrowsers(),
 		"os": resp.GetTopOperatingSystems(), "devices": resp.GetTopDevices(),
+		"rules": resp.GetRules(), "variants": resp.GetVariants(),
 	} {
 		gotTop := map[string]int64{}
 		for _, kc := range list {

@@ -35,6 +35,8 @@ type apiLink struct {
 		AndroidURL string `json:"androidUrl"`
 		DesktopURL string `json:"desktopUrl"`
 	} `json:"deviceTargets"`
+	Rules    []json.RawMessage `json:"rules"`
+	Variants []json.RawMessage `json:"variants"`
 }
 
 // batchAnswer is the answer of POST /v1/links:batch.

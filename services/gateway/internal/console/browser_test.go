@@ -114,14 +114,22 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	do("close the QR code", chromedp.Click(chromedp.CSS("#qr-close")), chromedp.WaitNotVisible(chromedp.CSS("#qr-dialog")))
 
-	// Edit the long URL through the same form (a PATCH); the list reloads
-	// with it.
+	// Edit the long URL through the same form (a PATCH), with a redirect
+	// rule and an A/B variant; the list reloads with it.
 	editedURL := longURL + "/edited"
+	const (
+		promoURL   = "https://example.com/console/promo"
+		variantURL = "https://example.com/console/only"
+		rulesJSON  = `[{"name": "promo", "conditions": [{"query": {"param": "promo"}}], "url": "` + promoURL + `"}]`
+		variants   = "only 1 " + variantURL
+	)
 	n := eval(listed)
 	do("edit the link",
 		chromedp.Click(chromedp.CSS(row+" button.edit")),
 		chromedp.WaitVisible(chromedp.CSS("#link-dialog")),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('f-long-url').value = ''`),
+		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.getElementById('f-rules').value = %q;
+			document.getElementById('f-variants').value = %q`, rulesJSON, variants)),
 		chromedp.SendKeys(chromedp.CSS("#f-long-url"), editedURL),
 		chromedp.Click(chromedp.CSS("#link-save")),
 		chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")),
@@ -130,14 +138,34 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("listed target after the edit %q (form error %q), want %q", got, text("#link-form-error"), editedURL)
 	}
 	longURL = editedURL
+	// The form shows the rule and the variant again, as stored.
+	do("reopen the form",
+		chromedp.Click(chromedp.CSS(row+" button.edit")),
+		chromedp.WaitVisible(chromedp.CSS("#link-dialog")))
+	if got := eval(`document.getElementById('f-variants').value`); got != variants {
+		t.Errorf("variants in the form: %q, want %q", got, variants)
+	}
+	if got := eval(`JSON.stringify(JSON.parse(document.getElementById('f-rules').value))`); !strings.Contains(got, `"name":"promo"`) || !strings.Contains(got, promoURL) {
+		t.Errorf("rules in the form: %s", got)
+	}
+	// A list that is not JSON is refused in the page, nothing sent.
+	do("a malformed rule",
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('f-rules').value = '[{'`),
+		chromedp.Click(chromedp.CSS("#link-save")),
+		chromedp.Poll[chromedp.Void](`document.getElementById('link-form-error').textContent.startsWith('Rules: not JSON')`, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Click(chromedp.CSS("#link-cancel")),
+		chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")))
 
-	// A human (in Germany, says the redirect's fixture GeoIP database) and
-	// a bot (somewhere it does not know) open the short URL.
-	for _, c := range []struct{ ua, referer, ip string }{
-		{humanUA, "https://news.example/console", geoiptest.IPv4DE}, {botUA, "", geoiptest.IPv4Unknown},
+	// A human (in Germany, says the redirect's fixture GeoIP database)
+	// opens the short URL and gets the variant (no rule matches); a bot
+	// (somewhere it does not know) opens it with ?promo and gets the
+	// rule's URL.
+	for _, c := range []struct{ ua, referer, ip, query, want string }{
+		{humanUA, "https://news.example/console", geoiptest.IPv4DE, "", variantURL},
+		{botUA, "", geoiptest.IPv4Unknown, "?promo", promoURL},
 	} {
-		if st, loc := visit(t, shortURL, c.ua, c.referer, c.ip); st != http.StatusFound || loc != longURL {
-			t.Fatalf("GET %s as %q: %d Location %q, want 302 to %s", shortURL, c.ua, st, loc, longURL)
+		if st, loc := visit(t, shortURL+c.query, c.ua, c.referer, c.ip); st != http.StatusFound || loc != c.want {
+			t.Fatalf("GET %s%s as %q: %d Location %q, want 302 to %s", shortURL, c.query, c.ua, st, loc, c.want)
 		}
 	}
 
@@ -181,6 +209,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		"#stats-browsers":  {"Firefox1", "Bot1"},
 		"#stats-devices":   {"desktop1", "bot1"},
 		"#stats-countries": {"Germany (DE)1", "(unknown)1"},
+		"#stats-rules":     {"promo1"},
+		"#stats-variants":  {"only1"},
 	} {
 		got := text(table)
 		for _, w := range want {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,6 +21,7 @@ import (
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/testkit/servertest"
 	stackgate "kurz.dev/pkg/testkit/stack"
+	"kurz.dev/pkg/testkit/webhooktest"
 	"kurz.dev/services/gateway/gatewaytest"
 )
 
@@ -91,6 +93,14 @@ func newStack() (_ *stack, err error) {
 	if err := servertest.BuildServices(dir, "limiter", "shortener", "redirect", "analytics"); err != nil {
 		return nil, err
 	}
+	// The stack's shortener sends webhooks: one such stack at a time.
+	lockCtx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
+	unlock, err := webhooktest.Lock(lockCtx)
+	if err != nil {
+		return nil, err
+	}
+	teardown = append(teardown, unlock)
 
 	var pgCfg pgpool.Config
 	if err := config.Load(&pgCfg); err != nil {
@@ -162,7 +172,7 @@ func newStack() (_ *stack, err error) {
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_SHORTENER_LIMITER_TIMEOUT=1s",
 				"KURZ_SHORTENER_BASE_URL="+s.redirectURL, "KURZ_SHORTENER_ALLOW_ANONYMOUS=false",
 				// The webhook test's receiver is a loopback httptest server.
-				"KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP=true", "KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32,::1/128",
+				webhooktest.Send, "KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP=true", "KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS=127.0.0.1/32,::1/128",
 				"KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL=100ms", "KURZ_SHORTENER_WEBHOOK_BACKOFF_BASE=100ms",
 				"KURZ_SHORTENER_WEBHOOK_BACKOFF_MAX=200ms", "KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS=2",
 				"KURZ_SHORTENER_DNS_SERVER="+gatewaytest.NoDNS, "KURZ_SHORTENER_DNS_TIMEOUT=1s")

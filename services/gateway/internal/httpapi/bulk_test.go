@@ -231,7 +231,7 @@ func TestUpdateLinkNewFields(t *testing.T) {
 		t.Errorf("the answer echoes the password: %s", w.Body)
 	}
 	_, err = bulkCall(a, a.routeHandler("PATCH /v1/links/{code}"), "PATCH", "/v1/links/abcd123", `{"passwordProtected":true}`)
-	if code, msg := statusOf(t, err); code != 400 || !strings.Contains(msg, "tags, maxVisits, password and deviceTargets") {
+	if code, msg := statusOf(t, err); code != 400 || !strings.Contains(msg, "tags, maxVisits, password, deviceTargets, rules and variants") {
 		t.Errorf("PATCH passwordProtected: %d %q, want a 400 listing the fields", code, msg)
 	}
 }
@@ -458,5 +458,23 @@ func TestBulkRequestsBeyondTheBoundRefusedUnread(t *testing.T) {
 	}
 	if len(sh.batches) != 2 {
 		t.Errorf("the shortener got %d batches, want one per request", len(sh.batches))
+	}
+}
+
+// PATCH of rules alone names only rules in the mask, with the rules in
+// proto JSON; variants: null clears the variants.
+func TestUpdateLinkRulesAndVariants(t *testing.T) {
+	sh := &bulkShortener{}
+	a := newBulkAPI(sh)
+	body := `{"rules":[{"name":"de","conditions":[{"languages":["de"]},{"query":{"param":"ref","value":"x"}}],"url":"https://example.com/de"}],"variants":null}`
+	if _, err := bulkCall(a, a.routeHandler("PATCH /v1/links/{code}"), "PATCH", "/v1/links/abcd123", body); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sh.update.GetUpdateMask().GetPaths(), []string{"rules", "variants"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("mask = %v, want %v", got, want)
+	}
+	l := sh.update.GetLink()
+	if len(l.GetRules()) != 1 || l.GetRules()[0].GetConditions()[1].GetQuery().GetValue() != "x" || l.GetVariants() != nil {
+		t.Errorf("link sent = %v", l)
 	}
 }

@@ -122,10 +122,11 @@ func (a *API) fetchLink(c *call, code string) (*shortenerv1.Link, error) {
 // mutableLinkFields are the Link fields PATCH may change.
 var mutableLinkFields = []protoreflect.Name{
 	"long_url", "redirect_type", "expire_time", "disabled", "tags", "max_visits", "password", "device_targets",
+	"rules", "variants",
 }
 
 // mutableLinkJSON lists mutableLinkFields by their JSON names, for messages.
-const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxVisits, password and deviceTargets"
+const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxVisits, password, deviceTargets, rules and variants"
 
 // patchMask makes PATCH change the fields present in the body (a partial
 // Link in proto JSON) and only those: the update mask is the body's
@@ -133,8 +134,9 @@ const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxV
 // update_mask query parameter (grpc-gateway's own mask from the body would
 // name nested fields, deviceTargets.iosUrl, where PATCH replaces the
 // whole deviceTargets). "expireTime": null clears the expiry, "tags": []
-// the tags, "maxVisits": 0 the visit limit, "password": "" the password
-// and "deviceTargets": null the device targets. "domain" names the link's
+// the tags, "maxVisits": 0 the visit limit, "password": "" the password,
+// "deviceTargets": null the device targets, "rules": [] (or null) the rules
+// and "variants": [] (or null) the variants. "domain" names the link's
 // custom domain (it identifies the link, and is not changed).
 func patchMask(_ *call, body []byte, q url.Values) error {
 	if err := decodeProto(body, &shortenerv1.Link{}); err != nil {
@@ -150,9 +152,6 @@ func patchMask(_ *call, body []byte, q url.Values) error {
 		fd := fields.ByJSONName(key)
 		if fd == nil {
 			fd = fields.ByTextName(key)
-		}
-		if fd != nil && fd.Name() == "domain" {
-			continue // identifies the link
 		}
 		if fd != nil && fd.Name() == "domain" {
 			continue // identifies the link

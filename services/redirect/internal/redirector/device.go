@@ -37,10 +37,19 @@ func (d Device) String() string {
 // DeviceOf classifies a User-Agent. It allocates nothing: the tokens are
 // matched case-sensitively as every browser and in-app web view writes them.
 func DeviceOf(ua string) Device {
-	switch {
-	case strings.Contains(ua, "iPhone"), strings.Contains(ua, "iPad"), strings.Contains(ua, "iPod"):
-		return IOS
-	case strings.Contains(ua, "Android"):
+	// One pass for the three iOS tokens (all start with "iP"), one for
+	// Android, where four Contains read the whole string four times.
+	for s := ua; ; {
+		i := strings.Index(s, "iP")
+		if i < 0 {
+			break
+		}
+		s = s[i+2:]
+		if strings.HasPrefix(s, "hone") || strings.HasPrefix(s, "ad") || strings.HasPrefix(s, "od") {
+			return IOS
+		}
+	}
+	if strings.Contains(ua, "Android") {
 		return Android
 	}
 	return Desktop
@@ -50,23 +59,26 @@ func DeviceOf(ua string) Device {
 // target of its device class if the link has one, else the link's URL.
 // Links without targets never look at ua.
 func Target(e linkcache.Entry, ua string) string {
+	if u := deviceTarget(e, ua); u != "" {
+		return u
+	}
+	return e.URL
+}
+
+// deviceTarget is the entry's target for ua's device class, "" when it has
+// none.
+func deviceTarget(e linkcache.Entry, ua string) string {
 	t := e.Targets
 	if t == nil {
-		return e.URL
+		return ""
 	}
-	var u string
 	switch DeviceOf(ua) {
 	case IOS:
-		u = t.IOS
+		return t.IOS
 	case Android:
-		u = t.Android
-	default:
-		u = t.Desktop
+		return t.Android
 	}
-	if u == "" {
-		return e.URL
-	}
-	return u
+	return t.Desktop
 }
 
 // previewTokens are lowercase substrings of the User-Agents of link-preview

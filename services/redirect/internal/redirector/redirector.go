@@ -10,7 +10,10 @@
 // on Redis; past the limit 410, and 503 when Redis cannot count); a password
 // (GET shows a form, POST /{code} checks it after the limiter and a CSRF
 // token). HEAD requests and link-preview fetchers see a protected link's
-// status, never its target, and spend no visit.
+// status, never its target, and spend no visit. Redirect rules and A/B-test
+// variants (pkg/linkrules) choose the destination after the password and
+// visit checks, from the cached entry (see destination); their answers are
+// "private, max-age=0" so no shared cache keeps one visitor's choice.
 package redirector
 
 import (
@@ -40,6 +43,7 @@ import (
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkpass"
+	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/redirect/internal/resolve"
 )
@@ -127,6 +131,7 @@ type Handler struct {
 	tokens   formTokens
 	argon    chan struct{}
 	visitors *clickevent.Visitors
+	sticky   linkrules.Sticky
 	requests metric.Int64Counter
 	latency  metric.Float64Histogram
 	attempts metric.Int64Counter
@@ -153,7 +158,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
 		clicks: d.Clicks, hosts: d.Hosts, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
-		visitors: clickevent.NewVisitors(cfg.VisitorSalt), walk: walk}
+		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk}
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
 		metric.WithUnit("{request}")); err != nil {
@@ -208,7 +213,8 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(attribute.String("kurz.code", key))
 
-	ip := h.clientIP(r)
+	addr := h.cfg.Clients.Client(r)
+	ip := h.cfg.Keying.Key(addr)
 	res, err := h.resolver.Resolve(ctx, key, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, key, tier) })
 	if err != nil {
 		status := h.refuse(w, err)
@@ -217,7 +223,7 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Source", string(res.Source))
 	span.SetAttributes(attribute.String("kurz.source", string(res.Source)))
-	status := h.visit(w, r, link{key: key, code: code}, ip, foreign(res.Entry, tenant), start)
+	status := h.visit(w, r, link{key: key, code: code}, client{addr, ip}, foreign(res.Entry, tenant), start)
 	h.count(ctx, start, string(res.Source), status)
 }
 
@@ -243,7 +249,7 @@ func foreign(e linkcache.Entry, tenant string) linkcache.Entry {
 // status. Ordinary links redirect without any other I/O. A HEAD, or a GET by
 // a link-preview fetcher, never reveals a protected link's target nor spends
 // a visit.
-func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, ip string, e linkcache.Entry, start time.Time) int {
+func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, c client, e linkcache.Entry, start time.Time) int {
 	code := lk.key
 	if status, done := h.inactive(w, e, start); done {
 		return status
@@ -286,9 +292,10 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, ip stri
 			return h.unavailable(w)
 		}
 	}
-	status := h.redirect(w, e, Target(e, ua), e.MaxVisits > 0, h.status(e))
+	d := h.destination(r, ua, code, c, e, start)
+	status := h.redirect(w, e, d.url, e.MaxVisits > 0, h.status(e))
 	if r.Method == http.MethodGet {
-		h.record(ctx, r, code, e.Tenant, ip, start)
+		h.record(ctx, r, code, e.Tenant, c, start, d)
 	}
 	return status
 }
@@ -313,14 +320,15 @@ func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("kurz.code", key))
-	ip := h.clientIP(r)
+	addr := h.cfg.Clients.Client(r)
+	ip := h.cfg.Keying.Key(addr)
 	res, err := h.resolver.Resolve(ctx, key, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, key, tier) })
 	if err != nil {
 		h.count(ctx, start, "none", h.refuse(w, err))
 		return
 	}
 	w.Header().Set("X-Source", string(res.Source))
-	status := h.attempt(w, r, link{key: key, code: code}, ip, foreign(res.Entry, tenant), start)
+	status := h.attempt(w, r, link{key: key, code: code}, client{addr, ip}, foreign(res.Entry, tenant), start)
 	h.count(ctx, start, string(res.Source), status)
 }
 
@@ -342,8 +350,8 @@ func readForm(w http.ResponseWriter, r *http.Request) int {
 	return 0
 }
 
-func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, ip string, e linkcache.Entry, start time.Time) int {
-	code := lk.key
+func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c client, e linkcache.Entry, start time.Time) int {
+	code, ip := lk.key, c.key
 	if status, done := h.inactive(w, e, start); done {
 		return status
 	}
@@ -412,8 +420,9 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, ip st
 		Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
 	// 303 whatever the link's type: the browser follows with a GET, where
 	// a 307/308 would re-post the form, password included, to the target.
-	status := h.redirect(w, e, Target(e, r.UserAgent()), true, http.StatusSeeOther)
-	h.record(ctx, r, code, e.Tenant, ip, start)
+	dest := h.destination(r, r.UserAgent(), code, c, e, start)
+	status := h.redirect(w, e, dest.url, true, http.StatusSeeOther)
+	h.record(ctx, r, code, e.Tenant, c, start, dest)
 	return status
 }
 
@@ -449,6 +458,14 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 	switch {
 	case noStore:
 		hdr.Set("Cache-Control", "no-store")
+	case e.Rules != nil:
+		// Rules and variants answer each visitor on their own: no shared
+		// cache may keep one visitor's answer, nor the visitor's browser
+		// past a rule's time window.
+		if v := e.Rules.Vary(); v != nil {
+			hdr["Vary"] = v // shared, computed once per entry
+		}
+		hdr.Set("Cache-Control", "private, max-age=0")
 	case e.Targets != nil:
 		hdr.Set("Vary", "User-Agent")
 		if permanent {
@@ -469,7 +486,7 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 }
 
 // record appends the click of a redirect, without waiting.
-func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip string, start time.Time) {
+func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant string, c client, start time.Time, d destination) {
 	var parent string
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		carrier := propagation.MapCarrier{}
@@ -479,18 +496,28 @@ func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant, ip 
 	ua := r.UserAgent()
 	h.clicks.Record(clickevent.Event{
 		ID: clickevent.NewID(start), Code: code, Tenant: tenant, Time: start,
-		Visitor:   h.visitors.Visitor(start, ip, ua),
-		UserAgent: ua, Referrer: r.Referer(), TraceParent: parent, Country: h.country(r),
+		Visitor:   h.visitors.Visitor(start, c.key, ua),
+		UserAgent: ua, Referrer: r.Referer(), TraceParent: parent, Country: h.clickCountry(c, d),
+		Rule: d.rule, Variant: d.variant,
 	})
 }
 
-// country is the country of r's client, "" without a GeoIP database (which
-// then costs nothing).
-func (h *Handler) country(r *http.Request) string {
+// country is the country of the client address addr, "" without a GeoIP
+// database (which then costs nothing).
+func (h *Handler) country(addr netip.Addr) string {
 	if h.cfg.Country == nil {
 		return ""
 	}
-	return h.cfg.Country(h.cfg.Clients.Client(r))
+	return h.cfg.Country(addr)
+}
+
+// clickCountry is the country of a click's client: the one a rule's
+// country condition looked up, else a lookup of its own.
+func (h *Handler) clickCountry(c client, d destination) string {
+	if d.countryKnown {
+		return d.country
+	}
+	return h.country(c.addr)
 }
 
 // unavailable answers 503 with Retry-After: 1.
@@ -540,10 +567,11 @@ func (h *Handler) gate(ctx context.Context, ip, code string, tier resolve.Tier) 
 	return &resolve.Denied{RetryAfter: d.RetryAfter}
 }
 
-// clientIP is the key of r's client (pkg/clientip): its limits and visitor
-// hash are kept under it.
-func (h *Handler) clientIP(r *http.Request) string {
-	return h.cfg.Keying.Key(h.cfg.Clients.Client(r))
+// client is a request's client: its address (pkg/clientip) and the key of
+// its limits and visitor hash.
+type client struct {
+	addr netip.Addr
+	key  string
 }
 
 func (h *Handler) count(ctx context.Context, start time.Time, source string, status int) {

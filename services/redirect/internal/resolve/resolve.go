@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkrules"
 )
 
 // Source says which tier answered.
@@ -227,11 +228,12 @@ func (r *Resolver) fromDB(ctx context.Context, code string) (linkcache.Entry, er
 		disabled, deleted     bool
 		hash                  *string
 		ios, android, desktop *string
+		rules                 []byte
 	)
 	err := r.db.QueryRow(ctx, `SELECT tenant, long_url, redirect_type, expires_at, disabled, deleted_at IS NOT NULL,
-			max_visits, password_hash, ios_url, android_url, desktop_url
+			max_visits, password_hash, ios_url, android_url, desktop_url, rules
 		FROM links WHERE code = $1`, code).Scan(&e.Tenant, &e.URL, &status, &expires, &disabled, &deleted,
-		&e.MaxVisits, &hash, &ios, &android, &desktop)
+		&e.MaxVisits, &hash, &ios, &android, &desktop, &rules)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return linkcache.Entry{State: linkcache.Missing}, nil
@@ -250,6 +252,9 @@ func (r *Resolver) fromDB(ctx context.Context, code string) (linkcache.Entry, er
 	}
 	if t := (linkcache.Targets{IOS: deref(ios), Android: deref(android), Desktop: deref(desktop)}); t != (linkcache.Targets{}) {
 		e.Targets = &t
+	}
+	if e.Rules, err = linkrules.Parse(rules); err != nil {
+		return linkcache.Entry{}, fmt.Errorf("postgres lookup of %s: rules: %w", code, err)
 	}
 	return e, nil
 }

@@ -17,6 +17,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/pkg/testkit/servertest"
 )
@@ -110,6 +111,7 @@ type link struct {
 	maxVisits             int64
 	hash                  *string
 	ios, android, desktop *string
+	rules                 []byte
 }
 
 // fakeDB answers the resolver's query from a map of links by code.
@@ -162,6 +164,7 @@ func (r row) Scan(dest ...any) error {
 	*dest[3].(**time.Time), *dest[4].(*bool), *dest[5].(*bool) = l.expires, l.disabled, l.deleted
 	*dest[6].(*int64), *dest[7].(**string) = l.maxVisits, l.hash
 	*dest[8].(**string), *dest[9].(**string), *dest[10].(**string) = l.ios, l.android, l.desktop
+	*dest[11].(*[]byte) = l.rules
 	return nil
 }
 
@@ -538,5 +541,31 @@ func TestPurgeEmptiesL1(t *testing.T) {
 	}
 	if got := metrictest.Counter(t, reader, "kurz.redirect.l1.invalidations", "kind", "purge"); got != 1 {
 		t.Errorf("invalidations kind=purge: %d, want 1", got)
+	}
+}
+
+// TestRulesFromDBAreCompiled: a link's rules column becomes the entry's
+// compiled rules (so the first answer, from PostgreSQL, evaluates them),
+// and a column that does not decode fails the lookup instead of serving
+// the link without its rules.
+func TestRulesFromDBAreCompiled(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	db.links["ruled"] = link{tenant: "t", url: "https://example.com/", rules: []byte(`{"r":[{"n":"debug","if":[{"q":{"p":"debug"}}],"u":"https://example.com/debug"}]}`)}
+	db.links["broken"] = link{tenant: "t", url: "https://example.com/", rules: []byte(`{"v":[{"n":"a","u":"https://example.com/","w":0}]}`)}
+	db.links["plain"] = link{tenant: "t", url: "https://example.com/"}
+	r, _ := newResolver(t, rdb, db)
+	res, err := r.Resolve(context.Background(), "ruled", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := linkrules.Request{RawQuery: "debug"}
+	if u, _, ok := res.Entry.Rules.Match(&req); !ok || u != "https://example.com/debug" {
+		t.Fatalf("rules from PostgreSQL matched %q, %v", u, ok)
+	}
+	if _, err := r.Resolve(context.Background(), "broken", nil); err == nil {
+		t.Fatal("a link whose rules do not decode resolved")
+	}
+	if res, err := r.Resolve(context.Background(), "plain", nil); err != nil || res.Entry.Rules != nil {
+		t.Fatalf("plain link: rules %v, err %v", res.Entry.Rules, err)
 	}
 }

@@ -400,10 +400,12 @@ func wireWebhooks(cfg Config, db *pgxpool.Pool, rdb *redis.ClusterClient, srv *s
 		return err
 	}
 	shortenerv1.RegisterWebhookServiceServer(srv.GRPC, webhook.NewAPI(cfg.Webhooks, store, sealer, targets, cfg.AllowAnonymous, log))
-	lc.Go("webhook sender", sender.Run)
-	clicks := webhook.NewClickBatcher(cfg.Webhooks, rdb, store, cfg.Webhooks.Streams, log.With("component", "webhook-clicks"))
-	lc.Go("webhook clicks", clicks.Run)
-	log.Info("webhooks configured", "allow_http", cfg.Webhooks.AllowHTTP, "allow_cidrs", cfg.Webhooks.AllowCIDRs,
+	if cfg.Webhooks.Send {
+		lc.Go("webhook sender", sender.Run)
+		clicks := webhook.NewClickBatcher(cfg.Webhooks, rdb, store, cfg.Webhooks.Streams, log.With("component", "webhook-clicks"))
+		lc.Go("webhook clicks", clicks.Run)
+	}
+	log.Info("webhooks configured", "send", cfg.Webhooks.Send, "allow_http", cfg.Webhooks.AllowHTTP, "allow_cidrs", cfg.Webhooks.AllowCIDRs,
 		"concurrency", cfg.Webhooks.Concurrency, "max_attempts", cfg.Webhooks.MaxAttempts, "retry_window", cfg.Webhooks.RetryWindow,
 		"dedicated_key", cfg.Webhooks.Key != "")
 	return nil

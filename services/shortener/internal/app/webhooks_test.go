@@ -41,6 +41,7 @@ type event struct {
 
 // webhookEnv lets the tests' loopback receivers in and keeps retries short.
 var webhookEnv = map[string]string{
+	"KURZ_SHORTENER_WEBHOOK_SEND":          "true",
 	"KURZ_SHORTENER_WEBHOOK_ALLOW_HTTP":    "true",
 	"KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS":   "127.0.0.1/32",
 	"KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL": "50ms",

@@ -29,6 +29,7 @@ import (
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/linkpass"
+	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/codegen"
@@ -55,7 +56,7 @@ const (
 	// rest of the response, and one link (URLs up to 64 KiB each) always fits.
 	MaxPageBytes = 1 << 20
 	// updatable lists the update_mask paths UpdateLink accepts.
-	updatable = "long_url, redirect_type, expire_time, disabled, tags, max_visits, password or device_targets"
+	updatable = "long_url, redirect_type, expire_time, disabled, tags, max_visits, password, device_targets, rules or variants"
 )
 
 // Options are the service's settings.
@@ -348,6 +349,9 @@ func (s *Service) prepare(req *shortenerv1.CreateLinkRequest) (draft, error) {
 		return draft{}, err
 	}
 	l.IOSURL, l.AndroidURL, l.DesktopURL = t.IOS, t.Android, t.Desktop
+	if l.Rules, err = s.rulesOf(req.GetRules(), req.GetVariants()); err != nil {
+		return draft{}, err
+	}
 	return draft{link: l, mode: mode, password: req.GetPassword()}, nil
 }
 
@@ -504,13 +508,16 @@ func (s *Service) checkQuota(ctx context.Context, tenant string, n int, kind cha
 	return rpcerr.RetryLater(codes.ResourceExhausted, rpcerr.ReasonRateLimited, what, d.RetryAfter, map[string]string{"rule": d.Rule})
 }
 
-// scanLink runs the scanner over every destination of l: long_url and the
-// device targets.
+// scanLink runs the scanner over every destination of l: long_url, the
+// device targets, the rules and the variants.
 func (s *Service) scanLink(ctx context.Context, l linkstore.Link) error {
 	if err := s.scan(ctx, l.LongURL); err != nil {
 		return err
 	}
-	return s.scanTargets(ctx, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL})
+	if err := s.scanTargets(ctx, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL}); err != nil {
+		return err
+	}
+	return s.scanRules(ctx, l.Rules)
 }
 
 func (s *Service) scan(ctx context.Context, target string) error {
@@ -605,6 +612,9 @@ func entry(l linkstore.Link) linkcache.Entry {
 	if t := targetsOf(l); t != nil {
 		e.Targets = &linkcache.Targets{IOS: t.IOS, Android: t.Android, Desktop: t.Desktop}
 	}
+	if !l.Rules.Empty() {
+		e.Rules = l.Rules
+	}
 	return e
 }
 
@@ -681,6 +691,7 @@ func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 	if t := targetsOf(l); t != nil {
 		p.DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: t.IOS, AndroidUrl: t.Android, DesktopUrl: t.Desktop}
 	}
+	p.Rules, p.Variants = rulesProto(l.Rules)
 	return p
 }
 
@@ -824,10 +835,15 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 				return nil, toStatus(ctx, s.log, "update", err)
 			}
 			ch.Targets = &t
+		case "rules", "variants":
+			// Validated together below, once both are known.
 		default:
 			return nil, toStatus(ctx, s.log, "update", rpcerr.Invalidf("update_mask", ReasonUpdateMaskInvalid,
 				"update_mask path %q cannot be changed; use %s", p, updatable))
 		}
+	}
+	if err := s.rulesChanges(link, paths, &ch); err != nil {
+		return nil, toStatus(ctx, s.log, "update", err)
 	}
 	key, ok := linkKey(link.GetDomain(), link.GetCode())
 	if !linkcode.Plausible(link.GetCode()) || !ok {
@@ -840,6 +856,11 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	}
 	if ch.Targets != nil {
 		if err := s.scanTargets(ctx, *ch.Targets); err != nil {
+			return nil, toStatus(ctx, s.log, "update", err)
+		}
+	}
+	if ch.Rules != nil || ch.Variants != nil {
+		if err := s.scanRules(ctx, &linkrules.Set{Rules: deref(ch.Rules), Variants: deref(ch.Variants)}); err != nil {
 			return nil, toStatus(ctx, s.log, "update", err)
 		}
 	}

@@ -25,7 +25,8 @@ type SweepReport struct {
 	Disabled []Swept
 }
 
-// SweepBlocked disables every live link whose long URL or device target the
+// SweepBlocked disables every live link whose long URL, device target, rule
+// or variant destination the
 // scanner blocks now: a domain added to the blocklist reaches the links
 // created before it, not only new ones. Each is disabled as UpdateLink
 // would (its invalidation queued and written through, retried until Redis
@@ -71,7 +72,16 @@ func (s *Service) SweepBlocked(ctx context.Context) (SweepReport, error) {
 
 // blockedBy returns why the scanner blocks one of l's destinations, or "".
 func (s *Service) blockedBy(ctx context.Context, l linkstore.Link) (string, error) {
-	for _, target := range []string{l.LongURL, l.IOSURL, l.AndroidURL, l.DesktopURL} {
+	targets := []string{l.LongURL, l.IOSURL, l.AndroidURL, l.DesktopURL}
+	if l.Rules != nil {
+		for _, r := range l.Rules.Rules {
+			targets = append(targets, r.URL)
+		}
+		for _, v := range l.Rules.Variants {
+			targets = append(targets, v.URL)
+		}
+	}
+	for _, target := range targets {
 		if target == "" {
 			continue
 		}

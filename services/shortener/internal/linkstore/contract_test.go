@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"kurz.dev/pkg/linkrules"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/linkstore/linkstoretest"
@@ -276,6 +277,55 @@ func testContract(t *testing.T, s contractStore, run string) {
 		got, err = s.Update(ctx, tenant, l.Code, linkstore.Changes{Tags: &empty, PasswordHash: &none})
 		if err != nil || got.Tags == nil || len(got.Tags) != 0 || got.PasswordHash != "" || got.LongURL != newURL {
 			t.Errorf("clearing tags and password: %+v, %v", got, err)
+		}
+	})
+
+	t.Run("RulesAndVariantsAreStoredAndReplacedApart", func(t *testing.T) {
+		rules := func(names ...string) []linkrules.Rule {
+			var out []linkrules.Rule
+			for _, n := range names {
+				out = append(out, linkrules.Rule{Name: n, If: []linkrules.Condition{{Languages: []string{"de"}}}, URL: "https://example.com/" + n})
+			}
+			return out
+		}
+		names := func(l linkstore.Link) (r, v []string) {
+			if l.Rules == nil {
+				return nil, nil
+			}
+			for _, x := range l.Rules.Rules {
+				r = append(r, x.Name)
+			}
+			for _, x := range l.Rules.Variants {
+				v = append(v, x.Name)
+			}
+			return r, v
+		}
+		set := &linkrules.Set{Rules: rules("de"), Variants: []linkrules.Variant{{Name: "a", URL: "https://example.com/a", Weight: 2}}}
+		if err := set.Compile(); err != nil {
+			t.Fatal(err)
+		}
+		l := insert(t, linkstore.Link{Code: run + "r1", Tenant: tenant, LongURL: "https://example.com/r", Rules: set})
+		if r, v := names(l); !slices.Equal(r, []string{"de"}) || !slices.Equal(v, []string{"a"}) {
+			t.Fatalf("inserted: rules %v variants %v", r, v)
+		}
+		req := linkrules.Request{AcceptLanguage: "de"}
+		if u, _, ok := l.Rules.Match(&req); !ok || u != "https://example.com/de" {
+			t.Fatalf("stored rules are not compiled: %q %v", u, ok)
+		}
+		newRules := rules("x", "y")
+		got, err := s.Update(ctx, tenant, l.Code, linkstore.Changes{Rules: &newRules})
+		if r, v := names(got); err != nil || !slices.Equal(r, []string{"x", "y"}) || !slices.Equal(v, []string{"a"}) {
+			t.Fatalf("replacing the rules: rules %v variants %v, %v; want x, y and a kept", r, v, err)
+		}
+		none := []linkrules.Variant{}
+		got, err = s.Update(ctx, tenant, l.Code, linkstore.Changes{Variants: &none})
+		if r, v := names(got); err != nil || !slices.Equal(r, []string{"x", "y"}) || v != nil {
+			t.Fatalf("clearing the variants: rules %v variants %v, %v", r, v, err)
+		}
+		noRules := []linkrules.Rule{}
+		got, err = s.Update(ctx, tenant, l.Code, linkstore.Changes{Rules: &noRules})
+		if err != nil || got.Rules != nil {
+			t.Fatalf("clearing both: %+v, %v; want no rules at all", got.Rules, err)
 		}
 	})
 

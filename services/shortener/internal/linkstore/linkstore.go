@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"kurz.dev/pkg/linkrules"
 )
 
 var (
@@ -59,6 +61,9 @@ type Link struct {
 	PasswordHash string
 	// IOSURL, AndroidURL and DesktopURL are per-device targets; empty: LongURL.
 	IOSURL, AndroidURL, DesktopURL string
+	// Rules are the link's redirect rules and variants, compiled; nil for
+	// none.
+	Rules *linkrules.Set
 	// URLKey is set on a link made with codes from the URL: the SHA-256 of
 	// LongURL. A tenant has at most one live link per URLKey; an update of
 	// LongURL clears it. Nil for every other link.
@@ -77,15 +82,22 @@ func New(db *pgxpool.Pool, timeout time.Duration) *Store {
 }
 
 const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at,
-	tags, max_visits, password_hash, ios_url, android_url, desktop_url, url_key, domain`
+	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, url_key, domain`
 
 func scan(row pgx.Row) (Link, error) {
 	var l Link
 	var status int16
 	var hash, ios, android, desktop *string
+	var rules []byte
 	err := row.Scan(&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
-		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &l.URLKey, &l.Domain)
+		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules, &l.URLKey, &l.Domain)
+	if err != nil {
+		return l, err
+	}
 	l.Status = int(status)
+	if l.Rules, err = linkrules.Parse(rules); err != nil {
+		return l, fmt.Errorf("link %s: %w", l.Code, err)
+	}
 	l.PasswordHash, l.IOSURL, l.AndroidURL, l.DesktopURL = deref(hash), deref(ios), deref(android), deref(desktop)
 	if l.Tags == nil {
 		l.Tags = []string{}
@@ -138,11 +150,22 @@ func (s *Store) NextBlocks(ctx context.Context, n int) ([]int64, error) {
 
 // insertColumns are the columns Insert and InsertMany write, in the order
 // of insertArgs.
-const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, domain`
+const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, domain`
 
 func insertArgs(l Link) []any {
 	return []any{l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, tagsOf(l.Tags), l.MaxVisits,
-		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL), l.Domain, l.URLKey}
+		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL), rulesJSON(l.Rules),
+		l.Domain, l.URLKey}
+}
+
+// rulesJSON is a Set as the rules column stores it: NULL for none.
+func rulesJSON(s *linkrules.Set) *string {
+	b := s.Marshal()
+	if b == nil {
+		return nil
+	}
+	v := string(b)
+	return &v
 }
 
 // urlKeyIndex is the unique index of links made from their URL
@@ -150,15 +173,16 @@ func insertArgs(l Link) []any {
 const urlKeyIndex = "links_tenant_url_key"
 
 // Insert stores l (Code, Tenant, LongURL, Status, Expires, Tags, MaxVisits,
-// PasswordHash, the device URLs and URLKey) unless its code is taken (ON
-// CONFLICT DO NOTHING: a collision is an answer, not an error that aborts
-// anything), or its URLKey is (ErrURLTaken). It returns the stored row.
+// PasswordHash, the device URLs, Rules and URLKey) unless its code is taken
+// (ON CONFLICT DO NOTHING: a collision is an answer, not an error that
+// aborts anything), or its URLKey is (ErrURLTaken). It returns the stored
+// row.
 func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	got, err := scan(s.db.QueryRow(ctx, `
 		INSERT INTO links (`+insertColumns+`, url_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14)
 		ON CONFLICT (code) DO NOTHING
 		RETURNING `+columns, insertArgs(l)...))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -184,10 +208,10 @@ const insertMany = `
 	INSERT INTO links (` + insertColumns + `)
 	SELECT r.code, r.tenant, r.long_url, r.redirect_type, r.expires_at,
 		ARRAY(SELECT t.tag FROM jsonb_array_elements_text(r.tags::jsonb) WITH ORDINALITY AS t(tag, n) ORDER BY t.n),
-		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url, r.domain
+		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url, r.rules::jsonb, r.domain
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::timestamptz[], $6::text[], $7::int8[],
-		$8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
-		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, domain)
+		$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
+		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, domain)
 	ON CONFLICT (code) DO NOTHING
 	RETURNING ` + columns
 
@@ -212,6 +236,7 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 		expires                     = make([]*time.Time, n)
 		maxVisits                   = make([]int64, n)
 		hash, ios, android, desktop = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		rules                       = make([]*string, n)
 	)
 	for i, l := range links {
 		t, err := json.Marshal(tagsOf(l.Tags))
@@ -221,10 +246,11 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 		code[i], tenant[i], longURL[i], status[i], expires[i], tags[i] = l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, string(t)
 		maxVisits[i], hash[i], domain[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash), l.Domain
 		ios[i], android[i], desktop[i] = nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL)
+		rules[i] = rulesJSON(l.Rules)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, domain)
+	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, rules, domain)
 	if err != nil {
 		return nil, fmt.Errorf("insert links: %w", err)
 	}
@@ -407,6 +433,10 @@ type Changes struct {
 	PasswordHash *string
 	// Targets replaces all three device URLs at once; "" clears one.
 	Targets *DeviceURLs
+	// Rules replaces the redirect rules (an empty slice clears them) and
+	// Variants the variants, each leaving the other as it is.
+	Rules    *[]linkrules.Rule
+	Variants *[]linkrules.Variant
 }
 
 // DeviceURLs are the three per-device targets of a link; "" is none.
@@ -464,11 +494,15 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 			ios_url       = CASE WHEN $13 THEN $14 ELSE ios_url END,
 			android_url   = CASE WHEN $13 THEN $15 ELSE android_url END,
 			desktop_url   = CASE WHEN $13 THEN $16 ELSE desktop_url END,
+			rules         = CASE WHEN $17 OR $19 THEN NULLIF(COALESCE(rules, '{}'::jsonb)
+				- (CASE WHEN $17 THEN 'r' ELSE '' END) - (CASE WHEN $19 THEN 'v' ELSE '' END)
+				|| COALESCE($18::jsonb, '{}'::jsonb) || COALESCE($20::jsonb, '{}'::jsonb), '{}'::jsonb) ELSE rules END,
 			url_key       = CASE WHEN $3::text IS DISTINCT FROM NULL AND $3::text <> long_url THEN NULL ELSE url_key END,
 			updated_at    = now()
 		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL`), code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
 		ch.Tags != nil, tags, ch.MaxVisits, ch.PasswordHash != nil, hash,
-		ch.Targets != nil, nullIfEmpty(targets.IOS), nullIfEmpty(targets.Android), nullIfEmpty(targets.Desktop)))
+		ch.Targets != nil, nullIfEmpty(targets.IOS), nullIfEmpty(targets.Android), nullIfEmpty(targets.Desktop),
+		ch.Rules != nil, rulesPart(ch.Rules, nil), ch.Variants != nil, rulesPart(nil, ch.Variants)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Link{}, ErrNotFound
 	}
@@ -476,6 +510,19 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 		return Link{}, fmt.Errorf("update link: %w", err)
 	}
 	return l, nil
+}
+
+// rulesPart is the rules or the variants of Changes as a JSON object of the
+// rules column ({"r": [...]} or {"v": [...]}), NULL when unset or empty.
+func rulesPart(rules *[]linkrules.Rule, variants *[]linkrules.Variant) *string {
+	var s linkrules.Set
+	if rules != nil {
+		s.Rules = *rules
+	}
+	if variants != nil {
+		s.Variants = *variants
+	}
+	return rulesJSON(&s)
 }
 
 // Delete revokes tenant's live link code: the row stays, marked deleted, so

@@ -26,6 +26,12 @@ type Config struct {
 	// changed key makes existing secrets unreadable (their deliveries die
 	// with "secret cannot be opened"; recreate the subscriptions).
 	Key string `env:"SHORTENER_WEBHOOK_KEY" default:""`
+	// Send makes this replica send the queued deliveries and read the click
+	// streams for link.clicked. false: it serves the webhook API and queues
+	// link events (the links table's trigger does) but sends nothing, for
+	// replicas kept to the API, or test stacks sharing one database that do
+	// not test webhooks.
+	Send bool `env:"SHORTENER_WEBHOOK_SEND" default:"true"`
 	// AllowHTTP accepts http:// receivers (otherwise https only).
 	AllowHTTP bool `env:"SHORTENER_WEBHOOK_ALLOW_HTTP" default:"false"`
 	// AllowCIDRs are address ranges receivers may resolve to although they

@@ -274,10 +274,42 @@ function openForm(link) {
   $('f-clear-password').checked = false;
   $('f-clear-password-label').hidden = !(link && link.passwordProtected);
   for (const [k, id] of TARGETS) $(id).value = t[k] || '';
+  $('f-rules').value = rulesText(link && link.rules);
+  $('f-variants').value = variantsText(link && link.variants);
   $('f-disabled').checked = !!(link && link.disabled);
   $('f-disabled-label').hidden = !link;
   $('link-form-error').textContent = '';
   $('link-dialog').showModal();
+}
+
+// rulesText shows rules as the API's JSON; variantsText shows variants one
+// per line: name, weight, URL.
+// (The API writes every list of a condition, the empty ones too: they are
+// left out here.)
+function rulesText(rules) {
+  return rules && rules.length ? JSON.stringify(rules, (k, v) => (Array.isArray(v) && !v.length ? undefined : v), 1) : '';
+}
+function variantsText(vs) { return (vs || []).map((v) => [v.name, v.weight, v.url].join(' ')).join('\n'); }
+
+// readRules parses the rules box: empty is none; anything else must be a
+// JSON list (the API checks each rule and names the one at fault).
+function readRules(s) {
+  if (!s.trim()) return [];
+  let v;
+  try { v = JSON.parse(s); } catch (e) { throw new Error('Rules: not JSON (' + e.message + ')'); }
+  if (!Array.isArray(v)) throw new Error('Rules: a JSON list [...] of rules');
+  return v;
+}
+
+// readVariants parses the variants box, one "name weight URL" per line.
+function readVariants(s) {
+  return s.split('\n').map((l) => l.trim()).filter(Boolean).map((l, i) => {
+    const [name, weight, url, ...rest] = l.split(/\s+/);
+    if (!url || rest.length || !/^\d+$/.test(weight)) {
+      throw new Error('Variants, line ' + (i + 1) + ': write name, weight and URL, e.g. "a 50 https://example.com/a"');
+    }
+    return { name, weight: Number(weight), url };
+  });
 }
 
 function readForm() {
@@ -297,6 +329,10 @@ function readForm() {
     password: $('f-password').value,
     clearPassword: $('f-clear-password').checked,
     targets,
+    rulesText: $('f-rules').value,
+    variantsText: $('f-variants').value,
+    rules: readRules($('f-rules').value),
+    variants: readVariants($('f-variants').value),
     disabled: $('f-disabled').checked,
   };
 }
@@ -312,6 +348,8 @@ function createBody(f) {
   if (f.maxVisits) b.maxVisits = f.maxVisits;
   if (f.password) b.password = f.password;
   if (Object.values(f.targets).some(Boolean)) b.deviceTargets = f.targets;
+  if (f.rules.length) b.rules = f.rules;
+  if (f.variants.length) b.variants = f.variants;
   return b;
 }
 
@@ -327,6 +365,8 @@ function patchBody(l, f) {
   if (f.password) b.password = f.password;
   else if (f.clearPassword) b.password = '';
   if (TARGETS.some(([k]) => f.targets[k] !== (t[k] || ''))) b.deviceTargets = f.targets;
+  if (f.rulesText !== rulesText(l.rules)) b.rules = f.rules;
+  if (f.variantsText !== variantsText(l.variants)) b.variants = f.variants;
   if (f.disabled !== !!l.disabled) b.disabled = f.disabled;
   return b;
 }
@@ -337,10 +377,10 @@ $('f-from-url').addEventListener('change', () => { $('f-alias').disabled = $('f-
 $('link-cancel').addEventListener('click', () => $('link-dialog').close());
 $('link-form').addEventListener('submit', async (ev) => {
   ev.preventDefault();
-  const f = readForm();
   const l = state.editing;
   $('link-form-error').textContent = '';
   try {
+    const f = readForm();
     if (l) {
       const b = patchBody(l, f);
       if (Object.keys(b).length) {
@@ -468,6 +508,8 @@ function renderStats(s) {
   fillTable('stats-browsers', top(s.topBrowsers));
   fillTable('stats-devices', top(s.topDevices));
   fillTable('stats-os', top(s.topOperatingSystems));
+  fillTable('stats-rules', top(s.rules));
+  fillTable('stats-variants', top(s.variants));
   const countries = s.topCountries || [];
   if (countries.length && countries.every((k) => !k.key)) {
     // Every click unknown: the redirect has no GeoIP database.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"kurz.dev/pkg/linkrules"
 	"kurz.dev/services/shortener/internal/linkstore"
 )
 
@@ -78,7 +79,18 @@ func clone(l linkstore.Link) linkstore.Link {
 		d := *l.Deleted
 		l.Deleted = &d
 	}
+	l.Rules = copyRules(l.Rules)
 	return l
+}
+
+// copyRules deep-copies (and compiles) s through its stored form, as the
+// rules column does; nil when empty.
+func copyRules(s *linkrules.Set) *linkrules.Set {
+	c, err := linkrules.Parse(s.Marshal())
+	if err != nil {
+		panic(err) // the service only stores compiled sets
+	}
+	return c
 }
 
 // NextBlocks returns n fresh block numbers (codegen.BlockSource).
@@ -308,6 +320,19 @@ func (f *Fake) Update(_ context.Context, tenant, code string, ch linkstore.Chang
 		}
 		if ch.Targets != nil {
 			l.IOSURL, l.AndroidURL, l.DesktopURL = ch.Targets.IOS, ch.Targets.Android, ch.Targets.Desktop
+		}
+		if ch.Rules != nil || ch.Variants != nil {
+			var s linkrules.Set
+			if l.Rules != nil {
+				s.Rules, s.Variants = l.Rules.Rules, l.Rules.Variants
+			}
+			if ch.Rules != nil {
+				s.Rules = *ch.Rules
+			}
+			if ch.Variants != nil {
+				s.Variants = *ch.Variants
+			}
+			l.Rules = copyRules(&s)
 		}
 	})
 }
