@@ -39,11 +39,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lock)
 	}()
 
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		component  text NOT NULL,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now(),
-		PRIMARY KEY (component, name))`); err != nil {
+	if err := bookkeeping(ctx, conn); err != nil {
 		return nil, fmt.Errorf("migrate %s: bookkeeping table: %w", component, err)
 	}
 	rows, err := conn.Query(ctx, `SELECT name FROM schema_migrations WHERE component = $1`, component)
@@ -86,4 +82,28 @@ func lockID(component string) int64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("kurz-migrate:" + component))
 	return int64(h.Sum64())
+}
+
+// bookkeeping creates schema_migrations if it is missing. Every component
+// shares it, and two concurrent CREATE TABLE IF NOT EXISTS of one table can
+// both try to create it (one then fails on pg_type's unique index: seen
+// when services of a fresh database start together), so the creation takes
+// a lock of its own, whatever the component.
+func bookkeeping(ctx context.Context, conn *pgxpool.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockID("schema_migrations")); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		component  text NOT NULL,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (component, name))`); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }

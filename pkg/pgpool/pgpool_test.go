@@ -94,3 +94,43 @@ func TestMigrateFailureLeavesNoTrace(t *testing.T) {
 		t.Errorf("after a failed migration: table exists=%v, recorded=%d; want neither", exists, recorded)
 	}
 }
+
+// Services of a fresh database start together: components migrating at
+// once all create the shared bookkeeping table, and each gets its
+// migrations applied. (Two concurrent CREATE TABLE IF NOT EXISTS of one
+// table can fail on pg_type's unique index: the CI run that found it had a
+// limiter and a shortener starting on a fresh kurz_test.)
+func TestMigrateOfAFreshDatabaseByComponentsAtOnce(t *testing.T) {
+	admin := connect(t)
+	ctx := context.Background()
+	db := fmt.Sprintf("kurz_migrate_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)") })
+	cfg := admin.Config().ConnConfig
+	url := fmt.Sprintf("postgres://%s:%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Password, cfg.Host, cfg.Port, db)
+	const components = 8
+	errs := make(chan error, components)
+	start := make(chan struct{})
+	for i := range components {
+		go func() {
+			pool, err := pgpool.New(ctx, pgpool.Config{URL: url, MaxConns: 2, QueryTimeout: 10 * time.Second})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer pool.Close()
+			<-start
+			c := fmt.Sprintf("c%d", i)
+			_, err = pgpool.Migrate(ctx, pool, c, fstest.MapFS{"0001.sql": {Data: []byte("CREATE TABLE " + c + " (id int)")}})
+			errs <- err
+		}()
+	}
+	close(start)
+	for range components {
+		if err := <-errs; err != nil {
+			t.Errorf("Migrate at once on a fresh database: %v", err)
+		}
+	}
+}
