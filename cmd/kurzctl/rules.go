@@ -44,17 +44,7 @@ the API's JSON form (docs/api.md); a key it leaves out is left as it is, an
 empty list removes them. --clear removes both.
 
 Example file:
-  rules:
-    - name: ios-de
-      conditions: [{devices: [ios]}, {languages: [de]}]
-      url: https://example.com/de/app
-    - name: office
-      conditions: [{cidrs: ["203.0.113.0/24"]}]
-      url: https://intranet.example.com/
-  variants:
-    - {name: a, url: "https://example.com/landing-a", weight: 1}
-    - {name: b, url: "https://example.com/landing-b", weight: 1}
-
+` + indent(rulesExample, "  ") + `
 Examples:
   kurzctl links set-rules 1000abc rules.yaml
   kurzctl links rules 1000abc -o json | kurzctl links set-rules 1000xyz -
@@ -63,6 +53,29 @@ Examples:
 			setup: setupLinksSetRules,
 		},
 	}
+}
+
+// rulesExample is the example file of "links set-rules --help", which
+// TestLinkRules sets on a link.
+const rulesExample = `rules:
+  - name: ios-de
+    conditions: [{devices: [ios]}, {languages: [de]}]
+    url: https://example.com/de/app
+  - name: office
+    conditions: [{cidrs: ["203.0.113.0/24"]}]
+    url: https://intranet.example.com/
+variants:
+  - {name: a, url: "https://example.com/landing-a", weight: 1}
+  - {name: b, url: "https://example.com/landing-b", weight: 1}
+`
+
+// indent puts prefix before every line of s.
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		b.WriteString(prefix + line)
+	}
+	return b.String()
 }
 
 func setupLinksRules(c *cli, fs *pflag.FlagSet) func([]string) error {

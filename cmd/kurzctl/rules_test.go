@@ -9,19 +9,6 @@ import (
 	"testing"
 )
 
-// rulesYAML is the example of "links set-rules --help".
-const rulesYAML = `rules:
-  - name: ios-de
-    conditions: [{devices: [ios]}, {languages: [de]}]
-    url: https://example.com/de/app
-  - name: office
-    conditions: [{cidrs: ["203.0.113.0/24"]}]
-    url: https://intranet.example.com/
-variants:
-  - {name: a, url: "https://example.com/landing-a", weight: 1}
-  - {name: b, url: "https://example.com/landing-b", weight: 1}
-`
-
 // Rules go through the gateway's REST API: set from a YAML file, shown,
 // copied to another link through -o json, replaced in part, cleared; a
 // file with a typo or a refused destination changes nothing.
@@ -30,7 +17,7 @@ func TestLinkRules(t *testing.T) {
 	_, c := tenantWithKey(t, newCtl(t, gw), "free")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(file, []byte(rulesYAML), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(rulesExample), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code := strings.TrimSpace(c.ok("links", "create", "https://example.com/landing", "--rules", file, "-q"))
