@@ -27,8 +27,12 @@ type Common struct {
 	ReadinessInterval time.Duration `env:"READINESS_INTERVAL" default:"5s"`
 	// Pprof serves net/http/pprof under /debug/pprof/ on the ops listener
 	// (the HTTP listener of a service without one). Off by default.
-	Pprof     bool `env:"PPROF" default:"false"`
-	Telemetry telemetry.Config
+	Pprof bool `env:"PPROF" default:"false"`
+	// GRPCStreamWorkers is the number of long-lived goroutines that serve
+	// gRPC calls; a call that finds them all busy gets a goroutine of its
+	// own (it is not a concurrency limit). 0: 32 per core.
+	GRPCStreamWorkers int `env:"GRPC_STREAM_WORKERS" default:"0"`
+	Telemetry         telemetry.Config
 	// HTTP bounds the HTTP listener; it has no variables (zero fields take
 	// the server's defaults), so only code and tests set it.
 	HTTP HTTPLimits
@@ -48,6 +52,7 @@ func (c Common) Config(grpcAddr, httpAddr string) Config {
 		ShutdownDelay:     c.ShutdownDelay,
 		ReadinessInterval: c.ReadinessInterval,
 		Pprof:             c.Pprof,
+		StreamWorkers:     c.GRPCStreamWorkers,
 		HTTP:              c.HTTP,
 	}
 }

@@ -68,6 +68,23 @@ type Config struct {
 	// a larger one is refused with RESOURCE_EXHAUSTED. Zero means
 	// DefaultGRPCMaxRecvMsgSize.
 	GRPCMaxRecvMsgSize int
+	// StreamWorkers is the number of long-lived goroutines that serve gRPC
+	// calls; zero means StreamWorkersPerCore for each core (GOMAXPROCS).
+	StreamWorkers int
+}
+
+// StreamWorkersPerCore is the default number of gRPC stream workers per core.
+// A call waits on Redis or a peer for most of its life, so a worker per core
+// was busy whenever a call arrived and nearly every call got a fresh
+// goroutine whose stack grew on each call.
+const StreamWorkersPerCore = 32
+
+// streamWorkers is cfg's number of stream workers.
+func (cfg Config) streamWorkers() uint32 {
+	if cfg.StreamWorkers > 0 {
+		return uint32(cfg.StreamWorkers)
+	}
+	return uint32(StreamWorkersPerCore * runtime.GOMAXPROCS(0))
 }
 
 // HTTPLimits bound the time and memory one client can hold on the HTTP
@@ -225,7 +242,9 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		// a fresh goroutine per call grew its stack twice per decision
 		// (runtime.newstack/copystack, ~9% of the limiter's CPU). A busy
 		// pool falls back to a new goroutine; it is not a concurrency limit.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		// Calls block on I/O, so the pool is sized for calls in flight,
+		// not for cores (streamWorkers).
+		grpc.NumStreamWorkers(cfg.streamWorkers()),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: 5 * time.Minute,
 			// Clients reconnect now and then, so new replicas behind a

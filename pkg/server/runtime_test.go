@@ -1,0 +1,40 @@
+package server
+
+import (
+	"runtime"
+	"testing"
+)
+
+func TestGCPercentOnlyUnderAMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		percent  int
+		override bool
+	}{
+		{"memory limit, no GOGC", map[string]string{"GOMEMLIMIT": "200MiB"}, DefaultGCPercent, true},
+		{"GOGC set", map[string]string{"GOMEMLIMIT": "200MiB", "GOGC": "100"}, 0, false},
+		{"GOGC off", map[string]string{"GOMEMLIMIT": "200MiB", "GOGC": "off"}, 0, false},
+		{"no memory limit", map[string]string{}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok := gcPercent(func(k string) string { return tc.env[k] })
+			if p != tc.percent || ok != tc.override {
+				t.Errorf("gcPercent = %d, %v; want %d, %v", p, ok, tc.percent, tc.override)
+			}
+		})
+	}
+}
+
+func TestStreamWorkersScaleWithCores(t *testing.T) {
+	want := uint32(StreamWorkersPerCore * runtime.GOMAXPROCS(0))
+	if got := (Config{}).streamWorkers(); got != want {
+		t.Errorf("default stream workers = %d, want %d per core = %d", got, StreamWorkersPerCore, want)
+	}
+	if got := (Config{StreamWorkers: 7}).streamWorkers(); got != 7 {
+		t.Errorf("stream workers set to 7 = %d", got)
+	}
+	if got := (Common{GRPCStreamWorkers: 9}).Config("", "").StreamWorkers; got != 9 {
+		t.Errorf("KURZ_GRPC_STREAM_WORKERS=9 reaches the server as %d", got)
+	}
+}
