@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -17,6 +18,10 @@ type Config struct {
 	Level string `env:"LOG_LEVEL" default:"info"`
 	// Format is the log format: json or text (slog).
 	Format string `env:"LOG_FORMAT" default:"json"`
+	// FlushInterval is how long a service's log lines may wait in memory
+	// to be written together (also once 64 KiB wait, and at exit); a crash
+	// loses at most this much. 0 writes every line at once.
+	FlushInterval time.Duration `env:"LOG_FLUSH_INTERVAL" default:"100ms"`
 }
 
 // New returns a logger writing to w in the configured format, tagged with the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -50,7 +51,13 @@ func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	if err := config.Load(&cfg); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	log, err := logging.New(os.Stderr, logCfg, name)
+	var out io.Writer = os.Stderr
+	if logCfg.FlushInterval > 0 {
+		bw := logging.NewBuffered(os.Stderr, logCfg.FlushInterval)
+		defer bw.Close()
+		out = bw
+	}
+	log, err := logging.New(out, logCfg, name)
 	if err != nil {
 		return err
 	}
