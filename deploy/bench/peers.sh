@@ -207,4 +207,5 @@ go run ./tools/redirectpeers -d "$D" -rounds "$ROUNDS" \
 	-fixed302 127.0.0.1:$FIXED302 -fixed302-pid "$fixed302_pid" \
 	-node 127.0.0.1:$NODE -node-pid "$node_pid" -node-redis 127.0.0.1:$NODE_REDIS -node-path-pids "$node_redis_pid" \
 	-kurz "$REDIRECT" -kurz-pid "$redirect_pid" \
-	-kurz-path-pids "$analytics_pid,$limiter_pid,$redis_pids,$clickhouse_pid"
+	-kurz-path-pids "$analytics_pid,$limiter_pid,$redis_pids,$clickhouse_pid" \
+	-kurz-consumer-pids "$analytics_pid"

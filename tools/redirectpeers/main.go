@@ -32,9 +32,11 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,6 +67,7 @@ func run() error {
 	kurzAddr := flag.String("kurz", "127.0.0.1:8787", "kurz redirect service address; empty = skip")
 	kurzPID := flag.Int("kurz-pid", 0, "kurz redirect process ID (0 = no CPU figures)")
 	kurzPath := flag.String("kurz-path-pids", "", "process IDs of kurz's click path besides the redirect (analytics, limiter, Redis, ClickHouse), comma-separated")
+	kurzConsumers := flag.String("kurz-consumer-pids", "", "process IDs of kurz's click consumers (analytics), comma-separated: kurz is measured a second time with them stopped (SIGSTOP) during the run, as the peers consume nothing, and waited for after it")
 	fixedAddr := flag.String("fixed302", "", "fixed302 address; empty = skip")
 	fixedPID := flag.Int("fixed302-pid", 0, "fixed302 process ID")
 	nodeAddr := flag.String("node", "", "Node prototype address; empty = skip")
@@ -127,6 +130,22 @@ func run() error {
 			return err
 		}
 		servers = append(servers, &server{name: "kurz redirect", addr: *kurzAddr, pid: *kurzPID, path: path, clicks: true, kurz: true})
+		consumers, err := loadgen.ParsePIDs(*kurzConsumers)
+		if err != nil {
+			return err
+		}
+		if len(consumers) > 0 {
+			// ^C or SIGTERM during a paused run must not leave the
+			// consumers stopped.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			go func() {
+				<-sigs
+				_ = signalAll(consumers, syscall.SIGCONT)
+				os.Exit(130)
+			}()
+			servers = append(servers, &server{name: "kurz redirect, click consumer paused", addr: *kurzAddr, pid: *kurzPID, clicks: true, kurz: true, pause: consumers})
+		}
 	}
 	if len(servers) == 0 {
 		return errors.New("no server: set -fixed302, -node or -kurz")
@@ -152,6 +171,11 @@ func run() error {
 				return err
 			}
 		}
+	}
+	// The clicks of a run with the consumers paused are consumed after it:
+	// every one of them has to reach the consumer group.
+	if err := wait(); err != nil {
+		return err
 	}
 	report(os.Stdout, servers, *concurrency, *duration, *rounds)
 	return nil
@@ -236,6 +260,7 @@ type server struct {
 	path            []int // the click path's other processes
 	clicks          bool  // records clicks (has a click path)
 	kurz            bool
+	pause           []int // stopped during each run (SIGSTOP), continued after
 	rounds          []*loadgen.Result
 	cpu, pathCPU    time.Duration
 }
@@ -261,7 +286,13 @@ func (s *server) measure(client *http.Client, c int, d time.Duration) error {
 	if err != nil {
 		return err
 	}
+	if err := signalAll(s.pause, syscall.SIGSTOP); err != nil {
+		return errors.Join(err, signalAll(s.pause, syscall.SIGCONT))
+	}
 	res := loadgen.Closed(s.name, c, d, func(int) (string, error) { return s.get(client) })
+	if err := signalAll(s.pause, syscall.SIGCONT); err != nil {
+		return err
+	}
 	cpu1, path1, err := s.readCPU()
 	if err != nil {
 		return err
@@ -271,6 +302,17 @@ func (s *server) measure(client *http.Client, c int, d time.Duration) error {
 	s.rounds = append(s.rounds, res)
 	res.Print(os.Stderr)
 	return nil
+}
+
+// signalAll sends sig to every process of pids.
+func signalAll(pids []int, sig syscall.Signal) error {
+	var errs []error
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil {
+			errs = append(errs, fmt.Errorf("%v to process %d: %w", sig, pid, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // readCPU returns the CPU time used so far by the server and by its whole
@@ -305,7 +347,8 @@ func (s *server) figures() (r *loadgen.Result, cpu, path float64) {
 func report(out io.Writer, servers []*server, c int, d time.Duration, rounds int) {
 	fmt.Fprintf(out, "Closed loop, %d HTTP callers (keep-alive), one viral code, %v per measurement, %d round(s), servers in turns. "+
 		"CPU per request: user + system time (/proc) of the server process over its runs, per request; click path: the server and every process that carries its clicks to storage "+
-		"(Node: its Redis; kurz: analytics, limiter, the 6 Redis servers, ClickHouse), over the same time (clicks still queued at the end are not counted).\n\n", c, d, rounds)
+		"(Node: its Redis; kurz: analytics, limiter, the 6 Redis servers, ClickHouse), over the same time (clicks still queued at the end are not counted). "+
+		"\"click consumer paused\": kurz again with its click consumer (analytics) stopped during the run, as the peers consume nothing; the clicks it appended are consumed after the run (the next measurement waits for the consumer group to catch up), so its click path CPU is not comparable.\n\n", c, d, rounds)
 	fmt.Fprintln(out, "| server | requests/s | p50 | p99 | p99.9 | server CPU µs/request | click path CPU µs/request | served from | errors |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---|---:|")
 	for _, s := range servers {
@@ -318,21 +361,25 @@ func report(out io.Writer, servers []*server, c int, d time.Duration, rounds int
 			r.Quantile(0.5).Round(time.Microsecond), r.Quantile(0.99).Round(time.Microsecond), r.Quantile(0.999).Round(time.Microsecond),
 			fmtMicros(cpu), fmtMicros(path), from, r.Errors)
 	}
-	i := slices.IndexFunc(servers, func(s *server) bool { return s.kurz })
-	if i < 0 {
+	if !slices.ContainsFunc(servers, func(s *server) bool { return s.kurz }) {
 		return
 	}
-	k, kcpu, kpath := servers[i].figures()
 	fmt.Fprintln(out, "\n| kurz redirect / peer | throughput | p99 | server CPU/request | click path CPU/request |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|")
-	for _, s := range servers {
-		if s.kurz {
+	for _, ks := range servers {
+		if !ks.kurz {
 			continue
 		}
-		p, pcpu, ppath := s.figures()
-		fmt.Fprintf(out, "| kurz redirect vs %s | %s | %s | %s | %s |\n", s.name,
-			fmtRatio(k.Rate()/p.Rate()), fmtRatio(float64(k.Quantile(0.99))/float64(p.Quantile(0.99))),
-			fmtRatio(kcpu/pcpu), fmtRatio(kpath/ppath))
+		k, kcpu, kpath := ks.figures()
+		for _, s := range servers {
+			if s.kurz {
+				continue
+			}
+			p, pcpu, ppath := s.figures()
+			fmt.Fprintf(out, "| %s vs %s | %s | %s | %s | %s |\n", ks.name, s.name,
+				fmtRatio(k.Rate()/p.Rate()), fmtRatio(float64(k.Quantile(0.99))/float64(p.Quantile(0.99))),
+				fmtRatio(kcpu/pcpu), fmtRatio(kpath/ppath))
+		}
 	}
 	fmt.Fprintln(out, "\nRatios above 1: kurz is faster (throughput) or costlier (latency, CPU) than the peer.")
 }
