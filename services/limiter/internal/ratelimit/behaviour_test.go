@@ -317,6 +317,25 @@ func TestBreakerStopsPayingTheTimeout(t *testing.T) {
 	}
 }
 
+// A caller that gives up says nothing about Redis: decisions cut short by
+// their callers' cancellation or deadline, however many, leave the breakers
+// closed, and the next caller is decided on Redis.
+func TestCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
+	e := engine(t, cluster(t), failureRules, Options{Timeout: 5 * time.Second, BreakerThreshold: 2, BreakerCooldown: time.Hour})
+	desc := map[string]string{"user": unique(t), "mode": "open"}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	late, cancelLate := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancelLate()
+	for range 5 {
+		e.Check(gone, "f", desc, 1)
+		e.Check(late, "f", desc, 1)
+	}
+	if got := e.Check(context.Background(), "f", desc, 1); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Errorf("after 10 callers gave up: source %v, want REDIS (a breaker opened)", got.Source)
+	}
+}
+
 // The deciding rule of an allowance is the one with the least headroom
 // relative to what it can hold: a bucket's burst, not its per-window limit.
 func TestDecidingRuleIsTheOneWithLeastHeadroom(t *testing.T) {

@@ -442,6 +442,13 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(context.Cont
 	start := time.Now()
 	vals, err := call(rctx)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up (its own deadline, or it went away): that says
+		// nothing about Redis. Counted, a batch whose caller timed out
+		// opened every node's breaker, and every caller got the failure
+		// mode for a cooldown.
+		return vals, err
+	}
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
 	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
 	if opened {
