@@ -63,11 +63,16 @@ type Config struct {
 
 	// LimiterAddr is where the limiter's gRPC listens.
 	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
-	// LimiterTimeout bounds one flood check.
-	LimiterTimeout time.Duration `env:"ANALYTICS_LIMITER_TIMEOUT" default:"50ms"`
-	// FloodParallelism bounds the concurrent CheckQuotas calls of one batch
-	// (each up to consumer.FloodChecksPerCall flood checks).
-	FloodParallelism int `env:"ANALYTICS_FLOOD_PARALLELISM" default:"4"`
+	// LimiterTimeout bounds one CheckQuotas call of up to 100 flood checks.
+	// A call that gets no answer in time leaves its clicks, and the rest of
+	// its batch's, unflagged (degraded); at 50 ms, calls queued behind a
+	// backlog's other checks timed out with the limiter healthy.
+	LimiterTimeout time.Duration `env:"ANALYTICS_LIMITER_TIMEOUT" default:"500ms"`
+	// FloodParallelism bounds the consumer's CheckQuotas calls in flight,
+	// over all its batches (each up to consumer.FloodChecksPerCall flood
+	// checks); it uses fewer while the limiter answers checks by the rule's
+	// failure mode, which checks nothing.
+	FloodParallelism int `env:"ANALYTICS_FLOOD_PARALLELISM" default:"16"`
 	// Flushers is how many batches one consumer flushes at once.
 	Flushers int `env:"ANALYTICS_FLUSHERS" default:"2"`
 

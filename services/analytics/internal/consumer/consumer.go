@@ -88,8 +88,10 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// InsertTimeout bounds one ClickHouse insert or lookup (default 10s).
 	InsertTimeout time.Duration
-	// FloodParallelism bounds the concurrent CheckQuotas calls of one batch,
-	// each of up to FloodChecksPerCall flood checks (default 4).
+	// FloodParallelism bounds the CheckQuotas calls in flight over all the
+	// consumer's batches, each of up to FloodChecksPerCall flood checks
+	// (default 16); fewer while the limiter answers by its failure mode
+	// (pacer).
 	FloodParallelism int
 	// Flushers is how many batches are flushed at once (default 2): one
 	// can wait on ClickHouse while the next asks the limiter and Redis.
@@ -161,7 +163,7 @@ func (o Options) withDefaults() (Options, error) {
 	set(&o.RetryMax, 5*time.Second)
 	set(&o.InsertTimeout, 10*time.Second)
 	if o.FloodParallelism <= 0 {
-		o.FloodParallelism = 4
+		o.FloodParallelism = 16
 	}
 	if o.Flushers <= 0 {
 		o.Flushers = 2
@@ -199,6 +201,8 @@ type Consumer struct {
 	m     *metrics
 	// tracer makes one span per flushed batch.
 	tracer trace.Tracer
+	// pace bounds the flood-check calls in flight over every batch.
+	pace *pacer
 
 	keys, deadKeys []string
 	in             chan []entry
@@ -226,7 +230,7 @@ func New(rdb redis.UniversalClient, store *clickstore.Store, q QuotaChecker, log
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{opts: opts, rdb: rdb, store: store, quota: q, log: log.With("consumer", opts.Name, "group", opts.Group)}
+	c := &Consumer{opts: opts, rdb: rdb, store: store, quota: q, log: log.With("consumer", opts.Name, "group", opts.Group), pace: newPacer(opts.FloodParallelism)}
 	tp := opts.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/testkit/limitertest"
@@ -549,6 +550,41 @@ func TestLimiterUnreachableStoresUnflagged(t *testing.T) {
 	}
 	if got := metrictest.Counter(t, r.reader, MetricDegraded); got != 20 {
 		t.Errorf("%s = %d, want 20", MetricDegraded, got)
+	}
+}
+
+// A flood check the limiter answered by the rule's failure mode (its Redis
+// slow or down) checked nothing: the clicks are stored unflagged and counted
+// as degraded, whether the mode let them through or, configured closed,
+// denied them (which would otherwise flag every one as a flood).
+func TestFailureModeAnswersStoreUnflagged(t *testing.T) {
+	t.Parallel()
+	for _, src := range []ratelimitv1.DecisionSource{ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN, ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED} {
+		t.Run(src.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			code := "fmode" + rnd()
+			fake := limitertest.Start(t, func(req *ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+				allowed := src == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN
+				return &ratelimitv1.CheckQuotaResponse{Allowed: allowed, DecidingRule: "clicks/per-visitor", Limit: 10, Remaining: 0, Source: src}
+			})
+			r := e.start(e.opts(), e.rdb, e.store, limiterClient(t, fake.Addr(), time.Second))
+			var events []clickevent.Event
+			for i := range 20 {
+				events = append(events, e.click(code, time.Duration(i)*time.Second, visitor(0), chromeUA, ""))
+			}
+			e.xadd(events...)
+			eventually(t, 20*time.Second, "events stored", func() (bool, string) {
+				p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+				return p == 0 && n == 20, fmt.Sprintf("pending %d, total %d", p, n)
+			})
+			if c := e.stats(code).GetCounts(); c.GetHuman() != 20 || c.GetFlood() != 0 {
+				t.Errorf("counts %v: want 20 human, 0 flood", c)
+			}
+			if got := metrictest.Counter(t, r.reader, MetricDegraded); got != 20 {
+				t.Errorf("%s = %d, want 20", MetricDegraded, got)
+			}
+		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/analytics/internal/clickstore"
@@ -362,11 +363,16 @@ type floodGroup struct {
 }
 
 // askFloods asks the limiter about each group's cost, FloodChecksPerCall
-// groups per call with FloodParallelism calls at once, and records the
+// groups per call with up to FloodParallelism calls at once as the
+// consumer's pacer allows (over all its batches), and records the
 // answers: allowed (done), degraded (done), or denied with the headroom to
 // ask for next (done when there is none).
 func (c *Consumer) askFloods(ctx context.Context, groups []*floodGroup) {
 	var next atomic.Int64
+	// unanswered is set once a call got no answer at all (the limiter down
+	// or hung): the batch's other checks are degraded without waiting out
+	// a deadline each.
+	var unanswered atomic.Bool
 	calls := (len(groups) + FloodChecksPerCall - 1) / FloodChecksPerCall
 	var wg sync.WaitGroup
 	for range min(c.opts.FloodParallelism, calls) {
@@ -377,24 +383,50 @@ func (c *Consumer) askFloods(ctx context.Context, groups []*floodGroup) {
 					return
 				}
 				chunk := groups[start:min(start+FloodChecksPerCall, len(groups))]
+				skip := unanswered.Load() || c.pace.acquire(ctx) != nil
+				if !skip && unanswered.Load() { // set while this call waited
+					c.pace.release(false)
+					skip = true
+				}
+				if skip {
+					for _, g := range chunk {
+						g.answer(quota.Decision{Allowed: true, Degraded: true})
+					}
+					continue
+				}
 				reqs := make([]quota.Request, len(chunk))
 				for i, g := range chunk {
 					first := g.rows[0].click
 					reqs[i] = quota.Request{Domain: FloodDomain, Descriptors: map[string]string{"code": first.Code, "visitor": first.Visitor}, Cost: uint32(g.cost)}
 				}
+				decided, answered := true, false
 				for i, d := range c.quota.CheckMany(ctx, reqs, quota.FailOpen) {
+					decided = decided && !unchecked(d)
+					answered = answered || !d.Degraded
 					chunk[i].answer(d)
 				}
+				if !answered {
+					unanswered.Store(true) // before release: a waiter sees it
+				}
+				c.pace.release(decided)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// answer records one limiter decision about the group's current cost.
+// unchecked tells whether d checked nothing: the limiter did not answer, or
+// answered by the rule's failure mode (its Redis slow or down).
+func unchecked(d quota.Decision) bool {
+	return d.Degraded || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED
+}
+
+// answer records one limiter decision about the group's current cost. An
+// answer the limiter gave by the rule's failure mode (its Redis was slow or
+// down) checked nothing: the group is degraded, as when no answer came.
 func (g *floodGroup) answer(d quota.Decision) {
 	switch {
-	case d.Degraded:
+	case unchecked(d):
 		g.allowed, g.degraded, g.done = len(g.rows), true, true
 	case d.Allowed:
 		g.allowed, g.done = g.cost, true
