@@ -281,7 +281,8 @@ func (c *Consumer) Run(ctx context.Context) {
 }
 
 // read is one shard's reader: first this consumer's own pending entries
-// (left by a previous process of the same name), then new ones.
+// (left by a previous process of the same name, or by a read whose reply
+// was lost), then new ones.
 func (c *Consumer) read(ctx, hard context.Context, shard int) {
 	key := c.keys[shard]
 	bo := c.backoff()
@@ -310,6 +311,13 @@ func (c *Consumer) read(ctx, hard context.Context, shard int) {
 			if strings.HasPrefix(err.Error(), "NOGROUP") {
 				c.ensureGroup(ctx, key)
 			}
+			// Redis may have delivered entries whose reply never arrived (a
+			// read timeout): they are pending with this consumer, which
+			// does not hold them, and, since it takes its own idle entries
+			// for a stall, would never claim them back. Read this consumer's
+			// pending entries again; those it does hold are redelivered
+			// copies, which the store counts once.
+			pendingFrom = "0"
 			wait := bo.next()
 			c.log.Warn("click stream read failed", "stream", key, "retry_in", wait, "err", err)
 			if !sleep(ctx, wait) {

@@ -4,6 +4,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -586,6 +587,54 @@ func TestFailureModeAnswersStoreUnflagged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loseFirstRead makes the first XREADGROUP of new entries that Redis
+// answered with entries fail as a read timeout would: Redis delivered them
+// (they are pending with the consumer), the consumer never got them.
+type loseFirstRead struct{ lost atomic.Bool }
+
+func (*loseFirstRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (*loseFirstRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *loseFirstRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		xr, ok := cmd.(*redis.XStreamSliceCmd)
+		if ok && err == nil && cmd.Name() == "xreadgroup" && args[len(args)-1] == ">" &&
+			len(xr.Val()) > 0 && len(xr.Val()[0].Messages) > 0 && h.lost.CompareAndSwap(false, true) {
+			err = errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout (the test lost this reply)")
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+// Entries whose read reply was lost are pending with the consumer that does
+// not hold them; with one consumer, nobody else would ever claim them (it
+// takes its own idle entries for a stall). It reads them again.
+func TestLostReadReplyIsReadAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "lost" + rnd()
+	rdb, _ := e.clients()
+	h := &loseFirstRead{}
+	rdb.AddHook(h)
+	e.start(e.opts(), rdb, e.store, allowAll(t))
+	events := e.mixed(code, 40)
+	e.xadd(events...)
+	eventually(t, 20*time.Second, "every event stored, nothing pending", func() (bool, string) {
+		p, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return p == 0 && n == int64(len(events)), fmt.Sprintf("pending %d, total %d of %d", p, n, len(events))
+	})
+	if !h.lost.Load() {
+		t.Fatal("no read reply was lost: the test tested nothing")
+	}
+	expect(events).check(t, e.stats(code))
 }
 
 // TestGracefulShutdownAcknowledges: a batch still collecting when the
