@@ -5,13 +5,16 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/pkg/testkit/redistest"
 )
 
@@ -333,6 +336,34 @@ func TestCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
 	}
 	if got := e.Check(context.Background(), "f", desc, 1); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
 		t.Errorf("after 10 callers gave up: source %v, want REDIS (a breaker opened)", got.Source)
+	}
+}
+
+// A request whose caller gave up before Redis answered is answered by the
+// failure mode to no one: it is counted as abandoned, not as a decision or a
+// fallback (which KurzLimiterFallingBack watches).
+func TestAbandonedRequestsAreNotDecisions(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e, err := NewEngine(cluster(t), compile(t, failureRules), Options{Timeout: 5 * time.Second}, slog.New(slog.DiscardHandler), mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Wait)
+	desc := map[string]string{"user": unique(t), "mode": "open"}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		e.Check(gone, "f", desc, 1)
+	}
+	if got := e.Check(context.Background(), "f", desc, 1); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Fatalf("live caller: source %v, want REDIS", got.Source)
+	}
+	abandoned := metrictest.Counter(t, reader, "kurz.ratelimit.abandoned")
+	decisions := metrictest.Counter(t, reader, "kurz.ratelimit.decisions")
+	fallbacks := metrictest.Counter(t, reader, "kurz.ratelimit.fallbacks")
+	if abandoned != 3 || decisions != 1 || fallbacks != 0 {
+		t.Errorf("abandoned %d, decisions %d, fallbacks %d; want 3, 1, 0", abandoned, decisions, fallbacks)
 	}
 }
 

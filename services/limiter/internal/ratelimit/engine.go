@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -284,6 +285,9 @@ type group struct {
 	consumed bool
 	now      int64
 	err      error
+	// abandoned: Redis did not answer because the caller gave up first;
+	// the failure mode answers no one, and nothing counts it as a decision.
+	abandoned bool
 }
 
 // decide is the decision path shared by Check, CheckEach and CheckAt. On a
@@ -343,6 +347,13 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 			}
 		}
 	}
+	if slices.ContainsFunc(append(groups, ls.failed...), func(g *group) bool { return g.abandoned }) {
+		// Nobody receives this answer, and some of it is a failure mode
+		// standing in for a Redis that was not slow: counted as decisions
+		// and fallbacks, impatient callers set off KurzLimiterFallingBack.
+		e.m.abandoned.Add(ctx, 1)
+		return resp
+	}
 	e.observe(ctx, domain, rules, results, resp, false)
 	return resp
 }
@@ -397,7 +408,7 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 		return e.decideOnRedis(ctx, g.keys, g.args)
 	})
 	if err != nil {
-		g.err = err
+		g.err, g.abandoned = err, ctx.Err() != nil
 		e.fallback(g, rules, results, cost, time.Now())
 		return
 	}
@@ -546,8 +557,10 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 		if r.Shadow {
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
 		}
-		e.m.fallbacks.Add(context.Background(), 1, metric.WithAttributes(
-			attribute.String("rule", r.ID()), attribute.String("source", sourceName(res.source))))
+		if !g.abandoned {
+			e.m.fallbacks.Add(context.Background(), 1, metric.WithAttributes(
+				attribute.String("rule", r.ID()), attribute.String("source", sourceName(res.source))))
+		}
 		results[i] = res
 	}
 }
@@ -777,6 +790,7 @@ func (e *Engine) rawState(ctx context.Context, a Applied) (map[string]string, er
 type engineMetrics struct {
 	decisions     metric.Int64Counter
 	fallbacks     metric.Int64Counter
+	abandoned     metric.Int64Counter
 	redisDuration metric.Float64Histogram
 	breakerOpen   metric.Int64UpDownCounter
 	// redisOutcome holds the two attribute sets of redisDuration.
@@ -811,6 +825,9 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 		metric.WithDescription("Rule decisions by domain, rule, outcome and how they were served"))
 	em.fallbacks, e2 = m.Int64Counter("kurz.ratelimit.fallbacks", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rule decisions made without Redis, by rule and failure mode"))
+	err = errors.Join(err, e2)
+	em.abandoned, e2 = m.Int64Counter("kurz.ratelimit.abandoned", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests whose caller gave up before Redis answered: not counted as decisions or fallbacks"))
 	err = errors.Join(err, e2)
 	em.redisDuration, e2 = m.Float64Histogram("kurz.ratelimit.redis.duration", metric.WithUnit("s"),
 		metric.WithDescription("Latency of decision scripts on Redis"),
