@@ -347,7 +347,8 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 			}
 		}
 	}
-	if slices.ContainsFunc(append(groups, ls.failed...), func(g *group) bool { return g.abandoned }) {
+	abandoned := func(g *group) bool { return g.abandoned }
+	if slices.ContainsFunc(groups, abandoned) || slices.ContainsFunc(ls.failed, abandoned) {
 		// Nobody receives this answer, and some of it is a failure mode
 		// standing in for a Redis that was not slow: counted as decisions
 		// and fallbacks, impatient callers set off KurzLimiterFallingBack.
@@ -408,7 +409,7 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 		return e.decideOnRedis(ctx, g.keys, g.args)
 	})
 	if err != nil {
-		g.err, g.abandoned = err, ctx.Err() != nil
+		g.err, g.abandoned = err, errors.Is(err, errAbandoned)
 		e.fallback(g, rules, results, cost, time.Now())
 		return
 	}
@@ -439,6 +440,10 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 
 var errBreakerOpen = errors.New("redis breaker open")
 
+// errAbandoned wraps the error of a Redis call whose caller gave up first
+// (onRedis): the failure mode answers no one, and nothing counts it.
+var errAbandoned = errors.New("caller gave up")
+
 // onRedis runs call, a script on the node that holds key, within the
 // decision timeout and behind that node's breaker: it fails at once while
 // the breaker is open, and its outcome feeds the breaker and the Redis
@@ -458,7 +463,7 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(context.Cont
 		// nothing about Redis. Counted, a batch whose caller timed out
 		// opened every node's breaker, and every caller got the failure
 		// mode for a cooldown.
-		return vals, err
+		return vals, fmt.Errorf("%w: %w", errAbandoned, err)
 	}
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
 	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())

@@ -149,7 +149,7 @@ func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []re
 		out.skip[i] = true
 		res, hold, err := e.takeLeased(ctx, a, a.cost(cost))
 		if err != nil {
-			g := &group{idx: []int{i}, keys: []string{a.Key}, err: err, abandoned: ctx.Err() != nil}
+			g := &group{idx: []int{i}, keys: []string{a.Key}, err: err, abandoned: errors.Is(err, errAbandoned)}
 			e.fallback(g, rules, results, cost, time.Now())
 			out.failed = append(out.failed, g)
 			continue
