@@ -700,17 +700,21 @@ func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, re
 	if !resp.Allowed {
 		level, msg = slog.LevelWarn, "quota denied"
 	}
-	attrs := make([]any, 0, 8+len(rules))
-	attrs = append(attrs, "domain", domain, "deciding_rule", resp.DecidingRule, "source", sourceName(resp.Source), "from_deny_cache", cached)
+	// Typed attributes (LogAttrs): the "key", value pairs of Log box every
+	// number and bool and are parsed back into attributes on each call, a
+	// cost paid on every denial.
+	attrs := make([]slog.Attr, 0, 4+len(rules))
+	attrs = append(attrs, slog.String("domain", domain), slog.String("deciding_rule", resp.DecidingRule),
+		slog.String("source", sourceName(resp.Source)), slog.Bool("from_deny_cache", cached))
 	for i, a := range rules {
 		res := results[i]
-		attrs = append(attrs, slog.Group(a.Rule.Name,
-			"key", a.Key, "plan", a.Plan, "algorithm", AlgorithmName(a.Rule.Algorithm),
-			"allowed", res.allowed, "limit", res.limit, "remaining", res.remaining,
-			"window", a.Rule.Window, "retry_after", res.retryAfter, "reset_after", res.resetAfter,
-			"source", sourceName(res.source), "cost_exceeds_capacity", res.never))
+		attrs = append(attrs, slog.Attr{Key: a.Rule.Name, Value: slog.GroupValue(
+			slog.String("key", a.Key), slog.String("plan", a.Plan), slog.String("algorithm", AlgorithmName(a.Rule.Algorithm)),
+			slog.Bool("allowed", res.allowed), slog.Int64("limit", res.limit), slog.Int64("remaining", res.remaining),
+			slog.Duration("window", a.Rule.Window), slog.Duration("retry_after", res.retryAfter), slog.Duration("reset_after", res.resetAfter),
+			slog.String("source", sourceName(res.source)), slog.Bool("cost_exceeds_capacity", res.never))})
 	}
-	e.log.Log(ctx, level, msg, attrs...)
+	e.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
 // Explain reports every rule that matches the request, what it would decide
