@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,6 +179,44 @@ func TestRecoversFromAFlushedScriptCache(t *testing.T) {
 				t.Errorf("after SCRIPT FLUSH: allowed=%v source=%v remaining=%d, want true, REDIS, 98", resp.Allowed, resp.Source, resp.Remaining)
 			}
 		})
+	}
+}
+
+// The node pipelines (pipe.go) leave redirects and a lost script cache to
+// the cluster client: with the slot map pointing every slot at one master
+// and every script cache flushed, pipelined decisions are still decided on
+// Redis, each exactly once.
+func TestPipelinedDecisionsFollowRedirectsAndReloadTheScript(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, hourly, Options{AutoPipeline: true})
+	// As if another decision were in flight: every call takes the pipelines
+	// (one alone goes straight to its node through the cluster client).
+	e.inflight.Add(1)
+	nodes := *e.slots.nodes.Load()
+	one := nodes[0]
+	for i := range nodes {
+		nodes[i] = one
+	}
+	e.slots.nodes.Store(&nodes)
+	ctx := context.Background()
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return m.ScriptFlush(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	base := unique(t)
+	for round, want := range []int64{99, 98} {
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Go(func() {
+				desc := map[string]string{"user": fmt.Sprintf("%s-%d", base, i), "algo": "token_bucket"}
+				resp := e.Check(ctx, "t", desc, 1)
+				if !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS || resp.Remaining != want {
+					t.Errorf("round %d, user %d: allowed=%v source=%v remaining=%d, want true, REDIS, %d", round, i, resp.Allowed, resp.Source, resp.Remaining, want)
+				}
+			})
+		}
+		wg.Wait()
 	}
 }
 
@@ -387,8 +426,9 @@ domains:
 // slowRedis is a client hook that, while on, delays every decision script by
 // delay before it reaches Redis: a Redis that answers, but late. A caller's
 // context still cuts the wait, as a context deadline cuts a socket read
-// (ContextTimeoutEnabled); an auto-pipelined batch, which runs on the
-// pipeliner's own context, waits the delay out, as it waits out a slow read.
+// (ContextTimeoutEnabled). One decision at a time goes straight to the
+// cluster client, pipelines or not, so the hook sees every script here
+// (the pipelines' own deadline: TestPipeCallerStopsWaitingAtItsDeadline).
 // calls counts the scripts sent while slow.
 type slowRedis struct {
 	delay time.Duration

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,30 +63,31 @@ type Options struct {
 	// AllowLogEvery logs one allowance in this many (every denial is logged).
 	AllowLogEvery int64
 	// AutoPipeline batches concurrent decisions into one pipeline per Redis
-	// node (go-redis's auto-pipeliner), instead of one round trip each. A
-	// decision still waits for its batch only until Timeout.
+	// node (pipe.go), instead of one round trip each. A decision still waits
+	// for its batch only until Timeout.
 	AutoPipeline bool
 }
 
 // Engine evaluates requests against the current Ruleset.
 type Engine struct {
 	rdb *redis.ClusterClient
-	// ap, when auto-pipelining, batches the decision scripts: go-redis's
-	// deferred face, whose futures a decision can stop waiting for at its
-	// deadline. Nil otherwise: decisions call rdb directly.
-	ap       *redis.AutoPipeliner
+	// pipes, when auto-pipelining, batches the decision scripts per node
+	// (pipe.go). Nil otherwise: decisions call rdb directly.
+	pipes    *pipes
 	inflight atomic.Int64 // decisions on Redis right now, when auto-pipelining
-	rules    atomic.Pointer[Ruleset]
-	opts     Options
-	log      *slog.Logger
-	local    *localLimiter
-	breakers *breakers
-	slots    slotMap
-	denied   *lru.Cache[string, denial]
-	reqPfx   string
-	reqSeq   atomic.Uint64
-	allowSeq atomic.Int64
-	m        *engineMetrics
+	// slotsStale asks Run to reload the slot map now (a MOVED reply).
+	slotsStale chan struct{}
+	rules      atomic.Pointer[Ruleset]
+	opts       Options
+	log        *slog.Logger
+	local      *localLimiter
+	breakers   *breakers
+	slots      slotMap
+	denied     *lru.Cache[string, denial]
+	reqPfx     string
+	reqSeq     atomic.Uint64
+	allowSeq   atomic.Int64
+	m          *engineMetrics
 	// refunds tracks background refunds so tests and shutdown can wait.
 	refunds sync.WaitGroup
 	// leases are this replica's leases of leased rules' units (lease.go).
@@ -178,15 +180,10 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 		log.Warn("redis client without ContextTimeoutEnabled: calls wait for socket timeouts, not the decision timeout")
 	}
 	if opts.AutoPipeline {
-		// The deferred face (Submit, then wait with a deadline): the
-		// blocking face waits for the batch whatever the caller's context,
-		// so a slow Redis would cost every decision its full latency.
-		ap, err := rdb.AsyncAutoPipeline()
-		if err != nil {
-			return nil, fmt.Errorf("ratelimit: auto-pipeline: %w", err)
-		}
-		e.ap = ap
+		o := rdb.Options()
+		e.pipes = newPipes(o.Password, o.DialTimeout, max(o.ReadTimeout, o.WriteTimeout, opts.Timeout))
 	}
+	e.slotsStale = make(chan struct{}, 1)
 	e.rules.Store(rules)
 	if _, err := e.slots.refresh(context.Background(), rdb, time.Second); err != nil {
 		log.Warn("cluster slot map not loaded yet; one breaker covers the cluster until it is", "err", err)
@@ -201,23 +198,38 @@ func (e *Engine) refreshSlots(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	if e.pipes != nil {
+		e.pipes.forget(func(node string) bool { return masters[node] })
+	}
 	if n := e.breakers.forget(func(node string) bool { return masters[node] }); n > 0 {
 		e.m.breakerOpen.Add(ctx, int64(-n))
 		e.log.InfoContext(ctx, "dropped open breakers of nodes that are no longer masters", "breakers", n)
 	}
 }
 
-// Run keeps the slot-to-node map of the breakers current (failovers move
-// slots) until ctx ends.
+// Run keeps the slot-to-node map of the breakers and pipelines current
+// (failovers move slots) until ctx ends, then closes the pipelines.
 func (e *Engine) Run(ctx context.Context) {
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	if e.pipes != nil {
+		defer e.pipes.Close()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			e.refreshSlots(ctx)
+		case <-e.slotsStale:
+			e.refreshSlots(ctx)
+			// At most ten reloads a second however many calls fail
+			// while a failover is under way.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
 }
@@ -487,50 +499,54 @@ var decideSHA = decideScript.Hash()
 // decideOnRedis runs the decision script on keys with args and returns its
 // reply, or an error once ctx is done.
 //
-// Auto-pipelined, the script joins the next batch to its node and the
-// decision waits for the batch only until ctx's deadline: go-redis runs
-// batches on the pipeliner's own context, so the wait is what a deadline can
-// cut. A script abandoned there is not withdrawn and may still run on Redis
-// later, as one cut by a network timeout may: a "check" then consumes units
-// no caller was granted, which the window or bucket gives back in time.
+// Auto-pipelined, the script joins the next batch to its node (pipe.go)
+// and the decision waits for its reply only until ctx's deadline: a batch
+// runs on the pipeline's own I/O deadline, so the wait is what a deadline
+// can cut. A script abandoned there is not withdrawn and may still run on
+// Redis later, as one cut by a network timeout may: a "check" then consumes
+// units no caller was granted, which the window or bucket gives back in
+// time.
 func (e *Engine) decideOnRedis(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	// A decision alone in flight has nothing to share a batch with: it
-	// goes straight to its node, without the pipeliner's hand-offs between
-	// goroutines (at one caller those doubled a decision's latency).
-	if e.ap == nil || e.inflight.Add(1) == 1 {
-		if e.ap != nil {
+	// goes straight to its node, without the hand-off to the node's
+	// flusher (at one caller that doubled a decision's latency).
+	if e.pipes == nil || e.inflight.Add(1) == 1 {
+		if e.pipes != nil {
 			defer e.inflight.Add(-1)
 		}
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	}
 	defer e.inflight.Add(-1)
-	cmd, err := e.submitScript(ctx, "evalsha", decideSHA, keys, args)
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// The node lost its script cache (restart, failover, SCRIPT FLUSH):
-		// EVAL runs the script and caches it again, within the same deadline.
-		cmd, err = e.submitScript(ctx, "eval", decideSource, keys, args)
+	node := e.slots.node(keys[0])
+	if node == "cluster" { // no slot map yet
+		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	}
-	if err != nil {
-		return nil, err
+	vals, err := e.pipes.call(ctx, node, decideSHA, keys, args)
+	switch {
+	case err == nil || isScriptError(err) || ctx.Err() != nil:
+		return vals, err
+	case errors.Is(err, errRedirect):
+		// MOVED, ASK, NOSCRIPT, a node loading or demoted: the cluster
+		// client follows redirects and loads the script, within the same
+		// deadline; all but NOSCRIPT say the slot map may be out of date.
+		if !strings.Contains(err.Error(), "NOSCRIPT") {
+			e.slotsChanged()
+		}
+		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
+	default:
+		// The node failed (refused, reset, timed out): if it was failed
+		// over, the new master is in the slot map only once it is reloaded.
+		e.slotsChanged()
+		return vals, err
 	}
-	return cmd.Int64Slice()
 }
 
-// submitScript queues EVAL or EVALSHA (name) of script on the auto-pipeliner
-// and waits for its reply until ctx is done.
-func (e *Engine) submitScript(ctx context.Context, name, script string, keys []string, args []any) (*redis.Cmd, error) {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, name, script, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
+// slotsChanged asks Run to reload the slot map now.
+func (e *Engine) slotsChanged() {
+	select {
+	case e.slotsStale <- struct{}{}:
+	default:
 	}
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	cmd.SetFirstKeyPos(3) // route by the first key, as the typed EvalSha does
-	if err := e.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil {
-		return nil, err
-	}
-	return cmd, nil
 }
 
 // isScriptError tells a script's own error reply (a bug, not an outage) from

@@ -1,0 +1,277 @@
+package ratelimit
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// respServer is a fake Redis node: it reads RESP commands and answers each
+// with reply(args), in order, on every connection it accepts.
+type respServer struct {
+	ln    net.Listener
+	reply func(args []string) string
+	conns atomic.Int32
+	cmds  atomic.Int32
+}
+
+func newRESPServer(t *testing.T, reply func(args []string) string) *respServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &respServer{ln: ln, reply: reply}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.conns.Add(1)
+			wg.Go(func() { s.serve(c) })
+		}
+	})
+	return s
+}
+
+func (s *respServer) addr() string { return s.ln.Addr().String() }
+
+func (s *respServer) serve(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		args, err := readCommand(r)
+		if err != nil {
+			return
+		}
+		s.cmds.Add(1)
+		out := s.reply(args)
+		if out == "" {
+			continue // never answer
+		}
+		if _, err := io.WriteString(c, out); err != nil {
+			return
+		}
+	}
+}
+
+func readCommand(r *bufio.Reader) ([]string, error) {
+	line, err := readLine(r)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(line, "*") {
+		return nil, fmt.Errorf("not an array: %q", line)
+	}
+	n, _ := strconv.Atoi(line[1:])
+	args := make([]string, n)
+	for i := range args {
+		h, err := readLine(r)
+		if err != nil {
+			return nil, err
+		}
+		size, _ := strconv.Atoi(strings.TrimPrefix(h, "$"))
+		b := make([]byte, size+2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		args[i] = string(b[:size])
+	}
+	return args, nil
+}
+
+// echoKey answers EVALSHA with {1, <the number at the end of the first
+// key>, <the number of args>}, so a reply given to the wrong caller shows.
+func echoKey(args []string) string {
+	if len(args) < 4 || args[0] != "evalsha" {
+		return "-ERR unexpected " + strings.Join(args, " ") + "\r\n"
+	}
+	_, num, _ := strings.Cut(args[3], ":")
+	return fmt.Sprintf("*3\r\n:1\r\n:%s\r\n:%d\r\n", num, len(args))
+}
+
+func testPipes(ioTimeout time.Duration) *pipes { return newPipes("", time.Second, ioTimeout) }
+
+func TestPipeRepliesReachTheirCallers(t *testing.T) {
+	srv := newRESPServer(t, echoKey)
+	p := testPipes(time.Second)
+	defer p.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 400)
+	for i := range 400 {
+		wg.Go(func() {
+			vals, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:" + strconv.Itoa(i)}, []any{"", "check", "id", 4, int64(100)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if len(vals) != 3 || vals[1] != int64(i) || vals[2] != 9 {
+				errs <- fmt.Errorf("call %d got %v", i, vals)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("%d connections to one node, want 1", n)
+	}
+}
+
+func TestPipeErrorRepliesKeepTheConnection(t *testing.T) {
+	srv := newRESPServer(t, func(args []string) string {
+		switch args[3] {
+		case "moved":
+			return "-MOVED 3999 127.0.0.1:7002\r\n"
+		case "noscript":
+			return "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+		case "bug":
+			return "-ERR user_script:1: attempt to compare nil with number\r\n"
+		}
+		return echoKey(args)
+	})
+	p := testPipes(time.Second)
+	defer p.Close()
+	call := func(key string) ([]int64, error) {
+		return p.call(context.Background(), srv.addr(), "sha", []string{key}, nil)
+	}
+	for _, key := range []string{"moved", "noscript"} {
+		if _, err := call(key); !errors.Is(err, errRedirect) || isScriptError(err) {
+			t.Errorf("%s: err = %v, want errRedirect for the cluster client", key, err)
+		}
+	}
+	if _, err := call("bug"); !isScriptError(err) || errors.Is(err, errRedirect) {
+		t.Errorf("script bug: err = %v, want a script error", err)
+	}
+	if vals, err := call("k:7"); err != nil || vals[1] != 7 {
+		t.Errorf("after error replies: %v, %v", vals, err)
+	}
+	if n := srv.conns.Load(); n != 1 {
+		t.Errorf("%d connections, want 1: an error reply must not drop the connection", n)
+	}
+}
+
+func TestPipeDropsAConnectionWhoseRepliesAreLate(t *testing.T) {
+	srv := newRESPServer(t, func(args []string) string {
+		if args[3] == "silent" {
+			return ""
+		}
+		return echoKey(args)
+	})
+	p := testPipes(50 * time.Millisecond)
+	defer p.Close()
+	_, err := p.call(context.Background(), srv.addr(), "sha", []string{"silent"}, nil)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("unanswered call: err = %v, want a timeout", err)
+	}
+	// The late reply could be taken for the next call's: a new connection.
+	vals, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:3"}, nil)
+	if err != nil || vals[1] != 3 {
+		t.Fatalf("next call: %v, %v", vals, err)
+	}
+	if n := srv.conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
+
+func TestPipeCallerStopsWaitingAtItsDeadline(t *testing.T) {
+	release := make(chan struct{})
+	srv := newRESPServer(t, func(args []string) string {
+		<-release
+		return echoKey(args)
+	})
+	defer close(release)
+	p := testPipes(5 * time.Second)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.call(ctx, srv.addr(), "sha", []string{"k:1"}, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the caller's deadline", err)
+	}
+}
+
+func TestPipeAuthenticates(t *testing.T) {
+	var authed atomic.Bool
+	srv := newRESPServer(t, func(args []string) string {
+		if args[0] == "AUTH" {
+			if args[1] != "s3cret" {
+				return "-WRONGPASS invalid username-password pair\r\n"
+			}
+			authed.Store(true)
+			return "+OK\r\n"
+		}
+		if !authed.Load() {
+			return "-NOAUTH Authentication required.\r\n"
+		}
+		return echoKey(args)
+	})
+	bad := newPipes("wrong", time.Second, time.Second)
+	defer bad.Close()
+	if _, err := bad.call(context.Background(), srv.addr(), "sha", []string{"k:1"}, nil); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("wrong password: err = %v", err)
+	}
+	good := newPipes("s3cret", time.Second, time.Second)
+	defer good.Close()
+	if vals, err := good.call(context.Background(), srv.addr(), "sha", []string{"k:5"}, nil); err != nil || vals[1] != 5 {
+		t.Errorf("right password: %v, %v", vals, err)
+	}
+}
+
+func TestPipeForgottenNodeFailsQueuedCalls(t *testing.T) {
+	srv := newRESPServer(t, echoKey)
+	p := testPipes(time.Second)
+	defer p.Close()
+	if _, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	np, _ := p.node(srv.addr())
+	p.forget(func(string) bool { return false })
+	// Once its flusher has stopped (a call it was still taking is
+	// answered), a held nodePipe refuses at once.
+	for {
+		c := &pipeCall{cmd: appendEvalsha(nil, "sha", []string{"k:2"}, nil), done: make(chan struct{})}
+		np.enqueue(c)
+		<-c.done
+		if errors.Is(c.err, errPipeStopped) {
+			break
+		}
+		if c.err != nil {
+			t.Fatalf("call on a forgotten node: %v", c.err)
+		}
+	}
+	// A new call gets a new pipe.
+	if vals, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:4"}, nil); err != nil || vals[1] != 4 {
+		t.Errorf("after forget: %v, %v", vals, err)
+	}
+}
+
+func TestAppendEvalshaIsRESP(t *testing.T) {
+	got := string(appendEvalsha(nil, "abc", []string{"k1", "k2"}, []any{"", "check", 4, int64(-60000)}))
+	want := "*9\r\n$7\r\nevalsha\r\n$3\r\nabc\r\n$1\r\n2\r\n$2\r\nk1\r\n$2\r\nk2\r\n$0\r\n\r\n$5\r\ncheck\r\n$1\r\n4\r\n$6\r\n-60000\r\n"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+func TestReadIntsRefusesWhatTheScriptNeverAnswers(t *testing.T) {
+	for _, reply := range []string{"$3\r\nabc\r\n", "*2\r\n:1\r\n$1\r\nx\r\n", "*x\r\n", "*1\r\n:12a\r\n", ":5\n", "*99999999\r\n"} {
+		if _, err := readInts(bufio.NewReader(strings.NewReader(reply)), nil); err == nil || isReplyError(err) {
+			t.Errorf("%q: err = %v, want a protocol error (the connection is dropped)", reply, err)
+		}
+	}
+}
