@@ -17,7 +17,7 @@
 // built-in bootstrap file by default, and checked against the running
 // limiter), then CheckQuota through the limiter; then their ratio. After the
 // matrix, the token bucket over the spread keys runs open loop at half its
-// highest CheckQuota rate, against the p99 target of 2 ms; a summary table
+// highest CheckQuota rate, against the p99 target of 5 ms (README: Performance); a summary table
 // and the throughput target (0.7 x EVALSHA at concurrency 64) close the
 // report. Each run uses keys of its own. With the defaults it makes 80
 // measurements (5 algorithms x 2 key shapes x 4 concurrencies x 2) and one
