@@ -126,6 +126,10 @@ func (p *pipes) Close() {
 	}
 }
 
+// maxPipeBatch bounds the calls of one round trip (~100 KiB of commands,
+// ~30 KiB of replies).
+const maxPipeBatch = 512
+
 // nodePipe is one node's queue, connection and flusher.
 type nodePipe struct {
 	p    *pipes
@@ -179,14 +183,21 @@ func (n *nodePipe) run() {
 			n.mu.Lock()
 			batch := n.queue
 			n.queue = n.spare[:0]
+			if len(batch) > maxPipeBatch {
+				// The rest waits for the next round trip: the replies of
+				// a batch are read only once all of it is written, so a
+				// batch must not outgrow what the sockets buffer.
+				n.queue = append(n.queue, batch[maxPipeBatch:]...)
+				batch = batch[:maxPipeBatch]
+			}
 			n.mu.Unlock()
 			if len(batch) == 0 {
 				n.spare = batch
 				break
 			}
 			n.exec(batch)
-			clear(batch)
-			n.spare = batch
+			clear(batch[:cap(batch)])
+			n.spare = batch[:0]
 		}
 	}
 }

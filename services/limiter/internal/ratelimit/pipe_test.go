@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,6 +130,72 @@ func TestPipeRepliesReachTheirCallers(t *testing.T) {
 	}
 	if n := srv.conns.Load(); n != 1 {
 		t.Errorf("%d connections to one node, want 1", n)
+	}
+}
+
+// More calls queue while a batch is out than one round trip takes: they
+// go in batches of at most maxPipeBatch, each answer still to its caller.
+func TestPipeSplitsALongQueue(t *testing.T) {
+	release, arrived := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	srv := newRESPServer(t, func(args []string) string {
+		if args[3] == "k:-1" {
+			close(arrived)
+			<-release
+		}
+		return echoKey(args)
+	})
+	t.Cleanup(unblock) // before the server's cleanup waits for its handlers
+	p := testPipes(10 * time.Second)
+	defer p.Close()
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := p.call(ctx, srv.addr(), "sha", []string{"k:-1"}, nil)
+		first <- err
+	}()
+	<-arrived // the flusher now waits for this call's reply
+	np, _ := p.node(srv.addr())
+	const n = 3*maxPipeBatch + 7
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			vals, err := p.call(ctx, srv.addr(), "sha", []string{"k:" + strconv.Itoa(i)}, nil)
+			if err == nil && vals[1] != int64(i) {
+				err = fmt.Errorf("call %d got %v", i, vals)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	// Every call queued behind the first one's batch before it returns.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		np.mu.Lock()
+		queued := len(np.queue)
+		np.mu.Unlock()
+		if queued == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls queued", queued, n)
+		}
+		runtime.Gosched()
+	}
+	unblock()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := <-first; err != nil {
+		t.Error(err)
+	}
+	if got := srv.cmds.Load(); got != n+1 {
+		t.Errorf("the node ran %d commands, want %d", got, n+1)
 	}
 }
 
