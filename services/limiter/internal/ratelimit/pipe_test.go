@@ -199,6 +199,43 @@ func TestPipeSplitsALongQueue(t *testing.T) {
 	}
 }
 
+// Each master has its own connection and flusher: a node that holds its
+// replies delays only the calls queued for it.
+func TestPipeSlowNodeDelaysOnlyItsOwnCalls(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	slow := newRESPServer(t, func(args []string) string {
+		<-release
+		return echoKey(args)
+	})
+	healthy := newRESPServer(t, echoKey)
+	t.Cleanup(unblock)
+	p := testPipes(10 * time.Second)
+	defer p.Close()
+	ctx := context.Background()
+	held := make(chan error, 1)
+	go func() {
+		_, err := p.call(ctx, slow.addr(), "sha", []string{"k:1"}, nil)
+		held <- err
+	}()
+	for i := range 50 {
+		vals, err := p.call(ctx, healthy.addr(), "sha", []string{"k:" + strconv.Itoa(i)}, nil)
+		if err != nil || vals[1] != int64(i) {
+			t.Fatalf("healthy node, call %d: %v, %v", i, vals, err)
+		}
+	}
+	select {
+	case err := <-held:
+		t.Fatalf("the slow node's call returned before its reply: %v", err)
+	default:
+	}
+	unblock()
+	if err := <-held; err != nil {
+		t.Errorf("slow node's call after its reply: %v", err)
+	}
+}
+
 func TestPipeErrorRepliesKeepTheConnection(t *testing.T) {
 	srv := newRESPServer(t, func(args []string) string {
 		switch args[3] {
