@@ -33,6 +33,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
@@ -97,7 +98,15 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(exporter))
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(exporter)}
+	if os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
+		// /metrics serves the Prometheus text format, which has no
+		// exemplars: the SDK's default filter would still look for a span
+		// in every measurement's context (a walk up the context chain on
+		// every decision and request) to keep exemplars nobody reads.
+		mpOpts = append(mpOpts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+	}
+	mp := sdkmetric.NewMeterProvider(mpOpts...)
 	t.MeterProvider = mp
 	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	t.shutdown = append(t.shutdown, mp.Shutdown)
