@@ -74,6 +74,10 @@ func (scriptError) RedisError()     {}
 // call queues the script with keys and args on node and waits for its
 // reply until ctx is done. A call abandoned at its deadline still runs.
 func (p *pipes) call(ctx context.Context, node, sha string, keys []string, args []any) ([]int64, error) {
+	if err := ctx.Err(); err != nil {
+		// Nobody would read the answer, and a "check" would consume.
+		return nil, err
+	}
 	np, err := p.node(node)
 	if err != nil {
 		return nil, err

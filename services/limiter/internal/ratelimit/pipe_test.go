@@ -309,6 +309,26 @@ func TestPipeCallerStopsWaitingAtItsDeadline(t *testing.T) {
 	}
 }
 
+// A caller already gone sends nothing: its script would consume units
+// nobody is granted.
+func TestPipeSendsNothingForACallerAlreadyGone(t *testing.T) {
+	srv := newRESPServer(t, echoKey)
+	p := testPipes(time.Second)
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.call(ctx, srv.addr(), "sha", []string{"k:1"}, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	// A live call after it is the first command the node sees.
+	if vals, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:2"}, nil); err != nil || vals[1] != 2 {
+		t.Fatalf("live call: %v, %v", vals, err)
+	}
+	if n := srv.cmds.Load(); n != 1 {
+		t.Errorf("the node ran %d commands, want 1", n)
+	}
+}
+
 func TestPipeAuthenticates(t *testing.T) {
 	var authed atomic.Bool
 	srv := newRESPServer(t, func(args []string) string {
