@@ -74,7 +74,8 @@ type Engine struct {
 	// pipes, when auto-pipelining, batches the decision scripts per node
 	// (pipe.go). Nil otherwise: decisions call rdb directly.
 	pipes *pipes
-	// slotsStale asks Run to reload the slot map now (a MOVED reply).
+	// slotsStale asks Run to reload the slot map now (a redirect, a failed
+	// node).
 	slotsStale chan struct{}
 	rules      atomic.Pointer[Ruleset]
 	opts       Options
@@ -518,10 +519,11 @@ func (e *Engine) decideOnRedis(ctx context.Context, keys []string, args []any) (
 	switch {
 	case err == nil || isScriptError(err) || ctx.Err() != nil:
 		return vals, err
-	case errors.Is(err, errRedirect):
-		// MOVED, ASK, NOSCRIPT, a node loading or demoted: the cluster
-		// client follows redirects and loads the script, within the same
-		// deadline; all but NOSCRIPT say the slot map may be out of date.
+	case errors.Is(err, errRedirect), errors.Is(err, errPipeStopped):
+		// MOVED, ASK, NOSCRIPT, a node loading or demoted, or no longer a
+		// master in the slot map just reloaded: the cluster client follows
+		// redirects and loads the script, within the same deadline; all but
+		// NOSCRIPT say the slot map may be out of date.
 		if !strings.Contains(err.Error(), "NOSCRIPT") {
 			e.slotsChanged()
 		}
