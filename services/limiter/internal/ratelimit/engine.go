@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -417,8 +416,8 @@ func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, 
 // run decides one group on Redis, or by the rules' failure modes when Redis
 // fails, is slow, or its node's breaker is open.
 func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []result, cost int64) {
-	vals, err := e.onRedis(ctx, g.keys[0], func(ctx context.Context) ([]int64, error) {
-		return e.decideOnRedis(ctx, g.keys, g.args)
+	vals, err := e.onRedis(ctx, g.keys[0], func(ctx context.Context, node string) ([]int64, error) {
+		return e.decideOnRedis(ctx, node, g.keys, g.args)
 	})
 	if err != nil {
 		g.err, g.abandoned = err, errors.Is(err, errAbandoned)
@@ -460,7 +459,7 @@ var errAbandoned = errors.New("caller gave up")
 // decision timeout and behind that node's breaker: it fails at once while
 // the breaker is open, and its outcome feeds the breaker and the Redis
 // latency metric.
-func (e *Engine) onRedis(ctx context.Context, key string, call func(context.Context) ([]int64, error)) ([]int64, error) {
+func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.Context, node string) ([]int64, error)) ([]int64, error) {
 	node := e.slots.node(key)
 	br := e.breakers.get(node)
 	if !br.allow(time.Now()) {
@@ -468,7 +467,7 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(context.Cont
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	start := time.Now()
-	vals, err := call(rctx)
+	vals, err := call(rctx, node)
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up (its own deadline, or it went away): that says
@@ -496,7 +495,8 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(context.Cont
 // decideSHA is decideScript's digest, the EVALSHA argument.
 var decideSHA = decideScript.Hash()
 
-// decideOnRedis runs the decision script on keys with args and returns its
+// decideOnRedis runs the decision script on keys with args on node, the
+// master of keys' slot in the slot map (onRedis found it), and returns its
 // reply, or an error once ctx is done.
 //
 // Auto-pipelined, the script joins the next batch to its node (pipe.go)
@@ -506,12 +506,11 @@ var decideSHA = decideScript.Hash()
 // Redis later, as one cut by a network timeout may: a "check" then consumes
 // units no caller was granted, which the window or bucket gives back in
 // time.
-func (e *Engine) decideOnRedis(ctx context.Context, keys []string, args []any) ([]int64, error) {
+func (e *Engine) decideOnRedis(ctx context.Context, node string, keys []string, args []any) ([]int64, error) {
 	// Even a decision alone in flight takes its node's pipeline: at one
 	// caller, 418-454 µs a call against 446-460 µs through the cluster
 	// client, whose per-call work costs more than the hand-off to the
 	// flusher.
-	node := e.slots.node(keys[0])
 	if e.pipes == nil || node == "cluster" { // no slot map yet
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	}
@@ -519,14 +518,15 @@ func (e *Engine) decideOnRedis(ctx context.Context, keys []string, args []any) (
 	switch {
 	case err == nil || isScriptError(err) || ctx.Err() != nil:
 		return vals, err
+	case errors.Is(err, errNoScript):
+		// The node lost its script cache (restart, failover, SCRIPT
+		// FLUSH): the cluster client's EVAL loads it, within the deadline.
+		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	case errors.Is(err, errRedirect), errors.Is(err, errPipeStopped):
-		// MOVED, ASK, NOSCRIPT, a node loading or demoted, or no longer a
-		// master in the slot map just reloaded: the cluster client follows
-		// redirects and loads the script, within the same deadline; all but
-		// NOSCRIPT say the slot map may be out of date.
-		if !strings.Contains(err.Error(), "NOSCRIPT") {
-			e.slotsChanged()
-		}
+		// MOVED, ASK, a node loading or demoted, or no longer a master in
+		// the slot map just reloaded: the cluster client follows redirects,
+		// within the same deadline, and the slot map may be out of date.
+		e.slotsChanged()
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	default:
 		// The node failed (refused, reset, timed out): if it was failed

@@ -423,7 +423,7 @@ func (e *Engine) giveBack1(ctx context.Context, key string, old ending) error {
 // leaseCall runs lease.lua on key's node, under that node's circuit breaker
 // and within the decision timeout, as decisions run decide.lua.
 func (e *Engine) leaseCall(ctx context.Context, key string, args []any) ([]int64, error) {
-	vals, err := e.onRedis(ctx, key, func(ctx context.Context) ([]int64, error) {
+	vals, err := e.onRedis(ctx, key, func(ctx context.Context, _ string) ([]int64, error) {
 		return leaseScript.Run(ctx, e.rdb, []string{key}, args...).Int64Slice()
 	})
 	if err != nil {

@@ -21,11 +21,11 @@ import (
 // waits for a timer.
 //
 // It does one thing, EVALSHA of the decision script with a reply of
-// integers, and leaves everything else to go-redis: a reply that is an
-// error other than the script's own (MOVED, ASK, NOSCRIPT, TRYAGAIN,
-// LOADING, ...) is returned as errRedirect and the engine runs the call
-// again through the cluster client, which follows redirects and reloads
-// its topology. It replaced go-redis's auto-pipeliner on the decision path,
+// integers, and leaves everything else to go-redis: an error reply other
+// than the script's own (NOSCRIPT as errNoScript; MOVED, ASK, TRYAGAIN,
+// LOADING, ... as errRedirect) is returned and the engine runs the call
+// again through the cluster client, which loads the script, follows
+// redirects and reloads its topology. It replaced go-redis's auto-pipeliner on the decision path,
 // whose per-batch bookkeeping (a goroutine per node per batch, the batch
 // executor's goroutine id read from runtime.Stack) cost more than the
 // batches saved at the spread loads the limiter sees.
@@ -61,8 +61,12 @@ type pipeCall struct {
 var errPipeStopped = errors.New("redis: node pipeline stopped")
 
 // errRedirect wraps a Redis error reply that the cluster client must
-// handle (a redirect, a missing script, a node not ready).
-var errRedirect = errors.New("redis: not answered by the node")
+// handle (a redirect, a node not ready), errNoScript a node's reply that
+// it does not hold the script (the cluster client's EVAL loads it).
+var (
+	errRedirect = errors.New("redis: not answered by the node")
+	errNoScript = errors.New("redis: script not loaded on the node")
+)
 
 // scriptError is the decision script's own error reply: a bug, not an
 // outage (isScriptError finds it through RedisError).
@@ -310,7 +314,7 @@ func isReplyError(err error) bool {
 // readInts reads one reply, an array of integers (the decision script's),
 // into buf's storage. An error reply comes back as a replyError: the
 // script's own errors (ERR ... from the script) as a scriptError, anything
-// else (MOVED, ASK, NOSCRIPT, ...) as errRedirect.
+// else as errNoScript (NOSCRIPT) or errRedirect (MOVED, ASK, ...).
 func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
 	line, err := readLine(r)
 	if err != nil {
@@ -321,7 +325,9 @@ func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
 		msg := line[1:]
 		code, _, _ := strings.Cut(msg, " ")
 		switch code {
-		case "MOVED", "ASK", "NOSCRIPT", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN", "BUSY":
+		case "NOSCRIPT":
+			return nil, replyError{fmt.Errorf("%w: %s", errNoScript, msg)}
+		case "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN", "BUSY":
 			return nil, replyError{fmt.Errorf("%w: %s", errRedirect, msg)}
 		}
 		return nil, replyError{scriptError(msg)}

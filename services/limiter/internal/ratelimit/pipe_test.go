@@ -253,12 +253,12 @@ func TestPipeErrorRepliesKeepTheConnection(t *testing.T) {
 	call := func(key string) ([]int64, error) {
 		return p.call(context.Background(), srv.addr(), "sha", []string{key}, nil)
 	}
-	for _, key := range []string{"moved", "noscript"} {
-		if _, err := call(key); !errors.Is(err, errRedirect) || isScriptError(err) {
-			t.Errorf("%s: err = %v, want errRedirect for the cluster client", key, err)
+	for key, want := range map[string]error{"moved": errRedirect, "noscript": errNoScript} {
+		if _, err := call(key); !errors.Is(err, want) || isScriptError(err) {
+			t.Errorf("%s: err = %v, want %v for the cluster client", key, err, want)
 		}
 	}
-	if _, err := call("bug"); !isScriptError(err) || errors.Is(err, errRedirect) {
+	if _, err := call("bug"); !isScriptError(err) || errors.Is(err, errRedirect) || errors.Is(err, errNoScript) {
 		t.Errorf("script bug: err = %v, want a script error", err)
 	}
 	if vals, err := call("k:7"); err != nil || vals[1] != 7 {
