@@ -106,8 +106,11 @@ func (h *rpcStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.C
 		ctx = h.spans.TagRPC(ctx, info)
 	case h.server:
 		// Nothing records spans here, but a caller's trace goes on
-		// through this service's own calls.
-		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("traceparent")) > 0 {
+		// through this service's own calls. Looked up first, as most
+		// calls carry none: FromIncomingContext copies every header, 2.5%
+		// of the limiter's CPU at 12k decisions/s.
+		if len(metadata.ValueFromIncomingContext(ctx, "traceparent")) > 0 {
+			md, _ := metadata.FromIncomingContext(ctx)
 			ctx = propagator.Extract(ctx, metadataCarrier(md))
 		}
 	default:
