@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"runtime"
 	"strconv"
@@ -316,13 +317,13 @@ func isReplyError(err error) bool {
 // script's own errors (ERR ... from the script) as a scriptError, anything
 // else as errNoScript (NOSCRIPT) or errRedirect (MOVED, ASK, ...).
 func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
-	line, err := readLine(r)
+	b, err := readLineBytes(r)
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case strings.HasPrefix(line, "-"):
-		msg := line[1:]
+	case b[0] == '-':
+		msg := string(b[1:])
 		code, _, _ := strings.Cut(msg, " ")
 		switch code {
 		case "NOSCRIPT":
@@ -331,48 +332,82 @@ func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
 			return nil, replyError{fmt.Errorf("%w: %s", errRedirect, msg)}
 		}
 		return nil, replyError{scriptError(msg)}
-	case strings.HasPrefix(line, "*"):
+	case b[0] == '*':
 	default:
-		return nil, fmt.Errorf("redis: unexpected reply %.40q", line)
+		return nil, fmt.Errorf("redis: unexpected reply %.40q", b)
 	}
-	count, err := strconv.Atoi(line[1:])
-	if err != nil || count < 0 || count > 1<<16 {
-		return nil, fmt.Errorf("redis: bad array header %.40q", line)
+	count, ok := parseInt(b[1:])
+	if !ok || count < 0 || count > 1<<16 {
+		return nil, fmt.Errorf("redis: bad array header %.40q", b)
 	}
 	vals := buf[:0]
 	for range count {
-		line, err := readLine(r)
+		b, err := readLineBytes(r)
 		if err != nil {
 			return nil, err
 		}
-		if !strings.HasPrefix(line, ":") {
-			return nil, fmt.Errorf("redis: unexpected array element %.40q", line)
+		if b[0] != ':' {
+			return nil, fmt.Errorf("redis: unexpected array element %.40q", b)
 		}
-		v, err := strconv.ParseInt(line[1:], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("redis: bad integer %.40q", line)
+		v, ok := parseInt(b[1:])
+		if !ok {
+			return nil, fmt.Errorf("redis: bad integer %.40q", b)
 		}
 		vals = append(vals, v)
 	}
 	return vals, nil
 }
 
+// parseInt reads a RESP integer: an optional minus sign and 1 to 19
+// decimal digits. strconv.ParseInt would need a string, an allocation per
+// line of every reply.
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	switch {
+	case neg && v <= 1<<63:
+		return int64(-v), true // -(1<<63) wraps to itself: math.MinInt64
+	case !neg && v <= math.MaxInt64:
+		return int64(v), true
+	}
+	return 0, false
+}
+
 // readLine reads one CRLF-terminated protocol line, without the CRLF.
 func readLine(r *bufio.Reader) (string, error) {
+	b, err := readLineBytes(r)
+	return string(b), err
+}
+
+// readLineBytes is readLine in r's buffer, valid until r's next read; the
+// line is never empty.
+func readLineBytes(r *bufio.Reader) ([]byte, error) {
 	b, err := r.ReadSlice('\n')
 	if err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
-			return "", errors.New("redis: reply line too long")
+			return nil, errors.New("redis: reply line too long")
 		}
 		if errors.Is(err, io.EOF) {
-			return "", io.ErrUnexpectedEOF
+			return nil, io.ErrUnexpectedEOF
 		}
-		return "", err
+		return nil, err
 	}
-	if len(b) < 2 || b[len(b)-2] != '\r' {
-		return "", errors.New("redis: malformed reply line")
+	if len(b) < 3 || b[len(b)-2] != '\r' {
+		return nil, errors.New("redis: malformed reply line")
 	}
-	return string(b[:len(b)-2]), nil
+	return b[:len(b)-2], nil
 }
 
 // appendEvalsha encodes EVALSHA sha len(keys) keys... args... in RESP.

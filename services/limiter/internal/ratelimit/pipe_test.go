@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -397,5 +399,35 @@ func TestReadIntsRefusesWhatTheScriptNeverAnswers(t *testing.T) {
 		if _, err := readInts(bufio.NewReader(strings.NewReader(reply)), nil); err == nil || isReplyError(err) {
 			t.Errorf("%q: err = %v, want a protocol error (the connection is dropped)", reply, err)
 		}
+	}
+}
+
+func TestReadIntsReadsEveryInteger(t *testing.T) {
+	reply := "*6\r\n:0\r\n:-1\r\n:1764843123456\r\n:9223372036854775807\r\n:-9223372036854775808\r\n:42\r\n"
+	want := []int64{0, -1, 1764843123456, math.MaxInt64, math.MinInt64, 42}
+	got, err := readInts(bufio.NewReader(strings.NewReader(reply)), nil)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("readInts = %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range []string{"*1\r\n:9223372036854775808\r\n", "*1\r\n:-9223372036854775809\r\n", "*1\r\n:\r\n", "*1\r\n:-\r\n", "*1\r\n:+1\r\n", "*-\r\n"} {
+		if _, err := readInts(bufio.NewReader(strings.NewReader(bad)), nil); err == nil || isReplyError(err) {
+			t.Errorf("%q: err = %v, want a protocol error", bad, err)
+		}
+	}
+}
+
+// A decision's reply is read into the caller's buffer without allocating:
+// one string per line was 8 allocations per decision.
+func TestReadIntsAllocatesNothing(t *testing.T) {
+	reply := strings.Repeat("*7\r\n:1\r\n:1764843123456\r\n:99\r\n:60000\r\n:-1\r\n:0\r\n:0\r\n", 1000)
+	r := bufio.NewReader(strings.NewReader(reply))
+	buf := make([]int64, 0, 7)
+	allocs := testing.AllocsPerRun(500, func() {
+		if _, err := readInts(r, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per reply, want 0", allocs)
 	}
 }
