@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"kurz.dev/pkg/redisconn"
 )
 
@@ -14,14 +15,7 @@ import (
 // shard keys live.
 func TestStreamKeysSpreadOverMasters(t *testing.T) {
 	ctx := context.Background()
-	rdb, err := redisconn.New(ctx, redisconn.Config{
-		Addrs:       []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 2,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
+	rdb := clusterClient(t)
 	ranges, err := rdb.ClusterSlots(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -67,4 +61,19 @@ func TestStreamKeysSpreadOverMasters(t *testing.T) {
 			t.Logf("8 shards: %v, per master %v", keys, perMaster)
 		}
 	}
+}
+
+// clusterClient is a client of the local Redis Cluster, closed when the
+// test ends.
+func clusterClient(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	rdb, err := redisconn.New(context.Background(), redisconn.Config{
+		Addrs:       []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
 }

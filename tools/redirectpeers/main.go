@@ -35,7 +35,6 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -214,22 +213,16 @@ func settle(ctx context.Context, group string, most time.Duration) (time.Duratio
 	}
 }
 
-// backlog is what group has yet to read or acknowledge on keys.
+// backlog is what group has yet to read or acknowledge on keys: 0 only
+// when it was delivered every stream's last entry and acknowledged all.
 func backlog(ctx context.Context, rdb *redis.ClusterClient, keys []string, group string) (int64, error) {
 	var behind int64
 	for _, k := range keys {
-		groups, err := rdb.XInfoGroups(ctx, k).Result()
+		b, _, err := clickevent.ReadBacklog(ctx, rdb, k, group)
 		if err != nil {
-			if strings.Contains(err.Error(), "no such key") {
-				continue
-			}
-			return 0, fmt.Errorf("click stream %s: %w", k, err)
+			return 0, err
 		}
-		for _, g := range groups {
-			if g.Name == group {
-				behind += max(g.Lag, 0) + g.Pending
-			}
-		}
+		behind += b.Pending + b.Unread
 	}
 	return behind, nil
 }

@@ -235,15 +235,11 @@ func (e *env) backlog() int64 {
 	e.t.Helper()
 	var n int64
 	for _, k := range e.streams() {
-		groups, err := e.rdb.XInfoGroups(context.Background(), k).Result()
+		b, _, err := clickevent.ReadBacklog(context.Background(), e.rdb, k, e.group)
 		if err != nil {
-			e.t.Fatalf("xinfo groups %s: %v", k, err)
+			e.t.Fatal(err)
 		}
-		for _, g := range groups {
-			if g.Name == e.group {
-				n += g.Pending + max(g.Lag, 0)
-			}
-		}
+		n += b.Pending + b.Unread
 	}
 	return n
 }

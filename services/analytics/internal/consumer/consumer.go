@@ -195,6 +195,7 @@ type QuotaChecker interface {
 type Consumer struct {
 	opts  Options
 	rdb   redis.UniversalClient
+	lags  *clickevent.Lags // used by maintain only
 	store *clickstore.Store
 	quota QuotaChecker
 	log   *slog.Logger
@@ -230,7 +231,7 @@ func New(rdb redis.UniversalClient, store *clickstore.Store, q QuotaChecker, log
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{opts: opts, rdb: rdb, store: store, quota: q, log: log.With("consumer", opts.Name, "group", opts.Group), pace: newPacer(opts.FloodParallelism)}
+	c := &Consumer{opts: opts, rdb: rdb, lags: clickevent.NewLags(rdb, opts.Group), store: store, quota: q, log: log.With("consumer", opts.Name, "group", opts.Group), pace: newPacer(opts.FloodParallelism)}
 	tp := opts.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()

@@ -173,33 +173,21 @@ type ShardLag struct {
 	Stream string `json:"stream"`
 	// Pending entries were delivered and not acknowledged yet.
 	Pending int64 `json:"pending"`
-	// Unread entries were never delivered (Redis 7 reports it; before, the
-	// stream length stands in as an upper bound).
+	// Unread entries were never delivered (clickevent.Backlog).
 	Unread int64 `json:"unread"`
 }
 
-// refreshLag reads XINFO GROUPS of every shard.
+// refreshLag reads every shard's backlog (clickevent.Lags: Redis before
+// 7.4 can report a lag that never clears after a trim overran the group).
 func (c *Consumer) refreshLag(ctx context.Context) {
 	lags := make([]ShardLag, 0, len(c.keys))
 	for _, key := range c.keys {
 		l := ShardLag{Stream: key}
-		groups, err := c.rdb.XInfoGroups(ctx, key).Result()
-		if err != nil {
-			if ctx.Err() == nil && !strings.Contains(err.Error(), "no such key") {
-				c.log.Warn("click stream lag unavailable", "stream", key, "err", err)
-			}
-			lags = append(lags, l)
-			continue
+		b, _, err := c.lags.Read(ctx, key)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("click stream lag unavailable", "stream", key, "err", err)
 		}
-		for _, g := range groups {
-			if g.Name != c.opts.Group {
-				continue
-			}
-			l.Pending, l.Unread = g.Pending, g.Lag
-			if g.Lag < 0 {
-				l.Unread, _ = c.rdb.XLen(ctx, key).Result()
-			}
-		}
+		l.Pending, l.Unread = b.Pending, b.Unread
 		lags = append(lags, l)
 	}
 	c.mu.Lock()
