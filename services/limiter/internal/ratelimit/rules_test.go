@@ -86,9 +86,13 @@ plans:
   free: {api/per-key: {limit: 60, burst: 20}}
 tenants: {acme: free}
 `)
-	_, got := rs.Match("demo", map[string]string{"user": "u"})
+	in := map[string]string{"user": "u"}
+	filled, got := rs.Match("demo", in)
 	if len(got) != 1 || got[0].Rule.Name != "tb" {
 		t.Errorf("default algo: matched %v, want only tb", names(got))
+	}
+	if filled["algo"] != "token_bucket" || len(in) != 1 {
+		t.Errorf("defaults: filled %v from %v, want algo filled in a copy", filled, in)
 	}
 	_, got = rs.Match("demo", map[string]string{"user": "u", "algo": "fixed_window"})
 	if len(got) != 1 || got[0].Rule.Name != "fw" {

@@ -230,7 +230,7 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 	if d == nil {
 		return desc, nil
 	}
-	if len(d.defaults) > 0 {
+	if d.fills(desc) {
 		filled := maps.Clone(desc)
 		if filled == nil {
 			filled = map[string]string{}
@@ -267,6 +267,17 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 		out = append(out, a)
 	}
 	return desc, out
+}
+
+// fills reports whether desc lacks a descriptor d has a default for: only
+// then is desc copied (a map copy per decision otherwise).
+func (d *domainRules) fills(desc map[string]string) bool {
+	for k := range d.defaults {
+		if desc[k] == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Domains lists the configured domains.
