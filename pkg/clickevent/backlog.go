@@ -13,9 +13,10 @@ type Backlog struct {
 	// Pending entries were delivered and not acknowledged yet.
 	Pending int64
 	// Unread entries were never delivered: 0 when the group was delivered
-	// the stream's last entry; else Redis's lag, less the group's known
-	// counter error (Lags), at most the entries the stream holds; the
-	// stream's length when Redis cannot tell (before 7.0).
+	// the stream's last entry; else Redis's lag (less its counter's known
+	// error when read through Lags), at most the entries the stream holds;
+	// the stream's length when Redis cannot tell (before 7.0, or after an
+	// XDEL or XGROUP SETID).
 	Unread int64
 	// CaughtUp: the group was delivered the stream's last entry.
 	CaughtUp bool
