@@ -126,3 +126,17 @@ func TestRuleAndVariantAreOptional(t *testing.T) {
 		t.Fatalf("old event: %+v, %v", got, err)
 	}
 }
+
+// Args allocates its slice, the timestamp and one interface value per
+// non-empty dynamic value; the field names and empty values cost nothing
+// (a []string handed to go-redis cost one per element, names included).
+func TestArgsBoxOnlyTheValues(t *testing.T) {
+	e := Event{ID: "0193a5b2-7c1e-7000-8000-000000000001", Code: "abc", Tenant: "acme", Time: time.UnixMilli(1764843123456),
+		Visitor: "v1", UserAgent: "Mozilla/5.0", Referrer: "https://example.com/"}
+	// the slice, the timestamp's string, 7 boxed values (ID, code, tenant,
+	// timestamp, visitor, agent, referrer; trace and country are empty)
+	const most = 1 + 1 + 7
+	if n := testing.AllocsPerRun(100, func() { _ = e.Args() }); n > most {
+		t.Errorf("Args: %.0f allocations, want at most %d", n, most)
+	}
+}

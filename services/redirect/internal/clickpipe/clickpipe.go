@@ -161,7 +161,7 @@ func (p *Pipeline) flush(key string, batch []clickevent.Event) (int, error) {
 	pipe := p.rdb.Pipeline()
 	for _, e := range batch {
 		pipe.XAdd(ctx, &redis.XAddArgs{
-			Stream: key, MaxLen: p.cfg.Streams.MaxLen, Approx: true, ID: "*", Values: e.Values(),
+			Stream: key, MaxLen: p.cfg.Streams.MaxLen, Approx: true, ID: "*", Values: e.Args(),
 		})
 	}
 	cmds, err := pipe.Exec(ctx)

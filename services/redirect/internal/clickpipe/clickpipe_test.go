@@ -156,7 +156,7 @@ func TestAFullBatchIsOnePipeline(t *testing.T) {
 	}
 	key := clickevent.StreamKeys(1)[0]
 	for i, a := range batches[0] {
-		if a.Stream != key || a.MaxLen != 5000 || !a.Approx || a.ID != "*" || !slices.Equal(a.Values.([]string), event(i).Values()) {
+		if a.Stream != key || a.MaxLen != 5000 || !a.Approx || a.ID != "*" || !slices.Equal(a.Values.([]any), event(i).Args()) {
 			t.Errorf("XADD %d: %+v, want stream %s, MAXLEN ~ 5000, ID *, the event's values", i, a, key)
 		}
 	}
@@ -217,7 +217,7 @@ func TestAFullBufferDropsAndCounts(t *testing.T) {
 	var ids []string
 	for _, b := range rdb.sent() {
 		for _, a := range b {
-			ids = append(ids, a.Values.([]string)[3])
+			ids = append(ids, a.Values.([]any)[3].(string))
 		}
 	}
 	if want := []string{"id-0", "id-1", "id-2"}; !slices.Equal(ids, want) {
