@@ -177,8 +177,8 @@ type ShardLag struct {
 	Unread int64 `json:"unread"`
 }
 
-// refreshLag reads every shard's backlog (clickevent.Lags: Redis before
-// 7.4 can report a lag that never clears after a trim overran the group).
+// refreshLag reads every shard's backlog (clickevent.Lags: Redis 7 can
+// report a lag that never clears after a trim overran the group).
 func (c *Consumer) refreshLag(ctx context.Context) {
 	lags := make([]ShardLag, 0, len(c.keys))
 	for _, key := range c.keys {
