@@ -197,7 +197,7 @@ var (
 	// instrumentName is an OpenTelemetry instrument name in Go source.
 	instrumentName = regexp.MustCompile(`"((?:kurz|rpc|http)\.[a-z0-9_.]+)"`)
 	// promQLFuncs are the functions the rules call (they look like names).
-	promQLFuncs = map[string]bool{"histogram_quantile": true}
+	promQLFuncs = map[string]bool{"histogram_quantile": true, "max_over_time": true}
 )
 
 // Every metric an alert reads is one the services declare: an OpenTelemetry

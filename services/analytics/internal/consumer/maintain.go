@@ -175,6 +175,9 @@ type ShardLag struct {
 	Pending int64 `json:"pending"`
 	// Unread entries were never delivered (clickevent.Backlog).
 	Unread int64 `json:"unread"`
+	// Overrun: a trim has passed the group's last delivered entry, so
+	// entries nobody read were trimmed (clickevent.Backlog).
+	Overrun bool `json:"overrun"`
 }
 
 // refreshLag reads every shard's backlog (clickevent.Lags: Redis 7 can
@@ -187,7 +190,7 @@ func (c *Consumer) refreshLag(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("click stream lag unavailable", "stream", key, "err", err)
 		}
-		l.Pending, l.Unread = b.Pending, b.Unread
+		l.Pending, l.Unread, l.Overrun = b.Pending, b.Unread, b.Overrun
 		lags = append(lags, l)
 	}
 	c.mu.Lock()

@@ -23,6 +23,7 @@ const (
 	MetricBatchSize    = "kurz.analytics.batch.size"
 	MetricFlushTime    = "kurz.analytics.flush.duration"
 	MetricLag          = "kurz.analytics.consumer.lag"
+	MetricOverrun      = "kurz.analytics.consumer.overrun"
 )
 
 type metrics struct {
@@ -63,6 +64,21 @@ func newMetrics(mp metric.MeterProvider, c *Consumer) (*metrics, error) {
 			defer c.mu.Unlock()
 			for _, l := range c.lag {
 				o.Observe(l.Pending+l.Unread, metric.WithAttributes(attribute.String("stream", l.Stream)))
+			}
+			return nil
+		}))
+	errs = append(errs, err)
+	_, err = meter.Int64ObservableGauge(MetricOverrun,
+		metric.WithDescription("1 while a trim has passed the group's last delivered entry of the stream: entries nobody read were trimmed, their clicks lost"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			for _, l := range c.lag {
+				var v int64
+				if l.Overrun {
+					v = 1
+				}
+				o.Observe(v, metric.WithAttributes(attribute.String("stream", l.Stream)))
 			}
 			return nil
 		}))
