@@ -22,6 +22,7 @@ var knownMetrics = map[string]bool{
 	"kurz_redirect_click_events_written_total":        true,
 	"kurz_redirect_click_events_dropped_total":        true,
 	"kurz_analytics_consumer_lag":                     true,
+	"kurz_analytics_consumer_overrun":                 true,
 	"kurz_analytics_batch_size":                       true,
 	"kurz_analytics_flush_failures_total":             true,
 	"kurz_gateway_requests_total":                     true,
