@@ -29,6 +29,18 @@ func Counter(t testing.TB, r *sdkmetric.ManualReader, name string, attr ...strin
 	return n
 }
 
+// Gauge is the value of the int64 gauge name with attribute attr[0] =
+// attr[1] (or its only point); the test fails if there is none or more
+// than one.
+func Gauge(t testing.TB, r *sdkmetric.ManualReader, name string, attr ...string) int64 {
+	t.Helper()
+	dps := points(t, r, name, attr)
+	if len(dps) != 1 {
+		t.Fatalf("%s %v: %d points, want one", name, attr, len(dps))
+	}
+	return dps[0].Value
+}
+
 // Series reports whether the int64 counter name has a data point (of any
 // value, 0 included) with attribute attr[0] = attr[1], or any if attr is
 // not given: whether a dashboard would see the series at all.
@@ -52,11 +64,16 @@ func points(t testing.TB, r *sdkmetric.ManualReader, name string, attr []string)
 			if m.Name != name {
 				continue
 			}
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if !ok {
-				t.Fatalf("%s is %T, want an int64 sum", name, m.Data)
+			var dps []metricdata.DataPoint[int64]
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				dps = d.DataPoints
+			case metricdata.Gauge[int64]:
+				dps = d.DataPoints
+			default:
+				t.Fatalf("%s is %T, want an int64 sum or gauge", name, m.Data)
 			}
-			for _, dp := range sum.DataPoints {
+			for _, dp := range dps {
 				if len(attr) == 2 {
 					if v, ok := dp.Attributes.Value(attribute.Key(attr[0])); !ok || v.AsString() != attr[1] {
 						continue

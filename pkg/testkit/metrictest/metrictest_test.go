@@ -39,3 +39,21 @@ func TestCounterSumsThePointsWithTheAttribute(t *testing.T) {
 		t.Error("Series of a counter never made = true")
 	}
 }
+
+func TestGaugeReadsThePointWithTheAttribute(t *testing.T) {
+	r, m := New()
+	_, err := m.Int64ObservableGauge("depth", metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+		o.Observe(7, metric.WithAttributes(attribute.String("stream", "a")))
+		o.Observe(0, metric.WithAttributes(attribute.String("stream", "b")))
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Gauge(t, r, "depth", "stream", "a"); got != 7 {
+		t.Errorf("Gauge(depth, stream=a) = %d, want 7", got)
+	}
+	if got := Gauge(t, r, "depth", "stream", "b"); got != 0 {
+		t.Errorf("Gauge(depth, stream=b) = %d, want 0", got)
+	}
+}

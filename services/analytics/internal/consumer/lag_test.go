@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/pkg/testkit/servertest"
 )
 
@@ -41,26 +41,7 @@ func TestTrimPastTheGroupShowsAsAnOverrun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	overrun := func() int64 {
-		var rm metricdata.ResourceMetrics
-		if err := reader.Collect(ctx, &rm); err != nil {
-			t.Fatal(err)
-		}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if m.Name != MetricOverrun {
-					continue
-				}
-				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
-					if v, _ := dp.Attributes.Value("stream"); v.AsString() == key {
-						return dp.Value
-					}
-				}
-			}
-		}
-		t.Fatalf("no %s point for %s", MetricOverrun, key)
-		return 0
-	}
+	overrun := func() int64 { return metrictest.Gauge(t, reader, MetricOverrun, "stream", key) }
 	shard := func() ShardLag {
 		c.refreshLag(ctx)
 		for _, l := range c.Status().Lag {
