@@ -56,32 +56,28 @@ func newMetrics(mp metric.MeterProvider, c *Consumer) (*metrics, error) {
 	m.flushTime, err = meter.Float64Histogram(MetricFlushTime, metric.WithDescription("Time from a batch's flush to its acknowledgement, retries included"),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 	errs = append(errs, err)
-	_, err = meter.Int64ObservableGauge(MetricLag,
+	lag, err := meter.Int64ObservableGauge(MetricLag,
 		metric.WithDescription("Click entries not yet stored per stream: pending (delivered, unacknowledged) + unread"),
-		metric.WithUnit("{entry}"),
-		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			for _, l := range c.lag {
-				o.Observe(l.Pending+l.Unread, metric.WithAttributes(attribute.String("stream", l.Stream)))
-			}
-			return nil
-		}))
+		metric.WithUnit("{entry}"))
 	errs = append(errs, err)
-	_, err = meter.Int64ObservableGauge(MetricOverrun,
-		metric.WithDescription("1 while a trim has passed the group's last delivered entry of the stream: entries nobody read were trimmed, their clicks lost"),
-		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			for _, l := range c.lag {
-				var v int64
-				if l.Overrun {
-					v = 1
-				}
-				o.Observe(v, metric.WithAttributes(attribute.String("stream", l.Stream)))
+	overrun, err := meter.Int64ObservableGauge(MetricOverrun,
+		metric.WithDescription("1 while a trim has passed the group's last delivered entry of the stream: entries nobody read were trimmed, their clicks lost"))
+	errs = append(errs, err)
+	// Both gauges from one reading of the last refresh, per stream.
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, l := range c.lag {
+			stream := metric.WithAttributes(attribute.String("stream", l.Stream))
+			o.ObserveInt64(lag, l.Pending+l.Unread, stream)
+			var v int64
+			if l.Overrun {
+				v = 1
 			}
-			return nil
-		}))
+			o.ObserveInt64(overrun, v, stream)
+		}
+		return nil
+	}, lag, overrun)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("consumer metrics: %w", err)
