@@ -85,6 +85,21 @@ func ReadBacklog(ctx context.Context, rdb redis.Cmdable, key, group string) (b B
 	return Backlog{}, false, nil
 }
 
+// TotalBacklog is what group has yet to read or acknowledge on the
+// streams keys (ReadBacklog's Pending + Unread, summed): 0 only when the
+// group was delivered every stream's last entry and acknowledged all.
+func TotalBacklog(ctx context.Context, rdb redis.Cmdable, keys []string, group string) (int64, error) {
+	var n int64
+	for _, k := range keys {
+		b, _, err := ReadBacklog(ctx, rdb, k, group)
+		if err != nil {
+			return 0, err
+		}
+		n += b.Pending + b.Unread
+	}
+	return n, nil
+}
+
 // Lags reads backlogs as ReadBacklog and corrects each stream's Unread by
 // its group counter's error, learnt whenever the group is caught up (the
 // lag Redis reports then is all error), on lags Redis computed from that

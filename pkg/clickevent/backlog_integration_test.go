@@ -60,6 +60,23 @@ func TestBacklogOfAGroupTheTrimOverran(t *testing.T) {
 	if b := check("3 added", 3, false); b.Overrun {
 		t.Errorf("3 added: an overrun, want none")
 	}
+	// TotalBacklog is 0 only once everything is read and acknowledged; a
+	// stream that does not exist adds nothing.
+	readAll()
+	keys := []string{key, key + "-none"}
+	if n, err := TotalBacklog(ctx, rdb, keys, "g"); err != nil || n == 0 {
+		t.Errorf("read, unacknowledged: total backlog %d, %v; want the pending entries", n, err)
+	}
+	pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: "g", Start: "-", End: "+", Count: 100}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pending {
+		rdb.XAck(ctx, key, "g", p.ID)
+	}
+	if n, err := TotalBacklog(ctx, rdb, keys, "g"); err != nil || n != 0 {
+		t.Errorf("all acknowledged: total backlog %d, %v; want 0", n, err)
+	}
 	if _, ok, err := ReadBacklog(ctx, rdb, key, "nobody"); err != nil || ok {
 		t.Errorf("unknown group: ok=%v err=%v, want not ok", ok, err)
 	}

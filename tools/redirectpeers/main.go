@@ -199,7 +199,7 @@ func settle(ctx context.Context, group string, most time.Duration) (time.Duratio
 	defer rdb.Close()
 	start := time.Now()
 	for {
-		behind, err := backlog(ctx, rdb, clickevent.StreamKeys(sc.Shards), group)
+		behind, err := clickevent.TotalBacklog(ctx, rdb, clickevent.StreamKeys(sc.Shards), group)
 		if err != nil {
 			return 0, err
 		}
@@ -211,20 +211,6 @@ func settle(ctx context.Context, group string, most time.Duration) (time.Duratio
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// backlog is what group has yet to read or acknowledge on keys: 0 only
-// when it was delivered every stream's last entry and acknowledged all.
-func backlog(ctx context.Context, rdb *redis.ClusterClient, keys []string, group string) (int64, error) {
-	var behind int64
-	for _, k := range keys {
-		b, _, err := clickevent.ReadBacklog(ctx, rdb, k, group)
-		if err != nil {
-			return 0, err
-		}
-		behind += b.Pending + b.Unread
-	}
-	return behind, nil
 }
 
 // seedKurz writes code's link to kurz's link cache, as the shortener's

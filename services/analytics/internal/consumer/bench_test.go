@@ -233,13 +233,9 @@ func (e *env) checkStored(want uint64) {
 // delivered (pending) or not (unread), over every shard.
 func (e *env) backlog() int64 {
 	e.t.Helper()
-	var n int64
-	for _, k := range e.streams() {
-		b, _, err := clickevent.ReadBacklog(context.Background(), e.rdb, k, e.group)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		n += b.Pending + b.Unread
+	n, err := clickevent.TotalBacklog(context.Background(), e.rdb, e.streams(), e.group)
+	if err != nil {
+		e.t.Fatal(err)
 	}
 	return n
 }
