@@ -19,9 +19,9 @@ func Slot(key string) int {
 }
 
 // crc16 is CRC16-XMODEM (polynomial 0x1021, initial value 0), a byte at a
-// time from crcTable: the limiter hashes every decision's key (twice: its
-// breaker and its pipeline), and bit by bit a long key's slot cost 12% of
-// the limiter's CPU under a click consumer's flood checks.
+// time from crcTable: the limiter hashes every decision's key to find its
+// node, and bit by bit a long key's slot cost 12% of the limiter's CPU
+// under a click consumer's flood checks (when it hashed each key twice).
 func crc16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {

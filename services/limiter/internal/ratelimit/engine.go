@@ -511,7 +511,7 @@ func (e *Engine) decideOnRedis(ctx context.Context, node string, keys []string, 
 	// caller, 418-454 µs a call against 446-460 µs through the cluster
 	// client, whose per-call work costs more than the hand-off to the
 	// flusher.
-	if e.pipes == nil || node == "cluster" { // no slot map yet
+	if e.pipes == nil || node == anyNode {
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	}
 	vals, err := e.pipes.call(ctx, node, decideSHA, keys, args)

@@ -43,17 +43,21 @@ func (m *slotMap) refresh(ctx context.Context, rdb *redis.ClusterClient, timeout
 	return masters, nil
 }
 
-// node returns the master address serving key, or "cluster" before the map
-// is loaded (then one breaker covers the whole cluster).
+// anyNode stands for the node of a key whose master the slot map does not
+// know (not loaded yet, or a slot unassigned): one breaker covers those
+// keys, and their calls go through the cluster client, which finds the node.
+const anyNode = "cluster"
+
+// node returns the master address serving key, or anyNode.
 func (m *slotMap) node(key string) string {
 	nodes := m.nodes.Load()
 	if nodes == nil {
-		return "cluster"
+		return anyNode
 	}
 	if n := nodes[keySlot(key)]; n != "" {
 		return n
 	}
-	return "cluster"
+	return anyNode
 }
 
 // keySlot is Redis Cluster's hash slot of key.
