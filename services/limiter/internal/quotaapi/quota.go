@@ -9,8 +9,6 @@ package quotaapi
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/rpcerr"
@@ -25,9 +23,6 @@ const (
 	maxCost            = 1_000_000
 	// maxBatch bounds the checks of one CheckQuotas call.
 	maxBatch = 1000
-	// batchParallelism is how many checks of one CheckQuotas call are in
-	// flight at once: enough to fill the engine's Redis pipelines.
-	batchParallelism = 64
 )
 
 // Engine is what the handlers need of *ratelimit.Engine: the rules, and
@@ -35,6 +30,7 @@ const (
 type Engine interface {
 	Rules() *ratelimit.Ruleset
 	Check(ctx context.Context, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse
+	CheckMany(ctx context.Context, reqs []ratelimit.Request) []*ratelimitv1.CheckQuotaResponse
 	CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int)
 	Explain(ctx context.Context, domain string, desc map[string]string, cost int64) (*ratelimitv1.ExplainQuotaResponse, error)
 }
@@ -58,37 +54,23 @@ func (q *Service) CheckQuota(ctx context.Context, req *ratelimitv1.CheckQuotaReq
 }
 
 // CheckQuotas implements ratelimitv1.RateLimitServiceServer: every check is
-// validated before any is decided, then they are decided concurrently, each
-// exactly as by CheckQuota.
+// validated before any is decided, then they are decided together, each
+// exactly as by CheckQuota (Engine.CheckMany).
 func (q *Service) CheckQuotas(ctx context.Context, req *ratelimitv1.CheckQuotasRequest) (*ratelimitv1.CheckQuotasResponse, error) {
 	checks := req.GetChecks()
 	if len(checks) > maxBatch {
 		return nil, rpcerr.Invalidf("checks", ReasonBatchSizeInvalid, "%d checks: at most %d per call", len(checks), maxBatch).Status()
 	}
 	rules := q.engine.Rules()
-	costs := make([]int64, len(checks))
+	reqs := make([]ratelimit.Request, len(checks))
 	for i, c := range checks {
 		cost, inv := validate(rules, c.GetDomain(), c.GetDescriptors(), c.Cost)
 		if inv != nil {
 			return nil, inCheck(inv, i).Status()
 		}
-		costs[i] = cost
+		reqs[i] = ratelimit.Request{Domain: c.GetDomain(), Desc: c.GetDescriptors(), Cost: cost}
 	}
-	results := make([]*ratelimitv1.CheckQuotaResponse, len(checks))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(batchParallelism, len(checks)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(checks) {
-					return
-				}
-				results[i] = q.engine.Check(ctx, checks[i].GetDomain(), checks[i].GetDescriptors(), costs[i])
-			}
-		})
-	}
-	wg.Wait()
+	results := q.engine.CheckMany(ctx, reqs)
 	return &ratelimitv1.CheckQuotasResponse{Results: results}, nil
 }
 

@@ -75,6 +75,14 @@ func (f *fakeEngine) Check(_ context.Context, _ string, _ map[string]string, cos
 	return &ratelimitv1.CheckQuotaResponse{Allowed: true, Remaining: cost}
 }
 
+func (f *fakeEngine) CheckMany(ctx context.Context, reqs []ratelimit.Request) []*ratelimitv1.CheckQuotaResponse {
+	out := make([]*ratelimitv1.CheckQuotaResponse, len(reqs))
+	for i, r := range reqs {
+		out[i] = f.Check(ctx, r.Domain, r.Desc, r.Cost)
+	}
+	return out
+}
+
 func (f *fakeEngine) CheckEach(_ context.Context, _ string, descs []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
 	f.record(cost)
 	f.mu.Lock()

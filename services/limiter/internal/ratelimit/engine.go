@@ -29,8 +29,12 @@ var stateLua string
 //go:embed decide.lua
 var decideLua string
 
-// decideSource is the decision script: state.lua's readers, then decide.lua.
-var decideSource = stateLua + decideLua
+//go:embed decide_one.lua
+var decideOneLua string
+
+// decideSource is the decision script of one request: state.lua's readers,
+// decide.lua's decision, then decide_one.lua's entry.
+var decideSource = stateLua + decideLua + decideOneLua
 
 // decideScript is loaded once per Redis node and run with EVALSHA; on
 // NOSCRIPT, after a restart, a failover or a SCRIPT FLUSH, the engine falls
@@ -73,6 +77,9 @@ type Engine struct {
 	// pipes, when auto-pipelining, batches the decision scripts per node
 	// (pipe.go). Nil otherwise: decisions call rdb directly.
 	pipes *pipes
+	// batched counts the requests CheckMany decided in batches; rerouted,
+	// those a batch's node did not serve, decided again on their own.
+	batched, rerouted atomic.Int64
 	// slotsStale asks Run to reload the slot map now (a redirect, a failed
 	// node).
 	slotsStale chan struct{}
@@ -308,21 +315,9 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 		return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
 	}
 	now := time.Now()
-
-	// An over-limit key stays over its limit until its retry-after: answer
-	// from memory, exactly, without a Redis round trip.
 	if cost > 0 && clock == "" {
-		for i, a := range rules {
-			if a.Rule.Shadow {
-				continue
-			}
-			if d, ok := e.denied.Get(a.Key); ok && a.cost(cost) >= d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
-				res := d.res
-				res.retryAfter = d.until.Sub(now)
-				resp := e.respond(domain, rules[i:i+1], []result{res})
-				e.observe(ctx, domain, rules[i:i+1], []result{res}, resp, true)
-				return resp
-			}
+		if resp := e.cachedDenial(ctx, domain, rules, cost, now); resp != nil {
+			return resp
 		}
 	}
 
@@ -346,7 +341,33 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 		}
 		wg.Wait()
 	}
+	return e.finish(ctx, clock, domain, rules, results, groups, ls, reqID, cost, now)
+}
 
+// cachedDenial answers a request from the over-limit cache, or returns nil.
+// An over-limit key stays over its limit until its retry-after: answer from
+// memory, exactly, without a Redis round trip. The response carries only
+// the cached rule.
+func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) *ratelimitv1.CheckQuotaResponse {
+	for i, a := range rules {
+		if a.Rule.Shadow {
+			continue
+		}
+		if d, ok := e.denied.Get(a.Key); ok && a.cost(cost) >= d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
+			res := d.res
+			res.retryAfter = d.until.Sub(now)
+			resp := e.respond(domain, rules[i:i+1], []result{res})
+			e.observe(ctx, domain, rules[i:i+1], []result{res}, resp, true)
+			return resp
+		}
+	}
+	return nil
+}
+
+// finish combines a decided request's results into its response: on a
+// denial it gives back what was consumed and remembers the over-limit keys,
+// then it counts the decision (unless its caller gave up).
+func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Applied, results []result, groups []*group, ls leased, reqID string, cost int64, now time.Time) *ratelimitv1.CheckQuotaResponse {
 	resp := e.respond(domain, rules, results)
 	if !resp.Allowed && cost > 0 {
 		e.giveBack(append(groups, ls.failed...), rules, results, reqID, cost)
@@ -424,6 +445,12 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 		e.fallback(g, rules, results, cost, time.Now())
 		return
 	}
+	g.apply(vals, rules, results)
+}
+
+// apply records the decision script's reply for g: vals is {all_allowed,
+// now_ms, then 5 values per rule of g}.
+func (g *group) apply(vals []int64, rules []Applied, results []result) {
 	g.consumed, g.now = vals[0] == 1 && g.args[1] == "check", vals[1]
 	for j, i := range g.idx {
 		v := vals[2+5*j : 7+5*j]
@@ -469,12 +496,20 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.
 	start := time.Now()
 	vals, err := call(rctx, node)
 	cancel()
+	return vals, e.redisOutcome(ctx, node, br, start, err)
+}
+
+// redisOutcome accounts for a Redis call to node that started at start and
+// ended with err: it feeds node's breaker and the Redis latency metric,
+// unless the caller gave up (ctx done), and returns err, marked
+// errAbandoned when the caller gave up.
+func (e *Engine) redisOutcome(ctx context.Context, node string, br *breaker, start time.Time, err error) error {
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up (its own deadline, or it went away): that says
 		// nothing about Redis. Counted, a batch whose caller timed out
 		// opened every node's breaker, and every caller got the failure
 		// mode for a cooldown.
-		return vals, fmt.Errorf("%w: %w", errAbandoned, err)
+		return fmt.Errorf("%w: %w", errAbandoned, err)
 	}
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
 	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
@@ -489,7 +524,7 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.
 	if err != nil && !errors.Is(err, errBreakerOpen) {
 		e.log.DebugContext(ctx, "redis call failed", "node", node, "err", err)
 	}
-	return vals, err
+	return err
 }
 
 // decideSHA is decideScript's digest, the EVALSHA argument.
@@ -514,20 +549,27 @@ func (e *Engine) decideOnRedis(ctx context.Context, node string, keys []string, 
 	if e.pipes == nil || node == anyNode {
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	}
-	vals, err := e.pipes.call(ctx, node, decideSHA, keys, args)
+	return e.onPipe(ctx, node, decideScript, decideSHA, keys, args)
+}
+
+// onPipe runs script, whose digest is sha, on node's pipeline; what the
+// pipeline cannot run (the script not loaded, a redirect, a stopped
+// pipeline) goes through the cluster client within the same deadline.
+func (e *Engine) onPipe(ctx context.Context, node string, script *redis.Script, sha string, keys []string, args []any) ([]int64, error) {
+	vals, err := e.pipes.call(ctx, node, sha, keys, args)
 	switch {
 	case err == nil || isScriptError(err) || ctx.Err() != nil:
 		return vals, err
 	case errors.Is(err, errNoScript):
 		// The node lost its script cache (restart, failover, SCRIPT
 		// FLUSH): the cluster client's EVAL loads it, within the deadline.
-		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
+		return script.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	case errors.Is(err, errRedirect), errors.Is(err, errPipeStopped):
 		// MOVED, ASK, a node loading or demoted, or no longer a master in
 		// the slot map just reloaded: the cluster client follows redirects,
 		// within the same deadline, and the slot map may be out of date.
 		e.slotsChanged()
-		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
+		return script.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	default:
 		// The node failed (refused, reset, timed out): if it was failed
 		// over, the new master is in the slot map only once it is reloaded.
