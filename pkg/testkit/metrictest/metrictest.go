@@ -19,7 +19,8 @@ func New() (r *sdkmetric.ManualReader, m metric.Meter) {
 }
 
 // Counter sums the data points of the int64 counter name, only those with
-// attribute attr[0] = attr[1] if attr is given.
+// attribute attr[0] = attr[1] if attr is given. An attribute of any type
+// matches by its text: "true", "42", "a".
 func Counter(t testing.TB, r *sdkmetric.ManualReader, name string, attr ...string) int64 {
 	t.Helper()
 	var n int64
@@ -41,9 +42,9 @@ func Gauge(t testing.TB, r *sdkmetric.ManualReader, name string, attr ...string)
 	return dps[0].Value
 }
 
-// Series reports whether the int64 counter name has a data point (of any
-// value, 0 included) with attribute attr[0] = attr[1], or any if attr is
-// not given: whether a dashboard would see the series at all.
+// Series reports whether the int64 counter or gauge name has a data point
+// (of any value, 0 included) with attribute attr[0] = attr[1], or any if
+// attr is not given: whether a dashboard would see the series at all.
 func Series(t testing.TB, r *sdkmetric.ManualReader, name string, attr ...string) bool {
 	t.Helper()
 	return len(points(t, r, name, attr)) > 0
@@ -75,7 +76,7 @@ func points(t testing.TB, r *sdkmetric.ManualReader, name string, attr []string)
 			}
 			for _, dp := range dps {
 				if len(attr) == 2 {
-					if v, ok := dp.Attributes.Value(attribute.Key(attr[0])); !ok || v.AsString() != attr[1] {
+					if v, ok := dp.Attributes.Value(attribute.Key(attr[0])); !ok || v.Emit() != attr[1] {
 						continue
 					}
 				}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"kurz.dev/pkg/testkit/metrictest"
 )
 
 // fakeFleet is a heartbeat that answers a count the test sets, or fails.
@@ -168,39 +168,16 @@ func TestFleetGaugeReportsTheSizeInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, known := gauge(t, reader); got != 12 || known {
-		t.Errorf("before a count: gauge %d known=%v, want 12 known=false", got, known)
+	const name = "kurz.ratelimit.fleet.replicas"
+	if got := metrictest.Gauge(t, reader, name); got != 12 || !metrictest.Series(t, reader, name, "known", "false") {
+		t.Errorf("before a count: gauge %d, want 12 with known=false", got)
 	}
 	hb := &fakeFleet{count: 5}
 	f.beat = hb.beat
 	f.beatOnce(context.Background())
-	if got, known := gauge(t, reader); got != 5 || !known {
-		t.Errorf("after a count of 5: gauge %d known=%v, want 5 known=true", got, known)
+	if got := metrictest.Gauge(t, reader, name); got != 5 || !metrictest.Series(t, reader, name, "known", "true") {
+		t.Errorf("after a count of 5: gauge %d, want 5 with known=true", got)
 	}
-}
-
-// gauge reads kurz.ratelimit.fleet.replicas and its "known" attribute.
-func gauge(t *testing.T, r *sdkmetric.ManualReader) (int64, bool) {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "kurz.ratelimit.fleet.replicas" {
-				continue
-			}
-			g := m.Data.(metricdata.Gauge[int64])
-			if len(g.DataPoints) != 1 {
-				t.Fatalf("gauge has %d points, want 1", len(g.DataPoints))
-			}
-			known, _ := g.DataPoints[0].Attributes.Value("known")
-			return g.DataPoints[0].Value, known.AsBool()
-		}
-	}
-	t.Fatal("no kurz.ratelimit.fleet.replicas gauge")
-	return 0, false
 }
 
 func TestFleetOptionsAreChecked(t *testing.T) {
