@@ -892,7 +892,7 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 		metric.WithDescription("Requests whose caller gave up before Redis answered: not counted as decisions or fallbacks"))
 	err = errors.Join(err, e2)
 	em.redisDuration, e2 = m.Float64Histogram("kurz.ratelimit.redis.duration", metric.WithUnit("s"),
-		metric.WithDescription("Latency of decision scripts on Redis"),
+		metric.WithDescription("Latency of decision script calls on Redis (a CheckQuotas batch is one call)"),
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1))
 	err = errors.Join(err, e2)
 	em.breakerOpen, e2 = m.Int64UpDownCounter("kurz.ratelimit.breakers.open", metric.WithUnit("{breaker}"),
