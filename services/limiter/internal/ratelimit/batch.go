@@ -36,8 +36,18 @@ var batchScript = redis.NewScript(batchSource)
 var batchSHA = batchScript.Hash()
 
 // batchMax bounds the requests of one script call, and so its run time on
-// Redis, which serves nothing else meanwhile (~10 µs a request).
-const batchMax = 64
+// Redis, which serves nothing else meanwhile (~10 µs a request of one unit;
+// a sliding log's request writes a member per unit, so those of more than
+// one unit are not batched). batchMaxReply bounds its reply's integers.
+const (
+	batchMax      = 64
+	batchMaxReply = 4096
+)
+
+// errBatchMoved is a batch its node did not run: a redirect, a stopped
+// pipeline, a script that could not be loaded. Its requests are decided one
+// by one.
+var errBatchMoved = errors.New("ratelimit: batch not run on its node")
 
 // aloneParallelism bounds the requests of one CheckMany decided one by one
 // at once: enough to fill the nodes' pipelines.
@@ -64,15 +74,19 @@ type batched struct {
 // CheckMany decides independent requests, each exactly as Check decides
 // it, and returns their responses in order.
 //
-// A request whose rules share one hash tag, none of them leased, and that
-// consumes (cost > 0), joins its node's batch: up to batchMax such requests
-// run as one script call, one after another, each all or nothing as on its
-// own. A request in a batch whose key the node no longer serves (its slot
-// moved since the slot map was read) is marked by the script before it
-// writes anything, and decided again on its own. Every other request (peeks,
-// leased rules, rules over several hash tags) is decided as Check decides
-// it. A batch that fails, is late or meets an open breaker leaves each of
-// its requests to its rules' failure modes, as a single call would.
+// A request whose rules share one hash tag, none of them leased nor a
+// sliding log of more than one unit, and that consumes (cost > 0), joins
+// its node's batch: up to batchMax such requests run as one script call,
+// one after another, each all or nothing as on its own. A request in a
+// batch whose key the node no longer serves (its slot moved since the slot
+// map was read) is marked by the script before it writes anything, and
+// decided again on its own; so is every request of a batch the node does
+// not run (batchOnRedis). Every other request (peeks, leased rules, rules
+// over several hash tags) is decided as Check decides it. A batch that
+// fails, is late or meets an open breaker leaves each of its requests to
+// its rules' failure modes, as a single call would. Batches ride the node
+// pipelines: without them (Options.AutoPipeline off) every request is
+// decided as Check decides it.
 func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.CheckQuotaResponse {
 	out := make([]*ratelimitv1.CheckQuotaResponse, len(reqs))
 	rs := e.rules.Load()
@@ -85,7 +99,7 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 			out[i] = &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
 			continue
 		}
-		if e.pipes == nil || r.Cost <= 0 || leasedAny(rules) {
+		if e.pipes == nil || r.Cost <= 0 || !batchable(rules, r.Cost) {
 			alone = append(alone, i)
 			continue
 		}
@@ -109,8 +123,15 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 	var mu sync.Mutex // guards again
 	var again []int
 	for node, bs := range byNode {
-		for start := 0; start < len(bs); start += batchMax {
-			chunk := bs[start:min(start+batchMax, len(bs))]
+		for len(bs) > 0 {
+			n, reply := 0, 0
+			for n < len(bs) && n < batchMax && reply+2+5*len(bs[n].g.keys) <= batchMaxReply {
+				reply += 2 + 5*len(bs[n].g.keys)
+				n++
+			}
+			n = max(n, 1)
+			chunk := bs[:n]
+			bs = bs[n:]
 			wg.Go(func() {
 				moved := e.runBatch(ctx, node, chunk, now, out)
 				if len(moved) > 0 {
@@ -127,14 +148,18 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 	return out
 }
 
-// leasedAny tells whether a rule of rules is decided from leases.
-func leasedAny(rules []Applied) bool {
+// batchable tells whether a request of rules at cost may join a batch: no
+// rule decided from leases, and no sliding log writing more than one member.
+func batchable(rules []Applied, cost int64) bool {
 	for _, a := range rules {
 		if a.Rule.Lease.Size > 0 && !a.Rule.Shadow {
-			return true
+			return false
+		}
+		if a.Rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG && a.cost(cost) > 1 {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // decideAlone decides the requests reqs[i] for i in idx one by one, up to
@@ -173,7 +198,8 @@ func (e *Engine) runBatch(ctx context.Context, node string, bs []*batched, now t
 	var vals []int64
 	var err error
 	br := e.breakers.get(node)
-	if !br.allow(time.Now()) {
+	ok, probe := br.allow(time.Now())
+	if !ok {
 		err = errBreakerOpen
 	} else {
 		keys := []string{bs[0].g.keys[0]}
@@ -189,15 +215,23 @@ func (e *Engine) runBatch(ctx context.Context, node string, bs []*batched, now t
 		}
 		rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 		start := time.Now()
-		// On a redirect the cluster client takes the batch to the node
-		// that serves its first key; the script marks the requests whose
-		// keys that node does not serve.
-		vals, err = e.onPipe(rctx, node, batchScript, batchSHA, keys, args)
+		vals, err = e.batchOnRedis(rctx, node, keys, args)
 		cancel()
-		if err == nil && len(vals) != want {
-			err = fmt.Errorf("batch script: %d values for %d requests, want %d", len(vals), len(bs), want)
+		if errors.Is(err, errBatchMoved) && ctx.Err() == nil {
+			// Not an outage: each request goes on its own.
+			if probe {
+				br.abandon()
+			}
+			e.rerouted.Add(int64(len(bs)))
+			for _, b := range bs {
+				moved = append(moved, b.i)
+			}
+			return moved
 		}
-		err = e.redisOutcome(ctx, node, br, start, err)
+		if err == nil && len(vals) != want {
+			err = scriptError(fmt.Sprintf("batch script: %d values for %d requests, want %d", len(vals), len(bs), want))
+		}
+		err = e.redisOutcome(ctx, node, br, probe, start, err)
 	}
 	off := 0
 	for _, b := range bs {
@@ -224,4 +258,33 @@ func (e *Engine) runBatch(ctx context.Context, node string, bs []*batched, now t
 		e.slotsChanged()
 	}
 	return moved
+}
+
+// batchOnRedis runs the batch script on node's pipeline, loading it on
+// every master first if the node does not hold it. A batch is never sent
+// through the cluster client: redirected by ASK during a slot's migration,
+// it would run on the importing node with ASKING, which lets it read keys
+// of that slot still on the source node as if they did not exist. What the
+// pipeline cannot run comes back as errBatchMoved, and its requests go one
+// by one: their scripts declare their keys, and Redis answers TRYAGAIN
+// instead.
+func (e *Engine) batchOnRedis(ctx context.Context, node string, keys []string, args []any) ([]int64, error) {
+	vals, err := e.pipes.call(ctx, node, batchSHA, keys, args)
+	if errors.Is(err, errNoScript) && ctx.Err() == nil {
+		if err := batchScript.Load(ctx, e.rdb).Err(); err != nil {
+			return nil, fmt.Errorf("%w: loading the batch script: %w", errBatchMoved, err)
+		}
+		vals, err = e.pipes.call(ctx, node, batchSHA, keys, args)
+	}
+	switch {
+	case err == nil || isScriptError(err) || ctx.Err() != nil:
+		return vals, err
+	case errors.Is(err, errRedirect), errors.Is(err, errPipeStopped), errors.Is(err, errNoScript):
+		e.slotsChanged()
+		return nil, fmt.Errorf("%w: %w", errBatchMoved, err)
+	default:
+		// The node failed (refused, reset, timed out).
+		e.slotsChanged()
+		return vals, err
+	}
 }

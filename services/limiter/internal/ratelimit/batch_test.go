@@ -165,6 +165,80 @@ func TestCheckManyReloadsAFlushedScript(t *testing.T) {
 	}
 }
 
+// While a slot migrates, a batch whose first key the source node no longer
+// holds is not followed to the importing node: there ASKING would let the
+// script read the slot's other keys, still on the source, as if they did
+// not exist. Each request goes on its own instead, and a key at its limit
+// on the source stays denied.
+func TestCheckManyDuringASlotMigration(t *testing.T) {
+	rdb := cluster(t)
+	ctx := context.Background()
+	e := engine(t, rdb, hourly, Options{AutoPipeline: true})
+	desc := func(user string) map[string]string { return map[string]string{"user": user, "algo": "fixed_window"} }
+	key := func(user string) string {
+		_, rules := e.Rules().Match("t", desc(user))
+		return rules[0].Key
+	}
+	stamp := fmt.Sprint(time.Now().UnixNano())
+	full := "full-" + stamp
+	slot := keySlot(key(full))
+	var fresh string // a user whose key is in the same slot
+	for i := 0; fresh == ""; i++ {
+		if u := fmt.Sprintf("fresh-%s-%d", stamp, i); keySlot(key(u)) == slot {
+			fresh = u
+		}
+	}
+	if !e.Check(ctx, "t", desc(full), 100).Allowed {
+		t.Fatal("setup: 100 units of a fresh key denied")
+	}
+
+	src := e.slots.node(key(full))
+	var dst string
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		if addr := m.Options().Addr; addr != src {
+			dst = addr
+		}
+		return nil
+	}); err != nil || dst == "" {
+		t.Fatalf("no second master (%v)", err)
+	}
+	srcC, dstC := redis.NewClient(&redis.Options{Addr: src}), redis.NewClient(&redis.Options{Addr: dst})
+	t.Cleanup(func() { _, _ = srcC.Close(), dstC.Close() })
+	srcID, dstID := srcC.ClusterMyID(ctx).Val(), dstC.ClusterMyID(ctx).Val()
+	if err := dstC.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// What the importing node took while the slot moved goes, then the
+		// move ends with the slot where it was.
+		conn := dstC.Conn()
+		defer conn.Close()
+		for _, u := range []string{fresh, full} {
+			conn.Do(ctx, "ASKING")
+			conn.Del(ctx, key(u))
+		}
+		for _, c := range []*redis.Client{srcC, dstC} {
+			if err := c.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err(); err != nil {
+				t.Errorf("slot %d left migrating on %s: %v", slot, c.Options().Addr, err)
+			}
+		}
+	})
+	if err := srcC.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	resps := e.CheckMany(ctx, []Request{{Domain: "t", Desc: desc(fresh), Cost: 1}, {Domain: "t", Desc: desc(full), Cost: 1}})
+	if r := resps[0]; !r.Allowed || r.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Errorf("a fresh key during the migration: allowed=%v source=%v, want allowed, REDIS", r.Allowed, r.Source)
+	}
+	if r := resps[1]; r.Allowed || r.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Errorf("a key at its limit on the source node: allowed=%v source=%v, want denied, REDIS", r.Allowed, r.Source)
+	}
+	if e.rerouted.Load() == 0 {
+		t.Errorf("no request was decided again on its own: the batch ran")
+	}
+}
+
 // A batch runs where its first key lives; a request whose key another node
 // serves (a slot that moved) is not decided there but marked, before it
 // writes anything, and the others are decided.

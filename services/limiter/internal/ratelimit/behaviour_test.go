@@ -375,6 +375,38 @@ func TestCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
 	}
 }
 
+// A caller that gives up while it holds the half-open breaker's one probe
+// frees it: the next caller probes, and is decided on Redis. (The probe
+// used to stay out for good, and the node's decisions went to the failure
+// modes until it stopped being a master.) Check and CheckMany alike.
+func TestAbandonedProbeDoesNotJamTheBreaker(t *testing.T) {
+	rdb := cluster(t)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, check := range map[string]func(e *Engine, ctx context.Context, desc map[string]string) *ratelimitv1.CheckQuotaResponse{
+		"Check": func(e *Engine, ctx context.Context, desc map[string]string) *ratelimitv1.CheckQuotaResponse {
+			return e.Check(ctx, "f", desc, 1)
+		},
+		"CheckMany": func(e *Engine, ctx context.Context, desc map[string]string) *ratelimitv1.CheckQuotaResponse {
+			return e.CheckMany(ctx, []Request{{Domain: "f", Desc: desc, Cost: 1}})[0]
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			// Opened by one failure a minute ago for a second: half-open.
+			e := engine(t, rdb, failureRules, Options{Timeout: 5 * time.Second, BreakerThreshold: 1, BreakerCooldown: time.Second, AutoPipeline: true})
+			desc := map[string]string{"user": unique(t), "mode": "open"}
+			_, rules := e.Rules().Match("f", desc)
+			node := e.slots.node(rules[0].Key)
+			then := time.Now().Add(-time.Minute)
+			e.breakers.get(node).record(false, then, then)
+			check(e, gone, desc) // takes the probe, gives up
+			if got := check(e, context.Background(), desc); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+				t.Errorf("after an abandoned probe: source %v, want REDIS (the breaker is stuck half-open)", got.Source)
+			}
+		})
+	}
+}
+
 // A request whose caller gave up before Redis answered is answered by the
 // failure mode to no one: it is counted as abandoned, not as a decision or a
 // fallback (which KurzLimiterFallingBack watches).

@@ -35,19 +35,30 @@ const (
 	breakerHalfOpen
 )
 
-// allow reports whether a call may go to Redis now. In the half-open state
-// exactly one caller gets true (the probe) until it reports back.
-func (b *breaker) allow(now time.Time) bool {
+// allow reports whether a call may go to Redis now, and whether it is the
+// half-open state's probe: exactly one caller gets ok then, until it
+// reports back (record) or gives up (abandon).
+func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.openUntil.IsZero() {
-		return true
+		return true, false
 	}
 	if now.Before(b.openUntil) || b.probing {
-		return false
+		return false, false
 	}
 	b.probing = true
-	return true
+	return true, true
+}
+
+// abandon ends a probe whose caller gave up before Redis answered: that
+// says nothing about Redis, so the next call probes instead. Without it the
+// breaker stayed half-open with a probe no one would report, and refused
+// every call to its node for good.
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
 }
 
 // record reports the outcome of a call that started at start and returns

@@ -69,3 +69,22 @@ func TestForgetDropsBreakersOfFormerMasters(t *testing.T) {
 		t.Error("the master's open breaker was dropped")
 	}
 }
+
+// A half-open breaker lets one probe through; a probe whose caller gave up
+// reports nothing about Redis, and the next call probes instead.
+func TestAbandonedProbeFreesTheBreaker(t *testing.T) {
+	b := &breaker{threshold: 1, cooldown: time.Second}
+	t0 := time.Unix(1000, 0)
+	b.record(false, t0, t0)
+	half := t0.Add(2 * time.Second)
+	if ok, probe := b.allow(half); !ok || !probe {
+		t.Fatalf("half-open: allow = %v, probe = %v, want the probe", ok, probe)
+	}
+	if ok, _ := b.allow(half); ok {
+		t.Fatal("a second call went through while the probe was out")
+	}
+	b.abandon()
+	if ok, probe := b.allow(half); !ok || !probe {
+		t.Fatalf("after the probe was abandoned: allow = %v, probe = %v, want a new probe", ok, probe)
+	}
+}

@@ -11,10 +11,13 @@
 --           its n keys, then its 3 + 6n arguments as decide.lua's ARGV.
 --
 -- Returns the requests' replies one after another, 2 + 5n values each. A
--- request with a key this node does not serve (a slot that moved or is
--- moving) is not decided: its reply is all_allowed = -1 and zeros, and the
--- engine sends it again on its own. Such a key fails on its first read,
--- before the request writes anything.
+-- request with a key this node does not serve (a slot that moved away, or
+-- a key already moved out of a migrating slot) is not decided: its reply is
+-- all_allowed = -1 and zeros, and the engine sends it again on its own.
+-- Such a key fails on its first read, before the request writes anything.
+-- (So does any other error of a request's decision.) The engine never runs
+-- a batch with ASKING on an importing node, where a key still on the
+-- source would read as absent instead of failing.
 local out = {}
 local now
 local p = 2

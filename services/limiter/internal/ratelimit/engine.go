@@ -489,22 +489,26 @@ var errAbandoned = errors.New("caller gave up")
 func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.Context, node string) ([]int64, error)) ([]int64, error) {
 	node := e.slots.node(key)
 	br := e.breakers.get(node)
-	if !br.allow(time.Now()) {
+	ok, probe := br.allow(time.Now())
+	if !ok {
 		return nil, errBreakerOpen
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
 	start := time.Now()
 	vals, err := call(rctx, node)
 	cancel()
-	return vals, e.redisOutcome(ctx, node, br, start, err)
+	return vals, e.redisOutcome(ctx, node, br, probe, start, err)
 }
 
 // redisOutcome accounts for a Redis call to node that started at start and
-// ended with err: it feeds node's breaker and the Redis latency metric,
-// unless the caller gave up (ctx done), and returns err, marked
-// errAbandoned when the caller gave up.
-func (e *Engine) redisOutcome(ctx context.Context, node string, br *breaker, start time.Time, err error) error {
+// ended with err (probe: the breaker's half-open probe): it feeds node's
+// breaker and the Redis latency metric, unless the caller gave up (ctx
+// done), and returns err, marked errAbandoned when the caller gave up.
+func (e *Engine) redisOutcome(ctx context.Context, node string, br *breaker, probe bool, start time.Time, err error) error {
 	if err != nil && ctx.Err() != nil {
+		if probe {
+			br.abandon()
+		}
 		// The caller gave up (its own deadline, or it went away): that says
 		// nothing about Redis. Counted, a batch whose caller timed out
 		// opened every node's breaker, and every caller got the failure
