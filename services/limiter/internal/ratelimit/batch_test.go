@@ -193,14 +193,15 @@ func TestCheckManyDuringASlotMigration(t *testing.T) {
 	}
 
 	src := e.slots.node(key(full))
-	var dst string
-	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		if addr := m.Options().Addr; addr != src {
-			dst = addr
+	var dst string // another master
+	for _, n := range e.slots.nodes.Load() {
+		if n != src && n != "" {
+			dst = n
+			break
 		}
-		return nil
-	}); err != nil || dst == "" {
-		t.Fatalf("no second master (%v)", err)
+	}
+	if dst == "" {
+		t.Fatal("no second master: is the cluster one node?")
 	}
 	srcC, dstC := redis.NewClient(&redis.Options{Addr: src}), redis.NewClient(&redis.Options{Addr: dst})
 	t.Cleanup(func() { _, _ = srcC.Close(), dstC.Close() })
