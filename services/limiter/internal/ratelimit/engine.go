@@ -553,27 +553,20 @@ func (e *Engine) decideOnRedis(ctx context.Context, node string, keys []string, 
 	if e.pipes == nil || node == anyNode {
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	}
-	return e.onPipe(ctx, node, decideScript, decideSHA, keys, args)
-}
-
-// onPipe runs script, whose digest is sha, on node's pipeline; what the
-// pipeline cannot run (the script not loaded, a redirect, a stopped
-// pipeline) goes through the cluster client within the same deadline.
-func (e *Engine) onPipe(ctx context.Context, node string, script *redis.Script, sha string, keys []string, args []any) ([]int64, error) {
-	vals, err := e.pipes.call(ctx, node, sha, keys, args)
+	vals, err := e.pipes.call(ctx, node, decideSHA, keys, args)
 	switch {
 	case err == nil || isScriptError(err) || ctx.Err() != nil:
 		return vals, err
 	case errors.Is(err, errNoScript):
 		// The node lost its script cache (restart, failover, SCRIPT
 		// FLUSH): the cluster client's EVAL loads it, within the deadline.
-		return script.Run(ctx, e.rdb, keys, args...).Int64Slice()
+		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	case errors.Is(err, errRedirect), errors.Is(err, errPipeStopped):
 		// MOVED, ASK, a node loading or demoted, or no longer a master in
 		// the slot map just reloaded: the cluster client follows redirects,
 		// within the same deadline, and the slot map may be out of date.
 		e.slotsChanged()
-		return script.Run(ctx, e.rdb, keys, args...).Int64Slice()
+		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	default:
 		// The node failed (refused, reset, timed out): if it was failed
 		// over, the new master is in the slot map only once it is reloaded.
