@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -107,7 +106,7 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 			out[i] = resp
 			continue
 		}
-		reqID := e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
+		reqID := e.newReqID()
 		groups := e.groups(rules, "", "check", reqID, r.Cost, nil)
 		node := e.slots.node(groups[0].keys[0])
 		if len(groups) != 1 || node == anyNode {

@@ -240,6 +240,12 @@ func (e *Engine) Run(ctx context.Context) {
 	}
 }
 
+// newReqID returns a request id no other request of this replica has: the
+// sliding log's members are "<id>:<n>", so a refund removes exactly them.
+func (e *Engine) newReqID() string {
+	return e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
+}
+
 // SetRules replaces the rules; requests in flight finish with the old ones.
 func (e *Engine) SetRules(rs *Ruleset) { e.rules.Store(rs) }
 
@@ -325,7 +331,7 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 	if cost == 0 {
 		mode = "peek"
 	}
-	reqID := e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
+	reqID := e.newReqID()
 	results := make([]result, len(rules))
 	var ls leased
 	if cost > 0 && clock == "" {
@@ -775,7 +781,7 @@ func (e *Engine) Explain(ctx context.Context, domain string, desc map[string]str
 	if len(rules) == 0 {
 		return out, nil
 	}
-	reqID := e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
+	reqID := e.newReqID()
 	groups := e.groups(rules, "", "peek", reqID, cost, nil)
 	results := make([]result, len(rules))
 	for _, g := range groups {
