@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -167,20 +168,16 @@ func (e *Engine) decideAlone(ctx context.Context, reqs []Request, idx []int, out
 	if len(idx) == 0 {
 		return
 	}
-	var next sync.Mutex
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	pos := 0
 	for range min(aloneParallelism, len(idx)) {
 		wg.Go(func() {
 			for {
-				next.Lock()
+				pos := int(next.Add(1)) - 1
 				if pos >= len(idx) {
-					next.Unlock()
 					return
 				}
 				i := idx[pos]
-				pos++
-				next.Unlock()
 				r := reqs[i]
 				out[i] = e.Check(ctx, r.Domain, r.Desc, r.Cost)
 			}
@@ -202,7 +199,11 @@ func (e *Engine) runBatch(ctx context.Context, node string, bs []*batched, now t
 		err = errBreakerOpen
 	} else {
 		keys := []string{bs[0].g.keys[0]}
-		args := []any{len(bs)}
+		n := 1
+		for _, b := range bs {
+			n += 1 + len(b.g.keys) + len(b.g.args)
+		}
+		args := append(make([]any, 0, n), len(bs))
 		want := 0
 		for _, b := range bs {
 			args = append(args, len(b.g.keys))
