@@ -83,20 +83,29 @@ func TestConsoleWebhooksInBrowser(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	// refresh reloads the deliveries and waits until the new list is drawn.
+	// Every click that loads the deliveries (open, refresh, a successful
+	// redeliver) adds one to data-renders when its load lands. landed waits
+	// until all loads started so far have landed, so the rows read next are
+	// not replaced by an earlier load still in flight.
+	loads := 0
+	landed := func(what string) {
+		t.Helper()
+		do(what, chromedp.Poll[chromedp.Void](
+			fmt.Sprintf(`Number(document.getElementById('deliveries').dataset.renders) >= %d`, loads),
+			chromedp.WithPollingTimeout(10*time.Second)))
+	}
 	refresh := func() {
 		t.Helper()
-		renders := `document.getElementById('deliveries').dataset.renders`
-		before := eval(renders)
+		loads++
 		do("refresh the deliveries", chromedp.Click(chromedp.CSS("#deliveries-refresh")))
-		if !servertest.Eventually(10*time.Second, func() bool { return eval(renders) != before }) {
-			t.Fatal("the deliveries were not drawn again")
-		}
+		landed("the deliveries are drawn again")
 	}
 	statuses := func() string {
 		return eval(`[...document.querySelectorAll('#deliveries-body tr')].map((r) => r.dataset.status).sort().join(',')`)
 	}
+	loads++
 	do("open the deliveries", chromedp.Click(chromedp.CSS(row+" button.deliveries")), chromedp.WaitVisible(chromedp.CSS("#deliveries")))
+	landed("the deliveries are drawn")
 	ok, last := servertest.EventuallyState(20*time.Second, func() (bool, string) {
 		refresh()
 		got := statuses()
@@ -112,7 +121,15 @@ func TestConsoleWebhooksInBrowser(t *testing.T) {
 	mu.Lock()
 	refuse = false
 	mu.Unlock()
+	loads++
 	do("redeliver the dead one", chromedp.Click(chromedp.CSS(`#deliveries-body tr[data-status="dead"] button.redeliver`)))
+	// A refused redelivery draws nothing and says why in deliveries-error.
+	do("the redelivery is answered", chromedp.Poll[chromedp.Void](
+		fmt.Sprintf(`Number(document.getElementById('deliveries').dataset.renders) >= %d || document.getElementById('deliveries-error').textContent !== ''`, loads),
+		chromedp.WithPollingTimeout(10*time.Second)))
+	if e := eval(`document.getElementById('deliveries-error').textContent`); e != "" {
+		t.Fatalf("redeliver: %s", e)
+	}
 	ok, last = servertest.EventuallyState(20*time.Second, func() (bool, string) {
 		refresh()
 		got := statuses()
