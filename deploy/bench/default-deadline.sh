@@ -28,3 +28,4 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 go run ./services/limiter/cmd/quotaload -addr "$GRPC" -c 32 -k 100000 -d "${BENCH_DURATION:-10s}"
+echo "breaker openings: $(grep -c 'redis breaker opened' "$log" || true)"

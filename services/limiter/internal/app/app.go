@@ -71,8 +71,12 @@ type Config struct {
 	FleetHeartbeat time.Duration `env:"LIMITER_FLEET_HEARTBEAT" default:"2s"`
 	// BreakerThreshold is the consecutive failures that open a Redis node's breaker.
 	BreakerThreshold int `env:"LIMITER_BREAKER_THRESHOLD" default:"3"`
-	// BreakerCooldown is how long an open breaker skips a Redis node before it probes it again.
-	BreakerCooldown time.Duration `env:"LIMITER_BREAKER_COOLDOWN" default:"1s"`
+	// BreakerCooldown is how long a breaker that has just opened skips its
+	// Redis node before it probes it again; each failed probe doubles it.
+	BreakerCooldown time.Duration `env:"LIMITER_BREAKER_COOLDOWN" default:"100ms"`
+	// BreakerMaxCooldown is the longest an open breaker skips its node
+	// between probes while the node stays down.
+	BreakerMaxCooldown time.Duration `env:"LIMITER_BREAKER_MAX_COOLDOWN" default:"1s"`
 	// AllowLogEvery logs one allowed decision in this many; every denial is
 	// logged.
 	AllowLogEvery int `env:"LIMITER_ALLOW_LOG_EVERY" default:"1000"`
@@ -101,6 +105,9 @@ func (c Config) validate() error {
 	}
 	if c.RulesRefresh <= 0 {
 		errs = append(errs, errors.New("KURZ_LIMITER_RULES_REFRESH must be positive"))
+	}
+	if c.BreakerCooldown <= 0 || c.BreakerMaxCooldown < c.BreakerCooldown {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_BREAKER_COOLDOWN=%s, KURZ_LIMITER_BREAKER_MAX_COOLDOWN=%s: want 0 < cooldown <= max cooldown", c.BreakerCooldown, c.BreakerMaxCooldown))
 	}
 	if c.Replicas < 1 {
 		errs = append(errs, errors.New("KURZ_LIMITER_REPLICAS must be at least 1"))
@@ -235,12 +242,13 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 		}
 	}
 	engine, err := ratelimit.NewEngine(st.rdb, st.rules, ratelimit.Options{
-		Timeout:          cfg.RedisTimeout,
-		Fleet:            fleet,
-		BreakerThreshold: cfg.BreakerThreshold,
-		BreakerCooldown:  cfg.BreakerCooldown,
-		AllowLogEvery:    int64(cfg.AllowLogEvery),
-		AutoPipeline:     cfg.AutoPipeline,
+		Timeout:            cfg.RedisTimeout,
+		Fleet:              fleet,
+		BreakerThreshold:   cfg.BreakerThreshold,
+		BreakerCooldown:    cfg.BreakerCooldown,
+		BreakerMaxCooldown: cfg.BreakerMaxCooldown,
+		AllowLogEvery:      int64(cfg.AllowLogEvery),
+		AutoPipeline:       cfg.AutoPipeline,
 	}, log, srv.Telemetry.MeterProvider)
 	if err != nil {
 		return nil, err

@@ -398,7 +398,7 @@ func TestAbandonedProbeDoesNotJamTheBreaker(t *testing.T) {
 			_, rules := e.Rules().Match("f", desc)
 			node := e.slots.node(rules[0].Key)
 			then := time.Now().Add(-time.Minute)
-			e.breakers.get(node).record(false, then, then)
+			e.breakers.get(node).record(false, false, then, then)
 			check(e, gone, desc) // takes the probe, gives up
 			if got := check(e, context.Background(), desc); got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
 				t.Errorf("after an abandoned probe: source %v, want REDIS (the breaker is stuck half-open)", got.Source)

@@ -8,7 +8,9 @@ import (
 // breaker stops paying the Redis timeout on every call while a Redis node is
 // failing: after `threshold` consecutive failures it opens for `cooldown`,
 // during which calls go straight to the rules' failure modes; then one probe
-// call is let through, and its outcome closes or reopens the breaker.
+// call is let through. A probe that succeeds closes the breaker; one that
+// fails opens it again for twice as long as the last time, up to
+// `maxCooldown`.
 //
 // Consecutive means one after the other in time: a failure counts only if
 // its call started after the last counted failure was seen. Calls in flight
@@ -16,14 +18,24 @@ import (
 // each: under load 32 decisions waiting on one slow batch used to open the
 // breaker at once, and a second of decisions went to the failure modes for
 // a stall of a few milliseconds.
+//
+// The cooldown starts short and grows because the two things that open a
+// breaker cost differently. A node that is down costs one probe per
+// cooldown: one caller waits for the timeout, the others get their failure
+// mode at once, so probing often is cheap. A node that stalls for some tens
+// of milliseconds on a loaded machine costs every decision of the whole
+// cooldown: with a fixed second, one such stall sent ~4,000 decisions of a
+// 10-second bench run to the failure modes (deploy/bench/default-deadline.sh).
 type breaker struct {
-	threshold int
-	cooldown  time.Duration
+	threshold   int
+	cooldown    time.Duration // the first opening's
+	maxCooldown time.Duration // the longest, after failed probes
 
 	mu          sync.Mutex
 	failures    int
-	lastFailure time.Time // when the last counted failure was seen
-	openUntil   time.Time
+	lastFailure time.Time     // when the last counted failure was seen
+	openUntil   time.Time     // zero while closed
+	openFor     time.Duration // the current opening's cooldown
 	probing     bool
 }
 
@@ -61,28 +73,40 @@ func (b *breaker) abandon() {
 	b.probing = false
 }
 
-// record reports the outcome of a call that started at start and returns
-// whether the breaker changed between open and closed.
-func (b *breaker) record(ok bool, start, now time.Time) (opened, closed bool) {
+// record reports the outcome of a call that started at start (probe: the
+// half-open state's probe) and returns whether the breaker changed between
+// open and closed. Any success closes it: Redis answered. A failure while it
+// is open counts only if it is the probe's; the others are calls that were
+// in flight when it opened.
+func (b *breaker) record(ok, probe bool, start, now time.Time) (opened, closed bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	wasOpen := !b.openUntil.IsZero()
-	b.probing = false
-	if ok {
-		b.failures = 0
-		b.openUntil = time.Time{}
-		return false, wasOpen
+	if probe {
+		b.probing = false
 	}
-	if !wasOpen && !start.After(b.lastFailure) {
+	switch {
+	case ok:
+		b.failures = 0
+		b.openUntil, b.openFor = time.Time{}, 0
+		return false, wasOpen
+	case wasOpen:
+		if probe {
+			b.openFor = min(2*b.openFor, max(b.maxCooldown, b.cooldown))
+			b.openUntil = now.Add(b.openFor)
+		}
+		return false, false
+	case !start.After(b.lastFailure):
 		return false, false // in flight with the last counted failure
 	}
 	b.failures++
 	b.lastFailure = now
-	if wasOpen || b.failures >= b.threshold {
-		b.openUntil = now.Add(b.cooldown)
-		return !wasOpen, false
+	if b.failures < b.threshold {
+		return false, false
 	}
-	return false, false
+	b.openFor = b.cooldown
+	b.openUntil = now.Add(b.openFor)
+	return true, false
 }
 
 func (b *breaker) state(now time.Time) breakerState {
@@ -100,10 +124,10 @@ func (b *breaker) state(now time.Time) breakerState {
 
 // breakers holds one breaker per Redis master address.
 type breakers struct {
-	threshold int
-	cooldown  time.Duration
-	mu        sync.Mutex
-	byNode    map[string]*breaker
+	threshold             int
+	cooldown, maxCooldown time.Duration
+	mu                    sync.Mutex
+	byNode                map[string]*breaker
 }
 
 func (bs *breakers) get(node string) *breaker {
@@ -111,7 +135,7 @@ func (bs *breakers) get(node string) *breaker {
 	defer bs.mu.Unlock()
 	b := bs.byNode[node]
 	if b == nil {
-		b = &breaker{threshold: bs.threshold, cooldown: bs.cooldown}
+		b = &breaker{threshold: bs.threshold, cooldown: bs.cooldown, maxCooldown: bs.maxCooldown}
 		bs.byNode[node] = b
 	}
 	return b

@@ -15,7 +15,7 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 	// 32 decisions in flight together, all cut at their deadline.
 	for i := range 32 {
 		start := t0.Add(time.Duration(i) * time.Microsecond)
-		if opened, _ := b.record(false, start, start.Add(timeout)); opened {
+		if opened, _ := b.record(false, false, start, start.Add(timeout)); opened {
 			t.Fatalf("decision %d of one stall opened the breaker", i+1)
 		}
 	}
@@ -30,7 +30,7 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 	for i := range 2 {
 		start := now.Add(time.Millisecond)
 		now = start.Add(timeout)
-		if opened, _ = b.record(false, start, now); opened != (i == 1) {
+		if opened, _ = b.record(false, false, start, now); opened != (i == 1) {
 			t.Fatalf("failure %d: opened=%v", i+2, opened)
 		}
 	}
@@ -39,7 +39,7 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 	}
 
 	// A success closes it and starts the count again.
-	if _, closed := b.record(true, now, now.Add(time.Millisecond)); !closed {
+	if _, closed := b.record(true, false, now, now.Add(time.Millisecond)); !closed {
 		t.Fatal("a success did not close the breaker")
 	}
 	if b.failures != 0 {
@@ -53,9 +53,9 @@ func TestBreakerCountsAStallOnce(t *testing.T) {
 func TestForgetDropsBreakersOfFormerMasters(t *testing.T) {
 	bs := &breakers{threshold: 1, cooldown: time.Minute, byNode: map[string]*breaker{}}
 	now := time.Now()
-	bs.get("gone:1").record(false, now, now)
+	bs.get("gone:1").record(false, false, now, now)
 	bs.get("gone:2")
-	bs.get("kept:1").record(false, now, now)
+	bs.get("kept:1").record(false, false, now, now)
 	if got := bs.forget(func(n string) bool { return n == "kept:1" }); got != 1 {
 		t.Errorf("forget = %d open breakers dropped, want 1 (gone:1)", got)
 	}
@@ -75,7 +75,7 @@ func TestForgetDropsBreakersOfFormerMasters(t *testing.T) {
 func TestAbandonedProbeFreesTheBreaker(t *testing.T) {
 	b := &breaker{threshold: 1, cooldown: time.Second}
 	t0 := time.Unix(1000, 0)
-	b.record(false, t0, t0)
+	b.record(false, false, t0, t0)
 	half := t0.Add(2 * time.Second)
 	if ok, probe := b.allow(half); !ok || !probe {
 		t.Fatalf("half-open: allow = %v, probe = %v, want the probe", ok, probe)
@@ -86,5 +86,47 @@ func TestAbandonedProbeFreesTheBreaker(t *testing.T) {
 	b.abandon()
 	if ok, probe := b.allow(half); !ok || !probe {
 		t.Fatalf("after the probe was abandoned: allow = %v, probe = %v, want a new probe", ok, probe)
+	}
+}
+
+// Each failed probe doubles the time the breaker stays open, up to the
+// longest cooldown; failures of calls that were in flight when it opened
+// neither extend it nor free the probe; a success closes it and the next
+// opening is short again.
+func TestBreakerCooldownGrowsWhileTheNodeStaysDown(t *testing.T) {
+	b := &breaker{threshold: 1, cooldown: 100 * time.Millisecond, maxCooldown: time.Second}
+	t0 := time.Unix(1000, 0)
+	if opened, _ := b.record(false, false, t0, t0); !opened {
+		t.Fatal("the first failure did not open a breaker of threshold 1")
+	}
+	now := t0
+	for i, want := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
+		want *= time.Millisecond
+		if b.state(now.Add(want-time.Millisecond)) != breakerOpen || b.state(now.Add(want)) != breakerHalfOpen {
+			t.Fatalf("opening %d: want open for %v", i+1, want)
+		}
+		// A call that was in flight fails meanwhile: nothing changes.
+		if b.record(false, false, t0, now.Add(want/2)); b.state(now.Add(want)) != breakerHalfOpen {
+			t.Fatalf("opening %d: a straggler's failure changed the cooldown", i+1)
+		}
+		now = now.Add(want)
+		if ok, probe := b.allow(now); !ok || !probe {
+			t.Fatalf("opening %d: no probe after the cooldown", i+1)
+		}
+		if b.record(false, false, t0, now); !b.probing {
+			t.Fatalf("opening %d: a straggler's failure freed the probe", i+1)
+		}
+		if opened, closed := b.record(false, true, now, now); opened || closed {
+			t.Fatalf("opening %d: a failed probe reported opened=%v closed=%v", i+1, opened, closed)
+		}
+	}
+	if _, closed := b.record(true, true, now, now); !closed {
+		t.Fatal("a successful probe did not close the breaker")
+	}
+	if opened, _ := b.record(false, false, now.Add(time.Second), now.Add(time.Second)); !opened {
+		t.Fatal("the next failure did not open the breaker again")
+	}
+	if got := b.state(now.Add(time.Second + 100*time.Millisecond)); got != breakerHalfOpen {
+		t.Fatalf("after a close, the next opening: state %v at its first cooldown, want half-open", got)
 	}
 }

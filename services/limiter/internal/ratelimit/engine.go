@@ -56,9 +56,12 @@ type Options struct {
 	// Replicas is the static replica count used when Fleet is nil.
 	Replicas int
 	// BreakerThreshold consecutive failures open a node's circuit breaker
-	// for BreakerCooldown.
-	BreakerThreshold int
-	BreakerCooldown  time.Duration
+	// for BreakerCooldown (100ms if zero); each failed probe doubles that,
+	// up to BreakerMaxCooldown (the larger of 1s and BreakerCooldown if
+	// zero).
+	BreakerThreshold   int
+	BreakerCooldown    time.Duration
+	BreakerMaxCooldown time.Duration
 	// DenyCacheSize bounds the in-memory cache of over-limit keys.
 	DenyCacheSize int
 	// LocalCacheSize bounds the number of keys the local fallback tracks.
@@ -152,7 +155,13 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 		opts.BreakerThreshold = 3
 	}
 	if opts.BreakerCooldown <= 0 {
-		opts.BreakerCooldown = time.Second
+		opts.BreakerCooldown = 100 * time.Millisecond
+	}
+	if opts.BreakerMaxCooldown <= 0 {
+		opts.BreakerMaxCooldown = max(time.Second, opts.BreakerCooldown)
+	}
+	if opts.BreakerMaxCooldown < opts.BreakerCooldown {
+		return nil, errors.New("ratelimit: the breaker's longest cooldown is shorter than its first")
 	}
 	if opts.DenyCacheSize <= 0 {
 		opts.DenyCacheSize = 100_000
@@ -179,8 +188,11 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 	_, _ = rand.Read(pfx[:])
 	e := &Engine{
 		rdb: rdb, opts: opts, log: log, local: local, denied: denied, m: m,
-		breakers: &breakers{threshold: opts.BreakerThreshold, cooldown: opts.BreakerCooldown, byNode: map[string]*breaker{}},
-		reqPfx:   hex.EncodeToString(pfx[:]),
+		breakers: &breakers{
+			threshold: opts.BreakerThreshold, cooldown: opts.BreakerCooldown, maxCooldown: opts.BreakerMaxCooldown,
+			byNode: map[string]*breaker{},
+		},
+		reqPfx: hex.EncodeToString(pfx[:]),
 	}
 	if !rdb.Options().ContextTimeoutEnabled {
 		log.Warn("redis client without ContextTimeoutEnabled: calls wait for socket timeouts, not the decision timeout")
@@ -522,7 +534,7 @@ func (e *Engine) redisOutcome(ctx context.Context, node string, br *breaker, pro
 		return fmt.Errorf("%w: %w", errAbandoned, err)
 	}
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
-	opened, closed := br.record(err == nil || isScriptError(err), start, time.Now())
+	opened, closed := br.record(err == nil || isScriptError(err), probe, start, time.Now())
 	if opened {
 		e.log.WarnContext(ctx, "redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
 		e.m.breakerOpen.Add(ctx, 1)
@@ -603,7 +615,7 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 		var res result
 		switch r.FailureMode {
 		case ratelimitv1.FailureMode_FAILURE_MODE_CLOSED:
-			res = result{limit: r.Limit, retryAfter: e.opts.BreakerCooldown, source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}
+			res = result{limit: r.Limit, retryAfter: e.opts.BreakerMaxCooldown, source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}
 		case ratelimitv1.FailureMode_FAILURE_MODE_LOCAL:
 			if cost == 0 {
 				res = result{allowed: true, limit: r.Limit, remaining: r.Limit}
