@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -51,7 +50,7 @@ type rpcStats struct {
 	server   bool
 	spans    stats.Handler // nil when traces are not exported
 	duration metric.Float64Histogram
-	sets     sync.Map // rpcKey -> metric.MeasurementOption
+	sets     *AttrSets[rpcKey]
 }
 
 type rpcKey struct {
@@ -71,7 +70,7 @@ func (t *Telemetry) grpcHandler(server bool) *rpcStats {
 	if server {
 		name, desc = "rpc.server.call.duration", "Duration of incoming gRPC calls"
 	}
-	h := &rpcStats{server: server}
+	h := &rpcStats{server: server, sets: NewAttrSets[rpcKey](SeriesLimit, Overflow)}
 	var err error
 	h.duration, err = meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
@@ -138,7 +137,7 @@ func (h *rpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 	if !ok || ctx.Value(timedKey{}) != nil {
 		return
 	}
-	h.duration.Record(ctx, end.EndTime.Sub(end.BeginTime).Seconds(), h.attrs(method, status.Code(end.Error)))
+	h.duration.Record(ctx, end.EndTime.Sub(end.BeginTime).Seconds(), h.attrs(method, status.Code(end.Error)).Record...)
 }
 
 // timeUnary records a unary client call's duration with the status its
@@ -149,27 +148,24 @@ func (h *rpcStats) timeUnary(ctx context.Context, method string, req, reply any,
 	}
 	start := time.Now()
 	err := invoker(context.WithValue(ctx, timedKey{}, true), method, req, reply, cc, opts...)
-	h.duration.Record(ctx, time.Since(start).Seconds(), h.attrs(method, status.Code(err)))
+	h.duration.Record(ctx, time.Since(start).Seconds(), h.attrs(method, status.Code(err)).Record...)
 	return err
 }
 
 // attrs returns the attribute set of a call's method and status, built on
 // first use.
-func (h *rpcStats) attrs(method string, code codes.Code) metric.MeasurementOption {
-	k := rpcKey{method, code}
-	if v, ok := h.sets.Load(k); ok {
-		return v.(metric.MeasurementOption)
-	}
-	kv := []attribute.KeyValue{
-		semconv.RPCSystemNameGRPC,
-		semconv.RPCMethod(strings.TrimPrefix(method, "/")),
-		semconv.RPCResponseStatusCode(codeName(code)),
-	}
-	if h.isError(code) {
-		kv = append(kv, semconv.ErrorTypeKey.String(codeName(code)))
-	}
-	v, _ := h.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
-	return v.(metric.MeasurementOption)
+func (h *rpcStats) attrs(method string, code codes.Code) Opts {
+	return h.sets.Get(rpcKey{method, code}, func() []attribute.KeyValue {
+		kv := []attribute.KeyValue{
+			semconv.RPCSystemNameGRPC,
+			semconv.RPCMethod(strings.TrimPrefix(method, "/")),
+			semconv.RPCResponseStatusCode(codeName(code)),
+		}
+		if h.isError(code) {
+			kv = append(kv, semconv.ErrorTypeKey.String(codeName(code)))
+		}
+		return kv
+	})
 }
 
 // isError follows the semantic conventions: a client counts every status but

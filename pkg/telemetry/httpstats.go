@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -29,7 +28,7 @@ import (
 // the redirect ~18% of its CPU per request that way (attribute sets built
 // and hashed per request, metrics nobody reads).
 func (t *Telemetry) HTTPServer(name string, h http.Handler, skip func(*http.Request) bool) http.Handler {
-	s := &httpStats{next: h, plain: h, skip: skip}
+	s := &httpStats{next: h, plain: h, skip: skip, sets: NewAttrSets[httpKey](SeriesLimit, Overflow)}
 	var err error
 	s.duration, err = t.MeterProvider.Meter("kurz.dev/pkg/telemetry").Float64Histogram("http.server.request.duration",
 		metric.WithUnit("s"), metric.WithDescription("Duration of HTTP server requests"),
@@ -63,7 +62,7 @@ type httpStats struct {
 	skip     func(*http.Request) bool
 	tracing  bool
 	duration metric.Float64Histogram
-	sets     sync.Map // httpKey -> metric.MeasurementOption
+	sets     *AttrSets[httpKey]
 }
 
 type httpKey struct {
@@ -88,7 +87,7 @@ func (s *httpStats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		s.duration.Record(r.Context(), time.Since(start).Seconds(), s.attrs(r.Method, r.Pattern, status))
+		s.duration.Record(r.Context(), time.Since(start).Seconds(), s.attrs(r.Method, r.Pattern, status).Record...)
 	}()
 	s.next.ServeHTTP(sw, r)
 }
@@ -96,23 +95,20 @@ func (s *httpStats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // attrs returns the attribute set of a request's method, route and status,
 // built on first use. Methods outside the standard set are "_OTHER", so a
 // client cannot grow the set.
-func (s *httpStats) attrs(method, route string, status int) metric.MeasurementOption {
+func (s *httpStats) attrs(method, route string, status int) Opts {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
 		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
 	default:
 		method = "_OTHER"
 	}
-	k := httpKey{method, route, status}
-	if v, ok := s.sets.Load(k); ok {
-		return v.(metric.MeasurementOption)
-	}
-	kv := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method), semconv.HTTPResponseStatusCode(status)}
-	if route != "" {
-		kv = append(kv, semconv.HTTPRoute(route))
-	}
-	v, _ := s.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
-	return v.(metric.MeasurementOption)
+	return s.sets.Get(httpKey{method, route, status}, func() []attribute.KeyValue {
+		kv := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method), semconv.HTTPResponseStatusCode(status)}
+		if route != "" {
+			kv = append(kv, semconv.HTTPRoute(route))
+		}
+		return kv
+	})
 }
 
 // StatusWriter remembers the status of the response it passes through

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/telemetry"
 )
 
 //go:embed state.lua
@@ -757,7 +758,7 @@ func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, re
 		if !res.allowed {
 			outcome = "denied"
 		}
-		e.m.decisions.Add(ctx, 1, e.m.decisionAttrs(domain, a.Rule.Name, outcome, res.source))
+		e.m.decisions.Add(ctx, 1, e.m.decisionAttrs(domain, a.Rule.Name, outcome, res.source).Add...)
 	}
 	if resp.Allowed {
 		if e.opts.AllowLogEvery <= 0 || e.allowSeq.Add(1)%e.opts.AllowLogEvery != 0 {
@@ -874,7 +875,7 @@ type engineMetrics struct {
 	redisOutcome map[bool]metric.MeasurementOption
 	// attrs caches decision attribute sets: building one per decision is
 	// most of the metrics' cost on the hot path.
-	attrs sync.Map
+	attrs *telemetry.AttrSets[decisionKey]
 }
 
 type decisionKey struct {
@@ -882,21 +883,18 @@ type decisionKey struct {
 	source                ratelimitv1.DecisionSource
 }
 
-func (m *engineMetrics) decisionAttrs(domain, rule, outcome string, source ratelimitv1.DecisionSource) metric.MeasurementOption {
-	k := decisionKey{domain, rule, outcome, source}
-	if v, ok := m.attrs.Load(k); ok {
-		return v.(metric.MeasurementOption)
-	}
-	opt := metric.WithAttributeSet(attribute.NewSet(
-		attribute.String("domain", domain), attribute.String("rule", rule),
-		attribute.String("outcome", outcome), attribute.String("source", sourceName(source))))
-	v, _ := m.attrs.LoadOrStore(k, opt)
-	return v.(metric.MeasurementOption)
+func (m *engineMetrics) decisionAttrs(domain, rule, outcome string, source ratelimitv1.DecisionSource) telemetry.Opts {
+	return m.attrs.Get(decisionKey{domain, rule, outcome, source}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{
+			attribute.String("domain", domain), attribute.String("rule", rule),
+			attribute.String("outcome", outcome), attribute.String("source", sourceName(source)),
+		}
+	})
 }
 
 func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	m := mp.Meter("kurz.dev/services/limiter")
-	em := &engineMetrics{}
+	em := &engineMetrics{attrs: telemetry.NewAttrSets[decisionKey](telemetry.SeriesLimit, telemetry.Overflow)}
 	var err, e2 error
 	em.decisions, err = m.Int64Counter("kurz.ratelimit.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rule decisions by domain, rule, outcome and how they were served"))
