@@ -27,7 +27,6 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,6 +44,7 @@ import (
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/telemetry"
 	"kurz.dev/services/redirect/internal/resolve"
 )
 
@@ -134,11 +134,13 @@ type Handler struct {
 	sticky   linkrules.Sticky
 	requests metric.Int64Counter
 	latency  metric.Float64Histogram
-	attempts metric.Int64Counter
-	walk     *WalkBound
+	// The Cache-Control values the configuration's max-ages make.
+	ccPermanent, ccPrivatePermanent, ccCDN []string
+	attempts                               metric.Int64Counter
+	walk                                   *WalkBound
 	// walkRefused counts lookups the walk bound refused.
 	walkRefused metric.Int64Counter
-	sets        sync.Map // countKey -> metric.MeasurementOption
+	sets        *telemetry.AttrSets[countKey]
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
@@ -158,7 +160,11 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
 		clicks: d.Clicks, hosts: d.Hosts, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
-		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk}
+		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk,
+		sets:               telemetry.NewAttrSets[countKey](telemetry.SeriesLimit, telemetry.Overflow),
+		ccPermanent:        []string{"public, max-age=" + strconv.Itoa(int(cfg.PermanentMaxAge.Seconds()))},
+		ccPrivatePermanent: []string{"private, max-age=" + strconv.Itoa(int(cfg.PermanentMaxAge.Seconds()))},
+		ccCDN:              []string{"public, max-age=" + strconv.Itoa(int(cfg.CDNMaxAge.Seconds()))}}
 	if h.requests, err = meter.Int64Counter("kurz.redirect.requests",
 		metric.WithDescription("Short-code requests by answering tier (source: l1, cache, db, none) and HTTP status"),
 		metric.WithUnit("{request}")); err != nil {
@@ -210,8 +216,13 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 		hostPage(w)
 		return
 	}
+	// Annotated only when recorded: the attributes escape into the call,
+	// two allocations per request for a span nothing exports.
 	span := trace.SpanFromContext(ctx)
-	span.SetAttributes(attribute.String("kurz.code", key))
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attribute.String("kurz.code", key))
+	}
 
 	addr := h.cfg.Clients.Client(r)
 	ip := h.cfg.Keying.Key(addr)
@@ -221,8 +232,10 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 		h.count(ctx, start, "none", status)
 		return
 	}
-	w.Header().Set("X-Source", string(res.Source))
-	span.SetAttributes(attribute.String("kurz.source", string(res.Source)))
+	w.Header()["X-Source"] = sourceHeader(res.Source)
+	if recording {
+		span.SetAttributes(attribute.String("kurz.source", string(res.Source)))
+	}
 	status := h.visit(w, r, link{key: key, code: code}, client{addr, ip}, foreign(res.Entry, tenant), start)
 	h.count(ctx, start, string(res.Source), status)
 }
@@ -319,7 +332,9 @@ func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
 		hostPage(w)
 		return
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("kurz.code", key))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("kurz.code", key))
+	}
 	addr := h.cfg.Clients.Client(r)
 	ip := h.cfg.Keying.Key(addr)
 	res, err := h.resolver.Resolve(ctx, key, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, key, tier) })
@@ -327,7 +342,7 @@ func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
 		h.count(ctx, start, "none", h.refuse(w, err))
 		return
 	}
-	w.Header().Set("X-Source", string(res.Source))
+	w.Header()["X-Source"] = sourceHeader(res.Source)
 	status := h.attempt(w, r, link{key: key, code: code}, client{addr, ip}, foreign(res.Entry, tenant), start)
 	h.count(ctx, start, string(res.Source), status)
 }
@@ -457,7 +472,7 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 	permanent := status == http.StatusMovedPermanently || status == http.StatusPermanentRedirect
 	switch {
 	case noStore:
-		hdr.Set("Cache-Control", "no-store")
+		hdr["Cache-Control"] = ccNoStore
 	case e.Rules != nil:
 		// Rules and variants answer each visitor on their own: no shared
 		// cache may keep one visitor's answer, nor the visitor's browser
@@ -465,24 +480,44 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 		if v := e.Rules.Vary(); v != nil {
 			hdr["Vary"] = v // shared, computed once per entry
 		}
-		hdr.Set("Cache-Control", "private, max-age=0")
+		hdr["Cache-Control"] = ccPrivate
 	case e.Targets != nil:
-		hdr.Set("Vary", "User-Agent")
+		hdr["Vary"] = varyUserAgent
 		if permanent {
-			hdr.Set("Cache-Control", "private, max-age="+strconv.Itoa(int(h.cfg.PermanentMaxAge.Seconds())))
+			hdr["Cache-Control"] = h.ccPrivatePermanent
 		} else {
-			hdr.Set("Cache-Control", "private, max-age=0")
+			hdr["Cache-Control"] = ccPrivate
 		}
 	case permanent:
-		hdr.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(h.cfg.PermanentMaxAge.Seconds())))
+		hdr["Cache-Control"] = h.ccPermanent
 	case h.cfg.CDNMaxAge > 0:
-		hdr.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(h.cfg.CDNMaxAge.Seconds())))
+		hdr["Cache-Control"] = h.ccCDN
 	default:
-		hdr.Set("Cache-Control", "private, max-age=0")
+		hdr["Cache-Control"] = ccPrivate
 	}
-	hdr.Set("Location", target)
+	hdr["Location"] = []string{target}
 	w.WriteHeader(status)
 	return status
+}
+
+// Header values shared by every response that carries them (net/http only
+// reads a header's values): building each per request was an allocation
+// and a key canonicalisation per header.
+var (
+	ccNoStore     = []string{"no-store"}
+	ccPrivate     = []string{"private, max-age=0"}
+	varyUserAgent = []string{"User-Agent"}
+	sourceHeaders = map[resolve.Source][]string{
+		resolve.SourceL1: {string(resolve.SourceL1)}, resolve.SourceCache: {string(resolve.SourceCache)}, resolve.SourceDB: {string(resolve.SourceDB)},
+	}
+)
+
+// sourceHeader is the X-Source value of a tier.
+func sourceHeader(s resolve.Source) []string {
+	if v, ok := sourceHeaders[s]; ok {
+		return v
+	}
+	return []string{string(s)}
 }
 
 // record appends the click of a redirect, without waiting.
@@ -575,8 +610,8 @@ type client struct {
 }
 
 func (h *Handler) count(ctx context.Context, start time.Time, source string, status int) {
-	h.requests.Add(ctx, 1, h.attrs(source, status))
-	h.latency.Record(ctx, time.Since(start).Seconds(), h.attrs(source, 0))
+	h.requests.Add(ctx, 1, h.attrs(source, status).Add...)
+	h.latency.Record(ctx, time.Since(start).Seconds(), h.attrs(source, 0).Record...)
 }
 
 type countKey struct {
@@ -587,17 +622,14 @@ type countKey struct {
 // attrs returns the attribute set of a source and status (0: the source
 // alone), built once: hashing a new set per request cost ~6% of the hot
 // path's CPU. Sources and statuses are few and fixed by the handler.
-func (h *Handler) attrs(source string, status int) metric.MeasurementOption {
-	k := countKey{source, status}
-	if v, ok := h.sets.Load(k); ok {
-		return v.(metric.MeasurementOption)
-	}
-	kv := []attribute.KeyValue{attribute.String("source", source)}
-	if status != 0 {
-		kv = append(kv, attribute.Int("status", status))
-	}
-	v, _ := h.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
-	return v.(metric.MeasurementOption)
+func (h *Handler) attrs(source string, status int) telemetry.Opts {
+	return h.sets.Get(countKey{source, status}, func() []attribute.KeyValue {
+		kv := []attribute.KeyValue{attribute.String("source", source)}
+		if status != 0 {
+			kv = append(kv, attribute.Int("status", status))
+		}
+		return kv
+	})
 }
 
 // The pages reflect nothing from the request.
