@@ -31,7 +31,8 @@ type Opts struct {
 	Record []metric.RecordOption
 }
 
-func optsOf(kv ...attribute.KeyValue) Opts {
+// OptsOf is the options of the set of kv.
+func OptsOf(kv ...attribute.KeyValue) Opts {
 	o := metric.WithAttributeSet(attribute.NewSet(kv...))
 	return Opts{Add: []metric.AddOption{o}, Record: []metric.RecordOption{o}}
 }
@@ -48,15 +49,19 @@ var Overflow = attribute.Bool("otel.metric.overflow", true)
 // NewAttrSets returns a cache of at most max sets; the keys after those
 // record with overflow.
 func NewAttrSets[K comparable](max int, overflow ...attribute.KeyValue) *AttrSets[K] {
-	s := &AttrSets[K]{max: max, overflow: optsOf(overflow...)}
+	s := &AttrSets[K]{max: max, overflow: OptsOf(overflow...)}
 	s.m.Store(&map[K]Opts{})
 	return s
 }
 
 // Get returns k's set, built by build on first use.
 func (s *AttrSets[K]) Get(k K, build func() []attribute.KeyValue) Opts {
-	if v, ok := (*s.m.Load())[k]; ok {
+	m := *s.m.Load()
+	if v, ok := m[k]; ok {
 		return v
+	}
+	if len(m) >= s.max {
+		return s.overflow // full for good: no lock
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,7 +75,7 @@ func (s *AttrSets[K]) Get(k K, build func() []attribute.KeyValue) Opts {
 	// Copied on write: keys are few and built once each.
 	next := make(map[K]Opts, len(old)+1)
 	maps.Copy(next, old)
-	v := optsOf(build()...)
+	v := OptsOf(build()...)
 	next[k] = v
 	s.m.Store(&next)
 	return v

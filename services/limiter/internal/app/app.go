@@ -75,8 +75,9 @@ type Config struct {
 	// Redis node before it probes it again; each failed probe doubles it.
 	BreakerCooldown time.Duration `env:"LIMITER_BREAKER_COOLDOWN" default:"100ms"`
 	// BreakerMaxCooldown is the longest an open breaker skips its node
-	// between probes while the node stays down.
-	BreakerMaxCooldown time.Duration `env:"LIMITER_BREAKER_MAX_COOLDOWN" default:"1s"`
+	// between probes while the node stays down; 0 means the larger of 1s
+	// and KURZ_LIMITER_BREAKER_COOLDOWN.
+	BreakerMaxCooldown time.Duration `env:"LIMITER_BREAKER_MAX_COOLDOWN" default:"0s"`
 	// AllowLogEvery logs one allowed decision in this many; every denial is
 	// logged.
 	AllowLogEvery int `env:"LIMITER_ALLOW_LOG_EVERY" default:"1000"`
@@ -106,8 +107,8 @@ func (c Config) validate() error {
 	if c.RulesRefresh <= 0 {
 		errs = append(errs, errors.New("KURZ_LIMITER_RULES_REFRESH must be positive"))
 	}
-	if c.BreakerCooldown <= 0 || c.BreakerMaxCooldown < c.BreakerCooldown {
-		errs = append(errs, fmt.Errorf("KURZ_LIMITER_BREAKER_COOLDOWN=%s, KURZ_LIMITER_BREAKER_MAX_COOLDOWN=%s: want 0 < cooldown <= max cooldown", c.BreakerCooldown, c.BreakerMaxCooldown))
+	if c.BreakerCooldown <= 0 || (c.BreakerMaxCooldown > 0 && c.BreakerMaxCooldown < c.BreakerCooldown) {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_BREAKER_COOLDOWN=%s, KURZ_LIMITER_BREAKER_MAX_COOLDOWN=%s: want 0 < cooldown <= max cooldown (or max 0)", c.BreakerCooldown, c.BreakerMaxCooldown))
 	}
 	if c.Replicas < 1 {
 		errs = append(errs, errors.New("KURZ_LIMITER_REPLICAS must be at least 1"))

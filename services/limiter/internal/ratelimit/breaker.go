@@ -37,6 +37,9 @@ type breaker struct {
 	openUntil   time.Time     // zero while closed
 	openFor     time.Duration // the current opening's cooldown
 	probing     bool
+	// dropped: forget took the breaker out of use (its node is no longer a
+	// master) and counted it closed; calls that held it report no changes.
+	dropped bool
 }
 
 type breakerState int
@@ -86,13 +89,17 @@ func (b *breaker) record(ok, probe bool, start, now time.Time) (opened, closed b
 		b.probing = false
 	}
 	switch {
+	case b.dropped:
+		// Counted by forget already: a change reported now would unbalance
+		// the open-breakers gauge for good.
+		return false, false
 	case ok:
 		b.failures = 0
 		b.openUntil, b.openFor = time.Time{}, 0
 		return false, wasOpen
 	case wasOpen:
 		if probe {
-			b.openFor = min(2*b.openFor, max(b.maxCooldown, b.cooldown))
+			b.openFor = min(b.openFor, max(b.maxCooldown, b.cooldown)/2) * 2 // no overflow
 			b.openUntil = now.Add(b.openFor)
 		}
 		return false, false
@@ -157,6 +164,7 @@ func (bs *breakers) forget(master func(node string) bool) (wasOpen int) {
 		if !b.openUntil.IsZero() {
 			wasOpen++
 		}
+		b.dropped = true
 		b.mu.Unlock()
 		delete(bs.byNode, node)
 	}

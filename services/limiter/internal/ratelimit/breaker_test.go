@@ -120,6 +120,10 @@ func TestBreakerCooldownGrowsWhileTheNodeStaysDown(t *testing.T) {
 			t.Fatalf("opening %d: a failed probe reported opened=%v closed=%v", i+1, opened, closed)
 		}
 	}
+	now = now.Add(time.Second)
+	if ok, probe := b.allow(now); !ok || !probe {
+		t.Fatal("no probe after the longest cooldown")
+	}
 	if _, closed := b.record(true, true, now, now); !closed {
 		t.Fatal("a successful probe did not close the breaker")
 	}
@@ -128,5 +132,65 @@ func TestBreakerCooldownGrowsWhileTheNodeStaysDown(t *testing.T) {
 	}
 	if got := b.state(now.Add(time.Second + 100*time.Millisecond)); got != breakerHalfOpen {
 		t.Fatalf("after a close, the next opening: state %v at its first cooldown, want half-open", got)
+	}
+}
+
+// Any answer closes the breaker, a straggler's too; the probe still out
+// reports afterwards without reopening it.
+func TestStragglerSuccessClosesWhileTheProbeIsOut(t *testing.T) {
+	b := &breaker{threshold: 1, cooldown: 100 * time.Millisecond, maxCooldown: time.Second}
+	t0 := time.Unix(1000, 0)
+	b.record(false, false, t0, t0)
+	half := t0.Add(100 * time.Millisecond)
+	if ok, probe := b.allow(half); !ok || !probe {
+		t.Fatal("no probe after the cooldown")
+	}
+	if _, closed := b.record(true, false, t0, half); !closed {
+		t.Fatal("a straggler's success did not close the breaker")
+	}
+	if opened, closed := b.record(true, true, half, half); opened || closed || b.probing {
+		t.Fatalf("the probe's success after the close: opened=%v closed=%v probing=%v, want no change", opened, closed, b.probing)
+	}
+	if got := b.state(half); got != breakerClosed {
+		t.Fatalf("state %v, want closed", got)
+	}
+}
+
+// A breaker forget dropped was counted closed then; a call that still held
+// it reports no change, or the open-breakers gauge would be off for good.
+func TestDroppedBreakerReportsNoChange(t *testing.T) {
+	bs := &breakers{threshold: 1, cooldown: 100 * time.Millisecond, maxCooldown: time.Second, byNode: map[string]*breaker{}}
+	t0 := time.Unix(1000, 0)
+	wasOpen, wasClosed := bs.get("old:1"), bs.get("was-closed:1")
+	if opened, _ := wasOpen.record(false, false, t0, t0); !opened {
+		t.Fatal("threshold 1: the failure did not open the breaker")
+	}
+	half := t0.Add(time.Second)
+	if ok, probe := wasOpen.allow(half); !ok || !probe {
+		t.Fatal("no probe")
+	}
+	if n := bs.forget(func(string) bool { return false }); n != 1 {
+		t.Fatalf("forget counted %d open breakers, want 1", n)
+	}
+	if opened, closed := wasOpen.record(true, true, half, half); opened || closed {
+		t.Errorf("the dropped open breaker's probe succeeded: opened=%v closed=%v, want no change (forget counted it)", opened, closed)
+	}
+	if opened, closed := wasClosed.record(false, false, half, half); opened || closed {
+		t.Errorf("a failure on a dropped closed breaker: opened=%v closed=%v, want no change (nothing would close it)", opened, closed)
+	}
+}
+
+// Doubling stops at the longest cooldown whatever its size.
+func TestBreakerCooldownDoesNotOverflow(t *testing.T) {
+	const longest = time.Duration(1<<62 + 1)
+	b := &breaker{threshold: 1, cooldown: longest / 2, maxCooldown: longest}
+	t0 := time.Unix(0, 0)
+	b.record(false, false, t0, t0)
+	for i := range 3 {
+		b.probing = true
+		b.record(false, true, t0, t0)
+		if b.openFor <= 0 || b.openFor > longest {
+			t.Fatalf("failed probe %d: cooldown %v, want in (0, %v]", i+1, b.openFor, longest)
+		}
 	}
 }

@@ -534,7 +534,7 @@ func (e *Engine) redisOutcome(ctx context.Context, node string, br *breaker, pro
 		// mode for a cooldown.
 		return fmt.Errorf("%w: %w", errAbandoned, err)
 	}
-	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil])
+	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil].Record...)
 	opened, closed := br.record(err == nil || isScriptError(err), probe, start, time.Now())
 	if opened {
 		e.log.WarnContext(ctx, "redis breaker opened; failure modes apply", "node", node, "cooldown", e.opts.BreakerCooldown, "err", err)
@@ -632,8 +632,9 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
 		}
 		if !g.abandoned {
-			e.m.fallbacks.Add(context.Background(), 1, metric.WithAttributes(
-				attribute.String("rule", r.ID()), attribute.String("source", sourceName(res.source))))
+			e.m.fallbacks.Add(context.Background(), 1, e.m.fallbackAttrs.Get(fallbackKey{r.Domain, r.Name, res.source}, func() []attribute.KeyValue {
+				return []attribute.KeyValue{attribute.String("rule", r.ID()), attribute.String("source", sourceName(res.source))}
+			}).Add...)
 		}
 		results[i] = res
 	}
@@ -872,10 +873,17 @@ type engineMetrics struct {
 	redisDuration metric.Float64Histogram
 	breakerOpen   metric.Int64UpDownCounter
 	// redisOutcome holds the two attribute sets of redisDuration.
-	redisOutcome map[bool]metric.MeasurementOption
+	redisOutcome map[bool]telemetry.Opts
+	// fallbackAttrs caches the fallback counter's sets, by rule and source.
+	fallbackAttrs *telemetry.AttrSets[fallbackKey]
 	// attrs caches decision attribute sets: building one per decision is
 	// most of the metrics' cost on the hot path.
 	attrs *telemetry.AttrSets[decisionKey]
+}
+
+type fallbackKey struct {
+	domain, rule string
+	source       ratelimitv1.DecisionSource
 }
 
 type decisionKey struct {
@@ -894,7 +902,10 @@ func (m *engineMetrics) decisionAttrs(domain, rule, outcome string, source ratel
 
 func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	m := mp.Meter("kurz.dev/services/limiter")
-	em := &engineMetrics{attrs: telemetry.NewAttrSets[decisionKey](telemetry.SeriesLimit, telemetry.Overflow)}
+	em := &engineMetrics{
+		attrs:         telemetry.NewAttrSets[decisionKey](telemetry.SeriesLimit, telemetry.Overflow),
+		fallbackAttrs: telemetry.NewAttrSets[fallbackKey](telemetry.SeriesLimit, telemetry.Overflow),
+	}
 	var err, e2 error
 	em.decisions, err = m.Int64Counter("kurz.ratelimit.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rule decisions by domain, rule, outcome and how they were served"))
@@ -910,9 +921,9 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	err = errors.Join(err, e2)
 	em.breakerOpen, e2 = m.Int64UpDownCounter("kurz.ratelimit.breakers.open", metric.WithUnit("{breaker}"),
 		metric.WithDescription("Redis nodes whose circuit breaker is open"))
-	em.redisOutcome = map[bool]metric.MeasurementOption{
-		false: metric.WithAttributeSet(attribute.NewSet(attribute.Bool("error", false))),
-		true:  metric.WithAttributeSet(attribute.NewSet(attribute.Bool("error", true))),
+	em.redisOutcome = map[bool]telemetry.Opts{
+		false: telemetry.OptsOf(attribute.Bool("error", false)),
+		true:  telemetry.OptsOf(attribute.Bool("error", true)),
 	}
 	return em, errors.Join(err, e2)
 }
