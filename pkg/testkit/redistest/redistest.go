@@ -89,6 +89,18 @@ func (n *Node) StartReplica() *Node {
 		info, err := mc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
 	}, "its replica online")
+	// Online on the master's side is not yet acknowledging: the replica may
+	// still be loading what it was sent, and a WAIT right then counted 0
+	// (TestVisitsHeldByAReplica failed that way under CI's load). Wait for
+	// its side of the link, then for an acknowledged WAIT.
+	r.await(func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, "its link to the master up")
+	n.await(func() bool {
+		acked, err := mc.Do(ctx, "WAIT", 1, 100).Int()
+		return err == nil && acked == 1
+	}, "its replica acknowledging")
 	return r
 }
 
