@@ -222,7 +222,7 @@ func (e *Engine) runBatch(ctx context.Context, node string, bs []*batched, now t
 			if probe {
 				br.abandon()
 			}
-			e.rerouted.Add(int64(len(bs)))
+			e.countBatch(ctx, 0, len(bs))
 			for _, b := range bs {
 				moved = append(moved, b.i)
 			}
@@ -250,14 +250,24 @@ func (e *Engine) runBatch(ctx context.Context, node string, bs []*batched, now t
 		}
 		out[b.i] = e.finish(ctx, "", b.domain, b.rules, b.results, []*group{b.g}, leased{}, b.reqID, b.cost, now)
 	}
-	if err == nil {
-		e.batched.Add(int64(len(bs) - len(moved)))
+	if err == nil { // else every request went to its failure mode
+		e.countBatch(ctx, len(bs)-len(moved), len(moved))
 	}
 	if len(moved) > 0 {
-		e.rerouted.Add(int64(len(moved)))
 		e.slotsChanged()
 	}
 	return moved
+}
+
+// countBatch counts requests a batch decided and requests it sent back to
+// be decided on their own.
+func (e *Engine) countBatch(ctx context.Context, batched, rerouted int) {
+	if batched > 0 {
+		e.m.batchRequests.Add(ctx, int64(batched), e.m.batchedSet.Add...)
+	}
+	if rerouted > 0 {
+		e.m.batchRequests.Add(ctx, int64(rerouted), e.m.reroutedSet.Add...)
+	}
 }
 
 // batchOnRedis runs the batch script on node's pipeline, loading it on

@@ -20,13 +20,13 @@ import (
 // each key's requests spread over the calls: batched by node, each request
 // is still decided exactly as on its own (100 of 130 per key), on Redis.
 func TestCheckManyIsExactPerKey(t *testing.T) {
-	e := engine(t, cluster(t), hourly, Options{AutoPipeline: true})
+	e, batches := meteredEngine(t, cluster(t), hourly, Options{AutoPipeline: true})
 	var descs []map[string]string
 	for i := range 20 * len(algos) {
 		descs = append(descs, map[string]string{"user": fmt.Sprintf("%s-%d", unique(t), i/len(algos)), "algo": algos[i%len(algos)]})
 	}
 	checkManyOnRedis(t, e, descs, 130)
-	if e.batched.Load() == 0 {
+	if batches("batched") == 0 {
 		t.Errorf("no request was decided in a batch: the test did not exercise batching")
 	}
 }
@@ -36,7 +36,7 @@ func TestCheckManyIsExactPerKey(t *testing.T) {
 // ones the batch's node does not serve are decided again on their own, and
 // every decision is still made on Redis, exactly.
 func TestCheckManyWithAStaleSlotMapStillDecidesOnRedis(t *testing.T) {
-	e := engine(t, cluster(t), hourly, Options{AutoPipeline: true})
+	e, batches := meteredEngine(t, cluster(t), hourly, Options{AutoPipeline: true})
 	nodes := *e.slots.nodes.Load()
 	for i := range nodes {
 		nodes[i] = nodes[0]
@@ -47,7 +47,7 @@ func TestCheckManyWithAStaleSlotMapStillDecidesOnRedis(t *testing.T) {
 		descs = append(descs, map[string]string{"user": fmt.Sprintf("%s-%d", unique(t), i), "algo": "fixed_window"})
 	}
 	checkManyOnRedis(t, e, descs, 110)
-	if e.rerouted.Load() == 0 {
+	if batches("rerouted") == 0 {
 		t.Errorf("no request was decided again on its own: the test did not exercise a stale map")
 	}
 }
@@ -146,7 +146,7 @@ func TestCheckManyAnswersEachAsCheckWould(t *testing.T) {
 // the batch script again, within the call: the batch is decided on Redis.
 func TestCheckManyReloadsAFlushedScript(t *testing.T) {
 	rdb := cluster(t)
-	e := engine(t, rdb, hourly, Options{AutoPipeline: true})
+	e, batches := meteredEngine(t, rdb, hourly, Options{AutoPipeline: true})
 	ctx := context.Background()
 	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		return m.ScriptFlush(ctx).Err()
@@ -160,8 +160,8 @@ func TestCheckManyReloadsAFlushedScript(t *testing.T) {
 			t.Errorf("request %d after SCRIPT FLUSH: allowed=%v source=%v remaining=%d, want true, REDIS, %d", i, r.Allowed, r.Source, r.Remaining, 99-i)
 		}
 	}
-	if e.batched.Load() != 2 {
-		t.Errorf("%d requests decided in a batch, want 2", e.batched.Load())
+	if batches("batched") != 2 {
+		t.Errorf("%d requests decided in a batch, want 2", batches("batched"))
 	}
 }
 
@@ -173,7 +173,7 @@ func TestCheckManyReloadsAFlushedScript(t *testing.T) {
 func TestCheckManyDuringASlotMigration(t *testing.T) {
 	rdb := cluster(t)
 	ctx := context.Background()
-	e := engine(t, rdb, hourly, Options{AutoPipeline: true})
+	e, batches := meteredEngine(t, rdb, hourly, Options{AutoPipeline: true})
 	desc := func(user string) map[string]string { return map[string]string{"user": user, "algo": "fixed_window"} }
 	key := func(user string) string {
 		_, rules := e.Rules().Match("t", desc(user))
@@ -235,7 +235,7 @@ func TestCheckManyDuringASlotMigration(t *testing.T) {
 	if r := resps[1]; r.Allowed || r.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
 		t.Errorf("a key at its limit on the source node: allowed=%v source=%v, want denied, REDIS", r.Allowed, r.Source)
 	}
-	if e.rerouted.Load() == 0 {
+	if batches("rerouted") == 0 {
 		t.Errorf("no request was decided again on its own: the batch ran")
 	}
 }
@@ -295,7 +295,7 @@ func keysOnTwoNodes(t *testing.T, rdb *redis.ClusterClient, prefix string) (stri
 func TestCheckManyFailureModesWhenRedisHangs(t *testing.T) {
 	node := redistest.Start(t)
 	const timeout = 100 * time.Millisecond
-	e := engine(t, privateCluster(t, node, timeout), failureRules, Options{
+	e, batches := meteredEngine(t, privateCluster(t, node, timeout), failureRules, Options{
 		Timeout: timeout, Replicas: 2, BreakerThreshold: 3, BreakerCooldown: time.Hour, AutoPipeline: true,
 	})
 	ctx := context.Background()
@@ -312,8 +312,8 @@ func TestCheckManyFailureModesWhenRedisHangs(t *testing.T) {
 			t.Fatalf("healthy: source %v, want REDIS", r.Source)
 		}
 	}
-	if e.batched.Load() != 2 {
-		t.Fatalf("healthy: %d requests decided in a batch, want 2", e.batched.Load())
+	if batches("batched") != 2 {
+		t.Fatalf("healthy: %d requests decided in a batch, want 2", batches("batched"))
 	}
 
 	node.Pause()

@@ -81,9 +81,6 @@ type Engine struct {
 	// pipes, when auto-pipelining, batches the decision scripts per node
 	// (pipe.go). Nil otherwise: decisions call rdb directly.
 	pipes *pipes
-	// batched counts the requests CheckMany decided in batches; rerouted,
-	// those a batch's node did not serve, decided again on their own.
-	batched, rerouted atomic.Int64
 	// slotsStale asks Run to reload the slot map now (a redirect, a failed
 	// node).
 	slotsStale chan struct{}
@@ -876,6 +873,10 @@ type engineMetrics struct {
 	redisOutcome map[bool]telemetry.Opts
 	// fallbackAttrs caches the fallback counter's sets, by rule and source.
 	fallbackAttrs *telemetry.AttrSets[fallbackKey]
+	// batchRequests counts CheckMany's requests sent in batches, by
+	// outcome (batchedSet, reroutedSet).
+	batchRequests           metric.Int64Counter
+	batchedSet, reroutedSet telemetry.Opts
 	// attrs caches decision attribute sets: building one per decision is
 	// most of the metrics' cost on the hot path.
 	attrs *telemetry.AttrSets[decisionKey]
@@ -921,6 +922,10 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	err = errors.Join(err, e2)
 	em.breakerOpen, e2 = m.Int64UpDownCounter("kurz.ratelimit.breakers.open", metric.WithUnit("{breaker}"),
 		metric.WithDescription("Redis nodes whose circuit breaker is open"))
+	err = errors.Join(err, e2)
+	em.batchRequests, e2 = m.Int64Counter("kurz.ratelimit.batch.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("CheckQuotas requests sent to Redis in batches, by outcome: batched (decided in the batch), rerouted (the batch's node did not serve the key, or the batch could not run there: decided again on its own)"))
+	em.batchedSet, em.reroutedSet = telemetry.OptsOf(attribute.String("outcome", "batched")), telemetry.OptsOf(attribute.String("outcome", "rerouted"))
 	em.redisOutcome = map[bool]telemetry.Opts{
 		false: telemetry.OptsOf(attribute.Bool("error", false)),
 		true:  telemetry.OptsOf(attribute.Bool("error", true)),

@@ -15,9 +15,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/redisconn"
+	"kurz.dev/pkg/testkit/metrictest"
 )
 
 // cluster connects to the shared local Redis Cluster (make up / make test).
@@ -36,6 +38,25 @@ func cluster(t testing.TB) *redis.ClusterClient {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// meteredEngine is engine with its metrics collected: batches(outcome) is
+// kurz.ratelimit.batch.requests of that outcome so far.
+func meteredEngine(t testing.TB, rdb *redis.ClusterClient, rules string, opts Options) (e *Engine, batches func(outcome string) int64) {
+	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	reader := sdkmetric.NewManualReader()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	e, err := NewEngine(rdb, compile(t, rules), opts, log, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Wait)
+	return e, func(outcome string) int64 {
+		return metrictest.Counter(t, reader, "kurz.ratelimit.batch.requests", "outcome", outcome)
+	}
 }
 
 func engine(t testing.TB, rdb *redis.ClusterClient, rules string, opts Options) *Engine {
