@@ -295,6 +295,28 @@ func startGateway(t *testing.T, s *stack) *servertest.Running {
 	return r
 }
 
+// createLink creates a link to longURL through the public API with key and
+// returns its code.
+func createLink(t *testing.T, gw *servertest.Running, key, longURL string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, gw.HTTP+"/v1/links", strings.NewReader(fmt.Sprintf(`{"longUrl":%q}`, longURL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("create link: %v", err)
+	}
+	defer resp.Body.Close()
+	var link struct{ Code string }
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &link) != nil || link.Code == "" {
+		t.Fatalf("create link: %d %s", resp.StatusCode, b)
+	}
+	return link.Code
+}
+
 // newTenant creates a tenant with one API key through the admin API and
 // returns its id and the key; the tenant, its plan row, its links and its
 // domains are deleted when the test ends.

@@ -73,14 +73,7 @@ func TestConsoleWebhooksInBrowser(t *testing.T) {
 	}
 
 	for _, path := range []string{"/delivered", "/refused"} {
-		req, _ := http.NewRequest(http.MethodPost, gw.HTTP+"/v1/links", strings.NewReader(`{"longUrl":"https://example.com`+path+`"}`))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != http.StatusCreated {
-			t.Fatalf("create link: %v %v", resp, err)
-		}
-		resp.Body.Close()
+		createLink(t, gw, key, "https://example.com"+path)
 	}
 
 	// Every click that loads the deliveries (open, refresh, a successful

@@ -86,6 +86,16 @@ function button(text, cls, onclick) {
 // safeHref lets only http(s) URLs become links.
 function safeHref(u) { return /^https?:\/\//i.test(u || '') ? u : '#'; }
 
+// newLoad starts a load of a view and returns whether it is still the
+// latest one started: an answer that arrives after a newer load began must
+// not draw over it (a list fetched before a save would hide what was saved).
+const latestLoad = {};
+function newLoad(view) {
+  const n = (latestLoad[view] || 0) + 1;
+  latestLoad[view] = n;
+  return () => latestLoad[view] === n;
+}
+
 // countRender counts a view's finished loads (data-renders), so a test can
 // wait for a load to land.
 function countRender(id) {
@@ -166,17 +176,19 @@ $('signout').addEventListener('click', () => signOut(''));
 // --- links --------------------------------------------------------------
 
 async function loadLinks() {
+  const latest = newLoad('links');
   $('links-error').textContent = '';
   const q = new URLSearchParams({ page_size: PAGE_SIZE });
   if (state.tokens[state.page]) q.set('page_token', state.tokens[state.page]);
   if (state.tag) q.set('tag', state.tag);
   try {
     const page = await api('GET', '/v1/links?' + q);
+    if (!latest()) return;
     state.tokens.length = state.page + 1;
     if (page.nextPageToken) state.tokens.push(page.nextPageToken);
     renderLinks(page.links || []);
   } catch (e) {
-    $('links-error').textContent = e.message;
+    if (latest()) $('links-error').textContent = e.message;
   } finally {
     countRender('view-links');
   }
@@ -462,17 +474,18 @@ async function loadStats(l) {
   const [hours, interval] = RANGES[$('stats-range').value];
   const start = new Date(Date.now() - hours * 3600e3).toISOString().replace(/\.\d+Z$/, 'Z');
   const q = new URLSearchParams({ start_time: start, interval });
+  const latest = newLoad('stats');
   try {
     const [link, stats] = await Promise.all([
       api('GET', linkPath(l)),
       api('GET', linkPath(l, '/stats?' + q)),
     ]);
-    if (state.statsCode === l) {
+    if (latest()) {
       $('stats-target').textContent = link.shortUrl + ' → ' + link.longUrl;
       renderStats(stats);
     }
   } catch (e) {
-    $('stats-error').textContent = e.message;
+    if (latest()) $('stats-error').textContent = e.message;
   } finally {
     countRender('view-stats');
   }
@@ -601,9 +614,11 @@ const DELIVERY_STATUS = {
 };
 
 async function loadWebhooks() {
+  const latest = newLoad('webhooks');
   $('webhooks-error').textContent = '';
   try {
     const r = await api('GET', '/v1/webhooks');
+    if (!latest()) return;
     const list = r.webhooks || [];
     $('webhooks-body').replaceChildren(...list.map(webhookRow));
     $('webhooks-empty').hidden = list.length > 0;
@@ -612,7 +627,7 @@ async function loadWebhooks() {
       $('deliveries').hidden = true;
     }
   } catch (e) {
-    $('webhooks-error').textContent = e.message;
+    if (latest()) $('webhooks-error').textContent = e.message;
   } finally {
     countRender('view-webhooks');
   }
@@ -652,15 +667,16 @@ async function loadDeliveries(id) {
   $('deliveries').hidden = false;
   $('deliveries-webhook').textContent = id;
   $('deliveries-error').textContent = '';
+  const latest = newLoad('deliveries');
   try {
     const r = await api('GET', '/v1/webhooks/' + enc(id) + '/deliveries?page_size=20');
-    if (state.webhook === id) {
+    if (latest()) {
       const list = r.deliveries || [];
       $('deliveries-body').replaceChildren(...list.map(deliveryRow));
       $('deliveries-empty').hidden = list.length > 0;
     }
   } catch (e) {
-    $('deliveries-error').textContent = e.message;
+    if (latest()) $('deliveries-error').textContent = e.message;
   } finally {
     countRender('deliveries');
   }
@@ -713,14 +729,16 @@ $('webhook-confirm-ok').addEventListener('click', async () => {
 // --- custom domains -----------------------------------------------------
 
 async function loadDomains() {
+  const latest = newLoad('domains');
   $('domains-error').textContent = '';
   try {
     const resp = await api('GET', '/v1/domains');
+    if (!latest()) return;
     const ds = resp.domains || [];
     $('domains-body').replaceChildren(...ds.map(domainRow));
     $('domains-empty').hidden = ds.length > 0;
   } catch (e) {
-    $('domains-error').textContent = e.message;
+    if (latest()) $('domains-error').textContent = e.message;
   } finally {
     countRender('view-domains');
   }
