@@ -89,18 +89,25 @@ func (n *Node) StartReplica() *Node {
 		info, err := mc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
 	}, "its replica online")
-	// Online on the master's side is not yet acknowledging: the replica may
-	// still be loading what it was sent, and a WAIT right then counted 0
-	// (TestVisitsHeldByAReplica failed that way under CI's load). Wait for
-	// its side of the link, then for an acknowledged WAIT.
+	// Online on the master's side is not yet acknowledging writes: wait for
+	// the replica's side of the link, then for a write it acknowledged.
 	r.await(func() bool {
 		info, err := rc.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	}, "its link to the master up")
 	n.await(func() bool {
-		acked, err := mc.Do(ctx, "WAIT", 1, 100).Int()
+		// One connection: WAIT counts the acknowledgements of its own writes.
+		conn := mc.Conn()
+		defer conn.Close()
+		if conn.Set(ctx, "redistest:replica-probe", "1", time.Minute).Err() != nil {
+			return false
+		}
+		acked, err := conn.Do(ctx, "WAIT", 1, 500).Int()
 		return err == nil && acked == 1
-	}, "its replica acknowledging")
+	}, "its replica acknowledging a write")
+	if err := mc.Del(ctx, "redistest:replica-probe").Err(); err != nil {
+		n.t.Fatalf("replica probe: %v", err)
+	}
 	return r
 }
 

@@ -596,7 +596,9 @@ func TestVisitsHeldByAReplica(t *testing.T) {
 	vrdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{master.Addr},
 		DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second, MaxRetries: -1})
 	t.Cleanup(func() { _ = vrdb.Close() })
-	r := start(t, map[string]string{"KURZ_REDIRECT_VISIT_TIMEOUT": "400ms"}, hooks{visitRedis: vrdb})
+	// Long enough for a loaded CI machine's replica to acknowledge (400 ms
+	// failed there twice), short enough for the paused replica's refusal.
+	r := start(t, map[string]string{"KURZ_REDIRECT_VISIT_TIMEOUT": "1500ms"}, hooks{visitRedis: vrdb})
 	ctx := context.Background()
 	key := linkcache.VisitsKey(code)
 
