@@ -71,6 +71,9 @@ type batched struct {
 	cost    int64
 }
 
+// replyLen is how many integers the batch script answers for b.
+func (b *batched) replyLen() int { return 2 + 5*len(b.g.keys) }
+
 // CheckMany decides independent requests, each exactly as Check decides
 // it, and returns their responses in order.
 //
@@ -125,8 +128,8 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 	for node, bs := range byNode {
 		for len(bs) > 0 {
 			n, reply := 0, 0
-			for n < len(bs) && n < batchMax && reply+2+5*len(bs[n].g.keys) <= batchMaxReply {
-				reply += 2 + 5*len(bs[n].g.keys)
+			for n < len(bs) && n < batchMax && reply+bs[n].replyLen() <= batchMaxReply {
+				reply += bs[n].replyLen()
 				n++
 			}
 			n = max(n, 1)
@@ -191,53 +194,40 @@ func (e *Engine) decideAlone(ctx context.Context, reqs []Request, idx []int, out
 // and writes their responses to out. It returns the indexes of the
 // requests it did not decide: their keys were not on node.
 func (e *Engine) runBatch(ctx context.Context, node string, bs []*batched, now time.Time, out []*ratelimitv1.CheckQuotaResponse) (moved []int) {
-	var vals []int64
-	var err error
-	br := e.breakers.get(node)
-	ok, probe := br.allow(time.Now())
-	if !ok {
-		err = errBreakerOpen
-	} else {
-		keys := []string{bs[0].g.keys[0]}
-		n := 1
-		for _, b := range bs {
-			n += 1 + len(b.g.keys) + len(b.g.args)
+	keys := []string{bs[0].g.keys[0]}
+	n := 1
+	for _, b := range bs {
+		n += 1 + len(b.g.keys) + len(b.g.args)
+	}
+	args := append(make([]any, 0, n), len(bs))
+	want := 0
+	for _, b := range bs {
+		args = append(args, len(b.g.keys))
+		for _, k := range b.g.keys {
+			args = append(args, k)
 		}
-		args := append(make([]any, 0, n), len(bs))
-		want := 0
-		for _, b := range bs {
-			args = append(args, len(b.g.keys))
-			for _, k := range b.g.keys {
-				args = append(args, k)
-			}
-			args = append(args, b.g.args...)
-			want += 2 + 5*len(b.g.keys)
-		}
-		rctx, cancel := context.WithTimeout(ctx, e.opts.Timeout)
-		start := time.Now()
-		vals, err = e.batchOnRedis(rctx, node, keys, args)
-		cancel()
-		if errors.Is(err, errBatchMoved) && ctx.Err() == nil {
-			// Not an outage: each request goes on its own.
-			if probe {
-				br.abandon()
-			}
-			e.countBatch(ctx, 0, len(bs))
-			for _, b := range bs {
-				moved = append(moved, b.i)
-			}
-			return moved
-		}
+		args = append(args, b.g.args...)
+		want += b.replyLen()
+	}
+	vals, err := e.onNode(ctx, node, func(ctx context.Context, node string) ([]int64, error) {
+		vals, err := e.batchOnRedis(ctx, node, keys, args)
 		if err == nil && len(vals) != want {
 			err = scriptError(fmt.Sprintf("batch script: %d values for %d requests, want %d", len(vals), len(bs), want))
 		}
-		err = e.redisOutcome(ctx, node, br, probe, start, err)
+		return vals, err
+	})
+	if errors.Is(err, errBatchMoved) && ctx.Err() == nil {
+		// Not an outage: each request goes on its own.
+		e.countBatch(ctx, 0, len(bs))
+		for _, b := range bs {
+			moved = append(moved, b.i)
+		}
+		return moved
 	}
 	off := 0
 	for _, b := range bs {
-		reply := 2 + 5*len(b.g.keys)
-		v := vals[min(off, len(vals)):min(off+reply, len(vals))]
-		off += reply
+		v := vals[min(off, len(vals)):min(off+b.replyLen(), len(vals))]
+		off += b.replyLen()
 		switch {
 		case err != nil:
 			b.g.err, b.g.abandoned = err, errors.Is(err, errAbandoned)

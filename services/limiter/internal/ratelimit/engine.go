@@ -499,11 +499,15 @@ var errBreakerOpen = errors.New("redis breaker open")
 var errAbandoned = errors.New("caller gave up")
 
 // onRedis runs call, a script on the node that holds key, within the
-// decision timeout and behind that node's breaker: it fails at once while
-// the breaker is open, and its outcome feeds the breaker and the Redis
-// latency metric.
+// decision timeout and behind that node's breaker (onNode).
 func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.Context, node string) ([]int64, error)) ([]int64, error) {
-	node := e.slots.node(key)
+	return e.onNode(ctx, e.slots.node(key), call)
+}
+
+// onNode runs call on node within the decision timeout and behind node's
+// breaker: it fails at once while the breaker is open, and its outcome
+// feeds the breaker and the Redis latency metric (redisOutcome).
+func (e *Engine) onNode(ctx context.Context, node string, call func(ctx context.Context, node string) ([]int64, error)) ([]int64, error) {
 	br := e.breakers.get(node)
 	ok, probe := br.allow(time.Now())
 	if !ok {
@@ -519,7 +523,8 @@ func (e *Engine) onRedis(ctx context.Context, key string, call func(ctx context.
 // redisOutcome accounts for a Redis call to node that started at start and
 // ended with err (probe: the breaker's half-open probe): it feeds node's
 // breaker and the Redis latency metric, unless the caller gave up (ctx
-// done), and returns err, marked errAbandoned when the caller gave up.
+// done) or the call never ran on the node (errBatchMoved), and returns err,
+// marked errAbandoned when the caller gave up.
 func (e *Engine) redisOutcome(ctx context.Context, node string, br *breaker, probe bool, start time.Time, err error) error {
 	if err != nil && ctx.Err() != nil {
 		if probe {
@@ -530,6 +535,13 @@ func (e *Engine) redisOutcome(ctx context.Context, node string, br *breaker, pro
 		// opened every node's breaker, and every caller got the failure
 		// mode for a cooldown.
 		return fmt.Errorf("%w: %w", errAbandoned, err)
+	}
+	if errors.Is(err, errBatchMoved) {
+		// Not run there (a redirect, a stopped pipeline): not an outage.
+		if probe {
+			br.abandon()
+		}
+		return err
 	}
 	e.m.redisDuration.Record(ctx, time.Since(start).Seconds(), e.m.redisOutcome[err != nil].Record...)
 	opened, closed := br.record(err == nil || isScriptError(err), probe, start, time.Now())
