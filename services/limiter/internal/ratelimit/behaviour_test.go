@@ -635,3 +635,76 @@ func TestRefundAfterRolloverLeavesTheNewWindowAlone(t *testing.T) {
 		})
 	}
 }
+
+// A rule whose algorithm changes keeps its state key, where the old
+// algorithm's state may be of another Redis type (a sliding log's sorted set,
+// every other algorithm's hash). The new algorithm starts afresh on Redis
+// instead of failing on the old state until it expires (an hour of the
+// failure mode here): in a single call, a batch, a peek, a lease and
+// Explain, which shows the old state's type until a write replaces it.
+func TestAlgorithmChangeStartsAfresh(t *testing.T) {
+	rule := func(algo, extra string) string {
+		return `
+domains:
+  t:
+    rules:
+      - {name: per-user, key: [user], algorithm: ` + algo + `, limit: 100, window: 1h, failure_mode: closed` + extra + `}
+`
+	}
+	const leased = ", lease: {size: 10, ttl: 1m}"
+	rdb := cluster(t)
+	ctx := context.Background()
+	for _, from := range algos {
+		for _, to := range algos {
+			if from == to {
+				continue
+			}
+			t.Run(from+"->"+to, func(t *testing.T) {
+				e := engine(t, rdb, rule(from, ""), Options{AutoPipeline: true})
+				single, batched, lease := unique(t), unique(t), unique(t)
+				for _, u := range []string{single, batched, lease} {
+					if resp := e.Check(ctx, "t", map[string]string{"user": u}, 2); !resp.Allowed || resp.Remaining != 98 {
+						t.Fatalf("%s: allowed=%v remaining=%d, want true, 98", from, resp.Allowed, resp.Remaining)
+					}
+				}
+				e.SetRules(compile(t, rule(to, "")))
+				explained := func(want string) {
+					t.Helper()
+					x, err := e.Explain(ctx, "t", map[string]string{"user": single}, 1)
+					if err != nil {
+						t.Fatalf("explain under %s: %v", to, err)
+					}
+					if got := x.Rules[0].State["stale_type"]; got != want {
+						t.Errorf("explain under %s: stale_type %q, want %q (state %v)", to, got, want, x.Rules[0].State)
+					}
+				}
+				oldType := func(algo string) string {
+					if algo == "sliding_log" {
+						return "zset"
+					}
+					return "hash"
+				}
+				if oldType(from) != oldType(to) {
+					explained(oldType(from))
+				}
+				fresh := func(what string, resp *ratelimitv1.CheckQuotaResponse, source ratelimitv1.DecisionSource, remaining int64) {
+					t.Helper()
+					if !resp.Allowed || resp.Source != source || resp.Remaining != remaining {
+						t.Errorf("%s under %s: allowed=%v source=%v remaining=%d, want true, %v, %d",
+							what, to, resp.Allowed, resp.Source, resp.Remaining, source, remaining)
+					}
+				}
+				redis := ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS
+				fresh("peek", e.Check(ctx, "t", map[string]string{"user": single}, 0), redis, 100)
+				fresh("check", e.Check(ctx, "t", map[string]string{"user": single}, 1), redis, 99)
+				fresh("second check", e.Check(ctx, "t", map[string]string{"user": single}, 1), redis, 98)
+				explained("")
+				resps := e.CheckMany(ctx, []Request{{Domain: "t", Desc: map[string]string{"user": batched}, Cost: 1}})
+				fresh("batched check", resps[0], redis, 99)
+
+				e.SetRules(compile(t, rule(to, leased)))
+				fresh("leased check", e.Check(ctx, "t", map[string]string{"user": lease}, 1), ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE, 99)
+			})
+		}
+	}
+}

@@ -59,17 +59,17 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       local key = K[kb + i]
       local algo, limit, window, burst, cost = rule(i)
       if algo == 4 then
-        local tokens = tonumber(redis.call('HGET', key, 'tokens'))
+        local tokens = tonumber(read(nil, 'HGET', key, 'tokens'))
         if tokens then redis.call('HSET', key, 'tokens', min(burst, tokens + cost)) end
       elseif algo == 5 then
-        local level = tonumber(redis.call('HGET', key, 'level'))
+        local level = tonumber(read(nil, 'HGET', key, 'level'))
         if level then redis.call('HSET', key, 'level', max(0, level - cost)) end
       elseif algo == 1 or algo == 3 then
         -- The units were counted in window w (the check's clock): take them
         -- from that window's count wherever it is now, from nothing if it
         -- has left the state.
         local w = floor(now / window)
-        local s = redis.call('HMGET', key, 'w')
+        local s = read({}, 'HMGET', key, 'w')
         local sw, field = tonumber(s[1]), nil
         if sw == w then
           field = (algo == 1) and 'n' or 'cur'
@@ -81,7 +81,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
           if n then redis.call('HSET', key, field, max(0, n - cost)) end
         end
       elseif algo == 2 then
-        for j = 1, cost do redis.call('ZREM', key, reqid .. ':' .. j) end
+        for j = 1, cost do read(0, 'ZREM', key, reqid .. ':' .. j) end
       end
     end
     out[base + 1] = 1
@@ -122,7 +122,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
     elseif algo == 1 then
       -- Fixed window: {w, n}, the count of calendar window w.
       local w = floor(now / window)
-      local s = redis.call('HMGET', key, 'w', 'n')
+      local s = read({}, 'HMGET', key, 'w', 'n')
       local n = 0
       if tonumber(s[1]) == w then n = tonumber(s[2]) or 0 end
       reset = (w + 1) * window - now
@@ -164,7 +164,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       -- Sliding log: a sorted set of request timestamps; exact, and its memory
       -- grows with the limit (one member per request in the window).
       local from = now - window
-      local n = redis.call('ZCOUNT', key, '(' .. from, '+inf')
+      local n = read(0, 'ZCOUNT', key, '(' .. from, '+inf')
       if n + cost <= limit then
         allowed = 1
         n = n + cost
@@ -173,11 +173,11 @@ local function decide(K, kb, n, A, ab, out, redis_now)
         retry = -1
       else
         -- The oldest n + cost - limit entries must leave the window first.
-        local e = redis.call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', n + cost - limit - 1, 1)
+        local e = read({}, 'ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', n + cost - limit - 1, 1)
         retry = tonumber(e[2]) + window - now
       end
       if allowed == 0 then
-        local last = redis.call('ZREVRANGEBYSCORE', key, '+inf', '(' .. from, 'WITHSCORES', 'LIMIT', 0, 1)
+        local last = read({}, 'ZREVRANGEBYSCORE', key, '+inf', '(' .. from, 'WITHSCORES', 'LIMIT', 0, 1)
         if last[2] then reset = tonumber(last[2]) + window - now end
       end
       remaining = max(0, limit - n)
@@ -223,6 +223,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
     out[base + 1] = 0
   elseif mode == 'check' then
     for _, w in ipairs(writes) do
+      replace(w[1])
       if w[3] then
         redis.call('HSET', w[1], unpack(w, 3))
       else -- sliding log: drop what left the window, add this request

@@ -852,13 +852,26 @@ func (e *Engine) rawState(ctx context.Context, a Applied) (map[string]string, er
 	ctx, cancel := context.WithTimeout(ctx, 10*e.opts.Timeout)
 	defer cancel()
 	state := map[string]string{}
+	held, err := e.rdb.Type(ctx, a.Key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("explain: redis: %w", err)
+	}
+	want := "hash"
 	if a.Rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG {
+		want = "zset"
+	}
+	switch {
+	case held != "none" && held != want:
+		// An earlier algorithm's state (decide.lua reads it as none and
+		// replaces it at the next write).
+		state["stale_type"] = held
+	case want == "zset":
 		n, err := e.rdb.ZCard(ctx, a.Key).Result()
 		if err != nil {
 			return nil, fmt.Errorf("explain: redis: %w", err)
 		}
 		state["entries"] = strconv.FormatInt(n, 10)
-	} else {
+	default:
 		h, err := e.rdb.HGetAll(ctx, a.Key).Result()
 		if err != nil {
 			return nil, fmt.Errorf("explain: redis: %w", err)

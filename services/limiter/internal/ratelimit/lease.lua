@@ -26,6 +26,13 @@ local algo, limit, window, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumbe
 local give, top, at, oldid = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local want, least, share, ttl, id = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
 
+-- State of another Redis type is an earlier algorithm's (state.lua, read):
+-- nothing to give back into, and the take starts afresh.
+local held = redis.call('TYPE', key).ok
+if held ~= 'none' and held ~= ((algo == 2) and 'zset' or 'hash') then
+  redis.call('DEL', key)
+end
+
 if give > 0 then
   if algo == 4 then
     local tokens = tonumber(redis.call('HGET', key, 'tokens'))

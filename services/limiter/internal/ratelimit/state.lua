@@ -5,10 +5,36 @@
 
 local ceil, floor, max, min = math.ceil, math.floor, math.max, math.min
 
+-- A rule's state key keeps its name when the rule's algorithm changes, so it
+-- may still hold the old algorithm's state, of another Redis type (a sliding
+-- log is a sorted set, every other algorithm's state a hash). read runs a
+-- command on key and answers `none` if the key holds the other type, which
+-- then reads as no state: the new algorithm starts afresh, as it does over
+-- another algorithm's hash fields. replace deletes such a key before the
+-- first write to it. Any other error is raised as redis.call raises it.
+local retyped = {}
+
+local function read(none, cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 9) ~= 'WRONGTYPE' then error(r) end
+    retyped[key] = true
+    return none
+  end
+  return r
+end
+
+local function replace(key)
+  if retyped[key] then
+    redis.call('DEL', key)
+    retyped[key] = nil
+  end
+end
+
 -- Token bucket {tokens, ts}: the tokens at now, refilled at rate per ms up
 -- to burst (which also clamps a bucket whose plan shrank).
 local function bucket_tokens(key, rate, burst, now)
-  local s = redis.call('HMGET', key, 'tokens', 'ts')
+  local s = read({}, 'HMGET', key, 'tokens', 'ts')
   local tokens = tonumber(s[1]) or burst
   local ts = tonumber(s[2]) or now
   if ts > now then ts = now end
@@ -17,7 +43,7 @@ end
 
 -- Leaky bucket {level, ts}: the level at now, drained at rate per ms.
 local function bucket_level(key, rate, now)
-  local s = redis.call('HMGET', key, 'level', 'ts')
+  local s = read({}, 'HMGET', key, 'level', 'ts')
   local level = tonumber(s[1]) or 0
   local ts = tonumber(s[2]) or now
   if ts > now then ts = now end
@@ -30,7 +56,7 @@ end
 -- `window` ms) + cur.
 local function counter_state(key, window, now)
   local w = floor(now / window)
-  local s = redis.call('HMGET', key, 'w', 'cur', 'prev')
+  local s = read({}, 'HMGET', key, 'w', 'cur', 'prev')
   local sw = tonumber(s[1])
   local cur, prev = 0, 0
   if sw == w then
