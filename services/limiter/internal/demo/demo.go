@@ -247,8 +247,10 @@ func Check(r RaceResult) []string {
 	if r.After1s < 10 || r.After1s > 11+leftover+refilled(r.AfterTook) {
 		bad = append(bad, fmt.Sprintf("after 1 s: allowed %d/50 in %v, want 10", r.After1s, r.AfterTook))
 	}
-	if len(r.State) != 2 || r.State["tokens"] == "" || r.State["ts"] == "" {
-		bad = append(bad, fmt.Sprintf("state %v, want exactly {tokens, ts}", r.State))
+	// The notes' {tokens, ts}, and the algorithm that wrote them (a = 4,
+	// the token bucket; see the limiter README, "Algorithms").
+	if len(r.State) != 3 || r.State["tokens"] == "" || r.State["ts"] == "" || r.State["a"] != "4" {
+		bad = append(bad, fmt.Sprintf("state %v, want exactly {a: 4, tokens, ts}", r.State))
 	}
 	if r.PTTL <= 9*time.Second || r.PTTL > 11*time.Second {
 		bad = append(bad, fmt.Sprintf("PTTL %v, want about the 10 s refill + 1 s", r.PTTL))

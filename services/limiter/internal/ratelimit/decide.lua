@@ -58,19 +58,21 @@ local function decide(K, kb, n, A, ab, out, redis_now)
     for i = 1, n do
       local key = K[kb + i]
       local algo, limit, window, burst, cost = rule(i)
-      if algo == 4 then
-        local tokens = tonumber(read(nil, 'HGET', key, 'tokens'))
+      if cost == 0 then
+        -- Nothing to give back: the rule consumed nothing (a shadow rule
+        -- that would have denied; the engine passes its cost as 0).
+      elseif algo == 4 then
+        local tokens = tonumber((hread(key, 4, 'tokens')))
         if tokens then redis.call('HSET', key, 'tokens', min(burst, tokens + cost)) end
       elseif algo == 5 then
-        local level = tonumber(read(nil, 'HGET', key, 'level'))
+        local level = tonumber((hread(key, 5, 'level')))
         if level then redis.call('HSET', key, 'level', max(0, level - cost)) end
       elseif algo == 1 or algo == 3 then
         -- The units were counted in window w (the check's clock): take them
         -- from that window's count wherever it is now, from nothing if it
         -- has left the state.
         local w = floor(now / window)
-        local s = read({}, 'HMGET', key, 'w')
-        local sw, field = tonumber(s[1]), nil
+        local sw, field = tonumber((hread(key, algo, 'w'))), nil
         if sw == w then
           field = (algo == 1) and 'n' or 'cur'
         elseif sw == w + 1 and algo == 3 then
@@ -117,14 +119,14 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       end
       remaining = floor(tokens)
       reset = ceil((burst - tokens) / rate)
-      writes[#writes + 1] = {key, ceil(burst / rate) + 1000, 'tokens', tokens, 'ts', now}
+      writes[#writes + 1] = {key, ceil(burst / rate) + 1000, 'a', 4, 'tokens', tokens, 'ts', now}
 
     elseif algo == 1 then
       -- Fixed window: {w, n}, the count of calendar window w.
       local w = floor(now / window)
-      local s = read({}, 'HMGET', key, 'w', 'n')
+      local sw, sn = hread(key, 1, 'w', 'n')
       local n = 0
-      if tonumber(s[1]) == w then n = tonumber(s[2]) or 0 end
+      if tonumber(sw) == w then n = tonumber(sn) or 0 end
       reset = (w + 1) * window - now
       if n + cost <= limit then
         allowed = 1
@@ -135,7 +137,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
         retry = reset
       end
       remaining = limit - n
-      writes[#writes + 1] = {key, reset, 'w', w, 'n', n}
+      writes[#writes + 1] = {key, reset, 'a', 1, 'w', w, 'n', n}
 
     elseif algo == 3 then
       -- Sliding window counter: {w, cur, prev}; the estimate is
@@ -158,7 +160,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       elseif prev > 0 then
         reset = (w + 1) * window - now
       end
-      writes[#writes + 1] = {key, 2 * window + 1000, 'w', w, 'cur', cur, 'prev', prev}
+      writes[#writes + 1] = {key, 2 * window + 1000, 'a', 3, 'w', w, 'cur', cur, 'prev', prev}
 
     elseif algo == 2 then
       -- Sliding log: a sorted set of request timestamps; exact, and its memory
@@ -200,7 +202,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       end
       remaining = max(0, floor(burst - level))
       reset = ceil(level / rate)
-      writes[#writes + 1] = {key, ceil(burst / rate) + 1000, 'level', level, 'ts', now}
+      writes[#writes + 1] = {key, ceil(burst / rate) + 1000, 'a', 5, 'level', level, 'ts', now}
 
     else
       return 'unknown algorithm ' .. tostring(algo)

@@ -658,6 +658,13 @@ func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, re
 	for _, g := range groups {
 		if g.consumed {
 			args := append([]any{g.now, "refund", reqID}, g.args[3:]...)
+			for j, i := range g.idx {
+				if !results[i].allowed {
+					// A shadow rule that would have denied wrote nothing:
+					// it gets nothing back (cost 0).
+					args[3+6*j+4] = 0
+				}
+			}
 			e.refunds.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*e.opts.Timeout)
 				defer cancel()
@@ -851,21 +858,21 @@ func (e *Engine) Explain(ctx context.Context, domain string, desc map[string]str
 func (e *Engine) rawState(ctx context.Context, a Applied) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*e.opts.Timeout)
 	defer cancel()
-	state := map[string]string{}
 	held, err := e.rdb.Type(ctx, a.Key).Result()
 	if err != nil {
 		return nil, fmt.Errorf("explain: redis: %w", err)
 	}
-	want := "hash"
-	if a.Rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG {
-		want = "zset"
-	}
-	switch {
-	case held != "none" && held != want:
-		// An earlier algorithm's state (decide.lua reads it as none and
-		// replaces it at the next write).
-		state["stale_type"] = held
-	case want == "zset":
+	log := a.Rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG
+	state := map[string]string{}
+	switch held {
+	case "none":
+	case "zset":
+		if !log {
+			// An earlier algorithm's state, read as none and replaced at
+			// the next write (state.lua).
+			state["stale_state"] = algorithmName(ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG)
+			break
+		}
 		n, err := e.rdb.ZCard(ctx, a.Key).Result()
 		if err != nil {
 			return nil, fmt.Errorf("explain: redis: %w", err)
@@ -876,6 +883,13 @@ func (e *Engine) rawState(ctx context.Context, a Applied) (map[string]string, er
 		if err != nil {
 			return nil, fmt.Errorf("explain: redis: %w", err)
 		}
+		tag, tagged := h["a"]
+		if log || (tagged && tag != strconv.Itoa(int(a.Rule.Algorithm))) {
+			n, _ := strconv.Atoi(tag)
+			state["stale_state"] = algorithmName(ratelimitv1.Algorithm(n))
+			break
+		}
+		delete(h, "a")
 		state = h
 	}
 	ttl, err := e.rdb.PTTL(ctx, a.Key).Result()

@@ -26,37 +26,34 @@ local algo, limit, window, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumbe
 local give, top, at, oldid = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local want, least, share, ttl, id = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
 
--- State of another Redis type is an earlier algorithm's (state.lua, read):
--- nothing to give back into, and the take starts afresh.
-local held = redis.call('TYPE', key).ok
-if held ~= 'none' and held ~= ((algo == 2) and 'zset' or 'hash') then
-  redis.call('DEL', key)
-end
-
+-- Another algorithm's state (the rule changed: state.lua, hread) takes no
+-- give-back, which leaves it as it is: the give-back of a lease taken under
+-- the old algorithm must not touch the new one's state. A take reads it as
+-- none and replaces it.
 if give > 0 then
   if algo == 4 then
-    local tokens = tonumber(redis.call('HGET', key, 'tokens'))
+    local tokens = tonumber((hread(key, 4, 'tokens')))
     if tokens then redis.call('HSET', key, 'tokens', min(burst, tokens + give)) end
   elseif algo == 5 then
-    local level = tonumber(redis.call('HGET', key, 'level'))
+    local level = tonumber((hread(key, 5, 'level')))
     if level then redis.call('HSET', key, 'level', max(0, level - give)) end
   elseif algo == 1 then
     -- Only into the window the lease was taken in: a later one started afresh.
-    local s = redis.call('HMGET', key, 'w', 'n')
-    if tonumber(s[1]) == floor(at / window) then
-      redis.call('HSET', key, 'n', max(0, tonumber(s[2]) - give))
+    local sw, sn = hread(key, 1, 'w', 'n')
+    if tonumber(sw) == floor(at / window) then
+      redis.call('HSET', key, 'n', max(0, tonumber(sn) - give))
     end
   elseif algo == 3 then
     -- The lease's window is `cur`, or `prev` once the next window began.
-    local s = redis.call('HMGET', key, 'w', 'cur', 'prev')
+    local sw, cur, prev = hread(key, 3, 'w', 'cur', 'prev')
     local w = floor(at / window)
-    if tonumber(s[1]) == w then
-      redis.call('HSET', key, 'cur', max(0, tonumber(s[2]) - give))
-    elseif tonumber(s[1]) == w + 1 then
-      redis.call('HSET', key, 'prev', max(0, tonumber(s[3]) - give))
+    if tonumber(sw) == w then
+      redis.call('HSET', key, 'cur', max(0, tonumber(cur) - give))
+    elseif tonumber(sw) == w + 1 then
+      redis.call('HSET', key, 'prev', max(0, tonumber(prev) - give))
     end
   elseif algo == 2 then
-    for j = top - give + 1, top do redis.call('ZREM', key, oldid .. ':' .. j) end
+    for j = top - give + 1, top do read(0, 'ZREM', key, oldid .. ':' .. j) end
   end
 end
 if want == 0 then return {0, now, 0, 0, 0, 0} end
@@ -78,7 +75,8 @@ if algo == 4 then
   taken = count(floor(tokens))
   tokens = tokens - taken
   if taken > 0 then
-    redis.call('HSET', key, 'tokens', tokens, 'ts', now)
+    replace(key)
+    redis.call('HSET', key, 'a', 4, 'tokens', tokens, 'ts', now)
     redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
   elseif least > burst then
     retry = -1
@@ -94,7 +92,8 @@ elseif algo == 5 then
   taken = count(floor(burst - level))
   level = level + taken
   if taken > 0 then
-    redis.call('HSET', key, 'level', level, 'ts', now)
+    replace(key)
+    redis.call('HSET', key, 'a', 5, 'level', level, 'ts', now)
     redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
   elseif least > burst then
     retry = -1
@@ -107,15 +106,16 @@ elseif algo == 5 then
 elseif algo == 1 then
   -- A fixed-window lease ends with its window: its units count only there.
   local w = floor(now / window)
-  local s = redis.call('HMGET', key, 'w', 'n')
+  local sw, sn = hread(key, 1, 'w', 'n')
   local n = 0
-  if tonumber(s[1]) == w then n = tonumber(s[2]) or 0 end
+  if tonumber(sw) == w then n = tonumber(sn) or 0 end
   reset = (w + 1) * window - now
   ends = min(ends, (w + 1) * window)
   taken = count(limit - n)
   n = n + taken
   if taken > 0 then
-    redis.call('HSET', key, 'w', w, 'n', n)
+    replace(key)
+    redis.call('HSET', key, 'a', 1, 'w', w, 'n', n)
     redis.call('PEXPIRE', key, reset)
   elseif least > limit then
     retry = -1
@@ -134,7 +134,8 @@ elseif algo == 3 then
   cur = cur + taken
   est = est + taken
   if taken > 0 then
-    redis.call('HSET', key, 'w', w, 'cur', cur, 'prev', prev)
+    replace(key)
+    redis.call('HSET', key, 'a', 3, 'w', w, 'cur', cur, 'prev', prev)
     redis.call('PEXPIRE', key, 2 * window + 1000)
   else
     -- decide.lua's retry-after for a request of cost `least`.
@@ -158,9 +159,10 @@ elseif algo == 2 then
   -- the log for at least a full window after its use, so the log stays
   -- exact over any window.
   local from = now - window
-  local n = redis.call('ZCOUNT', key, '(' .. from, '+inf')
+  local n = read(0, 'ZCOUNT', key, '(' .. from, '+inf')
   taken = count(limit - n)
   if taken > 0 then
+    replace(key)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', from)
     for j = 1, taken do redis.call('ZADD', key, ends, id .. ':' .. j) end
     redis.call('PEXPIRE', key, max(redis.call('PTTL', key), ends - now + window + 1000))
@@ -168,7 +170,7 @@ elseif algo == 2 then
     retry = -1
   else
     -- The oldest n + least - limit members must leave the window first.
-    local e = redis.call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', n + least - limit - 1, 1)
+    local e = read({}, 'ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', n + least - limit - 1, 1)
     retry = tonumber(e[2]) + window - now
   end
   remaining = max(0, limit - n - taken)

@@ -68,6 +68,16 @@ var algorithms = map[string]ratelimitv1.Algorithm{
 	"leaky_bucket":           ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET,
 }
 
+// algorithmName is a's name in rules, or "unknown".
+func algorithmName(a ratelimitv1.Algorithm) string {
+	for name, v := range algorithms {
+		if v == a {
+			return name
+		}
+	}
+	return "unknown"
+}
+
 var failureModes = map[string]ratelimitv1.FailureMode{
 	"open":   ratelimitv1.FailureMode_FAILURE_MODE_OPEN,
 	"closed": ratelimitv1.FailureMode_FAILURE_MODE_CLOSED,

@@ -6,14 +6,17 @@
 local ceil, floor, max, min = math.ceil, math.floor, math.max, math.min
 
 -- A rule's state key keeps its name when the rule's algorithm changes, so it
--- may still hold the old algorithm's state, of another Redis type (a sliding
--- log is a sorted set, every other algorithm's state a hash). read runs a
--- command on key and answers `none` if the key holds the other type, which
--- then reads as no state: the new algorithm starts afresh, as it does over
--- another algorithm's hash fields. replace deletes such a key before the
--- first write to it. Any other error is raised as redis.call raises it.
+-- may still hold an earlier algorithm's state: a sliding log's sorted set
+-- where a hash is expected or the other way round, or another algorithm's
+-- hash, whose fields may share names with this one's (`ts`, `w`). Such
+-- state reads as none, so the new algorithm starts afresh, and the key is
+-- marked: replace deletes it before the first write, stale fields with it.
+-- Every hash state carries its algorithm in field `a` (hashes written
+-- before it existed have none and are taken as the rule's own).
 local retyped = {}
 
+-- read runs a reading command on key and answers `none` if the key holds
+-- the other Redis type. Any other error is raised as redis.call raises it.
 local function read(none, cmd, key, ...)
   local r = redis.pcall(cmd, key, ...)
   if type(r) == 'table' and r.err then
@@ -22,6 +25,19 @@ local function read(none, cmd, key, ...)
     return none
   end
   return r
+end
+
+-- hread returns the named fields of algorithm algo's hash state at key
+-- (false where absent), or nothing if the key holds another algorithm's.
+local function hread(key, algo, ...)
+  local s = read(nil, 'HMGET', key, 'a', ...)
+  if not s then return end
+  local a = tonumber(s[1])
+  if a and a ~= algo then
+    retyped[key] = true
+    return
+  end
+  return unpack(s, 2, select('#', ...) + 1)
 end
 
 local function replace(key)
@@ -34,18 +50,18 @@ end
 -- Token bucket {tokens, ts}: the tokens at now, refilled at rate per ms up
 -- to burst (which also clamps a bucket whose plan shrank).
 local function bucket_tokens(key, rate, burst, now)
-  local s = read({}, 'HMGET', key, 'tokens', 'ts')
-  local tokens = tonumber(s[1]) or burst
-  local ts = tonumber(s[2]) or now
+  local t, ts = hread(key, 4, 'tokens', 'ts')
+  local tokens = tonumber(t) or burst
+  ts = tonumber(ts) or now
   if ts > now then ts = now end
   return min(burst, tokens + (now - ts) * rate)
 end
 
 -- Leaky bucket {level, ts}: the level at now, drained at rate per ms.
 local function bucket_level(key, rate, now)
-  local s = read({}, 'HMGET', key, 'level', 'ts')
-  local level = tonumber(s[1]) or 0
-  local ts = tonumber(s[2]) or now
+  local l, ts = hread(key, 5, 'level', 'ts')
+  local level = tonumber(l) or 0
+  ts = tonumber(ts) or now
   if ts > now then ts = now end
   return max(0, level - (now - ts) * rate)
 end
@@ -56,13 +72,13 @@ end
 -- `window` ms) + cur.
 local function counter_state(key, window, now)
   local w = floor(now / window)
-  local s = read({}, 'HMGET', key, 'w', 'cur', 'prev')
-  local sw = tonumber(s[1])
+  local sw, c, p = hread(key, 3, 'w', 'cur', 'prev')
+  sw = tonumber(sw)
   local cur, prev = 0, 0
   if sw == w then
-    cur, prev = tonumber(s[2]) or 0, tonumber(s[3]) or 0
+    cur, prev = tonumber(c) or 0, tonumber(p) or 0
   elseif sw == w - 1 then
-    prev = tonumber(s[2]) or 0
+    prev = tonumber(c) or 0
   end
   local elapsed = now - w * window
   return w, cur, prev, elapsed, prev * (1 - elapsed / window) + cur
