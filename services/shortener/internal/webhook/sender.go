@@ -3,15 +3,20 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -181,11 +186,16 @@ func (s *Sender) deliver(ctx context.Context, c claim) {
 			o.dead = true
 		}
 		result = "retry"
+		attrs := []any{"id", c.ID, "subscription", c.SubscriptionID, "tenant", c.Tenant, "attempts", c.Attempts, "err", o.err}
+		if o.cause != nil {
+			attrs = append(attrs, "cause", o.cause)
+		}
 		if o.dead {
 			result = "dead"
 			o.wait = 0
-			s.log.Warn("webhook delivery dead", "id", c.ID, "subscription", c.SubscriptionID, "tenant", c.Tenant,
-				"attempts", c.Attempts, "err", o.err)
+			s.log.Warn("webhook delivery dead", attrs...)
+		} else {
+			s.log.Debug("webhook delivery failed; retrying", attrs...)
 		}
 	}
 	s.sent.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", result)))
@@ -270,13 +280,11 @@ func (s *Sender) attempt(ctx context.Context, c claim) outcome {
 	req.Header.Set(webhooksig.Header, webhooksig.Sign(secret, s.now(), body))
 	resp, err := s.client.Do(req)
 	if err != nil {
-		switch {
-		case dialRefused(err):
-			return outcome{err: "refused: the receiver resolves to a non-public address"}
-		case timedOut(err):
-			return outcome{err: fmt.Sprintf("no answer within %s", s.cfg.Timeout)}
+		cause := err
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			cause = ue.Err // the URL may carry the tenant's credentials in its query; the ids name it
 		}
-		return outcome{err: "request failed: " + scrub(err.Error())}
+		return outcome{err: s.failure(err, req.URL.Hostname()), cause: cause}
 	}
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
@@ -291,6 +299,64 @@ func (s *Sender) attempt(ctx context.Context, c claim) outcome {
 		msg += ": " + t
 	}
 	return outcome{status: resp.StatusCode, err: msg}
+}
+
+// failure is the sentence the tenant sees for an attempt that got no
+// answer, host being the receiver's host as subscribed. It is chosen by
+// the kind of err, never built from its text: net errors name our side
+// (the resolver's address, the local address and port), so the raw error
+// goes only to the server's log (deliver).
+func (s *Sender) failure(err error, host string) string {
+	host = scrub(host)
+	var (
+		dnsErr  *net.DNSError
+		opErr   *net.OpError
+		nameErr x509.HostnameError
+		authErr x509.UnknownAuthorityError
+		certErr x509.CertificateInvalidError
+		verErr  *tls.CertificateVerificationError
+		recErr  tls.RecordHeaderError
+		alert   tls.AlertError
+	)
+	isOp := errors.As(err, &opErr)
+	switch {
+	case dialRefused(err):
+		return "refused: the receiver resolves to a non-public address"
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return "DNS lookup failed for " + host + ": no such host"
+	case errors.As(err, &dnsErr) && dnsErr.IsTimeout:
+		return "DNS lookup timed out for " + host
+	case errors.As(err, &dnsErr):
+		return "DNS lookup failed for " + host
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to the receiver"
+	case errors.Is(err, syscall.ETIMEDOUT), isOp && opErr.Op == "dial" && timedOut(err):
+		return "connection timed out"
+	case timedOut(err):
+		return fmt.Sprintf("no answer within %s", s.cfg.Timeout)
+	case errors.Is(err, http.ErrSchemeMismatch):
+		return "TLS handshake failed: the receiver answered in plain HTTP"
+	case errors.As(err, &nameErr):
+		return "TLS handshake failed: the certificate is not valid for " + host
+	case errors.As(err, &authErr):
+		return "TLS handshake failed: the certificate is signed by an unknown authority"
+	case errors.As(err, &certErr) && certErr.Reason == x509.Expired:
+		return "TLS handshake failed: the certificate has expired or is not yet valid"
+	case errors.As(err, &certErr), errors.As(err, &verErr):
+		return "TLS handshake failed: the certificate is not valid"
+	// crypto/tls reports alerts sent and received as net.OpErrors of these
+	// two ops (and as tls.AlertError over QUIC).
+	case errors.As(err, &recErr), errors.As(err, &alert),
+		isOp && (opErr.Op == "remote error" || opErr.Op == "local error"):
+		return "TLS handshake failed"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "the receiver reset the connection"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.EPIPE):
+		return "the receiver closed the connection without an answer"
+	}
+	return "request failed"
 }
 
 // scrub keeps the printable start of s, at most maxErrorText runes.

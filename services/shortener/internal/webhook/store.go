@@ -249,7 +249,8 @@ func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, perSub in
 // outcome is how an attempt ended.
 type outcome struct {
 	status int    // HTTP status; 0: no answer
-	err    string // empty: delivered
+	err    string // empty: delivered; shown to the tenant
+	cause  error  // the raw transport error behind err, for the log only
 	dead   bool   // no further attempt
 	wait   time.Duration
 }
