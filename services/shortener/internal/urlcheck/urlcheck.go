@@ -367,3 +367,21 @@ func PublicIP(a netip.Addr) bool { return publicIP(a.Unmap()) }
 // LocalName reports whether host is a name that only resolves locally
 // (localhost, *.local, *.internal, ...).
 func LocalName(host string) bool { return localName(strings.ToLower(strings.TrimSuffix(host, "."))) }
+
+// ParseHostIPv4 reads a URL's host as browsers do (the WHATWG URL
+// standard), for callers that check hosts without Normalize: a host whose
+// last label is a number (127.1, 0x7f.1, 2130706433, 017700000001, 0) is
+// an IPv4 address of up to four decimal, octal or hex parts, not a name.
+// numeric reports whether host ends in a number; ok, whether it then
+// parses (browsers refuse such a host when it does not, e.g. 1.2.3.4.5).
+func ParseHostIPv4(host string) (a netip.Addr, numeric, ok bool) {
+	h, err := NormalizeHost(host)
+	if err != nil {
+		h = strings.ToLower(strings.TrimSuffix(host, "."))
+	}
+	if !endsInNumber(h) {
+		return netip.Addr{}, false, false
+	}
+	a, ok = parseIPv4(h)
+	return a, true, ok
+}

@@ -313,3 +313,27 @@ func TestBlocklistReloadsOnChange(t *testing.T) {
 		t.Error("a vanished file must keep the last good list")
 	}
 }
+
+func TestParseHostIPv4(t *testing.T) {
+	for host, want := range map[string]struct {
+		addr        string
+		numeric, ok bool
+	}{
+		"example.com":  {},
+		"127.0.0.1":    {"127.0.0.1", true, true},
+		"127.1":        {"127.0.0.1", true, true},
+		"0X7F.1.":      {"127.0.0.1", true, true},
+		"2130706433":   {"127.0.0.1", true, true},
+		"017700000001": {"127.0.0.1", true, true},
+		"0":            {"0.0.0.0", true, true},
+		"8.526344":     {"8.8.8.8", true, true},
+		"1.2.3.4.5":    {"", true, false},
+		"256.1":        {"", true, false},
+		"example.0x":   {"", true, false},
+	} {
+		a, numeric, ok := ParseHostIPv4(host)
+		if numeric != want.numeric || ok != want.ok || ok && a.String() != want.addr {
+			t.Errorf("ParseHostIPv4(%q) = %v, %v, %v; want %s, %v, %v", host, a, numeric, ok, want.addr, want.numeric, want.ok)
+		}
+	}
+}

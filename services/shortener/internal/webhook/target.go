@@ -73,11 +73,27 @@ func (t Targets) Check(raw string) (string, error) {
 	if host == "" {
 		return "", errors.New("url has no host")
 	}
-	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
-		if !t.allowed(a) {
-			return "", errors.New("url points to a private, loopback, link-local or otherwise non-public address")
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		// Hosts such as 127.1, 0x7f.1 or 2130706433 are IPv4 addresses to a
+		// browser but names to the resolver, which fails on them: judge
+		// the address and subscribe its dotted form.
+		var numeric, ok bool
+		if a, numeric, ok = urlcheck.ParseHostIPv4(host); numeric && !ok {
+			return "", errors.New("url's host is neither a domain name nor a valid IPv4 address")
 		}
-	} else if urlcheck.LocalName(host) && !t.allowed(netip.MustParseAddr("127.0.0.1")) {
+		if numeric {
+			port := u.Port()
+			u.Host = a.String()
+			if port != "" {
+				u.Host += ":" + port
+			}
+		}
+	}
+	switch {
+	case a.IsValid() && !t.allowed(a):
+		return "", errors.New("url points to a private, loopback, link-local or otherwise non-public address")
+	case !a.IsValid() && urlcheck.LocalName(host) && !t.allowed(netip.MustParseAddr("127.0.0.1")):
 		return "", errors.New("url names a local host")
 	}
 	return u.String(), nil

@@ -36,6 +36,47 @@ func TestCheckRefusesWhatNoOperatorAllowed(t *testing.T) {
 	}
 }
 
+// TestCheckReadsNumericHostsAsABrowserDoes: 127.1, 2130706433, 0x7f.1 are
+// 127.0.0.1 to a browser (WHATWG URL) but names to the resolver, so such a
+// receiver was accepted and could never be reached. Check judges the
+// address they spell, refusing it as it refuses 127.0.0.1, and subscribes
+// a public one in dotted form, which the sender can dial.
+func TestCheckReadsNumericHostsAsABrowserDoes(t *testing.T) {
+	var strict Targets
+	_, literal := strict.Check("https://127.0.0.1/")
+	if literal == nil {
+		t.Fatal("https://127.0.0.1/ accepted")
+	}
+	for _, raw := range []string{
+		"https://127.1/", "https://2130706433/x", "https://0x7f.1/x", "https://017700000001/", "https://0/",
+		"https://0X7F.0.0.1:8443/", "https://127.1./", "https://0xa9.254.169.254/latest", "https://3232235777/", // 192.168.1.1
+	} {
+		if got, err := strict.Check(raw); err == nil || err.Error() != literal.Error() {
+			t.Errorf("Check(%q) = %q, %v; want %q", raw, got, err, literal)
+		}
+	}
+	for _, raw := range []string{"https://1.2.3.4.5/", "https://256.1/", "https://0x100000000/", "https://08.1/", "https://example.123/"} {
+		if got, err := strict.Check(raw); err == nil || !strings.Contains(err.Error(), "neither a domain name nor a valid IPv4 address") {
+			t.Errorf("Check(%q) = %q, %v; want a host that is no IPv4 address refused", raw, got, err)
+		}
+	}
+	for raw, want := range map[string]string{
+		"https://8.8.8.8/kurz":            "https://8.8.8.8/kurz",
+		"https://134744072/kurz":          "https://8.8.8.8/kurz",
+		"https://0x8.8.8.8:8443/kurz?a=1": "https://8.8.8.8:8443/kurz?a=1",
+		"https://8.526344/kurz":           "https://8.8.8.8/kurz",
+		"https://hooks.example.com/kurz":  "https://hooks.example.com/kurz",
+	} {
+		if got, err := strict.Check(raw); err != nil || got != want {
+			t.Errorf("Check(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	lenient := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	if got, err := lenient.Check("http://127.1:9/x"); err != nil || got != "http://127.0.0.1:9/x" {
+		t.Errorf("allow-listed http://127.1:9/x: %q, %v; want http://127.0.0.1:9/x", got, err)
+	}
+}
+
 // TestClientRefusesAtDialTime is the DNS rebinding guard: whatever a name
 // resolved to when subscribed, the address dialled is checked.
 func TestClientRefusesAtDialTime(t *testing.T) {
