@@ -270,12 +270,13 @@ func (e *Engine) Wait() { e.refunds.Wait() }
 // denies, nothing stays consumed.
 func (e *Engine) Check(ctx context.Context, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
 	_, rules := e.rules.Load().Match(domain, desc)
-	return e.decide(ctx, "", domain, rules, cost)
+	resp, _ := e.decide(ctx, "", domain, rules, cost)
+	return resp
 }
 
 // CheckEach decides one request described by several descriptor sets (as
 // Envoy sends them): the rules matching any set are decided together, all or
-// nothing. owners[i] lists the sets that rule decision i came from: a key
+// nothing. owners[i] lists the sets that resp.Decisions[i] came from: a key
 // matched by two sets is decided once, at twice the cost, since one script
 // must not read and write the same key as two rules.
 func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (resp *ratelimitv1.CheckQuotaResponse, owners [][]int) {
@@ -295,7 +296,12 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 			owners = append(owners, []int{j})
 		}
 	}
-	return e.decide(ctx, "", domain, rules, cost), owners
+	resp, cached := e.decide(ctx, "", domain, rules, cost)
+	if cached >= 0 {
+		// The over-limit cache answered with its rule's decision alone.
+		owners = owners[cached : cached+1]
+	}
+	return resp, owners
 }
 
 // CheckAt is Check with the clock fixed at `at` instead of Redis TIME. It
@@ -304,7 +310,8 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 // Redis TIME, so CheckAt decides leased rules on Redis as if unleased.
 func (e *Engine) CheckAt(ctx context.Context, at time.Time, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
 	_, rules := e.rules.Load().Match(domain, desc)
-	return e.decide(ctx, strconv.FormatInt(at.UnixMilli(), 10), domain, rules, cost)
+	resp, _ := e.decide(ctx, strconv.FormatInt(at.UnixMilli(), 10), domain, rules, cost)
+	return resp
 }
 
 // group is the rules of one request that share a hash tag, decided by one
@@ -325,15 +332,17 @@ type group struct {
 }
 
 // decide is the decision path shared by Check, CheckEach and CheckAt. On a
-// denial from the over-limit cache the response carries only the cached rule.
-func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64) *ratelimitv1.CheckQuotaResponse {
+// denial from the over-limit cache the response carries only the cached rule,
+// and cached is that rule's index in rules; otherwise cached is -1 and the
+// response has one decision per rule.
+func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64) (resp *ratelimitv1.CheckQuotaResponse, cached int) {
 	if len(rules) == 0 {
-		return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
+		return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}, -1
 	}
 	now := time.Now()
 	if cost > 0 && clock == "" {
-		if resp := e.cachedDenial(ctx, domain, rules, cost, now); resp != nil {
-			return resp
+		if denial, i := e.cachedDenial(ctx, domain, rules, cost, now); denial != nil {
+			return denial, i
 		}
 	}
 
@@ -357,14 +366,14 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 		}
 		wg.Wait()
 	}
-	return e.finish(ctx, clock, domain, rules, results, groups, ls, reqID, cost, now)
+	return e.finish(ctx, clock, domain, rules, results, groups, ls, reqID, cost, now), -1
 }
 
 // cachedDenial answers a request from the over-limit cache, or returns nil.
 // An over-limit key stays over its limit until its retry-after: answer from
 // memory, exactly, without a Redis round trip. The response carries only
-// the cached rule.
-func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) *ratelimitv1.CheckQuotaResponse {
+// the cached rule, and the int is its index in rules (-1 with nil).
+func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) (*ratelimitv1.CheckQuotaResponse, int) {
 	for i, a := range rules {
 		if a.Rule.Shadow {
 			continue
@@ -374,10 +383,10 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 			res.retryAfter = d.until.Sub(now)
 			resp := e.respond(domain, rules[i:i+1], []result{res})
 			e.observe(ctx, domain, rules[i:i+1], []result{res}, resp, true)
-			return resp
+			return resp, i
 		}
 	}
-	return nil
+	return nil, -1
 }
 
 // finish combines a decided request's results into its response: on a

@@ -1,0 +1,128 @@
+//go:build integration
+
+package quotaapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/protobuf/proto"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/redisconn"
+	"kurz.dev/services/limiter/internal/ratelimit"
+	"kurz.dev/services/limiter/internal/rulestore"
+)
+
+// realEngine is a ratelimit.Engine on the stack's Redis Cluster deciding
+// rules, whose CheckEach answers are kept in each (in call order).
+func realEngine(t *testing.T, rules string) *recordingEngine {
+	t.Helper()
+	var cfg redisconn.Config
+	if err := config.Load(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := redisconn.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("local Redis Cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := rulestore.Parse([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := ratelimit.Compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	e, err := ratelimit.NewEngine(rdb, rs, ratelimit.Options{Timeout: 5 * time.Second}, log, noop.NewMeterProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Wait)
+	return &recordingEngine{Engine: e}
+}
+
+// recordingEngine lets a test see how the engine answered each
+// ShouldRateLimit: decided on Redis (a decision per rule) or from the
+// over-limit cache (the cached rule's decision alone).
+type recordingEngine struct {
+	*ratelimit.Engine
+	each []*ratelimitv1.CheckQuotaResponse
+}
+
+func (r *recordingEngine) CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
+	resp, owners := r.Engine.CheckEach(ctx, domain, descs, cost)
+	r.each = append(r.each, resp)
+	return resp, owners
+}
+
+// A denial answered from the over-limit cache gives every descriptor the
+// status a denial decided on Redis gives it: the exhausted descriptor
+// OVER_LIMIT with its own rule's limit, the others OK. The cache answers
+// with the denying rule's decision alone, so the descriptors it belongs to
+// must come from that rule, not from the first rule of the request (which
+// put the per-ip denial on the user descriptor and left the ip one OK).
+func TestEnvoyCachedDenialKeepsItsDescriptor(t *testing.T) {
+	e := realEngine(t, `
+domains:
+  envoy:
+    rules:
+      - {name: per-user, key: [user], algorithm: token_bucket, limit: 100, window: 1h, failure_mode: open}
+      - {name: per-ip, key: [ip], algorithm: token_bucket, limit: 1, window: 1h, failure_mode: open}
+`)
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+	id := fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+	req := &rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		descriptor("user", "u-"+id),
+		descriptor("ip", "ip-"+id),
+	}}
+	call := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+
+	if got := call().GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("call 1 (per-ip's one unit): %v, want OK", got)
+	}
+	onRedis, fromCache := call(), call()
+	if n := len(e.each[1].GetDecisions()); n != 2 {
+		t.Fatalf("call 2 carries %d decisions, want 2 (decided on Redis)", n)
+	}
+	if n := len(e.each[2].GetDecisions()); n != 1 {
+		t.Fatalf("call 3 carries %d decisions, want 1 (answered from the over-limit cache)", n)
+	}
+
+	for name, resp := range map[string]*rlsv3.RateLimitResponse{"on Redis": onRedis, "from the cache": fromCache} {
+		if got := resp.GetOverallCode(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("%s: overall %v, want OVER_LIMIT", name, got)
+		}
+		user, ip := resp.GetStatuses()[0], resp.GetStatuses()[1]
+		if user.GetCode() != rlsv3.RateLimitResponse_OK {
+			t.Errorf("%s: user descriptor %v (limit %q), want OK", name, user.GetCode(), user.GetCurrentLimit().GetName())
+		}
+		if ip.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || ip.GetCurrentLimit().GetName() != "per-ip" {
+			t.Errorf("%s: ip descriptor %v (limit %q), want OVER_LIMIT by per-ip", name, ip.GetCode(), ip.GetCurrentLimit().GetName())
+		}
+	}
+	got, want := fromCache.GetStatuses()[1], onRedis.GetStatuses()[1]
+	if !proto.Equal(got.GetCurrentLimit(), want.GetCurrentLimit()) || got.GetLimitRemaining() != want.GetLimitRemaining() {
+		t.Errorf("ip descriptor from the cache: limit %v, remaining %d; on Redis: limit %v, remaining %d",
+			got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCurrentLimit(), want.GetLimitRemaining())
+	}
+}
