@@ -1,0 +1,216 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// localRules has a rule of each algorithm, 10 per second (the buckets with
+// a burst of 20), in failure mode local.
+const localRules = `
+domains:
+  l:
+    rules:
+      - {name: token_bucket, key: [user], match: {algo: token_bucket}, algorithm: token_bucket, limit: 10, window: 1s, burst: 20, failure_mode: local}
+      - {name: leaky_bucket, key: [user], match: {algo: leaky_bucket}, algorithm: leaky_bucket, limit: 10, window: 1s, burst: 20, failure_mode: local}
+      - {name: fixed_window, key: [user], match: {algo: fixed_window}, algorithm: fixed_window, limit: 10, window: 1s, failure_mode: local}
+      - {name: sliding_window_counter, key: [user], match: {algo: sliding_window_counter}, algorithm: sliding_window_counter, limit: 10, window: 1s, failure_mode: local}
+      - {name: sliding_log, key: [user], match: {algo: sliding_log}, algorithm: sliding_log, limit: 10, window: 1s, failure_mode: local}
+`
+
+// localAlgos are the algorithms, as localRules names their rules.
+var localAlgos = []string{"token_bucket", "leaky_bucket", "fixed_window", "sliding_window_counter", "sliding_log"}
+
+// localRuleOf returns the rule of algo in src's domain "l".
+func localRuleOf(t *testing.T, src, algo string) *Rule {
+	t.Helper()
+	_, applied := compile(t, src).Match("l", map[string]string{"user": "u", "algo": algo})
+	if len(applied) != 1 {
+		t.Fatalf("%s: %d rules match, want 1", algo, len(applied))
+	}
+	return applied[0].Rule
+}
+
+func newLocal(t *testing.T, replicas int) *localLimiter {
+	t.Helper()
+	l, err := newLocalLimiter(StaticFleet(replicas), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// localEpoch is an instant off every window's boundary, so windows
+// counted from the epoch do not line up with the trace.
+var localEpoch = time.Date(2030, 1, 1, 0, 0, 0, 123_456_789, time.UTC)
+
+// localTrace runs five seconds of requests of cost 1 through l: one every
+// 3 ms and bursts of 40 at 0, 0.999 s, 1.001 s, 2.5 s and 4.2 s (a fixed
+// window's boundary, for windows starting at 0). It returns the instants
+// admitted.
+func localTrace(l *localLimiter, r *Rule) []time.Time {
+	bursts := map[time.Duration]bool{0: true, 999 * time.Millisecond: true, 1001 * time.Millisecond: true, 2500 * time.Millisecond: true, 4200 * time.Millisecond: true}
+	var admitted []time.Time
+	for at := time.Duration(0); at < 5*time.Second; at += time.Millisecond {
+		n := 0
+		switch {
+		case bursts[at]:
+			n = 40
+		case at%(3*time.Millisecond) == 0:
+			n = 1
+		}
+		now := localEpoch.Add(at)
+		for range n {
+			if l.take("k", r, 1, now).allowed {
+				admitted = append(admitted, now)
+			}
+		}
+	}
+	return admitted
+}
+
+// mostWithin is the most instants of ts (in order) within any closed
+// interval of length d.
+func mostWithin(ts []time.Time, d time.Duration) int {
+	most, j := 0, 0
+	for i := range ts {
+		for j < len(ts) && ts[j].Sub(ts[i]) <= d {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	return most
+}
+
+// A replica in local fallback admits at most its share, 1/n of the rule
+// rounded down, so the n replicas together never admit more than Redis
+// would: for the window algorithms at most floor(limit/n) in any interval
+// of one window, wherever it starts (a token bucket of limit/n with a burst
+// admitted about twice that); for the buckets at most floor(burst/n) plus
+// limit/n per window, over any window. It still admits: every window
+// algorithm hands out its share about once a window.
+func TestLocalFallbackStaysWithinTheShare(t *testing.T) {
+	for _, algo := range localAlgos {
+		for _, replicas := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("%s/%d_replicas", algo, replicas), func(t *testing.T) {
+				r := localRuleOf(t, localRules, algo)
+				admitted := localTrace(newLocal(t, replicas), r)
+				got := mostWithin(admitted, r.Window)
+				n := float64(replicas)
+				share := math.Floor(float64(r.Limit) / n)
+				if strings.HasSuffix(algo, "_bucket") {
+					share = math.Floor(math.Floor(float64(r.Burst)/n) + float64(r.Limit)/n)
+				}
+				if got > int(share) {
+					t.Errorf("admitted %d within one window (%d in 5 s), want at most %v", got, len(admitted), share)
+				}
+				if least := 4 * int(math.Floor(float64(r.Limit)/n)); len(admitted) < least {
+					t.Errorf("admitted %d in 5 windows, want at least %d", len(admitted), least)
+				}
+			})
+		}
+	}
+}
+
+// A rule whose capacity is less than the replica count has a share below
+// one unit on every replica: it is denied locally, for the whole window,
+// rather than rounded up to one unit a replica (3 replicas, 1 per hour:
+// 3 an hour).
+func TestLocalFallbackShareBelowOneUnitDenies(t *testing.T) {
+	const rules = `
+domains:
+  l:
+    rules:
+      - {name: token_bucket, key: [user], match: {algo: token_bucket}, algorithm: token_bucket, limit: 2, window: 1h, failure_mode: local}
+      - {name: leaky_bucket, key: [user], match: {algo: leaky_bucket}, algorithm: leaky_bucket, limit: 100, window: 1h, burst: 2, failure_mode: local}
+      - {name: fixed_window, key: [user], match: {algo: fixed_window}, algorithm: fixed_window, limit: 1, window: 1h, failure_mode: local}
+      - {name: sliding_window_counter, key: [user], match: {algo: sliding_window_counter}, algorithm: sliding_window_counter, limit: 2, window: 1h, failure_mode: local}
+      - {name: sliding_log, key: [user], match: {algo: sliding_log}, algorithm: sliding_log, limit: 2, window: 1h, failure_mode: local}
+`
+	for _, algo := range localAlgos {
+		t.Run(algo, func(t *testing.T) {
+			r := localRuleOf(t, rules, algo)
+			admitted := 0
+			for replica := range 3 {
+				l := newLocal(t, 3)
+				for i := range 5 {
+					res := l.take("k", r, 1, localEpoch.Add(time.Duration(i)*time.Minute))
+					if res.allowed {
+						admitted++
+						continue
+					}
+					if res.limit != 0 || res.retryAfter != r.Window {
+						t.Errorf("replica %d, try %d: limit %d, retry after %v; want 0 and the window, %v", replica, i, res.limit, res.retryAfter, r.Window)
+					}
+				}
+			}
+			if admitted != 0 {
+				t.Errorf("3 replicas admitted %d for a capacity of 2 or less, want 0", admitted)
+			}
+		})
+	}
+}
+
+// A window algorithm's denial says when the share has room again: the
+// oldest units leave a window (and at most a slot) after they were
+// admitted, not a moment before.
+func TestLocalWindowRetryAfter(t *testing.T) {
+	r := localRuleOf(t, localRules, "sliding_log")
+	l := newLocal(t, 1)
+	for i := range 10 {
+		if res := l.take("k", r, 1, localEpoch.Add(time.Duration(i)*time.Millisecond)); !res.allowed {
+			t.Fatalf("unit %d of 10 denied", i+1)
+		}
+	}
+	now := localEpoch.Add(500 * time.Millisecond)
+	res := l.take("k", r, 1, now)
+	if res.allowed || res.remaining != 0 {
+		t.Fatalf("11th unit: allowed=%v remaining=%d, want denied, 0", res.allowed, res.remaining)
+	}
+	if res.retryAfter < 500*time.Millisecond || res.retryAfter > 500*time.Millisecond+r.Window/localSlots {
+		t.Errorf("retry after %v, want 500ms to %v", res.retryAfter, 500*time.Millisecond+r.Window/localSlots)
+	}
+	if l.take("k", r, 1, now.Add(res.retryAfter-time.Nanosecond)).allowed {
+		t.Errorf("allowed before the retry-after")
+	}
+	if !l.take("k", r, 1, now.Add(res.retryAfter)).allowed {
+		t.Errorf("denied at the retry-after")
+	}
+}
+
+// A refund (another rule denied the request) gives the units back at
+// once, and never more than the share holds.
+func TestLocalRefund(t *testing.T) {
+	for _, algo := range localAlgos {
+		t.Run(algo, func(t *testing.T) {
+			r := localRuleOf(t, localRules, algo)
+			l := newLocal(t, 1)
+			capacity := int(r.capacity())
+			for i := range capacity {
+				if !l.take("k", r, 1, localEpoch).allowed {
+					t.Fatalf("unit %d of %d denied", i+1, capacity)
+				}
+			}
+			admitted := func() int {
+				n := 0
+				for range 2 * capacity {
+					if l.take("k", r, 1, localEpoch).allowed {
+						n++
+					}
+				}
+				return n
+			}
+			l.refund("k", r, 4)
+			if got := admitted(); got != 4 {
+				t.Errorf("after a refund of 4 units: admitted %d, want 4", got)
+			}
+			l.refund("k", r, int64(capacity)+5)
+			if got := admitted(); got != capacity {
+				t.Errorf("after a refund of %d units, %d of them never taken: admitted %d, want %d", capacity+5, 5, got, capacity)
+			}
+		})
+	}
+}
