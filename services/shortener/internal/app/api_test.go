@@ -404,3 +404,46 @@ func TestBlocklistReachesExistingLinks(t *testing.T) {
 		t.Errorf("blocklisted metric %v, want at least 2", got)
 	}
 }
+
+// TestBlocklistedLinkStaysDisabled: a link the blocklist sweep disabled
+// cannot be enabled again by its tenant while its destination is blocked:
+// the update is refused INVALID_ARGUMENT URL_BLOCKED, and the link stays
+// disabled in PostgreSQL and gone in Redis.
+func TestBlocklistedLinkStaysDisabled(t *testing.T) {
+	tenant := uniq("swp-")
+	bad := uniq("later-") + ".example"
+	path := filepath.Join(t.TempDir(), "blocklist")
+	if err := os.WriteFile(path, []byte("phish.example\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sh := start(t, map[string]string{"KURZ_SHORTENER_BLOCKLIST_FILE": path, "KURZ_SHORTENER_BLOCKLIST_RELOAD": "10ms"}, hooks{})
+	_, rdb := stores(t, sh.cfg, tenant)
+	ctx := as(tenant, "")
+	made, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://login." + bad + "/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := made.GetLink().GetCode()
+	if err := os.WriteFile(path, []byte("phish.example\n"+bad+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "sweep of "+code, 10*time.Second, func() bool {
+		l, err := sh.api.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+		return err == nil && l.GetLink().GetDisabled() && cacheEntry(t, rdb, code).State == linkcache.Gone
+	})
+
+	_, err = sh.api.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link:       &shortenerv1.Link{Code: code, Disabled: false},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"disabled"}},
+	})
+	if reason, _ := wantStatus(t, err, codes.InvalidArgument); reason != urlcheck.ReasonBlocked {
+		t.Errorf("enable: reason %q, want %s", reason, urlcheck.ReasonBlocked)
+	}
+	l, err := sh.api.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	if err != nil || !l.GetLink().GetDisabled() {
+		t.Errorf("after the refused enable: %v, %v; want the link disabled", l.GetLink(), err)
+	}
+	if e := cacheEntry(t, rdb, code); e.State != linkcache.Gone {
+		t.Errorf("redis entry %+v after the refused enable, want gone", e)
+	}
+}

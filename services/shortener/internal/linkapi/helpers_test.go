@@ -39,7 +39,9 @@ const baseURL = "https://kurz.test"
 // env is one Service served in process over bufconn, on fakes: the link
 // store, the limiter and the Redis cache.
 type env struct {
-	client  shortenerv1.ShortenerServiceClient
+	client shortenerv1.ShortenerServiceClient
+	// svc is the Service behind client, for what has no RPC (the sweep).
+	svc     *linkapi.Service
 	store   *linkstoretest.Fake
 	limiter *limitertest.Server
 	cache   *cache
@@ -100,6 +102,7 @@ func newEnvWith(t *testing.T, deps func(*linkapi.Deps), edit ...func(*linkapi.Op
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.svc = svc
 
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(grpc.UnaryInterceptor(verifyTenant))

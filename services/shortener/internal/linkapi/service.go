@@ -520,6 +520,33 @@ func (s *Service) scanLink(ctx context.Context, l linkstore.Link) error {
 	return s.scanRules(ctx, l.Rules)
 }
 
+// scanKept runs the scanner over the destinations of the stored link l
+// that the update ch keeps as they are: long_url, the device targets, the
+// rules and the variants it does not set (those it sets are scanned on
+// their own).
+func (s *Service) scanKept(ctx context.Context, l linkstore.Link, ch linkstore.Changes) error {
+	if ch.LongURL == nil {
+		if err := s.scan(ctx, l.LongURL); err != nil {
+			return err
+		}
+	}
+	if ch.Targets == nil {
+		if err := s.scanTargets(ctx, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL}); err != nil {
+			return err
+		}
+	}
+	var kept linkrules.Set
+	if l.Rules != nil {
+		if ch.Rules == nil {
+			kept.Rules = l.Rules.Rules
+		}
+		if ch.Variants == nil {
+			kept.Variants = l.Rules.Variants
+		}
+	}
+	return s.scanRules(ctx, &kept)
+}
+
 func (s *Service) scan(ctx context.Context, target string) error {
 	u, err := url.Parse(target)
 	if err != nil {
@@ -758,9 +785,14 @@ func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksReque
 // UpdateLink changes the fields named in update_mask and writes the result
 // through, all in one statement (a failed call changes nothing). long_url
 // and device_targets are re-validated (and scanned); device_targets
-// replaces all three URLs (an unset or empty message clears them); tags
-// replaces the tags; "password" sets a new password (validated, charged to
-// the link creation quota like a new link, hashed) or, given "", removes it. max_visits changes the limit only: the
+// replaces all three URLs (an unset or empty message clears them).
+// Enabling a link (disabled false) scans every destination it will have
+// after the update, the stored ones it keeps too, and is refused
+// (URL_BLOCKED, the link stays as it was) if the scanner blocks one: a link
+// the blocklist sweep disabled cannot be switched back on while its
+// destination is blocked. tags replaces the tags; "password" sets a new
+// password (validated, charged to the link creation quota like a new link,
+// hashed) or, given "", removes it. max_visits changes the limit only: the
 // visits counted so far in Redis (linkcache.VisitsKey) are kept, so raising
 // the limit reopens a link that had reached it by the difference, and
 // lowering it below the count closes the link at once; to count afresh,
@@ -861,6 +893,17 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	}
 	if ch.Rules != nil || ch.Variants != nil {
 		if err := s.scanRules(ctx, &linkrules.Set{Rules: deref(ch.Rules), Variants: deref(ch.Variants)}); err != nil {
+			return nil, toStatus(ctx, s.log, "update", err)
+		}
+	}
+	if ch.Disabled != nil && !*ch.Disabled {
+		// The blocklist sweep disables a link with this same flag: enabling
+		// it must not serve a destination blocked since it was scanned.
+		stored, err := s.store.Get(ctx, tenant, key)
+		if err != nil {
+			return nil, toStatus(ctx, s.log, "update", err)
+		}
+		if err := s.scanKept(ctx, stored, ch); err != nil {
 			return nil, toStatus(ctx, s.log, "update", err)
 		}
 	}

@@ -30,7 +30,9 @@ type SweepReport struct {
 // scanner blocks now: a domain added to the blocklist reaches the links
 // created before it, not only new ones. Each is disabled as UpdateLink
 // would (its invalidation queued and written through, retried until Redis
-// has it: the link answers 410), logged with its tenant, and counted.
+// has it: the link answers 410), logged with its tenant, and counted. Its
+// tenant cannot enable it again while the destination stays blocked:
+// UpdateLink scans every destination of a link it enables.
 // Replicas may sweep at once: disabling is idempotent. It stops at the first
 // store or scanner error, with what it did so far.
 func (s *Service) SweepBlocked(ctx context.Context) (SweepReport, error) {
