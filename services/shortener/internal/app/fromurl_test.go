@@ -3,11 +3,15 @@
 package app
 
 import (
+	"context"
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/services/shortener/internal/linkapi"
 )
 
 const fromURL = shortenerv1.CodeMode_CODE_MODE_FROM_URL
@@ -110,5 +114,42 @@ func TestBatchFromURL(t *testing.T) {
 	}
 	if resp.GetCreated() != 2 || countRows(t, db, tenant, "") != 3 {
 		t.Errorf("created %d (want 2), rows %d (want 3)", resp.GetCreated(), countRows(t, db, tenant, ""))
+	}
+}
+
+// Anonymous callers share tenant "anonymous", so codes from the URL are
+// refused to them in a batch as in CreateLink: each such item fails on its
+// own with PERMISSION_DENIED on mode (a repeat of its URL too), and nothing
+// is stored from the URL.
+func TestBatchFromURLRefusedToAnonymousCallers(t *testing.T) {
+	sh := start(t, map[string]string{"KURZ_SHORTENER_ALLOW_ANONYMOUS": "true"}, hooks{})
+	db, _ := stores(t, sh.cfg)
+	long := "https://example.com/" + uniq("anon-fu-")
+	t.Cleanup(func() {
+		// Only this test's rows: other tests make links of tenant anonymous too.
+		_, _ = db.Exec(context.Background(), `DELETE FROM links WHERE tenant = 'anonymous' AND long_url = $1`, long)
+	})
+	_, err := sh.api.CreateLink(context.Background(), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL})
+	if reason, _ := wantStatus(t, err, codes.PermissionDenied); reason != linkapi.ReasonFromURLTenantRequired {
+		t.Errorf("anonymous create from the URL: reason %q, want %s", reason, linkapi.ReasonFromURLTenantRequired)
+	}
+	resp, err := sh.api.BatchCreateLinks(context.Background(), &shortenerv1.BatchCreateLinksRequest{Requests: []*shortenerv1.CreateLinkRequest{
+		{LongUrl: long, Mode: fromURL},
+		{LongUrl: long, Mode: fromURL},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range resp.GetResults() {
+		if r.GetCreated() || r.GetLink() != nil || r.GetError().GetCode() != "PERMISSION_DENIED" || r.GetError().GetField() != "mode" {
+			t.Errorf("item %d: %v; want a PERMISSION_DENIED error on mode, no link", i, r)
+		}
+	}
+	var rows int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM links WHERE tenant = 'anonymous' AND long_url = $1`, long).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetCreated() != 0 || rows != 0 {
+		t.Errorf("created %d, rows %d; want none", resp.GetCreated(), rows)
 	}
 }

@@ -42,7 +42,8 @@ const maxBatchRounds = 32
 // pipeline. Items with CODE_MODE_FROM_URL whose link exists already (or
 // that repeat an earlier item's URL) return that link with created false
 // and cost no quota; the others are inserted one by one, as CreateLink
-// does.
+// does. The anonymous tenant's items with CODE_MODE_FROM_URL fail, as
+// CreateLink refuses them.
 func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCreateLinksRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -68,6 +69,9 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	for i, r := range reqs {
 		results[i] = &shortenerv1.BatchCreateResult{Index: int32(i)}
 		d, err := s.prepare(r)
+		if err == nil {
+			err = modeAllowed(tenant, d.mode)
+		}
 		if err != nil {
 			fail(i, err)
 			continue

@@ -45,6 +45,10 @@ const (
 	ReasonPasswordInvalid  = "PASSWORD_INVALID"
 	ReasonBatchSizeInvalid = "BATCH_SIZE_INVALID"
 	ReasonHashingBusy      = "PASSWORD_HASHING_BUSY"
+
+	// ReasonFromURLTenantRequired: CODE_MODE_FROM_URL asked by an anonymous
+	// caller (PERMISSION_DENIED on mode): anonymous callers share a tenant.
+	ReasonFromURLTenantRequired = "FROM_URL_TENANT_REQUIRED"
 )
 
 // linkErrors are the link store's sentinel errors as clients see them.

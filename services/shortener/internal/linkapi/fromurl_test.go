@@ -105,3 +105,25 @@ func TestFromURLCandidates(t *testing.T) {
 		t.Errorf("from the URL with an alias: %v, want InvalidArgument", err)
 	}
 }
+
+// Anonymous callers all share tenant "anonymous": codes from the URL would
+// hand one of them another's link of the URL (tags, targets, limits) and
+// tell anybody whether a URL was shortened. The mode is refused to them and
+// nothing is stored from the URL; other modes work for them, and a tenant
+// with a key keeps the mode. (Batches: TestBatchFromURLRefusedToAnonymousCallers,
+// integration tier, where the cache takes pipelines.)
+func TestFromURLRefusedToAnonymousCallers(t *testing.T) {
+	e := newEnv(t, func(o *linkapi.Options) { o.AllowAnonymous = true })
+	const long = "https://example.com/private-report"
+	_, err := e.client.CreateLink(as(""), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL, Tags: []string{"private"}})
+	wantStatus(t, "anonymous create from the URL", err, codes.PermissionDenied, linkapi.ReasonFromURLTenantRequired, "mode")
+	if l, err := e.store.FromURL(t.Context(), "anonymous", codegen.URLKey("", long)); err == nil {
+		t.Errorf("the anonymous tenant has a link from the URL: %s", l.Code)
+	}
+	if _, err := e.client.CreateLink(as(""), &shortenerv1.CreateLinkRequest{LongUrl: long}); err != nil {
+		t.Errorf("anonymous sequential create: %v", err)
+	}
+	if keyed := createFromURL(t, e, "acme", long); !keyed.GetCreated() {
+		t.Errorf("a tenant with a key: %v; want its link created from the URL", keyed)
+	}
+}

@@ -212,13 +212,18 @@ func Tenant(ctx context.Context, allowAnonymous bool) (string, error) {
 // (normalised) URL, if there is one, is returned as it is (created false)
 // before the quota is asked: a repeat spends no creation quota and changes
 // nothing. Two calls that race to create it make one link: the loser's
-// insert meets the unique index and returns the winner's link.
+// insert meets the unique index and returns the winner's link. The
+// anonymous tenant may not use the mode (PERMISSION_DENIED
+// FROM_URL_TENANT_REQUIRED): its links belong to every anonymous caller.
 func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkRequest) (*shortenerv1.CreateLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
 		return nil, err
 	}
 	d, err := s.prepare(req)
+	if err == nil {
+		err = modeAllowed(tenant, d.mode)
+	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
 	}
@@ -289,6 +294,19 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	s.m.created.Add(ctx, 1, metric.WithAttributes(attribute.String("mode", modeName(mode))))
 	s.writeThrough(ctx, "create", stored)
 	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored), Created: true}, nil
+}
+
+// modeAllowed refuses CODE_MODE_FROM_URL to the anonymous tenant: every
+// anonymous caller shares that tenant, so the mode would hand one caller
+// another's link of the URL (its tags, targets, limits) and tell anybody
+// whether someone shortened a URL.
+func modeAllowed(tenant string, mode shortenerv1.CodeMode) error {
+	if mode != shortenerv1.CodeMode_CODE_MODE_FROM_URL || tenant != callmeta.AnonymousTenant {
+		return nil
+	}
+	return rpcerr.WithDetails(codes.PermissionDenied,
+		"mode CODE_MODE_FROM_URL needs an API key: anonymous callers share one tenant, so it would return other people's links; use another mode",
+		rpcerr.Info(ReasonFromURLTenantRequired, map[string]string{"field": "mode"}))
 }
 
 // insertFromURL stores l (URLKey set) under the first of its URL's
