@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
 )
@@ -151,5 +153,71 @@ func TestBatchFromURLRefusedToAnonymousCallers(t *testing.T) {
 	}
 	if resp.GetCreated() != 0 || rows != 0 {
 		t.Errorf("created %d, rows %d; want none", resp.GetCreated(), rows)
+	}
+}
+
+// A tenant's link of a URL that it disabled is not returned by creates from
+// the URL any more: concurrent creates of the URL make one new, working
+// link (exactly one caller is told it created it, every caller gets its
+// code), the disabled one keeps answering gone, and the tenant keeps one
+// link that holds the URL.
+func TestFromURLReplacesADisabledLink(t *testing.T) {
+	tenant := uniq("fud-")
+	sh := start(t, nil, hooks{})
+	db, rdb := stores(t, sh.cfg, tenant)
+	const long = "https://example.com/retired"
+	old, err := sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.api.UpdateLink(as(tenant, ""), &shortenerv1.UpdateLinkRequest{
+		Link:       &shortenerv1.Link{Code: old.GetLink().GetCode(), Disabled: true},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"disabled"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	const callers = 16
+	var wg sync.WaitGroup
+	resps := make([]*shortenerv1.CreateLinkResponse, callers)
+	errs := make([]error, callers)
+	start := make(chan struct{})
+	for i := range callers {
+		wg.Go(func() {
+			<-start
+			resps[i], errs[i] = sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL})
+		})
+	}
+	close(start)
+	wg.Wait()
+	created, code := 0, ""
+	for i := range callers {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if resps[i].GetCreated() {
+			created++
+		}
+		if code == "" {
+			code = resps[i].GetLink().GetCode()
+		}
+		if got := resps[i].GetLink(); got.GetCode() != code || got.GetDisabled() {
+			t.Errorf("caller %d got %v; want the working link %s", i, got, code)
+		}
+	}
+	if created != 1 || code == old.GetLink().GetCode() {
+		t.Errorf("%d callers created a link, code %s (the disabled one %s); want one new link", created, code, old.GetLink().GetCode())
+	}
+	if n := countRows(t, db, tenant, "AND url_key IS NOT NULL"); n != 1 {
+		t.Errorf("%d links of the tenant hold the URL, want 1", n)
+	}
+	if n := countRows(t, db, tenant, "AND disabled"); n != 1 {
+		t.Errorf("%d disabled links, want the old one", n)
+	}
+	if e := cacheEntry(t, rdb, code); e.State != linkcache.Active {
+		t.Errorf("the new link's redis entry %+v, want active", e)
+	}
+	if e := cacheEntry(t, rdb, old.GetLink().GetCode()); e.State != linkcache.Gone {
+		t.Errorf("the disabled link's redis entry %+v, want gone", e)
 	}
 }

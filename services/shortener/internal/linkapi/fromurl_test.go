@@ -8,6 +8,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/codegen"
 	"kurz.dev/services/shortener/internal/linkapi"
@@ -125,5 +126,45 @@ func TestFromURLRefusedToAnonymousCallers(t *testing.T) {
 	}
 	if keyed := createFromURL(t, e, "acme", long); !keyed.GetCreated() {
 		t.Errorf("a tenant with a key: %v; want its link created from the URL", keyed)
+	}
+}
+
+// A link of the URL that no longer works (disabled by its tenant, or
+// expired) is not "the tenant's link of the URL": creating from the URL
+// again makes a new, working link under the next candidate code, and the
+// old one stays as it was, without the URL. Repeats return the new link.
+func TestFromURLReplacesADeadLink(t *testing.T) {
+	past := time.Now().Add(-time.Minute)
+	expired := &past
+	disabled := true
+	for name, kill := range map[string]linkstore.Changes{"disabled": {Disabled: &disabled}, "expired": {Expires: &expired}} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			f, _ := codegen.NewFromURL(unitCodeKey)
+			const long = "https://example.com/dead"
+			old := createFromURL(t, e, "acme", long)
+			if _, err := e.store.Update(t.Context(), "acme", old.GetLink().GetCode(), kill); err != nil {
+				t.Fatal(err)
+			}
+
+			fresh := createFromURL(t, e, "acme", long)
+			if !fresh.GetCreated() || fresh.GetLink().GetCode() != f.Candidate("acme", long, 1) {
+				t.Fatalf("again after the link was %s: created %v, code %s; want a new link with the second candidate %s",
+					name, fresh.GetCreated(), fresh.GetLink().GetCode(), f.Candidate("acme", long, 1))
+			}
+			if fresh.GetLink().GetDisabled() || fresh.GetLink().GetExpireTime() != nil {
+				t.Errorf("the new link: %v; want it working", fresh.GetLink())
+			}
+			if entry, _ := e.cache.entry(t, fresh.GetLink().GetCode()); entry.State != linkcache.Active {
+				t.Errorf("the new link's cache entry %+v, want active", entry)
+			}
+			if again := createFromURL(t, e, "acme", long); again.GetCreated() || again.GetLink().GetCode() != fresh.GetLink().GetCode() {
+				t.Errorf("a repeat: created %v, code %s; want the new link %s", again.GetCreated(), again.GetLink().GetCode(), fresh.GetLink().GetCode())
+			}
+			l, err := e.store.Get(t.Context(), "acme", old.GetLink().GetCode())
+			if err != nil || l.URLKey != nil || l.Disabled != (name == "disabled") {
+				t.Errorf("the old link: %+v, %v; want it kept as it was, without the URL", l, err)
+			}
+		})
 	}
 }

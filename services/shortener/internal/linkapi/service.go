@@ -208,10 +208,11 @@ func Tenant(ctx context.Context, allowAnonymous bool) (string, error) {
 // the quota allowed the call, and only its hash is stored and returned to
 // nobody: responses say password_protected.
 //
-// With CODE_MODE_FROM_URL, the tenant's live link made from the same
+// With CODE_MODE_FROM_URL, the tenant's working link made from the same
 // (normalised) URL, if there is one, is returned as it is (created false)
 // before the quota is asked: a repeat spends no creation quota and changes
-// nothing. Two calls that race to create it make one link: the loser's
+// nothing. A link of the URL that is disabled or expired is not returned:
+// a new link, with a new code, takes the URL over from it. Two calls that race to create it make one link: the loser's
 // insert meets the unique index and returns the winner's link. The
 // anonymous tenant may not use the mode (PERMISSION_DENIED
 // FROM_URL_TENANT_REQUIRED): its links belong to every anonymous caller.
@@ -309,13 +310,20 @@ func modeAllowed(tenant string, mode shortenerv1.CodeMode) error {
 		rpcerr.Info(ReasonFromURLTenantRequired, map[string]string{"field": "mode"}))
 }
 
+// fromURLRaces bounds how often insertFromURL tries a candidate again
+// because the link that held the URL stopped working between its insert
+// and its read.
+const fromURLRaces = 3
+
 // insertFromURL stores l (URLKey set) under the first of its URL's
-// candidate codes that is free. created is false when the tenant's link of
-// the URL appeared meanwhile (a concurrent create won): that link is
-// returned. Every candidate taken is FAILED_PRECONDITION: retrying cannot
-// help, another mode can.
+// candidate codes that is free; the tenant's disabled or expired link of
+// the URL, if any, gives the URL up to it (linkstore.Store.Insert). created
+// is false when the tenant's working link of the URL appeared meanwhile (a
+// concurrent create won): that link is returned. Every candidate taken is
+// FAILED_PRECONDITION: retrying cannot help, another mode can.
 func (s *Service) insertFromURL(ctx context.Context, l linkstore.Link) (stored linkstore.Link, created bool, err error) {
-	for attempt := range codegen.FromURLAttempts {
+	races := 0
+	for attempt := 0; attempt < codegen.FromURLAttempts; {
 		l.Code = linkdomain.Key(l.Domain, s.fromURL.Candidate(l.Tenant, l.LongURL, attempt))
 		stored, err = s.store.Insert(ctx, l)
 		switch {
@@ -323,11 +331,18 @@ func (s *Service) insertFromURL(ctx context.Context, l linkstore.Link) (stored l
 			return stored, true, nil
 		case errors.Is(err, linkstore.ErrURLTaken):
 			stored, err = s.store.FromURL(ctx, l.Tenant, l.URLKey)
+			if errors.Is(err, linkstore.ErrNotFound) && races < fromURLRaces {
+				// The holder was disabled, expired or deleted since the
+				// insert: the next insert takes its place.
+				races++
+				continue
+			}
 			return stored, false, err
 		case !errors.Is(err, linkstore.ErrCodeTaken):
 			return linkstore.Link{}, false, err
 		}
 		s.m.fromURLSkipped.Add(ctx, 1)
+		attempt++
 	}
 	s.log.WarnContext(ctx, "codes from the url exhausted: every candidate is taken", "attempts", codegen.FromURLAttempts)
 	return linkstore.Link{}, false, rpcerr.WithDetails(codes.FailedPrecondition,

@@ -116,6 +116,45 @@ func testContract(t *testing.T, s contractStore, run string) {
 		insert(t, linkstore.Link{Code: run + "h6", Tenant: tenant, LongURL: "https://example.com/u", URLKey: key})
 	})
 
+	t.Run("DisabledOrExpiredLinkGivesUpItsURLKey", func(t *testing.T) {
+		disabled := true
+		past := time.Now().Add(-time.Minute)
+		expiry := &past
+		for name, kill := range map[string]linkstore.Changes{"disabled": {Disabled: &disabled}, "expired": {Expires: &expiry}} {
+			key := []byte(run + "-dead-" + name)
+			prefix := run + "d" + name[:1]
+			old := insert(t, linkstore.Link{Code: prefix + "1", Tenant: tenant, LongURL: "https://example.com/d", URLKey: key})
+			if _, err := s.Update(ctx, tenant, old.Code, kill); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.FromURL(ctx, tenant, key); !errors.Is(err, linkstore.ErrNotFound) {
+				t.Errorf("%s: FromURL = %s, %v; want ErrNotFound", name, got.Code, err)
+			}
+			// An insert that fails on its code changes nothing: the old
+			// link keeps the key.
+			if _, err := s.Insert(ctx, linkstore.Link{Code: old.Code, Tenant: tenant, LongURL: "https://example.com/d", URLKey: key}); !errors.Is(err, linkstore.ErrCodeTaken) {
+				t.Errorf("%s: insert under the old link's code: %v, want ErrCodeTaken", name, err)
+			}
+			if l, err := s.Get(ctx, tenant, old.Code); err != nil || string(l.URLKey) != string(key) {
+				t.Errorf("%s: after the failed insert the old link has URLKey %q, %v; want it kept", name, l.URLKey, err)
+			}
+			fresh, err := s.Insert(ctx, linkstore.Link{Code: prefix + "2", Tenant: tenant, LongURL: "https://example.com/d", URLKey: key})
+			if err != nil {
+				t.Fatalf("%s: a new link of the URL: %v, want it stored", name, err)
+			}
+			if got, err := s.FromURL(ctx, tenant, key); err != nil || got.Code != fresh.Code {
+				t.Errorf("%s: FromURL = %s, %v; want the new link %s", name, got.Code, err, fresh.Code)
+			}
+			if l, err := s.Get(ctx, tenant, old.Code); err != nil || l.URLKey != nil {
+				t.Errorf("%s: the old link: URLKey %q, %v; want it kept without a key", name, l.URLKey, err)
+			}
+			// The new link works: it keeps the key against the next one.
+			if _, err := s.Insert(ctx, linkstore.Link{Code: prefix + "3", Tenant: tenant, LongURL: "https://example.com/d", URLKey: key}); !errors.Is(err, linkstore.ErrURLTaken) {
+				t.Errorf("%s: a third link of the URL: %v, want ErrURLTaken", name, err)
+			}
+		}
+	})
+
 	t.Run("CodesStayTakenAcrossTenantsAndRevocation", func(t *testing.T) {
 		l := insert(t, linkstore.Link{Code: run + "t1", Tenant: tenant, LongURL: "https://example.com/t"})
 		if _, err := s.Insert(ctx, linkstore.Link{Code: l.Code, Tenant: other, LongURL: "https://example.com/o"}); !errors.Is(err, linkstore.ErrCodeTaken) {

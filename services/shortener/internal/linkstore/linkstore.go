@@ -172,15 +172,56 @@ func rulesJSON(s *linkrules.Set) *string {
 // (0008_links_from_url.sql).
 const urlKeyIndex = "links_tenant_url_key"
 
+// releaseURLKey takes the URL key ($2) from tenant $1's link of the URL
+// that no longer works (disabled, or expired: the redirect's expiry is
+// now >= expires_at), so that a new link can hold it. A working link keeps
+// it, and the new link's insert meets the unique index.
+const releaseURLKey = `UPDATE links SET url_key = NULL
+	WHERE tenant = $1 AND url_key = $2 AND deleted_at IS NULL AND (disabled OR expires_at <= now())`
+
 // Insert stores l (Code, Tenant, LongURL, Status, Expires, Tags, MaxVisits,
 // PasswordHash, the device URLs, Rules and URLKey) unless its code is taken
 // (ON CONFLICT DO NOTHING: a collision is an answer, not an error that
 // aborts anything), or its URLKey is (ErrURLTaken). It returns the stored
-// row.
+// row. With a URLKey, the tenant's link of the URL that is disabled or
+// expired gives the key up to l, in l's transaction: if l is not stored,
+// that link keeps it. So the tenant has at most one link per URL key, and
+// FromURL finds a working one whenever a create succeeded.
 func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	got, err := scan(s.db.QueryRow(ctx, `
+	if l.URLKey == nil {
+		return insert(ctx, s.db, l)
+	}
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return Link{}, fmt.Errorf("insert link: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // after Commit: a no-op
+	// Concurrent creates of the URL queue on the old link's row lock; the
+	// later ones find its key gone and meet the first one's link instead
+	// (its code, or the unique index).
+	if _, err := tx.Exec(ctx, releaseURLKey, l.Tenant, l.URLKey); err != nil {
+		return Link{}, fmt.Errorf("insert link: release url key: %w", err)
+	}
+	got, err := insert(ctx, tx, l)
+	if err != nil {
+		return Link{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Link{}, fmt.Errorf("insert link: commit: %w", err)
+	}
+	return got, nil
+}
+
+// querier is what insert needs of the pool or of a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// insert is Insert's statement, on db.
+func insert(ctx context.Context, db querier, l Link) (Link, error) {
+	got, err := scan(db.QueryRow(ctx, `
 		INSERT INTO links (`+insertColumns+`, url_key)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14)
 		ON CONFLICT (code) DO NOTHING
@@ -275,13 +316,16 @@ func noURLKeys(links []Link) error {
 	return nil
 }
 
-// FromURL returns tenant's live link made from the URL whose key is key
-// (Link.URLKey), or ErrNotFound.
+// FromURL returns tenant's working link made from the URL whose key is key
+// (Link.URLKey): not deleted, not disabled, not expired. ErrNotFound
+// without one; a disabled or expired link of the URL gives its key up to
+// the next Insert of the URL.
 func (s *Store) FromURL(ctx context.Context, tenant string, key []byte) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	l, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM links
-		WHERE tenant = $1 AND url_key = $2 AND deleted_at IS NULL`, tenant, key))
+		WHERE tenant = $1 AND url_key = $2 AND deleted_at IS NULL
+			AND NOT disabled AND (expires_at IS NULL OR expires_at > now())`, tenant, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Link{}, ErrNotFound
 	}

@@ -119,25 +119,38 @@ func (f *Fake) insert(l linkstore.Link, t time.Time) (linkstore.Link, bool) {
 	return clone(l), true
 }
 
-// Insert stores l unless its code is taken (linkstore.ErrCodeTaken).
+// Insert stores l unless its code is taken (linkstore.ErrCodeTaken) or
+// its URLKey is held by a working link (linkstore.ErrURLTaken); a disabled
+// or expired holder gives the key up to l.
 func (f *Fake) Insert(_ context.Context, l linkstore.Link) (linkstore.Link, error) {
 	defer f.mu.Unlock()
 	if err := f.lock(); err != nil {
 		return linkstore.Link{}, err
 	}
+	t := now()
 	if _, taken := f.links[l.Code]; !taken && l.URLKey != nil {
-		if _, ok := f.fromURL(l.Tenant, l.URLKey); ok {
-			return linkstore.Link{}, linkstore.ErrURLTaken
+		if r, ok := f.fromURL(l.Tenant, l.URLKey); ok {
+			if working(r.link, t) {
+				return linkstore.Link{}, linkstore.ErrURLTaken
+			}
+			r.link.URLKey = nil // released to l, as the PostgreSQL store does
 		}
 	}
-	stored, ok := f.insert(l, now())
+	stored, ok := f.insert(l, t)
 	if !ok {
 		return linkstore.Link{}, linkstore.ErrCodeTaken
 	}
 	return stored, nil
 }
 
-// fromURL finds tenant's live link with URLKey key; the caller holds mu.
+// working reports whether l serves its destination at t: neither disabled
+// nor expired (the redirect's expiry: t at or after Expires).
+func working(l linkstore.Link, t time.Time) bool {
+	return !l.Disabled && (l.Expires == nil || t.Before(*l.Expires))
+}
+
+// fromURL finds tenant's live link with URLKey key, working or not; the
+// caller holds mu.
 func (f *Fake) fromURL(tenant string, key []byte) (*row, bool) {
 	for _, r := range f.links {
 		if r.link.Tenant == tenant && r.link.Deleted == nil && r.link.URLKey != nil && string(r.link.URLKey) == string(key) {
@@ -147,7 +160,7 @@ func (f *Fake) fromURL(tenant string, key []byte) (*row, bool) {
 	return nil, false
 }
 
-// FromURL returns tenant's live link made from the URL of key, or
+// FromURL returns tenant's working link made from the URL of key, or
 // linkstore.ErrNotFound.
 func (f *Fake) FromURL(_ context.Context, tenant string, key []byte) (linkstore.Link, error) {
 	defer f.mu.Unlock()
@@ -155,7 +168,7 @@ func (f *Fake) FromURL(_ context.Context, tenant string, key []byte) (linkstore.
 		return linkstore.Link{}, err
 	}
 	r, ok := f.fromURL(tenant, key)
-	if !ok {
+	if !ok || !working(r.link, now()) {
 		return linkstore.Link{}, linkstore.ErrNotFound
 	}
 	return clone(r.link), nil
