@@ -59,3 +59,58 @@ func TestReadsTellAnOutageFromAnAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A range ClickHouse's DateTime cannot hold is refused by every read that
+// takes one: toDateTime would take it modulo 2^32, and a range 2^32 s after
+// a stored click would count that click (the wrong period).
+func TestReadsRefuseRangesDateTimeCannotHold(t *testing.T) {
+	var cfg struct{ ClickHouse chconn.Config }
+	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ch, err := chconn.New(ctx, cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	l := LayoutOf(cfg.ClickHouse)
+	if err := Apply(ctx, ch, l); err != nil {
+		t.Fatal(err)
+	}
+	s := New(ch, l)
+	tenant, code := "wrap-"+time.Now().Format("150405.000000"), "wrap1234"
+	at := time.Date(2026, 11, 18, 2, 1, 36, 0, time.UTC)
+	// A suspect copy, so that Duplicates has an event to find too.
+	if err := s.Insert(ctx, []Click{{Tenant: tenant, Code: code, Time: at, EventID: "e1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Insert(ctx, []Click{{Tenant: tenant, Code: code, Time: at, EventID: "e1", Suspect: true}}); err != nil {
+		t.Fatal(err)
+	}
+	hour := at.Truncate(time.Hour)
+	if got, err := s.Hourly(ctx, Range{Tenant: tenant, Code: code, Start: hour, End: hour.Add(time.Hour)}); err != nil || got[hour.Unix()].Total != 2 {
+		t.Fatalf("the click's own hour: %v (%v), want 2 rows", got, err)
+	}
+
+	wrap := time.Duration(1<<32) * time.Second
+	ranges := map[string]Range{
+		"2^32 s after the click": {Tenant: tenant, Code: code, Start: hour.Add(wrap), End: hour.Add(wrap + time.Hour)},
+		"end one past Latest":    {Tenant: tenant, Code: code, Start: Latest.Truncate(time.Hour), End: Latest.Add(time.Second)},
+		"start before Earliest":  {Tenant: tenant, Code: code, Start: Earliest.Add(-time.Hour), End: Earliest.Add(time.Hour)},
+	}
+	reads := map[string]func(Range) (any, error){
+		"Hourly":     func(r Range) (any, error) { return s.Hourly(ctx, r) },
+		"Dims":       func(r Range) (any, error) { return s.Dims(ctx, r) },
+		"Duplicates": func(r Range) (any, error) { return s.Duplicates(ctx, r) },
+	}
+	for rname, r := range ranges {
+		for name, read := range reads {
+			t.Run(rname+"/"+name, func(t *testing.T) {
+				if got, err := read(r); !errors.Is(err, ErrRangeOutOfBounds) {
+					t.Errorf("got %v (%v), want ErrRangeOutOfBounds", got, err)
+				}
+			})
+		}
+	}
+}

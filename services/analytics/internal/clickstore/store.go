@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -161,10 +162,31 @@ func (s *Store) Existing(ctx context.Context, rows []Click) (map[string]bool, er
 }
 
 // Range selects one link's clicks in [Start, End); both are whole UTC hours,
-// the resolution of the aggregates.
+// the resolution of the aggregates, within [Earliest, Latest].
 type Range struct {
 	Tenant, Code string
 	Start, End   time.Time
+}
+
+// Earliest and Latest bound the times a Range may name: ClickHouse's
+// DateTime is an unsigned 32-bit count of seconds, and toDateTime takes any
+// other number modulo 2^32 (on 18.16 toDateTime(6089934592) is
+// 2026-11-18 02:01:36), so a range past them would count another period.
+var (
+	Earliest = time.Unix(0, 0).UTC()
+	Latest   = time.Unix(math.MaxUint32, 0).UTC()
+)
+
+// ErrRangeOutOfBounds is a Range reaching past Earliest or Latest; the
+// caller should have refused it.
+var ErrRangeOutOfBounds = errors.New("clickstore: range outside what DateTime holds")
+
+// check refuses a range the queries would count wrongly.
+func (r Range) check() error {
+	if r.Start.Before(Earliest) || r.End.After(Latest) {
+		return fmt.Errorf("%w: [%s, %s)", ErrRangeOutOfBounds, r.Start.UTC().Format(time.RFC3339), r.End.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // Counts splits clicks by who made them. Human, Bot and Flood add up to
@@ -235,6 +257,9 @@ func unreachable(err error) bool {
 // Hourly returns r's counts per hour (Unix seconds of the hour's start), as
 // the aggregates hold them: duplicates not yet subtracted.
 func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
 	rows, err := s.conn.Query(ctx, `SELECT toUInt32(hour) AS h,
 			sum(total), sum(human), sum(bot), sum(flood), sum(visitors)
 		FROM `+HourlyTable+`
@@ -262,6 +287,9 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 // Dims returns r's clicks per dimension and key (DimReferrer, ...), as the
 // aggregates hold them: duplicates not yet subtracted.
 func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
 	rows, err := s.conn.Query(ctx, `SELECT dim, key, sum(clicks)
 		FROM `+DimsTable+`
 		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
@@ -332,6 +360,9 @@ type Duplicate struct {
 // nothing when the range has no suspects, and otherwise a cost that follows
 // the incidents (a crash, a takeover, a failed insert), not the link's size.
 func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
 	// On a cluster the subqueries read each shard's own suspects (the
 	// link's rows and suspects share a shard), not the Distributed table.
 	suspects := `SELECT %s FROM ` + s.layout.LocalQualified(SuspectsTable) + `

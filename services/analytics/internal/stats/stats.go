@@ -47,6 +47,15 @@ const (
 	maxTenantLen = 128
 )
 
+// EarliestTime and LatestTime bound start_time and end_time: the times
+// ClickHouse's DateTime holds (clickstore.Earliest, clickstore.Latest), in
+// the whole hours a range is widened to. Past them ClickHouse would count
+// another period.
+var (
+	EarliestTime = clickstore.Earliest.Truncate(time.Hour)
+	LatestTime   = clickstore.Latest.Truncate(time.Hour)
+)
+
 // Reasons (google.rpc.ErrorInfo.reason) of INVALID_ARGUMENT, and of
 // UNAVAILABLE while ClickHouse is down; shared ones are in rpcerr.
 const (
@@ -154,12 +163,19 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 		}
 		end = req.GetEndTime().AsTime()
 	}
+	if err := checkCovered("end_time", end, ""); err != nil {
+		return q, err
+	}
 	start := end.Add(-DefaultRange)
+	unset := " (when unset, 30 days before end_time)"
 	if req.StartTime != nil {
 		if err := req.GetStartTime().CheckValid(); err != nil {
 			return q, rpcerr.BadRequest("start_time", ReasonRangeInvalid, "start_time is not a valid timestamp")
 		}
-		start = req.GetStartTime().AsTime()
+		start, unset = req.GetStartTime().AsTime(), ""
+	}
+	if err := checkCovered("start_time", start, unset); err != nil {
+		return q, err
 	}
 	if !end.After(start) {
 		return q, rpcerr.BadRequest("end_time", ReasonRangeInvalid, fmt.Sprintf(
@@ -204,6 +220,17 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 		q.step = 24 * time.Hour
 	}
 	return q, nil
+}
+
+// checkCovered refuses a time of the request (field) outside EarliestTime
+// to LatestTime; note explains a value the client did not send.
+func checkCovered(field string, t time.Time, note string) error {
+	if t.Before(EarliestTime) || t.After(LatestTime) {
+		return rpcerr.BadRequest(field, ReasonRangeInvalid, fmt.Sprintf(
+			"%s %s%s is outside the times statistics cover: %s to %s",
+			field, t.UTC().Format(time.RFC3339), note, EarliestTime.Format(time.RFC3339), LatestTime.Format(time.RFC3339)))
+	}
+	return nil
 }
 
 // errNotFound is a code with clicks of other tenants only.

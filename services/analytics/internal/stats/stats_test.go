@@ -129,6 +129,7 @@ func TestValidation(t *testing.T) {
 	t.Parallel()
 	svc := New(newStore(t, ""), servertest.Logger(t), Options{})
 	now := time.Now()
+	wrap := time.Duration(1<<32) * time.Second // what ClickHouse's toDateTime takes times modulo
 	tests := map[string]struct {
 		req       *analyticsv1.GetLinkStatsRequest
 		field     string
@@ -145,6 +146,10 @@ func TestValidation(t *testing.T) {
 			"interval", "use INTERVAL_DAY"},
 		"unknown interval": {&analyticsv1.GetLinkStatsRequest{Code: "abcd", Interval: 7}, "interval", "unknown interval 7"},
 		"bad timestamp":    {&analyticsv1.GetLinkStatsRequest{Code: "abcd", EndTime: &timestamppb.Timestamp{Nanos: -1}}, "end_time", "not a valid timestamp"},
+		"range past 2106": {&analyticsv1.GetLinkStatsRequest{Code: "abcd", StartTime: ts(now.Add(wrap)), EndTime: ts(now.Add(wrap + time.Hour))},
+			"end_time", "outside the times statistics cover"},
+		"start before 1970": {&analyticsv1.GetLinkStatsRequest{Code: "abcd", StartTime: ts(time.Unix(-3600, 0)), EndTime: ts(time.Unix(3600, 0))},
+			"start_time", "outside the times statistics cover"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
