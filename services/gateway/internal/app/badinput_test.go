@@ -135,3 +135,101 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("IDN URL: %s; want 201 with the host in punycode", r)
 	}
 }
+
+// Every path and query value, on every route, is UTF-8 text without control
+// characters, or the request is a 400 naming the parameter: such a value
+// could never be valid, and passed on it failed in the gateway (protobuf
+// refuses invalid UTF-8) or in PostgreSQL (which refuses a NUL) as a 500.
+// Valid non-ASCII text still reaches the service, which answers it.
+func TestParametersMustBeText(t *testing.T) {
+	gw := startGateway(t, nil)
+	tn := newTenant(t, gw, "free")
+	c, admin := newClient(t, gw, tn.key), newClient(t, gw, adminToken)
+	r := c.do("POST", "/v1/links", `{"longUrl":"https://example.com/text"}`)
+	if r.code != http.StatusCreated {
+		t.Fatalf("create: %s", r)
+	}
+	code := r.json(t)["code"].(string)
+	tenantPath := "/v1/admin/tenants/" + tn.id
+
+	refused := map[string]struct {
+		c                  *client
+		method, path, body string
+		param              string
+	}{
+		"webhook id, invalid UTF-8":      {c, "DELETE", "/v1/webhooks/%ff", "", "id"},
+		"webhook id, NUL":                {c, "DELETE", "/v1/webhooks/a%00b", "", "id"},
+		"deliveries of a webhook":        {c, "GET", "/v1/webhooks/%ff/deliveries", "", "webhookId"},
+		"deliveries page_token, NUL":     {c, "GET", "/v1/webhooks/wh_x/deliveries?page_token=a%00b", "", "page_token"},
+		"redeliver a delivery":           {c, "POST", "/v1/webhooks/wh_x/deliveries/%ff/redeliver", "", "id"},
+		"link domain":                    {c, "GET", "/v1/links/" + code + "?domain=%ff", "", "domain"},
+		"link domain, NUL":               {c, "DELETE", "/v1/links/" + code + "?domain=a%00b", "", "domain"},
+		"stats domain":                   {c, "GET", "/v1/links/" + code + "/stats?domain=%ff", "", "domain"},
+		"qr domain":                      {c, "GET", "/v1/links/" + code + "/qr?domain=%ff", "", "domain"},
+		"list tag":                       {c, "GET", "/v1/links?tag=%ff", "", "tag"},
+		"list tag, tab":                  {c, "GET", "/v1/links?tag=a%09b", "", "tag"},
+		"list tag, C1 control":           {c, "GET", "/v1/links?tag=a%C2%85b", "", "tag"},
+		"list page_token":                {c, "GET", "/v1/links?page_token=%ff", "", "page_token"},
+		"export tag":                     {c, "GET", "/v1/links:export?tag=%ff", "", "tag"},
+		"get a domain":                   {c, "GET", "/v1/domains/%ff", "", "name"},
+		"delete a domain":                {c, "DELETE", "/v1/domains/%ff", "", "name"},
+		"verify a domain, NUL":           {c, "POST", "/v1/domains/a%00b.example/verify", "", "name"},
+		"admin: get a tenant":            {admin, "GET", "/v1/admin/tenants/%ff", "", "tenant"},
+		"admin: change a tenant, NUL":    {admin, "PATCH", "/v1/admin/tenants/a%00b", `{"plan":"free"}`, "tenant"},
+		"admin: issue a key":             {admin, "POST", "/v1/admin/tenants/%ff/keys", `{"name":"k"}`, "tenant"},
+		"admin: list keys, NUL":          {admin, "GET", "/v1/admin/tenants/a%00b/keys", "", "tenant"},
+		"admin: revoke a key":            {admin, "DELETE", tenantPath + "/keys/%ff", "", "key"},
+		"admin: revoke a key, NUL":       {admin, "DELETE", tenantPath + "/keys/a%00b", "", "key"},
+		"admin: revoke, tenant":          {admin, "DELETE", "/v1/admin/tenants/%ff/keys/abc", "", "tenant"},
+		"admin: approve, tenant":         {admin, "POST", "/v1/admin/tenants/%ff/domains/a.example/verify", "", "tenant"},
+		"admin: approve, domain":         {admin, "POST", tenantPath + "/domains/a%00b.example/verify", "", "name"},
+		"admin: NUL in a new plan":       {admin, "PATCH", tenantPath, `{"plan":"fr\u0000ee"}`, "plan"},
+		"admin: NUL in a tenant's plan":  {admin, "POST", "/v1/admin/tenants", `{"id":"` + newTenantID(t) + `","name":"n","plan":"fr\u0000ee"}`, "plan"},
+		"NUL in a webhook's description": {c, "POST", "/v1/webhooks", `{"url":"https://example.com/hook","events":["link.created"],"description":"a\u0000b"}`, "description"},
+	}
+	for name, tc := range refused {
+		t.Run(name, func(t *testing.T) {
+			r := tc.c.do(tc.method, tc.path, tc.body)
+			if r.code != http.StatusBadRequest {
+				t.Fatalf("%s %s: %s; want 400", tc.method, tc.path, r)
+			}
+			e := r.apiError(t)
+			if e["code"] != "INVALID_ARGUMENT" || !strings.Contains(fmt.Sprint(e["detail"]), tc.param) {
+				t.Errorf("error %v %q; want INVALID_ARGUMENT naming %q", e["code"], e["detail"], tc.param)
+			}
+			if fields, _ := e["errors"].([]any); len(fields) != 1 || fields[0].(map[string]any)["field"] != tc.param {
+				t.Errorf("errors %v; want the one field %q", e["errors"], tc.param)
+			}
+		})
+	}
+
+	// Non-ASCII text is no bad input: the service answers it (no such
+	// thing, or a tag it does not take), not the gateway's check.
+	passed := map[string]struct {
+		c            *client
+		path         string
+		status       int
+		wantInDetail string
+	}{
+		"a tag café":            {c, "/v1/links?tag=caf%C3%A9", 400, `"café" is not a valid tag`},
+		"an export by tag café": {c, "/v1/links:export?tag=caf%C3%A9", 400, `"café" is not a valid tag`},
+		"an IDN domain":         {c, "/v1/links/" + code + "?domain=b%C3%BCcher.example", 404, "no such link"},
+		"an IDN domain's stats": {c, "/v1/links/" + code + "/stats?domain=b%C3%BCcher.example", 404, "no such link"},
+		"a domain named in IDN": {c, "/v1/domains/b%C3%BCcher.example", 404, "no such domain"},
+		"a tenant named café":   {admin, "/v1/admin/tenants/caf%C3%A9", 404, "no such tenant"},
+	}
+	for name, tc := range passed {
+		t.Run(name, func(t *testing.T) {
+			r := tc.c.do("GET", tc.path, "")
+			if r.code != tc.status {
+				t.Fatalf("GET %s: %s; want %d", tc.path, r, tc.status)
+			}
+			if d := fmt.Sprint(r.apiError(t)["detail"]); !strings.Contains(d, tc.wantInDetail) {
+				t.Errorf("detail %q; want %q", d, tc.wantInDetail)
+			}
+		})
+	}
+	if r := c.do("GET", "/v1/links/"+code, ""); r.code != http.StatusOK {
+		t.Errorf("the link after the table: %s; want it there", r)
+	}
+}

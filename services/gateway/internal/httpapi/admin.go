@@ -57,6 +57,16 @@ func storeError(err error) error {
 	return internalError(err)
 }
 
+// checkPlan refuses a plan that is not text (isText), which no plan is:
+// PostgreSQL fails on a NUL where it would otherwise find the plan unknown
+// (the store's UnknownPlanError).
+func checkPlan(plan string) error {
+	if !isText(plan) {
+		return badParameter("plan", "plan must be UTF-8 text without control characters")
+	}
+	return nil
+}
+
 func (a *API) createTenant(c *call) error {
 	b, err := a.readBody(c, false)
 	if err != nil {
@@ -78,6 +88,9 @@ func (a *API) createTenant(c *call) error {
 	}
 	if body.Plan == "" {
 		return badRequest("plan is required, e.g. \"free\" or \"pro\"")
+	}
+	if err := checkPlan(body.Plan); err != nil {
+		return err
 	}
 	t, err := a.keys.CreateTenant(c.r.Context(), keystore.Tenant{ID: body.ID, Name: body.Name, Plan: body.Plan})
 	if err != nil {
@@ -113,6 +126,9 @@ func (a *API) updateTenant(c *call) error {
 	}
 	if body.Plan == "" {
 		return badRequest("plan is required: PATCH changes a tenant's plan")
+	}
+	if err := checkPlan(body.Plan); err != nil {
+		return err
 	}
 	t, err := a.keys.SetPlan(c.r.Context(), c.r.PathValue("tenant"), body.Plan)
 	if err != nil {

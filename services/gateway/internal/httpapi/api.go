@@ -228,12 +228,16 @@ func (a *API) downstreamFor(c *call, timeout time.Duration) (context.Context, co
 }
 
 // serve runs one route: admission (authentication, brute-force guard, edge
-// quota), query parameter check, then the handler. Every error goes out
-// through toAPIError and writeError.
+// quota), the check of its path and query parameters, then the handler.
+// Every error goes out through toAPIError and writeError.
 func (a *API) serve(rt route) http.Handler {
+	wildcards := pathWildcards(rt.pattern)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{w: w, r: r, st: stateOf(r)}
 		err := a.admit(c, rt)
+		if err == nil {
+			err = checkPath(r, wildcards)
+		}
 		if err == nil {
 			err = checkQuery(r, rt.query)
 		}

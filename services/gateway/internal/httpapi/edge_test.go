@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,39 @@ func TestQRSVG(t *testing.T) {
 		`<rect width="3" height="3" fill="#fff"/><path fill="#000" d="M0 0h2v1h-2zM1 1h1v1h-1zM0 2h1v1h-1zM2 2h1v1h-1z"/></svg>` + "\n"
 	if svg != want {
 		t.Errorf("got  %s\nwant %s", svg, want)
+	}
+}
+
+// Path and query values must be UTF-8 text without control characters;
+// any other non-ASCII text passes.
+func TestIsText(t *testing.T) {
+	for s, want := range map[string]bool{
+		"": true, "abc-123_x": true, "café": true, "bücher.example": true, "日本": true, "a b": true, "\u202eabcd": true,
+		"\xff": false, "caf\xc3": false, "a\x00b": false, "a\tb": false, "a\nb": false, "a\x7fb": false, "a\u0085b": false,
+	} {
+		if got := isText(s); got != want {
+			t.Errorf("isText(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// checkPath sees every wildcard of every route: each {name} of the
+// pattern, in order.
+func TestPathWildcards(t *testing.T) {
+	for pattern, want := range map[string][]string{
+		"GET /v1/links":              nil,
+		"GET /v1/links/{code}/stats": {"code"},
+		"POST /v1/webhooks/{webhookId}/deliveries/{id}/redeliver": {"webhookId", "id"},
+		"GET /files/{rest...}": {"rest"},
+		"GET /{$}":             nil,
+	} {
+		if got := pathWildcards(pattern); !slices.Equal(got, want) {
+			t.Errorf("pathWildcards(%q) = %q, want %q", pattern, got, want)
+		}
+	}
+	for _, rt := range (&API{}).table() {
+		if got, want := len(pathWildcards(rt.pattern)), strings.Count(rt.pattern, "{"); got != want {
+			t.Errorf("%s: %d wildcards found, the pattern has %d", rt.pattern, got, want)
+		}
 	}
 }

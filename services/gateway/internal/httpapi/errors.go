@@ -59,6 +59,14 @@ func badRequest(msg string) *apiError {
 	return newError(http.StatusBadRequest, codeName(codes.InvalidArgument), msg)
 }
 
+// badParameter is badRequest naming the path or query parameter at fault
+// in the problem's errors, as a service's BadRequest names a field.
+func badParameter(name, msg string) *apiError {
+	e := badRequest(msg)
+	e.fields = []fieldError{{Field: name, Detail: msg}}
+	return e
+}
+
 func notFound(msg string) *apiError {
 	return newError(http.StatusNotFound, codeName(codes.NotFound), msg)
 }

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -211,8 +213,8 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// checkQuery refuses query parameters a route does not take, and repeated
-// ones, naming them.
+// checkQuery refuses query parameters a route does not take, repeated
+// ones, and values that are not text (see isText), naming them.
 func checkQuery(r *http.Request, allowed []string) error {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
@@ -227,7 +229,48 @@ func checkQuery(r *http.Request, allowed []string) error {
 			return badRequest(fmt.Sprintf("unknown query parameter %q: this route takes %s", name, strings.Join(allowed, ", ")))
 		case len(q[name]) > 1:
 			return badRequest(fmt.Sprintf("query parameter %q is given %d times", name, len(q[name])))
+		case !isText(q[name][0]):
+			return badParameter(name, fmt.Sprintf("query parameter %q must be UTF-8 text without control characters", name))
 		}
 	}
 	return nil
+}
+
+// checkPath refuses path values (the pattern's wildcards, by name) that are
+// not text (see isText), naming them.
+func checkPath(r *http.Request, wildcards []string) error {
+	for _, name := range wildcards {
+		if !isText(r.PathValue(name)) {
+			return badParameter(name, fmt.Sprintf("the %s in the path must be UTF-8 text without control characters", name))
+		}
+	}
+	return nil
+}
+
+// isText reports whether s is valid UTF-8 without control characters (C0
+// with NUL, DEL, C1). Every path and query value must be: protobuf refuses
+// invalid UTF-8 in a string field (the call to a service failed in the
+// gateway), PostgreSQL refuses NUL in text, and no name, code, tag or token
+// of the API holds either; checking here, for every route, leaves no
+// handler to forget it.
+func isText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	return !strings.ContainsFunc(s, unicode.IsControl)
+}
+
+// pathWildcards returns the names of the wildcards of a mux pattern
+// ("GET /v1/webhooks/{webhookId}/deliveries" → webhookId), in order.
+func pathWildcards(pattern string) []string {
+	var names []string
+	for _, seg := range strings.Split(pattern, "/") {
+		if name, ok := strings.CutPrefix(seg, "{"); ok {
+			name = strings.TrimSuffix(strings.TrimSuffix(name, "}"), "...")
+			if name != "$" {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
 }

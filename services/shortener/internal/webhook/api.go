@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -28,6 +29,7 @@ const (
 	ReasonURLInvalid         = "WEBHOOK_URL_INVALID"
 	ReasonEventUnknown       = "WEBHOOK_EVENT_UNKNOWN"
 	ReasonDescriptionTooLong = "WEBHOOK_DESCRIPTION_TOO_LONG"
+	ReasonDescriptionInvalid = "WEBHOOK_DESCRIPTION_INVALID"
 	ReasonTooMany            = "WEBHOOK_LIMIT_REACHED"
 	ReasonNotFound           = "WEBHOOK_NOT_FOUND"
 	ReasonStillPending       = "WEBHOOK_DELIVERY_PENDING"
@@ -87,9 +89,14 @@ func (a *API) CreateWebhook(ctx context.Context, req *shortenerv1.CreateWebhookR
 		return nil, err
 	}
 	desc := req.GetDescription()
-	if utf8.RuneCountInString(desc) > maxDescription || !utf8.ValidString(desc) {
+	if !utf8.ValidString(desc) || strings.ContainsFunc(desc, unicode.IsControl) {
+		// PostgreSQL cannot store a NUL: refused here, not an INTERNAL.
+		return nil, rpcerr.BadRequest("description", ReasonDescriptionInvalid,
+			"description must be UTF-8 text without control characters")
+	}
+	if utf8.RuneCountInString(desc) > maxDescription {
 		return nil, rpcerr.BadRequest("description", ReasonDescriptionTooLong,
-			"description must be valid UTF-8 of at most 200 characters")
+			"description must be at most 200 characters")
 	}
 	sub := Subscription{ID: "wh_" + strings.ToLower(rand.Text()), Tenant: tenant, URL: u, Events: events, Description: desc}
 	secret := newSecret()
