@@ -359,18 +359,26 @@ func TestBlocklistRefusesAtCreation(t *testing.T) {
 	}
 }
 
+// startWithBlocklist starts a shortener whose blocklist file (path, holding
+// phish.example) is reloaded every 10 ms, and returns a domain that is not
+// on it yet.
+func startWithBlocklist(t *testing.T) (sh instance, path, bad string) {
+	t.Helper()
+	bad = uniq("later-") + ".example"
+	path = filepath.Join(t.TempDir(), "blocklist")
+	if err := os.WriteFile(path, []byte("phish.example\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return start(t, map[string]string{"KURZ_SHORTENER_BLOCKLIST_FILE": path, "KURZ_SHORTENER_BLOCKLIST_RELOAD": "10ms"}, hooks{}), path, bad
+}
+
 // TestBlocklistReachesExistingLinks: a domain added to the blocklist
 // disables the live links created before it, whether it is their long URL's
 // or a device target's, and their redirect entry answers gone; other links
 // stay live.
 func TestBlocklistReachesExistingLinks(t *testing.T) {
 	tenant := uniq("swp-")
-	bad := uniq("later-") + ".example"
-	path := filepath.Join(t.TempDir(), "blocklist")
-	if err := os.WriteFile(path, []byte("phish.example\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sh := start(t, map[string]string{"KURZ_SHORTENER_BLOCKLIST_FILE": path, "KURZ_SHORTENER_BLOCKLIST_RELOAD": "10ms"}, hooks{})
+	sh, path, bad := startWithBlocklist(t)
 	_, rdb := stores(t, sh.cfg, tenant)
 	ctx := as(tenant, "")
 	create := func(req *shortenerv1.CreateLinkRequest) string {
@@ -411,12 +419,7 @@ func TestBlocklistReachesExistingLinks(t *testing.T) {
 // disabled in PostgreSQL and gone in Redis.
 func TestBlocklistedLinkStaysDisabled(t *testing.T) {
 	tenant := uniq("swp-")
-	bad := uniq("later-") + ".example"
-	path := filepath.Join(t.TempDir(), "blocklist")
-	if err := os.WriteFile(path, []byte("phish.example\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sh := start(t, map[string]string{"KURZ_SHORTENER_BLOCKLIST_FILE": path, "KURZ_SHORTENER_BLOCKLIST_RELOAD": "10ms"}, hooks{})
+	sh, path, bad := startWithBlocklist(t)
 	_, rdb := stores(t, sh.cfg, tenant)
 	ctx := as(tenant, "")
 	made, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://login." + bad + "/x"})
