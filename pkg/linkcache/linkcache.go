@@ -102,13 +102,36 @@ type Targets struct {
 }
 
 // VisitsKeyPrefix starts the key of a visit-limited link's visit counter:
-// "v:<code>", an integer INCRed by the redirect service once per visit. It has
-// no TTL: it lives as long as the link (the shortener deletes it when the
-// link is deleted), since losing it would hand out the visits again.
+// "v:<code>", an integer INCRed by the redirect service once per visit. It
+// lives as long as the link, since losing it would hand out the visits
+// again: the shortener deletes it when the link is deleted, and its
+// lifetime follows the link's current expiry (ExpireVisits).
 const VisitsKeyPrefix = "v:"
 
 // VisitsKey returns the Redis key of code's visit counter.
 func VisitsKey(code string) string { return VisitsKeyPrefix + code }
+
+// VisitsGrace is how long a visit counter outlives its link's expiry, so
+// that a redirect whose clock runs behind Redis's never finds a fresh
+// counter for a link it still takes for live.
+const VisitsGrace = time.Hour
+
+// ExpireVisits sends (or queues, on a pipeline) the command that gives the
+// visit counter at key (VisitsKey) the lifetime of a link expiring at
+// expiresAtMs (Unix ms; 0 never): PEXPIREAT that expiry plus VisitsGrace,
+// or PERSIST for a link that never expires. Either replaces whatever
+// lifetime an earlier expiry gave the counter, so a cleared or later
+// expiry cannot leave it to end before its link and hand out the spent
+// visits again. Neither creates a missing counter (an expiry more than
+// VisitsGrace past removes it, as its TTL would have). Both sides send it:
+// the redirect with every counted visit, the shortener with every change
+// of a link (whose expiry may move with no visit in between).
+func ExpireVisits(ctx context.Context, c redis.Cmdable, key string, expiresAtMs int64) *redis.BoolCmd {
+	if expiresAtMs == 0 {
+		return c.Persist(ctx, key)
+	}
+	return c.PExpireAt(ctx, key, time.UnixMilli(expiresAtMs).Add(VisitsGrace))
+}
 
 // Expired reports whether an Active entry's expiry has passed at now.
 func (e Entry) Expired(now time.Time) bool {

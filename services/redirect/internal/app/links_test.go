@@ -20,12 +20,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/redistest"
 	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/shortener/shortenertest"
 )
 
 // Link features of issue #10 as the redirect serves them: passwords (form,
@@ -629,6 +634,75 @@ func TestVisitsHeldByAReplica(t *testing.T) {
 	replica.Resume()
 	get(http.StatusFound) // the third visit
 	get(http.StatusGone)
+}
+
+// TestSpentVisitsStaySpent: a spent link's visit counter lives as long as
+// the link, whatever becomes of its expiry. Visits of a link expiring soon
+// give the counter that end plus the grace; clearing the expiry (UpdateLink,
+// no visit in between) makes the counter permanent at once, in the
+// shortener's write-through; and a visit under an entry without expiry
+// makes it permanent too, whatever TTL it had (a visit counted by a pod
+// that still held the old entry leaves one). Before, the counter kept its
+// hour and then granted the spent link a fresh visit.
+func TestSpentVisitsStaySpent(t *testing.T) {
+	f := newFixture(t)
+	sh := shortenertest.Start(t, map[string]string{
+		"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr(),
+	})
+	api := shortenerv1.NewShortenerServiceClient(sh.Conn)
+	ctx := callmeta.Outgoing(context.Background(), "visits-test", "")
+	soon := time.Now().Add(20 * time.Second).Truncate(time.Millisecond)
+	made, err := api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/once", MaxVisits: 1,
+		ExpireTime: timestamppb.New(soon)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := made.GetLink().GetCode()
+	f.track(code)
+	key := linkcache.VisitsKey(code)
+	ttl := func() time.Duration {
+		t.Helper()
+		d, err := f.rdb.PTTL(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+
+	r := start(t, nil, hooks{})
+	for _, want := range []int{http.StatusFound, http.StatusGone} {
+		if resp := get(t, r.HTTP, "/"+code); resp.StatusCode != want {
+			t.Fatalf("GET of a 1-visit link: %d, want %d", resp.StatusCode, want)
+		}
+	}
+	// Redis rounds to its own clock: allow it a second either way.
+	if got, want := ttl(), time.Until(soon)+linkcache.VisitsGrace; (got - want).Abs() > time.Second {
+		t.Errorf("counter TTL %v, want %v: its link's expiry plus the grace", got, want)
+	}
+
+	if _, err := api.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{Link: &shortenerv1.Link{Code: code},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"expire_time"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ttl(); got != -1 {
+		t.Errorf("counter TTL %v once the link never expires, want none (-1)", got)
+	}
+
+	// As a visit under the old entry leaves the counter. A fresh pod holds
+	// nothing stale: it reads the new entry.
+	if err := f.rdb.PExpire(context.Background(), key, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fresh := start(t, nil, hooks{})
+	if resp := get(t, fresh.HTTP, "/"+code); resp.StatusCode != http.StatusGone {
+		t.Errorf("spent link that never expires: %d, want 410", resp.StatusCode)
+	}
+	if got := ttl(); got != -1 {
+		t.Errorf("counter TTL %v after a visit of the link that never expires, want none (-1)", got)
+	}
+	if n, err := f.rdb.Get(context.Background(), key).Int64(); err != nil || n != 3 {
+		t.Errorf("visit count %d (%v), want 3", n, err)
+	}
 }
 
 // TestDeviceTargets: each User-Agent class gets its target, or the long URL

@@ -50,11 +50,6 @@ func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry
 	return decideVisit(n, err, e.MaxVisits)
 }
 
-// counterGrace keeps a counter this long past its link's expiry, so that a
-// redirect whose clock runs behind Redis's never finds a fresh counter for
-// a link it still takes for live.
-const counterGrace = time.Hour
-
 // keyNode finds the node that holds a key, and the masters: a cluster
 // client.
 type keyNode interface {
@@ -62,10 +57,12 @@ type keyNode interface {
 	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
 }
 
-// incr counts one visit at key: INCR, the counter's expiry (its link's, if
-// the link expires; otherwise it lives as long as the link, which deletes
-// it), and WAIT until VisitReplicas replicas hold the count, in one round
-// trip to the node holding key. A count the replicas did not acknowledge
+// incr counts one visit at key: INCR, the counter's lifetime from its
+// link's expiry at expiresAtMs (linkcache.ExpireVisits: PEXPIREAT the expiry
+// plus the grace, or PERSIST for a link that never expires, so a counter
+// an earlier expiry gave a TTL lives on once that expiry is cleared), and
+// WAIT until VisitReplicas replicas hold the count, in one round trip to
+// the node holding key. A count the replicas did not acknowledge
 // within the deadline is an error: the visit is refused (503), because a
 // failover to a replica without it would grant that visit again.
 //
@@ -108,12 +105,10 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, expir
 			p.Do(ctx, "ASKING")
 		}
 		incr = p.Incr(ctx, key)
-		if expiresAtMs > 0 {
-			if asking {
-				p.Do(ctx, "ASKING")
-			}
-			p.PExpireAt(ctx, key, time.UnixMilli(expiresAtMs).Add(counterGrace))
+		if asking {
+			p.Do(ctx, "ASKING")
 		}
+		linkcache.ExpireVisits(ctx, p, key, expiresAtMs)
 		if replicas > 0 {
 			// Answer before the socket deadline: WAIT 0 would block forever.
 			d := time.Millisecond

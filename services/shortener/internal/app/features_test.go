@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcache"
@@ -507,5 +509,73 @@ func TestDeleteRemovesVisitCounter(t *testing.T) {
 	}
 	if e := cacheEntry(t, rdb, code); e.State != linkcache.Gone {
 		t.Errorf("entry after delete: %+v", e)
+	}
+}
+
+// TestVisitCounterFollowsExpiry: every change of a link gives its visit
+// counter the lifetime of the link's current expiry (plus the grace), with
+// no visit in between: a cleared expiry makes the counter permanent, a
+// later one moves its end along. A counter that ended before its link
+// would hand out the spent visits again. The count itself is kept, and a
+// link with no counter yet gets none.
+func TestVisitCounterFollowsExpiry(t *testing.T) {
+	tenant := uniq("vce-")
+	sh := start(t, nil, hooks{})
+	_, rdb := stores(t, sh.cfg, tenant)
+	ctx := as(tenant, "")
+	bg := context.Background()
+	soon := time.Now().Add(20 * time.Second).Truncate(time.Millisecond)
+	made, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/e", MaxVisits: 1,
+		ExpireTime: timestamppb.New(soon)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := made.GetLink().GetCode()
+	key := linkcache.VisitsKey(code)
+	t.Cleanup(func() { rdb.Del(bg, key) })
+	expire := func(at *time.Time) {
+		t.Helper()
+		l := &shortenerv1.Link{Code: code}
+		if at != nil {
+			l.ExpireTime = timestamppb.New(*at)
+		}
+		if _, err := sh.api.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{Link: l, UpdateMask: mask("expire_time")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ttl := func() time.Duration {
+		t.Helper()
+		d, err := rdb.PTTL(bg, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+
+	later := time.Now().Add(3 * time.Hour).Truncate(time.Millisecond)
+	expire(&later)
+	if n := rdb.Exists(bg, key).Val(); n != 0 {
+		t.Fatalf("an unvisited link's update created its counter")
+	}
+	// The link spent (two visits on one), its counter ending with the link
+	// plus the grace, as the redirect leaves it.
+	if err := rdb.Set(bg, key, 2, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.PExpireAt(bg, key, soon.Add(linkcache.VisitsGrace)).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	expire(nil)
+	if got := ttl(); got != -1 {
+		t.Errorf("counter TTL %v after the expiry was cleared, want none (-1)", got)
+	}
+	expire(&later)
+	// Redis rounds to its own clock: allow it a second either way.
+	if got, want := ttl(), time.Until(later)+linkcache.VisitsGrace; (got - want).Abs() > time.Second {
+		t.Errorf("counter TTL %v after the expiry moved 3 h on, want %v: the new expiry plus the grace", got, want)
+	}
+	if n, err := rdb.Get(bg, key).Int64(); err != nil || n != 2 {
+		t.Errorf("visit count %d (%v) after the expiry changes, want 2 kept", n, err)
 	}
 }

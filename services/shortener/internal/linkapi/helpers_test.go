@@ -192,6 +192,16 @@ func (c *cache) Del(ctx context.Context, keys ...string) *redis.IntCmd {
 	return redis.NewIntResult(int64(len(keys)), nil)
 }
 
+// Persist and PExpireAt give a visit counter its link's lifetime: the
+// fake checks only that the key exists, as Redis answers, and keeps no TTL.
+func (c *cache) Persist(ctx context.Context, key string) *redis.BoolCmd {
+	return redis.NewBoolResult(c.has(key), nil)
+}
+
+func (c *cache) PExpireAt(ctx context.Context, key string, _ time.Time) *redis.BoolCmd {
+	return redis.NewBoolResult(c.has(key), nil)
+}
+
 // entry returns code's cache entry; found is false without one.
 func (c *cache) entry(t *testing.T, code string) (e linkcache.Entry, found bool) {
 	t.Helper()

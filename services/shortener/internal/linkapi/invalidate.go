@@ -41,20 +41,34 @@ func (s *Service) refresh(ctx context.Context, op, code string) {
 	}
 }
 
-// storeEntry sets l's Redis entry and publishes the invalidation; for a
-// deleted link it also deletes the visit counter (a code is never reused, so
-// the counter would only take room). Every command is idempotent, so a retry
-// after a partial failure is harmless.
+// storeEntry sets l's Redis entry and publishes the invalidation, then
+// deletes a deleted link's visit counter (a code is never reused, so the
+// counter would only take room) and gives any other link's counter the
+// lifetime of the link's current expiry (linkcache.ExpireVisits). The
+// redirect sets that lifetime with every visit too, but an expiry cleared
+// or moved later with no visit in between would otherwise leave the
+// counter to end before its link, handing out the spent visits again.
+// Every command is idempotent, so a retry after a partial failure is
+// harmless.
 func (s *Service) storeEntry(ctx context.Context, l linkstore.Link) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
 	defer cancel()
 	if err := linkcache.WriteThrough(ctx, s.rdb, l.Code, entry(l), s.opts.CacheTTL); err != nil {
 		return err
 	}
+	key := linkcache.VisitsKey(l.Code)
 	if l.Deleted != nil {
-		if err := s.rdb.Del(ctx, linkcache.VisitsKey(l.Code)).Err(); err != nil {
-			return fmt.Errorf("redis del %s: %w", linkcache.VisitsKey(l.Code), err)
+		if err := s.rdb.Del(ctx, key).Err(); err != nil {
+			return fmt.Errorf("redis del %s: %w", key, err)
 		}
+		return nil
+	}
+	var expiresAtMs int64
+	if l.Expires != nil {
+		expiresAtMs = l.Expires.UnixMilli()
+	}
+	if err := linkcache.ExpireVisits(ctx, s.rdb, key, expiresAtMs).Err(); err != nil {
+		return fmt.Errorf("redis expire %s: %w", key, err)
 	}
 	return nil
 }
