@@ -56,9 +56,11 @@ type Config struct {
 	// DefaultStatus answers links without their own redirect type: 301, 302,
 	// 307 or 308.
 	DefaultStatus int `env:"REDIRECT_DEFAULT_STATUS" default:"302"`
-	// CDNMaxAge > 0 lets a CDN cache 302/307 answers this long.
+	// CDNMaxAge > 0 lets a CDN cache 302/307 answers this long (a link
+	// expiring sooner: until its expiry).
 	CDNMaxAge time.Duration `env:"REDIRECT_CDN_MAX_AGE" default:"0s"`
-	// PermanentMaxAge is the Cache-Control max-age of 301/308 answers.
+	// PermanentMaxAge is the Cache-Control max-age of 301/308 answers (a
+	// link expiring sooner: until its expiry).
 	PermanentMaxAge time.Duration `env:"REDIRECT_PERMANENT_MAX_AGE" default:"1h"`
 	// TrustedProxies are CIDRs (or addresses) of the proxies in front of the
 	// service (the ingress pods): only their forwarding headers are

@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,6 +218,41 @@ func TestAnswers(t *testing.T) {
 	}
 	if resp := get(t, cdn.HTTP, "/"+temp); resp.StatusCode != 307 || resp.Header.Get("Cache-Control") != "public, max-age=5" {
 		t.Errorf("307 with a CDN max-age: %d %q", resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
+}
+
+// TestCachingEndsWithTheLink: no cacheable redirect (301/308, 302/307 with
+// a CDN max-age, a permanent link's per-device answer) may be kept past its
+// link's expiry: max-age is the whole seconds left when that is less than
+// the configured one. A link that outlives it keeps the configured value.
+func TestCachingEndsWithTheLink(t *testing.T) {
+	f := newFixture(t)
+	soon := time.Now().Add(30 * time.Second).Truncate(time.Millisecond)
+	far := time.Now().Add(48 * time.Hour)
+	perm, temp, device, later := f.code(), f.code(), f.code(), f.code()
+	f.insert(perm, "t", "https://example.com/perm", 301, &soon, false)
+	f.insert(temp, "t", "https://example.com/temp", 307, &soon, false)
+	f.insertLink(device, "https://example.com/device", features{status: 308, ios: "https://example.com/ios", expires: soon})
+	f.insert(later, "t", "https://example.com/later", 301, &far, false)
+
+	r := start(t, map[string]string{"KURZ_REDIRECT_CDN_MAX_AGE": "1m"}, hooks{})
+	for _, tc := range []struct {
+		code, scope string
+		status      int
+	}{{perm, "public", 301}, {temp, "public", 307}, {device, "private", 308}} {
+		before := time.Now()
+		resp := get(t, r.HTTP, "/"+tc.code)
+		after := time.Now()
+		cc := resp.Header.Get("Cache-Control")
+		age, ok := strings.CutPrefix(cc, tc.scope+", max-age=")
+		n, err := strconv.Atoi(age)
+		lo, hi := int(soon.Sub(after)/time.Second), int(soon.Sub(before)/time.Second)
+		if resp.StatusCode != tc.status || !ok || err != nil || n < lo || n > hi {
+			t.Errorf("/%s expiring in 30 s: %d %q, want %d and %s, max-age=%d..%d", tc.code, resp.StatusCode, cc, tc.status, tc.scope, lo, hi)
+		}
+	}
+	if resp := get(t, r.HTTP, "/"+later); resp.StatusCode != 301 || resp.Header.Get("Cache-Control") != "public, max-age=3600" {
+		t.Errorf("301 expiring in 48 h: %d %q, want public, max-age=3600", resp.StatusCode, resp.Header.Get("Cache-Control"))
 	}
 }
 

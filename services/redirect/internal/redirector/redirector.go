@@ -61,7 +61,8 @@ type Config struct {
 	// (every click reaches kurz, revocation is immediate).
 	CDNMaxAge time.Duration
 	// PermanentMaxAge is the max-age of 301/308 answers, a deliberate choice
-	// per link or by configuration.
+	// per link or by configuration. Either max-age ends at the link's
+	// expiry when that comes sooner (untilExpiry).
 	PermanentMaxAge time.Duration
 	// Clients finds each request's client (nil: the TCP peer). Its trusted
 	// proxies' X-Forwarded-Proto is believed too.
@@ -484,20 +485,42 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 	case e.Targets != nil:
 		hdr["Vary"] = varyUserAgent
 		if permanent {
-			hdr["Cache-Control"] = h.ccPrivatePermanent
+			hdr["Cache-Control"] = untilExpiry(h.ccPrivatePermanent, "private", h.cfg.PermanentMaxAge, e.ExpiresAtMs, time.Now)
 		} else {
 			hdr["Cache-Control"] = ccPrivate
 		}
 	case permanent:
-		hdr["Cache-Control"] = h.ccPermanent
+		hdr["Cache-Control"] = untilExpiry(h.ccPermanent, "public", h.cfg.PermanentMaxAge, e.ExpiresAtMs, time.Now)
 	case h.cfg.CDNMaxAge > 0:
-		hdr["Cache-Control"] = h.ccCDN
+		hdr["Cache-Control"] = untilExpiry(h.ccCDN, "public", h.cfg.CDNMaxAge, e.ExpiresAtMs, time.Now)
 	default:
 		hdr["Cache-Control"] = ccPrivate
 	}
 	hdr["Location"] = []string{target}
 	w.WriteHeader(status)
 	return status
+}
+
+// untilExpiry is the Cache-Control value of a cacheable redirect: cc, the
+// shared "<scope>, max-age=<maxAge>", unless its link (expiring at
+// expiresAtMs, Unix ms; 0 never) expires sooner. Then max-age is the whole
+// seconds left, rounded down, so no cache keeps the redirect past the
+// expiry, and with less than a second left it is "no-store": max-age=0
+// would still let a cache store the redirect and serve it stale (RFC 9111
+// allows that when it cannot reach kurz, and CDNs offer it), after the
+// link answers 410. Only such links allocate, and only they read now.
+func untilExpiry(cc []string, scope string, maxAge time.Duration, expiresAtMs int64, now func() time.Time) []string {
+	if expiresAtMs == 0 {
+		return cc
+	}
+	left := (expiresAtMs - now().UnixMilli()) / 1000
+	switch {
+	case left >= int64(maxAge/time.Second):
+		return cc
+	case left < 1:
+		return ccNoStore
+	}
+	return []string{scope + ", max-age=" + strconv.FormatInt(left, 10)}
 }
 
 // Header values shared by every response that carries them (net/http only
