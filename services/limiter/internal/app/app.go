@@ -51,8 +51,8 @@ type Config struct {
 	RedisTimeout time.Duration `env:"LIMITER_REDIS_TIMEOUT" default:"10ms"`
 	// Replicas is the number of limiter replicas when the live count is
 	// off (KURZ_LIMITER_FLEET_HEARTBEAT=0): the local fallback admits
-	// limit/replicas per key on each. With it on (the default), it is
-	// KURZ_LIMITER_MAX_REPLICAS's default.
+	// limit/replicas per key on each, rounded down. With it on (the
+	// default), it is KURZ_LIMITER_MAX_REPLICAS's default.
 	Replicas int `env:"LIMITER_REPLICAS" default:"1"`
 	// Fleet names the limiter replicas that share the rules: each one
 	// heartbeats into the Redis key rl:fleet:{<name>} and the local
