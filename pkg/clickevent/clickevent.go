@@ -52,6 +52,7 @@ import (
 	"unicode/utf8"
 
 	"kurz.dev/pkg/redisconn"
+	"kurz.dev/pkg/resp"
 )
 
 // Version is the schema version written in field "v".
@@ -174,6 +175,55 @@ func (e Event) Args() []any {
 		v = append(v, FieldVariant, truncateName(e.Variant))
 	}
 	return v
+}
+
+// AppendXAdd appends to b the RESP encoding of the command that appends e
+// to stream: XADD stream MAXLEN ~ maxLen * followed by Values. It is what
+// go-redis sends for XAddArgs{Stream, MaxLen, Approx: true, ID: "*",
+// Values: Args()}, without an interface value or argument slice per field.
+func (e Event) AppendXAdd(b []byte, stream string, maxLen int64) []byte {
+	f, n := e.fields()
+	b = resp.AppendArray(b, 6+2*n)
+	b = resp.AppendBulk(b, "XADD")
+	b = resp.AppendBulk(b, stream)
+	b = resp.AppendBulk(b, "MAXLEN")
+	b = resp.AppendBulk(b, "~")
+	b = resp.AppendBulkInt(b, maxLen)
+	b = resp.AppendBulk(b, "*")
+	for _, p := range f[:n] {
+		b = resp.AppendBulk(b, p.name)
+		b = resp.AppendBulk(b, p.value)
+	}
+	return b
+}
+
+// field is one field/value pair of an entry.
+type field struct{ name, value string }
+
+// fields returns the entry's pairs, in Args's order, and how many there
+// are. (Args lists its own: boxing a name held in a variable would
+// allocate, a constant's does not.)
+func (e Event) fields() (f [12]field, n int) {
+	f[0] = field{FieldVersion, Version}
+	f[1] = field{FieldID, e.ID}
+	f[2] = field{FieldCode, e.Code}
+	f[3] = field{FieldTenant, e.Tenant}
+	f[4] = field{FieldTimestamp, strconv.FormatInt(e.Time.UnixMilli(), 10)}
+	f[5] = field{FieldVisitor, e.Visitor}
+	f[6] = field{FieldUserAgent, Truncate(e.UserAgent)}
+	f[7] = field{FieldReferrer, Truncate(e.Referrer)}
+	f[8] = field{FieldTraceParent, e.TraceParent}
+	f[9] = field{FieldCountry, Country(e.Country)}
+	n = 10
+	if e.Rule != "" {
+		f[n] = field{FieldRule, truncateName(e.Rule)}
+		n++
+	}
+	if e.Variant != "" {
+		f[n] = field{FieldVariant, truncateName(e.Variant)}
+		n++
+	}
+	return f, n
 }
 
 // MaxNameLen bounds a rule or variant name kept in an event.

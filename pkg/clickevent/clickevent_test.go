@@ -1,13 +1,18 @@
 package clickevent
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/resp"
 )
 
 func TestValuesParseRoundTrip(t *testing.T) {
@@ -139,5 +144,49 @@ func TestArgsBoxOnlyTheValues(t *testing.T) {
 	const most = 1 + 1 + 7
 	if n := testing.AllocsPerRun(100, func() { _ = e.Args() }); n > most {
 		t.Errorf("Args: %.0f allocations, want at most %d", n, most)
+	}
+}
+
+// decodeCommand reads b as exactly one command.
+func decodeCommand(t *testing.T, b []byte) []string {
+	t.Helper()
+	r := bufio.NewReader(bytes.NewReader(b))
+	args, err := resp.ReadCommand(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Buffered() > 0 {
+		t.Fatalf("%d bytes after the command", r.Buffered())
+	}
+	return args
+}
+
+func TestAppendXAddSendsWhatValuesSay(t *testing.T) {
+	for name, e := range map[string]Event{
+		"plain": {ID: NewID(time.Now()), Code: "10000g8", Tenant: "acme", Time: time.UnixMilli(1790000000123),
+			Visitor: "v", UserAgent: "curl/8", Country: "DE"},
+		"rule, variant, long texts": {ID: NewID(time.Now()), Code: "x", Time: time.UnixMilli(-5),
+			UserAgent: strings.Repeat("é", MaxTextLen), Referrer: "https://a.example/\r\n$3\r\n",
+			Rule: strings.Repeat("r", 2*MaxNameLen), Variant: "b", Country: "zz"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			prefix := []byte("kept")
+			b := e.AppendXAdd(prefix, "clicks:{3}", 1_000_000)
+			if string(b[:4]) != "kept" {
+				t.Fatalf("the buffer's start was overwritten: %q", b[:4])
+			}
+			want := append([]string{"XADD", "clicks:{3}", "MAXLEN", "~", "1000000", "*"}, e.Values()...)
+			if got := decodeCommand(t, b[4:]); !slices.Equal(got, want) {
+				t.Errorf("AppendXAdd sends\n%q\nwant\n%q", got, want)
+			}
+		})
+	}
+}
+
+func TestAppendXAddAllocatesOnlyTheTimestamp(t *testing.T) {
+	e := Event{ID: NewID(time.Now()), Code: "10000g8", Tenant: "acme", Time: time.Now(), Visitor: "v", UserAgent: "curl/8"}
+	buf := make([]byte, 0, 4096)
+	if n := testing.AllocsPerRun(100, func() { buf = e.AppendXAdd(buf[:0], "clicks:{0}", 1000) }); n > 1 {
+		t.Errorf("AppendXAdd: %v allocations, want at most 1", n)
 	}
 }

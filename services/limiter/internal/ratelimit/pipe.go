@@ -5,14 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"net"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"kurz.dev/pkg/resp"
 )
 
 // pipes batches decision scripts per Redis master: one connection and one
@@ -279,16 +278,16 @@ func (n *nodePipe) connect() error {
 	if err := conn.SetDeadline(time.Now().Add(n.p.dialTimeout)); err != nil {
 		return err
 	}
-	_, _ = n.w.Write(appendCommand(nil, "AUTH", n.p.password))
+	_, _ = n.w.Write(resp.AppendCommand(nil, "AUTH", n.p.password))
 	if err := n.w.Flush(); err != nil {
 		return err
 	}
-	line, err := readLine(n.r)
+	line, err := resp.ReadLine(n.r)
 	if err != nil {
 		return err
 	}
-	if line != "+OK" {
-		return fmt.Errorf("redis: AUTH: %s", strings.TrimPrefix(line, "-"))
+	if string(line) != "+OK" {
+		return fmt.Errorf("redis: AUTH: %s", strings.TrimPrefix(string(line), "-"))
 	}
 	return nil
 }
@@ -317,7 +316,7 @@ func isReplyError(err error) bool {
 // script's own errors (ERR ... from the script) as a scriptError, anything
 // else as errNoScript (NOSCRIPT) or errRedirect (MOVED, ASK, ...).
 func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
-	b, err := readLineBytes(r)
+	b, err := resp.ReadLine(r)
 	if err != nil {
 		return nil, err
 	}
@@ -336,20 +335,20 @@ func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
 	default:
 		return nil, fmt.Errorf("redis: unexpected reply %.40q", b)
 	}
-	count, ok := parseInt(b[1:])
+	count, ok := resp.ParseInt(b[1:])
 	if !ok || count < 0 || count > 1<<16 {
 		return nil, fmt.Errorf("redis: bad array header %.40q", b)
 	}
 	vals := buf[:0]
 	for range count {
-		b, err := readLineBytes(r)
+		b, err := resp.ReadLine(r)
 		if err != nil {
 			return nil, err
 		}
 		if b[0] != ':' {
 			return nil, fmt.Errorf("redis: unexpected array element %.40q", b)
 		}
-		v, ok := parseInt(b[1:])
+		v, ok := resp.ParseInt(b[1:])
 		if !ok {
 			return nil, fmt.Errorf("redis: bad integer %.40q", b)
 		}
@@ -358,103 +357,26 @@ func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
 	return vals, nil
 }
 
-// parseInt reads a RESP integer: an optional minus sign and 1 to 19
-// decimal digits. strconv.ParseInt would need a string, an allocation per
-// line of every reply.
-func parseInt(b []byte) (int64, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 19 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	switch {
-	case neg && v <= 1<<63:
-		return int64(-v), true // -(1<<63) wraps to itself: math.MinInt64
-	case !neg && v <= math.MaxInt64:
-		return int64(v), true
-	}
-	return 0, false
-}
-
-// readLine reads one CRLF-terminated protocol line, without the CRLF.
-func readLine(r *bufio.Reader) (string, error) {
-	b, err := readLineBytes(r)
-	return string(b), err
-}
-
-// readLineBytes is readLine in r's buffer, valid until r's next read; the
-// line is never empty.
-func readLineBytes(r *bufio.Reader) ([]byte, error) {
-	b, err := r.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return nil, errors.New("redis: reply line too long")
-		}
-		if errors.Is(err, io.EOF) {
-			return nil, io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	if len(b) < 3 || b[len(b)-2] != '\r' {
-		return nil, errors.New("redis: malformed reply line")
-	}
-	return b[:len(b)-2], nil
-}
-
 // appendEvalsha encodes EVALSHA sha len(keys) keys... args... in RESP.
 func appendEvalsha(b []byte, sha string, keys []string, args []any) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(3+len(keys)+len(args)), 10)
-	b = append(b, "\r\n"...)
-	b = appendBulk(b, "evalsha")
-	b = appendBulk(b, sha)
-	b = appendBulkInt(b, int64(len(keys)))
+	b = resp.AppendArray(b, 3+len(keys)+len(args))
+	b = resp.AppendBulk(b, "evalsha")
+	b = resp.AppendBulk(b, sha)
+	b = resp.AppendBulkInt(b, int64(len(keys)))
 	for _, k := range keys {
-		b = appendBulk(b, k)
+		b = resp.AppendBulk(b, k)
 	}
 	for _, a := range args {
 		switch v := a.(type) {
 		case string:
-			b = appendBulk(b, v)
+			b = resp.AppendBulk(b, v)
 		case int:
-			b = appendBulkInt(b, int64(v))
+			b = resp.AppendBulkInt(b, int64(v))
 		case int64:
-			b = appendBulkInt(b, v)
+			b = resp.AppendBulkInt(b, v)
 		default:
-			b = appendBulk(b, fmt.Sprint(v))
+			b = resp.AppendBulk(b, fmt.Sprint(v))
 		}
 	}
 	return b
-}
-
-func appendCommand(b []byte, args ...string) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, "\r\n"...)
-	for _, a := range args {
-		b = appendBulk(b, a)
-	}
-	return b
-}
-
-func appendBulk(b []byte, s string) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, "\r\n"...)
-	b = append(b, s...)
-	return append(b, "\r\n"...)
-}
-
-func appendBulkInt(b []byte, v int64) []byte {
-	var num [20]byte
-	return appendBulk(b, string(strconv.AppendInt(num[:0], v, 10)))
 }

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/resp"
 )
 
 // respServer is a fake Redis node: it reads RESP commands and answers each
@@ -55,7 +57,7 @@ func (s *respServer) serve(c net.Conn) {
 	defer c.Close()
 	r := bufio.NewReader(c)
 	for {
-		args, err := readCommand(r)
+		args, err := resp.ReadCommand(r)
 		if err != nil {
 			return
 		}
@@ -68,31 +70,6 @@ func (s *respServer) serve(c net.Conn) {
 			return
 		}
 	}
-}
-
-func readCommand(r *bufio.Reader) ([]string, error) {
-	line, err := readLine(r)
-	if err != nil {
-		return nil, err
-	}
-	if !strings.HasPrefix(line, "*") {
-		return nil, fmt.Errorf("not an array: %q", line)
-	}
-	n, _ := strconv.Atoi(line[1:])
-	args := make([]string, n)
-	for i := range args {
-		h, err := readLine(r)
-		if err != nil {
-			return nil, err
-		}
-		size, _ := strconv.Atoi(strings.TrimPrefix(h, "$"))
-		b := make([]byte, size+2)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return nil, err
-		}
-		args[i] = string(b[:size])
-	}
-	return args, nil
 }
 
 // echoKey answers EVALSHA with {1, <the number at the end of the first

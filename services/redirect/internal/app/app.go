@@ -441,10 +441,15 @@ func (h hooks) startClicks(ctx context.Context, cfg Config, lc *server.Lifecycle
 		lc.OwnCloser("click redis", crdb) // closed after the pipeline's last flush
 		clickRedis = crdb
 	}
-	clicks, err := clickpipe.New(clickpipe.Config{
+	pc := clickpipe.Config{
 		Streams: cfg.Streams, Buffer: cfg.ClickBuffer, Batch: cfg.ClickBatch,
 		Linger: cfg.ClickFlushInterval, WriteTimeout: cfg.ClickWriteTimeout,
-	}, clickRedis, log, meter)
+	}
+	if c, ok := clickRedis.(*redis.ClusterClient); ok {
+		// Each stream writer on a connection of its own to its master.
+		pc.Route, pc.DialTimeout = clickpipe.ClusterRoute(c), c.Options().DialTimeout
+	}
+	clicks, err := clickpipe.New(pc, clickRedis, log, meter)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,13 @@ type Config struct {
 	Linger time.Duration
 	// WriteTimeout bounds one batch's round trip to Redis.
 	WriteTimeout time.Duration
+	// Route, if set, finds the master of a stream key (ClusterRoute): each
+	// writer then sends its batches over a connection of its own
+	// (shardConn), and rdb's pipeline carries only what that node
+	// redirects. Without it, every batch is an rdb pipeline.
+	Route Route
+	// DialTimeout bounds a writer's connection attempt (default 1 s).
+	DialTimeout time.Duration
 }
 
 // Pipeline is the click recorder.
@@ -70,6 +77,9 @@ func New(cfg Config, rdb redis.Cmdable, log *slog.Logger, meter metric.Meter) (*
 	for _, reason := range []string{"buffer_full", "redis"} {
 		p.dropped.Add(context.Background(), 0, metric.WithAttributes(attribute.String("reason", reason)))
 	}
+	if p.cfg.DialTimeout <= 0 {
+		p.cfg.DialTimeout = time.Second
+	}
 	for _, key := range p.keys {
 		p.wg.Go(func() { p.write(key) })
 	}
@@ -107,12 +117,14 @@ func (p *Pipeline) write(key string) {
 	batch := make([]clickevent.Event, 0, p.cfg.Batch)
 	linger := time.NewTimer(p.cfg.Linger)
 	defer linger.Stop()
+	sc := &shardConn{dialTimeout: p.cfg.DialTimeout}
+	defer sc.drop()
 	var failing int // consecutive failed batches, to keep the log quiet
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		written, err := p.flush(key, batch)
+		written, err := p.flush(sc, key, batch)
 		p.written.Add(context.Background(), int64(written))
 		if lost := len(batch) - written; lost > 0 {
 			p.dropped.Add(context.Background(), int64(lost), metric.WithAttributes(attribute.String("reason", "redis")))
@@ -123,6 +135,7 @@ func (p *Pipeline) write(key string) {
 		} else {
 			failing = 0
 		}
+		clear(batch) // the events' strings
 		batch = batch[:0]
 	}
 	for {
@@ -154,10 +167,32 @@ func (p *Pipeline) write(key string) {
 	}
 }
 
-// flush XADDs batch to key in one pipeline and returns how many were written.
-func (p *Pipeline) flush(key string, batch []clickevent.Event) (int, error) {
+// flush appends batch to key, over sc when the pipeline routes, and
+// returns how many events were written.
+func (p *Pipeline) flush(sc *shardConn, key string, batch []clickevent.Event) (int, error) {
 	ctx, cancel := context.WithTimeout(p.abortCtx, p.cfg.WriteTimeout)
 	defer cancel()
+	if p.cfg.Route == nil {
+		return p.pipeline(ctx, key, batch)
+	}
+	node, err := p.cfg.Route(ctx, key)
+	if err != nil {
+		return p.pipeline(ctx, key, batch)
+	}
+	written, redo, err := sc.xadd(ctx, node, key, p.cfg.Streams.MaxLen, batch, sc.redo[:0])
+	if len(redo) > 0 {
+		n, perr := p.pipeline(ctx, key, redo)
+		written += n
+		err = errors.Join(err, perr)
+	}
+	clear(redo)
+	sc.redo = redo[:0]
+	return written, err
+}
+
+// pipeline XADDs batch to key in one rdb pipeline and returns how many
+// were written.
+func (p *Pipeline) pipeline(ctx context.Context, key string, batch []clickevent.Event) (int, error) {
 	pipe := p.rdb.Pipeline()
 	for _, e := range batch {
 		pipe.XAdd(ctx, &redis.XAddArgs{

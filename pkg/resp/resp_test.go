@@ -1,0 +1,67 @@
+package resp
+
+import (
+	"bufio"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func reader(s string) *bufio.Reader { return bufio.NewReaderSize(strings.NewReader(s), 16) }
+
+func TestACommandReadsBackAsItWasWritten(t *testing.T) {
+	args := []string{"XADD", "clicks:{0}", "", "a\r\nb", strings.Repeat("é", 40)}
+	b := AppendCommand([]byte("kept"), args...)
+	b = AppendArray(b, 2)
+	b = AppendBulk(b, "INCRBY")
+	b = AppendBulkInt(b, math.MinInt64)
+	if string(b[:4]) != "kept" {
+		t.Fatalf("the buffer's start was overwritten: %q", b[:4])
+	}
+	r := bufio.NewReader(strings.NewReader(string(b[4:])))
+	for _, want := range [][]string{args, {"INCRBY", "-9223372036854775808"}} {
+		got, err := ReadCommand(r)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("ReadCommand = %q, %v; want %q", got, err, want)
+		}
+	}
+	if _, err := ReadCommand(r); err == nil {
+		t.Error("ReadCommand after the last command: no error")
+	}
+}
+
+func TestReadCommandRefusesWhatIsNotOne(t *testing.T) {
+	for _, in := range []string{"+OK\r\n", "*1\r\n:1\r\n", "*1\r\n$3\r\nabcd\r\n", "*-2\r\n", "*1\r\n$-1\r\n", "*2\r\n$1\r\na\r\n"} {
+		if _, err := ReadCommand(bufio.NewReader(strings.NewReader(in))); err == nil {
+			t.Errorf("%q: no error", in)
+		}
+	}
+}
+
+func TestReadLine(t *testing.T) {
+	r := reader(":42\r\n+OK\r\n")
+	for _, want := range []string{":42", "+OK"} {
+		if got, err := ReadLine(r); err != nil || string(got) != want {
+			t.Fatalf("ReadLine = %q, %v; want %q", got, err, want)
+		}
+	}
+	for _, bad := range []string{"\r\n", ":1\n", ":1\r", ":" + strings.Repeat("9", 40) + "\r\n"} {
+		if got, err := ReadLine(reader(bad)); err == nil {
+			t.Errorf("%q: ReadLine = %q, want an error", bad, got)
+		}
+	}
+}
+
+func TestParseInt(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "-1": -1, "9223372036854775807": math.MaxInt64, "-9223372036854775808": math.MinInt64, "0042": 42} {
+		if got, ok := ParseInt([]byte(in)); !ok || got != want {
+			t.Errorf("ParseInt(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "-", "+1", "9223372036854775808", "-9223372036854775809", "1a", "12345678901234567890"} {
+		if got, ok := ParseInt([]byte(bad)); ok {
+			t.Errorf("ParseInt(%q) = %d, want refused", bad, got)
+		}
+	}
+}

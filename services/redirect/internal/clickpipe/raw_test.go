@@ -1,0 +1,266 @@
+package clickpipe
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/resp"
+	"kurz.dev/pkg/testkit/metrictest"
+)
+
+// fakeNode is a Redis node that reads RESP commands and answers each with
+// what reply says about the n-th XADD it received (counting from 0 over
+// all connections); a reply of "" closes the connection instead.
+type fakeNode struct {
+	ln    net.Listener
+	reply func(n int) string
+
+	mu    sync.Mutex
+	cmds  [][]string // every command received, AUTH included
+	xadds int
+	conns int
+}
+
+func newFakeNode(t *testing.T, reply func(n int) string) *fakeNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeNode{ln: ln, reply: reply}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.conns++
+			f.mu.Unlock()
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *fakeNode) serve(c net.Conn) {
+	defer func() { _ = c.Close() }()
+	r := bufio.NewReader(c)
+	for {
+		cmd, err := resp.ReadCommand(r)
+		if err != nil {
+			return
+		}
+		f.mu.Lock()
+		f.cmds = append(f.cmds, cmd)
+		var reply string
+		if strings.EqualFold(cmd[0], "AUTH") {
+			reply = "+OK\r\n"
+		} else {
+			reply = f.reply(f.xadds)
+			f.xadds++
+		}
+		f.mu.Unlock()
+		if reply == "" {
+			return
+		}
+		if _, err := io.WriteString(c, reply); err != nil {
+			return
+		}
+	}
+}
+
+func (f *fakeNode) received() (cmds [][]string, conns int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.cmds), f.conns
+}
+
+func (f *fakeNode) route(password string) Route {
+	return func(context.Context, string) (Node, error) {
+		return Node{Addr: f.ln.Addr().String(), Password: password}, nil
+	}
+}
+
+func entryID(n int) string {
+	id := fmt.Sprintf("1790000000000-%d", n)
+	return fmt.Sprintf("$%d\r\n%s\r\n", len(id), id)
+}
+
+func routed(f *fakeNode, password string) Config {
+	cfg := config()
+	cfg.Batch = 4
+	cfg.Route = f.route(password)
+	return cfg
+}
+
+// With a route, a batch goes to the stream's node over the writer's own
+// connection (AUTH first when there is a password), each event one XADD
+// with go-redis's arguments; the cluster client's pipeline is not used.
+func TestRoutedBatchesUseTheWritersConnection(t *testing.T) {
+	node := newFakeNode(t, entryID)
+	rdb := &fakeStreams{}
+	p, reader := start(t, routed(node, "s3cret"), rdb)
+	for i := range 8 {
+		p.Record(event(i))
+	}
+	awaitCounter(t, reader, 8, written)
+	cmds, conns := node.received()
+	if conns != 1 || len(cmds) != 9 || !slices.Equal(cmds[0], []string{"AUTH", "s3cret"}) {
+		t.Fatalf("node got %d connections and commands %q, want one connection: AUTH, then 8 XADDs", conns, cmds)
+	}
+	key := clickevent.StreamKeys(1)[0]
+	for i, cmd := range cmds[1:] {
+		want := append([]string{"XADD", key, "MAXLEN", "~", "5000", "*"}, event(i).Values()...)
+		if !slices.Equal(cmd, want) {
+			t.Errorf("XADD %d: %q, want %q", i, cmd, want)
+		}
+	}
+	if got := rdb.events(); got != 0 {
+		t.Errorf("the cluster client's pipeline sent %d events, want 0", got)
+	}
+}
+
+// Events the node redirects (MOVED, ASK, TRYAGAIN, ...) were not written
+// there: the cluster client's pipeline sends them, and they count as
+// written.
+func TestRedirectedEventsGoThroughTheClusterClient(t *testing.T) {
+	node := newFakeNode(t, func(n int) string {
+		switch n {
+		case 1:
+			return "-MOVED 3999 127.0.0.1:7002\r\n"
+		case 3:
+			return "-TRYAGAIN Multiple keys request during rehashing of slot\r\n"
+		}
+		return entryID(n)
+	})
+	rdb := &fakeStreams{}
+	p, reader := start(t, routed(node, ""), rdb)
+	for i := range 4 {
+		p.Record(event(i))
+	}
+	awaitCounter(t, reader, 4, written)
+	var ids []string
+	for _, b := range rdb.sent() {
+		for _, a := range b {
+			ids = append(ids, a.Values.([]any)[3].(string))
+		}
+	}
+	if want := []string{"id-1", "id-3"}; !slices.Equal(ids, want) {
+		t.Errorf("the cluster client sent %v, want %v", ids, want)
+	}
+	if got := metrictest.Counter(t, reader, dropped, "reason", "redis"); got != 0 {
+		t.Errorf("dropped %d, want 0", got)
+	}
+}
+
+// An error reply of the node's own (OOM) loses that event, counted; the
+// rest of the batch is written.
+func TestErrorRepliesAreCountedAsDropped(t *testing.T) {
+	node := newFakeNode(t, func(n int) string {
+		if n == 2 {
+			return "-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+		}
+		return entryID(n)
+	})
+	rdb := &fakeStreams{}
+	p, reader := start(t, routed(node, ""), rdb)
+	for i := range 4 {
+		p.Record(event(i))
+	}
+	awaitCounter(t, reader, 1, dropped, "reason", "redis")
+	if got := metrictest.Counter(t, reader, written); got != 3 {
+		t.Errorf("written %d, want 3", got)
+	}
+	if got := rdb.events(); got != 0 {
+		t.Errorf("the cluster client sent %d events, want 0 (an OOM is not a redirect)", got)
+	}
+}
+
+// A connection lost in the middle of a batch: the events it answered are
+// written, the others lost and counted (they may have been appended: sent
+// again, they could be twice), and the next batch connects anew.
+func TestALostConnectionLosesOnlyTheUnansweredEvents(t *testing.T) {
+	node := newFakeNode(t, func(n int) string {
+		if n == 2 {
+			return "" // the connection closes before answering XADD 2
+		}
+		return entryID(n)
+	})
+	rdb := &fakeStreams{}
+	p, reader := start(t, routed(node, ""), rdb)
+	for i := range 4 {
+		p.Record(event(i))
+	}
+	awaitCounter(t, reader, 2, dropped, "reason", "redis")
+	if got := metrictest.Counter(t, reader, written); got != 2 {
+		t.Errorf("written %d, want 2", got)
+	}
+	for i := 4; i < 8; i++ {
+		p.Record(event(i))
+	}
+	awaitCounter(t, reader, 6, written)
+	if _, conns := node.received(); conns != 2 {
+		t.Errorf("%d connections, want 2 (one anew after the loss)", conns)
+	}
+	if got := rdb.events(); got != 0 {
+		t.Errorf("the cluster client sent %d events, want 0", got)
+	}
+}
+
+// A node that cannot be reached got nothing: the cluster client's
+// pipeline sends the batch.
+func TestAnUnreachableNodeLeavesTheBatchToTheClusterClient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	cfg := config()
+	cfg.Batch = 4
+	cfg.Route = func(context.Context, string) (Node, error) { return Node{Addr: addr}, nil }
+	rdb := &fakeStreams{}
+	p, reader := start(t, cfg, rdb)
+	for i := range 4 {
+		p.Record(event(i))
+	}
+	awaitCounter(t, reader, 4, written)
+	if got := rdb.events(); got != 4 {
+		t.Errorf("the cluster client sent %d events, want 4", got)
+	}
+}
+
+// Close's deadline cuts a routed batch in flight too.
+func TestCloseCutsARoutedBatch(t *testing.T) {
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	node := newFakeNode(t, func(n int) string {
+		close(entered)
+		<-release // never answers while the test runs
+		return ""
+	})
+	t.Cleanup(func() { close(release) })
+	cfg := routed(node, "")
+	cfg.Batch = 1
+	p, reader := start(t, cfg, &fakeStreams{})
+	p.Record(event(0))
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Close(ctx); err == nil || !strings.Contains(err.Error(), "flush cut short") {
+		t.Fatalf("Close with an ended context: %v, want the flush cut short", err)
+	}
+	if got := metrictest.Counter(t, reader, dropped, "reason", "redis"); got != 1 {
+		t.Errorf("dropped redis %d, want 1 (the cut write)", got)
+	}
+}
