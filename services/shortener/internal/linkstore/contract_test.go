@@ -3,6 +3,7 @@ package linkstore_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strings"
@@ -291,6 +292,20 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 		if _, err := s.List(ctx, lt, 1, "not-a-token", ""); !errors.Is(err, linkstore.ErrBadPageToken) {
 			t.Errorf("a made-up token: %v, want ErrBadPageToken", err)
+		}
+		// Well-formed tokens holding what no listing writes: text
+		// PostgreSQL refuses (NUL, bytes that are not UTF-8) is the
+		// caller's error, not the store's.
+		for name, cursor := range map[string]string{
+			"NUL in the code":    `{"c":1,"k":"ab\u0000c"}`,
+			"NUL in the tag":     `{"c":1,"k":"abc","g":"r\u0000"}`,
+			"code not UTF-8":     "{\"c\":1,\"k\":\"ab\xffc\"}",
+			"control characters": `{"c":1,"k":"ab\u0007c"}`,
+		} {
+			token := base64.RawURLEncoding.EncodeToString([]byte(cursor))
+			if _, err := s.List(ctx, lt, 1, token, ""); !errors.Is(err, linkstore.ErrBadPageToken) {
+				t.Errorf("a token with %s: %v, want ErrBadPageToken", name, err)
+			}
 		}
 	})
 

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -443,10 +444,24 @@ func decodeToken(t string) (cursor, error) {
 		return cursor{}, ErrBadPageToken
 	}
 	var c cursor
-	if err := json.Unmarshal(b, &c); err != nil || c.Code == "" {
+	if err := json.Unmarshal(b, &c); err != nil || c.Code == "" || !plainText(c.Code) || !plainText(c.Tag) {
 		return cursor{}, ErrBadPageToken
 	}
 	return c, nil
+}
+
+// plainText reports whether s is UTF-8 without control characters, as
+// every code and tag a listing writes into a token is (json.Unmarshal
+// turns bytes that are not UTF-8 into U+FFFD, which no code or tag holds
+// either): anything else is a forged token, and PostgreSQL would refuse a
+// NUL with an error of its own.
+func plainText(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseToken reads back a page token of List or TokenAfter: the listing

@@ -158,10 +158,18 @@ func (a *API) ListWebhooks(ctx context.Context, _ *shortenerv1.ListWebhooksReque
 
 // checkID refuses an id no subscription or delivery can have.
 func checkID(field, id string) error {
-	if id == "" || len(id) > maxIDLength {
-		return rpcerr.BadRequest(field, ReasonNotFound, field+" is required (at most 64 characters)")
+	if id == "" || len(id) > maxIDLength || strings.IndexFunc(id, notIDRune) >= 0 {
+		return rpcerr.BadRequest(field, ReasonNotFound, field+" is required: an ID this API returned (letters, digits and _, at most 64 characters)")
 	}
 	return nil
+}
+
+// notIDRune reports a character no subscription or delivery ID holds
+// ("wh_" or "evt_" and lower-case letters and digits): an ID with one is
+// refused before it reaches PostgreSQL, which would refuse a NUL with an
+// error of its own.
+func notIDRune(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
 }
 
 // DeleteWebhook removes one of the caller's subscriptions.
@@ -289,7 +297,7 @@ func decodeToken(s string) (*cursor, error) {
 		return nil, bad
 	}
 	var c cursor
-	if err := json.Unmarshal(b, &c); err != nil || c.ID == "" || c.Created.IsZero() || c.Created.After(time.Now().Add(time.Hour)) {
+	if err := json.Unmarshal(b, &c); err != nil || checkID("page_token", c.ID) != nil || c.Created.IsZero() || c.Created.After(time.Now().Add(time.Hour)) {
 		return nil, bad
 	}
 	return &c, nil

@@ -1,12 +1,16 @@
 package webhook
 
 import (
+	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestCheckRefusesWhatNoOperatorAllowed(t *testing.T) {
@@ -153,9 +157,30 @@ func TestPageTokensRoundTripAndRefuseGarbage(t *testing.T) {
 	if err != nil || !got.Created.Equal(c.Created) || got.ID != c.ID {
 		t.Fatalf("round trip: %v %v", got, err)
 	}
-	for _, bad := range []string{"!!", "e30", strings.Repeat("A", 300)} {
+	bads := []string{"!!", "e30", strings.Repeat("A", 300)}
+	for _, id := range []string{"evt\u0000x", "evt x", "evt_\u00e9"} {
+		bads = append(bads, base64.RawURLEncoding.EncodeToString([]byte(`{"Created":"2024-12-04T08:13:20Z","ID":"`+id+`"}`)))
+	}
+	for _, bad := range bads {
 		if _, err := decodeToken(bad); err == nil {
 			t.Errorf("decodeToken(%q) accepted", bad)
+		}
+	}
+}
+
+// IDs are checked before any query: an ID no subscription or delivery can
+// have (PostgreSQL refuses a NUL with an error of its own) is the
+// caller's error.
+func TestCheckIDRefusesWhatNoIDHolds(t *testing.T) {
+	for _, id := range []string{"wh_abc234", "evt_0f3a", "A-b_9"} {
+		if err := checkID("id", id); err != nil {
+			t.Errorf("checkID(%q): %v", id, err)
+		}
+	}
+	for _, id := range []string{"", "wh_\x00", "wh_\xff", "wh abc", "wh_é", "wh_/x", strings.Repeat("a", maxIDLength+1)} {
+		err := checkID("id", id)
+		if st, ok := status.FromError(err); !ok || st.Code() != codes.InvalidArgument {
+			t.Errorf("checkID(%q): %v, want INVALID_ARGUMENT", id, err)
 		}
 	}
 }
