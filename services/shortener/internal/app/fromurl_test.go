@@ -177,34 +177,7 @@ func TestFromURLReplacesADisabledLink(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const callers = 16
-	var wg sync.WaitGroup
-	resps := make([]*shortenerv1.CreateLinkResponse, callers)
-	errs := make([]error, callers)
-	start := make(chan struct{})
-	for i := range callers {
-		wg.Go(func() {
-			<-start
-			resps[i], errs[i] = sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL})
-		})
-	}
-	close(start)
-	wg.Wait()
-	created, code := 0, ""
-	for i := range callers {
-		if errs[i] != nil {
-			t.Fatalf("caller %d: %v", i, errs[i])
-		}
-		if resps[i].GetCreated() {
-			created++
-		}
-		if code == "" {
-			code = resps[i].GetLink().GetCode()
-		}
-		if got := resps[i].GetLink(); got.GetCode() != code || got.GetDisabled() {
-			t.Errorf("caller %d got %v; want the working link %s", i, got, code)
-		}
-	}
+	created, code := concurrentFromURL(t, sh, tenant, long, 16)
 	if created != 1 || code == old.GetLink().GetCode() {
 		t.Errorf("%d callers created a link, code %s (the disabled one %s); want one new link", created, code, old.GetLink().GetCode())
 	}
@@ -219,5 +192,76 @@ func TestFromURLReplacesADisabledLink(t *testing.T) {
 	}
 	if e := cacheEntry(t, rdb, old.GetLink().GetCode()); e.State != linkcache.Gone {
 		t.Errorf("the disabled link's redis entry %+v, want gone", e)
+	}
+}
+
+// concurrentFromURL makes n concurrent creates of long from the URL and
+// returns how many were told they created the link, and its code, which
+// every caller must have got, working.
+func concurrentFromURL(t *testing.T, sh instance, tenant, long string, n int) (created int, code string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	resps := make([]*shortenerv1.CreateLinkResponse, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			resps[i], errs[i] = sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL, MaxVisits: 3})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if resps[i].GetCreated() {
+			created++
+		}
+		if code == "" {
+			code = resps[i].GetLink().GetCode()
+		}
+		if got := resps[i].GetLink(); got.GetCode() != code || got.GetDisabled() {
+			t.Errorf("caller %d got %v; want the working link %s", i, got, code)
+		}
+	}
+	return created, code
+}
+
+// A visit-limited link made from the URL whose visits the redirect spent
+// (its Redis counter at max_visits) gives the URL up: concurrent creates
+// make one new link, and the tenant keeps one link that holds the URL.
+func TestFromURLReplacesALinkWhoseVisitsAreSpent(t *testing.T) {
+	tenant := uniq("fuv-")
+	sh := start(t, nil, hooks{})
+	db, rdb := stores(t, sh.cfg, tenant)
+	const long = "https://example.com/limited"
+	_, old := concurrentFromURL(t, sh, tenant, long, 1)
+	if err := rdb.Set(t.Context(), linkcache.VisitsKey(old), 3, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	created, code := concurrentFromURL(t, sh, tenant, long, 16)
+	if created != 1 || code == old {
+		t.Errorf("%d callers created a link, code %s (the spent one %s); want one new link", created, code, old)
+	}
+	if n := countRows(t, db, tenant, "AND url_key IS NOT NULL"); n != 1 {
+		t.Errorf("%d links of the tenant hold the URL, want 1", n)
+	}
+	if n := countRows(t, db, tenant, ""); n != 2 {
+		t.Errorf("%d links of the tenant, want 2 (the spent one kept)", n)
+	}
+
+	// A batch item of the URL meets the same rule.
+	if err := rdb.Set(t.Context(), linkcache.VisitsKey(code), 3, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := sh.api.BatchCreateLinks(as(tenant, ""), &shortenerv1.BatchCreateLinksRequest{
+		Requests: []*shortenerv1.CreateLinkRequest{{LongUrl: long, Mode: fromURL, MaxVisits: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := batch.GetResults()[0]; !r.GetCreated() || r.GetLink().GetCode() == code || r.GetLink().GetCode() == old {
+		t.Errorf("a batch item after the second link's visits were spent: %v; want a third link", r)
 	}
 }

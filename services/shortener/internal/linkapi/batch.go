@@ -102,7 +102,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 				repeats[i] = first
 				continue
 			}
-			switch existing, err := s.store.FromURL(ctx, tenant, d.link.URLKey); {
+			switch existing, err := s.workingFromURL(ctx, tenant, d.link.URLKey); {
 			case err == nil:
 				s.m.repeated.Add(ctx, 1)
 				results[i].Link = s.toProto(existing)

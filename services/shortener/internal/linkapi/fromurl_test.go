@@ -1,6 +1,7 @@
 package linkapi_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -167,4 +168,45 @@ func TestFromURLReplacesADeadLink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A visit-limited link made from the URL whose visits are all spent
+// answers 410: like a disabled or expired one, it gives the URL up to a
+// new link. Until then, and while its counter cannot be read, it is the
+// link of the URL.
+func TestFromURLReplacesALinkWhoseVisitsAreSpent(t *testing.T) {
+	e := newEnv(t)
+	f, _ := codegen.NewFromURL(unitCodeKey)
+	const long = "https://example.com/limited"
+	create := func() *shortenerv1.CreateLinkResponse {
+		t.Helper()
+		resp, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL, MaxVisits: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	old := create().GetLink().GetCode()
+	e.cache.setVisits(old, 1)
+	if again := create(); again.GetCreated() || again.GetLink().GetCode() != old {
+		t.Fatalf("one visit of 2 spent: created %v, code %s; want the link %s", again.GetCreated(), again.GetLink().GetCode(), old)
+	}
+	e.cache.setVisits(old, 2)
+	e.cache.getErr = errors.New("dial tcp: connection refused")
+	if again := create(); again.GetCreated() || again.GetLink().GetCode() != old {
+		t.Fatalf("counter unreadable: created %v, code %s; want the link %s as it is", again.GetCreated(), again.GetLink().GetCode(), old)
+	}
+	e.cache.getErr = nil
+	fresh := create()
+	if !fresh.GetCreated() || fresh.GetLink().GetCode() != f.Candidate("acme", long, 1) {
+		t.Fatalf("visits spent: created %v, code %s; want a new link with the second candidate %s",
+			fresh.GetCreated(), fresh.GetLink().GetCode(), f.Candidate("acme", long, 1))
+	}
+	if again := create(); again.GetCreated() || again.GetLink().GetCode() != fresh.GetLink().GetCode() {
+		t.Errorf("a repeat: created %v, code %s; want the new link %s", again.GetCreated(), again.GetLink().GetCode(), fresh.GetLink().GetCode())
+	}
+	if l, err := e.store.Get(t.Context(), "acme", old); err != nil || l.URLKey != nil || l.MaxVisits != 2 {
+		t.Errorf("the spent link: %+v, %v; want it kept as it was, without the URL", l, err)
+	}
+
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -165,6 +166,28 @@ type cache struct {
 	mu        sync.Mutex
 	values    map[string]string
 	published []string
+	// getErr, if set, is every GET's answer (Redis unreachable).
+	getErr error
+}
+
+func (c *cache) Get(ctx context.Context, key string) *redis.StringCmd {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.getErr != nil {
+		return redis.NewStringResult("", c.getErr)
+	}
+	v, ok := c.values[key]
+	if !ok {
+		return redis.NewStringResult("", redis.Nil)
+	}
+	return redis.NewStringResult(v, nil)
+}
+
+// setVisits sets code's visit counter, as the redirect's INCRs would.
+func (c *cache) setVisits(code string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.values[linkcache.VisitsKey(code)] = strconv.Itoa(n)
 }
 
 func newCache() *cache { return &cache{values: make(map[string]string)} }

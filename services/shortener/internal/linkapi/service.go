@@ -211,8 +211,9 @@ func Tenant(ctx context.Context, allowAnonymous bool) (string, error) {
 // With CODE_MODE_FROM_URL, the tenant's working link made from the same
 // (normalised) URL, if there is one, is returned as it is (created false)
 // before the quota is asked: a repeat spends no creation quota and changes
-// nothing. A link of the URL that is disabled or expired is not returned:
-// a new link, with a new code, takes the URL over from it. Two calls that race to create it make one link: the loser's
+// nothing. A link of the URL that is disabled, expired or has its visits
+// spent is not returned: a new link, with a new code, takes the URL over
+// from it. Two calls that race to create it make one link: the loser's
 // insert meets the unique index and returns the winner's link. The
 // anonymous tenant may not use the mode (PERMISSION_DENIED
 // FROM_URL_TENANT_REQUIRED): its links belong to every anonymous caller.
@@ -239,7 +240,7 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 		}
 		domainKnown = true
 		l.URLKey = codegen.URLKey(l.Domain, l.LongURL)
-		existing, err := s.store.FromURL(ctx, tenant, l.URLKey)
+		existing, err := s.workingFromURL(ctx, tenant, l.URLKey)
 		if err == nil {
 			s.m.repeated.Add(ctx, 1)
 			return &shortenerv1.CreateLinkResponse{Link: s.toProto(existing)}, nil
@@ -295,6 +296,41 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	s.m.created.Add(ctx, 1, metric.WithAttributes(attribute.String("mode", modeName(mode))))
 	s.writeThrough(ctx, "create", stored)
 	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored), Created: true}, nil
+}
+
+// workingFromURL is the store's FromURL, less a link whose visits are
+// spent: it answers 410, so it gives the URL up to a new link
+// (linkstore.ErrNotFound), as a disabled or expired one does.
+func (s *Service) workingFromURL(ctx context.Context, tenant string, key []byte) (linkstore.Link, error) {
+	l, err := s.store.FromURL(ctx, tenant, key)
+	if err != nil || !s.visitsSpent(ctx, l) {
+		return l, err
+	}
+	if err := s.store.ReleaseURLKey(ctx, tenant, l.Code, key); err != nil {
+		return linkstore.Link{}, err
+	}
+	return linkstore.Link{}, linkstore.ErrNotFound
+}
+
+// visitsSpent reports whether l is visit-limited and its visits, counted
+// in Redis by the redirect (linkcache.VisitsKey), are all spent. A counter
+// that cannot be read counts as not spent: the link is handed back as it
+// would have been before, never replaced on a guess.
+func (s *Service) visitsSpent(ctx context.Context, l linkstore.Link) bool {
+	if l.MaxVisits <= 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
+	defer cancel()
+	n, err := s.rdb.Get(ctx, linkcache.VisitsKey(l.Code)).Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false
+	case err != nil:
+		s.log.WarnContext(ctx, "visit counter unreadable; the link made from the URL is returned as it is", "code", l.Code, "err", err)
+		return false
+	}
+	return n >= l.MaxVisits
 }
 
 // modeAllowed refuses CODE_MODE_FROM_URL to the anonymous tenant: every

@@ -15,6 +15,7 @@ type Store interface {
 	InsertMany(ctx context.Context, links []linkstore.Link) (map[string]linkstore.Link, error)
 	Get(ctx context.Context, tenant, code string) (linkstore.Link, error)
 	FromURL(ctx context.Context, tenant string, key []byte) (linkstore.Link, error)
+	ReleaseURLKey(ctx context.Context, tenant, code string, key []byte) error
 	List(ctx context.Context, tenant string, size int, token, tag string) (linkstore.Page, error)
 	Live(ctx context.Context, after string, n int) ([]linkstore.Link, error)
 	Update(ctx context.Context, tenant, code string, ch linkstore.Changes) (linkstore.Link, error)

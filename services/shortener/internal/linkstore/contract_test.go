@@ -156,6 +156,41 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 	})
 
+	t.Run("ReleaseURLKeyFreesTheURLForTheNextLink", func(t *testing.T) {
+		key := []byte(run + "-release")
+		old := insert(t, linkstore.Link{Code: run + "rk1", Tenant: tenant, LongURL: "https://example.com/r", URLKey: key, MaxVisits: 1})
+		// Another tenant's call and another code change nothing.
+		for _, who := range [][2]string{{"someone-else", old.Code}, {tenant, run + "rk9"}} {
+			if err := s.ReleaseURLKey(ctx, who[0], who[1], key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := s.FromURL(ctx, tenant, key); err != nil || got.Code != old.Code {
+			t.Fatalf("after releases by another tenant or code: FromURL = %s, %v; want %s still", got.Code, err, old.Code)
+		}
+		for range 2 { // idempotent
+			if err := s.ReleaseURLKey(ctx, tenant, old.Code, key); err != nil {
+				t.Fatalf("ReleaseURLKey: %v", err)
+			}
+		}
+		if got, err := s.FromURL(ctx, tenant, key); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("after the release: FromURL = %s, %v; want ErrNotFound", got.Code, err)
+		}
+		if l, err := s.Get(ctx, tenant, old.Code); err != nil || l.URLKey != nil || l.Disabled {
+			t.Errorf("the released link: %+v, %v; want it kept as it was, without a key", l, err)
+		}
+		fresh, err := s.Insert(ctx, linkstore.Link{Code: run + "rk2", Tenant: tenant, LongURL: "https://example.com/r", URLKey: key})
+		if err != nil {
+			t.Fatalf("a new link of the URL: %v", err)
+		}
+		if err := s.ReleaseURLKey(ctx, tenant, old.Code, key); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.FromURL(ctx, tenant, key); err != nil || got.Code != fresh.Code {
+			t.Errorf("a late release by the old link: FromURL = %s, %v; want the new link %s kept", got.Code, err, fresh.Code)
+		}
+	})
+
 	t.Run("CodesStayTakenAcrossTenantsAndRevocation", func(t *testing.T) {
 		l := insert(t, linkstore.Link{Code: run + "t1", Tenant: tenant, LongURL: "https://example.com/t"})
 		if _, err := s.Insert(ctx, linkstore.Link{Code: l.Code, Tenant: other, LongURL: "https://example.com/o"}); !errors.Is(err, linkstore.ErrCodeTaken) {

@@ -336,6 +336,21 @@ func (s *Store) FromURL(ctx context.Context, tenant string, key []byte) (Link, e
 	return l, nil
 }
 
+// ReleaseURLKey takes the URL key from tenant's link code if it still
+// holds key, so that the next link made from the URL takes its place: for
+// a link that stopped working in a way PostgreSQL does not know of (its
+// visits, counted in Redis, are spent). It is idempotent: a link that no
+// longer holds the key is left alone.
+func (s *Store) ReleaseURLKey(ctx context.Context, tenant, code string, key []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if _, err := s.db.Exec(ctx, `UPDATE links SET url_key = NULL
+		WHERE tenant = $1 AND code = $2 AND url_key = $3`, tenant, code, key); err != nil {
+		return fmt.Errorf("release url key: %w", err)
+	}
+	return nil
+}
+
 // Get returns tenant's live (not deleted) link with code.
 func (s *Store) Get(ctx context.Context, tenant, code string) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

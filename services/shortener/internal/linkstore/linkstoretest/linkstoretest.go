@@ -174,6 +174,19 @@ func (f *Fake) FromURL(_ context.Context, tenant string, key []byte) (linkstore.
 	return clone(r.link), nil
 }
 
+// ReleaseURLKey takes the URL key from tenant's link code if it still
+// holds key.
+func (f *Fake) ReleaseURLKey(_ context.Context, tenant, code string, key []byte) error {
+	defer f.mu.Unlock()
+	if err := f.lock(); err != nil {
+		return err
+	}
+	if r, ok := f.links[code]; ok && r.link.Tenant == tenant && r.link.URLKey != nil && string(r.link.URLKey) == string(key) {
+		r.link.URLKey = nil
+	}
+	return nil
+}
+
 // InsertMany stores the links whose codes are free, all at once.
 func (f *Fake) InsertMany(_ context.Context, links []linkstore.Link) (map[string]linkstore.Link, error) {
 	defer f.mu.Unlock()
