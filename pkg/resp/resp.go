@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"strconv"
+	"strings"
 )
 
 // AppendArray appends the header of an array of n elements (a command of
@@ -128,4 +130,42 @@ func ReadCommand(r *bufio.Reader) ([]string, error) {
 		args[i] = string(b[:size])
 	}
 	return args, nil
+}
+
+// Auth sends AUTH [username] password over conn and reads its answer from
+// r (conn's reader), within conn's deadline: a new connection's first
+// exchange. Without a password it sends nothing.
+func Auth(conn net.Conn, r *bufio.Reader, username, password string) error {
+	if password == "" {
+		return nil
+	}
+	cmd := AppendCommand(nil, "AUTH", password)
+	if username != "" {
+		cmd = AppendCommand(nil, "AUTH", username, password)
+	}
+	if _, err := conn.Write(cmd); err != nil {
+		return err
+	}
+	line, err := ReadLine(r)
+	if err != nil {
+		return err
+	}
+	if string(line) != "+OK" {
+		return fmt.Errorf("redis: AUTH: %s", strings.TrimPrefix(string(line), "-"))
+	}
+	return nil
+}
+
+// NotServed reports whether the error reply msg (without its '-') says the
+// node did not run the command and the cluster client must: a redirect
+// (MOVED, ASK), a slot in migration (TRYAGAIN), or a node not ready to
+// (CLUSTERDOWN, LOADING, READONLY, MASTERDOWN, BUSY: a script is running).
+// Sent again through the cluster client, such a command runs once.
+func NotServed(msg string) bool {
+	code, _, _ := strings.Cut(msg, " ")
+	switch code {
+	case "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN", "BUSY":
+		return true
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package resp
 import (
 	"bufio"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -62,6 +63,53 @@ func TestParseInt(t *testing.T) {
 	for _, bad := range []string{"", "-", "+1", "9223372036854775808", "-9223372036854775809", "1a", "12345678901234567890"} {
 		if got, ok := ParseInt([]byte(bad)); ok {
 			t.Errorf("ParseInt(%q) = %d, want refused", bad, got)
+		}
+	}
+}
+
+func TestAuthSendsTheCredentialsAndReadsTheAnswer(t *testing.T) {
+	if err := Auth(nil, nil, "", ""); err != nil {
+		t.Fatalf("without a password: %v, want nothing sent and no error", err)
+	}
+	for _, tc := range []struct {
+		user, answer string
+		want         []string
+		fails        bool
+	}{
+		{"", "+OK\r\n", []string{"AUTH", "pw"}, false},
+		{"app", "+OK\r\n", []string{"AUTH", "app", "pw"}, false},
+		{"", "-WRONGPASS invalid username-password pair\r\n", []string{"AUTH", "pw"}, true},
+	} {
+		client, server := net.Pipe()
+		got := make(chan []string, 1)
+		go func() {
+			args, _ := ReadCommand(bufio.NewReader(server))
+			got <- args
+			_, _ = server.Write([]byte(tc.answer))
+		}()
+		err := Auth(client, bufio.NewReader(client), tc.user, "pw")
+		if args := <-got; !slices.Equal(args, tc.want) {
+			t.Errorf("user %q: sent %q, want %q", tc.user, args, tc.want)
+		}
+		if (err != nil) != tc.fails || (tc.fails && !strings.Contains(err.Error(), "WRONGPASS")) {
+			t.Errorf("user %q, answer %q: %v", tc.user, tc.answer, err)
+		}
+		_ = client.Close()
+		_ = server.Close()
+	}
+}
+
+func TestNotServed(t *testing.T) {
+	for _, msg := range []string{"MOVED 3999 127.0.0.1:7002", "ASK 3999 127.0.0.1:7002", "TRYAGAIN Multiple keys request during rehashing of slot",
+		"CLUSTERDOWN The cluster is down", "LOADING Redis is loading the dataset in memory", "READONLY You can't write against a read only replica.",
+		"MASTERDOWN Link with MASTER is down", "BUSY Redis is busy running a script."} {
+		if !NotServed(msg) {
+			t.Errorf("NotServed(%q) = false", msg)
+		}
+	}
+	for _, msg := range []string{"OOM command not allowed when used memory > 'maxmemory'.", "ERR wrong number of arguments", "NOSCRIPT No matching script.", "MOVEDX", ""} {
+		if NotServed(msg) {
+			t.Errorf("NotServed(%q) = true", msg)
 		}
 	}
 }

@@ -278,18 +278,7 @@ func (n *nodePipe) connect() error {
 	if err := conn.SetDeadline(time.Now().Add(n.p.dialTimeout)); err != nil {
 		return err
 	}
-	_, _ = n.w.Write(resp.AppendCommand(nil, "AUTH", n.p.password))
-	if err := n.w.Flush(); err != nil {
-		return err
-	}
-	line, err := resp.ReadLine(n.r)
-	if err != nil {
-		return err
-	}
-	if string(line) != "+OK" {
-		return fmt.Errorf("redis: AUTH: %s", strings.TrimPrefix(string(line), "-"))
-	}
-	return nil
+	return resp.Auth(conn, n.r, "", n.p.password)
 }
 
 func (n *nodePipe) drop() {
@@ -323,11 +312,10 @@ func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
 	switch {
 	case b[0] == '-':
 		msg := string(b[1:])
-		code, _, _ := strings.Cut(msg, " ")
-		switch code {
-		case "NOSCRIPT":
+		switch code, _, _ := strings.Cut(msg, " "); {
+		case code == "NOSCRIPT":
 			return nil, replyError{fmt.Errorf("%w: %s", errNoScript, msg)}
-		case "MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN", "BUSY":
+		case resp.NotServed(msg):
 			return nil, replyError{fmt.Errorf("%w: %s", errRedirect, msg)}
 		}
 		return nil, replyError{scriptError(msg)}

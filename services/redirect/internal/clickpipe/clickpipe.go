@@ -179,14 +179,12 @@ func (p *Pipeline) flush(sc *shardConn, key string, batch []clickevent.Event) (i
 	if err != nil {
 		return p.pipeline(ctx, key, batch)
 	}
-	written, redo, err := sc.xadd(ctx, node, key, p.cfg.Streams.MaxLen, batch, sc.redo[:0])
+	written, redo, err := sc.xadd(ctx, node, key, p.cfg.Streams.MaxLen, batch)
 	if len(redo) > 0 {
 		n, perr := p.pipeline(ctx, key, redo)
 		written += n
 		err = errors.Join(err, perr)
 	}
-	clear(redo)
-	sc.redo = redo[:0]
 	return written, err
 }
 
