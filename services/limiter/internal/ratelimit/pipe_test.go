@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"runtime"
@@ -17,60 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"kurz.dev/pkg/resp"
+	"kurz.dev/pkg/testkit/resptest"
 )
-
-// respServer is a fake Redis node: it reads RESP commands and answers each
-// with reply(args), in order, on every connection it accepts.
-type respServer struct {
-	ln    net.Listener
-	reply func(args []string) string
-	conns atomic.Int32
-	cmds  atomic.Int32
-}
-
-func newRESPServer(t *testing.T, reply func(args []string) string) *respServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &respServer{ln: ln, reply: reply}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.conns.Add(1)
-			wg.Go(func() { s.serve(c) })
-		}
-	})
-	return s
-}
-
-func (s *respServer) addr() string { return s.ln.Addr().String() }
-
-func (s *respServer) serve(c net.Conn) {
-	defer c.Close()
-	r := bufio.NewReader(c)
-	for {
-		args, err := resp.ReadCommand(r)
-		if err != nil {
-			return
-		}
-		s.cmds.Add(1)
-		out := s.reply(args)
-		if out == "" {
-			continue // never answer
-		}
-		if _, err := io.WriteString(c, out); err != nil {
-			return
-		}
-	}
-}
 
 // echoKey answers EVALSHA with {1, <the number at the end of the first
 // key>, <the number of args>}, so a reply given to the wrong caller shows.
@@ -85,14 +32,14 @@ func echoKey(args []string) string {
 func testPipes(ioTimeout time.Duration) *pipes { return newPipes("", time.Second, ioTimeout) }
 
 func TestPipeRepliesReachTheirCallers(t *testing.T) {
-	srv := newRESPServer(t, echoKey)
+	srv := resptest.Start(t, echoKey)
 	p := testPipes(time.Second)
 	defer p.Close()
 	var wg sync.WaitGroup
 	errs := make(chan error, 400)
 	for i := range 400 {
 		wg.Go(func() {
-			vals, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:" + strconv.Itoa(i)}, []any{"", "check", "id", 4, int64(100)})
+			vals, err := p.call(context.Background(), srv.Addr(), "sha", []string{"k:" + strconv.Itoa(i)}, []any{"", "check", "id", 4, int64(100)})
 			if err != nil {
 				errs <- err
 				return
@@ -107,7 +54,7 @@ func TestPipeRepliesReachTheirCallers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if n := srv.conns.Load(); n != 1 {
+	if n := srv.Conns(); n != 1 {
 		t.Errorf("%d connections to one node, want 1", n)
 	}
 }
@@ -118,7 +65,7 @@ func TestPipeSplitsALongQueue(t *testing.T) {
 	release, arrived := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
-	srv := newRESPServer(t, func(args []string) string {
+	srv := resptest.Start(t, func(args []string) string {
 		if args[3] == "k:-1" {
 			close(arrived)
 			<-release
@@ -131,17 +78,17 @@ func TestPipeSplitsALongQueue(t *testing.T) {
 	ctx := context.Background()
 	first := make(chan error, 1)
 	go func() {
-		_, err := p.call(ctx, srv.addr(), "sha", []string{"k:-1"}, nil)
+		_, err := p.call(ctx, srv.Addr(), "sha", []string{"k:-1"}, nil)
 		first <- err
 	}()
 	<-arrived // the flusher now waits for this call's reply
-	np, _ := p.node(srv.addr())
+	np, _ := p.node(srv.Addr())
 	const n = 3*maxPipeBatch + 7
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			vals, err := p.call(ctx, srv.addr(), "sha", []string{"k:" + strconv.Itoa(i)}, nil)
+			vals, err := p.call(ctx, srv.Addr(), "sha", []string{"k:" + strconv.Itoa(i)}, nil)
 			if err == nil && vals[1] != int64(i) {
 				err = fmt.Errorf("call %d got %v", i, vals)
 			}
@@ -173,7 +120,7 @@ func TestPipeSplitsALongQueue(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Error(err)
 	}
-	if got := srv.cmds.Load(); got != n+1 {
+	if got := len(srv.Commands()); got != n+1 {
 		t.Errorf("the node ran %d commands, want %d", got, n+1)
 	}
 }
@@ -184,22 +131,22 @@ func TestPipeSlowNodeDelaysOnlyItsOwnCalls(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
-	slow := newRESPServer(t, func(args []string) string {
+	slow := resptest.Start(t, func(args []string) string {
 		<-release
 		return echoKey(args)
 	})
-	healthy := newRESPServer(t, echoKey)
+	healthy := resptest.Start(t, echoKey)
 	t.Cleanup(unblock)
 	p := testPipes(10 * time.Second)
 	defer p.Close()
 	ctx := context.Background()
 	held := make(chan error, 1)
 	go func() {
-		_, err := p.call(ctx, slow.addr(), "sha", []string{"k:1"}, nil)
+		_, err := p.call(ctx, slow.Addr(), "sha", []string{"k:1"}, nil)
 		held <- err
 	}()
 	for i := range 50 {
-		vals, err := p.call(ctx, healthy.addr(), "sha", []string{"k:" + strconv.Itoa(i)}, nil)
+		vals, err := p.call(ctx, healthy.Addr(), "sha", []string{"k:" + strconv.Itoa(i)}, nil)
 		if err != nil || vals[1] != int64(i) {
 			t.Fatalf("healthy node, call %d: %v, %v", i, vals, err)
 		}
@@ -216,7 +163,7 @@ func TestPipeSlowNodeDelaysOnlyItsOwnCalls(t *testing.T) {
 }
 
 func TestPipeErrorRepliesKeepTheConnection(t *testing.T) {
-	srv := newRESPServer(t, func(args []string) string {
+	srv := resptest.Start(t, func(args []string) string {
 		switch args[3] {
 		case "moved":
 			return "-MOVED 3999 127.0.0.1:7002\r\n"
@@ -230,7 +177,7 @@ func TestPipeErrorRepliesKeepTheConnection(t *testing.T) {
 	p := testPipes(time.Second)
 	defer p.Close()
 	call := func(key string) ([]int64, error) {
-		return p.call(context.Background(), srv.addr(), "sha", []string{key}, nil)
+		return p.call(context.Background(), srv.Addr(), "sha", []string{key}, nil)
 	}
 	for key, want := range map[string]error{"moved": errRedirect, "noscript": errNoScript} {
 		if _, err := call(key); !errors.Is(err, want) || isScriptError(err) {
@@ -243,13 +190,13 @@ func TestPipeErrorRepliesKeepTheConnection(t *testing.T) {
 	if vals, err := call("k:7"); err != nil || vals[1] != 7 {
 		t.Errorf("after error replies: %v, %v", vals, err)
 	}
-	if n := srv.conns.Load(); n != 1 {
+	if n := srv.Conns(); n != 1 {
 		t.Errorf("%d connections, want 1: an error reply must not drop the connection", n)
 	}
 }
 
 func TestPipeDropsAConnectionWhoseRepliesAreLate(t *testing.T) {
-	srv := newRESPServer(t, func(args []string) string {
+	srv := resptest.Start(t, func(args []string) string {
 		if args[3] == "silent" {
 			return ""
 		}
@@ -257,24 +204,24 @@ func TestPipeDropsAConnectionWhoseRepliesAreLate(t *testing.T) {
 	})
 	p := testPipes(50 * time.Millisecond)
 	defer p.Close()
-	_, err := p.call(context.Background(), srv.addr(), "sha", []string{"silent"}, nil)
+	_, err := p.call(context.Background(), srv.Addr(), "sha", []string{"silent"}, nil)
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("unanswered call: err = %v, want a timeout", err)
 	}
 	// The late reply could be taken for the next call's: a new connection.
-	vals, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:3"}, nil)
+	vals, err := p.call(context.Background(), srv.Addr(), "sha", []string{"k:3"}, nil)
 	if err != nil || vals[1] != 3 {
 		t.Fatalf("next call: %v, %v", vals, err)
 	}
-	if n := srv.conns.Load(); n != 2 {
+	if n := srv.Conns(); n != 2 {
 		t.Errorf("%d connections, want 2", n)
 	}
 }
 
 func TestPipeCallerStopsWaitingAtItsDeadline(t *testing.T) {
 	release := make(chan struct{})
-	srv := newRESPServer(t, func(args []string) string {
+	srv := resptest.Start(t, func(args []string) string {
 		<-release
 		return echoKey(args)
 	})
@@ -283,7 +230,7 @@ func TestPipeCallerStopsWaitingAtItsDeadline(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := p.call(ctx, srv.addr(), "sha", []string{"k:1"}, nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := p.call(ctx, srv.Addr(), "sha", []string{"k:1"}, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want the caller's deadline", err)
 	}
 }
@@ -291,26 +238,26 @@ func TestPipeCallerStopsWaitingAtItsDeadline(t *testing.T) {
 // A caller already gone sends nothing: its script would consume units
 // nobody is granted.
 func TestPipeSendsNothingForACallerAlreadyGone(t *testing.T) {
-	srv := newRESPServer(t, echoKey)
+	srv := resptest.Start(t, echoKey)
 	p := testPipes(time.Second)
 	defer p.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := p.call(ctx, srv.addr(), "sha", []string{"k:1"}, nil); !errors.Is(err, context.Canceled) {
+	if _, err := p.call(ctx, srv.Addr(), "sha", []string{"k:1"}, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	// A live call after it is the first command the node sees.
-	if vals, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:2"}, nil); err != nil || vals[1] != 2 {
+	if vals, err := p.call(context.Background(), srv.Addr(), "sha", []string{"k:2"}, nil); err != nil || vals[1] != 2 {
 		t.Fatalf("live call: %v, %v", vals, err)
 	}
-	if n := srv.cmds.Load(); n != 1 {
+	if n := len(srv.Commands()); n != 1 {
 		t.Errorf("the node ran %d commands, want 1", n)
 	}
 }
 
 func TestPipeAuthenticates(t *testing.T) {
 	var authed atomic.Bool
-	srv := newRESPServer(t, func(args []string) string {
+	srv := resptest.Start(t, func(args []string) string {
 		if args[0] == "AUTH" {
 			if args[1] != "s3cret" {
 				return "-WRONGPASS invalid username-password pair\r\n"
@@ -325,24 +272,24 @@ func TestPipeAuthenticates(t *testing.T) {
 	})
 	bad := newPipes("wrong", time.Second, time.Second)
 	defer bad.Close()
-	if _, err := bad.call(context.Background(), srv.addr(), "sha", []string{"k:1"}, nil); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+	if _, err := bad.call(context.Background(), srv.Addr(), "sha", []string{"k:1"}, nil); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Errorf("wrong password: err = %v", err)
 	}
 	good := newPipes("s3cret", time.Second, time.Second)
 	defer good.Close()
-	if vals, err := good.call(context.Background(), srv.addr(), "sha", []string{"k:5"}, nil); err != nil || vals[1] != 5 {
+	if vals, err := good.call(context.Background(), srv.Addr(), "sha", []string{"k:5"}, nil); err != nil || vals[1] != 5 {
 		t.Errorf("right password: %v, %v", vals, err)
 	}
 }
 
 func TestPipeForgottenNodeFailsQueuedCalls(t *testing.T) {
-	srv := newRESPServer(t, echoKey)
+	srv := resptest.Start(t, echoKey)
 	p := testPipes(time.Second)
 	defer p.Close()
-	if _, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:1"}, nil); err != nil {
+	if _, err := p.call(context.Background(), srv.Addr(), "sha", []string{"k:1"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	np, _ := p.node(srv.addr())
+	np, _ := p.node(srv.Addr())
 	p.forget(func(string) bool { return false })
 	// Once its flusher has stopped (a call it was still taking is
 	// answered), a held nodePipe refuses at once.
@@ -358,7 +305,7 @@ func TestPipeForgottenNodeFailsQueuedCalls(t *testing.T) {
 		}
 	}
 	// A new call gets a new pipe.
-	if vals, err := p.call(context.Background(), srv.addr(), "sha", []string{"k:4"}, nil); err != nil || vals[1] != 4 {
+	if vals, err := p.call(context.Background(), srv.Addr(), "sha", []string{"k:4"}, nil); err != nil || vals[1] != 4 {
 		t.Errorf("after forget: %v, %v", vals, err)
 	}
 }

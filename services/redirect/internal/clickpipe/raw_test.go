@@ -1,93 +1,37 @@
 package clickpipe
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 
 	"kurz.dev/pkg/clickevent"
-	"kurz.dev/pkg/resp"
 	"kurz.dev/pkg/testkit/metrictest"
+	"kurz.dev/pkg/testkit/resptest"
 )
 
-// fakeNode is a Redis node that reads RESP commands and answers each with
-// what reply says about the n-th XADD it received (counting from 0 over
-// all connections); a reply of "" closes the connection instead.
-type fakeNode struct {
-	ln    net.Listener
-	reply func(n int) string
-
-	mu    sync.Mutex
-	cmds  [][]string // every command received, AUTH included
-	xadds int
-	conns int
-}
-
-func newFakeNode(t *testing.T, reply func(n int) string) *fakeNode {
+// newFakeNode starts a Redis node that accepts AUTH and answers the n-th
+// XADD it receives (counting from 0 over all connections) with reply(n):
+// raw RESP, or resptest.HangUp to close the connection instead.
+func newFakeNode(t *testing.T, reply func(n int) string) *resptest.Node {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeNode{ln: ln, reply: reply}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			f.mu.Lock()
-			f.conns++
-			f.mu.Unlock()
-			go f.serve(c)
+	var xadds atomic.Int64
+	return resptest.Start(t, func(args []string) string {
+		if strings.EqualFold(args[0], "AUTH") {
+			return "+OK\r\n"
 		}
-	}()
-	return f
+		return reply(int(xadds.Add(1) - 1))
+	})
 }
 
-func (f *fakeNode) serve(c net.Conn) {
-	defer func() { _ = c.Close() }()
-	r := bufio.NewReader(c)
-	for {
-		cmd, err := resp.ReadCommand(r)
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		f.cmds = append(f.cmds, cmd)
-		var reply string
-		if strings.EqualFold(cmd[0], "AUTH") {
-			reply = "+OK\r\n"
-		} else {
-			reply = f.reply(f.xadds)
-			f.xadds++
-		}
-		f.mu.Unlock()
-		if reply == "" {
-			return
-		}
-		if _, err := io.WriteString(c, reply); err != nil {
-			return
-		}
-	}
-}
-
-func (f *fakeNode) received() (cmds [][]string, conns int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.cmds), f.conns
-}
-
-func (f *fakeNode) route(password string) Route {
+// routeTo routes every stream key to node.
+func routeTo(node *resptest.Node, password string) Route {
 	return func(context.Context, string) (Node, error) {
-		return Node{Addr: f.ln.Addr().String(), Password: password}, nil
+		return Node{Addr: node.Addr(), Password: password}, nil
 	}
 }
 
@@ -96,10 +40,10 @@ func entryID(n int) string {
 	return fmt.Sprintf("$%d\r\n%s\r\n", len(id), id)
 }
 
-func routed(f *fakeNode, password string) Config {
+func routed(node *resptest.Node, password string) Config {
 	cfg := config()
 	cfg.Batch = 4
-	cfg.Route = f.route(password)
+	cfg.Route = routeTo(node, password)
 	return cfg
 }
 
@@ -114,7 +58,7 @@ func TestRoutedBatchesUseTheWritersConnection(t *testing.T) {
 		p.Record(event(i))
 	}
 	awaitCounter(t, reader, 8, written)
-	cmds, conns := node.received()
+	cmds, conns := node.Commands(), node.Conns()
 	if conns != 1 || len(cmds) != 9 || !slices.Equal(cmds[0], []string{"AUTH", "s3cret"}) {
 		t.Fatalf("node got %d connections and commands %q, want one connection: AUTH, then 8 XADDs", conns, cmds)
 	}
@@ -192,7 +136,7 @@ func TestErrorRepliesAreCountedAsDropped(t *testing.T) {
 func TestALostConnectionLosesOnlyTheUnansweredEvents(t *testing.T) {
 	node := newFakeNode(t, func(n int) string {
 		if n == 2 {
-			return "" // the connection closes before answering XADD 2
+			return resptest.HangUp // before answering XADD 2
 		}
 		return entryID(n)
 	})
@@ -209,7 +153,7 @@ func TestALostConnectionLosesOnlyTheUnansweredEvents(t *testing.T) {
 		p.Record(event(i))
 	}
 	awaitCounter(t, reader, 6, written)
-	if _, conns := node.received(); conns != 2 {
+	if conns := node.Conns(); conns != 2 {
 		t.Errorf("%d connections, want 2 (one anew after the loss)", conns)
 	}
 	if got := rdb.events(); got != 0 {
@@ -247,7 +191,7 @@ func TestCloseCutsARoutedBatch(t *testing.T) {
 	node := newFakeNode(t, func(n int) string {
 		close(entered)
 		<-release // never answers while the test runs
-		return ""
+		return resptest.HangUp
 	})
 	t.Cleanup(func() { close(release) })
 	cfg := routed(node, "")
