@@ -416,6 +416,14 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 	return resp
 }
 
+// The decision script's arguments (decide.lua): clock, mode and request
+// id, then decideRuleArgs per rule: algorithm, limit, window, capacity,
+// cost (at decideCostArg) and flags.
+const (
+	decideRuleArgs = 6
+	decideCostArg  = 4
+)
+
 // groups groups the rules by hash tag, leaving out those skip marks
 // (decided from leases).
 func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, skip []bool) []*group {
@@ -436,7 +444,7 @@ func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, 
 			g = byTag[a.tag]
 		}
 		if g == nil {
-			args := make([]any, 3, 3+6*(len(rules)-i))
+			args := make([]any, 3, 3+decideRuleArgs*(len(rules)-i))
 			args[0], args[1], args[2] = clock, mode, reqID
 			g = &group{tag: a.tag, args: args}
 			if byTag != nil {
@@ -671,7 +679,7 @@ func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, re
 				if !results[i].allowed {
 					// A shadow rule that would have denied wrote nothing:
 					// it gets nothing back (cost 0).
-					args[3+6*j+4] = 0
+					args[3+decideRuleArgs*j+decideCostArg] = 0
 				}
 			}
 			e.refunds.Go(func() {
