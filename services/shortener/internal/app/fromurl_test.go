@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -27,35 +28,7 @@ func TestFromURLConcurrentCreatesMakeOneLink(t *testing.T) {
 	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{})
 	db, _ := stores(t, sh.cfg, tenant)
 
-	const callers = 16
-	var wg sync.WaitGroup
-	resps := make([]*shortenerv1.CreateLinkResponse, callers)
-	errs := make([]error, callers)
-	start := make(chan struct{})
-	for i := range callers {
-		wg.Go(func() {
-			<-start
-			resps[i], errs[i] = sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{
-				LongUrl: "https://example.com/race", Mode: fromURL})
-		})
-	}
-	close(start)
-	wg.Wait()
-	created, code := 0, ""
-	for i := range callers {
-		if errs[i] != nil {
-			t.Fatalf("caller %d: %v", i, errs[i])
-		}
-		if resps[i].GetCreated() {
-			created++
-		}
-		if code == "" {
-			code = resps[i].GetLink().GetCode()
-		}
-		if resps[i].GetLink().GetCode() != code {
-			t.Errorf("caller %d got code %s, another %s", i, resps[i].GetLink().GetCode(), code)
-		}
-	}
+	created, code := concurrentFromURL(t, sh, tenant, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/race", Mode: fromURL}, 16)
 	if created != 1 {
 		t.Errorf("%d callers were told they created the link, want 1", created)
 	}
@@ -177,7 +150,7 @@ func TestFromURLReplacesADisabledLink(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	created, code := concurrentFromURL(t, sh, tenant, long, 16)
+	created, code := concurrentFromURL(t, sh, tenant, &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL}, 16)
 	if created != 1 || code == old.GetLink().GetCode() {
 		t.Errorf("%d callers created a link, code %s (the disabled one %s); want one new link", created, code, old.GetLink().GetCode())
 	}
@@ -195,10 +168,10 @@ func TestFromURLReplacesADisabledLink(t *testing.T) {
 	}
 }
 
-// concurrentFromURL makes n concurrent creates of long from the URL and
-// returns how many were told they created the link, and its code, which
-// every caller must have got, working.
-func concurrentFromURL(t *testing.T, sh instance, tenant, long string, n int) (created int, code string) {
+// concurrentFromURL makes n concurrent creates of req (CODE_MODE_FROM_URL)
+// and returns how many were told they created the link, and its code,
+// which every caller must have got, working.
+func concurrentFromURL(t *testing.T, sh instance, tenant string, req *shortenerv1.CreateLinkRequest, n int) (created int, code string) {
 	t.Helper()
 	var wg sync.WaitGroup
 	resps := make([]*shortenerv1.CreateLinkResponse, n)
@@ -207,7 +180,7 @@ func concurrentFromURL(t *testing.T, sh instance, tenant, long string, n int) (c
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			resps[i], errs[i] = sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL, MaxVisits: 3})
+			resps[i], errs[i] = sh.api.CreateLink(as(tenant, ""), proto.CloneOf(req))
 		})
 	}
 	close(start)
@@ -237,11 +210,12 @@ func TestFromURLReplacesALinkWhoseVisitsAreSpent(t *testing.T) {
 	sh := start(t, nil, hooks{})
 	db, rdb := stores(t, sh.cfg, tenant)
 	const long = "https://example.com/limited"
-	_, old := concurrentFromURL(t, sh, tenant, long, 1)
+	limited := &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL, MaxVisits: 3}
+	_, old := concurrentFromURL(t, sh, tenant, limited, 1)
 	if err := rdb.Set(t.Context(), linkcache.VisitsKey(old), 3, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	created, code := concurrentFromURL(t, sh, tenant, long, 16)
+	created, code := concurrentFromURL(t, sh, tenant, limited, 16)
 	if created != 1 || code == old {
 		t.Errorf("%d callers created a link, code %s (the spent one %s); want one new link", created, code, old)
 	}
