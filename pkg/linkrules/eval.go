@@ -14,6 +14,9 @@ type program struct {
 	cum   []uint64 // cumulative weights of the variants
 	total uint64
 	vary  []string // nil, or one value
+	// varyDevice is vary with User-Agent, for links whose device targets
+	// answer when no rule does.
+	varyDevice []string
 }
 
 type crule struct {
@@ -112,14 +115,23 @@ func (s *Set) HasVariants() bool { return s != nil && s.prog != nil && s.prog.to
 
 // Vary is the Vary header of an answer s chose, as the values of an
 // http.Header: the request headers its rules and variants read (nil when
-// none). The slice is shared: callers must not modify it (appending copies
-// it, as its capacity is its length).
-func (s *Set) Vary() []string {
-	if s == nil || s.prog == nil {
+// none), with User-Agent when device is set (the link has device targets,
+// which answer before its variants). The slice is shared: callers must not
+// modify it (appending copies it, as its capacity is its length).
+func (s *Set) Vary(device bool) []string {
+	switch {
+	case s == nil || s.prog == nil:
+		if device {
+			return varyUserAgent
+		}
 		return nil
+	case device:
+		return s.prog.varyDevice
 	}
 	return s.prog.vary
 }
+
+var varyUserAgent = vary(kindDevice)
 
 func vary(needs kind) []string {
 	var parts []string

@@ -206,7 +206,7 @@ func (s *Set) Compile() error {
 		p.total += uint64(v.Weight)
 		p.cum = append(p.cum, p.total)
 	}
-	p.vary = vary(p.needs)
+	p.vary, p.varyDevice = vary(p.needs), vary(p.needs|kindDevice)
 	s.prog = p
 	return nil
 }

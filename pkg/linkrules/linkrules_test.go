@@ -147,7 +147,7 @@ func TestCompileNormalises(t *testing.T) {
 	if got := s.Rules[4].If[0].Countries[0]; got != "DE" {
 		t.Errorf("country %q, want DE", got)
 	}
-	if got := s.Vary(); len(got) != 1 || got[0] != "User-Agent, Accept-Language" {
+	if got := s.Vary(false); len(got) != 1 || got[0] != "User-Agent, Accept-Language" {
 		t.Errorf("Vary %q", got)
 	}
 }

@@ -477,8 +477,9 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 	case e.Rules != nil:
 		// Rules and variants answer each visitor on their own: no shared
 		// cache may keep one visitor's answer, nor the visitor's browser
-		// past a rule's time window.
-		if v := e.Rules.Vary(); v != nil {
+		// past a rule's time window. Device targets answer when no rule
+		// does, so they vary the answer too.
+		if v := e.Rules.Vary(e.Targets != nil); v != nil {
 			hdr["Vary"] = v // shared, computed once per entry
 		}
 		hdr["Cache-Control"] = ccPrivate

@@ -153,3 +153,42 @@ func TestRulesChooseTheDestination(t *testing.T) {
 		t.Fatalf("plain click recorded rule %q variant %q country %q", ev.Rule, ev.Variant, ev.Country)
 	}
 }
+
+// TestDeviceTargetsVaryRuledAnswers: a link's device targets answer when
+// none of its rules does, so the answer of a link with targets varies by
+// User-Agent even when its rules and variants read no device.
+func TestDeviceTargetsVaryRuledAnswers(t *testing.T) {
+	compile := func(s *linkrules.Set) *linkrules.Set {
+		t.Helper()
+		if err := s.Compile(); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	variants := []linkrules.Variant{{Name: "a", URL: "https://example.com/a", Weight: 1}, {Name: "b", URL: "https://example.com/b", Weight: 1}}
+	targets := &linkcache.Targets{IOS: "https://example.com/ios"}
+	mux := serveEntries(t, benchConfig(), &keptClicks{}, map[string]linkcache.Entry{
+		"split": {State: linkcache.Active, URL: "https://example.com/", Tenant: "t", Targets: targets,
+			Rules: compile(&linkrules.Set{Variants: variants})},
+		"lang": {State: linkcache.Active, URL: "https://example.com/", Tenant: "t", Targets: targets,
+			Rules: compile(&linkrules.Set{Rules: []linkrules.Rule{{Name: "de", If: []linkrules.Condition{{Languages: []string{"de"}}}, URL: "https://example.com/de"}}})},
+		"splitonly": {State: linkcache.Active, URL: "https://example.com/", Tenant: "t",
+			Rules: compile(&linkrules.Set{Variants: variants})},
+	})
+	for _, tc := range []struct{ path, ua, vary string }{
+		{"/split", iPhone, "User-Agent"},
+		{"/split", windows, "User-Agent"},
+		{"/lang", iPhone, "User-Agent, Accept-Language"},
+		{"/lang", windows, "User-Agent, Accept-Language"},
+		{"/splitonly", iPhone, ""},
+	} {
+		req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+		req.RemoteAddr = "198.51.100.7:1234"
+		req.Header.Set("User-Agent", tc.ua)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, req)
+		if got := w.Header().Get("Vary"); got != tc.vary || w.Code != http.StatusFound {
+			t.Errorf("%s as %.30s: %d, Vary %q; want 302, Vary %q", tc.path, tc.ua, w.Code, got, tc.vary)
+		}
+	}
+}
