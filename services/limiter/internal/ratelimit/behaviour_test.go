@@ -223,6 +223,7 @@ func TestDeniedKeysAreAnsweredFromMemoryUntilRetryAfter(t *testing.T) {
 	ctx := context.Background()
 	desc := map[string]string{"user": unique(t), "algo": "fixed_window"}
 	e.Check(ctx, "t", desc, 100)
+	asked := time.Now()
 	first := e.Check(ctx, "t", desc, 1)
 	if first.Allowed {
 		t.Fatal("want a denial")
@@ -235,6 +236,20 @@ func TestDeniedKeysAreAnsweredFromMemoryUntilRetryAfter(t *testing.T) {
 	second := e.Check(ctx, "t", desc, 1)
 	if second.Allowed || second.RetryAfter.AsDuration() <= 0 || second.RetryAfter.AsDuration() > first.RetryAfter.AsDuration() {
 		t.Errorf("cached denial: allowed=%v retry=%v (first retry %v)", second.Allowed, second.RetryAfter.AsDuration(), first.RetryAfter.AsDuration())
+	}
+	// Its figures are Redis's counted down, not how long the cache keeps
+	// it (a second at most): the hourly window's retry is minutes away.
+	elapsed := time.Since(asked)
+	for _, d := range []struct {
+		name          string
+		first, cached time.Duration
+	}{
+		{"retry_after", first.RetryAfter.AsDuration(), second.RetryAfter.AsDuration()},
+		{"reset_after", first.ResetAfter.AsDuration(), second.ResetAfter.AsDuration()},
+	} {
+		if d.cached > d.first || d.cached < d.first-elapsed {
+			t.Errorf("cached denial's %s %v, want within %v of Redis's %v", d.name, d.cached, elapsed, d.first)
+		}
 	}
 }
 

@@ -105,7 +105,8 @@ type Engine struct {
 // `until` (a monotonic local time; only the duration came from Redis), as
 // long as the rule's numbers are still the ones it was decided under.
 type denial struct {
-	until time.Time
+	at    time.Time // when Redis denied: res's durations count from it
+	until time.Time // answered from memory until then
 	cost  int64
 	rule  fingerprint
 	res   result
@@ -379,8 +380,13 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 			continue
 		}
 		if d, ok := e.denied.Get(a.Key); ok && a.cost(cost) >= d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
+			// The answer's durations count down from Redis's: a client
+			// told to retry after 40 s is told 39 s a second later, not
+			// how long the cache keeps the denial.
 			res := d.res
-			res.retryAfter = d.until.Sub(now)
+			elapsed := now.Sub(d.at)
+			res.retryAfter = max(res.retryAfter-elapsed, time.Millisecond)
+			res.resetAfter = max(res.resetAfter-elapsed, 0)
 			resp := e.respond(domain, rules[i:i+1], []result{res})
 			e.observe(ctx, domain, rules[i:i+1], []result{res}, resp, true)
 			return resp, i
@@ -400,7 +406,7 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 		for i, a := range rules {
 			r := results[i]
 			if !r.allowed && !a.Rule.Shadow && r.source == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS && r.retryAfter > 0 && clock == "" {
-				e.denied.Add(a.Key, denial{until: now.Add(min(r.retryAfter, maxDenialTTL)), cost: a.cost(cost), rule: fingerprintOf(a.Rule), res: r})
+				e.denied.Add(a.Key, denial{at: now, until: now.Add(min(r.retryAfter, maxDenialTTL)), cost: a.cost(cost), rule: fingerprintOf(a.Rule), res: r})
 			}
 		}
 	}
