@@ -144,7 +144,7 @@ func TestBadInputIsRefusedBeforeAnyRedisKeyIsMade(t *testing.T) {
 		wantMsg  string
 	}{
 		"empty domain":                  {&rlsv3.RateLimitRequest{Descriptors: descs(key("env-a"))}, codes.InvalidArgument, "domain is required"},
-		"unknown domain":                {&rlsv3.RateLimitRequest{Domain: "no-such-domain", Descriptors: descs(key("env-b"))}, codes.InvalidArgument, "unknown domain"},
+		"unknown domain, long value":    {&rlsv3.RateLimitRequest{Domain: "no-such-domain", Descriptors: descs(entries("api_key", user("env-b"), "big", long(1025)))}, codes.InvalidArgument, "at most 1024"},
 		"no descriptors":                {&rlsv3.RateLimitRequest{Domain: "envoy"}, codes.InvalidArgument, "at least one descriptor"},
 		"33 descriptors":                {&rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: thirtyThree}, codes.InvalidArgument, "33 descriptors: at most 32"},
 		"33 entries in a descriptor":    {&rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: descs(wide(33, "env-d"))}, codes.InvalidArgument, "33 descriptors: at most 32"},

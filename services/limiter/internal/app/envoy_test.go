@@ -163,7 +163,6 @@ func TestEnvoyShouldRateLimitValidation(t *testing.T) {
 	tests := map[string]*rlsv3.RateLimitRequest{
 		"33 descriptors":        {Domain: "envoy", Descriptors: many},
 		"empty domain":          {Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("api_key", "k")}},
-		"unknown domain":        {Domain: "no-such-domain", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("api_key", "k")}},
 		"no descriptors":        {Domain: "envoy"},
 		"empty entry key":       {Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("", "k")}},
 		"hits_addend 2,000,000": {Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("api_key", "k")}, HitsAddend: 2_000_000},
@@ -175,6 +174,31 @@ func TestEnvoyShouldRateLimitValidation(t *testing.T) {
 				t.Errorf("code %v (%v), want InvalidArgument", got, err)
 			}
 		})
+	}
+}
+
+// A domain without rules limits nothing, as in envoyproxy/ratelimit: every
+// descriptor is OK (an Envoy with failure_mode_deny would otherwise refuse
+// all traffic while a reload drops the domain).
+func TestEnvoyUnknownDomainLimitsNothing(t *testing.T) {
+	r, _ := startFile(t)
+	rls := rlsv3.NewRateLimitServiceClient(r.Conn)
+	entry := func(k, v string) *ratelimitcommonv3.RateLimitDescriptor {
+		return &ratelimitcommonv3.RateLimitDescriptor{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	resp, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain: "no-such-domain", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("api_key", "k"), entry("remote_address", "192.0.2.1")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || len(resp.GetStatuses()) != 2 || len(resp.GetResponseHeadersToAdd()) != 0 {
+		t.Fatalf("overall %v, statuses %v, headers %v: want OK, two statuses, no headers", resp.GetOverallCode(), resp.GetStatuses(), resp.GetResponseHeadersToAdd())
+	}
+	for i, st := range resp.GetStatuses() {
+		if st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetCurrentLimit() != nil {
+			t.Errorf("status %d: %v, want OK without a limit", i, st)
+		}
 	}
 }
 

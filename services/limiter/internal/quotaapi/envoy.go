@@ -109,7 +109,10 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			}
 			m[e.GetKey()] = v
 		}
-		if _, inv := validate(s.engine.Rules(), req.GetDomain(), m, &cost); inv != nil {
+		// A domain with no rules limits nothing, as in envoyproxy/ratelimit:
+		// every descriptor is OK, so a reload that drops a domain does
+		// not turn into errors (and denials under failure_mode_deny).
+		if _, inv := validateDescriptors(m, &cost); inv != nil {
 			return nil, envoyField(inv, j).Status()
 		}
 		descs[j] = m

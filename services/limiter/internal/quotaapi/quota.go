@@ -97,6 +97,11 @@ func validate(rules *ratelimit.Ruleset, domain string, desc map[string]string, c
 	if !rules.HasDomain(domain) {
 		return 0, rpcerr.Invalidf("domain", ReasonDomainUnknown, "unknown domain %q; configured domains: %v", domain, rules.Domains())
 	}
+	return validateDescriptors(desc, cost)
+}
+
+// validateDescriptors bounds a request's descriptors and cost.
+func validateDescriptors(desc map[string]string, cost *uint32) (int64, *rpcerr.Invalid) {
 	if len(desc) > maxDescriptors {
 		return 0, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "%d descriptors: at most %d", len(desc), maxDescriptors)
 	}

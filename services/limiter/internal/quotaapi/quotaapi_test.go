@@ -252,7 +252,7 @@ func TestEnvoyRefusals(t *testing.T) {
 		wantField  string
 	}{
 		"empty domain":           {&rlsv3.RateLimitRequest{Descriptors: many[:1]}, ReasonDomainRequired, "domain"},
-		"unknown domain":         {&rlsv3.RateLimitRequest{Domain: "nope", Descriptors: many[:1]}, ReasonDomainUnknown, "domain"},
+		"unknown domain, 33":     {&rlsv3.RateLimitRequest{Domain: "nope", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
 		"no descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost"}, ReasonDescriptorsInvalid, "descriptors"},
 		"33 descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
 		"empty entry key":        {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: append(many[:1:1], descriptor("", "u"))}, ReasonDescriptorsInvalid, "descriptors[1].entries"},
