@@ -3,6 +3,7 @@ package quotaapi
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/netip"
 	"strconv"
 	"time"
@@ -201,12 +202,12 @@ func envoyLimit(d *ratelimitv1.RuleDecision) *rlsv3.RateLimitResponse_RateLimit 
 	window := d.GetWindow().AsDuration()
 	for _, u := range envoyUnits {
 		if window == u.d {
-			return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: uint32(d.GetLimit()), Unit: u.unit}
+			return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: uint32(min(d.GetLimit(), math.MaxUint32)), Unit: u.unit}
 		}
 	}
 	for _, u := range envoyUnits {
 		if n := float64(d.GetLimit()) * float64(u.d) / float64(window); n >= 1 {
-			return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: uint32(n), Unit: u.unit}
+			return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: uint32(min(n, math.MaxUint32)), Unit: u.unit}
 		}
 	}
 	return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_DAY}

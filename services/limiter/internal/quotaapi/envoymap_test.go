@@ -2,6 +2,7 @@ package quotaapi
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ func TestEnvoyLimit(t *testing.T) {
 		"2 min scales to the min":   {10, 2 * time.Minute, 5, rlsv3.RateLimitResponse_RateLimit_MINUTE},
 		"0.5 s scales to the sec":   {4, 500 * time.Millisecond, 8, rlsv3.RateLimitResponse_RateLimit_SECOND},
 		"too sparse is 1 a day":     {1, 48 * time.Hour, 1, rlsv3.RateLimitResponse_RateLimit_DAY},
+		"beyond uint32 is its max":  {1 << 40, time.Second, math.MaxUint32, rlsv3.RateLimitResponse_RateLimit_SECOND},
+		"scaled beyond uint32":      {1 << 40, 10 * time.Second, math.MaxUint32, rlsv3.RateLimitResponse_RateLimit_SECOND},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

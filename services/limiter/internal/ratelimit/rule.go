@@ -77,6 +77,9 @@ func (r *Rule) Validate() error {
 	case r.FailureMode == ratelimitv1.FailureMode_FAILURE_MODE_UNSPECIFIED:
 		return fmt.Errorf("rule %s: failure_mode: want open, closed or local", r.ID())
 	}
+	if err := r.validateSize(); err != nil {
+		return fmt.Errorf("rule %s: %w", r.ID(), err)
+	}
 	for _, k := range r.Key {
 		if !validName(k) {
 			return fmt.Errorf("rule %s: key descriptor %q: want letters, digits, '.', '_' or '-'", r.ID(), k)
@@ -86,6 +89,37 @@ func (r *Rule) Validate() error {
 		return fmt.Errorf("rule %s: shard: tenant needs \"tenant\" among the key descriptors", r.ID())
 	}
 	return r.validateLease()
+}
+
+// Bounds on a rule's figures. The scripts compute in Lua numbers (doubles,
+// exact to 2^53) and return integers; a state's TTL is a window, or the
+// time a bucket takes to refill, in milliseconds.
+const (
+	// MaxLimit bounds limit and burst: with a cost of up to a million
+	// they stay exact.
+	MaxLimit = 1 << 40
+	// MaxSlidingLogLimit bounds a sliding log, which keeps one Redis
+	// entry per unit in its window.
+	MaxSlidingLogLimit = 1_000_000
+	// MaxWindow bounds a window, and a bucket's time to refill from empty.
+	MaxWindow = 400 * 24 * time.Hour
+)
+
+// validateSize checks the rule's figures against the bounds above (a plan
+// override is checked on the rule it makes).
+func (r *Rule) validateSize() error {
+	switch {
+	case r.Limit > MaxLimit || r.Burst > MaxLimit:
+		return fmt.Errorf("limit and burst must be at most %d", int64(MaxLimit))
+	case r.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG && r.Limit > MaxSlidingLogLimit:
+		return fmt.Errorf("limit %d: a sliding log keeps one entry per unit in its window, at most %d", r.Limit, MaxSlidingLogLimit)
+	case r.Window > MaxWindow:
+		return fmt.Errorf("window %v: at most %v", r.Window, MaxWindow)
+	case r.Limit > 0 && float64(r.capacity())*float64(r.Window)/float64(r.Limit) > float64(MaxWindow):
+		return fmt.Errorf("burst %d refills in %v at %d per %v: at most %v", r.capacity(),
+			time.Duration(float64(r.capacity())*float64(r.Window)/float64(r.Limit)).Round(time.Hour), r.Limit, r.Window, MaxWindow)
+	}
+	return nil
 }
 
 // matches reports whether the rule applies to a request with these descriptors.

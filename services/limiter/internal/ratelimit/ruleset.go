@@ -149,6 +149,21 @@ type override struct {
 	burst  int64
 }
 
+// apply returns a copy of r with o's figures (those o sets).
+func (o override) apply(r *Rule) *Rule {
+	c := *r
+	if o.limit > 0 {
+		c.Limit = o.limit
+	}
+	if o.window > 0 {
+		c.Window = o.window
+	}
+	if o.burst > 0 {
+		c.Burst = o.burst
+	}
+	return &c
+}
+
 // Compile validates cfg and builds a Ruleset. Every problem is reported, not
 // only the first, so a bad file is fixed in one pass.
 func Compile(cfg Config) (*Ruleset, error) {
@@ -158,7 +173,7 @@ func Compile(cfg Config) (*Ruleset, error) {
 		tenantPlans: maps.Clone(cfg.Tenants),
 	}
 	var errs []string
-	ids := map[string]bool{}
+	ids := map[string]*Rule{}
 	for _, domain := range slices.Sorted(maps.Keys(cfg.Domains)) {
 		spec := cfg.Domains[domain]
 		d := &domainRules{defaults: maps.Clone(spec.Defaults)}
@@ -168,11 +183,11 @@ func Compile(cfg Config) (*Ruleset, error) {
 				errs = append(errs, err.Error())
 				continue
 			}
-			if ids[r.ID()] {
+			if ids[r.ID()] != nil {
 				errs = append(errs, fmt.Sprintf("rule %s is defined twice", r.ID()))
 				continue
 			}
-			ids[r.ID()] = true
+			ids[r.ID()] = r
 			d.rules = append(d.rules, r)
 		}
 		rs.domains[domain] = d
@@ -180,7 +195,8 @@ func Compile(cfg Config) (*Ruleset, error) {
 	for _, plan := range slices.Sorted(maps.Keys(cfg.Plans)) {
 		o := map[string]override{}
 		for id, l := range cfg.Plans[plan] {
-			if !ids[id] {
+			base := ids[id]
+			if base == nil {
 				errs = append(errs, fmt.Sprintf("plan %s: no rule %q (write domain/name)", plan, id))
 				continue
 			}
@@ -197,7 +213,12 @@ func Compile(cfg Config) (*Ruleset, error) {
 				errs = append(errs, fmt.Sprintf("plan %s, rule %s: limit and burst must not be negative", plan, id))
 				continue
 			}
-			o[id] = override{limit: l.Limit, window: window, burst: l.Burst}
+			ov := override{limit: l.Limit, window: window, burst: l.Burst}
+			if err := ov.apply(base).validateSize(); err != nil {
+				errs = append(errs, fmt.Sprintf("plan %s, rule %s: %v", plan, id, err))
+				continue
+			}
+			o[id] = ov
 		}
 		rs.plans[plan] = o
 	}
@@ -260,17 +281,7 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 		}
 		a := Applied{Rule: r}
 		if o, ok := rs.plans[plan][r.ID()]; ok && plan != "" {
-			c := *r
-			if o.limit > 0 {
-				c.Limit = o.limit
-			}
-			if o.window > 0 {
-				c.Window = o.window
-			}
-			if o.burst > 0 {
-				c.Burst = o.burst
-			}
-			a.Rule, a.Plan = &c, plan
+			a.Rule, a.Plan = o.apply(r), plan
 		}
 		a.Key = a.Rule.stateKey(desc)
 		a.tag = a.Rule.hashTag(desc)
