@@ -32,7 +32,7 @@ func (a *API) table() []route {
 
 		{pattern: "POST /v1/links", access: tenantOrAnonymous, rpc: &mapping{status: http.StatusCreated, existed: linkExisted, location: linkLocation}},
 		{pattern: "GET /v1/links", access: tenantKey, query: []string{"page_size", "page_token", "tag"}, rpc: &mapping{before: checkPageSize}},
-		{pattern: "POST /v1/links:batch", access: tenantKey, rpc: &mapping{bulkBody: batchBodyBytes}},
+		{pattern: "POST /v1/links:batch", access: tenantKey, rpc: &mapping{bulkBody: batchBodyBytes, before: checkBatchItems}},
 		{pattern: "GET /v1/links:export", access: tenantKey, query: []string{"tag"}, handle: a.exportLinks},
 		{pattern: "POST /v1/links:import", access: tenantKey, handle: a.importLinks},
 		{pattern: "GET /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain}},
