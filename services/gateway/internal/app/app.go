@@ -86,7 +86,8 @@ type Config struct {
 	AdminToken string `env:"GATEWAY_ADMIN_TOKEN" default:""`
 	// MaxBulkRequests bounds the batch and import requests served at once
 	// (each may hold tens of MB); past it they are answered 503 with a
-	// Retry-After before their body is read.
+	// Retry-After before their body is read. A tenant holds at most half
+	// of them (at least one): its next one is answered 429.
 	MaxBulkRequests int `env:"GATEWAY_MAX_BULK_REQUESTS" default:"2"`
 	// ServiceAuth signs, on every call to the shortener and analytics, an
 	// assertion of the tenant the gateway authenticated.

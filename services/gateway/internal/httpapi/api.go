@@ -56,7 +56,9 @@ type Options struct {
 	CallTimeout time.Duration
 	// MaxBulkRequests bounds the bulk requests (POST /v1/links:batch and
 	// /v1/links:import, up to 4 and 20 MB of body) the process serves at
-	// once; past it they are answered 503 before their body is read.
+	// once; past it they are answered 503 before their body is read. One
+	// tenant holds at most half of them (at least one); past that its
+	// next bulk request is answered 429.
 	MaxBulkRequests int
 }
 
@@ -97,6 +99,11 @@ type API struct {
 	adminHash [sha256.Size]byte
 	failures  *failMemory
 	bulk      *capacity.Gate
+	// bulkHeld is the bulk slots each tenant holds (bulkMu), at most
+	// bulkShare: one tenant's slow bodies must not take every slot.
+	bulkMu    sync.Mutex
+	bulkHeld  map[string]int
+	bulkShare int
 	routes    []route
 	m         instruments
 
@@ -123,7 +130,11 @@ func New(opts Options, d Deps) (*API, error) {
 		failures:  newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
 		// No wait: a bulk request lasts seconds, so a slot rarely frees
 		// within a wait worth holding the client for.
-		bulk: capacity.New(opts.MaxBulkRequests, 0),
+		bulk:     capacity.New(opts.MaxBulkRequests, 0),
+		bulkHeld: map[string]int{},
+		// Half the slots, at least one: with the default two, a tenant
+		// sending its bodies a byte a second holds one slot, not both.
+		bulkShare: max(1, opts.MaxBulkRequests/2),
 	}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {

@@ -108,20 +108,41 @@ var exportColumns = []string{
 // anything; otherwise it takes one of the process's bulk slots
 // (Options.MaxBulkRequests), and with every slot busy the answer is 503 with
 // a Retry-After at once, so that concurrent bulk requests cannot hold more
-// memory than the slots'.
+// memory than the slots'. A tenant already holding its share of the slots
+// is answered 429: its bodies, sent as slowly as it likes, cannot keep the
+// other tenants out.
 func (a *API) admitBulk(c *call, limit int64) (release func(), err error) {
 	if c.r.ContentLength > limit {
 		return nil, bodyTooLarge(limit)
 	}
+	tenant := c.tenant()
+	a.bulkMu.Lock()
+	if a.bulkHeld[tenant] >= a.bulkShare {
+		a.bulkMu.Unlock()
+		e := newError(http.StatusTooManyRequests, codeName(codes.ResourceExhausted),
+			fmt.Sprintf("this tenant already has %d bulk requests (batches, imports) in progress, its most at once; nothing was created: retry when one is done", a.bulkShare))
+		e.retryAfter = bulkRetryAfter
+		return nil, e
+	}
+	a.bulkHeld[tenant]++
+	a.bulkMu.Unlock()
+	unhold := func() {
+		a.bulkMu.Lock()
+		if a.bulkHeld[tenant]--; a.bulkHeld[tenant] == 0 {
+			delete(a.bulkHeld, tenant)
+		}
+		a.bulkMu.Unlock()
+	}
 	// No wait (the gate's is 0): Acquire only fails with ErrBusy.
-	release, err = a.bulk.Acquire(context.Background())
+	freeSlot, err := a.bulk.Acquire(context.Background())
 	if err != nil {
+		unhold()
 		e := newError(http.StatusServiceUnavailable, codeName(codes.Unavailable),
 			"the gateway is serving as many bulk requests (batches, imports) as it can hold; nothing was created: retry shortly")
 		e.retryAfter = bulkRetryAfter
 		return nil, e
 	}
-	return release, nil
+	return func() { freeSlot(); unhold() }, nil
 }
 
 // batchCreate calls BatchCreateLinks with the batch timeout, pushing the

@@ -93,7 +93,7 @@ func (s *bulkShortener) UpdateLink(_ context.Context, in *shortenerv1.UpdateLink
 
 func newBulkAPI(sh *bulkShortener) *API {
 	return &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler),
-		bulk: capacity.New(1, 0)}
+		bulk: capacity.New(1, 0), bulkHeld: map[string]int{}, bulkShare: 1}
 }
 
 // bulkCall runs handle on method target with body, as the route table
@@ -459,6 +459,46 @@ func TestBulkRequestsBeyondTheBoundRefusedUnread(t *testing.T) {
 	}
 	if len(sh.batches) != 2 {
 		t.Errorf("the shortener got %d batches, want one per request", len(sh.batches))
+	}
+}
+
+// A tenant holds at most its share of the bulk slots: with two slots, one
+// tenant's request in progress (a body sent a byte a second) leaves the
+// other slot to the other tenants, and the tenant's next bulk request is
+// answered 429 with a Retry-After, unread, until its first is done.
+func TestBulkSlotsShareOutAmongTenants(t *testing.T) {
+	sh := &bulkShortener{}
+	a := newBulkAPI(sh)
+	a.bulk, a.bulkShare = capacity.New(2, 0), 1
+	as := func(tenant string) *call {
+		r := httptest.NewRequest("POST", "/v1/links:batch", nil)
+		return &call{w: httptest.NewRecorder(), r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: tenant}}
+	}
+	release, err := a.admitBulk(as("acme"), batchBodyBytes) // acme's slow request
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := a.routeHandler("POST /v1/links:batch")
+	send := func(tenant string) (*trackedBody, error) {
+		body := &trackedBody{Reader: strings.NewReader(`{"requests":[{"longUrl":"https://example.com/b"}]}`)}
+		c := as(tenant)
+		c.r = httptest.NewRequest("POST", "/v1/links:batch", body)
+		return body, batch(c)
+	}
+	body, err := send("acme")
+	if e := toAPIError(err); e.status != http.StatusTooManyRequests || e.code != "RESOURCE_EXHAUSTED" || e.retryAfter != bulkRetryAfter || body.read {
+		t.Errorf("acme's second bulk request: %d %s retry %v, body read %v (%v); want 429 RESOURCE_EXHAUSTED retry %v, unread",
+			e.status, e.code, e.retryAfter, body.read, err, bulkRetryAfter)
+	}
+	if _, err := send("globex"); err != nil {
+		t.Errorf("another tenant's bulk request beside acme's: %v", err)
+	}
+	release()
+	if _, err := send("acme"); err != nil {
+		t.Errorf("acme's bulk request once its first is done: %v", err)
+	}
+	if len(sh.batches) != 2 || len(a.bulkHeld) != 0 {
+		t.Errorf("the shortener got %d batches, %d tenants still hold slots; want 2 and none", len(sh.batches), len(a.bulkHeld))
 	}
 }
 
