@@ -66,6 +66,11 @@ type Decision struct {
 	Source ratelimitv1.DecisionSource
 	// Degraded is true when the limiter did not answer and Policy decided.
 	Degraded bool
+	// MaxCost, when positive, is the capacity of a rule that denied the
+	// request for costing more than that rule ever holds: the request is
+	// never allowed as it is, however long its caller waits; one of at
+	// most MaxCost units may be.
+	MaxCost int64
 }
 
 // Client wraps the limiter's gRPC client.
@@ -155,7 +160,7 @@ func (c *Client) checkBatch(ctx context.Context, reqs []Request, policy Policy) 
 		return out
 	}
 	for i, r := range resp.GetResults() {
-		out[i] = c.decision(ctx, reqs[i].Domain, r)
+		out[i] = c.decision(ctx, reqs[i].Domain, checks[i].GetCost(), r)
 	}
 	return out
 }
@@ -172,11 +177,12 @@ func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, p
 			attribute.String("policy", policy.String())))
 		return Decision{Allowed: policy == FailOpen, Degraded: true}
 	}
-	return c.decision(ctx, req.GetDomain(), resp)
+	return c.decision(ctx, req.GetDomain(), req.GetCost(), resp)
 }
 
-// decision turns the limiter's answer into a Decision, counting it.
-func (c *Client) decision(ctx context.Context, domain string, resp *ratelimitv1.CheckQuotaResponse) Decision {
+// decision turns the limiter's answer to a request of cost into a
+// Decision, counting it.
+func (c *Client) decision(ctx context.Context, domain string, cost uint32, resp *ratelimitv1.CheckQuotaResponse) Decision {
 	outcome := "allowed"
 	if !resp.GetAllowed() {
 		outcome = "denied"
@@ -195,6 +201,10 @@ func (c *Client) decision(ctx context.Context, domain string, resp *ratelimitv1.
 	for _, rd := range resp.GetDecisions() {
 		if rd.GetRule() == d.Rule {
 			d.Delay = rd.GetDelay().AsDuration()
+		}
+		if c := rd.GetCapacity(); !rd.GetAllowed() && rd.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW &&
+			c > 0 && int64(cost) > c && (d.MaxCost == 0 || c < d.MaxCost) {
+			d.MaxCost = c
 		}
 	}
 	return d

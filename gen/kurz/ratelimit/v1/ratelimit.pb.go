@@ -396,8 +396,12 @@ type RuleDecision struct {
 	// For a denial, time until the same request would be allowed; zero otherwise.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,8,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// Leaky bucket in queue mode: how long the caller must wait before acting.
-	Delay         *durationpb.Duration `protobuf:"bytes,9,opt,name=delay,proto3" json:"delay,omitempty"`
-	Source        DecisionSource       `protobuf:"varint,10,opt,name=source,proto3,enum=kurz.ratelimit.v1.DecisionSource" json:"source,omitempty"`
+	Delay  *durationpb.Duration `protobuf:"bytes,9,opt,name=delay,proto3" json:"delay,omitempty"`
+	Source DecisionSource       `protobuf:"varint,10,opt,name=source,proto3,enum=kurz.ratelimit.v1.DecisionSource" json:"source,omitempty"`
+	// The most the rule holds at once: its burst for the token and leaky
+	// buckets, else its limit. A request costing more is never allowed, however
+	// long it waits.
+	Capacity      int64 `protobuf:"varint,11,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +504,13 @@ func (x *RuleDecision) GetSource() DecisionSource {
 		return x.Source
 	}
 	return DecisionSource_DECISION_SOURCE_UNSPECIFIED
+}
+
+func (x *RuleDecision) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
 }
 
 // CheckQuotaResponse is the combined verdict of every rule that applied.
@@ -857,7 +868,7 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x10DescriptorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
-	"\x05_cost\"\xc3\x03\n" +
+	"\x05_cost\"\xdf\x03\n" +
 	"\fRuleDecision\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12:\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x1c.kurz.ratelimit.v1.AlgorithmR\talgorithm\x12\x18\n" +
@@ -871,7 +882,8 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"retryAfter\x12/\n" +
 	"\x05delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\x05delay\x129\n" +
 	"\x06source\x18\n" +
-	" \x01(\x0e2!.kurz.ratelimit.v1.DecisionSourceR\x06source\"\xf9\x02\n" +
+	" \x01(\x0e2!.kurz.ratelimit.v1.DecisionSourceR\x06source\x12\x1a\n" +
+	"\bcapacity\x18\v \x01(\x03R\bcapacity\"\xf9\x02\n" +
 	"\x12CheckQuotaResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12#\n" +
 	"\rdeciding_rule\x18\x02 \x01(\tR\fdecidingRule\x12\x14\n" +

@@ -111,9 +111,10 @@ func TestCheckQuotaTwoRulesAllOrNothing(t *testing.T) {
 					limit int64
 				}{{"per-key", 5}, {"per-tenant", 3}} {
 					d := decisionOf(t, resp, want.rule)
-					if d.GetAlgorithm() != ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET || d.GetLimit() != want.limit || d.GetWindow().AsDuration() != time.Hour || !d.GetAllowed() {
-						t.Errorf("request %d, %s: algorithm %v limit %d window %v allowed %v; want TOKEN_BUCKET %d 1h true",
-							i+1, want.rule, d.GetAlgorithm(), d.GetLimit(), d.GetWindow().AsDuration(), d.GetAllowed(), want.limit)
+					if d.GetAlgorithm() != ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET || d.GetLimit() != want.limit || d.GetCapacity() != want.limit ||
+						d.GetWindow().AsDuration() != time.Hour || !d.GetAllowed() {
+						t.Errorf("request %d, %s: algorithm %v limit %d capacity %d window %v allowed %v; want TOKEN_BUCKET %d %[8]d 1h true",
+							i+1, want.rule, d.GetAlgorithm(), d.GetLimit(), d.GetCapacity(), d.GetWindow().AsDuration(), d.GetAllowed(), want.limit)
 					}
 				}
 				// Least headroom decides an allowance: per-tenant (2/3, 1/3,

@@ -145,6 +145,12 @@ domains:
 	if got := e.Check(ctx, "api", desc, 1).Remaining; got != 9 {
 		t.Errorf("after the burst shrank to 10: remaining %d, want 9 (min(burst, tokens) - 1)", got)
 	}
+	// A cost over the burst is never allowed: the decision says what the
+	// rule holds at most, so that callers can tell it from a wait.
+	over := e.Check(ctx, "api", desc, 11)
+	if d := over.GetDecisions(); over.Allowed || len(d) != 1 || d[0].GetCapacity() != 10 || d[0].GetLimit() != 1000 {
+		t.Errorf("cost 11 over a burst of 10: allowed %v, decisions %v; want denied, capacity 10, limit 1000", over.Allowed, d)
+	}
 }
 
 func TestPeekConsumesNothing(t *testing.T) {

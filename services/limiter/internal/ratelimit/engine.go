@@ -725,6 +725,7 @@ func (e *Engine) respond(domain string, rules []Applied, results []result) *rate
 			RetryAfter: durationpb.New(res.retryAfter),
 			Delay:      durationpb.New(res.delay),
 			Source:     res.source,
+			Capacity:   r.capacity(),
 		}
 		if r.Shadow {
 			continue

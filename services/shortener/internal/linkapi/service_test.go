@@ -1,6 +1,7 @@
 package linkapi_test
 
 import (
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -10,9 +11,11 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/rpcerr"
@@ -231,6 +234,34 @@ func TestQuotaDenialCreatesNothing(t *testing.T) {
 	if _, found := e.cache.entry(t, "denied"); found {
 		t.Error("the denied link reached the cache")
 	}
+}
+
+// A batch costing more than the quota's rule ever holds (its capacity, the
+// bucket's burst) is INVALID_ARGUMENT naming the largest batch that can
+// pass, not a RESOURCE_EXHAUSTED its caller would retry forever; a batch
+// within the capacity that is denied stays RESOURCE_EXHAUSTED.
+func TestBatchBeyondTheQuotaCapacityIsInvalid(t *testing.T) {
+	e := newEnv(t)
+	e.limiter.SetDecider(func(req *ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+		d := &ratelimitv1.RuleDecision{Rule: "per-tenant", Limit: 30, Capacity: 10, Remaining: 4,
+			RetryAfter: durationpb.New(time.Minute), Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}
+		return &ratelimitv1.CheckQuotaResponse{Allowed: false, DecidingRule: "per-tenant", Limit: 30, Remaining: 4,
+			RetryAfter: d.RetryAfter, Source: d.Source, Decisions: []*ratelimitv1.RuleDecision{d}}
+	})
+	batch := func(n int) error {
+		req := &shortenerv1.BatchCreateLinksRequest{}
+		for i := range n {
+			req.Requests = append(req.Requests, &shortenerv1.CreateLinkRequest{LongUrl: fmt.Sprintf("https://example.com/cap/%d", i)})
+		}
+		_, err := e.client.BatchCreateLinks(as("acme"), req)
+		return err
+	}
+	err := batch(11)
+	wantStatus(t, "a batch of 11 against a capacity of 10", err, codes.InvalidArgument, linkapi.ReasonBatchSizeInvalid, "requests")
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "at most 10") {
+		t.Errorf("message %q does not name the largest batch", msg)
+	}
+	wantStatus(t, "a batch of 10 denied", batch(10), codes.ResourceExhausted, rpcerr.ReasonRateLimited, "")
 }
 
 // A code that is not the caller's (unknown, never plausible, or deleted)
