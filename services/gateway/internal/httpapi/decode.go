@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -76,6 +77,12 @@ func decodeJSON(b []byte, v any) error {
 	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
 		return badRequest("invalid JSON body: the body must be a JSON object, not a JSON null")
 	}
+	// encoding/json keeps the last of duplicate keys and matches names
+	// whatever their case; the protojson routes refuse both, and so do
+	// these.
+	if problem := keyProblem(b, v); problem != "" {
+		return badRequest("invalid JSON body: " + problem)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -85,6 +92,46 @@ func decodeJSON(b []byte, v any) error {
 		return badRequest("invalid JSON body: unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// keyProblem names a key of the JSON object b that appears twice, or that
+// is not exactly the JSON name of a field of the struct v points to; ""
+// when there is none, or when b is not an object (Decode says why).
+func keyProblem(b []byte, v any) string {
+	t := reflect.TypeOf(v)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return ""
+	}
+	names := map[string]bool{}
+	for f := range t.Elem().Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names[name] = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	seen := map[string]bool{}
+	var skip json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		key, ok := tok.(string)
+		if err != nil || !ok {
+			return ""
+		}
+		switch {
+		case seen[key]:
+			return fmt.Sprintf("field %q appears twice", key)
+		case !names[key]:
+			return fmt.Sprintf("unknown field %q", key)
+		}
+		seen[key] = true
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 func jsonProblem(err error) string {
