@@ -24,6 +24,7 @@ import (
 	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/services/gateway/internal/keystore"
 )
 
@@ -264,6 +265,14 @@ func (a *API) serve(rt route) http.Handler {
 // fail writes err as the error answer, logging what the client does not see.
 func (a *API) fail(c *call, err error) {
 	e := toAPIError(err)
+	if e.status == http.StatusTooManyRequests && !e.ownQuota {
+		// A service's quota refused (the link creation quota, say): the
+		// edge quota's fields set before would tell the client it has
+		// room. Retry-After is the answer's pacing.
+		h := c.w.Header()
+		delete(h, ratelimitfields.PolicyField)
+		delete(h, ratelimitfields.StateField)
+	}
 	if e.cause != nil && e.status >= 500 {
 		a.log.WarnContext(c.r.Context(), "request failed", "route", c.st.route, "status", e.status,
 			"request_id", c.st.id, "err", e.cause)

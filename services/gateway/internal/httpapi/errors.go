@@ -47,6 +47,10 @@ type apiError struct {
 	header http.Header
 	// cause is logged, never sent.
 	cause error
+	// ownQuota marks the gateway's own limiter denials (denied): their
+	// RateLimit fields are the answer's; another 429 (a service's quota)
+	// must not carry the edge quota's fields, which say there is room.
+	ownQuota bool
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }

@@ -17,6 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/ratelimitfields"
+	"kurz.dev/pkg/rpcerr"
 )
 
 func withDetails(t *testing.T, c codes.Code, msg string, details ...protoadapt.MessageV1) error {
@@ -125,5 +129,29 @@ func TestWriteErrorNamesTheFieldsAtFault(t *testing.T) {
 	if got.Type != "https://kurz.dev/problems/invalid-argument" || got.Title != "Invalid argument" || got.Status != 400 ||
 		!reflect.DeepEqual(got.Errors, want) {
 		t.Errorf("got %+v, want type .../invalid-argument, title Invalid argument, status 400, errors %+v", got, want)
+	}
+}
+
+// A service's quota refusal (a 429 the gateway did not decide) drops the
+// edge quota's RateLimit fields, which would say there is room; the
+// gateway's own denial keeps them.
+func TestServiceQuotaRefusalDropsTheEdgeFields(t *testing.T) {
+	a := newBulkAPI(&bulkShortener{})
+	for name, tc := range map[string]struct {
+		err        error
+		wantFields bool
+	}{
+		"the shortener's quota": {rpcerr.RetryLater(codes.ResourceExhausted, rpcerr.ReasonRateLimited, "too many links created (rule per-tenant)", 11*time.Second, nil), false},
+		"the edge quota":        {denied(DomainAPI, quota.Decision{Rule: "per-api-key", RetryAfter: 11 * time.Second}, "rate limit exceeded"), true},
+	} {
+		w := httptest.NewRecorder()
+		setRateLimitHeaders(w.Header(), DomainAPI, quota.Decision{Allowed: true, Rule: "per-api-key", Limit: 20, Remaining: 9}, time.Minute)
+		a.fail(&call{w: w, r: httptest.NewRequest("POST", "/v1/links", nil), st: &reqState{id: "t"}}, tc.err)
+		_, policy := w.Header()[ratelimitfields.PolicyField]
+		_, state := w.Header()[ratelimitfields.StateField]
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "11" || policy != tc.wantFields || state != tc.wantFields {
+			t.Errorf("%s: %d, Retry-After %q, RateLimit-Policy %v, RateLimit %v; want 429, 11, fields %v",
+				name, w.Code, w.Header().Get("Retry-After"), policy, state, tc.wantFields)
+		}
 	}
 }

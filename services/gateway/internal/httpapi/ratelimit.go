@@ -89,6 +89,6 @@ func denied(domain string, d quota.Decision, what string) *apiError {
 	}
 	e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
 		fmt.Sprintf("%s (policy %s/%s); retry after %ds", what, domain, d.Rule, ceilSeconds(retry)))
-	e.retryAfter = retry
+	e.retryAfter, e.ownQuota = retry, true
 	return e
 }
