@@ -64,7 +64,7 @@ func testDomain() string {
 }
 
 // Custom domains end to end on the shortener: two tenants, registration
-// (normalised, bounded, unique across tenants), verification by the TXT
+// (normalised, bounded; the first to verify a name holds it), verification by the TXT
 // record through the resolver, links on the verified domain with codes
 // unique per domain, and the other tenant kept out of everything.
 func TestCustomDomains(t *testing.T) {
@@ -108,17 +108,18 @@ func TestCustomDomains(t *testing.T) {
 		t.Errorf("third domain: reason %q, want DOMAIN_LIMIT", reason)
 	}
 
-	// The other tenant can neither take it nor see it.
-	_, err = sh.api.RegisterDomain(o, &shortenerv1.RegisterDomainRequest{Name: domain})
-	if _, st := wantStatus(t, err, codes.AlreadyExists); strings.Contains(st.Message(), acme) {
-		t.Errorf("refusal names the holder: %q", st.Message())
-	}
+	// The other tenant cannot see acme's claim; while nobody has verified
+	// the name it may claim it too, with a token of its own.
 	_, err = sh.api.GetDomain(o, &shortenerv1.GetDomainRequest{Name: domain})
 	wantStatus(t, err, codes.NotFound)
 	_, err = sh.api.VerifyDomain(o, &shortenerv1.VerifyDomainRequest{Name: domain})
 	wantStatus(t, err, codes.NotFound)
 	if l, err := sh.api.ListDomains(o, &shortenerv1.ListDomainsRequest{}); err != nil || len(l.GetDomains()) != 0 {
 		t.Errorf("other tenant lists %v %v, want none", l.GetDomains(), err)
+	}
+	oreg, err := sh.api.RegisterDomain(o, &shortenerv1.RegisterDomainRequest{Name: domain})
+	if err != nil || oreg.GetDomain().GetTenant() != other || oreg.GetDomain().GetVerificationToken() == d.GetVerificationToken() {
+		t.Fatalf("other's claim on acme's unverified name: %v %+v", err, oreg.GetDomain())
 	}
 
 	// Unverified: no links; a wrong record does not verify.
@@ -141,6 +142,14 @@ func TestCustomDomains(t *testing.T) {
 	}
 	if !ver.GetDomain().GetVerified() || ver.GetDomain().GetVerifiedBy() != "dns" || ver.GetDomain().GetVerifyTime() == nil {
 		t.Fatalf("verified %+v", ver.GetDomain())
+	}
+	// Verified by acme: other's claim is gone, and the name is taken,
+	// without naming its holder.
+	_, err = sh.api.GetDomain(o, &shortenerv1.GetDomainRequest{Name: domain})
+	wantStatus(t, err, codes.NotFound)
+	_, err = sh.api.RegisterDomain(o, &shortenerv1.RegisterDomainRequest{Name: domain})
+	if _, st := wantStatus(t, err, codes.AlreadyExists); strings.Contains(st.Message(), acme) {
+		t.Errorf("refusal names the holder: %q", st.Message())
 	}
 
 	// A link on the domain, and the same alias on the default domain: two

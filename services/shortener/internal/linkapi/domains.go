@@ -58,7 +58,7 @@ var domainErrors = []rpcerr.Sentinel{
 	{Err: linkstore.ErrDomainNotFound, Code: codes.NotFound,
 		Message: "no such domain: register it first (domains of other tenants are not visible)"},
 	{Err: linkstore.ErrDomainTaken, Code: codes.AlreadyExists, Reason: ReasonDomainTaken,
-		Message: "this domain is registered already; it cannot be registered again"},
+		Message: "another tenant has verified this domain; it cannot be registered or verified again"},
 	{Err: linkstore.ErrDomainInUse, Code: codes.FailedPrecondition, Reason: ReasonDomainInUse,
 		Message: "live links use this domain: delete them first"},
 }

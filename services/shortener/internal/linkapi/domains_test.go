@@ -16,24 +16,35 @@ import (
 	"kurz.dev/services/shortener/internal/linkstore"
 )
 
-// fakeDomains is an in-memory DomainStore with linkstore's answers.
+// fakeDomains is an in-memory DomainStore with linkstore's answers: claims
+// by name and tenant; the first tenant to verify a name holds it.
 type fakeDomains struct {
 	mu sync.Mutex
-	m  map[string]linkstore.Domain
+	m  map[string]map[string]linkstore.Domain // name, tenant
+}
+
+// verified is name's verified claim, if any (f.mu held).
+func (f *fakeDomains) verified(name string) (linkstore.Domain, bool) {
+	for _, d := range f.m[name] {
+		if d.Verified != nil {
+			return d, true
+		}
+	}
+	return linkstore.Domain{}, false
 }
 
 func (f *fakeDomains) RegisterDomain(_ context.Context, tenant, name, token string, max int) (linkstore.Domain, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if d, ok := f.m[name]; ok {
-		if d.Tenant != tenant {
-			return linkstore.Domain{}, false, linkstore.ErrDomainTaken
-		}
+	if d, ok := f.m[name][tenant]; ok {
 		return d, false, nil
 	}
+	if _, ok := f.verified(name); ok {
+		return linkstore.Domain{}, false, linkstore.ErrDomainTaken
+	}
 	n := 0
-	for _, d := range f.m {
-		if d.Tenant == tenant {
+	for _, claims := range f.m {
+		if _, ok := claims[tenant]; ok {
 			n++
 		}
 	}
@@ -41,14 +52,17 @@ func (f *fakeDomains) RegisterDomain(_ context.Context, tenant, name, token stri
 		return linkstore.Domain{}, false, linkstore.ErrDomainLimit
 	}
 	d := linkstore.Domain{Name: name, Tenant: tenant, Token: token, Created: time.Now()}
-	f.m[name] = d
+	if f.m[name] == nil {
+		f.m[name] = map[string]linkstore.Domain{}
+	}
+	f.m[name][tenant] = d
 	return d, true, nil
 }
 
 func (f *fakeDomains) GetDomain(_ context.Context, tenant, name string) (linkstore.Domain, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if d, ok := f.m[name]; ok && d.Tenant == tenant {
+	if d, ok := f.m[name][tenant]; ok {
 		return d, nil
 	}
 	return linkstore.Domain{}, linkstore.ErrDomainNotFound
@@ -58,8 +72,8 @@ func (f *fakeDomains) ListDomains(_ context.Context, tenant string, _ int) ([]li
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []linkstore.Domain
-	for _, d := range f.m {
-		if d.Tenant == tenant {
+	for _, claims := range f.m {
+		if d, ok := claims[tenant]; ok {
 			out = append(out, d)
 		}
 	}
@@ -69,25 +83,28 @@ func (f *fakeDomains) ListDomains(_ context.Context, tenant string, _ int) ([]li
 func (f *fakeDomains) VerifyDomain(_ context.Context, tenant, name, by string) (linkstore.Domain, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	d, ok := f.m[name]
-	if !ok || d.Tenant != tenant {
+	d, ok := f.m[name][tenant]
+	if !ok {
 		return linkstore.Domain{}, linkstore.ErrDomainNotFound
+	}
+	if v, ok := f.verified(name); ok && v.Tenant != tenant {
+		return linkstore.Domain{}, linkstore.ErrDomainTaken
 	}
 	if d.Verified == nil {
 		now := time.Now()
 		d.Verified, d.VerifiedBy = &now, by
-		f.m[name] = d
 	}
+	f.m[name] = map[string]linkstore.Domain{tenant: d}
 	return d, nil
 }
 
 func (f *fakeDomains) DeleteDomain(_ context.Context, tenant, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if d, ok := f.m[name]; !ok || d.Tenant != tenant {
+	if _, ok := f.m[name][tenant]; !ok {
 		return linkstore.ErrDomainNotFound
 	}
-	delete(f.m, name)
+	delete(f.m[name], tenant)
 	return nil
 }
 
@@ -114,7 +131,7 @@ func (r *txtAnswer) set(values []string, err error) {
 
 func domainEnv(t *testing.T, txt *txtAnswer) *env {
 	return newEnvWith(t, func(d *linkapi.Deps) {
-		d.Domains = &fakeDomains{m: map[string]linkstore.Domain{}}
+		d.Domains = &fakeDomains{m: map[string]map[string]linkstore.Domain{}}
 		if txt != nil {
 			d.TXT = txt
 		}
@@ -181,8 +198,10 @@ func TestVerifyDomainByTXT(t *testing.T) {
 }
 
 // Names are validated before any I/O, kurz's own host is refused, the
-// per-tenant bound holds, another tenant's domain is refused without a
-// name, and links take only the caller's verified domains.
+// per-tenant bound holds, a name nobody has verified can be claimed by
+// several tenants and the first to verify holds it (the others' claims
+// go, and a name verified by another tenant is refused without naming
+// it), and links take only the caller's verified domains.
 func TestDomainRules(t *testing.T) {
 	e := domainEnv(t, nil)
 	a, b := as("acme"), as("other")
@@ -197,8 +216,12 @@ func TestDomainRules(t *testing.T) {
 	}
 	_, err := e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: "d.example"})
 	wantStatus(t, "a fourth domain", err, codes.FailedPrecondition, linkapi.ReasonDomainLimit, "")
-	_, err = e.client.RegisterDomain(b, &shortenerv1.RegisterDomainRequest{Name: "a.example"})
-	wantStatus(t, "another tenant's domain", err, codes.AlreadyExists, linkapi.ReasonDomainTaken, "")
+	// A claim alone does not lock the name: other holds one too, with its
+	// own token, and sees only its own.
+	claim, err := e.client.RegisterDomain(b, &shortenerv1.RegisterDomainRequest{Name: "a.example"})
+	if err != nil || claim.GetDomain().GetTenant() != "other" || claim.GetDomain().GetVerified() {
+		t.Fatalf("other's claim on acme's unverified name: %v %+v", err, claim.GetDomain())
+	}
 	// Without a resolver only an administrator verifies.
 	_, err = e.client.VerifyDomain(a, &shortenerv1.VerifyDomainRequest{Name: "a.example"})
 	wantStatus(t, "verify without a resolver", err, codes.FailedPrecondition, linkapi.ReasonDomainNotVerified, "")
@@ -212,6 +235,11 @@ func TestDomainRules(t *testing.T) {
 	if _, err := e.client.ApproveDomain(a, &shortenerv1.ApproveDomainRequest{Name: "a.example"}); err != nil {
 		t.Fatal(err)
 	}
+	// Verified by acme: other's claim is gone, and the name is taken.
+	_, err = e.client.GetDomain(b, &shortenerv1.GetDomainRequest{Name: "a.example"})
+	wantStatus(t, "other's claim after acme verified", err, codes.NotFound, "", "")
+	_, err = e.client.RegisterDomain(b, &shortenerv1.RegisterDomainRequest{Name: "a.example"})
+	wantStatus(t, "another tenant's verified domain", err, codes.AlreadyExists, linkapi.ReasonDomainTaken, "")
 	_, err = e.client.CreateLink(b, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", Domain: "a.example"})
 	wantStatus(t, "another tenant's verified domain", err, codes.InvalidArgument, linkapi.ReasonDomainNotVerified, "domain")
 	if _, err := e.client.CreateLink(a, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", Domain: "a.example"}); err != nil {

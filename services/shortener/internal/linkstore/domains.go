@@ -7,13 +7,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// verifiedNameIndex makes a verified name one tenant's (0009_domain_claims.sql).
+const verifiedNameIndex = "domains_verified_name"
 
 // Errors of the domain statements.
 var (
 	// ErrDomainNotFound: the tenant holds no domain of this name.
 	ErrDomainNotFound = errors.New("domain not found")
-	// ErrDomainTaken: another tenant holds the domain.
+	// ErrDomainTaken: another tenant has verified the domain.
 	ErrDomainTaken = errors.New("domain registered by another tenant")
 	// ErrDomainLimit: the tenant holds as many domains as it may.
 	ErrDomainLimit = errors.New("too many domains")
@@ -41,10 +45,12 @@ func scanDomain(row pgx.Row) (Domain, error) {
 	return d, err
 }
 
-// RegisterDomain stores name as tenant's, unverified, with token, unless
-// tenant holds max domains already (ErrDomainLimit) or another tenant holds
-// name (ErrDomainTaken). If tenant holds name already it returns that row
-// and created false. Registrations of one tenant are serialised (an advisory
+// RegisterDomain stores name as tenant's claim, unverified, with token,
+// unless tenant holds max domains already (ErrDomainLimit) or another
+// tenant has verified name (ErrDomainTaken): other tenants' unverified
+// claims on name do not stand in the way, since the first to verify holds
+// it (VerifyDomain). If tenant holds name already it returns that row and
+// created false. Registrations of one tenant are serialised (an advisory
 // lock on the tenant), so concurrent ones cannot pass max together.
 func (s *Store) RegisterDomain(ctx context.Context, tenant, name, token string, max int) (d Domain, created bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -57,7 +63,8 @@ func (s *Store) RegisterDomain(ctx context.Context, tenant, name, token string, 
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('kurz.domains:' || $1))`, tenant); err != nil {
 		return Domain{}, false, fmt.Errorf("register domain: lock: %w", err)
 	}
-	d, err = scanDomain(tx.QueryRow(ctx, `SELECT `+domainColumns+` FROM domains WHERE name = $1`, name))
+	d, err = scanDomain(tx.QueryRow(ctx, `SELECT `+domainColumns+` FROM domains
+		WHERE name = $1 AND (tenant = $2 OR verified_at IS NOT NULL) ORDER BY tenant = $2 DESC LIMIT 1`, name, tenant))
 	switch {
 	case err == nil && d.Tenant == tenant:
 		return d, false, nil
@@ -73,12 +80,11 @@ func (s *Store) RegisterDomain(ctx context.Context, tenant, name, token string, 
 	if n >= max {
 		return Domain{}, false, ErrDomainLimit
 	}
+	// The tenant's lock keeps its own rows as read; another tenant may
+	// verify name meanwhile, which leaves this claim to go with the rest
+	// (VerifyDomain deletes the others' claims after taking the name).
 	d, err = scanDomain(tx.QueryRow(ctx, `INSERT INTO domains (name, tenant, token) VALUES ($1, $2, $3)
-		ON CONFLICT (name) DO NOTHING RETURNING `+domainColumns, name, tenant, token))
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Another tenant's registration committed since the read.
-		return Domain{}, false, ErrDomainTaken
-	}
+		RETURNING `+domainColumns, name, tenant, token))
 	if err != nil {
 		return Domain{}, false, fmt.Errorf("register domain: %w", err)
 	}
@@ -119,18 +125,50 @@ func (s *Store) ListDomains(ctx context.Context, tenant string, limit int) ([]Do
 }
 
 // VerifyDomain marks tenant's domain name verified by by ("dns" or
-// "admin"); a verified domain keeps its first verification.
+// "admin"); a verified domain keeps its first verification. The first
+// tenant to verify name holds it: another's verification is then
+// ErrDomainTaken (the unique index on verified names decides a race), and
+// the other tenants' claims on name are deleted with the verification
+// (verifications of one name are serialised by an advisory lock).
 func (s *Store) VerifyDomain(ctx context.Context, tenant, name, by string) (Domain, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	d, err := scanDomain(s.db.QueryRow(ctx, `UPDATE domains SET verified_at = COALESCE(verified_at, now()),
-			verified_by = COALESCE(verified_by, $3)
-		WHERE name = $1 AND tenant = $2 RETURNING `+domainColumns, name, tenant, by))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Domain{}, ErrDomainNotFound
-	}
+	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return Domain{}, fmt.Errorf("verify domain: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// Verifications of one name are serialised: two tenants' at once would
+	// otherwise each wait for the other (one on the unique index, the other
+	// deleting the first's claim).
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('kurz.domain-name:' || $1))`, name); err != nil {
+		return Domain{}, fmt.Errorf("verify domain: lock: %w", err)
+	}
+	var held bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM domains WHERE name = $1 AND tenant <> $2 AND verified_at IS NOT NULL)`,
+		name, tenant).Scan(&held); err != nil {
+		return Domain{}, fmt.Errorf("verify domain: %w", err)
+	}
+	if held {
+		return Domain{}, ErrDomainTaken
+	}
+	d, err := scanDomain(tx.QueryRow(ctx, `UPDATE domains SET verified_at = COALESCE(verified_at, now()),
+			verified_by = COALESCE(verified_by, $3)
+		WHERE name = $1 AND tenant = $2 RETURNING `+domainColumns, name, tenant, by))
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Domain{}, ErrDomainNotFound
+	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == verifiedNameIndex:
+		return Domain{}, ErrDomainTaken
+	case err != nil:
+		return Domain{}, fmt.Errorf("verify domain: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM domains WHERE name = $1 AND tenant <> $2`, name, tenant); err != nil {
+		return Domain{}, fmt.Errorf("verify domain: other claims: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Domain{}, fmt.Errorf("verify domain: commit: %w", err)
 	}
 	return d, nil
 }
@@ -157,7 +195,7 @@ func (s *Store) DeleteDomain(ctx context.Context, tenant, name string) error {
 	case inUse:
 		return ErrDomainInUse
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM domains WHERE name = $1`, name); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM domains WHERE name = $1 AND tenant = $2`, name, tenant); err != nil {
 		return fmt.Errorf("delete domain: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

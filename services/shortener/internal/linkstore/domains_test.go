@@ -14,8 +14,8 @@ import (
 )
 
 // Concurrent registrations on PostgreSQL: one tenant's cannot pass its
-// bound together (the per-tenant lock), and of two tenants racing for one
-// name exactly one gets it, the other ErrDomainTaken.
+// bound together (the per-tenant lock); of two tenants claiming one name
+// and verifying it at once exactly one holds it, the other ErrDomainTaken.
 func TestRegisterDomainConcurrently(t *testing.T) {
 	s := New(connect(t, ""), 10*time.Second)
 	ctx := context.Background()
@@ -52,15 +52,51 @@ func TestRegisterDomainConcurrently(t *testing.T) {
 		t.Errorf("listed %d domains (%v), want %d", len(ds), err, max)
 	}
 
+	// Two tenants claim one name, and both verify at once: exactly one
+	// holds it, the other is ErrDomainTaken and its claim is gone; a
+	// later claim is ErrDomainTaken.
 	name := "race." + suffix + ".test"
+	racers := []string{acme + "-x", other}
+	t.Cleanup(func() { _, _ = s.db.Exec(context.Background(), `DELETE FROM domains WHERE name = $1`, name) })
+	for _, tenant := range racers {
+		if _, created, err := s.RegisterDomain(ctx, tenant, name, "tok-"+tenant, max); err != nil || !created {
+			t.Fatalf("%s's claim on %s: created %v, %v", tenant, name, created, err)
+		}
+	}
 	won := make([]error, 2)
-	for i, tenant := range []string{acme + "-x", other} {
-		wg.Go(func() { _, _, won[i] = s.RegisterDomain(ctx, tenant, name, "tok", max) })
+	for i, tenant := range racers {
+		wg.Go(func() { _, won[i] = s.VerifyDomain(ctx, tenant, name, "admin") })
 	}
 	wg.Wait()
-	t.Cleanup(func() { _, _ = s.db.Exec(context.Background(), `DELETE FROM domains WHERE name = $1`, name) })
 	if (won[0] == nil) == (won[1] == nil) || !errors.Is(errors.Join(won...), ErrDomainTaken) {
-		t.Errorf("two tenants racing for %s: %v", name, won)
+		t.Fatalf("two tenants verifying %s at once: %v", name, won)
+	}
+	winner, loser := racers[0], racers[1]
+	if won[0] != nil {
+		winner, loser = loser, winner
+	}
+	if d, err := s.GetDomain(ctx, winner, name); err != nil || d.Verified == nil {
+		t.Errorf("the winner's domain: %+v %v", d, err)
+	}
+	if _, err := s.GetDomain(ctx, loser, name); !errors.Is(err, ErrDomainNotFound) {
+		t.Errorf("the loser's claim after the other verified: %v, want ErrDomainNotFound", err)
+	}
+	if _, _, err := s.RegisterDomain(ctx, loser, name, "tok", max); !errors.Is(err, ErrDomainTaken) {
+		t.Errorf("a claim on a verified name: %v, want ErrDomainTaken", err)
+	}
+	// Deleting one's own claim leaves another tenant's.
+	shared := "shared." + suffix + ".test"
+	t.Cleanup(func() { _, _ = s.db.Exec(context.Background(), `DELETE FROM domains WHERE name = $1`, shared) })
+	for _, tenant := range racers {
+		if _, _, err := s.RegisterDomain(ctx, tenant, shared, "tok", max); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteDomain(ctx, racers[0], shared); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetDomain(ctx, racers[1], shared); err != nil {
+		t.Errorf("%s's claim after %s deleted its own: %v", racers[1], racers[0], err)
 	}
 }
 
