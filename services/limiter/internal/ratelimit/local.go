@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -30,6 +31,12 @@ import (
 type localLimiter struct {
 	fleet *Fleet
 	keys  *lru.Cache[string, *localState]
+	// evicted is when the cache last dropped a key's state to make room
+	// (Unix ns). A key met without state within a window of it may be the
+	// one dropped, with units still in its window: it starts spent, not
+	// fresh, so that a flood of keys cannot reset a key's share (stricter,
+	// never looser, also past the cache's size).
+	evicted atomic.Int64
 }
 
 // localSlots is how many slots a window is cut into for the window
@@ -87,8 +94,15 @@ func (l *localLimiter) take(key string, r *Rule, cost int64, now time.Time) resu
 	s, ok := l.keys.Get(key)
 	if !ok {
 		s = &localState{}
-		if prev, found, _ := l.keys.PeekOrAdd(key, s); found {
+		if ev := l.evicted.Load(); ev != 0 && now.UnixNano()-ev < l.memory(r).Nanoseconds() {
+			l.spend(s, r, now)
+		}
+		prev, found, evicted := l.keys.PeekOrAdd(key, s)
+		if found {
 			s = prev
+		}
+		if evicted {
+			l.evicted.Store(max(l.evicted.Load(), now.UnixNano()))
 		}
 	}
 	s.mu.Lock()
@@ -98,6 +112,30 @@ func (l *localLimiter) take(key string, r *Rule, cost int64, now time.Time) resu
 		return s.takeTokens(r, rate, burst, cost, now)
 	}
 	return s.takeWindow(r, l.windowShare(r), cost, now)
+}
+
+// memory is how long a key's state under r matters after its last take:
+// a bucket's time to refill its share from empty, a window (and a slot)
+// for the window algorithms.
+func (l *localLimiter) memory(r *Rule) time.Duration {
+	if bucket(r) {
+		rate, burst := l.bucketShare(r)
+		return time.Duration(burst / rate * float64(time.Second))
+	}
+	return r.Window + time.Duration(slotLength(r))
+}
+
+// spend sets the fresh state s of a key under r as if its whole share had
+// been taken at now.
+func (l *localLimiter) spend(s *localState, r *Rule, now time.Time) {
+	if bucket(r) {
+		s.tokens, s.ts = 0, now
+		return
+	}
+	at := now.UnixNano()
+	cur := at / slotLength(r)
+	s.slots[cur%int64(len(s.slots))] = localSlot{id: cur, n: l.windowShare(r)}
+	s.last = at
 }
 
 func (s *localState) takeTokens(r *Rule, rate, burst float64, cost int64, now time.Time) result {

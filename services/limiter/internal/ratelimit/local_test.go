@@ -214,3 +214,45 @@ func TestLocalRefund(t *testing.T) {
 		})
 	}
 }
+
+// A key whose state the full cache dropped does not come back with its
+// share afresh: a key met without state within a window of an eviction
+// starts spent (stricter, never looser); a window later keys start fresh.
+func TestLocalFallbackEvictionDoesNotResetAShare(t *testing.T) {
+	for _, algo := range localAlgos {
+		t.Run(algo, func(t *testing.T) {
+			r := localRuleOf(t, localRules, algo)
+			l, err := newLocalLimiter(StaticFleet(1), 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := localEpoch
+			admitted := func(key string, n int) int {
+				ok := 0
+				for range n {
+					if l.take(key, r, 1, now).allowed {
+						ok++
+					}
+				}
+				return ok
+			}
+			share := admitted("victim", 100)
+			if share == 0 {
+				t.Fatal("the victim got nothing")
+			}
+			for i := range 4 { // the fourth evicts the victim
+				admitted(fmt.Sprintf("flood-%d", i), 1)
+			}
+			if _, kept := l.keys.Peek("victim"); kept {
+				t.Fatal("the victim is still cached")
+			}
+			if got := admitted("victim", 100); got != 0 {
+				t.Errorf("the evicted victim was admitted %d more after its share of %d", got, share)
+			}
+			now = now.Add(l.memory(r) + time.Millisecond)
+			if got := admitted("newcomer", 1); got != 1 {
+				t.Errorf("a new key a window after the last eviction: admitted %d, want 1", got)
+			}
+		})
+	}
+}
