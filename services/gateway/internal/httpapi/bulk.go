@@ -120,7 +120,7 @@ func (a *API) admitBulk(c *call, limit int64) (release func(), err error) {
 	if a.bulkHeld[tenant] >= a.bulkShare {
 		a.bulkMu.Unlock()
 		e := newError(http.StatusTooManyRequests, codeName(codes.ResourceExhausted),
-			fmt.Sprintf("this tenant already has %d bulk requests (batches, imports) in progress, its most at once; nothing was created: retry when one is done", a.bulkShare))
+			fmt.Sprintf("this tenant's bulk requests (batches, imports) in progress already hold its share of the gateway's bulk slots (%d); nothing was created: retry when one is done", a.bulkShare))
 		e.retryAfter = bulkRetryAfter
 		return nil, e
 	}
