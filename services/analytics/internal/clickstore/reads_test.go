@@ -5,6 +5,7 @@ package clickstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -112,5 +113,39 @@ func TestReadsRefuseRangesDateTimeCannotHold(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Existing answers for a thousand of the longest keys (a custom domain's)
+// on ClickHouse itself, and finds the one inserted.
+func TestExistingTakesTheLongestKeys(t *testing.T) {
+	var cfg struct{ ClickHouse chconn.Config }
+	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ch, err := chconn.New(ctx, cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	l := LayoutOf(cfg.ClickHouse)
+	if err := Apply(ctx, ch, l); err != nil {
+		t.Fatal(err)
+	}
+	s := New(ch, l)
+	rows := longKeyClicks(1000)
+	for i := range rows {
+		rows[i].EventID = fmt.Sprintf("%d-%d", time.Now().UnixMilli(), i)
+	}
+	if err := s.Insert(ctx, rows[500:501]); err != nil {
+		t.Fatal(err)
+	}
+	found, err := s.Existing(ctx, rows)
+	if err != nil {
+		t.Fatalf("Existing of 1,000 long keys: %v", err)
+	}
+	if len(found) != 1 || !found[rows[500].EventID] {
+		t.Errorf("found %v, want only %s", found, rows[500].EventID)
 	}
 }

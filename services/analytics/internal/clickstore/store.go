@@ -121,26 +121,51 @@ func (s *Store) Insert(ctx context.Context, rows []Click) error {
 	return nil
 }
 
-// existingChunk bounds the keys of one Existing query (max_query_size is
-// 256 KiB by default).
-const existingChunk = 1000
+// existingChunk bounds the keys of one Existing query, existingQueryBytes
+// its text: ClickHouse refuses a query over max_query_size (256 KiB by
+// default), and a key can be ~700 bytes (a 63-character tenant, a custom
+// domain's 253 characters, its alias, quoted), so a thousand of them may
+// not fit.
+const (
+	existingChunk      = 1000
+	existingQueryBytes = 128 << 10
+)
+
+// existingQueries are the queries of Existing for rows: each asks for at
+// most existingChunk keys in at most existingQueryBytes (plus one key).
+func existingQueries(rows []Click) []string {
+	var out []string
+	var q strings.Builder
+	n := 0
+	flush := func() {
+		q.WriteString(")")
+		out = append(out, q.String())
+		q.Reset()
+		n = 0
+	}
+	for _, r := range rows {
+		if n == 0 {
+			q.WriteString("SELECT event_id FROM " + EventsTable + " WHERE (tenant, code, ts, eid) IN (")
+		} else {
+			q.WriteString(", ")
+		}
+		fmt.Fprintf(&q, "(%s, %s, toDateTime(%d), %d)", quote(r.Tenant), quote(r.Code), r.Time.Unix(), EID(r.EventID))
+		if n++; n == existingChunk || q.Len() >= existingQueryBytes {
+			flush()
+		}
+	}
+	if n > 0 {
+		flush()
+	}
+	return out
+}
 
 // Existing returns the event IDs among rows that the raw table already
 // holds. The lookup uses the full sort key, so it reads a few granules.
 func (s *Store) Existing(ctx context.Context, rows []Click) (map[string]bool, error) {
 	found := make(map[string]bool)
-	for start := 0; start < len(rows); start += existingChunk {
-		chunk := rows[start:min(start+existingChunk, len(rows))]
-		var q strings.Builder
-		q.WriteString("SELECT event_id FROM " + EventsTable + " WHERE (tenant, code, ts, eid) IN (")
-		for i, r := range chunk {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			fmt.Fprintf(&q, "(%s, %s, toDateTime(%d), %d)", quote(r.Tenant), quote(r.Code), r.Time.Unix(), EID(r.EventID))
-		}
-		q.WriteString(")")
-		res, err := s.conn.Query(ctx, q.String())
+	for _, q := range existingQueries(rows) {
+		res, err := s.conn.Query(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("clickhouse existing events: %w", err)
 		}
