@@ -18,8 +18,13 @@ import (
 	"kurz.dev/pkg/buildinfo"
 )
 
-// maxErrorBody bounds what is read of an error answer.
+// maxErrorBody bounds what is read of an error answer, maxAnswerBody of
+// any other: a page of 1,000 links with rules and variants is a few MiB,
+// and a gateway (or whatever answers in its place) sending more must not
+// take the machine's memory.
 const maxErrorBody = 64 << 10
+
+var maxAnswerBody = 64 << 20 // a variable for the test
 
 // credential is what a call authenticates with.
 type credential int
@@ -158,9 +163,12 @@ func (gw *gateway) callStatus(ctx context.Context, method, path string, query ur
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswerBody)+1))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if len(raw) > maxAnswerBody {
+		return nil, 0, fmt.Errorf("%s %s: the answer is larger than %d MiB; not read", method, path, maxAnswerBody>>20)
 	}
 	return raw, resp.StatusCode, nil
 }

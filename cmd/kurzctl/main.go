@@ -33,7 +33,9 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	// A hostile gateway (or a visitor's Referer in the statistics) must
+	// not reach a terminal's escape sequences.
+	code := run(ctx, os.Args[1:], forTerminal(os.Stdout), forTerminal(os.Stderr))
 	stop()
 	os.Exit(code)
 }
