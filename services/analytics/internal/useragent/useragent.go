@@ -7,6 +7,7 @@ package useragent
 import (
 	"net/url"
 	"strings"
+	"unicode"
 )
 
 // Device classes.
@@ -141,6 +142,12 @@ func ReferrerHost(ref string) string {
 		return UnknownHost
 	}
 	h := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	// url.Parse keeps C1 controls (U+009B is an 8-bit CSI), format
+	// characters such as U+202E and other unprintables in a host: a
+	// visitor's Referer must not put them into a tenant's statistics.
+	if strings.IndexFunc(h, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) >= 0 {
+		return UnknownHost
+	}
 	if strings.HasPrefix(h, "www.") && len(h) > len("www.") {
 		h = h[len("www."):]
 	}

@@ -131,6 +131,10 @@ func TestReferrerHost(t *testing.T) {
 		"https://www./":                         "www",
 		"https://example.com./":                 "example.com",
 		"%zz":                                   UnknownHost,
+		"https://a\u009b31mred.example/":        UnknownHost,
+		"https://evil\u202emoc.example/":        UnknownHost,
+		"https://a%c2%9b2j.example/":            UnknownHost,
+		"https://b\u00fccher.example/":          "b\u00fccher.example",
 	}
 	for ref, want := range tests {
 		if got := ReferrerHost(ref); got != want {
