@@ -807,3 +807,36 @@ func withWebhookEnv(overrides map[string]string) map[string]string {
 	maps.Copy(env, overrides)
 	return env
 }
+
+// A CODE_MODE_FROM_URL link that gives its URL up to a new link changes
+// nothing a subscriber sees: the new link's link.created is queued, not a
+// second link.updated of the old one.
+func TestWebhookNoEventForAReleasedURLKey(t *testing.T) {
+	sh, _, ctx, api, rc := webhookSetup(t)
+	wh := subscribe(t, ctx, api, rc)
+	url := "https://example.com/released-" + uniq("u")
+	first, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: url, Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sh.api.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link:       &shortenerv1.Link{Code: first.GetLink().GetCode(), Disabled: true},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"disabled"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: url, Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.GetLink().GetCode() == first.GetLink().GetCode() {
+		t.Fatalf("the disabled link %s was handed back", first.GetLink().GetCode())
+	}
+	types := map[string]int{}
+	for _, d := range deliveries(t, ctx, api, wh.GetId()) {
+		types[d.GetEventType()]++
+	}
+	if len(types) != 2 || types["link.created"] != 2 || types["link.updated"] != 1 {
+		t.Errorf("events queued %v, want two link.created and one link.updated (the disable)", types)
+	}
+}
