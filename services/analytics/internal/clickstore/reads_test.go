@@ -65,21 +65,8 @@ func TestReadsTellAnOutageFromAnAnswer(t *testing.T) {
 // takes one: toDateTime would take it modulo 2^32, and a range 2^32 s after
 // a stored click would count that click (the wrong period).
 func TestReadsRefuseRangesDateTimeCannotHold(t *testing.T) {
-	var cfg struct{ ClickHouse chconn.Config }
-	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	ch, err := chconn.New(ctx, cfg.ClickHouse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ch.Close() })
-	l := LayoutOf(cfg.ClickHouse)
-	if err := Apply(ctx, ch, l); err != nil {
-		t.Fatal(err)
-	}
-	s := New(ch, l)
+	s := appliedStore(t)
 	tenant, code := "wrap-"+time.Now().Format("150405.000000"), "wrap1234"
 	at := time.Date(2026, 11, 18, 2, 1, 36, 0, time.UTC)
 	// A suspect copy, so that Duplicates has an event to find too.
@@ -119,21 +106,8 @@ func TestReadsRefuseRangesDateTimeCannotHold(t *testing.T) {
 // Existing answers for a thousand of the longest keys (a custom domain's)
 // on ClickHouse itself, and finds the one inserted.
 func TestExistingTakesTheLongestKeys(t *testing.T) {
-	var cfg struct{ ClickHouse chconn.Config }
-	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	ch, err := chconn.New(ctx, cfg.ClickHouse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ch.Close() })
-	l := LayoutOf(cfg.ClickHouse)
-	if err := Apply(ctx, ch, l); err != nil {
-		t.Fatal(err)
-	}
-	s := New(ch, l)
+	s := appliedStore(t)
 	rows := longKeyClicks(1000)
 	for i := range rows {
 		rows[i].EventID = fmt.Sprintf("%d-%d", time.Now().UnixMilli(), i)
@@ -148,4 +122,25 @@ func TestExistingTakesTheLongestKeys(t *testing.T) {
 	if len(found) != 1 || !found[rows[500].EventID] {
 		t.Errorf("found %v, want only %s", found, rows[500].EventID)
 	}
+}
+
+// appliedStore is a Store on the test environment's ClickHouse, its
+// schema applied.
+func appliedStore(t *testing.T) *Store {
+	t.Helper()
+	var cfg struct{ ClickHouse chconn.Config }
+	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ch, err := chconn.New(ctx, cfg.ClickHouse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	l := LayoutOf(cfg.ClickHouse)
+	if err := Apply(ctx, ch, l); err != nil {
+		t.Fatal(err)
+	}
+	return New(ch, l)
 }
