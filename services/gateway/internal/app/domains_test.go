@@ -12,7 +12,7 @@ import (
 )
 
 // Custom domains through the REST API, on the real stack: two tenants, a
-// domain registered by one (the other is refused it), verified by the
+// domain claimed by both, verified by one (the other's claim goes), by the
 // administrator, a link on it beside the same code on the default domain,
 // the other tenant kept off the domain and its links, and the domain in
 // the link, its export and its statistics.
@@ -31,8 +31,12 @@ func TestCustomDomainsREST(t *testing.T) {
 		!strings.HasPrefix(d["verificationToken"].(string), "kurz-verify=") {
 		t.Fatalf("registered: %v", d)
 	}
-	if r := cb.do("POST", "/v1/domains", `{"name":"`+domain+`"}`); r.code != http.StatusConflict || strings.Contains(r.String(), a.id) {
-		t.Errorf("B registers A's domain: %s; want 409 naming no tenant", r)
+	if r := admin.do("POST", "/v1/admin/tenants/"+b.id+"/domains/"+domain+"/verify", ""); r.code != http.StatusNotFound {
+		t.Errorf("approve A's domain as B's: %s; want 404", r)
+	}
+	// Unverified, the name is only A's claim: B may claim it too.
+	if r := cb.do("POST", "/v1/domains", `{"name":"`+domain+`"}`); r.code != http.StatusCreated || r.json(t)["verificationToken"] == d["verificationToken"] {
+		t.Errorf("B claims A's unverified domain: %s; want 201 with a token of its own", r)
 	}
 	if r := ca.do("POST", "/v1/domains", `{"name":"127.0.0.1"}`); r.code != http.StatusBadRequest {
 		t.Errorf("register an IP: %s; want 400", r)
@@ -44,12 +48,13 @@ func TestCustomDomainsREST(t *testing.T) {
 	if r := ca.do("POST", "/v1/links", `{"longUrl":"https://example.com/x","domain":"`+domain+`"}`); r.code != http.StatusBadRequest {
 		t.Errorf("link on an unverified domain: %s; want 400", r)
 	}
-	if r := admin.do("POST", "/v1/admin/tenants/"+b.id+"/domains/"+domain+"/verify", ""); r.code != http.StatusNotFound {
-		t.Errorf("approve A's domain as B's: %s; want 404", r)
-	}
 	r = admin.do("POST", "/v1/admin/tenants/"+a.id+"/domains/"+domain+"/verify", "")
 	if v := r.json(t); r.code != http.StatusOK || v["verified"] != true || v["verifiedBy"] != "admin" {
 		t.Fatalf("approve: %s", r)
+	}
+	// Verified by A: B's claim is gone, and the name is refused to B.
+	if r := cb.do("POST", "/v1/domains", `{"name":"`+domain+`"}`); r.code != http.StatusConflict || strings.Contains(r.String(), a.id) {
+		t.Errorf("B registers A's verified domain: %s; want 409 naming no tenant", r)
 	}
 
 	alias := "d" + strings.ToLower(rand.Text()[:8])
