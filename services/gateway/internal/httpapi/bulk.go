@@ -50,38 +50,22 @@ func checkBatchItems(_ *call, body []byte, _ url.Values) error {
 // object body (every occurrence of the key), up to max+1. It returns what
 // it counted so far on malformed JSON.
 func countItems(body []byte, field string, max int) int {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return 0
-	}
 	n := 0
-	var skip json.RawMessage
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return n
-		}
+	eachKey(body, func(key string, dec *json.Decoder) bool {
 		if key != field {
-			if dec.Decode(&skip) != nil {
-				return n
-			}
-			continue
+			return skipValue(dec)
 		}
 		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
-			return n // not an array: protojson says so
+			return false // not an array: protojson says so
 		}
 		for dec.More() {
-			if n++; n > max {
-				return n
-			}
-			if dec.Decode(&skip) != nil {
-				return n
+			if n++; n > max || !skipValue(dec) {
+				return false
 			}
 		}
-		if _, err := dec.Token(); err != nil { // ']'
-			return n
-		}
-	}
+		_, err := dec.Token() // ']'
+		return err == nil
+	})
 	return n
 }
 

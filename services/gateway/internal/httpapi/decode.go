@@ -108,30 +108,45 @@ func keyProblem(b []byte, v any) string {
 			names[name] = true
 		}
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return ""
-	}
+	var problem string
 	seen := map[string]bool{}
-	var skip json.RawMessage
-	for dec.More() {
-		tok, err := dec.Token()
-		key, ok := tok.(string)
-		if err != nil || !ok {
-			return ""
-		}
+	eachKey(b, func(key string, dec *json.Decoder) bool {
 		switch {
 		case seen[key]:
-			return fmt.Sprintf("field %q appears twice", key)
+			problem = fmt.Sprintf("field %q appears twice", key)
 		case !names[key]:
-			return fmt.Sprintf("unknown field %q", key)
+			problem = fmt.Sprintf("unknown field %q", key)
+		default:
+			seen[key] = true
+			return skipValue(dec)
 		}
-		seen[key] = true
-		if dec.Decode(&skip) != nil {
-			return ""
+		return false
+	})
+	return problem
+}
+
+// eachKey walks the keys of the JSON object b in order, calling visit with
+// each key and dec at its value; visit reads the value (skipValue when it
+// has no use for it) and returns false to stop. A b that is not an object
+// visits nothing; malformed JSON stops the walk where it is.
+func eachKey(b []byte, visit func(key string, dec *json.Decoder) bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok || !visit(key, dec) {
+			return
 		}
 	}
-	return ""
+}
+
+// skipValue reads the next JSON value off dec, reporting whether it could.
+func skipValue(dec *json.Decoder) bool {
+	var v json.RawMessage
+	return dec.Decode(&v) == nil
 }
 
 func jsonProblem(err error) string {
