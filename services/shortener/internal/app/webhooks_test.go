@@ -801,6 +801,68 @@ func TestWebhookSlowReceiverDoesNotStarveOthers(t *testing.T) {
 	}
 }
 
+// TestWebhookTenantOfSlowReceiversDoesNotStarveOthers: tenant a has three
+// subscriptions whose receivers hang and a backlog on each; their
+// per-subscription share (2 each) would fill all 4 slots, so tenant b's
+// delivery arrives only because a replica also sends at most
+// KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_TENANT of one tenant at once.
+func TestWebhookTenantOfSlowReceiversDoesNotStarveOthers(t *testing.T) {
+	env := withWebhookEnv(map[string]string{"KURZ_SHORTENER_WEBHOOK_CONCURRENCY": "4", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION": "2",
+		"KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_TENANT": "2", "KURZ_SHORTENER_WEBHOOK_TIMEOUT": "30s"})
+	sh := start(t, env, hooks{})
+	a, b := uniq("wta"), uniq("wtb")
+	stores(t, sh.cfg, a, b)
+	dropWebhooks(t, sh, a, b)
+	api := shortenerv1.NewWebhookServiceClient(sh.Conn)
+	var mu sync.Mutex
+	hanging, most := 0, 0
+	release := make(chan struct{})
+	defer close(release)
+	for range 3 {
+		slow := newReceiver(t)
+		slow.answer = func(r *http.Request) int {
+			mu.Lock()
+			hanging++
+			most = max(most, hanging)
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			mu.Lock()
+			hanging--
+			mu.Unlock()
+			return http.StatusOK
+		}
+		subscribe(t, as(a, ""), api, slow, "link.created")
+	}
+	fast := newReceiver(t)
+	subscribe(t, as(b, ""), api, fast, "link.created")
+	for i := range 4 {
+		if _, err := sh.api.CreateLink(as(a, ""), &shortenerv1.CreateLinkRequest{LongUrl: fmt.Sprintf("https://example.com/slow/%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !servertest.Eventually(10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return hanging >= 2
+	}) {
+		t.Fatal("tenant a's receivers never held two deliveries")
+	}
+	if _, err := sh.api.CreateLink(as(b, ""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/fast"}); err != nil {
+		t.Fatal(err)
+	}
+	if !servertest.Eventually(10*time.Second, func() bool { return len(fast.all()) == 1 }) {
+		t.Fatal("tenant b's delivery did not arrive while tenant a's receivers hang")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 2 {
+		t.Errorf("tenant a's receivers held up to %d deliveries at once, want 2 (its per-tenant share)", most)
+	}
+}
+
 // withWebhookEnv is webhookEnv with overrides.
 func withWebhookEnv(overrides map[string]string) map[string]string {
 	env := maps.Clone(webhookEnv)

@@ -49,6 +49,11 @@ type Config struct {
 	// cannot take every slot from the other tenants (above
 	// KURZ_SHORTENER_WEBHOOK_CONCURRENCY it is that).
 	ConcurrencyPerSubscription int `env:"SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION" default:"2"`
+	// ConcurrencyPerTenant bounds the deliveries of one tenant's
+	// subscriptions together that a replica sends at once, so that a
+	// tenant with several slow receivers cannot take every slot either
+	// (above KURZ_SHORTENER_WEBHOOK_CONCURRENCY it is that).
+	ConcurrencyPerTenant int `env:"SHORTENER_WEBHOOK_CONCURRENCY_PER_TENANT" default:"4"`
 	// Timeout bounds one attempt: connecting, sending, and the answer's
 	// status line and headers.
 	Timeout time.Duration `env:"SHORTENER_WEBHOOK_TIMEOUT" default:"10s"`
@@ -98,6 +103,9 @@ func (c Config) Validate() ([]netip.Prefix, error) {
 	}
 	if c.ConcurrencyPerSubscription < 1 || c.ConcurrencyPerSubscription > 256 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_SUBSCRIPTION=%d: want 1 to 256", c.ConcurrencyPerSubscription))
+	}
+	if c.ConcurrencyPerTenant < 1 || c.ConcurrencyPerTenant > 256 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_CONCURRENCY_PER_TENANT=%d: want 1 to 256", c.ConcurrencyPerTenant))
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > 100 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS=%d: want 1 to 100", c.MaxAttempts))

@@ -41,7 +41,8 @@ const (
 )
 
 // Sender sends due deliveries: whenever it has a free slot (at most
-// Concurrency in flight, ConcurrencyPerSubscription per subscription) it
+// Concurrency in flight, ConcurrencyPerSubscription per subscription and
+// ConcurrencyPerTenant per tenant) it
 // claims due deliveries to fill them, POSTs each and records the outcome;
 // with nothing due it waits PollInterval or until a slot frees.
 type Sender struct {
@@ -57,7 +58,8 @@ type Sender struct {
 
 // NewSender returns a Sender; baseURL prefixes the short URLs in events.
 func NewSender(cfg Config, store *Store, sealer *Sealer, targets Targets, baseURL string, log *slog.Logger, meter metric.Meter) (*Sender, error) {
-	cfg.ConcurrencyPerSubscription = min(cfg.ConcurrencyPerSubscription, cfg.Concurrency)
+	cfg.ConcurrencyPerTenant = min(cfg.ConcurrencyPerTenant, cfg.Concurrency)
+	cfg.ConcurrencyPerSubscription = min(cfg.ConcurrencyPerSubscription, cfg.ConcurrencyPerTenant)
 	s := &Sender{cfg: cfg, store: store, sealer: sealer, client: targets.Client(cfg.Timeout), baseURL: baseURL, log: log, now: time.Now}
 	var errs [4]error
 	s.sent, errs[0] = meter.Int64Counter("kurz.shortener.webhook.attempts",
@@ -99,58 +101,52 @@ func (s *Sender) Run(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		inFlight = 0
-		perSub   = map[string]int{}
-		freed    = make(chan struct{}, 1)
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		sending = newInFlight()
+		freed   = make(chan struct{}, 1)
 	)
 	defer wg.Wait()
+	limits := claimLimits{perSub: s.cfg.ConcurrencyPerSubscription, perTenant: s.cfg.ConcurrencyPerTenant}
 	lastPrune := time.Time{}
 	failing := false // the last claim failed: logged once, until one succeeds
 	for ctx.Err() == nil {
+		// A copy of the counts to claim with: deliveries that finish
+		// meanwhile only make it claim less than it could.
 		mu.Lock()
-		free := s.cfg.Concurrency - inFlight
-		var busy []string
-		for id, n := range perSub {
-			if n >= s.cfg.ConcurrencyPerSubscription {
-				busy = append(busy, id)
-			}
-		}
+		held := sending.clone()
 		mu.Unlock()
-		claimed := 0
+		free := s.cfg.Concurrency - held.total()
+		var batch []claim
+		var err error
 		if free > 0 {
-			batch, err := s.store.Claim(ctx, free, s.lease(), s.cfg.ConcurrencyPerSubscription, busy)
-			switch {
-			case err != nil && !failing && ctx.Err() == nil:
-				s.log.Warn("webhook deliveries: claim failed; retrying every poll interval", "err", err)
-				failing = true
-			case err == nil && failing:
-				s.log.Info("webhook deliveries: claiming again")
-				failing = false
-			}
-			claimed = len(batch)
+			batch, err = s.store.Claim(ctx, free, s.lease(), limits, held)
 			mu.Lock()
-			inFlight += len(batch)
 			for _, c := range batch {
-				perSub[c.SubscriptionID]++
+				sending.add(c, 1)
 			}
 			mu.Unlock()
-			for _, c := range batch {
-				wg.Go(func() {
-					s.deliver(ctx, c)
-					mu.Lock()
-					inFlight--
-					if perSub[c.SubscriptionID]--; perSub[c.SubscriptionID] == 0 {
-						delete(perSub, c.SubscriptionID)
-					}
-					mu.Unlock()
-					select {
-					case freed <- struct{}{}:
-					default:
-					}
-				})
-			}
+		}
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			s.log.Warn("webhook deliveries: claim failed; retrying every poll interval", "err", err)
+			failing = true
+		case err == nil && free > 0 && failing:
+			s.log.Info("webhook deliveries: claiming again")
+			failing = false
+		}
+		claimed := len(batch)
+		for _, c := range batch {
+			wg.Go(func() {
+				s.deliver(ctx, c)
+				mu.Lock()
+				sending.add(c, -1)
+				mu.Unlock()
+				select {
+				case freed <- struct{}{}:
+				default:
+				}
+			})
 		}
 		if time.Since(lastPrune) > pruneEvery {
 			lastPrune = time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,30 +200,83 @@ func (s *Store) Redeliver(ctx context.Context, tenant, subID, id string) (Delive
 	return d, nil
 }
 
+// claimLimits are the most deliveries of one subscription and of one
+// tenant a sender sends at once.
+type claimLimits struct{ perSub, perTenant int }
+
+// inFlight counts the deliveries a sender is sending, per subscription and
+// per tenant.
+type inFlight struct {
+	subs, tenants map[string]int
+}
+
+func newInFlight() inFlight {
+	return inFlight{subs: map[string]int{}, tenants: map[string]int{}}
+}
+
+func (f inFlight) add(c claim, d int) {
+	for _, kv := range []struct {
+		m map[string]int
+		k string
+	}{{f.subs, c.SubscriptionID}, {f.tenants, c.Tenant}} {
+		if kv.m[kv.k] += d; kv.m[kv.k] <= 0 {
+			delete(kv.m, kv.k)
+		}
+	}
+}
+
+func (f inFlight) clone() inFlight {
+	return inFlight{subs: maps.Clone(f.subs), tenants: maps.Clone(f.tenants)}
+}
+
+// total is the number of deliveries in flight.
+func (f inFlight) total() int {
+	n := 0
+	for _, k := range f.tenants {
+		n += k
+	}
+	return n
+}
+
+// arrays returns m as two arrays for unnest: keys and their counts.
+func (inFlight) arrays(m map[string]int) ([]string, []int32) {
+	keys, counts := make([]string, 0, len(m)), make([]int32, 0, len(m))
+	for k, n := range m {
+		keys, counts = append(keys, k), append(counts, int32(n))
+	}
+	return keys, counts
+}
+
 // Claim takes up to n due deliveries for one attempt each, oldest due
-// first but at most perSub of any one subscription and none of the busy
-// ones (those the caller already sends as many of as it may): it counts
-// the attempt and pushes next_attempt_at lease ahead, so no other sender
-// takes them meanwhile, and a sender that dies leaves them due again once
-// the lease passes. Rows other senders hold are skipped, not waited for.
-func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, perSub int, busy []string) ([]claim, error) {
+// first, but no more of one subscription or one tenant than the caller may
+// still send (limits less what it already sends): it counts the attempt
+// and pushes next_attempt_at lease ahead, so no other sender takes them
+// meanwhile, and a sender that dies leaves them due again once the lease
+// passes. Rows other senders hold are skipped, not waited for.
+func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, limits claimLimits, sending inFlight) ([]claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if busy == nil {
-		busy = []string{}
-	}
+	subs, subsN := sending.arrays(sending.subs)
+	tenants, tenantsN := sending.arrays(sending.tenants)
 	rows, err := s.db.Query(ctx, `
-		WITH cand AS (
-			SELECT x.id FROM webhook_subscriptions s
+		WITH sent_sub AS (SELECT * FROM unnest($4::text[], $5::int[]) AS t(id, n)),
+		sent_tenant AS (SELECT * FROM unnest($6::text[], $7::int[]) AS t(tenant, n)),
+		cand AS (
+			SELECT x.id, x.next_attempt_at,
+				row_number() OVER (PARTITION BY s.tenant ORDER BY x.next_attempt_at) AS rank,
+				$8 - coalesce(st.n, 0) AS room
+			FROM webhook_subscriptions s
+			LEFT JOIN sent_sub ss ON ss.id = s.id
+			LEFT JOIN sent_tenant st ON st.tenant = s.tenant
 			CROSS JOIN LATERAL (
 				SELECT id, next_attempt_at FROM webhook_deliveries d
 				WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= now()
-				ORDER BY d.next_attempt_at LIMIT $3) x
-			WHERE s.id <> ALL ($4::text[])
-			ORDER BY x.next_attempt_at LIMIT $1),
+				ORDER BY d.next_attempt_at LIMIT greatest(0, $3 - coalesce(ss.n, 0))) x
+			WHERE coalesce(st.n, 0) < $8),
+		pick AS (SELECT id FROM cand WHERE rank <= room ORDER BY next_attempt_at LIMIT $1),
 		due AS (
 			SELECT id FROM webhook_deliveries
-			WHERE id IN (SELECT id FROM cand) AND status = 'pending' AND next_attempt_at <= now()
+			WHERE id IN (SELECT id FROM pick) AND status = 'pending' AND next_attempt_at <= now()
 			FOR UPDATE SKIP LOCKED)
 		UPDATE webhook_deliveries d
 		SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
@@ -230,7 +284,7 @@ func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, perSub in
 		WHERE d.id = due.id AND s.id = d.subscription_id
 		RETURNING d.id, d.subscription_id, d.tenant, d.event_type, d.data, d.status, d.attempts, d.last_error,
 			d.last_status, d.created_at, d.queued_at, d.next_attempt_at, d.last_attempt_at, s.url, s.secret`,
-		n, lease.Seconds(), perSub, busy)
+		n, lease.Seconds(), limits.perSub, subs, subsN, tenants, tenantsN, limits.perTenant)
 	if err != nil {
 		return nil, fmt.Errorf("claim deliveries: %w", err)
 	}
