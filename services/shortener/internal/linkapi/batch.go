@@ -174,7 +174,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		results[i].Link, results[i].Error = results[first].GetLink(), results[first].GetError()
 	}
 	resp.Created = int32(len(links))
-	s.writeThroughMany(ctx, "batch", links)
+	s.writeThrough(ctx, "batch", links...)
 	return resp, nil
 }
 

@@ -721,45 +721,48 @@ func entry(l linkstore.Link) linkcache.Entry {
 	return e
 }
 
-// writeThrough sets the code's Redis entry after the commit of a new link and
-// publishes the invalidation. A failure does not fail the call (the row is
-// committed): it is logged and counted, and a reader fills Redis from
-// PostgreSQL (a negative entry met meanwhile lives KURZ_LINK_NEGATIVE_TTL).
-// Changes of existing links go through refresh instead.
-func (s *Service) writeThrough(ctx context.Context, op string, l linkstore.Link) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
-	defer cancel()
-	if err := linkcache.WriteThrough(ctx, s.rdb, l.Code, entry(l), s.opts.CacheTTL); err != nil {
-		s.m.cacheFailed.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op)))
-		s.log.ErrorContext(ctx, "write-through failed", "op", op, "code", l.Code, "err", err)
-	}
-}
-
-// writeThroughMany is writeThrough for many links in one Redis pipeline (the
-// cluster client splits it per node): one round trip per node, not per link.
-func (s *Service) writeThroughMany(ctx context.Context, op string, links []linkstore.Link) {
-	if len(links) == 0 {
+// writeThrough sets the Redis entries of links just created and publishes
+// their invalidations, from their state read under a share lock
+// (Store.WriteCreated): a change committed since the insert is what it
+// writes, never undone by it. One pipeline for all (the cluster client
+// splits it per node): one round trip per node, not per link. A failure
+// does not fail the call (the rows are committed): it is logged and
+// counted, and a reader fills Redis from PostgreSQL (a negative entry met
+// meanwhile lives KURZ_LINK_NEGATIVE_TTL). Changes of existing links go
+// through refresh instead.
+func (s *Service) writeThrough(ctx context.Context, op string, created ...linkstore.Link) {
+	if len(created) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
 	defer cancel()
-	pipe := s.rdb.Pipeline()
-	for _, l := range links {
-		// Queued only: a pipeline's errors come from Exec.
-		_ = linkcache.WriteThrough(ctx, pipe, l.Code, entry(l), s.opts.CacheTTL)
+	codes := make([]string, len(created))
+	for i, l := range created {
+		codes[i] = l.Code
 	}
-	cmds, err := pipe.Exec(ctx)
+	failed := 0
+	err := s.store.WriteCreated(ctx, codes, func(ctx context.Context, links []linkstore.Link) error {
+		if len(links) == 1 {
+			return linkcache.WriteThrough(ctx, s.rdb, links[0].Code, entry(links[0]), s.opts.CacheTTL)
+		}
+		pipe := s.rdb.Pipeline()
+		for _, l := range links {
+			// Queued only: a pipeline's errors come from Exec.
+			_ = linkcache.WriteThrough(ctx, pipe, l.Code, entry(l), s.opts.CacheTTL)
+		}
+		cmds, err := pipe.Exec(ctx)
+		for _, c := range cmds {
+			if c.Err() != nil {
+				failed++
+			}
+		}
+		return err
+	})
 	if err == nil {
 		return
 	}
-	failed := 0
-	for _, c := range cmds {
-		if c.Err() != nil {
-			failed++
-		}
-	}
 	s.m.cacheFailed.Add(ctx, int64(max(failed, 1)), metric.WithAttributes(attribute.String("op", op)))
-	s.log.ErrorContext(ctx, "write-through failed", "op", op, "links", len(links), "failed_commands", failed, "err", err)
+	s.log.ErrorContext(ctx, "write-through failed", "op", op, "links", len(created), "failed_commands", failed, "err", err)
 }
 
 // toProto is l as the API shows it: the bare code and the domain apart, and

@@ -1,6 +1,7 @@
 package linkapi_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -21,6 +22,8 @@ import (
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
+	"kurz.dev/services/shortener/internal/linkstore"
+	"kurz.dev/services/shortener/internal/linkstore/linkstoretest"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
 
@@ -119,6 +122,33 @@ func TestLinkLifecycle(t *testing.T) {
 	}
 	if !slices.Contains(e.cache.published, code) {
 		t.Errorf("published %v, want the deleted code among them", e.cache.published)
+	}
+}
+
+// deletedAtOnce is a link store whose every new link is deleted by another
+// call the moment its insert commits, before the create writes it through.
+type deletedAtOnce struct{ *linkstoretest.Fake }
+
+func (s deletedAtOnce) Insert(ctx context.Context, l linkstore.Link) (linkstore.Link, error) {
+	stored, err := s.Fake.Insert(ctx, l)
+	if err == nil {
+		_, err = s.Fake.Delete(ctx, stored.Tenant, stored.Code)
+	}
+	return stored, err
+}
+
+// A create's write-through writes the link as it is when it writes, not as
+// the insert returned it: a delete that committed in between (whose own
+// refresh came first) is not undone in Redis, where the redirect would
+// serve the deleted link for the cache TTL.
+func TestCreateDoesNotUndoAChangeCommittedSinceItsInsert(t *testing.T) {
+	e := newEnvWith(t, func(d *linkapi.Deps) { d.Store = deletedAtOnce{d.Store.(*linkstoretest.Fake)} })
+	resp, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/raced"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, found := e.cache.entry(t, resp.GetLink().GetCode()); !found || got.State != linkcache.Gone {
+		t.Errorf("cache entry %+v (found %v) of a link deleted before its write-through, want gone", got, found)
 	}
 }
 

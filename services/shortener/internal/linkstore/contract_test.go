@@ -508,6 +508,32 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 	})
 
+	t.Run("WriteCreatedWritesTheCurrentState", func(t *testing.T) {
+		a := insert(t, linkstore.Link{Code: run + "wc1", Tenant: tenant, LongURL: "https://example.com/wc1"})
+		b := insert(t, linkstore.Link{Code: run + "wc2", Tenant: tenant, LongURL: "https://example.com/wc2"})
+		// Deleted after its insert, before its write-through.
+		if _, err := s.Delete(ctx, tenant, b.Code); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]linkstore.Link{}
+		err := s.WriteCreated(ctx, []string{a.Code, b.Code, run + "nosuch"}, func(_ context.Context, links []linkstore.Link) error {
+			for _, l := range links {
+				got[l.Code] = l
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[a.Code].Deleted != nil || got[a.Code].LongURL != a.LongURL || got[b.Code].Deleted == nil {
+			t.Errorf("WriteCreated wrote %+v; want %s live and %s deleted, nothing for a code without a link", got, a.Code, b.Code)
+		}
+		failed := errors.New("redis down")
+		if err := s.WriteCreated(ctx, []string{a.Code}, func(context.Context, []linkstore.Link) error { return failed }); !errors.Is(err, failed) {
+			t.Errorf("WriteCreated whose write failed: %v, want the write's error", err)
+		}
+	})
+
 	t.Run("NextBlocksNeverRepeat", func(t *testing.T) {
 		a, err := s.NextBlocks(ctx, 3)
 		if err != nil {

@@ -53,6 +53,39 @@ func (s *Store) Refresh(ctx context.Context, code string, write func(context.Con
 	return nil
 }
 
+// WriteCreated hands write the current state of links just created
+// (codes), read under a share lock held until write returns, as Refresh
+// does: a change committed after the insert (UpdateLink, DeleteLink, a
+// blocklist sweep) is what write sees, or it waits until write is done and
+// then refreshes Redis itself. Writing the state the insert returned could
+// put back, after that change's refresh, a state it had replaced: a deleted
+// link served for the cache TTL. Codes without a row are left out; write
+// runs while the rows are locked and must be bounded (a Redis timeout).
+func (s *Store) WriteCreated(ctx context.Context, codes []string, write func(context.Context, []Link) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("write created links: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // after Commit: a no-op
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM links WHERE code = ANY ($1) FOR SHARE`, codes)
+	if err != nil {
+		return fmt.Errorf("write created links: read: %w", err)
+	}
+	links, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Link, error) { return scan(r) })
+	if err != nil {
+		return fmt.Errorf("write created links: read: %w", err)
+	}
+	if err := write(ctx, links); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("write created links: commit: %w", err)
+	}
+	return nil
+}
+
 // DueInvalidations returns up to limit codes whose queued invalidation is due
 // for another attempt, oldest first.
 func (s *Store) DueInvalidations(ctx context.Context, limit int) ([]string, error) {

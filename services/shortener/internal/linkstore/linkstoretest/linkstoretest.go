@@ -396,6 +396,22 @@ func (f *Fake) Refresh(ctx context.Context, code string, write func(context.Cont
 	return nil
 }
 
+// WriteCreated hands write the current state of the codes that have a link.
+func (f *Fake) WriteCreated(ctx context.Context, codes []string, write func(context.Context, []linkstore.Link) error) error {
+	if err := f.lock(); err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	var links []linkstore.Link
+	for _, code := range codes {
+		if r, ok := f.links[code]; ok {
+			links = append(links, clone(r.link))
+		}
+	}
+	f.mu.Unlock()
+	return write(ctx, links)
+}
+
 // DueInvalidations returns up to limit codes whose invalidation is due,
 // oldest first.
 func (f *Fake) DueInvalidations(_ context.Context, limit int) ([]string, error) {
