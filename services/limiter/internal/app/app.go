@@ -193,7 +193,7 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog
 		if st.db, err = openRulesDB(ctx, cfg, lc, log); err != nil {
 			return stores{}, err
 		}
-		st.source = rulestore.PostgresSource{Pool: st.db}
+		st.source = &rulestore.PostgresSource{Pool: st.db, Log: log}
 	}
 	first, err := st.source.Load(ctx)
 	if err != nil {

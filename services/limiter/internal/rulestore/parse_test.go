@@ -18,6 +18,20 @@ domains:
 	}
 }
 
+// A second YAML document would be dropped unread: it is an error.
+func TestParseRejectsASecondDocument(t *testing.T) {
+	_, err := Parse([]byte(`
+domains:
+  x: {rules: [{name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}]}
+---
+domains:
+  y: {rules: [{name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}]}
+`))
+	if err == nil {
+		t.Fatal("two documents parsed without an error; want one naming the second document")
+	}
+}
+
 func TestBootstrapFileCompiles(t *testing.T) {
 	cfg, err := Parse(Bootstrap)
 	if err != nil {

@@ -10,10 +10,13 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +42,11 @@ func Parse(data []byte) (ratelimit.Config, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("rules yaml: %w", err)
+	}
+	// One document: a second one (after ---) would otherwise be dropped
+	// unread, its rules with it.
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		return ratelimit.Config{}, errors.New("rules yaml: more than one document (---); put every domain, plan and tenant in one")
 	}
 	return cfg, nil
 }
@@ -68,10 +76,54 @@ type FileSource struct{ Path string }
 func (f FileSource) Load(context.Context) (ratelimit.Config, error) { return ReadFile(f.Path) }
 
 // PostgresSource reads the rule tables.
-type PostgresSource struct{ Pool *pgxpool.Pool }
+type PostgresSource struct {
+	Pool *pgxpool.Pool
+	// Log, when set, hears of plan limits left out (once per change).
+	Log *slog.Logger
 
-// Load implements Source.
-func (p PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
+	mu      sync.Mutex
+	dangled string // the plan limits last reported left out
+}
+
+// Load implements Source. A plan limit whose rule is not in the tables (the
+// rule deleted or renamed with SQL, or seeded from a bootstrap file after
+// the operator deleted its rule) is left out: the tables have no foreign
+// key from rl_plan_limits to rl_rules, and one stale row must not stop
+// every reload (and every limiter's start) while the rest of the rules are
+// good. It is logged as a warning when the set left out changes.
+func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
+	cfg, err := p.load(ctx)
+	if err != nil {
+		return cfg, err
+	}
+	rules := map[string]bool{}
+	for domain, d := range cfg.Domains {
+		for _, r := range d.Rules {
+			rules[domain+"/"+r.Name] = true
+		}
+	}
+	var dangling []string
+	for plan, limits := range cfg.Plans {
+		for id := range limits {
+			if !rules[id] {
+				dangling = append(dangling, plan+": "+id)
+				delete(limits, id)
+			}
+		}
+	}
+	slices.Sort(dangling)
+	p.mu.Lock()
+	report := strings.Join(dangling, ", ")
+	changed := report != p.dangled
+	p.dangled = report
+	p.mu.Unlock()
+	if changed && len(dangling) > 0 && p.Log != nil {
+		p.Log.Warn("rules: plan limits of rules that do not exist are left out (delete them from rl_plan_limits)", "limits", dangling)
+	}
+	return cfg, nil
+}
+
+func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, error) {
 	cfg := ratelimit.Config{
 		Domains: map[string]ratelimit.DomainSpec{},
 		Plans:   map[string]map[string]ratelimit.LimitSpec{},
@@ -109,16 +161,17 @@ func (p PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 			return err
 		}
 		var plan string
+		// A plan without limits is one row of NULLs.
 		var ruleID *string
-		var limit ratelimit.LimitSpec
+		var limit *ratelimit.LimitSpec
 		if _, err := pgx.ForEachRow(rows, []any{&plan, &ruleID, &limit}, func() error {
 			if cfg.Plans[plan] == nil {
 				cfg.Plans[plan] = map[string]ratelimit.LimitSpec{}
 			}
-			if ruleID != nil {
-				cfg.Plans[plan][*ruleID] = limit
+			if ruleID != nil && limit != nil {
+				cfg.Plans[plan][*ruleID] = *limit
 			}
-			limit = ratelimit.LimitSpec{}
+			limit = nil
 			return nil
 		}); err != nil {
 			return err

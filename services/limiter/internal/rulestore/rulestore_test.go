@@ -87,7 +87,7 @@ tenants: {acme: free}
 		t.Fatalf("seed with a new rule: wrote %d, err %v; want 1", n, err)
 	}
 
-	got, err := PostgresSource{Pool: pool}.Load(ctx)
+	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +108,52 @@ tenants: {acme: free}
 	}
 }
 
+// A plan limit whose rule was deleted (or renamed) with SQL is left out of
+// the rules, not a reason to refuse them all: plan changes keep applying,
+// and a limiter can still start.
+func TestPlanLimitOfADeletedRuleIsLeftOut(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	cfg, err := Parse([]byte(`
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+      - {name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  free: {api/a: {limit: 5}, api/b: {limit: 4}}
+  pro: {}
+tenants: {acme: pro}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Seed(ctx, pool, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM rl_rules WHERE name = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetTenantPlan(ctx, pool, "acme", "free"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Plans["free"]["api/b"]; ok || got.Plans["free"]["api/a"].Limit != 5 {
+		t.Errorf("plan free loaded as %v; want api/a's limit and no api/b", got.Plans["free"])
+	}
+	rs, err := ratelimit.Compile(got)
+	if err != nil {
+		t.Fatalf("rules with a deleted rule's plan limit do not compile: %v", err)
+	}
+	_, applied := rs.Match("api", map[string]string{"tenant": "acme", "ip": "192.0.2.1"})
+	if len(applied) != 1 || applied[0].Plan != "free" || applied[0].Rule.Limit != 5 {
+		t.Errorf("rules applied to acme after its move to free: %+v; want api/a with free's limit 5", applied)
+	}
+}
+
 // A rule's lease survives PostgreSQL (it is part of the rule's jsonb spec),
 // and a misspelt lease field in a rule file is an error.
 func TestLeaseRoundTripsThroughPostgres(t *testing.T) {
@@ -125,7 +171,7 @@ domains:
 	if _, err := Seed(ctx, pool, cfg); err != nil {
 		t.Fatal(err)
 	}
-	got, err := PostgresSource{Pool: pool}.Load(ctx)
+	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
