@@ -336,6 +336,9 @@ func testContract(t *testing.T, s contractStore, run string) {
 			"NUL in the tag":     `{"c":1,"k":"abc","g":"r\u0000"}`,
 			"code not UTF-8":     "{\"c\":1,\"k\":\"ab\xffc\"}",
 			"control characters": `{"c":1,"k":"ab\u0007c"}`,
+			"a time before 1970": `{"c":-1000000000000000000,"k":"abc"}`,
+			"a time that wraps":  `{"c":-9223372036854775000,"k":"abc"}`,
+			"a time after 9999":  `{"c":253402300800000000,"k":"abc"}`,
 		} {
 			token := base64.RawURLEncoding.EncodeToString([]byte(cursor))
 			if _, err := s.List(ctx, lt, 1, token, ""); !errors.Is(err, linkstore.ErrBadPageToken) {

@@ -459,11 +459,17 @@ func decodeToken(t string) (cursor, error) {
 		return cursor{}, ErrBadPageToken
 	}
 	var c cursor
-	if err := json.Unmarshal(b, &c); err != nil || c.Code == "" || !plainText(c.Code) || !plainText(c.Tag) {
+	if err := json.Unmarshal(b, &c); err != nil || c.Code == "" || !plainText(c.Code) || !plainText(c.Tag) ||
+		c.CreatedUs < 0 || c.CreatedUs > maxCursorUs {
 		return cursor{}, ErrBadPageToken
 	}
 	return c, nil
 }
+
+// maxCursorUs is the end of year 9999 in Unix microseconds: no listing
+// writes a time outside 1970..9999 into a token, and PostgreSQL refuses
+// (or pgx wraps) times far outside it.
+const maxCursorUs = 253402300799999999
 
 // plainText reports whether s is UTF-8 without control characters, as
 // every code and tag a listing writes into a token is (json.Unmarshal
