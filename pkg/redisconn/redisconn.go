@@ -26,16 +26,41 @@ type Config struct {
 	ReadTimeout time.Duration `env:"REDIS_READ_TIMEOUT" default:"100ms"`
 	// WriteTimeout is the socket write timeout (the limiter bounds each decision tighter).
 	WriteTimeout time.Duration `env:"REDIS_WRITE_TIMEOUT" default:"100ms"`
-	// PoolSize is the connections per Redis Cluster node.
+	// PoolSize is the connections per Redis Cluster node (1 to 10,000).
 	PoolSize int `env:"REDIS_POOL_SIZE" default:"32"`
+}
+
+// maxPoolSize bounds KURZ_REDIS_POOL_SIZE (connections per node).
+const maxPoolSize = 10_000
+
+// Check refuses settings the client cannot use, naming the variable:
+// go-redis reads a negative pool size as a panic and a negative timeout
+// as none.
+func (c Config) Check() error {
+	var errs []error
+	if len(c.Addrs) == 0 {
+		errs = append(errs, errors.New("no addresses; set KURZ_REDIS_ADDRS"))
+	}
+	if c.PoolSize < 1 || c.PoolSize > maxPoolSize {
+		errs = append(errs, fmt.Errorf("KURZ_REDIS_POOL_SIZE=%d: want 1 to %d", c.PoolSize, maxPoolSize))
+	}
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"KURZ_REDIS_DIAL_TIMEOUT", c.DialTimeout}, {"KURZ_REDIS_READ_TIMEOUT", c.ReadTimeout}, {"KURZ_REDIS_WRITE_TIMEOUT", c.WriteTimeout}} {
+		if t.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%s: want more than 0", t.name, t.d))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // New connects to the cluster and checks it is usable: every master answers
 // and the cluster reports state ok. The error names the addresses and the
 // variable to set.
 func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient, error) {
-	if len(cfg.Addrs) == 0 {
-		return nil, errors.New("redis cluster: no addresses; set KURZ_REDIS_ADDRS")
+	if err := cfg.Check(); err != nil {
+		return nil, fmt.Errorf("redis cluster: %w", err)
 	}
 	o := &options{cluster: &redis.ClusterOptions{
 		Addrs:        cfg.Addrs,

@@ -16,6 +16,7 @@ import (
 	"kurz.dev/pkg/buildinfo"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/logging"
+	"kurz.dev/pkg/redisconn"
 )
 
 // Build wires a service from its configuration and returns its server, ready
@@ -61,6 +62,7 @@ func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	if err != nil {
 		return err
 	}
+	redisconn.SetLogger(log)
 	gogc := os.Getenv("GOGC")
 	if p, ok := gcPercent(os.Getenv); ok {
 		debug.SetGCPercent(p)

@@ -389,8 +389,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 		nonce = c.Value
 	}
 	if err := h.tokens.check(lk.code, nonce, r.PostForm.Get(formField), start); err != nil {
+		// Counted, logged only at debug: anyone may post forms, and a
+		// refusal costs no limiter check, so a line each would let a
+		// stranger fill the log at will.
 		outcome("forged")
-		h.log.InfoContext(ctx, "password form refused", "code", code, "reason", err.Error())
+		h.log.DebugContext(ctx, "password form refused", "code", code, "reason", err.Error())
 		return h.form(w, r, lk.code, http.StatusForbidden, msgForged)
 	}
 	// The limiter before the hash: it bounds guesses and Argon2 work alike.

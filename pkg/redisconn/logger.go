@@ -1,0 +1,44 @@
+package redisconn
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// SetLogger sends go-redis's own messages (a pool that cannot dial, a
+// cluster topology that cannot be reloaded) to log as warnings, at most one
+// a second with the number left out since the last, instead of go-redis's
+// plain-text lines on stderr among the service's JSON lines. go-redis has
+// one logger per process.
+func SetLogger(log *slog.Logger) {
+	redis.SetLogger(&goRedisLog{log: log.With("component", "go-redis"), every: time.Second, now: time.Now})
+}
+
+type goRedisLog struct {
+	log   *slog.Logger
+	every time.Duration
+	now   func() time.Time
+
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+func (l *goRedisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.mu.Lock()
+	now := l.now()
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.dropped++
+		l.mu.Unlock()
+		return
+	}
+	dropped := l.dropped
+	l.last, l.dropped = now, 0
+	l.mu.Unlock()
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...), "left_out_since_last", dropped)
+}
