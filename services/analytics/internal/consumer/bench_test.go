@@ -47,7 +47,7 @@ const (
 // the consumer lines report x-baseline, their events/s over the baseline's
 // of the same run (when it ran).
 //
-//	KURZ_CLICKHOUSE_DATABASE=kurz_test go test -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
+//	KURZ_CLICKHOUSE_DATABASE=kurz_test go test -tags integration -run '^$' -bench ConsumerThroughput -benchtime 3x ./services/analytics/internal/consumer/
 func BenchmarkConsumerThroughput(b *testing.B) {
 	var baseline float64
 	b.Run("baseline-direct-insert", func(b *testing.B) { baseline = benchDirectInsert(b) })

@@ -128,7 +128,7 @@ func benchStore(b *testing.B) *clickstore.Store {
 // stored clicks (10,000 suspect, 1,000 of them stored twice): the whole 30
 // days by day, and the last 48 hours by hour.
 //
-//	KURZ_CLICKHOUSE_DATABASE=kurz_test go test -run '^$' -bench GetLinkStats1M ./services/analytics/internal/stats/
+//	KURZ_CLICKHOUSE_DATABASE=kurz_test go test -tags integration -run '^$' -bench GetLinkStats1M ./services/analytics/internal/stats/
 func BenchmarkGetLinkStats1M(b *testing.B) {
 	store := benchStore(b)
 	svc := New(store, servertest.Logger(b), Options{})
