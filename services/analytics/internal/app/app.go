@@ -174,7 +174,11 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	// Without Redis the consumer waits (the clicks wait in the streams) and
 	// the stats are still served.
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
-	srv.AddCheck("consumer", cons.Ready)
+	// Failing flushes (ClickHouse refusing inserts, Redis gone mid-batch)
+	// leave the stats to serve: degraded, alerted by
+	// KurzClickHouseFlushFailing. A hard check would take every replica
+	// out of rotation at once in a shared outage.
+	srv.AddSoftCheck("consumer", cons.Ready)
 	log.Info("analytics configured", "click_streams", cfg.Streams.Shards, "group", cfg.ConsumerGroup,
 		"consumer", cons.Name(), "batch_size", cfg.BatchSize, "batch_age", cfg.BatchAge,
 		"claim_idle", cfg.ClaimIdle, "limiter", cfg.LimiterAddr)

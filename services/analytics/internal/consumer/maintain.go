@@ -210,5 +210,11 @@ func (c *Consumer) lagSummary() string {
 			fmt.Fprintf(&b, " %s=%d+%d", l.Stream, l.Pending, l.Unread)
 		}
 	}
+	if len(c.lag) == 0 {
+		return "unknown (not measured yet, or Redis unreachable)"
+	}
+	if total == 0 {
+		return "0 entries"
+	}
 	return fmt.Sprintf("%d entries (pending+unread:%s)", total, b.String())
 }
