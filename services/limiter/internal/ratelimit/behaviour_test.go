@@ -98,6 +98,45 @@ func TestSlidingLogRefundRemovesExactlyItsEntries(t *testing.T) {
 	}
 }
 
+// A sliding log's entries go in and out 500 to a command: a cost across
+// several such chunks adds and refunds exactly its units.
+func TestSlidingLogLargeCostAddsAndRefundsEveryUnit(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, `
+domains:
+  big:
+    rules:
+      - {name: log, key: [k], algorithm: sliding_log, limit: 1200, window: 1m, failure_mode: open}
+      - {name: gate, key: [g], algorithm: fixed_window, limit: 1, window: 1m, failure_mode: open}
+`, Options{})
+	ctx := context.Background()
+	card := func(k string) int64 {
+		t.Helper()
+		n, err := rdb.ZCard(ctx, "rl:{big:log:"+escapeValue(k)+"}").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	x, y, g := unique(t), unique(t), unique(t)
+	if resp := e.Check(ctx, "big", map[string]string{"k": x}, 1101); !resp.Allowed || resp.Remaining != 99 {
+		t.Fatalf("cost 1101 of 1200: allowed=%v remaining=%d, want allowed with 99 left", resp.Allowed, resp.Remaining)
+	}
+	if n := card(x); n != 1101 {
+		t.Errorf("log holds %d entries after a cost of 1101, want 1101", n)
+	}
+	if !e.Check(ctx, "big", map[string]string{"k": y, "g": g}, 1).Allowed {
+		t.Fatal("first request through the gate denied")
+	}
+	if e.Check(ctx, "big", map[string]string{"k": y, "g": g}, 1101).Allowed {
+		t.Fatal("want the gate to deny the second request")
+	}
+	e.Wait() // the log's refund runs in the background
+	if n := card(y); n != 1 {
+		t.Errorf("log holds %d entries after a refunded cost of 1101, want the first request's 1", n)
+	}
+}
+
 func TestLeakyQueueAdmitsWithGrowingDelay(t *testing.T) {
 	e := engine(t, cluster(t), demoRules, Options{})
 	desc := map[string]string{"user": unique(t), "algo": "leaky_queue"}

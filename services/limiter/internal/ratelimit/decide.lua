@@ -83,7 +83,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
           if n then redis.call('HSET', key, field, max(0, n - cost)) end
         end
       elseif algo == 2 then
-        for j = 1, cost do read(0, 'ZREM', key, reqid .. ':' .. j) end
+        log_range('ZREM', key, nil, reqid, 1, cost)
       end
     end
     out[base + 1] = 1
@@ -230,7 +230,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
         redis.call('HSET', w[1], unpack(w, 3))
       else -- sliding log: drop what left the window, add this request
         redis.call('ZREMRANGEBYSCORE', w[1], '-inf', w[4])
-        for j = 1, w[5] do redis.call('ZADD', w[1], now, reqid .. ':' .. j) end
+        log_range('ZADD', w[1], now, reqid, 1, w[5])
       end
       redis.call('PEXPIRE', w[1], w[2])
     end

@@ -53,7 +53,7 @@ if give > 0 then
       redis.call('HSET', key, 'prev', max(0, tonumber(prev) - give))
     end
   elseif algo == 2 then
-    for j = top - give + 1, top do read(0, 'ZREM', key, oldid .. ':' .. j) end
+    log_range('ZREM', key, nil, oldid, top - give + 1, top)
   end
 end
 if want == 0 then return {0, now, 0, 0, 0, 0} end
@@ -164,7 +164,7 @@ elseif algo == 2 then
   if taken > 0 then
     replace(key)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', from)
-    for j = 1, taken do redis.call('ZADD', key, ends, id .. ':' .. j) end
+    log_range('ZADD', key, ends, id, 1, taken)
     redis.call('PEXPIRE', key, max(redis.call('PTTL', key), ends - now + window + 1000))
   elseif least > limit then
     retry = -1

@@ -52,7 +52,7 @@ domains:
       - {name: e, key: [ip], algorithm: fixed_window, limit: 1, window: 1s, failure_mode: maybe}
       - {name: f, key: [ip], algorithm: fixed_window, limit: 1, window: 1s, failure_mode: open, shard: tenant}
       - {name: g, key: [ip], algorithm: fixed_window, limit: 9223372036854775807, window: 1s, failure_mode: open}
-      - {name: h, key: [ip], algorithm: sliding_log, limit: 1000001, window: 1s, failure_mode: open}
+      - {name: h, key: [ip], algorithm: sliding_log, limit: 10001, window: 1s, failure_mode: open}
       - {name: i, key: [ip], algorithm: fixed_window, limit: 1, window: 9601h, failure_mode: open}
       - {name: j, key: [ip], algorithm: token_bucket, limit: 1, window: 8760h, burst: 1000000000, failure_mode: closed}
 plans:
@@ -69,7 +69,7 @@ tenants: {acme: gold}
 	for _, want := range []string{
 		"api/a is defined twice", `algorithm "magic"`, "api/c: limit must be positive", `window "soon"`,
 		`failure_mode "maybe"`, `shard: tenant needs "tenant"`, `plan free: no rule "api/zzz"`, `tenant acme: unknown plan "gold"`,
-		"api/g: limit and burst must be at most 1099511627776", "api/h: limit 1000001: a sliding log keeps one entry",
+		"api/g: limit and burst must be at most 1099511627776", "api/h: limit 10001: a sliding log keeps one entry",
 		"api/i: window 9601h0m0s: at most 9600h0m0s", "api/j: burst 1000000000 refills in",
 		"plan big, rule api/a: limit and burst must be at most",
 	} {
