@@ -93,8 +93,13 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 		// loaded machine) is asked again within the 5 s; one that refuses,
 		// or an answer that is wrong, fails the start at once.
 		if !timedOut(err) || ctx.Err() != nil {
+			err = fmt.Errorf("redis cluster at %s unreachable (set KURZ_REDIS_ADDRS): %w", strings.Join(cfg.Addrs, ","), err)
+			if o.unreachable != nil {
+				o.unreachable(err)
+				return c, nil
+			}
 			_ = c.Close()
-			return nil, fmt.Errorf("redis cluster at %s unreachable (set KURZ_REDIS_ADDRS): %w", strings.Join(cfg.Addrs, ","), err)
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
@@ -132,8 +137,18 @@ func Check(ctx context.Context, c *redis.ClusterClient) error {
 type Option func(*options)
 
 type options struct {
-	cluster *redis.ClusterOptions
-	hooks   []redis.Hook
+	cluster     *redis.ClusterOptions
+	hooks       []redis.Hook
+	unreachable func(error)
+}
+
+// StartUnreachable makes New return the client of a cluster it cannot
+// reach, after telling report why, instead of an error: for a service that
+// has an answer without Redis (the limiter's failure modes), so that a
+// replica started during an outage serves. The client connects once the
+// cluster answers.
+func StartUnreachable(report func(error)) Option {
+	return func(o *options) { o.unreachable = report }
 }
 
 // NoRetries makes a client that never sends a command a second time once

@@ -17,9 +17,12 @@ start by [pkg/config](../pkg/config/config.go) into the service's typed
 ` + "`app.Config`" + ` (services/<name>/internal/app): a field's ` + "`env`" + ` tag names
 its variable and its ` + "`default`" + ` tag the value used when the variable is
 unset or empty; a field without a default is required. A service reads only
-the variables below its name, reports every bad or missing one at once, and
-exits; a service that cannot reach a dependency at start exits with a message
-naming it and the variable to set. GRPC addresses a service dials (such as
+the variables below its name and exits on a bad or missing one, naming it:
+every one that fails to parse at once, then every one its checks refuse at
+once (a value that does not parse hides the checks of the others). A
+service that cannot reach a dependency at start exits with a message naming
+it and the variable to set; the limiter alone starts without Redis, every
+decision by its rule's failure mode until Redis answers. GRPC addresses a service dials (such as
 ` + "`KURZ_LIMITER_GRPC_ADDR`" + `) take a gRPC target (` + "`dns:///limiter-headless:9091`" + `)
 or a comma-separated list of replicas.
 

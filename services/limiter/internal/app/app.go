@@ -183,7 +183,12 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog
 	// script, and a retried decision can consume twice.
 	cfg.Redis.ReadTimeout = max(cfg.Redis.ReadTimeout, 10*cfg.RedisTimeout)
 	cfg.Redis.WriteTimeout = max(cfg.Redis.WriteTimeout, 10*cfg.RedisTimeout)
-	rdb, err := redisconn.New(ctx, cfg.Redis)
+	// A replica started during a Redis outage serves by the rules'
+	// failure modes (the fleet's count is then KURZ_LIMITER_MAX_REPLICAS)
+	// rather than crash-looping while its peers fall back.
+	rdb, err := redisconn.New(ctx, cfg.Redis, redisconn.StartUnreachable(func(err error) {
+		log.Error("starting without Redis: decisions follow each rule's failure mode until it answers", "err", err)
+	}))
 	if err != nil {
 		return stores{}, err
 	}

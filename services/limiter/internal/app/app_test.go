@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/servertest"
 )
@@ -22,11 +24,39 @@ func load(t *testing.T, overrides map[string]string) Config {
 	return cfg
 }
 
-func TestFailsFastNamingTheMissingDependency(t *testing.T) {
-	cfg := load(t, map[string]string{"KURZ_REDIS_ADDRS": "127.0.0.1:1", "KURZ_REDIS_DIAL_TIMEOUT": "200ms"})
-	_, err := New(context.Background(), cfg, servertest.Logger(t))
-	if err == nil || !strings.Contains(err.Error(), "KURZ_REDIS_ADDRS") {
-		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS", err)
+// A limiter started while Redis is unreachable (an outage, a rollout
+// during one) serves, every decision by its rule's failure mode, instead
+// of exiting: its peers fall back meanwhile, and a crash loop would leave
+// the callers with no limiter at all.
+func TestStartsWithoutRedisDecidingByFailureModes(t *testing.T) {
+	rules, err := filepath.Abs(filepath.Join("testdata", "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := load(t, map[string]string{"KURZ_REDIS_ADDRS": "127.0.0.1:1", "KURZ_REDIS_DIAL_TIMEOUT": "200ms",
+		"KURZ_LIMITER_RULES_SOURCE": "file", "KURZ_LIMITER_RULES_FILE": rules})
+	srv, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("New with Redis unreachable: %v, want a limiter that starts", err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "kurz.ratelimit.v1.RateLimitService")
+	client := ratelimitv1.NewRateLimitServiceClient(r.Conn)
+	for _, c := range []struct {
+		domain, key string
+		allowed     bool
+		source      ratelimitv1.DecisionSource
+	}{
+		{"race3", "user", true, ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN},
+		{"quota", "api_key", false, ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED},
+	} {
+		resp, err := client.CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{Domain: c.domain, Descriptors: map[string]string{c.key: "k"}})
+		if err != nil {
+			t.Fatalf("%s: %v", c.domain, err)
+		}
+		if resp.GetAllowed() != c.allowed || resp.GetSource() != c.source {
+			t.Errorf("%s: allowed=%v source %v, want %v by %v", c.domain, resp.GetAllowed(), resp.GetSource(), c.allowed, c.source)
+		}
 	}
 }
 
