@@ -53,6 +53,8 @@ const (
 
 // linkErrors are the link store's sentinel errors as clients see them.
 var linkErrors = []rpcerr.Sentinel{
+	{Err: linkstore.ErrDomainGone, Code: codes.FailedPrecondition, Reason: ReasonDomainNotVerified, Field: "domain",
+		Message: "domain: the link's domain stopped being one of your verified domains while it was created (deleted meanwhile?); nothing was created"},
 	{Err: linkstore.ErrNotFound, Code: codes.NotFound,
 		Message: "no such link: check the code (links of other tenants are not visible)"},
 	{Err: linkstore.ErrBadPageToken, Code: codes.InvalidArgument, Reason: ReasonPageTokenInvalid, Field: "page_token",

@@ -184,12 +184,21 @@ func (s *Store) DeleteDomain(ctx context.Context, tenant, name string) error {
 		return fmt.Errorf("delete domain: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	var inUse bool
-	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM links WHERE domain = d.name AND deleted_at IS NULL)
-		FROM domains d WHERE d.name = $1 AND d.tenant = $2 FOR UPDATE`, name, tenant).Scan(&inUse)
+	// The row's lock first, the count in a statement of its own: that
+	// statement sees every link whose insert held the domain (lockDomains)
+	// and committed while this one waited for the lock. Only the tenant's
+	// own links count: another tenant's cannot be on its verified domain.
+	err = tx.QueryRow(ctx, `SELECT 1 FROM domains WHERE name = $1 AND tenant = $2 FOR UPDATE`, name, tenant).Scan(new(int))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrDomainNotFound
+	case err != nil:
+		return fmt.Errorf("delete domain: %w", err)
+	}
+	var inUse bool
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM links WHERE domain = $1 AND tenant = $2 AND deleted_at IS NULL)`,
+		name, tenant).Scan(&inUse)
+	switch {
 	case err != nil:
 		return fmt.Errorf("delete domain: %w", err)
 	case inUse:

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // Concurrent registrations on PostgreSQL: one tenant's cannot pass its
@@ -107,7 +109,19 @@ func TestLinkDomainColumn(t *testing.T) {
 	ctx := context.Background()
 	suffix := strings.ToLower(rand.Text()[:10])
 	tenant, domain := "dom-l-"+suffix, "go."+suffix+".test"
-	t.Cleanup(func() { _, _ = s.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = $1`, tenant) })
+	t.Cleanup(func() {
+		_, _ = s.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = $1`, tenant)
+		_, _ = s.db.Exec(context.Background(), `DELETE FROM domains WHERE tenant = $1`, tenant)
+	})
+	if _, err := s.Insert(ctx, Link{Code: domain + "/zzzz", Domain: domain, Tenant: tenant, LongURL: "https://example.com/"}); !errors.Is(err, ErrDomainGone) {
+		t.Errorf("insert on a domain the tenant has not verified: %v, want ErrDomainGone", err)
+	}
+	if _, _, err := s.RegisterDomain(ctx, tenant, domain, "tok", 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.VerifyDomain(ctx, tenant, domain, "admin"); err != nil {
+		t.Fatal(err)
+	}
 	l, err := s.Insert(ctx, Link{Code: domain + "/abcd", Domain: domain, Tenant: tenant, LongURL: "https://example.com/"})
 	if err != nil || l.Domain != domain || l.Code != domain+"/abcd" {
 		t.Fatalf("insert on a domain: %+v %v", l, err)
@@ -122,5 +136,91 @@ func TestLinkDomainColumn(t *testing.T) {
 		if _, err := s.Insert(ctx, bad); err == nil || !strings.Contains(err.Error(), "links_domain_key_check") {
 			t.Errorf("insert %q on %q: %v, want the check's refusal", bad.Code, bad.Domain, err)
 		}
+	}
+}
+
+// A link created while its domain is deleted: the insert and DeleteDomain
+// meet on the domain's row, so the link is either there before the delete
+// counts the domain's links (DOMAIN_IN_USE) or finds the domain gone
+// (ErrDomainGone); never a link on a domain nobody holds.
+func TestLinkInsertAndDomainDeleteMeetOnTheDomain(t *testing.T) {
+	s := New(connect(t, ""), 10*time.Second)
+	ctx := context.Background()
+	suffix := strings.ToLower(rand.Text()[:10])
+	tenant := "dom-race-" + suffix
+	t.Cleanup(func() {
+		_, _ = s.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = $1`, tenant)
+		_, _ = s.db.Exec(context.Background(), `DELETE FROM domains WHERE tenant = $1`, tenant)
+	})
+	verified := func(name string) {
+		t.Helper()
+		if _, _, err := s.RegisterDomain(ctx, tenant, name, "tok", 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.VerifyDomain(ctx, tenant, name, "admin"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitBlocked returns once a statement of another session waits for a
+	// lock (the call started in the background has reached the row).
+	waitBlocked := func(what string) {
+		t.Helper()
+		if !servertest.Eventually(10*time.Second, func() bool {
+			var n int
+			err := s.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+			return err == nil && n > 0
+		}) {
+			t.Fatalf("%s never waited for the domain's lock", what)
+		}
+	}
+
+	// A delete under way (its row lock held): the insert waits, then finds
+	// the domain gone.
+	gone := "gone." + suffix + ".test"
+	verified(gone)
+	del, err := s.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = del.Rollback(ctx) }()
+	if _, err := del.Exec(ctx, `DELETE FROM domains WHERE name = $1 AND tenant = $2`, gone, tenant); err != nil {
+		t.Fatal(err)
+	}
+	inserted := make(chan error, 1)
+	go func() {
+		_, err := s.Insert(ctx, Link{Code: gone + "/a", Tenant: tenant, LongURL: "https://example.com/a", Domain: gone})
+		inserted <- err
+	}()
+	waitBlocked("the insert")
+	if err := del.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-inserted; !errors.Is(err, ErrDomainGone) {
+		t.Errorf("insert on a domain deleted meanwhile: %v, want ErrDomainGone", err)
+	}
+
+	// An insert under way (holding the domain as lockDomains does, its
+	// link not committed): the delete waits, then counts the link.
+	held := "held." + suffix + ".test"
+	verified(held)
+	ins, err := s.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ins.Rollback(ctx) }()
+	if err := lockDomains(ctx, ins, []Link{{Tenant: tenant, Domain: held}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := insert(ctx, ins, Link{Code: held + "/b", Tenant: tenant, LongURL: "https://example.com/b", Domain: held}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := make(chan error, 1)
+	go func() { deleted <- s.DeleteDomain(ctx, tenant, held) }()
+	waitBlocked("the delete")
+	if err := ins.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-deleted; !errors.Is(err, ErrDomainInUse) {
+		t.Errorf("delete of a domain a link was being created on: %v, want ErrDomainInUse", err)
 	}
 }

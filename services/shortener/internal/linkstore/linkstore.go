@@ -27,6 +27,11 @@ var (
 	// ErrCodeTaken: the code is already used by some link (any tenant, live
 	// or revoked).
 	ErrCodeTaken = errors.New("code already taken")
+
+	// ErrDomainGone: a link's domain is no longer its tenant's verified
+	// domain (deleted, or lost to another tenant's verification) since the
+	// caller checked it; nothing was stored.
+	ErrDomainGone = errors.New("the link's domain is no longer the tenant's verified domain")
 	// ErrURLTaken: the tenant has a live link made from this URL already
 	// (another Link.URLKey equal to this one's): FromURL returns it.
 	ErrURLTaken = errors.New("the tenant has a link from this URL already")
@@ -191,7 +196,7 @@ const releaseURLKey = `UPDATE links SET url_key = NULL
 func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if l.URLKey == nil {
+	if l.URLKey == nil && l.Domain == "" {
 		return insert(ctx, s.db, l)
 	}
 	tx, err := s.db.Begin(ctx)
@@ -199,11 +204,16 @@ func (s *Store) Insert(ctx context.Context, l Link) (Link, error) {
 		return Link{}, fmt.Errorf("insert link: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // after Commit: a no-op
+	if err := lockDomains(ctx, tx, []Link{l}); err != nil {
+		return Link{}, err
+	}
 	// Concurrent creates of the URL queue on the old link's row lock; the
 	// later ones find its key gone and meet the first one's link instead
 	// (its code, or the unique index).
-	if _, err := tx.Exec(ctx, releaseURLKey, l.Tenant, l.URLKey); err != nil {
-		return Link{}, fmt.Errorf("insert link: release url key: %w", err)
+	if l.URLKey != nil {
+		if _, err := tx.Exec(ctx, releaseURLKey, l.Tenant, l.URLKey); err != nil {
+			return Link{}, fmt.Errorf("insert link: release url key: %w", err)
+		}
 	}
 	got, err := insert(ctx, tx, l)
 	if err != nil {
@@ -292,7 +302,15 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rows, err := s.db.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, rules, domain)
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("insert links: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // after Commit: a no-op
+	if err := lockDomains(ctx, tx, links); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, rules, domain)
 	if err != nil {
 		return nil, fmt.Errorf("insert links: %w", err)
 	}
@@ -300,11 +318,56 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 	if err != nil {
 		return nil, fmt.Errorf("insert links: %w", err)
 	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("insert links: commit: %w", err)
+	}
 	out := make(map[string]Link, len(stored))
 	for _, l := range stored {
 		out[l.Code] = l
 	}
 	return out, nil
+}
+
+// lockDomains takes a share lock, until tx ends, on the verified domain of
+// each link that has one (its tenant's registration), or fails with
+// ErrDomainGone: the caller checked the domain earlier (before hashing a
+// password, say), and DeleteDomain may have removed it since. DeleteDomain
+// locks the row for update before it counts the domain's links, so either
+// it waits for these links and sees them (DOMAIN_IN_USE), or they wait for
+// it and find the domain gone: no link is left on a domain nobody holds.
+func lockDomains(ctx context.Context, tx pgx.Tx, links []Link) error {
+	type claim struct{ tenant, name string }
+	want := map[claim]bool{}
+	var tenants, names []string
+	for _, l := range links {
+		c := claim{l.Tenant, l.Domain}
+		if l.Domain == "" || want[c] {
+			continue
+		}
+		want[c] = true
+		tenants, names = append(tenants, c.tenant), append(names, c.name)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT d.tenant, d.name FROM domains d
+		JOIN unnest($1::text[], $2::text[]) AS w(tenant, name) ON d.tenant = w.tenant AND d.name = w.name
+		WHERE d.verified_at IS NOT NULL
+		FOR SHARE OF d`, tenants, names)
+	if err != nil {
+		return fmt.Errorf("insert links: lock domains: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (claim, error) {
+		var c claim
+		return c, r.Scan(&c.tenant, &c.name)
+	})
+	if err != nil {
+		return fmt.Errorf("insert links: lock domains: %w", err)
+	}
+	if len(held) != len(names) {
+		return ErrDomainGone
+	}
+	return nil
 }
 
 // noURLKeys refuses links made from their URL in InsertMany.
