@@ -44,6 +44,23 @@ type apiError struct {
 	Message      string `json:"detail"`
 	RequestID    string `json:"requestId"`
 	RetryAfterMS int64  `json:"retryAfterMs"`
+	// Details are the error's google.rpc details; kurzctl reads the
+	// ErrorInfo's reason and metadata.
+	Details []struct {
+		Type     string            `json:"@type"`
+		Reason   string            `json:"reason"`
+		Metadata map[string]string `json:"metadata"`
+	} `json:"details"`
+}
+
+// info returns the reason and metadata of e's ErrorInfo ("" without one).
+func (e *apiError) info() (string, map[string]string) {
+	for _, d := range e.Details {
+		if strings.HasSuffix(d.Type, "google.rpc.ErrorInfo") {
+			return d.Reason, d.Metadata
+		}
+	}
+	return "", nil
 }
 
 func (e *apiError) Error() string {

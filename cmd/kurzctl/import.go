@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/spf13/pflag"
 	"io"
@@ -10,6 +11,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkimport"
+	"kurz.dev/pkg/rpcerr"
 )
 
 // defaultImportBatch is the most one POST /v1/links:batch takes; a smaller
@@ -58,6 +60,14 @@ func (c *cli) importRows(gw *gateway, rows []linkimport.Row, batch int) (linkimp
 	create := func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 		var resp shortenerv1.BatchCreateLinksResponse
 		if _, err := gw.callProto(ctx, "POST", "/v1/links:batch", nil, &shortenerv1.BatchCreateLinksRequest{Requests: reqs}, &resp); err != nil {
+			// A batch larger than the tenant's quota holds at once: as
+			// the shortener says it, so Import sends smaller ones.
+			var ae *apiError
+			if errors.As(err, &ae) {
+				if reason, meta := ae.info(); reason == "BATCH_SIZE_INVALID" && meta["max_batch"] != "" {
+					return nil, rpcerr.BadRequestWith("requests", reason, ae.Message, map[string]string{"max_batch": meta["max_batch"]})
+				}
+			}
 			return nil, err
 		}
 		return &resp, nil

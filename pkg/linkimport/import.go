@@ -3,9 +3,11 @@ package linkimport
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/rpcerr"
 )
 
 // MaxBatch is the most links Import sends in one Creator call: the limit of
@@ -52,7 +54,9 @@ type Result struct {
 }
 
 // Import creates a link per row through create, in chunks of at most
-// MaxBatch, in row order. A row whose SourceCode is a valid kurz alias
+// MaxBatch, in row order; a chunk refused as larger than the tenant's quota
+// ever holds (BATCH_SIZE_INVALID with metadata max_batch) is sent again,
+// and every later one, in chunks of that size. A row whose SourceCode is a valid kurz alias
 // (linkcode.AliasProblem) asks for it (CODE_MODE_CUSTOM); the others, and
 // those whose alias was refused (taken, reserved, or otherwise invalid for
 // the shortener: an error on field "custom_alias" with code ALREADY_EXISTS
@@ -101,10 +105,10 @@ func Import(ctx context.Context, rows []Row, create Creator, progress func(done,
 	}
 
 	var retry []int
+	size := MaxBatch
 	send := func(idx []int, alias bool) error {
 		for len(idx) > 0 {
-			chunk := idx[:min(MaxBatch, len(idx))]
-			idx = idx[len(chunk):]
+			chunk := idx[:min(size, len(idx))]
 			reqs := make([]*shortenerv1.CreateLinkRequest, len(chunk))
 			withAlias := make([]bool, len(chunk))
 			for k, i := range chunk {
@@ -112,9 +116,16 @@ func Import(ctx context.Context, rows []Row, create Creator, progress func(done,
 				reqs[k] = request(rows[i], withAlias[k])
 			}
 			resp, err := create(ctx, reqs)
+			if n := maxBatch(err); n > 0 && n < len(chunk) {
+				// The tenant's quota never holds this many at once (its
+				// plan's burst): the same rows again, in chunks it holds.
+				size = n
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("batch create of lines %d to %d: %w", rows[chunk[0]].Line, rows[chunk[len(chunk)-1]].Line, err)
 			}
+			idx = idx[len(chunk):]
 			got := resp.GetResults()
 			if len(got) != len(chunk) {
 				return fmt.Errorf("batch create of %d links answered %d results", len(chunk), len(got))
@@ -152,6 +163,20 @@ func Import(ctx context.Context, rows []Row, create Creator, progress func(done,
 		return finish(err)
 	}
 	return finish(nil)
+}
+
+// maxBatch is the largest batch err says the shortener takes (a
+// BATCH_SIZE_INVALID of the link creation quota), or 0.
+func maxBatch(err error) int {
+	info, _, _ := rpcerr.Details(err)
+	if info.GetReason() != "BATCH_SIZE_INVALID" {
+		return 0
+	}
+	n, err := strconv.Atoi(info.GetMetadata()["max_batch"])
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
 }
 
 // request is the CreateLinkRequest of a row.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/rpcerr"
 )
 
 // fakeShortener is a Creator over an in-memory code space: custom aliases
@@ -15,6 +16,9 @@ import (
 // (INVALID_ARGUMENT); URLs starting "bad" are refused; other links get
 // sequential codes "s0000001", ...
 type fakeShortener struct {
+	// capacity, when above 0, refuses a larger batch as the link
+	// creation quota does (BATCH_SIZE_INVALID, max_batch).
+	capacity int
 	taken    map[string]bool
 	reserved map[string]bool
 	next     int
@@ -37,6 +41,10 @@ func (f *fakeShortener) create(_ context.Context, reqs []*shortenerv1.CreateLink
 	}
 	if len(reqs) > MaxBatch {
 		return nil, fmt.Errorf("batch of %d", len(reqs))
+	}
+	if f.capacity > 0 && len(reqs) > f.capacity {
+		return nil, rpcerr.BadRequestWith("requests", "BATCH_SIZE_INVALID", "too many at once",
+			map[string]string{"max_batch": fmt.Sprint(f.capacity)})
 	}
 	resp := &shortenerv1.BatchCreateLinksResponse{}
 	for i, r := range reqs {
@@ -149,6 +157,31 @@ func TestImportChunks(t *testing.T) {
 					calls, rep.Created, len(rep.Results), len(tc.wantSizes), tc.rows, tc.rows)
 			}
 		})
+	}
+}
+
+// A tenant whose quota holds fewer links at once than a chunk (its plan's
+// burst) gets its rows in chunks of what it holds, every row created once.
+func TestImportRechunksToWhatTheQuotaHolds(t *testing.T) {
+	rows := make([]Row, 20)
+	for i := range rows {
+		rows[i] = Row{Line: i + 2, LongURL: fmt.Sprintf("https://example.com/%d", i)}
+	}
+	f := newFake()
+	f.capacity = 7
+	rep, err := Import(context.Background(), rows, f.create, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for _, c := range f.calls {
+		sizes = append(sizes, len(c))
+	}
+	if want := []int{20, 7, 7, 6}; !reflect.DeepEqual(sizes, want) {
+		t.Errorf("chunk sizes = %v, want %v (the refused chunk, then chunks of 7)", sizes, want)
+	}
+	if rep.Created != 20 || rep.Failed != 0 || len(rep.Results) != 20 {
+		t.Errorf("created %d, failed %d, results %d; want 20, 0, 20", rep.Created, rep.Failed, len(rep.Results))
 	}
 }
 

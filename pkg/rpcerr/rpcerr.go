@@ -65,8 +65,18 @@ func WithDetails(c codes.Code, msg string, details ...protoadapt.MessageV1) erro
 // metadata "field", and a BadRequest field violation, both saying msg, a
 // message a person can act on.
 func BadRequest(field, reason, msg string) error {
+	return BadRequestWith(field, reason, msg, nil)
+}
+
+// BadRequestWith is BadRequest with more ErrorInfo metadata than the field
+// (what a client can act on, such as the largest batch that passes).
+func BadRequestWith(field, reason, msg string, meta map[string]string) error {
+	m := map[string]string{"field": field}
+	for k, v := range meta {
+		m[k] = v
+	}
 	return WithDetails(codes.InvalidArgument, msg,
-		Info(reason, map[string]string{"field": field}),
+		Info(reason, m),
 		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: msg, Reason: reason}}},
 	)
 }

@@ -44,7 +44,10 @@ const (
 	ReasonMaxVisitsInvalid = "MAX_VISITS_INVALID"
 	ReasonPasswordInvalid  = "PASSWORD_INVALID"
 	ReasonBatchSizeInvalid = "BATCH_SIZE_INVALID"
-	ReasonHashingBusy      = "PASSWORD_HASHING_BUSY"
+	// MetaMaxBatch is the ErrorInfo metadata key of a BATCH_SIZE_INVALID
+	// that the quota caused: the largest batch that can pass.
+	MetaMaxBatch      = "max_batch"
+	ReasonHashingBusy = "PASSWORD_HASHING_BUSY"
 
 	// ReasonFromURLTenantRequired: CODE_MODE_FROM_URL asked by an anonymous
 	// caller (PERMISSION_DENIED on mode): anonymous callers share a tenant.

@@ -567,9 +567,9 @@ func (s *Service) checkQuota(ctx context.Context, tenant string, n int, kind cha
 	if d.MaxCost > 0 {
 		// Waiting would not help: the quota never holds this many (only a
 		// batch costs more than one link).
-		return rpcerr.Invalidf("requests", ReasonBatchSizeInvalid,
-			"the link creation quota%s allows at most %d links at once, so this batch of %d can never be created; nothing was created: send batches (or imports) of at most %d links",
-			rule, d.MaxCost, n, d.MaxCost).Status()
+		msg := fmt.Sprintf("the link creation quota%s allows at most %d links at once, so this batch of %d can never be created; nothing was created: send batches (or imports) of at most %d links",
+			rule, d.MaxCost, n, d.MaxCost)
+		return rpcerr.BadRequestWith("requests", ReasonBatchSizeInvalid, msg, map[string]string{MetaMaxBatch: fmt.Sprint(d.MaxCost)})
 	}
 	what := "too many links created" + rule
 	switch kind {

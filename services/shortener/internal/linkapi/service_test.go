@@ -291,6 +291,9 @@ func TestBatchBeyondTheQuotaCapacityIsInvalid(t *testing.T) {
 	if msg := status.Convert(err).Message(); !strings.Contains(msg, "at most 10") {
 		t.Errorf("message %q does not name the largest batch", msg)
 	}
+	if info, _, _ := rpcerr.Details(err); info.GetMetadata()[linkapi.MetaMaxBatch] != "10" {
+		t.Errorf("ErrorInfo metadata %v, want %s 10 (what an import re-chunks by)", info.GetMetadata(), linkapi.MetaMaxBatch)
+	}
 	wantStatus(t, "a batch of 10 denied", batch(10), codes.ResourceExhausted, rpcerr.ReasonRateLimited, "")
 }
 
