@@ -162,7 +162,11 @@ func printExplain(w io.Writer, domain string, cost uint32, r *ratelimitv1.Explai
 	if !r.GetAllowed() {
 		v = "denied"
 	}
-	fmt.Fprintf(w, "%d hits in %s would be %s; %d rules match\n", cost, domain, v, len(rules))
+	match := fmt.Sprintf("%d rules match", len(rules))
+	if len(rules) == 1 {
+		match = "1 rule matches"
+	}
+	fmt.Fprintf(w, "%d hits in %s would be %s; %s\n", cost, domain, v, match)
 	deciding, why := decidingRule(rules, cost)
 	fmt.Fprintf(w, "%s\n\n", why)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
