@@ -86,6 +86,10 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			fail(i, err)
 			continue
 		}
+		if err := selfLoop(d.link.Domain, d.link.LongURL, linkstore.DeviceURLs{IOS: d.link.IOSURL, Android: d.link.AndroidURL, Desktop: d.link.DesktopURL}); err != nil {
+			fail(i, err)
+			continue
+		}
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
 			d.link.Code = linkdomain.Key(d.link.Domain, d.link.Code)
 			if first, dup := aliases[d.link.Code]; dup {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/linkstore"
+	"kurz.dev/services/shortener/internal/urlcheck"
 )
 
 // Reasons of the domain RPCs' errors.
@@ -325,6 +327,30 @@ func (td *tenantDomains) check(name string) (string, error) {
 		return n, nil
 	}
 	return "", notVerified(name)
+}
+
+// selfLoop refuses a link on a custom domain whose target (its long URL, a
+// device's URL) is on that same domain: the redirect serves the domain, so
+// visitors would be sent back to it, every visit counted, for ever. kurz's
+// own hosts are refused for every link by urlcheck (OwnHosts); a tenant's
+// domain is known only with the link.
+func selfLoop(domain, longURL string, t linkstore.DeviceURLs) error {
+	if domain == "" {
+		return nil
+	}
+	for _, f := range []struct{ field, url string }{
+		{"long_url", longURL}, {"device_targets.ios_url", t.IOS},
+		{"device_targets.android_url", t.Android}, {"device_targets.desktop_url", t.Desktop},
+	} {
+		if f.url == "" {
+			continue
+		}
+		if u, err := url.Parse(f.url); err == nil && strings.EqualFold(strings.TrimSuffix(u.Hostname(), "."), domain) {
+			return rpcerr.BadRequest(f.field, urlcheck.ReasonLoop,
+				fmt.Sprintf("%s: links to %s are refused on that domain: they would redirect in a loop", f.field, clip(domain)))
+		}
+	}
+	return nil
 }
 
 // notVerified refuses a link's domain that is not one of the caller's

@@ -10,10 +10,12 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/linkstore"
+	"kurz.dev/services/shortener/internal/urlcheck"
 )
 
 // fakeDomains is an in-memory DomainStore with linkstore's answers: claims
@@ -260,5 +262,50 @@ func TestDomainsDisabled(t *testing.T) {
 	l, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/"})
 	if err != nil || l.GetLink().Domain != nil {
 		t.Errorf("default-domain link: %+v %v (domain must be absent)", l.GetLink(), err)
+	}
+}
+
+// A link on a custom domain may not send visitors back to that domain
+// (the redirect serves it): create, batch and update refuse it as they
+// refuse kurz's own hosts, URL_REDIRECT_LOOP on the field.
+func TestLinkOnACustomDomainMayNotTargetIt(t *testing.T) {
+	txt := &txtAnswer{}
+	e := domainEnv(t, txt)
+	ctx := as("acme")
+	reg, err := e.client.RegisterDomain(ctx, &shortenerv1.RegisterDomainRequest{Name: "go.acme.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txt.set([]string{reg.GetDomain().GetVerificationToken()}, nil)
+	if _, err := e.client.VerifyDomain(ctx, &shortenerv1.VerifyDomainRequest{Name: "go.acme.example"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://GO.acme.example/loop", CustomAlias: "loop", Domain: "go.acme.example"})
+	wantStatus(t, "a link to its own domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "long_url")
+	_, err = e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", Domain: "go.acme.example",
+		DeviceTargets: &shortenerv1.DeviceTargets{IosUrl: "https://go.acme.example/ios"}})
+	wantStatus(t, "a device target on its own domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "device_targets.ios_url")
+	batch, err := e.client.BatchCreateLinks(ctx, &shortenerv1.BatchCreateLinksRequest{Requests: []*shortenerv1.CreateLinkRequest{
+		{LongUrl: "https://go.acme.example/b", Domain: "go.acme.example"},
+		{LongUrl: "https://example.com/b", Domain: "go.acme.example"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := batch.GetResults(); r[0].GetError().GetField() != "long_url" || r[1].GetError() != nil {
+		t.Errorf("batch results %v, want the first refused on long_url and the second created", r)
+	}
+	ok, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/ok", CustomAlias: "fine", Domain: "go.acme.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link:       &shortenerv1.Link{Code: ok.GetLink().GetCode(), Domain: proto.String("go.acme.example"), LongUrl: "https://go.acme.example/fine"},
+		UpdateMask: mask("long_url"),
+	})
+	wantStatus(t, "an update to its own domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "long_url")
+	// Another host of the same registrable domain is not the link's own.
+	if _, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://www.acme.example/", Domain: "go.acme.example"}); err != nil {
+		t.Errorf("a link to another host of the domain: %v", err)
 	}
 }

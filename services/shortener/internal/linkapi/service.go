@@ -258,6 +258,9 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 			return nil, toStatus(ctx, s.log, "create", err)
 		}
 	}
+	if err := selfLoop(l.Domain, l.LongURL, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL}); err != nil {
+		return nil, err
+	}
 	if mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
 		l.Code = linkdomain.Key(l.Domain, l.Code)
 	}
@@ -959,6 +962,19 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	key, ok := linkKey(link.GetDomain(), link.GetCode())
 	if !linkcode.Plausible(link.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "update", linkstore.ErrNotFound)
+	}
+	if domain, _ := linkdomain.Split(key); domain != "" {
+		var long string
+		var t linkstore.DeviceURLs
+		if ch.LongURL != nil {
+			long = *ch.LongURL
+		}
+		if ch.Targets != nil {
+			t = *ch.Targets
+		}
+		if err := selfLoop(domain, long, t); err != nil {
+			return nil, err
+		}
 	}
 	if ch.LongURL != nil {
 		if err := s.scan(ctx, *ch.LongURL); err != nil {
