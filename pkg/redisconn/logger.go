@@ -10,17 +10,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// SetLogger sends go-redis's own messages (a pool that cannot dial, a
-// cluster topology that cannot be reloaded) to log as warnings, at most one
-// a second with the number left out since the last, instead of go-redis's
-// plain-text lines on stderr among the service's JSON lines. go-redis has
-// one logger per process.
-func SetLogger(log *slog.Logger) {
-	redis.SetLogger(&goRedisLog{log: log.With("component", "go-redis"), every: time.Second, now: time.Now})
-}
+// installLogger sends go-redis's own messages (a pool that cannot dial, a
+// cluster topology that cannot be reloaded) to slog's default logger (the
+// service's, set by pkg/server) as warnings, at most one a second with the
+// number left out since the last, instead of go-redis's plain-text lines on
+// stderr among the service's JSON lines. go-redis has one logger per
+// process: New installs it once.
+var installLogger = sync.OnceFunc(func() {
+	redis.SetLogger(&goRedisLog{every: time.Second, now: time.Now})
+})
 
 type goRedisLog struct {
-	log   *slog.Logger
+	log   *slog.Logger // nil: slog.Default()
 	every time.Duration
 	now   func() time.Time
 
@@ -40,5 +41,9 @@ func (l *goRedisLog) Printf(ctx context.Context, format string, v ...any) {
 	dropped := l.dropped
 	l.last, l.dropped = now, 0
 	l.mu.Unlock()
-	l.log.WarnContext(ctx, fmt.Sprintf(format, v...), "left_out_since_last", dropped)
+	log := l.log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis", "left_out_since_last", dropped)
 }

@@ -62,6 +62,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 	if err := cfg.Check(); err != nil {
 		return nil, fmt.Errorf("redis cluster: %w", err)
 	}
+	installLogger()
 	o := &options{cluster: &redis.ClusterOptions{
 		Addrs:        cfg.Addrs,
 		Password:     cfg.Password,

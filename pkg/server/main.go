@@ -16,7 +16,6 @@ import (
 	"kurz.dev/pkg/buildinfo"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/logging"
-	"kurz.dev/pkg/redisconn"
 )
 
 // Build wires a service from its configuration and returns its server, ready
@@ -62,7 +61,9 @@ func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	if err != nil {
 		return err
 	}
-	redisconn.SetLogger(log)
+	// Libraries that log through slog's default (go-redis, by way of
+	// pkg/redisconn) write the service's lines.
+	slog.SetDefault(log)
 	gogc := os.Getenv("GOGC")
 	if p, ok := gcPercent(os.Getenv); ok {
 		debug.SetGCPercent(p)

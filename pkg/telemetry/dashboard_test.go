@@ -31,6 +31,7 @@ var knownMetrics = map[string]bool{
 	"rpc_client_call_duration_seconds":                true,
 	"http_server_request_duration_seconds":            true,
 	"kurz_ratelimit_breakers_open":                    true,
+	"kurz_ratelimit_rules_refreshes_total":            true,
 	"kurz_quota_calls_total":                          true,
 	"kurz_shortener_links_created_total":              true,
 	"kurz_shortener_urls_refused_total":               true,

@@ -69,6 +69,13 @@ func TestDenialConsumesNothingInTheOtherRules(t *testing.T) {
 			t.Errorf("%s: remaining %d before the denied request, %d after; want unchanged", rule, before[rule], after[rule])
 		}
 	}
+	// The denial reports the other rules as they are, not as the request
+	// would have left them.
+	for _, d := range resp.Decisions {
+		if d.Rule != "per-tenant" && (!d.Allowed || d.Remaining != before[d.Rule]) {
+			t.Errorf("denied request's decision of %s: allowed=%v remaining %d, want allowed with %d (nothing consumed)", d.Rule, d.Allowed, d.Remaining, before[d.Rule])
+		}
+	}
 	if before["per-key"] != 2 || before["per-ip"] != 7 {
 		t.Errorf("remaining before: %v, want per-key 2 and per-ip 7", before)
 	}

@@ -403,6 +403,14 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 	if !resp.Allowed && cost > 0 {
 		e.giveBack(append(groups, ls.failed...), rules, results, reqID, cost)
 		e.giveBackLeased(ls.holds)
+		// The rules that allowed consumed nothing (their script wrote
+		// nothing, or their units are given back): report what they hold,
+		// not what they would have held after this request.
+		for i, a := range rules {
+			if d := resp.Decisions[i]; d.GetAllowed() && d.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN {
+				d.Remaining = min(d.Remaining+a.cost(cost), a.Rule.capacity())
+			}
+		}
 		for i, a := range rules {
 			r := results[i]
 			if !r.allowed && !a.Rule.Shadow && r.source == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS && r.retryAfter > 0 && clock == "" {
