@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"kurz.dev/pkg/telemetry"
@@ -40,6 +42,19 @@ type Common struct {
 
 // common makes every Config that embeds Common a Service.
 func (c Common) common() Common { return c }
+
+// check refuses settings whose zero or negative value would otherwise be
+// replaced by a default without a word.
+func (c Common) check() error {
+	var errs []error
+	if c.ReadinessInterval <= 0 {
+		errs = append(errs, fmt.Errorf("KURZ_READINESS_INTERVAL=%s: want more than 0", c.ReadinessInterval))
+	}
+	if c.GRPCStreamWorkers < 0 || c.GRPCStreamWorkers > 10_000 {
+		errs = append(errs, fmt.Errorf("KURZ_GRPC_STREAM_WORKERS=%d: want 0 (32 per core) to 10000", c.GRPCStreamWorkers))
+	}
+	return errors.Join(errs...)
+}
 
 // Config returns the server configuration for the given listen addresses.
 func (c Common) Config(grpcAddr, httpAddr string) Config {

@@ -51,6 +51,9 @@ func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	if err := config.Load(&cfg); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
+	if err := cfg.common().check(); err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
 	var out io.Writer = os.Stderr
 	if logCfg.FlushInterval > 0 {
 		bw := logging.NewBuffered(os.Stderr, logCfg.FlushInterval)

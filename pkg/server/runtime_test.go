@@ -2,7 +2,9 @@ package server
 
 import (
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestGCPercentOnlyUnderAMemoryLimit(t *testing.T) {
@@ -36,5 +38,22 @@ func TestStreamWorkersScaleWithCores(t *testing.T) {
 	}
 	if got := (Common{GRPCStreamWorkers: 9}).Config("", "").StreamWorkers; got != 9 {
 		t.Errorf("KURZ_GRPC_STREAM_WORKERS=9 reaches the server as %d", got)
+	}
+}
+
+// Zero or negative values that the server would replace by a default are
+// refused by name when they come from the environment.
+func TestCommonSettingsAreChecked(t *testing.T) {
+	ok := Common{ReadinessInterval: time.Second}
+	if err := ok.check(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for name, c := range map[string]Common{
+		"KURZ_READINESS_INTERVAL":  {ReadinessInterval: 0},
+		"KURZ_GRPC_STREAM_WORKERS": {ReadinessInterval: time.Second, GRPCStreamWorkers: -3},
+	} {
+		if err := c.check(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%+v: got %v, want an error naming %s", c, err, name)
+		}
 	}
 }

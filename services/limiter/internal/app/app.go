@@ -78,8 +78,8 @@ type Config struct {
 	// between probes while the node stays down; 0 means the larger of 1s
 	// and KURZ_LIMITER_BREAKER_COOLDOWN.
 	BreakerMaxCooldown time.Duration `env:"LIMITER_BREAKER_MAX_COOLDOWN" default:"0s"`
-	// AllowLogEvery logs one allowed decision in this many; every denial is
-	// logged.
+	// AllowLogEvery logs one allowed decision in this many (0: none);
+	// every denial is logged.
 	AllowLogEvery int `env:"LIMITER_ALLOW_LOG_EVERY" default:"1000"`
 	// AutoPipeline batches concurrent decisions into one pipeline per Redis
 	// node.
@@ -112,6 +112,12 @@ func (c Config) validate() error {
 	}
 	if c.Replicas < 1 {
 		errs = append(errs, errors.New("KURZ_LIMITER_REPLICAS must be at least 1"))
+	}
+	if c.BreakerThreshold < 1 || c.BreakerThreshold > 1000 {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_BREAKER_THRESHOLD=%d: want 1 to 1000", c.BreakerThreshold))
+	}
+	if c.AllowLogEvery < 0 {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_ALLOW_LOG_EVERY=%d: want 0 (none logged) or more", c.AllowLogEvery))
 	}
 	if _, err := quotaapi.ParseHeaderStyle(c.EnvoyHeaders); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_ENVOY_HEADERS: %w", err))

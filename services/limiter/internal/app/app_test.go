@@ -113,3 +113,16 @@ func TestFleetSettingsAreChecked(t *testing.T) {
 		t.Errorf("heartbeat off: %v", err)
 	}
 }
+
+// A breaker threshold of 0 and a negative log sampling are refused by
+// name, not replaced by a default without a word.
+func TestThresholdAndLogSamplingAreChecked(t *testing.T) {
+	for env, value := range map[string]string{"KURZ_LIMITER_BREAKER_THRESHOLD": "0", "KURZ_LIMITER_ALLOW_LOG_EVERY": "-1"} {
+		if err := load(t, map[string]string{env: value}).validate(); err == nil || !strings.Contains(err.Error(), env) {
+			t.Errorf("%s=%s: got %v, want an error naming it", env, value, err)
+		}
+	}
+	if err := load(t, map[string]string{"KURZ_LIMITER_ALLOW_LOG_EVERY": "0"}).validate(); err != nil {
+		t.Errorf("KURZ_LIMITER_ALLOW_LOG_EVERY=0 (none logged): %v", err)
+	}
+}
