@@ -212,3 +212,19 @@ func TestTelemetryFlushOutlivesASlowDrain(t *testing.T) {
 			flush.calls, flush.err, flush.deadline)
 	}
 }
+
+// An address in use fails the start naming the variable that moves it.
+func TestListenErrorNamesTheVariable(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	log := servertest.Logger(t)
+	lc := server.NewLifecycle(log, 0)
+	defer lc.Close(context.Background())
+	_, err = server.New(context.Background(), "limiter", server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: taken.Addr().String()}, lc, log)
+	if err == nil || !strings.Contains(err.Error(), "KURZ_LIMITER_HTTP_ADDR") {
+		t.Fatalf("got %v, want an error naming KURZ_LIMITER_HTTP_ADDR", err)
+	}
+}

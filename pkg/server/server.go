@@ -209,17 +209,17 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		return nil, err
 	}
 	lc.flushLast(tel.Shutdown, cfg.Telemetry.FlushTimeout)
-	grpcLis, err := listen(lc, "gRPC", cfg.GRPCAddr)
+	grpcLis, err := listen(lc, "gRPC", cfg.GRPCAddr, addrVar(name, "GRPC"))
 	if err != nil {
 		return nil, err
 	}
-	httpLis, err := listen(lc, "HTTP", cfg.HTTPAddr)
+	httpLis, err := listen(lc, "HTTP", cfg.HTTPAddr, addrVar(name, "HTTP"))
 	if err != nil {
 		return nil, err
 	}
 	var opsLis net.Listener
 	if cfg.OpsAddr != "" {
-		if opsLis, err = listen(lc, "ops HTTP", cfg.OpsAddr); err != nil {
+		if opsLis, err = listen(lc, "ops HTTP", cfg.OpsAddr, addrVar(name, "OPS")); err != nil {
 			return nil, err
 		}
 	}
@@ -291,12 +291,18 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 	return s, nil
 }
 
+// addrVar names the variable of a service's listen address, as every
+// service's Config spells it: KURZ_<SERVICE>_<GRPC|HTTP|OPS>_ADDR.
+func addrVar(service, kind string) string {
+	return "KURZ_" + strings.ToUpper(service) + "_" + kind + "_ADDR"
+}
+
 // listen listens on addr and gives lc the listener, for a server that never
 // ran: Run's drain closes it otherwise, and then closing it again is a no-op.
-func listen(lc *Lifecycle, what, addr string) (net.Listener, error) {
+func listen(lc *Lifecycle, what, addr, variable string) (net.Listener, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s on %s: %w", what, addr, err)
+		return nil, fmt.Errorf("listen %s on %s (set %s): %w", what, addr, variable, err)
 	}
 	lc.Own(what+" listener", func(context.Context) error {
 		if err := lis.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
