@@ -737,14 +737,17 @@ func (s *Service) writeThrough(ctx context.Context, op string, created ...linkst
 	if len(created) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
-	defer cancel()
+	// The store bounds its reading; CacheTimeout bounds the Redis write,
+	// and so how long the rows stay locked.
+	ctx = context.WithoutCancel(ctx)
 	codes := make([]string, len(created))
 	for i, l := range created {
 		codes[i] = l.Code
 	}
 	failed := 0
 	err := s.store.WriteCreated(ctx, codes, func(ctx context.Context, links []linkstore.Link) error {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
+		defer cancel()
 		if len(links) == 1 {
 			return linkcache.WriteThrough(ctx, s.rdb, links[0].Code, entry(links[0]), s.opts.CacheTTL)
 		}

@@ -238,8 +238,8 @@ func (f inFlight) total() int {
 	return n
 }
 
-// arrays returns m as two arrays for unnest: keys and their counts.
-func (inFlight) arrays(m map[string]int) ([]string, []int32) {
+// unnestArgs returns m as two arrays for unnest: keys and their counts.
+func unnestArgs(m map[string]int) ([]string, []int32) {
 	keys, counts := make([]string, 0, len(m)), make([]int32, 0, len(m))
 	for k, n := range m {
 		keys, counts = append(keys, k), append(counts, int32(n))
@@ -256,8 +256,8 @@ func (inFlight) arrays(m map[string]int) ([]string, []int32) {
 func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, limits claimLimits, sending inFlight) ([]claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	subs, subsN := sending.arrays(sending.subs)
-	tenants, tenantsN := sending.arrays(sending.tenants)
+	subs, subsN := unnestArgs(sending.subs)
+	tenants, tenantsN := unnestArgs(sending.tenants)
 	rows, err := s.db.Query(ctx, `
 		WITH sent_sub AS (SELECT * FROM unnest($4::text[], $5::int[]) AS t(id, n)),
 		sent_tenant AS (SELECT * FROM unnest($6::text[], $7::int[]) AS t(tenant, n)),
