@@ -73,7 +73,7 @@ func run(ctx context.Context) error {
 	}
 	keys, err := cfg.ServiceAuth.Keys()
 	if err != nil {
-		return err
+		return fmt.Errorf("%w\n(make up keeps the stack's key in .local/service-auth.key: KURZ_SERVICE_AUTH_KEY=$(cat .local/service-auth.key))", err)
 	}
 
 	ctx = callmeta.Outgoing(ctx, *tenant, "")
