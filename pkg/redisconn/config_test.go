@@ -1,7 +1,9 @@
 package redisconn_test
 
 import (
+	"bufio"
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -28,5 +30,61 @@ func TestNewRefusesUnusableSettingsByName(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "KURZ_REDIS_POOL_SIZE=-5") || !strings.Contains(err.Error(), "KURZ_REDIS_READ_TIMEOUT") {
 		t.Fatalf("got %v, want an error naming KURZ_REDIS_POOL_SIZE and KURZ_REDIS_READ_TIMEOUT", err)
+	}
+}
+
+// StartUnreachable starts through an outage (nothing listening), not
+// through a misconfiguration: a peer that answers, but not as a usable
+// cluster (here every command refused, as a Redis without cluster mode
+// refuses CLUSTER INFO), still fails the start.
+func TestStartUnreachableOnlyThroughAnOutage(t *testing.T) {
+	cfg := redisconn.Config{DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 1}
+	started := false
+	start := redisconn.StartUnreachable(func(error) { started = true })
+
+	cfg.Addrs = []string{"127.0.0.1:1"} // nothing listens
+	c, err := redisconn.New(context.Background(), cfg, start)
+	if err != nil || c == nil || !started {
+		t.Fatalf("nothing listening: client %v, err %v, reported %v; want a client and the outage reported", c, err, started)
+	}
+	_ = c.Close()
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				// One refusal per command: a command is a RESP array, a
+				// line starting with '*' (no argument here starts so).
+				r := bufio.NewReader(conn)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if strings.HasPrefix(line, "*") {
+						if _, err := conn.Write([]byte("-ERR This instance has cluster support disabled\r\n")); err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	started = false
+	cfg.Addrs = []string{lis.Addr().String()}
+	if c, err := redisconn.New(context.Background(), cfg, start); err == nil || started {
+		if c != nil {
+			_ = c.Close()
+		}
+		t.Fatalf("a Redis that is no cluster: err %v, reported as an outage %v; want the start to fail", err, started)
 	}
 }

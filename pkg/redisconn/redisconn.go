@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -95,7 +96,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 		// or an answer that is wrong, fails the start at once.
 		if !timedOut(err) || ctx.Err() != nil {
 			err = fmt.Errorf("redis cluster at %s unreachable (set KURZ_REDIS_ADDRS): %w", strings.Join(cfg.Addrs, ","), err)
-			if o.unreachable != nil {
+			if o.unreachable != nil && outage(err) {
 				o.unreachable(err)
 				return c, nil
 			}
@@ -107,6 +108,23 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// errClusterState is Check's error for a cluster that answers but is not
+// serving every slot (a master down, a failover under way).
+var errClusterState = errors.New("cluster state is not ok")
+
+// outage reports whether err is what an outage looks like (nothing
+// answers, or a cluster that is not serving all its slots), as opposed to
+// a wrong address or credentials: a Redis that is not a cluster, a
+// password refused, a peer that does not speak RESP. StartUnreachable
+// starts only through an outage; a misconfiguration fails the start.
+func outage(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, errClusterState) ||
+		strings.Contains(err.Error(), "CLUSTERDOWN")
 }
 
 // timedOut reports whether err is a network timeout: the node may only be
@@ -124,7 +142,7 @@ func Check(ctx context.Context, c *redis.ClusterClient) error {
 		return fmt.Errorf("cluster info: %w", err)
 	}
 	if !strings.Contains(info, "cluster_state:ok") {
-		return errors.New("cluster state is not ok")
+		return errClusterState
 	}
 	return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		if err := m.Ping(ctx).Err(); err != nil {
@@ -147,7 +165,8 @@ type options struct {
 // reach, after telling report why, instead of an error: for a service that
 // has an answer without Redis (the limiter's failure modes), so that a
 // replica started during an outage serves. The client connects once the
-// cluster answers.
+// cluster answers. Only an outage starts so (outage): a Redis that is no
+// cluster, or that refuses the password, still fails the start.
 func StartUnreachable(report func(error)) Option {
 	return func(o *options) { o.unreachable = report }
 }
