@@ -86,7 +86,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			fail(i, err)
 			continue
 		}
-		if err := selfLoop(d.link.Domain, d.link.LongURL, linkstore.DeviceURLs{IOS: d.link.IOSURL, Android: d.link.AndroidURL, Desktop: d.link.DesktopURL}); err != nil {
+		if err := selfLoopOf(d.link); err != nil {
 			fail(i, err)
 			continue
 		}

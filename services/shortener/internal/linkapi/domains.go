@@ -16,6 +16,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkdomain"
+	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/urlcheck"
@@ -329,28 +330,45 @@ func (td *tenantDomains) check(name string) (string, error) {
 	return "", notVerified(name)
 }
 
-// selfLoop refuses a link on a custom domain whose target (its long URL, a
-// device's URL) is on that same domain: the redirect serves the domain, so
-// visitors would be sent back to it, every visit counted, for ever. kurz's
-// own hosts are refused for every link by urlcheck (OwnHosts); a tenant's
-// domain is known only with the link.
-func selfLoop(domain, longURL string, t linkstore.DeviceURLs) error {
+// selfLoop refuses a link on a custom domain any of whose destinations
+// (its long URL, a device's URL, a rule's or a variant's) is on that same
+// domain: the redirect serves the domain, so visitors would be sent back
+// to it, every visit counted, for ever. kurz's own hosts are refused for
+// every link by urlcheck (OwnHosts); a tenant's domain is known only with
+// the link. Empty URLs (what an update leaves unchanged) are skipped.
+func selfLoop(domain, longURL string, t linkstore.DeviceURLs, rules []linkrules.Rule, variants []linkrules.Variant) error {
 	if domain == "" {
 		return nil
 	}
-	for _, f := range []struct{ field, url string }{
-		{"long_url", longURL}, {"device_targets.ios_url", t.IOS},
-		{"device_targets.android_url", t.Android}, {"device_targets.desktop_url", t.Desktop},
-	} {
-		if f.url == "" {
+	type dest struct{ field, url string }
+	dests := []dest{{"long_url", longURL}, {"device_targets.ios_url", t.IOS},
+		{"device_targets.android_url", t.Android}, {"device_targets.desktop_url", t.Desktop}}
+	for i, r := range rules {
+		dests = append(dests, dest{fmt.Sprintf("rules[%d].url", i), r.URL})
+	}
+	for i, v := range variants {
+		dests = append(dests, dest{fmt.Sprintf("variants[%d].url", i), v.URL})
+	}
+	for _, d := range dests {
+		if d.url == "" {
 			continue
 		}
-		if u, err := url.Parse(f.url); err == nil && strings.EqualFold(strings.TrimSuffix(u.Hostname(), "."), domain) {
-			return rpcerr.BadRequest(f.field, urlcheck.ReasonLoop,
-				fmt.Sprintf("%s: links to %s are refused on that domain: they would redirect in a loop", f.field, clip(domain)))
+		if u, err := url.Parse(d.url); err == nil && strings.EqualFold(strings.TrimSuffix(u.Hostname(), "."), domain) {
+			return rpcerr.BadRequest(d.field, urlcheck.ReasonLoop,
+				fmt.Sprintf("%s: links to %s are refused on that domain: they would redirect in a loop", d.field, clip(domain)))
 		}
 	}
 	return nil
+}
+
+// selfLoopOf is selfLoop for a link about to be created.
+func selfLoopOf(l linkstore.Link) error {
+	var rules []linkrules.Rule
+	var variants []linkrules.Variant
+	if l.Rules != nil {
+		rules, variants = l.Rules.Rules, l.Rules.Variants
+	}
+	return selfLoop(l.Domain, l.LongURL, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL}, rules, variants)
 }
 
 // notVerified refuses a link's domain that is not one of the caller's

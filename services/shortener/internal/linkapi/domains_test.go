@@ -304,6 +304,16 @@ func TestLinkOnACustomDomainMayNotTargetIt(t *testing.T) {
 		UpdateMask: mask("long_url"),
 	})
 	wantStatus(t, "an update to its own domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "long_url")
+	// Rules and variants are destinations too.
+	_, err = e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", Domain: "go.acme.example",
+		Variants: []*shortenerv1.Variant{{Name: "a", Url: "https://example.com/a", Weight: 1}, {Name: "b", Url: "https://go.acme.example./b", Weight: 1}}})
+	wantStatus(t, "a variant on its own domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "variants[1].url")
+	_, err = e.client.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link: &shortenerv1.Link{Code: ok.GetLink().GetCode(), Domain: proto.String("go.acme.example"),
+			Rules: []*shortenerv1.RedirectRule{{Name: "ios", Conditions: []*shortenerv1.RuleCondition{{Devices: []string{"ios"}}}, Url: "https://GO.acme.example/r"}}},
+		UpdateMask: mask("rules"),
+	})
+	wantStatus(t, "a rule updated to its own domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "rules[0].url")
 	// Another host of the same registrable domain is not the link's own.
 	if _, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://www.acme.example/", Domain: "go.acme.example"}); err != nil {
 		t.Errorf("a link to another host of the domain: %v", err)

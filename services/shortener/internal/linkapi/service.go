@@ -258,7 +258,7 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 			return nil, toStatus(ctx, s.log, "create", err)
 		}
 	}
-	if err := selfLoop(l.Domain, l.LongURL, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL}); err != nil {
+	if err := selfLoopOf(l); err != nil {
 		return nil, err
 	}
 	if mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
@@ -975,7 +975,7 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 		if ch.Targets != nil {
 			t = *ch.Targets
 		}
-		if err := selfLoop(domain, long, t); err != nil {
+		if err := selfLoop(domain, long, t, deref(ch.Rules), deref(ch.Variants)); err != nil {
 			return nil, err
 		}
 	}
