@@ -82,7 +82,7 @@ type PostgresSource struct {
 	Log *slog.Logger
 
 	mu      sync.Mutex
-	dangled string // the plan limits last reported left out
+	dangled string // the plan limits last reported left out, and rules held
 }
 
 // Load implements Source. A plan limit whose rule is not in the tables (the
@@ -90,35 +90,59 @@ type PostgresSource struct {
 // the operator deleted its rule) is left out: the tables have no foreign
 // key from rl_plan_limits to rl_rules, and one stale row must not stop
 // every reload (and every limiter's start) while the rest of the rules are
-// good. It is logged as a warning when the set left out changes.
+// good. A sliding log over MaxSlidingLogLimit (a bound newer than some
+// stored rules) is held at it. Both are logged as warnings when what they
+// touch changes.
 func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 	cfg, err := p.load(ctx)
 	if err != nil {
 		return cfg, err
 	}
-	rules := map[string]bool{}
+	// A sliding log stored before its limit was bounded (up to 1,000,000
+	// until 2026-12-05, MaxSlidingLogLimit since) is held at the bound:
+	// stricter, never looser, rather than a configuration that no longer
+	// compiles.
+	isLog := map[string]bool{}
+	var clamped []string
 	for domain, d := range cfg.Domains {
-		for _, r := range d.Rules {
-			rules[domain+"/"+r.Name] = true
+		for i, r := range d.Rules {
+			id := domain + "/" + r.Name
+			isLog[id] = r.Algorithm == "sliding_log"
+			if isLog[id] && r.Limit > ratelimit.MaxSlidingLogLimit {
+				d.Rules[i].Limit = ratelimit.MaxSlidingLogLimit
+				clamped = append(clamped, id)
+			}
 		}
 	}
 	var dangling []string
 	for plan, limits := range cfg.Plans {
-		for id := range limits {
-			if !rules[id] {
+		for id, l := range limits {
+			switch sl, ok := isLog[id]; {
+			case !ok:
 				dangling = append(dangling, plan+": "+id)
 				delete(limits, id)
+			case sl && l.Limit > ratelimit.MaxSlidingLogLimit:
+				l.Limit = ratelimit.MaxSlidingLogLimit
+				limits[id] = l
+				clamped = append(clamped, plan+": "+id)
 			}
 		}
 	}
 	slices.Sort(dangling)
+	slices.Sort(clamped)
 	p.mu.Lock()
-	report := strings.Join(dangling, ", ")
+	report := strings.Join(dangling, ", ") + "|" + strings.Join(clamped, ", ")
 	changed := report != p.dangled
 	p.dangled = report
 	p.mu.Unlock()
-	if changed && len(dangling) > 0 && p.Log != nil {
-		p.Log.Warn("rules: plan limits of rules that do not exist are left out (delete them from rl_plan_limits)", "limits", dangling)
+	if changed && p.Log != nil {
+		if len(dangling) > 0 {
+			p.Log.Warn("rules: plan limits of rules that do not exist are left out (delete them from rl_plan_limits)", "limits", dangling)
+		}
+		if len(clamped) > 0 {
+			p.Log.Warn(fmt.Sprintf("rules: sliding logs over %d units are held at %d (lower them in rl_rules or rl_plan_limits)",
+				ratelimit.MaxSlidingLogLimit, ratelimit.MaxSlidingLogLimit), "rules", clamped)
+		}
 	}
 	return cfg, nil
 }

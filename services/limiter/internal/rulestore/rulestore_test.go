@@ -154,6 +154,46 @@ tenants: {acme: pro}
 	}
 }
 
+// A sliding log stored with a limit over today's bound (valid before it)
+// is held at the bound, its plan overrides too: the rules still load.
+func TestSlidingLogOverTheBoundIsHeldAtIt(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	cfg, err := Parse([]byte(`
+domains:
+  api:
+    rules:
+      - {name: log, key: [ip], algorithm: sliding_log, limit: 10, window: 1h, failure_mode: open}
+plans:
+  big: {api/log: {limit: 20}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Seed(ctx, pool, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '50000') WHERE name = 'log'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE rl_plan_limits SET spec = jsonb_set(spec, '{limit}', '900000') WHERE plan = 'big'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ratelimit.Compile(got); err != nil {
+		t.Fatalf("rules with a sliding log over the bound do not compile: %v", err)
+	}
+	if l := got.Domains["api"].Rules[0].Limit; l != ratelimit.MaxSlidingLogLimit {
+		t.Errorf("sliding log's limit loaded as %d, want %d", l, ratelimit.MaxSlidingLogLimit)
+	}
+	if l := got.Plans["big"]["api/log"].Limit; l != ratelimit.MaxSlidingLogLimit {
+		t.Errorf("plan override loaded as %d, want %d", l, ratelimit.MaxSlidingLogLimit)
+	}
+}
+
 // A rule's lease survives PostgreSQL (it is part of the rule's jsonb spec),
 // and a misspelt lease field in a rule file is an error.
 func TestLeaseRoundTripsThroughPostgres(t *testing.T) {
