@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"github.com/spf13/pflag"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"text/tabwriter"
 
@@ -72,11 +74,25 @@ func (c *cli) importRows(gw *gateway, rows []linkimport.Row, batch int) (linkimp
 		}
 		return &resp, nil
 	}
+	// A code the caller already holds for the row's URL is an earlier
+	// import's link: importing a file again creates nothing twice.
+	lookup := func(ctx context.Context, code string) (*shortenerv1.Link, bool, error) {
+		var link shortenerv1.Link
+		if _, err := gw.callProto(ctx, "GET", "/v1/links/"+url.PathEscape(code), nil, nil, &link); err != nil {
+			var ae *apiError
+			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+				return nil, false, nil
+			}
+			return nil, false, err
+		}
+		return &link, true, nil
+	}
 	total := linkimport.Report{Rows: len(rows)}
 	for start := 0; start < len(rows); start += batch {
 		chunk := rows[start:min(start+batch, len(rows))]
-		rep, err := linkimport.Import(c.ctx, chunk, create, nil)
+		rep, err := linkimport.ImportWith(c.ctx, chunk, create, lookup, nil)
 		total.Created += rep.Created
+		total.Existing += rep.Existing
 		total.AliasesKept += rep.AliasesKept
 		total.Failed += rep.Failed
 		total.Results = append(total.Results, rep.Results...)
@@ -96,6 +112,7 @@ type importResultJSON struct {
 	Code       string         `json:"code,omitempty"`
 	ShortURL   string         `json:"shortUrl,omitempty"`
 	AliasKept  bool           `json:"aliasKept"`
+	Existing   bool           `json:"existing,omitempty"`
 	Error      *itemErrorJSON `json:"error,omitempty"`
 }
 
@@ -112,15 +129,16 @@ type importReportJSON struct {
 	Rows        int                `json:"rows"`
 	Created     int                `json:"created"`
 	AliasesKept int                `json:"aliasesKept"`
+	Existing    int                `json:"existing,omitempty"`
 	Failed      int                `json:"failed"`
 	Results     []importResultJSON `json:"results"`
 }
 
 func reportJSON(rep linkimport.Report) importReportJSON {
 	out := importReportJSON{Format: string(rep.Format), Rows: rep.Rows, Created: rep.Created,
-		AliasesKept: rep.AliasesKept, Failed: rep.Failed, Results: []importResultJSON{}}
+		AliasesKept: rep.AliasesKept, Existing: rep.Existing, Failed: rep.Failed, Results: []importResultJSON{}}
 	for _, r := range rep.Results {
-		res := importResultJSON{Row: r.Row, SourceCode: r.SourceCode, Code: r.Code, ShortURL: r.ShortURL, AliasKept: r.AliasKept}
+		res := importResultJSON{Row: r.Row, SourceCode: r.SourceCode, Code: r.Code, ShortURL: r.ShortURL, AliasKept: r.AliasKept, Existing: r.Existing}
 		if r.Err != nil {
 			res.Error = &itemErrorJSON{Code: r.Err.GetCode(), Message: r.Err.GetMessage(), Field: r.Err.GetField()}
 		}
@@ -131,8 +149,12 @@ func reportJSON(rep linkimport.Report) importReportJSON {
 
 // printReport summarises an import, then lists the rows that failed.
 func printReport(w io.Writer, rep linkimport.Report) error {
-	fmt.Fprintf(w, "imported %d rows of a %s export: %d created (%d kept their code), %d failed\n",
-		rep.Rows, rep.Format, rep.Created, rep.AliasesKept, rep.Failed)
+	existing := ""
+	if rep.Existing > 0 {
+		existing = fmt.Sprintf(", %d imported before", rep.Existing)
+	}
+	fmt.Fprintf(w, "imported %d rows of a %s export: %d created (%d kept their code)%s, %d failed\n",
+		rep.Rows, rep.Format, rep.Created, rep.AliasesKept, existing, rep.Failed)
 	if rep.Failed == 0 {
 		return nil
 	}

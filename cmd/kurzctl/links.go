@@ -104,8 +104,11 @@ Example:
 			summary: "create links from a Bitly or YOURLS CSV export",
 			help: `Reads a CSV export of Bitly or YOURLS (the format is recognised from its
 header), and creates its links in batches through the gateway, keeping each
-link's old code as its alias where it is free. Progress goes to stderr, one
-line per batch; then a summary and the rows that failed.
+link's old code as its alias where it is free. A row whose code is already
+your link to the same URL (an earlier run of the same file) is counted as
+imported before, not created again: a file can be sent again after an error.
+Progress goes to stderr, one line per batch; then a summary and the rows
+that failed.
 
 Examples:
   kurzctl links import bitly-export.csv

@@ -3,7 +3,10 @@ package linkimport
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"strconv"
+	"strings"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcode"
@@ -19,6 +22,11 @@ const MaxBatch = 1000
 // batch (nothing of it is taken as created).
 type Creator func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error)
 
+// Lookup returns the caller's own link of code (found false when it has
+// none, or the code is another tenant's): how Import tells an alias the
+// caller already imported from one taken by someone else.
+type Lookup func(ctx context.Context, code string) (link *shortenerv1.Link, found bool, err error)
+
 // Report is the outcome of an Import.
 type Report struct {
 	// Format is the file's format. Import does not know it: the caller sets
@@ -31,6 +39,10 @@ type Report struct {
 	// AliasesKept is how many of them got their source code as their kurz
 	// code.
 	AliasesKept int
+	// Existing is how many rows the caller had imported already: their
+	// source code is already the caller's link to the same URL, which is
+	// their link (not created again).
+	Existing int
 	// Failed is how many rows got no link.
 	Failed int
 	// Results has one entry per row, in row order; when Import returned an
@@ -49,6 +61,9 @@ type Result struct {
 	ShortURL string
 	// AliasKept says the link's code is SourceCode.
 	AliasKept bool
+	// Existing says the link was there already (an earlier import of the
+	// row): nothing was created.
+	Existing bool
 	// Err says why the row got no link; nil when it got one.
 	Err *shortenerv1.BatchItemError
 }
@@ -69,6 +84,14 @@ type Result struct {
 // whose outcome is final and len(rows). When create fails, Import stops
 // and returns the report of the rows finished so far with the error.
 func Import(ctx context.Context, rows []Row, create Creator, progress func(done, total int)) (Report, error) {
+	return ImportWith(ctx, rows, create, nil, progress)
+}
+
+// ImportWith is Import that, given lookup, makes an import run again
+// create nothing twice: a row whose source code is taken by the caller's
+// own link to the same URL (sameURL) gets that link, Existing, instead of
+// a copy under a new code.
+func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, progress func(done, total int)) (Report, error) {
 	rep := Report{Rows: len(rows)}
 	results := make([]Result, len(rows))
 	final := make([]bool, len(rows))
@@ -94,6 +117,8 @@ func Import(ctx context.Context, rows []Row, create Creator, progress func(done,
 			switch {
 			case r.Err != nil:
 				rep.Failed++
+			case r.Existing:
+				rep.Existing++
 			case r.AliasKept:
 				rep.Created++
 				rep.AliasesKept++
@@ -136,6 +161,19 @@ func Import(ctx context.Context, rows []Row, create Creator, progress func(done,
 				}
 				i := chunk[k]
 				if e := res.GetError(); e != nil {
+					if withAlias[k] && e.GetCode() == "ALREADY_EXISTS" && lookup != nil {
+						l, found, err := lookup(ctx, rows[i].SourceCode)
+						if err != nil {
+							return fmt.Errorf("look up line %d's code %q: %w", rows[i].Line, rows[i].SourceCode, err)
+						}
+						if found && sameURL(l.GetLongUrl(), rows[i].LongURL) {
+							results[i].Code, results[i].ShortURL = l.GetCode(), l.GetShortUrl()
+							results[i].AliasKept, results[i].Existing = true, true
+							final[i] = true
+							done++
+							continue
+						}
+					}
 					if withAlias[k] && aliasRefused(e) {
 						retry = append(retry, i)
 						continue
@@ -163,6 +201,39 @@ func Import(ctx context.Context, rows []Row, create Creator, progress func(done,
 		return finish(err)
 	}
 	return finish(nil)
+}
+
+// sameURL reports whether a link's stored URL is the row's: equal once
+// both have what the shortener normalises first (scheme and host in lower
+// case, a trailing dot and a default port dropped). A URL the shortener
+// rewrote further (a query's escaping) does not compare equal: the row is
+// then imported under a new code, as any taken alias is.
+func sameURL(stored, row string) bool {
+	if stored == row {
+		return true
+	}
+	a, err1 := url.Parse(stored)
+	b, err2 := url.Parse(strings.TrimSpace(row))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	norm := func(u *url.URL) string {
+		c := *u
+		c.Scheme = strings.ToLower(c.Scheme)
+		host, port := strings.TrimSuffix(strings.ToLower(c.Hostname()), "."), c.Port()
+		if (c.Scheme == "http" && port == "80") || (c.Scheme == "https" && port == "443") {
+			port = ""
+		}
+		c.Host = host
+		if port != "" {
+			c.Host = net.JoinHostPort(host, port)
+		}
+		if c.Path == "" {
+			c.Path = "/"
+		}
+		return c.String()
+	}
+	return norm(a) == norm(b)
 }
 
 // maxBatch is the largest batch err says the shortener takes (a

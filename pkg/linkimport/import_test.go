@@ -210,3 +210,48 @@ func TestImportRefusesInconsistentAnswer(t *testing.T) {
 		t.Fatal("Import took an answer without results")
 	}
 }
+
+// An import run again creates nothing twice: a row whose source code is
+// already the caller's link to the same URL (as the shortener stored it:
+// host in lower case, a default port dropped) is reported Existing; a code
+// the caller holds for another URL, or someone else's, still gets a new
+// code.
+func TestImportWithLookupFindsEarlierImports(t *testing.T) {
+	f := newFake("mine", "mine-other", "theirs")
+	owned := map[string]string{"mine": "https://example.com/a", "mine-other": "https://example.com/elsewhere"}
+	lookup := func(_ context.Context, code string) (*shortenerv1.Link, bool, error) {
+		u, ok := owned[code]
+		if !ok {
+			return nil, false, nil
+		}
+		return &shortenerv1.Link{Code: code, ShortUrl: "http://kurz.test/" + code, LongUrl: u}, true, nil
+	}
+	rows := []Row{
+		{Line: 2, SourceCode: "mine", LongURL: "https://EXAMPLE.com:443/a"},
+		{Line: 3, SourceCode: "mine-other", LongURL: "https://example.com/b"},
+		{Line: 4, SourceCode: "theirs", LongURL: "https://example.com/c"},
+		{Line: 5, SourceCode: "fresh", LongURL: "https://example.com/d"},
+	}
+	rep, err := ImportWith(context.Background(), rows, f.create, lookup, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Existing != 1 || rep.Created != 3 || rep.Failed != 0 {
+		t.Errorf("existing %d, created %d, failed %d; want 1, 3, 0", rep.Existing, rep.Created, rep.Failed)
+	}
+	byRow := map[int]Result{}
+	for _, r := range rep.Results {
+		byRow[r.Row] = r
+	}
+	if r := byRow[2]; !r.Existing || r.Code != "mine" || r.ShortURL != "http://kurz.test/mine" {
+		t.Errorf("row 2: %+v, want the existing link mine", r)
+	}
+	for _, line := range []int{3, 4} {
+		if r := byRow[line]; r.Existing || r.Code == rows[line-2].SourceCode || r.Code == "" {
+			t.Errorf("row %d: %+v, want a new code", line, r)
+		}
+	}
+	if r := byRow[5]; r.Existing || r.Code != "fresh" {
+		t.Errorf("row 5: %+v, want its alias created", r)
+	}
+}

@@ -60,6 +60,7 @@ type importAnswer struct {
 	Rows        int    `json:"rows"`
 	Created     int    `json:"created"`
 	AliasesKept int    `json:"aliasesKept"`
+	Existing    int    `json:"existing"`
 	Failed      int    `json:"failed"`
 	Results     []struct {
 		Row        int    `json:"row"`
@@ -67,6 +68,7 @@ type importAnswer struct {
 		Code       string `json:"code"`
 		ShortURL   string `json:"shortUrl"`
 		AliasKept  bool   `json:"aliasKept"`
+		Existing   bool   `json:"existing"`
 		Error      *struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
@@ -428,6 +430,20 @@ func TestImportBitlyAndYOURLS(t *testing.T) {
 				}
 			}
 		})
+	}
+
+	// The YOURLS file sent again: the rows that kept their code are the
+	// links the first run made (existing, nothing created); the reserved
+	// code's row, which got a new code, gets another; the bad URL fails.
+	var again importAnswer
+	decodeAnswer(t, c.do("POST", "/v1/links:import", importFixture(t, "linkimport-yourls.csv", run), csvType...), http.StatusOK, &again)
+	if again.Existing != 2 || again.Created != 1 || again.Failed != 1 {
+		t.Errorf("the same file again: existing %d, created %d, failed %d; want 2, 1, 1", again.Existing, again.Created, again.Failed)
+	}
+	for _, i := range []int{0, 1} {
+		if r := again.Results[i]; !r.Existing || r.Code != r.SourceCode {
+			t.Errorf("row %d again: %+v; want the first run's link, existing", i, r)
+		}
 	}
 
 	var first apiLink

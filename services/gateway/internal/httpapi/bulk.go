@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -242,6 +243,7 @@ type importResponse struct {
 	Rows        int               `json:"rows"`
 	Created     int               `json:"created"`
 	AliasesKept int               `json:"aliasesKept"`
+	Existing    int               `json:"existing,omitempty"`
 	Failed      int               `json:"failed"`
 	Results     []importResult    `json:"results"`
 }
@@ -253,6 +255,7 @@ type importResult struct {
 	Code       string     `json:"code,omitempty"`
 	ShortURL   string     `json:"shortUrl,omitempty"`
 	AliasKept  bool       `json:"aliasKept"`
+	Existing   bool       `json:"existing,omitempty"`
 	Error      *itemError `json:"error,omitempty"`
 }
 
@@ -301,7 +304,22 @@ func (a *API) importLinks(c *call) error {
 		callErr = err
 		return resp, err
 	}
-	rep, err := linkimport.Import(c.r.Context(), rows, create, nil)
+	// A code the caller already holds for the row's URL is an earlier
+	// import's link: an import sent again creates nothing twice. (Codes on
+	// the default domain: an import names no other.)
+	lookup := func(_ context.Context, code string) (*shortenerv1.Link, bool, error) {
+		ctx, cancel := a.downstream(c)
+		defer cancel()
+		resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+		if status.Code(err) == codes.NotFound {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		return resp.GetLink(), true, nil
+	}
+	rep, err := linkimport.ImportWith(c.r.Context(), rows, create, lookup, nil)
 	if err != nil && (callErr == nil || rep.Created == 0) {
 		if callErr != nil {
 			return callErr
@@ -309,7 +327,7 @@ func (a *API) importLinks(c *call) error {
 		return internalError(err)
 	}
 	out := importResponse{Format: format, Rows: rep.Rows, Created: rep.Created, AliasesKept: rep.AliasesKept,
-		Failed: rep.Failed, Results: make([]importResult, 0, len(rows))}
+		Existing: rep.Existing, Failed: rep.Failed, Results: make([]importResult, 0, len(rows))}
 	done := make(map[int]linkimport.Result, len(rep.Results))
 	for _, r := range rep.Results {
 		done[r.Row] = r
@@ -326,7 +344,7 @@ func (a *API) importLinks(c *call) error {
 			out.Failed++
 			continue
 		}
-		res := importResult{Row: r.Row, SourceCode: r.SourceCode, Code: r.Code, ShortURL: r.ShortURL, AliasKept: r.AliasKept}
+		res := importResult{Row: r.Row, SourceCode: r.SourceCode, Code: r.Code, ShortURL: r.ShortURL, AliasKept: r.AliasKept, Existing: r.Existing}
 		if r.Err != nil {
 			res.Error = &itemError{Code: r.Err.GetCode(), Message: r.Err.GetMessage(), Field: r.Err.GetField()}
 		}
