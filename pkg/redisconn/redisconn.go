@@ -120,9 +120,8 @@ var errClusterState = errors.New("cluster state is not ok")
 // password refused, a peer that does not speak RESP. StartUnreachable
 // starts only through an outage; a misconfiguration fails the start.
 func outage(err error) bool {
-	var ne net.Error
-	var oe *net.OpError
-	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, syscall.ECONNREFUSED) ||
+	var ne net.Error // a *net.OpError (refused, reset) is one too
+	return errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, errClusterState) ||
 		strings.Contains(err.Error(), "CLUSTERDOWN")
 }

@@ -108,13 +108,25 @@ tenants: {acme: free}
 	}
 }
 
+// seed seeds pool's rule tables from the rules YAML.
+func seed(t *testing.T, pool *pgxpool.Pool, rules string) {
+	t.Helper()
+	cfg, err := Parse([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Seed(context.Background(), pool, cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A plan limit whose rule was deleted (or renamed) with SQL is left out of
 // the rules, not a reason to refuse them all: plan changes keep applying,
 // and a limiter can still start.
 func TestPlanLimitOfADeletedRuleIsLeftOut(t *testing.T) {
 	pool := isolated(t)
 	ctx := context.Background()
-	cfg, err := Parse([]byte(`
+	seed(t, pool, `
 domains:
   api:
     rules:
@@ -124,13 +136,7 @@ plans:
   free: {api/a: {limit: 5}, api/b: {limit: 4}}
   pro: {}
 tenants: {acme: pro}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Seed(ctx, pool, cfg); err != nil {
-		t.Fatal(err)
-	}
+`)
 	if _, err := pool.Exec(ctx, `DELETE FROM rl_rules WHERE name = 'b'`); err != nil {
 		t.Fatal(err)
 	}
@@ -159,20 +165,14 @@ tenants: {acme: pro}
 func TestSlidingLogOverTheBoundIsHeldAtIt(t *testing.T) {
 	pool := isolated(t)
 	ctx := context.Background()
-	cfg, err := Parse([]byte(`
+	seed(t, pool, `
 domains:
   api:
     rules:
       - {name: log, key: [ip], algorithm: sliding_log, limit: 10, window: 1h, failure_mode: open}
 plans:
   big: {api/log: {limit: 20}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Seed(ctx, pool, cfg); err != nil {
-		t.Fatal(err)
-	}
+`)
 	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '50000') WHERE name = 'log'`); err != nil {
 		t.Fatal(err)
 	}

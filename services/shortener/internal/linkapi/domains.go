@@ -353,7 +353,7 @@ func selfLoop(domain, longURL string, t linkstore.DeviceURLs, rules []linkrules.
 		if d.url == "" {
 			continue
 		}
-		if u, err := url.Parse(d.url); err == nil && strings.EqualFold(strings.TrimSuffix(u.Hostname(), "."), domain) {
+		if u, err := url.Parse(d.url); err == nil && linkdomain.Host(u.Host) == domain {
 			return rpcerr.BadRequest(d.field, urlcheck.ReasonLoop,
 				fmt.Sprintf("%s: links to %s are refused on that domain: they would redirect in a loop", d.field, clip(domain)))
 		}

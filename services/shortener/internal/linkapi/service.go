@@ -725,9 +725,9 @@ func entry(l linkstore.Link) linkcache.Entry {
 }
 
 // writeThrough sets the Redis entries of links just created and publishes
-// their invalidations, from their state read under a share lock
-// (Store.WriteCreated): a change committed since the insert is what it
-// writes, never undone by it. One pipeline for all (the cluster client
+// their invalidations, refreshed as a change is (Store.RefreshMany: their
+// state read under a share lock), so a change committed since the insert
+// is what it writes, never undone by it. One pipeline for all (the cluster client
 // splits it per node): one round trip per node, not per link. A failure
 // does not fail the call (the rows are committed): it is logged and
 // counted, and a reader fills Redis from PostgreSQL (a negative entry met
@@ -745,7 +745,7 @@ func (s *Service) writeThrough(ctx context.Context, op string, created ...linkst
 		codes[i] = l.Code
 	}
 	failed := 0
-	err := s.store.WriteCreated(ctx, codes, func(ctx context.Context, links []linkstore.Link) error {
+	err := s.store.RefreshMany(ctx, codes, func(ctx context.Context, links []linkstore.Link) error {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
 		defer cancel()
 		if len(links) == 1 {

@@ -511,7 +511,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 	})
 
-	t.Run("WriteCreatedWritesTheCurrentState", func(t *testing.T) {
+	t.Run("RefreshManyWritesTheCurrentState", func(t *testing.T) {
 		a := insert(t, linkstore.Link{Code: run + "wc1", Tenant: tenant, LongURL: "https://example.com/wc1"})
 		b := insert(t, linkstore.Link{Code: run + "wc2", Tenant: tenant, LongURL: "https://example.com/wc2"})
 		// Deleted after its insert, before its write-through.
@@ -519,7 +519,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 			t.Fatal(err)
 		}
 		got := map[string]linkstore.Link{}
-		err := s.WriteCreated(ctx, []string{a.Code, b.Code, run + "nosuch"}, func(_ context.Context, links []linkstore.Link) error {
+		err := s.RefreshMany(ctx, []string{a.Code, b.Code, run + "nosuch"}, func(_ context.Context, links []linkstore.Link) error {
 			for _, l := range links {
 				got[l.Code] = l
 			}
@@ -529,11 +529,11 @@ func testContract(t *testing.T, s contractStore, run string) {
 			t.Fatal(err)
 		}
 		if len(got) != 2 || got[a.Code].Deleted != nil || got[a.Code].LongURL != a.LongURL || got[b.Code].Deleted == nil {
-			t.Errorf("WriteCreated wrote %+v; want %s live and %s deleted, nothing for a code without a link", got, a.Code, b.Code)
+			t.Errorf("RefreshMany wrote %+v; want %s live and %s deleted, nothing for a code without a link", got, a.Code, b.Code)
 		}
 		failed := errors.New("redis down")
-		if err := s.WriteCreated(ctx, []string{a.Code}, func(context.Context, []linkstore.Link) error { return failed }); !errors.Is(err, failed) {
-			t.Errorf("WriteCreated whose write failed: %v, want the write's error", err)
+		if err := s.RefreshMany(ctx, []string{a.Code}, func(context.Context, []linkstore.Link) error { return failed }); !errors.Is(err, failed) {
+			t.Errorf("RefreshMany whose write failed: %v, want the write's error", err)
 		}
 	})
 

@@ -2,7 +2,6 @@ package linkstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,74 +15,67 @@ import (
 // is now, so refreshes in any order, repeated or concurrent, leave Redis
 // with the latest state.
 
-// Refresh brings code's cache entry up to date: in one transaction it takes
-// a share lock on code's row of links, hands the row to write (which stores
-// it in Redis), and once write succeeds deletes code's queued invalidation.
-// The lock keeps any change of the row (which would queue an invalidation)
-// waiting until write is done, so no invalidation is deleted whose change
-// write did not see. If write fails, nothing is deleted and the error is
-// returned. A code without a row (removed behind the service's back) has its
-// invalidation deleted and write is not called.
-//
-// write runs while the row is locked: it must be bounded (a Redis timeout).
+// Refresh brings code's cache entry up to date: RefreshMany of one code,
+// write called with its row, not at all without one (a row removed behind
+// the service's back: its invalidation is deleted all the same).
 func (s *Store) Refresh(ctx context.Context, code string, write func(context.Context, Link) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("refresh %s: begin: %w", code, err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }() // after Commit: a no-op
-	l, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM links WHERE code = $1 FOR SHARE`, code))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return fmt.Errorf("refresh %s: read link: %w", code, err)
-	default:
-		if err := write(ctx, l); err != nil {
-			return err
+	return s.RefreshMany(ctx, []string{code}, func(ctx context.Context, links []Link) error {
+		if len(links) == 0 {
+			return nil
 		}
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM link_invalidations WHERE code = $1`, code); err != nil {
-		return fmt.Errorf("refresh %s: delete invalidation: %w", code, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("refresh %s: commit: %w", code, err)
-	}
-	return nil
+		return write(ctx, links[0])
+	})
 }
 
-// WriteCreated hands write the current state of links just created
-// (codes), read under a share lock held until write returns, as Refresh
-// does: a change committed after the insert (UpdateLink, DeleteLink, a
-// blocklist sweep) is what write sees, or it waits until write is done and
-// then refreshes Redis itself. Writing the state the insert returned could
-// put back, after that change's refresh, a state it had replaced: a deleted
-// link served for the cache TTL. Codes without a row are left out; write
-// runs while the rows are locked and must be bounded (a Redis timeout).
-func (s *Store) WriteCreated(ctx context.Context, codes []string, write func(context.Context, []Link) error) error {
+// RefreshMany brings the cache entries of codes up to date: in one
+// transaction it takes a share lock on their rows of links, hands the rows
+// to write (which stores them in Redis; codes without a row are left out,
+// and write is not called for none), and once write succeeds deletes the
+// codes' queued invalidations. The lock keeps any change of a row (which
+// would queue an invalidation) waiting until write is done, so no
+// invalidation is deleted whose change write did not see, and no write
+// puts back a state a change had replaced. If write fails, nothing is
+// deleted and the error is returned. Changes refresh their code this way,
+// and so do creates: a link deleted between its insert and its first
+// write-through is written deleted, never as the insert returned it.
+//
+// write runs while the rows are locked: it must be bounded (a Redis timeout).
+func (s *Store) RefreshMany(ctx context.Context, codes []string, write func(context.Context, []Link) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("write created links: begin: %w", err)
+		return fmt.Errorf("refresh %s: begin: %w", codesOf(codes), err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // after Commit: a no-op
 	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM links WHERE code = ANY ($1) FOR SHARE`, codes)
 	if err != nil {
-		return fmt.Errorf("write created links: read: %w", err)
+		return fmt.Errorf("refresh %s: read links: %w", codesOf(codes), err)
 	}
 	links, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Link, error) { return scan(r) })
 	if err != nil {
-		return fmt.Errorf("write created links: read: %w", err)
+		return fmt.Errorf("refresh %s: read links: %w", codesOf(codes), err)
 	}
-	if err := write(ctx, links); err != nil {
-		return err
+	if len(links) > 0 {
+		if err := write(ctx, links); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM link_invalidations WHERE code = ANY ($1)`, codes); err != nil {
+		return fmt.Errorf("refresh %s: delete invalidations: %w", codesOf(codes), err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("write created links: commit: %w", err)
+		return fmt.Errorf("refresh %s: commit: %w", codesOf(codes), err)
 	}
 	return nil
+}
+
+// codesOf names codes in an error: the code, or how many.
+func codesOf(codes []string) string {
+	if len(codes) == 1 {
+		return codes[0]
+	}
+	return fmt.Sprintf("%d links", len(codes))
 }
 
 // DueInvalidations returns up to limit codes whose queued invalidation is due

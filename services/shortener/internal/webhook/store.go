@@ -214,14 +214,15 @@ func newInFlight() inFlight {
 	return inFlight{subs: map[string]int{}, tenants: map[string]int{}}
 }
 
+// add counts d more (or, negative, fewer) deliveries of c in flight.
 func (f inFlight) add(c claim, d int) {
-	for _, kv := range []struct {
-		m map[string]int
-		k string
-	}{{f.subs, c.SubscriptionID}, {f.tenants, c.Tenant}} {
-		if kv.m[kv.k] += d; kv.m[kv.k] <= 0 {
-			delete(kv.m, kv.k)
-		}
+	count(f.subs, c.SubscriptionID, d)
+	count(f.tenants, c.Tenant, d)
+}
+
+func count(m map[string]int, k string, d int) {
+	if m[k] += d; m[k] <= 0 {
+		delete(m, k)
 	}
 }
 

@@ -368,48 +368,50 @@ func (f *Fake) Delete(_ context.Context, tenant, code string) (linkstore.Link, e
 	return f.change(tenant, code, func(l *linkstore.Link, t time.Time) { l.Deleted = &t })
 }
 
-// Refresh hands code's link to write and, once it succeeded, drops the
-// code's queued invalidation, unless the link changed meanwhile (the
-// PostgreSQL store's row lock makes that change wait and queue anew: the
-// same outcome).
+// Refresh is RefreshMany of one code, write called with its link.
 func (f *Fake) Refresh(ctx context.Context, code string, write func(context.Context, linkstore.Link) error) error {
-	if err := f.lock(); err != nil {
-		f.mu.Unlock()
-		return err
-	}
-	r, ok := f.links[code]
-	if !ok {
-		delete(f.queue, code)
-		f.mu.Unlock()
-		return nil
-	}
-	l, version := clone(r.link), r.version
-	f.mu.Unlock()
-	if err := write(ctx, l); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if r.version == version {
-		delete(f.queue, code)
-	}
-	return nil
+	return f.RefreshMany(ctx, []string{code}, func(ctx context.Context, links []linkstore.Link) error {
+		if len(links) == 0 {
+			return nil
+		}
+		return write(ctx, links[0])
+	})
 }
 
-// WriteCreated hands write the current state of the codes that have a link.
-func (f *Fake) WriteCreated(ctx context.Context, codes []string, write func(context.Context, []linkstore.Link) error) error {
+// RefreshMany hands the codes' links to write and, once it succeeded, drops
+// their queued invalidations, unless a link changed meanwhile (the
+// PostgreSQL store's row lock makes that change wait and queue anew: the
+// same outcome). Codes without a link have theirs dropped at once.
+func (f *Fake) RefreshMany(ctx context.Context, codes []string, write func(context.Context, []linkstore.Link) error) error {
 	if err := f.lock(); err != nil {
 		f.mu.Unlock()
 		return err
 	}
 	var links []linkstore.Link
+	versions := map[string]int{}
 	for _, code := range codes {
-		if r, ok := f.links[code]; ok {
-			links = append(links, clone(r.link))
+		r, ok := f.links[code]
+		if !ok {
+			delete(f.queue, code)
+			continue
 		}
+		links = append(links, clone(r.link))
+		versions[code] = r.version
 	}
 	f.mu.Unlock()
-	return write(ctx, links)
+	if len(links) > 0 {
+		if err := write(ctx, links); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for code, v := range versions {
+		if f.links[code].version == v {
+			delete(f.queue, code)
+		}
+	}
+	return nil
 }
 
 // DueInvalidations returns up to limit codes whose invalidation is due,
