@@ -140,7 +140,7 @@ func TestClusterShardDownThenBack(t *testing.T) {
 	var retries atomic.Int64
 	opts := e.opts()
 	opts.InsertTimeout = 2 * time.Second
-	opts.hooks.retry = func(time.Duration) { retries.Add(1) }
+	opts.hooks.retry = func(int, time.Duration) { retries.Add(1) }
 	events := append(e.mixed(code1, 150), e.mixed(code2, 150)...)
 	e.start(opts, e.rdb, e.store, allowAll(t))
 	e.xadd(events...)

@@ -118,8 +118,10 @@ type hooks struct {
 	// beforeInsert and afterInsert run around a successful ClickHouse insert.
 	beforeInsert func(ctx context.Context, rows int)
 	afterInsert  func(ctx context.Context, rows int)
-	// retry runs before each backoff wait of a failing flush.
-	retry func(wait time.Duration)
+	// retry runs before each backoff wait of a failing flush, with the
+	// flush's attempt (1 before its second): flushes in flight at once
+	// back off each on its own.
+	retry func(attempt int, wait time.Duration)
 	// claimSkipped runs when a maintenance tick takes nothing from other
 	// consumers because this one is failing or stalled.
 	claimSkipped func()

@@ -343,19 +343,30 @@ func TestClickHouseOutage(t *testing.T) {
 	defer chP.Close()
 	p.cut()
 
+	// Each failing flush backs off on its own (two may be in flight):
+	// attempt n waits RetryMin doubled n-1 times, at most RetryMax.
+	type retry struct {
+		attempt int
+		wait    time.Duration
+	}
 	var mu sync.Mutex
-	var waits []time.Duration
+	var retries []retry
 	opts := e.opts()
 	opts.UnhealthyAfter = 300 * time.Millisecond
 	opts.InsertTimeout = 2 * time.Second
-	opts.hooks.retry = func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() }
+	opts.hooks.retry = func(n int, d time.Duration) { mu.Lock(); retries = append(retries, retry{n, d}); mu.Unlock() }
+	capped := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(retries, func(r retry) bool { return r.wait == opts.RetryMax })
+	}
 	r := e.start(opts, e.rdb, clickstore.New(chP, clickstore.LayoutOf(chCfg)), allowAll(t))
 	events := e.mixed(code, 150)
 	e.xadd(events...)
 
-	eventually(t, 20*time.Second, "batches failing, entries pending", func() (bool, string) {
+	eventually(t, 20*time.Second, "batches failing until a retry waits the most, entries pending", func() (bool, string) {
 		f, pend := metrictest.Counter(t, r.reader, MetricFailures), e.pending()
-		return f >= 5 && pend == int64(len(events)), fmt.Sprintf("failures %d, pending %d", f, pend)
+		return f >= 5 && capped() && pend == int64(len(events)), fmt.Sprintf("failures %d, pending %d", f, pend)
 	})
 	if n := e.rows(code); n != 0 {
 		t.Fatalf("%d rows reached ClickHouse through a cut proxy", n)
@@ -365,10 +376,18 @@ func TestClickHouseOutage(t *testing.T) {
 		t.Errorf("Ready during the outage = %v, want an error with the lag", err)
 	}
 	mu.Lock()
-	got := slices.Clone(waits)
+	got := slices.Clone(retries)
 	mu.Unlock()
-	if got[0] != opts.RetryMin || !slices.IsSorted(got) || slices.Max(got) != opts.RetryMax || got[1] != 2*got[0] {
-		t.Errorf("retry waits %v: want doubling from %s, capped at %s", got, opts.RetryMin, opts.RetryMax)
+	for _, r := range got {
+		want := opts.RetryMin
+		for range r.attempt - 1 {
+			want = min(2*want, opts.RetryMax)
+		}
+		if r.wait != want {
+			t.Errorf("a flush's attempt %d waited %s, want %s (doubling from %s, capped at %s; %d retries seen)",
+				r.attempt, r.wait, want, opts.RetryMin, opts.RetryMax, len(got))
+			break
+		}
 	}
 
 	p.restore()

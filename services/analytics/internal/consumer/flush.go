@@ -165,7 +165,7 @@ func (c *Consumer) flush(ctx context.Context, es []entry) {
 		if attempt > 0 {
 			wait := bo.next()
 			if c.opts.hooks.retry != nil {
-				c.opts.hooks.retry(wait)
+				c.opts.hooks.retry(attempt, wait)
 			}
 			if !sleep(ctx, wait) {
 				return
