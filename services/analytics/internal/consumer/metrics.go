@@ -26,6 +26,13 @@ const (
 	MetricOverrun      = "kurz.analytics.consumer.overrun"
 )
 
+// deadLetterReasons and flushStages are the values of the reason and
+// stage attributes (poisoned.kind, store1's stages).
+var (
+	deadLetterReasons = []string{"unparseable", "deliveries", "trimmed"}
+	flushStages       = []string{"dead_letter", "lookup", "visitors", "insert"}
+)
+
 type metrics struct {
 	consumed, skippedC, dead, claimedC, trimmedC, floodsC, degradedC, failures metric.Int64Counter
 	batchSize                                                                  metric.Int64Histogram
@@ -49,6 +56,19 @@ func newMetrics(mp metric.MeterProvider, c *Consumer) (*metrics, error) {
 	m.floodsC = counter(MetricFloods, "Click events flagged as a flood by the limiter's clicks rule", "{event}")
 	m.degradedC = counter(MetricDegraded, "Click events stored unflagged because the limiter did not answer, or answered by the rule's failure mode", "{event}")
 	m.failures = counter(MetricFailures, "Failed flush attempts by stage (dead_letter, lookup, visitors, insert)", "{attempt}")
+	// The series the alerts read exist from the start, at 0: Prometheus's
+	// increase() does not count a series' first sample, so a loss that
+	// appeared as a new series at N (one trim, one poison entry) would
+	// never fire KurzClicksLost or KurzClickDeadLetters.
+	if errors.Join(errs...) == nil {
+		m.trimmedC.Add(bg, 0)
+		for _, reason := range deadLetterReasons {
+			m.dead.Add(bg, 0, metric.WithAttributes(attribute.String("reason", reason)))
+		}
+		for _, stage := range flushStages {
+			m.failures.Add(bg, 0, metric.WithAttributes(attribute.String("stage", stage)))
+		}
+	}
 	var err error
 	m.batchSize, err = meter.Int64Histogram(MetricBatchSize, metric.WithDescription("Entries per flushed batch"),
 		metric.WithUnit("{entry}"), metric.WithExplicitBucketBoundaries(1, 10, 100, 500, 1000, 2500, 5000, 10000, 25000))
