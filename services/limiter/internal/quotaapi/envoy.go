@@ -2,6 +2,8 @@ package quotaapi
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"net/netip"
@@ -69,6 +71,20 @@ func NewEnvoy(engine Engine, style HeaderStyle, keying clientip.Keying) *EnvoySe
 	return &EnvoyService{engine: engine, headers: style, keying: keying}
 }
 
+// envoyValue is a descriptor value as the engine sees it: a value over
+// maxDescriptorValue bytes becomes its SHA-256 digest. Envoy takes values
+// from request headers, which a client can pad; refusing them (as
+// CheckQuota does) would answer an error, and Envoy lets a request through
+// on an error unless failure_mode_deny is set. The digest keeps one
+// counter per distinct value.
+func envoyValue(v string) string {
+	if len(v) <= maxDescriptorValue {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
@@ -108,12 +124,16 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 					v = s.keying.Key(a)
 				}
 			}
-			m[e.GetKey()] = v
+			m[e.GetKey()] = envoyValue(v)
 		}
 		// A domain with no rules limits nothing, as in envoyproxy/ratelimit:
 		// every descriptor is OK, so a reload that drops a domain does
 		// not turn into errors (and denials under failure_mode_deny).
-		if _, inv := validateDescriptors(m, &cost); inv != nil {
+		// The cost is not bounded as CheckQuota's is: Envoy lets a request
+		// through on any error unless failure_mode_deny is set, so the
+		// larger a hits_addend the surer it would pass. A cost over a
+		// rule's capacity is denied by the rule, as any other.
+		if _, inv := validateDescriptors(m, nil); inv != nil {
 			return nil, envoyField(inv, j).Status()
 		}
 		descs[j] = m

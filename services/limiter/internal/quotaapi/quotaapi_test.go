@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -256,7 +257,6 @@ func TestEnvoyRefusals(t *testing.T) {
 		"no descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost"}, ReasonDescriptorsInvalid, "descriptors"},
 		"33 descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
 		"empty entry key":        {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: append(many[:1:1], descriptor("", "u"))}, ReasonDescriptorsInvalid, "descriptors[1].entries"},
-		"hits_addend too large":  {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: many[:1], HitsAddend: 1_000_001}, ReasonCostInvalid, "hits_addend"},
 		"is_negative_hits":       {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{negative}}, ReasonCostInvalid, "descriptors[0].is_negative_hits"},
 		"own, other hits_addend": {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{own}}, ReasonCostInvalid, "descriptors[0].hits_addend"},
 	}
@@ -271,6 +271,36 @@ func TestEnvoyRefusals(t *testing.T) {
 				t.Errorf("the engine was called %d times for a refused request", engine.calls)
 			}
 		})
+	}
+}
+
+// What a client sets through Envoy (a padded header's value, a huge
+// hits_addend) is decided, never refused: Envoy lets a request through on
+// an error unless failure_mode_deny is set. A value over 1,024 bytes is
+// decided under its digest, one counter per distinct value.
+func TestEnvoyDecidesWhatAClientCanSize(t *testing.T) {
+	engine := newFake(t)
+	engine.each = &ratelimitv1.CheckQuotaResponse{Allowed: false}
+	engine.owners = [][]int{}
+	padded, other := strings.Repeat("A", 60<<10), strings.Repeat("A", 60<<10-1)+"B"
+	for _, v := range []string{padded, padded, other} {
+		_, err := NewEnvoy(engine, HeadersDraft, clientip.Keying{}).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+			Domain: "cost", HitsAddend: math.MaxUint32,
+			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{descriptor("ua", v), descriptor("remote_address", v)},
+		})
+		if err != nil {
+			t.Fatalf("a %d-byte value at hits_addend %d: %v, want a decision", len(v), uint32(math.MaxUint32), err)
+		}
+	}
+	if len(engine.descs) != 6 {
+		t.Fatalf("the engine saw %d descriptor sets, want 6", len(engine.descs))
+	}
+	first, again, third := engine.descs[0]["ua"], engine.descs[2]["ua"], engine.descs[4]["ua"]
+	if len(first) > 1024 || first != again || first == third || engine.descs[1]["remote_address"] != first {
+		t.Errorf("values as decided: %.80q, %.80q, %.80q; want one bounded value per distinct value", first, again, third)
+	}
+	if fmt.Sprint(engine.costs) != fmt.Sprint([]int64{math.MaxUint32, math.MaxUint32, math.MaxUint32}) {
+		t.Errorf("engine costs %v, want the hits_addend each time", engine.costs)
 	}
 }
 
