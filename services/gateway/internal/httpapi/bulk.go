@@ -320,7 +320,10 @@ func (a *API) importLinks(c *call) error {
 		return resp.GetLink(), true, nil
 	}
 	rep, err := linkimport.ImportWith(c.r.Context(), rows, create, lookup, nil)
-	if err != nil && (callErr == nil || rep.Created == 0) {
+	// A stop before anything was created or found is the call's error; once
+	// rows are in (or were found in from an earlier run), the report says
+	// which, and the rows not reached carry the error.
+	if err != nil && (callErr == nil || rep.Created+rep.Existing == 0) {
 		if callErr != nil {
 			return callErr
 		}

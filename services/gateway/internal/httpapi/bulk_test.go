@@ -43,6 +43,17 @@ type bulkShortener struct {
 	failBatch int
 	batchErr  error
 	update    *shortenerv1.UpdateLinkRequest
+	// taken aliases are ALREADY_EXISTS; those of mine are the caller's
+	// links (GetLink finds them), the others another tenant's.
+	taken map[string]string // alias: its link's URL
+	mine  map[string]bool
+}
+
+func (s *bulkShortener) GetLink(_ context.Context, in *shortenerv1.GetLinkRequest, _ ...grpc.CallOption) (*shortenerv1.GetLinkResponse, error) {
+	if u, ok := s.taken[in.GetCode()]; ok && s.mine[in.GetCode()] {
+		return &shortenerv1.GetLinkResponse{Link: &shortenerv1.Link{Code: in.GetCode(), ShortUrl: "http://k.test/" + in.GetCode(), LongUrl: u}}, nil
+	}
+	return nil, status.Error(codes.NotFound, "no such link")
 }
 
 func (s *bulkShortener) ListLinks(_ context.Context, in *shortenerv1.ListLinksRequest, _ ...grpc.CallOption) (*shortenerv1.ListLinksResponse, error) {
@@ -72,6 +83,8 @@ func (s *bulkShortener) BatchCreateLinks(_ context.Context, in *shortenerv1.Batc
 		res := &shortenerv1.BatchCreateResult{Index: int32(i)}
 		if !strings.Contains(r.GetLongUrl(), "://") {
 			res.Error = &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Message: "not a URL", Field: "long_url"}
+		} else if _, taken := s.taken[r.GetCustomAlias()]; taken {
+			res.Error = &shortenerv1.BatchItemError{Code: "ALREADY_EXISTS", Message: "alias taken", Field: "custom_alias"}
 		} else {
 			code := r.GetCustomAlias()
 			if code == "" {
@@ -403,6 +416,24 @@ func TestImportLinks(t *testing.T) {
 	}
 	if !bytes.Contains([]byte(fmt.Sprint(err)), []byte("quota")) {
 		t.Errorf("error = %v", err)
+	}
+
+	// Sent again: a row found from the earlier run is reported even when
+	// the quota stops the next batch before anything is created.
+	sh = &bulkShortener{failBatch: 2, batchErr: quota,
+		taken: map[string]string{"mine1": "https://example.com/m", "theirs": "https://example.com/t"}, mine: map[string]bool{"mine1": true}}
+	a = newBulkAPI(sh)
+	w, err = bulkCall(a, a.importLinks, "POST", "/v1/links:import", "keyword,url\nmine1,https://example.com/m\ntheirs,https://example.com/t\n")
+	if err != nil {
+		t.Fatalf("an import that found a row, then hit the quota: %v, want the report", err)
+	}
+	got = importResponse{}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Existing != 1 || got.Created != 0 || got.Failed != 1 || got.Results[0].Code != "mine1" ||
+		got.Results[1].Error == nil || got.Results[1].Error.Code != "RESOURCE_EXHAUSTED" {
+		t.Errorf("report %+v; want row 2 existing as mine1 and row 3 not imported for the quota", got)
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -118,6 +120,19 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		}
 		drafts[i] = &d
 		valid++
+	}
+	// An alias already taken would fail at the insert after its quota
+	// was spent: a batch sent again (an import retried after an error)
+	// would spend the quota on the rows that exist and never get further.
+	if len(aliases) > 0 {
+		taken, err := s.store.Taken(ctx, slices.Collect(maps.Keys(aliases)))
+		if err != nil {
+			return nil, toStatus(ctx, s.log, "batch", err)
+		}
+		for code := range taken {
+			fail(aliases[code], aliasTaken(aliasOf(code)))
+			valid--
+		}
 	}
 	if valid > 0 {
 		if err := s.checkQuota(ctx, tenant, valid, chargeBatch); err != nil {
@@ -306,9 +321,7 @@ func (s *Service) insertBatch(ctx context.Context, drafts []*draft, fail func(in
 			}
 			switch drafts[i].mode {
 			case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
-				fail(i, rpcerr.WithDetails(codes.AlreadyExists,
-					fmt.Sprintf("the alias %q is already taken; choose another", aliasOf(rows[k].Code)),
-					rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"})))
+				fail(i, aliasTaken(aliasOf(rows[k].Code)))
 			case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 				if attempts[i] >= RandomAttempts {
 					s.m.randomFailed.Add(ctx, 1)

@@ -278,9 +278,7 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 		stored, err = s.store.Insert(ctx, l)
 		if errors.Is(err, linkstore.ErrCodeTaken) {
-			return nil, rpcerr.WithDetails(codes.AlreadyExists,
-				fmt.Sprintf("the alias %q is already taken; choose another", req.GetCustomAlias()),
-				rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"}))
+			return nil, aliasTaken(req.GetCustomAlias())
 		}
 	case shortenerv1.CodeMode_CODE_MODE_RANDOM:
 		stored, err = s.insertRandom(ctx, l)
@@ -585,6 +583,12 @@ func (s *Service) checkQuota(ctx context.Context, tenant string, n int, kind cha
 		}
 	}
 	return rpcerr.RetryLater(codes.ResourceExhausted, rpcerr.ReasonRateLimited, what, d.RetryAfter, map[string]string{"rule": d.Rule})
+}
+
+// aliasTaken is the error of a custom alias a link holds already.
+func aliasTaken(alias string) error {
+	return rpcerr.WithDetails(codes.AlreadyExists, fmt.Sprintf("the alias %q is already taken; choose another", alias),
+		rpcerr.Info(ReasonAliasTaken, map[string]string{"field": "custom_alias"}))
 }
 
 // scanLink runs the scanner over every destination of l: long_url, the

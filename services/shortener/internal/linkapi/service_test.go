@@ -297,6 +297,47 @@ func TestBatchBeyondTheQuotaCapacityIsInvalid(t *testing.T) {
 	wantStatus(t, "a batch of 10 denied", batch(10), codes.ResourceExhausted, rpcerr.ReasonRateLimited, "")
 }
 
+// A batch sent again (an import retried after an error) is not charged for
+// the aliases that exist already: they fail ALREADY_EXISTS before the
+// quota check, so a retry is never stuck spending its quota on them.
+func TestBatchIsNotChargedForTakenAliases(t *testing.T) {
+	e := newEnv(t)
+	batch := func(aliases ...string) *shortenerv1.BatchCreateLinksResponse {
+		t.Helper()
+		req := &shortenerv1.BatchCreateLinksRequest{}
+		for _, a := range aliases {
+			req.Requests = append(req.Requests, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/" + a, CustomAlias: a})
+		}
+		resp, err := e.client.BatchCreateLinks(as("acme"), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if got := batch("again-1").GetCreated() + batch("again-2").GetCreated(); got != 2 {
+		t.Fatalf("the first batches created %d, want 2", got)
+	}
+	if _, err := e.client.CreateLink(as("globex"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/g", CustomAlias: "again-g"}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.limiter.Calls())
+	resp := batch("again-1", "again-g", "again-3", "again-2")
+	for i, r := range resp.GetResults() {
+		wantTaken := i != 2
+		if gotTaken := r.GetError().GetCode() == "ALREADY_EXISTS"; gotTaken != wantTaken || r.GetCreated() == wantTaken {
+			t.Errorf("item %d: created %v, error %v; want taken %v", i, r.GetCreated(), r.GetError(), wantTaken)
+		}
+	}
+	calls := e.limiter.Calls()[before:]
+	if len(calls) != 1 || calls[0].GetCost() != 1 {
+		t.Errorf("quota checks of the batch sent again: %v; want one, of cost 1 (the new alias)", calls)
+	}
+	before = len(e.limiter.Calls())
+	if resp := batch("again-1", "again-2"); resp.GetCreated() != 0 || len(e.limiter.Calls()) != before {
+		t.Errorf("a batch of taken aliases only: created %d, %d quota checks; want none of either", resp.GetCreated(), len(e.limiter.Calls())-before)
+	}
+}
+
 // A code that is not the caller's (unknown, never plausible, or deleted)
 // is NOT_FOUND for every call.
 func TestUnknownCodesAreNotFound(t *testing.T) {

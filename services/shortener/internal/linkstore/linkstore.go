@@ -328,6 +328,32 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 	return out, nil
 }
 
+// Taken returns which of codes a link holds, of any tenant, revoked
+// (deleted) ones included: the codes an insert would leave out. It is a
+// look before the fact (an insert may still find a code taken since);
+// BatchCreateLinks uses it to refuse taken aliases before it charges
+// their quota.
+func (s *Store) Taken(ctx context.Context, codes []string) (map[string]bool, error) {
+	if len(codes) == 0 {
+		return map[string]bool{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT code FROM links WHERE code = ANY($1::text[])`, codes)
+	if err != nil {
+		return nil, fmt.Errorf("taken codes: %w", err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("taken codes: %w", err)
+	}
+	out := make(map[string]bool, len(held))
+	for _, c := range held {
+		out[c] = true
+	}
+	return out, nil
+}
+
 // lockDomains takes a share lock, until tx ends, on the verified domain of
 // each link that has one (its tenant's registration), or fails with
 // ErrDomainGone: the caller checked the domain earlier (before hashing a

@@ -211,6 +211,22 @@ func (f *Fake) InsertMany(_ context.Context, links []linkstore.Link) (map[string
 	return out, nil
 }
 
+// Taken returns which of codes a link holds, of any tenant, revoked ones
+// included.
+func (f *Fake) Taken(_ context.Context, codes []string) (map[string]bool, error) {
+	defer f.mu.Unlock()
+	if err := f.lock(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool)
+	for _, c := range codes {
+		if _, ok := f.links[c]; ok {
+			out[c] = true
+		}
+	}
+	return out, nil
+}
+
 // lockLive takes mu (see lock) and finds tenant's live link code:
 // linkstore.ErrNotFound without one.
 func (f *Fake) lockLive(tenant, code string) (*row, error) {
