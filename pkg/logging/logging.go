@@ -3,6 +3,7 @@ package logging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,22 +25,30 @@ type Config struct {
 	FlushInterval time.Duration `env:"LOG_FLUSH_INTERVAL" default:"100ms"`
 }
 
+// Check reports every setting of cfg that New would refuse, at once.
+func (cfg Config) Check() error {
+	var errs []error
+	if err := new(slog.Level).UnmarshalText([]byte(cfg.Level)); err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_LOG_LEVEL=%q: want debug, info, warn or error", cfg.Level))
+	}
+	if f := strings.ToLower(cfg.Format); f != "json" && f != "text" {
+		errs = append(errs, fmt.Errorf("KURZ_LOG_FORMAT=%q: want json or text", cfg.Format))
+	}
+	return errors.Join(errs...)
+}
+
 // New returns a logger writing to w in the configured format, tagged with the
 // service name so lines from several services can share one stream.
 func New(w io.Writer, cfg Config, service string) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.Level)); err != nil {
-		return nil, fmt.Errorf("KURZ_LOG_LEVEL=%q: want debug, info, warn or error", cfg.Level)
+	if err := cfg.Check(); err != nil {
+		return nil, err
 	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Level)) // checked
 	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler
-	switch strings.ToLower(cfg.Format) {
-	case "json":
-		h = slog.NewJSONHandler(w, opts)
-	case "text":
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
+	if strings.ToLower(cfg.Format) == "text" {
 		h = slog.NewTextHandler(w, opts)
-	default:
-		return nil, fmt.Errorf("KURZ_LOG_FORMAT=%q: want json or text", cfg.Format)
 	}
 	return slog.New(traceHandler{h}).With("service", service), nil
 }

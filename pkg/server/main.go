@@ -29,6 +29,11 @@ type Build[C any] func(ctx context.Context, cfg C, lc *Lifecycle, log *slog.Logg
 // settings every service shares. Embedding Common is the way to have them.
 type Service interface{ common() Common }
 
+// Checker is a service's Config that checks its own settings: Main runs
+// Check beside the logging and shared checks, before anything starts, so
+// every refused setting is named at once.
+type Checker interface{ Check() error }
+
 // Main is the whole of a service's main: it loads C and the logging settings
 // from the environment, builds the service, and runs it until SIGINT or
 // SIGTERM. It exits the process once, with status 1 on any error.
@@ -51,7 +56,11 @@ func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	if err := config.Load(&cfg); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	if err := cfg.common().check(); err != nil {
+	errs := []error{logCfg.Check(), cfg.common().check()}
+	if c, ok := any(cfg).(Checker); ok {
+		errs = append(errs, c.Check())
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
 	var out io.Writer = os.Stderr

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -54,6 +57,29 @@ func TestCommonSettingsAreChecked(t *testing.T) {
 	} {
 		if err := c.check(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%+v: got %v, want an error naming %s", c, err, name)
+		}
+	}
+}
+
+// checkedConfig is a service Config whose own check refuses a setting.
+type checkedConfig struct{ Common }
+
+func (checkedConfig) Check() error { return errors.New("KURZ_TEST_OWN=x: refused") }
+
+// A service names every setting its checks refuse at once: the logging
+// settings, the shared ones and its own (server.Checker), and builds
+// nothing.
+func TestRunNamesEveryRefusedSettingAtOnce(t *testing.T) {
+	t.Setenv("KURZ_LOG_LEVEL", "loud")
+	t.Setenv("KURZ_LOG_FORMAT", "xml")
+	t.Setenv("KURZ_READINESS_INTERVAL", "0s")
+	err := run(context.Background(), "test", func(context.Context, checkedConfig, *Lifecycle, *slog.Logger) (*Server, error) {
+		t.Error("built a service with refused settings")
+		return nil, errors.New("built")
+	})
+	for _, name := range []string{"KURZ_LOG_LEVEL", "KURZ_LOG_FORMAT", "KURZ_READINESS_INTERVAL", "KURZ_TEST_OWN"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("run: %v; want an error naming %s", err, name)
 		}
 	}
 }

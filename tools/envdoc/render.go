@@ -22,7 +22,12 @@ every one that fails to parse at once, then every one its checks refuse at
 once (a value that does not parse hides the checks of the others). A
 service that cannot reach a dependency at start exits with a message naming
 it and the variable to set; the limiter alone starts without Redis, every
-decision by its rule's failure mode until Redis answers. GRPC addresses a service dials (such as
+decision by its rule's failure mode until Redis answers (and ` + "`/readyz`" + ` says
+` + "`redis: degraded`" + `). It cannot tell an outage from a wrong address: nothing
+answering and a host name that does not resolve (a headless Service has no
+records while none of its pods is ready) both count as an outage, so check
+its start log for "starting without Redis"; a Redis that answers wrongly
+(no cluster mode, a refused password) fails the start. GRPC addresses a service dials (such as
 ` + "`KURZ_LIMITER_GRPC_ADDR`" + `) take a gRPC target (` + "`dns:///limiter-headless:9091`" + `)
 or a comma-separated list of replicas.
 

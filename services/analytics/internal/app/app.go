@@ -58,7 +58,9 @@ type Config struct {
 	ConsumerName string `env:"ANALYTICS_CONSUMER_NAME" default:""`
 	// InsertTimeout bounds one ClickHouse insert or duplicate lookup.
 	InsertTimeout time.Duration `env:"ANALYTICS_INSERT_TIMEOUT" default:"10s"`
-	// UnhealthyAfter fails readiness once flushes have failed this long.
+	// UnhealthyAfter reports the consumer check degraded on /readyz once
+	// flushes have failed this long (the replica stays ready: its stats
+	// still answer; alert KurzClickHouseFlushFailing).
 	UnhealthyAfter time.Duration `env:"ANALYTICS_UNHEALTHY_AFTER" default:"30s"`
 
 	// LimiterAddr is where the limiter's gRPC listens.
@@ -89,6 +91,12 @@ type Config struct {
 	// RetentionEvery is how often the expired months are looked for (and
 	// once at start).
 	RetentionEvery time.Duration `env:"ANALYTICS_RETENTION_EVERY" default:"1h"`
+}
+
+// Check runs validate for server.Main, before the service starts.
+func (c Config) Check() error {
+	_, err := c.validate()
+	return err
 }
 
 func (c Config) validate() (*svcauth.Keys, error) {

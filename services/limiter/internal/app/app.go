@@ -96,6 +96,11 @@ type Config struct {
 	EnvoyIPv6Prefix int `env:"LIMITER_ENVOY_IPV6_PREFIX" default:"64"`
 }
 
+// Check runs validate for server.Main, before the service starts.
+func (c Config) Check() error {
+	return c.validate()
+}
+
 func (c Config) validate() error {
 	var errs []error
 	if c.RulesSource != "postgres" && c.RulesSource != "file" {

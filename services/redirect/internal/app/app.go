@@ -134,6 +134,12 @@ type Config struct {
 	ClickWriteTimeout time.Duration `env:"REDIRECT_CLICK_WRITE_TIMEOUT" default:"1s"`
 }
 
+// Check runs validate for server.Main, before the service starts.
+func (c Config) Check() error {
+	_, _, err := c.validate()
+	return err
+}
+
 func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	var errs []error
 	policy, err := quota.ParsePolicy(c.MissFailurePolicy)

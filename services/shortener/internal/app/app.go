@@ -118,6 +118,12 @@ type Config struct {
 	TXT linkapi.TXTResolver
 }
 
+// Check runs validate for server.Main, before the service starts.
+func (c Config) Check() error {
+	_, _, _, err := c.validate()
+	return err
+}
+
 func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error) {
 	keys, err := c.ServiceAuth.Keys()
 	errs := []error{err}
