@@ -31,6 +31,17 @@ export KURZ_REDIRECT_OPS_ADDR=${KURZ_REDIRECT_OPS_ADDR:-127.0.0.1:9194}
 export KURZ_GATEWAY_GRPC_ADDR=${KURZ_GATEWAY_GRPC_ADDR:-127.0.0.1:9095}
 export KURZ_GATEWAY_HTTP_ADDR=${KURZ_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}
 export KURZ_GATEWAY_OPS_ADDR=${KURZ_GATEWAY_OPS_ADDR:-127.0.0.1:9195}
+# The stores where infra.sh put them (KURZ_PG_PORT, KURZ_REDIS_BASE_PORT,
+# KURZ_CH_TCP_PORT), unless their addresses are given.
+if [[ -n ${KURZ_PG_PORT:-} ]]; then
+  export KURZ_POSTGRES_URL=${KURZ_POSTGRES_URL:-postgres://kurz:kurz@127.0.0.1:${KURZ_PG_PORT}/kurz?sslmode=disable}
+fi
+if [[ -n ${KURZ_REDIS_BASE_PORT:-} ]]; then
+  export KURZ_REDIS_ADDRS=${KURZ_REDIS_ADDRS:-127.0.0.1:${KURZ_REDIS_BASE_PORT},127.0.0.1:$((KURZ_REDIS_BASE_PORT + 1)),127.0.0.1:$((KURZ_REDIS_BASE_PORT + 2))}
+fi
+if [[ -n ${KURZ_CH_TCP_PORT:-} ]]; then
+  export KURZ_CLICKHOUSE_ADDRS=${KURZ_CLICKHOUSE_ADDRS:-127.0.0.1:${KURZ_CH_TCP_PORT}}
+fi
 # Limiter: the 10 ms default Redis deadline holds 32 callers on this machine
 # (make bench measures it), but make demo's burst of 500 concurrent calls on
 # one key queues ~500 scripts on one Redis node: it would miss 10 ms and be
