@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -165,7 +166,6 @@ func TestEnvoyShouldRateLimitValidation(t *testing.T) {
 		"empty domain":          {Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("api_key", "k")}},
 		"no descriptors":        {Domain: "envoy"},
 		"empty entry key":       {Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("", "k")}},
-		"hits_addend 2,000,000": {Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("api_key", "k")}, HitsAddend: 2_000_000},
 	}
 	for name, req := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -174,6 +174,55 @@ func TestEnvoyShouldRateLimitValidation(t *testing.T) {
 				t.Errorf("code %v (%v), want InvalidArgument", got, err)
 			}
 		})
+	}
+}
+
+// What a client can size through Envoy is decided, never refused (Envoy
+// lets a request through on an error unless failure_mode_deny is set): a
+// padded value counts under its digest, each distinct value on its own, and
+// a hits_addend beyond the rule's capacity is OVER_LIMIT, nothing consumed.
+func TestEnvoyDecidesWhatAClientCanSize(t *testing.T) {
+	r, _ := startFile(t)
+	rls := rlsv3.NewRateLimitServiceClient(r.Conn)
+	ctx := context.Background()
+	check := func(hits uint32, entries ...string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		d := &ratelimitcommonv3.RateLimitDescriptor{}
+		for i := 0; i < len(entries); i += 2 {
+			d.Entries = append(d.Entries, &ratelimitcommonv3.RateLimitDescriptor_Entry{Key: entries[i], Value: entries[i+1]})
+		}
+		resp, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "envoy", HitsAddend: hits, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit of a %d-byte value at hits_addend %d: %v, want a decision", len(entries[len(entries)-1]), hits, err)
+		}
+		return resp
+	}
+	padded := fmt.Sprintf("pad-%d-", time.Now().UnixNano()) + strings.Repeat("A", 1<<20)
+	other := padded[:len(padded)-1] + "B"
+	for i := range 10 { // per-api-key: 10 an hour
+		if resp := check(0, "api_key", padded); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("padded value, call %d: %v, want OK", i+1, resp.GetOverallCode())
+		}
+	}
+	if resp := check(0, "api_key", padded); resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("padded value, call 11: %v, want OVER_LIMIT (the 10 counted)", resp.GetOverallCode())
+	}
+	if resp := check(0, "api_key", other); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != 9 {
+		t.Errorf("another padded value: %v, want OK with 9 left (counted apart)", resp)
+	}
+
+	key := fmt.Sprintf("hits-%d", time.Now().UnixNano())
+	resp := check(math.MaxUint32, "api_key", key)
+	if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("hits_addend 2^32-1: %v, want OVER_LIMIT", resp.GetOverallCode())
+	}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		if h.GetKey() == "Retry-After" {
+			t.Errorf("hits_addend beyond the capacity answered Retry-After %s: waiting would not help", h.GetValue())
+		}
+	}
+	if resp := check(0, "api_key", key); resp.GetStatuses()[0].GetLimitRemaining() != 9 {
+		t.Errorf("after the refused 2^32-1: %v, want 9 left (nothing consumed)", resp.GetStatuses()[0])
 	}
 }
 

@@ -173,7 +173,7 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		out.Statuses[j] = st
 	}
 	if resp.GetDecidingRule() != "" {
-		out.ResponseHeadersToAdd = rateLimitHeaders(req.GetDomain(), resp, s.headers)
+		out.ResponseHeadersToAdd = rateLimitHeaders(req.GetDomain(), resp, s.headers, int64(cost))
 	}
 	return out, nil
 }
@@ -235,16 +235,19 @@ func envoyLimit(d *ratelimitv1.RuleDecision) *rlsv3.RateLimitResponse_RateLimit 
 
 // rateLimitHeaders are the rate-limit fields of style for the deciding
 // rule (its policy named domain/rule), and Retry-After on a denial (whole
-// seconds, rounded up, at least 1).
-func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style HeaderStyle) []*corev3.HeaderValue {
+// seconds, rounded up, at least 1) unless cost is more than the deciding
+// rule ever holds: waiting would not help.
+func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style HeaderStyle, cost int64) []*corev3.HeaderValue {
 	q := ratelimitfields.Quota{
 		Policy: domain + "/" + resp.GetDecidingRule(), Limit: resp.GetLimit(),
 		Remaining: resp.GetRemaining(), ResetAfter: resp.GetResetAfter().AsDuration(),
 		Allowed: resp.GetAllowed(), RetryAfter: resp.GetRetryAfter().AsDuration(),
 	}
+	never := false
 	for _, d := range resp.GetDecisions() {
 		if d.GetRule() == resp.GetDecidingRule() {
 			q.Window = d.GetWindow().AsDuration()
+			never = d.GetCapacity() > 0 && cost > d.GetCapacity()
 			break
 		}
 	}
@@ -259,7 +262,7 @@ func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style
 			h = append(h, &corev3.HeaderValue{Key: f[0], Value: f[1]})
 		}
 	}
-	if !q.Allowed {
+	if !q.Allowed && !never {
 		h = append(h, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(1, ratelimitfields.CeilSeconds(q.RetryAfter)), 10)})
 	}
 	return h

@@ -52,6 +52,9 @@ func TestRateLimitHeaders(t *testing.T) {
 		return resp
 	}
 	allowed := decided(&ratelimitv1.CheckQuotaResponse{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: durationpb.New(2500 * time.Millisecond)}, time.Minute)
+	// A cost of 5 (below) against a capacity of 4: waiting would not help.
+	beyond := decided(&ratelimitv1.CheckQuotaResponse{Limit: 4, Remaining: 4, RetryAfter: durationpb.New(time.Minute)}, time.Minute)
+	beyond.Decisions[1].Capacity = 4
 	tests := map[string]struct {
 		resp  *ratelimitv1.CheckQuotaResponse
 		style HeaderStyle
@@ -69,11 +72,13 @@ func TestRateLimitHeaders(t *testing.T) {
 			`[RateLimit-Policy="rl/per-user";q=4;w=60 RateLimit="rl/per-user";r=0;t=60 Retry-After=2]`},
 		"denied, no retry is 1 s": {decided(&ratelimitv1.CheckQuotaResponse{Limit: 4, ResetAfter: durationpb.New(0)}, time.Minute), HeadersLegacy,
 			"[RateLimit-Limit=4 RateLimit-Remaining=0 RateLimit-Reset=0 Retry-After=1]"},
+		"denied, more than it ever holds: no retry": {beyond, HeadersLegacy,
+			"[RateLimit-Limit=4 RateLimit-Remaining=4 RateLimit-Reset=0]"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			var got []string
-			for _, h := range rateLimitHeaders("rl", tc.resp, tc.style) {
+			for _, h := range rateLimitHeaders("rl", tc.resp, tc.style, 5) {
 				got = append(got, h.GetKey()+"="+h.GetValue())
 			}
 			if fmt.Sprint(got) != tc.want {

@@ -497,6 +497,15 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 
 // apply records the decision script's reply for g: vals is {all_allowed,
 // now_ms, then 5 values per rule of g}.
+// retryOf reads a script's retry_after_ms: -1 means the cost exceeds what
+// r ever holds (never), answered as r's window as the API has always done.
+func retryOf(ms int64, r *Rule) (retry time.Duration, never bool) {
+	if ms < 0 {
+		return r.Window, true
+	}
+	return time.Duration(ms) * time.Millisecond, false
+}
+
 func (g *group) apply(vals []int64, rules []Applied, results []result) {
 	g.consumed, g.now = vals[0] == 1 && g.args[1] == "check", vals[1]
 	for j, i := range g.idx {
@@ -510,12 +519,7 @@ func (g *group) apply(vals []int64, rules []Applied, results []result) {
 			delay:      time.Duration(v[4]) * time.Millisecond,
 			source:     ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
 		}
-		if v[3] < 0 {
-			res.never = true
-			res.retryAfter = r.Window
-		} else {
-			res.retryAfter = time.Duration(v[3]) * time.Millisecond
-		}
+		res.retryAfter, res.never = retryOf(v[3], r)
 		if r.Shadow {
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
 		}
@@ -858,9 +862,10 @@ func (e *Engine) Explain(ctx context.Context, domain string, desc map[string]str
 			v := vals[2+5*j : 7+5*j]
 			results[i] = result{
 				allowed: v[0] == 1, limit: rules[i].Rule.Limit, remaining: v[1],
-				resetAfter: time.Duration(v[2]) * time.Millisecond, retryAfter: time.Duration(max(v[3], 0)) * time.Millisecond,
-				delay: time.Duration(v[4]) * time.Millisecond, source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
+				resetAfter: time.Duration(v[2]) * time.Millisecond,
+				delay:      time.Duration(v[4]) * time.Millisecond, source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
 			}
+			results[i].retryAfter, results[i].never = retryOf(v[3], rules[i].Rule)
 			if rules[i].Rule.Shadow {
 				results[i].source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
 			}
