@@ -11,6 +11,7 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/pkg/urlnorm"
 )
 
 // MaxBatch is the most links Import sends in one Creator call: the limit of
@@ -204,10 +205,11 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 }
 
 // sameURL reports whether a link's stored URL is the row's: equal once
-// both have what the shortener normalises first (scheme and host in lower
-// case, a trailing dot and a default port dropped). A URL the shortener
-// rewrote further (a query's escaping) does not compare equal: the row is
-// then imported under a new code, as any taken alias is.
+// both are in the shortener's normal form (scheme in lower case, the host
+// in lowercase punycode without a trailing dot, a default port dropped, the
+// query escaped as it escapes it: urlnorm). A URL the shortener rewrote
+// further (an IPv4 address written in hex, say) does not compare equal:
+// the row is then imported under a new code, as any taken alias is.
 func sameURL(stored, row string) bool {
 	if stored == row {
 		return true
@@ -221,6 +223,10 @@ func sameURL(stored, row string) bool {
 		c := *u
 		c.Scheme = strings.ToLower(c.Scheme)
 		host, port := strings.TrimSuffix(strings.ToLower(c.Hostname()), "."), c.Port()
+		if ascii, err := urlnorm.Host(host); err == nil && !strings.Contains(host, ":") {
+			host = ascii
+		}
+		c.RawQuery = urlnorm.EscapeQuery(c.RawQuery)
 		if (c.Scheme == "http" && port == "80") || (c.Scheme == "https" && port == "443") {
 			port = ""
 		}

@@ -255,3 +255,26 @@ func TestImportWithLookupFindsEarlierImports(t *testing.T) {
 		t.Errorf("row 5: %+v, want its alias created", r)
 	}
 }
+
+// A row's URL is its stored link's when the shortener's normal form of it
+// is what was stored: a Unicode host in punycode, a query's spaces and
+// quotes escaped; a URL that differs after that is another.
+func TestSameURLFollowsTheShortenersNormalForm(t *testing.T) {
+	for _, tc := range []struct {
+		stored, row string
+		want        bool
+	}{
+		{"https://example.com/", "https://EXAMPLE.com.:443", true},
+		{"https://xn--bcher-kva.example/p", "https://bücher.example/p", true},
+		{"https://xn--bcher-kva.example/p", "https://BÜCHER.example/p", true},
+		{"https://example.com/s?q=a%20b", "https://example.com/s?q=a b", true},
+		{"https://example.com/s?q=%22x%22", `https://example.com/s?q="x"`, true},
+		{"https://example.com/s?q=a%26b", "https://example.com/s?q=a&b", false},
+		{"https://xn--bcher-kva.example/p", "https://bucher.example/p", false},
+		{"https://example.com/a", "https://example.com/b", false},
+	} {
+		if got := sameURL(tc.stored, tc.row); got != tc.want {
+			t.Errorf("sameURL(%q, %q) = %v, want %v", tc.stored, tc.row, got, tc.want)
+		}
+	}
+}

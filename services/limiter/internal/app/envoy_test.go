@@ -162,10 +162,10 @@ func TestEnvoyShouldRateLimitValidation(t *testing.T) {
 		many = append(many, entry("api_key", strconv.Itoa(i)))
 	}
 	tests := map[string]*rlsv3.RateLimitRequest{
-		"33 descriptors":        {Domain: "envoy", Descriptors: many},
-		"empty domain":          {Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("api_key", "k")}},
-		"no descriptors":        {Domain: "envoy"},
-		"empty entry key":       {Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("", "k")}},
+		"33 descriptors":  {Domain: "envoy", Descriptors: many},
+		"empty domain":    {Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("api_key", "k")}},
+		"no descriptors":  {Domain: "envoy"},
+		"empty entry key": {Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{entry("", "k")}},
 	}
 	for name, req := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -6,17 +6,15 @@
 package urlcheck
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
-	"golang.org/x/net/idna"
+	"kurz.dev/pkg/urlnorm"
 )
 
 // Reasons are the machine-readable causes of a refusal; the shortener sends
@@ -57,34 +55,6 @@ type Policy struct {
 	// OwnHosts are the short domains kurz answers on (any port); links to
 	// them would loop.
 	OwnHosts []string
-}
-
-var hostProfile = idna.New(
-	idna.MapForLookup(), // lowercase, full-width to ASCII, UTS #46 mapping
-	idna.BidiRule(),
-	idna.Transitional(false),
-	// Real hosts such as r4---sn-abc.googlevideo.com break the RFC 5891
-	// hyphen rule; browsers (WHATWG) do not apply it either.
-	idna.CheckHyphens(false),
-	idna.VerifyDNSLength(true),
-)
-
-// NormalizeHost returns the ASCII (punycode) lowercase form of a host name
-// without a trailing dot, or an error for a host no browser could reach.
-func NormalizeHost(h string) (string, error) {
-	if !utf8.ValidString(h) {
-		return "", errors.New("host is not valid UTF-8")
-	}
-	ascii, err := hostProfile.ToASCII(strings.TrimSuffix(h, "."))
-	if err != nil {
-		return "", err
-	}
-	// A label that maps to a replacement character or an invalid punycode
-	// label can come out as ASCII that no longer validates: refuse it.
-	if again, err := hostProfile.ToASCII(ascii); err != nil || again != ascii {
-		return "", errors.New("host does not survive normalisation")
-	}
-	return ascii, nil
 }
 
 // Normalize checks raw and returns its normal form: lowercase scheme, host in
@@ -142,7 +112,7 @@ func (p Policy) Normalize(raw string) (string, error) {
 	}
 	u.Scheme = scheme
 	u.Host = host
-	u.RawQuery = escapeQuery(u.RawQuery)
+	u.RawQuery = urlnorm.EscapeQuery(u.RawQuery)
 	if strings.Contains(host, ":") {
 		u.Host = "[" + host + "]"
 	}
@@ -156,34 +126,6 @@ func (p Policy) Normalize(raw string) (string, error) {
 	return out, nil
 }
 
-// escapeQuery percent-encodes what net/url leaves raw in a query but a
-// client could read differently: space, '"', '<' and '>' (as browsers do)
-// and non-ASCII white space, control and format characters (U+00A0, U+0085,
-// U+2028, U+202E, ...), which can end a URL where it is printed or reorder
-// it on screen. Other non-ASCII characters stay as written (ASCII controls
-// never get here: url.Parse refuses them). Escapes already there are kept,
-// so the result is stable.
-func escapeQuery(q string) string {
-	const hexDigits = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(q); {
-		r, size := utf8.DecodeRuneInString(q[i:])
-		raw := q[i : i+size]
-		i += size
-		if r != ' ' && r != '"' && r != '<' && r != '>' &&
-			(r < utf8.RuneSelf || !unicode.IsSpace(r) && !unicode.IsControl(r) && !unicode.Is(unicode.Cf, r)) {
-			b.WriteString(raw)
-			continue
-		}
-		for j := 0; j < len(raw); j++ {
-			b.WriteByte('%')
-			b.WriteByte(hexDigits[raw[j]>>4])
-			b.WriteByte(hexDigits[raw[j]&15])
-		}
-	}
-	return b.String()
-}
-
 // host normalises a host name or IP literal and applies the private-network
 // rule.
 func (p Policy) host(h string) (string, error) {
@@ -194,7 +136,7 @@ func (p Policy) host(h string) (string, error) {
 		}
 		return p.ip(a)
 	}
-	ascii, err := NormalizeHost(h)
+	ascii, err := urlnorm.Host(h)
 	if err != nil || ascii == "" {
 		return "", refuse(ReasonHostInvalid, "the URL's host is not a valid domain name")
 	}
@@ -355,7 +297,7 @@ func OwnHost(s string) (string, error) {
 	if a, ok := parseIPv4(h); ok && endsInNumber(h) {
 		return a.String(), nil
 	}
-	return NormalizeHost(h)
+	return urlnorm.Host(h)
 }
 
 // PublicIP reports whether a is a public unicast address: not loopback,
@@ -375,7 +317,7 @@ func LocalName(host string) bool { return localName(strings.ToLower(strings.Trim
 // numeric reports whether host ends in a number; ok, whether it then
 // parses (browsers refuse such a host when it does not, e.g. 1.2.3.4.5).
 func ParseHostIPv4(host string) (a netip.Addr, numeric, ok bool) {
-	h, err := NormalizeHost(host)
+	h, err := urlnorm.Host(host)
 	if err != nil {
 		h = strings.ToLower(strings.TrimSuffix(host, "."))
 	}

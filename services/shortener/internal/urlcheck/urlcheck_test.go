@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/pkg/urlnorm"
 )
 
 var policy = Policy{MaxLength: 2048, OwnHosts: []string{"kurz.example", "127.0.0.1"}}
@@ -200,8 +201,8 @@ func FuzzValidateURL(f *testing.F) {
 			if a.String() != host || a.Is4In6() || a.Zone() != "" || !publicIP(a) {
 				t.Fatalf("Normalize(%q) = %q: IP host %q is not a public address in canonical form", raw, got, host)
 			}
-		} else if again, err := NormalizeHost(host); err != nil || again != host || localName(host) || !strings.Contains(host, ".") {
-			t.Fatalf("Normalize(%q) = %q: host %q is not a public name in normal form (NormalizeHost: %q, %v)", raw, got, host, again, err)
+		} else if again, err := urlnorm.Host(host); err != nil || again != host || localName(host) || !strings.Contains(host, ".") {
+			t.Fatalf("Normalize(%q) = %q: host %q is not a public name in normal form (urlnorm.Host: %q, %v)", raw, got, host, again, err)
 		}
 		if own, err := OwnHost(got); err != nil || own != host {
 			t.Fatalf("Normalize(%q) = %q: OwnHost reads host %q, %v; want %q", raw, got, own, err, host)
