@@ -272,6 +272,44 @@ func TestRacingInsertsCountOnce(t *testing.T) {
 	w.check(t, e.stats(code))
 }
 
+// A healthy consumer whose inserts are slow (600 ms against a ClaimIdle of
+// 1 s) under steady traffic is not stalled: it still takes over what a dead
+// consumer held.
+func TestSlowConsumerTakesOverADeadOnesEntries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "slow" + rnd()
+	e.xadd(e.mixed(code, 200)...)
+	q := allowAll(t)
+	e.crashAfterInsert(q, nil)
+	dead := e.pending()
+	if dead == 0 {
+		t.Fatal("the dead consumer holds nothing")
+	}
+
+	traffic := time.NewTicker(100 * time.Millisecond)
+	defer traffic.Stop()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-traffic.C:
+				e.xadd(e.mixed(code+"x", 3)...)
+			}
+		}
+	}()
+	opts := e.opts()
+	opts.hooks.beforeInsert = func(context.Context, int) { time.Sleep(600 * time.Millisecond) } // a slow ClickHouse
+	b := e.start(opts, e.rdb, e.store, q)
+	eventually(t, 20*time.Second, "the slow consumer claims the dead one's entries", func() (bool, string) {
+		n := metrictest.Counter(t, b.reader, MetricClaimed)
+		return n >= dead, fmt.Sprintf("claimed %d of %d", n, dead)
+	})
+}
+
 // TestStalledConsumerClaimsNothing: a consumer stuck in an insert holds its
 // entries past ClaimIdle. It must neither claim them back from itself (each
 // claim is a delivery, and enough of them dead-letter good clicks) nor take

@@ -21,6 +21,8 @@ func (c *Consumer) maintain(ctx, hard context.Context) {
 		case <-tick.C:
 		}
 		c.refreshLag(ctx)
+		// Claims stop at until: see stalled.
+		until := time.Now().Add(c.claimMargin())
 		// A consumer that cannot store what it holds must not take more
 		// from others: that would only count deliveries towards the
 		// dead-letter limit while ClickHouse is down. Nor may a stalled
@@ -35,7 +37,7 @@ func (c *Consumer) maintain(ctx, hard context.Context) {
 			continue
 		}
 		for shard := range c.keys {
-			if !c.claim(ctx, hard, shard) {
+			if !c.claim(ctx, hard, shard, until) {
 				return
 			}
 		}
@@ -43,16 +45,21 @@ func (c *Consumer) maintain(ctx, hard context.Context) {
 }
 
 // stalled reports whether any entry this consumer holds has been pending
-// with it for half of ClaimIdle: what it reads or claims is in its memory
-// until acknowledged, so such an entry means its batcher is not keeping
-// up. Half, not all of it: an entry just under ClaimIdle here would be
-// over it a moment later, when claim runs, and be claimed back from
+// with it for ClaimIdle less the claim margin: what it reads or claims is
+// in its memory until acknowledged, so such an entry means its batcher is
+// not keeping up. Not all of ClaimIdle: an entry just under it here would
+// be over it a moment later, when claim runs, and be claimed back from
 // ourselves (a delivery counted, seen in TestStalledConsumerClaimsNothing).
+// So the claims of a tick stop once the margin has passed since this
+// check began (the rest waits for the next tick): an own entry under the
+// threshold here is still under ClaimIdle when they run. The margin stays
+// small beside ClaimIdle, so a healthy consumer whose flushes are merely
+// slow still takes over a dead one's entries.
 func (c *Consumer) stalled(ctx context.Context) bool {
 	for _, key := range c.keys {
 		idle, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: key, Group: c.opts.Group, Consumer: c.opts.Name,
-			Idle: c.opts.ClaimIdle / 2, Start: "-", End: "+", Count: 1,
+			Idle: c.opts.ClaimIdle - c.claimMargin(), Start: "-", End: "+", Count: 1,
 		}).Result()
 		if err == nil && len(idle) > 0 {
 			return true
@@ -61,16 +68,24 @@ func (c *Consumer) stalled(ctx context.Context) bool {
 	return false
 }
 
+// claimMargin is how long a tick's claims may run after its stall check:
+// ClaimEvery (a tick's length), at most a quarter of ClaimIdle.
+func (c *Consumer) claimMargin() time.Duration { return min(c.opts.ClaimEvery, c.opts.ClaimIdle/4) }
+
 // claimRounds bounds the XAUTOCLAIM calls per shard and tick.
 const claimRounds = 10
 
 // claim takes over entries of shard idle for ClaimIdle (from any consumer,
 // this one included), dead-letters those delivered more than MaxDeliveries
-// times and hands the rest to the batcher. False means stop.
-func (c *Consumer) claim(ctx, hard context.Context, shard int) bool {
+// times and hands the rest to the batcher, until the time until (see
+// stalled). False means stop.
+func (c *Consumer) claim(ctx, hard context.Context, shard int, until time.Time) bool {
 	key := c.keys[shard]
 	start := "0-0"
 	for range claimRounds {
+		if !time.Now().Before(until) {
+			return true // the next tick goes on
+		}
 		msgs, next, deleted, err := c.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 			Stream: key, Group: c.opts.Group, Consumer: c.opts.Name,
 			MinIdle: c.opts.ClaimIdle, Start: start, Count: int64(c.opts.ReadCount),
