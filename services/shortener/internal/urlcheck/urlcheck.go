@@ -184,9 +184,18 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("64:ff9b:1::/48"),
 	netip.MustParsePrefix("100::/64"), // discard
 	netip.MustParsePrefix("2001:db8::/32"),
+	netip.MustParsePrefix("2001::/32"),       // Teredo: a tunnel to an address it hides
+	netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated)
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated (SIIT)
+	netip.MustParsePrefix("192.88.99.0/24"),  // 6to4 relays (deprecated)
 }
 
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+// nat64 and sixToFour embed an IPv4 address, which is judged instead:
+// 64:ff9b::a.b.c.d and 2002:aabb:ccdd::/48.
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
 
 func publicIP(a netip.Addr) bool {
 	if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
@@ -196,6 +205,10 @@ func publicIP(a netip.Addr) bool {
 	if nat64.Contains(a) { // judge the IPv4 address it embeds
 		b := a.As16()
 		return publicIP(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
+	}
+	if sixToFour.Contains(a) {
+		b := a.As16()
+		return publicIP(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
 	}
 	for _, p := range nonPublic {
 		if p.Contains(a) {

@@ -127,7 +127,7 @@ func TestAttemptRecordsNoInternalDetail(t *testing.T) {
 
 	sealer, _ := NewSealer(strings.Repeat("k", 32))
 	targets := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
-	s := &Sender{cfg: Config{Timeout: 2 * time.Second}, sealer: sealer, client: targets.Client(2 * time.Second), now: time.Now}
+	s := &Sender{cfg: Config{Timeout: 2 * time.Second}, sealer: sealer, client: targets.Client(2 * time.Second), allowHTTP: true, now: time.Now}
 	for _, tc := range []struct{ url, want string }{
 		{"https://receiver.invalid/kurz", "DNS lookup failed for receiver.invalid: no such host"},
 		{"http://" + refusedAddr + "/kurz", "connection refused"},
@@ -154,5 +154,69 @@ func TestAttemptRecordsNoInternalDetail(t *testing.T) {
 				t.Errorf("%s: last error %q shows the tenant %q", tc.url, o.err, d)
 			}
 		}
+	}
+}
+
+// A receiver that answers 101 Switching Protocols gets the connection as
+// the answer's body, which no client timeout bounds: the attempt fails at
+// once instead of reading it for as long as the receiver keeps it open.
+func TestAttemptDoesNotReadAnUpgradedConnection(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 1)
+	t.Cleanup(func() {
+		l.Close()
+		select {
+		case c := <-held:
+			c.Close()
+		default:
+		}
+	})
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = c.Read(make([]byte, 4096))
+		_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"))
+		held <- c // open until the test ends
+	}()
+	sealer, _ := NewSealer(strings.Repeat("k", 32))
+	targets := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	s := &Sender{cfg: Config{Timeout: time.Second}, sealer: sealer, client: targets.Client(time.Second), allowHTTP: true, now: time.Now}
+	c := claim{Delivery: Delivery{ID: "evt_1", SubscriptionID: "wh_1", EventType: "link.created", Data: []byte(`{}`)},
+		URL: "http://" + l.Addr().String() + "/kurz", Sealed: sealer.Seal("wh_1", newSecret())}
+	done := make(chan outcome, 1)
+	go func() { done <- s.attempt(context.Background(), c) }()
+	select {
+	case o := <-done:
+		if o.status != http.StatusSwitchingProtocols || !strings.Contains(o.err, "must answer 2xx") {
+			t.Errorf("outcome %+v, want a failed attempt with status 101", o)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the attempt was still reading the upgraded connection after 30 s (timeout 1 s)")
+	}
+}
+
+// A subscription to a plain http:// receiver, made while http was allowed,
+// is not sent to once it is not: the attempt fails for good, unsent.
+func TestAttemptSendsOverHTTPSOnlyUnlessAllowed(t *testing.T) {
+	reached := make(chan struct{}, 1)
+	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached <- struct{}{} }))
+	defer plain.Close()
+	sealer, _ := NewSealer(strings.Repeat("k", 32))
+	targets := Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	s := &Sender{cfg: Config{Timeout: time.Second}, sealer: sealer, client: targets.Client(time.Second), now: time.Now}
+	c := claim{Delivery: Delivery{ID: "evt_1", SubscriptionID: "wh_1", EventType: "link.created", Data: []byte(`{}`)},
+		URL: plain.URL + "/kurz", Sealed: sealer.Seal("wh_1", newSecret())}
+	if o := s.attempt(context.Background(), c); !o.dead || !strings.Contains(o.err, "not https") {
+		t.Errorf("outcome %+v, want dead: not https", o)
+	}
+	select {
+	case <-reached:
+		t.Error("the plain http receiver got the delivery")
+	default:
 	}
 }

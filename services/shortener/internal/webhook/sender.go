@@ -46,21 +46,23 @@ const (
 // claims due deliveries to fill them, POSTs each and records the outcome;
 // with nothing due it waits PollInterval or until a slot frees.
 type Sender struct {
-	cfg     Config
-	store   *Store
-	sealer  *Sealer
-	client  *http.Client
-	baseURL string
-	log     *slog.Logger
-	now     func() time.Time
-	sent    metric.Int64Counter
+	cfg    Config
+	store  *Store
+	sealer *Sealer
+	client *http.Client
+	// allowHTTP: plain http:// receivers may be sent to (Targets.AllowHTTP).
+	allowHTTP bool
+	baseURL   string
+	log       *slog.Logger
+	now       func() time.Time
+	sent      metric.Int64Counter
 }
 
 // NewSender returns a Sender; baseURL prefixes the short URLs in events.
 func NewSender(cfg Config, store *Store, sealer *Sealer, targets Targets, baseURL string, log *slog.Logger, meter metric.Meter) (*Sender, error) {
 	cfg.ConcurrencyPerTenant = min(cfg.ConcurrencyPerTenant, cfg.Concurrency)
 	cfg.ConcurrencyPerSubscription = min(cfg.ConcurrencyPerSubscription, cfg.ConcurrencyPerTenant)
-	s := &Sender{cfg: cfg, store: store, sealer: sealer, client: targets.Client(cfg.Timeout), baseURL: baseURL, log: log, now: time.Now}
+	s := &Sender{cfg: cfg, store: store, sealer: sealer, client: targets.Client(cfg.Timeout), allowHTTP: targets.AllowHTTP, baseURL: baseURL, log: log, now: time.Now}
 	var errs [4]error
 	s.sent, errs[0] = meter.Int64Counter("kurz.shortener.webhook.attempts",
 		metric.WithDescription("Webhook delivery attempts, by outcome: succeeded, retry (failed, attempted again later) or dead (failed for good, until redelivered)"),
@@ -269,6 +271,11 @@ func (s *Sender) attempt(ctx context.Context, c claim) outcome {
 	if err != nil {
 		return outcome{err: "bad url: " + err.Error(), dead: true}
 	}
+	if req.URL.Scheme != "https" && !s.allowHTTP {
+		// Subscribed while http:// was allowed: a signed body goes over
+		// TLS or not at all.
+		return outcome{err: "refused: the receiver's URL is not https, which this service requires", dead: true}
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 	req.Header.Set("Kurz-Event-Id", c.ID)
@@ -283,6 +290,15 @@ func (s *Sender) attempt(ctx context.Context, c claim) outcome {
 		return outcome{err: s.failure(err, req.URL.Hostname()), cause: cause}
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode < 200 {
+		// 101 Switching Protocols hands back the raw connection as the
+		// body, which neither the client's timeout nor ctx bounds: a
+		// receiver could hold the attempt (and its sender slot) for as
+		// long as it kept the socket open. No body of it is read.
+		return outcome{status: resp.StatusCode, err: fmt.Sprintf("HTTP %d: the receiver must answer 2xx", resp.StatusCode)}
+	}
+	// Whatever the body is, the attempt's deadline ends its reading.
+	defer context.AfterFunc(ctx, func() { resp.Body.Close() })()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return outcome{status: resp.StatusCode}
