@@ -43,7 +43,10 @@ func setupLinksImport(c *cli, fs *pflag.FlagSet) func([]string) error {
 		rep, err := c.importRows(gw, rows, *batch)
 		rep.Format = format
 		if err != nil {
-			if rep.Created > 0 {
+			switch {
+			case rep.Existing > 0:
+				fmt.Fprintf(c.stderr, "stopped after %d of %d rows (%d links created, %d imported before)\n", len(rep.Results), rep.Rows, rep.Created, rep.Existing)
+			case rep.Created > 0:
 				fmt.Fprintf(c.stderr, "stopped after %d of %d rows (%d links created)\n", len(rep.Results), rep.Rows, rep.Created)
 			}
 			return err

@@ -130,6 +130,23 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 		return rep, err
 	}
 
+	// existing marks row i as the caller's own link under its source code
+	// when lookup finds it there with the same URL.
+	existing := func(i int) (bool, error) {
+		l, found, err := lookup(ctx, rows[i].SourceCode)
+		if err != nil {
+			return false, fmt.Errorf("look up line %d's code %q: %w", rows[i].Line, rows[i].SourceCode, err)
+		}
+		if !found || !sameURL(l.GetLongUrl(), rows[i].LongURL) {
+			return false, nil
+		}
+		results[i].Code, results[i].ShortURL = l.GetCode(), l.GetShortUrl()
+		results[i].AliasKept, results[i].Existing = true, true
+		final[i] = true
+		done++
+		return true, nil
+	}
+
 	var retry []int
 	size := MaxBatch
 	send := func(idx []int, alias bool) error {
@@ -149,6 +166,19 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 				continue
 			}
 			if err != nil {
+				if lookup != nil && rateLimited(err) {
+					// A file sent again after a stop: the rows of the
+					// earlier run are reported though the new ones do
+					// not fit the quota now (the rest are not reached).
+					for k, i := range chunk {
+						if !withAlias[k] {
+							continue
+						}
+						if _, lerr := existing(i); lerr != nil {
+							break // the stop's error is the one to report
+						}
+					}
+				}
 				return fmt.Errorf("batch create of lines %d to %d: %w", rows[chunk[0]].Line, rows[chunk[len(chunk)-1]].Line, err)
 			}
 			idx = idx[len(chunk):]
@@ -163,15 +193,11 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 				i := chunk[k]
 				if e := res.GetError(); e != nil {
 					if withAlias[k] && e.GetCode() == "ALREADY_EXISTS" && lookup != nil {
-						l, found, err := lookup(ctx, rows[i].SourceCode)
+						found, err := existing(i)
 						if err != nil {
-							return fmt.Errorf("look up line %d's code %q: %w", rows[i].Line, rows[i].SourceCode, err)
+							return err
 						}
-						if found && sameURL(l.GetLongUrl(), rows[i].LongURL) {
-							results[i].Code, results[i].ShortURL = l.GetCode(), l.GetShortUrl()
-							results[i].AliasKept, results[i].Existing = true, true
-							final[i] = true
-							done++
+						if found {
 							continue
 						}
 					}
@@ -244,6 +270,12 @@ func sameURL(stored, row string) bool {
 
 // maxBatch is the largest batch err says the shortener takes (a
 // BATCH_SIZE_INVALID of the link creation quota), or 0.
+// rateLimited reports whether err is a quota's refusal (RATE_LIMITED).
+func rateLimited(err error) bool {
+	info, _, _ := rpcerr.Details(err)
+	return info.GetReason() == rpcerr.ReasonRateLimited
+}
+
 func maxBatch(err error) int {
 	info, _, _ := rpcerr.Details(err)
 	if info.GetReason() != "BATCH_SIZE_INVALID" {

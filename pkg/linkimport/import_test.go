@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/rpcerr"
@@ -23,7 +26,8 @@ type fakeShortener struct {
 	reserved map[string]bool
 	next     int
 	calls    [][]*shortenerv1.CreateLinkRequest
-	failCall int // 1-based call that fails; 0: none
+	failCall int   // 1-based call that fails; 0: none
+	failErr  error // its error (default: a plain one)
 }
 
 func newFake(taken ...string) *fakeShortener {
@@ -37,6 +41,9 @@ func newFake(taken ...string) *fakeShortener {
 func (f *fakeShortener) create(_ context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 	f.calls = append(f.calls, reqs)
 	if len(f.calls) == f.failCall {
+		if f.failErr != nil {
+			return nil, f.failErr
+		}
 		return nil, errors.New("quota exhausted")
 	}
 	if len(reqs) > MaxBatch {
@@ -276,5 +283,31 @@ func TestSameURLFollowsTheShortenersNormalForm(t *testing.T) {
 		if got := sameURL(tc.stored, tc.row); got != tc.want {
 			t.Errorf("sameURL(%q, %q) = %v, want %v", tc.stored, tc.row, got, tc.want)
 		}
+	}
+}
+
+// Sent again after a stop, a file whose first chunk the quota refuses
+// (its new rows do not fit yet) still reports the rows of the earlier run
+// as existing, with the quota's error for the rest.
+func TestImportWithLookupReportsExistingRowsOfARefusedChunk(t *testing.T) {
+	f := newFake("mine")
+	f.failCall = 1
+	f.failErr = rpcerr.RetryLater(codes.ResourceExhausted, rpcerr.ReasonRateLimited, "quota", time.Second, nil)
+	lookup := func(_ context.Context, code string) (*shortenerv1.Link, bool, error) {
+		if code != "mine" {
+			return nil, false, nil
+		}
+		return &shortenerv1.Link{Code: code, ShortUrl: "http://kurz.test/mine", LongUrl: "https://example.com/a"}, true, nil
+	}
+	rows := []Row{
+		{Line: 2, SourceCode: "mine", LongURL: "https://example.com/a"},
+		{Line: 3, SourceCode: "fresh", LongURL: "https://example.com/b"},
+	}
+	rep, err := ImportWith(context.Background(), rows, f.create, lookup, nil)
+	if err == nil || !rateLimited(err) {
+		t.Fatalf("error %v, want the quota's", err)
+	}
+	if rep.Existing != 1 || rep.Created != 0 || len(rep.Results) != 1 || rep.Results[0].Code != "mine" {
+		t.Errorf("report %+v; want line 2 existing as mine, line 3 not reached", rep)
 	}
 }
