@@ -94,6 +94,12 @@ type Config struct {
 	ServiceAuth svcauth.Config
 }
 
+// Check runs options for server.Main, before the service starts.
+func (c Config) Check() error {
+	_, _, err := c.options()
+	return err
+}
+
 func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 	keys, err := c.ServiceAuth.Keys()
 	errs := []error{err}

@@ -2,8 +2,6 @@ package quotaapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"net/netip"
@@ -71,20 +69,6 @@ func NewEnvoy(engine Engine, style HeaderStyle, keying clientip.Keying) *EnvoySe
 	return &EnvoyService{engine: engine, headers: style, keying: keying}
 }
 
-// envoyValue is a descriptor value as the engine sees it: a value over
-// maxDescriptorValue bytes becomes its SHA-256 digest. Envoy takes values
-// from request headers, which a client can pad; refusing them (as
-// CheckQuota does) would answer an error, and Envoy lets a request through
-// on an error unless failure_mode_deny is set. The digest keeps one
-// counter per distinct value.
-func envoyValue(v string) string {
-	if len(v) <= maxDescriptorValue {
-		return v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
@@ -124,16 +108,19 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 					v = s.keying.Key(a)
 				}
 			}
-			m[e.GetKey()] = envoyValue(v)
+			m[e.GetKey()] = v
 		}
 		// A domain with no rules limits nothing, as in envoyproxy/ratelimit:
 		// every descriptor is OK, so a reload that drops a domain does
 		// not turn into errors (and denials under failure_mode_deny).
-		// The cost is not bounded as CheckQuota's is: Envoy lets a request
-		// through on any error unless failure_mode_deny is set, so the
-		// larger a hits_addend the surer it would pass. A cost over a
-		// rule's capacity is denied by the rule, as any other.
-		if _, inv := validateDescriptors(m, nil); inv != nil {
+		// Neither the values nor the cost are bounded as CheckQuota's
+		// are: Envoy takes values from request headers, which a client can
+		// pad, and lets a request through on any error unless
+		// failure_mode_deny is set, so the longer a value or the larger a
+		// hits_addend the surer it would pass. The gRPC message bound (4
+		// MiB) bounds them; a rule's key holds a value over 64 bytes as its
+		// digest, and a cost over a rule's capacity is denied by the rule.
+		if _, inv := validateDescriptors(m, nil, false); inv != nil {
 			return nil, envoyField(inv, j).Status()
 		}
 		descs[j] = m
@@ -173,7 +160,7 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		out.Statuses[j] = st
 	}
 	if resp.GetDecidingRule() != "" {
-		out.ResponseHeadersToAdd = rateLimitHeaders(req.GetDomain(), resp, s.headers, int64(cost))
+		out.ResponseHeadersToAdd = rateLimitHeaders(req.GetDomain(), resp, s.headers, never(resp, owners, int64(cost)))
 	}
 	return out, nil
 }
@@ -233,21 +220,38 @@ func envoyLimit(d *ratelimitv1.RuleDecision) *rlsv3.RateLimitResponse_RateLimit 
 	return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_DAY}
 }
 
+// never reports whether a rule denied a cost it can never hold: the
+// request's cost, times the descriptor sets that share the rule's key
+// (owners: CheckEach decides such a key once, at that weight), over the
+// rule's capacity.
+func never(resp *ratelimitv1.CheckQuotaResponse, owners [][]int, cost int64) bool {
+	for i, d := range resp.GetDecisions() {
+		if d.GetAllowed() || d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW || d.GetCapacity() <= 0 {
+			continue
+		}
+		weight := int64(1)
+		if i < len(owners) {
+			weight = int64(max(1, len(owners[i])))
+		}
+		if cost*weight > d.GetCapacity() {
+			return true
+		}
+	}
+	return false
+}
+
 // rateLimitHeaders are the rate-limit fields of style for the deciding
 // rule (its policy named domain/rule), and Retry-After on a denial (whole
-// seconds, rounded up, at least 1) unless cost is more than the deciding
-// rule ever holds: waiting would not help.
-func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style HeaderStyle, cost int64) []*corev3.HeaderValue {
+// seconds, rounded up, at least 1) unless never: waiting would not help.
+func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style HeaderStyle, never bool) []*corev3.HeaderValue {
 	q := ratelimitfields.Quota{
 		Policy: domain + "/" + resp.GetDecidingRule(), Limit: resp.GetLimit(),
 		Remaining: resp.GetRemaining(), ResetAfter: resp.GetResetAfter().AsDuration(),
 		Allowed: resp.GetAllowed(), RetryAfter: resp.GetRetryAfter().AsDuration(),
 	}
-	never := false
 	for _, d := range resp.GetDecisions() {
 		if d.GetRule() == resp.GetDecidingRule() {
 			q.Window = d.GetWindow().AsDuration()
-			never = d.GetCapacity() > 0 && cost > d.GetCapacity()
 			break
 		}
 	}

@@ -52,9 +52,8 @@ func TestRateLimitHeaders(t *testing.T) {
 		return resp
 	}
 	allowed := decided(&ratelimitv1.CheckQuotaResponse{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: durationpb.New(2500 * time.Millisecond)}, time.Minute)
-	// A cost of 5 (below) against a capacity of 4: waiting would not help.
+	// A denial waiting would not help (never: TestNever).
 	beyond := decided(&ratelimitv1.CheckQuotaResponse{Limit: 4, Remaining: 4, RetryAfter: durationpb.New(time.Minute)}, time.Minute)
-	beyond.Decisions[1].Capacity = 4
 	tests := map[string]struct {
 		resp  *ratelimitv1.CheckQuotaResponse
 		style HeaderStyle
@@ -78,7 +77,7 @@ func TestRateLimitHeaders(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			var got []string
-			for _, h := range rateLimitHeaders("rl", tc.resp, tc.style, 5) {
+			for _, h := range rateLimitHeaders("rl", tc.resp, tc.style, tc.resp == beyond) {
 				got = append(got, h.GetKey()+"="+h.GetValue())
 			}
 			if fmt.Sprint(got) != tc.want {
@@ -125,5 +124,34 @@ func TestMoreRestrictive(t *testing.T) {
 				t.Errorf("moreRestrictive = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A request is never allowed when any enforced rule denied a cost it can
+// never hold, the deciding rule or another, at the weight of the
+// descriptor sets that share its key; a shadow rule decides nothing.
+func TestNever(t *testing.T) {
+	denied := func(capacity int64) *ratelimitv1.RuleDecision {
+		return &ratelimitv1.RuleDecision{Capacity: capacity, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}
+	}
+	shadow := denied(1)
+	shadow.Source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
+	allowed := denied(1)
+	allowed.Allowed = true
+	for name, tc := range map[string]struct {
+		decisions []*ratelimitv1.RuleDecision
+		owners    [][]int
+		cost      int64
+		want      bool
+	}{
+		"within every capacity":    {[]*ratelimitv1.RuleDecision{denied(100), denied(50)}, [][]int{{0}, {0}}, 20, false},
+		"over another rule's":      {[]*ratelimitv1.RuleDecision{denied(100), denied(10)}, [][]int{{0}, {0}}, 20, true},
+		"over it at weight 2":      {[]*ratelimitv1.RuleDecision{denied(100)}, [][]int{{0, 1}}, 60, true},
+		"within it at weight 1":    {[]*ratelimitv1.RuleDecision{denied(100)}, [][]int{{0}}, 60, false},
+		"shadow and allowed rules": {[]*ratelimitv1.RuleDecision{shadow, allowed, denied(100)}, [][]int{{0}, {0}, {0}}, 20, false},
+	} {
+		if got := never(&ratelimitv1.CheckQuotaResponse{Decisions: tc.decisions}, tc.owners, tc.cost); got != tc.want {
+			t.Errorf("%s: never = %v, want %v", name, got, tc.want)
+		}
 	}
 }

@@ -97,11 +97,12 @@ func validate(rules *ratelimit.Ruleset, domain string, desc map[string]string, c
 	if !rules.HasDomain(domain) {
 		return 0, rpcerr.Invalidf("domain", ReasonDomainUnknown, "unknown domain %q; configured domains: %v", domain, rules.Domains())
 	}
-	return validateDescriptors(desc, cost)
+	return validateDescriptors(desc, cost, true)
 }
 
-// validateDescriptors bounds a request's descriptors and cost.
-func validateDescriptors(desc map[string]string, cost *uint32) (int64, *rpcerr.Invalid) {
+// validateDescriptors bounds a request's descriptors (their values too if
+// boundValues) and cost.
+func validateDescriptors(desc map[string]string, cost *uint32, boundValues bool) (int64, *rpcerr.Invalid) {
 	if len(desc) > maxDescriptors {
 		return 0, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "%d descriptors: at most %d", len(desc), maxDescriptors)
 	}
@@ -109,7 +110,7 @@ func validateDescriptors(desc map[string]string, cost *uint32) (int64, *rpcerr.I
 		if k == "" || len(k) > maxDescriptorKey {
 			return 0, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "descriptor name %q: want 1 to %d bytes", truncate(k), maxDescriptorKey)
 		}
-		if len(v) > maxDescriptorValue {
+		if boundValues && len(v) > maxDescriptorValue {
 			return 0, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "descriptor %q: value of %d bytes, at most %d", k, len(v), maxDescriptorValue)
 		}
 	}
