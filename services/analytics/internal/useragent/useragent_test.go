@@ -7,6 +7,9 @@ func TestClassify(t *testing.T) {
 		ua   string
 		want Class
 	}{
+		"pinterest's in-app browser on ios": {
+			"Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 [Pinterest/iOS]",
+			Class{Browser: "Safari", OS: "iOS", Device: Mobile}},
 		"chrome on windows": {
 			"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Safari/537.36",
 			Class{Browser: "Chrome", OS: "Windows", Device: Desktop}},

@@ -3,6 +3,7 @@ package rulestore
 import (
 	"testing"
 
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/services/limiter/internal/ratelimit"
 )
 
@@ -45,4 +46,29 @@ func TestBootstrapFileCompiles(t *testing.T) {
 			t.Errorf("bootstrap lacks domain %s", domain)
 		}
 	}
+}
+
+// Password attempts are bounded per address over all links, not only per
+// address and link: each attempt costs an Argon2 check, and one key holder
+// can make many password links. The rule is enforced and fails closed.
+func TestBootstrapBoundsPasswordAttemptsPerAddress(t *testing.T) {
+	cfg, err := Parse(Bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := ratelimit.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, applied := rules.Match("links.password", map[string]string{"ip": "198.51.100.7", "code": "any"})
+	for _, a := range applied {
+		if a.Rule.Shadow || a.Rule.FailureMode != ratelimitv1.FailureMode_FAILURE_MODE_CLOSED || len(a.Rule.Key) != 1 || a.Rule.Key[0] != "ip" {
+			continue
+		}
+		if a.Rule.Limit > 1000 {
+			t.Errorf("links.password/%s allows %d attempts per address: no bound on Argon2 work", a.Rule.Name, a.Rule.Limit)
+		}
+		return
+	}
+	t.Error("links.password has no enforced, fail-closed rule keyed on ip alone")
 }

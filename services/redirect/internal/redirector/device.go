@@ -84,13 +84,16 @@ func deviceTarget(e linkcache.Entry, ua string) string {
 // previewTokens are lowercase substrings of the User-Agents of link-preview
 // fetchers: chat apps and social networks that GET a link as soon as it is
 // posted, to draw a card. They must not spend a visit-limited link's visits
-// nor see where it leads. (The analytics service classifies them as bots too,
-// with a broader table of its own.)
+// nor see where it leads. Each names the fetcher, not the app: the in-app
+// browsers of Snapchat, Pinterest and Viber carry the app's name, and a
+// person tapping a link there must be sent on (Snap's fetcher says "Snap
+// URL Preview Service"). (The analytics service classifies them as bots
+// too, with a broader table of its own.)
 var previewTokens = []string{
 	"slackbot", "slack-imgproxy", "facebookexternalhit", "facebot", "twitterbot",
 	"discordbot", "whatsapp", "telegrambot", "linkedinbot", "skypeuripreview",
-	"applebot", "iframely", "redditbot", "pinterest", "embedly",
-	"google-pagerenderer", "mastodon", "bitlybot", "vkshare", "snapchat", "viber",
+	"applebot", "iframely", "redditbot", "pinterestbot", "embedly",
+	"google-pagerenderer", "mastodon", "bitlybot", "vkshare",
 	"bluesky", "cardyb", "outbrain", "preview",
 }
 

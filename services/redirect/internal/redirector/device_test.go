@@ -92,6 +92,19 @@ func TestIsPreviewBot(t *testing.T) {
 			t.Errorf("%s: IsPreviewBot(%q) = true, want false", name, tc.ua)
 		}
 	}
+	// In-app browsers name their app: a person, sent on.
+	for _, ua := range []string{
+		"Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 Snapchat/12.60.0.50 (like Safari/8617.1.17.10.6, panda)",
+		"Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 [Pinterest/iOS]",
+		"Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Mobile Safari/537.36 Viber/21.0",
+	} {
+		if IsPreviewBot(ua) {
+			t.Errorf("in-app browser %q: IsPreviewBot = true, want false", ua)
+		}
+	}
+	if !IsPreviewBot("Mozilla/5.0 (compatible; Snap URL Preview Service; bot; snapchat_preview@snap.com)") {
+		t.Error("Snap's preview fetcher: IsPreviewBot = false, want true")
+	}
 }
 
 // The classification runs on every redirect of a link with per-device
