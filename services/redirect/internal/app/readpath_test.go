@@ -46,6 +46,27 @@ func TestImplausibleCodeIsAnswered404WithoutIO(t *testing.T) {
 	if resp := do(t, http.MethodPost, r.HTTP+"/abcd1234"); resp.StatusCode != http.StatusMethodNotAllowed && resp.StatusCode != http.StatusNotFound {
 		t.Errorf("POST /code: %d", resp.StatusCode)
 	}
+	// A code's other methods are 405 (a live link is not "no such
+	// link"), with no lookup; TRACE and implausible codes stay 404.
+	pgBefore, rcBefore := pg.total(), rc.total()
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{http.MethodDelete, "/abcd1234", http.StatusMethodNotAllowed},
+		{http.MethodPut, "/abcd1234", http.StatusMethodNotAllowed},
+		{http.MethodOptions, "/abcd1234", http.StatusMethodNotAllowed},
+		{http.MethodTrace, "/abcd1234", http.StatusNotFound},
+		{http.MethodDelete, "/a.b.c", http.StatusNotFound},
+	} {
+		resp := do(t, tc.method, r.HTTP+tc.path)
+		if resp.StatusCode != tc.want || (tc.want == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "") {
+			t.Errorf("%s %s: %d Allow %q, want %d", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), tc.want)
+		}
+	}
+	if pg.total() != pgBefore || rc.total() != rcBefore {
+		t.Errorf("other methods caused lookups: %d PostgreSQL, %d Redis", pg.total()-pgBefore, rc.total()-rcBefore)
+	}
 }
 
 // TestRequestCollapsing: N concurrent first requests for one code (in no
@@ -306,5 +327,18 @@ func TestMissPathRateLimited(t *testing.T) {
 	open := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": "127.0.0.1:1"}, hooks{})
 	if resp := get(t, open.HTTP, "/"+f.code()); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("limiter down, fail-open miss path: %d, want 404", resp.StatusCode)
+	}
+}
+
+// A stored URL whose query holds non-ASCII characters (the shortener keeps
+// them as written) is sent as a URI: Location percent-encodes them.
+func TestLocationIsASCII(t *testing.T) {
+	f := newFixture(t)
+	code := f.code()
+	f.insert(code, "utf8", "https://xn--bcher-kva.example/%C3%BC?ä=ö", 0, nil, false)
+	r := start(t, nil, hooks{})
+	resp := get(t, r.HTTP, "/"+code)
+	if want := "https://xn--bcher-kva.example/%C3%BC?%C3%A4=%C3%B6"; resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != want {
+		t.Errorf("GET: %d Location %q, want 302 %q", resp.StatusCode, resp.Header.Get("Location"), want)
 	}
 }

@@ -138,3 +138,20 @@ func BenchmarkIsPreviewBot(b *testing.B) {
 		_ = IsPreviewBot(ua)
 	}
 }
+
+// A Location header is a URI: a stored URL's non-ASCII bytes (a query kept
+// as written) go out percent-encoded, and an ASCII URL as it is.
+func TestASCIIURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://example.com/a?q=1#f":              "https://example.com/a?q=1#f",
+		"https://xn--bcher-kva.example/%C3%BC?ä=ö": "https://xn--bcher-kva.example/%C3%BC?%C3%A4=%C3%B6",
+		"https://example.com/?x=%3C%22ü":           "https://example.com/?x=%3C%22%C3%BC",
+	} {
+		if got := asciiURL(in); got != want {
+			t.Errorf("asciiURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = asciiURL("https://example.com/a?q=1") }); n != 0 {
+		t.Errorf("an ASCII URL allocates %v times, want 0", n)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"runtime"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -190,11 +191,20 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 }
 
 // Register puts the routes on mux: /{code} for GET and HEAD, POST /{code}
-// for password forms, and a neutral 404 for every other path the service
-// does not own.
+// for password forms, 405 for a code's other methods (a PUT or DELETE on a
+// live link is not "no such link"; nothing is looked up), and a neutral
+// 404 for every other path the service does not own.
 func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{code}", h.serveCode)
 	mux.HandleFunc("POST /{code}", h.serveAttempt)
+	mux.HandleFunc("/{code}", func(w http.ResponseWriter, r *http.Request) {
+		if !linkcode.Plausible(r.PathValue("code")) || r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+			page(w, http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		page(w, http.StatusMethodNotAllowed)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { page(w, http.StatusNotFound) })
 }
 
@@ -500,9 +510,35 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 	default:
 		hdr["Cache-Control"] = ccPrivate
 	}
-	hdr["Location"] = []string{target}
+	hdr["Location"] = []string{asciiURL(target)}
 	w.WriteHeader(status)
 	return status
+}
+
+// asciiURL is u with every byte over 0x7F percent-encoded: a stored URL
+// keeps non-ASCII characters of its query as written (the shortener
+// escapes only what could end or reorder it), and a Location header must
+// be a URI, which clients otherwise read in an encoding of their own
+// (Latin-1). A URL of ASCII, nearly every one, is returned as it is.
+func asciiURL(u string) string {
+	i := 0
+	for i < len(u) && u[i] < utf8.RuneSelf {
+		i++
+	}
+	if i == len(u) {
+		return u
+	}
+	const hexDigits = "0123456789ABCDEF"
+	b := make([]byte, 0, len(u)+16)
+	b = append(b, u[:i]...)
+	for ; i < len(u); i++ {
+		if c := u[i]; c >= utf8.RuneSelf {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
 }
 
 // untilExpiry is the Cache-Control value of a cacheable redirect: cc, the
@@ -662,7 +698,7 @@ func (h *Handler) attrs(source string, status int) telemetry.Opts {
 // The pages reflect nothing from the request.
 var pages = map[int]string{
 	http.StatusBadRequest:            "The form could not be read.",
-	http.StatusMethodNotAllowed:      "This short link only answers GET and HEAD.",
+	http.StatusMethodNotAllowed:      "This short link answers GET and HEAD (and POST, for a password).",
 	http.StatusRequestEntityTooLarge: "The form is too large.",
 	http.StatusUnsupportedMediaType:  "The form must be sent as application/x-www-form-urlencoded.",
 	http.StatusInternalServerError:   "Something went wrong on our side. Please try again later.",
