@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"kurz.dev/pkg/urlnorm"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
 
@@ -90,11 +91,29 @@ func (t Targets) Check(raw string) (string, error) {
 			}
 		}
 	}
-	switch {
-	case a.IsValid() && !t.allowed(a):
+	local := t.allowed(netip.MustParseAddr("127.0.0.1")) // development: local names too
+	if !a.IsValid() && !local {
+		// A name as the resolver will see it (punycode, lower case): a
+		// Unicode look-alike of a local name is that name. One label
+		// is an intranet name (or one the resolver's search domains
+		// complete): a tenant could learn which exist from the
+		// deliveries' errors.
+		ascii, err := urlnorm.Host(host)
+		switch {
+		case err != nil:
+			return "", errors.New("url's host is not a valid domain name")
+		case urlcheck.LocalName(ascii):
+			return "", errors.New("url names a local host")
+		case !strings.Contains(ascii, "."):
+			return "", errors.New("url's host must be a fully qualified domain name")
+		}
+		if port := u.Port(); port != "" {
+			ascii += ":" + port
+		}
+		u.Host = ascii
+	}
+	if a.IsValid() && !t.allowed(a) {
 		return "", errors.New("url points to a private, loopback, link-local or otherwise non-public address")
-	case !a.IsValid() && urlcheck.LocalName(host) && !t.allowed(netip.MustParseAddr("127.0.0.1")):
-		return "", errors.New("url names a local host")
 	}
 	return u.String(), nil
 }
@@ -118,8 +137,19 @@ func (t Targets) Client(timeout time.Duration) *http.Client {
 		},
 	}
 	tr := &http.Transport{
-		Proxy:                  nil,
-		DialContext:            d.DialContext,
+		Proxy: nil,
+		// Names of several labels resolve as absolute (a trailing dot):
+		// the resolver's search domains (a cluster's svc.cluster.local)
+		// never complete them into internal names. (Check refuses names
+		// of one label but in development.) TLS and Host use the URL's.
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if host, port, err := net.SplitHostPort(addr); err == nil && strings.Contains(host, ".") && !strings.HasSuffix(host, ".") {
+				if _, err := netip.ParseAddr(host); err != nil {
+					addr = net.JoinHostPort(host+".", port)
+				}
+			}
+			return d.DialContext(ctx, network, addr)
+		},
 		TLSHandshakeTimeout:    timeout,
 		ResponseHeaderTimeout:  timeout,
 		MaxIdleConns:           64,

@@ -21,6 +21,10 @@ func TestCheckRefusesWhatNoOperatorAllowed(t *testing.T) {
 		"https://192.168.1.1/", "https://[fe80::1]/", "https://224.0.0.1/", "https://100.64.0.1/",
 		"https://[::ffff:127.0.0.1]/", "https://localhost/", "https://printer.local/", "https:///nohost",
 		"https://example.com/" + strings.Repeat("a", maxURLLength),
+		// One label (an intranet name, or one the search domains complete),
+		// and a Unicode look-alike of a local name.
+		"https://vm:5433/", "https://redis/", "https://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ/", "https://db.ⓘⓝⓣⓔⓡⓝⓐⓛ/",
+		"https://[2002:7f00:1::1]/",
 	} {
 		if got, err := strict.Check(raw); err == nil {
 			t.Errorf("Check(%q) = %q, want an error", raw, got)
@@ -28,6 +32,9 @@ func TestCheckRefusesWhatNoOperatorAllowed(t *testing.T) {
 	}
 	if _, err := strict.Check("https://hooks.example.com/kurz?x=1"); err != nil {
 		t.Errorf("a public https URL: %v", err)
+	}
+	if got, err := strict.Check("https://BÜCHER.example:8443/kurz"); err != nil || got != "https://xn--bcher-kva.example:8443/kurz" {
+		t.Errorf("a Unicode host: %q, %v; want it subscribed in punycode", got, err)
 	}
 	lenient := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	for _, raw := range []string{"http://127.0.0.1:9/x", "http://localhost:9/"} {
