@@ -39,7 +39,7 @@ type Class struct {
 var botTokens = []string{
 	"googlebot", "bingbot", "slurp", "duckduckbot", "baiduspider", "yandex",
 	"facebookexternalhit", "facebot", "twitterbot", "slackbot", "slack-imgproxy",
-	"discordbot", "whatsapp", "telegrambot", "linkedinbot", "applebot", "pinterestbot",
+	"discordbot", "whatsapp", "telegrambot", "linkedinbot", "applebot", "pinterestbot", "pinterest/0.",
 	"skypeuripreview", "embedly", "iframely", "redditbot", "mastodon", "google-pagerenderer",
 	"bitlybot", "ahrefs", "semrush",
 	"curl/", "wget", "python-requests", "python-urllib", "aiohttp", "go-http-client",

@@ -247,7 +247,9 @@ func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style
 	q := ratelimitfields.Quota{
 		Policy: domain + "/" + resp.GetDecidingRule(), Limit: resp.GetLimit(),
 		Remaining: resp.GetRemaining(), ResetAfter: resp.GetResetAfter().AsDuration(),
-		Allowed: resp.GetAllowed(), RetryAfter: resp.GetRetryAfter().AsDuration(),
+		// A denial no wait can lift is told as the rule stands (its
+		// remaining, its reset), not as "empty until retry-after".
+		Allowed: resp.GetAllowed() || never, RetryAfter: resp.GetRetryAfter().AsDuration(),
 	}
 	for _, d := range resp.GetDecisions() {
 		if d.GetRule() == resp.GetDecidingRule() {
@@ -266,7 +268,7 @@ func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style
 			h = append(h, &corev3.HeaderValue{Key: f[0], Value: f[1]})
 		}
 	}
-	if !q.Allowed && !never {
+	if !q.Allowed {
 		h = append(h, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(1, ratelimitfields.CeilSeconds(q.RetryAfter)), 10)})
 	}
 	return h

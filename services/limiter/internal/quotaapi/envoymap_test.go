@@ -73,6 +73,8 @@ func TestRateLimitHeaders(t *testing.T) {
 			"[RateLimit-Limit=4 RateLimit-Remaining=0 RateLimit-Reset=0 Retry-After=1]"},
 		"denied, more than it ever holds: no retry": {beyond, HeadersLegacy,
 			"[RateLimit-Limit=4 RateLimit-Remaining=4 RateLimit-Reset=0]"},
+		"denied, more than it ever holds: the rule as it stands": {beyond, HeadersDraft,
+			`[RateLimit-Policy="rl/per-user";q=4;w=60 RateLimit="rl/per-user";r=4;t=0]`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

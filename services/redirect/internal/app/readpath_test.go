@@ -58,6 +58,7 @@ func TestImplausibleCodeIsAnswered404WithoutIO(t *testing.T) {
 		{http.MethodOptions, "/abcd1234", http.StatusMethodNotAllowed},
 		{http.MethodTrace, "/abcd1234", http.StatusNotFound},
 		{http.MethodDelete, "/a.b.c", http.StatusNotFound},
+		{http.MethodPut, "/healthz", http.StatusNotFound}, // no code: a path of ours
 	} {
 		resp := do(t, tc.method, r.HTTP+tc.path)
 		if resp.StatusCode != tc.want || (tc.want == http.StatusMethodNotAllowed && resp.Header.Get("Allow") == "") {

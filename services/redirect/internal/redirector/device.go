@@ -92,7 +92,7 @@ func deviceTarget(e linkcache.Entry, ua string) string {
 var previewTokens = []string{
 	"slackbot", "slack-imgproxy", "facebookexternalhit", "facebot", "twitterbot",
 	"discordbot", "whatsapp", "telegrambot", "linkedinbot", "skypeuripreview",
-	"applebot", "iframely", "redditbot", "pinterestbot", "embedly",
+	"applebot", "iframely", "redditbot", "pinterestbot", "pinterest/0.", "embedly",
 	"google-pagerenderer", "mastodon", "bitlybot", "vkshare",
 	"bluesky", "cardyb", "outbrain", "preview",
 }

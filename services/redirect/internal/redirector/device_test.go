@@ -79,6 +79,7 @@ func TestIsPreviewBot(t *testing.T) {
 		"Iframely/1.3.1 (+https://iframely.com/docs/about)",
 		"Mozilla/5.0 (compatible; redditbot/1.0; +http://www.reddit.com/feedback)",
 		"Mozilla/5.0 (compatible; Pinterestbot/1.0; +http://www.pinterest.com/bot.html)",
+		"Pinterest/0.2 (+https://www.pinterest.com/bot.html)",
 		"Mozilla/5.0 (compatible; Embedly/0.2; +http://support.embed.ly/)",
 		"Mozilla/5.0 (Windows NT 6.1) Chrome/56.0 Safari/537.36 Google (+https://developers.google.com/+/web/snippet/) Google-PageRenderer",
 		"http.rb/5.1.1 (Mastodon/4.2.8; +https://mastodon.social/)",

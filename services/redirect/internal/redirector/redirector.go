@@ -198,7 +198,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{code}", h.serveCode)
 	mux.HandleFunc("POST /{code}", h.serveAttempt)
 	mux.HandleFunc("/{code}", func(w http.ResponseWriter, r *http.Request) {
-		if !linkcode.Plausible(r.PathValue("code")) || r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+		if c := r.PathValue("code"); !linkcode.Plausible(c) || linkcode.Reserved(c) || r.Method == http.MethodConnect || r.Method == http.MethodTrace {
 			page(w, http.StatusNotFound)
 			return
 		}

@@ -99,6 +99,9 @@ func (t Targets) Check(raw string) (string, error) {
 		// complete): a tenant could learn which exist from the
 		// deliveries' errors.
 		ascii, err := urlnorm.Host(host)
+		// IDNA maps a full-width or ideographic full stop to "." after
+		// Host trimmed the ASCII one: "vm\uff0e" is "vm.", one label.
+		ascii = strings.TrimSuffix(ascii, ".")
 		switch {
 		case err != nil:
 			return "", errors.New("url's host is not a valid domain name")
@@ -122,6 +125,7 @@ func (t Targets) Check(raw string) (string, error) {
 // hide the address dialled), every dialled address checked, redirects not
 // followed, each attempt bounded by timeout.
 func (t Targets) Client(timeout time.Duration) *http.Client {
+	local := t.allowed(netip.MustParseAddr("127.0.0.1")) // development: local names too
 	d := &net.Dialer{
 		Timeout: timeout,
 		Control: func(_, address string, _ syscall.RawConn) error {
@@ -143,9 +147,16 @@ func (t Targets) Client(timeout time.Duration) *http.Client {
 		// never complete them into internal names. (Check refuses names
 		// of one label but in development.) TLS and Host use the URL's.
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if host, port, err := net.SplitHostPort(addr); err == nil && strings.Contains(host, ".") && !strings.HasSuffix(host, ".") {
+			if host, port, err := net.SplitHostPort(addr); err == nil {
 				if _, err := netip.ParseAddr(host); err != nil {
-					addr = net.JoinHostPort(host+".", port)
+					name := strings.TrimSuffix(host, ".")
+					if !strings.Contains(name, ".") && !local {
+						// Subscribed before Check refused one label.
+						return nil, fmt.Errorf("%w: %s is not a fully qualified name", errNotAllowed, host)
+					}
+					if strings.Contains(name, ".") {
+						addr = net.JoinHostPort(name+".", port)
+					}
 				}
 			}
 			return d.DialContext(ctx, network, addr)

@@ -24,6 +24,7 @@ func TestCheckRefusesWhatNoOperatorAllowed(t *testing.T) {
 		// One label (an intranet name, or one the search domains complete),
 		// and a Unicode look-alike of a local name.
 		"https://vm:5433/", "https://redis/", "https://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ/", "https://db.ⓘⓝⓣⓔⓡⓝⓐⓛ/",
+		"https://vm\uff0e/x", "https://runsc\u3002/x",
 		"https://[2002:7f00:1::1]/",
 	} {
 		if got, err := strict.Check(raw); err == nil {
@@ -216,5 +217,14 @@ func TestBodySplitsTheLinkKey(t *testing.T) {
 		if !strings.Contains(string(b), `"data":`+tc.want+`}`) {
 			t.Errorf("body of %s = %s, want data %s", tc.data, b, tc.want)
 		}
+	}
+}
+
+// A receiver of one label subscribed before Check refused them is not
+// dialled either (the resolver's search domains would complete it).
+func TestClientRefusesANameOfOneLabel(t *testing.T) {
+	_, err := Targets{}.Client(time.Second).Post("https://intranet-zz/kurz", "application/json", nil)
+	if err == nil || !dialRefused(err) {
+		t.Errorf("POST to a one-label name: %v, want a refused dial", err)
 	}
 }
