@@ -569,7 +569,7 @@ func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
 type ListWebhookDeliveriesRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	WebhookId string                 `protobuf:"bytes,1,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
-	// 1 to 100; 0: 50.
+	// 1 to 100 (the gateway refuses 0; through gRPC, 0 means 50).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From a previous ListWebhookDeliveriesResponse.next_page_token.
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`

@@ -5,11 +5,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/codes"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/callmeta"
@@ -40,6 +42,25 @@ func bearer(values []string) (string, bool) {
 	return token, true
 }
 
+// crossSite reports whether a browser sent r from another site's page: a
+// form or a no-cors fetch there is a simple request, sent without asking,
+// so without it any page could have its visitors' browsers create
+// anonymous links (with an alias it picks) from their addresses, spreading
+// the per-IP bound over them. Browsers say so in Sec-Fetch-Site, and in
+// an Origin that is not the gateway's own (or "null"); clients that are
+// not browsers send neither.
+func crossSite(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" {
+		return s == "cross-site"
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return false
+	}
+	u, err := url.Parse(o)
+	return err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host)
+}
+
 // authenticate resolves the tenant a call acts for: from its API key, or
 // "anonymous" on routes that allow it when the request carries no key. A
 // request carrying credentials is first checked against the brute-force
@@ -48,6 +69,10 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 	values := c.r.Header.Values("Authorization")
 	if len(values) == 0 {
 		if anonymousOK && a.opts.AllowAnonymous {
+			if crossSite(c.r) {
+				return newError(http.StatusForbidden, codeName(codes.PermissionDenied),
+					"anonymous link creation is refused from another site's page: send an API key")
+			}
 			c.st.setTenant(callmeta.AnonymousTenant)
 			return nil
 		}

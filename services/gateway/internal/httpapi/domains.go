@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -17,6 +18,11 @@ func pathDomain(c *call) (string, error) {
 	name := c.r.PathValue("name")
 	if len(name) > linkdomain.MaxLength+1 {
 		return "", badRequest("the domain in the path is too long: at most 253 characters")
+	}
+	if strings.Contains(name, "/") {
+		// %2F, decoded: no domain holds one, and the mapped route would
+		// see two path segments.
+		return "", badParameter("name", "the domain in the path must not contain '/'")
 	}
 	return name, nil
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/url"
 	"strconv"
+	"strings"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
@@ -14,8 +15,8 @@ const maxWebhookID = 64
 // delivery's id), refusing an empty or oversized one.
 func pathWebhookID(c *call, name string) (string, error) {
 	id := c.r.PathValue(name)
-	if id == "" || len(id) > maxWebhookID {
-		return "", badRequest("the " + name + " in the path must be 1 to 64 characters")
+	if id == "" || len(id) > maxWebhookID || strings.Contains(id, "/") {
+		return "", badParameter(name, "the "+name+" in the path must be 1 to 64 characters, without '/'")
 	}
 	return id, nil
 }
