@@ -87,10 +87,7 @@ tenants: {acme: free}
 		t.Fatalf("seed with a new rule: wrote %d, err %v; want 1", n, err)
 	}
 
-	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := load(t, pool)
 	var names []string
 	limits := map[string]int64{}
 	for _, r := range got.Domains["api"].Rules {
@@ -120,6 +117,16 @@ func seed(t *testing.T, pool *pgxpool.Pool, rules string) {
 	}
 }
 
+// load reads the rules back from pool as a limiter does.
+func load(t *testing.T, pool *pgxpool.Pool) ratelimit.Config {
+	t.Helper()
+	got, err := (&PostgresSource{Pool: pool}).Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // A plan limit whose rule was deleted (or renamed) with SQL is left out of
 // the rules, not a reason to refuse them all: plan changes keep applying,
 // and a limiter can still start.
@@ -143,10 +150,7 @@ tenants: {acme: pro}
 	if err := SetTenantPlan(ctx, pool, "acme", "free"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := load(t, pool)
 	if _, ok := got.Plans["free"]["api/b"]; ok || got.Plans["free"]["api/a"].Limit != 5 {
 		t.Errorf("plan free loaded as %v; want api/a's limit and no api/b", got.Plans["free"])
 	}
@@ -179,10 +183,7 @@ plans:
 	if _, err := pool.Exec(ctx, `UPDATE rl_plan_limits SET spec = jsonb_set(spec, '{limit}', '900000') WHERE plan = 'big'`); err != nil {
 		t.Fatal(err)
 	}
-	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := load(t, pool)
 	if _, err := ratelimit.Compile(got); err != nil {
 		t.Fatalf("rules with a sliding log over the bound do not compile: %v", err)
 	}
@@ -198,23 +199,13 @@ plans:
 // and a misspelt lease field in a rule file is an error.
 func TestLeaseRoundTripsThroughPostgres(t *testing.T) {
 	pool := isolated(t)
-	ctx := context.Background()
-	cfg, err := Parse([]byte(`
+	seed(t, pool, `
 domains:
   hot:
     rules:
       - {name: a, key: [user], algorithm: token_bucket, limit: 100, window: 1m, failure_mode: open, lease: {size: 10, ttl: 2s}}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Seed(ctx, pool, cfg); err != nil {
-		t.Fatal(err)
-	}
-	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
+	got := load(t, pool)
 	rs, err := ratelimit.Compile(got)
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,10 @@ func (t Targets) allowed(a netip.Addr) bool {
 	return urlcheck.PublicIP(a)
 }
 
+// localNames reports whether receivers may be local names (localhost, one
+// label): only where loopback is allow-listed, for development.
+func (t Targets) localNames() bool { return t.allowed(netip.MustParseAddr("127.0.0.1")) }
+
 // Check validates a receiver URL when it is subscribed and returns it
 // normalised; the problem is a sentence for the caller.
 func (t Targets) Check(raw string) (string, error) {
@@ -91,8 +95,7 @@ func (t Targets) Check(raw string) (string, error) {
 			}
 		}
 	}
-	local := t.allowed(netip.MustParseAddr("127.0.0.1")) // development: local names too
-	if !a.IsValid() && !local {
+	if !a.IsValid() && !t.localNames() {
 		// A name as the resolver will see it (punycode, lower case): a
 		// Unicode look-alike of a local name is that name. One label
 		// is an intranet name (or one the resolver's search domains
@@ -125,7 +128,7 @@ func (t Targets) Check(raw string) (string, error) {
 // hide the address dialled), every dialled address checked, redirects not
 // followed, each attempt bounded by timeout.
 func (t Targets) Client(timeout time.Duration) *http.Client {
-	local := t.allowed(netip.MustParseAddr("127.0.0.1")) // development: local names too
+	local := t.localNames()
 	d := &net.Dialer{
 		Timeout: timeout,
 		Control: func(_, address string, _ syscall.RawConn) error {
