@@ -171,6 +171,36 @@ func TestConfigContextPrecedence(t *testing.T) {
 	}
 }
 
+// A context's credentials go to its own gateway only: --url or KURZ_URL
+// naming another gets none of them, and its 401 says why.
+func TestContextCredentialsStayWithTheirGateway(t *testing.T) {
+	rec := &recorder{}
+	own, other := rec.server(t, "own"), rec.server(t, "other")
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": cfgPath}, stdin: "ctx-key\n"}
+	c.ok("config", "set-context", "prod", "--url", own+"/", "--api-key-stdin", "--admin-token", "ctx-admin-token-0123456789")
+
+	if c.run("links", "get", "abc1234"); rec.last(t) != "own Bearer ctx-key" {
+		t.Fatalf("the context's own URL (given with a trailing slash): last request %q", rec.last(t))
+	}
+	if c.run("--url", own, "links", "get", "abc1234"); rec.last(t) != "own Bearer ctx-key" {
+		t.Fatalf("--url naming the context's URL: last request %q", rec.last(t))
+	}
+	if c.run("--url", other, "links", "get", "abc1234"); rec.last(t) != "other " {
+		t.Fatalf("--url elsewhere: last request %q, want no credential", rec.last(t))
+	}
+	c.env["KURZ_URL"] = other
+	if c.run("links", "get", "abc1234"); rec.last(t) != "other " {
+		t.Fatalf("KURZ_URL elsewhere: last request %q, want no credential", rec.last(t))
+	}
+	if r := c.run("--api-key", "given", "links", "get", "abc1234"); r.code != exitError || rec.last(t) != "other Bearer given" {
+		t.Fatalf("a key given with KURZ_URL: %s, last request %q", r, rec.last(t))
+	}
+	if r := c.run("tenants", "get", "acme"); r.code != exitUsage || !strings.Contains(r.stderr, `context "prod"'s token is only sent to its own URL`) {
+		t.Fatalf("the admin API elsewhere: %s", r)
+	}
+}
+
 // The config file is written for its owner alone; no command prints its
 // secrets; a file with secrets that others can read is refused.
 func TestConfigKeepsSecrets(t *testing.T) {

@@ -76,15 +76,20 @@ type gateway struct {
 	base string
 	auth string // the Authorization value; "" sends none
 	http *http.Client
+	// withheld is the context whose API key was not sent to base.
+	withheld string
 }
 
 // gateway returns a client of the gateway with the credential the command
 // needs; a missing admin token is a usage error.
 func (c *cli) gateway(cmd string, cred credential) (*gateway, error) {
-	gw := &gateway{base: c.g.url, http: &http.Client{Timeout: c.g.timeout}}
+	gw := &gateway{base: c.g.url, http: &http.Client{Timeout: c.g.timeout, CheckRedirect: noRedirects}, withheld: c.g.withheldKey}
 	switch cred {
 	case adminAuth:
 		if c.g.adminToken == "" {
+			if c.g.withheldToken != "" {
+				return nil, usagef(cmd, "the admin API needs the admin token: set --admin-token or %s (context %q's token is only sent to its own URL, not %s)", adminTokenEnv, c.g.withheldToken, c.g.url)
+			}
 			return nil, usagef(cmd, "the admin API needs the admin token: set --admin-token or %s (the gateway's variable), or a context's admin-token", adminTokenEnv)
 		}
 		if c.g.adminTokenAlias {
@@ -98,6 +103,12 @@ func (c *cli) gateway(cmd string, cred credential) (*gateway, error) {
 	}
 	return gw, nil
 }
+
+// noRedirects leaves a 3xx answer as it is: the API never redirects, and
+// following one would send the credential and the body (a password) where
+// the answer points, over plain http or to another port of the same host
+// (net/http keeps Authorization when only the scheme or port changes).
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // send makes one request and returns the response of a 2xx answer, whose
 // body the caller must close; other answers become *apiError.
@@ -136,7 +147,11 @@ func (gw *gateway) send(ctx context.Context, method, path string, query url.Valu
 	var problem apiError
 	if json.Unmarshal(raw, &problem) == nil && problem.Message != "" {
 		problem.Status = resp.StatusCode
-		if resp.StatusCode == http.StatusUnauthorized && gw.auth == "" {
+		switch {
+		case resp.StatusCode != http.StatusUnauthorized || gw.auth != "":
+		case gw.withheld != "":
+			problem.Message += fmt.Sprintf(" (context %q's API key is only sent to its own URL, not %s: set --api-key or KURZ_API_KEY)", gw.withheld, gw.base)
+		default:
 			problem.Message += " (set --api-key or KURZ_API_KEY)"
 		}
 		return nil, &problem

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"net/url"
@@ -36,6 +37,10 @@ type globals struct {
 	// adminTokenAlias is set when the admin token came from the deprecated
 	// KURZ_ADMIN_TOKEN: the call that uses it warns.
 	adminTokenAlias bool
+	// withheldKey and withheldToken name the context whose API key or
+	// admin token was not sent because --url or KURZ_URL points elsewhere;
+	// the refusal says so.
+	withheldKey, withheldToken string
 }
 
 // adminTokenEnv is the admin token's variable: the gateway's own name for
@@ -86,19 +91,40 @@ func (c *cli) resolveGlobals(cmd *command) error {
 	if k == nil {
 		k = &kurzContext{}
 	}
-	fromEnv := func(dst *string, name, fromContext, def string) {
+	// fromEnv reports whether the context's value was taken.
+	fromEnv := func(dst *string, name, fromContext, def string) bool {
 		switch v, ok := c.lookupEnv(name); {
 		case *dst != "":
 		case ok && v != "":
 			*dst = v
 		case fromContext != "":
 			*dst = fromContext
+			return true
 		default:
 			*dst = def
 		}
+		return false
 	}
 	fromEnv(&g.url, "KURZ_URL", k.URL, defaultURL)
-	fromEnv(&g.apiKey, "KURZ_API_KEY", k.APIKey, "")
+	if err := checkURL(cmd.name, g.url); err != nil {
+		return err
+	}
+	g.url = strings.TrimRight(g.url, "/")
+	// A context's credentials are for its own gateway (the default URL
+	// when it names none): a --url or KURZ_URL pointing elsewhere gets
+	// only the credentials given with it, as gh keeps a token per host.
+	ownGateway := strings.TrimRight(cmp.Or(k.URL, defaultURL), "/") == g.url
+	contextKey, contextToken := k.APIKey, k.AdminToken
+	if !ownGateway {
+		if contextKey != "" {
+			g.withheldKey = k.Name
+		}
+		if contextToken != "" {
+			g.withheldToken = k.Name
+		}
+		contextKey, contextToken = "", ""
+	}
+	fromEnv(&g.apiKey, "KURZ_API_KEY", contextKey, "")
 	if g.adminToken == "" {
 		if v, ok := c.lookupEnv(adminTokenEnv); !ok || v == "" {
 			if v, ok := c.lookupEnv(deprecatedAdminTokenEnv); ok && v != "" {
@@ -106,12 +132,8 @@ func (c *cli) resolveGlobals(cmd *command) error {
 			}
 		}
 	}
-	fromEnv(&g.adminToken, adminTokenEnv, k.AdminToken, "")
+	fromEnv(&g.adminToken, adminTokenEnv, contextToken, "")
 	fromEnv(&g.limiter, "KURZ_LIMITER_ADDR", k.Limiter, defaultLimiter)
-	if err := checkURL(cmd.name, g.url); err != nil {
-		return err
-	}
-	g.url = strings.TrimRight(g.url, "/")
 	return nil
 }
 

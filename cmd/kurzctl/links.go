@@ -327,14 +327,25 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 		token := *pageToken
 		var links []*shortenerv1.Link
 		var raws []json.RawMessage
+		// --all stops at a page token sent before (a gateway that loops
+		// would be asked forever) and at maxListBody of answers in all.
+		sent := map[string]bool{}
+		read := 0
 		for {
 			if token != "" {
+				if sent[token] {
+					return fmt.Errorf("GET /v1/links: the gateway answered page token %q a second time; stopped after %d links", token, len(links))
+				}
+				sent[token] = true
 				q.Set("page_token", token)
 			}
 			var page shortenerv1.ListLinksResponse
 			raw, err := gw.callProto(c.ctx, "GET", "/v1/links", q, nil, &page)
 			if err != nil {
 				return err
+			}
+			if read += len(raw); read > maxListBody {
+				return fmt.Errorf("GET /v1/links: the pages add up to more than %d MiB; use links export for a list this long", maxListBody>>20)
 			}
 			var rawPage struct {
 				Links []json.RawMessage `json:"links"`
@@ -545,7 +556,11 @@ func setupLinksExport(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links export"
 	tag := fs.String("tag", "", "only links with this `tag`")
 	file := fs.StringP("file", "f", "", "write to this `file` instead of stdout")
+	maxSize := fs.Int64("max-size", defaultMaxExport, "stop with an error once the export is larger than this many `bytes` (0: no bound)")
 	return func([]string) error {
+		if *maxSize < 0 {
+			return usagef(cmd, "--max-size must not be negative")
+		}
 		gw, err := c.gateway(cmd, apiKeyAuth)
 		if err != nil {
 			return err
@@ -559,8 +574,12 @@ func setupLinksExport(c *cli, fs *pflag.FlagSet) func([]string) error {
 			return err
 		}
 		defer resp.Body.Close()
+		body := io.Reader(resp.Body)
+		if *maxSize > 0 {
+			body = &boundedReader{r: resp.Body, left: *maxSize}
+		}
 		if *file == "" {
-			if _, err := io.Copy(c.stdout, resp.Body); err != nil {
+			if _, err := io.Copy(c.stdout, body); err != nil {
 				return fmt.Errorf("export: %w", err)
 			}
 			return nil
@@ -571,7 +590,7 @@ func setupLinksExport(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
-		n, err := io.Copy(tmp, resp.Body)
+		n, err := io.Copy(tmp, body)
 		if cerr := tmp.Close(); err == nil {
 			err = cerr
 		}
@@ -701,4 +720,41 @@ func truncate(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// defaultMaxExport bounds an export unless --max-size says otherwise: far
+// above any tenant's links (a million links of a few hundred bytes each),
+// far below filling a disk for a gateway that never stops sending.
+const defaultMaxExport = 4 << 30
+
+// maxListBody bounds the answers links list --all reads in all (each page
+// is bounded by maxAnswerBody too); links export streams longer lists.
+var maxListBody = 1 << 30 // a variable for the test
+
+// errTooLarge is boundedReader's error once its bound is passed.
+var errTooLarge = errors.New("the export is larger than --max-size; stopped (raise it, or 0 for no bound)")
+
+// boundedReader reads r until left bytes have passed, then fails.
+type boundedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells a body of exactly the bound from a longer one.
+		var one [1]byte
+		if n, err := b.r.Read(one[:]); n > 0 {
+			return 0, errTooLarge
+		} else if err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

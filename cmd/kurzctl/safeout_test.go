@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -57,5 +60,98 @@ func TestAnswerLargerThanTheBoundIsRefused(t *testing.T) {
 	r := c.run("--url", srv.URL, "--api-key", "k", "links", "get", "abc1234")
 	if r.code != exitError || !strings.Contains(r.stderr, "the answer is larger than") {
 		t.Errorf("a 4 KiB answer over a 1 KiB bound: %s", r)
+	}
+}
+
+// A gateway's redirect is not followed: net/http would send the key to
+// another port of the same host, and re-send a body (a link's password).
+func TestRedirectIsNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { elsewhere.Add(1) }))
+	t.Cleanup(other.Close)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(srv.Close)
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+	for _, args := range [][]string{
+		{"--api-key", "k", "links", "get", "abc1234"},
+		{"--admin-token", "admin-token-0123456789", "tenants", "get", "acme"},
+	} {
+		r := c.run(append([]string{"--url", srv.URL}, args...)...)
+		if r.code != exitError || !strings.Contains(r.stderr, "HTTP 307") {
+			t.Errorf("kurzctl %s against a redirect: %s", strings.Join(args, " "), r)
+		}
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect's target got %d requests, want none", n)
+	}
+}
+
+// links list --all stops when the gateway repeats a page token, and at
+// maxListBody of answers, instead of reading forever.
+func TestListAllStopsAtALoopingGateway(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		token := "again"
+		if r.URL.Query().Get("fresh") != "" || r.Header.Get("X-Fresh") != "" {
+			token = fmt.Sprint(n)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"links":[{"code":"c%d","longUrl":"https://example.com/%s"}],"nextPageToken":%q}`, n, strings.Repeat("a", 200), token)
+	}))
+	t.Cleanup(srv.Close)
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+	r := c.run("--url", srv.URL, "--api-key", "k", "links", "list", "--all")
+	if r.code != exitError || !strings.Contains(r.stderr, `page token "again" a second time`) || calls.Load() != 2 {
+		t.Errorf("a gateway repeating its page token, %d calls: %s", calls.Load(), r)
+	}
+
+	// Fresh tokens forever: the bound on the answers in all stops it.
+	defer func(n int) { maxListBody = n }(maxListBody)
+	maxListBody = 10 << 10
+	fresh := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("X-Fresh", "1")
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(fresh.Close)
+	calls.Store(0)
+	r = c.run("--url", fresh.URL, "--api-key", "k", "links", "list", "--all")
+	if r.code != exitError || !strings.Contains(r.stderr, "use links export") || calls.Load() > 100 {
+		t.Errorf("a gateway with endless pages, %d calls: %s", calls.Load(), r)
+	}
+}
+
+// links export stops at --max-size, leaving no file behind; an export of
+// exactly the bound passes.
+func TestExportStopsAtMaxSize(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/csv")
+		if r.URL.Query().Get("tag") == "small" {
+			w.Write([]byte(strings.Repeat("x", 1000)))
+			return
+		}
+		row := []byte(strings.Repeat("y", 1023) + "\n")
+		for r.Context().Err() == nil {
+			if _, err := w.Write(row); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(dir, "config.yaml")}}
+	out := filepath.Join(dir, "links.csv")
+	r := c.run("--url", srv.URL, "--api-key", "k", "links", "export", "-f", out, "--max-size", "1000000")
+	if r.code != exitError || !strings.Contains(r.stderr, "larger than --max-size") {
+		t.Errorf("an endless export: %s", r)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("files left after a refused export: %v", entries)
+	}
+	r = c.run("--url", srv.URL, "--api-key", "k", "links", "export", "--tag", "small", "--max-size", "1000")
+	if r.code != 0 || len(r.stdout) != 1000 {
+		t.Errorf("an export of exactly --max-size: %d bytes, %s", len(r.stdout), r)
 	}
 }
