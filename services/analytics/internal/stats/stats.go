@@ -186,8 +186,8 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 	asked := end.Sub(start)
 	if asked > MaxRange {
 		return q, rpcerr.BadRequest("start_time", ReasonRangeInvalid, fmt.Sprintf(
-			"the range spans %.0f days; at most %.0f: narrow it or ask in several requests",
-			asked.Hours()/24, MaxRange.Hours()/24))
+			"the range spans %s; at most %.0f days: narrow it or ask in several requests",
+			span(asked), MaxRange.Hours()/24))
 	}
 	start = start.UTC().Truncate(time.Hour)
 	if t := end.UTC().Truncate(time.Hour); t.Equal(end) {
@@ -205,8 +205,8 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 	case analyticsv1.Interval_INTERVAL_HOUR:
 		if asked > MaxHourlyRange {
 			return q, rpcerr.BadRequest("interval", ReasonIntervalInvalid, fmt.Sprintf(
-				"an hourly series covers at most %.0f days and this range spans %.0f: use INTERVAL_DAY or a shorter range",
-				MaxHourlyRange.Hours()/24, asked.Hours()/24))
+				"an hourly series covers at most %.0f days and this range spans %s: use INTERVAL_DAY or a shorter range",
+				MaxHourlyRange.Hours()/24, span(asked)))
 		}
 		q.interval = iv
 	case analyticsv1.Interval_INTERVAL_DAY:
@@ -362,4 +362,23 @@ func clip(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// span says how long a refused range is, its hours rounded up, so that it
+// never reads as the bound it passed ("31 days 1 hour", not "31").
+func span(d time.Duration) string {
+	hours := int64((d + time.Hour - 1) / time.Hour)
+	days, hours := hours/24, hours%24
+	out := plural(days, "day")
+	if hours > 0 {
+		out += " " + plural(hours, "hour")
+	}
+	return out
+}
+
+func plural(n int64, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return fmt.Sprintf("%d %ss", n, unit)
 }

@@ -5,9 +5,13 @@
 package useragent
 
 import (
+	"net"
 	"net/url"
 	"strings"
 	"unicode"
+
+	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/urlnorm"
 )
 
 // Device classes.
@@ -33,20 +37,19 @@ type Class struct {
 }
 
 // botTokens are lowercase substrings of the User-Agents of crawlers,
-// link-preview fetchers, HTTP libraries and headless browsers. Some are
-// broad on purpose ("bot", "spider"): a rare human browser mistaken for a bot
-// costs less in the stats than every unknown crawler counted as a human.
-var botTokens = []string{
+// link-preview fetchers (every one the redirect knows:
+// clickevent.PreviewFetchers), HTTP libraries and headless browsers. Some
+// are broad on purpose ("bot", "spider"): a rare human browser mistaken for
+// a bot costs less in the stats than every unknown crawler counted as a
+// human.
+var botTokens = append([]string{
 	"googlebot", "bingbot", "slurp", "duckduckbot", "baiduspider", "yandex",
-	"facebookexternalhit", "facebot", "twitterbot", "slackbot", "slack-imgproxy",
-	"discordbot", "whatsapp", "telegrambot", "linkedinbot", "applebot", "pinterestbot", "pinterest/0.",
-	"skypeuripreview", "embedly", "iframely", "redditbot", "mastodon", "google-pagerenderer",
-	"bitlybot", "ahrefs", "semrush",
+	"ahrefs", "semrush",
 	"curl/", "wget", "python-requests", "python-urllib", "aiohttp", "go-http-client",
 	"java/", "okhttp", "apache-httpclient", "libwww-perl", "node-fetch", "axios/",
 	"headlesschrome", "phantomjs", "lighthouse", "pingdom", "uptimerobot", "scrapy",
-	"bot", "crawler", "spider", "preview", "fetcher", "monitor",
-}
+	"bot", "crawler", "spider", "fetcher", "monitor",
+}, clickevent.PreviewFetchers...)
 
 // Classify reads ua. An empty User-Agent is a bot: every browser sends one.
 func Classify(ua string) Class {
@@ -129,8 +132,9 @@ const Direct = ""
 const UnknownHost = "(unknown)"
 
 // ReferrerHost returns the lowercase host of a Referer, without a leading
-// "www.", so www.example.com and example.com count together; Direct when ref
-// is empty. App referrers such as android-app://com.google.android.gm/ keep
+// "www.", so www.example.com and example.com count together, and in
+// punycode, so bücher.example and xn--bcher-kva.example do too; Direct when
+// ref is empty, UnknownHost for a host no DNS name could be. App referrers such as android-app://com.google.android.gm/ keep
 // their package name as host.
 func ReferrerHost(ref string) string {
 	ref = strings.TrimSpace(ref)
@@ -147,6 +151,17 @@ func ReferrerHost(ref string) string {
 	// visitor's Referer must not put them into a tenant's statistics.
 	if strings.IndexFunc(h, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) >= 0 {
 		return UnknownHost
+	}
+	// A name counts in its punycode form (as browsers send it, and as
+	// the shortener stores hosts), and only if DNS could hold it: no label
+	// over 63 bytes, no name over 253, so a visitor cannot make a 500-byte
+	// "host" of a tenant's statistics.
+	if net.ParseIP(h) == nil {
+		ascii, err := urlnorm.Host(h)
+		if err != nil {
+			return UnknownHost
+		}
+		h = ascii
 	}
 	if strings.HasPrefix(h, "www.") && len(h) > len("www.") {
 		h = h[len("www."):]

@@ -1,6 +1,11 @@
 package useragent
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"kurz.dev/pkg/clickevent"
+)
 
 func TestClassify(t *testing.T) {
 	tests := map[string]struct {
@@ -123,21 +128,47 @@ func TestLinkPreviewFetchers(t *testing.T) {
 	}
 }
 
+// Every preview fetcher the redirect knows is a bot here: its fetches
+// count neither as human clicks nor as visitors (the redirect README).
+func TestPreviewFetchersAreBots(t *testing.T) {
+	uas := []string{
+		"Mozilla/5.0 (compatible; vkShare; +http://vk.com/dev/Share)",
+		"Mozilla/5.0 (compatible; Bluesky Cardyb/1.1; +mailto:support@bsky.app)",
+		"Mozilla/5.0 (Java) outbrain",
+	}
+	for _, tok := range clickevent.PreviewFetchers {
+		uas = append(uas, "Mozilla/5.0 (X11; Linux x86_64) "+strings.ToUpper(tok)+" Safari/537.36")
+	}
+	for _, ua := range uas {
+		if c := Classify(ua); !c.Bot {
+			t.Errorf("Classify(%q) = %+v, want a bot", ua, c)
+		}
+	}
+}
+
 func TestReferrerHost(t *testing.T) {
 	tests := map[string]string{
-		"":                                      Direct,
-		"https://www.Example.com:8443/a?b=c":    "example.com",
-		"http://news.ycombinator.com/item?id=1": "news.ycombinator.com",
-		"https://t.co/abc":                      "t.co",
-		"android-app://com.google.android.gm/":  "com.google.android.gm",
-		"not a url":                             UnknownHost,
-		"https://www./":                         "www",
-		"https://example.com./":                 "example.com",
-		"%zz":                                   UnknownHost,
-		"https://a\u009b31mred.example/":        UnknownHost,
-		"https://evil\u202emoc.example/":        UnknownHost,
-		"https://a%c2%9b2j.example/":            UnknownHost,
-		"https://b\u00fccher.example/":          "b\u00fccher.example",
+		"":                                                    Direct,
+		"https://www.Example.com:8443/a?b=c":                  "example.com",
+		"http://news.ycombinator.com/item?id=1":               "news.ycombinator.com",
+		"https://t.co/abc":                                    "t.co",
+		"android-app://com.google.android.gm/":                "com.google.android.gm",
+		"not a url":                                           UnknownHost,
+		"https://www./":                                       "www",
+		"https://example.com./":                               "example.com",
+		"%zz":                                                 UnknownHost,
+		"https://a\u009b31mred.example/":                      UnknownHost,
+		"https://evil\u202emoc.example/":                      UnknownHost,
+		"https://a%c2%9b2j.example/":                          UnknownHost,
+		"https://b\u00fccher.example/":                        "xn--bcher-kva.example",
+		"https://xn--bcher-kva.example/":                      "xn--bcher-kva.example",
+		"https://B\uff35CHER.example/":                        "bucher.example",
+		"https://" + strings.Repeat("a", 64) + ".com/":        UnknownHost,
+		"https://" + strings.Repeat("a", 8000) + ".com/p":     UnknownHost,
+		"https://" + strings.Repeat("abcdefgh.", 28) + "com/": UnknownHost, // 255 bytes
+		"https://" + strings.Repeat("a", 63) + ".com/":        strings.Repeat("a", 63) + ".com",
+		"http://[2001:db8::1]:8080/":                          "2001:db8::1",
+		"http://192.0.2.1/":                                   "192.0.2.1",
 	}
 	for ref, want := range tests {
 		if got := ReferrerHost(ref); got != want {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 
+	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/linkcache"
 )
 
@@ -81,21 +82,10 @@ func deviceTarget(e linkcache.Entry, ua string) string {
 	return t.Desktop
 }
 
-// previewTokens are lowercase substrings of the User-Agents of link-preview
-// fetchers: chat apps and social networks that GET a link as soon as it is
-// posted, to draw a card. They must not spend a visit-limited link's visits
-// nor see where it leads. Each names the fetcher, not the app: the in-app
-// browsers of Snapchat, Pinterest and Viber carry the app's name, and a
-// person tapping a link there must be sent on (Snap's fetcher says "Snap
-// URL Preview Service"). (The analytics service classifies them as bots
-// too, with a broader table of its own.)
-var previewTokens = []string{
-	"slackbot", "slack-imgproxy", "facebookexternalhit", "facebot", "twitterbot",
-	"discordbot", "whatsapp", "telegrambot", "linkedinbot", "skypeuripreview",
-	"applebot", "iframely", "redditbot", "pinterestbot", "pinterest/0.", "embedly",
-	"google-pagerenderer", "mastodon", "bitlybot", "vkshare",
-	"bluesky", "cardyb", "outbrain", "preview",
-}
+// previewTokens are clickevent.PreviewFetchers: the fetchers that must not
+// spend a visit-limited link's visits nor see where it leads (the analytics
+// service counts them as bots).
+var previewTokens = clickevent.PreviewFetchers
 
 // previewTokenBytes are previewTokens for bytes.Contains.
 var previewTokenBytes = func() [][]byte {
