@@ -79,9 +79,13 @@ func (c *cli) importRows(gw *gateway, rows []linkimport.Row, batch int) (linkimp
 	}
 	// A code the caller already holds for the row's URL is an earlier
 	// import's link: importing a file again creates nothing twice.
-	lookup := func(ctx context.Context, code string) (*shortenerv1.Link, bool, error) {
+	lookup := func(ctx context.Context, domain, code string) (*shortenerv1.Link, bool, error) {
 		var link shortenerv1.Link
-		if _, err := gw.callProto(ctx, "GET", "/v1/links/"+url.PathEscape(code), nil, nil, &link); err != nil {
+		var q url.Values
+		if domain != "" {
+			q = url.Values{"domain": {domain}}
+		}
+		if _, err := gw.callProto(ctx, "GET", "/v1/links/"+url.PathEscape(code), q, nil, &link); err != nil {
 			var ae *apiError
 			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 				return nil, false, nil

@@ -101,14 +101,17 @@ Example:
 		},
 		{
 			name: "links import", args: "<file.csv>", minArgs: 1, maxArgs: 1,
-			summary: "create links from a Bitly or YOURLS CSV export",
-			help: `Reads a CSV export of Bitly or YOURLS (the format is recognised from its
-header), and creates its links in batches through the gateway, keeping each
+			summary: "create links from a Bitly, YOURLS or kurz CSV export",
+			help: `Reads a CSV export of Bitly, YOURLS or kurz (links export; the format is
+recognised from its header), and creates its links in batches through the gateway, keeping each
 link's old code as its alias where it is free. A row whose code is already
 your link to the same URL (an earlier run of the same file) is counted as
 imported before, not created again: a file can be sent again after an error.
 Progress goes to stderr, one line per batch; then a summary and the rows
-that failed.
+that failed. A kurz export's links come back with their expiry, visit limit,
+redirect type, device targets, rules, variants and domain; a
+password-protected or disabled link fails its row (the export holds no
+password).
 
 Examples:
   kurzctl links import bitly-export.csv

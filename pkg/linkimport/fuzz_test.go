@@ -7,9 +7,10 @@ import (
 )
 
 // FuzzParse feeds Parse arbitrary bytes. It never panics; a file it accepts
-// is Bitly or YOURLS with at most MaxRows rows, whose lines increase, whose
-// fields are trimmed, whose tags are valid kurz tags ending with the
-// format's tag, and whose times are UTC. The seed corpus is in
+// is Bitly, YOURLS or kurz with at most MaxRows rows, whose lines increase,
+// whose fields are trimmed, whose tags are valid kurz tags ending with the
+// format's tag (a kurz export's: its own, trimmed, none empty), whose
+// times are UTC, and whose kurz rows have settings or a problem. The seed corpus is in
 // testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
@@ -20,6 +21,8 @@ func FuzzParse(f *testing.F) {
 		"\ufeffLong URL,Bitlink,Custom Link\n\"https://a.example/\"\"q\"\"\",bit.ly/x/,bit.ly/%41b\n",
 		"name,email\n",
 		"long_url,link\n\"unterminated\n",
+		"code,short_url,long_url,tags,created_at,expires_at,max_visits,disabled,password_protected,ios_url,android_url,desktop_url,domain,redirect_type,rules,variants\n" +
+			"abc1,,https://example.com/,a|b,,2030-01-01T00:00:00Z,3,false,false,,,,,301,\"[{\"\"url\"\"\":\"\"https://example.com/r\"\"}]\",\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -31,7 +34,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if format != Bitly && format != YOURLS {
+		if format != Bitly && format != YOURLS && format != Kurz {
 			t.Fatalf("format = %q", format)
 		}
 		if len(rows) > MaxRows {
@@ -47,6 +50,17 @@ func FuzzParse(f *testing.F) {
 				if s != strings.TrimSpace(s) {
 					t.Fatalf("line %d: field %q is not trimmed", r.Line, s)
 				}
+			}
+			if format == Kurz {
+				if (r.Problem == "") == (r.Link == nil) {
+					t.Fatalf("line %d: problem %q with settings %v", r.Line, r.Problem, r.Link)
+				}
+				for _, tag := range r.Tags {
+					if tag == "" || tag != strings.TrimSpace(tag) {
+						t.Fatalf("line %d: tag %q", r.Line, tag)
+					}
+				}
+				continue
 			}
 			if n := len(r.Tags); n == 0 || n > MaxTags || r.Tags[n-1] != format.Tag() {
 				t.Fatalf("line %d: tags %q: want 1 to %d ending with %q", r.Line, r.Tags, MaxTags, format.Tag())

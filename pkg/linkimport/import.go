@@ -12,6 +12,8 @@ import (
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/urlnorm"
+
+	"google.golang.org/protobuf/proto"
 )
 
 // MaxBatch is the most links Import sends in one Creator call: the limit of
@@ -23,10 +25,11 @@ const MaxBatch = 1000
 // batch (nothing of it is taken as created).
 type Creator func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error)
 
-// Lookup returns the caller's own link of code (found false when it has
-// none, or the code is another tenant's): how Import tells an alias the
-// caller already imported from one taken by someone else.
-type Lookup func(ctx context.Context, code string) (link *shortenerv1.Link, found bool, err error)
+// Lookup returns the caller's own link of code on domain ("" for the
+// default domain; found false when it has none, or the code is another
+// tenant's): how Import tells an alias the caller already imported from
+// one taken by someone else.
+type Lookup func(ctx context.Context, domain, code string) (link *shortenerv1.Link, found bool, err error)
 
 // Report is the outcome of an Import.
 type Report struct {
@@ -100,9 +103,13 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 	var pending []int // rows to send, by index
 	for i, row := range rows {
 		results[i] = Result{Row: row.Line, SourceCode: row.SourceCode}
-		if row.LongURL == "" {
+		if row.LongURL == "" || row.Problem != "" {
 			results[i].Err = &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Field: "long_url",
 				Message: fmt.Sprintf("line %d has no URL", row.Line)}
+			if row.Problem != "" {
+				results[i].Err = &shortenerv1.BatchItemError{Code: "FAILED_PRECONDITION",
+					Message: fmt.Sprintf("line %d: %s", row.Line, row.Problem)}
+			}
 			final[i] = true
 			done++
 			continue
@@ -133,7 +140,7 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 	// existing marks row i as the caller's own link under its source code
 	// when lookup finds it there with the same URL.
 	existing := func(i int) (bool, error) {
-		l, found, err := lookup(ctx, rows[i].SourceCode)
+		l, found, err := lookup(ctx, rows[i].Link.GetDomain(), rows[i].SourceCode)
 		if err != nil {
 			return false, fmt.Errorf("look up line %d's code %q: %w", rows[i].Line, rows[i].SourceCode, err)
 		}
@@ -290,11 +297,11 @@ func maxBatch(err error) int {
 
 // request is the CreateLinkRequest of a row.
 func request(row Row, alias bool) *shortenerv1.CreateLinkRequest {
-	req := &shortenerv1.CreateLinkRequest{
-		LongUrl: row.LongURL,
-		Mode:    shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL,
-		Tags:    row.Tags,
+	req := &shortenerv1.CreateLinkRequest{}
+	if row.Link != nil {
+		req = proto.CloneOf(row.Link)
 	}
+	req.LongUrl, req.Mode, req.Tags = row.LongURL, shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL, row.Tags
 	if alias {
 		req.Mode = shortenerv1.CodeMode_CODE_MODE_CUSTOM
 		req.CustomAlias = row.SourceCode

@@ -226,7 +226,7 @@ func TestImportRefusesInconsistentAnswer(t *testing.T) {
 func TestImportWithLookupFindsEarlierImports(t *testing.T) {
 	f := newFake("mine", "mine-other", "theirs")
 	owned := map[string]string{"mine": "https://example.com/a", "mine-other": "https://example.com/elsewhere"}
-	lookup := func(_ context.Context, code string) (*shortenerv1.Link, bool, error) {
+	lookup := func(_ context.Context, _, code string) (*shortenerv1.Link, bool, error) {
 		u, ok := owned[code]
 		if !ok {
 			return nil, false, nil
@@ -293,7 +293,7 @@ func TestImportWithLookupReportsExistingRowsOfARefusedChunk(t *testing.T) {
 	f := newFake("mine")
 	f.failCall = 1
 	f.failErr = rpcerr.RetryLater(codes.ResourceExhausted, rpcerr.ReasonRateLimited, "quota", time.Second, nil)
-	lookup := func(_ context.Context, code string) (*shortenerv1.Link, bool, error) {
+	lookup := func(_ context.Context, _, code string) (*shortenerv1.Link, bool, error) {
 		if code != "mine" {
 			return nil, false, nil
 		}

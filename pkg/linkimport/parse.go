@@ -1,11 +1,13 @@
 // Package linkimport reads the link exports of other URL shorteners (Bitly,
-// YOURLS) and creates their links in kurz through BatchCreateLinks, keeping
+// YOURLS) and kurz's own, and creates their links in kurz through BatchCreateLinks, keeping
 // each link's code where kurz can. The gateway's POST /v1/links:import and
 // kurzctl both use it: Parse the file, then Import the rows.
 package linkimport
 
 import (
+	"bytes"
 	"encoding/csv"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,12 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
 
 // Format is the shortener a CSV file was exported from.
@@ -30,11 +38,18 @@ const (
 	// YOURLS is YOURLS' export of its url table: keyword, url, title,
 	// timestamp, ip, clicks, with the header row or without it.
 	YOURLS Format = "yourls"
+	// Kurz is kurz's own export (GET /v1/links:export): its links come
+	// back with their expiry, visit limit, redirect type, device targets,
+	// rules, variants and domain. A link the file cannot make again fails
+	// its row: a password-protected one (the export holds no password) and
+	// a disabled one.
+	Kurz Format = "kurz"
 )
 
-// Tag is the tag Parse adds to every row of an export in format f
+// Tag is the tag Parse adds to every row of another shortener's export
 // ("import-bitly", "import-yourls"), so the links of an import can be listed
-// (GET /v1/links?tag=import-bitly) and reviewed or removed together.
+// (GET /v1/links?tag=import-bitly) and reviewed or removed together. A
+// kurz export's rows keep their own tags only.
 func (f Format) Tag() string { return "import-" + string(f) }
 
 // MaxRows is the most data rows Parse accepts in one file.
@@ -69,6 +84,14 @@ type Row struct {
 	// zero when the file has no time or one Parse cannot read. kurz sets
 	// its own create time: Import does not use it.
 	CreatedAt time.Time
+	// Link holds what a kurz export says of the link beyond its URL and
+	// tags (expiry, visit limit, redirect type, device targets, rules,
+	// variants, domain); nil for other formats.
+	Link *shortenerv1.CreateLinkRequest
+	// Problem is why the row cannot be imported, found in the file (a kurz
+	// export's password-protected link, a cell that does not parse); ""
+	// when none. Import fails such a row without sending it.
+	Problem string
 }
 
 // columns are the positions of a format's fields in a record; -1: absent.
@@ -77,9 +100,11 @@ type columns struct {
 	// codeAlt is a second short link column (Bitly's custom link), used
 	// when non-empty in preference to code.
 	codeAlt int
+	// kurz's own export's further columns.
+	expires, maxVisits, disabled, password, ios, android, desktop, domain, redirect, rules, variants int
 }
 
-// Parse reads a Bitly or YOURLS CSV export, detecting which by its header
+// Parse reads a Bitly, YOURLS or kurz CSV export, detecting which by its header
 // (a YOURLS export without a header is recognised by its first record:
 // keyword, then an http(s) URL). It fails for a file that is empty, is not
 // CSV, has an unknown header, or has more than MaxRows rows; problems of
@@ -90,7 +115,7 @@ func Parse(r io.Reader) (Format, []Row, error) {
 	cr.ReuseRecord = false
 	first, err := cr.Read()
 	if errors.Is(err, io.EOF) {
-		return "", nil, errors.New("the file is empty: expected a Bitly or YOURLS CSV export")
+		return "", nil, errors.New("the file is empty: expected a Bitly, YOURLS or kurz CSV export")
 	}
 	if err != nil {
 		return "", nil, csvProblem(err)
@@ -101,7 +126,8 @@ func Parse(r io.Reader) (Format, []Row, error) {
 	format, cols, headerless := detect(first)
 	if format == "" {
 		return "", nil, fmt.Errorf("unknown CSV header %q: expected a Bitly export (columns long_url and link or bitlink, "+
-			"optionally title, created_at, tags) or a YOURLS export (keyword,url,title,timestamp,ip,clicks)", headerSummary(first))
+			"optionally title, created_at, tags), a YOURLS export (keyword,url,title,timestamp,ip,clicks) "+
+			"or a kurz export (code,short_url,long_url,...,password_protected,...)", headerSummary(first))
 	}
 	var rows []Row
 	add := func(rec []string, line int) error {
@@ -198,6 +224,13 @@ func detect(first []string) (f Format, cols columns, headerless bool) {
 		}
 		return -1
 	}
+	// kurz's own export, by columns no other format has.
+	if c, u, p := col("code"), col("long_url"), col("password_protected"); c >= 0 && u >= 0 && p >= 0 {
+		return Kurz, columns{code: c, longURL: u, title: -1, created: col("created_at"), tags: col("tags"), codeAlt: -1,
+			expires: col("expires_at"), maxVisits: col("max_visits"), disabled: col("disabled"), password: p,
+			ios: col("ios_url"), android: col("android_url"), desktop: col("desktop_url"), domain: col("domain"),
+			redirect: col("redirect_type"), rules: col("rules"), variants: col("variants")}, false
+	}
 	if k, u := col("keyword"), col("url", "long_url"); k >= 0 && u >= 0 {
 		return YOURLS, columns{code: k, longURL: u, title: col("title"), created: col("timestamp", "date", "created"),
 			tags: col("tags"), codeAlt: -1}, false
@@ -246,10 +279,144 @@ func makeRow(f Format, cols columns, rec []string, line int) Row {
 		}
 	case YOURLS:
 		row.SourceCode = field(cols.code)
+	case Kurz:
+		// Cells the export defused as formulas start with a quote.
+		for i := range rec {
+			if len(rec[i]) > 1 && rec[i][0] == '\'' && strings.IndexByte("=+-@\t\r", rec[i][1]) >= 0 {
+				rec[i] = rec[i][1:]
+			}
+		}
+		row.LongURL = field(cols.longURL)
+		row.SourceCode = field(cols.code)
+		row.Link, row.Problem = kurzLink(func(i int) string {
+			if i < 0 || i >= len(rec) {
+				return ""
+			}
+			return rec[i] // JSON and URLs as exported, untrimmed
+		}, cols)
 	}
 	row.CreatedAt = parseTime(field(cols.created))
+	if f == Kurz {
+		// kurz tags already, joined with '|': as they were, and no import
+		// tag (a link with ten has no room for it; the link comes back as
+		// it was).
+		for _, t := range strings.Split(field(cols.tags), "|") {
+			if t = strings.TrimSpace(t); t != "" {
+				row.Tags = append(row.Tags, t)
+			}
+		}
+		return row
+	}
 	row.Tags = append(normTags(field(cols.tags)), f.Tag())
 	return row
+}
+
+// kurzLink reads a kurz export row's settings beyond URL, code and tags,
+// or says why the row cannot make its link again.
+func kurzLink(field func(int) string, cols columns) (*shortenerv1.CreateLinkRequest, string) {
+	get := func(i int) string { return strings.TrimSpace(field(i)) }
+	if b, _ := strconv.ParseBool(get(cols.password)); b {
+		return nil, "a password-protected link: the export holds no password (create it with one)"
+	}
+	if b, _ := strconv.ParseBool(get(cols.disabled)); b {
+		return nil, "a disabled link: import it enabled only by creating it anew"
+	}
+	req := &shortenerv1.CreateLinkRequest{Domain: get(cols.domain)}
+	if v := get(cols.expires); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return nil, fmt.Sprintf("expires_at %q is not an RFC 3339 time", v)
+		}
+		req.ExpireTime = timestamppb.New(t)
+	}
+	if v := get(cols.maxVisits); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Sprintf("max_visits %q is not a positive whole number", v)
+		}
+		req.MaxVisits = n
+	}
+	if ios, android, desktop := get(cols.ios), get(cols.android), get(cols.desktop); ios+android+desktop != "" {
+		req.DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: ios, AndroidUrl: android, DesktopUrl: desktop}
+	}
+	if v := get(cols.redirect); v != "" {
+		rt, ok := redirectTypes[v]
+		if !ok {
+			return nil, fmt.Sprintf("redirect_type %q is not 301, 302, 307 or 308", v)
+		}
+		req.RedirectType = rt
+	}
+	if v := get(cols.rules); v != "" {
+		rules, err := jsonList(v, func() *shortenerv1.RedirectRule { return &shortenerv1.RedirectRule{} })
+		if err != nil {
+			return nil, fmt.Sprintf("rules: %v", err)
+		}
+		req.Rules = rules
+	}
+	if v := get(cols.variants); v != "" {
+		variants, err := jsonList(v, func() *shortenerv1.Variant { return &shortenerv1.Variant{} })
+		if err != nil {
+			return nil, fmt.Sprintf("variants: %v", err)
+		}
+		req.Variants = variants
+	}
+	return req, ""
+}
+
+// redirectTypes are the export's redirect_type cells.
+var redirectTypes = map[string]shortenerv1.RedirectType{
+	"301": shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY,
+	"302": shortenerv1.RedirectType_REDIRECT_TYPE_FOUND,
+	"307": shortenerv1.RedirectType_REDIRECT_TYPE_TEMPORARY_REDIRECT,
+	"308": shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT,
+}
+
+// RedirectTypeCell is how an export writes a redirect type: its status
+// code, "" for the default.
+func RedirectTypeCell(rt shortenerv1.RedirectType) string {
+	for cell, t := range redirectTypes {
+		if t == rt {
+			return cell
+		}
+	}
+	return ""
+}
+
+// jsonList reads a JSON array of messages in the API's JSON form.
+func jsonList[M proto.Message](cell string, fresh func() M) ([]M, error) {
+	var raws []json.RawMessage
+	if err := json.Unmarshal([]byte(cell), &raws); err != nil {
+		return nil, fmt.Errorf("not a JSON array: %v", err)
+	}
+	out := make([]M, len(raws))
+	for i, raw := range raws {
+		out[i] = fresh()
+		if err := protojson.Unmarshal(raw, out[i]); err != nil {
+			return nil, fmt.Errorf("item %d: %v", i+1, err)
+		}
+	}
+	return out, nil
+}
+
+// JSONList writes messages as a JSON array in the API's JSON form: an
+// export's rules and variants cells ("" for none).
+func JSONList[M proto.Message](ms []M) string {
+	if len(ms) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		// protojson spaces its output at random, on purpose; an export
+		// is compared and diffed, so it is compacted.
+		raw, _ := protojson.Marshal(m)
+		_ = json.Compact(&b, raw)
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 // lastSegment is the code of a short link: "abc123" of "bit.ly/abc123",

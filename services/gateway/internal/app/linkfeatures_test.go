@@ -264,7 +264,9 @@ func TestExportRoundTrip(t *testing.T) {
 		{"longUrl":"https://example.com/e/2?a=1,b=2","tags":["rt"],"maxVisits":"5","expireTime":"` + expire.Format(time.RFC3339) + `"},
 		{"longUrl":"https://example.com/e/3","tags":["rt","other"],"password":"correct horse battery",
 		 "deviceTargets":{"iosUrl":"https://example.com/ios","androidUrl":"https://example.com/android","desktopUrl":"https://example.com/desktop"}},
-		{"longUrl":"https://example.com/e/4"}
+		{"longUrl":"https://example.com/e/4","redirectType":"REDIRECT_TYPE_MOVED_PERMANENTLY",
+		 "rules":[{"name":"de","conditions":[{"languages":["de"]}],"url":"https://example.com/e/4/de"}],
+		 "variants":[{"name":"a","url":"https://example.com/e/4/a","weight":1},{"name":"b","url":"https://example.com/e/4/b","weight":2}]}
 	]}`
 	var created batchAnswer
 	decodeAnswer(t, c.do("POST", "/v1/links:batch", body), http.StatusOK, &created)
@@ -282,7 +284,7 @@ func TestExportRoundTrip(t *testing.T) {
 		t.Fatalf("the export is not CSV: %v\n%s", err, r.body)
 	}
 	header := []string{"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
-		"password_protected", "ios_url", "android_url", "desktop_url", "domain"}
+		"password_protected", "ios_url", "android_url", "desktop_url", "domain", "redirect_type", "rules", "variants"}
 	if len(recs) != 5 || !slices.Equal(recs[0], header) {
 		t.Fatalf("export has %d records, header %q; want 5 and %q", len(recs), recs[0], header)
 	}
@@ -306,7 +308,11 @@ func TestExportRoundTrip(t *testing.T) {
 			tags = "'" + tags // the neutralised cell
 		}
 		want := []string{l.Code, l.ShortURL, l.LongURL, tags, ct.UTC().Truncate(time.Second).Format(time.RFC3339), "", "", "false",
-			fmt.Sprint(l.PasswordProtected), "", "", "", ""}
+			fmt.Sprint(l.PasswordProtected), "", "", "", "", "", "", ""}
+		if i == 3 {
+			want[13], want[14] = "301", `[{"name":"de","conditions":[{"languages":["de"]}],"url":"https://example.com/e/4/de"}]`
+			want[15] = `[{"name":"a","url":"https://example.com/e/4/a","weight":1},{"name":"b","url":"https://example.com/e/4/b","weight":2}]`
+		}
 		if l.ExpireTime != "" {
 			want[5] = expire.Format(time.RFC3339)
 		}
@@ -325,6 +331,41 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	if strings.Contains(string(r.body), "correct horse") {
 		t.Error("the export carries a password")
+	}
+
+	// The export imported into another tenant makes the same links (new
+	// codes: these are the first tenant's), but for the password-protected
+	// one, which fails its row rather than come back open.
+	c2 := newClient(t, gw, newTenant(t, gw, "free").key)
+	var imp importAnswer
+	decodeAnswer(t, c2.do("POST", "/v1/links:import", string(r.body), "Content-Type", "text/csv"), http.StatusOK, &imp)
+	if imp.Format != "kurz" || imp.Created != 3 || imp.Failed != 1 || imp.AliasesKept != 0 {
+		t.Fatalf("import of the export: %+v; want kurz, 3 created under new codes, 1 failed", imp)
+	}
+	for _, res := range imp.Results {
+		if (res.Error != nil) != (res.SourceCode == created.Results[2].Link.Code) {
+			t.Errorf("import row %d (%s): error %+v; want an error for the password-protected link only", res.Row, res.SourceCode, res.Error)
+		}
+	}
+	again := c2.do("GET", "/v1/links:export", "")
+	recs2, err := csv.NewReader(strings.NewReader(string(again.body))).ReadAll()
+	if err != nil || len(recs2) != 4 {
+		t.Fatalf("the second tenant's export: %v, %d records; want the header and 3", err, len(recs2))
+	}
+	settings := func(rec []string) string { return strings.Join(append([]string{rec[2], rec[3]}, rec[5:]...), ",") }
+	var want2, got2 []string
+	for _, rec := range recs[1:] {
+		if rec[0] != created.Results[2].Link.Code {
+			want2 = append(want2, settings(rec))
+		}
+	}
+	for _, rec := range recs2[1:] {
+		got2 = append(got2, settings(rec))
+	}
+	slices.Sort(want2)
+	slices.Sort(got2)
+	if !slices.Equal(got2, want2) {
+		t.Errorf("links after the round trip (URL, tags, then expiry on):\n got %q\nwant %q", got2, want2)
 	}
 
 	r = c.do("GET", "/v1/links:export?tag=other", "")

@@ -86,6 +86,7 @@ const exportPageSize = 1000
 var exportColumns = []string{
 	"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
 	"password_protected", "ios_url", "android_url", "desktop_url", "domain",
+	"redirect_type", "rules", "variants",
 }
 
 // admitBulk admits a request whose body may hold up to limit bytes, before
@@ -220,6 +221,7 @@ func exportRecord(l *shortenerv1.Link) []string {
 		ts(l.GetCreateTime(), l.GetCreateTime() != nil), ts(l.GetExpireTime(), l.GetExpireTime() != nil),
 		maxVisits, strconv.FormatBool(l.GetDisabled()), strconv.FormatBool(l.GetPasswordProtected()),
 		dt.GetIosUrl(), dt.GetAndroidUrl(), dt.GetDesktopUrl(), l.GetDomain(),
+		linkimport.RedirectTypeCell(l.GetRedirectType()), linkimport.JSONList(l.GetRules()), linkimport.JSONList(l.GetVariants()),
 	}
 	for i, v := range rec {
 		rec[i] = safeCell(v)
@@ -266,7 +268,7 @@ type itemError struct {
 	Field   string `json:"field,omitempty"`
 }
 
-// importLinks creates the links of a Bitly or YOURLS CSV export (the
+// importLinks creates the links of a Bitly, YOURLS or kurz CSV export (the
 // request body) through BatchCreateLinks, keeping the export's codes where
 // they are free kurz aliases (see linkimport.Import). Rows fail on their
 // own. When a batch call fails (quota, an outage) after some links were
@@ -305,12 +307,11 @@ func (a *API) importLinks(c *call) error {
 		return resp, err
 	}
 	// A code the caller already holds for the row's URL is an earlier
-	// import's link: an import sent again creates nothing twice. (Codes on
-	// the default domain: an import names no other.)
-	lookup := func(_ context.Context, code string) (*shortenerv1.Link, bool, error) {
+	// import's link: an import sent again creates nothing twice.
+	lookup := func(_ context.Context, domain, code string) (*shortenerv1.Link, bool, error) {
 		ctx, cancel := a.downstream(c)
 		defer cancel()
-		resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+		resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code, Domain: domain})
 		if status.Code(err) == codes.NotFound {
 			return nil, false, nil
 		}

@@ -26,6 +26,7 @@ import (
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/capacity"
+	"kurz.dev/pkg/linkimport"
 	"kurz.dev/pkg/rpcerr"
 )
 
@@ -269,6 +270,9 @@ func TestExportLinks(t *testing.T) {
 	sh.links[3].DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: "https://apple.example/", AndroidUrl: "@android", DesktopUrl: "https://d.example/"}
 	sh.links[4].Domain = proto.String("go.acme.test")
 	sh.links[4].ShortUrl = "https://go.acme.test/code004"
+	sh.links[4].RedirectType = shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY
+	sh.links[4].Rules = []*shortenerv1.RedirectRule{{Name: "de", Conditions: []*shortenerv1.RuleCondition{{Languages: []string{"de"}}}, Url: "https://example.com/de"}}
+	sh.links[4].Variants = []*shortenerv1.Variant{{Name: "a", Url: "https://example.com/a", Weight: 1}, {Name: "b", Url: "https://example.com/b", Weight: 2}}
 	a := newBulkAPI(sh)
 	w, err := bulkCall(a, a.exportLinks, "GET", "/v1/links:export?tag=a", "")
 	if err != nil {
@@ -280,20 +284,49 @@ func TestExportLinks(t *testing.T) {
 	if len(sh.lists) != 3 || sh.lists[0].GetTag() != "a" || sh.lists[2].GetPageToken() != "4" || sh.lists[0].GetPageSize() != exportPageSize {
 		t.Errorf("ListLinks calls = %v", sh.lists)
 	}
-	recs, err := csv.NewReader(w.Body).ReadAll()
+	body := w.Body.String()
+	recs, err := csv.NewReader(strings.NewReader(body)).ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := [][]string{
 		exportColumns,
-		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", ""},
-		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", ""},
-		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", "", ""},
-		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/", ""},
-		{"code004", "https://go.acme.test/code004", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "go.acme.test"},
+		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "", "", "", ""},
+		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "", "", "", ""},
+		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", "", "", "", "", ""},
+		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/", "", "", "", ""},
+		{"code004", "https://go.acme.test/code004", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "go.acme.test", "301",
+			linkimport.JSONList(sh.links[4].Rules), linkimport.JSONList(sh.links[4].Variants)},
 	}
 	if !reflect.DeepEqual(recs, want) {
 		t.Errorf("CSV:\n got %q\nwant %q", recs, want)
+	}
+	// The export imports as the links it lists (the password-protected
+	// one fails its row: the export holds no password).
+	format, rows, err := linkimport.Parse(strings.NewReader(body))
+	if err != nil || format != linkimport.Kurz || len(rows) != 5 || !strings.Contains(rows[2].Problem, "password") {
+		t.Fatalf("the export parsed as %q, %d rows, %v", format, len(rows), err)
+	}
+	for i, l := range sh.links {
+		if i == 2 {
+			continue
+		}
+		r := rows[i]
+		got := &shortenerv1.Link{Code: r.SourceCode, LongUrl: r.LongURL, Tags: r.Tags, ExpireTime: r.Link.GetExpireTime(),
+			MaxVisits: r.Link.GetMaxVisits(), DeviceTargets: r.Link.GetDeviceTargets(), RedirectType: r.Link.GetRedirectType(),
+			Rules: r.Link.GetRules(), Variants: r.Link.GetVariants()}
+		if d := r.Link.GetDomain(); d != "" {
+			got.Domain = proto.String(d)
+		}
+		wantLink := proto.CloneOf(l)
+		wantLink.ShortUrl, wantLink.CreateTime = "", nil
+		wantLink.Tags = []string{"a", "b"}
+		if i == 1 {
+			wantLink.Tags = []string{"-x", "y"}
+		}
+		if !proto.Equal(got, wantLink) {
+			t.Errorf("link %d after export and parse:\n%v\nwant\n%v", i, got, wantLink)
+		}
 	}
 	if strings.Contains(w.Body.String(), "never-exported") {
 		t.Error("the export carries a password")

@@ -1,0 +1,101 @@
+package linkimport
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+)
+
+// kurzExport is a file as GET /v1/links:export writes it.
+const kurzExport = "code,short_url,long_url,tags,created_at,expires_at,max_visits,disabled,password_protected," +
+	"ios_url,android_url,desktop_url,domain,redirect_type,rules,variants\n" +
+	"plain1,http://k.test/plain1,https://example.com/1,a|b,2026-01-02T03:04:05Z,,,false,false,,,,,,,\n" +
+	`full1,https://go.acme.test/full1,https://example.com/2,launch,2026-01-02T03:04:05Z,2030-01-01T00:00:00Z,5,false,false,` +
+	`https://apps.apple.com/x,https://play.google.com/x,,go.acme.test,301,` +
+	`"[{""name"":""de"",""conditions"":[{""languages"":[""de""]}],""url"":""https://example.com/de""}]",` +
+	`"[{""name"":""a"",""url"":""https://example.com/a"",""weight"":1},{""name"":""b"",""url"":""https://example.com/b"",""weight"":3}]"` + "\n" +
+	"secret1,http://k.test/secret1,https://example.com/3,,2026-01-02T03:04:05Z,,,false,true,,,,,,,\n" +
+	"off1,http://k.test/off1,https://example.com/4,,2026-01-02T03:04:05Z,,,true,false,,,,,,,\n" +
+	"old1,http://k.test/old1,https://example.com/5,,2026-01-02T03:04:05Z,,,false,false,,,,\n" // before redirect_type, rules, variants
+
+// kurz's own export comes back as the links it lists: expiry, visit
+// limit, device targets, domain, redirect type, rules and variants; a
+// password-protected or disabled link fails its row instead of coming
+// back open.
+func TestKurzExportImportsItsLinks(t *testing.T) {
+	format, rows, err := Parse(strings.NewReader(kurzExport))
+	if err != nil || format != Kurz || len(rows) != 5 {
+		t.Fatalf("Parse: %v, %q, %d rows; want kurz, 5", err, format, len(rows))
+	}
+	f := newFake()
+	rep, err := Import(context.Background(), rows, f.create, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Created != 3 || rep.Failed != 2 || rep.AliasesKept != 3 {
+		t.Errorf("report %+v, want 3 created with their codes, 2 failed", rep)
+	}
+	for _, r := range rep.Results {
+		switch r.SourceCode {
+		case "secret1":
+			if r.Err == nil || !strings.Contains(r.Err.GetMessage(), "password-protected") {
+				t.Errorf("a password-protected link: %v, want its row failed", r.Err)
+			}
+		case "off1":
+			if r.Err == nil || !strings.Contains(r.Err.GetMessage(), "disabled") {
+				t.Errorf("a disabled link: %v, want its row failed", r.Err)
+			}
+		}
+	}
+	if len(f.calls) != 1 || len(f.calls[0]) != 3 {
+		t.Fatalf("calls %v, want one of 3 links (the failed rows unsent)", f.calls)
+	}
+	want := &shortenerv1.CreateLinkRequest{
+		LongUrl: "https://example.com/2", Mode: shortenerv1.CodeMode_CODE_MODE_CUSTOM, CustomAlias: "full1",
+		Tags:          []string{"launch"},
+		ExpireTime:    timestamppb.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
+		MaxVisits:     5,
+		RedirectType:  shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY,
+		DeviceTargets: &shortenerv1.DeviceTargets{IosUrl: "https://apps.apple.com/x", AndroidUrl: "https://play.google.com/x"},
+		Domain:        "go.acme.test",
+		Rules: []*shortenerv1.RedirectRule{{Name: "de", Conditions: []*shortenerv1.RuleCondition{{Languages: []string{"de"}}},
+			Url: "https://example.com/de"}},
+		Variants: []*shortenerv1.Variant{{Name: "a", Url: "https://example.com/a", Weight: 1}, {Name: "b", Url: "https://example.com/b", Weight: 3}},
+	}
+	if got := f.calls[0][1]; !proto.Equal(got, want) {
+		t.Errorf("the full link's request:\n%v\nwant\n%v", got, want)
+	}
+	plain := &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/1", Mode: shortenerv1.CodeMode_CODE_MODE_CUSTOM,
+		CustomAlias: "plain1", Tags: []string{"a", "b"}}
+	if got := f.calls[0][0]; !proto.Equal(got, plain) {
+		t.Errorf("the plain link's request:\n%v\nwant\n%v", got, plain)
+	}
+	if got := f.calls[0][2]; got.GetCustomAlias() != "old1" || got.GetRules() != nil {
+		t.Errorf("an export from before the last three columns: %v", got)
+	}
+}
+
+// A kurz export's cell that does not parse fails its row, saying which.
+func TestKurzExportRowProblems(t *testing.T) {
+	head := "code,short_url,long_url,tags,created_at,expires_at,max_visits,disabled,password_protected," +
+		"ios_url,android_url,desktop_url,domain,redirect_type,rules,variants\n"
+	// The cells from expires_at on.
+	for cells, want := range map[string]string{
+		"x":                              "expires_at",
+		",-3":                            "max_visits",
+		",,,,,,,,303":                    "redirect_type",
+		",,,,,,,,," + `"[{""name"":1}]"`: "rules: item 1",
+		",,,,,,,,,," + `"{}"`:            "variants: not a JSON array",
+	} {
+		_, rows, err := Parse(strings.NewReader(head + "c0de,,https://example.com/,,," + cells + "\n"))
+		if err != nil || len(rows) != 1 || !strings.Contains(rows[0].Problem, want) {
+			t.Errorf("cells %q: %v, %+v; want a row problem naming %s", cells, err, rows, want)
+		}
+	}
+}
