@@ -212,7 +212,10 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog
 		st.source = &rulestore.PostgresSource{Pool: st.db, Log: log}
 	}
 	first, err := st.source.Load(ctx)
-	if err != nil {
+	if partial := (*rulestore.PartialError)(nil); errors.As(err, &partial) {
+		// Start with the rest: a bad row must not keep every limiter down.
+		log.Error("rule rows that do not compile are left out: fix them", "err", err)
+	} else if err != nil {
 		return stores{}, err
 	}
 	st.rules, err = ratelimit.Compile(first)

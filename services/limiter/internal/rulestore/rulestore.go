@@ -83,6 +83,23 @@ type PostgresSource struct {
 
 	mu      sync.Mutex
 	dangled string // the plan limits last reported left out, and rules held
+	// goodRules and goodLimits are the last version of each rule (by ID)
+	// and plan limit (plan, then rule ID) that compiled: a row edited into
+	// one that does not is held at it.
+	goodRules  map[string]ratelimit.RuleSpec
+	goodLimits map[string]ratelimit.LimitSpec
+}
+
+// PartialError is Load's error when some rows did not compile: each was
+// held at its last good version, or left out when this process never saw
+// one (a limiter starting while the row is bad). The Config returned with
+// it is usable, and applied: one bad row must neither stop a limiter from
+// starting nor hold back every other change. Refreshes that meet one
+// count as failed, so alert KurzLimiterRulesStale names the table.
+type PartialError struct{ Problems []string }
+
+func (e *PartialError) Error() string {
+	return "rule rows that do not compile: " + strings.Join(e.Problems, "; ")
 }
 
 // Load implements Source. A plan limit whose rule is not in the tables (the
@@ -128,6 +145,7 @@ func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 			}
 		}
 	}
+	problems := p.holdBadRows(cfg)
 	slices.Sort(dangling)
 	slices.Sort(clamped)
 	p.mu.Lock()
@@ -144,7 +162,78 @@ func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 				ratelimit.MaxSlidingLogLimit, ratelimit.MaxSlidingLogLimit), "rules", clamped)
 		}
 	}
+	if len(problems) > 0 {
+		return cfg, &PartialError{Problems: problems}
+	}
 	return cfg, nil
+}
+
+// holdBadRows replaces in cfg every rule and plan limit that does not
+// compile (each compiled alone, as Compile would) with its last good
+// version, or leaves it out, and remembers the good ones. It returns what
+// it held or left out, and why.
+func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.goodRules == nil {
+		p.goodRules, p.goodLimits = map[string]ratelimit.RuleSpec{}, map[string]ratelimit.LimitSpec{}
+	}
+	var problems []string
+	bad := func(what string, err error, held bool) {
+		fate := "left out"
+		if held {
+			fate = "held at its last good version"
+		}
+		problems = append(problems, fmt.Sprintf("%s %s (%v)", what, fate, err))
+	}
+	rules := map[string]ratelimit.RuleSpec{} // the rules in force, by ID
+	for _, domain := range slices.Sorted(maps.Keys(cfg.Domains)) {
+		d := cfg.Domains[domain]
+		kept := d.Rules[:0]
+		for _, r := range d.Rules {
+			id := domain + "/" + r.Name
+			if _, err := r.Rule(domain); err != nil {
+				good, ok := p.goodRules[id]
+				bad("rule "+id, err, ok)
+				if !ok {
+					continue
+				}
+				r = good
+			}
+			p.goodRules[id] = r
+			rules[id] = r
+			kept = append(kept, r)
+		}
+		d.Rules = kept
+		cfg.Domains[domain] = d
+	}
+	for _, plan := range slices.Sorted(maps.Keys(cfg.Plans)) {
+		limits := cfg.Plans[plan]
+		for _, id := range slices.Sorted(maps.Keys(limits)) {
+			r, ok := rules[id]
+			if !ok {
+				delete(limits, id) // its rule is gone, or left out above
+				continue
+			}
+			domain, _, _ := strings.Cut(id, "/")
+			one := ratelimit.Config{
+				Domains: map[string]ratelimit.DomainSpec{domain: {Rules: []ratelimit.RuleSpec{r}}},
+				Plans:   map[string]map[string]ratelimit.LimitSpec{plan: {id: limits[id]}},
+			}
+			key := plan + "\x00" + id
+			if _, err := ratelimit.Compile(one); err != nil {
+				good, ok := p.goodLimits[key]
+				bad("plan "+plan+" limit of "+id, err, ok)
+				if !ok {
+					delete(limits, id)
+					continue
+				}
+				limits[id] = good
+			}
+			p.goodLimits[key] = limits[id]
+		}
+	}
+	return problems
 }
 
 func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, error) {
@@ -309,16 +398,23 @@ type Refresher struct {
 }
 
 // Refresh loads, compiles and applies the rules once. On failure the rules
-// in force stay, and the error is returned.
+// in force stay, and the error is returned; a PartialError's rules are
+// applied, and it is returned too.
 func (r *Refresher) Refresh(ctx context.Context) error {
 	cfg, err := r.Source.Load(ctx)
-	if err == nil {
-		var rs *ratelimit.Ruleset
-		if rs, err = ratelimit.Compile(cfg); err == nil {
+	var partial *PartialError
+	if err == nil || errors.As(err, &partial) {
+		rs, cerr := ratelimit.Compile(cfg)
+		if cerr == nil {
 			r.Apply(rs)
+		} else {
+			err, partial = cerr, nil
 		}
 	}
-	if err != nil {
+	switch {
+	case partial != nil:
+		r.Log.Error("rules refreshed, but rows that do not compile are held at their last good version or left out: fix them", "err", err)
+	case err != nil:
 		r.Log.Error("rules refresh failed; keeping the last good rules", "err", err)
 	}
 	if r.OnResult != nil {

@@ -4,7 +4,9 @@ package rulestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -161,6 +163,82 @@ tenants: {acme: pro}
 	_, applied := rs.Match("api", map[string]string{"tenant": "acme", "ip": "192.0.2.1"})
 	if len(applied) != 1 || applied[0].Plan != "free" || applied[0].Rule.Limit != 5 {
 		t.Errorf("rules applied to acme after its move to free: %+v; want api/a with free's limit 5", applied)
+	}
+}
+
+// A rule row or plan limit that does not compile neither stops a limiter
+// from starting (the rest load, the row left out) nor holds back other
+// changes on a running one (the row held at its last good version).
+func TestRowThatDoesNotCompileIsHeldOrLeftOut(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	seed(t, pool, `
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+      - {name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: closed}
+plans:
+  free: {api/a: {limit: 5}, api/b: {limit: 4}}
+  pro: {}
+tenants: {acme: pro}
+`)
+	running := &PostgresSource{Pool: pool}
+	if _, err := running.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '2000000000000000') WHERE name = 'b'`)
+	exec(`UPDATE rl_plan_limits SET spec = jsonb_set(spec, '{window}', '"soon"') WHERE rule_id = 'api/a'`)
+	exec(`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('pro', 'api/a', '{"limit": 50}')`)
+	if err := SetTenantPlan(ctx, pool, "acme", "free"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A running limiter: the other changes apply, the bad rows stay as
+	// they were.
+	got, err := running.Load(ctx)
+	var partial *PartialError
+	if !errors.As(err, &partial) || len(partial.Problems) != 2 || !strings.Contains(err.Error(), "rule api/b held at its last good version") ||
+		!strings.Contains(err.Error(), "plan free limit of api/a held") {
+		t.Fatalf("Load after bad edits: %v; want a PartialError naming the two rows, held", err)
+	}
+	rs, err := ratelimit.Compile(got)
+	if err != nil {
+		t.Fatalf("what a partial Load returns does not compile: %v", err)
+	}
+	_, applied := rs.Match("api", map[string]string{"tenant": "acme", "ip": "192.0.2.1"})
+	if len(applied) != 2 || applied[0].Rule.Limit != 5 || applied[1].Rule.Limit != 4 || applied[0].Plan != "free" {
+		t.Errorf("acme after its move to free: %+v; want api/a at 5 and api/b at 4 (free's, on the held rule)", applied)
+	}
+	if got.Plans["pro"]["api/a"].Limit != 50 {
+		t.Errorf("the new pro limit did not apply: %v", got.Plans["pro"])
+	}
+
+	// A limiter starting now has no last good version: the bad rule and
+	// its plan limits are left out, the rest load.
+	got, err = (&PostgresSource{Pool: pool}).Load(ctx)
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule api/b left out") || !strings.Contains(err.Error(), "plan free limit of api/a left out") {
+		t.Fatalf("Load at start: %v; want the rows left out", err)
+	}
+	if rs, err = ratelimit.Compile(got); err != nil {
+		t.Fatalf("what a starting limiter loads does not compile: %v", err)
+	}
+	_, applied = rs.Match("api", map[string]string{"tenant": "acme", "ip": "192.0.2.1"})
+	if len(applied) != 1 || applied[0].Rule.Name != "a" || applied[0].Rule.Limit != 10 {
+		t.Errorf("a starting limiter's rules for acme: %+v; want api/a alone, at the rule's own 10", applied)
+	}
+
+	// Mended, it loads whole again.
+	exec(`UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '20') WHERE name = 'b'`)
+	exec(`UPDATE rl_plan_limits SET spec = '{"limit": 6}' WHERE plan = 'free' AND rule_id = 'api/a'`)
+	if _, err := running.Load(ctx); err != nil {
+		t.Errorf("Load after the rows are mended: %v", err)
 	}
 }
 
