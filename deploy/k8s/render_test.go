@@ -14,6 +14,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,6 +212,30 @@ func copyManifests(src, dst string) error {
 		}
 		return os.WriteFile(to, b, 0o644)
 	})
+}
+
+// In production the redirect serves the default domain's links only on
+// the short URLs' host: a host pointed at it that is not a verified custom
+// domain (one deleted, one never registered) gets the 404, not every
+// tenant's links.
+func TestProdRedirectServesTheDefaultDomainOnItsOwnHost(t *testing.T) {
+	r := render(t, "overlays/prod")
+	var base, hosts string
+	for _, cm := range typed[corev1.ConfigMap](r) {
+		switch cm.Name {
+		case "shortener-config":
+			base = cm.Data["KURZ_SHORTENER_BASE_URL"]
+		case "redirect-config":
+			hosts = cm.Data["KURZ_REDIRECT_DEFAULT_HOSTS"]
+		}
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Hostname() == "" {
+		t.Fatalf("KURZ_SHORTENER_BASE_URL %q: %v", base, err)
+	}
+	if !slices.Contains(strings.Split(hosts, ","), u.Hostname()) {
+		t.Errorf("KURZ_REDIRECT_DEFAULT_HOSTS %q does not name %s, the short URLs' host", hosts, u.Hostname())
+	}
 }
 
 // The prod overlay needs the operator's trusted proxies: without
