@@ -184,6 +184,9 @@ type stores struct {
 	db     *pgxpool.Pool
 	source rulestore.Source
 	rules  *ratelimit.Ruleset
+	// partial is the first load's PartialError, if any: counted as a
+	// failed refresh once the counter exists.
+	partial error
 }
 
 // openStores connects to Redis Cluster (and PostgreSQL in postgres mode) and
@@ -214,7 +217,8 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog
 	first, err := st.source.Load(ctx)
 	if partial := (*rulestore.PartialError)(nil); errors.As(err, &partial) {
 		// Start with the rest: a bad row must not keep every limiter down.
-		log.Error("rule rows that do not compile are left out: fix them", "err", err)
+		log.Error("rule rows that do not compile are held at the shipped version or left out: fix them", "err", err)
+		st.partial = err
 	} else if err != nil {
 		return stores{}, err
 	}
@@ -276,6 +280,9 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 	refresher, err := newRefresher(cfg, st.source, engine, srv, log)
 	if err != nil {
 		return nil, err
+	}
+	if st.partial != nil {
+		refresher.OnResult(st.partial)
 	}
 	// Closed in reverse: the background work stops, then the leases go
 	// back, then the refunds drain, then the stores close.

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -118,8 +119,12 @@ func (r *Rule) validateSize() error {
 	case r.Window > MaxWindow:
 		return fmt.Errorf("window %v: at most %v", r.Window, MaxWindow)
 	case r.Limit > 0 && float64(r.capacity())*float64(r.Window)/float64(r.Limit) > float64(MaxWindow):
-		return fmt.Errorf("burst %d refills in %v at %d per %v: at most %v", r.capacity(),
-			time.Duration(float64(r.capacity())*float64(r.Window)/float64(r.Limit)).Round(time.Hour), r.Limit, r.Window, MaxWindow)
+		refill := float64(r.capacity()) * float64(r.Window) / float64(r.Limit)
+		took := "over 290 years" // past what a Duration holds
+		if refill < float64(math.MaxInt64) {
+			took = time.Duration(refill).Round(time.Hour).String()
+		}
+		return fmt.Errorf("burst %d refills in %s at %d per %v: at most %v", r.capacity(), took, r.Limit, r.Window, MaxWindow)
 	}
 	return nil
 }

@@ -88,14 +88,21 @@ type PostgresSource struct {
 	// one that does not is held at it.
 	goodRules  map[string]ratelimit.RuleSpec
 	goodLimits map[string]ratelimit.LimitSpec
+	// loaded is set once a Load returned rules: from then on a fail-closed
+	// rule that never compiled here is left out (no replica of this
+	// process enforced it) rather than refused.
+	loaded bool
 }
 
 // PartialError is Load's error when some rows did not compile: each was
-// held at its last good version, or left out when this process never saw
-// one (a limiter starting while the row is bad). The Config returned with
-// it is usable, and applied: one bad row must neither stop a limiter from
-// starting nor hold back every other change. Refreshes that meet one
-// count as failed, so alert KurzLimiterRulesStale names the table.
+// held at its last good version, or at the shipped one (bootstrap.yaml)
+// when this process never saw one compile, or else left out. The Config
+// returned with it is usable, and applied: one bad row must neither stop
+// a limiter from starting nor hold back every other change. Refreshes that
+// meet one count as failed, so alert KurzLimiterRulesStale names the
+// table. One exception: a starting limiter refuses a fail-closed rule it
+// could only leave out (Load's error is then not a PartialError): a rule
+// that says "deny when unsure" is not silently dropped.
 type PartialError struct{ Problems []string }
 
 func (e *PartialError) Error() string {
@@ -145,7 +152,10 @@ func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 			}
 		}
 	}
-	problems := p.holdBadRows(cfg)
+	problems, refused := p.holdBadRows(cfg)
+	if refused != nil {
+		return ratelimit.Config{}, refused
+	}
 	slices.Sort(dangling)
 	slices.Sort(clamped)
 	p.mu.Lock()
@@ -170,20 +180,16 @@ func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 
 // holdBadRows replaces in cfg every rule and plan limit that does not
 // compile (each compiled alone, as Compile would) with its last good
-// version, or leaves it out, and remembers the good ones. It returns what
-// it held or left out, and why.
-func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) []string {
+// version, the shipped one, or nothing, and remembers the good ones. It
+// returns what it held or left out, and why; refused is set when a starting
+// limiter would leave out a fail-closed rule.
+func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) (problems []string, refused error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.goodRules == nil {
 		p.goodRules, p.goodLimits = map[string]ratelimit.RuleSpec{}, map[string]ratelimit.LimitSpec{}
 	}
-	var problems []string
-	bad := func(what string, err error, held bool) {
-		fate := "left out"
-		if held {
-			fate = "held at its last good version"
-		}
+	bad := func(what string, err error, fate string) {
 		problems = append(problems, fmt.Sprintf("%s %s (%v)", what, fate, err))
 	}
 	rules := map[string]ratelimit.RuleSpec{} // the rules in force, by ID
@@ -193,12 +199,19 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) []string {
 		for _, r := range d.Rules {
 			id := domain + "/" + r.Name
 			if _, err := r.Rule(domain); err != nil {
-				good, ok := p.goodRules[id]
-				bad("rule "+id, err, ok)
-				if !ok {
+				if good, ok := p.goodRules[id]; ok {
+					bad("rule "+id, err, "held at its last good version")
+					r = good
+				} else if shipped, ok := shippedRule(domain, r.Name); ok {
+					bad("rule "+id, err, "held at the shipped version (bootstrap.yaml)")
+					r = shipped
+				} else if r.FailureMode == "closed" && !p.loaded {
+					refused = fmt.Errorf("rule %s fails closed and does not compile (%v): mend the row; a limiter does not start without it", id, err)
+					continue
+				} else {
+					bad("rule "+id, err, "left out")
 					continue
 				}
-				r = good
 			}
 			p.goodRules[id] = r
 			rules[id] = r
@@ -216,25 +229,50 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) []string {
 				continue
 			}
 			domain, _, _ := strings.Cut(id, "/")
-			one := ratelimit.Config{
-				Domains: map[string]ratelimit.DomainSpec{domain: {Rules: []ratelimit.RuleSpec{r}}},
-				Plans:   map[string]map[string]ratelimit.LimitSpec{plan: {id: limits[id]}},
+			fits := func(l ratelimit.LimitSpec) error {
+				_, err := ratelimit.Compile(ratelimit.Config{
+					Domains: map[string]ratelimit.DomainSpec{domain: {Rules: []ratelimit.RuleSpec{r}}},
+					Plans:   map[string]map[string]ratelimit.LimitSpec{plan: {id: l}},
+				})
+				return err
 			}
 			key := plan + "\x00" + id
-			if _, err := ratelimit.Compile(one); err != nil {
-				good, ok := p.goodLimits[key]
-				bad("plan "+plan+" limit of "+id, err, ok)
-				if !ok {
+			if err := fits(limits[id]); err != nil {
+				// The last good version is held only if it fits the rule as
+				// it is now (the rule may have changed since).
+				if good, ok := p.goodLimits[key]; ok && fits(good) == nil {
+					bad("plan "+plan+" limit of "+id, err, "held at its last good version")
+					limits[id] = good
+				} else {
+					bad("plan "+plan+" limit of "+id, err, "left out")
 					delete(limits, id)
 					continue
 				}
-				limits[id] = good
 			}
 			p.goodLimits[key] = limits[id]
 		}
 	}
-	return problems
+	if refused == nil {
+		p.loaded = true
+	}
+	return problems, refused
 }
+
+// shippedRule returns bootstrap.yaml's rule domain/name, if it has one.
+func shippedRule(domain, name string) (ratelimit.RuleSpec, bool) {
+	for _, r := range shipped.Domains[domain].Rules {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return ratelimit.RuleSpec{}, false
+}
+
+// shipped is bootstrap.yaml, parsed once (a test checks that it compiles).
+var shipped = func() ratelimit.Config {
+	cfg, _ := Parse(Bootstrap)
+	return cfg
+}()
 
 func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, error) {
 	cfg := ratelimit.Config{

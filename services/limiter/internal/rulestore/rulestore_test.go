@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/services/limiter/internal/ratelimit"
@@ -177,7 +178,7 @@ domains:
   api:
     rules:
       - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
-      - {name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: closed}
+      - {name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
 plans:
   free: {api/a: {limit: 5}, api/b: {limit: 4}}
   pro: {}
@@ -236,9 +237,76 @@ tenants: {acme: pro}
 
 	// Mended, it loads whole again.
 	exec(`UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '20') WHERE name = 'b'`)
-	exec(`UPDATE rl_plan_limits SET spec = '{"limit": 6}' WHERE plan = 'free' AND rule_id = 'api/a'`)
+	exec(`UPDATE rl_plan_limits SET spec = '{"limit": 6, "burst": 1000}' WHERE plan = 'free' AND rule_id = 'api/a'`)
 	if _, err := running.Load(ctx); err != nil {
 		t.Errorf("Load after the rows are mended: %v", err)
+	}
+
+	// A good edit of a rule that its held plan limit no longer fits: the
+	// limit is left out, not held, so the edit and the rest apply.
+	exec(`UPDATE rl_rules SET spec = jsonb_set(spec, '{window}', '"7200h"') WHERE name = 'a'`)
+	got, err = running.Load(ctx)
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "plan free limit of api/a left out") {
+		t.Fatalf("Load after the rule outgrew its plan limit: %v; want that limit left out", err)
+	}
+	if _, err := ratelimit.Compile(got); err != nil {
+		t.Fatalf("what it returns does not compile: %v", err)
+	}
+	if w := got.Domains["api"].Rules[0].Window; w != "7200h" {
+		t.Errorf("the rule's edit did not apply: window %q", w)
+	}
+}
+
+// A starting limiter does not drop a fail-closed rule it cannot compile:
+// a shipped one is held at its shipped version, another refuses the start
+// (a running limiter holds its last good version of either).
+func TestFailClosedRuleThatDoesNotCompileIsNeverDropped(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	seed(t, pool, `
+domains:
+  links.password:
+    rules:
+      - {name: per-ip-link, key: [ip, code], algorithm: sliding_log, limit: 5, window: 15m, failure_mode: closed}
+  api:
+    rules:
+      - {name: guard, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: closed}
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+`)
+	running := &PostgresSource{Pool: pool}
+	if _, err := running.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{window}', '"15 m"') WHERE name = 'per-ip-link'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
+	var partial *PartialError
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule links.password/per-ip-link held at the shipped version") {
+		t.Fatalf("a starting Load with the shipped rule broken: %v", err)
+	}
+	rs, err := ratelimit.Compile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, applied := rs.Match("links.password", map[string]string{"ip": "192.0.2.1", "code": "abcd"}); len(applied) != 1 ||
+		applied[0].Rule.FailureMode != ratelimitv1.FailureMode_FAILURE_MODE_CLOSED {
+		t.Errorf("password attempts are decided by %+v; want the shipped per-ip-link rule", applied)
+	}
+
+	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '0') WHERE name = 'guard'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = (&PostgresSource{Pool: pool}).Load(ctx)
+	if err == nil || errors.As(err, &partial) || !strings.Contains(err.Error(), "rule api/guard fails closed and does not compile") {
+		t.Fatalf("a starting Load with a fail-closed rule broken: %v; want the start refused", err)
+	}
+	got, err = running.Load(ctx)
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule api/guard held at its last good version") {
+		t.Fatalf("a running Load with a fail-closed rule broken: %v; want it held", err)
+	}
+	if n := len(got.Domains["api"].Rules); n != 2 {
+		t.Errorf("a running limiter has %d api rules, want both", n)
 	}
 }
 
