@@ -247,6 +247,11 @@ func (s *Set) Marshal() []byte {
 	return b
 }
 
+// hasControl reports whether s holds a C0 control character or DEL.
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0
+}
+
 func checkName(field, name string) error {
 	if name == "" || len(name) > MaxNameLength {
 		return errorf(field, "a name has 1 to %d characters", MaxNameLength)
@@ -343,10 +348,19 @@ func compileCondition(field string, c *Condition) (ccond, error) {
 		if q.Param == "" || len(q.Param) > MaxParamLength {
 			return ccond{}, errorf(field+".query.param", "a parameter name has 1 to %d bytes", MaxParamLength)
 		}
+		// Control characters (NUL among them, which PostgreSQL's jsonb
+		// refuses: the link's insert failed, a batch's with it) are no
+		// query a link is shared with.
+		if hasControl(q.Param) {
+			return ccond{}, errorf(field+".query.param", "a parameter name has no control characters")
+		}
 		out.param = q.Param
 		if q.Value != nil {
 			if len(*q.Value) > MaxParamLength {
 				return ccond{}, errorf(field+".query.value", "a value has at most %d bytes", MaxParamLength)
+			}
+			if hasControl(*q.Value) {
+				return ccond{}, errorf(field+".query.value", "a value has no control characters")
 			}
 			out.value, out.hasValue = *q.Value, true
 		}

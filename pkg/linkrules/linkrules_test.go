@@ -118,6 +118,9 @@ func TestCompileRefusesOutOfBounds(t *testing.T) {
 		{"bad language", "rules[0].conditions[0].languages[0]", rule(Condition{Languages: []string{"*"}})},
 		{"bad country", "rules[0].conditions[0].countries[0]", rule(Condition{Countries: []string{"DEU"}})},
 		{"long param", "rules[0].conditions[0].query.param", rule(Condition{Query: &Query{Param: strings.Repeat("p", MaxParamLength+1)}})},
+		{"NUL in a param", "rules[0].conditions[0].query.param", rule(Condition{Query: &Query{Param: "\x00"}})},
+		{"control in a value", "rules[0].conditions[0].query.value", rule(Condition{Query: &Query{Param: "p", Value: ptr("x\x00")}})},
+		{"DEL in a value", "rules[0].conditions[0].query.value", rule(Condition{Query: &Query{Param: "p", Value: ptr("\x7f")}})},
 		{"empty window", "rules[0].conditions[0].time", rule(Condition{Time: &Window{}})},
 		{"backwards window", "rules[0].conditions[0].time", rule(Condition{Time: &Window{FromMs: 2, UntilMs: 1}})},
 		{"bad name", "rules[0].name", &Set{Rules: []Rule{{Name: "Has Space", If: []Condition{{Devices: []string{"ios"}}}, URL: "https://example.com/"}}}},
@@ -244,3 +247,5 @@ func TestZeroQuality(t *testing.T) {
 		}
 	}
 }
+
+func ptr(s string) *string { return &s }
