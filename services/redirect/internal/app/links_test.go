@@ -527,8 +527,8 @@ func TestVisitLimit(t *testing.T) {
 	if by[http.StatusFound] != limit || by[http.StatusGone] != n-limit {
 		t.Errorf("%d concurrent visits of a %d-visit link: statuses %v, want %d × 302 and %d × 410", n, limit, by, limit, n-limit)
 	}
-	if v := visits(); v != n {
-		t.Errorf("counter %d after %d visits", v, n)
+	if v := visits(); v != limit {
+		t.Errorf("counter %d after %d visits, want it stopped at the limit, %d", v, n, limit)
 	}
 	for _, p := range []struct {
 		what   string
@@ -540,7 +540,7 @@ func TestVisitLimit(t *testing.T) {
 			t.Errorf("%s after the last visit: %d Location %q, want 410 without Location", p.what, resp.StatusCode, resp.Header.Get("Location"))
 		}
 	}
-	if v := visits(); v != n {
+	if v := visits(); v != limit {
 		t.Errorf("HEAD and a preview fetcher moved the counter to %d", v)
 	}
 
@@ -700,9 +700,43 @@ func TestSpentVisitsStaySpent(t *testing.T) {
 	if got := ttl(); got != -1 {
 		t.Errorf("counter TTL %v after a visit of the link that never expires, want none (-1)", got)
 	}
-	if n, err := f.rdb.Get(context.Background(), key).Int64(); err != nil || n != 3 {
-		t.Errorf("visit count %d (%v), want 3", n, err)
+	if n, err := f.rdb.Get(context.Background(), key).Int64(); err != nil || n != 1 {
+		t.Errorf("visit count %d (%v), want 1: refused visits are not counted", n, err)
 	}
+}
+
+// Raising a spent link's limit reopens it by exactly the difference, however
+// many visits it refused meanwhile (they are not counted: with a plain INCR
+// each pushed the counter on, and a raise from 2 to 4 after 6 visits
+// reopened nothing).
+func TestRaisingMaxVisitsReopensByTheDifference(t *testing.T) {
+	f := newFixture(t)
+	sh := shortenertest.Start(t, map[string]string{
+		"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr(),
+	})
+	api := shortenerv1.NewShortenerServiceClient(sh.Conn)
+	ctx := callmeta.Outgoing(context.Background(), "visits-test", "")
+	made, err := api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/raised", MaxVisits: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := made.GetLink().GetCode()
+	f.track(code)
+	visit := func(r instance, want ...int) {
+		t.Helper()
+		for i, w := range want {
+			if resp := get(t, r.HTTP, "/"+code); resp.StatusCode != w {
+				t.Fatalf("visit %d: %d, want %d", i+1, resp.StatusCode, w)
+			}
+		}
+	}
+	visit(start(t, nil, hooks{}), 302, 302, 410, 410, 410, 410)
+	if _, err := api.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{Link: &shortenerv1.Link{Code: code, MaxVisits: 4},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"max_visits"}}}); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh pod: it holds no entry from before the update.
+	visit(start(t, nil, hooks{}), 302, 302, 410, 410)
 }
 
 // TestDeviceTargets: each User-Agent class gets its target, or the long URL

@@ -26,9 +26,19 @@ const (
 	visitUncounted
 )
 
-// decideVisit turns the INCR's answer into a verdict: the n-th visit is
-// granted when n <= max. INCR is atomic, so with any number of concurrent
-// visitors exactly max are granted.
+// countScript counts a visit unless the limit (ARGV[1]) is already
+// reached, and answers the visit's number: max+1 and more for a refused
+// one. Refused visits are not counted, so the counter stops at the limit
+// and raising the limit reopens the link by exactly the difference (with
+// a plain INCR every refused visit of a popular link pushed the counter on,
+// and a raise reopened nothing).
+const countScript = `local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n >= tonumber(ARGV[1]) then return n + 1 end
+return redis.call('INCR', KEYS[1])`
+
+// decideVisit turns the count's answer into a verdict: the n-th visit is
+// granted when n <= max. The count is atomic, so with any number of
+// concurrent visitors exactly max are granted.
 func decideVisit(n int64, err error, max int64) verdict {
 	switch {
 	case err != nil:
@@ -43,7 +53,7 @@ func decideVisit(n int64, err error, max int64) verdict {
 func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry) verdict {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.VisitTimeout)
 	defer cancel()
-	n, err := h.incr(ctx, linkcache.VisitsKey(code), e.ExpiresAtMs)
+	n, err := h.incr(ctx, linkcache.VisitsKey(code), e.MaxVisits, e.ExpiresAtMs)
 	if err != nil {
 		h.log.WarnContext(ctx, "visit not counted; refusing it", "code", code, "err", err)
 	}
@@ -72,17 +82,17 @@ type keyNode interface {
 // node). A refused INCR counted nothing, so the visit is counted once more
 // on the node the answer names: a moving slot costs a round trip, not a
 // refused visit.
-func (h *Handler) incr(ctx context.Context, key string, expiresAtMs int64) (int64, error) {
+func (h *Handler) incr(ctx context.Context, key string, limit, expiresAtMs int64) (int64, error) {
 	kn, ok := h.visits.(keyNode)
 	if !ok || h.cfg.VisitReplicas == 0 {
-		return h.incrOn(ctx, h.visits, key, expiresAtMs, false)
+		return h.incrOn(ctx, h.visits, key, limit, expiresAtMs, false)
 	}
 	// WAIT has no key: it must go to the node that took the INCR.
 	node, err := kn.MasterForKey(ctx, key)
 	if err != nil {
 		return 0, fmt.Errorf("redis node of %s: %w", key, err)
 	}
-	n, err := h.incrOn(ctx, node, key, expiresAtMs, false)
+	n, err := h.incrOn(ctx, node, key, limit, expiresAtMs, false)
 	ask, addr, refused := redirection(err)
 	if !refused {
 		return n, err
@@ -91,20 +101,22 @@ func (h *Handler) incr(ctx context.Context, key string, expiresAtMs int64) (int6
 	if terr != nil {
 		return 0, errors.Join(err, terr)
 	}
-	return h.incrOn(ctx, target, key, expiresAtMs, ask)
+	return h.incrOn(ctx, target, key, limit, expiresAtMs, ask)
 }
 
 // incrOn is incr's round trip to c; asking sends ASKING before each
 // command on key, as a node importing key's slot requires.
-func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, expiresAtMs int64, asking bool) (int64, error) {
+func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, limit, expiresAtMs int64, asking bool) (int64, error) {
 	replicas := h.cfg.VisitReplicas
-	var incr *redis.IntCmd
+	var incr *redis.Cmd
 	var wait *redis.Cmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if asking {
 			p.Do(ctx, "ASKING")
 		}
-		incr = p.Incr(ctx, key)
+		// EVAL, not EVALSHA: a pipeline cannot load a script a node lost
+		// (a restart, a failover), and this script is short.
+		incr = p.Eval(ctx, countScript, []string{key}, limit)
 		if asking {
 			p.Do(ctx, "ASKING")
 		}
@@ -120,17 +132,21 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, expir
 		return nil
 	})
 	if err := incr.Err(); err != nil {
-		return 0, fmt.Errorf("redis incr %s: %w", key, err)
+		return 0, fmt.Errorf("redis count %s: %w", key, err)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("redis incr %s: %w", key, err)
 	}
+	n, err := incr.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("redis count %s: %w", key, err)
+	}
 	if wait != nil {
 		if held, _ := wait.Int64(); held < int64(replicas) {
-			return 0, fmt.Errorf("visit %d at %s held by %d of %d replicas in time", incr.Val(), key, held, replicas)
+			return 0, fmt.Errorf("visit %d at %s held by %d of %d replicas in time", n, key, held, replicas)
 		}
 	}
-	return incr.Val(), nil
+	return n, nil
 }
 
 // redirection reports whether err is a node's MOVED or ASK answer, and the
