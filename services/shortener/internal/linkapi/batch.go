@@ -121,6 +121,27 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		drafts[i] = &d
 		valid++
 	}
+	// Destinations on a domain kurz serves (servedLoops), one statement for
+	// the batch, before anything is charged.
+	var idx []int
+	var dests [][]destination
+	for i, d := range drafts {
+		if d != nil {
+			idx, dests = append(idx, i), append(dests, destinationsOf(d.link))
+		}
+	}
+	refused, err := s.servedLoops(ctx, dests)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "batch", err)
+	}
+	for k, rerr := range refused {
+		i := idx[k]
+		if a, ok := aliases[drafts[i].link.Code]; ok && a == i {
+			delete(aliases, drafts[i].link.Code)
+		}
+		fail(i, rerr)
+		valid--
+	}
 	// An alias of the caller's own would fail at the insert after its
 	// quota was spent: a batch sent again (an import retried after an
 	// error) would spend the quota on the rows that exist and never get

@@ -53,6 +53,8 @@ type DomainStore interface {
 	ListDomains(ctx context.Context, tenant string, limit int) ([]linkstore.Domain, error)
 	VerifyDomain(ctx context.Context, tenant, name, by string) (linkstore.Domain, error)
 	DeleteDomain(ctx context.Context, tenant, name string) error
+	// Served returns those of names that some tenant has verified.
+	Served(ctx context.Context, names []string) (map[string]bool, error)
 }
 
 // domainErrors are the domain store's sentinels as clients see them. A
@@ -337,23 +339,16 @@ func (td *tenantDomains) check(name string) (string, error) {
 // every link by urlcheck (OwnHosts); a tenant's domain is known only with
 // the link. Empty URLs (what an update leaves unchanged) are skipped.
 func selfLoop(domain, longURL string, t linkstore.DeviceURLs, rules []linkrules.Rule, variants []linkrules.Variant) error {
+	return loopOn(domain, destinations(longURL, t, rules, variants))
+}
+
+// loopOn refuses the first of ds on domain ("" refuses none).
+func loopOn(domain string, ds []destination) error {
 	if domain == "" {
 		return nil
 	}
-	type dest struct{ field, url string }
-	dests := []dest{{"long_url", longURL}, {"device_targets.ios_url", t.IOS},
-		{"device_targets.android_url", t.Android}, {"device_targets.desktop_url", t.Desktop}}
-	for i, r := range rules {
-		dests = append(dests, dest{fmt.Sprintf("rules[%d].url", i), r.URL})
-	}
-	for i, v := range variants {
-		dests = append(dests, dest{fmt.Sprintf("variants[%d].url", i), v.URL})
-	}
-	for _, d := range dests {
-		if d.url == "" {
-			continue
-		}
-		if u, err := url.Parse(d.url); err == nil && linkdomain.Host(u.Host) == domain {
+	for _, d := range ds {
+		if hostOf(d.url) == domain {
 			return rpcerr.BadRequest(d.field, urlcheck.ReasonLoop,
 				fmt.Sprintf("%s: links to %s are refused on that domain: they would redirect in a loop", d.field, clip(domain)))
 		}
@@ -361,15 +356,79 @@ func selfLoop(domain, longURL string, t linkstore.DeviceURLs, rules []linkrules.
 	return nil
 }
 
-// selfLoopOf is selfLoop for a link about to be created.
-func selfLoopOf(l linkstore.Link) error {
+// destination is one URL a link sends visitors to, by its request field.
+type destination struct{ field, url string }
+
+// destinations lists a link's URLs (empty ones, which an update leaves
+// unchanged, skipped).
+func destinations(longURL string, t linkstore.DeviceURLs, rules []linkrules.Rule, variants []linkrules.Variant) []destination {
+	ds := []destination{{"long_url", longURL}, {"device_targets.ios_url", t.IOS},
+		{"device_targets.android_url", t.Android}, {"device_targets.desktop_url", t.Desktop}}
+	for i, r := range rules {
+		ds = append(ds, destination{fmt.Sprintf("rules[%d].url", i), r.URL})
+	}
+	for i, v := range variants {
+		ds = append(ds, destination{fmt.Sprintf("variants[%d].url", i), v.URL})
+	}
+	return slices.DeleteFunc(ds, func(d destination) bool { return d.url == "" })
+}
+
+// destinationsOf is destinations for a link about to be created.
+func destinationsOf(l linkstore.Link) []destination {
 	var rules []linkrules.Rule
 	var variants []linkrules.Variant
 	if l.Rules != nil {
 		rules, variants = l.Rules.Rules, l.Rules.Variants
 	}
-	return selfLoop(l.Domain, l.LongURL, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL}, rules, variants)
+	return destinations(l.LongURL, linkstore.DeviceURLs{IOS: l.IOSURL, Android: l.AndroidURL, Desktop: l.DesktopURL}, rules, variants)
 }
+
+// hostOf is a destination's host as domains are stored, "" if none.
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return linkdomain.Host(u.Host)
+}
+
+// servedLoops refuses, for each link (by index), the first destination on
+// a custom domain the redirect serves, whichever tenant verified it: such
+// a link sends its visitors to another kurz link, and two of them, on two
+// domains, to each other for ever (kurz's own hosts are refused by
+// urlcheck, the link's own domain by selfLoop). One statement for all the
+// links. It returns the refusals by index.
+func (s *Service) servedLoops(ctx context.Context, links [][]destination) (map[int]error, error) {
+	if s.domains == nil {
+		return nil, nil
+	}
+	var hosts []string
+	for _, ds := range links {
+		for _, d := range ds {
+			if h := hostOf(d.url); h != "" && !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	served, err := s.domains.Served(ctx, hosts)
+	if err != nil || len(served) == 0 {
+		return nil, err
+	}
+	refused := map[int]error{}
+	for i, ds := range links {
+		for _, d := range ds {
+			if h := hostOf(d.url); served[h] {
+				refused[i] = rpcerr.BadRequest(d.field, urlcheck.ReasonLoop,
+					fmt.Sprintf("%s: %s is a short domain kurz serves: a link to it could redirect in a loop", d.field, clip(h)))
+				break
+			}
+		}
+	}
+	return refused, nil
+}
+
+// selfLoopOf is selfLoop for a link about to be created.
+func selfLoopOf(l linkstore.Link) error { return loopOn(l.Domain, destinationsOf(l)) }
 
 // notVerified refuses a link's domain that is not one of the caller's
 // verified domains, whether it exists or not.

@@ -110,6 +110,18 @@ func (f *fakeDomains) DeleteDomain(_ context.Context, tenant, name string) error
 	return nil
 }
 
+func (f *fakeDomains) Served(_ context.Context, names []string) (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	served := map[string]bool{}
+	for _, n := range names {
+		if _, ok := f.verified(n); ok {
+			served[n] = true
+		}
+	}
+	return served, nil
+}
+
 // txtAnswer is what the fake resolver answers for every name.
 type txtAnswer struct {
 	mu     sync.Mutex
@@ -318,4 +330,55 @@ func TestLinkOnACustomDomainMayNotTargetIt(t *testing.T) {
 	if _, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://www.acme.example/", Domain: "go.acme.example"}); err != nil {
 		t.Errorf("a link to another host of the domain: %v", err)
 	}
+}
+
+// No link may send its visitors to a custom domain the redirect serves,
+// whoever verified it: two links on two domains, each to the other, were
+// an endless loop served by kurz. Create, batch and update refuse it on
+// the field; a domain registered but not verified is not served, and not
+// refused.
+func TestLinkMayNotTargetAnyServedDomain(t *testing.T) {
+	txt := &txtAnswer{}
+	e := domainEnv(t, txt)
+	verify := func(tenant, name string) {
+		t.Helper()
+		reg, err := e.client.RegisterDomain(as(tenant), &shortenerv1.RegisterDomainRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		txt.set([]string{reg.GetDomain().GetVerificationToken()}, nil)
+		if _, err := e.client.VerifyDomain(as(tenant), &shortenerv1.VerifyDomainRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verify("acme", "gox.acme.example")
+	verify("acme", "goy.acme.example")
+	verify("other", "go.other.example")
+	if _, err := e.client.RegisterDomain(as("acme"), &shortenerv1.RegisterDomainRequest{Name: "pending.acme.example"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := as("acme")
+	_, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://GOY.acme.example/loopb", CustomAlias: "loopa", Domain: "gox.acme.example"})
+	wantStatus(t, "a link on one domain to another", err, codes.InvalidArgument, urlcheck.ReasonLoop, "long_url")
+	_, err = e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/",
+		Variants: []*shortenerv1.Variant{{Name: "a", Url: "https://example.com/a", Weight: 1}, {Name: "b", Url: "https://go.other.example/x", Weight: 1}}})
+	wantStatus(t, "a default-domain link to another tenant's domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "variants[1].url")
+	batch, err := e.client.BatchCreateLinks(ctx, &shortenerv1.BatchCreateLinksRequest{Requests: []*shortenerv1.CreateLinkRequest{
+		{LongUrl: "https://gox.acme.example/a", CustomAlias: "bad1"},
+		{LongUrl: "https://pending.acme.example/", CustomAlias: "fine2"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := batch.GetResults(); r[0].GetError().GetField() != "long_url" || r[1].GetError() != nil || batch.GetCreated() != 1 {
+		t.Errorf("batch results %v, want the first refused on long_url, the second (an unverified domain) created", r)
+	}
+	if _, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/fine", CustomAlias: "fine1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link:       &shortenerv1.Link{Code: "fine1", LongUrl: "https://go.other.example/"},
+		UpdateMask: mask("long_url"),
+	})
+	wantStatus(t, "an update to a served domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "long_url")
 }

@@ -261,6 +261,11 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	if err := selfLoopOf(l); err != nil {
 		return nil, err
 	}
+	if refused, err := s.servedLoops(ctx, [][]destination{destinationsOf(l)}); err != nil {
+		return nil, toStatus(ctx, s.log, "create", err)
+	} else if refused[0] != nil {
+		return nil, refused[0]
+	}
 	if mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
 		l.Code = linkdomain.Key(l.Domain, l.Code)
 	}
@@ -970,18 +975,23 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	if !linkcode.Plausible(link.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "update", linkstore.ErrNotFound)
 	}
+	var long string
+	var t linkstore.DeviceURLs
+	if ch.LongURL != nil {
+		long = *ch.LongURL
+	}
+	if ch.Targets != nil {
+		t = *ch.Targets
+	}
 	if domain, _ := linkdomain.Split(key); domain != "" {
-		var long string
-		var t linkstore.DeviceURLs
-		if ch.LongURL != nil {
-			long = *ch.LongURL
-		}
-		if ch.Targets != nil {
-			t = *ch.Targets
-		}
 		if err := selfLoop(domain, long, t, deref(ch.Rules), deref(ch.Variants)); err != nil {
 			return nil, err
 		}
+	}
+	if refused, err := s.servedLoops(ctx, [][]destination{destinations(long, t, deref(ch.Rules), deref(ch.Variants))}); err != nil {
+		return nil, toStatus(ctx, s.log, "update", err)
+	} else if refused[0] != nil {
+		return nil, refused[0]
 	}
 	if ch.LongURL != nil {
 		if err := s.scan(ctx, *ch.LongURL); err != nil {

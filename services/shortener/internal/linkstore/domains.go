@@ -109,6 +109,29 @@ func (s *Store) GetDomain(ctx context.Context, tenant, name string) (Domain, err
 	return d, nil
 }
 
+// Served returns those of names (normalised host names) that a tenant has
+// verified: hosts the redirect serves, whichever tenant holds them.
+func (s *Store) Served(ctx context.Context, names []string) (map[string]bool, error) {
+	served := map[string]bool{}
+	if len(names) == 0 {
+		return served, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT name FROM domains WHERE verified_at IS NOT NULL AND name = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("served domains: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("served domains: %w", err)
+	}
+	for _, n := range found {
+		served[n] = true
+	}
+	return served, nil
+}
+
 // ListDomains returns tenant's domains by name, at most limit.
 func (s *Store) ListDomains(ctx context.Context, tenant string, limit int) ([]Domain, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -104,6 +104,35 @@ func TestRegisterDomainConcurrently(t *testing.T) {
 
 // A link on a custom domain is stored with its domain under its key, and
 // the schema refuses a key that does not match the domain.
+// Served names the verified domains among its names, whoever holds them.
+func TestServedNamesVerifiedDomainsOnly(t *testing.T) {
+	s := New(connect(t, ""), 10*time.Second)
+	ctx := context.Background()
+	suffix := strings.ToLower(rand.Text()[:10])
+	acme, other := "srv-a-"+suffix, "srv-b-"+suffix
+	t.Cleanup(func() {
+		_, _ = s.db.Exec(context.Background(), `DELETE FROM domains WHERE tenant = ANY($1)`, []string{acme, other})
+	})
+	verified, pending, theirs := "v."+suffix+".test", "p."+suffix+".test", "o."+suffix+".test"
+	for _, d := range []struct{ tenant, name string }{{acme, verified}, {acme, pending}, {other, theirs}} {
+		if _, _, err := s.RegisterDomain(ctx, d.tenant, d.name, "tok", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []struct{ tenant, name string }{{acme, verified}, {other, theirs}} {
+		if _, err := s.VerifyDomain(ctx, d.tenant, d.name, "admin"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Served(ctx, []string{verified, pending, theirs, "none." + suffix + ".test"})
+	if err != nil || len(got) != 2 || !got[verified] || !got[theirs] {
+		t.Errorf("Served: %v, %v; want %s and %s", got, err, verified, theirs)
+	}
+	if got, err := s.Served(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("Served of no names: %v, %v", got, err)
+	}
+}
+
 func TestLinkDomainColumn(t *testing.T) {
 	s := New(connect(t, ""), 10*time.Second)
 	ctx := context.Background()
