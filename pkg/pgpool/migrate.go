@@ -2,22 +2,41 @@ package pgpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"log/slog"
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// MigrationLockTimeout bounds how long one attempt at a migration waits for
+// a table lock (lock_timeout). A statement such as ALTER TABLE queues for an
+// exclusive lock behind every open transaction on its table, and every
+// later read of the table queues behind it: waiting without bound, one long
+// transaction (a report, pg_dump) stalled every uncached redirect for as
+// long as it ran. An attempt that times out rolls back, lets the readers
+// through, and is tried again after a pause, until ctx ends.
+var MigrationLockTimeout = time.Second
+
+// migrationRetryPause is the pause between attempts (doubled each time, up
+// to 8 times it).
+var migrationRetryPause = time.Second
 
 // Migrate applies the *.sql files of fsys that component has not applied yet,
 // in name order (name them 0001_create_links.sql, 0002_...). Each file runs in
 // its own transaction together with its bookkeeping row, so a failed file
-// leaves no trace. A session advisory lock per component serialises replicas
-// that start together. It returns the names it applied.
+// leaves no trace; one that waits on a lock longer than MigrationLockTimeout
+// is tried again (logged with the sessions it waited for). A session
+// advisory lock per component serialises replicas that start together. It
+// returns the names it applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.FS) ([]string, error) {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
@@ -63,19 +82,63 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 		if strings.TrimSpace(string(body)) == "" {
 			return applied, fmt.Errorf("migrate %s: %s is empty", component, name)
 		}
-		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, string(body)); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (component, name) VALUES ($1, $2)`, component, name)
-			return err
-		})
-		if err != nil {
+		if err := applyOne(ctx, pool, conn, component, name, string(body)); err != nil {
 			return applied, fmt.Errorf("migrate %s: %s: %w", component, path.Base(name), err)
 		}
 		applied = append(applied, name)
 	}
 	return applied, nil
+}
+
+// lockNotAvailable is the SQLSTATE of a lock_timeout.
+const lockNotAvailable = "55P03"
+
+// applyOne runs one migration and its bookkeeping row in a transaction,
+// again after a pause whenever it waited on a lock past
+// MigrationLockTimeout.
+func applyOne(ctx context.Context, pool *pgxpool.Pool, conn *pgxpool.Conn, component, name, body string) error {
+	pause := migrationRetryPause
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, MigrationLockTimeout.Milliseconds())); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, body); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (component, name) VALUES ($1, $2)`, component, name)
+			return err
+		})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != lockNotAvailable {
+			return err
+		}
+		slog.Default().WarnContext(ctx, "migration waited for a table lock; trying again after a pause (a long transaction holds the table)",
+			"component", component, "migration", path.Base(name), "attempt", attempt, "retry_in", pause,
+			"lock_timeout", MigrationLockTimeout, "holders", lockHolders(ctx, pool))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waited for a table lock %d times (lock_timeout %v): %w", attempt, MigrationLockTimeout, ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 8*migrationRetryPause)
+	}
+}
+
+// lockHolders describes the sessions holding locks others wait for: what an
+// operator looks at when a migration cannot get its lock (best effort).
+func lockHolders(ctx context.Context, pool *pgxpool.Pool) []string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	rows, err := pool.Query(ctx, `SELECT format('pid %s (%s, %s since %s): %s', pid, usename, state,
+			date_trunc('second', xact_start), left(query, 80))
+		FROM pg_stat_activity
+		WHERE pid IN (SELECT unnest(pg_blocking_pids(w.pid)) FROM pg_stat_activity w WHERE wait_event_type = 'Lock')`)
+	if err != nil {
+		return nil
+	}
+	holders, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	return holders
 }
 
 func lockID(component string) int64 {

@@ -14,6 +14,7 @@ import (
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 func connect(t *testing.T) *pgxpool.Pool {
@@ -132,5 +133,65 @@ func TestMigrateOfAFreshDatabaseByComponentsAtOnce(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("Migrate at once on a fresh database: %v", err)
 		}
+	}
+}
+
+// A migration that must wait for a table lock (a long transaction reads
+// the table) lets the table's readers through while it waits, and applies
+// once the transaction ends. Waiting without bound, its queued exclusive
+// lock stalled every later read: each uncached redirect, for as long as a
+// report or pg_dump ran.
+func TestMigrationWaitingForALockLetsReadersThrough(t *testing.T) {
+	pool := connect(t)
+	ctx := context.Background()
+	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
+	table := component + "_items"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
+	})
+	defer func(d time.Duration) { pgpool.MigrationLockTimeout = d }(pgpool.MigrationLockTimeout)
+	pgpool.MigrationLockTimeout = 200 * time.Millisecond
+	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY)")}}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
+		t.Fatal(err)
+	}
+
+	long, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Rollback(ctx) }()
+	if _, err := long.Exec(ctx, "SELECT count(*) FROM "+table); err != nil {
+		t.Fatal(err)
+	}
+	fsys["0002_column.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE " + table + " ADD COLUMN note text")}
+	done := make(chan error, 1)
+	go func() {
+		_, err := pgpool.Migrate(ctx, pool, component, fsys)
+		done <- err
+	}()
+	waiting := func() bool {
+		var n int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass", table).Scan(&n)
+		return err == nil && n > 0
+	}
+	if !servertest.Eventually(10*time.Second, waiting) {
+		t.Fatal("the migration never waited for the table's lock")
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var n int
+	if err := pool.QueryRow(rctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatalf("a read while the migration waits: %v, want it answered", err)
+	}
+	if err := long.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Migrate after the transaction ended: %v", err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (id, note) VALUES (1, 'x')"); err != nil {
+		t.Errorf("the column 0002 adds: %v", err)
 	}
 }
