@@ -280,6 +280,9 @@ var requiredColumns = map[string][]string{
 // down (the DDL queue in ZooKeeper brings it the statements it missed when
 // it returns).
 func Apply(ctx context.Context, conn driver.Conn, l Layout) error {
+	if err := refuseNewerViews(ctx, conn, l); err != nil {
+		return err
+	}
 	for _, d := range Schema(l) {
 		if err := retireViews(ctx, conn, l, d.Object); err != nil {
 			return err
@@ -406,6 +409,48 @@ func addColumns(ctx context.Context, conn driver.Conn, l Layout, object string) 
 			continue
 		}
 		return fmt.Errorf("clickhouse: add column %s to %s: %w", c.name, object, err)
+	}
+	return nil
+}
+
+// refuseNewerViews fails the start when the database holds a materialized
+// view on the click tables that this build neither creates nor retires: a
+// newer build's (one whose query changed gets a new name). Started anyway,
+// this build would create its own older view beside it, and every click
+// would be broken down twice into the same table, for good (an analytics
+// rolled back across such a change doubled every breakdown).
+func refuseNewerViews(ctx context.Context, conn driver.Conn, l Layout) error {
+	known := map[string]bool{}
+	for _, v := range views {
+		known[v.name] = true
+		known[l.Local(v.name)] = true
+		for _, r := range v.retired {
+			known[r], known[l.Local(r)] = true, true
+		}
+	}
+	rows, err := conn.Query(ctx, `SELECT name FROM system.tables
+		WHERE database = currentDatabase() AND engine = 'MaterializedView' AND name LIKE 'click%'`)
+	if err != nil {
+		return fmt.Errorf("clickhouse: views: %w", err)
+	}
+	defer rows.Close()
+	var unknown []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return fmt.Errorf("clickhouse: views: %w", err)
+		}
+		if !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse: views: %w", err)
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("clickhouse: the database holds views a newer analytics made (%s): this build would count "+
+			"clicks into them twice; run the newer build, or drop those views knowingly", strings.Join(unknown, ", "))
 	}
 	return nil
 }

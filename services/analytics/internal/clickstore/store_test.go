@@ -54,6 +54,55 @@ func TestApplyIsIdempotentAndRefusesAnOldShape(t *testing.T) {
 	}
 }
 
+// TestApplyRefusesANewerVersionsDatabase: a database holding a click view
+// this build does not know (a newer build's) fails the start, naming it,
+// and this build's own older view is not created beside it: both would
+// break every click down into the same table.
+func TestApplyRefusesANewerVersionsDatabase(t *testing.T) {
+	var cfg struct{ ClickHouse chconn.Config }
+	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	scratch := cfg.ClickHouse
+	scratch.Database += "_newer_" + hex.EncodeToString(b[:])
+	l := LayoutOf(scratch)
+	on, qual := "", ""
+	if l.Cluster != "" {
+		on, qual = " ON CLUSTER "+l.Cluster, l.Database+"."
+	}
+	ch, err := chconn.New(ctx, scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = ch.Exec(ctx, "DROP DATABASE IF EXISTS "+scratch.Database+on)
+		_ = ch.Close()
+	}()
+	if err := Apply(ctx, ch, l); err != nil {
+		t.Fatal(err)
+	}
+	// As a newer build would: its view under a new name, ours dropped.
+	const newer = DimsTable + "_v99_mv"
+	if err := ch.Exec(ctx, `CREATE MATERIALIZED VIEW `+qual+newer+on+` TO `+qual+l.Local(HourlyTable)+
+		` AS SELECT tenant, code, ts AS hour, count() AS total FROM `+qual+l.Local(EventsTable)+` GROUP BY tenant, code, hour`); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Exec(ctx, `DROP TABLE `+qual+DimsTable+"_v3_mv"+on); err != nil {
+		t.Fatal(err)
+	}
+	err = Apply(ctx, ch, l)
+	if err == nil || !strings.Contains(err.Error(), newer) {
+		t.Fatalf("Apply over a newer build's database: %v; want a refusal naming %s", err, newer)
+	}
+	var n uint64
+	if err := ch.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", DimsTable+"_v3_mv").Scan(&n); err != nil || n != 0 {
+		t.Errorf("this build's view was created beside the newer one (%d, %v)", n, err)
+	}
+}
+
 // TestApplyUpgradesAnEarlierVersion: a database an earlier version created
 // (click_events without the columns added since, a view under a retired
 // name) gets the missing columns, on the replicated and the Distributed
