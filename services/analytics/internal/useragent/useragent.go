@@ -156,7 +156,15 @@ func ReferrerHost(ref string) string {
 	// the shortener stores hosts), and only if DNS could hold it: no label
 	// over 63 bytes, no name over 253, so a visitor cannot make a 500-byte
 	// "host" of a tenant's statistics.
-	if net.ParseIP(h) == nil {
+	switch {
+	case net.ParseIP(h) != nil:
+	case isASCII(h):
+		// Kept as sent (underscores too: my_blog.example.com, app
+		// packages such as org.mozilla.firefox_beta), within DNS's bounds.
+		if !dnsShaped(h) {
+			return UnknownHost
+		}
+	default:
 		ascii, err := urlnorm.Host(h)
 		if err != nil {
 			return UnknownHost
@@ -167,4 +175,33 @@ func ReferrerHost(ref string) string {
 		h = h[len("www."):]
 	}
 	return h
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// dnsShaped reports whether h (lowercase ASCII) is a name DNS could hold:
+// labels of 1 to 63 letters, digits, '-' or '_', at most 253 bytes in all.
+func dnsShaped(h string) bool {
+	if len(h) == 0 || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if len(label) == 0 || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -169,6 +169,11 @@ func TestReferrerHost(t *testing.T) {
 		"https://" + strings.Repeat("a", 63) + ".com/":        strings.Repeat("a", 63) + ".com",
 		"http://[2001:db8::1]:8080/":                          "2001:db8::1",
 		"http://192.0.2.1/":                                   "192.0.2.1",
+		"android-app://org.mozilla.firefox_beta/":             "org.mozilla.firefox_beta",
+		"https://my_blog.example.com/x":                       "my_blog.example.com",
+		"https://_dmarc.example.com/":                         "_dmarc.example.com",
+		"https://a..b.example/":                               UnknownHost,
+		"https://a!b.example/":                                UnknownHost,
 	}
 	for ref, want := range tests {
 		if got := ReferrerHost(ref); got != want {
