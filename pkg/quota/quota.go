@@ -66,6 +66,14 @@ type Decision struct {
 	Source ratelimitv1.DecisionSource
 	// Degraded is true when the limiter did not answer and Policy decided.
 	Degraded bool
+	// Abandoned is set with Degraded when the call ended because the
+	// caller's own context did (its client hung up, its deadline passed):
+	// the limiter is not at fault, so it is counted as outcome "abandoned",
+	// not "degraded", and not logged. A caller serving a stranger should
+	// answer nothing useful then: a client that half-closes its connection
+	// still reads the answer, and a policy that fails open would otherwise
+	// let it past every limit for free.
+	Abandoned bool
 	// MaxCost, when positive, is the capacity of a rule that denied the
 	// request for costing more than that rule ever holds: the request is
 	// never allowed as it is, however long its caller waits; one of at
@@ -85,7 +93,7 @@ type Client struct {
 // milliseconds: the limiter must not become the caller's latency).
 func New(conn grpc.ClientConnInterface, timeout time.Duration, log *slog.Logger, mp metric.MeterProvider) (*Client, error) {
 	calls, err := mp.Meter("kurz.dev/pkg/quota").Int64Counter("kurz.quota.calls",
-		metric.WithDescription("CheckQuota calls by outcome; outcome=degraded means the caller's policy decided"),
+		metric.WithDescription("CheckQuota calls by outcome; outcome=degraded means the caller's policy decided, abandoned that the caller gave up first"),
 		metric.WithUnit("{call}"))
 	if err != nil {
 		return nil, fmt.Errorf("quota metrics: %w", err)
@@ -142,6 +150,7 @@ func (c *Client) checkBatch(ctx context.Context, reqs []Request, policy Policy) 
 		checks[i] = &ratelimitv1.CheckQuotaRequest{Domain: r.Domain, Descriptors: r.Descriptors, Cost: &cost}
 	}
 	out := make([]Decision, len(reqs))
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: checks})
@@ -149,13 +158,9 @@ func (c *Client) checkBatch(ctx context.Context, reqs []Request, policy Policy) 
 		err = fmt.Errorf("the limiter answered %d of %d checks", len(resp.GetResults()), len(reqs))
 	}
 	if err != nil {
-		c.log.WarnContext(ctx, "limiter unavailable; caller policy applies",
-			"domain", reqs[0].Domain, "checks", len(reqs), "policy", policy.String(), "err", err)
-		c.calls.Add(ctx, int64(len(reqs)), metric.WithAttributes(
-			attribute.String("domain", reqs[0].Domain), attribute.String("outcome", "degraded"),
-			attribute.String("policy", policy.String())))
+		d := c.unanswered(caller, reqs[0].Domain, len(reqs), policy, err)
 		for i := range out {
-			out[i] = Decision{Allowed: policy == FailOpen, Degraded: true}
+			out[i] = d
 		}
 		return out
 	}
@@ -166,18 +171,33 @@ func (c *Client) checkBatch(ctx context.Context, reqs []Request, policy Policy) 
 }
 
 func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, policy Policy) Decision {
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.rl.CheckQuota(ctx, req)
 	if err != nil {
-		c.log.WarnContext(ctx, "limiter unavailable; caller policy applies",
-			"domain", req.GetDomain(), "policy", policy.String(), "err", err)
-		c.calls.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("domain", req.GetDomain()), attribute.String("outcome", "degraded"),
-			attribute.String("policy", policy.String())))
-		return Decision{Allowed: policy == FailOpen, Degraded: true}
+		return c.unanswered(caller, req.GetDomain(), 1, policy, err)
 	}
 	return c.decision(ctx, req.GetDomain(), req.GetCost(), resp)
+}
+
+// unanswered is the decision of n checks the limiter did not answer: the
+// policy's, Abandoned when the caller's context ended first (counted apart,
+// not logged: a client hanging up is not the limiter failing, and a line
+// each would let anyone fill the log), else counted and logged degraded.
+func (c *Client) unanswered(caller context.Context, domain string, n int, policy Policy, err error) Decision {
+	d := Decision{Allowed: policy == FailOpen, Degraded: true}
+	outcome := "degraded"
+	if caller.Err() != nil {
+		d.Abandoned, outcome = true, "abandoned"
+	} else {
+		c.log.WarnContext(caller, "limiter unavailable; caller policy applies",
+			"domain", domain, "checks", n, "policy", policy.String(), "err", err)
+	}
+	c.calls.Add(context.WithoutCancel(caller), int64(n), metric.WithAttributes(
+		attribute.String("domain", domain), attribute.String("outcome", outcome),
+		attribute.String("policy", policy.String())))
+	return d
 }
 
 // decision turns the limiter's answer to a request of cost into a

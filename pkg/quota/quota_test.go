@@ -2,6 +2,7 @@ package quota_test
 
 import (
 	"context"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"log/slog"
 	"net"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/testkit/metrictest"
 )
 
 // fakeLimiter answers CheckQuota with check; it stands in for the limiter,
@@ -268,6 +270,47 @@ func TestCallerDeadlineIsKept(t *testing.T) {
 	defer cancel()
 	if got := c.Check(ctx, "auth", map[string]string{"ip": "192.0.2.1"}, 1, quota.FailClosed); got.Allowed || !got.Degraded {
 		t.Errorf("got %+v, want denied and degraded", got)
+	}
+}
+
+// A caller that gives up first (its client hung up) is not the limiter
+// failing: the decision is Abandoned (and Degraded, for callers that do not
+// look further), counted as outcome "abandoned", and logged not at all.
+func TestCallerGoneIsAbandonedNotDegraded(t *testing.T) {
+	addr := serve(t, func(ctx context.Context, _ *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	var logs strings.Builder
+	reader := sdkmetric.NewManualReader()
+	c, err := quota.New(conn, time.Hour, slog.New(slog.NewJSONHandler(&logs, nil)), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	got := c.Check(ctx, "redirect.miss", map[string]string{"ip": "192.0.2.1"}, 1, quota.FailOpen)
+	if !got.Abandoned || !got.Degraded {
+		t.Errorf("a call whose caller gave up: %+v, want Abandoned", got)
+	}
+	for i, d := range c.CheckMany(ctx, []quota.Request{{Domain: "clicks"}, {Domain: "clicks"}}, quota.FailOpen) {
+		if !d.Abandoned {
+			t.Errorf("CheckMany decision %d of a caller gone: %+v, want Abandoned", i, d)
+		}
+	}
+	if n := metrictest.Counter(t, reader, "kurz.quota.calls", "outcome", "abandoned"); n != 3 {
+		t.Errorf("%d calls counted abandoned, want 3", n)
+	}
+	if n := metrictest.Counter(t, reader, "kurz.quota.calls", "outcome", "degraded"); n != 0 {
+		t.Errorf("%d calls counted degraded, want 0", n)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("a caller gone was logged: %s", logs.String())
 	}
 }
 

@@ -264,6 +264,13 @@ func (a *API) serve(rt route) http.Handler {
 
 // fail writes err as the error answer, logging what the client does not see.
 func (a *API) fail(c *call, err error) {
+	if cerr := c.r.Context().Err(); cerr != nil {
+		// The client hung up (or the request's deadline passed): whatever
+		// failed failed for that, not for a fault of ours; 499, no log
+		// line (a stranger aborting requests must not write the log, nor
+		// look like an outage).
+		err = cerr
+	}
 	e := toAPIError(err)
 	if e.status == http.StatusTooManyRequests && !e.ownQuota {
 		// A service's quota refused (the link creation quota, say): the
@@ -306,6 +313,9 @@ func (a *API) edgeQuota(c *call, pattern string) error {
 	var rec windowRecord
 	ctx := c.r.Context()
 	d := a.quota.Check(withWindow(ctx, &rec), DomainAPI, desc, 1, quota.FailOpen)
+	if d.Abandoned {
+		return ctx.Err() // the client is gone: no free pass past its quota
+	}
 	if d.Degraded {
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAPI)))
 		return nil

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -133,6 +134,9 @@ func (a *API) checkAuthFailures(c *call) error {
 	desc := map[string]string{"ip": ip}
 	var rec windowRecord
 	d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, desc, quota.FailClosed)
+	if d.Abandoned {
+		return ctx.Err()
+	}
 	if limiterBlind(d) {
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
 		if _, seen := a.failures.recent(ip); !seen {
@@ -162,7 +166,9 @@ func (a *API) authFailed(c *call, reason, keyID, msg string) error {
 	a.failures.add(key)
 	a.m.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
 	var rec windowRecord
-	d := a.quota.Check(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": key}, 1, quota.FailClosed)
+	// Counted even if the client hangs up meanwhile: one that half-closes
+	// still reads its 401, and must not guess for free.
+	d := a.quota.Check(withWindow(context.WithoutCancel(ctx), &rec), DomainAuth, map[string]string{"ip": key}, 1, quota.FailClosed)
 	if limiterBlind(d) {
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
 	} else {

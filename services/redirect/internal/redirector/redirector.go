@@ -411,8 +411,8 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 	if d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE && d.Allowed {
 		h.log.WarnContext(ctx, "no limiter rule for password attempts: add one to domain "+PasswordDomain, "code", code)
 	}
-	if !d.Allowed {
-		if d.Degraded {
+	if !d.Allowed || d.Abandoned {
+		if d.Degraded && !d.Abandoned {
 			outcome("unavailable")
 			w.Header().Set("Retry-After", "1")
 			return h.form(w, r, lk.code, http.StatusServiceUnavailable, msgUnavailable)
@@ -657,6 +657,10 @@ func (h *Handler) gate(ctx context.Context, ip, code string, tier resolve.Tier) 
 	}
 	d := h.quota.Check(ctx, MissDomain, map[string]string{"ip": ip}, 1, h.cfg.MissPolicy)
 	switch {
+	case d.Abandoned:
+		// The client hung up (or half-closed: it still reads): it gets
+		// nothing past the limit it did not wait for.
+		return &resolve.Denied{RetryAfter: time.Second}
 	case d.Allowed:
 		return nil
 	case d.Degraded:

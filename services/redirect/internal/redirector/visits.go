@@ -51,7 +51,10 @@ func decideVisit(n int64, err error, max int64) verdict {
 
 // countVisit counts one visit of code, whose entry is e, on Redis.
 func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry) verdict {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.VisitTimeout)
+	// A client that hangs up does not cancel the count: a visit it asked
+	// for is counted or refused on its merits, never a 503 (and a warning)
+	// anyone could cause by aborting requests.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.VisitTimeout)
 	defer cancel()
 	n, err := h.incr(ctx, linkcache.VisitsKey(code), e.MaxVisits, e.ExpiresAtMs)
 	if err != nil {
