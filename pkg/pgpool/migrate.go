@@ -17,17 +17,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// MigrationLockTimeout bounds how long one attempt at a migration waits for
-// a table lock (lock_timeout). A statement such as ALTER TABLE queues for an
-// exclusive lock behind every open transaction on its table, and every
-// later read of the table queues behind it: waiting without bound, one long
-// transaction (a report, pg_dump) stalled every uncached redirect for as
-// long as it ran. An attempt that times out rolls back, lets the readers
-// through, and is tried again after a pause, until ctx ends.
+// MigrationLockTimeout bounds how long the first attempt at a migration
+// waits for a table lock (lock_timeout). A statement such as ALTER TABLE
+// queues for an exclusive lock behind every open transaction on its table,
+// and every later read of the table queues behind it: waiting without
+// bound, one long transaction (a report, pg_dump) stalled every uncached
+// redirect for as long as it ran. An attempt that times out rolls back,
+// lets the readers through, and is tried again after a pause, each attempt
+// waiting twice as long as the one before (up to 32 times this), so that
+// readers that overlap cannot starve it for ever.
 var MigrationLockTimeout = time.Second
 
-// migrationRetryPause is the pause between attempts (doubled each time, up
-// to 8 times it).
+// migrationRetryPause is the pause between attempts.
 var migrationRetryPause = time.Second
 
 // Migrate applies the *.sql files of fsys that component has not applied yet,
@@ -94,13 +95,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 const lockNotAvailable = "55P03"
 
 // applyOne runs one migration and its bookkeeping row in a transaction,
-// again after a pause whenever it waited on a lock past
-// MigrationLockTimeout.
+// again after a pause, with a longer lock timeout, whenever it waited on a
+// lock past the one it had.
 func applyOne(ctx context.Context, pool *pgxpool.Pool, conn *pgxpool.Conn, component, name, body string) error {
-	pause := migrationRetryPause
+	wait := MigrationLockTimeout
 	for attempt := 1; ; attempt++ {
+		// Who holds the lock is asked while the attempt still waits for it
+		// (after it, nobody waits and pg_blocking_pids says nothing).
+		var holders []string
+		asked := make(chan struct{})
+		peek := time.AfterFunc(wait/2, func() {
+			defer close(asked)
+			holders = lockHolders(ctx, pool, conn.Conn().PgConn().PID())
+		})
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, MigrationLockTimeout.Milliseconds())); err != nil {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, wait.Milliseconds())); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, body); err != nil {
@@ -109,31 +118,34 @@ func applyOne(ctx context.Context, pool *pgxpool.Pool, conn *pgxpool.Conn, compo
 			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (component, name) VALUES ($1, $2)`, component, name)
 			return err
 		})
+		if peek.Stop() {
+			close(asked)
+		}
+		<-asked
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != lockNotAvailable {
 			return err
 		}
 		slog.Default().WarnContext(ctx, "migration waited for a table lock; trying again after a pause (a long transaction holds the table)",
-			"component", component, "migration", path.Base(name), "attempt", attempt, "retry_in", pause,
-			"lock_timeout", MigrationLockTimeout, "holders", lockHolders(ctx, pool))
+			"component", component, "migration", path.Base(name), "attempt", attempt, "retry_in", migrationRetryPause,
+			"lock_timeout", wait, "holders", holders)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waited for a table lock %d times (lock_timeout %v): %w", attempt, MigrationLockTimeout, ctx.Err())
-		case <-time.After(pause):
+			return fmt.Errorf("waited for a table lock %d times (last lock_timeout %v): %w", attempt, wait, ctx.Err())
+		case <-time.After(migrationRetryPause):
 		}
-		pause = min(2*pause, 8*migrationRetryPause)
+		wait = min(2*wait, 32*MigrationLockTimeout)
 	}
 }
 
-// lockHolders describes the sessions holding locks others wait for: what an
+// lockHolders describes the sessions the session pid waits for: what an
 // operator looks at when a migration cannot get its lock (best effort).
-func lockHolders(ctx context.Context, pool *pgxpool.Pool) []string {
+func lockHolders(ctx context.Context, pool *pgxpool.Pool, pid uint32) []string {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	rows, err := pool.Query(ctx, `SELECT format('pid %s (%s, %s since %s): %s', pid, usename, state,
 			date_trunc('second', xact_start), left(query, 80))
-		FROM pg_stat_activity
-		WHERE pid IN (SELECT unnest(pg_blocking_pids(w.pid)) FROM pg_stat_activity w WHERE wait_event_type = 'Lock')`)
+		FROM pg_stat_activity WHERE pid = ANY(pg_blocking_pids($1))`, int64(pid))
 	if err != nil {
 		return nil
 	}

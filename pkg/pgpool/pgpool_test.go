@@ -5,7 +5,9 @@ package pgpool_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -194,4 +196,79 @@ func TestMigrationWaitingForALockLetsReadersThrough(t *testing.T) {
 	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (id, note) VALUES (1, 'x')"); err != nil {
 		t.Errorf("the column 0002 adds: %v", err)
 	}
+}
+
+// Readers that overlap, each longer than the first attempt's lock timeout,
+// do not starve a migration: each attempt waits longer than the last. The
+// retry's log line names the sessions it waited for.
+func TestMigrationIsNotStarvedByOverlappingReaders(t *testing.T) {
+	pool := connect(t)
+	ctx := context.Background()
+	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
+	table := component + "_items"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
+	})
+	defer func(d time.Duration) { pgpool.MigrationLockTimeout = d }(pgpool.MigrationLockTimeout)
+	pgpool.MigrationLockTimeout = 100 * time.Millisecond
+	var logs syncBuffer
+	defer func(l *slog.Logger) { slog.SetDefault(l) }(slog.Default())
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, nil)))
+	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY)")}}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
+		t.Fatal(err)
+	}
+
+	// Readers of 300 ms, a new one every 100 ms: never a moment without one.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				wg.Go(func() { _, _ = pool.Exec(ctx, "SELECT count(*), pg_sleep(0.3) FROM "+table) })
+			}
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	reading := func() bool {
+		var n int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(0.3) FROM "+table+"%' AND state = 'active' AND pid <> pg_backend_pid()").Scan(&n)
+		return err == nil && n > 0
+	}
+	if !servertest.Eventually(10*time.Second, reading) {
+		t.Fatal("no reader started")
+	}
+	mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	fsys["0002_column.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE " + table + " ADD COLUMN note text")}
+	if _, err := pgpool.Migrate(mctx, pool, component, fsys); err != nil {
+		t.Fatalf("Migrate among overlapping readers: %v", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "waited for a table lock") || !strings.Contains(out, "pg_sleep") {
+		t.Errorf("no retry logged naming the reader it waited for:\n%s", out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
