@@ -209,10 +209,11 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog
 	lc.OwnCloser("redis", rdb)
 	st := stores{rdb: rdb, source: rulestore.FileSource{Path: cfg.RulesFile}}
 	if cfg.RulesSource == "postgres" {
-		if st.db, err = openRulesDB(ctx, cfg, lc, log); err != nil {
+		var seeded ratelimit.Config
+		if st.db, seeded, err = openRulesDB(ctx, cfg, lc, log); err != nil {
 			return stores{}, err
 		}
-		st.source = &rulestore.PostgresSource{Pool: st.db, Log: log}
+		st.source = &rulestore.PostgresSource{Pool: st.db, Log: log, Shipped: seeded}
 	}
 	first, err := st.source.Load(ctx)
 	if partial := (*rulestore.PartialError)(nil); errors.As(err, &partial) {
@@ -228,27 +229,27 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog
 
 // openRulesDB connects to PostgreSQL, migrates the rules schema and seeds
 // it from the bootstrap file.
-func openRulesDB(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*pgxpool.Pool, error) {
+func openRulesDB(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (*pgxpool.Pool, ratelimit.Config, error) {
 	db, err := pgpool.New(ctx, cfg.Postgres)
 	if err != nil {
-		return nil, err
+		return nil, ratelimit.Config{}, err
 	}
 	lc.Own("postgres", func(context.Context) error { db.Close(); return nil })
 	if _, err := pgpool.Migrate(ctx, db, "limiter", migrations.FS); err != nil {
-		return nil, err
+		return nil, ratelimit.Config{}, err
 	}
 	boot, err := rulestore.ReadFile(cfg.RulesFile)
 	if err != nil {
-		return nil, err
+		return nil, ratelimit.Config{}, err
 	}
 	n, err := rulestore.Seed(ctx, db, boot)
 	if err != nil {
-		return nil, err
+		return nil, ratelimit.Config{}, err
 	}
 	if n > 0 {
 		log.Info("bootstrap rules seeded into postgres", "items", n, "file", cfg.RulesFile)
 	}
-	return db, nil
+	return db, boot, nil
 }
 
 // startEngine builds the decision engine on the stores' rules and starts its

@@ -80,6 +80,11 @@ type PostgresSource struct {
 	Pool *pgxpool.Pool
 	// Log, when set, hears of plan limits left out (once per change).
 	Log *slog.Logger
+	// Shipped is the rules file this deployment seeds the tables from: a
+	// rule row that does not compile, and that this process never saw
+	// compile, is held at its version there. Empty: the embedded
+	// Bootstrap.
+	Shipped ratelimit.Config
 
 	mu      sync.Mutex
 	dangled string // the plan limits last reported left out, and rules held
@@ -95,14 +100,16 @@ type PostgresSource struct {
 }
 
 // PartialError is Load's error when some rows did not compile: each was
-// held at its last good version, or at the shipped one (bootstrap.yaml)
-// when this process never saw one compile, or else left out. The Config
+// held at its last good version, or at its version in the rules file the
+// tables were seeded from (Shipped) when this process never saw one
+// compile, or else left out. The Config
 // returned with it is usable, and applied: one bad row must neither stop
 // a limiter from starting nor hold back every other change. Refreshes that
 // meet one count as failed, so alert KurzLimiterRulesStale names the
-// table. One exception: a starting limiter refuses a fail-closed rule it
-// could only leave out (Load's error is then not a PartialError): a rule
-// that says "deny when unsure" is not silently dropped.
+// table. One exception: a starting limiter refuses an enforced (not
+// shadow) fail-closed rule it could only leave out (Load's error is then
+// not a PartialError): a rule that says "deny when unsure" is not silently
+// dropped.
 type PartialError struct{ Problems []string }
 
 func (e *PartialError) Error() string {
@@ -202,10 +209,10 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) (problems []string, r
 				if good, ok := p.goodRules[id]; ok {
 					bad("rule "+id, err, "held at its last good version")
 					r = good
-				} else if shipped, ok := shippedRule(domain, r.Name); ok {
-					bad("rule "+id, err, "held at the shipped version (bootstrap.yaml)")
+				} else if shipped, ok := p.shippedRule(domain, r.Name); ok {
+					bad("rule "+id, err, "held at the version of the rules file the tables were seeded from")
 					r = shipped
-				} else if r.FailureMode == "closed" && !p.loaded {
+				} else if r.FailureMode == "closed" && !r.Shadow && !p.loaded {
 					refused = fmt.Errorf("rule %s fails closed and does not compile (%v): mend the row; a limiter does not start without it", id, err)
 					continue
 				} else {
@@ -258,9 +265,14 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) (problems []string, r
 	return problems, refused
 }
 
-// shippedRule returns bootstrap.yaml's rule domain/name, if it has one.
-func shippedRule(domain, name string) (ratelimit.RuleSpec, bool) {
-	for _, r := range shipped.Domains[domain].Rules {
+// shippedRule returns the seeded rules file's rule domain/name, if it has
+// one.
+func (p *PostgresSource) shippedRule(domain, name string) (ratelimit.RuleSpec, bool) {
+	from := p.Shipped
+	if from.Domains == nil {
+		from = shipped
+	}
+	for _, r := range from.Domains[domain].Rules {
 		if r.Name == name {
 			return r, true
 		}

@@ -258,8 +258,9 @@ tenants: {acme: pro}
 }
 
 // A starting limiter does not drop a fail-closed rule it cannot compile:
-// a shipped one is held at its shipped version, another refuses the start
-// (a running limiter holds its last good version of either).
+// one the seeded rules file has is held at that version, another refuses
+// the start, unless it is a shadow rule (which denies nothing); a running
+// limiter holds its last good version of any.
 func TestFailClosedRuleThatDoesNotCompileIsNeverDropped(t *testing.T) {
 	pool := isolated(t)
 	ctx := context.Background()
@@ -271,6 +272,7 @@ domains:
   api:
     rules:
       - {name: guard, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: closed}
+      - {name: trial, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: closed, shadow: true}
       - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
 `)
 	running := &PostgresSource{Pool: pool}
@@ -280,9 +282,24 @@ domains:
 	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{window}', '"15 m"') WHERE name = 'per-ip-link'`); err != nil {
 		t.Fatal(err)
 	}
-	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
+	// The seeded file's version, not the built-in one: this deployment's
+	// limit is 7 where bootstrap.yaml says 5.
+	seeded, err := Parse([]byte(`
+domains:
+  links.password:
+    rules:
+      - {name: per-ip-link, key: [ip, code], algorithm: sliding_log, limit: 7, window: 15m, failure_mode: closed}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{window}', '"15 m"') WHERE name = 'trial'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := (&PostgresSource{Pool: pool, Shipped: seeded}).Load(ctx)
 	var partial *PartialError
-	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule links.password/per-ip-link held at the shipped version") {
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule links.password/per-ip-link held at the version of the rules file") ||
+		!strings.Contains(err.Error(), "rule api/trial left out") {
 		t.Fatalf("a starting Load with the shipped rule broken: %v", err)
 	}
 	rs, err := ratelimit.Compile(got)
@@ -290,8 +307,8 @@ domains:
 		t.Fatal(err)
 	}
 	if _, applied := rs.Match("links.password", map[string]string{"ip": "192.0.2.1", "code": "abcd"}); len(applied) != 1 ||
-		applied[0].Rule.FailureMode != ratelimitv1.FailureMode_FAILURE_MODE_CLOSED {
-		t.Errorf("password attempts are decided by %+v; want the shipped per-ip-link rule", applied)
+		applied[0].Rule.FailureMode != ratelimitv1.FailureMode_FAILURE_MODE_CLOSED || applied[0].Rule.Limit != 7 {
+		t.Errorf("password attempts are decided by %+v; want the seeded file's per-ip-link rule, limit 7", applied)
 	}
 
 	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '0') WHERE name = 'guard'`); err != nil {
@@ -305,8 +322,8 @@ domains:
 	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule api/guard held at its last good version") {
 		t.Fatalf("a running Load with a fail-closed rule broken: %v; want it held", err)
 	}
-	if n := len(got.Domains["api"].Rules); n != 2 {
-		t.Errorf("a running limiter has %d api rules, want both", n)
+	if n := len(got.Domains["api"].Rules); n != 3 {
+		t.Errorf("a running limiter has %d api rules, want all three", n)
 	}
 }
 
