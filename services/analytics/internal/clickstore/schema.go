@@ -414,8 +414,10 @@ func addColumns(ctx context.Context, conn driver.Conn, l Layout, object string) 
 }
 
 // refuseNewerViews fails the start when the database holds a materialized
-// view on the click tables that this build neither creates nor retires: a
-// newer build's (one whose query changed gets a new name). Started anyway,
+// view into one of this build's aggregate tables that this build neither
+// creates nor retires: a newer build's (a view whose query changed gets a
+// new name, <table>_v<N>_mv). Views of other names (an operator's own) are
+// not kurz's business. Started anyway,
 // this build would create its own older view beside it, and every click
 // would be broken down twice into the same table, for good (an analytics
 // rolled back across such a change doubled every breakdown).
@@ -440,7 +442,7 @@ func refuseNewerViews(ctx context.Context, conn driver.Conn, l Layout) error {
 		if err := rows.Scan(&name); err != nil {
 			return fmt.Errorf("clickhouse: views: %w", err)
 		}
-		if !known[name] {
+		if !known[name] && ours(name) {
 			unknown = append(unknown, name)
 		}
 	}
@@ -453,6 +455,24 @@ func refuseNewerViews(ctx context.Context, conn driver.Conn, l Layout) error {
 			"clicks into them twice; run the newer build, or drop those views knowingly", strings.Join(unknown, ", "))
 	}
 	return nil
+}
+
+// ours reports whether a view's name is one kurz's naming gives a view
+// into one of its aggregate tables: <table>_mv or <table>_v<N>_mv.
+func ours(name string) bool {
+	for _, v := range views {
+		rest, ok := strings.CutPrefix(name, v.to+"_")
+		if !ok {
+			continue
+		}
+		if rest == "mv" {
+			return true
+		}
+		if n, ok := strings.CutSuffix(rest, "_mv"); ok && len(n) > 1 && n[0] == 'v' && strings.Trim(n[1:], "0123456789") == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // retireViews drops the earlier names of the view named object, before
