@@ -68,6 +68,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	repeats := make(map[int]int) // item: the earlier item of the same URL
 	var domains *tenantDomains   // read once, if an item names a domain
 	valid := 0
+	prepared := make([]*draft, len(reqs)) // items valid on their own
 	for i, r := range reqs {
 		results[i] = &shortenerv1.BatchCreateResult{Index: int32(i)}
 		d, err := s.prepare(r)
@@ -92,6 +93,31 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			fail(i, err)
 			continue
 		}
+		prepared[i] = &d
+	}
+	// Destinations on a domain kurz serves (servedLoops), one statement for
+	// the batch, before the items are matched with each other (a refused
+	// item takes no alias from a later one) and anything is charged.
+	var idx []int
+	var dests [][]destination
+	for i, d := range prepared {
+		if d != nil {
+			idx, dests = append(idx, i), append(dests, destinationsOf(d.link))
+		}
+	}
+	refused, err := s.servedLoops(ctx, dests)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "batch", err)
+	}
+	for k, rerr := range refused {
+		prepared[idx[k]] = nil
+		fail(idx[k], rerr)
+	}
+	for i, d := range prepared {
+		if d == nil {
+			continue
+		}
+		r := reqs[i]
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
 			d.link.Code = linkdomain.Key(d.link.Domain, d.link.Code)
 			if first, dup := aliases[d.link.Code]; dup {
@@ -118,29 +144,8 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			}
 			urls[string(d.link.URLKey)] = i
 		}
-		drafts[i] = &d
+		drafts[i] = d
 		valid++
-	}
-	// Destinations on a domain kurz serves (servedLoops), one statement for
-	// the batch, before anything is charged.
-	var idx []int
-	var dests [][]destination
-	for i, d := range drafts {
-		if d != nil {
-			idx, dests = append(idx, i), append(dests, destinationsOf(d.link))
-		}
-	}
-	refused, err := s.servedLoops(ctx, dests)
-	if err != nil {
-		return nil, toStatus(ctx, s.log, "batch", err)
-	}
-	for k, rerr := range refused {
-		i := idx[k]
-		if a, ok := aliases[drafts[i].link.Code]; ok && a == i {
-			delete(aliases, drafts[i].link.Code)
-		}
-		fail(i, rerr)
-		valid--
 	}
 	// An alias of the caller's own would fail at the insert after its
 	// quota was spent: a batch sent again (an import retried after an

@@ -376,6 +376,17 @@ func TestLinkMayNotTargetAnyServedDomain(t *testing.T) {
 	if _, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/fine", CustomAlias: "fine1"}); err != nil {
 		t.Fatal(err)
 	}
+	// A refused item takes no alias from a later one of the batch.
+	batch, err = e.client.BatchCreateLinks(ctx, &shortenerv1.BatchCreateLinksRequest{Requests: []*shortenerv1.CreateLinkRequest{
+		{LongUrl: "https://goy.acme.example/a", CustomAlias: "same1"},
+		{LongUrl: "https://example.com/same", CustomAlias: "same1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := batch.GetResults(); r[0].GetError().GetField() != "long_url" || r[1].GetError() != nil || r[1].GetLink().GetCode() != "same1" {
+		t.Errorf("batch results %v, want the first refused and the second created with the alias", r)
+	}
 	_, err = e.client.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
 		Link:       &shortenerv1.Link{Code: "fine1", LongUrl: "https://go.other.example/"},
 		UpdateMask: mask("long_url"),
