@@ -79,7 +79,8 @@ type Config struct {
 	// and KURZ_LIMITER_BREAKER_COOLDOWN.
 	BreakerMaxCooldown time.Duration `env:"LIMITER_BREAKER_MAX_COOLDOWN" default:"0s"`
 	// AllowLogEvery logs one allowed decision in this many (0: none);
-	// every denial is logged.
+	// denials are logged up to ten a second per rule
+	// (ratelimit.DenyLogsPerSecond), the next line counting the rest.
 	AllowLogEvery int `env:"LIMITER_ALLOW_LOG_EVERY" default:"1000"`
 	// AutoPipeline batches concurrent decisions into one pipeline per Redis
 	// node.

@@ -99,6 +99,8 @@ type Engine struct {
 	refunds sync.WaitGroup
 	// leases are this replica's leases of leased rules' units (lease.go).
 	leases leaseTable
+	// denyLogs bounds the denial lines per rule (observe).
+	denyLogs denyLimiter
 }
 
 // denial is a cached Redis denial: the key denies any cost >= cost until
@@ -801,9 +803,10 @@ func sourceName(s ratelimitv1.DecisionSource) string {
 	return "unspecified"
 }
 
-// observe counts the decision per rule and writes the decision log: every
-// denial (rule, key, what was left, retry-after, how served), and a sample of
-// allowances.
+// observe counts the decision per rule and writes the decision log: the
+// denials (rule, key, what was left, retry-after, how served), at most
+// DenyLogsPerSecond a second per deciding rule (the next line says how many
+// were not logged), and a sample of allowances.
 func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, results []result, resp *ratelimitv1.CheckQuotaResponse, cached bool) {
 	for i, a := range rules {
 		res := results[i]
@@ -819,15 +822,23 @@ func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, re
 		}
 	}
 	level, msg := slog.LevelInfo, "quota allowed (sampled)"
+	var suppressed int64
 	if !resp.Allowed {
 		level, msg = slog.LevelWarn, "quota denied"
+		var ok bool
+		if ok, suppressed = e.denyLogs.take(domain, resp.DecidingRule); !ok {
+			return
+		}
 	}
 	// Typed attributes (LogAttrs): the "key", value pairs of Log box every
 	// number and bool and are parsed back into attributes on each call, a
 	// cost paid on every denial.
-	attrs := make([]slog.Attr, 0, 4+len(rules))
+	attrs := make([]slog.Attr, 0, 5+len(rules))
 	attrs = append(attrs, slog.String("domain", domain), slog.String("deciding_rule", resp.DecidingRule),
 		slog.String("source", sourceName(resp.Source)), slog.Bool("from_deny_cache", cached))
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int64("denials_not_logged", suppressed))
+	}
 	for i, a := range rules {
 		res := results[i]
 		attrs = append(attrs, slog.Attr{Key: a.Rule.Name, Value: slog.GroupValue(
@@ -1007,4 +1018,58 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 		true:  telemetry.OptsOf(attribute.Bool("error", true)),
 	}
 	return em, errors.Join(err, e2)
+}
+
+// DenyLogsPerSecond bounds the denial lines per deciding rule: a hot key is
+// denied tens of thousands of times a second, and one CheckQuotas call of
+// anyone reaching the limiter carries 1,000 checks (each a line: 4.4 MB of
+// log from 820 KB of requests). Every denial is still counted in
+// kurz_ratelimit_decisions_total.
+const DenyLogsPerSecond = 10
+
+// denyLimiter is a token bucket of DenyLogsPerSecond per (domain, rule),
+// holding as many; the zero value is ready.
+type denyLimiter struct {
+	mu      sync.Mutex
+	buckets map[denyKey]*denyBucket
+	now     func() time.Time // time.Now when nil (tests set it)
+}
+
+type denyKey struct{ domain, rule string }
+
+type denyBucket struct {
+	tokens     float64
+	last       time.Time
+	suppressed int64
+}
+
+// take reports whether a denial of rule may be logged now and, if so, how
+// many were not since the last line.
+func (l *denyLimiter) take(domain, rule string) (bool, int64) {
+	now := time.Now
+	if l.now != nil {
+		now = l.now
+	}
+	t := now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buckets == nil {
+		l.buckets = map[denyKey]*denyBucket{}
+	}
+	b := l.buckets[denyKey{domain, rule}]
+	if b == nil {
+		// Rules come from the configuration: the map stays small.
+		b = &denyBucket{tokens: DenyLogsPerSecond, last: t}
+		l.buckets[denyKey{domain, rule}] = b
+	}
+	b.tokens = min(DenyLogsPerSecond, b.tokens+t.Sub(b.last).Seconds()*DenyLogsPerSecond)
+	b.last = t
+	if b.tokens < 1 {
+		b.suppressed++
+		return false, 0
+	}
+	b.tokens--
+	n := b.suppressed
+	b.suppressed = 0
+	return true, n
 }

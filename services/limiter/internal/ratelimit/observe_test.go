@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -29,8 +30,7 @@ func denialOf(r *Rule) ([]Applied, []result, *ratelimitv1.CheckQuotaResponse) {
 		&ratelimitv1.CheckQuotaResponse{DecidingRule: r.Name, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}
 }
 
-// Every denial is logged (a hot key is denied tens of thousands of times a
-// second): the line names each rule as a group of its figures.
+// A denial's line names each rule as a group of its figures.
 func TestDenialLineHasEveryRulesFigures(t *testing.T) {
 	var b strings.Builder
 	e := observingEngine(t, &b)
@@ -70,9 +70,51 @@ func TestDenialLineHasEveryRulesFigures(t *testing.T) {
 // rule against 3).
 func TestDenialLineAllocations(t *testing.T) {
 	e := observingEngine(t, io.Discard)
+	now := time.Unix(1_800_000_000, 0)
+	e.denyLogs.now = func() time.Time { now = now.Add(time.Second); return now } // every denial logged
 	rules, results, resp := denialOf(&Rule{Domain: "d", Name: "per-user", Limit: 10, Window: time.Minute})
 	allocs := testing.AllocsPerRun(200, func() { e.observe(context.Background(), "d", rules, results, resp, true) })
 	if allocs > 4 {
 		t.Errorf("a one-rule denial costs %.0f allocations, want at most 4", allocs)
+	}
+}
+
+// Denial lines are bounded per deciding rule: one CheckQuotas call from
+// anyone reaching the limiter (1,000 checks) wrote 901 lines. Past
+// DenyLogsPerSecond a second the rest are counted, and the next line says
+// how many were not logged; another rule has a bucket of its own.
+func TestDenialLinesAreBoundedPerRule(t *testing.T) {
+	var b strings.Builder
+	e := observingEngine(t, &b)
+	now := time.Unix(1_800_000_000, 0)
+	e.denyLogs.now = func() time.Time { return now }
+	hot := &Rule{Domain: "d", Name: "per-user", Limit: 10, Window: time.Minute}
+	other := &Rule{Domain: "d", Name: "per-ip", Limit: 10, Window: time.Minute}
+	deny := func(r *Rule, n int) {
+		rules, results, resp := denialOf(r)
+		for range n {
+			e.observe(context.Background(), "d", rules, results, resp, false)
+		}
+	}
+	lines := func() []string {
+		out := strings.Split(strings.TrimSpace(b.String()), "\n")
+		b.Reset()
+		return out
+	}
+	deny(hot, 1000)
+	if got := lines(); len(got) != DenyLogsPerSecond {
+		t.Fatalf("1,000 denials in an instant wrote %d lines, want %d", len(got), DenyLogsPerSecond)
+	}
+	deny(other, 1)
+	if got := lines(); len(got) != 1 || !strings.Contains(got[0], `"deciding_rule":"per-ip"`) {
+		t.Errorf("another rule's denial: %q, want its line", got)
+	}
+	now = now.Add(time.Second / 2)
+	deny(hot, 100)
+	got := lines()
+	if len(got) != DenyLogsPerSecond/2 || !strings.Contains(got[0], fmt.Sprintf(`"denials_not_logged":%d`, 1000-DenyLogsPerSecond)) ||
+		strings.Contains(got[1], "denials_not_logged") {
+		t.Errorf("half a second later: %d lines, first %q; want %d, the first counting the %d not logged",
+			len(got), got[0], DenyLogsPerSecond/2, 1000-DenyLogsPerSecond)
 	}
 }
