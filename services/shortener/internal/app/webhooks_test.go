@@ -486,6 +486,62 @@ func TestWebhookClicksAreBatchedPerLink(t *testing.T) {
 	}
 }
 
+// TestWebhookClicksOfADeadReplicaAreDelivered: clicks a replica read and
+// never flushed (it died) reach their subscriber after three intervals,
+// though no other click ever comes to wake the batcher.
+func TestWebhookClicksOfADeadReplicaAreDelivered(t *testing.T) {
+	group := uniq("wh-dead-")
+	env := withWebhookEnv(map[string]string{"KURZ_CLICK_STREAM_SHARDS": "13", "KURZ_SHORTENER_WEBHOOK_CLICK_INTERVAL": "1s",
+		"KURZ_SHORTENER_WEBHOOK_CLICK_GROUP": group})
+	first := start(t, env, hooks{})
+	tenant := uniq("wh")
+	_, rdb := stores(t, first.cfg, tenant)
+	dropWebhooks(t, first, tenant)
+	keys := clickevent.StreamKeys(13)
+	t.Cleanup(func() {
+		for _, k := range keys {
+			rdb.XGroupDestroy(context.Background(), k, group)
+		}
+	})
+	ctx := as(tenant, "")
+	rc := newReceiver(t)
+	subscribe(t, ctx, shortenerv1.NewWebhookServiceClient(first.Conn), rc, "link.clicked")
+	link, err := first.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/dead-replica"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// A replica reads two clicks, then dies before its flush.
+	now := time.Now()
+	for i := range 2 {
+		ev := clickevent.Event{ID: clickevent.NewID(now), Code: link.GetLink().GetCode(), Tenant: tenant, Time: now.Add(time.Duration(i) * time.Second)}
+		if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: keys[2], Values: ev.Values()}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{Group: group, Consumer: "dead-replica",
+		Streams: []string{keys[2], ">"}, Count: 10, Block: -1}).Result()
+	if err != nil || len(got) != 1 || len(got[0].Messages) != 2 {
+		t.Fatalf("the dead replica's read: %v, %v", got, err)
+	}
+	start(t, env, hooks{})
+	ok, state := servertest.EventuallyState(20*time.Second, func() (bool, string) {
+		clicks := 0
+		for _, g := range rc.all() {
+			if g.event.Type == "link.clicked" && g.sigErr == nil {
+				n, _ := g.event.Data["clicks"].(float64)
+				clicks += int(n)
+			}
+		}
+		return clicks == 2, fmt.Sprintf("%d clicks delivered", clicks)
+	})
+	if !ok {
+		t.Fatalf("the dead replica's clicks: %s, want 2", state)
+	}
+}
+
 // TestWebhookReplicasShareTheQueue runs two shorteners on one database:
 // their senders claim with SKIP LOCKED, so each of 20 events reaches the
 // receiver exactly once (no failure, so no retry may repeat one).

@@ -85,6 +85,7 @@ func (b *ClickBatcher) Run(ctx context.Context) {
 	grouped := false
 	failing := false // the last read failed: logged once, until one succeeds
 	batch := newClickBatch()
+	var claimed time.Time // the last look for a dead replica's entries
 	for ctx.Err() == nil {
 		if !grouped {
 			grouped = b.ensureGroups(ctx) == nil
@@ -108,8 +109,14 @@ func (b *ClickBatcher) Run(ctx context.Context) {
 				failing = false
 			}
 		}
-		if batch.entries > 0 && (time.Since(batch.started) >= b.cfg.ClickInterval || batch.entries >= maxClickBatch) {
+		// Every interval, whether clicks come or not: a replica that died
+		// (or stopped) before its flush leaves its entries pending, and
+		// on a quiet system no new click would ever bring them along.
+		if grouped && time.Since(claimed) >= b.cfg.ClickInterval {
 			b.claim(ctx, tenants, batch)
+			claimed = time.Now()
+		}
+		if batch.entries > 0 && (time.Since(batch.started) >= b.cfg.ClickInterval || batch.entries >= maxClickBatch) {
 			if err := b.flush(ctx, batch); err != nil {
 				if ctx.Err() == nil {
 					b.log.Warn("webhook clicks: queueing a batch failed; its clicks stay pending and are claimed again", "err", err)
