@@ -167,6 +167,9 @@ func TestWebhookDeliversSignedLinkEvents(t *testing.T) {
 		if g.header.Get("Kurz-Event-Id") != g.event.ID || g.header.Get("Kurz-Event-Type") != g.event.Type {
 			t.Errorf("headers %v do not match the body's id %q and type %q", g.header, g.event.ID, g.event.Type)
 		}
+		if got := g.header.Get("Kurz-Webhook-Id"); got != wh.GetId() {
+			t.Errorf("Kurz-Webhook-Id %q, want the subscription's %q", got, wh.GetId())
+		}
 		if g.event.Tenant != tenant {
 			t.Errorf("tenant %q, want %q", g.event.Tenant, tenant)
 		}

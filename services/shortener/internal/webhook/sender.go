@@ -279,6 +279,9 @@ func (s *Sender) attempt(ctx context.Context, c claim) outcome {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
 	req.Header.Set("Kurz-Event-Id", c.ID)
+	// Each subscription gets its own copy of a change, under its own event
+	// id: the subscription tells the copies (and the secret) apart.
+	req.Header.Set("Kurz-Webhook-Id", c.SubscriptionID)
 	req.Header.Set("Kurz-Event-Type", c.EventType)
 	req.Header.Set(webhooksig.Header, webhooksig.Sign(secret, s.now(), body))
 	resp, err := s.client.Do(req)
