@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -38,7 +39,7 @@ func (t *Telemetry) HTTPServer(name string, h http.Handler, skip func(*http.Requ
 		s.duration = metricnoop.Float64Histogram{}
 	}
 	if t.Tracing {
-		s.next = otelhttp.NewHandler(h, name,
+		s.next = otelhttp.NewHandler(tapped(h), name,
 			otelhttp.WithTracerProvider(t.TracerProvider),
 			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
 			otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
@@ -54,6 +55,24 @@ func (t *Telemetry) HTTPServer(name string, h http.Handler, skip func(*http.Requ
 	}
 	s.tracing = t.Tracing
 	return s
+}
+
+// routeTap carries the route a handler's request got back to httpStats.
+type routeTap struct{ pattern string }
+
+type routeTapKey struct{}
+
+// tapped runs h, then keeps the route its request got in the request's
+// tap, if it has one.
+func tapped(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if t, ok := r.Context().Value(routeTapKey{}).(*routeTap); ok && r.Pattern != "" {
+				t.pattern = r.Pattern
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
 }
 
 type httpStats struct {
@@ -79,6 +98,13 @@ func (s *httpStats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.tracing && r.Header.Get("Traceparent") != "" {
 		r = r.WithContext(propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 	}
+	var tap *routeTap
+	if s.tracing {
+		// otelhttp hands the handler a copy of r: the route the mux sets
+		// on it comes back through the tap.
+		tap = &routeTap{}
+		r = r.WithContext(context.WithValue(r.Context(), routeTapKey{}, tap))
+	}
 	sw := &StatusWriter{ResponseWriter: w}
 	defer func() {
 		// Recorded even when the handler aborts (http.ErrAbortHandler):
@@ -87,7 +113,11 @@ func (s *httpStats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		s.duration.Record(r.Context(), time.Since(start).Seconds(), s.attrs(r.Method, r.Pattern, status).Record...)
+		route := r.Pattern
+		if tap != nil && route == "" {
+			route = tap.pattern
+		}
+		s.duration.Record(r.Context(), time.Since(start).Seconds(), s.attrs(r.Method, route, status).Record...)
 	}()
 	s.next.ServeHTTP(sw, r)
 }

@@ -101,8 +101,8 @@ func TestTraceLinkCreation(t *testing.T) {
 			t.Errorf("%s: parent should be a remote %s client span, got %v", hop.server.Name(), hop.caller, parent)
 		}
 	}
-	if got := root.Name(); got == "" || got == "gateway" {
-		t.Errorf("gateway span name %q: want the method (or route)", got)
+	if got := root.Name(); got != "POST /v1/links" {
+		t.Errorf("gateway span name %q: want its route, POST /v1/links", got)
 	}
 
 	// The same traffic shows in both services' key metric families.
@@ -115,7 +115,7 @@ func TestTraceLinkCreation(t *testing.T) {
 			{"gateway", gw, [][]string{
 				{"kurz_gateway_requests_total", `route="POST /v1/links"`, `status="201"`},
 				{"kurz_gateway_request_duration_seconds_bucket", `route="POST /v1/links"`},
-				{"http_server_request_duration_seconds_count", `http_request_method="POST"`},
+				{"http_server_request_duration_seconds_count", `http_request_method="POST"`, `http_route="POST /v1/links"`},
 				{"rpc_client_call_duration_seconds_count", "CreateLink"},
 				{"kurz_quota_calls_total"},
 			}},

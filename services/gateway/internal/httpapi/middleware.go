@@ -66,6 +66,7 @@ func stateOf(r *http.Request) *reqState {
 func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		outer := r // the server's telemetry reads its route from this one
 		st := &reqState{id: requestID(r), route: unmatchedRoute}
 		if ip := a.opts.Clients.Client(r); ip.IsValid() {
 			st.ip, st.ipKey = ip.String(), a.opts.Keying.Key(ip)
@@ -93,6 +94,9 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 		}
 		if _, pattern := mux.Handler(r); pattern != "" {
 			st.route = pattern
+			// The mux sets Pattern on the copy it is given: the request
+			// duration histogram and the span are per route too.
+			outer.Pattern = pattern
 			mux.ServeHTTP(rec, r)
 			return
 		}
