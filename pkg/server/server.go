@@ -193,6 +193,10 @@ type Server struct {
 	draining atomic.Bool
 	// ready is the last result of the readiness checks; nil before the first.
 	ready atomic.Pointer[readiness]
+	// inner is the HTTP handler the telemetry wraps; traceTrust, when set,
+	// tells the requests whose trace headers are believed.
+	inner      http.Handler
+	traceTrust func(*http.Request) bool
 }
 
 // New sets up telemetry, listens on the addresses (":0" picks a free port;
@@ -303,6 +307,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		ops.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 		ops.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	}
+	s.inner = s.Mux
 	s.httpSrv = s.httpServer(s.instrument(s.Mux))
 	return s, nil
 }
@@ -361,7 +366,22 @@ func (s *Server) OpsAddr() string {
 // ops routes stay on Mux (/healthz; all of them without an ops listener).
 // The server wraps h in its OpenTelemetry middleware, so every request (but
 // the ops routes) gets one server span; h must not start another.
-func (s *Server) SetHandler(h http.Handler) { s.httpSrv.Handler = s.instrument(h) }
+func (s *Server) SetHandler(h http.Handler) {
+	s.inner = h
+	s.httpSrv.Handler = s.instrument(h)
+}
+
+// TrustTraceContextFrom makes the HTTP listener continue a caller's trace
+// (traceparent, tracestate, baggage) only for the requests trusted says
+// so, such as those through the service's trusted proxies; the others'
+// trace headers are dropped before anything reads them. A public
+// listener's strangers would otherwise choose which of their requests are
+// sampled (a sampled parent is followed whatever the ratio) and put trace
+// IDs of their choosing into the service's log lines.
+func (s *Server) TrustTraceContextFrom(trusted func(*http.Request) bool) {
+	s.traceTrust = trusted
+	s.httpSrv.Handler = s.instrument(s.inner)
+}
 
 // instrument gives h the http.server.request.duration metric and, when
 // traces are recorded, a server span per request (continuing the caller's
@@ -369,14 +389,31 @@ func (s *Server) SetHandler(h http.Handler) { s.httpSrv.Handler = s.instrument(h
 // and profiles are left out: they would drown the traces and skew the
 // latency histograms.
 func (s *Server) instrument(h http.Handler) http.Handler {
-	return s.Telemetry.HTTPServer(s.name, h, func(r *http.Request) bool {
+	traced := s.Telemetry.HTTPServer(s.name, h, func(r *http.Request) bool {
 		switch r.URL.Path {
 		case "/healthz", "/readyz", "/metrics":
 			return true
 		}
 		return strings.HasPrefix(r.URL.Path, "/debug/pprof/")
 	})
+	trusted := s.traceTrust
+	if trusted == nil {
+		return traced
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !trusted(r) {
+			for _, k := range traceHeaders {
+				if _, ok := r.Header[k]; ok {
+					delete(r.Header, k)
+				}
+			}
+		}
+		traced.ServeHTTP(w, r)
+	})
 }
+
+// traceHeaders are the W3C trace context and baggage headers, canonical.
+var traceHeaders = []string{"Traceparent", "Tracestate", "Baggage"}
 
 // AddCheck adds a readiness check, run every Config.ReadinessInterval in the
 // background: when it fails, the replica is not ready (gRPC health and

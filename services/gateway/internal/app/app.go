@@ -257,5 +257,7 @@ func registerAPI(cfg Config, opts httpapi.Options, db *pgxpool.Pool, conns map[s
 	}
 	web.Register(srv.Mux)
 	srv.SetHandler(api.Wrap(srv.Mux))
+	// A public listener: trace context only through the trusted proxies.
+	srv.TrustTraceContextFrom(opts.Clients.FromTrustedProxy)
 	return nil
 }

@@ -256,6 +256,8 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		return nil, err
 	}
 	handler.Register(srv.Mux)
+	// A public listener: trace context only through the trusted proxies.
+	srv.TrustTraceContextFrom(clients.FromTrustedProxy)
 	// Each store backs the other (and L1 both): a redirect replica serves
 	// what it can through either outage, and no other replica does better.
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })

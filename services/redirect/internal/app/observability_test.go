@@ -33,6 +33,9 @@ func TestTraceRedirectClick(t *testing.T) {
 		"KURZ_REDIRECT_VISITOR_SALT":         testSalt,
 		"KURZ_LIMITER_GRPC_ADDR":             limitertest.Start(t, limitertest.AllowAll).Addr(),
 		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": "20ms",
+		// The caller is a trusted proxy: only theirs is a trace continued
+		// (pkg/server: TestTraceContextOnlyFromTrustedRequests).
+		"KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1",
 	})
 	cfg.Telemetry.SpanProcessor = rec
 	srv, err := build(context.Background(), cfg, servertest.Logger(t), hooks{})
