@@ -144,16 +144,8 @@ func TestMigrateOfAFreshDatabaseByComponentsAtOnce(t *testing.T) {
 // lock stalled every later read: each uncached redirect, for as long as a
 // report or pg_dump ran.
 func TestMigrationWaitingForALockLetsReadersThrough(t *testing.T) {
-	pool := connect(t)
+	pool, component, table := lockTestTable(t, 200*time.Millisecond)
 	ctx := context.Background()
-	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
-	table := component + "_items"
-	t.Cleanup(func() {
-		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
-		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
-	})
-	defer func(d time.Duration) { pgpool.MigrationLockTimeout = d }(pgpool.MigrationLockTimeout)
-	pgpool.MigrationLockTimeout = 200 * time.Millisecond
 	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY)")}}
 	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
 		t.Fatal(err)
@@ -202,17 +194,9 @@ func TestMigrationWaitingForALockLetsReadersThrough(t *testing.T) {
 // do not starve a migration: each attempt waits longer than the last. The
 // retry's log line names the sessions it waited for.
 func TestMigrationIsNotStarvedByOverlappingReaders(t *testing.T) {
-	pool := connect(t)
+	pool, component, table := lockTestTable(t, 100*time.Millisecond)
 	ctx := context.Background()
-	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
-	table := component + "_items"
-	t.Cleanup(func() {
-		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
-		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
-	})
-	defer func(d time.Duration) { pgpool.MigrationLockTimeout = d }(pgpool.MigrationLockTimeout)
-	pgpool.MigrationLockTimeout = 100 * time.Millisecond
-	var logs syncBuffer
+	var logs servertest.SyncBuffer
 	defer func(l *slog.Logger) { slog.SetDefault(l) }(slog.Default())
 	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, nil)))
 	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY)")}}
@@ -255,20 +239,19 @@ func TestMigrationIsNotStarvedByOverlappingReaders(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// lockTestTable is a component of the test's own, its table's name, and
+// MigrationLockTimeout set to timeout for the test.
+func lockTestTable(t *testing.T, timeout time.Duration) (pool *pgxpool.Pool, component, table string) {
+	t.Helper()
+	pool = connect(t)
+	component = fmt.Sprintf("test_%d", time.Now().UnixNano())
+	table = component + "_items"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
+		_, _ = pool.Exec(context.Background(), "DELETE FROM schema_migrations WHERE component = $1", component)
+	})
+	old := pgpool.MigrationLockTimeout
+	t.Cleanup(func() { pgpool.MigrationLockTimeout = old })
+	pgpool.MigrationLockTimeout = timeout
+	return pool, component, table
 }

@@ -128,7 +128,7 @@ type Process struct {
 	Name     string
 	GRPCAddr string
 	cmd      *exec.Cmd
-	out      *syncBuffer
+	out      *SyncBuffer
 	done     chan struct{}
 	err      error // Wait's result, once done is closed
 }
@@ -143,7 +143,7 @@ func StartProcess(name, bin, grpcAddr, service string, env ...string) (*Process,
 	// (the last of duplicate variables wins).
 	cmd.Env = append(append(defaultEnv(), os.Environ()...), env...)
 	dieWithParent(cmd)
-	p := &Process{Name: name, GRPCAddr: grpcAddr, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &Process{Name: name, GRPCAddr: grpcAddr, cmd: cmd, out: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -314,19 +314,20 @@ func (p *Process) Kill() {
 	}
 }
 
-// syncBuffer collects a process's output for failure messages.
-type syncBuffer struct {
+// SyncBuffer is a buffer for concurrent writers: a process's output for
+// failure messages, a test's log lines.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

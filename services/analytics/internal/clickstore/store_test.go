@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/servertest"
@@ -59,28 +61,8 @@ func TestApplyIsIdempotentAndRefusesAnOldShape(t *testing.T) {
 // and this build's own older view is not created beside it: both would
 // break every click down into the same table.
 func TestApplyRefusesANewerVersionsDatabase(t *testing.T) {
-	var cfg struct{ ClickHouse chconn.Config }
-	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	scratch := cfg.ClickHouse
-	scratch.Database += "_newer_" + hex.EncodeToString(b[:])
-	l := LayoutOf(scratch)
-	on, qual := "", ""
-	if l.Cluster != "" {
-		on, qual = " ON CLUSTER "+l.Cluster, l.Database+"."
-	}
-	ch, err := chconn.New(ctx, scratch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = ch.Exec(ctx, "DROP DATABASE IF EXISTS "+scratch.Database+on)
-		_ = ch.Close()
-	}()
+	ch, l, on, qual := scratchDatabase(t, "_newer_")
 	if err := Apply(ctx, ch, l); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +84,7 @@ func TestApplyRefusesANewerVersionsDatabase(t *testing.T) {
 		` AS SELECT toDate(ts) AS d, count() AS n FROM `+qual+l.Local(EventsTable)+` GROUP BY d`); err != nil {
 		t.Fatal(err)
 	}
-	err = Apply(ctx, ch, l)
+	err := Apply(ctx, ch, l)
 	if err == nil || !strings.Contains(err.Error(), newer) || strings.Contains(err.Error(), "clicks_by_day") {
 		t.Fatalf("Apply over a newer build's database: %v; want a refusal naming %s alone", err, newer)
 	}
@@ -123,28 +105,8 @@ func TestApplyRefusesANewerVersionsDatabase(t *testing.T) {
 // name) gets the missing columns, on the replicated and the Distributed
 // tables of a cluster too, keeps its rows, and loses the retired view.
 func TestApplyUpgradesAnEarlierVersion(t *testing.T) {
-	var cfg struct{ ClickHouse chconn.Config }
-	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	scratch := cfg.ClickHouse
-	scratch.Database += "_upgrade_" + hex.EncodeToString(b[:])
-	l := LayoutOf(scratch)
-	on, qual := "", ""
-	if l.Cluster != "" {
-		on, qual = " ON CLUSTER "+l.Cluster, l.Database+"."
-	}
-	ch, err := chconn.New(ctx, scratch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = ch.Exec(ctx, "DROP DATABASE IF EXISTS "+scratch.Database+on)
-		_ = ch.Close()
-	}()
+	ch, l, on, qual := scratchDatabase(t, "_upgrade_")
 	if err := Apply(ctx, ch, l); err != nil {
 		t.Fatal(err)
 	}
@@ -220,4 +182,33 @@ func TestApplyUpgradesAnEarlierVersion(t *testing.T) {
 		}
 	}
 	t.Logf("added %v; dropped retired views %v", added, retired)
+}
+
+// scratchDatabase is a ClickHouse database of the test's own (the
+// configured one's name, suffix and random hex), dropped when the test
+// ends, with its layout and the ON CLUSTER clause and qualifier its DDL
+// needs.
+func scratchDatabase(t *testing.T, suffix string) (ch driver.Conn, l Layout, on, qual string) {
+	t.Helper()
+	var cfg struct{ ClickHouse chconn.Config }
+	if err := config.LoadFrom(servertest.Env(nil), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	scratch := cfg.ClickHouse
+	scratch.Database += suffix + hex.EncodeToString(b[:])
+	l = LayoutOf(scratch)
+	if l.Cluster != "" {
+		on, qual = " ON CLUSTER "+l.Cluster, l.Database+"."
+	}
+	ch, err := chconn.New(context.Background(), scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = ch.Exec(context.Background(), "DROP DATABASE IF EXISTS "+scratch.Database+on)
+		_ = ch.Close()
+	})
+	return ch, l, on, qual
 }
