@@ -264,14 +264,15 @@ func (a *API) serve(rt route) http.Handler {
 
 // fail writes err as the error answer, logging what the client does not see.
 func (a *API) fail(c *call, err error) {
-	if cerr := c.r.Context().Err(); cerr != nil {
-		// The client hung up (or the request's deadline passed): whatever
-		// failed failed for that, not for a fault of ours; 499, no log
-		// line (a stranger aborting requests must not write the log, nor
-		// look like an outage).
-		err = cerr
-	}
 	e := toAPIError(err)
+	if cerr := c.r.Context().Err(); cerr != nil && e.status >= 500 {
+		// The client hung up (or the request's deadline passed): what
+		// failed on our side failed for that, not for a fault of ours;
+		// 499, no log line (a stranger aborting requests must not write
+		// the log, nor look like an outage). A refusal of the request
+		// itself (a body that could not be read: 400) stands.
+		e = toAPIError(cerr)
+	}
 	if e.status == http.StatusTooManyRequests && !e.ownQuota {
 		// A service's quota refused (the link creation quota, say): the
 		// edge quota's fields set before would tell the client it has
