@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkimport"
 )
 
 func linkCommands() []*command {
@@ -174,16 +175,9 @@ func (c *cli) readPassword(cmd string, f *linkFlags, set map[string]bool) (strin
 	return line, nil
 }
 
-// redirectTypes maps --redirect to the API's enum.
-var redirectTypes = map[int]shortenerv1.RedirectType{
-	301: shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY,
-	302: shortenerv1.RedirectType_REDIRECT_TYPE_FOUND,
-	307: shortenerv1.RedirectType_REDIRECT_TYPE_TEMPORARY_REDIRECT,
-	308: shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT,
-}
-
+// redirectType maps --redirect to the API's enum.
 func redirectType(cmd string, status int) (shortenerv1.RedirectType, error) {
-	rt, ok := redirectTypes[status]
+	rt, ok := linkimport.RedirectTypeOf(strconv.Itoa(status))
 	if !ok {
 		return 0, usagef(cmd, "--redirect %d: want 301, 302, 307 or 308", status)
 	}
@@ -687,10 +681,8 @@ func printLinks(w io.Writer, links []*shortenerv1.Link, tag string) error {
 }
 
 func redirectName(rt shortenerv1.RedirectType) string {
-	for status, t := range redirectTypes {
-		if t == rt {
-			return strconv.Itoa(status)
-		}
+	if s := linkimport.RedirectTypeCell(rt); s != "" {
+		return s
 	}
 	return "default"
 }

@@ -340,7 +340,7 @@ func kurzLink(field func(int) string, cols columns) (*shortenerv1.CreateLinkRequ
 		req.DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: ios, AndroidUrl: android, DesktopUrl: desktop}
 	}
 	if v := get(cols.redirect); v != "" {
-		rt, ok := redirectTypes[v]
+		rt, ok := RedirectTypeOf(v)
 		if !ok {
 			return nil, fmt.Sprintf("redirect_type %q is not 301, 302, 307 or 308", v)
 		}
@@ -363,21 +363,35 @@ func kurzLink(field func(int) string, cols columns) (*shortenerv1.CreateLinkRequ
 	return req, ""
 }
 
-// redirectTypes are the export's redirect_type cells.
-var redirectTypes = map[string]shortenerv1.RedirectType{
-	"301": shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY,
-	"302": shortenerv1.RedirectType_REDIRECT_TYPE_FOUND,
-	"307": shortenerv1.RedirectType_REDIRECT_TYPE_TEMPORARY_REDIRECT,
-	"308": shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT,
+// RedirectTypeOf is the redirect type of a status code as written ("301",
+// "302", "307", "308": an export's redirect_type cell, kurzctl's
+// --redirect).
+func RedirectTypeOf(status string) (shortenerv1.RedirectType, bool) {
+	switch status {
+	case "301":
+		return shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY, true
+	case "302":
+		return shortenerv1.RedirectType_REDIRECT_TYPE_FOUND, true
+	case "307":
+		return shortenerv1.RedirectType_REDIRECT_TYPE_TEMPORARY_REDIRECT, true
+	case "308":
+		return shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT, true
+	}
+	return shortenerv1.RedirectType_REDIRECT_TYPE_UNSPECIFIED, false
 }
 
-// RedirectTypeCell is how an export writes a redirect type: its status
+// RedirectTypeCell is RedirectTypeOf's inverse: a redirect type's status
 // code, "" for the default.
 func RedirectTypeCell(rt shortenerv1.RedirectType) string {
-	for cell, t := range redirectTypes {
-		if t == rt {
-			return cell
-		}
+	switch rt {
+	case shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY:
+		return "301"
+	case shortenerv1.RedirectType_REDIRECT_TYPE_FOUND:
+		return "302"
+	case shortenerv1.RedirectType_REDIRECT_TYPE_TEMPORARY_REDIRECT:
+		return "307"
+	case shortenerv1.RedirectType_REDIRECT_TYPE_PERMANENT_REDIRECT:
+		return "308"
 	}
 	return ""
 }
