@@ -99,3 +99,19 @@ func TestKurzExportRowProblems(t *testing.T) {
 		}
 	}
 }
+
+// A cell a spreadsheet would run as a formula is written with a leading
+// quote, and read back as it was.
+func TestDefuseCell(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "", "abc": "abc", "=1+1": "'=1+1", "+1": "'+1", "-1": "'-1", "@SUM(A1)": "'@SUM(A1)",
+		"\tx": "'\tx", "\rx": "'\rx", "a=b": "a=b", "'quoted": "'quoted",
+	} {
+		if got := DefuseCell(in); got != want {
+			t.Errorf("DefuseCell(%q) = %q, want %q", in, got, want)
+		}
+		if back := undefuse(DefuseCell(in)); back != in {
+			t.Errorf("undefuse(DefuseCell(%q)) = %q", in, back)
+		}
+	}
+}

@@ -280,11 +280,8 @@ func makeRow(f Format, cols columns, rec []string, line int) Row {
 	case YOURLS:
 		row.SourceCode = field(cols.code)
 	case Kurz:
-		// Cells the export defused as formulas start with a quote.
 		for i := range rec {
-			if len(rec[i]) > 1 && rec[i][0] == '\'' && strings.IndexByte("=+-@\t\r", rec[i][1]) >= 0 {
-				rec[i] = rec[i][1:]
-			}
+			rec[i] = undefuse(rec[i])
 		}
 		row.LongURL = field(cols.longURL)
 		row.SourceCode = field(cols.code)
@@ -361,6 +358,27 @@ func kurzLink(field func(int) string, cols columns) (*shortenerv1.CreateLinkRequ
 		req.Variants = variants
 	}
 	return req, ""
+}
+
+// formulaStarts are the first characters that make a spreadsheet run a
+// cell as a formula (OWASP's CSV injection advice).
+const formulaStarts = "=+-@\t\r"
+
+// DefuseCell is how an export writes a cell a spreadsheet would run as a
+// formula: with a leading single quote. Parse undoes it in kurz's export.
+func DefuseCell(v string) string {
+	if v != "" && strings.IndexByte(formulaStarts, v[0]) >= 0 {
+		return "'" + v
+	}
+	return v
+}
+
+// undefuse is DefuseCell's inverse.
+func undefuse(v string) string {
+	if len(v) > 1 && v[0] == '\'' && strings.IndexByte(formulaStarts, v[1]) >= 0 {
+		return v[1:]
+	}
+	return v
 }
 
 // RedirectTypeOf is the redirect type of a status code as written ("301",

@@ -224,19 +224,9 @@ func exportRecord(l *shortenerv1.Link) []string {
 		linkimport.RedirectTypeCell(l.GetRedirectType()), linkimport.JSONList(l.GetRules()), linkimport.JSONList(l.GetVariants()),
 	}
 	for i, v := range rec {
-		rec[i] = safeCell(v)
+		rec[i] = linkimport.DefuseCell(v)
 	}
 	return rec
-}
-
-// safeCell defuses a cell a spreadsheet would run as a formula (OWASP's
-// CSV injection advice): one starting with '=', '+', '-', '@', a tab or a
-// carriage return gets a leading single quote.
-func safeCell(v string) string {
-	if v != "" && strings.IndexByte("=+-@\t\r", v[0]) >= 0 {
-		return "'" + v
-	}
-	return v
 }
 
 // importResponse is the answer of POST /v1/links:import.

@@ -333,17 +333,6 @@ func TestExportLinks(t *testing.T) {
 	}
 }
 
-func TestSafeCell(t *testing.T) {
-	for in, want := range map[string]string{
-		"": "", "abc": "abc", "=1+1": "'=1+1", "+1": "'+1", "-1": "'-1", "@SUM(A1)": "'@SUM(A1)",
-		"\tx": "'\tx", "\rx": "'\rx", "a=b": "a=b", "'quoted": "'quoted",
-	} {
-		if got := safeCell(in); got != want {
-			t.Errorf("safeCell(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // A refusal of the first page is an ordinary error answer; a failure on a
 // later page aborts the response (http.ErrAbortHandler), never a short file
 // that looks whole.
