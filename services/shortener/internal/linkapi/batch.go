@@ -68,7 +68,8 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	repeats := make(map[int]int) // item: the earlier item of the same URL
 	var domains *tenantDomains   // read once, if an item names a domain
 	valid := 0
-	prepared := make([]*draft, len(reqs)) // items valid on their own
+	prepared := make([]*draft, len(reqs))  // items valid on their own
+	ds := make([][]destination, len(reqs)) // their destinations
 	for i, r := range reqs {
 		results[i] = &shortenerv1.BatchCreateResult{Index: int32(i)}
 		d, err := s.prepare(r)
@@ -89,7 +90,8 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			fail(i, err)
 			continue
 		}
-		if err := selfLoopOf(d.link); err != nil {
+		ds[i] = destinationsOf(d.link)
+		if err := loopOn(d.link.Domain, ds[i]); err != nil {
 			fail(i, err)
 			continue
 		}
@@ -102,7 +104,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	var dests [][]destination
 	for i, d := range prepared {
 		if d != nil {
-			idx, dests = append(idx, i), append(dests, destinationsOf(d.link))
+			idx, dests = append(idx, i), append(dests, ds[i])
 		}
 	}
 	refused, err := s.servedLoops(ctx, dests)

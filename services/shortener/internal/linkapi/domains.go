@@ -332,17 +332,12 @@ func (td *tenantDomains) check(name string) (string, error) {
 	return "", notVerified(name)
 }
 
-// selfLoop refuses a link on a custom domain any of whose destinations
-// (its long URL, a device's URL, a rule's or a variant's) is on that same
-// domain: the redirect serves the domain, so visitors would be sent back
-// to it, every visit counted, for ever. kurz's own hosts are refused for
-// every link by urlcheck (OwnHosts); a tenant's domain is known only with
-// the link. Empty URLs (what an update leaves unchanged) are skipped.
-func selfLoop(domain, longURL string, t linkstore.DeviceURLs, rules []linkrules.Rule, variants []linkrules.Variant) error {
-	return loopOn(domain, destinations(longURL, t, rules, variants))
-}
-
-// loopOn refuses the first of ds on domain ("" refuses none).
+// loopOn refuses a link on a custom domain ("" refuses none) any of whose
+// destinations ds (its long URL, a device's URL, a rule's or a variant's)
+// is on that same domain: the redirect serves the domain, so visitors
+// would be sent back to it, every visit counted, for ever. kurz's own
+// hosts are refused for every link by urlcheck (OwnHosts), other served
+// domains by servedLoops; the link's own is known without a query.
 func loopOn(domain string, ds []destination) error {
 	if domain == "" {
 		return nil
@@ -426,9 +421,6 @@ func (s *Service) servedLoops(ctx context.Context, links [][]destination) (map[i
 	}
 	return refused, nil
 }
-
-// selfLoopOf is selfLoop for a link about to be created.
-func selfLoopOf(l linkstore.Link) error { return loopOn(l.Domain, destinationsOf(l)) }
 
 // notVerified refuses a link's domain that is not one of the caller's
 // verified domains, whether it exists or not.

@@ -258,10 +258,11 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 			return nil, toStatus(ctx, s.log, "create", err)
 		}
 	}
-	if err := selfLoopOf(l); err != nil {
+	ds := destinationsOf(l)
+	if err := loopOn(l.Domain, ds); err != nil {
 		return nil, err
 	}
-	if refused, err := s.servedLoops(ctx, [][]destination{destinationsOf(l)}); err != nil {
+	if refused, err := s.servedLoops(ctx, [][]destination{ds}); err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)
 	} else if refused[0] != nil {
 		return nil, refused[0]
@@ -983,12 +984,13 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	if ch.Targets != nil {
 		t = *ch.Targets
 	}
+	ds := destinations(long, t, deref(ch.Rules), deref(ch.Variants))
 	if domain, _ := linkdomain.Split(key); domain != "" {
-		if err := selfLoop(domain, long, t, deref(ch.Rules), deref(ch.Variants)); err != nil {
+		if err := loopOn(domain, ds); err != nil {
 			return nil, err
 		}
 	}
-	if refused, err := s.servedLoops(ctx, [][]destination{destinations(long, t, deref(ch.Rules), deref(ch.Variants))}); err != nil {
+	if refused, err := s.servedLoops(ctx, [][]destination{ds}); err != nil {
 		return nil, toStatus(ctx, s.log, "update", err)
 	} else if refused[0] != nil {
 		return nil, refused[0]
