@@ -5,9 +5,12 @@
 // code from their in-process cache.
 //
 // Ordering rule that keeps Redis from holding a stale answer: the shortener
-// writes an entry with SET (overwrite) only after its PostgreSQL transaction
-// committed; a reader that filled from PostgreSQL writes with SET NX, so it
-// can never overwrite a newer entry the shortener wrote meanwhile.
+// writes a changed link's entry with SET (overwrite) only after its
+// PostgreSQL transaction committed, from the row as it is then; a reader
+// that filled from PostgreSQL writes with SET NX, so it can never overwrite
+// a newer entry the shortener wrote meanwhile; and a new link's entry goes
+// over nothing or a negative entry only (WriteCreated), so it can never
+// overwrite what a change committed after the insert wrote.
 package linkcache
 
 import (
@@ -189,6 +192,54 @@ func WriteThrough(ctx context.Context, rdb redis.Cmdable, code string, e Entry, 
 		return fmt.Errorf("redis publish %s: %w", InvalidationChannel, err)
 	}
 	return nil
+}
+
+// createScript is WriteCreated's: KEYS[1] the entry, ARGV the new entry,
+// its TTL in milliseconds, the channel and the code. An entry that is not a
+// negative one stays; one Redis cannot decode is replaced.
+var createScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+local keep = false
+if cur then
+	local ok, e = pcall(cjson.decode, cur)
+	keep = ok and type(e) == 'table' and e.s ~= 'missing'
+end
+local written = 0
+if not keep then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	written = 1
+end
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return written
+`)
+
+// WriteCreated stores the entry of a link just inserted, from the row the
+// insert returned, and publishes the code on InvalidationChannel; call it
+// only after the insert committed. It writes over nothing or a negative
+// entry (a read of the code before the insert) only: any other entry was
+// written from PostgreSQL after the insert committed, by a change's
+// write-through or a reader's fill, and is as new as the insert's state or
+// newer. A change committed after the insert whose write-through has not
+// run yet overwrites this one when it runs (or its outbox entry does,
+// retried), so the insert's state is never what stays. One Redis call;
+// written reports whether the entry was set.
+func WriteCreated(ctx context.Context, rdb redis.Scripter, code string, e Entry, ttl time.Duration) (written bool, err error) {
+	n, err := createScript.Run(ctx, rdb, []string{Key(code)}, createArgs(code, e, ttl)...).Int()
+	if err != nil {
+		return false, fmt.Errorf("redis write created %s: %w", Key(code), err)
+	}
+	return n == 1, nil
+}
+
+// QueueWriteCreated queues WriteCreated on a pipeline (the script's body
+// travels with it, as a node may not hold it yet); its outcome comes from
+// the pipeline's Exec.
+func QueueWriteCreated(ctx context.Context, pipe redis.Pipeliner, code string, e Entry, ttl time.Duration) *redis.Cmd {
+	return createScript.Eval(ctx, pipe, []string{Key(code)}, createArgs(code, e, ttl)...)
+}
+
+func createArgs(code string, e Entry, ttl time.Duration) []any {
+	return []any{Marshal(e), ttl.Milliseconds(), InvalidationChannel, code}
 }
 
 // Fill stores what a reader found in PostgreSQL, unless an entry appeared in

@@ -215,6 +215,27 @@ func (c *cache) Del(ctx context.Context, keys ...string) *redis.IntCmd {
 	return redis.NewIntResult(int64(len(keys)), nil)
 }
 
+// EvalSha runs the one script the service sends, linkcache.WriteCreated's:
+// keys[0] takes args[0] unless an entry other than a negative one is
+// there, and args[3] (the code) is published either way. Eval is the same
+// (the fake holds every script).
+func (c *cache) EvalSha(ctx context.Context, _ string, keys []string, args ...any) *redis.Cmd {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	written := int64(0)
+	cur, ok := c.values[keys[0]]
+	if e, err := linkcache.Unmarshal(cur); !ok || err != nil || e.State == linkcache.Missing {
+		c.values[keys[0]] = args[0].(string)
+		written = 1
+	}
+	c.published = append(c.published, args[3].(string))
+	return redis.NewCmdResult(written, nil)
+}
+
+func (c *cache) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.EvalSha(ctx, script, keys, args...)
+}
+
 // Persist and PExpireAt give a visit counter its link's lifetime: the
 // fake checks only that the key exists, as Redis answers, and keeps no TTL.
 func (c *cache) Persist(ctx context.Context, key string) *redis.BoolCmd {

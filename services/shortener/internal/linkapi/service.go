@@ -734,46 +734,39 @@ func entry(l linkstore.Link) linkcache.Entry {
 	return e
 }
 
-// writeThrough sets the Redis entries of links just created and publishes
-// their invalidations, refreshed as a change is (Store.RefreshMany: their
-// state read under a share lock), so a change committed since the insert
-// is what it writes, never undone by it. One pipeline for all (the cluster client
-// splits it per node): one round trip per node, not per link. A failure
-// does not fail the call (the rows are committed): it is logged and
-// counted, and a reader fills Redis from PostgreSQL (a negative entry met
-// meanwhile lives KURZ_LINK_NEGATIVE_TTL). Changes of existing links go
-// through refresh instead.
+// writeThrough sets the Redis entries of links just created, from the rows
+// their insert returned, and publishes their codes (linkcache.WriteCreated:
+// over nothing or a negative entry only, so a change committed since the
+// insert, whose write-through came first, is never undone; one that comes
+// later overwrites). One pipeline for a batch (the cluster client splits it
+// per node): one round trip per node, not per link, and no PostgreSQL
+// statement. A failure does not fail the call (the rows are committed): it
+// is logged and counted, and a reader fills Redis from PostgreSQL (a
+// negative entry met meanwhile lives KURZ_LINK_NEGATIVE_TTL). Changes of
+// existing links go through refresh instead.
 func (s *Service) writeThrough(ctx context.Context, op string, created ...linkstore.Link) {
 	if len(created) == 0 {
 		return
 	}
-	// The store bounds its reading; CacheTimeout bounds the Redis write,
-	// and so how long the rows stay locked.
-	ctx = context.WithoutCancel(ctx)
-	codes := make([]string, len(created))
-	for i, l := range created {
-		codes[i] = l.Code
-	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.CacheTimeout)
+	defer cancel()
 	failed := 0
-	err := s.store.RefreshMany(ctx, codes, func(ctx context.Context, links []linkstore.Link) error {
-		ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
-		defer cancel()
-		if len(links) == 1 {
-			return linkcache.WriteThrough(ctx, s.rdb, links[0].Code, entry(links[0]), s.opts.CacheTTL)
-		}
+	var err error
+	if len(created) == 1 {
+		_, err = linkcache.WriteCreated(ctx, s.rdb, created[0].Code, entry(created[0]), s.opts.CacheTTL)
+	} else {
 		pipe := s.rdb.Pipeline()
-		for _, l := range links {
-			// Queued only: a pipeline's errors come from Exec.
-			_ = linkcache.WriteThrough(ctx, pipe, l.Code, entry(l), s.opts.CacheTTL)
+		for _, l := range created {
+			linkcache.QueueWriteCreated(ctx, pipe, l.Code, entry(l), s.opts.CacheTTL)
 		}
-		cmds, err := pipe.Exec(ctx)
+		var cmds []redis.Cmder
+		cmds, err = pipe.Exec(ctx)
 		for _, c := range cmds {
 			if c.Err() != nil {
 				failed++
 			}
 		}
-		return err
-	})
+	}
 	if err == nil {
 		return
 	}

@@ -127,28 +127,56 @@ func TestLinkLifecycle(t *testing.T) {
 
 // deletedAtOnce is a link store whose every new link is deleted by another
 // call the moment its insert commits, before the create writes it through.
-type deletedAtOnce struct{ *linkstoretest.Fake }
+// deletedAtOnce deletes every link it inserts through del (the service's
+// DeleteLink, with its own write-through) before the insert returns: a
+// change committed between a create's insert and the create's write-through.
+type deletedAtOnce struct {
+	*linkstoretest.Fake
+	del func(linkstore.Link)
+}
 
 func (s deletedAtOnce) Insert(ctx context.Context, l linkstore.Link) (linkstore.Link, error) {
 	stored, err := s.Fake.Insert(ctx, l)
 	if err == nil {
-		_, err = s.Fake.Delete(ctx, stored.Tenant, stored.Code)
+		s.del(stored)
 	}
 	return stored, err
 }
 
-// A create's write-through writes the link as it is when it writes, not as
-// the insert returned it: a delete that committed in between (whose own
-// refresh came first) is not undone in Redis, where the redirect would
-// serve the deleted link for the cache TTL.
+// A create's write-through never undoes a change committed since its insert
+// whose own write-through came first: the redirect would serve the deleted
+// link for the cache TTL. (A change whose write-through comes later
+// overwrites the create's, as it overwrites anything.)
 func TestCreateDoesNotUndoAChangeCommittedSinceItsInsert(t *testing.T) {
-	e := newEnvWith(t, func(d *linkapi.Deps) { d.Store = deletedAtOnce{d.Store.(*linkstoretest.Fake)} })
+	var e *env
+	store := deletedAtOnce{del: func(l linkstore.Link) {
+		if _, err := e.client.DeleteLink(as(l.Tenant), &shortenerv1.DeleteLinkRequest{Code: l.Code}); err != nil {
+			t.Errorf("delete %s between its insert and its write-through: %v", l.Code, err)
+		}
+	}}
+	e = newEnvWith(t, func(d *linkapi.Deps) {
+		store.Fake = d.Store.(*linkstoretest.Fake)
+		d.Store = store
+	})
 	resp, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/raced"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, found := e.cache.entry(t, resp.GetLink().GetCode()); !found || got.State != linkcache.Gone {
 		t.Errorf("cache entry %+v (found %v) of a link deleted before its write-through, want gone", got, found)
+	}
+}
+
+// A create's write-through replaces a negative entry: a read of the code
+// before the insert (a scanner guessing it, a custom alias tried first).
+func TestCreateReplacesANegativeEntry(t *testing.T) {
+	e := newEnv(t)
+	e.cache.Set(context.Background(), linkcache.Key("guessed"), linkcache.Marshal(linkcache.Entry{State: linkcache.Missing}), time.Minute)
+	if _, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/g", CustomAlias: "guessed"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, found := e.cache.entry(t, "guessed"); !found || got.State != linkcache.Active || got.URL != "https://example.com/g" {
+		t.Errorf("cache entry %+v (found %v) after creating a code Redis held as missing, want it active", got, found)
 	}
 }
 

@@ -22,7 +22,6 @@ type Store interface {
 	Update(ctx context.Context, tenant, code string, ch linkstore.Changes) (linkstore.Link, error)
 	Delete(ctx context.Context, tenant, code string) (linkstore.Link, error)
 	Refresh(ctx context.Context, code string, write func(context.Context, linkstore.Link) error) error
-	RefreshMany(ctx context.Context, codes []string, write func(context.Context, []linkstore.Link) error) error
 	DueInvalidations(ctx context.Context, limit int) ([]string, error)
 	Postpone(ctx context.Context, code string, base, maxDelay time.Duration) error
 	PendingInvalidations(ctx context.Context) (n int64, oldest time.Duration, err error)

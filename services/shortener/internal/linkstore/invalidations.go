@@ -15,11 +15,11 @@ import (
 // is now, so refreshes in any order, repeated or concurrent, leave Redis
 // with the latest state.
 
-// Refresh brings code's cache entry up to date: RefreshMany of one code,
+// Refresh brings code's cache entry up to date: refreshMany of one code,
 // write called with its row, not at all without one (a row removed behind
 // the service's back: its invalidation is deleted all the same).
 func (s *Store) Refresh(ctx context.Context, code string, write func(context.Context, Link) error) error {
-	return s.RefreshMany(ctx, []string{code}, func(ctx context.Context, links []Link) error {
+	return s.refreshMany(ctx, []string{code}, func(ctx context.Context, links []Link) error {
 		if len(links) == 0 {
 			return nil
 		}
@@ -27,7 +27,7 @@ func (s *Store) Refresh(ctx context.Context, code string, write func(context.Con
 	})
 }
 
-// RefreshMany brings the cache entries of codes up to date: in one
+// refreshMany brings the cache entries of codes up to date: in one
 // transaction it takes a share lock on their rows of links, hands the rows
 // to write (which stores them in Redis; codes without a row are left out,
 // and write is not called for none), and once write succeeds deletes the
@@ -35,12 +35,11 @@ func (s *Store) Refresh(ctx context.Context, code string, write func(context.Con
 // would queue an invalidation) waiting until write is done, so no
 // invalidation is deleted whose change write did not see, and no write
 // puts back a state a change had replaced. If write fails, nothing is
-// deleted and the error is returned. Changes refresh their code this way,
-// and so do creates: a link deleted between its insert and its first
-// write-through is written deleted, never as the insert returned it.
+// deleted and the error is returned. Changes refresh their code this way
+// (creates write the row their insert returned: linkcache.WriteCreated).
 //
 // write runs while the rows are locked: it must be bounded (a Redis timeout).
-func (s *Store) RefreshMany(ctx context.Context, codes []string, write func(context.Context, []Link) error) error {
+func (s *Store) refreshMany(ctx context.Context, codes []string, write func(context.Context, []Link) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	tx, err := s.db.Begin(ctx)

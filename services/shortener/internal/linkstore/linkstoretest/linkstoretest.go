@@ -383,9 +383,9 @@ func (f *Fake) Delete(_ context.Context, tenant, code string) (linkstore.Link, e
 	return f.change(tenant, code, func(l *linkstore.Link, t time.Time) { l.Deleted = &t })
 }
 
-// Refresh is RefreshMany of one code, write called with its link.
+// Refresh is refreshMany of one code, write called with its link.
 func (f *Fake) Refresh(ctx context.Context, code string, write func(context.Context, linkstore.Link) error) error {
-	return f.RefreshMany(ctx, []string{code}, func(ctx context.Context, links []linkstore.Link) error {
+	return f.refreshMany(ctx, []string{code}, func(ctx context.Context, links []linkstore.Link) error {
 		if len(links) == 0 {
 			return nil
 		}
@@ -393,11 +393,11 @@ func (f *Fake) Refresh(ctx context.Context, code string, write func(context.Cont
 	})
 }
 
-// RefreshMany hands the codes' links to write and, once it succeeded, drops
+// refreshMany hands the codes' links to write and, once it succeeded, drops
 // their queued invalidations, unless a link changed meanwhile (the
 // PostgreSQL store's row lock makes that change wait and queue anew: the
 // same outcome). Codes without a link have theirs dropped at once.
-func (f *Fake) RefreshMany(ctx context.Context, codes []string, write func(context.Context, []linkstore.Link) error) error {
+func (f *Fake) refreshMany(ctx context.Context, codes []string, write func(context.Context, []linkstore.Link) error) error {
 	if err := f.lock(); err != nil {
 		f.mu.Unlock()
 		return err
