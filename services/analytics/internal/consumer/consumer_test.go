@@ -17,11 +17,9 @@ import (
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/metrictest"
-	"kurz.dev/services/analytics/internal/clickstore"
 )
 
 const (
@@ -371,15 +369,7 @@ func TestClickHouseOutage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	code := "outage" + rnd()
-	p := startProxy(t, e.cfg.ClickHouse.Addrs[0])
-	chCfg := e.cfg.ClickHouse
-	chCfg.Addrs, chCfg.DialTimeout = []string{p.addr}, 500*time.Millisecond
-	chP, err := chconn.New(context.Background(), chCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer chP.Close()
-	p.cut()
+	p, cutStore := e.cutClickHouse(t)
 
 	// Each failing flush backs off on its own (two may be in flight):
 	// attempt n waits RetryMin doubled n-1 times, at most RetryMax.
@@ -398,7 +388,7 @@ func TestClickHouseOutage(t *testing.T) {
 		defer mu.Unlock()
 		return slices.ContainsFunc(retries, func(r retry) bool { return r.wait == opts.RetryMax })
 	}
-	r := e.start(opts, e.rdb, clickstore.New(chP, clickstore.LayoutOf(chCfg)), allowAll(t))
+	r := e.start(opts, e.rdb, cutStore, allowAll(t))
 	events := e.mixed(code, 150)
 	e.xadd(events...)
 
@@ -409,7 +399,7 @@ func TestClickHouseOutage(t *testing.T) {
 	if n := e.rows(code); n != 0 {
 		t.Fatalf("%d rows reached ClickHouse through a cut proxy", n)
 	}
-	err = r.c.Ready(context.Background())
+	err := r.c.Ready(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "lag") {
 		t.Errorf("Ready during the outage = %v, want an error with the lag", err)
 	}
@@ -716,7 +706,45 @@ func TestGracefulShutdownAcknowledges(t *testing.T) {
 	if p := e.pending(); p != 0 {
 		t.Errorf("pending %d after a graceful stop, want 0", p)
 	}
+	if n := e.memberships(opts.Name); n != 0 {
+		t.Errorf("the stopped consumer is still in the group of %d streams, want none (it holds nothing)", n)
+	}
 	expect(events).check(t, e.stats(code))
+}
+
+// TestStopWithPendingEntriesStaysInTheGroup: a consumer that stops with
+// entries it could not store (ClickHouse unreachable) stays in the group,
+// so they stay pending for another consumer to claim, and none is lost.
+func TestStopWithPendingEntriesStaysInTheGroup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "stays" + rnd()
+	p, cutStore := e.cutClickHouse(t)
+	opts := e.opts()
+	opts.InsertTimeout, opts.DrainTimeout = time.Second, time.Second
+	r := e.start(opts, e.rdb, cutStore, allowAll(t))
+	events := e.mixed(code, 40)
+	e.xadd(events...)
+	eventually(t, 10*time.Second, "entries delivered and not stored", func() (bool, string) {
+		pend := e.pending()
+		return pend == int64(len(events)), fmt.Sprintf("pending %d", pend)
+	})
+	r.stop(t)
+	if pend := e.pending(); pend != int64(len(events)) {
+		t.Fatalf("pending %d after a stop that could not store, want %d", pend, len(events))
+	}
+	if n := e.memberships(opts.Name); n == 0 {
+		t.Error("the consumer left the group with its entries pending: they would be dropped")
+	}
+	p.restore()
+	opts.Name = "c-" + rnd()
+	e.start(opts, e.rdb, e.store, allowAll(t))
+	w := expect(events)
+	eventually(t, 20*time.Second, "another consumer claims and stores them", func() (bool, string) {
+		pend, n := e.pending(), e.stats(code).GetCounts().GetTotal()
+		return pend == 0 && n == w.total, fmt.Sprintf("pending %d, total %d", pend, n)
+	})
+	w.check(t, e.stats(code))
 }
 
 // TestRulesAndVariantsReachTheStats: the rule and variant a click event

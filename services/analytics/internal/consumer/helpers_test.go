@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -292,6 +293,41 @@ func (e *env) pending() int64 {
 			e.t.Fatalf("xpending %s: %v", k, err)
 		}
 		n += p.Count
+	}
+	return n
+}
+
+// cutClickHouse returns a store whose connection goes through a proxy to
+// ClickHouse, cut (restore reconnects it), closed with the test.
+func (e *env) cutClickHouse(t *testing.T) (*proxy, *clickstore.Store) {
+	t.Helper()
+	p := startProxy(t, e.cfg.ClickHouse.Addrs[0])
+	cfg := e.cfg.ClickHouse
+	cfg.Addrs, cfg.DialTimeout = []string{p.addr}, 500*time.Millisecond
+	ch, err := chconn.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	p.cut()
+	return p, clickstore.New(ch, clickstore.LayoutOf(cfg))
+}
+
+// memberships counts the streams whose group lists the consumer name.
+func (e *env) memberships(name string) int {
+	e.t.Helper()
+	n := 0
+	for _, k := range e.streams() {
+		cs, err := e.rdb.XInfoConsumers(context.Background(), k, e.group).Result()
+		if err != nil {
+			if redis.HasErrorPrefix(err, "NOGROUP") {
+				continue
+			}
+			e.t.Fatalf("xinfo consumers %s: %v", k, err)
+		}
+		if slices.ContainsFunc(cs, func(c redis.XInfoConsumer) bool { return c.Name == name }) {
+			n++
+		}
 	}
 	return n
 }
