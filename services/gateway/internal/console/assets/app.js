@@ -5,6 +5,8 @@
 'use strict';
 
 const KEY = 'kurz.apiKey';
+// SIGNED_OUT carries a sign-out's message across the reload that follows it.
+const SIGNED_OUT = 'kurz.signedOut';
 const PAGE_SIZE = 20;
 const SVG_NS = 'http://www.w3.org/2000/svg';
 // The chart's series, stacked bottom to top: field, label, colour.
@@ -83,6 +85,27 @@ function button(text, cls, onclick) {
   return b;
 }
 
+// oneAtATime wraps a form's submit handler: a submit while the last one
+// is in flight is dropped (two clicks on a slow Save would create the
+// link or the webhook twice, the second webhook's secret never shown),
+// and the form's submit button is disabled meanwhile.
+function oneAtATime(handler) {
+  let busy = false;
+  return async (ev) => {
+    ev.preventDefault();
+    const submit = ev.currentTarget.querySelector('[type=submit]');
+    if (busy) return;
+    busy = true;
+    submit.disabled = true;
+    try {
+      await handler(ev);
+    } finally {
+      busy = false;
+      submit.disabled = false;
+    }
+  };
+}
+
 // safeHref lets only http(s) URLs become links.
 function safeHref(u) { return /^https?:\/\//i.test(u || '') ? u : '#'; }
 
@@ -147,12 +170,15 @@ function route() {
   }
 }
 
+// signOut forgets the key and starts the page afresh at the links view:
+// nothing the key showed (lists, stats, notices, open dialogs, the tag
+// filter, the address of a link's stats) may greet the next key signed in
+// in this tab. msg is shown on the sign-in form.
 function signOut(msg) {
   sessionStorage.removeItem(KEY);
-  state.tokens = [''];
-  state.page = 0;
-  route();
-  $('signin-error').textContent = msg || '';
+  if (msg) sessionStorage.setItem(SIGNED_OUT, msg);
+  history.replaceState(null, '', location.pathname + location.search);
+  location.reload();
 }
 
 // --- sign-in ------------------------------------------------------------
@@ -387,8 +413,7 @@ $('new-link').addEventListener('click', () => openForm(null));
 // A code from the URL and a custom alias exclude each other.
 $('f-from-url').addEventListener('change', () => { $('f-alias').disabled = $('f-from-url').checked; });
 $('link-cancel').addEventListener('click', () => $('link-dialog').close());
-$('link-form').addEventListener('submit', async (ev) => {
-  ev.preventDefault();
+$('link-form').addEventListener('submit', oneAtATime(async () => {
   const l = state.editing;
   $('link-form-error').textContent = '';
   try {
@@ -416,7 +441,7 @@ $('link-form').addEventListener('submit', async (ev) => {
   }
   $('link-dialog').close();
   loadLinks();
-});
+}));
 
 // --- revoke -------------------------------------------------------------
 
@@ -468,6 +493,8 @@ $('qr-dialog').addEventListener('close', dropQR);
 
 async function loadStats(l) {
   const code = l.code;
+  const same = state.statsCode && state.statsCode.code === l.code && state.statsCode.domain === l.domain;
+  if (!same) clearStats(); // nothing of the last link under this one's heading
   state.statsCode = l;
   $('stats-code').textContent = l.domain ? l.domain + '/' + code : code;
   $('stats-error').textContent = '';
@@ -485,10 +512,20 @@ async function loadStats(l) {
       renderStats(stats);
     }
   } catch (e) {
-    if (latest()) $('stats-error').textContent = e.message;
+    if (latest()) {
+      $('stats-error').textContent = e.message;
+      clearStats();
+    }
   } finally {
     countRender('view-stats');
   }
+}
+
+// clearStats empties what the stats view drew.
+function clearStats() {
+  $('stats-target').textContent = '';
+  $('chart').replaceChildren();
+  for (const t of document.querySelectorAll('#view-stats table')) t.tBodies[0].replaceChildren();
 }
 
 $('stats-refresh').addEventListener('click', () => loadStats(state.statsCode));
@@ -644,8 +681,7 @@ function webhookRow(w) {
       button('Delete', 'delete danger', () => confirmDeleteWebhook(w))));
 }
 
-$('webhook-form').addEventListener('submit', async (ev) => {
-  ev.preventDefault();
+$('webhook-form').addEventListener('submit', oneAtATime(async () => {
   const events = [...document.querySelectorAll('#w-events input:checked')].map((i) => i.value);
   $('webhook-form-error').textContent = '';
   try {
@@ -660,9 +696,10 @@ $('webhook-form').addEventListener('submit', async (ev) => {
     return;
   }
   loadWebhooks();
-});
+}));
 
 async function loadDeliveries(id) {
+  if (state.webhook !== id) $('deliveries-body').replaceChildren(); // nothing of the last webhook under this one's heading
   state.webhook = id;
   $('deliveries').hidden = false;
   $('deliveries-webhook').textContent = id;
@@ -676,7 +713,10 @@ async function loadDeliveries(id) {
       $('deliveries-empty').hidden = list.length > 0;
     }
   } catch (e) {
-    if (latest()) $('deliveries-error').textContent = e.message;
+    if (latest()) {
+      $('deliveries-error').textContent = e.message;
+      $('deliveries-body').replaceChildren();
+    }
   } finally {
     countRender('deliveries');
   }
@@ -768,8 +808,7 @@ async function domainAction(method, d, suffix) {
   loadDomains();
 }
 
-$('domain-form').addEventListener('submit', async (ev) => {
-  ev.preventDefault();
+$('domain-form').addEventListener('submit', oneAtATime(async () => {
   $('domains-error').textContent = '';
   try {
     await api('POST', '/v1/domains', { name: $('domain-name').value.trim() });
@@ -780,7 +819,9 @@ $('domain-form').addEventListener('submit', async (ev) => {
   }
   $('domain-name').value = '';
   loadDomains();
-});
+}));
 
 window.addEventListener('hashchange', route);
+$('signin-error').textContent = sessionStorage.getItem(SIGNED_OUT) || '';
+sessionStorage.removeItem(SIGNED_OUT);
 route();
