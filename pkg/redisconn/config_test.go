@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"kurz.dev/pkg/redisconn"
+	"kurz.dev/pkg/testkit/resptest"
 )
 
 func TestNewNamesTheVariableWhenUnreachable(t *testing.T) {
@@ -86,5 +89,29 @@ func TestStartUnreachableOnlyThroughAnOutage(t *testing.T) {
 			_ = c.Close()
 		}
 		t.Fatalf("a Redis that is no cluster: err %v, reported as an outage %v; want the start to fail", err, started)
+	}
+}
+
+// With KURZ_REDIS_TLS the cluster client speaks TLS (the node's certificate
+// verified against KURZ_REDIS_TLS_CA_FILE): the password travels inside it.
+// Without, a TLS node reads no command; a CA file that is not one is
+// refused by name.
+func TestNewSpeaksTLS(t *testing.T) {
+	node, caFile := resptest.StartTLS(t, func(args []string) string { return "-ERR not a cluster\r\n" })
+	cfg := redisconn.Config{Addrs: []string{node.Addr()}, Password: "s3cret", DialTimeout: time.Second,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 1}
+	plain := cfg
+	_, _ = redisconn.New(context.Background(), plain)
+	if cmds := node.Commands(); len(cmds) != 0 {
+		t.Fatalf("a plain client's commands were read by a TLS node: %q", cmds)
+	}
+	cfg.TLS, cfg.TLSCAFile = true, caFile
+	_, _ = redisconn.New(context.Background(), cfg) // not a cluster: the start fails, after the hello
+	if cmds := node.Commands(); !slices.ContainsFunc(cmds, func(c []string) bool { return slices.Contains(c, "s3cret") }) {
+		t.Errorf("over TLS the node read %q, want the password in a command", cmds)
+	}
+	cfg.TLSCAFile = filepath.Join(t.TempDir(), "none.pem")
+	if _, err := redisconn.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "KURZ_REDIS_TLS_CA_FILE") {
+		t.Errorf("a missing CA file: %v, want an error naming KURZ_REDIS_TLS_CA_FILE", err)
 	}
 }

@@ -6,11 +6,22 @@ package resptest
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"kurz.dev/pkg/resp"
 )
@@ -43,6 +54,49 @@ func Start(t testing.TB, reply func(args []string) string) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveOn(t, ln, reply)
+}
+
+// StartTLS is Start behind TLS (ListenTLS); caFile is for the client to
+// trust.
+func StartTLS(t testing.TB, reply func(args []string) string) (n *Node, caFile string) {
+	t.Helper()
+	ln, caFile := ListenTLS(t)
+	return serveOn(t, ln, reply), caFile
+}
+
+// ListenTLS listens on a free local port behind TLS, with a certificate of
+// its own for 127.0.0.1, until the test ends; caFile is a PEM file of that
+// certificate, for a client to trust. For fake servers of other protocols
+// too.
+func ListenTLS(t testing.TB) (ln net.Listener, caFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "resptest"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err = tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln, caFile
+}
+
+func serveOn(t testing.TB, ln net.Listener, reply func(args []string) string) *Node {
 	n := &Node{ln: ln, reply: reply}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })

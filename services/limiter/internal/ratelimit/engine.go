@@ -200,7 +200,7 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 	}
 	if opts.AutoPipeline {
 		o := rdb.Options()
-		e.pipes = newPipes(o.Password, o.DialTimeout, max(o.ReadTimeout, o.WriteTimeout, opts.Timeout))
+		e.pipes = newPipes(o.Password, o.TLSConfig, o.DialTimeout, max(o.ReadTimeout, o.WriteTimeout, opts.Timeout))
 	}
 	e.slotsStale = make(chan struct{}, 1)
 	e.rules.Store(rules)

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -43,9 +44,15 @@ type pipes struct {
 	closed bool
 }
 
-func newPipes(password string, dialTimeout, ioTimeout time.Duration) *pipes {
+// newPipes dials the nodes with TLS when tlsConfig is not nil (the
+// cluster client's: KURZ_REDIS_TLS).
+func newPipes(password string, tlsConfig *tls.Config, dialTimeout, ioTimeout time.Duration) *pipes {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
-	return &pipes{password: password, dialTimeout: dialTimeout, ioTimeout: ioTimeout, dial: d.DialContext, byNode: map[string]*nodePipe{}}
+	dial := d.DialContext
+	if tlsConfig != nil {
+		dial = (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext
+	}
+	return &pipes{password: password, dialTimeout: dialTimeout, ioTimeout: ioTimeout, dial: dial, byNode: map[string]*nodePipe{}}
 }
 
 // pipeCall is one queued script call: its encoded command, then its reply.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/resptest"
 )
 
@@ -29,7 +30,7 @@ func echoKey(args []string) string {
 	return fmt.Sprintf("*3\r\n:1\r\n:%s\r\n:%d\r\n", num, len(args))
 }
 
-func testPipes(ioTimeout time.Duration) *pipes { return newPipes("", time.Second, ioTimeout) }
+func testPipes(ioTimeout time.Duration) *pipes { return newPipes("", nil, time.Second, ioTimeout) }
 
 func TestPipeRepliesReachTheirCallers(t *testing.T) {
 	srv := resptest.Start(t, echoKey)
@@ -270,12 +271,12 @@ func TestPipeAuthenticates(t *testing.T) {
 		}
 		return echoKey(args)
 	})
-	bad := newPipes("wrong", time.Second, time.Second)
+	bad := newPipes("wrong", nil, time.Second, time.Second)
 	defer bad.Close()
 	if _, err := bad.call(context.Background(), srv.Addr(), "sha", []string{"k:1"}, nil); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Errorf("wrong password: err = %v", err)
 	}
-	good := newPipes("s3cret", time.Second, time.Second)
+	good := newPipes("s3cret", nil, time.Second, time.Second)
 	defer good.Close()
 	if vals, err := good.call(context.Background(), srv.Addr(), "sha", []string{"k:5"}, nil); err != nil || vals[1] != 5 {
 		t.Errorf("right password: %v, %v", vals, err)
@@ -353,5 +354,34 @@ func TestReadIntsAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%.1f allocations per reply, want 0", allocs)
+	}
+}
+
+// With KURZ_REDIS_TLS the pipes speak TLS to the node (its certificate
+// verified against KURZ_REDIS_TLS_CA_FILE), the password inside it; a
+// plain connection to the same node gets no answer.
+func TestPipeSpeaksTLS(t *testing.T) {
+	srv, caFile := resptest.StartTLS(t, func(args []string) string {
+		if args[0] == "AUTH" {
+			return "+OK\r\n"
+		}
+		return echoKey(args)
+	})
+	tlsConfig, err := config.ClientTLS("REDIS_TLS_CA_FILE", caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPipes("s3cret", tlsConfig, time.Second, time.Second)
+	defer p.Close()
+	if vals, err := p.call(context.Background(), srv.Addr(), "sha", []string{"k:7"}, nil); err != nil || vals[1] != 7 {
+		t.Fatalf("over TLS: %v, %v", vals, err)
+	}
+	if cmds := srv.Commands(); len(cmds) == 0 || !slices.Equal(cmds[0], []string{"AUTH", "s3cret"}) {
+		t.Errorf("the node read %q, want AUTH s3cret first, inside TLS", cmds)
+	}
+	plain := newPipes("s3cret", nil, time.Second, 300*time.Millisecond)
+	defer plain.Close()
+	if _, err := plain.call(context.Background(), srv.Addr(), "sha", []string{"k:7"}, nil); err == nil {
+		t.Error("a plain connection to a TLS node was answered")
 	}
 }

@@ -3,6 +3,7 @@ package clickpipe
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +22,9 @@ type Route func(ctx context.Context, key string) (Node, error)
 // Node is where a shard's batches go.
 type Node struct {
 	Addr, Username, Password string
+	// TLS, when not nil, is the connection's (the cluster client's:
+	// KURZ_REDIS_TLS).
+	TLS *tls.Config
 }
 
 // ClusterRoute routes by rdb's slot map (it does no I/O while the map is
@@ -32,7 +36,7 @@ func ClusterRoute(rdb *redis.ClusterClient) Route {
 		if err != nil {
 			return Node{}, err
 		}
-		return Node{Addr: m.Options().Addr, Username: o.Username, Password: o.Password}, nil
+		return Node{Addr: m.Options().Addr, Username: o.Username, Password: o.Password, TLS: o.TLSConfig}, nil
 	}
 }
 
@@ -113,8 +117,12 @@ func (s *shardConn) xadd(ctx context.Context, node Node, key string, maxLen int6
 func (s *shardConn) connect(ctx context.Context, node Node) error {
 	ctx, cancel := context.WithTimeout(ctx, s.dialTimeout)
 	defer cancel()
-	d := net.Dialer{KeepAlive: 30 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", node.Addr)
+	d := &net.Dialer{KeepAlive: 30 * time.Second}
+	dial := d.DialContext
+	if node.TLS != nil {
+		dial = (&tls.Dialer{NetDialer: d, Config: node.TLS}).DialContext
+	}
+	conn, err := dial(ctx, "tcp", node.Addr)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"kurz.dev/pkg/clickevent"
+	kurzconfig "kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/pkg/testkit/resptest"
 )
@@ -206,5 +207,34 @@ func TestCloseCutsARoutedBatch(t *testing.T) {
 	}
 	if got := metrictest.Counter(t, reader, dropped, "reason", "redis"); got != 1 {
 		t.Errorf("dropped redis %d, want 1 (the cut write)", got)
+	}
+}
+
+// With KURZ_REDIS_TLS (the route's node carries the cluster client's TLS
+// configuration) the writer's own connection speaks TLS, AUTH inside it.
+func TestRoutedBatchesSpeakTLS(t *testing.T) {
+	var xadds atomic.Int64
+	node, caFile := resptest.StartTLS(t, func(args []string) string {
+		if strings.EqualFold(args[0], "AUTH") {
+			return "+OK\r\n"
+		}
+		return entryID(int(xadds.Add(1) - 1))
+	})
+	tlsConfig, err := kurzconfig.ClientTLS("REDIS_TLS_CA_FILE", caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := routed(node, "s3cret")
+	cfg.Route = func(context.Context, string) (Node, error) {
+		return Node{Addr: node.Addr(), Password: "s3cret", TLS: tlsConfig}, nil
+	}
+	rdb := &fakeStreams{}
+	p, reader := start(t, cfg, rdb)
+	for i := range 4 {
+		p.Record(event(i))
+	}
+	awaitCounter(t, reader, 4, written)
+	if cmds := node.Commands(); len(cmds) != 5 || !slices.Equal(cmds[0], []string{"AUTH", "s3cret"}) || rdb.events() != 0 {
+		t.Errorf("the TLS node read %q and the cluster client sent %d events, want AUTH then 4 XADDs over TLS, none by the client", cmds, rdb.events())
 	}
 }
