@@ -385,14 +385,14 @@ func workloads(r rendering) []workload {
 }
 
 // kurzService returns the service a Deployment runs (its image is
-// kurz/<service>), or "".
+// kurz/<service>, or <registry>/kurz/<service>), or "".
 func kurzService(w workload) string {
 	if w.Kind != "Deployment" || len(w.Template.Spec.Containers) == 0 {
 		return ""
 	}
 	repo, _, _ := strings.Cut(w.Template.Spec.Containers[0].Image, ":")
-	if svc, ok := strings.CutPrefix(repo, "kurz/"); ok {
-		return svc
+	if i := strings.LastIndex(repo, "kurz/"); i == 0 || i > 0 && repo[i-1] == '/' {
+		return repo[i+len("kurz/"):]
 	}
 	return ""
 }
@@ -527,5 +527,25 @@ func TestAPISchemaCheckRejectsMistakes(t *testing.T) {
 	objs, err := decodeStream([]byte(cases["misplaced field"].doc))
 	if err != nil || objs[0].Obj.(*corev1.Service).Spec.Ports[0].TargetPort.StrVal != "" {
 		t.Errorf("targetport decoded as targetPort (%v): field names must match case-sensitively", err)
+	}
+}
+
+// Production pulls kurz's images from the operator's registry (a
+// placeholder to replace), never from Docker Hub's "kurz" namespace, which
+// the project does not control; and sends its spans to the off-cluster
+// collector over TLS.
+func TestProdImagesAndSpansLeaveNothingToStrangers(t *testing.T) {
+	r := render(t, "overlays/prod")
+	for _, w := range workloads(r) {
+		if svc := kurzService(w); svc != "" {
+			if img := w.Template.Spec.Containers[0].Image; !strings.HasPrefix(img, "registry.example.internal/kurz/"+svc+":") {
+				t.Errorf("%s %s runs %s, want the placeholder registry's kurz/%s", w.Kind, w.Name, img, svc)
+			}
+		}
+	}
+	for _, cm := range typed[corev1.ConfigMap](r) {
+		if cm.Name == "kurz-common" && cm.Data["KURZ_OTLP_INSECURE"] != "false" {
+			t.Errorf("kurz-common: KURZ_OTLP_INSECURE %q, want \"false\" (the collector is off the cluster)", cm.Data["KURZ_OTLP_INSECURE"])
+		}
 	}
 }

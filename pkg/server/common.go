@@ -34,7 +34,11 @@ type Common struct {
 	// gRPC calls; a call that finds them all busy gets a goroutine of its
 	// own (it is not a concurrency limit). 0: 32 per core.
 	GRPCStreamWorkers int `env:"GRPC_STREAM_WORKERS" default:"0"`
-	Telemetry         telemetry.Config
+	// GRPCMaxConnectionAge closes each gRPC connection this long after it
+	// opened (gracefully, ±10%): its client reconnects, looks its service's
+	// addresses up again, and so finds replicas added since (a scale-out).
+	GRPCMaxConnectionAge time.Duration `env:"GRPC_MAX_CONNECTION_AGE" default:"1m"`
+	Telemetry            telemetry.Config
 	// HTTP bounds the HTTP listener; it has no variables (zero fields take
 	// the server's defaults), so only code and tests set it.
 	HTTP HTTPLimits
@@ -49,6 +53,9 @@ func (c Common) check() error {
 	var errs []error
 	if c.ReadinessInterval <= 0 {
 		errs = append(errs, fmt.Errorf("KURZ_READINESS_INTERVAL=%s: want more than 0", c.ReadinessInterval))
+	}
+	if c.GRPCMaxConnectionAge < time.Second {
+		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CONNECTION_AGE=%s: want 1s or more", c.GRPCMaxConnectionAge))
 	}
 	if c.GRPCStreamWorkers < 0 || c.GRPCStreamWorkers > 10_000 {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_STREAM_WORKERS=%d: want 0 (32 per core) to 10000", c.GRPCStreamWorkers))
@@ -68,6 +75,7 @@ func (c Common) Config(grpcAddr, httpAddr string) Config {
 		ReadinessInterval: c.ReadinessInterval,
 		Pprof:             c.Pprof,
 		StreamWorkers:     c.GRPCStreamWorkers,
+		MaxConnectionAge:  c.GRPCMaxConnectionAge,
 		HTTP:              c.HTTP,
 	}
 }

@@ -42,18 +42,22 @@ func TestStreamWorkersScaleWithCores(t *testing.T) {
 	if got := (Common{GRPCStreamWorkers: 9}).Config("", "").StreamWorkers; got != 9 {
 		t.Errorf("KURZ_GRPC_STREAM_WORKERS=9 reaches the server as %d", got)
 	}
+	if got := (Common{GRPCMaxConnectionAge: 42 * time.Second}).Config("", "").MaxConnectionAge; got != 42*time.Second {
+		t.Errorf("KURZ_GRPC_MAX_CONNECTION_AGE=42s reaches the server as %s", got)
+	}
 }
 
 // Zero or negative values that the server would replace by a default are
 // refused by name when they come from the environment.
 func TestCommonSettingsAreChecked(t *testing.T) {
-	ok := Common{ReadinessInterval: time.Second}
+	ok := Common{ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute}
 	if err := ok.check(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, c := range map[string]Common{
-		"KURZ_READINESS_INTERVAL":  {ReadinessInterval: 0},
-		"KURZ_GRPC_STREAM_WORKERS": {ReadinessInterval: time.Second, GRPCStreamWorkers: -3},
+		"KURZ_READINESS_INTERVAL":      {ReadinessInterval: 0, GRPCMaxConnectionAge: time.Minute},
+		"KURZ_GRPC_STREAM_WORKERS":     {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, GRPCStreamWorkers: -3},
+		"KURZ_GRPC_MAX_CONNECTION_AGE": {ReadinessInterval: time.Second, GRPCMaxConnectionAge: 0},
 	} {
 		if err := c.check(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%+v: got %v, want an error naming %s", c, err, name)

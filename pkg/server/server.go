@@ -8,6 +8,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,7 +72,20 @@ type Config struct {
 	// StreamWorkers is the number of long-lived goroutines that serve gRPC
 	// calls; zero means StreamWorkersPerCore for each core (GOMAXPROCS).
 	StreamWorkers int
+	// MaxConnectionAge closes each gRPC connection (gracefully) this long
+	// after it opened, so clients resolving the service's addresses (a
+	// headless Service: dns:///) find new replicas; zero means
+	// DefaultMaxConnectionAge.
+	MaxConnectionAge time.Duration
 }
+
+// DefaultMaxConnectionAge is a gRPC connection's lifetime when Config sets
+// none. grpc-go's DNS resolver looks a name up again only when a
+// connection ends (at most every 30 s), so this bounds how long a replica
+// added by a scale-out waits for its first call from an existing client:
+// with the 10 minutes it once was, a limiter scaled out under a surge sat
+// idle while the old pods saturated.
+const DefaultMaxConnectionAge = time.Minute
 
 // MaxConcurrentStreams bounds the calls one gRPC connection carries at
 // once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS, net/http's own default);
@@ -263,7 +277,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 			MaxConnectionIdle: 5 * time.Minute,
 			// Clients reconnect now and then, so new replicas behind a
 			// Kubernetes Service get their share of long-lived connections.
-			MaxConnectionAge:      10 * time.Minute,
+			MaxConnectionAge:      cmp.Or(cfg.MaxConnectionAge, DefaultMaxConnectionAge),
 			MaxConnectionAgeGrace: cfg.ShutdownTimeout,
 			Time:                  30 * time.Second,
 			Timeout:               10 * time.Second,

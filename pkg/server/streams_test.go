@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // h2conn is a raw HTTP/2 client connection to a gRPC listener: what an
@@ -128,4 +130,31 @@ func TestGRPCConnectionBoundsStreamsAndHeaders(t *testing.T) {
 		}
 	}
 	healthy(t, r, "after the oversized streams")
+}
+
+// A gRPC connection is closed (GOAWAY) once it is MaxConnectionAge old, so
+// clients reconnect, resolve the service's addresses again and find
+// replicas added since: with grpc-go's DNS resolver nothing else makes an
+// existing client look.
+func TestGRPCConnectionsEndAtTheirMaxAge(t *testing.T) {
+	log := servertest.Logger(t)
+	srv, err := server.New(context.Background(), "age-test",
+		server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxConnectionAge: time.Second}, server.NewLifecycle(log, 0), log)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	r := servertest.Start(t, srv)
+	h := dialH2(t, r.Server.GRPCAddr()) // reads fail after 10 s
+	for {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no GOAWAY on a connection past its max age of 1s: %v", err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			_ = h.fr.WriteSettingsAck()
+		}
+		if _, ok := f.(*http2.GoAwayFrame); ok {
+			return
+		}
+	}
 }
