@@ -7,6 +7,7 @@ package chconn
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -58,6 +59,10 @@ func New(ctx context.Context, cfg Config) (driver.Conn, error) {
 	}
 	if cfg.Cluster != "" && !validIdent(cfg.Cluster) {
 		return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_CLUSTER=%q: want letters, digits and underscores", cfg.Cluster)
+	}
+	if cfg.TLSCAFile != "" && !cfg.TLS {
+		// Whoever names a CA expects TLS: never the password in clear instead.
+		return nil, errors.New("clickhouse: KURZ_CLICKHOUSE_TLS_CA_FILE is set without KURZ_CLICKHOUSE_TLS=true")
 	}
 	// The database may not exist yet, so the first connection uses "default".
 	boot, err := open(ctx, cfg, "default")

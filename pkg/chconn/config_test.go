@@ -49,3 +49,12 @@ func TestNewSpeaksTLS(t *testing.T) {
 		t.Fatal("the server read nothing")
 	}
 }
+
+// A CA file named without TLS asked for is refused, not ignored (the
+// password would go in clear).
+func TestNewRefusesACAFileWithoutTLS(t *testing.T) {
+	_, err := chconn.New(context.Background(), chconn.Config{Addrs: []string{"127.0.0.1:9000"}, Database: "kurz", TLSCAFile: "/ca.pem"})
+	if err == nil || !strings.Contains(err.Error(), "KURZ_CLICKHOUSE_TLS_CA_FILE is set without KURZ_CLICKHOUSE_TLS=true") {
+		t.Fatalf("got %v, want the CA file refused by name", err)
+	}
+}

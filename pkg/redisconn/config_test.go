@@ -110,6 +110,10 @@ func TestNewSpeaksTLS(t *testing.T) {
 	if cmds := node.Commands(); !slices.ContainsFunc(cmds, func(c []string) bool { return slices.Contains(c, "s3cret") }) {
 		t.Errorf("over TLS the node read %q, want the password in a command", cmds)
 	}
+	plain.TLSCAFile = caFile // a CA named, TLS not asked for: refused, not clear text
+	if _, err := redisconn.New(context.Background(), plain); err == nil || !strings.Contains(err.Error(), "KURZ_REDIS_TLS_CA_FILE is set without KURZ_REDIS_TLS=true") {
+		t.Errorf("a CA file without TLS: %v, want it refused by name", err)
+	}
 	cfg.TLSCAFile = filepath.Join(t.TempDir(), "none.pem")
 	if _, err := redisconn.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "KURZ_REDIS_TLS_CA_FILE") {
 		t.Errorf("a missing CA file: %v, want an error naming KURZ_REDIS_TLS_CA_FILE", err)

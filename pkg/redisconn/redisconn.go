@@ -52,6 +52,10 @@ func (c Config) Check() error {
 	if len(c.Addrs) == 0 {
 		errs = append(errs, errors.New("no addresses; set KURZ_REDIS_ADDRS"))
 	}
+	if c.TLSCAFile != "" && !c.TLS {
+		// Whoever names a CA expects TLS: never the password in clear instead.
+		errs = append(errs, errors.New("KURZ_REDIS_TLS_CA_FILE is set without KURZ_REDIS_TLS=true"))
+	}
 	if c.PoolSize < 1 || c.PoolSize > maxPoolSize {
 		errs = append(errs, fmt.Errorf("KURZ_REDIS_POOL_SIZE=%d: want 1 to %d", c.PoolSize, maxPoolSize))
 	}
