@@ -234,6 +234,12 @@ type once struct{ redis.Cmder }
 
 func (once) NoRetry() bool { return true }
 
+// Dialer makes the client open its connections with dial (a proxy's, or a
+// test's that breaks them).
+func Dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(o *options) { o.cluster.Dialer = dial }
+}
+
 // SocketTimeouts sets the read and write timeouts of each socket operation,
 // for a client whose calls carry a longer budget than the default's.
 func SocketTimeouts(d time.Duration) Option {

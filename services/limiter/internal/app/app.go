@@ -190,6 +190,21 @@ type stores struct {
 	partial error
 }
 
+// newRedis is the limiter's Redis Cluster client. It never sends a command
+// twice (redisconn.NoRetries): every limiter write consumes or returns
+// units, and one resent after a broken connection (its reply lost, the
+// script run) counts twice; a refund or a lease's give-back run twice
+// hands back units that were used, and admits past the limit. A decision
+// whose call fails answers by its rule's failure mode instead. A replica
+// started during a Redis outage serves by the rules' failure modes (the
+// fleet's count is then KURZ_LIMITER_MAX_REPLICAS) rather than
+// crash-looping while its peers fall back.
+func newRedis(ctx context.Context, cfg redisconn.Config, log *slog.Logger, opts ...redisconn.Option) (*redis.ClusterClient, error) {
+	return redisconn.New(ctx, cfg, append([]redisconn.Option{redisconn.NoRetries, redisconn.StartUnreachable(func(err error) {
+		log.Error("starting without Redis: decisions follow each rule's failure mode until it answers", "err", err)
+	})}, opts...)...)
+}
+
 // openStores connects to Redis Cluster (and PostgreSQL in postgres mode) and
 // loads the rules.
 func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (stores, error) {
@@ -198,12 +213,7 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog
 	// script, and a retried decision can consume twice.
 	cfg.Redis.ReadTimeout = max(cfg.Redis.ReadTimeout, 10*cfg.RedisTimeout)
 	cfg.Redis.WriteTimeout = max(cfg.Redis.WriteTimeout, 10*cfg.RedisTimeout)
-	// A replica started during a Redis outage serves by the rules'
-	// failure modes (the fleet's count is then KURZ_LIMITER_MAX_REPLICAS)
-	// rather than crash-looping while its peers fall back.
-	rdb, err := redisconn.New(ctx, cfg.Redis, redisconn.StartUnreachable(func(err error) {
-		log.Error("starting without Redis: decisions follow each rule's failure mode until it answers", "err", err)
-	}))
+	rdb, err := newRedis(ctx, cfg.Redis, log)
 	if err != nil {
 		return stores{}, err
 	}

@@ -198,6 +198,9 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 	if !rdb.Options().ContextTimeoutEnabled {
 		log.Warn("redis client without ContextTimeoutEnabled: calls wait for socket timeouts, not the decision timeout")
 	}
+	if rdb.Options().MaxRetries >= 0 {
+		log.Warn("redis client that resends commands after a broken connection: a refund or a lease's give-back may run twice (redisconn.NoRetries)")
+	}
 	if opts.AutoPipeline {
 		o := rdb.Options()
 		e.pipes = newPipes(o.Password, o.TLSConfig, o.DialTimeout, max(o.ReadTimeout, o.WriteTimeout, opts.Timeout))
