@@ -116,13 +116,13 @@ func TestRedisClusterGrownLive(t *testing.T) {
 	}
 	bySource := decisionSources(t, samples)
 	checkRedirects(t, served)
-	counted := checkClicksCounted(t, analytics, cluster, served)
+	nLinks, counted := checkClicksCounted(t, analytics, cluster, served)
 	enforcedAgain(t, limiter)
 	report(t, "Redis Cluster grown live: a master and its replica added (add-node), slots resharded to it, then drained (rebalance, weight 0) and both deleted (del-node), under limiter, redirect and click load",
 		"decisions on Redis, or else by the rule's failure mode; no redirect fails; no click lost or counted twice; quotas enforced after",
 		fmt.Sprintf("%d slots moved to the new master (%d of %d click streams with them) in %v and back in %v; %d decisions by source %v; %d redirects, all 302; %d clicks served, %d counted, exactly once per link over %d links",
 			moved, streamsMoved, len(clickevent.StreamKeys(streamShards(t))), grown.Round(time.Millisecond), shrunk.Round(time.Millisecond),
-			len(samples), bySource, len(served), len(served), len(served), counted))
+			len(samples), bySource, len(served), len(served), counted, nLinks))
 }
 
 // slotsToMove is how many slots the new master takes, a third from each
