@@ -399,11 +399,7 @@ func (s *Service) servedLoops(ctx context.Context, links [][]destination) (map[i
 	}
 	var hosts []string
 	for _, ds := range links {
-		for _, d := range ds {
-			if h := hostOf(d.url); h != "" && !slices.Contains(hosts, h) {
-				hosts = append(hosts, h)
-			}
-		}
+		hosts = appendHosts(hosts, ds)
 	}
 	served, err := s.domains.Served(ctx, hosts)
 	if err != nil || len(served) == 0 {
@@ -420,6 +416,40 @@ func (s *Service) servedLoops(ctx context.Context, links [][]destination) (map[i
 		}
 	}
 	return refused, nil
+}
+
+// refuseHosts lists the hosts of ds for an insert to refuse when one is
+// served (linkstore.Link.RefuseHosts); none without custom domains.
+func (s *Service) refuseHosts(ds []destination) []string {
+	if s.domains == nil {
+		return nil
+	}
+	return appendHosts(nil, ds)
+}
+
+// appendHosts appends the hosts of ds that hosts does not hold yet.
+func appendHosts(hosts []string, ds []destination) []string {
+	for _, d := range ds {
+		if h := hostOf(d.url); h != "" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// servedLoop explains an insert refused for a served destination
+// (linkstore.ErrHostServed): the field and host, as servedLoops does (the
+// domain may have been unverified since: the first destination then).
+func (s *Service) servedLoop(ctx context.Context, ds []destination) error {
+	refused, err := s.servedLoops(ctx, [][]destination{ds})
+	if err != nil {
+		return toStatus(ctx, s.log, "create", err)
+	}
+	if refused[0] != nil {
+		return refused[0]
+	}
+	return rpcerr.BadRequest(ds[0].field, urlcheck.ReasonLoop,
+		fmt.Sprintf("%s: a destination was on a short domain kurz serves: a link to it could redirect in a loop", ds[0].field))
 }
 
 // notVerified refuses a link's domain that is not one of the caller's

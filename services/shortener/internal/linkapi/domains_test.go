@@ -15,6 +15,7 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/linkstore"
+	"kurz.dev/services/shortener/internal/linkstore/linkstoretest"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
 
@@ -145,7 +146,14 @@ func (r *txtAnswer) set(values []string, err error) {
 
 func domainEnv(t *testing.T, txt *txtAnswer) *env {
 	return newEnvWith(t, func(d *linkapi.Deps) {
-		d.Domains = &fakeDomains{m: map[string]map[string]linkstore.Domain{}}
+		domains := &fakeDomains{m: map[string]map[string]linkstore.Domain{}}
+		d.Domains = domains
+		// The links store refuses served hosts at insert, as PostgreSQL's
+		// reads its domains table.
+		d.Store.(*linkstoretest.Fake).Served = func(hosts []string) bool {
+			served, _ := domains.Served(context.Background(), hosts)
+			return len(served) > 0
+		}
 		if txt != nil {
 			d.TXT = txt
 		}

@@ -262,11 +262,9 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	if err := loopOn(l.Domain, ds); err != nil {
 		return nil, err
 	}
-	if refused, err := s.servedLoops(ctx, [][]destination{ds}); err != nil {
-		return nil, toStatus(ctx, s.log, "create", err)
-	} else if refused[0] != nil {
-		return nil, refused[0]
-	}
+	// Destinations on a domain kurz serves are refused by the insert
+	// itself (one statement); the refusal is explained after it.
+	l.RefuseHosts = s.refuseHosts(ds)
 	if mode == shortenerv1.CodeMode_CODE_MODE_CUSTOM {
 		l.Code = linkdomain.Key(l.Domain, l.Code)
 	}
@@ -296,6 +294,9 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 		}
 	default:
 		stored, err = s.insertSequential(ctx, l)
+	}
+	if errors.Is(err, linkstore.ErrHostServed) {
+		return nil, s.servedLoop(ctx, ds)
 	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "create", err)

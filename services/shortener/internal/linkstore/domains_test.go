@@ -131,6 +131,32 @@ func TestServedNamesVerifiedDomainsOnly(t *testing.T) {
 	if got, err := s.Served(ctx, nil); err != nil || len(got) != 0 {
 		t.Errorf("Served of no names: %v, %v", got, err)
 	}
+
+	// Insert refuses, in its one statement, a link whose RefuseHosts hold
+	// a served domain (ErrHostServed, nothing stored); a pending or
+	// unknown one is stored; a taken code with no served host stays
+	// ErrCodeTaken.
+	t.Cleanup(func() {
+		_, _ = s.db.Exec(context.Background(), `DELETE FROM links WHERE tenant = $1`, acme)
+	})
+	link := func(code string, hosts ...string) Link {
+		return Link{Code: "srv" + suffix + code, Tenant: acme, LongURL: "https://" + hosts[0] + "/x", RefuseHosts: hosts}
+	}
+	if _, err := s.Insert(ctx, link("1", "example.com", theirs)); !errors.Is(err, ErrHostServed) {
+		t.Errorf("insert to another tenant's served domain: %v, want ErrHostServed", err)
+	}
+	if _, err := s.Get(ctx, acme, "srv"+suffix+"1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a link refused for a served host was stored: %v", err)
+	}
+	if _, err := s.Insert(ctx, link("2", pending, "none."+suffix+".test")); err != nil {
+		t.Errorf("insert to a pending domain: %v, want it stored", err)
+	}
+	if _, err := s.Insert(ctx, link("2", "example.com")); !errors.Is(err, ErrCodeTaken) {
+		t.Errorf("insert of a taken code: %v, want ErrCodeTaken", err)
+	}
+	if _, err := s.Insert(ctx, link("2", verified)); !errors.Is(err, ErrHostServed) {
+		t.Errorf("insert of a taken code to a served domain: %v, want ErrHostServed", err)
+	}
 }
 
 func TestLinkDomainColumn(t *testing.T) {

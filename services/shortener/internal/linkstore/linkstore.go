@@ -35,6 +35,9 @@ var (
 	// ErrURLTaken: the tenant has a live link made from this URL already
 	// (another Link.URLKey equal to this one's): FromURL returns it.
 	ErrURLTaken = errors.New("the tenant has a link from this URL already")
+	// ErrHostServed: one of the hosts an insert was to refuse
+	// (Link.RefuseHosts) is a verified custom domain: nothing is stored.
+	ErrHostServed = errors.New("a destination is on a domain kurz serves")
 	// ErrBadPageToken: the page token was not issued by List.
 	ErrBadPageToken = errors.New("invalid page token")
 	// ErrPageTokenTag: the page token was issued by List with another tag
@@ -74,6 +77,10 @@ type Link struct {
 	// LongURL. A tenant has at most one live link per URLKey; an update of
 	// LongURL clears it. Nil for every other link.
 	URLKey []byte
+	// RefuseHosts (Insert only, not stored): the hosts of the link's
+	// destinations; the insert stores nothing (ErrHostServed) when one of
+	// them is a verified custom domain as it runs, in the same statement.
+	RefuseHosts []string
 }
 
 // Store reads and writes links. Every statement is bounded by timeout.
@@ -230,14 +237,31 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// insert is Insert's statement, on db.
+// servedIn is true when one of the hosts $n (text[]) is a verified domain.
+func servedIn(n int) string {
+	return fmt.Sprintf(`EXISTS (SELECT 1 FROM domains WHERE verified_at IS NOT NULL AND name = ANY($%d))`, n)
+}
+
+// insert is Insert's statement, on db. A row that is not stored was
+// refused for its code or, when a refused host is served, for that: told
+// apart by a second statement only then.
 func insert(ctx context.Context, db querier, l Link) (Link, error) {
 	got, err := scan(db.QueryRow(ctx, `
 		INSERT INTO links (`+insertColumns+`, url_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14
+		WHERE NOT `+servedIn(15)+`
 		ON CONFLICT (code) DO NOTHING
-		RETURNING `+columns, insertArgs(l)...))
+		RETURNING `+columns, append(insertArgs(l), l.RefuseHosts)...))
 	if errors.Is(err, pgx.ErrNoRows) {
+		if len(l.RefuseHosts) > 0 {
+			var served bool
+			if err := db.QueryRow(ctx, `SELECT `+servedIn(1), l.RefuseHosts).Scan(&served); err != nil {
+				return Link{}, fmt.Errorf("insert link: served domains: %w", err)
+			}
+			if served {
+				return Link{}, ErrHostServed
+			}
+		}
 		return Link{}, ErrCodeTaken
 	}
 	var pgErr *pgconn.PgError

@@ -29,6 +29,10 @@ type Fake struct {
 	block int64
 	// fail, when set, is what every call returns.
 	fail error
+	// Served, when set, answers which hosts are verified custom domains,
+	// for Insert's Link.RefuseHosts (the PostgreSQL store reads the
+	// domains table); unset, none is.
+	Served func(hosts []string) bool
 }
 
 type row struct {
@@ -114,6 +118,7 @@ func (f *Fake) insert(l linkstore.Link, t time.Time) (linkstore.Link, bool) {
 	}
 	l.URLKey = slices.Clone(l.URLKey)
 	l = clone(l)
+	l.RefuseHosts = nil // not stored
 	l.Created, l.Updated, l.Disabled, l.Deleted = t, t, false, nil
 	f.links[l.Code] = &row{link: l}
 	return clone(l), true
@@ -126,6 +131,9 @@ func (f *Fake) Insert(_ context.Context, l linkstore.Link) (linkstore.Link, erro
 	defer f.mu.Unlock()
 	if err := f.lock(); err != nil {
 		return linkstore.Link{}, err
+	}
+	if len(l.RefuseHosts) > 0 && f.Served != nil && f.Served(l.RefuseHosts) {
+		return linkstore.Link{}, linkstore.ErrHostServed
 	}
 	t := now()
 	if _, taken := f.links[l.Code]; !taken && l.URLKey != nil {
