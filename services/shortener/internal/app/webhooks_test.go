@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -960,4 +962,58 @@ func TestWebhookNoEventForAReleasedURLKey(t *testing.T) {
 	if len(types) != 2 || types["link.created"] != 2 || types["link.updated"] != 1 {
 		t.Errorf("events queued %v, want two link.created and one link.updated (the disable)", types)
 	}
+}
+
+// A replica that cannot read the link.clicked subscriptions (PostgreSQL
+// away since its start) leaves the shared click group where it is: it used
+// to take "none read" for "no subscriber" and move the group to the
+// streams' ends, so clicks no replica had read yet were never delivered.
+func TestClickBatcherWithoutSubscriptionsLeavesTheGroup(t *testing.T) {
+	inst := start(t, withWebhookEnv(nil), hooks{})
+	_, rdb := stores(t, inst.cfg)
+	cfg := inst.cfg.Webhooks
+	cfg.ClickGroup = uniq("wh-unread-")
+	cfg.PollInterval = 20 * time.Millisecond
+	ctx := context.Background()
+	keys := clickevent.StreamKeys(cfg.Streams.Shards)
+	for _, k := range keys {
+		if err := rdb.XGroupCreateMkStream(ctx, k, cfg.ClickGroup, "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rdb.XGroupDestroy(context.Background(), k, cfg.ClickGroup) })
+	}
+	ev := clickevent.Event{ID: clickevent.NewID(time.Now()), Code: "unread", Tenant: uniq("wh"), Time: time.Now()}
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys[0], Values: ev.Values()}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	away, err := pgxpool.New(ctx, "postgres://kurz:kurz@127.0.0.1:1/kurz?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer away.Close()
+	var logs servertest.SyncBuffer
+	b := webhook.NewClickBatcher(cfg, rdb, webhook.NewStore(away, time.Second), cfg.Streams, slog.New(slog.NewJSONHandler(&logs, nil)))
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { b.Run(bctx); close(done) }()
+	await(t, "two failed reads of the subscriptions", 20*time.Second, func() bool {
+		return strings.Count(logs.String(), "reading the subscriptions failed") >= 2
+	})
+	cancel()
+	<-done
+
+	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: cfg.ClickGroup, Consumer: "check", Streams: []string{keys[0], ">"}, Count: 1000, Block: -1}).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	for _, s := range res {
+		for _, m := range s.Messages {
+			if m.ID == id {
+				return
+			}
+		}
+	}
+	t.Errorf("click %s is no longer in the group's reach after a replica without the subscriptions ran: skipped", id)
 }

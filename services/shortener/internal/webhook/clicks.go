@@ -94,6 +94,17 @@ func (b *ClickBatcher) Run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			b.log.Warn("webhook clicks: reading the subscriptions failed", "err", err)
 		}
+		if err != nil && tenants == nil {
+			// Never read: whose clicks are owed is unknown, so nothing is
+			// read (a read acknowledges every entry) and the group stays
+			// where it is (skipToEnd would drop every click not read yet,
+			// other replicas' subscribers' too).
+			select {
+			case <-ctx.Done():
+			case <-time.After(b.cfg.PollInterval):
+			}
+			continue
+		}
 		read := 0
 		if len(tenants) == 0 && batch.entries == 0 && grouped {
 			b.skipToEnd(ctx)
