@@ -7,7 +7,6 @@ package chconn
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -60,12 +59,12 @@ func New(ctx context.Context, cfg Config) (driver.Conn, error) {
 	if cfg.Cluster != "" && !validIdent(cfg.Cluster) {
 		return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_CLUSTER=%q: want letters, digits and underscores", cfg.Cluster)
 	}
-	if cfg.TLSCAFile != "" && !cfg.TLS {
-		// Whoever names a CA expects TLS: never the password in clear instead.
-		return nil, errors.New("clickhouse: KURZ_CLICKHOUSE_TLS_CA_FILE is set without KURZ_CLICKHOUSE_TLS=true")
+	tlsConfig, err := config.ClientTLS("CLICKHOUSE_TLS", cfg.TLS, cfg.TLSCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: %w", err)
 	}
 	// The database may not exist yet, so the first connection uses "default".
-	boot, err := open(ctx, cfg, "default")
+	boot, err := open(ctx, cfg, tlsConfig, "default")
 	if err != nil {
 		return nil, err
 	}
@@ -80,23 +79,16 @@ func New(ctx context.Context, cfg Config) (driver.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: create database %s: %w", cfg.Database, err)
 	}
-	return open(ctx, cfg, cfg.Database)
+	return open(ctx, cfg, tlsConfig, cfg.Database)
 }
 
-func open(ctx context.Context, cfg Config, database string) (driver.Conn, error) {
+func open(ctx context.Context, cfg Config, tlsConfig *tls.Config, database string) (driver.Conn, error) {
 	var settings clickhouse.Settings
 	if cfg.Cluster != "" {
 		// An insert into a Distributed table returns once every shard's
 		// replica has stored its rows, not once they are queued on the
 		// server that took it: only then may the consumer acknowledge.
 		settings = clickhouse.Settings{"insert_distributed_sync": 1}
-	}
-	var tlsConfig *tls.Config
-	if cfg.TLS {
-		var err error
-		if tlsConfig, err = config.ClientTLS("CLICKHOUSE_TLS_CA_FILE", cfg.TLSCAFile); err != nil {
-			return nil, fmt.Errorf("clickhouse: %w", err)
-		}
 	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		TLS:         tlsConfig,

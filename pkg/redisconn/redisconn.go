@@ -52,10 +52,6 @@ func (c Config) Check() error {
 	if len(c.Addrs) == 0 {
 		errs = append(errs, errors.New("no addresses; set KURZ_REDIS_ADDRS"))
 	}
-	if c.TLSCAFile != "" && !c.TLS {
-		// Whoever names a CA expects TLS: never the password in clear instead.
-		errs = append(errs, errors.New("KURZ_REDIS_TLS_CA_FILE is set without KURZ_REDIS_TLS=true"))
-	}
 	if c.PoolSize < 1 || c.PoolSize > maxPoolSize {
 		errs = append(errs, fmt.Errorf("KURZ_REDIS_POOL_SIZE=%d: want 1 to %d", c.PoolSize, maxPoolSize))
 	}
@@ -78,12 +74,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 		return nil, fmt.Errorf("redis cluster: %w", err)
 	}
 	installLogger()
-	var tlsConfig *tls.Config
-	if cfg.TLS {
-		var err error
-		if tlsConfig, err = config.ClientTLS("REDIS_TLS_CA_FILE", cfg.TLSCAFile); err != nil {
-			return nil, fmt.Errorf("redis cluster: %w", err)
-		}
+	tlsConfig, err := config.ClientTLS("REDIS_TLS", cfg.TLS, cfg.TLSCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("redis cluster: %w", err)
 	}
 	o := &options{cluster: &redis.ClusterOptions{
 		TLSConfig:    tlsConfig,
@@ -238,6 +231,16 @@ func (once) NoRetry() bool { return true }
 // test's that breaks them).
 func Dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
 	return func(o *options) { o.cluster.Dialer = dial }
+}
+
+// NodeDialer dials a node with d, over TLS when tlsConfig is not nil (a
+// client's Options().TLSConfig): for connections of a client's own to the
+// nodes (the limiter's pipelines, the redirect's click writers).
+func NodeDialer(d *net.Dialer, tlsConfig *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if tlsConfig == nil {
+		return d.DialContext
+	}
+	return (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext
 }
 
 // SocketTimeouts sets the read and write timeouts of each socket operation,

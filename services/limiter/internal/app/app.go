@@ -209,8 +209,8 @@ func newRedis(ctx context.Context, cfg redisconn.Config, log *slog.Logger, opts 
 // loads the rules.
 func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logger) (stores, error) {
 	// The per-decision deadline (RedisTimeout) must be what cuts a slow
-	// call: a socket timeout that fires first makes go-redis retry the
-	// script, and a retried decision can consume twice.
+	// call: a shorter socket timeout would fail a call (and close its
+	// connection) that the decision's own budget still allows.
 	cfg.Redis.ReadTimeout = max(cfg.Redis.ReadTimeout, 10*cfg.RedisTimeout)
 	cfg.Redis.WriteTimeout = max(cfg.Redis.WriteTimeout, 10*cfg.RedisTimeout)
 	rdb, err := newRedis(ctx, cfg.Redis, log)

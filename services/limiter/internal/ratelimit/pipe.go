@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/resp"
 )
 
@@ -47,11 +48,7 @@ type pipes struct {
 // newPipes dials the nodes with TLS when tlsConfig is not nil (the
 // cluster client's: KURZ_REDIS_TLS).
 func newPipes(password string, tlsConfig *tls.Config, dialTimeout, ioTimeout time.Duration) *pipes {
-	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
-	dial := d.DialContext
-	if tlsConfig != nil {
-		dial = (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext
-	}
+	dial := redisconn.NodeDialer(&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}, tlsConfig)
 	return &pipes{password: password, dialTimeout: dialTimeout, ioTimeout: ioTimeout, dial: dial, byNode: map[string]*nodePipe{}}
 }
 

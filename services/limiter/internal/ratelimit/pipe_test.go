@@ -367,7 +367,7 @@ func TestPipeSpeaksTLS(t *testing.T) {
 		}
 		return echoKey(args)
 	})
-	tlsConfig, err := config.ClientTLS("REDIS_TLS_CA_FILE", caFile)
+	tlsConfig, err := config.ClientTLS("REDIS_TLS", true, caFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/resp"
 )
 
@@ -117,12 +118,7 @@ func (s *shardConn) xadd(ctx context.Context, node Node, key string, maxLen int6
 func (s *shardConn) connect(ctx context.Context, node Node) error {
 	ctx, cancel := context.WithTimeout(ctx, s.dialTimeout)
 	defer cancel()
-	d := &net.Dialer{KeepAlive: 30 * time.Second}
-	dial := d.DialContext
-	if node.TLS != nil {
-		dial = (&tls.Dialer{NetDialer: d, Config: node.TLS}).DialContext
-	}
-	conn, err := dial(ctx, "tcp", node.Addr)
+	conn, err := redisconn.NodeDialer(&net.Dialer{KeepAlive: 30 * time.Second}, node.TLS)(ctx, "tcp", node.Addr)
 	if err != nil {
 		return err
 	}

@@ -220,7 +220,7 @@ func TestRoutedBatchesSpeakTLS(t *testing.T) {
 		}
 		return entryID(int(xadds.Add(1) - 1))
 	})
-	tlsConfig, err := kurzconfig.ClientTLS("REDIS_TLS_CA_FILE", caFile)
+	tlsConfig, err := kurzconfig.ClientTLS("REDIS_TLS", true, caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
