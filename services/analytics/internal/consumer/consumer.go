@@ -80,6 +80,12 @@ type Options struct {
 	// ClaimEvery is how often pending entries are looked for (default
 	// ClaimIdle/4, at most 5s).
 	ClaimEvery time.Duration
+	// ForgetIdle removes from the group, on each maintenance tick, the
+	// other consumers idle this long with nothing pending (default 1h): a
+	// process killed without stopping (OOM, a lost node) cannot leave, and
+	// would stay listed for good. A live consumer reads at least every
+	// ReadBlock, so it is never that idle.
+	ForgetIdle time.Duration
 	// MaxDeliveries dead-letters an entry claimed after this many deliveries
 	// (default 5).
 	MaxDeliveries int
@@ -158,6 +164,7 @@ func (o Options) withDefaults() (Options, error) {
 	set(&o.ReadBlock, time.Second)
 	set(&o.ClaimIdle, 30*time.Second)
 	set(&o.ClaimEvery, min(o.ClaimIdle/4, 5*time.Second))
+	set(&o.ForgetIdle, time.Hour)
 	if o.MaxDeliveries <= 0 {
 		o.MaxDeliveries = 5
 	}
