@@ -295,18 +295,12 @@ func (c *Consumer) Run(ctx context.Context) {
 // pending entry (all acknowledged): consumers are named per process, so
 // every restart would otherwise leave one more idle consumer in the group
 // for good. A consumer with entries pending stays, as deleting it would
-// drop them from the group: another consumer claims them (maintain). Only
-// this consumer's reads make its entries pending, and they have stopped.
+// drop them from the group: another consumer claims them (maintain).
 func (c *Consumer) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	for _, key := range c.keys {
-		p, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: c.opts.Group,
-			Consumer: c.opts.Name, Start: "-", End: "+", Count: 1}).Result()
-		if err != nil || len(p) > 0 {
-			continue // NOGROUP, Redis unreachable: nothing to leave, or it stays
-		}
-		if err := c.rdb.XGroupDelConsumer(ctx, key, c.opts.Group, c.opts.Name).Err(); err != nil {
+		if _, err := clickevent.LeaveGroup(ctx, c.rdb, key, c.opts.Group, c.opts.Name); err != nil {
 			c.log.Warn("leaving the click group", "stream", key, "err", err)
 		}
 	}

@@ -747,68 +747,6 @@ func TestStopWithPendingEntriesStaysInTheGroup(t *testing.T) {
 	w.check(t, e.stats(code))
 }
 
-// TestIdleConsumersWithNothingPendingAreForgotten: the forget script
-// deletes the other consumers idle past its threshold with no entry
-// pending, and only those: not one idle for less, not one holding an
-// entry (deleting it would drop the entry from the group), not the caller.
-func TestIdleConsumersWithNothingPendingAreForgotten(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	ctx := context.Background()
-	for _, key := range e.streams() {
-		if err := e.rdb.XGroupCreateMkStream(ctx, key, e.group, "0").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	key := e.streams()[0]
-	self, idle, holding := "self-"+rnd(), "idle-"+rnd(), "holding-"+rnd()
-	for _, name := range []string{self, idle} {
-		if err := e.rdb.XGroupCreateConsumer(ctx, key, e.group, name).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.xadd(e.mixed("forget"+rnd(), 1)[0])
-	got, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: e.group, Consumer: holding, Streams: []string{key, ">"}, Count: 1, Block: -1}).Result()
-	if err != nil || len(got) != 1 || len(got[0].Messages) != 1 {
-		t.Fatalf("reading one entry as %s: %v %v", holding, got, err)
-	}
-	const threshold = 300 * time.Millisecond
-	eventually(t, 10*time.Second, "all three idle past the threshold", func() (bool, string) {
-		cs, err := e.rdb.XInfoConsumers(ctx, key, e.group).Result()
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, c := range cs {
-			if c.Idle < threshold {
-				return false, fmt.Sprintf("%s idle %v", c.Name, c.Idle)
-			}
-		}
-		return len(cs) == 3, fmt.Sprintf("%d consumers", len(cs))
-	})
-	forget := func(after time.Duration) []string {
-		t.Helper()
-		gone, err := forgetScript.Run(ctx, e.rdb, []string{key}, e.group, after.Milliseconds(), self).StringSlice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return gone
-	}
-	if gone := forget(time.Hour); len(gone) != 0 {
-		t.Errorf("forgot %v idle for less than an hour", gone)
-	}
-	if gone := forget(threshold); !slices.Equal(gone, []string{idle}) {
-		t.Errorf("forgot %v, want only %s (%s holds an entry, %s is the caller)", gone, idle, holding, self)
-	}
-	for name, want := range map[string]int{self: 1, idle: 0, holding: 1} {
-		if n := e.memberships(name); n != want {
-			t.Errorf("%s is in the group of %d streams, want %d", name, n, want)
-		}
-	}
-	if p := e.pending(); p != 1 {
-		t.Errorf("pending %d after forgetting, want the held entry's 1", p)
-	}
-}
-
 // TestAConsumerKilledWithoutStoppingIsForgotten: a consumer that never
 // left (a process killed) is removed from every shard's group by a running
 // one once ForgetIdle has passed; the running one stays.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/clickevent"
 )
 
 // maintain measures the lag and reclaims idle pending entries every
@@ -45,35 +47,13 @@ func (c *Consumer) maintain(ctx, hard context.Context) {
 	}
 }
 
-// forgetScript deletes from group ARGV[1] of stream KEYS[1] every consumer
-// other than ARGV[3] idle at least ARGV[2] ms with no entry pending, and
-// returns their names. In a script, a consumer's read cannot come between
-// the look at its pending count and its deletion, which would drop the
-// entries that read delivered from the group.
-var forgetScript = redis.NewScript(`
-local gone = {}
-for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
-  local f = {}
-  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
-  if f.name ~= ARGV[3] and f.pending == 0 and f.idle >= tonumber(ARGV[2]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f.name)
-    gone[#gone + 1] = f.name
-  end
-end
-return gone
-`)
-
 // forgetIdle removes the consumers ForgetIdle has passed for (see
 // Options.ForgetIdle) from every shard's group.
 func (c *Consumer) forgetIdle(ctx context.Context) {
 	for _, key := range c.keys {
-		gone, err := forgetScript.Run(ctx, c.rdb, []string{key}, c.opts.Group, c.opts.ForgetIdle.Milliseconds(), c.opts.Name).StringSlice()
-		if err != nil {
-			// A stream or group not there yet: nobody to forget.
-			if !strings.Contains(err.Error(), "NOGROUP") && !strings.Contains(err.Error(), "no such key") && ctx.Err() == nil {
-				c.log.Warn("forgetting idle consumers", "stream", key, "err", err)
-			}
-			continue
+		gone, err := clickevent.ForgetIdleConsumers(ctx, c.rdb, key, c.opts.Group, c.opts.Name, c.opts.ForgetIdle)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("forgetting idle consumers", "stream", key, "err", err)
 		}
 		if len(gone) > 0 {
 			c.log.Info("forgot idle consumers with nothing pending", "stream", key, "consumers", gone, "idle_at_least", c.opts.ForgetIdle)

@@ -1017,3 +1017,83 @@ func TestClickBatcherWithoutSubscriptionsLeavesTheGroup(t *testing.T) {
 	}
 	t.Errorf("click %s is no longer in the group's reach after a replica without the subscriptions ran: skipped", id)
 }
+
+// A click batcher removes from its group a replica killed without leaving
+// (idle past ForgetIdle, nothing pending), and leaves the group itself
+// when it stops: replicas are named per process, so neither piles up.
+func TestClickBatcherForgetsKilledReplicasAndLeaves(t *testing.T) {
+	inst := start(t, withWebhookEnv(nil), hooks{})
+	tenant := uniq("wh")
+	db, rdb := stores(t, inst.cfg, tenant)
+	dropWebhooks(t, inst, tenant)
+	// A link.clicked subscriber, so that the batcher reads (and joins).
+	subscribe(t, as(tenant, ""), shortenerv1.NewWebhookServiceClient(inst.Conn), newReceiver(t), "link.clicked")
+	cfg := inst.cfg.Webhooks
+	cfg.ClickGroup = uniq("wh-forget-")
+	cfg.PollInterval, cfg.ClickInterval = 20*time.Millisecond, 100*time.Millisecond
+	// Streams no redirect writes to (no key shared with the layouts of 1
+	// to 16 shards), so the batcher holds nothing pending when it stops.
+	cfg.Streams.Shards = 37
+	ctx := context.Background()
+	keys := clickevent.StreamKeys(cfg.Streams.Shards)
+	for _, k := range keys {
+		if err := rdb.XGroupCreateMkStream(ctx, k, cfg.ClickGroup, "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rdb.XGroupDestroy(context.Background(), k, cfg.ClickGroup) })
+		if err := rdb.XGroupCreateConsumer(ctx, k, cfg.ClickGroup, "killed-replica").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := func() map[string]int {
+		n := map[string]int{}
+		for _, k := range keys {
+			cs, err := rdb.XInfoConsumers(ctx, k, cfg.ClickGroup).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cs {
+				n[c.Name]++
+			}
+		}
+		return n
+	}
+	b := webhook.NewClickBatcher(cfg, rdb, webhook.NewStore(db, time.Second), cfg.Streams, slog.New(slog.DiscardHandler))
+	b.ForgetIdle = 500 * time.Millisecond
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { b.Run(bctx); close(done) }()
+	// A click on every shard (of a tenant without subscribers: counted for
+	// no one, acknowledged all the same), so the batcher joins each group.
+	for _, k := range keys {
+		ev := clickevent.Event{ID: clickevent.NewID(time.Now()), Code: "forget", Tenant: "someone-else", Time: time.Now()}
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: ev.Values()}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok, state := servertest.EventuallyState(15*time.Second, func() (bool, string) {
+		m, pending := members(), int64(0)
+		for _, k := range keys {
+			p, err := rdb.XPending(ctx, k, cfg.ClickGroup).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending += p.Count
+		}
+		joined := false
+		for name, n := range m {
+			joined = joined || strings.HasPrefix(name, "shortener-") && n == len(keys)
+		}
+		return joined && m["killed-replica"] == 0 && pending == 0, fmt.Sprintf("members %v, pending %d", m, pending)
+	})
+	if !ok {
+		cancel()
+		<-done
+		t.Fatalf("the batcher in every shard's group, its clicks acknowledged and the killed replica forgotten: not within 15s; %s", state)
+	}
+	cancel()
+	<-done
+	if m := members(); len(m) != 0 {
+		t.Errorf("after the batcher stopped the groups hold %v, want nobody (it held nothing pending)", m)
+	}
+}

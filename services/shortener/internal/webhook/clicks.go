@@ -39,8 +39,15 @@ const (
 // replica that died before its flush are claimed (XAUTOCLAIM) by another
 // after three intervals: counts are at least once. While no tenant
 // subscribes to link.clicked, the group is moved to the streams' ends
-// instead of reading them.
+// instead of reading them. A replica that stops leaves the group where it
+// holds nothing pending; one killed is removed by another once ForgetIdle
+// has passed (consumers are named per process).
 type ClickBatcher struct {
+	// ForgetIdle is how long another consumer of the group must have been
+	// idle, with nothing pending, to be removed (default 1h; set before
+	// Run).
+	ForgetIdle time.Duration
+
 	cfg      Config
 	rdb      redis.Cmdable
 	db       *Store
@@ -55,7 +62,7 @@ type ClickBatcher struct {
 
 // NewClickBatcher returns a batcher over the click streams of layout.
 func NewClickBatcher(cfg Config, rdb redis.Cmdable, store *Store, layout clickevent.StreamConfig, log *slog.Logger) *ClickBatcher {
-	return &ClickBatcher{cfg: cfg, rdb: rdb, db: store, keys: clickevent.StreamKeys(layout.Shards),
+	return &ClickBatcher{ForgetIdle: time.Hour, cfg: cfg, rdb: rdb, db: store, keys: clickevent.StreamKeys(layout.Shards),
 		consumer: "shortener-" + strings.ToLower(rand.Text()[:10]), log: log}
 }
 
@@ -82,6 +89,7 @@ func newClickBatch() *clickBatch {
 // Run batches until ctx ends; what it holds then is left pending, to be
 // claimed again.
 func (b *ClickBatcher) Run(ctx context.Context) {
+	defer b.leave(context.WithoutCancel(ctx))
 	grouped := false
 	failing := false // the last read failed: logged once, until one succeeds
 	batch := newClickBatch()
@@ -125,6 +133,7 @@ func (b *ClickBatcher) Run(ctx context.Context) {
 		// on a quiet system no new click would ever bring them along.
 		if grouped && time.Since(claimed) >= b.cfg.ClickInterval {
 			b.claim(ctx, tenants, batch)
+			b.forget(ctx)
 			claimed = time.Now()
 		}
 		if batch.entries > 0 && (time.Since(batch.started) >= b.cfg.ClickInterval || batch.entries >= maxClickBatch) {
@@ -211,6 +220,32 @@ func (b *ClickBatcher) claim(ctx context.Context, tenants map[string]bool, batch
 			MinIdle: 3 * b.cfg.ClickInterval, Start: "0-0", Count: clickReadCount}).Result()
 		if err == nil {
 			batch.add(key, msgs, tenants)
+		}
+	}
+}
+
+// forget removes the group's consumers idle for ForgetIdle with nothing
+// pending (replicas killed without leaving) on every shard.
+func (b *ClickBatcher) forget(ctx context.Context) {
+	for _, key := range b.keys {
+		gone, err := clickevent.ForgetIdleConsumers(ctx, b.rdb, key, b.cfg.ClickGroup, b.consumer, b.ForgetIdle)
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("webhook clicks: forgetting idle consumers failed", "stream", key, "err", err)
+		}
+		if len(gone) > 0 {
+			b.log.Info("webhook clicks: forgot idle consumers with nothing pending", "stream", key, "consumers", gone)
+		}
+	}
+}
+
+// leave removes this replica from every shard's group where it holds no
+// pending entry (what it held unflushed stays, to be claimed).
+func (b *ClickBatcher) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, key := range b.keys {
+		if _, err := clickevent.LeaveGroup(ctx, b.rdb, key, b.cfg.ClickGroup, b.consumer); err != nil {
+			b.log.Warn("webhook clicks: leaving the click group failed", "stream", key, "err", err)
 		}
 	}
 }
