@@ -167,18 +167,25 @@ func Unmarshal(s string) (Entry, error) {
 
 // Get reads code's entry; found is false when Redis has none.
 func Get(ctx context.Context, rdb redis.Cmdable, code string) (e Entry, found bool, err error) {
+	e, _, found, err = GetSized(ctx, rdb, code)
+	return e, found, err
+}
+
+// GetSized is Get that also returns the length of the entry's encoding in
+// Redis (what a cache of decoded entries weighs them by).
+func GetSized(ctx context.Context, rdb redis.Cmdable, code string) (e Entry, size int, found bool, err error) {
 	s, err := rdb.Get(ctx, Key(code)).Result()
 	if errors.Is(err, redis.Nil) {
-		return Entry{}, false, nil
+		return Entry{}, 0, false, nil
 	}
 	if err != nil {
-		return Entry{}, false, fmt.Errorf("redis get %s: %w", Key(code), err)
+		return Entry{}, 0, false, fmt.Errorf("redis get %s: %w", Key(code), err)
 	}
 	e, err = Unmarshal(s)
 	if err != nil {
-		return Entry{}, false, err
+		return Entry{}, 0, false, err
 	}
-	return e, true, nil
+	return e, len(s), true, nil
 }
 
 // WriteThrough overwrites code's entry (replacing any negative entry) and then

@@ -46,6 +46,12 @@ const (
 	// MaxValues bounds the values of one condition (devices, languages,
 	// CIDRs, countries).
 	MaxValues = 32
+	// MaxLinkValues bounds the values of all of one link's conditions
+	// together (a query or time condition counts one). The per-part bounds
+	// alone allow 5,120, a decoded Set of ~0.5-0.7 MiB that every redirect
+	// pod would decode and cache; the shortener refuses more when rules are
+	// written (Compile does not, so links stored before still decode).
+	MaxLinkValues = 256
 	// MaxVariants is how many variants one link carries at most.
 	MaxVariants = 10
 	// MaxWeight bounds one variant's weight (at least 1).

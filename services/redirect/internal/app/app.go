@@ -53,6 +53,12 @@ type Config struct {
 	L1TTL time.Duration `env:"REDIRECT_L1_TTL" default:"5s"`
 	// L1Size bounds the L1 cache (entries).
 	L1Size int `env:"REDIRECT_L1_SIZE" default:"100000"`
+	// L1Bytes bounds the L1 cache by weight, in bytes: an entry weighs 512
+	// plus 3 per byte of its Redis encoding (a plain link ~1 KiB, one with
+	// many rules or long destinations up to ~200 KiB), so links a stranger
+	// makes large cannot grow the process; least recently used entries go
+	// first, and one over 1/64 of it is not kept.
+	L1Bytes int64 `env:"REDIRECT_L1_BYTES" default:"67108864"`
 	// DefaultStatus answers links without their own redirect type: 301, 302,
 	// 307 or 308.
 	DefaultStatus int `env:"REDIRECT_DEFAULT_STATUS" default:"302"`
@@ -157,6 +163,9 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	}
 	if c.L1TTL <= 0 || c.L1Size < 1 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_L1_TTL and KURZ_REDIRECT_L1_SIZE must be positive"))
+	}
+	if c.L1Bytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_L1_BYTES=%d: want at least 1048576 (1 MiB)", c.L1Bytes))
 	}
 	if c.ClickBuffer < 1 || c.ClickBatch < 1 || c.ClickFlushInterval <= 0 || c.ClickWriteTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_BUFFER, _BATCH, _FLUSH_INTERVAL and _WRITE_TIMEOUT must be positive"))
@@ -402,7 +411,7 @@ func dialLimiter(cfg Config, srv *server.Server, lc *server.Lifecycle, log *slog
 // current with the invalidations the shortener publishes.
 func (h hooks) startResolver(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger, meter metric.Meter) (*resolve.Resolver, error) {
 	resolver, err := resolve.New(resolve.Config{
-		L1TTL: cfg.L1TTL, L1Size: cfg.L1Size, Cache: cfg.Cache,
+		L1TTL: cfg.L1TTL, L1Size: cfg.L1Size, L1Bytes: cfg.L1Bytes, Cache: cfg.Cache,
 		DBTimeout: cfg.Postgres.QueryTimeout, RedisTimeout: cfg.Redis.ReadTimeout + cfg.Redis.WriteTimeout,
 	}, rdb, db, log, meter)
 	if err != nil {

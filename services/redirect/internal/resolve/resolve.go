@@ -68,7 +68,12 @@ type Gate func(ctx context.Context, tier Tier) error
 type Config struct {
 	L1TTL  time.Duration
 	L1Size int
-	Cache  linkcache.Config
+	// L1Bytes bounds L1 by weight as well as by entries: an entry weighs
+	// l1Overhead plus l1PerByte bytes per byte of its Redis encoding (a
+	// decoded entry takes up to ~4 times its JSON: rules, CIDRs). An entry
+	// over L1Bytes/64 is not kept at all. Zero: no bound by weight.
+	L1Bytes int64
+	Cache   linkcache.Config
 	// DBTimeout bounds the PostgreSQL query; RedisTimeout the Redis read and
 	// fill.
 	DBTimeout    time.Duration
@@ -87,7 +92,8 @@ type Resolver struct {
 	rdb     redis.Cmdable
 	db      Querier
 	log     *slog.Logger
-	l1      *expirable.LRU[string, linkcache.Entry]
+	l1      *expirable.LRU[string, l1Entry]
+	l1Bytes atomic.Int64 // the weight of what l1 holds
 	flights singleflight.Group
 	// gens has one counter per stripe of codes, bumped by every invalidation:
 	// a lookup that started before an invalidation of its code does not
@@ -109,8 +115,8 @@ type Resolver struct {
 
 // New returns a resolver over rdb and db.
 func New(cfg Config, rdb redis.Cmdable, db Querier, log *slog.Logger, meter metric.Meter) (*Resolver, error) {
-	r := &Resolver{cfg: cfg, rdb: rdb, db: db, log: log, seed: maphash.MakeSeed(),
-		l1: expirable.NewLRU[string, linkcache.Entry](cfg.L1Size, nil, cfg.L1TTL)}
+	r := &Resolver{cfg: cfg, rdb: rdb, db: db, log: log, seed: maphash.MakeSeed()}
+	r.l1 = expirable.NewLRU(cfg.L1Size, func(_ string, v l1Entry) { r.l1Bytes.Add(-v.weight) }, cfg.L1TTL)
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -140,8 +146,8 @@ type flightResult struct {
 // joined, this request looks up on its own (its own gate), so one client's
 // denial never spreads to others.
 func (r *Resolver) Resolve(ctx context.Context, code string, gate Gate) (Result, error) {
-	if e, ok := r.l1.Get(code); ok {
-		return Result{Entry: e, Source: SourceL1}, nil
+	if v, ok := r.l1.Get(code); ok {
+		return Result{Entry: v.e, Source: SourceL1}, nil
 	}
 	if gate != nil {
 		if err := gate(ctx, TierCache); err != nil {
@@ -180,7 +186,7 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 	gen := r.gen(code)
 
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.RedisTimeout)
-	e, found, err := linkcache.Get(rctx, r.rdb, code)
+	e, size, found, err := linkcache.GetSized(rctx, r.rdb, code)
 	cancel()
 	redisOK := err == nil
 	if err != nil {
@@ -189,7 +195,7 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 	}
 	if found {
 		if r.gen(code) == gen {
-			r.l1.Add(code, e)
+			r.admit(code, e, size)
 		}
 		return Result{Entry: e, Source: SourceCache}, nil
 	}
@@ -271,6 +277,39 @@ func (r *Resolver) stripe(code string) *atomic.Uint64 {
 }
 
 func (r *Resolver) gen(code string) uint64 { return r.stripe(code).Load() }
+
+// l1Entry is an L1 entry and its weight.
+type l1Entry struct {
+	e      linkcache.Entry
+	weight int64
+}
+
+// An L1 entry's weight: l1Overhead (the entry, its list element and map
+// slot) plus l1PerByte per byte of its Redis encoding.
+const (
+	l1Overhead = 512
+	l1PerByte  = 3
+)
+
+// admit keeps e, whose Redis encoding is size bytes long, in L1, then
+// evicts the least recently used entries while L1 weighs more than
+// L1Bytes. Links of a stranger's making may be large (many rules, long
+// destinations): by entries alone L1 could outgrow the process.
+func (r *Resolver) admit(code string, e linkcache.Entry, size int) {
+	w := l1Overhead + l1PerByte*int64(size)
+	if r.cfg.L1Bytes > 0 && w > r.cfg.L1Bytes/64 {
+		r.l1.Remove(code) // an older, lighter version must not stay
+		return
+	}
+	r.l1.Remove(code) // Add over an entry would not give its weight back
+	r.l1Bytes.Add(w)
+	r.l1.Add(code, l1Entry{e: e, weight: w})
+	for r.cfg.L1Bytes > 0 && r.l1Bytes.Load() > r.cfg.L1Bytes {
+		if _, _, ok := r.l1.RemoveOldest(); !ok {
+			break
+		}
+	}
+}
 
 // Invalidate drops code from L1 (the shortener changed it).
 func (r *Resolver) Invalidate(code string) {

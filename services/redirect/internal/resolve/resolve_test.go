@@ -3,6 +3,7 @@ package resolve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -567,5 +568,65 @@ func TestRulesFromDBAreCompiled(t *testing.T) {
 	}
 	if res, err := r.Resolve(context.Background(), "plain", nil); err != nil || res.Entry.Rules != nil {
 		t.Fatalf("plain link: rules %v, err %v", res.Entry.Rules, err)
+	}
+}
+
+// L1 is bounded by weight as well as entries: large entries (long
+// destinations, many rules: what a stranger can make) evict the least
+// recently used ones once L1Bytes is reached, one over L1Bytes/64 is not
+// kept (nor an older version of it), and a replaced, invalidated or purged
+// entry gives its weight back.
+func TestL1IsBoundedByWeight(t *testing.T) {
+	rdb := newFakeRedis()
+	const budget = 64 * 8192 // entries up to 8,192 weight are kept
+	_, meter := metrictest.New()
+	r, err := New(Config{L1TTL: time.Hour, L1Size: 100_000, L1Bytes: budget, Cache: testCache, DBTimeout: time.Second, RedisTimeout: time.Second},
+		rdb, newFakeDB(), slog.New(slog.DiscardHandler), meter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(code string, urlLen int) int64 {
+		s := linkcache.Marshal(linkcache.Entry{State: linkcache.Active, Tenant: "t", URL: "https://example.com/" + strings.Repeat("a", urlLen)})
+		rdb.mu.Lock()
+		rdb.entries[linkcache.Key(code)] = s
+		rdb.mu.Unlock()
+		return l1Overhead + l1PerByte*int64(len(s))
+	}
+	var w int64
+	for i := range 1000 {
+		w = put(fmt.Sprint("big", i), 2000)
+		resolve(t, r, fmt.Sprint("big", i))
+	}
+	if got := r.l1Bytes.Load(); got > budget || got < budget-w {
+		t.Errorf("L1 weighs %d after 1,000 entries of %d, want at most %d and within one entry of it", got, w, budget)
+	}
+	if n := r.l1.Len(); int64(n) != r.l1Bytes.Load()/w {
+		t.Errorf("L1 holds %d entries weighing %d, want %d", n, r.l1Bytes.Load(), r.l1Bytes.Load()/w)
+	}
+	if got := resolve(t, r, "big999"); got.Source != SourceL1 {
+		t.Errorf("the last entry read came from %s, want l1", got.Source)
+	}
+	if got := resolve(t, r, "big0"); got.Source != SourceCache {
+		t.Errorf("the first entry read came from %s, want Redis (evicted)", got.Source)
+	}
+
+	r.Purge()
+	if got := r.l1Bytes.Load(); got != 0 {
+		t.Fatalf("L1 weighs %d after a purge, want 0", got)
+	}
+	e := linkcache.Entry{State: linkcache.Active, Tenant: "t", URL: "https://example.com/one"}
+	r.admit("one", e, 100)
+	r.admit("one", e, 100) // a second lookup's answer replaces the first
+	if got, want := r.l1Bytes.Load(), int64(l1Overhead+l1PerByte*100); got != want {
+		t.Errorf("L1 weighs %d holding one entry of %d admitted twice, want %d", got, want, want)
+	}
+	r.Invalidate("one")
+	if got := r.l1Bytes.Load(); got != 0 {
+		t.Errorf("L1 weighs %d after the invalidation of its only entry, want 0", got)
+	}
+	r.admit("one", e, 100)
+	r.admit("one", e, budget/64) // grown past what one entry may weigh
+	if _, ok := r.l1.Get("one"); ok || r.l1Bytes.Load() != 0 {
+		t.Errorf("an entry over L1Bytes/64 is kept (or its lighter version; L1 weighs %d), want neither", r.l1Bytes.Load())
 	}
 }

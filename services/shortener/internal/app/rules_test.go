@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -126,11 +127,29 @@ func TestRulesAreRefusedLikeLongURLs(t *testing.T) {
 	for i := range many {
 		many[i] = &shortenerv1.Variant{Name: string(rune('a' + i)), Url: "https://example.com/", Weight: 1}
 	}
+	// rulesOfValues makes n rules of one condition of 32 CIDRs each.
+	rulesOfValues := func(n int) []*shortenerv1.RedirectRule {
+		var out []*shortenerv1.RedirectRule
+		for i := range n {
+			cidrs := make([]string, linkrules.MaxValues)
+			for j := range cidrs {
+				cidrs[j] = fmt.Sprintf("10.%d.%d.0/24", i, j)
+			}
+			out = append(out, &shortenerv1.RedirectRule{Name: fmt.Sprint("r", i), Url: "https://example.com/",
+				Conditions: []*shortenerv1.RuleCondition{{Cidrs: cidrs}}})
+		}
+		return out
+	}
+	full := linkrules.MaxLinkValues / linkrules.MaxValues
+	if _, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/full", Rules: rulesOfValues(full)}); err != nil {
+		t.Fatalf("a link with %d condition values: %v", linkrules.MaxLinkValues, err)
+	}
 	for name, tc := range map[string]struct {
 		rules         []*shortenerv1.RedirectRule
 		variants      []*shortenerv1.Variant
 		field, reason string
 	}{
+		"too many values":   {rules: rulesOfValues(full + 1), field: "rules", reason: linkapi.ReasonRulesInvalid},
 		"javascript rule":   {rules: rule("javascript:alert(1)"), field: "rules[0].url", reason: urlcheck.ReasonScheme},
 		"loop variant":      {variants: []*shortenerv1.Variant{{Name: "a", Url: "https://kurz.example/abc", Weight: 1}}, field: "variants[0].url", reason: urlcheck.ReasonLoop},
 		"private rule":      {rules: rule("http://10.0.0.1/"), field: "rules[0].url", reason: urlcheck.ReasonPrivateHost},
