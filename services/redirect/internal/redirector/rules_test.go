@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/linkcache"
@@ -189,6 +191,31 @@ func TestDeviceTargetsVaryRuledAnswers(t *testing.T) {
 		mux.ServeHTTP(w, req)
 		if got := w.Header().Get("Vary"); got != tc.vary || w.Code != http.StatusFound {
 			t.Errorf("%s as %.30s: %d, Vary %q; want 302, Vary %q", tc.path, tc.ua, w.Code, got, tc.vary)
+		}
+	}
+}
+
+// TestClickKeepsNoMoreThanItStores: a click holds at most MaxTextLen bytes
+// of the User-Agent and Referer, in memory of its own: the click buffer
+// must not pin a stranger's whole headers while Redis is slow.
+func TestClickKeepsNoMoreThanItStores(t *testing.T) {
+	clicks := &keptClicks{}
+	mux := serveEntries(t, benchConfig(), clicks, map[string]linkcache.Entry{
+		"plain": {State: linkcache.Active, URL: "https://example.com/", Tenant: "t"},
+	})
+	ua, ref := strings.Repeat("u", 30_000), "https://example.com/"+strings.Repeat("r", 30_000)
+	req := httptest.NewRequest(http.MethodGet, "/plain", nil)
+	req.RemoteAddr = "198.51.100.7:1234"
+	req.Header.Set("User-Agent", ua)
+	req.Header.Set("Referer", ref)
+	mux.ServeHTTP(httptest.NewRecorder(), req)
+	ev := clicks.last()
+	for _, f := range []struct{ name, got, header string }{{"User-Agent", ev.UserAgent, req.Header.Get("User-Agent")}, {"Referer", ev.Referrer, req.Header.Get("Referer")}} {
+		if len(f.got) != clickevent.MaxTextLen || !strings.HasPrefix(f.header, f.got) {
+			t.Errorf("click %s: %d bytes, want the header's first %d", f.name, len(f.got), clickevent.MaxTextLen)
+		}
+		if unsafe.StringData(f.got) == unsafe.StringData(f.header) {
+			t.Errorf("click %s shares the header's memory: the buffered click pins all %d bytes", f.name, len(f.header))
 		}
 	}
 }
