@@ -890,3 +890,46 @@ domains:
 		})
 	}
 }
+
+// A limit lowered below what a key has already used reports no negative
+// remaining (a plan downgrade): every algorithm, in a single call, a
+// peek, a batch and a lease.
+func TestALoweredLimitReportsNothingRemaining(t *testing.T) {
+	rule := func(algo string, limit int, extra string) string {
+		return fmt.Sprintf(`
+domains:
+  t:
+    rules:
+      - {name: per-user, key: [user], algorithm: %s, limit: %d, window: 1h, failure_mode: closed%s}
+`, algo, limit, extra)
+	}
+	const leased = ", lease: {size: 2, ttl: 1m}"
+	rdb := cluster(t)
+	ctx := context.Background()
+	for _, algo := range algos {
+		for _, extra := range []string{"", leased} {
+			t.Run(algo+extra, func(t *testing.T) {
+				e := engine(t, rdb, rule(algo, 10, extra), Options{AutoPipeline: true})
+				d := map[string]string{"user": unique(t)}
+				for range 8 {
+					if resp := e.Check(ctx, "t", d, 1); !resp.Allowed {
+						t.Fatalf("call under the limit of 10 denied: %+v", resp)
+					}
+				}
+				e.SetRules(compile(t, rule(algo, 3, extra)))
+				for what, resp := range map[string]*ratelimitv1.CheckQuotaResponse{
+					"check": e.Check(ctx, "t", d, 1),
+					"peek":  e.Check(ctx, "t", d, 0),
+					"batch": e.CheckMany(ctx, []Request{{Domain: "t", Desc: d, Cost: 1}})[0],
+				} {
+					// A token bucket keeps its 2 tokens (under the new 3);
+					// every other algorithm counts 8 used against 3.
+					if resp.Remaining < 0 || what != "peek" && algo != "token_bucket" && resp.Allowed {
+						t.Errorf("%s after the limit went from 10 to 3 with 8 used: allowed=%v remaining=%d, want denied and 0 (token bucket and peek: allowed, >= 0)",
+							what, resp.Allowed, resp.Remaining)
+					}
+				}
+			})
+		}
+	}
+}

@@ -136,7 +136,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       else
         retry = reset
       end
-      remaining = limit - n
+      remaining = max(0, limit - n)
       writes[#writes + 1] = {key, reset, 'a', 1, 'w', w, 'n', n}
 
     elseif algo == 3 then

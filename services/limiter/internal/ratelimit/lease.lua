@@ -122,7 +122,7 @@ elseif algo == 1 then
   else
     retry = reset
   end
-  remaining = limit - n
+  remaining = max(0, limit - n)
 
 elseif algo == 3 then
   -- Counted in this window's `cur`, so the lease ends with the window: a
