@@ -305,6 +305,29 @@ func TestDeniedKeysAreAnsweredFromMemoryUntilRetryAfter(t *testing.T) {
 	}
 }
 
+// A denial in memory answers only a request of its own cost: a larger
+// one is denied by Redis with its own, longer retry-after. A token bucket
+// of 100 an hour: one token comes back in 36 s, ten in 6 min.
+func TestACachedDenialAnswersOnlyItsOwnCost(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, hourly, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
+	e.Check(ctx, "t", desc, 100)
+	one := e.Check(ctx, "t", desc, 1)
+	ten := e.Check(ctx, "t", desc, 10)
+	if one.Allowed || ten.Allowed {
+		t.Fatalf("an empty bucket allowed: cost 1 %v, cost 10 %v", one.Allowed, ten.Allowed)
+	}
+	if r1, r10 := one.RetryAfter.AsDuration(), ten.RetryAfter.AsDuration(); r1 > 36*time.Second || r10 < 5*time.Minute+50*time.Second {
+		t.Errorf("retry-after %v for one token, %v for ten right after it; want at most 36s and about 6m", r1, r10)
+	}
+	again := e.Check(ctx, "t", desc, 1)
+	if again.Allowed || again.RetryAfter.AsDuration() > one.RetryAfter.AsDuration() {
+		t.Errorf("cost 1 again: allowed=%v retry=%v, want its cached denial (%v at most)", again.Allowed, again.RetryAfter.AsDuration(), one.RetryAfter.AsDuration())
+	}
+}
+
 const failureRules = `
 domains:
   f:

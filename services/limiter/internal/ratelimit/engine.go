@@ -377,14 +377,17 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 
 // cachedDenial answers a request from the over-limit cache, or returns nil.
 // An over-limit key stays over its limit until its retry-after: answer from
-// memory, exactly, without a Redis round trip. The response carries only
+// memory, exactly, without a Redis round trip. Only a request of the
+// cached denial's own cost: a larger one is denied too, but its
+// retry-after is longer (or "never", past the rule's capacity), which only
+// Redis can say. The response carries only
 // the cached rule, and the int is its index in rules (-1 with nil).
 func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) (*ratelimitv1.CheckQuotaResponse, int) {
 	for i, a := range rules {
 		if a.Rule.Shadow {
 			continue
 		}
-		if d, ok := e.denied.Get(a.Key); ok && a.cost(cost) >= d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
+		if d, ok := e.denied.Get(a.Key); ok && a.cost(cost) == d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
 			// The answer's durations count down from Redis's: a client
 			// told to retry after 40 s is told 39 s a second later, not
 			// how long the cache keeps the denial.

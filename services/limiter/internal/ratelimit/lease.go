@@ -237,7 +237,10 @@ func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, le
 			if f.err != nil {
 				return result{}, leaseHold{}, f.err
 			}
-			if f.deny != nil && n >= f.least {
+			// The flight's denial answers a waiter of its own size: a
+			// larger one would wait longer (see cachedDenial), so it asks
+			// on its own.
+			if f.deny != nil && n == f.least {
 				return *f.deny, leaseHold{}, nil
 			}
 			continue
