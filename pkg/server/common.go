@@ -38,9 +38,17 @@ type Common struct {
 	// opened (gracefully, ±10%): its client reconnects, looks its service's
 	// addresses up again, and so finds replicas added since (a scale-out).
 	GRPCMaxConnectionAge time.Duration `env:"GRPC_MAX_CONNECTION_AGE" default:"1m"`
-	Telemetry            telemetry.Config
-	// HTTP bounds the HTTP listener; it has no variables (zero fields take
-	// the server's defaults), so only code and tests set it.
+	// HTTPMaxConnections bounds the open connections of the HTTP listener
+	// (the public one of the redirect and the gateway): at it, new ones
+	// wait to be accepted; from three quarters of it, idle keep-alive
+	// connections are closed until fewer than half remain, so strangers'
+	// idle connections cannot take the listener (or the process's memory
+	// and file descriptors).
+	HTTPMaxConnections int `env:"HTTP_MAX_CONNECTIONS" default:"4096"`
+	Telemetry          telemetry.Config
+	// HTTP bounds the HTTP listener; its other fields have no variables
+	// (zero fields take the server's defaults), so only code and tests set
+	// them.
 	HTTP HTTPLimits
 }
 
@@ -57,6 +65,9 @@ func (c Common) check() error {
 	if c.GRPCMaxConnectionAge < time.Second {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CONNECTION_AGE=%s: want 1s or more", c.GRPCMaxConnectionAge))
 	}
+	if c.HTTPMaxConnections < 16 || c.HTTPMaxConnections > 1_000_000 {
+		errs = append(errs, fmt.Errorf("KURZ_HTTP_MAX_CONNECTIONS=%d: want 16 to 1000000", c.HTTPMaxConnections))
+	}
 	if c.GRPCStreamWorkers < 0 || c.GRPCStreamWorkers > 10_000 {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_STREAM_WORKERS=%d: want 0 (32 per core) to 10000", c.GRPCStreamWorkers))
 	}
@@ -65,6 +76,10 @@ func (c Common) check() error {
 
 // Config returns the server configuration for the given listen addresses.
 func (c Common) Config(grpcAddr, httpAddr string) Config {
+	http := c.HTTP
+	if http.MaxConnections == 0 {
+		http.MaxConnections = c.HTTPMaxConnections
+	}
 	return Config{
 		GRPCAddr:          grpcAddr,
 		HTTPAddr:          httpAddr,
@@ -76,6 +91,6 @@ func (c Common) Config(grpcAddr, httpAddr string) Config {
 		Pprof:             c.Pprof,
 		StreamWorkers:     c.GRPCStreamWorkers,
 		MaxConnectionAge:  c.GRPCMaxConnectionAge,
-		HTTP:              c.HTTP,
+		HTTP:              http,
 	}
 }

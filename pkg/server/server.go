@@ -133,6 +133,11 @@ type HTTPLimits struct {
 	// 431 beyond (it reads up to 4 KiB more before deciding). Default
 	// DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
+	// MaxConnections bounds the listener's open connections (see
+	// connGuard): at it, new ones wait to be accepted; from three quarters
+	// of it, idle keep-alive connections are closed. Default
+	// DefaultMaxConnections.
+	MaxConnections int
 }
 
 // Defaults of the listener bounds.
@@ -162,6 +167,9 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 	orDefault(&l.IdleTimeout, DefaultIdleTimeout)
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if l.MaxConnections <= 0 {
+		l.MaxConnections = DefaultMaxConnections
 	}
 	return l
 }
@@ -323,6 +331,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 	}
 	s.inner = s.Mux
 	s.httpSrv = s.httpServer(s.instrument(s.Mux))
+	s.httpLis = guardConns(s.httpSrv, s.httpLis, cfg.HTTP.MaxConnections)
 	return s, nil
 }
 
