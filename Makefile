@@ -108,12 +108,14 @@ $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
 	cd $(NODE_PROTOTYPE) && npm ci --no-audit --no-fund
 	@touch $@
 
-.PHONY: tools
-tools: $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
+TOOLS := $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
        $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) \
        $(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION) $(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION) \
        $(BIN)/.kubeconform-$(KUBECONFORM_VERSION) $(BIN)/k8s-schemas/$(K8S_SCHEMA_VERSION)-standalone-strict/.done \
-       promtool ## Install the pinned tools into ./bin, and promtool (Debian's prometheus).
+       promtool
+
+.PHONY: tools
+tools: $(TOOLS) ## Install the pinned tools into ./bin, and promtool (Debian's prometheus).
 
 # --- code generation and static checks --------------------------------------
 

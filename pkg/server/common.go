@@ -68,6 +68,7 @@ func (c Common) check() error {
 	if c.HTTPMaxConnections < 16 || c.HTTPMaxConnections > 1_000_000 {
 		errs = append(errs, fmt.Errorf("KURZ_HTTP_MAX_CONNECTIONS=%d: want 16 to 1000000", c.HTTPMaxConnections))
 	}
+	errs = append(errs, c.Telemetry.Check())
 	if c.GRPCStreamWorkers < 0 || c.GRPCStreamWorkers > 10_000 {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_STREAM_WORKERS=%d: want 0 (32 per core) to 10000", c.GRPCStreamWorkers))
 	}

@@ -78,11 +78,12 @@ func TestRunNamesEveryRefusedSettingAtOnce(t *testing.T) {
 	t.Setenv("KURZ_LOG_LEVEL", "loud")
 	t.Setenv("KURZ_LOG_FORMAT", "xml")
 	t.Setenv("KURZ_READINESS_INTERVAL", "0s")
+	t.Setenv("KURZ_TRACE_SAMPLE_RATIO", "2")
 	err := run(context.Background(), "test", func(context.Context, checkedConfig, *Lifecycle, *slog.Logger) (*Server, error) {
 		t.Error("built a service with refused settings")
 		return nil, errors.New("built")
 	})
-	for _, name := range []string{"KURZ_LOG_LEVEL", "KURZ_LOG_FORMAT", "KURZ_READINESS_INTERVAL", "KURZ_TEST_OWN"} {
+	for _, name := range []string{"KURZ_LOG_LEVEL", "KURZ_LOG_FORMAT", "KURZ_READINESS_INTERVAL", "KURZ_TRACE_SAMPLE_RATIO", "KURZ_TEST_OWN"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("run: %v; want an error naming %s", err, name)
 		}

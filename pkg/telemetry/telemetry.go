@@ -74,11 +74,20 @@ type Telemetry struct {
 	shutdown []func(context.Context) error
 }
 
+// Check refuses settings Setup cannot use (server.Main runs it with the
+// other checks, so every refused setting is named at once).
+func (c Config) Check() error {
+	if c.TraceSampleRatio < 0 || c.TraceSampleRatio > 1 {
+		return fmt.Errorf("KURZ_TRACE_SAMPLE_RATIO=%v: want a number from 0 to 1", c.TraceSampleRatio)
+	}
+	return nil
+}
+
 // Setup builds the providers. Call Shutdown with a deadline before exit so
 // buffered spans are flushed.
 func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry, error) {
-	if cfg.TraceSampleRatio < 0 || cfg.TraceSampleRatio > 1 {
-		return nil, fmt.Errorf("KURZ_TRACE_SAMPLE_RATIO=%v: want a number from 0 to 1", cfg.TraceSampleRatio)
+	if err := cfg.Check(); err != nil {
+		return nil, err
 	}
 	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the
 	// service's own name, as an operator who sets them expects.

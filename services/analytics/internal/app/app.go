@@ -96,7 +96,7 @@ type Config struct {
 // Check runs validate for server.Main, before the service starts.
 func (c Config) Check() error {
 	_, err := c.validate()
-	return err
+	return errors.Join(err, c.Redis.Check())
 }
 
 func (c Config) validate() (*svcauth.Keys, error) {

@@ -97,7 +97,7 @@ type Config struct {
 // Check runs options for server.Main, before the service starts.
 func (c Config) Check() error {
 	_, _, err := c.options()
-	return err
+	return errors.Join(err, c.Postgres.Check())
 }
 
 func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {

@@ -16,6 +16,7 @@ import (
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // downstream is a stand-in for the services behind the gateway: a gRPC
@@ -87,5 +88,19 @@ func TestReadinessFollowsDownstreamHealth(t *testing.T) {
 	}
 	if err := r.Stop(); err != nil {
 		t.Errorf("graceful stop: %v", err)
+	}
+}
+
+// The store's settings are refused with the gateway's own, all named at
+// once before anything starts (not when the pool is built).
+func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {
+	env := gatewaytest.GatewayEnv("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1", "kurz-test-admin-token-0123456789abcdef")
+	env["KURZ_POSTGRES_MAX_CONNS"] = "0"
+	var cfg Config
+	if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Check(); err == nil || !strings.Contains(err.Error(), "KURZ_POSTGRES_MAX_CONNS") {
+		t.Errorf("Check: %v; want an error naming KURZ_POSTGRES_MAX_CONNS", err)
 	}
 }

@@ -99,7 +99,7 @@ type Config struct {
 
 // Check runs validate for server.Main, before the service starts.
 func (c Config) Check() error {
-	return c.validate()
+	return errors.Join(c.validate(), c.Redis.Check(), c.Postgres.Check())
 }
 
 func (c Config) validate() error {

@@ -143,7 +143,7 @@ type Config struct {
 // Check runs validate for server.Main, before the service starts.
 func (c Config) Check() error {
 	_, _, err := c.validate()
-	return err
+	return errors.Join(err, c.Redis.Check(), c.Postgres.Check())
 }
 
 func (c Config) validate() (quota.Policy, *clientip.Policy, error) {

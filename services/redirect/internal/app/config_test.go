@@ -70,3 +70,14 @@ func TestBadGeoIPDatabaseFailsTheStart(t *testing.T) {
 		})
 	}
 }
+
+// The stores' settings are refused with the service's own, all named at
+// once before anything starts (not one at a time as each store is built).
+func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {
+	err := load(t, map[string]string{"KURZ_REDIS_POOL_SIZE": "0", "KURZ_POSTGRES_MAX_CONNS": "0"}).Check()
+	for _, name := range []string{"KURZ_REDIS_POOL_SIZE", "KURZ_POSTGRES_MAX_CONNS"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("Check: %v; want an error naming %s", err, name)
+		}
+	}
+}

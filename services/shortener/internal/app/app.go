@@ -121,7 +121,7 @@ type Config struct {
 // Check runs validate for server.Main, before the service starts.
 func (c Config) Check() error {
 	_, _, _, err := c.validate()
-	return err
+	return errors.Join(err, c.Redis.Check(), c.Postgres.Check())
 }
 
 func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error) {
