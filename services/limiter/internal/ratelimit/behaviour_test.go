@@ -956,3 +956,27 @@ domains:
 		}
 	}
 }
+
+// A look (cost 0) adds nothing, so its reset_after ("until back to full")
+// is what the state says: 0 for a key with nothing counted, and for a
+// sliding log the time until its newest entry leaves, not a whole window.
+func TestALookReportsTheStatesReset(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, hourly, Options{})
+	ctx := context.Background()
+	t0 := time.UnixMilli(1_800_000_000_000 / 3_600_000 * 3_600_000) // an hour's start
+	for _, algo := range []string{"fixed_window", "sliding_log"} {
+		d := map[string]string{"user": unique(t), "algo": algo}
+		if r := e.CheckAt(ctx, t0.Add(time.Minute), "t", d, 0); r.ResetAfter.AsDuration() != 0 || r.Remaining != 100 {
+			t.Errorf("%s: a look at a fresh key: reset %v remaining %d, want 0 and 100", algo, r.ResetAfter.AsDuration(), r.Remaining)
+		}
+		e.CheckAt(ctx, t0.Add(time.Minute), "t", d, 1)
+		r := e.CheckAt(ctx, t0.Add(11*time.Minute), "t", d, 0)
+		// Fixed window: the hour ends 49 min later; sliding log: the one
+		// entry (1 min in) leaves 50 min later.
+		want := map[string]time.Duration{"fixed_window": 49 * time.Minute, "sliding_log": 50 * time.Minute}[algo]
+		if got := r.ResetAfter.AsDuration(); got != want || r.Remaining != 99 {
+			t.Errorf("%s: a look 10 min after one request: reset %v remaining %d, want %v and 99", algo, got, r.Remaining, want)
+		}
+	}
+}

@@ -138,6 +138,8 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       end
       remaining = max(0, limit - n)
       writes[#writes + 1] = {key, reset, 'a', 1, 'w', w, 'n', n}
+      -- Nothing counted (a look at a fresh window): already full.
+      if n == 0 then reset = 0 end
 
     elseif algo == 3 then
       -- Sliding window counter: {w, cur, prev}; the estimate is
@@ -170,7 +172,14 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       if n + cost <= limit then
         allowed = 1
         n = n + cost
-        reset = window
+        if cost > 0 then
+          reset = window -- this request's entry is the newest
+        elseif n > 0 then
+          -- A look adds nothing: full again once the newest entry leaves
+          -- (an empty log is full: 0).
+          local last = read({}, 'ZREVRANGEBYSCORE', key, '+inf', '(' .. from, 'WITHSCORES', 'LIMIT', 0, 1)
+          if last[2] then reset = tonumber(last[2]) + window - now end
+        end
       elseif cost > limit then
         retry = -1
       else
