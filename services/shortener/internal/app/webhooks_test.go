@@ -964,6 +964,20 @@ func TestWebhookNoEventForAReleasedURLKey(t *testing.T) {
 	}
 }
 
+// newClickGroup creates group at the ends of the click streams of a layout
+// of shards, destroyed when the test ends, and returns the streams' keys.
+func newClickGroup(t *testing.T, rdb *redis.ClusterClient, shards int, group string) []string {
+	t.Helper()
+	keys := clickevent.StreamKeys(shards)
+	for _, k := range keys {
+		if err := rdb.XGroupCreateMkStream(context.Background(), k, group, "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rdb.XGroupDestroy(context.Background(), k, group) })
+	}
+	return keys
+}
+
 // A replica that cannot read the link.clicked subscriptions (PostgreSQL
 // away since its start) leaves the shared click group where it is: it used
 // to take "none read" for "no subscriber" and move the group to the
@@ -975,13 +989,7 @@ func TestClickBatcherWithoutSubscriptionsLeavesTheGroup(t *testing.T) {
 	cfg.ClickGroup = uniq("wh-unread-")
 	cfg.PollInterval = 20 * time.Millisecond
 	ctx := context.Background()
-	keys := clickevent.StreamKeys(cfg.Streams.Shards)
-	for _, k := range keys {
-		if err := rdb.XGroupCreateMkStream(ctx, k, cfg.ClickGroup, "$").Err(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rdb.XGroupDestroy(context.Background(), k, cfg.ClickGroup) })
-	}
+	keys := newClickGroup(t, rdb, cfg.Streams.Shards, cfg.ClickGroup)
 	ev := clickevent.Event{ID: clickevent.NewID(time.Now()), Code: "unread", Tenant: uniq("wh"), Time: time.Now()}
 	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: keys[0], Values: ev.Values()}).Result()
 	if err != nil {
@@ -1035,12 +1043,8 @@ func TestClickBatcherForgetsKilledReplicasAndLeaves(t *testing.T) {
 	// to 16 shards), so the batcher holds nothing pending when it stops.
 	cfg.Streams.Shards = 37
 	ctx := context.Background()
-	keys := clickevent.StreamKeys(cfg.Streams.Shards)
+	keys := newClickGroup(t, rdb, cfg.Streams.Shards, cfg.ClickGroup)
 	for _, k := range keys {
-		if err := rdb.XGroupCreateMkStream(ctx, k, cfg.ClickGroup, "$").Err(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rdb.XGroupDestroy(context.Background(), k, cfg.ClickGroup) })
 		if err := rdb.XGroupCreateConsumer(ctx, k, cfg.ClickGroup, "killed-replica").Err(); err != nil {
 			t.Fatal(err)
 		}
