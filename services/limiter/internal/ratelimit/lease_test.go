@@ -364,3 +364,55 @@ domains:
 		t.Errorf("held lease used up, Redis hung: source %v, want FAIL_OPEN", got.Source)
 	}
 }
+
+// A caller queued behind a lease request that Redis denies takes that
+// denial only at the request's own size: a larger one asks on its own and
+// is told its own, longer wait (100 an hour: 36 s for one unit, 6 min for
+// ten).
+func TestAQueuedCallerTakesOnlyADenialOfItsSize(t *testing.T) {
+	rdb := cluster(t)
+	calls := &scriptCounter{}
+	rdb.AddHook(calls)
+	e := leaseEngine(t, rdb, strings.ReplaceAll(leasedRules, "size: 10,", "size: 100,"), Options{Timeout: 5 * time.Second})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
+	for i := range 100 {
+		if !e.Check(ctx, "l", desc, 1).Allowed {
+			t.Fatalf("call %d of the limit of 100 denied", i+1)
+		}
+	}
+	// The next lease request (for one unit) waits at the gate until the
+	// ten-unit caller has queued behind it.
+	calls.gate = make(chan struct{})
+	one, ten := make(chan *ratelimitv1.CheckQuotaResponse, 1), make(chan *ratelimitv1.CheckQuotaResponse, 1)
+	go func() { one <- e.Check(ctx, "l", desc, 1) }()
+	for deadline := time.Now().Add(10 * time.Second); !calls.gated.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the one-unit lease request never reached Redis")
+		}
+		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	}
+	go func() { ten <- e.Check(ctx, "l", desc, 10) }()
+	_, rules := e.Rules().Match("l", desc)
+	s := e.leases.slot(rules[0].Key)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		s.mu.Lock()
+		demand := s.demand
+		s.mu.Unlock()
+		if demand == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ten-unit caller never queued (demand %d)", demand)
+		}
+		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	}
+	close(calls.gate)
+	r1, r10 := <-one, <-ten
+	if r1.Allowed || r10.Allowed {
+		t.Fatalf("allowed past the limit: one unit %v, ten %v", r1.Allowed, r10.Allowed)
+	}
+	if a, b := r1.RetryAfter.AsDuration(), r10.RetryAfter.AsDuration(); a > 36*time.Second || b < 5*time.Minute+50*time.Second {
+		t.Errorf("retry-after %v for one unit, %v for ten queued behind it; want at most 36s and about 6m", a, b)
+	}
+}
