@@ -99,7 +99,11 @@ type Config struct {
 
 // Check runs validate for server.Main, before the service starts.
 func (c Config) Check() error {
-	return errors.Join(c.validate(), c.Redis.Check(), c.Postgres.Check())
+	errs := []error{c.validate(), c.Redis.Check()}
+	if c.RulesSource == "postgres" { // the only use of PostgreSQL
+		errs = append(errs, c.Postgres.Check())
+	}
+	return errors.Join(errs...)
 }
 
 func (c Config) validate() error {

@@ -137,3 +137,11 @@ func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {
 		}
 	}
 }
+
+// A limiter reading its rules from a file never opens PostgreSQL: its
+// settings are not checked.
+func TestFileRulesIgnorePostgresSettings(t *testing.T) {
+	if err := load(t, map[string]string{"KURZ_LIMITER_RULES_SOURCE": "file", "KURZ_POSTGRES_MAX_CONNS": "0"}).Check(); err != nil && strings.Contains(err.Error(), "KURZ_POSTGRES") {
+		t.Errorf("file rules: %v; want no PostgreSQL setting refused", err)
+	}
+}
