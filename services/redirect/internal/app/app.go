@@ -53,11 +53,12 @@ type Config struct {
 	L1TTL time.Duration `env:"REDIRECT_L1_TTL" default:"5s"`
 	// L1Size bounds the L1 cache (entries).
 	L1Size int `env:"REDIRECT_L1_SIZE" default:"100000"`
-	// L1Bytes bounds the L1 cache by weight, in bytes: an entry weighs 512
-	// plus 3 per byte of its Redis encoding (a plain link ~1 KiB, one with
-	// many rules or long destinations up to ~200 KiB), so links a stranger
-	// makes large cannot grow the process; least recently used entries go
-	// first, and one over 1/64 of it is not kept.
+	// L1Bytes bounds the L1 cache by weight, in bytes: an entry's heap
+	// estimated from above (512 plus 2 per byte of its Redis encoding, 320
+	// per rule condition and 72 per value; a plain link ~1 KiB, one with
+	// many rules up to ~250 KiB), so links a stranger makes large cannot
+	// grow the process; least recently used entries go first, and one over
+	// 1/64 of it is not kept.
 	L1Bytes int64 `env:"REDIRECT_L1_BYTES" default:"67108864"`
 	// DefaultStatus answers links without their own redirect type: 301, 302,
 	// 307 or 308.

@@ -68,10 +68,8 @@ type Gate func(ctx context.Context, tier Tier) error
 type Config struct {
 	L1TTL  time.Duration
 	L1Size int
-	// L1Bytes bounds L1 by weight as well as by entries: an entry weighs
-	// l1Overhead plus l1PerByte bytes per byte of its Redis encoding (a
-	// decoded entry takes up to ~4 times its JSON: rules, CIDRs). An entry
-	// over L1Bytes/64 is not kept at all. Zero: no bound by weight.
+	// L1Bytes bounds L1 by weight as well as by entries (see weight). An
+	// entry over L1Bytes/64 is not kept at all. Zero: no bound by weight.
 	L1Bytes int64
 	Cache   linkcache.Config
 	// DBTimeout bounds the PostgreSQL query; RedisTimeout the Redis read and
@@ -284,19 +282,30 @@ type l1Entry struct {
 	weight int64
 }
 
-// An L1 entry's weight: l1Overhead (the entry, its list element and map
-// slot) plus l1PerByte per byte of its Redis encoding.
+// An L1 entry's weight, its heap estimated from above: l1Overhead (the
+// entry, its list element and map slot), l1PerByte per byte of its Redis
+// encoding (its strings), and for its rules l1PerCondition per condition
+// and l1PerValue per value, what a compiled condition and each further
+// value take (measured: 64 one-value conditions ~19-22 KiB, of 32 CIDRs
+// each ~157 KiB, where the encoding is 1.3-3.2 and 32 KiB).
 const (
-	l1Overhead = 512
-	l1PerByte  = 3
+	l1Overhead     = 512
+	l1PerByte      = 2
+	l1PerCondition = 320
+	l1PerValue     = 72
 )
+
+func weight(e linkcache.Entry, size int) int64 {
+	conditions, values := e.Rules.Size()
+	return l1Overhead + l1PerByte*int64(size) + l1PerCondition*int64(conditions) + l1PerValue*int64(values)
+}
 
 // admit keeps e, whose Redis encoding is size bytes long, in L1, then
 // evicts the least recently used entries while L1 weighs more than
 // L1Bytes. Links of a stranger's making may be large (many rules, long
 // destinations): by entries alone L1 could outgrow the process.
 func (r *Resolver) admit(code string, e linkcache.Entry, size int) {
-	w := l1Overhead + l1PerByte*int64(size)
+	w := weight(e, size)
 	if r.cfg.L1Bytes > 0 && w > r.cfg.L1Bytes/64 {
 		r.l1.Remove(code) // an older, lighter version must not stay
 		return

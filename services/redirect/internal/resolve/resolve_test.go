@@ -630,3 +630,63 @@ func TestL1IsBoundedByWeight(t *testing.T) {
 		t.Errorf("an entry over L1Bytes/64 is kept (or its lighter version; L1 weighs %d), want neither", r.l1Bytes.Load())
 	}
 }
+
+// An entry's weight bounds what it takes in memory decoded, whatever its
+// rules: 64 conditions of each kind, one value each, and of 32 CIDRs each.
+func TestL1WeightBoundsTheHeap(t *testing.T) {
+	one := func(c linkrules.Condition) func(int) linkrules.Condition {
+		return func(int) linkrules.Condition { return c }
+	}
+	v := "newsletter"
+	for name, cond := range map[string]func(i int) linkrules.Condition{
+		"plain": nil,
+		"cidr": func(i int) linkrules.Condition {
+			return linkrules.Condition{CIDRs: []string{fmt.Sprintf("2001:db8:%x::/48", i)}}
+		},
+		"country":  one(linkrules.Condition{Countries: []string{"DE"}}),
+		"device":   one(linkrules.Condition{Devices: []string{"ios"}}),
+		"language": one(linkrules.Condition{Languages: []string{"de-DE"}}),
+		"query":    one(linkrules.Condition{Query: &linkrules.Query{Param: "utm_source", Value: &v}}),
+		"time":     one(linkrules.Condition{Time: &linkrules.Window{FromMs: 1, UntilMs: 2}}),
+		"32 cidrs": func(i int) linkrules.Condition {
+			cidrs := make([]string, linkrules.MaxValues)
+			for j := range cidrs {
+				cidrs[j] = fmt.Sprintf("10.%d.%d.0/24", i, j)
+			}
+			return linkrules.Condition{CIDRs: cidrs}
+		},
+	} {
+		e := linkcache.Entry{State: linkcache.Active, Tenant: "t", URL: "https://example.com/" + strings.Repeat("a", 40)}
+		if cond != nil {
+			e.Rules = &linkrules.Set{}
+			for r := range 8 {
+				rule := linkrules.Rule{Name: fmt.Sprint("r", r), URL: "https://example.com/r"}
+				for c := range 8 {
+					rule.If = append(rule.If, cond(r*8+c))
+				}
+				e.Rules.Rules = append(e.Rules.Rules, rule)
+			}
+			if err := e.Rules.Compile(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		raw := linkcache.Marshal(e)
+		kept := make([]linkcache.Entry, 500)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range kept {
+			var err error
+			if kept[i], err = linkcache.Unmarshal(raw); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap := int64(after.HeapAlloc-before.HeapAlloc) / int64(len(kept))
+		if w := weight(e, len(raw)); w < heap {
+			t.Errorf("%s: weight %d of an entry that takes %d bytes decoded (encoding %d)", name, w, heap, len(raw))
+		}
+		runtime.KeepAlive(kept)
+	}
+}
