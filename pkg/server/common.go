@@ -39,11 +39,12 @@ type Common struct {
 	// addresses up again, and so finds replicas added since (a scale-out).
 	GRPCMaxConnectionAge time.Duration `env:"GRPC_MAX_CONNECTION_AGE" default:"1m"`
 	// HTTPMaxConnections bounds the open connections of the HTTP listener
-	// (the public one of the redirect and the gateway): at it, new ones
-	// wait to be accepted; from three quarters of it, idle keep-alive
-	// connections are closed until fewer than half remain, so strangers'
-	// idle connections cannot take the listener (or the process's memory
-	// and file descriptors).
+	// (the public one of the redirect and the gateway): a connection that
+	// comes while this many are open is served, and the oldest one that
+	// has sent nothing yet or sits idle between requests is closed for it
+	// (never one with a request in flight), so strangers' silent or idle
+	// connections can neither keep others out nor grow the process's
+	// memory and file descriptors.
 	HTTPMaxConnections int `env:"HTTP_MAX_CONNECTIONS" default:"4096"`
 	Telemetry          telemetry.Config
 	// HTTP bounds the HTTP listener; its other fields have no variables

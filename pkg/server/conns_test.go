@@ -10,33 +10,24 @@ import (
 	"time"
 )
 
-// request sends one keep-alive GET on c and reads its response.
-func request(t *testing.T, c net.Conn, r *bufio.Reader) *http.Response {
+// guarded serves a handler on a listener bounded to max connections;
+// /hold answers once release is closed (holding counts those waiting).
+// accepted counts the connections the server took.
+func guarded(t *testing.T, max int) (addr string, accepted, holding *atomic.Int64, release chan struct{}) {
 	t.Helper()
-	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: kurz.test\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp
-}
-
-// A listener's connections are bounded: from three quarters of the cap,
-// idle keep-alive connections are closed and answers end theirs; below
-// half, keep-alives are back; at the cap, a new connection is served only
-// once another closes.
-func TestHTTPConnectionsAreBounded(t *testing.T) {
-	const max = 16
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}), ReadHeaderTimeout: time.Minute}
+	release, holding = make(chan struct{}), &atomic.Int64{}
+	srv := &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			holding.Add(1)
+			<-release
+		}
+	})}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	guarded := guardConns(srv, lis, max)
-	var accepted atomic.Int64
+	g := guardConns(srv, lis, max)
+	accepted = &atomic.Int64{}
 	inner := srv.ConnState
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		if st == http.StateNew {
@@ -44,92 +35,118 @@ func TestHTTPConnectionsAreBounded(t *testing.T) {
 		}
 		inner(c, st)
 	}
-	go func() { _ = srv.Serve(guarded) }()
+	go func() { _ = srv.Serve(g) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	dial := func() (net.Conn, *bufio.Reader) {
-		c, err := net.Dial("tcp", lis.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c, bufio.NewReader(c)
-	}
+	return lis.Addr().String(), accepted, holding, release
+}
 
-	// Under three quarters: idle connections stay open.
-	var idle []net.Conn
-	var readers []*bufio.Reader
-	for range max*3/4 - 1 {
-		c, r := dial()
-		if resp := request(t, c, r); resp.Close {
-			t.Fatalf("answer %d of %d connections ends its connection", len(idle)+1, max)
-		}
-		idle, readers = append(idle, c), append(readers, r)
-	}
-	// The one that reaches three quarters: its answer ends it, and the
-	// idle ones are closed by the server.
-	c, r := dial()
-	if resp := request(t, c, r); !resp.Close {
-		t.Error("the answer at three quarters of the cap keeps its connection")
-	}
-	for i, c := range idle {
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := readers[i].ReadByte(); err == nil {
-			t.Fatalf("idle connection %d read a byte, want it closed by the server", i)
-		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			t.Fatalf("idle connection %d still open 10 s after the shedding began", i)
-		}
-		_ = c.Close()
-	}
-	_ = c.Close()
+type client struct {
+	net.Conn
+	r *bufio.Reader
+}
 
-	// Below half again: keep-alives are back.
-	// (The server counts a connection closed once it has read its end.)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, r := dial()
-		resp := request(t, c, r)
-		_ = c.Close()
-		if !resp.Close {
-			break
-		}
+func dial(t *testing.T, addr string) client {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return client{c, bufio.NewReader(c)}
+}
+
+// get sends one keep-alive GET of path and reads its answer (within 10 s).
+func (c client) get(t *testing.T, path string) error {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: kurz.test\r\n\r\n")); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+// closedByServer reports whether the server closed c (within 10 s).
+func (c client) closedByServer() bool {
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := c.r.ReadByte()
+	ne, timeout := err.(net.Error)
+	return err != nil && !(timeout && ne.Timeout())
+}
+
+// awaitAccepted waits until counter reaches n (10 s at most).
+func awaitAccepted(t *testing.T, counter *atomic.Int64, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); counter.Load() < n; {
 		if time.Now().After(deadline) {
-			t.Fatal("answers still end their connections 10 s after the others closed")
-		}
-	}
-
-	// At the cap: a new connection is accepted only once one closes.
-	var held []net.Conn
-	before := accepted.Load()
-	for range max {
-		c, _ := dial()
-		held = append(held, c)
-	}
-	for deadline := time.Now().Add(10 * time.Second); accepted.Load() < before+max; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d connections accepted in 10 s", accepted.Load()-before, max)
+			t.Fatalf("%d of %d in 10 s", counter.Load(), n)
 		}
 		runtime.Gosched()
 	}
-	late, lr := dial()
-	done := make(chan *http.Response, 1)
-	go func() {
-		if _, err := late.Write([]byte("GET / HTTP/1.1\r\nHost: kurz.test\r\n\r\n")); err != nil {
-			return
-		}
-		resp, err := http.ReadResponse(lr, nil)
-		if err == nil {
-			done <- resp
-		}
-	}()
-	// Served at once without the cap (well under a millisecond here).
-	select {
-	case <-done:
-		t.Fatal("a connection past the cap was served while the cap's were open")
-	case <-time.After(300 * time.Millisecond):
+}
+
+// At the cap, a new connection is served at once and the oldest one that
+// has sent nothing makes room for it: silent connections cannot keep
+// anyone out.
+func TestSilentConnectionsMakeRoomAtTheCap(t *testing.T) {
+	const max = 16
+	addr, accepted, _, _ := guarded(t, max)
+	var silent []client
+	for range max {
+		silent = append(silent, dial(t, addr))
+		awaitAccepted(t, accepted, int64(len(silent)))
 	}
-	_ = held[0].Close()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the connection past the cap was not served within 10 s of one closing")
+	if err := dial(t, addr).get(t, "/"); err != nil {
+		t.Fatalf("a connection past the cap of silent ones: %v; want it served", err)
+	}
+	if !silent[0].closedByServer() {
+		t.Error("the oldest silent connection is still open after a new one came at the cap")
+	}
+	if err := silent[1].get(t, "/"); err != nil {
+		t.Errorf("the second oldest silent connection was closed too: %v", err)
+	}
+}
+
+// At the cap, the oldest idle keep-alive connection makes room; below it
+// none is closed, and one with a request in flight never is.
+func TestIdleConnectionsMakeRoomAtTheCapActiveOnesNever(t *testing.T) {
+	const max = 16
+	addr, accepted, holding, release := guarded(t, max)
+	// Requests in flight on the oldest half.
+	held := make(chan error, max/2)
+	for i := range max / 2 {
+		c := dial(t, addr)
+		awaitAccepted(t, accepted, int64(i+1))
+		go func() { held <- c.get(t, "/hold") }()
+	}
+	awaitAccepted(t, holding, max/2) // all in flight
+	var idle []client
+	for range max / 2 {
+		c := dial(t, addr)
+		if err := c.get(t, "/"); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	awaitAccepted(t, accepted, max)
+	if err := idle[len(idle)-1].get(t, "/"); err != nil {
+		t.Fatalf("an idle connection under the cap: %v; want it kept", err)
+	}
+	for i := range 3 {
+		if err := dial(t, addr).get(t, "/"); err != nil {
+			t.Fatalf("connection %d past the cap: %v; want it served", i+1, err)
+		}
+		if !idle[i].closedByServer() {
+			t.Fatalf("idle connection %d still open after %d came past the cap; want the oldest idle ones closed", i, i+1)
+		}
+	}
+	close(release)
+	for range max / 2 {
+		if err := <-held; err != nil {
+			t.Errorf("a request in flight at the cap: %v; want it answered", err)
+		}
 	}
 }

@@ -134,8 +134,7 @@ type HTTPLimits struct {
 	// DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
 	// MaxConnections bounds the listener's open connections (see
-	// connGuard): at it, new ones wait to be accepted; from three quarters
-	// of it, idle keep-alive connections are closed. Default
+	// connGuard): at it, a new one closes the oldest quiet one. Default
 	// DefaultMaxConnections.
 	MaxConnections int
 }
