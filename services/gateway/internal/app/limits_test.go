@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // A client that obeys RateLimit (waits t seconds when r reaches 0) and
@@ -221,5 +222,47 @@ func TestPlanChangeReachesTheLimiter(t *testing.T) {
 	}
 	if gwPlan != "pro" || rlPlan != "pro" {
 		t.Errorf("plans stored: gateway %q, limiter %q; want pro in both", gwPlan, rlPlan)
+	}
+}
+
+// A burst of concurrent guesses from one address gets no more credentials
+// checked than the brute-force rule allows (10): the rule is looked at
+// before a check and charged after a failed one, so without a bound on
+// the checks in flight 25-62 of 200 concurrent guesses were checked.
+func TestABurstOfGuessesChecksNoMoreThanTheRuleAllows(t *testing.T) {
+	gw := startGateway(t, nil)
+	ip := gatewaytest.NewIP()
+	const burst = 100
+	codes := make(chan int, burst)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range burst {
+		wg.Go(func() {
+			<-start
+			req, err := http.NewRequest("GET", gw.HTTP+"/v1/admin/tenants/x", nil)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			req.Header.Set("X-Forwarded-For", ip)
+			req.Header.Set("Authorization", fmt.Sprintf("Bearer wrong-admin-token-%04d", i))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	if got[http.StatusUnauthorized] != 10 || got[http.StatusTooManyRequests] != burst-10 {
+		t.Errorf("%d concurrent wrong admin tokens from one address: %v; want 10 checked (401), the rest 429", burst, got)
 	}
 }

@@ -99,6 +99,7 @@ type API struct {
 	log       *slog.Logger
 	adminHash [sha256.Size]byte
 	failures  *failMemory
+	authSlots *authSlots
 	bulk      *capacity.Gate
 	// bulkHeld is the bulk slots each tenant holds (bulkMu), at most
 	// bulkShare: one tenant's slow bodies must not take every slot.
@@ -129,6 +130,7 @@ func New(opts Options, d Deps) (*API, error) {
 		opts: opts, shortener: d.Shortener, webhooks: d.Webhooks, analytics: d.Analytics, quota: d.Quota, keys: d.Keys, log: d.Log,
 		adminHash: sha256.Sum256([]byte(opts.AdminToken)),
 		failures:  newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
+		authSlots: newAuthSlots(),
 		// No wait: a bulk request lasts seconds, so a slot rarely frees
 		// within a wait worth holding the client for.
 		bulk:     capacity.New(opts.MaxBulkRequests, 0),

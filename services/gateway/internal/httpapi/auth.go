@@ -79,9 +79,11 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 		}
 		return unauthenticated("an API key is required: send Authorization: Bearer <key>", "")
 	}
-	if err := a.checkAuthFailures(c); err != nil {
+	release, err := a.checkAuthFailures(c)
+	if err != nil {
 		return err
 	}
+	defer release()
 	token, ok := bearer(values)
 	if !ok {
 		return a.authFailed(c, "malformed", "", `the Authorization header must be one "Bearer <key>"`)
@@ -106,9 +108,11 @@ func (a *API) authenticateAdmin(c *call) error {
 	if len(values) == 0 {
 		return unauthenticated("the admin API needs Authorization: Bearer <admin token>", "")
 	}
-	if err := a.checkAuthFailures(c); err != nil {
+	release, err := a.checkAuthFailures(c)
+	if err != nil {
 		return err
 	}
+	defer release()
 	token, ok := bearer(values)
 	sum := sha256.Sum256([]byte(token))
 	if !ok || subtle.ConstantTimeCompare(sum[:], a.adminHash[:]) != 1 {
@@ -125,37 +129,48 @@ func limiterBlind(d quota.Decision) bool {
 }
 
 // checkAuthFailures looks (cost 0) at the auth rule for the client IP and
-// refuses the call when the IP has used up its failures. When the limiter
-// cannot tell, the rule fails closed only for IPs this gateway saw failing
-// within the rule's window: a Redis or limiter outage must not lock every
-// user out, only the addresses already guessing.
-func (a *API) checkAuthFailures(c *call) error {
+// refuses the call when the IP has used up its failures. It first takes
+// the IP's credential check on this gateway (authSlots: one at a time),
+// which release gives back once the check is done and a failure counted.
+// When the limiter cannot tell, the rule fails closed only for IPs this
+// gateway saw failing within the rule's window: a Redis or limiter outage
+// must not lock every user out, only the addresses already guessing.
+func (a *API) checkAuthFailures(c *call) (release func(), err error) {
 	ctx, ip := c.r.Context(), c.st.ipKey
-	desc := map[string]string{"ip": ip}
+	done, err := a.authSlots.take(ctx, ip)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	release = done
 	var rec windowRecord
-	d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, desc, quota.FailClosed)
+	d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": ip}, quota.FailClosed)
 	if d.Abandoned {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	if limiterBlind(d) {
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
 		if _, seen := a.failures.recent(ip); !seen {
-			return nil
+			return release, nil
 		}
 		e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
 			"too many failed authentications from this address; retry later")
 		e.retryAfter = max(d.RetryAfter, time.Second)
-		return e
+		return nil, e
 	}
 	a.failures.setTTL(rec.window)
 	if d.Rule == "" || (d.Allowed && d.Remaining > 0) {
-		return nil
+		return release, nil
 	}
 	// Remember the block here too: the failures may have been counted by
 	// another replica, and this one must keep the IP out if Redis fails.
 	a.failures.add(ip)
 	setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
-	return denied(DomainAuth, d, "too many failed authentications from this address")
+	return nil, denied(DomainAuth, d, "too many failed authentications from this address")
 }
 
 // authFailed counts a failed authentication against the client IP (in the
