@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -125,7 +126,7 @@ func (e *PartialError) Error() string {
 // stored rules) is held at it. Both are logged as warnings when what they
 // touch changes.
 func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
-	cfg, err := p.load(ctx)
+	cfg, broken, err := p.load(ctx)
 	if err != nil {
 		return cfg, err
 	}
@@ -159,7 +160,7 @@ func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 			}
 		}
 	}
-	problems, refused := p.holdBadRows(cfg)
+	problems, refused := p.holdBadRows(cfg, broken)
 	if refused != nil {
 		return ratelimit.Config{}, refused
 	}
@@ -186,11 +187,12 @@ func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
 }
 
 // holdBadRows replaces in cfg every rule and plan limit that does not
-// compile (each compiled alone, as Compile would) with its last good
+// compile (each compiled alone, as Compile would), or whose row did not
+// decode (broken, by rule ID or planLimitKey), with its last good
 // version, the shipped one, or nothing, and remembers the good ones. It
 // returns what it held or left out, and why; refused is set when a starting
 // limiter would leave out a fail-closed rule.
-func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) (problems []string, refused error) {
+func (p *PostgresSource) holdBadRows(cfg ratelimit.Config, broken map[string]error) (problems []string, refused error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.goodRules == nil {
@@ -205,7 +207,11 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) (problems []string, r
 		kept := d.Rules[:0]
 		for _, r := range d.Rules {
 			id := domain + "/" + r.Name
-			if _, err := r.Rule(domain); err != nil {
+			err := broken[id]
+			if err == nil {
+				_, err = r.Rule(domain)
+			}
+			if err != nil {
 				if good, ok := p.goodRules[id]; ok {
 					bad("rule "+id, err, "held at its last good version")
 					r = good
@@ -243,8 +249,12 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config) (problems []string, r
 				})
 				return err
 			}
-			key := plan + "\x00" + id
-			if err := fits(limits[id]); err != nil {
+			key := planLimitKey(plan, id)
+			err := broken[key]
+			if err == nil {
+				err = fits(limits[id])
+			}
+			if err != nil {
 				// The last good version is held only if it fits the rule as
 				// it is now (the rule may have changed since).
 				if good, ok := p.goodLimits[key]; ok && fits(good) == nil {
@@ -286,7 +296,17 @@ var shipped = func() ratelimit.Config {
 	return cfg
 }()
 
-func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, error) {
+// planLimitKey names plan's limit of rule id in holdBadRows's maps.
+func planLimitKey(plan, id string) string { return plan + "\x00" + id }
+
+// load reads the tables. Each row's spec is decoded on its own: one that
+// does not decode (a number out of range, a string for a list) is returned
+// in broken, by rule ID or planLimitKey, for holdBadRows to hold or leave
+// out like one that does not compile, instead of failing every reload.
+// A rule is named by its row's name column (a copied row renamed there is
+// a rule of its own; spec's name is ignored).
+func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, map[string]error, error) {
+	broken := map[string]error{}
 	cfg := ratelimit.Config{
 		Domains: map[string]ratelimit.DomainSpec{},
 		Plans:   map[string]map[string]ratelimit.LimitSpec{},
@@ -305,16 +325,22 @@ func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, error) {
 		}); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `SELECT domain, spec FROM rl_rules ORDER BY domain, position, name`)
+		rows, err = tx.Query(ctx, `SELECT domain, name, spec FROM rl_rules ORDER BY domain, position, name`)
 		if err != nil {
 			return err
 		}
-		var spec ratelimit.RuleSpec
-		if _, err := pgx.ForEachRow(rows, []any{&domain, &spec}, func() error {
+		var name string
+		var raw []byte
+		if _, err := pgx.ForEachRow(rows, []any{&domain, &name, &raw}, func() error {
+			var spec ratelimit.RuleSpec
+			if err := json.Unmarshal(raw, &spec); err != nil {
+				broken[domain+"/"+name] = fmt.Errorf("its spec does not decode: %w", err)
+				spec = ratelimit.RuleSpec{}
+			}
+			spec.Name = name
 			d := cfg.Domains[domain]
 			d.Rules = append(d.Rules, spec)
 			cfg.Domains[domain] = d
-			spec = ratelimit.RuleSpec{}
 			return nil
 		}); err != nil {
 			return err
@@ -326,15 +352,19 @@ func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, error) {
 		var plan string
 		// A plan without limits is one row of NULLs.
 		var ruleID *string
-		var limit *ratelimit.LimitSpec
-		if _, err := pgx.ForEachRow(rows, []any{&plan, &ruleID, &limit}, func() error {
+		var rawLimit []byte
+		if _, err := pgx.ForEachRow(rows, []any{&plan, &ruleID, &rawLimit}, func() error {
 			if cfg.Plans[plan] == nil {
 				cfg.Plans[plan] = map[string]ratelimit.LimitSpec{}
 			}
-			if ruleID != nil && limit != nil {
-				cfg.Plans[plan][*ruleID] = *limit
+			if ruleID != nil && rawLimit != nil {
+				var limit ratelimit.LimitSpec
+				if err := json.Unmarshal(rawLimit, &limit); err != nil {
+					broken[planLimitKey(plan, *ruleID)] = fmt.Errorf("its spec does not decode: %w", err)
+				}
+				cfg.Plans[plan][*ruleID] = limit
 			}
-			limit = nil
+			rawLimit = nil
 			return nil
 		}); err != nil {
 			return err
@@ -351,9 +381,9 @@ func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, error) {
 		return err
 	})
 	if err != nil {
-		return cfg, fmt.Errorf("load rules from postgres: %w", err)
+		return cfg, nil, fmt.Errorf("load rules from postgres: %w", err)
 	}
-	return cfg, nil
+	return cfg, broken, nil
 }
 
 // Seed writes into the rule tables every item of cfg (domain, rule, plan,

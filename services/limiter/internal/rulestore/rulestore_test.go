@@ -380,3 +380,91 @@ domains:
 		t.Error("lease with a misspelt field: want an error")
 	}
 }
+
+// A row whose spec does not even decode (a number out of range, a string
+// for a list) is held or left out like one that does not compile, instead
+// of failing every reload (and every limiter's start) while the other
+// changes wait.
+func TestRowThatDoesNotDecodeIsHeldOrLeftOut(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	seed(t, pool, `
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+      - {name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  free: {api/a: {limit: 5}}
+  pro: {}
+tenants: {acme: pro}
+`)
+	running := &PostgresSource{Pool: pool}
+	if _, err := running.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`UPDATE rl_rules SET spec = jsonb_set(spec, '{key}', '"ip"') WHERE name = 'b'`,
+		`UPDATE rl_plan_limits SET spec = '{"limit": 1e19}' WHERE plan = 'free' AND rule_id = 'api/a'`,
+		`INSERT INTO rl_plans (plan) VALUES ('odd')`,
+		`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('odd', 'api/a', '{"limit": "60"}')`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := SetTenantPlan(ctx, pool, "acme", "free"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := running.Load(ctx)
+	var partial *PartialError
+	if !errors.As(err, &partial) || len(partial.Problems) != 3 || !strings.Contains(err.Error(), "rule api/b held at its last good version") ||
+		!strings.Contains(err.Error(), "plan free limit of api/a held") || !strings.Contains(err.Error(), "plan odd limit of api/a left out") {
+		t.Fatalf("Load after rows that do not decode: %v; want a PartialError naming the three rows", err)
+	}
+	rs, err := ratelimit.Compile(got)
+	if err != nil {
+		t.Fatalf("what a partial Load returns does not compile: %v", err)
+	}
+	if _, applied := rs.Match("api", map[string]string{"tenant": "acme", "ip": "192.0.2.1"}); len(applied) != 2 || applied[0].Plan != "free" || applied[0].Rule.Limit != 5 {
+		t.Errorf("acme after its move to free: %+v; want api/a at free's 5 (held), and api/b", applied)
+	}
+	if got, err := (&PostgresSource{Pool: pool}).Load(ctx); !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule api/b left out") {
+		t.Errorf("a starting limiter: %v; want it to start with api/b left out", err)
+	} else if _, err := ratelimit.Compile(got); err != nil {
+		t.Errorf("what a starting limiter loads does not compile: %v", err)
+	}
+}
+
+// A rule is its row's name: a row copied under another name is a rule of
+// its own (not "defined twice", which stopped every reload), and renaming
+// the column renames the rule.
+func TestARuleIsItsRowsName(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	seed(t, pool, `
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+`)
+	for _, sql := range []string{
+		`INSERT INTO rl_rules (domain, name, position, spec) SELECT domain, 'a-strict', position + 10, spec || '{"limit": 5, "burst": 5}' FROM rl_rules WHERE name = 'a'`,
+		`UPDATE rl_rules SET name = 'a-loose' WHERE name = 'a'`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
+	if err != nil {
+		t.Fatalf("Load with a copied and a renamed row: %v", err)
+	}
+	var names []string
+	for _, r := range got.Domains["api"].Rules {
+		names = append(names, fmt.Sprintf("%s=%d", r.Name, r.Limit))
+	}
+	if strings.Join(names, " ") != "a-loose=10 a-strict=5" {
+		t.Errorf("rules %v; want a-loose=10 a-strict=5", names)
+	}
+}
