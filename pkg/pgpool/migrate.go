@@ -36,8 +36,9 @@ var migrationRetryPause = time.Second
 // its own transaction together with its bookkeeping row, so a failed file
 // leaves no trace; one that waits on a lock longer than MigrationLockTimeout
 // is tried again (logged with the sessions it waited for). A session
-// advisory lock per component serialises replicas that start together. It
-// returns the names it applied.
+// advisory lock per component serialises replicas that start together. A
+// database with migrations of component that fsys lacks (applied by a
+// newer build) is refused. It returns the names it applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.FS) ([]string, error) {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
@@ -69,6 +70,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", component, err)
+	}
+	// A newer build applied migrations this one does not know (a rollback,
+	// or an old replica restarting mid-rollout): its code may no longer fit
+	// the schema (a changed key, a trigger it does not expect). It stops
+	// here, by name, instead of starting and failing request by request.
+	var newer []string
+	for _, name := range done {
+		if !slices.Contains(names, name) {
+			newer = append(newer, name)
+		}
+	}
+	if len(newer) > 0 {
+		slices.Sort(newer)
+		return nil, fmt.Errorf("migrate %s: the database has migrations this build does not have (%s): a newer version applied them; run that version or a later one (docs/operations.md, Upgrades)",
+			component, strings.Join(newer, ", "))
 	}
 
 	var applied []string
