@@ -239,3 +239,30 @@ func TestFromURLReplacesALinkWhoseVisitsAreSpent(t *testing.T) {
 		t.Errorf("a batch item after the second link's visits were spent: %v; want a third link", r)
 	}
 }
+
+// A link's URL key goes with its long_url whoever changes it: a writer
+// that does not clear it (a shortener from before the key, SQL) must not
+// leave the link handed out for the URL it no longer redirects to.
+func TestFromURLNeverHandsOutALinkForAnotherURL(t *testing.T) {
+	tenant := uniq("fuk-")
+	sh := start(t, nil, hooks{})
+	db, _ := stores(t, sh.cfg, tenant)
+	const long = "https://example.com/first"
+	made, err := sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An old writer's update: long_url only.
+	if _, err := db.Exec(context.Background(), `UPDATE links SET long_url = 'https://example.com/elsewhere' WHERE tenant = $1 AND code = $2`,
+		tenant, made.GetLink().GetCode()); err != nil {
+		t.Fatal(err)
+	}
+	again, err := sh.api.CreateLink(as(tenant, ""), &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: fromURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetLink().GetCode() == made.GetLink().GetCode() || again.GetLink().GetLongUrl() != long || !again.GetCreated() {
+		t.Errorf("the URL again after its link was pointed elsewhere: %s to %s (created %v); want a new link to %s",
+			again.GetLink().GetCode(), again.GetLink().GetLongUrl(), again.GetCreated(), long)
+	}
+}
