@@ -28,14 +28,14 @@ func TestFillNeverOverwritesWriteThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := Fill(ctx, rdb, code, Entry{State: Missing}, time.Minute); err != nil {
+	if err := Fill(ctx, rdb, code, Entry{State: Missing}, time.Minute, ""); err != nil {
 		t.Fatal(err)
 	}
 	active := Entry{State: Active, URL: "https://example.com/", Tenant: "t"}
 	if err := WriteThrough(ctx, rdb, code, active, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := Fill(ctx, rdb, code, Entry{State: Missing}, time.Minute); err != nil {
+	if err := Fill(ctx, rdb, code, Entry{State: Missing}, time.Minute, ""); err != nil {
 		t.Fatal(err)
 	}
 	got, found, err := Get(ctx, rdb, code)
@@ -46,6 +46,51 @@ func TestFillNeverOverwritesWriteThrough(t *testing.T) {
 		t.Errorf("TTL %v: want the write-through's hour, not the negative minute", ttl)
 	}
 	awaitInvalidation(t, sub, code)
+}
+
+// An entry of an older format (a redirect from before passwords filled a
+// protected link without its hash) reads as a miss carrying its encoding,
+// and the fill that follows replaces exactly it: not an entry written in
+// between, not a newer format's entry (which reads as a plain miss).
+func TestAnOlderFormatsEntryIsReplacedByTheFill(t *testing.T) {
+	ctx := context.Background()
+	rdb := clusterClient(t)
+	code := "lcF" + rand.Text()[:10]
+	t.Cleanup(func() { rdb.Del(context.Background(), Key(code)) })
+	const old = `{"s":"active","u":"https://example.com/secret","t":"t"}`
+	if err := rdb.Set(ctx, Key(code), old, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Read(ctx, rdb, code)
+	if err != nil || c.Found || c.Stale != old {
+		t.Fatalf("Read of an older format's entry: %+v, %v; want a miss carrying it", c, err)
+	}
+	protected := Entry{State: Active, URL: "https://example.com/secret", Tenant: "t", PasswordHash: "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"}
+	if err := Fill(ctx, rdb, code, protected, time.Hour, `{"s":"gone"}`); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rdb.Get(ctx, Key(code)).Result(); got != old {
+		t.Fatalf("a fill naming another stale value replaced %s with %s", old, got)
+	}
+	if err := Fill(ctx, rdb, code, protected, time.Hour, c.Stale); err != nil {
+		t.Fatal(err)
+	}
+	if got, found, err := Get(ctx, rdb, code); err != nil || !found || got != protected {
+		t.Fatalf("after the fill: %+v found=%v err=%v; want the entry with its password", got, found, err)
+	}
+	newer := `{"v":99,"s":"active","u":"https://example.com/secret","t":"t","zz":1}`
+	if err := rdb.Set(ctx, Key(code), newer, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Read(ctx, rdb, code); err != nil || c.Found || c.Stale != "" {
+		t.Fatalf("Read of a newer format's entry: %+v, %v; want a plain miss", c, err)
+	}
+	if err := Fill(ctx, rdb, code, protected, time.Hour, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := rdb.Get(ctx, Key(code)).Result(); got != newer {
+		t.Errorf("a fill replaced a newer format's entry with %s", got)
+	}
 }
 
 // TestWriteCreatedKeepsAnyNewerEntry runs the create script on the local

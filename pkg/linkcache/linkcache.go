@@ -141,18 +141,42 @@ func (e Entry) Expired(now time.Time) bool {
 	return e.ExpiresAtMs != 0 && now.UnixMilli() >= e.ExpiresAtMs
 }
 
-// Marshal encodes an entry for Redis (compact JSON).
+// FormatVersion is the version of the entries this build writes ("v"),
+// the only one it reads. An entry of another version is taken for a miss
+// (Read): one older (without "v": before versions, or from a build that
+// knew fewer fields, such as a redirect from before passwords that filled
+// a protected link without its hash) is replaced by the fill that follows,
+// one newer (a later build's, with fields this one cannot honour) is left
+// to the builds that wrote it. Bump it whenever a field is added.
+const FormatVersion = 2
+
+// ErrOtherFormat is Unmarshal's error for an entry of another
+// FormatVersion.
+var ErrOtherFormat = errors.New("linkcache: entry of another format version")
+
+// wire is an entry as stored: its format version and its fields.
+type wire struct {
+	V int `json:"v"`
+	Entry
+}
+
+// Marshal encodes an entry for Redis (compact JSON, FormatVersion).
 func Marshal(e Entry) string {
-	b, _ := json.Marshal(e) // cannot fail: strings, integers and slices of them
+	b, _ := json.Marshal(wire{V: FormatVersion, Entry: e}) // cannot fail: strings, integers and slices of them
 	return string(b)
 }
 
-// Unmarshal decodes an entry written by Marshal.
+// Unmarshal decodes an entry written by Marshal; ErrOtherFormat for one of
+// another FormatVersion.
 func Unmarshal(s string) (Entry, error) {
-	var e Entry
-	if err := json.Unmarshal([]byte(s), &e); err != nil {
+	var w wire
+	if err := json.Unmarshal([]byte(s), &w); err != nil {
 		return Entry{}, fmt.Errorf("linkcache: decode entry: %w", err)
 	}
+	if w.V != FormatVersion {
+		return Entry{}, fmt.Errorf("%w: %d, this build's %d", ErrOtherFormat, w.V, FormatVersion)
+	}
+	e := w.Entry
 	switch e.State {
 	case Active:
 		if e.URL == "" {
@@ -165,27 +189,54 @@ func Unmarshal(s string) (Entry, error) {
 	return e, nil
 }
 
-// Get reads code's entry; found is false when Redis has none.
+// Get reads code's entry; found is false when Redis has none (or one of
+// another FormatVersion).
 func Get(ctx context.Context, rdb redis.Cmdable, code string) (e Entry, found bool, err error) {
-	e, _, found, err = GetSized(ctx, rdb, code)
-	return e, found, err
+	c, err := Read(ctx, rdb, code)
+	return c.Entry, c.Found, err
 }
 
-// GetSized is Get that also returns the length of the entry's encoding in
-// Redis (what a cache of decoded entries weighs them by).
-func GetSized(ctx context.Context, rdb redis.Cmdable, code string) (e Entry, size int, found bool, err error) {
+// Cached is what Read found.
+type Cached struct {
+	Entry
+	// Found: Redis holds an entry of this build's FormatVersion.
+	Found bool
+	// Size is the length of its encoding (what a cache of decoded entries
+	// weighs them by).
+	Size int
+	// Stale is the encoding of an older FormatVersion's entry Redis holds
+	// instead (taken for a miss): Fill replaces exactly it.
+	Stale string
+}
+
+// Read reads code's entry.
+func Read(ctx context.Context, rdb redis.Cmdable, code string) (Cached, error) {
 	s, err := rdb.Get(ctx, Key(code)).Result()
 	if errors.Is(err, redis.Nil) {
-		return Entry{}, 0, false, nil
+		return Cached{}, nil
 	}
 	if err != nil {
-		return Entry{}, 0, false, fmt.Errorf("redis get %s: %w", Key(code), err)
+		return Cached{}, fmt.Errorf("redis get %s: %w", Key(code), err)
 	}
-	e, err = Unmarshal(s)
+	e, err := Unmarshal(s)
+	if errors.Is(err, ErrOtherFormat) {
+		if v, ok := formatOf(s); ok && v > FormatVersion {
+			return Cached{}, nil // a newer build's: not ours to replace
+		}
+		return Cached{Stale: s}, nil
+	}
 	if err != nil {
-		return Entry{}, 0, false, err
+		return Cached{}, err
 	}
-	return e, len(s), true, nil
+	return Cached{Entry: e, Found: true, Size: len(s)}, nil
+}
+
+// formatOf is the format version of an entry's encoding.
+func formatOf(s string) (int, bool) {
+	var w struct {
+		V int `json:"v"`
+	}
+	return w.V, json.Unmarshal([]byte(s), &w) == nil
 }
 
 // WriteThrough overwrites code's entry (replacing any negative entry) and then
@@ -249,11 +300,22 @@ func createArgs(code string, e Entry, ttl time.Duration) []any {
 	return []any{Marshal(e), ttl.Milliseconds(), InvalidationChannel, code}
 }
 
-// Fill stores what a reader found in PostgreSQL, unless an entry appeared in
-// the meantime (SET NX): a concurrent write-through always wins.
-func Fill(ctx context.Context, rdb redis.Cmdable, code string, e Entry, ttl time.Duration) error {
-	if err := rdb.SetNX(ctx, Key(code), Marshal(e), ttl).Err(); err != nil {
-		return fmt.Errorf("redis setnx %s: %w", Key(code), err)
+// fillScript is Fill's: KEYS[1] the entry; ARGV the new entry, its TTL in
+// milliseconds, and the stale encoding it may replace ("" for none).
+var fillScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and (ARGV[3] == '' or cur ~= ARGV[3]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// Fill stores what a reader found in PostgreSQL where Redis holds nothing,
+// or still holds exactly stale (Cached.Stale: an older format's entry the
+// reader took for a miss): any other entry appeared in the meantime, and
+// a concurrent write-through always wins.
+func Fill(ctx context.Context, rdb redis.Cmdable, code string, e Entry, ttl time.Duration, stale string) error {
+	if err := fillScript.Run(ctx, rdb, []string{Key(code)}, Marshal(e), ttl.Milliseconds(), stale).Err(); err != nil {
+		return fmt.Errorf("redis fill %s: %w", Key(code), err)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package linkcache
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func TestEntryRoundTrip(t *testing.T) {
 			t.Errorf("Unmarshal(Marshal(%+v)) = %+v, %v", e, got, err)
 		}
 	}
-	for _, bad := range []string{"", "{", `{"s":"active"}`, `{"s":"maybe"}`} {
+	for _, bad := range []string{"", "{", `{"v":2,"s":"active"}`, `{"v":2,"s":"maybe"}`} {
 		if _, err := Unmarshal(bad); err == nil {
 			t.Errorf("Unmarshal(%q): want an error", bad)
 		}
@@ -36,7 +37,7 @@ func TestExpired(t *testing.T) {
 }
 
 func TestPlainEntryHasNoRulesField(t *testing.T) {
-	const want = `{"s":"active","u":"https://example.com/","t":"acme"}`
+	const want = `{"v":2,"s":"active","u":"https://example.com/","t":"acme"}`
 	if got := Marshal(Entry{State: Active, URL: "https://example.com/", Tenant: "acme"}); got != want {
 		t.Fatalf("plain entry encodes as %s, want %s", got, want)
 	}
@@ -55,7 +56,21 @@ func TestRulesRoundTripCompiled(t *testing.T) {
 	if u, _, ok := got.Rules.Match(&req); !ok || u != "https://example.com/debug" {
 		t.Fatalf("decoded rules matched %q, %v", u, ok)
 	}
-	if _, err := Unmarshal(`{"s":"active","u":"https://example.com/","g":{"v":[{"n":"a","u":"https://example.com/","w":-1}]}}`); err == nil {
+	if _, err := Unmarshal(`{"v":2,"s":"active","u":"https://example.com/","g":{"v":[{"n":"a","u":"https://example.com/","w":-1}]}}`); err == nil {
 		t.Fatal("an entry with a negative weight decoded")
+	}
+}
+
+// An entry of another format version (none: before versions, or a build
+// that knew fewer fields; or a newer one) does not decode as one of ours.
+func TestOtherFormatVersionsAreNotOurs(t *testing.T) {
+	for _, s := range []string{
+		`{"s":"active","u":"https://example.com/","t":"acme"}`,
+		`{"v":1,"s":"active","u":"https://example.com/","t":"acme"}`,
+		`{"v":3,"s":"active","u":"https://example.com/","t":"acme","z":1}`,
+	} {
+		if _, err := Unmarshal(s); !errors.Is(err, ErrOtherFormat) {
+			t.Errorf("Unmarshal(%s): %v; want ErrOtherFormat", s, err)
+		}
 	}
 }

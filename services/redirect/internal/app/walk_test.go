@@ -29,7 +29,7 @@ func TestWalkingExistingCodesIsBoundedPerIP(t *testing.T) {
 		target := "https://example.com/walk/" + code
 		f.insert(code, "t", target, 0, nil, false)
 		e := linkcache.Entry{State: linkcache.Active, URL: target, Tenant: "t"}
-		if err := linkcache.Fill(context.Background(), f.rdb, code, e, time.Minute); err != nil { // no invalidation: L1 takes it
+		if err := linkcache.Fill(context.Background(), f.rdb, code, e, time.Minute, ""); err != nil { // no invalidation: L1 takes it
 			t.Fatal(err)
 		}
 		return code

@@ -184,8 +184,9 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 	gen := r.gen(code)
 
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.RedisTimeout)
-	e, size, found, err := linkcache.GetSized(rctx, r.rdb, code)
+	c, err := linkcache.Read(rctx, r.rdb, code)
 	cancel()
+	e, size, found := c.Entry, c.Size, c.Found
 	redisOK := err == nil
 	if err != nil {
 		r.redisErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "get")))
@@ -213,7 +214,7 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 			ttl = r.cfg.Cache.NegativeTTL
 		}
 		fctx, cancel := context.WithTimeout(ctx, r.cfg.RedisTimeout)
-		if err := linkcache.Fill(fctx, r.rdb, code, e, ttl); err != nil {
+		if err := linkcache.Fill(fctx, r.rdb, code, e, ttl, c.Stale); err != nil {
 			r.redisErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "fill")))
 			r.log.WarnContext(ctx, "redis fill failed", "code", code, "err", err)
 		}

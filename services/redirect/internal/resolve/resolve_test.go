@@ -81,6 +81,34 @@ func (f *fakeRedis) SetNX(ctx context.Context, key string, value any, ttl time.D
 	return cmd
 }
 
+// EvalSha finds no script: every script runs through Eval.
+func (f *fakeRedis) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, "evalsha", sha)
+	cmd.SetErr(redis.ErrNoScript)
+	return cmd
+}
+
+// Eval runs linkcache's fill script (the only one the resolver sends): set
+// the entry where there is none, or where the stale value given is still
+// there.
+func (f *fakeRedis) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cmd := redis.NewCmd(ctx, "eval", keys[0])
+	if f.fillErr != nil {
+		cmd.SetErr(f.fillErr)
+		return cmd
+	}
+	value, ttlMs, stale := args[0].(string), args[1].(int64), args[2].(string)
+	if cur, ok := f.entries[keys[0]]; ok && (stale == "" || cur != stale) {
+		cmd.SetVal(int64(0)) // a newer entry wins
+		return cmd
+	}
+	f.entries[keys[0]], f.ttls[keys[0]] = value, time.Duration(ttlMs)*time.Millisecond
+	cmd.SetVal(int64(1))
+	return cmd
+}
+
 // entry returns what Redis holds for code, and its TTL.
 func (f *fakeRedis) entry(t *testing.T, code string) (linkcache.Entry, time.Duration, bool) {
 	t.Helper()
@@ -688,5 +716,36 @@ func TestL1WeightBoundsTheHeap(t *testing.T) {
 			t.Errorf("%s: weight %d of an entry that takes %d bytes decoded (encoding %d)", name, w, heap, len(raw))
 		}
 		runtime.KeepAlive(kept)
+	}
+}
+
+// An entry an older build filled (a redirect from before passwords: the
+// protected link without its hash) is not served: the link is read from
+// PostgreSQL and the entry replaced; a newer build's entry is not served
+// either (its fields may ask what this build cannot do), nor replaced.
+func TestEntriesOfOtherFormatsAreNotServed(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	hash := "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"
+	db.links["pw"] = link{tenant: "acme", url: "https://example.com/secret", hash: &hash}
+	db.links["new"] = link{tenant: "acme", url: "https://example.com/new"}
+	old := `{"s":"active","u":"https://example.com/secret","t":"acme"}`
+	newer := `{"v":99,"s":"active","u":"https://example.com/new","t":"acme","zz":1}`
+	rdb.entries[linkcache.Key("pw")], rdb.entries[linkcache.Key("new")] = old, newer
+	r, _ := newResolver(t, rdb, db)
+
+	if got := resolve(t, r, "pw"); got.Source != SourceDB || got.Entry.PasswordHash != hash {
+		t.Errorf("a link behind an older format's entry: %+v from %s; want it from PostgreSQL, with its password", got.Entry, got.Source)
+	}
+	if e, _, ok := rdb.entry(t, "pw"); !ok || e.PasswordHash != hash {
+		t.Errorf("Redis holds %+v after the lookup; want the older entry replaced, with the password", e)
+	}
+	if got := resolve(t, r, "new"); got.Source != SourceDB {
+		t.Errorf("a link behind a newer format's entry came from %s; want PostgreSQL", got.Source)
+	}
+	rdb.mu.Lock()
+	kept := rdb.entries[linkcache.Key("new")]
+	rdb.mu.Unlock()
+	if kept != newer {
+		t.Errorf("a newer format's entry was replaced with %s", kept)
 	}
 }
