@@ -41,10 +41,11 @@ type Common struct {
 	// HTTPMaxConnections bounds the open connections of the HTTP listener
 	// (the public one of the redirect and the gateway): a connection that
 	// comes while this many are open is served, and the oldest one that
-	// has sent nothing yet or sits idle between requests is closed for it
-	// (never one with a request in flight), so strangers' silent or idle
-	// connections can neither keep others out nor grow the process's
-	// memory and file descriptors.
+	// has sent no request yet is closed for it, or else the oldest idle for
+	// a second or more between requests, or else the newcomer (never a
+	// request being served), so strangers' silent or idle connections can
+	// neither keep others out nor grow the process's memory and file
+	// descriptors.
 	HTTPMaxConnections int `env:"HTTP_MAX_CONNECTIONS" default:"4096"`
 	Telemetry          telemetry.Config
 	// HTTP bounds the HTTP listener; its other fields have no variables

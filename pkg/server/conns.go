@@ -15,25 +15,33 @@ const DefaultMaxConnections = 4096
 
 // connGuard bounds the connections of an HTTP server without ever keeping
 // a new one waiting: a connection accepted while max are open closes the
-// oldest quiet one, one that has sent nothing yet or sits idle between
-// keep-alive requests. A stranger's silent or idle connections cost it
+// oldest one that has sent no request yet or, failing that, the oldest
+// idle between keep-alive requests for at least idleGrace; with neither,
+// the newcomer itself. A stranger's silent or idle connections cost it
 // nothing to hold (until ReadHeaderTimeout or IdleTimeout): at the cap
 // they make room for everyone else's instead of filling the listener. A
-// connection with a request in flight is never closed (requests are
-// bounded by their own timeouts). Below the cap nothing is closed: a
-// load balancer's pooled connections may be written to at any moment.
+// request being served is never cut (requests are bounded by their own
+// timeouts); one still arriving on a connection the server takes for
+// quiet can be, as at IdleTimeout, hence the grace for pooled keep-alive
+// connections, which a client may write to at any moment. Below the cap
+// nothing is closed.
 type connGuard struct {
 	max int
 
 	mu    sync.Mutex
 	open  int
-	quiet map[net.Conn]time.Time // new or idle connections, since when
+	fresh map[net.Conn]time.Time // new connections (no request yet), since when
+	idle  map[net.Conn]time.Time // idle keep-alive connections, since when
 }
+
+// idleGrace is how long a keep-alive connection must have been idle to be
+// closed for a newcomer at the cap.
+var idleGrace = time.Second
 
 // guardConns bounds srv's connections on lis to max and returns the
 // listener to serve.
 func guardConns(srv *http.Server, lis net.Listener, max int) net.Listener {
-	g := &connGuard{max: max, quiet: map[net.Conn]time.Time{}}
+	g := &connGuard{max: max, fresh: map[net.Conn]time.Time{}, idle: map[net.Conn]time.Time{}}
 	srv.ConnState = g.state
 	return guardedListener{lis, g}
 }
@@ -44,34 +52,44 @@ func (g *connGuard) state(c net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateNew:
 		g.open++
-		g.quiet[c] = time.Now()
+		g.fresh[c] = time.Now()
 	case http.StateIdle:
-		g.quiet[c] = time.Now()
+		g.idle[c] = time.Now()
 	case http.StateActive:
-		delete(g.quiet, c)
+		delete(g.fresh, c)
+		delete(g.idle, c)
 	case http.StateClosed, http.StateHijacked:
 		g.open--
-		delete(g.quiet, c)
+		delete(g.fresh, c)
+		delete(g.idle, c)
 	}
 }
 
-// makeRoom closes the oldest quiet connection when max are open.
-func (g *connGuard) makeRoom() {
+// makeRoom picks, when max are open, the connection to close for the one
+// just accepted (see connGuard); nil below the cap.
+func (g *connGuard) makeRoom(accepted net.Conn) (victim net.Conn) {
 	g.mu.Lock()
-	var victim net.Conn
-	if g.open >= g.max {
-		var oldest time.Time
-		for c, since := range g.quiet {
-			if victim == nil || since.Before(oldest) {
-				victim, oldest = c, since
+	defer g.mu.Unlock()
+	if g.open < g.max {
+		return nil
+	}
+	oldest := func(m map[net.Conn]time.Time, before time.Time) net.Conn {
+		var pick net.Conn
+		for c, since := range m {
+			if since.Before(before) {
+				pick, before = c, since
 			}
 		}
-		delete(g.quiet, victim)
+		return pick
 	}
-	g.mu.Unlock()
-	if victim != nil {
-		_ = victim.Close() // its server goroutine sees it closed and ends
+	if victim = oldest(g.fresh, time.Now().Add(time.Hour)); victim != nil {
+		delete(g.fresh, victim)
+	} else if victim = oldest(g.idle, time.Now().Add(-idleGrace)); victim != nil {
+		delete(g.idle, victim)
+	} else {
+		victim = accepted
 	}
+	return victim
 }
 
 type guardedListener struct {
@@ -80,9 +98,18 @@ type guardedListener struct {
 }
 
 func (l guardedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.g.makeRoom()
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return c, err
+		}
+		victim := l.g.makeRoom(c)
+		if victim == nil {
+			return c, nil
+		}
+		_ = victim.Close() // its server goroutine sees it closed and ends
+		if victim != c {
+			return c, nil
+		}
 	}
-	return c, err
 }

@@ -110,9 +110,12 @@ func TestSilentConnectionsMakeRoomAtTheCap(t *testing.T) {
 	}
 }
 
-// At the cap, the oldest idle keep-alive connection makes room; below it
-// none is closed, and one with a request in flight never is.
+// At the cap, the oldest idle keep-alive connection makes room (here idle
+// for no time at all: no grace); below it none is closed, and one with a
+// request in flight never is.
 func TestIdleConnectionsMakeRoomAtTheCapActiveOnesNever(t *testing.T) {
+	defer func(g time.Duration) { idleGrace = g }(idleGrace)
+	idleGrace = 0
 	const max = 16
 	addr, accepted, holding, release := guarded(t, max)
 	// Requests in flight on the oldest half.
@@ -147,6 +150,47 @@ func TestIdleConnectionsMakeRoomAtTheCapActiveOnesNever(t *testing.T) {
 	for range max / 2 {
 		if err := <-held; err != nil {
 			t.Errorf("a request in flight at the cap: %v; want it answered", err)
+		}
+	}
+}
+
+// A connection that has sent nothing goes before an idle keep-alive one
+// (which a client may be writing a request to), and an idle one only after
+// idleGrace: with neither at the cap, the newcomer is closed instead.
+func TestSilentConnectionsGoFirstIdleOnesAfterTheirGrace(t *testing.T) {
+	defer func(g time.Duration) { idleGrace = g }(idleGrace)
+	idleGrace = time.Hour
+	const max = 16
+	addr, accepted, _, _ := guarded(t, max)
+	var idle, silent []client
+	for range max / 2 {
+		c := dial(t, addr)
+		if err := c.get(t, "/"); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	for range max / 2 {
+		silent = append(silent, dial(t, addr))
+	}
+	awaitAccepted(t, accepted, max)
+	for i := range max / 2 {
+		if err := dial(t, addr).get(t, "/"); err != nil {
+			t.Fatalf("newcomer %d at the cap: %v; want it served", i+1, err)
+		}
+		if !silent[i].closedByServer() {
+			t.Fatalf("silent connection %d still open after newcomer %d; want the silent ones closed first", i, i+1)
+		}
+	}
+	// Only idle ones (within their grace) and the served newcomers, now
+	// idle too, remain: the next newcomer is closed, no idle one.
+	late := dial(t, addr)
+	if err := late.get(t, "/"); err == nil {
+		t.Error("a newcomer at a cap of connections idle within their grace was served; want it closed")
+	}
+	for i, c := range idle {
+		if err := c.get(t, "/"); err != nil {
+			t.Errorf("idle connection %d within its grace: %v; want it kept", i, err)
 		}
 	}
 }
