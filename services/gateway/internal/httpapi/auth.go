@@ -79,18 +79,21 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 		}
 		return unauthenticated("an API key is required: send Authorization: Bearer <key>", "")
 	}
-	release, err := a.checkAuthFailures(c)
+	check, err := a.checkAuthFailures(c)
 	if err != nil {
 		return err
 	}
-	defer release()
+	failed := false
+	defer func() { check.done(failed) }()
 	token, ok := bearer(values)
 	if !ok {
+		failed = true
 		return a.authFailed(c, "malformed", "", `the Authorization header must be one "Bearer <key>"`)
 	}
 	p, err := a.keys.Authenticate(c.r.Context(), token)
 	if errors.Is(err, keystore.ErrInvalidKey) {
 		id, _ := keystore.ParseKeyID(token)
+		failed = true
 		return a.authFailed(c, "invalid_key", id, "the API key is invalid or revoked")
 	}
 	if err != nil {
@@ -108,14 +111,16 @@ func (a *API) authenticateAdmin(c *call) error {
 	if len(values) == 0 {
 		return unauthenticated("the admin API needs Authorization: Bearer <admin token>", "")
 	}
-	release, err := a.checkAuthFailures(c)
+	check, err := a.checkAuthFailures(c)
 	if err != nil {
 		return err
 	}
-	defer release()
+	failed := false
+	defer func() { check.done(failed) }()
 	token, ok := bearer(values)
 	sum := sha256.Sum256([]byte(token))
 	if !ok || subtle.ConstantTimeCompare(sum[:], a.adminHash[:]) != 1 {
+		failed = true
 		return a.authFailed(c, "admin_token", "", "the admin token is invalid")
 	}
 	return nil
@@ -129,48 +134,64 @@ func limiterBlind(d quota.Decision) bool {
 }
 
 // checkAuthFailures looks (cost 0) at the auth rule for the client IP and
-// refuses the call when the IP has used up its failures. It first takes
-// the IP's credential check on this gateway (authSlots: one at a time),
-// which release gives back once the check is done and a failure counted.
-// When the limiter cannot tell, the rule fails closed only for IPs this
-// gateway saw failing within the rule's window: a Redis or limiter outage
-// must not lock every user out, only the addresses already guessing.
-func (a *API) checkAuthFailures(c *call) (release func(), err error) {
+// refuses the call when the IP has used up its failures; otherwise the
+// returned ticket admits the credential check (see authSlots), and its
+// done must be called once the check is over, with whether it failed
+// (and was charged). When the limiter cannot tell, the rule fails closed
+// only for IPs this gateway saw failing within the rule's window: a Redis
+// or limiter outage must not lock every user out, only the addresses
+// already guessing.
+func (a *API) checkAuthFailures(c *call) (*authTicket, error) {
 	ctx, ip := c.r.Context(), c.st.ipKey
-	done, err := a.authSlots.take(ctx, ip)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			done()
+	t := a.authSlots.begin(ip)
+	for {
+		t.look()
+		var rec windowRecord
+		d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": ip}, quota.FailClosed)
+		if d.Abandoned {
+			t.done(false)
+			return nil, ctx.Err()
 		}
-	}()
-	release = done
-	var rec windowRecord
-	d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": ip}, quota.FailClosed)
-	if d.Abandoned {
-		return nil, ctx.Err()
-	}
-	if limiterBlind(d) {
-		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
-		if _, seen := a.failures.recent(ip); !seen {
-			return release, nil
+		if limiterBlind(d) {
+			a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
+			if _, seen := a.failures.recent(ip); !seen {
+				return t, nil
+			}
+			t.done(false)
+			e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+				"too many failed authentications from this address; retry later")
+			e.retryAfter = max(d.RetryAfter, time.Second)
+			return nil, e
 		}
-		e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
-			"too many failed authentications from this address; retry later")
-		e.retryAfter = max(d.RetryAfter, time.Second)
-		return nil, e
+		a.failures.setTTL(rec.window)
+		if d.Rule == "" {
+			return t, nil
+		}
+		if d.Allowed && d.Remaining > 0 {
+			for {
+				ok, stale, wait := t.admit(d.Remaining)
+				if ok {
+					return t, nil
+				}
+				if stale {
+					break // a check failed since the look: look again
+				}
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					t.done(false)
+					return nil, ctx.Err()
+				}
+			}
+			continue
+		}
+		t.done(false)
+		// Remember the block here too: the failures may have been counted by
+		// another replica, and this one must keep the IP out if Redis fails.
+		a.failures.add(ip)
+		setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
+		return nil, denied(DomainAuth, d, "too many failed authentications from this address")
 	}
-	a.failures.setTTL(rec.window)
-	if d.Rule == "" || (d.Allowed && d.Remaining > 0) {
-		return release, nil
-	}
-	// Remember the block here too: the failures may have been counted by
-	// another replica, and this one must keep the IP out if Redis fails.
-	a.failures.add(ip)
-	setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
-	return nil, denied(DomainAuth, d, "too many failed authentications from this address")
 }
 
 // authFailed counts a failed authentication against the client IP (in the

@@ -1,51 +1,97 @@
 package httpapi
 
 import (
-	"context"
 	"sync"
 )
 
-// authSlots runs the credential checks of one client address on this
-// gateway one at a time. The brute-force rule is looked at (cost 0) before
-// a check and charged only after a failed one: checks of one address in
-// flight together all pass the look before any failure is counted (25-62
-// of 200 concurrent guesses were checked, for a rule of 10). One at a
-// time, each looks after the last failure was counted, so no more guesses
-// are checked than the rule allows (per gateway replica in flight: a
-// burst spread over n replicas may have n checked at once). A client's
-// requests from one address wait for each other only for the look and the
-// check (a key lookup), not for the rest of the request. The map holds
-// only addresses with checks in flight or waiting: it is bounded by the
+// authSlots bounds the credential checks of one client address in flight
+// on this gateway to the failures the brute-force rule has left for it.
+// The rule is looked at (cost 0) before a check and charged only after a
+// failed one: unbounded, a burst of concurrent guesses all passed the look
+// before any failure was counted (25-62 of 200 guesses checked, for a rule
+// of 10). A check is admitted only while fewer checks are in flight than
+// its look saw failures left, and only if no check of the address failed
+// since that look (else it looks again): so even if every check in flight
+// fails, no more fail than the rule allows (per gateway replica: a burst
+// spread over n replicas may get n more). Checks of an address that is not
+// failing run side by side, up to the rule's limit at once. The map holds
+// only addresses with a check in flight or waiting: it is bounded by the
 // server's connections.
 type authSlots struct {
-	mu   sync.Mutex
-	busy map[string]chan struct{} // closed when the address's check ends
+	mu  sync.Mutex
+	ips map[string]*ipChecks
 }
 
-func newAuthSlots() *authSlots { return &authSlots{busy: map[string]chan struct{}{}} }
+// ipChecks is one address's checks on this gateway.
+type ipChecks struct {
+	tickets  int           // alive: looking, waiting or checking
+	inflight int           // admitted and not done
+	failed   int64         // failures counted by its checks while tickets > 0
+	freed    chan struct{} // closed, and replaced, when a check is done
+}
 
-// take waits until no check of ip is in flight and starts one; release
-// ends it.
-func (s *authSlots) take(ctx context.Context, ip string) (release func(), err error) {
-	for {
-		s.mu.Lock()
-		ch, busy := s.busy[ip]
-		if !busy {
-			done := make(chan struct{})
-			s.busy[ip] = done
-			s.mu.Unlock()
-			return func() {
-				s.mu.Lock()
-				delete(s.busy, ip)
-				s.mu.Unlock()
-				close(done)
-			}, nil
-		}
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+func newAuthSlots() *authSlots { return &authSlots{ips: map[string]*ipChecks{}} }
+
+// authTicket is one request's credential check of ip.
+type authTicket struct {
+	s        *authSlots
+	ip       string
+	st       *ipChecks
+	seen     int64 // st.failed when it last looked
+	admitted bool
+}
+
+// begin starts a check of ip; call done when it is over.
+func (s *authSlots) begin(ip string) *authTicket {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.ips[ip]
+	if st == nil {
+		st = &ipChecks{freed: make(chan struct{})}
+		s.ips[ip] = st
+	}
+	st.tickets++
+	return &authTicket{s: s, ip: ip, st: st}
+}
+
+// look records that the rule is about to be looked at.
+func (t *authTicket) look() {
+	t.s.mu.Lock()
+	t.seen = t.st.failed
+	t.s.mu.Unlock()
+}
+
+// admit admits the check if fewer than left are in flight and no check of
+// the address failed since the look; stale says to look again; otherwise
+// wait is closed when a check of the address ends.
+func (t *authTicket) admit(left int64) (ok, stale bool, wait <-chan struct{}) {
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	if t.st.failed != t.seen {
+		return false, true, nil
+	}
+	if int64(t.st.inflight) < left {
+		t.st.inflight++
+		t.admitted = true
+		return true, false, nil
+	}
+	return false, false, t.st.freed
+}
+
+// done ends the check; failed counts it as a failure (already charged).
+func (t *authTicket) done(failed bool) {
+	t.s.mu.Lock()
+	defer t.s.mu.Unlock()
+	if t.admitted {
+		t.st.inflight--
+		t.admitted = false
+	}
+	if failed {
+		t.st.failed++
+	}
+	close(t.st.freed)
+	t.st.freed = make(chan struct{})
+	if t.st.tickets--; t.st.tickets == 0 {
+		delete(t.s.ips, t.ip)
 	}
 }
