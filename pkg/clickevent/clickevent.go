@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"hash"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -273,12 +274,14 @@ func Country(code string) string {
 }
 
 // Truncate cuts s to at most MaxTextLen bytes without splitting a UTF-8
-// sequence. Invalid bytes before the cut are kept as they are.
+// sequence. Invalid bytes before the cut are kept as they are. What it cuts
+// is a copy, so that a click kept in a buffer holds those bytes only, not
+// a stranger's whole header.
 func Truncate(s string) string {
 	if len(s) <= MaxTextLen {
 		return s
 	}
-	s = s[:MaxTextLen]
+	s = strings.Clone(s[:MaxTextLen])
 	// Only the last rune can be cut short: find its first byte among the
 	// last UTFMax-1 and drop it if the rest of its sequence is gone.
 	for i := len(s) - 1; i >= len(s)-(utf8.UTFMax-1); i-- {

@@ -169,24 +169,30 @@ func Marshal(e Entry) string {
 // Unmarshal decodes an entry written by Marshal; ErrOtherFormat for one of
 // another FormatVersion.
 func Unmarshal(s string) (Entry, error) {
+	e, _, err := decode(s)
+	return e, err
+}
+
+// decode is Unmarshal that also returns the entry's format version.
+func decode(s string) (Entry, int, error) {
 	var w wire
 	if err := json.Unmarshal([]byte(s), &w); err != nil {
-		return Entry{}, fmt.Errorf("linkcache: decode entry: %w", err)
+		return Entry{}, 0, fmt.Errorf("linkcache: decode entry: %w", err)
 	}
 	if w.V != FormatVersion {
-		return Entry{}, fmt.Errorf("%w: %d, this build's %d", ErrOtherFormat, w.V, FormatVersion)
+		return Entry{}, w.V, fmt.Errorf("%w: %d, this build's %d", ErrOtherFormat, w.V, FormatVersion)
 	}
 	e := w.Entry
 	switch e.State {
 	case Active:
 		if e.URL == "" {
-			return Entry{}, errors.New("linkcache: active entry without a URL")
+			return Entry{}, w.V, errors.New("linkcache: active entry without a URL")
 		}
 	case Gone, Missing:
 	default:
-		return Entry{}, fmt.Errorf("linkcache: unknown state %q", e.State)
+		return Entry{}, w.V, fmt.Errorf("linkcache: unknown state %q", e.State)
 	}
-	return e, nil
+	return e, w.V, nil
 }
 
 // Get reads code's entry; found is false when Redis has none (or one of
@@ -218,9 +224,9 @@ func Read(ctx context.Context, rdb redis.Cmdable, code string) (Cached, error) {
 	if err != nil {
 		return Cached{}, fmt.Errorf("redis get %s: %w", Key(code), err)
 	}
-	e, err := Unmarshal(s)
+	e, v, err := decode(s)
 	if errors.Is(err, ErrOtherFormat) {
-		if v, ok := formatOf(s); ok && v > FormatVersion {
+		if v > FormatVersion {
 			return Cached{}, nil // a newer build's: not ours to replace
 		}
 		return Cached{Stale: s}, nil
@@ -229,14 +235,6 @@ func Read(ctx context.Context, rdb redis.Cmdable, code string) (Cached, error) {
 		return Cached{}, err
 	}
 	return Cached{Entry: e, Found: true, Size: len(s)}, nil
-}
-
-// formatOf is the format version of an entry's encoding.
-func formatOf(s string) (int, bool) {
-	var w struct {
-		V int `json:"v"`
-	}
-	return w.V, json.Unmarshal([]byte(s), &w) == nil
 }
 
 // WriteThrough overwrites code's entry (replacing any negative entry) and then

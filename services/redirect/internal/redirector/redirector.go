@@ -27,7 +27,6 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -596,20 +595,9 @@ func (h *Handler) record(ctx context.Context, r *http.Request, code, tenant stri
 	h.clicks.Record(clickevent.Event{
 		ID: clickevent.NewID(start), Code: code, Tenant: tenant, Time: start,
 		Visitor:   h.visitors.Visitor(start, c.key, ua),
-		UserAgent: kept(ua), Referrer: kept(r.Referer()), TraceParent: parent, Country: h.clickCountry(c, d),
+		UserAgent: clickevent.Truncate(ua), Referrer: clickevent.Truncate(r.Referer()), TraceParent: parent, Country: h.clickCountry(c, d),
 		Rule: d.rule, Variant: d.variant,
 	})
-}
-
-// kept is what a click keeps of a header: what its stream entry stores,
-// and a copy when that is less than the header, so that the click buffer
-// (KURZ_REDIRECT_CLICK_BUFFER clicks, while Redis is slow) holds at most
-// clickevent.MaxTextLen bytes of each, not a stranger's 64 KiB header.
-func kept(s string) string {
-	if t := clickevent.Truncate(s); len(t) < len(s) {
-		return strings.Clone(t)
-	}
-	return s
 }
 
 // country is the country of the client address addr, "" without a GeoIP

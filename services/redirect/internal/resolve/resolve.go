@@ -306,12 +306,13 @@ func weight(e linkcache.Entry, size int) int64 {
 // L1Bytes. Links of a stranger's making may be large (many rules, long
 // destinations): by entries alone L1 could outgrow the process.
 func (r *Resolver) admit(code string, e linkcache.Entry, size int) {
+	// Whatever version L1 holds goes first: Add over an entry would not
+	// give its weight back, and a lighter one must not outlive a change.
+	r.l1.Remove(code)
 	w := weight(e, size)
 	if r.cfg.L1Bytes > 0 && w > r.cfg.L1Bytes/64 {
-		r.l1.Remove(code) // an older, lighter version must not stay
 		return
 	}
-	r.l1.Remove(code) // Add over an entry would not give its weight back
 	r.l1Bytes.Add(w)
 	r.l1.Add(code, l1Entry{e: e, weight: w})
 	for r.cfg.L1Bytes > 0 && r.l1Bytes.Load() > r.cfg.L1Bytes {

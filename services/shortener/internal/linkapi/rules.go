@@ -32,19 +32,11 @@ func (s *Service) rulesOf(rules []*shortenerv1.RedirectRule, variants []*shorten
 		return nil, rpcerr.Invalidf("variants", ReasonRulesInvalid, "variants: a link carries at most %d variants", linkrules.MaxVariants)
 	}
 	set := &linkrules.Set{}
-	values := 0
 	for i, r := range rules {
 		rule := linkrules.Rule{Name: r.GetName(), URL: r.GetUrl()}
 		if len(r.GetConditions()) > linkrules.MaxConditions {
 			return nil, rpcerr.Invalidf(fmt.Sprintf("rules[%d].conditions", i), ReasonRulesInvalid,
 				"rules[%d].conditions: a rule has 1 to %d conditions", i, linkrules.MaxConditions)
-		}
-		for _, c := range r.GetConditions() {
-			values += max(1, len(c.GetDevices())+len(c.GetLanguages())+len(c.GetCidrs())+len(c.GetCountries()))
-		}
-		if values > linkrules.MaxLinkValues {
-			return nil, rpcerr.Invalidf("rules", ReasonRulesInvalid,
-				"rules: a link's conditions hold at most %d values together (rules[0] to rules[%d] hold %d)", linkrules.MaxLinkValues, i, values)
 		}
 		for j, c := range r.GetConditions() {
 			cond, err := conditionOf(fmt.Sprintf("rules[%d].conditions[%d]", i, j), c)
@@ -57,6 +49,12 @@ func (s *Service) rulesOf(rules []*shortenerv1.RedirectRule, variants []*shorten
 	}
 	for _, v := range variants {
 		set.Variants = append(set.Variants, linkrules.Variant{Name: v.GetName(), URL: v.GetUrl(), Weight: int(v.GetWeight())})
+	}
+	// Converting touched no value (the lists are shared), so the bound of
+	// them all is counted before any is parsed.
+	if _, values := set.Size(); values > linkrules.MaxLinkValues {
+		return nil, rpcerr.Invalidf("rules", ReasonRulesInvalid,
+			"rules: a link's conditions hold at most %d values together (these hold %d)", linkrules.MaxLinkValues, values)
 	}
 	if err := set.Compile(); err != nil {
 		var le *linkrules.Error
