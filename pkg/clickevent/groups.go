@@ -2,6 +2,9 @@ package clickevent
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,19 +40,36 @@ end
 return gone
 `)
 
-// LeaveGroup removes consumer name from group on stream key unless it
-// holds pending entries (they stay, for another consumer to claim), and
-// reports whether it left. A missing stream or group is nothing to leave.
-func LeaveGroup(ctx context.Context, rdb redis.Scripter, key, group, name string) (bool, error) {
-	gone, err := removeConsumers(ctx, rdb, key, group, name, 0, "only")
-	return len(gone) > 0, err
+// LeaveGroup removes consumer name from group on every stream of keys
+// where it holds no pending entry (they stay, for another consumer to
+// claim), and reports on how many it left. A missing stream or group is
+// nothing to leave; the other streams are left whatever one's error.
+func LeaveGroup(ctx context.Context, rdb redis.Scripter, keys []string, group, name string) (int, error) {
+	left, errs := 0, []error(nil)
+	for _, key := range keys {
+		gone, err := removeConsumers(ctx, rdb, key, group, name, 0, "only")
+		left += len(gone)
+		errs = append(errs, err)
+	}
+	return left, errors.Join(errs...)
 }
 
-// ForgetIdleConsumers removes from group on stream key every consumer but
-// self idle for at least idle with nothing pending (a process killed
-// without leaving), and returns their names.
-func ForgetIdleConsumers(ctx context.Context, rdb redis.Scripter, key, group, self string, idle time.Duration) ([]string, error) {
-	return removeConsumers(ctx, rdb, key, group, self, idle, "except")
+// ForgetIdleConsumers removes from group on every stream of keys each
+// consumer but self idle for at least idle with nothing pending (a process
+// killed without leaving), and returns their names, once each.
+func ForgetIdleConsumers(ctx context.Context, rdb redis.Scripter, keys []string, group, self string, idle time.Duration) ([]string, error) {
+	var forgot []string
+	var errs []error
+	for _, key := range keys {
+		gone, err := removeConsumers(ctx, rdb, key, group, self, idle, "except")
+		for _, name := range gone {
+			if !slices.Contains(forgot, name) {
+				forgot = append(forgot, name)
+			}
+		}
+		errs = append(errs, err)
+	}
+	return forgot, errors.Join(errs...)
 }
 
 func removeConsumers(ctx context.Context, rdb redis.Scripter, key, group, name string, idle time.Duration, mode string) ([]string, error) {
@@ -57,5 +77,8 @@ func removeConsumers(ctx context.Context, rdb redis.Scripter, key, group, name s
 	if err != nil && (strings.Contains(err.Error(), "NOGROUP") || strings.Contains(err.Error(), "no such key")) {
 		return nil, nil
 	}
-	return gone, err
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return gone, nil
 }

@@ -74,10 +74,10 @@ func TestIdleConsumersWithNothingPendingAreForgotten(t *testing.T) {
 	rdb := clusterClient(t)
 	const threshold = 300 * time.Millisecond
 	key, group := groupWith(t, rdb, threshold, "a-self", "b-idle", "c-holding")
-	if gone, err := ForgetIdleConsumers(ctx, rdb, key, group, "a-self", time.Hour); err != nil || len(gone) != 0 {
+	if gone, err := ForgetIdleConsumers(ctx, rdb, []string{key}, group, "a-self", time.Hour); err != nil || len(gone) != 0 {
 		t.Errorf("forgot %v (err %v) of consumers idle for less than an hour", gone, err)
 	}
-	gone, err := ForgetIdleConsumers(ctx, rdb, key, group, "a-self", threshold)
+	gone, err := ForgetIdleConsumers(ctx, rdb, []string{key}, group, "a-self", threshold)
 	if err != nil || !slices.Equal(gone, []string{"b-idle"}) {
 		t.Errorf("forgot %v (err %v), want only b-idle (c-holding holds an entry, a-self is the caller)", gone, err)
 	}
@@ -97,14 +97,14 @@ func TestLeaveGroupKeepsAConsumerHoldingEntries(t *testing.T) {
 	key, group := groupWith(t, rdb, 0, "a-self", "b-idle", "c-holding")
 	for _, tc := range []struct {
 		name string
-		left bool
+		left int
 		want []string
 	}{
-		{"c-holding", false, []string{"a-self", "b-idle", "c-holding"}},
-		{"a-self", true, []string{"b-idle", "c-holding"}},
-		{"a-self", false, []string{"b-idle", "c-holding"}}, // gone already
+		{"c-holding", 0, []string{"a-self", "b-idle", "c-holding"}},
+		{"a-self", 1, []string{"b-idle", "c-holding"}},
+		{"a-self", 0, []string{"b-idle", "c-holding"}}, // gone already
 	} {
-		left, err := LeaveGroup(ctx, rdb, key, group, tc.name)
+		left, err := LeaveGroup(ctx, rdb, []string{key}, group, tc.name)
 		if err != nil || left != tc.left {
 			t.Errorf("LeaveGroup(%s) = %v, %v; want %v", tc.name, left, err, tc.left)
 		}
@@ -112,7 +112,7 @@ func TestLeaveGroupKeepsAConsumerHoldingEntries(t *testing.T) {
 			t.Errorf("after %s left: %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if left, err := LeaveGroup(ctx, rdb, "test-groups:{none}", group, "a-self"); left || err != nil {
-		t.Errorf("leaving a stream that does not exist = %v, %v; want false, nil", left, err)
+	if left, err := LeaveGroup(ctx, rdb, []string{"test-groups:{none}"}, group, "a-self"); left != 0 || err != nil {
+		t.Errorf("leaving a stream that does not exist = %v, %v; want 0, nil", left, err)
 	}
 }

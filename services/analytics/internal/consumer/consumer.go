@@ -299,10 +299,8 @@ func (c *Consumer) Run(ctx context.Context) {
 func (c *Consumer) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	for _, key := range c.keys {
-		if _, err := clickevent.LeaveGroup(ctx, c.rdb, key, c.opts.Group, c.opts.Name); err != nil {
-			c.log.Warn("leaving the click group", "stream", key, "err", err)
-		}
+	if _, err := clickevent.LeaveGroup(ctx, c.rdb, c.keys, c.opts.Group, c.opts.Name); err != nil {
+		c.log.Warn("leaving the click group", "err", err)
 	}
 }
 

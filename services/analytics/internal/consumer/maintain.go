@@ -50,14 +50,12 @@ func (c *Consumer) maintain(ctx, hard context.Context) {
 // forgetIdle removes the consumers ForgetIdle has passed for (see
 // Options.ForgetIdle) from every shard's group.
 func (c *Consumer) forgetIdle(ctx context.Context) {
-	for _, key := range c.keys {
-		gone, err := clickevent.ForgetIdleConsumers(ctx, c.rdb, key, c.opts.Group, c.opts.Name, c.opts.ForgetIdle)
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("forgetting idle consumers", "stream", key, "err", err)
-		}
-		if len(gone) > 0 {
-			c.log.Info("forgot idle consumers with nothing pending", "stream", key, "consumers", gone, "idle_at_least", c.opts.ForgetIdle)
-		}
+	gone, err := clickevent.ForgetIdleConsumers(ctx, c.rdb, c.keys, c.opts.Group, c.opts.Name, c.opts.ForgetIdle)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("forgetting idle consumers", "err", err)
+	}
+	if len(gone) > 0 {
+		c.log.Info("forgot idle consumers with nothing pending", "consumers", gone, "idle_at_least", c.opts.ForgetIdle)
 	}
 }
 

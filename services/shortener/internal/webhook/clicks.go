@@ -227,14 +227,12 @@ func (b *ClickBatcher) claim(ctx context.Context, tenants map[string]bool, batch
 // forget removes the group's consumers idle for ForgetIdle with nothing
 // pending (replicas killed without leaving) on every shard.
 func (b *ClickBatcher) forget(ctx context.Context) {
-	for _, key := range b.keys {
-		gone, err := clickevent.ForgetIdleConsumers(ctx, b.rdb, key, b.cfg.ClickGroup, b.consumer, b.ForgetIdle)
-		if err != nil && ctx.Err() == nil {
-			b.log.Warn("webhook clicks: forgetting idle consumers failed", "stream", key, "err", err)
-		}
-		if len(gone) > 0 {
-			b.log.Info("webhook clicks: forgot idle consumers with nothing pending", "stream", key, "consumers", gone)
-		}
+	gone, err := clickevent.ForgetIdleConsumers(ctx, b.rdb, b.keys, b.cfg.ClickGroup, b.consumer, b.ForgetIdle)
+	if err != nil && ctx.Err() == nil {
+		b.log.Warn("webhook clicks: forgetting idle consumers failed", "err", err)
+	}
+	if len(gone) > 0 {
+		b.log.Info("webhook clicks: forgot idle consumers with nothing pending", "consumers", gone)
 	}
 }
 
@@ -243,10 +241,8 @@ func (b *ClickBatcher) forget(ctx context.Context) {
 func (b *ClickBatcher) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	for _, key := range b.keys {
-		if _, err := clickevent.LeaveGroup(ctx, b.rdb, key, b.cfg.ClickGroup, b.consumer); err != nil {
-			b.log.Warn("webhook clicks: leaving the click group failed", "stream", key, "err", err)
-		}
+	if _, err := clickevent.LeaveGroup(ctx, b.rdb, b.keys, b.cfg.ClickGroup, b.consumer); err != nil {
+		b.log.Warn("webhook clicks: leaving the click group failed", "err", err)
 	}
 }
 
