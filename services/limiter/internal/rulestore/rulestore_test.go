@@ -120,6 +120,16 @@ func seed(t *testing.T, pool *pgxpool.Pool, rules string) {
 	}
 }
 
+// execSQL runs each statement on pool, as an operator's edits would.
+func execSQL(t *testing.T, pool *pgxpool.Pool, statements ...string) {
+	t.Helper()
+	for _, sql := range statements {
+		if _, err := pool.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+}
+
 // load reads the rules back from pool as a limiter does.
 func load(t *testing.T, pool *pgxpool.Pool) ratelimit.Config {
 	t.Helper()
@@ -188,15 +198,9 @@ tenants: {acme: pro}
 	if _, err := running.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exec(`UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '2000000000000000') WHERE name = 'b'`)
-	exec(`UPDATE rl_plan_limits SET spec = jsonb_set(spec, '{window}', '"soon"') WHERE rule_id = 'api/a'`)
-	exec(`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('pro', 'api/a', '{"limit": 50}')`)
+	execSQL(t, pool, `UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '2000000000000000') WHERE name = 'b'`)
+	execSQL(t, pool, `UPDATE rl_plan_limits SET spec = jsonb_set(spec, '{window}', '"soon"') WHERE rule_id = 'api/a'`)
+	execSQL(t, pool, `INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('pro', 'api/a', '{"limit": 50}')`)
 	if err := SetTenantPlan(ctx, pool, "acme", "free"); err != nil {
 		t.Fatal(err)
 	}
@@ -236,15 +240,15 @@ tenants: {acme: pro}
 	}
 
 	// Mended, it loads whole again.
-	exec(`UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '20') WHERE name = 'b'`)
-	exec(`UPDATE rl_plan_limits SET spec = '{"limit": 6, "burst": 1000}' WHERE plan = 'free' AND rule_id = 'api/a'`)
+	execSQL(t, pool, `UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '20') WHERE name = 'b'`)
+	execSQL(t, pool, `UPDATE rl_plan_limits SET spec = '{"limit": 6, "burst": 1000}' WHERE plan = 'free' AND rule_id = 'api/a'`)
 	if _, err := running.Load(ctx); err != nil {
 		t.Errorf("Load after the rows are mended: %v", err)
 	}
 
 	// A good edit of a rule that its held plan limit no longer fits: the
 	// limit is left out, not held, so the edit and the rest apply.
-	exec(`UPDATE rl_rules SET spec = jsonb_set(spec, '{window}', '"7200h"') WHERE name = 'a'`)
+	execSQL(t, pool, `UPDATE rl_rules SET spec = jsonb_set(spec, '{window}', '"7200h"') WHERE name = 'a'`)
 	got, err = running.Load(ctx)
 	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "plan free limit of api/a left out") {
 		t.Fatalf("Load after the rule outgrew its plan limit: %v; want that limit left out", err)
@@ -403,16 +407,12 @@ tenants: {acme: pro}
 	if _, err := running.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, sql := range []string{
+	execSQL(t, pool,
 		`UPDATE rl_rules SET spec = jsonb_set(spec, '{key}', '"ip"') WHERE name = 'b'`,
 		`UPDATE rl_plan_limits SET spec = '{"limit": 1e19}' WHERE plan = 'free' AND rule_id = 'api/a'`,
 		`INSERT INTO rl_plans (plan) VALUES ('odd')`,
 		`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('odd', 'api/a', '{"limit": "60"}')`,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	if err := SetTenantPlan(ctx, pool, "acme", "free"); err != nil {
 		t.Fatal(err)
 	}
@@ -448,14 +448,10 @@ domains:
     rules:
       - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
 `)
-	for _, sql := range []string{
+	execSQL(t, pool,
 		`INSERT INTO rl_rules (domain, name, position, spec) SELECT domain, 'a-strict', position + 10, spec || '{"limit": 5, "burst": 5}' FROM rl_rules WHERE name = 'a'`,
 		`UPDATE rl_rules SET name = 'a-loose' WHERE name = 'a'`,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	got, err := (&PostgresSource{Pool: pool}).Load(ctx)
 	if err != nil {
 		t.Fatalf("Load with a copied and a renamed row: %v", err)
