@@ -41,7 +41,7 @@ type Config struct {
 	RulesSource string `env:"LIMITER_RULES_SOURCE" default:"postgres"`
 	// RulesFile is the bootstrap / rules YAML; empty means the one built in.
 	RulesFile string `env:"LIMITER_RULES_FILE" default:""`
-	// RulesRefresh is how often the rules are reloaded (a PostgreSQL NOTIFY reloads them at once).
+	// RulesRefresh is how often the rules are reloaded (a PostgreSQL NOTIFY reloads them at once; tenants' plans, which a NOTIFY names, every 30th time).
 	RulesRefresh time.Duration `env:"LIMITER_RULES_REFRESH" default:"10s"`
 	// RedisTimeout bounds every decision's Redis call; past it the rule's
 	// failure mode decides. 10 ms: at 32 callers on a 2-core machine
@@ -314,11 +314,12 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 		}
 		return nil
 	})
-	notify := make(chan struct{}, 1)
+	var changes *rulestore.Changes
 	if st.db != nil {
-		lc.Go("rules listener", func(ctx context.Context) { rulestore.Listen(ctx, st.db, notify, log) })
+		changes = rulestore.NewChanges()
+		lc.Go("rules listener", func(ctx context.Context) { rulestore.Listen(ctx, st.db, changes, log) })
 	}
-	lc.Go("rules refresh", func(ctx context.Context) { refresher.Run(ctx, notify) })
+	lc.Go("rules refresh", func(ctx context.Context) { refresher.Run(ctx, changes) })
 	lc.Go("slot map refresh", engine.Run)
 	// Stopped after the drain: the replica leaves the fleet once it no
 	// longer answers, and the others' shares grow.

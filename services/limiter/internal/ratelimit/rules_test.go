@@ -139,3 +139,28 @@ func compile(t testing.TB, src string) *Ruleset {
 	}
 	return rs
 }
+
+func TestTenantPlansWithCopiesOnlyWhatChanges(t *testing.T) {
+	base := NewTenantPlans(map[string]string{"a": "free", "b": "pro", "c": "", "d": "free"})
+	if base.Len() != 3 || base.Plan("c") != "" || base.Plan("b") != "pro" {
+		t.Fatalf("NewTenantPlans: len %d, c %q, b %q; want 3, \"\", pro", base.Len(), base.Plan("c"), base.Plan("b"))
+	}
+	next := base.With(map[string]string{"a": "pro", "b": "", "e": "free", "zz": ""})
+	for tenant, want := range map[string]string{"a": "pro", "b": "", "d": "free", "e": "free", "zz": ""} {
+		if got := next.Plan(tenant); got != want {
+			t.Errorf("after With: plan of %s = %q, want %q", tenant, got, want)
+		}
+	}
+	if next.Len() != 3 {
+		t.Errorf("after With: %d tenants, want 3 (a, d, e)", next.Len())
+	}
+	for tenant, want := range map[string]string{"a": "free", "b": "pro", "d": "free", "e": ""} {
+		if got := base.Plan(tenant); got != want {
+			t.Errorf("With changed its receiver: plan of %s = %q, want %q", tenant, got, want)
+		}
+	}
+	var none *TenantPlans
+	if none.Plan("a") != "" || none.Len() != 0 || none.With(map[string]string{"a": "pro"}).Plan("a") != "pro" {
+		t.Error("a nil TenantPlans is not an empty one")
+	}
+}

@@ -133,9 +133,9 @@ func (s RuleSpec) Rule(domain string) (*Rule, error) {
 // Ruleset is an immutable, validated snapshot of the configuration, shared
 // by every request until the next refresh replaces it.
 type Ruleset struct {
-	domains     map[string]*domainRules
-	plans       map[string]map[string]override
-	tenantPlans map[string]string
+	domains map[string]*domainRules
+	plans   map[string]map[string]override
+	tenants *TenantPlans
 }
 
 type domainRules struct {
@@ -168,9 +168,9 @@ func (o override) apply(r *Rule) *Rule {
 // only the first, so a bad file is fixed in one pass.
 func Compile(cfg Config) (*Ruleset, error) {
 	rs := &Ruleset{
-		domains:     make(map[string]*domainRules, len(cfg.Domains)),
-		plans:       make(map[string]map[string]override, len(cfg.Plans)),
-		tenantPlans: maps.Clone(cfg.Tenants),
+		domains: make(map[string]*domainRules, len(cfg.Domains)),
+		plans:   make(map[string]map[string]override, len(cfg.Plans)),
+		tenants: NewTenantPlans(cfg.Tenants),
 	}
 	var errs []string
 	ids := map[string]*Rule{}
@@ -274,7 +274,7 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 		desc = filled
 	}
 	var out []Applied
-	plan := rs.tenantPlans[desc["tenant"]]
+	plan := rs.tenants.Plan(desc["tenant"])
 	for _, r := range d.rules {
 		if !r.matches(desc) {
 			continue
@@ -299,6 +299,23 @@ func (d *domainRules) fills(desc map[string]string) bool {
 		}
 	}
 	return false
+}
+
+// Tenants returns the tenants' plans rs decides with.
+func (rs *Ruleset) Tenants() *TenantPlans { return rs.tenants }
+
+// WithTenants returns a copy of rs deciding with tenants' plans instead. A
+// tenant on a plan rs does not have gets the rules' own figures.
+func (rs *Ruleset) WithTenants(tenants *TenantPlans) *Ruleset {
+	c := *rs
+	c.tenants = tenants
+	return &c
+}
+
+// HasPlan reports whether plan is configured.
+func (rs *Ruleset) HasPlan(plan string) bool {
+	_, ok := rs.plans[plan]
+	return ok
 }
 
 // Domains lists the configured domains.

@@ -1,6 +1,8 @@
 package rulestore
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
@@ -71,4 +73,33 @@ func TestBootstrapBoundsPasswordAttemptsPerAddress(t *testing.T) {
 		return
 	}
 	t.Error("links.password has no enforced, fail-closed rule keyed on ip alone")
+}
+
+func TestChangesNamesTenantsUpToABound(t *testing.T) {
+	c := NewChanges()
+	c.Note("rl_tenant_plans:a:b") // tenant IDs may hold colons
+	c.Note("rl_tenant_plans:c")
+	c.Note("rl_tenant_plans:c")
+	rules, all, tenants := c.take()
+	slices.Sort(tenants)
+	if rules || all || !slices.Equal(tenants, []string{"a:b", "c"}) {
+		t.Errorf("two tenants named: rules %v, all %v, tenants %q; want only a:b and c", rules, all, tenants)
+	}
+	c.Note("rl_plans")
+	if rules, all, tenants = c.take(); !rules || all || len(tenants) > 0 {
+		t.Errorf("rl_plans: rules %v, all %v, tenants %q; want the rules only", rules, all, tenants)
+	}
+	for i := range maxNamedTenants + 1 {
+		c.Note(fmt.Sprintf("rl_tenant_plans:t%d", i))
+	}
+	if rules, all, tenants = c.take(); rules || !all || len(tenants) > 0 {
+		t.Errorf("%d tenants named: rules %v, all %v, %d tenants; want every tenant", maxNamedTenants+1, rules, all, len(tenants))
+	}
+	c.Note("rl_tenant_plans")
+	if _, all, _ = c.take(); !all {
+		t.Error("rl_tenant_plans alone did not mean every tenant")
+	}
+	if rules, all, tenants = c.take(); rules || all || len(tenants) > 0 {
+		t.Errorf("take did not forget: rules %v, all %v, tenants %q", rules, all, tenants)
+	}
 }

@@ -1,7 +1,9 @@
 // Package rulestore loads the limiter's rules from PostgreSQL or a YAML file,
 // seeds PostgreSQL from the bootstrap file, and keeps the engine's rules
 // fresh: a periodic refresh plus PostgreSQL LISTEN/NOTIFY, so a plan change
-// applies within a second and no request ever reads the database.
+// applies within a second and no request ever reads the database. A
+// notification names the tenants whose plans changed, and only theirs are
+// read again.
 package rulestore
 
 import (
@@ -126,7 +128,37 @@ func (e *PartialError) Error() string {
 // stored rules) is held at it. Both are logged as warnings when what they
 // touch changes.
 func (p *PostgresSource) Load(ctx context.Context) (ratelimit.Config, error) {
-	cfg, broken, err := p.load(ctx)
+	return p.loadChecked(ctx, true)
+}
+
+// LoadRules implements TenantSource: Load without the tenants' plans.
+func (p *PostgresSource) LoadRules(ctx context.Context) (ratelimit.Config, error) {
+	return p.loadChecked(ctx, false)
+}
+
+// LoadTenants implements TenantSource.
+func (p *PostgresSource) LoadTenants(ctx context.Context, tenants []string) (map[string]string, error) {
+	plans := make(map[string]string, len(tenants))
+	query, args := `SELECT tenant, plan FROM rl_tenant_plans`, []any{}
+	if tenants != nil {
+		query, args = query+` WHERE tenant = ANY($1)`, []any{tenants}
+	}
+	rows, err := p.Pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("load tenant plans from postgres: %w", err)
+	}
+	var tenant, plan string
+	if _, err := pgx.ForEachRow(rows, []any{&tenant, &plan}, func() error {
+		plans[tenant] = plan
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load tenant plans from postgres: %w", err)
+	}
+	return plans, nil
+}
+
+func (p *PostgresSource) loadChecked(ctx context.Context, withTenants bool) (ratelimit.Config, error) {
+	cfg, broken, err := p.load(ctx, withTenants)
 	if err != nil {
 		return cfg, err
 	}
@@ -304,8 +336,9 @@ func planLimitKey(plan, id string) string { return plan + "\x00" + id }
 // in broken, by rule ID or planLimitKey, for holdBadRows to hold or leave
 // out like one that does not compile, instead of failing every reload.
 // A rule is named by its row's name column (a copied row renamed there is
-// a rule of its own; spec's name is ignored).
-func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, map[string]error, error) {
+// a rule of its own; spec's name is ignored). The tenants' plans are read
+// only withTenants.
+func (p *PostgresSource) load(ctx context.Context, withTenants bool) (ratelimit.Config, map[string]error, error) {
 	broken := map[string]error{}
 	cfg := ratelimit.Config{
 		Domains: map[string]ratelimit.DomainSpec{},
@@ -368,6 +401,9 @@ func (p *PostgresSource) load(ctx context.Context) (ratelimit.Config, map[string
 			return nil
 		}); err != nil {
 			return err
+		}
+		if !withTenants {
+			return nil
 		}
 		rows, err = tx.Query(ctx, `SELECT tenant, plan FROM rl_tenant_plans`)
 		if err != nil {
@@ -467,6 +503,23 @@ func SetTenantPlan(ctx context.Context, pool *pgxpool.Pool, tenant, plan string)
 	return nil
 }
 
+// TenantSource is a Source that reads tenants' plans apart from the rest
+// of the rules (PostgresSource): at 500,000 tenants they are nearly all of
+// a reload's cost, while a plan change touches one.
+type TenantSource interface {
+	Source
+	// LoadRules is Load without the tenants' plans.
+	LoadRules(ctx context.Context) (ratelimit.Config, error)
+	// LoadTenants reads the plans of tenants (every tenant's when nil); a
+	// tenant without one is not in the map.
+	LoadTenants(ctx context.Context, tenants []string) (map[string]string, error)
+}
+
+// tenantsEvery is how many periodic refreshes of a TenantSource's rules
+// pass between two reloads of every tenant's plan (a backstop: a
+// notification names each change).
+const tenantsEvery = 30
+
 // Refresher keeps an engine's rules in line with a Source.
 type Refresher struct {
 	Source   Source
@@ -475,24 +528,80 @@ type Refresher struct {
 	Log      *slog.Logger
 	// OnResult, when set, observes every refresh (for metrics and tests).
 	OnResult func(err error)
+
+	// What Run last applied, apart, for a TenantSource: rules is nil
+	// until a whole refresh succeeded, and tenantsStale set while a
+	// tenant's plan may have been missed.
+	rules        *ratelimit.Ruleset
+	tenants      *ratelimit.TenantPlans
+	tenantsStale bool
+	ticks        int
 }
 
-// Refresh loads, compiles and applies the rules once. On failure the rules
-// in force stay, and the error is returned; a PartialError's rules are
-// applied, and it is returned too.
+// Refresh loads, compiles and applies the rules once, tenants' plans
+// included. On failure the rules in force stay, and the error is returned;
+// a PartialError's rules are applied, and it is returned too.
 func (r *Refresher) Refresh(ctx context.Context) error {
-	cfg, err := r.Source.Load(ctx)
-	var partial *PartialError
-	if err == nil || errors.As(err, &partial) {
-		rs, cerr := ratelimit.Compile(cfg)
-		if cerr == nil {
-			r.Apply(rs)
-		} else {
-			err, partial = cerr, nil
-		}
+	rs, err := r.compile(ctx, r.Source.Load)
+	if rs != nil {
+		r.rules, r.tenants, r.tenantsStale = rs, rs.Tenants(), false
+		r.Apply(rs)
 	}
+	return r.report(err)
+}
+
+// refreshRules is Refresh without the tenants' plans, which stay.
+func (r *Refresher) refreshRules(ctx context.Context, ts TenantSource) error {
+	rs, err := r.compile(ctx, ts.LoadRules)
+	if rs != nil {
+		r.rules = rs
+		r.Apply(rs.WithTenants(r.tenants))
+	}
+	return r.report(err)
+}
+
+// refreshTenants reads the plans of tenants and applies them to the rules
+// in force. A plan the rules do not have yet (created in the same breath)
+// reloads the rules first.
+func (r *Refresher) refreshTenants(ctx context.Context, ts TenantSource, tenants []string) error {
+	plans, err := ts.LoadTenants(ctx, tenants)
+	if err != nil {
+		r.tenantsStale = true // the next tick reloads every tenant
+		return r.report(err)
+	}
+	changes := make(map[string]string, len(tenants))
+	newPlan := false
+	for _, t := range tenants {
+		changes[t] = plans[t]
+		newPlan = newPlan || plans[t] != "" && !r.rules.HasPlan(plans[t])
+	}
+	r.tenants = r.tenants.With(changes)
+	if newPlan {
+		return r.refreshRules(ctx, ts)
+	}
+	r.Apply(r.rules.WithTenants(r.tenants))
+	return r.report(nil)
+}
+
+// compile loads with load and compiles; the Ruleset is nil when nothing
+// can be applied.
+func (r *Refresher) compile(ctx context.Context, load func(context.Context) (ratelimit.Config, error)) (*ratelimit.Ruleset, error) {
+	cfg, err := load(ctx)
+	var partial *PartialError
+	if err != nil && !errors.As(err, &partial) {
+		return nil, err
+	}
+	rs, cerr := ratelimit.Compile(cfg)
+	if cerr != nil {
+		return nil, cerr
+	}
+	return rs, err
+}
+
+func (r *Refresher) report(err error) error {
+	var partial *PartialError
 	switch {
-	case partial != nil:
+	case errors.As(err, &partial):
 		r.Log.Error("rules refreshed, but rows that do not compile are held at their last good version or left out: fix them", "err", err)
 	case err != nil:
 		r.Log.Error("rules refresh failed; keeping the last good rules", "err", err)
@@ -503,29 +612,114 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 	return err
 }
 
-// Run refreshes every Interval and whenever notify fires, until ctx ends.
-func (r *Refresher) Run(ctx context.Context, notify <-chan struct{}) {
+// Run refreshes every Interval and at every change changes reports (nil:
+// none, as for a rules file), until ctx ends. A TenantSource's tenants'
+// plans are reloaded whole only every tenantsEvery intervals, and when
+// changes says so; a notification naming tenants reloads only theirs.
+func (r *Refresher) Run(ctx context.Context, changes *Changes) {
 	tick := time.NewTicker(r.Interval)
 	defer tick.Stop()
+	var wake <-chan struct{}
+	if changes != nil {
+		wake = changes.wake
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-notify:
+			r.ticks++
+			ts, split := r.Source.(TenantSource)
+			if split && r.rules != nil && !r.tenantsStale && r.ticks%tenantsEvery != 0 {
+				_ = r.refreshRules(ctx, ts)
+			} else {
+				_ = r.Refresh(ctx)
+			}
+		case <-wake:
+			rules, allTenants, tenants := changes.take()
+			ts, split := r.Source.(TenantSource)
+			if !split || r.rules == nil || r.tenantsStale || allTenants {
+				_ = r.Refresh(ctx)
+				continue
+			}
+			if rules {
+				_ = r.refreshRules(ctx, ts)
+			}
+			if len(tenants) > 0 {
+				_ = r.refreshTenants(ctx, ts, tenants)
+			}
 		}
-		_ = r.Refresh(ctx)
 	}
 }
 
-// Listen LISTENs on Channel on a dedicated connection and signals notify
-// (without blocking) for every notification, reconnecting with backoff until
-// ctx ends. A reconnection also signals, since notifications sent while
+// maxNamedTenants bounds the tenants Changes remembers by name between two
+// refreshes; past it, every tenant's plan is reloaded.
+const maxNamedTenants = 1000
+
+// Changes gathers what the rule tables' notifications say changed, for
+// Refresher.Run: the rules (domains, rules, plans and plan limits, small
+// and reloaded whole), every tenant's plan, or named tenants' plans.
+type Changes struct {
+	wake chan struct{}
+
+	mu         sync.Mutex
+	rules, all bool
+	tenants    map[string]struct{}
+}
+
+// NewChanges returns a Changes with nothing changed yet.
+func NewChanges() *Changes {
+	return &Changes{wake: make(chan struct{}, 1), tenants: map[string]struct{}{}}
+}
+
+// Everything marks every rule and tenant changed (a new LISTEN connection:
+// notifications sent without one are lost).
+func (c *Changes) Everything() {
+	c.mu.Lock()
+	c.rules, c.all = true, true
+	c.mu.Unlock()
+	signal(c.wake)
+}
+
+// Note records a notification's payload: "rl_tenant_plans:<tenant>" names
+// one tenant, "rl_tenant_plans" alone every tenant (a statement that
+// changed many, or a database before migration 0003), any other table's
+// name the rules.
+func (c *Changes) Note(payload string) {
+	c.mu.Lock()
+	switch tenant, named := strings.CutPrefix(payload, "rl_tenant_plans:"); {
+	case named && len(c.tenants) < maxNamedTenants:
+		c.tenants[tenant] = struct{}{}
+	case named || payload == "rl_tenant_plans":
+		c.all = true
+	default:
+		c.rules = true
+	}
+	c.mu.Unlock()
+	signal(c.wake)
+}
+
+// take returns what changed since the last take, and forgets it.
+func (c *Changes) take() (rules, allTenants bool, tenants []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rules, allTenants = c.rules, c.all
+	if !allTenants {
+		tenants = slices.Collect(maps.Keys(c.tenants))
+	}
+	c.rules, c.all = false, false
+	clear(c.tenants)
+	return rules, allTenants, tenants
+}
+
+// Listen LISTENs on Channel on a dedicated connection and records every
+// notification in changes, reconnecting with backoff until ctx ends. A
+// (re)connection marks everything changed, since notifications sent while
 // disconnected are lost.
-func Listen(ctx context.Context, pool *pgxpool.Pool, notify chan<- struct{}, log *slog.Logger) {
+func Listen(ctx context.Context, pool *pgxpool.Pool, changes *Changes, log *slog.Logger) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := listenOnce(ctx, pool, notify)
+		err := listenOnce(ctx, pool, changes)
 		if ctx.Err() != nil {
 			return
 		}
@@ -539,7 +733,7 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, notify chan<- struct{}, log
 	}
 }
 
-func listenOnce(ctx context.Context, pool *pgxpool.Pool, notify chan<- struct{}) error {
+func listenOnce(ctx context.Context, pool *pgxpool.Pool, changes *Changes) error {
 	pooled, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -550,15 +744,16 @@ func listenOnce(ctx context.Context, pool *pgxpool.Pool, notify chan<- struct{})
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return err
 	}
-	signal(notify)
+	changes.Everything()
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
 			return err
 		}
-		signal(notify)
+		changes.Note(n.Payload)
 	}
 }
 

@@ -6,7 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -463,4 +466,201 @@ domains:
 	if strings.Join(names, " ") != "a-loose=10 a-strict=5" {
 		t.Errorf("rules %v; want a-loose=10 a-strict=5", names)
 	}
+}
+
+// countingSource records which loads a Refresher asks of a PostgresSource.
+type countingSource struct {
+	*PostgresSource
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *countingSource) record(call string) {
+	c.mu.Lock()
+	c.calls = append(c.calls, call)
+	c.mu.Unlock()
+}
+
+func (c *countingSource) taken() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	calls := c.calls
+	c.calls = nil
+	return calls
+}
+
+func (c *countingSource) Load(ctx context.Context) (ratelimit.Config, error) {
+	c.record("all")
+	return c.PostgresSource.Load(ctx)
+}
+
+func (c *countingSource) LoadRules(ctx context.Context) (ratelimit.Config, error) {
+	c.record("rules")
+	return c.PostgresSource.LoadRules(ctx)
+}
+
+func (c *countingSource) LoadTenants(ctx context.Context, tenants []string) (map[string]string, error) {
+	slices.Sort(tenants)
+	c.record("tenants " + strings.Join(tenants, ","))
+	return c.PostgresSource.LoadTenants(ctx, tenants)
+}
+
+// A notification naming tenants reloads only their plans, with the rules
+// in force; one naming a rule table reloads the rules and keeps the
+// tenants; "rl_tenant_plans" alone reloads everything.
+func TestRefresherReloadsOnlyWhatChanged(t *testing.T) {
+	pool := isolated(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seed(t, pool, `
+domains:
+  api:
+    rules:
+      - {name: per-tenant, key: [tenant], algorithm: fixed_window, limit: 10, window: 1m, failure_mode: open}
+plans:
+  free: {}
+  pro: {api/per-tenant: {limit: 1000}}
+tenants: {t1: free, t2: free, t3: pro}
+`)
+	src := &countingSource{PostgresSource: &PostgresSource{Pool: pool}}
+	applied := make(chan *ratelimit.Ruleset, 10)
+	r := &Refresher{Source: src, Interval: time.Hour, Log: slog.New(slog.DiscardHandler),
+		Apply: func(rs *ratelimit.Ruleset) { applied <- rs }}
+	changes := NewChanges()
+	go r.Run(ctx, changes)
+	next := func(step string) *ratelimit.Ruleset {
+		t.Helper()
+		select {
+		case rs := <-applied:
+			return rs
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no rules applied within 5 s", step)
+			return nil
+		}
+	}
+	plans := func(rs *ratelimit.Ruleset, tenants ...string) string {
+		var out []string
+		for _, tenant := range tenants {
+			out = append(out, tenant+"="+rs.Tenants().Plan(tenant))
+		}
+		return strings.Join(out, " ")
+	}
+
+	changes.Everything() // as Listen does when it connects
+	rs := next("connect")
+	if got, calls := plans(rs, "t1", "t2", "t3"), src.taken(); got != "t1=free t2=free t3=pro" || !slices.Equal(calls, []string{"all"}) {
+		t.Fatalf("first refresh: %s after loads %q; want t1=free t2=free t3=pro after [all]", got, calls)
+	}
+
+	// One tenant a step: Run may wake between two notes.
+	execSQL(t, pool, `UPDATE rl_tenant_plans SET plan = 'pro' WHERE tenant = 't1'`)
+	changes.Note("rl_tenant_plans:t1")
+	rs = next("t1 named")
+	if got, calls := plans(rs, "t1", "t2", "t3"), src.taken(); got != "t1=pro t2=free t3=pro" || !slices.Equal(calls, []string{"tenants t1"}) {
+		t.Errorf("after naming t1: %s after loads %q; want t1=pro t2=free t3=pro after [tenants t1]", got, calls)
+	}
+	execSQL(t, pool, `DELETE FROM rl_tenant_plans WHERE tenant = 't2'`)
+	changes.Note("rl_tenant_plans:t2")
+	rs = next("t2 named")
+	if got, calls := plans(rs, "t1", "t2", "t3"), src.taken(); got != "t1=pro t2= t3=pro" || !slices.Equal(calls, []string{"tenants t2"}) {
+		t.Errorf("after naming t2: %s after loads %q; want t1=pro t2= t3=pro after [tenants t2]", got, calls)
+	}
+	if _, applied := rs.Match("api", map[string]string{"tenant": "t1"}); len(applied) != 1 || applied[0].Rule.Limit != 1000 || applied[0].Plan != "pro" {
+		t.Errorf("t1's request after its plan change: %+v, want the pro plan's limit 1000", applied)
+	}
+
+	// A plan created with its first tenant: the rules are reloaded too.
+	execSQL(t, pool,
+		`INSERT INTO rl_plans (plan) VALUES ('team')`,
+		`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('team', 'api/per-tenant', '{"limit": 50}')`,
+		`INSERT INTO rl_tenant_plans (tenant, plan) VALUES ('t4', 'team')`)
+	changes.Note("rl_tenant_plans:t4")
+	rs = next("tenant on a new plan")
+	if got, calls := plans(rs, "t1", "t4"), src.taken(); got != "t1=pro t4=team" || !slices.Equal(calls, []string{"tenants t4", "rules"}) {
+		t.Errorf("after naming t4 on a new plan: %s after loads %q; want t1=pro t4=team after [tenants t4, rules]", got, calls)
+	}
+	if _, applied := rs.Match("api", map[string]string{"tenant": "t4"}); len(applied) != 1 || applied[0].Rule.Limit != 50 {
+		t.Errorf("t4's request on the new plan: %+v, want its limit 50", applied)
+	}
+
+	execSQL(t, pool, `UPDATE rl_plan_limits SET spec = '{"limit": 2000}' WHERE plan = 'pro'`)
+	changes.Note("rl_plan_limits")
+	rs = next("plan limits")
+	if got, calls := plans(rs, "t1", "t2", "t3", "t4"), src.taken(); got != "t1=pro t2= t3=pro t4=team" || !slices.Equal(calls, []string{"rules"}) {
+		t.Errorf("after a plan limit change: %s after loads %q; want the tenants kept after [rules]", got, calls)
+	}
+	if _, applied := rs.Match("api", map[string]string{"tenant": "t3"}); len(applied) != 1 || applied[0].Rule.Limit != 2000 {
+		t.Errorf("t3's request after the pro plan's change: %+v, want its limit 2000", applied)
+	}
+
+	execSQL(t, pool, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ('t2', 'free')`)
+	changes.Note("rl_tenant_plans")
+	rs = next("every tenant")
+	if got, calls := plans(rs, "t1", "t2"), src.taken(); got != "t1=pro t2=free" || !slices.Equal(calls, []string{"all"}) {
+		t.Errorf("after rl_tenant_plans alone: %s after loads %q; want t1=pro t2=free after [all]", got, calls)
+	}
+}
+
+// The tenant table's triggers name each tenant a statement changes (both
+// names of a renamed one), or none past 100.
+func TestTenantPlanChangesNameTheirTenants(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	seed(t, pool, `
+domains:
+  api:
+    rules:
+      - {name: per-tenant, key: [tenant], algorithm: fixed_window, limit: 10, window: 1m, failure_mode: open}
+plans: {free: {}, pro: {}}
+`)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests' schemas notify on the same channel: ours are told apart
+	// by a prefix of our own.
+	p := fmt.Sprintf("n%d-", time.Now().UnixNano())
+	heard := func(step string, want ...string) {
+		t.Helper()
+		var got []string
+		wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for len(got) < len(want) {
+			n, err := conn.Conn().WaitForNotification(wait)
+			if err != nil {
+				t.Fatalf("%s: heard %q, want %q: %v", step, got, want, err)
+			}
+			if tenant, ok := strings.CutPrefix(n.Payload, "rl_tenant_plans:"); ok && strings.HasPrefix(tenant, p) {
+				got = append(got, strings.TrimPrefix(tenant, p))
+			} else if n.Payload == "rl_tenant_plans" && slices.Contains(want, "*") {
+				got = append(got, "*")
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: heard %q, want %q", step, got, want)
+		}
+	}
+	q := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, strings.ReplaceAll(sql, "P-", p)); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	q(`INSERT INTO rl_tenant_plans VALUES ('P-a', 'free'), ('P-b', 'free')`)
+	heard("insert", "a", "b")
+	q(`INSERT INTO rl_tenant_plans VALUES ('P-a', 'pro'), ('P-c', 'pro') ON CONFLICT (tenant) DO UPDATE SET plan = EXCLUDED.plan`)
+	heard("upsert", "a", "c")
+	q(`UPDATE rl_tenant_plans SET tenant = 'P-z' WHERE tenant = 'P-b'`)
+	heard("rename", "b", "z")
+	q(`DELETE FROM rl_tenant_plans WHERE tenant = 'P-c'`)
+	heard("delete", "c")
+	q(`INSERT INTO rl_tenant_plans SELECT 'P-bulk' || g, 'free' FROM generate_series(1, 101) g`)
+	heard("101 tenants", "*")
+	q(`INSERT INTO rl_tenant_plans VALUES ('P-` + strings.Repeat("x", 1001) + `', 'free')`)
+	heard("a tenant ID over 1,000 bytes", "*")
 }
