@@ -323,3 +323,37 @@ func TestFlagsAnywhere(t *testing.T) {
 		t.Errorf("--output's value is not completed:\n%s", out)
 	}
 }
+
+// A credential goes over plain http only to this machine, unless
+// --plain-http says the network is trusted.
+func TestCredentialsStayOffPlainHTTP(t *testing.T) {
+	rec := &recorder{}
+	local := rec.server(t, "local")
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+	for _, tt := range []struct{ url, auth, what string }{
+		{"http://kurz.invalid:8080", "--api-key=kurz_k_secret", "API key"},
+		{"http://192.0.2.1", "--admin-token=admin-secret-token-0123456789", "admin token"},
+		{"http://[2001:db8::1]:8080", "--api-key=kurz_k_secret", "API key"},
+	} {
+		args := []string{"--url", tt.url, tt.auth, "links", "get", "abc1234"}
+		if tt.what == "admin token" {
+			args = []string{"--url", tt.url, tt.auth, "tenants", "get", "acme"}
+		}
+		r := c.run(args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "refusing to send the "+tt.what+" to "+tt.url+" over plain http") {
+			t.Errorf("%s to %s: %s; want a usage error refusing plain http", tt.what, tt.url, r)
+		}
+		r = c.run(append([]string{"--plain-http", "--timeout=2s"}, args...)...)
+		if r.code != exitError || strings.Contains(r.stderr, "refusing") {
+			t.Errorf("%s to %s with --plain-http: %s; want the call tried (a network error)", tt.what, tt.url, r)
+		}
+	}
+	if r := c.run("--url", "http://kurz.invalid:8080", "links", "get", "abc1234", "--timeout=2s"); r.code != exitError || strings.Contains(r.stderr, "refusing") {
+		t.Errorf("no credential to a plain http URL: %s; want the call tried", r)
+	}
+	for _, u := range []string{local, strings.Replace(local, "127.0.0.1", "localhost", 1)} {
+		if r := c.run("--url", u, "--api-key", "kurz_k_secret", "links", "get", "abc1234"); r.code != exitError || rec.last(t) != "local Bearer kurz_k_secret" {
+			t.Errorf("API key to %s (this machine): %s, last request %q; want it sent", u, r, rec.last(t))
+		}
+	}
+}

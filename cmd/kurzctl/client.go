@@ -101,6 +101,13 @@ func (c *cli) gateway(cmd string, cred credential) (*gateway, error) {
 			gw.auth = "Bearer " + c.g.apiKey
 		}
 	}
+	if gw.auth != "" && !c.g.plainHTTP && exposes(gw.base) {
+		what := "API key"
+		if cred == adminAuth {
+			what = "admin token"
+		}
+		return nil, usagef(cmd, "refusing to send the %s to %s over plain http, where anyone on the way reads it: use the gateway's https URL, or --plain-http on a network you trust", what, gw.base)
+	}
 	return gw, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strings"
 	"text/tabwriter"
@@ -32,6 +33,7 @@ type globals struct {
 	limiter    string
 	output     string
 	timeout    time.Duration
+	plainHTTP  bool   // credentials may go over http:// to another machine
 	config     string // the config file (--config)
 	context    string // the context to use (--context)
 	// adminTokenAlias is set when the admin token came from the deprecated
@@ -64,6 +66,7 @@ func (c *cli) defineGlobals(pf *pflag.FlagSet) {
 	pf.StringVar(&g.config, "config", "", "the config `file` (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output `format`: table (for people), json (the API's JSON, one document, for scripts) or yaml (the same as YAML)")
 	pf.DurationVar(&g.timeout, "timeout", defaultTimeout, "bound on each call to a service (0: none)")
+	pf.BoolVar(&g.plainHTTP, "plain-http", false, "send the API key or admin token over an http:// URL of another machine (refused by default: use https)")
 }
 
 // resolveGlobals fills the settings no flag gave from the environment, the
@@ -144,6 +147,21 @@ func checkURL(cmd, s string) error {
 		return usagef(cmd, "--url %q: want the gateway's base URL, e.g. %s", s, defaultURL)
 	}
 	return nil
+}
+
+// exposes reports whether a credential sent to the gateway base URL
+// would cross the network in clear: an http:// URL whose host is not this
+// machine (localhost or a loopback address).
+func exposes(base string) bool {
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" {
+		return false
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); ip != nil {
+		return !ip.IsLoopback()
+	}
+	return host != "localhost"
 }
 
 // json reports whether the output is for scripts: JSON, or YAML, which
