@@ -168,6 +168,11 @@ const (
 	// hands out in memory. As exact as REDIS (no unit is handed out that Redis
 	// did not give); a leased rule's denials come from Redis and say REDIS.
 	DecisionSource_DECISION_SOURCE_LEASE DecisionSource = 7
+	// Denied from this replica's memory, without Redis: Redis denied the same
+	// key at the same cost and said when to retry, and that time has not come
+	// (the over-limit cache; envoyproxy/ratelimit's local cache does the same).
+	// The answer is Redis's, its retry-after counted down since.
+	DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE DecisionSource = 8
 )
 
 // Enum value maps for DecisionSource.
@@ -181,16 +186,18 @@ var (
 		5: "DECISION_SOURCE_SHADOW",
 		6: "DECISION_SOURCE_NO_RULE",
 		7: "DECISION_SOURCE_LEASE",
+		8: "DECISION_SOURCE_OVER_LIMIT_CACHE",
 	}
 	DecisionSource_value = map[string]int32{
-		"DECISION_SOURCE_UNSPECIFIED":    0,
-		"DECISION_SOURCE_REDIS":          1,
-		"DECISION_SOURCE_LOCAL_FALLBACK": 2,
-		"DECISION_SOURCE_FAIL_OPEN":      3,
-		"DECISION_SOURCE_FAIL_CLOSED":    4,
-		"DECISION_SOURCE_SHADOW":         5,
-		"DECISION_SOURCE_NO_RULE":        6,
-		"DECISION_SOURCE_LEASE":          7,
+		"DECISION_SOURCE_UNSPECIFIED":      0,
+		"DECISION_SOURCE_REDIS":            1,
+		"DECISION_SOURCE_LOCAL_FALLBACK":   2,
+		"DECISION_SOURCE_FAIL_OPEN":        3,
+		"DECISION_SOURCE_FAIL_CLOSED":      4,
+		"DECISION_SOURCE_SHADOW":           5,
+		"DECISION_SOURCE_NO_RULE":          6,
+		"DECISION_SOURCE_LEASE":            7,
+		"DECISION_SOURCE_OVER_LIMIT_CACHE": 8,
 	}
 )
 
@@ -931,7 +938,7 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x02\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\x84\x02\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xaa\x02\n" +
 	"\x0eDecisionSource\x12\x1f\n" +
 	"\x1bDECISION_SOURCE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_SOURCE_REDIS\x10\x01\x12\"\n" +
@@ -940,7 +947,8 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x1bDECISION_SOURCE_FAIL_CLOSED\x10\x04\x12\x1a\n" +
 	"\x16DECISION_SOURCE_SHADOW\x10\x05\x12\x1b\n" +
 	"\x17DECISION_SOURCE_NO_RULE\x10\x06\x12\x19\n" +
-	"\x15DECISION_SOURCE_LEASE\x10\a2\xac\x02\n" +
+	"\x15DECISION_SOURCE_LEASE\x10\a\x12$\n" +
+	" DECISION_SOURCE_OVER_LIMIT_CACHE\x10\b2\xac\x02\n" +
 	"\x10RateLimitService\x12Y\n" +
 	"\n" +
 	"CheckQuota\x12$.kurz.ratelimit.v1.CheckQuotaRequest\x1a%.kurz.ratelimit.v1.CheckQuotaResponse\x12\\\n" +

@@ -322,9 +322,16 @@ func TestACachedDenialAnswersOnlyItsOwnCost(t *testing.T) {
 	if r1, r10 := one.RetryAfter.AsDuration(), ten.RetryAfter.AsDuration(); r1 > 36*time.Second || r10 < 5*time.Minute+50*time.Second {
 		t.Errorf("retry-after %v for one token, %v for ten right after it; want at most 36s and about 6m", r1, r10)
 	}
+	if one.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS || ten.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Errorf("first denials of each cost: sources %v and %v, want REDIS", one.Source, ten.Source)
+	}
+	tenAgain := e.Check(ctx, "t", desc, 10)
+	if tenAgain.Allowed || tenAgain.RetryAfter.AsDuration() > ten.RetryAfter.AsDuration() || tenAgain.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE {
+		t.Errorf("cost 10 again: allowed=%v retry=%v source=%v, want its cached denial (%v at most, OVER_LIMIT_CACHE)", tenAgain.Allowed, tenAgain.RetryAfter.AsDuration(), tenAgain.Source, ten.RetryAfter.AsDuration())
+	}
 	again := e.Check(ctx, "t", desc, 1)
-	if again.Allowed || again.RetryAfter.AsDuration() > one.RetryAfter.AsDuration() {
-		t.Errorf("cost 1 again: allowed=%v retry=%v, want its cached denial (%v at most)", again.Allowed, again.RetryAfter.AsDuration(), one.RetryAfter.AsDuration())
+	if again.Allowed || again.RetryAfter.AsDuration() > one.RetryAfter.AsDuration() || again.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Errorf("cost 1 again: allowed=%v retry=%v source=%v, want Redis's denial (%v at most; the cached one is cost 10's)", again.Allowed, again.RetryAfter.AsDuration(), again.Source, one.RetryAfter.AsDuration())
 	}
 }
 

@@ -392,6 +392,7 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 			// told to retry after 40 s is told 39 s a second later, not
 			// how long the cache keeps the denial.
 			res := d.res
+			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE
 			elapsed := now.Sub(d.at)
 			res.retryAfter = max(res.retryAfter-elapsed, time.Millisecond)
 			res.resetAfter = max(res.resetAfter-elapsed, 0)
@@ -805,6 +806,8 @@ func sourceName(s ratelimitv1.DecisionSource) string {
 		return "no_rule"
 	case ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE:
 		return "lease"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE:
+		return "over_limit_cache"
 	}
 	return "unspecified"
 }
