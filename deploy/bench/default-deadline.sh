@@ -27,5 +27,5 @@ for _ in $(seq 1 100); do
 	kill -0 $pid 2>/dev/null || { echo "default-deadline: limiter exited:" >&2; cat "$log" >&2; exit 1; }
 	sleep 0.1
 done
-go run ./services/limiter/cmd/quotaload -addr "$GRPC" -c 32 -k 100000 -d "${BENCH_DURATION:-10s}"
+go run ./services/limiter/cmd/quotaload -addr "$GRPC" -c 32 -k 100000 -d "${BENCH_DURATION:-10s}" -redis-target 0.99
 echo "breaker openings: $(grep -c 'redis breaker opened' "$log" || true)"

@@ -138,10 +138,11 @@ start() {
 }
 
 # envoyproxy/ratelimit: its rule in a runtime directory; the stack's Redis
-# Cluster; its defaults otherwise (no local cache of over-limit keys, a
-# pool of 10 connections per node). The pipeline window is what its docs
-# require for cluster mode (150us-500us). Stats go to its log sink, not a
-# statsd that is not there.
+# Cluster; its local cache of over-limit keys on (64 MiB), as kurz's
+# over-limit cache is, so a hot key over its limit is answered from memory
+# by both; its defaults otherwise (a pool of 10 connections per node). The
+# pipeline window is what its docs require for cluster mode (150us-500us).
+# Stats go to its log sink, not a statsd that is not there.
 mkdir -p "$tmp/runtime/ratelimit/config"
 cat >"$tmp/runtime/ratelimit/config/kurz-peers.yaml" <<'EOF'
 domain: kurz-peers
@@ -152,6 +153,7 @@ EOF
 start envoy-ratelimit "curl -fsS http://127.0.0.1:$ENVOY_HTTP/healthcheck" \
 	env USE_STATSD=false LOG_LEVEL=warn \
 	REDIS_TYPE=cluster REDIS_SOCKET_TYPE=tcp REDIS_URL="$REDIS_ADDRS" REDIS_PIPELINE_WINDOW=150us \
+	LOCAL_CACHE_SIZE_IN_BYTES=67108864 \
 	RUNTIME_ROOT="$tmp/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
 	HOST=127.0.0.1 PORT=$ENVOY_HTTP DEBUG_HOST=127.0.0.1 DEBUG_PORT=$ENVOY_DEBUG \
 	GRPC_HOST=127.0.0.1 GRPC_PORT=$ENVOY_GRPC "$BIN/service_cmd"
@@ -184,7 +186,7 @@ cat <<EOF
 ## kurz vs peers
 
 kurz's limiter and redirect service beside peers this run started, under the same load (\`make bench-peers\` runs this section alone).
-Peers: envoyproxy/ratelimit $(version "$BIN/service_cmd") (REDIS_TYPE=cluster on the stack's Redis Cluster, REDIS_PIPELINE_WINDOW=150us, otherwise its defaults: no local cache, 10 connections per node),
+Peers: envoyproxy/ratelimit $(version "$BIN/service_cmd") (REDIS_TYPE=cluster on the stack's Redis Cluster, REDIS_PIPELINE_WINDOW=150us, LOCAL_CACHE_SIZE_IN_BYTES=67108864: its cache of over-limit keys on, like kurz's; otherwise its defaults: 10 connections per node),
 gubernator $(version "$BIN/gubernator") (one node, in memory, GUBER_CACHE_SIZE=1000000), a net/http handler answering a fixed 302 (tools/fixed302),
 and the design notes' Node prototype (deploy/bench/node-prototype: Node $(node --version), ioredis $(node -p "require('$NODE_DIR/node_modules/ioredis/package.json').version"), on a redis-server of its own).
 kurz: the running stack, its click consumers caught up before every run (clicks an earlier run queued would otherwise be consumed during the next). Everything shares the machine's $(nproc) cores with the load generator.

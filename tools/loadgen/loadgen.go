@@ -18,7 +18,9 @@ import (
 // request was served.
 type Call func(worker int) (tag string, err error)
 
-// Result is one measurement.
+// Result is one measurement. N, Rate, the quantiles and Tags count only
+// the calls answered without error: a target failing fast must not look
+// fast. Errors counts the others.
 type Result struct {
 	Name      string
 	N, Errors int
@@ -27,7 +29,7 @@ type Result struct {
 	latencies []time.Duration
 }
 
-// Rate is completed calls per second.
+// Rate is calls answered without error per second.
 func (r *Result) Rate() float64 { return float64(r.N) / r.Elapsed.Seconds() }
 
 // Quantile returns the q-quantile (0..1) of the latencies.
@@ -111,11 +113,12 @@ func run(name string, concurrency int, work func(worker int, record func(time.Du
 		wg.Go(func() {
 			local := &Result{Tags: map[string]int{}}
 			work(w, func(lat time.Duration, tag string, err error) {
-				local.latencies = append(local.latencies, lat)
-				local.N++
 				if err != nil {
 					local.Errors++
+					return
 				}
+				local.latencies = append(local.latencies, lat)
+				local.N++
 				if tag != "" {
 					local.Tags[tag]++
 				}

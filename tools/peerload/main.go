@@ -394,12 +394,17 @@ func (m *measurement) decidedBy() string {
 	return strings.Join(names, ", ")
 }
 
-// share is the percentage of m's decisions with source, "–" unknown.
-func (m *measurement) share(source string) string {
+func sum(counts map[string]int64) int64 {
 	var total int64
-	for _, v := range m.sources {
+	for _, v := range counts {
 		total += v
 	}
+	return total
+}
+
+// share is the percentage of m's decisions with source, "–" unknown.
+func (m *measurement) share(source string) string {
+	total := sum(m.sources)
 	if total == 0 {
 		return "–"
 	}
@@ -411,7 +416,7 @@ func report(out io.Writer, ms []*measurement, c, conns int, d time.Duration, rou
 	fmt.Fprintf(out, "Closed loop, %d callers over %d gRPC connections per target, %v per measurement, %d round(s), targets in turns; "+
 		"rule: %d per minute per user; hot: one user, over its limit after %d calls; spread: %d users drawn uniformly; fresh users every run. "+
 		"CPU per decision: user + system time (/proc) of the target's server process and of the Redis Cluster's %d redis-server processes over the target's runs, per decision. "+
-		"kurz's \"decided by\": its kurz_ratelimit_decisions_total by source over the runs (its over-limit cache counts as redis).\n\n",
+		"kurz's \"decided by\": its kurz_ratelimit_decisions_total by source over the runs.\n\n",
 		c, conns, d, rounds, ruleLimit, ruleLimit, spread, redisN)
 	fmt.Fprintln(out, "| system | API, algorithm | keys | decisions/s | p50 | p99 | p99.9 | server CPU µs/decision | Redis CPU µs/decision | decided by | denied | errors |")
 	fmt.Fprintln(out, "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
@@ -429,8 +434,9 @@ func report(out io.Writer, ms []*measurement, c, conns int, d time.Duration, rou
 	}
 	fmt.Fprintln(out, "\n(Redis CPU in parentheses: gubernator does not use Redis; the cluster's background work in the same time, for scale.)")
 
-	fmt.Fprintln(out, "\n| kurz / peer | keys | throughput | p99 | server CPU/decision | Redis CPU/decision | server + Redis CPU/decision | kurz decided on Redis |")
-	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(out, "\n| kurz / peer | keys | throughput | p99 | server CPU/decision | Redis CPU/decision | server + Redis CPU/decision | kurz decided on Redis | kurz from its over-limit cache |")
+	fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	var vs []versus
 	for _, k := range ms {
 		if k.t.peer == "" {
 			continue
@@ -439,24 +445,98 @@ func report(out io.Writer, ms []*measurement, c, conns int, d time.Duration, rou
 		if i < 0 {
 			continue
 		}
-		p := ms[i]
-		kr, pr := k.result(), p.result()
-		kServer, pServer := perDecision(k.server, kr.N, k.t.pid != 0), perDecision(p.server, pr.N, p.t.pid != 0)
-		kRedis, pRedis := perDecision(k.redis, kr.N, redisN > 0), perDecision(p.redis, pr.N, redisN > 0)
-		pTotal := pServer
-		if p.t.redis {
-			pTotal += pRedis
-		} else {
-			pRedis = nan
-		}
-		fmt.Fprintf(out, "| %s %s vs %s (%s) | %s | %s | %s | %s | %s | %s | %s |\n",
-			k.t.name, k.t.api, p.t.name, k.t.algo, k.shape,
-			fmtRatio(kr.Rate()/pr.Rate()),
-			fmtRatio(float64(kr.Quantile(0.99))/float64(pr.Quantile(0.99))),
-			fmtRatio(kServer/pServer), fmtRatio(kRedis/pRedis), fmtRatio((kServer+kRedis)/pTotal), k.share("redis"))
+		v := compare(k, ms[i], redisN)
+		vs = append(vs, v)
+		fmt.Fprintf(out, "| %s %s vs %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			k.t.name, k.t.api, v.peer.t.name, k.t.algo, k.shape,
+			fmtRatio(v.throughput), fmtRatio(v.p99), fmtRatio(v.serverCPU), fmtRatio(v.redisCPU), fmtRatio(v.totalCPU),
+			k.share("redis"), k.share("over_limit_cache"))
 	}
-	fmt.Fprintln(out, "\nRatios above 1: kurz is faster (throughput) or costlier (latency, CPU) than the peer. "+
-		"kurz's answers not decided on Redis came from a rule's failure mode (its Redis deadline passed, or a node's breaker was open): cheaper, and only approximately the rule.")
+	fmt.Fprintln(out, "\nRatios above 1: kurz is faster (throughput) or costlier (latency, CPU) than the peer; \"–\" where either side had errors (their calls are in neither the rates nor the percentiles). "+
+		"kurz's over-limit cache answers a key Redis denied, at the same cost, until its retry-after, from memory (envoyproxy/ratelimit's local cache of over-limit keys is on too); "+
+		"kurz's answers neither decided on Redis nor from that cache came from a rule's failure mode (its Redis deadline passed, or a node's breaker was open): cheaper, and only approximately the rule.")
+	targets(out, vs, spread)
+}
+
+// versus is kurz's measurement of one key shape beside its peer's, as
+// ratios (NaN where either had errors).
+type versus struct {
+	kurz, peer                                     *measurement
+	throughput, p99, serverCPU, redisCPU, totalCPU float64
+}
+
+func compare(k, p *measurement, redisN int) versus {
+	v := versus{kurz: k, peer: p}
+	kr, pr := k.result(), p.result()
+	if kr.Errors > 0 || pr.Errors > 0 {
+		v.throughput, v.p99, v.serverCPU, v.redisCPU, v.totalCPU = nan, nan, nan, nan, nan
+		return v
+	}
+	kServer, pServer := perDecision(k.server, kr.N, k.t.pid != 0), perDecision(p.server, pr.N, p.t.pid != 0)
+	kRedis, pRedis := perDecision(k.redis, kr.N, redisN > 0), perDecision(p.redis, pr.N, redisN > 0)
+	pTotal := pServer
+	if p.t.redis {
+		pTotal += pRedis
+	} else {
+		pRedis = nan
+	}
+	v.throughput = kr.Rate() / pr.Rate()
+	v.p99 = float64(kr.Quantile(0.99)) / float64(pr.Quantile(0.99))
+	v.serverCPU, v.redisCPU, v.totalCPU = kServer/pServer, kRedis/pRedis, (kServer+kRedis)/pTotal
+	return v
+}
+
+// targets writes issue #15's targets for the limiter, each with this
+// run's figure and whether it is met.
+func targets(out io.Writer, vs []versus, spread int) {
+	type row struct {
+		what, figure string
+		met          bool
+	}
+	var rows []row
+	atLeast := func(what string, v, want float64) {
+		rows = append(rows, row{fmt.Sprintf("%s ≥ %.1f×", what, want), fmtRatio(v), !math.IsNaN(v) && v >= want})
+	}
+	atMost := func(what string, v, want float64) {
+		rows = append(rows, row{fmt.Sprintf("%s ≤ %.1f×", what, want), fmtRatio(v), !math.IsNaN(v) && v <= want})
+	}
+	keys := map[string]string{"spread": fmt.Sprintf("%d keys", spread), "hot": "one hot key"}
+	for _, shape := range []string{"spread", "hot"} {
+		for _, v := range vs {
+			if v.kurz.shape != shape {
+				continue
+			}
+			want := 1.5
+			if shape == "spread" {
+				want = 1.3 // envoyproxy/ratelimit
+				if !v.peer.t.redis {
+					want = 1.0 // gubernator, in memory
+				}
+			}
+			atLeast(fmt.Sprintf("%s: decisions/s, kurz %s / %s", keys[shape], v.kurz.t.api, v.peer.t.name), v.throughput, want)
+		}
+	}
+	for _, shape := range []string{"spread", "hot"} {
+		for _, v := range vs {
+			if v.kurz.shape == shape {
+				atMost(fmt.Sprintf("%s: limiter CPU per decision, kurz %s / %s", keys[shape], v.kurz.t.api, v.peer.t.name), v.serverCPU, 0.5)
+			}
+		}
+	}
+	for _, v := range vs {
+		if v.kurz.shape == "spread" {
+			all := v.kurz.sources["redis"] > 0 && v.kurz.sources["redis"] == sum(v.kurz.sources)
+			rows = append(rows, row{fmt.Sprintf("%s: every kurz %s answer decided on Redis", keys["spread"], v.kurz.t.api), v.kurz.share("redis"), all})
+		}
+	}
+	fmt.Fprintln(out, "\nIssue #15's targets for the limiter, this run:\n\n| target | this run | |\n|---|---:|---|")
+	for _, r := range rows {
+		verdict := "missed"
+		if r.met {
+			verdict = "met"
+		}
+		fmt.Fprintf(out, "| %s | %s | %s |\n", r.what, r.figure, verdict)
+	}
 }
 
 func fmtMicros(v float64) string {

@@ -343,6 +343,7 @@ func report(out io.Writer, servers []*server, c int, d time.Duration, rounds int
 	if !slices.ContainsFunc(servers, func(s *server) bool { return s.kurz }) {
 		return
 	}
+	var vs []versus
 	fmt.Fprintln(out, "\n| kurz redirect / peer | throughput | p99 | server CPU/request | click path CPU/request |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|")
 	for _, ks := range servers {
@@ -355,12 +356,62 @@ func report(out io.Writer, servers []*server, c int, d time.Duration, rounds int
 				continue
 			}
 			p, pcpu, ppath := s.figures()
+			v := versus{kurz: ks, peer: s, throughput: nan, p99: nan, cpu: nan, path: nan}
+			if k.Errors == 0 && p.Errors == 0 {
+				v.throughput, v.p99 = k.Rate()/p.Rate(), float64(k.Quantile(0.99))/float64(p.Quantile(0.99))
+				v.cpu, v.path = kcpu/pcpu, kpath/ppath
+			}
+			vs = append(vs, v)
 			fmt.Fprintf(out, "| %s vs %s | %s | %s | %s | %s |\n", ks.name, s.name,
-				fmtRatio(k.Rate()/p.Rate()), fmtRatio(float64(k.Quantile(0.99))/float64(p.Quantile(0.99))),
-				fmtRatio(kcpu/pcpu), fmtRatio(kpath/ppath))
+				fmtRatio(v.throughput), fmtRatio(v.p99), fmtRatio(v.cpu), fmtRatio(v.path))
 		}
 	}
-	fmt.Fprintln(out, "\nRatios above 1: kurz is faster (throughput) or costlier (latency, CPU) than the peer.")
+	fmt.Fprintln(out, "\nRatios above 1: kurz is faster (throughput) or costlier (latency, CPU) than the peer; \"–\" where either side had errors (their requests are in neither the rates nor the percentiles).")
+	targets(out, servers, vs)
+}
+
+// versus is a kurz measurement beside a peer's, as ratios (NaN where
+// either had errors).
+type versus struct {
+	kurz, peer                 *server
+	throughput, p99, cpu, path float64
+}
+
+// targets writes issue #15's targets for the redirect, each with this
+// run's figure and whether it is met, for each kurz measurement.
+func targets(out io.Writer, servers []*server, vs []versus) {
+	fmt.Fprintln(out, "\nIssue #15's targets for the redirect (one viral code), this run:\n\n| target | this run | |\n|---|---:|---|")
+	row := func(what, figure string, met bool) {
+		verdict := "missed"
+		if met {
+			verdict = "met"
+		}
+		fmt.Fprintf(out, "| %s | %s | %s |\n", what, figure, verdict)
+	}
+	for _, ks := range servers {
+		if !ks.kurz {
+			continue
+		}
+		for _, v := range vs {
+			if v.kurz != ks {
+				continue
+			}
+			switch v.peer.name {
+			case "net/http fixed 302":
+				row(fmt.Sprintf("%s: requests/s ≥ 0.7× %s", ks.name, v.peer.name), fmtRatio(v.throughput), v.throughput >= 0.7)
+				row(fmt.Sprintf("%s: server CPU per request ≤ 1.3× %s's", ks.name, v.peer.name), fmtRatio(v.cpu), v.cpu <= 1.3)
+			case "Node prototype":
+				row(fmt.Sprintf("%s: requests/s ≥ 1.0× %s", ks.name, v.peer.name), fmtRatio(v.throughput), v.throughput >= 1.0)
+			}
+		}
+		r, _, _ := ks.figures()
+		p99 := r.Quantile(0.99)
+		figure := "–"
+		if r.Errors == 0 && r.N > 0 {
+			figure = fmt.Sprintf("%.2f ms", float64(p99)/float64(time.Millisecond))
+		}
+		row(fmt.Sprintf("%s: p99 ≤ 5 ms", ks.name), figure, figure != "–" && p99 <= 5*time.Millisecond)
+	}
 }
 
 // sources lists the X-Source values of r's answers in shares.
@@ -374,6 +425,8 @@ func sources(r *loadgen.Result) string {
 	}
 	return s
 }
+
+var nan = math.NaN()
 
 func fmtMicros(v float64) string {
 	if math.IsNaN(v) {

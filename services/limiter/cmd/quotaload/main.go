@@ -68,6 +68,7 @@ func run() error {
 	conc := flag.String("conc", "1,16,64,256", "-matrix: concurrencies, comma-separated")
 	spread := flag.Int("spread", 100_000, "-matrix: distinct keys of the spread key shape")
 	rules := flag.String("rules", "", "-matrix: rules YAML the limiter runs with; empty = the built-in bootstrap file")
+	redisTarget := flag.Float64("redis-target", 0, "state whether at least this share (0..1) of the answers was decided on Redis; 0 = no target")
 	flag.Parse()
 
 	var m *matrixRun
@@ -135,6 +136,11 @@ func run() error {
 		return resp.GetSource().String(), nil
 	})
 	res.Print(os.Stdout)
+	if *redisTarget > 0 {
+		onRedis := float64(res.Tags[ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS.String()]) / float64(max(1, res.N+res.Errors))
+		fmt.Printf("decided on Redis: %.2f%% of %d calls (target >= %.0f%%: %s)\n",
+			100*onRedis, res.N+res.Errors, 100**redisTarget, metOrMissed(onRedis >= *redisTarget))
+	}
 	if base != nil {
 		fmt.Printf("ratio: CheckQuota throughput = %.2f x the health-check baseline\n", res.Rate()/base.Rate())
 	}
