@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -231,26 +232,67 @@ func TestPlanChangeReachesTheLimiter(t *testing.T) {
 // the checks in flight 25-62 of 200 concurrent guesses were checked.
 func TestABurstOfGuessesChecksNoMoreThanTheRuleAllows(t *testing.T) {
 	gw := startGateway(t, nil)
-	ip := gatewaytest.NewIP()
 	const burst = 100
+	if got := guessBurst(t, http.DefaultClient, gw.HTTP+"/v1/admin/tenants/x", "wrong-admin-token-%04d", burst); got[http.StatusUnauthorized] != 10 || got[http.StatusTooManyRequests] != burst-10 {
+		t.Errorf("%d concurrent wrong admin tokens from one address: %v; want 10 checked (401), the rest 429", burst, got)
+	}
+}
+
+// While the limiter cannot answer, an address that has not failed here is
+// let in, but its checks run one at a time: a burst of guesses gets one
+// checked, and the rest are refused once it failed (all of them were
+// checked at once before).
+func TestABurstOfGuessesDuringALimiterOutageChecksOne(t *testing.T) {
+	lim := startLimiter(t)
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr})
+	if err := lim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Connections opened before the burst, so its requests arrive together.
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
+	var warm sync.WaitGroup
+	for range 100 {
+		warm.Go(func() {
+			if resp, err := client.Get(gw.HTTP + "/healthz"); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	warm.Wait()
+	// API keys: each check looks the key up in PostgreSQL, so the checks
+	// of a burst overlap.
+	const burst = 100
+	if got := guessBurst(t, client, gw.HTTP+"/v1/links", "kurz_AAAAAAAA%04d_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB", burst); got[http.StatusUnauthorized] != 1 || got[http.StatusTooManyRequests] != burst-1 {
+		t.Errorf("limiter down, %d concurrent wrong API keys from a new address: %v; want 1 checked (401), the rest 429", burst, got)
+	}
+}
+
+// guessBurst sends burst concurrent GETs of url with wrong credentials
+// (token, a format of the request's number) from one new address and
+// counts the answers by status (0: no answer).
+func guessBurst(t *testing.T, client *http.Client, url, token string, burst int) map[int]int {
+	t.Helper()
+	ip := gatewaytest.NewIP()
 	codes := make(chan int, burst)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range burst {
 		wg.Go(func() {
 			<-start
-			req, err := http.NewRequest("GET", gw.HTTP+"/v1/admin/tenants/x", nil)
+			req, err := http.NewRequest("GET", url, nil)
 			if err != nil {
 				codes <- 0
 				return
 			}
 			req.Header.Set("X-Forwarded-For", ip)
-			req.Header.Set("Authorization", fmt.Sprintf("Bearer wrong-admin-token-%04d", i))
-			resp, err := http.DefaultClient.Do(req)
+			req.Header.Set("Authorization", "Bearer "+fmt.Sprintf(token, i))
+			resp, err := client.Do(req)
 			if err != nil {
 				codes <- 0
 				return
 			}
+			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			codes <- resp.StatusCode
 		})
@@ -262,7 +304,5 @@ func TestABurstOfGuessesChecksNoMoreThanTheRuleAllows(t *testing.T) {
 	for c := range codes {
 		got[c]++
 	}
-	if got[http.StatusUnauthorized] != 10 || got[http.StatusTooManyRequests] != burst-10 {
-		t.Errorf("%d concurrent wrong admin tokens from one address: %v; want 10 checked (401), the rest 429", burst, got)
-	}
+	return got
 }

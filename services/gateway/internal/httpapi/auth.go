@@ -152,45 +152,47 @@ func (a *API) checkAuthFailures(c *call) (*authTicket, error) {
 			t.done(false)
 			return nil, ctx.Err()
 		}
-		if limiterBlind(d) {
-			a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
-			if _, seen := a.failures.recent(ip); !seen {
-				return t, nil
-			}
-			t.done(false)
-			e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
-				"too many failed authentications from this address; retry later")
-			e.retryAfter = max(d.RetryAfter, time.Second)
-			return nil, e
+		blind := limiterBlind(d)
+		if !blind {
+			a.failures.setTTL(rec.window)
 		}
-		a.failures.setTTL(rec.window)
-		if d.Rule == "" {
+		var left int64
+		switch {
+		case blind:
+			a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
+			if _, seen := a.failures.recent(ip); seen {
+				t.done(false)
+				e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+					"too many failed authentications from this address; retry later")
+				e.retryAfter = max(d.RetryAfter, time.Second)
+				return nil, e
+			}
+			// Nothing says how many failures are left: the address's
+			// checks run one at a time, so its first failure blocks the
+			// rest (a burst of guesses all checked at once otherwise).
+			left = 1
+		case d.Rule == "":
+			return t, nil
+		case d.Allowed && d.Remaining > 0:
+			left = d.Remaining
+		default:
+			t.done(false)
+			// Remember the block here too: the failures may have been
+			// counted by another replica, and this one must keep the IP
+			// out if Redis fails.
+			a.failures.add(ip)
+			setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
+			return nil, denied(DomainAuth, d, "too many failed authentications from this address")
+		}
+		admitted, err := t.await(ctx, left)
+		if err != nil {
+			t.done(false)
+			return nil, err
+		}
+		if admitted {
 			return t, nil
 		}
-		if d.Allowed && d.Remaining > 0 {
-			for {
-				ok, stale, wait := t.admit(d.Remaining)
-				if ok {
-					return t, nil
-				}
-				if stale {
-					break // a check failed since the look: look again
-				}
-				select {
-				case <-wait:
-				case <-ctx.Done():
-					t.done(false)
-					return nil, ctx.Err()
-				}
-			}
-			continue
-		}
-		t.done(false)
-		// Remember the block here too: the failures may have been counted by
-		// another replica, and this one must keep the IP out if Redis fails.
-		a.failures.add(ip)
-		setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
-		return nil, denied(DomainAuth, d, "too many failed authentications from this address")
+		// A check of the address failed since the look: look again.
 	}
 }
 

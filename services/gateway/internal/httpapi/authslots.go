@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"sync"
 )
 
@@ -14,7 +15,8 @@ import (
 // since that look (else it looks again): so even if every check in flight
 // fails, no more fail than the rule allows (per gateway replica: a burst
 // spread over n replicas at once may get up to n times as many). Checks of an address that is not
-// failing run side by side, up to the rule's limit at once. The map holds
+// failing run side by side, up to the rule's limit at once; while the
+// limiter cannot tell what is left, one at a time. The map holds
 // only addresses with a check in flight or waiting: it is bounded by the
 // server's connections.
 type authSlots struct {
@@ -76,6 +78,23 @@ func (t *authTicket) admit(left int64) (ok, stale bool, wait <-chan struct{}) {
 		return true, false, nil
 	}
 	return false, false, t.st.freed
+}
+
+// await waits until the check is admitted with left failures (admit),
+// or until a check of the address failed since the look (false: look
+// again), or ctx ends.
+func (t *authTicket) await(ctx context.Context, left int64) (bool, error) {
+	for {
+		ok, stale, wait := t.admit(left)
+		if ok || stale {
+			return ok, nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
 }
 
 // done ends the check; failed counts it as a failure (already charged).
