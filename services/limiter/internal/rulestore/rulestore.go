@@ -96,6 +96,8 @@ type PostgresSource struct {
 	// one that does not is held at it.
 	goodRules  map[string]ratelimit.RuleSpec
 	goodLimits map[string]ratelimit.LimitSpec
+	// goodDefaults is each domain's last defaults that decoded.
+	goodDefaults map[string]map[string]string
 	// loaded is set once a Load returned rules: from then on a fail-closed
 	// rule that never compiled here is left out (no replica of this
 	// process enforced it) rather than refused.
@@ -229,6 +231,7 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config, broken map[string]err
 	defer p.mu.Unlock()
 	if p.goodRules == nil {
 		p.goodRules, p.goodLimits = map[string]ratelimit.RuleSpec{}, map[string]ratelimit.LimitSpec{}
+		p.goodDefaults = map[string]map[string]string{}
 	}
 	bad := func(what string, err error, fate string) {
 		problems = append(problems, fmt.Sprintf("%s %s (%v)", what, fate, err))
@@ -236,6 +239,19 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config, broken map[string]err
 	rules := map[string]ratelimit.RuleSpec{} // the rules in force, by ID
 	for _, domain := range slices.Sorted(maps.Keys(cfg.Domains)) {
 		d := cfg.Domains[domain]
+		if err := broken[domainKey(domain)]; err != nil {
+			if good, ok := p.goodDefaults[domain]; ok {
+				bad("domain "+domain, err, "held at its last good defaults")
+				d.Defaults = good
+			} else if shipped, ok := p.shippedDomain(domain); ok {
+				bad("domain "+domain, err, "held at the defaults of the rules file the tables were seeded from")
+				d.Defaults = shipped.Defaults
+			} else {
+				bad("domain "+domain, err, "without defaults")
+			}
+		} else {
+			p.goodDefaults[domain] = d.Defaults
+		}
 		kept := d.Rules[:0]
 		for _, r := range d.Rules {
 			id := domain + "/" + r.Name
@@ -307,14 +323,21 @@ func (p *PostgresSource) holdBadRows(cfg ratelimit.Config, broken map[string]err
 	return problems, refused
 }
 
-// shippedRule returns the seeded rules file's rule domain/name, if it has
-// one.
-func (p *PostgresSource) shippedRule(domain, name string) (ratelimit.RuleSpec, bool) {
+// shippedDomain returns the seeded rules file's domain, if it has it.
+func (p *PostgresSource) shippedDomain(domain string) (ratelimit.DomainSpec, bool) {
 	from := p.Shipped
 	if from.Domains == nil {
 		from = shipped
 	}
-	for _, r := range from.Domains[domain].Rules {
+	d, ok := from.Domains[domain]
+	return d, ok
+}
+
+// shippedRule returns the seeded rules file's rule domain/name, if it has
+// one.
+func (p *PostgresSource) shippedRule(domain, name string) (ratelimit.RuleSpec, bool) {
+	d, _ := p.shippedDomain(domain)
+	for _, r := range d.Rules {
 		if r.Name == name {
 			return r, true
 		}
@@ -327,6 +350,9 @@ var shipped = func() ratelimit.Config {
 	cfg, _ := Parse(Bootstrap)
 	return cfg
 }()
+
+// domainKey names domain's defaults in load's broken.
+func domainKey(domain string) string { return "\x00domain " + domain }
 
 // planLimitKey names plan's limit of rule id in holdBadRows's maps.
 func planLimitKey(plan, id string) string { return plan + "\x00" + id }
@@ -351,8 +377,13 @@ func (p *PostgresSource) load(ctx context.Context, withTenants bool) (ratelimit.
 			return err
 		}
 		var domain string
-		var defaults map[string]string
-		if _, err := pgx.ForEachRow(rows, []any{&domain, &defaults}, func() error {
+		var rawDefaults []byte
+		if _, err := pgx.ForEachRow(rows, []any{&domain, &rawDefaults}, func() error {
+			var defaults map[string]string
+			if err := json.Unmarshal(rawDefaults, &defaults); err != nil {
+				broken[domainKey(domain)] = fmt.Errorf("its defaults do not decode: %w", err)
+				defaults = nil
+			}
 			cfg.Domains[domain] = ratelimit.DomainSpec{Defaults: defaults}
 			return nil
 		}); err != nil {

@@ -664,3 +664,46 @@ plans: {free: {}, pro: {}}
 	q(`INSERT INTO rl_tenant_plans VALUES ('P-` + strings.Repeat("x", 1001) + `', 'free')`)
 	heard("a tenant ID over 1,000 bytes", "*")
 }
+
+// A domain whose defaults do not decode is held at its last good defaults
+// (or goes without), like a rule row: one bad row must not stop every
+// reload, nor a limiter's start.
+func TestDomainDefaultsThatDoNotDecodeAreHeld(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	seed(t, pool, `
+domains:
+  zz:
+    defaults: {tier: basic}
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+  other:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans: {free: {}, pro: {}}
+tenants: {acme: pro}
+`)
+	running := &PostgresSource{Pool: pool}
+	if _, err := running.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, pool, `UPDATE rl_domains SET defaults = '{"tier": 1}' WHERE domain = 'zz'`)
+	if err := SetTenantPlan(ctx, pool, "acme", "free"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := running.Load(ctx)
+	var partial *PartialError
+	if !errors.As(err, &partial) || len(partial.Problems) != 1 || !strings.Contains(err.Error(), "domain zz held at its last good defaults") {
+		t.Fatalf("Load after defaults that do not decode: %v; want a PartialError naming domain zz, held", err)
+	}
+	if got.Domains["zz"].Defaults["tier"] != "basic" || got.Tenants["acme"] != "free" || len(got.Domains["other"].Rules) != 1 {
+		t.Errorf("after the bad defaults: zz defaults %v, acme on %q, other's rules %d; want tier basic, free, 1", got.Domains["zz"].Defaults, got.Tenants["acme"], len(got.Domains["other"].Rules))
+	}
+	fresh, err := (&PostgresSource{Pool: pool}).Load(ctx)
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "domain zz without defaults") {
+		t.Fatalf("a starting limiter: %v; want it to start, zz without defaults", err)
+	}
+	if _, err := ratelimit.Compile(fresh); err != nil || len(fresh.Domains["zz"].Rules) != 1 {
+		t.Errorf("a starting limiter's rules: compile %v, zz rules %d; want them compiled with zz's rule", err, len(fresh.Domains["zz"].Rules))
+	}
+}
