@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"net"
 	"net/http"
 	"sync"
@@ -30,8 +31,19 @@ type connGuard struct {
 
 	mu    sync.Mutex
 	open  int
-	fresh map[net.Conn]time.Time // new connections (no request yet), since when
-	idle  map[net.Conn]time.Time // idle keep-alive connections, since when
+	quiet map[net.Conn]*list.Element // of a *quietConn in fresh or idle
+	// fresh holds the new connections (no request yet), idle the idle
+	// keep-alive ones, each oldest first: a connection joins at the back
+	// when it turns quiet, so the oldest is always at the front.
+	fresh, idle list.List
+}
+
+// quietConn is a connection serving no request, since when, and the list
+// it is in.
+type quietConn struct {
+	c     net.Conn
+	since time.Time
+	in    *list.List
 }
 
 // idleGrace is how long a keep-alive connection must have been idle to be
@@ -41,9 +53,13 @@ var idleGrace = time.Second
 // guardConns bounds srv's connections on lis to max and returns the
 // listener to serve.
 func guardConns(srv *http.Server, lis net.Listener, max int) net.Listener {
-	g := &connGuard{max: max, fresh: map[net.Conn]time.Time{}, idle: map[net.Conn]time.Time{}}
+	g := newConnGuard(max)
 	srv.ConnState = g.state
 	return guardedListener{lis, g}
+}
+
+func newConnGuard(max int) *connGuard {
+	return &connGuard{max: max, quiet: map[net.Conn]*list.Element{}}
 }
 
 func (g *connGuard) state(c net.Conn, st http.ConnState) {
@@ -52,43 +68,48 @@ func (g *connGuard) state(c net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateNew:
 		g.open++
-		g.fresh[c] = time.Now()
+		g.hush(c, &g.fresh)
 	case http.StateIdle:
-		g.idle[c] = time.Now()
+		g.wake(c)
+		g.hush(c, &g.idle)
 	case http.StateActive:
-		delete(g.fresh, c)
-		delete(g.idle, c)
+		g.wake(c)
 	case http.StateClosed, http.StateHijacked:
 		g.open--
-		delete(g.fresh, c)
-		delete(g.idle, c)
+		g.wake(c)
+	}
+}
+
+// hush records c as quiet from now on, in l.
+func (g *connGuard) hush(c net.Conn, l *list.List) {
+	g.quiet[c] = l.PushBack(&quietConn{c: c, since: time.Now(), in: l})
+}
+
+// wake forgets c as quiet, if it was.
+func (g *connGuard) wake(c net.Conn) {
+	if e := g.quiet[c]; e != nil {
+		e.Value.(*quietConn).in.Remove(e)
+		delete(g.quiet, c)
 	}
 }
 
 // makeRoom picks, when max are open, the connection to close for the one
-// just accepted (see connGuard); nil below the cap.
+// just accepted (see connGuard); nil below the cap. It takes the same
+// time however many connections are open.
 func (g *connGuard) makeRoom(accepted net.Conn) (victim net.Conn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.open < g.max {
 		return nil
 	}
-	oldest := func(m map[net.Conn]time.Time, before time.Time) net.Conn {
-		var pick net.Conn
-		for c, since := range m {
-			if since.Before(before) {
-				pick, before = c, since
-			}
-		}
-		return pick
-	}
-	if victim = oldest(g.fresh, time.Now().Add(time.Hour)); victim != nil {
-		delete(g.fresh, victim)
-	} else if victim = oldest(g.idle, time.Now().Add(-idleGrace)); victim != nil {
-		delete(g.idle, victim)
+	if e := g.fresh.Front(); e != nil {
+		victim = e.Value.(*quietConn).c
+	} else if e := g.idle.Front(); e != nil && e.Value.(*quietConn).since.Before(time.Now().Add(-idleGrace)) {
+		victim = e.Value.(*quietConn).c
 	} else {
-		victim = accepted
+		return accepted
 	}
+	g.wake(victim)
 	return victim
 }
 

@@ -11,14 +11,15 @@ import (
 )
 
 // guarded serves a handler on a listener bounded to max connections;
-// /hold answers once release is closed (holding counts those waiting).
-// accepted counts the connections the server took.
-func guarded(t *testing.T, max int) (addr string, accepted, holding *atomic.Int64, release chan struct{}) {
+// /hold answers once release is closed (counts.holding counts those
+// waiting). counts.accepted counts the connections the server took, and
+// counts.idled their turns to idle, each once the guard has seen it.
+func guarded(t *testing.T, max int) (addr string, counts *guardCounts, release chan struct{}) {
 	t.Helper()
-	release, holding = make(chan struct{}), &atomic.Int64{}
+	release, counts = make(chan struct{}), &guardCounts{}
 	srv := &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
-			holding.Add(1)
+			counts.holding.Add(1)
 			<-release
 		}
 	})}
@@ -27,18 +28,22 @@ func guarded(t *testing.T, max int) (addr string, accepted, holding *atomic.Int6
 		t.Fatal(err)
 	}
 	g := guardConns(srv, lis, max)
-	accepted = &atomic.Int64{}
 	inner := srv.ConnState
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			accepted.Add(1)
-		}
 		inner(c, st)
+		switch st {
+		case http.StateNew:
+			counts.accepted.Add(1)
+		case http.StateIdle:
+			counts.idled.Add(1)
+		}
 	}
 	go func() { _ = srv.Serve(g) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return lis.Addr().String(), accepted, holding, release
+	return lis.Addr().String(), counts, release
 }
+
+type guardCounts struct{ accepted, idled, holding atomic.Int64 }
 
 type client struct {
 	net.Conn
@@ -93,11 +98,11 @@ func awaitAccepted(t *testing.T, counter *atomic.Int64, n int64) {
 // anyone out.
 func TestSilentConnectionsMakeRoomAtTheCap(t *testing.T) {
 	const max = 16
-	addr, accepted, _, _ := guarded(t, max)
+	addr, counts, _ := guarded(t, max)
 	var silent []client
 	for range max {
 		silent = append(silent, dial(t, addr))
-		awaitAccepted(t, accepted, int64(len(silent)))
+		awaitAccepted(t, &counts.accepted, int64(len(silent)))
 	}
 	if err := dial(t, addr).get(t, "/"); err != nil {
 		t.Fatalf("a connection past the cap of silent ones: %v; want it served", err)
@@ -117,15 +122,17 @@ func TestIdleConnectionsMakeRoomAtTheCapActiveOnesNever(t *testing.T) {
 	defer func(g time.Duration) { idleGrace = g }(idleGrace)
 	idleGrace = 0
 	const max = 16
-	addr, accepted, holding, release := guarded(t, max)
+	addr, counts, release := guarded(t, max)
 	// Requests in flight on the oldest half.
 	held := make(chan error, max/2)
 	for i := range max / 2 {
 		c := dial(t, addr)
-		awaitAccepted(t, accepted, int64(i+1))
+		awaitAccepted(t, &counts.accepted, int64(i+1))
 		go func() { held <- c.get(t, "/hold") }()
 	}
-	awaitAccepted(t, holding, max/2) // all in flight
+	awaitAccepted(t, &counts.holding, max/2) // all in flight
+	// Idle in turn: the client may read its answer before the server's
+	// goroutine marks the connection idle.
 	var idle []client
 	for range max / 2 {
 		c := dial(t, addr)
@@ -133,8 +140,9 @@ func TestIdleConnectionsMakeRoomAtTheCapActiveOnesNever(t *testing.T) {
 			t.Fatal(err)
 		}
 		idle = append(idle, c)
+		awaitAccepted(t, &counts.idled, int64(len(idle)))
 	}
-	awaitAccepted(t, accepted, max)
+	awaitAccepted(t, &counts.accepted, max)
 	if err := idle[len(idle)-1].get(t, "/"); err != nil {
 		t.Fatalf("an idle connection under the cap: %v; want it kept", err)
 	}
@@ -161,7 +169,7 @@ func TestSilentConnectionsGoFirstIdleOnesAfterTheirGrace(t *testing.T) {
 	defer func(g time.Duration) { idleGrace = g }(idleGrace)
 	idleGrace = time.Hour
 	const max = 16
-	addr, accepted, _, _ := guarded(t, max)
+	addr, counts, _ := guarded(t, max)
 	var idle, silent []client
 	for range max / 2 {
 		c := dial(t, addr)
@@ -173,7 +181,7 @@ func TestSilentConnectionsGoFirstIdleOnesAfterTheirGrace(t *testing.T) {
 	for range max / 2 {
 		silent = append(silent, dial(t, addr))
 	}
-	awaitAccepted(t, accepted, max)
+	awaitAccepted(t, &counts.accepted, max)
 	for i := range max / 2 {
 		if err := dial(t, addr).get(t, "/"); err != nil {
 			t.Fatalf("newcomer %d at the cap: %v; want it served", i+1, err)
@@ -192,5 +200,40 @@ func TestSilentConnectionsGoFirstIdleOnesAfterTheirGrace(t *testing.T) {
 		if err := c.get(t, "/"); err != nil {
 			t.Errorf("idle connection %d within its grace: %v; want it kept", i, err)
 		}
+	}
+}
+
+// nopConn is a connection the guard only keeps track of.
+type nopConn struct {
+	net.Conn
+	id int
+}
+
+// BenchmarkAcceptAtTheCap is one accept during a flood of new connections
+// with max open: the guard picks a victim, which closes, and the
+// newcomer becomes the newest quiet connection.
+func BenchmarkAcceptAtTheCap(b *testing.B) {
+	for _, quiet := range []http.ConnState{http.StateNew, http.StateIdle} {
+		b.Run(quiet.String(), func(b *testing.B) {
+			g := newConnGuard(DefaultMaxConnections)
+			for i := range DefaultMaxConnections {
+				c := &nopConn{id: i}
+				g.state(c, http.StateNew)
+				if quiet == http.StateIdle {
+					g.state(c, http.StateActive)
+					g.state(c, http.StateIdle)
+				}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				c := &nopConn{id: DefaultMaxConnections + i}
+				if v := g.makeRoom(c); v != nil && v != c {
+					g.state(v, http.StateClosed)
+				}
+				if quiet == http.StateNew {
+					g.state(c, http.StateNew)
+				}
+			}
+		})
 	}
 }
