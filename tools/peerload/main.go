@@ -114,7 +114,8 @@ func run() error {
 		}
 		targets = append(targets, &target{
 			name: "envoyproxy/ratelimit", api: "ShouldRateLimit", algo: "fixed window", pid: *envoyPID, redis: true,
-			decide: shouldRateLimit(cs, *envoyDomain, nil),
+			decided: "Redis; over-limit keys from its local cache",
+			decide:  shouldRateLimit(cs, *envoyDomain, nil),
 		})
 	}
 	if *kurzAddr != "" {
@@ -186,8 +187,9 @@ func run() error {
 // target is one system under load.
 type target struct {
 	name, api, algo string
-	pid             int  // server process, 0 = unknown
-	redis           bool // decides on the Redis Cluster
+	pid             int    // server process, 0 = unknown
+	redis           bool   // decides on the Redis Cluster
+	decided         string // how it decides, without sources (default: Redis or memory)
 	// decide makes one call for caller w and says whether user was allowed.
 	decide func(ctx context.Context, w int, user string) (bool, error)
 	// sources, if set, returns the decisions made so far by source.
@@ -377,6 +379,9 @@ var nan = math.NaN()
 // shares, else where the target keeps its counters.
 func (m *measurement) decidedBy() string {
 	if m.sources == nil {
+		if m.t.decided != "" {
+			return m.t.decided
+		}
 		if m.t.redis {
 			return "Redis"
 		}
