@@ -54,7 +54,8 @@ func FuzzParse(f *testing.F) {
 // FuzzParseRule writes one rule, a plan override of it and a tenant on that
 // plan as a well-formed rule file, every field fuzzed, so that the
 // invariants of FuzzParse are checked on files that get past the YAML
-// syntax: Parse must accept the file, and whatever compiles must be sound.
+// syntax: Parse must accept the file (unless it writes a plan figure of 0,
+// which it refuses), and whatever compiles must be sound.
 // The seed corpus is in testdata/fuzz/FuzzParseRule.
 func FuzzParseRule(f *testing.F) {
 	f.Add("api", "per-key", "api_key", "token_bucket", int64(600), "1m", int64(100), "open", "", "free", "", int64(60), int64(20))
@@ -70,7 +71,15 @@ func FuzzParseRule(f *testing.F) {
 			"plans:\n  ? %s\n  : {? %s : {limit: %d, window: %s, burst: %d}}\ntenants: {acme: %s}\n",
 			q(domain), q(name), q(key), q(algorithm), limit, q(window), burst, q(failureMode), q(shard),
 			q(plan), q(domain+"/"+name), planLimit, q(planWindow), planBurst, q(plan))
-		if _, err := Parse([]byte(data)); err != nil {
+		_, err := Parse([]byte(data))
+		if planLimit == 0 || planBurst == 0 {
+			// A plan figure of 0 written out is refused (zeroFigure).
+			if err == nil || !strings.Contains(err.Error(), "would keep the rule's own") {
+				t.Fatalf("Parse of a plan figure of 0: %v; want it refused\n%s", err, data)
+			}
+			return
+		}
+		if err != nil {
 			t.Fatalf("Parse refuses a well-formed rule file: %v\n%s", err, data)
 		}
 		checkParse(t, []byte(data))

@@ -3,6 +3,7 @@ package rulestore
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
@@ -101,5 +102,27 @@ func TestChangesNamesTenantsUpToABound(t *testing.T) {
 	}
 	if rules, all, tenants = c.take(); rules || all || len(tenants) > 0 {
 		t.Errorf("take did not forget: rules %v, all %v, tenants %q", rules, all, tenants)
+	}
+}
+
+// A plan's limit or burst of 0 would keep the rule's own figure (more
+// quota, where it reads as none): refused, with what to write instead.
+func TestParseRefusesAPlanFigureOfZero(t *testing.T) {
+	const rules = `
+domains:
+  api: {rules: [{name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}]}
+plans:
+  free: {api/a: {%s}}
+`
+	for _, figure := range []string{"limit: 0", "burst: 0", "limit: 0.0"} {
+		_, err := Parse(fmt.Appendf(nil, rules, figure))
+		if err == nil || !strings.Contains(err.Error(), "plan free, rule api/a") || !strings.Contains(err.Error(), "would keep the rule's own") {
+			t.Errorf("plan figure %q: %v; want it refused, naming the plan and rule", figure, err)
+		}
+	}
+	for _, figure := range []string{"limit: 5", "burst: 3", "window: 1m"} {
+		if _, err := Parse(fmt.Appendf(nil, rules, figure)); err != nil {
+			t.Errorf("plan figure %q: %v; want it accepted", figure, err)
+		}
 	}
 }

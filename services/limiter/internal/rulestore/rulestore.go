@@ -51,7 +51,44 @@ func Parse(data []byte) (ratelimit.Config, error) {
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
 		return ratelimit.Config{}, errors.New("rules yaml: more than one document (---); put every domain, plan and tenant in one")
 	}
+	// A plan's figure of 0 reads as "keep the rule's" once decoded: find
+	// the ones written out, to refuse them.
+	var written struct {
+		Plans map[string]map[string]map[string]any `yaml:"plans"`
+	}
+	if err := yaml.Unmarshal(data, &written); err != nil {
+		return ratelimit.Config{}, fmt.Errorf("rules yaml: %w", err)
+	}
+	for _, plan := range slices.Sorted(maps.Keys(written.Plans)) {
+		for _, id := range slices.Sorted(maps.Keys(written.Plans[plan])) {
+			if err := zeroFigure(written.Plans[plan][id]); err != nil {
+				return ratelimit.Config{}, fmt.Errorf("rules yaml: plan %s, rule %s: %w", plan, id, err)
+			}
+		}
+	}
 	return cfg, nil
+}
+
+// zeroFigure refuses a plan limit that writes out a limit or burst of 0:
+// a zero figure keeps the rule's own, the opposite of what it seems to
+// say (a plan cannot switch a rule off).
+func zeroFigure(fields map[string]any) error {
+	for _, name := range []string{"limit", "burst"} {
+		switch v := fields[name].(type) {
+		case int:
+			if v != 0 {
+				continue
+			}
+		case float64:
+			if v != 0 {
+				continue
+			}
+		default:
+			continue
+		}
+		return fmt.Errorf("%s 0 would keep the rule's own %s, not stop the plan's tenants: leave %s out to keep it, or give a figure of at least 1", name, name, name)
+	}
+	return nil
 }
 
 // ReadFile parses path, or the embedded Bootstrap when path is empty.
@@ -423,8 +460,13 @@ func (p *PostgresSource) load(ctx context.Context, withTenants bool) (ratelimit.
 			}
 			if ruleID != nil && rawLimit != nil {
 				var limit ratelimit.LimitSpec
+				var fields map[string]any
 				if err := json.Unmarshal(rawLimit, &limit); err != nil {
 					broken[planLimitKey(plan, *ruleID)] = fmt.Errorf("its spec does not decode: %w", err)
+				} else if err := json.Unmarshal(rawLimit, &fields); err == nil {
+					if err := zeroFigure(fields); err != nil {
+						broken[planLimitKey(plan, *ruleID)] = err
+					}
 				}
 				cfg.Plans[plan][*ruleID] = limit
 			}

@@ -707,3 +707,39 @@ tenants: {acme: pro}
 		t.Errorf("a starting limiter's rules: compile %v, zz rules %d; want them compiled with zz's rule", err, len(fresh.Domains["zz"].Rules))
 	}
 }
+
+// A stored plan limit of 0 is refused like a row that does not compile:
+// held at its last good version, else left out, and reported.
+func TestStoredPlanFigureOfZeroIsHeld(t *testing.T) {
+	pool := isolated(t)
+	ctx := context.Background()
+	seed(t, pool, `
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  free: {api/a: {limit: 5}}
+  pro: {}
+`)
+	running := &PostgresSource{Pool: pool}
+	if _, err := running.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	execSQL(t, pool,
+		`UPDATE rl_plan_limits SET spec = '{"limit": 0}' WHERE plan = 'free'`,
+		`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('pro', 'api/a', '{"burst": 0, "window": "1m"}')`)
+	got, err := running.Load(ctx)
+	var partial *PartialError
+	if !errors.As(err, &partial) || len(partial.Problems) != 2 ||
+		!strings.Contains(err.Error(), "plan free limit of api/a held at its last good version (limit 0 would keep the rule's own limit") ||
+		!strings.Contains(err.Error(), "plan pro limit of api/a left out (burst 0") {
+		t.Fatalf("Load after plan figures of 0: %v; want both refused, free's held and pro's left out", err)
+	}
+	if l := got.Plans["free"]["api/a"].Limit; l != 5 {
+		t.Errorf("free's limit of api/a after a stored 0: %d, want 5 (held)", l)
+	}
+	if _, ok := got.Plans["pro"]["api/a"]; ok {
+		t.Errorf("pro's limit of api/a with a stored burst of 0 is in force; want it left out")
+	}
+}
