@@ -351,7 +351,7 @@ func TestCredentialsStayOffPlainHTTP(t *testing.T) {
 	if r := c.run("--url", "http://kurz.invalid:8080", "links", "get", "abc1234", "--timeout=2s"); r.code != exitError || strings.Contains(r.stderr, "refusing") {
 		t.Errorf("no credential to a plain http URL: %s; want the call tried", r)
 	}
-	for _, u := range []string{local, strings.Replace(local, "127.0.0.1", "localhost", 1)} {
+	for _, u := range []string{local, strings.Replace(local, "127.0.0.1", "localhost", 1), strings.Replace(local, "127.0.0.1", "LocalHost.", 1)} {
 		if r := c.run("--url", u, "--api-key", "kurz_k_secret", "links", "get", "abc1234"); r.code != exitError || rec.last(t) != "local Bearer kurz_k_secret" {
 			t.Errorf("API key to %s (this machine): %s, last request %q; want it sent", u, r, rec.last(t))
 		}

@@ -161,7 +161,7 @@ func exposes(base string) bool {
 	if ip := net.ParseIP(host); ip != nil {
 		return !ip.IsLoopback()
 	}
-	return host != "localhost"
+	return !strings.EqualFold(strings.TrimSuffix(host, "."), "localhost")
 }
 
 // json reports whether the output is for scripts: JSON, or YAML, which

@@ -57,6 +57,11 @@ ratios() {
 				if (name ~ /^BenchmarkCheck\//) base = "BenchmarkPing"
 				if (base != "" && (base in ns) && ns[name] > 0)
 					printf "- %s: %.2f x the throughput of %s\n", name, ns[base] / ns[name], base
+				if (name ~ /^BenchmarkServeCodeL1HitRules\// && ns[name] > 0) {
+					plain = name; sub(/HitRules/, "Hit", plain)
+					if (plain in ns)
+						printf "- goal: a link with rules within 10%% of a plain one: %s %.2f x its throughput, %s\n", name, ns[plain] / ns[name], (ns[plain] / ns[name] >= 0.9 ? "met" : "missed")
+				}
 				if (name ~ /\/leased$/ && (base in ns) && ns[name] > 0)
 					printf "- target (issue #15): leased >= 3 x the Redis-decided rule: %.2f x, %s\n", ns[base] / ns[name], (ns[base] / ns[name] >= 3 ? "met" : "missed")
 				if (name ~ /ConsumerThroughput\/limiter=/ && (name in eps))
