@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/clickevent"
@@ -171,14 +170,13 @@ func createVisitLinksInMovingSlots(t *testing.T, shortener *service, n int) []st
 // decisions each source made.
 func decisionSources(t *testing.T, samples []sample) map[string]int {
 	t.Helper()
-	redis := ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS.String()
 	by := map[string]int{}
 	for _, s := range samples {
 		if s.err != nil {
 			t.Fatalf("%v CheckQuota (%s rule) failed instead of applying its failure mode: %v", s.at.Format("15:04:05.000"), s.tag, s.err)
 		}
 		by[strings.TrimPrefix(s.outcome, "DECISION_SOURCE_")]++
-		if s.outcome == redis {
+		if byRedis(s.outcome) {
 			continue
 		}
 		want := wantFallback[s.tag]

@@ -79,7 +79,6 @@ func checkFailureModes(t *testing.T, samples []sample, faultAt time.Time) map[st
 	}
 	bound := maxLatency(healthy) + redisTimeout + answerMargin
 	fallbacks := map[string]int{}
-	redis := ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS.String()
 	for _, s := range samples {
 		if s.err != nil {
 			t.Fatalf("CheckQuota (%s rule) failed instead of applying its failure mode: %v", s.tag, s.err)
@@ -88,7 +87,7 @@ func checkFailureModes(t *testing.T, samples []sample, faultAt time.Time) map[st
 			t.Errorf("CheckQuota (%s rule, %s) took %v: over the healthy maximum %v + the Redis timeout %v + %v",
 				s.tag, s.outcome, s.latency, maxLatency(healthy), redisTimeout, answerMargin)
 		}
-		if s.outcome == redis {
+		if byRedis(s.outcome) {
 			continue
 		}
 		want := wantFallback[s.tag]
@@ -100,11 +99,18 @@ func checkFailureModes(t *testing.T, samples []sample, faultAt time.Time) map[st
 	return fallbacks
 }
 
+// byRedis reports whether a decision's source is Redis: its script, or a
+// denial of it the over-limit cache remembers until its retry-after.
+func byRedis(outcome string) bool {
+	return outcome == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS.String() ||
+		outcome == ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE.String()
+}
+
 // lastFallback is the send time of the last answer not from Redis.
 func lastFallback(samples []sample) time.Time {
 	var last time.Time
 	for _, s := range samples {
-		if s.outcome != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS.String() {
+		if !byRedis(s.outcome) {
 			last = s.at
 		}
 	}
@@ -119,7 +125,7 @@ func allFromRedis(l *steadyLoad, n int) (bool, string) {
 		return false, "too few samples"
 	}
 	for _, s := range l.samples[len(l.samples)-n:] {
-		if s.outcome != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS.String() {
+		if !byRedis(s.outcome) {
 			return false, fmt.Sprintf("a recent %s decision from %s", s.tag, s.outcome)
 		}
 	}
@@ -139,7 +145,7 @@ func enforcedAgain(t *testing.T, limiter *service) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		if !byRedis(resp.GetSource().String()) {
 			t.Fatalf("after recovery a decision came from %s", resp.GetSource())
 		}
 		if resp.GetAllowed() {
