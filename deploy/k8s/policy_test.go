@@ -2,7 +2,9 @@ package k8s
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -496,5 +498,62 @@ func TestProdScaleOutSettings(t *testing.T) {
 	}
 	if v, _ := envs["analytics"].value("KURZ_CLICKHOUSE_ADDRS"); len(strings.Split(v, ",")) < 2 {
 		t.Errorf("analytics: KURZ_CLICKHOUSE_ADDRS=%q, want several nodes of the cluster", v)
+	}
+}
+
+// The prod overlay's PostgreSQL connections at its HPAs' maxima, one
+// surge pod per Deployment during a rollout, are the figure the README
+// gives operators to size max_connections by: each pod's pool
+// (KURZ_POSTGRES_MAX_CONNS) plus the limiter's LISTEN connection.
+func TestProdPostgresConnectionBudgetIsStated(t *testing.T) {
+	r := render(t, "overlays/prod")
+	envs := serviceEnvironments(t, r)
+	maxPods := map[string]int32{}
+	for _, h := range typed[autoscalingv2.HorizontalPodAutoscaler](r) {
+		maxPods[h.Spec.ScaleTargetRef.Name] = h.Spec.MaxReplicas
+	}
+	total, least := 0, 0
+	var parts []string
+	for _, d := range typed[appsv1.Deployment](r) {
+		e, ok := envs[d.Name]
+		if !ok {
+			continue
+		}
+		if _, uses := e.Given["KURZ_POSTGRES_URL"]; !uses {
+			continue
+		}
+		size, err := strconv.Atoi(e.Given["KURZ_POSTGRES_MAX_CONNS"].Value)
+		if err != nil || size < 1 {
+			t.Errorf("%s uses PostgreSQL without a pool size of its own (KURZ_POSTGRES_MAX_CONNS %q): the default, 16 a pod, does not fit", d.Name, e.Given["KURZ_POSTGRES_MAX_CONNS"].Value)
+			continue
+		}
+		if d.Name == "limiter" {
+			size++ // the rules' LISTEN connection, outside the pool
+		}
+		pods, minPods := maxPods[d.Name], maxPods[d.Name]
+		if pods == 0 && d.Spec.Replicas != nil {
+			pods, minPods = *d.Spec.Replicas, *d.Spec.Replicas
+		}
+		for _, h := range typed[autoscalingv2.HorizontalPodAutoscaler](r) {
+			if h.Spec.ScaleTargetRef.Name == d.Name && h.Spec.MinReplicas != nil {
+				minPods = *h.Spec.MinReplicas
+			}
+		}
+		surge := 0
+		if ru := d.Spec.Strategy.RollingUpdate; ru != nil && ru.MaxSurge != nil {
+			surge = ru.MaxSurge.IntValue()
+		}
+		total += (int(pods) + surge) * size
+		least += int(minPods) * size
+		parts = append(parts, fmt.Sprintf("%s (%d+%d)×%d", d.Name, pods, surge, size))
+	}
+	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "k8s", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{fmt.Sprintf("**%d** PostgreSQL connections", total), fmt.Sprintf("%d at the minimum replicas", least)} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("deploy/k8s/README.md does not say %q (%s)", want, strings.Join(parts, " + "))
+		}
 	}
 }

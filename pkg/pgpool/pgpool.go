@@ -15,7 +15,7 @@ import (
 type Config struct {
 	// URL is the PostgreSQL connection string.
 	URL string `env:"POSTGRES_URL" default:"postgres://kurz:kurz@127.0.0.1:5433/kurz?sslmode=disable"`
-	// MaxConns is the PostgreSQL pool's size (1 to 10,000).
+	// MaxConns is the PostgreSQL pool's size (1 to 10,000); every pod's add up against max_connections (deploy/k8s/README.md).
 	MaxConns int `env:"POSTGRES_MAX_CONNS" default:"16"`
 	// QueryTimeout bounds one statement; the read path must not hang on a
 	// sick database.
@@ -49,6 +49,10 @@ func New(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("postgres: KURZ_POSTGRES_URL is not a valid connection string: %w", err)
 	}
 	pc.MaxConns = int32(cfg.MaxConns)
+	// A burst fills the pool; idle connections close after a minute (pgx
+	// keeps them half an hour), so every pod's pool does not stay at its
+	// size in PostgreSQL's max_connections long after the burst.
+	pc.MaxConnIdleTime = time.Minute
 	pc.ConnConfig.ConnectTimeout = 3 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
