@@ -114,10 +114,13 @@ domains:
 plans:
   free: {api/a: {%s}}
 `
-	for _, figure := range []string{"limit: 0", "burst: 0", "limit: 0.0"} {
+	for figure, why := range map[string]string{
+		"limit: 0": "would keep the rule's own", "burst: 0": "would keep the rule's own", "limit: 0.0": "would keep the rule's own",
+		"limit: 0.5": "want a whole number", "burst: 0.3": "want a whole number", "limit: 1.9": "want a whole number",
+	} {
 		_, err := Parse(fmt.Appendf(nil, rules, figure))
-		if err == nil || !strings.Contains(err.Error(), "plan free, rule api/a") || !strings.Contains(err.Error(), "would keep the rule's own") {
-			t.Errorf("plan figure %q: %v; want it refused, naming the plan and rule", figure, err)
+		if err == nil || !strings.Contains(err.Error(), "plan free, rule api/a") || !strings.Contains(err.Error(), why) {
+			t.Errorf("plan figure %q: %v; want it refused (%s), naming the plan and rule", figure, err, why)
 		}
 	}
 	for _, figure := range []string{"limit: 5", "burst: 3", "window: 1m"} {

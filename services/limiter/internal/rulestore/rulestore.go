@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -69,24 +70,32 @@ func Parse(data []byte) (ratelimit.Config, error) {
 	return cfg, nil
 }
 
-// zeroFigure refuses a plan limit that writes out a limit or burst of 0:
-// a zero figure keeps the rule's own, the opposite of what it seems to
-// say (a plan cannot switch a rule off).
+// zeroFigure refuses a plan limit that writes out a limit or burst that
+// is not a whole number of at least 1: decoded, 0 keeps the rule's own
+// figure, the opposite of what it seems to say (a plan cannot switch a
+// rule off), and a fraction is cut (0.5 to 0, the rule's figure again).
+// Keys match as the decoders match them, whatever their case.
 func zeroFigure(fields map[string]any) error {
-	for _, name := range []string{"limit", "burst"} {
-		switch v := fields[name].(type) {
+	for key, value := range fields {
+		name := strings.ToLower(key)
+		if name != "limit" && name != "burst" {
+			continue
+		}
+		var v float64
+		switch n := value.(type) {
 		case int:
-			if v != 0 {
-				continue
-			}
+			v = float64(n)
 		case float64:
-			if v != 0 {
-				continue
-			}
+			v = n
 		default:
 			continue
 		}
-		return fmt.Errorf("%s 0 would keep the rule's own %s, not stop the plan's tenants: leave %s out to keep it, or give a figure of at least 1", name, name, name)
+		if v == 0 {
+			return fmt.Errorf("%s 0 would keep the rule's own %s, not stop the plan's tenants: leave %s out to keep it, or give a figure of at least 1", name, name, name)
+		}
+		if v != math.Trunc(v) {
+			return fmt.Errorf("%s %v: want a whole number (a fraction would be cut, below 1 to the rule's own %s)", name, v, name)
+		}
 	}
 	return nil
 }

@@ -727,14 +727,14 @@ plans:
 		t.Fatal(err)
 	}
 	execSQL(t, pool,
-		`UPDATE rl_plan_limits SET spec = '{"limit": 0}' WHERE plan = 'free'`,
-		`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('pro', 'api/a', '{"burst": 0, "window": "1m"}')`)
+		`UPDATE rl_plan_limits SET spec = '{"Limit": 0}' WHERE plan = 'free'`,
+		`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('pro', 'api/a', '{"burst": 0.5, "window": "1m"}')`)
 	got, err := running.Load(ctx)
 	var partial *PartialError
 	if !errors.As(err, &partial) || len(partial.Problems) != 2 ||
 		!strings.Contains(err.Error(), "plan free limit of api/a held at its last good version (limit 0 would keep the rule's own limit") ||
-		!strings.Contains(err.Error(), "plan pro limit of api/a left out (burst 0") {
-		t.Fatalf("Load after plan figures of 0: %v; want both refused, free's held and pro's left out", err)
+		!strings.Contains(err.Error(), "plan pro limit of api/a left out (its spec does not decode: json: cannot unmarshal number 0.5") {
+		t.Fatalf("Load after plan figures of 0 and 0.5: %v; want both refused, free's held and pro's left out", err)
 	}
 	if l := got.Plans["free"]["api/a"].Limit; l != 5 {
 		t.Errorf("free's limit of api/a after a stored 0: %d, want 5 (held)", l)
