@@ -187,11 +187,7 @@ func (p *PostgresSource) LoadRules(ctx context.Context) (ratelimit.Config, error
 // LoadTenants implements TenantSource.
 func (p *PostgresSource) LoadTenants(ctx context.Context, tenants []string) (map[string]string, error) {
 	plans := make(map[string]string, len(tenants))
-	query, args := `SELECT tenant, plan FROM rl_tenant_plans`, []any{}
-	if tenants != nil {
-		query, args = query+` WHERE tenant = ANY($1)`, []any{tenants}
-	}
-	rows, err := p.Pool.Query(ctx, query, args...)
+	rows, err := p.Pool.Query(ctx, `SELECT tenant, plan FROM rl_tenant_plans WHERE tenant = ANY($1)`, tenants)
 	if err != nil {
 		return nil, fmt.Errorf("load tenant plans from postgres: %w", err)
 	}
@@ -592,8 +588,8 @@ type TenantSource interface {
 	Source
 	// LoadRules is Load without the tenants' plans.
 	LoadRules(ctx context.Context) (ratelimit.Config, error)
-	// LoadTenants reads the plans of tenants (every tenant's when nil); a
-	// tenant without one is not in the map.
+	// LoadTenants reads the plans of tenants; a tenant without one is not
+	// in the map.
 	LoadTenants(ctx context.Context, tenants []string) (map[string]string, error)
 }
 
@@ -705,13 +701,13 @@ func (r *Refresher) Run(ctx context.Context, changes *Changes) {
 	if changes != nil {
 		wake = changes.wake
 	}
+	ts, split := r.Source.(TenantSource)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 			r.ticks++
-			ts, split := r.Source.(TenantSource)
 			if split && r.rules != nil && !r.tenantsStale && r.ticks%tenantsEvery != 0 {
 				_ = r.refreshRules(ctx, ts)
 			} else {
@@ -719,7 +715,6 @@ func (r *Refresher) Run(ctx context.Context, changes *Changes) {
 			}
 		case <-wake:
 			rules, allTenants, tenants := changes.take()
-			ts, split := r.Source.(TenantSource)
 			if !split || r.rules == nil || r.tenantsStale || allTenants {
 				_ = r.Refresh(ctx)
 				continue

@@ -111,6 +111,26 @@ tenants: {acme: free}
 	}
 }
 
+// seeded returns an isolated pool whose rule tables are seeded from the
+// rules YAML.
+func seeded(t *testing.T, rules string) *pgxpool.Pool {
+	t.Helper()
+	pool := isolated(t)
+	seed(t, pool, rules)
+	return pool
+}
+
+// loaded returns a source of pool that has loaded the rules once, as a
+// running limiter's has.
+func loaded(t *testing.T, pool *pgxpool.Pool) *PostgresSource {
+	t.Helper()
+	src := &PostgresSource{Pool: pool}
+	if _, err := src.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
 // seed seeds pool's rule tables from the rules YAML.
 func seed(t *testing.T, pool *pgxpool.Pool, rules string) {
 	t.Helper()
@@ -147,9 +167,8 @@ func load(t *testing.T, pool *pgxpool.Pool) ratelimit.Config {
 // the rules, not a reason to refuse them all: plan changes keep applying,
 // and a limiter can still start.
 func TestPlanLimitOfADeletedRuleIsLeftOut(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   api:
     rules:
@@ -184,9 +203,8 @@ tenants: {acme: pro}
 // from starting (the rest load, the row left out) nor holds back other
 // changes on a running one (the row held at its last good version).
 func TestRowThatDoesNotCompileIsHeldOrLeftOut(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   api:
     rules:
@@ -197,10 +215,7 @@ plans:
   pro: {}
 tenants: {acme: pro}
 `)
-	running := &PostgresSource{Pool: pool}
-	if _, err := running.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
+	running := loaded(t, pool)
 	execSQL(t, pool, `UPDATE rl_rules SET spec = jsonb_set(spec, '{limit}', '2000000000000000') WHERE name = 'b'`)
 	execSQL(t, pool, `UPDATE rl_plan_limits SET spec = jsonb_set(spec, '{window}', '"soon"') WHERE rule_id = 'api/a'`)
 	execSQL(t, pool, `INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('pro', 'api/a', '{"limit": 50}')`)
@@ -269,9 +284,8 @@ tenants: {acme: pro}
 // the start, unless it is a shadow rule (which denies nothing); a running
 // limiter holds its last good version of any.
 func TestFailClosedRuleThatDoesNotCompileIsNeverDropped(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   links.password:
     rules:
@@ -282,10 +296,7 @@ domains:
       - {name: trial, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: closed, shadow: true}
       - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
 `)
-	running := &PostgresSource{Pool: pool}
-	if _, err := running.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
+	running := loaded(t, pool)
 	if _, err := pool.Exec(ctx, `UPDATE rl_rules SET spec = jsonb_set(spec, '{window}', '"15 m"') WHERE name = 'per-ip-link'`); err != nil {
 		t.Fatal(err)
 	}
@@ -337,9 +348,8 @@ domains:
 // A sliding log stored with a limit over today's bound (valid before it)
 // is held at the bound, its plan overrides too: the rules still load.
 func TestSlidingLogOverTheBoundIsHeldAtIt(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   api:
     rules:
@@ -368,8 +378,7 @@ plans:
 // A rule's lease survives PostgreSQL (it is part of the rule's jsonb spec),
 // and a misspelt lease field in a rule file is an error.
 func TestLeaseRoundTripsThroughPostgres(t *testing.T) {
-	pool := isolated(t)
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   hot:
     rules:
@@ -393,9 +402,8 @@ domains:
 // of failing every reload (and every limiter's start) while the other
 // changes wait.
 func TestRowThatDoesNotDecodeIsHeldOrLeftOut(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   api:
     rules:
@@ -406,10 +414,7 @@ plans:
   pro: {}
 tenants: {acme: pro}
 `)
-	running := &PostgresSource{Pool: pool}
-	if _, err := running.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
+	running := loaded(t, pool)
 	execSQL(t, pool,
 		`UPDATE rl_rules SET spec = jsonb_set(spec, '{key}', '"ip"') WHERE name = 'b'`,
 		`UPDATE rl_plan_limits SET spec = '{"limit": 1e19}' WHERE plan = 'free' AND rule_id = 'api/a'`,
@@ -443,9 +448,8 @@ tenants: {acme: pro}
 // its own (not "defined twice", which stopped every reload), and renaming
 // the column renames the rule.
 func TestARuleIsItsRowsName(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   api:
     rules:
@@ -604,9 +608,8 @@ tenants: {t1: free, t2: free, t3: pro}
 // The tenant table's triggers name each tenant a statement changes (both
 // names of a renamed one), or none past 100.
 func TestTenantPlanChangesNameTheirTenants(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   api:
     rules:
@@ -669,9 +672,8 @@ plans: {free: {}, pro: {}}
 // (or goes without), like a rule row: one bad row must not stop every
 // reload, nor a limiter's start.
 func TestDomainDefaultsThatDoNotDecodeAreHeld(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   zz:
     defaults: {tier: basic}
@@ -683,10 +685,7 @@ domains:
 plans: {free: {}, pro: {}}
 tenants: {acme: pro}
 `)
-	running := &PostgresSource{Pool: pool}
-	if _, err := running.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
+	running := loaded(t, pool)
 	execSQL(t, pool, `UPDATE rl_domains SET defaults = '{"tier": 1}' WHERE domain = 'zz'`)
 	if err := SetTenantPlan(ctx, pool, "acme", "free"); err != nil {
 		t.Fatal(err)
@@ -711,9 +710,8 @@ tenants: {acme: pro}
 // A stored plan limit of 0 is refused like a row that does not compile:
 // held at its last good version, else left out, and reported.
 func TestStoredPlanFigureOfZeroIsHeld(t *testing.T) {
-	pool := isolated(t)
 	ctx := context.Background()
-	seed(t, pool, `
+	pool := seeded(t, `
 domains:
   api:
     rules:
@@ -722,10 +720,7 @@ plans:
   free: {api/a: {limit: 5}}
   pro: {}
 `)
-	running := &PostgresSource{Pool: pool}
-	if _, err := running.Load(ctx); err != nil {
-		t.Fatal(err)
-	}
+	running := loaded(t, pool)
 	execSQL(t, pool,
 		`UPDATE rl_plan_limits SET spec = '{"Limit": 0}' WHERE plan = 'free'`,
 		`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ('pro', 'api/a', '{"burst": 0.5, "window": "1m"}')`)
