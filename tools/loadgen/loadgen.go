@@ -137,3 +137,28 @@ func run(name string, concurrency int, work func(worker int, record func(time.Du
 	total.Elapsed = time.Since(start)
 	return total
 }
+
+// Targets is a markdown table of targets, each with a run's figure and
+// whether the run met it: how the bench tools state what they measure.
+type Targets struct{ rows [][3]string }
+
+// Add adds a target, the run's figure for it, and whether it was met.
+func (t *Targets) Add(target, figure string, met bool) {
+	t.rows = append(t.rows, [3]string{target, figure, Verdict(met)})
+}
+
+// Write writes title and the table.
+func (t *Targets) Write(w io.Writer, title string) {
+	fmt.Fprintf(w, "\n%s\n\n| target | this run | |\n|---|---:|---|\n", title)
+	for _, r := range t.rows {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", r[0], r[1], r[2])
+	}
+}
+
+// Verdict says whether a target was met.
+func Verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "missed"
+}

@@ -494,16 +494,12 @@ func compare(k, p *measurement, redisN int) versus {
 // targets writes issue #15's targets for the limiter, each with this
 // run's figure and whether it is met.
 func targets(out io.Writer, vs []versus, spread int) {
-	type row struct {
-		what, figure string
-		met          bool
-	}
-	var rows []row
+	var t loadgen.Targets
 	atLeast := func(what string, v, want float64) {
-		rows = append(rows, row{fmt.Sprintf("%s ≥ %.1f×", what, want), fmtRatio(v), !math.IsNaN(v) && v >= want})
+		t.Add(fmt.Sprintf("%s ≥ %.1f×", what, want), fmtRatio(v), !math.IsNaN(v) && v >= want)
 	}
 	atMost := func(what string, v, want float64) {
-		rows = append(rows, row{fmt.Sprintf("%s ≤ %.1f×", what, want), fmtRatio(v), !math.IsNaN(v) && v <= want})
+		t.Add(fmt.Sprintf("%s ≤ %.1f×", what, want), fmtRatio(v), !math.IsNaN(v) && v <= want)
 	}
 	keys := map[string]string{"spread": fmt.Sprintf("%d keys", spread), "hot": "one hot key"}
 	for _, shape := range []string{"spread", "hot"} {
@@ -531,17 +527,10 @@ func targets(out io.Writer, vs []versus, spread int) {
 	for _, v := range vs {
 		if v.kurz.shape == "spread" {
 			all := v.kurz.sources["redis"] > 0 && v.kurz.sources["redis"] == sum(v.kurz.sources)
-			rows = append(rows, row{fmt.Sprintf("%s: every kurz %s answer decided on Redis", keys["spread"], v.kurz.t.api), v.kurz.share("redis"), all})
+			t.Add(fmt.Sprintf("%s: every kurz %s answer decided on Redis", keys["spread"], v.kurz.t.api), v.kurz.share("redis"), all)
 		}
 	}
-	fmt.Fprintln(out, "\nIssue #15's targets for the limiter, this run:\n\n| target | this run | |\n|---|---:|---|")
-	for _, r := range rows {
-		verdict := "missed"
-		if r.met {
-			verdict = "met"
-		}
-		fmt.Fprintf(out, "| %s | %s | %s |\n", r.what, r.figure, verdict)
-	}
+	t.Write(out, "Issue #15's targets for the limiter, this run:")
 }
 
 func fmtMicros(v float64) string {

@@ -142,12 +142,8 @@ func run() error {
 		miss.Print(os.Stdout)
 	}
 	withRules := 2 * viralRules.Rate() / (viral.Rate() + viralAfter.Rate())
-	verdict := "missed"
-	if withRules >= 0.9 {
-		verdict = "met"
-	}
 	fmt.Printf("ratio: viral = %.2f x baseline, viral with rules = %.2f x viral (the mean of the runs before and after; goal >= 0.90: %s), spread = %.2f x baseline",
-		viral.Rate()/base.Rate(), withRules, verdict, spread.Rate()/base.Rate())
+		viral.Rate()/base.Rate(), withRules, loadgen.Verdict(withRules >= 0.9), spread.Rate()/base.Rate())
 	if miss != nil {
 		fmt.Printf(", unknown = %.2f x baseline", miss.Rate()/base.Rate())
 	}

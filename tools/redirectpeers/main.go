@@ -380,14 +380,7 @@ type versus struct {
 // targets writes issue #15's targets for the redirect, each with this
 // run's figure and whether it is met, for each kurz measurement.
 func targets(out io.Writer, servers []*server, vs []versus) {
-	fmt.Fprintln(out, "\nIssue #15's targets for the redirect (one viral code), this run:\n\n| target | this run | |\n|---|---:|---|")
-	row := func(what, figure string, met bool) {
-		verdict := "missed"
-		if met {
-			verdict = "met"
-		}
-		fmt.Fprintf(out, "| %s | %s | %s |\n", what, figure, verdict)
-	}
+	var t loadgen.Targets
 	for _, ks := range servers {
 		if !ks.kurz {
 			continue
@@ -398,10 +391,10 @@ func targets(out io.Writer, servers []*server, vs []versus) {
 			}
 			switch v.peer.name {
 			case "net/http fixed 302":
-				row(fmt.Sprintf("%s: requests/s ≥ 0.7× %s", ks.name, v.peer.name), fmtRatio(v.throughput), v.throughput >= 0.7)
-				row(fmt.Sprintf("%s: server CPU per request ≤ 1.3× %s's", ks.name, v.peer.name), fmtRatio(v.cpu), v.cpu <= 1.3)
+				t.Add(fmt.Sprintf("%s: requests/s ≥ 0.7× %s", ks.name, v.peer.name), fmtRatio(v.throughput), v.throughput >= 0.7)
+				t.Add(fmt.Sprintf("%s: server CPU per request ≤ 1.3× %s's", ks.name, v.peer.name), fmtRatio(v.cpu), v.cpu <= 1.3)
 			case "Node prototype":
-				row(fmt.Sprintf("%s: requests/s ≥ 1.0× %s", ks.name, v.peer.name), fmtRatio(v.throughput), v.throughput >= 1.0)
+				t.Add(fmt.Sprintf("%s: requests/s ≥ 1.0× %s", ks.name, v.peer.name), fmtRatio(v.throughput), v.throughput >= 1.0)
 			}
 		}
 		r, _, _ := ks.figures()
@@ -410,8 +403,9 @@ func targets(out io.Writer, servers []*server, vs []versus) {
 		if r.Errors == 0 && r.N > 0 {
 			figure = fmt.Sprintf("%.2f ms", float64(p99)/float64(time.Millisecond))
 		}
-		row(fmt.Sprintf("%s: p99 ≤ 5 ms", ks.name), figure, figure != "–" && p99 <= 5*time.Millisecond)
+		t.Add(fmt.Sprintf("%s: p99 ≤ 5 ms", ks.name), figure, figure != "–" && p99 <= 5*time.Millisecond)
 	}
+	t.Write(out, "Issue #15's targets for the redirect (one viral code), this run:")
 }
 
 // sources lists the X-Source values of r's answers in shares.

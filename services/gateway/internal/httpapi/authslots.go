@@ -14,11 +14,11 @@ import (
 // its look saw failures left, and only if no check of the address failed
 // since that look (else it looks again): so even if every check in flight
 // fails, no more fail than the rule allows (per gateway replica: a burst
-// spread over n replicas at once may get up to n times as many). Checks of an address that is not
-// failing run side by side, up to the rule's limit at once; while the
-// limiter cannot tell what is left, one at a time. The map holds
-// only addresses with a check in flight or waiting: it is bounded by the
-// server's connections.
+// spread over n replicas at once may get up to n times as many). Checks of
+// an address that is not failing run side by side, up to the rule's limit
+// at once; while the limiter cannot tell what is left, one at a time. The
+// map holds only addresses with a check in flight or waiting: it is
+// bounded by the server's connections.
 type authSlots struct {
 	mu  sync.Mutex
 	ips map[string]*ipChecks

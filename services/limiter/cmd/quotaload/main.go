@@ -139,7 +139,7 @@ func run() error {
 	if *redisTarget > 0 {
 		onRedis := float64(res.Tags[ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS.String()]) / float64(max(1, res.N+res.Errors))
 		fmt.Printf("decided on Redis: %.2f%% of %d calls (target >= %.0f%%: %s)\n",
-			100*onRedis, res.N+res.Errors, 100**redisTarget, metOrMissed(onRedis >= *redisTarget))
+			100*onRedis, res.N+res.Errors, 100**redisTarget, loadgen.Verdict(onRedis >= *redisTarget))
 	}
 	if base != nil {
 		fmt.Printf("ratio: CheckQuota throughput = %.2f x the health-check baseline\n", res.Rate()/base.Rate())

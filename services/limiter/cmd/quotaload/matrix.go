@@ -205,7 +205,7 @@ func (m *matrixRun) run(ctx context.Context, conns []*grpc.ClientConn, out io.Wr
 		open.Print(out)
 		p99 := open.Quantile(0.99)
 		fmt.Fprintf(out, "open loop at half the max rate (%.0f/s): p99 %v (target <= %v: %s)\n",
-			openRate, p99.Round(time.Microsecond), p99Target, metOrMissed(p99 <= p99Target))
+			openRate, p99.Round(time.Microsecond), p99Target, loadgen.Verdict(p99 <= p99Target))
 	}
 	m.summary(out, cells)
 	fmt.Fprintf(out, "matrix done in %v\n", time.Since(start).Round(time.Second))
@@ -295,13 +295,6 @@ func verdict(allowed bool) string {
 	return "denied"
 }
 
-func metOrMissed(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "missed"
-}
-
 // summary writes the matrix as a markdown table, then the throughput target
 // per algorithm and key shape.
 func (m *matrixRun) summary(out io.Writer, cells []cell) {
@@ -325,7 +318,7 @@ func (m *matrixRun) summary(out io.Writer, cells []cell) {
 			r := float64(x.quota.Quantile(0.5)) / float64(x.evalsha.Quantile(0.5))
 			fmt.Fprintf(out, "target single call (c=1) p50 <= %.1f x EVALSHA's: %s %s %.2f x (%v against %v), %s\n",
 				latencyTarget, x.algo, x.shape, r, x.quota.Quantile(0.5).Round(time.Microsecond), x.evalsha.Quantile(0.5).Round(time.Microsecond),
-				metOrMissed(x.quota.Errors == 0 && x.evalsha.Errors == 0 && r <= latencyTarget))
+				loadgen.Verdict(x.quota.Errors == 0 && x.evalsha.Errors == 0 && r <= latencyTarget))
 		}
 	}
 	if !slices.Contains(m.conc, ratioConc) {
@@ -335,7 +328,7 @@ func (m *matrixRun) summary(out io.Writer, cells []cell) {
 	for _, x := range cells {
 		if x.c == ratioConc {
 			fmt.Fprintf(out, "target throughput >= %.1f x baseline at concurrency %d: %s %s %.2f x, %s\n",
-				ratioTarget, ratioConc, x.algo, x.shape, x.ratio(), metOrMissed(x.ratio() >= ratioTarget))
+				ratioTarget, ratioConc, x.algo, x.shape, x.ratio(), loadgen.Verdict(x.ratio() >= ratioTarget))
 		}
 	}
 }
