@@ -8,7 +8,6 @@ package ratelimitfields
 
 import (
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -40,16 +39,29 @@ const (
 // t = seconds until it is back to full (on a denial r=0 and t at least the
 // retry-after). Seconds are whole, rounded up.
 func Fields(q Quota) (policy, state string) {
-	name := sfString(q.Policy)
-	policy = name + ";q=" + strconv.FormatInt(max(q.Limit, 0), 10)
+	// Both values in one string (one allocation; the gateway and the
+	// limiter's Envoy API write them on every answer), sliced in two.
+	var arr [160]byte
+	b := appendSF(arr[:0], q.Policy)
+	name := len(b)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, max(q.Limit, 0), 10)
 	if w := CeilSeconds(q.Window); w > 0 {
-		policy += ";w=" + strconv.FormatInt(w, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, w, 10)
 	}
+	split := len(b)
+	b = append(b, b[:name]...)
 	remaining, reset := max(q.Remaining, 0), CeilSeconds(q.ResetAfter)
 	if !q.Allowed {
 		remaining, reset = 0, max(reset, CeilSeconds(q.RetryAfter))
 	}
-	return policy, name + ";r=" + strconv.FormatInt(remaining, 10) + ";t=" + strconv.FormatInt(reset, 10)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, reset, 10)
+	both := string(b)
+	return both[:split], both[split:]
 }
 
 // Legacy are the RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
@@ -70,22 +82,19 @@ func CeilSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// sfString writes s as a structured-field String (RFC 9651 §3.3.3).
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
+// appendSF appends s as a structured-field String (RFC 9651 §3.3.3).
+func appendSF(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := range len(s) {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?') // not representable; rule names never hold these
+			b = append(b, '?') // not representable; rule names never hold these
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }

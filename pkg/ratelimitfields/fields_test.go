@@ -2,6 +2,7 @@ package ratelimitfields
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -10,6 +11,7 @@ import (
 // state with r and t (seconds rounded up); a denial has r=0 and t at least
 // its retry-after; the older trio says the same with plain numbers.
 func TestFields(t *testing.T) {
+	long := strings.Repeat("d", 100) + "/" + strings.Repeat("r", 100)
 	for name, tc := range map[string]struct {
 		q                     Quota
 		policy, state, legacy string
@@ -22,6 +24,8 @@ func TestFields(t *testing.T) {
 			`"p";q=10`, `"p";r=0;t=0`, "[[RateLimit-Limit 10] [RateLimit-Remaining 0] [RateLimit-Reset 0]]"},
 		"quoted name": {Quota{Policy: `we"ird\`, Limit: 1, Window: time.Second, Remaining: 1, Allowed: true},
 			`"we\"ird\\";q=1;w=1`, `"we\"ird\\";r=1;t=0`, "[[RateLimit-Limit 1] [RateLimit-Remaining 1] [RateLimit-Reset 0]]"},
+		"name past the stack buffer": {Quota{Policy: long, Limit: 1, Window: time.Second, Remaining: 1, Allowed: true},
+			`"` + long + `";q=1;w=1`, `"` + long + `";r=1;t=0`, "[[RateLimit-Limit 1] [RateLimit-Remaining 1] [RateLimit-Reset 0]]"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			policy, state := Fields(tc.q)
@@ -40,5 +44,13 @@ func TestCeilSeconds(t *testing.T) {
 		if got := CeilSeconds(d); got != want {
 			t.Errorf("CeilSeconds(%v) = %d, want %d", d, got, want)
 		}
+	}
+}
+
+func BenchmarkFields(b *testing.B) {
+	q := Quota{Policy: "api/per-key", Limit: 60, Window: time.Minute, Remaining: 19, ResetAfter: 1100 * time.Millisecond, Allowed: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		Fields(q)
 	}
 }

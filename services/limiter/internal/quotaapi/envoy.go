@@ -131,6 +131,12 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
+	// Each descriptor's status and limit, allocated together.
+	type status struct {
+		st    rlsv3.RateLimitResponse_DescriptorStatus
+		limit rlsv3.RateLimitResponse_RateLimit
+	}
+	statuses := make([]status, len(descs))
 	if !resp.GetAllowed() {
 		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -148,12 +154,14 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		}
 	}
 	for j := range descs {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &statuses[j].st
+		st.Code = rlsv3.RateLimitResponse_OK
 		if d := deciding[j]; d != nil {
 			if !d.GetAllowed() {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
-			st.CurrentLimit = envoyLimit(d)
+			st.CurrentLimit = &statuses[j].limit
+			setEnvoyLimit(st.CurrentLimit, d)
 			st.LimitRemaining = uint32(max(0, min(d.GetRemaining(), int64(^uint32(0)))))
 			st.DurationUntilReset = d.GetResetAfter()
 		}
@@ -206,18 +214,28 @@ var envoyUnits = []struct {
 // when the window is one unit, else scaled to the smallest unit that gives
 // at least one request.
 func envoyLimit(d *ratelimitv1.RuleDecision) *rlsv3.RateLimitResponse_RateLimit {
+	l := &rlsv3.RateLimitResponse_RateLimit{}
+	setEnvoyLimit(l, d)
+	return l
+}
+
+// setEnvoyLimit sets l to envoyLimit(d).
+func setEnvoyLimit(l *rlsv3.RateLimitResponse_RateLimit, d *ratelimitv1.RuleDecision) {
+	l.Name = d.GetRule()
 	window := d.GetWindow().AsDuration()
 	for _, u := range envoyUnits {
 		if window == u.d {
-			return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: uint32(min(d.GetLimit(), math.MaxUint32)), Unit: u.unit}
+			l.RequestsPerUnit, l.Unit = uint32(min(d.GetLimit(), math.MaxUint32)), u.unit
+			return
 		}
 	}
 	for _, u := range envoyUnits {
 		if n := float64(d.GetLimit()) * float64(u.d) / float64(window); n >= 1 {
-			return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: uint32(min(n, math.MaxUint32)), Unit: u.unit}
+			l.RequestsPerUnit, l.Unit = uint32(min(n, math.MaxUint32)), u.unit
+			return
 		}
 	}
-	return &rlsv3.RateLimitResponse_RateLimit{Name: d.GetRule(), RequestsPerUnit: 1, Unit: rlsv3.RateLimitResponse_RateLimit_DAY}
+	l.RequestsPerUnit, l.Unit = 1, rlsv3.RateLimitResponse_RateLimit_DAY
 }
 
 // never reports whether a rule denied a cost it can never hold: the
@@ -257,19 +275,36 @@ func rateLimitHeaders(domain string, resp *ratelimitv1.CheckQuotaResponse, style
 			break
 		}
 	}
-	h := make([]*corev3.HeaderValue, 0, 6)
+	// The fields in one allocation and their pointers in another: every
+	// answer of a domain with rules carries them.
+	n := 0
+	if style != HeadersLegacy {
+		n += 2
+	}
+	if style == HeadersLegacy || style == HeadersBoth {
+		n += 3
+	}
+	if !q.Allowed {
+		n++
+	}
+	vals, h := make([]corev3.HeaderValue, n), make([]*corev3.HeaderValue, 0, n)
+	add := func(k, v string) {
+		i := len(h)
+		vals[i].Key, vals[i].Value = k, v
+		h = append(h, &vals[i])
+	}
 	if style != HeadersLegacy {
 		policy, state := ratelimitfields.Fields(q)
-		h = append(h, &corev3.HeaderValue{Key: ratelimitfields.PolicyField, Value: policy},
-			&corev3.HeaderValue{Key: ratelimitfields.StateField, Value: state})
+		add(ratelimitfields.PolicyField, policy)
+		add(ratelimitfields.StateField, state)
 	}
 	if style == HeadersLegacy || style == HeadersBoth {
 		for _, f := range ratelimitfields.Legacy(q) {
-			h = append(h, &corev3.HeaderValue{Key: f[0], Value: f[1]})
+			add(f[0], f[1])
 		}
 	}
 	if !q.Allowed {
-		h = append(h, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(1, ratelimitfields.CeilSeconds(q.RetryAfter)), 10)})
+		add("Retry-After", strconv.FormatInt(max(1, ratelimitfields.CeilSeconds(q.RetryAfter)), 10))
 	}
 	return h
 }

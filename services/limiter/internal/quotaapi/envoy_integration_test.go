@@ -26,7 +26,7 @@ import (
 
 // realEngine is a ratelimit.Engine on the stack's Redis Cluster deciding
 // rules, whose CheckEach answers are kept in each (in call order).
-func realEngine(t *testing.T, rules string) *recordingEngine {
+func realEngine(t testing.TB, rules string) *recordingEngine {
 	t.Helper()
 	var cfg redisconn.Config
 	if err := config.Load(&cfg); err != nil {

@@ -287,6 +287,21 @@ func (e *Engine) Check(ctx context.Context, domain string, desc map[string]strin
 // must not read and write the same key as two rules.
 func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (resp *ratelimitv1.CheckQuotaResponse, owners [][]int) {
 	rs := e.rules.Load()
+	if len(descs) == 1 {
+		// One set's rules have keys of their own (each names its rule):
+		// nothing to merge.
+		_, rules := rs.Match(domain, descs[0])
+		resp, cached := e.decide(ctx, "", domain, rules, cost)
+		n := len(rules)
+		if cached >= 0 {
+			n = 1
+		}
+		owners = make([][]int, n)
+		for i := range owners {
+			owners[i] = firstSet
+		}
+		return resp, owners
+	}
 	var rules []Applied
 	at := map[string]int{}
 	for j, d := range descs {
@@ -309,6 +324,10 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 	}
 	return resp, owners
 }
+
+// firstSet is the owners of a decision of a request with one descriptor
+// set; its capacity is its length, so an append copies it.
+var firstSet = []int{0}[:1:1]
 
 // CheckAt is Check with the clock fixed at `at` instead of Redis TIME. It
 // exists for tests and the demo, which replay traces at chosen instants; the
@@ -731,23 +750,41 @@ func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, re
 // allows; the deciding rule is the denying rule with the longest retry-after,
 // or, when allowed, the rule with the least headroom.
 func (e *Engine) respond(domain string, rules []Applied, results []result) *ratelimitv1.CheckQuotaResponse {
-	resp := &ratelimitv1.CheckQuotaResponse{Allowed: true, Decisions: make([]*ratelimitv1.RuleDecision, len(rules))}
+	// The response's messages in two allocations instead of six per rule:
+	// this runs on every decision, and a hot key's answers from the
+	// over-limit cache are little else.
+	blk := &struct {
+		resp  ratelimitv1.CheckQuotaResponse
+		zero  durationpb.Duration
+		one   [1]*ratelimitv1.RuleDecision
+		first decisionBlock
+	}{}
+	resp := &blk.resp
+	resp.Allowed = true
+	blocks := []decisionBlock(nil)
+	if len(rules) == 1 {
+		resp.Decisions = blk.one[:]
+	} else {
+		resp.Decisions = make([]*ratelimitv1.RuleDecision, len(rules))
+		blocks = make([]decisionBlock, len(rules))
+	}
 	deciding := -1
 	for i, a := range rules {
 		r, res := a.Rule, results[i]
-		resp.Decisions[i] = &ratelimitv1.RuleDecision{
-			Rule:       r.Name,
-			Algorithm:  r.Algorithm,
-			Allowed:    res.allowed,
-			Limit:      res.limit,
-			Remaining:  res.remaining,
-			Window:     durationpb.New(r.Window),
-			ResetAfter: durationpb.New(res.resetAfter),
-			RetryAfter: durationpb.New(res.retryAfter),
-			Delay:      durationpb.New(res.delay),
-			Source:     res.source,
-			Capacity:   r.capacity(),
+		b := &blk.first
+		if blocks != nil {
+			b = &blocks[i]
 		}
+		b.window.Seconds, b.window.Nanos = durationParts(r.Window)
+		b.resetAfter.Seconds, b.resetAfter.Nanos = durationParts(res.resetAfter)
+		b.retryAfter.Seconds, b.retryAfter.Nanos = durationParts(res.retryAfter)
+		b.delay.Seconds, b.delay.Nanos = durationParts(res.delay)
+		d := &b.d
+		d.Rule, d.Algorithm, d.Allowed = r.Name, r.Algorithm, res.allowed
+		d.Limit, d.Remaining = res.limit, res.remaining
+		d.Window, d.ResetAfter, d.RetryAfter, d.Delay = &b.window, &b.resetAfter, &b.retryAfter, &b.delay
+		d.Source, d.Capacity = res.source, r.capacity()
+		resp.Decisions[i] = d
 		if r.Shadow {
 			continue
 		}
@@ -771,9 +808,22 @@ func (e *Engine) respond(domain string, rules []Applied, results []result) *rate
 	resp.ResetAfter, resp.RetryAfter = d.ResetAfter, d.RetryAfter
 	resp.Source = d.Source
 	if resp.Allowed {
-		resp.RetryAfter = durationpb.New(0)
+		resp.RetryAfter = &blk.zero
 	}
 	return resp
+}
+
+// decisionBlock is one rule's decision and its durations, allocated
+// together.
+type decisionBlock struct {
+	d                                     ratelimitv1.RuleDecision
+	window, resetAfter, retryAfter, delay durationpb.Duration
+}
+
+// durationParts is durationpb.New's seconds and nanoseconds, without the
+// allocation.
+func durationParts(d time.Duration) (int64, int32) {
+	return int64(d / time.Second), int32(d % time.Second)
 }
 
 // headroom is the share of the rule's capacity still available: remaining

@@ -144,17 +144,36 @@ func (r *Rule) matches(desc map[string]string) bool {
 	return true
 }
 
-// hashTag returns the part of the state key between braces: the tenant for
-// rules sharded by tenant, else the rule's whole key.
-func (r *Rule) hashTag(desc map[string]string) string {
-	if r.ShardByTenant {
-		return "t:" + escapeValue(desc["tenant"])
-	}
-	return r.keyBody(desc)
+// stateKey is the Redis key of the rule's state for this request:
+// rl:{t:<tenant>}:<domain>:<rule>:<values> when sharded by tenant, else
+// rl:{<domain>:<rule>:<values>}.
+func (r *Rule) stateKey(desc map[string]string) string {
+	key, _ := r.keyAndTag(desc)
+	return key
 }
 
-func (r *Rule) keyBody(desc map[string]string) string {
+// keyAndTag returns the rule's state key for this request and its hash
+// tag, the part between the braces (the tenant for rules sharded by
+// tenant, else the rule's whole key): one string, built once per decision,
+// the tag a slice of it.
+func (r *Rule) keyAndTag(desc map[string]string) (key, tag string) {
 	var b strings.Builder
+	n := len("rl:{}:") + len(r.Domain) + len(r.Name)
+	for _, k := range r.Key {
+		n += 1 + len(desc[k])
+	}
+	tenant := ""
+	if r.ShardByTenant {
+		tenant = escapeValue(desc["tenant"])
+		n += len("t:}:") + len(tenant)
+	}
+	b.Grow(n)
+	b.WriteString("rl:{")
+	if r.ShardByTenant {
+		b.WriteString("t:")
+		b.WriteString(tenant)
+		b.WriteString("}:")
+	}
 	b.WriteString(r.Domain)
 	b.WriteByte(':')
 	b.WriteString(r.Name)
@@ -162,17 +181,14 @@ func (r *Rule) keyBody(desc map[string]string) string {
 		b.WriteByte(':')
 		b.WriteString(escapeValue(desc[k]))
 	}
-	return b.String()
-}
-
-// stateKey is the Redis key of the rule's state for this request:
-// rl:{t:<tenant>}:<domain>:<rule>:<values> when sharded by tenant, else
-// rl:{<domain>:<rule>:<values>}.
-func (r *Rule) stateKey(desc map[string]string) string {
-	if r.ShardByTenant {
-		return "rl:{" + r.hashTag(desc) + "}:" + r.keyBody(desc)
+	if !r.ShardByTenant {
+		b.WriteByte('}')
 	}
-	return "rl:{" + r.keyBody(desc) + "}"
+	key = b.String()
+	if r.ShardByTenant {
+		return key, key[len("rl:{") : len("rl:{t:")+len(tenant)]
+	}
+	return key, key[len("rl:{") : len(key)-1]
 }
 
 // maxValueLen is the longest descriptor value kept readable in a key; longer

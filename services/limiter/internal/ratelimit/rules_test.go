@@ -28,14 +28,23 @@ func TestEscapeValueKeepsKeysApartAndTagsOurs(t *testing.T) {
 
 func TestStateKeysAndHashTags(t *testing.T) {
 	r := &Rule{Domain: "api", Name: "per-key", Key: []string{"tenant", "api_key"}}
-	desc := map[string]string{"tenant": "acme", "api_key": "k:{1}"}
-	if got, want := r.stateKey(desc), "rl:{api:per-key:acme:k%3A%7B1%7D}"; got != want {
-		t.Errorf("own-key shard: got %q, want %q", got, want)
+	desc := map[string]string{"tenant": "ac{me", "api_key": "k:{1}"}
+	check := func(shard, wantKey, wantTag string) {
+		t.Helper()
+		key, tag := r.keyAndTag(desc)
+		if key != wantKey || tag != wantTag {
+			t.Errorf("%s: got key %q, tag %q; want %q, %q", shard, key, tag, wantKey, wantTag)
+		}
+		if got := r.stateKey(desc); got != key {
+			t.Errorf("%s: stateKey %q, keyAndTag %q", shard, got, key)
+		}
+		if got := keySlot(key); got != keySlot("{"+tag+"}") {
+			t.Errorf("%s: key in slot %d, its tag in %d", shard, got, keySlot("{"+tag+"}"))
+		}
 	}
+	check("own-key shard", "rl:{api:per-key:ac%7Bme:k%3A%7B1%7D}", "api:per-key:ac%7Bme:k%3A%7B1%7D")
 	r.ShardByTenant = true
-	if got, want := r.stateKey(desc), "rl:{t:acme}:api:per-key:acme:k%3A%7B1%7D"; got != want {
-		t.Errorf("tenant shard: got %q, want %q", got, want)
-	}
+	check("tenant shard", "rl:{t:ac%7Bme}:api:per-key:ac%7Bme:k%3A%7B1%7D", "t:ac%7Bme")
 }
 
 func TestCompileReportsEveryProblem(t *testing.T) {

@@ -283,8 +283,7 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 		if o, ok := rs.plans[plan][r.ID()]; ok && plan != "" {
 			a.Rule, a.Plan = o.apply(r), plan
 		}
-		a.Key = a.Rule.stateKey(desc)
-		a.tag = a.Rule.hashTag(desc)
+		a.Key, a.tag = a.Rule.keyAndTag(desc)
 		out = append(out, a)
 	}
 	return desc, out
