@@ -335,6 +335,37 @@ func TestACachedDenialAnswersOnlyItsOwnCost(t *testing.T) {
 	}
 }
 
+// When several rules denied a request, its repeat from the over-limit
+// cache is decided, as on Redis, by the denial with the longest
+// retry-after, not by the first rule in configuration order: a client
+// told the shorter wait would come back only to be denied again.
+func TestACachedDenialIsDecidedByTheLongestRetry(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, `
+domains:
+  two:
+    rules:
+      - {name: per-second, key: [user], algorithm: fixed_window, limit: 1, window: 2s, failure_mode: open}
+      - {name: per-hour, key: [user], algorithm: fixed_window, limit: 1, window: 1h, failure_mode: open}
+`, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t)}
+	if first := e.Check(ctx, "two", desc, 1); !first.Allowed {
+		t.Fatalf("first call denied: %+v", first)
+	}
+	onRedis := e.Check(ctx, "two", desc, 1)
+	if onRedis.Allowed || onRedis.DecidingRule != "per-hour" || onRedis.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Fatalf("second call: allowed=%v deciding %q source %v, want per-hour's denial on Redis", onRedis.Allowed, onRedis.DecidingRule, onRedis.Source)
+	}
+	cached := e.Check(ctx, "two", desc, 1)
+	if cached.Allowed || cached.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE {
+		t.Fatalf("third call: allowed=%v source %v, want a cached denial", cached.Allowed, cached.Source)
+	}
+	if cached.DecidingRule != "per-hour" || cached.RetryAfter.AsDuration() < onRedis.RetryAfter.AsDuration()-time.Second {
+		t.Errorf("cached denial decided by %q, retry %v; want per-hour's, about %v", cached.DecidingRule, cached.RetryAfter.AsDuration(), onRedis.RetryAfter.AsDuration())
+	}
+}
+
 const failureRules = `
 domains:
   f:

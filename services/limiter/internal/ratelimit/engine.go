@@ -402,6 +402,10 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 // Redis can say. The response carries only
 // the cached rule, and the int is its index in rules (-1 with nil).
 func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) (*ratelimitv1.CheckQuotaResponse, int) {
+	// As on Redis, the denial with the longest retry-after decides: a
+	// request several rules denied has them all in the cache, and the
+	// first in configuration order may be the one to lift soonest.
+	best, bestRes := -1, result{}
 	for i, a := range rules {
 		if a.Rule.Shadow {
 			continue
@@ -415,12 +419,17 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 			elapsed := now.Sub(d.at)
 			res.retryAfter = max(res.retryAfter-elapsed, time.Millisecond)
 			res.resetAfter = max(res.resetAfter-elapsed, 0)
-			resp := e.respond(domain, rules[i:i+1], []result{res})
-			e.observe(ctx, domain, rules[i:i+1], []result{res}, resp, true)
-			return resp, i
+			if best < 0 || res.retryAfter > bestRes.retryAfter {
+				best, bestRes = i, res
+			}
 		}
 	}
-	return nil, -1
+	if best < 0 {
+		return nil, -1
+	}
+	resp := e.respond(domain, rules[best:best+1], []result{bestRes})
+	e.observe(ctx, domain, rules[best:best+1], []result{bestRes}, resp, true)
+	return resp, best
 }
 
 // finish combines a decided request's results into its response: on a
