@@ -366,6 +366,56 @@ domains:
 	}
 }
 
+// When one rule denies, the rules that allowed consume nothing, and their
+// figures say so: remaining and reset-after as a look right after the
+// denial sees them (fresh keys: full, back to full in 0), not as they
+// would have been had the request been admitted.
+func TestAllowingRulesOfADenialReportTheirUnconsumedState(t *testing.T) {
+	rdb := cluster(t)
+	e := engine(t, rdb, `
+domains:
+  gated:
+    rules:
+      - {name: gate, key: [user], algorithm: fixed_window, limit: 1, window: 1h, failure_mode: open}
+      - {name: bucket, key: [user, ip], algorithm: token_bucket, limit: 100, window: 1h, failure_mode: open}
+      - {name: leaky, key: [user, ip], algorithm: leaky_bucket, limit: 100, window: 1h, failure_mode: open}
+      - {name: window, key: [user, ip], algorithm: fixed_window, limit: 10, window: 1h, failure_mode: open}
+      - {name: log, key: [user, ip], algorithm: sliding_log, limit: 10, window: 1h, failure_mode: open}
+`, Options{})
+	ctx := context.Background()
+	user := unique(t)
+	if first := e.Check(ctx, "gated", map[string]string{"user": user, "ip": "a"}, 1); !first.Allowed {
+		t.Fatalf("first call denied: %+v", first)
+	}
+	desc := map[string]string{"user": user, "ip": "b"}
+	denied := e.Check(ctx, "gated", desc, 1)
+	if denied.Allowed || denied.DecidingRule != "gate" {
+		t.Fatalf("second call: allowed=%v deciding %q, want gate's denial", denied.Allowed, denied.DecidingRule)
+	}
+	e.Wait() // the rules on other slots than gate's are given back in the background
+	look := e.Check(ctx, "gated", desc, 0)
+	for i, d := range denied.Decisions[1:] {
+		l := look.Decisions[i+1]
+		if !d.Allowed || d.Remaining != l.Remaining || d.Remaining != d.Capacity || d.ResetAfter.AsDuration() != 0 || l.ResetAfter.AsDuration() != 0 {
+			t.Errorf("%s: allowed=%v remaining %d reset %v; a look after: remaining %d reset %v; want full (%d), reset 0",
+				d.Rule, d.Allowed, d.Remaining, d.ResetAfter.AsDuration(), l.Remaining, l.ResetAfter.AsDuration(), d.Capacity)
+		}
+	}
+	// A bucket that had consumed before: its reset counts down from where
+	// it was, not from one request further (cost 2: a request of the
+	// cached denial's cost 1 would be answered by gate's alone).
+	again := e.Check(ctx, "gated", map[string]string{"user": user, "ip": "a"}, 2)
+	if again.Allowed || len(again.Decisions) != 5 {
+		t.Fatalf("third call: allowed=%v with %d decisions, want gate's denial decided on Redis", again.Allowed, len(again.Decisions))
+	}
+	e.Wait()
+	after := e.Check(ctx, "gated", map[string]string{"user": user, "ip": "a"}, 0)
+	if d, l := again.Decisions[1], after.Decisions[1]; d.Remaining != l.Remaining || d.ResetAfter.AsDuration() < l.ResetAfter.AsDuration() || d.ResetAfter.AsDuration() > l.ResetAfter.AsDuration()+time.Second {
+		t.Errorf("bucket after its own consume: denied call says remaining %d reset %v, a look after it %d and %v",
+			d.Remaining, d.ResetAfter.AsDuration(), l.Remaining, l.ResetAfter.AsDuration())
+	}
+}
+
 const failureRules = `
 domains:
   f:

@@ -446,6 +446,9 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 		for i, a := range rules {
 			if d := resp.Decisions[i]; d.GetAllowed() && d.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN {
 				d.Remaining = min(d.Remaining+a.cost(cost), a.Rule.capacity())
+				if d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+					d.ResetAfter = durationpb.New(unconsumedReset(a.Rule, d.ResetAfter.AsDuration(), d.Remaining, a.cost(cost)))
+				}
 			}
 		}
 		for i, a := range rules {
@@ -465,6 +468,24 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 	}
 	e.observe(ctx, domain, rules, results, resp, false)
 	return resp
+}
+
+// unconsumedReset is an allowing rule's reset-after once the cost it was
+// decided with is not consumed after all (another rule denied), from the
+// reset the script reported with it consumed and the remaining without
+// it. Exact for the buckets (they refill at a constant rate) and the fixed
+// window (its reset is its window's end, 0 when it counts nothing); the
+// sliding log and the sliding window counter are 0 when back to full,
+// else the reported reset, which is at most one window longer than theirs.
+func unconsumedReset(r *Rule, reset time.Duration, remaining, cost int64) time.Duration {
+	switch r.Algorithm {
+	case ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET, ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET:
+		return max(0, reset-time.Duration(float64(cost)*float64(r.Window)/float64(r.Limit)))
+	}
+	if remaining >= r.capacity() {
+		return 0
+	}
+	return reset
 }
 
 // The decision script's arguments (decide.lua): clock, mode and request
