@@ -334,6 +334,8 @@ func TestCredentialsStayOffPlainHTTP(t *testing.T) {
 		{"http://kurz.invalid:8080", "--api-key=kurz_k_secret", "API key"},
 		{"http://192.0.2.1", "--admin-token=admin-secret-token-0123456789", "admin token"},
 		{"http://[2001:db8::1]:8080", "--api-key=kurz_k_secret", "API key"},
+		// A trailing dot sends the name to DNS instead of /etc/hosts.
+		{"http://localhost.:8080", "--api-key=kurz_k_secret", "API key"},
 	} {
 		args := []string{"--url", tt.url, tt.auth, "links", "get", "abc1234"}
 		if tt.what == "admin token" {
@@ -351,7 +353,7 @@ func TestCredentialsStayOffPlainHTTP(t *testing.T) {
 	if r := c.run("--url", "http://kurz.invalid:8080", "links", "get", "abc1234", "--timeout=2s"); r.code != exitError || strings.Contains(r.stderr, "refusing") {
 		t.Errorf("no credential to a plain http URL: %s; want the call tried", r)
 	}
-	for _, u := range []string{local, strings.Replace(local, "127.0.0.1", "localhost", 1), strings.Replace(local, "127.0.0.1", "LocalHost.", 1)} {
+	for _, u := range []string{local, strings.Replace(local, "127.0.0.1", "localhost", 1), strings.Replace(local, "127.0.0.1", "LocalHost", 1)} {
 		if r := c.run("--url", u, "--api-key", "kurz_k_secret", "links", "get", "abc1234"); r.code != exitError || rec.last(t) != "local Bearer kurz_k_secret" {
 			t.Errorf("API key to %s (this machine): %s, last request %q; want it sent", u, r, rec.last(t))
 		}

@@ -151,7 +151,9 @@ func checkURL(cmd, s string) error {
 
 // exposes reports whether a credential sent to the gateway base URL
 // would cross the network in clear: an http:// URL whose host is not this
-// machine (localhost or a loopback address).
+// machine (localhost or a loopback address). "localhost." is not this
+// machine: a name ending in a dot is looked up in DNS, not /etc/hosts,
+// and whoever answers decides where the credential goes.
 func exposes(base string) bool {
 	u, err := url.Parse(base)
 	if err != nil || u.Scheme != "http" {
@@ -161,7 +163,7 @@ func exposes(base string) bool {
 	if ip := net.ParseIP(host); ip != nil {
 		return !ip.IsLoopback()
 	}
-	return !strings.EqualFold(strings.TrimSuffix(host, "."), "localhost")
+	return !strings.EqualFold(host, "localhost")
 }
 
 // json reports whether the output is for scripts: JSON, or YAML, which
