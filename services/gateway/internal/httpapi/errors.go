@@ -275,7 +275,8 @@ type problem struct {
 	// gateway's own for HTTP-level refusals).
 	Code      string `json:"code"`
 	RequestID string `json:"requestId"`
-	// RetryAfterMS is the Retry-After header in milliseconds.
+	// RetryAfterMS is the wait in milliseconds, rounded up (Retry-After
+	// says it in whole seconds, rounded up).
 	RetryAfterMS int64 `json:"retryAfterMs,omitempty"`
 	// Reason is the ErrorInfo reason of a kurz refusal (e.g. ALIAS_TAKEN).
 	Reason string `json:"reason,omitempty"`

@@ -113,6 +113,28 @@ func TestWriteError(t *testing.T) {
 	}
 }
 
+// The gateway's own quota denial answers like a service's: Retry-After
+// and retryAfterMs at least a second, and the reason RATE_LIMITED, however
+// soon the limiter says a unit comes back.
+func TestTheEdgeQuotaDenialAnswersLikeAServices(t *testing.T) {
+	for _, retry := range []time.Duration{14 * time.Millisecond, 0, 2500 * time.Millisecond} {
+		w := httptest.NewRecorder()
+		writeError(w, "req-3", denied(DomainAPI, quota.Decision{Rule: "per-api-key", RetryAfter: retry}, "rate limit exceeded"))
+		var got problem
+		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+			t.Fatal(err)
+		}
+		wantMS, wantHeader := int64(1000), "1"
+		if retry > time.Second {
+			wantMS, wantHeader = retry.Milliseconds(), "3"
+		}
+		if w.Code != http.StatusTooManyRequests || got.RetryAfterMS != wantMS || w.Header().Get("Retry-After") != wantHeader || got.Reason != rpcerr.ReasonRateLimited {
+			t.Errorf("retry %v: %d, retryAfterMs %d, Retry-After %q, reason %q; want 429, %d, %s, RATE_LIMITED",
+				retry, w.Code, got.RetryAfterMS, w.Header().Get("Retry-After"), got.Reason, wantMS, wantHeader)
+		}
+	}
+}
+
 // A field violation becomes an entry of errors: the field, its reason and
 // what is wrong with it.
 func TestWriteErrorNamesTheFieldsAtFault(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/ratelimitfields"
+	"kurz.dev/pkg/rpcerr"
 )
 
 // Limiter domains the gateway asks about.
@@ -81,14 +82,17 @@ func setRateLimitHeaders(h http.Header, domain string, d quota.Decision, window 
 }
 
 // denied is the 429 of a limiter denial: the deciding policy and when to
-// come back.
+// come back, at least a second from now, as a service's 429 says it
+// (Retry-After counts whole seconds; retryAfterMs must not say less), with
+// the reason a service's quota refusal gives.
 func denied(domain string, d quota.Decision, what string) *apiError {
 	retry := d.RetryAfter
 	if retry <= 0 {
-		retry = max(d.ResetAfter, time.Second)
+		retry = d.ResetAfter
 	}
+	retry = max(retry, time.Second)
 	e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
 		fmt.Sprintf("%s (policy %s/%s); retry after %ds", what, domain, d.Rule, ceilSeconds(retry)))
-	e.retryAfter, e.ownQuota = retry, true
+	e.retryAfter, e.ownQuota, e.reason = retry, true, rpcerr.ReasonRateLimited
 	return e
 }
