@@ -7,7 +7,8 @@
 # bootstrap file. Needs the stack of make up (its Redis Cluster and the
 # limiter binary services.sh built); stops what it started on exit.
 #
-# BENCH_DURATION (default 10s) is the length of the run.
+# BENCH_DURATION (default 10s) is the length of the run; LIMITER_BIN (default
+# the one services.sh built) another limiter binary, to compare builds.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -19,7 +20,7 @@ for p in 9310 9311; do
 done
 log=$(mktemp)
 env -u KURZ_LIMITER_REDIS_TIMEOUT KURZ_LIMITER_GRPC_ADDR=$GRPC KURZ_LIMITER_HTTP_ADDR=$HTTP \
-	KURZ_LIMITER_RULES_SOURCE=file KURZ_LOG_LEVEL=warn "$LOCAL/bin/limiter" >"$log" 2>&1 &
+	KURZ_LIMITER_RULES_SOURCE=file KURZ_LOG_LEVEL=warn "${LIMITER_BIN:-$LOCAL/bin/limiter}" >"$log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 1 100); do
