@@ -126,3 +126,48 @@ domains:
 			got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCurrentLimit(), want.GetLimitRemaining())
 	}
 }
+
+// When two descriptors' rules both deny, the cached repeat gives each its
+// own OVER_LIMIT status and limit, as the denial on Redis did: the cache
+// answers with every rule it holds a denial of, not the deciding one alone
+// (which left the other descriptor OK).
+func TestEnvoyCachedDenialKeepsEveryDeniedDescriptor(t *testing.T) {
+	e := realEngine(t, `
+domains:
+  envoy:
+    rules:
+      - {name: per-user, key: [user], algorithm: token_bucket, limit: 1, window: 1h, failure_mode: open}
+      - {name: per-ip, key: [ip], algorithm: token_bucket, limit: 1, window: 2h, failure_mode: open}
+`)
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+	id := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	req := &rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		descriptor("user", "u-"+id),
+		descriptor("ip", "ip-"+id),
+	}}
+	var resps []*rlsv3.RateLimitResponse
+	for range 3 {
+		resp, err := s.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resps = append(resps, resp)
+	}
+	if got := resps[0].GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("call 1: %v, want OK", got)
+	}
+	if src := e.each[2].GetSource(); src != ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE || e.each[2].GetDecidingRule() != "per-ip" {
+		t.Fatalf("call 3: source %v, deciding %q; want the over-limit cache, per-ip (the longer retry)", src, e.each[2].GetDecidingRule())
+	}
+	onRedis, fromCache := resps[1], resps[2]
+	for j, rule := range []string{"per-user", "per-ip"} {
+		want, got := onRedis.GetStatuses()[j], fromCache.GetStatuses()[j]
+		if want.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || want.GetCurrentLimit().GetName() != rule {
+			t.Fatalf("descriptor %d on Redis: %v by %q, want OVER_LIMIT by %s", j, want.GetCode(), want.GetCurrentLimit().GetName(), rule)
+		}
+		if got.GetCode() != want.GetCode() || !proto.Equal(got.GetCurrentLimit(), want.GetCurrentLimit()) || got.GetLimitRemaining() != want.GetLimitRemaining() {
+			t.Errorf("descriptor %d from the cache: %v, limit %v, remaining %d; on Redis: %v, limit %v, remaining %d",
+				j, got.GetCode(), got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCode(), want.GetCurrentLimit(), want.GetLimitRemaining())
+		}
+	}
+}

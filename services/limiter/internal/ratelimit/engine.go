@@ -291,12 +291,8 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 		// One set's rules have keys of their own (each names its rule):
 		// nothing to merge.
 		_, rules := rs.Match(domain, descs[0])
-		resp, cached := e.decide(ctx, "", domain, rules, cost)
-		n := len(rules)
-		if cached >= 0 {
-			n = 1
-		}
-		owners = make([][]int, n)
+		resp, _ := e.decide(ctx, "", domain, rules, cost)
+		owners = make([][]int, len(resp.Decisions))
 		for i := range owners {
 			owners[i] = firstSet
 		}
@@ -318,9 +314,13 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 		}
 	}
 	resp, cached := e.decide(ctx, "", domain, rules, cost)
-	if cached >= 0 {
-		// The over-limit cache answered with its rule's decision alone.
-		owners = owners[cached : cached+1]
+	if cached != nil {
+		// The over-limit cache answered with its rules' decisions alone.
+		from := owners
+		owners = make([][]int, len(cached))
+		for j, i := range cached {
+			owners[j] = from[i]
+		}
 	}
 	return resp, owners
 }
@@ -357,17 +357,17 @@ type group struct {
 }
 
 // decide is the decision path shared by Check, CheckEach and CheckAt. On a
-// denial from the over-limit cache the response carries only the cached rule,
-// and cached is that rule's index in rules; otherwise cached is -1 and the
-// response has one decision per rule.
-func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64) (resp *ratelimitv1.CheckQuotaResponse, cached int) {
+// denial from the over-limit cache the response carries only the cached
+// rules, and cached lists their indexes in rules; otherwise cached is nil and
+// the response has one decision per rule.
+func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64) (resp *ratelimitv1.CheckQuotaResponse, cached []int) {
 	if len(rules) == 0 {
-		return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}, -1
+		return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}, nil
 	}
 	now := time.Now()
 	if cost > 0 && clock == "" {
-		if denial, i := e.cachedDenial(ctx, domain, rules, cost, now); denial != nil {
-			return denial, i
+		if denial, idx := e.cachedDenial(ctx, domain, rules, cost, now); denial != nil {
+			return denial, idx
 		}
 	}
 
@@ -391,7 +391,7 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 		}
 		wg.Wait()
 	}
-	return e.finish(ctx, clock, domain, rules, results, groups, ls, reqID, cost, now), -1
+	return e.finish(ctx, clock, domain, rules, results, groups, ls, reqID, cost, now), nil
 }
 
 // cachedDenial answers a request from the over-limit cache, or returns nil.
@@ -399,13 +399,16 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 // memory, exactly, without a Redis round trip. Only a request of the
 // cached denial's own cost: a larger one is denied too, but its
 // retry-after is longer (or "never", past the rule's capacity), which only
-// Redis can say. The response carries only
-// the cached rule, and the int is its index in rules (-1 with nil).
-func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) (*ratelimitv1.CheckQuotaResponse, int) {
-	// As on Redis, the denial with the longest retry-after decides: a
-	// request several rules denied has them all in the cache, and the
-	// first in configuration order may be the one to lift soonest.
-	best, bestRes := -1, result{}
+// Redis can say. The response carries every rule with a live denial, the
+// one with the longest retry-after deciding, as on Redis (a request several
+// rules denied has them all in the cache, and Envoy gives each descriptor
+// its own rule's status); the ints are their indexes in rules.
+func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) (*ratelimitv1.CheckQuotaResponse, []int) {
+	var (
+		idx    []int
+		resBuf [4]result // on the stack for up to four cached rules
+	)
+	results := resBuf[:0]
 	for i, a := range rules {
 		if a.Rule.Shadow {
 			continue
@@ -419,17 +422,22 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 			elapsed := now.Sub(d.at)
 			res.retryAfter = max(res.retryAfter-elapsed, time.Millisecond)
 			res.resetAfter = max(res.resetAfter-elapsed, 0)
-			if best < 0 || res.retryAfter > bestRes.retryAfter {
-				best, bestRes = i, res
-			}
+			idx, results = append(idx, i), append(results, res)
 		}
 	}
-	if best < 0 {
-		return nil, -1
+	if idx == nil {
+		return nil, nil
 	}
-	resp := e.respond(domain, rules[best:best+1], []result{bestRes})
-	e.observe(ctx, domain, rules[best:best+1], []result{bestRes}, resp, true)
-	return resp, best
+	applied := rules[idx[0] : idx[0]+1]
+	if len(idx) > 1 {
+		applied = make([]Applied, len(idx))
+		for j, i := range idx {
+			applied[j] = rules[i]
+		}
+	}
+	resp := e.respond(domain, applied, results)
+	e.observe(ctx, domain, applied, results, resp, true)
+	return resp, idx
 }
 
 // finish combines a decided request's results into its response: on a
@@ -473,17 +481,17 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 // unconsumedReset is an allowing rule's reset-after once the cost it was
 // decided with is not consumed after all (another rule denied), from the
 // reset the script reported with it consumed and the remaining without
-// it. Exact for the buckets (they refill at a constant rate) and the fixed
-// window (its reset is its window's end, 0 when it counts nothing); the
-// sliding log and the sliding window counter are 0 when back to full,
-// else the reported reset, which is at most one window longer than theirs.
+// it. 0 when back to full; else exact for the buckets (they refill at a
+// constant rate; to the script's millisecond) and the fixed window (its
+// reset is its window's end); for the sliding log and the sliding window
+// counter the reported reset, at most one window longer than theirs.
 func unconsumedReset(r *Rule, reset time.Duration, remaining, cost int64) time.Duration {
+	if remaining >= r.capacity() {
+		return 0 // full: the script's whole milliseconds would leave a remainder
+	}
 	switch r.Algorithm {
 	case ratelimitv1.Algorithm_ALGORITHM_TOKEN_BUCKET, ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET:
 		return max(0, reset-time.Duration(float64(cost)*float64(r.Window)/float64(r.Limit)))
-	}
-	if remaining >= r.capacity() {
-		return 0
 	}
 	return reset
 }
