@@ -375,8 +375,8 @@ func TestBruteForceStaysBlockedWhileRedisIsDown(t *testing.T) {
 	failClosedAfter := time.Since(killed)
 
 	for i := range 3 {
-		if r := before.with(tn.key).do("GET", "/v1/links", ""); r.code != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
-			t.Errorf("IP blocked before the outage, valid key, Redis down (%d): %s; want 429 with Retry-After", i+1, r)
+		if r := before.with(tn.key).do("GET", "/v1/links", ""); r.code != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" || r.apiError(t)["reason"] != "RATE_LIMITED" {
+			t.Errorf("IP blocked before the outage, valid key, Redis down (%d): %s; want 429 RATE_LIMITED with Retry-After", i+1, r)
 		}
 	}
 	during := newClient(t, gw, unknownKey)

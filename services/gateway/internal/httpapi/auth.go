@@ -17,6 +17,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/gateway/internal/keystore"
 )
 
@@ -164,7 +165,7 @@ func (a *API) checkAuthFailures(c *call) (*authTicket, error) {
 				t.done(false)
 				e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
 					"too many failed authentications from this address; retry later")
-				e.retryAfter = max(d.RetryAfter, time.Second)
+				e.retryAfter, e.reason = max(d.RetryAfter, time.Second), rpcerr.ReasonRateLimited
 				return nil, e
 			}
 			// Nothing says how many failures are left: the address's
