@@ -27,6 +27,12 @@ import (
 // ones it has.
 const serviceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":""}}`
 
+// The flow-control windows of every connection Dial makes.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 4 << 20
+)
+
 // WaitForReplica makes the connection's calls wait for a ready replica
 // (within their deadline) instead of failing at once when none is: in a
 // rolling restart the replica that just came back may still be in its
@@ -59,6 +65,15 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultServiceConfig(serviceConfig),
+		// Fixed flow-control windows, large enough for any of kurz's
+		// messages on a network inside one cluster (1 MiB in flight per
+		// call is 1 GiB/s at a 1 ms round trip). With gRPC's dynamic
+		// windows the client pings after every answer to estimate the
+		// bandwidth when calls come one at a time, a third write per call
+		// on both sides: against the stack's limiter at one caller, fixed
+		// windows took 7-15% less of its CPU per call and 4-11% off p50.
+		grpc.WithStaticStreamWindowSize(streamWindow),
+		grpc.WithStaticConnWindowSize(connWindow),
 		// A replica that restarts is back within seconds: reconnect soon
 		// after, not after gRPC's default backoff of up to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{

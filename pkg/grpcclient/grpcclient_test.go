@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -164,5 +165,98 @@ func TestWaitForReplicaWaitsPlainConnectionsFailFast(t *testing.T) {
 	}
 	if err := invoke(waiting, "/kurz.analytics.v1.AnalyticsService/GetLinkStats"); err != nil {
 		t.Errorf("analytics call: %v", err)
+	}
+}
+
+// pingCounter is a listener whose connections count the HTTP/2 PING
+// frames (not acknowledgements) their client sends.
+type pingCounter struct {
+	net.Listener
+	pings atomic.Int64
+}
+
+func (l *pingCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &framesIn{Conn: c, l: l, skip: len(http2Preface)}, nil
+}
+
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// framesIn follows the frames read from its client: after the preface, a
+// 9-byte header (length, type, flags, stream) and the payload, in turn.
+type framesIn struct {
+	net.Conn
+	l    *pingCounter
+	skip int    // bytes of the preface or a payload still to pass
+	head []byte // the frame header read so far
+}
+
+func (c *framesIn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if c.skip > 0 {
+			k := min(c.skip, len(b))
+			c.skip, b = c.skip-k, b[k:]
+			continue
+		}
+		k := min(9-len(c.head), len(b))
+		c.head, b = append(c.head, b[:k]...), b[k:]
+		if len(c.head) == 9 {
+			if c.head[3] == 0x6 && c.head[4]&0x1 == 0 { // PING without ACK
+				c.l.pings.Add(1)
+			}
+			c.skip = int(c.head[0])<<16 | int(c.head[1])<<8 | int(c.head[2])
+			c.head = c.head[:0]
+		}
+	}
+	return n, err
+}
+
+// Calls one at a time cost no flow-control pings: with gRPC's dynamic
+// windows the client pings after every answer to estimate the bandwidth,
+// a third write per call on both sides (the limiter's c=1 figures).
+func TestSequentialCallsSendNoPings(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := &pingCounter{Listener: lis}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go func() { _ = srv.Serve(pc) }()
+	t.Cleanup(srv.Stop)
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{}, "test", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, dial := range map[string]func() (*grpc.ClientConn, error){
+		"Dial": func() (*grpc.ClientConn, error) { return Dial(lis.Addr().String(), tel) },
+		// The same server with gRPC's defaults: the test sees pings.
+		"grpc defaults": func() (*grpc.ClientConn, error) {
+			return grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		},
+	} {
+		conn, err := dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := pc.pings.Load()
+		client := healthpb.NewHealthClient(conn)
+		for range 50 {
+			if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.Close()
+		got := pc.pings.Load() - before
+		if name == "Dial" && got != 0 {
+			t.Errorf("%s: 50 calls one at a time sent %d pings, want none", name, got)
+		}
+		if name != "Dial" && got == 0 {
+			t.Errorf("%s: 50 calls sent no ping: the counter sees nothing, so Dial's zero proves nothing", name)
+		}
 	}
 }
