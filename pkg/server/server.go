@@ -97,9 +97,11 @@ const MaxConcurrentStreams = 250
 // bytes as HTTP/2 counts them: kurz's calls carry a few hundred.
 const MaxHeaderListSize = 16 << 10
 
-// StreamWindow and ConnWindow are the gRPC servers' fixed flow-control
-// windows: what a client may send a call, and a connection, before the
-// server has read it.
+// StreamWindow and ConnWindow are the gRPC servers' fixed HTTP/2
+// flow-control windows. They do not bound what a client can make a server
+// buffer: gRPC grants connection credit as data arrives, not as handlers
+// read it, and grows a call's window to fit the message it reads; what
+// bounds it is MaxConcurrentStreams calls of at most the receive size.
 const (
 	StreamWindow = 1 << 20
 	ConnWindow   = 4 << 20
@@ -308,9 +310,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		grpc.MaxHeaderListSize(MaxHeaderListSize),
 		// Fixed flow-control windows: with gRPC's dynamic ones the server
 		// pings its client after a request arrives alone to estimate the
-		// bandwidth, a write and a read more per call at low load, and
-		// the window it grows to bounds what a client may make it buffer
-		// at 16 MiB a connection instead of these 4.
+		// bandwidth, a write and a read more per call at low load.
 		grpc.StaticStreamWindowSize(StreamWindow),
 		grpc.StaticConnWindowSize(ConnWindow),
 	}
