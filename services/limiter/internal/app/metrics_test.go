@@ -31,10 +31,18 @@ func TestMetricFamilies(t *testing.T) {
 			t.Fatalf("request %d: allowed=%v, want %v", i+1, resp.GetAllowed(), wantAllowed)
 		}
 	}
-	code, body := r.Get(t, "/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: %d", code)
-	}
+	// The server records a call's duration when the call ends, which can
+	// be after its client has the answer: read /metrics until it is there
+	// (the checks below say what is missing if it never is).
+	var body string
+	servertest.EventuallyState(5*time.Second, func() (bool, string) {
+		code, b := r.Get(t, "/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics: %d", code)
+		}
+		body = b
+		return servertest.HasSeries(b, "rpc_server_call_duration_seconds_count", "CheckQuota"), ""
+	})
 	for _, w := range []struct {
 		name string
 		with []string
