@@ -38,6 +38,13 @@ type Common struct {
 	// opened (gracefully, ±10%): its client reconnects, looks its service's
 	// addresses up again, and so finds replicas added since (a scale-out).
 	GRPCMaxConnectionAge time.Duration `env:"GRPC_MAX_CONNECTION_AGE" default:"1m"`
+	// GRPCMaxCalls bounds the gRPC calls a replica holds at once, over all
+	// its connections (each connection carries at most 250): one more is
+	// refused with RESOURCE_EXHAUSTED before the server starts its goroutine
+	// or reads its request, and counted in kurz.grpc.calls.refused. Every
+	// call held costs a goroutine and its headers, and up to 4 MiB while its
+	// request arrives.
+	GRPCMaxCalls int `env:"GRPC_MAX_CALLS" default:"1024"`
 	// HTTPMaxConnections bounds the open connections of the HTTP listener
 	// (the public one of the redirect and the gateway): a connection that
 	// comes while this many are open is served, and the oldest one that
@@ -67,6 +74,9 @@ func (c Common) check() error {
 	if c.GRPCMaxConnectionAge < time.Second {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CONNECTION_AGE=%s: want 1s or more", c.GRPCMaxConnectionAge))
 	}
+	if c.GRPCMaxCalls < 16 || c.GRPCMaxCalls > 1_000_000 {
+		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CALLS=%d: want 16 to 1000000", c.GRPCMaxCalls))
+	}
 	if c.HTTPMaxConnections < 16 || c.HTTPMaxConnections > 1_000_000 {
 		errs = append(errs, fmt.Errorf("KURZ_HTTP_MAX_CONNECTIONS=%d: want 16 to 1000000", c.HTTPMaxConnections))
 	}
@@ -94,6 +104,7 @@ func (c Common) Config(grpcAddr, httpAddr string) Config {
 		Pprof:             c.Pprof,
 		StreamWorkers:     c.GRPCStreamWorkers,
 		MaxConnectionAge:  c.GRPCMaxConnectionAge,
+		GRPCMaxCalls:      c.GRPCMaxCalls,
 		HTTP:              http,
 	}
 }

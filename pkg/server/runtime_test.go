@@ -50,15 +50,16 @@ func TestStreamWorkersScaleWithCores(t *testing.T) {
 // Zero or negative values that the server would replace by a default are
 // refused by name when they come from the environment.
 func TestCommonSettingsAreChecked(t *testing.T) {
-	ok := Common{ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: DefaultMaxConnections}
+	ok := Common{ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: DefaultMaxConnections, GRPCMaxCalls: DefaultGRPCMaxCalls}
 	if err := ok.check(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, c := range map[string]Common{
-		"KURZ_READINESS_INTERVAL":      {ReadinessInterval: 0, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: 100},
-		"KURZ_GRPC_STREAM_WORKERS":     {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, GRPCStreamWorkers: -3, HTTPMaxConnections: 100},
-		"KURZ_GRPC_MAX_CONNECTION_AGE": {ReadinessInterval: time.Second, GRPCMaxConnectionAge: 0, HTTPMaxConnections: 100},
-		"KURZ_HTTP_MAX_CONNECTIONS":    {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: 0},
+		"KURZ_READINESS_INTERVAL":      {ReadinessInterval: 0, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: 100, GRPCMaxCalls: 100},
+		"KURZ_GRPC_STREAM_WORKERS":     {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, GRPCStreamWorkers: -3, HTTPMaxConnections: 100, GRPCMaxCalls: 100},
+		"KURZ_GRPC_MAX_CONNECTION_AGE": {ReadinessInterval: time.Second, GRPCMaxConnectionAge: 0, HTTPMaxConnections: 100, GRPCMaxCalls: 100},
+		"KURZ_HTTP_MAX_CONNECTIONS":    {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: 0, GRPCMaxCalls: 100},
+		"KURZ_GRPC_MAX_CALLS":          {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: 100, GRPCMaxCalls: 8},
 	} {
 		if err := c.check(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%+v: got %v, want an error naming %s", c, err, name)

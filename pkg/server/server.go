@@ -69,6 +69,10 @@ type Config struct {
 	// a larger one is refused with RESOURCE_EXHAUSTED. Zero means
 	// DefaultGRPCMaxRecvMsgSize.
 	GRPCMaxRecvMsgSize int
+	// GRPCMaxCalls bounds the gRPC calls the server holds at once, over all
+	// its connections; one more is refused with RESOURCE_EXHAUSTED before
+	// its goroutine starts. Zero means DefaultGRPCMaxCalls.
+	GRPCMaxCalls int
 	// StreamWorkers is the number of long-lived goroutines that serve gRPC
 	// calls; zero means StreamWorkersPerCore for each core (GOMAXPROCS).
 	StreamWorkers int
@@ -101,7 +105,7 @@ const MaxHeaderListSize = 16 << 10
 // flow-control windows. They do not bound what a client can make a server
 // buffer: gRPC grants connection credit as data arrives, not as handlers
 // read it, and grows a call's window to fit the message it reads; what
-// bounds it is MaxConcurrentStreams calls of at most the receive size.
+// bounds it is GRPCMaxCalls calls of at most the receive size.
 const (
 	StreamWindow = 1 << 20
 	ConnWindow   = 4 << 20
@@ -248,6 +252,9 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 	if cfg.GRPCMaxRecvMsgSize <= 0 {
 		cfg.GRPCMaxRecvMsgSize = DefaultGRPCMaxRecvMsgSize
 	}
+	if cfg.GRPCMaxCalls <= 0 {
+		cfg.GRPCMaxCalls = DefaultGRPCMaxCalls
+	}
 	cfg.HTTP = cfg.HTTP.withDefaults()
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, name, cfg.Version)
 	if err != nil {
@@ -280,6 +287,10 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		Telemetry: tel,
 		lc:        lc,
 	}
+	gate, err := newCallGate(cfg.GRPCMaxCalls, tel.MeterProvider.Meter("kurz.dev/pkg/server"))
+	if err != nil {
+		return nil, err
+	}
 	base := []grpc.ServerOption{
 		// Health checks are probes, like /healthz: no spans, no metrics.
 		grpc.StatsHandler(tel.GRPCServerHandler()),
@@ -308,6 +319,11 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		// HPACK-compressed headers (430 MB of heap from 272 KB sent).
 		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
 		grpc.MaxHeaderListSize(MaxHeaderListSize),
+		// ... and MaxConcurrentStreams bounds one connection, not how many
+		// a caller opens: 40 connections of 250 silent streams held 10,000
+		// goroutines and 117 MB. The gate bounds the server's calls.
+		grpc.InTapHandle(gate.tap),
+		grpc.StatsHandler(gate),
 		// Fixed flow-control windows: with gRPC's dynamic ones the server
 		// pings its client after a request arrives alone to estimate the
 		// bandwidth, a write and a read more per call at low load.

@@ -1,0 +1,103 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// DefaultGRPCMaxCalls bounds the gRPC calls a server holds at once, over
+// all its connections, when Config sets none. Every call holds a goroutine
+// and its decoded headers (~12 KB with nothing sent yet) and may hold a
+// request of up to the receive size while it arrives; MaxConcurrentStreams
+// alone bounds one connection, not how many a caller opens. kurz's callers
+// keep far fewer in flight: the limiter answers in about a millisecond, so
+// even tens of thousands of decisions a second are a few hundred calls.
+const DefaultGRPCMaxCalls = 1024
+
+// MetricGRPCCallsRefused counts the gRPC calls a server refused because
+// it already held its maximum (KURZ_GRPC_MAX_CALLS).
+const MetricGRPCCallsRefused = "kurz.grpc.calls.refused"
+
+// callGate admits at most max gRPC calls at once. It runs as the server's
+// tap, before a stream's goroutine starts or any of its message is read,
+// so a refused call costs the server neither; an admitted call's slot
+// returns when its stream ends (its context is cancelled then, however it
+// ends). Refused calls fail with RESOURCE_EXHAUSTED, which the caller may
+// retry elsewhere, as for any overloaded server.
+type callGate struct {
+	max     int64
+	n       atomic.Int64
+	refused metric.Int64Counter
+	busy    error
+}
+
+func newCallGate(max int, meter metric.Meter) (*callGate, error) {
+	refused, err := meter.Int64Counter(MetricGRPCCallsRefused,
+		metric.WithDescription("gRPC calls refused with RESOURCE_EXHAUSTED because the server already held KURZ_GRPC_MAX_CALLS calls"),
+		metric.WithUnit("{call}"))
+	if err != nil {
+		return nil, fmt.Errorf("gRPC call gate metrics: %w", err)
+	}
+	return &callGate{
+		max:     int64(max),
+		refused: refused,
+		busy:    status.Errorf(codes.ResourceExhausted, "server busy: %d calls in flight, at most %d (KURZ_GRPC_MAX_CALLS)", max, max),
+	}, nil
+}
+
+// slot is an admitted call's place at the gate, carried in its context.
+// The stream's end gives it back: context.AfterFunc on the stream's
+// context covers every way a stream ends, but costs a goroutine per call
+// (~1.6 µs); so when the call reaches gRPC's call processing, which always
+// reports stats.End, the gate stops that and gives the place back at End.
+type slot struct {
+	stop  func() bool
+	owned bool // released at End, not by the AfterFunc
+}
+
+type slotKey struct{}
+
+// tap is the server's tap.ServerInHandle.
+func (g *callGate) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	if g.n.Add(1) > g.max {
+		g.n.Add(-1)
+		g.refused.Add(ctx, 1)
+		return nil, g.busy
+	}
+	sl := &slot{stop: context.AfterFunc(ctx, g.release)}
+	return context.WithValue(ctx, slotKey{}, sl), nil
+}
+
+func (g *callGate) release() { g.n.Add(-1) }
+
+// TagRPC implements stats.Handler.
+func (g *callGate) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC implements stats.Handler: from stats.Begin on, gRPC reports
+// stats.End on the call's own goroutine, however the call ends.
+func (g *callGate) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	switch s.(type) {
+	case *stats.Begin:
+		if sl, ok := ctx.Value(slotKey{}).(*slot); ok && sl.stop() {
+			sl.owned = true
+		}
+	case *stats.End:
+		if sl, ok := ctx.Value(slotKey{}).(*slot); ok && sl.owned {
+			sl.owned = false
+			g.release()
+		}
+	}
+}
+
+// TagConn implements stats.Handler.
+func (g *callGate) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+// HandleConn implements stats.Handler.
+func (g *callGate) HandleConn(context.Context, stats.ConnStats) {}

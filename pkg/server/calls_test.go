@@ -1,0 +1,87 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"kurz.dev/pkg/server"
+)
+
+// A server holds at most GRPCMaxCalls calls over all its connections: one
+// more is refused with RESOURCE_EXHAUSTED, whichever connection it comes
+// on, and a call that ends gives its place back. The calls held here have
+// sent their headers and nothing else, as an attacker's would: each holds
+// a goroutine, waiting for a request that never comes.
+func TestGRPCCallsOverTheMaximumAreRefused(t *testing.T) {
+	const max = 4
+	arrived := make(chan struct{}, max)
+	hold := func(_ any, stream grpc.ServerStream) error {
+		arrived <- struct{}{}
+		<-stream.Context().Done()
+		return nil
+	}
+	r := startWith(t, server.Config{GRPCMaxCalls: max}, func(s *server.Server) {
+		s.GRPC.RegisterService(&grpc.ServiceDesc{
+			ServiceName: "test.Hold",
+			HandlerType: (*any)(nil),
+			Streams:     []grpc.StreamDesc{{StreamName: "Hold", Handler: hold, ClientStreams: true, ServerStreams: true}},
+		}, struct{}{})
+	})
+	silent := &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+	var held []context.CancelFunc
+	for range 2 {
+		// Two connections: the bound is the server's, not a connection's.
+		conn, err := grpc.NewClient(r.Server.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		for range max / 2 {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if _, err := conn.NewStream(ctx, silent, "/test.Hold/Hold"); err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, cancel)
+		}
+	}
+	for range max {
+		<-arrived
+	}
+	// A third client's call is refused while they are held.
+	health := healthpb.NewHealthClient(r.Conn)
+	_, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "KURZ_GRPC_MAX_CALLS") {
+		t.Errorf("call with %d held: %v, want ResourceExhausted naming KURZ_GRPC_MAX_CALLS", max, err)
+	}
+	// One ends: its place is given back (when the server has seen it end).
+	held[0]()
+	if err := retryUntil(t, func() error {
+		_, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err
+	}); err != nil {
+		t.Errorf("call after one of %d ended: %v, want OK", max, err)
+	}
+}
+
+// retryUntil calls f until it returns nil or 5 s have passed, and returns
+// its last error.
+func retryUntil(t *testing.T, f func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
