@@ -87,18 +87,19 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		cost = req.GetHitsAddend()
 	}
 	descs := make([]map[string]string, len(req.GetDescriptors()))
+	costs := make([]int64, len(descs))
 	for j, d := range req.GetDescriptors() {
-		// All descriptors are decided together at one cost: a descriptor's
-		// own hits_addend is refused unless it is that cost (0 means 1, as
-		// for the request's), and so is is_negative_hits, a refund that
-		// would otherwise consume.
+		// is_negative_hits asks for a refund, which would otherwise consume.
 		if d.GetIsNegativeHits() {
 			return nil, rpcerr.Invalidf(fmt.Sprintf("descriptors[%d].is_negative_hits", j), ReasonCostInvalid,
 				"descriptor %d: is_negative_hits is not supported", j).Status()
 		}
-		if h := d.GetHitsAddend(); h != nil && max(h.GetValue(), 1) != uint64(cost) {
-			return nil, rpcerr.Invalidf(fmt.Sprintf("descriptors[%d].hits_addend", j), ReasonCostInvalid,
-				"descriptor %d: hits_addend %d differs from the request's %d; per-descriptor costs are not supported", j, h.GetValue(), cost).Status()
+		// A descriptor's own hits_addend is its cost (0 means 1, as for
+		// the request's), as in Envoy, where a route can take it from a
+		// request header: refused, it would have let the request through.
+		costs[j] = int64(cost)
+		if h := d.GetHitsAddend(); h != nil {
+			costs[j] = int64(min(max(h.GetValue(), 1), math.MaxUint32))
 		}
 		m := make(map[string]string, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
@@ -126,7 +127,7 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		descs[j] = m
 	}
 
-	resp, owners := s.engine.CheckEach(ctx, req.GetDomain(), descs, int64(cost))
+	resp, owners := s.engine.CheckEach(ctx, req.GetDomain(), descs, costs)
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),

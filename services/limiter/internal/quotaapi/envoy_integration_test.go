@@ -15,6 +15,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clientip"
@@ -62,8 +63,8 @@ type recordingEngine struct {
 	each []*ratelimitv1.CheckQuotaResponse
 }
 
-func (r *recordingEngine) CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
-	resp, owners := r.Engine.CheckEach(ctx, domain, descs, cost)
+func (r *recordingEngine) CheckEach(ctx context.Context, domain string, descs []map[string]string, costs []int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
+	resp, owners := r.Engine.CheckEach(ctx, domain, descs, costs)
 	r.each = append(r.each, resp)
 	return resp, owners
 }
@@ -170,4 +171,39 @@ domains:
 				j, got.GetCode(), got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCode(), want.GetCurrentLimit(), want.GetLimitRemaining())
 		}
 	}
+}
+
+// Each descriptor is charged its own hits_addend, as Envoy charges it: a
+// rule matched by two descriptors is charged the sum of theirs.
+func TestEnvoyDescriptorsAreChargedTheirOwnHits(t *testing.T) {
+	e := realEngine(t, `
+domains:
+  envoy:
+    rules:
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 1h, failure_mode: closed}
+`)
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+	id := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	hits := func(v string, n uint64) *ratelimitcommonv3.RateLimitDescriptor {
+		d := descriptor("user", v)
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return d
+	}
+	check := func(step string, want rlsv3.RateLimitResponse_Code, wantRemaining uint32, descs ...*ratelimitcommonv3.RateLimitDescriptor) {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: descs})
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if got := resp.GetStatuses()[0]; resp.GetOverallCode() != want || got.GetLimitRemaining() != wantRemaining {
+			t.Fatalf("%s: %v, remaining %d; want %v, remaining %d", step, resp.GetOverallCode(), got.GetLimitRemaining(), want, wantRemaining)
+		}
+	}
+	a, b := "a-"+id, "b-"+id
+	check("a, hits 3", rlsv3.RateLimitResponse_OK, 2, hits(a, 3))
+	check("a, hits 3 again", rlsv3.RateLimitResponse_OVER_LIMIT, 2, hits(a, 3))
+	check("a, hits 2", rlsv3.RateLimitResponse_OK, 0, hits(a, 2))
+	// b twice in one request, 2 and 3 hits: the rule is charged 5.
+	check("b, hits 2 and 3", rlsv3.RateLimitResponse_OK, 0, hits(b, 2), hits(b, 3))
+	check("b, hits 1", rlsv3.RateLimitResponse_OVER_LIMIT, 0, hits(b, 1))
 }

@@ -31,7 +31,7 @@ type Engine interface {
 	Rules() *ratelimit.Ruleset
 	Check(ctx context.Context, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse
 	CheckMany(ctx context.Context, reqs []ratelimit.Request) []*ratelimitv1.CheckQuotaResponse
-	CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int)
+	CheckEach(ctx context.Context, domain string, descs []map[string]string, costs []int64) (*ratelimitv1.CheckQuotaResponse, [][]int)
 	Explain(ctx context.Context, domain string, desc map[string]string, cost int64) (*ratelimitv1.ExplainQuotaResponse, error)
 }
 

@@ -41,8 +41,10 @@ type fakeEngine struct {
 	each       *ratelimitv1.CheckQuotaResponse
 	owners     [][]int
 	explainErr error
-	// descs are the descriptor sets CheckEach was asked about.
-	descs []map[string]string
+	// descs are the descriptor sets CheckEach was asked about, eachCosts
+	// each call's costs of its sets.
+	descs     []map[string]string
+	eachCosts [][]int64
 
 	mu    sync.Mutex
 	calls int
@@ -84,10 +86,11 @@ func (f *fakeEngine) CheckMany(ctx context.Context, reqs []ratelimit.Request) []
 	return out
 }
 
-func (f *fakeEngine) CheckEach(_ context.Context, _ string, descs []map[string]string, cost int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
-	f.record(cost)
+func (f *fakeEngine) CheckEach(_ context.Context, _ string, descs []map[string]string, costs []int64) (*ratelimitv1.CheckQuotaResponse, [][]int) {
+	f.record(costs[0])
 	f.mu.Lock()
 	f.descs = append(f.descs, descs...)
+	f.eachCosts = append(f.eachCosts, costs)
 	f.mu.Unlock()
 	return f.each, f.owners
 }
@@ -245,8 +248,6 @@ func TestEnvoyRefusals(t *testing.T) {
 	}
 	negative := descriptor("user", "u")
 	negative.IsNegativeHits = true
-	own := descriptor("user", "u")
-	own.HitsAddend = wrapperspb.UInt64(3)
 	tests := map[string]struct {
 		req        *rlsv3.RateLimitRequest
 		wantReason string
@@ -258,7 +259,6 @@ func TestEnvoyRefusals(t *testing.T) {
 		"33 descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
 		"empty entry key":        {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: append(many[:1:1], descriptor("", "u"))}, ReasonDescriptorsInvalid, "descriptors[1].entries"},
 		"is_negative_hits":       {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{negative}}, ReasonCostInvalid, "descriptors[0].is_negative_hits"},
-		"own, other hits_addend": {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{own}}, ReasonCostInvalid, "descriptors[0].hits_addend"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -299,6 +299,31 @@ func TestEnvoyDecidesWhatAClientCanSize(t *testing.T) {
 	}
 	if fmt.Sprint(engine.costs) != fmt.Sprint([]int64{math.MaxUint32, math.MaxUint32, math.MaxUint32}) {
 		t.Errorf("engine costs %v, want the hits_addend each time", engine.costs)
+	}
+}
+
+// A descriptor's own hits_addend is its cost (0 counts 1, as the
+// request's does), whatever the request's: Envoy fills it from a request
+// header (a route's hits_addend format), and an error would let the request
+// through.
+func TestEnvoyDescriptorsOwnHitsAreTheirCosts(t *testing.T) {
+	engine := newFake(t)
+	engine.each = &ratelimitv1.CheckQuotaResponse{Allowed: true}
+	engine.owners = [][]int{}
+	own := func(v string, hits uint64) *ratelimitcommonv3.RateLimitDescriptor {
+		d := descriptor("user", v)
+		d.HitsAddend = wrapperspb.UInt64(hits)
+		return d
+	}
+	_, err := NewEnvoy(engine, HeadersDraft, clientip.Keying{}).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain: "cost", HitsAddend: 2,
+		Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{own("a", 1000), descriptor("user", "b"), own("c", 0), own("d", 1<<40)},
+	})
+	if err != nil {
+		t.Fatalf("descriptors with hits_addend of their own: %v, want a decision", err)
+	}
+	if got, want := fmt.Sprint(engine.eachCosts), fmt.Sprint([][]int64{{1000, 2, 1, math.MaxUint32}}); got != want {
+		t.Errorf("costs %s, want %s", got, want)
 	}
 }
 

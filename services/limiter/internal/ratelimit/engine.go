@@ -281,39 +281,42 @@ func (e *Engine) Check(ctx context.Context, domain string, desc map[string]strin
 }
 
 // CheckEach decides one request described by several descriptor sets (as
-// Envoy sends them): the rules matching any set are decided together, all or
-// nothing. owners[i] lists the sets that resp.Decisions[i] came from: a key
-// matched by two sets is decided once, at twice the cost, since one script
-// must not read and write the same key as two rules.
-func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[string]string, cost int64) (resp *ratelimitv1.CheckQuotaResponse, owners [][]int) {
+// Envoy sends them), costs[j] units for set j: the rules matching any set
+// are decided together, all or nothing. owners[i] lists the sets that
+// resp.Decisions[i] came from: a key matched by two sets is decided once,
+// at the sum of their costs, since one script must not read and write the
+// same key as two rules.
+func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[string]string, costs []int64) (resp *ratelimitv1.CheckQuotaResponse, owners [][]int) {
 	rs := e.rules.Load()
 	if len(descs) == 1 {
 		// One set's rules have keys of their own (each names its rule):
 		// nothing to merge.
 		_, rules := rs.Match(domain, descs[0])
-		resp, _ := e.decide(ctx, "", domain, rules, cost)
+		resp, _ := e.decide(ctx, "", domain, rules, costs[0])
 		owners = make([][]int, len(resp.Decisions))
 		for i := range owners {
 			owners[i] = firstSet
 		}
 		return resp, owners
 	}
+	// Each rule is decided at cost 1 weighted by its sets' costs.
 	var rules []Applied
 	at := map[string]int{}
 	for j, d := range descs {
 		_, matched := rs.Match(domain, d)
 		for _, a := range matched {
 			if i, dup := at[a.Key]; dup {
-				rules[i].weight = rules[i].cost(1) + 1
+				rules[i].weight += costs[j]
 				owners[i] = append(owners[i], j)
 				continue
 			}
 			at[a.Key] = len(rules)
+			a.weight = costs[j]
 			rules = append(rules, a)
 			owners = append(owners, []int{j})
 		}
 	}
-	resp, cached := e.decide(ctx, "", domain, rules, cost)
+	resp, cached := e.decide(ctx, "", domain, rules, 1)
 	if cached != nil {
 		// The over-limit cache answered with its rules' decisions alone.
 		from := owners
