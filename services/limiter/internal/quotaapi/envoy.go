@@ -154,11 +154,24 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			}
 		}
 	}
+	// A descriptor whose rules are all shadow rules reports the tightest of
+	// them, OK whatever it decided, as envoyproxy/ratelimit reports a
+	// limit in shadow mode (Envoy's X-RateLimit headers read it).
+	for i, d := range resp.GetDecisions() {
+		if d.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW {
+			continue
+		}
+		for _, j := range owners[i] {
+			if s := deciding[j]; s == nil || s.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW && moreRestrictive(d, s) {
+				deciding[j] = d
+			}
+		}
+	}
 	for j := range descs {
 		st := &statuses[j].st
 		st.Code = rlsv3.RateLimitResponse_OK
 		if d := deciding[j]; d != nil {
-			if !d.GetAllowed() {
+			if !d.GetAllowed() && d.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 			st.CurrentLimit = &statuses[j].limit
@@ -169,7 +182,7 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		out.Statuses[j] = st
 	}
 	if resp.GetDecidingRule() != "" {
-		out.ResponseHeadersToAdd = rateLimitHeaders(req.GetDomain(), resp, s.headers, never(resp, owners, int64(cost)))
+		out.ResponseHeadersToAdd = rateLimitHeaders(req.GetDomain(), resp, s.headers, never(resp, owners, costs))
 	}
 	return out, nil
 }
@@ -243,16 +256,19 @@ func setEnvoyLimit(l *rlsv3.RateLimitResponse_RateLimit, d *ratelimitv1.RuleDeci
 // request's cost, times the descriptor sets that share the rule's key
 // (owners: CheckEach decides such a key once, at that weight), over the
 // rule's capacity.
-func never(resp *ratelimitv1.CheckQuotaResponse, owners [][]int, cost int64) bool {
+func never(resp *ratelimitv1.CheckQuotaResponse, owners [][]int, costs []int64) bool {
 	for i, d := range resp.GetDecisions() {
 		if d.GetAllowed() || d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW || d.GetCapacity() <= 0 {
 			continue
 		}
-		weight := int64(1)
-		if i < len(owners) {
-			weight = int64(max(1, len(owners[i])))
+		cost := costs[0]
+		if i < len(owners) && len(owners[i]) > 0 {
+			cost = 0
+			for _, j := range owners[i] {
+				cost += costs[j]
+			}
 		}
-		if cost*weight > d.GetCapacity() {
+		if cost > d.GetCapacity() {
 			return true
 		}
 	}

@@ -207,3 +207,59 @@ domains:
 	check("b, hits 2 and 3", rlsv3.RateLimitResponse_OK, 0, hits(b, 2), hits(b, 3))
 	check("b, hits 1", rlsv3.RateLimitResponse_OVER_LIMIT, 0, hits(b, 1))
 }
+
+// The nested configuration envoyproxy/ratelimit users write, a global
+// limit and a per-IP one under it, gets Envoy's answers: the global
+// descriptor counts against the global rule alone and the per-IP one
+// against the per-IP rule alone (the global rule applied to both had
+// denied from the 4th request, at 3 where Envoy allows 6); a value's own
+// rule replaces its key's (a VIP user's 10 where others have 5).
+func TestEnvoyNestedLimitsAsEnvoyDecidesThem(t *testing.T) {
+	id := fmt.Sprintf("%d", time.Now().UnixNano())
+	e := realEngine(t, fmt.Sprintf(`
+domains:
+  envoy:
+    rules:
+      - {name: api-global, key: [generic_key], match: {generic_key: api-%[1]s}, algorithm: fixed_window, limit: 6, window: 1h, failure_mode: closed}
+      - {name: api-per-ip, key: [generic_key, remote_address], match: {generic_key: api-%[1]s}, algorithm: fixed_window, limit: 3, window: 1h, failure_mode: closed}
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 1h, failure_mode: closed}
+      - {name: user-vip, key: [user], match: {user: vip-%[1]s}, algorithm: fixed_window, limit: 10, window: 1h, failure_mode: closed}
+`, id))
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+	ask := func(descs ...*ratelimitcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: descs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := 1; i <= 7; i++ {
+		ip := &ratelimitcommonv3.RateLimitDescriptor{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{
+			{Key: "generic_key", Value: "api-" + id}, {Key: "remote_address", Value: fmt.Sprintf("10.0.0.%d", i)}}}
+		resp := ask(descriptor("generic_key", "api-"+id), ip)
+		want := rlsv3.RateLimitResponse_OK
+		if i == 7 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		global, perIP := resp.GetStatuses()[0], resp.GetStatuses()[1]
+		if resp.GetOverallCode() != want || global.GetCurrentLimit().GetName() != "api-global" || perIP.GetCurrentLimit().GetName() != "api-per-ip" {
+			t.Fatalf("request %d: %v, limits %q and %q; want %v, api-global and api-per-ip", i, resp.GetOverallCode(),
+				global.GetCurrentLimit().GetName(), perIP.GetCurrentLimit().GetName(), want)
+		}
+		if i < 7 && (global.GetLimitRemaining() != uint32(6-i) || perIP.GetLimitRemaining() != 2) {
+			t.Fatalf("request %d: remaining %d and %d, want %d and 2", i, global.GetLimitRemaining(), perIP.GetLimitRemaining(), 6-i)
+		}
+	}
+	for i := 1; i <= 7; i++ {
+		resp := ask(descriptor("user", "vip-"+id))
+		if st := resp.GetStatuses()[0]; resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || st.GetCurrentLimit().GetRequestsPerUnit() != 10 {
+			t.Fatalf("VIP request %d: %v at %d per unit, want OK at 10", i, resp.GetOverallCode(), st.GetCurrentLimit().GetRequestsPerUnit())
+		}
+	}
+	// A descriptor deeper than any rule is limited by none.
+	if resp := ask(&ratelimitcommonv3.RateLimitDescriptor{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{
+		{Key: "user", Value: "u-" + id}, {Key: "path", Value: "/p"}}}); resp.GetStatuses()[0].GetCurrentLimit() != nil {
+		t.Errorf("user and path: limited by %q, want no limit", resp.GetStatuses()[0].GetCurrentLimit().GetName())
+	}
+}

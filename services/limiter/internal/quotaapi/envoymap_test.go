@@ -130,7 +130,7 @@ func TestMoreRestrictive(t *testing.T) {
 }
 
 // A request is never allowed when any enforced rule denied a cost it can
-// never hold, the deciding rule or another, at the weight of the
+// never hold, the deciding rule or another, at the sum of the costs of the
 // descriptor sets that share its key; a shadow rule decides nothing.
 func TestNever(t *testing.T) {
 	denied := func(capacity int64) *ratelimitv1.RuleDecision {
@@ -143,16 +143,18 @@ func TestNever(t *testing.T) {
 	for name, tc := range map[string]struct {
 		decisions []*ratelimitv1.RuleDecision
 		owners    [][]int
-		cost      int64
+		costs     []int64
 		want      bool
 	}{
-		"within every capacity":    {[]*ratelimitv1.RuleDecision{denied(100), denied(50)}, [][]int{{0}, {0}}, 20, false},
-		"over another rule's":      {[]*ratelimitv1.RuleDecision{denied(100), denied(10)}, [][]int{{0}, {0}}, 20, true},
-		"over it at weight 2":      {[]*ratelimitv1.RuleDecision{denied(100)}, [][]int{{0, 1}}, 60, true},
-		"within it at weight 1":    {[]*ratelimitv1.RuleDecision{denied(100)}, [][]int{{0}}, 60, false},
-		"shadow and allowed rules": {[]*ratelimitv1.RuleDecision{shadow, allowed, denied(100)}, [][]int{{0}, {0}, {0}}, 20, false},
+		"within every capacity":    {[]*ratelimitv1.RuleDecision{denied(100), denied(50)}, [][]int{{0}, {0}}, []int64{20}, false},
+		"over another rule's":      {[]*ratelimitv1.RuleDecision{denied(100), denied(10)}, [][]int{{0}, {0}}, []int64{20}, true},
+		"over it at 60 + 60":       {[]*ratelimitv1.RuleDecision{denied(100)}, [][]int{{0, 1}}, []int64{60, 60}, true},
+		"within it at 60 + 30":     {[]*ratelimitv1.RuleDecision{denied(100)}, [][]int{{0, 1}}, []int64{60, 30}, false},
+		"over it, its own set's":   {[]*ratelimitv1.RuleDecision{denied(100), denied(100)}, [][]int{{0}, {1}}, []int64{20, 101}, true},
+		"within it at 60 alone":    {[]*ratelimitv1.RuleDecision{denied(100)}, [][]int{{0}}, []int64{60}, false},
+		"shadow and allowed rules": {[]*ratelimitv1.RuleDecision{shadow, allowed, denied(100)}, [][]int{{0}, {0}, {0}}, []int64{20}, false},
 	} {
-		if got := never(&ratelimitv1.CheckQuotaResponse{Decisions: tc.decisions}, tc.owners, tc.cost); got != tc.want {
+		if got := never(&ratelimitv1.CheckQuotaResponse{Decisions: tc.decisions}, tc.owners, tc.costs); got != tc.want {
 			t.Errorf("%s: never = %v, want %v", name, got, tc.want)
 		}
 	}

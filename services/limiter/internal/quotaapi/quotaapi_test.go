@@ -334,12 +334,18 @@ func decision(rule string, allowed bool, limit, remaining int64, window, retry t
 }
 
 // Each descriptor gets the status of the most restrictive decision it owns;
-// shadow decisions decide nothing; the response carries the headers of the
-// deciding rule, and the request's hits_addend is the cost.
+// shadow decisions decide nothing, but a descriptor that owns only shadow
+// decisions reports its tightest as its limit, OK (as envoyproxy/ratelimit
+// does in shadow mode); the response carries the headers of the deciding
+// rule, and the request's hits_addend is the cost.
 func TestEnvoyStatuses(t *testing.T) {
 	engine := newFake(t)
 	shadow := decision("shadow", false, 1, 0, time.Minute, time.Hour)
 	shadow.Source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
+	shadowOnly := decision("shadow-only", false, 3, 0, time.Minute, time.Hour)
+	shadowOnly.Source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
+	looser := decision("shadow-looser", true, 30, 20, time.Minute, 0)
+	looser.Source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
 	engine.each = &ratelimitv1.CheckQuotaResponse{
 		Allowed: false, DecidingRule: "per-ip", Limit: 4, Remaining: 0,
 		ResetAfter: durationpb.New(30 * time.Second), RetryAfter: durationpb.New(1500 * time.Millisecond),
@@ -348,14 +354,16 @@ func TestEnvoyStatuses(t *testing.T) {
 			decision("per-ip", false, 4, 0, time.Minute, 1500*time.Millisecond),
 			decision("per-tenant", true, 100, 90, time.Hour, 0),
 			shadow,
+			looser,
+			shadowOnly,
 		},
 	}
 	// Descriptor 0 owns per-key and per-ip, 1 owns per-tenant and the
-	// shadow rule, 2 owns nothing.
-	engine.owners = [][]int{{0}, {0}, {1}, {1}}
+	// shadow rule, 2 owns nothing, 3 owns two shadow rules alone.
+	engine.owners = [][]int{{0}, {0}, {1}, {1}, {3}, {3}}
 	resp, err := NewEnvoy(engine, HeadersDraft, clientip.Keying{}).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 		Domain: "cost", HitsAddend: 2,
-		Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{descriptor("user", "a"), descriptor("user", "b"), descriptor("user", "c")},
+		Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{descriptor("user", "a"), descriptor("user", "b"), descriptor("user", "c"), descriptor("user", "d")},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -368,7 +376,8 @@ func TestEnvoyStatuses(t *testing.T) {
 		rule      string
 		remaining uint32
 	}
-	wants := []want{{rlsv3.RateLimitResponse_OVER_LIMIT, "per-ip", 0}, {rlsv3.RateLimitResponse_OK, "per-tenant", 90}, {rlsv3.RateLimitResponse_OK, "", 0}}
+	wants := []want{{rlsv3.RateLimitResponse_OVER_LIMIT, "per-ip", 0}, {rlsv3.RateLimitResponse_OK, "per-tenant", 90}, {rlsv3.RateLimitResponse_OK, "", 0},
+		{rlsv3.RateLimitResponse_OK, "shadow-only", 0}}
 	for j, w := range wants {
 		st := resp.GetStatuses()[j]
 		if got := (want{st.GetCode(), st.GetCurrentLimit().GetName(), st.GetLimitRemaining()}); got != w {

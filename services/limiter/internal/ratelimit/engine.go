@@ -291,7 +291,7 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 	if len(descs) == 1 {
 		// One set's rules have keys of their own (each names its rule):
 		// nothing to merge.
-		_, rules := rs.Match(domain, descs[0])
+		rules := rs.MatchEnvoy(domain, descs[0])
 		resp, _ := e.decide(ctx, "", domain, rules, costs[0])
 		owners = make([][]int, len(resp.Decisions))
 		for i := range owners {
@@ -303,7 +303,7 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 	var rules []Applied
 	at := map[string]int{}
 	for j, d := range descs {
-		_, matched := rs.Match(domain, d)
+		matched := rs.MatchEnvoy(domain, d)
 		for _, a := range matched {
 			if i, dup := at[a.Key]; dup {
 				rules[i].weight += costs[j]

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -138,6 +139,17 @@ func (r *Rule) matches(desc map[string]string) bool {
 	}
 	for k, want := range r.Match {
 		if desc[k] != want {
+			return false
+		}
+	}
+	return true
+}
+
+// names reports whether the rule names every one of desc's descriptors
+// (in its key or its match).
+func (r *Rule) names(desc map[string]string) bool {
+	for k := range desc {
+		if _, ok := r.Match[k]; !ok && !slices.Contains(r.Key, k) {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -171,5 +172,46 @@ func TestTenantPlansWithCopiesOnlyWhatChanges(t *testing.T) {
 	var none *TenantPlans
 	if none.Plan("a") != "" || none.Len() != 0 || none.With(map[string]string{"a": "pro"}).Plan("a") != "pro" {
 		t.Error("a nil TenantPlans is not an empty one")
+	}
+}
+
+// Through Envoy's API a rule applies to a descriptor as a limit applies in
+// envoyproxy/ratelimit: only to a descriptor whose entries are exactly its
+// descriptors, and a value-specific rule replaces a generic one on the same
+// descriptors; rules equally specific all apply.
+func TestMatchEnvoyTakesTheLeafAndTheMostSpecificRules(t *testing.T) {
+	rs := compile(t, `
+domains:
+  envoy:
+    defaults: {tier: base}
+    rules:
+      - {name: api-global, key: [generic_key], match: {generic_key: api}, algorithm: fixed_window, limit: 6, window: 1m, failure_mode: open}
+      - {name: api-per-ip, key: [generic_key, remote_address], match: {generic_key: api}, algorithm: fixed_window, limit: 3, window: 1m, failure_mode: open}
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 1m, failure_mode: open}
+      - {name: per-user-hour, key: [user], algorithm: fixed_window, limit: 50, window: 1h, failure_mode: open}
+      - {name: user-vip, key: [user], match: {user: vip}, algorithm: fixed_window, limit: 10, window: 1m, failure_mode: open}
+      - {name: per-route-tier, key: [route], match: {tier: base}, algorithm: fixed_window, limit: 2, window: 1m, failure_mode: open}
+`)
+	for _, tc := range []struct {
+		desc map[string]string
+		want []string
+	}{
+		{map[string]string{"generic_key": "api"}, []string{"api-global"}},
+		{map[string]string{"generic_key": "api", "remote_address": "10.0.0.1"}, []string{"api-per-ip"}},
+		{map[string]string{"generic_key": "other"}, nil},
+		{map[string]string{"user": "alice"}, []string{"per-user", "per-user-hour"}},
+		{map[string]string{"user": "vip"}, []string{"user-vip"}},
+		{map[string]string{"user": "alice", "path": "/p"}, nil},
+		// The domain's default fills tier, as for CheckQuota.
+		{map[string]string{"route": "r"}, []string{"per-route-tier"}},
+		{map[string]string{"route": "r", "tier": "gold"}, nil},
+	} {
+		if got := names(rs.MatchEnvoy("envoy", tc.desc)); !slices.Equal(got, tc.want) {
+			t.Errorf("%v: rules %v, want %v", tc.desc, got, tc.want)
+		}
+		_, all := rs.Match("envoy", tc.desc)
+		if len(all) < len(tc.want) {
+			t.Errorf("%v: Match has %d rules, fewer than MatchEnvoy's", tc.desc, len(all))
+		}
 	}
 }

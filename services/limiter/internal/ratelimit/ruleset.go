@@ -289,6 +289,35 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 	return desc, out
 }
 
+// MatchEnvoy is Match for one descriptor of Envoy's rate-limit API, with
+// envoyproxy/ratelimit's meaning: a limit applies to the descriptor whose
+// entries are its whole path, and a value's own limit replaces its key's.
+// So a rule applies only when it names every entry of the descriptor (in
+// its key or its match; the domain's defaults fill what the descriptor
+// leaves out), and of those rules only the ones matching the most entries
+// by value: beside per-user, a rule with match {user: vip} alone limits
+// user vip. Rules as specific as each other all apply (two windows on one
+// key, say).
+func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
+	_, rules := rs.Match(domain, desc)
+	best := -1
+	n := 0
+	for _, a := range rules {
+		if !a.Rule.names(desc) {
+			continue
+		}
+		switch m := len(a.Rule.Match); {
+		case m > best:
+			best, n = m, 0
+			fallthrough
+		case m == best:
+			rules[n] = a
+			n++
+		}
+	}
+	return rules[:n]
+}
+
 // fills reports whether desc lacks a descriptor d has a default for: only
 // then is desc copied (a map copy per decision otherwise).
 func (d *domainRules) fills(desc map[string]string) bool {
