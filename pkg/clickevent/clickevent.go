@@ -120,9 +120,6 @@ func StreamKeys(n int) []string {
 
 const slots = redisconn.SlotCount
 
-// Slot returns the cluster slot of key, honouring a {hash tag}.
-func Slot(key string) int { return redisconn.Slot(key) }
-
 // Event is one click.
 type Event struct {
 	ID          string

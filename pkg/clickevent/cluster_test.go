@@ -42,8 +42,8 @@ func TestStreamKeysSpreadOverMasters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := Slot(k); int64(got) != want {
-				t.Fatalf("Slot(%q) = %d, Redis says %d", k, got, want)
+			if got := redisconn.Slot(k); int64(got) != want {
+				t.Fatalf("redisconn.Slot(%q) = %d, Redis says %d", k, got, want)
 			}
 			if lo, hi := i*16384/n, (i+1)*16384/n; int(want) < lo || int(want) >= hi {
 				t.Errorf("n=%d: %s in slot %d, want [%d,%d)", n, k, want, lo, hi)

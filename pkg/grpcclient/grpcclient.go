@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
-	"kurz.dev/pkg/server"
 	"kurz.dev/pkg/telemetry"
 )
 
@@ -36,6 +35,14 @@ const serviceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckC
 // limiter should keep failing fast, so that their callers apply the rule's
 // failure mode within their few milliseconds.
 var WaitForReplica = grpc.WithDefaultCallOptions(grpc.WaitForReady(true))
+
+// StreamWindow and ConnWindow are the fixed HTTP/2 flow-control windows of
+// every kurz gRPC connection, per call and per connection, on the clients'
+// side (Dial) and the servers' (pkg/server).
+const (
+	StreamWindow = 1 << 20
+	ConnWindow   = 4 << 20
+)
 
 // Dial creates a client connection to target: host:port, a gRPC target URI
 // such as dns:///limiter:9091, or a comma-separated list of host:port (fixed
@@ -67,9 +74,9 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 		// bandwidth when calls come one at a time, a third write per call
 		// on both sides: against the stack's limiter at one caller, fixed
 		// windows took 7-15% less of its CPU per call and 4-11% off p50.
-		// The servers' own windows (pkg/server): one figure for both ends.
-		grpc.WithStaticStreamWindowSize(server.StreamWindow),
-		grpc.WithStaticConnWindowSize(server.ConnWindow),
+		// kurz's servers have the same (pkg/server).
+		grpc.WithStaticStreamWindowSize(StreamWindow),
+		grpc.WithStaticConnWindowSize(ConnWindow),
 		// A replica that restarts is back within seconds: reconnect soon
 		// after, not after gRPC's default backoff of up to two minutes.
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -1,4 +1,4 @@
-package grpcclient
+package grpcclient_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/telemetry"
 	"kurz.dev/pkg/testkit/servertest"
 )
@@ -53,7 +54,7 @@ func TestListTargetSpreadsAndSkipsDrainingReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := Dial(a.addr+", "+b.addr, tel)
+	conn, err := grpcclient.Dial(a.addr+", "+b.addr, tel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestWaitForReplicaWaitsPlainConnectionsFailFast(t *testing.T) {
 	}
 	dial := func(opts ...grpc.DialOption) *grpc.ClientConn {
 		t.Helper()
-		conn, err := Dial(lis.Addr().String(), tel, opts...)
+		conn, err := grpcclient.Dial(lis.Addr().String(), tel, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +153,7 @@ func TestWaitForReplicaWaitsPlainConnectionsFailFast(t *testing.T) {
 		defer cancel()
 		return conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{})
 	}
-	waiting, plain := dial(WaitForReplica), dial()
+	waiting, plain := dial(grpcclient.WaitForReplica), dial()
 
 	waited := make(chan error, 1)
 	go func() { waited <- invoke(waiting, "/kurz.shortener.v1.ShortenerService/GetLink") }()
@@ -206,7 +207,7 @@ func TestSequentialCallsSendNoPings(t *testing.T) {
 		name string
 		dial func() (*grpc.ClientConn, error)
 	}{
-		{"Dial", func() (*grpc.ClientConn, error) { return Dial(lis.Addr().String(), tel) }},
+		{"Dial", func() (*grpc.ClientConn, error) { return grpcclient.Dial(lis.Addr().String(), tel) }},
 		// The same server with gRPC's defaults: the test sees pings.
 		{"grpc defaults", func() (*grpc.ClientConn, error) {
 			return grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

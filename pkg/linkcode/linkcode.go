@@ -1,8 +1,11 @@
 // Package linkcode holds what every kurz component knows about short codes:
-// the base62 alphabet, the 7-character sequential encoding (offset 62^6), the
-// unbiased random codes, the charset and length any code or custom alias must
-// have, and the words no code may take because a service serves them at the
-// root of a public host.
+// the base62 alphabet, the keyed permutation that turns a block-allocated ID
+// into its 7-character code (Permutation), the unbiased random codes, the
+// charset and length any code or custom alias must have, and the words no
+// code may take because a service serves them at the root of a public host.
+// The design notes' sequential encoding (Sequential) names no link the
+// shortener makes since codes are permuted; load tools name synthetic links
+// with it.
 package linkcode
 
 import (
@@ -41,7 +44,9 @@ const (
 // ErrOutOfRange means an ID does not fit in SequentialLength characters.
 var ErrOutOfRange = errors.New("linkcode: sequential ID out of range")
 
-// Sequential returns the code of a block-allocated ID: base62(id + 62^6).
+// Sequential returns the design notes' code of an ID, base62(id + 62^6):
+// 7 characters, in ID order. The shortener permutes its IDs instead
+// (Permutation), so that codes cannot be walked from one another.
 func Sequential(id int64) (string, error) {
 	if id < 0 || id > MaxSequentialID {
 		return "", fmt.Errorf("%w: %d", ErrOutOfRange, id)

@@ -1,7 +1,9 @@
-// Package linkschema holds the PostgreSQL schema of links: the links table
-// and the link_block sequence. The shortener owns it and applies it at start;
-// the redirect service only reads it (its tests apply it too, so they do not
-// depend on the shortener having started first).
+// Package linkschema holds the shortener's PostgreSQL schema: the links
+// table and its link_block sequence, link_invalidations, domains, and the
+// webhook subscriptions and deliveries. The shortener owns it and applies it
+// at start; the redirect service only reads links and domains (its tests
+// apply the schema too, so they do not depend on the shortener having
+// started first).
 package linkschema
 
 import (

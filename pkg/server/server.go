@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/telemetry"
 )
 
@@ -102,13 +103,14 @@ const MaxConcurrentStreams = 250
 const MaxHeaderListSize = 16 << 10
 
 // StreamWindow and ConnWindow are the gRPC servers' fixed HTTP/2
-// flow-control windows. They do not bound what a client can make a server
-// buffer: gRPC grants connection credit as data arrives, not as handlers
-// read it, and grows a call's window to fit the message it reads; what
-// bounds it is GRPCMaxCalls calls of at most the receive size.
+// flow-control windows, the clients' own (pkg/grpcclient): one figure for
+// both ends. They do not bound what a client can make a server buffer:
+// gRPC grants connection credit as data arrives, not as handlers read it,
+// and grows a call's window to fit the message it reads; what bounds it is
+// GRPCMaxCalls calls of at most the receive size.
 const (
-	StreamWindow = 1 << 20
-	ConnWindow   = 4 << 20
+	StreamWindow = grpcclient.StreamWindow
+	ConnWindow   = grpcclient.ConnWindow
 )
 
 // StreamWorkersPerCore is the default number of gRPC stream workers per core.

@@ -260,9 +260,6 @@ func New(rdb redis.UniversalClient, store *clickstore.Store, q QuotaChecker, log
 // Name is the consumer's name in the group.
 func (c *Consumer) Name() string { return c.opts.Name }
 
-// Streams returns the shard stream keys, shard 0 first.
-func (c *Consumer) Streams() []string { return append([]string(nil), c.keys...) }
-
 // DeadLetterStreams returns the dead-letter stream keys, one per shard.
 func (c *Consumer) DeadLetterStreams() []string { return append([]string(nil), c.deadKeys...) }
 
