@@ -457,6 +457,18 @@ DO $$BEGIN
   END IF;
 END$$;
 ALTER ROLE kurz WITH LOGIN CREATEDB PASSWORD 'kurz';
+-- The redirect's login reads links and domains only (pkg/linkschema
+-- ReaderRole: the shortener grants the role its reads at start).
+DO $$BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'kurz_link_reader') THEN
+    CREATE ROLE kurz_link_reader NOLOGIN;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'kurz_redirect') THEN
+    CREATE ROLE kurz_redirect;
+  END IF;
+END$$;
+ALTER ROLE kurz_redirect WITH LOGIN PASSWORD 'kurz-redirect';
+GRANT kurz_link_reader TO kurz_redirect;
 SELECT 'CREATE DATABASE kurz OWNER kurz'
   WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'kurz')\gexec
 SELECT 'CREATE DATABASE kurz_test OWNER kurz'

@@ -36,6 +36,13 @@ export KURZ_GATEWAY_OPS_ADDR=${KURZ_GATEWAY_OPS_ADDR:-127.0.0.1:9195}
 if [[ -n ${KURZ_PG_PORT:-} ]]; then
   export KURZ_POSTGRES_URL=${KURZ_POSTGRES_URL:-postgres://kurz:kurz@127.0.0.1:${KURZ_PG_PORT}/kurz?sslmode=disable}
 fi
+# The redirect reads links and domains only, under a login that can do
+# nothing else (infra.sh creates it; pkg/linkschema ReaderRole); with a
+# KURZ_POSTGRES_URL of your own, the same as the other services'.
+if [[ -z ${KURZ_REDIRECT_POSTGRES_URL:-} && -n ${KURZ_POSTGRES_URL:-} && -z ${KURZ_PG_PORT:-} ]]; then
+  KURZ_REDIRECT_POSTGRES_URL=$KURZ_POSTGRES_URL
+fi
+KURZ_REDIRECT_POSTGRES_URL=${KURZ_REDIRECT_POSTGRES_URL:-postgres://kurz_redirect:kurz-redirect@127.0.0.1:${KURZ_PG_PORT:-5433}/kurz?sslmode=disable}
 if [[ -n ${KURZ_REDIS_BASE_PORT:-} ]]; then
   export KURZ_REDIS_ADDRS=${KURZ_REDIS_ADDRS:-127.0.0.1:${KURZ_REDIS_BASE_PORT},127.0.0.1:$((KURZ_REDIS_BASE_PORT + 1)),127.0.0.1:$((KURZ_REDIS_BASE_PORT + 2))}
 fi
@@ -53,7 +60,7 @@ export KURZ_SHORTENER_ALLOW_ANONYMOUS=${KURZ_SHORTENER_ALLOW_ANONYMOUS:-true}
 export KURZ_SHORTENER_BASE_URL=${KURZ_SHORTENER_BASE_URL:-http://127.0.0.1:8787}
 # A fixed, public key for local use only: anyone can invert these codes.
 export KURZ_SHORTENER_CODE_KEY=${KURZ_SHORTENER_CODE_KEY:-kurz-local-code-key-not-a-secret-0123456789}
-export KURZ_REDIRECT_VISITOR_SALT=${KURZ_REDIRECT_VISITOR_SALT:-kurz-local-visitor-salt}
+export KURZ_REDIRECT_VISITOR_SALT=${KURZ_REDIRECT_VISITOR_SALT:-kurz-local-visitor-salt-0123456789abcdef}
 # make bench draws up to 1,000,000 codes from one loopback address: lift the
 # per-IP walk bound here (the service's default is 10/s, bursts of 1,000).
 export KURZ_REDIRECT_WALK_RATE=${KURZ_REDIRECT_WALK_RATE:-1000000}
@@ -85,6 +92,32 @@ local_service_auth_key() {
 }
 KURZ_SERVICE_AUTH_KEY=${KURZ_SERVICE_AUTH_KEY:-$(local_service_auth_key)}
 export KURZ_SERVICE_AUTH_KEY
+
+# Each secret goes only to the services that use it (a service's
+# /proc/<pid>/environ holds no other's).
+declare -A SECRET_USERS=(
+	[KURZ_GATEWAY_ADMIN_TOKEN]="gateway"
+	[KURZ_SERVICE_AUTH_KEY]="gateway shortener analytics"
+	[KURZ_SERVICE_AUTH_PREVIOUS_KEY]="gateway shortener analytics"
+	[KURZ_SHORTENER_CODE_KEY]="shortener"
+	[KURZ_SHORTENER_WEBHOOK_KEY]="shortener"
+	[KURZ_REDIRECT_VISITOR_SALT]="redirect"
+	[KURZ_REDIRECT_FORM_SECRET]="redirect"
+	[KURZ_POSTGRES_URL]="limiter shortener gateway"
+	[KURZ_CLICKHOUSE_PASSWORD]="analytics"
+)
+
+# env_of prints the env(1) arguments that start service $1: the secrets of
+# other services removed, the redirect's own PostgreSQL login.
+env_of() {
+	local s=$1 v
+	for v in "${!SECRET_USERS[@]}"; do
+		[[ " ${SECRET_USERS[$v]} " == *" $s "* ]] || printf '%s\0' -u "$v"
+	done
+	if [[ $s == redirect ]]; then
+		printf '%s\0' "KURZ_POSTGRES_URL=$KURZ_REDIRECT_POSTGRES_URL"
+	fi
+}
 
 http_addr() { local v="KURZ_${1^^}_HTTP_ADDR"; echo "${!v}"; }
 # ops_addr is where /readyz is: the ops listener of the public services, the
@@ -137,7 +170,9 @@ start() {
 	: >"$LOG/$s.log"
 	# setsid: the service gets its own session, so it outlives this shell
 	# and a terminal's ^C does not reach it; `down` stops it by PID.
-	GOMEMLIMIT=${GOMEMLIMIT:-${GOMEMLIMITS[$s]}} setsid "$BIN/$s" >>"$LOG/$s.log" 2>&1 </dev/null &
+	local envs=()
+	mapfile -d '' envs < <(env_of "$s")
+	GOMEMLIMIT=${GOMEMLIMIT:-${GOMEMLIMITS[$s]}} env "${envs[@]}" setsid "$BIN/$s" >>"$LOG/$s.log" 2>&1 </dev/null &
 	pid=$!
 	echo "$pid" >"$RUN/$s.pid"
 	echo "$sum" >"$RUN/$s.sum"

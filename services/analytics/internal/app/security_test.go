@@ -66,7 +66,7 @@ func (l *logBuffer) String() string {
 // key no 8-shard producer or consumer uses) and the consumer group is the
 // test's own, created at the stream's end.
 func TestVisitorIPsNeverReachStreamsClickHouseOrLogs(t *testing.T) {
-	const salt = "security-test-salt"
+	const salt = "security-test-salt-0123456789abcdef"
 	const perVisitor = 12
 	ctx := context.Background()
 	rig := newRedirectRig(t)

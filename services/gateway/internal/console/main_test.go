@@ -186,7 +186,7 @@ func newStack() (_ *stack, err error) {
 		servertest.Spec{Name: "redirect", HTTPAddr: redHTTP, Env: func(g, h string) []string {
 			return append(common, "KURZ_REDIRECT_GRPC_ADDR="+g, "KURZ_REDIRECT_HTTP_ADDR="+h, "KURZ_REDIRECT_OPS_ADDR=127.0.0.1:0",
 				"KURZ_LIMITER_GRPC_ADDR="+limGRPC, "KURZ_REDIRECT_LIMITER_TIMEOUT=1s",
-				"KURZ_REDIRECT_VISITOR_SALT=console-test-salt", fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards),
+				"KURZ_REDIRECT_VISITOR_SALT=console-test-salt-0123456789abcdef", fmt.Sprint("KURZ_CLICK_STREAM_SHARDS=", streamShards),
 				"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL=20ms", "KURZ_REDIRECT_DOMAIN_REFRESH=200ms", "KURZ_GEOIP_DB="+geoDB, "KURZ_REDIRECT_TRUSTED_PROXIES=127.0.0.1/32,::1")
 		}},
 	)

@@ -83,9 +83,11 @@ type Config struct {
 	Keying clientip.Keying
 	// GeoIP is the country database clicks are located with (pkg/geoip).
 	GeoIP geoip.Config
-	// VisitorSalt keys the visitor hash in click events; give every pod the
-	// same secret. Empty: a random salt per process (visitors then differ
-	// per pod), with a warning.
+	// VisitorSalt keys the visitor hash in click events, at least 32
+	// characters (the hash covers the day, IP and user agent: a short key
+	// could be found by trying them, and with it every IPv4 address behind
+	// a hash); give every pod the same secret. Empty: a random salt per
+	// process (visitors then differ per pod), with a warning.
 	VisitorSalt string `env:"REDIRECT_VISITOR_SALT" default:""`
 
 	// LimiterAddr is where the limiter's gRPC listens.
@@ -191,11 +193,15 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	if n := len(c.FormSecret); n > 0 && n < minFormSecret {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_FORM_SECRET has %d characters: want at least %d", n, minFormSecret))
 	}
+	if n := len(c.VisitorSalt); n > 0 && n < minFormSecret {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_VISITOR_SALT has %d characters: want at least %d", n, minFormSecret))
+	}
 	errs = append(errs, c.Cache.Validate(), c.Streams.Validate(), c.Keying.Check())
 	return policy, clients, errors.Join(errs...)
 }
 
-// minFormSecret is the shortest KURZ_REDIRECT_FORM_SECRET accepted.
+// minFormSecret is the shortest KURZ_REDIRECT_FORM_SECRET and
+// KURZ_REDIRECT_VISITOR_SALT accepted.
 const minFormSecret = 32
 
 // Build wires the redirect service within lc: its stores, then its server,

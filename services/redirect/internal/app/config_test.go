@@ -81,3 +81,18 @@ func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {
 		}
 	}
 }
+
+// The visitor hash's key and the forms' key are refused under 32
+// characters: the visitor hash covers the day, IP and user agent, so with a
+// key short enough to find by trying, every IPv4 address behind a stored
+// hash could be found too.
+func TestShortSecretsRefused(t *testing.T) {
+	for _, name := range []string{"KURZ_REDIRECT_VISITOR_SALT", "KURZ_REDIRECT_FORM_SECRET"} {
+		if _, _, err := load(t, map[string]string{name: strings.Repeat("s", 31)}).validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s of 31 characters: %v, want an error naming it", name, err)
+		}
+		if _, _, err := load(t, map[string]string{name: strings.Repeat("s", 32)}).validate(); err != nil {
+			t.Errorf("%s of 32 characters: %v, want accepted", name, err)
+		}
+	}
+}

@@ -26,7 +26,7 @@ import (
 	"kurz.dev/pkg/testkit/servertest"
 )
 
-const testSalt = "redirect-test-salt"
+const testSalt = "redirect-test-salt-0123456789abcdef"
 
 // instance is one in-process redirect pod.
 type instance struct {

@@ -282,6 +282,9 @@ func (h hooks) openStores(ctx context.Context, cfg Config, lc *server.Lifecycle,
 	if len(applied) > 0 {
 		log.Info("migrations applied", "names", applied)
 	}
+	if err := linkschema.GrantReader(ctx, db); err != nil {
+		return nil, nil, err
+	}
 	rdb, err := redisconn.New(ctx, cfg.Redis)
 	if err != nil {
 		return nil, nil, err
