@@ -7,6 +7,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 GRPCURL=${GRPCURL:-$ROOT/bin/grpcurl}
+SMOKE_TMP=$(umask 077 && mktemp -d)
+trap 'rm -rf "$SMOKE_TMP"' EXIT
 
 declare -A GRPC=(
 	[limiter]=${KURZ_LIMITER_GRPC_ADDR:-127.0.0.1:9091}
@@ -74,15 +76,21 @@ check "make demo: the notes' figures" bash -c "cd '$ROOT' && go run ./services/l
 # through the gateway once the consumer has moved them into ClickHouse
 # (bounded wait). Statistics go through the gateway: the analytics service
 # answers only calls the gateway signed (KURZ_SERVICE_AUTH_KEY).
+# bearer prints a path to read an Authorization header with token from
+# (curl -H @path): a token in curl's arguments is visible to ps.
+bearer() { printf '%s\n' "Authorization: Bearer $1" >"$SMOKE_TMP/auth-$2" && echo "@$SMOKE_TMP/auth-$2"; }
+
 clicks_end_to_end() {
 	local n=7 code i stats key tenant="smoke-$(date +%s%N)" gw="http://${PUBLIC[gateway]}"
-	local admin=${KURZ_GATEWAY_ADMIN_TOKEN:-kurz-local-admin-token}
-	curl -fsS --max-time 5 "$gw/v1/admin/tenants" -H "Authorization: Bearer $admin" \
+	local admin
+	admin=$(bearer "${KURZ_GATEWAY_ADMIN_TOKEN:-kurz-local-admin-token}" admin)
+	curl -fsS --max-time 5 "$gw/v1/admin/tenants" -H "$admin" \
 		-d "{\"id\":\"$tenant\",\"name\":\"smoke\",\"plan\":\"free\"}" >/dev/null || { echo "no tenant $tenant"; return 1; }
-	key=$(curl -fsS --max-time 5 -XPOST "$gw/v1/admin/tenants/$tenant/keys" -H "Authorization: Bearer $admin" -d '{"name":"smoke"}' |
+	key=$(curl -fsS --max-time 5 -XPOST "$gw/v1/admin/tenants/$tenant/keys" -H "$admin" -d '{"name":"smoke"}' |
 		sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
 	[[ -n $key ]] || { echo "no API key for $tenant"; return 1; }
-	code=$(curl -fsS --max-time 5 "$gw/v1/links" -H "Authorization: Bearer $key" -d '{"longUrl":"https://example.com/smoke-clicks"}' |
+	key=$(bearer "$key" key)
+	code=$(curl -fsS --max-time 5 "$gw/v1/links" -H "$key" -d '{"longUrl":"https://example.com/smoke-clicks"}' |
 		sed -n 's/.*"code":"\([^"]*\)".*/\1/p')
 	[[ -n $code ]] || { echo "no code from POST /v1/links"; return 1; }
 	for ((i = 0; i < n; i++)); do
@@ -90,7 +98,7 @@ clicks_end_to_end() {
 			"http://${PUBLIC[redirect]}/$code" | grep -qx 302 || { echo "redirect $i of $code was not a 302"; return 1; }
 	done
 	for _ in $(seq 1 150); do
-		stats=$(curl -fsS --max-time 5 "$gw/v1/links/$code/stats?interval=day" -H "Authorization: Bearer $key" 2>/dev/null | tr -d ' \n')
+		stats=$(curl -fsS --max-time 5 "$gw/v1/links/$code/stats?interval=day" -H "$key" 2>/dev/null | tr -d ' \n')
 		if [[ $stats == *"\"total\":\"$n\""* && $stats == *"\"human\":\"$n\""* && $stats == *"\"uniqueVisitors\":\"1\""* ]]; then
 			return 0
 		fi

@@ -253,12 +253,12 @@ func TestEnvoyRefusals(t *testing.T) {
 		wantReason string
 		wantField  string
 	}{
-		"empty domain":           {&rlsv3.RateLimitRequest{Descriptors: many[:1]}, ReasonDomainRequired, "domain"},
-		"unknown domain, 33":     {&rlsv3.RateLimitRequest{Domain: "nope", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
-		"no descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost"}, ReasonDescriptorsInvalid, "descriptors"},
-		"33 descriptors":         {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
-		"empty entry key":        {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: append(many[:1:1], descriptor("", "u"))}, ReasonDescriptorsInvalid, "descriptors[1].entries"},
-		"is_negative_hits":       {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{negative}}, ReasonCostInvalid, "descriptors[0].is_negative_hits"},
+		"empty domain":       {&rlsv3.RateLimitRequest{Descriptors: many[:1]}, ReasonDomainRequired, "domain"},
+		"unknown domain, 33": {&rlsv3.RateLimitRequest{Domain: "nope", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
+		"no descriptors":     {&rlsv3.RateLimitRequest{Domain: "cost"}, ReasonDescriptorsInvalid, "descriptors"},
+		"33 descriptors":     {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: many}, ReasonDescriptorsInvalid, "descriptors"},
+		"empty entry key":    {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: append(many[:1:1], descriptor("", "u"))}, ReasonDescriptorsInvalid, "descriptors[1].entries"},
+		"is_negative_hits":   {&rlsv3.RateLimitRequest{Domain: "cost", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{negative}}, ReasonCostInvalid, "descriptors[0].is_negative_hits"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
