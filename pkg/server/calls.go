@@ -36,6 +36,7 @@ type callGate struct {
 	n       atomic.Int64
 	refused metric.Int64Counter
 	busy    error
+	release func() // a place given back, bound once
 }
 
 func newCallGate(max int, meter metric.Meter) (*callGate, error) {
@@ -45,24 +46,36 @@ func newCallGate(max int, meter metric.Meter) (*callGate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gRPC call gate metrics: %w", err)
 	}
-	return &callGate{
+	g := &callGate{
 		max:     int64(max),
 		refused: refused,
 		busy:    status.Errorf(codes.ResourceExhausted, "server busy: %d calls in flight, at most %d (KURZ_GRPC_MAX_CALLS)", max, max),
-	}, nil
+	}
+	g.release = func() { g.n.Add(-1) }
+	return g, nil
 }
 
-// slot is an admitted call's place at the gate, carried in its context.
-// The stream's end gives it back: context.AfterFunc on the stream's
-// context covers every way a stream ends, but costs a goroutine per call
-// (~1.6 µs); so when the call reaches gRPC's call processing, which always
-// reports stats.End, the gate stops that and gives the place back at End.
+// slot is an admitted call's place at the gate: its stream's context, the
+// place carried in it. The stream's end gives the place back:
+// context.AfterFunc on the stream's context covers every way a stream
+// ends, but costs a goroutine per call (~1.6 µs); so when the call reaches
+// gRPC's call processing, which always reports stats.End, the gate stops
+// that and gives the place back at End.
 type slot struct {
+	context.Context
 	stop  func() bool
 	owned bool // released at End, not by the AfterFunc
 }
 
 type slotKey struct{}
+
+// Value returns the slot itself for slotKey.
+func (s *slot) Value(key any) any {
+	if key == (slotKey{}) {
+		return s
+	}
+	return s.Context.Value(key)
+}
 
 // tap is the server's tap.ServerInHandle.
 func (g *callGate) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
@@ -71,11 +84,8 @@ func (g *callGate) tap(ctx context.Context, _ *tap.Info) (context.Context, error
 		g.refused.Add(ctx, 1)
 		return nil, g.busy
 	}
-	sl := &slot{stop: context.AfterFunc(ctx, g.release)}
-	return context.WithValue(ctx, slotKey{}, sl), nil
+	return &slot{Context: ctx, stop: context.AfterFunc(ctx, g.release)}, nil
 }
-
-func (g *callGate) release() { g.n.Add(-1) }
 
 // TagRPC implements stats.Handler.
 func (g *callGate) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
