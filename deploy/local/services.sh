@@ -33,16 +33,14 @@ export KURZ_GATEWAY_HTTP_ADDR=${KURZ_GATEWAY_HTTP_ADDR:-127.0.0.1:8080}
 export KURZ_GATEWAY_OPS_ADDR=${KURZ_GATEWAY_OPS_ADDR:-127.0.0.1:9195}
 # The stores where infra.sh put them (KURZ_PG_PORT, KURZ_REDIS_BASE_PORT,
 # KURZ_CH_TCP_PORT), unless their addresses are given.
+own_postgres_url=${KURZ_POSTGRES_URL:-}
 if [[ -n ${KURZ_PG_PORT:-} ]]; then
   export KURZ_POSTGRES_URL=${KURZ_POSTGRES_URL:-postgres://kurz:kurz@127.0.0.1:${KURZ_PG_PORT}/kurz?sslmode=disable}
 fi
 # The redirect reads links and domains only, under a login that can do
 # nothing else (infra.sh creates it; pkg/linkschema ReaderRole); with a
 # KURZ_POSTGRES_URL of your own, the same as the other services'.
-if [[ -z ${KURZ_REDIRECT_POSTGRES_URL:-} && -n ${KURZ_POSTGRES_URL:-} && -z ${KURZ_PG_PORT:-} ]]; then
-  KURZ_REDIRECT_POSTGRES_URL=$KURZ_POSTGRES_URL
-fi
-KURZ_REDIRECT_POSTGRES_URL=${KURZ_REDIRECT_POSTGRES_URL:-postgres://kurz_redirect:kurz-redirect@127.0.0.1:${KURZ_PG_PORT:-5433}/kurz?sslmode=disable}
+KURZ_REDIRECT_POSTGRES_URL=${KURZ_REDIRECT_POSTGRES_URL:-${own_postgres_url:-postgres://kurz_redirect:kurz-redirect@127.0.0.1:${KURZ_PG_PORT:-5433}/kurz?sslmode=disable}}
 if [[ -n ${KURZ_REDIS_BASE_PORT:-} ]]; then
   export KURZ_REDIS_ADDRS=${KURZ_REDIS_ADDRS:-127.0.0.1:${KURZ_REDIS_BASE_PORT},127.0.0.1:$((KURZ_REDIS_BASE_PORT + 1)),127.0.0.1:$((KURZ_REDIS_BASE_PORT + 2))}
 fi

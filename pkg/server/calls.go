@@ -29,8 +29,10 @@ const MetricGRPCCallsRefused = "kurz.grpc.calls.refused"
 // tap, before a stream's goroutine starts or any of its message is read,
 // so a refused call costs the server neither; an admitted call's slot
 // returns when its stream ends (its context is cancelled then, however it
-// ends). Refused calls fail with RESOURCE_EXHAUSTED, which the caller may
-// retry elsewhere, as for any overloaded server.
+// ends). Refused calls fail with UNAVAILABLE, which callers retry (the
+// gateway answers 503 with a Retry-After), as for any overloaded server:
+// RESOURCE_EXHAUSTED without a kurz reason is, to the gateway, an answer
+// it could not take (502).
 type callGate struct {
 	max     int64
 	n       atomic.Int64
@@ -41,7 +43,7 @@ type callGate struct {
 
 func newCallGate(max int, meter metric.Meter) (*callGate, error) {
 	refused, err := meter.Int64Counter(MetricGRPCCallsRefused,
-		metric.WithDescription("gRPC calls refused with RESOURCE_EXHAUSTED because the server already held KURZ_GRPC_MAX_CALLS calls"),
+		metric.WithDescription("gRPC calls refused with UNAVAILABLE because the server already held KURZ_GRPC_MAX_CALLS calls"),
 		metric.WithUnit("{call}"))
 	if err != nil {
 		return nil, fmt.Errorf("gRPC call gate metrics: %w", err)
@@ -49,7 +51,7 @@ func newCallGate(max int, meter metric.Meter) (*callGate, error) {
 	g := &callGate{
 		max:     int64(max),
 		refused: refused,
-		busy:    status.Errorf(codes.ResourceExhausted, "server busy: %d calls in flight, at most %d (KURZ_GRPC_MAX_CALLS)", max, max),
+		busy:    status.Errorf(codes.Unavailable, "server busy: %d calls in flight, at most %d (KURZ_GRPC_MAX_CALLS)", max, max),
 	}
 	g.release = func() { g.n.Add(-1) }
 	return g, nil

@@ -40,7 +40,7 @@ type Common struct {
 	GRPCMaxConnectionAge time.Duration `env:"GRPC_MAX_CONNECTION_AGE" default:"1m"`
 	// GRPCMaxCalls bounds the gRPC calls a replica holds at once, over all
 	// its connections (each connection carries at most 250): one more is
-	// refused with RESOURCE_EXHAUSTED before the server starts its goroutine
+	// refused with UNAVAILABLE before the server starts its goroutine
 	// or reads its request, and counted in kurz.grpc.calls.refused. Every
 	// call held costs a goroutine and its headers, and up to 4 MiB while its
 	// request arrives.

@@ -71,8 +71,8 @@ type Config struct {
 	// DefaultGRPCMaxRecvMsgSize.
 	GRPCMaxRecvMsgSize int
 	// GRPCMaxCalls bounds the gRPC calls the server holds at once, over all
-	// its connections; one more is refused with RESOURCE_EXHAUSTED before
-	// its goroutine starts. Zero means DefaultGRPCMaxCalls.
+	// its connections; one more is refused with UNAVAILABLE before its
+	// goroutine starts. Zero means DefaultGRPCMaxCalls.
 	GRPCMaxCalls int
 	// StreamWorkers is the number of long-lived goroutines that serve gRPC
 	// calls; zero means StreamWorkersPerCore for each core (GOMAXPROCS).

@@ -68,6 +68,8 @@ func TestToAPIError(t *testing.T) {
 			503, "UNAVAILABLE", "link creation is paused", 1500 * time.Millisecond, 1},
 		"transport unavailable": {status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 10.0.0.7:9092: connect: connection refused\""),
 			503, "UNAVAILABLE", "a service behind the gateway is unavailable; try again shortly", time.Second, 0},
+		"a service's call gate full (pkg/server)": {status.Error(codes.Unavailable, "server busy: 1024 calls in flight, at most 1024 (KURZ_GRPC_MAX_CALLS)"),
+			503, "UNAVAILABLE", "a service behind the gateway is unavailable; try again shortly", time.Second, 0},
 		"deadline exceeded": {status.Error(codes.DeadlineExceeded, "context deadline exceeded"),
 			503, "DEADLINE_EXCEEDED", "a service behind the gateway is unavailable; try again shortly", time.Second, 0},
 		"internal":        {status.Error(codes.Internal, "pq: relation links does not exist"), 500, "INTERNAL", "internal error; try again later", 0, 0},

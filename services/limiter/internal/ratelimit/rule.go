@@ -156,6 +156,17 @@ func (r *Rule) names(desc map[string]string) bool {
 	return true
 }
 
+// matchedIn is how many of desc's descriptors the rule matches by value.
+func (r *Rule) matchedIn(desc map[string]string) int {
+	n := 0
+	for k := range r.Match {
+		if _, ok := desc[k]; ok {
+			n++
+		}
+	}
+	return n
+}
+
 // stateKey is the Redis key of the rule's state for this request:
 // rl:{t:<tenant>}:<domain>:<rule>:<values> when sharded by tenant, else
 // rl:{<domain>:<rule>:<values>}.

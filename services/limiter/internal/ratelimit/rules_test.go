@@ -191,6 +191,8 @@ domains:
       - {name: per-user-hour, key: [user], algorithm: fixed_window, limit: 50, window: 1h, failure_mode: open}
       - {name: user-vip, key: [user], match: {user: vip}, algorithm: fixed_window, limit: 10, window: 1m, failure_mode: open}
       - {name: per-route-tier, key: [route], match: {tier: base}, algorithm: fixed_window, limit: 2, window: 1m, failure_mode: open}
+      - {name: per-ip, key: [ip], algorithm: fixed_window, limit: 5, window: 1m, failure_mode: open}
+      - {name: per-ip-base-hour, key: [ip], match: {tier: base}, algorithm: fixed_window, limit: 500, window: 1h, failure_mode: open}
 `)
 	for _, tc := range []struct {
 		desc map[string]string
@@ -205,6 +207,9 @@ domains:
 		// The domain's default fills tier, as for CheckQuota.
 		{map[string]string{"route": "r"}, []string{"per-route-tier"}},
 		{map[string]string{"route": "r", "tier": "gold"}, nil},
+		// A match on a default filled in makes no rule more specific.
+		{map[string]string{"ip": "10.0.0.1"}, []string{"per-ip", "per-ip-base-hour"}},
+		{map[string]string{"ip": "10.0.0.1", "tier": "base"}, []string{"per-ip-base-hour"}},
 	} {
 		if got := names(rs.MatchEnvoy("envoy", tc.desc)); !slices.Equal(got, tc.want) {
 			t.Errorf("%v: rules %v, want %v", tc.desc, got, tc.want)

@@ -294,9 +294,9 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 // entries are its whole path, and a value's own limit replaces its key's.
 // So a rule applies only when it names every entry of the descriptor (in
 // its key or its match; the domain's defaults fill what the descriptor
-// leaves out), and of those rules only the ones matching the most entries
-// by value: beside per-user, a rule with match {user: vip} alone limits
-// user vip. Rules as specific as each other all apply (two windows on one
+// leaves out), and of those rules only the ones matching the most of its
+// entries by value (a match on a default filled in is not one): beside
+// per-user, a rule with match {user: vip} alone limits user vip. Rules as specific as each other all apply (two windows on one
 // key, say).
 func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
 	_, rules := rs.Match(domain, desc)
@@ -306,7 +306,7 @@ func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
 		if !a.Rule.names(desc) {
 			continue
 		}
-		switch m := len(a.Rule.Match); {
+		switch m := a.Rule.matchedIn(desc); {
 		case m > best:
 			best, n = m, 0
 			fallthrough
