@@ -75,6 +75,11 @@ func countItems(body []byte, field string, max int) int {
 // (password hashing, a multi-row insert, a Redis pipeline).
 const batchCallFactor = 4
 
+// reasonBulkShareInUse is the reason of the 429 of a tenant's bulk request
+// while its bulk requests in progress hold its share of the slots: not a
+// quota (RATE_LIMITED), a wait for its own requests to finish.
+const reasonBulkShareInUse = "BULK_SHARE_IN_USE"
+
 // bulkRetryAfter is the Retry-After of a bulk request refused because every
 // bulk slot is busy: the requests holding them take seconds.
 const bulkRetryAfter = 2 * time.Second
@@ -107,7 +112,7 @@ func (a *API) admitBulk(c *call, limit int64) (release func(), err error) {
 		a.bulkMu.Unlock()
 		e := newError(http.StatusTooManyRequests, codeName(codes.ResourceExhausted),
 			fmt.Sprintf("this tenant's bulk requests (batches, imports) in progress already hold its share of the gateway's bulk slots (%d); nothing was created: retry when one is done", a.bulkShare))
-		e.retryAfter = bulkRetryAfter
+		e.retryAfter, e.reason = bulkRetryAfter, reasonBulkShareInUse
 		return nil, e
 	}
 	a.bulkHeld[tenant]++

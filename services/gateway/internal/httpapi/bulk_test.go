@@ -539,9 +539,9 @@ func TestBulkSlotsShareOutAmongTenants(t *testing.T) {
 		return body, batch(c)
 	}
 	body, err := send("acme")
-	if e := toAPIError(err); e.status != http.StatusTooManyRequests || e.code != "RESOURCE_EXHAUSTED" || e.retryAfter != bulkRetryAfter || body.read {
-		t.Errorf("acme's second bulk request: %d %s retry %v, body read %v (%v); want 429 RESOURCE_EXHAUSTED retry %v, unread",
-			e.status, e.code, e.retryAfter, body.read, err, bulkRetryAfter)
+	if e := toAPIError(err); e.status != http.StatusTooManyRequests || e.code != "RESOURCE_EXHAUSTED" || e.reason != reasonBulkShareInUse || e.retryAfter != bulkRetryAfter || body.read {
+		t.Errorf("acme's second bulk request: %d %s %s retry %v, body read %v (%v); want 429 RESOURCE_EXHAUSTED BULK_SHARE_IN_USE retry %v, unread",
+			e.status, e.code, e.reason, e.retryAfter, body.read, err, bulkRetryAfter)
 	}
 	if _, err := send("globex"); err != nil {
 		t.Errorf("another tenant's bulk request beside acme's: %v", err)
