@@ -164,6 +164,12 @@ const (
 	// DefaultMaxHeaderBytes is 64 KiB: generous for cookies and tokens, a
 	// sixteenth of net/http's own default.
 	DefaultMaxHeaderBytes = 64 << 10
+	// SmallGRPCMaxRecvMsgSize is the receive bound of the services whose
+	// calls are small (analytics' stats queries; the redirect's and the
+	// gateway's gRPC listeners serve health and reflection alone): a call
+	// held at the gate (GRPCMaxCalls) then holds at most this much of a
+	// request arriving, not 4 MiB.
+	SmallGRPCMaxRecvMsgSize = 64 << 10
 	// DefaultGRPCMaxRecvMsgSize is gRPC's own default, 4 MiB, stated here so
 	// the bound does not depend on a library default.
 	DefaultGRPCMaxRecvMsgSize = 4 << 20

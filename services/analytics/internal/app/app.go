@@ -157,7 +157,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(ctx, "analytics", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), lc, log, keys.ServerOptions()...)
+	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	srvCfg.GRPCMaxRecvMsgSize = server.SmallGRPCMaxRecvMsgSize // a stats query
+	srv, err := server.New(ctx, "analytics", srvCfg, lc, log, keys.ServerOptions()...)
 	if err != nil {
 		return nil, err
 	}

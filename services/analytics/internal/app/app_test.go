@@ -22,6 +22,7 @@ import (
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/redisconn"
+	"kurz.dev/pkg/server"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/analytics/internal/clickstore"
@@ -158,5 +159,18 @@ func TestClicksThroughTheService(t *testing.T) {
 	}
 	if _, err := ask("someone-else-" + rnd()); status.Code(err) != codes.NotFound {
 		t.Errorf("another tenant: %v, want NotFound", err)
+	}
+}
+
+// Analytics reads gRPC requests of up to server.SmallGRPCMaxRecvMsgSize (a
+// stats query is a code and a range), so a call held at the call gate
+// holds no more of a request arriving.
+func TestGRPCRequestsAreSmall(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr()})
+	r, _ := start(t, cfg)
+	_, err := analyticsv1.NewAnalyticsServiceClient(r.Conn).GetLinkStats(context.Background(),
+		&analyticsv1.GetLinkStatsRequest{Code: strings.Repeat("c", server.SmallGRPCMaxRecvMsgSize)})
+	if got := status.Code(err); got != codes.ResourceExhausted {
+		t.Errorf("a %d-byte stats query: %v (%v), want ResourceExhausted", server.SmallGRPCMaxRecvMsgSize, got, err)
 	}
 }

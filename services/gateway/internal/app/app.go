@@ -152,6 +152,7 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	}
 	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
 	srvCfg.OpsAddr = cfg.OpsAddr
+	srvCfg.GRPCMaxRecvMsgSize = server.SmallGRPCMaxRecvMsgSize // health and reflection alone
 	// net/http's own header bound must stay well above the gateway's, so a
 	// client over KURZ_GATEWAY_MAX_HEADER_BYTES gets the gateway's 431 with
 	// its JSON body rather than net/http's bare one.

@@ -253,6 +253,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	}
 	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
 	srvCfg.OpsAddr = cfg.OpsAddr
+	srvCfg.GRPCMaxRecvMsgSize = server.SmallGRPCMaxRecvMsgSize // health and reflection alone
 	srv, err := server.New(ctx, "redirect", srvCfg, lc, log)
 	if err != nil {
 		return nil, err
