@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkimport"
@@ -19,6 +20,14 @@ import (
 // defaultImportBatch is the most one POST /v1/links:batch takes; a smaller
 // --batch prints progress more often and fits a small plan's burst.
 const defaultImportBatch = linkimport.MaxBatch
+
+// maxLookupWait and maxLookupWaits bound how long an import's lookup of a
+// row's code waits out 429s: a Retry-After of at most a minute, at most
+// 30 times for one row.
+const (
+	maxLookupWait  = time.Minute
+	maxLookupWaits = 30
+)
 
 func setupLinksImport(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links import"
@@ -78,21 +87,35 @@ func (c *cli) importRows(gw *gateway, rows []linkimport.Row, batch int) (linkimp
 		return &resp, nil
 	}
 	// A code the caller already holds for the row's URL is an earlier
-	// import's link: importing a file again creates nothing twice.
+	// import's link: importing a file again creates nothing twice. Each
+	// lookup is an API call, charged to the key's quota: one refused waits
+	// the Retry-After and asks again, or a file sent again on a small plan
+	// would stop at its first rows every time.
 	lookup := func(ctx context.Context, domain, code string) (*shortenerv1.Link, bool, error) {
 		var link shortenerv1.Link
 		var q url.Values
 		if domain != "" {
 			q = url.Values{"domain": {domain}}
 		}
-		if _, err := gw.callProto(ctx, "GET", "/v1/links/"+url.PathEscape(code), q, nil, &link); err != nil {
+		for waits := 0; ; waits++ {
+			_, err := gw.callProto(ctx, "GET", "/v1/links/"+url.PathEscape(code), q, nil, &link)
+			if err == nil {
+				return &link, true, nil
+			}
 			var ae *apiError
 			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 				return nil, false, nil
 			}
-			return nil, false, err
+			if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || ae.RetryAfterMS <= 0 ||
+				ae.RetryAfterMS > maxLookupWait.Milliseconds() || waits == maxLookupWaits {
+				return nil, false, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, false, ctx.Err()
+			case <-time.After(time.Duration(ae.RetryAfterMS) * time.Millisecond):
+			}
 		}
-		return &link, true, nil
 	}
 	total := linkimport.Report{Rows: len(rows)}
 	for start := 0; start < len(rows); start += batch {

@@ -134,7 +134,14 @@ func Parse(r io.Reader) (Format, []Row, error) {
 		if len(rows) == MaxRows {
 			return fmt.Errorf("the file has more than %d rows: split it into smaller files", MaxRows)
 		}
-		rows = append(rows, makeRow(format, cols, rec, line))
+		row := makeRow(format, cols, rec, line)
+		if format == Kurz && !headerless && len(rec) < len(first) {
+			// A cut row (a partial download, a hand edit) reads its
+			// missing cells as empty: a password-protected link would
+			// come back without its password, rules without them.
+			row.Link, row.Problem = nil, fmt.Sprintf("line %d has %d fields, the header %d: a row cut short would lose the link's settings", line, len(rec), len(first))
+		}
+		rows = append(rows, row)
 		return nil
 	}
 	if headerless {

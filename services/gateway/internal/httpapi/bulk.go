@@ -204,7 +204,7 @@ func (a *API) listPage(c *call, req *shortenerv1.ListLinksRequest) (*shortenerv1
 }
 
 // exportRecord is one CSV row of a link: tags joined with '|', times in
-// RFC 3339 UTC, no visit limit as an empty cell; every cell made safe
+// RFC 3339 UTC with their fractions (an expiry comes back exact), no visit limit as an empty cell; every cell made safe
 // from spreadsheet formula injection.
 func exportRecord(l *shortenerv1.Link) []string {
 	ts := func(t interface {
@@ -214,7 +214,7 @@ func exportRecord(l *shortenerv1.Link) []string {
 		if !set || !t.IsValid() {
 			return ""
 		}
-		return t.AsTime().UTC().Format(time.RFC3339)
+		return t.AsTime().UTC().Format(time.RFC3339Nano)
 	}
 	maxVisits := ""
 	if l.GetMaxVisits() > 0 {

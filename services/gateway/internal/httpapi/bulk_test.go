@@ -253,7 +253,7 @@ func TestUpdateLinkNewFields(t *testing.T) {
 
 // The export is CSV in pages: the header row, then each link, with the tag
 // filter and page tokens passed on, formula-like cells quoted and times in
-// UTC.
+// UTC with their fractions.
 func TestExportLinks(t *testing.T) {
 	sh := &bulkShortener{pageSize: 2}
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
@@ -267,6 +267,7 @@ func TestExportLinks(t *testing.T) {
 	sh.links[2].PasswordProtected = true
 	sh.links[2].Password = "never-exported"
 	sh.links[2].ExpireTime = timestamppb.New(created.Add(time.Hour))
+	sh.links[3].ExpireTime = timestamppb.New(created.Add(time.Hour + 123456*time.Microsecond)) // kept to the µs
 	sh.links[3].DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: "https://apple.example/", AndroidUrl: "@android", DesktopUrl: "https://d.example/"}
 	sh.links[4].Domain = proto.String("go.acme.test")
 	sh.links[4].ShortUrl = "https://go.acme.test/code004"
@@ -294,7 +295,7 @@ func TestExportLinks(t *testing.T) {
 		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "", "", "", ""},
 		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "", "", "", ""},
 		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", "", "", "", "", ""},
-		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/", "", "", "", ""},
+		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05.123456Z", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/", "", "", "", ""},
 		{"code004", "https://go.acme.test/code004", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "go.acme.test", "301",
 			linkimport.JSONList(sh.links[4].Rules), linkimport.JSONList(sh.links[4].Variants)},
 	}
