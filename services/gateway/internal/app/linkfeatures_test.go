@@ -307,7 +307,7 @@ func TestExportRoundTrip(t *testing.T) {
 		if strings.HasPrefix(tags, "-") {
 			tags = "'" + tags // the neutralised cell
 		}
-		want := []string{l.Code, l.ShortURL, l.LongURL, tags, ct.UTC().Truncate(time.Second).Format(time.RFC3339), "", "", "false",
+		want := []string{l.Code, l.ShortURL, l.LongURL, tags, ct.UTC().Format(time.RFC3339Nano), "", "", "false",
 			fmt.Sprint(l.PasswordProtected), "", "", "", "", "", "", ""}
 		if i == 3 {
 			want[13], want[14] = "301", `[{"name":"de","conditions":[{"languages":["de"]}],"url":"https://example.com/e/4/de"}]`
