@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spf13/pflag"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkimport"
@@ -20,6 +23,22 @@ import (
 // defaultImportBatch is the most one POST /v1/links:batch takes; a smaller
 // --batch prints progress more often and fits a small plan's burst.
 const defaultImportBatch = linkimport.MaxBatch
+
+// quotaRefusal is the gateway's 429 of a kurz quota as linkimport reads a
+// quota's refusal (a gRPC status with its ErrorInfo), printed as the
+// gateway worded it.
+type quotaRefusal struct{ *apiError }
+
+// GRPCStatus is the refusal as the shortener's status.
+func (q quotaRefusal) GRPCStatus() *status.Status {
+	st := status.New(codes.ResourceExhausted, q.Message)
+	if d, err := st.WithDetails(rpcerr.Info(rpcerr.ReasonRateLimited, nil)); err == nil {
+		return d
+	}
+	return st
+}
+
+func (q quotaRefusal) Unwrap() error { return q.apiError }
 
 // maxLookupWait and maxLookupWaits bound how long an import's lookup of a
 // row's code waits out 429s: a Retry-After of at most a minute, at most
@@ -78,8 +97,12 @@ func (c *cli) importRows(gw *gateway, rows []linkimport.Row, batch int) (linkimp
 			// the shortener says it, so Import sends smaller ones.
 			var ae *apiError
 			if errors.As(err, &ae) {
-				if reason, meta := ae.info(); reason == "BATCH_SIZE_INVALID" && meta["max_batch"] != "" {
+				switch reason, meta := ae.info(); {
+				case reason == "BATCH_SIZE_INVALID" && meta["max_batch"] != "":
 					return nil, rpcerr.BadRequestWith("requests", reason, ae.Message, map[string]string{"max_batch": meta["max_batch"]})
+				case reason == rpcerr.ReasonRateLimited:
+					// So Import reports the rows an earlier run made.
+					return nil, quotaRefusal{ae}
 				}
 			}
 			return nil, err

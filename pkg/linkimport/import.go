@@ -275,14 +275,14 @@ func sameURL(stored, row string) bool {
 	return norm(a) == norm(b)
 }
 
-// maxBatch is the largest batch err says the shortener takes (a
-// BATCH_SIZE_INVALID of the link creation quota), or 0.
 // rateLimited reports whether err is a quota's refusal (RATE_LIMITED).
 func rateLimited(err error) bool {
 	info, _, _ := rpcerr.Details(err)
 	return info.GetReason() == rpcerr.ReasonRateLimited
 }
 
+// maxBatch is the largest batch err says the shortener takes (a
+// BATCH_SIZE_INVALID of the link creation quota), or 0.
 func maxBatch(err error) int {
 	info, _, _ := rpcerr.Details(err)
 	if info.GetReason() != "BATCH_SIZE_INVALID" {
