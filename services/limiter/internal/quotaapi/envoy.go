@@ -252,10 +252,10 @@ func setEnvoyLimit(l *rlsv3.RateLimitResponse_RateLimit, d *ratelimitv1.RuleDeci
 	l.RequestsPerUnit, l.Unit = 1, rlsv3.RateLimitResponse_RateLimit_DAY
 }
 
-// never reports whether a rule denied a cost it can never hold: the
-// request's cost, times the descriptor sets that share the rule's key
-// (owners: CheckEach decides such a key once, at that weight), over the
-// rule's capacity.
+// never reports whether a rule denied a cost it can never hold: the sum
+// of the costs of the descriptor sets that share the rule's key (owners:
+// CheckEach decides such a key once, at that sum), over the rule's
+// capacity.
 func never(resp *ratelimitv1.CheckQuotaResponse, owners [][]int, costs []int64) bool {
 	for i, d := range resp.GetDecisions() {
 		if d.GetAllowed() || d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW || d.GetCapacity() <= 0 {
