@@ -2,6 +2,9 @@ package server_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +65,10 @@ func TestGRPCCallsOverTheMaximumAreRefused(t *testing.T) {
 	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "KURZ_GRPC_MAX_CALLS") {
 		t.Errorf("call with %d held: %v, want Unavailable naming KURZ_GRPC_MAX_CALLS", max, err)
 	}
+	// Counted before the refusal is sent: on /metrics by now.
+	if got := metricValue(t, r.HTTP+"/metrics", "kurz_grpc_calls_refused_total"); got != 1 {
+		t.Errorf("kurz_grpc_calls_refused_total %v after one refusal, want 1", got)
+	}
 	// One ends: its place is given back (when the server has seen it end).
 	held[0]()
 	if err := retryUntil(t, func() error {
@@ -84,4 +91,31 @@ func retryUntil(t *testing.T, f func() error) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// metricValue is the sum of the series of family name on the Prometheus
+// page at url.
+func metricValue(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
 }

@@ -45,6 +45,7 @@ var knownMetrics = map[string]bool{
 	"kurz_analytics_events_dead_lettered_total":       true,
 	"kurz_analytics_events_trimmed_total":             true,
 	"kurz_dependency_up":                              true,
+	"kurz_grpc_calls_refused_total":                   true,
 }
 
 var (
