@@ -102,17 +102,6 @@ const MaxConcurrentStreams = 250
 // bytes as HTTP/2 counts them: kurz's calls carry a few hundred.
 const MaxHeaderListSize = 16 << 10
 
-// StreamWindow and ConnWindow are the gRPC servers' fixed HTTP/2
-// flow-control windows, the clients' own (pkg/grpcclient): one figure for
-// both ends. They do not bound what a client can make a server buffer:
-// gRPC grants connection credit as data arrives, not as handlers read it,
-// and grows a call's window to fit the message it reads; what bounds it is
-// GRPCMaxCalls calls of at most the receive size.
-const (
-	StreamWindow = grpcclient.StreamWindow
-	ConnWindow   = grpcclient.ConnWindow
-)
-
 // StreamWorkersPerCore is the default number of gRPC stream workers per core.
 // A call waits on Redis or a peer for most of its life, so a worker per core
 // was busy whenever a call arrived and nearly every call got a fresh
@@ -332,11 +321,15 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		// goroutines and 117 MB. The gate bounds the server's calls.
 		grpc.InTapHandle(gate.tap),
 		grpc.StatsHandler(gate),
-		// Fixed flow-control windows: with gRPC's dynamic ones the server
-		// pings its client after a request arrives alone to estimate the
-		// bandwidth, a write and a read more per call at low load.
-		grpc.StaticStreamWindowSize(StreamWindow),
-		grpc.StaticConnWindowSize(ConnWindow),
+		// Fixed flow-control windows, the clients' own (pkg/grpcclient):
+		// with gRPC's dynamic ones the server pings its client after a
+		// request arrives alone to estimate the bandwidth, a write and a
+		// read more per call at low load. They do not bound what a client
+		// can make the server buffer (gRPC grants connection credit as
+		// data arrives and grows a call's window to the message it reads):
+		// the gate's calls times the receive size does.
+		grpc.StaticStreamWindowSize(grpcclient.StreamWindow),
+		grpc.StaticConnWindowSize(grpcclient.ConnWindow),
 	}
 	if err := s.observeReadiness(); err != nil {
 		return nil, err

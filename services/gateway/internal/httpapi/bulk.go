@@ -204,8 +204,9 @@ func (a *API) listPage(c *call, req *shortenerv1.ListLinksRequest) (*shortenerv1
 }
 
 // exportRecord is one CSV row of a link: tags joined with '|', times in
-// RFC 3339 UTC with their fractions (an expiry comes back exact), no visit limit as an empty cell; every cell made safe
-// from spreadsheet formula injection.
+// RFC 3339 UTC with their fractions (an expiry comes back exact), no visit
+// limit as an empty cell; every cell made safe from spreadsheet formula
+// injection.
 func exportRecord(l *shortenerv1.Link) []string {
 	ts := func(t interface {
 		IsValid() bool

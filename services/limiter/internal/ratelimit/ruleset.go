@@ -242,8 +242,10 @@ type Applied struct {
 	Plan string
 	Key  string
 	tag  string
-	// weight multiplies the request's cost for this rule (1 when zero): a
-	// key that several descriptor sets match is decided once, weighted.
+	// weight multiplies the request's cost for this rule (1 when zero):
+	// CheckEach decides at cost 1 with each rule weighted by the costs of
+	// the descriptor sets that match it (a key several sets match is
+	// decided once, at their sum).
 	weight int64
 }
 
@@ -257,34 +259,16 @@ func (a *Applied) cost(cost int64) int64 {
 // Match returns the request's descriptors with the domain's defaults filled
 // in, and every rule of domain that applies, in configuration order.
 func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]string, []Applied) {
-	d := rs.domains[domain]
+	d, desc := rs.fill(domain, desc)
 	if d == nil {
 		return desc, nil
-	}
-	if d.fills(desc) {
-		filled := maps.Clone(desc)
-		if filled == nil {
-			filled = map[string]string{}
-		}
-		for k, v := range d.defaults {
-			if filled[k] == "" {
-				filled[k] = v
-			}
-		}
-		desc = filled
 	}
 	var out []Applied
 	plan := rs.tenants.Plan(desc["tenant"])
 	for _, r := range d.rules {
-		if !r.matches(desc) {
-			continue
+		if r.matches(desc) {
+			out = append(out, rs.apply(r, plan, desc))
 		}
-		a := Applied{Rule: r}
-		if o, ok := rs.plans[plan][r.ID()]; ok && plan != "" {
-			a.Rule, a.Plan = o.apply(r), plan
-		}
-		a.Key, a.tag = a.Rule.keyAndTag(desc)
-		out = append(out, a)
 	}
 	return desc, out
 }
@@ -296,26 +280,62 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 // its key or its match; the domain's defaults fill what the descriptor
 // leaves out), and of those rules only the ones matching the most of its
 // entries by value (a match on a default filled in is not one): beside
-// per-user, a rule with match {user: vip} alone limits user vip. Rules as specific as each other all apply (two windows on one
-// key, say).
+// per-user, a rule with match {user: vip} alone limits user vip. Rules as
+// specific as each other all apply (two windows on one key, say). Only
+// the rules that apply get their keys built.
 func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
-	_, rules := rs.Match(domain, desc)
+	d, filled := rs.fill(domain, desc)
+	if d == nil {
+		return nil
+	}
 	best := -1
-	n := 0
-	for _, a := range rules {
-		if !a.Rule.names(desc) {
-			continue
-		}
-		switch m := a.Rule.matchedIn(desc); {
-		case m > best:
-			best, n = m, 0
-			fallthrough
-		case m == best:
-			rules[n] = a
-			n++
+	for _, r := range d.rules {
+		if r.matches(filled) && r.names(desc) {
+			best = max(best, r.matchedIn(desc))
 		}
 	}
-	return rules[:n]
+	if best < 0 {
+		return nil
+	}
+	var out []Applied
+	plan := rs.tenants.Plan(filled["tenant"])
+	for _, r := range d.rules {
+		if r.matches(filled) && r.names(desc) && r.matchedIn(desc) == best {
+			out = append(out, rs.apply(r, plan, filled))
+		}
+	}
+	return out
+}
+
+// fill returns domain's rules and desc with the domain's defaults filled
+// in (a copy only when one is missing), or nil and desc for a domain
+// without rules.
+func (rs *Ruleset) fill(domain string, desc map[string]string) (*domainRules, map[string]string) {
+	d := rs.domains[domain]
+	if d == nil || !d.fills(desc) {
+		return d, desc
+	}
+	filled := maps.Clone(desc)
+	if filled == nil {
+		filled = map[string]string{}
+	}
+	for k, v := range d.defaults {
+		if filled[k] == "" {
+			filled[k] = v
+		}
+	}
+	return d, filled
+}
+
+// apply resolves rule r for a request with descriptors desc: the plan's
+// override applied, the state key computed.
+func (rs *Ruleset) apply(r *Rule, plan string, desc map[string]string) Applied {
+	a := Applied{Rule: r}
+	if o, ok := rs.plans[plan][r.ID()]; ok && plan != "" {
+		a.Rule, a.Plan = o.apply(r), plan
+	}
+	a.Key, a.tag = a.Rule.keyAndTag(desc)
+	return a
 }
 
 // fills reports whether desc lacks a descriptor d has a default for: only

@@ -190,19 +190,20 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	if err := redirector.CheckWalkBound(c.WalkRate, c.WalkBurst); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_WALK_RATE, KURZ_REDIRECT_WALK_BURST: %w", err))
 	}
-	if n := len(c.FormSecret); n > 0 && n < minFormSecret {
-		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_FORM_SECRET has %d characters: want at least %d", n, minFormSecret))
-	}
-	if n := len(c.VisitorSalt); n > 0 && n < minFormSecret {
-		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_VISITOR_SALT has %d characters: want at least %d", n, minFormSecret))
+	for _, v := range []struct{ name, secret string }{
+		{"KURZ_REDIRECT_FORM_SECRET", c.FormSecret}, {"KURZ_REDIRECT_VISITOR_SALT", c.VisitorSalt},
+	} {
+		if n := len(v.secret); n > 0 && n < minSecretLen {
+			errs = append(errs, fmt.Errorf("%s has %d characters: want at least %d", v.name, n, minSecretLen))
+		}
 	}
 	errs = append(errs, c.Cache.Validate(), c.Streams.Validate(), c.Keying.Check())
 	return policy, clients, errors.Join(errs...)
 }
 
-// minFormSecret is the shortest KURZ_REDIRECT_FORM_SECRET and
+// minSecretLen is the shortest KURZ_REDIRECT_FORM_SECRET and
 // KURZ_REDIRECT_VISITOR_SALT accepted.
-const minFormSecret = 32
+const minSecretLen = 32
 
 // Build wires the redirect service within lc: its stores, then its server,
 // the limiter clients, the lookup path, the click pipeline and the HTTP
