@@ -1,0 +1,208 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/telemetry"
+)
+
+func sourceName(s ratelimitv1.DecisionSource) string {
+	switch s {
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS:
+		return "redis"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK:
+		return "local_fallback"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN:
+		return "fail_open"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED:
+		return "fail_closed"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW:
+		return "shadow"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE:
+		return "no_rule"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE:
+		return "lease"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE:
+		return "over_limit_cache"
+	}
+	return "unspecified"
+}
+
+// observe counts the decision per rule and writes the decision log: the
+// denials (rule, key, what was left, retry-after, how served), at most
+// DenyLogsPerSecond a second per deciding rule (the next line says how many
+// were not logged), and a sample of allowances.
+func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, results []result, resp *ratelimitv1.CheckQuotaResponse, cached bool) {
+	for i, a := range rules {
+		res := results[i]
+		outcome := "allowed"
+		if !res.allowed {
+			outcome = "denied"
+		}
+		e.m.decisions.Add(ctx, 1, e.m.decisionAttrs(domain, a.Rule.Name, outcome, res.source).Add...)
+	}
+	if resp.Allowed {
+		if e.opts.AllowLogEvery <= 0 || e.allowSeq.Add(1)%e.opts.AllowLogEvery != 0 {
+			return
+		}
+	}
+	level, msg := slog.LevelInfo, "quota allowed (sampled)"
+	var suppressed int64
+	if !resp.Allowed {
+		level, msg = slog.LevelWarn, "quota denied"
+		var ok bool
+		if ok, suppressed = e.denyLogs.take(domain, resp.DecidingRule); !ok {
+			return
+		}
+	}
+	// Typed attributes (LogAttrs): the "key", value pairs of Log box every
+	// number and bool and are parsed back into attributes on each call, a
+	// cost paid on every denial.
+	attrs := make([]slog.Attr, 0, 5+len(rules))
+	attrs = append(attrs, slog.String("domain", domain), slog.String("deciding_rule", resp.DecidingRule),
+		slog.String("source", sourceName(resp.Source)), slog.Bool("from_deny_cache", cached))
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int64("denials_not_logged", suppressed))
+	}
+	for i, a := range rules {
+		res := results[i]
+		attrs = append(attrs, slog.Attr{Key: a.Rule.Name, Value: slog.GroupValue(
+			slog.String("key", a.Key), slog.String("plan", a.Plan), slog.String("algorithm", AlgorithmName(a.Rule.Algorithm)),
+			slog.Bool("allowed", res.allowed), slog.Int64("limit", res.limit), slog.Int64("remaining", res.remaining),
+			slog.Duration("window", a.Rule.Window), slog.Duration("retry_after", res.retryAfter), slog.Duration("reset_after", res.resetAfter),
+			slog.String("source", sourceName(res.source)), slog.Bool("cost_exceeds_capacity", res.never))})
+	}
+	e.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+type engineMetrics struct {
+	decisions     metric.Int64Counter
+	fallbacks     metric.Int64Counter
+	abandoned     metric.Int64Counter
+	redisDuration metric.Float64Histogram
+	breakerOpen   metric.Int64UpDownCounter
+	// redisOutcome holds the two attribute sets of redisDuration.
+	redisOutcome map[bool]telemetry.Opts
+	// fallbackAttrs caches the fallback counter's sets, by rule and source.
+	fallbackAttrs *telemetry.AttrSets[fallbackKey]
+	// batchRequests counts CheckMany's requests sent in batches, by
+	// outcome (batchedSet, reroutedSet).
+	batchRequests           metric.Int64Counter
+	batchedSet, reroutedSet telemetry.Opts
+	// attrs caches decision attribute sets: building one per decision is
+	// most of the metrics' cost on the hot path.
+	attrs *telemetry.AttrSets[decisionKey]
+}
+
+type fallbackKey struct {
+	domain, rule string
+	source       ratelimitv1.DecisionSource
+}
+
+type decisionKey struct {
+	domain, rule, outcome string
+	source                ratelimitv1.DecisionSource
+}
+
+func (m *engineMetrics) decisionAttrs(domain, rule, outcome string, source ratelimitv1.DecisionSource) telemetry.Opts {
+	return m.attrs.Get(decisionKey{domain, rule, outcome, source}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{
+			attribute.String("domain", domain), attribute.String("rule", rule),
+			attribute.String("outcome", outcome), attribute.String("source", sourceName(source)),
+		}
+	})
+}
+
+func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
+	m := mp.Meter("kurz.dev/services/limiter")
+	em := &engineMetrics{
+		attrs:         telemetry.NewAttrSets[decisionKey](telemetry.SeriesLimit, telemetry.Overflow),
+		fallbackAttrs: telemetry.NewAttrSets[fallbackKey](telemetry.SeriesLimit, telemetry.Overflow),
+	}
+	var err, e2 error
+	em.decisions, err = m.Int64Counter("kurz.ratelimit.decisions", metric.WithUnit("{decision}"),
+		metric.WithDescription("Rule decisions by domain, rule, outcome and how they were served"))
+	em.fallbacks, e2 = m.Int64Counter("kurz.ratelimit.fallbacks", metric.WithUnit("{decision}"),
+		metric.WithDescription("Rule decisions made without Redis, by rule and failure mode"))
+	err = errors.Join(err, e2)
+	em.abandoned, e2 = m.Int64Counter("kurz.ratelimit.abandoned", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests whose caller gave up before Redis answered: not counted as decisions or fallbacks"))
+	err = errors.Join(err, e2)
+	em.redisDuration, e2 = m.Float64Histogram("kurz.ratelimit.redis.duration", metric.WithUnit("s"),
+		metric.WithDescription("Latency of decision script calls on Redis (a CheckQuotas batch is one call)"),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1))
+	err = errors.Join(err, e2)
+	em.breakerOpen, e2 = m.Int64UpDownCounter("kurz.ratelimit.breakers.open", metric.WithUnit("{breaker}"),
+		metric.WithDescription("Redis nodes whose circuit breaker is open"))
+	err = errors.Join(err, e2)
+	em.batchRequests, e2 = m.Int64Counter("kurz.ratelimit.batch.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("CheckQuotas requests sent to Redis in batches, by outcome: batched (decided in the batch), rerouted (the batch's node did not serve the key, or the batch could not run there: decided again on its own)"))
+	em.batchedSet, em.reroutedSet = telemetry.OptsOf(attribute.String("outcome", "batched")), telemetry.OptsOf(attribute.String("outcome", "rerouted"))
+	em.redisOutcome = map[bool]telemetry.Opts{
+		false: telemetry.OptsOf(attribute.Bool("error", false)),
+		true:  telemetry.OptsOf(attribute.Bool("error", true)),
+	}
+	return em, errors.Join(err, e2)
+}
+
+// DenyLogsPerSecond bounds the denial lines per deciding rule: a hot key is
+// denied tens of thousands of times a second, and one CheckQuotas call of
+// anyone reaching the limiter carries 1,000 checks (each a line: 4.4 MB of
+// log from 820 KB of requests). Every denial is still counted in
+// kurz_ratelimit_decisions_total.
+const DenyLogsPerSecond = 10
+
+// denyLimiter is a token bucket of DenyLogsPerSecond per (domain, rule),
+// holding as many; the zero value is ready.
+type denyLimiter struct {
+	mu      sync.Mutex
+	buckets map[denyKey]*denyBucket
+	now     func() time.Time // time.Now when nil (tests set it)
+}
+
+type denyKey struct{ domain, rule string }
+
+type denyBucket struct {
+	tokens     float64
+	last       time.Time
+	suppressed int64
+}
+
+// take reports whether a denial of rule may be logged now and, if so, how
+// many were not since the last line.
+func (l *denyLimiter) take(domain, rule string) (bool, int64) {
+	now := time.Now
+	if l.now != nil {
+		now = l.now
+	}
+	t := now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buckets == nil {
+		l.buckets = map[denyKey]*denyBucket{}
+	}
+	b := l.buckets[denyKey{domain, rule}]
+	if b == nil {
+		// Rules come from the configuration: the map stays small.
+		b = &denyBucket{tokens: DenyLogsPerSecond, last: t}
+		l.buckets[denyKey{domain, rule}] = b
+	}
+	b.tokens = min(DenyLogsPerSecond, b.tokens+t.Sub(b.last).Seconds()*DenyLogsPerSecond)
+	b.last = t
+	if b.tokens < 1 {
+		b.suppressed++
+		return false, 0
+	}
+	b.tokens--
+	n := b.suppressed
+	b.suppressed = 0
+	return true, n
+}
