@@ -67,7 +67,8 @@ type Config struct {
 	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
 	// LimiterTimeout bounds one CheckQuotas call of up to 100 flood checks.
 	// A call that gets no answer in time leaves its clicks, and the rest of
-	// its batch's, unflagged (degraded); at 50 ms, calls queued behind a
+	// its batch's, unchecked (degraded: unflagged up to the rule's last
+	// reported limit per visitor); at 50 ms, calls queued behind a
 	// backlog's other checks timed out with the limiter healthy.
 	LimiterTimeout time.Duration `env:"ANALYTICS_LIMITER_TIMEOUT" default:"500ms"`
 	// FloodParallelism bounds the consumer's CheckQuotas calls in flight,

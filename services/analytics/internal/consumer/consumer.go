@@ -25,6 +25,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -213,6 +214,10 @@ type Consumer struct {
 	tracer trace.Tracer
 	// pace bounds the flood-check calls in flight over every batch.
 	pace *pacer
+	// floodLimit is the flood rule's limit as the limiter last reported
+	// it (0 until it has): the most clicks of one (code, visitor) a
+	// check it did not answer leaves unflagged.
+	floodLimit atomic.Int64
 
 	keys, deadKeys []string
 	in             chan []entry

@@ -340,8 +340,14 @@ func (c *Consumer) judgeFloods(ctx context.Context, rows []*row) {
 	}
 	for _, g := range groups {
 		if g.degraded {
-			c.m.degraded(len(g.rows))
-			continue
+			// The limiter checked nothing, but whatever it knew of the
+			// visitor it would not have let more than its limit of one
+			// check through: the earliest that many stay unflagged,
+			// unchecked; the rest are a flood, not a batch of humans.
+			if limit := int(c.floodLimit.Load()); limit > 0 && g.allowed > limit {
+				g.allowed = limit
+			}
+			c.m.degraded(g.allowed)
 		}
 		for _, r := range g.rows[g.allowed:] {
 			r.click.Flood = true
@@ -403,6 +409,9 @@ func (c *Consumer) askFloods(ctx context.Context, groups []*floodGroup) {
 				for i, d := range c.quota.CheckMany(ctx, reqs, quota.FailOpen) {
 					decided = decided && !unchecked(d)
 					answered = answered || !d.Degraded
+					if !d.Degraded && d.Limit > 0 && d.Limit != c.floodLimit.Load() {
+						c.floodLimit.Store(d.Limit)
+					}
 					chunk[i].answer(d)
 				}
 				if !answered {

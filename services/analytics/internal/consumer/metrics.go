@@ -53,7 +53,7 @@ func newMetrics(mp metric.MeterProvider, c *Consumer) (*metrics, error) {
 	m.dead = counter(MetricDeadLettered, "Click entries moved to a dead-letter stream: reason=unparseable, deliveries or trimmed", "{entry}")
 	m.claimedC = counter(MetricClaimed, "Pending click entries claimed from idle consumers", "{entry}")
 	m.trimmedC = counter(MetricTrimmed, "Pending click entries lost: trimmed from the stream (MAXLEN) before they were stored", "{entry}")
-	m.floodsC = counter(MetricFloods, "Click events flagged as a flood by the limiter's clicks rule", "{event}")
+	m.floodsC = counter(MetricFloods, "Click events flagged as a flood: over the limiter's clicks rule, or over its last reported limit in one check the limiter did not answer", "{event}")
 	m.degradedC = counter(MetricDegraded, "Click events stored unflagged because the limiter did not answer, or answered by the rule's failure mode", "{event}")
 	m.failures = counter(MetricFailures, "Failed flush attempts by stage (dead_letter, lookup, visitors, insert)", "{attempt}")
 	// The series the alerts read exist from the start, at 0: Prometheus's

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/metric/noop"
+
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/analytics/internal/clickstore"
@@ -138,5 +140,55 @@ func TestAskFloodsBacksOffOnFailureModeAnswers(t *testing.T) {
 		if !g.degraded || g.allowed != 1 {
 			t.Fatalf("group %d: degraded %v, allowed %d; want degraded and unflagged", i, g.degraded, g.allowed)
 		}
+	}
+}
+
+// A check the limiter did not answer (or answered by the rule's failure
+// mode) leaves at most the flood rule's limit, as the limiter last reported
+// it, of one visitor's clicks unflagged: one unanswered check must not count
+// a flooder's batch as human. Before any report there is no bound.
+func TestUncheckedGroupsKeepAtMostTheLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		answer   quota.Decision
+		known    int64
+		wantLeft int // of the 25 clicks, unflagged
+	}{
+		{"no answer, limit never reported", quota.Decision{Allowed: true, Degraded: true}, 0, 25},
+		{"no answer, limit 10 reported before", quota.Decision{Allowed: true, Degraded: true}, 10, 10},
+		{"no answer, limit above the group", quota.Decision{Allowed: true, Degraded: true}, 30, 25},
+		{"failure mode reporting limit 7", quota.Decision{Allowed: true, Limit: 7, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN}, 0, 7},
+		{"fail closed reporting limit 7", quota.Decision{Limit: 7, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}, 0, 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &scriptedQuota{answer: tc.answer}
+			c := &Consumer{quota: q, pace: newPacer(16), opts: Options{FloodParallelism: 16}}
+			m, err := newMetrics(noop.NewMeterProvider(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.m = m
+			c.floodLimit.Store(tc.known)
+			base := time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)
+			var rows []*row
+			for i := range 25 {
+				rows = append(rows, &row{e: &entry{id: strconv.Itoa(i)}, click: clickstore.Click{Code: "c", Visitor: "v", Time: base.Add(time.Duration(24-i) * time.Second)}})
+			}
+			c.judgeFloods(context.Background(), rows)
+			var left []time.Time
+			for _, r := range rows {
+				if !r.click.Flood {
+					left = append(left, r.click.Time)
+				}
+			}
+			if len(left) != tc.wantLeft {
+				t.Fatalf("%d of 25 clicks unflagged, want %d", len(left), tc.wantLeft)
+			}
+			for _, at := range left {
+				if at.Sub(base) >= time.Duration(tc.wantLeft)*time.Second {
+					t.Errorf("click at +%v unflagged: want the earliest %d", at.Sub(base), tc.wantLeft)
+				}
+			}
+		})
 	}
 }
