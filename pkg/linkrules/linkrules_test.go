@@ -118,9 +118,6 @@ func TestCompileRefusesOutOfBounds(t *testing.T) {
 		{"bad language", "rules[0].conditions[0].languages[0]", rule(Condition{Languages: []string{"*"}})},
 		{"bad country", "rules[0].conditions[0].countries[0]", rule(Condition{Countries: []string{"DEU"}})},
 		{"long param", "rules[0].conditions[0].query.param", rule(Condition{Query: &Query{Param: strings.Repeat("p", MaxParamLength+1)}})},
-		{"NUL in a param", "rules[0].conditions[0].query.param", rule(Condition{Query: &Query{Param: "\x00"}})},
-		{"control in a value", "rules[0].conditions[0].query.value", rule(Condition{Query: &Query{Param: "p", Value: ptr("x\x00")}})},
-		{"DEL in a value", "rules[0].conditions[0].query.value", rule(Condition{Query: &Query{Param: "p", Value: ptr("\x7f")}})},
 		{"empty window", "rules[0].conditions[0].time", rule(Condition{Time: &Window{}})},
 		{"backwards window", "rules[0].conditions[0].time", rule(Condition{Time: &Window{FromMs: 2, UntilMs: 1}})},
 		{"bad name", "rules[0].name", &Set{Rules: []Rule{{Name: "Has Space", If: []Condition{{Devices: []string{"ios"}}}, URL: "https://example.com/"}}}},
@@ -136,6 +133,39 @@ func TestCompileRefusesOutOfBounds(t *testing.T) {
 				t.Fatalf("Compile = %v, want an error on %s", err, tc.field)
 			}
 		})
+	}
+}
+
+// Control characters in a query condition are refused when rules are
+// written (Validate), not when they are read back (Compile, Parse): links
+// an earlier version stored with a tab there still decode, and redirect.
+func TestControlCharactersRefusedOnWriteOnly(t *testing.T) {
+	rule := func(q Query) *Set {
+		return &Set{Rules: []Rule{{Name: "r", If: []Condition{{Query: &q}}, URL: "https://example.com/"}}}
+	}
+	for _, tc := range []struct {
+		name, field string
+		set         *Set
+	}{
+		{"NUL in a param", "rules[0].conditions[0].query.param", rule(Query{Param: "\x00"})},
+		{"control in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("x\x00")})},
+		{"DEL in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("\x7f")})},
+		{"tab in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("spring\tsale")})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var e *Error
+			if err := tc.set.Validate(); !errors.As(err, &e) || e.Field != tc.field {
+				t.Fatalf("Validate = %v, want an error on %s", err, tc.field)
+			}
+			if err := tc.set.Compile(); err != nil {
+				t.Fatalf("Compile = %v, want a stored link's rules to compile", err)
+			}
+		})
+	}
+	stored := []byte(`{"r":[{"n":"r","if":[{"q":{"p":"utm_campaign","v":"spring\tsale"}}],"u":"https://example.com/sale"}]}`)
+	s, err := Parse(stored)
+	if err != nil || s == nil {
+		t.Fatalf("Parse(%s) = %v, %v: want the stored rules back", stored, s, err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -158,6 +159,8 @@ func TestRulesAreRefusedLikeLongURLs(t *testing.T) {
 		"empty condition":   {rules: rule("https://example.com/", &shortenerv1.RuleCondition{Devices: []string{}}), field: "rules[0].conditions[0]", reason: linkapi.ReasonRulesInvalid},
 		"negative weight":   {variants: []*shortenerv1.Variant{{Name: "a", Url: "https://example.com/", Weight: -1}}, field: "variants[0].weight", reason: linkapi.ReasonRulesInvalid},
 		"too many variants": {variants: many, field: "variants", reason: linkapi.ReasonRulesInvalid},
+		"NUL in a query value": {rules: rule("https://example.com/", &shortenerv1.RuleCondition{Query: &shortenerv1.QueryCondition{Param: "p", Value: proto.String("a\x00")}}),
+			field: "rules[0].conditions[0].query.value", reason: linkapi.ReasonRulesInvalid},
 		"time before 1970": {rules: rule("https://example.com/", &shortenerv1.RuleCondition{Time: &shortenerv1.TimeWindow{Until: &timestamppb.Timestamp{Seconds: -5}}}),
 			field: "rules[0].conditions[0].time.until", reason: linkapi.ReasonRulesInvalid},
 	} {

@@ -56,7 +56,11 @@ func (s *Service) rulesOf(rules []*shortenerv1.RedirectRule, variants []*shorten
 		return nil, rpcerr.Invalidf("rules", ReasonRulesInvalid,
 			"rules: a link's conditions hold at most %d values together (these hold %d)", linkrules.MaxLinkValues, values)
 	}
-	if err := set.Compile(); err != nil {
+	err := set.Validate()
+	if err == nil {
+		err = set.Compile()
+	}
+	if err != nil {
 		var le *linkrules.Error
 		if errors.As(err, &le) {
 			return nil, rpcerr.Invalidf(le.Field, ReasonRulesInvalid, "%s: %s", le.Field, le.Message)
