@@ -24,9 +24,17 @@ import (
 // bound, one long transaction (a report, pg_dump) stalled every uncached
 // redirect for as long as it ran. An attempt that times out rolls back,
 // lets the readers through, and is tried again after a pause, each attempt
-// waiting twice as long as the one before (up to 32 times this), so that
-// readers that overlap cannot starve it for ever.
-var MigrationLockTimeout = time.Second
+// waiting twice as long as the one before, so that readers that overlap
+// (each shorter than the longest wait) cannot starve it, up to
+// maxLockWaits times this: 1 s, half the readers' own statement timeout
+// (KURZ_POSTGRES_QUERY_TIMEOUT, 2 s), so that no reader queued behind an
+// attempt times out. Waits that grew to 32 s held every read of links
+// that long, again and again, while a pg_dump ran. A transaction longer
+// than that keeps the migration waiting: the log names it.
+var MigrationLockTimeout = 250 * time.Millisecond
+
+// maxLockWaits bounds an attempt's lock_timeout, in MigrationLockTimeouts.
+const maxLockWaits = 4
 
 // migrationRetryPause is the pause between attempts.
 var migrationRetryPause = time.Second
@@ -150,7 +158,7 @@ func applyOne(ctx context.Context, pool *pgxpool.Pool, conn *pgxpool.Conn, compo
 			return fmt.Errorf("waited for a table lock %d times (last lock_timeout %v): %w", attempt, wait, ctx.Err())
 		case <-time.After(migrationRetryPause):
 		}
-		wait = min(2*wait, 32*MigrationLockTimeout)
+		wait = min(2*wait, maxLockWaits*MigrationLockTimeout)
 	}
 }
 

@@ -4,6 +4,7 @@ package pgpool_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -194,6 +195,65 @@ func TestMigrationWaitingForALockLetsReadersThrough(t *testing.T) {
 	}
 	if _, err := pool.Exec(ctx, "INSERT INTO "+table+" (id, note) VALUES (1, 'x')"); err != nil {
 		t.Errorf("the column 0002 adds: %v", err)
+	}
+}
+
+// However long a transaction holds the table, no attempt waits for its
+// lock longer than four times the first (1 s by default, half the readers'
+// statement timeout): every read queued behind an attempt is answered in
+// time. The waits grew to 32 times the first, each holding every read of
+// the table that long, while a pg_dump ran.
+func TestMigrationLockWaitsStayBounded(t *testing.T) {
+	pool, component, table := lockTestTable(t, 100*time.Millisecond)
+	ctx := context.Background()
+	var logs servertest.SyncBuffer
+	defer func(l *slog.Logger) { slog.SetDefault(l) }(slog.Default())
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, nil)))
+	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY)")}}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
+		t.Fatal(err)
+	}
+	long, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = long.Rollback(ctx) }()
+	if _, err := long.Exec(ctx, "SELECT count(*) FROM "+table); err != nil {
+		t.Fatal(err)
+	}
+	fsys["0002_column.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE " + table + " ADD COLUMN note text")}
+	done := make(chan error, 1)
+	go func() {
+		_, err := pgpool.Migrate(ctx, pool, component, fsys)
+		done <- err
+	}()
+	waits := func() []time.Duration {
+		var out []time.Duration
+		for line := range strings.Lines(logs.String()) {
+			var rec struct {
+				Msg         string        `json:"msg"`
+				LockTimeout time.Duration `json:"lock_timeout"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && strings.Contains(rec.Msg, "waited for a table lock") {
+				out = append(out, rec.LockTimeout)
+			}
+		}
+		return out
+	}
+	if !servertest.Eventually(30*time.Second, func() bool { return len(waits()) >= 5 }) {
+		t.Fatalf("attempts logged %v, want 5 while the transaction lasts", waits())
+	}
+	if err := long.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Migrate after the transaction ended: %v", err)
+	}
+	got := waits()
+	for i, w := range got {
+		if want := min(100*time.Millisecond<<i, 400*time.Millisecond); w != want {
+			t.Errorf("attempt %d waited %v for the lock, want %v (all: %v)", i+1, w, want, got)
+		}
 	}
 }
 
