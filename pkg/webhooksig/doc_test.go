@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,13 @@ func TestDocsShellRecipe(t *testing.T) {
 		"tampered body":   {Sign(secret, now, body), append(bytes.Clone(body), ' '), "invalid"},
 		"stale signature": {Sign(secret, now.Add(-10*time.Minute), body), body, "invalid"},
 		"other secret":    {Sign("whsec_other", now, body), body, "invalid"},
+		// A forged header: bash ran the subscript's command while
+		// computing the signature's age, before comparing anything.
+		"command in t":    {"t=x[$(touch PWNED)],v1=00", body, "invalid"},
+		"expression in t": {"t=now-1,v1=00", body, "invalid"},
+		"no t":            {"v1=00", body, "invalid"},
+		"leading zero":    {"t=0" + strconv.FormatInt(now.Unix(), 10) + ",v1=00", body, "invalid"},
+		"empty header":    {"", body, "invalid"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -74,6 +82,9 @@ func TestDocsShellRecipe(t *testing.T) {
 			out, err := cmd.CombinedOutput()
 			if err != nil || strings.TrimSpace(string(out)) != tc.want {
 				t.Fatalf("the recipe printed %q (%v), want %q", out, err, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "PWNED")); err == nil {
+				t.Fatal("the recipe ran a command the header held")
 			}
 		})
 	}
