@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -109,6 +110,10 @@ type Resolver struct {
 	collapsed   metric.Int64Counter
 	redisErrors metric.Int64Counter
 	invalidated metric.Int64Counter
+
+	// dbFailures counts PostgreSQL lookups failed since the last log line
+	// about them, written at dbLogged (Unix ns).
+	dbFailures, dbLogged atomic.Int64
 }
 
 // New returns a resolver over rdb and db.
@@ -206,6 +211,7 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 	}
 	e, err = r.fromDB(ctx, code)
 	if err != nil {
+		r.dbFailed(ctx, code, err)
 		return Result{}, err
 	}
 	if redisOK {
@@ -221,6 +227,28 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 		cancel()
 	}
 	return Result{Entry: e, Source: SourceDB}, nil
+}
+
+// dbFailed logs a PostgreSQL lookup that failed (the request is answered
+// 503), at most once a second with the number of failures since the last
+// line: an outage under load fails thousands a second. A schema older than
+// this build (a column or table it reads is missing: the shortener, which
+// migrates, was not upgraded first) says so.
+func (r *Resolver) dbFailed(ctx context.Context, code string, err error) {
+	n := r.dbFailures.Add(1)
+	now := time.Now().UnixNano()
+	last := r.dbLogged.Load()
+	if now-last < int64(time.Second) || !r.dbLogged.CompareAndSwap(last, now) {
+		return
+	}
+	r.dbFailures.Add(-n)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42703" || pgErr.Code == "42P01") { // undefined_column, undefined_table
+		r.log.ErrorContext(ctx, "postgres lookup failed: the links schema is older than this redirect; "+
+			"upgrade the shortener first (it applies the migrations)", "code", code, "failures", n, "err", err)
+		return
+	}
+	r.log.WarnContext(ctx, "postgres lookup failed; answering 503", "code", code, "failures", n, "err", err)
 }
 
 func (r *Resolver) fromDB(ctx context.Context, code string) (linkcache.Entry, error) {

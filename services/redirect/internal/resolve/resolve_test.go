@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"kurz.dev/pkg/linkcache"
@@ -345,6 +347,39 @@ func TestPostgresErrorIsReturned(t *testing.T) {
 	_, err := r.Resolve(context.Background(), "abc", nil)
 	if err == nil || !strings.Contains(err.Error(), "too many connections") || !strings.Contains(err.Error(), "abc") {
 		t.Fatalf("got %v, want the PostgreSQL error, naming the code", err)
+	}
+}
+
+// A failed PostgreSQL lookup is logged (it was answered 503 with no line
+// at all), once for a burst of failures, and a schema older than the
+// redirect's query says what to upgrade first.
+func TestPostgresErrorIsLogged(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		want string
+	}{
+		"outage":     {errors.New("too many connections"), "postgres lookup failed; answering 503"},
+		"old schema": {&pgconn.PgError{Code: "42703", Message: `column "rules" does not exist`}, "upgrade the shortener first"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := newFakeDB()
+			db.err = tc.err
+			var logs servertest.SyncBuffer
+			r, err := New(Config{L1TTL: time.Hour, L1Size: 100, Cache: testCache, DBTimeout: time.Second, RedisTimeout: time.Second},
+				newFakeRedis(), db, slog.New(slog.NewJSONHandler(&logs, nil)), noop.NewMeterProvider().Meter(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 50 {
+				if _, err := r.Resolve(context.Background(), fmt.Sprintf("c%d", i), nil); err == nil {
+					t.Fatal("a lookup whose PostgreSQL failed answered")
+				}
+			}
+			lines := strings.Count(logs.String(), "postgres lookup failed")
+			if lines != 1 || !strings.Contains(logs.String(), tc.want) {
+				t.Fatalf("%d lines about 50 failed lookups, want 1 saying %q:\n%s", lines, tc.want, logs.String())
+			}
+		})
 	}
 }
 
