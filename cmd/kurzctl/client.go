@@ -44,6 +44,9 @@ type apiError struct {
 	Message      string `json:"detail"`
 	RequestID    string `json:"requestId"`
 	RetryAfterMS int64  `json:"retryAfterMs"`
+	// Reason is the problem's own reason (the gateway's refusals, such
+	// as its rate limit's, carry no ErrorInfo detail).
+	Reason string `json:"reason"`
 	// Details are the error's google.rpc details; kurzctl reads the
 	// ErrorInfo's reason and metadata.
 	Details []struct {
@@ -53,14 +56,15 @@ type apiError struct {
 	} `json:"details"`
 }
 
-// info returns the reason and metadata of e's ErrorInfo ("" without one).
+// info returns the reason and metadata of e's ErrorInfo, or the problem's
+// own reason without one ("" without either).
 func (e *apiError) info() (string, map[string]string) {
 	for _, d := range e.Details {
 		if strings.HasSuffix(d.Type, "google.rpc.ErrorInfo") {
 			return d.Reason, d.Metadata
 		}
 	}
-	return "", nil
+	return e.Reason, nil
 }
 
 func (e *apiError) Error() string {

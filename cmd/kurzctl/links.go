@@ -108,8 +108,11 @@ recognised from its header), and creates its links in batches through the gatewa
 link's old code as its alias where it is free. A row whose code is already
 your link to the same URL (an earlier run of the same file) is counted as
 imported before, not created again: a file can be sent again after an error.
-Progress goes to stderr, one line per batch; then a summary and the rows
-that failed. A kurz export's links come back with their expiry, visit limit,
+A batch refused with an answer that says nothing was created (a rate limit,
+the gateway's bulk slots busy) waits what the answer says, at most a minute
+and 30 times per batch, and is sent again; another refusal stops the import.
+Progress goes to stderr, one line per batch and per wait; then a summary and
+the rows that failed. A kurz export's links come back with their expiry, visit limit,
 redirect type, device targets, rules, variants and domain; a
 password-protected or disabled link fails its row (the export holds no
 password).
