@@ -57,7 +57,8 @@ Examples:
 		{
 			name: "links list", summary: "list the tenant's links, newest first", maxArgs: 0,
 			help: `Lists the tenant's links, newest first, one page at a time (the next page's
-token is printed on stderr), or every page with --all.
+token is printed on stderr), or every page with --all: at most 10,000 pages
+and 1 GiB of answers (links export streams a longer list).
 
 Examples:
   kurzctl links list
@@ -328,9 +329,13 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 		var links []*shortenerv1.Link
 		var raws []json.RawMessage
 		// --all stops at a page token sent before (a gateway that loops
-		// would be asked forever) and at maxListBody of answers in all.
+		// would be asked forever), at an empty page that names a next one
+		// (the shortener ends every page but the last on a link: a gateway
+		// sending such pages with fresh tokens would be asked forever,
+		// tens of bytes each), after maxListPages pages and at maxListBody
+		// of answers in all.
 		sent := map[string]bool{}
-		read := 0
+		read, pages := 0, 0
 		for {
 			if token != "" {
 				if sent[token] {
@@ -357,6 +362,12 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 			token = page.GetNextPageToken()
 			if !*all || token == "" {
 				break
+			}
+			if len(page.GetLinks()) == 0 {
+				return fmt.Errorf("GET /v1/links: the gateway answered an empty page with a next page token; stopped after %d links", len(links))
+			}
+			if pages++; pages >= maxListPages {
+				return fmt.Errorf("GET /v1/links: more than %d pages; stopped after %d links: use a larger --page-size, or links export for a list this long", maxListPages, len(links))
 			}
 		}
 		if c.json() {
@@ -728,6 +739,11 @@ const defaultMaxExport = 4 << 30
 // maxListBody bounds the answers links list --all reads in all (each page
 // is bounded by maxAnswerBody too); links export streams longer lists.
 var maxListBody = 1 << 30 // a variable for the test
+
+// maxListPages bounds the pages links list --all asks for: ten million
+// links in pages of 1,000, more than maxListBody holds; a gateway sending
+// pages of one small link each reaches it long before that.
+var maxListPages = 10_000 // a variable for the test
 
 // errTooLarge is boundedReader's error once its bound is passed.
 var errTooLarge = errors.New("the export is larger than --max-size; stopped (raise it, or 0 for no bound)")
