@@ -127,13 +127,36 @@ func setupLinksImport(c *cli, fs *pflag.FlagSet) func([]string) error {
 			case rep.Created > 0:
 				fmt.Fprintf(c.stderr, "stopped after %d of %d rows (%d links created)\n", len(rep.Results), rep.Rows, rep.Created)
 			}
+			// A script learns the codes the rows before the stop got,
+			// and why the rest got none.
+			if c.json() {
+				out := reportJSON(rep)
+				out.Stopped = errorText(err)
+				if werr := writeJSONValue(c.stdout, out); werr != nil {
+					return werr
+				}
+			}
 			return err
 		}
 		if c.json() {
-			return writeJSONValue(c.stdout, reportJSON(rep))
+			err = writeJSONValue(c.stdout, reportJSON(rep))
+		} else {
+			err = printReport(c.stdout, rep)
 		}
-		return printReport(c.stdout, rep)
+		if err == nil && rep.Failed > 0 {
+			err = &rowsFailedError{failed: rep.Failed, rows: rep.Rows}
+		}
+		return err
 	}
+}
+
+// rowsFailedError is an import that went through its file but whose
+// failed rows got no link: exit status 3, so a script tells it from a
+// complete import without reading the report.
+type rowsFailedError struct{ failed, rows int }
+
+func (e *rowsFailedError) Error() string {
+	return fmt.Sprintf("%d of %d rows got no link (see the report)", e.failed, e.rows)
 }
 
 // importRows imports rows in chunks of batch rows, one linkimport.Import
@@ -241,13 +264,16 @@ type itemErrorJSON struct {
 
 // importReportJSON is the import's outcome in -o json.
 type importReportJSON struct {
-	Format      string             `json:"format"`
-	Rows        int                `json:"rows"`
-	Created     int                `json:"created"`
-	AliasesKept int                `json:"aliasesKept"`
-	Existing    int                `json:"existing,omitempty"`
-	Failed      int                `json:"failed"`
-	Results     []importResultJSON `json:"results"`
+	Format      string `json:"format"`
+	Rows        int    `json:"rows"`
+	Created     int    `json:"created"`
+	AliasesKept int    `json:"aliasesKept"`
+	Existing    int    `json:"existing,omitempty"`
+	Failed      int    `json:"failed"`
+	// Stopped says why the import stopped before its last row (an
+	// error of the gateway's), with Results holding the rows before.
+	Stopped string             `json:"stopped,omitempty"`
+	Results []importResultJSON `json:"results"`
 }
 
 func reportJSON(rep linkimport.Report) importReportJSON {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -176,9 +177,9 @@ func TestImportStoppedByTheQuotaReportsEarlierRows(t *testing.T) {
 	}
 }
 
-// importAgainst runs `kurzctl links import` of a file holding csv against
-// the fake gateway srv, which it closes when the test ends.
-func importAgainst(t *testing.T, srv *httptest.Server, csv string) result {
+// importAgainst runs `kurzctl links import` of a file holding csv, with
+// flags, against the fake gateway srv, which it closes when the test ends.
+func importAgainst(t *testing.T, srv *httptest.Server, csv string, flags ...string) result {
 	t.Helper()
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
@@ -187,5 +188,58 @@ func importAgainst(t *testing.T, srv *httptest.Server, csv string) result {
 		t.Fatal(err)
 	}
 	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(dir, "config.yaml")}}
-	return c.run("--url", srv.URL, "--api-key", "k1", "links", "import", file)
+	return c.run(append([]string{"--url", srv.URL, "--api-key", "k1", "links", "import", file}, flags...)...)
+}
+
+// An import that went through its file but whose rows failed exits 3, not
+// 0, with the report on stdout (in -o json too): a script learns that
+// rows got no link without reading the report.
+func TestImportWithFailedRowsExitsThree(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/links:batch" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"results":[{"index":0,"error":{"code":"INVALID_ARGUMENT","field":"long_url","message":"blocked"}}]}`))
+	}))
+	r := importAgainst(t, srv, "keyword,url\n,https://example.com/a\nnourl1,\n")
+	if r.code != exitRowsFailed || !strings.Contains(r.stdout, "0 created (0 kept their code), 2 failed") ||
+		!strings.Contains(r.stderr, "2 of 2 rows got no link") {
+		t.Errorf("import whose every row failed: %s; want exit %d with the report", r, exitRowsFailed)
+	}
+	r = importAgainst(t, srv, "keyword,url\n,https://example.com/a\n", "-o", "json")
+	var rep importReportJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != exitRowsFailed || rep.Failed != 1 || rep.Stopped != "" {
+		t.Errorf("import -o json whose row failed: %v, %+v; %s", err, rep, r)
+	}
+}
+
+// An import that stops early still writes its -o json report: the codes
+// the rows before the stop got, and why it stopped.
+func TestImportStoppedWritesThePartialJSONReport(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/links:batch" {
+			http.NotFound(w, r)
+			return
+		}
+		if posts.Add(1) > 1 {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusInternalServerError)
+			w.Write([]byte(`{"status":500,"code":"INTERNAL","detail":"internal error; try again later"}`))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"results":[{"index":0,"link":{"code":"s1","shortUrl":"http://k.test/s1","longUrl":"https://example.com/a"}}]}`))
+	}))
+	r := importAgainst(t, srv, "keyword,url\n,https://example.com/a\n,https://example.com/b\n", "--batch", "1", "-o", "json")
+	var rep importReportJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("import stopped at its second batch wrote no JSON report: %v; %s", err, r)
+	}
+	if r.code != exitError || rep.Rows != 2 || rep.Created != 1 || len(rep.Results) != 1 || rep.Results[0].Code != "s1" ||
+		!strings.Contains(rep.Stopped, "batch create of lines 3 to 3: internal error") {
+		t.Errorf("import stopped at its second batch: %+v; %s", rep, r)
+	}
 }

@@ -113,7 +113,8 @@ A batch refused with an answer that says nothing was created (a rate limit,
 the gateway's bulk slots busy) waits what the answer says, at most a minute
 and 30 times per batch, and is sent again; another refusal stops the import.
 Progress goes to stderr, one line per batch and per wait; then a summary and
-the rows that failed. A kurz export's links come back with their expiry, visit limit,
+the rows that failed. It exits 3 when rows failed; when it stops early, -o json
+still writes the report of the rows before the stop, with "stopped" saying why. A kurz export's links come back with their expiry, visit limit,
 redirect type, device targets, rules, variants and domain; a
 password-protected or disabled link fails its row (the export holds no
 password).
