@@ -359,3 +359,35 @@ func TestCredentialsStayOffPlainHTTP(t *testing.T) {
 		}
 	}
 }
+
+// A link's password goes over plain http only to this machine, unless
+// --plain-http says the network is trusted, with no API key as with one:
+// anyone on the way would read it and open the link.
+func TestLinkPasswordStaysOffPlainHTTP(t *testing.T) {
+	rec := &recorder{}
+	local := rec.server(t, "local")
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}, stdin: "s3cret-pw\n"}
+	for _, args := range [][]string{
+		{"links", "create", "https://example.com/private", "--password-stdin"},
+		{"links", "create", "https://example.com/private", "--password", "s3cret-pw"},
+		{"links", "update", "abc1234", "--password-stdin"},
+	} {
+		remote := append([]string{"--url", "http://kurz.invalid:8080", "--timeout=2s"}, args...)
+		r := c.run(remote...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "refusing to send the link's password to http://kurz.invalid:8080 over plain http") {
+			t.Errorf("kurzctl %s: %s; want a usage error refusing plain http", strings.Join(remote, " "), r)
+		}
+		if r := c.run(append([]string{"--plain-http"}, remote...)...); r.code != exitError || strings.Contains(r.stderr, "refusing") {
+			t.Errorf("kurzctl --plain-http %s: %s; want the call tried (a network error)", strings.Join(remote, " "), r)
+		}
+		rec.mu.Lock()
+		rec.seen = nil
+		rec.mu.Unlock()
+		if r := c.run(append([]string{"--url", local}, args...)...); strings.Contains(r.stderr, "refusing") || rec.last(t) != "local " {
+			t.Errorf("kurzctl %s to %s (this machine): %s; want it sent", strings.Join(args, " "), local, r)
+		}
+	}
+	if r := c.run("--url", "http://kurz.invalid:8080", "--timeout=2s", "links", "update", "abc1234", "--clear-password"); r.code != exitError || strings.Contains(r.stderr, "refusing") {
+		t.Errorf("--clear-password to a plain http URL: %s; want the call tried", r)
+	}
+}

@@ -105,14 +105,26 @@ func (c *cli) gateway(cmd string, cred credential) (*gateway, error) {
 			gw.auth = "Bearer " + c.g.apiKey
 		}
 	}
-	if gw.auth != "" && !c.g.plainHTTP && exposes(gw.base) {
+	if gw.auth != "" {
 		what := "API key"
 		if cred == adminAuth {
 			what = "admin token"
 		}
-		return nil, usagef(cmd, "refusing to send the %s to %s over plain http, where anyone on the way reads it: use the gateway's https URL, or --plain-http on a network you trust", what, gw.base)
+		if err := c.keepOffPlainHTTP(cmd, what); err != nil {
+			return nil, err
+		}
 	}
 	return gw, nil
+}
+
+// keepOffPlainHTTP refuses to send what (a credential, a link's password:
+// any secret a request carries) to a gateway over plain http on another
+// machine, unless --plain-http says the network is trusted.
+func (c *cli) keepOffPlainHTTP(cmd, what string) error {
+	if c.g.plainHTTP || !exposes(c.g.url) {
+		return nil
+	}
+	return usagef(cmd, "refusing to send the %s to %s over plain http, where anyone on the way reads it: use the gateway's https URL, or --plain-http on a network you trust", what, c.g.url)
 }
 
 // noRedirects leaves a 3xx answer as it is: the API never redirects, and

@@ -33,7 +33,7 @@ type globals struct {
 	limiter    string
 	output     string
 	timeout    time.Duration
-	plainHTTP  bool   // credentials may go over http:// to another machine
+	plainHTTP  bool   // credentials and link passwords may go over http:// to another machine
 	config     string // the config file (--config)
 	context    string // the context to use (--context)
 	// adminTokenAlias is set when the admin token came from the deprecated
@@ -66,7 +66,7 @@ func (c *cli) defineGlobals(pf *pflag.FlagSet) {
 	pf.StringVar(&g.config, "config", "", "the config `file` (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output `format`: table (for people), json (the API's JSON, one document, for scripts) or yaml (the same as YAML)")
 	pf.DurationVar(&g.timeout, "timeout", defaultTimeout, "bound on each call to a service (0: none)")
-	pf.BoolVar(&g.plainHTTP, "plain-http", false, "send the API key or admin token over an http:// URL of another machine (refused by default: use https)")
+	pf.BoolVar(&g.plainHTTP, "plain-http", false, "send the API key, admin token or a link's password over an http:// URL of another machine (refused by default: use https)")
 }
 
 // resolveGlobals fills the settings no flag gave from the environment, the

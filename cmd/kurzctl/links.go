@@ -281,6 +281,12 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if err != nil {
 			return err
 		}
+		if pw != "" {
+			// Anonymous links may have one: no API key guards it.
+			if err := c.keepOffPlainHTTP(cmd, "link's password"); err != nil {
+				return err
+			}
+		}
 		var link shortenerv1.Link
 		raw, status, err := gw.callProtoStatus(c.ctx, "POST", "/v1/links", nil, req, &link)
 		if err != nil {
@@ -503,6 +509,11 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 		gw, err := c.gateway(cmd, apiKeyAuth)
 		if err != nil {
 			return err
+		}
+		if pw, _ := body["password"].(string); pw != "" {
+			if err := c.keepOffPlainHTTP(cmd, "link's password"); err != nil {
+				return err
+			}
 		}
 		path := "/v1/links/" + url.PathEscape(args[0])
 		if set["ios"] || set["android"] || set["desktop"] {
