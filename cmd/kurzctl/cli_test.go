@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -389,5 +391,42 @@ func TestLinkPasswordStaysOffPlainHTTP(t *testing.T) {
 	}
 	if r := c.run("--url", "http://kurz.invalid:8080", "--timeout=2s", "links", "update", "abc1234", "--clear-password"); r.code != exitError || strings.Contains(r.stderr, "refusing") {
 		t.Errorf("--clear-password to a plain http URL: %s; want the call tried", r)
+	}
+}
+
+// A gateway URL with a user or password in it (https://admin:pw@host) is
+// refused wherever it comes from, with a message that names the fix and not
+// the password; one stored by an older kurzctl is shown redacted.
+func TestURLWithUserinfoIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": cfgPath}}
+	const secret = "hunter2-url-secret"
+	for _, args := range [][]string{
+		{"config", "set-context", "prod", "--url", "https://admin:" + secret + "@kurz.example.com"},
+		{"--url", "https://" + secret + "@kurz.example.com", "links", "get", "abc1234"},
+	} {
+		r := c.run(args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "remove the user and password from the URL of https://kurz.example.com") ||
+			strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("kurzctl %s: %s; want a usage error naming the fix, not the password", strings.Join(args, " "), r)
+		}
+	}
+	if _, err := os.Stat(cfgPath); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("set-context with a refused URL wrote the config file (%v)", err)
+	}
+
+	old := "current-context: old\ncontexts:\n- name: old\n  url: https://admin:" + secret + "@kurz.example.com\n"
+	if err := os.WriteFile(cfgPath, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"config", "view"}, {"config", "view", "-o", "json"}, {"config", "get-contexts"}} {
+		r := c.run(args...)
+		if r.code != 0 || strings.Contains(r.stdout+r.stderr, secret) || !strings.Contains(r.stdout, redacted+"@kurz.example.com") {
+			t.Errorf("kurzctl %s of a stored URL with a password: %s; want it shown redacted", strings.Join(args, " "), r)
+		}
+	}
+	if r := c.run("links", "get", "abc1234"); r.code != exitUsage || strings.Contains(r.stdout+r.stderr, secret) {
+		t.Errorf("a command with a stored URL with a password: %s; want it refused without the password", r)
 	}
 }

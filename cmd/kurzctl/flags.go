@@ -140,9 +140,16 @@ func (c *cli) resolveGlobals(cmd *command) error {
 	return nil
 }
 
-// checkURL checks a gateway base URL.
+// checkURL checks a gateway base URL. A user or password in it
+// (https://admin:pw@host) is refused, not echoed: kurzctl would show the URL
+// as it is in config view, get-contexts and errors, and the gateway takes
+// no credential there (the API key goes in a header).
 func checkURL(cmd, s string) error {
 	u, err := url.Parse(s)
+	if err == nil && u.User != nil {
+		u.User = nil
+		return usagef(cmd, "--url: remove the user and password from the URL of %s: kurzctl shows the URL as it is (config view, errors), and the gateway reads no credential there; give the API key with --api-key-stdin or KURZ_API_KEY", u)
+	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usagef(cmd, "--url %q: want the gateway's base URL, e.g. %s", s, defaultURL)
 	}
