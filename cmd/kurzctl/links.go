@@ -117,7 +117,8 @@ the rows that failed. It exits 3 when rows failed; when it stops early, -o json
 still writes the report of the rows before the stop, with "stopped" saying why. A kurz export's links come back with their expiry, visit limit,
 redirect type, device targets, rules, variants and domain; a
 password-protected or disabled link fails its row (the export holds no
-password).
+password). A file holds at most 10,000 rows: split a longer one into files
+that each start with its header row (docs/cli.md shows how).
 
 Examples:
   kurzctl links import bitly-export.csv
