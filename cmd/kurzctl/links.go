@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -190,12 +191,25 @@ func redirectType(cmd string, status int) (shortenerv1.RedirectType, error) {
 	return rt, nil
 }
 
+// maxSpanDays is the longest span parseSpan takes in days: a
+// time.Duration holds about 292 years.
+const maxSpanDays = int64(math.MaxInt64 / (24 * time.Hour))
+
+// errSpanTooLong is parseSpan's error for a span a time.Duration cannot
+// hold, which would otherwise wrap around into the past.
+var errSpanTooLong = fmt.Errorf("a duration holds at most %dd (about 292 years): give an RFC 3339 time for a later one", maxSpanDays)
+
 // parseSpan parses a duration, with "d" for days: 90m, 72h, 7d, 1.5d.
 func parseSpan(s string) (time.Duration, error) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
+		// ParseFloat takes NaN and Inf too, and says ±Inf (ErrRange)
+		// for a number beyond a float64.
 		days, err := strconv.ParseFloat(n, 64)
-		if err != nil || days < 0 {
+		switch {
+		case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(days), days < 0:
 			return 0, fmt.Errorf("%q is not a duration such as 72h or 7d", s)
+		case days > float64(maxSpanDays):
+			return 0, fmt.Errorf("%q: %w", s, errSpanTooLong)
 		}
 		return time.Duration(days * float64(24*time.Hour)), nil
 	}
@@ -212,6 +226,9 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	d, err := parseSpan(s)
+	if errors.Is(err, errSpanTooLong) {
+		return time.Time{}, err
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration from now (72h, 30d)", s)
 	}
