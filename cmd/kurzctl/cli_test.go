@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -357,5 +359,74 @@ func TestCredentialsStayOffPlainHTTP(t *testing.T) {
 		if r := c.run("--url", u, "--api-key", "kurz_k_secret", "links", "get", "abc1234"); r.code != exitError || rec.last(t) != "local Bearer kurz_k_secret" {
 			t.Errorf("API key to %s (this machine): %s, last request %q; want it sent", u, r, rec.last(t))
 		}
+	}
+}
+
+// A link's password goes over plain http only to this machine, unless
+// --plain-http says the network is trusted, with no API key as with one:
+// anyone on the way would read it and open the link.
+func TestLinkPasswordStaysOffPlainHTTP(t *testing.T) {
+	rec := &recorder{}
+	local := rec.server(t, "local")
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}, stdin: "s3cret-pw\n"}
+	for _, args := range [][]string{
+		{"links", "create", "https://example.com/private", "--password-stdin"},
+		{"links", "create", "https://example.com/private", "--password", "s3cret-pw"},
+		{"links", "update", "abc1234", "--password-stdin"},
+	} {
+		remote := append([]string{"--url", "http://kurz.invalid:8080", "--timeout=2s"}, args...)
+		r := c.run(remote...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "refusing to send the link's password to http://kurz.invalid:8080 over plain http") {
+			t.Errorf("kurzctl %s: %s; want a usage error refusing plain http", strings.Join(remote, " "), r)
+		}
+		if r := c.run(append([]string{"--plain-http"}, remote...)...); r.code != exitError || strings.Contains(r.stderr, "refusing") {
+			t.Errorf("kurzctl --plain-http %s: %s; want the call tried (a network error)", strings.Join(remote, " "), r)
+		}
+		rec.mu.Lock()
+		rec.seen = nil
+		rec.mu.Unlock()
+		if r := c.run(append([]string{"--url", local}, args...)...); strings.Contains(r.stderr, "refusing") || rec.last(t) != "local " {
+			t.Errorf("kurzctl %s to %s (this machine): %s; want it sent", strings.Join(args, " "), local, r)
+		}
+	}
+	if r := c.run("--url", "http://kurz.invalid:8080", "--timeout=2s", "links", "update", "abc1234", "--clear-password"); r.code != exitError || strings.Contains(r.stderr, "refusing") {
+		t.Errorf("--clear-password to a plain http URL: %s; want the call tried", r)
+	}
+}
+
+// A gateway URL with a user or password in it (https://admin:pw@host) is
+// refused wherever it comes from, with a message that names the fix and not
+// the password; one stored by an older kurzctl is shown redacted.
+func TestURLWithUserinfoIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": cfgPath}}
+	const secret = "hunter2-url-secret"
+	for _, args := range [][]string{
+		{"config", "set-context", "prod", "--url", "https://admin:" + secret + "@kurz.example.com"},
+		{"--url", "https://" + secret + "@kurz.example.com", "links", "get", "abc1234"},
+	} {
+		r := c.run(args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "remove the user and password from the URL of https://kurz.example.com") ||
+			strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("kurzctl %s: %s; want a usage error naming the fix, not the password", strings.Join(args, " "), r)
+		}
+	}
+	if _, err := os.Stat(cfgPath); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("set-context with a refused URL wrote the config file (%v)", err)
+	}
+
+	old := "current-context: old\ncontexts:\n- name: old\n  url: https://admin:" + secret + "@kurz.example.com\n"
+	if err := os.WriteFile(cfgPath, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"config", "view"}, {"config", "view", "-o", "json"}, {"config", "get-contexts"}} {
+		r := c.run(args...)
+		if r.code != 0 || strings.Contains(r.stdout+r.stderr, secret) || !strings.Contains(r.stdout, redacted+"@kurz.example.com") {
+			t.Errorf("kurzctl %s of a stored URL with a password: %s; want it shown redacted", strings.Join(args, " "), r)
+		}
+	}
+	if r := c.run("links", "get", "abc1234"); r.code != exitUsage || strings.Contains(r.stdout+r.stderr, secret) {
+		t.Errorf("a command with a stored URL with a password: %s; want it refused without the password", r)
 	}
 }

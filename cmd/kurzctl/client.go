@@ -44,6 +44,9 @@ type apiError struct {
 	Message      string `json:"detail"`
 	RequestID    string `json:"requestId"`
 	RetryAfterMS int64  `json:"retryAfterMs"`
+	// Reason is the problem's own reason (the gateway's refusals, such
+	// as its rate limit's, carry no ErrorInfo detail).
+	Reason string `json:"reason"`
 	// Details are the error's google.rpc details; kurzctl reads the
 	// ErrorInfo's reason and metadata.
 	Details []struct {
@@ -53,14 +56,15 @@ type apiError struct {
 	} `json:"details"`
 }
 
-// info returns the reason and metadata of e's ErrorInfo ("" without one).
+// info returns the reason and metadata of e's ErrorInfo, or the problem's
+// own reason without one ("" without either).
 func (e *apiError) info() (string, map[string]string) {
 	for _, d := range e.Details {
 		if strings.HasSuffix(d.Type, "google.rpc.ErrorInfo") {
 			return d.Reason, d.Metadata
 		}
 	}
-	return "", nil
+	return e.Reason, nil
 }
 
 func (e *apiError) Error() string {
@@ -101,14 +105,26 @@ func (c *cli) gateway(cmd string, cred credential) (*gateway, error) {
 			gw.auth = "Bearer " + c.g.apiKey
 		}
 	}
-	if gw.auth != "" && !c.g.plainHTTP && exposes(gw.base) {
+	if gw.auth != "" {
 		what := "API key"
 		if cred == adminAuth {
 			what = "admin token"
 		}
-		return nil, usagef(cmd, "refusing to send the %s to %s over plain http, where anyone on the way reads it: use the gateway's https URL, or --plain-http on a network you trust", what, gw.base)
+		if err := c.keepOffPlainHTTP(cmd, what); err != nil {
+			return nil, err
+		}
 	}
 	return gw, nil
+}
+
+// keepOffPlainHTTP refuses to send what (a credential, a link's password:
+// any secret a request carries) to a gateway over plain http on another
+// machine, unless --plain-http says the network is trusted.
+func (c *cli) keepOffPlainHTTP(cmd, what string) error {
+	if c.g.plainHTTP || !exposes(c.g.url) {
+		return nil
+	}
+	return usagef(cmd, "refusing to send the %s to %s over plain http, where anyone on the way reads it: use the gateway's https URL, or --plain-http on a network you trust", what, c.g.url)
 }
 
 // noRedirects leaves a 3xx answer as it is: the API never redirects, and

@@ -43,7 +43,8 @@ quotas straight from the limiter.
 Settings come from flags, then environment variables, then the config file's
 current context, then the defaults. Exit status: 0 on success, 1 when a
 service refuses or fails (its message on stderr), 2 for a mistake on the
-command line.`,
+command line, 3 when links import went through its file but some rows got
+no link.`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,11 @@ func (k kurzContext) redact() kurzContext {
 	}
 	if k.AdminToken != "" {
 		k.AdminToken = redacted
+	}
+	// A file written before checkURL refused a URL's user and password.
+	if u, err := url.Parse(k.URL); err == nil && u.User != nil {
+		u.User = url.User(redacted)
+		k.URL = u.String()
 	}
 	return k
 }

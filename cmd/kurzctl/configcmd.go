@@ -70,7 +70,7 @@ Examples:
 						if k.Name == cfg.CurrentContext {
 							mark = "*"
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", mark, k.Name, orDash(k.URL), orDash(k.Limiter), setOrDash(k.APIKey), setOrDash(k.AdminToken))
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", mark, k.Name, orDash(k.redact().URL), orDash(k.Limiter), setOrDash(k.APIKey), setOrDash(k.AdminToken))
 					}
 					return tw.Flush()
 				})

@@ -33,7 +33,7 @@ type globals struct {
 	limiter    string
 	output     string
 	timeout    time.Duration
-	plainHTTP  bool   // credentials may go over http:// to another machine
+	plainHTTP  bool   // credentials and link passwords may go over http:// to another machine
 	config     string // the config file (--config)
 	context    string // the context to use (--context)
 	// adminTokenAlias is set when the admin token came from the deprecated
@@ -66,7 +66,7 @@ func (c *cli) defineGlobals(pf *pflag.FlagSet) {
 	pf.StringVar(&g.config, "config", "", "the config `file` (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output `format`: table (for people), json (the API's JSON, one document, for scripts) or yaml (the same as YAML)")
 	pf.DurationVar(&g.timeout, "timeout", defaultTimeout, "bound on each call to a service (0: none)")
-	pf.BoolVar(&g.plainHTTP, "plain-http", false, "send the API key or admin token over an http:// URL of another machine (refused by default: use https)")
+	pf.BoolVar(&g.plainHTTP, "plain-http", false, "send the API key, admin token or a link's password over an http:// URL of another machine (refused by default: use https)")
 }
 
 // resolveGlobals fills the settings no flag gave from the environment, the
@@ -140,9 +140,16 @@ func (c *cli) resolveGlobals(cmd *command) error {
 	return nil
 }
 
-// checkURL checks a gateway base URL.
+// checkURL checks a gateway base URL. A user or password in it
+// (https://admin:pw@host) is refused, not echoed: kurzctl would show the URL
+// as it is in config view, get-contexts and errors, and the gateway takes
+// no credential there (the API key goes in a header).
 func checkURL(cmd, s string) error {
 	u, err := url.Parse(s)
+	if err == nil && u.User != nil {
+		u.User = nil
+		return usagef(cmd, "--url: remove the user and password from the URL of %s: kurzctl shows the URL as it is (config view, errors), and the gateway reads no credential there; give the API key with --api-key-stdin or KURZ_API_KEY", u)
+	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usagef(cmd, "--url %q: want the gateway's base URL, e.g. %s", s, defaultURL)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -40,13 +41,62 @@ func (q quotaRefusal) GRPCStatus() *status.Status {
 
 func (q quotaRefusal) Unwrap() error { return q.apiError }
 
-// maxLookupWait and maxLookupWaits bound how long an import's lookup of a
-// row's code waits out 429s: a Retry-After of at most a minute, at most
-// 30 times for one row.
+// maxImportWait and maxImportWaits bound how long one request of an
+// import (a batch, or the lookup of a row's code) waits out refusals: a
+// Retry-After of at most a minute, at most 30 times for one request.
 const (
-	maxLookupWait  = time.Minute
-	maxLookupWaits = 30
+	maxImportWait  = time.Minute
+	maxImportWaits = 30
 )
+
+// reasonBulkShareInUse is the gateway's 429 of a tenant whose bulk
+// requests in progress (another import, say) hold its share of the bulk
+// slots: the batch was refused before its body was read.
+const reasonBulkShareInUse = "BULK_SHARE_IN_USE"
+
+// waitOut decides whether a refused request of an import is sent again:
+// when again says err guarantees nothing was done and err's Retry-After is
+// at most maxImportWait, it prints one line on stderr, waits that long and
+// returns true; after maxImportWaits waits of the request, or for any
+// other error, it returns false at once. An interrupt while it waits is
+// its error.
+func (c *cli) waitOut(ctx context.Context, err error, waits int, again func(*apiError) bool) (bool, error) {
+	var ae *apiError
+	if !errors.As(err, &ae) || !again(ae) || ae.RetryAfterMS <= 0 ||
+		ae.RetryAfterMS > maxImportWait.Milliseconds() || waits >= maxImportWaits {
+		return false, nil
+	}
+	d := time.Duration(ae.RetryAfterMS) * time.Millisecond
+	fmt.Fprintf(c.stderr, "waiting %s: %s\n", d, ae.Message)
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-time.After(d):
+		return true, nil
+	}
+}
+
+// batchRefusedUndone reports whether ae is a refusal of a batch create
+// that guarantees nothing of it was created, so the same rows may be sent
+// again: a quota's 429 (the gateway's rate limit, the link creation
+// quota), a 429 of the tenant's bulk share in use, and a 503 that says
+// nothing was created (every bulk slot busy, passwords being hashed). Any
+// other 503 (a timeout's, a service gone mid-call) may come after links
+// were made: sent again, rows without an alias would be created twice.
+func batchRefusedUndone(ae *apiError) bool {
+	reason, _ := ae.info()
+	switch ae.Status {
+	case http.StatusTooManyRequests:
+		return reason == rpcerr.ReasonRateLimited || reason == reasonBulkShareInUse
+	case http.StatusServiceUnavailable:
+		return strings.Contains(ae.Message, "nothing was created")
+	}
+	return false
+}
+
+// lookupRefused reports whether ae refused a lookup of a row's code for
+// now (429): a GET, safe to send again.
+func lookupRefused(ae *apiError) bool { return ae.Status == http.StatusTooManyRequests }
 
 func setupLinksImport(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links import"
@@ -77,13 +127,36 @@ func setupLinksImport(c *cli, fs *pflag.FlagSet) func([]string) error {
 			case rep.Created > 0:
 				fmt.Fprintf(c.stderr, "stopped after %d of %d rows (%d links created)\n", len(rep.Results), rep.Rows, rep.Created)
 			}
+			// A script learns the codes the rows before the stop got,
+			// and why the rest got none.
+			if c.json() {
+				out := reportJSON(rep)
+				out.Stopped = errorText(err)
+				if werr := writeJSONValue(c.stdout, out); werr != nil {
+					return werr
+				}
+			}
 			return err
 		}
 		if c.json() {
-			return writeJSONValue(c.stdout, reportJSON(rep))
+			err = writeJSONValue(c.stdout, reportJSON(rep))
+		} else {
+			err = printReport(c.stdout, rep)
 		}
-		return printReport(c.stdout, rep)
+		if err == nil && rep.Failed > 0 {
+			err = &rowsFailedError{failed: rep.Failed, rows: rep.Rows}
+		}
+		return err
 	}
+}
+
+// rowsFailedError is an import that went through its file but whose
+// failed rows got no link: exit status 3, so a script tells it from a
+// complete import without reading the report.
+type rowsFailedError struct{ failed, rows int }
+
+func (e *rowsFailedError) Error() string {
+	return fmt.Sprintf("%d of %d rows got no link (see the report)", e.failed, e.rows)
 }
 
 // importRows imports rows in chunks of batch rows, one linkimport.Import
@@ -92,7 +165,22 @@ func setupLinksImport(c *cli, fs *pflag.FlagSet) func([]string) error {
 func (c *cli) importRows(gw *gateway, rows []linkimport.Row, batch int) (linkimport.Report, error) {
 	create := func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 		var resp shortenerv1.BatchCreateLinksResponse
-		if _, err := gw.callProto(ctx, "POST", "/v1/links:batch", nil, &shortenerv1.BatchCreateLinksRequest{Requests: reqs}, &resp); err != nil {
+		// A refusal that says nothing was created (a quota spent by the
+		// lookups, another import of the tenant holding the bulk slots)
+		// waits its Retry-After and sends the same rows again; anything
+		// whose outcome is unknown is not sent again.
+		var err error
+		for waits := 0; ; waits++ {
+			_, err = gw.callProto(ctx, "POST", "/v1/links:batch", nil, &shortenerv1.BatchCreateLinksRequest{Requests: reqs}, &resp)
+			again, werr := c.waitOut(ctx, err, waits, batchRefusedUndone)
+			if werr != nil {
+				return nil, werr
+			}
+			if !again {
+				break
+			}
+		}
+		if err != nil {
 			// A batch larger than the tenant's quota holds at once: as
 			// the shortener says it, so Import sends smaller ones.
 			var ae *apiError
@@ -129,14 +217,12 @@ func (c *cli) importRows(gw *gateway, rows []linkimport.Row, batch int) (linkimp
 			if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 				return nil, false, nil
 			}
-			if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || ae.RetryAfterMS <= 0 ||
-				ae.RetryAfterMS > maxLookupWait.Milliseconds() || waits == maxLookupWaits {
-				return nil, false, err
+			again, werr := c.waitOut(ctx, err, waits, lookupRefused)
+			if werr != nil {
+				return nil, false, werr
 			}
-			select {
-			case <-ctx.Done():
-				return nil, false, ctx.Err()
-			case <-time.After(time.Duration(ae.RetryAfterMS) * time.Millisecond):
+			if !again {
+				return nil, false, err
 			}
 		}
 	}
@@ -178,13 +264,16 @@ type itemErrorJSON struct {
 
 // importReportJSON is the import's outcome in -o json.
 type importReportJSON struct {
-	Format      string             `json:"format"`
-	Rows        int                `json:"rows"`
-	Created     int                `json:"created"`
-	AliasesKept int                `json:"aliasesKept"`
-	Existing    int                `json:"existing,omitempty"`
-	Failed      int                `json:"failed"`
-	Results     []importResultJSON `json:"results"`
+	Format      string `json:"format"`
+	Rows        int    `json:"rows"`
+	Created     int    `json:"created"`
+	AliasesKept int    `json:"aliasesKept"`
+	Existing    int    `json:"existing,omitempty"`
+	Failed      int    `json:"failed"`
+	// Stopped says why the import stopped before its last row (an
+	// error of the gateway's), with Results holding the rows before.
+	Stopped string             `json:"stopped,omitempty"`
+	Results []importResultJSON `json:"results"`
 }
 
 func reportJSON(rep linkimport.Report) importReportJSON {

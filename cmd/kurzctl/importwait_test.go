@@ -1,13 +1,22 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
 
 // A file sent again looks up the codes an earlier run made, each lookup
@@ -42,9 +51,103 @@ func TestImportLookupWaitsOutRateLimits(t *testing.T) {
 	if n := refused.Load(); n != 3 {
 		t.Errorf("%d lookups, want 3 (two refused, then the link)", n)
 	}
+	if n := strings.Count(r.stderr, "waiting 20ms: rate limit exceeded\n"); n != 2 {
+		t.Errorf("stderr says %d waits, want 2:\n%s", n, r.stderr)
+	}
 }
 
-// A batch refused by the tenant's quota stops the import, and the rows of
+// A batch refused with an answer that guarantees nothing of it was created
+// (the gateway's rate limit spent by the lookups, another import of the
+// tenant holding its bulk share, every bulk slot busy) waits the
+// Retry-After, saying so on stderr, and sends the same rows again: the
+// import completes, each row created once.
+func TestImportBatchWaitsOutRefusalsThatCreatedNothing(t *testing.T) {
+	refusals := []struct {
+		status int
+		body   string
+	}{
+		{http.StatusTooManyRequests, `{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"rate limit exceeded (policy api/per-api-key); retry after 1s","retryAfterMs":20,"reason":"RATE_LIMITED"}`},
+		{http.StatusTooManyRequests, `{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"this tenant's bulk requests (batches, imports) in progress already hold its share of the gateway's bulk slots (1); nothing was created: retry when one is done","retryAfterMs":20,"reason":"BULK_SHARE_IN_USE"}`},
+		{http.StatusServiceUnavailable, `{"status":503,"code":"UNAVAILABLE","detail":"the gateway is serving as many bulk requests (batches, imports) as it can hold; nothing was created: retry shortly","retryAfterMs":20}`},
+	}
+	var posts atomic.Int64
+	var mu sync.Mutex
+	var created []string // long URLs, in the order created
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/links:batch" {
+			http.NotFound(w, r)
+			return
+		}
+		if n := int(posts.Add(1)); n <= len(refusals) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(refusals[n-1].status)
+			w.Write([]byte(refusals[n-1].body))
+			return
+		}
+		var req shortenerv1.BatchCreateLinksRequest
+		body, _ := io.ReadAll(r.Body)
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		resp := &shortenerv1.BatchCreateLinksResponse{}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, l := range req.GetRequests() {
+			created = append(created, l.GetLongUrl())
+			code := fmt.Sprintf("s%d", len(created))
+			resp.Results = append(resp.Results, &shortenerv1.BatchCreateResult{Index: int32(i),
+				Link: &shortenerv1.Link{Code: code, ShortUrl: "http://k.test/" + code, LongUrl: l.GetLongUrl()}})
+		}
+		out, _ := protojson.Marshal(resp)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
+	}))
+	r := importAgainst(t, srv, "keyword,url\n,https://example.com/a\n,https://example.com/b\n")
+	if r.code != 0 || !strings.Contains(r.stdout, "2 created") {
+		t.Fatalf("import whose batch was refused three times: %s; want it completed", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"https://example.com/a", "https://example.com/b"}; !slices.Equal(created, want) {
+		t.Errorf("created %q, want %q once each", created, want)
+	}
+	for _, line := range []string{
+		"waiting 20ms: rate limit exceeded (policy api/per-api-key)",
+		"waiting 20ms: this tenant's bulk requests",
+		"waiting 20ms: the gateway is serving as many bulk requests",
+	} {
+		if !strings.Contains(r.stderr, line) {
+			t.Errorf("stderr lacks %q:\n%s", line, r.stderr)
+		}
+	}
+}
+
+// A 503 that does not say nothing was created (the gateway's timeout of
+// the shortener's call) may come after links were made: the batch is not
+// sent again, though the answer has a Retry-After, or rows without an
+// alias would be created twice.
+func TestImportBatchIsNotSentAgainAfterAnUnknownOutcome(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"status":503,"code":"UNAVAILABLE","detail":"the request took too long; try again","retryAfterMs":20}`))
+	}))
+	r := importAgainst(t, srv, "keyword,url\n,https://example.com/a\n")
+	if r.code == 0 || !strings.Contains(r.stderr, "took too long") || strings.Contains(r.stderr, "waiting") {
+		t.Errorf("import whose batch timed out at the gateway: %s; want it stopped without a wait", r)
+	}
+	if n := posts.Load(); n != 1 {
+		t.Errorf("the batch was sent %d times, want once", n)
+	}
+}
+
+// A batch refused by the tenant's quota for longer than an import waits
+// (a daily quota's two hours) stops the import, and the rows of
 // that batch an earlier run made are reported as such (looked up), as the
 // gateway's own import route reports them.
 func TestImportStoppedByTheQuotaReportsEarlierRows(t *testing.T) {
@@ -53,9 +156,9 @@ func TestImportStoppedByTheQuotaReportsEarlierRows(t *testing.T) {
 		switch {
 		case r.Method == "POST" && r.URL.Path == "/v1/links:batch":
 			w.Header().Set("Content-Type", "application/problem+json")
-			w.Header().Set("Retry-After", "30")
+			w.Header().Set("Retry-After", "7200")
 			w.WriteHeader(http.StatusTooManyRequests)
-			w.Write([]byte(`{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"too many links created","retryAfterMs":30000,"reason":"RATE_LIMITED",` +
+			w.Write([]byte(`{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"too many links created","retryAfterMs":7200000,"reason":"RATE_LIMITED",` +
 				`"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMITED","domain":"kurz.dev"}]}`))
 		case r.Method == "GET" && r.URL.Path == "/v1/links/imp0rted":
 			lookups.Add(1)
@@ -74,9 +177,9 @@ func TestImportStoppedByTheQuotaReportsEarlierRows(t *testing.T) {
 	}
 }
 
-// importAgainst runs `kurzctl links import` of a file holding csv against
-// the fake gateway srv, which it closes when the test ends.
-func importAgainst(t *testing.T, srv *httptest.Server, csv string) result {
+// importAgainst runs `kurzctl links import` of a file holding csv, with
+// flags, against the fake gateway srv, which it closes when the test ends.
+func importAgainst(t *testing.T, srv *httptest.Server, csv string, flags ...string) result {
 	t.Helper()
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
@@ -85,5 +188,58 @@ func importAgainst(t *testing.T, srv *httptest.Server, csv string) result {
 		t.Fatal(err)
 	}
 	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(dir, "config.yaml")}}
-	return c.run("--url", srv.URL, "--api-key", "k1", "links", "import", file)
+	return c.run(append([]string{"--url", srv.URL, "--api-key", "k1", "links", "import", file}, flags...)...)
+}
+
+// An import that went through its file but whose rows failed exits 3, not
+// 0, with the report on stdout (in -o json too): a script learns that
+// rows got no link without reading the report.
+func TestImportWithFailedRowsExitsThree(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/links:batch" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"results":[{"index":0,"error":{"code":"INVALID_ARGUMENT","field":"long_url","message":"blocked"}}]}`))
+	}))
+	r := importAgainst(t, srv, "keyword,url\n,https://example.com/a\nnourl1,\n")
+	if r.code != exitRowsFailed || !strings.Contains(r.stdout, "0 created (0 kept their code), 2 failed") ||
+		!strings.Contains(r.stderr, "2 of 2 rows got no link") {
+		t.Errorf("import whose every row failed: %s; want exit %d with the report", r, exitRowsFailed)
+	}
+	r = importAgainst(t, srv, "keyword,url\n,https://example.com/a\n", "-o", "json")
+	var rep importReportJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != exitRowsFailed || rep.Failed != 1 || rep.Stopped != "" {
+		t.Errorf("import -o json whose row failed: %v, %+v; %s", err, rep, r)
+	}
+}
+
+// An import that stops early still writes its -o json report: the codes
+// the rows before the stop got, and why it stopped.
+func TestImportStoppedWritesThePartialJSONReport(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/v1/links:batch" {
+			http.NotFound(w, r)
+			return
+		}
+		if posts.Add(1) > 1 {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusInternalServerError)
+			w.Write([]byte(`{"status":500,"code":"INTERNAL","detail":"internal error; try again later"}`))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"results":[{"index":0,"link":{"code":"s1","shortUrl":"http://k.test/s1","longUrl":"https://example.com/a"}}]}`))
+	}))
+	r := importAgainst(t, srv, "keyword,url\n,https://example.com/a\n,https://example.com/b\n", "--batch", "1", "-o", "json")
+	var rep importReportJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("import stopped at its second batch wrote no JSON report: %v; %s", err, r)
+	}
+	if r.code != exitError || rep.Rows != 2 || rep.Created != 1 || len(rep.Results) != 1 || rep.Results[0].Code != "s1" ||
+		!strings.Contains(rep.Stopped, "batch create of lines 3 to 3: internal error") {
+		t.Errorf("import stopped at its second batch: %+v; %s", rep, r)
+	}
 }

@@ -294,10 +294,11 @@ func TestImportAndExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.run("links", "import", file, "--batch", "2")
-	if r.code != 0 {
-		t.Fatalf("import: %s", r)
+	if r.code != exitRowsFailed {
+		t.Fatalf("import with two bad rows: %s; want exit %d", r, exitRowsFailed)
 	}
-	wantProgress := "imported 2/5 rows (2 created, 0 failed)\nimported 4/5 rows (3 created, 1 failed)\nimported 5/5 rows (3 created, 2 failed)\n"
+	wantProgress := "imported 2/5 rows (2 created, 0 failed)\nimported 4/5 rows (3 created, 1 failed)\nimported 5/5 rows (3 created, 2 failed)\n" +
+		"kurzctl: 2 of 5 rows got no link (see the report)\n"
 	if r.stderr != wantProgress {
 		t.Errorf("import progress:\n%s\nwant:\n%s", r.stderr, wantProgress)
 	}
@@ -330,7 +331,11 @@ func TestImportAndExport(t *testing.T) {
 	if recs, err := csv.NewReader(strings.NewReader(string(b))).ReadAll(); err != nil || len(recs) != 4 {
 		t.Errorf("export -f (want a header and 3 rows): %v\n%s", err, b)
 	}
-	rep := decodeJSON(t, c.ok("links", "import", file, "-o", "json"))
+	r = c.run("links", "import", file, "-o", "json")
+	if r.code != exitRowsFailed {
+		t.Fatalf("import again with two bad rows: %s; want exit %d", r, exitRowsFailed)
+	}
+	rep := decodeJSON(t, r.stdout)
 	// Again: the codes are these very links, to the same URLs, so nothing
 	// is created twice; the two bad rows fail again.
 	if rep["format"] != "bitly" || rep["rows"] != float64(5) || rep["created"] != float64(0) || rep["existing"] != float64(3) ||

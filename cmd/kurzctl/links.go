@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -57,7 +58,8 @@ Examples:
 		{
 			name: "links list", summary: "list the tenant's links, newest first", maxArgs: 0,
 			help: `Lists the tenant's links, newest first, one page at a time (the next page's
-token is printed on stderr), or every page with --all.
+token is printed on stderr), or every page with --all: at most 10,000 pages
+and 1 GiB of answers (links export streams a longer list).
 
 Examples:
   kurzctl links list
@@ -108,11 +110,16 @@ recognised from its header), and creates its links in batches through the gatewa
 link's old code as its alias where it is free. A row whose code is already
 your link to the same URL (an earlier run of the same file) is counted as
 imported before, not created again: a file can be sent again after an error.
-Progress goes to stderr, one line per batch; then a summary and the rows
-that failed. A kurz export's links come back with their expiry, visit limit,
+A batch refused with an answer that says nothing was created (a rate limit,
+the gateway's bulk slots busy) waits what the answer says, at most a minute
+and 30 times per batch, and is sent again; another refusal stops the import.
+Progress goes to stderr, one line per batch and per wait; then a summary and
+the rows that failed. It exits 3 when rows failed; when it stops early, -o json
+still writes the report of the rows before the stop, with "stopped" saying why. A kurz export's links come back with their expiry, visit limit,
 redirect type, device targets, rules, variants and domain; a
 password-protected or disabled link fails its row (the export holds no
-password).
+password). A file holds at most 10,000 rows: split a longer one into files
+that each start with its header row (docs/cli.md shows how).
 
 Examples:
   kurzctl links import bitly-export.csv
@@ -184,12 +191,25 @@ func redirectType(cmd string, status int) (shortenerv1.RedirectType, error) {
 	return rt, nil
 }
 
+// maxSpanDays is the longest span parseSpan takes in days: a
+// time.Duration holds about 292 years.
+const maxSpanDays = int64(math.MaxInt64 / (24 * time.Hour))
+
+// errSpanTooLong is parseSpan's error for a span a time.Duration cannot
+// hold, which would otherwise wrap around into the past.
+var errSpanTooLong = fmt.Errorf("a duration holds at most %dd (about 292 years): give an RFC 3339 time for a later one", maxSpanDays)
+
 // parseSpan parses a duration, with "d" for days: 90m, 72h, 7d, 1.5d.
 func parseSpan(s string) (time.Duration, error) {
 	if n, ok := strings.CutSuffix(s, "d"); ok {
+		// ParseFloat takes NaN and Inf too, and says ±Inf (ErrRange)
+		// for a number beyond a float64.
 		days, err := strconv.ParseFloat(n, 64)
-		if err != nil || days < 0 {
+		switch {
+		case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(days), days < 0:
 			return 0, fmt.Errorf("%q is not a duration such as 72h or 7d", s)
+		case days > float64(maxSpanDays):
+			return 0, fmt.Errorf("%q: %w", s, errSpanTooLong)
 		}
 		return time.Duration(days * float64(24*time.Hour)), nil
 	}
@@ -206,6 +226,9 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	d, err := parseSpan(s)
+	if errors.Is(err, errSpanTooLong) {
+		return time.Time{}, err
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a duration from now (72h, 30d)", s)
 	}
@@ -276,6 +299,12 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if err != nil {
 			return err
 		}
+		if pw != "" {
+			// Anonymous links may have one: no API key guards it.
+			if err := c.keepOffPlainHTTP(cmd, "link's password"); err != nil {
+				return err
+			}
+		}
 		var link shortenerv1.Link
 		raw, status, err := gw.callProtoStatus(c.ctx, "POST", "/v1/links", nil, req, &link)
 		if err != nil {
@@ -325,9 +354,13 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 		var links []*shortenerv1.Link
 		var raws []json.RawMessage
 		// --all stops at a page token sent before (a gateway that loops
-		// would be asked forever) and at maxListBody of answers in all.
+		// would be asked forever), at an empty page that names a next one
+		// (the shortener ends every page but the last on a link: a gateway
+		// sending such pages with fresh tokens would be asked forever,
+		// tens of bytes each), after maxListPages pages and at maxListBody
+		// of answers in all.
 		sent := map[string]bool{}
-		read := 0
+		read, pages := 0, 0
 		for {
 			if token != "" {
 				if sent[token] {
@@ -354,6 +387,12 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 			token = page.GetNextPageToken()
 			if !*all || token == "" {
 				break
+			}
+			if len(page.GetLinks()) == 0 {
+				return fmt.Errorf("GET /v1/links: the gateway answered an empty page with a next page token; stopped after %d links", len(links))
+			}
+			if pages++; pages >= maxListPages {
+				return fmt.Errorf("GET /v1/links: more than %d pages; stopped after %d links: use a larger --page-size, or links export for a list this long", maxListPages, len(links))
 			}
 		}
 		if c.json() {
@@ -488,6 +527,11 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 		gw, err := c.gateway(cmd, apiKeyAuth)
 		if err != nil {
 			return err
+		}
+		if pw, _ := body["password"].(string); pw != "" {
+			if err := c.keepOffPlainHTTP(cmd, "link's password"); err != nil {
+				return err
+			}
 		}
 		path := "/v1/links/" + url.PathEscape(args[0])
 		if set["ios"] || set["android"] || set["desktop"] {
@@ -725,6 +769,11 @@ const defaultMaxExport = 4 << 30
 // maxListBody bounds the answers links list --all reads in all (each page
 // is bounded by maxAnswerBody too); links export streams longer lists.
 var maxListBody = 1 << 30 // a variable for the test
+
+// maxListPages bounds the pages links list --all asks for: ten million
+// links in pages of 1,000, more than maxListBody holds; a gateway sending
+// pages of one small link each reaches it long before that.
+var maxListPages = 10_000 // a variable for the test
 
 // errTooLarge is boundedReader's error once its bound is passed.
 var errTooLarge = errors.New("the export is larger than --max-size; stopped (raise it, or 0 for no bound)")

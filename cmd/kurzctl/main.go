@@ -29,6 +29,9 @@ const (
 	exitOK    = 0
 	exitError = 1 // the API (or the network, or a file) failed
 	exitUsage = 2 // the command line is wrong
+	// exitRowsFailed is links import's when it went through the file but
+	// some rows got no link (the report lists them).
+	exitRowsFailed = 3
 )
 
 func main() {
@@ -66,6 +69,10 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		return exitUsage
 	}
 	fmt.Fprintf(stderr, "kurzctl: %s\n", errorText(err))
+	var rows *rowsFailedError
+	if errors.As(err, &rows) {
+		return exitRowsFailed
+	}
 	return exitError
 }
 

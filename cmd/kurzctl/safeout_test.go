@@ -123,6 +123,37 @@ func TestListAllStopsAtALoopingGateway(t *testing.T) {
 	}
 }
 
+// links list --all stops at an empty page that names a next page, and
+// after maxListPages pages, rather than asking a gateway that sends fresh
+// tokens forever: pages of tens of bytes would take millions of requests
+// to reach maxListBody.
+func TestListAllStopsAtEndlessSmallPages(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("tag") == "empty" {
+			fmt.Fprintf(w, `{"links":[],"nextPageToken":"t%d"}`, n)
+			return
+		}
+		fmt.Fprintf(w, `{"links":[{"code":"c%d","longUrl":"https://example.com/"}],"nextPageToken":"t%d"}`, n, n)
+	}))
+	t.Cleanup(srv.Close)
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+	r := c.run("--url", srv.URL, "--api-key", "k", "links", "list", "--all", "--tag", "empty")
+	if r.code != exitError || !strings.Contains(r.stderr, "empty page with a next page token") || calls.Load() != 1 {
+		t.Errorf("a gateway of empty pages with fresh tokens, %d calls: %s", calls.Load(), r)
+	}
+
+	defer func(n int) { maxListPages = n }(maxListPages)
+	maxListPages = 50
+	calls.Store(0)
+	r = c.run("--url", srv.URL, "--api-key", "k", "links", "list", "--all")
+	if r.code != exitError || !strings.Contains(r.stderr, "more than 50 pages") || calls.Load() != 50 {
+		t.Errorf("a gateway of one-link pages with fresh tokens, %d calls: %s", calls.Load(), r)
+	}
+}
+
 // links export stops at --max-size, leaving no file behind; an export of
 // exactly the bound passes.
 func TestExportStopsAtMaxSize(t *testing.T) {

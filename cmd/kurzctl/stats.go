@@ -181,7 +181,10 @@ var eighths = []string{"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"}
 
 // chart draws one bar per bucket, scaled so the busiest bucket fills width
 // cells: human clicks in blocks (to an eighth of a cell), then bot and
-// flood clicks shaded, then the figures. A non-zero part always shows.
+// flood clicks shaded, then the figures. A non-zero part always shows. The
+// counts are the gateway's word: a bucket whose parts exceed its total, or
+// a negative count, still draws a bar of 0 to width cells (and one for a
+// non-zero bot part after a full human one), never one sized by the count.
 func chart(series []*analyticsv1.TimeBucket, interval analyticsv1.Interval, width int) string {
 	layout := "2006-01-02"
 	if interval == analyticsv1.Interval_INTERVAL_HOUR {
@@ -197,15 +200,9 @@ func chart(series []*analyticsv1.TimeBucket, interval analyticsv1.Interval, widt
 		other := n.GetBot() + n.GetFlood()
 		var bar strings.Builder
 		if peak > 0 {
-			h8 := int(math.Round(float64(n.GetHuman()) * float64(width*8) / float64(peak)))
-			if n.GetHuman() > 0 && h8 == 0 {
-				h8 = 1
-			}
+			h8 := scaled(n.GetHuman(), peak, width*8)
 			bar.WriteString(strings.Repeat("█", h8/8) + eighths[h8%8])
-			o := int(math.Round(float64(other) * float64(width) / float64(peak)))
-			if other > 0 && o == 0 {
-				o = 1
-			}
+			o := min(scaled(other, peak, width), max(width-(h8+7)/8, 1))
 			bar.WriteString(strings.Repeat("░", o))
 		}
 		figures := strconv.FormatInt(n.GetTotal(), 10)
@@ -218,6 +215,16 @@ func chart(series []*analyticsv1.TimeBucket, interval analyticsv1.Interval, widt
 			strings.Repeat(" ", max(0, width+1-cells(bar.String()))), figures)
 	}
 	return sb.String()
+}
+
+// scaled is n's share of peak in units, rounded: 0 for n <= 0, else 1 to
+// units (a count above peak fills units).
+func scaled(n, peak int64, units int) int {
+	if n <= 0 || peak <= 0 {
+		return 0
+	}
+	f := math.Round(float64(n) * float64(units) / float64(peak))
+	return int(max(1, min(f, float64(units))))
 }
 
 // cells is the width of s in terminal cells: one per rune (the block

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 )
@@ -28,5 +32,33 @@ func TestPrintStatsCountries(t *testing.T) {
 	}
 	if out := stats(&analyticsv1.KeyCount{Key: "", Count: 5}); strings.Contains(out, "COUNTRY") {
 		t.Errorf("stats without a known country shows a country table:\n%s", out)
+	}
+}
+
+// A bucket's bars never outgrow the chart, whatever the counts say: a
+// human count far above the bucket's total (the busiest total sets the
+// scale) draws width cells, not millions, and a negative count draws
+// nothing rather than panicking.
+func TestChartClampsBarsToItsWidth(t *testing.T) {
+	const width = 40
+	day := timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	for name, counts := range map[string]*analyticsv1.ClickCounts{
+		"human above total": {Total: 1, Human: 5_000_000},
+		"bots above total":  {Total: 1, Human: 1, Bot: 5_000_000},
+		"both above total":  {Total: 1, Human: 5_000_000, Bot: 3, Flood: 4},
+		"negative human":    {Total: 1, Human: -1},
+		"negative bots":     {Total: 1, Human: 1, Bot: -7},
+		"overflowing bots":  {Total: 1, Bot: math.MaxInt64, Flood: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := chart([]*analyticsv1.TimeBucket{{StartTime: day, Counts: counts}}, analyticsv1.Interval_INTERVAL_DAY, width)
+			bar := strings.TrimRight(strings.SplitN(strings.TrimPrefix(out, "2026-01-01  "), "  ", 2)[0], " ")
+			if n := cells(bar); n > width+1 {
+				t.Errorf("bar of %d cells, want at most %d:\n%s", n, width+1, out)
+			}
+			if counts.GetHuman() < 0 && strings.Contains(bar, "█") || counts.GetBot() < 0 && strings.Contains(bar, "░") {
+				t.Errorf("a negative count drew a bar: %q", bar)
+			}
+		})
 	}
 }

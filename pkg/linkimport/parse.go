@@ -132,7 +132,7 @@ func Parse(r io.Reader) (Format, []Row, error) {
 	var rows []Row
 	add := func(rec []string, line int) error {
 		if len(rows) == MaxRows {
-			return fmt.Errorf("the file has more than %d rows: split it into smaller files", MaxRows)
+			return fmt.Errorf("the file has more than %d rows: split it into files of at most %d rows, each starting with the header row", MaxRows, MaxRows)
 		}
 		row := makeRow(format, cols, rec, line)
 		if format == Kurz && !headerless && len(rec) < len(first) {
