@@ -121,6 +121,18 @@ func (s *Store) Insert(ctx context.Context, rows []Click) error {
 	return nil
 }
 
+// Answered tells an insert that ClickHouse received and answered with an
+// error (an exception: too many parts, a memory limit, a view that
+// failed) from one whose rows may never have arrived. Such an insert may
+// still have kept rows: ClickHouse writes a block to the raw table before
+// it pushes it to the materialized views, and does not take it back when
+// a view fails, so the rows are in click_events and missing from the
+// aggregates. (Not on a cluster's unreachable peer, which is unreachable.)
+func Answered(err error) bool {
+	var exception *clickhouse.Exception
+	return errors.As(err, &exception) && !unreachable(err) && !errors.Is(err, ErrNotSent)
+}
+
 // existingChunk bounds the keys of one Existing query, existingQueryBytes
 // its text: ClickHouse refuses a query over max_query_size (256 KiB by
 // default), and a key can be ~700 bytes (a 63-character tenant, a custom

@@ -20,6 +20,7 @@ import (
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/metrictest"
+	"kurz.dev/services/analytics/internal/clickstore"
 )
 
 const (
@@ -575,6 +576,53 @@ func TestFloodChecksAreBatched(t *testing.T) {
 	}
 	if checks := len(fake.Calls()); checks != 250 || sum != 250 || len(sizes) > 25 {
 		t.Errorf("%d checks, %d of them in %d CheckQuotas calls (%v); want all 250 in at most 25 calls", checks, sum, len(sizes), sizes)
+	}
+}
+
+// ClickHouse writes an insert's block to the raw table before it pushes
+// it to the materialized views, and keeps it when a view fails (too many
+// parts, a memory limit): the insert is refused, the retry finds the rows
+// stored and must not send them again, but the aggregates may lack them.
+// That is counted apart from the ordinary duplicates (it was counted as
+// "stored", and the clicks were gone from the statistics silently). A view
+// of the test's own throws for the test's code.
+func TestRowsKeptByARefusedInsertAreCountedApart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if clickstore.LayoutOf(e.cfg.ClickHouse).Cluster != "" {
+		t.Skip("on a cluster inserts reach the shards' tables asynchronously: a view's failure does not refuse the insert")
+	}
+	code := "kept" + rnd()
+	ctx := context.Background()
+	target, view := "t_"+code, "t_"+code+"_mv"
+	for _, q := range []string{
+		"CREATE TABLE " + target + " (code String) ENGINE = MergeTree ORDER BY code",
+		"CREATE MATERIALIZED VIEW " + view + " TO " + target + " AS SELECT code FROM " + clickstore.EventsTable +
+			" WHERE throwIf(code = '" + code + "') = 0",
+	} {
+		if err := e.ch.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = e.ch.Exec(context.Background(), "DROP TABLE IF EXISTS "+view)
+		_ = e.ch.Exec(context.Background(), "DROP TABLE IF EXISTS "+target)
+	})
+	r := e.start(e.opts(), e.rdb, e.store, allowAll(t))
+	events := e.mixed(code, 12)
+	e.xadd(events...)
+	eventually(t, 20*time.Second, "the batch acknowledged", func() (bool, string) {
+		p := e.pending()
+		return p == 0 && e.rows(code) > 0, fmt.Sprintf("pending %d, raw rows %d", p, e.rows(code))
+	})
+	if got := e.rows(code); got != uint64(len(events)) {
+		t.Errorf("raw rows %d, want %d: the refused insert's rows, not sent again", got, len(events))
+	}
+	if got := metrictest.Counter(t, r.reader, MetricSkipped, "reason", "kept_by_failed_insert"); got != int64(len(events)) {
+		t.Errorf("%s{reason=kept_by_failed_insert} = %d, want %d", MetricSkipped, got, len(events))
+	}
+	if got := metrictest.Counter(t, r.reader, MetricSkipped, "reason", "stored"); got != 0 {
+		t.Errorf("%s{reason=stored} = %d, want 0: these are not ordinary duplicates", MetricSkipped, got)
 	}
 }
 

@@ -49,7 +49,7 @@ func newMetrics(mp metric.MeterProvider, c *Consumer) (*metrics, error) {
 		return ctr
 	}
 	m.consumed = counter(MetricConsumed, "Click events stored in ClickHouse", "{event}")
-	m.skippedC = counter(MetricSkipped, "Click events not stored again: reason=in_batch (twice in one batch) or stored (ClickHouse had them)", "{event}")
+	m.skippedC = counter(MetricSkipped, "Click events not stored again: reason=in_batch (twice in one batch), stored (ClickHouse had them) or kept_by_failed_insert (ClickHouse kept them from an insert it refused: possibly missing from the aggregates)", "{event}")
 	m.dead = counter(MetricDeadLettered, "Click entries moved to a dead-letter stream: reason=unparseable, deliveries or trimmed", "{entry}")
 	m.claimedC = counter(MetricClaimed, "Pending click entries claimed from idle consumers", "{entry}")
 	m.trimmedC = counter(MetricTrimmed, "Pending click entries lost: trimmed from the stream (MAXLEN) before they were stored", "{entry}")
