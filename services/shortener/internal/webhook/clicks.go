@@ -334,7 +334,11 @@ func (s *Store) ClickTenants(ctx context.Context) (map[string]bool, error) {
 }
 
 // QueueClicks queues a link.clicked delivery per row and subscription, in
-// one transaction; a delivery already queued (the same id) is kept.
+// one transaction; a delivery already queued (the same id) is kept. The
+// subscriptions are read FOR KEY SHARE (the lock the deliveries' foreign
+// key takes anyway): one whose delete is committing is waited for and
+// skipped, where the foreign key check failed the whole flush, every
+// tenant's clicks with it (pkg/linkschema/0012_webhooks_lock_subscriptions.sql).
 func (s *Store) QueueClicks(ctx context.Context, rows []clickRow) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*s.timeout)
 	defer cancel()
@@ -346,6 +350,7 @@ func (s *Store) QueueClicks(ctx context.Context, rows []clickRow) error {
 				SELECT 'evt_' || md5(s.id || '|' || $2), s.id, $1, 'link.clicked', $3::jsonb
 				FROM webhook_subscriptions s
 				WHERE s.tenant = $1 AND 'link.clicked' = ANY (s.events)
+				FOR KEY SHARE OF s
 				ON CONFLICT (id) DO NOTHING`, r.tenant, r.batchKey, string(r.data))
 		}
 		return tx.SendBatch(ctx, batch).Close()

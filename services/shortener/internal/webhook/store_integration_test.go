@@ -1,0 +1,192 @@
+//go:build integration
+
+package webhook
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/linkschema"
+	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/pkg/testkit/stack"
+)
+
+func TestMain(m *testing.M) { stack.Require(m, stack.Postgres) }
+
+// testDB returns a pool on a schema of its own in the test database, with
+// the shortener's migrations applied, dropped when the test ends: the
+// store's tests see no other test's (or stack's) subscriptions, and no
+// sender of theirs claims what they queue.
+func testDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	var cfg pgpool.Config
+	if err := config.Load(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := pgpool.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	schema := "webhook_test_" + strings.ToLower(rand.Text()[:10])
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop the test schema %s: %v", schema, err)
+		}
+	})
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["search_path"] = schema
+	db, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := linkschema.Apply(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// addSubscription subscribes tenant's id to events, straight in the table.
+func addSubscription(t *testing.T, db *pgxpool.Pool, tenant, id string, events ...string) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), `
+		INSERT INTO webhook_subscriptions (id, tenant, url, events, secret)
+		VALUES ($1, $2, 'https://hooks.example.com/', $3, '\x00')`, id, tenant, events); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// whileBlocked runs write, which must come to wait for a lock the session
+// of tx holds, then commits tx, and returns write's error.
+func whileBlocked(t *testing.T, db *pgxpool.Pool, tx pgx.Tx, write func() error) error {
+	t.Helper()
+	ctx := context.Background()
+	var pid int64
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	blocked, state := servertest.EventuallyState(10*time.Second, func() (bool, string) {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE $1::int = ANY (pg_blocking_pids(pid))`, pid).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n > 0, fmt.Sprintf("%d sessions wait for the transaction", n)
+	})
+	if !blocked {
+		select {
+		case err := <-done:
+			t.Fatalf("the write did not wait for the open transaction (%s); it returned %v", state, err)
+		default:
+			t.Fatalf("the write never waited for the open transaction: %s", state)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return <-done
+}
+
+// TestLinkWriteSucceedsWhileItsTenantsSubscriptionIsDeleted: the links
+// trigger saw a subscription whose delete had not committed yet, its
+// delivery's foreign key check waited for the delete, and once the delete
+// committed the link write failed with 23503 (webhook_deliveries_
+// subscription_id_fkey). The write must succeed, queueing nothing for the
+// deleted subscription and its delivery for the one that stays.
+func TestLinkWriteSucceedsWhileItsTenantsSubscriptionIsDeleted(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	addSubscription(t, db, "t1", "wh_gone", "link.created", "link.updated")
+	addSubscription(t, db, "t1", "wh_stays", "link.created", "link.updated")
+	for _, write := range []struct{ name, sql string }{
+		{"create", `INSERT INTO links (code, tenant, long_url) VALUES ('a1', 't1', 'https://example.com/')`},
+		{"update", `UPDATE links SET long_url = 'https://example.com/2' WHERE code = 'a1'`},
+	} {
+		t.Run(write.name, func(t *testing.T) {
+			if write.name == "update" {
+				addSubscription(t, db, "t1", "wh_gone", "link.updated")
+			}
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, `DELETE FROM webhook_subscriptions WHERE id = 'wh_gone'`); err != nil {
+				t.Fatal(err)
+			}
+			err = whileBlocked(t, db, tx, func() error {
+				_, err := db.Exec(ctx, write.sql)
+				return err
+			})
+			if err != nil {
+				t.Fatalf("the link %s while a subscription's delete committed: %v", write.name, err)
+			}
+		})
+	}
+	var stays, gone int
+	if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE subscription_id = 'wh_stays'),
+		count(*) FILTER (WHERE subscription_id = 'wh_gone') FROM webhook_deliveries`).Scan(&stays, &gone); err != nil {
+		t.Fatal(err)
+	}
+	if stays != 2 || gone != 0 {
+		t.Errorf("deliveries: %d for the subscription that stays, %d for the deleted one; want 2 and 0", stays, gone)
+	}
+}
+
+// TestClickFlushSucceedsWhileASubscriptionIsDeleted: QueueClicks raced a
+// link.clicked subscription's delete as the trigger did, and its one
+// transaction failed for every tenant's clicks.
+func TestClickFlushSucceedsWhileASubscriptionIsDeleted(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	store := NewStore(db, 5*time.Second)
+	addSubscription(t, db, "t1", "wh_gone", "link.clicked")
+	addSubscription(t, db, "t2", "wh_other", "link.clicked")
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `DELETE FROM webhook_subscriptions WHERE id = 'wh_gone'`); err != nil {
+		t.Fatal(err)
+	}
+	err = whileBlocked(t, db, tx, func() error {
+		return store.QueueClicks(ctx, []clickRow{
+			{tenant: "t1", batchKey: "a1|s/1-0", data: []byte(`{"code":"a1","clicks":1}`)},
+			{tenant: "t2", batchKey: "b1|s/2-0", data: []byte(`{"code":"b1","clicks":1}`)},
+		})
+	})
+	if err != nil {
+		t.Fatalf("queueing clicks while a subscription's delete committed: %v", err)
+	}
+	var subs []string
+	rows, err := db.Query(ctx, `SELECT subscription_id FROM webhook_deliveries ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subs, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(subs) != 1 || subs[0] != "wh_other" {
+		t.Errorf("deliveries queued for %v, want the other tenant's subscription only", subs)
+	}
+}
