@@ -318,7 +318,8 @@ type clickRow struct {
 func (s *Store) ClickTenants(ctx context.Context) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT DISTINCT tenant FROM webhook_subscriptions WHERE 'link.clicked' = ANY (events)`)
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT tenant FROM webhook_subscriptions
+		WHERE 'link.clicked' = ANY (events) AND deleted_at IS NULL`)
 	if err != nil {
 		return nil, fmt.Errorf("click subscribers: %w", err)
 	}
@@ -349,7 +350,7 @@ func (s *Store) QueueClicks(ctx context.Context, rows []clickRow) error {
 				INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data)
 				SELECT 'evt_' || md5(s.id || '|' || $2), s.id, $1, 'link.clicked', $3::jsonb
 				FROM webhook_subscriptions s
-				WHERE s.tenant = $1 AND 'link.clicked' = ANY (s.events)
+				WHERE s.tenant = $1 AND 'link.clicked' = ANY (s.events) AND s.deleted_at IS NULL
 				FOR KEY SHARE OF s
 				ON CONFLICT (id) DO NOTHING`, r.tenant, r.batchKey, string(r.data))
 		}

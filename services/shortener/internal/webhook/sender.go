@@ -36,6 +36,9 @@ const (
 	maxErrorText = 200
 	// pruneEvery is how often finished deliveries past the retention go.
 	pruneEvery = 10 * time.Minute
+	// purgeEvery is how often deleted subscriptions' deliveries go (they
+	// are neither sent nor counted meanwhile).
+	purgeEvery = time.Minute
 	// userAgent names the sender to receivers.
 	userAgent = "kurz-webhooks/1"
 )
@@ -109,8 +112,8 @@ func (s *Sender) Run(ctx context.Context) {
 		freed   = make(chan struct{}, 1)
 	)
 	defer wg.Wait()
+	wg.Go(func() { s.housekeep(ctx) })
 	limits := claimLimits{perSub: s.cfg.ConcurrencyPerSubscription, perTenant: s.cfg.ConcurrencyPerTenant}
-	lastPrune := time.Time{}
 	failing := false // the last claim failed: logged once, until one succeeds
 	for ctx.Err() == nil {
 		// A copy of the counts to claim with: deliveries that finish
@@ -150,14 +153,6 @@ func (s *Sender) Run(ctx context.Context) {
 				}
 			})
 		}
-		if time.Since(lastPrune) > pruneEvery {
-			lastPrune = time.Now()
-			if n, err := s.store.Prune(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-				s.log.Warn("webhook deliveries: prune failed", "err", err)
-			} else if n > 0 {
-				s.log.Info("webhook deliveries pruned", "deleted", n)
-			}
-		}
 		if claimed > 0 && claimed == free {
 			continue // maybe more is due: claim again once a slot frees
 		}
@@ -165,6 +160,35 @@ func (s *Sender) Run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-tick.C:
 		case <-freed:
+		}
+	}
+}
+
+// housekeep deletes, until ctx ends, the deliveries of deleted
+// subscriptions (and then their rows) every purgeEvery and finished
+// deliveries past the retention every pruneEvery, beside the claims: a
+// long purge (a busy subscription's log) does not hold up the sending.
+func (s *Sender) housekeep(ctx context.Context) {
+	tick := time.NewTicker(purgeEvery)
+	defer tick.Stop()
+	var lastPrune time.Time
+	for ctx.Err() == nil {
+		if n, err := s.store.PurgeDeleted(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("webhook deliveries: purging deleted subscriptions failed", "err", err)
+		} else if n > 0 {
+			s.log.Info("deleted webhook subscriptions purged", "subscriptions", n)
+		}
+		if time.Since(lastPrune) >= pruneEvery {
+			lastPrune = time.Now()
+			if n, err := s.store.Prune(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+				s.log.Warn("webhook deliveries: prune failed", "err", err)
+			} else if n > 0 {
+				s.log.Info("webhook deliveries pruned", "deleted", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
 		}
 	}
 }

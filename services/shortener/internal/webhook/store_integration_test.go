@@ -190,3 +190,102 @@ func TestClickFlushSucceedsWhileASubscriptionIsDeleted(t *testing.T) {
 		t.Errorf("deliveries queued for %v, want the other tenant's subscription only", subs)
 	}
 }
+
+// addDeliveries queues n pending deliveries of subID, due now.
+func addDeliveries(t *testing.T, db *pgxpool.Pool, subID string, n int) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), `
+		INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data, next_attempt_at)
+		SELECT 'evt_' || s.id || '_' || i, s.id, s.tenant, 'link.created', '{}', now() - interval '1 second'
+		FROM webhook_subscriptions s, generate_series(1, $2) i WHERE s.id = $1`, subID, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func countDeliveries(t *testing.T, db *pgxpool.Pool, subID string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries WHERE subscription_id = $1`,
+		subID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDeleteOfABusySubscriptionDoesNotWaitForItsDeliveries: a delete
+// cascaded over the subscription's whole delivery log in one statement,
+// which for a busy one (1.5M deliveries) outlasted the query timeout every
+// time: the subscription could not be deleted. Here a delivery's row lock,
+// held by another transaction, stands for a log too long to delete in
+// time. The delete must answer within the timeout, the subscription leave
+// the API, the queueing and the claims at once, and the senders' purge
+// remove its deliveries and then its row, the other subscription's
+// deliveries staying.
+func TestDeleteOfABusySubscriptionDoesNotWaitForItsDeliveries(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	store := NewStore(db, time.Second)
+	addSubscription(t, db, "t1", "wh_busy", "link.created")
+	addSubscription(t, db, "t1", "wh_other", "link.created")
+	addDeliveries(t, db, "wh_busy", 2*pruneBatch+10)
+	addDeliveries(t, db, "wh_other", 3)
+
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_deliveries WHERE id = 'evt_wh_busy_1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, "t1", "wh_busy"); err != nil {
+		t.Fatalf("delete of a subscription with %d deliveries: %v", 2*pruneBatch+10, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, "t1", "wh_busy"); err != errNotFound {
+		t.Errorf("a second delete: %v, want errNotFound", err)
+	}
+	subs, err := store.List(ctx, "t1")
+	if err != nil || len(subs) != 1 || subs[0].ID != "wh_other" {
+		t.Errorf("after the delete the tenant lists %v (%v), want wh_other alone", subs, err)
+	}
+	if _, err := store.Deliveries(ctx, "t1", "wh_busy", "", 10, nil); err != errNotFound {
+		t.Errorf("the deleted subscription's deliveries: %v, want errNotFound", err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO links (code, tenant, long_url) VALUES ('b1', 't1', 'https://example.com/')`); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := store.Claim(ctx, 100, time.Minute, claimLimits{perSub: 100, perTenant: 100}, newInFlight())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claimed {
+		if c.SubscriptionID != "wh_other" {
+			t.Fatalf("claimed %s of the deleted subscription %s", c.ID, c.SubscriptionID)
+		}
+	}
+	if len(claimed) != 4 {
+		t.Errorf("claimed %d deliveries, want wh_other's 3 and its link.created", len(claimed))
+	}
+	pending, _, _, err := store.QueueStats(ctx)
+	if err != nil || pending != 4 {
+		t.Errorf("pending %d (%v), want 4: the deleted subscription's deliveries are not owed", pending, err)
+	}
+
+	removed, err := store.PurgeDeleted(ctx)
+	if err != nil || removed != 1 {
+		t.Fatalf("purge: %d subscriptions removed (%v), want 1", removed, err)
+	}
+	var rows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM webhook_subscriptions WHERE id = 'wh_busy'`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if n := countDeliveries(t, db, "wh_busy"); n != 0 || rows != 0 {
+		t.Errorf("after the purge: %d deliveries and %d rows of the deleted subscription, want none", n, rows)
+	}
+	if n := countDeliveries(t, db, "wh_other"); n != 4 {
+		t.Errorf("the other subscription has %d deliveries after the purge, want its 4", n)
+	}
+}
