@@ -468,18 +468,41 @@ func (s *Store) removeDeleted(ctx context.Context, subID string) (bool, error) {
 	return tag.RowsAffected() > 0, nil
 }
 
+// capped returns the subscriptions and the tenants of sending that are at
+// their limits: a sender sending them may claim none of their deliveries.
+func capped(sending inFlight, limits claimLimits) (subs, tenants []string) {
+	subs, tenants = []string{}, []string{}
+	for id, n := range sending.subs {
+		if n >= limits.perSub {
+			subs = append(subs, id)
+		}
+	}
+	for t, n := range sending.tenants {
+		if n >= limits.perTenant {
+			tenants = append(tenants, t)
+		}
+	}
+	return subs, tenants
+}
+
 // QueueStats returns the pending deliveries, how long the oldest has been
-// queued, and how far the most overdue one is past its due time.
-func (s *Store) QueueStats(ctx context.Context) (pending int64, oldest, lag time.Duration, err error) {
+// queued, and how far the most overdue one that a sender sending what
+// sending counts could claim now is past its due time: the deliveries of a
+// subscription or a tenant at its limit there are left out of the lag (one
+// tenant's backlog behind its own slow receivers is no stalled sender).
+func (s *Store) QueueStats(ctx context.Context, sending inFlight, limits claimLimits) (pending int64, oldest, lag time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	subs, tenants := capped(sending, limits)
 	var o, l float64
 	err = s.db.QueryRow(ctx, `
 		SELECT count(*),
 			COALESCE(EXTRACT(EPOCH FROM now() - min(queued_at)), 0)::float8,
-			COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now())), 0)::float8
+			COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now()
+				AND subscription_id <> ALL ($1::text[]) AND tenant <> ALL ($2::text[]))), 0)::float8
 		FROM webhook_deliveries WHERE status = 'pending'
-		  AND subscription_id NOT IN (SELECT id FROM webhook_subscriptions WHERE deleted_at IS NOT NULL)`).Scan(&pending, &o, &l)
+		  AND subscription_id NOT IN (SELECT id FROM webhook_subscriptions WHERE deleted_at IS NOT NULL)`,
+		subs, tenants).Scan(&pending, &o, &l)
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("webhook queue: %w", err)
 	}

@@ -269,7 +269,7 @@ func TestDeleteOfABusySubscriptionDoesNotWaitForItsDeliveries(t *testing.T) {
 	if len(claimed) != 4 {
 		t.Errorf("claimed %d deliveries, want wh_other's 3 and its link.created", len(claimed))
 	}
-	pending, _, _, err := store.QueueStats(ctx)
+	pending, _, _, err := store.QueueStats(ctx, newInFlight(), claimLimits{perSub: 2, perTenant: 4})
 	if err != nil || pending != 4 {
 		t.Errorf("pending %d (%v), want 4: the deleted subscription's deliveries are not owed", pending, err)
 	}
@@ -287,5 +287,75 @@ func TestDeleteOfABusySubscriptionDoesNotWaitForItsDeliveries(t *testing.T) {
 	}
 	if n := countDeliveries(t, db, "wh_other"); n != 4 {
 		t.Errorf("the other subscription has %d deliveries after the purge, want its 4", n)
+	}
+}
+
+// TestQueueLagLeavesOutWhatTheLimitsHoldBack: the lag counted every due
+// delivery, so one tenant's backlog behind receivers that never answer,
+// held back by its concurrency limit while the sender had slots free,
+// read as a stalled sender (KurzWebhookDeliveriesStalled fired, and its
+// runbook's remedy, more concurrency, does nothing for it). Only what a
+// sender could claim now counts: not a tenant or a subscription at its
+// limit; another tenant's overdue delivery still does.
+func TestQueueLagLeavesOutWhatTheLimitsHoldBack(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	store := NewStore(db, 5*time.Second)
+	limits := claimLimits{perSub: 2, perTenant: 4}
+	addSubscription(t, db, "slow", "wh_slow1", "link.created")
+	addSubscription(t, db, "slow", "wh_slow2", "link.created")
+	addSubscription(t, db, "slow", "wh_slow3", "link.created")
+	addDeliveries(t, db, "wh_slow1", 50)
+	addDeliveries(t, db, "wh_slow2", 50)
+	addDeliveries(t, db, "wh_slow3", 50)
+	if _, err := db.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() - interval '10 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	lagWith := func(sending inFlight) time.Duration {
+		t.Helper()
+		_, _, lag, err := store.QueueStats(ctx, sending, limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lag
+	}
+	// The slow tenant has 4 in flight (wh_slow1 and wh_slow2 2 each).
+	sending := newInFlight()
+	for _, sub := range []string{"wh_slow1", "wh_slow1", "wh_slow2", "wh_slow2"} {
+		sending.add(claim{Delivery: Delivery{SubscriptionID: sub, Tenant: "slow"}}, 1)
+	}
+	if lag := lagWith(sending); lag != 0 {
+		t.Errorf("lag %v with the tenant's backlog held back by its limit, want 0", lag)
+	}
+	if lag := lagWith(newInFlight()); lag < 9*time.Minute {
+		t.Errorf("lag %v with nothing in flight, want the 10 minutes the deliveries are overdue", lag)
+	}
+	// Below the tenant's limit, wh_slow3 (nothing in flight) could be
+	// claimed; wh_slow1, at its own limit, could not.
+	sending.add(claim{Delivery: Delivery{SubscriptionID: "wh_slow2", Tenant: "slow"}}, -1)
+	if _, err := db.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 minute'
+		WHERE subscription_id = 'wh_slow3'`); err != nil {
+		t.Fatal(err)
+	}
+	if lag := lagWith(sending); lag < 9*time.Minute || lag > 11*time.Minute {
+		t.Errorf("lag %v with the tenant below its limit, want wh_slow2's 10 minutes", lag)
+	}
+	if _, err := db.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 minute'
+		WHERE subscription_id = 'wh_slow2'`); err != nil {
+		t.Fatal(err)
+	}
+	if lag := lagWith(sending); lag < 50*time.Second || lag > 5*time.Minute {
+		t.Errorf("lag %v, want the minute of wh_slow2 and wh_slow3, not wh_slow1's 10 (it is at its limit)", lag)
+	}
+	// Another tenant's due delivery counts, whatever the slow one holds.
+	sending.add(claim{Delivery: Delivery{SubscriptionID: "wh_slow3", Tenant: "slow"}}, 1)
+	addSubscription(t, db, "other", "wh_other", "link.created")
+	addDeliveries(t, db, "wh_other", 1)
+	if _, err := db.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() - interval '7 minutes'
+		WHERE subscription_id = 'wh_other'`); err != nil {
+		t.Fatal(err)
+	}
+	if lag := lagWith(sending); lag < 6*time.Minute || lag > 8*time.Minute {
+		t.Errorf("lag %v, want the other tenant's 7 minutes", lag)
 	}
 }
