@@ -359,3 +359,60 @@ func TestQueueLagLeavesOutWhatTheLimitsHoldBack(t *testing.T) {
 		t.Errorf("lag %v, want the other tenant's 7 minutes", lag)
 	}
 }
+
+// TestClaimGivesAFreedSlotToTheTenantWithTheFewestInFlight: the claim
+// took the oldest due deliveries first, so two tenants with backlogs
+// behind receivers that never answer took every slot that freed (up to
+// their limits: all 8 of a replica), and a third tenant's delivery, newer
+// than their backlogs, waited 97 s. A freed slot now goes to the tenant
+// with the fewest deliveries in flight, oldest due first among equals.
+func TestClaimGivesAFreedSlotToTheTenantWithTheFewestInFlight(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	store := NewStore(db, 5*time.Second)
+	limits := claimLimits{perSub: 2, perTenant: 4}
+	for _, tenant := range []string{"a", "b"} {
+		for _, sub := range []string{"1", "2"} {
+			addSubscription(t, db, tenant, "wh_"+tenant+sub, "link.created")
+			addDeliveries(t, db, "wh_"+tenant+sub, 20)
+		}
+	}
+	if _, err := db.Exec(ctx, `UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	addSubscription(t, db, "c", "wh_c", "link.created")
+	addDeliveries(t, db, "wh_c", 1)
+	// Tenant a has 3 in flight (one of its 4 just finished), b all 4.
+	sending := newInFlight()
+	for _, c := range []claim{
+		{Delivery: Delivery{SubscriptionID: "wh_a1", Tenant: "a"}}, {Delivery: Delivery{SubscriptionID: "wh_a1", Tenant: "a"}},
+		{Delivery: Delivery{SubscriptionID: "wh_a2", Tenant: "a"}},
+		{Delivery: Delivery{SubscriptionID: "wh_b1", Tenant: "b"}}, {Delivery: Delivery{SubscriptionID: "wh_b1", Tenant: "b"}},
+		{Delivery: Delivery{SubscriptionID: "wh_b2", Tenant: "b"}}, {Delivery: Delivery{SubscriptionID: "wh_b2", Tenant: "b"}},
+	} {
+		sending.add(c, 1)
+	}
+	got, err := store.Claim(ctx, 1, time.Minute, limits, sending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Tenant != "c" {
+		var who []string
+		for _, c := range got {
+			who = append(who, c.Tenant+"/"+c.SubscriptionID)
+		}
+		t.Fatalf("the freed slot went to %v, want tenant c (nothing in flight) before a (3)", who)
+	}
+	// With slots for all, each gets what its limits leave, oldest first.
+	got, err = store.Claim(ctx, 8, time.Minute, limits, newInFlight())
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, c := range got {
+		per[c.Tenant]++
+	}
+	if len(got) != 8 || per["a"] != 4 || per["b"] != 4 {
+		t.Errorf("claimed %v of 8 free slots, want a and b 4 each", per)
+	}
+}
