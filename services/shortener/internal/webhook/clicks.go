@@ -31,8 +31,11 @@ const (
 // ClickBatcher turns the click streams into link.clicked deliveries: it
 // reads every shard through a consumer group of its own (analytics' group
 // is not touched), counts the clicks of links whose tenant subscribed to
-// link.clicked, and once per ClickInterval queues one delivery per link
-// and subscription, then acknowledges the entries. The delivery id is
+// link.clicked, and one ClickInterval after the first entry it read since
+// its last flush queues one delivery per link and subscription, then
+// acknowledges the entries. Each replica counts its own share of the
+// entries and queues its own deliveries for them: with several replicas a
+// link can get one link.clicked per replica per interval. The delivery id is
 // derived from the subscription, the link and the batch's first entry, and
 // inserted with ON CONFLICT DO NOTHING, so a batch queued again after a
 // crash between the insert and the XACK is not queued twice. Entries of a
@@ -68,6 +71,10 @@ func NewClickBatcher(cfg Config, rdb redis.Cmdable, store *Store, layout clickev
 
 // clickBatch is what a batcher holds between flushes.
 type clickBatch struct {
+	// started is when the batch took its first entry: it is flushed an
+	// interval later. Counted from the batch's creation (the last flush),
+	// the first read after a quiet spell flushed at once, and a link's
+	// clicks of a few seconds came as two events.
 	started time.Time
 	links   map[linkKey]*clickCount
 	acks    map[string][]string // stream key -> entry ids
@@ -83,7 +90,13 @@ type clickCount struct {
 }
 
 func newClickBatch() *clickBatch {
-	return &clickBatch{started: time.Now(), links: map[linkKey]*clickCount{}, acks: map[string][]string{}}
+	return &clickBatch{links: map[linkKey]*clickCount{}, acks: map[string][]string{}}
+}
+
+// due reports whether batch is to be flushed at now: it holds entries, and
+// took the first one interval ago, or holds as many as it may.
+func (batch *clickBatch) due(now time.Time, interval time.Duration) bool {
+	return batch.entries > 0 && (now.Sub(batch.started) >= interval || batch.entries >= maxClickBatch)
 }
 
 // Run batches until ctx ends; what it holds then is left pending, to be
@@ -136,7 +149,7 @@ func (b *ClickBatcher) Run(ctx context.Context) {
 			b.forget(ctx)
 			claimed = time.Now()
 		}
-		if batch.entries > 0 && (time.Since(batch.started) >= b.cfg.ClickInterval || batch.entries >= maxClickBatch) {
+		if batch.due(time.Now(), b.cfg.ClickInterval) {
 			if err := b.flush(ctx, batch); err != nil {
 				if ctx.Err() == nil {
 					b.log.Warn("webhook clicks: queueing a batch failed; its clicks stay pending and are claimed again", "err", err)
@@ -206,7 +219,7 @@ func (b *ClickBatcher) read(ctx context.Context, tenants map[string]bool, batch 
 		}
 		for _, s := range res {
 			n += len(s.Messages)
-			batch.add(key, s.Messages, tenants)
+			batch.add(key, s.Messages, tenants, time.Now())
 		}
 	}
 	return n, first
@@ -219,7 +232,7 @@ func (b *ClickBatcher) claim(ctx context.Context, tenants map[string]bool, batch
 		msgs, _, err := b.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: key, Group: b.cfg.ClickGroup, Consumer: b.consumer,
 			MinIdle: 3 * b.cfg.ClickInterval, Start: "0-0", Count: clickReadCount}).Result()
 		if err == nil {
-			batch.add(key, msgs, tenants)
+			batch.add(key, msgs, tenants, time.Now())
 		}
 	}
 }
@@ -246,9 +259,13 @@ func (b *ClickBatcher) leave(ctx context.Context) {
 	}
 }
 
-// add counts the clicks of subscribed tenants' links; every entry is
-// acknowledged at the flush, counted or not (a poison entry included).
-func (batch *clickBatch) add(key string, msgs []redis.XMessage, tenants map[string]bool) {
+// add counts the clicks of subscribed tenants' links, read at now; every
+// entry is acknowledged at the flush, counted or not (a poison entry
+// included).
+func (batch *clickBatch) add(key string, msgs []redis.XMessage, tenants map[string]bool, now time.Time) {
+	if batch.entries == 0 && len(msgs) > 0 {
+		batch.started = now
+	}
 	for _, m := range msgs {
 		batch.acks[key] = append(batch.acks[key], m.ID)
 		batch.entries++
@@ -318,7 +335,8 @@ type clickRow struct {
 func (s *Store) ClickTenants(ctx context.Context) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT DISTINCT tenant FROM webhook_subscriptions WHERE 'link.clicked' = ANY (events)`)
+	rows, err := s.db.Query(ctx, `SELECT DISTINCT tenant FROM webhook_subscriptions
+		WHERE 'link.clicked' = ANY (events) AND deleted_at IS NULL`)
 	if err != nil {
 		return nil, fmt.Errorf("click subscribers: %w", err)
 	}
@@ -334,7 +352,11 @@ func (s *Store) ClickTenants(ctx context.Context) (map[string]bool, error) {
 }
 
 // QueueClicks queues a link.clicked delivery per row and subscription, in
-// one transaction; a delivery already queued (the same id) is kept.
+// one transaction; a delivery already queued (the same id) is kept. The
+// subscriptions are read FOR KEY SHARE (the lock the deliveries' foreign
+// key takes anyway): one whose delete is committing is waited for and
+// skipped, where the foreign key check failed the whole flush, every
+// tenant's clicks with it (pkg/linkschema/0012_webhooks_lock_subscriptions.sql).
 func (s *Store) QueueClicks(ctx context.Context, rows []clickRow) error {
 	ctx, cancel := context.WithTimeout(ctx, 4*s.timeout)
 	defer cancel()
@@ -345,7 +367,8 @@ func (s *Store) QueueClicks(ctx context.Context, rows []clickRow) error {
 				INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data)
 				SELECT 'evt_' || md5(s.id || '|' || $2), s.id, $1, 'link.clicked', $3::jsonb
 				FROM webhook_subscriptions s
-				WHERE s.tenant = $1 AND 'link.clicked' = ANY (s.events)
+				WHERE s.tenant = $1 AND 'link.clicked' = ANY (s.events) AND s.deleted_at IS NULL
+				FOR KEY SHARE OF s
 				ON CONFLICT (id) DO NOTHING`, r.tenant, r.batchKey, string(r.data))
 		}
 		return tx.SendBatch(ctx, batch).Close()

@@ -67,8 +67,10 @@ type Config struct {
 	BackoffBase time.Duration `env:"SHORTENER_WEBHOOK_BACKOFF_BASE" default:"10s"`
 	// BackoffMax bounds the wait between attempts.
 	BackoffMax time.Duration `env:"SHORTENER_WEBHOOK_BACKOFF_MAX" default:"1h"`
-	// ClickInterval is how long clicks are counted before one link.clicked
-	// delivery per link (and subscription) carries their number.
+	// ClickInterval is how long clicks are counted, from the first one read
+	// after a flush, before one link.clicked delivery per link (and
+	// subscription) carries their number. Each replica counts the clicks it
+	// reads and sends its own events for them.
 	ClickInterval time.Duration `env:"SHORTENER_WEBHOOK_CLICK_INTERVAL" default:"1m"`
 	// ClickGroup is the Redis consumer group that reads the click streams
 	// for link.clicked (analytics has its own).

@@ -36,6 +36,9 @@ const (
 	maxErrorText = 200
 	// pruneEvery is how often finished deliveries past the retention go.
 	pruneEvery = 10 * time.Minute
+	// purgeEvery is how often deleted subscriptions' deliveries go (they
+	// are neither sent nor counted meanwhile).
+	purgeEvery = time.Minute
 	// userAgent names the sender to receivers.
 	userAgent = "kurz-webhooks/1"
 )
@@ -56,6 +59,11 @@ type Sender struct {
 	log       *slog.Logger
 	now       func() time.Time
 	sent      metric.Int64Counter
+
+	// mu guards sending, what Run sends now (nil maps while it does not
+	// run), which the lag gauge leaves out when at a limit.
+	mu      sync.Mutex
+	sending inFlight
 }
 
 // NewSender returns a Sender; baseURL prefixes the short URLs in events.
@@ -72,18 +80,25 @@ func NewSender(cfg Config, store *Store, sealer *Sealer, targets Targets, baseUR
 	oldest, err2 := meter.Float64ObservableGauge("kurz.shortener.webhook.queue.oldest_age",
 		metric.WithDescription("How long the oldest pending webhook delivery has been queued (0: none)"), metric.WithUnit("s"))
 	lag, err3 := meter.Float64ObservableGauge("kurz.shortener.webhook.queue.lag",
-		metric.WithDescription("How long the most overdue webhook delivery has been due without an attempt (0: none); growing means no sender keeps up"),
+		metric.WithDescription("How long the most overdue webhook delivery that this replica could claim now (its subscription and tenant below their concurrency limits here) has been due without an attempt (0: none; only replicas that send report it); growing means no sender keeps up"),
 		metric.WithUnit("s"))
 	errs[1] = errors.Join(err1, err2, err3)
 	if errs[1] == nil {
 		_, errs[2] = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-			n, age, late, err := store.QueueStats(ctx)
+			s.mu.Lock()
+			sending, running := s.sending.clone(), s.sending.subs != nil
+			s.mu.Unlock()
+			n, age, late, err := store.QueueStats(ctx, sending, s.limits())
 			if err != nil {
 				return err
 			}
 			o.ObserveInt64(pending, n)
 			o.ObserveFloat64(oldest, age.Seconds())
-			o.ObserveFloat64(lag, late.Seconds())
+			// Only a sender knows what its limits hold back; a replica
+			// that does not send would count it as stalled.
+			if running {
+				o.ObserveFloat64(lag, late.Seconds())
+			}
 			return nil
 		}, pending, oldest, lag)
 	}
@@ -91,6 +106,12 @@ func NewSender(cfg Config, store *Store, sealer *Sealer, targets Targets, baseUR
 		return nil, fmt.Errorf("webhook metrics: %w", err)
 	}
 	return s, nil
+}
+
+// limits are the most deliveries of one subscription and one tenant Run
+// sends at once.
+func (s *Sender) limits() claimLimits {
+	return claimLimits{perSub: s.cfg.ConcurrencyPerSubscription, perTenant: s.cfg.ConcurrencyPerTenant}
 }
 
 // lease is how long a claimed delivery is held: past the attempt's own
@@ -103,14 +124,22 @@ func (s *Sender) Run(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
 	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		sending = newInFlight()
-		freed   = make(chan struct{}, 1)
+		wg    sync.WaitGroup
+		mu    = &s.mu
+		freed = make(chan struct{}, 1)
 	)
-	defer wg.Wait()
-	limits := claimLimits{perSub: s.cfg.ConcurrencyPerSubscription, perTenant: s.cfg.ConcurrencyPerTenant}
-	lastPrune := time.Time{}
+	mu.Lock()
+	s.sending = newInFlight()
+	sending := s.sending
+	mu.Unlock()
+	defer func() {
+		wg.Wait()
+		mu.Lock()
+		s.sending = inFlight{}
+		mu.Unlock()
+	}()
+	wg.Go(func() { s.housekeep(ctx) })
+	limits := s.limits()
 	failing := false // the last claim failed: logged once, until one succeeds
 	for ctx.Err() == nil {
 		// A copy of the counts to claim with: deliveries that finish
@@ -150,14 +179,6 @@ func (s *Sender) Run(ctx context.Context) {
 				}
 			})
 		}
-		if time.Since(lastPrune) > pruneEvery {
-			lastPrune = time.Now()
-			if n, err := s.store.Prune(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-				s.log.Warn("webhook deliveries: prune failed", "err", err)
-			} else if n > 0 {
-				s.log.Info("webhook deliveries pruned", "deleted", n)
-			}
-		}
 		if claimed > 0 && claimed == free {
 			continue // maybe more is due: claim again once a slot frees
 		}
@@ -165,6 +186,35 @@ func (s *Sender) Run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-tick.C:
 		case <-freed:
+		}
+	}
+}
+
+// housekeep deletes, until ctx ends, the deliveries of deleted
+// subscriptions (and then their rows) every purgeEvery and finished
+// deliveries past the retention every pruneEvery, beside the claims: a
+// long purge (a busy subscription's log) does not hold up the sending.
+func (s *Sender) housekeep(ctx context.Context) {
+	tick := time.NewTicker(purgeEvery)
+	defer tick.Stop()
+	var lastPrune time.Time
+	for ctx.Err() == nil {
+		if n, err := s.store.PurgeDeleted(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("webhook deliveries: purging deleted subscriptions failed", "err", err)
+		} else if n > 0 {
+			s.log.Info("deleted webhook subscriptions purged", "subscriptions", n)
+		}
+		if time.Since(lastPrune) >= pruneEvery {
+			lastPrune = time.Now()
+			if n, err := s.store.Prune(ctx, s.now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+				s.log.Warn("webhook deliveries: prune failed", "err", err)
+			} else if n > 0 {
+				s.log.Info("webhook deliveries pruned", "deleted", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
 		}
 	}
 }

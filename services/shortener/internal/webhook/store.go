@@ -73,7 +73,8 @@ func (s *Store) Create(ctx context.Context, sub Subscription, sealed []byte, max
 			return err
 		}
 		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_subscriptions WHERE tenant = $1`, sub.Tenant).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_subscriptions WHERE tenant = $1 AND deleted_at IS NULL`,
+			sub.Tenant).Scan(&n); err != nil {
 			return err
 		}
 		if n >= max {
@@ -96,7 +97,7 @@ func (s *Store) List(ctx context.Context, tenant string) ([]Subscription, error)
 	defer cancel()
 	rows, err := s.db.Query(ctx, `
 		SELECT id, tenant, url, description, events, created_at FROM webhook_subscriptions
-		WHERE tenant = $1 ORDER BY created_at, id`, tenant)
+		WHERE tenant = $1 AND deleted_at IS NULL ORDER BY created_at, id`, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list webhooks: %w", err)
 	}
@@ -111,11 +112,17 @@ func (s *Store) List(ctx context.Context, tenant string) ([]Subscription, error)
 	return subs, nil
 }
 
-// Delete removes tenant's subscription id and its deliveries.
+// Delete removes tenant's subscription id: it is marked deleted, which
+// takes it out of the API, the queueing and the claims at once, and the
+// senders purge its deliveries and the row later (PurgeDeleted). A DELETE
+// cascading over the delivery log in one statement outlasted the query
+// timeout for a busy subscription (1.5M deliveries), which then could not
+// be deleted at all.
 func (s *Store) Delete(ctx context.Context, tenant, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_subscriptions WHERE id = $1 AND tenant = $2`, id, tenant)
+	tag, err := s.db.Exec(ctx, `UPDATE webhook_subscriptions SET deleted_at = now()
+		WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL`, id, tenant)
 	if err != nil {
 		return fmt.Errorf("delete webhook: %w", err)
 	}
@@ -148,7 +155,7 @@ func (s *Store) Deliveries(ctx context.Context, tenant, subID, status string, li
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var exists bool
-	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE id = $1 AND tenant = $2)`,
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_subscriptions WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL)`,
 		subID, tenant).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
@@ -182,11 +189,14 @@ func (s *Store) Redeliver(ctx context.Context, tenant, subID, id string) (Delive
 	d, err := scanDelivery(s.db.QueryRow(ctx, `
 		UPDATE webhook_deliveries SET status = 'pending', attempts = 0, queued_at = now(), next_attempt_at = now()
 		WHERE id = $1 AND subscription_id = $2 AND tenant = $3 AND status <> 'pending'
+		  AND subscription_id IN (SELECT id FROM webhook_subscriptions WHERE deleted_at IS NULL)
 		RETURNING `+deliveryColumns, id, subID, tenant))
 	if errors.Is(err, pgx.ErrNoRows) {
 		var exists bool
 		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_deliveries
-			WHERE id = $1 AND subscription_id = $2 AND tenant = $3)`, id, subID, tenant).Scan(&exists); err != nil {
+			WHERE id = $1 AND subscription_id = $2 AND tenant = $3
+			  AND subscription_id IN (SELECT id FROM webhook_subscriptions WHERE deleted_at IS NULL))`,
+			id, subID, tenant).Scan(&exists); err != nil {
 			return Delivery{}, fmt.Errorf("redeliver: %w", err)
 		}
 		if exists {
@@ -248,9 +258,10 @@ func unnestArgs(m map[string]int) ([]string, []int32) {
 	return keys, counts
 }
 
-// Claim takes up to n due deliveries for one attempt each, oldest due
-// first, but no more of one subscription or one tenant than the caller may
-// still send (limits less what it already sends): it counts the attempt
+// Claim takes up to n due deliveries for one attempt each, those of the
+// tenants with the fewest in flight first, then the oldest due, but no
+// more of one subscription or one tenant than the caller may still send
+// (limits less what it already sends): it counts the attempt
 // and pushes next_attempt_at lease ahead, so no other sender takes them
 // meanwhile, and a sender that dies leaves them due again once the lease
 // passes. Rows other senders hold are skipped, not waited for.
@@ -266,7 +277,12 @@ func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, limits cl
 	// step per subscription with something due, not a probe per
 	// subscription (at 100,000 subscriptions: 188-200 against 6-7 ms with
 	// 55 of them pending, 374-395 against 12-13 ms with 20,000 pending and
-	// 5 due).
+	// 5 due). pick fills the free slots round the tenants: a tenant's
+	// k'th candidate counts as its in-flight deliveries plus k, and the
+	// lowest go first (oldest due among equals). Oldest due first alone
+	// gave every freed slot to the tenants with the oldest backlogs (two
+	// with receivers that never answer held all 8 slots of a replica, and
+	// a third tenant's delivery waited 97 s).
 	rows, err := s.db.Query(ctx, `
 		WITH RECURSIVE pending_subs(id) AS (
 			(SELECT subscription_id FROM webhook_deliveries
@@ -282,9 +298,9 @@ func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, limits cl
 		cand AS (
 			SELECT x.id, x.next_attempt_at,
 				row_number() OVER (PARTITION BY s.tenant ORDER BY x.next_attempt_at) AS rank,
-				$8 - coalesce(st.n, 0) AS room
+				coalesce(st.n, 0) AS sent, $8 - coalesce(st.n, 0) AS room
 			FROM pending_subs p
-			JOIN webhook_subscriptions s ON s.id = p.id
+			JOIN webhook_subscriptions s ON s.id = p.id AND s.deleted_at IS NULL
 			LEFT JOIN sent_sub ss ON ss.id = s.id
 			LEFT JOIN sent_tenant st ON st.tenant = s.tenant
 			CROSS JOIN LATERAL (
@@ -292,7 +308,7 @@ func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, limits cl
 				WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= now()
 				ORDER BY d.next_attempt_at LIMIT greatest(0, $3 - coalesce(ss.n, 0))) x
 			WHERE coalesce(st.n, 0) < $8),
-		pick AS (SELECT id FROM cand WHERE rank <= room ORDER BY next_attempt_at LIMIT $1),
+		pick AS (SELECT id FROM cand WHERE rank <= room ORDER BY sent + rank, next_attempt_at LIMIT $1),
 		due AS (
 			SELECT id FROM webhook_deliveries
 			WHERE id IN (SELECT id FROM pick) AND status = 'pending' AND next_attempt_at <= now()
@@ -300,7 +316,7 @@ func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, limits cl
 		UPDATE webhook_deliveries d
 		SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
 		FROM due, webhook_subscriptions s
-		WHERE d.id = due.id AND s.id = d.subscription_id
+		WHERE d.id = due.id AND s.id = d.subscription_id AND s.deleted_at IS NULL
 		RETURNING d.id, d.subscription_id, d.tenant, d.event_type, d.data, d.status, d.attempts, d.last_error,
 			d.last_status, d.created_at, d.queued_at, d.next_attempt_at, d.last_attempt_at, s.url, s.secret`,
 		n, lease.Seconds(), limits.perSub, subs, subsN, tenants, tenantsN, limits.perTenant)
@@ -379,17 +395,120 @@ func (s *Store) pruneOnce(ctx context.Context, before time.Time) (int64, error) 
 	return tag.RowsAffected(), nil
 }
 
-// QueueStats returns the pending deliveries, how long the oldest has been
-// queued, and how far the most overdue one is past its due time.
-func (s *Store) QueueStats(ctx context.Context) (pending int64, oldest, lag time.Duration, err error) {
+// purgeSubscriptions bounds the deleted subscriptions one PurgeDeleted
+// looks at; the rest wait for the next.
+const purgeSubscriptions = 100
+
+// PurgeDeleted deletes the deliveries of subscriptions marked deleted,
+// pruneBatch at a time (each statement within the query timeout however
+// long the log), then each subscription's row once it has none left, and
+// returns how many subscriptions it removed. Senders of several replicas
+// may purge together: a row goes only once no delivery refers to it, so
+// the foreign key's cascade, whoever ends up deleting it, has next to
+// nothing to delete.
+func (s *Store) PurgeDeleted(ctx context.Context) (int, error) {
+	ids, err := s.deletedSubscriptions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, id := range ids {
+		for {
+			n, err := s.purgeOnce(ctx, id)
+			if err != nil {
+				return removed, err
+			}
+			if n < pruneBatch {
+				break
+			}
+		}
+		ok, err := s.removeDeleted(ctx, id)
+		if err != nil {
+			return removed, err
+		}
+		if ok {
+			removed++
+		}
+	}
+	return removed, nil
+}
+
+func (s *Store) deletedSubscriptions(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT id FROM webhook_subscriptions WHERE deleted_at IS NOT NULL
+		ORDER BY deleted_at LIMIT $1`, purgeSubscriptions)
+	if err != nil {
+		return nil, fmt.Errorf("deleted webhooks: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("deleted webhooks: %w", err)
+	}
+	return ids, nil
+}
+
+func (s *Store) purgeOnce(ctx context.Context, subID string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
+		SELECT id FROM webhook_deliveries WHERE subscription_id = $1 LIMIT $2)`, subID, pruneBatch)
+	if err != nil {
+		return 0, fmt.Errorf("purge the deliveries of deleted webhook %s: %w", subID, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// removeDeleted deletes the row of the deleted subscription subID if no
+// delivery refers to it any more (one purging together with another may
+// have stopped early).
+func (s *Store) removeDeleted(ctx context.Context, subID string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_subscriptions s
+		WHERE s.id = $1 AND s.deleted_at IS NOT NULL
+		  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.subscription_id = s.id)`, subID)
+	if err != nil {
+		return false, fmt.Errorf("remove deleted webhook %s: %w", subID, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// capped returns the subscriptions and the tenants of sending that are at
+// their limits: a sender sending them may claim none of their deliveries.
+func capped(sending inFlight, limits claimLimits) (subs, tenants []string) {
+	subs, tenants = []string{}, []string{}
+	for id, n := range sending.subs {
+		if n >= limits.perSub {
+			subs = append(subs, id)
+		}
+	}
+	for t, n := range sending.tenants {
+		if n >= limits.perTenant {
+			tenants = append(tenants, t)
+		}
+	}
+	return subs, tenants
+}
+
+// QueueStats returns the pending deliveries, how long the oldest has been
+// queued, and how far the most overdue one that a sender sending what
+// sending counts could claim now is past its due time: the deliveries of a
+// subscription or a tenant at its limit there are left out of the lag (one
+// tenant's backlog behind its own slow receivers is no stalled sender).
+func (s *Store) QueueStats(ctx context.Context, sending inFlight, limits claimLimits) (pending int64, oldest, lag time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	subs, tenants := capped(sending, limits)
 	var o, l float64
 	err = s.db.QueryRow(ctx, `
 		SELECT count(*),
 			COALESCE(EXTRACT(EPOCH FROM now() - min(queued_at)), 0)::float8,
-			COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now())), 0)::float8
-		FROM webhook_deliveries WHERE status = 'pending'`).Scan(&pending, &o, &l)
+			COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now()
+				AND subscription_id <> ALL ($1::text[]) AND tenant <> ALL ($2::text[]))), 0)::float8
+		FROM webhook_deliveries WHERE status = 'pending'
+		  AND subscription_id NOT IN (SELECT id FROM webhook_subscriptions WHERE deleted_at IS NOT NULL)`,
+		subs, tenants).Scan(&pending, &o, &l)
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("webhook queue: %w", err)
 	}
