@@ -43,6 +43,7 @@ var knownMetrics = map[string]bool{
 	"kurz_shortener_webhook_queue_oldest_age_seconds": true,
 	"kurz_shortener_webhook_queue_lag_seconds":        true,
 	"kurz_analytics_events_dead_lettered_total":       true,
+	"kurz_analytics_events_duplicates_skipped_total":  true,
 	"kurz_analytics_events_trimmed_total":             true,
 	"kurz_dependency_up":                              true,
 	"kurz_grpc_calls_refused_total":                   true,
