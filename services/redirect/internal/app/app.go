@@ -133,9 +133,14 @@ type Config struct {
 	DomainRefresh time.Duration `env:"REDIRECT_DOMAIN_REFRESH" default:"10s"`
 
 	// ClickBuffer is how many click events may wait in memory; more are
-	// dropped and counted.
+	// dropped and counted. At most 50000: its slots are allocated at start
+	// (184 bytes each) and a waiting click holds up to ~1.4 KiB with its
+	// user agent and referrer, so a full buffer (~66 MiB) fits beside L1
+	// in the pods' memory.
 	ClickBuffer int `env:"REDIRECT_CLICK_BUFFER" default:"10000"`
-	// ClickBatch is the most events one XADD pipeline carries.
+	// ClickBatch is the most events one XADD pipeline carries, at most
+	// 1000. Each stream shard's writer holds up to one batch besides the
+	// buffer while it writes.
 	ClickBatch int `env:"REDIRECT_CLICK_BATCH" default:"256"`
 	// ClickFlushInterval is how long a writer waits to fill a batch.
 	ClickFlushInterval time.Duration `env:"REDIRECT_CLICK_FLUSH_INTERVAL" default:"100ms"`
@@ -170,8 +175,14 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	if c.L1Bytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_L1_BYTES=%d: want at least 1048576 (1 MiB)", c.L1Bytes))
 	}
-	if c.ClickBuffer < 1 || c.ClickBatch < 1 || c.ClickFlushInterval <= 0 || c.ClickWriteTimeout <= 0 {
-		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_BUFFER, _BATCH, _FLUSH_INTERVAL and _WRITE_TIMEOUT must be positive"))
+	if c.ClickBuffer < 1 || c.ClickBuffer > maxClickBuffer {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_CLICK_BUFFER=%d: want 1 to %d", c.ClickBuffer, maxClickBuffer))
+	}
+	if c.ClickBatch < 1 || c.ClickBatch > maxClickBatch {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_CLICK_BATCH=%d: want 1 to %d", c.ClickBatch, maxClickBatch))
+	}
+	if c.ClickFlushInterval <= 0 || c.ClickWriteTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_FLUSH_INTERVAL and _WRITE_TIMEOUT must be positive"))
 	}
 	if c.LimiterTimeout <= 0 || c.PasswordLimiterTimeout <= 0 || c.VisitTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT, KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT and KURZ_REDIRECT_VISIT_TIMEOUT must be positive"))
@@ -200,6 +211,21 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	errs = append(errs, c.Cache.Validate(), c.Streams.Validate(), c.Keying.Check())
 	return policy, clients, errors.Join(errs...)
 }
+
+// maxClickBuffer bounds KURZ_REDIRECT_CLICK_BUFFER. The buffer is a
+// channel of events allocated whole at start, 184 bytes a slot, and a
+// waiting click holds ~1.2 KiB more when its user agent and referrer are
+// as long as they are kept (512 bytes each). 50,000 of those are ~66 MiB:
+// with L1's default 64 MiB that stays well inside the 200 MiB GOMEMLIMIT of
+// the pods (deploy/k8s), where 2,000,000 took 368 MB before the first click
+// and kept an idle pod's collector busy.
+const maxClickBuffer = 50_000
+
+// maxClickBatch bounds KURZ_REDIRECT_CLICK_BATCH. Each stream shard's
+// writer allocates a batch's slots at start and holds a full batch beside
+// the buffer while it writes (8 shards x 1,000 at the largest: ~11 MiB);
+// one pipeline of 1,000 XADDs already makes the round trip negligible.
+const maxClickBatch = 1_000
 
 // minSecretLen is the shortest KURZ_REDIRECT_FORM_SECRET and
 // KURZ_REDIRECT_VISITOR_SALT accepted.

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -93,6 +94,22 @@ func TestShortSecretsRefused(t *testing.T) {
 		}
 		if _, _, err := load(t, map[string]string{name: strings.Repeat("s", 32)}).validate(); err != nil {
 			t.Errorf("%s of 32 characters: %v, want accepted", name, err)
+		}
+	}
+}
+
+// The click buffer and batch are allocated at start: a value past what a
+// pod's memory holds is refused by name, not left to fail the start with
+// an out-of-memory crash that names nothing.
+func TestClickBufferAndBatchAreBounded(t *testing.T) {
+	for name, bound := range map[string]int{"KURZ_REDIRECT_CLICK_BUFFER": maxClickBuffer, "KURZ_REDIRECT_CLICK_BATCH": maxClickBatch} {
+		if _, _, err := load(t, map[string]string{name: strconv.Itoa(bound)}).validate(); err != nil {
+			t.Errorf("%s=%d: %v, want accepted", name, bound, err)
+		}
+		for _, v := range []string{strconv.Itoa(bound + 1), "99999999999"} {
+			if _, _, err := load(t, map[string]string{name: v}).validate(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
+			}
 		}
 	}
 }
