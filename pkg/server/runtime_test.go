@@ -67,6 +67,23 @@ func TestCommonSettingsAreChecked(t *testing.T) {
 	}
 }
 
+// The readiness checks ping every dependency each round: an interval near
+// zero (1ns kept an idle redirect at 63% of a core) is refused by name,
+// 100ms and more accepted.
+func TestReadinessIntervalHasAFloor(t *testing.T) {
+	c := Common{GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: DefaultMaxConnections, GRPCMaxCalls: DefaultGRPCMaxCalls}
+	for _, d := range []time.Duration{time.Nanosecond, 99 * time.Millisecond} {
+		c.ReadinessInterval = d
+		if err := c.check(); err == nil || !strings.Contains(err.Error(), "KURZ_READINESS_INTERVAL") {
+			t.Errorf("KURZ_READINESS_INTERVAL=%s: %v, want an error naming it", d, err)
+		}
+	}
+	c.ReadinessInterval = 100 * time.Millisecond
+	if err := c.check(); err != nil {
+		t.Errorf("KURZ_READINESS_INTERVAL=100ms: %v, want accepted", err)
+	}
+}
+
 // checkedConfig is a service Config whose own check refuses a setting.
 type checkedConfig struct{ Common }
 

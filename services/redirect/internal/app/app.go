@@ -19,6 +19,7 @@ import (
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/geoip"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
@@ -129,7 +130,8 @@ type Config struct {
 	// DomainRefresh is how often the set of verified custom domains is
 	// read from PostgreSQL besides the reads the shortener's change
 	// messages trigger: the longest a newly verified (or deleted) domain
-	// waits to be served (or refused) when such a message is lost.
+	// waits to be served (or refused) when such a message is lost. At
+	// least 100ms: each refresh reads every verified domain.
 	DomainRefresh time.Duration `env:"REDIRECT_DOMAIN_REFRESH" default:"10s"`
 
 	// ClickBuffer is how many click events may wait in memory; more are
@@ -142,7 +144,9 @@ type Config struct {
 	// 1000. Each stream shard's writer holds up to one batch besides the
 	// buffer while it writes.
 	ClickBatch int `env:"REDIRECT_CLICK_BATCH" default:"256"`
-	// ClickFlushInterval is how long a writer waits to fill a batch.
+	// ClickFlushInterval is how long a writer waits to fill a batch, at
+	// least 10ms: every stream shard's writer wakes this often, clicks or
+	// none.
 	ClickFlushInterval time.Duration `env:"REDIRECT_CLICK_FLUSH_INTERVAL" default:"100ms"`
 	// ClickWriteTimeout bounds one batch's round trip to Redis.
 	ClickWriteTimeout time.Duration `env:"REDIRECT_CLICK_WRITE_TIMEOUT" default:"1s"`
@@ -181,15 +185,16 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	if c.ClickBatch < 1 || c.ClickBatch > maxClickBatch {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_CLICK_BATCH=%d: want 1 to %d", c.ClickBatch, maxClickBatch))
 	}
-	if c.ClickFlushInterval <= 0 || c.ClickWriteTimeout <= 0 {
-		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_FLUSH_INTERVAL and _WRITE_TIMEOUT must be positive"))
+	if c.ClickWriteTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_WRITE_TIMEOUT must be positive"))
 	}
 	if c.LimiterTimeout <= 0 || c.PasswordLimiterTimeout <= 0 || c.VisitTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT, KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT and KURZ_REDIRECT_VISIT_TIMEOUT must be positive"))
 	}
-	if c.DomainRefresh <= 0 {
-		errs = append(errs, errors.New("KURZ_REDIRECT_DOMAIN_REFRESH must be positive"))
-	}
+	errs = append(errs,
+		config.Period("KURZ_REDIRECT_CLICK_FLUSH_INTERVAL", c.ClickFlushInterval, 10*time.Millisecond),
+		config.Period("KURZ_REDIRECT_DOMAIN_REFRESH", c.DomainRefresh, 100*time.Millisecond),
+		config.PeriodOrOff("KURZ_GEOIP_RELOAD_INTERVAL", c.GeoIP.ReloadInterval, time.Second))
 	for _, h := range c.DefaultHosts {
 		if h == "" || linkdomain.Host(h) != h {
 			errs = append(errs, fmt.Errorf("KURZ_REDIRECT_DEFAULT_HOSTS: %q is not a lower-case host name without a port", h))

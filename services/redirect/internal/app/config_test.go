@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/servertest"
@@ -111,5 +112,29 @@ func TestClickBufferAndBatchAreBounded(t *testing.T) {
 				t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
 			}
 		}
+	}
+}
+
+// A period near zero runs its loop as fast as its work completes (each
+// shard's click writer, a read of every verified domain, a stat of the
+// GeoIP file); each has a floor, refused by name below it and accepted at
+// it.
+func TestPeriodsHaveAFloor(t *testing.T) {
+	for name, floor := range map[string]time.Duration{
+		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": 10 * time.Millisecond,
+		"KURZ_REDIRECT_DOMAIN_REFRESH":       100 * time.Millisecond,
+		"KURZ_GEOIP_RELOAD_INTERVAL":         time.Second,
+	} {
+		for _, d := range []time.Duration{time.Nanosecond, floor - time.Millisecond} {
+			if _, _, err := load(t, map[string]string{name: d.String()}).validate(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want an error naming it", name, d, err)
+			}
+		}
+		if _, _, err := load(t, map[string]string{name: floor.String()}).validate(); err != nil {
+			t.Errorf("%s=%s: %v, want accepted", name, floor, err)
+		}
+	}
+	if _, _, err := load(t, map[string]string{"KURZ_GEOIP_RELOAD_INTERVAL": "0s"}).validate(); err != nil {
+		t.Errorf("KURZ_GEOIP_RELOAD_INTERVAL=0s (never): %v, want accepted", err)
 	}
 }
