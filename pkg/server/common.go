@@ -74,6 +74,20 @@ func (c Common) common() Common { return c }
 // loop would spin (config.Period).
 func (c Common) check() error {
 	errs := []error{config.Period("KURZ_READINESS_INTERVAL", c.ReadinessInterval, minReadinessInterval)}
+	// New and NewLifecycle take 0 for their defaults, as code and tests
+	// that build a Config pass it; from the environment it is refused.
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"KURZ_SHUTDOWN_TIMEOUT", c.ShutdownTimeout},
+		{"KURZ_CLOSE_TIMEOUT", c.CloseTimeout},
+		{"KURZ_TELEMETRY_FLUSH_TIMEOUT", c.Telemetry.FlushTimeout},
+	} {
+		if t.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%s: want more than 0", t.name, t.d))
+		}
+	}
 	if c.GRPCMaxConnectionAge < time.Second {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CONNECTION_AGE=%s: want 1s or more", c.GRPCMaxConnectionAge))
 	}
