@@ -108,7 +108,9 @@ type Config struct {
 	VisitTimeout time.Duration `env:"REDIRECT_VISIT_TIMEOUT" default:"500ms"`
 	// VisitReplicas is how many Redis replicas must hold a counted visit
 	// before it is granted (WAIT): a failover then keeps every granted
-	// visit. 0 for a Redis without replicas.
+	// visit. 0 for a Redis without replicas. Above the replicas a master
+	// has online, every visit counted there is refused (503) and spent: the
+	// start warns and readiness reports redis_replicas degraded.
 	VisitReplicas int `env:"REDIRECT_VISIT_REPLICAS" default:"1"`
 	// FormSecret keys the CSRF tokens of password forms; give every pod the
 	// same secret (at least 32 characters). Empty: a random secret per
@@ -311,6 +313,17 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	// what it can through either outage, and no other replica does better.
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	srv.AddSoftCheck("postgres", db.Ping)
+	if cfg.VisitReplicas > 0 {
+		// Fewer replicas than WAIT asks for refuses every visit-limited
+		// link on those masters; the pod still serves every other link.
+		held := func(ctx context.Context) error { return visitReplicasHeld(ctx, rdb, cfg.VisitReplicas) }
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := held(cctx); err != nil {
+			log.Warn("visits of visit-limited links may all be refused", "err", err)
+		}
+		cancel()
+		srv.AddSoftCheck("redis_replicas", held)
+	}
 	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
 		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String(),
 		"client_ip", clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix)
