@@ -40,8 +40,8 @@ type Config struct {
 	DB string `env:"GEOIP_DB" default:""`
 	// ReloadInterval is how often the file is checked for a new version
 	// (another file, size or modification time), which replaces the loaded
-	// one; 0 never reloads. A new version that fails to open is logged and
-	// the loaded one kept.
+	// one; 0 never reloads, else at least 1s. A new version that fails to
+	// open is logged and the loaded one kept.
 	ReloadInterval time.Duration `env:"GEOIP_RELOAD_INTERVAL" default:"1m"`
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"kurz.dev/pkg/config"
 )
 
 // Config selects the log level and format.
@@ -21,7 +23,8 @@ type Config struct {
 	Format string `env:"LOG_FORMAT" default:"json"`
 	// FlushInterval is how long a service's log lines may wait in memory
 	// to be written together (also once 64 KiB wait, and at exit); a crash
-	// loses at most this much. 0 writes every line at once.
+	// loses at most this much. 0 writes every line at once; else at least
+	// 10ms (the flush runs on a ticker).
 	FlushInterval time.Duration `env:"LOG_FLUSH_INTERVAL" default:"100ms"`
 }
 
@@ -34,6 +37,7 @@ func (cfg Config) Check() error {
 	if f := strings.ToLower(cfg.Format); f != "json" && f != "text" {
 		errs = append(errs, fmt.Errorf("KURZ_LOG_FORMAT=%q: want json or text", cfg.Format))
 	}
+	errs = append(errs, config.PeriodOrOff("KURZ_LOG_FLUSH_INTERVAL", cfg.FlushInterval, 10*time.Millisecond))
 	return errors.Join(errs...)
 }
 

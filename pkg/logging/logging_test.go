@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -33,11 +34,13 @@ func TestNewJSONCarriesServiceAndHonoursLevel(t *testing.T) {
 
 func TestNewRejectsUnknownSettings(t *testing.T) {
 	for name, cfg := range map[string]Config{
-		"level":  {Level: "loud", Format: "json"},
-		"format": {Level: "info", Format: "xml"},
+		"KURZ_LOG_LEVEL":  {Level: "loud", Format: "json"},
+		"KURZ_LOG_FORMAT": {Level: "info", Format: "xml"},
+		// A ticker this fast spins the flusher.
+		"KURZ_LOG_FLUSH_INTERVAL": {Level: "info", Format: "json", FlushInterval: time.Millisecond},
 	} {
-		if _, err := New(&bytes.Buffer{}, cfg, "x"); err == nil {
-			t.Errorf("%s: want an error", name)
+		if _, err := New(&bytes.Buffer{}, cfg, "x"); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%+v: %v, want an error naming %s", cfg, err, name)
 		}
 	}
 }

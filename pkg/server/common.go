@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/telemetry"
 )
 
@@ -25,7 +26,8 @@ type Common struct {
 	Version string `env:"VERSION" default:"dev"`
 	// ReadinessInterval is how often the readiness checks run in the
 	// background; /readyz and gRPC health answer the last result, so it is
-	// also how stale they may be.
+	// also how stale they may be. At least 100ms: each round pings every
+	// dependency, and no probe asks more than once a second.
 	ReadinessInterval time.Duration `env:"READINESS_INTERVAL" default:"5s"`
 	// Pprof serves net/http/pprof under /debug/pprof/ on the ops listener
 	// (the HTTP listener of a service without one). Off by default.
@@ -61,15 +63,30 @@ type Common struct {
 	HTTP HTTPLimits
 }
 
+// minReadinessInterval is the shortest KURZ_READINESS_INTERVAL accepted.
+const minReadinessInterval = 100 * time.Millisecond
+
 // common makes every Config that embeds Common a Service.
 func (c Common) common() Common { return c }
 
 // check refuses settings whose zero or negative value would otherwise be
-// replaced by a default without a word.
+// replaced by a default without a word, and periods so short that their
+// loop would spin (config.Period).
 func (c Common) check() error {
-	var errs []error
-	if c.ReadinessInterval <= 0 {
-		errs = append(errs, fmt.Errorf("KURZ_READINESS_INTERVAL=%s: want more than 0", c.ReadinessInterval))
+	errs := []error{config.Period("KURZ_READINESS_INTERVAL", c.ReadinessInterval, minReadinessInterval)}
+	// New and NewLifecycle take 0 for their defaults, as code and tests
+	// that build a Config pass it; from the environment it is refused.
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"KURZ_SHUTDOWN_TIMEOUT", c.ShutdownTimeout},
+		{"KURZ_CLOSE_TIMEOUT", c.CloseTimeout},
+		{"KURZ_TELEMETRY_FLUSH_TIMEOUT", c.Telemetry.FlushTimeout},
+	} {
+		if t.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%s: want more than 0", t.name, t.d))
+		}
 	}
 	if c.GRPCMaxConnectionAge < time.Second {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CONNECTION_AGE=%s: want 1s or more", c.GRPCMaxConnectionAge))

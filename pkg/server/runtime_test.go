@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/config"
 )
 
 func TestGCPercentOnlyUnderAMemoryLimit(t *testing.T) {
@@ -47,23 +49,56 @@ func TestStreamWorkersScaleWithCores(t *testing.T) {
 	}
 }
 
+// defaultCommon is Common with every variable unset.
+func defaultCommon(t *testing.T) Common {
+	t.Helper()
+	var c Common
+	if err := config.LoadFrom(func(string) (string, bool) { return "", false }, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // Zero or negative values that the server would replace by a default are
 // refused by name when they come from the environment.
 func TestCommonSettingsAreChecked(t *testing.T) {
-	ok := Common{ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: DefaultMaxConnections, GRPCMaxCalls: DefaultGRPCMaxCalls}
+	ok := defaultCommon(t)
 	if err := ok.check(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	for name, c := range map[string]Common{
-		"KURZ_READINESS_INTERVAL":      {ReadinessInterval: 0, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: 100, GRPCMaxCalls: 100},
-		"KURZ_GRPC_STREAM_WORKERS":     {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, GRPCStreamWorkers: -3, HTTPMaxConnections: 100, GRPCMaxCalls: 100},
-		"KURZ_GRPC_MAX_CONNECTION_AGE": {ReadinessInterval: time.Second, GRPCMaxConnectionAge: 0, HTTPMaxConnections: 100, GRPCMaxCalls: 100},
-		"KURZ_HTTP_MAX_CONNECTIONS":    {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: 0, GRPCMaxCalls: 100},
-		"KURZ_GRPC_MAX_CALLS":          {ReadinessInterval: time.Second, GRPCMaxConnectionAge: time.Minute, HTTPMaxConnections: 100, GRPCMaxCalls: 8},
+	for name, bad := range map[string]func(*Common){
+		"KURZ_READINESS_INTERVAL":      func(c *Common) { c.ReadinessInterval = 0 },
+		"KURZ_GRPC_STREAM_WORKERS":     func(c *Common) { c.GRPCStreamWorkers = -3 },
+		"KURZ_GRPC_MAX_CONNECTION_AGE": func(c *Common) { c.GRPCMaxConnectionAge = 0 },
+		"KURZ_HTTP_MAX_CONNECTIONS":    func(c *Common) { c.HTTPMaxConnections = 0 },
+		"KURZ_GRPC_MAX_CALLS":          func(c *Common) { c.GRPCMaxCalls = 8 },
+		// New and NewLifecycle would put their defaults in place of 0.
+		"KURZ_SHUTDOWN_TIMEOUT":        func(c *Common) { c.ShutdownTimeout = 0 },
+		"KURZ_CLOSE_TIMEOUT":           func(c *Common) { c.CloseTimeout = 0 },
+		"KURZ_TELEMETRY_FLUSH_TIMEOUT": func(c *Common) { c.Telemetry.FlushTimeout = 0 },
 	} {
+		c := ok
+		bad(&c)
 		if err := c.check(); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%+v: got %v, want an error naming %s", c, err, name)
+			t.Errorf("%s out of range: got %v, want an error naming it", name, err)
 		}
+	}
+}
+
+// The readiness checks ping every dependency each round: an interval near
+// zero (1ns kept an idle redirect at 63% of a core) is refused by name,
+// 100ms and more accepted.
+func TestReadinessIntervalHasAFloor(t *testing.T) {
+	c := defaultCommon(t)
+	for _, d := range []time.Duration{time.Nanosecond, 99 * time.Millisecond} {
+		c.ReadinessInterval = d
+		if err := c.check(); err == nil || !strings.Contains(err.Error(), "KURZ_READINESS_INTERVAL") {
+			t.Errorf("KURZ_READINESS_INTERVAL=%s: %v, want an error naming it", d, err)
+		}
+	}
+	c.ReadinessInterval = 100 * time.Millisecond
+	if err := c.check(); err != nil {
+		t.Errorf("KURZ_READINESS_INTERVAL=100ms: %v, want accepted", err)
 	}
 }
 

@@ -77,7 +77,9 @@ type Telemetry struct {
 // Check refuses settings Setup cannot use (server.Main runs it with the
 // other checks, so every refused setting is named at once).
 func (c Config) Check() error {
-	if c.TraceSampleRatio < 0 || c.TraceSampleRatio > 1 {
+	// Asked the right way round, so that NaN, which compares false with
+	// everything, fails it too.
+	if !(c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1) {
 		return fmt.Errorf("KURZ_TRACE_SAMPLE_RATIO=%v: want a number from 0 to 1", c.TraceSampleRatio)
 	}
 	return nil

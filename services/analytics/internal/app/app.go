@@ -17,6 +17,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/chconn"
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
@@ -90,7 +91,8 @@ type Config struct {
 	// more); the hourly rollups statistics read are kept. 0 keeps them all.
 	RawRetention time.Duration `env:"ANALYTICS_RAW_RETENTION" default:"2160h"`
 	// RetentionEvery is how often the expired months are looked for (and
-	// once at start).
+	// once at start), at least 1m: it also bounds each run, a drop on every
+	// ClickHouse server, and months expire once a month.
 	RetentionEvery time.Duration `env:"ANALYTICS_RETENTION_EVERY" default:"1h"`
 }
 
@@ -115,9 +117,7 @@ func (c Config) validate() (*svcauth.Keys, error) {
 	if c.ConsumerGroup == "" {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_CONSUMER_GROUP must not be empty"))
 	}
-	if c.RetentionEvery <= 0 {
-		errs = append(errs, errors.New("KURZ_ANALYTICS_RETENTION_EVERY must be positive"))
-	}
+	errs = append(errs, config.Period("KURZ_ANALYTICS_RETENTION_EVERY", c.RetentionEvery, time.Minute))
 	if c.InsertTimeout <= 0 || c.UnhealthyAfter <= 0 || c.LimiterTimeout <= 0 || c.QueryTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_INSERT_TIMEOUT, _UNHEALTHY_AFTER, _LIMITER_TIMEOUT and _QUERY_TIMEOUT must be positive"))
 	}

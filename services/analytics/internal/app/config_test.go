@@ -66,3 +66,18 @@ func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {
 		}
 	}
 }
+
+// A period near zero runs its loop as fast as its work completes; each has
+// a floor, refused by name below it and accepted at it.
+func TestPeriodsHaveAFloor(t *testing.T) {
+	for name, floor := range map[string]string{"KURZ_ANALYTICS_RETENTION_EVERY": "1m"} {
+		for _, v := range []string{"1ns", "59s"} {
+			if _, err := load(t, map[string]string{name: v}).validate(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
+			}
+		}
+		if _, err := load(t, map[string]string{name: floor}).validate(); err != nil {
+			t.Errorf("%s=%s: %v, want accepted", name, floor, err)
+		}
+	}
+}

@@ -55,7 +55,7 @@ func TestReadinessFollowsDownstreamHealth(t *testing.T) {
 		"KURZ_GATEWAY_HTTP_ADDR": "127.0.0.1:0",
 		"KURZ_GATEWAY_OPS_ADDR":  "127.0.0.1:0",
 		// /readyz answers the checks' last run: run them often.
-		"KURZ_READINESS_INTERVAL":  "50ms",
+		"KURZ_READINESS_INTERVAL":  "100ms",
 		"KURZ_LIMITER_GRPC_ADDR":   addr,
 		"KURZ_SHORTENER_GRPC_ADDR": addr,
 		"KURZ_ANALYTICS_GRPC_ADDR": addr,

@@ -18,6 +18,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
@@ -41,7 +42,7 @@ type Config struct {
 	RulesSource string `env:"LIMITER_RULES_SOURCE" default:"postgres"`
 	// RulesFile is the bootstrap / rules YAML; empty means the one built in.
 	RulesFile string `env:"LIMITER_RULES_FILE" default:""`
-	// RulesRefresh is how often the rules are reloaded (a PostgreSQL NOTIFY reloads them at once; tenants' plans, which a NOTIFY names, every 30th time).
+	// RulesRefresh is how often the rules are reloaded (a PostgreSQL NOTIFY reloads them at once; tenants' plans, which a NOTIFY names, every 30th time), at least 1s.
 	RulesRefresh time.Duration `env:"LIMITER_RULES_REFRESH" default:"10s"`
 	// RedisTimeout bounds every decision's Redis call; past it the rule's
 	// failure mode decides. 10 ms: at 32 callers on a 2-core machine
@@ -67,7 +68,8 @@ type Config struct {
 	// FleetHeartbeat is how often a replica renews its fleet entry and
 	// reads the live count; a replica that dies stops counting three
 	// heartbeats later, one that shuts down at once. 0 turns the live
-	// count off: KURZ_LIMITER_REPLICAS is the count, fixed.
+	// count off: KURZ_LIMITER_REPLICAS is the count, fixed. Otherwise at
+	// least 100ms: each heartbeat runs a script on Redis.
 	FleetHeartbeat time.Duration `env:"LIMITER_FLEET_HEARTBEAT" default:"2s"`
 	// BreakerThreshold is the consecutive failures that open a Redis node's breaker.
 	BreakerThreshold int `env:"LIMITER_BREAKER_THRESHOLD" default:"3"`
@@ -114,9 +116,9 @@ func (c Config) validate() error {
 	if c.RedisTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_LIMITER_REDIS_TIMEOUT must be positive"))
 	}
-	if c.RulesRefresh <= 0 {
-		errs = append(errs, errors.New("KURZ_LIMITER_RULES_REFRESH must be positive"))
-	}
+	errs = append(errs,
+		config.Period("KURZ_LIMITER_RULES_REFRESH", c.RulesRefresh, time.Second),
+		config.PeriodOrOff("KURZ_LIMITER_FLEET_HEARTBEAT", c.FleetHeartbeat, 100*time.Millisecond))
 	if c.BreakerCooldown <= 0 || (c.BreakerMaxCooldown > 0 && c.BreakerMaxCooldown < c.BreakerCooldown) {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_BREAKER_COOLDOWN=%s, KURZ_LIMITER_BREAKER_MAX_COOLDOWN=%s: want 0 < cooldown <= max cooldown (or max 0)", c.BreakerCooldown, c.BreakerMaxCooldown))
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/config"
@@ -143,5 +144,24 @@ func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {
 func TestFileRulesIgnorePostgresSettings(t *testing.T) {
 	if err := load(t, map[string]string{"KURZ_LIMITER_RULES_SOURCE": "file", "KURZ_POSTGRES_MAX_CONNS": "0"}).Check(); err != nil && strings.Contains(err.Error(), "KURZ_POSTGRES") {
 		t.Errorf("file rules: %v; want no PostgreSQL setting refused", err)
+	}
+}
+
+// A period near zero runs its loop as fast as its work completes (a reload
+// of the rules, a heartbeat script on Redis); each has a floor, refused by
+// name below it and accepted at it.
+func TestPeriodsHaveAFloor(t *testing.T) {
+	for name, floor := range map[string]time.Duration{
+		"KURZ_LIMITER_RULES_REFRESH":   time.Second,
+		"KURZ_LIMITER_FLEET_HEARTBEAT": 100 * time.Millisecond,
+	} {
+		for _, d := range []time.Duration{time.Nanosecond, floor - time.Millisecond} {
+			if err := load(t, map[string]string{name: d.String()}).validate(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want an error naming it", name, d, err)
+			}
+		}
+		if err := load(t, map[string]string{name: floor.String()}).validate(); err != nil {
+			t.Errorf("%s=%s: %v, want accepted", name, floor, err)
+		}
 	}
 }

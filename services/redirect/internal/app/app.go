@@ -19,6 +19,7 @@ import (
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/geoip"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/linkcache"
@@ -107,7 +108,9 @@ type Config struct {
 	VisitTimeout time.Duration `env:"REDIRECT_VISIT_TIMEOUT" default:"500ms"`
 	// VisitReplicas is how many Redis replicas must hold a counted visit
 	// before it is granted (WAIT): a failover then keeps every granted
-	// visit. 0 for a Redis without replicas.
+	// visit. 0 for a Redis without replicas. Above the replicas a master
+	// has online, every visit counted there is refused (503) and spent: the
+	// start warns and readiness reports redis_replicas degraded.
 	VisitReplicas int `env:"REDIRECT_VISIT_REPLICAS" default:"1"`
 	// FormSecret keys the CSRF tokens of password forms; give every pod the
 	// same secret (at least 32 characters). Empty: a random secret per
@@ -129,15 +132,23 @@ type Config struct {
 	// DomainRefresh is how often the set of verified custom domains is
 	// read from PostgreSQL besides the reads the shortener's change
 	// messages trigger: the longest a newly verified (or deleted) domain
-	// waits to be served (or refused) when such a message is lost.
+	// waits to be served (or refused) when such a message is lost. At
+	// least 100ms: each refresh reads every verified domain.
 	DomainRefresh time.Duration `env:"REDIRECT_DOMAIN_REFRESH" default:"10s"`
 
 	// ClickBuffer is how many click events may wait in memory; more are
-	// dropped and counted.
+	// dropped and counted. At most 50000: its slots are allocated at start
+	// (184 bytes each) and a waiting click holds up to ~1.4 KiB with its
+	// user agent and referrer, so a full buffer (~66 MiB) fits beside L1
+	// in the pods' memory.
 	ClickBuffer int `env:"REDIRECT_CLICK_BUFFER" default:"10000"`
-	// ClickBatch is the most events one XADD pipeline carries.
+	// ClickBatch is the most events one XADD pipeline carries, at most
+	// 1000. Each stream shard's writer holds up to one batch besides the
+	// buffer while it writes.
 	ClickBatch int `env:"REDIRECT_CLICK_BATCH" default:"256"`
-	// ClickFlushInterval is how long a writer waits to fill a batch.
+	// ClickFlushInterval is how long a writer waits to fill a batch, at
+	// least 10ms: every stream shard's writer wakes this often, clicks or
+	// none.
 	ClickFlushInterval time.Duration `env:"REDIRECT_CLICK_FLUSH_INTERVAL" default:"100ms"`
 	// ClickWriteTimeout bounds one batch's round trip to Redis.
 	ClickWriteTimeout time.Duration `env:"REDIRECT_CLICK_WRITE_TIMEOUT" default:"1s"`
@@ -170,15 +181,22 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	if c.L1Bytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_L1_BYTES=%d: want at least 1048576 (1 MiB)", c.L1Bytes))
 	}
-	if c.ClickBuffer < 1 || c.ClickBatch < 1 || c.ClickFlushInterval <= 0 || c.ClickWriteTimeout <= 0 {
-		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_BUFFER, _BATCH, _FLUSH_INTERVAL and _WRITE_TIMEOUT must be positive"))
+	if c.ClickBuffer < 1 || c.ClickBuffer > maxClickBuffer {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_CLICK_BUFFER=%d: want 1 to %d", c.ClickBuffer, maxClickBuffer))
+	}
+	if c.ClickBatch < 1 || c.ClickBatch > maxClickBatch {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_CLICK_BATCH=%d: want 1 to %d", c.ClickBatch, maxClickBatch))
+	}
+	if c.ClickWriteTimeout <= 0 {
+		errs = append(errs, errors.New("KURZ_REDIRECT_CLICK_WRITE_TIMEOUT must be positive"))
 	}
 	if c.LimiterTimeout <= 0 || c.PasswordLimiterTimeout <= 0 || c.VisitTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_LIMITER_TIMEOUT, KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT and KURZ_REDIRECT_VISIT_TIMEOUT must be positive"))
 	}
-	if c.DomainRefresh <= 0 {
-		errs = append(errs, errors.New("KURZ_REDIRECT_DOMAIN_REFRESH must be positive"))
-	}
+	errs = append(errs,
+		config.Period("KURZ_REDIRECT_CLICK_FLUSH_INTERVAL", c.ClickFlushInterval, 10*time.Millisecond),
+		config.Period("KURZ_REDIRECT_DOMAIN_REFRESH", c.DomainRefresh, 100*time.Millisecond),
+		config.PeriodOrOff("KURZ_GEOIP_RELOAD_INTERVAL", c.GeoIP.ReloadInterval, time.Second))
 	for _, h := range c.DefaultHosts {
 		if h == "" || linkdomain.Host(h) != h {
 			errs = append(errs, fmt.Errorf("KURZ_REDIRECT_DEFAULT_HOSTS: %q is not a lower-case host name without a port", h))
@@ -200,6 +218,21 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	errs = append(errs, c.Cache.Validate(), c.Streams.Validate(), c.Keying.Check())
 	return policy, clients, errors.Join(errs...)
 }
+
+// maxClickBuffer bounds KURZ_REDIRECT_CLICK_BUFFER. The buffer is a
+// channel of events allocated whole at start, 184 bytes a slot, and a
+// waiting click holds ~1.2 KiB more when its user agent and referrer are
+// as long as they are kept (512 bytes each). 50,000 of those are ~66 MiB:
+// with L1's default 64 MiB that stays well inside the 200 MiB GOMEMLIMIT of
+// the pods (deploy/k8s), where 2,000,000 took 368 MB before the first click
+// and kept an idle pod's collector busy.
+const maxClickBuffer = 50_000
+
+// maxClickBatch bounds KURZ_REDIRECT_CLICK_BATCH. Each stream shard's
+// writer allocates a batch's slots at start and holds a full batch beside
+// the buffer while it writes (8 shards x 1,000 at the largest: ~11 MiB);
+// one pipeline of 1,000 XADDs already makes the round trip negligible.
+const maxClickBatch = 1_000
 
 // minSecretLen is the shortest KURZ_REDIRECT_FORM_SECRET and
 // KURZ_REDIRECT_VISITOR_SALT accepted.
@@ -280,6 +313,17 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	// what it can through either outage, and no other replica does better.
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
 	srv.AddSoftCheck("postgres", db.Ping)
+	if cfg.VisitReplicas > 0 {
+		// Fewer replicas than WAIT asks for refuses every visit-limited
+		// link on those masters; the pod still serves every other link.
+		held := func(ctx context.Context) error { return visitReplicasHeld(ctx, rdb, cfg.VisitReplicas) }
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := held(cctx); err != nil {
+			log.Warn("visits of visit-limited links may all be refused", "err", err)
+		}
+		cancel()
+		srv.AddSoftCheck("redis_replicas", held)
+	}
 	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
 		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String(),
 		"client_ip", clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix)

@@ -4,11 +4,13 @@ package app
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/servertest"
 )
 
@@ -42,4 +44,29 @@ func TestFailsFastNamingTheMissingDependency(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "KURZ_POSTGRES_URL") {
 		t.Fatalf("got %v, want an error naming KURZ_POSTGRES_URL", err)
 	}
+}
+
+// A KURZ_REDIRECT_VISIT_REPLICAS above the cluster's replicas per master
+// would refuse every visit of a visit-limited link while the pod looks
+// healthy: the start warns, naming the variable, and /readyz reports the
+// check degraded while the pod stays ready for every other link.
+func TestVisitReplicasBeyondTheClusterWarnedAndDegraded(t *testing.T) {
+	var logs servertest.SyncBuffer
+	cfg := load(t, map[string]string{"KURZ_REDIRECT_VISITOR_SALT": testSalt, "KURZ_REDIRECT_VISIT_REPLICAS": "100",
+		"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr()})
+	srv, err := build(context.Background(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)), hooks{})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "KURZ_REDIRECT_VISIT_REPLICAS=100") {
+		t.Errorf("start log names no KURZ_REDIRECT_VISIT_REPLICAS=100:\n%s", out)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "")
+	if code, body := r.AwaitReadyz(t); code != http.StatusOK || !strings.Contains(body, `"redis_replicas":"degraded"`) {
+		t.Errorf("/readyz: %d %s, want 200 with redis_replicas degraded", code, body)
+	}
+
+	// The default (1) on the test cluster, one replica per master.
+	start(t, nil, hooks{}).AssertOps(t, "redis", "postgres", "redis_replicas")
 }

@@ -163,7 +163,7 @@ func TestBrokenClickStreamDoesNotSlowRedirects(t *testing.T) {
 	defer dead.Close()
 	r := start(t, map[string]string{
 		"KURZ_REDIRECT_CLICK_BUFFER": "4", "KURZ_REDIRECT_CLICK_BATCH": "2",
-		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": "1ms", "KURZ_REDIRECT_CLICK_WRITE_TIMEOUT": writeTimeout.String(),
+		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": "10ms", "KURZ_REDIRECT_CLICK_WRITE_TIMEOUT": writeTimeout.String(),
 	}, hooks{clickRedis: dead})
 
 	get(t, r.HTTP, "/"+code) // fill Redis: the timing below is about the click path only

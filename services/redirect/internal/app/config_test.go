@@ -5,8 +5,10 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/servertest"
@@ -94,5 +96,45 @@ func TestShortSecretsRefused(t *testing.T) {
 		if _, _, err := load(t, map[string]string{name: strings.Repeat("s", 32)}).validate(); err != nil {
 			t.Errorf("%s of 32 characters: %v, want accepted", name, err)
 		}
+	}
+}
+
+// The click buffer and batch are allocated at start: a value past what a
+// pod's memory holds is refused by name, not left to fail the start with
+// an out-of-memory crash that names nothing.
+func TestClickBufferAndBatchAreBounded(t *testing.T) {
+	for name, bound := range map[string]int{"KURZ_REDIRECT_CLICK_BUFFER": maxClickBuffer, "KURZ_REDIRECT_CLICK_BATCH": maxClickBatch} {
+		if _, _, err := load(t, map[string]string{name: strconv.Itoa(bound)}).validate(); err != nil {
+			t.Errorf("%s=%d: %v, want accepted", name, bound, err)
+		}
+		for _, v := range []string{strconv.Itoa(bound + 1), "99999999999"} {
+			if _, _, err := load(t, map[string]string{name: v}).validate(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
+			}
+		}
+	}
+}
+
+// A period near zero runs its loop as fast as its work completes (each
+// shard's click writer, a read of every verified domain, a stat of the
+// GeoIP file); each has a floor, refused by name below it and accepted at
+// it.
+func TestPeriodsHaveAFloor(t *testing.T) {
+	for name, floor := range map[string]time.Duration{
+		"KURZ_REDIRECT_CLICK_FLUSH_INTERVAL": 10 * time.Millisecond,
+		"KURZ_REDIRECT_DOMAIN_REFRESH":       100 * time.Millisecond,
+		"KURZ_GEOIP_RELOAD_INTERVAL":         time.Second,
+	} {
+		for _, d := range []time.Duration{time.Nanosecond, floor - time.Millisecond} {
+			if _, _, err := load(t, map[string]string{name: d.String()}).validate(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want an error naming it", name, d, err)
+			}
+		}
+		if _, _, err := load(t, map[string]string{name: floor.String()}).validate(); err != nil {
+			t.Errorf("%s=%s: %v, want accepted", name, floor, err)
+		}
+	}
+	if _, _, err := load(t, map[string]string{"KURZ_GEOIP_RELOAD_INTERVAL": "0s"}).validate(); err != nil {
+		t.Errorf("KURZ_GEOIP_RELOAD_INTERVAL=0s (never): %v, want accepted", err)
 	}
 }

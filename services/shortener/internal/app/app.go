@@ -21,6 +21,7 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkschema"
@@ -88,12 +89,14 @@ type Config struct {
 	AllowPrivateHosts bool `env:"SHORTENER_ALLOW_PRIVATE_HOSTS" default:"false"`
 	// BlocklistFile lists blocked domains, one per line; empty: none.
 	BlocklistFile string `env:"SHORTENER_BLOCKLIST_FILE" default:""`
-	// BlocklistReload is how often the blocklist file is checked for changes.
+	// BlocklistReload is how often the blocklist file is checked for
+	// changes, at least 10ms.
 	BlocklistReload time.Duration `env:"SHORTENER_BLOCKLIST_RELOAD" default:"5s"`
 	// CacheWriteTimeout bounds the write-through to Redis after a commit.
 	CacheWriteTimeout time.Duration `env:"SHORTENER_CACHE_WRITE_TIMEOUT" default:"500ms"`
 	// InvalidationRetry is how often queued invalidations (write-throughs of
-	// changed links that failed) are retried, and the first backoff.
+	// changed links that failed) are retried, and the first backoff; at
+	// least 10ms.
 	InvalidationRetry time.Duration `env:"SHORTENER_INVALIDATION_RETRY" default:"1s"`
 	// InvalidationMaxBackoff bounds the backoff, doubled per failure.
 	InvalidationMaxBackoff time.Duration `env:"SHORTENER_INVALIDATION_MAX_BACKOFF" default:"10s"`
@@ -143,9 +146,7 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error)
 	if c.MaxURLLength < 32 || c.MaxURLLength > 65536 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_MAX_URL_LENGTH=%d: want 32 to 65536", c.MaxURLLength))
 	}
-	if c.BlocklistReload <= 0 {
-		errs = append(errs, errors.New("KURZ_SHORTENER_BLOCKLIST_RELOAD must be positive"))
-	}
+	errs = append(errs, config.Period("KURZ_SHORTENER_BLOCKLIST_RELOAD", c.BlocklistReload, 10*time.Millisecond))
 	if c.MaxConcurrentHashes < 1 || c.MaxConcurrentHashes > 256 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_MAX_CONCURRENT_HASHES=%d: want 1 to 256", c.MaxConcurrentHashes))
 	}
@@ -166,8 +167,9 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error)
 			errs = append(errs, fmt.Errorf("KURZ_SHORTENER_DNS_SERVER=%q: want host:port, e.g. 127.0.0.1:53", c.DNSServer))
 		}
 	}
-	if c.InvalidationRetry <= 0 || c.InvalidationMaxBackoff < c.InvalidationRetry {
-		errs = append(errs, errors.New("KURZ_SHORTENER_INVALIDATION_RETRY must be positive and at most KURZ_SHORTENER_INVALIDATION_MAX_BACKOFF"))
+	errs = append(errs, config.Period("KURZ_SHORTENER_INVALIDATION_RETRY", c.InvalidationRetry, 10*time.Millisecond))
+	if c.InvalidationMaxBackoff < c.InvalidationRetry {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_INVALIDATION_MAX_BACKOFF=%s: want at least KURZ_SHORTENER_INVALIDATION_RETRY=%s", c.InvalidationMaxBackoff, c.InvalidationRetry))
 	}
 	_, werr := c.Webhooks.Validate()
 	errs = append(errs, c.Cache.Validate(), c.Keying.Check(), werr)

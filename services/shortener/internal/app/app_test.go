@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/servertest"
@@ -96,6 +97,26 @@ func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {
 	for _, name := range []string{"KURZ_REDIS_POOL_SIZE", "KURZ_POSTGRES_MAX_CONNS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("Check: %v; want an error naming %s", err, name)
+		}
+	}
+}
+
+// A period near zero runs its loop as fast as its work completes (a stat
+// of the blocklist, a retry round, a query for due deliveries); each has a
+// floor, refused by name below it and accepted at it.
+func TestPeriodsHaveAFloor(t *testing.T) {
+	for name, floor := range map[string]time.Duration{
+		"KURZ_SHORTENER_BLOCKLIST_RELOAD":      10 * time.Millisecond,
+		"KURZ_SHORTENER_INVALIDATION_RETRY":    10 * time.Millisecond,
+		"KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL": 50 * time.Millisecond,
+	} {
+		for _, d := range []time.Duration{time.Nanosecond, floor - time.Millisecond} {
+			if _, _, _, err := load(t, map[string]string{name: d.String()}).validate(); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%s: %v, want an error naming it", name, d, err)
+			}
+		}
+		if _, _, _, err := load(t, map[string]string{name: floor.String()}).validate(); err != nil && strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: %v, want accepted", name, floor, err)
 		}
 	}
 }

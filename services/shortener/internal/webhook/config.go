@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/config"
 )
 
 // Config is the webhooks' part of the shortener's configuration.
@@ -40,7 +41,8 @@ type Config struct {
 	AllowCIDRs []string `env:"SHORTENER_WEBHOOK_ALLOW_CIDRS" default:""`
 	// MaxSubscriptions bounds the subscriptions of one tenant.
 	MaxSubscriptions int `env:"SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS" default:"10"`
-	// PollInterval is how often the sender looks for due deliveries.
+	// PollInterval is how often the sender looks for due deliveries (a
+	// PostgreSQL query), at least 50ms.
 	PollInterval time.Duration `env:"SHORTENER_WEBHOOK_POLL_INTERVAL" default:"1s"`
 	// Concurrency bounds the deliveries one replica sends at once.
 	Concurrency int `env:"SHORTENER_WEBHOOK_CONCURRENCY" default:"8"`
@@ -115,8 +117,9 @@ func (c Config) Validate() ([]netip.Prefix, error) {
 	if c.Timeout <= 0 || c.Timeout > time.Minute {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_TIMEOUT=%s: want more than 0, at most 1m", c.Timeout))
 	}
-	if c.PollInterval <= 0 || c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase || c.RetryWindow <= 0 || c.Retention <= 0 {
-		errs = append(errs, errors.New("KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL, _BACKOFF_BASE, _RETRY_WINDOW and _RETENTION must be positive, and _BACKOFF_MAX at least _BACKOFF_BASE"))
+	errs = append(errs, config.Period("KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL", c.PollInterval, 50*time.Millisecond))
+	if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase || c.RetryWindow <= 0 || c.Retention <= 0 {
+		errs = append(errs, errors.New("KURZ_SHORTENER_WEBHOOK_BACKOFF_BASE, _RETRY_WINDOW and _RETENTION must be positive, and _BACKOFF_MAX at least _BACKOFF_BASE"))
 	}
 	if c.ClickInterval < time.Second || c.ClickInterval > time.Hour || c.ClickGroup == "" || len(c.ClickGroup) > 64 {
 		errs = append(errs, errors.New("KURZ_SHORTENER_WEBHOOK_CLICK_INTERVAL must be 1s to 1h, and KURZ_SHORTENER_WEBHOOK_CLICK_GROUP 1 to 64 characters"))
