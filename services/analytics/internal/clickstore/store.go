@@ -432,7 +432,8 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 // most severe: a bot if any copy is a bot, else a flood if any copy is, else
 // human (a new visitor if any human copy is). Total excess is always
 // len(Copies)-1; only the split among human, bot and flood depends on the
-// rule. Each dimension's excess equals Total.
+// rule. The breakdowns (DimsTable) count human rows only, so their excess
+// in each dimension is Human.
 func (d Duplicate) Excess() Counts {
 	var counted, canon Counts
 	var anyBot, anyFlood, anyNew bool

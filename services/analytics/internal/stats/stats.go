@@ -276,7 +276,12 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 			c.Sub(d.Excess())
 			hourly[d.Hour] = c
 		}
-		extra := int64(len(d.Copies) - 1)
+		// The breakdowns count human copies only, and the event once if
+		// its most severe copy is human.
+		extra := d.Excess().Human
+		if extra == 0 {
+			continue
+		}
 		for dim, key := range map[string]string{
 			clickstore.DimReferrer: d.ReferrerHost, clickstore.DimBrowser: d.Browser,
 			clickstore.DimOS: d.OS, clickstore.DimDevice: d.Device, clickstore.DimCountry: d.Country,
