@@ -309,16 +309,26 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 	return out, nil
 }
 
-// Dims returns r's clicks per dimension and key (DimReferrer, ...), as the
-// aggregates hold them: duplicates not yet subtracted.
-func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64, error) {
+// Dims returns r's human clicks per dimension and key (DimReferrer, ...),
+// as the aggregates hold them (duplicates not yet subtracted): of each
+// dimension the n keys with the most clicks, ties by key, leaving out the
+// key "" of DimRule and DimVariant (the clicks none chose). ClickHouse picks
+// them (LIMIT n BY dim): a link with millions of referrer hosts sends n,
+// not millions, so the answer's size does not follow what strangers sent.
+func (s *Store) Dims(ctx context.Context, r Range, n int) (map[string]map[string]int64, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.conn.Query(ctx, `SELECT dim, key, sum(clicks)
+	if n < 1 {
+		return nil, fmt.Errorf("clickstore: %d keys per dimension asked for, want at least 1", n)
+	}
+	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT dim, key, sum(clicks) AS n
 		FROM `+DimsTable+`
 		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
-		GROUP BY dim, key`, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
+			AND NOT (dim IN ('`+DimRule+`', '`+DimVariant+`') AND key = '')
+		GROUP BY dim, key
+		ORDER BY dim, n DESC, key
+		LIMIT %d BY dim`, n), r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
 		return nil, readErr("clickhouse dimension counts", err)
 	}

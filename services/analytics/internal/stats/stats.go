@@ -43,6 +43,9 @@ const (
 	// those it had before.
 	MaxRules    = 40
 	MaxVariants = 20
+	// dimsSlack is the room the dimension read leaves, beyond the longest
+	// list, for keys that duplicates lower (see dimsLimit).
+	dimsSlack = 16
 	// maxTenantLen matches the shortener's bound on tenant metadata.
 	maxTenantLen = 128
 )
@@ -262,7 +265,7 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 	)
 	wg.Go(func() { owners, errs[0] = s.store.Owners(ctx, q.r.Code) })
 	wg.Go(func() { hourly, errs[1] = s.store.Hourly(ctx, q.r) })
-	wg.Go(func() { dims, errs[2] = s.store.Dims(ctx, q.r) })
+	wg.Go(func() { dims, errs[2] = s.store.Dims(ctx, q.r, dimsLimit(dimsSlack)) })
 	wg.Go(func() { dups, errs[3] = s.store.Duplicates(ctx, q.r) })
 	wg.Wait()
 	if err := errors.Join(errs[:]...); err != nil {
@@ -270,6 +273,20 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 	}
 	if len(owners) > 0 && !slices.Contains(owners, q.r.Tenant) {
 		return nil, errNotFound
+	}
+	lowered := 0
+	for _, d := range dups {
+		if d.Excess().Human > 0 {
+			lowered++
+		}
+	}
+	if lowered > dimsSlack {
+		// Rare (an incident left many duplicates in the range): read the
+		// dimensions again with room for every key the correction lowers.
+		var err error
+		if dims, err = s.store.Dims(ctx, q.r, dimsLimit(lowered)); err != nil {
+			return nil, err
+		}
 	}
 	for _, d := range dups {
 		if c, ok := hourly[d.Hour]; ok {
@@ -335,6 +352,15 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 
 func counts(c clickstore.Counts) *analyticsv1.ClickCounts {
 	return &analyticsv1.ClickCounts{Total: c.Total, Human: c.Human, UniqueVisitors: c.Visitors, Bot: c.Bot, Flood: c.Flood}
+}
+
+// dimsLimit is how many keys of each dimension to read when the duplicate
+// correction lowers at most lowered of them: the longest list and lowered
+// more. The top n after the correction is then among what was read: a key
+// not read has no more clicks than any key read, and at least n of those
+// read are not lowered (ties go by key, in the read as in the lists).
+func dimsLimit(lowered int) int {
+	return max(TopN, MaxRules, MaxVariants) + lowered
 }
 
 // named returns the clicks of m's named keys (rules or variants; "" is

@@ -418,3 +418,52 @@ func TestBreakdownsCountHumansOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestTopListsAreExactAfterDuplicates: ClickHouse picks the top keys
+// before the duplicate correction, yet the lists are the top after it. 60
+// referrer hosts have 2 events each, every one stored twice (4 rows, 2
+// clicks); c.example has 3 clicks in 3 rows, fewer rows than 60 others, and
+// is the top referrer.
+func TestTopListsAreExactAfterDuplicates(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, "")
+	tenant, code := "exact-"+rnd(), "exact"+rnd()
+	at := day0.Add(9 * time.Hour)
+	row := func(id, host string, suspect bool) clickstore.Click {
+		return clickstore.Click{Tenant: tenant, Code: code, Time: at, EventID: id, Visitor: "v-" + id,
+			ReferrerHost: host, Browser: "Firefox", OS: "Linux", Device: "desktop", Suspect: suspect}
+	}
+	var rows []clickstore.Click
+	for h := range 60 {
+		host := fmt.Sprintf("d%02d.example", h)
+		for e := range 2 {
+			id := fmt.Sprintf("%s-%d", host, e)
+			rows = append(rows, row(id, host, false), row(id, host, true))
+		}
+	}
+	for e := range 3 {
+		rows = append(rows, row(fmt.Sprintf("c-%d", e), "c.example", false))
+	}
+	if err := store.Insert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := New(store, servertest.Logger(t), Options{}).GetLinkStats(as(tenant), &analyticsv1.GetLinkStatsRequest{
+		Code: code, StartTime: ts(day0), EndTime: ts(day0.Add(24 * time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetCounts().GetTotal(); got != 123 {
+		t.Errorf("total %d, want 123", got)
+	}
+	var got []string
+	for _, kc := range resp.GetTopReferrers() {
+		got = append(got, fmt.Sprintf("%s=%d", kc.GetKey(), kc.GetCount()))
+	}
+	want := []string{"c.example=3"}
+	for h := range TopN - 1 {
+		want = append(want, fmt.Sprintf("d%02d.example=2", h))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("top referrers %v, want %v", got, want)
+	}
+}
