@@ -271,6 +271,11 @@ func (s *Service) stats(ctx context.Context, q query) (*analyticsv1.GetLinkStats
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
+	// Reads that finished past the timeout answer DEADLINE_EXCEEDED too:
+	// the bound holds whichever step passed it.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("stats reads: %w", err)
+	}
 	if len(owners) > 0 && !slices.Contains(owners, q.r.Tenant) {
 		return nil, errNotFound
 	}
