@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -343,26 +344,46 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 	return out, nil
 }
 
-// Dims returns r's human clicks per dimension and key (DimReferrer, ...),
-// as the aggregates hold them (duplicates not yet subtracted): of each
-// dimension the n keys with the most clicks, ties by key, leaving out the
-// key "" of DimRule and DimVariant (the clicks none chose). ClickHouse picks
-// them (LIMIT n BY dim): a link with millions of referrer hosts sends n,
-// not millions, so the answer's size does not follow what strangers sent.
-func (s *Store) Dims(ctx context.Context, r Range, n int) (map[string]map[string]int64, error) {
+// Dims returns r's human clicks per dimension and key, as the aggregates
+// hold them (duplicates not yet subtracted): of each dimension of limits
+// (DimReferrer, ...) the limits[dim] keys with the most clicks, ties by
+// key, leaving out the key "" of DimRule and DimVariant (the clicks none
+// chose). ClickHouse picks them, so a link with millions of referrer hosts
+// sends limits[dim] of them, not millions: one ORDER BY ... LIMIT per
+// dimension, which sorts partially (LIMIT n BY dim sorted a link's 1.5 M
+// referrer keys in full, and took twice as long).
+func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[string]map[string]int64, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	if n < 1 {
-		return nil, fmt.Errorf("clickstore: %d keys per dimension asked for, want at least 1", n)
+	if len(limits) == 0 {
+		return nil, errors.New("clickstore: no dimension asked for")
 	}
-	rows, err := s.conn.Query(ctx, fmt.Sprintf(`SELECT dim, key, sum(clicks) AS n
-		FROM `+DimsTable+`
-		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
-			AND NOT (dim IN ('`+DimRule+`', '`+DimVariant+`') AND key = '')
-		GROUP BY dim, key
-		ORDER BY dim, n DESC, key
-		LIMIT %d BY dim`, n)+timeLimit(ctx), r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
+	var q strings.Builder
+	var args []any
+	q.WriteString("SELECT dim, key, n FROM (")
+	for i, dim := range slices.Sorted(maps.Keys(limits)) {
+		n := limits[dim]
+		if n < 1 {
+			return nil, fmt.Errorf("clickstore: %d keys of %s asked for, want at least 1", n, dim)
+		}
+		if i > 0 {
+			q.WriteString("\n\tUNION ALL\n\t")
+		}
+		none := ""
+		if dim == DimRule || dim == DimVariant {
+			none = " AND key != ''"
+		}
+		fmt.Fprintf(&q, `SELECT dim, key, sum(clicks) AS n FROM %s
+		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?) AND dim = ?%s
+		GROUP BY dim, key ORDER BY n DESC, key LIMIT %d`, DimsTable, none, n)
+		args = append(args, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(), dim)
+	}
+	// On 18.16 a SETTINGS clause after a UNION ALL belongs to its last
+	// SELECT (max_execution_time = 1 stopped nothing): it goes on a query
+	// around them.
+	q.WriteString(")" + timeLimit(ctx))
+	rows, err := s.conn.Query(ctx, q.String(), args...)
 	if err != nil {
 		return nil, readErr(ctx, "clickhouse dimension counts", err)
 	}
