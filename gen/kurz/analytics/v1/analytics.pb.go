@@ -357,14 +357,16 @@ type GetLinkStatsResponse struct {
 	Counts *ClickCounts `protobuf:"bytes,2,opt,name=counts,proto3" json:"counts,omitempty"`
 	// One bucket per interval of the range, oldest first, empty ones included.
 	Series []*TimeBucket `protobuf:"bytes,3,rep,name=series,proto3" json:"series,omitempty"`
-	// Referrer hosts ("www." removed) by clicks, at most 10; the key "" is
-	// clicks without a Referer.
+	// Referrer hosts ("www." removed) by human clicks, at most 10; the key ""
+	// is clicks without a Referer. Every breakdown (the top lists, rules,
+	// variants) counts human clicks only: bots and floods are in counts alone.
+	// Ranges stored before analytics counted so include them.
 	TopReferrers []*KeyCount `protobuf:"bytes,4,rep,name=top_referrers,json=topReferrers,proto3" json:"top_referrers,omitempty"`
-	// Browsers by clicks, at most 10 ("Bot" for bots, "Other" when unknown).
+	// Browsers by human clicks, at most 10 ("Other" when unknown).
 	TopBrowsers []*KeyCount `protobuf:"bytes,5,rep,name=top_browsers,json=topBrowsers,proto3" json:"top_browsers,omitempty"`
-	// Operating systems by clicks, at most 10.
+	// Operating systems by human clicks, at most 10.
 	TopOperatingSystems []*KeyCount `protobuf:"bytes,6,rep,name=top_operating_systems,json=topOperatingSystems,proto3" json:"top_operating_systems,omitempty"`
-	// Device classes by clicks: desktop, mobile, tablet, bot.
+	// Device classes by human clicks: desktop, mobile, tablet.
 	TopDevices []*KeyCount `protobuf:"bytes,7,rep,name=top_devices,json=topDevices,proto3" json:"top_devices,omitempty"`
 	// bot / total (0 without clicks).
 	BotShare float64 `protobuf:"fixed64,8,opt,name=bot_share,json=botShare,proto3" json:"bot_share,omitempty"`
@@ -375,15 +377,15 @@ type GetLinkStatsResponse struct {
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// The interval of series, as chosen when the request left it unspecified.
 	Interval Interval `protobuf:"varint,12,opt,name=interval,proto3,enum=kurz.analytics.v1.Interval" json:"interval,omitempty"`
-	// Client countries by clicks, at most 10: ISO 3166-1 alpha-2 codes
+	// Client countries by human clicks, at most 10: ISO 3166-1 alpha-2 codes
 	// ("DE"), from the redirect's GeoIP database; the key "" is clicks of
 	// unknown country (all of them when the redirect has no database).
 	TopCountries []*KeyCount `protobuf:"bytes,13,rep,name=top_countries,json=topCountries,proto3" json:"top_countries,omitempty"`
-	// Clicks per redirect rule of the link that chose the destination, by
-	// clicks, at most 40; clicks no rule chose are not listed.
+	// Human clicks per redirect rule of the link that chose the destination,
+	// by clicks, at most 40; clicks no rule chose are not listed.
 	Rules []*KeyCount `protobuf:"bytes,15,rep,name=rules,proto3" json:"rules,omitempty"`
-	// Clicks per A/B-test variant, by clicks, at most 20; clicks no variant
-	// chose are not listed.
+	// Human clicks per A/B-test variant, by clicks, at most 20; clicks no
+	// variant chose are not listed.
 	Variants      []*KeyCount `protobuf:"bytes,16,rep,name=variants,proto3" json:"variants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,9 +45,10 @@ func TestReadsTellAnOutageFromAnAnswer(t *testing.T) {
 	t.Cleanup(func() { _ = up.Close() })
 
 	r := Range{Tenant: "t", Code: "abcdef", Start: time.Unix(0, 0), End: time.Unix(3600, 0)}
+	top := map[string]int{DimReferrer: 10, DimRule: 10}
 	reads := map[string]func(*Store) error{
 		"Hourly":     func(s *Store) error { _, err := s.Hourly(context.Background(), r); return err },
-		"Dims":       func(s *Store) error { _, err := s.Dims(context.Background(), r); return err },
+		"Dims":       func(s *Store) error { _, err := s.Dims(context.Background(), r, top); return err },
 		"Owners":     func(s *Store) error { _, err := s.Owners(context.Background(), r.Code); return err },
 		"Duplicates": func(s *Store) error { _, err := s.Duplicates(context.Background(), r); return err },
 	}
@@ -89,7 +92,7 @@ func TestReadsRefuseRangesDateTimeCannotHold(t *testing.T) {
 	}
 	reads := map[string]func(Range) (any, error){
 		"Hourly":     func(r Range) (any, error) { return s.Hourly(ctx, r) },
-		"Dims":       func(r Range) (any, error) { return s.Dims(ctx, r) },
+		"Dims":       func(r Range) (any, error) { return s.Dims(ctx, r, map[string]int{DimReferrer: 10}) },
 		"Duplicates": func(r Range) (any, error) { return s.Duplicates(ctx, r) },
 	}
 	for rname, r := range ranges {
@@ -143,4 +146,58 @@ func appliedStore(t *testing.T) *Store {
 		t.Fatal(err)
 	}
 	return New(ch, l)
+}
+
+// Dims sends the n keys of each dimension asked for with the most clicks,
+// ties by key, picked by ClickHouse: a link with more referrer hosts than n
+// (as a stranger sending a new Referer with every click makes) sends n of
+// them. The clicks no rule or variant chose are left out before the pick.
+func TestDimsSendsTheTopKeysOfEachDimension(t *testing.T) {
+	ctx := context.Background()
+	s := appliedStore(t)
+	tenant, code := "top-"+rnd(), "top"+rnd()
+	at := time.Date(2025, 5, 6, 7, 0, 0, 0, time.UTC)
+	var rows []Click
+	for host := 1; host <= 25; host++ {
+		for i := range host {
+			c := Click{Tenant: tenant, Code: code, Time: at, EventID: fmt.Sprintf("h%02d-%d", host, i),
+				ReferrerHost: fmt.Sprintf("h%02d.example", host), Browser: "Firefox"}
+			if host <= 20 {
+				c.Rule = fmt.Sprintf("rule%02d", host) // the other 75 clicks: no rule
+			}
+			rows = append(rows, c)
+		}
+	}
+	// A tie at the edge: the lower key is listed.
+	for i := range 16 {
+		rows = append(rows, Click{Tenant: tenant, Code: code, Time: at, EventID: fmt.Sprintf("tie-%d", i),
+			ReferrerHost: "h16a.example", Browser: "Firefox"})
+	}
+	if err := s.Insert(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	dims, err := s.Dims(ctx, Range{Tenant: tenant, Code: code, Start: at, End: at.Add(time.Hour)},
+		map[string]int{DimReferrer: 10, DimRule: 5, DimBrowser: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func(m map[string]int64) string {
+		var out []string
+		for k, n := range m {
+			out = append(out, fmt.Sprintf("%s=%d", k, n))
+		}
+		slices.Sort(out)
+		return strings.Join(out, " ")
+	}
+	for dim, want := range map[string]string{
+		DimReferrer: "h16.example=16 h17.example=17 h18.example=18 h19.example=19 h20.example=20 " +
+			"h21.example=21 h22.example=22 h23.example=23 h24.example=24 h25.example=25",
+		DimRule:    "rule16=16 rule17=17 rule18=18 rule19=19 rule20=20",
+		DimBrowser: "Firefox=341",
+		DimOS:      "", // not asked for
+	} {
+		if got := list(dims[dim]); got != want {
+			t.Errorf("%s: %d keys %s, want %s", dim, len(dims[dim]), got, want)
+		}
+	}
 }

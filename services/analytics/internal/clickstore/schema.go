@@ -20,8 +20,9 @@ const (
 	EventsTable = "click_events"
 	// HourlyTable holds per-link hourly counts (SummingMergeTree).
 	HourlyTable = "click_hourly"
-	// DimsTable holds per-link hourly counts per referrer host, browser,
-	// operating system, device class and country (SummingMergeTree).
+	// DimsTable holds per-link hourly counts of human clicks per referrer
+	// host, browser, operating system, device class, country, rule and
+	// variant (SummingMergeTree).
 	DimsTable = "click_dims"
 	// OwnersTable maps a code to the tenants that have clicks on it.
 	OwnersTable = "click_owners"
@@ -133,16 +134,23 @@ var views = []view{{
 	FROM %s
 	GROUP BY tenant, code, hour`,
 }, {
-	// v2: the country dimension; v3: the rule and variant dimensions. The
-	// earlier views are dropped (retired).
-	name: DimsTable + "_v3_mv", to: DimsTable, from: EventsTable,
-	retired: []string{DimsTable + "_mv", DimsTable + "_v2_mv"},
+	// v2: the country dimension; v3: the rule and variant dimensions; v4:
+	// human clicks only. The earlier views are dropped (retired).
+	//
+	// Bots and floods are left out: they are counted in click_hourly
+	// already, and broken down they let one client fill a link's
+	// breakdowns (a new Referer host per request made a row per host and
+	// hour, 39,581 in 5 s from one curl) and tilt its A/B variants (one
+	// flooder is sticky to one variant).
+	name: DimsTable + "_v4_mv", to: DimsTable, from: EventsTable,
+	retired: []string{DimsTable + "_mv", DimsTable + "_v2_mv", DimsTable + "_v3_mv"},
 	query: `SELECT tenant, code, ` + hourOf + ` AS hour,
 		tupleElement(d, 1) AS dim, tupleElement(d, 2) AS key, count() AS clicks
 	FROM %s
 	ARRAY JOIN [('` + DimReferrer + `', referrer_host), ('` + DimBrowser + `', browser),
 		('` + DimOS + `', os), ('` + DimDevice + `', device), ('` + DimCountry + `', country),
 		('` + DimRule + `', rule), ('` + DimVariant + `', variant)] AS d
+	WHERE is_bot = 0 AND is_flood = 0
 	GROUP BY tenant, code, hour, dim, key`,
 }, {
 	name: OwnersTable + "_mv", to: OwnersTable, from: EventsTable,

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -257,13 +258,47 @@ func (c *Counts) Sub(o Counts) {
 // unlike an error ClickHouse answered (a bad query, a missing table).
 var ErrUnavailable = errors.New("clickhouse unavailable")
 
-// readErr wraps a read's error with what was read, and with ErrUnavailable
-// when ClickHouse was unreachable.
-func readErr(what string, err error) error {
-	if unreachable(err) {
+// readErr wraps a read's error with what was read, with ctx's error when
+// ctx ended (whatever the driver made of it: its socket deadline, the
+// context's, fails a read with an i/o timeout, which would read as an
+// outage), with context.DeadlineExceeded when ClickHouse stopped the read at
+// its time limit (timeLimit), and with ErrUnavailable when ClickHouse was
+// unreachable.
+func readErr(ctx context.Context, what string, err error) error {
+	var exception *clickhouse.Exception
+	ended := ctx.Err()
+	if deadline, ok := ctx.Deadline(); ok && ended == nil && !time.Now().Before(deadline) {
+		// The socket's timer can fire before the context's.
+		ended = context.DeadlineExceeded
+	}
+	switch {
+	case ended != nil && !errors.Is(err, ended):
+		return fmt.Errorf("%s: %w: %w", what, ended, err)
+	case errors.As(err, &exception) && exception.Code == timeoutExceeded:
+		return fmt.Errorf("%s: %w: %w", what, context.DeadlineExceeded, err)
+	case unreachable(err):
 		return fmt.Errorf("%s: %w: %w", what, ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// timeoutExceeded is ClickHouse's TIMEOUT_EXCEEDED: a query ran past its
+// max_execution_time.
+const timeoutExceeded = 159
+
+// timeLimit is the SETTINGS clause that makes ClickHouse stop a read when
+// ctx's deadline passes (rounded up to a second, as the setting counts).
+// The driver gives up on a read at the deadline, but ClickHouse 18.16 goes
+// on computing it: a cut GROUP BY over 1.5 M referrer keys ran 5 s more,
+// until the driver's own max_execution_time of the deadline plus 5 s,
+// which a SETTINGS clause of the query overrides.
+func timeLimit(ctx context.Context) string {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	secs := int64(math.Ceil(time.Until(deadline).Seconds()))
+	return fmt.Sprintf("\n\t\tSETTINGS max_execution_time = %d", max(secs, 1))
 }
 
 // peerUnreachable are the codes of a ClickHouse exception that says another
@@ -301,9 +336,9 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 			sum(total), sum(human), sum(bot), sum(flood), sum(visitors)
 		FROM `+HourlyTable+`
 		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
-		GROUP BY h`, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
+		GROUP BY h`+timeLimit(ctx), r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, readErr("clickhouse hourly counts", err)
+		return nil, readErr(ctx, "clickhouse hourly counts", err)
 	}
 	defer rows.Close()
 	out := make(map[int64]Counts)
@@ -311,28 +346,58 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 		var h uint32
 		var total, human, bot, flood, visitors uint64
 		if err := rows.Scan(&h, &total, &human, &bot, &flood, &visitors); err != nil {
-			return nil, readErr("clickhouse hourly counts", err)
+			return nil, readErr(ctx, "clickhouse hourly counts", err)
 		}
 		out[int64(h)] = Counts{Total: int64(total), Human: int64(human), Bot: int64(bot), Flood: int64(flood), Visitors: int64(visitors)}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr("clickhouse hourly counts", err)
+		return nil, readErr(ctx, "clickhouse hourly counts", err)
 	}
 	return out, nil
 }
 
-// Dims returns r's clicks per dimension and key (DimReferrer, ...), as the
-// aggregates hold them: duplicates not yet subtracted.
-func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64, error) {
+// Dims returns r's human clicks per dimension and key, as the aggregates
+// hold them (duplicates not yet subtracted): of each dimension of limits
+// (DimReferrer, ...) the limits[dim] keys with the most clicks, ties by
+// key, leaving out the key "" of DimRule and DimVariant (the clicks none
+// chose). ClickHouse picks them, so a link with millions of referrer hosts
+// sends limits[dim] of them, not millions: one ORDER BY ... LIMIT per
+// dimension, which sorts partially (LIMIT n BY dim sorted a link's 1.5 M
+// referrer keys in full, and took twice as long).
+func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[string]map[string]int64, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.conn.Query(ctx, `SELECT dim, key, sum(clicks)
-		FROM `+DimsTable+`
-		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
-		GROUP BY dim, key`, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
+	if len(limits) == 0 {
+		return nil, errors.New("clickstore: no dimension asked for")
+	}
+	var q strings.Builder
+	var args []any
+	q.WriteString("SELECT dim, key, n FROM (")
+	for i, dim := range slices.Sorted(maps.Keys(limits)) {
+		n := limits[dim]
+		if n < 1 {
+			return nil, fmt.Errorf("clickstore: %d keys of %s asked for, want at least 1", n, dim)
+		}
+		if i > 0 {
+			q.WriteString("\n\tUNION ALL\n\t")
+		}
+		none := ""
+		if dim == DimRule || dim == DimVariant {
+			none = " AND key != ''"
+		}
+		fmt.Fprintf(&q, `SELECT dim, key, sum(clicks) AS n FROM %s
+		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?) AND dim = ?%s
+		GROUP BY dim, key ORDER BY n DESC, key LIMIT %d`, DimsTable, none, n)
+		args = append(args, r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(), dim)
+	}
+	// On 18.16 a SETTINGS clause after a UNION ALL belongs to its last
+	// SELECT (max_execution_time = 1 stopped nothing): it goes on a query
+	// around them.
+	q.WriteString(")" + timeLimit(ctx))
+	rows, err := s.conn.Query(ctx, q.String(), args...)
 	if err != nil {
-		return nil, readErr("clickhouse dimension counts", err)
+		return nil, readErr(ctx, "clickhouse dimension counts", err)
 	}
 	defer rows.Close()
 	out := make(map[string]map[string]int64)
@@ -340,7 +405,7 @@ func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64,
 		var dim, key string
 		var n uint64
 		if err := rows.Scan(&dim, &key, &n); err != nil {
-			return nil, readErr("clickhouse dimension counts", err)
+			return nil, readErr(ctx, "clickhouse dimension counts", err)
 		}
 		if out[dim] == nil {
 			out[dim] = make(map[string]int64)
@@ -348,7 +413,7 @@ func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64,
 		out[dim][key] = int64(n)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr("clickhouse dimension counts", err)
+		return nil, readErr(ctx, "clickhouse dimension counts", err)
 	}
 	return out, nil
 }
@@ -356,21 +421,21 @@ func (s *Store) Dims(ctx context.Context, r Range) (map[string]map[string]int64,
 // Owners returns the tenants that have clicks on code, at most a few.
 func (s *Store) Owners(ctx context.Context, code string) ([]string, error) {
 	rows, err := s.conn.Query(ctx,
-		"SELECT DISTINCT tenant FROM "+OwnersTable+" WHERE code = ? LIMIT 16", code)
+		"SELECT DISTINCT tenant FROM "+OwnersTable+" WHERE code = ? LIMIT 16"+timeLimit(ctx), code)
 	if err != nil {
-		return nil, readErr("clickhouse owners", err)
+		return nil, readErr(ctx, "clickhouse owners", err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var t string
 		if err := rows.Scan(&t); err != nil {
-			return nil, readErr("clickhouse owners", err)
+			return nil, readErr(ctx, "clickhouse owners", err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr("clickhouse owners", err)
+		return nil, readErr(ctx, "clickhouse owners", err)
 	}
 	return out, nil
 }
@@ -411,12 +476,12 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 			AND ts IN (`+fmt.Sprintf(suspects, "ts")+`)
 			AND eid IN (`+fmt.Sprintf(suspects, "eid")+`)
 		GROUP BY eid
-		HAVING count() > 1`,
+		HAVING count() > 1`+timeLimit(ctx),
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, readErr("clickhouse duplicates", err)
+		return nil, readErr(ctx, "clickhouse duplicates", err)
 	}
 	defer rows.Close()
 	var out []Duplicate
@@ -425,7 +490,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		var ts uint32
 		var bots, floods, news []uint8
 		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &d.Country, &d.Rule, &d.Variant, &bots, &floods, &news); err != nil {
-			return nil, readErr("clickhouse duplicates", err)
+			return nil, readErr(ctx, "clickhouse duplicates", err)
 		}
 		d.Hour = int64(ts) / 3600 * 3600
 		for i := range bots {
@@ -434,7 +499,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr("clickhouse duplicates", err)
+		return nil, readErr(ctx, "clickhouse duplicates", err)
 	}
 	return out, nil
 }
@@ -444,7 +509,8 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 // most severe: a bot if any copy is a bot, else a flood if any copy is, else
 // human (a new visitor if any human copy is). Total excess is always
 // len(Copies)-1; only the split among human, bot and flood depends on the
-// rule. Each dimension's excess equals Total.
+// rule. The breakdowns (DimsTable) count human rows only, so their excess
+// in each dimension is Human.
 func (d Duplicate) Excess() Counts {
 	var counted, canon Counts
 	var anyBot, anyFlood, anyNew bool

@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
@@ -72,7 +74,7 @@ func TestApplyRefusesANewerVersionsDatabase(t *testing.T) {
 		` AS SELECT tenant, code, ts AS hour, count() AS total FROM `+qual+l.Local(EventsTable)+` GROUP BY tenant, code, hour`); err != nil {
 		t.Fatal(err)
 	}
-	if err := ch.Exec(ctx, `DROP TABLE `+qual+DimsTable+"_v3_mv"+on); err != nil {
+	if err := ch.Exec(ctx, `DROP TABLE `+qual+dimsView(t).name+on); err != nil {
 		t.Fatal(err)
 	}
 	// An operator's own view, into a table of theirs, is none of kurz's
@@ -89,7 +91,7 @@ func TestApplyRefusesANewerVersionsDatabase(t *testing.T) {
 		t.Fatalf("Apply over a newer build's database: %v; want a refusal naming %s alone", err, newer)
 	}
 	var n uint64
-	if err := ch.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", DimsTable+"_v3_mv").Scan(&n); err != nil || n != 0 {
+	if err := ch.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", dimsView(t).name).Scan(&n); err != nil || n != 0 {
 		t.Errorf("this build's view was created beside the newer one (%d, %v)", n, err)
 	}
 	if err := ch.Exec(ctx, `DROP TABLE `+qual+newer+on); err != nil {
@@ -182,6 +184,108 @@ func TestApplyUpgradesAnEarlierVersion(t *testing.T) {
 		}
 	}
 	t.Logf("added %v; dropped retired views %v", added, retired)
+}
+
+// dimsV3Query is the query of click_dims_v3_mv, the breakdowns' view
+// before they left bots and floods out: every click, per dimension.
+const dimsV3Query = `SELECT tenant, code, ` + hourOf + ` AS hour,
+		tupleElement(d, 1) AS dim, tupleElement(d, 2) AS key, count() AS clicks
+	FROM %s
+	ARRAY JOIN [('referrer', referrer_host), ('browser', browser), ('os', os), ('device', device),
+		('country', country), ('rule', rule), ('variant', variant)] AS d
+	GROUP BY tenant, code, hour, dim, key`
+
+// TestApplyReplacesTheV3DimsView: a database whose breakdowns the v3 view
+// fills (bots and floods included) gets this version's view, which counts
+// human clicks only, and loses v3, on a cluster too; what v3 stored stays.
+func TestApplyReplacesTheV3DimsView(t *testing.T) {
+	ctx := context.Background()
+	ch, l, on, qual := scratchDatabase(t, "_dimsv3_")
+	if err := Apply(ctx, ch, l); err != nil {
+		t.Fatal(err)
+	}
+	const v3 = DimsTable + "_v3_mv"
+	current := dimsView(t)
+	if current.name == v3 || !slices.Contains(current.retired, v3) {
+		t.Fatalf("the breakdowns' view is %s, retiring %v: want a later one that retires %s", current.name, current.retired, v3)
+	}
+	// Make it the v3 build's database.
+	if err := chconn.ApplyDDL(ctx, ch, []string{
+		`DROP TABLE ` + qual + current.name + on,
+		`CREATE MATERIALIZED VIEW ` + qual + v3 + on + ` TO ` + qual + l.Local(DimsTable) + ` AS ` +
+			fmt.Sprintf(dimsV3Query, qual+l.Local(EventsTable)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := New(ch, l)
+	tenant, code := "v3-"+rnd(), "v3code"
+	at := time.Date(2025, 4, 1, 9, 0, 0, 0, time.UTC)
+	clicks := func(prefix string) []Click {
+		return []Click{
+			{Tenant: tenant, Code: code, Time: at, EventID: prefix + "-human", Browser: "Firefox"},
+			{Tenant: tenant, Code: code, Time: at, EventID: prefix + "-bot", Browser: "Bot", Bot: true},
+			{Tenant: tenant, Code: code, Time: at, EventID: prefix + "-flood", Browser: "Chrome", Flood: true},
+		}
+	}
+	if err := s.Insert(ctx, clicks("before")); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := Apply(ctx, ch, l); err != nil {
+		t.Fatalf("Apply over the v3 database: %v", err)
+	}
+	for name, want := range map[string]uint64{v3: 0, current.name: 1} {
+		var n uint64
+		if err := ch.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = ?", name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Errorf("%d views named %s after Apply, want %d", n, name, want)
+		}
+	}
+	if err := s.Insert(ctx, clicks("after")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	rows, err := ch.Query(ctx, `SELECT key, sum(clicks) AS n FROM `+DimsTable+`
+		WHERE tenant = ? AND code = ? AND dim = ? GROUP BY key ORDER BY key`, tenant, code, DimBrowser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var n uint64
+		if err := rows.Scan(&key, &n); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s=%d", key, n))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// v3 broke down the first three clicks, this version the later human.
+	if want := []string{"Bot=1", "Chrome=1", "Firefox=2"}; !slices.Equal(got, want) {
+		t.Errorf("browsers %v, want %v", got, want)
+	}
+}
+
+// dimsView is the view this version fills the breakdowns with.
+func dimsView(t *testing.T) view {
+	t.Helper()
+	for _, v := range views {
+		if v.to == DimsTable {
+			return v
+		}
+	}
+	t.Fatal("no view into " + DimsTable)
+	return view{}
+}
+
+func rnd() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // scratchDatabase is a ClickHouse database of the test's own (the

@@ -36,7 +36,8 @@ type want struct {
 	referrers, countries               map[string]int64
 }
 
-// expect computes want for events that the limiter does not flag.
+// expect computes want for events that the limiter does not flag; the
+// breakdowns (referrers, countries) count human clicks only.
 func expect(events []clickevent.Event) want {
 	w := want{perDay: map[time.Time]int64{}, referrers: map[string]int64{}, countries: map[string]int64{}}
 	seen := map[string]bool{}
@@ -44,17 +45,17 @@ func expect(events []clickevent.Event) want {
 		w.total++
 		day := ev.Time.UTC().Truncate(24 * time.Hour)
 		w.perDay[day]++
-		w.countries[ev.Country]++
-		switch {
-		case strings.Contains(ev.UserAgent, "bot"):
+		if strings.Contains(ev.UserAgent, "bot") {
+			// Counted as a bot, in none of the breakdowns.
 			w.bot++
-		default:
-			w.human++
-			if k := day.String() + ev.Visitor; !seen[k] {
-				seen[k] = true
-				w.visitors++
-			}
+			continue
 		}
+		w.human++
+		if k := day.String() + ev.Visitor; !seen[k] {
+			seen[k] = true
+			w.visitors++
+		}
+		w.countries[ev.Country]++
 		switch {
 		case strings.Contains(ev.Referrer, "ycombinator"):
 			w.referrers["news.ycombinator.com"]++

@@ -245,7 +245,8 @@ func TestIntervalAndRange(t *testing.T) {
 
 // TestDuplicatesCountOnce stores events more than once, with flags that
 // differ between copies, as racing consumers can: every statistic counts
-// each event once, with the most severe copy's flags.
+// each event once, with the most severe copy's flags, and the breakdowns
+// count it only if that copy is human.
 func TestDuplicatesCountOnce(t *testing.T) {
 	t.Parallel()
 	store := newStore(t, "")
@@ -287,12 +288,14 @@ func TestDuplicatesCountOnce(t *testing.T) {
 	if b := resp.GetSeries()[3].GetCounts(); b.GetTotal() != 5 || b.GetHuman() != 3 {
 		t.Errorf("03:00 bucket %v, want the same counts as the total", b)
 	}
+	// The breakdowns count the three human events: e1 is a flood (its
+	// human copy, and its rule, are subtracted), e3 a bot.
 	wantTop := map[string]map[string]int64{
-		"referrers": {"a.com": 2, "b.com": 1, "": 1, "c.com": 1},
-		"browsers":  {"Chrome": 3, "Firefox": 1, "Bot": 1},
-		"os":        {"Linux": 5},
-		"devices":   {"desktop": 5},
-		"rules":     {"de": 1},
+		"referrers": {"a.com": 1, "b.com": 1, "c.com": 1},
+		"browsers":  {"Chrome": 2, "Firefox": 1},
+		"os":        {"Linux": 3},
+		"devices":   {"desktop": 3},
+		"rules":     {},
 		"variants":  {"a": 2, "b": 1},
 	}
 	for name, list := range map[string][]*analyticsv1.KeyCount{
@@ -351,5 +354,116 @@ func TestTopCountries(t *testing.T) {
 	}
 	if want := []string{"DE=2", "=1", "JP=1"}; !slices.Equal(got, want) {
 		t.Errorf("top countries %v, want %v", got, want)
+	}
+}
+
+// TestBreakdownsCountHumansOnly: bots and floods are in the counts, and in
+// none of the breakdowns. One flooder, sticky to one A/B variant, does not
+// tilt the variants, and a bot's fake Referer hosts are not listed.
+func TestBreakdownsCountHumansOnly(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, "")
+	tenant, code := "hum-"+rnd(), "hum"+rnd()
+	at := day0.Add(7 * time.Hour)
+	var rows []clickstore.Click
+	add := func(n int, c clickstore.Click) {
+		for range n {
+			c.Tenant, c.Code, c.Time, c.EventID = tenant, code, at, rnd()
+			rows = append(rows, c)
+		}
+	}
+	add(3, clickstore.Click{Visitor: "h1", ReferrerHost: "news.example", Browser: "Firefox", OS: "Linux",
+		Device: "desktop", Country: "DE", Variant: "a", NewVisitor: true})
+	add(2, clickstore.Click{Visitor: "h2", ReferrerHost: "t.co", Browser: "Safari", OS: "iOS",
+		Device: "mobile", Country: "JP", Rule: "ios", NewVisitor: true})
+	add(40, clickstore.Click{Visitor: "flooder", ReferrerHost: "flood.example", Browser: "Chrome", OS: "Windows",
+		Device: "desktop", Country: "US", Variant: "b", Rule: "win", Flood: true})
+	for i := range 30 {
+		add(1, clickstore.Click{Visitor: "bot", ReferrerHost: fmt.Sprintf("r%d.spam.example", i), Browser: "Bot", OS: "Other",
+			Device: "bot", Country: "NL", Variant: "b", Rule: "win", Bot: true})
+	}
+	if err := store.Insert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := New(store, servertest.Logger(t), Options{}).GetLinkStats(as(tenant), &analyticsv1.GetLinkStatsRequest{
+		Code: code, StartTime: ts(day0), EndTime: ts(day0.Add(24 * time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := resp.GetCounts()
+	if got, want := [4]int64{c.GetTotal(), c.GetHuman(), c.GetBot(), c.GetFlood()}, [4]int64{75, 5, 30, 40}; got != want {
+		t.Errorf("(total, human, bot, flood) = %v, want %v", got, want)
+	}
+	list := func(kcs []*analyticsv1.KeyCount) string {
+		var out []string
+		for _, kc := range kcs {
+			out = append(out, fmt.Sprintf("%s=%d", kc.GetKey(), kc.GetCount()))
+		}
+		return strings.Join(out, " ")
+	}
+	for name, tc := range map[string]struct {
+		got  []*analyticsv1.KeyCount
+		want string
+	}{
+		"referrers": {resp.GetTopReferrers(), "news.example=3 t.co=2"},
+		"browsers":  {resp.GetTopBrowsers(), "Firefox=3 Safari=2"},
+		"os":        {resp.GetTopOperatingSystems(), "Linux=3 iOS=2"},
+		"devices":   {resp.GetTopDevices(), "desktop=3 mobile=2"},
+		"countries": {resp.GetTopCountries(), "DE=3 JP=2"},
+		"rules":     {resp.GetRules(), "ios=2"},
+		"variants":  {resp.GetVariants(), "a=3"},
+	} {
+		if got := list(tc.got); got != tc.want {
+			t.Errorf("%s: %q, want %q (human clicks only)", name, got, tc.want)
+		}
+	}
+}
+
+// TestTopListsAreExactAfterDuplicates: ClickHouse picks the top keys
+// before the duplicate correction, yet the lists are the top after it. 60
+// referrer hosts have 2 events each, every one stored twice (4 rows, 2
+// clicks); c.example has 3 clicks in 3 rows, fewer rows than 60 others, and
+// is the top referrer.
+func TestTopListsAreExactAfterDuplicates(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, "")
+	tenant, code := "exact-"+rnd(), "exact"+rnd()
+	at := day0.Add(9 * time.Hour)
+	row := func(id, host string, suspect bool) clickstore.Click {
+		return clickstore.Click{Tenant: tenant, Code: code, Time: at, EventID: id, Visitor: "v-" + id,
+			ReferrerHost: host, Browser: "Firefox", OS: "Linux", Device: "desktop", Suspect: suspect}
+	}
+	var rows []clickstore.Click
+	for h := range 60 {
+		host := fmt.Sprintf("d%02d.example", h)
+		for e := range 2 {
+			id := fmt.Sprintf("%s-%d", host, e)
+			rows = append(rows, row(id, host, false), row(id, host, true))
+		}
+	}
+	for e := range 3 {
+		rows = append(rows, row(fmt.Sprintf("c-%d", e), "c.example", false))
+	}
+	if err := store.Insert(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := New(store, servertest.Logger(t), Options{}).GetLinkStats(as(tenant), &analyticsv1.GetLinkStatsRequest{
+		Code: code, StartTime: ts(day0), EndTime: ts(day0.Add(24 * time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetCounts().GetTotal(); got != 123 {
+		t.Errorf("total %d, want 123", got)
+	}
+	var got []string
+	for _, kc := range resp.GetTopReferrers() {
+		got = append(got, fmt.Sprintf("%s=%d", kc.GetKey(), kc.GetCount()))
+	}
+	want := []string{"c.example=3"}
+	for h := range TopN - 1 {
+		want = append(want, fmt.Sprintf("d%02d.example=2", h))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("top referrers %v, want %v", got, want)
 	}
 }
