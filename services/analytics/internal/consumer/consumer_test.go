@@ -667,7 +667,12 @@ func TestFailureModeAnswersStoreUnflagged(t *testing.T) {
 				allowed := src == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN
 				return &ratelimitv1.CheckQuotaResponse{Allowed: allowed, DecidingRule: "clicks/per-visitor", Limit: 10, Remaining: 0, Source: src}
 			})
-			r := e.start(e.opts(), e.rdb, e.store, limiterClient(t, fake.Addr(), time.Second))
+			// One batch: the bound holds per check, and the 20 clicks go
+			// to the test's shards, read apart (two batches of 9 and 11
+			// left 19 unflagged).
+			opts := e.opts()
+			opts.BatchAge = 2 * time.Second
+			r := e.start(opts, e.rdb, e.store, limiterClient(t, fake.Addr(), time.Second))
 			var events []clickevent.Event
 			for i := range 20 {
 				events = append(events, e.click(code, time.Duration(i)*time.Second, visitor(0), chromeUA, ""))
