@@ -157,19 +157,20 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")))
 
 	// A human (in Germany, says the redirect's fixture GeoIP database)
-	// opens the short URL and gets the variant (no rule matches); a bot
+	// opens the short URL and gets the variant (no rule matches); another
 	// (somewhere it does not know) opens it with ?promo and gets the
-	// rule's URL.
+	// rule's URL; a bot opens it too. Breakdowns count humans only.
 	for _, c := range []struct{ ua, referer, ip, query, want string }{
 		{humanUA, "https://news.example/console", geoiptest.IPv4DE, "", variantURL},
-		{botUA, "", geoiptest.IPv4Unknown, "?promo", promoURL},
+		{humanUA, "", geoiptest.IPv4Unknown, "?promo", promoURL},
+		{botUA, "", geoiptest.IPv4DE, "?promo", promoURL},
 	} {
 		if st, loc := visit(t, shortURL+c.query, c.ua, c.referer, c.ip); st != http.StatusFound || loc != c.want {
 			t.Fatalf("GET %s%s as %q: %d Location %q, want 302 to %s", shortURL, c.query, c.ua, st, loc, c.want)
 		}
 	}
 
-	// The stats page, refreshed until both clicks are in ClickHouse.
+	// The stats page, refreshed until the three clicks are in ClickHouse.
 	do("open the stats page", chromedp.Click(chromedp.CSS(row+" a.stats")), chromedp.WaitVisible(chromedp.CSS("#view-stats")))
 	renders := `document.getElementById('view-stats').dataset.renders`
 	deadline := time.Now().Add(90 * time.Second)
@@ -179,16 +180,16 @@ func TestConsoleInBrowser(t *testing.T) {
 			chromedp.Poll[chromedp.Void](fmt.Sprintf(`Number(%s) > %s`, renders, n), chromedp.WithPollingTimeout(20*time.Second)))
 		got := eval(`(() => { const c = document.querySelector('#chart svg');
 			return c ? c.dataset.human + '/' + c.dataset.bot + '/' + c.dataset.flood : 'no chart'; })()`)
-		if got == "1/1/0" {
+		if got == "2/1/0" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the chart shows human/bot/flood %s (stats error %q), want 1/1/0", got, text("#stats-error"))
+			t.Fatalf("the chart shows human/bot/flood %s (stats error %q), want 2/1/0", got, text("#stats-error"))
 		}
 		time.Sleep(300 * time.Millisecond) // the poll interval of a person pressing Refresh
 	}
-	if n := eval(`String(document.querySelectorAll('#chart g.bucket[data-human="1"]').length)`); n != "1" {
-		t.Errorf("%s buckets of the chart hold the human click, want 1", n)
+	if n := eval(`String(document.querySelectorAll('#chart g.bucket[data-human="2"]').length)`); n != "1" {
+		t.Errorf("%s buckets of the chart hold the human clicks, want 1", n)
 	}
 	if n := eval(`String(document.querySelectorAll('#chart g.bucket rect').length)`); n != "2" {
 		t.Errorf("%s bars drawn, want 2 (one human, one bot)", n)
@@ -196,18 +197,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	if n, _ := strconv.Atoi(eval(`document.querySelector('#chart svg').dataset.buckets`)); n < 24 || n > 25 {
 		t.Errorf("%d buckets for the last 24 hours, want 24 or 25 (hours)", n)
 	}
-	if got := text("#chart .legend"); !strings.Contains(got, "Human (1)") || !strings.Contains(got, "Bot (1)") || !strings.Contains(got, "Flood (0)") {
+	if got := text("#chart .legend"); !strings.Contains(got, "Human (2)") || !strings.Contains(got, "Bot (1)") || !strings.Contains(got, "Flood (0)") {
 		t.Errorf("chart legend %q", got)
 	}
-	for field, want := range map[string]string{"total": "2", "human": "1", "bot": "1", "flood": "0", "unique-visitors": "1", "bot-share": "50.0 %"} {
+	for field, want := range map[string]string{"total": "3", "human": "2", "bot": "1", "flood": "0", "unique-visitors": "2", "bot-share": "33.3 %"} {
 		if got := text(fmt.Sprintf(`#stats-totals td[data-field=%q]`, field)); got != want {
 			t.Errorf("totals: %s = %q, want %q", field, got, want)
 		}
 	}
 	for table, want := range map[string][]string{
 		"#stats-referrers": {"news.example1", "(direct)1"},
-		"#stats-browsers":  {"Firefox1", "Bot1"},
-		"#stats-devices":   {"desktop1", "bot1"},
+		"#stats-browsers":  {"Firefox2"},
+		"#stats-devices":   {"desktop2"},
 		"#stats-countries": {"Germany (DE)1", "(unknown)1"},
 		"#stats-rules":     {"promo1"},
 		"#stats-variants":  {"only1"},
@@ -217,6 +218,9 @@ func TestConsoleInBrowser(t *testing.T) {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: %q, want a row %q", table, got, w)
 			}
+		}
+		if strings.Contains(strings.ToLower(got), "bot") {
+			t.Errorf("%s: %q: the bot's click is in a breakdown", table, got)
 		}
 	}
 	if got := text("#stats-target"); got != shortURL+" → "+longURL {
