@@ -2,6 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +29,16 @@ func (m *slotMap) refresh(ctx context.Context, rdb *redis.ClusterClient, timeout
 	defer cancel()
 	slots, err := rdb.ClusterSlots(ctx).Result()
 	if err != nil {
-		return nil, err
+		// The cluster client sends a command without a key to its masters
+		// in turn, as it last knew them, and reloads that view every ten
+		// seconds or so: after a failover its turn may fall on the dead
+		// master at every refresh (it did, for 15 s, in TestRedisMasterKilled),
+		// while the decisions of its slots fall back. Ask every master it
+		// knows, take the first answer, and have it reload its view.
+		rdb.ReloadState(ctx)
+		if slots, err = slotsFromAnyMaster(ctx, rdb); err != nil {
+			return nil, err
+		}
 	}
 	var nodes [slotCount]string
 	masters := map[string]bool{}
@@ -41,6 +53,34 @@ func (m *slotMap) refresh(ctx context.Context, rdb *redis.ClusterClient, timeout
 	}
 	m.nodes.Store(&nodes)
 	return masters, nil
+}
+
+// slotsFromAnyMaster is CLUSTER SLOTS as the first of the cluster client's
+// masters to answer says it.
+func slotsFromAnyMaster(ctx context.Context, rdb *redis.ClusterClient) ([]redis.ClusterSlot, error) {
+	var (
+		mu      sync.Mutex
+		got     []redis.ClusterSlot
+		lastErr error
+	)
+	_ = rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		s, err := c.ClusterSlots(ctx).Result()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			lastErr = err
+		} else if got == nil {
+			got = s
+		}
+		return nil
+	})
+	if got == nil {
+		if lastErr == nil {
+			lastErr = errors.New("no master known")
+		}
+		return nil, fmt.Errorf("cluster slots from every master: %w", lastErr)
+	}
+	return got, nil
 }
 
 // anyNode stands for the node of a key whose master the slot map does not
