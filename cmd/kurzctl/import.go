@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -54,6 +53,14 @@ const (
 // slots: the batch was refused before its body was read.
 const reasonBulkShareInUse = "BULK_SHARE_IN_USE"
 
+// reasonBulkSlotsBusy and reasonHashingBusy are the 503s of a batch refused
+// before anything was created: every bulk slot of the gateway busy, every
+// password-hashing slot of the shortener busy.
+const (
+	reasonBulkSlotsBusy = "BULK_SLOTS_BUSY"
+	reasonHashingBusy   = "PASSWORD_HASHING_BUSY"
+)
+
 // waitOut decides whether a refused request of an import is sent again:
 // when again says err guarantees nothing was done and err's Retry-After is
 // at most maxImportWait, it prints one line on stderr, waits that long and
@@ -79,8 +86,8 @@ func (c *cli) waitOut(ctx context.Context, err error, waits int, again func(*api
 // batchRefusedUndone reports whether ae is a refusal of a batch create
 // that guarantees nothing of it was created, so the same rows may be sent
 // again: a quota's 429 (the gateway's rate limit, the link creation
-// quota), a 429 of the tenant's bulk share in use, and a 503 that says
-// nothing was created (every bulk slot busy, passwords being hashed). Any
+// quota), a 429 of the tenant's bulk share in use, and a 503 whose reason
+// says nothing was created (every bulk slot busy, passwords being hashed). Any
 // other 503 (a timeout's, a service gone mid-call) may come after links
 // were made: sent again, rows without an alias would be created twice.
 func batchRefusedUndone(ae *apiError) bool {
@@ -89,7 +96,7 @@ func batchRefusedUndone(ae *apiError) bool {
 	case http.StatusTooManyRequests:
 		return reason == rpcerr.ReasonRateLimited || reason == reasonBulkShareInUse
 	case http.StatusServiceUnavailable:
-		return strings.Contains(ae.Message, "nothing was created")
+		return reason == reasonBulkSlotsBusy || reason == reasonHashingBusy
 	}
 	return false
 }

@@ -68,7 +68,7 @@ func TestImportBatchWaitsOutRefusalsThatCreatedNothing(t *testing.T) {
 	}{
 		{http.StatusTooManyRequests, `{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"rate limit exceeded (policy api/per-api-key); retry after 1s","retryAfterMs":20,"reason":"RATE_LIMITED"}`},
 		{http.StatusTooManyRequests, `{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"this tenant's bulk requests (batches, imports) in progress already hold its share of the gateway's bulk slots (1); nothing was created: retry when one is done","retryAfterMs":20,"reason":"BULK_SHARE_IN_USE"}`},
-		{http.StatusServiceUnavailable, `{"status":503,"code":"UNAVAILABLE","detail":"the gateway is serving as many bulk requests (batches, imports) as it can hold; nothing was created: retry shortly","retryAfterMs":20}`},
+		{http.StatusServiceUnavailable, `{"status":503,"code":"UNAVAILABLE","detail":"the gateway is serving as many bulk requests (batches, imports) as it can hold; nothing was created: retry shortly","retryAfterMs":20,"reason":"BULK_SLOTS_BUSY"}`},
 	}
 	var posts atomic.Int64
 	var mu sync.Mutex

@@ -80,6 +80,10 @@ const batchCallFactor = 4
 // quota (RATE_LIMITED), a wait for its own requests to finish.
 const reasonBulkShareInUse = "BULK_SHARE_IN_USE"
 
+// reasonBulkSlotsBusy is the 503 of a bulk request refused because every
+// bulk slot of the gateway is busy: nothing was created, send it again.
+const reasonBulkSlotsBusy = "BULK_SLOTS_BUSY"
+
 // bulkRetryAfter is the Retry-After of a bulk request refused because every
 // bulk slot is busy: the requests holding them take seconds.
 const bulkRetryAfter = 2 * time.Second
@@ -130,7 +134,7 @@ func (a *API) admitBulk(c *call, limit int64) (release func(), err error) {
 		unhold()
 		e := newError(http.StatusServiceUnavailable, codeName(codes.Unavailable),
 			"the gateway is serving as many bulk requests (batches, imports) as it can hold; nothing was created: retry shortly")
-		e.retryAfter = bulkRetryAfter
+		e.retryAfter, e.reason = bulkRetryAfter, reasonBulkSlotsBusy
 		return nil, e
 	}
 	return func() { freeSlot(); unhold() }, nil

@@ -494,9 +494,9 @@ func TestBulkRequestsBeyondTheBoundRefusedUnread(t *testing.T) {
 		w := httptest.NewRecorder()
 		err := rt.handle(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}})
 		e := toAPIError(err)
-		if e.status != http.StatusServiceUnavailable || e.code != "UNAVAILABLE" || e.retryAfter != bulkRetryAfter {
-			t.Errorf("%s with the bound reached: %d %s retry %v (%v); want 503 UNAVAILABLE retry %v",
-				rt.target, e.status, e.code, e.retryAfter, err, bulkRetryAfter)
+		if e.status != http.StatusServiceUnavailable || e.code != "UNAVAILABLE" || e.retryAfter != bulkRetryAfter || e.reason != reasonBulkSlotsBusy {
+			t.Errorf("%s with the bound reached: %d %s reason %q retry %v (%v); want 503 UNAVAILABLE reason %s retry %v",
+				rt.target, e.status, e.code, e.reason, e.retryAfter, err, reasonBulkSlotsBusy, bulkRetryAfter)
 		}
 		if body.read {
 			t.Errorf("%s with the bound reached: the body was read", rt.target)
