@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/redisconn"
 )
 
 // verdict is what counting one visit of a visit-limited link decided.
@@ -63,13 +62,6 @@ func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry
 	return decideVisit(n, err, e.MaxVisits)
 }
 
-// keyNode finds the node that holds a key, and the masters: a cluster
-// client.
-type keyNode interface {
-	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
-	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
-}
-
 // incr counts one visit at key: INCR, the counter's lifetime from its
 // link's expiry at expiresAtMs (linkcache.ExpireVisits: PEXPIREAT the expiry
 // plus the grace, or PERSIST for a link that never expires, so a counter
@@ -86,7 +78,7 @@ type keyNode interface {
 // on the node the answer names: a moving slot costs a round trip, not a
 // refused visit.
 func (h *Handler) incr(ctx context.Context, key string, limit, expiresAtMs int64) (int64, error) {
-	kn, ok := h.visits.(keyNode)
+	kn, ok := h.visits.(redisconn.KeyNodes)
 	if !ok || h.cfg.VisitReplicas == 0 {
 		return h.incrOn(ctx, h.visits, key, limit, expiresAtMs, false)
 	}
@@ -96,11 +88,11 @@ func (h *Handler) incr(ctx context.Context, key string, limit, expiresAtMs int64
 		return 0, fmt.Errorf("redis node of %s: %w", key, err)
 	}
 	n, err := h.incrOn(ctx, node, key, limit, expiresAtMs, false)
-	ask, addr, refused := redirection(err)
+	ask, addr, refused := redisconn.Redirection(err)
 	if !refused {
 		return n, err
 	}
-	target, terr := masterAt(ctx, kn, addr)
+	target, terr := redisconn.MasterAt(ctx, kn, addr)
 	if terr != nil {
 		return 0, errors.Join(err, terr)
 	}
@@ -150,42 +142,6 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, limit
 		}
 	}
 	return n, nil
-}
-
-// redirection reports whether err is a node's MOVED or ASK answer, and the
-// address it names.
-func redirection(err error) (ask bool, addr string, ok bool) {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false, "", false
-	}
-	f := strings.Fields(rerr.Error())
-	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
-		return false, "", false
-	}
-	return f[0] == "ASK", f[2], true
-}
-
-// masterAt is the cluster's master at addr, from a fresh view of the
-// cluster (ForEachMaster reloads it first).
-func masterAt(ctx context.Context, kn keyNode, addr string) (*redis.Client, error) {
-	var mu sync.Mutex
-	var found *redis.Client
-	err := kn.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
-		if c.Options().Addr == addr {
-			mu.Lock()
-			found = c
-			mu.Unlock()
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("redis masters: %w", err)
-	}
-	if found == nil {
-		return nil, fmt.Errorf("no redis master at %s", addr)
-	}
-	return found, nil
 }
 
 // visitsLeft reads code's counter without counting: whether a visit would

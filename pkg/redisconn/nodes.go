@@ -1,0 +1,97 @@
+package redisconn
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// KeyNodes finds the master that holds a key, and every master: a
+// cluster client. Commands that must share one connection with a write
+// before them (WAIT, which waits for the connection's own writes) go to
+// the key's node directly, in one pipeline.
+type KeyNodes interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+}
+
+// Redirection reports whether err is a node's MOVED or ASK answer, and the
+// address it names. A node's client follows neither: a command it refused
+// ran nowhere, and may be sent to the node named (after ASKING, for ASK).
+func Redirection(err error) (ask bool, addr string, ok bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false, "", false
+	}
+	f := strings.Fields(rerr.Error())
+	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
+		return false, "", false
+	}
+	return f[0] == "ASK", f[2], true
+}
+
+// MasterAt is the cluster's master at addr, from a fresh view of the
+// cluster (ForEachMaster reloads it first).
+func MasterAt(ctx context.Context, kn KeyNodes, addr string) (*redis.Client, error) {
+	var mu sync.Mutex
+	var found *redis.Client
+	err := kn.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redis masters: %w", err)
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no redis master at %s", addr)
+	}
+	return found, nil
+}
+
+// ShortOfReplicas lists the masters of rdb holding slots that have fewer
+// than want replicas online, each as "<addr> has <n>": a WAIT for want
+// replicas on them cannot succeed until a replica comes back.
+func ShortOfReplicas(ctx context.Context, rdb *redis.ClusterClient, want int) ([]string, error) {
+	shards, err := rdb.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("cluster shards: %w", err)
+	}
+	return shortOfReplicas(shards, want), nil
+}
+
+// shortOfReplicas is ShortOfReplicas on the answer of CLUSTER SHARDS; a
+// shard without slots holds no key and is left out.
+func shortOfReplicas(shards []redis.ClusterShard, want int) []string {
+	var short []string
+	for _, s := range shards {
+		if len(s.Slots) == 0 {
+			continue
+		}
+		master, online := "a master", 0
+		for _, n := range s.Nodes {
+			switch n.Role {
+			case "master":
+				master = net.JoinHostPort(cmp.Or(n.Endpoint, n.IP), strconv.FormatInt(cmp.Or(n.Port, n.TLSPort), 10))
+			case "replica":
+				if n.Health == "online" {
+					online++
+				}
+			}
+		}
+		if online < want {
+			short = append(short, fmt.Sprintf("%s has %d", master, online))
+		}
+	}
+	return short
+}

@@ -1,0 +1,70 @@
+package redisconn
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// replyError is an error reply from Redis, as go-redis returns one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// A MOVED or ASK answer is a refused command, to send again to the node it
+// names; any other error, a reply or not, is not.
+func TestRedirection(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		ok   bool
+		ask  bool
+		addr string
+	}{
+		{replyError("MOVED 5649 127.0.0.1:7004"), true, false, "127.0.0.1:7004"},
+		{fmt.Errorf("redis incr v:abc: %w", replyError("ASK 5649 127.0.0.1:7004")), true, true, "127.0.0.1:7004"},
+		{replyError("TRYAGAIN Multiple keys request during rehashing of slot"), false, false, ""},
+		{replyError("CLUSTERDOWN The cluster is down"), false, false, ""},
+		{errors.New("MOVED 5649 127.0.0.1:7004"), false, false, ""}, // not a reply: may have run
+		{errors.New("i/o timeout"), false, false, ""},
+		{nil, false, false, ""},
+	} {
+		ask, addr, ok := Redirection(tc.err)
+		if ok != tc.ok || ask != tc.ask || addr != tc.addr {
+			t.Errorf("Redirection(%v) = ask %v, %q, %v; want ask %v, %q, %v", tc.err, ask, addr, ok, tc.ask, tc.addr, tc.ok)
+		}
+	}
+}
+
+// shard is a CLUSTER SHARDS entry: a master on port with slots (or none)
+// and one replica per health given.
+func shard(port int64, slots bool, replicas ...string) redis.ClusterShard {
+	s := redis.ClusterShard{Nodes: []redis.Node{{Endpoint: "10.0.0.1", Port: port, Role: "master", Health: "online"}}}
+	if slots {
+		s.Slots = []redis.SlotRange{{Start: 0, End: 100}}
+	}
+	for _, h := range replicas {
+		s.Nodes = append(s.Nodes, redis.Node{Endpoint: "10.0.0.2", Port: port, Role: "replica", Health: h})
+	}
+	return s
+}
+
+// A master holding slots with fewer replicas online than wanted is listed
+// with how many it has; replicas that are down do not count, and a master
+// without slots holds no key.
+func TestShortOfReplicasCountsEachMastersOnlineReplicas(t *testing.T) {
+	shards := []redis.ClusterShard{
+		shard(7001, true, "online", "online"),
+		shard(7002, true, "online", "failed"),
+		shard(7003, false),
+	}
+	if got := shortOfReplicas(shards, 1); len(got) != 0 {
+		t.Errorf("want 1: %q, want none (every master with slots has a replica online)", got)
+	}
+	if got, want := shortOfReplicas(shards, 2), []string{"10.0.0.1:7002 has 1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("want 2: %q, want %q", got, want)
+	}
+}
