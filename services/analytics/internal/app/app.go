@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -53,6 +54,14 @@ type Config struct {
 	MaxDeliveries int `env:"ANALYTICS_MAX_DELIVERIES" default:"5"`
 	// ConsumerGroup is the Redis consumer group of the click streams.
 	ConsumerGroup string `env:"ANALYTICS_CONSUMER_GROUP" default:"analytics"`
+	// ReadReplicas is how many Redis replicas must acknowledge a read of
+	// the click streams (WAIT, up to 100 ms after each read of new
+	// entries) for its clicks to be stored as not suspect. Replication is
+	// asynchronous: a failover to a replica that missed a read delivers
+	// its clicks again, and a suspect first copy is what lets the stats
+	// count them once (a suspect costs the stats a lookup of its key). 0
+	// sends no WAIT: for a Redis without replicas, which cannot fail over.
+	ReadReplicas int `env:"ANALYTICS_READ_REPLICAS" default:"1"`
 	// ConsumerName names this process in the group; empty: host-pid-random.
 	// Set it to a stable name (a StatefulSet pod's) to resume the process's
 	// own pending entries at once after a restart.
@@ -113,6 +122,9 @@ func (c Config) validate() (*svcauth.Keys, error) {
 	}
 	if c.MaxDeliveries < 1 || c.FloodParallelism < 1 || c.Flushers < 1 {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_MAX_DELIVERIES, KURZ_ANALYTICS_FLOOD_PARALLELISM and KURZ_ANALYTICS_FLUSHERS must be positive"))
+	}
+	if c.ReadReplicas < 0 {
+		errs = append(errs, errors.New("KURZ_ANALYTICS_READ_REPLICAS must be 0 or more"))
 	}
 	if c.ConsumerGroup == "" {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_CONSUMER_GROUP must not be empty"))
@@ -190,6 +202,19 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	// KurzClickHouseFlushFailing. A hard check would take every replica
 	// out of rotation at once in a shared outage.
 	srv.AddSoftCheck("consumer", cons.Ready)
+	if cfg.ReadReplicas > 0 {
+		// Fewer replicas online than WAIT asks for: every read on those
+		// masters waits out the WAIT and its clicks are stored as suspect.
+		// Nothing is lost or counted twice, but reads slow down and every
+		// stats query of those clicks looks their keys up.
+		held := func(ctx context.Context) error { return readReplicasHeld(ctx, rdb, cfg.ReadReplicas) }
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := held(cctx); err != nil {
+			log.Warn("click stream reads will all be stored as suspect", "err", err)
+		}
+		cancel()
+		srv.AddSoftCheck("redis_replicas", held)
+	}
 	log.Info("analytics configured", "click_streams", cfg.Streams.Shards, "group", cfg.ConsumerGroup,
 		"consumer", cons.Name(), "batch_size", cfg.BatchSize, "batch_age", cfg.BatchAge,
 		"claim_idle", cfg.ClaimIdle, "limiter", cfg.LimiterAddr)
@@ -253,7 +278,7 @@ func (h hooks) startConsumer(cfg Config, rdb *redis.ClusterClient, store *clicks
 		Shards: cfg.Streams.Shards, StreamPrefix: h.streamPrefix, Group: cfg.ConsumerGroup,
 		GroupStart: h.groupStart, Name: cfg.ConsumerName,
 		BatchSize: cfg.BatchSize, BatchAge: cfg.BatchAge, ClaimIdle: cfg.ClaimIdle,
-		MaxDeliveries: cfg.MaxDeliveries, InsertTimeout: cfg.InsertTimeout,
+		MaxDeliveries: cfg.MaxDeliveries, InsertTimeout: cfg.InsertTimeout, ReadReplicas: cfg.ReadReplicas,
 		FloodParallelism: cfg.FloodParallelism, Flushers: cfg.Flushers, UnhealthyAfter: cfg.UnhealthyAfter,
 		TracerProvider: srv.Telemetry.TracerProvider,
 		// The last batch is stored and acknowledged within the bound on
@@ -266,4 +291,18 @@ func (h hooks) startConsumer(cfg Config, rdb *redis.ClusterClient, store *clicks
 	}
 	lc.Go("click consumer", cons.Run)
 	return cons, nil
+}
+
+// readReplicasHeld reports the masters of rdb that have fewer replicas
+// online than KURZ_ANALYTICS_READ_REPLICAS asks WAIT for.
+func readReplicasHeld(ctx context.Context, rdb *redis.ClusterClient, want int) error {
+	short, err := redisconn.ShortOfReplicas(ctx, rdb, want)
+	if err != nil {
+		return fmt.Errorf("KURZ_ANALYTICS_READ_REPLICAS=%d not compared with the cluster's replicas: %w", want, err)
+	}
+	if len(short) == 0 {
+		return nil
+	}
+	return fmt.Errorf("KURZ_ANALYTICS_READ_REPLICAS=%d is more than the replicas online (%s): every read of the click streams there waits 100 ms and stores its clicks as suspect; lower it or add replicas",
+		want, strings.Join(short, ", "))
 }

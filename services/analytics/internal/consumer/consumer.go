@@ -35,6 +35,7 @@ import (
 
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/redisconn"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 
@@ -75,6 +76,16 @@ type Options struct {
 	// ReadBlock is how long an XREADGROUP waits for new entries (default
 	// 1s); it also bounds how long a reader takes to notice shutdown.
 	ReadBlock time.Duration
+	// ReadReplicas is how many replicas of a stream's master must hold a
+	// first-hand read (the group's record that it delivered the entries)
+	// within ReadWait for its entries to be stored as not suspect: the
+	// read and a WAIT go to the master in one round trip. A failover to a
+	// replica without the read delivers the entries first-hand again, and
+	// only a suspect first copy lets the queries count them once. 0 sends
+	// no WAIT (a Redis without replicas, which cannot fail over).
+	ReadReplicas int
+	// ReadWait bounds the WAIT after a first-hand read (default 100ms).
+	ReadWait time.Duration
 	// ClaimIdle is how long an entry stays pending with a consumer before
 	// another may claim it (default 30s).
 	ClaimIdle time.Duration
@@ -132,6 +143,9 @@ type hooks struct {
 	// claimSkipped runs when a maintenance tick takes nothing from other
 	// consumers because this one is failing or stalled.
 	claimSkipped func()
+	// readClient runs on the node client of each first-hand read, before
+	// the read (a client WithTimeout returns has no hooks of its own).
+	readClient func(*redis.Client)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -163,6 +177,10 @@ func (o Options) withDefaults() (Options, error) {
 		o.ReadCount = min(o.BatchSize, 1000)
 	}
 	set(&o.ReadBlock, time.Second)
+	set(&o.ReadWait, 100*time.Millisecond)
+	if o.ReadReplicas < 0 {
+		return o, fmt.Errorf("consumer: %d read replicas: want 0 or more", o.ReadReplicas)
+	}
 	set(&o.ClaimIdle, 30*time.Second)
 	set(&o.ClaimEvery, min(o.ClaimIdle/4, 5*time.Second))
 	set(&o.ForgetIdle, time.Hour)
@@ -236,7 +254,11 @@ type entry struct {
 	// redelivered is true for entries this consumer did not read first
 	// (claimed, or from its own pending list after a restart).
 	redelivered bool
-	readAt      time.Time
+	// unreplicated is true for entries read first-hand by a read fewer
+	// than ReadReplicas replicas acknowledged: a failover may deliver them
+	// first-hand again.
+	unreplicated bool
+	readAt       time.Time
 }
 
 // New returns a consumer; it touches nothing until Run.
@@ -326,7 +348,7 @@ func (c *Consumer) read(ctx, hard context.Context, shard int) {
 		} else {
 			args.Streams, args.Block = []string{key, ">"}, c.opts.ReadBlock
 		}
-		res, err := c.rdb.XReadGroup(ctx, args).Result()
+		res, replicated, err := c.readGroup(ctx, args)
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -367,10 +389,76 @@ func (c *Consumer) read(ctx, hard context.Context, shard int) {
 		if len(msgs) == 0 {
 			continue
 		}
-		if !c.send(hard, toEntries(shard, msgs, redelivered)) {
+		es := toEntries(shard, msgs, redelivered)
+		if !replicated {
+			c.m.unreplicated(len(es))
+			for i := range es {
+				es[i].unreplicated = true
+			}
+		}
+		if !c.send(hard, es) {
 			return
 		}
 	}
+}
+
+// readGroup is one XREADGROUP. A first-hand read (">") goes with a WAIT
+// for ReadReplicas replicas to the master of its stream, in one round
+// trip on one connection (WAIT waits for its own connection's writes);
+// replicated says whether they acknowledged it in time. Replication is
+// asynchronous: a replica promoted before it received the read's effect
+// on the group (which entries were delivered) delivers them first-hand
+// again, and both copies would count. Entries of a read the replicas did
+// not acknowledge are stored as suspect instead, so the queries count
+// them once whichever copies exist. Every other read is of entries
+// delivered before, already suspect, and needs no WAIT.
+func (c *Consumer) readGroup(ctx context.Context, args *redis.XReadGroupArgs) (res []redis.XStream, replicated bool, err error) {
+	kn, ok := c.rdb.(redisconn.KeyNodes)
+	if c.opts.ReadReplicas == 0 || args.Streams[1] != ">" || !ok {
+		res, err = c.rdb.XReadGroup(ctx, args).Result()
+		return res, true, err
+	}
+	node, err := kn.MasterForKey(ctx, args.Streams[0])
+	if err != nil {
+		return nil, false, fmt.Errorf("redis node of %s: %w", args.Streams[0], err)
+	}
+	res, replicated, err = c.readWait(ctx, node, args, false)
+	// The stream's slot has moved (MOVED) or is moving (ASK): the node
+	// refused the read, which delivered nothing; read where it says.
+	ask, addr, moved := redisconn.Redirection(err)
+	if !moved {
+		return res, replicated, err
+	}
+	if node, err = redisconn.MasterAt(ctx, kn, addr); err != nil {
+		return nil, false, err
+	}
+	return c.readWait(ctx, node, args, ask)
+}
+
+// readWait is XREADGROUP and WAIT on node, after ASKING if asking.
+func (c *Consumer) readWait(ctx context.Context, node *redis.Client, args *redis.XReadGroupArgs, asking bool) ([]redis.XStream, bool, error) {
+	// A pipeline reads its replies within the client's socket timeout,
+	// which a blocking read's wait must not count against.
+	node = node.WithTimeout(args.Block + c.opts.ReadWait + node.Options().ReadTimeout)
+	if h := c.opts.hooks.readClient; h != nil {
+		h(node)
+	}
+	var read *redis.XStreamSliceCmd
+	var wait *redis.Cmd
+	_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if asking {
+			p.Do(ctx, "ASKING")
+		}
+		read = p.XReadGroup(ctx, args)
+		wait = p.Do(ctx, "WAIT", c.opts.ReadReplicas, c.opts.ReadWait.Milliseconds())
+		return nil
+	})
+	res, err := read.Result()
+	if err != nil {
+		return nil, false, err
+	}
+	held, err := wait.Int64()
+	return res, err == nil && held >= int64(c.opts.ReadReplicas), nil
 }
 
 func toEntries(shard int, msgs []redis.XMessage, redelivered bool) []entry {

@@ -699,22 +699,42 @@ type loseFirstRead struct{ lost atomic.Bool }
 
 func (*loseFirstRead) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (*loseFirstRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// First-hand reads go to a stream's node in a pipeline with a WAIT
+// (Options.ReadReplicas), others alone.
+func (h *loseFirstRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if lost := h.lose(cmd); lost != nil && err == nil {
+				err = lost
+			}
+		}
+		return err
+	}
 }
 
 func (h *loseFirstRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		args := cmd.Args()
-		xr, ok := cmd.(*redis.XStreamSliceCmd)
-		if ok && err == nil && cmd.Name() == "xreadgroup" && args[len(args)-1] == ">" &&
-			len(xr.Val()) > 0 && len(xr.Val()[0].Messages) > 0 && h.lost.CompareAndSwap(false, true) {
-			err = errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout (the test lost this reply)")
-			cmd.SetErr(err)
+		if lost := h.lose(cmd); lost != nil {
+			err = lost
 		}
 		return err
 	}
+}
+
+// lose turns the first successful first-hand read that returned entries
+// into a read timeout, once.
+func (h *loseFirstRead) lose(cmd redis.Cmder) error {
+	args := cmd.Args()
+	xr, ok := cmd.(*redis.XStreamSliceCmd)
+	if ok && cmd.Err() == nil && cmd.Name() == "xreadgroup" && args[len(args)-1] == ">" &&
+		len(xr.Val()) > 0 && len(xr.Val()[0].Messages) > 0 && h.lost.CompareAndSwap(false, true) {
+		err := errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout (the test lost this reply)")
+		cmd.SetErr(err)
+		return err
+	}
+	return nil
 }
 
 // Entries whose read reply was lost are pending with the consumer that does
@@ -727,7 +747,10 @@ func TestLostReadReplyIsReadAgain(t *testing.T) {
 	rdb, _ := e.clients()
 	h := &loseFirstRead{}
 	rdb.AddHook(h)
-	e.start(e.opts(), rdb, e.store, allowAll(t))
+	opts := e.opts()
+	// First-hand reads go to the stream's node, on a client of its own.
+	opts.hooks.readClient = func(c *redis.Client) { c.AddHook(h) }
+	e.start(opts, rdb, e.store, allowAll(t))
 	events := e.mixed(code, 40)
 	e.xadd(events...)
 	eventually(t, 20*time.Second, "every event stored, nothing pending", func() (bool, string) {
@@ -738,6 +761,54 @@ func TestLostReadReplyIsReadAgain(t *testing.T) {
 		t.Fatal("no read reply was lost: the test tested nothing")
 	}
 	expect(events).check(t, e.stats(code))
+}
+
+// A failover to a replica that missed a read delivers the read's entries
+// first-hand again: the promoted replica's group has not delivered them.
+// The first consumer reads with a WAIT for more replicas than each of the
+// stack's masters has, so no read is acknowledged in time, as when the
+// master is cut off from its replicas; then the group is set back to
+// before the reads (XGROUP SETID 0), as the promoted replica holds it, and
+// a second consumer, whose reads the replicas do acknowledge, reads every
+// entry first-hand again. Both copies are stored; the stats count each
+// click once, because the first copies are suspect.
+func TestAReadNoReplicaHeldCountsOnceWhenDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	code := "unrepl" + rnd()
+	events := e.mixed(code, 120)
+	w := expect(events)
+	q := allowAll(t)
+
+	optsA := e.opts()
+	optsA.ReadReplicas, optsA.ReadWait = 2, 20*time.Millisecond
+	a := e.start(optsA, e.rdb, e.store, q)
+	e.xadd(events...)
+	eventually(t, 20*time.Second, "A stores and acknowledges every event", func() (bool, string) {
+		p, n := e.pending(), e.rows(code)
+		return p == 0 && n == uint64(w.total), fmt.Sprintf("pending %d, raw rows %d of %d", p, n, w.total)
+	})
+	a.stop(t)
+	if got := metrictest.Counter(t, a.reader, MetricUnreplicated); got != w.total {
+		t.Errorf("A: %s = %d, want %d (every read waited for 2 replicas, each master has 1)", MetricUnreplicated, got, w.total)
+	}
+
+	for _, k := range e.streams() {
+		if err := e.rdb.XGroupSetID(context.Background(), k, e.group, "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	optsB := e.opts()
+	optsB.ReadWait = 5 * time.Second // WAIT answers as soon as the replica holds the read
+	b := e.start(optsB, e.rdb, e.store, q)
+	eventually(t, 20*time.Second, "B stores every event again, first-hand", func() (bool, string) {
+		p, n := e.pending(), e.rows(code)
+		return p == 0 && n == uint64(2*w.total), fmt.Sprintf("pending %d, raw rows %d of %d", p, n, 2*w.total)
+	})
+	if got := metrictest.Counter(t, b.reader, MetricUnreplicated); got != 0 {
+		t.Errorf("B: %s = %d, want 0 (every master has the replica B waits for)", MetricUnreplicated, got)
+	}
+	w.check(t, e.stats(code))
 }
 
 // TestGracefulShutdownAcknowledges: a batch still collecting when the

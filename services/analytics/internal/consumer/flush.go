@@ -139,7 +139,7 @@ func (c *Consumer) prepare(es []entry) *work {
 				Tenant: ev.Tenant, Code: ev.Code, Time: ev.Time.UTC().Truncate(time.Second), EventID: ev.ID,
 				Visitor: ev.Visitor, Referrer: ev.Referrer, ReferrerHost: host,
 				UserAgent: ev.UserAgent, Browser: ua.Browser, OS: ua.OS, Device: ua.Device, Bot: ua.Bot,
-				Country: ev.Country, Suspect: e.redelivered, Rule: ev.Rule, Variant: ev.Variant,
+				Country: ev.Country, Suspect: e.redelivered || e.unreplicated, Rule: ev.Rule, Variant: ev.Variant,
 			},
 		})
 		w.rows = append(w.rows, &slab[len(slab)-1])

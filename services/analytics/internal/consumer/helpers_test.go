@@ -117,6 +117,8 @@ func (e *env) opts() Options {
 		ClaimIdle: time.Second, ClaimEvery: 200 * time.Millisecond,
 		RetryMin: 50 * time.Millisecond, RetryMax: 400 * time.Millisecond,
 		InsertTimeout: 5 * time.Second, DrainTimeout: 5 * time.Second,
+		// As in production: the stack's masters have a replica each.
+		ReadReplicas: 1,
 	}
 }
 
