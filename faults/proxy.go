@@ -15,19 +15,21 @@ import (
 )
 
 // Proxy forwards TCP connections from its own loopback address to a target
-// and injects faults on the way: latency on every chunk a client sends, or a
+// and injects faults on the way: latency on every chunk a client sends, a
 // cut (open connections reset, new ones accepted and reset at once, as a
-// crashed host behind a live address would).
+// crashed host behind a live address would), or the open connections
+// isolated (what either side sends is dropped, as across a partition).
 type Proxy struct {
 	lis    net.Listener
 	target string
 
-	mu    sync.Mutex
-	delay time.Duration
-	cut   bool
-	conns map[net.Conn]struct{}
-	done  chan struct{}
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	delay    time.Duration
+	cut      bool
+	conns    map[net.Conn]struct{}
+	isolated map[net.Conn]struct{}
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
 // NewProxy listens on addr ("127.0.0.1:0" for any free port) and forwards to
@@ -37,7 +39,7 @@ func NewProxy(addr, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{lis: lis, target: target, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p := &Proxy{lis: lis, target: target, conns: map[net.Conn]struct{}{}, isolated: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.wg.Go(p.serve)
 	return p, nil
 }
@@ -65,6 +67,26 @@ func (p *Proxy) Cut() {
 	for _, c := range conns {
 		reset(c)
 	}
+}
+
+// Isolate drops, from now on, whatever either side of every connection
+// open now sends, and leaves the connections open, as a network partition
+// between the two ends would; connections opened later are forwarded as
+// usual. It is never undone (a stream that lost bytes cannot go on): Cut
+// or Close ends those connections.
+func (p *Proxy) Isolate() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		p.isolated[c] = struct{}{}
+	}
+}
+
+func (p *Proxy) isIsolated(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.isolated[c]
+	return ok
 }
 
 // Restore ends a Cut and removes any latency.
@@ -117,6 +139,7 @@ func (p *Proxy) track(c net.Conn) bool {
 func (p *Proxy) untrack(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
+	delete(p.isolated, c)
 	p.mu.Unlock()
 }
 
@@ -179,6 +202,9 @@ func (p *Proxy) pipe(dst, src net.Conn, delayed bool) {
 	for c := range chunks {
 		if wait := time.Until(c.due); wait > 0 {
 			time.Sleep(wait) // the fault itself: this chunk is late
+		}
+		if p.isIsolated(src) {
+			continue // the fault itself: this chunk never arrives
 		}
 		if _, err := dst.Write(c.data); err != nil {
 			src.Close() // unblocks the reader
