@@ -17,6 +17,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/grpcclient"
+	"kurz.dev/pkg/logging"
 	"kurz.dev/pkg/telemetry"
 )
 
@@ -87,6 +88,9 @@ type Client struct {
 	timeout time.Duration
 	log     *slog.Logger
 	calls   metric.Int64Counter
+	// logs lets one line a second through about unanswered checks: a
+	// limiter outage leaves every request of the caller unanswered.
+	logs logging.Every
 }
 
 // New returns a client over conn. timeout bounds every call (a few
@@ -191,8 +195,10 @@ func (c *Client) unanswered(caller context.Context, domain string, n int, policy
 	if caller.Err() != nil {
 		d.Abandoned, outcome = true, "abandoned"
 	} else {
-		c.log.WarnContext(caller, "limiter unavailable; caller policy applies",
-			"domain", domain, "checks", n, "policy", policy.String(), "err", err)
+		if left, ok := c.logs.Allow(); ok {
+			c.log.WarnContext(caller, "limiter unavailable; caller policy applies",
+				"domain", domain, "checks", n, "policy", policy.String(), "calls_not_logged", left, "err", err)
+		}
 	}
 	c.calls.Add(context.WithoutCancel(caller), int64(n), metric.WithAttributes(
 		attribute.String("domain", domain), attribute.String("outcome", outcome),

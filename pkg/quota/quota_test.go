@@ -22,6 +22,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/testkit/metrictest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // fakeLimiter answers CheckQuota with check; it stands in for the limiter,
@@ -218,6 +219,37 @@ func TestUnavailableLimiterAppliesThePolicy(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A limiter outage leaves every check of the caller unanswered: one line
+// a second about them, not one each (a busy caller wrote thousands a
+// second), and every one counted degraded.
+func TestUnansweredChecksAreLoggedOncePerBurst(t *testing.T) {
+	addr := serve(t, func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		return nil, status.Error(codes.Unavailable, "redis is down")
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	var logs servertest.SyncBuffer
+	reader := sdkmetric.NewManualReader()
+	c, err := quota.New(conn, 5*time.Second, slog.New(slog.NewJSONHandler(&logs, nil)), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if d := c.Check(context.Background(), "auth", map[string]string{"ip": "192.0.2.1"}, 1, quota.FailOpen); !d.Degraded {
+			t.Fatalf("a check the limiter failed: %+v, want Degraded", d)
+		}
+	}
+	if lines := strings.Count(logs.String(), "limiter unavailable"); lines != 1 {
+		t.Errorf("%d lines about 50 unanswered checks, want 1:\n%s", lines, logs.String())
+	}
+	if n := metrictest.Counter(t, reader, "kurz.quota.calls", "outcome", "degraded"); n != 50 {
+		t.Errorf("%d calls counted degraded, want 50", n)
 	}
 }
 

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/logging"
 )
 
 // installLogger sends go-redis's own messages (a pool that cannot dial, a
@@ -17,30 +18,19 @@ import (
 // stderr among the service's JSON lines. go-redis has one logger per
 // process: New installs it once.
 var installLogger = sync.OnceFunc(func() {
-	redis.SetLogger(&goRedisLog{every: time.Second, now: time.Now})
+	redis.SetLogger(&goRedisLog{})
 })
 
 type goRedisLog struct {
 	log   *slog.Logger // nil: slog.Default()
-	every time.Duration
-	now   func() time.Time
-
-	mu      sync.Mutex
-	last    time.Time
-	dropped int
+	every logging.Every
 }
 
 func (l *goRedisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.mu.Lock()
-	now := l.now()
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.dropped++
-		l.mu.Unlock()
+	dropped, ok := l.every.Allow()
+	if !ok {
 		return
 	}
-	dropped := l.dropped
-	l.last, l.dropped = now, 0
-	l.mu.Unlock()
 	log := l.log
 	if log == nil {
 		log = slog.Default()

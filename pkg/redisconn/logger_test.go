@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/logging"
 )
 
 // go-redis's messages become the service's JSON lines, at most one a
@@ -15,7 +17,7 @@ import (
 func TestGoRedisMessagesAreRateLimitedJSONLines(t *testing.T) {
 	var buf bytes.Buffer
 	now := time.Unix(1000, 0)
-	l := &goRedisLog{log: slog.New(slog.NewJSONHandler(&buf, nil)), every: time.Second, now: func() time.Time { return now }}
+	l := &goRedisLog{log: slog.New(slog.NewJSONHandler(&buf, nil)), every: logging.Every{Now: func() time.Time { return now }}}
 	ctx := context.Background()
 	for range 5 {
 		l.Printf(ctx, "redis: dial %s: refused", "127.0.0.1:7001")

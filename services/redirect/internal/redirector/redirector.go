@@ -44,6 +44,7 @@ import (
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/linkrules"
+	"kurz.dev/pkg/logging"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/telemetry"
 	"kurz.dev/services/redirect/internal/resolve"
@@ -143,6 +144,9 @@ type Handler struct {
 	// walkRefused counts lookups the walk bound refused.
 	walkRefused metric.Int64Counter
 	sets        *telemetry.AttrSets[countKey]
+	// visitLogs lets one line a second through about visit counters
+	// Redis failed to read or count: an outage fails every visit.
+	visitLogs logging.Every
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
@@ -295,7 +299,9 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, c clien
 	case e.MaxVisits > 0 && look:
 		left, err := h.visitsLeft(ctx, code, e.MaxVisits)
 		if err != nil {
-			h.log.WarnContext(ctx, "visit counter unreadable", "code", code, "err", err)
+			if n, ok := h.visitLogs.Allow(); ok {
+				h.log.WarnContext(ctx, "visit counter unreadable", "code", code, "failures_not_logged", n, "err", err)
+			}
 			return h.unavailable(w)
 		}
 		if !left {

@@ -57,7 +57,9 @@ func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry
 	defer cancel()
 	n, err := h.incr(ctx, linkcache.VisitsKey(code), e.MaxVisits, e.ExpiresAtMs)
 	if err != nil {
-		h.log.WarnContext(ctx, "visit not counted; refusing it", "code", code, "err", err)
+		if n, ok := h.visitLogs.Allow(); ok {
+			h.log.WarnContext(ctx, "visit not counted; refusing it", "code", code, "failures_not_logged", n, "err", err)
+		}
 	}
 	return decideVisit(n, err, e.MaxVisits)
 }

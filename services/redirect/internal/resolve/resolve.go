@@ -29,6 +29,7 @@ import (
 
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkrules"
+	"kurz.dev/pkg/logging"
 )
 
 // Source says which tier answered.
@@ -111,9 +112,10 @@ type Resolver struct {
 	redisErrors metric.Int64Counter
 	invalidated metric.Int64Counter
 
-	// dbFailures counts PostgreSQL lookups failed since the last log line
-	// about them, written at dbLogged (Unix ns).
-	dbFailures, dbLogged atomic.Int64
+	// dbLogs and redisLogs let one line a second through about failed
+	// PostgreSQL lookups and failed Redis reads and fills: an outage
+	// under load fails thousands a second.
+	dbLogs, redisLogs logging.Every
 }
 
 // New returns a resolver over rdb and db.
@@ -195,7 +197,9 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 	redisOK := err == nil
 	if err != nil {
 		r.redisErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "get")))
-		r.log.WarnContext(ctx, "redis read failed; asking PostgreSQL", "code", code, "err", err)
+		if n, ok := r.redisLogs.Allow(); ok {
+			r.log.WarnContext(ctx, "redis read failed; asking PostgreSQL", "code", code, "failures_not_logged", n, "err", err)
+		}
 	}
 	if found {
 		if r.gen(code) == gen {
@@ -222,7 +226,9 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 		fctx, cancel := context.WithTimeout(ctx, r.cfg.RedisTimeout)
 		if err := linkcache.Fill(fctx, r.rdb, code, e, ttl, c.Stale); err != nil {
 			r.redisErrors.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "fill")))
-			r.log.WarnContext(ctx, "redis fill failed", "code", code, "err", err)
+			if n, ok := r.redisLogs.Allow(); ok {
+				r.log.WarnContext(ctx, "redis fill failed", "code", code, "failures_not_logged", n, "err", err)
+			}
 		}
 		cancel()
 	}
@@ -230,25 +236,22 @@ func (r *Resolver) lookup(reqCtx context.Context, code string, gate Gate) (Resul
 }
 
 // dbFailed logs a PostgreSQL lookup that failed (the request is answered
-// 503), at most once a second with the number of failures since the last
-// line: an outage under load fails thousands a second. A schema older than
-// this build (a column or table it reads is missing: the shortener, which
-// migrates, was not upgraded first) says so.
+// 503), at most once a second with the number of failures left out since
+// the last line. A schema older than this build (a column or table it
+// reads is missing: the shortener, which migrates, was not upgraded first)
+// says so.
 func (r *Resolver) dbFailed(ctx context.Context, code string, err error) {
-	n := r.dbFailures.Add(1)
-	now := time.Now().UnixNano()
-	last := r.dbLogged.Load()
-	if now-last < int64(time.Second) || !r.dbLogged.CompareAndSwap(last, now) {
+	n, ok := r.dbLogs.Allow()
+	if !ok {
 		return
 	}
-	r.dbFailures.Add(-n)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42703" || pgErr.Code == "42P01") { // undefined_column, undefined_table
 		r.log.ErrorContext(ctx, "postgres lookup failed: the links schema is older than this redirect; "+
-			"upgrade the shortener first (it applies the migrations)", "code", code, "failures", n, "err", err)
+			"upgrade the shortener first (it applies the migrations)", "code", code, "failures_not_logged", n, "err", err)
 		return
 	}
-	r.log.WarnContext(ctx, "postgres lookup failed; answering 503", "code", code, "failures", n, "err", err)
+	r.log.WarnContext(ctx, "postgres lookup failed; answering 503", "code", code, "failures_not_logged", n, "err", err)
 }
 
 func (r *Resolver) fromDB(ctx context.Context, code string) (linkcache.Entry, error) {

@@ -383,6 +383,30 @@ func TestPostgresErrorIsLogged(t *testing.T) {
 	}
 }
 
+// Failed Redis reads fall back to PostgreSQL and are logged once for a
+// burst, with how many were left out: under a Redis outage every L1 miss
+// fails, thousands a second, and each wrote a line.
+func TestRedisErrorsAreLoggedOncePerBurst(t *testing.T) {
+	rdb, db := newFakeRedis(), newFakeDB()
+	rdb.getErr = errors.New("connection refused")
+	var logs servertest.SyncBuffer
+	r, err := New(Config{L1TTL: time.Hour, L1Size: 100, Cache: testCache, DBTimeout: time.Second, RedisTimeout: time.Second},
+		rdb, db, slog.New(slog.NewJSONHandler(&logs, nil)), noop.NewMeterProvider().Meter(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		code := fmt.Sprintf("c%d", i)
+		db.links[code] = link{tenant: "acme", url: "https://example.com/" + code}
+		if _, err := r.Resolve(context.Background(), code, nil); err != nil {
+			t.Fatalf("%s: %v, want it from PostgreSQL", code, err)
+		}
+	}
+	if lines := strings.Count(logs.String(), "redis read failed"); lines != 1 {
+		t.Fatalf("%d lines about 50 failed Redis reads, want 1:\n%s", lines, logs.String())
+	}
+}
+
 // The gate is asked for TierCache on an L1 miss, for TierDB before
 // PostgreSQL, and never on an L1 hit; its refusal is the caller's error and
 // no lookup past it is made.
