@@ -70,6 +70,30 @@ func ShortOfReplicas(ctx context.Context, rdb *redis.ClusterClient, want int) ([
 	return shortOfReplicas(shards, want), nil
 }
 
+// ReplicasHeld returns a check that fails while a master of rdb holding
+// slots has fewer replicas online than want, the value of the setting
+// that asks a WAIT for them; the error names the setting, the masters,
+// and what it costs there (cost). Nothing else would show it: the service
+// still serves, with WAITs that cannot succeed. Services warn with it at
+// start and report it in readiness, degraded.
+func ReplicasHeld(rdb *redis.ClusterClient, setting string, want int, cost string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		short, err := ShortOfReplicas(ctx, rdb, want)
+		if err != nil {
+			return fmt.Errorf("%s=%d not compared with the cluster's replicas: %w", setting, want, err)
+		}
+		return replicasError(setting, want, short, cost)
+	}
+}
+
+func replicasError(setting string, want int, short []string, cost string) error {
+	if len(short) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s=%d is more than the replicas online (%s): %s; lower it or add replicas",
+		setting, want, strings.Join(short, ", "), cost)
+}
+
 // shortOfReplicas is ShortOfReplicas on the answer of CLUSTER SHARDS; a
 // shard without slots holds no key and is left out.
 func shortOfReplicas(shards []redis.ClusterShard, want int) []string {

@@ -68,3 +68,17 @@ func TestShortOfReplicasCountsEachMastersOnlineReplicas(t *testing.T) {
 		t.Errorf("want 2: %q, want %q", got, want)
 	}
 }
+
+// The readiness check names the setting, each master short of replicas and
+// what it costs there.
+func TestReplicasHeldNamesTheSettingAndTheCost(t *testing.T) {
+	short := shortOfReplicas([]redis.ClusterShard{shard(7002, true, "failed")}, 1)
+	err := replicasError("KURZ_X_REPLICAS", 1, short, "writes there wait")
+	want := "KURZ_X_REPLICAS=1 is more than the replicas online (10.0.0.1:7002 has 0): writes there wait; lower it or add replicas"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	if err := replicasError("KURZ_X_REPLICAS", 1, nil, "writes there wait"); err != nil {
+		t.Fatalf("no master short: %v, want nil", err)
+	}
+}

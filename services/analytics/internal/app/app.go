@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -207,7 +206,8 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		// masters waits out the WAIT and its clicks are stored as suspect.
 		// Nothing is lost or counted twice, but reads slow down and every
 		// stats query of those clicks looks their keys up.
-		held := func(ctx context.Context) error { return readReplicasHeld(ctx, rdb, cfg.ReadReplicas) }
+		held := redisconn.ReplicasHeld(rdb, "KURZ_ANALYTICS_READ_REPLICAS", cfg.ReadReplicas,
+			"every read of the click streams there waits 100 ms and stores its clicks as suspect")
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := held(cctx); err != nil {
 			log.Warn("click stream reads will all be stored as suspect", "err", err)
@@ -291,18 +291,4 @@ func (h hooks) startConsumer(cfg Config, rdb *redis.ClusterClient, store *clicks
 	}
 	lc.Go("click consumer", cons.Run)
 	return cons, nil
-}
-
-// readReplicasHeld reports the masters of rdb that have fewer replicas
-// online than KURZ_ANALYTICS_READ_REPLICAS asks WAIT for.
-func readReplicasHeld(ctx context.Context, rdb *redis.ClusterClient, want int) error {
-	short, err := redisconn.ShortOfReplicas(ctx, rdb, want)
-	if err != nil {
-		return fmt.Errorf("KURZ_ANALYTICS_READ_REPLICAS=%d not compared with the cluster's replicas: %w", want, err)
-	}
-	if len(short) == 0 {
-		return nil
-	}
-	return fmt.Errorf("KURZ_ANALYTICS_READ_REPLICAS=%d is more than the replicas online (%s): every read of the click streams there waits 100 ms and stores its clicks as suspect; lower it or add replicas",
-		want, strings.Join(short, ", "))
 }

@@ -316,7 +316,8 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if cfg.VisitReplicas > 0 {
 		// Fewer replicas than WAIT asks for refuses every visit-limited
 		// link on those masters; the pod still serves every other link.
-		held := func(ctx context.Context) error { return visitReplicasHeld(ctx, rdb, cfg.VisitReplicas) }
+		held := redisconn.ReplicasHeld(rdb, "KURZ_REDIRECT_VISIT_REPLICAS", cfg.VisitReplicas,
+			"visits of visit-limited links counted there are refused (503) and still spent")
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := held(cctx); err != nil {
 			log.Warn("visits of visit-limited links may all be refused", "err", err)
