@@ -133,6 +133,70 @@ func (c *cli) keepOffPlainHTTP(cmd, what string) error {
 // (net/http keeps Authorization when only the scheme or port changes).
 func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
+// errStalled ends a streamed answer that paused longer than --timeout.
+var errStalled = errors.New("stalled")
+
+// sendStream is send for an answer whose body may take longer than
+// --timeout to arrive in full (links export streams a tenant's every
+// link): --timeout bounds the wait for the answer, then every pause in its
+// body, not the whole transfer, as curl's --speed-time does.
+func (gw *gateway) sendStream(ctx context.Context, method, path string, query url.Values) (io.ReadCloser, error) {
+	idle := gw.http.Timeout
+	ctx, cancel := context.WithCancelCause(ctx)
+	sr := &streamReader{ctx: ctx, cancel: cancel, idle: idle, base: gw.base}
+	if idle > 0 {
+		sr.timer = time.AfterFunc(idle, func() { cancel(errStalled) })
+	}
+	client := *gw.http
+	client.Timeout = 0
+	streaming := *gw
+	streaming.http = &client
+	resp, err := streaming.send(ctx, method, path, query, nil, "")
+	if err != nil {
+		sr.stop()
+		if context.Cause(ctx) == errStalled {
+			return nil, fmt.Errorf("the gateway at %s did not answer in time (--timeout)", gw.base)
+		}
+		return nil, err
+	}
+	sr.body = resp.Body
+	return sr, nil
+}
+
+// streamReader reads a streamed answer, cancelling it once no byte has
+// arrived for idle.
+type streamReader struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer // nil: no bound
+	idle   time.Duration
+	base   string
+	body   io.ReadCloser
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	n, err := r.body.Read(p)
+	if n > 0 && r.timer != nil {
+		r.timer.Reset(r.idle)
+	}
+	if err != nil && err != io.EOF && context.Cause(r.ctx) == errStalled {
+		err = fmt.Errorf("the gateway at %s sent nothing for %s (--timeout)", r.base, r.idle)
+	}
+	return n, err
+}
+
+func (r *streamReader) Close() error {
+	r.stop()
+	return r.body.Close()
+}
+
+func (r *streamReader) stop() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.cancel(nil)
+}
+
 // send makes one request and returns the response of a 2xx answer, whose
 // body the caller must close; other answers become *apiError.
 func (gw *gateway) send(ctx context.Context, method, path string, query url.Values, body io.Reader, contentType string) (*http.Response, error) {

@@ -65,7 +65,7 @@ func (c *cli) defineGlobals(pf *pflag.FlagSet) {
 	pf.StringVar(&g.context, "context", "", "the config file's `context` to take settings from (env KURZ_CONTEXT; default its current-context)")
 	pf.StringVar(&g.config, "config", "", "the config `file` (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output `format`: table (for people), json (the API's JSON, one document, for scripts) or yaml (the same as YAML)")
-	pf.DurationVar(&g.timeout, "timeout", defaultTimeout, "bound on each call to a service (0: none)")
+	pf.DurationVar(&g.timeout, "timeout", defaultTimeout, "bound on each call to a service; on links export, on each pause of its answer (0: none)")
 	pf.BoolVar(&g.plainHTTP, "plain-http", false, "send the API key, admin token or a link's password over an http:// URL of another machine (refused by default: use https)")
 }
 

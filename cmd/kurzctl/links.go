@@ -610,14 +610,14 @@ func setupLinksExport(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if *tag != "" {
 			q.Set("tag", *tag)
 		}
-		resp, err := gw.send(c.ctx, "GET", "/v1/links:export", q, nil, "")
+		stream, err := gw.sendStream(c.ctx, "GET", "/v1/links:export", q)
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
-		body := io.Reader(resp.Body)
+		defer stream.Close()
+		body := io.Reader(stream)
 		if *maxSize > 0 {
-			body = &boundedReader{r: resp.Body, left: *maxSize}
+			body = &boundedReader{r: stream, left: *maxSize}
 		}
 		if *file == "" {
 			if _, err := io.Copy(c.stdout, body); err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // What the gateway sends reaches a terminal with every character a
@@ -184,5 +185,48 @@ func TestExportStopsAtMaxSize(t *testing.T) {
 	r = c.run("--url", srv.URL, "--api-key", "k", "links", "export", "--tag", "small", "--max-size", "1000")
 	if r.code != 0 || len(r.stdout) != 1000 {
 		t.Errorf("an export of exactly --max-size: %d bytes, %s", len(r.stdout), r)
+	}
+}
+
+// links export streams a tenant's every link: --timeout bounds each pause
+// of the answer, not the whole transfer. An export that keeps arriving for
+// three times --timeout is written in full; one that stops is cut after
+// --timeout, saying so, and leaves no file.
+func TestExportTimeoutBoundsPausesNotTheTransfer(t *testing.T) {
+	const rows = 30
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/csv")
+		flush := http.NewResponseController(w).Flush
+		for i := range rows {
+			fmt.Fprintf(w, "row %d\n", i)
+			_ = flush()
+			if r.URL.Query().Get("tag") == "stalls" && i == 2 {
+				<-r.Context().Done() // sends nothing more
+				return
+			}
+			// A slow gateway, the fault under test: 30 rows 20 ms apart
+			// take 600 ms, three times the --timeout below.
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(dir, "config.yaml")}}
+	out := filepath.Join(dir, "links.csv")
+	start := time.Now()
+	r := c.run("--url", srv.URL, "--api-key", "k", "--timeout", "200ms", "links", "export", "-f", out)
+	if r.code != 0 {
+		t.Fatalf("an export arriving for %v with --timeout 200ms: %s", time.Since(start), r)
+	}
+	if b, err := os.ReadFile(out); err != nil || strings.Count(string(b), "\n") != rows {
+		t.Fatalf("export -f: %v, want %d rows:\n%s", err, rows, b)
+	}
+	stalled := filepath.Join(dir, "stalled.csv")
+	r = c.run("--url", srv.URL, "--api-key", "k", "--timeout", "200ms", "links", "export", "--tag", "stalls", "-f", stalled)
+	if r.code != exitError || !strings.Contains(r.stderr, "sent nothing for 200ms (--timeout)") {
+		t.Errorf("an export that stops sending: %s", r)
+	}
+	if _, err := os.Stat(stalled); !os.IsNotExist(err) {
+		t.Errorf("a stalled export left %s: %v", stalled, err)
 	}
 }
