@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -43,10 +44,12 @@ var migrationRetryPause = time.Second
 // in name order (name them 0001_create_links.sql, 0002_...). Each file runs in
 // its own transaction together with its bookkeeping row, so a failed file
 // leaves no trace; one that waits on a lock longer than MigrationLockTimeout
-// is tried again (logged with the sessions it waited for). A session
-// advisory lock per component serialises replicas that start together. A
-// database with migrations of component that fsys lacks (applied by a
-// newer build) is refused. It returns the names it applied.
+// is tried again (logged with the sessions it waited for). A file whose
+// first line is ConcurrentDirective builds indexes without a transaction
+// instead (applyConcurrent). A session advisory lock per component
+// serialises replicas that start together. A database with migrations of
+// component that fsys lacks (applied by a newer build) is refused. It
+// returns the names it applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.FS) ([]string, error) {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
@@ -107,7 +110,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 		if strings.TrimSpace(string(body)) == "" {
 			return applied, fmt.Errorf("migrate %s: %s is empty", component, name)
 		}
-		if err := applyOne(ctx, pool, conn, component, name, string(body)); err != nil {
+		apply := applyOne
+		if isConcurrent(string(body)) {
+			apply = applyConcurrent
+		}
+		if err := apply(ctx, pool, conn, component, name, string(body)); err != nil {
 			return applied, fmt.Errorf("migrate %s: %s: %w", component, path.Base(name), err)
 		}
 		applied = append(applied, name)
@@ -160,6 +167,74 @@ func applyOne(ctx context.Context, pool *pgxpool.Pool, conn *pgxpool.Conn, compo
 		}
 		wait = min(2*wait, maxLockWaits*MigrationLockTimeout)
 	}
+}
+
+// ConcurrentDirective, as a migration file's first line, marks a file of
+// CREATE INDEX CONCURRENTLY statements: an index built in a transaction
+// holds its table's SHARE lock, which blocks every write of the table, for
+// as long as the build takes (seconds per million rows), and builds on a
+// table that writers of links depend on (webhook_deliveries: the links
+// trigger inserts there) would fail those writes meanwhile.
+const ConcurrentDirective = "-- kurz:concurrently"
+
+// concurrentIndex is the only statement a ConcurrentDirective file may
+// hold: outside a transaction, anything else that fails half-way would
+// leave a half-applied migration behind.
+var concurrentIndex = regexp.MustCompile(`(?is)^CREATE\s+(UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+([a-z_][a-z0-9_]*)\s+ON\s`)
+
+func isConcurrent(body string) bool {
+	first, _, _ := strings.Cut(body, "\n")
+	return strings.TrimSpace(first) == ConcurrentDirective
+}
+
+// applyConcurrent builds a ConcurrentDirective file's indexes one
+// statement at a time, outside a transaction, then records the file. A
+// concurrent build takes a lock that writes and reads pass (SHARE UPDATE
+// EXCLUSIVE) and waits, without holding anyone up, for the transactions
+// that had the table open to end. A build that failed or was cut short
+// (the process killed mid-build) leaves an invalid index of its name,
+// which IF NOT EXISTS would keep for good: it is dropped first and built
+// again. Every index already valid is left alone, so a file interrupted
+// part-way resumes where it stopped.
+func applyConcurrent(ctx context.Context, _ *pgxpool.Pool, conn *pgxpool.Conn, component, name, body string) error {
+	var stmts []string
+	for _, stmt := range strings.Split(body, ";") {
+		var lines []string
+		for _, line := range strings.Split(stmt, "\n") {
+			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+				lines = append(lines, line)
+			}
+		}
+		if stmt = strings.TrimSpace(strings.Join(lines, "\n")); stmt != "" {
+			stmts = append(stmts, stmt)
+		}
+	}
+	if len(stmts) == 0 {
+		return errors.New("no statement after " + ConcurrentDirective)
+	}
+	for _, stmt := range stmts {
+		m := concurrentIndex.FindStringSubmatch(stmt)
+		if m == nil {
+			return fmt.Errorf("%s allows only CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS <name> ON ...: %.60q", ConcurrentDirective, stmt)
+		}
+		index := m[2]
+		var invalid bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)`, index).Scan(&invalid); err != nil {
+			return fmt.Errorf("index %s: %w", index, err)
+		}
+		if invalid {
+			slog.Default().WarnContext(ctx, "dropping an index an earlier build left unfinished, to build it again",
+				"component", component, "migration", path.Base(name), "index", index)
+			if _, err := conn.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+pgx.Identifier{index}.Sanitize()); err != nil {
+				return fmt.Errorf("drop unfinished index %s: %w", index, err)
+			}
+		}
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("index %s: %w", index, err)
+		}
+	}
+	_, err := conn.Exec(ctx, `INSERT INTO schema_migrations (component, name) VALUES ($1, $2)`, component, name)
+	return err
 }
 
 // lockHolders describes the sessions the session pid waits for: what an

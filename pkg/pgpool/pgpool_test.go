@@ -322,3 +322,108 @@ func lockTestTable(t *testing.T, timeout time.Duration) (pool *pgxpool.Pool, com
 	pgpool.MigrationLockTimeout = timeout
 	return pool, component, table
 }
+
+// A file of concurrent index builds: the index is built and valid, the file
+// recorded; while the build waits for a transaction that had the table
+// open, other writes of the table pass (a build in a transaction would
+// queue them behind its SHARE lock).
+func TestConcurrentIndexMigrationLetsWritesThrough(t *testing.T) {
+	pool := connect(t)
+	ctx := context.Background()
+	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
+	table := component + "_rows"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
+	})
+	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY, kind text NOT NULL)")}}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction that wrote the table and stays open.
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(ctx) }()
+	if _, err := open.Exec(ctx, "INSERT INTO "+table+" VALUES (1, 'a')"); err != nil {
+		t.Fatal(err)
+	}
+	fsys["0002_index.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\n-- by kind\n" +
+		"CREATE INDEX CONCURRENTLY IF NOT EXISTS " + table + "_kind ON " + table + " (kind, id);\n")}
+	done := make(chan error, 1)
+	go func() { _, err := pgpool.Migrate(ctx, pool, component, fsys); done <- err }()
+	waiting := func() (bool, string) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE INDEX CONCURRENTLY%'`).Scan(&n)
+		return err == nil && n == 1, fmt.Sprintf("%d builds waiting, err %v", n, err)
+	}
+	if ok, state := servertest.EventuallyState(10*time.Second, waiting); !ok {
+		t.Fatalf("the build never waited for the open transaction: %s", state)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = pool.Exec(wctx, "INSERT INTO "+table+" VALUES (2, 'b')")
+	cancel()
+	if err != nil {
+		t.Fatalf("a write while the index build waits: %v, want it through", err)
+	}
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	var valid bool
+	if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)`, table+"_kind").Scan(&valid); err != nil || !valid {
+		t.Fatalf("index %s_kind: valid %v, err %v; want built and valid", table, valid, err)
+	}
+	if again, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil || len(again) != 0 {
+		t.Fatalf("second Migrate: applied %v, err %v; want nothing", again, err)
+	}
+}
+
+// A concurrent build that failed leaves an invalid index, which IF NOT
+// EXISTS would keep for good: the next run drops it and builds it again.
+// Such a file may hold nothing but index builds.
+func TestConcurrentIndexMigrationRebuildsAFailedBuild(t *testing.T) {
+	pool := connect(t)
+	ctx := context.Background()
+	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
+	table := component + "_dups"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
+	})
+	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint, kind text);" +
+		"INSERT INTO " + table + " VALUES (1, 'a'), (1, 'b')")}}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
+		t.Fatal(err)
+	}
+	fsys["0002_unique.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\n" +
+		"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS " + table + "_id ON " + table + " (id)")}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err == nil {
+		t.Fatal("a unique index over duplicates: want the build to fail")
+	}
+	var valid bool
+	if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)`, table+"_id").Scan(&valid); err != nil || valid {
+		t.Fatalf("after the failed build: valid %v, err %v; want an invalid index left, as PostgreSQL leaves one", valid, err)
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM "+table+" WHERE kind = 'b'"); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil || strings.Join(applied, ",") != "0002_unique.sql" {
+		t.Fatalf("Migrate after the duplicate went: applied %v, err %v", applied, err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)`, table+"_id").Scan(&valid); err != nil || !valid {
+		t.Fatalf("rebuilt index: valid %v, err %v; want valid", valid, err)
+	}
+
+	fsys["0003_other.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\nALTER TABLE " + table + " ADD COLUMN note text")}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err == nil || !strings.Contains(err.Error(), "allows only CREATE") {
+		t.Fatalf("a concurrent file with an ALTER TABLE: %v, want it refused", err)
+	}
+	var recorded int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM schema_migrations WHERE component = $1 AND name = '0003_other.sql'", component).Scan(&recorded); err != nil || recorded != 0 {
+		t.Fatalf("the refused file recorded %d times, err %v", recorded, err)
+	}
+}
