@@ -63,7 +63,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 	}
 	defer conn.Release()
 	lock := lockID(component)
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lock); err != nil {
+	if err := advisoryLock(ctx, conn, lock); err != nil {
 		return nil, fmt.Errorf("migrate %s: lock: %w", component, err)
 	}
 	defer func() {
@@ -120,6 +120,31 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 		applied = append(applied, name)
 	}
 	return applied, nil
+}
+
+// advisoryLock takes the session advisory lock id, asking again until it
+// is free rather than waiting inside one pg_advisory_lock statement: a
+// statement that waits holds a snapshot, and a concurrent index build of
+// the replica holding the lock waits for every older snapshot to go, so
+// the two would wait for each other (PostgreSQL ends that as a deadlock,
+// failing one of them).
+func advisoryLock(ctx context.Context, conn *pgxpool.Conn, id int64) error {
+	pause := 50 * time.Millisecond
+	for {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, id).Scan(&ok); err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause): // another replica migrates: ask again
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // lockNotAvailable is the SQLSTATE of a lock_timeout.

@@ -427,3 +427,65 @@ func TestConcurrentIndexMigrationRebuildsAFailedBuild(t *testing.T) {
 		t.Fatalf("the refused file recorded %d times, err %v", recorded, err)
 	}
 }
+
+// Replicas that start together: one builds an index concurrently while the
+// other waits for the migration lock. The build waits for every
+// transaction with an older snapshot, the waiter's among them if it waited
+// inside a statement, which would wait for the builder: a deadlock. Both
+// migrate.
+func TestConcurrentIndexMigrationWithAReplicaWaiting(t *testing.T) {
+	pool := connect(t)
+	ctx := context.Background()
+	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
+	table := component + "_rows"
+	t.Cleanup(func() {
+		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
+	})
+	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY, kind text NOT NULL)")}}
+	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
+		t.Fatal(err)
+	}
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(ctx) }()
+	if _, err := open.Exec(ctx, "INSERT INTO "+table+" VALUES (1, 'a')"); err != nil {
+		t.Fatal(err)
+	}
+	fsys["0002_index.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\n" +
+		"CREATE INDEX CONCURRENTLY IF NOT EXISTS " + table + "_kind ON " + table + " (kind, id)")}
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := pgpool.Migrate(ctx, pool, component, fsys); first <- err }()
+	building := func() (bool, string) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE INDEX CONCURRENTLY%'`).Scan(&n)
+		return err == nil && n == 1, fmt.Sprintf("%d builds waiting, err %v", n, err)
+	}
+	if ok, state := servertest.EventuallyState(10*time.Second, building); !ok {
+		t.Fatalf("the build never waited for the open transaction: %s", state)
+	}
+	go func() { _, err := pgpool.Migrate(ctx, pool, component, fsys); second <- err }()
+	waiting := func() (bool, string) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%advisory_lock(%' AND query NOT LIKE '%pg_stat_activity%'`).Scan(&n)
+		return err == nil && n >= 1, fmt.Sprintf("%d sessions that asked for the migration lock, err %v", n, err)
+	}
+	if ok, state := servertest.EventuallyState(10*time.Second, waiting); !ok {
+		t.Fatalf("the second replica never asked for the migration lock: %s", state)
+	}
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan error{"first": first, "second": second} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Errorf("the %s replica's Migrate: %v", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the %s replica's Migrate did not return within 30 s", name)
+		}
+	}
+}
