@@ -45,12 +45,15 @@ func (t *Telemetry) HTTPServer(name string, h http.Handler, skip func(*http.Requ
 			otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
 			// The route, not the path, keeps span names few; ServeMux fills
 			// Pattern when it routes the request (otelhttp renames the span
-			// after the handler), the method alone stands until then.
+			// after the handler), the method alone stands until then, and
+			// for a request no route took: a standard method, or "_OTHER",
+			// as in the metrics, so that a client's made-up methods cannot
+			// add span names (tracing backends index them).
 			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 				if r.Pattern != "" {
 					return r.Pattern
 				}
-				return r.Method
+				return standardMethod(r.Method)
 			}))
 	}
 	s.tracing = t.Tracing
@@ -126,12 +129,7 @@ func (s *httpStats) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // built on first use. Methods outside the standard set are "_OTHER", so a
 // client cannot grow the set.
 func (s *httpStats) attrs(method, route string, status int) Opts {
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
-	default:
-		method = "_OTHER"
-	}
+	method = standardMethod(method)
 	return s.sets.Get(httpKey{method, route, status}, func() []attribute.KeyValue {
 		kv := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method), semconv.HTTPResponseStatusCode(status)}
 		if route != "" {
@@ -139,6 +137,16 @@ func (s *httpStats) attrs(method, route string, status int) Opts {
 		}
 		return kv
 	})
+}
+
+// standardMethod is method if HTTP defines it, else "_OTHER".
+func standardMethod(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "_OTHER"
 }
 
 // StatusWriter remembers the status of the response it passes through

@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,5 +67,35 @@ func TestHTTPServerSpansOnlyWhenRecorded(t *testing.T) {
 			names = append(names, s.Name())
 		}
 		t.Fatalf("spans %v: want one, GET /{code} (none for skipped requests)", names)
+	}
+}
+
+// What a stranger sends does not size or name spans: a 60 KB User-Agent
+// is cut to MaxAttributeValue, and a made-up method that no route took
+// names its span "_OTHER", as the metrics count it.
+func TestHTTPSpansBoundWhatClientsChoose(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tel := setup(t, Config{SpanProcessor: rec}, "web")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{code}", func(w http.ResponseWriter, _ *http.Request) {})
+	h := tel.HTTPServer("web", mux, nil)
+	big := httptest.NewRequest("GET", "/abc", nil)
+	big.Header.Set("User-Agent", strings.Repeat("a", 60_000))
+	h.ServeHTTP(httptest.NewRecorder(), big)
+	for i := range 3 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(fmt.Sprintf("MADE-UP-%d", i), "/nothing/here", nil))
+	}
+	_ = tel.Shutdown(context.Background())
+	names := map[string]int{}
+	for _, s := range rec.Ended() {
+		names[s.Name()]++
+		for _, kv := range s.Attributes() {
+			if n := len(kv.Value.Emit()); n > MaxAttributeValue {
+				t.Errorf("span %s: attribute %s is %d bytes long, want at most %d", s.Name(), kv.Key, n, MaxAttributeValue)
+			}
+		}
+	}
+	if want := map[string]int{"GET /{code}": 1, "_OTHER": 3}; !maps.Equal(names, want) {
+		t.Errorf("span names %v, want %v", names, want)
 	}
 }

@@ -130,7 +130,7 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	// trace here, so instrumented hot paths do not pay for recording them,
 	// but keep a caller's sampled trace going (its context reaches the
 	// services that do export, as the click events carry it).
-	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithRawSpanLimits(spanLimits())}
 	switch {
 	case cfg.SpanProcessor != nil:
 		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())),
@@ -154,6 +154,25 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return t, nil
+}
+
+// MaxAttributeValue is the longest string value a span attribute keeps
+// (longer ones are cut) unless OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT says
+// otherwise. The SDK keeps any length by default, and strangers choose
+// some values (the User-Agent, up to the 64 KiB of headers a server
+// reads): 60 KB on every span of their requests made export batches larger
+// than collectors accept (4 MiB over gRPC), which refused them whole, the
+// spans of everyone else's requests with them.
+const MaxAttributeValue = 1024
+
+// spanLimits are the SDK's limits, from the OTEL_SPAN_*_LIMIT variables,
+// with attribute values bounded by MaxAttributeValue unless set.
+func spanLimits() sdktrace.SpanLimits {
+	l := sdktrace.NewSpanLimits()
+	if _, set := os.LookupEnv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"); !set {
+		l.AttributeValueLengthLimit = MaxAttributeValue
+	}
+	return l
 }
 
 // traceExporter is the span exporter the configuration asks for, or nil
