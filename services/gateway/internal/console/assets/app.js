@@ -466,7 +466,11 @@ $('confirm-ok').addEventListener('click', async () => {
 
 // --- QR code ------------------------------------------------------------
 
+// dropQR empties the QR dialog, and makes any QR answer still on its way
+// stale: closing the dialog (or opening it for another link) must not let
+// the last link's image, or its error, land under the next one's heading.
 function dropQR() {
+  newLoad('qr');
   if (state.qrURL) URL.revokeObjectURL(state.qrURL);
   state.qrURL = '';
   $('qr-img').removeAttribute('src');
@@ -474,20 +478,28 @@ function dropQR() {
 
 async function showQR(l) {
   dropQR();
+  const latest = newLoad('qr');
   $('qr-code').textContent = l.domain ? l.domain + '/' + l.code : l.code;
   $('qr-error').textContent = '';
   $('qr-dialog').showModal();
   try {
     const blob = await api('GET', linkPath(l, '/qr?size=256'));
+    // A stale answer makes no blob: URL, so there is none to revoke.
+    if (!latest()) return;
     state.qrURL = URL.createObjectURL(blob);
     $('qr-img').src = state.qrURL;
   } catch (e) {
-    $('qr-error').textContent = e.message;
+    if (latest()) $('qr-error').textContent = e.message;
+  } finally {
+    countRender('qr-dialog');
   }
 }
 
 $('qr-close').addEventListener('click', () => $('qr-dialog').close());
-$('qr-dialog').addEventListener('close', dropQR);
+// The close event comes a task after the dialog closed: a click on
+// another link's QR button may have opened it again meanwhile, and that
+// link's load is not to be dropped.
+$('qr-dialog').addEventListener('close', () => { if (!$('qr-dialog').open) dropQR(); });
 
 // --- statistics ---------------------------------------------------------
 
