@@ -18,7 +18,7 @@ const $ = (id) => document.getElementById(id);
 const enc = encodeURIComponent;
 const num = (x) => Number(x || 0); // proto JSON sends int64 as strings
 
-const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: null, qrURL: '', statsCode: null, webhook: '', deleting: '' };
+const state = { tokens: [''], page: 0, tag: '', qrURL: '', statsCode: null, webhook: '' };
 
 class APIError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -85,10 +85,11 @@ function button(text, cls, onclick) {
   return b;
 }
 
-// oneAtATime wraps a form's submit handler: a submit while the last one
-// is in flight is dropped (two clicks on a slow Save would create the
-// link or the webhook twice, the second webhook's secret never shown),
-// and the form's submit button is disabled meanwhile.
+// oneAtATime wraps a form's submit handler (a form on a page; the dialogs
+// have submitDialog): a submit while the last one is in flight is dropped
+// (two clicks on a slow Add would create the webhook twice, the second
+// one's secret never shown), and the form's submit button is disabled
+// meanwhile.
 function oneAtATime(handler) {
   let busy = false;
   return async (ev) => {
@@ -104,6 +105,75 @@ function oneAtATime(handler) {
       submit.disabled = false;
     }
   };
+}
+
+// --- dialogs that send ---------------------------------------------------
+
+// Each opening of a dialog that sends something (the link form, the
+// confirmations) is a token, { id, saving, ... }: an answer acts only on the
+// opening it was sent from, never on a later one (a late answer must not
+// close, or write into, the form opened after it), and an opening's save
+// never blocks a later opening.
+//
+// While a save is in flight the dialog says so, its buttons are disabled
+// and Escape does not close it: Cancel waits for the answer rather than
+// pretend to cancel a request that was sent and will be carried out, and
+// hide its outcome (the link made, or the error to fix). The wait is
+// bounded: the gateway answers every call within its call timeout. (Chrome
+// closes a dialog on a second Escape whatever its cancel handler says: the
+// token covers that case.)
+const openings = {};
+
+function openDialog(id, props = {}) {
+  const o = { id, saving: false, ...props };
+  openings[id] = o;
+  showSaving(o, false);
+  $(id).showModal();
+  return o;
+}
+
+// isOpen reports whether o is its dialog's current opening, still open.
+function isOpen(o) { return openings[o.id] === o && $(o.id).open; }
+
+function showSaving(o, on) {
+  const d = $(o.id);
+  for (const b of d.querySelectorAll('button')) b.disabled = on;
+  d.querySelector('.saving').hidden = !on;
+}
+
+for (const id of ['link-dialog', 'confirm-dialog', 'webhook-confirm-dialog']) {
+  $(id).addEventListener('cancel', (ev) => { if (openings[id] && openings[id].saving) ev.preventDefault(); });
+}
+
+// submitDialog sends the opening o's request, once at a time (a second
+// click on a slow Create would make the link twice), and acts on its
+// answer: an error goes to errorId, a success closes the dialog and calls
+// done with the answer. An opening closed meanwhile only gets reload(): the
+// list shows what the request did.
+async function submitDialog(o, errorId, request, done, reload) {
+  if (o.saving) return;
+  o.saving = true;
+  showSaving(o, true);
+  $(errorId).textContent = '';
+  let value, error;
+  try {
+    value = await request();
+  } catch (e) {
+    error = e;
+  } finally {
+    o.saving = false;
+    if (openings[o.id] === o) showSaving(o, false);
+  }
+  if (!isOpen(o)) {
+    reload();
+    return;
+  }
+  if (error) {
+    $(errorId).textContent = error.message;
+    return;
+  }
+  $(o.id).close();
+  done(value);
 }
 
 // safeHref lets only http(s) URLs become links.
@@ -273,8 +343,10 @@ function dateInput(iso) {
 const TARGETS = [['iosUrl', 'f-ios'], ['androidUrl', 'f-android'], ['desktopUrl', 'f-desktop']];
 
 // fillDomains offers the verified domains in the form's selector (the
-// link's own when editing); a failed load leaves the default domain only.
-async function fillDomains(link) {
+// link's own when editing); a failed load leaves the default domain only,
+// and an answer for an earlier opening of the form is dropped.
+async function fillDomains(o) {
+  const link = o.link;
   const sel = $('f-domain');
   sel.replaceChildren(el('option', { value: '', text: 'default domain' }));
   sel.disabled = !!link;
@@ -285,17 +357,16 @@ async function fillDomains(link) {
   }
   try {
     const resp = await api('GET', '/v1/domains');
+    if (openings['link-dialog'] !== o) return;
     for (const d of resp.domains || []) if (d.verified) sel.append(el('option', { value: d.name, text: d.name }));
   } catch (e) {
     // The default domain still works.
   }
-  sel.dataset.loaded = '1';
+  if (openings['link-dialog'] === o) sel.dataset.loaded = '1';
 }
 
 function openForm(link) {
-  state.editing = link;
   $('f-domain').dataset.loaded = '';
-  fillDomains(link);
   const t = (link && link.deviceTargets) || {};
   $('link-form-title').textContent = link ? 'Edit ' + link.code : 'New link';
   $('link-save').textContent = link ? 'Save' : 'Create';
@@ -317,7 +388,7 @@ function openForm(link) {
   $('f-disabled').checked = !!(link && link.disabled);
   $('f-disabled-label').hidden = !link;
   $('link-form-error').textContent = '';
-  $('link-dialog').showModal();
+  fillDomains(openDialog('link-dialog', { link }));
 }
 
 // rulesText shows rules as the API's JSON; variantsText shows variants one
@@ -413,55 +484,53 @@ $('new-link').addEventListener('click', () => openForm(null));
 // A code from the URL and a custom alias exclude each other.
 $('f-from-url').addEventListener('change', () => { $('f-alias').disabled = $('f-from-url').checked; });
 $('link-cancel').addEventListener('click', () => $('link-dialog').close());
-$('link-form').addEventListener('submit', oneAtATime(async () => {
-  const l = state.editing;
+$('link-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const o = openings['link-dialog'];
+  const l = o.link;
+  if (o.saving) return;
   $('link-form-error').textContent = '';
+  let f;
   try {
-    const f = readForm();
-    if (l) {
-      const b = patchBody(l, f);
-      if (Object.keys(b).length) {
-        if (l.domain) b.domain = l.domain; // names the link
-        await api('PATCH', '/v1/links/' + enc(l.code), b);
-      }
-    } else {
-      const { status, body: created } = await apiCall('POST', '/v1/links', createBody(f));
-      // 200 rather than 201: the tenant's link of this URL existed (code
-      // from the URL), returned unchanged.
-      $('created-what').textContent = status === 200 ? 'Exists already' : 'Created';
-      $('created-short-url').textContent = created.shortUrl;
-      $('created-short-url').href = safeHref(created.shortUrl);
-      $('created').hidden = false;
-      state.tokens = [''];
-      state.page = 0;
-    }
+    f = readForm();
   } catch (e) {
     $('link-form-error').textContent = e.message;
     return;
   }
-  $('link-dialog').close();
-  loadLinks();
-}));
+  const request = l ? async () => {
+    const b = patchBody(l, f);
+    if (Object.keys(b).length) {
+      if (l.domain) b.domain = l.domain; // names the link
+      await api('PATCH', '/v1/links/' + enc(l.code), b);
+    }
+  } : () => apiCall('POST', '/v1/links', createBody(f));
+  submitDialog(o, 'link-form-error', request, (created) => {
+    if (created) {
+      // 200 rather than 201: the tenant's link of this URL existed (code
+      // from the URL), returned unchanged.
+      $('created-what').textContent = created.status === 200 ? 'Exists already' : 'Created';
+      $('created-short-url').textContent = created.body.shortUrl;
+      $('created-short-url').href = safeHref(created.body.shortUrl);
+      $('created').hidden = false;
+      state.tokens = [''];
+      state.page = 0;
+    }
+    loadLinks();
+  }, loadLinks);
+});
 
 // --- revoke -------------------------------------------------------------
 
 function confirmRevoke(l) {
-  state.revoking = l;
   $('confirm-code').textContent = l.domain ? l.domain + '/' + l.code : l.code;
   $('confirm-error').textContent = '';
-  $('confirm-dialog').showModal();
+  openDialog('confirm-dialog', { link: l });
 }
 
 $('confirm-cancel').addEventListener('click', () => $('confirm-dialog').close());
-$('confirm-ok').addEventListener('click', async () => {
-  try {
-    await api('DELETE', linkPath(state.revoking));
-  } catch (e) {
-    $('confirm-error').textContent = e.message;
-    return;
-  }
-  $('confirm-dialog').close();
-  loadLinks();
+$('confirm-ok').addEventListener('click', () => {
+  const o = openings['confirm-dialog'];
+  submitDialog(o, 'confirm-error', () => api('DELETE', linkPath(o.link)), loadLinks, loadLinks);
 });
 
 // --- QR code ------------------------------------------------------------
@@ -760,22 +829,15 @@ async function redeliver(id) {
 $('deliveries-refresh').addEventListener('click', () => loadDeliveries(state.webhook));
 
 function confirmDeleteWebhook(w) {
-  state.deleting = w.id;
   $('webhook-confirm-url').textContent = w.url;
   $('webhook-confirm-error').textContent = '';
-  $('webhook-confirm-dialog').showModal();
+  openDialog('webhook-confirm-dialog', { webhook: w.id });
 }
 
 $('webhook-confirm-cancel').addEventListener('click', () => $('webhook-confirm-dialog').close());
-$('webhook-confirm-ok').addEventListener('click', async () => {
-  try {
-    await api('DELETE', '/v1/webhooks/' + enc(state.deleting));
-  } catch (e) {
-    $('webhook-confirm-error').textContent = e.message;
-    return;
-  }
-  $('webhook-confirm-dialog').close();
-  loadWebhooks();
+$('webhook-confirm-ok').addEventListener('click', () => {
+  const o = openings['webhook-confirm-dialog'];
+  submitDialog(o, 'webhook-confirm-error', () => api('DELETE', '/v1/webhooks/' + enc(o.webhook)), loadWebhooks, loadWebhooks);
 });
 
 // --- custom domains -----------------------------------------------------
