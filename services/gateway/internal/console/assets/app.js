@@ -18,7 +18,7 @@ const $ = (id) => document.getElementById(id);
 const enc = encodeURIComponent;
 const num = (x) => Number(x || 0); // proto JSON sends int64 as strings
 
-const state = { tokens: [''], page: 0, tag: '', qrURL: '', statsCode: null, webhook: '' };
+const state = { tokens: [''], page: 0, tag: '', qrURL: '', statsCode: null, webhook: '', deliveryTokens: [''], deliveryPage: 0 };
 
 class APIError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -758,7 +758,7 @@ function webhookRow(w) {
     el('td', { text: w.description || '—' }),
     el('td', { text: w.createTime ? new Date(w.createTime).toLocaleString() : '' }),
     el('td', { class: 'actions' },
-      button('Deliveries', 'deliveries', () => loadDeliveries(w.id)),
+      button('Deliveries', 'deliveries', () => openDeliveries(w.id)),
       button('Delete', 'delete danger', () => confirmDeleteWebhook(w))));
 }
 
@@ -779,24 +779,52 @@ $('webhook-form').addEventListener('submit', oneAtATime(async () => {
   loadWebhooks();
 }));
 
-async function loadDeliveries(id) {
+// openDeliveries shows a webhook's deliveries from the newest.
+function openDeliveries(id) {
   if (state.webhook !== id) $('deliveries-body').replaceChildren(); // nothing of the last webhook under this one's heading
   state.webhook = id;
+  firstDeliveries();
+}
+
+// firstDeliveries goes back to the first page (the newest deliveries).
+function firstDeliveries() {
+  state.deliveryTokens = [''];
+  state.deliveryPage = 0;
+  loadDeliveries();
+}
+
+// loadDeliveries loads the open webhook's page of deliveries: all, or the
+// dead ones only (which an older page may hold: the list is newest first).
+async function loadDeliveries() {
+  const id = state.webhook;
   $('deliveries').hidden = false;
   $('deliveries-webhook').textContent = id;
   $('deliveries-error').textContent = '';
+  const dead = $('deliveries-dead').checked;
+  const q = new URLSearchParams({ page_size: PAGE_SIZE });
+  if (state.deliveryTokens[state.deliveryPage]) q.set('page_token', state.deliveryTokens[state.deliveryPage]);
+  if (dead) q.set('status', 'WEBHOOK_DELIVERY_STATUS_DEAD');
+  // The pager waits for the page: its next token comes with it.
+  $('deliveries-prev').disabled = $('deliveries-next').disabled = true;
   const latest = newLoad('deliveries');
   try {
-    const r = await api('GET', '/v1/webhooks/' + enc(id) + '/deliveries?page_size=20');
+    const r = await api('GET', '/v1/webhooks/' + enc(id) + '/deliveries?' + q);
     if (latest()) {
       const list = r.deliveries || [];
+      state.deliveryTokens.length = state.deliveryPage + 1;
+      if (r.nextPageToken) state.deliveryTokens.push(r.nextPageToken);
       $('deliveries-body').replaceChildren(...list.map(deliveryRow));
+      $('deliveries-empty').textContent = dead ? 'No dead deliveries.' : 'No deliveries yet.';
       $('deliveries-empty').hidden = list.length > 0;
+      $('deliveries-prev').disabled = state.deliveryPage === 0;
+      $('deliveries-next').disabled = state.deliveryTokens.length <= state.deliveryPage + 1;
+      $('deliveries-page').textContent = 'Page ' + (state.deliveryPage + 1);
     }
   } catch (e) {
     if (latest()) {
       $('deliveries-error').textContent = e.message;
       $('deliveries-body').replaceChildren();
+      $('deliveries-prev').disabled = state.deliveryPage === 0;
     }
   } finally {
     countRender('deliveries');
@@ -823,10 +851,13 @@ async function redeliver(id) {
     $('deliveries-error').textContent = e.message;
     return;
   }
-  loadDeliveries(state.webhook);
+  loadDeliveries();
 }
 
-$('deliveries-refresh').addEventListener('click', () => loadDeliveries(state.webhook));
+$('deliveries-refresh').addEventListener('click', () => loadDeliveries());
+$('deliveries-dead').addEventListener('change', firstDeliveries);
+$('deliveries-prev').addEventListener('click', () => { state.deliveryPage = Math.max(0, state.deliveryPage - 1); loadDeliveries(); });
+$('deliveries-next').addEventListener('click', () => { state.deliveryPage++; loadDeliveries(); });
 
 function confirmDeleteWebhook(w) {
   $('webhook-confirm-url').textContent = w.url;
