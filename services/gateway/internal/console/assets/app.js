@@ -695,8 +695,14 @@ function chart(series, interval) {
   root.append(svg('text', { x: 14, y: T + ph / 2, transform: `rotate(-90 14 ${T + ph / 2})`, 'text-anchor': 'middle', class: 'axis' }, 'Clicks'));
   const bw = pw / Math.max(rows.length, 1);
   const every = Math.ceil(rows.length / 8) || 1;
-  const label = interval === 'INTERVAL_DAY' ? { month: 'short', day: 'numeric' }
+  // Day buckets are UTC days (the analytics service cuts them at 00:00
+  // UTC): they are labelled with their UTC date, or west of UTC each day's
+  // clicks would show under the day before. Hours are hours everywhere:
+  // local time.
+  const utc = interval === 'INTERVAL_DAY';
+  const label = utc ? { month: 'short', day: 'numeric', timeZone: 'UTC' }
     : rows.length > 48 ? { month: 'short', day: 'numeric', hour: '2-digit' } : { hour: '2-digit', minute: '2-digit' };
+  const when = (d) => (utc ? d.toLocaleDateString([], { timeZone: 'UTC' }) + ' (UTC)' : d.toLocaleString());
   rows.forEach((r, i) => {
     const x = L + i * bw;
     const g = svg('g', { class: 'bucket', 'data-start': r.start.toISOString(), 'data-human': r.human, 'data-bot': r.bot, 'data-flood': r.flood });
@@ -706,7 +712,7 @@ function chart(series, interval) {
       const h = (r[k] / top) * ph;
       y -= h;
       const bar = svg('rect', { x: x + bw * 0.1, y, width: Math.max(bw * 0.8, 1), height: h, fill: colour, class: k });
-      bar.append(svg('title', {}, `${r.start.toLocaleString()}: ${r[k]} ${name.toLowerCase()}`));
+      bar.append(svg('title', {}, `${when(r.start)}: ${r[k]} ${name.toLowerCase()}`));
       g.append(bar);
     }
     root.append(g);
@@ -714,7 +720,7 @@ function chart(series, interval) {
       root.append(svg('text', { x: x + bw / 2, y: H - B + 16, 'text-anchor': 'middle', class: 'axis' }, r.start.toLocaleString([], label)));
     }
   });
-  root.append(svg('text', { x: L + pw / 2, y: H - 4, 'text-anchor': 'middle', class: 'axis' }, 'Time (local)'));
+  root.append(svg('text', { x: L + pw / 2, y: H - 4, 'text-anchor': 'middle', class: 'axis' }, utc ? 'Day (UTC)' : 'Time (local)'));
   const legend = svg('g', { class: 'legend' });
   SERIES.forEach(([k, name, colour], i) => {
     const x = L + i * 140;
