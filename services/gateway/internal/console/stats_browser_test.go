@@ -4,6 +4,7 @@ package console_test
 
 import (
 	"fmt"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"kurz.dev/pkg/geoip/geoiptest"
 )
 
 // A daily chart's buckets are UTC days, and are labelled with their UTC
@@ -77,5 +80,74 @@ func TestConsoleLabelsDaysInUTC(t *testing.T) {
 	axis := eval(`[...document.querySelectorAll('#chart svg > text')].map((t) => t.textContent).filter((s) => /local|UTC/.test(s)).join(', ')`)
 	if !strings.Contains(axis, "UTC") || strings.Contains(axis, "local") {
 		t.Errorf("the daily chart's time axis is titled %q, want it to say the days are UTC", axis)
+	}
+}
+
+// The stats view says what its tables count. A link only bots opened
+// shows them in the totals, and breakdowns (human clicks only) that say
+// there is no human click, not no click. A human click from an address
+// the redirect's GeoIP database does not place is counted as "(unknown)",
+// without a guess that the redirect has no database.
+func TestConsoleStatsSayWhatTheyCount(t *testing.T) {
+	s := startStack(t)
+	gw := startGateway(t, s)
+	_, key := newTenant(t, s, gw)
+	botsOnly := createLink(t, gw, key, "https://example.com/bots-only")
+	unplaced := createLink(t, gw, key, "https://example.com/unplaced")
+	for range 3 {
+		if st, _ := visit(t, s.redirectURL+"/"+botsOnly, botUA, "", geoiptest.IPv4DE); st != http.StatusFound {
+			t.Fatalf("bot visit of %s: %d, want 302", botsOnly, st)
+		}
+	}
+	if st, _ := visit(t, s.redirectURL+"/"+unplaced, humanUA, "", geoiptest.IPv4Unknown); st != http.StatusFound {
+		t.Fatalf("visit of %s: %d, want 302", unplaced, st)
+	}
+
+	b := startBrowser(t)
+	do, eval, text := b.do, b.eval, b.text
+	do("sign in",
+		chromedp.Navigate(gw.HTTP+"/console"),
+		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
+		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
+		chromedp.Click(chromedp.CSS("#signin-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#view-links")))
+	renders := `Number(document.getElementById('view-stats').dataset.renders || 0)`
+	field := func(name string) string { return text(fmt.Sprintf(`#stats-totals td[data-field=%q]`, name)) }
+	// statsOf opens code's stats, refreshed until the consumer stored its
+	// total clicks.
+	statsOf := func(code, total string) {
+		t.Helper()
+		n := eval(`String(` + renders + `)`)
+		do("open the stats of "+code,
+			chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = '#/stats/%s'`, code)),
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`%s > %s`, renders, n), chromedp.WithPollingTimeout(20*time.Second)))
+		deadline := time.Now().Add(90 * time.Second)
+		for field("total") != total {
+			if time.Now().After(deadline) {
+				t.Fatalf("the stats of %s show total %q (error %q), want %s", code, field("total"), text("#stats-error"), total)
+			}
+			time.Sleep(300 * time.Millisecond) // the poll interval of a person pressing Refresh
+			n := eval(`String(` + renders + `)`)
+			do("refresh the stats", chromedp.Click(chromedp.CSS("#stats-refresh")),
+				chromedp.Poll[chromedp.Void](fmt.Sprintf(`%s > %s`, renders, n), chromedp.WithPollingTimeout(20*time.Second)))
+		}
+	}
+
+	statsOf(botsOnly, "3")
+	if got := field("human"); got != "0" {
+		t.Fatalf("the bots-only link shows %s human clicks", got)
+	}
+	if got := text("#view-stats"); !strings.Contains(got, "human clicks only") {
+		t.Errorf("the stats view does not say its breakdowns count human clicks only")
+	}
+	for _, table := range []string{"#stats-referrers", "#stats-browsers", "#stats-devices", "#stats-os", "#stats-countries", "#stats-rules", "#stats-variants"} {
+		if got := text(table); got != "No human clicks in this range" {
+			t.Errorf("%s of a link with 3 bot clicks: %q, want No human clicks in this range", table, got)
+		}
+	}
+
+	statsOf(unplaced, "1")
+	if got := text("#stats-countries"); got != "(unknown)1" {
+		t.Errorf("countries of a click from an address the GeoIP database does not place: %q, want (unknown)1", got)
 	}
 }

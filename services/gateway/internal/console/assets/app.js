@@ -615,11 +615,13 @@ $('stats-range').addEventListener('change', () => loadStats(state.statsCode));
 function pct(x) { return (100 * Number(x || 0)).toFixed(1) + ' %'; }
 
 // fillTable writes [label, value, field?] rows; field names the value cell
-// (data-field) for tests and styles.
+// (data-field) for tests and styles. The tables it leaves empty are the
+// breakdowns, which count human clicks only: a range of bot clicks only
+// has none to show, and says so.
 function fillTable(id, rows) {
   const body = $(id).tBodies[0];
   if (!rows.length) {
-    body.replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No clicks in this range' })));
+    body.replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No human clicks in this range' })));
     return;
   }
   body.replaceChildren(...rows.map(([label, value, field]) =>
@@ -641,13 +643,10 @@ function renderStats(s) {
   fillTable('stats-os', top(s.topOperatingSystems));
   fillTable('stats-rules', top(s.rules));
   fillTable('stats-variants', top(s.variants));
-  const countries = s.topCountries || [];
-  if (countries.length && countries.every((k) => !k.key)) {
-    // Every click unknown: the redirect has no GeoIP database.
-    $('stats-countries').tBodies[0].replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No countries: the redirect has no GeoIP database' })));
-  } else {
-    fillTable('stats-countries', countries.map((k) => [k.key ? countryName(k.key) : '(unknown)', num(k.count)]));
-  }
+  // A click without a country came from an address the redirect's GeoIP
+  // database does not place, or from a redirect without one: which, the
+  // stats do not say, so neither does the table.
+  fillTable('stats-countries', (s.topCountries || []).map((k) => [k.key ? countryName(k.key) : '(unknown)', num(k.count)]));
 }
 
 // countryName shows an ISO 3166-1 alpha-2 code with its English name when
