@@ -141,7 +141,7 @@ function showSaving(o, on) {
   d.querySelector('.saving').hidden = !on;
 }
 
-for (const id of ['link-dialog', 'confirm-dialog', 'webhook-confirm-dialog']) {
+for (const id of ['link-dialog', 'confirm-dialog', 'webhook-confirm-dialog', 'domain-confirm-dialog']) {
   $(id).addEventListener('cancel', (ev) => { if (openings[id] && openings[id].saving) ev.preventDefault(); });
 }
 
@@ -897,7 +897,7 @@ async function loadDomains() {
 function domainRow(d) {
   const actions = el('td', { class: 'actions' });
   if (!d.verified) actions.append(button('Verify', 'verify', () => domainAction('POST', d, '/verify')));
-  actions.append(button('Delete', 'delete danger', () => domainAction('DELETE', d, '')));
+  actions.append(button('Delete', 'delete danger', () => confirmDeleteDomain(d)));
   return el('tr', { 'data-domain': d.name },
     el('td', { class: 'name', text: d.name }),
     el('td', { class: 'status ' + (d.verified ? 'active' : 'pending'), text: d.verified ? 'verified' : 'not verified' }),
@@ -917,6 +917,20 @@ async function domainAction(method, d, suffix) {
   }
   loadDomains();
 }
+
+// confirmDeleteDomain asks first: a domain deleted and added again has
+// lost its verification (a new TXT value, DNS again).
+function confirmDeleteDomain(d) {
+  $('domain-confirm-name').textContent = d.name;
+  $('domain-confirm-error').textContent = '';
+  openDialog('domain-confirm-dialog', { domain: d.name });
+}
+
+$('domain-confirm-cancel').addEventListener('click', () => $('domain-confirm-dialog').close());
+$('domain-confirm-ok').addEventListener('click', () => {
+  const o = openings['domain-confirm-dialog'];
+  submitDialog(o, 'domain-confirm-error', () => api('DELETE', '/v1/domains/' + enc(o.domain)), loadDomains, loadDomains);
+});
 
 $('domain-form').addEventListener('submit', oneAtATime(async () => {
   $('domains-error').textContent = '';
