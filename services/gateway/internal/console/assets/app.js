@@ -7,6 +7,9 @@
 const KEY = 'kurz.apiKey';
 // SIGNED_OUT carries a sign-out's message across the reload that follows it.
 const SIGNED_OUT = 'kurz.signedOut';
+// SESSION names the sign-in: a random id kept with the key, and carried by
+// every history entry shown while signed in (history.state.session).
+const SESSION = 'kurz.session';
 const PAGE_SIZE = 20;
 const SVG_NS = 'http://www.w3.org/2000/svg';
 // The chart's series, stacked bottom to top: field, label, colour.
@@ -213,6 +216,14 @@ function go(hash) {
   else location.hash = hash;
 }
 
+// fromEarlierSignIn reports a history entry shown under an earlier
+// sign-in (reached with Back after signing out): what it showed was the
+// last key's, not this one's.
+function fromEarlierSignIn() {
+  const st = history.state;
+  return !!st && typeof st.session === 'string' && st.session !== (sessionStorage.getItem(SESSION) || '');
+}
+
 function route() {
   const key = apiKey();
   $('nav').hidden = !key;
@@ -221,6 +232,11 @@ function route() {
     $('signin-key').focus();
     return;
   }
+  // History entries cannot be removed from the tab: one of an earlier
+  // sign-in becomes this one's links view, and a new one (a hash
+  // navigation) becomes this sign-in's.
+  if (fromEarlierSignIn()) history.replaceState({ session: sessionStorage.getItem(SESSION) || '' }, '', location.pathname + location.search + '#/links');
+  else if (!history.state) history.replaceState({ session: sessionStorage.getItem(SESSION) || '' }, '');
   $('nav-key').textContent = 'Key ' + key.split('_').slice(0, 2).join('_');
   // #/stats/<code> on the default domain, #/stats/<domain>/<code> on a custom one.
   const m = location.hash.match(/^#\/stats\/(?:([a-z0-9.-]+)\/)?([A-Za-z0-9_-]+)$/);
@@ -243,9 +259,12 @@ function route() {
 // signOut forgets the key and starts the page afresh at the links view:
 // nothing the key showed (lists, stats, notices, open dialogs, the tag
 // filter, the address of a link's stats) may greet the next key signed in
-// in this tab. msg is shown on the sign-in form.
+// in this tab, nor be reached with Back (route turns the history entries
+// of this sign-in into the next one's links view). msg is shown on the
+// sign-in form.
 function signOut(msg) {
   sessionStorage.removeItem(KEY);
+  sessionStorage.removeItem(SESSION);
   if (msg) sessionStorage.setItem(SIGNED_OUT, msg);
   history.replaceState(null, '', location.pathname + location.search);
   location.reload();
@@ -263,9 +282,13 @@ $('signin-form').addEventListener('submit', async (ev) => {
     $('signin-error').textContent = e.message;
     return;
   }
+  // A link's stats opened before signing in are shown after it, unless
+  // the address is one an earlier sign-in showed (Back after signing out).
+  const deepLink = location.hash.startsWith('#/stats/') && !history.state;
   sessionStorage.setItem(KEY, key);
+  sessionStorage.setItem(SESSION, Array.from(crypto.getRandomValues(new Uint32Array(4)), (x) => x.toString(36)).join(''));
   $('signin-key').value = '';
-  go(location.hash.startsWith('#/stats/') ? location.hash : '#/links');
+  go(deepLink ? location.hash : '#/links');
 });
 $('signout').addEventListener('click', () => signOut(''));
 
