@@ -21,17 +21,19 @@ type browser struct {
 	ctx context.Context
 }
 
-// startBrowser starts Chromium; it stops when the test ends.
-func startBrowser(t *testing.T) *browser {
+// startBrowser starts Chromium, with opts beyond the usual ones (its
+// environment, say); it stops when the test ends.
+func startBrowser(t *testing.T, opts ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("Chromium is needed for the console's browser test and is not installed (%v): "+
 			"deploy/local/infra.sh up installs it (make up and make test run it), or apt-get install chromium", err)
 	}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+	options := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))...)
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(options, opts...)...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
 
 	// Listening starts the browser, on ctx itself: a browser started on a

@@ -4,6 +4,7 @@ package console_test
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -161,4 +162,92 @@ func approve(t *testing.T, base, tenant, domain string) {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("approve %s: %d %s", domain, resp.StatusCode, b)
 	}
+}
+
+// Deleting a custom domain asks first, and the question names what is
+// lost: adding the domain again means a new TXT value and verifying it
+// again. Cancel keeps the domain; Delete deletes it.
+func TestConsoleAsksBeforeDeletingADomain(t *testing.T) {
+	s := startStack(t)
+	gw := startGateway(t, s)
+	tenant, key := newTenant(t, s, gw)
+	domain := "go-" + strings.ToLower(rand.Text()[:10]) + ".console.test"
+	addDomain(t, gw, key, domain)
+	approve(t, gw.HTTP, tenant, domain)
+	row := fmt.Sprintf(`#domains-body tr[data-domain=%q]`, domain)
+
+	b := startBrowser(t)
+	do, eval, text := b.do, b.eval, b.text
+	do("sign in and open the domains",
+		chromedp.Navigate(gw.HTTP+"/console"),
+		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
+		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
+		chromedp.Click(chromedp.CSS("#signin-submit")),
+		chromedp.WaitVisible(chromedp.CSS("#view-links")),
+		chromedp.Click(chromedp.CSS("#nav-domains")),
+		chromedp.WaitVisible(chromedp.CSS(row+" button.delete")))
+	asking := `String(!!(document.getElementById('domain-confirm-dialog') || {}).open)`
+	do("press Delete", chromedp.Click(chromedp.CSS(row+" button.delete")))
+	if eval(asking) != "true" {
+		t.Fatalf("Delete asked nothing (the domain is listed by the API: %t)", hasDomain(t, gw, key, domain))
+	}
+	if got := text("#domain-confirm-dialog"); !strings.Contains(got, domain) || !strings.Contains(got, "verification again") {
+		t.Errorf("the confirmation says %q: want the domain, and that adding it again means verifying it again", got)
+	}
+	do("cancel", chromedp.Click(chromedp.CSS("#domain-confirm-cancel")), chromedp.WaitNotVisible(chromedp.CSS("#domain-confirm-dialog")))
+	if !hasDomain(t, gw, key, domain) {
+		t.Fatalf("Cancel deleted the domain")
+	}
+	do("delete after all",
+		chromedp.Click(chromedp.CSS(row+" button.delete")),
+		chromedp.WaitVisible(chromedp.CSS("#domain-confirm-dialog")),
+		chromedp.Click(chromedp.CSS("#domain-confirm-ok")),
+		chromedp.WaitNotPresent(chromedp.CSS(row)))
+	if hasDomain(t, gw, key, domain) {
+		t.Errorf("the domain is still there after Delete was confirmed (error %q)", text("#domain-confirm-error"))
+	}
+}
+
+// addDomain adds domain to key's tenant through the public API.
+func addDomain(t *testing.T, gw *servertest.Running, key, domain string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, gw.HTTP+"/v1/domains", strings.NewReader(fmt.Sprintf(`{"name":%q}`, domain)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("add domain: %v", err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("add domain %s: %d %s", domain, resp.StatusCode, b)
+	}
+}
+
+// hasDomain reports whether key's tenant has domain, through the public API.
+func hasDomain(t *testing.T, gw *servertest.Running, key, domain string) bool {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, gw.HTTP+"/v1/domains", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("list domains: %v", err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Domains []struct{ Name string } }
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK || json.Unmarshal(b, &out) != nil {
+		t.Fatalf("list domains: %d %s", resp.StatusCode, b)
+	}
+	for _, d := range out.Domains {
+		if d.Name == domain {
+			return true
+		}
+	}
+	return false
 }

@@ -18,9 +18,10 @@ import (
 )
 
 // Signing out forgets everything the key showed. Tenant A looks at its
-// link's stats and filters its list by a tag, then signs out; tenant B
-// signs in in the same tab and sees nothing of A's (not the stats page A
-// left, not A's links, not the filter). Then, as B: a stats load that
+// link's stats, goes back to its list and to the stats again, then signs
+// out; tenant B signs in in the same tab and sees nothing of A's (not the
+// stats page A left, not A's links, not the filter), nor does Back, pressed
+// as far as the console goes, lead B to anything A looked at. Then, as B: a stats load that
 // fails (another tenant's code) shows no numbers of the link drawn before
 // it; two submits of a slow Create make one link; and a 2,048-character
 // destination and a stranger's 250-character referrer host wrap instead of
@@ -54,13 +55,16 @@ func TestConsoleForgetsWhatTheLastKeyShowed(t *testing.T) {
 			chromedp.Poll[chromedp.Void](fmt.Sprintf(`%s > %s`, statsRenders, n), chromedp.WithPollingTimeout(20*time.Second)))
 	}
 
-	// A: its link's stats, a filtered list, then sign out from the stats page.
+	// A: its link's stats, the list, the stats again, then sign out from
+	// the stats page.
 	do("open the console", chromedp.Navigate(gw.HTTP+"/console"))
 	signIn(keyA)
 	openStats(codeA)
 	if got := text("#stats-target"); !strings.Contains(got, secretURL) {
 		t.Fatalf("A's stats page names %q, want its link to %s", got, secretURL)
 	}
+	do("back to the list", chromedp.Click(chromedp.CSS("#back-to-links")), chromedp.WaitVisible(chromedp.CSS("#view-links")))
+	openStats(codeA)
 	do("sign out", chromedp.Click(chromedp.CSS("#signout")), chromedp.WaitVisible(chromedp.CSS("#signin-key")))
 	if h := eval(`location.hash`); strings.HasPrefix(h, "#/stats/") {
 		t.Errorf("after signing out the address is still %q", h)
@@ -73,6 +77,37 @@ func TestConsoleForgetsWhatTheLastKeyShowed(t *testing.T) {
 	for _, leak := range []string{secretURL, codeA} {
 		if strings.Contains(page, leak) {
 			t.Errorf("B's console holds A's %q", leak)
+		}
+	}
+
+	// B presses Back as far as the console goes: each step shows B's
+	// links, never a page of A's, nor its address.
+	for step := 1; ; step++ {
+		nav, err := chromedp.Run(b.ctx, chromedp.NavigationEntries())
+		if err != nil {
+			t.Fatalf("navigation history: %v", err)
+		}
+		if cur := nav.CurrentIndex; cur == 0 || !strings.HasPrefix(nav.Entries[cur-1].URL, gw.HTTP+"/console") {
+			if step < 5 {
+				t.Fatalf("Back went %d steps, want at least A's 4 before B's (the test went wrong)", step-1)
+			}
+			break
+		}
+		// Back settles once the entry's document (a new one, or this one
+		// after its popstate) has routed: the view shown is the address's.
+		eval(`(() => { window.beforeBack = true; addEventListener('popstate', () => { window.popped = true; }, { once: true });
+			history.back(); return ''; })()`)
+		do(fmt.Sprintf("Back, %d", step), chromedp.Poll[chromedp.Void](`(!window.beforeBack || window.popped) && document.readyState === 'complete' && (() => {
+			const shown = ['signin', 'links', 'domains', 'stats', 'webhooks'].filter((v) => !document.getElementById('view-' + v).hidden);
+			const h = location.hash;
+			const want = h.startsWith('#/stats/') ? 'stats' : h === '#/domains' ? 'domains' : h === '#/webhooks' ? 'webhooks' : 'links';
+			return shown.length === 1 && shown[0] === want;
+		})()`, chromedp.WithPollingTimeout(20*time.Second)))
+		page := eval(`location.href + document.body.innerText + document.body.innerHTML`)
+		for _, leak := range []string{secretURL, codeA} {
+			if strings.Contains(page, leak) {
+				t.Errorf("Back, %d steps after B signed in: the page holds A's %q (at %s)", step, leak, eval(`location.href`))
+			}
 		}
 	}
 

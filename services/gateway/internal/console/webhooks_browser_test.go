@@ -3,6 +3,7 @@
 package console_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -144,4 +145,108 @@ func TestConsoleWebhooksInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#webhook-confirm-dialog")),
 		chromedp.Click(chromedp.CSS("#webhook-confirm-ok")),
 		chromedp.WaitVisible(chromedp.CSS("#webhooks-empty")))
+}
+
+// A dead delivery older than the first page of deliveries is within reach
+// of the console's Redeliver button: through the "Dead only" filter (the
+// API's status filter), and through Next (the API's page token). The
+// receiver refuses the first of 21 events (the console's pages hold 20,
+// newest first).
+func TestConsoleReachesOlderDeadDeliveries(t *testing.T) {
+	s := startStack(t)
+	gw := startGateway(t, s)
+	_, key := newTenant(t, s, gw)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := io.ReadAll(r.Body); strings.Contains(string(b), "/refused") {
+			http.Error(w, "not today", http.StatusServiceUnavailable)
+		}
+	}))
+	defer rcv.Close()
+	id := createWebhook(t, gw, key, rcv.URL+"/hook")
+	createLink(t, gw, key, "https://example.com/refused")
+	for i := range 20 {
+		createLink(t, gw, key, fmt.Sprintf("https://example.com/delivered/%d", i))
+	}
+
+	b := startBrowser(t)
+	do, eval := b.do, b.eval
+	do("sign in and open the webhooks",
+		chromedp.Navigate(gw.HTTP+"/console#/webhooks"),
+		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
+		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
+		chromedp.Click(chromedp.CSS("#signin-submit")),
+		chromedp.Click(chromedp.CSS("#nav-webhooks")),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#webhooks-body tr[data-id=%q] button.deliveries`, id))))
+	loads := 0
+	// load runs steps that load the deliveries once, and waits for it.
+	load := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		loads++
+		do(what, append(steps, chromedp.Poll[chromedp.Void](
+			fmt.Sprintf(`Number(document.getElementById('deliveries').dataset.renders) >= %d`, loads),
+			chromedp.WithPollingTimeout(10*time.Second)))...)
+	}
+	load("open the deliveries", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#webhooks-body tr[data-id=%q] button.deliveries`, id))))
+	rows := func() string {
+		return eval(`[...document.querySelectorAll('#deliveries-body tr')].map((r) => r.dataset.status).join(',')`)
+	}
+	if eval(`String(!!document.getElementById('deliveries-dead') && !!document.getElementById('deliveries-next'))`) != "true" {
+		t.Fatalf("the deliveries have no dead-only filter or no Next button; shown: %q", rows())
+	}
+
+	// Dead only: the refused event, once the sender has given it up.
+	load("show the dead deliveries only", chromedp.Click(chromedp.CSS("#deliveries-dead")))
+	ok, last := servertest.EventuallyState(30*time.Second, func() (bool, string) {
+		load("refresh the deliveries", chromedp.Click(chromedp.CSS("#deliveries-refresh")))
+		got := rows()
+		return got == "dead", got
+	})
+	if !ok {
+		t.Fatalf("dead only: %q, want the one dead delivery", last)
+	}
+	if n := eval(`String(document.querySelectorAll('#deliveries-body button.redeliver').length)`); n != "1" {
+		t.Errorf("dead only: %s Redeliver buttons, want 1", n)
+	}
+
+	// All: the first page holds the 20 newest, delivered; Next the dead one.
+	load("show all deliveries", chromedp.Click(chromedp.CSS("#deliveries-dead")))
+	if got := rows(); got != strings.TrimSuffix(strings.Repeat("succeeded,", 20), ",") {
+		t.Fatalf("the first page: %q, want the 20 newest, succeeded", got)
+	}
+	load("the next page", chromedp.Click(chromedp.CSS("#deliveries-next")))
+	if got := rows(); got != "dead" {
+		t.Fatalf("the second page: %q, want the oldest, dead", got)
+	}
+	if eval(`String(document.getElementById('deliveries-next').disabled)`) != "true" {
+		t.Errorf("Next is enabled on the last page")
+	}
+	if n := eval(`String(document.querySelectorAll('#deliveries-body button.redeliver').length)`); n != "1" {
+		t.Errorf("the second page: %s Redeliver buttons, want 1", n)
+	}
+	load("the first page again", chromedp.Click(chromedp.CSS("#deliveries-prev")))
+	if got := rows(); !strings.HasPrefix(got, "succeeded,") || strings.Contains(got, "dead") {
+		t.Errorf("Previous: %q, want the first page again", got)
+	}
+}
+
+// createWebhook subscribes url to link.created through the public API
+// with key and returns the subscription's id.
+func createWebhook(t *testing.T, gw *servertest.Running, key, url string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, gw.HTTP+"/v1/webhooks", strings.NewReader(fmt.Sprintf(`{"url":%q,"events":["link.created"]}`, url)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("create webhook: %v", err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Webhook struct{ ID string } }
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &out) != nil || out.Webhook.ID == "" {
+		t.Fatalf("create webhook: %d %s", resp.StatusCode, b)
+	}
+	return out.Webhook.ID
 }

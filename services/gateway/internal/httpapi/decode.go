@@ -216,10 +216,26 @@ func marshalProto(m proto.Message) ([]byte, error) {
 	return append(dropEmptyPasswords(buf.Bytes()), '\n'), nil
 }
 
+// send writes an answer. A JSON answer (a tenant's links, stats, domains,
+// webhooks; an error) is the caller's own data: Cache-Control: no-store,
+// so no shared proxy or browser cache keeps it for the next user of the
+// machine or the cache, unless the handler chose its caching (the OpenAPI
+// document, the same for everyone).
 func send(w http.ResponseWriter, status int, contentType string, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", contentType)
+	if isJSON(contentType) && h.Get("Cache-Control") == "" {
+		h.Set("Cache-Control", "no-store")
+	}
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// isJSON reports a JSON content type: application/json, or a +json one
+// (application/problem+json).
+func isJSON(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.TrimSpace(mt)
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }

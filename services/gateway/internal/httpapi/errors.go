@@ -304,6 +304,9 @@ func problemTypeOf(code string) string {
 // retry delay.
 func writeError(w http.ResponseWriter, requestID string, e *apiError) {
 	h := w.Header()
+	// An error is never to be reused, whatever caching the handler had set
+	// for the answer it meant to give (the QR image's).
+	h.Set("Cache-Control", "no-store")
 	for k, vs := range e.header {
 		h[k] = vs
 	}

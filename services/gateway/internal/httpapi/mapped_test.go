@@ -173,14 +173,14 @@ func TestMappedWebhookRoutes(t *testing.T) {
 		{"POST /v1/webhooks", "/v1/webhooks", `{"url":"https://hooks.example.com/"}`, nil, 201, "no-store", `"secret":"whsec_x"`},
 		{"DELETE /v1/webhooks/{id}", "/v1/webhooks/wh_1", "", map[string]string{"id": "wh_1"}, 204, "", ""},
 		{"POST /v1/webhooks/{webhookId}/deliveries/{id}/redeliver", "/v1/webhooks/wh_1/deliveries/evt_2/redeliver", "",
-			map[string]string{"webhookId": "wh_1", "id": "evt_2"}, 200, "", `{"id":"evt_2","webhookId":"wh_1"`},
+			map[string]string{"webhookId": "wh_1", "id": "evt_2"}, 200, "no-store", `{"id":"evt_2","webhookId":"wh_1"`},
 		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?page_size=101", "", map[string]string{"webhookId": "wh_1"}, 400, "", "page_size"},
 		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?status=dead", "", map[string]string{"webhookId": "wh_1"}, 400, "", "status must be"},
 		{"DELETE /v1/webhooks/{id}", "/v1/webhooks/" + strings.Repeat("x", 65), "", map[string]string{"id": strings.Repeat("x", 65)}, 400, "", "1 to 64 characters"},
 		// %2F, decoded: a 400, not a route the mapped table cannot find (500).
 		{"DELETE /v1/webhooks/{id}", "/v1/webhooks/a%2Fb", "", map[string]string{"id": "a/b"}, 400, "", "without '/'"},
 		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/a%2Fb/deliveries", "", map[string]string{"webhookId": "a/b"}, 400, "", "without '/'"},
-		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?page_size=5&status=WEBHOOK_DELIVERY_STATUS_DEAD", "", map[string]string{"webhookId": "wh_1"}, 200, "", "{"},
+		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?page_size=5&status=WEBHOOK_DELIVERY_STATUS_DEAD", "", map[string]string{"webhookId": "wh_1"}, 200, "no-store", "{"},
 	} {
 		method, _, _ := strings.Cut(tc.pattern, " ")
 		r := httptest.NewRequest(method, tc.target, strings.NewReader(tc.body))

@@ -7,6 +7,9 @@
 const KEY = 'kurz.apiKey';
 // SIGNED_OUT carries a sign-out's message across the reload that follows it.
 const SIGNED_OUT = 'kurz.signedOut';
+// SESSION names the sign-in: a random id kept with the key, and carried by
+// every history entry shown while signed in (history.state.session).
+const SESSION = 'kurz.session';
 const PAGE_SIZE = 20;
 const SVG_NS = 'http://www.w3.org/2000/svg';
 // The chart's series, stacked bottom to top: field, label, colour.
@@ -18,7 +21,7 @@ const $ = (id) => document.getElementById(id);
 const enc = encodeURIComponent;
 const num = (x) => Number(x || 0); // proto JSON sends int64 as strings
 
-const state = { tokens: [''], page: 0, tag: '', editing: null, revoking: null, qrURL: '', statsCode: null, webhook: '', deleting: '' };
+const state = { tokens: [''], page: 0, tag: '', qrURL: '', statsCode: null, webhook: '', deliveryTokens: [''], deliveryPage: 0 };
 
 class APIError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -85,10 +88,11 @@ function button(text, cls, onclick) {
   return b;
 }
 
-// oneAtATime wraps a form's submit handler: a submit while the last one
-// is in flight is dropped (two clicks on a slow Save would create the
-// link or the webhook twice, the second webhook's secret never shown),
-// and the form's submit button is disabled meanwhile.
+// oneAtATime wraps a form's submit handler (a form on a page; the dialogs
+// have submitDialog): a submit while the last one is in flight is dropped
+// (two clicks on a slow Add would create the webhook twice, the second
+// one's secret never shown), and the form's submit button is disabled
+// meanwhile.
 function oneAtATime(handler) {
   let busy = false;
   return async (ev) => {
@@ -104,6 +108,75 @@ function oneAtATime(handler) {
       submit.disabled = false;
     }
   };
+}
+
+// --- dialogs that send ---------------------------------------------------
+
+// Each opening of a dialog that sends something (the link form, the
+// confirmations) is a token, { id, saving, ... }: an answer acts only on the
+// opening it was sent from, never on a later one (a late answer must not
+// close, or write into, the form opened after it), and an opening's save
+// never blocks a later opening.
+//
+// While a save is in flight the dialog says so, its buttons are disabled
+// and Escape does not close it: Cancel waits for the answer rather than
+// pretend to cancel a request that was sent and will be carried out, and
+// hide its outcome (the link made, or the error to fix). The wait is
+// bounded: the gateway answers every call within its call timeout. (Chrome
+// closes a dialog on a second Escape whatever its cancel handler says: the
+// token covers that case.)
+const openings = {};
+
+function openDialog(id, props = {}) {
+  const o = { id, saving: false, ...props };
+  openings[id] = o;
+  showSaving(o, false);
+  $(id).showModal();
+  return o;
+}
+
+// isOpen reports whether o is its dialog's current opening, still open.
+function isOpen(o) { return openings[o.id] === o && $(o.id).open; }
+
+function showSaving(o, on) {
+  const d = $(o.id);
+  for (const b of d.querySelectorAll('button')) b.disabled = on;
+  d.querySelector('.saving').hidden = !on;
+}
+
+for (const id of ['link-dialog', 'confirm-dialog', 'webhook-confirm-dialog', 'domain-confirm-dialog']) {
+  $(id).addEventListener('cancel', (ev) => { if (openings[id] && openings[id].saving) ev.preventDefault(); });
+}
+
+// submitDialog sends the opening o's request, once at a time (a second
+// click on a slow Create would make the link twice), and acts on its
+// answer: an error goes to errorId, a success closes the dialog and calls
+// done with the answer. An opening closed meanwhile only gets reload(): the
+// list shows what the request did.
+async function submitDialog(o, errorId, request, done, reload) {
+  if (o.saving) return;
+  o.saving = true;
+  showSaving(o, true);
+  $(errorId).textContent = '';
+  let value, error;
+  try {
+    value = await request();
+  } catch (e) {
+    error = e;
+  } finally {
+    o.saving = false;
+    if (openings[o.id] === o) showSaving(o, false);
+  }
+  if (!isOpen(o)) {
+    reload();
+    return;
+  }
+  if (error) {
+    $(errorId).textContent = error.message;
+    return;
+  }
+  $(o.id).close();
+  done(value);
 }
 
 // safeHref lets only http(s) URLs become links.
@@ -143,6 +216,14 @@ function go(hash) {
   else location.hash = hash;
 }
 
+// fromEarlierSignIn reports a history entry shown under an earlier
+// sign-in (reached with Back after signing out): what it showed was the
+// last key's, not this one's.
+function fromEarlierSignIn() {
+  const st = history.state;
+  return !!st && typeof st.session === 'string' && st.session !== (sessionStorage.getItem(SESSION) || '');
+}
+
 function route() {
   const key = apiKey();
   $('nav').hidden = !key;
@@ -151,6 +232,11 @@ function route() {
     $('signin-key').focus();
     return;
   }
+  // History entries cannot be removed from the tab: one of an earlier
+  // sign-in becomes this one's links view, and a new one (a hash
+  // navigation) becomes this sign-in's.
+  if (fromEarlierSignIn()) history.replaceState({ session: sessionStorage.getItem(SESSION) || '' }, '', location.pathname + location.search + '#/links');
+  else if (!history.state) history.replaceState({ session: sessionStorage.getItem(SESSION) || '' }, '');
   $('nav-key').textContent = 'Key ' + key.split('_').slice(0, 2).join('_');
   // #/stats/<code> on the default domain, #/stats/<domain>/<code> on a custom one.
   const m = location.hash.match(/^#\/stats\/(?:([a-z0-9.-]+)\/)?([A-Za-z0-9_-]+)$/);
@@ -173,9 +259,12 @@ function route() {
 // signOut forgets the key and starts the page afresh at the links view:
 // nothing the key showed (lists, stats, notices, open dialogs, the tag
 // filter, the address of a link's stats) may greet the next key signed in
-// in this tab. msg is shown on the sign-in form.
+// in this tab, nor be reached with Back (route turns the history entries
+// of this sign-in into the next one's links view). msg is shown on the
+// sign-in form.
 function signOut(msg) {
   sessionStorage.removeItem(KEY);
+  sessionStorage.removeItem(SESSION);
   if (msg) sessionStorage.setItem(SIGNED_OUT, msg);
   history.replaceState(null, '', location.pathname + location.search);
   location.reload();
@@ -193,9 +282,13 @@ $('signin-form').addEventListener('submit', async (ev) => {
     $('signin-error').textContent = e.message;
     return;
   }
+  // A link's stats opened before signing in are shown after it, unless
+  // the address is one an earlier sign-in showed (Back after signing out).
+  const deepLink = location.hash.startsWith('#/stats/') && !history.state;
   sessionStorage.setItem(KEY, key);
+  sessionStorage.setItem(SESSION, Array.from(crypto.getRandomValues(new Uint32Array(4)), (x) => x.toString(36)).join(''));
   $('signin-key').value = '';
-  go(location.hash.startsWith('#/stats/') ? location.hash : '#/links');
+  go(deepLink ? location.hash : '#/links');
 });
 $('signout').addEventListener('click', () => signOut(''));
 
@@ -273,8 +366,10 @@ function dateInput(iso) {
 const TARGETS = [['iosUrl', 'f-ios'], ['androidUrl', 'f-android'], ['desktopUrl', 'f-desktop']];
 
 // fillDomains offers the verified domains in the form's selector (the
-// link's own when editing); a failed load leaves the default domain only.
-async function fillDomains(link) {
+// link's own when editing); a failed load leaves the default domain only,
+// and an answer for an earlier opening of the form is dropped.
+async function fillDomains(o) {
+  const link = o.link;
   const sel = $('f-domain');
   sel.replaceChildren(el('option', { value: '', text: 'default domain' }));
   sel.disabled = !!link;
@@ -285,17 +380,16 @@ async function fillDomains(link) {
   }
   try {
     const resp = await api('GET', '/v1/domains');
+    if (openings['link-dialog'] !== o) return;
     for (const d of resp.domains || []) if (d.verified) sel.append(el('option', { value: d.name, text: d.name }));
   } catch (e) {
     // The default domain still works.
   }
-  sel.dataset.loaded = '1';
+  if (openings['link-dialog'] === o) sel.dataset.loaded = '1';
 }
 
 function openForm(link) {
-  state.editing = link;
   $('f-domain').dataset.loaded = '';
-  fillDomains(link);
   const t = (link && link.deviceTargets) || {};
   $('link-form-title').textContent = link ? 'Edit ' + link.code : 'New link';
   $('link-save').textContent = link ? 'Save' : 'Create';
@@ -317,7 +411,7 @@ function openForm(link) {
   $('f-disabled').checked = !!(link && link.disabled);
   $('f-disabled-label').hidden = !link;
   $('link-form-error').textContent = '';
-  $('link-dialog').showModal();
+  fillDomains(openDialog('link-dialog', { link }));
 }
 
 // rulesText shows rules as the API's JSON; variantsText shows variants one
@@ -413,60 +507,62 @@ $('new-link').addEventListener('click', () => openForm(null));
 // A code from the URL and a custom alias exclude each other.
 $('f-from-url').addEventListener('change', () => { $('f-alias').disabled = $('f-from-url').checked; });
 $('link-cancel').addEventListener('click', () => $('link-dialog').close());
-$('link-form').addEventListener('submit', oneAtATime(async () => {
-  const l = state.editing;
+$('link-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const o = openings['link-dialog'];
+  const l = o.link;
+  if (o.saving) return;
   $('link-form-error').textContent = '';
+  let f;
   try {
-    const f = readForm();
-    if (l) {
-      const b = patchBody(l, f);
-      if (Object.keys(b).length) {
-        if (l.domain) b.domain = l.domain; // names the link
-        await api('PATCH', '/v1/links/' + enc(l.code), b);
-      }
-    } else {
-      const { status, body: created } = await apiCall('POST', '/v1/links', createBody(f));
-      // 200 rather than 201: the tenant's link of this URL existed (code
-      // from the URL), returned unchanged.
-      $('created-what').textContent = status === 200 ? 'Exists already' : 'Created';
-      $('created-short-url').textContent = created.shortUrl;
-      $('created-short-url').href = safeHref(created.shortUrl);
-      $('created').hidden = false;
-      state.tokens = [''];
-      state.page = 0;
-    }
+    f = readForm();
   } catch (e) {
     $('link-form-error').textContent = e.message;
     return;
   }
-  $('link-dialog').close();
-  loadLinks();
-}));
+  const request = l ? async () => {
+    const b = patchBody(l, f);
+    if (Object.keys(b).length) {
+      if (l.domain) b.domain = l.domain; // names the link
+      await api('PATCH', '/v1/links/' + enc(l.code), b);
+    }
+  } : () => apiCall('POST', '/v1/links', createBody(f));
+  submitDialog(o, 'link-form-error', request, (created) => {
+    if (created) {
+      // 200 rather than 201: the tenant's link of this URL existed (code
+      // from the URL), returned unchanged.
+      $('created-what').textContent = created.status === 200 ? 'Exists already' : 'Created';
+      $('created-short-url').textContent = created.body.shortUrl;
+      $('created-short-url').href = safeHref(created.body.shortUrl);
+      $('created').hidden = false;
+      state.tokens = [''];
+      state.page = 0;
+    }
+    loadLinks();
+  }, loadLinks);
+});
 
 // --- revoke -------------------------------------------------------------
 
 function confirmRevoke(l) {
-  state.revoking = l;
   $('confirm-code').textContent = l.domain ? l.domain + '/' + l.code : l.code;
   $('confirm-error').textContent = '';
-  $('confirm-dialog').showModal();
+  openDialog('confirm-dialog', { link: l });
 }
 
 $('confirm-cancel').addEventListener('click', () => $('confirm-dialog').close());
-$('confirm-ok').addEventListener('click', async () => {
-  try {
-    await api('DELETE', linkPath(state.revoking));
-  } catch (e) {
-    $('confirm-error').textContent = e.message;
-    return;
-  }
-  $('confirm-dialog').close();
-  loadLinks();
+$('confirm-ok').addEventListener('click', () => {
+  const o = openings['confirm-dialog'];
+  submitDialog(o, 'confirm-error', () => api('DELETE', linkPath(o.link)), loadLinks, loadLinks);
 });
 
 // --- QR code ------------------------------------------------------------
 
+// dropQR empties the QR dialog, and makes any QR answer still on its way
+// stale: closing the dialog (or opening it for another link) must not let
+// the last link's image, or its error, land under the next one's heading.
 function dropQR() {
+  newLoad('qr');
   if (state.qrURL) URL.revokeObjectURL(state.qrURL);
   state.qrURL = '';
   $('qr-img').removeAttribute('src');
@@ -474,20 +570,28 @@ function dropQR() {
 
 async function showQR(l) {
   dropQR();
+  const latest = newLoad('qr');
   $('qr-code').textContent = l.domain ? l.domain + '/' + l.code : l.code;
   $('qr-error').textContent = '';
   $('qr-dialog').showModal();
   try {
     const blob = await api('GET', linkPath(l, '/qr?size=256'));
+    // A stale answer makes no blob: URL, so there is none to revoke.
+    if (!latest()) return;
     state.qrURL = URL.createObjectURL(blob);
     $('qr-img').src = state.qrURL;
   } catch (e) {
-    $('qr-error').textContent = e.message;
+    if (latest()) $('qr-error').textContent = e.message;
+  } finally {
+    countRender('qr-dialog');
   }
 }
 
 $('qr-close').addEventListener('click', () => $('qr-dialog').close());
-$('qr-dialog').addEventListener('close', dropQR);
+// The close event comes a task after the dialog closed: a click on
+// another link's QR button may have opened it again meanwhile, and that
+// link's load is not to be dropped.
+$('qr-dialog').addEventListener('close', () => { if (!$('qr-dialog').open) dropQR(); });
 
 // --- statistics ---------------------------------------------------------
 
@@ -534,11 +638,13 @@ $('stats-range').addEventListener('change', () => loadStats(state.statsCode));
 function pct(x) { return (100 * Number(x || 0)).toFixed(1) + ' %'; }
 
 // fillTable writes [label, value, field?] rows; field names the value cell
-// (data-field) for tests and styles.
+// (data-field) for tests and styles. The tables it leaves empty are the
+// breakdowns, which count human clicks only: a range of bot clicks only
+// has none to show, and says so.
 function fillTable(id, rows) {
   const body = $(id).tBodies[0];
   if (!rows.length) {
-    body.replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No clicks in this range' })));
+    body.replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No human clicks in this range' })));
     return;
   }
   body.replaceChildren(...rows.map(([label, value, field]) =>
@@ -560,13 +666,10 @@ function renderStats(s) {
   fillTable('stats-os', top(s.topOperatingSystems));
   fillTable('stats-rules', top(s.rules));
   fillTable('stats-variants', top(s.variants));
-  const countries = s.topCountries || [];
-  if (countries.length && countries.every((k) => !k.key)) {
-    // Every click unknown: the redirect has no GeoIP database.
-    $('stats-countries').tBodies[0].replaceChildren(el('tr', {}, el('td', { class: 'muted', text: 'No countries: the redirect has no GeoIP database' })));
-  } else {
-    fillTable('stats-countries', countries.map((k) => [k.key ? countryName(k.key) : '(unknown)', num(k.count)]));
-  }
+  // A click without a country came from an address the redirect's GeoIP
+  // database does not place, or from a redirect without one: which, the
+  // stats do not say, so neither does the table.
+  fillTable('stats-countries', (s.topCountries || []).map((k) => [k.key ? countryName(k.key) : '(unknown)', num(k.count)]));
 }
 
 // countryName shows an ISO 3166-1 alpha-2 code with its English name when
@@ -614,8 +717,14 @@ function chart(series, interval) {
   root.append(svg('text', { x: 14, y: T + ph / 2, transform: `rotate(-90 14 ${T + ph / 2})`, 'text-anchor': 'middle', class: 'axis' }, 'Clicks'));
   const bw = pw / Math.max(rows.length, 1);
   const every = Math.ceil(rows.length / 8) || 1;
-  const label = interval === 'INTERVAL_DAY' ? { month: 'short', day: 'numeric' }
+  // Day buckets are UTC days (the analytics service cuts them at 00:00
+  // UTC): they are labelled with their UTC date, or west of UTC each day's
+  // clicks would show under the day before. Hours are hours everywhere:
+  // local time.
+  const utc = interval === 'INTERVAL_DAY';
+  const label = utc ? { month: 'short', day: 'numeric', timeZone: 'UTC' }
     : rows.length > 48 ? { month: 'short', day: 'numeric', hour: '2-digit' } : { hour: '2-digit', minute: '2-digit' };
+  const when = (d) => (utc ? d.toLocaleDateString([], { timeZone: 'UTC' }) + ' (UTC)' : d.toLocaleString());
   rows.forEach((r, i) => {
     const x = L + i * bw;
     const g = svg('g', { class: 'bucket', 'data-start': r.start.toISOString(), 'data-human': r.human, 'data-bot': r.bot, 'data-flood': r.flood });
@@ -625,7 +734,7 @@ function chart(series, interval) {
       const h = (r[k] / top) * ph;
       y -= h;
       const bar = svg('rect', { x: x + bw * 0.1, y, width: Math.max(bw * 0.8, 1), height: h, fill: colour, class: k });
-      bar.append(svg('title', {}, `${r.start.toLocaleString()}: ${r[k]} ${name.toLowerCase()}`));
+      bar.append(svg('title', {}, `${when(r.start)}: ${r[k]} ${name.toLowerCase()}`));
       g.append(bar);
     }
     root.append(g);
@@ -633,7 +742,7 @@ function chart(series, interval) {
       root.append(svg('text', { x: x + bw / 2, y: H - B + 16, 'text-anchor': 'middle', class: 'axis' }, r.start.toLocaleString([], label)));
     }
   });
-  root.append(svg('text', { x: L + pw / 2, y: H - 4, 'text-anchor': 'middle', class: 'axis' }, 'Time (local)'));
+  root.append(svg('text', { x: L + pw / 2, y: H - 4, 'text-anchor': 'middle', class: 'axis' }, utc ? 'Day (UTC)' : 'Time (local)'));
   const legend = svg('g', { class: 'legend' });
   SERIES.forEach(([k, name, colour], i) => {
     const x = L + i * 140;
@@ -677,7 +786,7 @@ function webhookRow(w) {
     el('td', { text: w.description || '—' }),
     el('td', { text: w.createTime ? new Date(w.createTime).toLocaleString() : '' }),
     el('td', { class: 'actions' },
-      button('Deliveries', 'deliveries', () => loadDeliveries(w.id)),
+      button('Deliveries', 'deliveries', () => openDeliveries(w.id)),
       button('Delete', 'delete danger', () => confirmDeleteWebhook(w))));
 }
 
@@ -698,24 +807,52 @@ $('webhook-form').addEventListener('submit', oneAtATime(async () => {
   loadWebhooks();
 }));
 
-async function loadDeliveries(id) {
+// openDeliveries shows a webhook's deliveries from the newest.
+function openDeliveries(id) {
   if (state.webhook !== id) $('deliveries-body').replaceChildren(); // nothing of the last webhook under this one's heading
   state.webhook = id;
+  firstDeliveries();
+}
+
+// firstDeliveries goes back to the first page (the newest deliveries).
+function firstDeliveries() {
+  state.deliveryTokens = [''];
+  state.deliveryPage = 0;
+  loadDeliveries();
+}
+
+// loadDeliveries loads the open webhook's page of deliveries: all, or the
+// dead ones only (which an older page may hold: the list is newest first).
+async function loadDeliveries() {
+  const id = state.webhook;
   $('deliveries').hidden = false;
   $('deliveries-webhook').textContent = id;
   $('deliveries-error').textContent = '';
+  const dead = $('deliveries-dead').checked;
+  const q = new URLSearchParams({ page_size: PAGE_SIZE });
+  if (state.deliveryTokens[state.deliveryPage]) q.set('page_token', state.deliveryTokens[state.deliveryPage]);
+  if (dead) q.set('status', 'WEBHOOK_DELIVERY_STATUS_DEAD');
+  // The pager waits for the page: its next token comes with it.
+  $('deliveries-prev').disabled = $('deliveries-next').disabled = true;
   const latest = newLoad('deliveries');
   try {
-    const r = await api('GET', '/v1/webhooks/' + enc(id) + '/deliveries?page_size=20');
+    const r = await api('GET', '/v1/webhooks/' + enc(id) + '/deliveries?' + q);
     if (latest()) {
       const list = r.deliveries || [];
+      state.deliveryTokens.length = state.deliveryPage + 1;
+      if (r.nextPageToken) state.deliveryTokens.push(r.nextPageToken);
       $('deliveries-body').replaceChildren(...list.map(deliveryRow));
+      $('deliveries-empty').textContent = dead ? 'No dead deliveries.' : 'No deliveries yet.';
       $('deliveries-empty').hidden = list.length > 0;
+      $('deliveries-prev').disabled = state.deliveryPage === 0;
+      $('deliveries-next').disabled = state.deliveryTokens.length <= state.deliveryPage + 1;
+      $('deliveries-page').textContent = 'Page ' + (state.deliveryPage + 1);
     }
   } catch (e) {
     if (latest()) {
       $('deliveries-error').textContent = e.message;
       $('deliveries-body').replaceChildren();
+      $('deliveries-prev').disabled = state.deliveryPage === 0;
     }
   } finally {
     countRender('deliveries');
@@ -742,28 +879,24 @@ async function redeliver(id) {
     $('deliveries-error').textContent = e.message;
     return;
   }
-  loadDeliveries(state.webhook);
+  loadDeliveries();
 }
 
-$('deliveries-refresh').addEventListener('click', () => loadDeliveries(state.webhook));
+$('deliveries-refresh').addEventListener('click', () => loadDeliveries());
+$('deliveries-dead').addEventListener('change', firstDeliveries);
+$('deliveries-prev').addEventListener('click', () => { state.deliveryPage = Math.max(0, state.deliveryPage - 1); loadDeliveries(); });
+$('deliveries-next').addEventListener('click', () => { state.deliveryPage++; loadDeliveries(); });
 
 function confirmDeleteWebhook(w) {
-  state.deleting = w.id;
   $('webhook-confirm-url').textContent = w.url;
   $('webhook-confirm-error').textContent = '';
-  $('webhook-confirm-dialog').showModal();
+  openDialog('webhook-confirm-dialog', { webhook: w.id });
 }
 
 $('webhook-confirm-cancel').addEventListener('click', () => $('webhook-confirm-dialog').close());
-$('webhook-confirm-ok').addEventListener('click', async () => {
-  try {
-    await api('DELETE', '/v1/webhooks/' + enc(state.deleting));
-  } catch (e) {
-    $('webhook-confirm-error').textContent = e.message;
-    return;
-  }
-  $('webhook-confirm-dialog').close();
-  loadWebhooks();
+$('webhook-confirm-ok').addEventListener('click', () => {
+  const o = openings['webhook-confirm-dialog'];
+  submitDialog(o, 'webhook-confirm-error', () => api('DELETE', '/v1/webhooks/' + enc(o.webhook)), loadWebhooks, loadWebhooks);
 });
 
 // --- custom domains -----------------------------------------------------
@@ -787,7 +920,7 @@ async function loadDomains() {
 function domainRow(d) {
   const actions = el('td', { class: 'actions' });
   if (!d.verified) actions.append(button('Verify', 'verify', () => domainAction('POST', d, '/verify')));
-  actions.append(button('Delete', 'delete danger', () => domainAction('DELETE', d, '')));
+  actions.append(button('Delete', 'delete danger', () => confirmDeleteDomain(d)));
   return el('tr', { 'data-domain': d.name },
     el('td', { class: 'name', text: d.name }),
     el('td', { class: 'status ' + (d.verified ? 'active' : 'pending'), text: d.verified ? 'verified' : 'not verified' }),
@@ -807,6 +940,20 @@ async function domainAction(method, d, suffix) {
   }
   loadDomains();
 }
+
+// confirmDeleteDomain asks first: a domain deleted and added again has
+// lost its verification (a new TXT value, DNS again).
+function confirmDeleteDomain(d) {
+  $('domain-confirm-name').textContent = d.name;
+  $('domain-confirm-error').textContent = '';
+  openDialog('domain-confirm-dialog', { domain: d.name });
+}
+
+$('domain-confirm-cancel').addEventListener('click', () => $('domain-confirm-dialog').close());
+$('domain-confirm-ok').addEventListener('click', () => {
+  const o = openings['domain-confirm-dialog'];
+  submitDialog(o, 'domain-confirm-error', () => api('DELETE', '/v1/domains/' + enc(o.domain)), loadDomains, loadDomains);
+});
 
 $('domain-form').addEventListener('submit', oneAtATime(async () => {
   $('domains-error').textContent = '';
