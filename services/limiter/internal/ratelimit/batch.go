@@ -99,7 +99,7 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 	for i, r := range reqs {
 		_, rules := rs.Match(r.Domain, r.Desc)
 		if len(rules) == 0 {
-			out[i] = &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
+			out[i] = e.noRule(ctx, r.Domain)
 			continue
 		}
 		if e.pipes == nil || r.Cost <= 0 || !batchable(rules, r.Cost) {

@@ -363,7 +363,7 @@ type group struct {
 // the response has one decision per rule.
 func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64) (resp *ratelimitv1.CheckQuotaResponse, cached []int) {
 	if len(rules) == 0 {
-		return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}, nil
+		return e.noRule(ctx, domain), nil
 	}
 	now := time.Now()
 	if cost > 0 && clock == "" {

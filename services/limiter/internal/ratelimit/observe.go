@@ -36,6 +36,19 @@ func sourceName(s ratelimitv1.DecisionSource) string {
 	return "unspecified"
 }
 
+// noRule is the answer to a request no rule applies to: allowed, counted
+// as one decision of source no_rule and no rule, so that an operator sees
+// callers whose checks match nothing (a domain's rules deleted, a
+// descriptor misspelt). The domain is the caller's choice: one the rules
+// do not name is counted as "" rather than grow a series per name.
+func (e *Engine) noRule(ctx context.Context, domain string) *ratelimitv1.CheckQuotaResponse {
+	if !e.rules.Load().HasDomain(domain) {
+		domain = ""
+	}
+	e.m.decisions.Add(ctx, 1, e.m.decisionAttrs(domain, "", "allowed", ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE).Add...)
+	return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
+}
+
 // observe counts the decision per rule and writes the decision log: the
 // denials (rule, key, what was left, retry-after, how served), at most
 // DenyLogsPerSecond a second per deciding rule (the next line says how many

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/testkit/metrictest"
 )
 
 func observingEngine(t *testing.T, w io.Writer) *Engine {
@@ -116,5 +118,39 @@ func TestDenialLinesAreBoundedPerRule(t *testing.T) {
 		strings.Contains(got[1], "denials_not_logged") {
 		t.Errorf("half a second later: %d lines, first %q; want %d, the first counting the %d not logged",
 			len(got), got[0], DenyLogsPerSecond/2, 1000-DenyLogsPerSecond)
+	}
+}
+
+// A check no rule applies to is allowed and counted, as source no_rule
+// with no rule: callers whose checks match nothing show in the metrics.
+// A domain the rules do not name counts as "", so callers' made-up domains
+// add no series.
+func TestChecksNoRuleAppliesToAreCounted(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	m, err := newEngineMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Engine{log: slog.New(slog.DiscardHandler), m: m}
+	e.SetRules(compile(t, `
+domains:
+  api:
+    rules:
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 10, window: 1m, failure_mode: open}
+`))
+	ctx := context.Background()
+	for _, domain := range []string{"api", "api", "made-up-1", "made-up-2"} {
+		if got := e.Check(ctx, domain, map[string]string{"other": "x"}, 1); !got.Allowed || got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE {
+			t.Fatalf("%s: %v, want allowed by no rule", domain, got)
+		}
+	}
+	if got := e.CheckMany(ctx, []Request{{Domain: "made-up-3", Cost: 1}}); got[0].Source != ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE {
+		t.Fatalf("CheckMany: %v, want no rule", got[0])
+	}
+	// Every decision here is one of no rule.
+	for domain, want := range map[string]int64{"api": 2, "": 3} {
+		if got := metrictest.Counter(t, reader, "kurz.ratelimit.decisions", "domain", domain); got != want {
+			t.Errorf("no_rule decisions of domain %q: %d, want %d", domain, got, want)
+		}
 	}
 }
