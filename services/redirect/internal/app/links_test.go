@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/linkcache"
@@ -446,6 +448,37 @@ func TestPasswordAttemptsFailClosed(t *testing.T) {
 				t.Errorf("503 without Retry-After")
 			}
 		})
+	}
+}
+
+// With no limiter rule for password attempts (links.password deleted),
+// every attempt is let through to the hash and warned about: once for a
+// burst, not once per attempt, which a stranger posts as fast as it likes.
+func TestPasswordAttemptsWithoutARuleWarnOncePerBurst(t *testing.T) {
+	f := newFixture(t)
+	code := f.code()
+	f.insertLink(code, "https://example.com/no-rule", features{passwordHash: testHash(t)})
+	noRule := limitertest.Start(t, func(*ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+		return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
+	})
+	cfg := load(t, map[string]string{"KURZ_REDIRECT_VISITOR_SALT": testSalt, "KURZ_LIMITER_GRPC_ADDR": noRule.Addr()})
+	var logs servertest.SyncBuffer
+	srv, err := build(context.Background(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)), hooks{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "")
+	_, fm := openForm(t, r.HTTP, code)
+	for i := range 10 {
+		resp := submit(t, r.HTTP, code, fm.cookie, fm.token, "guess number "+strconv.Itoa(i))
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d, want 401", i+1, resp.StatusCode)
+		}
+		fm = formOf(t, resp)
+	}
+	if n := strings.Count(logs.String(), "no limiter rule for password attempts"); n != 1 {
+		t.Errorf("%d warnings about 10 attempts no rule bounds, want 1", n)
 	}
 }
 

@@ -147,6 +147,9 @@ type Handler struct {
 	// visitLogs lets one line a second through about visit counters
 	// Redis failed to read or count: an outage fails every visit.
 	visitLogs logging.Every
+	// noRuleLogs: the same about password attempts no limiter rule
+	// bounds, which a stranger can post as fast as it likes.
+	noRuleLogs logging.Every
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
@@ -415,7 +418,9 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 	// The limiter before the hash: it bounds guesses and Argon2 work alike.
 	d := h.pwQuota.Check(ctx, PasswordDomain, map[string]string{"ip": ip, "code": code}, 1, quota.FailClosed)
 	if d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE && d.Allowed {
-		h.log.WarnContext(ctx, "no limiter rule for password attempts: add one to domain "+PasswordDomain, "code", code)
+		if n, ok := h.noRuleLogs.Allow(); ok {
+			h.log.WarnContext(ctx, "no limiter rule for password attempts: add one to domain "+PasswordDomain, "code", code, "attempts_not_logged", n)
+		}
 	}
 	if !d.Allowed || d.Abandoned {
 		if d.Degraded && !d.Abandoned {
