@@ -13,6 +13,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"kurz.dev/pkg/config"
@@ -323,61 +324,92 @@ func lockTestTable(t *testing.T, timeout time.Duration) (pool *pgxpool.Pool, com
 	return pool, component, table
 }
 
+// indexBuild is a component of the test's own with a table, a transaction
+// that wrote the table and stays open (open), and files: the table's, then
+// a concurrent build of an index on it, named index.
+type indexBuild struct {
+	pool      *pgxpool.Pool
+	component string
+	index     string
+	files     fstest.MapFS
+	open      pgx.Tx
+}
+
+func newIndexBuild(t *testing.T) *indexBuild {
+	t.Helper()
+	ctx := context.Background()
+	b := &indexBuild{pool: connect(t), component: fmt.Sprintf("test_%d", time.Now().UnixNano())}
+	table := b.component + "_rows"
+	b.index = table + "_kind"
+	t.Cleanup(func() {
+		_, _ = b.pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
+		_, _ = b.pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", b.component)
+	})
+	b.files = fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY, kind text NOT NULL)")}}
+	if _, err := pgpool.Migrate(ctx, b.pool, b.component, b.files); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if b.open, err = b.pool.Begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.open.Rollback(ctx) })
+	if _, err := b.open.Exec(ctx, "INSERT INTO "+table+" VALUES (1, 'a')"); err != nil {
+		t.Fatal(err)
+	}
+	b.files["0002_index.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\n-- by kind\n" +
+		"CREATE INDEX CONCURRENTLY IF NOT EXISTS " + b.index + " ON " + table + " (kind, id);\n")}
+	return b
+}
+
+// migrate runs Migrate in the background; its error arrives on the channel.
+func (b *indexBuild) migrate() <-chan error {
+	done := make(chan error, 1)
+	go func() { _, err := pgpool.Migrate(context.Background(), b.pool, b.component, b.files); done <- err }()
+	return done
+}
+
+// awaitWaiting waits until a session is in what (a LIKE pattern of its
+// last query), waiting on a lock if locked.
+func (b *indexBuild) awaitWaiting(t *testing.T, what string, locked bool) {
+	t.Helper()
+	cond := func() (bool, string) {
+		var n int
+		err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE query LIKE $1 AND query NOT LIKE '%pg_stat_activity%' AND (NOT $2 OR wait_event_type = 'Lock')`, what, locked).Scan(&n)
+		return err == nil && n >= 1, fmt.Sprintf("%d sessions in %s, err %v", n, what, err)
+	}
+	if ok, state := servertest.EventuallyState(10*time.Second, cond); !ok {
+		t.Fatalf("nothing waited in %s: %s", what, state)
+	}
+}
+
 // A file of concurrent index builds: the index is built and valid, the file
 // recorded; while the build waits for a transaction that had the table
 // open, other writes of the table pass (a build in a transaction would
 // queue them behind its SHARE lock).
 func TestConcurrentIndexMigrationLetsWritesThrough(t *testing.T) {
-	pool := connect(t)
 	ctx := context.Background()
-	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
-	table := component + "_rows"
-	t.Cleanup(func() {
-		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
-		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
-	})
-	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY, kind text NOT NULL)")}}
-	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
-		t.Fatal(err)
-	}
-	// A transaction that wrote the table and stays open.
-	open, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = open.Rollback(ctx) }()
-	if _, err := open.Exec(ctx, "INSERT INTO "+table+" VALUES (1, 'a')"); err != nil {
-		t.Fatal(err)
-	}
-	fsys["0002_index.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\n-- by kind\n" +
-		"CREATE INDEX CONCURRENTLY IF NOT EXISTS " + table + "_kind ON " + table + " (kind, id);\n")}
-	done := make(chan error, 1)
-	go func() { _, err := pgpool.Migrate(ctx, pool, component, fsys); done <- err }()
-	waiting := func() (bool, string) {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE INDEX CONCURRENTLY%'`).Scan(&n)
-		return err == nil && n == 1, fmt.Sprintf("%d builds waiting, err %v", n, err)
-	}
-	if ok, state := servertest.EventuallyState(10*time.Second, waiting); !ok {
-		t.Fatalf("the build never waited for the open transaction: %s", state)
-	}
+	b := newIndexBuild(t)
+	done := b.migrate()
+	b.awaitWaiting(t, "CREATE INDEX CONCURRENTLY%", true)
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err = pool.Exec(wctx, "INSERT INTO "+table+" VALUES (2, 'b')")
+	_, err := b.pool.Exec(wctx, "INSERT INTO "+b.component+"_rows VALUES (2, 'b')")
 	cancel()
 	if err != nil {
 		t.Fatalf("a write while the index build waits: %v, want it through", err)
 	}
-	if err := open.Commit(ctx); err != nil {
+	if err := b.open.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	var valid bool
-	if err := pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)`, table+"_kind").Scan(&valid); err != nil || !valid {
-		t.Fatalf("index %s_kind: valid %v, err %v; want built and valid", table, valid, err)
+	if err := b.pool.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)`, b.index).Scan(&valid); err != nil || !valid {
+		t.Fatalf("index %s: valid %v, err %v; want built and valid", b.index, valid, err)
 	}
-	if again, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil || len(again) != 0 {
+	if again, err := pgpool.Migrate(ctx, b.pool, b.component, b.files); err != nil || len(again) != 0 {
 		t.Fatalf("second Migrate: applied %v, err %v; want nothing", again, err)
 	}
 }
@@ -434,51 +466,15 @@ func TestConcurrentIndexMigrationRebuildsAFailedBuild(t *testing.T) {
 // inside a statement, which would wait for the builder: a deadlock. Both
 // migrate.
 func TestConcurrentIndexMigrationWithAReplicaWaiting(t *testing.T) {
-	pool := connect(t)
-	ctx := context.Background()
-	component := fmt.Sprintf("test_%d", time.Now().UnixNano())
-	table := component + "_rows"
-	t.Cleanup(func() {
-		_, _ = pool.Exec(ctx, "DROP TABLE IF EXISTS "+table)
-		_, _ = pool.Exec(ctx, "DELETE FROM schema_migrations WHERE component = $1", component)
-	})
-	fsys := fstest.MapFS{"0001_create.sql": {Data: []byte("CREATE TABLE " + table + " (id bigint PRIMARY KEY, kind text NOT NULL)")}}
-	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err != nil {
+	b := newIndexBuild(t)
+	first := b.migrate()
+	b.awaitWaiting(t, "CREATE INDEX CONCURRENTLY%", true)
+	second := b.migrate()
+	b.awaitWaiting(t, "%advisory_lock(%", false)
+	if err := b.open.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	open, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = open.Rollback(ctx) }()
-	if _, err := open.Exec(ctx, "INSERT INTO "+table+" VALUES (1, 'a')"); err != nil {
-		t.Fatal(err)
-	}
-	fsys["0002_index.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\n" +
-		"CREATE INDEX CONCURRENTLY IF NOT EXISTS " + table + "_kind ON " + table + " (kind, id)")}
-	first, second := make(chan error, 1), make(chan error, 1)
-	go func() { _, err := pgpool.Migrate(ctx, pool, component, fsys); first <- err }()
-	building := func() (bool, string) {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE INDEX CONCURRENTLY%'`).Scan(&n)
-		return err == nil && n == 1, fmt.Sprintf("%d builds waiting, err %v", n, err)
-	}
-	if ok, state := servertest.EventuallyState(10*time.Second, building); !ok {
-		t.Fatalf("the build never waited for the open transaction: %s", state)
-	}
-	go func() { _, err := pgpool.Migrate(ctx, pool, component, fsys); second <- err }()
-	waiting := func() (bool, string) {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%advisory_lock(%' AND query NOT LIKE '%pg_stat_activity%'`).Scan(&n)
-		return err == nil && n >= 1, fmt.Sprintf("%d sessions that asked for the migration lock, err %v", n, err)
-	}
-	if ok, state := servertest.EventuallyState(10*time.Second, waiting); !ok {
-		t.Fatalf("the second replica never asked for the migration lock: %s", state)
-	}
-	if err := open.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for name, ch := range map[string]chan error{"first": first, "second": second} {
+	for name, ch := range map[string]<-chan error{"first": first, "second": second} {
 		select {
 		case err := <-ch:
 			if err != nil {
