@@ -299,11 +299,11 @@ func startGateway(t *testing.T, s *stack) *servertest.Running {
 	return r
 }
 
-// createLink creates a link to longURL through the public API with key and
-// returns its code.
-func createLink(t *testing.T, gw *servertest.Running, key, longURL string) string {
+// postJSON POSTs body to path of the public API with key and returns the
+// answer's status and body.
+func postJSON(t *testing.T, gw *servertest.Running, key, path, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, gw.HTTP+"/v1/links", strings.NewReader(fmt.Sprintf(`{"longUrl":%q}`, longURL)))
+	req, err := http.NewRequest(http.MethodPost, gw.HTTP+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,12 +311,24 @@ func createLink(t *testing.T, gw *servertest.Running, key, longURL string) strin
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("create link: %v", err)
+		t.Fatalf("POST %s: %v", path, err)
 	}
 	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return resp.StatusCode, b
+}
+
+// createLink creates a link to longURL through the public API with key and
+// returns its code.
+func createLink(t *testing.T, gw *servertest.Running, key, longURL string) string {
+	t.Helper()
+	status, b := postJSON(t, gw, key, "/v1/links", fmt.Sprintf(`{"longUrl":%q}`, longURL))
 	var link struct{ Code string }
-	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &link) != nil || link.Code == "" {
-		t.Fatalf("create link: %d %s", resp.StatusCode, b)
+	if status != http.StatusCreated || json.Unmarshal(b, &link) != nil || link.Code == "" {
+		t.Fatalf("create link: %d %s", status, b)
 	}
 	return link.Code
 }

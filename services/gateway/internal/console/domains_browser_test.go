@@ -211,19 +211,8 @@ func TestConsoleAsksBeforeDeletingADomain(t *testing.T) {
 // addDomain adds domain to key's tenant through the public API.
 func addDomain(t *testing.T, gw *servertest.Running, key, domain string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, gw.HTTP+"/v1/domains", strings.NewReader(fmt.Sprintf(`{"name":%q}`, domain)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("add domain: %v", err)
-	}
-	defer resp.Body.Close()
-	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated {
-		t.Fatalf("add domain %s: %d %s", domain, resp.StatusCode, b)
+	if status, b := postJSON(t, gw, key, "/v1/domains", fmt.Sprintf(`{"name":%q}`, domain)); status != http.StatusCreated {
+		t.Fatalf("add domain %s: %d %s", domain, status, b)
 	}
 }
 

@@ -233,20 +233,10 @@ func TestConsoleReachesOlderDeadDeliveries(t *testing.T) {
 // with key and returns the subscription's id.
 func createWebhook(t *testing.T, gw *servertest.Running, key, url string) string {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, gw.HTTP+"/v1/webhooks", strings.NewReader(fmt.Sprintf(`{"url":%q,"events":["link.created"]}`, url)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("create webhook: %v", err)
-	}
-	defer resp.Body.Close()
+	status, b := postJSON(t, gw, key, "/v1/webhooks", fmt.Sprintf(`{"url":%q,"events":["link.created"]}`, url))
 	var out struct{ Webhook struct{ ID string } }
-	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &out) != nil || out.Webhook.ID == "" {
-		t.Fatalf("create webhook: %d %s", resp.StatusCode, b)
+	if status != http.StatusCreated || json.Unmarshal(b, &out) != nil || out.Webhook.ID == "" {
+		t.Fatalf("create webhook: %d %s", status, b)
 	}
 	return out.Webhook.ID
 }
