@@ -95,3 +95,14 @@ func (b *browser) text(sel string) string {
 	b.t.Helper()
 	return b.eval(fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ''`, sel))
 }
+
+// signIn opens the console at url and signs in with key: the actions up
+// to the click on Sign in, for the caller to wait for what it expects.
+func signIn(url, key string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
+		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
+		chromedp.Click(chromedp.CSS("#signin-submit")),
+	)
+}

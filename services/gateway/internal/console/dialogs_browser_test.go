@@ -29,10 +29,7 @@ func TestConsoleSaveAnswersOnlyItsOwnDialog(t *testing.T) {
 	b := startBrowser(t)
 	do, eval, text := b.do, b.eval, b.text
 	do("sign in",
-		chromedp.Navigate(gw.HTTP+"/console"),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console", key),
 		chromedp.WaitVisible(chromedp.CSS("#view-links")))
 	// The first Create waits for releaseFirst(); later ones go at once.
 	eval(`(() => {

@@ -34,10 +34,7 @@ func TestConsoleDomains(t *testing.T) {
 	renders := `Number(document.getElementById('view-domains').dataset.renders)`
 
 	do("sign in",
-		chromedp.Navigate(gw.HTTP+"/console"),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console", key),
 		chromedp.WaitVisible(chromedp.CSS("#view-links")))
 	do("open the domains view", chromedp.Click(chromedp.CSS("#nav-domains")), chromedp.WaitVisible(chromedp.CSS("#view-domains")),
 		chromedp.Poll[chromedp.Void](renders+` > 0`, chromedp.WithPollingTimeout(20*time.Second)))
@@ -179,10 +176,7 @@ func TestConsoleAsksBeforeDeletingADomain(t *testing.T) {
 	b := startBrowser(t)
 	do, eval, text := b.do, b.eval, b.text
 	do("sign in and open the domains",
-		chromedp.Navigate(gw.HTTP+"/console"),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console", key),
 		chromedp.WaitVisible(chromedp.CSS("#view-links")),
 		chromedp.Click(chromedp.CSS("#nav-domains")),
 		chromedp.WaitVisible(chromedp.CSS(row+" button.delete")))

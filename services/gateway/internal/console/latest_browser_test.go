@@ -26,10 +26,7 @@ func TestConsoleDrawsOnlyTheLatestLoad(t *testing.T) {
 	do, eval := b.do, b.eval
 	renders := `Number(document.getElementById('view-links').dataset.renders)`
 	do("sign in",
-		chromedp.Navigate(gw.HTTP+"/console"),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console", key),
 		chromedp.WaitVisible(chromedp.CSS(row)))
 	before := eval(`String(` + renders + `)`)
 
@@ -75,10 +72,7 @@ func TestConsoleShowsOnlyTheOpenLinksQR(t *testing.T) {
 	b := startBrowser(t)
 	do, eval, text := b.do, b.eval, b.text
 	do("sign in",
-		chromedp.Navigate(gw.HTTP+"/console"),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console", key),
 		chromedp.WaitVisible(chromedp.CSS(rowA)), chromedp.WaitVisible(chromedp.CSS(rowB)))
 
 	// A's QR requests wait for releaseA(ok): answered then (ok) or failed.

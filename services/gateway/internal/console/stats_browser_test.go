@@ -30,10 +30,7 @@ func TestConsoleLabelsDaysInUTC(t *testing.T) {
 	do, eval, text := b.do, b.eval, b.text
 	renders := `Number(document.getElementById('view-stats').dataset.renders || 0)`
 	do("sign in and open the link's stats",
-		chromedp.Navigate(gw.HTTP+"/console/#/stats/"+code),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console/#/stats/"+code, key),
 		chromedp.Poll[chromedp.Void](renders+` > 0`, chromedp.WithPollingTimeout(20*time.Second)))
 	if got := eval(`Intl.DateTimeFormat().resolvedOptions().timeZone`); got != zone {
 		t.Fatalf("the browser's time zone is %s, want %s", got, zone)
@@ -106,10 +103,7 @@ func TestConsoleStatsSayWhatTheyCount(t *testing.T) {
 	b := startBrowser(t)
 	do, eval, text := b.do, b.eval, b.text
 	do("sign in",
-		chromedp.Navigate(gw.HTTP+"/console"),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console", key),
 		chromedp.WaitVisible(chromedp.CSS("#view-links")))
 	renders := `Number(document.getElementById('view-stats').dataset.renders || 0)`
 	field := func(name string) string { return text(fmt.Sprintf(`#stats-totals td[data-field=%q]`, name)) }

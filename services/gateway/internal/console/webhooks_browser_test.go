@@ -48,10 +48,7 @@ func TestConsoleWebhooksInBrowser(t *testing.T) {
 	defer rcv.Close()
 
 	do("sign in and open the webhooks",
-		chromedp.Navigate(gw.HTTP+"/console"),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console", key),
 		chromedp.WaitVisible(chromedp.CSS("#view-links")),
 		chromedp.Click(chromedp.CSS("#nav-webhooks")),
 		chromedp.WaitVisible(chromedp.CSS("#view-webhooks")))
@@ -171,10 +168,7 @@ func TestConsoleReachesOlderDeadDeliveries(t *testing.T) {
 	b := startBrowser(t)
 	do, eval := b.do, b.eval
 	do("sign in and open the webhooks",
-		chromedp.Navigate(gw.HTTP+"/console#/webhooks"),
-		chromedp.WaitVisible(chromedp.CSS("#signin-key")),
-		chromedp.SendKeys(chromedp.CSS("#signin-key"), key),
-		chromedp.Click(chromedp.CSS("#signin-submit")),
+		signIn(gw.HTTP+"/console#/webhooks", key),
 		chromedp.Click(chromedp.CSS("#nav-webhooks")),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#webhooks-body tr[data-id=%q] button.deliveries`, id))))
 	loads := 0
