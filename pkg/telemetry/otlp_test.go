@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -204,5 +207,19 @@ func TestUnsupportedOTelSettingsRefused(t *testing.T) {
 				t.Errorf("Setup: %v, want an error naming %s", err, kv[0])
 			}
 		})
+	}
+}
+
+// An error the SDK reports (an export refused: its spans are lost) is
+// counted for the operator, and logged as a warning, one a second.
+func TestSDKErrorsAreCounted(t *testing.T) {
+	tel := setup(t, Config{}, "errs")
+	before := sdkErrors.Load()
+	for range 3 {
+		otel.Handle(errors.New("traces export: failed to send to http://collector:4318/v1/traces: 413 Request Entity Too Large"))
+	}
+	want := fmt.Sprintf("kurz_telemetry_errors_total{otel_scope_name=\"kurz.dev/pkg/telemetry\",otel_scope_schema_url=\"\",otel_scope_version=\"\"} %d", before+3)
+	if text := scrape(t, tel); !strings.Contains(text, want) {
+		t.Errorf("no %s in:\n%s", want, text)
 	}
 }

@@ -18,9 +18,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +41,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"kurz.dev/pkg/logging"
 )
 
 // Config selects where traces go and how many are kept.
@@ -119,6 +124,16 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	}
 	mp := sdkmetric.NewMeterProvider(mpOpts...)
 	t.MeterProvider = mp
+	installErrorHandler()
+	if _, err := mp.Meter("kurz.dev/pkg/telemetry").Int64ObservableCounter(MetricErrors,
+		metric.WithDescription("Errors the OpenTelemetry SDK reported in this process: mostly span exports that failed or were refused (their spans are lost)"),
+		metric.WithUnit("{error}"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(sdkErrors.Load())
+			return nil
+		})); err != nil {
+		return nil, fmt.Errorf("telemetry metrics: %w", err)
+	}
 	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 
@@ -155,6 +170,29 @@ func Setup(ctx context.Context, cfg Config, service, version string) (*Telemetry
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	return t, nil
 }
+
+// MetricErrors counts the errors the OpenTelemetry SDK reports.
+const MetricErrors = "kurz.telemetry.errors"
+
+// sdkErrors and sdkErrorLogs are the process's: the SDK has one error
+// handler per process.
+var (
+	sdkErrors    atomic.Int64
+	sdkErrorLogs logging.Every
+)
+
+// installErrorHandler counts the SDK's errors (a span export refused or
+// failed: its spans are lost) and logs one a second as a warning, with
+// the count left out since the last. The SDK's default wrote every one,
+// as an unlabelled line, and counted nothing an operator could watch.
+var installErrorHandler = sync.OnceFunc(func() {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		sdkErrors.Add(1)
+		if n, ok := sdkErrorLogs.Allow(); ok {
+			slog.Default().Warn("opentelemetry: "+err.Error(), "component", "otel", "errors_not_logged", n)
+		}
+	}))
+})
 
 // MaxAttributeValue is the longest string value a span attribute keeps
 // (longer ones are cut) unless OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT says
