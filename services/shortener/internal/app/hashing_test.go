@@ -71,12 +71,14 @@ func TestPasswordChangeChargedToLinkQuota(t *testing.T) {
 // TestPasswordHashingBeyondSlotsRefused: with every hashing slot taken,
 // each path that hashes (create, update, batch) is refused UNAVAILABLE
 // PASSWORD_HASHING_BUSY with a RetryInfo, and stores or changes nothing;
-// calls without a password go through. Once a slot is free, the same calls
-// succeed.
+// a refused create or update charges no quota either (the refusal asks
+// for the same request again); calls without a password go through. Once
+// a slot is free, the same calls succeed.
 func TestPasswordHashingBeyondSlotsRefused(t *testing.T) {
 	tenant := uniq("pwb-")
 	gate := capacity.New(1, 0)
-	sh := start(t, nil, hooks{hashes: gate})
+	lim := limitertest.Start(t, limitertest.AllowAll)
+	sh := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr()}, hooks{hashes: gate})
 	db, _ := stores(t, sh.cfg, tenant)
 	ctx := as(tenant, "")
 	plain, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/plain"})
@@ -96,6 +98,7 @@ func TestPasswordHashingBeyondSlotsRefused(t *testing.T) {
 			t.Errorf("%s: reason %q details %v; want %s with a RetryInfo", what, reason, st.Details(), linkapi.ReasonHashingBusy)
 		}
 	}
+	charged := len(lim.Calls())
 	create := &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/locked", Password: "correct horse"}
 	_, err = sh.api.CreateLink(ctx, create)
 	busy("create", err)
@@ -103,6 +106,9 @@ func TestPasswordHashingBeyondSlotsRefused(t *testing.T) {
 		UpdateMask: mask("password", "tags")}
 	_, err = sh.api.UpdateLink(ctx, upd)
 	busy("update", err)
+	if n := len(lim.Calls()) - charged; n != 0 {
+		t.Errorf("the refused create and update charged the quota %d times, want 0", n)
+	}
 	batch := &shortenerv1.BatchCreateLinksRequest{Requests: []*shortenerv1.CreateLinkRequest{
 		{LongUrl: "https://example.com/b/0", Password: "correct horse"},
 		{LongUrl: "https://example.com/b/1"},

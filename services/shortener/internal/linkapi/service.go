@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -249,6 +250,13 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 			return nil, toStatus(ctx, s.log, "create", err)
 		}
 	}
+	var releaseHash func()
+	if d.password != "" {
+		if releaseHash, err = s.hashSlot(ctx); err != nil {
+			return nil, toStatus(ctx, s.log, "create", err)
+		}
+		defer releaseHash()
+	}
 	if err := s.checkQuota(ctx, tenant, 1, chargeCreate); err != nil {
 		return nil, err
 	}
@@ -272,7 +280,9 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 		return nil, toStatus(ctx, s.log, "create", err)
 	}
 	if d.password != "" {
-		if l.PasswordHash, err = s.hashPassword(ctx, d.password); err != nil {
+		l.PasswordHash, err = hashIn(d.password)
+		releaseHash()
+		if err != nil {
 			return nil, toStatus(ctx, s.log, "create", err)
 		}
 	}
@@ -656,20 +666,39 @@ func (s *Service) scan(ctx context.Context, target string) error {
 }
 
 // hashPassword hashes password in one of the process's hashing slots
-// (Deps.Hashes): with every slot busy for the gate's short wait, the call is
-// refused UNAVAILABLE with a retry delay, so that a burst of passwords
-// cannot hold more than the slots' memory (19 MiB each) at once.
+// (hashSlot).
 func (s *Service) hashPassword(ctx context.Context, password string) (string, error) {
-	release, err := s.hashes.Acquire(ctx)
-	if errors.Is(err, capacity.ErrBusy) {
-		s.m.hashBusy.Add(ctx, 1)
-		return "", rpcerr.RetryLater(codes.Unavailable, ReasonHashingBusy,
-			"too many passwords are being hashed right now; nothing was created or changed", time.Second, nil)
-	}
+	release, err := s.hashSlot(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer release()
+	return hashIn(password)
+}
+
+// hashSlot takes one of the process's hashing slots (Deps.Hashes): with
+// every slot busy for the gate's short wait, the call is refused
+// UNAVAILABLE with a retry delay, so that a burst of passwords cannot hold
+// more than the slots' memory (19 MiB each) at once. A single create or
+// update takes its slot before it charges the quota: the refusal says
+// nothing was created and asks for the same request again, which must not
+// have cost a link of the quota (a free tenant's burst of 10 lost 6 that
+// way). release may be called more than once.
+func (s *Service) hashSlot(ctx context.Context) (release func(), err error) {
+	release, err = s.hashes.Acquire(ctx)
+	if errors.Is(err, capacity.ErrBusy) {
+		s.m.hashBusy.Add(ctx, 1)
+		return nil, rpcerr.RetryLater(codes.Unavailable, ReasonHashingBusy,
+			"too many passwords are being hashed right now; nothing was created or changed", time.Second, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sync.OnceFunc(release), nil
+}
+
+// hashIn hashes password, in a slot the caller holds.
+func hashIn(password string) (string, error) {
 	hash, err := linkpass.Hash(password)
 	if err != nil {
 		return "", fmt.Errorf("hash password: %w", err)
@@ -1018,10 +1047,18 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 	if password != nil {
 		hash := ""
 		if *password != "" {
+			// The slot before the quota, as in CreateLink.
+			release, err := s.hashSlot(ctx)
+			if err != nil {
+				return nil, toStatus(ctx, s.log, "update", err)
+			}
+			defer release()
 			if err := s.checkQuota(ctx, tenant, 1, chargePassword); err != nil {
 				return nil, err
 			}
-			if hash, err = s.hashPassword(ctx, *password); err != nil {
+			hash, err = hashIn(*password)
+			release()
+			if err != nil {
 				return nil, toStatus(ctx, s.log, "update", err)
 			}
 		}
