@@ -233,8 +233,9 @@ func TestRandomCollisions(t *testing.T) {
 }
 
 // TestAliases: custom aliases are validated, reserved words refused, taken
-// aliases ALREADY_EXISTS, and a sequential ID whose code an alias holds is
-// skipped.
+// aliases ALREADY_EXISTS (but for the tenant's own link of that alias to
+// the same URL: the same create again answers it, not created), and a
+// sequential ID whose code an alias holds is skipped.
 func TestAliases(t *testing.T) {
 	tenant := uniq("als-")
 	sh := start(t, nil, hooks{})
@@ -246,12 +247,24 @@ func TestAliases(t *testing.T) {
 	}
 
 	alias := uniq("my-launch-")
-	if err := create(alias); err != nil {
-		t.Fatalf("create alias: %v", err)
+	made, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/alias", CustomAlias: alias})
+	if err != nil || !made.GetCreated() {
+		t.Fatalf("create alias: %v, %v", made, err)
 	}
-	reason, _ := wantStatus(t, create(alias), codes.AlreadyExists)
+	// The same create again (a retry whose first answer was lost): the
+	// tenant's link, not created.
+	again, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/alias", CustomAlias: alias})
+	if err != nil || again.GetCreated() || again.GetLink().GetCode() != made.GetLink().GetCode() {
+		t.Errorf("the same create again: %v, %v; want the same link, not created", again, err)
+	}
+	_, err = sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/another", CustomAlias: alias})
+	reason, _ := wantStatus(t, err, codes.AlreadyExists)
 	if reason != linkapi.ReasonAliasTaken {
 		t.Errorf("taken alias reason %q", reason)
+	}
+	_, err = sh.api.CreateLink(as(uniq("als-other-"), ""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/alias", CustomAlias: alias})
+	if reason, _ := wantStatus(t, err, codes.AlreadyExists); reason != linkapi.ReasonAliasTaken {
+		t.Errorf("another tenant's create of the alias, same URL: reason %q, want %s", reason, linkapi.ReasonAliasTaken)
 	}
 	for alias, want := range map[string]string{
 		"healthz": linkapi.ReasonAliasReserved, "Metrics": linkapi.ReasonAliasReserved, "v1xx": "",
@@ -265,7 +278,7 @@ func TestAliases(t *testing.T) {
 			t.Errorf("alias %q: reason %q, want %s", alias, reason, want)
 		}
 	}
-	_, err := sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", CustomAlias: uniq("x"), Mode: shortenerv1.CodeMode_CODE_MODE_RANDOM})
+	_, err = sh.api.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/", CustomAlias: uniq("x"), Mode: shortenerv1.CodeMode_CODE_MODE_RANDOM})
 	wantStatus(t, err, codes.InvalidArgument)
 
 	// The next block code, taken by an alias, is skipped.

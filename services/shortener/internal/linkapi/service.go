@@ -292,6 +292,16 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 		stored, err = s.store.Insert(ctx, l)
 		if errors.Is(err, linkstore.ErrCodeTaken) {
+			// A retry of this very create, whose first answer was lost (a
+			// client timeout; a 503 after the gateway's deadline, when the
+			// insert may have committed): the alias is already the
+			// tenant's link to the same URL. It gets that link, not
+			// created, as a CODE_MODE_FROM_URL repeat does, so that a
+			// create with an alias is safe to send again.
+			if same, err := s.store.Get(ctx, tenant, l.Code); err == nil && same.LongURL == l.LongURL {
+				s.m.repeated.Add(ctx, 1)
+				return &shortenerv1.CreateLinkResponse{Link: s.toProto(same)}, nil
+			}
 			return nil, aliasTaken(req.GetCustomAlias())
 		}
 	case shortenerv1.CodeMode_CODE_MODE_RANDOM:
