@@ -27,6 +27,8 @@ const (
 	codeBodyTooLarge     = "PAYLOAD_TOO_LARGE"
 	codeHeadersTooLarge  = "HEADERS_TOO_LARGE"
 	codeURITooLong       = "URI_TOO_LONG"
+	// codePreconditionFailed: a write with If-Match or If-Unmodified-Since.
+	codePreconditionFailed = "PRECONDITION_FAILED"
 )
 
 // apiError is an HTTP error answer: status, a stable code, a message a
@@ -257,7 +259,7 @@ var problemTitles = map[string]string{
 	"CANCELLED": "Request cancelled", "UNIMPLEMENTED": "Not implemented", "UNAVAILABLE": "Service unavailable",
 	"DEADLINE_EXCEEDED": "Service unavailable", "INTERNAL": "Internal error", "UNKNOWN": "Internal error",
 	"DATA_LOSS": "Internal error", codeMethodNotAllowed: "Method not allowed", codeBodyTooLarge: "Payload too large",
-	codeHeadersTooLarge: "Headers too large", codeURITooLong: "URI too long",
+	codeHeadersTooLarge: "Headers too large", codeURITooLong: "URI too long", codePreconditionFailed: "Precondition failed",
 }
 
 // problem is the error answer: an RFC 9457 problem detail

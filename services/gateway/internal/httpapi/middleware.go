@@ -122,6 +122,9 @@ func (a *API) checkShape(r *http.Request) *apiError {
 		return newError(http.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge,
 			fmt.Sprintf("the request's header fields take %d bytes; the limit is %d", n, a.opts.MaxHeaderBytes))
 	}
+	if e := checkPreconditions(r); e != nil {
+		return e
+	}
 	p := r.URL.Path
 	clean := path.Clean(p)
 	if strings.HasSuffix(p, "/") && clean != "/" {
@@ -131,6 +134,30 @@ func (a *API) checkShape(r *http.Request) *apiError {
 		return badRequest("the path is not canonical: it has empty, '.' or '..' segments (percent-encoded or not)")
 	}
 	return nil
+}
+
+// checkPreconditions refuses a write that asks for a precondition: the
+// API sends no ETag and no Last-Modified, so an If-Match names a tag no
+// representation has and cannot hold (RFC 9110: 412), and neither it nor
+// If-Unmodified-Since can protect a client's read-modify-write. They were
+// ignored, and the write applied over whatever had changed meanwhile,
+// while the client believed it was guarded. If-Match: * (the resource
+// exists) is left to the route, which answers 404 when it does not.
+func checkPreconditions(r *http.Request) *apiError {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return nil
+	}
+	var asked string
+	switch {
+	case r.Header.Get("If-Match") != "" && strings.TrimSpace(r.Header.Get("If-Match")) != "*":
+		asked = "If-Match"
+	case r.Header.Get("If-Unmodified-Since") != "":
+		asked = "If-Unmodified-Since"
+	default:
+		return nil
+	}
+	return newError(http.StatusPreconditionFailed, codePreconditionFailed,
+		asked+" cannot hold here: the API sends no ETag or Last-Modified, and applies a write to the fields it names, the last write winning (docs/api.md, Concurrent changes); send the write without it")
 }
 
 // unmatched answers a request no pattern took: 405 with the allowed methods
