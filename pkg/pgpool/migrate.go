@@ -237,12 +237,18 @@ func applyConcurrent(ctx context.Context, _ *pgxpool.Pool, conn *pgxpool.Conn, c
 	if len(stmts) == 0 {
 		return errors.New("no statement after " + ConcurrentDirective)
 	}
-	for _, stmt := range stmts {
+	// Every statement is checked before any runs: a file refused half-way
+	// would leave its first indexes built and itself unrecorded.
+	indexes := make([]string, len(stmts))
+	for i, stmt := range stmts {
 		m := concurrentIndex.FindStringSubmatch(stmt)
 		if m == nil {
 			return fmt.Errorf("%s allows only CREATE [UNIQUE] INDEX CONCURRENTLY IF NOT EXISTS <name> ON ...: %.60q", ConcurrentDirective, stmt)
 		}
-		index := m[2]
+		indexes[i] = m[2]
+	}
+	for i, stmt := range stmts {
+		index := indexes[i]
 		var invalid bool
 		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)`, index).Scan(&invalid); err != nil {
 			return fmt.Errorf("index %s: %w", index, err)

@@ -450,13 +450,20 @@ func TestConcurrentIndexMigrationRebuildsAFailedBuild(t *testing.T) {
 		t.Fatalf("rebuilt index: valid %v, err %v; want valid", valid, err)
 	}
 
-	fsys["0003_other.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\nALTER TABLE " + table + " ADD COLUMN note text")}
+	// An index build before the refused statement is not built either.
+	fsys["0003_other.sql"] = &fstest.MapFile{Data: []byte(pgpool.ConcurrentDirective + "\n" +
+		"CREATE INDEX CONCURRENTLY IF NOT EXISTS " + table + "_kind ON " + table + " (kind);\n" +
+		"ALTER TABLE " + table + " ADD COLUMN note text")}
 	if _, err := pgpool.Migrate(ctx, pool, component, fsys); err == nil || !strings.Contains(err.Error(), "allows only CREATE") {
 		t.Fatalf("a concurrent file with an ALTER TABLE: %v, want it refused", err)
 	}
 	var recorded int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM schema_migrations WHERE component = $1 AND name = '0003_other.sql'", component).Scan(&recorded); err != nil || recorded != 0 {
 		t.Fatalf("the refused file recorded %d times, err %v", recorded, err)
+	}
+	var built bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table+"_kind").Scan(&built); err != nil || built {
+		t.Fatalf("the refused file's first index: built %v, err %v; want nothing built", built, err)
 	}
 }
 
