@@ -92,10 +92,13 @@ func linkExisted(resp proto.Message) bool {
 	return !resp.(*shortenerv1.CreateLinkResponse).GetCreated()
 }
 
-// checkPageSize refuses a page_size out of 1 to 1000.
+// checkPageSize refuses a page_size out of 1 to 1000. An empty one
+// (?page_size=) is refused too, with the same message: grpc-gateway would
+// refuse it with its parser's text, and a client that sends an empty size
+// most likely meant one it failed to fill in.
 func checkPageSize(_ *call, _ []byte, q url.Values) error {
-	if s := q.Get("page_size"); s != "" {
-		if n, err := strconv.Atoi(s); err != nil || n < 1 || n > 1000 {
+	if q.Has("page_size") {
+		if n, err := strconv.Atoi(q.Get("page_size")); err != nil || n < 1 || n > 1000 {
 			return badRequest("page_size must be a whole number from 1 to 1000")
 		}
 	}

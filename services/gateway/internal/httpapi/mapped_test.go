@@ -202,3 +202,22 @@ func TestMappedWebhookRoutes(t *testing.T) {
 		t.Errorf("ListWebhookDeliveries got %v, want wh_1, 5, DEAD", got)
 	}
 }
+
+// An empty page_size or status in a listing's query is refused with the
+// message a wrong value gets, not grpc-gateway's parser text.
+func TestEmptyListParametersGetTheClearError(t *testing.T) {
+	a := &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: statusShortener{}, webhooks: &webhookFake{}, log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct{ pattern, target, want string }{
+		{"GET /v1/links", "/v1/links?page_size=", "page_size must be a whole number from 1 to 1000"},
+		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?page_size=", "page_size must be a whole number from 1 to 100"},
+		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?status=", "status must be WEBHOOK_DELIVERY_STATUS_PENDING"},
+	} {
+		r := httptest.NewRequest("GET", tc.target, nil)
+		r.SetPathValue("webhookId", "wh_1")
+		w := httptest.NewRecorder()
+		err := a.routeHandler(tc.pattern)(&call{w: w, r: r, st: &reqState{id: "t", tenant: "acme"}})
+		if e := toAPIError(err); err == nil || e.status != 400 || !strings.Contains(e.message, tc.want) {
+			t.Errorf("GET %s: %v, want 400 %q", tc.target, err, tc.want)
+		}
+	}
+}
