@@ -198,6 +198,12 @@ func TestMappedWebhookRoutes(t *testing.T) {
 			t.Errorf("%s %s: %d Cache-Control %q %q, want %d %q and %q", method, tc.target, status, w.Header().Get("Cache-Control"), text, tc.status, tc.cache, tc.text)
 		}
 	}
+	r := httptest.NewRequest("POST", "/v1/webhooks", strings.NewReader(`{"url":"https://hooks.example.com/"}`))
+	w := httptest.NewRecorder()
+	if err := a.routeHandler("POST /v1/webhooks")(&call{w: w, r: r, st: &reqState{id: "t", tenant: "acme"}}); err != nil || w.Code != 201 ||
+		w.Header().Get("Location") != "/v1/webhooks" {
+		t.Errorf("POST /v1/webhooks: %v, %d Location %q; want 201 Location /v1/webhooks", err, w.Code, w.Header().Get("Location"))
+	}
 	if got := wh.listed; got.GetWebhookId() != "wh_1" || got.GetPageSize() != 5 || got.GetStatus() != shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DEAD {
 		t.Errorf("ListWebhookDeliveries got %v, want wh_1, 5, DEAD", got)
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
 
@@ -20,6 +22,11 @@ func pathWebhookID(c *call, name string) (string, error) {
 	}
 	return id, nil
 }
+
+// webhookLocation is the Location of a created subscription: the tenant's
+// list of them, where it shows. No route serves one subscription alone
+// (only DELETE /v1/webhooks/{id}), so its own URL would answer a GET 405.
+func webhookLocation(proto.Message) string { return "/v1/webhooks" }
 
 // checkDeliveriesPage refuses a page_size out of 1 to 100 and a status
 // that names no WebhookDeliveryStatus, with the message the client needs;
