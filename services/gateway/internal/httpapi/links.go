@@ -180,7 +180,13 @@ func (a *API) statsFirst(c *call, _ []byte, q url.Values) error {
 	for _, name := range []string{"start_time", "end_time"} {
 		if s := q.Get(name); s != "" {
 			if _, err := time.Parse(time.RFC3339, s); err != nil {
-				return badRequest(fmt.Sprintf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z", name))
+				// A '+' sent as is in a query string is a space: the
+				// offset of 2026-01-02T15:04:05+02:00 arrives as " 02:00".
+				hint := ""
+				if strings.Contains(s, " ") {
+					hint = " (a '+' in a query string is read as a space: send an offset's '+' as %2B, e.g. 2026-01-02T15:04:05%2B02:00)"
+				}
+				return badRequest(fmt.Sprintf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z%s", name, hint))
 			}
 		}
 	}

@@ -209,6 +209,18 @@ func TestMappedWebhookRoutes(t *testing.T) {
 	}
 }
 
+// A stats time whose offset's '+' was sent unencoded (a space once the
+// query is parsed) is refused with a message saying to send it as %2B.
+func TestStatsTimeWithAnUnencodedPlusSaysToEncodeIt(t *testing.T) {
+	a := &API{opts: Options{CallTimeout: time.Second}, shortener: statusShortener{}, log: slog.New(slog.DiscardHandler)}
+	r := httptest.NewRequest("GET", "/v1/links/10000g8/stats?start_time=2026-01-02T15:04:05+02:00", nil)
+	r.SetPathValue("code", "10000g8")
+	err := a.routeHandler("GET /v1/links/{code}/stats")(&call{w: httptest.NewRecorder(), r: r, st: &reqState{id: "t", tenant: "acme"}})
+	if e := toAPIError(err); err == nil || e.status != 400 || !strings.Contains(e.message, "%2B") {
+		t.Errorf("start_time with an unencoded '+': %v, want 400 saying to send it as %%2B", err)
+	}
+}
+
 // An empty page_size or status in a listing's query is refused with the
 // message a wrong value gets, not grpc-gateway's parser text.
 func TestEmptyListParametersGetTheClearError(t *testing.T) {
