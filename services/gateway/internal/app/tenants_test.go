@@ -151,8 +151,10 @@ func TestAdminAPI(t *testing.T) {
 	r = admin.do("POST", "/v1/admin/tenants/"+id+"/keys", `{"name":"ci"}`)
 	key, _ := r.json(t)["key"].(string)
 	m := regexp.MustCompile(`^kurz_([0-9A-Za-z]{12})_([0-9A-Za-z]{32})$`).FindStringSubmatch(key)
-	if r.code != http.StatusCreated || m == nil || r.json(t)["id"] != m[1] || r.header.Get("Cache-Control") != "no-store" {
-		t.Fatalf("issue key: %s (Cache-Control %q); want 201 with kurz_<12>_<32> and its id", r, r.header.Get("Cache-Control"))
+	if r.code != http.StatusCreated || m == nil || r.json(t)["id"] != m[1] || r.header.Get("Cache-Control") != "no-store" ||
+		r.header.Get("Location") != "/v1/admin/tenants/"+id+"/keys" {
+		t.Fatalf("issue key: %s (Cache-Control %q, Location %q); want 201 with kurz_<12>_<32> and its id, Location the tenant's keys",
+			r, r.header.Get("Cache-Control"), r.header.Get("Location"))
 	}
 	var stored []byte
 	var leaked bool

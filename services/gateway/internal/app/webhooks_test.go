@@ -42,8 +42,8 @@ func TestWebhooksThroughREST(t *testing.T) {
 	defer rcv.Close()
 
 	r := c.do("POST", "/v1/webhooks", fmt.Sprintf(`{"url":%q,"events":["link.created"],"description":"test"}`, rcv.URL+"/in"))
-	if r.code != http.StatusCreated || r.header.Get("Cache-Control") != "no-store" {
-		t.Fatalf("create webhook: %s (Cache-Control %q)", r, r.header.Get("Cache-Control"))
+	if r.code != http.StatusCreated || r.header.Get("Cache-Control") != "no-store" || r.header.Get("Location") != "/v1/webhooks" {
+		t.Fatalf("create webhook: %s (Cache-Control %q, Location %q)", r, r.header.Get("Cache-Control"), r.header.Get("Location"))
 	}
 	var created struct {
 		Webhook struct {

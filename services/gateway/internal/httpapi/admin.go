@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"time"
 
 	"kurz.dev/services/gateway/internal/keystore"
@@ -165,6 +166,9 @@ func (a *API) issueKey(c *call) error {
 	out := keyOut(k)
 	out.Key = full
 	c.w.Header().Set("Cache-Control", "no-store")
+	// The tenant's list of keys, where the new one shows: no route serves
+	// one key alone (only DELETE .../keys/{key}).
+	c.w.Header().Set("Location", "/v1/admin/tenants/"+url.PathEscape(tenant)+"/keys")
 	writeJSON(c.w, http.StatusCreated, out)
 	return nil
 }

@@ -42,7 +42,7 @@ func (a *API) table() []route {
 		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
 
-		{pattern: "POST /v1/webhooks", access: tenantKey, rpc: &mapping{status: http.StatusCreated, noStore: true}},
+		{pattern: "POST /v1/webhooks", access: tenantKey, rpc: &mapping{status: http.StatusCreated, noStore: true, location: webhookLocation}},
 		{pattern: "GET /v1/webhooks", access: tenantKey, rpc: &mapping{}},
 		{pattern: "DELETE /v1/webhooks/{id}", access: tenantKey, rpc: &mapping{status: http.StatusNoContent}},
 		{pattern: "GET /v1/webhooks/{webhookId}/deliveries", access: tenantKey, query: []string{"page_size", "page_token", "status"}, rpc: &mapping{before: checkDeliveriesPage}},
@@ -92,10 +92,13 @@ func linkExisted(resp proto.Message) bool {
 	return !resp.(*shortenerv1.CreateLinkResponse).GetCreated()
 }
 
-// checkPageSize refuses a page_size out of 1 to 1000.
+// checkPageSize refuses a page_size out of 1 to 1000. An empty one
+// (?page_size=) is refused too, with the same message: grpc-gateway would
+// refuse it with its parser's text, and a client that sends an empty size
+// most likely meant one it failed to fill in.
 func checkPageSize(_ *call, _ []byte, q url.Values) error {
-	if s := q.Get("page_size"); s != "" {
-		if n, err := strconv.Atoi(s); err != nil || n < 1 || n > 1000 {
+	if q.Has("page_size") {
+		if n, err := strconv.Atoi(q.Get("page_size")); err != nil || n < 1 || n > 1000 {
 			return badRequest("page_size must be a whole number from 1 to 1000")
 		}
 	}
@@ -177,7 +180,13 @@ func (a *API) statsFirst(c *call, _ []byte, q url.Values) error {
 	for _, name := range []string{"start_time", "end_time"} {
 		if s := q.Get(name); s != "" {
 			if _, err := time.Parse(time.RFC3339, s); err != nil {
-				return badRequest(fmt.Sprintf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z", name))
+				// A '+' sent as is in a query string is a space: the
+				// offset of 2026-01-02T15:04:05+02:00 arrives as " 02:00".
+				hint := ""
+				if strings.Contains(s, " ") {
+					hint = " (a '+' in a query string is read as a space: send an offset's '+' as %2B, e.g. 2026-01-02T15:04:05%2B02:00)"
+				}
+				return badRequest(fmt.Sprintf("%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z%s", name, hint))
 			}
 		}
 	}

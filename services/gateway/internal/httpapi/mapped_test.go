@@ -198,7 +198,44 @@ func TestMappedWebhookRoutes(t *testing.T) {
 			t.Errorf("%s %s: %d Cache-Control %q %q, want %d %q and %q", method, tc.target, status, w.Header().Get("Cache-Control"), text, tc.status, tc.cache, tc.text)
 		}
 	}
+	r := httptest.NewRequest("POST", "/v1/webhooks", strings.NewReader(`{"url":"https://hooks.example.com/"}`))
+	w := httptest.NewRecorder()
+	if err := a.routeHandler("POST /v1/webhooks")(&call{w: w, r: r, st: &reqState{id: "t", tenant: "acme"}}); err != nil || w.Code != 201 ||
+		w.Header().Get("Location") != "/v1/webhooks" {
+		t.Errorf("POST /v1/webhooks: %v, %d Location %q; want 201 Location /v1/webhooks", err, w.Code, w.Header().Get("Location"))
+	}
 	if got := wh.listed; got.GetWebhookId() != "wh_1" || got.GetPageSize() != 5 || got.GetStatus() != shortenerv1.WebhookDeliveryStatus_WEBHOOK_DELIVERY_STATUS_DEAD {
 		t.Errorf("ListWebhookDeliveries got %v, want wh_1, 5, DEAD", got)
+	}
+}
+
+// A stats time whose offset's '+' was sent unencoded (a space once the
+// query is parsed) is refused with a message saying to send it as %2B.
+func TestStatsTimeWithAnUnencodedPlusSaysToEncodeIt(t *testing.T) {
+	a := &API{opts: Options{CallTimeout: time.Second}, shortener: statusShortener{}, log: slog.New(slog.DiscardHandler)}
+	r := httptest.NewRequest("GET", "/v1/links/10000g8/stats?start_time=2026-01-02T15:04:05+02:00", nil)
+	r.SetPathValue("code", "10000g8")
+	err := a.routeHandler("GET /v1/links/{code}/stats")(&call{w: httptest.NewRecorder(), r: r, st: &reqState{id: "t", tenant: "acme"}})
+	if e := toAPIError(err); err == nil || e.status != 400 || !strings.Contains(e.message, "%2B") {
+		t.Errorf("start_time with an unencoded '+': %v, want 400 saying to send it as %%2B", err)
+	}
+}
+
+// An empty page_size or status in a listing's query is refused with the
+// message a wrong value gets, not grpc-gateway's parser text.
+func TestEmptyListParametersGetTheClearError(t *testing.T) {
+	a := &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: statusShortener{}, webhooks: &webhookFake{}, log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct{ pattern, target, want string }{
+		{"GET /v1/links", "/v1/links?page_size=", "page_size must be a whole number from 1 to 1000"},
+		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?page_size=", "page_size must be a whole number from 1 to 100"},
+		{"GET /v1/webhooks/{webhookId}/deliveries", "/v1/webhooks/wh_1/deliveries?status=", "status must be WEBHOOK_DELIVERY_STATUS_PENDING"},
+	} {
+		r := httptest.NewRequest("GET", tc.target, nil)
+		r.SetPathValue("webhookId", "wh_1")
+		w := httptest.NewRecorder()
+		err := a.routeHandler(tc.pattern)(&call{w: w, r: r, st: &reqState{id: "t", tenant: "acme"}})
+		if e := toAPIError(err); err == nil || e.status != 400 || !strings.Contains(e.message, tc.want) {
+			t.Errorf("GET %s: %v, want 400 %q", tc.target, err, tc.want)
+		}
 	}
 }

@@ -323,3 +323,27 @@ func TestPatchTakesTheWritableFields(t *testing.T) {
 		t.Errorf("the PATCH body documents %v as writable, PATCH takes %v", writable, takes)
 	}
 }
+
+// The gateway README's route table names every field PATCH takes, so that
+// a field added to PATCH is added to the table too.
+func TestREADMENamesWhatPatchTakes(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "| ") && strings.Contains(line, "`PATCH`") && strings.Contains(line, "/v1/links/{code}`") {
+			row = line
+		}
+	}
+	if row == "" {
+		t.Fatal("the gateway README has no route table row for PATCH /v1/links/{code}")
+	}
+	fields := (&shortenerv1.Link{}).ProtoReflect().Descriptor().Fields()
+	for _, name := range mutableLinkFields {
+		if field := "`" + fields.ByName(name).JSONName() + "`"; !strings.Contains(row, field) {
+			t.Errorf("the README's PATCH row does not name %s, which PATCH takes: %s", field, row)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
 
@@ -21,16 +23,22 @@ func pathWebhookID(c *call, name string) (string, error) {
 	return id, nil
 }
 
+// webhookLocation is the Location of a created subscription: the tenant's
+// list of them, where it shows. No route serves one subscription alone
+// (only DELETE /v1/webhooks/{id}), so its own URL would answer a GET 405.
+func webhookLocation(proto.Message) string { return "/v1/webhooks" }
+
 // checkDeliveriesPage refuses a page_size out of 1 to 100 and a status
-// that names no WebhookDeliveryStatus, with the message the client needs.
+// that names no WebhookDeliveryStatus, with the message the client needs;
+// empty ones too, as checkPageSize does.
 func checkDeliveriesPage(_ *call, _ []byte, q url.Values) error {
-	if s := q.Get("page_size"); s != "" {
-		if n, err := strconv.Atoi(s); err != nil || n < 1 || n > 100 {
+	if q.Has("page_size") {
+		if n, err := strconv.Atoi(q.Get("page_size")); err != nil || n < 1 || n > 100 {
 			return badRequest("page_size must be a whole number from 1 to 100")
 		}
 	}
-	if s := q.Get("status"); s != "" {
-		if _, ok := shortenerv1.WebhookDeliveryStatus_value[s]; !ok {
+	if q.Has("status") {
+		if _, ok := shortenerv1.WebhookDeliveryStatus_value[q.Get("status")]; !ok {
 			return badRequest("status must be WEBHOOK_DELIVERY_STATUS_PENDING, _SUCCEEDED or _DEAD")
 		}
 	}

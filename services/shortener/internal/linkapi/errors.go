@@ -64,6 +64,8 @@ var linkErrors = []rpcerr.Sentinel{
 		Message: "page_token is not one this API issued; start again without it"},
 	{Err: linkstore.ErrPageTokenTag, Code: codes.InvalidArgument, Reason: ReasonPageTokenInvalid, Field: "page_token",
 		Message: "page_token belongs to a listing with another tag filter: pass the tag of the call that returned it, or start again without a token"},
+	{Err: linkstore.ErrPageTokenTenant, Code: codes.InvalidArgument, Reason: ReasonPageTokenInvalid, Field: "page_token",
+		Message: "page_token was issued to another tenant: send it with an API key of the tenant that listed, or start again without a token"},
 }
 
 // storeUnreachable tells a database that cannot be reached (no connection,

@@ -261,6 +261,10 @@ func TestUpdateAndListRefuseBadArguments(t *testing.T) {
 		_, err := e.client.ListLinks(ctx, tc.req)
 		wantStatus(t, "list, "+name, err, codes.InvalidArgument, tc.reason, tc.field)
 	}
+	// Another tenant's token is refused, not read as a position in the
+	// sender's own links.
+	_, err = e.client.ListLinks(as("globex"), &shortenerv1.ListLinksRequest{PageToken: first.GetNextPageToken(), Tag: "red"})
+	wantStatus(t, "list, another tenant's token", err, codes.InvalidArgument, linkapi.ReasonPageTokenInvalid, "page_token")
 }
 
 // A denied quota check is RESOURCE_EXHAUSTED with the rule and a retry

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -344,6 +345,15 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 		if _, err := s.List(ctx, lt, 1, first.Next, "big"); !errors.Is(err, linkstore.ErrPageTokenTag) {
 			t.Errorf("a red listing's token with tag big: %v, want ErrPageTokenTag", err)
+		}
+		if _, err := s.List(ctx, other, 1, first.Next, "red"); !errors.Is(err, linkstore.ErrPageTokenTenant) {
+			t.Errorf("a red listing's token sent by another tenant: %v, want ErrPageTokenTenant", err)
+		}
+		// A token of the versions before tokens named their tenant: the
+		// listing goes on (a rolling upgrade does not break it).
+		legacy := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"c":%d,"k":%q}`, all[1].Created.UnixMicro(), all[1].Code))
+		if page, err := s.List(ctx, lt, 10, legacy, ""); err != nil || !slices.Equal(codes(page.Links), codes(all[2:])) {
+			t.Errorf("after a token without a tenant naming the second link: %v, %v; want %v", codes(page.Links), err, codes(all[2:]))
 		}
 		if _, err := s.List(ctx, lt, 1, "not-a-token", ""); !errors.Is(err, linkstore.ErrBadPageToken) {
 			t.Errorf("a made-up token: %v, want ErrBadPageToken", err)

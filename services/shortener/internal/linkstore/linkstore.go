@@ -6,6 +6,7 @@ package linkstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -43,6 +44,9 @@ var (
 	// ErrPageTokenTag: the page token was issued by List with another tag
 	// filter than the one it came back with.
 	ErrPageTokenTag = errors.New("page token of another tag filter")
+	// ErrPageTokenTenant: the page token was issued by List to another
+	// tenant than the one it came back from.
+	ErrPageTokenTenant = errors.New("page token of another tenant")
 )
 
 // Link is one row of links.
@@ -489,17 +493,31 @@ type Page struct {
 }
 
 // cursor is a page token's content. Tag ties it to the tag filter of the
-// listing that issued it (empty: none).
+// listing that issued it (empty: none), Tenant to the tenant it was issued
+// to (tenantMark; empty in the tokens of versions before it, which are
+// taken as they always were, so that a listing paged across a rolling
+// upgrade goes on).
 type cursor struct {
 	CreatedUs int64  `json:"c"`
 	Code      string `json:"k"`
 	Tag       string `json:"g,omitempty"`
+	Tenant    string `json:"t,omitempty"`
+}
+
+// tenantMark is what a token holds of its tenant: enough to refuse another
+// tenant's token with a clear error (the listing is scoped by tenant anyway,
+// so a forged mark reads nothing more), without writing the tenant's id
+// into a token clients keep and log.
+func tenantMark(tenant string) string {
+	h := sha256.Sum256([]byte("kurz page token tenant\x00" + tenant))
+	return base64.RawURLEncoding.EncodeToString(h[:9])
 }
 
 // List returns up to size of tenant's live links, newest first, starting
 // after token (empty: from the newest). A non-empty tag keeps only the links
 // carrying it; a token is only valid with the tag it was issued for
-// (ErrPageTokenTag otherwise).
+// (ErrPageTokenTag otherwise) and from the tenant it was issued to
+// (ErrPageTokenTenant).
 func (s *Store) List(ctx context.Context, tenant string, size int, token, tag string) (Page, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -510,14 +528,11 @@ func (s *Store) List(ctx context.Context, tenant string, size int, token, tag st
 		where += ` AND tags @> $` + strconv.Itoa(len(args)) + `::text[]`
 	}
 	if token != "" {
-		c, err := decodeToken(token)
+		created, code, err := ParseToken(token, tenant, tag)
 		if err != nil {
 			return Page{}, err
 		}
-		if c.Tag != tag {
-			return Page{}, ErrPageTokenTag
-		}
-		args = append(args, time.UnixMicro(c.CreatedUs), c.Code)
+		args = append(args, created, code)
 		where += fmt.Sprintf(` AND (created_at, code) < ($%d, $%d)`, len(args)-1, len(args))
 	}
 	args = append(args, size+1)
@@ -560,7 +575,7 @@ func (s *Store) Live(ctx context.Context, after string, n int) ([]Link, error) {
 // after l: how a caller that ends a page early, before its last link, names
 // where the next page starts.
 func TokenAfter(l Link, tag string) string {
-	return encodeToken(cursor{CreatedUs: l.Created.UnixMicro(), Code: l.Code, Tag: tag})
+	return encodeToken(cursor{CreatedUs: l.Created.UnixMicro(), Code: l.Code, Tag: tag, Tenant: tenantMark(l.Tenant)})
 }
 
 func encodeToken(c cursor) string {
@@ -600,17 +615,25 @@ func plainText(s string) bool {
 	return true
 }
 
-// ParseToken reads back a page token of List or TokenAfter: the listing
-// continues after the link created at created with code, and only with the
-// tag filter tag. ErrBadPageToken if it is not such a token. It is for
-// stores that stand in for this one (a test's fake): they must continue the
-// listings whose tokens linkapi makes with TokenAfter.
-func ParseToken(token string) (created time.Time, code, tag string, err error) {
+// ParseToken reads back a page token of List or TokenAfter that tenant
+// sent with the tag filter tag: the listing continues after the link
+// created at created with code. ErrBadPageToken if it is not such a token,
+// ErrPageTokenTag if it was issued with another tag filter,
+// ErrPageTokenTenant if to another tenant. Stores that stand in for this
+// one (a test's fake) use it too: they must continue the listings whose
+// tokens linkapi makes with TokenAfter.
+func ParseToken(token, tenant, tag string) (created time.Time, code string, err error) {
 	c, err := decodeToken(token)
 	if err != nil {
-		return time.Time{}, "", "", err
+		return time.Time{}, "", err
 	}
-	return time.UnixMicro(c.CreatedUs), c.Code, c.Tag, nil
+	if c.Tenant != "" && c.Tenant != tenantMark(tenant) {
+		return time.Time{}, "", ErrPageTokenTenant
+	}
+	if c.Tag != tag {
+		return time.Time{}, "", ErrPageTokenTag
+	}
+	return time.UnixMicro(c.CreatedUs), c.Code, nil
 }
 
 // Changes lists the fields Update writes; nil pointers are left alone.

@@ -274,12 +274,9 @@ func (f *Fake) List(_ context.Context, tenant string, size int, token, tag strin
 	}
 	var after linkstore.Link // the cursor, as a link; zero: none
 	if token != "" {
-		created, code, tokenTag, err := linkstore.ParseToken(token)
+		created, code, err := linkstore.ParseToken(token, tenant, tag)
 		if err != nil {
 			return linkstore.Page{}, err
-		}
-		if tokenTag != tag {
-			return linkstore.Page{}, linkstore.ErrPageTokenTag
 		}
 		after = linkstore.Link{Created: created, Code: code}
 	}
