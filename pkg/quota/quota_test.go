@@ -240,13 +240,16 @@ func TestUnansweredChecksAreLoggedOncePerBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	for range 50 {
 		if d := c.Check(context.Background(), "auth", map[string]string{"ip": "192.0.2.1"}, 1, quota.FailOpen); !d.Degraded {
 			t.Fatalf("a check the limiter failed: %+v, want Degraded", d)
 		}
 	}
-	if lines := strings.Count(logs.String(), "limiter unavailable"); lines != 1 {
-		t.Errorf("%d lines about 50 unanswered checks, want 1:\n%s", lines, logs.String())
+	// One line a second: a loaded machine may take more than one.
+	most := int(time.Since(start)/time.Second) + 1
+	if lines := strings.Count(logs.String(), "limiter unavailable"); lines < 1 || lines > most {
+		t.Errorf("%d lines about 50 unanswered checks, want 1 to %d:\n%s", lines, most, logs.String())
 	}
 	if n := metrictest.Counter(t, reader, "kurz.quota.calls", "outcome", "degraded"); n != 50 {
 		t.Errorf("%d calls counted degraded, want 50", n)

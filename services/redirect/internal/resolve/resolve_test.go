@@ -395,6 +395,7 @@ func TestRedisErrorsAreLoggedOncePerBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	for i := range 50 {
 		code := fmt.Sprintf("c%d", i)
 		db.links[code] = link{tenant: "acme", url: "https://example.com/" + code}
@@ -402,8 +403,10 @@ func TestRedisErrorsAreLoggedOncePerBurst(t *testing.T) {
 			t.Fatalf("%s: %v, want it from PostgreSQL", code, err)
 		}
 	}
-	if lines := strings.Count(logs.String(), "redis read failed"); lines != 1 {
-		t.Fatalf("%d lines about 50 failed Redis reads, want 1:\n%s", lines, logs.String())
+	// One line a second: a loaded machine may take more than one.
+	most := int(time.Since(start)/time.Second) + 1
+	if lines := strings.Count(logs.String(), "redis read failed"); lines < 1 || lines > most {
+		t.Fatalf("%d lines about 50 failed Redis reads, want 1 to %d:\n%s", lines, most, logs.String())
 	}
 }
 
