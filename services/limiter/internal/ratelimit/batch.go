@@ -260,8 +260,8 @@ func (e *Engine) countBatch(ctx context.Context, batched, rerouted int) {
 	}
 }
 
-// batchOnRedis runs the batch script on node's pipeline, loading it on
-// every master first if the node does not hold it. A batch is never sent
+// batchOnRedis runs the batch script on node's pipeline, by its source
+// (EVAL, which loads it there) if the node does not hold it. A batch is never sent
 // through the cluster client: redirected by ASK during a slot's migration,
 // it would run on the importing node with ASKING, which lets it read keys
 // of that slot still on the source node as if they did not exist. What the
@@ -271,10 +271,8 @@ func (e *Engine) countBatch(ctx context.Context, batched, rerouted int) {
 func (e *Engine) batchOnRedis(ctx context.Context, node string, keys []string, args []any) ([]int64, error) {
 	vals, err := e.pipes.call(ctx, node, batchSHA, keys, args)
 	if errors.Is(err, errNoScript) && ctx.Err() == nil {
-		if err := batchScript.Load(ctx, e.rdb).Err(); err != nil {
-			return nil, fmt.Errorf("%w: loading the batch script: %w", errBatchMoved, err)
-		}
-		vals, err = e.pipes.call(ctx, node, batchSHA, keys, args)
+		// EVAL on the same pipeline loads it on the node (pipes.eval).
+		vals, err = e.pipes.eval(ctx, node, batchSource, keys, args)
 	}
 	switch {
 	case err == nil || isScriptError(err) || ctx.Err() != nil:

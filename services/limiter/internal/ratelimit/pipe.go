@@ -82,6 +82,21 @@ func (scriptError) RedisError()     {}
 // call queues the script with keys and args on node and waits for its
 // reply until ctx is done. A call abandoned at its deadline still runs.
 func (p *pipes) call(ctx context.Context, node, sha string, keys []string, args []any) ([]int64, error) {
+	return p.send(ctx, node, "evalsha", sha, keys, args)
+}
+
+// eval is call with the script's source (EVAL), which also loads it on
+// node: what a node that answered NOSCRIPT gets (restarted, or a replica
+// promoted by a failover: the script cache is not replicated). The slot
+// map names the node; the cluster client, which could load the script
+// too, may still route the slot to the dead master for seconds after a
+// failover (its own view of the cluster reloads in its own time), and
+// every decision of the slot fell back meanwhile.
+func (p *pipes) eval(ctx context.Context, node, src string, keys []string, args []any) ([]int64, error) {
+	return p.send(ctx, node, "eval", src, keys, args)
+}
+
+func (p *pipes) send(ctx context.Context, node, verb, script string, keys []string, args []any) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		// Nobody would read the answer, and a "check" would consume.
 		return nil, err
@@ -90,7 +105,7 @@ func (p *pipes) call(ctx context.Context, node, sha string, keys []string, args 
 	if err != nil {
 		return nil, err
 	}
-	c := &pipeCall{cmd: appendEvalsha(make([]byte, 0, 128+32*len(keys)+8*len(args)), sha, keys, args), done: make(chan struct{})}
+	c := &pipeCall{cmd: appendScript(make([]byte, 0, 128+len(script)+32*len(keys)+8*len(args)), verb, script, keys, args), done: make(chan struct{})}
 	np.enqueue(c)
 	select {
 	case <-c.done:
@@ -351,9 +366,15 @@ func readInts(r *bufio.Reader, buf []int64) ([]int64, error) {
 
 // appendEvalsha encodes EVALSHA sha len(keys) keys... args... in RESP.
 func appendEvalsha(b []byte, sha string, keys []string, args []any) []byte {
+	return appendScript(b, "evalsha", sha, keys, args)
+}
+
+// appendScript encodes verb (EVALSHA or EVAL) script len(keys) keys...
+// args... in RESP.
+func appendScript(b []byte, verb, script string, keys []string, args []any) []byte {
 	b = resp.AppendArray(b, 3+len(keys)+len(args))
-	b = resp.AppendBulk(b, "evalsha")
-	b = resp.AppendBulk(b, sha)
+	b = resp.AppendBulk(b, verb)
+	b = resp.AppendBulk(b, script)
 	b = resp.AppendBulkInt(b, int64(len(keys)))
 	for _, k := range keys {
 		b = resp.AppendBulk(b, k)

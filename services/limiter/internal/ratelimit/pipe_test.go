@@ -385,3 +385,34 @@ func TestPipeSpeaksTLS(t *testing.T) {
 		t.Error("a plain connection to a TLS node was answered")
 	}
 }
+
+// A node that answers NOSCRIPT gets the script's source on the same
+// pipeline (EVAL), which runs it and loads it there; the next EVALSHA is
+// answered.
+func TestPipeEvalLoadsTheScriptOnTheNode(t *testing.T) {
+	var loaded atomic.Bool
+	srv := resptest.Start(t, func(args []string) string {
+		switch {
+		case args[0] == "eval" && args[1] == "return {7}":
+			loaded.Store(true)
+			return "*1\r\n:7\r\n"
+		case args[0] == "evalsha" && loaded.Load():
+			return "*1\r\n:7\r\n"
+		case args[0] == "evalsha":
+			return "-NOSCRIPT No matching script. Please use EVAL.\r\n"
+		}
+		return "-ERR unexpected " + strings.Join(args, " ") + "\r\n"
+	})
+	p := testPipes(time.Second)
+	defer p.Close()
+	ctx := context.Background()
+	if _, err := p.call(ctx, srv.Addr(), "sha", []string{"k"}, nil); !errors.Is(err, errNoScript) {
+		t.Fatalf("EVALSHA before the script is loaded: %v, want errNoScript", err)
+	}
+	if vals, err := p.eval(ctx, srv.Addr(), "return {7}", []string{"k"}, nil); err != nil || !slices.Equal(vals, []int64{7}) {
+		t.Fatalf("EVAL: %v, %v; want [7]", vals, err)
+	}
+	if vals, err := p.call(ctx, srv.Addr(), "sha", []string{"k"}, nil); err != nil || !slices.Equal(vals, []int64{7}) {
+		t.Fatalf("EVALSHA after EVAL: %v, %v; want [7]", vals, err)
+	}
+}

@@ -104,8 +104,17 @@ func (e *Engine) decideOnRedis(ctx context.Context, node string, keys []string, 
 		return vals, err
 	case errors.Is(err, errNoScript):
 		// The node lost its script cache (restart, failover, SCRIPT
-		// FLUSH): the cluster client's EVAL loads it, within the deadline.
-		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
+		// FLUSH): EVAL on the same pipeline loads it there (pipes.eval),
+		// within the deadline.
+		vals, err = e.pipes.eval(ctx, node, decideSource, keys, args)
+		if err == nil || isScriptError(err) || ctx.Err() != nil {
+			return vals, err
+		}
+		e.slotsChanged()
+		if errors.Is(err, errRedirect) || errors.Is(err, errPipeStopped) {
+			return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
+		}
+		return vals, err
 	case errors.Is(err, errRedirect), errors.Is(err, errPipeStopped):
 		// MOVED, ASK, a node loading or demoted, or no longer a master in
 		// the slot map just reloaded: the cluster client follows redirects,
