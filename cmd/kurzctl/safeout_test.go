@@ -193,7 +193,7 @@ func TestExportStopsAtMaxSize(t *testing.T) {
 // three times --timeout is written in full; one that stops is cut after
 // --timeout, saying so, and leaves no file.
 func TestExportTimeoutBoundsPausesNotTheTransfer(t *testing.T) {
-	const rows = 30
+	const rows = 40
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/csv")
 		flush := http.NewResponseController(w).Flush
@@ -204,9 +204,10 @@ func TestExportTimeoutBoundsPausesNotTheTransfer(t *testing.T) {
 				<-r.Context().Done() // sends nothing more
 				return
 			}
-			// A slow gateway, the fault under test: 30 rows 20 ms apart
-			// take 600 ms, three times the --timeout below.
-			time.Sleep(20 * time.Millisecond)
+			// A slow gateway, the fault under test: 40 rows 50 ms apart
+			// take 2 s, three times the --timeout below, each pause a
+			// fourteenth of it.
+			time.Sleep(50 * time.Millisecond)
 		}
 	}))
 	t.Cleanup(srv.Close)
@@ -214,16 +215,16 @@ func TestExportTimeoutBoundsPausesNotTheTransfer(t *testing.T) {
 	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(dir, "config.yaml")}}
 	out := filepath.Join(dir, "links.csv")
 	start := time.Now()
-	r := c.run("--url", srv.URL, "--api-key", "k", "--timeout", "200ms", "links", "export", "-f", out)
+	r := c.run("--url", srv.URL, "--api-key", "k", "--timeout", "700ms", "links", "export", "-f", out)
 	if r.code != 0 {
-		t.Fatalf("an export arriving for %v with --timeout 200ms: %s", time.Since(start), r)
+		t.Fatalf("an export arriving for %v with --timeout 700ms: %s", time.Since(start), r)
 	}
 	if b, err := os.ReadFile(out); err != nil || strings.Count(string(b), "\n") != rows {
 		t.Fatalf("export -f: %v, want %d rows:\n%s", err, rows, b)
 	}
 	stalled := filepath.Join(dir, "stalled.csv")
-	r = c.run("--url", srv.URL, "--api-key", "k", "--timeout", "200ms", "links", "export", "--tag", "stalls", "-f", stalled)
-	if r.code != exitError || !strings.Contains(r.stderr, "sent nothing for 200ms (--timeout)") {
+	r = c.run("--url", srv.URL, "--api-key", "k", "--timeout", "700ms", "links", "export", "--tag", "stalls", "-f", stalled)
+	if r.code != exitError || !strings.Contains(r.stderr, "sent nothing for 700ms (--timeout)") {
 		t.Errorf("an export that stops sending: %s", r)
 	}
 	if _, err := os.Stat(stalled); !os.IsNotExist(err) {
