@@ -9,7 +9,9 @@ package callmeta
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -21,7 +23,62 @@ const (
 	TenantKey = "x-kurz-tenant"
 	// ClientIPKey carries the end client's IP address as the gateway saw it.
 	ClientIPKey = "x-kurz-client-ip"
+	// IdempotencyKey carries a create's idempotency key: the client's
+	// Idempotency-Key header at the gateway, or a gRPC caller's own. A
+	// create sent again with the same key answers what the first made.
+	IdempotencyKey = "idempotency-key"
 )
+
+// MaxIdempotencyKey is the longest idempotency key, in bytes.
+const MaxIdempotencyKey = 255
+
+// Reasons (google.rpc.ErrorInfo) of the refusals about idempotency keys.
+const (
+	// ReasonIdempotencyKeyInvalid: the key is empty, too long, sent twice
+	// or holds a byte outside printable ASCII (INVALID_ARGUMENT).
+	ReasonIdempotencyKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
+	// ReasonIdempotencyKeyReused: the key made a link for another request
+	// (INVALID_ARGUMENT; 422 at the gateway).
+	ReasonIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonIdempotencyKeyUnsupported: the call does not take a key
+	// (INVALID_ARGUMENT): it would not make the call safe to repeat.
+	ReasonIdempotencyKeyUnsupported = "IDEMPOTENCY_KEY_UNSUPPORTED"
+)
+
+// CheckIdempotencyKey says what is wrong with key, or nil: 1 to
+// MaxIdempotencyKey bytes of printable ASCII (space included, as a gRPC
+// metadata value and a structured-field string may hold), not only spaces.
+func CheckIdempotencyKey(key string) error {
+	if strings.TrimLeft(key, " ") == "" || len(key) > MaxIdempotencyKey {
+		return fmt.Errorf("an idempotency key is 1 to %d characters, not only spaces; this one has %d", MaxIdempotencyKey, len(key))
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("an idempotency key holds printable ASCII only (a UUID is a good one); byte %d is 0x%02x", i, c)
+		}
+	}
+	return nil
+}
+
+// OutgoingIdempotencyKey returns ctx with key attached for the next call as
+// its idempotency key.
+func OutgoingIdempotencyKey(ctx context.Context, key string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, IdempotencyKey, key)
+}
+
+// IncomingIdempotencyKey returns the idempotency key of an incoming call:
+// "" without one, an error for several or an invalid one.
+func IncomingIdempotencyKey(ctx context.Context) (string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(IdempotencyKey)
+	switch len(v) {
+	case 0:
+		return "", nil
+	case 1:
+		return v[0], CheckIdempotencyKey(v[0])
+	}
+	return "", fmt.Errorf("the call carries %d idempotency keys; send one", len(v))
+}
 
 // AnonymousTenant owns the calls that carry no tenant, where a service allows
 // them at all.

@@ -3,6 +3,7 @@ package callmeta
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/metadata"
@@ -41,5 +42,36 @@ func TestClientIPFallsBackToPeer(t *testing.T) {
 	}
 	if got := Tenant(ctx); got != "" {
 		t.Errorf("Tenant without metadata = %q, want empty", got)
+	}
+}
+
+func TestCheckIdempotencyKey(t *testing.T) {
+	for _, ok := range []string{"a", "8e03978e-40d5-43e8-bc93-6894a57f9324", "order 4711", strings.Repeat("~", MaxIdempotencyKey)} {
+		if err := CheckIdempotencyKey(ok); err != nil {
+			t.Errorf("CheckIdempotencyKey(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "  ", strings.Repeat("k", MaxIdempotencyKey+1), "a\tb", "a\x00b", "schlüssel", "a\x7fb"} {
+		if err := CheckIdempotencyKey(bad); err == nil {
+			t.Errorf("CheckIdempotencyKey(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+func TestIncomingIdempotencyKey(t *testing.T) {
+	in := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	if k, err := IncomingIdempotencyKey(context.Background()); k != "" || err != nil {
+		t.Errorf("no metadata: %q, %v; want none", k, err)
+	}
+	if k, err := IncomingIdempotencyKey(in(IdempotencyKey, "k1")); k != "k1" || err != nil {
+		t.Errorf("one key: %q, %v; want k1", k, err)
+	}
+	if _, err := IncomingIdempotencyKey(in(IdempotencyKey, "k1", IdempotencyKey, "k2")); err == nil {
+		t.Error("two keys: no error")
+	}
+	if _, err := IncomingIdempotencyKey(in(IdempotencyKey, "")); err == nil {
+		t.Error("an empty key: no error")
 	}
 }

@@ -26,7 +26,8 @@
 // "mapped._defaults" and "mapped.<operationId>" are merged over each
 // mapped operation (maps merged key by key, a null removing a key,
 // anything else replaced; "parameters" there patches the generated
-// parameters by name).
+// parameters by name, and adds, as a lone $ref to components/parameters,
+// one HTTP adds such as a header).
 //
 // It refuses an overlay that redefines a generated schema or route, names
 // an operation the protos do not map, or leaves a $ref unresolved.
@@ -244,8 +245,15 @@ func operation(g, ov, defaults, sharedParams map[string]any) (map[string]any, er
 			switch k {
 			case "status":
 			case "parameters":
-				for name, pp := range obj(v) {
+				for _, name := range slices.Sorted(maps.Keys(obj(v))) { // in order: added ones are appended
+					pp := obj(v)[name]
 					i := slices.IndexFunc(params, func(p any) bool { return obj(p)["name"] == name })
+					if _, ref := obj(pp)["$ref"]; i < 0 && ref && len(obj(pp)) == 1 {
+						// A parameter HTTP adds (a header): a shared one.
+						params = append(params, pp)
+						o["parameters"] = params
+						continue
+					}
 					if i < 0 {
 						return nil, fmt.Errorf("overlay: parameter %q is not one of the operation's", name)
 					}

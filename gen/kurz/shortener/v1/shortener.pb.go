@@ -1518,10 +1518,12 @@ func (x *CreateLinkRequest) GetVariants() []*Variant {
 type CreateLinkResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Link  *Link                  `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
-	// True when this call created the link; false when, with
-	// CODE_MODE_FROM_URL, the tenant's link of this URL existed already and
-	// was returned unchanged (the request's other settings are not applied).
-	// The REST API answers 201 Created or 200 OK.
+	// True when this call created the link; false when the link existed
+	// already and was returned (the request's other settings are not
+	// applied): with CODE_MODE_FROM_URL, the tenant's link of this URL; with
+	// an idempotency key, the link the key made; with a custom alias, the
+	// tenant's link of the alias to the same URL. The REST API answers 201
+	// Created or 200 OK.
 	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

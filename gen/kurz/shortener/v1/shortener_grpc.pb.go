@@ -41,6 +41,11 @@ const (
 // PostgreSQL and are written through to the redirect cache.
 type ShortenerServiceClient interface {
 	// CreateLink validates the long URL (http and https only) and gives it a code.
+	// A call with metadata idempotency-key (1 to 255 printable ASCII
+	// characters; the REST API's Idempotency-Key header) is safe to repeat:
+	// the same request with the key answers the tenant's link the key made
+	// (created false); another request with it is INVALID_ARGUMENT
+	// IDEMPOTENCY_KEY_REUSED. BatchCreateLinks refuses the metadata.
 	CreateLink(ctx context.Context, in *CreateLinkRequest, opts ...grpc.CallOption) (*CreateLinkResponse, error)
 	// GetLink returns one link of the caller's tenant.
 	GetLink(ctx context.Context, in *GetLinkRequest, opts ...grpc.CallOption) (*GetLinkResponse, error)
@@ -212,6 +217,11 @@ func (c *shortenerServiceClient) ApproveDomain(ctx context.Context, in *ApproveD
 // PostgreSQL and are written through to the redirect cache.
 type ShortenerServiceServer interface {
 	// CreateLink validates the long URL (http and https only) and gives it a code.
+	// A call with metadata idempotency-key (1 to 255 printable ASCII
+	// characters; the REST API's Idempotency-Key header) is safe to repeat:
+	// the same request with the key answers the tenant's link the key made
+	// (created false); another request with it is INVALID_ARGUMENT
+	// IDEMPOTENCY_KEY_REUSED. BatchCreateLinks refuses the metadata.
 	CreateLink(context.Context, *CreateLinkRequest) (*CreateLinkResponse, error)
 	// GetLink returns one link of the caller's tenant.
 	GetLink(context.Context, *GetLinkRequest) (*GetLinkResponse, error)

@@ -222,6 +222,9 @@ type call struct {
 	st *reqState
 	// keyID is the authenticating API key's ID; empty for anonymous calls.
 	keyID string
+	// idempotencyKey is the call's Idempotency-Key, on a route that takes
+	// one (mapping.idempotent); the services get it as metadata.
+	idempotencyKey string
 }
 
 // tenant is the tenant the call acts for ("" before authentication and on
@@ -229,8 +232,8 @@ type call struct {
 func (c *call) tenant() string { return c.st.tenant }
 
 // downstream returns the context for a call to a service behind the
-// gateway: tenant and client IP as metadata (pkg/callmeta), bounded by the
-// call timeout.
+// gateway: tenant, client IP and idempotency key as metadata
+// (pkg/callmeta), bounded by the call timeout.
 func (a *API) downstream(c *call) (context.Context, context.CancelFunc) {
 	return a.downstreamFor(c, a.opts.CallTimeout)
 }
@@ -238,6 +241,9 @@ func (a *API) downstream(c *call) (context.Context, context.CancelFunc) {
 // downstreamFor is downstream with another bound, for the bulk calls.
 func (a *API) downstreamFor(c *call, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx := callmeta.Outgoing(c.r.Context(), c.tenant(), c.st.ip)
+	if c.idempotencyKey != "" {
+		ctx = callmeta.OutgoingIdempotencyKey(ctx, c.idempotencyKey)
+	}
 	return context.WithTimeout(ctx, timeout)
 }
 
@@ -249,6 +255,9 @@ func (a *API) serve(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{w: w, r: r, st: stateOf(r)}
 		err := a.admit(c, rt)
+		if err == nil {
+			err = idempotencyKey(c, rt)
+		}
 		if err == nil {
 			err = checkPath(r, wildcards)
 		}

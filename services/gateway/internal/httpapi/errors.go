@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/pkg/rpcerr"
 )
@@ -218,6 +219,11 @@ func toAPIError(err error) *apiError {
 	}
 	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
 		e.retryAfter = max(e.retryAfter, time.Second)
+	}
+	if code == codes.InvalidArgument && e.reason == callmeta.ReasonIdempotencyKeyReused {
+		// The idempotency-key draft's answer to a key sent again with
+		// another request: the request is well formed, the key's use not.
+		e.status = http.StatusUnprocessableEntity
 	}
 	return e
 }

@@ -30,7 +30,7 @@ func (a *API) table() []route {
 	return []route{
 		{pattern: "GET /v1/openapi.json", access: public, handle: a.openAPI},
 
-		{pattern: "POST /v1/links", access: tenantOrAnonymous, rpc: &mapping{status: http.StatusCreated, existed: linkExisted, location: linkLocation}},
+		{pattern: "POST /v1/links", access: tenantOrAnonymous, rpc: &mapping{status: http.StatusCreated, existed: linkExisted, location: linkLocation, idempotent: true}},
 		{pattern: "GET /v1/links", access: tenantKey, query: []string{"page_size", "page_token", "tag"}, rpc: &mapping{before: checkPageSize}},
 		{pattern: "POST /v1/links:batch", access: tenantKey, rpc: &mapping{bulkBody: batchBodyBytes, before: checkBatchItems}},
 		{pattern: "GET /v1/links:export", access: tenantKey, query: []string{"tag"}, handle: a.exportLinks},

@@ -50,6 +50,8 @@ type mapping struct {
 	// noStore: the answer carries a secret shown once (a webhook's signing
 	// secret): Cache-Control: no-store.
 	noStore bool
+	// idempotent: the route takes an Idempotency-Key header (idempotency.go).
+	idempotent bool
 }
 
 // pathChecks refuse path parameters (by name) that cannot be valid, before

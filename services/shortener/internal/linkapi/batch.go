@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/codegen"
@@ -50,6 +51,11 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	tenant, err := s.tenant(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if k, err := callmeta.IncomingIdempotencyKey(ctx); k != "" || err != nil {
+		return nil, rpcerr.WithDetails(codes.InvalidArgument,
+			"a batch takes no idempotency key: one key cannot name its links apart; to send a batch again safely, give its items a customAlias or CODE_MODE_FROM_URL",
+			rpcerr.Info(callmeta.ReasonIdempotencyKeyUnsupported, nil))
 	}
 	reqs := req.GetRequests()
 	if len(reqs) < 1 || len(reqs) > MaxBatch {

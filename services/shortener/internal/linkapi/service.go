@@ -4,7 +4,9 @@
 package linkapi
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -112,6 +114,7 @@ type Service struct {
 type instruments struct {
 	created        metric.Int64Counter
 	repeated       metric.Int64Counter
+	replayed       metric.Int64Counter
 	fromURLSkipped metric.Int64Counter
 	randomRetries  metric.Int64Counter
 	randomFailed   metric.Int64Counter
@@ -158,6 +161,8 @@ func New(opts Options, d Deps) (*Service, error) {
 		created: counter("kurz.shortener.links.created", "Links created, by code mode", "{link}"),
 		repeated: counter("kurz.shortener.from_url.existing",
 			"Creates with codes from the URL answered with the tenant's existing link of the URL (nothing created, no quota spent)", "{call}"),
+		replayed: counter("kurz.shortener.idempotent.replayed",
+			"Creates with an idempotency key answered with the link the key made (nothing created, no quota spent)", "{call}"),
 		fromURLSkipped: counter("kurz.shortener.from_url.skipped",
 			"Candidate codes from a URL skipped because another link held them", "{code}"),
 		randomRetries: counter("kurz.shortener.random_code.retries",
@@ -218,6 +223,11 @@ func Tenant(ctx context.Context, allowAnonymous bool) (string, error) {
 // insert meets the unique index and returns the winner's link. The
 // anonymous tenant may not use the mode (PERMISSION_DENIED
 // FROM_URL_TENANT_REQUIRED): its links belong to every anonymous caller.
+//
+// With an idempotency key (metadata idempotency-key; see idempotent), the
+// tenant's link made with the key is returned (created false) before
+// anything else when it was made by the same request; another request
+// with the key is INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED.
 func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkRequest) (*shortenerv1.CreateLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -232,6 +242,14 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	l, mode := d.link, d.mode
 	l.Tenant = tenant
+	if l.RequestKey, l.RequestHash, err = idempotent(ctx, tenant, req); err != nil {
+		return nil, err
+	}
+	if l.RequestKey != nil {
+		if resp, err := s.replay(ctx, l); resp != nil || err != nil {
+			return resp, err
+		}
+	}
 	domainKnown := false
 	if mode == shortenerv1.CodeMode_CODE_MODE_FROM_URL {
 		// The link of this URL is the tenant's on the domain asked for, so
@@ -315,6 +333,14 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	default:
 		stored, err = s.insertSequential(ctx, l)
 	}
+	if errors.Is(err, linkstore.ErrRequestTaken) {
+		// A concurrent create with the key committed first: its link.
+		if resp, err := s.replay(ctx, l); resp != nil || err != nil {
+			return resp, err
+		}
+		return nil, status.Error(codes.Aborted,
+			"the link made with this idempotency key was deleted while this create ran; send it again to make a new one")
+	}
 	if errors.Is(err, linkstore.ErrHostServed) {
 		return nil, s.servedLoop(ctx, ds)
 	}
@@ -324,6 +350,58 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	s.m.created.Add(ctx, 1, metric.WithAttributes(attribute.String("mode", modeName(mode))))
 	s.writeThrough(ctx, "create", stored)
 	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored), Created: true}, nil
+}
+
+// idempotent reads the call's idempotency key (callmeta.IdempotencyKey):
+// nil without one; else the SHA-256 of the key (linkstore.Link.RequestKey)
+// and of req (RequestHash). The request's hash is of its deterministic wire
+// form with the password replaced by a mark that there is one: a fast hash
+// of the password stored next to its Argon2id hash would undo the latter,
+// so two requests that differ in their password only are one request
+// here. The anonymous tenant may not send a key: every anonymous caller
+// shares it, so a key would hand one caller another's link.
+func idempotent(ctx context.Context, tenant string, req *shortenerv1.CreateLinkRequest) (key, hash []byte, err error) {
+	k, err := callmeta.IncomingIdempotencyKey(ctx)
+	switch {
+	case err != nil:
+		return nil, nil, rpcerr.WithDetails(codes.InvalidArgument, err.Error(), rpcerr.Info(callmeta.ReasonIdempotencyKeyInvalid, nil))
+	case k == "":
+		return nil, nil, nil
+	case tenant == callmeta.AnonymousTenant:
+		return nil, nil, rpcerr.WithDetails(codes.InvalidArgument,
+			"an idempotency key needs an API key: anonymous callers share one tenant, so a key would return other people's links",
+			rpcerr.Info(callmeta.ReasonIdempotencyKeyUnsupported, nil))
+	}
+	r := proto.CloneOf(req)
+	if r.Password != "" {
+		r.Password = "\x00set"
+	}
+	wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	if err != nil {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "the request cannot be encoded: %v", err)
+	}
+	k1, h := sha256.Sum256([]byte(k)), sha256.Sum256(wire)
+	return k1[:], h[:], nil
+}
+
+// replay answers a create with an idempotency key (l.RequestKey) from the
+// tenant's link made with the key, as the link is now (created false):
+// nil, nil without one. A link made by another request (l.RequestHash) is
+// INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED.
+func (s *Service) replay(ctx context.Context, l linkstore.Link) (*shortenerv1.CreateLinkResponse, error) {
+	made, err := s.store.ByRequest(ctx, l.Tenant, l.RequestKey)
+	switch {
+	case errors.Is(err, linkstore.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, toStatus(ctx, s.log, "create", err)
+	case !bytes.Equal(made.RequestHash, l.RequestHash):
+		return nil, rpcerr.WithDetails(codes.InvalidArgument,
+			"this idempotency key made a link for another request; use a new key for a new request",
+			rpcerr.Info(callmeta.ReasonIdempotencyKeyReused, map[string]string{"code": made.Code}))
+	}
+	s.m.replayed.Add(ctx, 1)
+	return &shortenerv1.CreateLinkResponse{Link: s.toProto(made)}, nil
 }
 
 // workingFromURL is the store's FromURL, less a link whose visits are

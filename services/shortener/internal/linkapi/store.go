@@ -16,6 +16,7 @@ type Store interface {
 	Taken(ctx context.Context, tenant string, codes []string) (map[string]bool, error)
 	Get(ctx context.Context, tenant, code string) (linkstore.Link, error)
 	FromURL(ctx context.Context, tenant string, key []byte) (linkstore.Link, error)
+	ByRequest(ctx context.Context, tenant string, key []byte) (linkstore.Link, error)
 	ReleaseURLKey(ctx context.Context, tenant, code string, key []byte) error
 	List(ctx context.Context, tenant string, size int, token, tag string) (linkstore.Page, error)
 	Live(ctx context.Context, after string, n int) ([]linkstore.Link, error)

@@ -119,6 +119,42 @@ func testContract(t *testing.T, s contractStore, run string) {
 		insert(t, linkstore.Link{Code: run + "h6", Tenant: tenant, LongURL: "https://example.com/u", URLKey: key})
 	})
 
+	t.Run("OneLiveLinkPerTenantAndRequestKey", func(t *testing.T) {
+		key, hash := []byte(run+"-request-key-0123456789ab"), []byte("hash-of-the-first-request-0123456")
+		a := insert(t, linkstore.Link{Code: run + "ik1", Tenant: tenant, LongURL: "https://example.com/q", RequestKey: key, RequestHash: hash})
+		if a.RequestKey != nil || a.RequestHash != nil {
+			t.Errorf("Insert returned RequestKey %q, RequestHash %q; want them read by ByRequest only", a.RequestKey, a.RequestHash)
+		}
+		got, err := s.ByRequest(ctx, tenant, key)
+		if err != nil || got.Code != a.Code || string(got.RequestKey) != string(key) || string(got.RequestHash) != string(hash) || got.LongURL != a.LongURL {
+			t.Fatalf("ByRequest = %+v, %v; want %s with its key and hash", got, err, a.Code)
+		}
+		if g, err := s.Get(ctx, tenant, a.Code); err != nil || g.RequestKey != nil || g.RequestHash != nil {
+			t.Errorf("Get = RequestKey %q, RequestHash %q, %v; want neither", g.RequestKey, g.RequestHash, err)
+		}
+		if _, err := s.Insert(ctx, linkstore.Link{Code: run + "ik2", Tenant: tenant, LongURL: "https://example.com/q2", RequestKey: key, RequestHash: []byte("h2")}); !errors.Is(err, linkstore.ErrRequestTaken) {
+			t.Errorf("a second live link of the tenant with the key: %v, want ErrRequestTaken", err)
+		}
+		if _, err := s.Insert(ctx, linkstore.Link{Code: run + "ik1", Tenant: tenant, LongURL: "https://example.com/q", RequestKey: key, RequestHash: hash}); !errors.Is(err, linkstore.ErrCodeTaken) {
+			t.Errorf("a taken code with a taken key: %v, want ErrCodeTaken", err)
+		}
+		if _, err := s.ByRequest(ctx, other, key); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("another tenant's ByRequest: %v, want ErrNotFound", err)
+		}
+		insert(t, linkstore.Link{Code: run + "ik3", Tenant: run + "-d", LongURL: "https://example.com/q", RequestKey: key, RequestHash: hash})
+		if _, err := s.InsertMany(ctx, []linkstore.Link{{Code: run + "ik4", Tenant: tenant, LongURL: "https://example.com/v", RequestKey: []byte("k")}}); err == nil {
+			t.Error("InsertMany stored a link with a RequestKey")
+		}
+		// A deleted link leaves the key free.
+		if _, err := s.Delete(ctx, tenant, a.Code); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ByRequest(ctx, tenant, key); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("ByRequest after Delete: %v, want ErrNotFound", err)
+		}
+		insert(t, linkstore.Link{Code: run + "ik5", Tenant: tenant, LongURL: "https://example.com/q", RequestKey: key, RequestHash: hash})
+	})
+
 	t.Run("DisabledOrExpiredLinkGivesUpItsURLKey", func(t *testing.T) {
 		disabled := true
 		past := time.Now().Add(-time.Minute)

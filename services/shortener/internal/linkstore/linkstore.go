@@ -36,6 +36,10 @@ var (
 	// ErrURLTaken: the tenant has a live link made from this URL already
 	// (another Link.URLKey equal to this one's): FromURL returns it.
 	ErrURLTaken = errors.New("the tenant has a link from this URL already")
+	// ErrRequestTaken: the tenant has a live link made by a create with
+	// this idempotency key (another Link.RequestKey equal to this one's):
+	// ByRequest returns it.
+	ErrRequestTaken = errors.New("the tenant has a link made with this idempotency key")
 	// ErrHostServed: one of the hosts an insert was to refuse
 	// (Link.RefuseHosts) is a verified custom domain: nothing is stored.
 	ErrHostServed = errors.New("a destination is on a domain kurz serves")
@@ -81,6 +85,12 @@ type Link struct {
 	// LongURL. A tenant has at most one live link per URLKey; an update of
 	// LongURL clears it. Nil for every other link.
 	URLKey []byte
+	// RequestKey is set on a link made by a create with an idempotency key:
+	// the SHA-256 of the key. A tenant has at most one live link per
+	// RequestKey. RequestHash is the SHA-256 of that create's request, to
+	// tell its repeats from another request sent with the same key. Both
+	// are written by Insert and read by ByRequest only (nil elsewhere).
+	RequestKey, RequestHash []byte
 	// RefuseHosts (Insert only, not stored): the hosts of the link's
 	// destinations; the insert stores nothing (ErrHostServed) when one of
 	// them is a verified custom domain as it runs, in the same statement.
@@ -101,13 +111,14 @@ func New(db *pgxpool.Pool, timeout time.Duration) *Store {
 const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at,
 	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, url_key, domain`
 
-func scan(row pgx.Row) (Link, error) {
+// scan reads a row of columns, then into extra the row's further columns.
+func scan(row pgx.Row, extra ...any) (Link, error) {
 	var l Link
 	var status int16
 	var hash, ios, android, desktop *string
 	var rules []byte
-	err := row.Scan(&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
-		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules, &l.URLKey, &l.Domain)
+	err := row.Scan(append([]any{&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
+		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules, &l.URLKey, &l.Domain}, extra...)...)
 	if err != nil {
 		return l, err
 	}
@@ -189,6 +200,10 @@ func rulesJSON(s *linkrules.Set) *string {
 // (0008_links_from_url.sql).
 const urlKeyIndex = "links_tenant_url_key"
 
+// requestKeyIndex is the unique index of links made with an idempotency
+// key (0016_links_request_key_index.sql).
+const requestKeyIndex = "links_tenant_request_key"
+
 // releaseURLKey takes the URL key ($2) from tenant $1's link of the URL
 // that no longer works (disabled, or expired: the redirect's expiry is
 // now >= expires_at), so that a new link can hold it. A working link keeps
@@ -197,9 +212,11 @@ const releaseURLKey = `UPDATE links SET url_key = NULL
 	WHERE tenant = $1 AND url_key = $2 AND deleted_at IS NULL AND (disabled OR expires_at <= now())`
 
 // Insert stores l (Code, Tenant, LongURL, Status, Expires, Tags, MaxVisits,
-// PasswordHash, the device URLs, Rules and URLKey) unless its code is taken
-// (ON CONFLICT DO NOTHING: a collision is an answer, not an error that
-// aborts anything), or its URLKey is (ErrURLTaken). It returns the stored
+// PasswordHash, the device URLs, Rules, URLKey, RequestKey and RequestHash)
+// unless its code is taken (ON CONFLICT DO NOTHING: a collision is an
+// answer, not an error that aborts anything), its URLKey is (ErrURLTaken)
+// or its RequestKey is (ErrRequestTaken: of two concurrent inserts with
+// one key, the second waits for the first to commit, then meets its row). It returns the stored
 // row. With a URLKey, the tenant's link of the URL that is disabled or
 // expired gives the key up to l, in l's transaction: if l is not stored,
 // that link keeps it. So the tenant has at most one link per URL key, and
@@ -251,11 +268,11 @@ func servedIn(n int) string {
 // apart by a second statement only then.
 func insert(ctx context.Context, db querier, l Link) (Link, error) {
 	got, err := scan(db.QueryRow(ctx, `
-		INSERT INTO links (`+insertColumns+`, url_key)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14
-		WHERE NOT `+servedIn(15)+`
+		INSERT INTO links (`+insertColumns+`, url_key, request_key, request_hash)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16
+		WHERE NOT `+servedIn(17)+`
 		ON CONFLICT (code) DO NOTHING
-		RETURNING `+columns, append(insertArgs(l), l.RefuseHosts)...))
+		RETURNING `+columns, append(insertArgs(l), l.RequestKey, l.RequestHash, l.RefuseHosts)...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		if len(l.RefuseHosts) > 0 {
 			var served bool
@@ -269,8 +286,13 @@ func insert(ctx context.Context, db querier, l Link) (Link, error) {
 		return Link{}, ErrCodeTaken
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == urlKeyIndex {
-		return Link{}, ErrURLTaken
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		switch pgErr.ConstraintName {
+		case urlKeyIndex:
+			return Link{}, ErrURLTaken
+		case requestKeyIndex:
+			return Link{}, ErrRequestTaken
+		}
 	}
 	if err != nil {
 		return Link{}, fmt.Errorf("insert link: %w", err)
@@ -300,12 +322,13 @@ const insertMany = `
 // out of the result, not an error (ON CONFLICT DO NOTHING): the others are
 // still stored. Codes must be distinct within links (a code twice would make
 // the result ambiguous); 1 to MaxInsertMany links. Links made from their
-// URL (URLKey set) go through Insert, one by one: InsertMany refuses them.
+// URL (URLKey set) or with an idempotency key (RequestKey set) go through
+// Insert, one by one: InsertMany refuses them.
 func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, error) {
 	if len(links) == 0 || len(links) > MaxInsertMany {
 		return nil, fmt.Errorf("insert links: %d rows, want 1 to %d", len(links), MaxInsertMany)
 	}
-	if err := noURLKeys(links); err != nil {
+	if err := noKeys(links); err != nil {
 		return nil, err
 	}
 	n := len(links)
@@ -426,11 +449,12 @@ func lockDomains(ctx context.Context, tx pgx.Tx, links []Link) error {
 	return nil
 }
 
-// noURLKeys refuses links made from their URL in InsertMany.
-func noURLKeys(links []Link) error {
+// noKeys refuses links made from their URL or with an idempotency key in
+// InsertMany.
+func noKeys(links []Link) error {
 	for _, l := range links {
-		if l.URLKey != nil {
-			return fmt.Errorf("insert links: %s is made from its URL: use Insert", l.Code)
+		if l.URLKey != nil || l.RequestKey != nil {
+			return fmt.Errorf("insert links: %s is made from its URL or with an idempotency key: use Insert", l.Code)
 		}
 	}
 	return nil
@@ -452,6 +476,25 @@ func (s *Store) FromURL(ctx context.Context, tenant string, key []byte) (Link, e
 	if err != nil {
 		return Link{}, fmt.Errorf("find link from url: %w", err)
 	}
+	return l, nil
+}
+
+// ByRequest returns tenant's live (not deleted) link made by a create with
+// the idempotency key whose SHA-256 is key (Link.RequestKey), with its
+// RequestKey and RequestHash; ErrNotFound without one.
+func (s *Store) ByRequest(ctx context.Context, tenant string, key []byte) (Link, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var hash []byte
+	l, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+`, request_hash FROM links
+		WHERE tenant = $1 AND request_key = $2 AND deleted_at IS NULL`, tenant, key), &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Link{}, ErrNotFound
+	}
+	if err != nil {
+		return Link{}, fmt.Errorf("find link by idempotency key: %w", err)
+	}
+	l.RequestKey, l.RequestHash = key, hash
 	return l, nil
 }
 

@@ -37,6 +37,9 @@ type Fake struct {
 
 type row struct {
 	link linkstore.Link
+	// requestKey and requestHash are the link's Link.RequestKey and
+	// RequestHash, kept out of link: only ByRequest reads them back.
+	requestKey, requestHash []byte
 	// version counts the link's changes: Refresh keeps an invalidation
 	// whose link changed while it was written.
 	version int
@@ -120,13 +123,16 @@ func (f *Fake) insert(l linkstore.Link, t time.Time) (linkstore.Link, bool) {
 	l = clone(l)
 	l.RefuseHosts = nil // not stored
 	l.Created, l.Updated, l.Disabled, l.Deleted = t, t, false, nil
-	f.links[l.Code] = &row{link: l}
-	return clone(l), true
+	r := &row{link: l, requestKey: slices.Clone(l.RequestKey), requestHash: slices.Clone(l.RequestHash)}
+	r.link.RequestKey, r.link.RequestHash = nil, nil
+	f.links[l.Code] = r
+	return clone(r.link), true
 }
 
-// Insert stores l unless its code is taken (linkstore.ErrCodeTaken) or
-// its URLKey is held by a working link (linkstore.ErrURLTaken); a disabled
-// or expired holder gives the key up to l.
+// Insert stores l unless its code is taken (linkstore.ErrCodeTaken), its
+// URLKey is held by a working link (linkstore.ErrURLTaken; a disabled or
+// expired holder gives the key up to l) or its RequestKey by a live one
+// (linkstore.ErrRequestTaken).
 func (f *Fake) Insert(_ context.Context, l linkstore.Link) (linkstore.Link, error) {
 	defer f.mu.Unlock()
 	if err := f.lock(); err != nil {
@@ -136,6 +142,12 @@ func (f *Fake) Insert(_ context.Context, l linkstore.Link) (linkstore.Link, erro
 		return linkstore.Link{}, linkstore.ErrHostServed
 	}
 	t := now()
+	// A taken code comes first, as ON CONFLICT (code) DO NOTHING does.
+	if _, taken := f.links[l.Code]; !taken {
+		if _, held := f.byRequest(l.Tenant, l.RequestKey); held {
+			return linkstore.Link{}, linkstore.ErrRequestTaken
+		}
+	}
 	if _, taken := f.links[l.Code]; !taken && l.URLKey != nil {
 		if r, ok := f.fromURL(l.Tenant, l.URLKey); ok {
 			if working(r.link, t) {
@@ -166,6 +178,36 @@ func (f *Fake) fromURL(tenant string, key []byte) (*row, bool) {
 		}
 	}
 	return nil, false
+}
+
+// byRequest finds tenant's live link made with RequestKey key; never one
+// for a nil key. The caller holds mu.
+func (f *Fake) byRequest(tenant string, key []byte) (*row, bool) {
+	if key == nil {
+		return nil, false
+	}
+	for _, r := range f.links {
+		if r.link.Tenant == tenant && r.link.Deleted == nil && r.requestKey != nil && string(r.requestKey) == string(key) {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// ByRequest returns tenant's live link made with RequestKey key, with its
+// RequestKey and RequestHash, or linkstore.ErrNotFound.
+func (f *Fake) ByRequest(_ context.Context, tenant string, key []byte) (linkstore.Link, error) {
+	defer f.mu.Unlock()
+	if err := f.lock(); err != nil {
+		return linkstore.Link{}, err
+	}
+	r, ok := f.byRequest(tenant, key)
+	if !ok {
+		return linkstore.Link{}, linkstore.ErrNotFound
+	}
+	l := clone(r.link)
+	l.RequestKey, l.RequestHash = slices.Clone(r.requestKey), slices.Clone(r.requestHash)
+	return l, nil
 }
 
 // FromURL returns tenant's working link made from the URL of key, or
@@ -205,8 +247,8 @@ func (f *Fake) InsertMany(_ context.Context, links []linkstore.Link) (map[string
 		return nil, fmt.Errorf("insert links: %d rows, want 1 to %d", len(links), linkstore.MaxInsertMany)
 	}
 	for _, l := range links {
-		if l.URLKey != nil {
-			return nil, fmt.Errorf("insert links: %s is made from its URL: use Insert", l.Code)
+		if l.URLKey != nil || l.RequestKey != nil {
+			return nil, fmt.Errorf("insert links: %s is made from its URL or with an idempotency key: use Insert", l.Code)
 		}
 	}
 	t := now() // one statement: one now()
