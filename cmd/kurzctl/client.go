@@ -82,6 +82,9 @@ type gateway struct {
 	http *http.Client
 	// withheld is the context whose API key was not sent to base.
 	withheld string
+	// idempotencyKey, when set, goes out as every request's Idempotency-Key
+	// (links create --idempotency-key).
+	idempotencyKey string
 }
 
 // gateway returns a client of the gateway with the credential the command
@@ -215,6 +218,9 @@ func (gw *gateway) send(ctx context.Context, method, path string, query url.Valu
 		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("User-Agent", "kurzctl/"+buildinfo.Version)
+	if gw.idempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", gw.idempotencyKey)
+	}
 	resp, err := gw.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {

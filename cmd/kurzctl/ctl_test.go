@@ -94,6 +94,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"bad redirect", []string{"links", "create", "https://example.com", "--redirect", "303"}, "--redirect 303: want 301, 302, 307 or 308"},
 		{"two code modes", []string{"links", "create", "https://example.com", "--from-url", "--random"}, "give one of --alias, --random and --from-url"},
 		{"bad expire", []string{"links", "create", "https://example.com", "--expire", "soon"}, `--expire: "soon" is neither an RFC 3339 time`},
+		{"empty idempotency key", []string{"links", "create", "https://example.com", "--idempotency-key", ""}, "--idempotency-key: an idempotency key is 1 to 255 characters"},
+		{"non-ASCII idempotency key", []string{"links", "create", "https://example.com", "--idempotency-key", "schlüssel"}, "--idempotency-key: an idempotency key holds printable ASCII only"},
 		{"bad output", []string{"links", "list", "-o", "xml"}, `--output "xml": want table, json or yaml`},
 		{"bad url", []string{"--url", "127.0.0.1:8080", "links", "list"}, `--url "127.0.0.1:8080": want the gateway's base URL`},
 		{"nothing to update", []string{"links", "update", "abc1234"}, "nothing to change"},

@@ -347,6 +347,29 @@ func TestImportAndExport(t *testing.T) {
 	}
 }
 
+// links create --idempotency-key: the same create run twice is one link,
+// the second saying so on stderr; another create with the key fails,
+// naming why.
+func TestLinksCreateIdempotencyKey(t *testing.T) {
+	gw := startGateway(t, stack.Limiter)
+	_, c := tenantWithKey(t, newCtl(t, gw), "free")
+	first := c.run("links", "create", "https://example.com/idempotent", "--idempotency-key", "run-42", "-q")
+	if first.code != 0 || strings.Contains(first.stderr, "exists already") {
+		t.Fatalf("first create: %s", first)
+	}
+	again := c.run("links", "create", "https://example.com/idempotent", "--idempotency-key", "run-42", "-q")
+	if again.code != 0 || again.stdout != first.stdout || !strings.Contains(again.stderr, "exists already") {
+		t.Errorf("the same create again: %s\nwant code %s and a note that it exists", again, first.stdout)
+	}
+	other := c.run("links", "create", "https://example.com/another", "--idempotency-key", "run-42")
+	if other.code != 1 || !strings.Contains(other.stderr, "this idempotency key made a link for another request") {
+		t.Errorf("another create with the key: %s; want exit 1 naming the reuse", other)
+	}
+	if page := decodeJSON(t, c.ok("links", "list", "-o", "json")); len(page["links"].([]any)) != 1 {
+		t.Errorf("links after the three creates: %v; want one", page)
+	}
+}
+
 // links create --from-url: the same URL twice is one link; the second
 // create says on stderr that it existed, and -q prints its code.
 func TestLinksCreateFromURL(t *testing.T) {

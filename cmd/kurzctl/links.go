@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/linkimport"
 )
 
@@ -245,8 +246,14 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	quiet := fs.BoolP("quiet", "q", false, "print only the new code")
 	domain := fs.String("domain", "", "one of the tenant's verified custom `domains` (default: the default domain)")
 	rulesFile := fs.String("rules", "", "redirect rules and variants from a JSON or YAML `file` (see links set-rules)")
+	idemKey := fs.String("idempotency-key", "", "makes the create safe to run again: the same create with this `key` (e.g. a UUID) answers the link it made; another create with it is refused")
 	return func(args []string) error {
 		set := visited(fs)
+		if set["idempotency-key"] {
+			if err := callmeta.CheckIdempotencyKey(*idemKey); err != nil {
+				return usagef(cmd, "--idempotency-key: %v", err)
+			}
+		}
 		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits, Domain: *domain}
 		if n := btoi(*alias != "") + btoi(*random) + btoi(*fromURL); n > 1 {
 			return usagef(cmd, "give one of --alias, --random and --from-url")
@@ -299,6 +306,7 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if err != nil {
 			return err
 		}
+		gw.idempotencyKey = *idemKey
 		if pw != "" {
 			// Anonymous links may have one: no API key guards it.
 			if err := c.keepOffPlainHTTP(cmd, "link's password"); err != nil {
@@ -311,7 +319,7 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 			return err
 		}
 		if status == http.StatusOK && !c.json() {
-			// CODE_MODE_FROM_URL found the tenant's link of this URL.
+			// The key's link, the alias's, or CODE_MODE_FROM_URL's of the URL.
 			fmt.Fprintf(c.stderr, "the link of %s exists already: nothing was created or changed\n", link.GetLongUrl())
 		}
 		switch {
