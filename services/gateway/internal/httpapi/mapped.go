@@ -47,9 +47,6 @@ type mapping struct {
 	// existed, when set, reports a response that created nothing (a create
 	// that found its link): 200 instead of status.
 	existed func(resp proto.Message) bool
-	// noStore: the answer carries a secret shown once (a webhook's signing
-	// secret): Cache-Control: no-store.
-	noStore bool
 	// idempotent: the route takes an Idempotency-Key header (idempotency.go).
 	idempotent bool
 }
@@ -205,9 +202,6 @@ func (a *API) serveMapped(pattern string, m mapping) func(c *call) error {
 			return o.err
 		case out.status != 0 && out.status != http.StatusOK:
 			return internalError(fmt.Errorf("the mapped handler answered %d", out.status))
-		}
-		if m.noStore {
-			c.w.Header().Set("Cache-Control", "no-store")
 		}
 		if m.location != nil && o.resp != nil {
 			c.w.Header().Set("Location", m.location(o.resp))
