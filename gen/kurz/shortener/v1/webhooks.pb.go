@@ -357,7 +357,12 @@ type CreateWebhookResponse struct {
 	// The signing secret ("whsec_" and 43 characters): shown only here, keep
 	// it to verify the Kurz-Signature header. Lost: delete the subscription
 	// and create another.
-	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// True when this call created the subscription; false when a create
+	// with an idempotency key (metadata idempotency-key; the REST API's
+	// Idempotency-Key header) was sent again: the subscription the key made,
+	// with its secret. The REST API answers 201 Created or 200 OK.
+	Created       bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -404,6 +409,13 @@ func (x *CreateWebhookResponse) GetSecret() string {
 		return x.Secret
 	}
 	return ""
+}
+
+func (x *CreateWebhookResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
 }
 
 type ListWebhooksRequest struct {
@@ -817,10 +829,11 @@ const file_kurz_shortener_v1_webhooks_proto_rawDesc = "" +
 	"\x14CreateWebhookRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06events\x18\x02 \x03(\tR\x06events\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\"e\n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\"\x7f\n" +
 	"\x15CreateWebhookResponse\x124\n" +
 	"\awebhook\x18\x01 \x01(\v2\x1a.kurz.shortener.v1.WebhookR\awebhook\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x15\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x18\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"\x15\n" +
 	"\x13ListWebhooksRequest\"N\n" +
 	"\x14ListWebhooksResponse\x126\n" +
 	"\bwebhooks\x18\x01 \x03(\v2\x1a.kurz.shortener.v1.WebhookR\bwebhooks\"&\n" +

@@ -3,7 +3,10 @@
 package app
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -74,5 +77,59 @@ func TestIdempotencyKeyOverREST(t *testing.T) {
 	r = anon.do("POST", "/v1/links", body, "Idempotency-Key", key)
 	if e := r.apiError(t); r.code != http.StatusBadRequest || e["reason"] != "IDEMPOTENCY_KEY_UNSUPPORTED" {
 		t.Errorf("an anonymous create with a key: %s; want 400 IDEMPOTENCY_KEY_UNSUPPORTED", r)
+	}
+}
+
+// POST /v1/webhooks with an Idempotency-Key: a repeat answers the
+// subscription the key made with its secret (the first answer, and so
+// the secret, may never have arrived), 200; concurrent repeats make one
+// subscription; another request with the key is 422.
+func TestIdempotencyKeyOnWebhooks(t *testing.T) {
+	gw := startGateway(t, nil)
+	c := newClient(t, gw, newTenant(t, gw, "free").key)
+	rcv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer rcv.Close()
+	body := fmt.Sprintf(`{"url": %q, "events": ["link.created"], "description": "once"}`, rcv.URL+"/in")
+	type answer struct {
+		Webhook struct {
+			ID          string   `json:"id"`
+			URL         string   `json:"url"`
+			Events      []string `json:"events"`
+			Description string   `json:"description"`
+			CreateTime  string   `json:"createTime"`
+		} `json:"webhook"`
+		Secret  string `json:"secret"`
+		Created bool   `json:"created"`
+	}
+	var first answer
+	decodeAnswer(t, c.do("POST", "/v1/webhooks", body, "Idempotency-Key", "sub-1"), http.StatusCreated, &first)
+	if first.Webhook.ID == "" || first.Secret == "" {
+		t.Fatalf("the first create: %+v", first)
+	}
+
+	const racers = 6
+	answers := make([]response, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() { answers[i] = c.do("POST", "/v1/webhooks", body, "Idempotency-Key", "sub-1") })
+	}
+	wg.Wait()
+	for i, r := range answers {
+		var again answer
+		decodeAnswer(t, r, http.StatusOK, &again)
+		if again.Webhook.ID != first.Webhook.ID || again.Secret != first.Secret || r.header.Get("Cache-Control") != "no-store" {
+			t.Errorf("repeat %d: %s; want 200 with %s and its secret, not stored", i, r, first.Webhook.ID)
+		}
+	}
+	r := c.do("POST", "/v1/webhooks", strings.Replace(body, "once", "twice", 1), "Idempotency-Key", "sub-1")
+	if e := r.apiError(t); r.code != http.StatusUnprocessableEntity || e["reason"] != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("the key with another description: %s; want 422 IDEMPOTENCY_KEY_REUSED", r)
+	}
+	var list struct {
+		Webhooks []json.RawMessage `json:"webhooks"`
+	}
+	decodeAnswer(t, c.do("GET", "/v1/webhooks", ""), http.StatusOK, &list)
+	if len(list.Webhooks) != 1 {
+		t.Errorf("the tenant's subscriptions: %+v; want the one", list.Webhooks)
 	}
 }

@@ -28,7 +28,7 @@ func idempotencyKey(c *call, rt route) error {
 		if c.r.Method != http.MethodPost {
 			return nil
 		}
-		e := badRequest(idempotencyHeader + " is taken by POST /v1/links only: this route would not answer a repeat from its first answer, so the header is refused rather than ignored; send the request without it (docs/api.md, Retrying a create)")
+		e := badRequest(idempotencyHeader + " is taken by POST /v1/links and POST /v1/webhooks only: this route would not answer a repeat from its first answer, so the header is refused rather than ignored; send the request without it (docs/api.md, Retrying a create)")
 		e.reason = callmeta.ReasonIdempotencyKeyUnsupported
 		return e
 	}

@@ -42,7 +42,7 @@ func (a *API) table() []route {
 		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
 
-		{pattern: "POST /v1/webhooks", access: tenantKey, rpc: &mapping{status: http.StatusCreated, location: webhookLocation}},
+		{pattern: "POST /v1/webhooks", access: tenantKey, rpc: &mapping{status: http.StatusCreated, existed: webhookExisted, location: webhookLocation, idempotent: true}},
 		{pattern: "GET /v1/webhooks", access: tenantKey, rpc: &mapping{}},
 		{pattern: "DELETE /v1/webhooks/{id}", access: tenantKey, rpc: &mapping{status: http.StatusNoContent}},
 		{pattern: "GET /v1/webhooks/{webhookId}/deliveries", access: tenantKey, query: []string{"page_size", "page_token", "status"}, rpc: &mapping{before: checkDeliveriesPage}},

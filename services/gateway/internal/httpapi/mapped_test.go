@@ -141,7 +141,7 @@ type webhookFake struct {
 }
 
 func (webhookFake) CreateWebhook(context.Context, *shortenerv1.CreateWebhookRequest, ...grpc.CallOption) (*shortenerv1.CreateWebhookResponse, error) {
-	return &shortenerv1.CreateWebhookResponse{Webhook: &shortenerv1.Webhook{Id: "wh_1"}, Secret: "whsec_x"}, nil
+	return &shortenerv1.CreateWebhookResponse{Webhook: &shortenerv1.Webhook{Id: "wh_1"}, Secret: "whsec_x", Created: true}, nil
 }
 
 func (webhookFake) DeleteWebhook(context.Context, *shortenerv1.DeleteWebhookRequest, ...grpc.CallOption) (*shortenerv1.DeleteWebhookResponse, error) {

@@ -28,6 +28,12 @@ func pathWebhookID(c *call, name string) (string, error) {
 // (only DELETE /v1/webhooks/{id}), so its own URL would answer a GET 405.
 func webhookLocation(proto.Message) string { return "/v1/webhooks" }
 
+// webhookExisted reports a create sent again with its idempotency key: the
+// subscription it made, 200.
+func webhookExisted(resp proto.Message) bool {
+	return !resp.(*shortenerv1.CreateWebhookResponse).GetCreated()
+}
+
 // checkDeliveriesPage refuses a page_size out of 1 to 100 and a status
 // that names no WebhookDeliveryStatus, with the message the client needs;
 // empty ones too, as checkPageSize does.

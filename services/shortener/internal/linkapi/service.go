@@ -352,36 +352,63 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored), Created: true}, nil
 }
 
-// idempotent reads the call's idempotency key (callmeta.IdempotencyKey):
-// nil without one; else the SHA-256 of the key (linkstore.Link.RequestKey)
-// and of req (RequestHash). The request's hash is of its deterministic wire
-// form with the password replaced by a mark that there is one: a fast hash
-// of the password stored next to its Argon2id hash would undo the latter,
-// so two requests that differ in their password only are one request
-// here. The anonymous tenant may not send a key: every anonymous caller
-// shares it, so a key would hand one caller another's link.
+// idempotent reads the call's idempotency key (IdempotencyKey): nil
+// without one; else the key's SHA-256 (linkstore.Link.RequestKey) and
+// req's (RequestHash: RequestHash of req with the password replaced by a
+// mark that there is one; a fast hash of the password stored next to its
+// Argon2id hash would undo the latter, so two requests that differ in
+// their password only are one request here).
 func idempotent(ctx context.Context, tenant string, req *shortenerv1.CreateLinkRequest) (key, hash []byte, err error) {
-	k, err := callmeta.IncomingIdempotencyKey(ctx)
-	switch {
-	case err != nil:
-		return nil, nil, rpcerr.WithDetails(codes.InvalidArgument, err.Error(), rpcerr.Info(callmeta.ReasonIdempotencyKeyInvalid, nil))
-	case k == "":
-		return nil, nil, nil
-	case tenant == callmeta.AnonymousTenant:
-		return nil, nil, rpcerr.WithDetails(codes.InvalidArgument,
-			"an idempotency key needs an API key: anonymous callers share one tenant, so a key would return other people's links",
-			rpcerr.Info(callmeta.ReasonIdempotencyKeyUnsupported, nil))
+	if key, err = IdempotencyKey(ctx, tenant); key == nil || err != nil {
+		return nil, nil, err
 	}
 	r := proto.CloneOf(req)
 	if r.Password != "" {
 		r.Password = "\x00set"
 	}
-	wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
-	if err != nil {
-		return nil, nil, status.Errorf(codes.InvalidArgument, "the request cannot be encoded: %v", err)
+	hash, err = RequestHash(r)
+	return key, hash, err
+}
+
+// IdempotencyKey reads the idempotency key of a create
+// (callmeta.IdempotencyKey): nil without one, else its SHA-256, which
+// the create stores to find its repeats by. INVALID_ARGUMENT for a
+// malformed key, and for the anonymous tenant: every anonymous caller
+// shares it, so a key would hand one caller another's creation.
+func IdempotencyKey(ctx context.Context, tenant string) ([]byte, error) {
+	k, err := callmeta.IncomingIdempotencyKey(ctx)
+	switch {
+	case err != nil:
+		return nil, rpcerr.WithDetails(codes.InvalidArgument, err.Error(), rpcerr.Info(callmeta.ReasonIdempotencyKeyInvalid, nil))
+	case k == "":
+		return nil, nil
+	case tenant == callmeta.AnonymousTenant:
+		return nil, rpcerr.WithDetails(codes.InvalidArgument,
+			"an idempotency key needs an API key: anonymous callers share one tenant, so a key would return other people's links",
+			rpcerr.Info(callmeta.ReasonIdempotencyKeyUnsupported, nil))
 	}
-	k1, h := sha256.Sum256([]byte(k)), sha256.Sum256(wire)
-	return k1[:], h[:], nil
+	sum := sha256.Sum256([]byte(k))
+	return sum[:], nil
+}
+
+// RequestHash is the SHA-256 of req's deterministic wire form: what a
+// create with an idempotency key stores to tell its repeats (the same
+// request) from another request sent with the key.
+func RequestHash(req proto.Message) ([]byte, error) {
+	wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "the request cannot be encoded: %v", err)
+	}
+	sum := sha256.Sum256(wire)
+	return sum[:], nil
+}
+
+// IdempotencyKeyReused refuses a create whose idempotency key made what
+// (its id) for another request.
+func IdempotencyKeyReused(what, id string) error {
+	return rpcerr.WithDetails(codes.InvalidArgument,
+		"this idempotency key made "+what+" for another request; use a new key for a new request",
+		rpcerr.Info(callmeta.ReasonIdempotencyKeyReused, map[string]string{"id": id}))
 }
 
 // replay answers a create with an idempotency key (l.RequestKey) from the
@@ -396,9 +423,7 @@ func (s *Service) replay(ctx context.Context, l linkstore.Link) (*shortenerv1.Cr
 	case err != nil:
 		return nil, toStatus(ctx, s.log, "create", err)
 	case !bytes.Equal(made.RequestHash, l.RequestHash):
-		return nil, rpcerr.WithDetails(codes.InvalidArgument,
-			"this idempotency key made a link for another request; use a new key for a new request",
-			rpcerr.Info(callmeta.ReasonIdempotencyKeyReused, map[string]string{"code": made.Code}))
+		return nil, IdempotencyKeyReused("a link", made.Code)
 	}
 	s.m.replayed.Add(ctx, 1)
 	return &shortenerv1.CreateLinkResponse{Link: s.toProto(made)}, nil

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -99,8 +100,28 @@ func (a *API) CreateWebhook(ctx context.Context, req *shortenerv1.CreateWebhookR
 			"description must be at most 200 characters")
 	}
 	sub := Subscription{ID: "wh_" + strings.ToLower(rand.Text()), Tenant: tenant, URL: u, Events: events, Description: desc}
+	if sub.RequestKey, err = linkapi.IdempotencyKey(ctx, tenant); err != nil {
+		return nil, err
+	}
+	if sub.RequestKey != nil {
+		if sub.RequestHash, err = linkapi.RequestHash(req); err != nil {
+			return nil, err
+		}
+	}
 	secret := newSecret()
-	sub, err = a.store.Create(ctx, sub, a.sealer.Seal(sub.ID, secret), a.cfg.MaxSubscriptions)
+	made, sealed, created, err := a.store.Create(ctx, sub, a.sealer.Seal(sub.ID, secret), a.cfg.MaxSubscriptions)
+	if err == nil && !created {
+		// A repeat of a create with an idempotency key: the subscription it
+		// made, with its secret, whose first answer the caller never got.
+		if !bytes.Equal(made.RequestHash, sub.RequestHash) {
+			return nil, linkapi.IdempotencyKeyReused("a webhook subscription", made.ID)
+		}
+		if secret, err = a.sealer.Open(made.ID, sealed); err != nil {
+			return nil, a.fail(ctx, "create webhook: open the secret", err)
+		}
+		return &shortenerv1.CreateWebhookResponse{Webhook: toProto(made), Secret: secret}, nil
+	}
+	sub = made
 	if err == errTooMany {
 		return nil, rpcerr.WithDetails(codes.FailedPrecondition,
 			"this tenant has the most webhooks it may have; delete one first",
@@ -110,7 +131,7 @@ func (a *API) CreateWebhook(ctx context.Context, req *shortenerv1.CreateWebhookR
 		return nil, a.fail(ctx, "create webhook", err)
 	}
 	a.log.InfoContext(ctx, "webhook created", "id", sub.ID, "tenant", tenant, "events", events)
-	return &shortenerv1.CreateWebhookResponse{Webhook: toProto(sub), Secret: secret}, nil
+	return &shortenerv1.CreateWebhookResponse{Webhook: toProto(sub), Secret: secret, Created: true}, nil
 }
 
 // normalizeEvents checks the wanted events; none means all of them.

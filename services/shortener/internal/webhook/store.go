@@ -30,6 +30,11 @@ type Subscription struct {
 	ID, Tenant, URL, Description string
 	Events                       []string
 	Created                      time.Time
+	// RequestKey and RequestHash are set on one created with an
+	// idempotency key: the SHA-256 of the key and of the create's request
+	// (linkapi.IdempotencyKey, RequestHash). Create writes them and reads
+	// them back for a repeat; nil elsewhere.
+	RequestKey, RequestHash []byte
 }
 
 // Delivery is a row of webhook_deliveries.
@@ -64,13 +69,27 @@ func NewStore(db *pgxpool.Pool, timeout time.Duration) *Store {
 
 // Create inserts sub with its sealed secret, unless its tenant already has
 // max subscriptions (checked under a per-tenant lock, so concurrent creates
-// cannot pass it together).
-func (s *Store) Create(ctx context.Context, sub Subscription, sealed []byte, max int) (Subscription, error) {
+// cannot pass it together). With sub.RequestKey, the tenant's live
+// subscription made with that key, if any, is returned instead, with its
+// RequestHash and sealed secret and created false, under the same lock:
+// of concurrent creates with one key, one inserts and the others find it.
+func (s *Store) Create(ctx context.Context, sub Subscription, sealed []byte, max int) (got Subscription, gotSealed []byte, created bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	got, gotSealed = sub, sealed
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('webhooks:' || $1, 0))`, sub.Tenant); err != nil {
 			return err
+		}
+		if sub.RequestKey != nil {
+			err := tx.QueryRow(ctx, `
+				SELECT id, url, description, events, created_at, request_hash, secret FROM webhook_subscriptions
+				WHERE tenant = $1 AND request_key = $2 AND deleted_at IS NULL`, sub.Tenant, sub.RequestKey).
+				Scan(&got.ID, &got.URL, &got.Description, &got.Events, &got.Created, &got.RequestHash, &gotSealed)
+			if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+				return err // found (created stays false), or failed
+			}
+			got, gotSealed = sub, sealed
 		}
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_subscriptions WHERE tenant = $1 AND deleted_at IS NULL`,
@@ -80,15 +99,16 @@ func (s *Store) Create(ctx context.Context, sub Subscription, sealed []byte, max
 		if n >= max {
 			return errTooMany
 		}
+		created = true
 		return tx.QueryRow(ctx, `
-			INSERT INTO webhook_subscriptions (id, tenant, url, events, description, secret)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at`,
-			sub.ID, sub.Tenant, sub.URL, sub.Events, sub.Description, sealed).Scan(&sub.Created)
+			INSERT INTO webhook_subscriptions (id, tenant, url, events, description, secret, request_key, request_hash)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING created_at`,
+			sub.ID, sub.Tenant, sub.URL, sub.Events, sub.Description, sealed, sub.RequestKey, sub.RequestHash).Scan(&got.Created)
 	})
 	if err != nil && !errors.Is(err, errTooMany) {
 		err = fmt.Errorf("create webhook: %w", err)
 	}
-	return sub, err
+	return got, gotSealed, created && err == nil, err
 }
 
 // List returns tenant's subscriptions, oldest first.
