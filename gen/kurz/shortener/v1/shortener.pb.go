@@ -309,8 +309,12 @@ func (x *RegisterDomainRequest) GetName() string {
 }
 
 type RegisterDomainResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Domain        *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Domain *Domain                `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// True when this call registered the domain; false when the tenant held
+	// it already (it is returned unchanged). The REST API answers 201 Created
+	// or 200 OK.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +354,13 @@ func (x *RegisterDomainResponse) GetDomain() *Domain {
 		return x.Domain
 	}
 	return nil
+}
+
+func (x *RegisterDomainResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
 }
 
 type ListDomainsRequest struct {
@@ -2230,9 +2241,10 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\vverified_by\x18\b \x01(\tR\n" +
 	"verifiedBy\"+\n" +
 	"\x15RegisterDomainRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"K\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"e\n" +
 	"\x16RegisterDomainResponse\x121\n" +
-	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\x14\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\x14\n" +
 	"\x12ListDomainsRequest\"J\n" +
 	"\x13ListDomainsResponse\x123\n" +
 	"\adomains\x18\x01 \x03(\v2\x19.kurz.shortener.v1.DomainR\adomains\"&\n" +

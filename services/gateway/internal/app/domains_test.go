@@ -27,6 +27,10 @@ func TestCustomDomainsREST(t *testing.T) {
 		t.Fatalf("register: %s (Location %q)", r, r.header.Get("Location"))
 	}
 	d := r.json(t)
+	if again := ca.do("POST", "/v1/domains", `{"name":"`+domain+`"}`); again.code != http.StatusOK ||
+		again.header.Get("Location") != "/v1/domains/"+domain || again.json(t)["verificationToken"] != d["verificationToken"] {
+		t.Errorf("register it again: %s; want 200 with the same domain", again)
+	}
 	if d["name"] != domain || d["verified"] == true || d["verificationRecord"] != "_kurz-challenge."+domain ||
 		!strings.HasPrefix(d["verificationToken"].(string), "kurz-verify=") {
 		t.Fatalf("registered: %v", d)

@@ -48,6 +48,12 @@ func domainLocation(resp proto.Message) string {
 	return "/v1/domains/" + resp.(*shortenerv1.RegisterDomainResponse).GetDomain().GetName()
 }
 
+// domainExisted reports a registration of a domain the tenant held
+// already: it is answered unchanged, 200.
+func domainExisted(resp proto.Message) bool {
+	return !resp.(*shortenerv1.RegisterDomainResponse).GetCreated()
+}
+
 // approveDomain is the administrator's verification of a tenant's domain,
 // without DNS: the shortener is called as that tenant.
 func (a *API) approveDomain(c *call) error {

@@ -48,7 +48,7 @@ func (a *API) table() []route {
 		{pattern: "GET /v1/webhooks/{webhookId}/deliveries", access: tenantKey, query: []string{"page_size", "page_token", "status"}, rpc: &mapping{before: checkDeliveriesPage}},
 		{pattern: "POST /v1/webhooks/{webhookId}/deliveries/{id}/redeliver", access: tenantKey, rpc: &mapping{noBody: true}},
 
-		{pattern: "POST /v1/domains", access: tenantKey, rpc: &mapping{status: http.StatusCreated, location: domainLocation}},
+		{pattern: "POST /v1/domains", access: tenantKey, rpc: &mapping{status: http.StatusCreated, existed: domainExisted, location: domainLocation}},
 		{pattern: "GET /v1/domains", access: tenantKey, rpc: &mapping{}},
 		{pattern: "GET /v1/domains/{name}", access: tenantKey, rpc: &mapping{}},
 		{pattern: "DELETE /v1/domains/{name}", access: tenantKey, rpc: &mapping{status: http.StatusNoContent}},

@@ -125,7 +125,7 @@ func (s *Service) RegisterDomain(ctx context.Context, req *shortenerv1.RegisterD
 	if err != nil {
 		return nil, s.domainStatus(ctx, "register domain", err)
 	}
-	d, _, err := s.domains.RegisterDomain(ctx, tenant, name, TokenPrefix+rand.Text(), s.opts.MaxDomains)
+	d, created, err := s.domains.RegisterDomain(ctx, tenant, name, TokenPrefix+rand.Text(), s.opts.MaxDomains)
 	if errors.Is(err, linkstore.ErrDomainLimit) {
 		return nil, rpcerr.WithDetails(codes.FailedPrecondition,
 			fmt.Sprintf("a tenant holds at most %d domains: delete one first", s.opts.MaxDomains),
@@ -134,7 +134,7 @@ func (s *Service) RegisterDomain(ctx context.Context, req *shortenerv1.RegisterD
 	if err != nil {
 		return nil, s.domainStatus(ctx, "register domain", err)
 	}
-	return &shortenerv1.RegisterDomainResponse{Domain: s.domainProto(d)}, nil
+	return &shortenerv1.RegisterDomainResponse{Domain: s.domainProto(d), Created: created}, nil
 }
 
 // ListDomains returns the caller's domains by name.
