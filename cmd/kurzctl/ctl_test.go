@@ -95,6 +95,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"two code modes", []string{"links", "create", "https://example.com", "--from-url", "--random"}, "give one of --alias, --random and --from-url"},
 		{"bad expire", []string{"links", "create", "https://example.com", "--expire", "soon"}, `--expire: "soon" is neither an RFC 3339 time`},
 		{"empty idempotency key", []string{"links", "create", "https://example.com", "--idempotency-key", ""}, "--idempotency-key: an idempotency key is 1 to 255 characters"},
+		{"span expiry with an idempotency key", []string{"links", "create", "https://example.com", "--expire", "30d", "--idempotency-key", "k"}, "--expire 30d with --idempotency-key: give an RFC 3339 time"},
 		{"non-ASCII idempotency key", []string{"links", "create", "https://example.com", "--idempotency-key", "schlüssel"}, "--idempotency-key: an idempotency key holds printable ASCII only"},
 		{"bad output", []string{"links", "list", "-o", "xml"}, `--output "xml": want table, json or yaml`},
 		{"bad url", []string{"--url", "127.0.0.1:8080", "links", "list"}, `--url "127.0.0.1:8080": want the gateway's base URL`},

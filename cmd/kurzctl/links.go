@@ -285,6 +285,11 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 			if err != nil {
 				return usagef(cmd, "--expire: %v", err)
 			}
+			if _, rfc := time.Parse(time.RFC3339, f.expire); rfc != nil && *idemKey != "" {
+				// A span is counted from each run: run again, the create
+				// would be another request, refused for the key.
+				return usagef(cmd, "--expire %s with --idempotency-key: give an RFC 3339 time (2026-01-02T15:04:05Z); a span is counted from each run, so a run again would be another request", f.expire)
+			}
 			req.ExpireTime = timestamppb.New(t)
 		}
 		if set["redirect"] {

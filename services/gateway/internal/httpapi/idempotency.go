@@ -51,10 +51,16 @@ func badKey(msg string) *apiError {
 
 // parseIdempotencyKey reads the header's value: the draft's structured
 // field string ("..." with \" and \\ escapes) or, as most clients send it,
-// the bare key. Either way the key is callmeta.CheckIdempotencyKey's.
+// the bare key, without a comma: "a, b" is what a proxy makes of two
+// fields folded into one, which one key must not hide. Either way the key
+// is callmeta.CheckIdempotencyKey's.
 func parseIdempotencyKey(v string) (string, error) {
 	v = strings.Trim(v, " \t")
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+	quoted := len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"'
+	if !quoted && strings.Contains(v, ",") {
+		return "", fmt.Errorf("send one %s field, without commas (quote a key that holds one: \"a,b\")", idempotencyHeader)
+	}
+	if quoted {
 		var b strings.Builder
 		inner := v[1 : len(v)-1]
 		for i := 0; i < len(inner); i++ {

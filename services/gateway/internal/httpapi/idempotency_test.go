@@ -10,18 +10,19 @@ import (
 
 func TestParseIdempotencyKey(t *testing.T) {
 	for in, want := range map[string]string{
-		"8e03978e-40d5-43e8-bc93-6894a57f9324":          "8e03978e-40d5-43e8-bc93-6894a57f9324",
-		`"8e03978e-40d5-43e8-bc93-6894a57f9324"`:        "8e03978e-40d5-43e8-bc93-6894a57f9324",
-		` order 4711 `:                                  "order 4711",
-		`"say \"hi\" \\ there"`:                         `say "hi" \ there`,
-		`a"b`:                                           `a"b`,
+		"8e03978e-40d5-43e8-bc93-6894a57f9324":   "8e03978e-40d5-43e8-bc93-6894a57f9324",
+		`"8e03978e-40d5-43e8-bc93-6894a57f9324"`: "8e03978e-40d5-43e8-bc93-6894a57f9324",
+		` order 4711 `:                           "order 4711",
+		`"say \"hi\" \\ there"`:                  `say "hi" \ there`,
+		`a"b`:                                    `a"b`,
+		`"a, b"`:                                 "a, b",
 		strings.Repeat("k", callmeta.MaxIdempotencyKey): strings.Repeat("k", callmeta.MaxIdempotencyKey),
 	} {
 		if got, err := parseIdempotencyKey(in); err != nil || got != want {
 			t.Errorf("parseIdempotencyKey(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", `""`, `"a"b"`, `"a\nb"`, `"trailing\"`, "a\x01b", "schlüssel",
+	for _, bad := range []string{"", `""`, "a, b", "k1,k2", `"a"b"`, `"a\nb"`, `"trailing\"`, "a\x01b", "schlüssel",
 		strings.Repeat("k", callmeta.MaxIdempotencyKey+1)} {
 		if got, err := parseIdempotencyKey(bad); err == nil {
 			t.Errorf("parseIdempotencyKey(%q) = %q; want an error", bad, got)

@@ -2,17 +2,21 @@ package linkapi_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/services/shortener/internal/linkapi"
+	"kurz.dev/services/shortener/internal/linkstore"
 )
 
 // withKey is as(tenant) carrying the idempotency keys.
@@ -150,4 +154,28 @@ func TestIdempotencyKeyRefusals(t *testing.T) {
 	if live, err := e.store.Live(t.Context(), "", 10); err != nil || len(live) != 0 {
 		t.Errorf("the store holds %d links, %v; want none", len(live), err)
 	}
+}
+
+// A repeat is answered before the request is checked again: its expiry,
+// ahead when the key made the link, may have passed since, and the retry
+// must still learn that the link exists rather than be refused for it.
+func TestIdempotencyKeyAnswersARepeatWhoseExpiryPassed(t *testing.T) {
+	e := newEnv(t)
+	passed := time.Now().Add(-time.Minute).Truncate(time.Second)
+	req := &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/late", ExpireTime: timestamppb.New(passed)}
+	key := sha256.Sum256([]byte("late-retry"))
+	hash, err := linkapi.RequestHash(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Insert(t.Context(), linkstore.Link{Code: "lateRty", Tenant: "acme", LongURL: "https://example.com/late",
+		Expires: &passed, RequestKey: key[:], RequestHash: hash}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.client.CreateLink(withKey("acme", "late-retry"), req)
+	if err != nil || resp.GetCreated() || resp.GetLink().GetCode() != "lateRty" {
+		t.Errorf("the retry after the expiry: %v, %v; want link lateRty, not created", resp, err)
+	}
+	_, err = e.client.CreateLink(as("acme"), req)
+	wantStatus(t, "the same request without the key", err, codes.InvalidArgument, linkapi.ReasonExpireTimeInvalid, "expire_time")
 }

@@ -162,7 +162,7 @@ func New(opts Options, d Deps) (*Service, error) {
 		repeated: counter("kurz.shortener.from_url.existing",
 			"Creates with codes from the URL answered with the tenant's existing link of the URL (nothing created, no quota spent)", "{call}"),
 		replayed: counter("kurz.shortener.idempotent.replayed",
-			"Creates with an idempotency key answered with the link the key made (nothing created, no quota spent)", "{call}"),
+			"Creates with an idempotency key answered with the link the key made (nothing created; no quota spent unless the call raced the create that made it)", "{call}"),
 		fromURLSkipped: counter("kurz.shortener.from_url.skipped",
 			"Candidate codes from a URL skipped because another link held them", "{code}"),
 		randomRetries: counter("kurz.shortener.random_code.retries",
@@ -226,12 +226,22 @@ func Tenant(ctx context.Context, allowAnonymous bool) (string, error) {
 //
 // With an idempotency key (metadata idempotency-key; see idempotent), the
 // tenant's link made with the key is returned (created false) before
-// anything else when it was made by the same request; another request
-// with the key is INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED.
+// anything else, the request's own checks included (an expiry that has
+// passed since would refuse it), when it was made by the same request;
+// another request with the key is INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED.
+// A keyed create that meets a link made concurrently (its code, its URL)
+// asks the key first too.
 func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkRequest) (*shortenerv1.CreateLinkResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
 		return nil, err
+	}
+	key, hash, err := idempotent(ctx, tenant, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp, err := s.replay(ctx, tenant, key, hash); resp != nil || err != nil {
+		return resp, err
 	}
 	d, err := s.prepare(req)
 	if err == nil {
@@ -241,15 +251,7 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 		return nil, toStatus(ctx, s.log, "create", err)
 	}
 	l, mode := d.link, d.mode
-	l.Tenant = tenant
-	if l.RequestKey, l.RequestHash, err = idempotent(ctx, tenant, req); err != nil {
-		return nil, err
-	}
-	if l.RequestKey != nil {
-		if resp, err := s.replay(ctx, l); resp != nil || err != nil {
-			return resp, err
-		}
-	}
+	l.Tenant, l.RequestKey, l.RequestHash = tenant, key, hash
 	domainKnown := false
 	if mode == shortenerv1.CodeMode_CODE_MODE_FROM_URL {
 		// The link of this URL is the tenant's on the domain asked for, so
@@ -310,6 +312,9 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
 		stored, err = s.store.Insert(ctx, l)
 		if errors.Is(err, linkstore.ErrCodeTaken) {
+			if resp, err := s.replay(ctx, tenant, key, hash); resp != nil || err != nil {
+				return resp, err // a racer with the key holds the alias
+			}
 			// A retry of this very create, whose first answer was lost (a
 			// client timeout; a 503 after the gateway's deadline, when the
 			// insert may have committed): the alias is already the
@@ -327,6 +332,9 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	case shortenerv1.CodeMode_CODE_MODE_FROM_URL:
 		var created bool
 		if stored, created, err = s.insertFromURL(ctx, l); err == nil && !created {
+			if resp, err := s.replay(ctx, tenant, key, hash); resp != nil || err != nil {
+				return resp, err // a racer with the key made the URL's link
+			}
 			s.m.repeated.Add(ctx, 1)
 			return &shortenerv1.CreateLinkResponse{Link: s.toProto(stored)}, nil
 		}
@@ -335,7 +343,7 @@ func (s *Service) CreateLink(ctx context.Context, req *shortenerv1.CreateLinkReq
 	}
 	if errors.Is(err, linkstore.ErrRequestTaken) {
 		// A concurrent create with the key committed first: its link.
-		if resp, err := s.replay(ctx, l); resp != nil || err != nil {
+		if resp, err := s.replay(ctx, tenant, key, hash); resp != nil || err != nil {
 			return resp, err
 		}
 		return nil, status.Error(codes.Aborted,
@@ -404,26 +412,34 @@ func RequestHash(req proto.Message) ([]byte, error) {
 }
 
 // IdempotencyKeyReused refuses a create whose idempotency key made what
-// (its id) for another request.
-func IdempotencyKeyReused(what, id string) error {
+// (named by meta) for another request.
+func IdempotencyKeyReused(what string, meta map[string]string) error {
 	return rpcerr.WithDetails(codes.InvalidArgument,
 		"this idempotency key made "+what+" for another request; use a new key for a new request",
-		rpcerr.Info(callmeta.ReasonIdempotencyKeyReused, map[string]string{"id": id}))
+		rpcerr.Info(callmeta.ReasonIdempotencyKeyReused, meta))
 }
 
-// replay answers a create with an idempotency key (l.RequestKey) from the
-// tenant's link made with the key, as the link is now (created false):
-// nil, nil without one. A link made by another request (l.RequestHash) is
-// INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED.
-func (s *Service) replay(ctx context.Context, l linkstore.Link) (*shortenerv1.CreateLinkResponse, error) {
-	made, err := s.store.ByRequest(ctx, l.Tenant, l.RequestKey)
+// replay answers a create with an idempotency key (key, its SHA-256) from
+// the tenant's link made with the key, as the link is now (created
+// false): nil, nil without a key or such a link. A link made by another
+// request (hash) is INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED.
+func (s *Service) replay(ctx context.Context, tenant string, key, hash []byte) (*shortenerv1.CreateLinkResponse, error) {
+	if key == nil {
+		return nil, nil
+	}
+	made, err := s.store.ByRequest(ctx, tenant, key)
 	switch {
 	case errors.Is(err, linkstore.ErrNotFound):
 		return nil, nil
 	case err != nil:
 		return nil, toStatus(ctx, s.log, "create", err)
-	case !bytes.Equal(made.RequestHash, l.RequestHash):
-		return nil, IdempotencyKeyReused("a link", made.Code)
+	case !bytes.Equal(made.RequestHash, hash):
+		domain, code := linkdomain.Split(made.Code)
+		meta := map[string]string{"code": code}
+		if domain != "" {
+			meta["domain"] = domain
+		}
+		return nil, IdempotencyKeyReused("a link", meta)
 	}
 	s.m.replayed.Add(ctx, 1)
 	return &shortenerv1.CreateLinkResponse{Link: s.toProto(made)}, nil

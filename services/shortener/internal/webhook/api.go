@@ -114,7 +114,7 @@ func (a *API) CreateWebhook(ctx context.Context, req *shortenerv1.CreateWebhookR
 		// A repeat of a create with an idempotency key: the subscription it
 		// made, with its secret, whose first answer the caller never got.
 		if !bytes.Equal(made.RequestHash, sub.RequestHash) {
-			return nil, linkapi.IdempotencyKeyReused("a webhook subscription", made.ID)
+			return nil, linkapi.IdempotencyKeyReused("a webhook subscription", map[string]string{"id": made.ID})
 		}
 		if secret, err = a.sealer.Open(made.ID, sealed); err != nil {
 			return nil, a.fail(ctx, "create webhook: open the secret", err)
