@@ -130,10 +130,15 @@ func (r *Rule) validateSize() error {
 	return nil
 }
 
-// matches reports whether the rule applies to a request with these descriptors.
-func (r *Rule) matches(desc map[string]string) bool {
+// matches reports whether the rule applies to a request with these
+// descriptors: the request has every descriptor of the rule's key, and
+// the values of its match. A descriptor with an empty value counts as
+// given only if given is true (Envoy's entries: a present header sent
+// empty is counted under "", as envoyproxy/ratelimit counts it); in
+// CheckQuota it is one left out.
+func (r *Rule) matches(desc map[string]string, given bool) bool {
 	for _, k := range r.Key {
-		if desc[k] == "" {
+		if missing(desc, k, given) {
 			return false
 		}
 	}

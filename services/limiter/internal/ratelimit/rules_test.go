@@ -220,3 +220,43 @@ domains:
 		}
 	}
 }
+
+// Envoy sends a header that is present but empty as an entry with value
+// "": MatchEnvoy takes it as given, counted under "" (one key for every
+// empty value, apart from any other value's), as envoyproxy/ratelimit
+// does. It used to count as absent, and a client escaped every rule keyed
+// on it by sending the header empty. CheckQuota keeps its own rule: an
+// empty value is a descriptor left out, which a domain's default fills.
+func TestAnEmptyEnvoyEntryIsGivenAndCountedUnderEmpty(t *testing.T) {
+	rs := compile(t, `
+domains:
+  envoy:
+    defaults: {tier: base}
+    rules:
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 1m, failure_mode: open}
+      - {name: per-route-tier, key: [route], match: {tier: base}, algorithm: fixed_window, limit: 2, window: 1m, failure_mode: open}
+`)
+	empty := rs.MatchEnvoy("envoy", map[string]string{"user": ""})
+	if got := names(empty); !slices.Equal(got, []string{"per-user"}) {
+		t.Fatalf("Envoy, user empty: rules %v, want [per-user]", got)
+	}
+	alice := rs.MatchEnvoy("envoy", map[string]string{"user": "alice"})
+	if empty[0].Key == alice[0].Key {
+		t.Errorf("an empty user shares alice's key %q", alice[0].Key)
+	}
+	// Given empty, tier is not the default's base: per-route-tier does
+	// not apply (Envoy's entry route=r, tier="" names no such limit).
+	if got := names(rs.MatchEnvoy("envoy", map[string]string{"route": "r", "tier": ""})); got != nil {
+		t.Errorf("Envoy, tier empty: rules %v, want none", got)
+	}
+	if got := names(rs.MatchEnvoy("envoy", map[string]string{"route": ""})); !slices.Equal(got, []string{"per-route-tier"}) {
+		t.Errorf("Envoy, route empty: rules %v, want [per-route-tier]", got)
+	}
+
+	if _, got := rs.Match("envoy", map[string]string{"user": ""}); got != nil {
+		t.Errorf("CheckQuota, user empty: rules %v, want none (left out)", names(got))
+	}
+	if _, got := rs.Match("envoy", map[string]string{"route": "r", "tier": ""}); !slices.Equal(names(got), []string{"per-route-tier"}) {
+		t.Errorf("CheckQuota, tier empty: rules %v, want [per-route-tier] (the default fills it)", names(got))
+	}
+}
