@@ -609,7 +609,7 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 			res = result{limit: r.Limit, retryAfter: e.opts.BreakerMaxCooldown, source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}
 		case ratelimitv1.FailureMode_FAILURE_MODE_LOCAL:
 			if cost == 0 {
-				res = result{allowed: true, limit: r.Limit, remaining: r.Limit}
+				res = e.local.peek(a.Key, r, now)
 			} else {
 				res = e.local.take(a.Key, r, a.cost(cost), now)
 			}
