@@ -65,9 +65,13 @@ domains:
       - {name: h, key: [ip], algorithm: sliding_log, limit: 10001, window: 1s, failure_mode: open}
       - {name: i, key: [ip], algorithm: fixed_window, limit: 1, window: 9601h, failure_mode: open}
       - {name: j, key: [ip], algorithm: token_bucket, limit: 1, window: 8760h, burst: 1000000000, failure_mode: closed}
+      - {name: k, key: [ip], algorithm: fixed_window, limit: 1, window: 1500us, failure_mode: open}
+      - {name: l, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open, lease: {size: 1, ttl: 1500us}}
+      - {name: m, key: [ip], algorithm: fixed_window, limit: 1, window: 1s, failure_mode: open}
 plans:
   free: {api/zzz: {limit: 1}}
   big: {api/a: {burst: 2000000000000}}
+  odd: {api/m: {window: 2500us}}
 tenants: {acme: gold}
 `), &cfg); err != nil {
 		t.Fatal(err)
@@ -82,6 +86,9 @@ tenants: {acme: gold}
 		"api/g: limit and burst must be at most 1099511627776", "api/h: limit 10001: a sliding log keeps one entry",
 		"api/i: window 9601h0m0s: at most 9600h0m0s", "api/j: burst 1000000000 refills in",
 		"plan big, rule api/a: limit and burst must be at most",
+		// The scripts count in whole milliseconds: 1500us used to be cut to 1ms.
+		"api/k: window 1.5ms: want a whole number of milliseconds", "api/l: lease: ttl 1.5ms: want a whole number of milliseconds",
+		"plan odd, rule api/m: window 2.5ms: want a whole number of milliseconds",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)

@@ -782,3 +782,29 @@ plans:
 		t.Errorf("rules applied to route home: %d; want b alone (a held at its match)", len(rules))
 	}
 }
+
+// A window or lease ttl that is not a whole number of milliseconds (the
+// scripts' unit) is a row that does not compile: held, not cut to 1ms.
+func TestRowWithASubMillisecondWindowIsHeld(t *testing.T) {
+	pool := seeded(t, `
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  free: {api/a: {limit: 5}}
+`)
+	running := loaded(t, pool)
+	execSQL(t, pool,
+		`UPDATE rl_rules SET spec = spec || '{"window": "1500us"}' WHERE name = 'a'`,
+		`UPDATE rl_plan_limits SET spec = '{"window": "2500us"}' WHERE plan = 'free'`)
+	got, err := running.Load(context.Background())
+	var partial *PartialError
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule api/a held at its last good version (rule api/a: window 1.5ms: want a whole number of milliseconds)") ||
+		!strings.Contains(err.Error(), "plan free limit of api/a held at its last good version") {
+		t.Fatalf("Load after sub-millisecond windows: %v; want both rows held, named", err)
+	}
+	if w := got.Domains["api"].Rules[0].Window; w != "1s" {
+		t.Errorf("api/a's window in force: %q, want 1s (held)", w)
+	}
+}
