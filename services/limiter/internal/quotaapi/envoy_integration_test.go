@@ -263,3 +263,35 @@ domains:
 		t.Errorf("user and path: limited by %q, want no limit", resp.GetStatuses()[0].GetCurrentLimit().GetName())
 	}
 }
+
+// A header Envoy sends present but empty is an entry with value "": it is
+// limited as any value, all empty values sharing one counter, where it
+// used to escape every rule keyed on it.
+func TestEnvoyEmptyValueIsLimited(t *testing.T) {
+	e := realEngine(t, `
+domains:
+  envoy:
+    rules:
+      - {name: per-user, key: [run, user], algorithm: fixed_window, limit: 1, window: 1h, failure_mode: open}
+`)
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+	run := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	call := func(user string) rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+			{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "run", Value: run}, {Key: "user", Value: user}}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetOverallCode()
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := call(""); got != want {
+			t.Errorf("call %d with user empty: %v, want %v", i+1, got, want)
+		}
+	}
+	if got := call("alice"); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("alice after the empty user's limit: %v, want OK (a counter of her own)", got)
+	}
+}

@@ -231,6 +231,9 @@ func (e *Engine) runBatch(ctx context.Context, node string, bs []*batched, now t
 		switch {
 		case err != nil:
 			b.g.err, b.g.abandoned = err, errors.Is(err, errAbandoned)
+			if b.g.late = lateReplyOf(err); b.g.late != nil {
+				b.g.lateAt = off - b.replyLen()
+			}
 			e.fallback(b.g, b.rules, b.results, b.cost, time.Now())
 		case v[0] == -1:
 			moved = append(moved, b.i)

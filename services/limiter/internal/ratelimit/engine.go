@@ -355,6 +355,11 @@ type group struct {
 	// abandoned: Redis did not answer because the caller gave up first;
 	// the failure mode answers no one, and nothing counts it as a decision.
 	abandoned bool
+	// late is the reply of a script the deadline cut while it was on the
+	// node's pipeline: it may still run, and its reply, from lateAt on,
+	// says whether it consumed (refunded if the request is denied).
+	late   *lateReply
+	lateAt int
 }
 
 // decide is the decision path shared by Check, CheckEach and CheckAt. On a
@@ -555,7 +560,7 @@ func (e *Engine) run(ctx context.Context, g *group, rules []Applied, results []r
 		return e.decideOnRedis(ctx, node, g.keys, g.args)
 	})
 	if err != nil {
-		g.err, g.abandoned = err, errors.Is(err, errAbandoned)
+		g.err, g.abandoned, g.late = err, errors.Is(err, errAbandoned), lateReplyOf(err)
 		e.fallback(g, rules, results, cost, time.Now())
 		return
 	}
@@ -604,7 +609,7 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 			res = result{limit: r.Limit, retryAfter: e.opts.BreakerMaxCooldown, source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}
 		case ratelimitv1.FailureMode_FAILURE_MODE_LOCAL:
 			if cost == 0 {
-				res = result{allowed: true, limit: r.Limit, remaining: r.Limit}
+				res = e.local.peek(a.Key, r, now)
 			} else {
 				res = e.local.take(a.Key, r, a.cost(cost), now)
 			}
@@ -630,23 +635,31 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 // known, and until it lands the consumed units are briefly unavailable to
 // other requests of the same keys (the bounded imprecision of rules that
 // span hash slots).
+//
+// A group whose script the deadline cut on its pipeline was answered by
+// its failure modes, but the script may still run once its node wakes: its
+// late reply is awaited, and what it says it consumed is given back too. A
+// denied request then consumes nothing, even when a stall denied it
+// (failure mode closed, or a local share spent); refunding without that
+// reply would hand back units nothing took.
 func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, reqID string, cost int64) {
 	for _, g := range groups {
-		if g.consumed {
-			args := append([]any{g.now, "refund", reqID}, g.args[3:]...)
-			for j, i := range g.idx {
-				if !results[i].allowed {
-					// A shadow rule that would have denied wrote nothing:
-					// it gets nothing back (cost 0).
-					args[3+decideRuleArgs*j+decideCostArg] = 0
-				}
-			}
+		switch {
+		case g.consumed:
+			args := g.refundArgs(g.now, reqID, func(j int) bool { return results[g.idx[j]].allowed })
+			e.refunds.Go(func() { e.refund(g.keys, args) })
+		case g.late != nil && g.args[1] == "check":
 			e.refunds.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*e.opts.Timeout)
-				defer cancel()
-				if err := decideScript.Run(ctx, e.rdb, g.keys, args...).Err(); err != nil {
-					e.log.Warn("refund failed; the units return when the window or bucket refills", "keys", g.keys, "err", err)
+				vals, ok := g.late.wait()
+				n := 2 + 5*len(g.idx)
+				if !ok || len(vals) < g.lateAt+n {
+					return // not run, or its reply is lost: nothing known to give back
 				}
+				v := vals[g.lateAt : g.lateAt+n]
+				if v[0] != 1 {
+					return // denied (or not run, in a batch): nothing consumed
+				}
+				e.refund(g.keys, g.refundArgs(v[1], reqID, func(j int) bool { return v[2+5*j] == 1 }))
 			})
 		}
 		if g.err != nil {
@@ -656,5 +669,28 @@ func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, re
 				}
 			}
 		}
+	}
+}
+
+// refundArgs are the arguments of the script that gives back what g's
+// decision consumed at Redis's clock now (ms); allowed(j) tells whether
+// g's j-th rule allowed: a shadow rule that would have denied wrote
+// nothing, and gets nothing back (cost 0).
+func (g *group) refundArgs(now int64, reqID string, allowed func(j int) bool) []any {
+	args := append([]any{now, "refund", reqID}, g.args[3:]...)
+	for j := range g.idx {
+		if !allowed(j) {
+			args[3+decideRuleArgs*j+decideCostArg] = 0
+		}
+	}
+	return args
+}
+
+// refund runs the refund script on keys with args.
+func (e *Engine) refund(keys []string, args []any) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*e.opts.Timeout)
+	defer cancel()
+	if err := decideScript.Run(ctx, e.rdb, keys, args...).Err(); err != nil {
+		e.log.Warn("refund failed; the units return when the window or bucket refills", "keys", keys, "err", err)
 	}
 }

@@ -59,6 +59,8 @@ func (r *Rule) validateLease() error {
 		return fmt.Errorf("rule %s: lease: size %d exceeds what the rule holds at once (%d, its burst or limit): a lease could never fill", r.ID(), l.Size, r.capacity())
 	case l.TTL < time.Millisecond || l.TTL > maxLeaseTTL:
 		return fmt.Errorf("rule %s: lease: ttl %v: want 1ms to %v (unused units wait in a lease until it ends)", r.ID(), l.TTL, maxLeaseTTL)
+	case l.TTL%time.Millisecond != 0:
+		return fmt.Errorf("rule %s: lease: ttl %v: want a whole number of milliseconds (the lease script counts in them)", r.ID(), l.TTL)
 	case r.Shadow:
 		return fmt.Errorf("rule %s: lease: not with shadow: a shadow rule reports what Redis would decide and never denies, and a lease would only hide that behind this replica's share", r.ID())
 	case r.Queue:

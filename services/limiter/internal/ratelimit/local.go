@@ -114,6 +114,27 @@ func (l *localLimiter) take(key string, r *Rule, cost int64, now time.Time) resu
 	return s.takeWindow(r, l.windowShare(r), cost, now)
 }
 
+// peek reports key's state under r as a take of cost 0 would see it,
+// changing nothing: not the key's state, and not the keys tracked (a look
+// at a fresh key must not push a tracked one out). A key without state is
+// read as take would start it: full, or spent within a window of an
+// eviction.
+func (l *localLimiter) peek(key string, r *Rule, now time.Time) result {
+	var c localState
+	if s, ok := l.keys.Peek(key); ok {
+		s.mu.Lock()
+		c.tokens, c.ts, c.slots, c.last = s.tokens, s.ts, s.slots, s.last
+		s.mu.Unlock()
+	} else if ev := l.evicted.Load(); ev != 0 && now.UnixNano()-ev < l.memory(r).Nanoseconds() {
+		l.spend(&c, r, now)
+	}
+	if bucket(r) {
+		rate, burst := l.bucketShare(r)
+		return c.takeTokens(r, rate, burst, 0, now)
+	}
+	return c.takeWindow(r, l.windowShare(r), 0, now)
+}
+
 // memory is how long a key's state under r matters after its last take:
 // a bucket's time to refill its share from empty, a window (and a slot)
 // for the window algorithms.
@@ -199,6 +220,8 @@ func (s *localState) takeWindow(r *Rule, share, cost int64, now time.Time) resul
 	}
 	res := result{limit: share}
 	switch {
+	case cost == 0 && used <= share:
+		res.allowed = true // a look: no slot gets a unit
 	case used+cost <= share:
 		res.allowed = true
 		sl := &s.slots[cur%int64(len(s.slots))]

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 )
 
 // localRules has a rule of each algorithm, 10 per second (the buckets with
@@ -252,6 +256,54 @@ func TestLocalFallbackEvictionDoesNotResetAShare(t *testing.T) {
 			now = now.Add(l.memory(r) + time.Millisecond)
 			if got := admitted("newcomer", 1); got != 1 {
 				t.Errorf("a new key a window after the last eviction: admitted %d, want 1", got)
+			}
+		})
+	}
+}
+
+// A look (cost 0) at a local rule while Redis is down reports the key's
+// local state as a take would see it, and consumes nothing: it used to
+// report the whole limit remaining and no reset, however much of the
+// replica's share was spent.
+func TestLocalLookReportsTheShareWithoutConsuming(t *testing.T) {
+	m, err := newEngineMetrics(noop.NewMeterProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, algo := range localAlgos {
+		t.Run(algo, func(t *testing.T) {
+			e := &Engine{local: newLocal(t, 2), m: m}
+			_, rules := compile(t, localRules).Match("l", map[string]string{"user": "u", "algo": algo})
+			decide := func(cost int64) result {
+				results := make([]result, 1)
+				e.fallback(&group{idx: []int{0}, keys: []string{rules[0].Key}}, rules, results, cost, localEpoch)
+				return results[0]
+			}
+			var last result
+			for range 3 {
+				last = decide(1)
+			}
+			for i := range 2 {
+				look := decide(0)
+				if !look.allowed || look.remaining != last.remaining || look.resetAfter != last.resetAfter || look.limit != last.limit {
+					t.Errorf("look %d after 3 units: allowed %v, remaining %d of %d, reset %v; want allowed, %d of %d, %v (the third take's)",
+						i+1, look.allowed, look.remaining, look.limit, look.resetAfter, last.remaining, last.limit, last.resetAfter)
+				}
+				if look.source != ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK {
+					t.Errorf("look %d: source %v, want LOCAL_FALLBACK", i+1, look.source)
+				}
+			}
+			if got := decide(1); got.remaining != last.remaining-1 {
+				t.Errorf("a take after two looks: %d remaining, want %d (the looks consumed)", got.remaining, last.remaining-1)
+			}
+			// A look at a key the fallback does not track tracks none.
+			tracked := e.local.keys.Len()
+			_, fresh := compile(t, localRules).Match("l", map[string]string{"user": "fresh", "algo": algo})
+			results := make([]result, 1)
+			e.fallback(&group{idx: []int{0}, keys: []string{fresh[0].Key}}, fresh, results, 0, localEpoch)
+			if got := results[0]; !got.allowed || got.remaining != got.limit || got.resetAfter != 0 || e.local.keys.Len() != tracked {
+				t.Errorf("a look at a fresh key: allowed %v, remaining %d of %d, reset %v, keys tracked %d (was %d); want allowed, full, 0, unchanged",
+					got.allowed, got.remaining, got.limit, got.resetAfter, e.local.keys.Len(), tracked)
 			}
 		})
 	}

@@ -80,7 +80,9 @@ func (e scriptError) Error() string { return string(e) }
 func (scriptError) RedisError()     {}
 
 // call queues the script with keys and args on node and waits for its
-// reply until ctx is done. A call abandoned at its deadline still runs.
+// reply until ctx is done. A call abandoned at its deadline still runs:
+// its error is then a *lateReply, through which the reply can still be
+// read once it arrives.
 func (p *pipes) call(ctx context.Context, node, sha string, keys []string, args []any) ([]int64, error) {
 	return p.send(ctx, node, "evalsha", sha, keys, args)
 }
@@ -111,8 +113,39 @@ func (p *pipes) send(ctx context.Context, node, verb, script string, keys []stri
 	case <-c.done:
 		return c.vals, c.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, &lateReply{err: ctx.Err(), c: c}
 	}
+}
+
+// lateReply is the error of a call whose caller stopped waiting while the
+// call was queued or written: the script may still run on Redis, and the
+// flusher still reads its reply. It is ctx's error (errors.Is finds
+// context.DeadlineExceeded or context.Canceled through it), and wait
+// hands over the reply that came after all.
+type lateReply struct {
+	err error
+	c   *pipeCall
+}
+
+func (l *lateReply) Error() string { return l.err.Error() }
+func (l *lateReply) Unwrap() error { return l.err }
+
+// wait blocks until the call is answered or failed, which the flusher
+// does for every call it was given within its I/O timeout (or at once,
+// when the pipeline stops), and returns the reply, ok false when the call
+// failed (not run, or its reply was lost with the connection).
+func (l *lateReply) wait() (vals []int64, ok bool) {
+	<-l.c.done
+	return l.c.vals, l.c.err == nil
+}
+
+// lateReplyOf returns the late reply err carries, or nil.
+func lateReplyOf(err error) *lateReply {
+	var l *lateReply
+	if errors.As(err, &l) {
+		return l
+	}
+	return nil
 }
 
 func (p *pipes) node(addr string) (*nodePipe, error) {

@@ -236,6 +236,30 @@ func TestPipeCallerStopsWaitingAtItsDeadline(t *testing.T) {
 	}
 }
 
+// A caller that stopped waiting can still have its reply: the call ran on
+// the node once it woke, and the engine gives back what a denied
+// request's late script consumed (TestDenialsDuringAStallConsumeNothingOnRedis).
+func TestPipeLateReplyReachesTheCallerThatStoppedWaiting(t *testing.T) {
+	release := make(chan struct{})
+	srv := resptest.Start(t, func(args []string) string {
+		<-release
+		return echoKey(args)
+	})
+	p := testPipes(5 * time.Second)
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := p.call(ctx, srv.Addr(), "sha", []string{"k:7"}, nil)
+	late := lateReplyOf(err)
+	if late == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the caller's deadline with the late reply", err)
+	}
+	close(release)
+	if vals, ok := late.wait(); !ok || len(vals) != 3 || vals[1] != 7 {
+		t.Errorf("late reply %v (ok %v), want {1, 7, 4}", vals, ok)
+	}
+}
+
 // A caller already gone sends nothing: its script would consume units
 // nobody is granted.
 func TestPipeSendsNothingForACallerAlreadyGone(t *testing.T) {

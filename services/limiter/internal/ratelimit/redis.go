@@ -87,9 +87,11 @@ var decideSHA = decideScript.Hash()
 // and the decision waits for its reply only until ctx's deadline: a batch
 // runs on the pipeline's own I/O deadline, so the wait is what a deadline
 // can cut. A script abandoned there is not withdrawn and may still run on
-// Redis later, as one cut by a network timeout may: a "check" then consumes
-// units no caller was granted, which the window or bucket gives back in
-// time.
+// Redis later: its error then carries its late reply (lateReply), and a
+// denied request's giveBack returns what the reply says it consumed. One
+// cut on the cluster client's path may run too, with no reply to read: a
+// "check" then consumes units no caller was granted, which the window or
+// bucket gives back in time.
 func (e *Engine) decideOnRedis(ctx context.Context, node string, keys []string, args []any) ([]int64, error) {
 	// Even a decision alone in flight takes its node's pipeline: at one
 	// caller, 418-454 µs a call against 446-460 µs through the cluster

@@ -119,6 +119,10 @@ func (r *Rule) validateSize() error {
 		return fmt.Errorf("limit %d: a sliding log keeps one entry per unit in its window, at most %d", r.Limit, MaxSlidingLogLimit)
 	case r.Window > MaxWindow:
 		return fmt.Errorf("window %v: at most %v", r.Window, MaxWindow)
+	case r.Window%time.Millisecond != 0:
+		// The scripts count in whole milliseconds: 1500us would be
+		// decided as 1ms on Redis and as 1.5ms by the local fallback.
+		return fmt.Errorf("window %v: want a whole number of milliseconds", r.Window)
 	case r.Limit > 0 && float64(r.capacity())*float64(r.Window)/float64(r.Limit) > float64(MaxWindow):
 		refill := float64(r.capacity()) * float64(r.Window) / float64(r.Limit)
 		took := "over 290 years" // past what a Duration holds
@@ -130,10 +134,15 @@ func (r *Rule) validateSize() error {
 	return nil
 }
 
-// matches reports whether the rule applies to a request with these descriptors.
-func (r *Rule) matches(desc map[string]string) bool {
+// matches reports whether the rule applies to a request with these
+// descriptors: the request has every descriptor of the rule's key, and
+// the values of its match. A descriptor with an empty value counts as
+// given only if given is true (Envoy's entries: a present header sent
+// empty is counted under "", as envoyproxy/ratelimit counts it); in
+// CheckQuota it is one left out.
+func (r *Rule) matches(desc map[string]string, given bool) bool {
 	for _, k := range r.Key {
-		if desc[k] == "" {
+		if missing(desc, k, given) {
 			return false
 		}
 	}

@@ -65,9 +65,13 @@ domains:
       - {name: h, key: [ip], algorithm: sliding_log, limit: 10001, window: 1s, failure_mode: open}
       - {name: i, key: [ip], algorithm: fixed_window, limit: 1, window: 9601h, failure_mode: open}
       - {name: j, key: [ip], algorithm: token_bucket, limit: 1, window: 8760h, burst: 1000000000, failure_mode: closed}
+      - {name: k, key: [ip], algorithm: fixed_window, limit: 1, window: 1500us, failure_mode: open}
+      - {name: l, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open, lease: {size: 1, ttl: 1500us}}
+      - {name: m, key: [ip], algorithm: fixed_window, limit: 1, window: 1s, failure_mode: open}
 plans:
   free: {api/zzz: {limit: 1}}
   big: {api/a: {burst: 2000000000000}}
+  odd: {api/m: {window: 2500us}}
 tenants: {acme: gold}
 `), &cfg); err != nil {
 		t.Fatal(err)
@@ -82,6 +86,9 @@ tenants: {acme: gold}
 		"api/g: limit and burst must be at most 1099511627776", "api/h: limit 10001: a sliding log keeps one entry",
 		"api/i: window 9601h0m0s: at most 9600h0m0s", "api/j: burst 1000000000 refills in",
 		"plan big, rule api/a: limit and burst must be at most",
+		// The scripts count in whole milliseconds: 1500us used to be cut to 1ms.
+		"api/k: window 1.5ms: want a whole number of milliseconds", "api/l: lease: ttl 1.5ms: want a whole number of milliseconds",
+		"plan odd, rule api/m: window 2.5ms: want a whole number of milliseconds",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q:\n%v", want, err)
@@ -218,5 +225,45 @@ domains:
 		if len(all) < len(tc.want) {
 			t.Errorf("%v: Match has %d rules, fewer than MatchEnvoy's", tc.desc, len(all))
 		}
+	}
+}
+
+// Envoy sends a header that is present but empty as an entry with value
+// "": MatchEnvoy takes it as given, counted under "" (one key for every
+// empty value, apart from any other value's), as envoyproxy/ratelimit
+// does. It used to count as absent, and a client escaped every rule keyed
+// on it by sending the header empty. CheckQuota keeps its own rule: an
+// empty value is a descriptor left out, which a domain's default fills.
+func TestAnEmptyEnvoyEntryIsGivenAndCountedUnderEmpty(t *testing.T) {
+	rs := compile(t, `
+domains:
+  envoy:
+    defaults: {tier: base}
+    rules:
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 1m, failure_mode: open}
+      - {name: per-route-tier, key: [route], match: {tier: base}, algorithm: fixed_window, limit: 2, window: 1m, failure_mode: open}
+`)
+	empty := rs.MatchEnvoy("envoy", map[string]string{"user": ""})
+	if got := names(empty); !slices.Equal(got, []string{"per-user"}) {
+		t.Fatalf("Envoy, user empty: rules %v, want [per-user]", got)
+	}
+	alice := rs.MatchEnvoy("envoy", map[string]string{"user": "alice"})
+	if empty[0].Key == alice[0].Key {
+		t.Errorf("an empty user shares alice's key %q", alice[0].Key)
+	}
+	// Given empty, tier is not the default's base: per-route-tier does
+	// not apply (Envoy's entry route=r, tier="" names no such limit).
+	if got := names(rs.MatchEnvoy("envoy", map[string]string{"route": "r", "tier": ""})); got != nil {
+		t.Errorf("Envoy, tier empty: rules %v, want none", got)
+	}
+	if got := names(rs.MatchEnvoy("envoy", map[string]string{"route": ""})); !slices.Equal(got, []string{"per-route-tier"}) {
+		t.Errorf("Envoy, route empty: rules %v, want [per-route-tier]", got)
+	}
+
+	if _, got := rs.Match("envoy", map[string]string{"user": ""}); got != nil {
+		t.Errorf("CheckQuota, user empty: rules %v, want none (left out)", names(got))
+	}
+	if _, got := rs.Match("envoy", map[string]string{"route": "r", "tier": ""}); !slices.Equal(names(got), []string{"per-route-tier"}) {
+		t.Errorf("CheckQuota, tier empty: rules %v, want [per-route-tier] (the default fills it)", names(got))
 	}
 }

@@ -259,14 +259,14 @@ func (a *Applied) cost(cost int64) int64 {
 // Match returns the request's descriptors with the domain's defaults filled
 // in, and every rule of domain that applies, in configuration order.
 func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]string, []Applied) {
-	d, desc := rs.fill(domain, desc)
+	d, desc := rs.fill(domain, desc, false)
 	if d == nil {
 		return desc, nil
 	}
 	var out []Applied
 	plan := rs.tenants.Plan(desc["tenant"])
 	for _, r := range d.rules {
-		if r.matches(desc) {
+		if r.matches(desc, false) {
 			out = append(out, rs.apply(r, plan, desc))
 		}
 	}
@@ -282,15 +282,19 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 // entries by value (a match on a default filled in is not one): beside
 // per-user, a rule with match {user: vip} alone limits user vip. Rules as
 // specific as each other all apply (two windows on one key, say). Only
-// the rules that apply get their keys built.
+// the rules that apply get their keys built. An entry is given even when
+// its value is empty (Envoy sends a header that is present but empty so):
+// it is counted under "", one counter for every empty value, not left out,
+// which would let a client escape every rule keyed on it by sending the
+// header empty.
 func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
-	d, filled := rs.fill(domain, desc)
+	d, filled := rs.fill(domain, desc, true)
 	if d == nil {
 		return nil
 	}
 	best := -1
 	for _, r := range d.rules {
-		if r.matches(filled) && r.names(desc) {
+		if r.matches(filled, true) && r.names(desc) {
 			best = max(best, r.matchedIn(desc))
 		}
 	}
@@ -300,7 +304,7 @@ func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
 	var out []Applied
 	plan := rs.tenants.Plan(filled["tenant"])
 	for _, r := range d.rules {
-		if r.matches(filled) && r.names(desc) && r.matchedIn(desc) == best {
+		if r.matches(filled, true) && r.names(desc) && r.matchedIn(desc) == best {
 			out = append(out, rs.apply(r, plan, filled))
 		}
 	}
@@ -309,10 +313,11 @@ func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
 
 // fill returns domain's rules and desc with the domain's defaults filled
 // in (a copy only when one is missing), or nil and desc for a domain
-// without rules.
-func (rs *Ruleset) fill(domain string, desc map[string]string) (*domainRules, map[string]string) {
+// without rules. A descriptor with an empty value is missing unless given
+// (matches).
+func (rs *Ruleset) fill(domain string, desc map[string]string, given bool) (*domainRules, map[string]string) {
 	d := rs.domains[domain]
-	if d == nil || !d.fills(desc) {
+	if d == nil || !d.fills(desc, given) {
 		return d, desc
 	}
 	filled := maps.Clone(desc)
@@ -320,11 +325,17 @@ func (rs *Ruleset) fill(domain string, desc map[string]string) (*domainRules, ma
 		filled = map[string]string{}
 	}
 	for k, v := range d.defaults {
-		if filled[k] == "" {
+		if missing(filled, k, given) {
 			filled[k] = v
 		}
 	}
 	return d, filled
+}
+
+// missing reports whether desc leaves descriptor k out.
+func missing(desc map[string]string, k string, given bool) bool {
+	v, ok := desc[k]
+	return !ok || v == "" && !given
 }
 
 // apply resolves rule r for a request with descriptors desc: the plan's
@@ -340,9 +351,9 @@ func (rs *Ruleset) apply(r *Rule, plan string, desc map[string]string) Applied {
 
 // fills reports whether desc lacks a descriptor d has a default for: only
 // then is desc copied (a map copy per decision otherwise).
-func (d *domainRules) fills(desc map[string]string) bool {
+func (d *domainRules) fills(desc map[string]string, given bool) bool {
 	for k := range d.defaults {
-		if desc[k] == "" {
+		if missing(desc, k, given) {
 			return true
 		}
 	}

@@ -400,7 +400,8 @@ func domainKey(domain string) string { return "\x00domain " + domain }
 func planLimitKey(plan, id string) string { return plan + "\x00" + id }
 
 // load reads the tables. Each row's spec is decoded on its own: one that
-// does not decode (a number out of range, a string for a list) is returned
+// does not decode (a number out of range, a string for a list, a field
+// the spec does not have) is returned
 // in broken, by rule ID or planLimitKey, for holdBadRows to hold or leave
 // out like one that does not compile, instead of failing every reload.
 // A rule is named by its row's name column (a copied row renamed there is
@@ -439,7 +440,7 @@ func (p *PostgresSource) load(ctx context.Context, withTenants bool) (ratelimit.
 		var raw []byte
 		if _, err := pgx.ForEachRow(rows, []any{&domain, &name, &raw}, func() error {
 			var spec ratelimit.RuleSpec
-			if err := json.Unmarshal(raw, &spec); err != nil {
+			if err := decodeRow(raw, &spec); err != nil {
 				broken[domain+"/"+name] = fmt.Errorf("its spec does not decode: %w", err)
 				spec = ratelimit.RuleSpec{}
 			}
@@ -466,7 +467,7 @@ func (p *PostgresSource) load(ctx context.Context, withTenants bool) (ratelimit.
 			if ruleID != nil && rawLimit != nil {
 				var limit ratelimit.LimitSpec
 				var fields map[string]any
-				if err := json.Unmarshal(rawLimit, &limit); err != nil {
+				if err := decodeRow(rawLimit, &limit); err != nil {
 					broken[planLimitKey(plan, *ruleID)] = fmt.Errorf("its spec does not decode: %w", err)
 				} else if err := json.Unmarshal(rawLimit, &fields); err == nil {
 					if err := zeroFigure(fields); err != nil {
@@ -498,6 +499,23 @@ func (p *PostgresSource) load(ctx context.Context, withTenants bool) (ratelimit.
 		return cfg, nil, fmt.Errorf("load rules from postgres: %w", err)
 	}
 	return cfg, broken, nil
+}
+
+// decodeRow decodes a row's JSON spec into v as the rules file's decoder
+// does: a field v does not have is refused (a misspelt "brust" or
+// "Shaddow" would otherwise be dropped, and the rule applied without it),
+// and the error names it. Field names match whatever their case, as
+// encoding/json matches them.
+func decodeRow(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("more than one JSON value")
+	}
+	return nil
 }
 
 // Seed writes into the rule tables every item of cfg (domain, rule, plan,

@@ -738,3 +738,73 @@ plans:
 		t.Errorf("pro's limit of api/a with a stored burst of 0 is in force; want it left out")
 	}
 }
+
+// A row with a misspelt field is refused like one that does not compile:
+// held at its last good version, reported by the refresh (counted as
+// failed, and logged) with the row and the field named. It used to be
+// applied without the field: a "mach" made a rule limit every request of
+// its domain, a "brust" or "limt" kept the rule's own figure.
+func TestRowWithAnUnknownFieldIsHeld(t *testing.T) {
+	ctx := context.Background()
+	pool := seeded(t, `
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], match: {route: login}, algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+      - {name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  free: {api/b: {limit: 5}}
+`)
+	var results []error
+	var applied *ratelimit.Ruleset
+	r := &Refresher{Source: loaded(t, pool), Interval: time.Hour, Log: slog.New(slog.DiscardHandler),
+		Apply: func(rs *ratelimit.Ruleset) { applied = rs }, OnResult: func(err error) { results = append(results, err) }}
+	execSQL(t, pool,
+		`UPDATE rl_rules SET spec = spec - 'match' || '{"mach": {"route": "login"}}' WHERE name = 'a'`,
+		`UPDATE rl_rules SET spec = spec || '{"brust": 2}' WHERE name = 'b'`,
+		`UPDATE rl_plan_limits SET spec = '{"limt": 1}' WHERE plan = 'free'`,
+	)
+	err := r.Refresh(ctx)
+	var partial *PartialError
+	if !errors.As(err, &partial) || len(results) != 1 || results[0] != err {
+		t.Fatalf("refresh after misspelt fields: %v (observed %v); want a PartialError, counted", err, results)
+	}
+	for _, want := range []string{
+		`rule api/a held at its last good version (its spec does not decode: json: unknown field "mach")`,
+		`rule api/b held at its last good version (its spec does not decode: json: unknown field "brust")`,
+		`plan free limit of api/b held at its last good version (its spec does not decode: json: unknown field "limt")`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refresh error %q does not say %q", err, want)
+		}
+	}
+	if _, rules := applied.Match("api", map[string]string{"ip": "192.0.2.1", "route": "home"}); len(rules) != 1 || rules[0].Rule.Name != "b" {
+		t.Errorf("rules applied to route home: %d; want b alone (a held at its match)", len(rules))
+	}
+}
+
+// A window or lease ttl that is not a whole number of milliseconds (the
+// scripts' unit) is a row that does not compile: held, not cut to 1ms.
+func TestRowWithASubMillisecondWindowIsHeld(t *testing.T) {
+	pool := seeded(t, `
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  free: {api/a: {limit: 5}}
+`)
+	running := loaded(t, pool)
+	execSQL(t, pool,
+		`UPDATE rl_rules SET spec = spec || '{"window": "1500us"}' WHERE name = 'a'`,
+		`UPDATE rl_plan_limits SET spec = '{"window": "2500us"}' WHERE plan = 'free'`)
+	got, err := running.Load(context.Background())
+	var partial *PartialError
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule api/a held at its last good version (rule api/a: window 1.5ms: want a whole number of milliseconds)") ||
+		!strings.Contains(err.Error(), "plan free limit of api/a held at its last good version") {
+		t.Fatalf("Load after sub-millisecond windows: %v; want both rows held, named", err)
+	}
+	if w := got.Domains["api"].Rules[0].Window; w != "1s" {
+		t.Errorf("api/a's window in force: %q, want 1s (held)", w)
+	}
+}
