@@ -93,10 +93,7 @@ func (l *localLimiter) windowShare(r *Rule) int64 {
 func (l *localLimiter) take(key string, r *Rule, cost int64, now time.Time) result {
 	s, ok := l.keys.Get(key)
 	if !ok {
-		s = &localState{}
-		if ev := l.evicted.Load(); ev != 0 && now.UnixNano()-ev < l.memory(r).Nanoseconds() {
-			l.spend(s, r, now)
-		}
+		s = l.fresh(r, now)
 		prev, found, evicted := l.keys.PeekOrAdd(key, s)
 		if found {
 			s = prev
@@ -107,32 +104,43 @@ func (l *localLimiter) take(key string, r *Rule, cost int64, now time.Time) resu
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return l.decide(s, r, cost, now)
+}
+
+// peek reports key's state under r as a take of cost 0 would see it,
+// changing nothing: not the key's state, and not the keys tracked (a look
+// at a fresh key must not push a tracked one out).
+func (l *localLimiter) peek(key string, r *Rule, now time.Time) result {
+	s, ok := l.keys.Peek(key)
+	if !ok {
+		return l.decide(l.fresh(r, now), r, 0, now)
+	}
+	var c localState
+	s.mu.Lock()
+	c.tokens, c.ts, c.slots, c.last = s.tokens, s.ts, s.slots, s.last
+	s.mu.Unlock()
+	return l.decide(&c, r, 0, now)
+}
+
+// fresh is the state of a key the limiter holds none for: full, or spent
+// when a key was dropped within r's memory of now (it may have been this
+// one, and its units are not to be handed out twice).
+func (l *localLimiter) fresh(r *Rule, now time.Time) *localState {
+	s := &localState{}
+	if ev := l.evicted.Load(); ev != 0 && now.UnixNano()-ev < l.memory(r).Nanoseconds() {
+		l.spend(s, r, now)
+	}
+	return s
+}
+
+// decide takes cost from s under r, by r's algorithm (cost 0: a look);
+// s is the caller's, or locked by it.
+func (l *localLimiter) decide(s *localState, r *Rule, cost int64, now time.Time) result {
 	if bucket(r) {
 		rate, burst := l.bucketShare(r)
 		return s.takeTokens(r, rate, burst, cost, now)
 	}
 	return s.takeWindow(r, l.windowShare(r), cost, now)
-}
-
-// peek reports key's state under r as a take of cost 0 would see it,
-// changing nothing: not the key's state, and not the keys tracked (a look
-// at a fresh key must not push a tracked one out). A key without state is
-// read as take would start it: full, or spent within a window of an
-// eviction.
-func (l *localLimiter) peek(key string, r *Rule, now time.Time) result {
-	var c localState
-	if s, ok := l.keys.Peek(key); ok {
-		s.mu.Lock()
-		c.tokens, c.ts, c.slots, c.last = s.tokens, s.ts, s.slots, s.last
-		s.mu.Unlock()
-	} else if ev := l.evicted.Load(); ev != 0 && now.UnixNano()-ev < l.memory(r).Nanoseconds() {
-		l.spend(&c, r, now)
-	}
-	if bucket(r) {
-		rate, burst := l.bucketShare(r)
-		return c.takeTokens(r, rate, burst, 0, now)
-	}
-	return c.takeWindow(r, l.windowShare(r), 0, now)
 }
 
 // memory is how long a key's state under r matters after its last take:
