@@ -27,7 +27,23 @@ const (
 	// Idempotency-Key header at the gateway, or a gRPC caller's own. A
 	// create sent again with the same key answers what the first made.
 	IdempotencyKey = "idempotency-key"
+	// IfMatchKey carries the entity tags a change is conditional on: the
+	// client's If-Match header at the gateway, a tag per value. The change
+	// applies only while the resource's current tag is one of them.
+	IfMatchKey = "if-match"
 )
+
+// MaxIfMatch bounds the entity tags of one call (IfMatchKey values).
+const MaxIfMatch = 16
+
+// ReasonETagMismatch (ErrorInfo, ABORTED; 412 at the gateway): the change
+// was conditional on entity tags, and the resource's current one is none of
+// them: it changed since the client read it.
+const ReasonETagMismatch = "ETAG_MISMATCH"
+
+// ReasonIfMatchInvalid (INVALID_ARGUMENT): If-Match is not a list of
+// entity tags, or holds more than MaxIfMatch.
+const ReasonIfMatchInvalid = "IF_MATCH_INVALID"
 
 // MaxIdempotencyKey is the longest idempotency key, in bytes.
 const MaxIdempotencyKey = 255
@@ -78,6 +94,27 @@ func IncomingIdempotencyKey(ctx context.Context) (string, error) {
 		return v[0], CheckIdempotencyKey(v[0])
 	}
 	return "", fmt.Errorf("the call carries %d idempotency keys; send one", len(v))
+}
+
+// OutgoingIfMatch returns ctx with tags attached for the next call as the
+// entity tags its change is conditional on.
+func OutgoingIfMatch(ctx context.Context, tags []string) context.Context {
+	kv := make([]string, 0, 2*len(tags))
+	for _, t := range tags {
+		kv = append(kv, IfMatchKey, t)
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
+
+// IncomingIfMatch returns the entity tags an incoming call's change is
+// conditional on (nil: none), or an error for more than MaxIfMatch.
+func IncomingIfMatch(ctx context.Context) ([]string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(IfMatchKey)
+	if len(v) > MaxIfMatch {
+		return nil, fmt.Errorf("the call is conditional on %d entity tags; send at most %d", len(v), MaxIfMatch)
+	}
+	return v, nil
 }
 
 // AnonymousTenant owns the calls that carry no tenant, where a service allows

@@ -834,7 +834,12 @@ type Link struct {
 	// A/B-test destinations: the visits no rule and no device target took
 	// are split by weight, sticky per visitor (client address; an IPv6 /64
 	// is one visitor). At most 10.
-	Variants      []*Variant `protobuf:"bytes,17,rep,name=variants,proto3" json:"variants,omitempty"`
+	Variants []*Variant `protobuf:"bytes,17,rep,name=variants,proto3" json:"variants,omitempty"`
+	// The link's entity tag: it changes with every change of the link (the
+	// HTTP API's ETag, quoted there). On update, when set, the update
+	// applies only if the link's tag still is this one (else ABORTED,
+	// reason ETAG_MISMATCH: read the link again). Never in update_mask.
+	Etag          string `protobuf:"bytes,18,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -986,6 +991,13 @@ func (x *Link) GetVariants() []*Variant {
 		return x.Variants
 	}
 	return nil
+}
+
+func (x *Link) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
 }
 
 // RedirectRule sends the visits matching all its conditions to url.
@@ -2262,7 +2274,7 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x14ApproveDomainRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
 	"\x15ApproveDomainResponse\x121\n" +
-	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\xe1\x05\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\xf5\x05\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\tshort_url\x18\x02 \x01(\tR\bshortUrl\x12\x19\n" +
@@ -2285,7 +2297,8 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x0edevice_targets\x18\x0e \x01(\v2 .kurz.shortener.v1.DeviceTargetsR\rdeviceTargets\x12\x1b\n" +
 	"\x06domain\x18\x0f \x01(\tH\x00R\x06domain\x88\x01\x01\x125\n" +
 	"\x05rules\x18\x10 \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
-	"\bvariants\x18\x11 \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariantsB\t\n" +
+	"\bvariants\x18\x11 \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\x12\x12\n" +
+	"\x04etag\x18\x12 \x01(\tR\x04etagB\t\n" +
 	"\a_domain\"v\n" +
 	"\fRedirectRule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +

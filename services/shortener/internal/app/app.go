@@ -5,6 +5,8 @@ package app
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -347,7 +349,16 @@ func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, urlPolicy 
 		RetryInterval:  cfg.InvalidationRetry,
 		RetryMaxDelay:  cfg.InvalidationMaxBackoff,
 		Keying:         cfg.Keying,
+		ETagKey:        etagKey(cfg.CodeKey),
 	}, deps)
+}
+
+// etagKey is the links' entity tag key, derived from the code key: the
+// same on every replica, and no further secret for an operator to keep.
+func etagKey(codeKey string) []byte {
+	mac := hmac.New(sha256.New, []byte(codeKey))
+	mac.Write([]byte("kurz link etags, v1"))
+	return mac.Sum(nil)
 }
 
 // txtResolver is what VerifyDomain asks: the test's, the configured DNS

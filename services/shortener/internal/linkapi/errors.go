@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/urlcheck"
@@ -58,6 +59,8 @@ const (
 var linkErrors = []rpcerr.Sentinel{
 	{Err: linkstore.ErrDomainGone, Code: codes.FailedPrecondition, Reason: ReasonDomainNotVerified, Field: "domain",
 		Message: "domain: the link's domain stopped being one of your verified domains while it was created (deleted meanwhile?); nothing was created"},
+	{Err: linkstore.ErrChanged, Code: codes.Aborted, Reason: callmeta.ReasonETagMismatch,
+		Message: "the link changed since you read it (its etag is not the one given): read it again, then apply your change to what it is now"},
 	{Err: linkstore.ErrNotFound, Code: codes.NotFound,
 		Message: "no such link: check the code (links of other tenants are not visible)"},
 	{Err: linkstore.ErrBadPageToken, Code: codes.InvalidArgument, Reason: ReasonPageTokenInvalid, Field: "page_token",

@@ -90,6 +90,9 @@ type Options struct {
 	OwnHosts []string
 	// DNSTimeout bounds one TXT lookup of VerifyDomain.
 	DNSTimeout time.Duration
+	// ETagKey keys the links' entity tags (etag.go); the app derives it
+	// from the code key, so every replica gives a link the same tag.
+	ETagKey []byte
 }
 
 // Service implements shortenerv1.ShortenerServiceServer.
@@ -107,6 +110,7 @@ type Service struct {
 	hashes  *capacity.Gate
 	domains DomainStore
 	txt     TXTResolver
+	etagKey []byte
 	log     *slog.Logger
 	m       instruments
 }
@@ -150,7 +154,11 @@ type Deps struct {
 // New builds the service.
 func New(opts Options, d Deps) (*Service, error) {
 	s := &Service{opts: opts, store: d.Store, rdb: d.Redis, blocks: d.Blocks, random: d.Random, fromURL: d.FromURL,
-		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, hashes: d.Hashes, domains: d.Domains, txt: d.TXT, log: d.Log}
+		policy: d.Policy, scanner: d.Scanner, quota: d.Quota, hashes: d.Hashes, domains: d.Domains, txt: d.TXT, log: d.Log,
+		etagKey: opts.ETagKey}
+	if len(s.etagKey) == 0 {
+		s.etagKey = etagKeyWithoutOptions
+	}
 	var errs []error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, err := d.Meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -966,6 +974,7 @@ func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 		p.DeviceTargets = &shortenerv1.DeviceTargets{IosUrl: t.IOS, AndroidUrl: t.Android, DesktopUrl: t.Desktop}
 	}
 	p.Rules, p.Variants = rulesProto(l.Rules)
+	p.Etag = s.etag(l)
 	return p
 }
 
@@ -1162,12 +1171,25 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 			return nil, toStatus(ctx, s.log, "update", err)
 		}
 	}
+	cond, err := preconditionOf(ctx, link.GetEtag())
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "update", err)
+	}
+	// Checked last of what the request says, before the costs of a change
+	// (a password hash): a request refused anyway is refused for what it
+	// is, not for a stale tag.
+	ifVersion, stored, err := s.check(ctx, tenant, key, cond)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "update", err)
+	}
+	ch.IfVersion = ifVersion
 	if ch.Disabled != nil && !*ch.Disabled {
 		// The blocklist sweep disables a link with this same flag: enabling
 		// it must not serve a destination blocked since it was scanned.
-		stored, err := s.store.Get(ctx, tenant, key)
-		if err != nil {
-			return nil, toStatus(ctx, s.log, "update", err)
+		if ifVersion == nil {
+			if stored, err = s.store.Get(ctx, tenant, key); err != nil {
+				return nil, toStatus(ctx, s.log, "update", err)
+			}
 		}
 		if err := s.scanKept(ctx, stored, ch); err != nil {
 			return nil, toStatus(ctx, s.log, "update", err)
@@ -1213,7 +1235,15 @@ func (s *Service) DeleteLink(ctx context.Context, req *shortenerv1.DeleteLinkReq
 	if !linkcode.Plausible(req.GetCode()) || !ok {
 		return nil, toStatus(ctx, s.log, "delete", linkstore.ErrNotFound)
 	}
-	l, err := s.store.Delete(ctx, tenant, key)
+	cond, err := preconditionOf(ctx, "")
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "delete", err)
+	}
+	ifVersion, _, err := s.check(ctx, tenant, key, cond)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "delete", err)
+	}
+	l, err := s.store.Delete(ctx, tenant, key, ifVersion)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, "delete", err)
 	}

@@ -21,7 +21,7 @@ type Store interface {
 	List(ctx context.Context, tenant string, size int, token, tag string) (linkstore.Page, error)
 	Live(ctx context.Context, after string, n int) ([]linkstore.Link, error)
 	Update(ctx context.Context, tenant, code string, ch linkstore.Changes) (linkstore.Link, error)
-	Delete(ctx context.Context, tenant, code string) (linkstore.Link, error)
+	Delete(ctx context.Context, tenant, code string, ifVersion *uint32) (linkstore.Link, error)
 	Refresh(ctx context.Context, code string, write func(context.Context, linkstore.Link) error) error
 	DueInvalidations(ctx context.Context, limit int) ([]string, error)
 	Postpone(ctx context.Context, code string, base, maxDelay time.Duration) error

@@ -110,7 +110,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 		// A deleted link leaves the key free (its code stays taken).
 		b := insert(t, linkstore.Link{Code: run + "h5", Tenant: tenant, LongURL: "https://example.com/u", URLKey: key})
-		if _, err := s.Delete(ctx, tenant, b.Code); err != nil {
+		if _, err := s.Delete(ctx, tenant, b.Code, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.FromURL(ctx, tenant, key); !errors.Is(err, linkstore.ErrNotFound) {
@@ -146,7 +146,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 			t.Error("InsertMany stored a link with a RequestKey")
 		}
 		// A deleted link leaves the key free.
-		if _, err := s.Delete(ctx, tenant, a.Code); err != nil {
+		if _, err := s.Delete(ctx, tenant, a.Code, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.ByRequest(ctx, tenant, key); !errors.Is(err, linkstore.ErrNotFound) {
@@ -234,7 +234,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		if _, err := s.Insert(ctx, linkstore.Link{Code: l.Code, Tenant: other, LongURL: "https://example.com/o"}); !errors.Is(err, linkstore.ErrCodeTaken) {
 			t.Errorf("Insert of a code another tenant holds: %v, want ErrCodeTaken", err)
 		}
-		if _, err := s.Delete(ctx, tenant, l.Code); err != nil {
+		if _, err := s.Delete(ctx, tenant, l.Code, nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Insert(ctx, l); !errors.Is(err, linkstore.ErrCodeTaken) {
@@ -243,7 +243,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		if _, err := s.Get(ctx, tenant, l.Code); !errors.Is(err, linkstore.ErrNotFound) {
 			t.Errorf("Get of a revoked link: %v, want ErrNotFound", err)
 		}
-		if _, err := s.Delete(ctx, tenant, l.Code); !errors.Is(err, linkstore.ErrNotFound) {
+		if _, err := s.Delete(ctx, tenant, l.Code, nil); !errors.Is(err, linkstore.ErrNotFound) {
 			t.Errorf("Delete of a revoked link: %v, want ErrNotFound", err)
 		}
 	})
@@ -257,7 +257,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		if _, err := s.Update(ctx, other, l.Code, linkstore.Changes{Disabled: &disabled}); !errors.Is(err, linkstore.ErrNotFound) {
 			t.Errorf("Update as another tenant: %v, want ErrNotFound", err)
 		}
-		if _, err := s.Delete(ctx, other, l.Code); !errors.Is(err, linkstore.ErrNotFound) {
+		if _, err := s.Delete(ctx, other, l.Code, nil); !errors.Is(err, linkstore.ErrNotFound) {
 			t.Errorf("Delete as another tenant: %v, want ErrNotFound", err)
 		}
 		page, err := s.List(ctx, other, 100, "", "")
@@ -298,7 +298,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		mine := insert(t, linkstore.Link{Code: run + "k1", Tenant: tenant, LongURL: "https://example.com/k1"})
 		theirs := insert(t, linkstore.Link{Code: run + "k2", Tenant: other, LongURL: "https://example.com/k2"})
 		revoked := insert(t, linkstore.Link{Code: run + "k3", Tenant: tenant, LongURL: "https://example.com/k3"})
-		if _, err := s.Delete(ctx, tenant, revoked.Code); err != nil {
+		if _, err := s.Delete(ctx, tenant, revoked.Code, nil); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.Taken(ctx, tenant, []string{mine.Code, theirs.Code, revoked.Code, run + "k4"})
@@ -321,7 +321,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 				LongURL: "https://example.com/l", Tags: tags}))
 		}
 		gone := insert(t, linkstore.Link{Code: run + "lz", Tenant: lt, LongURL: "https://example.com/gone", Tags: []string{"red"}})
-		if _, err := s.Delete(ctx, lt, gone.Code); err != nil {
+		if _, err := s.Delete(ctx, lt, gone.Code, nil); err != nil {
 			t.Fatal(err)
 		}
 		slices.SortFunc(all, func(a, b linkstore.Link) int {
@@ -438,6 +438,42 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 	})
 
+	t.Run("ChangesInAVersionApplyOnlyToIt", func(t *testing.T) {
+		l := insert(t, linkstore.Link{Code: run + "v1", Tenant: tenant, LongURL: "https://example.com/v"})
+		if read, err := s.Get(ctx, tenant, l.Code); err != nil || read.Version != l.Version {
+			t.Fatalf("Get after Insert: version %d, %v; Insert returned %d", read.Version, err, l.Version)
+		}
+		first := l.Version
+		d := true
+		got, err := s.Update(ctx, tenant, l.Code, linkstore.Changes{Disabled: &d, IfVersion: &first})
+		if err != nil || !got.Disabled {
+			t.Fatalf("Update in the current version: %+v, %v", got, err)
+		}
+		if got.Version == first {
+			t.Fatalf("Update left the version at %d", first)
+		}
+		// The same write again, as its first version: the link is in another.
+		d = false
+		if _, err := s.Update(ctx, tenant, l.Code, linkstore.Changes{Disabled: &d, IfVersion: &first}); !errors.Is(err, linkstore.ErrChanged) {
+			t.Errorf("Update in a past version: %v, want ErrChanged", err)
+		}
+		if _, err := s.Delete(ctx, tenant, l.Code, &first); !errors.Is(err, linkstore.ErrChanged) {
+			t.Errorf("Delete in a past version: %v, want ErrChanged", err)
+		}
+		if read, err := s.Get(ctx, tenant, l.Code); err != nil || !read.Disabled || read.Version != got.Version {
+			t.Errorf("after the refused changes: %+v, %v; want the link as the first Update left it", read, err)
+		}
+		if _, err := s.Delete(ctx, other, l.Code, &got.Version); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("Delete of another tenant's link in its version: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Delete(ctx, tenant, l.Code, &got.Version); err != nil {
+			t.Fatalf("Delete in the current version: %v", err)
+		}
+		if _, err := s.Update(ctx, tenant, l.Code, linkstore.Changes{Disabled: &d, IfVersion: &got.Version}); !errors.Is(err, linkstore.ErrNotFound) {
+			t.Errorf("Update of a deleted link: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("RulesAndVariantsAreStoredAndReplacedApart", func(t *testing.T) {
 		rules := func(names ...string) []linkrules.Rule {
 			var out []linkrules.Rule
@@ -496,7 +532,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		if _, err := s.Update(ctx, other, lr+"b", linkstore.Changes{Disabled: &disabled}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Delete(ctx, other, lr+"d"); err != nil {
+		if _, err := s.Delete(ctx, other, lr+"d", nil); err != nil {
 			t.Fatal(err)
 		}
 		// The run's codes come first after lr: every code between lr and
@@ -555,7 +591,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		if len(written) != 1 || written[0].LongURL != v2 {
 			t.Errorf("Refresh wrote %+v, want the link's current state once", written)
 		}
-		if _, err := s.Delete(ctx, tenant, l.Code); err != nil {
+		if _, err := s.Delete(ctx, tenant, l.Code, nil); err != nil {
 			t.Fatal(err)
 		}
 		if !pending(t, l.Code) {
@@ -579,7 +615,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 
 	t.Run("RefreshWritesTheCurrentState", func(t *testing.T) {
 		l := insert(t, linkstore.Link{Code: run + "wc1", Tenant: tenant, LongURL: "https://example.com/wc1"})
-		if _, err := s.Delete(ctx, tenant, l.Code); err != nil {
+		if _, err := s.Delete(ctx, tenant, l.Code, nil); err != nil {
 			t.Fatal(err)
 		}
 		var got []linkstore.Link

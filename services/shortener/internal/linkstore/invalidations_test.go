@@ -94,7 +94,7 @@ func TestInvalidationsAreOnePerLink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Delete(ctx, tenant, code); err != nil {
+	if _, err := s.Delete(ctx, tenant, code, nil); err != nil {
 		t.Fatal(err)
 	}
 	var n int

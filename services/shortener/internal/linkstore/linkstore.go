@@ -25,6 +25,9 @@ import (
 var (
 	// ErrNotFound: no live link with this code for this tenant.
 	ErrNotFound = errors.New("link not found")
+	// ErrChanged: a change asked for one state of the link (a version), and
+	// the link has changed since.
+	ErrChanged = errors.New("link changed since the version given")
 	// ErrCodeTaken: the code is already used by some link (any tenant, live
 	// or revoked).
 	ErrCodeTaken = errors.New("code already taken")
@@ -91,6 +94,11 @@ type Link struct {
 	// tell its repeats from another request sent with the same key. Both
 	// are written by Insert and read by ByRequest only (nil elsewhere).
 	RequestKey, RequestHash []byte
+	// Version names the row's current state: PostgreSQL's xmin, which
+	// every write of the row (an UPDATE of any column) replaces, and a
+	// lock does not. Changes.IfVersion and Delete's ifVersion apply a
+	// change only while the row still is in that state.
+	Version uint32
 	// RefuseHosts (Insert only, not stored): the hosts of the link's
 	// destinations; the insert stores nothing (ErrHostServed) when one of
 	// them is a verified custom domain as it runs, in the same statement.
@@ -109,7 +117,7 @@ func New(db *pgxpool.Pool, timeout time.Duration) *Store {
 }
 
 const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at,
-	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, url_key, domain`
+	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, url_key, domain, xmin`
 
 // scan reads a row of columns, then into extra the row's further columns.
 func scan(row pgx.Row, extra ...any) (Link, error) {
@@ -118,7 +126,7 @@ func scan(row pgx.Row, extra ...any) (Link, error) {
 	var hash, ios, android, desktop *string
 	var rules []byte
 	err := row.Scan(append([]any{&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
-		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules, &l.URLKey, &l.Domain}, extra...)...)
+		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules, &l.URLKey, &l.Domain, &l.Version}, extra...)...)
 	if err != nil {
 		return l, err
 	}
@@ -698,6 +706,9 @@ type Changes struct {
 	// Variants the variants, each leaving the other as it is.
 	Rules    *[]linkrules.Rule
 	Variants *[]linkrules.Variant
+	// IfVersion, when set, applies the changes only if the link is still
+	// in this state (Link.Version): ErrChanged if it is not.
+	IfVersion *uint32
 }
 
 // DeviceURLs are the three per-device targets of a link; "" is none.
@@ -760,17 +771,50 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 				|| COALESCE($18::jsonb, '{}'::jsonb) || COALESCE($20::jsonb, '{}'::jsonb), '{}'::jsonb) ELSE rules END,
 			url_key       = CASE WHEN $3::text IS DISTINCT FROM NULL AND $3::text <> long_url THEN NULL ELSE url_key END,
 			updated_at    = now()
-		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL`), code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
+		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL AND `+inVersion(21)), code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
 		ch.Tags != nil, tags, ch.MaxVisits, ch.PasswordHash != nil, hash,
 		ch.Targets != nil, nullIfEmpty(targets.IOS), nullIfEmpty(targets.Android), nullIfEmpty(targets.Desktop),
-		ch.Rules != nil, rulesPart(ch.Rules, nil), ch.Variants != nil, rulesPart(nil, ch.Variants)))
+		ch.Rules != nil, rulesPart(ch.Rules, nil), ch.Variants != nil, rulesPart(nil, ch.Variants), versionArg(ch.IfVersion)))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Link{}, ErrNotFound
+		return Link{}, s.missing(ctx, tenant, code, ch.IfVersion)
 	}
 	if err != nil {
 		return Link{}, fmt.Errorf("update link: %w", err)
 	}
 	return l, nil
+}
+
+// inVersion is the condition of a change made only in one state of the
+// row: parameter $n (a bigint, NULL for any state) is its Link.Version.
+// Under READ COMMITTED a row changed by a transaction this one waited for
+// is checked again in its new state, whose xmin differs.
+func inVersion(n int) string {
+	return fmt.Sprintf(`($%d::bigint IS NULL OR xmin::text::bigint = $%[1]d)`, n)
+}
+
+func versionArg(v *uint32) *int64 {
+	if v == nil {
+		return nil
+	}
+	n := int64(*v)
+	return &n
+}
+
+// missing tells why a change of tenant's link code found no row: the link
+// is not there, or (with a version) it changed since that version.
+func (s *Store) missing(ctx context.Context, tenant, code string, ifVersion *uint32) error {
+	if ifVersion == nil {
+		return ErrNotFound
+	}
+	var live bool
+	if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM links WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL)`,
+		code, tenant).Scan(&live); err != nil {
+		return fmt.Errorf("change link: %w", err)
+	}
+	if live {
+		return ErrChanged
+	}
+	return ErrNotFound
 }
 
 // rulesPart is the rules or the variants of Changes as a JSON object of the
@@ -788,15 +832,16 @@ func rulesPart(rules *[]linkrules.Rule, variants *[]linkrules.Variant) *string {
 
 // Delete revokes tenant's live link code: the row stays, marked deleted, so
 // the code is never handed out again and keeps answering 410. Like Update, it
-// queues an invalidation of code.
-func (s *Store) Delete(ctx context.Context, tenant, code string) (Link, error) {
+// queues an invalidation of code, and with ifVersion deletes only the link
+// in that state (ErrChanged otherwise).
+func (s *Store) Delete(ctx context.Context, tenant, code string, ifVersion *uint32) (Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	l, err := scan(s.db.QueryRow(ctx, queueing(`
 		UPDATE links SET deleted_at = now(), updated_at = now()
-		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL`), code, tenant))
+		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL AND `+inVersion(3)), code, tenant, versionArg(ifVersion)))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Link{}, ErrNotFound
+		return Link{}, s.missing(ctx, tenant, code, ifVersion)
 	}
 	if err != nil {
 		return Link{}, fmt.Errorf("delete link: %w", err)

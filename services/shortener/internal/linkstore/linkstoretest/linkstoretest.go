@@ -27,6 +27,9 @@ type Fake struct {
 	queue map[string]*invalidation
 	// block is the last value NextBlocks handed out.
 	block int64
+	// versions is the last Link.Version given to a row: every write takes
+	// the next, as xmin takes each write's transaction ID.
+	versions uint32
 	// fail, when set, is what every call returns.
 	fail error
 	// Served, when set, answers which hosts are verified custom domains,
@@ -123,6 +126,8 @@ func (f *Fake) insert(l linkstore.Link, t time.Time) (linkstore.Link, bool) {
 	l = clone(l)
 	l.RefuseHosts = nil // not stored
 	l.Created, l.Updated, l.Disabled, l.Deleted = t, t, false, nil
+	f.versions++
+	l.Version = f.versions
 	r := &row{link: l, requestKey: slices.Clone(l.RequestKey), requestHash: slices.Clone(l.RequestHash)}
 	r.link.RequestKey, r.link.RequestHash = nil, nil
 	f.links[l.Code] = r
@@ -154,6 +159,8 @@ func (f *Fake) Insert(_ context.Context, l linkstore.Link) (linkstore.Link, erro
 				return linkstore.Link{}, linkstore.ErrURLTaken
 			}
 			r.link.URLKey = nil // released to l, as the PostgreSQL store does
+			f.versions++
+			r.link.Version = f.versions
 		}
 	}
 	stored, ok := f.insert(l, t)
@@ -233,6 +240,8 @@ func (f *Fake) ReleaseURLKey(_ context.Context, tenant, code string, key []byte)
 	}
 	if r, ok := f.links[code]; ok && r.link.Tenant == tenant && r.link.URLKey != nil && string(r.link.URLKey) == string(key) {
 		r.link.URLKey = nil
+		f.versions++
+		r.link.Version = f.versions
 	}
 	return nil
 }
@@ -359,16 +368,21 @@ func (f *Fake) Live(_ context.Context, after string, n int) ([]linkstore.Link, e
 
 // change applies edit to tenant's live link code and queues its
 // invalidation, as Update and Delete do.
-func (f *Fake) change(tenant, code string, edit func(*linkstore.Link, time.Time)) (linkstore.Link, error) {
+func (f *Fake) change(tenant, code string, ifVersion *uint32, edit func(*linkstore.Link, time.Time)) (linkstore.Link, error) {
 	defer f.mu.Unlock()
 	r, err := f.lockLive(tenant, code)
 	if err != nil {
 		return linkstore.Link{}, err
 	}
+	if ifVersion != nil && *ifVersion != r.link.Version {
+		return linkstore.Link{}, linkstore.ErrChanged
+	}
 	t := now()
 	edit(&r.link, t)
 	r.link.Updated = t
 	r.version++
+	f.versions++
+	r.link.Version = f.versions
 	if _, queued := f.queue[code]; !queued {
 		f.queue[code] = &invalidation{created: t, next: t}
 	}
@@ -377,7 +391,7 @@ func (f *Fake) change(tenant, code string, edit func(*linkstore.Link, time.Time)
 
 // Update applies ch to tenant's live link code and queues an invalidation.
 func (f *Fake) Update(_ context.Context, tenant, code string, ch linkstore.Changes) (linkstore.Link, error) {
-	return f.change(tenant, code, func(l *linkstore.Link, _ time.Time) {
+	return f.change(tenant, code, ch.IfVersion, func(l *linkstore.Link, _ time.Time) {
 		if ch.LongURL != nil {
 			if *ch.LongURL != l.LongURL {
 				l.URLKey = nil
@@ -426,8 +440,8 @@ func (f *Fake) Update(_ context.Context, tenant, code string, ch linkstore.Chang
 }
 
 // Delete revokes tenant's live link code and queues an invalidation.
-func (f *Fake) Delete(_ context.Context, tenant, code string) (linkstore.Link, error) {
-	return f.change(tenant, code, func(l *linkstore.Link, t time.Time) { l.Deleted = &t })
+func (f *Fake) Delete(_ context.Context, tenant, code string, ifVersion *uint32) (linkstore.Link, error) {
+	return f.change(tenant, code, ifVersion, func(l *linkstore.Link, t time.Time) { l.Deleted = &t })
 }
 
 // Refresh is refreshMany of one code, write called with its link.
