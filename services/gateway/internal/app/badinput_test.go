@@ -46,7 +46,7 @@ func TestBadInput(t *testing.T) {
 		{"TRACE", "TRACE", "/v1/links", "", nil, 405, "METHOD_NOT_ALLOWED", "method TRACE is not allowed"},
 		{"made-up method on a link", "BREW", "/v1/links/" + code, "", nil, 405, "METHOD_NOT_ALLOWED", "allowed: DELETE, GET, HEAD, PATCH"},
 		{"POST on a link", "POST", "/v1/links/" + code, `{"longUrl":"https://example.com/"}`, nil, 405, "METHOD_NOT_ALLOWED", "allowed:"},
-		{"PATCH with If-Match", "PATCH", "/v1/links/" + code, `{"disabled":true}`, []string{"If-Match", `"stale-version"`}, 412, "PRECONDITION_FAILED", "If-Match cannot hold"},
+		{"PATCH with If-Match", "PATCH", "/v1/links/" + code, `{"disabled":true}`, []string{"If-Match", `"stale-version"`}, 412, "PRECONDITION_FAILED", "changed since you read it"},
 		{"DELETE with If-Unmodified-Since", "DELETE", "/v1/links/" + code, "", []string{"If-Unmodified-Since", "Mon, 01 Jan 1990 00:00:00 GMT"}, 412, "PRECONDITION_FAILED", "If-Unmodified-Since cannot hold"},
 		{"unknown route", "GET", "/v1/nothing", "", nil, 404, "NOT_FOUND", "no such route"},
 		{"path traversal", "GET", "/v1/links/../admin/tenants", "", nil, 400, "INVALID_ARGUMENT", "not canonical"},

@@ -225,6 +225,9 @@ type call struct {
 	// idempotencyKey is the call's Idempotency-Key, on a route that takes
 	// one (mapping.idempotent); the services get it as metadata.
 	idempotencyKey string
+	// ifMatch are the entity tags of the call's If-Match, on a write that
+	// takes it (mapping.conditional); the services get them as metadata.
+	ifMatch []string
 }
 
 // tenant is the tenant the call acts for ("" before authentication and on
@@ -232,7 +235,7 @@ type call struct {
 func (c *call) tenant() string { return c.st.tenant }
 
 // downstream returns the context for a call to a service behind the
-// gateway: tenant, client IP and idempotency key as metadata
+// gateway: tenant, client IP, idempotency key and If-Match as metadata
 // (pkg/callmeta), bounded by the call timeout.
 func (a *API) downstream(c *call) (context.Context, context.CancelFunc) {
 	return a.downstreamFor(c, a.opts.CallTimeout)
@@ -243,6 +246,9 @@ func (a *API) downstreamFor(c *call, timeout time.Duration) (context.Context, co
 	ctx := callmeta.Outgoing(c.r.Context(), c.tenant(), c.st.ip)
 	if c.idempotencyKey != "" {
 		ctx = callmeta.OutgoingIdempotencyKey(ctx, c.idempotencyKey)
+	}
+	if len(c.ifMatch) > 0 {
+		ctx = callmeta.OutgoingIfMatch(ctx, c.ifMatch)
 	}
 	return context.WithTimeout(ctx, timeout)
 }
@@ -257,6 +263,9 @@ func (a *API) serve(rt route) http.Handler {
 		err := a.admit(c, rt)
 		if err == nil {
 			err = idempotencyKey(c, rt)
+		}
+		if err == nil {
+			err = ifMatch(c, rt)
 		}
 		if err == nil {
 			err = checkPath(r, wildcards)

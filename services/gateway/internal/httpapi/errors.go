@@ -28,7 +28,8 @@ const (
 	codeBodyTooLarge     = "PAYLOAD_TOO_LARGE"
 	codeHeadersTooLarge  = "HEADERS_TOO_LARGE"
 	codeURITooLong       = "URI_TOO_LONG"
-	// codePreconditionFailed: a write with If-Match or If-Unmodified-Since.
+	// codePreconditionFailed: a precondition (If-Match, ...) that does not
+	// hold, or cannot on this route.
 	codePreconditionFailed = "PRECONDITION_FAILED"
 )
 
@@ -219,6 +220,11 @@ func toAPIError(err error) *apiError {
 	}
 	if e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
 		e.retryAfter = max(e.retryAfter, time.Second)
+	}
+	if code == codes.Aborted && e.reason == callmeta.ReasonETagMismatch {
+		// The service's check of If-Match (or of the body's etag): the
+		// link changed since the client read it.
+		e.status, e.code = http.StatusPreconditionFailed, codePreconditionFailed
 	}
 	if code == codes.InvalidArgument && e.reason == callmeta.ReasonIdempotencyKeyReused {
 		// The idempotency-key draft's answer to a key sent again with

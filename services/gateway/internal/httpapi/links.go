@@ -30,14 +30,14 @@ func (a *API) table() []route {
 	return []route{
 		{pattern: "GET /v1/openapi.json", access: public, handle: a.openAPI},
 
-		{pattern: "POST /v1/links", access: tenantOrAnonymous, rpc: &mapping{status: http.StatusCreated, existed: linkExisted, location: linkLocation, idempotent: true}},
+		{pattern: "POST /v1/links", access: tenantOrAnonymous, rpc: &mapping{status: http.StatusCreated, existed: linkExisted, location: linkLocation, idempotent: true, etag: linkETag}},
 		{pattern: "GET /v1/links", access: tenantKey, query: []string{"page_size", "page_token", "tag"}, rpc: &mapping{before: checkPageSize}},
 		{pattern: "POST /v1/links:batch", access: tenantKey, rpc: &mapping{bulkBody: batchBodyBytes, before: checkBatchItems}},
 		{pattern: "GET /v1/links:export", access: tenantKey, query: []string{"tag"}, handle: a.exportLinks},
 		{pattern: "POST /v1/links:import", access: tenantKey, handle: a.importLinks},
-		{pattern: "GET /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain}},
-		{pattern: "PATCH /v1/links/{code}", access: tenantKey, rpc: &mapping{before: patchMask}},
-		{pattern: "DELETE /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain, status: http.StatusNoContent}},
+		{pattern: "GET /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain, etag: linkETag}},
+		{pattern: "PATCH /v1/links/{code}", access: tenantKey, rpc: &mapping{before: patchMask, etag: linkETag, conditional: true}},
+		{pattern: "DELETE /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain, status: http.StatusNoContent, conditional: true}},
 		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval", "domain"}, rpc: &mapping{before: a.statsFirst}},
 		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
@@ -156,8 +156,8 @@ func patchMask(_ *call, body []byte, q url.Values) error {
 		if fd == nil {
 			fd = fields.ByTextName(key)
 		}
-		if fd != nil && fd.Name() == "domain" {
-			continue // identifies the link
+		if fd != nil && (fd.Name() == "domain" || fd.Name() == "etag") {
+			continue // identifies the link, or the state a change applies to
 		}
 		if fd == nil || !slices.Contains(mutableLinkFields, fd.Name()) {
 			return badRequest(fmt.Sprintf("field %q cannot be changed; PATCH takes %s", key, mutableLinkJSON))

@@ -49,6 +49,13 @@ type mapping struct {
 	existed func(resp proto.Message) bool
 	// idempotent: the route takes an Idempotency-Key header (idempotency.go).
 	idempotent bool
+	// etag gives the entity tag of a success from the response (quoted;
+	// "" for none): sent as ETag, and a GET's If-Match and If-None-Match
+	// are evaluated against it (conditional.go).
+	etag func(resp proto.Message) string
+	// conditional: the route's write takes If-Match, which its service
+	// checks; on other writes If-Match is refused.
+	conditional bool
 }
 
 // pathChecks refuse path parameters (by name) that cannot be valid, before
@@ -205,6 +212,25 @@ func (a *API) serveMapped(pattern string, m mapping) func(c *call) error {
 		}
 		if m.location != nil && o.resp != nil {
 			c.w.Header().Set("Location", m.location(o.resp))
+		}
+		if m.etag != nil && o.resp != nil {
+			if tag := m.etag(o.resp); tag != "" {
+				if r.Method == http.MethodGet {
+					notModified, err := checkRead(c.r, tag)
+					if err != nil {
+						return err
+					}
+					if notModified {
+						// The headers the 200 would have carried that
+						// describe it (RFC 9110, 15.4.5).
+						c.w.Header().Set("ETag", tag)
+						c.w.Header().Set("Cache-Control", "no-store")
+						c.w.WriteHeader(http.StatusNotModified)
+						return nil
+					}
+				}
+				c.w.Header().Set("ETag", tag)
+			}
 		}
 		status := http.StatusOK
 		if m.status != 0 {

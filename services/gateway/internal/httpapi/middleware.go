@@ -136,28 +136,28 @@ func (a *API) checkShape(r *http.Request) *apiError {
 	return nil
 }
 
-// checkPreconditions refuses a write that asks for a precondition: the
-// API sends no ETag and no Last-Modified, so an If-Match names a tag no
-// representation has and cannot hold (RFC 9110: 412), and neither it nor
-// If-Unmodified-Since can protect a client's read-modify-write. They were
-// ignored, and the write applied over whatever had changed meanwhile,
-// while the client believed it was guarded. If-Match: * (the resource
-// exists) is left to the route, which answers 404 when it does not.
+// checkPreconditions refuses a write that asks for a precondition no route
+// evaluates (conditional.go): If-Unmodified-Since (the API sends no
+// Last-Modified; update times are finer than HTTP dates) and If-None-Match
+// on a write (the resources a write targets exist, or are made by it).
+// They were ignored, and the write applied over whatever had changed
+// meanwhile, while the client believed it was guarded (RFC 9110: 412).
+// If-Match is the route's (ifMatch): a link's PATCH and DELETE check it.
 func checkPreconditions(r *http.Request) *apiError {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return nil
 	}
 	var asked string
 	switch {
-	case r.Header.Get("If-Match") != "" && strings.TrimSpace(r.Header.Get("If-Match")) != "*":
-		asked = "If-Match"
 	case r.Header.Get("If-Unmodified-Since") != "":
 		asked = "If-Unmodified-Since"
+	case len(r.Header.Values("If-None-Match")) > 0:
+		asked = "If-None-Match"
 	default:
 		return nil
 	}
 	return newError(http.StatusPreconditionFailed, codePreconditionFailed,
-		asked+" cannot hold here: the API sends no ETag or Last-Modified, and applies a write to the fields it names, the last write winning (docs/api.md, Concurrent changes); send the write without it")
+		asked+" cannot hold on a write here: the API applies a write to the fields it names, the last write winning, unless a link's PATCH or DELETE carries If-Match with the link's ETag (docs/api.md, Concurrent changes); send the write without it")
 }
 
 // unmatched answers a request no pattern took: 405 with the allowed methods

@@ -296,8 +296,9 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 
 // PATCH /v1/links/{code} takes exactly the Link fields its documented body
 // does not mark read-only ("Output only." in the proto comment), plus
-// "domain", which names the link: a new Link field is either documented as
-// output only or changeable by PATCH.
+// "domain", which names the link, and "etag", the state the change applies
+// to: a new Link field is either documented as output only or changeable
+// by PATCH.
 func TestPatchTakesTheWritableFields(t *testing.T) {
 	var served map[string]any
 	if err := json.Unmarshal(OpenAPI, &served); err != nil {
@@ -316,8 +317,9 @@ func TestPatchTakesTheWritableFields(t *testing.T) {
 	for _, name := range mutableLinkFields {
 		takes = append(takes, fields.ByName(name).JSONName())
 	}
-	// "domain" names the link (its custom domain), and is not changed.
-	takes = append(takes, fields.ByName("domain").JSONName())
+	// "domain" names the link (its custom domain), and is not changed;
+	// "etag" is a precondition.
+	takes = append(takes, fields.ByName("domain").JSONName(), fields.ByName("etag").JSONName())
 	slices.Sort(takes)
 	if len(writable) == 0 || !slices.Equal(writable, takes) {
 		t.Errorf("the PATCH body documents %v as writable, PATCH takes %v", writable, takes)

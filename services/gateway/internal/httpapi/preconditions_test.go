@@ -3,23 +3,26 @@ package httpapi
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// A write that asks for a precondition is refused 412 before it reaches a
-// route: the API sends no validators, so it could not hold, and the write
-// was applied regardless. If-Match: * and reads pass.
+// A write that asks for a precondition no route evaluates is refused 412
+// before it reaches a route: it could not hold, and the write was applied
+// regardless. If-Match is the route's (TestIfMatchOnlyWhereTheServiceChecksIt);
+// reads pass.
 func TestWritesWithPreconditionsAreRefused(t *testing.T) {
 	for _, tc := range []struct {
 		method, header, value string
 		refused               bool
 	}{
-		{"PATCH", "If-Match", `"v1"`, true},
-		{"DELETE", "If-Match", `W/"v1"`, true},
 		{"POST", "If-Unmodified-Since", "Mon, 01 Jan 1990 00:00:00 GMT", true},
-		{"PATCH", "If-Match", "*", false},
-		{"GET", "If-Match", `"v1"`, false},
+		{"PATCH", "If-None-Match", `"v1"`, true},
+		{"POST", "If-None-Match", "*", true},
+		{"PATCH", "If-Match", `"v1"`, false},
+		{"GET", "If-None-Match", `"v1"`, false},
+		{"GET", "If-Unmodified-Since", "Mon, 01 Jan 1990 00:00:00 GMT", false},
 		{"PATCH", "", "", false},
 	} {
 		r := httptest.NewRequest(tc.method, "/v1/links/abc1234", nil)
@@ -33,6 +36,77 @@ func TestWritesWithPreconditionsAreRefused(t *testing.T) {
 		}
 		if e != nil && (e.status != http.StatusPreconditionFailed || e.code != codePreconditionFailed || !strings.Contains(e.message, tc.header)) {
 			t.Errorf("%s with %s: %d %s %q, want 412 %s naming the header", tc.method, tc.header, e.status, e.code, e.message, codePreconditionFailed)
+		}
+	}
+}
+
+// If-Match's tags reach the service of a route that checks them (a link's
+// PATCH and DELETE); on any other write a tag is refused 412, * passes,
+// and a malformed field is 400.
+func TestIfMatchOnlyWhereTheServiceChecksIt(t *testing.T) {
+	conditional := route{rpc: &mapping{conditional: true}}
+	other := route{rpc: &mapping{}}
+	for _, tc := range []struct {
+		rt     route
+		method string
+		fields []string
+		status int // 0: passes
+		tags   []string
+	}{
+		{conditional, "PATCH", []string{`"AbCd1234eFgH5678"`}, 0, []string{"AbCd1234eFgH5678"}},
+		{conditional, "DELETE", []string{`"a", W/"b"`, `c`}, 0, []string{"a", "W/b", "c"}},
+		{conditional, "PATCH", []string{"*"}, 0, nil},
+		{conditional, "PATCH", []string{`"a b"`}, http.StatusBadRequest, nil},
+		{conditional, "PATCH", []string{`""`}, http.StatusBadRequest, nil},
+		{conditional, "PATCH", []string{`"` + strings.Repeat("x", maxETag+1) + `"`}, http.StatusBadRequest, nil},
+		{conditional, "PATCH", []string{strings.Repeat(`"a",`, 17)}, http.StatusBadRequest, nil},
+		{other, "DELETE", []string{`"a"`}, http.StatusPreconditionFailed, nil},
+		{other, "DELETE", []string{"*"}, 0, nil},
+		{other, "GET", []string{`"a"`}, 0, nil},
+	} {
+		r := httptest.NewRequest(tc.method, "/v1/links/abc1234", nil)
+		r.Header["If-Match"] = tc.fields
+		c := &call{r: r}
+		err := ifMatch(c, tc.rt)
+		status := 0
+		if err != nil {
+			status = err.(*apiError).status
+		}
+		if status != tc.status || !slices.Equal(c.ifMatch, tc.tags) {
+			t.Errorf("%s If-Match %q (conditional %v): status %d, tags %q; want %d, %q",
+				tc.method, tc.fields, tc.rt.rpc.conditional, status, c.ifMatch, tc.status, tc.tags)
+		}
+	}
+}
+
+// A GET of a link answers 304 to an If-None-Match naming its tag (weakly
+// or not, or *), 412 to an If-Match that does not.
+func TestReadPreconditions(t *testing.T) {
+	const etag = `"AbCd1234eFgH5678"`
+	for _, tc := range []struct {
+		header, value string
+		notModified   bool
+		status        int
+	}{
+		{"If-None-Match", etag, true, 0},
+		{"If-None-Match", `W/"AbCd1234eFgH5678"`, true, 0},
+		{"If-None-Match", `"other", ` + etag, true, 0},
+		{"If-None-Match", "*", true, 0},
+		{"If-None-Match", `"other"`, false, 0},
+		{"If-Match", etag, false, 0},
+		{"If-Match", `"other"`, false, http.StatusPreconditionFailed},
+		{"If-Match", `W/"AbCd1234eFgH5678"`, false, http.StatusPreconditionFailed},
+		{"If-None-Match", `"a b"`, false, http.StatusBadRequest},
+	} {
+		r := httptest.NewRequest("GET", "/v1/links/abc1234", nil)
+		r.Header.Set(tc.header, tc.value)
+		notModified, err := checkRead(r, etag)
+		status := 0
+		if err != nil {
+			status = err.(*apiError).status
+		}
+		if notModified != tc.notModified || status != tc.status {
+			t.Errorf("GET with %s %s: not modified %v, status %d; want %v, %d", tc.header, tc.value, notModified, status, tc.notModified, tc.status)
 		}
 	}
 }
