@@ -85,6 +85,9 @@ type gateway struct {
 	// idempotencyKey, when set, goes out as every request's Idempotency-Key
 	// (links create --idempotency-key).
 	idempotencyKey string
+	// ifMatch, when set, goes out as the request's If-Match: the entity
+	// tag (quoted) of the state a link's change applies to.
+	ifMatch string
 }
 
 // gateway returns a client of the gateway with the credential the command
@@ -220,6 +223,9 @@ func (gw *gateway) send(ctx context.Context, method, path string, query url.Valu
 	req.Header.Set("User-Agent", "kurzctl/"+buildinfo.Version)
 	if gw.idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", gw.idempotencyKey)
+	}
+	if gw.ifMatch != "" {
+		req.Header.Set("If-Match", gw.ifMatch)
 	}
 	resp, err := gw.http.Do(req)
 	if err != nil {

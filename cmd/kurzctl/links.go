@@ -85,22 +85,29 @@ Examples:
 			help: `Changes the fields given, and only those. --tag replaces the tags (repeat
 it for several); --clear-tags removes them. --max-visits 0 removes the limit.
 A device flag changes that device's destination and keeps the others (an
-empty value removes it).
+empty value removes it): kurzctl reads the link, and sends the change only
+for the state it read (its etag), reading again if the link changed
+meanwhile. --if-match applies the change only while the link still has
+the etag given (links get shows it), else nothing changes and kurzctl
+exits 1 with "the link changed since you read it".
 
 Examples:
   kurzctl links update 1000abc --long-url https://example.com/new
   kurzctl links update 1000abc --tag spring --tag archived --disable
   kurzctl links update 1000abc --clear-password --clear-expire
-  kurzctl links update 1000abc --android ''`,
+  kurzctl links update 1000abc --android ''
+  kurzctl links update 1000abc --disable --if-match "$ETAG"`,
 			setup: setupLinksUpdate,
 		},
 		{
 			name: "links delete", args: "<code>", minArgs: 1, maxArgs: 1,
 			summary: "revoke a link",
-			help: `Deletes a link: its short URL stops redirecting at once.
+			help: `Deletes a link: its short URL stops redirecting at once. --if-match deletes it
+only while it still has the etag given (links get shows it).
 
-Example:
-  kurzctl links delete 1000abc`,
+Examples:
+  kurzctl links delete 1000abc
+  kurzctl links delete 1000abc --if-match "$ETAG"`,
 			setup: setupLinksDelete,
 		},
 		{
@@ -433,6 +440,39 @@ func domainFlag(fs *pflag.FlagSet) *string {
 }
 
 // domainQuery is the ?domain= of a link route; nil for the default domain.
+// maxReadModifyWrite bounds the reads of a change made to the state
+// read (links update's device flags) when the link keeps changing.
+const maxReadModifyWrite = 3
+
+// reasonETagMismatch is the reason of a change refused because the link
+// changed since the etag given.
+const reasonETagMismatch = "ETAG_MISMATCH"
+
+// etagMismatch reports a change refused because the link changed since
+// the etag it was sent for.
+func etagMismatch(err error) bool {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	reason, _ := ae.info()
+	return reason == reasonETagMismatch
+}
+
+// ifMatchFlag defines --if-match on a command that changes one link.
+func ifMatchFlag(fs *pflag.FlagSet) *string {
+	return fs.String("if-match", "", "change the link only while it has this `etag` (links get shows it)")
+}
+
+// quoteETag makes an etag as links get shows it (bare) the quoted entity
+// tag If-Match takes; a quoted one is left as it is.
+func quoteETag(etag string) string {
+	if etag == "" || strings.HasPrefix(etag, `"`) || strings.HasPrefix(etag, `W/"`) {
+		return etag
+	}
+	return `"` + etag + `"`
+}
+
 func domainQuery(domain string) url.Values {
 	if domain == "" {
 		return nil
@@ -471,6 +511,7 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 	enable := fs.Bool("enable", false, "redirect again")
 	clearExpire := fs.Bool("clear-expire", false, "never expire")
 	domain := domainFlag(fs)
+	ifMatch := ifMatchFlag(fs)
 	return func(args []string) error {
 		set := visited(fs)
 		body := map[string]any{}
@@ -546,36 +587,46 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return err
 			}
 		}
-		path := "/v1/links/" + url.PathEscape(args[0])
-		if set["ios"] || set["android"] || set["desktop"] {
-			// The API replaces the device targets whole: keep the ones
-			// the command line does not name.
-			var cur shortenerv1.Link
-			if _, err := gw.callProto(c.ctx, "GET", path, domainQuery(*domain), nil, &cur); err != nil {
-				return err
-			}
-			t := cur.GetDeviceTargets()
-			targets := map[string]string{"iosUrl": t.GetIosUrl(), "androidUrl": t.GetAndroidUrl(), "desktopUrl": t.GetDesktopUrl()}
-			for flagName, field := range map[string]string{"ios": "iosUrl", "android": "androidUrl", "desktop": "desktopUrl"} {
-				if set[flagName] {
-					targets[field] = fs.Lookup(flagName).Value.String()
-				}
-			}
-			body["deviceTargets"] = targets
-		}
-		if len(body) == 0 {
+		if len(body) == 0 && !set["ios"] && !set["android"] && !set["desktop"] {
 			return usagef(cmd, "nothing to change: give one or more of --long-url, --tag, --clear-tags, --max-visits, --password, --clear-password, --disable, --enable, --expire, --clear-expire, --redirect, --ios, --android, --desktop")
 		}
 		if *domain != "" {
 			body["domain"] = *domain // names the link
 		}
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		raw, err := gw.call(c.ctx, "PATCH", path, nil, b)
-		if err != nil {
-			return err
+		gw.ifMatch = quoteETag(*ifMatch)
+		path := "/v1/links/" + url.PathEscape(args[0])
+		var raw []byte
+		for attempt := 1; ; attempt++ {
+			if set["ios"] || set["android"] || set["desktop"] {
+				// The API replaces the device targets whole: keep the ones
+				// the command line does not name, as they are in the state
+				// read, and change only that state.
+				var cur shortenerv1.Link
+				if _, err := gw.callProto(c.ctx, "GET", path, domainQuery(*domain), nil, &cur); err != nil {
+					return err
+				}
+				t := cur.GetDeviceTargets()
+				targets := map[string]string{"iosUrl": t.GetIosUrl(), "androidUrl": t.GetAndroidUrl(), "desktopUrl": t.GetDesktopUrl()}
+				for flagName, field := range map[string]string{"ios": "iosUrl", "android": "androidUrl", "desktop": "desktopUrl"} {
+					if set[flagName] {
+						targets[field] = fs.Lookup(flagName).Value.String()
+					}
+				}
+				body["deviceTargets"] = targets
+				body["etag"] = cur.GetEtag()
+			}
+			b, err := json.Marshal(body)
+			if err != nil {
+				return fmt.Errorf("encode request: %w", err)
+			}
+			raw, err = gw.call(c.ctx, "PATCH", path, nil, b)
+			if body["etag"] != nil && *ifMatch == "" && attempt < maxReadModifyWrite && etagMismatch(err) {
+				continue // the link changed between the read and the change: read it again
+			}
+			if err != nil {
+				return err
+			}
+			break
 		}
 		if c.json() {
 			return writeRaw(c.stdout, raw)
@@ -590,11 +641,13 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 
 func setupLinksDelete(c *cli, fs *pflag.FlagSet) func([]string) error {
 	domain := domainFlag(fs)
+	ifMatch := ifMatchFlag(fs)
 	return func(args []string) error {
 		gw, err := c.gateway("links delete", apiKeyAuth)
 		if err != nil {
 			return err
 		}
+		gw.ifMatch = quoteETag(*ifMatch)
 		if _, err := gw.call(c.ctx, "DELETE", "/v1/links/"+url.PathEscape(args[0]), domainQuery(*domain), nil); err != nil {
 			return err
 		}
@@ -715,6 +768,7 @@ func printLink(w io.Writer, l *shortenerv1.Link) error {
 	row("max visits", maxVisits)
 	row("password", yesNo(l.GetPasswordProtected()))
 	row("disabled", yesNo(l.GetDisabled()))
+	row("etag", l.GetEtag())
 	return tw.Flush()
 }
 

@@ -41,7 +41,8 @@ Examples:
 			help: `Reads rules and variants from <file> (JSON or YAML; - for stdin) and sets
 them on the link. The file is an object with "rules", "variants" or both, in
 the API's JSON form (docs/api.md); a key it leaves out is left as it is, an
-empty list removes them. --clear removes both.
+empty list removes them. --clear removes both. --if-match sets them only
+while the link still has the etag given (links get shows it).
 
 Example file:
 ` + indent(rulesExample, "  ") + `
@@ -49,7 +50,8 @@ Examples:
   kurzctl links set-rules 1000abc rules.yaml
   kurzctl links rules 1000abc -o json | kurzctl links set-rules 1000xyz -
   kurzctl links set-rules 1000abc --clear
-  kurzctl links set-rules launch rules.yaml --domain go.example.com`,
+  kurzctl links set-rules launch rules.yaml --domain go.example.com
+  kurzctl links set-rules 1000abc rules.yaml --if-match "$ETAG"`,
 			setup: setupLinksSetRules,
 		},
 	}
@@ -124,6 +126,7 @@ func setupLinksSetRules(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links set-rules"
 	clear := fs.Bool("clear", false, "remove every rule and variant")
 	domain := domainFlag(fs)
+	ifMatch := ifMatchFlag(fs)
 	return func(args []string) error {
 		var body []byte
 		switch {
@@ -158,6 +161,7 @@ func setupLinksSetRules(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if err != nil {
 			return err
 		}
+		gw.ifMatch = quoteETag(*ifMatch)
 		path := "/v1/links/" + url.PathEscape(args[0])
 		raw, err := gw.call(c.ctx, "PATCH", path, nil, body)
 		if err != nil {
