@@ -524,7 +524,16 @@ $('link-form').addEventListener('submit', (ev) => {
     const b = patchBody(l, f);
     if (Object.keys(b).length) {
       if (l.domain) b.domain = l.domain; // names the link
-      await api('PATCH', '/v1/links/' + enc(l.code), b);
+      // Only the link as the form showed it: a change saved meanwhile by
+      // someone else is not overwritten with what the form was opened on.
+      if (l.etag) b.etag = l.etag;
+      try {
+        await api('PATCH', '/v1/links/' + enc(l.code), b);
+      } catch (e) {
+        if (e.status !== 412) throw e;
+        loadLinks();
+        throw new APIError(412, 'This link was changed elsewhere since the form was opened, and nothing was saved: cancel, open it again to see the change, then make yours.');
+      }
     }
   } : () => apiCall('POST', '/v1/links', createBody(f));
   submitDialog(o, 'link-form-error', request, (created) => {
