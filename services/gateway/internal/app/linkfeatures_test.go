@@ -37,6 +37,7 @@ type apiLink struct {
 	} `json:"deviceTargets"`
 	Rules    []json.RawMessage `json:"rules"`
 	Variants []json.RawMessage `json:"variants"`
+	ETag     string            `json:"etag"`
 }
 
 // batchAnswer is the answer of POST /v1/links:batch.
