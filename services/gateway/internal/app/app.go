@@ -60,8 +60,9 @@ type Config struct {
 	// admin API writes.
 	Postgres pgpool.Config
 
-	// LimiterTimeout bounds one CheckQuota; past it API quotas fail open and
-	// the auth rule fails closed for IPs with recent failures.
+	// LimiterTimeout bounds one CheckQuota; past it API quotas fail open
+	// (anonymous calls are held to the gateway's own bucket per address)
+	// and the auth rule fails closed for IPs with recent failures.
 	LimiterTimeout time.Duration `env:"GATEWAY_LIMITER_TIMEOUT" default:"50ms"`
 	// CallTimeout bounds one call to the shortener or analytics.
 	CallTimeout time.Duration `env:"GATEWAY_CALL_TIMEOUT" default:"5s"`
