@@ -60,8 +60,9 @@ type Config struct {
 	// admin API writes.
 	Postgres pgpool.Config
 
-	// LimiterTimeout bounds one CheckQuota; past it API quotas fail open and
-	// the auth rule fails closed for IPs with recent failures.
+	// LimiterTimeout bounds one CheckQuota; past it API quotas fail open
+	// (anonymous calls are held to the gateway's own bucket per address)
+	// and the auth rule fails closed for IPs with recent failures.
 	LimiterTimeout time.Duration `env:"GATEWAY_LIMITER_TIMEOUT" default:"50ms"`
 	// CallTimeout bounds one call to the shortener or analytics.
 	CallTimeout time.Duration `env:"GATEWAY_CALL_TIMEOUT" default:"5s"`
@@ -72,6 +73,14 @@ type Config struct {
 	// AllowAnonymous lets requests without an API key create links as
 	// tenant "anonymous", limited per client IP.
 	AllowAnonymous bool `env:"GATEWAY_ALLOW_ANONYMOUS" default:"false"`
+	// AnonymousLocalLimit is the refill per minute of the token bucket
+	// that holds each anonymous client address, on this replica, while the
+	// limiter does not answer within KURZ_GATEWAY_LIMITER_TIMEOUT (the
+	// shipped api/anonymous-per-ip rule's rate). Anonymous requests the
+	// limiter allows use the bucket up too.
+	AnonymousLocalLimit int `env:"GATEWAY_ANONYMOUS_LOCAL_LIMIT" default:"60"`
+	// AnonymousLocalBurst is that bucket's capacity (the rule's burst).
+	AnonymousLocalBurst int `env:"GATEWAY_ANONYMOUS_LOCAL_BURST" default:"20"`
 	// TrustedProxies are CIDRs (or addresses) of the proxies in front of the
 	// gateway (the ingress pods): only their forwarding headers are
 	// believed, X-Forwarded-For walked from the right (pkg/clientip).
@@ -122,6 +131,10 @@ func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 	if c.MaxBulkRequests < 1 || c.MaxBulkRequests > 1000 {
 		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_MAX_BULK_REQUESTS=%d: want 1 to 1000", c.MaxBulkRequests))
 	}
+	if c.AnonymousLocalLimit < 1 || c.AnonymousLocalLimit > 1_000_000 || c.AnonymousLocalBurst < 1 || c.AnonymousLocalBurst > 1_000_000 {
+		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_ANONYMOUS_LOCAL_LIMIT=%d / KURZ_GATEWAY_ANONYMOUS_LOCAL_BURST=%d: want 1 to 1000000 each",
+			c.AnonymousLocalLimit, c.AnonymousLocalBurst))
+	}
 	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenLen {
 		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_ADMIN_TOKEN: want at least %d characters (or empty to disable the admin API)", minAdminTokenLen))
 	}
@@ -129,6 +142,7 @@ func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 		MaxBodyBytes:    c.MaxBodyBytes,
 		MaxHeaderBytes:  c.MaxHeaderBytes,
 		AllowAnonymous:  c.AllowAnonymous,
+		AnonymousLocal:  httpapi.LocalRule{Limit: c.AnonymousLocalLimit, Burst: c.AnonymousLocalBurst},
 		AdminToken:      c.AdminToken,
 		Clients:         clients,
 		Keying:          c.Keying,

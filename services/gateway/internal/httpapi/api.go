@@ -25,6 +25,7 @@ import (
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/ratelimitfields"
+	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/gateway/internal/keystore"
 )
 
@@ -46,6 +47,10 @@ type Options struct {
 	// AllowAnonymous lets requests without a key create links as tenant
 	// "anonymous" (POST /v1/links and POST /links).
 	AllowAnonymous bool
+	// AnonymousLocal is the bound on each anonymous client address while
+	// the limiter does not answer in time (anonLocal); required with
+	// AllowAnonymous.
+	AnonymousLocal LocalRule
 	// AdminToken guards /v1/admin/...; empty disables the admin API (404).
 	AdminToken string
 	// Clients finds each request's client (nil: the TCP peer).
@@ -100,6 +105,7 @@ type API struct {
 	adminHash [sha256.Size]byte
 	failures  *failMemory
 	authSlots *authSlots
+	anonLocal *anonLocal
 	bulk      *capacity.Gate
 	// bulkHeld is the bulk slots each tenant holds (bulkMu), at most
 	// bulkShare: one tenant's slow bodies must not take every slot.
@@ -126,11 +132,15 @@ func New(opts Options, d Deps) (*API, error) {
 	if opts.MaxBodyBytes <= 0 || opts.MaxHeaderBytes <= 0 || opts.CallTimeout <= 0 || opts.MaxBulkRequests <= 0 {
 		return nil, errors.New("httpapi: MaxBodyBytes, MaxHeaderBytes, CallTimeout and MaxBulkRequests must be positive")
 	}
+	if opts.AllowAnonymous && (opts.AnonymousLocal.Limit <= 0 || opts.AnonymousLocal.Burst <= 0) {
+		return nil, errors.New("httpapi: AnonymousLocal's Limit and Burst must be positive with AllowAnonymous")
+	}
 	a := &API{
 		opts: opts, shortener: d.Shortener, webhooks: d.Webhooks, analytics: d.Analytics, quota: d.Quota, keys: d.Keys, log: d.Log,
 		adminHash: sha256.Sum256([]byte(opts.AdminToken)),
 		failures:  newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
 		authSlots: newAuthSlots(),
+		anonLocal: newAnonLocal(opts.AnonymousLocal, anonLocalCapacity, time.Now),
 		// No wait: a bulk request lasts seconds, so a slot rarely frees
 		// within a wait worth holding the client for.
 		bulk:     capacity.New(opts.MaxBulkRequests, 0),
@@ -147,7 +157,7 @@ func New(opts Options, d Deps) (*API, error) {
 	}
 	a.m.requests = counter("kurz.gateway.requests", "HTTP requests by route (mux pattern) and status", "{request}")
 	a.m.degraded = counter("kurz.gateway.quota.degraded",
-		"Limiter calls that got no answer in time (or FAIL_CLOSED): api quotas failed open, the auth rule fell back to the gateway's memory of recent failures", "{call}")
+		"Limiter calls that got no answer in time (or FAIL_CLOSED): api quotas failed open (anonymous calls held to the gateway's own bound per address), the auth rule fell back to the gateway's memory of recent failures", "{call}")
 	a.m.authFailures = counter("kurz.gateway.auth.failures", "Failed authentications by reason (counted per client IP by the limiter's auth rule)", "{request}")
 	var err error
 	a.m.duration, err = d.Meter.Float64Histogram("kurz.gateway.request.duration",
@@ -321,8 +331,11 @@ func (a *API) admit(c *call, rt route) error {
 	return nil
 }
 
-// edgeQuota asks the limiter about the call (domain api, fail-open) and
-// writes the deciding rule's RateLimit fields.
+// edgeQuota asks the limiter about the call (domain api) and writes the
+// deciding rule's RateLimit fields. When the limiter does not answer in
+// time, a call with an API key passes (its rules are business quotas: a
+// broken limiter must not take the product down); an anonymous one is held
+// to the gateway's local bound on its address (anonLocal).
 func (a *API) edgeQuota(c *call, pattern string) error {
 	desc := map[string]string{"tenant": c.tenant(), "route": pattern}
 	if c.st.ipKey != "" {
@@ -337,13 +350,27 @@ func (a *API) edgeQuota(c *call, pattern string) error {
 	if d.Abandoned {
 		return ctx.Err() // the client is gone: no free pass past its quota
 	}
+	anonymous := c.keyID == ""
 	if d.Degraded {
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAPI)))
+		if !anonymous {
+			return nil
+		}
+		if ok, wait := a.anonLocal.take(c.st.ipKey); !ok {
+			retry := max(wait, time.Second)
+			e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+				fmt.Sprintf("rate limit exceeded (the gateway's own bound on anonymous requests from one address, while the limiter is slow); retry after %ds", ceilSeconds(retry)))
+			e.retryAfter, e.ownQuota, e.reason = retry, true, rpcerr.ReasonRateLimited
+			return e
+		}
 		return nil
 	}
 	setRateLimitHeaders(c.w.Header(), DomainAPI, d, rec.window)
 	if !d.Allowed {
 		return denied(DomainAPI, d, "rate limit exceeded")
+	}
+	if anonymous {
+		a.anonLocal.charge(c.st.ipKey)
 	}
 	if d.Delay > 0 { // a leaky bucket in queue mode: wait for what is ahead
 		t := time.NewTimer(d.Delay)

@@ -76,6 +76,51 @@ func TestBootstrapBoundsPasswordAttemptsPerAddress(t *testing.T) {
 	t.Error("links.password has no enforced, fail-closed rule keyed on ip alone")
 }
 
+// Every anonymous caller shares tenant "anonymous": its per-tenant rules
+// must outlast many addresses at their per-address allowance (two
+// addresses at 60 a minute took the whole refill of links.create's 120),
+// in the long run (20 of them) and in a burst (10 at once).
+func TestBootstrapAnonymousTenantOutlastsManyAddresses(t *testing.T) {
+	cfg, err := Parse(Bootstrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := ratelimit.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const addresses, atOnce = 20, 10
+	for _, domain := range []string{"api", "links.create"} {
+		_, applied := rules.Match(domain, map[string]string{"tenant": "anonymous", "ip": "198.51.100.7", "route": "POST /v1/links"})
+		var perIP, perTenant *ratelimit.Rule
+		for _, a := range applied {
+			switch {
+			case slices.Equal(a.Rule.Key, []string{"ip"}):
+				perIP = a.Rule
+			case slices.Equal(a.Rule.Key, []string{"tenant"}):
+				perTenant = a.Rule
+			}
+		}
+		if perIP == nil || perTenant == nil {
+			t.Errorf("%s: anonymous creation is not subject to a per-ip and a per-tenant rule", domain)
+			continue
+		}
+		rate := func(r *ratelimit.Rule) float64 { return float64(r.Limit) / r.Window.Seconds() }
+		if rate(perTenant) < addresses*rate(perIP) || capacity(perTenant) < atOnce*capacity(perIP) {
+			t.Errorf("%s: the anonymous tenant's %s (%d per %v, capacity %d) is taken by fewer than %d addresses at %s's %d per %v, or %d at its capacity %d",
+				domain, perTenant.Name, perTenant.Limit, perTenant.Window, capacity(perTenant), addresses, perIP.Name, perIP.Limit, perIP.Window, atOnce, capacity(perIP))
+		}
+	}
+}
+
+// capacity is the most r holds at once: its burst, else its limit.
+func capacity(r *ratelimit.Rule) int64 {
+	if r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
 func TestChangesNamesTenantsUpToABound(t *testing.T) {
 	c := NewChanges()
 	c.Note("rl_tenant_plans:a:b") // tenant IDs may hold colons

@@ -519,22 +519,20 @@ func decodeRow(raw []byte, v any) error {
 }
 
 // Seed writes into the rule tables every item of cfg (domain, rule, plan,
-// plan limit) that was never seeded before, and the tenant plans when the
-// tables were empty; it reports how many items it wrote. Items seeded once
-// are never written again, so the database stays the source of truth: an
-// operator's edits and deletions stand, while rules added to the bootstrap
-// file reach existing databases. Concurrent replicas may both try: every
-// insert skips conflicts.
+// plan limit, tenant plan) that was never seeded before; it reports how
+// many items it wrote. Items seeded once are never written again, so the
+// database stays the source of truth: an operator's edits and deletions
+// stand, while rules and tenant plans added to the bootstrap file reach
+// existing databases (the anonymous tenant's plan must: tenant plans were
+// written on an empty schema only, so it never reached a seeded one). A
+// tenant plan is not written over a tenant that has one. Concurrent
+// replicas may both try: every insert skips conflicts.
 func Seed(ctx context.Context, pool *pgxpool.Pool, cfg ratelimit.Config) (int, error) {
 	if _, err := ratelimit.Compile(cfg); err != nil {
 		return 0, err
 	}
 	written := 0
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var empty bool
-		if err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM rl_domains)`).Scan(&empty); err != nil {
-			return err
-		}
 		// once runs insert for item unless it was seeded before.
 		once := func(item, insert string, args ...any) error {
 			tag, err := tx.Exec(ctx, `INSERT INTO rl_bootstrap_seen (item) VALUES ($1) ON CONFLICT DO NOTHING`, item)
@@ -572,13 +570,10 @@ func Seed(ctx context.Context, pool *pgxpool.Pool, cfg ratelimit.Config) (int, e
 				}
 			}
 		}
-		if empty {
-			for tenant, plan := range cfg.Tenants {
-				tag, err := tx.Exec(ctx, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ($1, $2) ON CONFLICT DO NOTHING`, tenant, plan)
-				if err != nil {
-					return err
-				}
-				written += int(tag.RowsAffected())
+		for _, tenant := range slices.Sorted(maps.Keys(cfg.Tenants)) {
+			if err := once("tenant:"+tenant, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+				tenant, cfg.Tenants[tenant]); err != nil {
+				return err
 			}
 		}
 		return nil

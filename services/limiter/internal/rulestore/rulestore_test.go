@@ -111,6 +111,45 @@ tenants: {acme: free}
 	}
 }
 
+// A tenant plan added to the bootstrap file reaches a database seeded
+// before it (the anonymous tenant's plan never did: tenant plans were
+// written on an empty schema only), but not over a tenant the operator has
+// put on a plan, nor back after the operator deleted it.
+func TestSeedAddsNewBootstrapTenantPlansAndKeepsOperatorChanges(t *testing.T) {
+	pool := seeded(t, `
+domains:
+  api: {rules: [{name: a, key: [tenant], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}]}
+plans:
+  free: {api/a: {limit: 5}}
+  pro: {api/a: {limit: 50}}
+`)
+	execSQL(t, pool, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ('acme', 'pro')`)
+	seed(t, pool, `
+domains:
+  api: {rules: [{name: a, key: [tenant], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}]}
+plans:
+  free: {api/a: {limit: 5}}
+  pro: {api/a: {limit: 50}}
+tenants: {anonymous: free, acme: free}
+`)
+	got := load(t, pool)
+	if got.Tenants["anonymous"] != "free" || got.Tenants["acme"] != "pro" {
+		t.Fatalf("tenants after a bootstrap that adds two: %v; want anonymous on free (new), acme kept on pro (the operator's)", got.Tenants)
+	}
+	execSQL(t, pool, `DELETE FROM rl_tenant_plans WHERE tenant = 'anonymous'`)
+	seed(t, pool, `
+domains:
+  api: {rules: [{name: a, key: [tenant], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}]}
+plans:
+  free: {api/a: {limit: 5}}
+  pro: {api/a: {limit: 50}}
+tenants: {anonymous: free, acme: free}
+`)
+	if plan, ok := load(t, pool).Tenants["anonymous"]; ok {
+		t.Errorf("a tenant plan the operator deleted came back on %q", plan)
+	}
+}
+
 // seeded returns an isolated pool whose rule tables are seeded from the
 // rules YAML.
 func seeded(t *testing.T, rules string) *pgxpool.Pool {

@@ -53,6 +53,11 @@ const (
 	// ReasonFromURLTenantRequired: CODE_MODE_FROM_URL asked by an anonymous
 	// caller (PERMISSION_DENIED on mode): anonymous callers share a tenant.
 	ReasonFromURLTenantRequired = "FROM_URL_TENANT_REQUIRED"
+
+	// ReasonAliasTenantRequired: a custom alias asked by an anonymous
+	// caller (PERMISSION_DENIED on custom_alias): nobody can delete an
+	// anonymous link, so its alias would be taken for good.
+	ReasonAliasTenantRequired = "ALIAS_TENANT_REQUIRED"
 )
 
 // linkErrors are the link store's sentinel errors as clients see them.

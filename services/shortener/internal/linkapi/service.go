@@ -488,17 +488,28 @@ func (s *Service) visitsSpent(ctx context.Context, l linkstore.Link) bool {
 	return n >= l.MaxVisits
 }
 
-// modeAllowed refuses CODE_MODE_FROM_URL to the anonymous tenant: every
-// anonymous caller shares that tenant, so the mode would hand one caller
-// another's link of the URL (its tags, targets, limits) and tell anybody
-// whether someone shortened a URL.
+// modeAllowed refuses CODE_MODE_FROM_URL and custom aliases to the
+// anonymous tenant. Every anonymous caller shares that tenant, so the mode
+// would hand one caller another's link of the URL (its tags, targets,
+// limits) and tell anybody whether someone shortened a URL; and nobody
+// holds a key for it, so an alias taken anonymously could never be
+// deleted (nor would deleting free it: a deleted alias stays taken), and
+// anybody could squat any name for good.
 func modeAllowed(tenant string, mode shortenerv1.CodeMode) error {
-	if mode != shortenerv1.CodeMode_CODE_MODE_FROM_URL || tenant != callmeta.AnonymousTenant {
+	if tenant != callmeta.AnonymousTenant {
 		return nil
 	}
-	return rpcerr.WithDetails(codes.PermissionDenied,
-		"mode CODE_MODE_FROM_URL needs an API key: anonymous callers share one tenant, so it would return other people's links; use another mode",
-		rpcerr.Info(ReasonFromURLTenantRequired, map[string]string{"field": "mode"}))
+	switch mode {
+	case shortenerv1.CodeMode_CODE_MODE_FROM_URL:
+		return rpcerr.WithDetails(codes.PermissionDenied,
+			"mode CODE_MODE_FROM_URL needs an API key: anonymous callers share one tenant, so it would return other people's links; use another mode",
+			rpcerr.Info(ReasonFromURLTenantRequired, map[string]string{"field": "mode"}))
+	case shortenerv1.CodeMode_CODE_MODE_CUSTOM:
+		return rpcerr.WithDetails(codes.PermissionDenied,
+			"custom_alias needs an API key: an anonymous link can never be deleted, so its alias would be taken for good; leave custom_alias out for a generated code",
+			rpcerr.Info(ReasonAliasTenantRequired, map[string]string{"field": "custom_alias"}))
+	}
+	return nil
 }
 
 // fromURLRaces bounds how often insertFromURL tries a candidate again

@@ -432,6 +432,28 @@ func TestCallsWithoutATenant(t *testing.T) {
 	}
 }
 
+// Nobody holds a key for tenant "anonymous", so an alias taken anonymously
+// could never be given up: a custom alias is refused to anonymous callers
+// (PERMISSION_DENIED on custom_alias, saying what to do) and stays free for
+// a tenant; an anonymous create without one still works.
+func TestCustomAliasRefusedToAnonymousCallers(t *testing.T) {
+	e := newEnv(t, func(o *linkapi.Options) { o.AllowAnonymous = true })
+	for _, mode := range []shortenerv1.CodeMode{shortenerv1.CodeMode_CODE_MODE_UNSPECIFIED, shortenerv1.CodeMode_CODE_MODE_CUSTOM} {
+		_, err := e.client.CreateLink(as(""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/squat", CustomAlias: "pricing", Mode: mode})
+		wantStatus(t, "anonymous create with an alias, mode "+mode.String(), err, codes.PermissionDenied, linkapi.ReasonAliasTenantRequired, "custom_alias")
+		if msg := status.Convert(err).Message(); !strings.Contains(msg, "API key") || !strings.Contains(msg, "leave custom_alias out") {
+			t.Errorf("refusal %q: want it to say an API key is needed, or to leave the alias out", msg)
+		}
+	}
+	if _, err := e.client.CreateLink(as(""), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/squat"}); err != nil {
+		t.Errorf("anonymous create without an alias: %v", err)
+	}
+	l, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/pricing", CustomAlias: "pricing"})
+	if err != nil || l.GetLink().GetCode() != "pricing" || l.GetLink().GetTenant() != "acme" {
+		t.Errorf("a tenant's create of the alias after the anonymous attempts: %v, %v; want acme's link pricing", l.GetLink(), err)
+	}
+}
+
 // A store that cannot be reached is UNAVAILABLE with a retry delay; its
 // error text never reaches the client.
 func TestUnreachableStoreIsUnavailable(t *testing.T) {
