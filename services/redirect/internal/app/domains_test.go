@@ -23,7 +23,8 @@ import (
 type txtRecords map[string][]string
 
 func (r txtRecords) LookupTXT(_ context.Context, name string) ([]string, error) {
-	if v, ok := r[name]; ok {
+	// An absolute name (trailing dot) is the same record, as in DNS.
+	if v, ok := r[strings.TrimSuffix(name, ".")]; ok {
 		return v, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}

@@ -205,7 +205,10 @@ func (s *Service) VerifyDomain(ctx context.Context, req *shortenerv1.VerifyDomai
 	}
 	record := linkdomain.ChallengePrefix + d.Name
 	lctx, cancel := context.WithTimeout(ctx, s.opts.DNSTimeout)
-	values, err := s.txt.LookupTXT(lctx, record)
+	// The name is absolute (a trailing dot): a relative one goes through
+	// the resolver's search list first (a cluster's ndots:5), and a record
+	// of the same name in one of those zones would verify the domain.
+	values, err := s.txt.LookupTXT(lctx, record+".")
 	cancel()
 	if err != nil && !notFoundDNS(err) {
 		s.log.InfoContext(ctx, "TXT lookup failed", "record", record, "err", err)

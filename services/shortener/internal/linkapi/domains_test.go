@@ -193,8 +193,9 @@ func TestVerifyDomainByTXT(t *testing.T) {
 	if err := verify(); err != nil {
 		t.Fatalf("verify with the token: %v", err)
 	}
-	if txt.asked[0] != "_kurz-challenge.go.acme.example" {
-		t.Errorf("looked up %q", txt.asked[0])
+	// Absolute: the resolver's search list never completes the name.
+	if txt.asked[0] != "_kurz-challenge.go.acme.example." {
+		t.Errorf("looked up %q, want the absolute name _kurz-challenge.go.acme.example.", txt.asked[0])
 	}
 	got, err := e.client.GetDomain(ctx, &shortenerv1.GetDomainRequest{Name: "go.acme.example"})
 	if err != nil || !got.GetDomain().GetVerified() || got.GetDomain().GetVerifiedBy() != "dns" {
