@@ -34,6 +34,11 @@ const ChangedChannel = "domains:changed"
 // its ownership: "_kurz-challenge.go.acme.com".
 const ChallengePrefix = "_kurz-challenge."
 
+// MaxRegistered bounds a domain a tenant registers: its challenge record
+// (ChallengePrefix + name) must itself be a name of at most MaxLength
+// characters, or the domain could never be verified by DNS.
+const MaxRegistered = MaxLength - len(ChallengePrefix)
+
 // Problem says what is wrong with name as a custom domain ("" if nothing):
 // it must be a lower-case host name (letters, digits and '-' in labels of 1
 // to 63 characters that neither start nor end with '-', at least two labels,

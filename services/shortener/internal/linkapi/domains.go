@@ -77,6 +77,13 @@ func (s *Service) domainName(field, name string) (string, error) {
 	if slices.Contains(s.opts.OwnHosts, n) {
 		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s is kurz's own domain, which every tenant shares", field, n)
 	}
+	// Checked at registration only: a longer name verified by an
+	// administrator before this bound existed stays usable and deletable.
+	if len(n) > linkdomain.MaxRegistered {
+		return "", rpcerr.Invalidf(field, ReasonDomainInvalid,
+			"%s: a custom domain has at most %d characters, so that its verification record %s<name> fits DNS's %d",
+			field, linkdomain.MaxRegistered, linkdomain.ChallengePrefix, linkdomain.MaxLength)
+	}
 	return n, nil
 }
 

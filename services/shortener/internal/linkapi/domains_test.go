@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/linkstore/linkstoretest"
@@ -228,7 +230,16 @@ func TestVerifyDomainByTXT(t *testing.T) {
 func TestDomainRules(t *testing.T) {
 	e := domainEnv(t, nil)
 	a, b := as("acme"), as("other")
-	for _, name := range []string{"", "kurz.test", "KURZ.TEST.", "127.0.0.1", "a..b", "x"} {
+	// The longest name whose challenge record still fits 253 characters
+	// registers; one more character could never be verified.
+	longest := strings.Repeat(strings.Repeat("a", 62)+".", 3) + strings.Repeat("b", linkdomain.MaxRegistered-3*63-8) + ".example"
+	if _, err := e.client.RegisterDomain(b, &shortenerv1.RegisterDomainRequest{Name: longest}); err != nil {
+		t.Errorf("register a name of %d characters: %v", len(longest), err)
+	}
+	if _, err := e.client.DeleteDomain(b, &shortenerv1.DeleteDomainRequest{Name: longest}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"", "kurz.test", "KURZ.TEST.", "127.0.0.1", "a..b", "x", "c" + longest} {
 		_, err := e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: name})
 		wantStatus(t, "register "+name, err, codes.InvalidArgument, linkapi.ReasonDomainInvalid, "name")
 	}
