@@ -77,6 +77,15 @@ func (s *Service) domainName(field, name string) (string, error) {
 	if slices.Contains(s.opts.OwnHosts, n) {
 		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s is kurz's own domain, which every tenant shares", field, n)
 	}
+	// Browsers read a name whose last label is a number (0x7f.0x0.0x0.0x1)
+	// as an IPv4 address, and local names never reach the redirect from
+	// the internet: neither is a domain a tenant can publish links on.
+	if _, numeric, _ := urlcheck.ParseHostIPv4(n); numeric {
+		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s ends in a number, which browsers read as an IP address: register a domain name", field, n)
+	}
+	if urlcheck.LocalName(n) {
+		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s is a local network's name (localhost, .local, .internal, .lan, .home.arpa, .localdomain): register a public domain", field, n)
+	}
 	// Checked at registration only: a longer name verified by an
 	// administrator before this bound existed stays usable and deletable.
 	if len(n) > linkdomain.MaxRegistered {

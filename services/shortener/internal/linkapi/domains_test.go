@@ -239,7 +239,8 @@ func TestDomainRules(t *testing.T) {
 	if _, err := e.client.DeleteDomain(b, &shortenerv1.DeleteDomainRequest{Name: longest}); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"", "kurz.test", "KURZ.TEST.", "127.0.0.1", "a..b", "x", "c" + longest} {
+	for _, name := range []string{"", "kurz.test", "KURZ.TEST.", "127.0.0.1", "a..b", "x", "c" + longest,
+		"0x7f.0x0.0x0.0x1", "go.0x7f", "x.localhost", "localhost.localdomain", "go.acme.internal", "printer.home.arpa"} {
 		_, err := e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: name})
 		wantStatus(t, "register "+name, err, codes.InvalidArgument, linkapi.ReasonDomainInvalid, "name")
 	}
