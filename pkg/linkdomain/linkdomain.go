@@ -25,7 +25,8 @@ const (
 )
 
 // ChangedChannel is the Redis Pub/Sub channel on which the shortener
-// publishes a domain's name after it was verified or deleted: redirect pods
+// publishes a domain's name after it was verified, or deleted while
+// verified (what the redirect serves changed, and only then): redirect pods
 // re-read the verified set at once rather than at their next refresh.
 // Delivery is best effort; the refresh interval bounds a lost message.
 const ChangedChannel = "domains:changed"

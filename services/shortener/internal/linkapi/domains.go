@@ -52,7 +52,8 @@ type DomainStore interface {
 	GetDomain(ctx context.Context, tenant, name string) (linkstore.Domain, error)
 	ListDomains(ctx context.Context, tenant string, limit int) ([]linkstore.Domain, error)
 	VerifyDomain(ctx context.Context, tenant, name, by string) (linkstore.Domain, error)
-	DeleteDomain(ctx context.Context, tenant, name string) error
+	// DeleteDomain reports whether the domain deleted was verified.
+	DeleteDomain(ctx context.Context, tenant, name string) (verified bool, err error)
 	// Served returns those of names that some tenant has verified.
 	Served(ctx context.Context, names []string) (map[string]bool, error)
 }
@@ -274,6 +275,10 @@ func (s *Service) ApproveDomain(ctx context.Context, req *shortenerv1.ApproveDom
 	if err != nil {
 		return nil, err
 	}
+	// Approving a verified domain changes nothing the redirect serves.
+	if d.Verified != nil {
+		return &shortenerv1.ApproveDomainResponse{Domain: s.domainProto(d)}, nil
+	}
 	if d, err = s.domains.VerifyDomain(ctx, d.Tenant, d.Name, "admin"); err != nil {
 		return nil, s.domainStatus(ctx, "approve domain", err)
 	}
@@ -288,10 +293,16 @@ func (s *Service) DeleteDomain(ctx context.Context, req *shortenerv1.DeleteDomai
 	if err != nil {
 		return nil, err
 	}
-	if err := s.domains.DeleteDomain(ctx, d.Tenant, d.Name); err != nil {
+	verified, err := s.domains.DeleteDomain(ctx, d.Tenant, d.Name)
+	if err != nil {
 		return nil, s.domainStatus(ctx, "delete domain", err)
 	}
-	s.domainChanged(ctx, d.Name)
+	// An unverified claim was never served: every redirect pod re-reads
+	// the verified set on a message, so a tenant registering and deleting
+	// claims must not be able to make them do so.
+	if verified {
+		s.domainChanged(ctx, d.Name)
+	}
 	return &shortenerv1.DeleteDomainResponse{}, nil
 }
 

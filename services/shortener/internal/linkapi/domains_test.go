@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,14 +104,15 @@ func (f *fakeDomains) VerifyDomain(_ context.Context, tenant, name, by string) (
 	return d, nil
 }
 
-func (f *fakeDomains) DeleteDomain(_ context.Context, tenant, name string) error {
+func (f *fakeDomains) DeleteDomain(_ context.Context, tenant, name string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.m[name][tenant]; !ok {
-		return linkstore.ErrDomainNotFound
+	d, ok := f.m[name][tenant]
+	if !ok {
+		return false, linkstore.ErrDomainNotFound
 	}
 	delete(f.m[name], tenant)
-	return nil
+	return d.Verified != nil, nil
 }
 
 func (f *fakeDomains) Served(_ context.Context, names []string) (map[string]bool, error) {
@@ -413,4 +415,63 @@ func TestLinkMayNotTargetAnyServedDomain(t *testing.T) {
 		UpdateMask: mask("long_url"),
 	})
 	wantStatus(t, "an update to a served domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "long_url")
+}
+
+// The redirect pods re-read every verified domain on each message of
+// linkdomain.ChangedChannel, so only a change of what they serve is
+// published: a verification, an approval and the deletion of a verified
+// domain; registering and deleting claims, or verifying again, is not.
+func TestDomainChangesPublishedOnlyWhenServedSetChanges(t *testing.T) {
+	txt := &txtAnswer{}
+	e := domainEnv(t, txt)
+	ctx := as("acme")
+	published := func() []string {
+		e.cache.mu.Lock()
+		defer e.cache.mu.Unlock()
+		return slices.Clone(e.cache.onChannel[linkdomain.ChangedChannel])
+	}
+	want := func(step string, names ...string) {
+		t.Helper()
+		if got := published(); !slices.Equal(got, names) {
+			t.Errorf("after %s: published %q on %s, want %q", step, got, linkdomain.ChangedChannel, names)
+		}
+	}
+	register := func(name string) *shortenerv1.Domain {
+		t.Helper()
+		reg, err := e.client.RegisterDomain(ctx, &shortenerv1.RegisterDomainRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reg.GetDomain()
+	}
+	del := func(name string) {
+		t.Helper()
+		if _, err := e.client.DeleteDomain(ctx, &shortenerv1.DeleteDomainRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		register("claim.acme.example")
+		del("claim.acme.example")
+	}
+	want("registering and deleting a claim three times")
+
+	register("approved.acme.example")
+	for range 2 {
+		if _, err := e.client.ApproveDomain(ctx, &shortenerv1.ApproveDomainRequest{Name: "approved.acme.example"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("approving twice", "approved.acme.example")
+	del("approved.acme.example")
+	want("deleting the approved domain", "approved.acme.example", "approved.acme.example")
+
+	d := register("dns.acme.example")
+	txt.set([]string{d.GetVerificationToken()}, nil)
+	for range 2 {
+		if _, err := e.client.VerifyDomain(ctx, &shortenerv1.VerifyDomainRequest{Name: "dns.acme.example"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("verifying twice", "approved.acme.example", "approved.acme.example", "dns.acme.example")
 }
