@@ -380,10 +380,17 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 // maxDomains bounds the custom domains one redirect process serves.
 const maxDomains = 1_000_000
 
+// domainReloadGap is the shortest time between the end of a read of the
+// verified domains and a read a change message triggers (DomainRefresh if
+// shorter): each read costs the whole set, and any tenant can make the
+// shortener publish changes.
+const domainReloadGap = time.Second
+
 // startHosts loads the verified custom domains from PostgreSQL now, every
 // DomainRefresh, and whenever the shortener publishes a change (or the
-// subscription is re-established, when one may have been missed). A failed
-// load keeps the set it had (at start: none, so custom domains answer 404
+// subscription is re-established, when one may have been missed), at most
+// once per domainReloadGap for the changes (reloadDomains). A failed load
+// keeps the set it had (at start: none, so custom domains answer 404
 // until PostgreSQL answers) and is logged.
 func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) (*redirector.Hosts, error) {
 	hosts := redirector.NewHosts(cfg.DefaultHosts)
@@ -404,23 +411,52 @@ func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *p
 	load(ctx)
 	lc.Go("custom domains", func(ctx context.Context) {
 		defer func() { _ = sub.Close() }()
-		changes := sub.ChannelWithSubscriptions()
-		t := time.NewTicker(cfg.DomainRefresh)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			case _, ok := <-changes:
-				if !ok {
-					return
-				}
-			}
-			load(ctx)
-		}
+		reloadDomains(ctx, sub.ChannelWithSubscriptions(), cfg.DomainRefresh, min(domainReloadGap, cfg.DomainRefresh), load)
 	})
 	return hosts, nil
+}
+
+// reloadDomains calls load every refresh and on each message of changes,
+// but a message within gap of the end of the previous load only makes
+// sure one load follows when gap has passed: a burst of messages costs
+// one load per gap, and its last change is always read. It returns when
+// ctx ends or changes is closed.
+func reloadDomains(ctx context.Context, changes <-chan any, refresh, gap time.Duration, load func(context.Context)) {
+	tick := time.NewTicker(refresh)
+	defer tick.Stop()
+	var last time.Time
+	var trailing *time.Timer
+	var due <-chan time.Time // trailing's, while a load is due
+	run := func() {
+		if trailing != nil {
+			trailing.Stop()
+			trailing, due = nil, nil
+		}
+		load(ctx)
+		last = time.Now()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			run()
+		case <-due:
+			run()
+		case _, ok := <-changes:
+			switch {
+			case !ok:
+				return
+			case due != nil:
+				// The load due reads this change too.
+			case time.Since(last) < gap:
+				trailing = time.NewTimer(gap - time.Since(last))
+				due = trailing.C
+			default:
+				run()
+			}
+		}
+	}
 }
 
 // verifiedDomains reads every verified domain (table domains, owned by the
