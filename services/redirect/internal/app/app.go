@@ -127,7 +127,8 @@ type Config struct {
 	// DefaultHosts are the host names (no port) that serve the default
 	// domain's links; a request for any other host that is not a verified
 	// custom domain answers 404. Empty: every host that is not a custom
-	// domain serves the default domain.
+	// domain serves the default domain, once the custom domains were read
+	// (before, none does, and the replica is not ready).
 	DefaultHosts []string `env:"REDIRECT_DEFAULT_HOSTS" default:""`
 	// DomainRefresh is how often the set of verified custom domains is
 	// read from PostgreSQL besides the reads the shortener's change
@@ -373,8 +374,19 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 	if deps.Visits, err = h.visitCounter(ctx, cfg, lc); err != nil {
 		return deps, err
 	}
-	deps.Hosts, err = startHosts(ctx, cfg, rdb, db, lc, log)
-	return deps, err
+	if deps.Hosts, err = startHosts(ctx, cfg, rdb, db, lc, log); err != nil {
+		return deps, err
+	}
+	// Until the domains were read once no host but a default one is
+	// served (redirector.Hosts): the replica is not ready to serve them.
+	hosts := deps.Hosts
+	srv.AddCheck("custom_domains", func(context.Context) error {
+		if !hosts.Loaded() {
+			return errors.New("the verified custom domains were not read from PostgreSQL yet: only KURZ_REDIRECT_DEFAULT_HOSTS are served")
+		}
+		return nil
+	})
+	return deps, nil
 }
 
 // maxDomains bounds the custom domains one redirect process serves.
@@ -390,8 +402,8 @@ const domainReloadGap = time.Second
 // DomainRefresh, and whenever the shortener publishes a change (or the
 // subscription is re-established, when one may have been missed), at most
 // once per domainReloadGap for the changes (reloadDomains). A failed load
-// keeps the set it had (at start: none, so custom domains answer 404
-// until PostgreSQL answers) and is logged.
+// keeps the set it had and is logged; until one succeeded only the default
+// hosts are served (custom domains answer 404, and readiness fails).
 func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) (*redirector.Hosts, error) {
 	hosts := redirector.NewHosts(cfg.DefaultHosts)
 	load := func(ctx context.Context) {
