@@ -36,6 +36,10 @@ const (
 // largest value, so that lowering the setting hides no domain.
 const maxListedDomains = 10_000
 
+// dnsAnswerMargin is what VerifyDomain leaves of the caller's deadline to
+// answer after a TXT lookup that took all it could.
+const dnsAnswerMargin = 500 * time.Millisecond
+
 // TokenPrefix starts every verification token: the TXT record's value is
 // "kurz-verify=<random>".
 const TokenPrefix = "kurz-verify="
@@ -205,8 +209,9 @@ func (s *Service) ownDomain(ctx context.Context, op, name string) (linkstore.Dom
 }
 
 // VerifyDomain checks the domain's TXT record _kurz-challenge.<name> (one
-// lookup, bounded by Options.DNSTimeout): when one of its values is the
-// domain's token, the domain is verified. A verified domain stays verified.
+// lookup, bounded by Options.DNSTimeout and the call's deadline): when one
+// of its values is the domain's token, the domain is verified. A verified
+// domain stays verified.
 func (s *Service) VerifyDomain(ctx context.Context, req *shortenerv1.VerifyDomainRequest) (*shortenerv1.VerifyDomainResponse, error) {
 	d, err := s.ownDomain(ctx, "verify domain", req.GetName())
 	if err != nil {
@@ -221,7 +226,14 @@ func (s *Service) VerifyDomain(ctx context.Context, req *shortenerv1.VerifyDomai
 			rpcerr.Info(ReasonDomainNotVerified, nil))
 	}
 	record := linkdomain.ChallengePrefix + d.Name
-	lctx, cancel := context.WithTimeout(ctx, s.opts.DNSTimeout)
+	// The caller's deadline bounds the lookup too, less a moment to
+	// answer: a lookup that ran into it would be the caller's
+	// DEADLINE_EXCEEDED, which says nothing about DNS.
+	timeout := s.opts.DNSTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(deadline)-dnsAnswerMargin)
+	}
+	lctx, cancel := context.WithTimeout(ctx, timeout)
 	// The name is absolute (a trailing dot): a relative one goes through
 	// the resolver's search list first (a cluster's ndots:5), and a record
 	// of the same name in one of those zones would verify the domain.

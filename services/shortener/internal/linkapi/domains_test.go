@@ -475,3 +475,30 @@ func TestDomainChangesPublishedOnlyWhenServedSetChanges(t *testing.T) {
 	}
 	want("verifying twice", "approved.acme.example", "approved.acme.example", "dns.acme.example")
 }
+
+// slowTXT answers no lookup before its context ends, as a DNS server that
+// does not answer.
+type slowTXT struct{}
+
+func (slowTXT) LookupTXT(ctx context.Context, name string) ([]string, error) {
+	<-ctx.Done()
+	return nil, &net.DNSError{Err: ctx.Err().Error(), Name: name, IsTimeout: true}
+}
+
+// A lookup is bounded by the caller's deadline too, with time left to
+// answer: a DNS server slower than the gateway's call timeout is
+// DNS_UNAVAILABLE, not the caller's DEADLINE_EXCEEDED.
+func TestVerifyDomainLookupEndsBeforeTheCallersDeadline(t *testing.T) {
+	e := newEnvWith(t, func(d *linkapi.Deps) {
+		d.Domains = &fakeDomains{m: map[string]map[string]linkstore.Domain{}}
+		d.TXT = slowTXT{}
+	}, func(o *linkapi.Options) { o.MaxDomains, o.DNSTimeout = 3, time.Minute })
+	ctx := as("acme")
+	if _, err := e.client.RegisterDomain(ctx, &shortenerv1.RegisterDomainRequest{Name: "go.acme.example"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := e.client.VerifyDomain(ctx, &shortenerv1.VerifyDomainRequest{Name: "go.acme.example"})
+	wantStatus(t, "a lookup slower than the call's deadline", err, codes.Unavailable, linkapi.ReasonDNSUnavailable, "")
+}
