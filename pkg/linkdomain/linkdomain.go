@@ -25,7 +25,8 @@ const (
 )
 
 // ChangedChannel is the Redis Pub/Sub channel on which the shortener
-// publishes a domain's name after it was verified or deleted: redirect pods
+// publishes a domain's name after it was verified, or deleted while
+// verified (what the redirect serves changed, and only then): redirect pods
 // re-read the verified set at once rather than at their next refresh.
 // Delivery is best effort; the refresh interval bounds a lost message.
 const ChangedChannel = "domains:changed"
@@ -33,6 +34,11 @@ const ChangedChannel = "domains:changed"
 // ChallengePrefix is the label before a domain of the TXT record that proves
 // its ownership: "_kurz-challenge.go.acme.com".
 const ChallengePrefix = "_kurz-challenge."
+
+// MaxRegistered bounds a domain a tenant registers: its challenge record
+// (ChallengePrefix + name) must itself be a name of at most MaxLength
+// characters, or the domain could never be verified by DNS.
+const MaxRegistered = MaxLength - len(ChallengePrefix)
 
 // Problem says what is wrong with name as a custom domain ("" if nothing):
 // it must be a lower-case host name (letters, digits and '-' in labels of 1

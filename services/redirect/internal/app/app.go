@@ -127,7 +127,8 @@ type Config struct {
 	// DefaultHosts are the host names (no port) that serve the default
 	// domain's links; a request for any other host that is not a verified
 	// custom domain answers 404. Empty: every host that is not a custom
-	// domain serves the default domain.
+	// domain serves the default domain, once the custom domains were read
+	// (before, none does, and the replica is not ready).
 	DefaultHosts []string `env:"REDIRECT_DEFAULT_HOSTS" default:""`
 	// DomainRefresh is how often the set of verified custom domains is
 	// read from PostgreSQL besides the reads the shortener's change
@@ -373,18 +374,36 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 	if deps.Visits, err = h.visitCounter(ctx, cfg, lc); err != nil {
 		return deps, err
 	}
-	deps.Hosts, err = startHosts(ctx, cfg, rdb, db, lc, log)
-	return deps, err
+	if deps.Hosts, err = startHosts(ctx, cfg, rdb, db, lc, log); err != nil {
+		return deps, err
+	}
+	// Until the domains were read once no host but a default one is
+	// served (redirector.Hosts): the replica is not ready to serve them.
+	hosts := deps.Hosts
+	srv.AddCheck("custom_domains", func(context.Context) error {
+		if !hosts.Loaded() {
+			return errors.New("the verified custom domains were not read from PostgreSQL yet: only KURZ_REDIRECT_DEFAULT_HOSTS are served")
+		}
+		return nil
+	})
+	return deps, nil
 }
 
 // maxDomains bounds the custom domains one redirect process serves.
 const maxDomains = 1_000_000
 
+// domainReloadGap is the shortest time between the end of a read of the
+// verified domains and a read a change message triggers (DomainRefresh if
+// shorter): each read costs the whole set, and any tenant can make the
+// shortener publish changes.
+const domainReloadGap = time.Second
+
 // startHosts loads the verified custom domains from PostgreSQL now, every
 // DomainRefresh, and whenever the shortener publishes a change (or the
-// subscription is re-established, when one may have been missed). A failed
-// load keeps the set it had (at start: none, so custom domains answer 404
-// until PostgreSQL answers) and is logged.
+// subscription is re-established, when one may have been missed), at most
+// once per domainReloadGap for the changes (reloadDomains). A failed load
+// keeps the set it had and is logged; until one succeeded only the default
+// hosts are served (custom domains answer 404, and readiness fails).
 func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) (*redirector.Hosts, error) {
 	hosts := redirector.NewHosts(cfg.DefaultHosts)
 	load := func(ctx context.Context) {
@@ -404,23 +423,52 @@ func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *p
 	load(ctx)
 	lc.Go("custom domains", func(ctx context.Context) {
 		defer func() { _ = sub.Close() }()
-		changes := sub.ChannelWithSubscriptions()
-		t := time.NewTicker(cfg.DomainRefresh)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			case _, ok := <-changes:
-				if !ok {
-					return
-				}
-			}
-			load(ctx)
-		}
+		reloadDomains(ctx, sub.ChannelWithSubscriptions(), cfg.DomainRefresh, min(domainReloadGap, cfg.DomainRefresh), load)
 	})
 	return hosts, nil
+}
+
+// reloadDomains calls load every refresh and on each message of changes,
+// but a message within gap of the end of the previous load only makes
+// sure one load follows when gap has passed: a burst of messages costs
+// one load per gap, and its last change is always read. It returns when
+// ctx ends or changes is closed.
+func reloadDomains(ctx context.Context, changes <-chan any, refresh, gap time.Duration, load func(context.Context)) {
+	tick := time.NewTicker(refresh)
+	defer tick.Stop()
+	var last time.Time
+	var trailing *time.Timer
+	var due <-chan time.Time // trailing's, while a load is due
+	run := func() {
+		if trailing != nil {
+			trailing.Stop()
+			trailing, due = nil, nil
+		}
+		load(ctx)
+		last = time.Now()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			run()
+		case <-due:
+			run()
+		case _, ok := <-changes:
+			switch {
+			case !ok:
+				return
+			case due != nil:
+				// The load due reads this change too.
+			case time.Since(last) < gap:
+				trailing = time.NewTimer(gap - time.Since(last))
+				due = trailing.C
+			default:
+				run()
+			}
+		}
+	}
 }
 
 // verifiedDomains reads every verified domain (table domains, owned by the

@@ -16,7 +16,7 @@ import (
 
 func TestBootsHealthyWithGRPCHealthOnly(t *testing.T) {
 	r := start(t, nil, hooks{})
-	r.AssertOps(t, "redis", "postgres")
+	r.AssertOps(t, "redis", "postgres", "custom_domains")
 	want := []string{"grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"}
 	if got := r.GRPCServices(t); !slices.Equal(got, want) {
 		t.Errorf("reflection lists %v, want %v", got, want)

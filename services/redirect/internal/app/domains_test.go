@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/servertest"
@@ -23,7 +26,8 @@ import (
 type txtRecords map[string][]string
 
 func (r txtRecords) LookupTXT(_ context.Context, name string) ([]string, error) {
-	if v, ok := r[name]; ok {
+	// An absolute name (trailing dot) is the same record, as in DNS.
+	if v, ok := r[strings.TrimSuffix(name, ".")]; ok {
 		return v, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
@@ -168,5 +172,52 @@ func TestHostRouting(t *testing.T) {
 	}
 	if resp := getHost(t, redir.HTTP, "/"+alias, "127.0.0.1"); resp.StatusCode != http.StatusFound {
 		t.Errorf("the default domain's link after the domain went: %d", resp.StatusCode)
+	}
+}
+
+// failDomainReads fails every read of the verified domains, as a
+// PostgreSQL that refuses the statement would.
+type failDomainReads struct{}
+
+func (failDomainReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if !strings.Contains(d.SQL, "FROM domains WHERE verified_at") {
+		return ctx
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	return ctx
+}
+
+func (failDomainReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Until the verified domains were read once, a custom domain's host
+// cannot be told from the default domain's: with no default hosts
+// configured it would serve the default domain's links (another tenant's
+// codes on a tenant's domain). It answers the unknown-host 404, and the
+// replica is not ready.
+func TestHostsBeforeTheDomainsWereReadServeNoDefaultDomainLinks(t *testing.T) {
+	f := newFixture(t)
+	cfg := load(t, map[string]string{"KURZ_REDIRECT_VISITOR_SALT": testSalt,
+		"KURZ_LIMITER_GRPC_ADDR":      limitertest.Start(t, limitertest.AllowAll).Addr(),
+		"KURZ_REDIRECT_DEFAULT_HOSTS": "", "KURZ_REDIRECT_DOMAIN_REFRESH": "1h", "KURZ_REDIRECT_TRUSTED_PROXIES": "",
+	})
+	srv, err := build(context.Background(), cfg, servertest.Logger(t), hooks{pgTracer: failDomainReads{}})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	// Not start: the replica never becomes ready (SERVING).
+	redir := servertest.Start(t, srv)
+	code := "d" + strings.ToLower(rand.Text()[:8])
+	f.track(code)
+	if _, err := f.db.Exec(context.Background(), `INSERT INTO links (code, tenant, long_url) VALUES ($1, $2, $3)`,
+		code, "acme-"+strings.ToLower(rand.Text()[:8]), "https://example.com/default"); err != nil {
+		t.Fatal(err)
+	}
+	resp := getHost(t, redir.HTTP, "/"+code, "go-"+strings.ToLower(rand.Text()[:10])+".other.test")
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(resp.Header.Get("X-Test-Body"), "This domain does not serve short links") {
+		t.Errorf("a custom host before the domains were read: %d %q, want the unknown-host 404", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if status, body := redir.AwaitReadyz(t); status == http.StatusOK || !strings.Contains(body, "custom_domains") {
+		t.Errorf("/readyz before the domains were read: %d %s, want not ready, naming custom_domains", status, body)
 	}
 }

@@ -30,12 +30,25 @@ func TestHostsRoute(t *testing.T) {
 	}
 	// Without default hosts, every other host is the default domain.
 	open := NewHosts(nil)
+	// Until the domains are first read, though, no host can be told from
+	// a custom domain's: none serves the default domain's links.
+	if d, _, ok := open.Route("go.acme.test"); ok || open.Loaded() {
+		t.Errorf("Route before the domains were read = %q, %v (loaded %v); want no route", d, ok, open.Loaded())
+	}
 	open.SetDomains(map[string]string{"go.acme.test": "acme"})
 	if d, _, ok := open.Route("anything.test"); d != "" || !ok {
 		t.Errorf("Route without default hosts = %q, %v; want the default domain", d, ok)
 	}
 	if d, tenant, ok := open.Route("go.acme.test"); d != "go.acme.test" || tenant != "acme" || !ok {
 		t.Errorf("Route of a custom domain without default hosts = %q, %q, %v", d, tenant, ok)
+	}
+	// Default hosts serve before the domains were read; others do not.
+	listed := NewHosts([]string{"kurz.test"})
+	if _, _, ok := listed.Route("kurz.test"); !ok {
+		t.Error("a default host not served before the domains were read")
+	}
+	if _, _, ok := listed.Route("go.acme.test"); ok {
+		t.Error("another host served before the domains were read")
 	}
 }
 

@@ -116,8 +116,11 @@ type Config struct {
 	// DNSServer is the DNS server (host:port) VerifyDomain asks for the
 	// _kurz-challenge TXT records; empty: the system's resolver.
 	DNSServer string `env:"SHORTENER_DNS_SERVER" default:""`
-	// DNSTimeout bounds one TXT lookup of VerifyDomain.
-	DNSTimeout time.Duration `env:"SHORTENER_DNS_TIMEOUT" default:"5s"`
+	// DNSTimeout bounds one TXT lookup of VerifyDomain, and so does the
+	// call's own deadline less a moment to answer: well under the
+	// gateway's KURZ_GATEWAY_CALL_TIMEOUT (5s), so that a slow DNS server
+	// is DNS_UNAVAILABLE rather than the gateway's DEADLINE_EXCEEDED.
+	DNSTimeout time.Duration `env:"SHORTENER_DNS_TIMEOUT" default:"3s"`
 	// TXT is for tests: when set, VerifyDomain asks it instead of DNS. It
 	// has no env tag, so no environment variable can set it.
 	TXT linkapi.TXTResolver
@@ -369,12 +372,29 @@ func txtResolver(cfg Config) linkapi.TXTResolver {
 		return cfg.TXT
 	case cfg.DNSServer != "":
 		server := cfg.DNSServer
-		return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return serverResolver{server: server, r: &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, server)
-		}}
+		}}}
 	}
 	return net.DefaultResolver
+}
+
+// serverResolver asks r, whose Dial goes to server whatever address the
+// resolver dials: its errors name server, not resolv.conf's, which the
+// resolver would name (and the log of a failed lookup with it).
+type serverResolver struct {
+	server string
+	r      *net.Resolver
+}
+
+func (s serverResolver) LookupTXT(ctx context.Context, name string) ([]string, error) {
+	values, err := s.r.LookupTXT(ctx, name)
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		dnsErr.Server = s.server
+	}
+	return values, err
 }
 
 // startBackground starts the retries of failed write-throughs and, with a

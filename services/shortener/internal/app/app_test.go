@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +120,25 @@ func TestPeriodsHaveAFloor(t *testing.T) {
 		if _, _, _, err := load(t, map[string]string{name: floor.String()}).validate(); err != nil && strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%s: %v, want accepted", name, floor, err)
 		}
+	}
+}
+
+// A failed lookup at KURZ_SHORTENER_DNS_SERVER names that server (which
+// VerifyDomain's log shows), not the system resolver's it never asked.
+func TestTXTLookupErrorsNameTheConfiguredServer(t *testing.T) {
+	// A UDP socket that never answers: the lookup times out.
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	server := silent.LocalAddr().String()
+	r := txtResolver(Config{DNSServer: server})
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err = r.LookupTXT(ctx, "_kurz-challenge.go.acme.example.")
+	var dnsErr *net.DNSError
+	if !errors.As(err, &dnsErr) || dnsErr.Server != server {
+		t.Errorf("lookup at %s: %v (server %q), want a DNS error naming %s", server, err, dnsErr.Server, server)
 	}
 }

@@ -34,7 +34,8 @@ func (f *fakeTXT) set(name string, values ...string) {
 func (f *fakeTXT) LookupTXT(_ context.Context, name string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if v, ok := f.records[name]; ok {
+	// An absolute name (trailing dot) is the same record, as in DNS.
+	if v, ok := f.records[strings.TrimSuffix(name, ".")]; ok {
 		return v, nil
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}

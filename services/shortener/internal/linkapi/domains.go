@@ -36,6 +36,10 @@ const (
 // largest value, so that lowering the setting hides no domain.
 const maxListedDomains = 10_000
 
+// dnsAnswerMargin is what VerifyDomain leaves of the caller's deadline to
+// answer after a TXT lookup that took all it could.
+const dnsAnswerMargin = 500 * time.Millisecond
+
 // TokenPrefix starts every verification token: the TXT record's value is
 // "kurz-verify=<random>".
 const TokenPrefix = "kurz-verify="
@@ -52,7 +56,8 @@ type DomainStore interface {
 	GetDomain(ctx context.Context, tenant, name string) (linkstore.Domain, error)
 	ListDomains(ctx context.Context, tenant string, limit int) ([]linkstore.Domain, error)
 	VerifyDomain(ctx context.Context, tenant, name, by string) (linkstore.Domain, error)
-	DeleteDomain(ctx context.Context, tenant, name string) error
+	// DeleteDomain reports whether the domain deleted was verified.
+	DeleteDomain(ctx context.Context, tenant, name string) (verified bool, err error)
 	// Served returns those of names that some tenant has verified.
 	Served(ctx context.Context, names []string) (map[string]bool, error)
 }
@@ -76,6 +81,22 @@ func (s *Service) domainName(field, name string) (string, error) {
 	}
 	if slices.Contains(s.opts.OwnHosts, n) {
 		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s is kurz's own domain, which every tenant shares", field, n)
+	}
+	// Browsers read a name whose last label is a number (0x7f.0x0.0x0.0x1)
+	// as an IPv4 address, and local names never reach the redirect from
+	// the internet: neither is a domain a tenant can publish links on.
+	if _, numeric, _ := urlcheck.ParseHostIPv4(n); numeric {
+		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s ends in a number, which browsers read as an IP address: register a domain name", field, n)
+	}
+	if urlcheck.LocalName(n) {
+		return "", rpcerr.Invalidf(field, ReasonDomainInvalid, "%s: %s is a local network's name (localhost, .local, .internal, .lan, .home.arpa, .localdomain): register a public domain", field, n)
+	}
+	// Checked at registration only: a longer name verified by an
+	// administrator before this bound existed stays usable and deletable.
+	if len(n) > linkdomain.MaxRegistered {
+		return "", rpcerr.Invalidf(field, ReasonDomainInvalid,
+			"%s: a custom domain has at most %d characters, so that its verification record %s<name> fits DNS's %d",
+			field, linkdomain.MaxRegistered, linkdomain.ChallengePrefix, linkdomain.MaxLength)
 	}
 	return n, nil
 }
@@ -188,8 +209,9 @@ func (s *Service) ownDomain(ctx context.Context, op, name string) (linkstore.Dom
 }
 
 // VerifyDomain checks the domain's TXT record _kurz-challenge.<name> (one
-// lookup, bounded by Options.DNSTimeout): when one of its values is the
-// domain's token, the domain is verified. A verified domain stays verified.
+// lookup, bounded by Options.DNSTimeout and the call's deadline): when one
+// of its values is the domain's token, the domain is verified. A verified
+// domain stays verified.
 func (s *Service) VerifyDomain(ctx context.Context, req *shortenerv1.VerifyDomainRequest) (*shortenerv1.VerifyDomainResponse, error) {
 	d, err := s.ownDomain(ctx, "verify domain", req.GetName())
 	if err != nil {
@@ -204,8 +226,18 @@ func (s *Service) VerifyDomain(ctx context.Context, req *shortenerv1.VerifyDomai
 			rpcerr.Info(ReasonDomainNotVerified, nil))
 	}
 	record := linkdomain.ChallengePrefix + d.Name
-	lctx, cancel := context.WithTimeout(ctx, s.opts.DNSTimeout)
-	values, err := s.txt.LookupTXT(lctx, record)
+	// The caller's deadline bounds the lookup too, less a moment to
+	// answer: a lookup that ran into it would be the caller's
+	// DEADLINE_EXCEEDED, which says nothing about DNS.
+	timeout := s.opts.DNSTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(deadline)-dnsAnswerMargin)
+	}
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	// The name is absolute (a trailing dot): a relative one goes through
+	// the resolver's search list first (a cluster's ndots:5), and a record
+	// of the same name in one of those zones would verify the domain.
+	values, err := s.txt.LookupTXT(lctx, record+".")
 	cancel()
 	if err != nil && !notFoundDNS(err) {
 		s.log.InfoContext(ctx, "TXT lookup failed", "record", record, "err", err)
@@ -255,6 +287,10 @@ func (s *Service) ApproveDomain(ctx context.Context, req *shortenerv1.ApproveDom
 	if err != nil {
 		return nil, err
 	}
+	// Approving a verified domain changes nothing the redirect serves.
+	if d.Verified != nil {
+		return &shortenerv1.ApproveDomainResponse{Domain: s.domainProto(d)}, nil
+	}
 	if d, err = s.domains.VerifyDomain(ctx, d.Tenant, d.Name, "admin"); err != nil {
 		return nil, s.domainStatus(ctx, "approve domain", err)
 	}
@@ -269,10 +305,16 @@ func (s *Service) DeleteDomain(ctx context.Context, req *shortenerv1.DeleteDomai
 	if err != nil {
 		return nil, err
 	}
-	if err := s.domains.DeleteDomain(ctx, d.Tenant, d.Name); err != nil {
+	verified, err := s.domains.DeleteDomain(ctx, d.Tenant, d.Name)
+	if err != nil {
 		return nil, s.domainStatus(ctx, "delete domain", err)
 	}
-	s.domainChanged(ctx, d.Name)
+	// An unverified claim was never served: every redirect pod re-reads
+	// the verified set on a message, so a tenant registering and deleting
+	// claims must not be able to make them do so.
+	if verified {
+		s.domainChanged(ctx, d.Name)
+	}
 	return &shortenerv1.DeleteDomainResponse{}, nil
 }
 

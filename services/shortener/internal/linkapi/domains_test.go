@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/services/shortener/internal/linkapi"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/linkstore/linkstoretest"
@@ -101,14 +104,15 @@ func (f *fakeDomains) VerifyDomain(_ context.Context, tenant, name, by string) (
 	return d, nil
 }
 
-func (f *fakeDomains) DeleteDomain(_ context.Context, tenant, name string) error {
+func (f *fakeDomains) DeleteDomain(_ context.Context, tenant, name string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.m[name][tenant]; !ok {
-		return linkstore.ErrDomainNotFound
+	d, ok := f.m[name][tenant]
+	if !ok {
+		return false, linkstore.ErrDomainNotFound
 	}
 	delete(f.m[name], tenant)
-	return nil
+	return d.Verified != nil, nil
 }
 
 func (f *fakeDomains) Served(_ context.Context, names []string) (map[string]bool, error) {
@@ -193,8 +197,9 @@ func TestVerifyDomainByTXT(t *testing.T) {
 	if err := verify(); err != nil {
 		t.Fatalf("verify with the token: %v", err)
 	}
-	if txt.asked[0] != "_kurz-challenge.go.acme.example" {
-		t.Errorf("looked up %q", txt.asked[0])
+	// Absolute: the resolver's search list never completes the name.
+	if txt.asked[0] != "_kurz-challenge.go.acme.example." {
+		t.Errorf("looked up %q, want the absolute name _kurz-challenge.go.acme.example.", txt.asked[0])
 	}
 	got, err := e.client.GetDomain(ctx, &shortenerv1.GetDomainRequest{Name: "go.acme.example"})
 	if err != nil || !got.GetDomain().GetVerified() || got.GetDomain().GetVerifiedBy() != "dns" {
@@ -227,7 +232,17 @@ func TestVerifyDomainByTXT(t *testing.T) {
 func TestDomainRules(t *testing.T) {
 	e := domainEnv(t, nil)
 	a, b := as("acme"), as("other")
-	for _, name := range []string{"", "kurz.test", "KURZ.TEST.", "127.0.0.1", "a..b", "x"} {
+	// The longest name whose challenge record still fits 253 characters
+	// registers; one more character could never be verified.
+	longest := strings.Repeat(strings.Repeat("a", 62)+".", 3) + strings.Repeat("b", linkdomain.MaxRegistered-3*63-8) + ".example"
+	if _, err := e.client.RegisterDomain(b, &shortenerv1.RegisterDomainRequest{Name: longest}); err != nil {
+		t.Errorf("register a name of %d characters: %v", len(longest), err)
+	}
+	if _, err := e.client.DeleteDomain(b, &shortenerv1.DeleteDomainRequest{Name: longest}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"", "kurz.test", "KURZ.TEST.", "127.0.0.1", "a..b", "x", "c" + longest,
+		"0x7f.0x0.0x0.0x1", "go.0x7f", "x.localhost", "localhost.localdomain", "go.acme.internal", "printer.home.arpa"} {
 		_, err := e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: name})
 		wantStatus(t, "register "+name, err, codes.InvalidArgument, linkapi.ReasonDomainInvalid, "name")
 	}
@@ -400,4 +415,90 @@ func TestLinkMayNotTargetAnyServedDomain(t *testing.T) {
 		UpdateMask: mask("long_url"),
 	})
 	wantStatus(t, "an update to a served domain", err, codes.InvalidArgument, urlcheck.ReasonLoop, "long_url")
+}
+
+// The redirect pods re-read every verified domain on each message of
+// linkdomain.ChangedChannel, so only a change of what they serve is
+// published: a verification, an approval and the deletion of a verified
+// domain; registering and deleting claims, or verifying again, is not.
+func TestDomainChangesPublishedOnlyWhenServedSetChanges(t *testing.T) {
+	txt := &txtAnswer{}
+	e := domainEnv(t, txt)
+	ctx := as("acme")
+	published := func() []string {
+		e.cache.mu.Lock()
+		defer e.cache.mu.Unlock()
+		return slices.Clone(e.cache.onChannel[linkdomain.ChangedChannel])
+	}
+	want := func(step string, names ...string) {
+		t.Helper()
+		if got := published(); !slices.Equal(got, names) {
+			t.Errorf("after %s: published %q on %s, want %q", step, got, linkdomain.ChangedChannel, names)
+		}
+	}
+	register := func(name string) *shortenerv1.Domain {
+		t.Helper()
+		reg, err := e.client.RegisterDomain(ctx, &shortenerv1.RegisterDomainRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reg.GetDomain()
+	}
+	del := func(name string) {
+		t.Helper()
+		if _, err := e.client.DeleteDomain(ctx, &shortenerv1.DeleteDomainRequest{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		register("claim.acme.example")
+		del("claim.acme.example")
+	}
+	want("registering and deleting a claim three times")
+
+	register("approved.acme.example")
+	for range 2 {
+		if _, err := e.client.ApproveDomain(ctx, &shortenerv1.ApproveDomainRequest{Name: "approved.acme.example"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("approving twice", "approved.acme.example")
+	del("approved.acme.example")
+	want("deleting the approved domain", "approved.acme.example", "approved.acme.example")
+
+	d := register("dns.acme.example")
+	txt.set([]string{d.GetVerificationToken()}, nil)
+	for range 2 {
+		if _, err := e.client.VerifyDomain(ctx, &shortenerv1.VerifyDomainRequest{Name: "dns.acme.example"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("verifying twice", "approved.acme.example", "approved.acme.example", "dns.acme.example")
+}
+
+// slowTXT answers no lookup before its context ends, as a DNS server that
+// does not answer.
+type slowTXT struct{}
+
+func (slowTXT) LookupTXT(ctx context.Context, name string) ([]string, error) {
+	<-ctx.Done()
+	return nil, &net.DNSError{Err: ctx.Err().Error(), Name: name, IsTimeout: true}
+}
+
+// A lookup is bounded by the caller's deadline too, with time left to
+// answer: a DNS server slower than the gateway's call timeout is
+// DNS_UNAVAILABLE, not the caller's DEADLINE_EXCEEDED.
+func TestVerifyDomainLookupEndsBeforeTheCallersDeadline(t *testing.T) {
+	e := newEnvWith(t, func(d *linkapi.Deps) {
+		d.Domains = &fakeDomains{m: map[string]map[string]linkstore.Domain{}}
+		d.TXT = slowTXT{}
+	}, func(o *linkapi.Options) { o.MaxDomains, o.DNSTimeout = 3, time.Minute })
+	ctx := as("acme")
+	if _, err := e.client.RegisterDomain(ctx, &shortenerv1.RegisterDomainRequest{Name: "go.acme.example"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := e.client.VerifyDomain(ctx, &shortenerv1.VerifyDomainRequest{Name: "go.acme.example"})
+	wantStatus(t, "a lookup slower than the call's deadline", err, codes.Unavailable, linkapi.ReasonDNSUnavailable, "")
 }

@@ -166,6 +166,8 @@ type cache struct {
 	mu        sync.Mutex
 	values    map[string]string
 	published []string
+	// onChannel is what was published by channel.
+	onChannel map[string][]string
 	// getErr, if set, is every GET's answer (Redis unreachable).
 	getErr error
 }
@@ -199,10 +201,14 @@ func (c *cache) Set(ctx context.Context, key string, value any, _ time.Duration)
 	return redis.NewStatusResult("OK", nil)
 }
 
-func (c *cache) Publish(ctx context.Context, _ string, message any) *redis.IntCmd {
+func (c *cache) Publish(ctx context.Context, channel string, message any) *redis.IntCmd {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.published = append(c.published, message.(string))
+	if c.onChannel == nil {
+		c.onChannel = map[string][]string{}
+	}
+	c.onChannel[channel] = append(c.onChannel[channel], message.(string))
 	return redis.NewIntResult(1, nil)
 }
 

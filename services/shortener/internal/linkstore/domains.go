@@ -199,39 +199,42 @@ func (s *Store) VerifyDomain(ctx context.Context, tenant, name, by string) (Doma
 // DeleteDomain removes tenant's domain name unless live links are on it
 // (ErrDomainInUse). Revoked links keep their rows: their keys stay taken,
 // and the redirect serves a link only on a domain its own tenant holds.
-func (s *Store) DeleteDomain(ctx context.Context, tenant, name string) error {
+// verified reports whether the row deleted was verified (read under the
+// row's lock, so a verification that committed first counts): only then
+// did what the redirect serves change.
+func (s *Store) DeleteDomain(ctx context.Context, tenant, name string) (verified bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("delete domain: %w", err)
+		return false, fmt.Errorf("delete domain: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	// The row's lock first, the count in a statement of its own: that
 	// statement sees every link whose insert held the domain (lockDomains)
 	// and committed while this one waited for the lock. Only the tenant's
 	// own links count: another tenant's cannot be on its verified domain.
-	err = tx.QueryRow(ctx, `SELECT 1 FROM domains WHERE name = $1 AND tenant = $2 FOR UPDATE`, name, tenant).Scan(new(int))
+	err = tx.QueryRow(ctx, `SELECT verified_at IS NOT NULL FROM domains WHERE name = $1 AND tenant = $2 FOR UPDATE`, name, tenant).Scan(&verified)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return ErrDomainNotFound
+		return false, ErrDomainNotFound
 	case err != nil:
-		return fmt.Errorf("delete domain: %w", err)
+		return false, fmt.Errorf("delete domain: %w", err)
 	}
 	var inUse bool
 	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM links WHERE domain = $1 AND tenant = $2 AND deleted_at IS NULL)`,
 		name, tenant).Scan(&inUse)
 	switch {
 	case err != nil:
-		return fmt.Errorf("delete domain: %w", err)
+		return false, fmt.Errorf("delete domain: %w", err)
 	case inUse:
-		return ErrDomainInUse
+		return false, ErrDomainInUse
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM domains WHERE name = $1 AND tenant = $2`, name, tenant); err != nil {
-		return fmt.Errorf("delete domain: %w", err)
+		return false, fmt.Errorf("delete domain: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("delete domain: commit: %w", err)
+		return false, fmt.Errorf("delete domain: commit: %w", err)
 	}
-	return nil
+	return verified, nil
 }

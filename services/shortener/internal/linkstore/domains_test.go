@@ -94,11 +94,15 @@ func TestRegisterDomainConcurrently(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.DeleteDomain(ctx, racers[0], shared); err != nil {
-		t.Fatal(err)
+	if verified, err := s.DeleteDomain(ctx, racers[0], shared); err != nil || verified {
+		t.Fatalf("delete of an unverified claim: verified %v, %v; want false", verified, err)
 	}
 	if _, err := s.GetDomain(ctx, racers[1], shared); err != nil {
 		t.Errorf("%s's claim after %s deleted its own: %v", racers[1], racers[0], err)
+	}
+	// The race's winner deletes a verified domain (no links on it).
+	if verified, err := s.DeleteDomain(ctx, winner, name); err != nil || !verified {
+		t.Errorf("delete of a verified domain: verified %v, %v; want true", verified, err)
 	}
 }
 
@@ -270,7 +274,7 @@ func TestLinkInsertAndDomainDeleteMeetOnTheDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := make(chan error, 1)
-	go func() { deleted <- s.DeleteDomain(ctx, tenant, held) }()
+	go func() { _, err := s.DeleteDomain(ctx, tenant, held); deleted <- err }()
 	waitBlocked("the delete")
 	if err := ins.Commit(ctx); err != nil {
 		t.Fatal(err)
