@@ -300,6 +300,7 @@ func request(row Row, alias bool) *shortenerv1.CreateLinkRequest {
 	req := &shortenerv1.CreateLinkRequest{}
 	if row.Link != nil {
 		req = proto.CloneOf(row.Link)
+		req.Rules, req.Variants = row.RulesAndVariants()
 	}
 	req.LongUrl, req.Mode, req.Tags = row.LongURL, shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL, row.Tags
 	if alias {
