@@ -13,12 +13,19 @@ import (
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/urlnorm"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
 // MaxBatch is the most links Import sends in one Creator call: the limit of
 // BatchCreateLinks.
 const MaxBatch = 1000
+
+// MaxBatchBytes is the most bytes of encoded requests Import sends in one
+// Creator call, whatever their number: the shortener takes messages of up
+// to 4 MiB, and 1,000 rows of a kurz export with ten long variant URLs
+// each are more.
+const MaxBatchBytes = 3 << 20
 
 // Creator creates a batch of at most MaxBatch links, as BatchCreateLinks
 // does: one result per request, in request order. An error fails the whole
@@ -73,7 +80,7 @@ type Result struct {
 }
 
 // Import creates a link per row through create, in chunks of at most
-// MaxBatch, in row order; a chunk refused as larger than the tenant's quota
+// MaxBatch rows and MaxBatchBytes of requests, in row order; a chunk refused as larger than the tenant's quota
 // ever holds (BATCH_SIZE_INVALID with metadata max_batch) is sent again,
 // and every later one, in chunks of that size. A row whose SourceCode is a valid kurz alias
 // (linkcode.AliasProblem) asks for it (CODE_MODE_CUSTOM); the others, and
@@ -158,13 +165,20 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 	size := MaxBatch
 	send := func(idx []int, alias bool) error {
 		for len(idx) > 0 {
-			chunk := idx[:min(size, len(idx))]
-			reqs := make([]*shortenerv1.CreateLinkRequest, len(chunk))
-			withAlias := make([]bool, len(chunk))
-			for k, i := range chunk {
-				withAlias[k] = alias && linkcode.AliasProblem(rows[i].SourceCode) == ""
-				reqs[k] = request(rows[i], withAlias[k])
+			var reqs []*shortenerv1.CreateLinkRequest
+			var withAlias []bool
+			encoded := 0
+			for _, i := range idx[:min(size, len(idx))] {
+				a := alias && linkcode.AliasProblem(rows[i].SourceCode) == ""
+				req := request(rows[i], a)
+				// The request's field tag and length, then the request.
+				n := 1 + protowire.SizeBytes(proto.Size(req))
+				if len(reqs) > 0 && encoded+n > MaxBatchBytes {
+					break
+				}
+				reqs, withAlias, encoded = append(reqs, req), append(withAlias, a), encoded+n
 			}
+			chunk := idx[:len(reqs)]
 			resp, err := create(ctx, reqs)
 			if n := maxBatch(err); n > 0 && n < len(chunk) {
 				// The tenant's quota never holds this many at once (its
