@@ -93,7 +93,9 @@ type Result struct {
 //
 // progress, when not nil, is called after each chunk with the number of rows
 // whose outcome is final and len(rows). When create fails, Import stops
-// and returns the report of the rows finished so far with the error.
+// and returns the report of the rows finished so far with a *BatchError.
+// A lookup that fails fails its row only (it is taken, and may be the
+// caller's own link).
 func Import(ctx context.Context, rows []Row, create Creator, progress func(done, total int)) (Report, error) {
 	return ImportWith(ctx, rows, create, nil, progress)
 }
@@ -200,23 +202,31 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 						}
 					}
 				}
-				return fmt.Errorf("batch create of lines %d to %d: %w", rows[chunk[0]].Line, rows[chunk[len(chunk)-1]].Line, err)
+				return batchError(rows, chunk, err)
 			}
 			idx = idx[len(chunk):]
 			got := resp.GetResults()
 			if len(got) != len(chunk) {
-				return fmt.Errorf("batch create of %d links answered %d results", len(chunk), len(got))
+				return batchError(rows, chunk, fmt.Errorf("%d links answered %d results", len(chunk), len(got)))
 			}
 			for k, res := range got {
 				if int(res.GetIndex()) != k {
-					return fmt.Errorf("batch create answered result %d with index %d", k, res.GetIndex())
+					return batchError(rows, chunk, fmt.Errorf("result %d answered with index %d", k, res.GetIndex()))
 				}
+			}
+			for k, res := range got {
 				i := chunk[k]
 				if e := res.GetError(); e != nil {
 					if withAlias[k] && e.GetCode() == "ALREADY_EXISTS" && lookup != nil {
 						found, err := existing(i)
 						if err != nil {
-							return err
+							// The row alone is in doubt: the others of
+							// the chunk are made, and are reported.
+							results[i].Err = &shortenerv1.BatchItemError{Code: "UNAVAILABLE", Field: "custom_alias",
+								Message: fmt.Sprintf("the code %q is taken and whether it is your earlier import of this row could not be checked (%v): look it up before sending the row again", rows[i].SourceCode, err)}
+							final[i] = true
+							done++
+							continue
 						}
 						if found {
 							continue
@@ -249,6 +259,30 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 		return finish(err)
 	}
 	return finish(nil)
+}
+
+// BatchError is Import's error when a create call failed or answered what
+// cannot be read: Lines are the rows (their Row.Line) that call carried,
+// none of them in the report. Whether any of their links were made depends
+// on Err: a refusal (a quota, an invalid batch) made none; a call that
+// timed out, or whose answer was inconsistent, may have made them all.
+type BatchError struct {
+	Lines []int
+	Err   error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("batch create of lines %d to %d: %v", e.Lines[0], e.Lines[len(e.Lines)-1], e.Err)
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }
+
+func batchError(rows []Row, chunk []int, err error) *BatchError {
+	lines := make([]int, len(chunk))
+	for k, i := range chunk {
+		lines[k] = rows[i].Line
+	}
+	return &BatchError{Lines: lines, Err: err}
 }
 
 // sameURL reports whether a link's stored URL is the row's: equal once
