@@ -13,12 +13,19 @@ import (
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/urlnorm"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
 // MaxBatch is the most links Import sends in one Creator call: the limit of
 // BatchCreateLinks.
 const MaxBatch = 1000
+
+// MaxBatchBytes is the most bytes of encoded requests Import sends in one
+// Creator call, whatever their number: the shortener takes messages of up
+// to 4 MiB, and 1,000 rows of a kurz export with ten long variant URLs
+// each are more.
+const MaxBatchBytes = 3 << 20
 
 // Creator creates a batch of at most MaxBatch links, as BatchCreateLinks
 // does: one result per request, in request order. An error fails the whole
@@ -73,7 +80,7 @@ type Result struct {
 }
 
 // Import creates a link per row through create, in chunks of at most
-// MaxBatch, in row order; a chunk refused as larger than the tenant's quota
+// MaxBatch rows and MaxBatchBytes of requests, in row order; a chunk refused as larger than the tenant's quota
 // ever holds (BATCH_SIZE_INVALID with metadata max_batch) is sent again,
 // and every later one, in chunks of that size. A row whose SourceCode is a valid kurz alias
 // (linkcode.AliasProblem) asks for it (CODE_MODE_CUSTOM); the others, and
@@ -86,7 +93,9 @@ type Result struct {
 //
 // progress, when not nil, is called after each chunk with the number of rows
 // whose outcome is final and len(rows). When create fails, Import stops
-// and returns the report of the rows finished so far with the error.
+// and returns the report of the rows finished so far with a *BatchError.
+// A lookup that fails fails its row only (it is taken, and may be the
+// caller's own link).
 func Import(ctx context.Context, rows []Row, create Creator, progress func(done, total int)) (Report, error) {
 	return ImportWith(ctx, rows, create, nil, progress)
 }
@@ -158,13 +167,20 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 	size := MaxBatch
 	send := func(idx []int, alias bool) error {
 		for len(idx) > 0 {
-			chunk := idx[:min(size, len(idx))]
-			reqs := make([]*shortenerv1.CreateLinkRequest, len(chunk))
-			withAlias := make([]bool, len(chunk))
-			for k, i := range chunk {
-				withAlias[k] = alias && linkcode.AliasProblem(rows[i].SourceCode) == ""
-				reqs[k] = request(rows[i], withAlias[k])
+			var reqs []*shortenerv1.CreateLinkRequest
+			var withAlias []bool
+			encoded := 0
+			for _, i := range idx[:min(size, len(idx))] {
+				a := alias && linkcode.AliasProblem(rows[i].SourceCode) == ""
+				req := request(rows[i], a)
+				// The request's field tag and length, then the request.
+				n := 1 + protowire.SizeBytes(proto.Size(req))
+				if len(reqs) > 0 && encoded+n > MaxBatchBytes {
+					break
+				}
+				reqs, withAlias, encoded = append(reqs, req), append(withAlias, a), encoded+n
 			}
+			chunk := idx[:len(reqs)]
 			resp, err := create(ctx, reqs)
 			if n := maxBatch(err); n > 0 && n < len(chunk) {
 				// The tenant's quota never holds this many at once (its
@@ -186,23 +202,31 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 						}
 					}
 				}
-				return fmt.Errorf("batch create of lines %d to %d: %w", rows[chunk[0]].Line, rows[chunk[len(chunk)-1]].Line, err)
+				return batchError(rows, chunk, err)
 			}
 			idx = idx[len(chunk):]
 			got := resp.GetResults()
 			if len(got) != len(chunk) {
-				return fmt.Errorf("batch create of %d links answered %d results", len(chunk), len(got))
+				return batchError(rows, chunk, fmt.Errorf("%d links answered %d results", len(chunk), len(got)))
 			}
 			for k, res := range got {
 				if int(res.GetIndex()) != k {
-					return fmt.Errorf("batch create answered result %d with index %d", k, res.GetIndex())
+					return batchError(rows, chunk, fmt.Errorf("result %d answered with index %d", k, res.GetIndex()))
 				}
+			}
+			for k, res := range got {
 				i := chunk[k]
 				if e := res.GetError(); e != nil {
 					if withAlias[k] && e.GetCode() == "ALREADY_EXISTS" && lookup != nil {
 						found, err := existing(i)
 						if err != nil {
-							return err
+							// The row alone is in doubt: the others of
+							// the chunk are made, and are reported.
+							results[i].Err = &shortenerv1.BatchItemError{Code: "UNAVAILABLE", Field: "custom_alias",
+								Message: fmt.Sprintf("the code %q is taken and whether it is your earlier import of this row could not be checked (%v): look it up before sending the row again", rows[i].SourceCode, err)}
+							final[i] = true
+							done++
+							continue
 						}
 						if found {
 							continue
@@ -235,6 +259,30 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 		return finish(err)
 	}
 	return finish(nil)
+}
+
+// BatchError is Import's error when a create call failed or answered what
+// cannot be read: Lines are the rows (their Row.Line) that call carried,
+// none of them in the report. Whether any of their links were made depends
+// on Err: a refusal (a quota, an invalid batch) made none; a call that
+// timed out, or whose answer was inconsistent, may have made them all.
+type BatchError struct {
+	Lines []int
+	Err   error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("batch create of lines %d to %d: %v", e.Lines[0], e.Lines[len(e.Lines)-1], e.Err)
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }
+
+func batchError(rows []Row, chunk []int, err error) *BatchError {
+	lines := make([]int, len(chunk))
+	for k, i := range chunk {
+		lines[k] = rows[i].Line
+	}
+	return &BatchError{Lines: lines, Err: err}
 }
 
 // sameURL reports whether a link's stored URL is the row's: equal once
@@ -300,6 +348,7 @@ func request(row Row, alias bool) *shortenerv1.CreateLinkRequest {
 	req := &shortenerv1.CreateLinkRequest{}
 	if row.Link != nil {
 		req = proto.CloneOf(row.Link)
+		req.Rules, req.Variants = row.RulesAndVariants()
 	}
 	req.LongUrl, req.Mode, req.Tags = row.LongURL, shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL, row.Tags
 	if alias {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -309,5 +310,29 @@ func TestImportWithLookupReportsExistingRowsOfARefusedChunk(t *testing.T) {
 	}
 	if rep.Existing != 1 || rep.Created != 0 || len(rep.Results) != 1 || rep.Results[0].Code != "mine" {
 		t.Errorf("report %+v; want line 2 existing as mine, line 3 not reached", rep)
+	}
+}
+
+// A lookup that fails fails its row only: the chunk's other rows were made,
+// and are reported (stopping there left them "not reached", to be sent
+// again and made twice).
+func TestImportWithFailingLookupFailsItsRowOnly(t *testing.T) {
+	rows := []Row{
+		{Line: 2, SourceCode: "taken1", LongURL: "https://example.com/1"},
+		{Line: 3, SourceCode: "fresh2", LongURL: "https://example.com/2"},
+	}
+	f := newFake("taken1")
+	lookup := func(context.Context, string, string) (*shortenerv1.Link, bool, error) {
+		return nil, false, errors.New("deadline exceeded")
+	}
+	rep, err := ImportWith(context.Background(), rows, f.create, lookup, nil)
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if len(rep.Results) != 2 || rep.Created != 1 || rep.Results[1].Code != "fresh2" {
+		t.Fatalf("report %+v, want line 3 created", rep)
+	}
+	if e := rep.Results[0].Err; e == nil || e.GetCode() != "UNAVAILABLE" || !strings.Contains(e.GetMessage(), "look it up") {
+		t.Errorf("line 2: %+v, want UNAVAILABLE saying to look it up", rep.Results[0])
 	}
 }

@@ -2,10 +2,14 @@ package linkimport
 
 import (
 	"context"
+	"encoding/csv"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -117,5 +121,43 @@ func TestDefuseCell(t *testing.T) {
 		if back := undefuse(DefuseCell(in)); back != in {
 			t.Errorf("undefuse(DefuseCell(%q)) = %q", in, back)
 		}
+	}
+}
+
+// A kurz export of 1,000 rows whose ten variants have ~500-character URLs
+// (5.4 KB a row) is more than the 4 MiB the shortener takes in one
+// message: it is sent in chunks under that, and every row comes back.
+func TestKurzExportOfLargeRowsImportsInChunksTheShortenerTakes(t *testing.T) {
+	var vs []*shortenerv1.Variant
+	for i := range 10 {
+		vs = append(vs, &shortenerv1.Variant{Name: fmt.Sprintf("v%d", i), Weight: 1,
+			Url: fmt.Sprintf("https://example.com/%d/%s", i, strings.Repeat("a", 500))})
+	}
+	var file strings.Builder
+	cw := csv.NewWriter(&file)
+	_ = cw.Write(strings.Split(strings.TrimSpace(kurzHeader), ","))
+	for i := range MaxBatch {
+		_ = cw.Write([]string{fmt.Sprintf("big%04d", i), "", "https://example.com/", "", "", "", "", "false", "false",
+			"", "", "", "", "", "", JSONList(vs)})
+	}
+	cw.Flush()
+	_, rows, err := Parse(strings.NewReader(file.String()))
+	if err != nil || len(rows) != MaxBatch {
+		t.Fatalf("Parse: %v, %d rows", err, len(rows))
+	}
+	f := newFake()
+	const maxMessage = 4 << 20 // the shortener's gRPC receive limit
+	create := func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+		if n := proto.Size(&shortenerv1.BatchCreateLinksRequest{Requests: reqs}); n > maxMessage {
+			return nil, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, maxMessage)
+		}
+		return f.create(ctx, reqs)
+	}
+	rep, err := Import(context.Background(), rows, create, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Created != MaxBatch || rep.Failed != 0 || len(f.calls) < 2 {
+		t.Errorf("created %d, failed %d in %d calls; want %d created in more than one call", rep.Created, rep.Failed, len(f.calls), MaxBatch)
 	}
 }

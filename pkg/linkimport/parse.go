@@ -85,9 +85,14 @@ type Row struct {
 	// its own create time: Import does not use it.
 	CreatedAt time.Time
 	// Link holds what a kurz export says of the link beyond its URL and
-	// tags (expiry, visit limit, redirect type, device targets, rules,
-	// variants, domain); nil for other formats.
+	// tags (expiry, visit limit, redirect type, device targets, domain);
+	// nil for other formats. Its rules and variants are read when the row
+	// is sent (RulesAndVariants): decoded, a 20 MB file of them held
+	// 155 MB of messages at once.
 	Link *shortenerv1.CreateLinkRequest
+	// rules and variants are a kurz row's cells of them (JSON arrays in
+	// the API's form, checked by Parse), "" for none.
+	rules, variants string
 	// Problem is why the row cannot be imported, found in the file (a kurz
 	// export's password-protected link, a cell that does not parse); ""
 	// when none. Import fails such a row without sending it.
@@ -110,7 +115,7 @@ type columns struct {
 // CSV, has an unknown header, or has more than MaxRows rows; problems of
 // single rows (an empty URL, an unreadable time) are left for the row.
 func Parse(r io.Reader) (Format, []Row, error) {
-	cr := csv.NewReader(r)
+	cr := csv.NewReader(&boundedCSV{r: r, line: 1})
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = false
 	first, err := cr.Read()
@@ -172,10 +177,81 @@ func Parse(r io.Reader) (Format, []Row, error) {
 // the file being wrong); the reader's own error is wrapped too.
 var ErrRead = errors.New("linkimport: reading the file failed")
 
+// MaxFields is the most fields of a record Parse reads: the widest export
+// it knows (kurz's) has 16, Bitly's about 20.
+const MaxFields = 64
+
+// MaxCell is the most bytes of a cell Parse reads. A kurz export's rules
+// cell is the largest a valid file holds: 20 rules whose conditions carry
+// the most values a link may (160 query conditions of 128-byte names and
+// values of '"', escaped by JSON and then by CSV) measure 174 KB with
+// rule URLs of the shortener's default 2,048 bytes, and 1.44 MB with the
+// most it can be configured to take (65,536).
+const MaxCell = 2 << 20
+
+// boundedCSV passes a CSV file through, failing once a record has more
+// than MaxFields fields or a cell more than MaxCell bytes: csv.Reader
+// makes a whole record before it can be looked at, and a 20 MB record of
+// commas is 20 million strings (a gigabyte of heap).
+type boundedCSV struct {
+	r       io.Reader
+	quoted  bool // inside a quoted field
+	fields  int  // of the record being read, after the first
+	cell    int  // bytes of the field being read
+	line    int
+	tooWide error
+}
+
+// tooWideError is boundedCSV's refusal.
+type tooWideError struct{ msg string }
+
+func (e *tooWideError) Error() string { return e.msg }
+
+func (b *boundedCSV) Read(p []byte) (int, error) {
+	if b.tooWide != nil {
+		return 0, b.tooWide
+	}
+	n, err := b.r.Read(p)
+	for i, c := range p[:n] {
+		// A doubled quote in a quoted field turns quoted off and on again:
+		// toggling on every quote follows a valid file exactly, and in one
+		// that is not valid csv.Reader stops at the same record.
+		switch {
+		case c == '\n' && !b.quoted:
+			b.line++
+			b.fields, b.cell = 0, 0
+		case c == ',' && !b.quoted:
+			b.fields, b.cell = b.fields+1, 0
+		default:
+			if c == '\n' {
+				b.line++
+			}
+			if c == '"' {
+				b.quoted = !b.quoted
+			}
+			b.cell++
+		}
+		switch {
+		case b.fields >= MaxFields:
+			b.tooWide = &tooWideError{fmt.Sprintf("line %d has more than %d fields: no export this reads has as many; check that the file's separator is a comma", b.line, MaxFields)}
+		case b.cell > MaxCell:
+			b.tooWide = &tooWideError{fmt.Sprintf("line %d has a field of more than %d bytes: no link's settings are that large", b.line, MaxCell)}
+		default:
+			continue
+		}
+		return i, b.tooWide
+	}
+	return n, err
+}
+
 // csvProblem turns a CSV reader's error into one a person can act on.
 func csvProblem(err error) error {
 	var pe *csv.ParseError
-	if errors.As(err, &pe) {
+	var te *tooWideError
+	switch {
+	case errors.As(err, &te):
+		return te
+	case errors.As(err, &pe):
 		return fmt.Errorf("the file is not valid CSV: line %d, column %d: %v", pe.Line, pe.Column, pe.Err)
 	}
 	return fmt.Errorf("%w: %w", ErrRead, err)
@@ -208,10 +284,17 @@ func blank(rec []string) bool {
 	return true
 }
 
+// headerFold makes spaces and dashes of a header cell underscores.
+var headerFold = strings.NewReplacer(" ", "_", "-", "_")
+
+// maxHeaderName is the longest header cell detect reads as a column name;
+// the names it knows are far shorter, and a longer cell (a YOURLS file's
+// first URL, a header of garbage) is not folded for nothing.
+const maxHeaderName = 64
+
 // normHeader folds a header cell: "Long URL" and "long-url" are "long_url".
 func normHeader(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	return strings.NewReplacer(" ", "_", "-", "_").Replace(s)
+	return headerFold.Replace(strings.ToLower(strings.TrimSpace(s)))
 }
 
 // detect returns the format and columns of a file from its first record;
@@ -219,8 +302,11 @@ func normHeader(s string) string {
 func detect(first []string) (f Format, cols columns, headerless bool) {
 	idx := map[string]int{}
 	for i, h := range first {
-		if _, dup := idx[normHeader(h)]; !dup {
-			idx[normHeader(h)] = i
+		if len(h) > maxHeaderName {
+			continue
+		}
+		if name := normHeader(h); !has(idx, name) {
+			idx[name] = i
 		}
 	}
 	col := func(names ...string) int {
@@ -258,6 +344,11 @@ func detect(first []string) (f Format, cols columns, headerless bool) {
 	return "", columns{}, false
 }
 
+func has(m map[string]int, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
 func at(n, i int) int {
 	if i < n {
 		return i
@@ -292,12 +383,16 @@ func makeRow(f Format, cols columns, rec []string, line int) Row {
 		}
 		row.LongURL = field(cols.longURL)
 		row.SourceCode = field(cols.code)
-		row.Link, row.Problem = kurzLink(func(i int) string {
+		cell := func(i int) string {
 			if i < 0 || i >= len(rec) {
 				return ""
 			}
 			return rec[i] // JSON and URLs as exported, untrimmed
-		}, cols)
+		}
+		row.Link, row.Problem = kurzLink(cell, cols)
+		if row.Link != nil {
+			row.rules, row.variants = strings.TrimSpace(cell(cols.rules)), strings.TrimSpace(cell(cols.variants))
+		}
 	}
 	row.CreatedAt = parseTime(field(cols.created))
 	if f == Kurz {
@@ -350,21 +445,48 @@ func kurzLink(field func(int) string, cols columns) (*shortenerv1.CreateLinkRequ
 		}
 		req.RedirectType = rt
 	}
-	if v := get(cols.rules); v != "" {
-		rules, err := jsonList(v, func() *shortenerv1.RedirectRule { return &shortenerv1.RedirectRule{} })
-		if err != nil {
-			return nil, fmt.Sprintf("rules: %v", err)
-		}
-		req.Rules = rules
+	// Bounded before decoding: a cell of a million "{}" would be a million
+	// messages first (gigabytes of heap for a 20 MB file).
+	if err := CheckLists([]byte(get(cols.rules)), "rules"); err != nil {
+		return nil, err.Error()
 	}
-	if v := get(cols.variants); v != "" {
-		variants, err := jsonList(v, func() *shortenerv1.Variant { return &shortenerv1.Variant{} })
-		if err != nil {
-			return nil, fmt.Sprintf("variants: %v", err)
-		}
-		req.Variants = variants
+	if err := CheckLists([]byte(get(cols.variants)), "variants"); err != nil {
+		return nil, err.Error()
+	}
+	// Read here to fail the row, then dropped: the row keeps the cells
+	// (Row.rules), read again when it is sent.
+	if _, err := rulesOf(get(cols.rules)); err != nil {
+		return nil, fmt.Sprintf("rules: %v", err)
+	}
+	if _, err := variantsOf(get(cols.variants)); err != nil {
+		return nil, fmt.Sprintf("variants: %v", err)
 	}
 	return req, ""
+}
+
+// RulesAndVariants are a kurz row's rules and variants (see Row.Link), read
+// from its cells anew on each call; nil for other formats.
+func (r Row) RulesAndVariants() ([]*shortenerv1.RedirectRule, []*shortenerv1.Variant) {
+	// Parse read the cells already: they cannot fail here.
+	rules, _ := rulesOf(r.rules)
+	variants, _ := variantsOf(r.variants)
+	return rules, variants
+}
+
+// rulesOf reads a rules cell; nil for an empty one.
+func rulesOf(cell string) ([]*shortenerv1.RedirectRule, error) {
+	if cell == "" {
+		return nil, nil
+	}
+	return jsonList(cell, func() *shortenerv1.RedirectRule { return &shortenerv1.RedirectRule{} })
+}
+
+// variantsOf reads a variants cell; nil for an empty one.
+func variantsOf(cell string) ([]*shortenerv1.Variant, error) {
+	if cell == "" {
+		return nil, nil
+	}
+	return jsonList(cell, func() *shortenerv1.Variant { return &shortenerv1.Variant{} })
 }
 
 // formulaStarts are the first characters that make a spreadsheet run a

@@ -35,14 +35,23 @@ const batchBodyBytes = maxBatchItems * 4 << 10
 // Options.MaxBodyBytes): linkimport.MaxRows rows of up to 2 KiB.
 const importBodyBytes = linkimport.MaxRows * 2 << 10
 
-// checkBatchItems refuses a batch of more than maxBatchItems items before
-// protojson reads it: protojson builds a message per item first, and a 4
-// MB body of "{}" items is 1.3 million messages (~370 MB of heap, seconds
-// of CPU) to refuse. Counting stops at the first item over the bound;
-// a body that is not a JSON object is left for protojson to describe.
+// checkBatchItems refuses a batch of more than maxBatchItems items, or with
+// an item holding more rules, variants, conditions or values than a link
+// carries (linkimport.CheckLists), before protojson reads it: protojson
+// builds a message per item first, and a 4 MB body of "{}" items is 1.3
+// million messages (~370 MB of heap, seconds of CPU) to refuse. Counting
+// stops at the first item over the bound; a body that is not a JSON object
+// is left for protojson to describe.
 func checkBatchItems(_ *call, body []byte, _ url.Values) error {
 	if n := countItems(body, "requests", maxBatchItems); n > maxBatchItems {
 		return badRequest(fmt.Sprintf(`"requests" must hold 1 to %d links; it holds more than %d: split larger batches`, maxBatchItems, maxBatchItems))
+	}
+	// The same holds for the lists inside an item: a 4 MB batch of one
+	// item with 1.3 million "{}" variants took ~190 MB to decode here, and
+	// its gRPC message 128 MiB in the shortener, before the shortener's
+	// bound of 10 refused it.
+	if err := linkimport.CheckLists(body, ""); err != nil {
+		return badRequest(err.Error())
 	}
 	return nil
 }
@@ -247,7 +256,10 @@ type importResponse struct {
 	AliasesKept int               `json:"aliasesKept"`
 	Existing    int               `json:"existing,omitempty"`
 	Failed      int               `json:"failed"`
-	Results     []importResult    `json:"results"`
+	// Unknown counts the rows of a call that failed without saying
+	// whether it made their links (a timeout).
+	Unknown int            `json:"unknown,omitempty"`
+	Results []importResult `json:"results"`
 }
 
 // importResult is one row's outcome.
@@ -258,6 +270,7 @@ type importResult struct {
 	ShortURL   string     `json:"shortUrl,omitempty"`
 	AliasKept  bool       `json:"aliasKept"`
 	Existing   bool       `json:"existing,omitempty"`
+	Unknown    bool       `json:"unknown,omitempty"`
 	Error      *itemError `json:"error,omitempty"`
 }
 
@@ -274,7 +287,9 @@ type itemError struct {
 // own. When a batch call fails (quota, an outage) after some links were
 // created, the answer is still 200: the rows not reached carry that error,
 // so the client knows exactly which to send again; when nothing was
-// created it is the error itself.
+// created it is the error itself. A call that timed out may have made its
+// links: the answer is 200 with its rows unknown (to be looked up, not sent
+// again).
 func (a *API) importLinks(c *call) error {
 	if ct := c.r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err == nil && strings.HasPrefix(mt, "multipart/") {
@@ -321,14 +336,25 @@ func (a *API) importLinks(c *call) error {
 		return resp.GetLink(), true, nil
 	}
 	rep, err := linkimport.ImportWith(c.r.Context(), rows, create, lookup, nil)
-	// A stop before anything was created or found is the call's error; once
-	// rows are in (or were found in from an earlier run), the report says
-	// which, and the rows not reached carry the error.
-	if err != nil && (callErr == nil || rep.Created+rep.Existing == 0) {
-		if callErr != nil {
-			return callErr
-		}
+	var be *linkimport.BatchError
+	if err != nil && !errors.As(err, &be) {
 		return internalError(err)
+	}
+	// The rows of a call that timed out (or answered what cannot be read)
+	// may have been made: they are reported unknown, not "send again",
+	// which would make them twice.
+	var unknown map[int]bool
+	if be != nil && (callErr == nil || outcomeUnknown(callErr)) {
+		unknown = make(map[int]bool, len(be.Lines))
+		for _, line := range be.Lines {
+			unknown[line] = true
+		}
+	}
+	// A stop that made nothing is the call's error; once rows are in (or
+	// were found in from an earlier run, or may be in), the report says
+	// which, and the rows not reached carry the error.
+	if be != nil && unknown == nil && rep.Created+rep.Existing == 0 {
+		return callErr
 	}
 	out := importResponse{Format: format, Rows: rep.Rows, Created: rep.Created, AliasesKept: rep.AliasesKept,
 		Existing: rep.Existing, Failed: rep.Failed, Results: make([]importResult, 0, len(rows))}
@@ -336,14 +362,24 @@ func (a *API) importLinks(c *call) error {
 	for _, r := range rep.Results {
 		done[r.Row] = r
 	}
-	var notReached *itemError
-	if err != nil {
+	var notReached, inDoubt *itemError
+	if be != nil {
 		e := toAPIError(callErr)
+		if callErr == nil {
+			e = newError(http.StatusBadGateway, codeName(codes.Internal), be.Error())
+		}
 		notReached = &itemError{Code: e.code, Message: "not imported: " + e.message}
+		inDoubt = &itemError{Code: e.code, Message: "unknown: " + e.message +
+			"; the link may have been made: look it up (its code, or the file's tag) before sending the row again"}
 	}
 	for _, row := range rows {
 		r, ok := done[row.Line]
-		if !ok {
+		switch {
+		case !ok && unknown[row.Line]:
+			out.Results = append(out.Results, importResult{Row: row.Line, SourceCode: row.SourceCode, Unknown: true, Error: inDoubt})
+			out.Unknown++
+			continue
+		case !ok:
 			out.Results = append(out.Results, importResult{Row: row.Line, SourceCode: row.SourceCode, Error: notReached})
 			out.Failed++
 			continue
@@ -356,6 +392,18 @@ func (a *API) importLinks(c *call) error {
 	}
 	writeJSON(c.w, http.StatusOK, out)
 	return nil
+}
+
+// outcomeUnknown reports whether a failed BatchCreateLinks call may have
+// made links: it ran out of time, or broke, after it was sent. A refusal
+// (a quota, an invalid batch, a shortener that could not be reached) made
+// none.
+func outcomeUnknown(err error) bool {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal, codes.Aborted, codes.DataLoss:
+		return true
+	}
+	return false
 }
 
 // emptyPassword is Link.password as protoJSON writes it once cleared.

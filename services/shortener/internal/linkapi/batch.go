@@ -155,12 +155,14 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		drafts[i] = d
 		valid++
 	}
-	// An alias of the caller's own would fail at the insert after its
-	// quota was spent: a batch sent again (an import retried after an
-	// error) would spend the quota on the rows that exist and never get
-	// further. (Another tenant's is charged, then refused: Store.Taken.)
+	// A taken alias would fail at the insert after its quota was spent: a
+	// batch sent again (an import retried after an error) would spend the
+	// quota on the rows that exist and never get further, and an import
+	// of codes another tenant holds would pay for them here and again for
+	// their new codes. The answer is the same whoever holds the alias, and
+	// a live alias's existence is no secret: its short URL redirects.
 	if len(aliases) > 0 {
-		taken, err := s.store.Taken(ctx, tenant, slices.Collect(maps.Keys(aliases)))
+		taken, err := s.store.Taken(ctx, slices.Collect(maps.Keys(aliases)))
 		if err != nil {
 			return nil, toStatus(ctx, s.log, "batch", err)
 		}

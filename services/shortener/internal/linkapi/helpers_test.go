@@ -275,3 +275,16 @@ func (c *cache) has(key string) bool {
 	_, ok := c.values[key]
 	return ok
 }
+
+// Pipeline is a pipeline that runs nothing: a batch of several links
+// writes through to no cache in these tests (a single link's write goes
+// through Set).
+func (c *cache) Pipeline() redis.Pipeliner { return nopPipeline{} }
+
+type nopPipeline struct{ redis.Pipeliner }
+
+func (nopPipeline) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return redis.NewCmd(ctx)
+}
+
+func (nopPipeline) Exec(context.Context) ([]redis.Cmder, error) { return nil, nil }

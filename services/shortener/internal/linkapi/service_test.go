@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkimport"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/services/shortener/internal/linkapi"
@@ -330,10 +332,9 @@ func TestBatchBeyondTheQuotaCapacityIsInvalid(t *testing.T) {
 }
 
 // A batch sent again (an import retried after an error) is not charged for
-// the caller's own aliases that exist already: they fail ALREADY_EXISTS
-// before the quota check, so a retry is never stuck spending its quota on
-// them. Another tenant's alias is charged, then refused, as before: free
-// answers would tell which codes exist faster than the quota allows.
+// the caller's own aliases that exist already, nor for another tenant's:
+// they fail ALREADY_EXISTS before the quota check, so a retry is never
+// stuck spending its quota on them.
 func TestBatchIsNotChargedForTakenAliases(t *testing.T) {
 	e := newEnv(t)
 	batch := func(aliases ...string) *shortenerv1.BatchCreateLinksResponse {
@@ -363,12 +364,53 @@ func TestBatchIsNotChargedForTakenAliases(t *testing.T) {
 		}
 	}
 	calls := e.limiter.Calls()[before:]
-	if len(calls) != 1 || calls[0].GetCost() != 2 {
-		t.Errorf("quota checks of the batch sent again: %v; want one, of cost 2 (the new alias and globex's)", calls)
+	if len(calls) != 1 || calls[0].GetCost() != 1 {
+		t.Errorf("quota checks of the batch sent again: %v; want one, of cost 1 (the new alias)", calls)
 	}
 	before = len(e.limiter.Calls())
 	if resp := batch("again-1", "again-2"); resp.GetCreated() != 0 || len(e.limiter.Calls()) != before {
 		t.Errorf("a batch of taken aliases only: created %d, %d quota checks; want none of either", resp.GetCreated(), len(e.limiter.Calls())-before)
+	}
+}
+
+// An import whose codes another tenant holds gets new codes for them
+// within a quota of the file's size: the refused aliases are not charged
+// before their rows are sent again. Charged, a free tenant (burst 10)
+// importing 10 such rows was refused "nothing was created" on every run.
+func TestImportOfAnotherTenantsCodesFitsTheQuota(t *testing.T) {
+	e := newEnv(t)
+	var rows []linkimport.Row
+	for i := range 10 {
+		code := fmt.Sprintf("lfq-%02d", i)
+		if _, err := e.client.CreateLink(as("globex"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/g", CustomAlias: code}); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, linkimport.Row{Line: i + 2, SourceCode: code, LongURL: fmt.Sprintf("https://example.com/%d", i)})
+	}
+	// A bucket of 10 that does not refill during the test.
+	var mu sync.Mutex
+	left := uint32(10)
+	e.limiter.SetDecider(func(req *ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+		mu.Lock()
+		defer mu.Unlock()
+		allowed := req.GetCost() <= left
+		if allowed {
+			left -= req.GetCost()
+		}
+		d := &ratelimitv1.RuleDecision{Rule: "per-tenant", Limit: 10, Capacity: 10, Remaining: int64(left),
+			RetryAfter: durationpb.New(time.Minute), Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}
+		return &ratelimitv1.CheckQuotaResponse{Allowed: allowed, DecidingRule: "per-tenant", Limit: 10, Remaining: int64(left),
+			RetryAfter: d.RetryAfter, Source: d.Source, Decisions: []*ratelimitv1.RuleDecision{d}}
+	})
+	create := func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+		return e.client.BatchCreateLinks(as("acme"), &shortenerv1.BatchCreateLinksRequest{Requests: reqs})
+	}
+	rep, err := linkimport.Import(context.Background(), rows, create, nil)
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if rep.Created != 10 || rep.AliasesKept != 0 || left != 0 {
+		t.Errorf("created %d, %d aliases kept, %d of the quota left; want 10 new codes costing all 10", rep.Created, rep.AliasesKept, left)
 	}
 }
 

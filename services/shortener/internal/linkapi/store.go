@@ -13,7 +13,7 @@ import (
 type Store interface {
 	Insert(ctx context.Context, l linkstore.Link) (linkstore.Link, error)
 	InsertMany(ctx context.Context, links []linkstore.Link) (map[string]linkstore.Link, error)
-	Taken(ctx context.Context, tenant string, codes []string) (map[string]bool, error)
+	Taken(ctx context.Context, codes []string) (map[string]bool, error)
 	Get(ctx context.Context, tenant, code string) (linkstore.Link, error)
 	FromURL(ctx context.Context, tenant string, key []byte) (linkstore.Link, error)
 	ByRequest(ctx context.Context, tenant string, key []byte) (linkstore.Link, error)

@@ -387,20 +387,21 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 	return out, nil
 }
 
-// Taken returns which of codes tenant's links hold, revoked (deleted) ones
-// included: codes an insert would leave out. It is a look before the fact
-// (an insert may still find a code taken since); BatchCreateLinks uses it
-// to refuse the caller's own aliases (a file imported again) before it
-// charges their quota. Another tenant's aliases are charged and then
-// refused, as a single create is: free answers would tell a tenant which
-// codes exist faster than its quota lets it guess.
-func (s *Store) Taken(ctx context.Context, tenant string, codes []string) (map[string]bool, error) {
+// Taken returns which of codes some link holds, any tenant's, revoked
+// (deleted) ones included: codes an insert would leave out. It says
+// nothing of whose they are. It is a look before the fact (an insert may
+// still find a code taken since, and decides); BatchCreateLinks uses it to
+// refuse aliases that are taken before it charges their quota: charged,
+// an import whose codes another tenant holds paid for them once refused
+// and again for their new codes, and on a plan whose burst is the file's
+// size never finished.
+func (s *Store) Taken(ctx context.Context, codes []string) (map[string]bool, error) {
 	if len(codes) == 0 {
 		return map[string]bool{}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT code FROM links WHERE tenant = $1 AND code = ANY($2::text[])`, tenant, codes)
+	rows, err := s.db.Query(ctx, `SELECT code FROM links WHERE code = ANY($1::text[])`, codes)
 	if err != nil {
 		return nil, fmt.Errorf("taken codes: %w", err)
 	}

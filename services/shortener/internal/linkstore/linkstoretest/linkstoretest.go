@@ -270,15 +270,16 @@ func (f *Fake) InsertMany(_ context.Context, links []linkstore.Link) (map[string
 	return out, nil
 }
 
-// Taken returns which of codes tenant's links hold, revoked ones included.
-func (f *Fake) Taken(_ context.Context, tenant string, codes []string) (map[string]bool, error) {
+// Taken returns which of codes any tenant's links hold, revoked ones
+// included.
+func (f *Fake) Taken(_ context.Context, codes []string) (map[string]bool, error) {
 	defer f.mu.Unlock()
 	if err := f.lock(); err != nil {
 		return nil, err
 	}
 	out := make(map[string]bool)
 	for _, c := range codes {
-		if r, ok := f.links[c]; ok && r.link.Tenant == tenant {
+		if _, ok := f.links[c]; ok {
 			out[c] = true
 		}
 	}
