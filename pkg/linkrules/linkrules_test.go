@@ -138,12 +138,16 @@ func TestCompileRefusesOutOfBounds(t *testing.T) {
 	}
 }
 
-// Control characters in a query condition are refused when rules are
-// written (Validate), not when they are read back (Compile, Parse): links
-// an earlier version stored with a tab there still decode, and redirect.
-func TestControlCharactersRefusedOnWriteOnly(t *testing.T) {
+// Control characters in a query condition, and country codes no GeoIP
+// database answers, are refused when rules are written (Validate), not
+// when they are read back (Compile, Parse): links an earlier version
+// stored with a tab or UK there still decode, and redirect.
+func TestUntestableValuesRefusedOnWriteOnly(t *testing.T) {
 	rule := func(q Query) *Set {
 		return &Set{Rules: []Rule{{Name: "r", If: []Condition{{Query: &q}}, URL: "https://example.com/"}}}
+	}
+	country := func(code string) *Set {
+		return &Set{Rules: []Rule{{Name: "r", If: []Condition{{Countries: []string{code}}}, URL: "https://example.com/"}}}
 	}
 	for _, tc := range []struct {
 		name, field string
@@ -153,6 +157,11 @@ func TestControlCharactersRefusedOnWriteOnly(t *testing.T) {
 		{"control in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("x\x00")})},
 		{"DEL in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("\x7f")})},
 		{"tab in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("spring\tsale")})},
+		{"UK, not GB", "rules[0].conditions[1].countries[1]", &Set{Rules: []Rule{{Name: "r", URL: "https://example.com/",
+			If: []Condition{{Countries: []string{"DE"}}, {Countries: []string{"gb", "uk"}}}}}}},
+		{"EU is no country", "rules[0].conditions[0].countries[0]", country("EU")},
+		{"unassigned XX", "rules[0].conditions[0].countries[0]", country("xx")},
+		{"user-assigned ZZ", "rules[0].conditions[0].countries[0]", country("ZZ")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var e *Error
@@ -164,7 +173,16 @@ func TestControlCharactersRefusedOnWriteOnly(t *testing.T) {
 			}
 		})
 	}
-	stored := []byte(`{"r":[{"n":"r","if":[{"q":{"p":"utm_campaign","v":"spring\tsale"}}],"u":"https://example.com/sale"}]}`)
+	for _, code := range []string{"GB", "de", "XK", "AQ", "ZW"} {
+		if err := country(code).Validate(); err != nil {
+			t.Errorf("Validate refused country %s: %v", code, err)
+		}
+	}
+	var e *Error
+	if err := country("UK").Validate(); !errors.As(err, &e) || !strings.Contains(e.Message, `"GB"`) {
+		t.Errorf("Validate(UK) = %v, want a message naming GB", err)
+	}
+	stored := []byte(`{"r":[{"n":"r","if":[{"q":{"p":"utm_campaign","v":"spring\tsale"}},{"g":["UK"]}],"u":"https://example.com/sale"}]}`)
 	s, err := Parse(stored)
 	if err != nil || s == nil {
 		t.Fatalf("Parse(%s) = %v, %v: want the stored rules back", stored, s, err)
