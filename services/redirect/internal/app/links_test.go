@@ -204,7 +204,7 @@ func assertForm(t *testing.T, what string, resp *http.Response, status int, mess
 // TestPasswordFormPage: GET (and HEAD, and a preview fetcher's GET) of a
 // password-protected link answers 200 with the form, never the target, with
 // the security headers and a nonce cookie; nothing from the request but the
-// code reaches the page, escaped.
+// code and the query (in the form's action) reaches the page, escaped.
 func TestPasswordFormPage(t *testing.T) {
 	const xss = `<script>alert("kurz")</script>`
 	f := newFixture(t)

@@ -174,13 +174,43 @@ var formHTML string
 var formTemplate = template.Must(template.New("form").Parse(formHTML))
 
 // formPage is the template's data: the code (plausible, and escaped anyway),
-// the token, and one of the fixed messages below. Nothing else from the
-// request, and never the target, reaches the page.
+// the request's query in the form's action (escaped), the token, and one
+// of the fixed messages below. Nothing else from the request, and never
+// the target, reaches the page.
 type formPage struct {
-	Style   template.CSS
-	Code    string
+	Style template.CSS
+	Code  string
+	// Action is where the form posts: /code, with the request's query
+	// (formQuery), so that the link's query conditions see on the POST
+	// what the visitor's link carried.
+	Action  string
 	Token   string
 	Message string
+}
+
+// maxFormQuery bounds the query a form carries into its action: a link is
+// shared with a few parameters of tens of bytes, and the rules read no
+// more than their first 16 KiB.
+const maxFormQuery = 2 << 10
+
+// formAction is the action of code's form: "/code", with the whole
+// parameters of the first maxFormQuery bytes of rawQuery. The template
+// escapes it as the URL attribute it is (percent-encoding what a URL may
+// not hold, then HTML-escaping), and it stays on this path: a query
+// cannot change where the password goes.
+func formAction(code, rawQuery string) string {
+	if len(rawQuery) > maxFormQuery {
+		rawQuery = rawQuery[:maxFormQuery+1]
+		if i := strings.LastIndexByte(rawQuery, '&'); i >= 0 {
+			rawQuery = rawQuery[:i]
+		} else {
+			rawQuery = ""
+		}
+	}
+	if rawQuery == "" {
+		return "/" + code
+	}
+	return "/" + code + "?" + rawQuery
 }
 
 // The form's messages.
@@ -196,7 +226,7 @@ const (
 func (h *Handler) form(w http.ResponseWriter, r *http.Request, code string, status int, msg string) int {
 	nonce, token := h.tokens.issue(code, time.Now())
 	var body bytes.Buffer
-	if err := formTemplate.Execute(&body, formPage{Style: formStyle, Code: code, Token: token, Message: msg}); err != nil {
+	if err := formTemplate.Execute(&body, formPage{Style: formStyle, Code: code, Action: formAction(code, r.URL.RawQuery), Token: token, Message: msg}); err != nil {
 		page(w, http.StatusInternalServerError)
 		return http.StatusInternalServerError
 	}
