@@ -3,7 +3,6 @@ package linkrules
 import (
 	"math/bits"
 	"net/netip"
-	"net/url"
 	"strings"
 )
 
@@ -50,6 +49,12 @@ type Request struct {
 	country     string
 	countryDone bool
 	deviceDone  bool
+	// The query's parameters, split and decoded once (queryParams), and
+	// the decoded names and values that were encoded.
+	params     [maxQueryParams]param
+	nParams    int
+	paramsDone bool
+	decoded    []byte
 	// The Accept-Language tags with a quality above 0, parsed once.
 	langs     [maxLanguageTags]string
 	nLangs    int
@@ -182,7 +187,12 @@ func (c *ccond) holds(req *Request) bool {
 	case kindLanguage:
 		return acceptsLanguage(req.languages(), c.values)
 	case kindQuery:
-		return hasParam(req.RawQuery, c.param, c.value, c.hasValue)
+		for _, p := range req.queryParams() {
+			if req.equal(p.name, c.param) && (!c.hasValue || p.value.ok && req.equal(p.value, c.value)) {
+				return true
+			}
+		}
+		return false
 	case kindCIDR:
 		if !req.Addr.IsValid() {
 			return false
@@ -286,34 +296,148 @@ func zeroQuality(params string) bool {
 	return false
 }
 
-// maxQueryParams bounds the query parameters read per condition.
-const maxQueryParams = 100
+// Bounds of the query's parsing: the parameters read, and the bytes of the
+// query they are read from. A link shared with a query carries a few
+// parameters of tens of bytes; what lies past either bound is not read.
+const (
+	maxQueryParams = 100
+	maxQueryBytes  = 16 << 10
+)
 
-// hasParam reports whether rawQuery has parameter name (with value, when
-// withValue). Names and values are compared decoded; decoding allocates,
-// and happens only for a name or value that is encoded.
-func hasParam(rawQuery, name, value string, withValue bool) bool {
-	for n := 0; rawQuery != "" && n < maxQueryParams; n++ {
-		var pair string
-		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
-		k, v, _ := strings.Cut(pair, "=")
-		if !equalDecoded(k, name) {
-			continue
-		}
-		if !withValue || equalDecoded(v, value) {
-			return true
-		}
-	}
-	return false
+// maxEncodedParam is the longest encoded name or value that can decode to
+// one a condition holds (at most MaxParamLength bytes): an escape is three
+// bytes for one, so a longer component decodes to more than that and is
+// not decoded at all.
+const maxEncodedParam = 3 * MaxParamLength
+
+// param is one query parameter, decoded. A value that cannot equal any
+// condition's (malformed, or too long) is not kept (value.ok false): the
+// parameter is still present.
+type param struct{ name, value span }
+
+// span is a decoded name or value: a slice of RawQuery, or of the decoded
+// bytes when it was encoded (at most 2*maxQueryParams*MaxParamLength).
+// Six bytes rather than two strings' sixteen keep Request, which every
+// ruled visit zeroes, small.
+type span struct {
+	off     uint16 // < 1<<16: see maxQueryBytes and span
+	n       uint8  // <= MaxParamLength
+	decoded bool
+	ok      bool
 }
 
-// equalDecoded compares an encoded query component with a decoded string.
-func equalDecoded(encoded, want string) bool {
-	if !encodedComponent(encoded) {
-		return encoded == want
+// equal reports whether sp is want; it allocates nothing.
+func (req *Request) equal(sp span, want string) bool {
+	if int(sp.n) != len(want) {
+		return false
 	}
-	d, err := url.QueryUnescape(encoded)
-	return err == nil && d == want
+	if sp.decoded {
+		return string(req.decoded[sp.off:int(sp.off)+int(sp.n)]) == want
+	}
+	return req.RawQuery[sp.off:int(sp.off)+int(sp.n)] == want
+}
+
+// queryParams returns RawQuery's parameters (the first maxQueryParams of
+// its first maxQueryBytes), splitting and decoding them on the first call
+// only, however many query conditions a link's rules test. A name that is
+// malformed or too long to match any condition's is left out. Decoding
+// allocates, and happens only for a name or value that is encoded.
+func (req *Request) queryParams() []param {
+	if req.paramsDone {
+		return req.params[:req.nParams]
+	}
+	req.paramsDone = true
+	q := req.RawQuery
+	if len(q) > maxQueryBytes {
+		// Only whole parameters: a cut one could equal a shorter value.
+		q = q[:maxQueryBytes+1]
+		if i := strings.LastIndexByte(q, '&'); i >= 0 {
+			q = q[:i]
+		} else {
+			q = ""
+		}
+	}
+	for pos, n := 0, 0; pos < len(q) && n < maxQueryParams; n++ {
+		end := strings.IndexByte(q[pos:], '&')
+		if end < 0 {
+			end = len(q)
+		} else {
+			end += pos
+		}
+		eq := strings.IndexByte(q[pos:end], '=')
+		if eq < 0 {
+			eq = end
+		} else {
+			eq += pos
+		}
+		name := req.component(pos, eq)
+		if name.ok {
+			p := &req.params[req.nParams]
+			p.name = name
+			if eq < end {
+				p.value = req.component(eq+1, end)
+			} else {
+				p.value = span{ok: true}
+			}
+			req.nParams++
+		}
+		pos = end + 1
+	}
+	return req.params[:req.nParams]
+}
+
+// component decodes RawQuery[from:to], a name or value; not ok when it is
+// malformed or longer than any condition's name or value.
+func (req *Request) component(from, to int) span {
+	s := req.RawQuery[from:to]
+	if len(s) > maxEncodedParam {
+		return span{}
+	}
+	if !encodedComponent(s) {
+		if len(s) > MaxParamLength {
+			return span{}
+		}
+		return span{off: uint16(from), n: uint8(len(s)), ok: true}
+	}
+	if req.decoded == nil {
+		req.decoded = make([]byte, 0, 2*maxEncodedParam)
+	}
+	start := len(req.decoded)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '+':
+			req.decoded = append(req.decoded, ' ')
+		case '%':
+			if i+2 >= len(s) || !ishex(s[i+1]) || !ishex(s[i+2]) {
+				req.decoded = req.decoded[:start]
+				return span{}
+			}
+			req.decoded = append(req.decoded, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+		default:
+			req.decoded = append(req.decoded, c)
+		}
+	}
+	n := len(req.decoded) - start
+	if n > MaxParamLength {
+		req.decoded = req.decoded[:start]
+		return span{}
+	}
+	return span{off: uint16(start), n: uint8(n), decoded: true, ok: true}
+}
+
+func ishex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
 }
 
 // encodedComponent reports whether s holds a '%' or '+' to decode.

@@ -150,14 +150,27 @@ func errorf(field, format string, args ...any) error {
 // whatever a later version refuses. Today: control characters in a query
 // condition (NUL among them, which PostgreSQL's jsonb refuses: the link's
 // insert failed, a batch's with it; none is a query a link is shared
-// with). Links stored before the check may hold a tab there and still
-// redirect.
+// with), and country codes no GeoIP database answers (UK, EU, XX: the
+// condition would never hold). Links stored before the checks may hold a
+// tab there, or UK, and still redirect.
 func (s *Set) Validate() error {
 	if s == nil {
 		return nil
 	}
 	for i, r := range s.Rules {
 		for j, c := range r.If {
+			for k, code := range c.Countries {
+				// Not two letters: Compile says so.
+				u := strings.ToUpper(code)
+				if len(u) != 2 || countryAssigned(u) || u[0] < 'A' || u[0] > 'Z' || u[1] < 'A' || u[1] > 'Z' {
+					continue
+				}
+				field := fmt.Sprintf("rules[%d].conditions[%d].countries[%d]", i, j, k)
+				if u == "UK" {
+					return errorf(field, "%q is not an ISO 3166-1 alpha-2 code: the United Kingdom's is \"GB\"", code)
+				}
+				return errorf(field, "%q is not an assigned ISO 3166-1 alpha-2 code (such as \"DE\"), so no visit's country is ever it", code)
+			}
 			if c.Query == nil {
 				continue
 			}

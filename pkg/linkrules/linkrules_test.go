@@ -3,7 +3,9 @@ package linkrules
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -136,12 +138,16 @@ func TestCompileRefusesOutOfBounds(t *testing.T) {
 	}
 }
 
-// Control characters in a query condition are refused when rules are
-// written (Validate), not when they are read back (Compile, Parse): links
-// an earlier version stored with a tab there still decode, and redirect.
-func TestControlCharactersRefusedOnWriteOnly(t *testing.T) {
+// Control characters in a query condition, and country codes no GeoIP
+// database answers, are refused when rules are written (Validate), not
+// when they are read back (Compile, Parse): links an earlier version
+// stored with a tab or UK there still decode, and redirect.
+func TestUntestableValuesRefusedOnWriteOnly(t *testing.T) {
 	rule := func(q Query) *Set {
 		return &Set{Rules: []Rule{{Name: "r", If: []Condition{{Query: &q}}, URL: "https://example.com/"}}}
+	}
+	country := func(code string) *Set {
+		return &Set{Rules: []Rule{{Name: "r", If: []Condition{{Countries: []string{code}}}, URL: "https://example.com/"}}}
 	}
 	for _, tc := range []struct {
 		name, field string
@@ -151,6 +157,11 @@ func TestControlCharactersRefusedOnWriteOnly(t *testing.T) {
 		{"control in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("x\x00")})},
 		{"DEL in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("\x7f")})},
 		{"tab in a value", "rules[0].conditions[0].query.value", rule(Query{Param: "p", Value: ptr("spring\tsale")})},
+		{"UK, not GB", "rules[0].conditions[1].countries[1]", &Set{Rules: []Rule{{Name: "r", URL: "https://example.com/",
+			If: []Condition{{Countries: []string{"DE"}}, {Countries: []string{"gb", "uk"}}}}}}},
+		{"EU is no country", "rules[0].conditions[0].countries[0]", country("EU")},
+		{"unassigned XX", "rules[0].conditions[0].countries[0]", country("xx")},
+		{"user-assigned ZZ", "rules[0].conditions[0].countries[0]", country("ZZ")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var e *Error
@@ -162,7 +173,16 @@ func TestControlCharactersRefusedOnWriteOnly(t *testing.T) {
 			}
 		})
 	}
-	stored := []byte(`{"r":[{"n":"r","if":[{"q":{"p":"utm_campaign","v":"spring\tsale"}}],"u":"https://example.com/sale"}]}`)
+	for _, code := range []string{"GB", "de", "XK", "AQ", "ZW"} {
+		if err := country(code).Validate(); err != nil {
+			t.Errorf("Validate refused country %s: %v", code, err)
+		}
+	}
+	var e *Error
+	if err := country("UK").Validate(); !errors.As(err, &e) || !strings.Contains(e.Message, `"GB"`) {
+		t.Errorf("Validate(UK) = %v, want a message naming GB", err)
+	}
+	stored := []byte(`{"r":[{"n":"r","if":[{"q":{"p":"utm_campaign","v":"spring\tsale"}},{"g":["UK"]}],"u":"https://example.com/sale"}]}`)
 	s, err := Parse(stored)
 	if err != nil || s == nil {
 		t.Fatalf("Parse(%s) = %v, %v: want the stored rules back", stored, s, err)
@@ -279,3 +299,84 @@ func TestZeroQuality(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// A query is split and decoded once per request, whatever the number of
+// query conditions: the worst link (every rule's conditions all query
+// conditions, all but the last holding) against a query of encoded
+// parameters allocates what a link with one query condition does.
+func TestQueryIsDecodedOncePerRequest(t *testing.T) {
+	var q strings.Builder
+	for i := range maxQueryParams {
+		if i > 0 {
+			q.WriteByte('&')
+		}
+		fmt.Fprintf(&q, "p%%3%d=v%%20%d", i%10, i) // p0 to p9, encoded
+	}
+	query := q.String()
+	worst := &Set{}
+	for i := range MaxRules {
+		r := Rule{Name: fmt.Sprintf("r%d", i), URL: "https://example.com/"}
+		for j := range MaxConditions - 1 {
+			r.If = append(r.If, Condition{Query: &Query{Param: fmt.Sprintf("p%d", j)}})
+		}
+		r.If = append(r.If, Condition{Query: &Query{Param: "p9", Value: ptr("none")}})
+		worst.Rules = append(worst.Rules, r)
+	}
+	one := &Set{Rules: []Rule{{Name: "r", If: []Condition{{Query: &Query{Param: "p9", Value: ptr("none")}}}, URL: "https://example.com/"}}}
+	allocs := func(s *Set) float64 {
+		if err := s.Compile(); err != nil {
+			t.Fatal(err)
+		}
+		return testing.AllocsPerRun(20, func() {
+			req := Request{RawQuery: query}
+			if _, name, ok := s.Match(&req); ok {
+				t.Fatalf("matched %s", name)
+			}
+		})
+	}
+	if w, o := allocs(worst), allocs(one); w != o {
+		t.Fatalf("%d query conditions allocate %v per request, one allocates %v", MaxRules*MaxConditions, w, o)
+	}
+}
+
+// Only whole parameters of the query's first maxQueryBytes are read: one
+// the bound cuts neither matches with its cut value nor at all.
+func TestQueryIsReadUpToItsBound(t *testing.T) {
+	s := &Set{Rules: []Rule{
+		{Name: "cut", If: []Condition{{Query: &Query{Param: "x", Value: ptr("1")}}}, URL: "https://example.com/cut"},
+		{Name: "whole", If: []Condition{{Query: &Query{Param: "y"}}}, URL: "https://example.com/whole"},
+	}}
+	if err := s.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	filler := "f=" + strings.Repeat("a", maxQueryBytes-len("f=")-len("&y=1&x=1"))
+	for _, tc := range []struct{ query, want string }{
+		{filler + "&y=1&x=1", "cut"},    // ends at the bound
+		{filler + "&y=1&x=12", "whole"}, // x=12 crosses it, is not x=1
+		{filler + "&x=1" + "a&y=1", ""}, // y is past it
+		{strings.Repeat("z", maxQueryBytes+1) + "&y=1", ""},
+	} {
+		req := Request{RawQuery: tc.query}
+		if _, name, _ := s.Match(&req); name != tc.want {
+			t.Errorf("query of %d bytes ending %q matched %q, want %q", len(tc.query), tc.query[len(tc.query)-12:], name, tc.want)
+		}
+	}
+}
+
+// A query component decodes as url.QueryUnescape decodes it; one it refuses
+// (or longer than any condition's) is not a value.
+func TestQueryComponentsDecodeLikeQueryUnescape(t *testing.T) {
+	for _, enc := range []string{"", "a", "a+b", "a%20b", "%41%62", "%e2%82%AC", "%", "%4", "%zz", "a%2", "+%2B+",
+		strings.Repeat("%41", MaxParamLength), strings.Repeat("%41", MaxParamLength+1), strings.Repeat("a", MaxParamLength+1)} {
+		req := Request{RawQuery: "k=" + enc}
+		ps := req.queryParams()
+		if len(ps) != 1 || !req.equal(ps[0].name, "k") {
+			t.Fatalf("%q: params %+v", enc, ps)
+		}
+		want, err := url.QueryUnescape(enc)
+		wantOK := err == nil && len(want) <= MaxParamLength
+		if got := ps[0].value; got.ok != wantOK || wantOK && !req.equal(got, want) {
+			t.Errorf("%q decoded to %+v, want %q (ok %v)", enc, got, want, wantOK)
+		}
+	}
+}

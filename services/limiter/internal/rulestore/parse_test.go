@@ -44,7 +44,7 @@ func TestBootstrapFileCompiles(t *testing.T) {
 	if _, err := ratelimit.Compile(cfg); err != nil {
 		t.Fatal(err)
 	}
-	for _, domain := range []string{"demo", "demo.race", "api", "links.create", "redirect.miss", "links.password", "clicks", "auth"} {
+	for _, domain := range []string{"demo", "demo.race", "api", "links.create", "redirect.miss", "links.password", "links.password.guesses", "clicks", "auth"} {
 		if _, ok := cfg.Domains[domain]; !ok {
 			t.Errorf("bootstrap lacks domain %s", domain)
 		}

@@ -326,7 +326,7 @@ func TestFailClosedRuleThatDoesNotCompileIsNeverDropped(t *testing.T) {
 	ctx := context.Background()
 	pool := seeded(t, `
 domains:
-  links.password:
+  links.password.guesses:
     rules:
       - {name: per-ip-link, key: [ip, code], algorithm: sliding_log, limit: 5, window: 15m, failure_mode: closed}
   api:
@@ -343,7 +343,7 @@ domains:
 	// limit is 7 where bootstrap.yaml says 5.
 	seeded, err := Parse([]byte(`
 domains:
-  links.password:
+  links.password.guesses:
     rules:
       - {name: per-ip-link, key: [ip, code], algorithm: sliding_log, limit: 7, window: 15m, failure_mode: closed}
 `))
@@ -355,7 +355,7 @@ domains:
 	}
 	got, err := (&PostgresSource{Pool: pool, Shipped: seeded}).Load(ctx)
 	var partial *PartialError
-	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule links.password/per-ip-link held at the version of the rules file") ||
+	if !errors.As(err, &partial) || !strings.Contains(err.Error(), "rule links.password.guesses/per-ip-link held at the version of the rules file") ||
 		!strings.Contains(err.Error(), "rule api/trial left out") {
 		t.Fatalf("a starting Load with the shipped rule broken: %v", err)
 	}
@@ -363,7 +363,7 @@ domains:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, applied := rs.Match("links.password", map[string]string{"ip": "192.0.2.1", "code": "abcd"}); len(applied) != 1 ||
+	if _, applied := rs.Match("links.password.guesses", map[string]string{"ip": "192.0.2.1", "code": "abcd"}); len(applied) != 1 ||
 		applied[0].Rule.FailureMode != ratelimitv1.FailureMode_FAILURE_MODE_CLOSED || applied[0].Rule.Limit != 7 {
 		t.Errorf("password attempts are decided by %+v; want the seeded file's per-ip-link rule, limit 7", applied)
 	}

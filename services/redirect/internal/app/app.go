@@ -87,8 +87,11 @@ type Config struct {
 	// VisitorSalt keys the visitor hash in click events, at least 32
 	// characters (the hash covers the day, IP and user agent: a short key
 	// could be found by trying them, and with it every IPv4 address behind
-	// a hash); give every pod the same secret. Empty: a random salt per
-	// process (visitors then differ per pod), with a warning.
+	// a hash), and the A/B-test variant a visitor gets; give every pod the
+	// same secret. Empty: a random salt per process, with a warning:
+	// visitors then differ per pod, and variants are not sticky, a visitor
+	// switching variant from pod to pod and at each restart. Rotating it
+	// restarts visitor counting and reassigns every visitor's variant.
 	VisitorSalt string `env:"REDIRECT_VISITOR_SALT" default:""`
 
 	// LimiterAddr is where the limiter's gRPC listens.
@@ -634,7 +637,7 @@ func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, g
 	salt := []byte(cfg.VisitorSalt)
 	if len(salt) == 0 {
 		salt = []byte(rand.Text())
-		deps.Log.Warn("KURZ_REDIRECT_VISITOR_SALT is not set: using a random salt, so each pod hashes visitors differently")
+		deps.Log.Warn("KURZ_REDIRECT_VISITOR_SALT is not set: using a random salt, so each pod hashes visitors and picks A/B-test variants differently")
 	}
 	formSecret := []byte(cfg.FormSecret)
 	if len(formSecret) == 0 {

@@ -204,7 +204,7 @@ func assertForm(t *testing.T, what string, resp *http.Response, status int, mess
 // TestPasswordFormPage: GET (and HEAD, and a preview fetcher's GET) of a
 // password-protected link answers 200 with the form, never the target, with
 // the security headers and a nonce cookie; nothing from the request but the
-// code reaches the page, escaped.
+// code and the query (in the form's action) reaches the page, escaped.
 func TestPasswordFormPage(t *testing.T) {
 	const xss = `<script>alert("kurz")</script>`
 	f := newFixture(t)
@@ -305,9 +305,10 @@ func TestPasswordFormCSRF(t *testing.T) {
 
 // TestPasswordAttempts: a wrong password is 401 with the form; the right
 // one a 303 to the target (the browser GETs it, a 307/308 link included),
-// uncacheable, counted as a click, after one limiter call per attempt
-// (domain links.password, client IP and code). On a visit-limited link the
-// right password spends a visit.
+// uncacheable, counted as a click, after the limiter calls of an attempt
+// (domain links.password charged, links.password.guesses looked at, and
+// charged after a wrong password; client IP and code). On a visit-limited
+// link the right password spends a visit.
 func TestPasswordAttempts(t *testing.T) {
 	f := newFixture(t)
 	code, once := f.code(), f.code()
@@ -331,12 +332,18 @@ func TestPasswordAttempts(t *testing.T) {
 			right.Header.Get("Location"), right.Header.Get("Cache-Control"), target)
 	}
 	calls := lim.Calls()[before:]
-	if len(calls) != 2 {
-		t.Fatalf("%d limiter calls for 2 attempts", len(calls))
+	// The wrong attempt: a charge, a look, a charge of the guess; the
+	// right one: a charge and a look.
+	want := []struct {
+		domain string
+		cost   uint32
+	}{{"links.password", 1}, {"links.password.guesses", 0}, {"links.password.guesses", 1}, {"links.password", 1}, {"links.password.guesses", 0}}
+	if len(calls) != len(want) {
+		t.Fatalf("%d limiter calls for 2 attempts, want %d", len(calls), len(want))
 	}
-	for _, c := range calls {
-		if d := c.GetDescriptors(); c.GetDomain() != "links.password" || d["ip"] != "203.0.113.7" || d["code"] != code || len(d) != 2 {
-			t.Errorf("limiter call %v, want links.password with ip 203.0.113.7 and code %s", c, code)
+	for i, c := range calls {
+		if d := c.GetDescriptors(); c.GetDomain() != want[i].domain || c.GetCost() != want[i].cost || d["ip"] != "203.0.113.7" || d["code"] != code || len(d) != 2 {
+			t.Errorf("limiter call %d %v, want %s cost %d with ip 203.0.113.7 and code %s", i+1, c, want[i].domain, want[i].cost, code)
 		}
 	}
 	await(t, "the click of the right password", 10*time.Second, func() bool {
@@ -397,9 +404,11 @@ func startLimiterProcess(t *testing.T) string {
 }
 
 // TestPasswordAttemptsLimited, with the real limiter and the bootstrap's
-// rule (links.password per-ip-link: 5 per 15 minutes, per client IP and
-// link): after 5 attempts the sixth is 429 with Retry-After, even with the
-// right password, and never redirected; another IP still gets in.
+// rule (links.password.guesses per-ip-link: 5 wrong passwords per 15
+// minutes, per client IP and link): right passwords never count, so one
+// address (an office's NAT) opens the link as often as it likes; after 5
+// wrong ones the sixth attempt is 429 with Retry-After, even with the right
+// password, and never redirected; another IP still gets in.
 func TestPasswordAttemptsLimited(t *testing.T) {
 	f := newFixture(t)
 	code := f.code()
@@ -407,6 +416,13 @@ func TestPasswordAttemptsLimited(t *testing.T) {
 	f.insertLink(code, target, features{passwordHash: testHash(t)})
 	r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": startLimiterProcess(t),
 		"KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1", "KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT": "2s"}, hooks{})
+	office := []string{"X-Forwarded-For", "198.51.100.65"}
+	for i := range 10 {
+		_, fm := openForm(t, r.HTTP, code, office...)
+		if resp := submit(t, r.HTTP, code, fm.cookie, fm.token, testPassword, office...); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != target {
+			t.Fatalf("right password %d of 10 from one address: %d %q, want 303 to the target", i+1, resp.StatusCode, resp.Header.Get("Location"))
+		}
+	}
 	attacker := []string{"X-Forwarded-For", "198.51.100.66"}
 	_, fm := openForm(t, r.HTTP, code, attacker...)
 	for i := range 5 {
@@ -425,6 +441,48 @@ func TestPasswordAttemptsLimited(t *testing.T) {
 	_, fm = openForm(t, r.HTTP, code, other...)
 	if resp := submit(t, r.HTTP, code, fm.cookie, fm.token, testPassword, other...); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != target {
 		t.Errorf("another IP, right password: %d %q, want 303 to the target", resp.StatusCode, resp.Header.Get("Location"))
+	}
+
+	// Wrong guesses are counted after their hash: a burst posted at once
+	// still gets no more than 5 checked.
+	burst := []string{"X-Forwarded-For", "198.51.100.68"}
+	forms := make([]form, 20)
+	for i := range forms {
+		_, forms[i] = openForm(t, r.HTTP, code, burst...)
+	}
+	statuses := make([]int, len(forms))
+	var wg sync.WaitGroup
+	for i, fm := range forms {
+		body := url.Values{"token": {fm.token}, "password": {"burst guess " + strconv.Itoa(i)}}.Encode()
+		req, err := http.NewRequest(http.MethodPost, r.HTTP+"/"+code, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(burst[0], burst[1])
+		req.AddCookie(&http.Cookie{Name: fm.cookie.Name, Value: fm.cookie.Value})
+		wg.Go(func() {
+			// t.Fatal belongs to the test's goroutine: a failed POST
+			// leaves status 0, reported below.
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+				statuses[i] = resp.StatusCode
+			}
+		})
+	}
+	wg.Wait()
+	checked := 0
+	for _, s := range statuses {
+		switch s {
+		case http.StatusUnauthorized:
+			checked++
+		case http.StatusTooManyRequests:
+		default:
+			t.Errorf("burst guess: %d, want 401 or 429", s)
+		}
+	}
+	if checked > 5 {
+		t.Errorf("%d of a burst of %d wrong guesses were checked, want at most 5", checked, len(forms))
 	}
 }
 

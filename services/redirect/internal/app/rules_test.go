@@ -4,7 +4,10 @@ package app
 
 import (
 	"context"
+	"html"
 	"net/http"
+	"net/url"
+	"regexp"
 	"testing"
 	"time"
 
@@ -100,6 +103,33 @@ func TestRulesAfterPasswordAndVisits(t *testing.T) {
 	f.setRules(expired, germanRules)
 	if resp := get(t, r.HTTP, "/"+expired, german...); resp.StatusCode != http.StatusGone || resp.Header.Get("Location") != "" {
 		t.Fatalf("expired link with rules: %d Location %q, want 410", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// TestQueryRulesAfterPassword: the form of a protected link posts to its
+// code with the query the visitor's link carried, so a query rule holds
+// after the right password as it would on the link unprotected.
+func TestQueryRulesAfterPassword(t *testing.T) {
+	f := newFixture(t)
+	code := f.code()
+	f.insertLink(code, "https://example.com/locked", features{passwordHash: testHash(t)})
+	f.setRules(code, `{"r":[{"n":"news","if":[{"q":{"p":"utm_source","v":"news letter"}}],"u":"https://example.com/news"}]}`)
+	r := start(t, map[string]string{"KURZ_REDIRECT_FORM_SECRET": testFormSecret}, hooks{})
+
+	resp, fm := openForm(t, r.HTTP, code+"?utm_source=news+letter&x=%3Cb%3E")
+	m := regexp.MustCompile(`<form method="post" action="([^"]*)">`).FindStringSubmatch(resp.Header.Get("X-Test-Body"))
+	if m == nil {
+		t.Fatalf("no form action in %q", resp.Header.Get("X-Test-Body"))
+	}
+	action := html.UnescapeString(m[1])
+	if want := "/" + code + "?utm_source=news+letter&x=%3Cb%3E"; action != want {
+		t.Fatalf("form action %q, want %q", action, want)
+	}
+	body := url.Values{"token": {fm.token}, "password": {testPassword}}.Encode()
+	right := post(t, r.HTTP+action, "application/x-www-form-urlencoded", body, fm.cookie)
+	if right.StatusCode != http.StatusSeeOther || right.Header.Get("Location") != "https://example.com/news" {
+		t.Fatalf("right password from a utm_source=news+letter link: %d Location %q, want 303 to the rule's URL",
+			right.StatusCode, right.Header.Get("Location"))
 	}
 }
 

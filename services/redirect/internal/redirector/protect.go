@@ -14,16 +14,58 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"kurz.dev/pkg/linkpass"
 )
 
 // PasswordDomain is the limiter domain asked, with descriptors ip and code,
-// before each password attempt is checked: it bounds guessing and the
-// Argon2 work an attacker can cause. Its rule fails closed, and so does the
-// handler when the limiter does not answer.
+// before each password attempt is checked: it bounds the Argon2 work an
+// attacker can cause. Its rules fail closed, and so does the handler when
+// the limiter does not answer.
 const PasswordDomain = "links.password"
+
+// PasswordGuessDomain is the limiter domain of wrong passwords, with the
+// same descriptors: looked at (cost 0) before the hash, charged only after
+// a wrong password, so that right passwords (everyone behind one office
+// NAT opening a link) do not use up the guesses. Fails closed too.
+const PasswordGuessDomain = "links.password.guesses"
+
+// guessSlots bounds the attempts at one link from one address that one pod
+// checks at once by the wrong guesses the limiter has left for them. A
+// wrong guess is counted after its hash: without the bound, a burst of
+// guesses posted together would all pass the look before the first is
+// counted. Attempts in flight are few, and an entry leaves with its last.
+type guessSlots struct {
+	mu       sync.Mutex
+	inFlight map[string]int64
+}
+
+// take admits one attempt of key if fewer than left are in flight.
+func (s *guessSlots) take(key string, left int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight[key] >= left {
+		return false
+	}
+	if s.inFlight == nil {
+		s.inFlight = make(map[string]int64)
+	}
+	s.inFlight[key]++
+	return true
+}
+
+// release ends an attempt take admitted.
+func (s *guessSlots) release(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight[key] <= 1 {
+		delete(s.inFlight, key)
+		return
+	}
+	s.inFlight[key]--
+}
 
 // The password form's CSRF protection is a signed double-submit token: the
 // GET that renders the form sets a cookie holding a random nonce and puts
@@ -132,13 +174,43 @@ var formHTML string
 var formTemplate = template.Must(template.New("form").Parse(formHTML))
 
 // formPage is the template's data: the code (plausible, and escaped anyway),
-// the token, and one of the fixed messages below. Nothing else from the
-// request, and never the target, reaches the page.
+// the request's query in the form's action (escaped), the token, and one
+// of the fixed messages below. Nothing else from the request, and never
+// the target, reaches the page.
 type formPage struct {
-	Style   template.CSS
-	Code    string
+	Style template.CSS
+	Code  string
+	// Action is where the form posts: /code, with the request's query
+	// (formQuery), so that the link's query conditions see on the POST
+	// what the visitor's link carried.
+	Action  string
 	Token   string
 	Message string
+}
+
+// maxFormQuery bounds the query a form carries into its action: a link is
+// shared with a few parameters of tens of bytes, and the rules read no
+// more than their first 16 KiB.
+const maxFormQuery = 2 << 10
+
+// formAction is the action of code's form: "/code", with the whole
+// parameters of the first maxFormQuery bytes of rawQuery. The template
+// escapes it as the URL attribute it is (percent-encoding what a URL may
+// not hold, then HTML-escaping), and it stays on this path: a query
+// cannot change where the password goes.
+func formAction(code, rawQuery string) string {
+	if len(rawQuery) > maxFormQuery {
+		rawQuery = rawQuery[:maxFormQuery+1]
+		if i := strings.LastIndexByte(rawQuery, '&'); i >= 0 {
+			rawQuery = rawQuery[:i]
+		} else {
+			rawQuery = ""
+		}
+	}
+	if rawQuery == "" {
+		return "/" + code
+	}
+	return "/" + code + "?" + rawQuery
 }
 
 // The form's messages.
@@ -154,7 +226,7 @@ const (
 func (h *Handler) form(w http.ResponseWriter, r *http.Request, code string, status int, msg string) int {
 	nonce, token := h.tokens.issue(code, time.Now())
 	var body bytes.Buffer
-	if err := formTemplate.Execute(&body, formPage{Style: formStyle, Code: code, Token: token, Message: msg}); err != nil {
+	if err := formTemplate.Execute(&body, formPage{Style: formStyle, Code: code, Action: formAction(code, r.URL.RawQuery), Token: token, Message: msg}); err != nil {
 		page(w, http.StatusInternalServerError)
 		return http.StatusInternalServerError
 	}

@@ -93,3 +93,28 @@ func TestDecideVisit(t *testing.T) {
 		}
 	}
 }
+
+// A form carries whole parameters of its request's first maxFormQuery
+// bytes into its action, escaped as a URL attribute: markup and quotes in
+// a query never leave the attribute.
+func TestFormActionCarriesTheQueryBoundedAndEscaped(t *testing.T) {
+	fill := "f=" + strings.Repeat("a", maxFormQuery-len("f=")-len("&u=1"))
+	for _, tc := range []struct{ query, want string }{
+		{"", "/abc"},
+		{"utm_source=news", "/abc?utm_source=news"},
+		{fill + "&u=1", "/abc?" + fill + "&u=1"},
+		{fill + "&u=12", "/abc?" + fill},
+		{strings.Repeat("b", maxFormQuery+1), "/abc"},
+	} {
+		if got := formAction("abc", tc.query); got != tc.want {
+			t.Errorf("formAction of a %d-byte query: %d bytes, want %d", len(tc.query), len(got), len(tc.want))
+		}
+	}
+	var body bytes.Buffer
+	if err := formTemplate.Execute(&body, formPage{Code: "abc", Action: formAction("abc", `x="><script>&y='`)}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(body.String(), `action="/abc?x=%22%3e%3cscript%3e&amp;y=%27"`) {
+		t.Errorf("form: %s", body.String())
+	}
+}

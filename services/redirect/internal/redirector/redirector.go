@@ -150,6 +150,7 @@ type Handler struct {
 	// noRuleLogs: the same about password attempts no limiter rule
 	// bounds, which a stranger can post as fast as it likes.
 	noRuleLogs logging.Every
+	guesses    guessSlots
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
@@ -415,22 +416,31 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 		h.log.DebugContext(ctx, "password form refused", "code", code, "reason", err.Error())
 		return h.form(w, r, lk.code, http.StatusForbidden, msgForged)
 	}
-	// The limiter before the hash: it bounds guesses and Argon2 work alike.
-	d := h.pwQuota.Check(ctx, PasswordDomain, map[string]string{"ip": ip, "code": code}, 1, quota.FailClosed)
-	if d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE && d.Allowed {
-		if n, ok := h.noRuleLogs.Allow(); ok {
-			h.log.WarnContext(ctx, "no limiter rule for password attempts: add one to domain "+PasswordDomain, "code", code, "attempts_not_logged", n)
-		}
+	// The limiter before the hash: every attempt counts against the
+	// Argon2 work an address may cause; wrong guesses are looked at here
+	// and counted after the hash, so right passwords do not use them up.
+	desc := map[string]string{"ip": ip, "code": code}
+	d := h.pwQuota.Check(ctx, PasswordDomain, desc, 1, quota.FailClosed)
+	h.warnNoRule(ctx, PasswordDomain, code, d)
+	if status, refused := h.passwordRefused(w, r, lk.code, d, outcome); refused {
+		return status
 	}
-	if !d.Allowed || d.Abandoned {
-		if d.Degraded && !d.Abandoned {
-			outcome("unavailable")
+	g := h.pwQuota.Peek(ctx, PasswordGuessDomain, desc, quota.FailClosed)
+	h.warnNoRule(ctx, PasswordGuessDomain, code, g)
+	if g.Allowed && !g.Abandoned && g.Rule != "" && g.Remaining <= 0 {
+		g.Allowed = false // a look at a rule with nothing left
+	}
+	if status, refused := h.passwordRefused(w, r, lk.code, g, outcome); refused {
+		return status
+	}
+	if g.Rule != "" {
+		slot := ip + "\x00" + code
+		if !h.guesses.take(slot, g.Remaining) {
+			outcome("limited")
 			w.Header().Set("Retry-After", "1")
-			return h.form(w, r, lk.code, http.StatusServiceUnavailable, msgUnavailable)
+			return h.form(w, r, lk.code, http.StatusTooManyRequests, msgTooMany)
 		}
-		outcome("limited")
-		w.Header().Set("Retry-After", retryAfter(d.RetryAfter))
-		return h.form(w, r, lk.code, http.StatusTooManyRequests, msgTooMany)
+		defer h.guesses.release(slot)
 	}
 	ok, err := h.verify(ctx, e.PasswordHash, r.PostForm.Get("password"))
 	switch {
@@ -443,6 +453,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 		return h.unavailable(w)
 	case !ok:
 		outcome("wrong")
+		// Counted even if the client hangs up meanwhile: one that
+		// half-closes still reads its 401, and must not guess for free.
+		// Unanswered, the guess goes uncounted, but the next attempt's
+		// look fails closed as long as the limiter does not answer.
+		h.pwQuota.Check(context.WithoutCancel(ctx), PasswordGuessDomain, desc, 1, quota.FailClosed)
 		return h.form(w, r, lk.code, http.StatusUnauthorized, msgWrong)
 	}
 	outcome("ok")
@@ -464,6 +479,33 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 	status := h.redirect(w, e, dest.url, true, http.StatusSeeOther)
 	h.record(ctx, r, code, e.Tenant, c, start, dest)
 	return status
+}
+
+// warnNoRule logs, one line a second at most, that no limiter rule of
+// domain bounds password attempts: they are let through unbounded.
+func (h *Handler) warnNoRule(ctx context.Context, domain, code string, d quota.Decision) {
+	if d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE && d.Allowed {
+		if n, ok := h.noRuleLogs.Allow(); ok {
+			h.log.WarnContext(ctx, "no limiter rule for password attempts: add one to domain "+domain, "code", code, "attempts_not_logged", n)
+		}
+	}
+}
+
+// passwordRefused answers a password attempt the limiter's decision d
+// refuses (429, or 503 when the limiter did not answer) and reports
+// whether it did.
+func (h *Handler) passwordRefused(w http.ResponseWriter, r *http.Request, code string, d quota.Decision, outcome func(string)) (int, bool) {
+	if d.Allowed && !d.Abandoned {
+		return 0, false
+	}
+	if d.Degraded && !d.Abandoned {
+		outcome("unavailable")
+		w.Header().Set("Retry-After", "1")
+		return h.form(w, r, code, http.StatusServiceUnavailable, msgUnavailable), true
+	}
+	outcome("limited")
+	w.Header().Set("Retry-After", retryAfter(d.RetryAfter))
+	return h.form(w, r, code, http.StatusTooManyRequests, msgTooMany), true
 }
 
 // inactive answers an entry that does not redirect (404, 410) and reports
