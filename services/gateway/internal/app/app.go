@@ -260,5 +260,8 @@ func registerAPI(cfg Config, opts httpapi.Options, db *pgxpool.Pool, conns map[s
 	srv.SetHandler(api.Wrap(srv.Mux))
 	// A public listener: trace context only through the trusted proxies.
 	srv.TrustTraceContextFrom(opts.Clients.FromTrustedProxy)
+	// ... and a client's connections counted as its limits count it, the
+	// proxies' not at all.
+	srv.KeyClientConnections(cfg.Keying, opts.Clients.Trusted)
 	return nil
 }
