@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,7 +88,9 @@ type Config struct {
 	// MaxBulkRequests bounds the batch and import requests served at once
 	// (each may hold tens of MB); past it they are answered 503 with a
 	// Retry-After before their body is read. A tenant holds at most half
-	// of them (at least one): its next one is answered 429.
+	// of them (at least one): its next one is answered 429. A body must
+	// arrive at 64 KiB/s or faster after its first 5 s, or it is answered
+	// 400 and its slot freed: trickled bodies cannot hold the slots.
 	MaxBulkRequests int `env:"GATEWAY_MAX_BULK_REQUESTS" default:"2"`
 	// ServiceAuth signs, on every call to the shortener and analytics, an
 	// assertion of the tenant the gateway authenticated.
@@ -134,6 +137,7 @@ func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 		Keying:          c.Keying,
 		CallTimeout:     c.CallTimeout,
 		MaxBulkRequests: c.MaxBulkRequests,
+		ReadTimeout:     cmp.Or(c.HTTP.ReadTimeout, server.DefaultReadTimeout),
 	}, keys, errors.Join(errs...)
 }
 
