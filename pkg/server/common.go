@@ -54,9 +54,21 @@ type Common struct {
 	// a second or more between requests, or else the newcomer (never a
 	// request being served), so strangers' silent or idle connections can
 	// neither keep others out nor grow the process's memory and file
-	// descriptors.
+	// descriptors. Requests being served are bounded otherwise: one whose
+	// body the service does not read is answered at once and its
+	// connection closed, a body read is cut at the read timeout (30 s),
+	// and one client holds at most KURZ_HTTP_MAX_CONNECTIONS_PER_CLIENT.
 	HTTPMaxConnections int `env:"HTTP_MAX_CONNECTIONS" default:"4096"`
-	Telemetry          telemetry.Config
+	// HTTPMaxConnectionsPerClient bounds one client's open connections on
+	// the HTTP listener: its next one is refused (closed at once) and
+	// counted in kurz.http.connections.closed. A connection serving a
+	// request is never closed for a newcomer, so without it one client
+	// holding requests open could fill the listener. A client is an
+	// address, an IPv6 one its KURZ_CLIENT_IPV6_PREFIX; the service's
+	// trusted proxies are not bounded (list the proxies in front of the
+	// gateway and the redirect, or each proxy is one client).
+	HTTPMaxConnectionsPerClient int `env:"HTTP_MAX_CONNECTIONS_PER_CLIENT" default:"256"`
+	Telemetry                   telemetry.Config
 	// HTTP bounds the HTTP listener; its other fields have no variables
 	// (zero fields take the server's defaults), so only code and tests set
 	// them.
@@ -97,6 +109,9 @@ func (c Common) check() error {
 	if c.HTTPMaxConnections < 16 || c.HTTPMaxConnections > 1_000_000 {
 		errs = append(errs, fmt.Errorf("KURZ_HTTP_MAX_CONNECTIONS=%d: want 16 to 1000000", c.HTTPMaxConnections))
 	}
+	if c.HTTPMaxConnectionsPerClient < 1 || c.HTTPMaxConnectionsPerClient > c.HTTPMaxConnections {
+		errs = append(errs, fmt.Errorf("KURZ_HTTP_MAX_CONNECTIONS_PER_CLIENT=%d: want 1 to KURZ_HTTP_MAX_CONNECTIONS (%d)", c.HTTPMaxConnectionsPerClient, c.HTTPMaxConnections))
+	}
 	errs = append(errs, c.Telemetry.Check())
 	if c.GRPCStreamWorkers < 0 || c.GRPCStreamWorkers > 10_000 {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_STREAM_WORKERS=%d: want 0 (32 per core) to 10000", c.GRPCStreamWorkers))
@@ -109,6 +124,9 @@ func (c Common) Config(grpcAddr, httpAddr string) Config {
 	http := c.HTTP
 	if http.MaxConnections == 0 {
 		http.MaxConnections = c.HTTPMaxConnections
+	}
+	if http.MaxConnectionsPerClient == 0 {
+		http.MaxConnectionsPerClient = c.HTTPMaxConnectionsPerClient
 	}
 	return Config{
 		GRPCAddr:          grpcAddr,

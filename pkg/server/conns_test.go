@@ -27,7 +27,7 @@ func guarded(t *testing.T, max int) (addr string, counts *guardCounts, release c
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := guardConns(srv, lis, max)
+	g := guardConns(srv, lis, newConnGuard(max, max, nil))
 	inner := srv.ConnState
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		inner(c, st)
@@ -215,7 +215,7 @@ type nopConn struct {
 func BenchmarkAcceptAtTheCap(b *testing.B) {
 	for _, quiet := range []http.ConnState{http.StateNew, http.StateIdle} {
 		b.Run(quiet.String(), func(b *testing.B) {
-			g := newConnGuard(DefaultMaxConnections)
+			g := newConnGuard(DefaultMaxConnections, DefaultMaxConnections, nil)
 			for i := range DefaultMaxConnections {
 				c := &nopConn{id: i}
 				g.state(c, http.StateNew)

@@ -71,7 +71,10 @@ func TestCommonSettingsAreChecked(t *testing.T) {
 		"KURZ_GRPC_STREAM_WORKERS":     func(c *Common) { c.GRPCStreamWorkers = -3 },
 		"KURZ_GRPC_MAX_CONNECTION_AGE": func(c *Common) { c.GRPCMaxConnectionAge = 0 },
 		"KURZ_HTTP_MAX_CONNECTIONS":    func(c *Common) { c.HTTPMaxConnections = 0 },
-		"KURZ_GRPC_MAX_CALLS":          func(c *Common) { c.GRPCMaxCalls = 8 },
+		"KURZ_HTTP_MAX_CONNECTIONS_PER_CLIENT": func(c *Common) {
+			c.HTTPMaxConnectionsPerClient = c.HTTPMaxConnections + 1
+		},
+		"KURZ_GRPC_MAX_CALLS": func(c *Common) { c.GRPCMaxCalls = 8 },
 		// New and NewLifecycle would put their defaults in place of 0.
 		"KURZ_SHUTDOWN_TIMEOUT":        func(c *Common) { c.ShutdownTimeout = 0 },
 		"KURZ_CLOSE_TIMEOUT":           func(c *Common) { c.CloseTimeout = 0 },

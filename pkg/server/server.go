@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -33,6 +34,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/telemetry"
 )
@@ -142,6 +144,11 @@ type HTTPLimits struct {
 	// connGuard): at it, a new one closes the oldest quiet one. Default
 	// DefaultMaxConnections.
 	MaxConnections int
+	// MaxConnectionsPerClient bounds one client's open connections (an
+	// address; an IPv6 client by its prefix, see KeyClientConnections):
+	// past it, its new one is refused. Default
+	// DefaultMaxConnectionsPerClient.
+	MaxConnectionsPerClient int
 }
 
 // Defaults of the listener bounds.
@@ -181,6 +188,9 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 	if l.MaxConnections <= 0 {
 		l.MaxConnections = DefaultMaxConnections
 	}
+	if l.MaxConnectionsPerClient <= 0 {
+		l.MaxConnectionsPerClient = DefaultMaxConnectionsPerClient
+	}
 	return l
 }
 
@@ -218,6 +228,7 @@ type Server struct {
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	httpSrv  *http.Server
+	conns    *connGuard
 	opsLis   net.Listener // nil: the ops routes are on httpLis
 	opsSrv   *http.Server
 	checks   []namedCheck
@@ -288,6 +299,11 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 	if err != nil {
 		return nil, err
 	}
+	connsClosed, err := connsClosedCounter(tel.MeterProvider.Meter("kurz.dev/pkg/server"))
+	if err != nil {
+		return nil, err
+	}
+	s.conns = newConnGuard(cfg.HTTP.MaxConnections, cfg.HTTP.MaxConnectionsPerClient, connsClosed)
 	base := []grpc.ServerOption{
 		// Health checks are probes, like /healthz: no spans, no metrics.
 		grpc.StatsHandler(tel.GRPCServerHandler()),
@@ -362,7 +378,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 	}
 	s.inner = s.Mux
 	s.httpSrv = s.httpServer(s.instrument(s.Mux))
-	s.httpLis = guardConns(s.httpSrv, s.httpLis, cfg.HTTP.MaxConnections)
+	s.httpLis = guardConns(s.httpSrv, s.httpLis, s.conns)
 	return s, nil
 }
 
@@ -391,7 +407,7 @@ func listen(lc *Lifecycle, what, addr, variable string) (net.Listener, error) {
 // httpServer is an HTTP server of h within the listener bounds.
 func (s *Server) httpServer(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           s.closeUnreadBodies(h),
 		ReadHeaderTimeout: s.cfg.HTTP.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.HTTP.ReadTimeout,
 		WriteTimeout:      s.cfg.HTTP.WriteTimeout,
@@ -422,7 +438,7 @@ func (s *Server) OpsAddr() string {
 // the ops routes) gets one server span; h must not start another.
 func (s *Server) SetHandler(h http.Handler) {
 	s.inner = h
-	s.httpSrv.Handler = s.instrument(h)
+	s.httpSrv.Handler = s.closeUnreadBodies(s.instrument(h))
 }
 
 // TrustTraceContextFrom makes the HTTP listener continue a caller's trace
@@ -434,7 +450,23 @@ func (s *Server) SetHandler(h http.Handler) {
 // IDs of their choosing into the service's log lines.
 func (s *Server) TrustTraceContextFrom(trusted func(*http.Request) bool) {
 	s.traceTrust = trusted
-	s.httpSrv.Handler = s.instrument(s.inner)
+	s.httpSrv.Handler = s.closeUnreadBodies(s.instrument(s.inner))
+}
+
+// KeyClientConnections makes the HTTP listener's per-client bound
+// (HTTPLimits.MaxConnectionsPerClient) count an IPv6 client by keying's
+// prefix, as the service's limits do (without it: by
+// clientip.DefaultIPv6Prefix), and leave out the peers proxy says are the
+// service's trusted proxies, whose connections carry many clients'. Call it
+// before Run.
+func (s *Server) KeyClientConnections(keying clientip.Keying, proxy func(netip.Addr) bool) {
+	s.conns.keyClients(keying, proxy)
+}
+
+// closeUnreadBodies is the package's closeUnreadBodies, counted in the
+// server's MetricHTTPConnectionsClosed.
+func (s *Server) closeUnreadBodies(h http.Handler) http.Handler {
+	return closeUnreadBodies(h, s.conns.closed)
 }
 
 // instrument gives h the http.server.request.duration metric and, when

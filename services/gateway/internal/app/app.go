@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,7 +97,9 @@ type Config struct {
 	// MaxBulkRequests bounds the batch and import requests served at once
 	// (each may hold tens of MB); past it they are answered 503 with a
 	// Retry-After before their body is read. A tenant holds at most half
-	// of them (at least one): its next one is answered 429.
+	// of them (at least one): its next one is answered 429. A body must
+	// arrive at 64 KiB/s or faster after its first 5 s, or it is answered
+	// 400 and its slot freed: trickled bodies cannot hold the slots.
 	MaxBulkRequests int `env:"GATEWAY_MAX_BULK_REQUESTS" default:"2"`
 	// ServiceAuth signs, on every call to the shortener and analytics, an
 	// assertion of the tenant the gateway authenticated.
@@ -148,6 +151,7 @@ func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 		Keying:          c.Keying,
 		CallTimeout:     c.CallTimeout,
 		MaxBulkRequests: c.MaxBulkRequests,
+		ReadTimeout:     cmp.Or(c.HTTP.ReadTimeout, server.DefaultReadTimeout),
 	}, keys, errors.Join(errs...)
 }
 
@@ -274,5 +278,8 @@ func registerAPI(cfg Config, opts httpapi.Options, db *pgxpool.Pool, conns map[s
 	srv.SetHandler(api.Wrap(srv.Mux))
 	// A public listener: trace context only through the trusted proxies.
 	srv.TrustTraceContextFrom(opts.Clients.FromTrustedProxy)
+	// ... and a client's connections counted as its limits count it, the
+	// proxies' not at all.
+	srv.KeyClientConnections(cfg.Keying, opts.Clients.Trusted)
 	return nil
 }

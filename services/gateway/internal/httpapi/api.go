@@ -66,6 +66,10 @@ type Options struct {
 	// tenant holds at most half of them (at least one); past that its
 	// next bulk request is answered 429.
 	MaxBulkRequests int
+	// ReadTimeout is the HTTP listener's bound on reading a request: the
+	// pacing of a bulk body (bulkBodyMinRate) never extends past it. Zero:
+	// no such bound.
+	ReadTimeout time.Duration
 }
 
 // KeyStore is what the API needs of the tenant and key store.

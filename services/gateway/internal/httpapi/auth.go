@@ -89,13 +89,13 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 	token, ok := bearer(values)
 	if !ok {
 		failed = true
-		return a.authFailed(c, "malformed", "", `the Authorization header must be one "Bearer <key>"`)
+		return a.authFailed(c, check, "malformed", "", `the Authorization header must be one "Bearer <key>"`)
 	}
 	p, err := a.keys.Authenticate(c.r.Context(), token)
 	if errors.Is(err, keystore.ErrInvalidKey) {
 		id, _ := keystore.ParseKeyID(token)
 		failed = true
-		return a.authFailed(c, "invalid_key", id, "the API key is invalid or revoked")
+		return a.authFailed(c, check, "invalid_key", id, "the API key is invalid or revoked")
 	}
 	if err != nil {
 		return unavailable("authentication is temporarily unavailable; try again", err)
@@ -122,7 +122,7 @@ func (a *API) authenticateAdmin(c *call) error {
 	sum := sha256.Sum256([]byte(token))
 	if !ok || subtle.ConstantTimeCompare(sum[:], a.adminHash[:]) != 1 {
 		failed = true
-		return a.authFailed(c, "admin_token", "", "the admin token is invalid")
+		return a.authFailed(c, check, "admin_token", "", "the admin token is invalid")
 	}
 	return nil
 }
@@ -186,6 +186,13 @@ func (a *API) checkAuthFailures(c *call) (*authTicket, error) {
 			return nil, denied(DomainAuth, d, "too many failed authentications from this address")
 		}
 		admitted, err := t.await(ctx, left)
+		if errors.Is(err, errFailuresSpent) {
+			t.done(false)
+			e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+				"too many failed authentications from this address; retry later")
+			e.retryAfter, e.reason = max(d.RetryAfter, time.Second), rpcerr.ReasonRateLimited
+			return nil, e
+		}
 		if err != nil {
 			t.done(false)
 			return nil, err
@@ -199,8 +206,9 @@ func (a *API) checkAuthFailures(c *call) (*authTicket, error) {
 
 // authFailed counts a failed authentication against the client IP (in the
 // limiter and in the gateway's memory), logs it without the credential, and
-// returns the 401.
-func (a *API) authFailed(c *call, reason, keyID, msg string) error {
+// returns the 401. A charge the limiter did not take (it timed out) is
+// kept against the address by t (authSlots).
+func (a *API) authFailed(c *call, t *authTicket, reason, keyID, msg string) error {
 	ctx, key := c.r.Context(), c.st.ipKey
 	a.failures.add(key)
 	a.m.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))

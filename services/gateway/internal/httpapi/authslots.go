@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -16,7 +17,11 @@ import (
 // fails, no more fail than the rule allows (per gateway replica: a burst
 // spread over n replicas at once may get up to n times as many). Checks of
 // an address that is not failing run side by side, up to the rule's limit
-// at once; while the limiter cannot tell what is left, one at a time. The
+// at once; while the limiter cannot tell what is left, one at a time. A
+// failure whose charge did not reach the limiter (its Check timed out)
+// counts here against what the looks see left, while the address has
+// checks alive: uncounted, the next look saw as many left as before, and
+// 11-12 of a burst were checked for a rule of 10. The
 // map holds only addresses with a check in flight or waiting: it is
 // bounded by the server's connections.
 type authSlots struct {
@@ -26,10 +31,12 @@ type authSlots struct {
 
 // ipChecks is one address's checks on this gateway.
 type ipChecks struct {
-	tickets  int           // alive: looking, waiting or checking
-	inflight int           // admitted and not done
-	failed   int64         // failures counted by its checks while tickets > 0
-	freed    chan struct{} // closed, and replaced, when a check is done
+	tickets  int   // alive: looking, waiting or checking
+	inflight int   // admitted and not done
+	failed   int64 // failures counted by its checks while tickets > 0
+	// uncharged counts, of those, the failures the limiter did not count.
+	uncharged int64
+	freed     chan struct{} // closed, and replaced, when a check is done
 }
 
 func newAuthSlots() *authSlots { return &authSlots{ips: map[string]*ipChecks{}} }
@@ -41,6 +48,8 @@ type authTicket struct {
 	st       *ipChecks
 	seen     int64 // st.failed when it last looked
 	admitted bool
+	// chargeLost: the check failed and the limiter did not count it.
+	chargeLost bool
 }
 
 // begin starts a check of ip; call done when it is over.
@@ -63,22 +72,31 @@ func (t *authTicket) look() {
 	t.s.mu.Unlock()
 }
 
-// admit admits the check if fewer than left are in flight and no check of
-// the address failed since the look; stale says to look again; otherwise
-// wait is closed when a check of the address ends.
+// admit admits the check if fewer than left are in flight (uncharged
+// failures counting as in flight) and no check of the address failed since
+// the look; stale says to look again; otherwise wait is closed when a check
+// of the address ends, or is nil when none is in flight: the uncharged
+// failures used up what was left.
 func (t *authTicket) admit(left int64) (ok, stale bool, wait <-chan struct{}) {
 	t.s.mu.Lock()
 	defer t.s.mu.Unlock()
 	if t.st.failed != t.seen {
 		return false, true, nil
 	}
-	if int64(t.st.inflight) < left {
+	if int64(t.st.inflight)+t.st.uncharged < left {
 		t.st.inflight++
 		t.admitted = true
 		return true, false, nil
 	}
+	if t.st.inflight == 0 {
+		return false, false, nil
+	}
 	return false, false, t.st.freed
 }
+
+// errFailuresSpent is await's error when the address's failures that the
+// limiter did not count used up what its look saw left.
+var errFailuresSpent = errors.New("the address's failures are used up")
 
 // await waits until the check is admitted with left failures (admit),
 // or until a check of the address failed since the look (false: look
@@ -89,6 +107,9 @@ func (t *authTicket) await(ctx context.Context, left int64) (bool, error) {
 		if ok || stale {
 			return ok, nil
 		}
+		if wait == nil {
+			return false, errFailuresSpent
+		}
 		select {
 		case <-wait:
 		case <-ctx.Done():
@@ -97,7 +118,16 @@ func (t *authTicket) await(ctx context.Context, left int64) (bool, error) {
 	}
 }
 
-// done ends the check; failed counts it as a failure (already charged).
+// lostCharge records that the check's failure was not counted by the
+// limiter (call before done(true)).
+func (t *authTicket) lostCharge() {
+	t.s.mu.Lock()
+	t.chargeLost = true
+	t.s.mu.Unlock()
+}
+
+// done ends the check; failed counts it as a failure (charged, or not:
+// lostCharge).
 func (t *authTicket) done(failed bool) {
 	t.s.mu.Lock()
 	defer t.s.mu.Unlock()
@@ -107,6 +137,9 @@ func (t *authTicket) done(failed bool) {
 	}
 	if failed {
 		t.st.failed++
+		if t.chargeLost {
+			t.st.uncharged++
+		}
 	}
 	close(t.st.freed)
 	t.st.freed = make(chan struct{})

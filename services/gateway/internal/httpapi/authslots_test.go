@@ -1,6 +1,9 @@
 package httpapi
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 // Checks of one address run side by side up to the failures its look saw
 // left; past that they wait; a failure sends the waiting ones back to
@@ -46,6 +49,47 @@ func TestAuthSlotsAdmitUpToTheFailuresLeft(t *testing.T) {
 	}
 	for _, tk := range []*authTicket{admitted[2], waiting, late} {
 		tk.done(false)
+	}
+	if len(s.ips) != 0 {
+		t.Errorf("%d addresses left in the map with nothing in flight", len(s.ips))
+	}
+}
+
+// Failures the limiter did not count (its Check timed out) count here:
+// with 3 left at every look (the limiter never saw a failure), a burst of
+// 11 checks of one address that all fail, their charges lost, gets 3
+// checked, not more, and the rest are told the failures are spent rather
+// than left waiting.
+func TestAuthSlotsCountFailuresTheLimiterMissed(t *testing.T) {
+	const left, burst = 3, 11
+	s := newAuthSlots()
+	var tickets []*authTicket
+	for range burst { // all alive at once, as concurrent requests are
+		tickets = append(tickets, s.begin("192.0.2.1"))
+	}
+	checked, spent := 0, 0
+	for _, tk := range tickets {
+		for {
+			tk.look()
+			ok, err := tk.await(t.Context(), left) // the limiter still says 3 left
+			if errors.Is(err, errFailuresSpent) {
+				spent++
+				tk.done(false)
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				checked++
+				tk.lostCharge()
+				tk.done(true)
+				break
+			}
+		}
+	}
+	if checked != left || spent != burst-left {
+		t.Errorf("%d checked, %d refused of %d with %d left and every charge lost; want %d checked, %d refused", checked, spent, burst, left, left, burst-left)
 	}
 	if len(s.ips) != 0 {
 		t.Errorf("%d addresses left in the map with nothing in flight", len(s.ips))

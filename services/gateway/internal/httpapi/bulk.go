@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -146,7 +148,57 @@ func (a *API) admitBulk(c *call, limit int64) (release func(), err error) {
 		e.retryAfter, e.reason = bulkRetryAfter, reasonBulkSlotsBusy
 		return nil, e
 	}
+	c.r.Body = &pacedBody{ReadCloser: c.r.Body, rc: http.NewResponseController(c.w), start: time.Now(), most: a.opts.ReadTimeout}
 	return func() { freeSlot(); unhold() }, nil
+}
+
+// A bulk request's body must arrive at bulkBodyMinRate or faster, after a
+// bulkBodyGrace for the first bytes: its request holds one of the few bulk
+// slots meanwhile, and two tenants trickling a byte every 2 s held them
+// all, every other tenant answered 503 BULK_SLOTS_BUSY for as long as the
+// listener's ReadTimeout (30 s), again and again. A 4 MB batch at the rate
+// takes a minute (ReadTimeout cuts it first); a client that slow is far
+// below any network a bulk upload runs on.
+const bulkBodyMinRate = 64 << 10 // bytes a second
+
+// bulkBodyGrace is a variable for the tests.
+var bulkBodyGrace = 5 * time.Second
+
+// errBulkBodyTooSlow is a bulk body's read error once it fell behind
+// bulkBodyMinRate; bulkBodyTooSlow is the answer, a 400 (the request as
+// sent cannot be served; a 408 would invite the same again), the slot given
+// back.
+var errBulkBodyTooSlow = errors.New("bulk body too slow")
+
+func bulkBodyTooSlow() *apiError {
+	return badRequest(fmt.Sprintf("the request body arrived too slowly: a bulk request (batch, import) must send its body at %d KiB/s or faster after its first %s; nothing was created: send it again", bulkBodyMinRate>>10, bulkBodyGrace))
+}
+
+// pacedBody is a bulk request's body, read with a deadline that moves on
+// with the bytes received (bulkBodyMinRate), never past the listener's
+// ReadTimeout (most, from admission; 0: no such bound): a body that falls
+// behind fails with errBulkBodyTooSlow.
+type pacedBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	start time.Time
+	most  time.Duration
+	got   int64
+}
+
+func (b *pacedBody) Read(p []byte) (int, error) {
+	wait := bulkBodyGrace + time.Duration(b.got)*time.Second/bulkBodyMinRate
+	if b.most > 0 {
+		wait = min(wait, b.most)
+	}
+	// A writer without deadlines (a test's recorder) reads unpaced.
+	_ = b.rc.SetReadDeadline(b.start.Add(wait))
+	n, err := b.ReadCloser.Read(p)
+	b.got += int64(n)
+	if errors.Is(err, os.ErrDeadlineExceeded) && (b.most <= 0 || wait < b.most) {
+		return n, errBulkBodyTooSlow
+	}
+	return n, err
 }
 
 // batchCreate calls BatchCreateLinks with the batch timeout, pushing the
@@ -307,6 +359,8 @@ func (a *API) importLinks(c *call) error {
 	switch {
 	case errors.As(err, &mbe):
 		return bodyTooLarge(limit)
+	case errors.Is(err, errBulkBodyTooSlow):
+		return bulkBodyTooSlow()
 	case errors.Is(err, linkimport.ErrRead):
 		return badRequest("the request body could not be read")
 	case err != nil:

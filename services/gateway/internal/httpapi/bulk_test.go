@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -668,5 +669,63 @@ func TestCountItems(t *testing.T) {
 		if got := countItems([]byte(body), "requests", 5); got != want {
 			t.Errorf("countItems(%s) = %d, want %d", body, got, want)
 		}
+	}
+}
+
+// A bulk body trickled slower than bulkBodyMinRate is cut once it falls
+// behind (here after a grace of 300 ms), answered 400, and its slot is
+// given back at once: the next batch goes through, where two trickling
+// tenants used to hold every slot until ReadTimeout.
+func TestSlowBulkBodyIsCutAndItsSlotFreed(t *testing.T) {
+	defer func(g time.Duration) { bulkBodyGrace = g }(bulkBodyGrace)
+	bulkBodyGrace = 300 * time.Millisecond
+	sh := &bulkShortener{}
+	a := newBulkAPI(sh)
+	batch := a.routeHandler("POST /v1/links:batch")
+	done := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := batch(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}})
+		done <- err
+		w.WriteHeader(toAPIError(err).status)
+	}))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /v1/links:batch HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // a byte every 50 ms, far below the rate
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := conn.Write([]byte(" ")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	select {
+	case err := <-done:
+		if e := toAPIError(err); e.status != http.StatusBadRequest || !strings.Contains(e.message, "too slowly") {
+			t.Errorf("slow bulk body: %d %q (%v); want 400 \"too slowly\"", e.status, e.message, err)
+		}
+		if took := time.Since(start); took < bulkBodyGrace {
+			t.Errorf("slow bulk body cut after %v; want not before the grace, %v", took, bulkBodyGrace)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a body trickled a byte every 50 ms still holds its bulk slot after 5 s; want it cut after the grace")
+	}
+	if _, err := bulkCall(a, batch, "POST", "/v1/links:batch", `{"requests":[{"longUrl":"https://example.com/b"}]}`); err != nil {
+		t.Errorf("another bulk request once the slow one was cut: %v; want its slot free", err)
 	}
 }

@@ -42,6 +42,8 @@ func (a *API) readBodyUpTo(c *call, max int64, want string) ([]byte, error) {
 	switch {
 	case errors.As(err, &mbe):
 		return nil, tooLarge
+	case errors.Is(err, errBulkBodyTooSlow):
+		return nil, bulkBodyTooSlow()
 	case err != nil:
 		return nil, badRequest("the request body could not be read")
 	case len(bytes.TrimSpace(b)) == 0 && want != "":

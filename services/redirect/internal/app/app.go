@@ -313,6 +313,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	handler.Register(srv.Mux)
 	// A public listener: trace context only through the trusted proxies.
 	srv.TrustTraceContextFrom(clients.FromTrustedProxy)
+	// ... and a client's connections counted as its limits count it, the
+	// proxies' not at all.
+	srv.KeyClientConnections(cfg.Keying, clients.Trusted)
 	// Each store backs the other (and L1 both): a redirect replica serves
 	// what it can through either outage, and no other replica does better.
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })

@@ -72,9 +72,10 @@ func TestMalformedHTTPGets4xxAndRedirectsGoOn(t *testing.T) {
 
 // While 50 clients trickle their headers (slowloris) and 5 trickle a body,
 // a well-behaved client's redirects all succeed; each slow header is cut at
-// ReadHeaderTimeout, each slow body at ReadTimeout (net/http reads an
-// unread small body before it answers, so the 302 comes as the connection
-// is cut), and the goroutines the attack took are given back.
+// ReadHeaderTimeout; a redirect reads no body, so each slow one gets its
+// 302 at once and its connection closed (net/http would otherwise read the
+// rest, up to ReadTimeout, before answering), and the goroutines the
+// attack took are given back.
 func TestSlowClientsAreCutWhileRedirectsAreServed(t *testing.T) {
 	const (
 		headerTimeout = time.Second
@@ -150,8 +151,8 @@ func TestSlowClientsAreCutWhileRedirectsAreServed(t *testing.T) {
 		}
 	}
 	for _, s := range slowBodies {
-		if !s.Closed || s.After < readTimeout || s.After > readTimeout+margin || s.Status != http.StatusFound {
-			t.Errorf("slow body: %d closed=%v after %v; want 302 and closed in [%v, %v]", s.Status, s.Closed, s.After, readTimeout, readTimeout+margin)
+		if !s.Closed || s.After > margin || s.Status != http.StatusFound {
+			t.Errorf("slow body: %d closed=%v after %v; want 302 and closed within %v, long before ReadTimeout %v", s.Status, s.Closed, s.After, margin, readTimeout)
 		}
 	}
 	if calls < 3 {
@@ -163,7 +164,7 @@ func TestSlowClientsAreCutWhileRedirectsAreServed(t *testing.T) {
 	}
 	hLo, hHi := servertest.AfterRange(slowHeaders)
 	bLo, bHi := servertest.AfterRange(slowBodies)
-	t.Logf("slow headers cut after %v..%v (ReadHeaderTimeout %v); slow bodies after %v..%v (ReadTimeout %v); "+
+	t.Logf("slow headers cut after %v..%v (ReadHeaderTimeout %v); slow bodies answered and closed after %v..%v (ReadTimeout %v); "+
 		"%d redirects during the attack, slowest %v; goroutines %d before, %d at peak, %d after",
 		hLo, hHi, headerTimeout, bLo, bHi, readTimeout, calls, slowest.Round(time.Millisecond), baseline, peak, after)
 }

@@ -83,7 +83,9 @@ func TestRequestCollapsing(t *testing.T) {
 	rc := &redisCounter{}
 	var arrived atomic.Int64
 	var release sync.Once
-	r := start(t, nil, hooks{pgTracer: pg, redisHook: rc, beforeFlight: func(c string) {
+	// Every request comes from 127.0.0.1, on a connection of its own: more
+	// than one client may hold by default.
+	r := start(t, map[string]string{"KURZ_HTTP_MAX_CONNECTIONS_PER_CLIENT": strconv.Itoa(2 * n)}, hooks{pgTracer: pg, redisHook: rc, beforeFlight: func(c string) {
 		if c == code && arrived.Add(1) == n {
 			release.Do(func() { close(pg.hold) })
 		}
