@@ -13,6 +13,7 @@ import (
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/urlnorm"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -22,9 +23,10 @@ import (
 const MaxBatch = 1000
 
 // MaxBatchBytes is the most bytes of encoded requests Import sends in one
-// Creator call, whatever their number: the shortener takes messages of up
-// to 4 MiB, and 1,000 rows of a kurz export with ten long variant URLs
-// each are more.
+// Creator call, whatever their number (in protobuf or JSON, the larger:
+// batchSize): the shortener takes messages of up to 4 MiB and the
+// gateway's batch route bodies of up to 4 MB, and 1,000 rows of a kurz
+// export with ten long variant URLs each are more.
 const MaxBatchBytes = 3 << 20
 
 // Creator creates a batch of at most MaxBatch links, as BatchCreateLinks
@@ -173,8 +175,7 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 			for _, i := range idx[:min(size, len(idx))] {
 				a := alias && linkcode.AliasProblem(rows[i].SourceCode) == ""
 				req := request(rows[i], a)
-				// The request's field tag and length, then the request.
-				n := 1 + protowire.SizeBytes(proto.Size(req))
+				n := batchSize(req)
 				if len(reqs) > 0 && encoded+n > MaxBatchBytes {
 					break
 				}
@@ -362,4 +363,17 @@ func request(row Row, alias bool) *shortenerv1.CreateLinkRequest {
 // it may succeed with a code of kurz's choosing.
 func aliasRefused(e *shortenerv1.BatchItemError) bool {
 	return e.GetField() == "custom_alias" && (e.GetCode() == "ALREADY_EXISTS" || e.GetCode() == "INVALID_ARGUMENT")
+}
+
+// batchSize is what req adds to a batch in the larger of its two
+// encodings: the gateway sends the batch to the shortener in protobuf (its
+// field tag and length, then the request), kurzctl sends it to the
+// gateway in JSON (the request and a comma), which is several times larger
+// for rules of many short values.
+func batchSize(req *shortenerv1.CreateLinkRequest) int {
+	n := 1 + protowire.SizeBytes(proto.Size(req))
+	if j, err := protojson.Marshal(req); err == nil {
+		n = max(n, len(j)+1)
+	}
+	return n
 }

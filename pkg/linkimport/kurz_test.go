@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -159,5 +160,48 @@ func TestKurzExportOfLargeRowsImportsInChunksTheShortenerTakes(t *testing.T) {
 	}
 	if rep.Created != MaxBatch || rep.Failed != 0 || len(f.calls) < 2 {
 		t.Errorf("created %d, failed %d in %d calls; want %d created in more than one call", rep.Created, rep.Failed, len(f.calls), MaxBatch)
+	}
+}
+
+// Rows whose rules hold many short values are several times larger in
+// JSON, as kurzctl sends a batch to the gateway (bodies of at most 4 MB),
+// than in protobuf: the chunks are cut so that both encodings fit.
+func TestChunksFitTheGatewaysJSONBodyToo(t *testing.T) {
+	var conds []*shortenerv1.RuleCondition
+	for range 8 {
+		conds = append(conds, &shortenerv1.RuleCondition{Countries: []string{"DE", "AT", "CH", "FR", "IT", "ES", "NL", "BE", "PL", "SE",
+			"NO", "DK", "FI", "IE", "PT", "GR", "CZ", "HU", "RO", "BG", "HR", "SK", "SI", "LT", "LV", "EE", "LU", "MT", "CY", "IS", "LI", "MC"}})
+	}
+	var rules []*shortenerv1.RedirectRule
+	for i := range 20 {
+		rules = append(rules, &shortenerv1.RedirectRule{Name: fmt.Sprintf("r%d", i), Conditions: conds, Url: "https://example.com/r"})
+	}
+	var file strings.Builder
+	cw := csv.NewWriter(&file)
+	_ = cw.Write(strings.Split(strings.TrimSpace(kurzHeader), ","))
+	for i := range MaxBatch {
+		_ = cw.Write([]string{fmt.Sprintf("wide%04d", i), "", "https://example.com/", "", "", "", "", "false", "false",
+			"", "", "", "", "", JSONList(rules), ""})
+	}
+	cw.Flush()
+	_, rows, err := Parse(strings.NewReader(file.String()))
+	if err != nil || len(rows) != MaxBatch {
+		t.Fatalf("Parse: %v, %d rows", err, len(rows))
+	}
+	const gatewayBody = 4_096_000
+	f := newFake()
+	create := func(ctx context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+		body, err := protojson.Marshal(&shortenerv1.BatchCreateLinksRequest{Requests: reqs})
+		if err != nil {
+			return nil, err
+		}
+		if len(body) > gatewayBody {
+			return nil, status.Errorf(codes.InvalidArgument, "the request body is %d bytes, larger than %d", len(body), gatewayBody)
+		}
+		return f.create(ctx, reqs)
+	}
+	rep, err := Import(context.Background(), rows, create, nil)
+	if err != nil || rep.Created != MaxBatch || rep.Failed != 0 {
+		t.Fatalf("import: %d created, %d failed in %d calls, %v; want %d created", rep.Created, rep.Failed, len(f.calls), err, MaxBatch)
 	}
 }
