@@ -82,7 +82,7 @@ func ifMatch(c *call, rt route) error {
 	}
 	tags, _, err := entityTags(fields)
 	if err != nil {
-		return badIfMatch(err)
+		return badTags("If-Match", err)
 	}
 	if len(tags) == 0 {
 		return nil // only *
@@ -95,8 +95,10 @@ func ifMatch(c *call, rt route) error {
 	return nil
 }
 
-func badIfMatch(err error) *apiError {
-	e := badRequest("If-Match: " + err.Error())
+// badTags refuses an If-Match or If-None-Match field that is not a list of
+// entity tags.
+func badTags(header string, err error) *apiError {
+	e := badRequest(header + ": " + err.Error())
 	e.reason = callmeta.ReasonIfMatchInvalid
 	return e
 }
@@ -110,7 +112,7 @@ func checkRead(r *http.Request, etag string) (notModified bool, err error) {
 	if fields := r.Header.Values("If-Match"); len(fields) > 0 {
 		tags, any, err := entityTags(fields)
 		if err != nil {
-			return false, badIfMatch(err)
+			return false, badTags("If-Match", err)
 		}
 		if !any && !slices.Contains(tags, opaque) {
 			return false, newError(http.StatusPreconditionFailed, codePreconditionFailed,
@@ -120,9 +122,7 @@ func checkRead(r *http.Request, etag string) (notModified bool, err error) {
 	if fields := r.Header.Values("If-None-Match"); len(fields) > 0 {
 		tags, any, err := entityTags(fields)
 		if err != nil {
-			e := badRequest("If-None-Match: " + err.Error())
-			e.reason = callmeta.ReasonIfMatchInvalid
-			return false, e
+			return false, badTags("If-None-Match", err)
 		}
 		return any || slices.Contains(tags, opaque) || slices.Contains(tags, "W/"+opaque), nil
 	}
