@@ -82,6 +82,15 @@ type Decision struct {
 	MaxCost int64
 }
 
+// Unchecked reports whether d says nothing of the rule's count: the
+// limiter did not answer, or answered by the rule's failure mode because
+// its Redis did not (fail open or fail closed). A charge in an unchecked
+// decision was not counted.
+func (d Decision) Unchecked() bool {
+	return d.Degraded || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN ||
+		d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED
+}
+
 // Client wraps the limiter's gRPC client.
 type Client struct {
 	rl      ratelimitv1.RateLimitServiceClient

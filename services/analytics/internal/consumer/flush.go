@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/services/analytics/internal/clickstore"
@@ -418,7 +417,7 @@ func (c *Consumer) askFloods(ctx context.Context, groups []*floodGroup) {
 				}
 				decided, answered := true, false
 				for i, d := range c.quota.CheckMany(ctx, reqs, quota.FailOpen) {
-					decided = decided && !unchecked(d)
+					decided = decided && !d.Unchecked()
 					answered = answered || !d.Degraded
 					if !d.Degraded && d.Limit > 0 && d.Limit != c.floodLimit.Load() {
 						c.floodLimit.Store(d.Limit)
@@ -435,18 +434,12 @@ func (c *Consumer) askFloods(ctx context.Context, groups []*floodGroup) {
 	wg.Wait()
 }
 
-// unchecked tells whether d checked nothing: the limiter did not answer, or
-// answered by the rule's failure mode (its Redis slow or down).
-func unchecked(d quota.Decision) bool {
-	return d.Degraded || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED
-}
-
 // answer records one limiter decision about the group's current cost. An
 // answer the limiter gave by the rule's failure mode (its Redis was slow or
 // down) checked nothing: the group is degraded, as when no answer came.
 func (g *floodGroup) answer(d quota.Decision) {
 	switch {
-	case unchecked(d):
+	case d.Unchecked():
 		g.allowed, g.degraded, g.done = len(g.rows), true, true
 	case d.Allowed:
 		g.allowed, g.done = g.cost, true

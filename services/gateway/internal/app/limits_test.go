@@ -11,9 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/testkit/limitertest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/gateway/gatewaytest"
 )
@@ -265,6 +270,44 @@ func TestABurstOfGuessesDuringALimiterOutageChecksOne(t *testing.T) {
 	const burst = 100
 	if got := guessBurst(t, client, gw.HTTP+"/v1/links", "kurz_AAAAAAAA%04d_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB", burst); got[http.StatusUnauthorized] != 1 || got[http.StatusTooManyRequests] != burst-1 {
 		t.Errorf("limiter down, %d concurrent wrong API keys from a new address: %v; want 1 checked (401), the rest 429", burst, got)
+	}
+}
+
+// A failure whose charge the limiter did not count (Redis did not answer,
+// the rule failed closed) counts against the address's checks in flight:
+// with a limiter that says 3 failures left at every look and counts none,
+// a burst of 100 wrong admin tokens gets 3 checked, not all 100 (the
+// gateway's bound on checks in flight was told of no lost charge: every
+// guess was checked, 3 at a time).
+func TestABurstOfGuessesWhoseChargesAreLostChecksWhatTheLookSaw(t *testing.T) {
+	const burst, left = 100, 3
+	// The first looks of the burst wait for one another, so that all of
+	// its requests are in the gateway before any check ends, as in a
+	// burst that arrives faster than the checks.
+	var looks atomic.Int64
+	together := make(chan struct{})
+	lim := limitertest.Start(t, func(req *ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+		if req.GetDomain() != "auth" {
+			return limitertest.AllowAll(req)
+		}
+		if req.GetCost() == 0 {
+			if looks.Add(1) == burst {
+				close(together)
+			}
+			select {
+			case <-together:
+			case <-time.After(10 * time.Second): // a burst that never came whole: the count below says so
+			}
+			return &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: "auth/per-ip", Limit: 10, Remaining: left,
+				ResetAfter: durationpb.New(time.Minute), Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}
+		}
+		return &ratelimitv1.CheckQuotaResponse{Allowed: false, DecidingRule: "auth/per-ip", Limit: 10,
+			RetryAfter: durationpb.New(time.Second), Source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}
+	})
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_GATEWAY_LIMITER_TIMEOUT": "15s"})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: burst}}
+	if got := guessBurst(t, client, gw.HTTP+"/v1/admin/tenants/x", "wrong-admin-token-%04d", burst); got[http.StatusUnauthorized] != left || got[http.StatusTooManyRequests] != burst-left {
+		t.Errorf("%d concurrent wrong admin tokens, %d failures left at every look, no charge counted: %v; want %d checked (401), the rest 429", burst, left, got, left)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/guessgate"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/pkg/rpcerr"
@@ -99,18 +100,18 @@ type Deps struct {
 
 // API serves the routes. Register them on a mux, then serve Wrap(mux).
 type API struct {
-	opts      Options
-	shortener shortenerv1.ShortenerServiceClient
-	webhooks  shortenerv1.WebhookServiceClient
-	analytics analyticsv1.AnalyticsServiceClient
-	quota     *quota.Client
-	keys      KeyStore
-	log       *slog.Logger
-	adminHash [sha256.Size]byte
-	failures  *failMemory
-	authSlots *authSlots
-	anonLocal *anonLocal
-	bulk      *capacity.Gate
+	opts       Options
+	shortener  shortenerv1.ShortenerServiceClient
+	webhooks   shortenerv1.WebhookServiceClient
+	analytics  analyticsv1.AnalyticsServiceClient
+	quota      *quota.Client
+	keys       KeyStore
+	log        *slog.Logger
+	adminHash  [sha256.Size]byte
+	failures   *failMemory
+	authChecks *guessgate.Gate
+	anonLocal  *anonLocal
+	bulk       *capacity.Gate
 	// bulkHeld is the bulk slots each tenant holds (bulkMu), at most
 	// bulkShare: one tenant's slow bodies must not take every slot.
 	bulkMu    sync.Mutex
@@ -141,10 +142,10 @@ func New(opts Options, d Deps) (*API, error) {
 	}
 	a := &API{
 		opts: opts, shortener: d.Shortener, webhooks: d.Webhooks, analytics: d.Analytics, quota: d.Quota, keys: d.Keys, log: d.Log,
-		adminHash: sha256.Sum256([]byte(opts.AdminToken)),
-		failures:  newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
-		authSlots: newAuthSlots(),
-		anonLocal: newAnonLocal(opts.AnonymousLocal, anonLocalCapacity, time.Now),
+		adminHash:  sha256.Sum256([]byte(opts.AdminToken)),
+		failures:   newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
+		authChecks: guessgate.New(),
+		anonLocal:  newAnonLocal(opts.AnonymousLocal, anonLocalCapacity, time.Now),
 		// No wait: a bulk request lasts seconds, so a slot rarely frees
 		// within a wait worth holding the client for.
 		bulk:     capacity.New(opts.MaxBulkRequests, 0),

@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 
-	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/guessgate"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/gateway/internal/keystore"
@@ -84,17 +84,14 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 	if err != nil {
 		return err
 	}
-	failed := false
-	defer func() { check.done(failed) }()
+	defer check.Done()
 	token, ok := bearer(values)
 	if !ok {
-		failed = true
 		return a.authFailed(c, check, "malformed", "", `the Authorization header must be one "Bearer <key>"`)
 	}
 	p, err := a.keys.Authenticate(c.r.Context(), token)
 	if errors.Is(err, keystore.ErrInvalidKey) {
 		id, _ := keystore.ParseKeyID(token)
-		failed = true
 		return a.authFailed(c, check, "invalid_key", id, "the API key is invalid or revoked")
 	}
 	if err != nil {
@@ -116,99 +113,76 @@ func (a *API) authenticateAdmin(c *call) error {
 	if err != nil {
 		return err
 	}
-	failed := false
-	defer func() { check.done(failed) }()
+	defer check.Done()
 	token, ok := bearer(values)
 	sum := sha256.Sum256([]byte(token))
 	if !ok || subtle.ConstantTimeCompare(sum[:], a.adminHash[:]) != 1 {
-		failed = true
 		return a.authFailed(c, check, "admin_token", "", "the admin token is invalid")
 	}
 	return nil
 }
 
-// limiterBlind reports whether a decision of the auth rule says nothing
-// about the IP: the limiter did not answer, or Redis did not and the rule
-// failed closed for everyone.
-func limiterBlind(d quota.Decision) bool {
-	return d.Degraded || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED
-}
-
 // checkAuthFailures looks (cost 0) at the auth rule for the client IP and
 // refuses the call when the IP has used up its failures; otherwise the
-// returned ticket admits the credential check (see authSlots), and its
-// done must be called once the check is over, with whether it failed
-// (and was charged). When the limiter cannot tell, the rule fails closed
-// only for IPs this gateway saw failing within the rule's window: a Redis
-// or limiter outage must not lock every user out, only the addresses
-// already guessing.
-func (a *API) checkAuthFailures(c *call) (*authTicket, error) {
+// returned ticket admits the credential check (pkg/guessgate): end it with
+// Fail (authFailed does) or Done once the check is over. When the limiter
+// cannot tell, the rule fails closed only for IPs this gateway saw failing
+// within the rule's window: a Redis or limiter outage must not lock every
+// user out, only the addresses already guessing.
+func (a *API) checkAuthFailures(c *call) (*guessgate.Ticket, error) {
 	ctx, ip := c.r.Context(), c.st.ipKey
-	t := a.authSlots.begin(ip)
-	for {
-		t.look()
+	var d quota.Decision
+	t, err := a.authChecks.Admit(ctx, ip, func() (int64, error) {
 		var rec windowRecord
-		d := a.quota.Peek(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": ip}, quota.FailClosed)
-		if d.Abandoned {
-			t.done(false)
-			return nil, ctx.Err()
-		}
-		blind := limiterBlind(d)
-		if !blind {
-			a.failures.setTTL(rec.window)
-		}
-		var left int64
+		d = a.quota.Peek(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": ip}, quota.FailClosed)
 		switch {
-		case blind:
+		case d.Abandoned:
+			return 0, ctx.Err()
+		case d.Unchecked():
 			a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
 			if _, seen := a.failures.recent(ip); seen {
-				t.done(false)
-				e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
-					"too many failed authentications from this address; retry later")
-				e.retryAfter, e.reason = max(d.RetryAfter, time.Second), rpcerr.ReasonRateLimited
-				return nil, e
+				return 0, tooManyAuthFailures(d)
 			}
 			// Nothing says how many failures are left: the address's
 			// checks run one at a time, so its first failure blocks the
 			// rest (a burst of guesses all checked at once otherwise).
-			left = 1
+			return 1, nil
+		}
+		a.failures.setTTL(rec.window)
+		switch {
 		case d.Rule == "":
-			return t, nil
+			return guessgate.Unlimited, nil
 		case d.Allowed && d.Remaining > 0:
-			left = d.Remaining
-		default:
-			t.done(false)
-			// Remember the block here too: the failures may have been
-			// counted by another replica, and this one must keep the IP
-			// out if Redis fails.
-			a.failures.add(ip)
-			setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
-			return nil, denied(DomainAuth, d, "too many failed authentications from this address")
+			return d.Remaining, nil
 		}
-		admitted, err := t.await(ctx, left)
-		if errors.Is(err, errFailuresSpent) {
-			t.done(false)
-			e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
-				"too many failed authentications from this address; retry later")
-			e.retryAfter, e.reason = max(d.RetryAfter, time.Second), rpcerr.ReasonRateLimited
-			return nil, e
-		}
-		if err != nil {
-			t.done(false)
-			return nil, err
-		}
-		if admitted {
-			return t, nil
-		}
-		// A check of the address failed since the look: look again.
+		// Remember the block here too: the failures may have been
+		// counted by another replica, and this one must keep the IP out
+		// if Redis fails.
+		a.failures.add(ip)
+		setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
+		return 0, denied(DomainAuth, d, "too many failed authentications from this address")
+	})
+	if errors.Is(err, guessgate.ErrSpent) {
+		return nil, tooManyAuthFailures(d)
 	}
+	return t, err
+}
+
+// tooManyAuthFailures refuses an address whose failures this gateway
+// counted and the limiter cannot see (d, the last look, did not count
+// them).
+func tooManyAuthFailures(d quota.Decision) error {
+	e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
+		"too many failed authentications from this address; retry later")
+	e.retryAfter, e.reason = max(d.RetryAfter, time.Second), rpcerr.ReasonRateLimited
+	return e
 }
 
 // authFailed counts a failed authentication against the client IP (in the
 // limiter and in the gateway's memory), logs it without the credential, and
-// returns the 401. A charge the limiter did not take (it timed out) is
-// kept against the address by t (authSlots).
-func (a *API) authFailed(c *call, t *authTicket, reason, keyID, msg string) error {
+// returns the 401; it ends t as a failure, which counts against the
+// address's checks in flight here when the limiter did not count it.
+func (a *API) authFailed(c *call, t *guessgate.Ticket, reason, keyID, msg string) error {
 	ctx, key := c.r.Context(), c.st.ipKey
 	a.failures.add(key)
 	a.m.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
@@ -216,14 +190,15 @@ func (a *API) authFailed(c *call, t *authTicket, reason, keyID, msg string) erro
 	// Counted even if the client hangs up meanwhile: one that half-closes
 	// still reads its 401, and must not guess for free.
 	d := a.quota.Check(withWindow(context.WithoutCancel(ctx), &rec), DomainAuth, map[string]string{"ip": key}, 1, quota.FailClosed)
-	if limiterBlind(d) {
+	t.Fail(!d.Unchecked())
+	if d.Unchecked() {
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
 	} else {
 		a.failures.setTTL(rec.window)
 		setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
 	}
 	a.log.InfoContext(ctx, "authentication failed", "reason", reason, "key_id", keyID, "ip", c.st.ip,
-		"route", c.st.route, "request_id", c.st.id, "failures_left", d.Remaining, "limiter_blind", limiterBlind(d))
+		"route", c.st.route, "request_id", c.st.id, "failures_left", d.Remaining, "limiter_blind", d.Unchecked())
 	bearerErr := "invalid_token"
 	if reason == "malformed" {
 		bearerErr = "invalid_request"

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -484,6 +485,123 @@ func TestPasswordAttemptsLimited(t *testing.T) {
 	if checked > 5 {
 		t.Errorf("%d of a burst of %d wrong guesses were checked, want at most 5", checked, len(forms))
 	}
+}
+
+// The attempts at a link one address has in flight on a pod keep to the
+// wrong guesses the rule has left (pkg/guessgate), also when a look is
+// stale or the limiter's count is lost. The fake limiters below let
+// attempts through links.password and answer links.password.guesses for
+// a rule of 2 wrong guesses.
+func TestPasswordGuessesInFlightKeepToTheRule(t *testing.T) {
+	f := newFixture(t)
+	code := f.code()
+	f.insertLink(code, "https://example.com/guesses", features{passwordHash: testHash(t)})
+	const allowed = 2
+	answer := func(allowedNow bool, left int64, source ratelimitv1.DecisionSource) *ratelimitv1.CheckQuotaResponse {
+		return &ratelimitv1.CheckQuotaResponse{Allowed: allowedNow, DecidingRule: "links.password.guesses/per-ip-link",
+			Limit: allowed, Remaining: max(left, 0), Source: source}
+	}
+	// burst opens n forms, posts a wrong guess with each at once from one
+	// address, and sends each answer's status on the returned channel.
+	burst := func(t *testing.T, lim *limitertest.Server, n int) <-chan int {
+		r := start(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.Addr(), "KURZ_REDIRECT_TRUSTED_PROXIES": "127.0.0.1/32,::1",
+			"KURZ_REDIRECT_PASSWORD_LIMITER_TIMEOUT": "15s"}, hooks{})
+		ip := []string{"X-Forwarded-For", "198.51.100.69"}
+		statuses := make(chan int, n)
+		for i := range n {
+			_, fm := openForm(t, r.HTTP, code, ip...)
+			body := url.Values{"token": {fm.token}, "password": {"guess " + strconv.Itoa(i)}}.Encode()
+			req, err := http.NewRequest(http.MethodPost, r.HTTP+"/"+code, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set(ip[0], ip[1])
+			req.AddCookie(&http.Cookie{Name: fm.cookie.Name, Value: fm.cookie.Value})
+			go func() {
+				status := 0 // no answer
+				if resp, err := client.Do(req); err == nil {
+					resp.Body.Close()
+					status = resp.StatusCode
+				}
+				statuses <- status
+			}()
+		}
+		return statuses
+	}
+	// hold waits in the fake for ch, at most long enough for the
+	// redirect's own deadline to answer a test that went wrong.
+	hold := func(ch <-chan struct{}) {
+		select {
+		case <-ch:
+		case <-time.After(20 * time.Second):
+		}
+	}
+	count := func(statuses <-chan int, n int, got map[int]int) map[int]int {
+		for range n {
+			got[<-statuses]++
+		}
+		return got
+	}
+
+	// The third attempt's look is taken before the first two attempts'
+	// wrong guesses are charged (the fake holds their charges until it
+	// came) and answered after both have been answered 401: what it saw
+	// is stale, and it must look again rather than be checked on it.
+	t.Run("stale look", func(t *testing.T) {
+		var looks, charged atomic.Int64
+		thirdLook, release := make(chan struct{}), make(chan struct{})
+		lim := limitertest.Start(t, func(req *ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+			if req.GetDomain() != "links.password.guesses" {
+				return limitertest.AllowAll(req)
+			}
+			if req.GetCost() > 0 {
+				hold(thirdLook)
+				left := allowed - charged.Add(1)
+				return answer(left >= 0, left, ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS)
+			}
+			left := allowed - charged.Load()
+			if looks.Add(1) == 3 {
+				close(thirdLook)
+				hold(release)
+			}
+			return answer(left > 0, left, ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS)
+		})
+		statuses := burst(t, lim, 3)
+		got := count(statuses, 2, map[int]int{})
+		close(release)
+		got = count(statuses, 1, got)
+		if got[http.StatusUnauthorized] != allowed || got[http.StatusTooManyRequests] != 1 {
+			t.Errorf("3 concurrent wrong guesses, %d allowed, the third one's look stale: %v; want %d checked (401), 1 refused (429)", allowed, got, allowed)
+		}
+	})
+
+	// The limiter's charges fail closed (its Redis did not answer) while
+	// its looks keep saying 2 left: the failures count here instead, so a
+	// burst of 10 gets 2 checked, not 10 (2 at a time).
+	t.Run("lost charges", func(t *testing.T) {
+		const n = 10
+		var looks atomic.Int64
+		together := make(chan struct{})
+		lim := limitertest.Start(t, func(req *ratelimitv1.CheckQuotaRequest) *ratelimitv1.CheckQuotaResponse {
+			if req.GetDomain() != "links.password.guesses" {
+				return limitertest.AllowAll(req)
+			}
+			if req.GetCost() > 0 {
+				return answer(false, 0, ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED)
+			}
+			// The first looks wait for one another: every attempt is
+			// in the redirect before any check ends.
+			if looks.Add(1) == n {
+				close(together)
+			}
+			hold(together)
+			return answer(true, allowed, ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS)
+		})
+		if got := count(burst(t, lim, n), n, map[int]int{}); got[http.StatusUnauthorized] != allowed || got[http.StatusTooManyRequests] != n-allowed {
+			t.Errorf("%d concurrent wrong guesses, %d left at every look, no charge counted: %v; want %d checked (401), the rest refused (429)", n, allowed, got, allowed)
+		}
+	})
 }
 
 // TestPasswordAttemptsFailClosed: when the limiter does not answer (nothing

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"kurz.dev/pkg/linkpass"
@@ -32,40 +31,9 @@ const PasswordDomain = "links.password"
 // NAT opening a link) do not use up the guesses. Fails closed too.
 const PasswordGuessDomain = "links.password.guesses"
 
-// guessSlots bounds the attempts at one link from one address that one pod
-// checks at once by the wrong guesses the limiter has left for them. A
-// wrong guess is counted after its hash: without the bound, a burst of
-// guesses posted together would all pass the look before the first is
-// counted. Attempts in flight are few, and an entry leaves with its last.
-type guessSlots struct {
-	mu       sync.Mutex
-	inFlight map[string]int64
-}
-
-// take admits one attempt of key if fewer than left are in flight.
-func (s *guessSlots) take(key string, left int64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inFlight[key] >= left {
-		return false
-	}
-	if s.inFlight == nil {
-		s.inFlight = make(map[string]int64)
-	}
-	s.inFlight[key]++
-	return true
-}
-
-// release ends an attempt take admitted.
-func (s *guessSlots) release(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.inFlight[key] <= 1 {
-		delete(s.inFlight, key)
-		return
-	}
-	s.inFlight[key]--
-}
+// errGuessRefused is the look's refusal of a password attempt: the
+// limiter's decision says why (guesses used up, or no answer).
+var errGuessRefused = errors.New("password guesses refused")
 
 // The password form's CSRF protection is a signed double-submit token: the
 // GET that renders the form sets a cookie holding a random nonce and puts

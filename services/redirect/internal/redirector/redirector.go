@@ -40,6 +40,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/guessgate"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkpass"
@@ -150,7 +151,7 @@ type Handler struct {
 	// noRuleLogs: the same about password attempts no limiter rule
 	// bounds, which a stranger can post as fast as it likes.
 	noRuleLogs logging.Every
-	guesses    guessSlots
+	guesses    *guessgate.Gate
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
@@ -170,7 +171,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
 		clicks: d.Clicks, hosts: d.Hosts, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
-		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk,
+		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk, guesses: guessgate.New(),
 		sets:               telemetry.NewAttrSets[countKey](telemetry.SeriesLimit, telemetry.Overflow),
 		ccPermanent:        []string{"public, max-age=" + strconv.Itoa(int(cfg.PermanentMaxAge.Seconds()))},
 		ccPrivatePermanent: []string{"private, max-age=" + strconv.Itoa(int(cfg.PermanentMaxAge.Seconds()))},
@@ -425,23 +426,31 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 	if status, refused := h.passwordRefused(w, r, lk.code, d, outcome); refused {
 		return status
 	}
-	g := h.pwQuota.Peek(ctx, PasswordGuessDomain, desc, quota.FailClosed)
-	h.warnNoRule(ctx, PasswordGuessDomain, code, g)
-	if g.Allowed && !g.Abandoned && g.Rule != "" && g.Remaining <= 0 {
-		g.Allowed = false // a look at a rule with nothing left
-	}
-	if status, refused := h.passwordRefused(w, r, lk.code, g, outcome); refused {
-		return status
-	}
-	if g.Rule != "" {
-		slot := ip + "\x00" + code
-		if !h.guesses.take(slot, g.Remaining) {
-			outcome("limited")
-			w.Header().Set("Retry-After", "1")
-			return h.form(w, r, lk.code, http.StatusTooManyRequests, msgTooMany)
+	var g quota.Decision
+	guess, err := h.guesses.Admit(ctx, ip+"\x00"+code, func() (int64, error) {
+		g = h.pwQuota.Peek(ctx, PasswordGuessDomain, desc, quota.FailClosed)
+		h.warnNoRule(ctx, PasswordGuessDomain, code, g)
+		switch {
+		case !g.Allowed || g.Abandoned:
+			return 0, errGuessRefused
+		case g.Rule == "":
+			return guessgate.Unlimited, nil
+		case g.Remaining <= 0: // a look at a rule with nothing left
+			g.Allowed = false
+			return 0, errGuessRefused
 		}
-		defer h.guesses.release(slot)
+		return g.Remaining, nil
+	})
+	switch {
+	case errors.Is(err, errGuessRefused):
+		status, _ := h.passwordRefused(w, r, lk.code, g, outcome)
+		return status
+	case err != nil: // failures the limiter did not count used up what was left, or the visitor left
+		outcome("limited")
+		w.Header().Set("Retry-After", "1")
+		return h.form(w, r, lk.code, http.StatusTooManyRequests, msgTooMany)
 	}
+	defer guess.Done()
 	ok, err := h.verify(ctx, e.PasswordHash, r.PostForm.Get("password"))
 	switch {
 	case errors.Is(err, linkpass.ErrMalformed):
@@ -455,9 +464,11 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 		outcome("wrong")
 		// Counted even if the client hangs up meanwhile: one that
 		// half-closes still reads its 401, and must not guess for free.
-		// Unanswered, the guess goes uncounted, but the next attempt's
-		// look fails closed as long as the limiter does not answer.
-		h.pwQuota.Check(context.WithoutCancel(ctx), PasswordGuessDomain, desc, 1, quota.FailClosed)
+		// A guess the limiter did not count counts here against the
+		// attempts in flight, and the next look fails closed as long
+		// as the limiter does not answer.
+		g := h.pwQuota.Check(context.WithoutCancel(ctx), PasswordGuessDomain, desc, 1, quota.FailClosed)
+		guess.Fail(!g.Unchecked())
 		return h.form(w, r, lk.code, http.StatusUnauthorized, msgWrong)
 	}
 	outcome("ok")
