@@ -238,6 +238,64 @@ func TestProdRedirectServesTheDefaultDomainOnItsOwnHost(t *testing.T) {
 	}
 }
 
+// Every host the redirect serves the default domain's links on is one the
+// shortener refuses as a target (the host of KURZ_SHORTENER_BASE_URL or one
+// of KURZ_SHORTENER_OWN_HOSTS): a link to a name the redirect serves but the
+// shortener does not know is kurz's would redirect to itself. An overlay
+// without KURZ_REDIRECT_DEFAULT_HOSTS serves every host, which no list of
+// the shortener's can name; only the redirect's own check (508) and a
+// browser's redirect limit stop a loop there.
+func TestRedirectDefaultHostsAreShortenerOwnHosts(t *testing.T) {
+	for _, dir := range overlays {
+		t.Run(dir, func(t *testing.T) {
+			var base, own, defaults string
+			for _, cm := range typed[corev1.ConfigMap](render(t, dir)) {
+				switch cm.Name {
+				case "shortener-config":
+					base, own = cm.Data["KURZ_SHORTENER_BASE_URL"], cm.Data["KURZ_SHORTENER_OWN_HOSTS"]
+				case "redirect-config":
+					defaults = cm.Data["KURZ_REDIRECT_DEFAULT_HOSTS"]
+				}
+			}
+			u, err := url.Parse(base)
+			if err != nil || u.Hostname() == "" {
+				t.Fatalf("KURZ_SHORTENER_BASE_URL %q: %v", base, err)
+			}
+			known := []string{hostName(u.Hostname())}
+			for _, h := range listItems(own) {
+				if strings.Contains(h, "://") {
+					if u, err := url.Parse(h); err == nil {
+						h = u.Hostname()
+					}
+				}
+				known = append(known, hostName(h))
+			}
+			for _, h := range listItems(defaults) {
+				if !slices.Contains(known, hostName(h)) {
+					t.Errorf("KURZ_REDIRECT_DEFAULT_HOSTS names %s, which is neither the host of KURZ_SHORTENER_BASE_URL (%s) nor in KURZ_SHORTENER_OWN_HOSTS (%q): add it there, or links to it loop", h, base, own)
+				}
+			}
+		})
+	}
+}
+
+// listItems splits a comma-separated configuration value as pkg/config
+// does: items trimmed, empty ones dropped.
+func listItems(v string) []string {
+	var items []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+	return items
+}
+
+// hostName is h as a host compares: lower-case, without a trailing dot.
+func hostName(h string) string {
+	return strings.TrimSuffix(strings.ToLower(h), ".")
+}
+
 // The prod overlay needs the operator's trusted proxies: without
 // trusted-proxies.env it does not render, and whatever the file says is
 // what the gateway and the redirect get (the generated ConfigMap itself is

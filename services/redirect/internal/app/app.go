@@ -131,7 +131,11 @@ type Config struct {
 	// domain's links; a request for any other host that is not a verified
 	// custom domain answers 404. Empty: every host that is not a custom
 	// domain serves the default domain, once the custom domains were read
-	// (before, none does, and the replica is not ready).
+	// (before, none does, and the replica is not ready). Each must be the
+	// host of KURZ_SHORTENER_BASE_URL or in KURZ_SHORTENER_OWN_HOSTS: the
+	// shortener refuses only those as targets, and a link to another name
+	// served here redirects back here (only a loop of one hop answers 508).
+	// Set it in production: empty serves names the shortener cannot list.
 	DefaultHosts []string `env:"REDIRECT_DEFAULT_HOSTS" default:""`
 	// DomainRefresh is how often the set of verified custom domains is
 	// read from PostgreSQL besides the reads the shortener's change

@@ -41,6 +41,13 @@ func serveEntries(tb testing.TB, cfg Config, clicks Clicks, entries map[string]l
 
 // serveHosts is serveEntries routing by Host through hosts (nil: none).
 func serveHosts(tb testing.TB, cfg Config, clicks Clicks, hosts *Hosts, entries map[string]linkcache.Entry) *http.ServeMux {
+	mux, _ := serveRedis(tb, cfg, clicks, hosts, entries)
+	return mux
+}
+
+// serveRedis is serveHosts returning its private Redis too, which also
+// counts the visits of visit-limited links.
+func serveRedis(tb testing.TB, cfg Config, clicks Clicks, hosts *Hosts, entries map[string]linkcache.Entry) (*http.ServeMux, *redis.Client) {
 	tb.Helper()
 	node := redistest.Start(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: node.Addr})
@@ -57,13 +64,13 @@ func serveHosts(tb testing.TB, cfg Config, clicks Clicks, hosts *Hosts, entries 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h, err := New(cfg, Deps{Resolver: res, Clicks: clicks, Hosts: hosts, Log: log}, meter)
+	h, err := New(cfg, Deps{Resolver: res, Clicks: clicks, Hosts: hosts, Visits: rdb, Log: log}, meter)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	h.Register(mux)
-	return mux
+	return mux, rdb
 }
 
 // benchHeader is a desktop browser's request.

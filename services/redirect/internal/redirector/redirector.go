@@ -1,7 +1,9 @@
 // Package redirector is the redirect service's public HTTP handler: GET and
 // HEAD /{code} answer 302 (or the link's 301/307/308) with Location, 404 for
-// unknown codes, 410 for revoked, disabled or expired links, and 429 when a
-// client IP misses too often or looks up too many codes past L1 (WalkBound).
+// unknown codes, 410 for revoked, disabled or expired links, 429 when a
+// client IP misses too often or looks up too many codes past L1 (WalkBound),
+// and 508 when the destination is the host and port asked, a redirect to
+// itself (pointsBack).
 // Every answer from a lookup carries X-Source: l1, cache or db. Each GET
 // redirect records a click event, without waiting.
 //
@@ -281,7 +283,8 @@ func foreign(e linkcache.Entry, tenant string) linkcache.Entry {
 // visit answers a GET or HEAD of code, whose entry is e, and returns the
 // status. Ordinary links redirect without any other I/O. A HEAD, or a GET by
 // a link-preview fetcher, never reveals a protected link's target nor spends
-// a visit.
+// a visit. A destination back on the host asked answers 508 before any
+// visit is spent or click recorded.
 func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, c client, e linkcache.Entry, start time.Time) int {
 	code := lk.key
 	if status, done := h.inactive(w, e, start); done {
@@ -301,6 +304,15 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, c clien
 			}
 		}
 		return h.form(w, r, lk.code, http.StatusOK, "")
+	}
+	// Chosen before the visit is spent: a destination back on this host
+	// asks the same link again, and each round would spend a visit and
+	// record a click until the client gives up.
+	d := h.destination(r, ua, code, c, e, start)
+	if pointsBack(r.Host, d.url) {
+		return loopPage(w)
+	}
+	switch {
 	case e.MaxVisits > 0 && look:
 		left, err := h.visitsLeft(ctx, code, e.MaxVisits)
 		if err != nil {
@@ -327,7 +339,6 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, c clien
 			return h.unavailable(w)
 		}
 	}
-	d := h.destination(r, ua, code, c, e, start)
 	status := h.redirect(w, e, d.url, e.MaxVisits > 0, h.status(e))
 	if r.Method == http.MethodGet {
 		h.record(ctx, r, code, e.Tenant, c, start, d)
@@ -472,6 +483,10 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 		return h.form(w, r, lk.code, http.StatusUnauthorized, msgWrong)
 	}
 	outcome("ok")
+	dest := h.destination(r, r.UserAgent(), code, c, e, start)
+	if pointsBack(r.Host, dest.url) {
+		return loopPage(w)
+	}
 	if e.MaxVisits > 0 {
 		switch h.countVisit(ctx, code, e) {
 		case visitExhausted:
@@ -486,7 +501,6 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 		Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
 	// 303 whatever the link's type: the browser follows with a GET, where
 	// a 307/308 would re-post the form, password included, to the target.
-	dest := h.destination(r, r.UserAgent(), code, c, e, start)
 	status := h.redirect(w, e, dest.url, true, http.StatusSeeOther)
 	h.record(ctx, r, code, e.Tenant, c, start, dest)
 	return status
@@ -772,6 +786,7 @@ var pages = map[int]string{
 	http.StatusInternalServerError:   "Something went wrong on our side. Please try again later.",
 	http.StatusNotFound:              "This short link does not exist.",
 	statusUnknownHost:                "This domain does not serve short links.",
+	http.StatusLoopDetected:          "This short link leads back to this site, in a loop: it cannot be followed.",
 	http.StatusGone:                  "This short link is no longer available.",
 	http.StatusTooManyRequests:       "Too many requests. Please wait a moment and try again.",
 	http.StatusServiceUnavailable:    "This service is temporarily unavailable. Please try again shortly.",

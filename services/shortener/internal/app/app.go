@@ -67,7 +67,8 @@ type Config struct {
 	// BaseURL prefixes short URLs; its host is also refused as a target.
 	BaseURL string `env:"SHORTENER_BASE_URL" default:"http://127.0.0.1:8787"`
 	// OwnHosts are further hosts that serve kurz short links (refused as
-	// targets: redirect loops).
+	// targets: redirect loops). Every name of KURZ_REDIRECT_DEFAULT_HOSTS
+	// but the base URL's host belongs here too.
 	OwnHosts []string `env:"SHORTENER_OWN_HOSTS" default:""`
 	// AllowAnonymous lets calls without x-kurz-tenant create and manage the
 	// links of tenant "anonymous".
