@@ -413,6 +413,36 @@ func TestProdHasReplicasAutoscalersAndBudgets(t *testing.T) {
 	}
 }
 
+// A topology spread constraint counts, by default, nodes whose taints the
+// pod does not tolerate (nodeTaintsPolicy Ignore): a control-plane node, a
+// dedicated pool or a cordoned node holds none of our pods, so the global
+// minimum is 0 and with maxSkew 1 each schedulable node takes one pod per
+// service (an HPA's 20 redirects on 6 workers schedules 6; a drained node's
+// replacement is unschedulable). Honor leaves those nodes out. Node affinity
+// is honoured by default; a constraint that sets it must not turn it off.
+func TestSpreadCountsOnlyNodesThePodsCanUse(t *testing.T) {
+	for _, dir := range overlays {
+		for _, d := range typed[appsv1.Deployment](render(t, dir)) {
+			for _, tsc := range d.Spec.Template.Spec.TopologySpreadConstraints {
+				if p := tsc.NodeTaintsPolicy; p == nil || *p != corev1.NodeInclusionPolicyHonor {
+					t.Errorf("%s: Deployment %s: topology spread on %s: nodeTaintsPolicy %v, want Honor (Ignore counts tainted nodes that never get a pod)", dir, d.Name, tsc.TopologyKey, deref(p))
+				}
+				if p := tsc.NodeAffinityPolicy; p != nil && *p != corev1.NodeInclusionPolicyHonor {
+					t.Errorf("%s: Deployment %s: topology spread on %s: nodeAffinityPolicy %s, want Honor (the default)", dir, d.Name, tsc.TopologyKey, *p)
+				}
+			}
+		}
+	}
+}
+
+// deref is *p, or "unset".
+func deref[T any](p *T) any {
+	if p == nil {
+		return "unset"
+	}
+	return *p
+}
+
 func TestDevHasOneReplicaAndTheStatefulDependencies(t *testing.T) {
 	r := render(t, "overlays/dev")
 	for _, d := range typed[appsv1.Deployment](r) {
