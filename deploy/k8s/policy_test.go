@@ -443,6 +443,37 @@ func deref[T any](p *T) any {
 	return *p
 }
 
+// With GOMEMLIMIT set the services run with GOGC=400 (pkg/server): the
+// heap grows to about GOMEMLIMIT between collections, so that is a busy
+// pod's steady state (a shortener under load: 214 MiB RSS at 200MiB). A
+// memory request below it lets the scheduler pack pods onto memory they
+// will use, and the kubelet evicts pods above their request first.
+func TestMemoryRequestCoversGoMemLimit(t *testing.T) {
+	for _, dir := range overlays {
+		for _, w := range workloads(render(t, dir)) {
+			if kurzService(w) == "" {
+				continue
+			}
+			for _, c := range w.Template.Spec.Containers {
+				var gml string
+				for _, e := range c.Env {
+					if e.Name == "GOMEMLIMIT" {
+						gml = e.Value
+					}
+				}
+				want, err := parseGoMemLimit(gml)
+				if err != nil {
+					t.Errorf("%s: %s container %s: %v", dir, w, c.Name, err)
+					continue
+				}
+				if req := c.Resources.Requests[corev1.ResourceMemory]; req.Value() < want {
+					t.Errorf("%s: %s container %s: memory request %s is below GOMEMLIMIT=%s, the heap a busy pod grows to", dir, w, c.Name, req.String(), gml)
+				}
+			}
+		}
+	}
+}
+
 func TestDevHasOneReplicaAndTheStatefulDependencies(t *testing.T) {
 	r := render(t, "overlays/dev")
 	for _, d := range typed[appsv1.Deployment](r) {
