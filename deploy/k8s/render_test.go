@@ -390,11 +390,20 @@ func kurzService(w workload) string {
 	if w.Kind != "Deployment" || len(w.Template.Spec.Containers) == 0 {
 		return ""
 	}
-	repo, _, _ := strings.Cut(w.Template.Spec.Containers[0].Image, ":")
+	repo := imageRepo(w.Template.Spec.Containers[0].Image)
 	if i := strings.LastIndex(repo, "kurz/"); i == 0 || i > 0 && repo[i-1] == '/' {
 		return repo[i+len("kurz/"):]
 	}
 	return ""
+}
+
+// imageRepo is image without its tag or digest (a registry's port stays).
+func imageRepo(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		return image[:i]
+	}
+	return image
 }
 
 // kubeconform runs kubeconform -strict on a YAML stream: every object must
@@ -527,6 +536,26 @@ func TestAPISchemaCheckRejectsMistakes(t *testing.T) {
 	objs, err := decodeStream([]byte(cases["misplaced field"].doc))
 	if err != nil || objs[0].Obj.(*corev1.Service).Spec.Ports[0].TargetPort.StrVal != "" {
 		t.Errorf("targetport decoded as targetPort (%v): field names must match case-sensitively", err)
+	}
+}
+
+// No overlay runs an image of kurz's that Docker Hub could serve: a name
+// without a registry host is looked up in Docker Hub's "kurz" namespace,
+// which this project does not control, whenever a node lacks the image
+// (imagePullPolicy IfNotPresent). Dev names the developer's own local
+// registry, prod the operator's.
+func TestKurzImagesNameARegistry(t *testing.T) {
+	for _, dir := range overlays {
+		for _, w := range workloads(render(t, dir)) {
+			if kurzService(w) == "" {
+				continue
+			}
+			img := w.Template.Spec.Containers[0].Image
+			host, _, _ := strings.Cut(img, "/")
+			if !strings.ContainsAny(host, ".:") && host != "localhost" || host == "docker.io" || host == "index.docker.io" {
+				t.Errorf("%s: %s runs %s, which Docker Hub would serve: name a registry (overlays/dev: localhost:5001/kurz/...)", dir, w, img)
+			}
+		}
 	}
 }
 
