@@ -20,9 +20,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -31,9 +33,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"kurz.dev/pkg/linkimport"
+	"kurz.dev/pkg/server"
 )
 
 // overlays are the kustomizations users apply; monitoring is the optional
@@ -576,5 +582,42 @@ func TestProdImagesAndSpansLeaveNothingToStrangers(t *testing.T) {
 		if cm.Name == "kurz-common" && cm.Data["KURZ_OTLP_INSECURE"] != "false" {
 			t.Errorf("kurz-common: KURZ_OTLP_INSECURE %q, want \"false\" (the collector is off the cluster)", cm.Data["KURZ_OTLP_INSECURE"])
 		}
+	}
+}
+
+// The README's Ingress for the gateway is valid and lets through the
+// largest bodies the gateway takes (an import's 10,000 rows of 2 KiB):
+// ingress-nginx's default of 1m answers batches and imports 413 itself.
+func TestReadmeIngressPassesTheGatewaysLargestBodies(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var example []byte
+	for _, block := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(readme, -1) {
+		if bytes.Contains(block[1], []byte("kind: Ingress\n")) {
+			example = block[1]
+		}
+	}
+	if example == nil {
+		t.Fatal("deploy/k8s/README.md has no ```yaml block with an Ingress")
+	}
+	if err := kubeconform(t, example); err != nil {
+		t.Error(err)
+	}
+	var ing networkingv1.Ingress
+	if err := yaml.UnmarshalStrict(example, &ing); err != nil {
+		t.Fatal(err)
+	}
+	size := ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"]
+	q, err := resource.ParseQuantity(strings.TrimSuffix(size, "m") + "Mi")
+	if !strings.HasSuffix(size, "m") || err != nil {
+		t.Fatalf("proxy-body-size %q, want <n>m", size)
+	}
+	if largest := int64(linkimport.MaxRows * 2 << 10); q.Value() <= largest {
+		t.Errorf("proxy-body-size %s is not above the gateway's largest body (%d bytes, an import)", size, largest)
+	}
+	if s, _ := strconv.Atoi(ing.Annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"]); time.Duration(s)*time.Second <= server.DefaultWriteTimeout {
+		t.Errorf("proxy-read-timeout %q: want more seconds than the gateway's write timeout %s", ing.Annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"], server.DefaultWriteTimeout)
 	}
 }
