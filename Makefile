@@ -274,8 +274,9 @@ release-check: release ## make release, then check its checksums and that the bi
 
 # Container images without a Docker daemon: ko builds each service onto
 # .ko.yaml's base image and writes one OCI tarball (docker load, podman
-# load, crane push). KO_DOCKER_REPO names the images.
-KO_DOCKER_REPO ?= kurz
+# load, crane push). KO_DOCKER_REPO names the images: by default as the dev
+# overlay runs them, a name Docker Hub cannot serve (deploy/k8s/README.md).
+KO_DOCKER_REPO ?= localhost:5001/kurz
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 
 .PHONY: images

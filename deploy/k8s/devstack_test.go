@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"kurz.dev/pkg/config"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -350,3 +352,43 @@ func TestDevTracesReachJaeger(t *testing.T) {
 		}
 	}
 }
+
+// The services refuse the secrets this repository publishes
+// (config.PublishedSecrets) unless KURZ_ALLOW_PUBLISHED_SECRETS is true. The
+// dev overlay's Secrets and make up's defaults are such values: each must
+// be on that list (or production would accept it), and both setups must
+// allow them (or they would not start).
+func TestPublishedSecretsAreRefusedOutsideDev(t *testing.T) {
+	published := config.PublishedSecrets()
+	for _, dir := range []string{"overlays/dev", "overlays/dev-chcluster"} {
+		r := render(t, dir)
+		for _, s := range typed[corev1.Secret](r) {
+			for k, v := range s.Data {
+				// URLs carry a password that is on the list by itself.
+				if !strings.Contains(string(v), "://") && !slices.Contains(published, string(v)) {
+					t.Errorf("%s: Secret %s key %s holds a value missing from config.PublishedSecrets: production would accept it", dir, s.Name, k)
+				}
+			}
+		}
+		for svc, e := range serviceEnvironments(t, r) {
+			if _, reads := e.Read[config.AllowPublishedSecrets]; !reads {
+				continue
+			}
+			if v, _ := e.value(config.AllowPublishedSecrets); v != "true" {
+				t.Errorf("%s: %s: %s=%q, want \"true\": it is given the dev Secrets' published values", dir, svc, config.AllowPublishedSecrets, v)
+			}
+		}
+	}
+	local := localDefaults(t)
+	for name, v := range local {
+		if secretName.MatchString(name) && !slices.Contains(published, v) {
+			t.Errorf("deploy/local/services.sh defaults %s to a value missing from config.PublishedSecrets: production would accept it", name)
+		}
+	}
+	if v := local[config.AllowPublishedSecrets]; v != "true" {
+		t.Errorf("deploy/local/services.sh defaults %s to %q, want \"true\": make up gives the services published secrets", config.AllowPublishedSecrets, v)
+	}
+}
+
+// secretName matches the names of the variables that hold secrets.
+var secretName = regexp.MustCompile(`_(KEY|TOKEN|SALT|SECRET|PASSWORD)$`)

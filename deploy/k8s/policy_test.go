@@ -413,6 +413,67 @@ func TestProdHasReplicasAutoscalersAndBudgets(t *testing.T) {
 	}
 }
 
+// A topology spread constraint counts, by default, nodes whose taints the
+// pod does not tolerate (nodeTaintsPolicy Ignore): a control-plane node, a
+// dedicated pool or a cordoned node holds none of our pods, so the global
+// minimum is 0 and with maxSkew 1 each schedulable node takes one pod per
+// service (an HPA's 20 redirects on 6 workers schedules 6; a drained node's
+// replacement is unschedulable). Honor leaves those nodes out. Node affinity
+// is honoured by default; a constraint that sets it must not turn it off.
+func TestSpreadCountsOnlyNodesThePodsCanUse(t *testing.T) {
+	for _, dir := range overlays {
+		for _, d := range typed[appsv1.Deployment](render(t, dir)) {
+			for _, tsc := range d.Spec.Template.Spec.TopologySpreadConstraints {
+				if p := tsc.NodeTaintsPolicy; p == nil || *p != corev1.NodeInclusionPolicyHonor {
+					t.Errorf("%s: Deployment %s: topology spread on %s: nodeTaintsPolicy %v, want Honor (Ignore counts tainted nodes that never get a pod)", dir, d.Name, tsc.TopologyKey, deref(p))
+				}
+				if p := tsc.NodeAffinityPolicy; p != nil && *p != corev1.NodeInclusionPolicyHonor {
+					t.Errorf("%s: Deployment %s: topology spread on %s: nodeAffinityPolicy %s, want Honor (the default)", dir, d.Name, tsc.TopologyKey, *p)
+				}
+			}
+		}
+	}
+}
+
+// deref is *p, or "unset".
+func deref[T any](p *T) any {
+	if p == nil {
+		return "unset"
+	}
+	return *p
+}
+
+// With GOMEMLIMIT set the services run with GOGC=400 (pkg/server): the
+// heap grows to about GOMEMLIMIT between collections, so that is a busy
+// pod's steady state (a shortener under load: 214 MiB RSS at 200MiB). A
+// memory request below it lets the scheduler pack pods onto memory they
+// will use, and the kubelet evicts pods above their request first.
+func TestMemoryRequestCoversGoMemLimit(t *testing.T) {
+	for _, dir := range overlays {
+		for _, w := range workloads(render(t, dir)) {
+			if kurzService(w) == "" {
+				continue
+			}
+			for _, c := range w.Template.Spec.Containers {
+				var gml string
+				for _, e := range c.Env {
+					if e.Name == "GOMEMLIMIT" {
+						gml = e.Value
+					}
+				}
+				want, err := parseGoMemLimit(gml)
+				if err != nil {
+					t.Errorf("%s: %s container %s: %v", dir, w, c.Name, err)
+					continue
+				}
+				if req := c.Resources.Requests[corev1.ResourceMemory]; req.Value() < want {
+					t.Errorf("%s: %s container %s: memory request %s is below GOMEMLIMIT=%s, the heap a busy pod grows to", dir, w, c.Name, req.String(), gml)
+				}
+			}
+		}
+	}
+}
+
 func TestDevHasOneReplicaAndTheStatefulDependencies(t *testing.T) {
 	r := render(t, "overlays/dev")
 	for _, d := range typed[appsv1.Deployment](r) {

@@ -20,9 +20,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -31,9 +33,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"kurz.dev/pkg/linkimport"
+	"kurz.dev/pkg/server"
 )
 
 // overlays are the kustomizations users apply; monitoring is the optional
@@ -448,11 +454,20 @@ func kurzService(w workload) string {
 	if w.Kind != "Deployment" || len(w.Template.Spec.Containers) == 0 {
 		return ""
 	}
-	repo, _, _ := strings.Cut(w.Template.Spec.Containers[0].Image, ":")
+	repo := imageRepo(w.Template.Spec.Containers[0].Image)
 	if i := strings.LastIndex(repo, "kurz/"); i == 0 || i > 0 && repo[i-1] == '/' {
 		return repo[i+len("kurz/"):]
 	}
 	return ""
+}
+
+// imageRepo is image without its tag or digest (a registry's port stays).
+func imageRepo(image string) string {
+	image, _, _ = strings.Cut(image, "@")
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		return image[:i]
+	}
+	return image
 }
 
 // kubeconform runs kubeconform -strict on a YAML stream: every object must
@@ -588,6 +603,26 @@ func TestAPISchemaCheckRejectsMistakes(t *testing.T) {
 	}
 }
 
+// No overlay runs an image of kurz's that Docker Hub could serve: a name
+// without a registry host is looked up in Docker Hub's "kurz" namespace,
+// which this project does not control, whenever a node lacks the image
+// (imagePullPolicy IfNotPresent). Dev names the developer's own local
+// registry, prod the operator's.
+func TestKurzImagesNameARegistry(t *testing.T) {
+	for _, dir := range overlays {
+		for _, w := range workloads(render(t, dir)) {
+			if kurzService(w) == "" {
+				continue
+			}
+			img := w.Template.Spec.Containers[0].Image
+			host, _, _ := strings.Cut(img, "/")
+			if !strings.ContainsAny(host, ".:") && host != "localhost" || host == "docker.io" || host == "index.docker.io" {
+				t.Errorf("%s: %s runs %s, which Docker Hub would serve: name a registry (overlays/dev: localhost:5001/kurz/...)", dir, w, img)
+			}
+		}
+	}
+}
+
 // Production pulls kurz's images from the operator's registry (a
 // placeholder to replace), never from Docker Hub's "kurz" namespace, which
 // the project does not control; and sends its spans to the off-cluster
@@ -605,5 +640,42 @@ func TestProdImagesAndSpansLeaveNothingToStrangers(t *testing.T) {
 		if cm.Name == "kurz-common" && cm.Data["KURZ_OTLP_INSECURE"] != "false" {
 			t.Errorf("kurz-common: KURZ_OTLP_INSECURE %q, want \"false\" (the collector is off the cluster)", cm.Data["KURZ_OTLP_INSECURE"])
 		}
+	}
+}
+
+// The README's Ingress for the gateway is valid and lets through the
+// largest bodies the gateway takes (an import's 10,000 rows of 2 KiB):
+// ingress-nginx's default of 1m answers batches and imports 413 itself.
+func TestReadmeIngressPassesTheGatewaysLargestBodies(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var example []byte
+	for _, block := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(readme, -1) {
+		if bytes.Contains(block[1], []byte("kind: Ingress\n")) {
+			example = block[1]
+		}
+	}
+	if example == nil {
+		t.Fatal("deploy/k8s/README.md has no ```yaml block with an Ingress")
+	}
+	if err := kubeconform(t, example); err != nil {
+		t.Error(err)
+	}
+	var ing networkingv1.Ingress
+	if err := yaml.UnmarshalStrict(example, &ing); err != nil {
+		t.Fatal(err)
+	}
+	size := ing.Annotations["nginx.ingress.kubernetes.io/proxy-body-size"]
+	q, err := resource.ParseQuantity(strings.TrimSuffix(size, "m") + "Mi")
+	if !strings.HasSuffix(size, "m") || err != nil {
+		t.Fatalf("proxy-body-size %q, want <n>m", size)
+	}
+	if largest := int64(linkimport.MaxRows * 2 << 10); q.Value() <= largest {
+		t.Errorf("proxy-body-size %s is not above the gateway's largest body (%d bytes, an import)", size, largest)
+	}
+	if s, _ := strconv.Atoi(ing.Annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"]); time.Duration(s)*time.Second <= server.DefaultWriteTimeout {
+		t.Errorf("proxy-read-timeout %q: want more seconds than the gateway's write timeout %s", ing.Annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"], server.DefaultWriteTimeout)
 	}
 }

@@ -285,10 +285,18 @@ func TestTiltfile(t *testing.T) {
 	for _, lr := range tf.LocalResources {
 		compiles[lr.Name] = lr
 	}
+	// Tilt replaces the images the dev overlay names with the ones it built:
+	// docker_build must name exactly those.
+	devImages := map[string]string{}
+	for _, w := range workloads(render(t, "overlays/dev")) {
+		if svc := kurzService(w); svc != "" {
+			devImages[svc] = imageRepo(w.Template.Spec.Containers[0].Image)
+		}
+	}
 	for _, svc := range services {
-		b, ok := builds["kurz/"+svc]
+		b, ok := builds[devImages[svc]]
 		if !ok {
-			t.Errorf("no docker_build('kurz/%s', ...)", svc)
+			t.Errorf("no docker_build('%s', ...), the image overlays/dev runs for %s", devImages[svc], svc)
 			continue
 		}
 		if b.Context != "." || b.Dockerfile != "Dockerfile" || b.BuildArgs["SERVICE"] != svc || len(b.BuildArgs) != 1 {

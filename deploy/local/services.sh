@@ -70,6 +70,9 @@ export KURZ_ANALYTICS_ALLOW_ANONYMOUS=${KURZ_ANALYTICS_ALLOW_ANONYMOUS:-true}
 # services/gateway/README.md use it).
 export KURZ_GATEWAY_ALLOW_ANONYMOUS=${KURZ_GATEWAY_ALLOW_ANONYMOUS:-true}
 export KURZ_GATEWAY_ADMIN_TOKEN=${KURZ_GATEWAY_ADMIN_TOKEN:-kurz-local-admin-token}
+# The code key and admin token above are published in this repository: the
+# services refuse such values unless told this is a local setup.
+export KURZ_ALLOW_PUBLISHED_SECRETS=${KURZ_ALLOW_PUBLISHED_SECRETS:-true}
 
 # Each service's GOMEMLIMIT, as its pod has it in deploy/k8s/base (below the
 # pod's memory limit): the Go runtime collects harder as the heap nears it

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/config"
 )
 
 // AssertionKey is the gRPC metadata that carries the caller's assertion.
@@ -84,6 +85,13 @@ type Config struct {
 	// PreviousKey still verifies assertions during a rotation; empty
 	// outside one.
 	PreviousKey string `env:"SERVICE_AUTH_PREVIOUS_KEY" default:""`
+	// AllowPublishedSecrets lets the service start with a secret whose
+	// value this repository publishes (the dev overlay's, make up's
+	// defaults): for local and dev use only, where anyone may read them.
+	// Off, such a key, code key or admin token is refused at start. It is
+	// here because every service holding one of those secrets reads this
+	// block.
+	AllowPublishedSecrets bool `env:"ALLOW_PUBLISHED_SECRETS" default:"false"`
 }
 
 // Keys returns the verifier and signer of c, or an error naming the variable
@@ -99,6 +107,9 @@ func (c Config) Keys() (*Keys, error) {
 	if n := len(c.PreviousKey); n > 0 && n < MinKeyLen {
 		errs = append(errs, fmt.Errorf("KURZ_SERVICE_AUTH_PREVIOUS_KEY has %d characters: want at least %d (or empty)", n, MinKeyLen))
 	}
+	errs = append(errs,
+		config.NotPublished("KURZ_SERVICE_AUTH_KEY", c.Key, c.AllowPublishedSecrets),
+		config.NotPublished("KURZ_SERVICE_AUTH_PREVIOUS_KEY", c.PreviousKey, c.AllowPublishedSecrets))
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -118,3 +118,25 @@ func TestConfigRefusesMissingAndShortKeys(t *testing.T) {
 		t.Errorf("valid keys: %v", err)
 	}
 }
+
+// A key this repository publishes (the dev overlay's) signs nothing anyone
+// could not sign: refused unless KURZ_ALLOW_PUBLISHED_SECRETS says this is
+// a local setup.
+func TestConfigRefusesPublishedKeysUnlessAllowed(t *testing.T) {
+	const published = "dev-only-service-auth-key-0123456789abcdef"
+	for name, c := range map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"key":          {Config{Key: published}, "KURZ_SERVICE_AUTH_KEY holds a value published"},
+		"previous key": {Config{Key: keyA, PreviousKey: published}, "KURZ_SERVICE_AUTH_PREVIOUS_KEY holds a value published"},
+	} {
+		if _, err := c.cfg.Keys(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Keys() error %v, want one containing %q", name, err, c.want)
+		}
+		c.cfg.AllowPublishedSecrets = true
+		if _, err := c.cfg.Keys(); err != nil {
+			t.Errorf("%s, allowed: Keys() error %v, want nil", name, err)
+		}
+	}
+}

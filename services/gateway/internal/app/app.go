@@ -17,6 +17,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/quota"
@@ -141,6 +142,7 @@ func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 	if c.AdminToken != "" && len(c.AdminToken) < minAdminTokenLen {
 		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_ADMIN_TOKEN: want at least %d characters (or empty to disable the admin API)", minAdminTokenLen))
 	}
+	errs = append(errs, config.NotPublished("KURZ_GATEWAY_ADMIN_TOKEN", c.AdminToken, c.ServiceAuth.AllowPublishedSecrets))
 	return httpapi.Options{
 		MaxBodyBytes:    c.MaxBodyBytes,
 		MaxHeaderBytes:  c.MaxHeaderBytes,

@@ -104,3 +104,30 @@ func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {
 		t.Errorf("Check: %v; want an error naming KURZ_POSTGRES_MAX_CONNS", err)
 	}
 }
+
+// The dev overlay's service key and make up's admin token are in this
+// repository: a gateway given them is refused before it starts, each
+// variable named, unless KURZ_ALLOW_PUBLISHED_SECRETS says it is local.
+func TestPublishedSecretsAreRefusedUnlessAllowed(t *testing.T) {
+	env := gatewaytest.GatewayEnv("127.0.0.1:1", "127.0.0.1:1", "127.0.0.1:1", "kurz-local-admin-token")
+	env["KURZ_SERVICE_AUTH_KEY"] = "dev-only-service-auth-key-0123456789abcdef"
+	for _, allowed := range []string{"", "true"} {
+		env["KURZ_ALLOW_PUBLISHED_SECRETS"] = allowed
+		var cfg Config
+		if err := config.LoadFrom(servertest.Env(env), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		err := cfg.Check()
+		if allowed == "true" {
+			if err != nil {
+				t.Errorf("KURZ_ALLOW_PUBLISHED_SECRETS=true: Check: %v, want nil", err)
+			}
+			continue
+		}
+		for _, name := range []string{"KURZ_GATEWAY_ADMIN_TOKEN", "KURZ_SERVICE_AUTH_KEY"} {
+			if err == nil || !strings.Contains(err.Error(), name+" holds a value published") {
+				t.Errorf("Check: %v; want an error naming %s as published", err, name)
+			}
+		}
+	}
+}

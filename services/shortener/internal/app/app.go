@@ -146,6 +146,7 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error)
 	if n := len(c.CodeKey); n < linkcode.MinKeyLength {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_CODE_KEY has %d characters: want at least %d random ones, the same on every replica (e.g. openssl rand -hex 32)", n, linkcode.MinKeyLength))
 	}
+	errs = append(errs, config.NotPublished("KURZ_SHORTENER_CODE_KEY", c.CodeKey, c.ServiceAuth.AllowPublishedSecrets))
 	if c.RandomCodeLength < linkcode.MinLength || c.RandomCodeLength > 16 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_RANDOM_CODE_LENGTH=%d: want %d to 16", c.RandomCodeLength, linkcode.MinLength))
 	}

@@ -72,6 +72,21 @@ func TestRefusesToStartWithoutACodeKey(t *testing.T) {
 	}
 }
 
+// The dev overlay's code key is in this repository: anyone could invert
+// the codes of a shortener using it, so it is refused unless
+// KURZ_ALLOW_PUBLISHED_SECRETS says this is a local setup.
+func TestRefusesAPublishedCodeKeyUnlessAllowed(t *testing.T) {
+	const published = "dev-only-shortener-code-key-0123456789abcdef"
+	cfg := load(t, map[string]string{"KURZ_SHORTENER_CODE_KEY": published})
+	if err := cfg.Check(); err == nil || !strings.Contains(err.Error(), "KURZ_SHORTENER_CODE_KEY holds a value published") {
+		t.Errorf("Check: %v; want an error naming KURZ_SHORTENER_CODE_KEY as published", err)
+	}
+	cfg = load(t, map[string]string{"KURZ_SHORTENER_CODE_KEY": published, "KURZ_ALLOW_PUBLISHED_SECRETS": "true"})
+	if err := cfg.Check(); err != nil {
+		t.Errorf("KURZ_ALLOW_PUBLISHED_SECRETS=true: Check: %v, want nil", err)
+	}
+}
+
 func TestRejectsBadWebhookConfigurationNamingEachVariable(t *testing.T) {
 	cfg := load(t, map[string]string{
 		"KURZ_SHORTENER_WEBHOOK_KEY":               "short",
