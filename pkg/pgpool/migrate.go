@@ -63,7 +63,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 	}
 	defer conn.Release()
 	lock := lockID(component)
-	if err := advisoryLock(ctx, conn, lock); err != nil {
+	if err := AdvisoryLock(ctx, conn, lock); err != nil {
 		return nil, fmt.Errorf("migrate %s: lock: %w", component, err)
 	}
 	defer func() {
@@ -122,13 +122,17 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, component string, fsys fs.
 	return applied, nil
 }
 
-// advisoryLock takes the session advisory lock id, asking again until it
-// is free rather than waiting inside one pg_advisory_lock statement: a
-// statement that waits holds a snapshot, and a concurrent index build of
-// the replica holding the lock waits for every older snapshot to go, so
-// the two would wait for each other (PostgreSQL ends that as a deadlock,
-// failing one of them).
-func advisoryLock(ctx context.Context, conn *pgxpool.Conn, id int64) error {
+// AdvisoryLock takes the session advisory lock id on conn, asking again
+// until it is free rather than waiting inside one pg_advisory_lock
+// statement: a statement that waits holds a snapshot, and a concurrent
+// index build (CREATE INDEX CONCURRENTLY) of the session holding the lock
+// waits for every older snapshot to go, so the two would wait for each
+// other (PostgreSQL ends that as a deadlock, failing one of them, or, when
+// the lock is held by another session the build does not wait for, not at
+// all).
+func AdvisoryLock(ctx context.Context, conn interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, id int64) error {
 	pause := 50 * time.Millisecond
 	for {
 		var ok bool

@@ -37,7 +37,10 @@ func Lock(ctx context.Context) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhooktest: connect: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
+	// Not one waiting pg_advisory_lock: its snapshot would hold up a
+	// concurrent index build of another package's migration, whose
+	// process may be the one holding this lock (pgpool.AdvisoryLock).
+	if err := pgpool.AdvisoryLock(ctx, conn, lockKey); err != nil {
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("webhooktest: wait for the sending stacks' lock: %w", err)
 	}
