@@ -1,8 +1,10 @@
 package urlcheck
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"net/url"
 	"os"
@@ -340,6 +342,51 @@ func TestParseHostIPv4(t *testing.T) {
 		a, numeric, ok := ParseHostIPv4(host)
 		if numeric != want.numeric || ok != want.ok || ok && a.String() != want.addr {
 			t.Errorf("ParseHostIPv4(%q) = %v, %v, %v; want %s, %v, %v", host, a, numeric, ok, want.addr, want.numeric, want.ok)
+		}
+	}
+}
+
+// A line that holds more than a host (a URL as abuse feeds publish them, a
+// path, a port) is ignored and logged with its line number: read as its
+// host it would block, and the sweep would disable, every link to the whole
+// host. The lines around it still count.
+func TestBlocklistIgnoresLinesThatHoldMoreThanAHost(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blocklist.txt")
+	data := "evil.example\n" +
+		"https://sites.google.com/view/phish-page\n" +
+		"docs.example/phish\n" +
+		"shop.example:8443\n" +
+		"93.184.216.34:443\n" +
+		"user@mail.example\n" +
+		"after.example\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	bl, err := NewBlocklist(path, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for raw, want := range map[string]bool{
+		"https://evil.example/":                  true,
+		"https://after.example/":                 true,
+		"https://sites.google.com/view/innocent": false,
+		"https://docs.example/other":             false,
+		"https://shop.example/":                  false,
+		"https://93.184.216.34/":                 false,
+		"https://mail.example/":                  false,
+	} {
+		u, _ := url.Parse(raw)
+		if v, err := bl.Scan(context.Background(), u); err != nil || v.Blocked != want {
+			t.Errorf("%s: blocked=%v %s (%v), want blocked=%v", raw, v.Blocked, v.Why, err, want)
+		}
+	}
+	if bl.Len() != 2 {
+		t.Errorf("%d entries, want 2", bl.Len())
+	}
+	for line := 2; line <= 6; line++ {
+		if !strings.Contains(logs.String(), "line="+strconv.Itoa(line)+" ") {
+			t.Errorf("no warning names line %d; log:\n%s", line, logs.String())
 		}
 	}
 }
