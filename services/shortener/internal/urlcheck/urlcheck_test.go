@@ -390,3 +390,40 @@ func TestBlocklistIgnoresLinesThatHoldMoreThanAHost(t *testing.T) {
 		}
 	}
 }
+
+// A listed IPv4 address is blocked in every IPv6 form that reaches it
+// (IPv4-mapped, NAT64, 6to4), and an IPv6 entry may be written in brackets,
+// as in a URL.
+func TestBlocklistBlocksAnIPv4AddressInItsIPv6FormsAndBracketedIPv6(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blocklist.txt")
+	data := "45.33.32.156\n[2606:4700::1111]\n2001:4860:4860::8888\n[2606:4700::1111]:443\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bl, err := NewBlocklist(path, time.Hour, servertest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for raw, want := range map[string]bool{
+		"https://45.33.32.156/":                   true,
+		"https://[::ffff:45.33.32.156]/":          true,
+		"https://[64:ff9b::2d21:209c]/":           true,
+		"https://[2002:2d21:209c::]/":             true,
+		"https://[2002:2d21:209c:1::7]/x":         true,
+		"https://[2606:4700::1111]/":              true,
+		"https://[2606:4700:0:0:0:0:0:1111]:8443": true,
+		"https://[2001:4860:4860::8888]/":         true,
+		"https://45.33.32.157/":                   false,
+		"https://[64:ff9b::2d21:209d]/":           false,
+		"https://[2002:2d21:209d::]/":             false,
+		"https://[2606:4700::1112]/":              false,
+	} {
+		u, _ := url.Parse(raw)
+		if v, err := bl.Scan(context.Background(), u); err != nil || v.Blocked != want {
+			t.Errorf("%s: blocked=%v %s (%v), want blocked=%v", raw, v.Blocked, v.Why, err, want)
+		}
+	}
+	if bl.Len() != 3 {
+		t.Errorf("%d entries, want 3 (the bracketed address with a port ignored)", bl.Len())
+	}
+}
