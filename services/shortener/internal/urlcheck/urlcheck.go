@@ -59,8 +59,9 @@ type Policy struct {
 
 // Normalize checks raw and returns its normal form: lowercase scheme, host in
 // lowercase punycode (or a canonical IP), default port dropped, the rest
-// re-encoded as net/url writes it, with white space, control characters,
-// quotes and angle brackets in the query percent-encoded. Normalize is
+// re-encoded as net/url writes it, with spaces, quotes, angle brackets and
+// every non-ASCII byte in the query percent-encoded (urlnorm.EscapeQuery),
+// so that the stored form is what the redirect sends. Normalize is
 // idempotent.
 func (p Policy) Normalize(raw string) (string, error) {
 	raw = strings.TrimSpace(raw)
