@@ -265,8 +265,9 @@ func TestImportWithLookupFindsEarlierImports(t *testing.T) {
 }
 
 // A row's URL is its stored link's when the shortener's normal form of it
-// is what was stored: a Unicode host in punycode, a query's spaces and
-// quotes escaped; a URL that differs after that is another.
+// is what was stored: a Unicode host in punycode, a query's spaces, quotes
+// and non-ASCII characters escaped; a URL that differs after that is
+// another.
 func TestSameURLFollowsTheShortenersNormalForm(t *testing.T) {
 	for _, tc := range []struct {
 		stored, row string
@@ -277,6 +278,9 @@ func TestSameURLFollowsTheShortenersNormalForm(t *testing.T) {
 		{"https://xn--bcher-kva.example/p", "https://BÜCHER.example/p", true},
 		{"https://example.com/s?q=a%20b", "https://example.com/s?q=a b", true},
 		{"https://example.com/s?q=%22x%22", `https://example.com/s?q="x"`, true},
+		{"https://example.com/s?q=%C3%A4&b=1", "https://example.com/s?q=ä&b=1", true},
+		{"https://example.com/s?q=ä", "https://example.com/s?q=%C3%A4", true}, // stored before queries were escaped
+		{"https://example.com/s?b=1&q=%C3%A4", "https://example.com/s?q=ä&b=1", false},
 		{"https://example.com/s?q=a%26b", "https://example.com/s?q=a&b", false},
 		{"https://xn--bcher-kva.example/p", "https://bucher.example/p", false},
 		{"https://example.com/a", "https://example.com/b", false},

@@ -7,7 +7,6 @@ package urlnorm
 import (
 	"errors"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
@@ -43,28 +42,35 @@ func Host(h string) (string, error) {
 
 // EscapeQuery percent-encodes what net/url leaves raw in a query but a
 // client could read differently: space, '"', '<' and '>' (as browsers do)
-// and non-ASCII white space, control and format characters (U+00A0, U+0085,
-// U+2028, U+202E, ...), which can end a URL where it is printed or reorder
-// it on screen. Other non-ASCII characters stay as written (ASCII controls
-// never get here: url.Parse refuses them). Escapes already there are kept,
-// so the result is stable.
+// and every byte over 0x7F. The stored form is then what a redirect sends
+// (a Location header must be a URI, and the redirect escapes non-ASCII
+// bytes in it): written as ä or as %C3%A4, a query is one destination.
+// Non-ASCII white space, control and format characters (U+00A0, U+2028,
+// U+202E, ...), which can end a URL where it is printed or reorder it on
+// screen, are escaped with the rest. ASCII controls never get here
+// (url.Parse refuses them). Everything else stays as written, in its order,
+// and escapes already there are kept, so the result is stable.
 func EscapeQuery(q string) string {
 	const hexDigits = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(q); {
-		r, size := utf8.DecodeRuneInString(q[i:])
-		raw := q[i : i+size]
-		i += size
-		if r != ' ' && r != '"' && r != '<' && r != '>' &&
-			(r < utf8.RuneSelf || !unicode.IsSpace(r) && !unicode.IsControl(r) && !unicode.Is(unicode.Cf, r)) {
-			b.WriteString(raw)
-			continue
-		}
-		for j := 0; j < len(raw); j++ {
-			b.WriteByte('%')
-			b.WriteByte(hexDigits[raw[j]>>4])
-			b.WriteByte(hexDigits[raw[j]&15])
+	i := 0
+	for i < len(q) && !escapeInQuery(q[i]) {
+		i++
+	}
+	if i == len(q) {
+		return q // nearly every query
+	}
+	b := make([]byte, 0, len(q)+16)
+	b = append(b, q[:i]...)
+	for ; i < len(q); i++ {
+		if c := q[i]; escapeInQuery(c) {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			b = append(b, c)
 		}
 	}
-	return b.String()
+	return string(b)
+}
+
+func escapeInQuery(c byte) bool {
+	return c >= utf8.RuneSelf || c == ' ' || c == '"' || c == '<' || c == '>'
 }

@@ -593,11 +593,11 @@ func (h *Handler) redirect(w http.ResponseWriter, e linkcache.Entry, target stri
 	return status
 }
 
-// asciiURL is u with every byte over 0x7F percent-encoded: a stored URL
-// keeps non-ASCII characters of its query as written (the shortener
-// escapes only what could end or reorder it), and a Location header must
-// be a URI, which clients otherwise read in an encoding of their own
-// (Latin-1). A URL of ASCII, nearly every one, is returned as it is.
+// asciiURL is u with every byte over 0x7F percent-encoded: a URL stored
+// before the shortener escaped them keeps non-ASCII characters of its
+// query as written (it escaped only what could end or reorder it), and a
+// Location header must be a URI, which clients otherwise read in an
+// encoding of their own (Latin-1). A URL of ASCII, nearly every one, is returned as it is.
 func asciiURL(u string) string {
 	i := 0
 	for i < len(u) && u[i] < utf8.RuneSelf {

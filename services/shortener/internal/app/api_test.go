@@ -408,9 +408,11 @@ func TestBlocklistReachesExistingLinks(t *testing.T) {
 	if err != nil || l.GetLink().GetDisabled() || cacheEntry(t, rdb, fine).State != linkcache.Active {
 		t.Errorf("unrelated link: %v, %v; want live", l, err)
 	}
-	if got := metricValue(t, sh.Running, "kurz_shortener_links_blocklisted_total"); got < 2 {
-		t.Errorf("blocklisted metric %v, want at least 2", got)
-	}
+	// The sweep counts a link after writing it through to Redis, which the
+	// wait above saw: the count may follow a moment later.
+	await(t, "blocklisted metric at least 2", 10*time.Second, func() bool {
+		return metricValue(t, sh.Running, "kurz_shortener_links_blocklisted_total") >= 2
+	})
 }
 
 // TestBlocklistedLinkStaysDisabled: a link the blocklist sweep disabled

@@ -2,13 +2,17 @@ package urlcheck
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"kurz.dev/pkg/urlnorm"
 )
 
 // Verdict is a Scanner's answer about one destination.
@@ -28,8 +32,10 @@ type Scanner interface {
 
 // Blocklist is a Scanner backed by a file of domains, one per line ('#'
 // starts a comment). A listed domain blocks itself and every subdomain; an IP
-// literal blocks that address. Run reloads the file when its size or
-// modification time changes.
+// literal (an IPv6 one bare or in brackets) blocks that address, an IPv4
+// one in its IPv6 forms too. A line that holds more than a host (a URL,
+// a path, a port) is ignored and logged. Run reloads the file when its size
+// or modification time changes.
 type Blocklist struct {
 	path     string
 	interval time.Duration
@@ -113,9 +119,9 @@ func (b *Blocklist) reload() (bool, error) {
 		if entry == "" {
 			continue
 		}
-		h, err := OwnHost(strings.TrimPrefix(entry, "*."))
+		h, err := blockEntry(strings.TrimPrefix(entry, "*."))
 		if err != nil {
-			b.log.Warn("blocklist: entry ignored", "path", b.path, "line", line, "err", err)
+			b.log.Warn("blocklist: entry ignored", "path", b.path, "line", line, "entry", entry, "err", err)
 			continue
 		}
 		set[h] = struct{}{}
@@ -125,16 +131,67 @@ func (b *Blocklist) reload() (bool, error) {
 	return true, nil
 }
 
-// Scan blocks the host and any parent domain found on the list.
+// blockEntry returns the normal form of a blocklist entry: a domain name or
+// an IP address (an IPv6 one bare or in brackets). An entry that holds more
+// than a host is refused rather than cut down to it: abuse feeds publish
+// URLs, and a URL's path or a port read as its host would block, and the
+// sweep would disable, every link to that whole host (a shared one such as
+// sites.google.com too).
+func blockEntry(s string) (string, error) {
+	if strings.Contains(s, "://") {
+		return "", errors.New("a URL, not a domain or IP: a path cannot be blocked on its own; list the host alone to block all of it")
+	}
+	if inner, ok := strings.CutPrefix(s, "["); ok { // as IPv6 is written in URLs
+		inner, ok = strings.CutSuffix(inner, "]")
+		if a, err := netip.ParseAddr(inner); ok && err == nil && a.Is6() && a.Zone() == "" {
+			return a.Unmap().String(), nil
+		}
+		return "", errors.New("not an IPv6 address in brackets (a port cannot be blocked on its own; list the address alone)")
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return "", errors.New("an IPv6 address with a zone, which no URL reaches")
+		}
+		return a.Unmap().String(), nil
+	}
+	if strings.ContainsAny(s, "/?@") {
+		return "", errors.New("holds a path, query or user info, not only a domain or IP: list the host alone to block all of it")
+	}
+	if strings.Contains(s, ":") {
+		return "", errors.New("holds a port: a port cannot be blocked on its own; list the host alone to block all of it")
+	}
+	if a, ok := parseIPv4(s); ok && endsInNumber(s) {
+		return a.String(), nil
+	}
+	return urlnorm.Host(s)
+}
+
+// Scan blocks the host and any parent domain found on the list. An IPv6
+// host that reaches an IPv4 address (IPv4-mapped, NAT64 or 6to4) is
+// blocked by that IPv4 address too, or a listed address would stay
+// reachable through those forms.
 func (b *Blocklist) Scan(_ context.Context, u *url.URL) (Verdict, error) {
 	set := *b.domains.Load()
 	h := strings.TrimSuffix(strings.TrimPrefix(u.Hostname(), "["), "]")
+	if a, err := netip.ParseAddr(h); err == nil { // an address has no parent domain
+		a = a.Unmap()
+		listed := []netip.Addr{a}
+		if v4, ok := embeddedIPv4(a); ok {
+			listed = append(listed, v4)
+		}
+		for _, a := range listed {
+			if _, ok := set[a.String()]; ok {
+				return Verdict{Blocked: true, Why: "blocklist:" + a.String()}, nil
+			}
+		}
+		return Verdict{}, nil
+	}
 	for {
 		if _, ok := set[h]; ok {
 			return Verdict{Blocked: true, Why: "blocklist:" + h}, nil
 		}
 		_, parent, found := strings.Cut(h, ".")
-		if !found || strings.Count(h, ":") > 0 {
+		if !found {
 			return Verdict{}, nil
 		}
 		h = parent

@@ -59,8 +59,9 @@ type Policy struct {
 
 // Normalize checks raw and returns its normal form: lowercase scheme, host in
 // lowercase punycode (or a canonical IP), default port dropped, the rest
-// re-encoded as net/url writes it, with white space, control characters,
-// quotes and angle brackets in the query percent-encoded. Normalize is
+// re-encoded as net/url writes it, with spaces, quotes, angle brackets and
+// every non-ASCII byte in the query percent-encoded (urlnorm.EscapeQuery),
+// so that the stored form is what the redirect sends. Normalize is
 // idempotent.
 func (p Policy) Normalize(raw string) (string, error) {
 	raw = strings.TrimSpace(raw)
@@ -197,18 +198,26 @@ var (
 	sixToFour = netip.MustParsePrefix("2002::/16")
 )
 
+// embeddedIPv4 returns the IPv4 address a NAT64 or 6to4 address a reaches:
+// the one it stands for.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	b := a.As16()
+	switch {
+	case nat64.Contains(a):
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true
+	}
+	return netip.Addr{}, false
+}
+
 func publicIP(a netip.Addr) bool {
 	if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
 		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified() {
 		return false
 	}
-	if nat64.Contains(a) { // judge the IPv4 address it embeds
-		b := a.As16()
-		return publicIP(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
-	}
-	if sixToFour.Contains(a) {
-		b := a.As16()
-		return publicIP(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
+	if v4, ok := embeddedIPv4(a); ok { // judge the IPv4 address it embeds
+		return publicIP(v4)
 	}
 	for _, p := range nonPublic {
 		if p.Contains(a) {

@@ -1,8 +1,10 @@
 package urlcheck
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"net/url"
 	"os"
@@ -38,7 +40,8 @@ func TestNormalize(t *testing.T) {
 		"public ipv4":          {in: "http://93.184.216.34/", want: "http://93.184.216.34/"},
 		"public ipv6":          {in: "http://[2606:4700::1111]:8080/", want: "http://[2606:4700::1111]:8080/"},
 		"youtube cdn hyphens":  {in: "https://r4---sn-abc.googlevideo.com/v", want: "https://r4---sn-abc.googlevideo.com/v"},
-		"query encoded":        {in: "https://example.com/?q=a b&r=ä&s=\"<>'%20&t=\u00a0x\u202e", want: "https://example.com/?q=a%20b&r=ä&s=%22%3C%3E'%20&t=%C2%A0x%E2%80%AE"},
+		"query encoded":        {in: "https://example.com/?q=a b&r=ä&s=\"<>'%20&t=\u00a0x\u202e", want: "https://example.com/?q=a%20b&r=%C3%A4&s=%22%3C%3E'%20&t=%C2%A0x%E2%80%AE"},
+		"query as redirected":  {in: "https://example.com/?z=ä&a=%c3%a4&a=1+2&=&;x=日本", want: "https://example.com/?z=%C3%A4&a=%c3%a4&a=1+2&=&;x=%E6%97%A5%E6%9C%AC"},
 
 		"javascript":         {in: "javascript:alert(1)", reason: ReasonScheme},
 		"javascript case":    {in: "JaVaScRiPt:alert(1)", reason: ReasonScheme},
@@ -142,13 +145,13 @@ func TestOwnHost(t *testing.T) {
 // never panics; a refusal is an *Error with one of the documented reasons;
 // whatever it accepts was written as http:// or https://, holds no white
 // space, control or format character, backslash, quote or angle bracket (so
-// no client reads it differently), is ASCII outside the query, fits the
-// length bound, has no user info, a public host in its normal form (the form
-// OwnHost and the blocklist compare), not the short domain, a canonical
-// non-default port, and is a fixed point of Normalize. A policy that allows
-// private hosts accepts everything the strict one does, unchanged. Its seed
-// corpus is in testdata/fuzz/FuzzValidateURL; `go test` runs the seeds,
-// `go test -fuzz=FuzzValidateURL` explores.
+// no client reads it differently), is ASCII (as the redirect sends it),
+// fits the length bound, has no user info, a public host in its normal form
+// (the form OwnHost and the blocklist compare), not the short domain, a
+// canonical non-default port, and is a fixed point of Normalize. A policy
+// that allows private hosts accepts everything the strict one does,
+// unchanged. Its seed corpus is in testdata/fuzz/FuzzValidateURL; `go test`
+// runs the seeds, `go test -fuzz=FuzzValidateURL` explores.
 func FuzzValidateURL(f *testing.F) {
 	for _, s := range []string{
 		"https://example.com/a?b=c#d", "javascript:alert(1)", "http://127.1/", "https://bücher.de/",
@@ -189,10 +192,8 @@ func FuzzValidateURL(f *testing.F) {
 				t.Fatalf("Normalize(%q) = %q: %q at %d is white space, a control character or unsafe in a URL", raw, got, r, i)
 			}
 		}
-		withQuery, fragment, _ := strings.Cut(got, "#")
-		base, _, _ := strings.Cut(withQuery, "?")
-		if nonASCII := func(r rune) bool { return r >= utf8.RuneSelf }; strings.ContainsFunc(base+fragment, nonASCII) {
-			t.Fatalf("Normalize(%q) = %q: non-ASCII outside the query", raw, got)
+		if nonASCII := func(r rune) bool { return r >= utf8.RuneSelf }; strings.ContainsFunc(got, nonASCII) {
+			t.Fatalf("Normalize(%q) = %q: non-ASCII, which the redirect would send escaped", raw, got)
 		}
 		u, perr := url.Parse(got)
 		if perr != nil {
@@ -341,5 +342,108 @@ func TestParseHostIPv4(t *testing.T) {
 		if numeric != want.numeric || ok != want.ok || ok && a.String() != want.addr {
 			t.Errorf("ParseHostIPv4(%q) = %v, %v, %v; want %s, %v, %v", host, a, numeric, ok, want.addr, want.numeric, want.ok)
 		}
+	}
+}
+
+// A line that holds more than a host (a URL as abuse feeds publish them, a
+// path, a port) is ignored and logged with its line number: read as its
+// host it would block, and the sweep would disable, every link to the whole
+// host. The lines around it still count.
+func TestBlocklistIgnoresLinesThatHoldMoreThanAHost(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blocklist.txt")
+	data := "evil.example\n" +
+		"https://sites.google.com/view/phish-page\n" +
+		"docs.example/phish\n" +
+		"shop.example:8443\n" +
+		"93.184.216.34:443\n" +
+		"user@mail.example\n" +
+		"after.example\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	bl, err := NewBlocklist(path, time.Hour, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for raw, want := range map[string]bool{
+		"https://evil.example/":                  true,
+		"https://after.example/":                 true,
+		"https://sites.google.com/view/innocent": false,
+		"https://docs.example/other":             false,
+		"https://shop.example/":                  false,
+		"https://93.184.216.34/":                 false,
+		"https://mail.example/":                  false,
+	} {
+		u, _ := url.Parse(raw)
+		if v, err := bl.Scan(context.Background(), u); err != nil || v.Blocked != want {
+			t.Errorf("%s: blocked=%v %s (%v), want blocked=%v", raw, v.Blocked, v.Why, err, want)
+		}
+	}
+	if bl.Len() != 2 {
+		t.Errorf("%d entries, want 2", bl.Len())
+	}
+	for line := 2; line <= 6; line++ {
+		if !strings.Contains(logs.String(), "line="+strconv.Itoa(line)+" ") {
+			t.Errorf("no warning names line %d; log:\n%s", line, logs.String())
+		}
+	}
+}
+
+// A listed IPv4 address is blocked in every IPv6 form that reaches it
+// (IPv4-mapped, NAT64, 6to4), and an IPv6 entry may be written in brackets,
+// as in a URL.
+func TestBlocklistBlocksAnIPv4AddressInItsIPv6FormsAndBracketedIPv6(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blocklist.txt")
+	data := "45.33.32.156\n[2606:4700::1111]\n2001:4860:4860::8888\n[2606:4700::1111]:443\n"
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bl, err := NewBlocklist(path, time.Hour, servertest.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for raw, want := range map[string]bool{
+		"https://45.33.32.156/":                   true,
+		"https://[::ffff:45.33.32.156]/":          true,
+		"https://[64:ff9b::2d21:209c]/":           true,
+		"https://[2002:2d21:209c::]/":             true,
+		"https://[2002:2d21:209c:1::7]/x":         true,
+		"https://[2606:4700::1111]/":              true,
+		"https://[2606:4700:0:0:0:0:0:1111]:8443": true,
+		"https://[2001:4860:4860::8888]/":         true,
+		"https://45.33.32.157/":                   false,
+		"https://[64:ff9b::2d21:209d]/":           false,
+		"https://[2002:2d21:209d::]/":             false,
+		"https://[2606:4700::1112]/":              false,
+	} {
+		u, _ := url.Parse(raw)
+		if v, err := bl.Scan(context.Background(), u); err != nil || v.Blocked != want {
+			t.Errorf("%s: blocked=%v %s (%v), want blocked=%v", raw, v.Blocked, v.Why, err, want)
+		}
+	}
+	if bl.Len() != 3 {
+		t.Errorf("%d entries, want 3 (the bracketed address with a port ignored)", bl.Len())
+	}
+}
+
+// A query written with non-ASCII characters is stored as the redirect sends
+// it, percent-encoded: written either way, it is one destination (one
+// CODE_MODE_FROM_URL link, one import match), and the rest of the query
+// stays as written.
+func TestNormalizeStoresANonASCIIQueryAsTheRedirectSendsIt(t *testing.T) {
+	written, err := policy.Normalize("https://example.com/s?q=ä&lang=de")
+	if err != nil {
+		t.Fatal(err)
+	}
+	escaped, err := policy.Normalize("https://example.com/s?q=%C3%A4&lang=de")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if written != escaped {
+		t.Errorf("?q=ä is stored as %q, ?q=%%C3%%A4 as %q: one destination, two forms", written, escaped)
+	}
+	if want := "https://example.com/s?q=%C3%A4&lang=de"; written != want {
+		t.Errorf("stored %q, want %q", written, want)
 	}
 }
