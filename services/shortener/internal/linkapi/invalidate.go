@@ -41,7 +41,9 @@ func (s *Service) refresh(ctx context.Context, op, code string) {
 	}
 }
 
-// storeEntry sets l's Redis entry and publishes the invalidation, then
+// storeEntry sets l's Redis entry and publishes the invalidation, and
+// fails unless Options.CacheReplicas replicas hold the entry in time (so
+// the invalidation stays queued, and a failover cannot undo it), then
 // deletes a deleted link's visit counter (a code is never reused, so the
 // counter would only take room) and gives any other link's counter the
 // lifetime of the link's current expiry (linkcache.ExpireVisits). The
@@ -53,7 +55,7 @@ func (s *Service) refresh(ctx context.Context, op, code string) {
 func (s *Service) storeEntry(ctx context.Context, l linkstore.Link) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
 	defer cancel()
-	if err := linkcache.WriteThrough(ctx, s.rdb, l.Code, entry(l), s.opts.CacheTTL); err != nil {
+	if err := linkcache.WriteThroughHeld(ctx, s.rdb, l.Code, entry(l), s.opts.CacheTTL, s.opts.CacheReplicas); err != nil {
 		return err
 	}
 	key := linkcache.VisitsKey(l.Code)
