@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/linkrules"
+	"kurz.dev/pkg/redisconn"
 )
 
 // KeyPrefix starts every link entry's key: "l:<code>", as in the design notes.
@@ -248,6 +249,51 @@ func WriteThrough(ctx context.Context, rdb redis.Cmdable, code string, e Entry, 
 		return fmt.Errorf("redis publish %s: %w", InvalidationChannel, err)
 	}
 	return nil
+}
+
+// WriteThroughHeld is WriteThrough that returns only once replicas
+// replicas hold the entry (WAIT, sent with the SET and the PUBLISH in one
+// round trip to the key's node: redisconn.OnKeyNode), and an error when
+// fewer acknowledged it before ctx's deadline (redisconn.QueueWait). Redis
+// replicates asynchronously: a master that acknowledged the SET and died
+// before its replica had it leaves the promoted replica with the previous
+// entry, for its whole TTL; a caller that sees the error keeps the change
+// to write again. replicas 0, or an rdb that is not a cluster client (a
+// test's fake), writes without WAIT.
+func WriteThroughHeld(ctx context.Context, rdb redis.Cmdable, code string, e Entry, ttl time.Duration, replicas int) error {
+	kn, ok := rdb.(redisconn.KeyNodes)
+	if !ok || replicas == 0 {
+		return WriteThrough(ctx, rdb, code, e, ttl)
+	}
+	_, err := redisconn.OnKeyNode(ctx, kn, Key(code), func(ctx context.Context, node *redis.Client, asking bool) (struct{}, error) {
+		return struct{}{}, writeHeld(ctx, node, code, e, ttl, replicas, asking)
+	})
+	return err
+}
+
+// writeHeld is WriteThroughHeld's round trip to c: SET (after ASKING if
+// asking), PUBLISH and WAIT.
+func writeHeld(ctx context.Context, c redis.Cmdable, code string, e Entry, ttl time.Duration, replicas int, asking bool) error {
+	var set *redis.StatusCmd
+	var pub *redis.IntCmd
+	var wait *redis.Cmd
+	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if asking {
+			p.Do(ctx, "ASKING")
+		}
+		set = p.Set(ctx, Key(code), Marshal(e), ttl)
+		pub = p.Publish(ctx, InvalidationChannel, code)
+		wait = redisconn.QueueWait(ctx, p, replicas)
+		return nil
+	})
+	if err := set.Err(); err != nil {
+		return fmt.Errorf("redis set %s: %w", Key(code), err)
+	}
+	if err := pub.Err(); err != nil {
+		return fmt.Errorf("redis publish %s: %w", InvalidationChannel, err)
+	}
+	_, err := redisconn.Held(wait, replicas, "redis set "+Key(code))
+	return err
 }
 
 // createScript is WriteCreated's: KEYS[1] the entry, ARGV the new entry,

@@ -119,3 +119,19 @@ func TestNewSpeaksTLS(t *testing.T) {
 		t.Errorf("a missing CA file: %v, want an error naming KURZ_REDIS_TLS_CA_FILE", err)
 	}
 }
+
+// The client reloads its view of the cluster every few seconds, not
+// go-redis's 60 s: after a master failover it would otherwise send that
+// master's commands to the dead node for up to a minute.
+func TestClusterStateReloadsWithinSeconds(t *testing.T) {
+	cfg := redisconn.Config{Addrs: []string{"127.0.0.1:1"}, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 1}
+	c, err := redisconn.New(context.Background(), cfg, redisconn.StartUnreachable(func(error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.Options().ClusterStateReloadInterval; got <= 0 || got > 5*time.Second {
+		t.Errorf("ClusterStateReloadInterval %v, want a few seconds (at most 5s)", got)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -118,4 +119,56 @@ func shortOfReplicas(shards []redis.ClusterShard, want int) []string {
 		}
 	}
 	return short
+}
+
+// OnKeyNode sends, with send, commands that must share one connection to
+// the master holding key: a write and the WAIT for it (WAIT waits for the
+// writes of its own connection, and has no key to route it). A node
+// refuses a command on a slot it does not serve with MOVED (the slot has
+// moved; this client's view of the cluster is older) or ASK (the slot is
+// moving and the key is already on the other node); a refused command ran
+// nowhere, so send is called once more for the node the answer names,
+// asking set when it must send ASKING before each command on key.
+func OnKeyNode[T any](ctx context.Context, kn KeyNodes, key string, send func(ctx context.Context, node *redis.Client, asking bool) (T, error)) (T, error) {
+	var zero T
+	node, err := kn.MasterForKey(ctx, key)
+	if err != nil {
+		return zero, fmt.Errorf("redis node of %s: %w", key, err)
+	}
+	v, err := send(ctx, node, false)
+	ask, addr, refused := Redirection(err)
+	if !refused {
+		return v, err
+	}
+	target, terr := MasterAt(ctx, kn, addr)
+	if terr != nil {
+		return zero, errors.Join(err, terr)
+	}
+	return send(ctx, target, ask)
+}
+
+// QueueWait queues on p a WAIT for replicas replicas, its timeout three
+// quarters of what is left of ctx's deadline (at least 1 ms, also without
+// one): it must answer before the socket's deadline, and a WAIT with
+// timeout 0 would block for ever. Held reads its answer.
+func QueueWait(ctx context.Context, p redis.Pipeliner, replicas int) *redis.Cmd {
+	d := time.Millisecond
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(d, time.Until(dl)*3/4)
+	}
+	return p.Do(ctx, "WAIT", replicas, d.Milliseconds())
+}
+
+// Held is the answer of a WAIT QueueWait queued: how many replicas
+// acknowledged the connection's writes in time, and an error that says so
+// (naming what) when that is fewer than replicas.
+func Held(wait *redis.Cmd, replicas int, what string) (int64, error) {
+	held, err := wait.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("%s: wait for %d replicas: %w", what, replicas, err)
+	}
+	if held < int64(replicas) {
+		return held, fmt.Errorf("%s held by %d of %d replicas in time", what, held, replicas)
+	}
+	return held, nil
 }

@@ -91,11 +91,19 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 		ContextTimeoutEnabled: true,
 		// Reads stay on masters: limiter state must be read where it is written.
 		ReadOnly: false,
+		// After a master failover the client sends that master's slots to
+		// the dead node until it reloads the slot map: go-redis reloads it
+		// on MOVED and ASK, which a dead node cannot answer, and otherwise
+		// every 60 s. reloadOnRefusal reloads it as soon as a node refuses
+		// connections; this bounds what a node that stopped answering
+		// costs.
+		ClusterStateReloadInterval: StateReloadInterval,
 	}}
 	for _, opt := range opts {
 		opt(o)
 	}
 	c := redis.NewClusterClient(o.cluster)
+	c.AddHook(reloadOnRefusal{c})
 	for _, h := range o.hooks {
 		c.AddHook(h)
 	}
@@ -122,6 +130,40 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*redis.ClusterClient,
 		case <-ctx.Done():
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// StateReloadInterval is how old the client's view of which master serves
+// which slots may get before it is reloaded, when it is next used: one
+// CLUSTER SLOTS to one node per interval per busy client (an idle client
+// sends none), against a failover's seconds of commands sent to a master
+// that is gone.
+const StateReloadInterval = 2 * time.Second
+
+// reloadOnRefusal reloads the client's view of the cluster (in the
+// background, coalesced) when a node refuses a connection: a master that
+// died, whose slots a replica may already serve.
+type reloadOnRefusal struct{ c *redis.ClusterClient }
+
+func (h reloadOnRefusal) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnRefusal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			h.c.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+func (h reloadOnRefusal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			h.c.ReloadState(ctx)
+		}
+		return err
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -77,28 +76,16 @@ func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry
 // with MOVED (the slot has moved; this client's view of the cluster is
 // older) or ASK (the slot is moving and the key is already on the other
 // node). A refused INCR counted nothing, so the visit is counted once more
-// on the node the answer names: a moving slot costs a round trip, not a
-// refused visit.
+// on the node the answer names (redisconn.OnKeyNode): a moving slot costs
+// a round trip, not a refused visit.
 func (h *Handler) incr(ctx context.Context, key string, limit, expiresAtMs int64) (int64, error) {
 	kn, ok := h.visits.(redisconn.KeyNodes)
 	if !ok || h.cfg.VisitReplicas == 0 {
 		return h.incrOn(ctx, h.visits, key, limit, expiresAtMs, false)
 	}
-	// WAIT has no key: it must go to the node that took the INCR.
-	node, err := kn.MasterForKey(ctx, key)
-	if err != nil {
-		return 0, fmt.Errorf("redis node of %s: %w", key, err)
-	}
-	n, err := h.incrOn(ctx, node, key, limit, expiresAtMs, false)
-	ask, addr, refused := redisconn.Redirection(err)
-	if !refused {
-		return n, err
-	}
-	target, terr := redisconn.MasterAt(ctx, kn, addr)
-	if terr != nil {
-		return 0, errors.Join(err, terr)
-	}
-	return h.incrOn(ctx, target, key, limit, expiresAtMs, ask)
+	return redisconn.OnKeyNode(ctx, kn, key, func(ctx context.Context, node *redis.Client, asking bool) (int64, error) {
+		return h.incrOn(ctx, node, key, limit, expiresAtMs, asking)
+	})
 }
 
 // incrOn is incr's round trip to c; asking sends ASKING before each
@@ -119,12 +106,7 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, limit
 		}
 		linkcache.ExpireVisits(ctx, p, key, expiresAtMs)
 		if replicas > 0 {
-			// Answer before the socket deadline: WAIT 0 would block forever.
-			d := time.Millisecond
-			if dl, ok := ctx.Deadline(); ok {
-				d = max(d, time.Until(dl)*3/4)
-			}
-			wait = p.Do(ctx, "WAIT", replicas, d.Milliseconds())
+			wait = redisconn.QueueWait(ctx, p, replicas)
 		}
 		return nil
 	})
@@ -139,8 +121,8 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, limit
 		return 0, fmt.Errorf("redis count %s: %w", key, err)
 	}
 	if wait != nil {
-		if held, _ := wait.Int64(); held < int64(replicas) {
-			return 0, fmt.Errorf("visit %d at %s held by %d of %d replicas in time", n, key, held, replicas)
+		if _, err := redisconn.Held(wait, replicas, fmt.Sprintf("visit %d at %s", n, key)); err != nil {
+			return 0, err
 		}
 	}
 	return n, nil

@@ -97,6 +97,13 @@ type Config struct {
 	BlocklistReload time.Duration `env:"SHORTENER_BLOCKLIST_RELOAD" default:"5s"`
 	// CacheWriteTimeout bounds the write-through to Redis after a commit.
 	CacheWriteTimeout time.Duration `env:"SHORTENER_CACHE_WRITE_TIMEOUT" default:"500ms"`
+	// CacheReplicas is how many Redis replicas must hold a changed link's
+	// entry (WAIT, within KURZ_SHORTENER_CACHE_WRITE_TIMEOUT) before the
+	// change's queued invalidation is done; until then it is retried. A
+	// failover to a replica without the entry would otherwise bring back
+	// the link's previous state: a takedown undone for the cache TTL. 0
+	// for a Redis without replicas; no more than every master has.
+	CacheReplicas int `env:"SHORTENER_CACHE_REPLICAS" default:"1"`
 	// InvalidationRetry is how often queued invalidations (write-throughs of
 	// changed links that failed) are retried, and the first backoff; at
 	// least 10ms.
@@ -162,6 +169,9 @@ func (c Config) validate() (quota.Policy, urlcheck.Policy, *svcauth.Keys, error)
 	}
 	if c.CacheWriteTimeout <= 0 || c.LimiterTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_SHORTENER_CACHE_WRITE_TIMEOUT and KURZ_SHORTENER_LIMITER_TIMEOUT must be positive"))
+	}
+	if c.CacheReplicas < 0 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_CACHE_REPLICAS=%d: want 0 or more", c.CacheReplicas))
 	}
 	if c.MaxDomains < 0 || c.MaxDomains > 10_000 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_MAX_DOMAINS=%d: want 0 to 10000", c.MaxDomains))
@@ -261,6 +271,18 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	// Links are written to PostgreSQL; the write-through to Redis is retried
 	// (changes) or filled by readers (new links), so Redis is not required.
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
+	if cfg.CacheReplicas > 0 {
+		// Fewer replicas than WAIT asks for keeps every change of a link
+		// on those masters queued: redirects serve its previous state.
+		held := redisconn.ReplicasHeld(rdb, "KURZ_SHORTENER_CACHE_REPLICAS", cfg.CacheReplicas,
+			"changes of links there (takedowns too) stay queued and redirects serve the links' previous state")
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := held(cctx); err != nil {
+			log.Warn("changes of links may never reach the redirects", "err", err)
+		}
+		cancel()
+		srv.AddSoftCheck("redis_replicas", held)
+	}
 	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
 	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
 		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String(),
@@ -350,6 +372,7 @@ func (h hooks) newLinkService(cfg Config, limiterPolicy quota.Policy, urlPolicy 
 		AllowAnonymous: cfg.AllowAnonymous,
 		CacheTTL:       cfg.Cache.TTL,
 		CacheTimeout:   cfg.CacheWriteTimeout,
+		CacheReplicas:  cfg.CacheReplicas,
 		LimiterPolicy:  limiterPolicy,
 		RetryInterval:  cfg.InvalidationRetry,
 		RetryMaxDelay:  cfg.InvalidationMaxBackoff,

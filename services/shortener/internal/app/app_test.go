@@ -44,11 +44,13 @@ func TestRejectsBadConfigurationNamingEachVariable(t *testing.T) {
 		"KURZ_SHORTENER_LIMITER_FAILURE_POLICY": "maybe",
 		"KURZ_SHORTENER_BASE_URL":               "ftp://x",
 		"KURZ_SHORTENER_INVALIDATION_RETRY":     "0s",
+		"KURZ_SHORTENER_CACHE_REPLICAS":         "-1",
 		"KURZ_SERVICE_AUTH_KEY":                 "",
 	})
 	_, err := New(context.Background(), cfg, servertest.Logger(t))
 	for _, name := range []string{"KURZ_SHORTENER_BLOCK_SIZE", "KURZ_SHORTENER_RANDOM_CODE_LENGTH",
-		"KURZ_SHORTENER_LIMITER_FAILURE_POLICY", "KURZ_SHORTENER_BASE_URL", "KURZ_SHORTENER_INVALIDATION_RETRY", "KURZ_SERVICE_AUTH_KEY"} {
+		"KURZ_SHORTENER_LIMITER_FAILURE_POLICY", "KURZ_SHORTENER_BASE_URL", "KURZ_SHORTENER_INVALIDATION_RETRY",
+		"KURZ_SHORTENER_CACHE_REPLICAS", "KURZ_SERVICE_AUTH_KEY"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("got %v, want it to name %s", err, name)
 		}

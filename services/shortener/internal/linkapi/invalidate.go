@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/redisconn"
 	"kurz.dev/services/shortener/internal/linkstore"
 )
 
@@ -41,7 +42,9 @@ func (s *Service) refresh(ctx context.Context, op, code string) {
 	}
 }
 
-// storeEntry sets l's Redis entry and publishes the invalidation, then
+// storeEntry sets l's Redis entry and publishes the invalidation, and
+// fails unless Options.CacheReplicas replicas hold the entry in time (so
+// the invalidation stays queued, and a failover cannot undo it), then
 // deletes a deleted link's visit counter (a code is never reused, so the
 // counter would only take room) and gives any other link's counter the
 // lifetime of the link's current expiry (linkcache.ExpireVisits). The
@@ -53,7 +56,7 @@ func (s *Service) refresh(ctx context.Context, op, code string) {
 func (s *Service) storeEntry(ctx context.Context, l linkstore.Link) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
 	defer cancel()
-	if err := linkcache.WriteThrough(ctx, s.rdb, l.Code, entry(l), s.opts.CacheTTL); err != nil {
+	if err := linkcache.WriteThroughHeld(ctx, s.rdb, l.Code, entry(l), s.opts.CacheTTL, s.opts.CacheReplicas); err != nil {
 		return err
 	}
 	key := linkcache.VisitsKey(l.Code)
@@ -75,10 +78,14 @@ func (s *Service) storeEntry(ctx context.Context, l linkstore.Link) error {
 
 // RunInvalidations retries queued invalidations until ctx ends, every
 // Options.RetryInterval. Each pass takes the due codes, oldest first, and
-// refreshes them; the first failure postpones its code (exponential backoff)
-// and ends the pass, since Redis is probably down and every further code
-// would wait out the same timeout. Every replica runs it: two refreshing
-// one code at once both write its current state.
+// refreshes them; a failure postpones its code (exponential backoff) and
+// the pass goes on, since one failing code (its Redis master down, a
+// poison code) must not hold back the takedowns queued after it. Failures
+// are bounded per Redis master (maxNodeFailures in a row): once one fails
+// that often, its further codes are postponed untried, as they would
+// probably wait out the same timeout, and codes on other masters are still
+// refreshed in the same pass. Every replica runs it: two refreshing one
+// code at once both write its current state.
 func (s *Service) RunInvalidations(ctx context.Context) {
 	tick := time.NewTicker(s.opts.RetryInterval)
 	defer tick.Stop()
@@ -93,22 +100,58 @@ func (s *Service) RunInvalidations(ctx context.Context) {
 			s.log.WarnContext(ctx, "reading queued invalidations failed", "err", err)
 			continue
 		}
-		for _, code := range codes {
+		if !s.retryPass(ctx, codes) {
+			return
+		}
+	}
+}
+
+// maxNodeFailures bounds the failed refreshes in a row one pass of
+// RunInvalidations tries on one Redis master.
+const maxNodeFailures = 3
+
+// retryPass is one pass of RunInvalidations over codes; false once ctx
+// ended (the invalidations not refreshed stay queued).
+func (s *Service) retryPass(ctx context.Context, codes []string) bool {
+	failures := map[string]int{} // by master address
+	for _, code := range codes {
+		node := s.nodeOf(ctx, code)
+		if failures[node] < maxNodeFailures {
 			err := s.store.Refresh(ctx, code, s.storeEntry)
 			if err == nil {
+				failures[node] = 0
 				continue
 			}
 			if ctx.Err() != nil {
-				return // shutting down: the invalidation stays queued
+				return false
 			}
+			failures[node]++
 			s.m.cacheFailed.Add(ctx, 1, metric.WithAttributes(attribute.String("op", "retry")))
 			s.log.WarnContext(ctx, "queued write-through failed; retrying later", "code", code, "err", err)
-			if err := s.store.Postpone(ctx, code, s.opts.RetryInterval, s.opts.RetryMaxDelay); err != nil {
-				s.log.WarnContext(ctx, "postponing an invalidation failed", "code", code, "err", err)
+		}
+		if err := s.store.Postpone(ctx, code, s.opts.RetryInterval, s.opts.RetryMaxDelay); err != nil {
+			if ctx.Err() != nil {
+				return false
 			}
-			break
+			s.log.WarnContext(ctx, "postponing an invalidation failed", "code", code, "err", err)
 		}
 	}
+	return true
+}
+
+// nodeOf names the Redis master that holds code's entry, from the
+// client's view of the cluster; "" (one node for every code) when the
+// client is no cluster's or does not know.
+func (s *Service) nodeOf(ctx context.Context, code string) string {
+	kn, ok := s.rdb.(redisconn.KeyNodes)
+	if !ok {
+		return ""
+	}
+	c, err := kn.MasterForKey(ctx, linkcache.Key(code))
+	if err != nil {
+		return ""
+	}
+	return c.Options().Addr
 }
 
 // observeInvalidations exports the queue of invalidations: how many wait and

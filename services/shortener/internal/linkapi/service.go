@@ -73,6 +73,12 @@ type Options struct {
 	CacheTTL time.Duration
 	// CacheTimeout bounds the write-through (after the commit).
 	CacheTimeout time.Duration
+	// CacheReplicas is how many Redis replicas must hold a change's entry
+	// before its queued invalidation is done (WAIT, within CacheTimeout):
+	// a failover to a replica without it would bring back the link's
+	// previous state, a takedown undone. 0 waits for none (a Redis
+	// without replicas).
+	CacheReplicas int
 	// LimiterPolicy applies when the limiter does not answer.
 	LimiterPolicy quota.Policy
 	// RetryInterval is how often RunInvalidations looks for queued
