@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/grpcclient"
@@ -76,6 +77,13 @@ type Config struct {
 	// its connections; one more is refused with UNAVAILABLE before its
 	// goroutine starts. Zero means DefaultGRPCMaxCalls.
 	GRPCMaxCalls int
+	// GRPCAuthenticate, when set, checks a call's credentials in its
+	// headers (svcauth.Keys.Tap) when they arrive, before the call takes a
+	// place at the gate (GRPCMaxCalls) or any of its request is read: a
+	// call it refuses is answered with its error at once, its request
+	// discarded as it arrives, and counted in kurz.grpc.calls.refused
+	// (reason unauthenticated). The context it returns is the call's.
+	GRPCAuthenticate tap.ServerInHandle
 	// StreamWorkers is the number of long-lived goroutines that serve gRPC
 	// calls; zero means StreamWorkersPerCore for each core (GOMAXPROCS).
 	StreamWorkers int
@@ -295,7 +303,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		Telemetry: tel,
 		lc:        lc,
 	}
-	gate, err := newCallGate(cfg.GRPCMaxCalls, tel.MeterProvider.Meter("kurz.dev/pkg/server"))
+	gate, err := newCallGate(cfg.GRPCMaxCalls, cfg.GRPCAuthenticate, tel.MeterProvider.Meter("kurz.dev/pkg/server"))
 	if err != nil {
 		return nil, err
 	}
