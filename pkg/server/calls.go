@@ -14,14 +14,39 @@ import (
 	"google.golang.org/grpc/tap"
 )
 
-// DefaultGRPCMaxCalls bounds the gRPC calls a server holds at once, over
-// all its connections, when Config sets none. Every call holds a goroutine
-// and its decoded headers (~12 KB with nothing sent yet) and may hold a
-// request of up to the receive size while it arrives; MaxConcurrentStreams
-// alone bounds one connection, not how many a caller opens. kurz's callers
-// keep far fewer in flight: the limiter answers in about a millisecond, so
-// even tens of thousands of decisions a second are a few hundred calls.
+// DefaultGRPCMaxCalls is the most gRPC calls a server holds at once, over
+// all its connections, when Config sets none (see GRPCMaxCallsFor). Every
+// call holds a goroutine and its decoded headers (~12 KB with nothing sent
+// yet) and may hold a request of up to the receive size while it arrives;
+// MaxConcurrentStreams alone bounds one connection, not how many a caller
+// opens. kurz's callers keep far fewer in flight: the limiter answers in
+// about a millisecond, so even tens of thousands of decisions a second are
+// a few hundred calls.
 const DefaultGRPCMaxCalls = 1024
+
+// GRPCRequestMemoryShare is the share of the Go memory limit (GOMEMLIMIT)
+// that requests arriving may take when the bound on calls is derived
+// (GRPCMaxCallsFor): a quarter, the rest for the heap the service itself
+// needs.
+const GRPCRequestMemoryShare = 0.25
+
+// minDerivedGRPCMaxCalls is the fewest calls a derived bound allows.
+const minDerivedGRPCMaxCalls = 4
+
+// GRPCMaxCallsFor is the bound on calls of a server whose Config sets
+// none: as many calls as fit GRPCRequestMemoryShare of memLimit (the Go
+// runtime's, GOMEMLIMIT) each holding a request of recvSize as it arrives,
+// at most DefaultGRPCMaxCalls and at least a few. gRPC grants a call's
+// flow-control window up to the message it declares, so a caller can make
+// the server hold every call's request at once: calls times the receive
+// size must fit the process.
+func GRPCMaxCallsFor(memLimit int64, recvSize int) int {
+	if recvSize <= 0 {
+		recvSize = DefaultGRPCMaxRecvMsgSize
+	}
+	n := int64(float64(memLimit)*GRPCRequestMemoryShare) / int64(recvSize)
+	return int(min(max(n, minDerivedGRPCMaxCalls), DefaultGRPCMaxCalls))
+}
 
 // MetricGRPCCallsRefused counts the gRPC calls a server refused before
 // serving them, by reason: "busy" when it already held its maximum

@@ -125,3 +125,27 @@ func metricsPage(t *testing.T, url string) string {
 	}
 	return string(body)
 }
+
+// Without a bound of its own, a server holds as many calls as fit a
+// quarter of its memory limit each holding a request of its receive size,
+// within [4, DefaultGRPCMaxCalls].
+func TestGRPCMaxCallsForFitsAQuarterOfTheMemoryLimit(t *testing.T) {
+	for _, c := range []struct {
+		mem  int64
+		recv int
+		want int
+	}{
+		{200 << 20, server.LimiterGRPCMaxRecvMsgSize, 200},
+		{200 << 20, server.SmallGRPCMaxRecvMsgSize, 800},
+		{200 << 20, server.DefaultGRPCMaxRecvMsgSize, 12},
+		{1 << 40, server.SmallGRPCMaxRecvMsgSize, server.DefaultGRPCMaxCalls}, // no GOMEMLIMIT: math.MaxInt64
+		{8 << 20, server.DefaultGRPCMaxRecvMsgSize, 4},
+	} {
+		if got := server.GRPCMaxCallsFor(c.mem, c.recv); got != c.want {
+			t.Errorf("GRPCMaxCallsFor(%d MiB, %d KiB) = %d, want %d", c.mem>>20, c.recv>>10, got, c.want)
+		}
+		if got := server.GRPCMaxCallsFor(c.mem, c.recv); got > 4 && int64(got)*int64(c.recv) > c.mem/4 {
+			t.Errorf("GRPCMaxCallsFor(%d MiB, %d KiB) = %d calls, more than a quarter of the memory", c.mem>>20, c.recv>>10, got)
+		}
+	}
+}
