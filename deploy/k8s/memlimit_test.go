@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"kurz.dev/pkg/server"
 )
 
 // maxMemLimitShare is the largest share of a container's memory limit its
@@ -165,6 +167,62 @@ func TestLocalLauncherSetsThePodsGoMemLimit(t *testing.T) {
 	for _, svc := range services {
 		if local[svc] == "" || local[svc] != pods[svc] {
 			t.Errorf("services.sh runs %s with GOMEMLIMIT %q, its pod with %q", svc, local[svc], pods[svc])
+		}
+	}
+}
+
+// grpcRecvSizes is each service's gRPC receive bound, as its app sets it
+// (each app's tests hold it to it).
+var grpcRecvSizes = map[string]int{
+	"limiter":   server.LimiterGRPCMaxRecvMsgSize,
+	"shortener": server.DefaultGRPCMaxRecvMsgSize,
+	"redirect":  server.SmallGRPCMaxRecvMsgSize,
+	"analytics": server.SmallGRPCMaxRecvMsgSize,
+	"gateway":   server.SmallGRPCMaxRecvMsgSize,
+}
+
+// maxGRPCRequestShare is the largest share of a container's memory limit
+// that the gRPC requests arriving at once may take: the calls the server
+// holds (KURZ_GRPC_MAX_CALLS, or the bound it derives from GOMEMLIMIT)
+// times its receive bound. gRPC grants each call the window of the message
+// it declares, so a caller can fill them all at once.
+const maxGRPCRequestShare = 0.25
+
+// TestGRPCRequestsInFlightFitTheMemoryLimit: in every overlay, no kurz
+// service can be made to hold more than maxGRPCRequestShare of its memory
+// limit in gRPC requests arriving (1,024 calls of 4 MiB once let the
+// limiter and the shortener be pushed gigabytes past a 256Mi limit).
+func TestGRPCRequestsInFlightFitTheMemoryLimit(t *testing.T) {
+	for _, dir := range overlays {
+		for svc, e := range serviceEnvironments(t, render(t, dir)) {
+			recv, ok := grpcRecvSizes[svc]
+			if !ok {
+				t.Errorf("%s: %s has no gRPC receive bound in grpcRecvSizes", dir, svc)
+				continue
+			}
+			limit, ok := e.Workload.Template.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
+			if !ok {
+				t.Errorf("%s: %s has no memory limit", dir, svc)
+				continue
+			}
+			gml, err := parseGoMemLimit(e.Given["GOMEMLIMIT"].Value)
+			if err != nil {
+				t.Errorf("%s: %s: %v", dir, svc, err)
+				continue
+			}
+			calls, how := server.GRPCMaxCallsFor(gml, recv), "derived from GOMEMLIMIT"
+			if v, set := e.Given["KURZ_GRPC_MAX_CALLS"]; set && v.Value != "0" {
+				if calls, err = strconv.Atoi(v.Value); err != nil {
+					t.Errorf("%s: %s: KURZ_GRPC_MAX_CALLS=%q: %v", dir, svc, v.Value, err)
+					continue
+				}
+				how = "KURZ_GRPC_MAX_CALLS, " + v.From
+			}
+			held := int64(calls) * int64(recv)
+			if ceiling := int64(float64(limit.Value()) * maxGRPCRequestShare); held > ceiling {
+				t.Errorf("%s: %s holds up to %d gRPC calls (%s) of %d KiB requests, %d MiB: more than %.0f%% of its memory limit %s",
+					dir, svc, calls, how, recv>>10, held>>20, maxGRPCRequestShare*100, limit.String())
+			}
 		}
 	}
 }

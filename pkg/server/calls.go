@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
@@ -12,18 +14,53 @@ import (
 	"google.golang.org/grpc/tap"
 )
 
-// DefaultGRPCMaxCalls bounds the gRPC calls a server holds at once, over
-// all its connections, when Config sets none. Every call holds a goroutine
-// and its decoded headers (~12 KB with nothing sent yet) and may hold a
-// request of up to the receive size while it arrives; MaxConcurrentStreams
-// alone bounds one connection, not how many a caller opens. kurz's callers
-// keep far fewer in flight: the limiter answers in about a millisecond, so
-// even tens of thousands of decisions a second are a few hundred calls.
+// DefaultGRPCMaxCalls is the most gRPC calls a server holds at once, over
+// all its connections, when Config sets none (see GRPCMaxCallsFor). Every
+// call holds a goroutine and its decoded headers (~12 KB with nothing sent
+// yet) and may hold a request of up to the receive size while it arrives;
+// MaxConcurrentStreams alone bounds one connection, not how many a caller
+// opens. kurz's callers keep far fewer in flight: the limiter answers in
+// about a millisecond, so even tens of thousands of decisions a second are
+// a few hundred calls.
 const DefaultGRPCMaxCalls = 1024
 
-// MetricGRPCCallsRefused counts the gRPC calls a server refused because
-// it already held its maximum (KURZ_GRPC_MAX_CALLS).
+// GRPCRequestMemoryShare is the share of the Go memory limit (GOMEMLIMIT)
+// that requests arriving may take when the bound on calls is derived
+// (GRPCMaxCallsFor): a quarter, the rest for the heap the service itself
+// needs.
+const GRPCRequestMemoryShare = 0.25
+
+// minDerivedGRPCMaxCalls is the fewest calls a derived bound allows.
+const minDerivedGRPCMaxCalls = 4
+
+// GRPCMaxCallsFor is the bound on calls of a server whose Config sets
+// none: as many calls as fit GRPCRequestMemoryShare of memLimit (the Go
+// runtime's, GOMEMLIMIT) each holding a request of recvSize as it arrives,
+// at most DefaultGRPCMaxCalls and at least a few. gRPC grants a call's
+// flow-control window up to the message it declares, so a caller can make
+// the server hold every call's request at once: calls times the receive
+// size must fit the process.
+func GRPCMaxCallsFor(memLimit int64, recvSize int) int {
+	if recvSize <= 0 {
+		recvSize = DefaultGRPCMaxRecvMsgSize
+	}
+	n := int64(float64(memLimit)*GRPCRequestMemoryShare) / int64(recvSize)
+	return int(min(max(n, minDerivedGRPCMaxCalls), DefaultGRPCMaxCalls))
+}
+
+// MetricGRPCCallsRefused counts the gRPC calls a server refused before
+// serving them, by reason: "busy" when it already held its maximum
+// (KURZ_GRPC_MAX_CALLS), "unauthenticated" when the call's headers carried
+// no valid credentials (Config.GRPCAuthenticate), "too_large" when its
+// request was larger than the receive bound (Config.GRPCMaxRecvMsgSize).
 const MetricGRPCCallsRefused = "kurz.grpc.calls.refused"
+
+// Reasons of MetricGRPCCallsRefused.
+const (
+	RefusedBusy            = "busy"
+	RefusedUnauthenticated = "unauthenticated"
+	RefusedTooLarge        = "too_large"
+)
 
 // callGate admits at most max gRPC calls at once. It runs as the server's
 // tap, before a stream's goroutine starts or any of its message is read,
@@ -32,26 +69,37 @@ const MetricGRPCCallsRefused = "kurz.grpc.calls.refused"
 // ends). Refused calls fail with UNAVAILABLE, which callers retry (the
 // gateway answers 503 with a Retry-After), as for any overloaded server:
 // RESOURCE_EXHAUSTED without a kurz reason is, to the gateway, an answer
-// it could not take (502).
+// it could not take (502). Before the count, authenticate (when set)
+// checks the call's credentials: a stranger's call takes no place.
 type callGate struct {
-	max     int64
-	n       atomic.Int64
-	refused metric.Int64Counter
-	busy    error
-	release func() // a place given back, bound once
+	max          int64
+	n            atomic.Int64
+	authenticate tap.ServerInHandle
+	refused      metric.Int64Counter
+	// The refusals' attributes, built once.
+	busyAttr, unauthAttr, tooLargeAttr metric.AddOption
+	busy                               error
+	release                            func() // a place given back, bound once
 }
 
-func newCallGate(max int, meter metric.Meter) (*callGate, error) {
+func newCallGate(max int, authenticate tap.ServerInHandle, meter metric.Meter) (*callGate, error) {
 	refused, err := meter.Int64Counter(MetricGRPCCallsRefused,
-		metric.WithDescription("gRPC calls refused with UNAVAILABLE because the server already held KURZ_GRPC_MAX_CALLS calls"),
+		metric.WithDescription("gRPC calls refused before they were served, by reason: busy (the server already held KURZ_GRPC_MAX_CALLS calls), unauthenticated, too_large (request over the receive bound)"),
 		metric.WithUnit("{call}"))
 	if err != nil {
 		return nil, fmt.Errorf("gRPC call gate metrics: %w", err)
 	}
+	reason := func(r string) metric.AddOption {
+		return metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
+	}
 	g := &callGate{
-		max:     int64(max),
-		refused: refused,
-		busy:    status.Errorf(codes.Unavailable, "server busy: %d calls in flight, at most %d (KURZ_GRPC_MAX_CALLS)", max, max),
+		max:          int64(max),
+		authenticate: authenticate,
+		refused:      refused,
+		busyAttr:     reason(RefusedBusy),
+		unauthAttr:   reason(RefusedUnauthenticated),
+		tooLargeAttr: reason(RefusedTooLarge),
+		busy:         status.Errorf(codes.Unavailable, "server busy: %d calls in flight, at most %d (KURZ_GRPC_MAX_CALLS)", max, max),
 	}
 	g.release = func() { g.n.Add(-1) }
 	return g, nil
@@ -80,10 +128,18 @@ func (s *slot) Value(key any) any {
 }
 
 // tap is the server's tap.ServerInHandle.
-func (g *callGate) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+func (g *callGate) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if g.authenticate != nil {
+		authed, err := g.authenticate(ctx, info)
+		if err != nil {
+			g.refused.Add(ctx, 1, g.unauthAttr)
+			return nil, err
+		}
+		ctx = authed
+	}
 	if g.n.Add(1) > g.max {
 		g.n.Add(-1)
-		g.refused.Add(ctx, 1)
+		g.refused.Add(ctx, 1, g.busyAttr)
 		return nil, g.busy
 	}
 	return &slot{Context: ctx, stop: context.AfterFunc(ctx, g.release)}, nil
@@ -105,7 +161,20 @@ func (g *callGate) HandleRPC(ctx context.Context, s stats.RPCStats) {
 			sl.owned = false
 			g.release()
 		}
+		if e := s.(*stats.End); e.Error != nil && tooLarge(e.Error) {
+			g.refused.Add(ctx, 1, g.tooLargeAttr)
+		}
 	}
+}
+
+// tooLarge reports whether err is gRPC's refusal of a request over the
+// receive bound (sent or decompressed). gRPC has no hook for it but the
+// call's end, and its status is RESOURCE_EXHAUSTED like a handler's own,
+// so its message tells it apart.
+func tooLarge(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), "grpc: received message ") &&
+		strings.Contains(st.Message(), "larger than max")
 }
 
 // TagConn implements stats.Handler.

@@ -97,17 +97,8 @@ func retryUntil(t *testing.T, f func() error) error {
 // page at url.
 func metricValue(t *testing.T, url, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sum float64
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(metricsPage(t, url), "\n") {
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
@@ -118,4 +109,43 @@ func metricValue(t *testing.T, url, name string) float64 {
 		sum += v
 	}
 	return sum
+}
+
+// metricsPage is the Prometheus page at url.
+func metricsPage(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// Without a bound of its own, a server holds as many calls as fit a
+// quarter of its memory limit each holding a request of its receive size,
+// within [4, DefaultGRPCMaxCalls].
+func TestGRPCMaxCallsForFitsAQuarterOfTheMemoryLimit(t *testing.T) {
+	for _, c := range []struct {
+		mem  int64
+		recv int
+		want int
+	}{
+		{200 << 20, server.LimiterGRPCMaxRecvMsgSize, 200},
+		{200 << 20, server.SmallGRPCMaxRecvMsgSize, 800},
+		{200 << 20, server.DefaultGRPCMaxRecvMsgSize, 12},
+		{1 << 40, server.SmallGRPCMaxRecvMsgSize, server.DefaultGRPCMaxCalls}, // no GOMEMLIMIT: math.MaxInt64
+		{8 << 20, server.DefaultGRPCMaxRecvMsgSize, 4},
+	} {
+		if got := server.GRPCMaxCallsFor(c.mem, c.recv); got != c.want {
+			t.Errorf("GRPCMaxCallsFor(%d MiB, %d KiB) = %d, want %d", c.mem>>20, c.recv>>10, got, c.want)
+		}
+		if got := server.GRPCMaxCallsFor(c.mem, c.recv); got > 4 && int64(got)*int64(c.recv) > c.mem/4 {
+			t.Errorf("GRPCMaxCallsFor(%d MiB, %d KiB) = %d calls, more than a quarter of the memory", c.mem>>20, c.recv>>10, got)
+		}
+	}
 }

@@ -44,9 +44,12 @@ type Common struct {
 	// its connections (each connection carries at most 250): one more is
 	// refused with UNAVAILABLE before the server starts its goroutine
 	// or reads its request, and counted in kurz.grpc.calls.refused. Every
-	// call held costs a goroutine and its headers, and up to 4 MiB while its
-	// request arrives.
-	GRPCMaxCalls int `env:"GRPC_MAX_CALLS" default:"1024"`
+	// call held costs a goroutine and its headers, and up to the service's
+	// receive size while its request arrives (4 MiB for the shortener, 256
+	// KiB for the limiter, 64 KiB for the others). 0: as many as fit a
+	// quarter of GOMEMLIMIT at that size, at most 1024 (without GOMEMLIMIT,
+	// 1024). Set it only with the pod's memory in mind.
+	GRPCMaxCalls int `env:"GRPC_MAX_CALLS" default:"0"`
 	// HTTPMaxConnections bounds the open connections of the HTTP listener
 	// (the public one of the redirect and the gateway): a connection that
 	// comes while this many are open is served, and the oldest one that
@@ -103,8 +106,8 @@ func (c Common) check() error {
 	if c.GRPCMaxConnectionAge < time.Second {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CONNECTION_AGE=%s: want 1s or more", c.GRPCMaxConnectionAge))
 	}
-	if c.GRPCMaxCalls < 16 || c.GRPCMaxCalls > 1_000_000 {
-		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CALLS=%d: want 16 to 1000000", c.GRPCMaxCalls))
+	if c.GRPCMaxCalls != 0 && (c.GRPCMaxCalls < 16 || c.GRPCMaxCalls > 1_000_000) {
+		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CALLS=%d: want 0 (derived from GOMEMLIMIT) or 16 to 1000000", c.GRPCMaxCalls))
 	}
 	if c.HTTPMaxConnections < 16 || c.HTTPMaxConnections > 1_000_000 {
 		errs = append(errs, fmt.Errorf("KURZ_HTTP_MAX_CONNECTIONS=%d: want 16 to 1000000", c.HTTPMaxConnections))

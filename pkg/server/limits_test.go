@@ -142,7 +142,8 @@ func TestIdleConnectionIsClosedAtIdleTimeout(t *testing.T) {
 }
 
 // A gRPC request over the receive bound (4 MiB) is refused with
-// RESOURCE_EXHAUSTED, and the server goes on serving.
+// RESOURCE_EXHAUSTED and counted in kurz_grpc_calls_refused_total (reason
+// too_large), and the server goes on serving.
 func TestGRPCRequestOverMaxRecvMsgSizeIsResourceExhausted(t *testing.T) {
 	r := start(t, server.HTTPLimits{})
 	health := healthpb.NewHealthClient(r.Conn)
@@ -150,6 +151,12 @@ func TestGRPCRequestOverMaxRecvMsgSizeIsResourceExhausted(t *testing.T) {
 	_, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: strings.Repeat("s", 5<<20)})
 	if got := status.Code(err); got != codes.ResourceExhausted {
 		t.Errorf("5 MiB request: %v (%v), want ResourceExhausted", got, err)
+	}
+	// Counted when the call ends, which may be just after its status is sent.
+	if !servertest.Eventually(5*time.Second, func() bool {
+		return servertest.HasSeries(metricsPage(t, r.HTTP+"/metrics"), "kurz_grpc_calls_refused_total", `reason="too_large"`)
+	}) {
+		t.Errorf("no kurz_grpc_calls_refused_total{reason=\"too_large\"} after a 5 MiB request")
 	}
 	// Just under the bound is read (and answered: no such service).
 	_, err = health.Check(ctx, &healthpb.HealthCheckRequest{Service: strings.Repeat("s", server.DefaultGRPCMaxRecvMsgSize-64)})

@@ -19,6 +19,7 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/grpcclient"
@@ -74,8 +76,16 @@ type Config struct {
 	GRPCMaxRecvMsgSize int
 	// GRPCMaxCalls bounds the gRPC calls the server holds at once, over all
 	// its connections; one more is refused with UNAVAILABLE before its
-	// goroutine starts. Zero means DefaultGRPCMaxCalls.
+	// goroutine starts. Zero means as many as fit a quarter of the Go
+	// memory limit at GRPCMaxRecvMsgSize each (GRPCMaxCallsFor).
 	GRPCMaxCalls int
+	// GRPCAuthenticate, when set, checks a call's credentials in its
+	// headers (svcauth.Keys.Tap) when they arrive, before the call takes a
+	// place at the gate (GRPCMaxCalls) or any of its request is read: a
+	// call it refuses is answered with its error at once, its request
+	// discarded as it arrives, and counted in kurz.grpc.calls.refused
+	// (reason unauthenticated). The context it returns is the call's.
+	GRPCAuthenticate tap.ServerInHandle
 	// StreamWorkers is the number of long-lived goroutines that serve gRPC
 	// calls; zero means StreamWorkersPerCore for each core (GOMAXPROCS).
 	StreamWorkers int
@@ -167,8 +177,17 @@ const (
 	// request arriving, not 4 MiB.
 	SmallGRPCMaxRecvMsgSize = 64 << 10
 	// DefaultGRPCMaxRecvMsgSize is gRPC's own default, 4 MiB, stated here so
-	// the bound does not depend on a library default.
+	// the bound does not depend on a library default: the shortener's
+	// (BatchCreateLinks carries up to 1,000 links).
 	DefaultGRPCMaxRecvMsgSize = 4 << 20
+	// LimiterGRPCMaxRecvMsgSize is the limiter's receive bound: a CheckQuota
+	// or ExplainQuota at the limiter's own maxima (32 descriptors of a
+	// 64-byte name and a 1 KiB value) is ~36 KB; an Envoy ShouldRateLimit
+	// carries header values, which Envoy bounds at 60 KiB by default
+	// (max_request_headers_kb), so four descriptors of one padded header
+	// fit; a CheckQuotas batch of 1,000 checks fits at ~250 bytes a check.
+	// At 4 MiB, a quarter of a 200 MiB GOMEMLIMIT held 12 calls.
+	LimiterGRPCMaxRecvMsgSize = 256 << 10
 )
 
 // withDefaults fills the zero fields.
@@ -261,7 +280,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		cfg.GRPCMaxRecvMsgSize = DefaultGRPCMaxRecvMsgSize
 	}
 	if cfg.GRPCMaxCalls <= 0 {
-		cfg.GRPCMaxCalls = DefaultGRPCMaxCalls
+		cfg.GRPCMaxCalls = GRPCMaxCallsFor(debug.SetMemoryLimit(-1), cfg.GRPCMaxRecvMsgSize)
 	}
 	cfg.HTTP = cfg.HTTP.withDefaults()
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, name, cfg.Version)
@@ -295,7 +314,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		Telemetry: tel,
 		lc:        lc,
 	}
-	gate, err := newCallGate(cfg.GRPCMaxCalls, tel.MeterProvider.Meter("kurz.dev/pkg/server"))
+	gate, err := newCallGate(cfg.GRPCMaxCalls, cfg.GRPCAuthenticate, tel.MeterProvider.Meter("kurz.dev/pkg/server"))
 	if err != nil {
 		return nil, err
 	}

@@ -40,12 +40,16 @@ func (e *tenantEcho) seen() []string {
 	return slices.Clone(e.tenants)
 }
 
-// serve runs a server with k's ServerOptions over bufconn, and returns a
-// client connection to it with opts.
-func serve(t *testing.T, k *Keys, echo *tenantEcho, opts ...grpc.DialOption) *grpc.ClientConn {
+// serve runs a server with k's ServerOptions (and its Tap, if tapped) over
+// bufconn, and returns a client connection to it with opts.
+func serve(t *testing.T, k *Keys, tapped bool, echo *tenantEcho, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(k.ServerOptions()...)
+	srvOpts := k.ServerOptions()
+	if tapped {
+		srvOpts = append(srvOpts, grpc.InTapHandle(k.Tap))
+	}
+	srv := grpc.NewServer(srvOpts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	ratelimitv1.RegisterRateLimitServiceServer(srv, echo)
 	go func() { _ = srv.Serve(lis) }()
@@ -61,36 +65,41 @@ func serve(t *testing.T, k *Keys, echo *tenantEcho, opts ...grpc.DialOption) *gr
 
 // Health checks need no assertion; an unsigned call, or one with two
 // assertions, never reaches the handler; a signed call's handler sees the
-// signed tenant, not the metadata's.
+// signed tenant, not the metadata's: whether the interceptors check the
+// call or the tap checked it before.
 func TestServerOptionsHandOnlyTheVerifiedTenant(t *testing.T) {
-	k := NewKeys([]byte(keyA), nil)
-	echo := &tenantEcho{}
-	ctx := callmeta.Outgoing(context.Background(), "acme", "")
+	for _, tapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "interceptors", true: "tap"}[tapped], func(t *testing.T) {
+			k := NewKeys([]byte(keyA), nil)
+			echo := &tenantEcho{}
+			ctx := callmeta.Outgoing(context.Background(), "acme", "")
 
-	unsigned := serve(t, k, echo)
-	if _, err := healthpb.NewHealthClient(unsigned).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
-		t.Errorf("unsigned health check: %v, want it answered", err)
-	}
-	if _, err := ratelimitv1.NewRateLimitServiceClient(unsigned).CheckQuota(ctx, &ratelimitv1.CheckQuotaRequest{}); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("unsigned call: %v, want UNAUTHENTICATED", err)
-	}
-	a := k.Sign("acme", "/kurz.ratelimit.v1.RateLimitService/CheckQuota")
-	twice := metadata.AppendToOutgoingContext(context.Background(), AssertionKey, a, AssertionKey, a)
-	if _, err := ratelimitv1.NewRateLimitServiceClient(unsigned).CheckQuota(twice, &ratelimitv1.CheckQuotaRequest{}); status.Code(err) != codes.Unauthenticated {
-		t.Errorf("two assertions: %v, want UNAUTHENTICATED", err)
-	}
-	if got := echo.seen(); len(got) != 0 {
-		t.Fatalf("the handler ran for refused calls, as tenants %q", got)
-	}
+			unsigned := serve(t, k, tapped, echo)
+			if _, err := healthpb.NewHealthClient(unsigned).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+				t.Errorf("unsigned health check: %v, want it answered", err)
+			}
+			if _, err := ratelimitv1.NewRateLimitServiceClient(unsigned).CheckQuota(ctx, &ratelimitv1.CheckQuotaRequest{}); status.Code(err) != codes.Unauthenticated {
+				t.Errorf("unsigned call: %v, want UNAUTHENTICATED", err)
+			}
+			a := k.Sign("acme", "/kurz.ratelimit.v1.RateLimitService/CheckQuota")
+			twice := metadata.AppendToOutgoingContext(context.Background(), AssertionKey, a, AssertionKey, a)
+			if _, err := ratelimitv1.NewRateLimitServiceClient(unsigned).CheckQuota(twice, &ratelimitv1.CheckQuotaRequest{}); status.Code(err) != codes.Unauthenticated {
+				t.Errorf("two assertions: %v, want UNAUTHENTICATED", err)
+			}
+			if got := echo.seen(); len(got) != 0 {
+				t.Fatalf("the handler ran for refused calls, as tenants %q", got)
+			}
 
-	signed := serve(t, k, echo, k.DialOption())
-	if _, err := ratelimitv1.NewRateLimitServiceClient(signed).CheckQuota(ctx, &ratelimitv1.CheckQuotaRequest{}); err != nil {
-		t.Fatalf("signed call: %v", err)
-	}
-	if _, err := ratelimitv1.NewRateLimitServiceClient(signed).CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{}); err != nil {
-		t.Fatalf("signed call without a tenant: %v", err)
-	}
-	if got := echo.seen(); !slices.Equal(got, []string{"acme", ""}) {
-		t.Errorf("handler saw tenants %q, want [acme, \"\"]", got)
+			signed := serve(t, k, tapped, echo, k.DialOption())
+			if _, err := ratelimitv1.NewRateLimitServiceClient(signed).CheckQuota(ctx, &ratelimitv1.CheckQuotaRequest{}); err != nil {
+				t.Fatalf("signed call: %v", err)
+			}
+			if _, err := ratelimitv1.NewRateLimitServiceClient(signed).CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{}); err != nil {
+				t.Fatalf("signed call without a tenant: %v", err)
+			}
+			if got := echo.seen(); !slices.Equal(got, []string{"acme", ""}) {
+				t.Errorf("handler saw tenants %q, want [acme, \"\"]", got)
+			}
+		})
 	}
 }

@@ -2,10 +2,11 @@
 // A trusted caller (the gateway, and tools run by operators) holds a secret
 // key shared with the services it calls; on every call it signs a short-lived
 // assertion naming the tenant it acts for and the method it calls. The called
-// service verifies the assertion in one interceptor, refuses the call with
-// UNAUTHENTICATED without a valid one, and takes the tenant from it alone
-// (callmeta.Tenant): a pod that can reach a gRPC port but holds no key can
-// act as no tenant, whatever x-kurz-tenant metadata it sends.
+// service verifies the assertion when the call's headers arrive (Tap), before
+// it reads the request, refuses the call with UNAUTHENTICATED without a valid
+// one, and takes the tenant from it alone (callmeta.Tenant): a pod that can
+// reach a gRPC port but holds no key can act as no tenant, whatever
+// x-kurz-tenant metadata it sends, nor make the service hold its request.
 //
 // An assertion is "v1.<expiry>.<tenant>.<mac>": the expiry in Unix seconds,
 // the tenant in unpadded base64url, and the HMAC-SHA256 of everything before
@@ -36,6 +37,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/config"
@@ -258,13 +260,45 @@ func (k *Keys) DialOption() grpc.DialOption {
 	})
 }
 
+// Tap refuses a call to any method but health checks and reflection with
+// UNAUTHENTICATED unless its headers carry a valid assertion for it, and
+// hands the call the assertion's tenant. Install it as the server's tap
+// (server.Config.GRPCAuthenticate): gRPC runs the tap when a call's
+// headers arrive, before it reads any of the request, while the
+// interceptors of ServerOptions run only after the whole request has
+// arrived, so a stranger without the key could otherwise make the server
+// buffer up to its receive size on every call it opens.
+func (k *Keys) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if open(info.FullMethodName) {
+		return ctx, nil
+	}
+	// The header's keys are lower case, as HTTP/2 sends them.
+	tenant, err := k.verifyValues(info.Header[AssertionKey], info.FullMethodName)
+	if err != nil {
+		return nil, err
+	}
+	return context.WithValue(callmeta.WithVerifiedTenant(ctx, tenant), tappedKey{}, info.FullMethodName), nil
+}
+
+// tappedKey is the context key of the method whose assertion Tap verified:
+// its interceptors need not verify it again.
+type tappedKey struct{}
+
+// tapped reports whether Tap admitted the call to method of ctx.
+func tapped(ctx context.Context, method string) bool {
+	m, _ := ctx.Value(tappedKey{}).(string)
+	return m == method
+}
+
 // ServerOptions make a gRPC server refuse every call but health checks and
 // reflection with UNAUTHENTICATED unless it carries a valid assertion for
 // its method, and hand the handlers the assertion's tenant (callmeta.Tenant).
+// They check a call after its request has arrived; Tap checks it before,
+// and what Tap admitted they pass through.
 func (k *Keys) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			if open(info.FullMethod) {
+			if open(info.FullMethod) || tapped(ctx, info.FullMethod) {
 				return handler(ctx, req)
 			}
 			ctx, err := k.authenticate(ctx, info.FullMethod)
@@ -274,7 +308,7 @@ func (k *Keys) ServerOptions() []grpc.ServerOption {
 			return handler(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			if open(info.FullMethod) {
+			if open(info.FullMethod) || tapped(ss.Context(), info.FullMethod) {
 				return handler(srv, ss)
 			}
 			ctx, err := k.authenticate(ss.Context(), info.FullMethod)
@@ -293,19 +327,30 @@ func open(method string) bool {
 }
 
 func (k *Keys) authenticate(ctx context.Context, method string) (context.Context, error) {
+	tenant, err := k.verifyValues(metadata.ValueFromIncomingContext(ctx, AssertionKey), method)
+	if err != nil {
+		return nil, err
+	}
+	return callmeta.WithVerifiedTenant(ctx, tenant), nil
+}
+
+// verifyValues verifies the assertion of a call to method, the values of
+// its AssertionKey header, and returns its tenant, or an UNAUTHENTICATED
+// status.
+func (k *Keys) verifyValues(v []string, method string) (string, error) {
 	var assertion string
-	switch v := metadata.ValueFromIncomingContext(ctx, AssertionKey); len(v) {
+	switch len(v) {
 	case 0:
 	case 1:
 		assertion = v[0]
 	default: // which one would be believed is ambiguous: none is
-		return nil, status.Error(codes.Unauthenticated, ErrMalformed.Error())
+		return "", status.Error(codes.Unauthenticated, ErrMalformed.Error())
 	}
 	tenant, err := k.Verify(assertion, method)
 	if err != nil {
-		return nil, status.Error(codes.Unauthenticated, err.Error())
+		return "", status.Error(codes.Unauthenticated, err.Error())
 	}
-	return callmeta.WithVerifiedTenant(ctx, tenant), nil
+	return tenant, nil
 }
 
 type authedStream struct {

@@ -171,6 +171,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	}
 	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
 	srvCfg.GRPCMaxRecvMsgSize = server.SmallGRPCMaxRecvMsgSize // a stats query
+	// A call without a valid assertion is refused when its headers arrive,
+	// before any of its request is read.
+	srvCfg.GRPCAuthenticate = keys.Tap
 	srv, err := server.New(ctx, "analytics", srvCfg, lc, log, keys.ServerOptions()...)
 	if err != nil {
 		return nil, err

@@ -174,3 +174,26 @@ func TestGRPCRequestsAreSmall(t *testing.T) {
 		t.Errorf("a %d-byte stats query: %v (%v), want ResourceExhausted", server.SmallGRPCMaxRecvMsgSize, got, err)
 	}
 }
+
+// TestUnsignedCallsAreRefusedBeforeTheirRequestArrives: a stats query
+// without a valid service assertion is refused (UNAUTHENTICATED) when its
+// headers arrive, while its request is still unsent, and counted in
+// kurz_grpc_calls_refused_total: a stranger who reaches the gRPC port
+// cannot make analytics hold a request per call it opens. The request
+// declares almost the receive bound, sends 32 KiB and stalls; a server that
+// read it first would never answer.
+func TestUnsignedCallsAreRefusedBeforeTheirRequestArrives(t *testing.T) {
+	cfg := load(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": limitertest.Start(t, limitertest.AllowAll).Addr()})
+	r, _ := start(t, cfg)
+	got, err := servertest.StallGRPCCall(r.Server.GRPCAddr(), "/kurz.analytics.v1.AnalyticsService/GetLinkStats",
+		server.SmallGRPCMaxRecvMsgSize-64, 32<<10, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != int(codes.Unauthenticated) {
+		t.Errorf("unsigned call: grpc-status %d (%q) after %d bytes of the request, want %d (Unauthenticated)", got.Status, got.Message, got.Sent, codes.Unauthenticated)
+	}
+	if _, body := r.Get(t, "/metrics"); !servertest.HasSeries(body, "kurz_grpc_calls_refused_total", `reason="unauthenticated"`) {
+		t.Errorf("no kurz_grpc_calls_refused_total{reason=\"unauthenticated\"} after an unsigned call:\n%s", body)
+	}
+}

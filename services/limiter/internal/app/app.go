@@ -159,7 +159,11 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(ctx, "limiter", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), lc, log)
+	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	// Envoy and the services call it unauthenticated: the receive bound,
+	// times the calls held, is what a stranger can make it buffer.
+	srvCfg.GRPCMaxRecvMsgSize = server.LimiterGRPCMaxRecvMsgSize
+	srv, err := server.New(ctx, "limiter", srvCfg, lc, log)
 	if err != nil {
 		return nil, err
 	}

@@ -246,7 +246,11 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(ctx, "shortener", cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr), lc, log, keys.ServerOptions()...)
+	srvCfg := cfg.Config(cfg.GRPCAddr, cfg.HTTPAddr)
+	// A call without a valid assertion is refused when its headers arrive,
+	// before any of its request (up to 4 MiB) is read.
+	srvCfg.GRPCAuthenticate = keys.Tap
+	srv, err := server.New(ctx, "shortener", srvCfg, lc, log, keys.ServerOptions()...)
 	if err != nil {
 		return nil, err
 	}

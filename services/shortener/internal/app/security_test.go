@@ -5,12 +5,17 @@ package app
 import (
 	"context"
 	"testing"
+	"time"
 
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/svcauth"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
 
@@ -168,5 +173,35 @@ func TestLinksToOwnShortDomainRefusedOnCreateAndUpdate(t *testing.T) {
 	}
 	if want := 2 + 3 + 1; n != want {
 		t.Errorf("%d links stored, want %d (the two kept links and the other hosts only)", n, want)
+	}
+}
+
+// TestUnsignedCallsAreRefusedBeforeTheirRequestArrives: a call without a
+// valid service assertion is refused (UNAUTHENTICATED) when its headers
+// arrive, while its request is still unsent, and counted in
+// kurz_grpc_calls_refused_total: a stranger who reaches the gRPC port
+// cannot make the shortener hold a request of up to its receive size (4
+// MiB) per call it opens. Each request here declares almost 4 MiB, sends 32
+// KiB and stalls; a server that read it first would never answer.
+func TestUnsignedCallsAreRefusedBeforeTheirRequestArrives(t *testing.T) {
+	sh := start(t, nil, hooks{})
+	const method = "/kurz.shortener.v1.ShortenerService/CreateLink"
+	// Signed with the key, but for another method: as good as none.
+	otherMethod := servertest.ServiceAuthKeys().Sign("acme", "/kurz.shortener.v1.ShortenerService/GetLink")
+	for name, headers := range map[string][]hpack.HeaderField{
+		"no assertion":                 {},
+		"assertion for another method": {{Name: svcauth.AssertionKey, Value: otherMethod}},
+	} {
+		got, err := servertest.StallGRPCCall(sh.Server.GRPCAddr(), method, server.DefaultGRPCMaxRecvMsgSize-64, 32<<10, 5*time.Second, headers...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got.Status != int(codes.Unauthenticated) {
+			t.Errorf("%s: grpc-status %d (%q) after %d bytes of the request, want %d (Unauthenticated)", name, got.Status, got.Message, got.Sent, codes.Unauthenticated)
+		}
+	}
+	// Refused calls of no other kind are counted here: the sum is theirs.
+	if got := metricValue(t, sh.Running, "kurz_grpc_calls_refused_total"); got != 2 {
+		t.Errorf("kurz_grpc_calls_refused_total %v after two unsigned calls, want 2", got)
 	}
 }
