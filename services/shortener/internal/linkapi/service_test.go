@@ -19,6 +19,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkimport"
 	"kurz.dev/pkg/rpcerr"
@@ -370,6 +371,66 @@ func TestBatchIsNotChargedForTakenAliases(t *testing.T) {
 	before = len(e.limiter.Calls())
 	if resp := batch("again-1", "again-2"); resp.GetCreated() != 0 || len(e.limiter.Calls()) != before {
 		t.Errorf("a batch of taken aliases only: created %d, %d quota checks; want none of either", resp.GetCreated(), len(e.limiter.Calls())-before)
+	}
+}
+
+// A batch whose password items find every hashing slot taken (by other
+// tenants' creates: the slots are the process's) fails them UNAVAILABLE
+// PASSWORD_HASHING_BUSY without charging them, since the refusal asks for
+// the same items again; its other items are created and charged. With a
+// slot free, every password item it paid for is hashed, even when the
+// slots it could hash in alongside are taken.
+func TestBatchIsNotChargedForPasswordsRefusedForHashing(t *testing.T) {
+	gate := capacity.New(2, 0)
+	e := newEnvWith(t, func(d *linkapi.Deps) { d.Hashes = gate })
+	batch := func(prefix string, passwords int) *shortenerv1.BatchCreateLinksRequest {
+		req := &shortenerv1.BatchCreateLinksRequest{}
+		for i := range passwords {
+			req.Requests = append(req.Requests, &shortenerv1.CreateLinkRequest{
+				LongUrl: fmt.Sprintf("https://example.com/%s/%d", prefix, i), Password: "correct horse"})
+		}
+		req.Requests = append(req.Requests, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/" + prefix + "/plain"})
+		return req
+	}
+	var held []func()
+	for range gate.Slots() {
+		release, err := gate.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, release)
+	}
+	before := len(e.limiter.Calls())
+	resp, err := e.client.BatchCreateLinks(as("acme"), batch("busy", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.GetResults()[:3] {
+		if r.GetError().GetCode() != "UNAVAILABLE" || !strings.Contains(r.GetError().GetMessage(), "hashed") {
+			t.Errorf("item %d with a password while every slot is taken: %v, want UNAVAILABLE (hashing busy)", r.GetIndex(), r.GetError())
+		}
+	}
+	if resp.GetCreated() != 1 || !resp.GetResults()[3].GetCreated() {
+		t.Errorf("created %d (item 3: %v); want the item without a password", resp.GetCreated(), resp.GetResults()[3])
+	}
+	if calls := e.limiter.Calls()[before:]; len(calls) != 1 || calls[0].GetCost() != 1 {
+		t.Errorf("quota checks of the batch: %v; want one, of cost 1 (the item created)", calls)
+	}
+
+	held[0]() // one slot free; the other stays taken
+	defer held[1]()
+	before = len(e.limiter.Calls())
+	resp, err = e.client.BatchCreateLinks(as("acme"), batch("free", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.GetResults() {
+		if !r.GetCreated() || r.GetLink().GetPasswordProtected() != (r.GetIndex() < 5) {
+			t.Errorf("item %d with one slot free: created %v, error %v, password %v", r.GetIndex(), r.GetCreated(), r.GetError(), r.GetLink().GetPasswordProtected())
+		}
+	}
+	if calls := e.limiter.Calls()[before:]; len(calls) != 1 || calls[0].GetCost() != 6 {
+		t.Errorf("quota checks of the batch: %v; want one, of cost 6", calls)
 	}
 }
 
