@@ -48,7 +48,10 @@ const maxBatchRounds = 32
 // that repeat an earlier item's URL) return that link with created false
 // and cost no quota; the others are inserted one by one, as CreateLink
 // does. The anonymous tenant's items with CODE_MODE_FROM_URL fail, as
-// CreateLink refuses them.
+// CreateLink refuses them. An item whose alias is already the tenant's
+// link to the same URL returns that link too, created false, at no quota
+// (one Get per taken alias); any other taken alias fails ALREADY_EXISTS,
+// before the charge.
 func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCreateLinksRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -162,14 +165,29 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	// quota on the rows that exist and never get further, and an import
 	// of codes another tenant holds would pay for them here and again for
 	// their new codes. The answer is the same whoever holds the alias, and
-	// a live alias's existence is no secret: its short URL redirects.
+	// a live alias's existence is no secret: its short URL redirects. An
+	// alias that is already the caller's link to the same URL is an item
+	// sent again (its first answer lost, or the batch failed on another
+	// item): it answers that link, not created and not charged, as
+	// CreateLink answers a create sent again, so that a batch with aliases
+	// is safe to send again.
 	if len(aliases) > 0 {
 		taken, err := s.store.Taken(ctx, slices.Collect(maps.Keys(aliases)))
 		if err != nil {
 			return nil, toStatus(ctx, s.log, "batch", err)
 		}
 		for code := range taken {
-			fail(aliases[code], aliasTaken(aliasOf(code)))
+			i := aliases[code]
+			switch same, err := s.store.Get(ctx, tenant, code); {
+			case err == nil && same.LongURL == drafts[i].link.LongURL:
+				s.m.repeated.Add(ctx, 1)
+				results[i].Link = s.toProto(same)
+				drafts[i] = nil
+			case err == nil || errors.Is(err, linkstore.ErrNotFound):
+				fail(i, aliasTaken(aliasOf(code)))
+			default:
+				return nil, toStatus(ctx, s.log, "batch", err)
+			}
 			valid--
 		}
 	}
