@@ -97,7 +97,7 @@ func TestImportBatchWaitsOutRefusalsThatCreatedNothing(t *testing.T) {
 		for i, l := range req.GetRequests() {
 			created = append(created, l.GetLongUrl())
 			code := fmt.Sprintf("s%d", len(created))
-			resp.Results = append(resp.Results, &shortenerv1.BatchCreateResult{Index: int32(i),
+			resp.Results = append(resp.Results, &shortenerv1.BatchCreateResult{Index: int32(i), Created: true,
 				Link: &shortenerv1.Link{Code: code, ShortUrl: "http://k.test/" + code, LongUrl: l.GetLongUrl()}})
 		}
 		out, _ := protojson.Marshal(resp)
@@ -231,7 +231,7 @@ func TestImportStoppedWritesThePartialJSONReport(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(`{"results":[{"index":0,"link":{"code":"s1","shortUrl":"http://k.test/s1","longUrl":"https://example.com/a"}}]}`))
+		w.Write([]byte(`{"results":[{"index":0,"link":{"code":"s1","shortUrl":"http://k.test/s1","longUrl":"https://example.com/a"},"created":true}]}`))
 	}))
 	r := importAgainst(t, srv, "keyword,url\n,https://example.com/a\n,https://example.com/b\n", "--batch", "1", "-o", "json")
 	var rep importReportJSON

@@ -64,3 +64,17 @@ func (g *Gate) Acquire(ctx context.Context) (release func(), err error) {
 		return nil, ctx.Err()
 	}
 }
+
+// TryAcquire takes a slot if one is free now, without waiting and without
+// counting as a waiter: for a caller that holds a slot already and would
+// only go faster with another. A slot released while callers wait goes to
+// the first of them, never to TryAcquire. On success the caller must call
+// release exactly once when the work is done.
+func (g *Gate) TryAcquire() (release func(), ok bool) {
+	select {
+	case g.slots <- struct{}{}:
+		return func() { <-g.slots }, true
+	default:
+		return nil, false
+	}
+}

@@ -111,3 +111,29 @@ func TestWaitEndsWithContext(t *testing.T) {
 		t.Fatalf("Acquire with a cancelled context = %v, want context.Canceled", err)
 	}
 }
+
+func TestTryAcquireTakesOnlyAFreeSlotAndNeverWaits(t *testing.T) {
+	g := New(2, time.Minute)
+	tried, ok := g.TryAcquire()
+	if !ok {
+		t.Fatal("TryAcquire on an empty gate found no slot")
+	}
+	acquired, err := g.Acquire(context.Background())
+	if err != nil {
+		t.Fatalf("Acquire of the slot left: %v", err)
+	}
+	// Were TryAcquire to wait, it would block here for the gate's minute.
+	if _, ok := g.TryAcquire(); ok {
+		t.Fatal("TryAcquire on a full gate took a slot")
+	}
+	if n := g.waiting.Load(); n != 0 {
+		t.Fatalf("TryAcquire counted %d callers as waiting, want 0", n)
+	}
+	tried()
+	again, ok := g.TryAcquire()
+	if !ok {
+		t.Fatal("TryAcquire after a release found no slot")
+	}
+	again()
+	acquired()
+}

@@ -105,7 +105,9 @@ func Import(ctx context.Context, rows []Row, create Creator, progress func(done,
 // ImportWith is Import that, given lookup, makes an import run again
 // create nothing twice: a row whose source code is taken by the caller's
 // own link to the same URL (sameURL) gets that link, Existing, instead of
-// a copy under a new code.
+// a copy under a new code. (A shortener that answers such a row with the
+// link, not created, makes it Existing without lookup; the lookup is for
+// one that answers ALREADY_EXISTS, and for a chunk the quota refused.)
 func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, progress func(done, total int)) (Report, error) {
 	rep := Report{Rows: len(rows)}
 	results := make([]Result, len(rows))
@@ -243,6 +245,10 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 					results[i].Code = link.GetCode()
 					results[i].ShortURL = link.GetShortUrl()
 					results[i].AliasKept = withAlias[k] && link.GetCode() == rows[i].SourceCode
+					// A link not created is the caller's own already: the
+					// shortener answers an alias that is the caller's link to
+					// the same URL with that link.
+					results[i].Existing = !res.GetCreated()
 				}
 				final[i] = true
 				done++

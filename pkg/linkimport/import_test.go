@@ -25,6 +25,10 @@ type fakeShortener struct {
 	capacity int
 	taken    map[string]bool
 	reserved map[string]bool
+	// owned are the caller's links by alias (their URL): a custom alias
+	// asked for again with its URL is answered with its link, not created,
+	// as the shortener answers it.
+	owned    map[string]string
 	next     int
 	calls    [][]*shortenerv1.CreateLinkRequest
 	failCall int   // 1-based call that fails; 0: none
@@ -62,6 +66,9 @@ func (f *fakeShortener) create(_ context.Context, reqs []*shortenerv1.CreateLink
 			res.Error = &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Field: "long_url", Message: "not a URL"}
 		case r.GetMode() == shortenerv1.CodeMode_CODE_MODE_CUSTOM && f.reserved[r.GetCustomAlias()]:
 			res.Error = &shortenerv1.BatchItemError{Code: "INVALID_ARGUMENT", Field: "custom_alias", Message: "reserved"}
+		case r.GetMode() == shortenerv1.CodeMode_CODE_MODE_CUSTOM && f.owned[r.GetCustomAlias()] == r.GetLongUrl():
+			code := r.GetCustomAlias()
+			res.Link = &shortenerv1.Link{Code: code, ShortUrl: "http://kurz.test/" + code, LongUrl: r.GetLongUrl()}
 		case r.GetMode() == shortenerv1.CodeMode_CODE_MODE_CUSTOM && f.taken[r.GetCustomAlias()]:
 			res.Error = &shortenerv1.BatchItemError{Code: "ALREADY_EXISTS", Field: "custom_alias", Message: "taken"}
 		default:
@@ -72,6 +79,7 @@ func (f *fakeShortener) create(_ context.Context, reqs []*shortenerv1.CreateLink
 			}
 			f.taken[code] = true
 			res.Link = &shortenerv1.Link{Code: code, ShortUrl: "http://kurz.test/" + code, LongUrl: r.GetLongUrl(), Tags: r.GetTags()}
+			res.Created = true
 			resp.Created++
 		}
 		resp.Results = append(resp.Results, res)
@@ -261,6 +269,31 @@ func TestImportWithLookupFindsEarlierImports(t *testing.T) {
 	}
 	if r := byRow[5]; r.Existing || r.Code != "fresh" {
 		t.Errorf("row 5: %+v, want its alias created", r)
+	}
+}
+
+// A row the shortener answers with the caller's existing link (its alias
+// already the caller's link to the same URL: created false) is reported
+// Existing, not created, without a lookup; the other rows as before.
+func TestImportReportsLinksTheShortenerHadAsExisting(t *testing.T) {
+	f := newFake()
+	f.owned = map[string]string{"mine": "https://example.com/a"}
+	rows := []Row{
+		{Line: 2, SourceCode: "mine", LongURL: "https://example.com/a"},
+		{Line: 3, SourceCode: "fresh", LongURL: "https://example.com/b"},
+	}
+	rep, err := Import(context.Background(), rows, f.create, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Existing != 1 || rep.Created != 1 || rep.AliasesKept != 1 || len(f.calls) != 1 {
+		t.Errorf("existing %d, created %d, aliases kept %d, %d calls; want 1, 1, 1, 1", rep.Existing, rep.Created, rep.AliasesKept, len(f.calls))
+	}
+	if r := rep.Results[0]; !r.Existing || r.Code != "mine" || r.Err != nil {
+		t.Errorf("row 2: %+v, want the existing link mine", r)
+	}
+	if r := rep.Results[1]; r.Existing || r.Code != "fresh" {
+		t.Errorf("row 3: %+v, want its alias created", r)
 	}
 }
 

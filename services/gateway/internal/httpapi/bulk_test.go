@@ -97,6 +97,7 @@ func (s *bulkShortener) BatchCreateLinks(_ context.Context, in *shortenerv1.Batc
 			}
 			res.Link = &shortenerv1.Link{Code: code, ShortUrl: "http://k.test/" + code, LongUrl: r.GetLongUrl(),
 				Password: r.GetPassword(), PasswordProtected: r.GetPassword() != ""}
+			res.Created = true
 			resp.Created++
 		}
 		resp.Results = append(resp.Results, res)

@@ -36,8 +36,10 @@ const maxBatchRounds = 32
 // a missing tenant, a quota that cannot cover the batch (nothing is created),
 // or a store that fails before anything was created.
 //
-// Cost: one CheckQuota of cost = the number of valid items; passwords
-// hashed on GOMAXPROCS workers; the sequential codes of the whole batch from
+// Cost: one CheckQuota of cost = the number of valid items (not counting
+// the items with a password when no hashing slot is free: they fail
+// UNAVAILABLE before it, as CreateLink would); passwords hashed on up to
+// GOMAXPROCS workers; the sequential codes of the whole batch from
 // one block allocation (codegen.Blocks.NextCodes: at most one nextval round
 // trip); the rows in one multi-row INSERT ... ON CONFLICT (code) DO NOTHING
 // (a taken alias does not abort the others; a generated code that was taken
@@ -46,7 +48,10 @@ const maxBatchRounds = 32
 // that repeat an earlier item's URL) return that link with created false
 // and cost no quota; the others are inserted one by one, as CreateLink
 // does. The anonymous tenant's items with CODE_MODE_FROM_URL fail, as
-// CreateLink refuses them.
+// CreateLink refuses them. An item whose alias is already the tenant's
+// link to the same URL returns that link too, created false, at no quota
+// (one Get per taken alias); any other taken alias fails ALREADY_EXISTS,
+// before the charge.
 func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCreateLinksRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -160,15 +165,49 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	// quota on the rows that exist and never get further, and an import
 	// of codes another tenant holds would pay for them here and again for
 	// their new codes. The answer is the same whoever holds the alias, and
-	// a live alias's existence is no secret: its short URL redirects.
+	// a live alias's existence is no secret: its short URL redirects. An
+	// alias that is already the caller's link to the same URL is an item
+	// sent again (its first answer lost, or the batch failed on another
+	// item): it answers that link, not created and not charged, as
+	// CreateLink answers a create sent again, so that a batch with aliases
+	// is safe to send again.
 	if len(aliases) > 0 {
 		taken, err := s.store.Taken(ctx, slices.Collect(maps.Keys(aliases)))
 		if err != nil {
 			return nil, toStatus(ctx, s.log, "batch", err)
 		}
 		for code := range taken {
-			fail(aliases[code], aliasTaken(aliasOf(code)))
+			i := aliases[code]
+			switch same, err := s.store.Get(ctx, tenant, code); {
+			case err == nil && same.LongURL == drafts[i].link.LongURL:
+				s.m.repeated.Add(ctx, 1)
+				results[i].Link = s.toProto(same)
+				drafts[i] = nil
+			case err == nil || errors.Is(err, linkstore.ErrNotFound):
+				fail(i, aliasTaken(aliasOf(code)))
+			default:
+				return nil, toStatus(ctx, s.log, "batch", err)
+			}
 			valid--
+		}
+	}
+	// A hashing slot before the charge, as CreateLink takes one: an item
+	// refused for hashing capacity asks for the same request again, which
+	// must not have cost it a link of the quota, and the slots are shared
+	// by every tenant, so another tenant's passwords would decide what
+	// this one loses. The batch holds the slot until its last hash, so an
+	// item it paid for never fails for want of one.
+	releaseHash := func() {}
+	if pw := withPassword(drafts); len(pw) > 0 {
+		release, err := s.hashSlot(ctx)
+		if err != nil {
+			for _, i := range pw {
+				fail(i, err)
+			}
+			valid -= len(pw)
+		} else {
+			releaseHash = release
+			defer release()
 		}
 	}
 	if valid > 0 {
@@ -189,6 +228,7 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			fail(i, err)
 		}
 	}
+	releaseHash()
 
 	stored, err := s.insertBatch(ctx, drafts, fail)
 	if err != nil && len(stored) == 0 {
@@ -240,46 +280,74 @@ func aliasOf(key string) string {
 	return code
 }
 
-// hashPasswords hashes the passwords of drafts on at most GOMAXPROCS workers
-// (Argon2id costs tens of milliseconds and 19 MiB each: unbounded, a batch of
-// 1,000 would take every core and a lot of memory at once), each hash in one
-// of the process's hashing slots like any other (hashPassword): an item that
-// finds them busy fails UNAVAILABLE on its own. It returns one error per
-// item that failed, keyed by index.
-func (s *Service) hashPasswords(ctx context.Context, drafts []*draft) map[int]error {
-	var todo []int
+// withPassword is the indices of the drafts that have a password.
+func withPassword(drafts []*draft) []int {
+	var idx []int
 	for i, d := range drafts {
 		if d != nil && d.password != "" {
-			todo = append(todo, i)
+			idx = append(idx, i)
 		}
 	}
+	return idx
+}
+
+// hashPasswords hashes the passwords of drafts on at most GOMAXPROCS workers
+// (Argon2id costs tens of milliseconds and 19 MiB each: unbounded, a batch of
+// 1,000 would take every core and a lot of memory at once). The caller holds
+// one of the process's hashing slots (hashSlot) for them: one worker hashes
+// in it, and takes every item the others leave, so that none fails for want
+// of a slot. The others hash in more slots while some are free, one slot per
+// hash (capacity.Gate.TryAcquire: they neither wait nor take a waiting
+// call's place), and stop at the first that is not. It returns one error
+// per item that failed (the call's context ended), keyed by index.
+func (s *Service) hashPasswords(ctx context.Context, drafts []*draft) map[int]error {
+	todo := withPassword(drafts)
 	errs := make(map[int]error)
 	if len(todo) == 0 {
 		return errs
 	}
-	var mu sync.Mutex
-	work := make(chan int)
-	var wg sync.WaitGroup
-	// More workers than slots would only wait for them, or be refused.
-	for range min(runtime.GOMAXPROCS(0), s.hashes.Slots(), len(todo)) {
-		wg.Go(func() {
-			for i := range work {
-				err := ctx.Err()
-				if err == nil {
-					drafts[i].link.PasswordHash, err = s.hashPassword(ctx, drafts[i].password)
-				}
-				if err != nil {
-					mu.Lock()
-					errs[i] = err
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	work := make(chan int, len(todo))
 	for _, i := range todo {
 		work <- i
 	}
 	close(work)
+	var mu sync.Mutex
+	hash := func(i int) {
+		err := ctx.Err()
+		if err == nil {
+			drafts[i].link.PasswordHash, err = hashIn(drafts[i].password)
+		}
+		if err != nil {
+			mu.Lock()
+			errs[i] = err
+			mu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { // in the caller's slot
+		for i := range work {
+			hash(i)
+		}
+	})
+	// More workers than slots would only find them taken.
+	for range min(runtime.GOMAXPROCS(0), s.hashes.Slots(), len(todo)) - 1 {
+		wg.Go(func() {
+			for {
+				release, ok := s.hashes.TryAcquire()
+				if !ok {
+					return
+				}
+				i, more := <-work
+				if more {
+					hash(i)
+				}
+				release()
+				if !more {
+					return
+				}
+			}
+		})
+	}
 	wg.Wait()
 	return errs
 }

@@ -19,6 +19,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkimport"
 	"kurz.dev/pkg/rpcerr"
@@ -331,17 +332,17 @@ func TestBatchBeyondTheQuotaCapacityIsInvalid(t *testing.T) {
 	wantStatus(t, "a batch of 10 denied", batch(10), codes.ResourceExhausted, rpcerr.ReasonRateLimited, "")
 }
 
-// A batch sent again (an import retried after an error) is not charged for
-// the caller's own aliases that exist already, nor for another tenant's:
-// they fail ALREADY_EXISTS before the quota check, so a retry is never
-// stuck spending its quota on them.
+// A batch is not charged for the aliases some link holds already: the
+// caller's own (to another URL) and another tenant's fail ALREADY_EXISTS
+// before the quota check, so that an import whose codes are taken is
+// never stuck spending its quota on them.
 func TestBatchIsNotChargedForTakenAliases(t *testing.T) {
 	e := newEnv(t)
-	batch := func(aliases ...string) *shortenerv1.BatchCreateLinksResponse {
+	batch := func(path string, aliases ...string) *shortenerv1.BatchCreateLinksResponse {
 		t.Helper()
 		req := &shortenerv1.BatchCreateLinksRequest{}
 		for _, a := range aliases {
-			req.Requests = append(req.Requests, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/" + a, CustomAlias: a})
+			req.Requests = append(req.Requests, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/" + path + a, CustomAlias: a})
 		}
 		resp, err := e.client.BatchCreateLinks(as("acme"), req)
 		if err != nil {
@@ -349,14 +350,14 @@ func TestBatchIsNotChargedForTakenAliases(t *testing.T) {
 		}
 		return resp
 	}
-	if got := batch("again-1").GetCreated() + batch("again-2").GetCreated(); got != 2 {
+	if got := batch("", "again-1").GetCreated() + batch("", "again-2").GetCreated(); got != 2 {
 		t.Fatalf("the first batches created %d, want 2", got)
 	}
-	if _, err := e.client.CreateLink(as("globex"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/g", CustomAlias: "again-g"}); err != nil {
+	if _, err := e.client.CreateLink(as("globex"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/other/again-g", CustomAlias: "again-g"}); err != nil {
 		t.Fatal(err)
 	}
 	before := len(e.limiter.Calls())
-	resp := batch("again-1", "again-g", "again-3", "again-2")
+	resp := batch("other/", "again-1", "again-g", "again-3", "again-2")
 	for i, r := range resp.GetResults() {
 		wantTaken := i != 2
 		if gotTaken := r.GetError().GetCode() == "ALREADY_EXISTS"; gotTaken != wantTaken || r.GetCreated() == wantTaken {
@@ -365,11 +366,113 @@ func TestBatchIsNotChargedForTakenAliases(t *testing.T) {
 	}
 	calls := e.limiter.Calls()[before:]
 	if len(calls) != 1 || calls[0].GetCost() != 1 {
-		t.Errorf("quota checks of the batch sent again: %v; want one, of cost 1 (the new alias)", calls)
+		t.Errorf("quota checks of the batch: %v; want one, of cost 1 (the new alias)", calls)
 	}
 	before = len(e.limiter.Calls())
-	if resp := batch("again-1", "again-2"); resp.GetCreated() != 0 || len(e.limiter.Calls()) != before {
+	if resp := batch("other/", "again-1", "again-2"); resp.GetCreated() != 0 || len(e.limiter.Calls()) != before {
 		t.Errorf("a batch of taken aliases only: created %d, %d quota checks; want none of either", resp.GetCreated(), len(e.limiter.Calls())-before)
+	}
+}
+
+// A batch sent again (its answer lost, or an import run again) answers
+// each item whose alias is already the caller's link to the same URL with
+// that link, not created and not charged, as a create sent again is
+// answered: docs/api.md tells clients a batch with aliases is safe to send
+// again. The same alias to another URL, or another tenant's, stays
+// ALREADY_EXISTS.
+func TestBatchSentAgainAnswersItsAliasesLinks(t *testing.T) {
+	e := newEnv(t)
+	items := []*shortenerv1.CreateLinkRequest{
+		{LongUrl: "https://example.com/resend/0", CustomAlias: "Resend-0"},
+		{LongUrl: "https://EXAMPLE.com:443/resend/1", CustomAlias: "resend-1", Tags: []string{"t"}},
+	}
+	first, err := e.client.BatchCreateLinks(as("acme"), &shortenerv1.BatchCreateLinksRequest{Requests: items})
+	if err != nil || first.GetCreated() != 2 {
+		t.Fatalf("first batch: %v, %v; want 2 created", first, err)
+	}
+	before := len(e.limiter.Calls())
+	again, err := e.client.BatchCreateLinks(as("acme"), &shortenerv1.BatchCreateLinksRequest{Requests: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range again.GetResults() {
+		want := first.GetResults()[i].GetLink()
+		if r.GetError() != nil || r.GetCreated() || r.GetLink().GetCode() != want.GetCode() || r.GetLink().GetLongUrl() != want.GetLongUrl() {
+			t.Errorf("item %d sent again: created %v, link %v, error %v; want the link %s, not created", i, r.GetCreated(), r.GetLink(), r.GetError(), want.GetCode())
+		}
+	}
+	if again.GetCreated() != 0 || len(e.limiter.Calls()) != before {
+		t.Errorf("the batch sent again: created %d, %d quota checks; want none of either", again.GetCreated(), len(e.limiter.Calls())-before)
+	}
+
+	other := []*shortenerv1.CreateLinkRequest{{LongUrl: "https://example.com/resend/elsewhere", CustomAlias: "Resend-0"}}
+	resp, err := e.client.BatchCreateLinks(as("acme"), &shortenerv1.BatchCreateLinksRequest{Requests: other})
+	if err != nil || resp.GetResults()[0].GetError().GetCode() != "ALREADY_EXISTS" {
+		t.Errorf("the caller's alias to another URL: %v, %v; want ALREADY_EXISTS", resp, err)
+	}
+	resp, err = e.client.BatchCreateLinks(as("globex"), &shortenerv1.BatchCreateLinksRequest{Requests: items[:1]})
+	if err != nil || resp.GetResults()[0].GetError().GetCode() != "ALREADY_EXISTS" || resp.GetResults()[0].GetLink() != nil {
+		t.Errorf("another tenant's alias to the same URL: %v, %v; want ALREADY_EXISTS and no link", resp, err)
+	}
+}
+
+// A batch whose password items find every hashing slot taken (by other
+// tenants' creates: the slots are the process's) fails them UNAVAILABLE
+// PASSWORD_HASHING_BUSY without charging them, since the refusal asks for
+// the same items again; its other items are created and charged. With a
+// slot free, every password item it paid for is hashed, even when the
+// slots it could hash in alongside are taken.
+func TestBatchIsNotChargedForPasswordsRefusedForHashing(t *testing.T) {
+	gate := capacity.New(2, 0)
+	e := newEnvWith(t, func(d *linkapi.Deps) { d.Hashes = gate })
+	batch := func(prefix string, passwords int) *shortenerv1.BatchCreateLinksRequest {
+		req := &shortenerv1.BatchCreateLinksRequest{}
+		for i := range passwords {
+			req.Requests = append(req.Requests, &shortenerv1.CreateLinkRequest{
+				LongUrl: fmt.Sprintf("https://example.com/%s/%d", prefix, i), Password: "correct horse"})
+		}
+		req.Requests = append(req.Requests, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/" + prefix + "/plain"})
+		return req
+	}
+	var held []func()
+	for range gate.Slots() {
+		release, err := gate.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, release)
+	}
+	before := len(e.limiter.Calls())
+	resp, err := e.client.BatchCreateLinks(as("acme"), batch("busy", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.GetResults()[:3] {
+		if r.GetError().GetCode() != "UNAVAILABLE" || !strings.Contains(r.GetError().GetMessage(), "hashed") {
+			t.Errorf("item %d with a password while every slot is taken: %v, want UNAVAILABLE (hashing busy)", r.GetIndex(), r.GetError())
+		}
+	}
+	if resp.GetCreated() != 1 || !resp.GetResults()[3].GetCreated() {
+		t.Errorf("created %d (item 3: %v); want the item without a password", resp.GetCreated(), resp.GetResults()[3])
+	}
+	if calls := e.limiter.Calls()[before:]; len(calls) != 1 || calls[0].GetCost() != 1 {
+		t.Errorf("quota checks of the batch: %v; want one, of cost 1 (the item created)", calls)
+	}
+
+	held[0]() // one slot free; the other stays taken
+	defer held[1]()
+	before = len(e.limiter.Calls())
+	resp, err = e.client.BatchCreateLinks(as("acme"), batch("free", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.GetResults() {
+		if !r.GetCreated() || r.GetLink().GetPasswordProtected() != (r.GetIndex() < 5) {
+			t.Errorf("item %d with one slot free: created %v, error %v, password %v", r.GetIndex(), r.GetCreated(), r.GetError(), r.GetLink().GetPasswordProtected())
+		}
+	}
+	if calls := e.limiter.Calls()[before:]; len(calls) != 1 || calls[0].GetCost() != 6 {
+		t.Errorf("quota checks of the batch: %v; want one, of cost 6", calls)
 	}
 }
 
