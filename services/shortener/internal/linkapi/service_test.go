@@ -204,6 +204,7 @@ func TestCreateRefusesBadArguments(t *testing.T) {
 		"bad tag":            {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Tags: []string{"no spaces"}}, linkapi.ReasonTagsInvalid, "tags"},
 		"negative visits":    {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", MaxVisits: -1}, linkapi.ReasonMaxVisitsInvalid, "max_visits"},
 		"short password":     {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Password: "short"}, linkapi.ReasonPasswordInvalid, "password"},
+		"NUL password":       {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Password: strings.Repeat("\x00", 8)}, linkapi.ReasonPasswordInvalid, "password"},
 	} {
 		_, err := e.client.CreateLink(as("acme"), tc.req)
 		wantStatus(t, name, err, codes.InvalidArgument, tc.reason, tc.field)
