@@ -40,10 +40,12 @@ const (
 	// A code derived from the tenant and the long URL (after normalisation):
 	// shortening one URL again returns the tenant's existing link
 	// (CreateLinkResponse.created false) instead of a new one. The code is
-	// the first free one of a fixed sequence of candidates, each 7 base62
+	// the first free one of a sequence of candidates, each 7 base62
 	// characters of HMAC-SHA256 under the shortener's code key; a candidate
-	// held by another link (another URL, or a deleted link: codes are never
-	// reused) yields to the next, up to 8 candidates.
+	// held by another link (of another URL or tenant, or one of the
+	// tenant's earlier links of the URL: codes are never reused) yields to
+	// the next, so the URL's link can be replaced as often as it stops
+	// working.
 	CodeMode_CODE_MODE_FROM_URL CodeMode = 4
 )
 
