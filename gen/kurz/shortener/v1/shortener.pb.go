@@ -805,7 +805,9 @@ type Link struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only. When the link was last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	// After this time the code answers 410 Gone. Unset: never expires.
+	// After this time the code answers 410 Gone. Unset: never expires. Kept
+	// to the microsecond: a time with nanoseconds is cut to the microsecond
+	// before it, and answered so.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// A disabled link stops redirecting but keeps its code and statistics.
 	Disabled bool `protobuf:"varint,9,opt,name=disabled,proto3" json:"disabled,omitempty"`
@@ -1405,7 +1407,8 @@ type CreateLinkRequest struct {
 	LongUrl string   `protobuf:"bytes,1,opt,name=long_url,json=longUrl,proto3" json:"long_url,omitempty"`
 	Mode    CodeMode `protobuf:"varint,2,opt,name=mode,proto3,enum=kurz.shortener.v1.CodeMode" json:"mode,omitempty"`
 	// With CODE_MODE_CUSTOM: the wanted code.
-	CustomAlias  string                 `protobuf:"bytes,3,opt,name=custom_alias,json=customAlias,proto3" json:"custom_alias,omitempty"`
+	CustomAlias string `protobuf:"bytes,3,opt,name=custom_alias,json=customAlias,proto3" json:"custom_alias,omitempty"`
+	// See Link.expire_time.
 	ExpireTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	RedirectType RedirectType           `protobuf:"varint,5,opt,name=redirect_type,json=redirectType,proto3,enum=kurz.shortener.v1.RedirectType" json:"redirect_type,omitempty"`
 	// See Link.tags.

@@ -682,11 +682,15 @@ func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Lin
 	return l, mode, nil
 }
 
+// futureTime is an expiry as it is kept: cut to the microsecond before it,
+// as PostgreSQL's timestamptz keeps it (and pgx sends it), so that what is
+// checked, stored and answered is one time; clients send nanoseconds, and
+// are not refused for them.
 func futureTime(ts *timestamppb.Timestamp) (time.Time, error) {
 	if err := ts.CheckValid(); err != nil {
 		return time.Time{}, rpcerr.Invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time is not a valid timestamp")
 	}
-	t := ts.AsTime()
+	t := ts.AsTime().Truncate(time.Microsecond)
 	if !t.After(time.Now()) {
 		return time.Time{}, rpcerr.Invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time must be in the future")
 	}

@@ -508,3 +508,31 @@ func TestUnreachableStoreIsUnavailable(t *testing.T) {
 		t.Errorf("the store's error reached the client: %v", err)
 	}
 }
+
+// An expiry is kept to the microsecond, as PostgreSQL keeps it: a time with
+// nanoseconds is not refused but cut to the microsecond before it, and the
+// create, a read and an update all answer the time kept.
+func TestExpiryIsKeptToTheMicrosecond(t *testing.T) {
+	e := newEnv(t)
+	ctx := as("acme")
+	at := time.Now().Add(time.Hour).Truncate(time.Second).Add(123456789 * time.Nanosecond)
+	kept := at.Truncate(time.Microsecond)
+	l, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/soon", ExpireTime: timestamppb.New(at)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.GetLink().GetExpireTime().AsTime(); !got.Equal(kept) {
+		t.Errorf("create: expiry %s, want %s", got.Format(time.RFC3339Nano), kept.Format(time.RFC3339Nano))
+	}
+	code := l.GetLink().GetCode()
+	read, err := e.client.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	if err != nil || !read.GetLink().GetExpireTime().AsTime().Equal(kept) {
+		t.Errorf("read: %v, %v; want expiry %s", read.GetLink().GetExpireTime(), err, kept.Format(time.RFC3339Nano))
+	}
+	later := at.Add(time.Hour)
+	up, err := e.client.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link: &shortenerv1.Link{Code: code, ExpireTime: timestamppb.New(later)}, UpdateMask: mask("expire_time")})
+	if err != nil || !up.GetLink().GetExpireTime().AsTime().Equal(later.Truncate(time.Microsecond)) {
+		t.Errorf("update: %v, %v; want expiry %s", up.GetLink().GetExpireTime(), err, later.Truncate(time.Microsecond).Format(time.RFC3339Nano))
+	}
+}
