@@ -1406,7 +1406,9 @@ type CreateLinkRequest struct {
 	// The URL to shorten (JSON "longUrl").
 	LongUrl string   `protobuf:"bytes,1,opt,name=long_url,json=longUrl,proto3" json:"long_url,omitempty"`
 	Mode    CodeMode `protobuf:"varint,2,opt,name=mode,proto3,enum=kurz.shortener.v1.CodeMode" json:"mode,omitempty"`
-	// With CODE_MODE_CUSTOM: the wanted code.
+	// With CODE_MODE_CUSTOM: the wanted code. Case-sensitive, as every code
+	// is: "MyAlias" and "myAlias" are two codes, which two tenants can hold;
+	// create the variants of an alias as aliases too to keep them.
 	CustomAlias string `protobuf:"bytes,3,opt,name=custom_alias,json=customAlias,proto3" json:"custom_alias,omitempty"`
 	// See Link.expire_time.
 	ExpireTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`

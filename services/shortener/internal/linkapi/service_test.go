@@ -536,3 +536,21 @@ func TestExpiryIsKeptToTheMicrosecond(t *testing.T) {
 		t.Errorf("update: %v, %v; want expiry %s", up.GetLink().GetExpireTime(), err, later.Truncate(time.Microsecond).Format(time.RFC3339Nano))
 	}
 }
+
+// Aliases are case-sensitive, as docs/api.md says: another tenant can hold
+// an alias that differs from one only in case, and the exact alias stays
+// refused.
+func TestAliasesDifferingInCaseAreTwoCodes(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/brand", CustomAlias: "MyAlias"}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.client.CreateLink(as("globex"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/other", CustomAlias: "myAlias"})
+	if err != nil || other.GetLink().GetCode() != "myAlias" {
+		t.Errorf("another tenant's alias in other case: %v, %v; want the link myAlias", other, err)
+	}
+	_, err = e.client.CreateLink(as("globex"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/other", CustomAlias: "MyAlias"})
+	if status.Code(err) != codes.AlreadyExists {
+		t.Errorf("another tenant's exact alias: %v, want AlreadyExists", err)
+	}
+}
