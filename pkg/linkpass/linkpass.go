@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/crypto/argon2"
@@ -52,6 +53,13 @@ func Validate(password string) error {
 	n := utf8.RuneCountInString(password)
 	if n < MinLength || n > MaxLength {
 		return fmt.Errorf("the password must be %d to %d characters long", MinLength, MaxLength)
+	}
+	// The redirect's password form is a single line of typed text: a
+	// password with a control character (NUL, a tab, a line break) could
+	// never be entered there, and the link would never open.
+	if i := strings.IndexFunc(password, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(password[i:])
+		return fmt.Errorf("the password must not contain control characters (it has %U at byte %d): visitors could not type it", r, i)
 	}
 	return nil
 }

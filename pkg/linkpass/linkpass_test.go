@@ -37,6 +37,12 @@ func TestValidate(t *testing.T) {
 		strings.Repeat("x", 129):     false,
 		strings.Repeat("ü", 8):       true,
 		"bad utf8 \xff\xfe padding!": false,
+		strings.Repeat("\x00", 8):    false,
+		"tab\tseparated":             false,
+		"line\nbreak!":               false,
+		"del\x7fat end":              false,
+		"c1 \u0085 next line":        false,
+		"spaces are fine":            true,
 	} {
 		if err := Validate(pw); (err == nil) != ok {
 			t.Errorf("Validate(%q) = %v; want ok=%v", pw, err, ok)

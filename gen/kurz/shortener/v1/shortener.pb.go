@@ -40,10 +40,12 @@ const (
 	// A code derived from the tenant and the long URL (after normalisation):
 	// shortening one URL again returns the tenant's existing link
 	// (CreateLinkResponse.created false) instead of a new one. The code is
-	// the first free one of a fixed sequence of candidates, each 7 base62
+	// the first free one of a sequence of candidates, each 7 base62
 	// characters of HMAC-SHA256 under the shortener's code key; a candidate
-	// held by another link (another URL, or a deleted link: codes are never
-	// reused) yields to the next, up to 8 candidates.
+	// held by another link (of another URL or tenant, or one of the
+	// tenant's earlier links of the URL: codes are never reused) yields to
+	// the next, so the URL's link can be replaced as often as it stops
+	// working.
 	CodeMode_CODE_MODE_FROM_URL CodeMode = 4
 )
 
@@ -803,7 +805,9 @@ type Link struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Output only. When the link was last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	// After this time the code answers 410 Gone. Unset: never expires.
+	// After this time the code answers 410 Gone. Unset: never expires. Kept
+	// to the microsecond: a time with nanoseconds is cut to the microsecond
+	// before it, and answered so.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// A disabled link stops redirecting but keeps its code and statistics.
 	Disabled bool `protobuf:"varint,9,opt,name=disabled,proto3" json:"disabled,omitempty"`
@@ -1402,8 +1406,11 @@ type CreateLinkRequest struct {
 	// The URL to shorten (JSON "longUrl").
 	LongUrl string   `protobuf:"bytes,1,opt,name=long_url,json=longUrl,proto3" json:"long_url,omitempty"`
 	Mode    CodeMode `protobuf:"varint,2,opt,name=mode,proto3,enum=kurz.shortener.v1.CodeMode" json:"mode,omitempty"`
-	// With CODE_MODE_CUSTOM: the wanted code.
-	CustomAlias  string                 `protobuf:"bytes,3,opt,name=custom_alias,json=customAlias,proto3" json:"custom_alias,omitempty"`
+	// With CODE_MODE_CUSTOM: the wanted code. Case-sensitive, as every code
+	// is: "MyAlias" and "myAlias" are two codes, which two tenants can hold;
+	// create the variants of an alias as aliases too to keep them.
+	CustomAlias string `protobuf:"bytes,3,opt,name=custom_alias,json=customAlias,proto3" json:"custom_alias,omitempty"`
+	// See Link.expire_time.
 	ExpireTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	RedirectType RedirectType           `protobuf:"varint,5,opt,name=redirect_type,json=redirectType,proto3,enum=kurz.shortener.v1.RedirectType" json:"redirect_type,omitempty"`
 	// See Link.tags.

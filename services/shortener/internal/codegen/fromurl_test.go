@@ -2,6 +2,7 @@ package codegen_test
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"kurz.dev/pkg/linkcode"
@@ -48,5 +49,58 @@ func TestFromURLCandidates(t *testing.T) {
 	}
 	if !bytes.Equal(codegen.URLKey("", url), codegen.URLKey("", url)) || bytes.Equal(codegen.URLKey("", url), codegen.URLKey("", url+"/")) || len(codegen.URLKey("", url)) != 32 {
 		t.Error("URLKey is not a SHA-256 of the URL")
+	}
+}
+
+// FreeCandidate finds the first free candidate after a run of taken ones
+// (a tenant's earlier links of the URL), however long the run, in at most
+// FromURLLooks looks of at most 40 candidates each; a lone free candidate
+// past the run is not needed, and with every candidate taken there is
+// none.
+func TestFreeCandidateFindsTheEndOfARunInFewLooks(t *testing.T) {
+	for _, run := range []int{0, 1, 7, 8, 9, 15, 16, 17, 100, 1000, 33 * 33, 123457, 1 << 20, codegen.FromURLCandidates / 3,
+		codegen.FromURLCandidates/2 + 5, codegen.FromURLCandidates - 2, codegen.FromURLCandidates - 1} {
+		for _, from := range []int{0, 1, run / 2, run} {
+			if from > run {
+				continue
+			}
+			looks, widest := 0, 0
+			got, ok, err := codegen.FreeCandidate(from, func(attempts []int) ([]bool, error) {
+				looks++
+				widest = max(widest, len(attempts))
+				held := make([]bool, len(attempts))
+				for i, a := range attempts {
+					if a < from || a >= codegen.FromURLCandidates {
+						t.Fatalf("run %d from %d: candidate %d looked at", run, from, a)
+					}
+					held[i] = a < run
+				}
+				return held, nil
+			})
+			if err != nil || !ok || got != run {
+				t.Errorf("run %d from %d: %d, %v, %v; want candidate %d", run, from, got, ok, err, run)
+			}
+			if looks > codegen.FromURLLooks || widest > 40 {
+				t.Errorf("run %d from %d: %d looks of up to %d candidates, want at most %d of up to 40", run, from, looks, widest, codegen.FromURLLooks)
+			}
+		}
+	}
+
+	all := func(attempts []int) ([]bool, error) {
+		held := make([]bool, len(attempts))
+		for i := range held {
+			held[i] = true
+		}
+		return held, nil
+	}
+	if got, ok, err := codegen.FreeCandidate(0, all); ok || err != nil {
+		t.Errorf("every candidate taken: %d, %v, %v; want none", got, ok, err)
+	}
+	if _, ok, _ := codegen.FreeCandidate(codegen.FromURLCandidates, all); ok {
+		t.Error("from past the last candidate: found one")
+	}
+	broken := errors.New("connection refused")
+	if _, _, err := codegen.FreeCandidate(0, func([]int) ([]bool, error) { return nil, broken }); !errors.Is(err, broken) {
+		t.Errorf("a failed look: %v, want its error", err)
 	}
 }

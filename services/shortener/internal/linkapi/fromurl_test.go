@@ -1,6 +1,7 @@
 package linkapi_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -96,16 +97,36 @@ func TestFromURLCandidates(t *testing.T) {
 	}
 
 	const full = "https://example.com/full"
-	for i := range codegen.FromURLAttempts {
+	for i := range 20 {
 		if _, err := e.store.Insert(t.Context(), linkstore.Link{Code: f.Candidate("acme", full, i), Tenant: "globex", LongURL: "https://example.com/x"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: full, Mode: fromURL})
+	if l := createFromURL(t, e, "acme", full); l.GetLink().GetCode() != f.Candidate("acme", full, 20) {
+		t.Errorf("the first 20 candidates taken: code %s, want the 21st candidate %s", l.GetLink().GetCode(), f.Candidate("acme", full, 20))
+	}
+
+	held := newEnvWith(t, func(d *linkapi.Deps) { d.Store = everyCodeTaken{d.Store} })
+	_, err := held.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: full, Mode: fromURL})
 	wantStatus(t, "every candidate taken", err, codes.FailedPrecondition, linkapi.ReasonFromURLExhausted, "mode")
 	if _, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: full, Mode: fromURL, CustomAlias: "mine"}); grpcstatus.Code(err) != codes.InvalidArgument {
 		t.Errorf("from the URL with an alias: %v, want InvalidArgument", err)
 	}
+}
+
+// everyCodeTaken is a store where every code is held by a link.
+type everyCodeTaken struct{ linkapi.Store }
+
+func (s everyCodeTaken) Insert(ctx context.Context, l linkstore.Link) (linkstore.Link, error) {
+	return linkstore.Link{}, linkstore.ErrCodeTaken
+}
+
+func (s everyCodeTaken) Taken(ctx context.Context, codes []string) (map[string]bool, error) {
+	held := make(map[string]bool, len(codes))
+	for _, c := range codes {
+		held[c] = true
+	}
+	return held, nil
 }
 
 // Anonymous callers all share tenant "anonymous": codes from the URL would
@@ -209,4 +230,25 @@ func TestFromURLReplacesALinkWhoseVisitsAreSpent(t *testing.T) {
 		t.Errorf("the spent link: %+v, %v; want it kept as it was, without the URL", l, err)
 	}
 
+}
+
+// Each disable of the URL's link lets the next create make a new link, for
+// as long as the tenant goes on: the tenant's own earlier links of the URL
+// (which keep their codes for good) do not use up the codes the URL can
+// have, and each new link takes the next candidate.
+func TestFromURLOutlivesManyDisabledLinksOfTheURL(t *testing.T) {
+	e := newEnv(t)
+	f, _ := codegen.NewFromURL(unitCodeKey)
+	const long = "https://example.com/again-and-again"
+	for i := range 40 {
+		l := createFromURL(t, e, "acme", long)
+		if !l.GetCreated() || l.GetLink().GetCode() != f.Candidate("acme", long, i) {
+			t.Fatalf("create %d: created %v, code %s; want a new link with candidate %d, %s",
+				i+1, l.GetCreated(), l.GetLink().GetCode(), i, f.Candidate("acme", long, i))
+		}
+		if _, err := e.client.UpdateLink(as("acme"), &shortenerv1.UpdateLinkRequest{
+			Link: &shortenerv1.Link{Code: l.GetLink().GetCode(), Disabled: true}, UpdateMask: mask("disabled")}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -523,16 +523,25 @@ func modeAllowed(tenant string, mode shortenerv1.CodeMode) error {
 // and its read.
 const fromURLRaces = 3
 
+// fromURLInserts bounds the inserts of one insertFromURL: a candidate
+// found free can be taken by a concurrent insert before this one, and the
+// search goes on past it.
+const fromURLInserts = 8
+
 // insertFromURL stores l (URLKey set) under the first of its URL's
 // candidate codes that is free; the tenant's disabled or expired link of
-// the URL, if any, gives the URL up to it (linkstore.Store.Insert). created
-// is false when the tenant's working link of the URL appeared meanwhile (a
-// concurrent create won): that link is returned. Every candidate taken is
-// FAILED_PRECONDITION: retrying cannot help, another mode can.
+// the URL, if any, gives the URL up to it (linkstore.Store.Insert). The
+// first candidate is inserted straight away; once it is taken (by the
+// tenant's earlier links of the URL, each of which keeps its code, or by
+// another link), codegen.FreeCandidate finds the next free one in a few
+// queries, however many links the URL had. created is false when the
+// tenant's working link of the URL appeared meanwhile (a concurrent create
+// won): that link is returned. No free candidate is FAILED_PRECONDITION:
+// retrying cannot help, another mode can.
 func (s *Service) insertFromURL(ctx context.Context, l linkstore.Link) (stored linkstore.Link, created bool, err error) {
-	races := 0
-	for attempt := 0; attempt < codegen.FromURLAttempts; {
-		l.Code = linkdomain.Key(l.Domain, s.fromURL.Candidate(l.Tenant, l.LongURL, attempt))
+	races, attempt := 0, 0
+	for inserts := 0; inserts < fromURLInserts; {
+		l.Code = s.fromURLCode(l, attempt)
 		stored, err = s.store.Insert(ctx, l)
 		switch {
 		case err == nil:
@@ -549,13 +558,49 @@ func (s *Service) insertFromURL(ctx context.Context, l linkstore.Link) (stored l
 		case !errors.Is(err, linkstore.ErrCodeTaken):
 			return linkstore.Link{}, false, err
 		}
-		s.m.fromURLSkipped.Add(ctx, 1)
-		attempt++
+		inserts++
+		next, ok, ferr := codegen.FreeCandidate(attempt+1, func(attempts []int) ([]bool, error) {
+			return s.candidatesTaken(ctx, l, attempts)
+		})
+		if ferr != nil {
+			return linkstore.Link{}, false, ferr
+		}
+		if !ok {
+			s.m.fromURLSkipped.Add(ctx, 1)
+			s.log.WarnContext(ctx, "codes from the url exhausted: no candidate is free", "tenant", l.Tenant, "after", attempt)
+			return linkstore.Link{}, false, rpcerr.WithDetails(codes.FailedPrecondition,
+				"no code this URL can have is free: each is held by another link, or by one of your earlier links of the URL (a link keeps its code even once deleted); create it with another mode",
+				rpcerr.Info(ReasonFromURLExhausted, map[string]string{"field": "mode"}))
+		}
+		s.m.fromURLSkipped.Add(ctx, int64(next-attempt))
+		attempt = next
 	}
-	s.log.WarnContext(ctx, "codes from the url exhausted: every candidate is taken", "attempts", codegen.FromURLAttempts)
-	return linkstore.Link{}, false, rpcerr.WithDetails(codes.FailedPrecondition,
-		fmt.Sprintf("every one of the %d codes this URL can have is taken by other links; create it with another mode", codegen.FromURLAttempts),
-		rpcerr.Info(ReasonFromURLExhausted, map[string]string{"field": "mode"}))
+	s.log.WarnContext(ctx, "codes from the url: every free candidate found was taken before its insert", "tenant", l.Tenant, "inserts", fromURLInserts)
+	return linkstore.Link{}, false, status.Errorf(codes.Aborted,
+		"the %d free codes found for this URL were each taken by another link before this create could; send it again", fromURLInserts)
+}
+
+// fromURLCode is l's candidate code attempt, as its key on l's domain.
+func (s *Service) fromURLCode(l linkstore.Link, attempt int) string {
+	return linkdomain.Key(l.Domain, s.fromURL.Candidate(l.Tenant, l.LongURL, attempt))
+}
+
+// candidatesTaken reports which of l's candidate codes attempts are held
+// by a link, in one query.
+func (s *Service) candidatesTaken(ctx context.Context, l linkstore.Link, attempts []int) ([]bool, error) {
+	keys := make([]string, len(attempts))
+	for i, a := range attempts {
+		keys[i] = s.fromURLCode(l, a)
+	}
+	held, err := s.store.Taken(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		out[i] = held[k]
+	}
+	return out, nil
 }
 
 // draft is a validated CreateLinkRequest: the row to insert (without its
@@ -643,11 +688,15 @@ func (s *Service) prepareLink(req *shortenerv1.CreateLinkRequest) (linkstore.Lin
 	return l, mode, nil
 }
 
+// futureTime is an expiry as it is kept: cut to the microsecond before it,
+// as PostgreSQL's timestamptz keeps it (and pgx sends it), so that what is
+// checked, stored and answered is one time; clients send nanoseconds, and
+// are not refused for them.
 func futureTime(ts *timestamppb.Timestamp) (time.Time, error) {
 	if err := ts.CheckValid(); err != nil {
 		return time.Time{}, rpcerr.Invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time is not a valid timestamp")
 	}
-	t := ts.AsTime()
+	t := ts.AsTime().Truncate(time.Microsecond)
 	if !t.After(time.Now()) {
 		return time.Time{}, rpcerr.Invalidf("expire_time", ReasonExpireTimeInvalid, "expire_time must be in the future")
 	}

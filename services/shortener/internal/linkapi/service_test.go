@@ -205,6 +205,7 @@ func TestCreateRefusesBadArguments(t *testing.T) {
 		"bad tag":            {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Tags: []string{"no spaces"}}, linkapi.ReasonTagsInvalid, "tags"},
 		"negative visits":    {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", MaxVisits: -1}, linkapi.ReasonMaxVisitsInvalid, "max_visits"},
 		"short password":     {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Password: "short"}, linkapi.ReasonPasswordInvalid, "password"},
+		"NUL password":       {&shortenerv1.CreateLinkRequest{LongUrl: "https://example.com", Password: strings.Repeat("\x00", 8)}, linkapi.ReasonPasswordInvalid, "password"},
 	} {
 		_, err := e.client.CreateLink(as("acme"), tc.req)
 		wantStatus(t, name, err, codes.InvalidArgument, tc.reason, tc.field)
@@ -608,5 +609,51 @@ func TestUnreachableStoreIsUnavailable(t *testing.T) {
 	wantStatus(t, "get with the store down", err, codes.Unavailable, linkapi.ReasonStoreDown, "")
 	if strings.Contains(status.Convert(err).Message(), "secret-db-host") {
 		t.Errorf("the store's error reached the client: %v", err)
+	}
+}
+
+// An expiry is kept to the microsecond, as PostgreSQL keeps it: a time with
+// nanoseconds is not refused but cut to the microsecond before it, and the
+// create, a read and an update all answer the time kept.
+func TestExpiryIsKeptToTheMicrosecond(t *testing.T) {
+	e := newEnv(t)
+	ctx := as("acme")
+	at := time.Now().Add(time.Hour).Truncate(time.Second).Add(123456789 * time.Nanosecond)
+	kept := at.Truncate(time.Microsecond)
+	l, err := e.client.CreateLink(ctx, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/soon", ExpireTime: timestamppb.New(at)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.GetLink().GetExpireTime().AsTime(); !got.Equal(kept) {
+		t.Errorf("create: expiry %s, want %s", got.Format(time.RFC3339Nano), kept.Format(time.RFC3339Nano))
+	}
+	code := l.GetLink().GetCode()
+	read, err := e.client.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	if err != nil || !read.GetLink().GetExpireTime().AsTime().Equal(kept) {
+		t.Errorf("read: %v, %v; want expiry %s", read.GetLink().GetExpireTime(), err, kept.Format(time.RFC3339Nano))
+	}
+	later := at.Add(time.Hour)
+	up, err := e.client.UpdateLink(ctx, &shortenerv1.UpdateLinkRequest{
+		Link: &shortenerv1.Link{Code: code, ExpireTime: timestamppb.New(later)}, UpdateMask: mask("expire_time")})
+	if err != nil || !up.GetLink().GetExpireTime().AsTime().Equal(later.Truncate(time.Microsecond)) {
+		t.Errorf("update: %v, %v; want expiry %s", up.GetLink().GetExpireTime(), err, later.Truncate(time.Microsecond).Format(time.RFC3339Nano))
+	}
+}
+
+// Aliases are case-sensitive, as docs/api.md says: another tenant can hold
+// an alias that differs from one only in case, and the exact alias stays
+// refused.
+func TestAliasesDifferingInCaseAreTwoCodes(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/brand", CustomAlias: "MyAlias"}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.client.CreateLink(as("globex"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/other", CustomAlias: "myAlias"})
+	if err != nil || other.GetLink().GetCode() != "myAlias" {
+		t.Errorf("another tenant's alias in other case: %v, %v; want the link myAlias", other, err)
+	}
+	_, err = e.client.CreateLink(as("globex"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/other", CustomAlias: "MyAlias"})
+	if status.Code(err) != codes.AlreadyExists {
+		t.Errorf("another tenant's exact alias: %v, want AlreadyExists", err)
 	}
 }
