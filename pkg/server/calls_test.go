@@ -149,3 +149,17 @@ func TestGRPCMaxCallsForFitsAQuarterOfTheMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// A server that refuses unsigned calls before reading them counts the small
+// size for its derived bound: at a 200 MiB limit the shortener holds 800
+// calls, not the 12 its 4 MiB receive bound would leave; one that reads
+// every caller's request counts its receive bound.
+func TestSignedServersCountStrangersRequestsAsSmall(t *testing.T) {
+	const limit = 200 << 20
+	if got := server.GRPCMaxCallsFor(limit, server.GRPCStrangerRecvSize(server.DefaultGRPCMaxRecvMsgSize, true)); got != 800 {
+		t.Errorf("signed, 4 MiB receive bound: %d calls, want 800", got)
+	}
+	if got := server.GRPCMaxCallsFor(limit, server.GRPCStrangerRecvSize(server.DefaultGRPCMaxRecvMsgSize, false)); got != 12 {
+		t.Errorf("unsigned, 4 MiB receive bound: %d calls, want 12", got)
+	}
+}

@@ -48,7 +48,10 @@ type Common struct {
 	// receive size while its request arrives (4 MiB for the shortener, 256
 	// KiB for the limiter, 64 KiB for the others). 0: as many as fit a
 	// quarter of GOMEMLIMIT at that size, at most 1024 (without GOMEMLIMIT,
-	// 1024). Set it only with the pod's memory in mind.
+	// 1024); the shortener and analytics, which refuse a call without the
+	// service key before reading its request, count 64 KiB (their large
+	// requests come from the gateway, which bounds them). Set it only with
+	// the pod's memory in mind.
 	GRPCMaxCalls int `env:"GRPC_MAX_CALLS" default:"0"`
 	// HTTPMaxConnections bounds the open connections of the HTTP listener
 	// (the public one of the redirect and the gateway): a connection that

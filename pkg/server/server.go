@@ -190,6 +190,22 @@ const (
 	LimiterGRPCMaxRecvMsgSize = 256 << 10
 )
 
+// GRPCStrangerRecvSize is the request size a caller without credentials
+// can make a server hold per call, the size its derived call bound counts
+// (GRPCMaxCallsFor): its receive bound, unless it authenticates calls in
+// their headers (Config.GRPCAuthenticate), which refuses such a caller
+// before any of its request is read. Only kurz's own services, holding the
+// service key, then send requests, and those that can be large (the
+// gateway's batches and imports to the shortener) are bounded by their
+// sender (KURZ_GATEWAY_MAX_BULK_REQUESTS per gateway replica); the rest
+// are small. Counted at the receive bound, the shortener held 12 calls.
+func GRPCStrangerRecvSize(recvSize int, authenticated bool) int {
+	if authenticated {
+		return min(recvSize, SmallGRPCMaxRecvMsgSize)
+	}
+	return recvSize
+}
+
 // withDefaults fills the zero fields.
 func (l HTTPLimits) withDefaults() HTTPLimits {
 	orDefault := func(d *time.Duration, def time.Duration) {
@@ -280,7 +296,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		cfg.GRPCMaxRecvMsgSize = DefaultGRPCMaxRecvMsgSize
 	}
 	if cfg.GRPCMaxCalls <= 0 {
-		cfg.GRPCMaxCalls = GRPCMaxCallsFor(debug.SetMemoryLimit(-1), cfg.GRPCMaxRecvMsgSize)
+		cfg.GRPCMaxCalls = GRPCMaxCallsFor(debug.SetMemoryLimit(-1), GRPCStrangerRecvSize(cfg.GRPCMaxRecvMsgSize, cfg.GRPCAuthenticate != nil))
 	}
 	cfg.HTTP = cfg.HTTP.withDefaults()
 	tel, err := telemetry.Setup(ctx, cfg.Telemetry, name, cfg.Version)
