@@ -131,10 +131,11 @@ func TestBadInput(t *testing.T) {
 	}
 
 	// A valid international URL is no bad input: its host is stored in
-	// punycode, its path percent-encoded.
+	// punycode, its path and query percent-encoded (as the redirect sends
+	// them).
 	r = c.do("POST", "/v1/links", `{"longUrl":"https://bücher.example/straße?q=ü"}`)
-	if r.code != http.StatusCreated || r.json(t)["longUrl"] != "https://xn--bcher-kva.example/stra%C3%9Fe?q=ü" {
-		t.Errorf("IDN URL: %s; want 201 with the host in punycode", r)
+	if r.code != http.StatusCreated || r.json(t)["longUrl"] != "https://xn--bcher-kva.example/stra%C3%9Fe?q=%C3%BC" {
+		t.Errorf("IDN URL: %s; want 201 with the host in punycode, path and query escaped", r)
 	}
 }
 
