@@ -120,6 +120,12 @@ type Config struct {
 	// process, with a warning (a form then verifies only on the pod that
 	// rendered it).
 	FormSecret string `env:"REDIRECT_FORM_SECRET" default:""`
+	// AllowPublishedSecrets lets the redirect start with a form secret or
+	// visitor salt whose value this repository publishes (the dev
+	// overlay's, make up's): for local and dev use only. Off, such a value
+	// is refused at start: with it anyone forges password-form tokens or
+	// reverses visitor hashes.
+	AllowPublishedSecrets bool `env:"ALLOW_PUBLISHED_SECRETS" default:"false"`
 	// WalkRate and WalkBurst bound, per client IP and pod, the lookups of
 	// codes not in L1 (which is how a client walks existing codes): a token
 	// bucket of WalkRate per second holding WalkBurst; past it 429. Popular
@@ -222,6 +228,7 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 		if n := len(v.secret); n > 0 && n < minSecretLen {
 			errs = append(errs, fmt.Errorf("%s has %d characters: want at least %d", v.name, n, minSecretLen))
 		}
+		errs = append(errs, config.NotPublished(v.name, v.secret, c.AllowPublishedSecrets))
 	}
 	errs = append(errs, c.Cache.Validate(), c.Streams.Validate(), c.Keying.Check())
 	return policy, clients, errors.Join(errs...)

@@ -40,6 +40,39 @@ func TestRejectsBadConfigurationNamingEachVariable(t *testing.T) {
 	}
 }
 
+// A form secret or visitor salt this repository publishes (the dev
+// overlay's, make up's) is refused at start, naming the variable and not
+// the value, unless KURZ_ALLOW_PUBLISHED_SECRETS says this is a local setup.
+func TestPublishedSecretsRefusedUnlessAllowed(t *testing.T) {
+	published := config.PublishedSecrets()
+	var salt, secret string
+	for _, v := range published {
+		switch {
+		case strings.Contains(v, "visitor-salt"):
+			salt = v
+		case strings.Contains(v, "form-secret"):
+			secret = v
+		}
+	}
+	if salt == "" || secret == "" {
+		t.Fatalf("no published visitor salt or form secret in %d published values", len(published))
+	}
+	env := map[string]string{"KURZ_REDIRECT_VISITOR_SALT": salt, "KURZ_REDIRECT_FORM_SECRET": secret}
+	_, _, err := load(t, env).validate()
+	for _, name := range []string{"KURZ_REDIRECT_VISITOR_SALT", "KURZ_REDIRECT_FORM_SECRET"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("published %s: %v, want an error naming it", name, err)
+		}
+	}
+	if err != nil && (strings.Contains(err.Error(), salt) || strings.Contains(err.Error(), secret)) {
+		t.Errorf("the error shows the secret: %v", err)
+	}
+	env["KURZ_ALLOW_PUBLISHED_SECRETS"] = "true"
+	if _, _, err := load(t, env).validate(); err != nil {
+		t.Errorf("KURZ_ALLOW_PUBLISHED_SECRETS=true: %v, want nil", err)
+	}
+}
+
 // A header without a proxy to believe it from is a configuration error,
 // named in the message, not a silent fallback to the peer.
 func TestClientIPHeaderWithoutTrustedProxiesRefused(t *testing.T) {
