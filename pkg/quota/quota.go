@@ -139,9 +139,10 @@ type Request struct {
 	Cost uint32
 }
 
-// MaxBatch is the most requests one CheckQuotas call carries (the
-// limiter's bound).
-const MaxBatch = 1000
+// MaxBatch is the most requests one CheckQuotas call carries: the limiter
+// takes up to 1,000 a call, but reads at most 64 KiB a request
+// (server.LimiterGRPCMaxRecvMsgSize), ~200 checks of ~250 bytes.
+const MaxBatch = 200
 
 // CheckMany asks the limiter about independent requests with one
 // CheckQuotas call per MaxBatch of them (each decided as Check would, not

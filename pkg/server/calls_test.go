@@ -135,7 +135,8 @@ func TestGRPCMaxCallsForFitsAQuarterOfTheMemoryLimit(t *testing.T) {
 		recv int
 		want int
 	}{
-		{200 << 20, server.LimiterGRPCMaxRecvMsgSize, 200},
+		{200 << 20, server.LimiterGRPCMaxRecvMsgSize, 800},
+		{200 << 20, 256 << 10, 200},
 		{200 << 20, server.SmallGRPCMaxRecvMsgSize, 800},
 		{200 << 20, server.DefaultGRPCMaxRecvMsgSize, 12},
 		{1 << 40, server.SmallGRPCMaxRecvMsgSize, server.DefaultGRPCMaxCalls}, // no GOMEMLIMIT: math.MaxInt64

@@ -45,8 +45,8 @@ type Common struct {
 	// refused with UNAVAILABLE before the server starts its goroutine
 	// or reads its request, and counted in kurz.grpc.calls.refused. Every
 	// call held costs a goroutine and its headers, and up to the service's
-	// receive size while its request arrives (4 MiB for the shortener, 256
-	// KiB for the limiter, 64 KiB for the others). 0: as many as fit a
+	// receive size while its request arrives (4 MiB for the shortener, 64
+	// KiB for the others). 0: as many as fit a
 	// quarter of GOMEMLIMIT at that size, at most 1024 (without GOMEMLIMIT,
 	// 1024); the shortener and analytics, which refuse a call without the
 	// service key before reading its request, count 64 KiB (their large

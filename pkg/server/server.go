@@ -184,10 +184,14 @@ const (
 	// or ExplainQuota at the limiter's own maxima (32 descriptors of a
 	// 64-byte name and a 1 KiB value) is ~36 KB; an Envoy ShouldRateLimit
 	// carries header values, which Envoy bounds at 60 KiB by default
-	// (max_request_headers_kb), so four descriptors of one padded header
-	// fit; a CheckQuotas batch of 1,000 checks fits at ~250 bytes a check.
-	// At 4 MiB, a quarter of a 200 MiB GOMEMLIMIT held 12 calls.
-	LimiterGRPCMaxRecvMsgSize = 256 << 10
+	// (max_request_headers_kb), so a descriptor of one padded header fits;
+	// the analytics consumer's CheckQuotas carry 100 checks (~20 KB), and
+	// pkg/quota splits batches at quota.MaxBatch. The limiter serves
+	// bursts of concurrent calls, each a decision: the bound is small so
+	// that a quarter of a 200 MiB GOMEMLIMIT holds 800 of them (at 256
+	// KiB, 200: the notes' race of 500 concurrent calls was refused; at 4
+	// MiB, 12).
+	LimiterGRPCMaxRecvMsgSize = SmallGRPCMaxRecvMsgSize
 )
 
 // GRPCStrangerRecvSize is the request size a caller without credentials

@@ -197,7 +197,7 @@ func TestEnvoyDecidesWhatAClientCanSize(t *testing.T) {
 		}
 		return resp
 	}
-	padded := fmt.Sprintf("pad-%d-", time.Now().UnixNano()) + strings.Repeat("A", 128<<10)
+	padded := fmt.Sprintf("pad-%d-", time.Now().UnixNano()) + strings.Repeat("A", 32<<10)
 	other := padded[:len(padded)-1] + "B"
 	for i := range 10 { // per-api-key: 10 an hour
 		if resp := check(0, "api_key", padded); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {

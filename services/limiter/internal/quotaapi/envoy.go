@@ -119,8 +119,8 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		// pad, and lets a request through on any error unless
 		// failure_mode_deny is set, so the longer a value or the larger a
 		// hits_addend the surer it would pass. The gRPC message bound
-		// (server.LimiterGRPCMaxRecvMsgSize, 256 KiB: four descriptors of
-		// a header at Envoy's default bound of 60 KiB) bounds them; a rule's key holds a value over 64 bytes as its
+		// (server.LimiterGRPCMaxRecvMsgSize, 64 KiB: a descriptor of a
+		// header at Envoy's default bound of 60 KiB) bounds them; a rule's key holds a value over 64 bytes as its
 		// digest, and a cost over a rule's capacity is denied by the rule.
 		if _, inv := validateDescriptors(m, nil, false); inv != nil {
 			return nil, envoyField(inv, j).Status()
