@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -85,6 +86,20 @@ func ReplicasHeld(rdb *redis.ClusterClient, setting string, want int, cost strin
 		}
 		return replicasError(setting, want, short, cost)
 	}
+}
+
+// WarnReplicasHeld runs ReplicasHeld's check once at start (within 2 s)
+// and logs warning with its error when the cluster falls short, then
+// returns the check for readiness (a soft check: the service still
+// serves).
+func WarnReplicasHeld(ctx context.Context, log *slog.Logger, rdb *redis.ClusterClient, setting string, want int, cost, warning string) func(context.Context) error {
+	held := ReplicasHeld(rdb, setting, want, cost)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := held(cctx); err != nil {
+		log.Warn(warning, "err", err)
+	}
+	return held
 }
 
 func replicasError(setting string, want int, short []string, cost string) error {

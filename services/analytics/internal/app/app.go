@@ -209,14 +209,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		// masters waits out the WAIT and its clicks are stored as suspect.
 		// Nothing is lost or counted twice, but reads slow down and every
 		// stats query of those clicks looks their keys up.
-		held := redisconn.ReplicasHeld(rdb, "KURZ_ANALYTICS_READ_REPLICAS", cfg.ReadReplicas,
-			"every read of the click streams there waits 100 ms and stores its clicks as suspect")
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := held(cctx); err != nil {
-			log.Warn("click stream reads will all be stored as suspect", "err", err)
-		}
-		cancel()
-		srv.AddSoftCheck("redis_replicas", held)
+		srv.AddSoftCheck("redis_replicas", redisconn.WarnReplicasHeld(ctx, log, rdb, "KURZ_ANALYTICS_READ_REPLICAS", cfg.ReadReplicas,
+			"every read of the click streams there waits 100 ms and stores its clicks as suspect",
+			"click stream reads will all be stored as suspect"))
 	}
 	log.Info("analytics configured", "click_streams", cfg.Streams.Shards, "group", cfg.ConsumerGroup,
 		"consumer", cons.Name(), "batch_size", cfg.BatchSize, "batch_age", cfg.BatchAge,

@@ -334,14 +334,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if cfg.VisitReplicas > 0 {
 		// Fewer replicas than WAIT asks for refuses every visit-limited
 		// link on those masters; the pod still serves every other link.
-		held := redisconn.ReplicasHeld(rdb, "KURZ_REDIRECT_VISIT_REPLICAS", cfg.VisitReplicas,
-			"visits of visit-limited links counted there are refused (503) and still spent")
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := held(cctx); err != nil {
-			log.Warn("visits of visit-limited links may all be refused", "err", err)
-		}
-		cancel()
-		srv.AddSoftCheck("redis_replicas", held)
+		srv.AddSoftCheck("redis_replicas", redisconn.WarnReplicasHeld(ctx, log, rdb, "KURZ_REDIRECT_VISIT_REPLICAS", cfg.VisitReplicas,
+			"visits of visit-limited links counted there are refused (503) and still spent",
+			"visits of visit-limited links may all be refused"))
 	}
 	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
 		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String(),

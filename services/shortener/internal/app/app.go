@@ -278,14 +278,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if cfg.CacheReplicas > 0 {
 		// Fewer replicas than WAIT asks for keeps every change of a link
 		// on those masters queued: redirects serve its previous state.
-		held := redisconn.ReplicasHeld(rdb, "KURZ_SHORTENER_CACHE_REPLICAS", cfg.CacheReplicas,
-			"changes of links there (takedowns too) stay queued and redirects serve the links' previous state")
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := held(cctx); err != nil {
-			log.Warn("changes of links may never reach the redirects", "err", err)
-		}
-		cancel()
-		srv.AddSoftCheck("redis_replicas", held)
+		srv.AddSoftCheck("redis_replicas", redisconn.WarnReplicasHeld(ctx, log, rdb, "KURZ_SHORTENER_CACHE_REPLICAS", cfg.CacheReplicas,
+			"changes of links there (takedowns too) stay queued and redirects serve the links' previous state",
+			"changes of links may never reach the redirects"))
 	}
 	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
 	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
