@@ -29,11 +29,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkrules"
-	"kurz.dev/pkg/redisconn"
 	"kurz.dev/tools/loadgen"
 )
 
@@ -53,12 +51,8 @@ func run() error {
 	rate := flag.Float64("rate", 0, "requests per second (open loop); 0 = back to back (closed loop)")
 	flag.Parse()
 
-	var rc redisconn.Config
-	if err := config.Load(&rc); err != nil {
-		return err
-	}
 	ctx := context.Background()
-	rdb, err := redisconn.New(ctx, rc)
+	rdb, err := loadgen.Redis(ctx)
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,6 @@ import (
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
-	"kurz.dev/pkg/redisconn"
 	"kurz.dev/tools/loadgen"
 )
 
@@ -187,12 +186,11 @@ func run() error {
 // on two cores, a backlog halved the next run's rate). It gives up after
 // most.
 func settle(ctx context.Context, group string, most time.Duration) (time.Duration, error) {
-	var rc redisconn.Config
 	var sc clickevent.StreamConfig
-	if err := errors.Join(config.Load(&rc), config.Load(&sc)); err != nil {
+	if err := config.Load(&sc); err != nil {
 		return 0, err
 	}
-	rdb, err := redisconn.New(ctx, rc)
+	rdb, err := loadgen.Redis(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -216,11 +214,7 @@ func settle(ctx context.Context, group string, most time.Duration) (time.Duratio
 // seedKurz writes code's link to kurz's link cache, as the shortener's
 // write-through does.
 func seedKurz(ctx context.Context, code string) error {
-	var rc redisconn.Config
-	if err := config.Load(&rc); err != nil {
-		return err
-	}
-	rdb, err := redisconn.New(ctx, rc)
+	rdb, err := loadgen.Redis(ctx)
 	if err != nil {
 		return err
 	}
