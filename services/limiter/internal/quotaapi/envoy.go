@@ -23,10 +23,10 @@ import (
 //
 // Mapping: the request's domain is a kurz domain; each descriptor's entries
 // become one descriptor set (entry key -> value); hits_addend is the cost
-// (0 means 1, as in Envoy). All descriptors are decided together, all or
-// nothing, and each gets a status from the most restrictive of its rules;
-// a descriptor's own hits_addend must be the request's, and
-// is_negative_hits is refused. The value of a remote_address entry (Envoy's
+// (0 means 1, as in Envoy), a descriptor's own hits_addend its own cost
+// (0: checked, nothing consumed, as in Envoy). All descriptors are decided
+// together, all or nothing, and each gets a status from the most
+// restrictive of its rules; is_negative_hits is refused. The value of a remote_address entry (Envoy's
 // RemoteAddress action) that is an IPv6 address is keyed by its prefix
 // (KURZ_LIMITER_ENVOY_IPV6_PREFIX), as the gateway and the redirect key
 // their clients: one client's /64 is one counter.
@@ -94,12 +94,15 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			return nil, rpcerr.Invalidf(fmt.Sprintf("descriptors[%d].is_negative_hits", j), ReasonCostInvalid,
 				"descriptor %d: is_negative_hits is not supported", j).Status()
 		}
-		// A descriptor's own hits_addend is its cost (0 means 1, as for
-		// the request's), as in Envoy, where a route can take it from a
-		// request header: refused, it would have let the request through.
+		// A descriptor's own hits_addend is its cost, as in Envoy, where a
+		// route can take it from a request header: refused, it would have
+		// let the request through. A set 0 checks without consuming, as
+		// envoyproxy/ratelimit does (a route checks on the request and
+		// charges on stream done); CheckEach denies it when its rules have
+		// not one unit left, since a charge kurz denies consumes nothing.
 		costs[j] = int64(cost)
 		if h := d.GetHitsAddend(); h != nil {
-			costs[j] = int64(min(max(h.GetValue(), 1), math.MaxUint32))
+			costs[j] = int64(min(h.GetValue(), math.MaxUint32))
 		}
 		m := make(map[string]string, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {

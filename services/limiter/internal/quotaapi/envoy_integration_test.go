@@ -295,3 +295,69 @@ domains:
 		t.Errorf("alice after the empty user's limit: %v, want OK (a counter of her own)", got)
 	}
 }
+
+// A descriptor's hits_addend of 0 checks without consuming, as in
+// envoyproxy/ratelimit, where a route checks on the request and charges on
+// stream done: under every algorithm, any number of checks leave the limit
+// whole; once charges have spent it, the check is OVER_LIMIT (a charge kurz
+// denies consumes nothing, so an OK there would let every later request
+// through). Beside a charged descriptor, a check decides with it, all or
+// nothing, and consumes nothing of its own rule.
+func TestEnvoyHitsAddendZeroChecksWithoutConsuming(t *testing.T) {
+	algos := []string{"fixed_window", "sliding_log", "sliding_window_counter", "token_bucket", "leaky_bucket"}
+	var rules strings.Builder
+	for _, a := range algos {
+		fmt.Fprintf(&rules, "      - {name: %[1]s, key: [%[1]s], algorithm: %[1]s, limit: 5, window: 1h, failure_mode: closed}\n", a)
+	}
+	e := realEngine(t, "domains:\n  envoy:\n    rules:\n"+rules.String())
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+	id := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	hits := func(key string, n uint64) *ratelimitcommonv3.RateLimitDescriptor {
+		d := descriptor(key, id)
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return d
+	}
+	ask := func(descs ...*ratelimitcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: descs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, a := range algos {
+		for i := range 6 {
+			if st := ask(hits(a, 0)).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 5 {
+				t.Fatalf("%s: check %d: %v, remaining %d; want OK, remaining 5", a, i+1, st.GetCode(), st.GetLimitRemaining())
+			}
+		}
+		for i := range 5 {
+			if got := ask(hits(a, 1)).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("%s: charge %d after the checks: %v, want OK", a, i+1, got)
+			}
+		}
+		if st := ask(hits(a, 0)).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st.GetDurationUntilReset() == nil {
+			t.Errorf("%s: check once spent: %v, reset %v; want OVER_LIMIT", a, st.GetCode(), st.GetDurationUntilReset())
+		}
+	}
+
+	// Fresh keys: a check beside a charge; the charge alone is taken.
+	id += "-pair"
+	resp := ask(hits("fixed_window", 0), hits("token_bucket", 2))
+	if checked, charged := resp.GetStatuses()[0], resp.GetStatuses()[1]; resp.GetOverallCode() != rlsv3.RateLimitResponse_OK ||
+		checked.GetLimitRemaining() != 5 || charged.GetLimitRemaining() != 3 {
+		t.Fatalf("check and charge: %v, remaining %d and %d; want OK, 5 and 3", resp.GetOverallCode(), checked.GetLimitRemaining(), charged.GetLimitRemaining())
+	}
+	for range 5 {
+		ask(hits("fixed_window", 1))
+	}
+	resp = ask(hits("fixed_window", 0), hits("token_bucket", 2))
+	if checked, charged := resp.GetStatuses()[0], resp.GetStatuses()[1]; resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT ||
+		checked.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || charged.GetCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("check of a spent rule and a charge: %v (%v, %v); want OVER_LIMIT (OVER_LIMIT, OK)", resp.GetOverallCode(), checked.GetCode(), charged.GetCode())
+	}
+	e.Wait() // the denied charge's refund
+	if st := ask(hits("token_bucket", 0)).GetStatuses()[0]; st.GetLimitRemaining() != 3 {
+		t.Errorf("token_bucket after the denied pair: remaining %d, want 3 (the denied charge given back)", st.GetLimitRemaining())
+	}
+}

@@ -280,7 +280,10 @@ func (e *Engine) Check(ctx context.Context, domain string, desc map[string]strin
 
 // CheckEach decides one request described by several descriptor sets (as
 // Envoy sends them), costs[j] units for set j: the rules matching any set
-// are decided together, all or nothing. owners[i] lists the sets that
+// are decided together, all or nothing. A cost of 0 checks without
+// consuming (Envoy's hits_addend 0, to charge later): a rule only such sets
+// match consumes nothing and denies when it has not one unit left, as a
+// request of one unit would be denied. owners[i] lists the sets that
 // resp.Decisions[i] came from: a key matched by two sets is decided once,
 // at the sum of their costs, since one script must not read and write the
 // same key as two rules.
@@ -289,8 +292,14 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 	if len(descs) == 1 {
 		// One set's rules have keys of their own (each names its rule):
 		// nothing to merge.
-		rules := rs.MatchEnvoy(domain, descs[0])
-		resp, _ := e.decide(ctx, "", domain, rules, costs[0])
+		rules, cost := rs.MatchEnvoy(domain, descs[0]), costs[0]
+		if cost == 0 {
+			for i := range rules {
+				rules[i].checkOnly = true
+			}
+			cost = 1
+		}
+		resp, _ := e.decide(ctx, "", domain, rules, cost)
 		owners = make([][]int, len(resp.Decisions))
 		for i := range owners {
 			owners[i] = firstSet
@@ -313,6 +322,9 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 			rules = append(rules, a)
 			owners = append(owners, []int{j})
 		}
+	}
+	for i := range rules {
+		rules[i].checkOnly = rules[i].weight == 0
 	}
 	resp, cached := e.decide(ctx, "", domain, rules, 1)
 	if cached != nil {
@@ -419,7 +431,7 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 		if a.Rule.Shadow {
 			continue
 		}
-		if d, ok := e.denied.Get(a.Key); ok && a.cost(cost) == d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
+		if d, ok := e.denied.Get(a.Key); ok && a.units(cost) == d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
 			// The answer's durations count down from Redis's: a client
 			// told to retry after 40 s is told 39 s a second later, not
 			// how long the cache keeps the denial.
@@ -468,7 +480,7 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 		for i, a := range rules {
 			r := results[i]
 			if !r.allowed && !a.Rule.Shadow && r.source == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS && r.retryAfter > 0 && clock == "" {
-				e.denied.Add(a.Key, denial{at: now, until: now.Add(min(r.retryAfter, maxDenialTTL)), cost: a.cost(cost), rule: fingerprintOf(a.Rule), res: r})
+				e.denied.Add(a.Key, denial{at: now, until: now.Add(min(r.retryAfter, maxDenialTTL)), cost: a.units(cost), rule: fingerprintOf(a.Rule), res: r})
 			}
 		}
 	}
@@ -491,6 +503,16 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 // constant rate; to the script's millisecond) and the fixed window (its
 // reset is its window's end); for the sliding log and the sliding window
 // counter the reported reset, at most one window longer than theirs.
+// unconsumed is an allowing check-only rule's result, decided at one unit,
+// as it stands with that unit not taken.
+func unconsumed(res result, r *Rule) result {
+	if res.allowed {
+		res.remaining = min(res.remaining+1, r.capacity())
+		res.resetAfter = unconsumedReset(r, res.resetAfter, res.remaining, 1)
+	}
+	return res
+}
+
 func unconsumedReset(r *Rule, reset time.Duration, remaining, cost int64) time.Duration {
 	if remaining >= r.capacity() {
 		return 0 // full: the script's whole milliseconds would leave a remainder
@@ -546,9 +568,12 @@ func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, 
 		if r.Shadow {
 			flags |= 2
 		}
+		if a.checkOnly {
+			flags |= 4
+		}
 		g.idx = append(g.idx, i)
 		g.keys = append(g.keys, a.Key)
-		g.args = append(g.args, int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity(), a.cost(cost), flags)
+		g.args = append(g.args, int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity(), a.units(cost), flags)
 	}
 	return order
 }
@@ -592,6 +617,9 @@ func (g *group) apply(vals []int64, rules []Applied, results []result) {
 			source:     ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
 		}
 		res.retryAfter, res.never = retryOf(v[3], r)
+		if rules[i].checkOnly {
+			res = unconsumed(res, r)
+		}
 		if r.Shadow {
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
 		}
@@ -608,9 +636,12 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 		case ratelimitv1.FailureMode_FAILURE_MODE_CLOSED:
 			res = result{limit: r.Limit, retryAfter: e.opts.BreakerMaxCooldown, source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}
 		case ratelimitv1.FailureMode_FAILURE_MODE_LOCAL:
-			if cost == 0 {
-				res = e.local.peek(a.Key, r, now)
-			} else {
+			switch {
+			case cost == 0:
+				res = e.local.peek(a.Key, r, 0, now)
+			case a.checkOnly:
+				res = unconsumed(e.local.peek(a.Key, r, 1, now), r)
+			default:
 				res = e.local.take(a.Key, r, a.cost(cost), now)
 			}
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK
@@ -675,11 +706,11 @@ func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, re
 // refundArgs are the arguments of the script that gives back what g's
 // decision consumed at Redis's clock now (ms); allowed(j) tells whether
 // g's j-th rule allowed: a shadow rule that would have denied wrote
-// nothing, and gets nothing back (cost 0).
+// nothing, and gets nothing back (cost 0), nor does a check-only rule.
 func (g *group) refundArgs(now int64, reqID string, allowed func(j int) bool) []any {
 	args := append([]any{now, "refund", reqID}, g.args[3:]...)
 	for j := range g.idx {
-		if !allowed(j) {
+		if !allowed(j) || args[3+decideRuleArgs*j+decideRuleArgs-1].(int)&4 != 0 {
 			args[3+decideRuleArgs*j+decideCostArg] = 0
 		}
 	}
