@@ -106,7 +106,7 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 			alone = append(alone, i)
 			continue
 		}
-		if resp, _ := e.cachedDenial(ctx, r.Domain, rules, r.Cost, now); resp != nil {
+		if resp, _ := e.cachedDenial(ctx, r.Domain, rules, r.Cost, now, nil); resp != nil {
 			out[i] = resp
 			continue
 		}

@@ -274,7 +274,7 @@ func (e *Engine) Wait() { e.refunds.Wait() }
 // denies, nothing stays consumed.
 func (e *Engine) Check(ctx context.Context, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
 	_, rules := e.rules.Load().Match(domain, desc)
-	resp, _ := e.decide(ctx, "", domain, rules, cost)
+	resp, _ := e.decide(ctx, "", domain, rules, cost, nil)
 	return resp
 }
 
@@ -299,7 +299,7 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 			}
 			cost = 1
 		}
-		resp, _ := e.decide(ctx, "", domain, rules, cost)
+		resp, _ := e.decide(ctx, "", domain, rules, cost, nil)
 		owners = make([][]int, len(resp.Decisions))
 		for i := range owners {
 			owners[i] = firstSet
@@ -326,7 +326,27 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 	for i := range rules {
 		rules[i].checkOnly = rules[i].weight == 0
 	}
-	resp, cached := e.decide(ctx, "", domain, rules, 1)
+	// The over-limit cache answers only for every set with rules: its
+	// answer carries the cached rules alone, and a set none of whose
+	// rules it holds would come back with no limit and no remaining,
+	// where Envoy reports them on every request.
+	covers := func(cached []int) bool {
+		seen := make([]bool, len(descs)) // the sets a cached rule belongs to
+		for _, i := range cached {
+			for _, j := range owners[i] {
+				seen[j] = true
+			}
+		}
+		for _, o := range owners {
+			for _, j := range o {
+				if !seen[j] {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	resp, cached := e.decide(ctx, "", domain, rules, 1, covers)
 	if cached != nil {
 		// The over-limit cache answered with its rules' decisions alone.
 		from := owners
@@ -348,7 +368,7 @@ var firstSet = []int{0}[:1:1]
 // Redis TIME, so CheckAt decides leased rules on Redis as if unleased.
 func (e *Engine) CheckAt(ctx context.Context, at time.Time, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
 	_, rules := e.rules.Load().Match(domain, desc)
-	resp, _ := e.decide(ctx, strconv.FormatInt(at.UnixMilli(), 10), domain, rules, cost)
+	resp, _ := e.decide(ctx, strconv.FormatInt(at.UnixMilli(), 10), domain, rules, cost, nil)
 	return resp
 }
 
@@ -377,14 +397,15 @@ type group struct {
 // decide is the decision path shared by Check, CheckEach and CheckAt. On a
 // denial from the over-limit cache the response carries only the cached
 // rules, and cached lists their indexes in rules; otherwise cached is nil and
-// the response has one decision per rule.
-func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64) (resp *ratelimitv1.CheckQuotaResponse, cached []int) {
+// the response has one decision per rule. covers, when not nil, must accept
+// the cached rules for the cache to answer.
+func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64, covers func(cached []int) bool) (resp *ratelimitv1.CheckQuotaResponse, cached []int) {
 	if len(rules) == 0 {
 		return e.noRule(ctx, domain), nil
 	}
 	now := time.Now()
 	if cost > 0 && clock == "" {
-		if denial, idx := e.cachedDenial(ctx, domain, rules, cost, now); denial != nil {
+		if denial, idx := e.cachedDenial(ctx, domain, rules, cost, now, covers); denial != nil {
 			return denial, idx
 		}
 	}
@@ -420,8 +441,9 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 // Redis can say. The response carries every rule with a live denial, the
 // one with the longest retry-after deciding, as on Redis (a request several
 // rules denied has them all in the cache, and Envoy gives each descriptor
-// its own rule's status); the ints are their indexes in rules.
-func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) (*ratelimitv1.CheckQuotaResponse, []int) {
+// its own rule's status); the ints are their indexes in rules. covers, when
+// not nil, must accept those indexes, else Redis decides.
+func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time, covers func(cached []int) bool) (*ratelimitv1.CheckQuotaResponse, []int) {
 	var (
 		idx    []int
 		resBuf [4]result // on the stack for up to four cached rules
@@ -443,7 +465,7 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 			idx, results = append(idx, i), append(results, res)
 		}
 	}
-	if idx == nil {
+	if idx == nil || covers != nil && !covers(idx) {
 		return nil, nil
 	}
 	applied := rules[idx[0] : idx[0]+1]
