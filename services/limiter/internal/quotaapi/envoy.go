@@ -23,10 +23,10 @@ import (
 //
 // Mapping: the request's domain is a kurz domain; each descriptor's entries
 // become one descriptor set (entry key -> value); hits_addend is the cost
-// (0 means 1, as in Envoy). All descriptors are decided together, all or
-// nothing, and each gets a status from the most restrictive of its rules;
-// a descriptor's own hits_addend must be the request's, and
-// is_negative_hits is refused. The value of a remote_address entry (Envoy's
+// (0 means 1, as in Envoy), a descriptor's own hits_addend its own cost
+// (0: checked, nothing consumed, as in Envoy). All descriptors are decided
+// together, all or nothing, and each gets a status from the most
+// restrictive of its rules; is_negative_hits is refused. The value of a remote_address entry (Envoy's
 // RemoteAddress action) that is an IPv6 address is keyed by its prefix
 // (KURZ_LIMITER_ENVOY_IPV6_PREFIX), as the gateway and the redirect key
 // their clients: one client's /64 is one counter.
@@ -94,12 +94,15 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			return nil, rpcerr.Invalidf(fmt.Sprintf("descriptors[%d].is_negative_hits", j), ReasonCostInvalid,
 				"descriptor %d: is_negative_hits is not supported", j).Status()
 		}
-		// A descriptor's own hits_addend is its cost (0 means 1, as for
-		// the request's), as in Envoy, where a route can take it from a
-		// request header: refused, it would have let the request through.
+		// A descriptor's own hits_addend is its cost, as in Envoy, where a
+		// route can take it from a request header: refused, it would have
+		// let the request through. A set 0 checks without consuming, as
+		// envoyproxy/ratelimit does (a route checks on the request and
+		// charges on stream done); CheckEach denies it when its rules have
+		// not one unit left, since a charge kurz denies consumes nothing.
 		costs[j] = int64(cost)
 		if h := d.GetHitsAddend(); h != nil {
-			costs[j] = int64(min(max(h.GetValue(), 1), math.MaxUint32))
+			costs[j] = int64(min(h.GetValue(), math.MaxUint32))
 		}
 		m := make(map[string]string, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
@@ -215,6 +218,9 @@ func moreRestrictive(a, b *ratelimitv1.RuleDecision) bool {
 	}
 }
 
+// envoyUnits are Envoy's units, shortest first, with the lengths
+// envoyproxy/ratelimit gives them (utils.UnitToDivider: a month is 30
+// days, a year 365).
 var envoyUnits = []struct {
 	unit rlsv3.RateLimitResponse_RateLimit_Unit
 	d    time.Duration
@@ -223,11 +229,19 @@ var envoyUnits = []struct {
 	{rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
 	{rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
 	{rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+	{rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
 }
 
-// envoyLimit expresses a rule's limit per window in Envoy's units: exactly
-// when the window is one unit, else scaled to the smallest unit that gives
-// at least one request.
+// envoyLimit expresses a rule's limit per window in Envoy's units (Envoy
+// builds X-RateLimit-Limit from it): exactly when the window is one unit;
+// else the same rate as a whole number in the unit nearest the window that
+// holds it whole (120 per 2 min: 60 per minute; 3 per 48 h: 45 per month);
+// else, when no unit does, rounded to the nearest whole in the unit
+// nearest the window that gives at least one (7 per 11 s: 38 per minute),
+// and at least 1 per year. Nearest: the longest unit within the window,
+// then the shortest beyond it, whose count is closest to the limit's.
 func envoyLimit(d *ratelimitv1.RuleDecision) *rlsv3.RateLimitResponse_RateLimit {
 	l := &rlsv3.RateLimitResponse_RateLimit{}
 	setEnvoyLimit(l, d)
@@ -237,20 +251,52 @@ func envoyLimit(d *ratelimitv1.RuleDecision) *rlsv3.RateLimitResponse_RateLimit 
 // setEnvoyLimit sets l to envoyLimit(d).
 func setEnvoyLimit(l *rlsv3.RateLimitResponse_RateLimit, d *ratelimitv1.RuleDecision) {
 	l.Name = d.GetRule()
-	window := d.GetWindow().AsDuration()
-	for _, u := range envoyUnits {
-		if window == u.d {
-			l.RequestsPerUnit, l.Unit = uint32(min(d.GetLimit(), math.MaxUint32)), u.unit
-			return
+	window, limit := d.GetWindow().AsDuration(), d.GetLimit()
+	// within is the number of units no longer than the window: the
+	// nearest order is within-1 down to 0, then within up.
+	within := 0
+	for within < len(envoyUnits) && envoyUnits[within].d <= window {
+		within++
+	}
+	if within > 0 && envoyUnits[within-1].d == window {
+		l.RequestsPerUnit, l.Unit = uint32(min(max(limit, 0), math.MaxUint32)), envoyUnits[within-1].unit
+		return
+	}
+	nearest := func(k int) int {
+		if k < within {
+			return within - 1 - k
+		}
+		return k
+	}
+	if window > 0 && limit > 0 {
+		for k := range envoyUnits {
+			u := envoyUnits[nearest(k)]
+			// limit*u/window is whole when window/g divides limit, g the
+			// units' greatest common divisor: no product that overflows.
+			g := gcd(int64(u.d), int64(window))
+			w, m := int64(window)/g, int64(u.d)/g
+			if limit%w == 0 && limit/w <= math.MaxUint32/m {
+				l.RequestsPerUnit, l.Unit = uint32(limit/w*m), u.unit
+				return
+			}
+		}
+		for k := range envoyUnits {
+			u := envoyUnits[nearest(k)]
+			if n := float64(limit) * float64(u.d) / float64(window); n >= 1 {
+				l.RequestsPerUnit, l.Unit = uint32(min(math.Round(n), math.MaxUint32)), u.unit
+				return
+			}
 		}
 	}
-	for _, u := range envoyUnits {
-		if n := float64(d.GetLimit()) * float64(u.d) / float64(window); n >= 1 {
-			l.RequestsPerUnit, l.Unit = uint32(min(n, math.MaxUint32)), u.unit
-			return
-		}
+	l.RequestsPerUnit, l.Unit = 1, rlsv3.RateLimitResponse_RateLimit_YEAR
+}
+
+// gcd is the greatest common divisor of a and b, both positive.
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
 	}
-	l.RequestsPerUnit, l.Unit = 1, rlsv3.RateLimitResponse_RateLimit_DAY
+	return a
 }
 
 // never reports whether a rule denied a cost it can never hold: the sum

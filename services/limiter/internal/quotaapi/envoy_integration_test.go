@@ -70,18 +70,18 @@ func (r *recordingEngine) CheckEach(ctx context.Context, domain string, descs []
 }
 
 // A denial answered from the over-limit cache gives every descriptor the
-// status a denial decided on Redis gives it: the exhausted descriptor
-// OVER_LIMIT with its own rule's limit, the others OK. The cache answers
-// with the denying rule's decision alone, so the descriptors it belongs to
-// must come from that rule, not from the first rule of the request (which
+// status a denial decided on Redis gives it. The cache answers with the
+// denying rules' decisions alone, so the descriptors they belong to must
+// come from those rules, not from the first rules of the request (which
 // put the per-ip denial on the user descriptor and left the ip one OK).
 func TestEnvoyCachedDenialKeepsItsDescriptor(t *testing.T) {
 	e := realEngine(t, `
 domains:
   envoy:
     rules:
-      - {name: per-user, key: [user], algorithm: token_bucket, limit: 100, window: 1h, failure_mode: open}
-      - {name: per-ip, key: [ip], algorithm: token_bucket, limit: 1, window: 1h, failure_mode: open}
+      - {name: per-user-day, key: [user], algorithm: token_bucket, limit: 100, window: 24h, failure_mode: open}
+      - {name: per-user, key: [user], algorithm: token_bucket, limit: 1, window: 1h, failure_mode: open}
+      - {name: per-ip, key: [ip], algorithm: token_bucket, limit: 1, window: 2h, failure_mode: open}
 `)
 	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
 	id := fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
@@ -99,32 +99,71 @@ domains:
 	}
 
 	if got := call().GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("call 1 (per-ip's one unit): %v, want OK", got)
+		t.Fatalf("call 1 (per-user's and per-ip's one unit): %v, want OK", got)
 	}
 	onRedis, fromCache := call(), call()
-	if n := len(e.each[1].GetDecisions()); n != 2 {
-		t.Fatalf("call 2 carries %d decisions, want 2 (decided on Redis)", n)
+	if n := len(e.each[1].GetDecisions()); n != 3 {
+		t.Fatalf("call 2 carries %d decisions, want 3 (decided on Redis)", n)
 	}
-	if n := len(e.each[2].GetDecisions()); n != 1 {
-		t.Fatalf("call 3 carries %d decisions, want 1 (answered from the over-limit cache)", n)
+	if n := len(e.each[2].GetDecisions()); n != 2 {
+		t.Fatalf("call 3 carries %d decisions, want 2 (answered from the over-limit cache)", n)
+	}
+	for j, rule := range []string{"per-user", "per-ip"} {
+		want, got := onRedis.GetStatuses()[j], fromCache.GetStatuses()[j]
+		if want.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || want.GetCurrentLimit().GetName() != rule {
+			t.Fatalf("descriptor %d on Redis: %v by %q, want OVER_LIMIT by %s", j, want.GetCode(), want.GetCurrentLimit().GetName(), rule)
+		}
+		if got.GetCode() != want.GetCode() || !proto.Equal(got.GetCurrentLimit(), want.GetCurrentLimit()) || got.GetLimitRemaining() != want.GetLimitRemaining() {
+			t.Errorf("descriptor %d from the cache: %v, limit %v, remaining %d; on Redis: %v, limit %v, remaining %d",
+				j, got.GetCode(), got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCode(), want.GetCurrentLimit(), want.GetLimitRemaining())
+		}
+	}
+}
+
+// A repeated denial of one descriptor beside another the over-limit cache
+// holds nothing of reports the other's limit and remaining, as the denial
+// on Redis did and as envoyproxy/ratelimit does on every request (the
+// cache's answer, its denial alone, had left it a bare OK); a request of
+// the denied descriptor alone is still answered from the cache.
+func TestEnvoyCachedDenialReportsEveryDescriptorsLimit(t *testing.T) {
+	e := realEngine(t, `
+domains:
+  envoy:
+    rules:
+      - {name: per-user, key: [user], algorithm: token_bucket, limit: 100, window: 1h, failure_mode: open}
+      - {name: per-ip, key: [ip], algorithm: token_bucket, limit: 1, window: 1h, failure_mode: open}
+`)
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+	id := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	user, ip := descriptor("user", "u-"+id), descriptor("ip", "ip-"+id)
+	call := func(descs ...*ratelimitcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: descs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
 	}
 
-	for name, resp := range map[string]*rlsv3.RateLimitResponse{"on Redis": onRedis, "from the cache": fromCache} {
+	if got := call(user, ip).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("call 1 (per-ip's one unit): %v, want OK", got)
+	}
+	first, again := call(user, ip), call(user, ip)
+	for name, resp := range map[string]*rlsv3.RateLimitResponse{"denied": first, "denied again": again} {
 		if got := resp.GetOverallCode(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 			t.Errorf("%s: overall %v, want OVER_LIMIT", name, got)
 		}
-		user, ip := resp.GetStatuses()[0], resp.GetStatuses()[1]
-		if user.GetCode() != rlsv3.RateLimitResponse_OK {
-			t.Errorf("%s: user descriptor %v (limit %q), want OK", name, user.GetCode(), user.GetCurrentLimit().GetName())
+		u, i := resp.GetStatuses()[0], resp.GetStatuses()[1]
+		if u.GetCode() != rlsv3.RateLimitResponse_OK || u.GetCurrentLimit().GetName() != "per-user" || u.GetLimitRemaining() != 99 {
+			t.Errorf("%s: user descriptor %v, limit %v, remaining %d; want OK by per-user, remaining 99", name, u.GetCode(), u.GetCurrentLimit(), u.GetLimitRemaining())
 		}
-		if ip.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || ip.GetCurrentLimit().GetName() != "per-ip" {
-			t.Errorf("%s: ip descriptor %v (limit %q), want OVER_LIMIT by per-ip", name, ip.GetCode(), ip.GetCurrentLimit().GetName())
+		if i.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || i.GetCurrentLimit().GetName() != "per-ip" {
+			t.Errorf("%s: ip descriptor %v (limit %q), want OVER_LIMIT by per-ip", name, i.GetCode(), i.GetCurrentLimit().GetName())
 		}
 	}
-	got, want := fromCache.GetStatuses()[1], onRedis.GetStatuses()[1]
-	if !proto.Equal(got.GetCurrentLimit(), want.GetCurrentLimit()) || got.GetLimitRemaining() != want.GetLimitRemaining() {
-		t.Errorf("ip descriptor from the cache: limit %v, remaining %d; on Redis: limit %v, remaining %d",
-			got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCurrentLimit(), want.GetLimitRemaining())
+	call(ip)
+	if src := e.each[len(e.each)-1].GetSource(); src != ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE {
+		t.Errorf("the ip descriptor alone: source %v, want the over-limit cache", src)
 	}
 }
 
@@ -293,5 +332,71 @@ domains:
 	}
 	if got := call("alice"); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("alice after the empty user's limit: %v, want OK (a counter of her own)", got)
+	}
+}
+
+// A descriptor's hits_addend of 0 checks without consuming, as in
+// envoyproxy/ratelimit, where a route checks on the request and charges on
+// stream done: under every algorithm, any number of checks leave the limit
+// whole; once charges have spent it, the check is OVER_LIMIT (a charge kurz
+// denies consumes nothing, so an OK there would let every later request
+// through). Beside a charged descriptor, a check decides with it, all or
+// nothing, and consumes nothing of its own rule.
+func TestEnvoyHitsAddendZeroChecksWithoutConsuming(t *testing.T) {
+	algos := []string{"fixed_window", "sliding_log", "sliding_window_counter", "token_bucket", "leaky_bucket"}
+	var rules strings.Builder
+	for _, a := range algos {
+		fmt.Fprintf(&rules, "      - {name: %[1]s, key: [%[1]s], algorithm: %[1]s, limit: 5, window: 1h, failure_mode: closed}\n", a)
+	}
+	e := realEngine(t, "domains:\n  envoy:\n    rules:\n"+rules.String())
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+	id := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	hits := func(key string, n uint64) *ratelimitcommonv3.RateLimitDescriptor {
+		d := descriptor(key, id)
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return d
+	}
+	ask := func(descs ...*ratelimitcommonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "envoy", Descriptors: descs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, a := range algos {
+		for i := range 6 {
+			if st := ask(hits(a, 0)).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 5 {
+				t.Fatalf("%s: check %d: %v, remaining %d; want OK, remaining 5", a, i+1, st.GetCode(), st.GetLimitRemaining())
+			}
+		}
+		for i := range 5 {
+			if got := ask(hits(a, 1)).GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("%s: charge %d after the checks: %v, want OK", a, i+1, got)
+			}
+		}
+		if st := ask(hits(a, 0)).GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st.GetDurationUntilReset() == nil {
+			t.Errorf("%s: check once spent: %v, reset %v; want OVER_LIMIT", a, st.GetCode(), st.GetDurationUntilReset())
+		}
+	}
+
+	// Fresh keys: a check beside a charge; the charge alone is taken.
+	id += "-pair"
+	resp := ask(hits("fixed_window", 0), hits("token_bucket", 2))
+	if checked, charged := resp.GetStatuses()[0], resp.GetStatuses()[1]; resp.GetOverallCode() != rlsv3.RateLimitResponse_OK ||
+		checked.GetLimitRemaining() != 5 || charged.GetLimitRemaining() != 3 {
+		t.Fatalf("check and charge: %v, remaining %d and %d; want OK, 5 and 3", resp.GetOverallCode(), checked.GetLimitRemaining(), charged.GetLimitRemaining())
+	}
+	for range 5 {
+		ask(hits("fixed_window", 1))
+	}
+	resp = ask(hits("fixed_window", 0), hits("token_bucket", 2))
+	if checked, charged := resp.GetStatuses()[0], resp.GetStatuses()[1]; resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT ||
+		checked.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || charged.GetCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("check of a spent rule and a charge: %v (%v, %v); want OVER_LIMIT (OVER_LIMIT, OK)", resp.GetOverallCode(), checked.GetCode(), charged.GetCode())
+	}
+	e.Wait() // the denied charge's refund
+	if st := ask(hits("token_bucket", 0)).GetStatuses()[0]; st.GetLimitRemaining() != 3 {
+		t.Errorf("token_bucket after the denied pair: remaining %d, want 3 (the denied charge given back)", st.GetLimitRemaining())
 	}
 }

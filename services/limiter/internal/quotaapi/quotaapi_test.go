@@ -302,10 +302,10 @@ func TestEnvoyDecidesWhatAClientCanSize(t *testing.T) {
 	}
 }
 
-// A descriptor's own hits_addend is its cost (0 counts 1, as the
-// request's does), whatever the request's: Envoy fills it from a request
-// header (a route's hits_addend format), and an error would let the request
-// through.
+// A descriptor's own hits_addend is its cost (0: a check, as in Envoy,
+// where the request's 0 counts 1), whatever the request's: Envoy fills it
+// from a request header (a route's hits_addend format), and an error would
+// let the request through.
 func TestEnvoyDescriptorsOwnHitsAreTheirCosts(t *testing.T) {
 	engine := newFake(t)
 	engine.each = &ratelimitv1.CheckQuotaResponse{Allowed: true}
@@ -322,7 +322,7 @@ func TestEnvoyDescriptorsOwnHitsAreTheirCosts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("descriptors with hits_addend of their own: %v, want a decision", err)
 	}
-	if got, want := fmt.Sprint(engine.eachCosts), fmt.Sprint([][]int64{{1000, 2, 1, math.MaxUint32}}); got != want {
+	if got, want := fmt.Sprint(engine.eachCosts), fmt.Sprint([][]int64{{1000, 2, 0, math.MaxUint32}}); got != want {
 		t.Errorf("costs %s, want %s", got, want)
 	}
 }

@@ -106,7 +106,7 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 			alone = append(alone, i)
 			continue
 		}
-		if resp, _ := e.cachedDenial(ctx, r.Domain, rules, r.Cost, now); resp != nil {
+		if resp, _ := e.cachedDenial(ctx, r.Domain, rules, r.Cost, now, nil); resp != nil {
 			out[i] = resp
 			continue
 		}
@@ -158,7 +158,7 @@ func batchable(rules []Applied, cost int64) bool {
 		if a.Rule.Lease.Size > 0 && !a.Rule.Shadow {
 			return false
 		}
-		if a.Rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG && a.cost(cost) > 1 {
+		if a.Rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG && a.units(cost) > 1 {
 			return false
 		}
 	}

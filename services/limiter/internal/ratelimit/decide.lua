@@ -20,7 +20,8 @@
 --           algorithm (1 fixed window, 2 sliding log, 3 sliding window
 --           counter, 4 token bucket, 5 leaky bucket), limit, window in ms,
 --           burst (bucket capacity), cost, flags (1 = leaky queue mode,
---           2 = shadow: reported, never denies).
+--           2 = shadow: reported, never denies, 4 = check only: decided at
+--           its cost, but never written, so it consumes nothing).
 --
 -- Appends to out {all_allowed, now_ms, then per rule: allowed, remaining,
 -- reset_after_ms, retry_after_ms (-1: never, cost exceeds capacity), delay_ms},
@@ -221,7 +222,10 @@ local function decide(K, kb, n, A, ab, out, redis_now)
     -- its state untouched.
     if allowed == 0 then
       writes[#writes] = nil
-      if flags < 2 then all = false end
+      if flags % 4 < 2 then all = false end
+    elseif flags >= 4 then
+      -- A check-only rule: whether its cost would pass, nothing taken.
+      writes[#writes] = nil
     end
     out[#out + 1] = allowed
     out[#out + 1] = remaining

@@ -274,13 +274,16 @@ func (e *Engine) Wait() { e.refunds.Wait() }
 // denies, nothing stays consumed.
 func (e *Engine) Check(ctx context.Context, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
 	_, rules := e.rules.Load().Match(domain, desc)
-	resp, _ := e.decide(ctx, "", domain, rules, cost)
+	resp, _ := e.decide(ctx, "", domain, rules, cost, nil)
 	return resp
 }
 
 // CheckEach decides one request described by several descriptor sets (as
 // Envoy sends them), costs[j] units for set j: the rules matching any set
-// are decided together, all or nothing. owners[i] lists the sets that
+// are decided together, all or nothing. A cost of 0 checks without
+// consuming (Envoy's hits_addend 0, to charge later): a rule only such sets
+// match consumes nothing and denies when it has not one unit left, as a
+// request of one unit would be denied. owners[i] lists the sets that
 // resp.Decisions[i] came from: a key matched by two sets is decided once,
 // at the sum of their costs, since one script must not read and write the
 // same key as two rules.
@@ -289,8 +292,14 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 	if len(descs) == 1 {
 		// One set's rules have keys of their own (each names its rule):
 		// nothing to merge.
-		rules := rs.MatchEnvoy(domain, descs[0])
-		resp, _ := e.decide(ctx, "", domain, rules, costs[0])
+		rules, cost := rs.MatchEnvoy(domain, descs[0]), costs[0]
+		if cost == 0 {
+			for i := range rules {
+				rules[i].checkOnly = true
+			}
+			cost = 1
+		}
+		resp, _ := e.decide(ctx, "", domain, rules, cost, nil)
 		owners = make([][]int, len(resp.Decisions))
 		for i := range owners {
 			owners[i] = firstSet
@@ -314,7 +323,30 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 			owners = append(owners, []int{j})
 		}
 	}
-	resp, cached := e.decide(ctx, "", domain, rules, 1)
+	for i := range rules {
+		rules[i].checkOnly = rules[i].weight == 0
+	}
+	// The over-limit cache answers only for every set with rules: its
+	// answer carries the cached rules alone, and a set none of whose
+	// rules it holds would come back with no limit and no remaining,
+	// where Envoy reports them on every request.
+	covers := func(cached []int) bool {
+		seen := make([]bool, len(descs)) // the sets a cached rule belongs to
+		for _, i := range cached {
+			for _, j := range owners[i] {
+				seen[j] = true
+			}
+		}
+		for _, o := range owners {
+			for _, j := range o {
+				if !seen[j] {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	resp, cached := e.decide(ctx, "", domain, rules, 1, covers)
 	if cached != nil {
 		// The over-limit cache answered with its rules' decisions alone.
 		from := owners
@@ -336,7 +368,7 @@ var firstSet = []int{0}[:1:1]
 // Redis TIME, so CheckAt decides leased rules on Redis as if unleased.
 func (e *Engine) CheckAt(ctx context.Context, at time.Time, domain string, desc map[string]string, cost int64) *ratelimitv1.CheckQuotaResponse {
 	_, rules := e.rules.Load().Match(domain, desc)
-	resp, _ := e.decide(ctx, strconv.FormatInt(at.UnixMilli(), 10), domain, rules, cost)
+	resp, _ := e.decide(ctx, strconv.FormatInt(at.UnixMilli(), 10), domain, rules, cost, nil)
 	return resp
 }
 
@@ -365,14 +397,15 @@ type group struct {
 // decide is the decision path shared by Check, CheckEach and CheckAt. On a
 // denial from the over-limit cache the response carries only the cached
 // rules, and cached lists their indexes in rules; otherwise cached is nil and
-// the response has one decision per rule.
-func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64) (resp *ratelimitv1.CheckQuotaResponse, cached []int) {
+// the response has one decision per rule. covers, when not nil, must accept
+// the cached rules for the cache to answer.
+func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Applied, cost int64, covers func(cached []int) bool) (resp *ratelimitv1.CheckQuotaResponse, cached []int) {
 	if len(rules) == 0 {
 		return e.noRule(ctx, domain), nil
 	}
 	now := time.Now()
 	if cost > 0 && clock == "" {
-		if denial, idx := e.cachedDenial(ctx, domain, rules, cost, now); denial != nil {
+		if denial, idx := e.cachedDenial(ctx, domain, rules, cost, now, covers); denial != nil {
 			return denial, idx
 		}
 	}
@@ -408,8 +441,9 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 // Redis can say. The response carries every rule with a live denial, the
 // one with the longest retry-after deciding, as on Redis (a request several
 // rules denied has them all in the cache, and Envoy gives each descriptor
-// its own rule's status); the ints are their indexes in rules.
-func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time) (*ratelimitv1.CheckQuotaResponse, []int) {
+// its own rule's status); the ints are their indexes in rules. covers, when
+// not nil, must accept those indexes, else Redis decides.
+func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time, covers func(cached []int) bool) (*ratelimitv1.CheckQuotaResponse, []int) {
 	var (
 		idx    []int
 		resBuf [4]result // on the stack for up to four cached rules
@@ -419,7 +453,7 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 		if a.Rule.Shadow {
 			continue
 		}
-		if d, ok := e.denied.Get(a.Key); ok && a.cost(cost) == d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
+		if d, ok := e.denied.Get(a.Key); ok && a.units(cost) == d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
 			// The answer's durations count down from Redis's: a client
 			// told to retry after 40 s is told 39 s a second later, not
 			// how long the cache keeps the denial.
@@ -431,7 +465,7 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 			idx, results = append(idx, i), append(results, res)
 		}
 	}
-	if idx == nil {
+	if idx == nil || covers != nil && !covers(idx) {
 		return nil, nil
 	}
 	applied := rules[idx[0] : idx[0]+1]
@@ -468,7 +502,7 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 		for i, a := range rules {
 			r := results[i]
 			if !r.allowed && !a.Rule.Shadow && r.source == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS && r.retryAfter > 0 && clock == "" {
-				e.denied.Add(a.Key, denial{at: now, until: now.Add(min(r.retryAfter, maxDenialTTL)), cost: a.cost(cost), rule: fingerprintOf(a.Rule), res: r})
+				e.denied.Add(a.Key, denial{at: now, until: now.Add(min(r.retryAfter, maxDenialTTL)), cost: a.units(cost), rule: fingerprintOf(a.Rule), res: r})
 			}
 		}
 	}
@@ -491,6 +525,16 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 // constant rate; to the script's millisecond) and the fixed window (its
 // reset is its window's end); for the sliding log and the sliding window
 // counter the reported reset, at most one window longer than theirs.
+// unconsumed is an allowing check-only rule's result, decided at one unit,
+// as it stands with that unit not taken.
+func unconsumed(res result, r *Rule) result {
+	if res.allowed {
+		res.remaining = min(res.remaining+1, r.capacity())
+		res.resetAfter = unconsumedReset(r, res.resetAfter, res.remaining, 1)
+	}
+	return res
+}
+
 func unconsumedReset(r *Rule, reset time.Duration, remaining, cost int64) time.Duration {
 	if remaining >= r.capacity() {
 		return 0 // full: the script's whole milliseconds would leave a remainder
@@ -546,9 +590,12 @@ func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, 
 		if r.Shadow {
 			flags |= 2
 		}
+		if a.checkOnly {
+			flags |= 4
+		}
 		g.idx = append(g.idx, i)
 		g.keys = append(g.keys, a.Key)
-		g.args = append(g.args, int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity(), a.cost(cost), flags)
+		g.args = append(g.args, int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity(), a.units(cost), flags)
 	}
 	return order
 }
@@ -592,6 +639,9 @@ func (g *group) apply(vals []int64, rules []Applied, results []result) {
 			source:     ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
 		}
 		res.retryAfter, res.never = retryOf(v[3], r)
+		if rules[i].checkOnly {
+			res = unconsumed(res, r)
+		}
 		if r.Shadow {
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
 		}
@@ -608,9 +658,12 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 		case ratelimitv1.FailureMode_FAILURE_MODE_CLOSED:
 			res = result{limit: r.Limit, retryAfter: e.opts.BreakerMaxCooldown, source: ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED}
 		case ratelimitv1.FailureMode_FAILURE_MODE_LOCAL:
-			if cost == 0 {
-				res = e.local.peek(a.Key, r, now)
-			} else {
+			switch {
+			case cost == 0:
+				res = e.local.peek(a.Key, r, 0, now)
+			case a.checkOnly:
+				res = unconsumed(e.local.peek(a.Key, r, 1, now), r)
+			default:
 				res = e.local.take(a.Key, r, a.cost(cost), now)
 			}
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_LOCAL_FALLBACK
@@ -675,11 +728,11 @@ func (e *Engine) giveBack(groups []*group, rules []Applied, results []result, re
 // refundArgs are the arguments of the script that gives back what g's
 // decision consumed at Redis's clock now (ms); allowed(j) tells whether
 // g's j-th rule allowed: a shadow rule that would have denied wrote
-// nothing, and gets nothing back (cost 0).
+// nothing, and gets nothing back (cost 0), nor does a check-only rule.
 func (g *group) refundArgs(now int64, reqID string, allowed func(j int) bool) []any {
 	args := append([]any{now, "refund", reqID}, g.args[3:]...)
 	for j := range g.idx {
-		if !allowed(j) {
+		if !allowed(j) || args[3+decideRuleArgs*j+decideRuleArgs-1].(int)&4 != 0 {
 			args[3+decideRuleArgs*j+decideCostArg] = 0
 		}
 	}

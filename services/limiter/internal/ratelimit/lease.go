@@ -142,7 +142,9 @@ var errLeaseWait = errors.New("lease: waited past the decision timeout")
 func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []result, cost int64) leased {
 	var out leased
 	for i, a := range rules {
-		if a.Rule.Lease.Size == 0 || a.Rule.Shadow {
+		// A check-only rule is decided on Redis, as a look (cost 0) is:
+		// a lease is for units taken.
+		if a.Rule.Lease.Size == 0 || a.Rule.Shadow || a.checkOnly {
 			continue
 		}
 		if out.skip == nil {

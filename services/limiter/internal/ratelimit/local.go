@@ -107,19 +107,19 @@ func (l *localLimiter) take(key string, r *Rule, cost int64, now time.Time) resu
 	return l.decide(s, r, cost, now)
 }
 
-// peek reports key's state under r as a take of cost 0 would see it,
-// changing nothing: not the key's state, and not the keys tracked (a look
-// at a fresh key must not push a tracked one out).
-func (l *localLimiter) peek(key string, r *Rule, now time.Time) result {
+// peek reports what a take of cost would decide on key under r, changing
+// nothing: not the key's state, and not the keys tracked (a look at a
+// fresh key must not push a tracked one out).
+func (l *localLimiter) peek(key string, r *Rule, cost int64, now time.Time) result {
 	s, ok := l.keys.Peek(key)
 	if !ok {
-		return l.decide(l.fresh(r, now), r, 0, now)
+		return l.decide(l.fresh(r, now), r, cost, now)
 	}
 	var c localState
 	s.mu.Lock()
 	c.tokens, c.ts, c.slots, c.last = s.tokens, s.ts, s.slots, s.last
 	s.mu.Unlock()
-	return l.decide(&c, r, 0, now)
+	return l.decide(&c, r, cost, now)
 }
 
 // fresh is the state of a key the limiter holds none for: full, or spent

@@ -308,3 +308,46 @@ func TestLocalLookReportsTheShareWithoutConsuming(t *testing.T) {
 		})
 	}
 }
+
+// A check-only rule (an Envoy descriptor's hits_addend 0) decided by the
+// local fallback reports the share as a look does and consumes nothing,
+// and denies once the share has not one unit left.
+func TestLocalCheckOnlyConsumesNothingAndDeniesWhenSpent(t *testing.T) {
+	m, err := newEngineMetrics(noop.NewMeterProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, algo := range localAlgos {
+		t.Run(algo, func(t *testing.T) {
+			e := &Engine{local: newLocal(t, 2), m: m}
+			_, rules := compile(t, localRules).Match("l", map[string]string{"user": "u", "algo": algo})
+			checks := []Applied{rules[0]}
+			checks[0].checkOnly = true
+			decide := func(rules []Applied) result {
+				results := make([]result, 1)
+				e.fallback(&group{idx: []int{0}, keys: []string{rules[0].Key}}, rules, results, 1, localEpoch)
+				return results[0]
+			}
+			var last result
+			for range 3 {
+				last = decide(rules)
+			}
+			for i := range 2 {
+				if got := decide(checks); !got.allowed || got.remaining != last.remaining {
+					t.Errorf("check %d after 3 units: allowed %v, remaining %d; want allowed, %d", i+1, got.allowed, got.remaining, last.remaining)
+				}
+			}
+			if got := decide(rules); got.remaining != last.remaining-1 {
+				t.Errorf("a take after two checks: %d remaining, want %d (the checks consumed)", got.remaining, last.remaining-1)
+			}
+			for range 100 {
+				if !decide(rules).allowed {
+					break
+				}
+			}
+			if got := decide(checks); got.allowed || got.retryAfter <= 0 {
+				t.Errorf("check of a spent share: allowed %v, retry after %v; want denied, a retry-after", got.allowed, got.retryAfter)
+			}
+		})
+	}
+}

@@ -247,13 +247,30 @@ type Applied struct {
 	// the descriptor sets that match it (a key several sets match is
 	// decided once, at their sum).
 	weight int64
+	// checkOnly: the rule is decided as if for one unit but consumes
+	// nothing (the descriptor sets of an Envoy request that match it all
+	// have hits_addend 0): it denies when not one unit is left.
+	checkOnly bool
 }
 
+// cost is what the rule consumes of a request of cost units.
 func (a *Applied) cost(cost int64) int64 {
+	if a.checkOnly {
+		return 0
+	}
 	if a.weight > 1 {
 		return cost * a.weight
 	}
 	return cost
+}
+
+// units is the cost the rule is decided at: what it consumes, or one unit
+// for a check-only rule.
+func (a *Applied) units(cost int64) int64 {
+	if a.checkOnly {
+		return 1
+	}
+	return a.cost(cost)
 }
 
 // Match returns the request's descriptors with the domain's defaults filled
