@@ -44,6 +44,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"kurz.dev/pkg/chconn"
 )
 
 // Click is one row of the raw table.
@@ -258,6 +260,20 @@ func (c *Counts) Sub(o Counts) {
 // unlike an error ClickHouse answered (a bad query, a missing table).
 var ErrUnavailable = errors.New("clickhouse unavailable")
 
+// ErrBusy wraps a read that waited for one of the store's connections
+// while every one was in use, until the driver gave up (within
+// KURZ_CLICKHOUSE_DIAL_TIMEOUT): too many reads at once, not an outage.
+var ErrBusy = errors.New("every clickhouse connection is busy")
+
+// readErr is the package's readErr, and ErrBusy when the read found no free
+// connection of s's pool in time.
+func (s *Store) readErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() == nil && chconn.Busy(s.conn, err) {
+		return fmt.Errorf("%s: %w: %w", what, ErrBusy, err)
+	}
+	return readErr(ctx, what, err)
+}
+
 // readErr wraps a read's error with what was read, with ctx's error when
 // ctx ended (whatever the driver made of it: its socket deadline, the
 // context's, fails a read with an i/o timeout, which would read as an
@@ -338,7 +354,7 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
 		GROUP BY h`+timeLimit(ctx), r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, readErr(ctx, "clickhouse hourly counts", err)
+		return nil, s.readErr(ctx, "clickhouse hourly counts", err)
 	}
 	defer rows.Close()
 	out := make(map[int64]Counts)
@@ -346,12 +362,12 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 		var h uint32
 		var total, human, bot, flood, visitors uint64
 		if err := rows.Scan(&h, &total, &human, &bot, &flood, &visitors); err != nil {
-			return nil, readErr(ctx, "clickhouse hourly counts", err)
+			return nil, s.readErr(ctx, "clickhouse hourly counts", err)
 		}
 		out[int64(h)] = Counts{Total: int64(total), Human: int64(human), Bot: int64(bot), Flood: int64(flood), Visitors: int64(visitors)}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr(ctx, "clickhouse hourly counts", err)
+		return nil, s.readErr(ctx, "clickhouse hourly counts", err)
 	}
 	return out, nil
 }
@@ -397,7 +413,7 @@ func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[s
 	q.WriteString(")" + timeLimit(ctx))
 	rows, err := s.conn.Query(ctx, q.String(), args...)
 	if err != nil {
-		return nil, readErr(ctx, "clickhouse dimension counts", err)
+		return nil, s.readErr(ctx, "clickhouse dimension counts", err)
 	}
 	defer rows.Close()
 	out := make(map[string]map[string]int64)
@@ -405,7 +421,7 @@ func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[s
 		var dim, key string
 		var n uint64
 		if err := rows.Scan(&dim, &key, &n); err != nil {
-			return nil, readErr(ctx, "clickhouse dimension counts", err)
+			return nil, s.readErr(ctx, "clickhouse dimension counts", err)
 		}
 		if out[dim] == nil {
 			out[dim] = make(map[string]int64)
@@ -413,7 +429,7 @@ func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[s
 		out[dim][key] = int64(n)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr(ctx, "clickhouse dimension counts", err)
+		return nil, s.readErr(ctx, "clickhouse dimension counts", err)
 	}
 	return out, nil
 }
@@ -423,19 +439,19 @@ func (s *Store) Owners(ctx context.Context, code string) ([]string, error) {
 	rows, err := s.conn.Query(ctx,
 		"SELECT DISTINCT tenant FROM "+OwnersTable+" WHERE code = ? LIMIT 16"+timeLimit(ctx), code)
 	if err != nil {
-		return nil, readErr(ctx, "clickhouse owners", err)
+		return nil, s.readErr(ctx, "clickhouse owners", err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var t string
 		if err := rows.Scan(&t); err != nil {
-			return nil, readErr(ctx, "clickhouse owners", err)
+			return nil, s.readErr(ctx, "clickhouse owners", err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr(ctx, "clickhouse owners", err)
+		return nil, s.readErr(ctx, "clickhouse owners", err)
 	}
 	return out, nil
 }
@@ -481,7 +497,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, readErr(ctx, "clickhouse duplicates", err)
+		return nil, s.readErr(ctx, "clickhouse duplicates", err)
 	}
 	defer rows.Close()
 	var out []Duplicate
@@ -490,7 +506,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		var ts uint32
 		var bots, floods, news []uint8
 		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &d.Country, &d.Rule, &d.Variant, &bots, &floods, &news); err != nil {
-			return nil, readErr(ctx, "clickhouse duplicates", err)
+			return nil, s.readErr(ctx, "clickhouse duplicates", err)
 		}
 		d.Hour = int64(ts) / 3600 * 3600
 		for i := range bots {
@@ -499,7 +515,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr(ctx, "clickhouse duplicates", err)
+		return nil, s.readErr(ctx, "clickhouse duplicates", err)
 	}
 	return out, nil
 }
