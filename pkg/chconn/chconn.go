@@ -7,6 +7,7 @@ package chconn
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -51,8 +52,20 @@ func (cfg Config) OnCluster() string {
 	return " ON CLUSTER " + cfg.Cluster
 }
 
-// New creates the database if needed, connects to it and pings the server.
+// DefaultMaxOpenConns is the pool size of New.
+const DefaultMaxOpenConns = 10
+
+// New is NewPool with DefaultMaxOpenConns connections.
 func New(ctx context.Context, cfg Config) (driver.Conn, error) {
+	return NewPool(ctx, cfg, DefaultMaxOpenConns)
+}
+
+// NewPool creates the database if needed, connects to it and pings the
+// server: a pool of at most maxOpen connections (at least 1). A query that
+// finds them all in use waits up to DialTimeout for one, then fails with
+// clickhouse.ErrAcquireConnTimeout (see Busy). Work that must not wait on
+// other work gets a pool of its own.
+func NewPool(ctx context.Context, cfg Config, maxOpen int) (driver.Conn, error) {
 	if !validIdent(cfg.Database) {
 		return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_DATABASE=%q: want letters, digits and underscores", cfg.Database)
 	}
@@ -64,7 +77,7 @@ func New(ctx context.Context, cfg Config) (driver.Conn, error) {
 		return nil, fmt.Errorf("clickhouse: %w", err)
 	}
 	// The database may not exist yet, so the first connection uses "default".
-	boot, err := open(ctx, cfg, tlsConfig, "default")
+	boot, err := open(ctx, cfg, tlsConfig, "default", 1)
 	if err != nil {
 		return nil, err
 	}
@@ -79,10 +92,22 @@ func New(ctx context.Context, cfg Config) (driver.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: create database %s: %w", cfg.Database, err)
 	}
-	return open(ctx, cfg, tlsConfig, cfg.Database)
+	return open(ctx, cfg, tlsConfig, cfg.Database, maxOpen)
 }
 
-func open(ctx context.Context, cfg Config, tlsConfig *tls.Config, database string) (driver.Conn, error) {
+// Busy reports whether err, from a call on conn, is a wait for one of its
+// pool's connections that ran out while every one of them was in use: the
+// pool is busy, not ClickHouse unreachable. (The driver fails a connection
+// that dialled too slowly with the same error, its pool not full.)
+func Busy(conn driver.Conn, err error) bool {
+	if !errors.Is(err, clickhouse.ErrAcquireConnTimeout) {
+		return false
+	}
+	st := conn.Stats()
+	return st.Open >= st.MaxOpenConns
+}
+
+func open(ctx context.Context, cfg Config, tlsConfig *tls.Config, database string, maxOpen int) (driver.Conn, error) {
 	var settings clickhouse.Settings
 	if cfg.Cluster != "" {
 		// An insert into a Distributed table returns once every shard's
@@ -97,6 +122,10 @@ func open(ctx context.Context, cfg Config, tlsConfig *tls.Config, database strin
 		Auth:        clickhouse.Auth{Database: database, Username: cfg.User, Password: cfg.Password},
 		DialTimeout: cfg.DialTimeout,
 		Protocol:    clickhouse.Native,
+		// Explicit: the driver's default (10) is no one's decision, and
+		// idle connections beyond the pool are never kept.
+		MaxOpenConns: max(maxOpen, 1),
+		MaxIdleConns: max(maxOpen, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: %w", err)

@@ -93,6 +93,14 @@ type Config struct {
 	AllowAnonymous bool `env:"ANALYTICS_ALLOW_ANONYMOUS" default:"false"`
 	// QueryTimeout bounds one GetLinkStats' queries.
 	QueryTimeout time.Duration `env:"ANALYTICS_QUERY_TIMEOUT" default:"5s"`
+	// MaxStatsRequests bounds the GetLinkStats calls one process serves at
+	// once (1 to 256), one tenant's to half of them (at least 1); past
+	// that a call is refused at once, UNAVAILABLE STATS_BUSY or
+	// RESOURCE_EXHAUSTED STATS_SHARE_IN_USE with a retry delay. The
+	// statistics read through a ClickHouse pool of their own, four
+	// connections per call, apart from the consumer's and the readiness
+	// check's, so that they never wait for each other.
+	MaxStatsRequests int `env:"ANALYTICS_MAX_STATS_REQUESTS" default:"4"`
 
 	// RawRetention is how long raw click rows are kept: a month of them is
 	// dropped once it ended this long ago (so they live up to one month
@@ -124,6 +132,9 @@ func (c Config) validate() (*svcauth.Keys, error) {
 	}
 	if c.ReadReplicas < 0 {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_READ_REPLICAS must be 0 or more"))
+	}
+	if c.MaxStatsRequests < 1 || c.MaxStatsRequests > 256 {
+		errs = append(errs, fmt.Errorf("KURZ_ANALYTICS_MAX_STATS_REQUESTS=%d: want 1 to 256", c.MaxStatsRequests))
 	}
 	if c.ConsumerGroup == "" {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_CONSUMER_GROUP must not be empty"))
@@ -165,7 +176,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, fmt.Errorf("configuration:\n%w", err)
 	}
-	ch, rdb, err := openStores(ctx, cfg, lc)
+	ch, reads, rdb, err := openStores(ctx, cfg, lc)
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +194,8 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	analyticsv1.RegisterAnalyticsServiceServer(srv.GRPC, stats.New(store, log, stats.Options{
-		AllowAnonymous: cfg.AllowAnonymous, QueryTimeout: cfg.QueryTimeout,
+	analyticsv1.RegisterAnalyticsServiceServer(srv.GRPC, stats.New(clickstore.New(reads, clickstore.LayoutOf(cfg.ClickHouse)), log, stats.Options{
+		AllowAnonymous: cfg.AllowAnonymous, QueryTimeout: cfg.QueryTimeout, MaxRequests: cfg.MaxStatsRequests,
 	}))
 	srv.Mux.HandleFunc("GET /consumerz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -195,7 +206,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 			expireRaw(ctx, store, cfg.RawRetention, cfg.RetentionEvery, log)
 		})
 	}
-	srv.AddCheck("clickhouse", ch.Ping)
+	srv.AddCheck("clickhouse", pingCheck(ch))
 	// Without Redis the consumer waits (the clicks wait in the streams) and
 	// the stats are still served.
 	srv.AddSoftCheck("redis", func(ctx context.Context) error { return redisconn.Check(ctx, rdb) })
@@ -247,21 +258,53 @@ func expireRaw(ctx context.Context, store *clickstore.Store, retention, every ti
 
 // openStores connects to ClickHouse, applying its schema, and to Redis
 // Cluster, where the click streams are.
-func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle) (driver.Conn, *redis.ClusterClient, error) {
-	ch, err := chconn.New(ctx, cfg.ClickHouse)
+func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle) (writes, reads driver.Conn, rdb *redis.ClusterClient, err error) {
+	writes, reads, err = openClickHouse(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	lc.OwnCloser("clickhouse", ch)
-	if err := clickstore.Apply(ctx, ch, clickstore.LayoutOf(cfg.ClickHouse)); err != nil {
-		return nil, nil, err
+	lc.OwnCloser("clickhouse", writes)
+	lc.OwnCloser("clickhouse statistics", reads)
+	if err := clickstore.Apply(ctx, writes, clickstore.LayoutOf(cfg.ClickHouse)); err != nil {
+		return nil, nil, nil, err
 	}
-	rdb, err := redisconn.New(ctx, cfg.Redis)
+	rdb, err = redisconn.New(ctx, cfg.Redis)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lc.OwnCloser("redis", rdb)
-	return ch, rdb, nil
+	return writes, reads, rdb, nil
+}
+
+// openClickHouse opens two pools: writes, for the consumer (a connection
+// per flusher), the retention and the readiness check (one each), which
+// then always find a connection free; and reads, for the statistics, a
+// connection for each query the admitted calls run at once. On one shared
+// pool, a tenant's long-range statistics held every connection: an insert
+// failed with "acquire conn timeout" and /readyz reported ClickHouse down.
+func openClickHouse(ctx context.Context, cfg Config) (writes, reads driver.Conn, err error) {
+	writes, err = chconn.NewPool(ctx, cfg.ClickHouse, cfg.Flushers+2)
+	if err != nil {
+		return nil, nil, err
+	}
+	reads, err = chconn.NewPool(ctx, cfg.ClickHouse, cfg.MaxStatsRequests*stats.QueriesPerRequest)
+	if err != nil {
+		_ = writes.Close()
+		return nil, nil, err
+	}
+	return writes, reads, nil
+}
+
+// pingCheck is the readiness check of ClickHouse over conn: a pool whose
+// connections are all in use is busy, not down (the work holding them
+// reports its own failures).
+func pingCheck(conn driver.Conn) server.Check {
+	return func(ctx context.Context) error {
+		if err := conn.Ping(ctx); err != nil && !chconn.Busy(conn, err) {
+			return err
+		}
+		return nil
+	}
 }
 
 // startConsumer dials the limiter (for the consumer's flood checks) and

@@ -20,8 +20,11 @@
 // Redis delivers an entry first-hand exactly once, so of two rows of one
 // event at least one is suspect, and every duplicate is found. The raw table
 // is a plain MergeTree so that copies are never merged away from under the
-// aggregates. Suspect rows are rare (after a crash, a takeover or an insert
-// that failed mid-way) and clustered in time, so the correction reads little.
+// aggregates. Suspect rows are usually rare (after a crash, a takeover or an
+// insert that failed mid-way) and clustered in time, so the correction reads
+// little; but while fewer Redis replicas are online than the consumer's
+// WAIT asks for, every click is suspect, and the correction reads every raw
+// row of the range (see Duplicates).
 //
 // Residuals: an event the producer appended twice (two entries) is caught
 // only when both land in one batch; two events of one link whose 64-bit
@@ -44,6 +47,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"kurz.dev/pkg/chconn"
 )
 
 // Click is one row of the raw table.
@@ -258,6 +263,20 @@ func (c *Counts) Sub(o Counts) {
 // unlike an error ClickHouse answered (a bad query, a missing table).
 var ErrUnavailable = errors.New("clickhouse unavailable")
 
+// ErrBusy wraps a read that waited for one of the store's connections
+// while every one was in use, until the driver gave up (within
+// KURZ_CLICKHOUSE_DIAL_TIMEOUT): too many reads at once, not an outage.
+var ErrBusy = errors.New("every clickhouse connection is busy")
+
+// readErr is the package's readErr, and ErrBusy when the read found no free
+// connection of s's pool in time.
+func (s *Store) readErr(ctx context.Context, what string, err error) error {
+	if ctx.Err() == nil && chconn.Busy(s.conn, err) {
+		return fmt.Errorf("%s: %w: %w", what, ErrBusy, err)
+	}
+	return readErr(ctx, what, err)
+}
+
 // readErr wraps a read's error with what was read, with ctx's error when
 // ctx ended (whatever the driver made of it: its socket deadline, the
 // context's, fails a read with an i/o timeout, which would read as an
@@ -338,7 +357,7 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
 		GROUP BY h`+timeLimit(ctx), r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, readErr(ctx, "clickhouse hourly counts", err)
+		return nil, s.readErr(ctx, "clickhouse hourly counts", err)
 	}
 	defer rows.Close()
 	out := make(map[int64]Counts)
@@ -346,12 +365,12 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 		var h uint32
 		var total, human, bot, flood, visitors uint64
 		if err := rows.Scan(&h, &total, &human, &bot, &flood, &visitors); err != nil {
-			return nil, readErr(ctx, "clickhouse hourly counts", err)
+			return nil, s.readErr(ctx, "clickhouse hourly counts", err)
 		}
 		out[int64(h)] = Counts{Total: int64(total), Human: int64(human), Bot: int64(bot), Flood: int64(flood), Visitors: int64(visitors)}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr(ctx, "clickhouse hourly counts", err)
+		return nil, s.readErr(ctx, "clickhouse hourly counts", err)
 	}
 	return out, nil
 }
@@ -397,7 +416,7 @@ func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[s
 	q.WriteString(")" + timeLimit(ctx))
 	rows, err := s.conn.Query(ctx, q.String(), args...)
 	if err != nil {
-		return nil, readErr(ctx, "clickhouse dimension counts", err)
+		return nil, s.readErr(ctx, "clickhouse dimension counts", err)
 	}
 	defer rows.Close()
 	out := make(map[string]map[string]int64)
@@ -405,7 +424,7 @@ func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[s
 		var dim, key string
 		var n uint64
 		if err := rows.Scan(&dim, &key, &n); err != nil {
-			return nil, readErr(ctx, "clickhouse dimension counts", err)
+			return nil, s.readErr(ctx, "clickhouse dimension counts", err)
 		}
 		if out[dim] == nil {
 			out[dim] = make(map[string]int64)
@@ -413,7 +432,7 @@ func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[s
 		out[dim][key] = int64(n)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr(ctx, "clickhouse dimension counts", err)
+		return nil, s.readErr(ctx, "clickhouse dimension counts", err)
 	}
 	return out, nil
 }
@@ -423,19 +442,19 @@ func (s *Store) Owners(ctx context.Context, code string) ([]string, error) {
 	rows, err := s.conn.Query(ctx,
 		"SELECT DISTINCT tenant FROM "+OwnersTable+" WHERE code = ? LIMIT 16"+timeLimit(ctx), code)
 	if err != nil {
-		return nil, readErr(ctx, "clickhouse owners", err)
+		return nil, s.readErr(ctx, "clickhouse owners", err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var t string
 		if err := rows.Scan(&t); err != nil {
-			return nil, readErr(ctx, "clickhouse owners", err)
+			return nil, s.readErr(ctx, "clickhouse owners", err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr(ctx, "clickhouse owners", err)
+		return nil, s.readErr(ctx, "clickhouse owners", err)
 	}
 	return out, nil
 }
@@ -461,6 +480,16 @@ type Duplicate struct {
 // times only (the primary key narrows "ts IN (subquery)" to their granules):
 // nothing when the range has no suspects, and otherwise a cost that follows
 // the incidents (a crash, a takeover, a failed insert), not the link's size.
+//
+// It takes two steps, so that the fields ClickHouse groups are the
+// duplicates' only: first the duplicated events' keys (per suspect event an
+// eid, its time and a count, and the suspects' times and eids to match),
+// then the fields and flags of those events, at their own times. One step
+// grouping every suspect event with its fields took ~860 bytes per suspect:
+// 400,000 suspects (a Redis master without its replica stores every click
+// as suspect) took 344 MiB per call, and 1.2 M would pass the 1 GB limit of
+// a query. The first step still grows with the suspects, ~150 bytes each
+// (400,000 in under 64 MiB, 1.6 s on 18.16).
 func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 	if err := r.check(); err != nil {
 		return nil, err
@@ -469,8 +498,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 	// link's rows and suspects share a shard), not the Distributed table.
 	suspects := `SELECT %s FROM ` + s.layout.LocalQualified(SuspectsTable) + `
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)`
-	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device), any(country),
-			any(rule), any(variant), groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)
+	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts))
 		FROM `+EventsTable+`
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
 			AND ts IN (`+fmt.Sprintf(suspects, "ts")+`)
@@ -481,16 +509,73 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
 	if err != nil {
-		return nil, readErr(ctx, "clickhouse duplicates", err)
+		return nil, s.readErr(ctx, "clickhouse duplicates", err)
+	}
+	var keys []eventKey
+	for rows.Next() {
+		var k eventKey
+		if err := rows.Scan(&k.eid, &k.ts); err != nil {
+			rows.Close()
+			return nil, s.readErr(ctx, "clickhouse duplicates", err)
+		}
+		keys = append(keys, k)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, s.readErr(ctx, "clickhouse duplicates", err)
+	}
+	var out []Duplicate
+	for chunk := range slices.Chunk(keys, duplicatesChunk) {
+		if out, err = s.duplicateDetails(ctx, r, chunk, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// eventKey is a duplicated event's eid and time (copies share the event's
+// time, as the consumer's lookup relies on too).
+type eventKey struct {
+	eid uint64
+	ts  uint32
+}
+
+// duplicatesChunk bounds the events of one duplicateDetails query: its
+// text, ~50 bytes an event, stays far below max_query_size (256 KiB).
+const duplicatesChunk = 1000
+
+// duplicateDetails appends to out the copies of keys' events: the primary
+// key narrows "ts IN (...)" to the granules of those events' times.
+func (s *Store) duplicateDetails(ctx context.Context, r Range, keys []eventKey, out []Duplicate) ([]Duplicate, error) {
+	var times, eids strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			times.WriteString(", ")
+			eids.WriteString(", ")
+		}
+		fmt.Fprintf(&times, "toDateTime(%d)", k.ts)
+		fmt.Fprintf(&eids, "%d", k.eid)
+	}
+	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device), any(country),
+			any(rule), any(variant), groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)
+		FROM `+EventsTable+`
+		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
+			AND ts IN (`+times.String()+`)
+			AND eid IN (`+eids.String()+`)
+		GROUP BY eid
+		HAVING count() > 1`+timeLimit(ctx),
+		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix())
+	if err != nil {
+		return nil, s.readErr(ctx, "clickhouse duplicates", err)
 	}
 	defer rows.Close()
-	var out []Duplicate
 	for rows.Next() {
 		var d Duplicate
 		var ts uint32
 		var bots, floods, news []uint8
 		if err := rows.Scan(&d.EID, &ts, &d.ReferrerHost, &d.Browser, &d.OS, &d.Device, &d.Country, &d.Rule, &d.Variant, &bots, &floods, &news); err != nil {
-			return nil, readErr(ctx, "clickhouse duplicates", err)
+			return nil, s.readErr(ctx, "clickhouse duplicates", err)
 		}
 		d.Hour = int64(ts) / 3600 * 3600
 		for i := range bots {
@@ -499,7 +584,7 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, readErr(ctx, "clickhouse duplicates", err)
+		return nil, s.readErr(ctx, "clickhouse duplicates", err)
 	}
 	return out, nil
 }

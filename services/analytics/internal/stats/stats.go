@@ -19,6 +19,7 @@ import (
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
@@ -67,7 +68,26 @@ const (
 	ReasonRangeInvalid    = "RANGE_INVALID"
 	ReasonIntervalInvalid = "INTERVAL_INVALID"
 	ReasonStoreDown       = "CLICK_STORE_UNAVAILABLE"
+	// ReasonBusy: UNAVAILABLE, this replica serves as many statistics
+	// requests as it may (Options.MaxRequests); ClickHouse is fine.
+	ReasonBusy = "STATS_BUSY"
+	// ReasonShareInUse: RESOURCE_EXHAUSTED, the tenant's requests in
+	// progress hold its share of them.
+	ReasonShareInUse = "STATS_SHARE_IN_USE"
 )
+
+// busyRetryAfter is the retry delay of a request refused as busy: the
+// requests holding the slots take tens of milliseconds, seconds at most.
+const busyRetryAfter = time.Second
+
+// admitWait is how long a request waits for a slot when every one is
+// taken: long enough to smooth a burst of fast requests, short enough
+// that a refusal comes at once next to a request's own QueryTimeout.
+const admitWait = 250 * time.Millisecond
+
+// QueriesPerRequest is how many ClickHouse queries one request runs at once
+// (stats): its store's pool needs that many connections per slot.
+const QueriesPerRequest = 4
 
 // Options configure the service.
 type Options struct {
@@ -77,27 +97,87 @@ type Options struct {
 	AllowAnonymous bool
 	// QueryTimeout bounds one request's ClickHouse queries (default 5s).
 	QueryTimeout time.Duration
+	// MaxRequests bounds the requests served at once (default 4); one
+	// tenant's take at most half of them (at least 1). Past either, a
+	// request is refused at once with a retry delay, ClickHouse untouched:
+	// the store's pool needs QueriesPerRequest connections per request
+	// for none of them to wait for one.
+	MaxRequests int
 	// now is the clock; tests set it.
 	now func() time.Time
+}
+
+// Store is what the service reads: a *clickstore.Store.
+type Store interface {
+	Owners(ctx context.Context, code string) ([]string, error)
+	Hourly(ctx context.Context, r clickstore.Range) (map[int64]clickstore.Counts, error)
+	Dims(ctx context.Context, r clickstore.Range, limits map[string]int) (map[string]map[string]int64, error)
+	Duplicates(ctx context.Context, r clickstore.Range) ([]clickstore.Duplicate, error)
 }
 
 // Service implements AnalyticsService.
 type Service struct {
 	analyticsv1.UnimplementedAnalyticsServiceServer
-	store *clickstore.Store
+	store Store
 	log   *slog.Logger
 	opts  Options
+
+	slots *capacity.Gate
+	share int
+	mu    sync.Mutex
+	held  map[string]int // requests in progress by tenant
 }
 
 // New returns the service over store.
-func New(store *clickstore.Store, log *slog.Logger, opts Options) *Service {
+func New(store Store, log *slog.Logger, opts Options) *Service {
 	if opts.QueryTimeout <= 0 {
 		opts.QueryTimeout = 5 * time.Second
 	}
 	if opts.now == nil {
 		opts.now = time.Now
 	}
-	return &Service{store: store, log: log, opts: opts}
+	if opts.MaxRequests <= 0 {
+		opts.MaxRequests = 4
+	}
+	return &Service{store: store, log: log, opts: opts,
+		slots: capacity.New(opts.MaxRequests, admitWait), share: max(1, opts.MaxRequests/2), held: make(map[string]int)}
+}
+
+// admit takes one of the replica's request slots for tenant, and refuses
+// the request (a status with a retry delay) when the tenant's requests in
+// progress hold its share of them or every slot stays taken for
+// admitWait. A 299-day range takes seconds and four connections; without
+// the bound, 15 such requests of one free tenant held every ClickHouse
+// connection, and the other tenants' statistics, the consumer's inserts
+// and the readiness check waited for one until they failed.
+func (s *Service) admit(ctx context.Context, tenant string) (release func(), err error) {
+	s.mu.Lock()
+	if s.held[tenant] >= s.share {
+		s.mu.Unlock()
+		return nil, rpcerr.RetryLater(codes.ResourceExhausted, ReasonShareInUse, fmt.Sprintf(
+			"this tenant's statistics requests in progress already hold its share (%d) of those this replica serves at once",
+			s.share), busyRetryAfter, nil)
+	}
+	s.held[tenant]++
+	s.mu.Unlock()
+	unhold := func() {
+		s.mu.Lock()
+		if s.held[tenant]--; s.held[tenant] == 0 {
+			delete(s.held, tenant)
+		}
+		s.mu.Unlock()
+	}
+	free, err := s.slots.Acquire(ctx)
+	switch {
+	case errors.Is(err, capacity.ErrBusy):
+		unhold()
+		return nil, rpcerr.RetryLater(codes.Unavailable, ReasonBusy,
+			"statistics are busy right now: too many requests at once", busyRetryAfter, nil)
+	case err != nil:
+		unhold()
+		return nil, status.FromContextError(err).Err()
+	}
+	return func() { free(); unhold() }, nil
 }
 
 // GetLinkStats returns the link's counts, series and top lists over the
@@ -114,6 +194,11 @@ func (s *Service) GetLinkStats(ctx context.Context, req *analyticsv1.GetLinkStat
 		return nil, err
 	}
 	q.r.Tenant = tenant
+	release, err := s.admit(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	resp, err := s.stats(ctx, q)
 	if err != nil {
 		return nil, rpcerr.ToStatus(ctx, s.log, err, statsErrors)
@@ -249,6 +334,10 @@ var statsErrors = []rpcerr.Sentinel{
 	// A ClickHouse outage, not a fault of the request: worth retrying.
 	{Err: clickstore.ErrUnavailable, Code: codes.Unavailable, Reason: ReasonStoreDown,
 		Message: "statistics are unavailable right now", RetryAfter: time.Second},
+	// Every connection of the statistics' pool in use: the admission
+	// bound should prevent it; still not an outage.
+	{Err: clickstore.ErrBusy, Code: codes.Unavailable, Reason: ReasonBusy,
+		Message: "statistics are busy right now: too many requests at once", RetryAfter: busyRetryAfter},
 }
 
 // stats runs the four independent queries concurrently and assembles them.
