@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkcode"
@@ -151,20 +152,30 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 	}
 
 	// existing marks row i as the caller's own link under its source code
-	// when lookup finds it there with the same URL.
-	existing := func(i int) (bool, error) {
+	// when lookup finds it there with the same URL, and redirecting: one
+	// disabled or expired answers 410, and is no import of the row (dead
+	// says so, and the row is not marked). A link whose visits are spent
+	// looks alive here (a Link does not carry its visits): the shortener's
+	// batch, which reads them, refuses its alias itself.
+	existing := func(i int) (found bool, dead string, err error) {
 		l, found, err := lookup(ctx, rows[i].Link.GetDomain(), rows[i].SourceCode)
 		if err != nil {
-			return false, fmt.Errorf("look up line %d's code %q: %w", rows[i].Line, rows[i].SourceCode, err)
+			return false, "", fmt.Errorf("look up line %d's code %q: %w", rows[i].Line, rows[i].SourceCode, err)
 		}
 		if !found || !sameURL(l.GetLongUrl(), rows[i].LongURL) {
-			return false, nil
+			return false, "", nil
+		}
+		switch {
+		case l.GetDisabled():
+			return false, "disabled", nil
+		case l.GetExpireTime() != nil && !l.GetExpireTime().AsTime().After(time.Now()):
+			return false, "expired", nil
 		}
 		results[i].Code, results[i].ShortURL = l.GetCode(), l.GetShortUrl()
 		results[i].AliasKept, results[i].Existing = true, true
 		final[i] = true
 		done++
-		return true, nil
+		return true, "", nil
 	}
 
 	var retry []int
@@ -200,7 +211,7 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 						if !withAlias[k] {
 							continue
 						}
-						if _, lerr := existing(i); lerr != nil {
+						if _, _, lerr := existing(i); lerr != nil {
 							break // the stop's error is the one to report
 						}
 					}
@@ -221,7 +232,7 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 				i := chunk[k]
 				if e := res.GetError(); e != nil {
 					if withAlias[k] && e.GetCode() == "ALREADY_EXISTS" && lookup != nil {
-						found, err := existing(i)
+						found, dead, err := existing(i)
 						if err != nil {
 							// The row alone is in doubt: the others of
 							// the chunk are made, and are reported.
@@ -232,6 +243,12 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 							continue
 						}
 						if found {
+							continue
+						}
+						if dead != "" {
+							results[i].Err = deadAlias(rows[i].SourceCode, dead)
+							final[i] = true
+							done++
 							continue
 						}
 					}
@@ -266,6 +283,17 @@ func ImportWith(ctx context.Context, rows []Row, create Creator, lookup Lookup, 
 		return finish(err)
 	}
 	return finish(nil)
+}
+
+// deadAlias is the error of a row whose source code is the caller's link
+// to the row's URL that no longer redirects (why: disabled, expired): the
+// row is not there as a working link, and importing it under another code
+// would leave the dead one in its short URL's place. The shortener's batch
+// answers such an alias with the same code (FAILED_PRECONDITION).
+func deadAlias(code, why string) *shortenerv1.BatchItemError {
+	fix := map[string]string{"disabled": "enable it", "expired": "give it a later expiry"}[why]
+	return &shortenerv1.BatchItemError{Code: "FAILED_PRECONDITION", Field: "custom_alias",
+		Message: fmt.Sprintf("the alias %q is taken by your link to this URL, which no longer redirects (%s): %s, or use another alias", code, why, fix)}
 }
 
 // BatchError is Import's error when a create call failed or answered what

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/rpcerr"
@@ -269,6 +270,42 @@ func TestImportWithLookupFindsEarlierImports(t *testing.T) {
 	}
 	if r := byRow[5]; r.Existing || r.Code != "fresh" {
 		t.Errorf("row 5: %+v, want its alias created", r)
+	}
+}
+
+// A row whose source code is the caller's link to the same URL that no
+// longer redirects (disabled, expired) is not Existing: it fails naming
+// why, on custom_alias, rather than being reported there while its short
+// URL answers 410, or imported again under a new code.
+func TestImportWithLookupFailsRowsWhoseLinkNoLongerRedirects(t *testing.T) {
+	f := newFake("was-off", "was-over")
+	lookup := func(_ context.Context, _, code string) (*shortenerv1.Link, bool, error) {
+		l := &shortenerv1.Link{Code: code, ShortUrl: "http://kurz.test/" + code, LongUrl: "https://example.com/" + code}
+		switch code {
+		case "was-off":
+			l.Disabled = true
+		case "was-over":
+			l.ExpireTime = timestamppb.New(time.Now().Add(-time.Second))
+		}
+		return l, true, nil
+	}
+	rows := []Row{
+		{Line: 2, SourceCode: "was-off", LongURL: "https://example.com/was-off"},
+		{Line: 3, SourceCode: "was-over", LongURL: "https://example.com/was-over"},
+	}
+	rep, err := ImportWith(context.Background(), rows, f.create, lookup, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Existing != 0 || rep.Created != 0 || rep.Failed != 2 {
+		t.Errorf("existing %d, created %d, failed %d; want 0, 0, 2", rep.Existing, rep.Created, rep.Failed)
+	}
+	for i, why := range []string{"disabled", "expired"} {
+		r := rep.Results[i]
+		want := fmt.Sprintf("the alias %q is taken by your link to this URL, which no longer redirects (%s)", rows[i].SourceCode, why)
+		if r.Existing || r.Code != "" || r.Err.GetCode() != "FAILED_PRECONDITION" || r.Err.GetField() != "custom_alias" || !strings.Contains(r.Err.GetMessage(), want) {
+			t.Errorf("row %d: %+v; want it failed: %s", r.Row, r, want)
+		}
 	}
 }
 

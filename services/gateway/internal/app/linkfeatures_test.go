@@ -512,6 +512,44 @@ func TestImportBitlyAndYOURLS(t *testing.T) {
 	}
 }
 
+// A YOURLS row whose keyword is the tenant's link to the same URL that no
+// longer redirects (here disabled) is not reported existing, as if it were
+// there: it fails on custom_alias, naming why and what to do; once the
+// link is enabled again, the same row is existing.
+func TestImportOfARowWhoseLinkNoLongerRedirectsFailsIt(t *testing.T) {
+	gw := startGateway(t, nil)
+	tn := newTenant(t, gw, "free")
+	c := newClient(t, gw, tn.key)
+	alias, long := tn.id+"-gone", "https://example.com/gone"
+	if r := c.do("POST", "/v1/links", fmt.Sprintf(`{"longUrl":%q,"customAlias":%q}`, long, alias)); r.code != http.StatusCreated {
+		t.Fatalf("create: %s", r)
+	}
+	if r := c.do("PATCH", "/v1/links/"+alias, `{"disabled":true}`); r.code != http.StatusOK {
+		t.Fatalf("disable: %s", r)
+	}
+	file := fmt.Sprintf("keyword,url,title,timestamp,ip,clicks\n%s,%s,Gone,2012-05-01 10:00:00,127.0.0.1,7\n", alias, long)
+	csvType := []string{"Content-Type", "", "Content-Type", "text/csv"}
+
+	var got importAnswer
+	decodeAnswer(t, c.do("POST", "/v1/links:import", file, csvType...), http.StatusOK, &got)
+	want := fmt.Sprintf("the alias %q is taken by your link to this URL, which no longer redirects (disabled): enable it, or use another alias", alias)
+	if got.Existing != 0 || got.Created != 0 || got.Failed != 1 || len(got.Results) != 1 {
+		t.Fatalf("import: %+v; want its one row failed", got)
+	}
+	if r := got.Results[0]; r.Existing || r.Code != "" || r.Error == nil || r.Error.Code != "FAILED_PRECONDITION" || r.Error.Field != "custom_alias" || r.Error.Message != want {
+		t.Errorf("the row: %+v, error %+v; want FAILED_PRECONDITION on custom_alias: %s", r, r.Error, want)
+	}
+
+	if r := c.do("PATCH", "/v1/links/"+alias, `{"disabled":false}`); r.code != http.StatusOK {
+		t.Fatalf("enable: %s", r)
+	}
+	var again importAnswer
+	decodeAnswer(t, c.do("POST", "/v1/links:import", file, csvType...), http.StatusOK, &again)
+	if again.Existing != 1 || again.Failed != 0 || !again.Results[0].Existing || again.Results[0].Code != alias {
+		t.Errorf("import once the link is enabled: %+v; want the row existing", again)
+	}
+}
+
 // Codes from the URL over REST: the first create answers 201 Created, a
 // repeat of the same URL (written otherwise) 200 OK with the same link,
 // unchanged; the batch marks which items it created.

@@ -3,13 +3,19 @@
 package app
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Tenant A's links are invisible to tenant B: B's reads, changes, deletes,
@@ -92,6 +98,54 @@ func TestRevokedKeyStopsAtOnce(t *testing.T) {
 	}
 	if r := admin.do("DELETE", "/v1/admin/tenants/"+tn.id+"/keys/nosuchkey123", ""); r.code != http.StatusNotFound {
 		t.Errorf("revoking an unknown key: %s; want 404", r)
+	}
+}
+
+// An export already streaming stops when its key is revoked: the gateway
+// checks the key again before each page and aborts the response (a broken
+// transfer, never a short file that looks whole). The client reads the
+// header row, the key is revoked, then it reads on; its receive buffer is
+// kept small, so of 3,000 big links (~24 MiB in pages of ~1 MiB) most are
+// still to be read from the shortener after the revocation.
+func TestRevokedKeyStopsAnExportInFlight(t *testing.T) {
+	gw := startGateway(t, nil)
+	tn := newBigTenant(t, gw)
+	dialer := &net.Dialer{}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dialer.DialContext(ctx, network, addr)
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetReadBuffer(64 << 10)
+		}
+		return conn, err
+	}}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequest("GET", gw.HTTP+"/v1/links:export", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tn.key)
+	req.Header.Set("X-Forwarded-For", gatewaytest.NewIP())
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("export: %v", err)
+	}
+	defer resp.Body.Close()
+	body := bufio.NewReader(resp.Body)
+	if header, err := body.ReadString('\n'); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("export: %d, header row %q, %v", resp.StatusCode, header, err)
+	}
+
+	admin := newClient(t, gw, adminToken)
+	if r := admin.do("DELETE", "/v1/admin/tenants/"+tn.id+"/keys/"+tn.keyID, ""); r.code != http.StatusNoContent {
+		t.Fatalf("revoke: %s", r)
+	}
+	rest, err := io.ReadAll(body)
+	rows := bytes.Count(rest, []byte("\n"))
+	if err == nil {
+		t.Errorf("the export ran to its end after its key was revoked (%d rows, %d MiB read afterwards); want it aborted", rows, len(rest)>>20)
+	}
+	if rows >= bigLinks {
+		t.Errorf("%d rows read after the revocation; want fewer than the tenant's %d links", rows, bigLinks)
 	}
 }
 

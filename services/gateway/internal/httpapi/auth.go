@@ -102,6 +102,33 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 	return nil
 }
 
+// keyRevoked reports whether the API key a call was admitted with is no
+// longer valid (revoked, or gone with its tenant), for a response that
+// outlives its admission: an export asks before each page. It costs one
+// key look-up (the one authenticate made, a primary-key read), next to a
+// page of up to a thousand links. When the key store cannot answer, the
+// key is taken as still valid: a store outage is not a revocation, and
+// the next page asks again. An anonymous call has no key to lose.
+func (a *API) keyRevoked(c *call) bool {
+	if c.keyID == "" {
+		return false
+	}
+	token, ok := bearer(c.r.Header.Values("Authorization"))
+	if !ok {
+		return true // cannot be: authenticate read this header
+	}
+	p, err := a.keys.Authenticate(c.r.Context(), token)
+	switch {
+	case errors.Is(err, keystore.ErrInvalidKey):
+		return true
+	case err != nil:
+		a.log.WarnContext(c.r.Context(), "could not check the API key again; going on", "route", c.st.route,
+			"request_id", c.st.id, "key_id", c.keyID, "err", err)
+		return false
+	}
+	return p.KeyID != c.keyID || p.Tenant != c.tenant()
+}
+
 // authenticateAdmin checks the admin token in constant time (of equal-length
 // digests). Failures count against the client IP like bad API keys.
 func (a *API) authenticateAdmin(c *call) error {

@@ -223,7 +223,9 @@ func extendWriteDeadline(w http.ResponseWriter, d time.Duration) {
 // CSV, one ListLinks page at a time. The first page is read before anything
 // is written, so that a refusal is a proper error answer; a failure after
 // that aborts the response, so the client sees a broken transfer rather
-// than a short file.
+// than a short file. The key is checked again before every later page (see
+// keyRevoked): an export read slowly runs for as long as its reader likes,
+// and a revoked key must not keep reading the tenant's links meanwhile.
 func (a *API) exportLinks(c *call) error {
 	req := &shortenerv1.ListLinksRequest{PageSize: exportPageSize, Tag: c.r.URL.Query().Get("tag")}
 	page, err := a.listPage(c, req)
@@ -248,6 +250,11 @@ func (a *API) exportLinks(c *call) error {
 		}
 		if page.GetNextPageToken() == "" {
 			return nil
+		}
+		if a.keyRevoked(c) {
+			a.log.InfoContext(c.r.Context(), "export aborted: its API key was revoked", "route", c.st.route,
+				"request_id", c.st.id, "tenant", c.tenant(), "key_id", c.keyID)
+			panic(http.ErrAbortHandler)
 		}
 		req.PageToken = page.GetNextPageToken()
 		if page, err = a.listPage(c, req); err != nil {

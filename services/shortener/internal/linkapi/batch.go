@@ -170,7 +170,9 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	// sent again (its first answer lost, or the batch failed on another
 	// item): it answers that link, not created and not charged, as
 	// CreateLink answers a create sent again, so that a batch with aliases
-	// is safe to send again.
+	// is safe to send again; unless that link no longer redirects (disabled,
+	// expired, its visits spent): the item then fails saying so, for its
+	// link is not there as the caller asked for it.
 	if len(aliases) > 0 {
 		taken, err := s.store.Taken(ctx, slices.Collect(maps.Keys(aliases)))
 		if err != nil {
@@ -180,6 +182,10 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			i := aliases[code]
 			switch same, err := s.store.Get(ctx, tenant, code); {
 			case err == nil && same.LongURL == drafts[i].link.LongURL:
+				if why := s.notRedirecting(ctx, same); why != "" {
+					fail(i, aliasNotRedirecting(aliasOf(code), why))
+					break
+				}
 				s.m.repeated.Add(ctx, 1)
 				results[i].Link = s.toProto(same)
 				drafts[i] = nil

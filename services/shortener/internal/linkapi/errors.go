@@ -58,6 +58,11 @@ const (
 	// caller (PERMISSION_DENIED on custom_alias): nobody can delete an
 	// anonymous link, so its alias would be taken for good.
 	ReasonAliasTenantRequired = "ALIAS_TENANT_REQUIRED"
+
+	// ReasonAliasNotRedirecting: a batch item's alias is the caller's
+	// link to the same URL, which no longer redirects (FAILED_PRECONDITION
+	// on custom_alias).
+	ReasonAliasNotRedirecting = "ALIAS_NOT_REDIRECTING"
 )
 
 // linkErrors are the link store's sentinel errors as clients see them.

@@ -805,6 +805,33 @@ func (s *Service) checkQuota(ctx context.Context, tenant string, n int, kind cha
 	return rpcerr.RetryLater(codes.ResourceExhausted, rpcerr.ReasonRateLimited, what, d.RetryAfter, map[string]string{"rule": d.Rule})
 }
 
+// notRedirecting says why l answers 410 rather than redirecting:
+// "disabled", "expired" or "spent" (its visits, as visitsSpent reads
+// them); "" while it redirects. CODE_MODE_FROM_URL gives up such a link's
+// URL (workingFromURL) for the same reasons.
+func (s *Service) notRedirecting(ctx context.Context, l linkstore.Link) string {
+	switch {
+	case l.Disabled:
+		return "disabled"
+	case l.Expires != nil && !l.Expires.After(time.Now()):
+		return "expired"
+	case s.visitsSpent(ctx, l):
+		return "spent"
+	}
+	return ""
+}
+
+// aliasNotRedirecting is the error of a batch item whose alias is the
+// caller's link to the same URL that no longer redirects (why, from
+// notRedirecting): answering that link as the item's would tell an import
+// sent again that the row is there while its short URL answers 410.
+func aliasNotRedirecting(alias, why string) error {
+	fix := map[string]string{"disabled": "enable it", "expired": "give it a later expiry", "spent": "raise its visit limit"}[why]
+	return rpcerr.WithDetails(codes.FailedPrecondition,
+		fmt.Sprintf("the alias %q is taken by your link to this URL, which no longer redirects (%s): %s, or use another alias", alias, why, fix),
+		rpcerr.Info(ReasonAliasNotRedirecting, map[string]string{"field": "custom_alias"}))
+}
+
 // aliasTaken is the error of a custom alias a link holds already.
 func aliasTaken(alias string) error {
 	return rpcerr.WithDetails(codes.AlreadyExists, fmt.Sprintf("the alias %q is already taken; choose another", alias),

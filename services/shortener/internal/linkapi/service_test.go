@@ -417,6 +417,51 @@ func TestBatchSentAgainAnswersItsAliasesLinks(t *testing.T) {
 	}
 }
 
+// A batch item whose alias is the caller's link to the same URL that no
+// longer redirects (disabled, expired, its visits spent) fails
+// FAILED_PRECONDITION on custom_alias, naming why, rather than answering
+// that link as the item's: an import sent again was told such a row was
+// there while its short URL answered 410. Nothing is created or charged.
+func TestBatchRefusesAnAliasWhoseLinkNoLongerRedirects(t *testing.T) {
+	past := time.Now().Add(-time.Minute)
+	expired, disabled := &past, true
+	for why, kill := range map[string]func(e *env, code string){
+		"disabled": func(e *env, code string) {
+			if _, err := e.store.Update(t.Context(), "acme", code, linkstore.Changes{Disabled: &disabled}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"expired": func(e *env, code string) {
+			if _, err := e.store.Update(t.Context(), "acme", code, linkstore.Changes{Expires: &expired}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"spent": func(e *env, code string) { e.cache.setVisits(code, 3) },
+	} {
+		t.Run(why, func(t *testing.T) {
+			e := newEnv(t)
+			items := []*shortenerv1.CreateLinkRequest{{LongUrl: "https://example.com/dead-alias", CustomAlias: "dead-alias", MaxVisits: 3}}
+			if first, err := e.client.BatchCreateLinks(as("acme"), &shortenerv1.BatchCreateLinksRequest{Requests: items}); err != nil || first.GetCreated() != 1 {
+				t.Fatalf("first batch: %v, %v; want 1 created", first, err)
+			}
+			kill(e, "dead-alias")
+			before := len(e.limiter.Calls())
+			again, err := e.client.BatchCreateLinks(as("acme"), &shortenerv1.BatchCreateLinksRequest{Requests: items})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := again.GetResults()[0]
+			if ie := r.GetError(); ie.GetCode() != "FAILED_PRECONDITION" || ie.GetField() != "custom_alias" ||
+				!strings.Contains(ie.GetMessage(), `"dead-alias" is taken by your link to this URL, which no longer redirects (`+why+`)`) || r.GetLink() != nil {
+				t.Errorf("the item sent again after its link was %s: link %v, error %v; want FAILED_PRECONDITION on custom_alias naming why", why, r.GetLink(), ie)
+			}
+			if again.GetCreated() != 0 || len(e.limiter.Calls()) != before {
+				t.Errorf("created %d, %d quota checks; want none of either", again.GetCreated(), len(e.limiter.Calls())-before)
+			}
+		})
+	}
+}
+
 // A batch whose password items find every hashing slot taken (by other
 // tenants' creates: the slots are the process's) fails them UNAVAILABLE
 // PASSWORD_HASHING_BUSY without charging them, since the refusal asks for
