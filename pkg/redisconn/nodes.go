@@ -143,7 +143,9 @@ func shortOfReplicas(shards []redis.ClusterShard, want int) []string {
 // moved; this client's view of the cluster is older) or ASK (the slot is
 // moving and the key is already on the other node); a refused command ran
 // nowhere, so send is called once more for the node the answer names,
-// asking set when it must send ASKING before each command on key.
+// asking set when it must send ASKING before each command on key. Only
+// the write's own refusal counts: send marks with AfterWrite the failure
+// of a command after a write that ran.
 func OnKeyNode[T any](ctx context.Context, kn KeyNodes, key string, send func(ctx context.Context, node *redis.Client, asking bool) (T, error)) (T, error) {
 	var zero T
 	node, err := kn.MasterForKey(ctx, key)
@@ -151,6 +153,10 @@ func OnKeyNode[T any](ctx context.Context, kn KeyNodes, key string, send func(ct
 		return zero, fmt.Errorf("redis node of %s: %w", key, err)
 	}
 	v, err := send(ctx, node, false)
+	var ran afterWrite
+	if errors.As(err, &ran) {
+		return v, err
+	}
 	ask, addr, refused := Redirection(err)
 	if !refused {
 		return v, err
@@ -187,3 +193,19 @@ func Held(wait *redis.Cmd, replicas int, what string) (int64, error) {
 	}
 	return held, nil
 }
+
+// AfterWrite marks err as the failure of a command sent after a write
+// that ran, in the same round trip: OnKeyNode returns it, and does not
+// send the round trip again even when err is a MOVED or ASK (the key's
+// slot moved between the two commands), which would run the write twice.
+func AfterWrite(err error) error {
+	if err == nil {
+		return nil
+	}
+	return afterWrite{err}
+}
+
+type afterWrite struct{ err error }
+
+func (a afterWrite) Error() string { return a.err.Error() }
+func (a afterWrite) Unwrap() error { return a.err }

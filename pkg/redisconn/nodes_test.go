@@ -1,6 +1,7 @@
 package redisconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -80,5 +81,43 @@ func TestReplicasHeldNamesTheSettingAndTheCost(t *testing.T) {
 	}
 	if err := replicasError("KURZ_X_REPLICAS", 1, nil, "writes there wait"); err != nil {
 		t.Fatalf("no master short: %v, want nil", err)
+	}
+}
+
+// oneNode is a cluster of one master that holds every key.
+type oneNode struct{ c *redis.Client }
+
+func (n oneNode) MasterForKey(context.Context, string) (*redis.Client, error) { return n.c, nil }
+
+func (n oneNode) ForEachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	return fn(ctx, n.c)
+}
+
+// OnKeyNode resends a round trip whose write was refused, and never one
+// whose write ran and a later command was refused (AfterWrite): the slot
+// moved between the two, and the write would run twice.
+func TestOnKeyNodeResendsOnlyARefusedWrite(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7004"}) // never dialled
+	t.Cleanup(func() { _ = c.Close() })
+	ask := replyError("ASK 5649 127.0.0.1:7004")
+	for _, tc := range []struct {
+		name  string
+		first error
+		sends int
+	}{
+		{"write refused", ask, 2},
+		{"refused after the write", AfterWrite(fmt.Errorf("expire: %w", ask)), 1},
+	} {
+		sends := 0
+		_, err := OnKeyNode(context.Background(), oneNode{c}, "k", func(context.Context, *redis.Client, bool) (int, error) {
+			sends++
+			if sends == 1 {
+				return 0, tc.first
+			}
+			return 1, nil
+		})
+		if sends != tc.sends {
+			t.Errorf("%s: sent %d times, want %d (err %v)", tc.name, sends, tc.sends, err)
+		}
 	}
 }

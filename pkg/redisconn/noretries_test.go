@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -60,5 +61,75 @@ func TestNoRetriesMarksEveryCommand(t *testing.T) {
 		if !errors.Is(cmd.Err(), errReply) {
 			t.Errorf("%v: reply %v did not reach the caller's command", cmd.Args(), cmd.Err())
 		}
+	}
+}
+
+// errTryAgain is a node's answer to a command on keys split between two
+// nodes by a slot's migration.
+var errTryAgain = errors.New("TRYAGAIN Multiple keys request during rehashing of slot")
+
+// A command refused with TRYAGAIN did not run: it is sent again until the
+// slot's keys are together, and its reply is the one that ran.
+func TestNoRetriesResendsACommandRefusedWithTryAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sends := 0
+	single := sendOnce{}.ProcessHook(func(_ context.Context, cmd redis.Cmder) error {
+		sends++
+		if sends <= 3 {
+			cmd.SetErr(errTryAgain)
+			return errTryAgain
+		}
+		cmd.SetErr(nil)
+		return nil
+	})
+	cmd := redis.NewCmd(ctx, "evalsha", "sha", 2, "{t}a", "{t}b")
+	if err := single(ctx, cmd); err != nil {
+		t.Fatalf("refused 3 times with TRYAGAIN, then run: %v", err)
+	}
+	if sends != 4 {
+		t.Errorf("sent %d times, want 4 (3 TRYAGAIN, then run)", sends)
+	}
+}
+
+// TRYAGAIN is retried only while ctx's deadline allows another attempt,
+// and the caller sees TRYAGAIN, not a deadline that hides the cause.
+func TestTryAgainIsRetriedOnlyUntilTheDeadline(t *testing.T) {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	sends := 0
+	single := sendOnce{}.ProcessHook(func(_ context.Context, cmd redis.Cmder) error {
+		sends++
+		return errTryAgain
+	})
+	err := single(ctx, redis.NewCmd(ctx, "evalsha", "sha", 2, "{t}a", "{t}b"))
+	if !errors.Is(err, errTryAgain) {
+		t.Errorf("error %v, want the node's TRYAGAIN", err)
+	}
+	if sends < 2 {
+		t.Errorf("sent %d times within 50 ms, want retries", sends)
+	}
+	if over := time.Since(deadline); over > 25*time.Millisecond {
+		t.Errorf("retried %s past the deadline", over)
+	}
+}
+
+// A pipeline refused with TRYAGAIN is not resent: its other commands may
+// have run.
+func TestNoRetriesDoesNotResendAPipelineOnTryAgain(t *testing.T) {
+	ctx := context.Background()
+	sends := 0
+	pipelined := sendOnce{}.ProcessPipelineHook(func(_ context.Context, cmds []redis.Cmder) error {
+		sends++
+		cmds[1].SetErr(errTryAgain)
+		return errTryAgain
+	})
+	cmds := []redis.Cmder{redis.NewIntCmd(ctx, "incr", "{t}a"), redis.NewCmd(ctx, "evalsha", "sha", 2, "{t}a", "{t}b")}
+	if err := pipelined(ctx, cmds); !errors.Is(err, errTryAgain) {
+		t.Errorf("error %v, want TRYAGAIN", err)
+	}
+	if sends != 1 {
+		t.Errorf("pipeline sent %d times, want once", sends)
 	}
 }

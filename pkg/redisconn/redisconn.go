@@ -233,7 +233,10 @@ func StartUnreachable(report func(error)) Option {
 // automatic ID, INCR of a visit): a retry after a timeout whose write in
 // fact succeeded would append the entry twice. A command a node refused
 // with MOVED or ASK did not run: the client still follows the redirect, so
-// the write lands while the cluster moves slots between nodes.
+// the write lands while the cluster moves slots between nodes. Nor did one
+// refused with TRYAGAIN (its keys split between two nodes while their slot
+// moves): it is sent again after a short wait (retryTryAgain), as long as
+// ctx's deadline allows.
 func NoRetries(o *options) {
 	// The node clients never retry; the cluster client's attempts
 	// (MaxRedirects, default 3) resend only what never ran, because every
@@ -244,13 +247,56 @@ func NoRetries(o *options) {
 
 // sendOnce marks every command, single or pipelined, NoRetry before the
 // cluster client sees it: go-redis then resends none after a network error
-// or a timeout, and follows MOVED and ASK whatever the mark.
+// or a timeout, and follows MOVED and ASK whatever the mark. It resends
+// only a single command refused with TRYAGAIN (retryTryAgain), which go-redis
+// does not for a NoRetry command: a pipeline's other commands ran.
 type sendOnce struct{}
 
 func (sendOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (sendOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { return next(ctx, once{cmd}) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return retryTryAgain(ctx, func() error { return next(ctx, once{cmd}) })
+	}
+}
+
+// TRYAGAIN's waits: the first, the longest, and how long a command may be
+// retried when its ctx has no deadline.
+const (
+	tryAgainFirstWait  = time.Millisecond
+	tryAgainMaxWait    = 50 * time.Millisecond
+	tryAgainNoDeadline = time.Second
+)
+
+// retryTryAgain runs send, and again after a wait (1 ms, doubling up to
+// 50 ms) while it fails with TRYAGAIN and the next attempt can start before
+// ctx's deadline (without one, within tryAgainNoDeadline). A node answers
+// TRYAGAIN to a command on several keys whose slot is moving and only some
+// of whose keys it holds, before running it: resent, it can neither run
+// twice nor consume twice, and it runs once the slot's keys are together
+// again (redis-cli --cluster reshard moves a slot's keys in batches; every
+// multi-key command of a key set split between two batches gets TRYAGAIN
+// meanwhile). Unretried, each such limiter decision fell to its rule's
+// failure mode. It returns the last error: TRYAGAIN when the deadline
+// comes first, so the cause is not hidden behind ctx's.
+func retryTryAgain(ctx context.Context, send func() error) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(tryAgainNoDeadline)
+	}
+	for wait := tryAgainFirstWait; ; wait = min(2*wait, tryAgainMaxWait) {
+		err := send()
+		if !redis.IsTryAgainError(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 func (sendOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {

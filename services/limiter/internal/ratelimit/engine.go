@@ -99,6 +99,9 @@ type Engine struct {
 	leases leaseTable
 	// denyLogs bounds the denial lines per rule (observe).
 	denyLogs denyLimiter
+	// fallbackLogs bounds the lines saying why a rule answered by its
+	// failure mode: one a second per rule (logFallback).
+	fallbackLogs denyLimiter
 }
 
 // denial is a cached Redis denial: the key denies any cost >= cost until
@@ -191,7 +194,8 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 			threshold: opts.BreakerThreshold, cooldown: opts.BreakerCooldown, maxCooldown: opts.BreakerMaxCooldown,
 			byNode: map[string]*breaker{},
 		},
-		reqPfx: hex.EncodeToString(pfx[:]),
+		reqPfx:       hex.EncodeToString(pfx[:]),
+		fallbackLogs: denyLimiter{perSecond: FallbackLogsPerSecond},
 	}
 	if !rdb.Options().ContextTimeoutEnabled {
 		log.Warn("redis client without ContextTimeoutEnabled: calls wait for socket timeouts, not the decision timeout")
@@ -650,6 +654,7 @@ func (g *group) apply(vals []int64, rules []Applied, results []result) {
 }
 
 func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int64, now time.Time) {
+	cause := fallbackCause(g.err)
 	for _, i := range g.idx {
 		a := rules[i]
 		r := a.Rule
@@ -675,11 +680,14 @@ func (e *Engine) fallback(g *group, rules []Applied, results []result, cost int6
 			res.source = ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW
 		}
 		if !g.abandoned {
-			e.m.fallbacks.Add(context.Background(), 1, e.m.fallbackAttrs.Get(fallbackKey{r.Domain, r.Name, res.source}, func() []attribute.KeyValue {
-				return []attribute.KeyValue{attribute.String("rule", r.ID()), attribute.String("source", sourceName(res.source))}
+			e.m.fallbacks.Add(context.Background(), 1, e.m.fallbackAttrs.Get(fallbackKey{r.Domain, r.Name, res.source, cause}, func() []attribute.KeyValue {
+				return []attribute.KeyValue{attribute.String("rule", r.ID()), attribute.String("source", sourceName(res.source)), attribute.String("cause", cause)}
 			}).Add...)
 		}
 		results[i] = res
+	}
+	if !g.abandoned {
+		e.logFallback(g, rules, cause)
 	}
 }
 

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -272,7 +273,7 @@ func TestLocalLookReportsTheShareWithoutConsuming(t *testing.T) {
 	}
 	for _, algo := range localAlgos {
 		t.Run(algo, func(t *testing.T) {
-			e := &Engine{local: newLocal(t, 2), m: m}
+			e := &Engine{local: newLocal(t, 2), m: m, log: slog.New(slog.DiscardHandler)}
 			_, rules := compile(t, localRules).Match("l", map[string]string{"user": "u", "algo": algo})
 			decide := func(cost int64) result {
 				results := make([]result, 1)

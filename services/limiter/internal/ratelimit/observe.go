@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -118,6 +123,64 @@ type engineMetrics struct {
 type fallbackKey struct {
 	domain, rule string
 	source       ratelimitv1.DecisionSource
+	cause        string
+}
+
+// fallbackCause names, from a bounded set, why a decision went without
+// Redis (err, the failed call's): what the fallbacks counter and the
+// fallback's log line say, as "quota denied ... source: fail_closed"
+// reads the same whatever the cause.
+func fallbackCause(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, errBreakerOpen):
+		return "breaker_open"
+	case redis.IsTryAgainError(err) || strings.Contains(errText(err), "TRYAGAIN "):
+		// A slot being migrated with a script's keys on both nodes (or one
+		// on neither) past the call's deadline.
+		return "tryagain"
+	case redis.IsClusterDownError(err) || strings.Contains(errText(err), "CLUSTERDOWN "):
+		return "clusterdown"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case isScriptError(err):
+		return "redis_error"
+	}
+	return "other"
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// FallbackLogsPerSecond bounds the lines per rule saying why it answered
+// by its failure mode: Redis down fails every decision, and each line says
+// how many were not logged since the last.
+const FallbackLogsPerSecond = 1
+
+// logFallback logs, at most FallbackLogsPerSecond a second per rule (g's
+// first), why g's rules answered by their failure modes.
+func (e *Engine) logFallback(g *group, rules []Applied, cause string) {
+	first := rules[g.idx[0]]
+	ok, suppressed := e.fallbackLogs.take(first.Rule.Domain, first.Rule.Name)
+	if !ok {
+		return
+	}
+	names := make([]string, len(g.idx))
+	for j, i := range g.idx {
+		names[j] = rules[i].Rule.Name
+	}
+	attrs := []slog.Attr{slog.String("domain", first.Rule.Domain), slog.Any("rules", names), slog.String("key", first.Key),
+		slog.String("cause", cause), slog.Any("err", g.err)}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int64("fallbacks_not_logged", suppressed))
+	}
+	e.log.LogAttrs(context.Background(), slog.LevelWarn, "redis decision failed; the rules answered by their failure modes", attrs...)
 }
 
 type decisionKey struct {
@@ -144,7 +207,7 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	em.decisions, err = m.Int64Counter("kurz.ratelimit.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rule decisions by domain, rule, outcome and how they were served"))
 	em.fallbacks, e2 = m.Int64Counter("kurz.ratelimit.fallbacks", metric.WithUnit("{decision}"),
-		metric.WithDescription("Rule decisions made without Redis, by rule and failure mode"))
+		metric.WithDescription("Rule decisions made without Redis, by rule, failure mode and cause (timeout, refused, tryagain, clusterdown, breaker_open, redis_error, other)"))
 	err = errors.Join(err, e2)
 	em.abandoned, e2 = m.Int64Counter("kurz.ratelimit.abandoned", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests whose caller gave up before Redis answered: not counted as decisions or fallbacks"))
@@ -173,12 +236,13 @@ func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 // kurz_ratelimit_decisions_total.
 const DenyLogsPerSecond = 10
 
-// denyLimiter is a token bucket of DenyLogsPerSecond per (domain, rule),
-// holding as many; the zero value is ready.
+// denyLimiter is a token bucket of perSecond lines per (domain, rule),
+// holding as many; the zero value is ready, at DenyLogsPerSecond.
 type denyLimiter struct {
-	mu      sync.Mutex
-	buckets map[denyKey]*denyBucket
-	now     func() time.Time // time.Now when nil (tests set it)
+	mu        sync.Mutex
+	buckets   map[denyKey]*denyBucket
+	now       func() time.Time // time.Now when nil (tests set it)
+	perSecond float64          // DenyLogsPerSecond when 0
 }
 
 type denyKey struct{ domain, rule string }
@@ -202,13 +266,17 @@ func (l *denyLimiter) take(domain, rule string) (bool, int64) {
 	if l.buckets == nil {
 		l.buckets = map[denyKey]*denyBucket{}
 	}
+	rate := l.perSecond
+	if rate <= 0 {
+		rate = DenyLogsPerSecond
+	}
 	b := l.buckets[denyKey{domain, rule}]
 	if b == nil {
 		// Rules come from the configuration: the map stays small.
-		b = &denyBucket{tokens: DenyLogsPerSecond, last: t}
+		b = &denyBucket{tokens: rate, last: t}
 		l.buckets[denyKey{domain, rule}] = b
 	}
-	b.tokens = min(DenyLogsPerSecond, b.tokens+t.Sub(b.last).Seconds()*DenyLogsPerSecond)
+	b.tokens = min(rate, b.tokens+t.Sub(b.last).Seconds()*rate)
 	b.last = t
 	if b.tokens < 1 {
 		b.suppressed++

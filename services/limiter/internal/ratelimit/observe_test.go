@@ -3,10 +3,14 @@ package ratelimit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,6 +155,99 @@ domains:
 	for domain, want := range map[string]int64{"api": 2, "": 3} {
 		if got := metrictest.Counter(t, reader, "kurz.ratelimit.decisions", "domain", domain); got != want {
 			t.Errorf("no_rule decisions of domain %q: %d, want %d", domain, got, want)
+		}
+	}
+}
+
+// A decision that answers by its rules' failure modes says why: the
+// fallbacks counter by cause, and a WARN line naming the cause and the
+// error, at most one a second per rule, the next saying how many were not
+// logged. Before, every cause read as "quota denied ... source:
+// fail_closed", the error at DEBUG only.
+func TestAFallbackSaysWhy(t *testing.T) {
+	var b strings.Builder
+	reader := sdkmetric.NewManualReader()
+	m, err := newEngineMetrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Engine{log: slog.New(slog.NewJSONHandler(&b, nil)), m: m, fallbackLogs: denyLimiter{perSecond: FallbackLogsPerSecond}}
+	now := time.Unix(1_800_000_000, 0)
+	e.fallbackLogs.now = func() time.Time { return now }
+	closed := ratelimitv1.FailureMode_FAILURE_MODE_CLOSED
+	rules := []Applied{
+		{Rule: &Rule{Domain: "api", Name: "per-key", FailureMode: closed, Limit: 10, Window: time.Hour}, Key: "rl:{t:acme}:api:per-key:acme:k1"},
+		{Rule: &Rule{Domain: "api", Name: "per-tenant", FailureMode: closed, Limit: 10, Window: time.Hour}, Key: "rl:{t:acme}:api:per-tenant:acme"},
+	}
+	decide := func(err error) {
+		results := make([]result, len(rules))
+		e.fallback(&group{idx: []int{0, 1}, keys: []string{rules[0].Key, rules[1].Key}, err: err}, rules, results, 1, now)
+		for i, r := range results {
+			if r.allowed || r.source != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED {
+				t.Fatalf("%s: allowed=%v source=%v, want denied, FAIL_CLOSED", rules[i].Rule.Name, r.allowed, r.source)
+			}
+		}
+	}
+	for range 3 {
+		decide(scriptError("TRYAGAIN Multiple keys request during rehashing of slot"))
+	}
+	now = now.Add(time.Second)
+	decide(fmt.Errorf("lease: %w", context.DeadlineExceeded))
+
+	for cause, want := range map[string]int64{"tryagain": 6, "timeout": 2} {
+		if got := metrictest.Counter(t, reader, "kurz.ratelimit.fallbacks", "cause", cause); got != want {
+			t.Errorf("fallbacks of cause %s: %d, want %d", cause, got, want)
+		}
+	}
+	type line struct {
+		Level     string   `json:"level"`
+		Msg       string   `json:"msg"`
+		Domain    string   `json:"domain"`
+		Rules     []string `json:"rules"`
+		Key       string   `json:"key"`
+		Cause     string   `json:"cause"`
+		Err       string   `json:"err"`
+		NotLogged int64    `json:"fallbacks_not_logged"`
+	}
+	var lines []line
+	for s := range strings.Lines(b.String()) {
+		var l line
+		if err := json.Unmarshal([]byte(s), &l); err != nil {
+			t.Fatalf("log line %q: %v", s, err)
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2 (one a second per rule): %s", len(lines), b.String())
+	}
+	first, second := lines[0], lines[1]
+	if first.Level != "WARN" || first.Cause != "tryagain" || !strings.HasPrefix(first.Err, "TRYAGAIN") ||
+		first.Domain != "api" || fmt.Sprint(first.Rules) != "[per-key per-tenant]" || first.Key != rules[0].Key || first.NotLogged != 0 {
+		t.Errorf("first line: %+v", first)
+	}
+	if second.Level != "WARN" || second.Cause != "timeout" || second.NotLogged != 2 {
+		t.Errorf("second line: %+v, want cause timeout with 2 not logged", second)
+	}
+}
+
+// The causes are a bounded set, each found through the wrapping the
+// engine's calls add.
+func TestFallbackCauses(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{errBreakerOpen, "breaker_open"},
+		{fmt.Errorf("lease: %w", scriptError("TRYAGAIN Multiple keys request during rehashing of slot")), "tryagain"},
+		{scriptError("CLUSTERDOWN The cluster is down"), "clusterdown"},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}, "refused"},
+		{&lateReply{err: context.DeadlineExceeded}, "timeout"},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, "timeout"},
+		{scriptError("ERR Error running script"), "redis_error"},
+		{errors.New("redis: pipelines closed"), "other"},
+	} {
+		if got := fallbackCause(c.err); got != c.want {
+			t.Errorf("cause of %v: %s, want %s", c.err, got, c.want)
 		}
 	}
 }

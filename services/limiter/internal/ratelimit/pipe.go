@@ -27,7 +27,8 @@ import (
 // than the script's own (NOSCRIPT as errNoScript; MOVED, ASK, TRYAGAIN,
 // LOADING, ... as errRedirect) is returned and the engine runs the call
 // again through the cluster client, which loads the script, follows
-// redirects and reloads its topology. It replaced go-redis's auto-pipeliner on the decision path,
+// redirects, waits out TRYAGAIN (redisconn.NoRetries) and reloads its
+// topology. It replaced go-redis's auto-pipeliner on the decision path,
 // whose per-batch bookkeeping (a goroutine per node per batch, the batch
 // executor's goroutine id read from runtime.Stack) cost more than the
 // batches saved at the spread loads the limiter sees.

@@ -118,9 +118,11 @@ func (e *Engine) decideOnRedis(ctx context.Context, node string, keys []string, 
 		}
 		return vals, err
 	case errors.Is(err, errRedirect), errors.Is(err, errPipeStopped):
-		// MOVED, ASK, a node loading or demoted, or no longer a master in
-		// the slot map just reloaded: the cluster client follows redirects,
-		// within the same deadline, and the slot map may be out of date.
+		// MOVED, ASK, TRYAGAIN, a node loading or demoted, or no longer a
+		// master in the slot map just reloaded: the cluster client follows
+		// redirects and resends what TRYAGAIN refused (its keys split by a
+		// slot's migration), within the same deadline, and the slot map may
+		// be out of date.
 		e.slotsChanged()
 		return decideScript.Run(ctx, e.rdb, keys, args...).Int64Slice()
 	default:

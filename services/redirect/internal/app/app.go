@@ -577,8 +577,9 @@ func (h hooks) startClicks(ctx context.Context, cfg Config, lc *server.Lifecycle
 		Linger: cfg.ClickFlushInterval, WriteTimeout: cfg.ClickWriteTimeout,
 	}
 	if c, ok := clickRedis.(*redis.ClusterClient); ok {
-		// Each stream writer on a connection of its own to its master.
-		pc.Route, pc.DialTimeout = clickpipe.ClusterRoute(c), c.Options().DialTimeout
+		// Each stream writer on a connection of its own to its master,
+		// the slot map reloaded when one fails (a failover).
+		pc.Route, pc.NodeFailed, pc.DialTimeout = clickpipe.ClusterRoute(c), clickpipe.ClusterReload(c), c.Options().DialTimeout
 	}
 	clicks, err := clickpipe.New(pc, clickRedis, log, meter)
 	if err != nil {

@@ -38,6 +38,11 @@ type Config struct {
 	Route Route
 	// DialTimeout bounds a writer's connection attempt (default 1 s).
 	DialTimeout time.Duration
+	// NodeFailed, if set, is told each time a writer's connection to the
+	// node Route named fails (refused, reset, hung up, timed out): that
+	// node may be a master a failover replaced, whose slots Route's map
+	// still gives it (ClusterReload reloads ClusterRoute's).
+	NodeFailed func()
 }
 
 // Pipeline is the click recorder.
@@ -117,7 +122,7 @@ func (p *Pipeline) write(key string) {
 	batch := make([]clickevent.Event, 0, p.cfg.Batch)
 	linger := time.NewTimer(p.cfg.Linger)
 	defer linger.Stop()
-	sc := &shardConn{dialTimeout: p.cfg.DialTimeout}
+	sc := &shardConn{dialTimeout: p.cfg.DialTimeout, failed: p.cfg.NodeFailed}
 	defer sc.drop()
 	var failing int // consecutive failed batches, to keep the log quiet
 	flush := func() {

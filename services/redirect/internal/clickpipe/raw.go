@@ -41,6 +41,17 @@ func ClusterRoute(rdb *redis.ClusterClient) Route {
 	}
 }
 
+// ClusterReload reloads rdb's slot map, in the background and coalesced
+// (Config.NodeFailed). The writers' connections are their own: go-redis
+// never sees them fail, and reloads the map ClusterRoute reads only when
+// a command of its own is refused or redirected, or when the map is older
+// than redisconn.StateReloadInterval. After a failover whose old master
+// does not refuse connections (its host down, a partition), every batch
+// went to that master and was lost until then.
+func ClusterReload(rdb *redis.ClusterClient) func() {
+	return func() { rdb.ReloadState(context.Background()) }
+}
+
 // shardConn is a shard writer's own connection to the master of its
 // stream's slot. A batch's XADDs are encoded into one reused buffer and
 // sent in one write, their replies read in order: measured against a
@@ -58,10 +69,12 @@ func ClusterRoute(rdb *redis.ClusterClient) Route {
 // appended twice).
 type shardConn struct {
 	dialTimeout time.Duration
-	node        Node
-	conn        net.Conn
-	r           *bufio.Reader
-	buf         []byte
+	// failed, if not nil, is told of each connection that failed.
+	failed func()
+	node   Node
+	conn   net.Conn
+	r      *bufio.Reader
+	buf    []byte
 }
 
 // xadd appends batch to key on node. It returns how many events were
@@ -75,10 +88,11 @@ func (s *shardConn) xadd(ctx context.Context, node Node, key string, maxLen int6
 	if s.conn == nil && s.connect(ctx, node) != nil {
 		// Nothing was sent: the cluster client may know a better node, and
 		// says why it failed if it does not.
+		s.fail()
 		return 0, batch, nil
 	}
 	if dl, ok := ctx.Deadline(); ok && s.conn.SetDeadline(dl) != nil {
-		s.drop()
+		s.fail()
 		return 0, batch, nil
 	}
 	// Close's deadline (the pipeline's abort) cuts a batch in flight.
@@ -92,7 +106,7 @@ func (s *shardConn) xadd(ctx context.Context, node Node, key string, maxLen int6
 	}
 	if _, err := s.conn.Write(s.buf); err != nil {
 		// Some of it may have reached Redis.
-		s.drop()
+		s.fail()
 		return 0, nil, err
 	}
 	if cap(s.buf) > 1<<20 {
@@ -102,7 +116,7 @@ func (s *shardConn) xadd(ctx context.Context, node Node, key string, maxLen int6
 		rerr, ioErr := readXAddReply(s.r)
 		switch {
 		case ioErr != nil:
-			s.drop()
+			s.fail()
 			return written, redo, errors.Join(err, ioErr)
 		case rerr == nil:
 			written++
@@ -133,6 +147,14 @@ func (s *shardConn) connect(ctx context.Context, node Node) error {
 	}
 	s.node, s.conn, s.r = node, conn, r
 	return nil
+}
+
+// fail drops the connection, which failed, and says so.
+func (s *shardConn) fail() {
+	s.drop()
+	if s.failed != nil {
+		s.failed()
+	}
 }
 
 func (s *shardConn) drop() {

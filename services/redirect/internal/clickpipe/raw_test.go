@@ -8,11 +8,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"kurz.dev/pkg/clickevent"
 	kurzconfig "kurz.dev/pkg/config"
 	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/pkg/testkit/resptest"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // newFakeNode starts a Redis node that accepts AUTH and answers the n-th
@@ -236,5 +238,56 @@ func TestRoutedBatchesSpeakTLS(t *testing.T) {
 	awaitCounter(t, reader, 4, written)
 	if cmds := node.Commands(); len(cmds) != 5 || !slices.Equal(cmds[0], []string{"AUTH", "s3cret"}) || rdb.events() != 0 {
 		t.Errorf("the TLS node read %q and the cluster client sent %d events, want AUTH then 4 XADDs over TLS, none by the client", cmds, rdb.events())
+	}
+}
+
+// A writer's connection that fails tells NodeFailed, which reloads the
+// cluster client's slot map: its node may be a master a failover
+// replaced. A node that hangs up, one that cannot be reached: each batch
+// says so; one that answers says nothing.
+func TestAFailedConnectionReloadsTheSlotMap(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	hangsUp := newFakeNode(t, func(n int) string {
+		if n == 0 {
+			return resptest.HangUp
+		}
+		return entryID(n)
+	})
+	for _, c := range []struct {
+		name string
+		addr string
+		want int64
+	}{
+		{"hangs up", hangsUp.Addr(), 1},
+		{"unreachable", gone, 1},
+		{"answers", newFakeNode(t, entryID).Addr(), 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var failed atomic.Int64
+			cfg := config()
+			cfg.Batch = 4
+			cfg.Route = func(context.Context, string) (Node, error) { return Node{Addr: c.addr}, nil }
+			cfg.NodeFailed = func() { failed.Add(1) }
+			p, reader := start(t, cfg, &fakeStreams{})
+			for i := range 4 {
+				p.Record(event(i))
+			}
+			// Written by the node or by the cluster client, or lost: the
+			// batch is done, and NodeFailed told before it was counted.
+			done := func() int64 {
+				return metrictest.Counter(t, reader, written) + metrictest.Counter(t, reader, dropped, "reason", "redis")
+			}
+			if !servertest.Eventually(10*time.Second, func() bool { return done() >= 4 }) {
+				t.Fatalf("%d of 4 events written or dropped", done())
+			}
+			if got := failed.Load(); got != c.want {
+				t.Errorf("NodeFailed told %d times, want %d", got, c.want)
+			}
+		})
 	}
 }

@@ -77,7 +77,9 @@ func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry
 // older) or ASK (the slot is moving and the key is already on the other
 // node). A refused INCR counted nothing, so the visit is counted once more
 // on the node the answer names (redisconn.OnKeyNode): a moving slot costs
-// a round trip, not a refused visit.
+// a round trip, not a refused visit. Only the count's own refusal is
+// followed: the expiry after it refused so (the key moved in between) is
+// a visit counted, and refused (AfterWrite), not counted again there.
 func (h *Handler) incr(ctx context.Context, key string, limit, expiresAtMs int64) (int64, error) {
 	kn, ok := h.visits.(redisconn.KeyNodes)
 	if !ok || h.cfg.VisitReplicas == 0 {
@@ -111,14 +113,20 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, limit
 		return nil
 	})
 	if err := incr.Err(); err != nil {
+		// Refused (MOVED, ASK), the count ran nowhere: incr may send it
+		// to the node named.
 		return 0, fmt.Errorf("redis count %s: %w", key, err)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("redis incr %s: %w", key, err)
+	n, nerr := incr.Int64()
+	if nerr != nil {
+		return 0, redisconn.AfterWrite(fmt.Errorf("redis count %s: %w", key, nerr))
 	}
-	n, err := incr.Int64()
 	if err != nil {
-		return 0, fmt.Errorf("redis count %s: %w", key, err)
+		// The visit was counted, and a command after it failed: the
+		// expiry refused with ASK or MOVED when the key moved to another
+		// node between the two. Sent there again, the visit would be
+		// counted twice; it is refused instead (503), counted once.
+		return 0, redisconn.AfterWrite(fmt.Errorf("redis incr %s: visit %d counted, then: %w", key, n, err))
 	}
 	if wait != nil {
 		if _, err := redisconn.Held(wait, replicas, fmt.Sprintf("visit %d at %s", n, key)); err != nil {
