@@ -320,7 +320,7 @@ func TestLocalCheckOnlyConsumesNothingAndDeniesWhenSpent(t *testing.T) {
 	}
 	for _, algo := range localAlgos {
 		t.Run(algo, func(t *testing.T) {
-			e := &Engine{local: newLocal(t, 2), m: m}
+			e := &Engine{local: newLocal(t, 2), m: m, log: slog.New(slog.DiscardHandler)}
 			_, rules := compile(t, localRules).Match("l", map[string]string{"user": "u", "algo": algo})
 			checks := []Applied{rules[0]}
 			checks[0].checkOnly = true
