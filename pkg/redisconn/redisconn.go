@@ -280,13 +280,16 @@ const (
 // failure mode. It returns the last error: TRYAGAIN when the deadline
 // comes first, so the cause is not hidden behind ctx's.
 func retryTryAgain(ctx context.Context, send func() error) error {
+	err := send()
+	if !redis.IsTryAgainError(err) {
+		return err // nearly always: the hot path reads no clock
+	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(tryAgainNoDeadline)
 	}
 	for wait := tryAgainFirstWait; ; wait = min(2*wait, tryAgainMaxWait) {
-		err := send()
-		if !redis.IsTryAgainError(err) || time.Now().Add(wait).After(deadline) {
+		if time.Now().Add(wait).After(deadline) {
 			return err
 		}
 		t := time.NewTimer(wait)
@@ -295,6 +298,9 @@ func retryTryAgain(ctx context.Context, send func() error) error {
 			t.Stop()
 			return err
 		case <-t.C:
+		}
+		if err = send(); !redis.IsTryAgainError(err) {
+			return err
 		}
 	}
 }
