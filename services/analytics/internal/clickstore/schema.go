@@ -58,8 +58,8 @@ type view struct {
 }
 
 // shardKey keeps each link's rows on one shard: its raw rows, its
-// aggregates (the views run where the rows land) and its suspects, so the
-// duplicate lookup's subqueries can read each shard's own tables.
+// aggregates (the views run where the rows land) and its suspects, so a
+// link's queries read one shard's tables.
 const shardKey = "cityHash64(tenant, code)"
 
 var tables = []table{{

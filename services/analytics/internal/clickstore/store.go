@@ -492,16 +492,27 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	// On a cluster the subqueries read each shard's own suspects (the
-	// link's rows and suspects share a shard), not the Distributed table.
-	suspects := `SELECT %s FROM ` + s.layout.LocalQualified(SuspectsTable) + `
+	// On a cluster the suspects are read through the Distributed table,
+	// once, and their keys sent to the shards (GLOBAL IN): a subquery of a
+	// shard's own click_suspects_local would read it on whichever replica
+	// serves click_events_local, and ClickHouse checks that replica's lag
+	// for click_events_local only. Each table replicates on its own queue,
+	// so a replica holding a redelivery's raw rows and rollups but not yet
+	// its suspects counted every copy (100 for 50 clicks, for good while
+	// its fetches were stopped). Read on its own, click_suspects is subject
+	// to MaxReplicaDelay like every table. The keys are few: suspects are
+	// rare.
+	in, suspects := "IN", `SELECT %s FROM `+SuspectsTable+`
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)`
+	if s.layout.Cluster != "" {
+		in = "GLOBAL IN"
+	}
 	rows, err := s.conn.Query(s.read(ctx), `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device), any(country),
 			any(rule), any(variant), groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)
 		FROM `+EventsTable+`
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
-			AND ts IN (`+fmt.Sprintf(suspects, "ts")+`)
-			AND eid IN (`+fmt.Sprintf(suspects, "eid")+`)
+			AND ts `+in+` (`+fmt.Sprintf(suspects, "ts")+`)
+			AND eid `+in+` (`+fmt.Sprintf(suspects, "eid")+`)
 		GROUP BY eid
 		HAVING count() > 1`+timeLimit(ctx),
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
