@@ -407,7 +407,7 @@ func addColumns(ctx context.Context, conn driver.Conn, l Layout, object string) 
 		return fmt.Errorf("clickhouse: no Distributed table %s in the schema", object)
 	}
 	for _, c := range missing {
-		err := conn.Exec(ctx, `ALTER TABLE `+qual+object+on+` ADD COLUMN `+c.name+` `+c.decl)
+		err := chconn.ApplyDDL(ctx, conn, []string{`ALTER TABLE ` + qual + object + on + ` ADD COLUMN ` + c.name + ` ` + c.decl})
 		if err == nil {
 			continue
 		}
