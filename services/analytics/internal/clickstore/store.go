@@ -87,9 +87,9 @@ type Store struct {
 	layout Layout
 }
 
-// MaxReplicaDelay is how far behind the other replica of its shard a
-// cluster replica may be and still answer a read (whole seconds: the
-// setting's unit). ClickHouse's defaults let a replica 300 s behind answer
+// MaxReplicaDelay is how far behind its shard's replication log (the age
+// of the oldest insert it has not fetched) a cluster replica may be and
+// still answer a read (whole seconds: the setting's unit). ClickHouse's defaults let a replica 300 s behind answer
 // with what it has (a replica back from a stop answered a link's 100 clicks
 // of 150, no error), and the duplicate lookup would then miss stored rows.
 // A read that no fresh enough replica of a shard can serve fails instead:
