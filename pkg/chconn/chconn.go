@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -86,7 +87,7 @@ func NewPool(ctx context.Context, cfg Config, maxOpen int) (driver.Conn, error) 
 	var have uint64
 	err = boot.QueryRow(ctx, "SELECT count() FROM system.databases WHERE name = ?", cfg.Database).Scan(&have)
 	if err == nil && have == 0 {
-		err = boot.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+cfg.Database+cfg.OnCluster())
+		err = ApplyDDL(ctx, boot, []string{"CREATE DATABASE IF NOT EXISTS " + cfg.Database + cfg.OnCluster()})
 	}
 	_ = boot.Close()
 	if err != nil {
@@ -139,16 +140,64 @@ func open(ctx context.Context, cfg Config, tlsConfig *tls.Config, database strin
 	return conn, nil
 }
 
+// DDLTimeout is how long an ON CLUSTER statement waits for the cluster's
+// servers to run it (distributed_ddl_task_timeout, whole seconds; the
+// servers that are up take well under a second). ClickHouse's default,
+// 180 s, made a start with one server down wait that long per statement
+// and then fail.
+const DDLTimeout = 10 * time.Second
+
 // ApplyDDL runs statements in order; each must be idempotent (CREATE ... IF
 // NOT EXISTS), since every replica runs them at start.
+//
+// An ON CLUSTER statement that every server up has run, but a server that
+// is down has not (ClickHouse says so when DDLTimeout passes, as
+// TIMEOUT_EXCEEDED), counts as done and the next one runs: the statement
+// waits in ZooKeeper's DDL queue, and the server runs the queue in order
+// when it returns. Stopping there instead left the cluster half changed (a
+// column upgrade dropped the Distributed click_events on every live server
+// and never created it again, until the server returned).
 func ApplyDDL(ctx context.Context, conn driver.Conn, statements []string) error {
+	ctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+		"distributed_ddl_task_timeout": int(DDLTimeout / time.Second),
+	}))
 	for _, stmt := range statements {
-		if err := conn.Exec(ctx, stmt); err != nil {
+		if err := conn.Exec(ctx, stmt); err != nil && !QueuedForDownServers(err) {
 			return fmt.Errorf("clickhouse DDL %q: %w", firstLine(stmt), err)
 		}
 	}
 	return nil
 }
+
+// ddlUnfinished match ClickHouse's TIMEOUT_EXCEEDED of an ON CLUSTER
+// statement: 18.16's, then the form of later versions.
+var (
+	ddlUnfinished  = regexp.MustCompile(`There are \d+ unfinished hosts \((\d+) of them are currently active\)`)
+	ddlNotFinished = regexp.MustCompile(
+		`is not finished on (\d+) of \d+ hosts \((\d+) of them are currently executing the task, (\d+) are inactive\)`)
+)
+
+// QueuedForDownServers reports whether err is an ON CLUSTER statement's
+// timeout that every server still unfinished is down (inactive): the
+// servers that are up have run it, and the others will when they return.
+// A server that is up and has not finished makes it an error (slow, not
+// down).
+func QueuedForDownServers(err error) bool {
+	var exception *clickhouse.Exception
+	if !errors.As(err, &exception) || exception.Code != timeoutExceeded {
+		return false
+	}
+	if m := ddlUnfinished.FindStringSubmatch(exception.Message); m != nil {
+		return m[1] == "0"
+	}
+	if m := ddlNotFinished.FindStringSubmatch(exception.Message); m != nil {
+		return m[2] == "0" && m[1] == m[3]
+	}
+	return false
+}
+
+// timeoutExceeded is ClickHouse's TIMEOUT_EXCEEDED.
+const timeoutExceeded = 159
 
 func firstLine(s string) string {
 	s = strings.TrimSpace(s)

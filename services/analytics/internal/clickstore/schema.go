@@ -58,8 +58,8 @@ type view struct {
 }
 
 // shardKey keeps each link's rows on one shard: its raw rows, its
-// aggregates (the views run where the rows land) and its suspects, so the
-// duplicate lookup's subqueries can read each shard's own tables.
+// aggregates (the views run where the rows land) and its suspects, so a
+// link's queries read one shard's tables.
 const shardKey = "cityHash64(tenant, code)"
 
 var tables = []table{{
@@ -407,7 +407,7 @@ func addColumns(ctx context.Context, conn driver.Conn, l Layout, object string) 
 		return fmt.Errorf("clickhouse: no Distributed table %s in the schema", object)
 	}
 	for _, c := range missing {
-		err := conn.Exec(ctx, `ALTER TABLE `+qual+object+on+` ADD COLUMN `+c.name+` `+c.decl)
+		err := chconn.ApplyDDL(ctx, conn, []string{`ALTER TABLE ` + qual + object + on + ` ADD COLUMN ` + c.name + ` ` + c.decl})
 		if err == nil {
 			continue
 		}

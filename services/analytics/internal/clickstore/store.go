@@ -92,6 +92,32 @@ type Store struct {
 	layout Layout
 }
 
+// MaxReplicaDelay is how far behind its shard's replication log (the age
+// of the oldest insert it has not fetched) a cluster replica may be and
+// still answer a read (whole seconds: the setting's unit). ClickHouse's defaults let a replica 300 s behind answer
+// with what it has (a replica back from a stop answered a link's 100 clicks
+// of 150, no error), and the duplicate lookup would then miss stored rows.
+// A read that no fresh enough replica of a shard can serve fails instead:
+// Unavailable, as with the shard down. The window that remains: a replica
+// less than this behind answers without its newest rows.
+const MaxReplicaDelay = 5 * time.Second
+
+// read is ctx with the settings of a read on s's layout: on a cluster, a
+// replica lagging more than MaxReplicaDelay is not read (the initiator
+// tries the shard's other replica and fails the read if none is fresh).
+// ClickHouse checks the lag of the table a shard's query reads from, not of
+// the tables its subqueries read (see Duplicates). Inserts keep the
+// defaults: a stale replica stores a new block as well as a fresh one.
+func (s *Store) read(ctx context.Context) context.Context {
+	if s.layout.Cluster == "" {
+		return ctx
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+		"max_replica_delay_for_distributed_queries":          int(MaxReplicaDelay / time.Second),
+		"fallback_to_stale_replicas_for_distributed_queries": 0,
+	}))
+}
+
 // New returns a store over conn, its tables laid out as l; the schema must
 // have been applied (Apply).
 func New(conn driver.Conn, l Layout) *Store { return &Store{conn: conn, layout: l} }
@@ -183,9 +209,9 @@ func existingQueries(rows []Click) []string {
 func (s *Store) Existing(ctx context.Context, rows []Click) (map[string]bool, error) {
 	found := make(map[string]bool)
 	for _, q := range existingQueries(rows) {
-		res, err := s.conn.Query(ctx, q)
+		res, err := s.conn.Query(s.read(ctx), q)
 		if err != nil {
-			return nil, fmt.Errorf("clickhouse existing events: %w", err)
+			return nil, readErr(ctx, "clickhouse existing events", err)
 		}
 		for res.Next() {
 			var id string
@@ -321,9 +347,10 @@ func timeLimit(ctx context.Context) string {
 }
 
 // peerUnreachable are the codes of a ClickHouse exception that says another
-// server of the cluster could not be reached: ALL_CONNECTION_TRIES_FAILED,
-// NETWORK_ERROR, SOCKET_TIMEOUT.
-var peerUnreachable = []int32{279, 210, 209}
+// server of the cluster could not be reached, or no replica of a shard was
+// fresh enough to read (see Store.read): ALL_CONNECTION_TRIES_FAILED,
+// NETWORK_ERROR, SOCKET_TIMEOUT, ALL_REPLICAS_ARE_STALE.
+var peerUnreachable = []int32{279, 210, 209, 369}
 
 // unreachable tells a ClickHouse that cannot be reached (no connection, a
 // connection lost, no connection free in time) from an error it answered.
@@ -351,7 +378,7 @@ func (s *Store) Hourly(ctx context.Context, r Range) (map[int64]Counts, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.conn.Query(ctx, `SELECT toUInt32(hour) AS h,
+	rows, err := s.conn.Query(s.read(ctx), `SELECT toUInt32(hour) AS h,
 			sum(total), sum(human), sum(bot), sum(flood), sum(visitors)
 		FROM `+HourlyTable+`
 		WHERE tenant = ? AND code = ? AND hour >= toDateTime(?) AND hour < toDateTime(?)
@@ -414,7 +441,7 @@ func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[s
 	// SELECT (max_execution_time = 1 stopped nothing): it goes on a query
 	// around them.
 	q.WriteString(")" + timeLimit(ctx))
-	rows, err := s.conn.Query(ctx, q.String(), args...)
+	rows, err := s.conn.Query(s.read(ctx), q.String(), args...)
 	if err != nil {
 		return nil, s.readErr(ctx, "clickhouse dimension counts", err)
 	}
@@ -439,7 +466,7 @@ func (s *Store) Dims(ctx context.Context, r Range, limits map[string]int) (map[s
 
 // Owners returns the tenants that have clicks on code, at most a few.
 func (s *Store) Owners(ctx context.Context, code string) ([]string, error) {
-	rows, err := s.conn.Query(ctx,
+	rows, err := s.conn.Query(s.read(ctx),
 		"SELECT DISTINCT tenant FROM "+OwnersTable+" WHERE code = ? LIMIT 16"+timeLimit(ctx), code)
 	if err != nil {
 		return nil, s.readErr(ctx, "clickhouse owners", err)
@@ -494,15 +521,26 @@ func (s *Store) Duplicates(ctx context.Context, r Range) ([]Duplicate, error) {
 	if err := r.check(); err != nil {
 		return nil, err
 	}
-	// On a cluster the subqueries read each shard's own suspects (the
-	// link's rows and suspects share a shard), not the Distributed table.
-	suspects := `SELECT %s FROM ` + s.layout.LocalQualified(SuspectsTable) + `
+	// On a cluster the suspects are read through the Distributed table,
+	// once, and their keys sent to the shards (GLOBAL IN): a subquery of a
+	// shard's own click_suspects_local would read it on whichever replica
+	// serves click_events_local, and ClickHouse checks that replica's lag
+	// for click_events_local only. Each table replicates on its own queue,
+	// so a replica holding a redelivery's raw rows and rollups but not yet
+	// its suspects counted every copy (100 for 50 clicks, for good while
+	// its fetches were stopped). Read on its own, click_suspects is subject
+	// to MaxReplicaDelay like every table. The keys are few: suspects are
+	// rare.
+	in, suspects := "IN", `SELECT %s FROM `+SuspectsTable+`
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)`
-	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts))
+	if s.layout.Cluster != "" {
+		in = "GLOBAL IN"
+	}
+	rows, err := s.conn.Query(s.read(ctx), `SELECT eid, toUInt32(any(ts))
 		FROM `+EventsTable+`
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)
-			AND ts IN (`+fmt.Sprintf(suspects, "ts")+`)
-			AND eid IN (`+fmt.Sprintf(suspects, "eid")+`)
+			AND ts `+in+` (`+fmt.Sprintf(suspects, "ts")+`)
+			AND eid `+in+` (`+fmt.Sprintf(suspects, "eid")+`)
 		GROUP BY eid
 		HAVING count() > 1`+timeLimit(ctx),
 		r.Tenant, r.Code, r.Start.Unix(), r.End.Unix(),
@@ -557,7 +595,7 @@ func (s *Store) duplicateDetails(ctx context.Context, r Range, keys []eventKey, 
 		fmt.Fprintf(&times, "toDateTime(%d)", k.ts)
 		fmt.Fprintf(&eids, "%d", k.eid)
 	}
-	rows, err := s.conn.Query(ctx, `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device), any(country),
+	rows, err := s.conn.Query(s.read(ctx), `SELECT eid, toUInt32(any(ts)), any(referrer_host), any(browser), any(os), any(device), any(country),
 			any(rule), any(variant), groupArray(is_bot), groupArray(is_flood), groupArray(new_visitor)
 		FROM `+EventsTable+`
 		WHERE tenant = ? AND code = ? AND ts >= toDateTime(?) AND ts < toDateTime(?)

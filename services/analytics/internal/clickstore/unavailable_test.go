@@ -25,6 +25,7 @@ func TestUnreachable(t *testing.T) {
 		"connection closed":    {clickhouse.ErrConnectionClosed, true},
 		"an answered error":    {&clickhouse.Exception{Code: 60, Message: "Table kurz.x does not exist"}, false},
 		"a shard unreachable":  {fmt.Errorf("query: %w", &clickhouse.Exception{Code: 279, Message: "All connection tries failed"}), true},
+		"every replica stale":  {&clickhouse.Exception{Code: 369, Message: "Could not find enough connections to up-to-date replicas"}, true},
 		"the caller's timeout": {fmt.Errorf("query: %w", context.DeadlineExceeded), false},
 		"the caller gave up":   {context.Canceled, false},
 		"anything else":        {errors.New("scan: converting String to *uint32"), false},
