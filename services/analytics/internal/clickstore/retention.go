@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"kurz.dev/pkg/chconn"
 )
 
 // rawTables are the tables whose rows expire: the raw rows and their
@@ -29,7 +31,11 @@ func (s *Store) ExpireRaw(ctx context.Context, cutoff time.Time) ([]uint32, erro
 		}
 		for _, m := range months {
 			stmt := fmt.Sprintf("ALTER TABLE %s%s DROP PARTITION %d", s.layout.LocalQualified(table), s.onCluster(), m)
-			if err := s.conn.Exec(ctx, stmt); err != nil {
+			// Through ApplyDDL: on a cluster with a server down, the
+			// servers that are up drop the month and the one down drops it
+			// from its queue when it returns, instead of every pass
+			// waiting ClickHouse's 180 s for it and failing.
+			if err := chconn.ApplyDDL(ctx, s.conn, []string{stmt}); err != nil {
 				return dropped, fmt.Errorf("clickhouse drop %s month %d: %w", table, m, err)
 			}
 			if !slices.Contains(dropped, m) {
