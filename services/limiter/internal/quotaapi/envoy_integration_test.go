@@ -108,16 +108,7 @@ domains:
 	if n := len(e.each[2].GetDecisions()); n != 2 {
 		t.Fatalf("call 3 carries %d decisions, want 2 (answered from the over-limit cache)", n)
 	}
-	for j, rule := range []string{"per-user", "per-ip"} {
-		want, got := onRedis.GetStatuses()[j], fromCache.GetStatuses()[j]
-		if want.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || want.GetCurrentLimit().GetName() != rule {
-			t.Fatalf("descriptor %d on Redis: %v by %q, want OVER_LIMIT by %s", j, want.GetCode(), want.GetCurrentLimit().GetName(), rule)
-		}
-		if got.GetCode() != want.GetCode() || !proto.Equal(got.GetCurrentLimit(), want.GetCurrentLimit()) || got.GetLimitRemaining() != want.GetLimitRemaining() {
-			t.Errorf("descriptor %d from the cache: %v, limit %v, remaining %d; on Redis: %v, limit %v, remaining %d",
-				j, got.GetCode(), got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCode(), want.GetCurrentLimit(), want.GetLimitRemaining())
-		}
-	}
+	cacheAnswersAsRedis(t, onRedis, fromCache, "per-user", "per-ip")
 }
 
 // A repeated denial of one descriptor beside another the over-limit cache
@@ -200,16 +191,7 @@ domains:
 		t.Fatalf("call 3: source %v, deciding %q; want the over-limit cache, per-ip (the longer retry)", src, e.each[2].GetDecidingRule())
 	}
 	onRedis, fromCache := resps[1], resps[2]
-	for j, rule := range []string{"per-user", "per-ip"} {
-		want, got := onRedis.GetStatuses()[j], fromCache.GetStatuses()[j]
-		if want.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || want.GetCurrentLimit().GetName() != rule {
-			t.Fatalf("descriptor %d on Redis: %v by %q, want OVER_LIMIT by %s", j, want.GetCode(), want.GetCurrentLimit().GetName(), rule)
-		}
-		if got.GetCode() != want.GetCode() || !proto.Equal(got.GetCurrentLimit(), want.GetCurrentLimit()) || got.GetLimitRemaining() != want.GetLimitRemaining() {
-			t.Errorf("descriptor %d from the cache: %v, limit %v, remaining %d; on Redis: %v, limit %v, remaining %d",
-				j, got.GetCode(), got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCode(), want.GetCurrentLimit(), want.GetLimitRemaining())
-		}
-	}
+	cacheAnswersAsRedis(t, onRedis, fromCache, "per-user", "per-ip")
 }
 
 // Each descriptor is charged its own hits_addend, as Envoy charges it: a
@@ -398,5 +380,23 @@ func TestEnvoyHitsAddendZeroChecksWithoutConsuming(t *testing.T) {
 	e.Wait() // the denied charge's refund
 	if st := ask(hits("token_bucket", 0)).GetStatuses()[0]; st.GetLimitRemaining() != 3 {
 		t.Errorf("token_bucket after the denied pair: remaining %d, want 3 (the denied charge given back)", st.GetLimitRemaining())
+	}
+}
+
+// cacheAnswersAsRedis asserts that descriptor j of onRedis was denied by
+// rules[j] on Redis and that fromCache, the over-limit cache's answer to
+// the same request, gives each descriptor the same code, limit and
+// remaining.
+func cacheAnswersAsRedis(t *testing.T, onRedis, fromCache *rlsv3.RateLimitResponse, rules ...string) {
+	t.Helper()
+	for j, rule := range rules {
+		want, got := onRedis.GetStatuses()[j], fromCache.GetStatuses()[j]
+		if want.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT || want.GetCurrentLimit().GetName() != rule {
+			t.Fatalf("descriptor %d on Redis: %v by %q, want OVER_LIMIT by %s", j, want.GetCode(), want.GetCurrentLimit().GetName(), rule)
+		}
+		if got.GetCode() != want.GetCode() || !proto.Equal(got.GetCurrentLimit(), want.GetCurrentLimit()) || got.GetLimitRemaining() != want.GetLimitRemaining() {
+			t.Errorf("descriptor %d from the cache: %v, limit %v, remaining %d; on Redis: %v, limit %v, remaining %d",
+				j, got.GetCode(), got.GetCurrentLimit(), got.GetLimitRemaining(), want.GetCode(), want.GetCurrentLimit(), want.GetLimitRemaining())
+		}
 	}
 }
