@@ -196,6 +196,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	}
 	analyticsv1.RegisterAnalyticsServiceServer(srv.GRPC, stats.New(clickstore.New(reads, clickstore.LayoutOf(cfg.ClickHouse)), log, stats.Options{
 		AllowAnonymous: cfg.AllowAnonymous, QueryTimeout: cfg.QueryTimeout, MaxRequests: cfg.MaxStatsRequests,
+		Meter: srv.Telemetry.MeterProvider.Meter("kurz.dev/services/analytics/stats"),
 	}))
 	srv.Mux.HandleFunc("GET /consumerz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

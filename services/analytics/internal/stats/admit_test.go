@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -67,12 +69,36 @@ func assertRefused(t *testing.T, err error, code codes.Code, reason string) {
 	}
 }
 
+// refusals reads MetricRefused's counts by reason.
+func refusals(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == MetricRefused {
+				for _, dp := range sum.DataPoints {
+					reason, _ := dp.Attributes.Value("reason")
+					got[reason.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	return got
+}
+
 // One tenant holds at most its share of the requests in progress, and past
 // MaxRequests every request is refused as busy at once, with a retry delay,
-// without reaching the store; once the requests end, their slots are free.
+// without reaching the store, each refusal counted by its reason; once the
+// requests end, their slots are free.
 func TestStatsRequestsInProgressAreBoundedPerReplicaAndPerTenant(t *testing.T) {
 	store := &heldStore{open: make(chan struct{}), entered: make(chan string, 64)}
-	s := New(store, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{MaxRequests: 4, QueryTimeout: time.Minute})
+	reader := sdkmetric.NewManualReader()
+	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	s := New(store, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{MaxRequests: 4, QueryTimeout: time.Minute, Meter: meter})
 	var held sync.WaitGroup
 	errs := make(chan error, 4)
 	hold := func(tenant string) {
@@ -89,6 +115,9 @@ func TestStatsRequestsInProgressAreBoundedPerReplicaAndPerTenant(t *testing.T) {
 	hold("b")
 	hold("b")
 	assertRefused(t, call(ctx, s, "c"), codes.Unavailable, ReasonBusy)
+	if got := refusals(t, reader); got[ReasonShareInUse] != 1 || got[ReasonBusy] != 1 || len(got) != 2 {
+		t.Errorf("refusals counted %v, want 1 %s and 1 %s", got, ReasonShareInUse, ReasonBusy)
+	}
 	select {
 	case code := <-store.entered:
 		t.Fatalf("a refused request reached the store (%s)", code)

@@ -13,6 +13,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -103,6 +107,8 @@ type Options struct {
 	// the store's pool needs QueriesPerRequest connections per request
 	// for none of them to wait for one.
 	MaxRequests int
+	// Meter records the refusals (MetricRefused); nil records nothing.
+	Meter metric.Meter
 	// now is the clock; tests set it.
 	now func() time.Time
 }
@@ -124,8 +130,14 @@ type Service struct {
 
 	slots *capacity.Gate
 	share int
-	mu    sync.Mutex
-	held  map[string]int // requests in progress by tenant
+	// refused counts requests refused for capacity, by reason: an
+	// operator tells a replica too small for its tenants (STATS_BUSY)
+	// from one tenant holding its share (STATS_SHARE_IN_USE), which the
+	// calls' status codes alone do not.
+	refused     metric.Int64Counter
+	busy, inUse metric.MeasurementOption
+	mu          sync.Mutex
+	held        map[string]int // requests in progress by tenant
 }
 
 // New returns the service over store.
@@ -139,9 +151,27 @@ func New(store Store, log *slog.Logger, opts Options) *Service {
 	if opts.MaxRequests <= 0 {
 		opts.MaxRequests = 4
 	}
-	return &Service{store: store, log: log, opts: opts,
-		slots: capacity.New(opts.MaxRequests, admitWait), share: max(1, opts.MaxRequests/2), held: make(map[string]int)}
+	s := &Service{store: store, log: log, opts: opts,
+		slots: capacity.New(opts.MaxRequests, admitWait), share: max(1, opts.MaxRequests/2), held: make(map[string]int),
+		refused: metricnoop.Int64Counter{},
+		busy:    metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", ReasonBusy))),
+		inUse:   metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", ReasonShareInUse))),
+	}
+	if opts.Meter != nil {
+		c, err := opts.Meter.Int64Counter(MetricRefused, metric.WithUnit("{request}"),
+			metric.WithDescription("Statistics requests refused for capacity, by reason (STATS_BUSY, STATS_SHARE_IN_USE)"))
+		if err != nil {
+			otel.Handle(err)
+		} else {
+			s.refused = c
+		}
+	}
+	return s
 }
+
+// MetricRefused counts the statistics requests refused for capacity
+// (Prometheus: kurz_analytics_stats_refused_total{reason}).
+const MetricRefused = "kurz.analytics.stats.refused"
 
 // admit takes one of the replica's request slots for tenant, and refuses
 // the request (a status with a retry delay) when the tenant's requests in
@@ -154,6 +184,7 @@ func (s *Service) admit(ctx context.Context, tenant string) (release func(), err
 	s.mu.Lock()
 	if s.held[tenant] >= s.share {
 		s.mu.Unlock()
+		s.refused.Add(ctx, 1, s.inUse)
 		return nil, rpcerr.RetryLater(codes.ResourceExhausted, ReasonShareInUse, fmt.Sprintf(
 			"this tenant's statistics requests in progress already hold its share (%d) of those this replica serves at once",
 			s.share), busyRetryAfter, nil)
@@ -171,6 +202,7 @@ func (s *Service) admit(ctx context.Context, tenant string) (release func(), err
 	switch {
 	case errors.Is(err, capacity.ErrBusy):
 		unhold()
+		s.refused.Add(ctx, 1, s.busy)
 		return nil, rpcerr.RetryLater(codes.Unavailable, ReasonBusy,
 			"statistics are busy right now: too many requests at once", busyRetryAfter, nil)
 	case err != nil:
@@ -201,6 +233,9 @@ func (s *Service) GetLinkStats(ctx context.Context, req *analyticsv1.GetLinkStat
 	defer release()
 	resp, err := s.stats(ctx, q)
 	if err != nil {
+		if errors.Is(err, clickstore.ErrBusy) {
+			s.refused.Add(ctx, 1, s.busy)
+		}
 		return nil, rpcerr.ToStatus(ctx, s.log, err, statsErrors)
 	}
 	return resp, nil
