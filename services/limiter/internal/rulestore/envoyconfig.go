@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -449,10 +450,12 @@ func (w *envoyWalk) walk(i int, at *envoyNode, rules []*envoyNode, values []stri
 	if i == len(w.keys) {
 		return w.compare(at, rules, values)
 	}
-	state := fmt.Sprint(i, " ", nodeID(at))
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(i) + " " + strconv.Itoa(nodeID(at)))
 	for _, r := range rules {
-		state += fmt.Sprint(" ", r.id)
+		b.WriteString(" " + strconv.Itoa(r.id))
 	}
+	state := b.String()
 	if w.seen[state] {
 		return nil
 	}
@@ -466,9 +469,16 @@ func (w *envoyWalk) walk(i int, at *envoyNode, rules []*envoyNode, values []stri
 			}
 		}
 	}
+	// The rules by their value at this level: each branch takes the
+	// key-only ones and its value's, without a pass over all of them.
+	var keyOnly []*envoyNode
+	byValue := map[string][]*envoyNode{}
 	for _, r := range rules {
 		if v := r.path[i].value; v != "" {
 			named[v] = true
+			byValue[v] = append(byValue[v], r)
+		} else {
+			keyOnly = append(keyOnly, r)
 		}
 	}
 	for _, v := range append(slices.Sorted(maps.Keys(named)), otherValue) {
@@ -481,12 +491,7 @@ func (w *envoyWalk) walk(i int, at *envoyNode, rules []*envoyNode, values []stri
 				next = at.children[key]
 			}
 		}
-		var still []*envoyNode
-		for _, r := range rules {
-			if rv := r.path[i].value; rv == "" || rv == v {
-				still = append(still, r)
-			}
-		}
+		still := append(slices.Clip(keyOnly), byValue[v]...)
 		if err := w.walk(i+1, next, still, append(slices.Clip(values), v)); err != nil {
 			return err
 		}
@@ -553,13 +558,19 @@ const (
 // descriptors). A file with neither is kurz's (an empty file, or one Parse
 // names the unknown field of); one with both is refused.
 func DetectFormat(data []byte) (string, error) {
-	var top map[string]any
+	var top struct {
+		Domain      present `yaml:"domain"`
+		Descriptors present `yaml:"descriptors"`
+		Domains     present `yaml:"domains"`
+		Plans       present `yaml:"plans"`
+		Tenants     present `yaml:"tenants"`
+	}
 	// A file that is not a mapping is left to the parser to refuse.
 	if err := yaml.Unmarshal(data, &top); err != nil {
 		return FormatKurz, nil
 	}
-	kurz := slices.ContainsFunc([]string{"domains", "plans", "tenants"}, func(k string) bool { _, ok := top[k]; return ok })
-	envoy := slices.ContainsFunc([]string{"domain", "descriptors"}, func(k string) bool { _, ok := top[k]; return ok })
+	kurz := bool(top.Domains || top.Plans || top.Tenants)
+	envoy := bool(top.Domain || top.Descriptors)
 	switch {
 	case kurz && envoy:
 		return "", errors.New("the file has both kurz's top-level keys (domains, plans, tenants) and envoyproxy/ratelimit's (domain, descriptors): keep one format per file")
@@ -567,6 +578,15 @@ func DetectFormat(data []byte) (string, error) {
 		return FormatEnvoy, nil
 	}
 	return FormatKurz, nil
+}
+
+// present records that a key is there without decoding its value (a kurz
+// file's tenants may be many).
+type present bool
+
+func (p *present) UnmarshalYAML(*yaml.Node) error {
+	*p = true
+	return nil
 }
 
 // readBounded reads path, refusing a file over maxEnvoyBytes.

@@ -462,3 +462,26 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzFromEnvoy feeds arbitrary bytes to the translator: it never panics,
+// and what it returns compiles.
+func FuzzFromEnvoy(f *testing.F) {
+	for _, s := range []string{
+		"",
+		"domain: edge\n",
+		"domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n",
+		"domain: edge\ndescriptors:\n  - {key: a, value: x, descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]}\n  - {key: a, descriptors: [{key: b, value: y, rate_limit: {unit: hour, requests_per_unit: 2}}]}\n",
+		"domain: edge\ndescriptors:\n  - {key: user, rate_limit: {unit: hour, requests_per_unit: 10}}\n  - {key: user, value: vip, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 1000}}\n  - {key: user, value: free, rate_limit: {unlimited: true}}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := FromEnvoy([]EnvoyFile{{Name: "f.yaml", Data: data}})
+		if err != nil {
+			return
+		}
+		if _, err := ratelimit.Compile(cfg); err != nil {
+			t.Fatalf("translated but does not compile: %v\n%s", err, data)
+		}
+	})
+}
