@@ -41,6 +41,10 @@ type Config struct {
 	// bootstrap file, reloaded on NOTIFY) or "file" (the YAML file only).
 	RulesSource string `env:"LIMITER_RULES_SOURCE" default:"postgres"`
 	// RulesFile is the bootstrap / rules YAML; empty means the one built in.
+	// An envoyproxy/ratelimit configuration file (top-level domain), or a
+	// directory of them (its runtime config directory, a mounted
+	// ConfigMap), is translated as is (services/limiter/README.md, "Coming
+	// from envoyproxy/ratelimit").
 	RulesFile string `env:"LIMITER_RULES_FILE" default:""`
 	// RulesRefresh is how often the rules are reloaded (a PostgreSQL NOTIFY reloads them at once; tenants' plans, which a NOTIFY names, every 30th time), at least 1s.
 	RulesRefresh time.Duration `env:"LIMITER_RULES_REFRESH" default:"10s"`

@@ -267,6 +267,10 @@ func safeByte(c byte) bool {
 		c == '.' || c == '_' || c == '-' || c == '@' || c == '/'
 }
 
+// ValidName reports whether s is a valid domain, rule or descriptor name:
+// 1 to 64 letters, digits, '.', '_' or '-'.
+func ValidName(s string) bool { return validName(s) }
+
 func validName(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false

@@ -100,14 +100,37 @@ func zeroFigure(fields map[string]any) error {
 	return nil
 }
 
-// ReadFile parses path, or the embedded Bootstrap when path is empty.
+// ReadFile parses path, or the embedded Bootstrap when path is empty. A
+// file with envoyproxy/ratelimit's top-level domain, or a directory (of
+// such files, as envoyproxy/ratelimit's runtime config directory), is
+// translated (FromEnvoy).
 func ReadFile(path string) (ratelimit.Config, error) {
 	if path == "" {
 		return Parse(Bootstrap)
 	}
-	data, err := os.ReadFile(path)
+	cfg, err := readFile(path)
 	if err != nil {
 		return ratelimit.Config{}, fmt.Errorf("rules file (KURZ_LIMITER_RULES_FILE): %w", err)
+	}
+	return cfg, nil
+}
+
+func readFile(path string) (ratelimit.Config, error) {
+	if info, err := os.Stat(path); err != nil {
+		return ratelimit.Config{}, err
+	} else if info.IsDir() {
+		return ReadEnvoy(path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ratelimit.Config{}, err
+	}
+	format, err := DetectFormat(data)
+	if err != nil {
+		return ratelimit.Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if format == FormatEnvoy {
+		return FromEnvoy([]EnvoyFile{{Name: path, Data: data}})
 	}
 	return Parse(data)
 }
@@ -118,7 +141,8 @@ type Source interface {
 }
 
 // FileSource reads a YAML file at every refresh (an empty Path is the
-// embedded bootstrap file).
+// embedded bootstrap file): kurz's rules, or envoyproxy/ratelimit's
+// configuration, a file or a directory of them (ReadFile).
 type FileSource struct{ Path string }
 
 // Load implements Source.

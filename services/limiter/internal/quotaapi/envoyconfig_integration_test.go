@@ -1,0 +1,135 @@
+//go:build integration
+
+package quotaapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"kurz.dev/pkg/clientip"
+	"kurz.dev/pkg/config"
+	"kurz.dev/pkg/redisconn"
+	"kurz.dev/services/limiter/internal/ratelimit"
+	"kurz.dev/services/limiter/internal/rulestore"
+)
+
+// An envoyproxy/ratelimit configuration, loaded as is through the file
+// source (a ConfigMap-style directory), is enforced by ShouldRateLimit on
+// the stack's Redis Cluster as envoyproxy/ratelimit enforces it: a nested
+// descriptor and its parent each count their own descriptor; a value's
+// limit replaces its key's; unlimited is unlimited; shadow mode never
+// denies; every limit exactly (3 an hour: the 4th is OVER_LIMIT). The same
+// requests against envoyproxy/ratelimit's own service_cmd (v1.4.1-pre,
+// by hand) gave the same codes and remaining counts.
+func TestEnvoyConfigFileIsEnforcedAsEnvoyproxyRatelimitEnforcesIt(t *testing.T) {
+	// A domain of its own: every counter starts at zero.
+	domain := fmt.Sprintf("envoyconf-%d", time.Now().UnixNano())
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(`domain: `+domain+`
+descriptors:
+  - key: generic_key
+    value: api
+    rate_limit: {unit: hour, requests_per_unit: 5}
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: user
+    value: vip
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 4}
+  - key: user
+    value: free
+    rate_limit: {unlimited: true}
+  - key: plan
+    value: trial
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rulestore.FileSource{Path: dir}.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := ratelimit.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc redisconn.Config
+	if err := config.Load(&rc); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := redisconn.New(context.Background(), rc)
+	if err != nil {
+		t.Fatalf("local Redis Cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	e, err := ratelimit.NewEngine(rdb, rs, ratelimit.Options{Timeout: 5 * time.Second},
+		slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), noop.NewMeterProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Wait)
+	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+
+	type entry = ratelimitcommonv3.RateLimitDescriptor_Entry
+	// expect sends one descriptor and checks its code, current limit
+	// (0: none) and remaining.
+	expect := func(step string, entries []*entry, code rlsv3.RateLimitResponse_Code, limit, remaining uint32) {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{Entries: entries}}})
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		st := resp.GetStatuses()[0]
+		if resp.GetOverallCode() != code || st.GetCurrentLimit().GetRequestsPerUnit() != limit || code == rlsv3.RateLimitResponse_OK && st.GetLimitRemaining() != remaining {
+			t.Fatalf("%s: %v, limit %d, remaining %d; want %v, limit %d, remaining %d", step,
+				resp.GetOverallCode(), st.GetCurrentLimit().GetRequestsPerUnit(), st.GetLimitRemaining(), code, limit, remaining)
+		}
+		if limit > 0 && st.GetCurrentLimit().GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+			t.Fatalf("%s: unit %v, want HOUR", step, st.GetCurrentLimit().GetUnit())
+		}
+	}
+	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	api := &entry{Key: "generic_key", Value: "api"}
+	ip := func(a string) []*entry { return []*entry{api, {Key: "remote_address", Value: a}} }
+
+	for i := range uint32(3) {
+		expect(fmt.Sprintf("api, 10.0.0.9, request %d", i+1), ip("10.0.0.9"), ok, 3, 2-i)
+	}
+	expect("api, 10.0.0.9, request 4", ip("10.0.0.9"), over, 3, 0)
+	expect("api, 10.0.0.10: a counter of its own", ip("10.0.0.10"), ok, 3, 2)
+	expect("api alone: its own descriptor, untouched by the nested ones", []*entry{api}, ok, 5, 4)
+
+	for i := range uint32(2) {
+		expect(fmt.Sprintf("user alice, request %d", i+1), []*entry{{Key: "user", Value: "alice"}}, ok, 2, 1-i)
+	}
+	expect("user alice, request 3", []*entry{{Key: "user", Value: "alice"}}, over, 2, 0)
+	for i := range uint32(4) {
+		expect(fmt.Sprintf("user vip, request %d: its value's limit, not its key's", i+1), []*entry{{Key: "user", Value: "vip"}}, ok, 4, 3-i)
+	}
+	expect("user vip, request 5", []*entry{{Key: "user", Value: "vip"}}, over, 4, 0)
+	for i := range 5 {
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{Entries: []*entry{{Key: "user", Value: "free"}}}}})
+		if err != nil || resp.GetOverallCode() != ok {
+			t.Fatalf("user free (unlimited), request %d: %v, %v; want OK", i+1, resp.GetOverallCode(), err)
+		}
+	}
+	for i := range 3 {
+		expect(fmt.Sprintf("plan trial (shadow), request %d", i+1), []*entry{{Key: "plan", Value: "trial"}}, ok, 1, 0)
+	}
+	expect("a descriptor no path of the file has", []*entry{{Key: "plan", Value: "pro"}}, ok, 0, 0)
+}

@@ -1,0 +1,672 @@
+package rulestore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"kurz.dev/services/limiter/internal/ratelimit"
+)
+
+// Bounds on what envoyproxy/ratelimit configuration kurz translates. A
+// Kubernetes ConfigMap, the usual home of such files, holds at most 1 MiB;
+// a request descriptor has at most 32 entries (quotaapi's bound), so a
+// deeper path could never apply; and the check that kurz's matching gives
+// what envoyproxy/ratelimit's does walks every branch of a domain, so both
+// are bounded.
+const (
+	maxEnvoyBytes  = 1 << 20
+	maxEnvoyFiles  = 1000
+	maxEnvoyDepth  = 32
+	maxEnvoyLimits = 10_000
+	// maxEnvoyBranches bounds the descriptors the check walks per domain.
+	maxEnvoyBranches = 1_000_000
+)
+
+// EnvoyFile is one envoyproxy/ratelimit configuration file: its name (for
+// errors) and content.
+type EnvoyFile struct {
+	Name string
+	Data []byte
+}
+
+// envoyRoot, envoyDescriptor and envoyRateLimit are envoyproxy/ratelimit's
+// configuration (src/config/config_impl.go's YAML types), every field it
+// knows, so that one kurz has no equivalent for is refused by name rather
+// than taken for a typo, and a typo is refused as envoyproxy/ratelimit
+// refuses it.
+type envoyRoot struct {
+	Domain      string            `yaml:"domain"`
+	Descriptors []envoyDescriptor `yaml:"descriptors"`
+}
+
+type envoyDescriptor struct {
+	Key            string            `yaml:"key"`
+	Value          string            `yaml:"value"`
+	RateLimit      *envoyRateLimit   `yaml:"rate_limit"`
+	Descriptors    []envoyDescriptor `yaml:"descriptors"`
+	ShadowMode     bool              `yaml:"shadow_mode"`
+	DetailedMetric bool              `yaml:"detailed_metric"`
+	ValueToMetric  bool              `yaml:"value_to_metric"`
+	ShareThreshold bool              `yaml:"share_threshold"`
+}
+
+type envoyRateLimit struct {
+	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+	Unit            string `yaml:"unit"`
+	Unlimited       bool   `yaml:"unlimited"`
+	Name            string `yaml:"name"`
+	Replaces        []struct {
+		Name string `yaml:"name"`
+	} `yaml:"replaces"`
+}
+
+// envoyUnits are envoyproxy/ratelimit's units (case does not matter to
+// it) as kurz windows: a week is 7 days, a month 30, a year 365, as
+// envoyproxy/ratelimit counts them (utils.UnitToDivider).
+var envoyUnits = map[string]string{
+	"second": "1s", "minute": "1m", "hour": "1h", "day": "24h",
+	"week": "168h", "month": "720h", "year": "8760h",
+}
+
+// envoyNode is one descriptor of a domain's tree.
+type envoyNode struct {
+	id       int
+	key      string
+	value    string // "" for a key alone
+	limit    *envoyRateLimit
+	shadow   bool
+	children map[string]*envoyNode // by envoyproxy/ratelimit's composite key
+	path     []*envoyNode          // from the top level to this node
+	rule     *ratelimit.RuleSpec   // what kurz makes of limit; nil for none
+}
+
+// compositeKey is envoyproxy/ratelimit's map key for a descriptor: key, or
+// key_value.
+func compositeKey(key, value string) string {
+	if value == "" {
+		return key
+	}
+	return key + "_" + value
+}
+
+// describe names the node's path for errors: generic_key=api > remote_address.
+func (n *envoyNode) describe() string {
+	parts := make([]string, len(n.path))
+	for i, p := range n.path {
+		parts[i] = p.key
+		if p.value != "" {
+			parts[i] += "=" + p.value
+		}
+	}
+	return strings.Join(parts, " > ")
+}
+
+// keys returns the keys along the node's path, in order.
+func (n *envoyNode) keys() []string {
+	keys := make([]string, len(n.path))
+	for i, p := range n.path {
+		keys[i] = p.key
+	}
+	return keys
+}
+
+// FromEnvoy translates envoyproxy/ratelimit configuration files, one
+// domain each, into kurz's rules. Each descriptor with a rate_limit is
+// one fixed_window rule (what envoyproxy/ratelimit counts with), failing
+// open: its key the path's keys, its match the path's values. What kurz
+// cannot decide as envoyproxy/ratelimit would is refused, naming the file,
+// domain and descriptor: replaces, wildcard values, share_threshold,
+// requests_per_unit 0, and trees whose rules kurz's matching (the most
+// values matched wins, rules as specific as each other all apply) would
+// combine otherwise than envoyproxy/ratelimit's walk (a value's branch
+// before its key's, never going back).
+func FromEnvoy(files []EnvoyFile) (ratelimit.Config, error) {
+	cfg := ratelimit.Config{Domains: map[string]ratelimit.DomainSpec{}}
+	from := map[string]string{} // domain → the file that defined it
+	total, limits := 0, 0
+	for _, f := range files {
+		total += len(f.Data)
+		if total > maxEnvoyBytes {
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: the files come to over %d bytes (a ConfigMap's bound): split the domains over several limiters", f.Name, maxEnvoyBytes)
+		}
+		root, err := decodeEnvoy(f)
+		if err != nil {
+			return ratelimit.Config{}, err
+		}
+		if prev, dup := from[root.Domain]; dup {
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: duplicate domain %q, also in %s (envoyproxy/ratelimit refuses it too, unless MERGE_DOMAIN_CONFIG, which kurz does not do): put its descriptors in one file", f.Name, root.Domain, prev)
+		}
+		from[root.Domain] = f.Name
+		t := &envoyTranslation{file: f.Name, domain: root.Domain}
+		spec, err := t.translate(root)
+		if err != nil {
+			return ratelimit.Config{}, err
+		}
+		limits += len(spec.Rules)
+		if limits > maxEnvoyLimits {
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: over %d rate limits in all", f.Name, maxEnvoyLimits)
+		}
+		cfg.Domains[root.Domain] = spec
+	}
+	return cfg, nil
+}
+
+// decodeEnvoy decodes one file strictly: one document, known fields only.
+func decodeEnvoy(f EnvoyFile) (envoyRoot, error) {
+	var root envoyRoot
+	dec := yaml.NewDecoder(bytes.NewReader(f.Data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return root, fmt.Errorf("envoy rules %s: empty file", f.Name)
+		}
+		return root, fmt.Errorf("envoy rules %s: %w", f.Name, err)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		return root, fmt.Errorf("envoy rules %s: more than one document (---): envoyproxy/ratelimit reads only the first; one domain per file", f.Name)
+	}
+	if root.Domain == "" {
+		return root, fmt.Errorf("envoy rules %s: no domain (envoyproxy/ratelimit refuses an empty one too)", f.Name)
+	}
+	if !ratelimit.ValidName(root.Domain) {
+		return root, fmt.Errorf("envoy rules %s: domain %q: kurz domains are 1 to 64 letters, digits, '.', '_' or '-'", f.Name, root.Domain)
+	}
+	return root, nil
+}
+
+// envoyTranslation translates one domain.
+type envoyTranslation struct {
+	file, domain string
+	nodes        []*envoyNode // every descriptor, in file order
+	root         *envoyNode
+}
+
+func (t *envoyTranslation) errorf(n *envoyNode, format string, args ...any) error {
+	return fmt.Errorf("envoy rules %s, domain %s, descriptor %s: %s", t.file, t.domain, n.describe(), fmt.Sprintf(format, args...))
+}
+
+// translate builds the domain's tree, its rules, and checks that kurz decides
+// them as envoyproxy/ratelimit does.
+func (t *envoyTranslation) translate(root envoyRoot) (ratelimit.DomainSpec, error) {
+	t.root = &envoyNode{id: -1, children: map[string]*envoyNode{}}
+	if err := t.load(t.root, root.Descriptors); err != nil {
+		return ratelimit.DomainSpec{}, err
+	}
+	var limited []*envoyNode
+	for _, n := range t.nodes {
+		if n.limit != nil {
+			limited = append(limited, n)
+		}
+	}
+	if len(limited) > maxEnvoyLimits {
+		return ratelimit.DomainSpec{}, fmt.Errorf("envoy rules %s, domain %s: over %d rate limits", t.file, t.domain, maxEnvoyLimits)
+	}
+	if err := t.rules(limited); err != nil {
+		return ratelimit.DomainSpec{}, err
+	}
+	if err := t.check(limited); err != nil {
+		return ratelimit.DomainSpec{}, err
+	}
+	spec := ratelimit.DomainSpec{Rules: []ratelimit.RuleSpec{}}
+	for _, n := range limited {
+		if n.rule != nil {
+			spec.Rules = append(spec.Rules, *n.rule)
+		}
+	}
+	return spec, nil
+}
+
+// load adds descs under parent, refusing what kurz cannot do.
+func (t *envoyTranslation) load(parent *envoyNode, descs []envoyDescriptor) error {
+	for _, d := range descs {
+		n := &envoyNode{
+			id: len(t.nodes), key: d.Key, value: d.Value, limit: d.RateLimit, shadow: d.ShadowMode,
+			children: map[string]*envoyNode{},
+		}
+		n.path = append(slices.Clone(parent.path), n)
+		t.nodes = append(t.nodes, n)
+		if len(t.nodes) > maxEnvoyLimits*10 {
+			return fmt.Errorf("envoy rules %s, domain %s: over %d descriptors", t.file, t.domain, maxEnvoyLimits*10)
+		}
+		switch {
+		case d.Key == "":
+			return t.errorf(n, "descriptor has an empty key (envoyproxy/ratelimit refuses it too)")
+		case len(n.path) > maxEnvoyDepth:
+			return t.errorf(n, "over %d levels deep: a request descriptor has at most %d entries in kurz", maxEnvoyDepth, maxEnvoyDepth)
+		case strings.HasSuffix(d.Value, "*") || d.Value == "" && strings.HasSuffix(d.Key, "*"):
+			return t.errorf(n, "wildcard value %q: kurz matches whole values only (a rule per value, or the key alone, instead)", d.Value)
+		case d.ShareThreshold:
+			return t.errorf(n, "share_threshold: kurz has no equivalent (it shares one counter among a wildcard's values, and kurz has no wildcards)")
+		case !ratelimit.ValidName(d.Key):
+			return t.errorf(n, "key %q: kurz descriptor keys are 1 to 64 letters, digits, '.', '_' or '-'", d.Key)
+		}
+		for _, p := range parent.path {
+			if p.key == d.Key {
+				return t.errorf(n, "key %s twice on one path: kurz keeps one value per key of a descriptor", d.Key)
+			}
+		}
+		ck := compositeKey(d.Key, d.Value)
+		if _, dup := parent.children[ck]; dup {
+			return t.errorf(n, "duplicate descriptor composite key %q (envoyproxy/ratelimit refuses it too)", ck)
+		}
+		parent.children[ck] = n
+		if err := t.rateLimit(n); err != nil {
+			return err
+		}
+		if err := t.load(n, d.Descriptors); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rateLimit checks a node's rate_limit.
+func (t *envoyTranslation) rateLimit(n *envoyNode) error {
+	l := n.limit
+	if l == nil {
+		return nil
+	}
+	_, validUnit := envoyUnits[strings.ToLower(l.Unit)]
+	switch {
+	case len(l.Replaces) > 0:
+		return t.errorf(n, "replaces: kurz has no equivalent (a rule that removes another descriptor's limit); drop the replaced limit from the other descriptor instead")
+	case l.Unlimited && l.Unit != "":
+		return t.errorf(n, "unit %q with unlimited (envoyproxy/ratelimit refuses it too)", l.Unit)
+	case l.Unlimited:
+		return nil
+	case !validUnit:
+		return t.errorf(n, "invalid rate limit unit %q: want second, minute, hour, day, week, month or year", l.Unit)
+	case l.RequestsPerUnit == 0:
+		return t.errorf(n, "requests_per_unit 0 denies every request in envoyproxy/ratelimit; a kurz rule's limit is at least 1")
+	}
+	return nil
+}
+
+// rules makes each limited node's rule (nil for an unlimited one that no
+// other rule of its keys would limit: nothing is then what it means).
+func (t *envoyTranslation) rules(limited []*envoyNode) error {
+	names := map[string]*envoyNode{}
+	for _, n := range limited {
+		if n.limit.Name == "" {
+			continue
+		}
+		if !ratelimit.ValidName(n.limit.Name) {
+			return t.errorf(n, "name %q: kurz rule names are 1 to 64 letters, digits, '.', '_' or '-' (rename it, or leave it out for a name made of the path)", n.limit.Name)
+		}
+		if prev, dup := names[n.limit.Name]; dup {
+			return t.errorf(n, "name %q is also descriptor %s's: kurz rule names are unique within a domain", n.limit.Name, prev.describe())
+		}
+		names[n.limit.Name] = n
+	}
+	// Which key sets have a rule that limits: an unlimited descriptor
+	// beside one needs a rule of its own to be kept from it.
+	limiting := map[string]bool{}
+	for _, n := range limited {
+		if !n.limit.Unlimited {
+			limiting[keySet(n.keys())] = true
+		}
+	}
+	for _, n := range limited {
+		if n.limit.Unlimited && !limiting[keySet(n.keys())] {
+			continue
+		}
+		name := n.limit.Name
+		if name == "" {
+			name = derivedName(n, names)
+			names[name] = n
+		}
+		r := ratelimit.RuleSpec{
+			Name: name, Key: n.keys(), Algorithm: "fixed_window", FailureMode: "open", Shadow: n.shadow,
+		}
+		for _, p := range n.path {
+			if p.value != "" {
+				if r.Match == nil {
+					r.Match = map[string]string{}
+				}
+				r.Match[p.key] = p.value
+			}
+		}
+		if n.limit.Unlimited {
+			// A shadow rule as specific as the descriptor keeps the less
+			// specific rules from it and never denies: unlimited.
+			r.Limit, r.Window, r.Shadow = ratelimit.MaxLimit, "1s", true
+		} else {
+			r.Limit, r.Window = int64(n.limit.RequestsPerUnit), envoyUnits[strings.ToLower(n.limit.Unit)]
+		}
+		if _, err := r.Rule(t.domain); err != nil {
+			return t.errorf(n, "%v", err)
+		}
+		n.rule = &r
+	}
+	return nil
+}
+
+// derivedName names a rule after its path as envoyproxy/ratelimit's stats
+// do (generic_key_api.remote_address), unique within the domain: a path
+// with characters kurz names do not take, too long, or whose name is taken
+// gets a digest of the path appended.
+func derivedName(n *envoyNode, taken map[string]*envoyNode) string {
+	parts := make([]string, len(n.path))
+	for i, p := range n.path {
+		parts[i] = compositeKey(p.key, p.value)
+	}
+	raw := strings.Join(parts, ".")
+	name := strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
+			return c
+		}
+		return '-'
+	}, raw)
+	if _, dup := taken[name]; !dup && name == raw && len(name) <= 64 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return name[:min(len(name), 64-9)] + "-" + hex.EncodeToString(sum[:4])
+}
+
+// keySet is keys in a canonical order.
+func keySet(keys []string) string {
+	return strings.Join(slices.Sorted(slices.Values(keys)), "\x00")
+}
+
+// check proves that kurz, given the rules, limits every request
+// descriptor exactly as envoyproxy/ratelimit limits it with the tree.
+// For each sequence of keys a rule has, it walks every class of request
+// descriptor of those keys (at each level: each value some descriptor
+// names there, or any other value) as envoyproxy/ratelimit's GetLimit
+// walks the tree (a value's branch before its key's, stopping where
+// neither is; the limit of the node the last entry reaches), beside the
+// rules kurz would apply (the ones whose values it has, those with the
+// most values), and refuses the first descriptor where they differ.
+// Request descriptors with the keys in another order than the file's are
+// not limited by envoyproxy/ratelimit and are by kurz (a stated
+// difference), so two paths of the same keys in different orders would
+// both limit one descriptor: refused.
+func (t *envoyTranslation) check(limited []*envoyNode) error {
+	bySet := map[string]*envoyNode{}
+	bySeq := map[string][]*envoyNode{}
+	var seqs []string
+	for _, n := range limited {
+		set, seq := keySet(n.keys()), strings.Join(n.keys(), "\x00")
+		if other, ok := bySet[set]; ok && !slices.Equal(other.keys(), n.keys()) {
+			return t.errorf(n, "has the keys of descriptor %s in another order: kurz matches a descriptor's entries in any order, so both would limit it; keep one order", other.describe())
+		}
+		bySet[set] = n
+		if _, ok := bySeq[seq]; !ok {
+			seqs = append(seqs, seq)
+		}
+		bySeq[seq] = append(bySeq[seq], n)
+	}
+	budget := maxEnvoyBranches
+	for _, seq := range seqs {
+		w := &envoyWalk{t: t, keys: bySeq[seq][0].keys(), seen: map[string]bool{}, budget: &budget}
+		var rules []*envoyNode
+		for _, n := range bySeq[seq] {
+			if n.rule != nil {
+				rules = append(rules, n)
+			}
+		}
+		if err := w.walk(0, t.root, rules, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// envoyWalk walks the request descriptors of one sequence of keys.
+type envoyWalk struct {
+	t      *envoyTranslation
+	keys   []string
+	seen   map[string]bool
+	budget *int
+}
+
+// otherValue stands for any value no descriptor names at a level.
+const otherValue = "\x00other"
+
+// walk goes on from level i, envoyproxy/ratelimit at node at (nil: its
+// walk stopped), kurz with the rules whose values the descriptor has so
+// far; values are the request's values so far, for the error.
+func (w *envoyWalk) walk(i int, at *envoyNode, rules []*envoyNode, values []string) error {
+	*w.budget--
+	if *w.budget < 0 {
+		return fmt.Errorf("envoy rules %s, domain %s: too many combinations of values to check against envoyproxy/ratelimit's matching (over %d); split the domain", w.t.file, w.t.domain, maxEnvoyBranches)
+	}
+	if at == nil && len(rules) == 0 {
+		return nil // neither limits any descriptor from here
+	}
+	if i == len(w.keys) {
+		return w.compare(at, rules, values)
+	}
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(i) + " " + strconv.Itoa(nodeID(at)))
+	for _, r := range rules {
+		b.WriteString(" " + strconv.Itoa(r.id))
+	}
+	state := b.String()
+	if w.seen[state] {
+		return nil
+	}
+	w.seen[state] = true
+	key := w.keys[i]
+	named := map[string]bool{}
+	if at != nil {
+		for _, c := range at.children {
+			if c.key == key && c.value != "" {
+				named[c.value] = true
+			}
+		}
+	}
+	// The rules by their value at this level: each branch takes the
+	// key-only ones and its value's, without a pass over all of them.
+	var keyOnly []*envoyNode
+	byValue := map[string][]*envoyNode{}
+	for _, r := range rules {
+		if v := r.path[i].value; v != "" {
+			named[v] = true
+			byValue[v] = append(byValue[v], r)
+		} else {
+			keyOnly = append(keyOnly, r)
+		}
+	}
+	for _, v := range append(slices.Sorted(maps.Keys(named)), otherValue) {
+		var next *envoyNode
+		if at != nil {
+			if v != otherValue {
+				next = at.children[compositeKey(key, v)]
+			}
+			if next == nil {
+				next = at.children[key]
+			}
+		}
+		still := append(slices.Clip(keyOnly), byValue[v]...)
+		if err := w.walk(i+1, next, still, append(slices.Clip(values), v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func nodeID(n *envoyNode) int {
+	if n == nil {
+		return -2
+	}
+	return n.id
+}
+
+// compare checks one class of request descriptor: envoyproxy/ratelimit
+// applies at's limit (if any), kurz the rules with the most values.
+func (w *envoyWalk) compare(at *envoyNode, rules []*envoyNode, values []string) error {
+	var want *envoyNode // the rule kurz must apply alone, or none
+	if at != nil && at.limit != nil && at.rule != nil {
+		want = at
+	}
+	most := -1
+	for _, r := range rules {
+		most = max(most, len(r.rule.Match))
+	}
+	var got []*envoyNode
+	for _, r := range rules {
+		if len(r.rule.Match) == most {
+			got = append(got, r)
+		}
+	}
+	if want == nil && len(got) == 0 || want != nil && len(got) == 1 && got[0] == want {
+		return nil
+	}
+	entries := make([]string, len(values))
+	for i, v := range values {
+		if v == otherValue {
+			v = "<any other value>"
+		}
+		entries[i] = w.keys[i] + "=" + v
+	}
+	envoy := "no limit"
+	if want != nil {
+		envoy = "only " + want.describe()
+	} else if at != nil && at.limit != nil {
+		envoy = "unlimited " + at.describe()
+	}
+	kurz := make([]string, len(got))
+	for i, r := range got {
+		kurz[i] = r.describe()
+	}
+	return fmt.Errorf("envoy rules %s, domain %s: for a request descriptor (%s) envoyproxy/ratelimit applies %s (it takes a value's branch before its key's and never goes back), but kurz would apply %s (the rules with the most values matched): kurz cannot decide this tree as envoyproxy/ratelimit does (see the limiter README, \"Coming from envoyproxy/ratelimit\"): restructure it, or move these limits to kurz rules",
+		w.t.file, w.t.domain, strings.Join(entries, ", "), envoy, strings.Join(kurz, " and "))
+}
+
+// Format of a rules file, found from its content.
+const (
+	FormatKurz  = "kurz"
+	FormatEnvoy = "envoy"
+)
+
+// DetectFormat tells kurz's rules file (top-level domains, plans,
+// tenants) from an envoyproxy/ratelimit one (top-level domain,
+// descriptors). A file with neither is kurz's (an empty file, or one Parse
+// names the unknown field of); one with both is refused.
+func DetectFormat(data []byte) (string, error) {
+	var top struct {
+		Domain      present `yaml:"domain"`
+		Descriptors present `yaml:"descriptors"`
+		Domains     present `yaml:"domains"`
+		Plans       present `yaml:"plans"`
+		Tenants     present `yaml:"tenants"`
+	}
+	// A file that is not a mapping is left to the parser to refuse.
+	if err := yaml.Unmarshal(data, &top); err != nil {
+		return FormatKurz, nil
+	}
+	kurz := bool(top.Domains || top.Plans || top.Tenants)
+	envoy := bool(top.Domain || top.Descriptors)
+	switch {
+	case kurz && envoy:
+		return "", errors.New("the file has both kurz's top-level keys (domains, plans, tenants) and envoyproxy/ratelimit's (domain, descriptors): keep one format per file")
+	case envoy:
+		return FormatEnvoy, nil
+	}
+	return FormatKurz, nil
+}
+
+// present records that a key is there without decoding its value (a kurz
+// file's tenants may be many).
+type present bool
+
+func (p *present) UnmarshalYAML(*yaml.Node) error {
+	*p = true
+	return nil
+}
+
+// readBounded reads path, refusing a file over maxEnvoyBytes.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxEnvoyBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxEnvoyBytes {
+		return nil, fmt.Errorf("%s: over %d bytes", path, maxEnvoyBytes)
+	}
+	return data, nil
+}
+
+// readEnvoyDir reads every *.yaml and *.yml file of dir (not its
+// subdirectories, nor dot files: a mounted ConfigMap's ..data), as
+// envoyproxy/ratelimit loads its runtime config directory. Every one must
+// be an envoyproxy/ratelimit file.
+func readEnvoyDir(dir string) ([]EnvoyFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []EnvoyFile
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".yaml") && !strings.HasSuffix(name, ".yml") {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		// A ConfigMap's files are symbolic links: follow them.
+		if info, err := os.Stat(path); err != nil {
+			return nil, err
+		} else if !info.Mode().IsRegular() {
+			continue
+		}
+		if len(files) == maxEnvoyFiles {
+			return nil, fmt.Errorf("%s: over %d rule files", dir, maxEnvoyFiles)
+		}
+		data, err := readBounded(path)
+		if err != nil {
+			return nil, err
+		}
+		format, err := DetectFormat(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if format != FormatEnvoy {
+			return nil, fmt.Errorf("%s: not an envoyproxy/ratelimit file (no top-level domain): a directory holds envoyproxy/ratelimit files only; point KURZ_LIMITER_RULES_FILE at a kurz rules file itself", path)
+		}
+		files = append(files, EnvoyFile{Name: path, Data: data})
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: no *.yaml or *.yml files", dir)
+	}
+	return files, nil
+}
+
+// ReadEnvoy translates the envoyproxy/ratelimit file, or directory of
+// them, at path.
+func ReadEnvoy(path string) (ratelimit.Config, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return ratelimit.Config{}, err
+	}
+	if info.IsDir() {
+		files, err := readEnvoyDir(path)
+		if err != nil {
+			return ratelimit.Config{}, err
+		}
+		return FromEnvoy(files)
+	}
+	data, err := readBounded(path)
+	if err != nil {
+		return ratelimit.Config{}, err
+	}
+	return FromEnvoy([]EnvoyFile{{Name: path, Data: data}})
+}

@@ -1,0 +1,487 @@
+package rulestore
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"kurz.dev/services/limiter/internal/ratelimit"
+)
+
+// fromEnvoy translates one file named edge.yaml.
+func fromEnvoy(t *testing.T, yml string) (ratelimit.Config, error) {
+	t.Helper()
+	return FromEnvoy([]EnvoyFile{{Name: "edge.yaml", Data: []byte(yml)}})
+}
+
+func rule(name string, key []string, match map[string]string, limit int64, window string) ratelimit.RuleSpec {
+	return ratelimit.RuleSpec{Name: name, Key: key, Match: match, Algorithm: "fixed_window", Limit: limit, Window: window, FailureMode: "open"}
+}
+
+func TestEnvoyConfigTranslatesEachLimitedPathToARule(t *testing.T) {
+	shadow := rule("user_vip", []string{"user"}, map[string]string{"user": "vip"}, 1000, "1h")
+	shadow.Shadow = true
+	unlimited := rule("user_bob-smith-8708ac0e", []string{"user"}, map[string]string{"user": "bob smith"}, ratelimit.MaxLimit, "1s")
+	unlimited.Shadow = true
+	for _, tc := range []struct {
+		name, yml string
+		want      []ratelimit.RuleSpec
+	}{{
+		name: "nested limits at both levels (the README's example)",
+		yml: `
+domain: edge
+descriptors:
+  - key: generic_key
+    value: api
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: second, requests_per_unit: 3, name: per-ip}
+`,
+		want: []ratelimit.RuleSpec{
+			rule("generic_key_api", []string{"generic_key"}, map[string]string{"generic_key": "api"}, 100, "1m"),
+			rule("per-ip", []string{"generic_key", "remote_address"}, map[string]string{"generic_key": "api"}, 3, "1s"),
+		},
+	}, {
+		name: "a value's limit beside its key's, shadow mode, unlimited, metrics fields ignored",
+		yml: `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: user
+    value: vip
+    shadow_mode: true
+    detailed_metric: true
+    value_to_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: user
+    value: bob smith
+    rate_limit: {unlimited: true}
+`,
+		want: []ratelimit.RuleSpec{rule("user", []string{"user"}, nil, 10, "1h"), shadow, unlimited},
+	}, {
+		name: "an unlimited descriptor no other rule would limit is no rule",
+		yml: `
+domain: edge
+descriptors:
+  - key: internal
+    rate_limit: {unlimited: true}
+  - key: tenant
+    rate_limit: {unit: Day, requests_per_unit: 5}
+`,
+		want: []ratelimit.RuleSpec{rule("tenant", []string{"tenant"}, nil, 5, "24h")},
+	}, {
+		name: "every unit, whatever its case",
+		yml: `
+domain: edge
+descriptors:
+  - {key: a, rate_limit: {unit: SECOND, requests_per_unit: 1}}
+  - {key: b, rate_limit: {unit: Minute, requests_per_unit: 2}}
+  - {key: c, rate_limit: {unit: hour, requests_per_unit: 3}}
+  - {key: d, rate_limit: {unit: day, requests_per_unit: 4}}
+  - {key: e, rate_limit: {unit: week, requests_per_unit: 5}}
+  - {key: f, rate_limit: {unit: month, requests_per_unit: 6}}
+  - {key: g, rate_limit: {unit: year, requests_per_unit: 4294967295}}
+`,
+		want: []ratelimit.RuleSpec{
+			rule("a", []string{"a"}, nil, 1, "1s"), rule("b", []string{"b"}, nil, 2, "1m"),
+			rule("c", []string{"c"}, nil, 3, "1h"), rule("d", []string{"d"}, nil, 4, "24h"),
+			rule("e", []string{"e"}, nil, 5, "168h"), rule("f", []string{"f"}, nil, 6, "720h"),
+			rule("g", []string{"g"}, nil, 4294967295, "8760h"),
+		},
+	}, {
+		name: "a domain without limits",
+		yml:  "domain: edge\n",
+		want: []ratelimit.RuleSpec{},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := fromEnvoy(t, tc.yml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Domains["edge"].Rules; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("rules:\n got %+v\nwant %+v", got, tc.want)
+			}
+			if _, err := ratelimit.Compile(cfg); err != nil {
+				t.Errorf("the translation does not compile: %v", err)
+			}
+		})
+	}
+}
+
+// Names made of paths are unique, and stay within kurz's name rules
+// whatever the values hold.
+func TestEnvoyConfigDerivedNamesAreUniqueAndValid(t *testing.T) {
+	cfg, err := fromEnvoy(t, `
+domain: edge
+descriptors:
+  - {key: path, value: "GET /v1/links", rate_limit: {unit: second, requests_per_unit: 1}}
+  - {key: path, value: "GET:/v1/links", rate_limit: {unit: second, requests_per_unit: 1}}
+  - {key: path, value: "`+strings.Repeat("x", 80)+`", rate_limit: {unit: second, requests_per_unit: 1}}
+  - {key: path, value: "`+strings.Repeat("x", 81)+`", rate_limit: {unit: second, requests_per_unit: 1}}
+  - {key: other, rate_limit: {unit: second, requests_per_unit: 1, name: path_a}}
+  - {key: path, value: a, rate_limit: {unit: second, requests_per_unit: 1}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range cfg.Domains["edge"].Rules {
+		if !ratelimit.ValidName(r.Name) || seen[r.Name] {
+			t.Errorf("rule name %q: invalid or taken twice", r.Name)
+		}
+		seen[r.Name] = true
+	}
+	if len(seen) != 6 {
+		t.Errorf("%d names for 6 rules", len(seen))
+	}
+}
+
+func TestEnvoyConfigRefusesWhatKurzCannotDecideAlike(t *testing.T) {
+	for _, tc := range []struct{ name, yml, want string }{
+		{"replaces", `
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10, name: a}
+  - key: user
+    value: vip
+    rate_limit: {unit: hour, requests_per_unit: 100, replaces: [{name: a}]}
+`, "envoy rules edge.yaml, domain edge, descriptor user=vip: replaces: kurz has no equivalent"},
+		{"wildcard", `
+domain: edge
+descriptors:
+  - {key: path, value: "/api/*", rate_limit: {unit: hour, requests_per_unit: 10}}
+`, "descriptor path=/api/*: wildcard value \"/api/*\": kurz matches whole values only"},
+		{"share_threshold", `
+domain: edge
+descriptors:
+  - {key: path, value: api, share_threshold: true, rate_limit: {unit: hour, requests_per_unit: 10}}
+`, "descriptor path=api: share_threshold: kurz has no equivalent"},
+		{"unknown field", `
+domain: edge
+descriptors:
+  - {key: path, rate_limit: {unit: hour, requests_per_unt: 10}}
+`, "envoy rules edge.yaml: yaml: unmarshal errors:\n  line 4: field requests_per_unt not found"},
+		{"duplicate composite key", `
+domain: edge
+descriptors:
+  - {key: user, value: vip, rate_limit: {unit: hour, requests_per_unit: 10}}
+  - {key: user, value: vip, rate_limit: {unit: hour, requests_per_unit: 20}}
+`, "descriptor user=vip: duplicate descriptor composite key \"user_vip\""},
+		{"invalid unit", `
+domain: edge
+descriptors:
+  - {key: user, rate_limit: {unit: fortnight, requests_per_unit: 10}}
+`, "descriptor user: invalid rate limit unit \"fortnight\""},
+		{"unit with unlimited", `
+domain: edge
+descriptors:
+  - {key: user, rate_limit: {unit: hour, unlimited: true}}
+`, "descriptor user: unit \"hour\" with unlimited"},
+		{"requests_per_unit 0", `
+domain: edge
+descriptors:
+  - {key: user, rate_limit: {unit: hour, requests_per_unit: 0}}
+`, "descriptor user: requests_per_unit 0 denies every request"},
+		{"no domain", `
+descriptors:
+  - {key: user, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "envoy rules edge.yaml: no domain"},
+		{"domain kurz cannot name", "domain: \"edge/v1\"\n", "domain \"edge/v1\": kurz domains are"},
+		{"key kurz cannot name", `
+domain: edge
+descriptors:
+  - {key: "x:y", rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "descriptor x:y: key \"x:y\": kurz descriptor keys are"},
+		{"rule name kurz cannot take", `
+domain: edge
+descriptors:
+  - {key: user, rate_limit: {unit: hour, requests_per_unit: 1, name: "per user"}}
+`, "descriptor user: name \"per user\": kurz rule names are"},
+		{"rule name twice", `
+domain: edge
+descriptors:
+  - {key: user, rate_limit: {unit: hour, requests_per_unit: 1, name: n}}
+  - {key: ip, rate_limit: {unit: hour, requests_per_unit: 1, name: n}}
+`, "descriptor ip: name \"n\" is also descriptor user's"},
+		{"a second document", "domain: edge\n---\ndomain: other\n", "more than one document"},
+		{"a key twice on a path", `
+domain: edge
+descriptors:
+  - key: user
+    descriptors:
+      - {key: user, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "descriptor user > user: key user twice on one path"},
+		{"the same keys in another order", `
+domain: edge
+descriptors:
+  - key: a
+    descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]
+  - key: b
+    descriptors: [{key: a, rate_limit: {unit: hour, requests_per_unit: 2}}]
+`, "descriptor b > a: has the keys of descriptor a > b in another order"},
+		{"deeper than a request descriptor goes", "domain: edge\ndescriptors:\n" + deep(33), "over 32 levels deep"},
+		// Envoy takes a=x's branch and finds no b there: no limit. kurz's
+		// rule on a and b alone would limit it.
+		{"no going back from a value's branch", `
+domain: edge
+descriptors:
+  - key: a
+    value: x
+    descriptors: [{key: b, value: y, rate_limit: {unit: hour, requests_per_unit: 1}}]
+  - key: a
+    descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 2}}]
+`, "for a request descriptor (a=x, b=<any other value>) envoyproxy/ratelimit applies no limit (it takes a value's branch before its key's and never goes back), but kurz would apply a > b"},
+		{"a value's branch of other keys hides the key's", `
+domain: edge
+descriptors:
+  - key: a
+    value: x
+    descriptors: [{key: c, rate_limit: {unit: hour, requests_per_unit: 1}}]
+  - key: a
+    descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 2}}]
+`, "for a request descriptor (a=x, b=<any other value>) envoyproxy/ratelimit applies no limit"},
+		// Envoy: a=x's branch first, so only the first applies; kurz: one
+		// value each, both would.
+		{"values at different levels", `
+domain: edge
+descriptors:
+  - key: a
+    value: x
+    descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]
+  - key: a
+    descriptors: [{key: b, value: y, rate_limit: {unit: hour, requests_per_unit: 2}}]
+`, "for a request descriptor (a=x, b=y) envoyproxy/ratelimit applies only a=x > b (it takes a value's branch before its key's and never goes back), but kurz would apply a=x > b and a > b=y"},
+		{"an unlimited value its key's limit would reach", `
+domain: edge
+descriptors:
+  - key: a
+    value: x
+    descriptors: [{key: b, rate_limit: {unlimited: true}}]
+  - key: a
+    descriptors: [{key: b, value: y, rate_limit: {unit: hour, requests_per_unit: 2}}]
+`, "envoyproxy/ratelimit applies only a=x > b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := fromEnvoy(t, tc.yml)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got error %v\nwant one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// deep is a path of n nested descriptors, the last limited.
+func deep(n int) string {
+	var b strings.Builder
+	for i := range n {
+		indent := strings.Repeat("    ", i)
+		b.WriteString(indent + "  - key: k" + string(rune('a'+i%26)) + strings.Repeat("x", i/26) + "\n")
+		if i == n-1 {
+			b.WriteString(indent + "    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+		} else {
+			b.WriteString(indent + "    descriptors:\n")
+		}
+	}
+	return b.String()
+}
+
+// The deepest path a request descriptor can have is translated.
+func TestEnvoyConfigTakesAPathAsDeepAsADescriptor(t *testing.T) {
+	cfg, err := fromEnvoy(t, "domain: edge\ndescriptors:\n"+deep(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules := cfg.Domains["edge"].Rules; len(rules) != 1 || len(rules[0].Key) != 32 {
+		t.Errorf("rules %+v: want one of 32 keys", rules)
+	}
+}
+
+func TestEnvoyConfigRefusesADomainInTwoFiles(t *testing.T) {
+	_, err := FromEnvoy([]EnvoyFile{
+		{Name: "a.yaml", Data: []byte("domain: edge\n")},
+		{Name: "b.yaml", Data: []byte("domain: edge\n")},
+	})
+	if want := "envoy rules b.yaml: duplicate domain \"edge\", also in a.yaml"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+}
+
+func TestEnvoyConfigRefusesFilesOverAConfigMapsSize(t *testing.T) {
+	big := "domain: edge\n#" + strings.Repeat("x", maxEnvoyBytes) + "\n"
+	_, err := FromEnvoy([]EnvoyFile{{Name: "a.yaml", Data: []byte(big)}})
+	if err == nil || !strings.Contains(err.Error(), "over 1048576 bytes") {
+		t.Fatalf("got %v, want the size bound", err)
+	}
+}
+
+func TestDetectFormatTellsTheFormatsApartAndRefusesAMix(t *testing.T) {
+	for _, tc := range []struct{ yml, want, err string }{
+		{"domains: {}\n", FormatKurz, ""},
+		{"", FormatKurz, ""},
+		{"domain: edge\n", FormatEnvoy, ""},
+		{"descriptors: []\n", FormatEnvoy, ""},
+		{"domain: edge\ndomains: {}\n", "", "both kurz's top-level keys"},
+	} {
+		got, err := DetectFormat([]byte(tc.yml))
+		if got != tc.want || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("DetectFormat(%q) = %q, %v; want %q, %q", tc.yml, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// A directory is read as envoyproxy/ratelimit reads its runtime config
+// directory from a mounted ConfigMap: every *.yaml file (links into
+// ..data), not the dot entries.
+func TestReadFileTakesAConfigMapDirectoryOfEnvoyFiles(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "..2026_12_06_22_00_00.1")
+	must(t, os.Mkdir(data, 0o755))
+	must(t, os.WriteFile(filepath.Join(data, "edge.yaml"), []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(data, "api.yaml"), []byte("domain: api\ndescriptors: [{key: user, rate_limit: {unit: minute, requests_per_unit: 9}}]\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(data, "README"), []byte("not rules"), 0o644))
+	must(t, os.Symlink(filepath.Base(data), filepath.Join(dir, "..data")))
+	for _, f := range []string{"edge.yaml", "api.yaml", "README"} {
+		must(t, os.Symlink(filepath.Join("..data", f), filepath.Join(dir, f)))
+	}
+	cfg, err := ReadFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]ratelimit.RuleSpec{
+		"edge": {rule("ip", []string{"ip"}, nil, 5, "1s")},
+		"api":  {rule("user", []string{"user"}, nil, 9, "1m")},
+	}
+	if len(cfg.Domains) != 2 || !reflect.DeepEqual(cfg.Domains["edge"].Rules, want["edge"]) || !reflect.DeepEqual(cfg.Domains["api"].Rules, want["api"]) {
+		t.Errorf("domains %+v, want %+v", cfg.Domains, want)
+	}
+
+	must(t, os.WriteFile(filepath.Join(dir, "kurz.yaml"), []byte("domains: {}\n"), 0o644))
+	if _, err := ReadFile(dir); err == nil || !strings.Contains(err.Error(), "kurz.yaml: not an envoyproxy/ratelimit file") {
+		t.Errorf("a kurz file in the directory: got %v, want it refused by name", err)
+	}
+}
+
+func TestReadFileDetectsAnEnvoyFileAndAKurzFile(t *testing.T) {
+	dir := t.TempDir()
+	envoy, kurz, mixed := filepath.Join(dir, "envoy.yaml"), filepath.Join(dir, "kurz.yaml"), filepath.Join(dir, "mixed.yaml")
+	must(t, os.WriteFile(envoy, []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n"), 0o644))
+	must(t, os.WriteFile(kurz, []byte("domains: {api: {rules: [{name: a, key: [ip], algorithm: token_bucket, limit: 1, window: 1s, failure_mode: open}]}}\n"), 0o644))
+	must(t, os.WriteFile(mixed, []byte("domain: edge\ndomains: {}\n"), 0o644))
+	if cfg, err := ReadFile(envoy); err != nil || len(cfg.Domains["edge"].Rules) != 1 {
+		t.Errorf("envoy file: %+v, %v", cfg, err)
+	}
+	if cfg, err := ReadFile(kurz); err != nil || len(cfg.Domains["api"].Rules) != 1 {
+		t.Errorf("kurz file: %+v, %v", cfg, err)
+	}
+	if _, err := ReadFile(mixed); err == nil || !strings.Contains(err.Error(), "keep one format per file") {
+		t.Errorf("mixed file: got %v, want it refused", err)
+	}
+}
+
+// What `limiter rules from-envoy` prints is a kurz rules file that parses
+// back to the translation.
+func TestEnvoyTranslationWritesOutAsAKurzRulesFile(t *testing.T) {
+	cfg, err := fromEnvoy(t, `
+domain: edge
+descriptors:
+  - key: generic_key
+    value: api
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - {key: remote_address, shadow_mode: true, rate_limit: {unit: second, requests_per_unit: 3}}
+  - {key: user, rate_limit: {unit: hour, requests_per_unit: 10}}
+  - {key: user, value: "x y", rate_limit: {unlimited: true}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(back.Domains, cfg.Domains) {
+		t.Errorf("read back:\n%+v\nwant\n%+v", back.Domains, cfg.Domains)
+	}
+}
+
+// The file source rereads an envoyproxy/ratelimit directory at every
+// refresh: a change applies, and a file that stops translating keeps the
+// last good rules.
+func TestRefreshRereadsAnEnvoyDirectoryAndKeepsTheLastGoodRules(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "edge.yaml")
+	write := func(yml string) { must(t, os.WriteFile(file, []byte(yml), 0o644)) }
+	var applied *ratelimit.Ruleset
+	r := &Refresher{Source: FileSource{Path: dir}, Interval: time.Hour, Log: slog.New(slog.DiscardHandler),
+		Apply: func(rs *ratelimit.Ruleset) { applied = rs }}
+	limit := func() int64 {
+		t.Helper()
+		got := applied.MatchEnvoy("edge", map[string]string{"ip": "10.0.0.1"})
+		if len(got) != 1 {
+			t.Fatalf("%d rules for ip, want 1", len(got))
+		}
+		return got[0].Rule.Limit
+	}
+
+	write("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n")
+	must(t, r.Refresh(context.Background()))
+	if got := limit(); got != 5 {
+		t.Fatalf("limit %d, want 5", got)
+	}
+	write("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 7}}]\n")
+	must(t, r.Refresh(context.Background()))
+	if got := limit(); got != 7 {
+		t.Fatalf("after the edit: limit %d, want 7", got)
+	}
+	write("domain: edge\ndescriptors: [{key: ip, value: \"10.*\", rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	if err := r.Refresh(context.Background()); err == nil || !strings.Contains(err.Error(), "wildcard value") {
+		t.Fatalf("refresh of a wildcard: %v, want its refusal", err)
+	}
+	if got := limit(); got != 7 {
+		t.Fatalf("after a refused file: limit %d, want the last good 7", got)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzFromEnvoy feeds arbitrary bytes to the translator: it never panics,
+// and what it returns compiles.
+func FuzzFromEnvoy(f *testing.F) {
+	for _, s := range []string{
+		"",
+		"domain: edge\n",
+		"domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n",
+		"domain: edge\ndescriptors:\n  - {key: a, value: x, descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]}\n  - {key: a, descriptors: [{key: b, value: y, rate_limit: {unit: hour, requests_per_unit: 2}}]}\n",
+		"domain: edge\ndescriptors:\n  - {key: user, rate_limit: {unit: hour, requests_per_unit: 10}}\n  - {key: user, value: vip, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 1000}}\n  - {key: user, value: free, rate_limit: {unlimited: true}}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := FromEnvoy([]EnvoyFile{{Name: "f.yaml", Data: data}})
+		if err != nil {
+			return
+		}
+		if _, err := ratelimit.Compile(cfg); err != nil {
+			t.Fatalf("translated but does not compile: %v\n%s", err, data)
+		}
+	})
+}
