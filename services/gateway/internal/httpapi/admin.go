@@ -155,7 +155,7 @@ func (a *API) updateTenant(c *call) error {
 // TENANT_SUSPENDED from the next request on, the redirect answers its
 // links 410 and the webhook sender holds its deliveries within their
 // refresh of the suspensions (KURZ_REDIRECT_SUSPENSION_REFRESH,
-// KURZ_SHORTENER_WEBHOOK_POLL). Nothing of the tenant is changed, so
+// KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL). Nothing of the tenant is changed, so
 // resumeTenant brings back exactly what was. Idempotent: a second suspend
 // keeps the first's time and takes the new reason.
 func (a *API) suspendTenant(c *call) error {
