@@ -128,8 +128,8 @@ func TestAPIErrorExitsOne(t *testing.T) {
 	}
 }
 
-// The admin commands: a tenant, its plan, its keys; a revoked key is
-// refused on the next call.
+// The admin commands: a tenant, its plan, its keys, its suspension; a
+// revoked key is refused on the next call.
 func TestTenantsAndKeys(t *testing.T) {
 	gw := startGateway(t, stack.Limiter)
 	c := newCtl(t, gw)
@@ -171,6 +171,28 @@ func TestTenantsAndKeys(t *testing.T) {
 	}
 	if r := c.run("tenants", "get", "no-such-tenant-"+id); r.code != exitError || !strings.Contains(r.stderr, "no such tenant") {
 		t.Errorf("tenants get of nobody: %s", r)
+	}
+
+	// A suspension refuses the tenant's keys, with a message that names
+	// the operator and not the reason; resume lets them through again.
+	other := decodeJSON(t, c.ok("keys", "issue", id, "-o", "json"))["key"].(string)
+	oc := c.withKey(other)
+	out = c.ok("tenants", "suspend", id, "--reason", "phishing, ticket ABUSE-12")
+	if field(t, out, "state") != "suspended" || field(t, out, "reason") != "phishing, ticket ABUSE-12" || field(t, out, "suspended") == "" {
+		t.Errorf("tenants suspend:\n%s", out)
+	}
+	if r := oc.run("links", "list"); r.code != exitError || !strings.Contains(r.stderr, "contact the operator") || strings.Contains(r.stderr, "ABUSE") {
+		t.Errorf("a suspended tenant's key: %s", r)
+	}
+	if r := c.run("tenants", "suspend", id); r.code != exitError || !strings.Contains(r.stderr, "reason is required") {
+		t.Errorf("tenants suspend without a reason: %s", r)
+	}
+	if got := decodeJSON(t, c.ok("tenants", "resume", id, "-o", "json")); got["state"] != "active" {
+		t.Errorf("tenants resume -o json: %v", got)
+	}
+	oc.ok("links", "list")
+	if r := c.run("tenants", "resume", "no-such-tenant-"+id); r.code != exitError || !strings.Contains(r.stderr, "no such tenant") {
+		t.Errorf("tenants resume of nobody: %s", r)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package linkschema holds the shortener's PostgreSQL schema: the links
 // table and its link_block sequence, link_invalidations, domains, and the
-// webhook subscriptions and deliveries. The shortener owns it and applies it
-// at start; the redirect service only reads links and domains (its tests
+// webhook subscriptions and deliveries, and the suspended tenants (which the
+// gateway writes). The shortener owns it and applies it at start; the
+// redirect service only reads links, domains and tenant_suspensions (its tests
 // apply the schema too, so they do not depend on the shortener having
 // started first), and may do so as a member of ReaderRole.
 package linkschema
@@ -31,7 +32,7 @@ func Apply(ctx context.Context, db *pgxpool.Pool) ([]string, error) {
 }
 
 // ReaderRole is the PostgreSQL role that may read what the redirect reads,
-// links and domains, and nothing else. The redirect faces the internet, so
+// links, domains and tenant_suspensions, and nothing else. The redirect faces the internet, so
 // its login should hold no more: with the shortener's, it could write any
 // table of the database (the gateway's API keys among them). A deployment
 // creates the role and the redirect's login in it (deploy/k8s/README.md);
@@ -44,7 +45,7 @@ const ReaderRole = "kurz_link_reader"
 func GrantReader(ctx context.Context, db *pgxpool.Pool) error {
 	_, err := db.Exec(ctx, `DO $$BEGIN
   IF EXISTS (SELECT FROM pg_roles WHERE rolname = '`+ReaderRole+`') THEN
-    GRANT SELECT ON links, domains TO `+ReaderRole+`;
+    GRANT SELECT ON links, domains, tenant_suspensions TO `+ReaderRole+`;
   END IF;
 END$$`)
 	if err != nil {

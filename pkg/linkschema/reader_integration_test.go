@@ -34,10 +34,11 @@ func readerURL(t *testing.T, ownerURL string) string {
 	return u.String()
 }
 
-// A login in ReaderRole reads links and domains, once the shortener has
+// A login in ReaderRole reads links, domains and the suspended tenants,
+// once the shortener has
 // granted them, and can write nothing and read nothing else: the redirect,
 // which faces the internet, cannot mint API keys or change links.
-func TestReaderRoleReadsLinksAndDomainsOnly(t *testing.T) {
+func TestReaderRoleReadsWhatTheRedirectReadsOnly(t *testing.T) {
 	ctx := context.Background()
 	var cfg pgpool.Config
 	if err := config.Load(&cfg); err != nil {
@@ -60,7 +61,7 @@ func TestReaderRoleReadsLinksAndDomainsOnly(t *testing.T) {
 		t.Fatalf("the reader's login (the stack's kurz_redirect, made by deploy/local/infra.sh: run `make up`): %v", err)
 	}
 	defer reader.Close()
-	for _, q := range []string{`SELECT count(*) FROM links`, `SELECT count(*) FROM domains`} {
+	for _, q := range []string{`SELECT count(*) FROM links`, `SELECT count(*) FROM domains`, `SELECT count(*) FROM tenant_suspensions`} {
 		var n int64
 		if err := reader.QueryRow(ctx, q).Scan(&n); err != nil {
 			t.Errorf("%s as the reader: %v, want it read", q, err)
@@ -70,6 +71,7 @@ func TestReaderRoleReadsLinksAndDomainsOnly(t *testing.T) {
 		`INSERT INTO links (code, tenant, long_url) VALUES ('reader-test', 'reader-test', 'https://example.com/')`,
 		`UPDATE links SET long_url = 'https://example.com/x' WHERE false`,
 		`DELETE FROM domains WHERE false`,
+		`INSERT INTO tenant_suspensions (tenant) VALUES ('reader-test')`,
 		`SELECT count(*) FROM link_invalidations`,
 		`SELECT count(*) FROM webhook_subscriptions`,
 		`CREATE TABLE reader_test (x int)`,

@@ -22,7 +22,8 @@ func NewIP() string {
 
 // CleanupTenants deletes what a test wrote for these tenants when it ends:
 // their gateway rows (API keys cascade), their plans in the limiter's rule
-// tables, their links and their webhook subscriptions (and deliveries).
+// tables, their links, their webhook subscriptions (and deliveries) and
+// their suspensions.
 func CleanupTenants(t testing.TB, db *pgxpool.Pool, ids ...string) {
 	t.Cleanup(func() {
 		if err := DeleteTenants(context.Background(), db, ids...); err != nil {
@@ -39,6 +40,7 @@ func DeleteTenants(ctx context.Context, db *pgxpool.Pool, ids ...string) error {
 		`DELETE FROM links WHERE tenant = ANY($1)`,
 		`DELETE FROM webhook_subscriptions WHERE tenant = ANY($1)`,
 		`DELETE FROM domains WHERE tenant = ANY($1)`,
+		`DELETE FROM tenant_suspensions WHERE tenant = ANY($1)`,
 	} {
 		if _, err := db.Exec(ctx, q, ids); err != nil {
 			return fmt.Errorf("clean up (%s): %w", q, err)

@@ -15,6 +15,11 @@ type tenantJSON struct {
 	Name       string `json:"name"`
 	Plan       string `json:"plan"`
 	CreateTime string `json:"createTime"`
+	// State is "active" or "suspended"; a suspended tenant has
+	// SuspendTime and SuspendReason.
+	State         string `json:"state"`
+	SuspendTime   string `json:"suspendTime,omitempty"`
+	SuspendReason string `json:"suspendReason,omitempty"`
 }
 
 // keyJSON is an API key's metadata; Key is set only in the answer that
@@ -31,7 +36,11 @@ type keyJSON struct {
 func timeJSON(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func tenantOut(t keystore.Tenant) tenantJSON {
-	return tenantJSON{ID: t.ID, Name: t.Name, Plan: t.Plan, CreateTime: timeJSON(t.Created)}
+	out := tenantJSON{ID: t.ID, Name: t.Name, Plan: t.Plan, CreateTime: timeJSON(t.Created), State: "active"}
+	if t.Suspended != nil {
+		out.State, out.SuspendTime, out.SuspendReason = "suspended", timeJSON(*t.Suspended), t.SuspendReason
+	}
+	return out
 }
 
 func keyOut(k keystore.Key) keyJSON {
@@ -52,6 +61,8 @@ func storeError(err error) error {
 		return newError(http.StatusConflict, "ALREADY_EXISTS", "a tenant with this id exists already")
 	case errors.As(err, &unknown):
 		return badRequest(unknown.Error())
+	case errors.Is(err, keystore.ErrSuspensionsUnavailable):
+		return unavailable("suspensions cannot be written: the shortener's tenant_suspensions table is not in the gateway's database (start the shortener of this version on it: it applies its schema)", err)
 	case errors.Is(err, keystore.ErrPlansUnavailable):
 		return unavailable("plans cannot be set: the limiter's rule tables are not in the gateway's database (run the limiter with KURZ_LIMITER_RULES_SOURCE=postgres on it)", err)
 	}
@@ -136,6 +147,58 @@ func (a *API) updateTenant(c *call) error {
 		return storeError(err)
 	}
 	a.log.InfoContext(c.r.Context(), "tenant plan changed", "tenant", t.ID, "plan", t.Plan, "request_id", c.st.id)
+	writeJSON(c.w, http.StatusOK, tenantOut(t))
+	return nil
+}
+
+// suspendTenant stops a tenant at once, for abuse: its keys answer 403
+// TENANT_SUSPENDED from the next request on, the redirect answers its
+// links 410 and the webhook sender holds its deliveries within their
+// refresh of the suspensions (KURZ_REDIRECT_SUSPENSION_REFRESH,
+// KURZ_SHORTENER_WEBHOOK_POLL_INTERVAL). Nothing of the tenant is changed, so
+// resumeTenant brings back exactly what was. Idempotent: a second suspend
+// keeps the first's time and takes the new reason.
+func (a *API) suspendTenant(c *call) error {
+	b, err := a.readBody(c, false)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if err := decodeJSON(b, &body); err != nil {
+		return err
+	}
+	if p := keystore.ReasonProblem(body.Reason); p != "" {
+		return badParameter("reason", p)
+	}
+	t, err := a.keys.Suspend(c.r.Context(), c.r.PathValue("tenant"), body.Reason)
+	if err != nil {
+		return storeError(err)
+	}
+	a.log.InfoContext(c.r.Context(), "tenant suspended", "tenant", t.ID, "reason", t.SuspendReason,
+		"since", timeJSON(*t.Suspended), "request_id", c.st.id)
+	writeJSON(c.w, http.StatusOK, tenantOut(t))
+	return nil
+}
+
+// resumeTenant ends a suspension; resuming an active tenant changes
+// nothing. Its body, if any, is an empty JSON object.
+func (a *API) resumeTenant(c *call) error {
+	b, err := a.readBody(c, true)
+	if err != nil {
+		return err
+	}
+	if len(b) > 0 {
+		if err := decodeJSON(b, &struct{}{}); err != nil {
+			return err
+		}
+	}
+	t, err := a.keys.Resume(c.r.Context(), c.r.PathValue("tenant"))
+	if err != nil {
+		return storeError(err)
+	}
+	a.log.InfoContext(c.r.Context(), "tenant resumed", "tenant", t.ID, "request_id", c.st.id)
 	writeJSON(c.w, http.StatusOK, tenantOut(t))
 	return nil
 }

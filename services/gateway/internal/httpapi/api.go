@@ -82,6 +82,8 @@ type KeyStore interface {
 	IssueKey(ctx context.Context, tenant, name string) (keystore.Key, string, error)
 	Keys(ctx context.Context, tenant string) ([]keystore.Key, error)
 	RevokeKey(ctx context.Context, tenant, id string) (keystore.Key, error)
+	Suspend(ctx context.Context, id, reason string) (keystore.Tenant, error)
+	Resume(ctx context.Context, id string) (keystore.Tenant, error)
 }
 
 // Deps are the API's collaborators.

@@ -94,6 +94,13 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 		id, _ := keystore.ParseKeyID(token)
 		return a.authFailed(c, check, "invalid_key", id, "the API key is invalid or revoked")
 	}
+	if errors.Is(err, keystore.ErrTenantSuspended) {
+		// The key is right: no failure counts against the address.
+		id, _ := keystore.ParseKeyID(token)
+		a.log.InfoContext(c.r.Context(), "request of a suspended tenant refused", "key_id", id,
+			"route", c.st.route, "request_id", c.st.id)
+		return tenantSuspended()
+	}
 	if err != nil {
 		return unavailable("authentication is temporarily unavailable; try again", err)
 	}
@@ -103,7 +110,8 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 }
 
 // keyRevoked reports whether the API key a call was admitted with is no
-// longer valid (revoked, or gone with its tenant), for a response that
+// longer valid (revoked, gone with its tenant, or its tenant suspended),
+// for a response that
 // outlives its admission: an export asks before each page. It costs one
 // key look-up (the one authenticate made, a primary-key read), next to a
 // page of up to a thousand links. When the key store cannot answer, the
@@ -119,7 +127,7 @@ func (a *API) keyRevoked(c *call) bool {
 	}
 	p, err := a.keys.Authenticate(c.r.Context(), token)
 	switch {
-	case errors.Is(err, keystore.ErrInvalidKey):
+	case errors.Is(err, keystore.ErrInvalidKey), errors.Is(err, keystore.ErrTenantSuspended):
 		return true
 	case err != nil:
 		a.log.WarnContext(c.r.Context(), "could not check the API key again; going on", "route", c.st.route,
@@ -127,6 +135,21 @@ func (a *API) keyRevoked(c *call) bool {
 		return false
 	}
 	return p.KeyID != c.keyID || p.Tenant != c.tenant()
+}
+
+// reasonTenantSuspended is the ErrorInfo reason of a suspended tenant's
+// refused request.
+const reasonTenantSuspended = "TENANT_SUSPENDED"
+
+// tenantSuspended refuses a valid key of a suspended tenant: 403, not 401,
+// so that a client does not take its key for a wrong one and rotate it.
+// The administrator's reason is never in it: it is an operator's note
+// (an investigation, a report's source) and the tenant may be the abuser.
+func tenantSuspended() *apiError {
+	e := newError(http.StatusForbidden, codeName(codes.PermissionDenied),
+		"this tenant is suspended: its API keys, links and webhooks are stopped; contact the operator of this service")
+	e.reason = reasonTenantSuspended
+	return e
 }
 
 // authenticateAdmin checks the admin token in constant time (of equal-length

@@ -57,6 +57,8 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/admin/tenants", access: adminToken, handle: a.createTenant},
 		{pattern: "GET /v1/admin/tenants/{tenant}", access: adminToken, handle: a.getTenant},
 		{pattern: "PATCH /v1/admin/tenants/{tenant}", access: adminToken, handle: a.updateTenant},
+		{pattern: "POST /v1/admin/tenants/{tenant}/suspend", access: adminToken, handle: a.suspendTenant},
+		{pattern: "POST /v1/admin/tenants/{tenant}/resume", access: adminToken, handle: a.resumeTenant},
 		{pattern: "POST /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.issueKey},
 		{pattern: "GET /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.listKeys},
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/keys/{key}", access: adminToken, handle: a.revokeKey},

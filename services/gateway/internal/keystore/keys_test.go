@@ -33,3 +33,14 @@ func TestTenantIDProblem(t *testing.T) {
 		}
 	}
 }
+
+func TestReasonProblem(t *testing.T) {
+	for reason, ok := range map[string]bool{
+		"phishing campaign, ticket ABUSE-12": true, strings.Repeat("é", MaxReasonLen/2): true,
+		"": false, "   ": false, strings.Repeat("a", MaxReasonLen+1): false, "line\nbreak": false, "nul\x00": false, "\xff": false,
+	} {
+		if got := ReasonProblem(reason) == ""; got != ok {
+			t.Errorf("ReasonProblem(%q) ok = %v, want %v", reason, got, ok)
+		}
+	}
+}

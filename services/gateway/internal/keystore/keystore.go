@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,6 +36,8 @@ const (
 	keyIDLen     = 12
 	keySecretLen = 32
 	maxNameLen   = 200
+	// MaxReasonLen bounds a suspension's reason, in bytes.
+	MaxReasonLen = 500
 )
 
 var (
@@ -45,6 +48,13 @@ var (
 	// ErrInvalidKey means a presented API key is malformed, unknown or
 	// revoked. Callers must not tell the three apart to the client.
 	ErrInvalidKey = errors.New("keystore: invalid API key")
+	// ErrTenantSuspended means a presented API key is valid but its tenant
+	// is suspended (Suspend): the key is refused until the tenant resumes.
+	ErrTenantSuspended = errors.New("keystore: tenant suspended")
+	// ErrSuspensionsUnavailable means the shortener's tenant_suspensions
+	// table is not in this database (the shortener has not migrated it), so
+	// a suspension could not reach the redirect and the webhook sender.
+	ErrSuspensionsUnavailable = errors.New("keystore: the shortener's tenant_suspensions table is missing")
 	// ErrPlansUnavailable means the limiter's plan tables are not in this
 	// database (the limiter has not migrated it, or reads its rules from a
 	// file), so a plan cannot be set.
@@ -68,6 +78,10 @@ type Tenant struct {
 	Name    string
 	Plan    string
 	Created time.Time
+	// Suspended is when an administrator suspended the tenant; nil while
+	// it is active. SuspendReason is the administrator's note.
+	Suspended     *time.Time
+	SuspendReason string
 }
 
 // Key is an API key's metadata; the key itself is never stored.
@@ -124,6 +138,27 @@ func NameProblem(name string) string {
 	return ""
 }
 
+// ReasonProblem says why reason cannot be a suspension's reason, or
+// returns "" when it can: 1 to MaxReasonLen bytes of UTF-8 text without
+// control characters. A reason is required: it is what the next operator
+// reads to know why the tenant is stopped.
+func ReasonProblem(reason string) string {
+	switch {
+	case strings.TrimSpace(reason) == "":
+		return "reason is required: say why the tenant is suspended (it is shown to administrators only)"
+	case len(reason) > MaxReasonLen:
+		return fmt.Sprintf("reason must be at most %d bytes", MaxReasonLen)
+	case !utf8.ValidString(reason):
+		return "reason must be UTF-8 text"
+	}
+	for _, r := range reason {
+		if r < 0x20 || r == 0x7f {
+			return "reason must not contain control characters"
+		}
+	}
+	return ""
+}
+
 // CreateTenant inserts t and puts it on t.Plan in the limiter.
 func (s *Store) CreateTenant(ctx context.Context, t Tenant) (Tenant, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -152,8 +187,9 @@ func (s *Store) SetPlan(ctx context.Context, id, plan string) (Tenant, error) {
 	defer cancel()
 	t := Tenant{ID: id}
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `UPDATE gw_tenants SET plan = $2 WHERE id = $1 RETURNING name, plan, created_at`,
-			id, plan).Scan(&t.Name, &t.Plan, &t.Created)
+		err := tx.QueryRow(ctx, `UPDATE gw_tenants SET plan = $2 WHERE id = $1
+			RETURNING name, plan, created_at, suspended_at, suspend_reason`,
+			id, plan).Scan(&t.Name, &t.Plan, &t.Created, &t.Suspended, &t.SuspendReason)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
 		}
@@ -206,8 +242,8 @@ func (s *Store) Tenant(ctx context.Context, id string) (Tenant, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	t := Tenant{ID: id}
-	err := s.db.QueryRow(ctx, `SELECT name, plan, created_at FROM gw_tenants WHERE id = $1`, id).
-		Scan(&t.Name, &t.Plan, &t.Created)
+	err := s.db.QueryRow(ctx, `SELECT name, plan, created_at, suspended_at, suspend_reason FROM gw_tenants WHERE id = $1`, id).
+		Scan(&t.Name, &t.Plan, &t.Created, &t.Suspended, &t.SuspendReason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Tenant{}, ErrNotFound
 	}
@@ -215,6 +251,72 @@ func (s *Store) Tenant(ctx context.Context, id string) (Tenant, error) {
 		return Tenant{}, fmt.Errorf("get tenant: %w", err)
 	}
 	return t, nil
+}
+
+// Suspend suspends a tenant: its API keys are refused (ErrTenantSuspended)
+// from the next request on, the redirect stops its links and the webhook
+// sender holds its deliveries, both within their refresh of
+// tenant_suspensions, which this writes in the transaction that marks
+// gw_tenants. Suspending a suspended tenant keeps the time it was first
+// suspended and takes the new reason (an administrator may amend it).
+func (s *Store) Suspend(ctx context.Context, id, reason string) (Tenant, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	t := Tenant{ID: id}
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `UPDATE gw_tenants SET suspended_at = coalesce(suspended_at, now()), suspend_reason = $2
+			WHERE id = $1 RETURNING name, plan, created_at, suspended_at, suspend_reason`, id, reason).
+			Scan(&t.Name, &t.Plan, &t.Created, &t.Suspended, &t.SuspendReason)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO tenant_suspensions (tenant, suspended_at) VALUES ($1, $2)
+			ON CONFLICT (tenant) DO NOTHING`, id, *t.Suspended)
+		return err
+	})
+	if err != nil {
+		return Tenant{}, suspensionError("suspend tenant", err)
+	}
+	return t, nil
+}
+
+// Resume ends a tenant's suspension: everything works again as it did
+// before (links disabled before stay disabled: the suspension never
+// touched them). Resuming an active tenant changes nothing.
+func (s *Store) Resume(ctx context.Context, id string) (Tenant, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	t := Tenant{ID: id}
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `UPDATE gw_tenants SET suspended_at = NULL, suspend_reason = ''
+			WHERE id = $1 RETURNING name, plan, created_at`, id).Scan(&t.Name, &t.Plan, &t.Created)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM tenant_suspensions WHERE tenant = $1`, id)
+		return err
+	})
+	if err != nil {
+		return Tenant{}, suspensionError("resume tenant", err)
+	}
+	return t, nil
+}
+
+func suspensionError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return err
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		return ErrSuspensionsUnavailable
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // IssueKey creates an API key for tenant and returns it with the full key,
@@ -290,10 +392,13 @@ func (s *Store) RevokeKey(ctx context.Context, tenant, id string) (Key, error) {
 // same comparison as a known one.
 var dummyHash = sha256.Sum256([]byte("kurz: no such key"))
 
-// Authenticate checks a presented key: its ID is looked up (no cache, so a
-// revocation applies to the very next request) and its SHA-256 compared in
-// constant time. Any mismatch is ErrInvalidKey; other errors mean the
-// database could not answer.
+// Authenticate checks a presented key: its ID is looked up with its
+// tenant's suspension (one primary-key read, no cache, so a revocation or
+// a suspension applies to the very next request) and its SHA-256 compared
+// in constant time. Any mismatch is ErrInvalidKey; a valid key of a
+// suspended tenant is ErrTenantSuspended (only then: a wrong key learns
+// nothing about its tenant); other errors mean the database could not
+// answer.
 func (s *Store) Authenticate(ctx context.Context, presented string) (Principal, error) {
 	id, ok := ParseKeyID(presented)
 	if !ok {
@@ -304,8 +409,10 @@ func (s *Store) Authenticate(ctx context.Context, presented string) (Principal, 
 	var tenant string
 	var stored []byte
 	var revoked *time.Time
-	err := s.db.QueryRow(ctx, `SELECT tenant_id, hash, revoked_at FROM gw_api_keys WHERE id = $1`, id).
-		Scan(&tenant, &stored, &revoked)
+	var suspended bool
+	err := s.db.QueryRow(ctx, `SELECT k.tenant_id, k.hash, k.revoked_at, t.suspended_at IS NOT NULL
+		FROM gw_api_keys k JOIN gw_tenants t ON t.id = k.tenant_id WHERE k.id = $1`, id).
+		Scan(&tenant, &stored, &revoked, &suspended)
 	if errors.Is(err, pgx.ErrNoRows) {
 		stored = dummyHash[:]
 	} else if err != nil {
@@ -314,6 +421,9 @@ func (s *Store) Authenticate(ctx context.Context, presented string) (Principal, 
 	sum := sha256.Sum256([]byte(presented))
 	if subtle.ConstantTimeCompare(sum[:], stored) != 1 || tenant == "" || revoked != nil {
 		return Principal{}, ErrInvalidKey
+	}
+	if suspended {
+		return Principal{}, ErrTenantSuspended
 	}
 	return Principal{Tenant: tenant, KeyID: id}, nil
 }

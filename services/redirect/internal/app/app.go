@@ -149,6 +149,13 @@ type Config struct {
 	// waits to be served (or refused) when such a message is lost. At
 	// least 100ms: each refresh reads every verified domain.
 	DomainRefresh time.Duration `env:"REDIRECT_DOMAIN_REFRESH" default:"10s"`
+	// SuspensionRefresh is how often the suspended tenants are read from
+	// PostgreSQL (tenant_suspensions, which the gateway's admin API
+	// writes): a suspension or a resume takes effect on every replica
+	// within this plus one read (at most KURZ_POSTGRES_QUERY_TIMEOUT).
+	// From 100ms to 1m: each refresh reads every suspended tenant, a small
+	// table, and a stop button must stop soon.
+	SuspensionRefresh time.Duration `env:"REDIRECT_SUSPENSION_REFRESH" default:"2s"`
 
 	// ClickBuffer is how many click events may wait in memory; more are
 	// dropped and counted. At most 50000: its slots are allocated at start
@@ -210,11 +217,15 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	errs = append(errs,
 		config.Period("KURZ_REDIRECT_CLICK_FLUSH_INTERVAL", c.ClickFlushInterval, 10*time.Millisecond),
 		config.Period("KURZ_REDIRECT_DOMAIN_REFRESH", c.DomainRefresh, 100*time.Millisecond),
+		config.Period("KURZ_REDIRECT_SUSPENSION_REFRESH", c.SuspensionRefresh, 100*time.Millisecond),
 		config.PeriodOrOff("KURZ_GEOIP_RELOAD_INTERVAL", c.GeoIP.ReloadInterval, time.Second))
 	for _, h := range c.DefaultHosts {
 		if h == "" || linkdomain.Host(h) != h {
 			errs = append(errs, fmt.Errorf("KURZ_REDIRECT_DEFAULT_HOSTS: %q is not a lower-case host name without a port", h))
 		}
+	}
+	if c.SuspensionRefresh > maxSuspensionRefresh {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_SUSPENSION_REFRESH=%s: want at most %s, or a suspended tenant's links redirect that long", c.SuspensionRefresh, maxSuspensionRefresh))
 	}
 	if c.VisitReplicas < 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_VISIT_REPLICAS must be 0 or more"))
@@ -398,7 +409,82 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 		}
 		return nil
 	})
+	deps.Suspended = startSuspensions(ctx, cfg, db, lc, log)
+	// Until the suspended tenants were read once, a suspended tenant's
+	// links would redirect here: the replica is not ready, so that a
+	// replica started during an abuse does not serve it.
+	suspended := deps.Suspended
+	srv.AddCheck("tenant_suspensions", func(context.Context) error {
+		if !suspended.Loaded() {
+			return errors.New("the suspended tenants were not read from PostgreSQL yet (tenant_suspensions: the shortener of this version creates it)")
+		}
+		return nil
+	})
 	return deps, nil
+}
+
+// maxSuspensionRefresh bounds KURZ_REDIRECT_SUSPENSION_REFRESH: the time a
+// suspension may take to stop a tenant's links.
+const maxSuspensionRefresh = time.Minute
+
+// maxSuspended bounds the suspended tenants one redirect process holds.
+const maxSuspended = 1_000_000
+
+// startSuspensions loads the suspended tenants from PostgreSQL now and
+// every SuspensionRefresh. A failed load keeps the set it had and is
+// logged (a database outage does not resume anyone, nor suspend anyone);
+// until one succeeded none is known (the readiness check says so). No
+// change message: the gateway, which writes the table, has no Redis, and
+// a read of a small table every two seconds costs less than a
+// subscription per replica.
+func startSuspensions(ctx context.Context, cfg Config, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) *redirector.Suspended {
+	s := &redirector.Suspended{}
+	load := func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, cfg.Postgres.QueryTimeout)
+		defer cancel()
+		tenants, err := suspendedTenants(ctx, db)
+		if err != nil {
+			log.WarnContext(ctx, "suspended tenants not refreshed", "err", err, "suspended", s.Len(), "loaded", s.Loaded())
+			return
+		}
+		if n := len(tenants); n != s.Len() || !s.Loaded() {
+			log.InfoContext(ctx, "suspended tenants", "count", n)
+		}
+		s.Set(tenants)
+	}
+	load(ctx)
+	lc.Go("suspended tenants", func(ctx context.Context) {
+		tick := time.NewTicker(cfg.SuspensionRefresh)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				load(ctx)
+			}
+		}
+	})
+	return s
+}
+
+func suspendedTenants(ctx context.Context, db *pgxpool.Pool) (map[string]struct{}, error) {
+	rows, err := db.Query(ctx, `SELECT tenant FROM tenant_suspensions LIMIT $1`, maxSuspended+1)
+	if err != nil {
+		return nil, fmt.Errorf("suspended tenants: %w", err)
+	}
+	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("suspended tenants: %w", err)
+	}
+	if len(tenants) > maxSuspended {
+		return nil, fmt.Errorf("suspended tenants: more than %d, the most a redirect holds", maxSuspended)
+	}
+	out := make(map[string]struct{}, len(tenants))
+	for _, t := range tenants {
+		out[t] = struct{}{}
+	}
+	return out, nil
 }
 
 // maxDomains bounds the custom domains one redirect process serves.

@@ -46,8 +46,26 @@ func serveHosts(tb testing.TB, cfg Config, clicks Clicks, hosts *Hosts, entries 
 }
 
 // serveRedis is serveHosts returning its private Redis too, which also
-// counts the visits of visit-limited links.
+// counts the visits of visit-limited links. The handler holds
+// otherSuspended, as a production one holds the suspended tenants.
 func serveRedis(tb testing.TB, cfg Config, clicks Clicks, hosts *Hosts, entries map[string]linkcache.Entry) (*http.ServeMux, *redis.Client) {
+	return serveSuspended(tb, cfg, clicks, hosts, otherSuspended(), entries)
+}
+
+// otherSuspended is a set of 100 suspended tenants that no test's links
+// belong to.
+func otherSuspended() *Suspended {
+	m := make(map[string]struct{}, 100)
+	for i := range 100 {
+		m[fmt.Sprintf("suspended-%d", i)] = struct{}{}
+	}
+	s := &Suspended{}
+	s.Set(m)
+	return s
+}
+
+// serveSuspended is serveRedis with its set of suspended tenants.
+func serveSuspended(tb testing.TB, cfg Config, clicks Clicks, hosts *Hosts, suspended *Suspended, entries map[string]linkcache.Entry) (*http.ServeMux, *redis.Client) {
 	tb.Helper()
 	node := redistest.Start(tb)
 	rdb := redis.NewClient(&redis.Options{Addr: node.Addr})
@@ -64,7 +82,7 @@ func serveRedis(tb testing.TB, cfg Config, clicks Clicks, hosts *Hosts, entries 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h, err := New(cfg, Deps{Resolver: res, Clicks: clicks, Hosts: hosts, Visits: rdb, Log: log}, meter)
+	h, err := New(cfg, Deps{Resolver: res, Clicks: clicks, Hosts: hosts, Suspended: suspended, Visits: rdb, Log: log}, meter)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 // Package redirector is the redirect service's public HTTP handler: GET and
 // HEAD /{code} answer 302 (or the link's 301/307/308) with Location, 404 for
-// unknown codes, 410 for revoked, disabled or expired links, 429 when a
+// unknown codes, 410 for revoked, disabled or expired links and for the
+// links of a suspended tenant (Suspended), 429 when a
 // client IP misses too often or looks up too many codes past L1 (WalkBound),
 // and 508 when the destination is the host and port asked, a redirect to
 // itself (pointsBack).
@@ -121,7 +122,10 @@ type Deps struct {
 	// Hosts routes requests by Host header (default domain, custom
 	// domains); nil serves every host as the default domain.
 	Hosts *Hosts
-	Log   *slog.Logger
+	// Suspended holds the suspended tenants, whose links answer 410; nil:
+	// none.
+	Suspended *Suspended
+	Log       *slog.Logger
 }
 
 // Handler serves short codes.
@@ -154,6 +158,8 @@ type Handler struct {
 	// bounds, which a stranger can post as fast as it likes.
 	noRuleLogs logging.Every
 	guesses    *guessgate.Gate
+	// suspended: the tenants whose links answer 410.
+	suspended *Suspended
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
@@ -172,7 +178,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 		checks = runtime.GOMAXPROCS(0)
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
-		clicks: d.Clicks, hosts: d.Hosts, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
+		clicks: d.Clicks, hosts: d.Hosts, suspended: d.Suspended, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
 		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk, guesses: guessgate.New(),
 		sets:               telemetry.NewAttrSets[countKey](telemetry.SeriesLimit, telemetry.Overflow),
 		ccPermanent:        []string{"public, max-age=" + strconv.Itoa(int(cfg.PermanentMaxAge.Seconds()))},
@@ -534,13 +540,19 @@ func (h *Handler) passwordRefused(w http.ResponseWriter, r *http.Request, code s
 }
 
 // inactive answers an entry that does not redirect (404, 410) and reports
-// whether it did.
+// whether it did. A suspended tenant's link answers exactly as a disabled
+// one: 410 with the same page, which says nothing of why (the tenant may
+// be the abuser, or a victim of a stolen key), is kept by no cache
+// (private, max-age=0), so a resume takes effect as soon as the set
+// changes, and, like every answer here, records no click and spends no
+// visit. Not 451: that is a legal demand, which a suspension for abuse
+// mostly is not.
 func (h *Handler) inactive(w http.ResponseWriter, e linkcache.Entry, now time.Time) (int, bool) {
 	switch {
 	case e.State == linkcache.Missing:
 		page(w, http.StatusNotFound)
 		return http.StatusNotFound, true
-	case e.State == linkcache.Gone || e.Expired(now):
+	case e.State == linkcache.Gone || e.Expired(now) || h.suspended.Has(e.Tenant):
 		page(w, http.StatusGone)
 		return http.StatusGone, true
 	}

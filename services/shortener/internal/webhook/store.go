@@ -291,7 +291,12 @@ func unnestArgs(m map[string]int) ([]string, []int32) {
 // (limits less what it already sends): it counts the attempt
 // and pushes next_attempt_at lease ahead, so no other sender takes them
 // meanwhile, and a sender that dies leaves them due again once the lease
-// passes. Rows other senders hold are skipped, not waited for.
+// passes. Rows other senders hold are skipped, not waited for. A
+// suspended tenant's deliveries (tenant_suspensions, which the gateway's
+// admin API writes) are held: not claimed, their attempts and retry
+// window untouched, so that they go out as they were once it resumes
+// (within one poll). One that waited past the retry window still gets its
+// attempt; only a failure then finds the window spent.
 func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, limits claimLimits, sending inFlight) ([]claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -334,7 +339,8 @@ func (s *Store) Claim(ctx context.Context, n int, lease time.Duration, limits cl
 				SELECT id, next_attempt_at FROM webhook_deliveries d
 				WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= now()
 				ORDER BY d.next_attempt_at LIMIT greatest(0, $3 - coalesce(ss.n, 0))) x
-			WHERE coalesce(st.n, 0) < $8),
+			WHERE coalesce(st.n, 0) < $8
+				AND NOT EXISTS (SELECT 1 FROM tenant_suspensions ts WHERE ts.tenant = s.tenant)),
 		pick AS (SELECT id FROM cand WHERE rank <= room ORDER BY sent + rank, next_attempt_at LIMIT $1),
 		due AS (
 			SELECT id FROM webhook_deliveries
@@ -523,6 +529,8 @@ func capped(sending inFlight, limits claimLimits) (subs, tenants []string) {
 // sending counts could claim now is past its due time: the deliveries of a
 // subscription or a tenant at its limit there are left out of the lag (one
 // tenant's backlog behind its own slow receivers is no stalled sender).
+// The deliveries a suspension holds count as pending, but neither in the
+// oldest's age nor in the lag: they wait for an operator, not a sender.
 func (s *Store) QueueStats(ctx context.Context, sending inFlight, limits claimLimits) (pending int64, oldest, lag time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -530,11 +538,13 @@ func (s *Store) QueueStats(ctx context.Context, sending inFlight, limits claimLi
 	var o, l float64
 	err = s.db.QueryRow(ctx, `
 		SELECT count(*),
-			COALESCE(EXTRACT(EPOCH FROM now() - min(queued_at)), 0)::float8,
-			COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now()
+			COALESCE(EXTRACT(EPOCH FROM now() - min(queued_at) FILTER (WHERE NOT held)), 0)::float8,
+			COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at) FILTER (WHERE NOT held AND next_attempt_at <= now()
 				AND subscription_id <> ALL ($1::text[]) AND tenant <> ALL ($2::text[]))), 0)::float8
-		FROM webhook_deliveries WHERE status = 'pending'
-		  AND subscription_id NOT IN (SELECT id FROM webhook_subscriptions WHERE deleted_at IS NOT NULL)`,
+		FROM (SELECT d.*, ts.tenant IS NOT NULL AS held FROM webhook_deliveries d
+			LEFT JOIN tenant_suspensions ts ON ts.tenant = d.tenant
+			WHERE d.status = 'pending'
+			  AND d.subscription_id NOT IN (SELECT id FROM webhook_subscriptions WHERE deleted_at IS NOT NULL)) q`,
 		subs, tenants).Scan(&pending, &o, &l)
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("webhook queue: %w", err)

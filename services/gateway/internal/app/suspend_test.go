@@ -1,0 +1,143 @@
+//go:build integration
+
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Suspending a tenant refuses every request of its keys with 403
+// TENANT_SUSPENDED (without the administrator's reason), on every gateway
+// at once, while the admin routes keep working on it and another tenant
+// is untouched; the shortener's tenant_suspensions lists it for the
+// redirect and the webhook sender. Resuming brings back exactly what was:
+// the keys work, the links are there, a link disabled before is still
+// disabled.
+func TestSuspendedTenantIsRefusedUntilResumed(t *testing.T) {
+	gw, other := startGateway(t, nil), startGateway(t, nil)
+	a, b := newTenant(t, gw, "free"), newTenant(t, gw, "free")
+	admin := newClient(t, gw, adminToken)
+	ca, cb, caOther := newClient(t, gw, a.key), newClient(t, gw, b.key), newClient(t, other, a.key)
+	live := ca.do("POST", "/v1/links", `{"longUrl":"https://example.com/live"}`)
+	off := ca.do("POST", "/v1/links", `{"longUrl":"https://example.com/off"}`)
+	if live.code != http.StatusCreated || off.code != http.StatusCreated {
+		t.Fatalf("creates: %s, %s", live, off)
+	}
+	liveCode, offCode := live.json(t)["code"].(string), off.json(t)["code"].(string)
+	if r := ca.do("PATCH", "/v1/links/"+offCode, `{"disabled":true}`); r.code != http.StatusOK {
+		t.Fatalf("disable: %s", r)
+	}
+
+	const reason = "phishing campaign, ticket ABUSE-12"
+	r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/suspend", fmt.Sprintf(`{"reason":%q}`, reason))
+	if r.code != http.StatusOK {
+		t.Fatalf("suspend: %s", r)
+	}
+	got := r.json(t)
+	since, _ := got["suspendTime"].(string)
+	if got["state"] != "suspended" || got["suspendReason"] != reason || since == "" {
+		t.Errorf("suspend answered %s; want state suspended, the reason and a suspendTime", r)
+	}
+	if r := admin.do("GET", "/v1/admin/tenants/"+a.id, ""); r.json(t)["state"] != "suspended" || r.json(t)["suspendTime"] != since {
+		t.Errorf("GET of the suspended tenant: %s", r)
+	}
+	var listed int
+	if err := stack.DB.QueryRow(context.Background(), `SELECT count(*) FROM tenant_suspensions WHERE tenant = $1`, a.id).Scan(&listed); err != nil || listed != 1 {
+		t.Errorf("tenant_suspensions lists the tenant %d times (%v), want once", listed, err)
+	}
+
+	for _, req := range []struct {
+		c            *client
+		method, path string
+		body         string
+	}{
+		{ca, "GET", "/v1/links", ""},
+		{ca, "GET", "/v1/links/" + liveCode, ""},
+		{ca, "POST", "/v1/links", `{"longUrl":"https://example.com/new"}`},
+		{ca, "GET", "/v1/links:export", ""},
+		{ca, "GET", "/v1/webhooks", ""},
+		{caOther, "GET", "/v1/links", ""},
+	} {
+		r := req.c.do(req.method, req.path, req.body)
+		e := r.apiError(t)
+		if r.code != http.StatusForbidden || e["code"] != "PERMISSION_DENIED" || e["reason"] != "TENANT_SUSPENDED" {
+			t.Errorf("suspended tenant's %s %s: %s; want 403 PERMISSION_DENIED, reason TENANT_SUSPENDED", req.method, req.path, r)
+		}
+		if detail, _ := e["detail"].(string); strings.Contains(detail, "ABUSE") || !strings.Contains(detail, "contact the operator") {
+			t.Errorf("the 403's detail %q: want the operator named and never the administrator's reason", detail)
+		}
+	}
+	if r := cb.do("GET", "/v1/links", ""); r.code != http.StatusOK {
+		t.Errorf("another tenant while the first is suspended: %s", r)
+	}
+	// The admin routes keep working on a suspended tenant; a key issued
+	// meanwhile is refused as well.
+	r = admin.do("POST", "/v1/admin/tenants/"+a.id+"/keys", "")
+	if r.code != http.StatusCreated {
+		t.Fatalf("issue a key to the suspended tenant: %s", r)
+	}
+	fresh := r.json(t)["key"].(string)
+	if r := ca.with(fresh).do("GET", "/v1/links", ""); r.code != http.StatusForbidden {
+		t.Errorf("a key issued while suspended: %s, want 403", r)
+	}
+	r = admin.do("POST", "/v1/admin/tenants/"+a.id+"/suspend", `{"reason":"amended"}`)
+	if got := r.json(t); r.code != http.StatusOK || got["suspendTime"] != since || got["suspendReason"] != "amended" {
+		t.Errorf("suspending again: %s; want the first suspendTime %s kept and the new reason", r, since)
+	}
+
+	for range 2 { // the second resume changes nothing
+		r = admin.do("POST", "/v1/admin/tenants/"+a.id+"/resume", "")
+		got := r.json(t)
+		if _, has := got["suspendTime"]; r.code != http.StatusOK || got["state"] != "active" || has || got["suspendReason"] != nil {
+			t.Errorf("resume: %s; want state active, no suspendTime nor reason", r)
+		}
+	}
+	if err := stack.DB.QueryRow(context.Background(), `SELECT count(*) FROM tenant_suspensions WHERE tenant = $1`, a.id).Scan(&listed); err != nil || listed != 0 {
+		t.Errorf("tenant_suspensions lists the resumed tenant %d times (%v)", listed, err)
+	}
+	for _, cl := range []*client{ca, caOther, ca.with(fresh)} {
+		if r := cl.do("GET", "/v1/links/"+liveCode, ""); r.code != http.StatusOK || r.json(t)["disabled"] == true {
+			t.Errorf("the live link after resume: %s", r)
+		}
+	}
+	if r := ca.do("GET", "/v1/links/"+offCode, ""); r.code != http.StatusOK || r.json(t)["disabled"] != true {
+		t.Errorf("the link disabled before the suspension, after resume: %s; want it still disabled", r)
+	}
+}
+
+// The suspend and resume routes answer 404 for an unknown tenant, 401 to
+// anything but the admin token (a tenant's own key included), and 400 for
+// a missing, blank, overlong or control-character reason.
+func TestSuspendRefusals(t *testing.T) {
+	gw := startGateway(t, nil)
+	a := newTenant(t, gw, "free")
+	admin := newClient(t, gw, adminToken)
+	for _, path := range []string{"/suspend", "/resume"} {
+		r := admin.do("POST", "/v1/admin/tenants/no-such-tenant-gw"+path, `{"reason":"x"}`)
+		if path == "/resume" {
+			r = admin.do("POST", "/v1/admin/tenants/no-such-tenant-gw"+path, "")
+		}
+		if r.code != http.StatusNotFound {
+			t.Errorf("%s of an unknown tenant: %s, want 404", path, r)
+		}
+		for name, cl := range map[string]*client{"the tenant's key": newClient(t, gw, a.key), "no credential": newClient(t, gw, "")} {
+			if r := cl.do("POST", "/v1/admin/tenants/"+a.id+path, `{"reason":"x"}`); r.code != http.StatusUnauthorized {
+				t.Errorf("%s with %s: %s, want 401", path, name, r)
+			}
+		}
+	}
+	for _, body := range []string{`{}`, `{"reason":"   "}`, fmt.Sprintf(`{"reason":%q}`, strings.Repeat("a", 501)),
+		`{"reason":"a\nb"}`, `{"reason":"x","until":"tomorrow"}`, ""} {
+		r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/suspend", body)
+		if e := r.apiError(t); r.code != http.StatusBadRequest || e["code"] != "INVALID_ARGUMENT" {
+			t.Errorf("suspend with %.40q: %s, want 400", body, r)
+		}
+	}
+	if r := newClient(t, gw, a.key).do("GET", "/v1/links", ""); r.code != http.StatusOK {
+		t.Errorf("the tenant after refused suspensions: %s, want it active", r)
+	}
+}
