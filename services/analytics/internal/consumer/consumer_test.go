@@ -151,6 +151,9 @@ func TestEventsArriveExactlyOnceWithStats(t *testing.T) {
 	if got := e.rows(code); got != uint64(w.total) {
 		t.Errorf("raw rows %d, want %d", got, w.total)
 	}
+	// A batch is counted after its acknowledgement: stopping the consumer
+	// waits for the last batch's count, which nothing pending can show.
+	r.stop(t)
 	if got := metrictest.Counter(t, r.reader, MetricConsumed); got != w.total {
 		t.Errorf("%s = %d, want %d", MetricConsumed, got, w.total)
 	}

@@ -42,9 +42,15 @@ func TestDenialsDuringAStallConsumeNothingOnRedis(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			node := redistest.Start(t)
 			// The pipeline's I/O deadline (the client's socket timeouts) is
-			// long: the replies that come after the stall are read.
+			// long: the replies that come after the stall are read. The
+			// decision timeout is what the stall must outlast, and no less
+			// than a loaded machine under -race needs to send a script: a
+			// call whose deadline passes before it is sent sends nothing
+			// (the local share it allowed is then not on Redis), and the
+			// warm-up and the looks after the stall must reach Redis
+			// (at 50 ms, 3 of 15 runs beside two busy loops failed so).
 			e := engine(t, privateCluster(t, node, 10*time.Second), stallRules, Options{
-				Timeout: 50 * time.Millisecond, Replicas: 2, BreakerThreshold: 1000, AutoPipeline: true,
+				Timeout: time.Second, Replicas: 2, BreakerThreshold: 1000, AutoPipeline: true,
 			})
 			user := unique(t)
 			desc := func(algo string) map[string]string { return map[string]string{"user": user, "algo": algo} }
