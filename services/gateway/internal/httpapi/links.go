@@ -63,6 +63,7 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.issueKey},
 		{pattern: "GET /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.listKeys},
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/keys/{key}", access: adminToken, handle: a.revokeKey},
+		{pattern: "DELETE /v1/admin/tenants/{tenant}/domains/{name}", access: adminToken, handle: a.releaseDomain},
 		{pattern: "POST /v1/admin/tenants/{tenant}/domains/{name}/verify", access: adminToken, handle: a.approveDomain},
 	}
 }
