@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 	"io"
 	"net/url"
+	"strconv"
 	"text/tabwriter"
 )
 
@@ -57,6 +58,19 @@ Examples:
 					return c.tenantCall("tenants get", "GET", "/v1/admin/tenants/"+url.PathEscape(args[0]), nil)
 				}
 			},
+		},
+		{
+			name: "tenants list", summary: "list tenants, by id", maxArgs: 0,
+			help: `Lists the tenants in order of their ids, one page at a time (the next page's
+token is printed on stderr), or every page with --all; --state and --plan
+keep the suspended or active ones, or those on one plan (a page token
+continues only a listing with the same --state and --plan). ` + adminHelpNote + `
+
+Examples:
+  kurzctl tenants list
+  kurzctl tenants list --state suspended --all
+  kurzctl tenants list --plan pro -o json`,
+			setup: setupTenantsList,
 		},
 		{
 			name: "tenants set-plan", args: "<id> <plan>", minArgs: 2, maxArgs: 2,
@@ -184,6 +198,121 @@ func (c *cli) tenantCall(cmd, method, path string, body []byte) error {
 	fmt.Fprintf(tw, "id\t%s\nname\t%s\nplan\t%s\ncreated\t%s\nstate\t%s\n", t.ID, orDash(t.Name), t.Plan, t.CreateTime, t.State)
 	if t.State == "suspended" {
 		fmt.Fprintf(tw, "suspended\t%s\nreason\t%s\n", t.SuspendTime, t.SuspendReason)
+	}
+	return tw.Flush()
+}
+
+func setupTenantsList(c *cli, fs *pflag.FlagSet) func([]string) error {
+	const cmd = "tenants list"
+	state := fs.String("state", "", "only the tenants in this `state`: active or suspended")
+	plan := fs.String("plan", "", "only the tenants on this `plan`")
+	all := fs.Bool("all", false, "every page")
+	pageSize := fs.Int("page-size", 0, "tenants per page, 1 to 1000 (default: the gateway's; 1000 with --all)")
+	pageToken := fs.String("page-token", "", "the page to start at, from the previous page")
+	return func([]string) error {
+		if *pageSize < 0 || *pageSize > 1000 {
+			return usagef(cmd, "--page-size must be from 1 to 1000")
+		}
+		if *state != "" && *state != "active" && *state != "suspended" {
+			return usagef(cmd, "--state must be active or suspended")
+		}
+		gw, err := c.gateway(cmd, adminAuth)
+		if err != nil {
+			return err
+		}
+		q := url.Values{}
+		if *state != "" {
+			q.Set("state", *state)
+		}
+		if *plan != "" {
+			q.Set("plan", *plan)
+		}
+		size := *pageSize
+		if *all && size == 0 {
+			size = 1000
+		}
+		if size > 0 {
+			q.Set("page_size", strconv.Itoa(size))
+		}
+		token := *pageToken
+		var tenants []tenant
+		var raws []json.RawMessage
+		// --all stops as links list --all does: at a token answered twice,
+		// at an empty page naming a next one, after maxListPages pages and
+		// at maxListBody of answers.
+		sent := map[string]bool{}
+		read, pages := 0, 0
+		for {
+			if token != "" {
+				if sent[token] {
+					return fmt.Errorf("GET /v1/admin/tenants: the gateway answered page token %q a second time; stopped after %d tenants", token, len(tenants))
+				}
+				sent[token] = true
+				q.Set("page_token", token)
+			}
+			raw, err := gw.call(c.ctx, "GET", "/v1/admin/tenants", q, nil)
+			if err != nil {
+				return err
+			}
+			if read += len(raw); read > maxListBody {
+				return fmt.Errorf("GET /v1/admin/tenants: the pages add up to more than %d MiB; stopped after %d tenants", maxListBody>>20, len(tenants))
+			}
+			var page struct {
+				Tenants       []json.RawMessage `json:"tenants"`
+				NextPageToken string            `json:"nextPageToken"`
+			}
+			if err := json.Unmarshal(raw, &page); err != nil {
+				return fmt.Errorf("GET /v1/admin/tenants: the answer is not a tenant list: %w", err)
+			}
+			for _, r := range page.Tenants {
+				var t tenant
+				if err := json.Unmarshal(r, &t); err != nil {
+					return fmt.Errorf("GET /v1/admin/tenants: the answer is not a tenant list: %w", err)
+				}
+				tenants = append(tenants, t)
+			}
+			raws = append(raws, page.Tenants...)
+			token = page.NextPageToken
+			if !*all || token == "" {
+				break
+			}
+			if len(page.Tenants) == 0 {
+				return fmt.Errorf("GET /v1/admin/tenants: the gateway answered an empty page with a next page token; stopped after %d tenants", len(tenants))
+			}
+			if pages++; pages >= maxListPages {
+				return fmt.Errorf("GET /v1/admin/tenants: more than %d pages; stopped after %d tenants: use a larger --page-size", maxListPages, len(tenants))
+			}
+		}
+		if c.json() {
+			if raws == nil {
+				raws = []json.RawMessage{}
+			}
+			return writeJSONValue(c.stdout, struct {
+				Tenants       []json.RawMessage `json:"tenants"`
+				NextPageToken string            `json:"nextPageToken"`
+			}{raws, token})
+		}
+		if err := printTenants(c.stdout, tenants); err != nil {
+			return err
+		}
+		if token != "" {
+			fmt.Fprintf(c.stderr, "more tenants: --page-token %s (or --all)\n", token)
+		}
+		return nil
+	}
+}
+
+// printTenants shows tenants as a table, one per line; a suspension's
+// reason is left to tenants get.
+func printTenants(w io.Writer, tenants []tenant) error {
+	if len(tenants) == 0 {
+		_, err := fmt.Fprintln(w, "no tenants")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPLAN\tSTATE\tCREATED")
+	for _, t := range tenants {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, orDash(t.Name), t.Plan, t.State, t.CreateTime)
 	}
 	return tw.Flush()
 }

@@ -117,6 +117,34 @@ Example:
 				}
 			},
 		},
+		{
+			name: "domains release", args: "<tenant> <domain>", minArgs: 2, maxArgs: 2,
+			summary: "remove a tenant's custom domain (administrators)",
+			help: `Removes a tenant's custom domain, as its own domains delete would (a domain
+dispute, a customer gone whose domain another now owns): the redirect stops
+serving it within moments, and another tenant may then add and verify it.
+Refused while live links of the tenant are on it. ` + adminHelpNote + `
+
+Example:
+  kurzctl domains release acme go.example.com`,
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
+				return func(args []string) error {
+					gw, err := c.gateway("domains release", adminAuth)
+					if err != nil {
+						return err
+					}
+					path := "/v1/admin/tenants/" + url.PathEscape(args[0]) + "/domains/" + url.PathEscape(args[1])
+					if _, err := gw.call(c.ctx, "DELETE", path, nil, nil); err != nil {
+						return err
+					}
+					if c.json() {
+						return writeJSONValue(c.stdout, struct{}{})
+					}
+					_, err = fmt.Fprintf(c.stdout, "released %s of tenant %s\n", args[1], args[0])
+					return err
+				}
+			},
+		},
 	}
 }
 

@@ -1,9 +1,13 @@
 package httpapi
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"kurz.dev/services/gateway/internal/keystore"
@@ -120,6 +124,101 @@ func (a *API) getTenant(c *call) error {
 		return storeError(err)
 	}
 	writeJSON(c.w, http.StatusOK, tenantOut(t))
+	return nil
+}
+
+// Tenant listing's page sizes, as the links list has them.
+const (
+	defaultTenantPage = 50
+	maxTenantPage     = 1000
+	// maxPlanFilter bounds ?plan=: far above any plan's name.
+	maxPlanFilter = 200
+)
+
+// tenantCursor is a tenant listing's page token: the last id of the page
+// and the filters of the listing, so that a token continues only the
+// listing it came from (a token of ?state=suspended read with other
+// filters would skip or repeat tenants without a word).
+type tenantCursor struct {
+	After string `json:"a"`
+	State string `json:"s,omitempty"`
+	Plan  string `json:"p,omitempty"`
+}
+
+func (c tenantCursor) encode() string {
+	b, _ := json.Marshal(c) // cannot fail: three strings
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeTenantCursor reads back a token of encode issued to a listing with
+// state and plan; anything else is a 400 naming page_token.
+func decodeTenantCursor(token, state, plan string) (tenantCursor, error) {
+	var c tenantCursor
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || json.Unmarshal(b, &c) != nil || keystore.TenantIDProblem(c.After) != "" {
+		return c, badParameter("page_token", "page_token is not one this API issued; start again without it")
+	}
+	if c.State != state || c.Plan != plan {
+		return c, badParameter("page_token", "page_token belongs to a listing with other filters: pass the state and plan of the call that returned it, or start again without a token")
+	}
+	return c, nil
+}
+
+// listTenants pages through the tenants in id order, optionally those in
+// one state (?state=active|suspended) or on one plan (?plan=). Each item
+// is what GET /v1/admin/tenants/{tenant} shows.
+func (a *API) listTenants(c *call) error {
+	q := c.r.URL.Query()
+	size := defaultTenantPage
+	if q.Has("page_size") {
+		n, err := strconv.Atoi(q.Get("page_size"))
+		if err != nil || n < 1 || n > maxTenantPage {
+			return badParameter("page_size", fmt.Sprintf("page_size must be a whole number from 1 to %d", maxTenantPage))
+		}
+		size = n
+	}
+	var f keystore.TenantFilter
+	state, plan := q.Get("state"), q.Get("plan")
+	switch state {
+	case "":
+	case "active", "suspended":
+		suspended := state == "suspended"
+		f.Suspended = &suspended
+	default:
+		return badParameter("state", "state must be active or suspended")
+	}
+	if len(plan) > maxPlanFilter {
+		return badParameter("plan", fmt.Sprintf("plan must be at most %d bytes", maxPlanFilter))
+	}
+	if err := checkPlan(plan); err != nil {
+		return err
+	}
+	f.Plan = plan
+	var after string
+	if token := q.Get("page_token"); token != "" {
+		cur, err := decodeTenantCursor(token, state, plan)
+		if err != nil {
+			return err
+		}
+		after = cur.After
+	}
+	// One more than the page: whether it exists decides the next token.
+	tenants, err := a.keys.ListTenants(c.r.Context(), f, after, size+1)
+	if err != nil {
+		return storeError(err)
+	}
+	out := struct {
+		Tenants       []tenantJSON `json:"tenants"`
+		NextPageToken string       `json:"nextPageToken"`
+	}{Tenants: []tenantJSON{}}
+	if len(tenants) > size {
+		tenants = tenants[:size]
+		out.NextPageToken = tenantCursor{After: tenants[size-1].ID, State: state, Plan: plan}.encode()
+	}
+	for _, t := range tenants {
+		out.Tenants = append(out.Tenants, tenantOut(t))
+	}
+	writeJSON(c.w, http.StatusOK, out)
 	return nil
 }
 

@@ -78,6 +78,7 @@ type KeyStore interface {
 	Authenticate(ctx context.Context, key string) (keystore.Principal, error)
 	CreateTenant(ctx context.Context, t keystore.Tenant) (keystore.Tenant, error)
 	Tenant(ctx context.Context, id string) (keystore.Tenant, error)
+	ListTenants(ctx context.Context, f keystore.TenantFilter, after string, size int) ([]keystore.Tenant, error)
 	SetPlan(ctx context.Context, id, plan string) (keystore.Tenant, error)
 	IssueKey(ctx context.Context, tenant, name string) (keystore.Key, string, error)
 	Keys(ctx context.Context, tenant string) ([]keystore.Key, error)

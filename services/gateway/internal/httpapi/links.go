@@ -55,6 +55,7 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/domains/{name}/verify", access: tenantKey, rpc: &mapping{noBody: true}},
 
 		{pattern: "POST /v1/admin/tenants", access: adminToken, handle: a.createTenant},
+		{pattern: "GET /v1/admin/tenants", access: adminToken, query: []string{"page_size", "page_token", "state", "plan"}, handle: a.listTenants},
 		{pattern: "GET /v1/admin/tenants/{tenant}", access: adminToken, handle: a.getTenant},
 		{pattern: "PATCH /v1/admin/tenants/{tenant}", access: adminToken, handle: a.updateTenant},
 		{pattern: "POST /v1/admin/tenants/{tenant}/suspend", access: adminToken, handle: a.suspendTenant},
@@ -62,6 +63,7 @@ func (a *API) table() []route {
 		{pattern: "POST /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.issueKey},
 		{pattern: "GET /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.listKeys},
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/keys/{key}", access: adminToken, handle: a.revokeKey},
+		{pattern: "DELETE /v1/admin/tenants/{tenant}/domains/{name}", access: adminToken, handle: a.releaseDomain},
 		{pattern: "POST /v1/admin/tenants/{tenant}/domains/{name}/verify", access: adminToken, handle: a.approveDomain},
 	}
 }
