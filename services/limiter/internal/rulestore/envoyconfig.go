@@ -128,7 +128,8 @@ func (n *envoyNode) keys() []string {
 // open: its key the path's keys, its match the path's values. What kurz
 // cannot decide as envoyproxy/ratelimit would is refused, naming the file,
 // domain and descriptor: replaces, wildcard values, share_threshold,
-// requests_per_unit 0, and trees whose rules kurz's matching (the most
+// requests_per_unit 0, a key of a level spelt as another of its keys and
+// a value (user_vip beside user), and trees whose rules kurz's matching (the most
 // values matched wins, rules as specific as each other all apply) would
 // combine otherwise than envoyproxy/ratelimit's walk (a value's branch
 // before its key's, never going back).
@@ -267,6 +268,29 @@ func (t *envoyTranslation) load(parent *envoyNode, descs []envoyDescriptor) erro
 		}
 		if err := t.load(n, d.Descriptors); err != nil {
 			return err
+		}
+	}
+	return t.spellings(parent)
+}
+
+// spellings refuses a descriptor whose composite key is also another key's
+// of its level with a value: envoyproxy/ratelimit looks a request entry up
+// by key_value, so with user and user_vip side by side, the entry
+// user=vip finds user_vip (its limit, its branch) where kurz, matching key
+// and value apart, applies user's rule.
+func (t *envoyTranslation) spellings(parent *envoyNode) error {
+	keys := map[string]bool{}
+	for _, c := range parent.children {
+		keys[c.key] = true
+	}
+	for _, ck := range slices.Sorted(maps.Keys(parent.children)) {
+		c := parent.children[ck]
+		for i := range len(ck) {
+			if ck[i] != '_' || ck[:i] == c.key || !keys[ck[:i]] {
+				continue
+			}
+			return t.errorf(c, "envoyproxy/ratelimit finds this descriptor for a request entry %s=%s too (it looks entries up by key_value, %q), where kurz matches key %s; rename key %s (or %s)",
+				ck[:i], ck[i+1:], ck, ck[:i], c.key, ck[:i])
 		}
 	}
 	return nil

@@ -177,6 +177,20 @@ descriptors:
   - {key: user, value: vip, rate_limit: {unit: hour, requests_per_unit: 10}}
   - {key: user, value: vip, rate_limit: {unit: hour, requests_per_unit: 20}}
 `, "descriptor user=vip: duplicate descriptor composite key \"user_vip\""},
+		{"a key spelt as another key and a value", `
+domain: edge
+descriptors:
+  - {key: user, rate_limit: {unit: hour, requests_per_unit: 3}}
+  - {key: user_vip, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "descriptor user_vip: envoyproxy/ratelimit finds this descriptor for a request entry user=vip too"},
+		{"a key and value spelt as another key and value, nested", `
+domain: edge
+descriptors:
+  - key: api
+    descriptors:
+      - {key: plan, value: free, rate_limit: {unit: hour, requests_per_unit: 3}}
+      - {key: plan_free, value: trial, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "descriptor api > plan_free=trial: envoyproxy/ratelimit finds this descriptor for a request entry plan=free_trial too"},
 		{"invalid unit", `
 domain: edge
 descriptors:
