@@ -630,10 +630,13 @@ func readBounded(path string) ([]byte, error) {
 	return data, nil
 }
 
-// readEnvoyDir reads every *.yaml and *.yml file of dir (not its
-// subdirectories, nor dot files: a mounted ConfigMap's ..data), as
-// envoyproxy/ratelimit loads its runtime config directory. Every one must
-// be an envoyproxy/ratelimit file.
+// readEnvoyDir reads every file of dir but dot files (a mounted
+// ConfigMap's ..data, as envoyproxy/ratelimit skips them with
+// RUNTIME_IGNOREDOTFILES), whatever its name, as envoyproxy/ratelimit
+// loads its runtime config directory: it takes a ratelimit.conf as a
+// domain and refuses a README, so kurz does too. Every one must be an
+// envoyproxy/ratelimit file. A subdirectory's files are envoyproxy/
+// ratelimit's too: refused rather than left out.
 func readEnvoyDir(dir string) ([]EnvoyFile, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -642,13 +645,15 @@ func readEnvoyDir(dir string) ([]EnvoyFile, error) {
 	var files []EnvoyFile
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".yaml") && !strings.HasSuffix(name, ".yml") {
+		if strings.HasPrefix(name, ".") {
 			continue
 		}
 		path := filepath.Join(dir, name)
 		// A ConfigMap's files are symbolic links: follow them.
 		if info, err := os.Stat(path); err != nil {
 			return nil, err
+		} else if info.IsDir() {
+			return nil, fmt.Errorf("%s: a subdirectory: envoyproxy/ratelimit reads the files under it too, kurz only the directory's own; move them up into %s", path, dir)
 		} else if !info.Mode().IsRegular() {
 			continue
 		}
@@ -669,7 +674,7 @@ func readEnvoyDir(dir string) ([]EnvoyFile, error) {
 		files = append(files, EnvoyFile{Name: path, Data: data})
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("%s: no *.yaml or *.yml files", dir)
+		return nil, fmt.Errorf("%s: no rule files", dir)
 	}
 	return files, nil
 }

@@ -354,17 +354,19 @@ func TestDetectFormatTellsTheFormatsApartAndRefusesAMix(t *testing.T) {
 }
 
 // A directory is read as envoyproxy/ratelimit reads its runtime config
-// directory from a mounted ConfigMap: every *.yaml file (links into
-// ..data), not the dot entries.
+// directory from a mounted ConfigMap: every file whatever its name (links
+// into ..data), not the dot entries; a file that is not rules, or a
+// subdirectory, is refused (envoyproxy/ratelimit refuses the one, reads
+// the other).
 func TestReadFileTakesAConfigMapDirectoryOfEnvoyFiles(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "..2026_12_06_22_00_00.1")
 	must(t, os.Mkdir(data, 0o755))
 	must(t, os.WriteFile(filepath.Join(data, "edge.yaml"), []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(data, "api.yaml"), []byte("domain: api\ndescriptors: [{key: user, rate_limit: {unit: minute, requests_per_unit: 9}}]\n"), 0o644))
-	must(t, os.WriteFile(filepath.Join(data, "README"), []byte("not rules"), 0o644))
+	must(t, os.WriteFile(filepath.Join(data, "ratelimit.conf"), []byte("domain: conf\ndescriptors: [{key: user, rate_limit: {unit: hour, requests_per_unit: 3}}]\n"), 0o644))
 	must(t, os.Symlink(filepath.Base(data), filepath.Join(dir, "..data")))
-	for _, f := range []string{"edge.yaml", "api.yaml", "README"} {
+	for _, f := range []string{"edge.yaml", "api.yaml", "ratelimit.conf"} {
 		must(t, os.Symlink(filepath.Join("..data", f), filepath.Join(dir, f)))
 	}
 	cfg, err := ReadFile(dir)
@@ -374,10 +376,24 @@ func TestReadFileTakesAConfigMapDirectoryOfEnvoyFiles(t *testing.T) {
 	want := map[string][]ratelimit.RuleSpec{
 		"edge": {rule("ip", []string{"ip"}, nil, 5, "1s")},
 		"api":  {rule("user", []string{"user"}, nil, 9, "1m")},
+		"conf": {rule("user", []string{"user"}, nil, 3, "1h")},
 	}
-	if len(cfg.Domains) != 2 || !reflect.DeepEqual(cfg.Domains["edge"].Rules, want["edge"]) || !reflect.DeepEqual(cfg.Domains["api"].Rules, want["api"]) {
+	if len(cfg.Domains) != 3 || !reflect.DeepEqual(cfg.Domains["edge"].Rules, want["edge"]) || !reflect.DeepEqual(cfg.Domains["api"].Rules, want["api"]) || !reflect.DeepEqual(cfg.Domains["conf"].Rules, want["conf"]) {
 		t.Errorf("domains %+v, want %+v", cfg.Domains, want)
 	}
+
+	readme := filepath.Join(dir, "README")
+	must(t, os.WriteFile(readme, []byte("not rules"), 0o644))
+	if _, err := ReadFile(dir); err == nil || !strings.Contains(err.Error(), "README") {
+		t.Errorf("a README in the directory: got %v, want it refused by name", err)
+	}
+	must(t, os.Remove(readme))
+	sub := filepath.Join(dir, "more")
+	must(t, os.Mkdir(sub, 0o755))
+	if _, err := ReadFile(dir); err == nil || !strings.Contains(err.Error(), "more: a subdirectory") {
+		t.Errorf("a subdirectory: got %v, want it refused by name", err)
+	}
+	must(t, os.Remove(sub))
 
 	must(t, os.WriteFile(filepath.Join(dir, "kurz.yaml"), []byte("domains: {}\n"), 0o644))
 	if _, err := ReadFile(dir); err == nil || !strings.Contains(err.Error(), "kurz.yaml: not an envoyproxy/ratelimit file") {
