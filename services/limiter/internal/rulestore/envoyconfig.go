@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
 
 	"kurz.dev/services/limiter/internal/ratelimit"
@@ -178,6 +179,13 @@ func decodeEnvoy(f EnvoyFile) (envoyRoot, error) {
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
 		return root, fmt.Errorf("envoy rules %s: more than one document (---): envoyproxy/ratelimit reads only the first; one domain per file", f.Name)
 	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
+		return root, fmt.Errorf("envoy rules %s: %w", f.Name, err)
+	}
+	if err := envoyScalars(f.Name, &doc); err != nil {
+		return root, err
+	}
 	if root.Domain == "" {
 		return root, fmt.Errorf("envoy rules %s: no domain (envoyproxy/ratelimit refuses an empty one too)", f.Name)
 	}
@@ -185,6 +193,51 @@ func decodeEnvoy(f EnvoyFile) (envoyRoot, error) {
 		return root, fmt.Errorf("envoy rules %s: domain %q: kurz domains are 1 to 64 letters, digits, '.', '_' or '-'", f.Name, root.Domain)
 	}
 	return root, nil
+}
+
+// envoyScalars refuses a value envoyproxy/ratelimit refuses the whole file
+// for ("error checking config"): before decoding, it reads the file with
+// YAML 1.1's types (yaml.v2) and takes only strings, ints, bools and
+// nulls as values, so an unquoted 1.0, 1e3 or .inf (a float to it) or an
+// int over 2^63 (unsigned) makes it keep its last configuration, where
+// kurz would read the text and enforce the file. Only plain scalars that
+// could be numbers are resolved: the others are strings to both.
+func envoyScalars(file string, n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		for i := 1; i < len(n.Content); i += 2 {
+			v := n.Content[i]
+			if v.Kind != yaml.ScalarNode {
+				if err := envoyScalars(file, v); err != nil {
+					return err
+				}
+				continue
+			}
+			if v.Style&^yaml.TaggedStyle != 0 || v.Value == "" || !strings.ContainsRune("+-.0123456789", rune(v.Value[0])) && v.Style&yaml.TaggedStyle == 0 {
+				continue
+			}
+			text := v.Value
+			if v.Style&yaml.TaggedStyle != 0 {
+				text = v.Tag + " " + text
+			}
+			var got any
+			if err := yamlv2.Unmarshal([]byte(text), &got); err != nil {
+				continue // what v3 read, the translation judges
+			}
+			switch got.(type) {
+			case string, int, bool, nil:
+			default:
+				return fmt.Errorf("envoy rules %s: line %d: %s: %s is a %T to envoyproxy/ratelimit, which refuses the whole file for it (\"error checking config\"): quote it (\"%s\")",
+					file, v.Line, n.Content[i-1].Value, v.Value, got, v.Value)
+			}
+		}
+		return nil
+	}
+	for _, c := range n.Content {
+		if err := envoyScalars(file, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // envoyTranslation translates one domain.

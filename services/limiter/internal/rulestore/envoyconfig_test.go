@@ -191,6 +191,16 @@ descriptors:
       - {key: plan, value: free, rate_limit: {unit: hour, requests_per_unit: 3}}
       - {key: plan_free, value: trial, rate_limit: {unit: hour, requests_per_unit: 1}}
 `, "descriptor api > plan_free=trial: envoyproxy/ratelimit finds this descriptor for a request entry plan=free_trial too"},
+		{"a float value", `
+domain: edge
+descriptors:
+  - {key: version, value: 1.0, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "envoy rules edge.yaml: line 4: value: 1.0 is a float64 to envoyproxy/ratelimit, which refuses the whole file for it"},
+		{"a value over 2^63", `
+domain: edge
+descriptors:
+  - {key: id, value: 18446744073709551615, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "value: 18446744073709551615 is a uint64 to envoyproxy/ratelimit"},
 		{"invalid unit", `
 domain: edge
 descriptors:
@@ -291,6 +301,29 @@ descriptors:
 				t.Fatalf("got error %v\nwant one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// What envoyproxy/ratelimit reads as text kurz matches as that text: a
+// quoted float, an int, an int with underscores or in binary (YAML 1.1
+// types, which it reads the file with, and which it takes).
+func TestEnvoyConfigMatchesScalarValuesAsTheirText(t *testing.T) {
+	cfg, err := fromEnvoy(t, `
+domain: edge
+descriptors:
+  - {key: a, value: "1.0", rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: b, value: 9223372036854775807, rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: c, value: 1_000, rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: d, value: 0b101, rate_limit: {unit: hour, requests_per_unit: 1}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "1.0", "b": "9223372036854775807", "c": "1_000", "d": "0b101"}
+	for _, r := range cfg.Domains["edge"].Rules {
+		if k := r.Key[0]; r.Match[k] != want[k] {
+			t.Errorf("rule %s matches %q, want %q", r.Name, r.Match[k], want[k])
+		}
 	}
 }
 
