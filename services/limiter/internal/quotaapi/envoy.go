@@ -86,8 +86,12 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	if req.GetHitsAddend() > 0 {
 		cost = req.GetHitsAddend()
 	}
-	descs := make([]map[string]string, len(req.GetDescriptors()))
-	costs := make([]int64, len(descs))
+	n := len(req.GetDescriptors())
+	costs := make([]int64, n)
+	// descs are the descriptors that can match a rule, live their indices
+	// in the request.
+	descs := make([]map[string]string, 0, n)
+	live := make([]int, 0, n)
 	for j, d := range req.GetDescriptors() {
 		// is_negative_hits asks for a refund, which would otherwise consume.
 		if d.GetIsNegativeHits() {
@@ -105,7 +109,11 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			costs[j] = int64(min(h.GetValue(), math.MaxUint32))
 		}
 		m := make(map[string]string, len(d.GetEntries()))
+		repeated := false
 		for _, e := range d.GetEntries() {
+			if _, dup := m[e.GetKey()]; dup {
+				repeated = true
+			}
 			v := e.GetValue()
 			if e.GetKey() == RemoteAddressKey {
 				if a, err := netip.ParseAddr(v); err == nil {
@@ -128,26 +136,54 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		if _, inv := validateDescriptors(m, nil, false); inv != nil {
 			return nil, envoyField(inv, j).Status()
 		}
-		descs[j] = m
+		// A descriptor with a key twice is a path with that key twice,
+		// which no limit has (envoyproxy/ratelimit's walk never reaches
+		// one; its files cannot repeat a key on a path, nor can a rule's
+		// key): it is limited by nothing, OK. Folded into one value per
+		// key it would have been limited by the rules of the last value.
+		if repeated {
+			continue
+		}
+		descs = append(descs, m)
+		live = append(live, j)
 	}
 
-	resp, owners := s.engine.CheckEach(ctx, req.GetDomain(), descs, costs)
+	resp, owners := &ratelimitv1.CheckQuotaResponse{Allowed: true}, [][]int(nil)
+	switch {
+	case len(descs) == n:
+		resp, owners = s.engine.CheckEach(ctx, req.GetDomain(), descs, costs)
+	case len(descs) > 0:
+		// The engine numbers the live descriptors from 0: its owners are
+		// renumbered as the request's.
+		liveCosts := make([]int64, len(live))
+		for i, j := range live {
+			liveCosts[i] = costs[j]
+		}
+		resp, owners = s.engine.CheckEach(ctx, req.GetDomain(), descs, liveCosts)
+		for i := range owners {
+			remapped := make([]int, len(owners[i]))
+			for k, j := range owners[i] {
+				remapped[k] = live[j]
+			}
+			owners[i] = remapped
+		}
+	}
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
 	}
 	// Each descriptor's status and limit, allocated together.
 	type status struct {
 		st    rlsv3.RateLimitResponse_DescriptorStatus
 		limit rlsv3.RateLimitResponse_RateLimit
 	}
-	statuses := make([]status, len(descs))
+	statuses := make([]status, n)
 	if !resp.GetAllowed() {
 		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	// The deciding decision of each descriptor: its denial with the longest
 	// retry-after, else its rule with the least headroom.
-	deciding := make([]*ratelimitv1.RuleDecision, len(descs))
+	deciding := make([]*ratelimitv1.RuleDecision, n)
 	for i, d := range resp.GetDecisions() {
 		if d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW {
 			continue
@@ -171,7 +207,7 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			}
 		}
 	}
-	for j := range descs {
+	for j := range n {
 		st := &statuses[j].st
 		st.Code = rlsv3.RateLimitResponse_OK
 		if d := deciding[j]; d != nil {

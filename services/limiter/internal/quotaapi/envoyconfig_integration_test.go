@@ -33,8 +33,7 @@ import (
 func TestEnvoyConfigFileIsEnforcedAsEnvoyproxyRatelimitEnforcesIt(t *testing.T) {
 	// A domain of its own: every counter starts at zero.
 	domain := fmt.Sprintf("envoyconf-%d", time.Now().UnixNano())
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(`domain: `+domain+`
+	s := envoyFileService(t, `domain: `+domain+`
 descriptors:
   - key: generic_key
     value: api
@@ -55,33 +54,7 @@ descriptors:
     value: trial
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 1}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rulestore.FileSource{Path: dir}.Load(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := ratelimit.Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rc redisconn.Config
-	if err := config.Load(&rc); err != nil {
-		t.Fatal(err)
-	}
-	rdb, err := redisconn.New(context.Background(), rc)
-	if err != nil {
-		t.Fatalf("local Redis Cluster: %v", err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
-	e, err := ratelimit.NewEngine(rdb, rs, ratelimit.Options{Timeout: 5 * time.Second},
-		slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), noop.NewMeterProvider())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Wait)
-	s := NewEnvoy(e, HeadersDraft, clientip.Keying{})
+`)
 
 	type entry = ratelimitcommonv3.RateLimitDescriptor_Entry
 	// expect sends one descriptor and checks its code, current limit
@@ -132,4 +105,81 @@ descriptors:
 		expect(fmt.Sprintf("plan trial (shadow), request %d", i+1), []*entry{{Key: "plan", Value: "trial"}}, ok, 1, 0)
 	}
 	expect("a descriptor no path of the file has", []*entry{{Key: "plan", Value: "pro"}}, ok, 0, 0)
+}
+
+// envoyFileService serves ShouldRateLimit on the stack's Redis Cluster with
+// the envoyproxy/ratelimit file, loaded through the file source as a
+// ConfigMap-style directory.
+func envoyFileService(t *testing.T, file string) *EnvoyService {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rulestore.FileSource{Path: dir}.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := ratelimit.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc redisconn.Config
+	if err := config.Load(&rc); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := redisconn.New(context.Background(), rc)
+	if err != nil {
+		t.Fatalf("local Redis Cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	e, err := ratelimit.NewEngine(rdb, rs, ratelimit.Options{Timeout: 5 * time.Second},
+		slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), noop.NewMeterProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Wait)
+	return NewEnvoy(e, HeadersDraft, clientip.Keying{})
+}
+
+// A descriptor with a key twice is limited by nothing, as
+// envoyproxy/ratelimit's walk limits it (no path of its files has a key
+// twice), while the other descriptors of the request keep their limits.
+// Folded into one value per key, (user=a, user=b) was limited as user b.
+func TestEnvoyDescriptorWithAKeyTwiceIsNotLimited(t *testing.T) {
+	domain := fmt.Sprintf("envoyconf-twice-%d", time.Now().UnixNano())
+	s := envoyFileService(t, `domain: `+domain+`
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`)
+	type entry = ratelimitcommonv3.RateLimitDescriptor_Entry
+	twice := &ratelimitcommonv3.RateLimitDescriptor{Entries: []*entry{{Key: "user", Value: "a"}, {Key: "user", Value: "b"}}}
+	once := &ratelimitcommonv3.RateLimitDescriptor{Entries: []*entry{{Key: "user", Value: "c"}}}
+	for i := range 3 {
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{twice, once}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := resp.GetStatuses()
+		if st[0].GetCode() != rlsv3.RateLimitResponse_OK || st[0].GetCurrentLimit() != nil {
+			t.Fatalf("request %d: (user=a, user=b) %v, limit %v; want OK, no limit", i+1, st[0].GetCode(), st[0].GetCurrentLimit())
+		}
+		want := rlsv3.RateLimitResponse_OK
+		if i > 0 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if st[1].GetCode() != want || st[1].GetCurrentLimit().GetRequestsPerUnit() != 1 || resp.GetOverallCode() != want {
+			t.Fatalf("request %d: (user=c) %v, limit %v, overall %v; want %v, limit 1", i+1, st[1].GetCode(), st[1].GetCurrentLimit(), resp.GetOverallCode(), want)
+		}
+	}
+	resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain,
+		Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{Entries: []*entry{{Key: "user", Value: "b"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.GetStatuses()[0]; st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetLimitRemaining() != 0 || st.GetCurrentLimit().GetRequestsPerUnit() != 1 {
+		t.Fatalf("user b alone after (user=a, user=b) three times: %v, remaining %d; want OK, remaining 0 (its first hit)", st.GetCode(), st.GetLimitRemaining())
+	}
 }

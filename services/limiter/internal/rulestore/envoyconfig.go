@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
 
 	"kurz.dev/services/limiter/internal/ratelimit"
@@ -128,7 +129,8 @@ func (n *envoyNode) keys() []string {
 // open: its key the path's keys, its match the path's values. What kurz
 // cannot decide as envoyproxy/ratelimit would is refused, naming the file,
 // domain and descriptor: replaces, wildcard values, share_threshold,
-// requests_per_unit 0, and trees whose rules kurz's matching (the most
+// requests_per_unit 0, a key of a level spelt as another of its keys and
+// a value (user_vip beside user), and trees whose rules kurz's matching (the most
 // values matched wins, rules as specific as each other all apply) would
 // combine otherwise than envoyproxy/ratelimit's walk (a value's branch
 // before its key's, never going back).
@@ -177,6 +179,13 @@ func decodeEnvoy(f EnvoyFile) (envoyRoot, error) {
 	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
 		return root, fmt.Errorf("envoy rules %s: more than one document (---): envoyproxy/ratelimit reads only the first; one domain per file", f.Name)
 	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
+		return root, fmt.Errorf("envoy rules %s: %w", f.Name, err)
+	}
+	if err := envoyScalars(f.Name, &doc); err != nil {
+		return root, err
+	}
 	if root.Domain == "" {
 		return root, fmt.Errorf("envoy rules %s: no domain (envoyproxy/ratelimit refuses an empty one too)", f.Name)
 	}
@@ -184,6 +193,51 @@ func decodeEnvoy(f EnvoyFile) (envoyRoot, error) {
 		return root, fmt.Errorf("envoy rules %s: domain %q: kurz domains are 1 to 64 letters, digits, '.', '_' or '-'", f.Name, root.Domain)
 	}
 	return root, nil
+}
+
+// envoyScalars refuses a value envoyproxy/ratelimit refuses the whole file
+// for ("error checking config"): before decoding, it reads the file with
+// YAML 1.1's types (yaml.v2) and takes only strings, ints, bools and
+// nulls as values, so an unquoted 1.0, 1e3 or .inf (a float to it) or an
+// int over 2^63 (unsigned) makes it keep its last configuration, where
+// kurz would read the text and enforce the file. Only plain scalars that
+// could be numbers are resolved: the others are strings to both.
+func envoyScalars(file string, n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		for i := 1; i < len(n.Content); i += 2 {
+			v := n.Content[i]
+			if v.Kind != yaml.ScalarNode {
+				if err := envoyScalars(file, v); err != nil {
+					return err
+				}
+				continue
+			}
+			if v.Style&^yaml.TaggedStyle != 0 || v.Value == "" || !strings.ContainsRune("+-.0123456789", rune(v.Value[0])) && v.Style&yaml.TaggedStyle == 0 {
+				continue
+			}
+			text := v.Value
+			if v.Style&yaml.TaggedStyle != 0 {
+				text = v.Tag + " " + text
+			}
+			var got any
+			if err := yamlv2.Unmarshal([]byte(text), &got); err != nil {
+				continue // what v3 read, the translation judges
+			}
+			switch got.(type) {
+			case string, int, bool, nil:
+			default:
+				return fmt.Errorf("envoy rules %s: line %d: %s: %s is a %T to envoyproxy/ratelimit, which refuses the whole file for it (\"error checking config\"): quote it (\"%s\")",
+					file, v.Line, n.Content[i-1].Value, v.Value, got, v.Value)
+			}
+		}
+		return nil
+	}
+	for _, c := range n.Content {
+		if err := envoyScalars(file, c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // envoyTranslation translates one domain.
@@ -267,6 +321,29 @@ func (t *envoyTranslation) load(parent *envoyNode, descs []envoyDescriptor) erro
 		}
 		if err := t.load(n, d.Descriptors); err != nil {
 			return err
+		}
+	}
+	return t.spellings(parent)
+}
+
+// spellings refuses a descriptor whose composite key is also another key's
+// of its level with a value: envoyproxy/ratelimit looks a request entry up
+// by key_value, so with user and user_vip side by side, the entry
+// user=vip finds user_vip (its limit, its branch) where kurz, matching key
+// and value apart, applies user's rule.
+func (t *envoyTranslation) spellings(parent *envoyNode) error {
+	keys := map[string]bool{}
+	for _, c := range parent.children {
+		keys[c.key] = true
+	}
+	for _, ck := range slices.Sorted(maps.Keys(parent.children)) {
+		c := parent.children[ck]
+		for i := range len(ck) {
+			if ck[i] != '_' || ck[:i] == c.key || !keys[ck[:i]] {
+				continue
+			}
+			return t.errorf(c, "envoyproxy/ratelimit finds this descriptor for a request entry %s=%s too (it looks entries up by key_value, %q), where kurz matches key %s; rename key %s (or %s)",
+				ck[:i], ck[i+1:], ck, ck[:i], c.key, ck[:i])
 		}
 	}
 	return nil
@@ -606,10 +683,13 @@ func readBounded(path string) ([]byte, error) {
 	return data, nil
 }
 
-// readEnvoyDir reads every *.yaml and *.yml file of dir (not its
-// subdirectories, nor dot files: a mounted ConfigMap's ..data), as
-// envoyproxy/ratelimit loads its runtime config directory. Every one must
-// be an envoyproxy/ratelimit file.
+// readEnvoyDir reads every file of dir but dot files (a mounted
+// ConfigMap's ..data, as envoyproxy/ratelimit skips them with
+// RUNTIME_IGNOREDOTFILES), whatever its name, as envoyproxy/ratelimit
+// loads its runtime config directory: it takes a ratelimit.conf as a
+// domain and refuses a README, so kurz does too. Every one must be an
+// envoyproxy/ratelimit file. A subdirectory's files are envoyproxy/
+// ratelimit's too: refused rather than left out.
 func readEnvoyDir(dir string) ([]EnvoyFile, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -618,13 +698,15 @@ func readEnvoyDir(dir string) ([]EnvoyFile, error) {
 	var files []EnvoyFile
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".yaml") && !strings.HasSuffix(name, ".yml") {
+		if strings.HasPrefix(name, ".") {
 			continue
 		}
 		path := filepath.Join(dir, name)
 		// A ConfigMap's files are symbolic links: follow them.
 		if info, err := os.Stat(path); err != nil {
 			return nil, err
+		} else if info.IsDir() {
+			return nil, fmt.Errorf("%s: a subdirectory: envoyproxy/ratelimit reads the files under it too, kurz only the directory's own; move them up into %s", path, dir)
 		} else if !info.Mode().IsRegular() {
 			continue
 		}
@@ -645,7 +727,7 @@ func readEnvoyDir(dir string) ([]EnvoyFile, error) {
 		files = append(files, EnvoyFile{Name: path, Data: data})
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("%s: no *.yaml or *.yml files", dir)
+		return nil, fmt.Errorf("%s: no rule files", dir)
 	}
 	return files, nil
 }

@@ -177,6 +177,30 @@ descriptors:
   - {key: user, value: vip, rate_limit: {unit: hour, requests_per_unit: 10}}
   - {key: user, value: vip, rate_limit: {unit: hour, requests_per_unit: 20}}
 `, "descriptor user=vip: duplicate descriptor composite key \"user_vip\""},
+		{"a key spelt as another key and a value", `
+domain: edge
+descriptors:
+  - {key: user, rate_limit: {unit: hour, requests_per_unit: 3}}
+  - {key: user_vip, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "descriptor user_vip: envoyproxy/ratelimit finds this descriptor for a request entry user=vip too"},
+		{"a key and value spelt as another key and value, nested", `
+domain: edge
+descriptors:
+  - key: api
+    descriptors:
+      - {key: plan, value: free, rate_limit: {unit: hour, requests_per_unit: 3}}
+      - {key: plan_free, value: trial, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "descriptor api > plan_free=trial: envoyproxy/ratelimit finds this descriptor for a request entry plan=free_trial too"},
+		{"a float value", `
+domain: edge
+descriptors:
+  - {key: version, value: 1.0, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "envoy rules edge.yaml: line 4: value: 1.0 is a float64 to envoyproxy/ratelimit, which refuses the whole file for it"},
+		{"a value over 2^63", `
+domain: edge
+descriptors:
+  - {key: id, value: 18446744073709551615, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, "value: 18446744073709551615 is a uint64 to envoyproxy/ratelimit"},
 		{"invalid unit", `
 domain: edge
 descriptors:
@@ -280,6 +304,29 @@ descriptors:
 	}
 }
 
+// What envoyproxy/ratelimit reads as text kurz matches as that text: a
+// quoted float, an int, an int with underscores or in binary (YAML 1.1
+// types, which it reads the file with, and which it takes).
+func TestEnvoyConfigMatchesScalarValuesAsTheirText(t *testing.T) {
+	cfg, err := fromEnvoy(t, `
+domain: edge
+descriptors:
+  - {key: a, value: "1.0", rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: b, value: 9223372036854775807, rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: c, value: 1_000, rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: d, value: 0b101, rate_limit: {unit: hour, requests_per_unit: 1}}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a": "1.0", "b": "9223372036854775807", "c": "1_000", "d": "0b101"}
+	for _, r := range cfg.Domains["edge"].Rules {
+		if k := r.Key[0]; r.Match[k] != want[k] {
+			t.Errorf("rule %s matches %q, want %q", r.Name, r.Match[k], want[k])
+		}
+	}
+}
+
 // deep is a path of n nested descriptors, the last limited.
 func deep(n int) string {
 	var b strings.Builder
@@ -340,17 +387,19 @@ func TestDetectFormatTellsTheFormatsApartAndRefusesAMix(t *testing.T) {
 }
 
 // A directory is read as envoyproxy/ratelimit reads its runtime config
-// directory from a mounted ConfigMap: every *.yaml file (links into
-// ..data), not the dot entries.
+// directory from a mounted ConfigMap: every file whatever its name (links
+// into ..data), not the dot entries; a file that is not rules, or a
+// subdirectory, is refused (envoyproxy/ratelimit refuses the one, reads
+// the other).
 func TestReadFileTakesAConfigMapDirectoryOfEnvoyFiles(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "..2026_12_06_22_00_00.1")
 	must(t, os.Mkdir(data, 0o755))
 	must(t, os.WriteFile(filepath.Join(data, "edge.yaml"), []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(data, "api.yaml"), []byte("domain: api\ndescriptors: [{key: user, rate_limit: {unit: minute, requests_per_unit: 9}}]\n"), 0o644))
-	must(t, os.WriteFile(filepath.Join(data, "README"), []byte("not rules"), 0o644))
+	must(t, os.WriteFile(filepath.Join(data, "ratelimit.conf"), []byte("domain: conf\ndescriptors: [{key: user, rate_limit: {unit: hour, requests_per_unit: 3}}]\n"), 0o644))
 	must(t, os.Symlink(filepath.Base(data), filepath.Join(dir, "..data")))
-	for _, f := range []string{"edge.yaml", "api.yaml", "README"} {
+	for _, f := range []string{"edge.yaml", "api.yaml", "ratelimit.conf"} {
 		must(t, os.Symlink(filepath.Join("..data", f), filepath.Join(dir, f)))
 	}
 	cfg, err := ReadFile(dir)
@@ -360,10 +409,24 @@ func TestReadFileTakesAConfigMapDirectoryOfEnvoyFiles(t *testing.T) {
 	want := map[string][]ratelimit.RuleSpec{
 		"edge": {rule("ip", []string{"ip"}, nil, 5, "1s")},
 		"api":  {rule("user", []string{"user"}, nil, 9, "1m")},
+		"conf": {rule("user", []string{"user"}, nil, 3, "1h")},
 	}
-	if len(cfg.Domains) != 2 || !reflect.DeepEqual(cfg.Domains["edge"].Rules, want["edge"]) || !reflect.DeepEqual(cfg.Domains["api"].Rules, want["api"]) {
+	if len(cfg.Domains) != 3 || !reflect.DeepEqual(cfg.Domains["edge"].Rules, want["edge"]) || !reflect.DeepEqual(cfg.Domains["api"].Rules, want["api"]) || !reflect.DeepEqual(cfg.Domains["conf"].Rules, want["conf"]) {
 		t.Errorf("domains %+v, want %+v", cfg.Domains, want)
 	}
+
+	readme := filepath.Join(dir, "README")
+	must(t, os.WriteFile(readme, []byte("not rules"), 0o644))
+	if _, err := ReadFile(dir); err == nil || !strings.Contains(err.Error(), "README") {
+		t.Errorf("a README in the directory: got %v, want it refused by name", err)
+	}
+	must(t, os.Remove(readme))
+	sub := filepath.Join(dir, "more")
+	must(t, os.Mkdir(sub, 0o755))
+	if _, err := ReadFile(dir); err == nil || !strings.Contains(err.Error(), "more: a subdirectory") {
+		t.Errorf("a subdirectory: got %v, want it refused by name", err)
+	}
+	must(t, os.Remove(sub))
 
 	must(t, os.WriteFile(filepath.Join(dir, "kurz.yaml"), []byte("domains: {}\n"), 0o644))
 	if _, err := ReadFile(dir); err == nil || !strings.Contains(err.Error(), "kurz.yaml: not an envoyproxy/ratelimit file") {
