@@ -208,3 +208,42 @@ func TestBulkUploadInProgressMakesNothingOnceItsTenantIsSuspended(t *testing.T) 
 		}
 	}
 }
+
+// The administrator deletes a suspended tenant's offending link without
+// resuming it (its keys, a fresh one included, are refused): the link is
+// gone when the tenant resumes, another of its links is kept; an unknown
+// tenant or link is 404, and a tenant's key is 401 on the route.
+func TestAdminDeletesASuspendedTenantsLink(t *testing.T) {
+	gw := startGateway(t, nil)
+	a := newTenant(t, gw, "free")
+	admin, ca := newClient(t, gw, adminToken), newClient(t, gw, a.key)
+	bad := ca.do("POST", "/v1/links", `{"longUrl":"https://example.com/phish"}`)
+	good := ca.do("POST", "/v1/links", `{"longUrl":"https://example.com/fine"}`)
+	if bad.code != http.StatusCreated || good.code != http.StatusCreated {
+		t.Fatalf("creates: %s, %s", bad, good)
+	}
+	badCode, goodCode := bad.json(t)["code"].(string), good.json(t)["code"].(string)
+	if r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/suspend", `{"reason":"phishing"}`); r.code != http.StatusOK {
+		t.Fatalf("suspend: %s", r)
+	}
+	if r := ca.do("DELETE", "/v1/admin/tenants/"+a.id+"/links/"+badCode, ""); r.code != http.StatusUnauthorized {
+		t.Errorf("the tenant's key on the admin route: %s, want 401", r)
+	}
+	if r := admin.do("DELETE", "/v1/admin/tenants/"+a.id+"/links/"+badCode, ""); r.code != http.StatusNoContent {
+		t.Fatalf("the administrator deletes the suspended tenant's link: %s, want 204", r)
+	}
+	for _, path := range []string{"/v1/admin/tenants/" + a.id + "/links/" + badCode, "/v1/admin/tenants/no-such-tenant-gw/links/" + goodCode} {
+		if r := admin.do("DELETE", path, ""); r.code != http.StatusNotFound {
+			t.Errorf("DELETE %s: %s, want 404", path, r)
+		}
+	}
+	if r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/resume", ""); r.code != http.StatusOK {
+		t.Fatalf("resume: %s", r)
+	}
+	if r := ca.do("GET", "/v1/links/"+badCode, ""); r.code != http.StatusNotFound {
+		t.Errorf("the deleted link after resume: %s, want 404", r)
+	}
+	if r := ca.do("GET", "/v1/links/"+goodCode, ""); r.code != http.StatusOK {
+		t.Errorf("the other link after resume: %s, want it kept", r)
+	}
+}
