@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"kurz.dev/pkg/testkit/servertest"
@@ -245,5 +246,42 @@ func TestAdminDeletesASuspendedTenantsLink(t *testing.T) {
 	}
 	if r := ca.do("GET", "/v1/links/"+goodCode, ""); r.code != http.StatusOK {
 		t.Errorf("the other link after resume: %s, want it kept", r)
+	}
+}
+
+// A suspended tenant's keys stay under its rate limits: a runaway
+// integration, one reason to suspend, must not gain unlimited requests
+// (each a key look-up and a log line) by being suspended. A burst of 40
+// on api/per-api-key (burst 5) is answered 403 up to the limit and 429
+// past it (the limiter of testdata/rules.yaml, as TestPacedAndGreedyClients).
+func TestSuspendedTenantsKeyStaysRateLimited(t *testing.T) {
+	lim := startLimiter(t)
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr})
+	a := newTenant(t, gw, "free")
+	admin, c := newClient(t, gw, adminToken), newClient(t, gw, a.key)
+	if r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/suspend", `{"reason":"runaway integration"}`); r.code != http.StatusOK {
+		t.Fatalf("suspend: %s", r)
+	}
+	const n = 40
+	answers := make([]response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { answers[i] = c.do("GET", "/v1/links", "") })
+	}
+	wg.Wait()
+	refused, limited := 0, 0
+	for _, r := range answers {
+		switch r.code {
+		case http.StatusForbidden:
+			refused++
+		case http.StatusTooManyRequests:
+			limited++
+			checkTooMany(t, r, "api/per-api-key", 600, 60)
+		default:
+			t.Errorf("the suspended tenant's request: %s", r)
+		}
+	}
+	if refused == 0 || limited == 0 {
+		t.Errorf("a burst of %d from a suspended tenant's key: %d answered 403, %d 429; want its rate limit to hold (some of each)", n, refused, limited)
 	}
 }

@@ -95,9 +95,17 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 		return a.authFailed(c, check, "invalid_key", id, "the API key is invalid or revoked")
 	}
 	if errors.Is(err, keystore.ErrTenantSuspended) {
-		// The key is right: no failure counts against the address.
-		id, _ := keystore.ParseKeyID(token)
-		a.log.InfoContext(c.r.Context(), "request of a suspended tenant refused", "key_id", id,
+		// The key is right: no failure counts against the address. The
+		// refusal still spends the tenant's quota, as its requests did
+		// before: a runaway integration, one reason to suspend, must not
+		// gain unlimited requests (each a key look-up and a log line) by
+		// being suspended.
+		c.keyID = p.KeyID
+		c.st.setTenant(p.Tenant)
+		if err := a.edgeQuota(c, c.st.route); err != nil {
+			return err
+		}
+		a.log.InfoContext(c.r.Context(), "request of a suspended tenant refused", "key_id", p.KeyID,
 			"route", c.st.route, "request_id", c.st.id)
 		return tenantSuspended()
 	}
