@@ -111,6 +111,39 @@ Examples:
 			setup: setupLinksDelete,
 		},
 		{
+			name: "links remove", args: "<tenant> <code>", minArgs: 2, maxArgs: 2,
+			summary: "delete a tenant's link (administrators)",
+			help: `Deletes a tenant's link, as its own links delete would, for an operator: the
+offending links of a suspended tenant, whose keys are refused, or the links
+that keep a disputed domain in use (--domain for a custom domain's link).
+` + adminHelpNote + `
+
+Examples:
+  kurzctl links remove acme 1000abc
+  kurzctl links remove acme promo --domain go.example.com`,
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
+				domain := fs.String("domain", "", "the link's custom domain (default: the default domain)")
+				return func(args []string) error {
+					gw, err := c.gateway("links remove", adminAuth)
+					if err != nil {
+						return err
+					}
+					path := "/v1/admin/tenants/" + url.PathEscape(args[0]) + "/links/" + url.PathEscape(args[1])
+					if *domain != "" {
+						path += "?domain=" + url.QueryEscape(*domain)
+					}
+					if _, err := gw.call(c.ctx, "DELETE", path, nil, nil); err != nil {
+						return err
+					}
+					if c.json() {
+						return writeJSONValue(c.stdout, struct{}{})
+					}
+					_, err = fmt.Fprintf(c.stdout, "removed %s of tenant %s\n", args[1], args[0])
+					return err
+				}
+			},
+		},
+		{
 			name: "links import", args: "<file.csv>", minArgs: 1, maxArgs: 1,
 			summary: "create links from a Bitly, YOURLS or kurz CSV export",
 			help: `Reads a CSV export of Bitly, YOURLS or kurz (links export; the format is

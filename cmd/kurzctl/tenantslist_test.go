@@ -109,3 +109,24 @@ func TestDomainsRelease(t *testing.T) {
 		t.Errorf("domains release -o json: %v", got)
 	}
 }
+
+// links remove deletes a suspended tenant's link as the administrator
+// (the tenant's keys are refused meanwhile); a link it does not have is
+// an error.
+func TestLinksRemove(t *testing.T) {
+	gw := startGateway(t, stack.Limiter)
+	admin := newCtl(t, gw)
+	a, ca := tenantWithKey(t, admin, "free")
+	code := strings.TrimSpace(ca.ok("links", "create", "https://example.com/phish", "-q"))
+	admin.ok("tenants", "suspend", a, "--reason", "phishing")
+	if out := admin.ok("links", "remove", a, code); out != "removed "+code+" of tenant "+a+"\n" {
+		t.Errorf("links remove: %q", out)
+	}
+	if r := admin.run("links", "remove", a, code); r.code != exitError {
+		t.Errorf("remove a link the tenant no longer has: %s; want an error", r)
+	}
+	admin.ok("tenants", "resume", a)
+	if r := ca.run("links", "get", code); r.code != exitError {
+		t.Errorf("the removed link after resume: %s; want an error", r)
+	}
+}

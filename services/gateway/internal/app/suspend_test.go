@@ -3,11 +3,18 @@
 package app
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+
+	"kurz.dev/pkg/testkit/servertest"
+	"kurz.dev/services/gateway/gatewaytest"
 )
 
 // Suspending a tenant refuses every request of its keys with 403
@@ -139,5 +146,142 @@ func TestSuspendRefusals(t *testing.T) {
 	}
 	if r := newClient(t, gw, a.key).do("GET", "/v1/links", ""); r.code != http.StatusOK {
 		t.Errorf("the tenant after refused suspensions: %s, want it active", r)
+	}
+}
+
+// bulkAcrossSuspension sends method path with body to gw as key's client
+// and suspends tenant between its headers and its body: the request asks
+// "Expect: 100-continue", and the gateway says "100 Continue" only when
+// its handler first reads the body, after the key was admitted, so the
+// suspension comes while the upload is in progress, as it may for a body
+// trickled in for minutes. It returns the final status line and body.
+func bulkAcrossSuspension(t *testing.T, gw *servertest.Running, admin *client, tenant, key, method, path, contentType, body string) (string, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gw.HTTP, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: kurz.test\r\nAuthorization: Bearer %s\r\nX-Forwarded-For: %s\r\nContent-Type: %s\r\n"+
+		"Content-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n", method, path, key, gatewaytest.NewIP(), contentType, len(body))
+	br := bufio.NewReader(conn)
+	interim, err := http.ReadResponse(br, nil)
+	if err != nil || interim.StatusCode != http.StatusContinue {
+		t.Fatalf("%s %s before its body: %v %v; want 100 Continue", method, path, interim, err)
+	}
+	if r := admin.do("POST", "/v1/admin/tenants/"+tenant+"/suspend", `{"reason":"suspended during an upload"}`); r.code != http.StatusOK {
+		t.Fatalf("suspend: %s", r)
+	}
+	if _, err := io.WriteString(conn, body); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.Status, string(b)
+}
+
+// An import or a batch whose body was still arriving when the tenant was
+// suspended makes nothing: the key is checked again before the links are
+// made, as an export checks it before every page.
+func TestBulkUploadInProgressMakesNothingOnceItsTenantIsSuspended(t *testing.T) {
+	gw := startGateway(t, nil)
+	admin := newClient(t, gw, adminToken)
+	for _, tc := range []struct{ path, contentType, body string }{
+		{"/v1/links:import", "text/csv", "long_url,link\nhttps://example.com/import-1,bit.ly/i1%[1]s\nhttps://example.com/import-2,bit.ly/i2%[1]s\n"},
+		{"/v1/links:batch", "application/json", `{"requests":[{"longUrl":"https://example.com/batch-1"},{"longUrl":"https://example.com/batch-2"}]}`},
+	} {
+		a := newTenant(t, gw, "free")
+		// The import keeps the file's codes: this tenant's own.
+		body := strings.ReplaceAll(tc.body, "%[1]s", strings.TrimPrefix(a.id, "gwt-"))
+		status, body := bulkAcrossSuspension(t, gw, admin, a.id, a.key, "POST", tc.path, tc.contentType, body)
+		if !strings.HasPrefix(status, "403") || !strings.Contains(body, "TENANT_SUSPENDED") {
+			t.Errorf("%s suspended during its upload: %s %s; want 403 TENANT_SUSPENDED", tc.path, status, body)
+		}
+		if r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/resume", ""); r.code != http.StatusOK {
+			t.Fatalf("resume: %s", r)
+		}
+		if r := newClient(t, gw, a.key).do("GET", "/v1/links", ""); r.code != http.StatusOK || len(r.json(t)["links"].([]any)) != 0 {
+			t.Errorf("%s suspended during its upload made links: %s", tc.path, r)
+		}
+	}
+}
+
+// The administrator deletes a suspended tenant's offending link without
+// resuming it (its keys, a fresh one included, are refused): the link is
+// gone when the tenant resumes, another of its links is kept; an unknown
+// tenant or link is 404, and a tenant's key is 401 on the route.
+func TestAdminDeletesASuspendedTenantsLink(t *testing.T) {
+	gw := startGateway(t, nil)
+	a := newTenant(t, gw, "free")
+	admin, ca := newClient(t, gw, adminToken), newClient(t, gw, a.key)
+	bad := ca.do("POST", "/v1/links", `{"longUrl":"https://example.com/phish"}`)
+	good := ca.do("POST", "/v1/links", `{"longUrl":"https://example.com/fine"}`)
+	if bad.code != http.StatusCreated || good.code != http.StatusCreated {
+		t.Fatalf("creates: %s, %s", bad, good)
+	}
+	badCode, goodCode := bad.json(t)["code"].(string), good.json(t)["code"].(string)
+	if r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/suspend", `{"reason":"phishing"}`); r.code != http.StatusOK {
+		t.Fatalf("suspend: %s", r)
+	}
+	if r := ca.do("DELETE", "/v1/admin/tenants/"+a.id+"/links/"+badCode, ""); r.code != http.StatusUnauthorized {
+		t.Errorf("the tenant's key on the admin route: %s, want 401", r)
+	}
+	if r := admin.do("DELETE", "/v1/admin/tenants/"+a.id+"/links/"+badCode, ""); r.code != http.StatusNoContent {
+		t.Fatalf("the administrator deletes the suspended tenant's link: %s, want 204", r)
+	}
+	for _, path := range []string{"/v1/admin/tenants/" + a.id + "/links/" + badCode, "/v1/admin/tenants/no-such-tenant-gw/links/" + goodCode} {
+		if r := admin.do("DELETE", path, ""); r.code != http.StatusNotFound {
+			t.Errorf("DELETE %s: %s, want 404", path, r)
+		}
+	}
+	if r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/resume", ""); r.code != http.StatusOK {
+		t.Fatalf("resume: %s", r)
+	}
+	if r := ca.do("GET", "/v1/links/"+badCode, ""); r.code != http.StatusNotFound {
+		t.Errorf("the deleted link after resume: %s, want 404", r)
+	}
+	if r := ca.do("GET", "/v1/links/"+goodCode, ""); r.code != http.StatusOK {
+		t.Errorf("the other link after resume: %s, want it kept", r)
+	}
+}
+
+// A suspended tenant's keys stay under its rate limits: a runaway
+// integration, one reason to suspend, must not gain unlimited requests
+// (each a key look-up and a log line) by being suspended. A burst of 40
+// on api/per-api-key (burst 5) is answered 403 up to the limit and 429
+// past it (the limiter of testdata/rules.yaml, as TestPacedAndGreedyClients).
+func TestSuspendedTenantsKeyStaysRateLimited(t *testing.T) {
+	lim := startLimiter(t)
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr})
+	a := newTenant(t, gw, "free")
+	admin, c := newClient(t, gw, adminToken), newClient(t, gw, a.key)
+	if r := admin.do("POST", "/v1/admin/tenants/"+a.id+"/suspend", `{"reason":"runaway integration"}`); r.code != http.StatusOK {
+		t.Fatalf("suspend: %s", r)
+	}
+	const n = 40
+	answers := make([]response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { answers[i] = c.do("GET", "/v1/links", "") })
+	}
+	wg.Wait()
+	refused, limited := 0, 0
+	for _, r := range answers {
+		switch r.code {
+		case http.StatusForbidden:
+			refused++
+		case http.StatusTooManyRequests:
+			limited++
+			checkTooMany(t, r, "api/per-api-key", 600, 60)
+		default:
+			t.Errorf("the suspended tenant's request: %s", r)
+		}
+	}
+	if refused == 0 || limited == 0 {
+		t.Errorf("a burst of %d from a suspended tenant's key: %d answered 403, %d 429; want its rate limit to hold (some of each)", n, refused, limited)
 	}
 }

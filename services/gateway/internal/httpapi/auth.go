@@ -95,9 +95,17 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 		return a.authFailed(c, check, "invalid_key", id, "the API key is invalid or revoked")
 	}
 	if errors.Is(err, keystore.ErrTenantSuspended) {
-		// The key is right: no failure counts against the address.
-		id, _ := keystore.ParseKeyID(token)
-		a.log.InfoContext(c.r.Context(), "request of a suspended tenant refused", "key_id", id,
+		// The key is right: no failure counts against the address. The
+		// refusal still spends the tenant's quota, as its requests did
+		// before: a runaway integration, one reason to suspend, must not
+		// gain unlimited requests (each a key look-up and a log line) by
+		// being suspended.
+		c.keyID = p.KeyID
+		c.st.setTenant(p.Tenant)
+		if err := a.edgeQuota(c, c.st.route); err != nil {
+			return err
+		}
+		a.log.InfoContext(c.r.Context(), "request of a suspended tenant refused", "key_id", p.KeyID,
 			"route", c.st.route, "request_id", c.st.id)
 		return tenantSuspended()
 	}
@@ -111,30 +119,41 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 
 // keyRevoked reports whether the API key a call was admitted with is no
 // longer valid (revoked, gone with its tenant, or its tenant suspended),
-// for a response that
-// outlives its admission: an export asks before each page. It costs one
-// key look-up (the one authenticate made, a primary-key read), next to a
-// page of up to a thousand links. When the key store cannot answer, the
-// key is taken as still valid: a store outage is not a revocation, and
-// the next page asks again. An anonymous call has no key to lose.
-func (a *API) keyRevoked(c *call) bool {
+// for a response that outlives its admission: an export asks before each
+// page. See readmit.
+func (a *API) keyRevoked(c *call) bool { return a.readmit(c) != nil }
+
+// readmit checks again the API key a call was admitted with, for work
+// that outlives its admission (an export's later pages, a bulk body
+// uploaded slowly, an import's batches), and returns the refusal the call
+// would get now: 403 TENANT_SUSPENDED for a tenant suspended meanwhile,
+// 401 for a key revoked or gone. It costs one key look-up (the one
+// authenticate made, a primary-key read), next to a page or a batch of up
+// to a thousand links. When the key store cannot answer, the key is taken
+// as still valid: a store outage is not a revocation, and the next check
+// asks again. An anonymous call has no key to lose.
+func (a *API) readmit(c *call) error {
 	if c.keyID == "" {
-		return false
+		return nil
 	}
 	token, ok := bearer(c.r.Header.Values("Authorization"))
 	if !ok {
-		return true // cannot be: authenticate read this header
+		return unauthenticated("the API key is invalid or revoked", "invalid_token") // cannot be: authenticate read this header
 	}
 	p, err := a.keys.Authenticate(c.r.Context(), token)
 	switch {
-	case errors.Is(err, keystore.ErrInvalidKey), errors.Is(err, keystore.ErrTenantSuspended):
-		return true
+	case errors.Is(err, keystore.ErrTenantSuspended):
+		return tenantSuspended()
+	case errors.Is(err, keystore.ErrInvalidKey):
+		return unauthenticated("the API key was revoked while the request was in progress", "invalid_token")
 	case err != nil:
 		a.log.WarnContext(c.r.Context(), "could not check the API key again; going on", "route", c.st.route,
 			"request_id", c.st.id, "key_id", c.keyID, "err", err)
-		return false
+		return nil
+	case p.KeyID != c.keyID || p.Tenant != c.tenant():
+		return unauthenticated("the API key was revoked while the request was in progress", "invalid_token")
 	}
-	return p.KeyID != c.keyID || p.Tenant != c.tenant()
+	return nil
 }
 
 // reasonTenantSuspended is the ErrorInfo reason of a suspended tenant's

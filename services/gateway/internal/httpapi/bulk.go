@@ -378,6 +378,13 @@ func (a *API) importLinks(c *call) error {
 
 	var callErr error // the batch call's own error, unwrapped
 	create := func(_ context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
+		// The body may have taken minutes to arrive, and the batches
+		// take a while more: a key revoked or a tenant suspended
+		// meanwhile makes nothing more.
+		if err := a.readmit(c); err != nil {
+			callErr = err
+			return nil, err
+		}
 		resp, err := a.batchCreate(c, reqs)
 		callErr = err
 		return resp, err
@@ -458,8 +465,12 @@ func (a *API) importLinks(c *call) error {
 // outcomeUnknown reports whether a failed BatchCreateLinks call may have
 // made links: it ran out of time, or broke, after it was sent. A refusal
 // (a quota, an invalid batch, a shortener that could not be reached) made
-// none.
+// none, and so did the gateway's own refusal (readmit), never sent.
 func outcomeUnknown(err error) bool {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return false
+	}
 	switch status.Code(err) {
 	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal, codes.Aborted, codes.DataLoss:
 		return true

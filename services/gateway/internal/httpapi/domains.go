@@ -103,3 +103,34 @@ func (a *API) releaseDomain(c *call) error {
 	c.w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// deleteTenantLink deletes a tenant's link for the administrator: the
+// shortener's DeleteLink called as that tenant, exactly the tenant's own
+// DELETE /v1/links/{code}. A suspended tenant's keys are refused, so
+// without it an operator dealing with an abuse (the offending links) or
+// a disputed domain (refused while live links are on it) had to resume
+// the tenant, its links redirecting again meanwhile, or use SQL, which
+// tells no cache.
+func (a *API) deleteTenantLink(c *call) error {
+	code, err := pathCode(c)
+	if err != nil {
+		return err
+	}
+	domain, err := queryDomain(c)
+	if err != nil {
+		return err
+	}
+	tenant := c.r.PathValue("tenant")
+	if _, err := a.keys.Tenant(c.r.Context(), tenant); err != nil {
+		return storeError(err)
+	}
+	ctx, cancel := context.WithTimeout(callmeta.Outgoing(c.r.Context(), tenant, c.st.ip), a.opts.CallTimeout)
+	defer cancel()
+	if _, err := a.shortener.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code, Domain: domain}); err != nil {
+		return err
+	}
+	a.log.InfoContext(c.r.Context(), "link deleted by the administrator", "tenant", tenant, "code", code,
+		"domain", domain, "request_id", c.st.id)
+	c.w.WriteHeader(http.StatusNoContent)
+	return nil
+}

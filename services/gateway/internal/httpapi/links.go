@@ -64,6 +64,7 @@ func (a *API) table() []route {
 		{pattern: "GET /v1/admin/tenants/{tenant}/keys", access: adminToken, handle: a.listKeys},
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/keys/{key}", access: adminToken, handle: a.revokeKey},
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/domains/{name}", access: adminToken, handle: a.releaseDomain},
+		{pattern: "DELETE /v1/admin/tenants/{tenant}/links/{code}", access: adminToken, query: []string{"domain"}, handle: a.deleteTenantLink},
 		{pattern: "POST /v1/admin/tenants/{tenant}/domains/{name}/verify", access: adminToken, handle: a.approveDomain},
 	}
 }

@@ -180,6 +180,13 @@ func (a *API) serveMapped(pattern string, m mapping) func(c *call) error {
 			}
 			body = b
 		}
+		if m.bulkBody > 0 {
+			// A bulk body may take long to arrive: a key revoked or a
+			// tenant suspended meanwhile makes nothing.
+			if err := a.readmit(c); err != nil {
+				return err
+			}
+		}
 		q := c.r.URL.Query()
 		if m.before != nil {
 			if err := m.before(c, body, q); err != nil {

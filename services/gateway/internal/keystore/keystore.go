@@ -437,8 +437,9 @@ var dummyHash = sha256.Sum256([]byte("kurz: no such key"))
 // a suspension applies to the very next request) and its SHA-256 compared
 // in constant time. Any mismatch is ErrInvalidKey; a valid key of a
 // suspended tenant is ErrTenantSuspended (only then: a wrong key learns
-// nothing about its tenant); other errors mean the database could not
-// answer.
+// nothing about its tenant), returned with the key's Principal so that
+// the refusal can still be held to the tenant's rate limits; other errors
+// mean the database could not answer.
 func (s *Store) Authenticate(ctx context.Context, presented string) (Principal, error) {
 	id, ok := ParseKeyID(presented)
 	if !ok {
@@ -463,7 +464,7 @@ func (s *Store) Authenticate(ctx context.Context, presented string) (Principal, 
 		return Principal{}, ErrInvalidKey
 	}
 	if suspended {
-		return Principal{}, ErrTenantSuspended
+		return Principal{Tenant: tenant, KeyID: id}, ErrTenantSuspended
 	}
 	return Principal{Tenant: tenant, KeyID: id}, nil
 }

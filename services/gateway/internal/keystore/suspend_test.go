@@ -53,8 +53,8 @@ func TestSuspendAndResume(t *testing.T) {
 	if !listed() {
 		t.Error("tenant_suspensions does not list the suspended tenant")
 	}
-	if _, err := s.Authenticate(ctx, full); !errors.Is(err, ErrTenantSuspended) {
-		t.Errorf("valid key of a suspended tenant: %v, want ErrTenantSuspended", err)
+	if p, err := s.Authenticate(ctx, full); !errors.Is(err, ErrTenantSuspended) || p.Tenant == "" || p.KeyID == "" {
+		t.Errorf("valid key of a suspended tenant: %+v, %v; want ErrTenantSuspended with the key's principal", p, err)
 	}
 	if _, err := s.Authenticate(ctx, revokedFull); !errors.Is(err, ErrInvalidKey) {
 		t.Errorf("revoked key of a suspended tenant: %v, want ErrInvalidKey", err)
