@@ -54,6 +54,18 @@ func domainExisted(resp proto.Message) bool {
 	return !resp.(*shortenerv1.RegisterDomainResponse).GetCreated()
 }
 
+// asPathTenant is an administrator's call to the shortener as the path's
+// {tenant}, which must exist: the context carries that tenant and the
+// gateway's call timeout.
+func (a *API) asPathTenant(c *call) (string, context.Context, context.CancelFunc, error) {
+	tenant := c.r.PathValue("tenant")
+	if _, err := a.keys.Tenant(c.r.Context(), tenant); err != nil {
+		return "", nil, nil, storeError(err)
+	}
+	ctx, cancel := context.WithTimeout(callmeta.Outgoing(c.r.Context(), tenant, c.st.ip), a.opts.CallTimeout)
+	return tenant, ctx, cancel, nil
+}
+
 // approveDomain is the administrator's verification of a tenant's domain,
 // without DNS: the shortener is called as that tenant.
 func (a *API) approveDomain(c *call) error {
@@ -61,11 +73,10 @@ func (a *API) approveDomain(c *call) error {
 	if err != nil {
 		return err
 	}
-	tenant := c.r.PathValue("tenant")
-	if _, err := a.keys.Tenant(c.r.Context(), tenant); err != nil {
-		return storeError(err)
+	_, ctx, cancel, err := a.asPathTenant(c)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(callmeta.Outgoing(c.r.Context(), tenant, c.st.ip), a.opts.CallTimeout)
 	defer cancel()
 	resp, err := a.shortener.ApproveDomain(ctx, &shortenerv1.ApproveDomainRequest{Name: name})
 	if err != nil {
@@ -90,11 +101,10 @@ func (a *API) releaseDomain(c *call) error {
 	if err != nil {
 		return err
 	}
-	tenant := c.r.PathValue("tenant")
-	if _, err := a.keys.Tenant(c.r.Context(), tenant); err != nil {
-		return storeError(err)
+	tenant, ctx, cancel, err := a.asPathTenant(c)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(callmeta.Outgoing(c.r.Context(), tenant, c.st.ip), a.opts.CallTimeout)
 	defer cancel()
 	if _, err := a.shortener.DeleteDomain(ctx, &shortenerv1.DeleteDomainRequest{Name: name}); err != nil {
 		return err
@@ -120,11 +130,10 @@ func (a *API) deleteTenantLink(c *call) error {
 	if err != nil {
 		return err
 	}
-	tenant := c.r.PathValue("tenant")
-	if _, err := a.keys.Tenant(c.r.Context(), tenant); err != nil {
-		return storeError(err)
+	tenant, ctx, cancel, err := a.asPathTenant(c)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(callmeta.Outgoing(c.r.Context(), tenant, c.st.ip), a.opts.CallTimeout)
 	defer cancel()
 	if _, err := a.shortener.DeleteLink(ctx, &shortenerv1.DeleteLinkRequest{Code: code, Domain: domain}); err != nil {
 		return err
