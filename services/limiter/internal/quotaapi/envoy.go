@@ -88,10 +88,11 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	}
 	n := len(req.GetDescriptors())
 	costs := make([]int64, n)
-	// descs are the descriptors that can match a rule, live their indices
-	// in the request.
+	// descs are the descriptors that can match a rule; once one is left
+	// out, live holds their indices in the request (nil until then, which
+	// is every request but a rare one).
 	descs := make([]map[string]string, 0, n)
-	live := make([]int, 0, n)
+	var live []int
 	for j, d := range req.GetDescriptors() {
 		// is_negative_hits asks for a refund, which would otherwise consume.
 		if d.GetIsNegativeHits() {
@@ -142,10 +143,18 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		// key): it is limited by nothing, OK. Folded into one value per
 		// key it would have been limited by the rules of the last value.
 		if repeated {
+			if live == nil {
+				live = make([]int, len(descs), n)
+				for k := range live {
+					live[k] = k
+				}
+			}
 			continue
 		}
 		descs = append(descs, m)
-		live = append(live, j)
+		if live != nil {
+			live = append(live, j)
+		}
 	}
 
 	resp, owners := &ratelimitv1.CheckQuotaResponse{Allowed: true}, [][]int(nil)
