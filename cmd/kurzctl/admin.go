@@ -234,53 +234,14 @@ func setupTenantsList(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if size > 0 {
 			q.Set("page_size", strconv.Itoa(size))
 		}
-		token := *pageToken
-		var tenants []tenant
-		var raws []json.RawMessage
-		// --all stops as links list --all does: at a token answered twice,
-		// at an empty page naming a next one, after maxListPages pages and
-		// at maxListBody of answers.
-		sent := map[string]bool{}
-		read, pages := 0, 0
-		for {
-			if token != "" {
-				if sent[token] {
-					return fmt.Errorf("GET /v1/admin/tenants: the gateway answered page token %q a second time; stopped after %d tenants", token, len(tenants))
-				}
-				sent[token] = true
-				q.Set("page_token", token)
-			}
-			raw, err := gw.call(c.ctx, "GET", "/v1/admin/tenants", q, nil)
-			if err != nil {
-				return err
-			}
-			if read += len(raw); read > maxListBody {
-				return fmt.Errorf("GET /v1/admin/tenants: the pages add up to more than %d MiB; stopped after %d tenants", maxListBody>>20, len(tenants))
-			}
-			var page struct {
-				Tenants       []json.RawMessage `json:"tenants"`
-				NextPageToken string            `json:"nextPageToken"`
-			}
-			if err := json.Unmarshal(raw, &page); err != nil {
+		raws, token, err := listPages(c.ctx, gw, "/v1/admin/tenants", q, "tenants", *pageToken, *all, "use a larger --page-size")
+		if err != nil {
+			return err
+		}
+		tenants := make([]tenant, len(raws))
+		for i, r := range raws {
+			if err := json.Unmarshal(r, &tenants[i]); err != nil {
 				return fmt.Errorf("GET /v1/admin/tenants: the answer is not a tenant list: %w", err)
-			}
-			for _, r := range page.Tenants {
-				var t tenant
-				if err := json.Unmarshal(r, &t); err != nil {
-					return fmt.Errorf("GET /v1/admin/tenants: the answer is not a tenant list: %w", err)
-				}
-				tenants = append(tenants, t)
-			}
-			raws = append(raws, page.Tenants...)
-			token = page.NextPageToken
-			if !*all || token == "" {
-				break
-			}
-			if len(page.Tenants) == 0 {
-				return fmt.Errorf("GET /v1/admin/tenants: the gateway answered an empty page with a next page token; stopped after %d tenants", len(tenants))
-			}
-			if pages++; pages >= maxListPages {
-				return fmt.Errorf("GET /v1/admin/tenants: more than %d pages; stopped after %d tenants: use a larger --page-size", maxListPages, len(tenants))
 			}
 		}
 		if c.json() {

@@ -403,49 +403,16 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if size > 0 {
 			q.Set("page_size", strconv.Itoa(size))
 		}
-		token := *pageToken
-		var links []*shortenerv1.Link
-		var raws []json.RawMessage
-		// --all stops at a page token sent before (a gateway that loops
-		// would be asked forever), at an empty page that names a next one
-		// (the shortener ends every page but the last on a link: a gateway
-		// sending such pages with fresh tokens would be asked forever,
-		// tens of bytes each), after maxListPages pages and at maxListBody
-		// of answers in all.
-		sent := map[string]bool{}
-		read, pages := 0, 0
-		for {
-			if token != "" {
-				if sent[token] {
-					return fmt.Errorf("GET /v1/links: the gateway answered page token %q a second time; stopped after %d links", token, len(links))
-				}
-				sent[token] = true
-				q.Set("page_token", token)
-			}
-			var page shortenerv1.ListLinksResponse
-			raw, err := gw.callProto(c.ctx, "GET", "/v1/links", q, nil, &page)
-			if err != nil {
-				return err
-			}
-			if read += len(raw); read > maxListBody {
-				return fmt.Errorf("GET /v1/links: the pages add up to more than %d MiB; use links export for a list this long", maxListBody>>20)
-			}
-			var rawPage struct {
-				Links []json.RawMessage `json:"links"`
-			}
-			if err := json.Unmarshal(raw, &rawPage); err != nil {
-				return fmt.Errorf("GET /v1/links: %w", err)
-			}
-			links, raws = append(links, page.GetLinks()...), append(raws, rawPage.Links...)
-			token = page.GetNextPageToken()
-			if !*all || token == "" {
-				break
-			}
-			if len(page.GetLinks()) == 0 {
-				return fmt.Errorf("GET /v1/links: the gateway answered an empty page with a next page token; stopped after %d links", len(links))
-			}
-			if pages++; pages >= maxListPages {
-				return fmt.Errorf("GET /v1/links: more than %d pages; stopped after %d links: use a larger --page-size, or links export for a list this long", maxListPages, len(links))
+		raws, token, err := listPages(c.ctx, gw, "/v1/links", q, "links", *pageToken, *all,
+			"use links export for a list this long, or a larger --page-size")
+		if err != nil {
+			return err
+		}
+		links := make([]*shortenerv1.Link, len(raws))
+		for i, r := range raws {
+			links[i] = &shortenerv1.Link{}
+			if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(r, links[i]); err != nil {
+				return fmt.Errorf("GET /v1/links: the answer is not a link list: %w", err)
 			}
 		}
 		if c.json() {
@@ -865,15 +832,6 @@ func truncate(s string, n int) string {
 // above any tenant's links (a million links of a few hundred bytes each),
 // far below filling a disk for a gateway that never stops sending.
 const defaultMaxExport = 4 << 30
-
-// maxListBody bounds the answers links list --all reads in all (each page
-// is bounded by maxAnswerBody too); links export streams longer lists.
-var maxListBody = 1 << 30 // a variable for the test
-
-// maxListPages bounds the pages links list --all asks for: ten million
-// links in pages of 1,000, more than maxListBody holds; a gateway sending
-// pages of one small link each reaches it long before that.
-var maxListPages = 10_000 // a variable for the test
 
 // errTooLarge is boundedReader's error once its bound is passed.
 var errTooLarge = errors.New("the export is larger than --max-size; stopped (raise it, or 0 for no bound)")
