@@ -454,16 +454,7 @@ func startSuspensions(ctx context.Context, cfg Config, db *pgxpool.Pool, lc *ser
 	}
 	load(ctx)
 	lc.Go("suspended tenants", func(ctx context.Context) {
-		tick := time.NewTicker(cfg.SuspensionRefresh)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				load(ctx)
-			}
-		}
+		reload(ctx, nil, cfg.SuspensionRefresh, cfg.SuspensionRefresh, load)
 	})
 	return s
 }
@@ -499,7 +490,7 @@ const domainReloadGap = time.Second
 // startHosts loads the verified custom domains from PostgreSQL now, every
 // DomainRefresh, and whenever the shortener publishes a change (or the
 // subscription is re-established, when one may have been missed), at most
-// once per domainReloadGap for the changes (reloadDomains). A failed load
+// once per domainReloadGap for the changes (reload). A failed load
 // keeps the set it had and is logged; until one succeeded only the default
 // hosts are served (custom domains answer 404, and readiness fails).
 func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) (*redirector.Hosts, error) {
@@ -521,17 +512,17 @@ func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *p
 	load(ctx)
 	lc.Go("custom domains", func(ctx context.Context) {
 		defer func() { _ = sub.Close() }()
-		reloadDomains(ctx, sub.ChannelWithSubscriptions(), cfg.DomainRefresh, min(domainReloadGap, cfg.DomainRefresh), load)
+		reload(ctx, sub.ChannelWithSubscriptions(), cfg.DomainRefresh, min(domainReloadGap, cfg.DomainRefresh), load)
 	})
 	return hosts, nil
 }
 
-// reloadDomains calls load every refresh and on each message of changes,
-// but a message within gap of the end of the previous load only makes
-// sure one load follows when gap has passed: a burst of messages costs
-// one load per gap, and its last change is always read. It returns when
-// ctx ends or changes is closed.
-func reloadDomains(ctx context.Context, changes <-chan any, refresh, gap time.Duration, load func(context.Context)) {
+// reload calls load every refresh and on each message of changes (nil:
+// none, every refresh only), but a message within gap of the end of the
+// previous load only makes sure one load follows when gap has passed: a
+// burst of messages costs one load per gap, and its last change is always
+// read. It returns when ctx ends or changes is closed.
+func reload(ctx context.Context, changes <-chan any, refresh, gap time.Duration, load func(context.Context)) {
 	tick := time.NewTicker(refresh)
 	defer tick.Stop()
 	var last time.Time

@@ -25,7 +25,7 @@ func TestDomainReloadsCoalesceABurstAndReadTheLastChange(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			reloadDomains(ctx, changes, time.Hour, gap, load)
+			reload(ctx, changes, time.Hour, gap, load)
 		}()
 		// 100 changes over 2 s, each published after it was committed
 		// (the bubble's clock: sleeps advance it, synctest.Wait syncs).
