@@ -118,7 +118,29 @@ func (s *service) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Process = p
+	t.Cleanup(func() {
+		// What the service logged (warnings and errors) is the first thing
+		// to read when a fault test fails, in CI most of all.
+		if t.Failed() {
+			t.Logf("%s logged (last %d bytes at most):\n%s", s.name, maxLogShown, lastBytes(p.Output(), maxLogShown))
+		}
+	})
 	t.Cleanup(p.Kill)
+}
+
+// maxLogShown bounds the log a failed test shows of each service.
+const maxLogShown = 8 << 10
+
+// lastBytes is the end of s, at most n bytes, from a line's start.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
 }
 
 // restart stops the service gracefully (SIGTERM) and starts it again.

@@ -134,7 +134,18 @@ func ExpireVisits(ctx context.Context, c redis.Cmdable, key string, expiresAtMs 
 	if expiresAtMs == 0 {
 		return c.Persist(ctx, key)
 	}
-	return c.PExpireAt(ctx, key, time.UnixMilli(expiresAtMs).Add(VisitsGrace))
+	return c.PExpireAt(ctx, key, time.UnixMilli(VisitsExpireAtMs(expiresAtMs)))
+}
+
+// VisitsExpireAtMs is when the visit counter of a link expiring at
+// expiresAtMs ends (Unix ms): that expiry plus VisitsGrace, or 0 for a
+// link that never expires (the counter is made persistent). A script that
+// counts a visit sets it in the same step (ExpireVisits' rule, atomically).
+func VisitsExpireAtMs(expiresAtMs int64) int64 {
+	if expiresAtMs == 0 {
+		return 0
+	}
+	return expiresAtMs + VisitsGrace.Milliseconds()
 }
 
 // Expired reports whether an Active entry's expiry has passed at now.

@@ -30,9 +30,19 @@ const (
 // and raising the limit reopens the link by exactly the difference (with
 // a plain INCR every refused visit of a popular link pushed the counter on,
 // and a raise reopened nothing).
+//
+// In the same step it gives the counter its link's lifetime (ARGV[2],
+// linkcache.VisitsExpireAtMs: PEXPIREAT, or PERSIST for 0; neither creates
+// a missing counter, a time past removes it), as linkcache.ExpireVisits
+// does. One script, so nothing runs between the count and the expiry: sent
+// as a second command, a slot move between the two (the key migrated to
+// another node) refused the expiry after the visit was counted, and the
+// visit had to be refused (503) rather than counted twice.
 const countScript = `local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n >= tonumber(ARGV[1]) then return n + 1 end
-return redis.call('INCR', KEYS[1])`
+local visit
+if n >= tonumber(ARGV[1]) then visit = n + 1 else visit = redis.call('INCR', KEYS[1]) end
+if ARGV[2] == '0' then redis.call('PERSIST', KEYS[1]) else redis.call('PEXPIREAT', KEYS[1], ARGV[2]) end
+return visit`
 
 // decideVisit turns the count's answer into a verdict: the n-th visit is
 // granted when n <= max. The count is atomic, so with any number of
@@ -63,23 +73,18 @@ func (h *Handler) countVisit(ctx context.Context, code string, e linkcache.Entry
 	return decideVisit(n, err, e.MaxVisits)
 }
 
-// incr counts one visit at key: INCR, the counter's lifetime from its
-// link's expiry at expiresAtMs (linkcache.ExpireVisits: PEXPIREAT the expiry
-// plus the grace, or PERSIST for a link that never expires, so a counter
-// an earlier expiry gave a TTL lives on once that expiry is cleared), and
-// WAIT until VisitReplicas replicas hold the count, in one round trip to
-// the node holding key. A count the replicas did not acknowledge
-// within the deadline is an error: the visit is refused (503), because a
-// failover to a replica without it would grant that visit again.
+// incr counts one visit at key and gives the counter its link's lifetime
+// (countScript), then WAITs until VisitReplicas replicas hold the count,
+// in one round trip to the node holding key. A count the replicas did not
+// acknowledge within the deadline is an error: the visit is refused (503),
+// because a failover to a replica without it would grant that visit again.
 //
-// While Redis Cluster moves the key's slot, its node may refuse the INCR
+// While Redis Cluster moves the key's slot, its node may refuse the count
 // with MOVED (the slot has moved; this client's view of the cluster is
 // older) or ASK (the slot is moving and the key is already on the other
-// node). A refused INCR counted nothing, so the visit is counted once more
+// node). A refused count counted nothing, so the visit is counted once more
 // on the node the answer names (redisconn.OnKeyNode): a moving slot costs
-// a round trip, not a refused visit. Only the count's own refusal is
-// followed: the expiry after it refused so (the key moved in between) is
-// a visit counted, and refused (AfterWrite), not counted again there.
+// a round trip, not a refused visit.
 func (h *Handler) incr(ctx context.Context, key string, limit, expiresAtMs int64) (int64, error) {
 	kn, ok := h.visits.(redisconn.KeyNodes)
 	if !ok || h.cfg.VisitReplicas == 0 {
@@ -102,11 +107,7 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, limit
 		}
 		// EVAL, not EVALSHA: a pipeline cannot load a script a node lost
 		// (a restart, a failover), and this script is short.
-		incr = p.Eval(ctx, countScript, []string{key}, limit)
-		if asking {
-			p.Do(ctx, "ASKING")
-		}
-		linkcache.ExpireVisits(ctx, p, key, expiresAtMs)
+		incr = p.Eval(ctx, countScript, []string{key}, limit, linkcache.VisitsExpireAtMs(expiresAtMs))
 		if replicas > 0 {
 			wait = redisconn.QueueWait(ctx, p, replicas)
 		}
@@ -122,9 +123,8 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, limit
 		return 0, redisconn.AfterWrite(fmt.Errorf("redis count %s: %w", key, nerr))
 	}
 	if err != nil {
-		// The visit was counted, and a command after it failed: the
-		// expiry refused with ASK or MOVED when the key moved to another
-		// node between the two. Sent there again, the visit would be
+		// The visit was counted, and the WAIT after it failed (the
+		// connection, the deadline). Sent again, the visit would be
 		// counted twice; it is refused instead (503), counted once.
 		return 0, redisconn.AfterWrite(fmt.Errorf("redis incr %s: visit %d counted, then: %w", key, n, err))
 	}
