@@ -165,8 +165,9 @@ func decodeTenantCursor(token, state, plan string) (tenantCursor, error) {
 }
 
 // listTenants pages through the tenants in id order, optionally those in
-// one state (?state=active|suspended) or on one plan (?plan=). Each item
-// is what GET /v1/admin/tenants/{tenant} shows.
+// one state (?state=active|suspended) or on one plan (?plan=, refused
+// when neither a tenant nor the limiter has it). Each item is what GET
+// /v1/admin/tenants/{tenant} shows.
 func (a *API) listTenants(c *call) error {
 	q := c.r.URL.Query()
 	size := defaultTenantPage
@@ -204,6 +205,10 @@ func (a *API) listTenants(c *call) error {
 	}
 	// One more than the page: whether it exists decides the next token.
 	tenants, err := a.keys.ListTenants(c.r.Context(), f, after, size+1)
+	var unknown *keystore.UnknownPlanError
+	if errors.As(err, &unknown) {
+		return badParameter("plan", unknown.Error())
+	}
 	if err != nil {
 		return storeError(err)
 	}
