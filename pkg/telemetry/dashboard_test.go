@@ -21,6 +21,8 @@ var knownMetrics = map[string]bool{
 	"kurz_redirect_duration_seconds":                  true,
 	"kurz_redirect_click_events_written_total":        true,
 	"kurz_redirect_click_events_dropped_total":        true,
+	"kurz_redirect_set_age_seconds":                   true,
+	"kurz_redirect_set_refresh_seconds":               true,
 	"kurz_analytics_consumer_lag":                     true,
 	"kurz_analytics_consumer_overrun":                 true,
 	"kurz_analytics_batch_size":                       true,

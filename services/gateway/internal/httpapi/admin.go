@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"kurz.dev/services/gateway/internal/keystore"
 )
@@ -151,11 +153,16 @@ func (c tenantCursor) encode() string {
 }
 
 // decodeTenantCursor reads back a token of encode issued to a listing with
-// state and plan; anything else is a 400 naming page_token.
+// state and plan; anything else is a 400 naming page_token. Its id is any
+// PostgreSQL can hold (UTF-8 text without NUL), not only what the create
+// route takes (TenantIDProblem): gw_tenants has no check, a tenant written
+// by SQL or an older version may have another id, and a page may end on
+// it, so its token must continue the walk. A token forged with another id
+// only moves where the walk starts.
 func decodeTenantCursor(token, state, plan string) (tenantCursor, error) {
 	var c tenantCursor
 	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || json.Unmarshal(b, &c) != nil || keystore.TenantIDProblem(c.After) != "" {
+	if err != nil || json.Unmarshal(b, &c) != nil || c.After == "" || !utf8.ValidString(c.After) || strings.ContainsRune(c.After, 0) {
 		return c, badParameter("page_token", "page_token is not one this API issued; start again without it")
 	}
 	if c.State != state || c.Plan != plan {
@@ -165,8 +172,9 @@ func decodeTenantCursor(token, state, plan string) (tenantCursor, error) {
 }
 
 // listTenants pages through the tenants in id order, optionally those in
-// one state (?state=active|suspended) or on one plan (?plan=). Each item
-// is what GET /v1/admin/tenants/{tenant} shows.
+// one state (?state=active|suspended) or on one plan (?plan=, refused
+// when neither a tenant nor the limiter has it). Each item is what GET
+// /v1/admin/tenants/{tenant} shows.
 func (a *API) listTenants(c *call) error {
 	q := c.r.URL.Query()
 	size := defaultTenantPage
@@ -204,6 +212,10 @@ func (a *API) listTenants(c *call) error {
 	}
 	// One more than the page: whether it exists decides the next token.
 	tenants, err := a.keys.ListTenants(c.r.Context(), f, after, size+1)
+	var unknown *keystore.UnknownPlanError
+	if errors.As(err, &unknown) {
+		return badParameter("plan", unknown.Error())
+	}
 	if err != nil {
 		return storeError(err)
 	}

@@ -268,7 +268,47 @@ type TenantFilter struct {
 // or deleted meanwhile shifts no other between pages. No index serves it:
 // an operator's listing scans the tenants, a few thousand rows where this
 // runs, and an index for it is not worth a migration at that scale.
+//
+// A plan no tenant is on and the limiter does not define is an
+// UnknownPlanError, as SetPlan's, not an empty page: a mistyped plan
+// would otherwise read as "no tenant on this plan". The check costs a
+// query only when the page is empty (a tenant on the plan makes it known,
+// whether or not rl_plans still has it).
 func (s *Store) ListTenants(ctx context.Context, f TenantFilter, after string, size int) ([]Tenant, error) {
+	tenants, err := s.listTenants(ctx, f, after, size)
+	if err != nil || len(tenants) > 0 || f.Plan == "" {
+		return tenants, err
+	}
+	return tenants, s.checkPlanFilter(ctx, f.Plan)
+}
+
+// checkPlanFilter is an UnknownPlanError when no tenant is on plan and
+// rl_plans does not have it. Without rl_plans (a limiter that reads a
+// rules file) only the tenants tell, and none is on it: no error, since
+// which plans the limiter knows cannot be said.
+func (s *Store) checkPlanFilter(ctx context.Context, plan string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var known bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM gw_tenants WHERE plan = $1)
+		OR EXISTS (SELECT 1 FROM rl_plans WHERE plan = $1)`, plan).Scan(&known)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		return nil
+	case err != nil:
+		return fmt.Errorf("list tenants: check plan: %w", err)
+	case known:
+		return nil
+	}
+	plans, err := s.plans(ctx)
+	if err != nil {
+		return fmt.Errorf("list tenants: list plans: %w", err)
+	}
+	return &UnknownPlanError{Plan: plan, Known: plans}
+}
+
+func (s *Store) listTenants(ctx context.Context, f TenantFilter, after string, size int) ([]Tenant, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	// $3 and $4 are NULL when their filter is unset.

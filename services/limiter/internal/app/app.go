@@ -44,7 +44,8 @@ type Config struct {
 	// An envoyproxy/ratelimit configuration file (top-level domain), or a
 	// directory of them (its runtime config directory, a mounted
 	// ConfigMap), is translated as is (services/limiter/README.md, "Coming
-	// from envoyproxy/ratelimit").
+	// from envoyproxy/ratelimit"). At most 1 MiB, a ConfigMap's bound, in
+	// either format (a directory's files together).
 	RulesFile string `env:"LIMITER_RULES_FILE" default:""`
 	// RulesRefresh is how often the rules are reloaded (a PostgreSQL NOTIFY reloads them at once; tenants' plans, which a NOTIFY names, every 30th time), at least 1s.
 	RulesRefresh time.Duration `env:"LIMITER_RULES_REFRESH" default:"10s"`

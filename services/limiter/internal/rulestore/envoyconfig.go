@@ -20,14 +20,13 @@ import (
 	"kurz.dev/services/limiter/internal/ratelimit"
 )
 
-// Bounds on what envoyproxy/ratelimit configuration kurz translates. A
-// Kubernetes ConfigMap, the usual home of such files, holds at most 1 MiB;
+// Bounds on what envoyproxy/ratelimit configuration kurz translates. Its
+// files together hold at most maxRulesBytes, as one rules file does;
 // a request descriptor has at most 32 entries (quotaapi's bound), so a
 // deeper path could never apply; and the check that kurz's matching gives
 // what envoyproxy/ratelimit's does walks every branch of a domain, so both
 // are bounded.
 const (
-	maxEnvoyBytes  = 1 << 20
 	maxEnvoyFiles  = 1000
 	maxEnvoyDepth  = 32
 	maxEnvoyLimits = 10_000
@@ -140,8 +139,8 @@ func FromEnvoy(files []EnvoyFile) (ratelimit.Config, error) {
 	total, limits := 0, 0
 	for _, f := range files {
 		total += len(f.Data)
-		if total > maxEnvoyBytes {
-			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: the files come to over %d bytes (a ConfigMap's bound): split the domains over several limiters", f.Name, maxEnvoyBytes)
+		if total > maxRulesBytes {
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: the files come to over %d bytes (a ConfigMap's bound): split the domains over several limiters", f.Name, maxRulesBytes)
 		}
 		root, err := decodeEnvoy(f)
 		if err != nil {
@@ -666,19 +665,27 @@ func (p *present) UnmarshalYAML(*yaml.Node) error {
 	return nil
 }
 
-// readBounded reads path, refusing a file over maxEnvoyBytes.
+// readBounded reads path, refusing a file over maxRulesBytes, named with
+// its size, before reading it (a file that grows meanwhile, or is not a
+// regular file, is cut at the bound and refused all the same).
 func readBounded(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxEnvoyBytes+1))
+	tooLarge := func(size string) error {
+		return fmt.Errorf("%s: %s bytes, over the %d bytes (1 MiB, a ConfigMap's bound) a rules file may hold", path, size, maxRulesBytes)
+	}
+	if info, err := f.Stat(); err == nil && info.Size() > maxRulesBytes {
+		return nil, tooLarge(fmt.Sprint(info.Size()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxRulesBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxEnvoyBytes {
-		return nil, fmt.Errorf("%s: over %d bytes", path, maxEnvoyBytes)
+	if len(data) > maxRulesBytes {
+		return nil, tooLarge("over " + fmt.Sprint(maxRulesBytes))
 	}
 	return data, nil
 }

@@ -2,6 +2,7 @@ package rulestore
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -364,7 +365,7 @@ func TestEnvoyConfigRefusesADomainInTwoFiles(t *testing.T) {
 }
 
 func TestEnvoyConfigRefusesFilesOverAConfigMapsSize(t *testing.T) {
-	big := "domain: edge\n#" + strings.Repeat("x", maxEnvoyBytes) + "\n"
+	big := "domain: edge\n#" + strings.Repeat("x", maxRulesBytes) + "\n"
 	_, err := FromEnvoy([]EnvoyFile{{Name: "a.yaml", Data: []byte(big)}})
 	if err == nil || !strings.Contains(err.Error(), "over 1048576 bytes") {
 		t.Fatalf("got %v, want the size bound", err)
@@ -448,6 +449,31 @@ func TestReadFileDetectsAnEnvoyFileAndAKurzFile(t *testing.T) {
 	}
 	if _, err := ReadFile(mixed); err == nil || !strings.Contains(err.Error(), "keep one format per file") {
 		t.Errorf("mixed file: got %v, want it refused", err)
+	}
+}
+
+// A rules file over 1 MiB (a ConfigMap's bound) is refused before it is
+// parsed, in either format, naming its size and the bound; one of exactly
+// 1 MiB is read. KURZ_LIMITER_RULES_FILE is read at every refresh and
+// seeds the rule tables: a huge file would be read whole each time.
+func TestReadFileRefusesAFileOverAConfigMapsSizeInEitherFormat(t *testing.T) {
+	for format, rules := range map[string]string{
+		FormatKurz:  "domains: {api: {rules: [{name: a, key: [ip], algorithm: token_bucket, limit: 1, window: 1s, failure_mode: open}]}}\n",
+		FormatEnvoy: "domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n",
+	} {
+		path := filepath.Join(t.TempDir(), "rules.yaml")
+		padded := func(size int) []byte { // rules, then a comment up to size bytes
+			return []byte(rules + "#" + strings.Repeat("x", size-len(rules)-2) + "\n")
+		}
+		must(t, os.WriteFile(path, padded(maxRulesBytes), 0o644))
+		if _, err := ReadFile(path); err != nil {
+			t.Errorf("%s file of exactly %d bytes: %v, want it read", format, maxRulesBytes, err)
+		}
+		must(t, os.WriteFile(path, padded(3*maxRulesBytes), 0o644))
+		want := fmt.Sprintf("%s: %d bytes, over the %d bytes", path, 3*maxRulesBytes, maxRulesBytes)
+		if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s file of %d bytes: got %v, want %q", format, 3*maxRulesBytes, err, want)
+		}
 	}
 }
 

@@ -100,10 +100,16 @@ func zeroFigure(fields map[string]any) error {
 	return nil
 }
 
+// maxRulesBytes bounds a rules file, kurz's or envoyproxy/ratelimit's
+// (and an envoyproxy/ratelimit directory's files together): a Kubernetes
+// ConfigMap, the usual home of such files, holds at most 1 MiB, and the
+// file is read whole at every refresh.
+const maxRulesBytes = 1 << 20
+
 // ReadFile parses path, or the embedded Bootstrap when path is empty. A
 // file with envoyproxy/ratelimit's top-level domain, or a directory (of
 // such files, as envoyproxy/ratelimit's runtime config directory), is
-// translated (FromEnvoy).
+// translated (FromEnvoy). A file over maxRulesBytes is refused.
 func ReadFile(path string) (ratelimit.Config, error) {
 	if path == "" {
 		return Parse(Bootstrap)
@@ -121,7 +127,7 @@ func readFile(path string) (ratelimit.Config, error) {
 	} else if info.IsDir() {
 		return ReadEnvoy(path)
 	}
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path)
 	if err != nil {
 		return ratelimit.Config{}, err
 	}

@@ -10,11 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"kurz.dev/pkg/clickevent"
@@ -397,7 +399,11 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 	if deps.Visits, err = h.visitCounter(ctx, cfg, lc); err != nil {
 		return deps, err
 	}
-	if deps.Hosts, err = startHosts(ctx, cfg, rdb, db, lc, log); err != nil {
+	domains, suspensions := newFreshness(cfg.DomainRefresh), newFreshness(cfg.SuspensionRefresh)
+	if err := observeSets(meter, map[string]*freshness{"custom_domains": domains, "tenant_suspensions": suspensions}); err != nil {
+		return deps, fmt.Errorf("redirect metrics: %w", err)
+	}
+	if deps.Hosts, err = startHosts(ctx, cfg, rdb, db, lc, log, domains); err != nil {
 		return deps, err
 	}
 	// Until the domains were read once no host but a default one is
@@ -409,10 +415,16 @@ func (h hooks) handlerDeps(ctx context.Context, cfg Config, rdb *redis.ClusterCl
 		}
 		return nil
 	})
-	deps.Suspended = startSuspensions(ctx, cfg, db, lc, log)
+	deps.Suspended = startSuspensions(ctx, cfg, db, lc, log, suspensions)
 	// Until the suspended tenants were read once, a suspended tenant's
 	// links would redirect here: the replica is not ready, so that a
-	// replica started during an abuse does not serve it.
+	// replica started during an abuse does not serve it. A set that
+	// stopped refreshing after that keeps the replica ready: PostgreSQL
+	// unreachable from every replica at once would otherwise take them all
+	// out of rotation, when serving cached links through a PostgreSQL
+	// outage is what the redirect promises (and a replica started instead
+	// could not read the set either). kurz.redirect.set.age shows it, and
+	// KurzRedirectSetStale alerts.
 	suspended := deps.Suspended
 	srv.AddCheck("tenant_suspensions", func(context.Context) error {
 		if !suspended.Loaded() {
@@ -430,27 +442,90 @@ const maxSuspensionRefresh = time.Minute
 // maxSuspended bounds the suspended tenants one redirect process holds.
 const maxSuspended = 1_000_000
 
+// freshness is when a set the redirect polls from PostgreSQL was last read
+// whole. A failed read keeps the set it had, so without it a replica whose
+// reads keep failing looks the same as one whose set is current.
+type freshness struct {
+	refresh time.Duration
+	since   time.Time                 // the replica's start: the age until a read succeeds
+	last    atomic.Pointer[time.Time] // the start of the last successful read; nil: none yet
+}
+
+func newFreshness(refresh time.Duration) *freshness {
+	return &freshness{refresh: refresh, since: time.Now()}
+}
+
+// read records a successful read that started at start.
+func (f *freshness) read(start time.Time) { f.last.Store(&start) }
+
+// age is how old the set in service is: since the start of the last read
+// that succeeded, or since the replica started when none did.
+func (f *freshness) age() time.Duration {
+	if last := f.last.Load(); last != nil {
+		return time.Since(*last)
+	}
+	return time.Since(f.since)
+}
+
+// observeSets exports the age of each set and its refresh period, named
+// by set (its readiness check's name): a set that stopped refreshing shows
+// as an age that grows past its period (KurzRedirectSetStale). The
+// attribute sets are built once; the callback runs per scrape only.
+func observeSets(meter metric.Meter, sets map[string]*freshness) error {
+	age, err := meter.Float64ObservableGauge("kurz.redirect.set.age",
+		metric.WithDescription("Time since the last successful read from PostgreSQL of a set the redirect polls (set: custom_domains, tenant_suspensions); a failed read keeps the set it had"),
+		metric.WithUnit("s"))
+	if err != nil {
+		return err
+	}
+	refresh, err := meter.Float64ObservableGauge("kurz.redirect.set.refresh",
+		metric.WithDescription("How often the redirect reads a set from PostgreSQL (KURZ_REDIRECT_DOMAIN_REFRESH, KURZ_REDIRECT_SUSPENSION_REFRESH)"),
+		metric.WithUnit("s"))
+	if err != nil {
+		return err
+	}
+	type observed struct {
+		f    *freshness
+		attr metric.ObserveOption
+	}
+	all := make([]observed, 0, len(sets))
+	for name, f := range sets {
+		all = append(all, observed{f, metric.WithAttributeSet(attribute.NewSet(attribute.String("set", name)))})
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, s := range all {
+			o.ObserveFloat64(age, s.f.age().Seconds(), s.attr)
+			o.ObserveFloat64(refresh, s.f.refresh.Seconds(), s.attr)
+		}
+		return nil
+	}, age, refresh)
+	return err
+}
+
 // startSuspensions loads the suspended tenants from PostgreSQL now and
-// every SuspensionRefresh. A failed load keeps the set it had and is
-// logged (a database outage does not resume anyone, nor suspend anyone);
+// every SuspensionRefresh, recording each success in fresh. A failed load
+// keeps the set it had and is logged (a database outage does not resume
+// anyone, nor suspend anyone);
 // until one succeeded none is known (the readiness check says so). No
 // change message: the gateway, which writes the table, has no Redis, and
 // a read of a small table every two seconds costs less than a
 // subscription per replica.
-func startSuspensions(ctx context.Context, cfg Config, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) *redirector.Suspended {
+func startSuspensions(ctx context.Context, cfg Config, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger, fresh *freshness) *redirector.Suspended {
 	s := &redirector.Suspended{}
 	load := func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.Postgres.QueryTimeout)
 		defer cancel()
+		start := time.Now()
 		tenants, err := suspendedTenants(ctx, db)
 		if err != nil {
-			log.WarnContext(ctx, "suspended tenants not refreshed", "err", err, "suspended", s.Len(), "loaded", s.Loaded())
+			log.WarnContext(ctx, "suspended tenants not refreshed", "err", err, "suspended", s.Len(), "loaded", s.Loaded(), "age", fresh.age().Round(time.Second))
 			return
 		}
 		if n := len(tenants); n != s.Len() || !s.Loaded() {
 			log.InfoContext(ctx, "suspended tenants", "count", n)
 		}
 		s.Set(tenants)
+		fresh.read(start)
 	}
 	load(ctx)
 	lc.Go("suspended tenants", func(ctx context.Context) {
@@ -490,20 +565,23 @@ const domainReloadGap = time.Second
 // startHosts loads the verified custom domains from PostgreSQL now, every
 // DomainRefresh, and whenever the shortener publishes a change (or the
 // subscription is re-established, when one may have been missed), at most
-// once per domainReloadGap for the changes (reload). A failed load
-// keeps the set it had and is logged; until one succeeded only the default
-// hosts are served (custom domains answer 404, and readiness fails).
-func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger) (*redirector.Hosts, error) {
+// once per domainReloadGap for the changes (reload); each success is
+// recorded in fresh. A failed load keeps the set it had and is logged;
+// until one succeeded only the default hosts are served (custom domains
+// answer 404, and readiness fails).
+func startHosts(ctx context.Context, cfg Config, rdb *redis.ClusterClient, db *pgxpool.Pool, lc *server.Lifecycle, log *slog.Logger, fresh *freshness) (*redirector.Hosts, error) {
 	hosts := redirector.NewHosts(cfg.DefaultHosts)
 	load := func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, cfg.Postgres.QueryTimeout)
 		defer cancel()
+		start := time.Now()
 		domains, err := verifiedDomains(ctx, db)
 		if err != nil {
-			log.WarnContext(ctx, "custom domains not refreshed", "err", err, "serving", hosts.Domains())
+			log.WarnContext(ctx, "custom domains not refreshed", "err", err, "serving", hosts.Domains(), "age", fresh.age().Round(time.Second))
 			return
 		}
 		hosts.SetDomains(domains)
+		fresh.read(start)
 	}
 	sub, err := subscribe(ctx, rdb, linkdomain.ChangedChannel)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,4 +112,60 @@ func TestNotReadyBeforeTheSuspensionsWereRead(t *testing.T) {
 	if status, body := redir.AwaitReadyz(t); status == http.StatusOK || !strings.Contains(body, "tenant_suspensions") {
 		t.Errorf("/readyz before the suspensions were read: %d %s, want not ready, naming tenant_suspensions", status, body)
 	}
+}
+
+// failSuspensionReadsWhile fails the reads of the suspended tenants while
+// failing is set, as a lost table, a revoked grant or a broken connection
+// pool would after the replica became ready.
+type failSuspensionReadsWhile struct{ failing atomic.Bool }
+
+func (f *failSuspensionReadsWhile) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if !f.failing.Load() {
+		return ctx
+	}
+	return failSuspensionReads{}.TraceQueryStart(ctx, c, d)
+}
+
+func (*failSuspensionReadsWhile) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A replica whose reads of the suspended tenants fail after it became
+// ready keeps serving on the set it has and stays ready (every replica
+// would fail them alike in a PostgreSQL outage), but says so:
+// kurz_redirect_set_age_seconds{set="tenant_suspensions"} grows past its
+// refresh (kurz_redirect_set_refresh_seconds) while the custom domains',
+// still read, stays within theirs; a read that succeeds again brings the
+// age back down.
+func TestAStaleSuspensionSetShowsItsAge(t *testing.T) {
+	newFixture(t)
+	reads := &failSuspensionReadsWhile{}
+	r := start(t, map[string]string{
+		"KURZ_REDIRECT_SUSPENSION_REFRESH": "100ms",
+		"KURZ_REDIRECT_DOMAIN_REFRESH":     "100ms",
+	}, hooks{pgTracer: reads})
+	const suspensions, domains = `set="tenant_suspensions"`, `set="custom_domains"`
+	for _, set := range []string{suspensions, domains} {
+		if got := metricValue(t, r.Running, "kurz_redirect_set_refresh_seconds", set); got != 0.1 {
+			t.Fatalf("kurz_redirect_set_refresh_seconds{%s} = %v, want the 100ms configured", set, got)
+		}
+	}
+	const stale = time.Second // ten refreshes
+	if age := metricValue(t, r.Running, "kurz_redirect_set_age_seconds", suspensions); age <= 0 || age >= stale.Seconds() {
+		t.Fatalf("kurz_redirect_set_age_seconds{%s} = %v while the reads succeed, want under %s", suspensions, age, stale)
+	}
+
+	reads.failing.Store(true)
+	await(t, "the suspended tenants' age past ten refreshes", 10*stale, func() bool {
+		return metricValue(t, r.Running, "kurz_redirect_set_age_seconds", suspensions) > stale.Seconds()
+	})
+	if age := metricValue(t, r.Running, "kurz_redirect_set_age_seconds", domains); age <= 0 || age >= stale.Seconds() {
+		t.Errorf("kurz_redirect_set_age_seconds{%s} = %v while only the suspensions' reads fail, want under %s", domains, age, stale)
+	}
+	if code, body := r.GetOps(t, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz on a stale suspension set: %d %s, want ready (serving through a PostgreSQL outage)", code, body)
+	}
+
+	reads.failing.Store(false)
+	await(t, "the suspended tenants' age back under ten refreshes", 10*stale, func() bool {
+		return metricValue(t, r.Running, "kurz_redirect_set_age_seconds", suspensions) < stale.Seconds()
+	})
 }
