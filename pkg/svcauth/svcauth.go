@@ -78,7 +78,8 @@ var (
 )
 
 // Config is the shared key, from the environment. Give the gateway and the
-// services it calls (shortener, analytics) the same values.
+// services it calls (shortener, analytics, and the limiter for its rules
+// admin API) the same values.
 type Config struct {
 	// Key signs new assertions and verifies them: at least MinKeyLen
 	// random bytes (e.g. `openssl rand -base64 48`). A credential: from a

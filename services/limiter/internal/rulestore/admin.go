@@ -41,6 +41,9 @@ var (
 	// ErrInvalid: the file does not parse, or the rules it leads to do
 	// not compile.
 	ErrInvalid = errors.New("invalid rules file")
+	// ErrUnreadableRows: rows of the tables do not decode (only SQL writes
+	// such a row), so the tables cannot be said as a file.
+	ErrUnreadableRows = errors.New("rows of the rule tables that no rules file can say")
 )
 
 // rulesFile is what Export writes: Config without its tenants.
@@ -106,7 +109,7 @@ func export(ctx context.Context, tx pgx.Tx) (ratelimit.Config, error) {
 			problems = append(problems, fmt.Sprintf("%s: %v", brokenName(key), err))
 		}
 		slices.Sort(problems)
-		return ratelimit.Config{}, fmt.Errorf("rows of the rule tables that no rules file can say: %s; mend them with SQL, or apply a file without them", strings.Join(problems, "; "))
+		return ratelimit.Config{}, fmt.Errorf("%w: %s; mend them with SQL (services/limiter/README.md, \"Changing rules\")", ErrUnreadableRows, strings.Join(problems, "; "))
 	}
 	cfg.Tenants = nil
 	return cfg, nil
