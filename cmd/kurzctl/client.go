@@ -88,6 +88,8 @@ type gateway struct {
 	// ifMatch, when set, goes out as the request's If-Match: the entity
 	// tag (quoted) of the state a link's change applies to.
 	ifMatch string
+	// accept, when set, goes out as the request's Accept.
+	accept string
 }
 
 // gateway returns a client of the gateway with the credential the command
@@ -226,6 +228,9 @@ func (gw *gateway) send(ctx context.Context, method, path string, query url.Valu
 	}
 	if gw.ifMatch != "" {
 		req.Header.Set("If-Match", gw.ifMatch)
+	}
+	if gw.accept != "" {
+		req.Header.Set("Accept", gw.accept)
 	}
 	resp, err := gw.http.Do(req)
 	if err != nil {

@@ -26,6 +26,7 @@ var groupSummaries = map[string]string{
 	"quota":    "ask the limiter what it would decide",
 	"tenants":  "manage tenants (admin)",
 	"keys":     "manage tenants' API keys (admin)",
+	"rules":    "export and apply the limiter's rules and plans as a file (admin)",
 	"config":   "manage the config file's contexts",
 	"webhooks": "subscribe URLs to signed link events; see deliveries",
 }
@@ -37,8 +38,8 @@ func (c *cli) cobraRoot() *cobra.Command {
 		Use:   "kurzctl",
 		Short: "kurz's command-line client",
 		Long: `kurzctl is kurz's command-line client: links, click statistics, imports and
-exports through the gateway; tenants and API keys through its admin API;
-quotas straight from the limiter.
+exports through the gateway; tenants, API keys and the limiter's rules
+through its admin API; quotas straight from the limiter.
 
 Settings come from flags, then environment variables, then the config file's
 current context, then the defaults. Exit status: 0 on success, 1 when a

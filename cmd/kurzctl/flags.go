@@ -187,8 +187,8 @@ func visited(fs *pflag.FlagSet) map[string]bool {
 // printOverview lists every command.
 func (c *cli) printOverview(w io.Writer, root *cobra.Command) {
 	fmt.Fprint(w, `kurzctl is kurz's command-line client: links, click statistics, imports and
-exports through the gateway; tenants and API keys through its admin API;
-quotas straight from the limiter.
+exports through the gateway; tenants, API keys and the limiter's rules
+through its admin API; quotas straight from the limiter.
 
 Usage:
   kurzctl [global flags] <command> [arguments] [flags]

@@ -167,6 +167,7 @@ func init() {
 	commands = append(commands, domainCommands()...)
 	commands = append(commands, statsCommand(), quotaCheckCommand(), quotaExplainCommand())
 	commands = append(commands, adminCommands()...)
+	commands = append(commands, limiterRulesCommands()...)
 	commands = append(commands, configCommands()...)
 	commands = append(commands, completionCommand(), docsCommand())
 	commands = append(commands, &command{

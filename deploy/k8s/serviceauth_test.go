@@ -38,7 +38,7 @@ func TestServiceAuthKeyComesFromTheRenderedSecret(t *testing.T) {
 		}
 	}
 	slices.Sort(readers)
-	if want := []string{"analytics", "gateway", "shortener"}; !slices.Equal(readers, want) {
+	if want := []string{"analytics", "gateway", "limiter", "shortener"}; !slices.Equal(readers, want) {
 		t.Errorf("services reading %s: %v, want %v", serviceAuthVar, readers, want)
 	}
 	for _, dir := range overlays {

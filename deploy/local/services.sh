@@ -80,7 +80,7 @@ export KURZ_ALLOW_PUBLISHED_SECRETS=${KURZ_ALLOW_PUBLISHED_SECRETS:-true}
 declare -A GOMEMLIMITS=([limiter]=200MiB [shortener]=200MiB [analytics]=400MiB [redirect]=200MiB [gateway]=200MiB)
 # Internal gRPC calls carry assertions signed with KURZ_SERVICE_AUTH_KEY (the
 # gateway signs, the shortener and analytics verify and refuse unsigned
-# calls). Unless set, it is a random key made once in $LOCAL/service-auth.key
+# calls; the limiter only those of its rules admin API). Unless set, it is a random key made once in $LOCAL/service-auth.key
 # (readable by this user only), so that restarted services agree; tools that
 # call the shortener or analytics directly (clicklag) read it from there.
 local_service_auth_key() {
@@ -98,8 +98,8 @@ export KURZ_SERVICE_AUTH_KEY
 # /proc/<pid>/environ holds no other's).
 declare -A SECRET_USERS=(
 	[KURZ_GATEWAY_ADMIN_TOKEN]="gateway"
-	[KURZ_SERVICE_AUTH_KEY]="gateway shortener analytics"
-	[KURZ_SERVICE_AUTH_PREVIOUS_KEY]="gateway shortener analytics"
+	[KURZ_SERVICE_AUTH_KEY]="gateway shortener analytics limiter"
+	[KURZ_SERVICE_AUTH_PREVIOUS_KEY]="gateway shortener analytics limiter"
 	[KURZ_SHORTENER_CODE_KEY]="shortener"
 	[KURZ_SHORTENER_WEBHOOK_KEY]="shortener"
 	[KURZ_REDIRECT_VISITOR_SALT]="redirect"

@@ -103,3 +103,37 @@ func TestServerOptionsHandOnlyTheVerifiedTenant(t *testing.T) {
 		})
 	}
 }
+
+// Keys.Only guards the services it names and leaves every other call as it
+// was: the limiter's decisions stay open to Envoy while its rules admin
+// service refuses unsigned calls. Its DialOption signs only the calls it
+// guards.
+func TestOnlyGuardsTheNamedServicesAlone(t *testing.T) {
+	for _, tapped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "interceptors", true: "tap"}[tapped], func(t *testing.T) {
+			k := NewKeys([]byte(keyA), nil)
+			echo := &tenantEcho{}
+			other := k.Only("kurz.other.v1.AdminService")
+			open := serve(t, other, tapped, echo)
+			if _, err := ratelimitv1.NewRateLimitServiceClient(open).CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{}); err != nil {
+				t.Errorf("unsigned call of a service Only does not name: %v, want it answered", err)
+			}
+			guarded := k.Only("kurz.ratelimit.v1.RateLimitService")
+			unsigned := serve(t, guarded, tapped, echo)
+			if _, err := ratelimitv1.NewRateLimitServiceClient(unsigned).CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{}); status.Code(err) != codes.Unauthenticated {
+				t.Errorf("unsigned call of the service Only names: %v, want UNAUTHENTICATED", err)
+			}
+			// A client signing for another service only sends this one
+			// unsigned; one signing for it is answered.
+			if _, err := ratelimitv1.NewRateLimitServiceClient(serve(t, guarded, tapped, echo, other.DialOption())).CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{}); status.Code(err) != codes.Unauthenticated {
+				t.Errorf("a call the client's Only does not name: %v, want it sent unsigned and refused", err)
+			}
+			if _, err := ratelimitv1.NewRateLimitServiceClient(serve(t, guarded, tapped, echo, guarded.DialOption())).CheckQuota(context.Background(), &ratelimitv1.CheckQuotaRequest{}); err != nil {
+				t.Errorf("signed call of the service Only names: %v", err)
+			}
+			if got := len(echo.seen()); got != 2 {
+				t.Errorf("the handler ran %d times, want 2 (the open call and the signed one)", got)
+			}
+		})
+	}
+}

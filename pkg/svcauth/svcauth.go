@@ -78,7 +78,8 @@ var (
 )
 
 // Config is the shared key, from the environment. Give the gateway and the
-// services it calls (shortener, analytics) the same values.
+// services it calls (shortener, analytics, and the limiter for its rules
+// admin API) the same values.
 type Config struct {
 	// Key signs new assertions and verifies them: at least MinKeyLen
 	// random bytes (e.g. `openssl rand -base64 48`). A credential: from a
@@ -123,6 +124,41 @@ func (c Config) Keys() (*Keys, error) {
 type Keys struct {
 	current, previous *macPool // previous is nil outside a rotation
 	now               func() time.Time
+	// only, when set, are the gRPC services (full names) whose calls are
+	// signed and verified; every other call passes as it is (Only).
+	only []string
+}
+
+// Only returns Keys that sign and verify the calls of the named gRPC
+// services (full names, such as "kurz.limiter.v1.RulesAdminService") and
+// let every other call pass unsigned: for a service whose hot API stays
+// open (the limiter's decisions, which Envoy calls too) beside an
+// administrative one that must not.
+func (k *Keys) Only(services ...string) *Keys {
+	c := *k
+	c.only = make([]string, len(services))
+	for i, s := range services {
+		c.only[i] = "/" + s + "/"
+	}
+	return &c
+}
+
+// open says whether a call to method needs no assertion: health checks,
+// reflection, and, with Only, the methods of the services it does not
+// name.
+func (k *Keys) open(method string) bool {
+	if open(method) {
+		return true
+	}
+	if k.only == nil {
+		return false
+	}
+	for _, prefix := range k.only {
+		if strings.HasPrefix(method, prefix) {
+			return false
+		}
+	}
+	return true
 }
 
 // NewKeys returns Keys for the current key and, during a rotation, the
@@ -246,18 +282,34 @@ func (k *Keys) Verify(assertion, audience string) (string, error) {
 	return string(tenant[:n]), nil
 }
 
-// DialOption makes every unary call on a client connection carry an
-// assertion for the tenant in its outgoing x-kurz-tenant metadata (set with
-// callmeta.Outgoing; "" without one) and the method it calls.
+// DialOption makes every call on a client connection (with Only, every
+// call of the services it names) carry an assertion for the tenant in its
+// outgoing x-kurz-tenant metadata (set with callmeta.Outgoing; "" without
+// one) and the method it calls.
 func (k *Keys) DialOption() grpc.DialOption {
 	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		var tenant string
-		if v := metadata.ValueFromOutgoingContext(ctx, callmeta.TenantKey); len(v) > 0 {
-			tenant = v[len(v)-1]
-		}
-		ctx = metadata.AppendToOutgoingContext(ctx, AssertionKey, k.Sign(tenant, method))
-		return invoker(ctx, method, req, reply, cc, opts...)
+		return invoker(k.signed(ctx, method), method, req, reply, cc, opts...)
 	})
+}
+
+// StreamDialOption is DialOption for streaming calls.
+func (k *Keys) StreamDialOption() grpc.DialOption {
+	return grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return streamer(k.signed(ctx, method), desc, cc, method, opts...)
+	})
+}
+
+// signed is ctx with the assertion of a call to method, unless the call
+// needs none.
+func (k *Keys) signed(ctx context.Context, method string) context.Context {
+	if k.only != nil && k.open(method) {
+		return ctx
+	}
+	var tenant string
+	if v := metadata.ValueFromOutgoingContext(ctx, callmeta.TenantKey); len(v) > 0 {
+		tenant = v[len(v)-1]
+	}
+	return metadata.AppendToOutgoingContext(ctx, AssertionKey, k.Sign(tenant, method))
 }
 
 // Tap refuses a call to any method but health checks and reflection with
@@ -269,7 +321,7 @@ func (k *Keys) DialOption() grpc.DialOption {
 // arrived, so a stranger without the key could otherwise make the server
 // buffer up to its receive size on every call it opens.
 func (k *Keys) Tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if open(info.FullMethodName) {
+	if k.open(info.FullMethodName) {
 		return ctx, nil
 	}
 	// The header's keys are lower case, as HTTP/2 sends them.
@@ -298,7 +350,7 @@ func tapped(ctx context.Context, method string) bool {
 func (k *Keys) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			if open(info.FullMethod) || tapped(ctx, info.FullMethod) {
+			if k.open(info.FullMethod) || tapped(ctx, info.FullMethod) {
 				return handler(ctx, req)
 			}
 			ctx, err := k.authenticate(ctx, info.FullMethod)
@@ -308,7 +360,7 @@ func (k *Keys) ServerOptions() []grpc.ServerOption {
 			return handler(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			if open(info.FullMethod) || tapped(ss.Context(), info.FullMethod) {
+			if k.open(info.FullMethod) || tapped(ss.Context(), info.FullMethod) {
 				return handler(srv, ss)
 			}
 			ctx, err := k.authenticate(ss.Context(), info.FullMethod)

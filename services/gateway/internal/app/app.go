@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/config"
@@ -226,6 +227,7 @@ func dialDownstream(cfg Config, keys *svcauth.Keys, srv *server.Server, lc *serv
 	// Calls to the shortener and analytics wait for a ready replica within
 	// their deadline (KURZ_GATEWAY_CALL_TIMEOUT); limiter calls fail fast.
 	bigAnswers := grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(downstreamMaxRecvMsgSize))
+	rulesKeys := keys.Only(limiterv1.RulesAdminService_ServiceDesc.ServiceName)
 	// They carry the tenant's signed assertion; the limiter takes no tenant
 	// from metadata and needs none.
 	for _, d := range []struct {
@@ -233,7 +235,8 @@ func dialDownstream(cfg Config, keys *svcauth.Keys, srv *server.Server, lc *serv
 		soft                 bool
 		opts                 []grpc.DialOption
 	}{
-		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR", true, nil},
+		// Of the limiter's calls, those of its rules admin API are signed.
+		{"limiter", cfg.LimiterAddr, "KURZ_LIMITER_GRPC_ADDR", true, []grpc.DialOption{rulesKeys.DialOption(), rulesKeys.StreamDialOption()}},
 		{"shortener", cfg.ShortenerAddr, "KURZ_SHORTENER_GRPC_ADDR", false, []grpc.DialOption{grpcclient.WaitForReplica, bigAnswers, keys.DialOption()}},
 		{"analytics", cfg.AnalyticsAddr, "KURZ_ANALYTICS_GRPC_ADDR", true, []grpc.DialOption{grpcclient.WaitForReplica, bigAnswers, keys.DialOption()}},
 	} {
@@ -260,13 +263,14 @@ func registerAPI(cfg Config, opts httpapi.Options, db *pgxpool.Pool, conns map[s
 		return err
 	}
 	api, err := httpapi.New(opts, httpapi.Deps{
-		Shortener: shortenerv1.NewShortenerServiceClient(conns["shortener"]),
-		Webhooks:  shortenerv1.NewWebhookServiceClient(conns["shortener"]),
-		Analytics: analyticsv1.NewAnalyticsServiceClient(conns["analytics"]),
-		Quota:     quotaClient,
-		Keys:      keystore.New(db, cfg.Postgres.QueryTimeout),
-		Log:       log,
-		Meter:     srv.Telemetry.MeterProvider.Meter("kurz.dev/services/gateway"),
+		Shortener:  shortenerv1.NewShortenerServiceClient(conns["shortener"]),
+		Webhooks:   shortenerv1.NewWebhookServiceClient(conns["shortener"]),
+		Analytics:  analyticsv1.NewAnalyticsServiceClient(conns["analytics"]),
+		RulesAdmin: limiterv1.NewRulesAdminServiceClient(conns["limiter"]),
+		Quota:      quotaClient,
+		Keys:       keystore.New(db, cfg.Postgres.QueryTimeout),
+		Log:        log,
+		Meter:      srv.Telemetry.MeterProvider.Meter("kurz.dev/services/gateway"),
 	})
 	if err != nil {
 		return err

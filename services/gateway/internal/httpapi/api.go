@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/capacity"
@@ -93,6 +94,9 @@ type Deps struct {
 	// Webhooks is the shortener's WebhookService.
 	Webhooks  shortenerv1.WebhookServiceClient
 	Analytics analyticsv1.AnalyticsServiceClient
+	// RulesAdmin is the limiter's RulesAdminService, its calls signed
+	// (/v1/admin/rules).
+	RulesAdmin limiterv1.RulesAdminServiceClient
 	// Quota must be built over RecordWindows(conn) for RateLimit-Policy to
 	// carry the window.
 	Quota *quota.Client
@@ -107,6 +111,7 @@ type API struct {
 	shortener  shortenerv1.ShortenerServiceClient
 	webhooks   shortenerv1.WebhookServiceClient
 	analytics  analyticsv1.AnalyticsServiceClient
+	rulesAdmin limiterv1.RulesAdminServiceClient
 	quota      *quota.Client
 	keys       KeyStore
 	log        *slog.Logger
@@ -144,7 +149,7 @@ func New(opts Options, d Deps) (*API, error) {
 		return nil, errors.New("httpapi: AnonymousLocal's Limit and Burst must be positive with AllowAnonymous")
 	}
 	a := &API{
-		opts: opts, shortener: d.Shortener, webhooks: d.Webhooks, analytics: d.Analytics, quota: d.Quota, keys: d.Keys, log: d.Log,
+		opts: opts, shortener: d.Shortener, webhooks: d.Webhooks, analytics: d.Analytics, rulesAdmin: d.RulesAdmin, quota: d.Quota, keys: d.Keys, log: d.Log,
 		adminHash:  sha256.Sum256([]byte(opts.AdminToken)),
 		failures:   newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
 		authChecks: guessgate.New(),
@@ -210,6 +215,9 @@ type route struct {
 	// HTTP, serves it through the generated handler (mapped.go).
 	handle func(c *call) error
 	rpc    *mapping
+	// conditional says that handle takes If-Match itself (c.ifMatch), as
+	// a mapping's conditional does.
+	conditional bool
 }
 
 // Register adds the API's routes to mux. Admin routes are left out when no

@@ -87,9 +87,9 @@ func ifMatch(c *call, rt route) error {
 	if len(tags) == 0 {
 		return nil // only *
 	}
-	if rt.rpc == nil || !rt.rpc.conditional {
+	if !rt.conditional && (rt.rpc == nil || !rt.rpc.conditional) {
 		return newError(http.StatusPreconditionFailed, codePreconditionFailed,
-			"If-Match cannot hold here: only a link has an ETag (GET /v1/links/{code}); this route applies a write as it is, the last write winning; send it without If-Match")
+			"If-Match cannot hold here: only a link (GET /v1/links/{code}) and the limiter's rules (GET /v1/admin/rules) have an ETag; this route applies a write as it is, the last write winning; send it without If-Match")
 	}
 	c.ifMatch = tags
 	return nil

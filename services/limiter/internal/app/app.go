@@ -15,15 +15,19 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
 
+	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/svcauth"
 	"kurz.dev/services/limiter/internal/quotaapi"
 	"kurz.dev/services/limiter/internal/ratelimit"
+	"kurz.dev/services/limiter/internal/rulesadmin"
 	"kurz.dev/services/limiter/internal/rulestore"
 	"kurz.dev/services/limiter/internal/rulestore/migrations"
 )
@@ -102,6 +106,11 @@ type Config struct {
 	// usually holds a whole /64 and could otherwise pick a new address for
 	// every request. IPv4 addresses are kept whole; 128 keeps IPv6 whole.
 	EnvoyIPv6Prefix int `env:"LIMITER_ENVOY_IPV6_PREFIX" default:"64"`
+	// ServiceAuth verifies the gateway's signed calls of the rules admin
+	// API (RulesAdminService: GET and PUT /v1/admin/rules), the gateway's
+	// key. Without KURZ_SERVICE_AUTH_KEY that API is off; the decisions
+	// (CheckQuota, Envoy's ShouldRateLimit) never need it.
+	ServiceAuth svcauth.Config
 }
 
 // Check runs validate for server.Main, before the service starts.
@@ -148,7 +157,23 @@ func (c Config) validate() error {
 	if err := ratelimit.ValidFleetName(c.Fleet); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_FLEET: %w", err))
 	}
+	if _, err := c.adminKeys(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// adminKeys verify the calls of the rules admin API, and only those; nil
+// (the API off) without KURZ_SERVICE_AUTH_KEY.
+func (c Config) adminKeys() (*svcauth.Keys, error) {
+	if c.ServiceAuth.Key == "" {
+		return nil, nil
+	}
+	keys, err := c.ServiceAuth.Keys()
+	if err != nil {
+		return nil, err
+	}
+	return keys.Only(limiterv1.RulesAdminService_ServiceDesc.ServiceName), nil
 }
 
 // leaseReturnTimeout bounds giving the leases back at shutdown.
@@ -168,7 +193,13 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	// Envoy and the services call it unauthenticated: the receive bound,
 	// times the calls held, is what a stranger can make it buffer.
 	srvCfg.GRPCMaxRecvMsgSize = server.LimiterGRPCMaxRecvMsgSize
-	srv, err := server.New(ctx, "limiter", srvCfg, lc, log)
+	keys, _ := cfg.adminKeys() // validated above
+	var authOpts []grpc.ServerOption
+	if keys != nil {
+		srvCfg.GRPCAuthenticate = keys.Tap
+		authOpts = keys.ServerOptions()
+	}
+	srv, err := server.New(ctx, "limiter", srvCfg, lc, log, authOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +216,11 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
 	style, _ := quotaapi.ParseHeaderStyle(cfg.EnvoyHeaders) // validated above
 	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine, style, clientip.Keying{IPv6Prefix: cfg.EnvoyIPv6Prefix}))
+	if keys != nil {
+		limiterv1.RegisterRulesAdminServiceServer(srv.GRPC, rulesadmin.New(st.db, cfg.RulesFile, log))
+	} else {
+		log.Info("rules admin API off (GET and PUT /v1/admin/rules answer 503): give the limiter KURZ_SERVICE_AUTH_KEY, the gateway's, to turn it on")
+	}
 	return srv, nil
 }
 

@@ -169,6 +169,13 @@ func TestPlanUpgradeLiftsAnEarlierDenial(t *testing.T) {
 // client and a pool on the same database.
 func startPostgres(t *testing.T) (ratelimitv1.RateLimitServiceClient, *pgxpool.Pool) {
 	t.Helper()
+	r, db := startPostgresServer(t)
+	return ratelimitv1.NewRateLimitServiceClient(r.Conn), db
+}
+
+// startPostgresServer is startPostgres's limiter itself.
+func startPostgresServer(t *testing.T) (*servertest.Running, *pgxpool.Pool) {
+	t.Helper()
 	cfg := load(t, map[string]string{
 		"KURZ_LIMITER_RULES_SOURCE":  "postgres",
 		"KURZ_LIMITER_RULES_REFRESH": "1h",
@@ -187,7 +194,7 @@ func startPostgres(t *testing.T) (ratelimitv1.RateLimitServiceClient, *pgxpool.P
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	return ratelimitv1.NewRateLimitServiceClient(r.Conn), db
+	return r, db
 }
 
 // cleanTenants deletes the test's tenant plans when the test ends.

@@ -437,14 +437,26 @@ func planLimitKey(plan, id string) string { return plan + "\x00" + id }
 // A rule is named by its row's name column (a copied row renamed there is
 // a rule of its own; spec's name is ignored). The tenants' plans are read
 // only withTenants.
-func (p *PostgresSource) load(ctx context.Context, withTenants bool) (ratelimit.Config, map[string]error, error) {
+func (p *PostgresSource) load(ctx context.Context, withTenants bool) (cfg ratelimit.Config, broken map[string]error, err error) {
+	err = pgx.BeginTxFunc(ctx, p.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		cfg, broken, err = loadTx(ctx, tx, withTenants)
+		return err
+	})
+	if err != nil {
+		return cfg, nil, fmt.Errorf("load rules from postgres: %w", err)
+	}
+	return cfg, broken, nil
+}
+
+// loadTx is load's reading of the tables, in tx.
+func loadTx(ctx context.Context, tx pgx.Tx, withTenants bool) (ratelimit.Config, map[string]error, error) {
 	broken := map[string]error{}
 	cfg := ratelimit.Config{
 		Domains: map[string]ratelimit.DomainSpec{},
 		Plans:   map[string]map[string]ratelimit.LimitSpec{},
 		Tenants: map[string]string{},
 	}
-	err := pgx.BeginTxFunc(ctx, p.Pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+	err := func() error {
 		rows, err := tx.Query(ctx, `SELECT domain, defaults FROM rl_domains`)
 		if err != nil {
 			return err
@@ -524,11 +536,8 @@ func (p *PostgresSource) load(ctx context.Context, withTenants bool) (ratelimit.
 			return nil
 		})
 		return err
-	})
-	if err != nil {
-		return cfg, nil, fmt.Errorf("load rules from postgres: %w", err)
-	}
-	return cfg, broken, nil
+	}()
+	return cfg, broken, err
 }
 
 // decodeRow decodes a row's JSON spec into v as the rules file's decoder
@@ -555,8 +564,11 @@ func decodeRow(raw []byte, v any) error {
 // stand, while rules and tenant plans added to the bootstrap file reach
 // existing databases (the anonymous tenant's plan must: tenant plans were
 // written on an empty schema only, so it never reached a seeded one). A
-// tenant plan is not written over a tenant that has one. Concurrent
-// replicas may both try: every insert skips conflicts.
+// tenant plan is not written over a tenant that has one, nor an item
+// into a domain or plan an operator deleted (a rule the file adds to such
+// a domain would otherwise fail the foreign key, and every limiter's
+// start with it). Concurrent replicas may both try: every insert skips
+// conflicts.
 func Seed(ctx context.Context, pool *pgxpool.Pool, cfg ratelimit.Config) (int, error) {
 	if _, err := ratelimit.Compile(cfg); err != nil {
 		return 0, err
@@ -583,7 +595,8 @@ func Seed(ctx context.Context, pool *pgxpool.Pool, cfg ratelimit.Config) (int, e
 				return err
 			}
 			for i, r := range d.Rules {
-				if err := once("rule:"+domain+"/"+r.Name, `INSERT INTO rl_rules (domain, name, position, spec) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`,
+				if err := once("rule:"+domain+"/"+r.Name, `INSERT INTO rl_rules (domain, name, position, spec)
+					SELECT $1::text, $2::text, $3::int, $4::jsonb WHERE EXISTS (SELECT FROM rl_domains WHERE domain = $1) ON CONFLICT DO NOTHING`,
 					domain, r.Name, i, r); err != nil {
 					return err
 				}
@@ -594,14 +607,16 @@ func Seed(ctx context.Context, pool *pgxpool.Pool, cfg ratelimit.Config) (int, e
 				return err
 			}
 			for _, id := range slices.Sorted(maps.Keys(cfg.Plans[plan])) {
-				if err := once("limit:"+plan+":"+id, `INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+				if err := once("limit:"+plan+":"+id, `INSERT INTO rl_plan_limits (plan, rule_id, spec)
+					SELECT $1::text, $2::text, $3::jsonb WHERE EXISTS (SELECT FROM rl_plans WHERE plan = $1) ON CONFLICT DO NOTHING`,
 					plan, id, cfg.Plans[plan][id]); err != nil {
 					return err
 				}
 			}
 		}
 		for _, tenant := range slices.Sorted(maps.Keys(cfg.Tenants)) {
-			if err := once("tenant:"+tenant, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			if err := once("tenant:"+tenant, `INSERT INTO rl_tenant_plans (tenant, plan)
+				SELECT $1::text, $2::text WHERE EXISTS (SELECT FROM rl_plans WHERE plan = $2) ON CONFLICT DO NOTHING`,
 				tenant, cfg.Tenants[tenant]); err != nil {
 				return err
 			}

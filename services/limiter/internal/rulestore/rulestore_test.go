@@ -847,3 +847,35 @@ plans:
 		t.Errorf("api/a's window in force: %q, want 1s (held)", w)
 	}
 }
+
+// A rule the bootstrap file adds to a domain an operator deleted, or a
+// limit or tenant it adds to a deleted plan, is skipped: written, it
+// would fail the tables' foreign keys, the seed, and every limiter's
+// start.
+func TestSeedSkipsItemsOfADeletedDomainOrPlan(t *testing.T) {
+	pool := seeded(t, `
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  team: {api/a: {limit: 5}}
+`)
+	execSQL(t, pool, `DELETE FROM rl_domains WHERE domain = 'api'`, `DELETE FROM rl_plans WHERE plan = 'team'`)
+	cfg, err := Parse([]byte(`
+domains:
+  api:
+    rules:
+      - {name: a, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+      - {name: b, key: [ip], algorithm: token_bucket, limit: 10, window: 1s, failure_mode: open}
+plans:
+  team: {api/a: {limit: 5}, api/b: {limit: 5}}
+tenants: {acme: team}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Seed(context.Background(), pool, cfg); err != nil || n != 0 {
+		t.Fatalf("seed of new items of a deleted domain and plan: wrote %d, %v; want them skipped", n, err)
+	}
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// The limiter's rules, plans and plan limits as a file (GET and PUT
+// /v1/admin/rules): `rules get` and `rules apply`. Not to be confused with
+// a link's redirect rules (links rules, links set-rules: rules.go).
+
+// maxLimiterRulesFile bounds a limiter rules file, as the gateway does.
+const maxLimiterRulesFile = 1 << 20
+
+// rulesChange is one change of an apply, as the gateway answers it.
+type rulesChange struct {
+	Kind   string   `json:"kind"`
+	Name   string   `json:"name"`
+	Change string   `json:"change"`
+	Fields []string `json:"fields"`
+}
+
+func limiterRulesCommands() []*command {
+	return []*command{
+		{
+			name: "rules get", summary: "print the limiter's rules and plans as a rules file", maxArgs: 0,
+			help: `Prints the rules, plans and plan limits every limiter decides by, in the
+limiter's rules-file format (that of bootstrap.yaml and
+KURZ_LIMITER_RULES_FILE): keep it in git, edit it, and give it to rules
+apply. Tenants' plans are left out (tenants set-plan changes them). The
+rules' etag is printed on stderr, for rules apply --if-match. -o json
+prints the same as JSON. ` + adminHelpNote + `
+
+Examples:
+  kurzctl rules get > rules.yaml
+  kurzctl rules get -o json`,
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
+				return func([]string) error { return c.rulesGet() }
+			},
+		},
+		{
+			name: "rules apply", args: "<file>|-", minArgs: 1, maxArgs: 1,
+			summary: "apply a rules file to the limiter's rules and plans",
+			help: `Applies a rules file (YAML or JSON, at most 1 MiB; - reads stdin): each
+domain in it replaces that domain whole (its defaults, its rules and their
+order), each plan that plan's limits. Domains and plans the file does not
+name are left as they are; --prune deletes them. Nothing is written unless
+the whole result compiles with the limiter's own compiler (the error names
+the domain, rule or plan and the field); every limiter decides by it within
+a second. Prints what changed, and the rules' new etag. --dry-run prints
+what would change and writes nothing; --if-match applies only if the rules
+are still at the etag rules get printed. A plan some tenant is on is not
+deleted (move them first with tenants set-plan). ` + adminHelpNote + `
+
+Examples:
+  kurzctl rules get > rules.yaml
+  kurzctl rules apply rules.yaml --dry-run
+  kurzctl rules apply rules.yaml --if-match AbCd1234eFgH5678
+  kurzctl rules apply - --prune < rules.yaml`,
+			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
+				dryRun := fs.Bool("dry-run", false, "print what would change; write nothing")
+				prune := fs.Bool("prune", false, "delete the domains and plans the file does not name")
+				ifMatch := fs.String("if-match", "", "apply only if the rules are still at this `etag` (from rules get)")
+				return func(args []string) error { return c.rulesApply(args[0], *dryRun, *prune, *ifMatch) }
+			},
+		},
+	}
+}
+
+// rulesGet prints the rules file (or its JSON) and its etag on stderr.
+func (c *cli) rulesGet() error {
+	const cmd = "rules get"
+	gw, err := c.gateway(cmd, adminAuth)
+	if err != nil {
+		return err
+	}
+	if c.g.output == "json" {
+		gw.accept = "application/json"
+	} else {
+		gw.accept = "application/yaml"
+	}
+	resp, err := gw.send(c.ctx, "GET", "/v1/admin/rules", nil, nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswerBody)+1))
+	if err != nil {
+		return fmt.Errorf("GET /v1/admin/rules: read answer: %w", err)
+	}
+	if len(raw) > maxAnswerBody {
+		return fmt.Errorf("GET /v1/admin/rules: the answer is larger than %d MiB; not read", maxAnswerBody>>20)
+	}
+	if c.g.output == "json" {
+		err = writeRaw(c.stdout, raw)
+	} else {
+		_, err = c.stdout.Write(raw)
+	}
+	if err != nil {
+		return err
+	}
+	if etag := strings.Trim(resp.Header.Get("ETag"), `"`); etag != "" {
+		fmt.Fprintf(c.stderr, "etag: %s (rules apply --if-match %s)\n", etag, etag)
+	}
+	return nil
+}
+
+// rulesApply applies the file name (- for stdin) and prints the changes.
+func (c *cli) rulesApply(name string, dryRun, prune bool, ifMatch string) error {
+	const cmd = "rules apply"
+	body, err := c.readLimiterRules(cmd, name)
+	if err != nil {
+		return err
+	}
+	gw, err := c.gateway(cmd, adminAuth)
+	if err != nil {
+		return err
+	}
+	if ifMatch != "" {
+		if !strings.HasPrefix(ifMatch, `"`) && ifMatch != "*" && !strings.HasPrefix(ifMatch, "W/") {
+			ifMatch = `"` + ifMatch + `"`
+		}
+		gw.ifMatch = ifMatch
+	}
+	query := url.Values{}
+	if dryRun {
+		query.Set("dry_run", "true")
+	}
+	if prune {
+		query.Set("prune", "true")
+	}
+	ctype := "application/yaml"
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '{' {
+		ctype = "application/json"
+	}
+	resp, err := gw.send(c.ctx, http.MethodPut, "/v1/admin/rules", query, bytes.NewReader(body), ctype)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswerBody)+1))
+	if err != nil {
+		return fmt.Errorf("PUT /v1/admin/rules: read answer: %w", err)
+	}
+	if c.json() {
+		return writeRaw(c.stdout, raw)
+	}
+	var out struct {
+		DryRun  bool          `json:"dryRun"`
+		ETag    string        `json:"etag"`
+		Changes []rulesChange `json:"changes"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return fmt.Errorf("PUT /v1/admin/rules: the answer is not an apply's: %w", err)
+	}
+	return printRulesChanges(c.stdout, out.DryRun, out.ETag, out.Changes)
+}
+
+// printRulesChanges writes one line per change, then the etag.
+func printRulesChanges(w io.Writer, dryRun bool, etag string, changes []rulesChange) error {
+	var b strings.Builder
+	for _, ch := range changes {
+		fmt.Fprintf(&b, "%-6s %s %s", ch.Kind, ch.Name, ch.Change)
+		if len(ch.Fields) > 0 {
+			fmt.Fprintf(&b, ": %s", strings.Join(ch.Fields, ", "))
+		}
+		b.WriteByte('\n')
+	}
+	switch {
+	case len(changes) == 0:
+		b.WriteString("no changes\n")
+	case dryRun:
+		b.WriteString("dry run: nothing written\n")
+	}
+	if dryRun {
+		fmt.Fprintf(&b, "etag after: %s\n", etag)
+	} else {
+		fmt.Fprintf(&b, "etag: %s\n", etag)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// readLimiterRules reads the rules file name (- for stdin), at most
+// maxLimiterRulesFile bytes; the limiter judges the rest.
+func (c *cli) readLimiterRules(cmd, name string) ([]byte, error) {
+	var r io.Reader = c.stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, usagef(cmd, "%v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxLimiterRulesFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(b) > maxLimiterRulesFile {
+		return nil, usagef(cmd, "%s is over %d bytes (1 MiB), the most a rules file may have", name, maxLimiterRulesFile)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, usagef(cmd, "%s is empty: give a rules file (rules get prints the rules in force)", name)
+	}
+	return b, nil
+}

@@ -1,0 +1,61 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// rules get prints the rules file and its etag; rules apply of it changes
+// nothing; a dry run prints the changes and writes nothing; an apply
+// prints them and the new etag, and --if-match with the old etag is then
+// refused. A domain of the test's own, removed at the end: the limiter's
+// tables are shared.
+func TestRulesGetAndApply(t *testing.T) {
+	gw := startGateway(t, stack.LimiterPG)
+	c := newCtl(t, gw)
+	domain := "ctltest-" + strings.TrimPrefix(newTenantID(t), "ctl-")
+	t.Cleanup(func() {
+		if _, err := stack.DB.Exec(context.Background(), `DELETE FROM rl_domains WHERE domain = $1`, domain); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
+	r := c.run("rules", "get")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "domains:") || !strings.HasPrefix(r.stderr, "etag: ") {
+		t.Fatalf("rules get: %s", r)
+	}
+	etag := strings.Fields(r.stderr)[1]
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(file, []byte(r.stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := c.ok("rules", "apply", file, "--if-match", etag); out != "no changes\netag: "+etag+"\n" {
+		t.Errorf("rules apply of the export:\n%s", out)
+	}
+	mine := fmt.Sprintf("domains:\n  %s:\n    rules:\n      - {name: per-ip, key: [ip], algorithm: fixed_window, limit: 5, window: 1s, failure_mode: open}\n", domain)
+	c.stdin = mine
+	out := c.ok("rules", "apply", "-", "--dry-run")
+	if !strings.Contains(out, "domain "+domain+" added\n") || !strings.Contains(out, "rule   "+domain+"/per-ip added\n") || !strings.Contains(out, "dry run: nothing written") {
+		t.Errorf("rules apply --dry-run:\n%s", out)
+	}
+	out = c.ok("rules", "apply", "-", "--if-match", etag)
+	if !strings.Contains(out, "rule   "+domain+"/per-ip added\n") || strings.Contains(out, "etag: "+etag) {
+		t.Errorf("rules apply:\n%s", out)
+	}
+	if got := decodeJSON(t, c.ok("rules", "get", "-o", "json")); got["domains"].(map[string]any)[domain] == nil {
+		t.Errorf("rules get -o json lacks the applied domain")
+	}
+	c.stdin = strings.Replace(mine, "limit: 5", "limit: 6", 1)
+	if r := c.run("rules", "apply", "-", "--if-match", etag); r.code != 1 || !strings.Contains(r.stderr, "the rules changed since they were read") {
+		t.Errorf("rules apply with a stale --if-match: %s", r)
+	}
+	c.stdin = strings.Replace(mine, "fixed_window", "fixed_windows", 1)
+	if r := c.run("rules", "apply", "-"); r.code != 1 || !strings.Contains(r.stderr, "rule "+domain+`/per-ip: algorithm "fixed_windows"`) {
+		t.Errorf("rules apply of a rule that does not compile: %s", r)
+	}
+}

@@ -1,0 +1,124 @@
+//go:build integration
+
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// The limiter's rules through the admin API: GET exports them with an
+// ETag, PUT of the export changes nothing, a dry run says what a file
+// would change and writes nothing, a file applies, and every refusal
+// (a rule that does not compile, a stale If-Match, a tenants section that
+// moves a tenant, a body over 1 MiB) leaves the rules as they were. The
+// test's own domain and plan, removed at the end: the tables are shared.
+func TestAdminRulesExportAndApply(t *testing.T) {
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.LimiterPG.GRPCAddr})
+	admin := newClient(t, gw, adminToken)
+	domain, plan := "gwtest-"+strings.TrimPrefix(newTenantID(t), "gwt-"), "gwtest-plan-"+strings.TrimPrefix(newTenantID(t), "gwt-")
+	t.Cleanup(func() {
+		for _, q := range []string{`DELETE FROM rl_domains WHERE domain = $1`, `DELETE FROM rl_plans WHERE plan = $1`} {
+			for _, name := range []string{domain, plan} {
+				if _, err := stack.DB.Exec(context.Background(), q, name); err != nil {
+					t.Errorf("clean up: %v", err)
+				}
+			}
+		}
+	})
+
+	get := func() (string, string) {
+		t.Helper()
+		r := admin.do("GET", "/v1/admin/rules", "")
+		if r.code != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "application/yaml") || r.header.Get("ETag") == "" {
+			t.Fatalf("GET /v1/admin/rules: %s", r)
+		}
+		return string(r.body), r.header.Get("ETag")
+	}
+	put := func(query, body string, header ...string) response {
+		t.Helper()
+		return admin.do("PUT", "/v1/admin/rules"+query, body, append([]string{"Content-Type", "application/yaml"}, header...)...)
+	}
+	file, etag := get()
+	if !strings.Contains(file, "domains:") || strings.Contains(file, "tenants:") {
+		t.Fatalf("the export:\n%s", file)
+	}
+	if r := put("", file, "If-Match", etag); r.code != http.StatusOK || len(r.json(t)["changes"].([]any)) != 0 || r.header.Get("ETag") != etag {
+		t.Fatalf("PUT of the export with its ETag: %s; want no change, the same ETag", r)
+	}
+
+	mine := func(limit int) string {
+		return fmt.Sprintf("domains:\n  %s:\n    rules:\n      - {name: per-ip, key: [ip], algorithm: token_bucket, limit: %d, window: 1s, failure_mode: open}\nplans:\n  %s: {%s/per-ip: {limit: 3}}\n",
+			domain, limit, plan, domain)
+	}
+	r := put("?dry_run=true", mine(10))
+	if got := r.json(t); r.code != http.StatusOK || got["dryRun"] != true || len(got["changes"].([]any)) != 4 {
+		t.Fatalf("dry run: %s; want the domain, its rule, the plan and its limit added", r)
+	}
+	if _, now := get(); now != etag {
+		t.Fatalf("a dry run changed the rules' ETag")
+	}
+	if r := put("", mine(10), "If-Match", etag); r.code != http.StatusOK || r.header.Get("ETag") == etag {
+		t.Fatalf("PUT of a new domain and plan: %s", r)
+	}
+	applied, etag := get()
+	if !strings.Contains(applied, domain+":") || !strings.Contains(applied, plan+":") {
+		t.Fatalf("the export after the apply lacks the domain or plan:\n%s", applied)
+	}
+	r = admin.do("GET", "/v1/admin/rules", "", "Accept", "application/json")
+	if rules := r.json(t); r.code != http.StatusOK || rules["domains"].(map[string]any)[domain] == nil {
+		t.Errorf("GET as JSON: %s", r)
+	}
+
+	for _, c := range []struct {
+		name, query, body string
+		header            []string
+		status            int
+		says              string
+	}{
+		{"a rule that does not compile", "", strings.Replace(mine(10), "token_bucket", "token_buckets", 1), nil, http.StatusBadRequest, "rule " + domain + `/per-ip: algorithm "token_buckets"`},
+		{"a misspelt field", "", strings.Replace(mine(10), "limit: 10", "limt: 10", 1), nil, http.StatusBadRequest, "field limt not found"},
+		{"a stale If-Match", "", mine(20), []string{"If-Match", `"stale"`}, http.StatusPreconditionFailed, "the rules changed since they were read"},
+		{"a tenants section that moves a tenant", "", mine(20) + "tenants: {anonymous: " + plan + "}\n", nil, http.StatusConflict, "kurzctl tenants set-plan"},
+		{"a body over 1 MiB", "", mine(20) + "#" + strings.Repeat("x", 1<<20), nil, http.StatusRequestEntityTooLarge, "larger than 1048576 bytes"},
+		{"a bad dry_run", "?dry_run=maybe", mine(20), nil, http.StatusBadRequest, "dry_run"},
+	} {
+		r := put(c.query, c.body, c.header...)
+		if detail, _ := r.apiError(t)["detail"].(string); r.code != c.status || !strings.Contains(detail, c.says) {
+			t.Errorf("%s: %s; want %d saying %q", c.name, r, c.status, c.says)
+		}
+	}
+	if now, nowTag := get(); nowTag != etag || now != applied {
+		t.Errorf("refused PUTs changed the rules")
+	}
+	r = put("", mine(20), "If-Match", etag)
+	if changes := r.json(t)["changes"].([]any); r.code != http.StatusOK || len(changes) != 1 || changes[0].(map[string]any)["name"] != domain+"/per-ip" {
+		t.Errorf("PUT of a new limit: %s; want one change, the rule", r)
+	}
+
+	for name, cl := range map[string]*client{"a tenant's key": newClient(t, gw, newTenant(t, gw, "free").key), "no credential": newClient(t, gw, "")} {
+		for _, method := range []string{"GET", "PUT"} {
+			if r := cl.do(method, "/v1/admin/rules", mine(30)); r.code != http.StatusUnauthorized {
+				t.Errorf("%s /v1/admin/rules with %s: %s, want 401", method, name, r)
+			}
+		}
+	}
+}
+
+// A gateway in front of a limiter on a rules file shows the file and
+// refuses to apply one, naming the file to edit.
+func TestAdminRulesOfAFileLimiterAreReadOnly(t *testing.T) {
+	gw := startGateway(t, nil) // the stack's file limiter
+	admin := newClient(t, gw, adminToken)
+	r := admin.do("GET", "/v1/admin/rules", "")
+	if r.code != http.StatusOK || r.header.Get("X-Kurz-Rules-Source") != "file" {
+		t.Fatalf("GET of a file limiter's rules: %s", r)
+	}
+	r = admin.do("PUT", "/v1/admin/rules", string(r.body), "Content-Type", "application/yaml")
+	if detail, _ := r.apiError(t)["detail"].(string); r.code != http.StatusConflict || !strings.Contains(detail, stack.roomyFile) || !strings.Contains(detail, "edit it") {
+		t.Errorf("PUT to a file limiter: %s; want 409 naming %s", r, stack.roomyFile)
+	}
+}

@@ -1,0 +1,154 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
+	"kurz.dev/pkg/rpcerr"
+)
+
+// The limiter's rules as a file, for administrators: GET /v1/admin/rules
+// exports the rules in force, PUT /v1/admin/rules applies a file. The
+// limiter does the work (its RulesAdminService: only its compiler judges a
+// rule); the gateway signs the calls (KURZ_SERVICE_AUTH_KEY) and speaks
+// HTTP: an ETag, If-Match, the body bound.
+
+// maxRulesBytes bounds a rules file: the limiter's own bound
+// (rulestore.MaxApplyBytes), here so that a larger body is refused before
+// it is read.
+const maxRulesBytes = 1 << 20
+
+// rulesChunk is the size of the messages a file is streamed to the limiter
+// in: under its small receive bound (rulesadmin.MaxChunk).
+const rulesChunk = 32 << 10
+
+// Reasons of the limiter's refusals that answer 409: the request is well
+// formed, what it would do conflicts with the rules' state.
+var rulesConflicts = map[string]bool{"PLAN_IN_USE": true, "TENANT_PLANS": true, "RULES_FROM_FILE": true, "RULE_ROWS_UNREADABLE": true}
+
+// getRules answers the rules file (YAML; JSON for an Accept of JSON) with
+// its ETag.
+func (a *API) getRules(c *call) error {
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	resp, err := a.rulesAdmin.GetRules(ctx, &limiterv1.GetRulesRequest{})
+	if err != nil {
+		return rulesError(err)
+	}
+	h := c.w.Header()
+	h.Set("ETag", `"`+resp.GetEtag()+`"`)
+	h.Set("X-Kurz-Rules-Source", resp.GetSource())
+	if wantsJSON(c.r) {
+		var v any
+		if err := yaml.Unmarshal([]byte(resp.GetYaml()), &v); err != nil {
+			return internalError(err)
+		}
+		writeJSON(c.w, http.StatusOK, v)
+		return nil
+	}
+	h.Set("Content-Type", "application/yaml; charset=utf-8")
+	c.w.WriteHeader(http.StatusOK)
+	_, _ = c.w.Write([]byte(resp.GetYaml()))
+	return nil
+}
+
+// wantsJSON says whether r's Accept prefers JSON to YAML (a client that
+// names only JSON).
+func wantsJSON(r *http.Request) bool {
+	accept := strings.ToLower(strings.Join(r.Header.Values("Accept"), ","))
+	return strings.Contains(accept, "json") && !strings.Contains(accept, "yaml")
+}
+
+// rulesChangeJSON is one change of an apply.
+type rulesChangeJSON struct {
+	Kind   string   `json:"kind"`
+	Name   string   `json:"name"`
+	Change string   `json:"change"`
+	Fields []string `json:"fields,omitempty"`
+}
+
+// applyRules applies the body, a rules file (YAML or JSON), with the
+// query's dry_run and prune, and If-Match against the rules' ETag.
+func (a *API) applyRules(c *call) error {
+	dryRun, err := boolParameter(c.r, "dry_run")
+	if err != nil {
+		return err
+	}
+	prune, err := boolParameter(c.r, "prune")
+	if err != nil {
+		return err
+	}
+	body, err := a.readBodyUpTo(c, maxRulesBytes, "send a rules file (YAML or JSON): GET /v1/admin/rules gives the rules in force")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	stream, err := a.rulesAdmin.ApplyRules(ctx)
+	if err != nil {
+		return rulesError(err)
+	}
+	msg := &limiterv1.ApplyRulesRequest{DryRun: dryRun, Prune: prune, IfMatch: c.ifMatch}
+	for rest := body; ; {
+		n := min(len(rest), rulesChunk)
+		msg.Chunk, rest = rest[:n], rest[n:]
+		// A failed send ends the stream: CloseAndRecv says why.
+		if stream.Send(msg) != nil || len(rest) == 0 {
+			break
+		}
+		msg = &limiterv1.ApplyRulesRequest{}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return rulesError(err)
+	}
+	out := struct {
+		DryRun  bool              `json:"dryRun"`
+		ETag    string            `json:"etag"`
+		Changes []rulesChangeJSON `json:"changes"`
+	}{DryRun: resp.GetDryRun(), ETag: resp.GetEtag(), Changes: []rulesChangeJSON{}}
+	for _, ch := range resp.GetChanges() {
+		out.Changes = append(out.Changes, rulesChangeJSON{Kind: ch.GetKind(), Name: ch.GetName(), Change: ch.GetChange(), Fields: ch.GetFields()})
+	}
+	if !dryRun {
+		c.w.Header().Set("ETag", `"`+resp.GetEtag()+`"`)
+	}
+	writeJSON(c.w, http.StatusOK, out)
+	return nil
+}
+
+// boolParameter reads an optional query parameter true or false.
+func boolParameter(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badParameter(name, name+" must be true or false")
+	}
+	return b, nil
+}
+
+// rulesError is the answer to a refusal of the limiter's rules admin API:
+// its conflicts 409, a limiter without the API (no KURZ_SERVICE_AUTH_KEY,
+// or older than it) 503 saying so, the rest as any service's.
+func rulesError(err error) error {
+	switch status.Code(err) {
+	case codes.Unimplemented:
+		return unavailable("the limiter's rules admin API is off: give the limiter KURZ_SERVICE_AUTH_KEY, the gateway's (and run a limiter of this version)", err)
+	case codes.Unauthenticated:
+		return unavailable("the limiter refused the gateway's signed call: give the limiter and the gateway the same KURZ_SERVICE_AUTH_KEY", err)
+	}
+	e := toAPIError(err)
+	if info, _, _ := rpcerr.Details(err); info != nil && rulesConflicts[info.GetReason()] {
+		e.status = http.StatusConflict
+	}
+	return e
+}

@@ -1,0 +1,254 @@
+//go:build integration
+
+package rulestore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"kurz.dev/services/limiter/internal/ratelimit"
+)
+
+const adminRules = `
+domains:
+  api:
+    defaults: {algo: token_bucket}
+    rules:
+      - {name: per-key, key: [api_key], algorithm: token_bucket, limit: 100, window: 1s, burst: 20, failure_mode: open}
+      - {name: per-ip, key: [ip], algorithm: fixed_window, limit: 50, window: 1m, failure_mode: open}
+  auth:
+    rules:
+      - {name: per-ip, key: [ip], algorithm: sliding_window_counter, limit: 5, window: 1m, failure_mode: closed}
+plans:
+  free: {api/per-key: {limit: 10}}
+  pro: {api/per-key: {limit: 1000, burst: 200}}
+tenants: {acme: pro}
+`
+
+// exported is the rules of pool as Export writes them, and their etag.
+func exported(t *testing.T, pool *pgxpool.Pool) (string, string) {
+	t.Helper()
+	cfg, err := Export(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), ETag(out)
+}
+
+func apply(t *testing.T, pool *pgxpool.Pool, file string, opts ApplyOptions) (ApplyResult, error) {
+	t.Helper()
+	return Apply(context.Background(), pool, []byte(file), opts)
+}
+
+// The export applied as it is changes nothing, and keeps its etag; the
+// etag an apply reports is the one the export then shows.
+func TestApplyingTheExportChangesNothing(t *testing.T) {
+	pool := seeded(t, adminRules)
+	file, etag := exported(t, pool)
+	if strings.Contains(file, "acme") {
+		t.Errorf("the export names a tenant:\n%s", file)
+	}
+	res, err := apply(t, pool, file, ApplyOptions{IfMatch: []string{etag}})
+	if err != nil || len(res.Changes) != 0 || res.ETag != etag || res.From != etag {
+		t.Fatalf("apply of the export: %+v, %v; want no change and etag %s", res, err, etag)
+	}
+	changed := strings.Replace(file, "limit: 50", "limit: 60", 1)
+	res, err = apply(t, pool, changed, ApplyOptions{IfMatch: []string{etag}})
+	if err != nil || len(res.Changes) != 1 || res.Changes[0].String() != "rule api/per-ip changed (limit)" {
+		t.Fatalf("apply of a changed limit: %+v, %v", res, err)
+	}
+	if _, now := exported(t, pool); now != res.ETag || now == etag {
+		t.Errorf("etag after the apply %s, the apply said %s (before %s)", now, res.ETag, etag)
+	}
+	if got := load(t, pool); got.Domains["api"].Rules[1].Limit != 60 || got.Tenants["acme"] != "pro" {
+		t.Errorf("the limiters load %+v", got)
+	}
+}
+
+// A file's domain replaces the domain whole, rules in the file's order; a
+// plan its limits; domains and plans it does not name stay, unless pruned
+// (then a plan with tenants is refused, naming them). A dry run says the
+// same and writes nothing.
+func TestApplyReplacesWhatTheFileNamesAndPrunesOnlyWhenAsked(t *testing.T) {
+	pool := seeded(t, adminRules)
+	before, etag := exported(t, pool)
+	file := `
+domains:
+  api:
+    rules:
+      - {name: per-ip, key: [ip], algorithm: fixed_window, limit: 50, window: 1m, failure_mode: open}
+      - {name: per-route, key: [route], algorithm: fixed_window, limit: 5, window: 1s, failure_mode: open}
+plans:
+  free: {api/per-route: {limit: 2}}
+  team: {}
+`
+	// pro's limit of the removed rule: the whole does not compile.
+	if _, err := apply(t, pool, file, ApplyOptions{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `plan pro: no rule "api/per-key"`) {
+		t.Fatalf("apply leaving pro's limit of a removed rule: %v; want it refused, naming plan pro and the rule", err)
+	}
+	if after, _ := exported(t, pool); after != before {
+		t.Fatalf("a refused apply wrote:\n%s", after)
+	}
+	file += "  pro: {api/per-ip: {limit: 500}}\n"
+	dry, err := apply(t, pool, file, ApplyOptions{DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, now := exported(t, pool); after != before || now != etag {
+		t.Fatalf("a dry run wrote:\n%s", after)
+	}
+	want := "domain api changed (defaults); rule api/per-ip changed (position); rule api/per-key removed; rule api/per-route added; " +
+		"limit free api/per-key removed; limit free api/per-route added; limit pro api/per-ip added; limit pro api/per-key removed; plan team added"
+	if got := changeList(dry.Changes); got != want {
+		t.Errorf("dry run: %s\nwant %s", got, want)
+	}
+	res, err := apply(t, pool, file, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ETag != dry.ETag || changeList(res.Changes) != want {
+		t.Errorf("the apply (%s, etag %s) did other than its dry run said (etag %s)", changeList(res.Changes), res.ETag, dry.ETag)
+	}
+	if _, now := exported(t, pool); now != res.ETag {
+		t.Errorf("etag after the apply %s, the apply said %s", now, res.ETag)
+	}
+	got := load(t, pool)
+	if r := got.Domains["api"].Rules; len(r) != 2 || r[0].Name != "per-ip" || r[1].Name != "per-route" || len(got.Domains["api"].Defaults) != 0 {
+		t.Errorf("domain api after the apply: %+v", got.Domains["api"])
+	}
+	if _, ok := got.Domains["auth"]; !ok {
+		t.Errorf("domain auth, which the file does not name, is gone")
+	}
+	if _, ok := got.Plans["team"]; !ok || got.Plans["pro"]["api/per-ip"].Limit != 500 {
+		t.Errorf("plans after the apply: %+v", got.Plans)
+	}
+
+	// Prune: auth goes; free goes too, unless a tenant is on it.
+	execSQL(t, pool, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ('zeta', 'free'), ('beta', 'free')`)
+	prune := strings.Replace(file, "  free: {api/per-route: {limit: 2}}\n", "", 1)
+	if _, err := apply(t, pool, prune, ApplyOptions{Prune: true}); !errors.Is(err, ErrPlanInUse) || !strings.Contains(err.Error(), "plan free has 2 tenants (beta, zeta)") {
+		t.Fatalf("prune of a plan with tenants: %v; want it refused, naming them", err)
+	}
+	execSQL(t, pool, `DELETE FROM rl_tenant_plans WHERE plan = 'free'`)
+	res, err = apply(t, pool, prune, ApplyOptions{Prune: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := changeList(res.Changes); got != "domain auth removed; rule auth/per-ip removed; plan free removed; limit free api/per-route removed" {
+		t.Errorf("prune: %s", got)
+	}
+	got = load(t, pool)
+	if _, ok := got.Domains["auth"]; ok || got.Plans["free"] != nil {
+		t.Errorf("after prune: domains %v, plans %v", got.Domains, got.Plans)
+	}
+
+	// What an apply deleted, the bootstrap file does not put back.
+	if n, err := Seed(context.Background(), pool, mustParse(t, adminRules)); err != nil || n != 0 {
+		t.Errorf("seed after the applies: wrote %d, %v; want nothing (deleted items stay deleted)", n, err)
+	}
+	// Nor does a rule a newer bootstrap file adds to a deleted domain
+	// fail the seed (and the limiter's start).
+	newer := mustParse(t, adminRules+`
+`)
+	d := newer.Domains["auth"]
+	d.Rules = append(d.Rules, d.Rules[0])
+	d.Rules[1].Name = "per-user"
+	newer.Domains["auth"] = d
+	if _, err := Seed(context.Background(), pool, newer); err != nil {
+		t.Errorf("seed of a new rule of a deleted domain: %v; want it skipped", err)
+	}
+	if _, ok := load(t, pool).Domains["auth"]; ok {
+		t.Errorf("the seed brought the deleted domain back")
+	}
+}
+
+// Refusals leave the tables as they were: a rule that does not compile
+// (named, with its field), an etag that is not the rules', a tenants
+// section that changes a plan, a file over 1 MiB, an envoyproxy/ratelimit
+// file.
+func TestApplyRefusesAndWritesNothing(t *testing.T) {
+	pool := seeded(t, adminRules)
+	before, etag := exported(t, pool)
+	for _, c := range []struct {
+		name, file string
+		opts       ApplyOptions
+		err        error
+		says       string
+	}{
+		{"a misspelt field", "domains:\n  api:\n    rules:\n      - {name: per-ip, key: [ip], algorithm: fixed_window, limt: 5, window: 1s, failure_mode: open}\n",
+			ApplyOptions{}, ErrInvalid, "field limt not found"},
+		{"a rule that does not compile", "domains:\n  api:\n    rules:\n      - {name: per-ip, key: [ip], algorithm: fixed_windows, limit: 5, window: 1s, failure_mode: open}\n",
+			ApplyOptions{}, ErrInvalid, `rule api/per-ip: algorithm "fixed_windows"`},
+		{"a stale etag", before, ApplyOptions{IfMatch: []string{"stale"}}, ErrETagMismatch, "they are at etag " + etag},
+		{"a tenant moved", before + "tenants: {acme: free}\n", ApplyOptions{}, ErrTenantPlans, "acme: free (now pro)"},
+		{"over 1 MiB", before + "#" + strings.Repeat("x", MaxApplyBytes), ApplyOptions{}, ErrInvalid, "at most 1048576"},
+		{"an envoyproxy/ratelimit file", "domain: api\ndescriptors: []\n", ApplyOptions{}, ErrInvalid, "limiter rules from-envoy"},
+		{"an empty file", "\n", ApplyOptions{}, ErrInvalid, "the file is empty"},
+	} {
+		_, err := apply(t, pool, c.file, c.opts)
+		if !errors.Is(err, c.err) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v; want %v saying %q", c.name, err, c.err, c.says)
+		}
+	}
+	if after, _ := exported(t, pool); after != before {
+		t.Errorf("refused applies wrote:\n%s", after)
+	}
+	// A tenants section that says what the tables say passes (the
+	// bootstrap file has one).
+	if res, err := apply(t, pool, before+"tenants: {acme: pro}\n", ApplyOptions{}); err != nil || len(res.Changes) != 0 {
+		t.Errorf("a tenants section as the tables have it: %+v, %v", res, err)
+	}
+}
+
+// Two applies at once are serialised: each sees the other's result, and
+// if-match refuses the one whose read went stale.
+func TestConcurrentAppliesAreSerialised(t *testing.T) {
+	pool := seeded(t, adminRules)
+	before, etag := exported(t, pool)
+	errs := make(chan error, 2)
+	for _, limit := range []string{"limit: 51", "limit: 52"} {
+		go func() {
+			_, err := Apply(context.Background(), pool, []byte(strings.Replace(before, "limit: 50", limit, 1)), ApplyOptions{IfMatch: []string{etag}})
+			errs <- err
+		}()
+	}
+	var ok, stale int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, ErrETagMismatch):
+			stale++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if ok != 1 || stale != 1 {
+		t.Errorf("%d applied, %d refused as stale; want one each", ok, stale)
+	}
+}
+
+func changeList(cs []Change) string {
+	var s []string
+	for _, c := range cs {
+		s = append(s, c.String())
+	}
+	return strings.Join(s, "; ")
+}
+
+func mustParse(t *testing.T, src string) ratelimit.Config {
+	t.Helper()
+	cfg, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
