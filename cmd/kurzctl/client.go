@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -299,14 +300,46 @@ func (gw *gateway) callStatus(ctx context.Context, method, path string, query ur
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswerBody)+1))
+	raw, err := readAnswer(resp, method, path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s %s: read answer: %w", method, path, err)
-	}
-	if len(raw) > maxAnswerBody {
-		return nil, 0, fmt.Errorf("%s %s: the answer is larger than %d MiB; not read", method, path, maxAnswerBody>>20)
+		return nil, 0, err
 	}
 	return raw, resp.StatusCode, nil
+}
+
+// readAnswer reads the whole body of the answer to method path, refusing
+// one larger than maxAnswerBody.
+func readAnswer(resp *http.Response, method, path string) ([]byte, error) {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswerBody)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if len(raw) > maxAnswerBody {
+		return nil, fmt.Errorf("%s %s: the answer is larger than %d MiB; not read", method, path, maxAnswerBody>>20)
+	}
+	return raw, nil
+}
+
+// readInput reads the file name (- for stdin) a command was given, at
+// most max bytes: a larger one is refused, not cut.
+func (c *cli) readInput(cmd, name string, max int) ([]byte, error) {
+	var r io.Reader = c.stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, usagef(cmd, "%v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(b) > max {
+		return nil, usagef(cmd, "%s is over %d bytes, the most %s reads", name, max, cmd)
+	}
+	return b, nil
 }
 
 // callProto sends req (nil: no body) in proto JSON and decodes the answer

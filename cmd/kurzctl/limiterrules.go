@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -92,12 +91,9 @@ func (c *cli) rulesGet() error {
 		return err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswerBody)+1))
+	raw, err := readAnswer(resp, "GET", "/v1/admin/rules")
 	if err != nil {
-		return fmt.Errorf("GET /v1/admin/rules: read answer: %w", err)
-	}
-	if len(raw) > maxAnswerBody {
-		return fmt.Errorf("GET /v1/admin/rules: the answer is larger than %d MiB; not read", maxAnswerBody>>20)
+		return err
 	}
 	if c.g.output == "json" {
 		err = writeRaw(c.stdout, raw)
@@ -146,9 +142,9 @@ func (c *cli) rulesApply(name string, dryRun, prune bool, ifMatch string) error 
 		return err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxAnswerBody)+1))
+	raw, err := readAnswer(resp, http.MethodPut, "/v1/admin/rules")
 	if err != nil {
-		return fmt.Errorf("PUT /v1/admin/rules: read answer: %w", err)
+		return err
 	}
 	if c.json() {
 		return writeRaw(c.stdout, raw)
@@ -192,21 +188,9 @@ func printRulesChanges(w io.Writer, dryRun bool, etag string, changes []rulesCha
 // readLimiterRules reads the rules file name (- for stdin), at most
 // maxLimiterRulesFile bytes; the limiter judges the rest.
 func (c *cli) readLimiterRules(cmd, name string) ([]byte, error) {
-	var r io.Reader = c.stdin
-	if name != "-" {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, usagef(cmd, "%v", err)
-		}
-		defer f.Close()
-		r = f
-	}
-	b, err := io.ReadAll(io.LimitReader(r, maxLimiterRulesFile+1))
+	b, err := c.readInput(cmd, name, maxLimiterRulesFile)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	if len(b) > maxLimiterRulesFile {
-		return nil, usagef(cmd, "%s is over %d bytes (1 MiB), the most a rules file may have", name, maxLimiterRulesFile)
+		return nil, err
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, usagef(cmd, "%s is empty: give a rules file (rules get prints the rules in force)", name)

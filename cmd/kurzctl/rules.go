@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -181,21 +180,9 @@ func setupLinksSetRules(c *cli, fs *pflag.FlagSet) func([]string) error {
 // readRulesFile reads a rules file (JSON or YAML) into the PATCH body: an
 // object with rules, variants or both, nothing else.
 func (c *cli) readRulesFile(cmd, name string) ([]byte, error) {
-	var r io.Reader = c.stdin
-	if name != "-" {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, usagef(cmd, "%v", err)
-		}
-		defer f.Close()
-		r = f
-	}
-	b, err := io.ReadAll(io.LimitReader(r, maxRulesFile+1))
+	b, err := c.readInput(cmd, name, maxRulesFile)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
-	}
-	if len(b) > maxRulesFile {
-		return nil, usagef(cmd, "%s is over %d bytes", name, maxRulesFile)
+		return nil, err
 	}
 	j, err := yaml.YAMLToJSON(b)
 	if err != nil {
