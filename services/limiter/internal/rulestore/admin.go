@@ -227,6 +227,13 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, file []byte, opts ApplyOptio
 		if err != nil {
 			return err
 		}
+		// What is applied must be exportable and applicable again: a
+		// compact file (flow style) exports half as large again, and
+		// what could not be applied back would need SQL to change. Tables
+		// already over the bound (from SQL) may still shrink.
+		if len(nextFile) > MaxApplyBytes && len(nextFile) > len(curFile) {
+			return fmt.Errorf("%w: the rules with this file applied come to %d bytes as a rules file (the export), over the %d (1 MiB) one may apply: they could not be read and applied again; remove rules, limits or plans", ErrInvalid, len(nextFile), MaxApplyBytes)
+		}
 		res.ETag = ETag(nextFile)
 		res.Changes = diff(cur, next)
 		if err := checkPlansInUse(ctx, tx, cur, next); err != nil {

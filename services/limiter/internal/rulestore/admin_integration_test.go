@@ -5,6 +5,7 @@ package rulestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -251,4 +252,34 @@ func mustParse(t *testing.T, src string) ratelimit.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// A file within the bound whose rules export over it (flow style exports
+// half as large again) is refused: what it applied could not be exported
+// and applied back.
+func TestApplyRefusesRulesThatExportOverTheBound(t *testing.T) {
+	pool := seeded(t, adminRules)
+	before, _ := exported(t, pool)
+	var b strings.Builder
+	b.WriteString("domains:\n  x:\n    rules:\n")
+	for i := range 10 {
+		fmt.Fprintf(&b, "      - {name: r%d, key: [ip], algorithm: token_bucket, limit: 5, window: 1s, failure_mode: open}\n", i)
+	}
+	b.WriteString("plans:\n")
+	for i := 0; b.Len() < MaxApplyBytes-300; i++ {
+		fmt.Fprintf(&b, "  p%d: {", i)
+		for j := range 10 {
+			fmt.Fprintf(&b, "x/r%d: {limit: 3}, ", j)
+		}
+		b.WriteString("}\n")
+	}
+	for _, dryRun := range []bool{true, false} {
+		_, err := apply(t, pool, b.String(), ApplyOptions{DryRun: dryRun})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "as a rules file (the export), over the 1048576") {
+			t.Errorf("dry run %v: %v; want it refused as exporting over the bound", dryRun, err)
+		}
+	}
+	if after, _ := exported(t, pool); after != before {
+		t.Errorf("the refused apply wrote:\n%s", after)
+	}
 }
