@@ -283,3 +283,52 @@ func TestApplyRefusesRulesThatExportOverTheBound(t *testing.T) {
 		t.Errorf("the refused apply wrote:\n%s", after)
 	}
 }
+
+// A tenant moved onto a plan while an apply deletes it is waited for and
+// counted: the apply is refused as the plan being in use, not failed on
+// the foreign key.
+func TestApplyDeletingAPlanCountsATenantMovedOntoItMeanwhile(t *testing.T) {
+	pool := seeded(t, adminRules)
+	ctx := context.Background()
+	mover, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = mover.Rollback(ctx) }()
+	var moverPID int
+	if err := mover.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&moverPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mover.Exec(ctx, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ('mover', 'free')`); err != nil {
+		t.Fatal(err)
+	}
+	withoutFree := mustParse(t, adminRules)
+	delete(withoutFree.Plans, "free")
+	file, err := Marshal(withoutFree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Apply(ctx, pool, file, ApplyOptions{Prune: true})
+		done <- err
+	}()
+	// The apply waits for the mover's row lock on plan free, then the
+	// mover commits.
+	for blocked := 0; blocked == 0; {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, moverPID).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the apply ended before the mover committed: %v", err)
+		default:
+		}
+	}
+	if err := mover.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrPlanInUse) || !strings.Contains(err.Error(), "plan free has 1 tenants (mover)") {
+		t.Errorf("apply: %v; want it refused as plan free being in use by mover", err)
+	}
+}
