@@ -227,9 +227,16 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, file []byte, opts ApplyOptio
 		if err != nil {
 			return err
 		}
+		// What is applied must be exportable and applicable again: a
+		// compact file (flow style) exports half as large again, and
+		// what could not be applied back would need SQL to change. Tables
+		// already over the bound (from SQL) may still shrink.
+		if len(nextFile) > MaxApplyBytes && len(nextFile) > len(curFile) {
+			return fmt.Errorf("%w: the rules with this file applied come to %d bytes as a rules file (the export), over the %d (1 MiB) one may apply: they could not be read and applied again; remove rules, limits or plans", ErrInvalid, len(nextFile), MaxApplyBytes)
+		}
 		res.ETag = ETag(nextFile)
 		res.Changes = diff(cur, next)
-		if err := checkPlansInUse(ctx, tx, cur, next); err != nil {
+		if err := checkPlansInUse(ctx, tx, cur, next, !opts.DryRun); err != nil {
 			return err
 		}
 		if opts.DryRun || len(res.Changes) == 0 {
@@ -292,13 +299,25 @@ func checkTenants(ctx context.Context, tx pgx.Tx, tenants map[string]string) err
 }
 
 // checkPlansInUse refuses deleting a plan that tenants are on (the table's
-// foreign key would too, with a message naming no tenant).
-func checkPlansInUse(ctx context.Context, tx pgx.Tx, cur, next ratelimit.Config) error {
-	var problems []string
+// foreign key would too, with a message naming no tenant). With lock, the
+// plans to delete are locked first: a tenant being moved onto one holds
+// its row (the foreign key's check), so the count waits for that move and
+// sees it, where it would otherwise miss it and the DELETE fail on the
+// foreign key, an internal error to the administrator.
+func checkPlansInUse(ctx context.Context, tx pgx.Tx, cur, next ratelimit.Config, lock bool) error {
+	var removed []string
 	for _, plan := range slices.Sorted(maps.Keys(cur.Plans)) {
-		if _, kept := next.Plans[plan]; kept {
-			continue
+		if _, kept := next.Plans[plan]; !kept {
+			removed = append(removed, plan)
 		}
+	}
+	if lock && len(removed) > 0 {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM rl_plans WHERE plan = ANY($1) FOR UPDATE`, removed); err != nil {
+			return err
+		}
+	}
+	var problems []string
+	for _, plan := range removed {
 		var n int
 		var some []string
 		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce((SELECT array_agg(tenant) FROM (SELECT tenant FROM rl_tenant_plans WHERE plan = $1 ORDER BY tenant LIMIT 3) t), '{}') FROM rl_tenant_plans WHERE plan = $1`, plan).Scan(&n, &some); err != nil {

@@ -5,6 +5,7 @@ package rulestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -251,4 +252,83 @@ func mustParse(t *testing.T, src string) ratelimit.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// A file within the bound whose rules export over it (flow style exports
+// half as large again) is refused: what it applied could not be exported
+// and applied back.
+func TestApplyRefusesRulesThatExportOverTheBound(t *testing.T) {
+	pool := seeded(t, adminRules)
+	before, _ := exported(t, pool)
+	var b strings.Builder
+	b.WriteString("domains:\n  x:\n    rules:\n")
+	for i := range 10 {
+		fmt.Fprintf(&b, "      - {name: r%d, key: [ip], algorithm: token_bucket, limit: 5, window: 1s, failure_mode: open}\n", i)
+	}
+	b.WriteString("plans:\n")
+	for i := 0; b.Len() < MaxApplyBytes-300; i++ {
+		fmt.Fprintf(&b, "  p%d: {", i)
+		for j := range 10 {
+			fmt.Fprintf(&b, "x/r%d: {limit: 3}, ", j)
+		}
+		b.WriteString("}\n")
+	}
+	for _, dryRun := range []bool{true, false} {
+		_, err := apply(t, pool, b.String(), ApplyOptions{DryRun: dryRun})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "as a rules file (the export), over the 1048576") {
+			t.Errorf("dry run %v: %v; want it refused as exporting over the bound", dryRun, err)
+		}
+	}
+	if after, _ := exported(t, pool); after != before {
+		t.Errorf("the refused apply wrote:\n%s", after)
+	}
+}
+
+// A tenant moved onto a plan while an apply deletes it is waited for and
+// counted: the apply is refused as the plan being in use, not failed on
+// the foreign key.
+func TestApplyDeletingAPlanCountsATenantMovedOntoItMeanwhile(t *testing.T) {
+	pool := seeded(t, adminRules)
+	ctx := context.Background()
+	mover, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = mover.Rollback(ctx) }()
+	var moverPID int
+	if err := mover.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&moverPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mover.Exec(ctx, `INSERT INTO rl_tenant_plans (tenant, plan) VALUES ('mover', 'free')`); err != nil {
+		t.Fatal(err)
+	}
+	withoutFree := mustParse(t, adminRules)
+	delete(withoutFree.Plans, "free")
+	file, err := Marshal(withoutFree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Apply(ctx, pool, file, ApplyOptions{Prune: true})
+		done <- err
+	}()
+	// The apply waits for the mover's row lock on plan free, then the
+	// mover commits.
+	for blocked := 0; blocked == 0; {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, moverPID).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the apply ended before the mover committed: %v", err)
+		default:
+		}
+	}
+	if err := mover.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrPlanInUse) || !strings.Contains(err.Error(), "plan free has 1 tenants (mover)") {
+		t.Errorf("apply: %v; want it refused as plan free being in use by mover", err)
+	}
 }
