@@ -88,7 +88,12 @@ func (a *API) applyRules(c *call) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := a.downstream(c)
+	// A file of thousands of rules is parsed, compiled twice, diffed and
+	// written in one transaction: up to a few seconds for 1 MiB, so the
+	// bulk calls' bound, not a single call's.
+	timeout := batchCallFactor * a.opts.CallTimeout
+	extendWriteDeadline(c.w, timeout)
+	ctx, cancel := a.downstreamFor(c, timeout)
 	defer cancel()
 	stream, err := a.rulesAdmin.ApplyRules(ctx)
 	if err != nil {

@@ -123,11 +123,15 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 		return applyError(ctx, s.Log, err)
 	}
 	if !opts.DryRun {
-		changes := make([]string, len(res.Changes))
-		for i, c := range res.Changes {
+		// The first maxLoggedChanges name what changed; a file of
+		// thousands of rules would otherwise make one line of megabytes.
+		logged := res.Changes[:min(len(res.Changes), maxLoggedChanges)]
+		changes := make([]string, len(logged))
+		for i, c := range logged {
 			changes[i] = c.String()
 		}
-		s.Log.InfoContext(ctx, "rules applied", "changes", changes, "prune", opts.Prune, "etag_before", res.From, "etag", res.ETag)
+		s.Log.InfoContext(ctx, "rules applied", "changes", changes, "changes_not_listed", len(res.Changes)-len(logged),
+			"prune", opts.Prune, "etag_before", res.From, "etag", res.ETag)
 	}
 	out := &limiterv1.ApplyRulesResponse{Etag: res.ETag, DryRun: opts.DryRun}
 	for _, c := range res.Changes {
@@ -135,6 +139,9 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 	}
 	return stream.SendAndClose(out)
 }
+
+// maxLoggedChanges bounds the changes an apply's log line names.
+const maxLoggedChanges = 100
 
 // applyError is the status of Apply's error: the refusals with their
 // reasons and messages (written for the administrator), anything else

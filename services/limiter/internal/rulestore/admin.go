@@ -451,11 +451,13 @@ func fieldsOf(v any) map[string]any {
 
 // write makes the tables say next, given they say cur: only the domains
 // and plans that differ are rewritten (each whole), so that the NOTIFYs
-// and rows touched are the change's.
+// and rows touched are the change's. The statements go as one batch, one
+// round trip: a statement each was 3.3 s for a 1 MiB file of 8,000 rules,
+// past the gateway's call timeout.
 func write(ctx context.Context, tx pgx.Tx, cur, next ratelimit.Config) error {
-	seen := func(item string) error {
-		_, err := tx.Exec(ctx, `INSERT INTO rl_bootstrap_seen (item) VALUES ($1) ON CONFLICT DO NOTHING`, item)
-		return err
+	b := &pgx.Batch{}
+	seen := func(item string) {
+		b.Queue(`INSERT INTO rl_bootstrap_seen (item) VALUES ($1) ON CONFLICT DO NOTHING`, item)
 	}
 	for _, domain := range union(cur.Domains, next.Domains) {
 		c, inCur := cur.Domains[domain]
@@ -465,35 +467,23 @@ func write(ctx context.Context, tx pgx.Tx, cur, next ratelimit.Config) error {
 		}
 		for _, r := range c.Rules {
 			if !slices.ContainsFunc(n.Rules, func(x ratelimit.RuleSpec) bool { return x.Name == r.Name }) || !inNext {
-				if err := seen("rule:" + domain + "/" + r.Name); err != nil {
-					return err
-				}
+				seen("rule:" + domain + "/" + r.Name)
 			}
 		}
 		if !inNext {
-			if _, err := tx.Exec(ctx, `DELETE FROM rl_domains WHERE domain = $1`, domain); err != nil {
-				return err
-			}
-			if err := seen("domain:" + domain); err != nil {
-				return err
-			}
+			b.Queue(`DELETE FROM rl_domains WHERE domain = $1`, domain)
+			seen("domain:" + domain)
 			continue
 		}
 		defaults := n.Defaults
 		if defaults == nil {
 			defaults = map[string]string{}
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO rl_domains (domain, defaults) VALUES ($1, $2)
-			ON CONFLICT (domain) DO UPDATE SET defaults = EXCLUDED.defaults`, domain, defaults); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM rl_rules WHERE domain = $1`, domain); err != nil {
-			return err
-		}
+		b.Queue(`INSERT INTO rl_domains (domain, defaults) VALUES ($1, $2)
+			ON CONFLICT (domain) DO UPDATE SET defaults = EXCLUDED.defaults`, domain, defaults)
+		b.Queue(`DELETE FROM rl_rules WHERE domain = $1`, domain)
 		for i, r := range n.Rules {
-			if _, err := tx.Exec(ctx, `INSERT INTO rl_rules (domain, name, position, spec) VALUES ($1, $2, $3, $4)`, domain, r.Name, i, r); err != nil {
-				return err
-			}
+			b.Queue(`INSERT INTO rl_rules (domain, name, position, spec) VALUES ($1, $2, $3, $4)`, domain, r.Name, i, r)
 		}
 	}
 	for _, plan := range union(cur.Plans, next.Plans) {
@@ -504,33 +494,21 @@ func write(ctx context.Context, tx pgx.Tx, cur, next ratelimit.Config) error {
 		}
 		for id := range c {
 			if _, kept := n[id]; !kept {
-				if err := seen("limit:" + plan + ":" + id); err != nil {
-					return err
-				}
+				seen("limit:" + plan + ":" + id)
 			}
 		}
 		if !inNext {
-			if _, err := tx.Exec(ctx, `DELETE FROM rl_plans WHERE plan = $1`, plan); err != nil {
-				return err
-			}
-			if err := seen("plan:" + plan); err != nil {
-				return err
-			}
+			b.Queue(`DELETE FROM rl_plans WHERE plan = $1`, plan)
+			seen("plan:" + plan)
 			continue
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO rl_plans (plan) VALUES ($1) ON CONFLICT DO NOTHING`, plan); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM rl_plan_limits WHERE plan = $1`, plan); err != nil {
-			return err
-		}
+		b.Queue(`INSERT INTO rl_plans (plan) VALUES ($1) ON CONFLICT DO NOTHING`, plan)
+		b.Queue(`DELETE FROM rl_plan_limits WHERE plan = $1`, plan)
 		for _, id := range slices.Sorted(maps.Keys(n)) {
-			if _, err := tx.Exec(ctx, `INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ($1, $2, $3)`, plan, id, n[id]); err != nil {
-				return err
-			}
+			b.Queue(`INSERT INTO rl_plan_limits (plan, rule_id, spec) VALUES ($1, $2, $3)`, plan, id, n[id])
 		}
 	}
-	return nil
+	return tx.SendBatch(ctx, b).Close()
 }
 
 func equalMaps(a, b map[string]string) bool { return maps.Equal(a, b) }
