@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"net/http"
@@ -359,6 +360,85 @@ func TestCredentialsStayOffPlainHTTP(t *testing.T) {
 		if r := c.run("--url", u, "--api-key", "kurz_k_secret", "links", "get", "abc1234"); r.code != exitError || rec.last(t) != "local Bearer kurz_k_secret" {
 			t.Errorf("API key to %s (this machine): %s, last request %q; want it sent", u, r, rec.last(t))
 		}
+	}
+}
+
+// exposes is the decision: a credential crosses the network in clear over
+// http:// to any host but this machine's loopback names and addresses.
+func TestExposesOnlyPlainHTTPToAnotherMachine(t *testing.T) {
+	for _, tt := range []struct {
+		url  string
+		want bool
+	}{
+		{"http://127.0.0.1:8080", false},
+		{"http://127.3.4.5", false},
+		{"http://[::1]:8080", false},
+		{"http://localhost:8080", false},
+		{"http://LOCALHOST", false},
+		{"https://kurz.example.com", false},
+		{"https://192.168.1.20:8443", false},
+		{"http://192.168.1.20:8080", true},
+		{"http://10.0.0.7", true},
+		{"http://kurz.example.com", true},
+		{"http://kurz-gateway.kurz:8080", true},
+		{"http://[2001:db8::1]:8080", true},
+		{"http://localhost.:8080", true},
+		{"http://127.0.0.1.example.com", true},
+	} {
+		if got := exposes(tt.url); got != tt.want {
+			t.Errorf("exposes(%q) = %v, want %v", tt.url, got, tt.want)
+		}
+	}
+}
+
+// --plain-http's opt-in comes from KURZ_PLAIN_HTTP too, for a pod or a job,
+// and from a context's plain-http, which holds for that context's own URL
+// only: a --url naming another gateway is refused again. The flag wins over
+// the variable, the variable over the context.
+func TestPlainHTTPOptInFromEnvironmentAndContext(t *testing.T) {
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	remote := "http://kurz.invalid:8080"
+	get := []string{"--timeout=2s", "links", "get", "abc1234"}
+	refused := func(r result) bool {
+		return r.code == exitUsage && strings.Contains(r.stderr, "refusing to send the API key to ")
+	}
+	tried := func(r result) bool { return r.code == exitError && !strings.Contains(r.stderr, "refusing") }
+
+	env := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": cfgPath, "KURZ_URL": remote, "KURZ_API_KEY": "kurz_k_secret", plainHTTPEnv: "true"}}
+	if r := env.run(get...); !tried(r) {
+		t.Errorf("%s=true: %s; want the call tried (a network error)", plainHTTPEnv, r)
+	}
+	if r := env.run(append([]string{"--plain-http=false"}, get...)...); !refused(r) {
+		t.Errorf("--plain-http=false over %s=true: %s; want the flag to win and refuse", plainHTTPEnv, r)
+	}
+	env.env[plainHTTPEnv] = "false"
+	if r := env.run(get...); !refused(r) || !strings.Contains(r.stderr, plainHTTPEnv+"=true") {
+		t.Errorf("%s=false: %s; want a refusal that names the variable", plainHTTPEnv, r)
+	}
+	env.env[plainHTTPEnv] = "yes please"
+	if r := env.run(get...); r.code != exitUsage || !strings.Contains(r.stderr, plainHTTPEnv+`="yes please": want true or false`) {
+		t.Errorf("%s=yes please: %s; want a usage error naming the variable", plainHTTPEnv, r)
+	}
+
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": cfgPath}, stdin: "kurz_k_secret\n"}
+	c.ok("config", "set-context", "cluster", "--url", remote, "--api-key-stdin", "--plain-http", "--use")
+	var view kurzConfig
+	if err := json.Unmarshal([]byte(c.ok("config", "view", "-o", "json")), &view); err != nil || len(view.Contexts) != 1 || !view.Contexts[0].PlainHTTP {
+		t.Errorf("config view after set-context --plain-http: %+v (%v); want plain-http stored", view, err)
+	}
+	if r := c.run(get...); !tried(r) {
+		t.Errorf("a context with plain-http, to its own URL: %s; want the call tried", r)
+	}
+	if r := c.run(append([]string{"--url", "http://other.invalid:8080", "--api-key", "kurz_k_other"}, get...)...); !refused(r) {
+		t.Errorf("a context with plain-http, --url naming another gateway: %s; want it refused", r)
+	}
+	withEnv := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": cfgPath, plainHTTPEnv: "false"}}
+	if r := withEnv.run(get...); !refused(r) {
+		t.Errorf("%s=false over a context's plain-http: %s; want the variable to win and refuse", plainHTTPEnv, r)
+	}
+	c.ok("config", "set-context", "cluster", "--plain-http=false")
+	if r := c.run(get...); !refused(r) {
+		t.Errorf("after set-context --plain-http=false: %s; want it refused", r)
 	}
 }
 

@@ -128,12 +128,13 @@ func (c *cli) gateway(cmd string, cred credential) (*gateway, error) {
 
 // keepOffPlainHTTP refuses to send what (a credential, a link's password:
 // any secret a request carries) to a gateway over plain http on another
-// machine, unless --plain-http says the network is trusted.
+// machine, unless --plain-http (KURZ_PLAIN_HTTP, the context's plain-http)
+// says the network is trusted.
 func (c *cli) keepOffPlainHTTP(cmd, what string) error {
 	if c.g.plainHTTP || !exposes(c.g.url) {
 		return nil
 	}
-	return usagef(cmd, "refusing to send the %s to %s over plain http, where anyone on the way reads it: use the gateway's https URL, or --plain-http on a network you trust", what, c.g.url)
+	return usagef(cmd, "refusing to send the %s to %s over plain http, where anyone on the way reads it: use the gateway's https URL, or --plain-http (%s=true, or the context's plain-http) on a network you trust", what, c.g.url, plainHTTPEnv)
 }
 
 // noRedirects leaves a 3xx answer as it is: the API never redirects, and

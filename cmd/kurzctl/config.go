@@ -38,6 +38,10 @@ type kurzContext struct {
 	APIKey     string `json:"api-key,omitempty"`
 	AdminToken string `json:"admin-token,omitempty"`
 	Limiter    string `json:"limiter,omitempty"`
+	// PlainHTTP lets the credentials go to URL over plain http (a
+	// gateway inside a trusted network, without TLS): --plain-http bound
+	// to this gateway, so a --url naming another does not inherit it.
+	PlainHTTP bool `json:"plain-http,omitempty"`
 }
 
 func (k kurzContext) hasSecrets() bool { return k.APIKey != "" || k.AdminToken != "" }

@@ -18,14 +18,16 @@ func configCommands() []*command {
 			name: "config set-context", args: "<name>", minArgs: 1, maxArgs: 1, offline: true,
 			summary: "add or change a context (gateway URL and credentials)",
 			help: `Adds a context, or changes the settings given of an existing one: the
-global flags --url, --api-key, --admin-token and --limiter given on this
-command line are stored in it. Prefer --api-key-stdin or --admin-token-stdin
-to keep a secret out of the shell's history. --use makes it the current
-context. ` + configHelpNote + `
+global flags --url, --api-key, --admin-token, --limiter and --plain-http
+given on this command line are stored in it (--plain-http=false clears
+plain-http). Prefer --api-key-stdin or --admin-token-stdin to keep a secret
+out of the shell's history. --use makes it the current context.
+` + configHelpNote + `
 
 Examples:
   kurzctl config set-context local --url http://127.0.0.1:8080 --use
   printf '%s\n' "$KEY" | kurzctl config set-context prod --url https://kurz.example.com --api-key-stdin
+  kurzctl config set-context cluster --url http://kurz-gateway.kurz:8080 --plain-http
   kurzctl --context prod links list`,
 			setup: setupSetContext,
 		},
@@ -171,6 +173,10 @@ func setupSetContext(c *cli, fs *pflag.FlagSet) func([]string) error {
 			if *f.v != "" {
 				*f.dst = *f.v
 			}
+		}
+		// --plain-http=false clears what --plain-http stored.
+		if c.flagChanged("plain-http") {
+			k.PlainHTTP = given.plainHTTP
 		}
 		if *use || cfg.CurrentContext == "" {
 			cfg.CurrentContext = name

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -53,6 +54,10 @@ const (
 	deprecatedAdminTokenEnv = "KURZ_ADMIN_TOKEN"
 )
 
+// plainHTTPEnv is --plain-http's variable, for a pod or a job that calls a
+// gateway inside its network with the settings in its environment.
+const plainHTTPEnv = "KURZ_PLAIN_HTTP"
+
 // defineGlobals defines the flags every command takes, bound to c.g: the
 // root's persistent flags. Their defaults are never secrets (c.g holds no
 // credential yet when they are defined).
@@ -66,7 +71,7 @@ func (c *cli) defineGlobals(pf *pflag.FlagSet) {
 	pf.StringVar(&g.config, "config", "", "the config `file` (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output `format`: table (for people), json (the API's JSON, one document, for scripts) or yaml (the same as YAML)")
 	pf.DurationVar(&g.timeout, "timeout", defaultTimeout, "bound on each call to a service; on links export, on each pause of its answer (0: none)")
-	pf.BoolVar(&g.plainHTTP, "plain-http", false, "send the API key, admin token or a link's password over an http:// URL of another machine (refused by default: use https)")
+	pf.BoolVar(&g.plainHTTP, "plain-http", false, "send the API key, admin token or a link's password over an http:// URL of another machine (env "+plainHTTPEnv+"; refused by default: use https)")
 }
 
 // resolveGlobals fills the settings no flag gave from the environment, the
@@ -137,7 +142,30 @@ func (c *cli) resolveGlobals(cmd *command) error {
 	}
 	fromEnv(&g.adminToken, adminTokenEnv, contextToken, "")
 	fromEnv(&g.limiter, "KURZ_LIMITER_ADDR", k.Limiter, defaultLimiter)
+	// --plain-http, else KURZ_PLAIN_HTTP, else the context's plain-http,
+	// which like its credentials holds for its own gateway only.
+	if !c.flagChanged("plain-http") {
+		switch v, ok := c.lookupEnv(plainHTTPEnv); {
+		case ok && v != "":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return usagef(cmd.name, "%s=%q: want true or false", plainHTTPEnv, v)
+			}
+			g.plainHTTP = b
+		case ownGateway:
+			g.plainHTTP = k.PlainHTTP
+		}
+	}
 	return nil
+}
+
+// flagChanged reports whether the command line set the global flag name.
+func (c *cli) flagChanged(name string) bool {
+	if c.root == nil {
+		return false
+	}
+	f := c.root.PersistentFlags().Lookup(name)
+	return f != nil && f.Changed
 }
 
 // checkURL checks a gateway base URL. A user or password in it
