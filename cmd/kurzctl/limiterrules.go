@@ -57,13 +57,21 @@ the domain, rule or plan and the field); every limiter decides by it within
 a second. Prints what changed, and the rules' new etag. --dry-run prints
 what would change and writes nothing; --if-match applies only if the rules
 are still at the etag rules get printed. A plan some tenant is on is not
-deleted (move them first with tenants set-plan). ` + adminHelpNote + `
+deleted (move them first with tenants set-plan).
+
+An envoyproxy/ratelimit file (top-level domain and descriptors) applies
+too, as its translation (what limiter rules from-envoy prints): its domain
+replaces the limiter's domain of that name whole, a shipped one (api,
+links.create, ...) included, and descriptors kurz would decide otherwise
+than envoyproxy/ratelimit are refused, named. The output then says the
+file was read as envoyproxy/ratelimit's. ` + adminHelpNote + `
 
 Examples:
   kurzctl rules get > rules.yaml
   kurzctl rules apply rules.yaml --dry-run
   kurzctl rules apply rules.yaml --if-match AbCd1234eFgH5678
-  kurzctl rules apply - --prune < rules.yaml`,
+  kurzctl rules apply - --prune < rules.yaml
+  kurzctl rules apply ratelimit-config/edge.yaml --dry-run`,
 			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				dryRun := fs.Bool("dry-run", false, "print what would change; write nothing")
 				prune := fs.Bool("prune", false, "delete the domains and plans the file does not name")
@@ -152,17 +160,24 @@ func (c *cli) rulesApply(name string, dryRun, prune bool, ifMatch string) error 
 	var out struct {
 		DryRun  bool          `json:"dryRun"`
 		ETag    string        `json:"etag"`
+		Format  string        `json:"format"`
 		Changes []rulesChange `json:"changes"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return fmt.Errorf("PUT /v1/admin/rules: the answer is not an apply's: %w", err)
 	}
-	return printRulesChanges(c.stdout, out.DryRun, out.ETag, out.Changes)
+	return printRulesChanges(c.stdout, out.DryRun, out.ETag, out.Format, out.Changes)
 }
 
-// printRulesChanges writes one line per change, then the etag.
-func printRulesChanges(w io.Writer, dryRun bool, etag string, changes []rulesChange) error {
+// printRulesChanges writes one line per change, then the etag; first, for
+// an envoyproxy/ratelimit file, that it was read as one, so that its
+// changes (kurz rules, named as the translation names them) read as what
+// they are.
+func printRulesChanges(w io.Writer, dryRun bool, etag, format string, changes []rulesChange) error {
 	var b strings.Builder
+	if format == "envoy" {
+		b.WriteString("read as an envoyproxy/ratelimit file, applied as its translation (limiter rules from-envoy prints it)\n")
+	}
 	for _, ch := range changes {
 		fmt.Fprintf(&b, "%-6s %s %s", ch.Kind, ch.Name, ch.Change)
 		if len(ch.Fields) > 0 {

@@ -58,4 +58,12 @@ func TestRulesGetAndApply(t *testing.T) {
 	if r := c.run("rules", "apply", "-"); r.code != 1 || !strings.Contains(r.stderr, "rule "+domain+`/per-ip: algorithm "fixed_windows"`) {
 		t.Errorf("rules apply of a rule that does not compile: %s", r)
 	}
+
+	// An envoyproxy/ratelimit file of the same domain replaces it, the
+	// output saying how the file was read.
+	c.stdin = fmt.Sprintf("domain: %s\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 2, name: envoy-per-ip}\n", domain)
+	out = c.ok("rules", "apply", "-")
+	if !strings.HasPrefix(out, "read as an envoyproxy/ratelimit file") || !strings.Contains(out, "rule   "+domain+"/envoy-per-ip added\n") || !strings.Contains(out, "rule   "+domain+"/per-ip removed\n") {
+		t.Errorf("rules apply of an envoyproxy/ratelimit file:\n%s", out)
+	}
 }

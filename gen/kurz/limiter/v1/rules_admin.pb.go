@@ -124,7 +124,10 @@ func (x *GetRulesResponse) GetSource() string {
 
 type ApplyRulesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The next part of the rules file (YAML, or JSON).
+	// The next part of the rules file: kurz's (YAML, or JSON), or an
+	// envoyproxy/ratelimit file (top-level domain and descriptors), told by
+	// its content and applied as its translation (`limiter rules
+	// from-envoy`): its domain replaces the kurz domain of that name.
 	Chunk []byte `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	// Options, read from the first message. dry_run writes nothing.
 	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
@@ -201,8 +204,11 @@ type ApplyRulesResponse struct {
 	Changes []*RuleChange `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
 	// The etag of the rules after the apply (for a dry run: as they would
 	// be).
-	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
-	DryRun        bool   `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Etag   string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	DryRun bool   `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// The format the file was read in: "kurz", or "envoy" for an
+	// envoyproxy/ratelimit file, applied as its translation.
+	Format        string `protobuf:"bytes,4,opt,name=format,proto3" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,6 +262,13 @@ func (x *ApplyRulesResponse) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *ApplyRulesResponse) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
 }
 
 // RuleChange is one item an apply adds, changes or removes.
@@ -347,11 +360,12 @@ const file_kurz_limiter_v1_rules_admin_proto_rawDesc = "" +
 	"\x05chunk\x18\x01 \x01(\fR\x05chunk\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
 	"\x05prune\x18\x03 \x01(\bR\x05prune\x12\x19\n" +
-	"\bif_match\x18\x04 \x03(\tR\aifMatch\"x\n" +
+	"\bif_match\x18\x04 \x03(\tR\aifMatch\"\x90\x01\n" +
 	"\x12ApplyRulesResponse\x125\n" +
 	"\achanges\x18\x01 \x03(\v2\x1b.kurz.limiter.v1.RuleChangeR\achanges\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x17\n" +
-	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"d\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x16\n" +
+	"\x06format\x18\x04 \x01(\tR\x06format\"d\n" +
 	"\n" +
 	"RuleChange\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +

@@ -122,3 +122,51 @@ func TestAdminRulesOfAFileLimiterAreReadOnly(t *testing.T) {
 		t.Errorf("PUT to a file limiter: %s; want 409 naming %s", r, stack.roomyFile)
 	}
 }
+
+// An envoyproxy/ratelimit file PUT as it is applies as its translation,
+// the answer saying it was read as one: a dry run names the domain and the
+// rules it would add, the apply adds them, and the export has the domain
+// as kurz rules (fixed_window, as envoyproxy/ratelimit counts). The test's
+// own domain, removed at the end.
+func TestAdminRulesApplyAnEnvoyFile(t *testing.T) {
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.LimiterPG.GRPCAddr})
+	admin := newClient(t, gw, adminToken)
+	domain := "gwenvoy-" + strings.TrimPrefix(newTenantID(t), "gwt-")
+	t.Cleanup(func() {
+		if _, err := stack.DB.Exec(context.Background(), `DELETE FROM rl_domains WHERE domain = $1`, domain); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
+	envoy := fmt.Sprintf("domain: %s\ndescriptors:\n  - key: generic_key\n    value: login\n    rate_limit: {unit: minute, requests_per_unit: 20}\n    descriptors:\n      - key: remote_address\n        rate_limit: {unit: second, requests_per_unit: 2, name: login-per-ip}\n", domain)
+	put := func(query string) response {
+		t.Helper()
+		return admin.do("PUT", "/v1/admin/rules"+query, envoy, "Content-Type", "application/yaml")
+	}
+	names := func(r response) []string {
+		var out []string
+		for _, c := range r.json(t)["changes"].([]any) {
+			c := c.(map[string]any)
+			out = append(out, fmt.Sprint(c["kind"], " ", c["name"], " ", c["change"]))
+		}
+		return out
+	}
+	want := []string{"domain " + domain + " added", "rule " + domain + "/generic_key_login added", "rule " + domain + "/login-per-ip added"}
+
+	r := put("?dry_run=true")
+	if r.code != http.StatusOK || r.json(t)["format"] != "envoy" || r.json(t)["dryRun"] != true || fmt.Sprint(names(r)) != fmt.Sprint(want) {
+		t.Fatalf("dry run of an envoyproxy/ratelimit file: %s; want format envoy and the changes %v", r, want)
+	}
+	r = put("")
+	if r.code != http.StatusOK || r.json(t)["format"] != "envoy" || fmt.Sprint(names(r)) != fmt.Sprint(want) {
+		t.Fatalf("PUT of an envoyproxy/ratelimit file: %s", r)
+	}
+	r = admin.do("GET", "/v1/admin/rules", "", "Accept", "application/json")
+	d, _ := r.json(t)["domains"].(map[string]any)[domain].(map[string]any)
+	rules, _ := d["rules"].([]any)
+	if r.code != http.StatusOK || len(rules) != 2 || rules[1].(map[string]any)["name"] != "login-per-ip" || rules[1].(map[string]any)["algorithm"] != "fixed_window" {
+		t.Errorf("the export after the apply has %s as %v; want its two rules, translated", domain, d)
+	}
+	if r := put(""); r.code != http.StatusOK || len(names(r)) != 0 {
+		t.Errorf("the Envoy file applied again: %s; want no change", r)
+	}
+}

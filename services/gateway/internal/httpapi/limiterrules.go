@@ -73,8 +73,9 @@ type rulesChangeJSON struct {
 	Fields []string `json:"fields,omitempty"`
 }
 
-// applyRules applies the body, a rules file (YAML or JSON), with the
-// query's dry_run and prune, and If-Match against the rules' ETag.
+// applyRules applies the body, a rules file (YAML or JSON, or an
+// envoyproxy/ratelimit file, which the limiter tells and translates), with
+// the query's dry_run and prune, and If-Match against the rules' ETag.
 func (a *API) applyRules(c *call) error {
 	dryRun, err := boolParameter(c.r, "dry_run")
 	if err != nil {
@@ -114,10 +115,12 @@ func (a *API) applyRules(c *call) error {
 		return rulesError(err)
 	}
 	out := struct {
-		DryRun  bool              `json:"dryRun"`
-		ETag    string            `json:"etag"`
+		DryRun bool   `json:"dryRun"`
+		ETag   string `json:"etag"`
+		// Format is what the limiter read the file as: kurz, or envoy.
+		Format  string            `json:"format"`
 		Changes []rulesChangeJSON `json:"changes"`
-	}{DryRun: resp.GetDryRun(), ETag: resp.GetEtag(), Changes: []rulesChangeJSON{}}
+	}{DryRun: resp.GetDryRun(), ETag: resp.GetEtag(), Format: resp.GetFormat(), Changes: []rulesChangeJSON{}}
 	for _, ch := range resp.GetChanges() {
 		out.Changes = append(out.Changes, rulesChangeJSON{Kind: ch.GetKind(), Name: ch.GetName(), Change: ch.GetChange(), Fields: ch.GetFields()})
 	}

@@ -130,10 +130,10 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 		for i, c := range logged {
 			changes[i] = c.String()
 		}
-		s.Log.InfoContext(ctx, "rules applied", "changes", changes, "changes_not_listed", len(res.Changes)-len(logged),
+		s.Log.InfoContext(ctx, "rules applied", "format", res.Format, "changes", changes, "changes_not_listed", len(res.Changes)-len(logged),
 			"prune", opts.Prune, "etag_before", res.From, "etag", res.ETag)
 	}
-	out := &limiterv1.ApplyRulesResponse{Etag: res.ETag, DryRun: opts.DryRun}
+	out := &limiterv1.ApplyRulesResponse{Etag: res.ETag, DryRun: opts.DryRun, Format: res.Format}
 	for _, c := range res.Changes {
 		out.Changes = append(out.Changes, &limiterv1.RuleChange{Kind: c.Kind, Name: c.Name, Change: c.Change, Fields: c.Fields})
 	}

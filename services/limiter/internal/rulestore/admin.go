@@ -25,7 +25,10 @@ import (
 // file is the limiter's own format (Parse), tenants' plans left out: they
 // have their own API (the gateway's PATCH /v1/admin/tenants/{tenant}),
 // which keeps the gateway's gw_tenants.plan in step, and at 500,000
-// tenants they would drown the rules.
+// tenants they would drown the rules. An envoyproxy/ratelimit file is
+// applied too, as its translation (FromEnvoy, what the file source and
+// `limiter rules from-envoy` make of it): its domain is a kurz domain of
+// the same name, which it replaces whole like any file's.
 
 // MaxApplyBytes bounds a rules file given to Apply.
 const MaxApplyBytes = 1 << 20
@@ -159,6 +162,9 @@ func (c Change) String() string {
 // ApplyResult is what Apply did, or with DryRun would do.
 type ApplyResult struct {
 	Changes []Change
+	// Format is the format the file was read in: FormatKurz, or
+	// FormatEnvoy for an envoyproxy/ratelimit file (applied translated).
+	Format string
 	// ETag is the rules' etag after the apply (before: From).
 	ETag, From string
 }
@@ -168,9 +174,9 @@ type ApplyResult struct {
 // versions: a constant instead).
 const applyLock = 0x6b75727a72756c65 // "kurzrule"
 
-// Apply puts a rules file into the tables: each domain it names replaces
-// that domain whole (defaults, rules, their order), each plan it names
-// that plan's limits; with opts.Prune the domains and plans it does not
+// Apply puts a rules file (kurz's, or envoyproxy/ratelimit's translated)
+// into the tables: each domain it names replaces that domain whole
+// (defaults, rules, their order), each plan it names that plan's limits; with opts.Prune the domains and plans it does not
 // name are deleted, otherwise left as they are. The whole result must
 // compile (ratelimit.Compile, as every limiter will) before anything is
 // written, and is written in one transaction, serialised with every other
@@ -182,11 +188,11 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, file []byte, opts ApplyOptio
 	if len(file) > MaxApplyBytes {
 		return ApplyResult{}, fmt.Errorf("%w: %d bytes; a rules file may have at most %d (1 MiB)", ErrInvalid, len(file), MaxApplyBytes)
 	}
-	given, err := parseApplied(file)
+	given, format, err := parseApplied(file)
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	var res ApplyResult
+	res := ApplyResult{Format: format}
 	// A dry run reads one snapshot; an apply reads after it holds the
 	// locks, each statement what is committed then.
 	iso := pgx.RepeatableRead
@@ -250,21 +256,29 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, file []byte, opts ApplyOptio
 	return res, nil
 }
 
-// parseApplied parses a rules file given to Apply: kurz's format (YAML or
-// JSON); an envoyproxy/ratelimit file is refused with the way to translate
-// it.
-func parseApplied(file []byte) (ratelimit.Config, error) {
+// parseApplied parses a rules file given to Apply, telling its format from
+// its content as the file source does (DetectFormat): kurz's (YAML or
+// JSON), or an envoyproxy/ratelimit file, translated by FromEnvoy, the
+// file source's own translator, so that what it refuses (naming the
+// descriptor) an apply refuses too.
+func parseApplied(file []byte) (ratelimit.Config, string, error) {
 	if len(bytes.TrimSpace(file)) == 0 {
-		return ratelimit.Config{}, fmt.Errorf("%w: the file is empty; give domains and plans (export the rules in force to start from them)", ErrInvalid)
+		return ratelimit.Config{}, "", fmt.Errorf("%w: the file is empty; give domains and plans (export the rules in force to start from them)", ErrInvalid)
 	}
-	if format, err := DetectFormat(file); err == nil && format == FormatEnvoy {
-		return ratelimit.Config{}, fmt.Errorf("%w: this is an envoyproxy/ratelimit file (top-level domain:); translate it first with `limiter rules from-envoy FILE`", ErrInvalid)
-	}
-	cfg, err := Parse(file)
+	format, err := DetectFormat(file)
 	if err != nil {
-		return ratelimit.Config{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return ratelimit.Config{}, "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return cfg, nil
+	var cfg ratelimit.Config
+	if format == FormatEnvoy {
+		cfg, err = FromEnvoy([]EnvoyFile{{Name: "(the file applied)", Data: file}})
+	} else {
+		cfg, err = Parse(file)
+	}
+	if err != nil {
+		return ratelimit.Config{}, "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return cfg, format, nil
 }
 
 // checkTenants refuses a tenants section that says anything the tables do

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -174,7 +175,8 @@ plans:
 // Refusals leave the tables as they were: a rule that does not compile
 // (named, with its field), an etag that is not the rules', a tenants
 // section that changes a plan, a file over 1 MiB, an envoyproxy/ratelimit
-// file.
+// file kurz would decide otherwise (the descriptor named), or whose domain
+// replaces one the plans limit rules of.
 func TestApplyRefusesAndWritesNothing(t *testing.T) {
 	pool := seeded(t, adminRules)
 	before, etag := exported(t, pool)
@@ -191,7 +193,10 @@ func TestApplyRefusesAndWritesNothing(t *testing.T) {
 		{"a stale etag", before, ApplyOptions{IfMatch: []string{"stale"}}, ErrETagMismatch, "they are at etag " + etag},
 		{"a tenant moved", before + "tenants: {acme: free}\n", ApplyOptions{}, ErrTenantPlans, "acme: free (now pro)"},
 		{"over 1 MiB", before + "#" + strings.Repeat("x", MaxApplyBytes), ApplyOptions{}, ErrInvalid, "at most 1048576"},
-		{"an envoyproxy/ratelimit file", "domain: api\ndescriptors: []\n", ApplyOptions{}, ErrInvalid, "limiter rules from-envoy"},
+		{"an envoyproxy/ratelimit wildcard", "domain: edge\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			ApplyOptions{}, ErrInvalid, "path=/api/*"},
+		{"an envoyproxy/ratelimit file replacing a planned domain", "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			ApplyOptions{}, ErrInvalid, "api/per-key"},
 		{"an empty file", "\n", ApplyOptions{}, ErrInvalid, "the file is empty"},
 	} {
 		_, err := apply(t, pool, c.file, c.opts)
@@ -206,6 +211,64 @@ func TestApplyRefusesAndWritesNothing(t *testing.T) {
 	// bootstrap file has one).
 	if res, err := apply(t, pool, before+"tenants: {acme: pro}\n", ApplyOptions{}); err != nil || len(res.Changes) != 0 {
 		t.Errorf("a tenants section as the tables have it: %+v, %v", res, err)
+	}
+}
+
+// An envoyproxy/ratelimit file applies as its translation (what the file
+// source and `limiter rules from-envoy` make of it), said to be one: its
+// domain, a kurz domain of the same name, is added, or replaces the
+// domain of that name whole, as a kurz file's would; the rest is left.
+func TestApplyAnEnvoyFileAppliesItsTranslation(t *testing.T) {
+	pool := seeded(t, adminRules)
+	before, _ := exported(t, pool)
+	const envoy = `
+domain: auth
+descriptors:
+  - key: generic_key
+    value: login
+    rate_limit: {unit: minute, requests_per_unit: 20}
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: second, requests_per_unit: 2, name: login-per-ip}
+`
+	translated, err := FromEnvoy([]EnvoyFile{{Name: "auth.yaml", Data: []byte(envoy)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mustParse(t, before)
+	want.Tenants = nil
+	want.Domains["auth"] = translated.Domains["auth"]
+
+	res, err := apply(t, pool, envoy, ApplyOptions{DryRun: true})
+	if err != nil || res.Format != FormatEnvoy {
+		t.Fatalf("dry run of an envoyproxy/ratelimit file: %+v, %v; want it read as %q", res, err, FormatEnvoy)
+	}
+	if got, wantChanges := changeList(res.Changes), "rule auth/generic_key_login added; rule auth/login-per-ip added; rule auth/per-ip removed"; got != wantChanges {
+		t.Errorf("dry run changes: %s; want %s", got, wantChanges)
+	}
+	if after, _ := exported(t, pool); after != before {
+		t.Fatalf("a dry run wrote:\n%s", after)
+	}
+
+	res, err = apply(t, pool, envoy, ApplyOptions{})
+	if err != nil || res.Format != FormatEnvoy || len(res.Changes) != 3 {
+		t.Fatalf("apply of an envoyproxy/ratelimit file: %+v, %v", res, err)
+	}
+	cfg, err := Export(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fieldsOf(cfg), fieldsOf(want)) {
+		got, _ := Marshal(cfg)
+		t.Errorf("the export after the apply:\n%s\nwant the seeded rules with auth the file's translation", got)
+	}
+	if file, etag := exported(t, pool); etag != res.ETag || !strings.Contains(file, "fixed_window") {
+		t.Errorf("the export's etag %s, the apply's %s:\n%s", etag, res.ETag, file)
+	}
+
+	// The same file again changes nothing.
+	if res, err := apply(t, pool, envoy, ApplyOptions{}); err != nil || len(res.Changes) != 0 {
+		t.Errorf("the Envoy file applied again: %+v, %v; want no change", res, err)
 	}
 }
 

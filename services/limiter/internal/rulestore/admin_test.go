@@ -1,6 +1,7 @@
 package rulestore
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -104,5 +105,54 @@ plans:
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("diff:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A file given to Apply is told by its content as the file source tells
+// it: an envoyproxy/ratelimit file is read through FromEnvoy (its domain a
+// kurz domain of the same name) and said to be one; kurz's own, YAML or
+// JSON, is parsed; one with both formats' keys, and an Envoy tree kurz
+// would decide otherwise, are refused as invalid, naming why.
+func TestParseAppliedTellsTheFormatAndTranslatesEnvoyFiles(t *testing.T) {
+	const envoy = `
+domain: edge
+descriptors:
+  - key: generic_key
+    value: api
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: second, requests_per_unit: 3, name: per-ip}
+`
+	want, err := fromEnvoy(t, envoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, format, err := parseApplied([]byte(envoy))
+	if err != nil || format != FormatEnvoy {
+		t.Fatalf("an envoyproxy/ratelimit file: %q, %v; want it read as %q", format, err, FormatEnvoy)
+	}
+	if !reflect.DeepEqual(fieldsOf(got), fieldsOf(want)) {
+		t.Errorf("an envoyproxy/ratelimit file applies as %+v; want its translation %+v", got, want)
+	}
+
+	for _, kurz := range []string{
+		"domains:\n  edge:\n    rules:\n      - {name: per-ip, key: [ip], algorithm: fixed_window, limit: 5, window: 1s, failure_mode: open}\n",
+		`{"domains": {"edge": {"rules": [{"name": "per-ip", "key": ["ip"], "algorithm": "fixed_window", "limit": 5, "window": "1s", "failure_mode": "open"}]}}}`,
+	} {
+		cfg, format, err := parseApplied([]byte(kurz))
+		if err != nil || format != FormatKurz || len(cfg.Domains["edge"].Rules) != 1 {
+			t.Errorf("a kurz file %s: %q, %+v, %v; want it read as %q", kurz, format, cfg, err, FormatKurz)
+		}
+	}
+
+	for _, c := range []struct{ name, file, says string }{
+		{"both formats' keys", "domain: edge\ndomains: {}\n", "keep one format per file"},
+		{"a wildcard value", "domain: edge\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "path=/api/*"},
+		{"a misspelt Envoy field", "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 1, nme: x}\n", "field nme not found"},
+	} {
+		if _, _, err := parseApplied([]byte(c.file)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v; want %v saying %q", c.name, err, ErrInvalid, c.says)
+		}
 	}
 }
