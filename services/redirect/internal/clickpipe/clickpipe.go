@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"kurz.dev/pkg/clickevent"
+	"kurz.dev/pkg/resp"
 )
 
 // Config sizes the pipeline.
@@ -193,9 +194,54 @@ func (p *Pipeline) flush(sc *shardConn, key string, batch []clickevent.Event) (i
 	return written, err
 }
 
-// pipeline XADDs batch to key in one rdb pipeline and returns how many
-// were written.
+// pipeline XADDs batch to key in rdb pipelines and returns how many were
+// written. Events a node refused without running them (resp.NotServed:
+// CLUSTERDOWN from a node that just left the cluster or whose view of the
+// slot has not settled, TRYAGAIN, LOADING, a redirect past go-redis's
+// MaxRedirects) are sent again, after the slot map's reload (NodeFailed)
+// and a wait that doubles, while ctx allows: they ran nowhere, so they
+// cannot be appended twice. Unsent, each was a click lost whenever a
+// master was removed from a live cluster (redis-cli --cluster del-node).
 func (p *Pipeline) pipeline(ctx context.Context, key string, batch []clickevent.Event) (int, error) {
+	written := 0
+	for wait := refusedFirstWait; ; wait = min(2*wait, refusedMaxWait) {
+		n, refused, err := p.pipelineOnce(ctx, key, batch)
+		written += n
+		if len(refused) == 0 || !pause(ctx, wait) {
+			return written, err
+		}
+		if p.cfg.NodeFailed != nil {
+			p.cfg.NodeFailed()
+		}
+		batch = refused
+	}
+}
+
+// The waits before events a node refused are sent again: the first and
+// the longest.
+const (
+	refusedFirstWait = 10 * time.Millisecond
+	refusedMaxWait   = 200 * time.Millisecond
+)
+
+// pause waits d, unless ctx ends first or would end before it: false then.
+func pause(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// pipelineOnce XADDs batch to key in one rdb pipeline. It returns how many
+// were written, the events refused unrun (notServed), and the first error.
+func (p *Pipeline) pipelineOnce(ctx context.Context, key string, batch []clickevent.Event) (int, []clickevent.Event, error) {
 	pipe := p.rdb.Pipeline()
 	for _, e := range batch {
 		pipe.XAdd(ctx, &redis.XAddArgs{
@@ -204,13 +250,25 @@ func (p *Pipeline) pipeline(ctx context.Context, key string, batch []clickevent.
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err == nil {
-		return len(batch), nil
+		return len(batch), nil, nil
 	}
 	written := 0
-	for _, c := range cmds {
-		if c.Err() == nil {
+	var refused []clickevent.Event
+	for i, c := range cmds {
+		switch cerr := c.Err(); {
+		case cerr == nil:
 			written++
+		case notServed(cerr):
+			refused = append(refused, batch[i])
 		}
 	}
-	return written, err
+	return written, refused, err
+}
+
+// notServed reports whether err is a node's error reply saying it did not
+// run the command (resp.NotServed), not a failure after which the command
+// may have run (a timeout, a broken connection).
+func notServed(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && resp.NotServed(reply.Error())
 }

@@ -1,10 +1,12 @@
 package clickpipe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -28,6 +30,9 @@ type fakeStreams struct {
 	batches [][]*redis.XAddArgs // what each Exec was sent
 	// fail, if set, says which XADDs of a batch (by index) fail.
 	fail func(i int) bool
+	// reply, if set, is the error reply (nil: none) of XADD i of the
+	// exec-th Exec (from 0).
+	reply func(exec, i int) error
 	// hold, if set, makes Exec wait until it is closed or Exec's context
 	// ends; entered, if set, is sent each batch's size as its Exec starts.
 	hold    chan struct{}
@@ -81,23 +86,84 @@ func (p *fakePipe) Exec(ctx context.Context) ([]redis.Cmder, error) {
 			cut, err = ctx.Err(), ctx.Err()
 		}
 	}
+	f.mu.Lock()
+	exec := len(f.batches)
+	f.batches = append(f.batches, p.adds)
+	f.mu.Unlock()
 	out := make([]redis.Cmder, len(p.cmds))
 	for i, c := range p.cmds {
+		var rerr error
+		if f.reply != nil {
+			rerr = f.reply(exec, i)
+		}
 		switch {
 		case cut != nil:
 			c.SetErr(cut)
 		case f.fail != nil && f.fail(i):
 			c.SetErr(errXAdd)
 			err = errXAdd
+		case rerr != nil:
+			c.SetErr(rerr)
+			err = cmp.Or(err, rerr)
 		default:
 			c.SetVal(fmt.Sprintf("%d-0", i))
 		}
 		out[i] = c
 	}
-	f.mu.Lock()
-	f.batches = append(f.batches, p.adds)
-	f.mu.Unlock()
 	return out, err
+}
+
+// replyError is a node's error reply, as go-redis gives it (redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// Events a node refused unrun (CLUSTERDOWN from a node removed from the
+// cluster, TRYAGAIN) are sent again after the slot map's reload, not
+// dropped; an error after which an event may have been appended (OOM
+// here stands for any other) is not resent. In a fault test a master's
+// removal (del-node) lost five clicks to CLUSTERDOWN.
+func TestEventsRefusedUnrunAreSentAgain(t *testing.T) {
+	rdb := &fakeStreams{reply: func(exec, i int) error {
+		switch {
+		case exec == 0 && i == 0:
+			return replyError("CLUSTERDOWN Hash slot not served")
+		case exec == 0 && i == 1:
+			return replyError("OOM command not allowed when used memory > 'maxmemory'.")
+		case exec == 0 && i == 2, exec == 1 && i == 1: // id-2, twice
+			return replyError("TRYAGAIN Multiple keys request during rehashing of slot")
+		}
+		return nil
+	}}
+	reloads := make(chan struct{}, 10)
+	cfg := config()
+	cfg.Batch = 4
+	cfg.NodeFailed = func() { reloads <- struct{}{} }
+	p, reader := start(t, cfg, rdb)
+	for i := range 4 {
+		p.Record(event(i))
+	}
+	// A flush counts what it wrote, then what it dropped.
+	awaitCounter(t, reader, 1, dropped, "reason", "redis")
+	if got := metrictest.Counter(t, reader, written); got != 3 {
+		t.Errorf("written %d, want 3 (all but the OOM)", got)
+	}
+	var sent [][]string
+	for _, b := range rdb.sent() {
+		var ids []string
+		for _, a := range b {
+			ids = append(ids, a.Values.([]any)[3].(string))
+		}
+		sent = append(sent, ids)
+	}
+	want := [][]string{{"id-0", "id-1", "id-2", "id-3"}, {"id-0", "id-2"}, {"id-2"}}
+	if !reflect.DeepEqual(sent, want) {
+		t.Errorf("pipelines sent %v, want %v", sent, want)
+	}
+	if len(reloads) != 2 {
+		t.Errorf("%d slot map reloads, want one before each resend (2)", len(reloads))
+	}
 }
 
 // config is one shard (one writer, so batches are deterministic), a linger
