@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"kurz.dev/pkg/resp"
 )
 
 // KeyNodes finds the master that holds a key, and every master: a
@@ -159,13 +161,57 @@ func OnKeyNode[T any](ctx context.Context, kn KeyNodes, key string, send func(ct
 	}
 	ask, addr, refused := Redirection(err)
 	if !refused {
-		return v, err
+		if !NotRun(err) || !Pause(ctx, unsettledWait) {
+			return v, err
+		}
+		// CLUSTERDOWN from a node just removed from the cluster (del-node
+		// resets it) or whose view of the slot has not settled, TRYAGAIN,
+		// LOADING: the write ran nowhere. Once more, on the master a
+		// reloaded slot map names.
+		if r, ok := kn.(interface{ ReloadState(context.Context) }); ok {
+			r.ReloadState(ctx)
+		}
+		node, nerr := kn.MasterForKey(ctx, key)
+		if nerr != nil {
+			return zero, errors.Join(err, nerr)
+		}
+		return send(ctx, node, false)
 	}
 	target, terr := MasterAt(ctx, kn, addr)
 	if terr != nil {
 		return zero, errors.Join(err, terr)
 	}
 	return send(ctx, target, ask)
+}
+
+// unsettledWait is how long OnKeyNode waits before it sends a write a node
+// refused unrun for a reason other than a redirect again: long enough for
+// the cluster's gossip to settle a slot's owner and the slot map's
+// reload, short beside a visit's deadline (500 ms by default).
+const unsettledWait = 50 * time.Millisecond
+
+// NotRun reports whether err is a node's error reply saying it did not run
+// the command (resp.NotServed): a redirect, or CLUSTERDOWN, TRYAGAIN,
+// LOADING, READONLY, MASTERDOWN, BUSY. Sent again, such a command runs
+// once; not so after a timeout or a broken connection.
+func NotRun(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && resp.NotServed(reply.Error())
+}
+
+// Pause waits d, unless ctx ends first or would end before it: false then.
+func Pause(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // QueueWait queues on p a WAIT for replicas replicas, its timeout three

@@ -121,3 +121,47 @@ func TestOnKeyNodeResendsOnlyARefusedWrite(t *testing.T) {
 		}
 	}
 }
+
+// reloading is oneNode that counts its slot map's reloads.
+type reloading struct {
+	oneNode
+	reloads int
+}
+
+func (r *reloading) ReloadState(context.Context) { r.reloads++ }
+
+// A write a node refused unrun for another reason than a redirect
+// (CLUSTERDOWN from a node del-node just reset, TRYAGAIN, LOADING) is sent
+// once more after the slot map's reload; an error after which the write
+// may have run (a timeout here) is not. Before, such a CLUSTERDOWN refused
+// a visit (503) while a master left the cluster.
+func TestOnKeyNodeSendsAWriteRefusedUnrunOnceMore(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:7004"}) // never dialled
+	t.Cleanup(func() { _ = c.Close() })
+	for _, tc := range []struct {
+		name           string
+		err            error
+		sends, reloads int
+	}{
+		{"CLUSTERDOWN", replyError("CLUSTERDOWN Hash slot not served"), 2, 1},
+		{"LOADING", replyError("LOADING Redis is loading the dataset in memory"), 2, 1},
+		{"a timeout", context.DeadlineExceeded, 1, 0},
+		{"OOM", replyError("OOM command not allowed when used memory > 'maxmemory'."), 1, 0},
+	} {
+		kn := &reloading{oneNode: oneNode{c}}
+		sends := 0
+		v, err := OnKeyNode(context.Background(), kn, "k", func(context.Context, *redis.Client, bool) (int, error) {
+			sends++
+			if sends == 1 {
+				return 0, tc.err
+			}
+			return 7, nil
+		})
+		if sends != tc.sends || kn.reloads != tc.reloads {
+			t.Errorf("%s: sent %d times after %d reloads, want %d after %d (%d, %v)", tc.name, sends, kn.reloads, tc.sends, tc.reloads, v, err)
+		}
+		if tc.sends == 2 && (v != 7 || err != nil) {
+			t.Errorf("%s: %d, %v; want the second send's answer", tc.name, v, err)
+		}
+	}
+}

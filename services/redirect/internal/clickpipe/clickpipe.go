@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"kurz.dev/pkg/clickevent"
-	"kurz.dev/pkg/resp"
+	"kurz.dev/pkg/redisconn"
 )
 
 // Config sizes the pipeline.
@@ -207,7 +207,7 @@ func (p *Pipeline) pipeline(ctx context.Context, key string, batch []clickevent.
 	for wait := refusedFirstWait; ; wait = min(2*wait, refusedMaxWait) {
 		n, refused, err := p.pipelineOnce(ctx, key, batch)
 		written += n
-		if len(refused) == 0 || !pause(ctx, wait) {
+		if len(refused) == 0 || !redisconn.Pause(ctx, wait) {
 			return written, err
 		}
 		if p.cfg.NodeFailed != nil {
@@ -224,23 +224,8 @@ const (
 	refusedMaxWait   = 200 * time.Millisecond
 )
 
-// pause waits d, unless ctx ends first or would end before it: false then.
-func pause(ctx context.Context, d time.Duration) bool {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // pipelineOnce XADDs batch to key in one rdb pipeline. It returns how many
-// were written, the events refused unrun (notServed), and the first error.
+// were written, the events refused unrun (redisconn.NotRun), and the first error.
 func (p *Pipeline) pipelineOnce(ctx context.Context, key string, batch []clickevent.Event) (int, []clickevent.Event, error) {
 	pipe := p.rdb.Pipeline()
 	for _, e := range batch {
@@ -258,17 +243,9 @@ func (p *Pipeline) pipelineOnce(ctx context.Context, key string, batch []clickev
 		switch cerr := c.Err(); {
 		case cerr == nil:
 			written++
-		case notServed(cerr):
+		case redisconn.NotRun(cerr):
 			refused = append(refused, batch[i])
 		}
 	}
 	return written, refused, err
-}
-
-// notServed reports whether err is a node's error reply saying it did not
-// run the command (resp.NotServed), not a failure after which the command
-// may have run (a timeout, a broken connection).
-func notServed(err error) bool {
-	var reply redis.Error
-	return errors.As(err, &reply) && resp.NotServed(reply.Error())
 }
