@@ -35,9 +35,19 @@ func startBrowser(t *testing.T, opts ...chromedp.ExecAllocatorOption) *browser {
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1280, 1000))
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(options, opts...)...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
+	// Start it here, once: a start that failed (slow under load) left the
+	// context without a browser, the test's next step started a second
+	// one on the same context, and chromedp v0.23.1 closed the context's
+	// "allocated" channel twice when both exited: a panic that took the
+	// package down in a CI run.
+	if err := chromedp.Do(ctx); err != nil {
+		cancel()
+		cancelAlloc()
+		t.Fatalf("Chromium did not start: %v", err)
+	}
 
-	// Listening starts the browser, on ctx itself: a browser started on a
-	// step's timeout context would end with that step.
+	// Started on ctx itself: a browser started on a step's timeout context
+	// would end with that step.
 	var (
 		mu       sync.Mutex
 		problems []string
