@@ -205,54 +205,59 @@ func (e serviceEnv) duration(name string) (time.Duration, error) {
 // environment its container gets (envFrom ConfigMaps in order, then env).
 func serviceEnvironments(t testing.TB, r rendering) map[string]serviceEnv {
 	read := readEnv(t)
-	cms := byName[corev1.ConfigMap](r)
 	out := map[string]serviceEnv{}
 	for _, w := range workloads(r) {
-		svc := kurzService(w)
-		if svc == "" {
-			continue
+		if svc := kurzService(w); svc != "" {
+			out[svc] = workloadEnv(read, r, w)
 		}
-		e := serviceEnv{Service: svc, Workload: w, Read: read[svc], Given: map[string]envSource{}}
-		c := w.Template.Spec.Containers[0]
-		for _, from := range c.EnvFrom {
-			switch {
-			case from.ConfigMapRef != nil:
-				cm, ok := cms[from.ConfigMapRef.Name]
-				if !ok {
-					if from.ConfigMapRef.Optional == nil || !*from.ConfigMapRef.Optional {
-						e.Problems = append(e.Problems, "envFrom ConfigMap "+from.ConfigMapRef.Name+" is not rendered")
-					}
-					continue
-				}
-				for k, v := range cm.Data {
-					e.Given[from.Prefix+k] = envSource{Value: v, From: "configmap " + cm.Name}
-				}
-			case from.SecretRef != nil:
-				e.Problems = append(e.Problems, "envFrom Secret "+from.SecretRef.Name+": name each secret variable with secretKeyRef instead")
-			}
-		}
-		for _, ev := range c.Env {
-			switch {
-			case ev.ValueFrom == nil:
-				e.Given[ev.Name] = envSource{Value: ev.Value, From: "env"}
-			case ev.ValueFrom.SecretKeyRef != nil:
-				ref := ev.ValueFrom.SecretKeyRef
-				e.Given[ev.Name] = envSource{From: "secret " + ref.Name + "/" + ref.Key, Secret: ref}
-			case ev.ValueFrom.ConfigMapKeyRef != nil:
-				ref := ev.ValueFrom.ConfigMapKeyRef
-				cm, ok := cms[ref.Name]
-				if !ok {
-					e.Problems = append(e.Problems, "env "+ev.Name+": ConfigMap "+ref.Name+" is not rendered")
-					continue
-				}
-				e.Given[ev.Name] = envSource{Value: cm.Data[ref.Key], From: "configmap " + ref.Name}
-			default:
-				e.Given[ev.Name] = envSource{From: "env (downward API)"}
-			}
-		}
-		out[svc] = e
 	}
 	return out
+}
+
+// workloadEnv resolves the environment of the container of w, a Deployment
+// of a kurz service's image, as serviceEnvironments does.
+func workloadEnv(read map[string]map[string]envTag, r rendering, w workload) serviceEnv {
+	cms := byName[corev1.ConfigMap](r)
+	svc := kurzService(w)
+	e := serviceEnv{Service: svc, Workload: w, Read: read[svc], Given: map[string]envSource{}}
+	c := w.Template.Spec.Containers[0]
+	for _, from := range c.EnvFrom {
+		switch {
+		case from.ConfigMapRef != nil:
+			cm, ok := cms[from.ConfigMapRef.Name]
+			if !ok {
+				if from.ConfigMapRef.Optional == nil || !*from.ConfigMapRef.Optional {
+					e.Problems = append(e.Problems, "envFrom ConfigMap "+from.ConfigMapRef.Name+" is not rendered")
+				}
+				continue
+			}
+			for k, v := range cm.Data {
+				e.Given[from.Prefix+k] = envSource{Value: v, From: "configmap " + cm.Name}
+			}
+		case from.SecretRef != nil:
+			e.Problems = append(e.Problems, "envFrom Secret "+from.SecretRef.Name+": name each secret variable with secretKeyRef instead")
+		}
+	}
+	for _, ev := range c.Env {
+		switch {
+		case ev.ValueFrom == nil:
+			e.Given[ev.Name] = envSource{Value: ev.Value, From: "env"}
+		case ev.ValueFrom.SecretKeyRef != nil:
+			ref := ev.ValueFrom.SecretKeyRef
+			e.Given[ev.Name] = envSource{From: "secret " + ref.Name + "/" + ref.Key, Secret: ref}
+		case ev.ValueFrom.ConfigMapKeyRef != nil:
+			ref := ev.ValueFrom.ConfigMapKeyRef
+			cm, ok := cms[ref.Name]
+			if !ok {
+				e.Problems = append(e.Problems, "env "+ev.Name+": ConfigMap "+ref.Name+" is not rendered")
+				continue
+			}
+			e.Given[ev.Name] = envSource{Value: cm.Data[ref.Key], From: "configmap " + ref.Name}
+		default:
+			e.Given[ev.Name] = envSource{From: "env (downward API)"}
+		}
+	}
+	return e
 }
 
 // secretVariable says whether a variable holds a credential, which must come

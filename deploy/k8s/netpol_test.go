@@ -159,57 +159,65 @@ func TestNetworkPolicies(t *testing.T) {
 	for _, dir := range overlays {
 		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
 			r := render(t, dir)
-			policies := typed[networkingv1.NetworkPolicy](r)
-			defaultDeny := false
-			for _, p := range policies {
-				if len(p.Spec.PodSelector.MatchLabels)+len(p.Spec.PodSelector.MatchExpressions) == 0 &&
-					slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) && len(p.Spec.Ingress) == 0 {
-					defaultDeny = true
-				}
-			}
-			if !defaultDeny {
-				t.Error("no default-deny ingress policy (empty podSelector, policyTypes [Ingress], no rules)")
-			}
-			ws := workloads(r)
-			var inNamespace []peer
-			for _, w := range ws {
-				inNamespace = append(inNamespace, peer{Name: w.app(), Namespace: kurzNamespace, Pod: w.Template.Labels})
-			}
-			want := wantIngress(t, r)
-			var public []string
-			for _, w := range ws {
-				for _, c := range w.Template.Spec.Containers {
-					for _, cp := range c.Ports {
-						var got []string
-						for _, from := range inNamespace {
-							if admits(policies, w.Template.Labels, cp, from) && !slices.Contains(got, from.Name) {
-								got = append(got, from.Name)
-							}
-						}
-						external := admits(policies, w.Template.Labels, cp, outside) || admits(policies, w.Template.Labels, cp, otherNamespace)
-						if external {
-							public = append(public, fmt.Sprintf("%s:%s", w.app(), cp.Name))
-							got = []string{"*"}
-						}
-						expected := slices.Clone(want[w.app()][cp.Name])
-						sort.Strings(got)
-						sort.Strings(expected)
-						if !slices.Equal(got, expected) {
-							t.Errorf("%s port %s is reachable from %v, want %v", w.app(), cp.Name, got, expected)
-						}
-						scrapable := admits(policies, w.Template.Labels, cp, prometheus)
-						wantScrape := kurzService(w) != "" && cp.Name == opsPort(kurzService(w))
-						if scrapable != wantScrape && !external {
-							t.Errorf("%s port %s: Prometheus may scrape it: %v, want %v", w.app(), cp.Name, scrapable, wantScrape)
-						}
+			checkNetworkPolicies(t, r, wantIngress(t, r))
+		})
+	}
+}
+
+// checkNetworkPolicies fails t unless the rendering has a default-deny
+// ingress policy and its policies admit to each workload's ports exactly
+// the peers of want (wantIngress), Prometheus to the kurz services' ops
+// ports, and nothing from outside the namespace but the public ports.
+func checkNetworkPolicies(t *testing.T, r rendering, want map[string]map[string][]string) {
+	t.Helper()
+	policies := typed[networkingv1.NetworkPolicy](r)
+	defaultDeny := false
+	for _, p := range policies {
+		if len(p.Spec.PodSelector.MatchLabels)+len(p.Spec.PodSelector.MatchExpressions) == 0 &&
+			slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) && len(p.Spec.Ingress) == 0 {
+			defaultDeny = true
+		}
+	}
+	if !defaultDeny {
+		t.Error("no default-deny ingress policy (empty podSelector, policyTypes [Ingress], no rules)")
+	}
+	ws := workloads(r)
+	var inNamespace []peer
+	for _, w := range ws {
+		inNamespace = append(inNamespace, peer{Name: w.app(), Namespace: kurzNamespace, Pod: w.Template.Labels})
+	}
+	var public []string
+	for _, w := range ws {
+		for _, c := range w.Template.Spec.Containers {
+			for _, cp := range c.Ports {
+				var got []string
+				for _, from := range inNamespace {
+					if admits(policies, w.Template.Labels, cp, from) && !slices.Contains(got, from.Name) {
+						got = append(got, from.Name)
 					}
 				}
+				external := admits(policies, w.Template.Labels, cp, outside) || admits(policies, w.Template.Labels, cp, otherNamespace)
+				if external {
+					public = append(public, fmt.Sprintf("%s:%s", w.app(), cp.Name))
+					got = []string{"*"}
+				}
+				expected := slices.Clone(want[w.app()][cp.Name])
+				sort.Strings(got)
+				sort.Strings(expected)
+				if !slices.Equal(got, expected) {
+					t.Errorf("%s port %s is reachable from %v, want %v", w.app(), cp.Name, got, expected)
+				}
+				scrapable := admits(policies, w.Template.Labels, cp, prometheus)
+				wantScrape := kurzService(w) != "" && cp.Name == opsPort(kurzService(w))
+				if scrapable != wantScrape && !external {
+					t.Errorf("%s port %s: Prometheus may scrape it: %v, want %v", w.app(), cp.Name, scrapable, wantScrape)
+				}
 			}
-			sort.Strings(public)
-			if strings.Join(public, ",") != "gateway:http,redirect:http" {
-				t.Errorf("ports reachable from outside the namespace: %v, want [gateway:http redirect:http]", public)
-			}
-		})
+		}
+	}
+	sort.Strings(public)
+	if strings.Join(public, ",") != "gateway:http,redirect:http" {
+		t.Errorf("ports reachable from outside the namespace: %v, want [gateway:http redirect:http]", public)
 	}
 }
 

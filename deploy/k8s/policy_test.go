@@ -141,23 +141,32 @@ func portDeclared(port intstr.IntOrString, c corev1.Container) error {
 
 func TestEveryContainerFollowsThePolicy(t *testing.T) {
 	for _, dir := range overlays {
-		r := render(t, dir)
-		for _, w := range workloads(r) {
-			for _, c := range w.Template.Spec.InitContainers {
-				for _, p := range containerProblems(w, c, false) {
-					t.Errorf("%s: %s init container %s: %s", dir, w, c.Name, p)
-				}
-			}
-			for _, c := range w.Template.Spec.Containers {
-				for _, p := range containerProblems(w, c, w.Kind != "Job") {
-					t.Errorf("%s: %s container %s: %s", dir, w, c.Name, p)
-				}
-			}
-			if w.Template.Spec.AutomountServiceAccountToken == nil || *w.Template.Spec.AutomountServiceAccountToken {
-				t.Errorf("%s: %s mounts a service account token; nothing in kurz calls the Kubernetes API", dir, w)
-			}
+		for _, p := range workloadPolicyProblems(render(t, dir)) {
+			t.Errorf("%s: %s", dir, p)
 		}
 	}
+}
+
+// workloadPolicyProblems applies containerProblems to every container of
+// the rendering, and refuses service account tokens.
+func workloadPolicyProblems(r rendering) []string {
+	var problems []string
+	for _, w := range workloads(r) {
+		for _, c := range w.Template.Spec.InitContainers {
+			for _, p := range containerProblems(w, c, false) {
+				problems = append(problems, fmt.Sprintf("%s init container %s: %s", w, c.Name, p))
+			}
+		}
+		for _, c := range w.Template.Spec.Containers {
+			for _, p := range containerProblems(w, c, w.Kind != "Job") {
+				problems = append(problems, fmt.Sprintf("%s container %s: %s", w, c.Name, p))
+			}
+		}
+		if w.Template.Spec.AutomountServiceAccountToken == nil || *w.Template.Spec.AutomountServiceAccountToken {
+			problems = append(problems, fmt.Sprintf("%s mounts a service account token; nothing in kurz calls the Kubernetes API", w))
+		}
+	}
+	return problems
 }
 
 func TestPolicyCheckCatchesViolations(t *testing.T) {
@@ -182,42 +191,51 @@ func TestPolicyCheckCatchesViolations(t *testing.T) {
 
 func TestServicePortsMatchContainerPorts(t *testing.T) {
 	for _, dir := range overlays {
-		r := render(t, dir)
-		ws := workloads(r)
-		for _, svc := range typed[corev1.Service](r) {
-			sel := labels.SelectorFromSet(svc.Spec.Selector)
-			var matched []workload
-			for _, w := range ws {
-				if len(svc.Spec.Selector) > 0 && sel.Matches(labels.Set(w.Template.Labels)) {
-					matched = append(matched, w)
-				}
+		for _, p := range servicePortProblems(render(t, dir)) {
+			t.Errorf("%s: %s", dir, p)
+		}
+	}
+}
+
+// servicePortProblems says which Services of the rendering select no
+// workload, have an unnamed port or one no selected container declares.
+func servicePortProblems(r rendering) []string {
+	var problems []string
+	ws := workloads(r)
+	for _, svc := range typed[corev1.Service](r) {
+		sel := labels.SelectorFromSet(svc.Spec.Selector)
+		var matched []workload
+		for _, w := range ws {
+			if len(svc.Spec.Selector) > 0 && sel.Matches(labels.Set(w.Template.Labels)) {
+				matched = append(matched, w)
 			}
-			if len(matched) == 0 {
-				t.Errorf("%s: Service %s selects no workload (selector %v)", dir, svc.Name, svc.Spec.Selector)
-				continue
+		}
+		if len(matched) == 0 {
+			problems = append(problems, fmt.Sprintf("Service %s selects no workload (selector %v)", svc.Name, svc.Spec.Selector))
+			continue
+		}
+		for _, port := range svc.Spec.Ports {
+			if port.Name == "" {
+				problems = append(problems, fmt.Sprintf("Service %s port %d has no name", svc.Name, port.Port))
 			}
-			for _, port := range svc.Spec.Ports {
-				if port.Name == "" {
-					t.Errorf("%s: Service %s port %d has no name", dir, svc.Name, port.Port)
-				}
-				target := port.TargetPort
-				if target.Type == intstr.Int && target.IntVal == 0 {
-					target = intstr.FromInt32(port.Port)
-				}
-				for _, w := range matched {
-					found := false
-					for _, c := range w.Template.Spec.Containers {
-						if portDeclared(target, c) == nil {
-							found = true
-						}
+			target := port.TargetPort
+			if target.Type == intstr.Int && target.IntVal == 0 {
+				target = intstr.FromInt32(port.Port)
+			}
+			for _, w := range matched {
+				found := false
+				for _, c := range w.Template.Spec.Containers {
+					if portDeclared(target, c) == nil {
+						found = true
 					}
-					if !found {
-						t.Errorf("%s: Service %s port %s targets %s, which no container of %s declares", dir, svc.Name, port.Name, target.String(), w)
-					}
+				}
+				if !found {
+					problems = append(problems, fmt.Sprintf("Service %s port %s targets %s, which no container of %s declares", svc.Name, port.Name, target.String(), w))
 				}
 			}
 		}
 	}
+	return problems
 }
 
 // Every kurz service: named gRPC and HTTP ports, a Service with both, a

@@ -176,6 +176,25 @@ func kustomize(dir string, files map[string]string) ([]byte, error) {
 			return nil, err
 		}
 		defer os.RemoveAll(tmp)
+		// The copy sits where this directory does, beside links to its
+		// siblings: overlays/dev takes ../../../grafana.
+		siblings, err := os.ReadDir("..")
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range siblings {
+			if s.Name() == "k8s" {
+				continue
+			}
+			abs, err := filepath.Abs(filepath.Join("..", s.Name()))
+			if err != nil {
+				return nil, err
+			}
+			if err := os.Symlink(abs, filepath.Join(tmp, s.Name())); err != nil {
+				return nil, err
+			}
+		}
+		tmp = filepath.Join(tmp, "k8s")
 		if err := copyManifests(".", tmp); err != nil {
 			return nil, err
 		}
