@@ -39,12 +39,12 @@ descriptors:
 		t.Errorf("rules %+v, want %+v", r, want)
 	}
 
-	if err := os.WriteFile(envoy, []byte("domain: edge\ndescriptors: [{key: p, value: \"a*\", rate_limit: {unit: hour, requests_per_unit: 1}}]\n"), 0o644); err != nil {
+	if err := os.WriteFile(envoy, []byte("domain: edge\ndescriptors: [{key: p, value: \"a*b\", rate_limit: {unit: hour, requests_per_unit: 1}}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stdout.Reset()
-	if code := RulesCommand([]string{"from-envoy", envoy}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "wildcard value") || stdout.Len() > 0 {
-		t.Errorf("a wildcard: exit %d, stderr %q, stdout %q; want 1 and the refusal", code, stderr.String(), stdout.String())
+	if code := RulesCommand([]string{"from-envoy", envoy}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "takes a '*' before the end") || stdout.Len() > 0 {
+		t.Errorf("a star mid-value: exit %d, stderr %q, stdout %q; want 1 and the refusal", code, stderr.String(), stdout.String())
 	}
 	if code := RulesCommand(nil, &stdout, &stderr); code != 2 {
 		t.Errorf("no arguments: exit %d, want 2", code)

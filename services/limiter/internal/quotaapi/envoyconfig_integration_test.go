@@ -183,3 +183,55 @@ descriptors:
 		t.Fatalf("user b alone after (user=a, user=b) three times: %v, remaining %d; want OK, remaining 0 (its first hit)", st.GetCode(), st.GetLimitRemaining())
 	}
 }
+
+// Wildcard values, loaded from an envoyproxy/ratelimit file, are enforced
+// by ShouldRateLimit on the stack's Redis Cluster as envoyproxy/ratelimit
+// enforces them: two values under one wildcard each have their own
+// counter (its cache key holds the value), unless the wildcard has
+// share_threshold, and then they share one (its cache key holds the
+// pattern); an exact value beside the wildcard keeps its own limit. Both
+// wildcards were refused before kurz had prefixes.
+func TestEnvoyWildcardValuesCountPerValueUnlessTheyShareThreshold(t *testing.T) {
+	domain := fmt.Sprintf("envoyconf-wild-%d", time.Now().UnixNano())
+	s := envoyFileService(t, `domain: `+domain+`
+descriptors:
+  - key: path
+    value: /api/special
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: path
+    value: /files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`)
+	code := func(path string) rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "path", Value: path}}}}})
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return resp.GetOverallCode()
+	}
+	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	for i, step := range []struct {
+		path string
+		want rlsv3.RateLimitResponse_Code
+	}{
+		// Per value: /api/a's 2 an hour leave /api/b's untouched.
+		{"/api/a", ok}, {"/api/a", ok}, {"/api/a", over},
+		{"/api/b", ok}, {"/api/b", ok}, {"/api/b", over},
+		// The exact value beats the wildcard: its own 5.
+		{"/api/special", ok}, {"/api/special", ok}, {"/api/special", ok},
+		// Shared: a.pdf and b.csv draw on one 2 an hour.
+		{"/files/a.pdf", ok}, {"/files/b.csv", ok}, {"/files/c.txt", over}, {"/files/a.pdf", over},
+		// A path under no wildcard is limited by nothing.
+		{"/other", ok}, {"/other", ok}, {"/other", ok},
+	} {
+		if got := code(step.path); got != step.want {
+			t.Fatalf("step %d, %s: %v, want %v", i, step.path, got, step.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -26,7 +27,8 @@ type Rule struct {
 	// lacking any of them is not subject to the rule.
 	Key []string
 	// Match restricts the rule to requests whose descriptors have these
-	// exact values (e.g. route = "POST /v1/links").
+	// values (e.g. route = "POST /v1/links"); a value ending in '*' is a
+	// prefix ("/api/*": every value starting with "/api/").
 	Match     map[string]string
 	Algorithm ratelimitv1.Algorithm
 	Limit     int64
@@ -45,6 +47,10 @@ type Rule struct {
 	// Lease, when its Size is set, lets each replica take up to Size units
 	// of a key from Redis at once and hand them out in memory (lease.go).
 	Lease Lease
+	// Share counts every value a prefix of Match matches as one: the key
+	// holds the prefix where it would hold the value (envoyproxy/
+	// ratelimit's share_threshold). Off, each value has its own counter.
+	Share bool
 }
 
 // ID is "domain/name", unique across domains.
@@ -89,6 +95,17 @@ func (r *Rule) Validate() error {
 	}
 	if r.ShardByTenant && !containsString(r.Key, "tenant") {
 		return fmt.Errorf("rule %s: shard: tenant needs \"tenant\" among the key descriptors", r.ID())
+	}
+	prefixes := false
+	for _, k := range slices.Sorted(maps.Keys(r.Match)) {
+		v := r.Match[k]
+		if i := strings.IndexByte(v, '*'); i >= 0 && i < len(v)-1 {
+			return fmt.Errorf("rule %s: match %s: %q: '*' may only end a value (a prefix, as in \"/api/*\"); kurz has no other wildcard", r.ID(), k, v)
+		}
+		prefixes = prefixes || isPrefix(v)
+	}
+	if r.Share && !prefixes {
+		return fmt.Errorf("rule %s: share: counts the values of a prefix together, and no match value ends in '*'", r.ID())
 	}
 	return r.validateLease()
 }
@@ -140,6 +157,10 @@ func (r *Rule) validateSize() error {
 // given only if given is true (Envoy's entries: a present header sent
 // empty is counted under "", as envoyproxy/ratelimit counts it); in
 // CheckQuota it is one left out.
+//
+// A match value ending in '*' takes every value of a descriptor given that
+// starts with what precedes it; only a value that differs pays for that
+// test.
 func (r *Rule) matches(desc map[string]string, given bool) bool {
 	for _, k := range r.Key {
 		if missing(desc, k, given) {
@@ -147,12 +168,15 @@ func (r *Rule) matches(desc map[string]string, given bool) bool {
 		}
 	}
 	for k, want := range r.Match {
-		if desc[k] != want {
+		if v := desc[k]; v != want && (!isPrefix(want) || missing(desc, k, given) || !strings.HasPrefix(v, want[:len(want)-1])) {
 			return false
 		}
 	}
 	return true
 }
+
+// isPrefix reports whether a match value is a prefix: it ends in '*'.
+func isPrefix(want string) bool { return len(want) > 0 && want[len(want)-1] == '*' }
 
 // names reports whether the rule names every one of desc's descriptors
 // (in its key or its match).
@@ -165,15 +189,47 @@ func (r *Rule) names(desc map[string]string) bool {
 	return true
 }
 
-// matchedIn is how many of desc's descriptors the rule matches by value.
-func (r *Rule) matchedIn(desc map[string]string) int {
-	n := 0
-	for k := range r.Match {
-		if _, ok := desc[k]; ok {
-			n++
+// specificity is how closely a rule fits a request descriptor it matches:
+// the values it matches exactly, then those it matches by a prefix, then
+// the length of those prefixes together. So, as in envoyproxy/ratelimit's
+// walk, an exact value beats a prefix, which beats the key alone; and of
+// two prefixes of one value the longer wins.
+type specificity struct{ exact, prefixes, prefixLen int }
+
+func (s specificity) compare(o specificity) int {
+	switch {
+	case s.exact != o.exact:
+		return s.exact - o.exact
+	case s.prefixes != o.prefixes:
+		return s.prefixes - o.prefixes
+	}
+	return s.prefixLen - o.prefixLen
+}
+
+// specificityIn is the rule's specificity for desc: only its match values
+// of descriptors desc has count.
+func (r *Rule) specificityIn(desc map[string]string) specificity {
+	var s specificity
+	for k, want := range r.Match {
+		if _, ok := desc[k]; !ok {
+			continue
+		}
+		if isPrefix(want) {
+			s.prefixes++
+			s.prefixLen += len(want) - 1
+		} else {
+			s.exact++
 		}
 	}
-	return n
+	return s
+}
+
+// CompareMatches compares two rules' matches as MatchEnvoy does for a
+// request descriptor that has every descriptor of both: positive when a's
+// rule is the more specific (it applies, not b's), zero when both apply.
+func CompareMatches(a, b map[string]string) int {
+	ra, rb := Rule{Match: a}, Rule{Match: b}
+	return ra.specificityIn(a).compare(rb.specificityIn(b))
 }
 
 // stateKey is the Redis key of the rule's state for this request:
@@ -196,7 +252,7 @@ func (r *Rule) keyAndTag(desc map[string]string) (key, tag string) {
 	}
 	tenant := ""
 	if r.ShardByTenant {
-		tenant = escapeValue(desc["tenant"])
+		tenant = r.keyValue(desc, "tenant")
 		n += len("t:}:") + len(tenant)
 	}
 	b.Grow(n)
@@ -211,7 +267,11 @@ func (r *Rule) keyAndTag(desc map[string]string) (key, tag string) {
 	b.WriteString(r.Name)
 	for _, k := range r.Key {
 		b.WriteByte(':')
-		b.WriteString(escapeValue(desc[k]))
+		if r.Share {
+			b.WriteString(r.keyValue(desc, k))
+		} else {
+			b.WriteString(escapeValue(desc[k]))
+		}
 	}
 	if !r.ShardByTenant {
 		b.WriteByte('}')
@@ -221,6 +281,16 @@ func (r *Rule) keyAndTag(desc map[string]string) (key, tag string) {
 		return key, key[len("rl:{") : len("rl:{t:")+len(tenant)]
 	}
 	return key, key[len("rl:{") : len(key)-1]
+}
+
+// keyValue is descriptor k's part of the rule's key: its value escaped,
+// or, for a rule that shares a prefix's counter, the prefix escaped and a
+// '*', which no escaped value holds, so no value forges the shared key.
+func (r *Rule) keyValue(desc map[string]string, k string) string {
+	if want := r.Match[k]; r.Share && isPrefix(want) {
+		return escapeValue(want[:len(want)-1]) + "*"
+	}
+	return escapeValue(desc[k])
 }
 
 // maxValueLen is the longest descriptor value kept readable in a key; longer

@@ -267,3 +267,119 @@ domains:
 		t.Errorf("CheckQuota, tier empty: rules %v, want [per-route-tier] (the default fills it)", names(got))
 	}
 }
+
+// A match value ending in '*' is a prefix; a '*' anywhere else is refused
+// by name, as is share without a prefix to share.
+func TestCompileRefusesAStarOtherThanAtTheEndAndShareWithoutAPrefix(t *testing.T) {
+	var cfg Config
+	if err := yaml.Unmarshal([]byte(`
+domains:
+  api:
+    rules:
+      - {name: mid, key: [path], match: {path: "/api/*/links"}, algorithm: fixed_window, limit: 1, window: 1s, failure_mode: open}
+      - {name: two, key: [path], match: {path: "/a*b*"}, algorithm: fixed_window, limit: 1, window: 1s, failure_mode: open}
+      - {name: exact-share, key: [path], match: {path: "/api"}, share: true, algorithm: fixed_window, limit: 1, window: 1s, failure_mode: open}
+      - {name: ok, key: [path], match: {path: "/api/*"}, share: true, algorithm: fixed_window, limit: 1, window: 1s, failure_mode: open}
+`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Compile(cfg)
+	if err == nil {
+		t.Fatal("Compile: want an error")
+	}
+	for _, want := range []string{
+		`api/mid: match path: "/api/*/links": '*' may only end a value`,
+		`api/two: match path: "/a*b*": '*' may only end a value`,
+		`api/exact-share: share: counts the values of a prefix together, and no match value ends in '*'`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "api/ok") {
+		t.Errorf("a trailing '*' with share is refused: %v", err)
+	}
+}
+
+// Through Envoy's API an exact value beats a prefix, a prefix the key
+// alone, and the longer of two prefixes the shorter, as
+// envoyproxy/ratelimit's walk decides for a file listing the longer first;
+// through CheckQuota every rule whose prefix matches applies.
+func TestMatchEnvoyPrefersExactThenPrefixThenKeyAndTheLongerPrefix(t *testing.T) {
+	rs := compile(t, `
+domains:
+  envoy:
+    rules:
+      - {name: per-path, key: [path], algorithm: fixed_window, limit: 1, window: 1m, failure_mode: open}
+      - {name: api, key: [path], match: {path: "/api/*"}, algorithm: fixed_window, limit: 2, window: 1m, failure_mode: open}
+      - {name: api-v1, key: [path], match: {path: "/api/v1/*"}, algorithm: fixed_window, limit: 3, window: 1m, failure_mode: open}
+      - {name: api-v1-links, key: [path], match: {path: "/api/v1/links"}, algorithm: fixed_window, limit: 4, window: 1m, failure_mode: open}
+      - {name: any-agent, key: [agent], match: {agent: "*"}, algorithm: fixed_window, limit: 5, window: 1m, failure_mode: open}
+`)
+	for _, tc := range []struct {
+		desc map[string]string
+		want []string
+	}{
+		{map[string]string{"path": "/home"}, []string{"per-path"}},
+		{map[string]string{"path": "/api/x"}, []string{"api"}},
+		{map[string]string{"path": "/api/"}, []string{"api"}},
+		{map[string]string{"path": "/api"}, []string{"per-path"}},
+		{map[string]string{"path": "/api/v1/x"}, []string{"api-v1"}},
+		{map[string]string{"path": "/api/v1/links"}, []string{"api-v1-links"}},
+		{map[string]string{"path": "/api/v1/links/2"}, []string{"api-v1"}},
+		// "*" takes every value, the empty one of an Envoy entry too.
+		{map[string]string{"agent": "curl/8"}, []string{"any-agent"}},
+		{map[string]string{"agent": ""}, []string{"any-agent"}},
+		{map[string]string{"user": "u"}, nil},
+	} {
+		if got := names(rs.MatchEnvoy("envoy", tc.desc)); !slices.Equal(got, tc.want) {
+			t.Errorf("MatchEnvoy %v: rules %v, want %v", tc.desc, got, tc.want)
+		}
+	}
+	if _, got := rs.Match("envoy", map[string]string{"path": "/api/v1/links"}); !slices.Equal(names(got), []string{"per-path", "api", "api-v1", "api-v1-links"}) {
+		t.Errorf("Match /api/v1/links: rules %v, want all four", names(got))
+	}
+	// CheckQuota leaves an empty value out: "*" does not take it.
+	if _, got := rs.Match("envoy", map[string]string{"agent": ""}); got != nil {
+		t.Errorf("Match agent empty: rules %v, want none", names(got))
+	}
+}
+
+// A prefix rule counts each value apart (its key holds the value, a long
+// one digested as any), unless it shares: then every value under the
+// prefix has the one key, which no value's own key can be.
+func TestAPrefixRuleKeysByValueUnlessItShares(t *testing.T) {
+	rs := compile(t, `
+domains:
+  envoy:
+    rules:
+      - {name: api, key: [user, path], match: {path: "/api/*"}, algorithm: fixed_window, limit: 2, window: 1m, failure_mode: open}
+      - {name: files, key: [user, path], match: {path: "/files/*"}, share: true, algorithm: fixed_window, limit: 2, window: 1m, failure_mode: open}
+`)
+	key := func(path string) string {
+		t.Helper()
+		got := rs.MatchEnvoy("envoy", map[string]string{"user": "u", "path": path})
+		if len(got) != 1 {
+			t.Fatalf("%s: rules %v, want one", path, names(got))
+		}
+		return got[0].Key
+	}
+	long := "/api/" + strings.Repeat("x", 80)
+	for path, want := range map[string]string{
+		"/api/a": "rl:{envoy:api:u:/api/a}", "/api/b": "rl:{envoy:api:u:/api/b}",
+		long:           "rl:{envoy:api:u:" + escapeValue(long) + "}",
+		"/files/a.pdf": "rl:{envoy:files:u:/files/*}", "/files/b.csv": "rl:{envoy:files:u:/files/*}",
+		"/files/*": "rl:{envoy:files:u:/files/*}",
+	} {
+		if got := key(path); got != want {
+			t.Errorf("%s: key %q, want %q", path, got, want)
+		}
+	}
+	if !strings.HasPrefix(escapeValue(long), "#") {
+		t.Errorf("a value over %d bytes is not digested: %q", maxValueLen, escapeValue(long))
+	}
+	// Shared or not, the other descriptors of the key keep their values.
+	if a, b := rs.MatchEnvoy("envoy", map[string]string{"user": "a", "path": "/files/x"}), rs.MatchEnvoy("envoy", map[string]string{"user": "b", "path": "/files/x"}); a[0].Key == b[0].Key {
+		t.Errorf("users a and b share key %q", a[0].Key)
+	}
+}

@@ -43,6 +43,9 @@ type RuleSpec struct {
 	Shard string `yaml:"shard,omitempty" json:"shard,omitempty"`
 	// Lease lets each replica take units of a hot key in advance.
 	Lease *LeaseSpec `yaml:"lease,omitempty" json:"lease,omitempty"`
+	// Share counts every value a match prefix ("/api/*") matches under one
+	// key, instead of a key per value.
+	Share bool `yaml:"share,omitempty" json:"share,omitempty"`
 }
 
 // LeaseSpec is a rule's lease as written in configuration: up to Size units
@@ -123,6 +126,7 @@ func (s RuleSpec) Rule(domain string) (*Rule, error) {
 		Domain: domain, Name: s.Name, Key: slices.Clone(s.Key), Match: maps.Clone(s.Match),
 		Algorithm: algo, Limit: s.Limit, Window: window, Burst: s.Burst, Queue: s.Queue,
 		FailureMode: mode, Shadow: s.Shadow, ShardByTenant: s.Shard == "tenant", Lease: lease,
+		Share: s.Share,
 	}
 	if err := r.Validate(); err != nil {
 		return nil, err
@@ -295,9 +299,11 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 // entries are its whole path, and a value's own limit replaces its key's.
 // So a rule applies only when it names every entry of the descriptor (in
 // its key or its match; the domain's defaults fill what the descriptor
-// leaves out), and of those rules only the ones matching the most of its
-// entries by value (a match on a default filled in is not one): beside
-// per-user, a rule with match {user: vip} alone limits user vip. Rules as
+// leaves out), and of those rules only the most specific (specificity: the
+// most entries matched by exact value, then by prefix, then the longest
+// prefixes; a match on a default filled in is not one): beside per-user, a
+// rule with match {user: vip} alone limits user vip, and one with match
+// {user: "v*"} the other users starting with v. Rules as
 // specific as each other all apply (two windows on one key, say). Only
 // the rules that apply get their keys built. An entry is given even when
 // its value is empty (Envoy sends a header that is present but empty so):
@@ -309,19 +315,22 @@ func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
 	if d == nil {
 		return nil
 	}
-	best := -1
+	var best specificity
+	found := false
 	for _, r := range d.rules {
 		if r.matches(filled, true) && r.names(desc) {
-			best = max(best, r.matchedIn(desc))
+			if s := r.specificityIn(desc); !found || s.compare(best) > 0 {
+				best, found = s, true
+			}
 		}
 	}
-	if best < 0 {
+	if !found {
 		return nil
 	}
 	var out []Applied
 	plan := rs.tenants.Plan(filled["tenant"])
 	for _, r := range d.rules {
-		if r.matches(filled, true) && r.names(desc) && r.matchedIn(desc) == best {
+		if r.matches(filled, true) && r.names(desc) && r.specificityIn(desc) == best {
 			out = append(out, rs.apply(r, plan, filled))
 		}
 	}

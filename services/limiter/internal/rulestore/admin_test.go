@@ -148,7 +148,7 @@ descriptors:
 
 	for _, c := range []struct{ name, file, says string }{
 		{"both formats' keys", "domain: edge\ndomains: {}\n", "keep one format per file"},
-		{"a wildcard value", "domain: edge\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "path=/api/*"},
+		{"a star before a value's end", "domain: edge\ndescriptors:\n  - key: path\n    value: /api/*/x\n    rate_limit: {unit: second, requests_per_unit: 1}\n", "path=/api/*/x"},
 		{"a misspelt Envoy field", "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 1, nme: x}\n", "field nme not found"},
 	} {
 		if _, _, err := parseApplied([]byte(c.file)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.says) {

@@ -87,9 +87,13 @@ type envoyNode struct {
 	value    string // "" for a key alone
 	limit    *envoyRateLimit
 	shadow   bool
+	share    bool                  // share_threshold, on a wildcard
 	children map[string]*envoyNode // by envoyproxy/ratelimit's composite key
 	path     []*envoyNode          // from the top level to this node
 	rule     *ratelimit.RuleSpec   // what kurz makes of limit; nil for none
+	// wild are the children with a wildcard value, in file order: the
+	// order envoyproxy/ratelimit tries them in (wildcardKeys).
+	wild []*envoyNode
 }
 
 // compositeKey is envoyproxy/ratelimit's map key for a descriptor: key, or
@@ -99,6 +103,38 @@ func compositeKey(key, value string) string {
 		return key
 	}
 	return key + "_" + value
+}
+
+// wildcard reports whether the node's value is a wildcard: it ends in '*'
+// (and a '*' before the end is refused).
+func (n *envoyNode) wildcard() bool { return strings.HasSuffix(n.value, "*") }
+
+// wildPrefix is what a request entry's key_value must start with for
+// envoyproxy/ratelimit to take the wildcard node n: its composite key
+// without the '*'. The key's '_' is in it, so the prefix of one key's
+// wildcard can be another key's spelling (user_* takes user_agent=x).
+func (n *envoyNode) wildPrefix() string {
+	return strings.TrimSuffix(compositeKey(n.key, n.value), "*")
+}
+
+// envoyNext is the node envoyproxy/ratelimit's GetLimit goes to from at
+// for the request entry key=v: key_v's own, else the first wildcard of at
+// (in file order) whose prefix key_v starts with, else key's alone; nil
+// where its walk stops.
+func envoyNext(at *envoyNode, key, v string) *envoyNode {
+	if at == nil {
+		return nil
+	}
+	full := key + "_" + v
+	if n := at.children[full]; n != nil {
+		return n
+	}
+	for _, w := range at.wild {
+		if strings.HasPrefix(full, w.wildPrefix()) {
+			return w
+		}
+	}
+	return at.children[key]
 }
 
 // describe names the node's path for errors: generic_key=api > remote_address.
@@ -125,12 +161,13 @@ func (n *envoyNode) keys() []string {
 // FromEnvoy translates envoyproxy/ratelimit configuration files, one
 // domain each, into kurz's rules. Each descriptor with a rate_limit is
 // one fixed_window rule (what envoyproxy/ratelimit counts with), failing
-// open: its key the path's keys, its match the path's values. What kurz
-// cannot decide as envoyproxy/ratelimit would is refused, naming the file,
-// domain and descriptor: replaces, wildcard values, share_threshold,
+// open: its key the path's keys, its match the path's values (a wildcard
+// value, "/api/*", a prefix; share_threshold on one is the rule's share).
+// What kurz cannot decide as envoyproxy/ratelimit would is refused, naming
+// the file, domain and descriptor: replaces, a '*' before a value's end,
 // requests_per_unit 0, a key of a level spelt as another of its keys and
 // a value (user_vip beside user), and trees whose rules kurz's matching (the most
-// values matched wins, rules as specific as each other all apply) would
+// specific win, rules as specific as each other all apply) would
 // combine otherwise than envoyproxy/ratelimit's walk (a value's branch
 // before its key's, never going back).
 func FromEnvoy(files []EnvoyFile) (ratelimit.Config, error) {
@@ -286,7 +323,7 @@ func (t *envoyTranslation) load(parent *envoyNode, descs []envoyDescriptor) erro
 	for _, d := range descs {
 		n := &envoyNode{
 			id: len(t.nodes), key: d.Key, value: d.Value, limit: d.RateLimit, shadow: d.ShadowMode,
-			children: map[string]*envoyNode{},
+			share: d.ShareThreshold, children: map[string]*envoyNode{},
 		}
 		n.path = append(slices.Clone(parent.path), n)
 		t.nodes = append(t.nodes, n)
@@ -298,10 +335,12 @@ func (t *envoyTranslation) load(parent *envoyNode, descs []envoyDescriptor) erro
 			return t.errorf(n, "descriptor has an empty key (envoyproxy/ratelimit refuses it too)")
 		case len(n.path) > maxEnvoyDepth:
 			return t.errorf(n, "over %d levels deep: a request descriptor has at most %d entries in kurz", maxEnvoyDepth, maxEnvoyDepth)
-		case strings.HasSuffix(d.Value, "*") || d.Value == "" && strings.HasSuffix(d.Key, "*"):
-			return t.errorf(n, "wildcard value %q: kurz matches whole values only (a rule per value, or the key alone, instead)", d.Value)
-		case d.ShareThreshold:
-			return t.errorf(n, "share_threshold: kurz has no equivalent (it shares one counter among a wildcard's values, and kurz has no wildcards)")
+		case d.Value == "" && strings.HasSuffix(d.Key, "*"):
+			return t.errorf(n, "key %q with no value: envoyproxy/ratelimit takes it as a wildcard over every key and value spelt %s..., which kurz cannot match (its keys take no '*'); give the key a value ending in '*' instead", d.Key, strings.TrimSuffix(d.Key, "*"))
+		case strings.Contains(strings.TrimSuffix(d.Value, "*"), "*"):
+			return t.errorf(n, "value %q: envoyproxy/ratelimit takes a '*' before the end as the character itself, kurz takes '*' only as a wildcard's end; drop it", d.Value)
+		case d.ShareThreshold && !n.wildcard():
+			return t.errorf(n, "share_threshold on value %q: only a wildcard value (ending in '*') shares (envoyproxy/ratelimit refuses it too)", d.Value)
 		case !ratelimit.ValidName(d.Key):
 			return t.errorf(n, "key %q: kurz descriptor keys are 1 to 64 letters, digits, '.', '_' or '-'", d.Key)
 		}
@@ -315,6 +354,9 @@ func (t *envoyTranslation) load(parent *envoyNode, descs []envoyDescriptor) erro
 			return t.errorf(n, "duplicate descriptor composite key %q (envoyproxy/ratelimit refuses it too)", ck)
 		}
 		parent.children[ck] = n
+		if n.wildcard() {
+			parent.wild = append(parent.wild, n)
+		}
 		if err := t.rateLimit(n); err != nil {
 			return err
 		}
@@ -329,7 +371,9 @@ func (t *envoyTranslation) load(parent *envoyNode, descs []envoyDescriptor) erro
 // of its level with a value: envoyproxy/ratelimit looks a request entry up
 // by key_value, so with user and user_vip side by side, the entry
 // user=vip finds user_vip (its limit, its branch) where kurz, matching key
-// and value apart, applies user's rule.
+// and value apart, applies user's rule. It covers wildcards too: a
+// wildcard user_* that takes another key's entries (user_agent=curl) has
+// that key (user_agent) spelt as one of its keys and a value (user=agent).
 func (t *envoyTranslation) spellings(parent *envoyNode) error {
 	keys := map[string]bool{}
 	for _, c := range parent.children {
@@ -406,6 +450,7 @@ func (t *envoyTranslation) rules(limited []*envoyNode) error {
 		r := ratelimit.RuleSpec{
 			Name: name, Key: n.keys(), Algorithm: "fixed_window", FailureMode: "open", Shadow: n.shadow,
 		}
+		var shared, own *envoyNode // a wildcard of the path that shares, one that does not
 		for _, p := range n.path {
 			if p.value != "" {
 				if r.Match == nil {
@@ -413,7 +458,18 @@ func (t *envoyTranslation) rules(limited []*envoyNode) error {
 				}
 				r.Match[p.key] = p.value
 			}
+			switch {
+			case p.wildcard() && p.share:
+				shared = p
+			case p.wildcard():
+				own = p
+			}
 		}
+		if shared != nil && own != nil {
+			// kurz's share is the rule's: every prefix of its match, or none.
+			return t.errorf(n, "wildcards %s (share_threshold) and %s (not) on one path: a kurz rule shares all its wildcards' counters or none; set share_threshold on both or neither", shared.describe(), own.describe())
+		}
+		r.Share = shared != nil
 		if n.limit.Unlimited {
 			// A shadow rule as specific as the descriptor keeps the less
 			// specific rules from it and never denies: unlimited.
@@ -461,11 +517,13 @@ func keySet(keys []string) string {
 // descriptor exactly as envoyproxy/ratelimit limits it with the tree.
 // For each sequence of keys a rule has, it walks every class of request
 // descriptor of those keys (at each level: each value some descriptor
-// names there, or any other value) as envoyproxy/ratelimit's GetLimit
-// walks the tree (a value's branch before its key's, stopping where
-// neither is; the limit of the node the last entry reaches), beside the
-// rules kurz would apply (the ones whose values it has, those with the
-// most values), and refuses the first descriptor where they differ.
+// names there, a value under each wildcard's prefix that none names, or
+// any other value) as envoyproxy/ratelimit's GetLimit walks the tree (a
+// value's branch, else the first wildcard's it starts with, else its
+// key's, stopping where none is; the limit of the node the last entry
+// reaches), beside the rules kurz would apply (the ones whose values and
+// prefixes it has, the most specific of them: MatchEnvoy's order), and
+// refuses the first descriptor where they differ.
 // Request descriptors with the keys in another order than the file's are
 // not limited by envoyproxy/ratelimit and are by kurz (a stated
 // difference), so two paths of the same keys in different orders would
@@ -537,38 +595,57 @@ func (w *envoyWalk) walk(i int, at *envoyNode, rules []*envoyNode, values []stri
 	}
 	w.seen[state] = true
 	key := w.keys[i]
+	// The values to try: each value named at this level (by the tree
+	// where envoyproxy/ratelimit is, or by a rule), and for each prefix
+	// (a wildcard's) a value under it no one names, and a value under
+	// none: all the classes of value the two tell apart.
 	named := map[string]bool{}
+	prefixes := map[string]bool{}
 	if at != nil {
 		for _, c := range at.children {
-			if c.key == key && c.value != "" {
+			if c.key == key && c.value != "" && !c.wildcard() {
 				named[c.value] = true
+			}
+		}
+		// A wildcard of another key takes this key's entries when its
+		// prefix and key_ overlap (then its prefix, past key_, or "").
+		for _, c := range at.wild {
+			if p, kp := c.wildPrefix(), key+"_"; strings.HasPrefix(p, kp) {
+				prefixes[p[len(kp):]] = true
+			} else if strings.HasPrefix(kp, p) {
+				prefixes[""] = true
 			}
 		}
 	}
 	// The rules by their value at this level: each branch takes the
-	// key-only ones and its value's, without a pass over all of them.
-	var keyOnly []*envoyNode
+	// key-only ones, its value's and the prefixes' it starts with,
+	// without a pass over all of them.
+	var keyOnly, byPrefix []*envoyNode
 	byValue := map[string][]*envoyNode{}
 	for _, r := range rules {
-		if v := r.path[i].value; v != "" {
-			named[v] = true
-			byValue[v] = append(byValue[v], r)
-		} else {
+		switch p := r.path[i]; {
+		case p.wildcard():
+			prefixes[strings.TrimSuffix(p.value, "*")] = true
+			byPrefix = append(byPrefix, r)
+		case p.value != "":
+			named[p.value] = true
+			byValue[p.value] = append(byValue[p.value], r)
+		default:
 			keyOnly = append(keyOnly, r)
 		}
 	}
-	for _, v := range append(slices.Sorted(maps.Keys(named)), otherValue) {
-		var next *envoyNode
-		if at != nil {
-			if v != otherValue {
-				next = at.children[compositeKey(key, v)]
-			}
-			if next == nil {
-				next = at.children[key]
+	named[otherValue] = true
+	for p := range prefixes {
+		named[p+otherValue] = true
+	}
+	for _, v := range slices.Sorted(maps.Keys(named)) {
+		still := append(slices.Clip(keyOnly), byValue[v]...)
+		for _, r := range byPrefix {
+			if strings.HasPrefix(v, strings.TrimSuffix(r.path[i].value, "*")) {
+				still = append(still, r)
 			}
 		}
-		still := append(slices.Clip(keyOnly), byValue[v]...)
-		if err := w.walk(i+1, next, still, append(slices.Clip(values), v)); err != nil {
+		if err := w.walk(i+1, envoyNext(at, key, v), still, append(slices.Clip(values), v)); err != nil {
 			return err
 		}
 	}
@@ -583,19 +660,22 @@ func nodeID(n *envoyNode) int {
 }
 
 // compare checks one class of request descriptor: envoyproxy/ratelimit
-// applies at's limit (if any), kurz the rules with the most values.
+// applies at's limit (if any), kurz the most specific rules.
 func (w *envoyWalk) compare(at *envoyNode, rules []*envoyNode, values []string) error {
 	var want *envoyNode // the rule kurz must apply alone, or none
 	if at != nil && at.limit != nil && at.rule != nil {
 		want = at
 	}
-	most := -1
+	var got []*envoyNode // the most specific rules, as MatchEnvoy takes them
 	for _, r := range rules {
-		most = max(most, len(r.rule.Match))
-	}
-	var got []*envoyNode
-	for _, r := range rules {
-		if len(r.rule.Match) == most {
+		c := 1
+		if len(got) > 0 {
+			c = ratelimit.CompareMatches(r.rule.Match, got[0].rule.Match)
+		}
+		switch {
+		case c > 0:
+			got = append(got[:0], r)
+		case c == 0:
 			got = append(got, r)
 		}
 	}
@@ -604,8 +684,8 @@ func (w *envoyWalk) compare(at *envoyNode, rules []*envoyNode, values []string) 
 	}
 	entries := make([]string, len(values))
 	for i, v := range values {
-		if v == otherValue {
-			v = "<any other value>"
+		if p, other := strings.CutSuffix(v, otherValue); other {
+			v = p + "<any other value>"
 		}
 		entries[i] = w.keys[i] + "=" + v
 	}
@@ -619,7 +699,7 @@ func (w *envoyWalk) compare(at *envoyNode, rules []*envoyNode, values []string) 
 	for i, r := range got {
 		kurz[i] = r.describe()
 	}
-	return fmt.Errorf("envoy rules %s, domain %s: for a request descriptor (%s) envoyproxy/ratelimit applies %s (it takes a value's branch before its key's and never goes back), but kurz would apply %s (the rules with the most values matched): kurz cannot decide this tree as envoyproxy/ratelimit does (see the limiter README, \"Coming from envoyproxy/ratelimit\"): restructure it, or move these limits to kurz rules",
+	return fmt.Errorf("envoy rules %s, domain %s: for a request descriptor (%s) envoyproxy/ratelimit applies %s (it takes a value's branch, else the first wildcard's it matches, before its key's and never goes back), but kurz would apply %s (the most specific rules: most values matched exactly, then by prefix, then the longest prefixes): kurz cannot decide this tree as envoyproxy/ratelimit does (see the limiter README, \"Coming from envoyproxy/ratelimit\"): restructure it, or move these limits to kurz rules",
 		w.t.file, w.t.domain, strings.Join(entries, ", "), envoy, strings.Join(kurz, " and "))
 }
 

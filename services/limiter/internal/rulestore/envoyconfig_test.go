@@ -31,6 +31,8 @@ func TestEnvoyConfigTranslatesEachLimitedPathToARule(t *testing.T) {
 	shadow.Shadow = true
 	unlimited := rule("user_bob-smith-8708ac0e", []string{"user"}, map[string]string{"user": "bob smith"}, ratelimit.MaxLimit, "1s")
 	unlimited.Shadow = true
+	sharedFiles := rule("files_-.user-f19fca9f", []string{"files", "user"}, map[string]string{"files": "*"}, 5, "1h")
+	sharedFiles.Share = true
 	for _, tc := range []struct {
 		name, yml string
 		want      []ratelimit.RuleSpec
@@ -99,6 +101,31 @@ descriptors:
 			rule("g", []string{"g"}, nil, 4294967295, "8760h"),
 		},
 	}, {
+		// Wildcards as envoyproxy/ratelimit's README uses them: the
+		// narrower listed first (it tries them in file order), an exact
+		// value beside them, the key alone for the rest; share_threshold
+		// on a wildcard whose limit is one level down.
+		name: "wildcard values and share_threshold",
+		yml: `
+domain: edge
+descriptors:
+  - {key: path, value: "/api/v1/links", rate_limit: {unit: minute, requests_per_unit: 40}}
+  - {key: path, value: "/api/v1/*", rate_limit: {unit: minute, requests_per_unit: 30}}
+  - {key: path, value: "/api/*", rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: path, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - key: files
+    value: "*"
+    share_threshold: true
+    descriptors: [{key: user, rate_limit: {unit: hour, requests_per_unit: 5}}]
+`,
+		want: []ratelimit.RuleSpec{
+			rule("path_-api-v1-links-ea897375", []string{"path"}, map[string]string{"path": "/api/v1/links"}, 40, "1m"),
+			rule("path_-api-v1---bf7921db", []string{"path"}, map[string]string{"path": "/api/v1/*"}, 30, "1m"),
+			rule("path_-api---0cbffcc3", []string{"path"}, map[string]string{"path": "/api/*"}, 20, "1m"),
+			rule("path", []string{"path"}, nil, 10, "1m"),
+			sharedFiles,
+		},
+	}, {
 		name: "a domain without limits",
 		yml:  "domain: edge\n",
 		want: []ratelimit.RuleSpec{},
@@ -157,16 +184,68 @@ descriptors:
     value: vip
     rate_limit: {unit: hour, requests_per_unit: 100, replaces: [{name: a}]}
 `, "envoy rules edge.yaml, domain edge, descriptor user=vip: replaces: kurz has no equivalent"},
-		{"wildcard", `
+		{"a star before a value's end", `
 domain: edge
 descriptors:
-  - {key: path, value: "/api/*", rate_limit: {unit: hour, requests_per_unit: 10}}
-`, "descriptor path=/api/*: wildcard value \"/api/*\": kurz matches whole values only"},
-		{"share_threshold", `
+  - {key: path, value: "/api/*/links", rate_limit: {unit: hour, requests_per_unit: 10}}
+`, "descriptor path=/api/*/links: value \"/api/*/links\": envoyproxy/ratelimit takes a '*' before the end as the character itself"},
+		{"a key ending in a star", `
+domain: edge
+descriptors:
+  - {key: "path*", rate_limit: {unit: hour, requests_per_unit: 10}}
+`, "descriptor path*: key \"path*\" with no value: envoyproxy/ratelimit takes it as a wildcard"},
+		{"share_threshold on an exact value", `
 domain: edge
 descriptors:
   - {key: path, value: api, share_threshold: true, rate_limit: {unit: hour, requests_per_unit: 10}}
-`, "descriptor path=api: share_threshold: kurz has no equivalent"},
+`, "descriptor path=api: share_threshold on value \"api\": only a wildcard value (ending in '*') shares"},
+		{"a shared wildcard and an unshared one on one path", `
+domain: edge
+descriptors:
+  - key: user
+    value: "team-*"
+    share_threshold: true
+    descriptors: [{key: path, value: "/api/*", rate_limit: {unit: hour, requests_per_unit: 10}}]
+`, "descriptor user=team-* > path=/api/*: wildcards user=team-* (share_threshold) and user=team-* > path=/api/* (not) on one path"},
+		// Envoy matches key_value against a wildcard's key_prefix: user_*
+		// takes the entry user_agent=curl; the spelling check refuses it.
+		{"a wildcard spelling another key of its level", `
+domain: edge
+descriptors:
+  - {key: user, value: "*", rate_limit: {unit: hour, requests_per_unit: 10}}
+  - {key: user_agent, rate_limit: {unit: hour, requests_per_unit: 5}}
+`, "descriptor user_agent: envoyproxy/ratelimit finds this descriptor for a request entry user=agent too"},
+		// Envoy tries wildcards in file order: /api/* takes /api/v1/x
+		// before /api/v1/* is tried; kurz takes the longer prefix.
+		{"a broader wildcard listed before a narrower one", `
+domain: edge
+descriptors:
+  - {key: path, value: "/api/*", rate_limit: {unit: hour, requests_per_unit: 10}}
+  - {key: path, value: "/api/v1/*", rate_limit: {unit: hour, requests_per_unit: 5}}
+`, "for a request descriptor (path=/api/v1/<any other value>) envoyproxy/ratelimit applies only path=/api/* "},
+		// Envoy takes a=x's exact branch before a's wildcard, and finds no
+		// b there; kurz's wildcard rule would limit it.
+		{"no going back from a value's branch to a wildcard's", `
+domain: edge
+descriptors:
+  - key: a
+    value: x
+    descriptors: [{key: c, rate_limit: {unit: hour, requests_per_unit: 1}}]
+  - key: a
+    value: "*"
+    descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 2}}]
+`, "for a request descriptor (a=x, b=<any other value>) envoyproxy/ratelimit applies no limit"},
+		// Envoy takes a=x* first, where b=y has no limit of its own but b
+		// has; kurz's a > b=y has one exact value to a=x* > b's prefix.
+		{"an exact value below a wildcard's key", `
+domain: edge
+descriptors:
+  - key: a
+    value: "x*"
+    descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]
+  - key: a
+    descriptors: [{key: b, value: y, rate_limit: {unit: hour, requests_per_unit: 2}}]
+`, "for a request descriptor (a=x<any other value>, b=y) envoyproxy/ratelimit applies only a=x* > b"},
 		{"unknown field", `
 domain: edge
 descriptors:
@@ -265,7 +344,7 @@ descriptors:
     descriptors: [{key: b, value: y, rate_limit: {unit: hour, requests_per_unit: 1}}]
   - key: a
     descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 2}}]
-`, "for a request descriptor (a=x, b=<any other value>) envoyproxy/ratelimit applies no limit (it takes a value's branch before its key's and never goes back), but kurz would apply a > b"},
+`, "for a request descriptor (a=x, b=<any other value>) envoyproxy/ratelimit applies no limit (it takes a value's branch, else the first wildcard's it matches, before its key's and never goes back), but kurz would apply a > b"},
 		{"a value's branch of other keys hides the key's", `
 domain: edge
 descriptors:
@@ -285,7 +364,7 @@ descriptors:
     descriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]
   - key: a
     descriptors: [{key: b, value: y, rate_limit: {unit: hour, requests_per_unit: 2}}]
-`, "for a request descriptor (a=x, b=y) envoyproxy/ratelimit applies only a=x > b (it takes a value's branch before its key's and never goes back), but kurz would apply a=x > b and a > b=y"},
+`, "for a request descriptor (a=x, b=y) envoyproxy/ratelimit applies only a=x > b (it takes a value's branch, else the first wildcard's it matches, before its key's and never goes back), but kurz would apply a=x > b and a > b=y"},
 		{"an unlimited value its key's limit would reach", `
 domain: edge
 descriptors:
@@ -536,9 +615,9 @@ func TestRefreshRereadsAnEnvoyDirectoryAndKeepsTheLastGoodRules(t *testing.T) {
 	if got := limit(); got != 7 {
 		t.Fatalf("after the edit: limit %d, want 7", got)
 	}
-	write("domain: edge\ndescriptors: [{key: ip, value: \"10.*\", rate_limit: {unit: second, requests_per_unit: 1}}]\n")
-	if err := r.Refresh(context.Background()); err == nil || !strings.Contains(err.Error(), "wildcard value") {
-		t.Fatalf("refresh of a wildcard: %v, want its refusal", err)
+	write("domain: edge\ndescriptors: [{key: ip, value: \"10.*.1\", rate_limit: {unit: second, requests_per_unit: 1}}]\n")
+	if err := r.Refresh(context.Background()); err == nil || !strings.Contains(err.Error(), "takes a '*' before the end") {
+		t.Fatalf("refresh of a mid-value star: %v, want its refusal", err)
 	}
 	if got := limit(); got != 7 {
 		t.Fatalf("after a refused file: limit %d, want the last good 7", got)
