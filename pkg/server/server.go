@@ -516,7 +516,8 @@ func (s *Server) closeUnreadBodies(h http.Handler) http.Handler {
 func (s *Server) instrument(h http.Handler) http.Handler {
 	traced := s.Telemetry.HTTPServer(s.name, h, func(r *http.Request) bool {
 		switch r.URL.Path {
-		case "/healthz", "/readyz", "/metrics":
+		// /healthcheck: the limiter's envoyproxy/ratelimit probe route.
+		case "/healthz", "/readyz", "/metrics", "/healthcheck":
 			return true
 		}
 		return strings.HasPrefix(r.URL.Path, "/debug/pprof/")
@@ -719,6 +720,15 @@ func (s *Server) observeReadiness() error {
 		return fmt.Errorf("readiness metrics: %w", err)
 	}
 	return nil
+}
+
+// Ready reports what /readyz answers with 200: the readiness checks' last
+// result is ready and the server is not draining (false before the first
+// run of the checks). For a service's own probe routes, such as the
+// limiter's envoyproxy/ratelimit /healthcheck.
+func (s *Server) Ready() bool {
+	rd := s.ready.Load()
+	return !s.draining.Load() && rd != nil && rd.ok
 }
 
 // serveReadyz answers the last result of the readiness checks (at most

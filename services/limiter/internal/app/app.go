@@ -106,6 +106,15 @@ type Config struct {
 	// usually holds a whole /64 and could otherwise pick a new address for
 	// every request. IPv4 addresses are kept whole; 128 keeps IPv6 whole.
 	EnvoyIPv6Prefix int `env:"LIMITER_ENVOY_IPV6_PREFIX" default:"64"`
+	// EnvoyHTTP serves envoyproxy/ratelimit's HTTP endpoints on the HTTP
+	// listener (KURZ_LIMITER_HTTP_ADDR): POST /json, a RateLimitRequest as
+	// JSON decided as ShouldRateLimit decides it (200 OK, 429 over the
+	// limit), and GET /healthcheck, the readiness (200 OK, else 500). Off
+	// by default: that listener is the ops port (/metrics, /readyz), which
+	// the Kubernetes NetworkPolicies open to the metrics scraper only;
+	// open it to the callers too (services/limiter/README.md, "Coming from
+	// envoyproxy/ratelimit").
+	EnvoyHTTP bool `env:"LIMITER_ENVOY_HTTP" default:"false"`
 	// ServiceAuth verifies the gateway's signed calls of the rules admin
 	// API (RulesAdminService: GET and PUT /v1/admin/rules), the gateway's
 	// key. Without KURZ_SERVICE_AUTH_KEY that API is off; the decisions
@@ -176,6 +185,13 @@ func (c Config) adminKeys() (*svcauth.Keys, error) {
 	return keys.Only(limiterv1.RulesAdminService_ServiceDesc.ServiceName), nil
 }
 
+// envoyJSONTimeout bounds a decision of POST /json, whose callers send no
+// deadline, as Envoy's (20 ms by default) bounds a ShouldRateLimit: far
+// above the Redis deadline (KURZ_LIMITER_REDIS_TIMEOUT), past which a
+// rule's failure mode decides, so it only cuts a call that waits on
+// something else.
+const envoyJSONTimeout = time.Second
+
 // leaseReturnTimeout bounds giving the leases back at shutdown.
 const leaseReturnTimeout = 2 * time.Second
 
@@ -215,7 +231,13 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	}
 	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
 	style, _ := quotaapi.ParseHeaderStyle(cfg.EnvoyHeaders) // validated above
-	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.NewEnvoy(engine, style, clientip.Keying{IPv6Prefix: cfg.EnvoyIPv6Prefix}))
+	envoy := quotaapi.NewEnvoy(engine, style, clientip.Keying{IPv6Prefix: cfg.EnvoyIPv6Prefix})
+	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, envoy)
+	if cfg.EnvoyHTTP {
+		// The same handler as gRPC's, within gRPC's bound on a request.
+		srv.Mux.Handle("/json", quotaapi.NewEnvoyJSON(envoy, server.LimiterGRPCMaxRecvMsgSize, envoyJSONTimeout, log))
+		srv.Mux.Handle("GET /healthcheck", quotaapi.EnvoyHealthcheck(srv.Ready))
+	}
 	if keys != nil {
 		limiterv1.RegisterRulesAdminServiceServer(srv.GRPC, rulesadmin.New(st.db, cfg.RulesFile, log))
 	} else {

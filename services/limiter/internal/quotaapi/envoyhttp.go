@@ -1,0 +1,124 @@
+package quotaapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// EnvoyJSON serves envoyproxy/ratelimit's HTTP endpoint POST /json: a
+// RateLimitRequest as JSON (protojson, Envoy's field names), decided by
+// svc.ShouldRateLimit, the gRPC API's handler, and its RateLimitResponse
+// as JSON. The status is envoyproxy/ratelimit's: 200 for OK, 429 for
+// OVER_LIMIT, 500 for UNKNOWN; a request the API refuses is 400 with its
+// message. Like envoyproxy/ratelimit it leaves response_headers_to_add in
+// the body, not in the response's own header: they are for the client of
+// the caller, not for the caller.
+//
+// It is stricter than envoyproxy/ratelimit, which takes any method, any
+// content type and a body of any size: a method other than POST is 405; a
+// Content-Type other than application/json is 415, so that a browser on
+// another origin cannot spend a limit with a form or a text/plain fetch
+// (those need no CORS preflight); a body over maxBody is 413, as gRPC
+// refuses a message over the limiter's receive bound; an unknown field is
+// 400 (protojson's default), not ignored. Each decision is bounded by
+// timeout, as Envoy's deadline bounds a gRPC call.
+type EnvoyJSON struct {
+	svc     rlsv3.RateLimitServiceServer
+	maxBody int64
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+// NewEnvoyJSON returns POST /json over svc; see EnvoyJSON.
+func NewEnvoyJSON(svc rlsv3.RateLimitServiceServer, maxBody int64, timeout time.Duration, log *slog.Logger) *EnvoyJSON {
+	return &EnvoyJSON{svc: svc, maxBody: maxBody, timeout: timeout, log: log}
+}
+
+// ServeHTTP implements http.Handler.
+func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST a RateLimitRequest as JSON", http.StatusMethodNotAllowed)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		http.Error(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
+		return
+	}
+	if r.ContentLength > h.maxBody {
+		http.Error(w, tooLarge(h.maxBody), http.StatusRequestEntityTooLarge)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			http.Error(w, tooLarge(h.maxBody), http.StatusRequestEntityTooLarge)
+			return
+		}
+		// The client went away or stalled past the listener's read
+		// timeout: nobody reads the answer.
+		http.Error(w, "reading the request body failed", http.StatusBadRequest)
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		http.Error(w, "invalid RateLimitRequest JSON: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
+	defer cancel()
+	resp, err := h.svc.ShouldRateLimit(ctx, &req)
+	if err != nil {
+		if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument {
+			http.Error(w, st.Message(), http.StatusBadRequest)
+			return
+		}
+		h.log.ErrorContext(ctx, "envoy /json: ShouldRateLimit failed", "err", err)
+		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		h.log.ErrorContext(ctx, "envoy /json: response not marshalled", "err", err)
+		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+		return
+	}
+	code := http.StatusOK
+	switch resp.GetOverallCode() {
+	case rlsv3.RateLimitResponse_OVER_LIMIT:
+		code = http.StatusTooManyRequests
+	case rlsv3.RateLimitResponse_UNKNOWN:
+		code = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(out)
+}
+
+func tooLarge(maxBody int64) string {
+	return fmt.Sprintf("request body over %d bytes, the limiter's request bound", maxBody)
+}
+
+// EnvoyHealthcheck serves envoyproxy/ratelimit's GET /healthcheck as it
+// answers it: 200 "OK" while ready() (the limiter's readiness, as /readyz
+// tells it), else 500 with no body.
+func EnvoyHealthcheck(ready func() bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte("OK"))
+	}
+}
