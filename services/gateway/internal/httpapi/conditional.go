@@ -34,8 +34,8 @@ func linkETag(resp proto.Message) string {
 	return `"` + l.GetLink().GetEtag() + `"`
 }
 
-// entityTags parses an If-Match or If-None-Match field: "*" (any = true),
-// or a list of entity tags ("x", W/"x"), which it returns as their opaque
+// entityTags parses an If-Match or If-None-Match field: "*" (any = true,
+// and alone), or a list of entity tags ("x", W/"x"), which it returns as their opaque
 // tags, W/ kept on weak ones (so that they never match strongly). A bare
 // tag (x, as the JSON field shows it) is taken as "x". Several fields are
 // one list (RFC 9110, 5.3).
@@ -66,6 +66,11 @@ func entityTags(fields []string) (tags []string, any bool, err error) {
 	}
 	if len(tags) > callmeta.MaxIfMatch {
 		return nil, false, fmt.Errorf("%d entity tags; send at most %d", len(tags), callmeta.MaxIfMatch)
+	}
+	if any && len(tags) > 0 {
+		// RFC 9110 has * stand alone; with tags beside it, whether the
+		// client meant any current one or only those is a guess.
+		return nil, false, fmt.Errorf("* stands alone: send * (any current entity tag) or a list of entity tags, not both")
 	}
 	return tags, any, nil
 }

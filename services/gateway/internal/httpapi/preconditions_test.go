@@ -42,7 +42,7 @@ func TestWritesWithPreconditionsAreRefused(t *testing.T) {
 
 // If-Match's tags reach the service of a route that checks them (a link's
 // PATCH and DELETE); on any other write a tag is refused 412, * passes,
-// and a malformed field is 400.
+// and a malformed field is 400 (* beside tags too: RFC 9110 has it alone).
 func TestIfMatchOnlyWhereTheServiceChecksIt(t *testing.T) {
 	conditional := route{rpc: &mapping{conditional: true}}
 	other := route{rpc: &mapping{}}
@@ -56,6 +56,8 @@ func TestIfMatchOnlyWhereTheServiceChecksIt(t *testing.T) {
 		{conditional, "PATCH", []string{`"AbCd1234eFgH5678"`}, 0, []string{"AbCd1234eFgH5678"}},
 		{conditional, "DELETE", []string{`"a", W/"b"`, `c`}, 0, []string{"a", "W/b", "c"}},
 		{conditional, "PATCH", []string{"*"}, 0, nil},
+		{conditional, "PATCH", []string{`*, "a"`}, http.StatusBadRequest, nil},
+		{conditional, "PATCH", []string{`"a"`, "*"}, http.StatusBadRequest, nil},
 		{conditional, "PATCH", []string{`"a b"`}, http.StatusBadRequest, nil},
 		{conditional, "PATCH", []string{`""`}, http.StatusBadRequest, nil},
 		{conditional, "PATCH", []string{`"` + strings.Repeat("x", maxETag+1) + `"`}, http.StatusBadRequest, nil},
@@ -97,6 +99,7 @@ func TestReadPreconditions(t *testing.T) {
 		{"If-Match", `"other"`, false, http.StatusPreconditionFailed},
 		{"If-Match", `W/"AbCd1234eFgH5678"`, false, http.StatusPreconditionFailed},
 		{"If-None-Match", `"a b"`, false, http.StatusBadRequest},
+		{"If-Match", `*, "other"`, false, http.StatusBadRequest},
 	} {
 		r := httptest.NewRequest("GET", "/v1/links/abc1234", nil)
 		r.Header.Set(tc.header, tc.value)
