@@ -1,11 +1,18 @@
 package httpapi
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 )
 
 // A write that asks for a precondition no route evaluates is refused 412
@@ -103,13 +110,60 @@ func TestReadPreconditions(t *testing.T) {
 	} {
 		r := httptest.NewRequest("GET", "/v1/links/abc1234", nil)
 		r.Header.Set(tc.header, tc.value)
-		notModified, err := checkRead(r, etag)
+		notModified, err := checkRead(r, etag, "the link")
 		status := 0
 		if err != nil {
 			status = err.(*apiError).status
 		}
 		if notModified != tc.notModified || status != tc.status {
 			t.Errorf("GET with %s %s: not modified %v, status %d; want %v, %d", tc.header, tc.value, notModified, status, tc.notModified, tc.status)
+		}
+	}
+}
+
+// fixedRules answers GetRules with one file and its etag.
+type fixedRules struct {
+	limiterv1.RulesAdminServiceClient
+}
+
+func (fixedRules) GetRules(context.Context, *limiterv1.GetRulesRequest, ...grpc.CallOption) (*limiterv1.GetRulesResponse, error) {
+	return &limiterv1.GetRulesResponse{Yaml: "domains: {}\n", Etag: "AbCd1234eFgH5678", Source: "postgres"}, nil
+}
+
+// GET /v1/admin/rules evaluates If-None-Match and If-Match against the
+// rules' ETag as a link's GET does: 304 while they are unchanged, 412 to
+// an If-Match they no longer hold, the file otherwise.
+func TestGetRulesPreconditions(t *testing.T) {
+	const etag = `"AbCd1234eFgH5678"`
+	a := &API{opts: Options{CallTimeout: time.Second}, rulesAdmin: fixedRules{}, log: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		header, value string
+		status        int
+	}{
+		{"", "", http.StatusOK},
+		{"If-None-Match", etag, http.StatusNotModified},
+		{"If-None-Match", `"other", W/"AbCd1234eFgH5678"`, http.StatusNotModified},
+		{"If-None-Match", `"other"`, http.StatusOK},
+		{"If-Match", etag, http.StatusOK},
+		{"If-Match", `"other", ` + etag, http.StatusOK},
+		{"If-Match", "*", http.StatusOK},
+		{"If-Match", `"other"`, http.StatusPreconditionFailed},
+	} {
+		r := httptest.NewRequest("GET", "/v1/admin/rules", nil)
+		if tc.header != "" {
+			r.Header.Set(tc.header, tc.value)
+		}
+		w := httptest.NewRecorder()
+		status := 0
+		if err := a.getRules(&call{w: w, r: r, st: &reqState{id: "t"}}); err != nil {
+			status = err.(*apiError).status
+		} else {
+			status = w.Code
+		}
+		body := w.Body.String()
+		wantBody := map[int]string{http.StatusOK: "domains: {}\n"}[tc.status]
+		if status != tc.status || body != wantBody || w.Header().Get("ETag") != etag {
+			t.Errorf("GET /v1/admin/rules with %s %s: %d, ETag %q, body %q; want %d, the ETag, body %q", tc.header, tc.value, status, w.Header().Get("ETag"), body, tc.status, wantBody)
 		}
 	}
 }
