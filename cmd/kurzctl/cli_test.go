@@ -442,6 +442,26 @@ func TestPlainHTTPOptInFromEnvironmentAndContext(t *testing.T) {
 	}
 }
 
+// config get-contexts shows which contexts let credentials go over plain
+// http, as it shows which hold them.
+func TestGetContextsShowsPlainHTTP(t *testing.T) {
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+	c.ok("config", "set-context", "cluster", "--url", "http://kurz.invalid:8080", "--plain-http", "--use")
+	c.ok("config", "set-context", "prod", "--url", "https://kurz.example.com")
+	lines := strings.Split(strings.TrimSpace(c.ok("config", "get-contexts")), "\n")
+	if len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "CURRENT NAME URL PLAIN HTTP LIMITER API KEY ADMIN TOKEN" {
+		t.Fatalf("config get-contexts:\n%s\nwant a PLAIN HTTP column after URL, and two contexts", strings.Join(lines, "\n"))
+	}
+	for _, want := range [][]string{
+		{"*", "cluster", "http://kurz.invalid:8080", "yes", "-", "-", "-"},
+		{"prod", "https://kurz.example.com", "-", "-", "-", "-"},
+	} {
+		if !slices.ContainsFunc(lines[1:], func(l string) bool { return slices.Equal(strings.Fields(l), want) }) {
+			t.Errorf("config get-contexts:\n%s\nwant a row %q", strings.Join(lines, "\n"), want)
+		}
+	}
+}
+
 // A link's password goes over plain http only to this machine, unless
 // --plain-http says the network is trusted, with no API key as with one:
 // anyone on the way would read it and open the link.

@@ -58,7 +58,7 @@ Examples:
 		{
 			name: "config get-contexts", offline: true,
 			summary: "list the contexts (never their secrets)",
-			help:    "Lists the contexts, the current one marked *; whether each holds an API key\nor an admin token, never their values. " + configHelpNote + "\n\nExamples:\n  kurzctl config get-contexts\n  kurzctl config get-contexts -o yaml",
+			help:    "Lists the contexts, the current one marked *; whether each lets credentials go\nto its URL over plain http (plain-http), and holds an API key or an admin\ntoken, never their values. " + configHelpNote + "\n\nExamples:\n  kurzctl config get-contexts\n  kurzctl config get-contexts -o yaml",
 			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return c.showConfig(func(cfg *kurzConfig) error {
 					if len(cfg.Contexts) == 0 {
@@ -66,13 +66,17 @@ Examples:
 						return err
 					}
 					tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-					fmt.Fprintln(tw, "CURRENT\tNAME\tURL\tLIMITER\tAPI KEY\tADMIN TOKEN")
+					fmt.Fprintln(tw, "CURRENT\tNAME\tURL\tPLAIN HTTP\tLIMITER\tAPI KEY\tADMIN TOKEN")
 					for _, k := range cfg.Contexts {
 						mark := ""
 						if k.Name == cfg.CurrentContext {
 							mark = "*"
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", mark, k.Name, orDash(k.redact().URL), orDash(k.Limiter), setOrDash(k.APIKey), setOrDash(k.AdminToken))
+						plain := "-"
+						if k.PlainHTTP {
+							plain = "yes"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, k.Name, orDash(k.redact().URL), plain, orDash(k.Limiter), setOrDash(k.APIKey), setOrDash(k.AdminToken))
 					}
 					return tw.Flush()
 				})

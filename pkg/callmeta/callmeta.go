@@ -31,6 +31,9 @@ const (
 	// client's If-Match header at the gateway, a tag per value. The change
 	// applies only while the resource's current tag is one of them.
 	IfMatchKey = "if-match"
+	// RequestIDKey carries the gateway's request ID (its X-Request-ID), so
+	// that what a service logs of a call names the HTTP request that made it.
+	RequestIDKey = "x-request-id"
 )
 
 // MaxIfMatch bounds the entity tags of one call (IfMatchKey values).
@@ -115,6 +118,48 @@ func IncomingIfMatch(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("the call is conditional on %d entity tags; send at most %d", len(v), MaxIfMatch)
 	}
 	return v, nil
+}
+
+// MaxRequestID is the longest request ID, in bytes.
+const MaxRequestID = 128
+
+// ValidRequestID says whether id is a request ID worth keeping as it is: 1
+// to MaxRequestID letters, digits and ._:+/=- (a UUID, a trace ID, base64).
+// A client sets X-Request-ID, and a gRPC caller the metadata, so nothing
+// else goes into a log line: no spaces or quotes to forge a field with, no
+// line breaks, no control bytes.
+func ValidRequestID(id string) bool {
+	if id == "" || len(id) > MaxRequestID {
+		return false
+	}
+	for i := range len(id) {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:+/=-", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// OutgoingRequestID returns ctx with id attached for the next call as the
+// request ID it serves; an empty id is left out.
+func OutgoingRequestID(ctx context.Context, id string) context.Context {
+	if id == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, RequestIDKey, id)
+}
+
+// RequestID returns the request ID of an incoming call, for its log lines:
+// "" without one, and "" for several or one ValidRequestID refuses, as the
+// caller is not believed to have sent a sane one.
+func RequestID(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(RequestIDKey); len(v) == 1 && ValidRequestID(v[0]) {
+		return v[0]
+	}
+	return ""
 }
 
 // AnonymousTenant owns the calls that carry no tenant, where a service allows

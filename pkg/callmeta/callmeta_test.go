@@ -75,3 +75,39 @@ func TestIncomingIdempotencyKey(t *testing.T) {
 		t.Error("an empty key: no error")
 	}
 }
+
+func TestValidRequestID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"abc-123": true, "0f1e2d3c-aaaa-bbbb-cccc-1234567890ab": true, "a:b/c+d=": true, strings.Repeat("x", MaxRequestID): true,
+		"": false, "with space": false, "new\nline": false, `a"b`: false, strings.Repeat("x", MaxRequestID+1): false, "ünï": false,
+	} {
+		if ValidRequestID(id) != ok {
+			t.Errorf("ValidRequestID(%q) = %v, want %v", id, !ok, ok)
+		}
+	}
+}
+
+// A request ID goes out as metadata and comes back as it was; an incoming
+// one that is not sane, or is sent twice, is no request ID at all.
+func TestRequestIDThroughMetadata(t *testing.T) {
+	md, _ := metadata.FromOutgoingContext(OutgoingRequestID(context.Background(), "req-1"))
+	if got := RequestID(metadata.NewIncomingContext(context.Background(), md)); got != "req-1" {
+		t.Errorf("round trip: %q, want req-1", got)
+	}
+	if _, ok := metadata.FromOutgoingContext(OutgoingRequestID(context.Background(), "")); ok {
+		t.Error("an empty request ID went out as metadata")
+	}
+	in := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	for name, ctx := range map[string]context.Context{
+		"none":      context.Background(),
+		"two":       in(RequestIDKey, "a", RequestIDKey, "b"),
+		"a newline": in(RequestIDKey, "a\nlevel=ERROR"),
+		"too long":  in(RequestIDKey, strings.Repeat("x", MaxRequestID+1)),
+	} {
+		if got := RequestID(ctx); got != "" {
+			t.Errorf("%s: RequestID = %q, want none", name, got)
+		}
+	}
+}

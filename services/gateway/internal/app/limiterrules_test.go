@@ -12,9 +12,9 @@ import (
 
 // The limiter's rules through the admin API: GET exports them with an
 // ETag, PUT of the export changes nothing, a dry run says what a file
-// would change and writes nothing, a file applies, and every refusal
-// (a rule that does not compile, a stale If-Match, a tenants section that
-// moves a tenant, a body over 1 MiB) leaves the rules as they were. The
+// would change and writes nothing, a file applies, and every refusal (a
+// rule that does not compile, a stale or weak If-Match, a tenants section
+// that moves a tenant, a body over 1 MiB) leaves the rules as they were. The
 // test's own domain and plan, removed at the end: the tables are shared.
 func TestAdminRulesExportAndApply(t *testing.T) {
 	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.LimiterPG.GRPCAddr})
@@ -82,6 +82,8 @@ func TestAdminRulesExportAndApply(t *testing.T) {
 		{"a rule that does not compile", "", strings.Replace(mine(10), "token_bucket", "token_buckets", 1), nil, http.StatusBadRequest, "rule " + domain + `/per-ip: algorithm "token_buckets"`},
 		{"a misspelt field", "", strings.Replace(mine(10), "limit: 10", "limt: 10", 1), nil, http.StatusBadRequest, "field limt not found"},
 		{"a stale If-Match", "", mine(20), []string{"If-Match", `"stale"`}, http.StatusPreconditionFailed, "the rules changed since they were read"},
+		{"a weak If-Match", "", mine(20), []string{"If-Match", "W/" + etag}, http.StatusPreconditionFailed, "is a weak validator, which cannot be used for an apply"},
+		{"If-Match * beside a tag", "", mine(20), []string{"If-Match", "*, " + etag}, http.StatusBadRequest, "* stands alone"},
 		{"a tenants section that moves a tenant", "", mine(20) + "tenants: {anonymous: " + plan + "}\n", nil, http.StatusConflict, "kurzctl tenants set-plan"},
 		{"a body over 1 MiB", "", mine(20) + "#" + strings.Repeat("x", 1<<20), nil, http.StatusRequestEntityTooLarge, "larger than 1048576 bytes"},
 		{"a bad dry_run", "?dry_run=maybe", mine(20), nil, http.StatusBadRequest, "dry_run"},
@@ -93,6 +95,13 @@ func TestAdminRulesExportAndApply(t *testing.T) {
 	}
 	if now, nowTag := get(); nowTag != etag || now != applied {
 		t.Errorf("refused PUTs changed the rules")
+	}
+	// If-Match holds when any tag of a list is the rules' ETag, and * when
+	// there are rules, which there always are (RFC 9110, 13.1.1).
+	for _, ifMatch := range []string{`"stale", ` + etag, "*"} {
+		if r := put("", applied, "If-Match", ifMatch); r.code != http.StatusOK || r.header.Get("ETag") != etag {
+			t.Errorf("PUT of the export with If-Match %s: %s; want 200", ifMatch, r)
+		}
 	}
 	r = put("", mine(20), "If-Match", etag)
 	if changes := r.json(t)["changes"].([]any); r.code != http.StatusOK || len(changes) != 1 || changes[0].(map[string]any)["name"] != domain+"/per-ip" {

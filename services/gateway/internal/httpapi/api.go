@@ -261,8 +261,8 @@ type call struct {
 func (c *call) tenant() string { return c.st.tenant }
 
 // downstream returns the context for a call to a service behind the
-// gateway: tenant, client IP, idempotency key and If-Match as metadata
-// (pkg/callmeta), bounded by the call timeout.
+// gateway: tenant, client IP, request ID, idempotency key and If-Match as
+// metadata (pkg/callmeta), bounded by the call timeout.
 func (a *API) downstream(c *call) (context.Context, context.CancelFunc) {
 	return a.downstreamFor(c, a.opts.CallTimeout)
 }
@@ -270,6 +270,7 @@ func (a *API) downstream(c *call) (context.Context, context.CancelFunc) {
 // downstreamFor is downstream with another bound, for the bulk calls.
 func (a *API) downstreamFor(c *call, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx := callmeta.Outgoing(c.r.Context(), c.tenant(), c.st.ip)
+	ctx = callmeta.OutgoingRequestID(ctx, c.st.id)
 	if c.idempotencyKey != "" {
 		ctx = callmeta.OutgoingIdempotencyKey(ctx, c.idempotencyKey)
 	}

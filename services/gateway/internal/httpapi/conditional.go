@@ -12,12 +12,13 @@ import (
 	"kurz.dev/pkg/callmeta"
 )
 
-// Conditional requests (RFC 9110, section 13). A link is the one resource
-// with validators: every answer that is one link carries its ETag (the
-// link's etag field, quoted), a GET of it answers 304 to an If-None-Match
-// that matches and 412 to an If-Match that does not, and its PATCH and
-// DELETE take If-Match, which the shortener checks in the same statement
-// as the change (callmeta.IfMatchKey). Everywhere else If-Match (but *)
+// Conditional requests (RFC 9110, section 13). A link and the limiter's
+// rules are the resources with validators: every answer that is one link
+// carries its ETag (the link's etag field, quoted), a GET of it answers 304
+// to an If-None-Match that matches and 412 to an If-Match that does not,
+// and its PATCH and DELETE take If-Match, which the shortener checks in the
+// same statement as the change (callmeta.IfMatchKey); the rules' GET and
+// PUT do the same (limiterrules.go). Everywhere else If-Match (but *)
 // is refused on a write, as are If-Unmodified-Since and If-None-Match on
 // every write (checkPreconditions): they would not hold, and the write
 // would be applied regardless while the client believed it guarded.
@@ -34,8 +35,8 @@ func linkETag(resp proto.Message) string {
 	return `"` + l.GetLink().GetEtag() + `"`
 }
 
-// entityTags parses an If-Match or If-None-Match field: "*" (any = true),
-// or a list of entity tags ("x", W/"x"), which it returns as their opaque
+// entityTags parses an If-Match or If-None-Match field: "*" (any = true,
+// and alone), or a list of entity tags ("x", W/"x"), which it returns as their opaque
 // tags, W/ kept on weak ones (so that they never match strongly). A bare
 // tag (x, as the JSON field shows it) is taken as "x". Several fields are
 // one list (RFC 9110, 5.3).
@@ -66,6 +67,11 @@ func entityTags(fields []string) (tags []string, any bool, err error) {
 	}
 	if len(tags) > callmeta.MaxIfMatch {
 		return nil, false, fmt.Errorf("%d entity tags; send at most %d", len(tags), callmeta.MaxIfMatch)
+	}
+	if any && len(tags) > 0 {
+		// RFC 9110 has * stand alone; with tags beside it, whether the
+		// client meant any current one or only those is a guess.
+		return nil, false, fmt.Errorf("* stands alone: send * (any current entity tag) or a list of entity tags, not both")
 	}
 	return tags, any, nil
 }
@@ -106,8 +112,10 @@ func badTags(header string, err error) *apiError {
 // checkRead applies a GET's preconditions to its answer, whose entity tag
 // is etag: If-Match that does not match is 412 (strong comparison), an
 // If-None-Match that does (weak comparison) is 304, with the ETag and no
-// body. notModified reports the latter.
-func checkRead(r *http.Request, etag string) (notModified bool, err error) {
+// body. notModified reports the latter. what names the resource in the
+// 412's message ("the link", "the rules"). A link's GET and the rules'
+// evaluate them; other reads have no ETag to evaluate them against.
+func checkRead(r *http.Request, etag, what string) (notModified bool, err error) {
 	opaque := strings.Trim(etag, `"`)
 	if fields := r.Header.Values("If-Match"); len(fields) > 0 {
 		tags, any, err := entityTags(fields)
@@ -116,7 +124,7 @@ func checkRead(r *http.Request, etag string) (notModified bool, err error) {
 		}
 		if !any && !slices.Contains(tags, opaque) {
 			return false, newError(http.StatusPreconditionFailed, codePreconditionFailed,
-				"If-Match: the link's ETag is none of the tags given; it changed since you read it")
+				"If-Match: the ETag of "+what+" is none of the tags given; it changed since you read it")
 		}
 	}
 	if fields := r.Header.Values("If-None-Match"); len(fields) > 0 {

@@ -89,17 +89,6 @@ func TestBearer(t *testing.T) {
 	}
 }
 
-func TestRequestIDs(t *testing.T) {
-	for id, ok := range map[string]bool{
-		"abc-123": true, "0f1e2d3c-aaaa-bbbb-cccc-1234567890ab": true, "a:b/c+d=": true,
-		"": false, "with space": false, "new\nline": false, strings.Repeat("x", 129): false, "ünï": false,
-	} {
-		if validRequestID(id) != ok {
-			t.Errorf("validRequestID(%q) = %v, want %v", id, !ok, ok)
-		}
-	}
-}
-
 // The SVG QR code is one path of 1x1 modules merged per row, in a viewBox
 // of the matrix.
 func TestQRSVG(t *testing.T) {

@@ -33,7 +33,7 @@ const rulesChunk = 32 << 10
 var rulesConflicts = map[string]bool{"PLAN_IN_USE": true, "TENANT_PLANS": true, "RULES_FROM_FILE": true, "RULE_ROWS_UNREADABLE": true}
 
 // getRules answers the rules file (YAML; JSON for an Accept of JSON) with
-// its ETag.
+// its ETag, and evaluates a read's preconditions against it (checkRead).
 func (a *API) getRules(c *call) error {
 	ctx, cancel := a.downstream(c)
 	defer cancel()
@@ -44,6 +44,18 @@ func (a *API) getRules(c *call) error {
 	h := c.w.Header()
 	h.Set("ETag", `"`+resp.GetEtag()+`"`)
 	h.Set("X-Kurz-Rules-Source", resp.GetSource())
+	h.Set("Cache-Control", "no-store") // an administrator's: no shared cache keeps them
+	// If-Match and If-None-Match hold or not against the rules' ETag, as
+	// on a link's GET: a client polling for a change gets 304, not the
+	// whole file each time (RFC 9110, 13.1.1 and 13.1.2).
+	notModified, err := checkRead(c.r, h.Get("ETag"), "the rules")
+	if err != nil {
+		return err
+	}
+	if notModified {
+		c.w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
 	if wantsJSON(c.r) {
 		var v any
 		if err := yaml.Unmarshal([]byte(resp.GetYaml()), &v); err != nil {

@@ -223,7 +223,7 @@ func (a *API) serveMapped(pattern string, m mapping) func(c *call) error {
 		if m.etag != nil && o.resp != nil {
 			if tag := m.etag(o.resp); tag != "" {
 				if r.Method == http.MethodGet {
-					notModified, err := checkRead(c.r, tag)
+					notModified, err := checkRead(c.r, tag, "the link")
 					if err != nil {
 						return err
 					}

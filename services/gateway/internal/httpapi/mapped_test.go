@@ -49,8 +49,8 @@ func (s *mdShortener) GetLink(ctx context.Context, in *shortenerv1.GetLinkReques
 	return &shortenerv1.GetLinkResponse{Link: &shortenerv1.Link{Code: in.GetCode(), Password: "hunter22"}}, nil
 }
 
-// A mapped route's call carries the tenant and client IP the gateway
-// attaches, under the gateway's call timeout, and nothing of the client's
+// A mapped route's call carries the tenant, client IP and request ID the
+// gateway attaches, under the gateway's call timeout, and nothing of the client's
 // request headers: not its API key (grpc-gateway passes Authorization on by
 // default), not grpc-gateway's forwarding metadata, not a Grpc-Timeout of
 // its choosing. The answer leaves Link's input-only password out.
@@ -67,7 +67,7 @@ func TestMappedCallCarriesOnlyTheGatewaysMetadata(t *testing.T) {
 	if err := a.routeHandler("GET /v1/links/{code}")(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}}); err != nil {
 		t.Fatal(err)
 	}
-	want := metadata.MD{callmeta.TenantKey: {"acme"}, callmeta.ClientIPKey: {"203.0.113.9"}}
+	want := metadata.MD{callmeta.TenantKey: {"acme"}, callmeta.ClientIPKey: {"203.0.113.9"}, callmeta.RequestIDKey: {"t"}}
 	if !reflect.DeepEqual(sh.md, want) {
 		t.Errorf("metadata sent = %v, want only %v", sh.md, want)
 	}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/telemetry"
 )
 
@@ -215,27 +216,13 @@ func (a *API) observe(r *http.Request, status int, st *reqState, took time.Durat
 		slog.String("tenant", st.tenant), slog.String("ip", st.ip))
 }
 
-// requestID returns the request's X-Request-ID when it is sane (1 to 128
-// characters of letters, digits and ._:+/=-), else a new random one.
+// requestID returns the request's X-Request-ID when it is sane
+// (callmeta.ValidRequestID), else a new random one.
 func requestID(r *http.Request) string {
-	if id := r.Header.Get("X-Request-ID"); validRequestID(id) {
+	if id := r.Header.Get("X-Request-ID"); callmeta.ValidRequestID(id) {
 		return id
 	}
 	return newRequestID()
-}
-
-func validRequestID(id string) bool {
-	if id == "" || len(id) > 128 {
-		return false
-	}
-	for i := range len(id) {
-		c := id[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:+/=-", c) >= 0
-		if !ok {
-			return false
-		}
-	}
-	return true
 }
 
 func newRequestID() string {

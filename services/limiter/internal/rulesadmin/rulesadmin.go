@@ -125,13 +125,15 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 	if !opts.DryRun {
 		// The first maxLoggedChanges name what changed; a file of
 		// thousands of rules would otherwise make one line of megabytes.
+		// request_id is the gateway's, to find the HTTP request that made
+		// the apply (empty from a caller that sent none, or no sane one).
 		logged := res.Changes[:min(len(res.Changes), maxLoggedChanges)]
 		changes := make([]string, len(logged))
 		for i, c := range logged {
 			changes[i] = c.String()
 		}
 		s.Log.InfoContext(ctx, "rules applied", "format", res.Format, "changes", changes, "changes_not_listed", len(res.Changes)-len(logged),
-			"prune", opts.Prune, "etag_before", res.From, "etag", res.ETag)
+			"prune", opts.Prune, "etag_before", res.From, "etag", res.ETag, "request_id", callmeta.RequestID(ctx))
 	}
 	out := &limiterv1.ApplyRulesResponse{Etag: res.ETag, DryRun: opts.DryRun, Format: res.Format}
 	for _, c := range res.Changes {

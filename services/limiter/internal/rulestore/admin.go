@@ -129,6 +129,36 @@ func brokenName(key string) string {
 	return "rule " + key + " (rl_rules)"
 }
 
+// weakMismatch is ErrETagMismatch for an If-Match of weak tags only.
+type weakMismatch string
+
+func (e weakMismatch) Error() string        { return string(e) }
+func (e weakMismatch) Is(target error) bool { return target == ErrETagMismatch }
+
+// etagMismatch is the error of an apply whose IfMatch does not hold, the
+// rules being at etag now. A weak tag (W/x: the gateway passes If-Match:
+// W/"x" on as such) never matches, as a write compares tags strongly (RFC
+// 9110, 13.1.1); a proxy that compressed the export on its way (nginx's
+// gzip) weakens its ETag, so the rules need not have changed, and the
+// error says what to send instead of that they did.
+func etagMismatch(now string, ifMatch []string) error {
+	var weak []string
+	for _, t := range ifMatch {
+		if opaque, ok := strings.CutPrefix(t, "W/"); ok {
+			weak = append(weak, opaque)
+		}
+	}
+	if len(weak) == len(ifMatch) {
+		return weakMismatch(fmt.Sprintf("If-Match W/\"%s\" is a weak validator, which cannot be used for an apply (a write compares entity tags strongly, RFC 9110): send the ETag as `kurzctl rules get` printed it (GET /v1/admin/rules answered it), \"%s\" without W/; the rules are at etag %s now",
+			weak[0], weak[0], now))
+	}
+	err := fmt.Errorf("%w: they are at etag %s now, not %s; read them again, and apply your change to what they are", ErrETagMismatch, now, strings.Join(ifMatch, ", "))
+	if len(weak) > 0 {
+		err = fmt.Errorf("%w (a weak tag, W/\"%s\", never matches an apply: send ETags as `kurzctl rules get` printed them)", err, weak[0])
+	}
+	return err
+}
+
 // ApplyOptions are Apply's options.
 type ApplyOptions struct {
 	// DryRun computes the changes and writes nothing.
@@ -220,7 +250,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, file []byte, opts ApplyOptio
 		}
 		res.From = ETag(curFile)
 		if len(opts.IfMatch) > 0 && !slices.Contains(opts.IfMatch, res.From) {
-			return fmt.Errorf("%w: they are at etag %s now, not %s; read them again, and apply your change to what they are", ErrETagMismatch, res.From, strings.Join(opts.IfMatch, ", "))
+			return etagMismatch(res.From, opts.IfMatch)
 		}
 		if err := checkTenants(ctx, tx, given.Tenants); err != nil {
 			return err
