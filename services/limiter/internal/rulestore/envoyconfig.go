@@ -17,6 +17,7 @@ import (
 	yamlv2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
 
+	"kurz.dev/pkg/envoydir"
 	"kurz.dev/services/limiter/internal/ratelimit"
 )
 
@@ -27,7 +28,6 @@ import (
 // what envoyproxy/ratelimit's does walks every branch of a domain, so both
 // are bounded.
 const (
-	maxEnvoyFiles  = 1000
 	maxEnvoyDepth  = 32
 	maxEnvoyLimits = 10_000
 	// maxEnvoyBranches bounds the descriptors the check walks per domain.
@@ -770,53 +770,36 @@ func readBounded(path string) ([]byte, error) {
 	return data, nil
 }
 
-// readEnvoyDir reads every file of dir but dot files (a mounted
-// ConfigMap's ..data, as envoyproxy/ratelimit skips them with
-// RUNTIME_IGNOREDOTFILES), whatever its name, as envoyproxy/ratelimit
-// loads its runtime config directory: it takes a ratelimit.conf as a
-// domain and refuses a README, so kurz does too. Every one must be an
-// envoyproxy/ratelimit file. A subdirectory's files are envoyproxy/
-// ratelimit's too: refused rather than left out.
-func readEnvoyDir(dir string) ([]EnvoyFile, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
+// FromEnvoyDir translates the files of an envoyproxy/ratelimit runtime
+// config directory (envoydir.Read's, named as the errors should name
+// them): the file source's directory and an apply of one (`kurzctl rules
+// apply DIR`) both, so that they refuse the same. Every one must be an
+// envoyproxy/ratelimit file: a kurz rules file among them is refused, as
+// envoyproxy/ratelimit would refuse it, rather than half read.
+func FromEnvoyDir(files []envoydir.File) (ratelimit.Config, error) {
+	if len(files) == 0 {
+		return ratelimit.Config{}, errors.New("envoy rules: no rule files")
 	}
-	var files []EnvoyFile
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue
+	if len(files) > envoydir.MaxFiles {
+		return ratelimit.Config{}, fmt.Errorf("envoy rules: %d files, over %d", len(files), envoydir.MaxFiles)
+	}
+	named := make([]EnvoyFile, len(files))
+	seen := make(map[string]bool, len(files))
+	for i, f := range files {
+		if seen[f.Name] {
+			return ratelimit.Config{}, fmt.Errorf("envoy rules: two files named %s: a directory holds one", f.Name)
 		}
-		path := filepath.Join(dir, name)
-		// A ConfigMap's files are symbolic links: follow them.
-		if info, err := os.Stat(path); err != nil {
-			return nil, err
-		} else if info.IsDir() {
-			return nil, fmt.Errorf("%s: a subdirectory: envoyproxy/ratelimit reads the files under it too, kurz only the directory's own; move them up into %s", path, dir)
-		} else if !info.Mode().IsRegular() {
-			continue
-		}
-		if len(files) == maxEnvoyFiles {
-			return nil, fmt.Errorf("%s: over %d rule files", dir, maxEnvoyFiles)
-		}
-		data, err := readBounded(path)
+		seen[f.Name] = true
+		format, err := DetectFormat(f.Data)
 		if err != nil {
-			return nil, err
-		}
-		format, err := DetectFormat(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: %w", f.Name, err)
 		}
 		if format != FormatEnvoy {
-			return nil, fmt.Errorf("%s: not an envoyproxy/ratelimit file (no top-level domain): a directory holds envoyproxy/ratelimit files only; point KURZ_LIMITER_RULES_FILE at a kurz rules file itself", path)
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: not an envoyproxy/ratelimit file (no top-level domain): a directory holds envoyproxy/ratelimit files only; give a kurz rules file on its own", f.Name)
 		}
-		files = append(files, EnvoyFile{Name: path, Data: data})
+		named[i] = EnvoyFile{Name: f.Name, Data: f.Data}
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("%s: no rule files", dir)
-	}
-	return files, nil
+	return FromEnvoy(named)
 }
 
 // ReadEnvoy translates the envoyproxy/ratelimit file, or directory of
@@ -827,11 +810,15 @@ func ReadEnvoy(path string) (ratelimit.Config, error) {
 		return ratelimit.Config{}, err
 	}
 	if info.IsDir() {
-		files, err := readEnvoyDir(path)
+		files, err := envoydir.Read(path)
 		if err != nil {
 			return ratelimit.Config{}, err
 		}
-		return FromEnvoy(files)
+		// Named by their paths, as a single file is.
+		for i := range files {
+			files[i].Name = filepath.Join(path, files[i].Name)
+		}
+		return FromEnvoyDir(files)
 	}
 	data, err := readBounded(path)
 	if err != nil {
