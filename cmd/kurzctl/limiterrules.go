@@ -75,8 +75,10 @@ one domain a file, a mounted ConfigMap too) applies in one step, read as
 the limiter reads one for KURZ_LIMITER_RULES_FILE: dot entries (..data)
 skipped, links followed; a subdirectory, a file that is not
 envoyproxy/ratelimit's (a kurz rules file, a README) and the same domain in
-two files are refused; at most 1,000 files, 1 MiB in all. --prune then
-keeps every file's domains. ` + adminHelpNote + `
+two files are refused (unless --merge-domains, envoyproxy/ratelimit's
+MERGE_DOMAIN_CONFIG: the files of one domain merged, the same top-level
+descriptor in two of them refused); at most 1,000 files, 1 MiB in all.
+--prune then keeps every file's domains. ` + adminHelpNote + `
 
 Examples:
   kurzctl rules get > rules.yaml
@@ -89,7 +91,10 @@ Examples:
 				dryRun := fs.Bool("dry-run", false, "print what would change; write nothing")
 				prune := fs.Bool("prune", false, "delete the domains and plans the file does not name")
 				ifMatch := fs.String("if-match", "", "apply only if the rules are still at this `etag` (from rules get)")
-				return func(args []string) error { return c.rulesApply(args[0], *dryRun, *prune, *ifMatch) }
+				merge := fs.Bool("merge-domains", false, "for a directory: merge the files of one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
+				return func(args []string) error {
+					return c.rulesApply(args[0], rulesApplyOptions{dryRun: *dryRun, prune: *prune, ifMatch: *ifMatch, mergeDomains: *merge})
+				}
 			},
 		},
 	}
@@ -130,13 +135,25 @@ func (c *cli) rulesGet() error {
 	return nil
 }
 
+// rulesApplyOptions are rules apply's flags.
+type rulesApplyOptions struct {
+	dryRun, prune, mergeDomains bool
+	ifMatch                     string
+}
+
 // rulesApply applies the file name (- for stdin), or the directory of
 // envoyproxy/ratelimit files name, and prints the changes.
-func (c *cli) rulesApply(name string, dryRun, prune bool, ifMatch string) error {
+func (c *cli) rulesApply(name string, o rulesApplyOptions) error {
+	dryRun, prune, ifMatch := o.dryRun, o.prune, o.ifMatch
 	const cmd = "rules apply"
 	var body []byte
 	var ctype string
-	if info, err := os.Stat(name); name != "-" && err == nil && info.IsDir() {
+	info, err := os.Stat(name)
+	isDir := name != "-" && err == nil && info.IsDir()
+	if o.mergeDomains && !isDir {
+		return usagef(cmd, "--merge-domains merges the files of a directory: give one (%s is not)", name)
+	}
+	if isDir {
 		body, ctype, err = dirForm(cmd, name)
 		if err != nil {
 			return err
@@ -167,6 +184,9 @@ func (c *cli) rulesApply(name string, dryRun, prune bool, ifMatch string) error 
 	}
 	if prune {
 		query.Set("prune", "true")
+	}
+	if o.mergeDomains {
+		query.Set("merge_domains", "true")
 	}
 	resp, err := gw.send(c.ctx, http.MethodPut, "/v1/admin/rules", query, bytes.NewReader(body), ctype)
 	if err != nil {

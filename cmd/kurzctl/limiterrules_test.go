@@ -145,4 +145,16 @@ func TestRulesApplyADirectory(t *testing.T) {
 	if got[one] == nil || got[two] == nil {
 		t.Errorf("rules get after rules apply DIR lacks %s or %s", one, two)
 	}
+
+	// A second file of one's domain: refused, unless --merge-domains
+	// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) merges it in.
+	write(filepath.Join(dir, "one-more.yaml"), fmt.Sprintf("domain: %s\ndescriptors: [{key: path, value: /api/*, rate_limit: {unit: minute, requests_per_unit: 60}}]\n", one))
+	refused("one domain in two files", `duplicate domain "`+one+`"`)
+	out = c.ok("rules", "apply", dir, "--merge-domains")
+	if !strings.Contains(out, "rule   "+one+"/path_-api---") || strings.Contains(out, "removed") {
+		t.Errorf("rules apply DIR --merge-domains:\n%s", out)
+	}
+	if r := c.run("rules", "apply", filepath.Join(dir, "one.yaml"), "--merge-domains"); r.code != 2 || !strings.Contains(r.stderr, "--merge-domains merges the files of a directory") {
+		t.Errorf("rules apply FILE --merge-domains: %s; want a usage error", r)
+	}
 }

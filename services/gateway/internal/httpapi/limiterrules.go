@@ -95,7 +95,7 @@ type rulesChangeJSON struct {
 // applyRules applies the body, a rules file (YAML or JSON, or an
 // envoyproxy/ratelimit file, which the limiter tells and translates), or
 // a form of several envoyproxy/ratelimit files (a directory of them,
-// formFiles), with the query's dry_run and prune, and If-Match against
+// formFiles), with the query's dry_run, prune and merge_domains, and If-Match against
 // the rules' ETag.
 func (a *API) applyRules(c *call) error {
 	dryRun, err := boolParameter(c.r, "dry_run")
@@ -103,6 +103,11 @@ func (a *API) applyRules(c *call) error {
 		return err
 	}
 	prune, err := boolParameter(c.r, "prune")
+	if err != nil {
+		return err
+	}
+	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG, for a form's files.
+	mergeDomains, err := boolParameter(c.r, "merge_domains")
 	if err != nil {
 		return err
 	}
@@ -125,7 +130,7 @@ func (a *API) applyRules(c *call) error {
 	if err != nil {
 		return rulesError(err)
 	}
-	first := &limiterv1.ApplyRulesRequest{DryRun: dryRun, Prune: prune, IfMatch: c.ifMatch}
+	first := &limiterv1.ApplyRulesRequest{DryRun: dryRun, Prune: prune, IfMatch: c.ifMatch, MergeDomains: mergeDomains}
 	if files == nil {
 		files = []envoydir.File{{Data: body}}
 	}

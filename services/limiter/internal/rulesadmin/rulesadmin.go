@@ -43,8 +43,9 @@ type Server struct {
 	// Pool holds the rule tables; nil when the rules come from File
 	// (KURZ_LIMITER_RULES_SOURCE=file): they are read, never applied.
 	Pool *pgxpool.Pool
-	// File is KURZ_LIMITER_RULES_FILE ("" for the built-in one).
-	File string
+	// File is KURZ_LIMITER_RULES_FILE ("" for the built-in one), read as
+	// the file source reads it.
+	File rulestore.FileSource
 	Log  *slog.Logger
 
 	// applying admits one apply at a time in this process: each holds up
@@ -54,7 +55,7 @@ type Server struct {
 }
 
 // New returns a Server on pool (nil: the rules come from file).
-func New(pool *pgxpool.Pool, file string, log *slog.Logger) *Server {
+func New(pool *pgxpool.Pool, file rulestore.FileSource, log *slog.Logger) *Server {
 	return &Server{Pool: pool, File: file, Log: log, applying: make(chan struct{}, 1)}
 }
 
@@ -65,7 +66,7 @@ func (s *Server) GetRules(ctx context.Context, _ *limiterv1.GetRulesRequest) (*l
 	source := "postgres"
 	if s.Pool == nil {
 		source = "file"
-		cfg, err = rulestore.ReadFile(s.File)
+		cfg, err = s.File.Load(ctx)
 		cfg.Tenants = nil
 	} else {
 		cfg, err = rulestore.Export(ctx, s.Pool)
@@ -84,7 +85,7 @@ func (s *Server) GetRules(ctx context.Context, _ *limiterv1.GetRulesRequest) (*l
 func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRulesRequest, limiterv1.ApplyRulesResponse]) error {
 	ctx := stream.Context()
 	if s.Pool == nil {
-		file := s.File
+		file := s.File.Path
 		if file == "" {
 			file = "built into the limiter (bootstrap.yaml, which only a rebuild changes)"
 		}
@@ -113,7 +114,7 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 			return err
 		}
 		if first {
-			opts = rulestore.ApplyOptions{DryRun: msg.GetDryRun(), Prune: msg.GetPrune(), IfMatch: msg.GetIfMatch()}
+			opts = rulestore.ApplyOptions{DryRun: msg.GetDryRun(), Prune: msg.GetPrune(), IfMatch: msg.GetIfMatch(), MergeDomains: msg.GetMergeDomains()}
 		}
 		if len(msg.GetChunk()) > MaxChunk {
 			return rpcerr.BadRequest("chunk", ReasonInvalid, fmt.Sprintf("a chunk of %d bytes: send the file in chunks of at most %d", len(msg.GetChunk()), MaxChunk))

@@ -98,7 +98,7 @@ func (s *applyStream) SendAndClose(r *limiterv1.ApplyRulesResponse) error {
 func TestRulesAppliedLineNamesTheRequestID(t *testing.T) {
 	pool := isolated(t)
 	var logs bytes.Buffer
-	s := New(pool, "", slog.New(slog.NewTextHandler(&logs, nil)))
+	s := New(pool, rulestore.FileSource{}, slog.New(slog.NewTextHandler(&logs, nil)))
 	for i, c := range []struct{ sent, logged string }{
 		{"0f1e2d3c-aaaa-bbbb-cccc-1234567890ab", "request_id=0f1e2d3c-aaaa-bbbb-cccc-1234567890ab"},
 		{"x\nlevel=ERROR msg=forged", `request_id=""`},
@@ -134,7 +134,7 @@ func dirMessages(files []envoydir.File, chunk int, opts *limiterv1.ApplyRulesReq
 		}
 	}
 	if opts != nil {
-		msgs[0].DryRun, msgs[0].Prune, msgs[0].IfMatch = opts.DryRun, opts.Prune, opts.IfMatch
+		msgs[0].DryRun, msgs[0].Prune, msgs[0].IfMatch, msgs[0].MergeDomains = opts.DryRun, opts.Prune, opts.IfMatch, opts.MergeDomains
 	}
 	return msgs
 }
@@ -174,7 +174,7 @@ func TestApplyingADirectoryGivesTheFileSourcesRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(pool, "", slog.New(slog.DiscardHandler))
+	s := New(pool, rulestore.FileSource{}, slog.New(slog.DiscardHandler))
 	// Chunks of 16 KiB: the 40 KiB file spans three messages.
 	st := &applyStream{ctx: context.Background(), msgs: dirMessages(files, 16<<10, &limiterv1.ApplyRulesRequest{Prune: true})}
 	if err := s.ApplyRules(st); err != nil {
@@ -205,7 +205,7 @@ func TestApplyingADirectoryGivesTheFileSourcesRules(t *testing.T) {
 // what a stranger sends is bounded: files, their names, their size.
 func TestApplyingADirectoryRefusesWhatTheFileSourceRefusesAndBoundsTheRequest(t *testing.T) {
 	pool := isolated(t)
-	s := New(pool, "", slog.New(slog.DiscardHandler))
+	s := New(pool, rulestore.FileSource{}, slog.New(slog.DiscardHandler))
 	edge := "domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n"
 	many := make([]envoydir.File, envoydir.MaxFiles+1)
 	for i := range many {
@@ -240,5 +240,46 @@ func TestApplyingADirectoryRefusesWhatTheFileSourceRefusesAndBoundsTheRequest(t 
 	}
 	if cfg, err := rulestore.Export(context.Background(), pool); err != nil || len(cfg.Domains) != 0 {
 		t.Errorf("after the refusals the tables hold %+v (%v), want nothing", cfg.Domains, err)
+	}
+}
+
+// merge_domains merges a directory's files of one domain, as the file
+// source does with KURZ_LIMITER_ENVOY_MERGE_DOMAINS, to the same rules;
+// without it they are refused.
+func TestApplyingADirectoryWithMergeDomainsGivesTheFileSourcesRules(t *testing.T) {
+	pool := isolated(t)
+	dir := t.TempDir()
+	for name, c := range map[string]string{
+		"a.yaml": "domain: edge\ndescriptors: [{key: remote_address, rate_limit: {unit: second, requests_per_unit: 5}}]\n",
+		"b.yaml": "domain: edge\ndescriptors: [{key: path, value: /api/*, rate_limit: {unit: minute, requests_per_unit: 60}}]\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	source := rulestore.FileSource{Path: dir, Envoy: rulestore.EnvoyOptions{MergeDomains: true}}
+	fromFile, err := source.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := envoydir.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(pool, rulestore.FileSource{}, slog.New(slog.DiscardHandler))
+	if err := s.ApplyRules(&applyStream{ctx: context.Background(), msgs: dirMessages(files, MaxChunk, nil)}); err == nil || !strings.Contains(err.Error(), `duplicate domain "edge"`) {
+		t.Fatalf("without merge_domains: got %v, want the domain in two files refused", err)
+	}
+	if err := s.ApplyRules(&applyStream{ctx: context.Background(), msgs: dirMessages(files, MaxChunk, &limiterv1.ApplyRulesRequest{MergeDomains: true})}); err != nil {
+		t.Fatalf("with merge_domains: %v", err)
+	}
+	applied, err := rulestore.Export(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := rulestore.Marshal(ratelimit.Config{Domains: applied.Domains})
+	want, _ := rulestore.Marshal(ratelimit.Config{Domains: fromFile.Domains})
+	if len(fromFile.Domains["edge"].Rules) != 2 || string(got) != string(want) {
+		t.Errorf("applied:\n%s\nthe file source's:\n%s", got, want)
 	}
 }

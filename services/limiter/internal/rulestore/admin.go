@@ -168,6 +168,9 @@ type ApplyOptions struct {
 	Prune bool
 	// IfMatch, when set, applies only if the rules' etag is one of these.
 	IfMatch []string
+	// MergeDomains lets several files of a directory (ApplyDir) hold one
+	// domain, merged (EnvoyOptions.MergeDomains).
+	MergeDomains bool
 }
 
 // Change is one item an apply adds, changes or removes.
@@ -223,7 +226,7 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, file []byte, opts ApplyOptio
 	if err != nil {
 		return ApplyResult{}, err
 	}
-	return apply(ctx, pool, given, format, opts)
+	return applyConfig(ctx, pool, given, format, opts)
 }
 
 // ApplyDir puts the files of a directory of envoyproxy/ratelimit files
@@ -232,7 +235,9 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, file []byte, opts ApplyOptio
 // source makes of such a directory, so that what it refuses (the same
 // domain in two files, a file that is not envoyproxy/ratelimit's, over
 // 1 MiB in all) an apply refuses too; and applied in one step, so that
-// with opts.Prune the domains of every file stay.
+// with opts.Prune the domains of every file stay. opts.MergeDomains
+// merges the files of one domain, as KURZ_LIMITER_ENVOY_MERGE_DOMAINS
+// does for the file source.
 func ApplyDir(ctx context.Context, pool *pgxpool.Pool, files []envoydir.File, opts ApplyOptions) (ApplyResult, error) {
 	total := 0
 	for _, f := range files {
@@ -244,15 +249,15 @@ func ApplyDir(ctx context.Context, pool *pgxpool.Pool, files []envoydir.File, op
 	if total > MaxApplyBytes {
 		return ApplyResult{}, fmt.Errorf("%w: the files come to %d bytes; a directory may hold at most %d (1 MiB) together", ErrInvalid, total, MaxApplyBytes)
 	}
-	given, err := FromEnvoyDir(files)
+	given, err := FromEnvoyDir(files, EnvoyOptions{MergeDomains: opts.MergeDomains})
 	if err != nil {
 		return ApplyResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return apply(ctx, pool, given, FormatEnvoy, opts)
+	return applyConfig(ctx, pool, given, FormatEnvoy, opts)
 }
 
-// apply is Apply's and ApplyDir's: given, read in format, into the tables.
-func apply(ctx context.Context, pool *pgxpool.Pool, given ratelimit.Config, format string, opts ApplyOptions) (ApplyResult, error) {
+// applyConfig is Apply's and ApplyDir's: given, read in format, into the tables.
+func applyConfig(ctx context.Context, pool *pgxpool.Pool, given ratelimit.Config, format string, opts ApplyOptions) (ApplyResult, error) {
 	res := ApplyResult{Format: format}
 	var err error
 	// A dry run reads one snapshot; an apply reads after it holds the
