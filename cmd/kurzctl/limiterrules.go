@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"kurz.dev/pkg/envoydir"
 )
 
 // The limiter's rules, plans and plan limits as a file (GET and PUT
@@ -46,7 +50,7 @@ Examples:
 			},
 		},
 		{
-			name: "rules apply", args: "<file>|-", minArgs: 1, maxArgs: 1,
+			name: "rules apply", args: "<file>|<dir>|-", minArgs: 1, maxArgs: 1,
 			summary: "apply a rules file to the limiter's rules and plans",
 			help: `Applies a rules file (YAML or JSON, at most 1 MiB; - reads stdin): each
 domain in it replaces that domain whole (its defaults, its rules and their
@@ -64,19 +68,33 @@ too, as its translation (what limiter rules from-envoy prints): its domain
 replaces the limiter's domain of that name whole, a shipped one (api,
 links.create, ...) included, and descriptors kurz would decide otherwise
 than envoyproxy/ratelimit are refused, named. The output then says the
-file was read as envoyproxy/ratelimit's. ` + adminHelpNote + `
+file was read as envoyproxy/ratelimit's.
+
+A directory of envoyproxy/ratelimit files (its runtime config directory,
+one domain a file, a mounted ConfigMap too) applies in one step, read as
+the limiter reads one for KURZ_LIMITER_RULES_FILE: dot entries (..data)
+skipped, links followed; a subdirectory, a file that is not
+envoyproxy/ratelimit's (a kurz rules file, a README) and the same domain in
+two files are refused (unless --merge-domains, envoyproxy/ratelimit's
+MERGE_DOMAIN_CONFIG: the files of one domain merged, the same top-level
+descriptor in two of them refused); at most 1,000 files, 1 MiB in all.
+--prune then keeps every file's domains. ` + adminHelpNote + `
 
 Examples:
   kurzctl rules get > rules.yaml
   kurzctl rules apply rules.yaml --dry-run
   kurzctl rules apply rules.yaml --if-match AbCd1234eFgH5678
   kurzctl rules apply - --prune < rules.yaml
-  kurzctl rules apply ratelimit-config/edge.yaml --dry-run`,
+  kurzctl rules apply ratelimit-config/edge.yaml --dry-run
+  kurzctl rules apply ratelimit-config/ --dry-run`,
 			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				dryRun := fs.Bool("dry-run", false, "print what would change; write nothing")
 				prune := fs.Bool("prune", false, "delete the domains and plans the file does not name")
 				ifMatch := fs.String("if-match", "", "apply only if the rules are still at this `etag` (from rules get)")
-				return func(args []string) error { return c.rulesApply(args[0], *dryRun, *prune, *ifMatch) }
+				merge := fs.Bool("merge-domains", false, "for a directory: merge the files of one domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)")
+				return func(args []string) error {
+					return c.rulesApply(args[0], rulesApplyOptions{dryRun: *dryRun, prune: *prune, ifMatch: *ifMatch, mergeDomains: *merge})
+				}
 			},
 		},
 	}
@@ -117,12 +135,38 @@ func (c *cli) rulesGet() error {
 	return nil
 }
 
-// rulesApply applies the file name (- for stdin) and prints the changes.
-func (c *cli) rulesApply(name string, dryRun, prune bool, ifMatch string) error {
+// rulesApplyOptions are rules apply's flags.
+type rulesApplyOptions struct {
+	dryRun, prune, mergeDomains bool
+	ifMatch                     string
+}
+
+// rulesApply applies the file name (- for stdin), or the directory of
+// envoyproxy/ratelimit files name, and prints the changes.
+func (c *cli) rulesApply(name string, o rulesApplyOptions) error {
+	dryRun, prune, ifMatch := o.dryRun, o.prune, o.ifMatch
 	const cmd = "rules apply"
-	body, err := c.readLimiterRules(cmd, name)
-	if err != nil {
-		return err
+	var body []byte
+	var ctype string
+	info, err := os.Stat(name)
+	isDir := name != "-" && err == nil && info.IsDir()
+	if o.mergeDomains && !isDir {
+		return usagef(cmd, "--merge-domains merges the files of a directory: give one (%s is not)", name)
+	}
+	if isDir {
+		body, ctype, err = dirForm(cmd, name)
+		if err != nil {
+			return err
+		}
+	} else {
+		body, err = c.readLimiterRules(cmd, name)
+		if err != nil {
+			return err
+		}
+		ctype = "application/yaml"
+		if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '{' {
+			ctype = "application/json"
+		}
 	}
 	gw, err := c.gateway(cmd, adminAuth)
 	if err != nil {
@@ -141,9 +185,8 @@ func (c *cli) rulesApply(name string, dryRun, prune bool, ifMatch string) error 
 	if prune {
 		query.Set("prune", "true")
 	}
-	ctype := "application/yaml"
-	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '{' {
-		ctype = "application/json"
+	if o.mergeDomains {
+		query.Set("merge_domains", "true")
 	}
 	resp, err := gw.send(c.ctx, http.MethodPut, "/v1/admin/rules", query, bytes.NewReader(body), ctype)
 	if err != nil {
@@ -167,6 +210,34 @@ func (c *cli) rulesApply(name string, dryRun, prune bool, ifMatch string) error 
 		return fmt.Errorf("PUT /v1/admin/rules: the answer is not an apply's: %w", err)
 	}
 	return printRulesChanges(c.stdout, out.DryRun, out.ETag, out.Format, out.Changes)
+}
+
+// dirForm reads the directory dir of envoyproxy/ratelimit files as the
+// limiter's file source reads one (envoydir.Read: dot entries skipped,
+// links followed, a subdirectory refused, 1 MiB in all) and makes of its
+// files a multipart/form-data body, one part per file, which the gateway
+// applies in one step. Which are envoyproxy/ratelimit files the limiter
+// judges, as it does for its own directory.
+func dirForm(cmd, dir string) ([]byte, string, error) {
+	files, err := envoydir.Read(dir)
+	if err != nil {
+		return nil, "", usagef(cmd, "%v", err)
+	}
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	for _, f := range files {
+		part, err := w.CreateFormFile("file", f.Name)
+		if err != nil {
+			return nil, "", err
+		}
+		if _, err := part.Write(f.Data); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, "", err
+	}
+	return b.Bytes(), w.FormDataContentType(), nil
 }
 
 // printRulesChanges writes one line per change, then the etag; first, for

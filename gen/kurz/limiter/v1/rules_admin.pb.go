@@ -134,7 +134,23 @@ type ApplyRulesRequest struct {
 	// prune deletes the domains and plans the file does not name.
 	Prune bool `protobuf:"varint,3,opt,name=prune,proto3" json:"prune,omitempty"`
 	// if_match, when set, applies only if the rules' etag is one of these.
-	IfMatch       []string `protobuf:"bytes,4,rep,name=if_match,json=ifMatch,proto3" json:"if_match,omitempty"`
+	IfMatch []string `protobuf:"bytes,4,rep,name=if_match,json=ifMatch,proto3" json:"if_match,omitempty"`
+	// file_name, set, starts a file of a directory of envoyproxy/ratelimit
+	// files (its runtime config directory, one domain a file) applied in
+	// one request, instead of one rules file: this message's chunk is that
+	// file's first, the chunks after it without a file_name its rest. The
+	// first message names the first file; the limiter reads the files as
+	// its file source reads such a directory (the same domain in two files,
+	// or a kurz rules file among them, is refused). At most 1,000 files of
+	// 1 MiB in all; a name is what the directory lists (at most 255 bytes,
+	// no control characters, '/', or leading dot).
+	FileName string `protobuf:"bytes,5,opt,name=file_name,json=fileName,proto3" json:"file_name,omitempty"`
+	// merge_domains, read from the first message, lets several files of a
+	// directory hold one domain, their top-level descriptors merged, as
+	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (and the limiter's
+	// KURZ_LIMITER_ENVOY_MERGE_DOMAINS) does; the same top-level descriptor
+	// in two of them is refused.
+	MergeDomains  bool `protobuf:"varint,6,opt,name=merge_domains,json=mergeDomains,proto3" json:"merge_domains,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -195,6 +211,20 @@ func (x *ApplyRulesRequest) GetIfMatch() []string {
 		return x.IfMatch
 	}
 	return nil
+}
+
+func (x *ApplyRulesRequest) GetFileName() string {
+	if x != nil {
+		return x.FileName
+	}
+	return ""
+}
+
+func (x *ApplyRulesRequest) GetMergeDomains() bool {
+	if x != nil {
+		return x.MergeDomains
+	}
+	return false
 }
 
 type ApplyRulesResponse struct {
@@ -355,12 +385,14 @@ const file_kurz_limiter_v1_rules_admin_proto_rawDesc = "" +
 	"\x10GetRulesResponse\x12\x12\n" +
 	"\x04yaml\x18\x01 \x01(\tR\x04yaml\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x16\n" +
-	"\x06source\x18\x03 \x01(\tR\x06source\"s\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\"\xb5\x01\n" +
 	"\x11ApplyRulesRequest\x12\x14\n" +
 	"\x05chunk\x18\x01 \x01(\fR\x05chunk\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
 	"\x05prune\x18\x03 \x01(\bR\x05prune\x12\x19\n" +
-	"\bif_match\x18\x04 \x03(\tR\aifMatch\"\x90\x01\n" +
+	"\bif_match\x18\x04 \x03(\tR\aifMatch\x12\x1b\n" +
+	"\tfile_name\x18\x05 \x01(\tR\bfileName\x12#\n" +
+	"\rmerge_domains\x18\x06 \x01(\bR\fmergeDomains\"\x90\x01\n" +
 	"\x12ApplyRulesResponse\x125\n" +
 	"\achanges\x18\x01 \x03(\v2\x1b.kurz.limiter.v1.RuleChangeR\achanges\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x17\n" +

@@ -3,8 +3,11 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"mime/multipart"
 	"net/http"
 	"strings"
 	"testing"
@@ -177,5 +180,111 @@ func TestAdminRulesApplyAnEnvoyFile(t *testing.T) {
 	}
 	if r := put(""); r.code != http.StatusOK || len(names(r)) != 0 {
 		t.Errorf("the Envoy file applied again: %s; want no change", r)
+	}
+}
+
+// form is a multipart/form-data body of files (name, content; a name ""
+// makes a plain field) and its Content-Type.
+func form(t *testing.T, files ...[2]string) (string, string) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	for i, f := range files {
+		var err error
+		var part io.Writer
+		if f[0] == "" {
+			part, err = w.CreateFormField(fmt.Sprint("f", i))
+		} else {
+			part, err = w.CreateFormFile(fmt.Sprint("f", i), f[0])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(part, f[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String(), w.FormDataContentType()
+}
+
+// A directory of envoyproxy/ratelimit files PUT as a form (curl -F, one
+// part per file) applies in one step: a dry run names both files'
+// domains, the apply adds them. A form's parts are bounded and checked:
+// a field without a filename, a dot file's name, a kurz rules file among
+// them, the same domain twice, over 1,000 parts, over 1 MiB are refused
+// and change nothing. The test's own domains, removed at the end.
+func TestAdminRulesApplyADirectoryAsAForm(t *testing.T) {
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.LimiterPG.GRPCAddr})
+	admin := newClient(t, gw, adminToken)
+	id := strings.TrimPrefix(newTenantID(t), "gwt-")
+	one, two := "gwdir1-"+id, "gwdir2-"+id
+	t.Cleanup(func() {
+		if _, err := stack.DB.Exec(context.Background(), `DELETE FROM rl_domains WHERE domain = ANY($1)`, []string{one, two}); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
+	file := func(domain string) string {
+		return fmt.Sprintf("domain: %s\ndescriptors: [{key: remote_address, rate_limit: {unit: second, requests_per_unit: 5}}]\n", domain)
+	}
+	put := func(query, body, ctype string) response {
+		t.Helper()
+		return admin.do("PUT", "/v1/admin/rules"+query, body, "Content-Type", "", "Content-Type", ctype)
+	}
+	body, ctype := form(t, [2]string{"one.yaml", file(one)}, [2]string{"ratelimit.conf", file(two)})
+	want := fmt.Sprint([]string{"domain " + one + " added", "rule " + one + "/remote_address added", "domain " + two + " added", "rule " + two + "/remote_address added"})
+	changes := func(r response) string {
+		var out []string
+		for _, c := range r.json(t)["changes"].([]any) {
+			c := c.(map[string]any)
+			out = append(out, fmt.Sprint(c["kind"], " ", c["name"], " ", c["change"]))
+		}
+		return fmt.Sprint(out)
+	}
+	if r := put("?dry_run=true", body, ctype); r.code != http.StatusOK || r.json(t)["format"] != "envoy" || changes(r) != want {
+		t.Fatalf("dry run of a form of two files: %s; want format envoy and the changes %s", r, want)
+	}
+
+	many := make([][2]string, 1001)
+	for i := range many {
+		many[i] = [2]string{fmt.Sprintf("d%d.yaml", i), file(fmt.Sprintf("gwmany%d-%s", i, id))}
+	}
+	big := strings.Repeat("#"+strings.Repeat("x", 1000)+"\n", 600)
+	for _, c := range []struct {
+		name  string
+		files [][2]string
+		code  int
+		want  string
+	}{
+		{"a field without a filename", [][2]string{{"one.yaml", file(one)}, {"", file(two)}}, http.StatusBadRequest, "part 2 of the form has no filename"},
+		{"a dot file", [][2]string{{"one.yaml", file(one)}, {".two.yaml", file(two)}}, http.StatusBadRequest, "dot file"},
+		{"a kurz file among them", [][2]string{{"one.yaml", file(one)}, {"kurz.yaml", "domains: {}\n"}}, http.StatusBadRequest, "kurz.yaml: not an envoyproxy/ratelimit file"},
+		{"the same domain twice", [][2]string{{"one.yaml", file(one)}, {"two.yaml", file(one)}}, http.StatusBadRequest, "duplicate domain"},
+		{"over 1,000 parts", many, http.StatusBadRequest, "over 1000 files"},
+		{"over 1 MiB", [][2]string{{"one.yaml", file(one) + big}, {"two.yaml", file(two) + big}}, http.StatusRequestEntityTooLarge, ""},
+	} {
+		body, ctype := form(t, c.files...)
+		r := put("", body, ctype)
+		if r.code != c.code || !strings.Contains(string(r.body), c.want) {
+			t.Errorf("%s: %s; want %d with %q", c.name, r, c.code, c.want)
+		}
+	}
+	r := admin.do("GET", "/v1/admin/rules", "", "Accept", "application/json")
+	for _, d := range []string{one, two} {
+		if _, ok := r.json(t)["domains"].(map[string]any)[d]; ok {
+			t.Fatalf("after the dry run and the refusals the rules have %s", d)
+		}
+	}
+
+	if r := put("", body, ctype); r.code != http.StatusOK || changes(r) != want {
+		t.Fatalf("PUT of a form of two files: %s; want the changes %s", r, want)
+	}
+	r = admin.do("GET", "/v1/admin/rules", "", "Accept", "application/json")
+	for _, d := range []string{one, two} {
+		if _, ok := r.json(t)["domains"].(map[string]any)[d]; !ok {
+			t.Errorf("the export after the apply lacks %s", d)
+		}
 	}
 }

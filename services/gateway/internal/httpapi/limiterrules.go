@@ -1,6 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
+	"kurz.dev/pkg/envoydir"
 	"kurz.dev/pkg/rpcerr"
 )
 
@@ -86,8 +93,10 @@ type rulesChangeJSON struct {
 }
 
 // applyRules applies the body, a rules file (YAML or JSON, or an
-// envoyproxy/ratelimit file, which the limiter tells and translates), with
-// the query's dry_run and prune, and If-Match against the rules' ETag.
+// envoyproxy/ratelimit file, which the limiter tells and translates), or
+// a form of several envoyproxy/ratelimit files (a directory of them,
+// formFiles), with the query's dry_run, prune and merge_domains, and If-Match against
+// the rules' ETag.
 func (a *API) applyRules(c *call) error {
 	dryRun, err := boolParameter(c.r, "dry_run")
 	if err != nil {
@@ -97,7 +106,16 @@ func (a *API) applyRules(c *call) error {
 	if err != nil {
 		return err
 	}
+	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG, for a form's files.
+	mergeDomains, err := boolParameter(c.r, "merge_domains")
+	if err != nil {
+		return err
+	}
 	body, err := a.readBodyUpTo(c, maxRulesBytes, "send a rules file (YAML or JSON): GET /v1/admin/rules gives the rules in force")
+	if err != nil {
+		return err
+	}
+	files, err := formFiles(c.r, body)
 	if err != nil {
 		return err
 	}
@@ -112,15 +130,30 @@ func (a *API) applyRules(c *call) error {
 	if err != nil {
 		return rulesError(err)
 	}
-	msg := &limiterv1.ApplyRulesRequest{DryRun: dryRun, Prune: prune, IfMatch: c.ifMatch}
-	for rest := body; ; {
-		n := min(len(rest), rulesChunk)
-		msg.Chunk, rest = rest[:n], rest[n:]
-		// A failed send ends the stream: CloseAndRecv says why.
-		if stream.Send(msg) != nil || len(rest) == 0 {
-			break
+	first := &limiterv1.ApplyRulesRequest{DryRun: dryRun, Prune: prune, IfMatch: c.ifMatch, MergeDomains: mergeDomains}
+	if files == nil {
+		files = []envoydir.File{{Data: body}}
+	}
+	// Each file from a message naming it (none for a single file), its
+	// content in chunks. A failed send ends the stream: CloseAndRecv
+	// says why.
+sending:
+	for _, f := range files {
+		msg := &limiterv1.ApplyRulesRequest{FileName: f.Name}
+		if first != nil {
+			first.FileName, msg, first = f.Name, first, nil
 		}
-		msg = &limiterv1.ApplyRulesRequest{}
+		for rest := f.Data; ; {
+			n := min(len(rest), rulesChunk)
+			msg.Chunk, rest = rest[:n], rest[n:]
+			if stream.Send(msg) != nil {
+				break sending
+			}
+			if len(rest) == 0 {
+				break
+			}
+			msg = &limiterv1.ApplyRulesRequest{}
+		}
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
@@ -141,6 +174,54 @@ func (a *API) applyRules(c *call) error {
 	}
 	writeJSON(c.w, http.StatusOK, out)
 	return nil
+}
+
+// formFiles reads a multipart/form-data body (curl -F f=@edge.yaml ...):
+// the files of a directory of envoyproxy/ratelimit files, one part each,
+// its filename its name in the directory, applied together (the limiter
+// reads them as its file source reads such a directory). nil for any
+// other body, a single rules file. The body is already bounded (1 MiB);
+// the parts are too, and their names, which the limiter's errors repeat.
+func formFiles(r *http.Request, body []byte) ([]envoydir.File, error) {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/form-data" {
+		return nil, nil
+	}
+	if params["boundary"] == "" {
+		return nil, badRequest("a multipart/form-data body without a boundary parameter in its Content-Type")
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	files := []envoydir.File{}
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, badRequest("the multipart/form-data body does not parse: " + err.Error())
+		}
+		// FileName is the filename parameter's last path element; a
+		// field without one is not a file.
+		name := part.FileName()
+		if name == "" {
+			return nil, badRequest(fmt.Sprintf("part %d of the form has no filename: send each rules file as a file (curl -F 'f=@edge.yaml')", len(files)+1))
+		}
+		if err := envoydir.CheckName(name); err != nil {
+			return nil, badRequest(fmt.Sprintf("part %d of the form: %v", len(files)+1, err))
+		}
+		if len(files) == envoydir.MaxFiles {
+			return nil, badRequest(fmt.Sprintf("over %d files in the form: a directory of envoyproxy/ratelimit files may hold at most %d", envoydir.MaxFiles, envoydir.MaxFiles))
+		}
+		data, err := io.ReadAll(part)
+		if err != nil {
+			return nil, badRequest("the multipart/form-data body does not parse: " + err.Error())
+		}
+		files = append(files, envoydir.File{Name: name, Data: data})
+	}
+	if len(files) == 0 {
+		return nil, badRequest("a multipart/form-data body without files: send one part per rules file")
+	}
+	return files, nil
 }
 
 // boolParameter reads an optional query parameter true or false.

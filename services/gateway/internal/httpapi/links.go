@@ -67,7 +67,7 @@ func (a *API) table() []route {
 		{pattern: "DELETE /v1/admin/tenants/{tenant}/links/{code}", access: adminToken, query: []string{"domain"}, handle: a.deleteTenantLink},
 		{pattern: "POST /v1/admin/tenants/{tenant}/domains/{name}/verify", access: adminToken, handle: a.approveDomain},
 		{pattern: "GET /v1/admin/rules", access: adminToken, handle: a.getRules},
-		{pattern: "PUT /v1/admin/rules", access: adminToken, query: []string{"dry_run", "prune"}, handle: a.applyRules, conditional: true},
+		{pattern: "PUT /v1/admin/rules", access: adminToken, query: []string{"dry_run", "prune", "merge_domains"}, handle: a.applyRules, conditional: true},
 	}
 }
 

@@ -51,6 +51,13 @@ type Config struct {
 	// from envoyproxy/ratelimit"). At most 1 MiB, a ConfigMap's bound, in
 	// either format (a directory's files together).
 	RulesFile string `env:"LIMITER_RULES_FILE" default:""`
+	// EnvoyMergeDomains is envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG for
+	// a directory of its files in KURZ_LIMITER_RULES_FILE: several files
+	// may hold one domain, their top-level descriptors merged (the same
+	// top-level descriptor in two of them is refused, as it refuses it).
+	// Off, one domain in two files is refused. `kurzctl rules apply DIR
+	// --merge-domains` is the same choice for an apply.
+	EnvoyMergeDomains bool `env:"LIMITER_ENVOY_MERGE_DOMAINS" default:"false"`
 	// RulesRefresh is how often the rules are reloaded (a PostgreSQL NOTIFY reloads them at once; tenants' plans, which a NOTIFY names, every 30th time), at least 1s.
 	RulesRefresh time.Duration `env:"LIMITER_RULES_REFRESH" default:"10s"`
 	// RedisTimeout bounds every decision's Redis call; past it the rule's
@@ -239,7 +246,7 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 		srv.Mux.Handle("GET /healthcheck", quotaapi.EnvoyHealthcheck(srv.Ready))
 	}
 	if keys != nil {
-		limiterv1.RegisterRulesAdminServiceServer(srv.GRPC, rulesadmin.New(st.db, cfg.RulesFile, log))
+		limiterv1.RegisterRulesAdminServiceServer(srv.GRPC, rulesadmin.New(st.db, rulestore.FileSource{Path: cfg.RulesFile, Envoy: rulestore.EnvoyOptions{MergeDomains: cfg.EnvoyMergeDomains}}, log))
 	} else {
 		log.Info("rules admin API off (GET and PUT /v1/admin/rules answer 503): give the limiter KURZ_SERVICE_AUTH_KEY, the gateway's, to turn it on")
 	}
@@ -291,7 +298,7 @@ func openStores(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog
 		return stores{}, err
 	}
 	lc.OwnCloser("redis", rdb)
-	st := stores{rdb: rdb, source: rulestore.FileSource{Path: cfg.RulesFile}}
+	st := stores{rdb: rdb, source: rulestore.FileSource{Path: cfg.RulesFile, Envoy: rulestore.EnvoyOptions{MergeDomains: cfg.EnvoyMergeDomains}}}
 	if cfg.RulesSource == "postgres" {
 		var seeded ratelimit.Config
 		if st.db, seeded, err = openRulesDB(ctx, cfg, lc, log); err != nil {
@@ -322,7 +329,7 @@ func openRulesDB(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slo
 	if _, err := pgpool.Migrate(ctx, db, "limiter", migrations.FS); err != nil {
 		return nil, ratelimit.Config{}, err
 	}
-	boot, err := rulestore.ReadFile(cfg.RulesFile)
+	boot, err := rulestore.ReadFileWith(cfg.RulesFile, rulestore.EnvoyOptions{MergeDomains: cfg.EnvoyMergeDomains})
 	if err != nil {
 		return nil, ratelimit.Config{}, err
 	}

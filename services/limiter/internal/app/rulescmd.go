@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 
 	"go.yaml.in/yaml/v3"
 
@@ -16,8 +18,10 @@ const rulesUsage = `usage: limiter rules from-envoy FILE|DIR
 Prints the kurz rules an envoyproxy/ratelimit configuration (one file, or a
 directory of *.yaml files, one domain each) translates to, as
 KURZ_LIMITER_RULES_FILE would read it: review them, and move to kurz's
-format when you are ready. Refused configurations say which descriptor and
-why; see services/limiter/README.md, "Coming from envoyproxy/ratelimit".
+format when you are ready. KURZ_LIMITER_ENVOY_MERGE_DOMAINS=true merges
+the files of one domain, as the limiter would. Refused configurations say
+which descriptor and why; see services/limiter/README.md, "Coming from
+envoyproxy/ratelimit".
 `
 
 // RulesCommand runs `limiter rules ARGS...` and returns the exit code: 0,
@@ -31,7 +35,13 @@ func RulesCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, rulesUsage)
 		return 2
 	}
-	cfg, err := rulestore.ReadEnvoy(args[1])
+	// As the limiter would read it: with its MERGE_DOMAIN_CONFIG choice.
+	merge, err := strconv.ParseBool(cmpOr(os.Getenv("KURZ_LIMITER_ENVOY_MERGE_DOMAINS"), "false"))
+	if err != nil {
+		fmt.Fprintf(stderr, "limiter rules from-envoy: KURZ_LIMITER_ENVOY_MERGE_DOMAINS must be true or false\n")
+		return 2
+	}
+	cfg, err := rulestore.ReadEnvoy(args[1], rulestore.EnvoyOptions{MergeDomains: merge})
 	if err == nil {
 		_, err = ratelimit.Compile(cfg)
 	}
@@ -53,4 +63,12 @@ func RulesCommand(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// cmpOr is s, or or when s is empty.
+func cmpOr(s, or string) string {
+	if s == "" {
+		return or
+	}
+	return s
 }

@@ -18,6 +18,7 @@ import (
 
 	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 	"kurz.dev/pkg/callmeta"
+	"kurz.dev/pkg/envoydir"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/limiter/internal/ratelimit"
 	"kurz.dev/services/limiter/internal/rulestore"
@@ -42,8 +43,9 @@ type Server struct {
 	// Pool holds the rule tables; nil when the rules come from File
 	// (KURZ_LIMITER_RULES_SOURCE=file): they are read, never applied.
 	Pool *pgxpool.Pool
-	// File is KURZ_LIMITER_RULES_FILE ("" for the built-in one).
-	File string
+	// File is KURZ_LIMITER_RULES_FILE ("" for the built-in one), read as
+	// the file source reads it.
+	File rulestore.FileSource
 	Log  *slog.Logger
 
 	// applying admits one apply at a time in this process: each holds up
@@ -53,7 +55,7 @@ type Server struct {
 }
 
 // New returns a Server on pool (nil: the rules come from file).
-func New(pool *pgxpool.Pool, file string, log *slog.Logger) *Server {
+func New(pool *pgxpool.Pool, file rulestore.FileSource, log *slog.Logger) *Server {
 	return &Server{Pool: pool, File: file, Log: log, applying: make(chan struct{}, 1)}
 }
 
@@ -64,7 +66,7 @@ func (s *Server) GetRules(ctx context.Context, _ *limiterv1.GetRulesRequest) (*l
 	source := "postgres"
 	if s.Pool == nil {
 		source = "file"
-		cfg, err = rulestore.ReadFile(s.File)
+		cfg, err = s.File.Load(ctx)
 		cfg.Tenants = nil
 	} else {
 		cfg, err = rulestore.Export(ctx, s.Pool)
@@ -83,7 +85,7 @@ func (s *Server) GetRules(ctx context.Context, _ *limiterv1.GetRulesRequest) (*l
 func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRulesRequest, limiterv1.ApplyRulesResponse]) error {
 	ctx := stream.Context()
 	if s.Pool == nil {
-		file := s.File
+		file := s.File.Path
 		if file == "" {
 			file = "built into the limiter (bootstrap.yaml, which only a rebuild changes)"
 		}
@@ -97,8 +99,12 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 	case <-ctx.Done():
 		return rpcerr.ToStatus(ctx, s.Log, ctx.Err(), nil)
 	}
+	// One rules file, or (file_name set on the first message) the files
+	// of a directory, each started by a message naming it.
 	var file []byte
+	var files []envoydir.File
 	var opts rulestore.ApplyOptions
+	total := 0
 	for first := true; ; first = false {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -108,17 +114,41 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 			return err
 		}
 		if first {
-			opts = rulestore.ApplyOptions{DryRun: msg.GetDryRun(), Prune: msg.GetPrune(), IfMatch: msg.GetIfMatch()}
+			opts = rulestore.ApplyOptions{DryRun: msg.GetDryRun(), Prune: msg.GetPrune(), IfMatch: msg.GetIfMatch(), MergeDomains: msg.GetMergeDomains()}
 		}
 		if len(msg.GetChunk()) > MaxChunk {
 			return rpcerr.BadRequest("chunk", ReasonInvalid, fmt.Sprintf("a chunk of %d bytes: send the file in chunks of at most %d", len(msg.GetChunk()), MaxChunk))
 		}
-		if len(file)+len(msg.GetChunk()) > rulestore.MaxApplyBytes {
-			return rpcerr.BadRequest("rules", ReasonInvalid, fmt.Sprintf("the rules file is over %d bytes (1 MiB), the most one may have", rulestore.MaxApplyBytes))
+		total += len(msg.GetChunk())
+		if total > rulestore.MaxApplyBytes {
+			return rpcerr.BadRequest("rules", ReasonInvalid, fmt.Sprintf("the rules file (or files) are over %d bytes (1 MiB), the most one may have", rulestore.MaxApplyBytes))
 		}
-		file = append(file, msg.GetChunk()...)
+		if name := msg.GetFileName(); name != "" {
+			if !first && files == nil {
+				return rpcerr.BadRequest("file_name", ReasonInvalid, "a file_name after a rules file's first chunk: name every file of a directory, from the first message on")
+			}
+			if len(files) == envoydir.MaxFiles {
+				return rpcerr.BadRequest("file_name", ReasonInvalid, fmt.Sprintf("over %d files: a directory may hold at most %d", envoydir.MaxFiles, envoydir.MaxFiles))
+			}
+			if err := envoydir.CheckName(name); err != nil {
+				return rpcerr.BadRequest("file_name", ReasonInvalid, err.Error())
+			}
+			files = append(files, envoydir.File{Name: name})
+		}
+		if files != nil {
+			last := &files[len(files)-1]
+			last.Data = append(last.Data, msg.GetChunk()...)
+		} else {
+			file = append(file, msg.GetChunk()...)
+		}
 	}
-	res, err := rulestore.Apply(ctx, s.Pool, file, opts)
+	var res rulestore.ApplyResult
+	var err error
+	if files != nil {
+		res, err = rulestore.ApplyDir(ctx, s.Pool, files, opts)
+	} else {
+		res, err = rulestore.Apply(ctx, s.Pool, file, opts)
+	}
 	if err != nil {
 		return applyError(ctx, s.Log, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.yaml.in/yaml/v3"
 
+	"kurz.dev/pkg/envoydir"
 	"kurz.dev/services/limiter/internal/ratelimit"
 )
 
@@ -167,6 +168,9 @@ type ApplyOptions struct {
 	Prune bool
 	// IfMatch, when set, applies only if the rules' etag is one of these.
 	IfMatch []string
+	// MergeDomains lets several files of a directory (ApplyDir) hold one
+	// domain, merged (EnvoyOptions.MergeDomains).
+	MergeDomains bool
 }
 
 // Change is one item an apply adds, changes or removes.
@@ -222,7 +226,40 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, file []byte, opts ApplyOptio
 	if err != nil {
 		return ApplyResult{}, err
 	}
+	return applyConfig(ctx, pool, given, format, opts)
+}
+
+// ApplyDir puts the files of a directory of envoyproxy/ratelimit files
+// (its runtime config directory, one domain a file) into the tables as
+// Apply puts one file: translated together by FromEnvoyDir, what the file
+// source makes of such a directory, so that what it refuses (the same
+// domain in two files, a file that is not envoyproxy/ratelimit's, over
+// 1 MiB in all) an apply refuses too; and applied in one step, so that
+// with opts.Prune the domains of every file stay. opts.MergeDomains
+// merges the files of one domain, as KURZ_LIMITER_ENVOY_MERGE_DOMAINS
+// does for the file source.
+func ApplyDir(ctx context.Context, pool *pgxpool.Pool, files []envoydir.File, opts ApplyOptions) (ApplyResult, error) {
+	total := 0
+	for _, f := range files {
+		if err := envoydir.CheckName(f.Name); err != nil {
+			return ApplyResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		total += len(f.Data)
+	}
+	if total > MaxApplyBytes {
+		return ApplyResult{}, fmt.Errorf("%w: the files come to %d bytes; a directory may hold at most %d (1 MiB) together", ErrInvalid, total, MaxApplyBytes)
+	}
+	given, err := FromEnvoyDir(files, EnvoyOptions{MergeDomains: opts.MergeDomains})
+	if err != nil {
+		return ApplyResult{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return applyConfig(ctx, pool, given, FormatEnvoy, opts)
+}
+
+// applyConfig is Apply's and ApplyDir's: given, read in format, into the tables.
+func applyConfig(ctx context.Context, pool *pgxpool.Pool, given ratelimit.Config, format string, opts ApplyOptions) (ApplyResult, error) {
 	res := ApplyResult{Format: format}
+	var err error
 	// A dry run reads one snapshot; an apply reads after it holds the
 	// locks, each statement what is committed then.
 	iso := pgx.RepeatableRead

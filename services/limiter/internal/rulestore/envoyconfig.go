@@ -17,6 +17,7 @@ import (
 	yamlv2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
 
+	"kurz.dev/pkg/envoydir"
 	"kurz.dev/services/limiter/internal/ratelimit"
 )
 
@@ -27,7 +28,6 @@ import (
 // what envoyproxy/ratelimit's does walks every branch of a domain, so both
 // are bounded.
 const (
-	maxEnvoyFiles  = 1000
 	maxEnvoyDepth  = 32
 	maxEnvoyLimits = 10_000
 	// maxEnvoyBranches bounds the descriptors the check walks per domain.
@@ -171,8 +171,30 @@ func (n *envoyNode) keys() []string {
 // combine otherwise than envoyproxy/ratelimit's walk (a value's branch
 // before its key's, never going back).
 func FromEnvoy(files []EnvoyFile) (ratelimit.Config, error) {
+	return translateEnvoy(files, EnvoyOptions{})
+}
+
+// EnvoyOptions are the choices envoyproxy/ratelimit's own settings make
+// of how its files are read.
+type EnvoyOptions struct {
+	// MergeDomains is its MERGE_DOMAIN_CONFIG: several files may hold
+	// one domain, their top-level descriptors loaded into it in file
+	// order (one composite key twice at the top level is refused, as it
+	// refuses it). Without it, one domain in two files is refused.
+	MergeDomains bool
+}
+
+// envoyDomain is one domain's files, in the order they were given.
+type envoyDomain struct {
+	name  string
+	files []string
+	roots []envoyRoot
+}
+
+func translateEnvoy(files []EnvoyFile, opts EnvoyOptions) (ratelimit.Config, error) {
 	cfg := ratelimit.Config{Domains: map[string]ratelimit.DomainSpec{}}
-	from := map[string]string{} // domain → the file that defined it
+	var domains []*envoyDomain
+	byName := map[string]*envoyDomain{}
 	total, limits := 0, 0
 	for _, f := range files {
 		total += len(f.Data)
@@ -183,20 +205,29 @@ func FromEnvoy(files []EnvoyFile) (ratelimit.Config, error) {
 		if err != nil {
 			return ratelimit.Config{}, err
 		}
-		if prev, dup := from[root.Domain]; dup {
-			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: duplicate domain %q, also in %s (envoyproxy/ratelimit refuses it too, unless MERGE_DOMAIN_CONFIG, which kurz does not do): put its descriptors in one file", f.Name, root.Domain, prev)
+		d := byName[root.Domain]
+		switch {
+		case d == nil:
+			d = &envoyDomain{name: root.Domain}
+			byName[root.Domain] = d
+			domains = append(domains, d)
+		case !opts.MergeDomains:
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: duplicate domain %q, also in %s (envoyproxy/ratelimit refuses it too, unless MERGE_DOMAIN_CONFIG: KURZ_LIMITER_ENVOY_MERGE_DOMAINS, or kurzctl rules apply --merge-domains): put its descriptors in one file", f.Name, root.Domain, d.files[0])
 		}
-		from[root.Domain] = f.Name
-		t := &envoyTranslation{file: f.Name, domain: root.Domain}
-		spec, err := t.translate(root)
+		d.files = append(d.files, f.Name)
+		d.roots = append(d.roots, root)
+	}
+	for _, d := range domains {
+		t := &envoyTranslation{domain: d.name}
+		spec, err := t.translate(d.files, d.roots)
 		if err != nil {
 			return ratelimit.Config{}, err
 		}
 		limits += len(spec.Rules)
 		if limits > maxEnvoyLimits {
-			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: over %d rate limits in all", f.Name, maxEnvoyLimits)
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: over %d rate limits in all", t.file, maxEnvoyLimits)
 		}
-		cfg.Domains[root.Domain] = spec
+		cfg.Domains[d.name] = spec
 	}
 	return cfg, nil
 }
@@ -287,13 +318,20 @@ func (t *envoyTranslation) errorf(n *envoyNode, format string, args ...any) erro
 	return fmt.Errorf("envoy rules %s, domain %s, descriptor %s: %s", t.file, t.domain, n.describe(), fmt.Sprintf(format, args...))
 }
 
-// translate builds the domain's tree, its rules, and checks that kurz decides
-// them as envoyproxy/ratelimit does.
-func (t *envoyTranslation) translate(root envoyRoot) (ratelimit.DomainSpec, error) {
+// translate builds the domain's tree from its files' roots (one, or with
+// MergeDomains several, each loaded into the same top level in order, as
+// envoyproxy/ratelimit patches a domain), its rules, and checks that kurz
+// decides them as envoyproxy/ratelimit does. What a file brings is
+// refused naming that file; what the whole tree makes, naming them all.
+func (t *envoyTranslation) translate(files []string, roots []envoyRoot) (ratelimit.DomainSpec, error) {
 	t.root = &envoyNode{id: -1, children: map[string]*envoyNode{}}
-	if err := t.load(t.root, root.Descriptors); err != nil {
-		return ratelimit.DomainSpec{}, err
+	for i, root := range roots {
+		t.file = files[i]
+		if err := t.load(t.root, root.Descriptors); err != nil {
+			return ratelimit.DomainSpec{}, err
+		}
 	}
+	t.file = strings.Join(files, " + ")
 	var limited []*envoyNode
 	for _, n := range t.nodes {
 		if n.limit != nil {
@@ -770,68 +808,55 @@ func readBounded(path string) ([]byte, error) {
 	return data, nil
 }
 
-// readEnvoyDir reads every file of dir but dot files (a mounted
-// ConfigMap's ..data, as envoyproxy/ratelimit skips them with
-// RUNTIME_IGNOREDOTFILES), whatever its name, as envoyproxy/ratelimit
-// loads its runtime config directory: it takes a ratelimit.conf as a
-// domain and refuses a README, so kurz does too. Every one must be an
-// envoyproxy/ratelimit file. A subdirectory's files are envoyproxy/
-// ratelimit's too: refused rather than left out.
-func readEnvoyDir(dir string) ([]EnvoyFile, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
+// FromEnvoyDir translates the files of an envoyproxy/ratelimit runtime
+// config directory (envoydir.Read's, named as the errors should name
+// them): the file source's directory and an apply of one (`kurzctl rules
+// apply DIR`) both, so that they refuse the same. Every one must be an
+// envoyproxy/ratelimit file: a kurz rules file among them is refused, as
+// envoyproxy/ratelimit would refuse it, rather than half read.
+func FromEnvoyDir(files []envoydir.File, opts EnvoyOptions) (ratelimit.Config, error) {
+	if len(files) == 0 {
+		return ratelimit.Config{}, errors.New("envoy rules: no rule files")
 	}
-	var files []EnvoyFile
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
-			continue
+	if len(files) > envoydir.MaxFiles {
+		return ratelimit.Config{}, fmt.Errorf("envoy rules: %d files, over %d", len(files), envoydir.MaxFiles)
+	}
+	named := make([]EnvoyFile, len(files))
+	seen := make(map[string]bool, len(files))
+	for i, f := range files {
+		if seen[f.Name] {
+			return ratelimit.Config{}, fmt.Errorf("envoy rules: two files named %s: a directory holds one", f.Name)
 		}
-		path := filepath.Join(dir, name)
-		// A ConfigMap's files are symbolic links: follow them.
-		if info, err := os.Stat(path); err != nil {
-			return nil, err
-		} else if info.IsDir() {
-			return nil, fmt.Errorf("%s: a subdirectory: envoyproxy/ratelimit reads the files under it too, kurz only the directory's own; move them up into %s", path, dir)
-		} else if !info.Mode().IsRegular() {
-			continue
-		}
-		if len(files) == maxEnvoyFiles {
-			return nil, fmt.Errorf("%s: over %d rule files", dir, maxEnvoyFiles)
-		}
-		data, err := readBounded(path)
+		seen[f.Name] = true
+		format, err := DetectFormat(f.Data)
 		if err != nil {
-			return nil, err
-		}
-		format, err := DetectFormat(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: %w", f.Name, err)
 		}
 		if format != FormatEnvoy {
-			return nil, fmt.Errorf("%s: not an envoyproxy/ratelimit file (no top-level domain): a directory holds envoyproxy/ratelimit files only; point KURZ_LIMITER_RULES_FILE at a kurz rules file itself", path)
+			return ratelimit.Config{}, fmt.Errorf("envoy rules %s: not an envoyproxy/ratelimit file (no top-level domain): a directory holds envoyproxy/ratelimit files only; give a kurz rules file on its own", f.Name)
 		}
-		files = append(files, EnvoyFile{Name: path, Data: data})
+		named[i] = EnvoyFile{Name: f.Name, Data: f.Data}
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("%s: no rule files", dir)
-	}
-	return files, nil
+	return translateEnvoy(named, opts)
 }
 
 // ReadEnvoy translates the envoyproxy/ratelimit file, or directory of
 // them, at path.
-func ReadEnvoy(path string) (ratelimit.Config, error) {
+func ReadEnvoy(path string, opts EnvoyOptions) (ratelimit.Config, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return ratelimit.Config{}, err
 	}
 	if info.IsDir() {
-		files, err := readEnvoyDir(path)
+		files, err := envoydir.Read(path)
 		if err != nil {
 			return ratelimit.Config{}, err
 		}
-		return FromEnvoy(files)
+		// Named by their paths, as a single file is.
+		for i := range files {
+			files[i].Name = filepath.Join(path, files[i].Name)
+		}
+		return FromEnvoyDir(files, opts)
 	}
 	data, err := readBounded(path)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"kurz.dev/pkg/envoydir"
 	"kurz.dev/services/limiter/internal/ratelimit"
 )
 
@@ -652,4 +653,59 @@ func FuzzFromEnvoy(f *testing.F) {
 			t.Fatalf("translated but does not compile: %v\n%s", err, data)
 		}
 	})
+}
+
+// With envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (KURZ_LIMITER_ENVOY_MERGE_DOMAINS)
+// a directory's files of one domain are merged, their top-level
+// descriptors in file order, read by the file source (a FileSource's
+// Envoy) as by FromEnvoyDir; without it they are refused.
+func TestEnvoyDirectoryMergesADomainsFilesWithMergeDomains(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: edge\ndescriptors: [{key: path, value: /api/*, rate_limit: {unit: minute, requests_per_unit: 60}}]\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "c.yaml"), []byte("domain: api\ndescriptors: [{key: user, rate_limit: {unit: hour, requests_per_unit: 3}}]\n"), 0o644))
+
+	if _, err := ReadFile(dir); err == nil || !strings.Contains(err.Error(), `b.yaml: duplicate domain "edge"`) {
+		t.Errorf("without merging: got %v, want the domain in two files refused", err)
+	}
+	cfg, err := FileSource{Path: dir, Envoy: EnvoyOptions{MergeDomains: true}}.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := cfg.Domains["edge"].Rules
+	if len(cfg.Domains) != 2 || len(edge) != 2 || edge[0].Name != "ip" || !reflect.DeepEqual(edge[1].Match, map[string]string{"path": "/api/*"}) || len(cfg.Domains["api"].Rules) != 1 {
+		t.Errorf("merged: %+v; want edge's rules of a.yaml then b.yaml, and api", cfg.Domains)
+	}
+	files, err := envoydir.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := FromEnvoyDir(files, EnvoyOptions{MergeDomains: true})
+	if err != nil || !reflect.DeepEqual(applied, cfg) {
+		t.Errorf("FromEnvoyDir merged: %+v, %v; want the file source's %+v", applied, err, cfg)
+	}
+}
+
+// Merging refuses what envoyproxy/ratelimit refuses when it patches a
+// domain (config_impl.go, loadConfig then loadDescriptors): a top-level
+// descriptor (its composite key) a file before had, named in the file
+// that repeats it; and what kurz refuses of the tree the files make
+// together names them all.
+func TestEnvoyMergeRefusesADescriptorTwiceAndNamesTheFiles(t *testing.T) {
+	merge := EnvoyOptions{MergeDomains: true}
+	_, err := FromEnvoyDir([]envoydir.File{
+		{Name: "a.yaml", Data: []byte("domain: edge\ndescriptors: [{key: ip, rate_limit: {unit: second, requests_per_unit: 5}}]\n")},
+		{Name: "b.yaml", Data: []byte("domain: edge\ndescriptors: [{key: ip, descriptors: [{key: user, rate_limit: {unit: second, requests_per_unit: 1}}]}]\n")},
+	}, merge)
+	if want := `envoy rules b.yaml, domain edge, descriptor ip: duplicate descriptor composite key "ip"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("one top-level key in two files: got %v, want %q", err, want)
+	}
+	// user and user_vip side by side, one from each file.
+	_, err = FromEnvoyDir([]envoydir.File{
+		{Name: "a.yaml", Data: []byte("domain: edge\ndescriptors: [{key: user, rate_limit: {unit: second, requests_per_unit: 5}}]\n")},
+		{Name: "b.yaml", Data: []byte("domain: edge\ndescriptors: [{key: user_vip, rate_limit: {unit: second, requests_per_unit: 1}}]\n")},
+	}, merge)
+	if err == nil || !strings.Contains(err.Error(), "b.yaml") {
+		t.Errorf("a spelling clash across files: got %v, want it refused naming b.yaml", err)
+	}
 }

@@ -111,21 +111,27 @@ const maxRulesBytes = 1 << 20
 // such files, as envoyproxy/ratelimit's runtime config directory), is
 // translated (FromEnvoy). A file over maxRulesBytes is refused.
 func ReadFile(path string) (ratelimit.Config, error) {
+	return ReadFileWith(path, EnvoyOptions{})
+}
+
+// ReadFileWith is ReadFile, envoyproxy/ratelimit files read with envoy
+// (KURZ_LIMITER_ENVOY_MERGE_DOMAINS).
+func ReadFileWith(path string, envoy EnvoyOptions) (ratelimit.Config, error) {
 	if path == "" {
 		return Parse(Bootstrap)
 	}
-	cfg, err := readFile(path)
+	cfg, err := readFile(path, envoy)
 	if err != nil {
 		return ratelimit.Config{}, fmt.Errorf("rules file (KURZ_LIMITER_RULES_FILE): %w", err)
 	}
 	return cfg, nil
 }
 
-func readFile(path string) (ratelimit.Config, error) {
+func readFile(path string, envoy EnvoyOptions) (ratelimit.Config, error) {
 	if info, err := os.Stat(path); err != nil {
 		return ratelimit.Config{}, err
 	} else if info.IsDir() {
-		return ReadEnvoy(path)
+		return ReadEnvoy(path, envoy)
 	}
 	data, err := readBounded(path)
 	if err != nil {
@@ -148,11 +154,17 @@ type Source interface {
 
 // FileSource reads a YAML file at every refresh (an empty Path is the
 // embedded bootstrap file): kurz's rules, or envoyproxy/ratelimit's
-// configuration, a file or a directory of them (ReadFile).
-type FileSource struct{ Path string }
+// configuration, a file or a directory of them (ReadFile), the latter
+// read with Envoy.
+type FileSource struct {
+	Path  string
+	Envoy EnvoyOptions
+}
 
 // Load implements Source.
-func (f FileSource) Load(context.Context) (ratelimit.Config, error) { return ReadFile(f.Path) }
+func (f FileSource) Load(context.Context) (ratelimit.Config, error) {
+	return ReadFileWith(f.Path, f.Envoy)
+}
 
 // PostgresSource reads the rule tables.
 type PostgresSource struct {
