@@ -32,17 +32,24 @@ import (
 // (those need no CORS preflight); a body over maxBody is 413, as gRPC
 // refuses a message over the limiter's receive bound; an unknown field is
 // 400 (protojson's default), not ignored. Each decision is bounded by
-// timeout, as Envoy's deadline bounds a gRPC call.
+// timeout, as Envoy's deadline bounds a gRPC call. At most maxInFlight
+// requests are read and decided at once, as the gRPC server bounds its
+// calls (server.GRPCMaxCallsFor): each holds its body and what it decodes
+// to, and the listener's connection cap alone (thousands, each trickling
+// a body up to maxBody) would let strangers hold more than the process
+// has; past the bound a request is 503 at once, its body unread.
 type EnvoyJSON struct {
-	svc     rlsv3.RateLimitServiceServer
-	maxBody int64
-	timeout time.Duration
-	log     *slog.Logger
+	svc      rlsv3.RateLimitServiceServer
+	maxBody  int64
+	inFlight chan struct{} // a token per request being served
+	timeout  time.Duration
+	log      *slog.Logger
 }
 
-// NewEnvoyJSON returns POST /json over svc; see EnvoyJSON.
-func NewEnvoyJSON(svc rlsv3.RateLimitServiceServer, maxBody int64, timeout time.Duration, log *slog.Logger) *EnvoyJSON {
-	return &EnvoyJSON{svc: svc, maxBody: maxBody, timeout: timeout, log: log}
+// NewEnvoyJSON returns POST /json over svc; see EnvoyJSON. maxInFlight is
+// at least 1.
+func NewEnvoyJSON(svc rlsv3.RateLimitServiceServer, maxBody int64, maxInFlight int, timeout time.Duration, log *slog.Logger) *EnvoyJSON {
+	return &EnvoyJSON{svc: svc, maxBody: maxBody, inFlight: make(chan struct{}, max(maxInFlight, 1)), timeout: timeout, log: log}
 }
 
 // ServeHTTP implements http.Handler.
@@ -58,6 +65,14 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.ContentLength > h.maxBody {
 		http.Error(w, tooLarge(h.maxBody), http.StatusRequestEntityTooLarge)
+		return
+	}
+	select {
+	case h.inFlight <- struct{}{}:
+		defer func() { <-h.inFlight }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("busy: %d requests in flight, the limiter's bound; try again", cap(h.inFlight)), http.StatusServiceUnavailable)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
