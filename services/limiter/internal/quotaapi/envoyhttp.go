@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -88,7 +89,7 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "invalid RateLimitRequest JSON: "+err.Error(), http.StatusBadRequest)
+		http.Error(w, "invalid RateLimitRequest JSON: "+echoBound(err.Error()), http.StatusBadRequest)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
@@ -119,6 +120,19 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(out)
+}
+
+// maxEcho bounds the part of a decoding error sent back: protojson quotes
+// the offending token (an unknown field's name, a value), which is the
+// caller's own input, up to the whole body.
+const maxEcho = 256
+
+// echoBound is msg cut to maxEcho bytes, whole characters, marked as cut.
+func echoBound(msg string) string {
+	if len(msg) <= maxEcho {
+		return msg
+	}
+	return strings.ToValidUTF8(msg[:maxEcho], "") + "..."
 }
 
 func tooLarge(maxBody int64) string {

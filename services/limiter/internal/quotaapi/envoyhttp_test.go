@@ -152,6 +152,21 @@ func TestEnvoyJSONBoundsAChunkedBody(t *testing.T) {
 	}
 }
 
+// A decoding error names what it could not read, but does not echo a
+// stranger's input back whole: an unknown field of 1,000 bytes comes
+// back cut.
+func TestEnvoyJSONErrorEchoesABoundedPartOfTheInput(t *testing.T) {
+	engine := newFake(t)
+	field := strings.Repeat("x", 1000)
+	w := postJSON(t, engine, http.MethodPost, "application/json", `{"`+field+`": 1}`)
+	if w.Code != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400", w.Code)
+	}
+	if body := w.Body.String(); !strings.Contains(body, "unknown field") || len(body) > 300 {
+		t.Errorf("body of %d bytes %.80q..., want the error, in at most 300 bytes", len(body), body)
+	}
+}
+
 // heldService holds its first ShouldRateLimit until release is closed
 // (entered closes when it starts) and answers OK to every other at once.
 type heldService struct {
