@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -241,8 +242,10 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	envoy := quotaapi.NewEnvoy(engine, style, clientip.Keying{IPv6Prefix: cfg.EnvoyIPv6Prefix})
 	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, envoy)
 	if cfg.EnvoyHTTP {
-		// The same handler as gRPC's, within gRPC's bound on a request.
-		srv.Mux.Handle("/json", quotaapi.NewEnvoyJSON(envoy, server.LimiterGRPCMaxRecvMsgSize, envoyJSONTimeout, log))
+		// The same handler as gRPC's, within gRPC's bounds on a request
+		// and on the requests held at once (a share of GOMEMLIMIT).
+		inFlight := server.GRPCMaxCallsFor(debug.SetMemoryLimit(-1), server.LimiterGRPCMaxRecvMsgSize)
+		srv.Mux.Handle("/json", quotaapi.NewEnvoyJSON(envoy, server.LimiterGRPCMaxRecvMsgSize, inFlight, envoyJSONTimeout, log))
 		srv.Mux.Handle("GET /healthcheck", quotaapi.EnvoyHealthcheck(srv.Ready))
 	}
 	if keys != nil {

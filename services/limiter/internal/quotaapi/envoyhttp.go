@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -32,17 +33,24 @@ import (
 // (those need no CORS preflight); a body over maxBody is 413, as gRPC
 // refuses a message over the limiter's receive bound; an unknown field is
 // 400 (protojson's default), not ignored. Each decision is bounded by
-// timeout, as Envoy's deadline bounds a gRPC call.
+// timeout, as Envoy's deadline bounds a gRPC call. At most maxInFlight
+// requests are read and decided at once, as the gRPC server bounds its
+// calls (server.GRPCMaxCallsFor): each holds its body and what it decodes
+// to, and the listener's connection cap alone (thousands, each trickling
+// a body up to maxBody) would let strangers hold more than the process
+// has; past the bound a request is 503 at once, its body unread.
 type EnvoyJSON struct {
-	svc     rlsv3.RateLimitServiceServer
-	maxBody int64
-	timeout time.Duration
-	log     *slog.Logger
+	svc      rlsv3.RateLimitServiceServer
+	maxBody  int64
+	inFlight chan struct{} // a token per request being served
+	timeout  time.Duration
+	log      *slog.Logger
 }
 
-// NewEnvoyJSON returns POST /json over svc; see EnvoyJSON.
-func NewEnvoyJSON(svc rlsv3.RateLimitServiceServer, maxBody int64, timeout time.Duration, log *slog.Logger) *EnvoyJSON {
-	return &EnvoyJSON{svc: svc, maxBody: maxBody, timeout: timeout, log: log}
+// NewEnvoyJSON returns POST /json over svc; see EnvoyJSON. maxInFlight is
+// at least 1.
+func NewEnvoyJSON(svc rlsv3.RateLimitServiceServer, maxBody int64, maxInFlight int, timeout time.Duration, log *slog.Logger) *EnvoyJSON {
+	return &EnvoyJSON{svc: svc, maxBody: maxBody, inFlight: make(chan struct{}, max(maxInFlight, 1)), timeout: timeout, log: log}
 }
 
 // ServeHTTP implements http.Handler.
@@ -60,6 +68,14 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, tooLarge(h.maxBody), http.StatusRequestEntityTooLarge)
 		return
 	}
+	select {
+	case h.inFlight <- struct{}{}:
+		defer func() { <-h.inFlight }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("busy: %d requests in flight, the limiter's bound; try again", cap(h.inFlight)), http.StatusServiceUnavailable)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -73,7 +89,7 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "invalid RateLimitRequest JSON: "+err.Error(), http.StatusBadRequest)
+		http.Error(w, "invalid RateLimitRequest JSON: "+echoBound(err.Error()), http.StatusBadRequest)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
@@ -104,6 +120,19 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(out)
+}
+
+// maxEcho bounds the part of a decoding error sent back: protojson quotes
+// the offending token (an unknown field's name, a value), which is the
+// caller's own input, up to the whole body.
+const maxEcho = 256
+
+// echoBound is msg cut to maxEcho bytes, whole characters, marked as cut.
+func echoBound(msg string) string {
+	if len(msg) <= maxEcho {
+		return msg
+	}
+	return strings.ToValidUTF8(msg[:maxEcho], "") + "..."
 }
 
 func tooLarge(maxBody int64) string {

@@ -1,10 +1,12 @@
 package quotaapi
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +26,7 @@ const testMaxBody = 1 << 10
 // type ct, and returns the recorded answer.
 func postJSON(t *testing.T, engine *fakeEngine, method, ct, body string) *httptest.ResponseRecorder {
 	t.Helper()
-	h := NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, time.Second, servertest.Logger(t))
+	h := NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, 8, time.Second, servertest.Logger(t))
 	r := httptest.NewRequest(method, "/json", strings.NewReader(body))
 	if ct != "" {
 		r.Header.Set("Content-Type", ct)
@@ -135,7 +137,7 @@ func TestEnvoyJSONRefusals(t *testing.T) {
 // read whole first.
 func TestEnvoyJSONBoundsAChunkedBody(t *testing.T) {
 	engine := newFake(t)
-	h := NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, time.Second, servertest.Logger(t))
+	h := NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, 8, time.Second, servertest.Logger(t))
 	big := strings.NewReader(`{"domain": "` + strings.Repeat("a", 1<<20) + `"}`)
 	r := httptest.NewRequest(http.MethodPost, "/json", io.MultiReader(big))
 	r.ContentLength = -1
@@ -147,6 +149,75 @@ func TestEnvoyJSONBoundsAChunkedBody(t *testing.T) {
 	}
 	if n := big.Len(); n < 1<<20-testMaxBody {
 		t.Errorf("%d bytes left unread, want the rest of the body past the bound", n)
+	}
+}
+
+// A decoding error names what it could not read, but does not echo a
+// stranger's input back whole: an unknown field of 1,000 bytes comes
+// back cut.
+func TestEnvoyJSONErrorEchoesABoundedPartOfTheInput(t *testing.T) {
+	engine := newFake(t)
+	field := strings.Repeat("x", 1000)
+	w := postJSON(t, engine, http.MethodPost, "application/json", `{"`+field+`": 1}`)
+	if w.Code != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400", w.Code)
+	}
+	if body := w.Body.String(); !strings.Contains(body, "unknown field") || len(body) > 300 {
+		t.Errorf("body of %d bytes %.80q..., want the error, in at most 300 bytes", len(body), body)
+	}
+}
+
+// heldService holds its first ShouldRateLimit until release is closed
+// (entered closes when it starts) and answers OK to every other at once.
+type heldService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	calls            atomic.Int32
+	entered, release chan struct{}
+}
+
+func (s *heldService) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.calls.Add(1) == 1 {
+		close(s.entered)
+		<-s.release
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+}
+
+// Past maxInFlight requests being served, a request is 503 at once, its
+// body unread and nothing decided, as the gRPC server refuses a call past
+// its bound: each holds its body and its decoded descriptors, and the
+// listener's thousands of connections would otherwise let strangers hold
+// more than the process has. The slot is free again once a request ends.
+func TestEnvoyJSONRefusesPastItsRequestsInFlight(t *testing.T) {
+	svc := &heldService{entered: make(chan struct{}), release: make(chan struct{})}
+	h := NewEnvoyJSON(svc, testMaxBody, 1, time.Second, servertest.Logger(t))
+	post := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(userA))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	held := make(chan *httptest.ResponseRecorder)
+	go func() { held <- post() }()
+	select {
+	case <-svc.entered:
+	case w := <-held:
+		t.Fatalf("first request: %d (%s) before it was decided", w.Code, w.Body)
+	}
+	w := post()
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("second request while the first is served: %d (Retry-After %q), want 503 with a Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	if n := svc.calls.Load(); n != 1 {
+		t.Errorf("%d decisions, want 1: the refused request decides nothing", n)
+	}
+	close(svc.release)
+	if w := <-held; w.Code != http.StatusOK {
+		t.Errorf("first request: %d (%s), want 200", w.Code, w.Body)
+	}
+	if w := post(); w.Code != http.StatusOK {
+		t.Errorf("a request after the first ended: %d (%s), want 200", w.Code, w.Body)
 	}
 }
 
