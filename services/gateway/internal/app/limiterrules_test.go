@@ -214,8 +214,9 @@ func form(t *testing.T, files ...[2]string) (string, string) {
 // part per file) applies in one step: a dry run names both files'
 // domains, the apply adds them. A form's parts are bounded and checked:
 // a field without a filename, a dot file's name, a kurz rules file among
-// them, the same domain twice, over 1,000 parts, over 1 MiB are refused
-// and change nothing. The test's own domains, removed at the end.
+// them, the same domain twice, over 1,000 parts, files over 1 MiB together
+// are refused and change nothing; files of 1 MiB together are not, though
+// the parts' headers take the body past it. The test's own domains, removed at the end.
 func TestAdminRulesApplyADirectoryAsAForm(t *testing.T) {
 	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": stack.LimiterPG.GRPCAddr})
 	admin := newClient(t, gw, adminToken)
@@ -246,6 +247,13 @@ func TestAdminRulesApplyADirectoryAsAForm(t *testing.T) {
 	if r := put("?dry_run=true", body, ctype); r.code != http.StatusOK || r.json(t)["format"] != "envoy" || changes(r) != want {
 		t.Fatalf("dry run of a form of two files: %s; want format envoy and the changes %s", r, want)
 	}
+	// Files of 1 MiB together, as a directory the limiter reads may hold:
+	// the form's part headers take the body past 1 MiB, and it applies.
+	pad := func(f string, n int) string { return f + "#" + strings.Repeat("x", n-len(f)-2) + "\n" }
+	full, fullType := form(t, [2]string{"one.yaml", pad(file(one), 1<<19)}, [2]string{"ratelimit.conf", pad(file(two), 1<<19)})
+	if r := put("?dry_run=true", full, fullType); len(full) <= 1<<20 || r.code != http.StatusOK || changes(r) != want {
+		t.Fatalf("dry run of a form of two files of 1 MiB together (a body of %d bytes): %s; want the changes %s", len(full), r, want)
+	}
 
 	many := make([][2]string, 1001)
 	for i := range many {
@@ -263,7 +271,7 @@ func TestAdminRulesApplyADirectoryAsAForm(t *testing.T) {
 		{"a kurz file among them", [][2]string{{"one.yaml", file(one)}, {"kurz.yaml", "domains: {}\n"}}, http.StatusBadRequest, "kurz.yaml: not an envoyproxy/ratelimit file"},
 		{"the same domain twice", [][2]string{{"one.yaml", file(one)}, {"two.yaml", file(one)}}, http.StatusBadRequest, "duplicate domain"},
 		{"over 1,000 parts", many, http.StatusBadRequest, "over 1000 files"},
-		{"over 1 MiB", [][2]string{{"one.yaml", file(one) + big}, {"two.yaml", file(two) + big}}, http.StatusRequestEntityTooLarge, ""},
+		{"over 1 MiB", [][2]string{{"one.yaml", file(one) + big}, {"two.yaml", file(two) + big}}, http.StatusRequestEntityTooLarge, "files are larger than 1048576 bytes together"},
 	} {
 		body, ctype := form(t, c.files...)
 		r := put("", body, ctype)

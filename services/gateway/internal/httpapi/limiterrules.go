@@ -31,6 +31,12 @@ import (
 // it is read.
 const maxRulesBytes = 1 << 20
 
+// formPartAllowance is what a form may spend per part besides the file's
+// bytes: its boundary and headers (~150 bytes as curl -F writes them).
+// The files' own bytes keep maxRulesBytes together, as in a directory the
+// limiter reads, so a directory it reads applies as a form too.
+const formPartAllowance = 256
+
 // rulesChunk is the size of the messages a file is streamed to the limiter
 // in: under its small receive bound (rulesadmin.MaxChunk).
 const rulesChunk = 32 << 10
@@ -111,7 +117,11 @@ func (a *API) applyRules(c *call) error {
 	if err != nil {
 		return err
 	}
-	body, err := a.readBodyUpTo(c, maxRulesBytes, "send a rules file (YAML or JSON): GET /v1/admin/rules gives the rules in force")
+	limit := int64(maxRulesBytes)
+	if isForm(c.r) {
+		limit += envoydir.MaxFiles * formPartAllowance
+	}
+	body, err := a.readBodyUpTo(c, limit, "send a rules file (YAML or JSON): GET /v1/admin/rules gives the rules in force")
 	if err != nil {
 		return err
 	}
@@ -180,18 +190,19 @@ sending:
 // the files of a directory of envoyproxy/ratelimit files, one part each,
 // its filename its name in the directory, applied together (the limiter
 // reads them as its file source reads such a directory). nil for any
-// other body, a single rules file. The body is already bounded (1 MiB);
-// the parts are too, and their names, which the limiter's errors repeat.
+// other body, a single rules file. The body is already bounded (1 MiB of
+// files and formPartAllowance a part); the files' bytes together are bounded
+// here, the parts too, and their names, which the limiter's errors repeat.
 func formFiles(r *http.Request, body []byte) ([]envoydir.File, error) {
-	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "multipart/form-data" {
+	if !isForm(r) {
 		return nil, nil
 	}
+	_, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if params["boundary"] == "" {
 		return nil, badRequest("a multipart/form-data body without a boundary parameter in its Content-Type")
 	}
 	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
-	files := []envoydir.File{}
+	files, total := []envoydir.File{}, 0
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
@@ -216,12 +227,23 @@ func formFiles(r *http.Request, body []byte) ([]envoydir.File, error) {
 		if err != nil {
 			return nil, badRequest("the multipart/form-data body does not parse: " + err.Error())
 		}
+		if total += len(data); total > maxRulesBytes {
+			return nil, newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge,
+				fmt.Sprintf("the form's files are larger than %d bytes together (1 MiB, a ConfigMap's bound): split the domains over several applies", maxRulesBytes))
+		}
 		files = append(files, envoydir.File{Name: name, Data: data})
 	}
 	if len(files) == 0 {
 		return nil, badRequest("a multipart/form-data body without files: send one part per rules file")
 	}
 	return files, nil
+}
+
+// isForm reports whether the body is multipart/form-data: a directory's
+// files, one part each.
+func isForm(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == "multipart/form-data"
 }
 
 // boolParameter reads an optional query parameter true or false.
