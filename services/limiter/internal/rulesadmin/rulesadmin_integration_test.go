@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
@@ -20,9 +19,9 @@ import (
 
 	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 	"kurz.dev/pkg/callmeta"
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/envoydir"
 	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/testkit/pgtest"
 	"kurz.dev/pkg/testkit/stack"
 	"kurz.dev/services/limiter/internal/ratelimit"
 	"kurz.dev/services/limiter/internal/rulestore"
@@ -36,35 +35,10 @@ func TestMain(m *testing.M) { stack.Require(m, stack.Postgres) }
 // here touch no table another test reads.
 func isolated(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	var cfg pgpool.Config
-	if err := config.Load(&cfg); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	admin, err := pgpool.New(ctx, cfg)
-	if err != nil {
-		t.Fatalf("local PostgreSQL: %v", err)
-	}
-	t.Cleanup(admin.Close)
-	schema := fmt.Sprintf("rulesadmintest_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	pc, err := pgxpool.ParseConfig(cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := pgpool.Migrate(ctx, pool, "limiter", migrations.FS); err != nil {
-		t.Fatal(err)
-	}
-	return pool
+	return pgtest.Schema(t, "rulesadmintest", func(ctx context.Context, pool *pgxpool.Pool) error {
+		_, err := pgpool.Migrate(ctx, pool, "limiter", migrations.FS)
+		return err
+	})
 }
 
 // applyStream is an ApplyRules stream in process: one message holding the

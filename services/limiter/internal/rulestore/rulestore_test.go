@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/testkit/pgtest"
 	"kurz.dev/services/limiter/internal/ratelimit"
 	"kurz.dev/services/limiter/internal/rulestore/migrations"
 )
@@ -26,35 +26,10 @@ import (
 // limiter's migrations applied there, dropped when the test ends.
 func isolated(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	var cfg pgpool.Config
-	if err := config.Load(&cfg); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	admin, err := pgpool.New(ctx, cfg)
-	if err != nil {
-		t.Fatalf("local PostgreSQL: %v", err)
-	}
-	t.Cleanup(admin.Close)
-	schema := fmt.Sprintf("seedtest_%d", time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	pc, err := pgxpool.ParseConfig(cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := pgpool.Migrate(ctx, pool, "limiter", migrations.FS); err != nil {
-		t.Fatal(err)
-	}
-	return pool
+	return pgtest.Schema(t, "seedtest", func(ctx context.Context, pool *pgxpool.Pool) error {
+		_, err := pgpool.Migrate(ctx, pool, "limiter", migrations.FS)
+		return err
+	})
 }
 
 func TestSeedAddsNewBootstrapRulesAndKeepsOperatorChanges(t *testing.T) {

@@ -4,18 +4,15 @@ package webhook
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/linkschema"
-	"kurz.dev/pkg/pgpool"
+	"kurz.dev/pkg/testkit/pgtest"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/pkg/testkit/stack"
 )
@@ -28,39 +25,10 @@ func TestMain(m *testing.M) { stack.Require(m, stack.Postgres) }
 // sender of theirs claims what they queue.
 func testDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	var cfg pgpool.Config
-	if err := config.Load(&cfg); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := pgpool.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	schema := "webhook_test_" + strings.ToLower(rand.Text()[:10])
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop the test schema %s: %v", schema, err)
-		}
+	return pgtest.Schema(t, "webhook_test", func(ctx context.Context, db *pgxpool.Pool) error {
+		_, err := linkschema.Apply(ctx, db)
+		return err
 	})
-	pc, err := pgxpool.ParseConfig(cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.ConnConfig.RuntimeParams["search_path"] = schema
-	db, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if _, err := linkschema.Apply(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	return db
 }
 
 // addSubscription subscribes tenant's id to events, straight in the table.
