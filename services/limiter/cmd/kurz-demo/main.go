@@ -31,6 +31,8 @@ type settings struct {
 	Redis redisconn.Config
 	// LimiterAddr is the limiter's gRPC address: where it listens, and where its callers dial it.
 	LimiterAddr string `env:"LIMITER_GRPC_ADDR" default:"127.0.0.1:9091"`
+	// LimiterKeyPrefix is the limiter's own: the race reads its key back.
+	LimiterKeyPrefix string `env:"LIMITER_REDIS_KEY_PREFIX" default:""`
 	// GatewayAddr is the gateway's public HTTP address: the JSON API, the console and /healthz.
 	GatewayAddr string `env:"GATEWAY_HTTP_ADDR" default:"127.0.0.1:8080"`
 	RedirectAdr string `env:"REDIRECT_HTTP_ADDR" default:"127.0.0.1:8787"`
@@ -74,7 +76,7 @@ func run(ctx context.Context, check bool, parts string) error {
 		// and Check reports it if it persists.
 		var r demo.RaceResult
 		for attempt := 1; ; attempt++ {
-			r, err = demo.Race(ctx, rdb, ratelimitv1.NewRateLimitServiceClient(conn), user+"-"+strconv.Itoa(attempt))
+			r, err = demo.Race(ctx, rdb, ratelimitv1.NewRateLimitServiceClient(conn), user+"-"+strconv.Itoa(attempt), s.LimiterKeyPrefix)
 			if err != nil {
 				return fmt.Errorf("race (is the limiter up at %s? make up): %w", s.LimiterAddr, err)
 			}

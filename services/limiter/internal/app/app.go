@@ -72,8 +72,19 @@ type Config struct {
 	// limit/replicas per key on each, rounded down. With it on (the
 	// default), it is KURZ_LIMITER_MAX_REPLICAS's default.
 	Replicas int `env:"LIMITER_REPLICAS" default:"1"`
+	// RedisKeyPrefix goes before every Redis key the limiter uses (the
+	// rules' counters, tenants' too, the leases' and the fleet's
+	// heartbeats): <prefix>rl:{...}, outside the hash tag, so keys stay on
+	// their slots. Limiters sharing a Redis Cluster (the stack's and an
+	// Envoy-only one, two installs, staging and prod) then count apart even
+	// on domains of the same name, as envoyproxy/ratelimit's
+	// CACHE_KEY_PREFIX does. Empty: the keys as they always were. Changing
+	// it starts every counter afresh (the old keys expire unread). At most
+	// 64 printable ASCII characters, no whitespace, no { or }.
+	RedisKeyPrefix string `env:"LIMITER_REDIS_KEY_PREFIX" default:""`
 	// Fleet names the limiter replicas that share the rules: each one
-	// heartbeats into the Redis key rl:fleet:{<name>} and the local
+	// heartbeats into the Redis key rl:fleet:{<name>} (after
+	// KURZ_LIMITER_REDIS_KEY_PREFIX) and the local
 	// fallback and lease shares divide by the live count. 1 to 64
 	// characters of A-Z a-z 0-9 . _ -.
 	Fleet string `env:"LIMITER_FLEET" default:"default"`
@@ -170,6 +181,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxReplicas != 0 && c.MaxReplicas < c.Replicas {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_MAX_REPLICAS=%d: below KURZ_LIMITER_REPLICAS=%d (0 means the same)", c.MaxReplicas, c.Replicas))
+	}
+	if err := ratelimit.ValidKeyPrefix(c.RedisKeyPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_REDIS_KEY_PREFIX: %w", err))
 	}
 	if err := ratelimit.ValidFleetName(c.Fleet); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_FLEET: %w", err))
@@ -354,7 +368,7 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 	if cfg.FleetHeartbeat > 0 {
 		var err error
 		fleet, err = ratelimit.NewFleet(st.rdb, ratelimit.FleetOptions{
-			Name: cfg.Fleet, Heartbeat: cfg.FleetHeartbeat, MaxReplicas: cmp.Or(cfg.MaxReplicas, cfg.Replicas),
+			Name: cfg.Fleet, KeyPrefix: cfg.RedisKeyPrefix, Heartbeat: cfg.FleetHeartbeat, MaxReplicas: cmp.Or(cfg.MaxReplicas, cfg.Replicas),
 		}, log, srv.Telemetry.MeterProvider)
 		if err != nil {
 			return nil, err
@@ -368,6 +382,7 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 		BreakerMaxCooldown: cfg.BreakerMaxCooldown,
 		AllowLogEvery:      int64(cfg.AllowLogEvery),
 		AutoPipeline:       cfg.AutoPipeline,
+		KeyPrefix:          cfg.RedisKeyPrefix,
 	}, log, srv.Telemetry.MeterProvider)
 	if err != nil {
 		return nil, err

@@ -115,6 +115,23 @@ func TestFleetSettingsAreChecked(t *testing.T) {
 	}
 }
 
+// A key prefix that would move keys to other slots (a brace), or that a
+// shell or a YAML file would mangle (whitespace), is refused by name; one
+// without is taken.
+func TestRedisKeyPrefixIsChecked(t *testing.T) {
+	for _, bad := range []string{"{envoy}:", "envoy }", "two words", "tab\t", strings.Repeat("p", 65)} {
+		err := load(t, map[string]string{"KURZ_LIMITER_REDIS_KEY_PREFIX": bad}).validate()
+		if err == nil || !strings.Contains(err.Error(), "KURZ_LIMITER_REDIS_KEY_PREFIX") {
+			t.Errorf("prefix %q: got %v, want an error naming KURZ_LIMITER_REDIS_KEY_PREFIX", bad, err)
+		}
+	}
+	for _, ok := range []string{"", "envoy:", "staging/kurz."} {
+		if err := load(t, map[string]string{"KURZ_LIMITER_REDIS_KEY_PREFIX": ok}).validate(); err != nil {
+			t.Errorf("prefix %q: %v, want none", ok, err)
+		}
+	}
+}
+
 // A breaker threshold of 0 and a negative log sampling are refused by
 // name, not replaced by a default without a word.
 func TestThresholdAndLogSamplingAreChecked(t *testing.T) {

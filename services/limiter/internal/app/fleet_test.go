@@ -97,8 +97,8 @@ func TestLimiterProcessesCountTheFleet(t *testing.T) {
 	}
 	// At most a second since its last heartbeat: its entry would live two
 	// more, had it not left.
-	if n, err := clusterClient(t).ZCard(context.Background(), ratelimit.FleetKey(fleet)).Result(); err != nil || n != 2 {
-		t.Errorf("right after a limiter shut down: %d replicas in %s (err %v), want 2", n, ratelimit.FleetKey(fleet), err)
+	if n, err := clusterClient(t).ZCard(context.Background(), ratelimit.FleetKey("", fleet)).Result(); err != nil || n != 2 {
+		t.Errorf("right after a limiter shut down: %d replicas in %s (err %v), want 2", n, ratelimit.FleetKey("", fleet), err)
 	}
 	await("one shut down", 2, first[0], more[1])
 

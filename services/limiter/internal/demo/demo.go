@@ -47,8 +47,9 @@ type RaceResult struct {
 
 // Race runs 500 concurrent requests of one user against a limit of 100 three
 // ways. user must be fresh. The Lua token bucket is the limiter service's
-// domain "demo.race" (burst 100, 10 tokens/s), called over gRPC.
-func Race(ctx context.Context, rdb *redis.ClusterClient, rl ratelimitv1.RateLimitServiceClient, user string) (RaceResult, error) {
+// domain "demo.race" (burst 100, 10 tokens/s), called over gRPC; its state
+// is read back under keyPrefix, the limiter's KURZ_LIMITER_REDIS_KEY_PREFIX.
+func Race(ctx context.Context, rdb *redis.ClusterClient, rl ratelimitv1.RateLimitServiceClient, user, keyPrefix string) (RaceResult, error) {
 	var r RaceResult
 	var firstErr atomic.Pointer[error]
 	fail := func(err error) {
@@ -108,7 +109,7 @@ func Race(ctx context.Context, rdb *redis.ClusterClient, rl ratelimitv1.RateLimi
 	r.AfterTook = time.Since(start)
 	r.NotRedis = int(notRedis.Load())
 
-	key := "rl:{demo.race:token_bucket:" + user + "}"
+	key := keyPrefix + "rl:{demo.race:token_bucket:" + user + "}"
 	var err error
 	if r.State, err = rdb.HGetAll(ctx, key).Result(); err != nil {
 		fail(err)

@@ -50,7 +50,7 @@ func TestDemoReproducesTheNotes(t *testing.T) {
 	defer rdb.Close()
 	user := "demo-test-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 
-	race, err := Race(context.Background(), rdb, ratelimitv1.NewRateLimitServiceClient(r.Conn), user)
+	race, err := Race(context.Background(), rdb, ratelimitv1.NewRateLimitServiceClient(r.Conn), user, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -71,6 +72,11 @@ type Options struct {
 	// node (pipe.go), instead of one round trip each. A decision still waits
 	// for its batch only until Timeout.
 	AutoPipeline bool
+	// KeyPrefix goes before every Redis key the engine's rules use, outside
+	// the hash tag (<prefix>rl:{...}), so that limiters sharing a Redis
+	// Cluster count apart even on domains of the same name; empty: the
+	// keys as they always were. ValidKeyPrefix says what it may hold.
+	KeyPrefix string
 }
 
 // Engine evaluates requests against the current Ruleset.
@@ -153,6 +159,9 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 	if opts.Timeout <= 0 {
 		return nil, errors.New("ratelimit: timeout must be positive")
 	}
+	if err := ValidKeyPrefix(opts.KeyPrefix); err != nil {
+		return nil, fmt.Errorf("ratelimit: %w", err)
+	}
 	if opts.BreakerThreshold <= 0 {
 		opts.BreakerThreshold = 3
 	}
@@ -208,7 +217,7 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 		e.pipes = newPipes(o.Password, o.TLSConfig, o.DialTimeout, max(o.ReadTimeout, o.WriteTimeout, opts.Timeout))
 	}
 	e.slotsStale = make(chan struct{}, 1)
-	e.rules.Store(rules)
+	e.SetRules(rules)
 	if _, err := e.slots.refresh(context.Background(), rdb, time.Second); err != nil {
 		log.Warn("cluster slot map not loaded yet; one breaker covers the cluster until it is", "err", err)
 	}
@@ -264,8 +273,9 @@ func (e *Engine) newReqID() string {
 	return e.reqPfx + strconv.FormatUint(e.reqSeq.Add(1), 36)
 }
 
-// SetRules replaces the rules; requests in flight finish with the old ones.
-func (e *Engine) SetRules(rs *Ruleset) { e.rules.Store(rs) }
+// SetRules replaces the rules, keyed under the engine's key prefix;
+// requests in flight finish with the old ones.
+func (e *Engine) SetRules(rs *Ruleset) { e.rules.Store(rs.withKeyPrefix(e.opts.KeyPrefix)) }
 
 // Rules returns the current rules.
 func (e *Engine) Rules() *Ruleset { return e.rules.Load() }

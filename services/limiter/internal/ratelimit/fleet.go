@@ -57,8 +57,12 @@ type Fleet struct {
 // FleetOptions configure a live fleet.
 type FleetOptions struct {
 	// Name tells fleets apart on one Redis: the fleet's key is
-	// rl:fleet:{Name}. 1 to 64 characters of [A-Za-z0-9._-].
+	// <KeyPrefix>rl:fleet:{Name}. 1 to 64 characters of [A-Za-z0-9._-].
 	Name string
+	// KeyPrefix goes before the fleet's key, as Options.KeyPrefix before
+	// the rules' (ValidKeyPrefix): the limiters of one prefix count
+	// themselves apart from another's even under the same fleet name.
+	KeyPrefix string
 	// ID names this replica in the fleet; empty means the host name and a
 	// random suffix, so a restarted replica is a new member.
 	ID string
@@ -89,8 +93,9 @@ func ValidFleetName(name string) error {
 	return nil
 }
 
-// FleetKey is the Redis key of the fleet called name.
-func FleetKey(name string) string { return "rl:fleet:{" + name + "}" }
+// FleetKey is the Redis key of the fleet called name, under the key prefix
+// prefix ("" for none).
+func FleetKey(prefix, name string) string { return prefix + "rl:fleet:{" + name + "}" }
 
 // NewFleet returns a live fleet heartbeating on rdb once Run runs; until a
 // count is read its size is opts.MaxReplicas. Its size is exported as the
@@ -98,6 +103,9 @@ func FleetKey(name string) string { return "rl:fleet:{" + name + "}" }
 func NewFleet(rdb redis.Scripter, opts FleetOptions, log *slog.Logger, mp metric.MeterProvider) (*Fleet, error) {
 	if err := ValidFleetName(opts.Name); err != nil {
 		return nil, err
+	}
+	if err := ValidKeyPrefix(opts.KeyPrefix); err != nil {
+		return nil, fmt.Errorf("ratelimit: fleet: %w", err)
 	}
 	if opts.Heartbeat <= 0 {
 		return nil, errors.New("ratelimit: fleet heartbeat must be positive")
@@ -108,7 +116,7 @@ func NewFleet(rdb redis.Scripter, opts FleetOptions, log *slog.Logger, mp metric
 	if opts.ID == "" {
 		opts.ID = replicaID()
 	}
-	key := FleetKey(opts.Name)
+	key := FleetKey(opts.KeyPrefix, opts.Name)
 	ttl := (fleetEntryBeats * opts.Heartbeat).Milliseconds()
 	beat := func(ctx context.Context, leave bool) (int64, error) {
 		op := "beat"

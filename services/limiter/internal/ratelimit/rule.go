@@ -232,21 +232,22 @@ func CompareMatches(a, b map[string]string) int {
 	return ra.specificityIn(a).compare(rb.specificityIn(b))
 }
 
-// stateKey is the Redis key of the rule's state for this request:
-// rl:{t:<tenant>}:<domain>:<rule>:<values> when sharded by tenant, else
-// rl:{<domain>:<rule>:<values>}.
+// stateKey is the Redis key of the rule's state for this request, without a
+// key prefix: rl:{t:<tenant>}:<domain>:<rule>:<values> when sharded by
+// tenant, else rl:{<domain>:<rule>:<values>}.
 func (r *Rule) stateKey(desc map[string]string) string {
-	key, _ := r.keyAndTag(desc)
+	key, _ := r.keyAndTag(desc, "")
 	return key
 }
 
-// keyAndTag returns the rule's state key for this request and its hash
-// tag, the part between the braces (the tenant for rules sharded by
-// tenant, else the rule's whole key): one string, built once per decision,
-// the tag a slice of it.
-func (r *Rule) keyAndTag(desc map[string]string) (key, tag string) {
+// keyAndTag returns the rule's state key for this request, prefix first,
+// and its hash tag, the part between the braces (the tenant for rules
+// sharded by tenant, else the rule's key but the prefix): one string, built
+// once per decision, the tag a slice of it. The prefix is outside the
+// braces, so it leaves the key's slot as it is.
+func (r *Rule) keyAndTag(desc map[string]string, prefix string) (key, tag string) {
 	var b strings.Builder
-	n := len("rl:{}:") + len(r.Domain) + len(r.Name)
+	n := len(prefix) + len("rl:{}:") + len(r.Domain) + len(r.Name)
 	for _, k := range r.Key {
 		n += 1 + len(desc[k])
 	}
@@ -256,6 +257,7 @@ func (r *Rule) keyAndTag(desc map[string]string) (key, tag string) {
 		n += len("t:}:") + len(tenant)
 	}
 	b.Grow(n)
+	b.WriteString(prefix)
 	b.WriteString("rl:{")
 	if r.ShardByTenant {
 		b.WriteString("t:")
@@ -277,10 +279,32 @@ func (r *Rule) keyAndTag(desc map[string]string) (key, tag string) {
 		b.WriteByte('}')
 	}
 	key = b.String()
+	open := len(prefix) + len("rl:{")
 	if r.ShardByTenant {
-		return key, key[len("rl:{") : len("rl:{t:")+len(tenant)]
+		return key, key[open : open+len("t:")+len(tenant)]
 	}
-	return key, key[len("rl:{") : len(key)-1]
+	return key, key[open : len(key)-1]
+}
+
+// MaxKeyPrefixLen bounds a key prefix: it is in every key, so every
+// decision sends it and Redis stores it once per counter.
+const MaxKeyPrefixLen = 64
+
+// ValidKeyPrefix reports whether prefix can go before every Redis key of the
+// limiter: empty (the keys as they always were), or up to MaxKeyPrefixLen
+// printable ASCII characters other than a brace (a '{' or '}' would change
+// the key's hash tag, Redis Cluster placing it on another slot than its
+// rule's others) and whitespace.
+func ValidKeyPrefix(prefix string) error {
+	if len(prefix) > MaxKeyPrefixLen {
+		return fmt.Errorf("key prefix of %d bytes: want at most %d", len(prefix), MaxKeyPrefixLen)
+	}
+	for i := range len(prefix) {
+		if c := prefix[i]; c <= ' ' || c > '~' || c == '{' || c == '}' {
+			return fmt.Errorf("key prefix %q: want printable ASCII without whitespace or braces (a { or } would change the keys' hash tags), such as envoy:", prefix)
+		}
+	}
+	return nil
 }
 
 // keyValue is descriptor k's part of the rule's key: its value escaped,

@@ -30,22 +30,89 @@ func TestEscapeValueKeepsKeysApartAndTagsOurs(t *testing.T) {
 func TestStateKeysAndHashTags(t *testing.T) {
 	r := &Rule{Domain: "api", Name: "per-key", Key: []string{"tenant", "api_key"}}
 	desc := map[string]string{"tenant": "ac{me", "api_key": "k:{1}"}
-	check := func(shard, wantKey, wantTag string) {
+	check := func(shard, prefix, wantKey, wantTag string) {
 		t.Helper()
-		key, tag := r.keyAndTag(desc)
+		key, tag := r.keyAndTag(desc, prefix)
 		if key != wantKey || tag != wantTag {
-			t.Errorf("%s: got key %q, tag %q; want %q, %q", shard, key, tag, wantKey, wantTag)
+			t.Errorf("%s, prefix %q: got key %q, tag %q; want %q, %q", shard, prefix, key, tag, wantKey, wantTag)
 		}
-		if got := r.stateKey(desc); got != key {
+		if got := r.stateKey(desc); prefix == "" && got != key {
 			t.Errorf("%s: stateKey %q, keyAndTag %q", shard, got, key)
 		}
 		if got := keySlot(key); got != keySlot("{"+tag+"}") {
-			t.Errorf("%s: key in slot %d, its tag in %d", shard, got, keySlot("{"+tag+"}"))
+			t.Errorf("%s, prefix %q: key in slot %d, its tag in %d", shard, prefix, got, keySlot("{"+tag+"}"))
 		}
 	}
-	check("own-key shard", "rl:{api:per-key:ac%7Bme:k%3A%7B1%7D}", "api:per-key:ac%7Bme:k%3A%7B1%7D")
+	check("own-key shard", "", "rl:{api:per-key:ac%7Bme:k%3A%7B1%7D}", "api:per-key:ac%7Bme:k%3A%7B1%7D")
+	// A prefix goes before the braces: the tag, so the slot, is the same.
+	check("own-key shard", "envoy:", "envoy:rl:{api:per-key:ac%7Bme:k%3A%7B1%7D}", "api:per-key:ac%7Bme:k%3A%7B1%7D")
 	r.ShardByTenant = true
-	check("tenant shard", "rl:{t:ac%7Bme}:api:per-key:ac%7Bme:k%3A%7B1%7D", "t:ac%7Bme")
+	check("tenant shard", "", "rl:{t:ac%7Bme}:api:per-key:ac%7Bme:k%3A%7B1%7D", "t:ac%7Bme")
+	check("tenant shard", "staging/", "staging/rl:{t:ac%7Bme}:api:per-key:ac%7Bme:k%3A%7B1%7D", "t:ac%7Bme")
+}
+
+// Building a key with no prefix allocates the key alone, as before there
+// was a prefix, and with one it still allocates only the key.
+func TestStateKeyAllocatesOnlyTheKey(t *testing.T) {
+	r := &Rule{Domain: "api", Name: "per-key", Key: []string{"tenant", "api_key"}}
+	desc := map[string]string{"tenant": "acme", "api_key": "k1"}
+	for _, prefix := range []string{"", "envoy:"} {
+		if n := testing.AllocsPerRun(100, func() { r.keyAndTag(desc, prefix) }); n != 1 {
+			t.Errorf("prefix %q: %v allocations per key, want 1", prefix, n)
+		}
+	}
+}
+
+func TestValidKeyPrefix(t *testing.T) {
+	for _, ok := range []string{"", "envoy:", "staging/kurz.", strings.Repeat("p", MaxKeyPrefixLen)} {
+		if err := ValidKeyPrefix(ok); err != nil {
+			t.Errorf("ValidKeyPrefix(%q): %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"{envoy}:", "a}", "a{", "two words:", "tab\t", "nl\n", "nul\x00", "del\x7f", "é:", strings.Repeat("p", MaxKeyPrefixLen+1)} {
+		if err := ValidKeyPrefix(bad); err == nil {
+			t.Errorf("ValidKeyPrefix(%q): nil, want an error", bad)
+		}
+	}
+	if err := ValidKeyPrefix("{x}"); err == nil || !strings.Contains(err.Error(), "braces") {
+		t.Errorf("ValidKeyPrefix of a brace: %v, want an error naming the braces", err)
+	}
+}
+
+// The engine's prefix is on every key its rules build, plain and sharded by
+// tenant, and the ruleset it was given keeps its own keys.
+func TestRulesetKeyPrefixIsOnEveryKey(t *testing.T) {
+	rs := compile(t, `
+domains:
+  api:
+    rules:
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 10, window: 1m, failure_mode: open}
+      - {name: per-tenant, key: [tenant, user], shard: tenant, algorithm: fixed_window, limit: 10, window: 1m, failure_mode: open}
+`)
+	desc := map[string]string{"user": "u", "tenant": "acme"}
+	_, plain := rs.Match("api", desc)
+	_, prefixed := rs.withKeyPrefix("envoy:").Match("api", desc)
+	if len(plain) != 2 || len(prefixed) != 2 {
+		t.Fatalf("%d and %d rules applied, want 2 and 2", len(plain), len(prefixed))
+	}
+	for i := range plain {
+		if want := "envoy:" + plain[i].Key; prefixed[i].Key != want || prefixed[i].tag != plain[i].tag {
+			t.Errorf("rule %s: key %q, tag %q; want %q, tag %q", plain[i].Rule.Name, prefixed[i].Key, prefixed[i].tag, want, plain[i].tag)
+		}
+		if !strings.HasPrefix(plain[i].Key, "rl:{") {
+			t.Errorf("rule %s without a prefix: key %q, want rl:{...}", plain[i].Rule.Name, plain[i].Key)
+		}
+	}
+	if got := rs.withKeyPrefix(""); got != rs {
+		t.Errorf("withKeyPrefix of the prefix it has copied the ruleset")
+	}
+}
+
+func TestNewEngineRefusesABadKeyPrefix(t *testing.T) {
+	_, err := NewEngine(nil, compile(t, "domains: {}\n"), Options{Timeout: time.Second, KeyPrefix: "{envoy}"}, quiet, nil)
+	if err == nil || !strings.Contains(err.Error(), "key prefix") {
+		t.Errorf("NewEngine with KeyPrefix {envoy}: %v, want an error naming the key prefix", err)
+	}
 }
 
 func TestCompileReportsEveryProblem(t *testing.T) {

@@ -140,6 +140,9 @@ type Ruleset struct {
 	domains map[string]*domainRules
 	plans   map[string]map[string]override
 	tenants *TenantPlans
+	// keyPrefix goes before every state key (Options.KeyPrefix): the
+	// engine sets it on the rules it is given.
+	keyPrefix string
 }
 
 type domainRules struct {
@@ -371,7 +374,7 @@ func (rs *Ruleset) apply(r *Rule, plan string, desc map[string]string) Applied {
 	if o, ok := rs.plans[plan][r.ID()]; ok && plan != "" {
 		a.Rule, a.Plan = o.apply(r), plan
 	}
-	a.Key, a.tag = a.Rule.keyAndTag(desc)
+	a.Key, a.tag = a.Rule.keyAndTag(desc, rs.keyPrefix)
 	return a
 }
 
@@ -394,6 +397,17 @@ func (rs *Ruleset) Tenants() *TenantPlans { return rs.tenants }
 func (rs *Ruleset) WithTenants(tenants *TenantPlans) *Ruleset {
 	c := *rs
 	c.tenants = tenants
+	return &c
+}
+
+// withKeyPrefix returns rs with its state keys prefixed by prefix: rs
+// itself when they already are, else a copy.
+func (rs *Ruleset) withKeyPrefix(prefix string) *Ruleset {
+	if rs.keyPrefix == prefix {
+		return rs
+	}
+	c := *rs
+	c.keyPrefix = prefix
 	return &c
 }
 
