@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -28,7 +29,9 @@ import (
 // the name of its Deployment, Services and pods (app.kubernetes.io/name).
 const (
 	envoyComponent = "components/envoy-ratelimit"
-	envoyLimiter   = "limiter-envoy"
+	// envoyAutoscaling adds limiter-envoy's HPA, listed after it.
+	envoyAutoscaling = "components/envoy-ratelimit-autoscaling"
+	envoyLimiter     = "limiter-envoy"
 	// ratelimitClientLabel marks the pods (Envoy) that may call it.
 	ratelimitClientLabel = "kurz.dev/ratelimit-client"
 )
@@ -41,7 +44,14 @@ var envoyOverlays = []string{"overlays/dev", "overlays/prod"}
 // test binary.
 func renderWithComponent(t *testing.T, dir, component string) rendering {
 	t.Helper()
-	key := dir + " + " + component
+	return renderWithComponents(t, dir, component)
+}
+
+// renderWithComponents is renderWithComponent with several components, in
+// their order.
+func renderWithComponents(t *testing.T, dir string, components ...string) rendering {
+	t.Helper()
+	key := dir + " + " + strings.Join(components, " + ")
 	v, _ := renders.LoadOrStore(key, &renderResult{})
 	res := v.(*renderResult)
 	res.once.Do(func() {
@@ -51,14 +61,18 @@ func renderWithComponent(t *testing.T, dir, component string) rendering {
 			return
 		}
 		if regexp.MustCompile(`(?m)^components:`).Match(kust) {
-			res.err = fmt.Errorf("%s/kustomization.yaml has a components list already: add %s to it here", dir, component)
+			res.err = fmt.Errorf("%s/kustomization.yaml has a components list already: add %v to it here", dir, components)
 			return
 		}
 		files := maps.Clone(operatorFiles[dir])
 		if files == nil {
 			files = map[string]string{}
 		}
-		files["kustomization.yaml"] = string(kust) + "components:\n  - ../../" + component + "\n"
+		list := "components:\n"
+		for _, c := range components {
+			list += "  - ../../" + c + "\n"
+		}
+		files["kustomization.yaml"] = string(kust) + list
 		out, err := kustomize(dir, files)
 		if err != nil {
 			res.err = err
@@ -410,6 +424,69 @@ func TestEnvoyRateLimitSampleRulesAreAccepted(t *testing.T) {
 	for name, d := range translated.Domains {
 		if len(d.Rules) == 0 {
 			t.Errorf("domain %s of limiter-envoy-rules limits nothing", name)
+		}
+	}
+}
+
+// components/envoy-ratelimit-autoscaling, after the component on prod,
+// gives limiter-envoy an HPA as the stack limiter's: at least two
+// replicas and room above, a metric, the Deployment's replicas left to it
+// (a fixed count would reset it on every apply), and the limiter told the
+// most replicas there may be (KURZ_LIMITER_MAX_REPLICAS at least the HPA's
+// maximum, which its local fallback divides by before it has counted its
+// fleet). The result passes prod's checks, the stack is unchanged, and the
+// component alone keeps its fixed replicas (dev's one stays one: an HPA
+// would raise it to its minimum).
+func TestEnvoyRateLimitAutoscalingComponent(t *testing.T) {
+	t.Parallel()
+	r := renderWithComponents(t, "overlays/prod", envoyComponent, envoyAutoscaling)
+	if err := kubeconform(t, r.Raw); err != nil {
+		t.Error(err)
+	}
+	for _, p := range append(workloadPolicyProblems(r), servicePortProblems(r)...) {
+		t.Error(p)
+	}
+	d := byName[appsv1.Deployment](r)[envoyLimiter]
+	if d == nil {
+		t.Fatalf("no Deployment %s", envoyLimiter)
+	}
+	if d.Spec.Replicas != nil {
+		t.Errorf("Deployment %s sets replicas %d although its HPA owns them", envoyLimiter, *d.Spec.Replicas)
+	}
+	var hpa *autoscalingv2.HorizontalPodAutoscaler
+	for _, h := range typed[autoscalingv2.HorizontalPodAutoscaler](r) {
+		if ref := h.Spec.ScaleTargetRef; ref.Kind == "Deployment" && ref.Name == envoyLimiter {
+			hpa = h
+		}
+	}
+	if hpa == nil {
+		t.Fatalf("no HPA targets Deployment %s", envoyLimiter)
+	}
+	min := int32(1)
+	if hpa.Spec.MinReplicas != nil {
+		min = *hpa.Spec.MinReplicas
+	}
+	if min < 2 || hpa.Spec.MaxReplicas <= min || len(hpa.Spec.Metrics) == 0 {
+		t.Errorf("HPA %s: min %d max %d metrics %d, want min >= 2, max > min, a metric", hpa.Name, min, hpa.Spec.MaxReplicas, len(hpa.Spec.Metrics))
+	}
+	cm := byName[corev1.ConfigMap](r)["limiter-envoy-config"]
+	if cm == nil {
+		t.Fatal("no ConfigMap limiter-envoy-config")
+	}
+	if n, err := strconv.Atoi(cm.Data["KURZ_LIMITER_MAX_REPLICAS"]); err != nil || n < int(hpa.Spec.MaxReplicas) {
+		t.Errorf("limiter-envoy-config: KURZ_LIMITER_MAX_REPLICAS %q, want at least the HPA's maxReplicas %d", cm.Data["KURZ_LIMITER_MAX_REPLICAS"], hpa.Spec.MaxReplicas)
+	}
+	plain, with := documents(t, render(t, "overlays/prod").Raw), documents(t, r.Raw)
+	for key, doc := range plain {
+		if !bytes.Equal(with[key], doc) {
+			t.Errorf("the autoscaling component changes the stack's %s", key)
+		}
+	}
+	for _, dir := range envoyOverlays {
+		for _, h := range typed[autoscalingv2.HorizontalPodAutoscaler](renderWithComponent(t, dir, envoyComponent)) {
+			if h.Spec.ScaleTargetRef.Name == envoyLimiter {
+				t.Errorf("%s with %s alone renders HPA %s: dev's one replica would become its minimum", dir, envoyComponent, h.Name)
+			}
 		}
 	}
 }

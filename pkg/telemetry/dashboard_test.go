@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,6 +34,7 @@ var knownMetrics = map[string]bool{
 	"rpc_client_call_duration_seconds":                true,
 	"http_server_request_duration_seconds":            true,
 	"kurz_ratelimit_breakers_open":                    true,
+	"kurz_ratelimit_fleet_replicas":                   true,
 	"kurz_ratelimit_rules_refreshes_total":            true,
 	"kurz_quota_calls_total":                          true,
 	"kurz_shortener_links_created_total":              true,
@@ -208,5 +210,77 @@ func TestDashboardShowsWhatTheAlertsWatch(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("alerts.rules.yaml has no rules")
+	}
+}
+
+// limiterMetric is a family every limiter exports, the stack's and
+// limiter-envoy (deploy/k8s/components/envoy-ratelimit) alike, and
+// limiterAggregation an aggregation of it.
+var (
+	limiterMetric      = regexp.MustCompile(`\b(?:kurz_ratelimit_[a-z0-9_]+|rpc_server_call_duration_seconds_bucket)(\{[^}]*\})?`)
+	limiterMethod      = regexp.MustCompile(`CheckQuota|ShouldRateLimit`)
+	limiterAggregation = regexp.MustCompile(`\b(?:sum|max|min|avg|count)\s*(?:by\s*\(([^)]*)\)\s*)?\(`)
+)
+
+// TestDashboardShowsEachLimiter: the limiter panels draw each limiter on
+// its own, as the alerts judge each (by service). A panel that summed
+// them would let the stack limiter's traffic hide limiter-envoy's
+// failures; one that picked service="limiter" would not show it at all.
+// Every query of a limiter metric selects the dashboard's variable
+// $limiter (label_values of service) and keeps service in its grouping,
+// and the server latency panel draws Envoy's ShouldRateLimit too.
+func TestDashboardShowsEachLimiter(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/grafana/kurz.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vars struct {
+		Templating struct {
+			List []struct {
+				Name, Type, Definition string
+				IncludeAll             bool `json:"includeAll"`
+				Multi                  bool `json:"multi"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(raw, &vars); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, v := range vars.Templating.List {
+		if v.Name == "limiter" {
+			found = true
+			if v.Type != "query" || !strings.HasSuffix(strings.ReplaceAll(v.Definition, " ", ""), ",service)") || !v.IncludeAll || !v.Multi {
+				t.Errorf("variable limiter: type %q, definition %q, includeAll %v, multi %v; want a query of label_values(..., service), multi, with All", v.Type, v.Definition, v.IncludeAll, v.Multi)
+			}
+		}
+	}
+	if !found {
+		t.Error("kurz.json has no template variable limiter")
+	}
+	shouldRateLimit := false
+	for _, p := range loadDashboard(t).Panels {
+		for _, tg := range p.Targets {
+			ms := limiterMetric.FindAllStringSubmatch(tg.Expr, -1)
+			if len(ms) == 0 || strings.Contains(tg.Expr, "rpc_server_call_duration_seconds") && !limiterMethod.MatchString(tg.Expr) {
+				continue // not a limiter query (the shortener's latency)
+			}
+			if strings.Contains(tg.Expr, "ShouldRateLimit") {
+				shouldRateLimit = true
+			}
+			for _, m := range ms {
+				if !strings.Contains(m[1], `service=~"$limiter"`) {
+					t.Errorf("panel %q: %s does not select service=~\"$limiter\"", p.Title, m[0])
+				}
+			}
+			for _, a := range limiterAggregation.FindAllStringSubmatch(tg.Expr, -1) {
+				if !slices.Contains(strings.Fields(strings.ReplaceAll(a[1], ",", " ")), "service") {
+					t.Errorf("panel %q: %s aggregates over the limiters (no service in its by)", p.Title, tg.Expr)
+				}
+			}
+		}
+	}
+	if !shouldRateLimit {
+		t.Error("no limiter panel draws ShouldRateLimit, limiter-envoy's calls")
 	}
 }
