@@ -387,7 +387,7 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 	if err != nil {
 		return nil, err
 	}
-	refresher, err := newRefresher(cfg, st.source, engine, srv, log)
+	refresher, err := newRefresher(cfg, st.source, engine, srv.Telemetry.MeterProvider.Meter("kurz.dev/services/limiter"), log)
 	if err != nil {
 		return nil, err
 	}
@@ -422,18 +422,27 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 }
 
 // newRefresher reloads the rules into engine every RulesRefresh (and when
-// notified), counting the reloads by outcome.
-func newRefresher(cfg Config, source rulestore.Source, engine *ratelimit.Engine, srv *server.Server, log *slog.Logger) (*rulestore.Refresher, error) {
-	refreshes, err := srv.Telemetry.MeterProvider.Meter("kurz.dev/services/limiter").Int64Counter(
+// notified), counting the reloads by outcome and by the rules' source
+// (postgres or file): a refused rules file stays refused until someone
+// edits it, and the alerts page on it (KurzLimiterRulesFileRefused) where
+// a PostgreSQL row that does not compile only warns.
+func newRefresher(cfg Config, source rulestore.Source, engine *ratelimit.Engine, meter metric.Meter, log *slog.Logger) (*rulestore.Refresher, error) {
+	refreshes, err := meter.Int64Counter(
 		"kurz.ratelimit.rules.refreshes", metric.WithUnit("{refresh}"),
-		metric.WithDescription("Rule reloads by outcome; a failed one keeps the last good rules"))
+		metric.WithDescription("Rule reloads by outcome and rules source; a failed one keeps the last good rules"))
 	if err != nil {
 		return nil, err
 	}
+	ok := metric.WithAttributeSet(attribute.NewSet(attribute.Bool("ok", true), attribute.String("source", cfg.RulesSource)))
+	failed := metric.WithAttributeSet(attribute.NewSet(attribute.Bool("ok", false), attribute.String("source", cfg.RulesSource)))
 	return &rulestore.Refresher{
 		Source: source, Interval: cfg.RulesRefresh, Apply: engine.SetRules, Log: log,
 		OnResult: func(err error) {
-			refreshes.Add(context.Background(), 1, metric.WithAttributes(attribute.Bool("ok", err == nil)))
+			if err != nil {
+				refreshes.Add(context.Background(), 1, failed)
+				return
+			}
+			refreshes.Add(context.Background(), 1, ok)
 		},
 	}, nil
 }
