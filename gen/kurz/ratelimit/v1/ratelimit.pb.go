@@ -173,6 +173,10 @@ const (
 	// (the over-limit cache; envoyproxy/ratelimit's local cache does the same).
 	// The answer is Redis's, its retry-after counted down since.
 	DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE DecisionSource = 8
+	// Allowed by a rule with `unlimited: true`, in memory: such a rule keeps
+	// the less specific rules off its descriptors and limits nothing, so no
+	// key is built and Redis is not asked (envoyproxy/ratelimit's unlimited).
+	DecisionSource_DECISION_SOURCE_UNLIMITED DecisionSource = 9
 )
 
 // Enum value maps for DecisionSource.
@@ -187,6 +191,7 @@ var (
 		6: "DECISION_SOURCE_NO_RULE",
 		7: "DECISION_SOURCE_LEASE",
 		8: "DECISION_SOURCE_OVER_LIMIT_CACHE",
+		9: "DECISION_SOURCE_UNLIMITED",
 	}
 	DecisionSource_value = map[string]int32{
 		"DECISION_SOURCE_UNSPECIFIED":      0,
@@ -198,6 +203,7 @@ var (
 		"DECISION_SOURCE_NO_RULE":          6,
 		"DECISION_SOURCE_LEASE":            7,
 		"DECISION_SOURCE_OVER_LIMIT_CACHE": 8,
+		"DECISION_SOURCE_UNLIMITED":        9,
 	}
 )
 
@@ -938,7 +944,7 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x02\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xaa\x02\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xc9\x02\n" +
 	"\x0eDecisionSource\x12\x1f\n" +
 	"\x1bDECISION_SOURCE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DECISION_SOURCE_REDIS\x10\x01\x12\"\n" +
@@ -948,7 +954,8 @@ const file_kurz_ratelimit_v1_ratelimit_proto_rawDesc = "" +
 	"\x16DECISION_SOURCE_SHADOW\x10\x05\x12\x1b\n" +
 	"\x17DECISION_SOURCE_NO_RULE\x10\x06\x12\x19\n" +
 	"\x15DECISION_SOURCE_LEASE\x10\a\x12$\n" +
-	" DECISION_SOURCE_OVER_LIMIT_CACHE\x10\b2\xac\x02\n" +
+	" DECISION_SOURCE_OVER_LIMIT_CACHE\x10\b\x12\x1d\n" +
+	"\x19DECISION_SOURCE_UNLIMITED\x10\t2\xac\x02\n" +
 	"\x10RateLimitService\x12Y\n" +
 	"\n" +
 	"CheckQuota\x12$.kurz.ratelimit.v1.CheckQuotaRequest\x1a%.kurz.ratelimit.v1.CheckQuotaResponse\x12\\\n" +

@@ -60,10 +60,10 @@ func (c windowConn) Invoke(ctx context.Context, method string, args, reply any, 
 
 // rateLimitFields are the RateLimit-Policy and RateLimit field values of
 // one decision, the deciding rule as the policy (named domain/rule). ok is
-// false when no rule decided (no rule matched, or the limiter did not
-// answer).
+// false when no rule limited (no rule matched, only an unlimited one did,
+// or the limiter did not answer).
 func rateLimitFields(domain string, d quota.Decision, window time.Duration) (policy, state string, ok bool) {
-	if d.Degraded || d.Rule == "" || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE {
+	if d.Degraded || d.Rule == "" || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED {
 		return "", "", false
 	}
 	policy, state = ratelimitfields.Fields(ratelimitfields.Quota{

@@ -194,7 +194,7 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	// retry-after, else its rule with the least headroom.
 	deciding := make([]*ratelimitv1.RuleDecision, n)
 	for i, d := range resp.GetDecisions() {
-		if d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW {
+		if s := d.GetSource(); s == ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW || s == ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED {
 			continue
 		}
 		for _, j := range owners[i] {
@@ -216,10 +216,25 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 			}
 		}
 	}
+	// A descriptor whose rules are unlimited reports what
+	// envoyproxy/ratelimit does for one: OK, no current limit (so no
+	// X-RateLimit headers from it), the most a uint32 holds remaining.
+	for i, d := range resp.GetDecisions() {
+		if d.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED {
+			continue
+		}
+		for _, j := range owners[i] {
+			if deciding[j] == nil {
+				deciding[j] = d
+			}
+		}
+	}
 	for j := range n {
 		st := &statuses[j].st
 		st.Code = rlsv3.RateLimitResponse_OK
-		if d := deciding[j]; d != nil {
+		if d := deciding[j]; d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED {
+			st.LimitRemaining = math.MaxUint32
+		} else if d != nil {
 			if !d.GetAllowed() && d.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
@@ -230,7 +245,9 @@ func (s *EnvoyService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		}
 		out.Statuses[j] = st
 	}
-	if resp.GetDecidingRule() != "" {
+	// An unlimited rule decides only a request no other rule limits: it
+	// has no limit to tell.
+	if resp.GetDecidingRule() != "" && resp.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED {
 		out.ResponseHeadersToAdd = rateLimitHeaders(req.GetDomain(), resp, s.headers, never(resp, owners, costs))
 	}
 	return out, nil

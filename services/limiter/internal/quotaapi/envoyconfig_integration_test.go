@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"kurz.dev/pkg/clientip"
@@ -105,6 +107,75 @@ descriptors:
 		expect(fmt.Sprintf("plan trial (shadow), request %d", i+1), []*entry{{Key: "plan", Value: "trial"}}, ok, 1, 0)
 	}
 	expect("a descriptor no path of the file has", []*entry{{Key: "plan", Value: "pro"}}, ok, 0, 0)
+}
+
+// An unlimited descriptor is decided without Redis: OK, no current
+// limit, 4294967295 remaining (envoyproxy/ratelimit's status), and no key
+// written for it, where the shadow rule it used to be translated into
+// wrote rl:{<domain>:user_free:free} for a second at every request. A
+// descriptor beside it in the request is limited as ever.
+func TestEnvoyUnlimitedDescriptorWritesNoRedisKey(t *testing.T) {
+	domain := fmt.Sprintf("envoyconf-unlimited-%d", time.Now().UnixNano())
+	s := envoyFileService(t, `domain: `+domain+`
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: user
+    value: free
+    rate_limit: {unlimited: true}
+`)
+	type entry = ratelimitcommonv3.RateLimitDescriptor_Entry
+	free := &ratelimitcommonv3.RateLimitDescriptor{Entries: []*entry{{Key: "user", Value: "free"}}}
+	bob := &ratelimitcommonv3.RateLimitDescriptor{Entries: []*entry{{Key: "user", Value: "bob"}}}
+	for i := range 3 {
+		resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{free, bob}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, other := resp.GetStatuses()[0], resp.GetStatuses()[1]
+		if st.GetCode() != rlsv3.RateLimitResponse_OK || st.GetCurrentLimit() != nil || st.GetLimitRemaining() != 1<<32-1 {
+			t.Errorf("request %d, user free: %v; want OK, no current limit, 4294967295 remaining", i+1, st)
+		}
+		// bob's limit of 2 an hour decides the request: the third is over.
+		wantCode := rlsv3.RateLimitResponse_OK
+		if i == 2 {
+			wantCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if resp.GetOverallCode() != wantCode || other.GetCode() != wantCode || other.GetCurrentLimit().GetRequestsPerUnit() != 2 {
+			t.Errorf("request %d: %v, user bob %v; want %v, bob limited at 2 an hour", i+1, resp.GetOverallCode(), other, wantCode)
+		}
+	}
+	var rc redisconn.Config
+	if err := config.Load(&rc); err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := redisconn.New(context.Background(), rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	ctx := context.Background()
+	if n, err := rdb.Exists(ctx, "rl:{"+domain+":user_free:free}").Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS the shadow rule's old key: %d, %v; want 0", n, err)
+	}
+	// Nothing else of the domain but bob's counter either.
+	var mu sync.Mutex
+	var keys []string
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, "rl:{"+domain+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "rl:{" + domain + ":user:bob}"; len(keys) != 1 || keys[0] != want {
+		t.Errorf("the domain's keys: %v; want %s alone", keys, want)
+	}
 }
 
 // envoyFileService serves ShouldRateLimit on the stack's Redis Cluster with

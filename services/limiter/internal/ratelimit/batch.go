@@ -152,9 +152,13 @@ func (e *Engine) CheckMany(ctx context.Context, reqs []Request) []*ratelimitv1.C
 }
 
 // batchable tells whether a request of rules at cost may join a batch: no
-// rule decided from leases, and no sliding log writing more than one member.
+// rule decided from leases or in memory (unlimited), and no sliding log
+// writing more than one member.
 func batchable(rules []Applied, cost int64) bool {
 	for _, a := range rules {
+		if a.Rule.Unlimited {
+			return false
+		}
 		if a.Rule.Lease.Size > 0 && !a.Rule.Shadow {
 			return false
 		}

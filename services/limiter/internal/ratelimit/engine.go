@@ -326,12 +326,18 @@ func (e *Engine) CheckEach(ctx context.Context, domain string, descs []map[strin
 	for j, d := range descs {
 		matched := rs.MatchEnvoy(domain, d)
 		for _, a := range matched {
-			if i, dup := at[a.Key]; dup {
+			key := a.Key
+			if a.Rule.Unlimited {
+				// No state key: one decision per rule, which no state
+				// key ("rl:{...") can be.
+				key = a.Rule.ID()
+			}
+			if i, dup := at[key]; dup {
 				rules[i].weight += costs[j]
 				owners[i] = append(owners[i], j)
 				continue
 			}
-			at[a.Key] = len(rules)
+			at[key] = len(rules)
 			a.weight = costs[j]
 			rules = append(rules, a)
 			owners = append(owners, []int{j})
@@ -386,6 +392,17 @@ func (e *Engine) CheckAt(ctx context.Context, at time.Time, domain string, desc 
 	return resp
 }
 
+// decideUnlimited decides the request's unlimited rules: allowed, in
+// memory, with no limit and nothing counted (envoyproxy/ratelimit passes
+// an unlimited descriptor no limit, so it never reaches its cache).
+func decideUnlimited(rules []Applied, results []result) {
+	for i, a := range rules {
+		if a.Rule.Unlimited {
+			results[i] = result{allowed: true, source: ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED}
+		}
+	}
+}
+
 // group is the rules of one request that share a hash tag, decided by one
 // script call.
 type group struct {
@@ -430,6 +447,7 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 	}
 	reqID := e.newReqID()
 	results := make([]result, len(rules))
+	decideUnlimited(rules, results)
 	var ls leased
 	if cost > 0 && clock == "" {
 		ls = e.decideLeased(ctx, rules, results, cost)
@@ -464,7 +482,7 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 	)
 	results := resBuf[:0]
 	for i, a := range rules {
-		if a.Rule.Shadow {
+		if a.Rule.Shadow || a.Rule.Unlimited {
 			continue
 		}
 		if d, ok := e.denied.Get(a.Key); ok && a.units(cost) == d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
@@ -506,7 +524,7 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 		// nothing, or their units are given back): report what they hold,
 		// not what they would have held after this request.
 		for i, a := range rules {
-			if d := resp.Decisions[i]; d.GetAllowed() && d.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN {
+			if d := resp.Decisions[i]; d.GetAllowed() && d.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_OPEN && !a.Rule.Unlimited {
 				d.Remaining = min(d.Remaining+a.cost(cost), a.Rule.capacity())
 				if d.GetSource() == ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
 					d.ResetAfter = durationpb.New(unconsumedReset(a.Rule, d.ResetAfter.AsDuration(), d.Remaining, a.cost(cost)))
@@ -569,12 +587,12 @@ const (
 )
 
 // groups groups the rules by hash tag, leaving out those skip marks
-// (decided from leases).
+// (decided from leases) and the unlimited ones (decided in memory).
 func (e *Engine) groups(rules []Applied, clock, mode, reqID string, cost int64, skip []bool) []*group {
 	var byTag map[string]*group // only for requests whose rules span tags
 	var order []*group
 	for i, a := range rules {
-		if skip != nil && skip[i] {
+		if skip != nil && skip[i] || a.Rule.Unlimited {
 			continue
 		}
 		var g *group

@@ -20,6 +20,7 @@ func (e *Engine) Explain(ctx context.Context, domain string, desc map[string]str
 	reqID := e.newReqID()
 	groups := e.groups(rules, "", "peek", reqID, cost, nil)
 	results := make([]result, len(rules))
+	decideUnlimited(rules, results)
 	for _, g := range groups {
 		rctx, cancel := context.WithTimeout(ctx, 10*e.opts.Timeout)
 		vals, err := decideScript.Run(rctx, e.rdb, g.keys, g.args...).Int64Slice()
@@ -44,6 +45,11 @@ func (e *Engine) Explain(ctx context.Context, domain string, desc map[string]str
 	resp := e.respond(domain, rules, results)
 	out.Allowed = resp.Allowed
 	for i, a := range rules {
+		if a.Rule.Unlimited {
+			// No key, no state: decided in memory.
+			out.Rules = append(out.Rules, &ratelimitv1.RuleExplanation{Decision: resp.Decisions[i], KeyDescriptors: a.Rule.Key})
+			continue
+		}
 		state, err := e.rawState(ctx, a)
 		if err != nil {
 			return nil, err

@@ -37,6 +37,8 @@ func sourceName(s ratelimitv1.DecisionSource) string {
 		return "lease"
 	case ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE:
 		return "over_limit_cache"
+	case ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED:
+		return "unlimited"
 	}
 	return "unspecified"
 }

@@ -47,7 +47,8 @@ func (e *Engine) respond(domain string, rules []Applied, results []result) *rate
 		d.Window, d.ResetAfter, d.RetryAfter, d.Delay = &b.window, &b.resetAfter, &b.retryAfter, &b.delay
 		d.Source, d.Capacity = res.source, r.capacity()
 		resp.Decisions[i] = d
-		if r.Shadow {
+		if r.Shadow || r.Unlimited {
+			// Neither limits: an enforced rule beside them decides.
 			continue
 		}
 		if !res.allowed {
@@ -61,7 +62,7 @@ func (e *Engine) respond(domain string, rules []Applied, results []result) *rate
 			deciding = i
 		}
 	}
-	if deciding < 0 { // only shadow rules applied
+	if deciding < 0 { // only shadow or unlimited rules applied
 		deciding = 0
 	}
 	d := resp.Decisions[deciding]

@@ -51,6 +51,12 @@ type Rule struct {
 	// holds the prefix where it would hold the value (envoyproxy/
 	// ratelimit's share_threshold). Off, each value has its own counter.
 	Share bool
+	// Unlimited rules limit nothing: matched like any rule, so their
+	// specificity keeps less specific rules off a descriptor, but decided
+	// in memory, always allowed, with no key and no Redis call
+	// (envoyproxy/ratelimit's unlimited: true). They have no algorithm,
+	// limit, window or failure mode.
+	Unlimited bool
 }
 
 // ID is "domain/name", unique across domains.
@@ -74,6 +80,8 @@ func (r *Rule) Validate() error {
 		return fmt.Errorf("rule %q in domain %s: name: want letters, digits, '.', '_' or '-'", r.Name, r.Domain)
 	case len(r.Key) == 0:
 		return fmt.Errorf("rule %s: key: name at least one descriptor", r.ID())
+	case r.Unlimited:
+		return r.validateUnlimited()
 	case r.Algorithm == ratelimitv1.Algorithm_ALGORITHM_UNSPECIFIED:
 		return fmt.Errorf("rule %s: algorithm: want token_bucket, fixed_window, sliding_window_counter, sliding_log or leaky_bucket", r.ID())
 	case r.Limit <= 0:
@@ -88,26 +96,56 @@ func (r *Rule) Validate() error {
 	if err := r.validateSize(); err != nil {
 		return fmt.Errorf("rule %s: %w", r.ID(), err)
 	}
+	if err := r.validateMatch(); err != nil {
+		return err
+	}
+	if r.ShardByTenant && !containsString(r.Key, "tenant") {
+		return fmt.Errorf("rule %s: shard: tenant needs \"tenant\" among the key descriptors", r.ID())
+	}
+	if r.Share && !slices.ContainsFunc(slices.Collect(maps.Values(r.Match)), isPrefix) {
+		return fmt.Errorf("rule %s: share: counts the values of a prefix together, and no match value ends in '*'", r.ID())
+	}
+	return r.validateLease()
+}
+
+// validateMatch checks the rule's key descriptors and match values.
+func (r *Rule) validateMatch() error {
 	for _, k := range r.Key {
 		if !validName(k) {
 			return fmt.Errorf("rule %s: key descriptor %q: want letters, digits, '.', '_' or '-'", r.ID(), k)
 		}
 	}
-	if r.ShardByTenant && !containsString(r.Key, "tenant") {
-		return fmt.Errorf("rule %s: shard: tenant needs \"tenant\" among the key descriptors", r.ID())
-	}
-	prefixes := false
 	for _, k := range slices.Sorted(maps.Keys(r.Match)) {
 		v := r.Match[k]
 		if i := strings.IndexByte(v, '*'); i >= 0 && i < len(v)-1 {
 			return fmt.Errorf("rule %s: match %s: %q: '*' may only end a value (a prefix, as in \"/api/*\"); kurz has no other wildcard", r.ID(), k, v)
 		}
-		prefixes = prefixes || isPrefix(v)
 	}
-	if r.Share && !prefixes {
-		return fmt.Errorf("rule %s: share: counts the values of a prefix together, and no match value ends in '*'", r.ID())
+	return nil
+}
+
+// validateUnlimited checks an unlimited rule: its key and match, and
+// nothing of a limit, which it would silently ignore (it decides in
+// memory, never on Redis).
+func (r *Rule) validateUnlimited() error {
+	var set []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"algorithm", r.Algorithm != ratelimitv1.Algorithm_ALGORITHM_UNSPECIFIED},
+		{"limit", r.Limit != 0}, {"window", r.Window != 0}, {"burst", r.Burst != 0},
+		{"queue", r.Queue}, {"failure_mode", r.FailureMode != ratelimitv1.FailureMode_FAILURE_MODE_UNSPECIFIED},
+		{"shadow", r.Shadow}, {"shard", r.ShardByTenant}, {"lease", r.Lease != (Lease{})}, {"share", r.Share},
+	} {
+		if f.set {
+			set = append(set, f.name)
+		}
 	}
-	return r.validateLease()
+	if len(set) > 0 {
+		return fmt.Errorf("rule %s: unlimited: limits nothing and never reaches Redis, so %s would mean nothing: remove %s (or unlimited)", r.ID(), strings.Join(set, ", "), strings.Join(set, ", "))
+	}
+	return r.validateMatch()
 }
 
 // Bounds on a rule's figures. The scripts compute in Lua numbers (doubles,

@@ -32,12 +32,12 @@ type RuleSpec struct {
 	Name        string            `yaml:"name" json:"name"`
 	Key         []string          `yaml:"key" json:"key"`
 	Match       map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
-	Algorithm   string            `yaml:"algorithm" json:"algorithm"`
-	Limit       int64             `yaml:"limit" json:"limit"`
-	Window      string            `yaml:"window" json:"window"`
+	Algorithm   string            `yaml:"algorithm,omitempty" json:"algorithm,omitempty"`
+	Limit       int64             `yaml:"limit,omitempty" json:"limit,omitempty"`
+	Window      string            `yaml:"window,omitempty" json:"window,omitempty"`
 	Burst       int64             `yaml:"burst,omitempty" json:"burst,omitempty"`
 	Queue       bool              `yaml:"queue,omitempty" json:"queue,omitempty"`
-	FailureMode string            `yaml:"failure_mode" json:"failure_mode"`
+	FailureMode string            `yaml:"failure_mode,omitempty" json:"failure_mode,omitempty"`
 	Shadow      bool              `yaml:"shadow,omitempty" json:"shadow,omitempty"`
 	// Shard is "key" (default) or "tenant".
 	Shard string `yaml:"shard,omitempty" json:"shard,omitempty"`
@@ -46,6 +46,11 @@ type RuleSpec struct {
 	// Share counts every value a match prefix ("/api/*") matches under one
 	// key, instead of a key per value.
 	Share bool `yaml:"share,omitempty" json:"share,omitempty"`
+	// Unlimited makes a rule that limits nothing, decided in memory
+	// without Redis: it is matched like any rule, so it keeps less
+	// specific rules off its descriptors (envoyproxy/ratelimit's
+	// unlimited: true). It takes a name, key and match only.
+	Unlimited bool `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
 }
 
 // LeaseSpec is a rule's lease as written in configuration: up to Size units
@@ -99,17 +104,22 @@ func AlgorithmName(a ratelimitv1.Algorithm) string {
 
 // Rule converts the spec into a validated Rule of domain.
 func (s RuleSpec) Rule(domain string) (*Rule, error) {
+	// An unlimited rule leaves these out; one it gives anyway is parsed,
+	// for Validate to name.
 	algo, ok := algorithms[s.Algorithm]
-	if !ok {
+	if !ok && (!s.Unlimited || s.Algorithm != "") {
 		return nil, fmt.Errorf("rule %s/%s: algorithm %q: want one of %s", domain, s.Name, s.Algorithm, strings.Join(slices.Sorted(maps.Keys(algorithms)), ", "))
 	}
 	mode, ok := failureModes[s.FailureMode]
-	if !ok {
+	if !ok && (!s.Unlimited || s.FailureMode != "") {
 		return nil, fmt.Errorf("rule %s/%s: failure_mode %q: want open, closed or local", domain, s.Name, s.FailureMode)
 	}
-	window, err := time.ParseDuration(s.Window)
-	if err != nil {
-		return nil, fmt.Errorf("rule %s/%s: window %q: want a duration such as 1s, 60s, 1h", domain, s.Name, s.Window)
+	var window time.Duration
+	if !s.Unlimited || s.Window != "" {
+		var err error
+		if window, err = time.ParseDuration(s.Window); err != nil {
+			return nil, fmt.Errorf("rule %s/%s: window %q: want a duration such as 1s, 60s, 1h", domain, s.Name, s.Window)
+		}
 	}
 	if s.Shard != "" && s.Shard != "key" && s.Shard != "tenant" {
 		return nil, fmt.Errorf("rule %s/%s: shard %q: want key or tenant", domain, s.Name, s.Shard)
@@ -126,7 +136,7 @@ func (s RuleSpec) Rule(domain string) (*Rule, error) {
 		Domain: domain, Name: s.Name, Key: slices.Clone(s.Key), Match: maps.Clone(s.Match),
 		Algorithm: algo, Limit: s.Limit, Window: window, Burst: s.Burst, Queue: s.Queue,
 		FailureMode: mode, Shadow: s.Shadow, ShardByTenant: s.Shard == "tenant", Lease: lease,
-		Share: s.Share,
+		Share: s.Share, Unlimited: s.Unlimited,
 	}
 	if err := r.Validate(); err != nil {
 		return nil, err
@@ -205,6 +215,10 @@ func Compile(cfg Config) (*Ruleset, error) {
 			base := ids[id]
 			if base == nil {
 				errs = append(errs, fmt.Sprintf("plan %s: no rule %q (write domain/name)", plan, id))
+				continue
+			}
+			if base.Unlimited {
+				errs = append(errs, fmt.Sprintf("plan %s, rule %s: the rule is unlimited: a plan has nothing of it to override (drop the override)", plan, id))
 				continue
 			}
 			var window time.Duration
@@ -373,6 +387,11 @@ func (rs *Ruleset) apply(r *Rule, plan string, desc map[string]string) Applied {
 	a := Applied{Rule: r}
 	if o, ok := rs.plans[plan][r.ID()]; ok && plan != "" {
 		a.Rule, a.Plan = o.apply(r), plan
+	}
+	if r.Unlimited {
+		// Decided in memory: no key to build, and no plan to apply
+		// (Compile refuses an override of an unlimited rule).
+		return a
 	}
 	a.Key, a.tag = a.Rule.keyAndTag(desc, rs.keyPrefix)
 	return a

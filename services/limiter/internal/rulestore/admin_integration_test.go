@@ -275,6 +275,41 @@ descriptors:
 	}
 }
 
+// An envoyproxy/ratelimit file with an unlimited descriptor applies as a
+// kurz rule marked unlimited, with nothing of a limit: the export writes
+// it so, the limiters load it so, and the export applied again changes
+// nothing (the rule's spec row holds the flag; no column is needed).
+func TestAnUnlimitedRuleRoundTripsThroughApplyAndExport(t *testing.T) {
+	pool := seeded(t, adminRules)
+	const envoy = `
+domain: auth
+descriptors:
+  - {key: user, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: user, value: internal, rate_limit: {unlimited: true}}
+`
+	if _, err := apply(t, pool, envoy, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	file, etag := exported(t, pool)
+	if !strings.Contains(file, "unlimited: true") || strings.Contains(file, "limit: 1099511627776") {
+		t.Fatalf("the export:\n%s\nwant rule user_internal unlimited, with no limit", file)
+	}
+	got := load(t, pool).Domains["auth"].Rules
+	want := ratelimit.RuleSpec{Name: "user_internal", Key: []string{"user"}, Match: map[string]string{"user": "internal"}, Unlimited: true}
+	if len(got) != 2 || !reflect.DeepEqual(got[1], want) {
+		t.Fatalf("the limiters load auth's rules %+v; want the second %+v", got, want)
+	}
+	if res, err := apply(t, pool, file, ApplyOptions{IfMatch: []string{etag}}); err != nil || len(res.Changes) != 0 || res.ETag != etag {
+		t.Errorf("the export applied again: %+v, %v; want no change, etag %s", res, err, etag)
+	}
+	// Made limited by hand, the change is the flag and the limit's fields.
+	limited := strings.Replace(file, "unlimited: true", "algorithm: fixed_window\n        limit: 5\n        window: 1m\n        failure_mode: open", 1)
+	res, err := apply(t, pool, limited, ApplyOptions{DryRun: true})
+	if err != nil || changeList(res.Changes) != "rule auth/user_internal changed (algorithm, failure_mode, limit, unlimited, window)" {
+		t.Errorf("unlimited made limited: %+v, %v\n%s", res, err, limited)
+	}
+}
+
 // Two applies at once are serialised: each sees the other's result, and
 // if-match refuses the one whose read went stale.
 func TestConcurrentAppliesAreSerialised(t *testing.T) {

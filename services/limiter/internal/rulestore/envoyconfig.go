@@ -485,9 +485,7 @@ func (t *envoyTranslation) rules(limited []*envoyNode) error {
 			name = derivedName(n, names)
 			names[name] = n
 		}
-		r := ratelimit.RuleSpec{
-			Name: name, Key: n.keys(), Algorithm: "fixed_window", FailureMode: "open", Shadow: n.shadow,
-		}
+		r := ratelimit.RuleSpec{Name: name, Key: n.keys()}
 		var shared, own *envoyNode // a wildcard of the path that shares, one that does not
 		for _, p := range n.path {
 			if p.value != "" {
@@ -503,16 +501,17 @@ func (t *envoyTranslation) rules(limited []*envoyNode) error {
 				own = p
 			}
 		}
-		if shared != nil && own != nil {
+		switch {
+		case n.limit.Unlimited:
+			// As specific as the descriptor, it keeps the less specific
+			// rules off it; it counts nothing, so neither sharing nor
+			// shadow mode means anything to it.
+			r.Unlimited = true
+		case shared != nil && own != nil:
 			// kurz's share is the rule's: every prefix of its match, or none.
 			return t.errorf(n, "wildcards %s (share_threshold) and %s (not) on one path: a kurz rule shares all its wildcards' counters or none; set share_threshold on both or neither", shared.describe(), own.describe())
-		}
-		r.Share = shared != nil
-		if n.limit.Unlimited {
-			// A shadow rule as specific as the descriptor keeps the less
-			// specific rules from it and never denies: unlimited.
-			r.Limit, r.Window, r.Shadow = ratelimit.MaxLimit, "1s", true
-		} else {
+		default:
+			r.Algorithm, r.FailureMode, r.Shadow, r.Share = "fixed_window", "open", n.shadow, shared != nil
 			r.Limit, r.Window = int64(n.limit.RequestsPerUnit), envoyUnits[strings.ToLower(n.limit.Unit)]
 		}
 		if _, err := r.Rule(t.domain); err != nil {

@@ -30,8 +30,9 @@ func rule(name string, key []string, match map[string]string, limit int64, windo
 func TestEnvoyConfigTranslatesEachLimitedPathToARule(t *testing.T) {
 	shadow := rule("user_vip", []string{"user"}, map[string]string{"user": "vip"}, 1000, "1h")
 	shadow.Shadow = true
-	unlimited := rule("user_bob-smith-8708ac0e", []string{"user"}, map[string]string{"user": "bob smith"}, ratelimit.MaxLimit, "1s")
-	unlimited.Shadow = true
+	// Unlimited: a rule as specific as the descriptor, with nothing of a
+	// limit, decided in memory (not a shadow rule counting on Redis).
+	unlimited := ratelimit.RuleSpec{Name: "user_bob-smith-8708ac0e", Key: []string{"user"}, Match: map[string]string{"user": "bob smith"}, Unlimited: true}
 	sharedFiles := rule("files_-.user-f19fca9f", []string{"files", "user"}, map[string]string{"files": "*"}, 5, "1h")
 	sharedFiles.Share = true
 	for _, tc := range []struct {
@@ -581,6 +582,12 @@ descriptors:
 	back, err := Parse(out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	if _, err := ratelimit.Compile(back); err != nil {
+		t.Fatalf("written out, it does not compile: %v\n%s", err, out)
+	}
+	if want := "unlimited: true"; !strings.Contains(string(out), want) || strings.Contains(string(out), "limit: 1099511627776") {
+		t.Errorf("written out:\n%s\nwant the unlimited descriptor as a rule with %q, no limit", out, want)
 	}
 	if !reflect.DeepEqual(back.Domains, cfg.Domains) {
 		t.Errorf("read back:\n%+v\nwant\n%+v", back.Domains, cfg.Domains)
