@@ -349,6 +349,11 @@ func (a *API) yourlsFail(c *call, format string, err error) {
 	e := a.failure(c, err)
 	if code == "" {
 		code = "error:" + strings.ToLower(e.code)
+	} else if code == "error:keyword" || code == "error:nourl" {
+		// YOURLS answers its own refusals 400 (a taken keyword too,
+		// which kurz answers 409): tools read its status.
+		copied := *e
+		copied.status, e = http.StatusBadRequest, &copied
 	}
 	h := c.w.Header()
 	for k, vs := range e.header {
