@@ -96,11 +96,13 @@ func TestYOURLSShorturlRefusesATakenKeywordAndABadURL(t *testing.T) {
 		t.Fatalf("shorturl with keyword %s: %s", kw, r)
 	}
 	r = yourlsPost(c, "/yourls-api.php", url.Values{"action": {"shorturl"}, "url": {"https://example.com/kw-2"}, "keyword": {kw}, "signature": {ten.key}})
-	if m := r.json(t); r.code != http.StatusBadRequest || m["status"] != "fail" || m["code"] != "error:keyword" || m["errorCode"] != float64(r.code) {
-		t.Errorf("keyword taken: %s; want YOURLS's error:keyword", r)
+	if m := r.json(t); r.code != http.StatusBadRequest || m["status"] != "fail" || m["code"] != "error:keyword" || m["errorCode"] != float64(r.code) ||
+		m["message"] != fmt.Sprintf("the alias %q is already taken; choose another", kw) || m["reason"] != "ALIAS_TAKEN" {
+		t.Errorf("keyword taken: %s; want YOURLS's error:keyword with the shortener's message", r)
 	}
 	r = yourlsPost(c, "/yourls-api.php", url.Values{"action": {"shorturl"}, "url": {"javascript:alert(1)"}, "signature": {ten.key}})
-	if m := r.json(t); r.code != http.StatusBadRequest || m["status"] != "fail" || m["code"] != "error:nourl" || m["statusCode"] != float64(400) {
+	if m := r.json(t); r.code != http.StatusBadRequest || m["status"] != "fail" || m["code"] != "error:nourl" || m["statusCode"] != float64(400) ||
+		strings.Contains(m["message"].(string), "rpc error") {
 		t.Errorf("bad URL: %s; want 400 with YOURLS's error:nourl", r)
 	}
 }

@@ -344,7 +344,9 @@ func (a *API) yourlsFail(c *call, format string, err error) {
 	code := ""
 	var ye *yourlsError
 	if errors.As(err, &ye) {
-		code = ye.code
+		// The kurz error itself: grpc's status.FromError would take a
+		// wrapped status's message to be the wrapper's whole text.
+		code, err = ye.code, ye.err
 	}
 	e := a.failure(c, err)
 	if code == "" {
