@@ -203,6 +203,10 @@ const (
 	tenantOrAnonymous
 	// adminToken routes need the admin token.
 	adminToken
+	// ownKey routes take an API key the handler finds in the body (the
+	// YOURLS API's signature): the handler authenticates the call through
+	// authenticateKey and asks edgeQuota itself.
+	ownKey
 )
 
 // route is one registered pattern.
@@ -218,6 +222,9 @@ type route struct {
 	// conditional says that handle takes If-Match itself (c.ifMatch), as
 	// a mapping's conditional does.
 	conditional bool
+	// ownQuery says that handle checks the query string itself (the YOURLS
+	// API refuses one with its own answer).
+	ownQuery bool
 }
 
 // Register adds the API's routes to mux. Admin routes are left out when no
@@ -297,7 +304,7 @@ func (a *API) serve(rt route) http.Handler {
 		if err == nil {
 			err = checkPath(r, wildcards)
 		}
-		if err == nil {
+		if err == nil && !rt.ownQuery {
 			err = checkQuery(r, rt.query)
 		}
 		if err == nil {
@@ -311,6 +318,12 @@ func (a *API) serve(rt route) http.Handler {
 
 // fail writes err as the error answer, logging what the client does not see.
 func (a *API) fail(c *call, err error) {
+	writeError(c.w, c.st.id, a.failure(c, err))
+}
+
+// failure turns err into the error answer to send, logging what the client
+// does not see and dropping the edge quota's fields from a service's 429.
+func (a *API) failure(c *call, err error) *apiError {
 	e := toAPIError(err)
 	if cerr := c.r.Context().Err(); cerr != nil && e.status >= 500 {
 		// The client hung up (or the request's deadline passed): what
@@ -332,7 +345,7 @@ func (a *API) fail(c *call, err error) {
 		a.log.WarnContext(c.r.Context(), "request failed", "route", c.st.route, "status", e.status,
 			"request_id", c.st.id, "err", e.cause)
 	}
-	writeError(c.w, c.st.id, e)
+	return e
 }
 
 func (a *API) admit(c *call, rt route) error {

@@ -80,14 +80,23 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 		}
 		return unauthenticated("an API key is required: send Authorization: Bearer <key>", "")
 	}
+	token, ok := bearer(values)
+	return a.authenticateKey(c, token, ok, `the Authorization header must be one "Bearer <key>"`)
+}
+
+// authenticateKey resolves the tenant of an API key a request carries
+// (token; ok false when the credential is malformed, refused with
+// malformed): first the brute-force rule on the client IP, then the key
+// store. Every way a request sends a key (Authorization, the YOURLS API's
+// signature) goes through here, so all count failures and answer alike.
+func (a *API) authenticateKey(c *call, token string, ok bool, malformed string) error {
 	check, err := a.checkAuthFailures(c)
 	if err != nil {
 		return err
 	}
 	defer check.Done()
-	token, ok := bearer(values)
 	if !ok {
-		return a.authFailed(c, check, "malformed", "", `the Authorization header must be one "Bearer <key>"`)
+		return a.authFailed(c, check, "malformed", "", malformed)
 	}
 	p, err := a.keys.Authenticate(c.r.Context(), token)
 	if errors.Is(err, keystore.ErrInvalidKey) {

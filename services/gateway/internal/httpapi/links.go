@@ -41,6 +41,8 @@ func (a *API) table() []route {
 		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval", "domain"}, rpc: &mapping{before: a.statsFirst}},
 		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
+		{pattern: "POST /yourls-api.php", access: ownKey, ownQuery: true, handle: a.yourlsAPI},
+		{pattern: "POST /yourls-api", access: ownKey, ownQuery: true, handle: a.yourlsAPI},
 
 		{pattern: "POST /v1/webhooks", access: tenantKey, rpc: &mapping{status: http.StatusCreated, existed: webhookExisted, location: webhookLocation, idempotent: true}},
 		{pattern: "GET /v1/webhooks", access: tenantKey, rpc: &mapping{}},

@@ -170,8 +170,13 @@ func unmatched(mux *http.ServeMux, r *http.Request) *apiError {
 	h.ServeHTTP(p, r)
 	if p.code == http.StatusMethodNotAllowed {
 		allow := p.header.Get("Allow")
-		e := newError(http.StatusMethodNotAllowed, codeMethodNotAllowed,
-			fmt.Sprintf("method %s is not allowed on this path; allowed: %s", r.Method, allow))
+		msg := fmt.Sprintf("method %s is not allowed on this path; allowed: %s", r.Method, allow)
+		if yourlsPath(r.URL.Path) {
+			// YOURLS takes GET; kurz does not, as its signature (an API
+			// key) would sit in the URL, which proxies and access logs keep.
+			msg = fmt.Sprintf("method %s is not allowed here: POST the parameters (signature included) in the body as application/x-www-form-urlencoded; a key in a URL is kept by proxies and access logs (docs/api.md, YOURLS-compatible API)", r.Method)
+		}
+		e := newError(http.StatusMethodNotAllowed, codeMethodNotAllowed, msg)
 		e.header = http.Header{"Allow": {allow}}
 		return e
 	}

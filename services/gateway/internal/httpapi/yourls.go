@@ -1,0 +1,373 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/buildinfo"
+	"kurz.dev/pkg/linkcode"
+)
+
+// The YOURLS-compatible API (POST /yourls-api.php, and /yourls-api): the
+// actions shorturl, expand, url-stats and version of YOURLS's
+// yourls-api.php, with its parameters and its answers, so that the tools
+// people point at a YOURLS install (ShareX, browser extensions, WordPress
+// plugins, scripts) keep working against kurz with another base URL. The
+// signature is a kurz API key. Deviations from YOURLS, each for a reason
+// (docs/api.md, YOURLS-compatible API): POST only, with the parameters in
+// the body, since a key in a URL is kept by proxies and access logs; no
+// username/password and no time-limited md5 signatures, since kurz keeps
+// its keys hashed and cannot compute one; formats json and simple only.
+
+// yourlsBodyBytes bounds a YOURLS API request's body: a form of a URL, a
+// keyword, a title and a key is far smaller.
+const yourlsBodyBytes = 16 << 10
+
+// yourlsDate is YOURLS's date format (MySQL's DATETIME), in UTC.
+const yourlsDate = "2006-01-02 15:04:05"
+
+// yourlsMaxStatsRange is the longest range analytics answers (400 days),
+// less an hour for its rounding: url-stats counts the clicks of a link's
+// life up to it.
+const yourlsMaxStatsRange = 400*24*time.Hour - time.Hour
+
+// yourlsParams are the parameters the API reads; others are ignored, as
+// YOURLS ignores them (tools send their own).
+var yourlsParams = []string{"action", "format", "signature", "url", "keyword", "title", "shorturl",
+	"username", "password", "timestamp", "hash"}
+
+// yourlsPath reports whether path is the YOURLS API's.
+func yourlsPath(path string) bool { return path == "/yourls-api.php" || path == "/yourls-api" }
+
+// yourlsError is a refusal in YOURLS's shape: its code ("error:keyword"),
+// over the kurz error whose status and message it carries.
+type yourlsError struct {
+	code string
+	err  error
+}
+
+func (e *yourlsError) Error() string { return e.code + ": " + e.err.Error() }
+func (e *yourlsError) Unwrap() error { return e.err }
+
+// yourlsAPI serves one YOURLS API call. Every answer, refusals included,
+// is in YOURLS's shape and format, with the HTTP status YOURLS's
+// statusCode or errorCode says.
+func (a *API) yourlsAPI(c *call) error {
+	format := "json"
+	if err := a.yourlsCall(c, &format); err != nil {
+		a.yourlsFail(c, format, err)
+	}
+	return nil
+}
+
+func (a *API) yourlsCall(c *call, format *string) error {
+	if c.r.URL.RawQuery != "" {
+		q, _ := url.ParseQuery(c.r.URL.RawQuery)
+		if q.Has("signature") {
+			return badRequest("the signature (your API key) is in the URL, where proxies and access logs keep it: send every parameter in the POST body (application/x-www-form-urlencoded), and consider this key exposed (revoke it and issue another)")
+		}
+		return badRequest("send the parameters in the POST body (application/x-www-form-urlencoded), not in the URL")
+	}
+	p, err := a.yourlsForm(c)
+	if err != nil {
+		return err
+	}
+	switch f := p.Get("format"); f {
+	case "", "json":
+	case "simple":
+		*format = f
+	case "xml", "jsonp":
+		return badRequest(fmt.Sprintf("format %q is not served: ask format=json (the default) or format=simple", f))
+	default:
+		return badRequest("format must be json (the default) or simple")
+	}
+	switch {
+	case p.Has("username") || p.Has("password"):
+		return unauthenticated("username and password are not taken: send a kurz API key as signature", "")
+	case p.Has("timestamp") || p.Has("hash"):
+		return unauthenticated("time-limited signatures (md5 of timestamp and token) are not taken: kurz keeps API keys hashed and cannot compute one; send the API key itself as signature", "")
+	case p.Get("signature") == "":
+		return unauthenticated("a signature is required: send a kurz API key as signature in the POST body", "")
+	}
+	sig := p.Get("signature")
+	if err := a.authenticateKey(c, sig, !strings.ContainsAny(sig, " \t"), "the signature must be one kurz API key"); err != nil {
+		return err
+	}
+	switch action := p.Get("action"); action {
+	case "shorturl":
+		return a.yourlsShorten(c, *format, p)
+	case "expand":
+		return a.yourlsExpand(c, *format, p)
+	case "url-stats":
+		return a.yourlsURLStats(c, *format, p)
+	case "version":
+		if err := a.edgeQuota(c, c.st.route); err != nil {
+			return err
+		}
+		v := buildinfo.Get().Version
+		a.yourlsWrite(c, *format, http.StatusOK, map[string]any{"version": v, "message": "success", "statusCode": 200}, v)
+		return nil
+	case "":
+		return badRequest("action is required: shorturl, expand, url-stats or version")
+	default:
+		return badRequest(fmt.Sprintf("action %q is not served: kurz answers shorturl, expand, url-stats and version", action))
+	}
+}
+
+// yourlsForm reads the body's parameters: a form, URL-encoded or
+// multipart (without files), each parameter at most once and text.
+func (a *API) yourlsForm(c *call) (url.Values, error) {
+	b, err := a.readBodyUpTo(c, yourlsBodyBytes, "send the parameters as a form: action=shorturl&url=…&signature=<API key>")
+	if err != nil {
+		return nil, err
+	}
+	var p url.Values
+	mt, params, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type"))
+	switch mt {
+	case "", "application/x-www-form-urlencoded":
+		if p, err = url.ParseQuery(string(bytes.TrimSpace(b))); err != nil {
+			return nil, badRequest("the form is malformed: " + strings.TrimPrefix(err.Error(), "invalid URL escape "))
+		}
+	case "multipart/form-data":
+		form, err := multipart.NewReader(bytes.NewReader(b), params["boundary"]).ReadForm(yourlsBodyBytes)
+		if err != nil {
+			return nil, badRequest("the multipart form is malformed")
+		}
+		defer func() { _ = form.RemoveAll() }()
+		if len(form.File) > 0 {
+			return nil, badRequest("the form holds a file: send the parameters as plain form fields")
+		}
+		p = form.Value
+	default:
+		return nil, badRequest("send the parameters as application/x-www-form-urlencoded (or multipart/form-data)")
+	}
+	for _, name := range yourlsParams {
+		switch {
+		case len(p[name]) > 1:
+			return nil, badParameter(name, fmt.Sprintf("parameter %q is given %d times", name, len(p[name])))
+		case len(p[name]) == 1 && !isText(p[name][0]):
+			return nil, badParameter(name, fmt.Sprintf("parameter %q must be UTF-8 text without control characters", name))
+		}
+	}
+	return p, nil
+}
+
+// yourlsShorten is action shorturl: POST /v1/links's creation, charged as
+// that route. Without a keyword the code is derived from the URL
+// (CODE_MODE_FROM_URL), so that shortening a URL again finds its link, as
+// YOURLS with unique URLs does, and answers as YOURLS does then: status
+// fail, code error:url, the existing short URL, statusCode 200.
+func (a *API) yourlsShorten(c *call, format string, p url.Values) error {
+	if err := a.edgeQuota(c, "POST /v1/links"); err != nil {
+		return err
+	}
+	long := p.Get("url")
+	if strings.TrimSpace(long) == "" {
+		return &yourlsError{"error:nourl", badParameter("url", "Missing or malformed URL: url is required")}
+	}
+	req := &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL}
+	if kw := p.Get("keyword"); kw != "" {
+		req.Mode, req.CustomAlias = shortenerv1.CodeMode_CODE_MODE_CUSTOM, kw
+	}
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	resp, err := a.shortener.CreateLink(ctx, req)
+	switch {
+	case err == nil:
+	case invalidURL(err):
+		return &yourlsError{"error:nourl", err}
+	case aliasRefused(err):
+		return &yourlsError{"error:keyword", err}
+	default:
+		return err
+	}
+	l := resp.GetLink()
+	ip := c.st.ip
+	out := map[string]any{
+		"status": "success", "message": l.GetLongUrl() + " added to database", "title": l.GetLongUrl(),
+		"shorturl": l.GetShortUrl(), "statusCode": 200,
+	}
+	if !resp.GetCreated() {
+		// The creator's address of an existing link is not kept.
+		ip = ""
+		out["status"], out["code"], out["message"] = "fail", "error:url", l.GetLongUrl()+" already exists in database"
+	}
+	out["url"] = map[string]string{"keyword": l.GetCode(), "url": l.GetLongUrl(), "title": l.GetLongUrl(),
+		"date": l.GetCreateTime().AsTime().UTC().Format(yourlsDate), "ip": ip}
+	a.yourlsWrite(c, format, http.StatusOK, out, l.GetShortUrl())
+	return nil
+}
+
+// aliasRefused reports whether the shortener refused the custom alias
+// (taken, reserved, invalid): YOURLS's error:keyword.
+func aliasRefused(err error) bool {
+	e := toAPIError(err)
+	return e.status < 500 && (strings.HasPrefix(e.reason, "ALIAS_") || e.status == http.StatusConflict)
+}
+
+// yourlsLink finds the caller's link a shorturl parameter names: a short
+// URL (on the default domain or one of the tenant's) or a bare keyword.
+// Other tenants' links are not found.
+func (a *API) yourlsLink(c *call, p url.Values) (*shortenerv1.Link, string, error) {
+	s := strings.TrimSpace(p.Get("shorturl"))
+	if s == "" {
+		return nil, "", badParameter("shorturl", "shorturl is required: a short URL or its keyword")
+	}
+	code, host := s, ""
+	if strings.Contains(s, "/") {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return nil, s, yourlsNotFound()
+		}
+		code, host = strings.TrimPrefix(u.Path, "/"), u.Host
+	}
+	if !linkcode.Plausible(code) {
+		return nil, s, yourlsNotFound()
+	}
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	if err == nil && (host == "" || sameHost(resp.GetLink().GetShortUrl(), host)) {
+		return resp.GetLink(), code, nil
+	}
+	if host != "" && (err == nil || status.Code(err) == codes.NotFound) {
+		resp, err = a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code, Domain: host})
+		if err == nil {
+			return resp.GetLink(), code, nil
+		}
+	}
+	if st, ok := status.FromError(err); ok && (st.Code() == codes.NotFound || st.Code() == codes.InvalidArgument) {
+		return nil, code, yourlsNotFound()
+	}
+	return nil, code, err
+}
+
+// sameHost reports whether the short URL s is on host.
+func sameHost(s, host string) bool {
+	u, err := url.Parse(s)
+	return err == nil && strings.EqualFold(u.Host, host)
+}
+
+func yourlsNotFound() error {
+	return &yourlsError{"error:notfound", notFound("Error: short URL not found")}
+}
+
+// yourlsExpand is action expand, charged as GET /v1/links/{code}.
+func (a *API) yourlsExpand(c *call, format string, p url.Values) error {
+	if err := a.edgeQuota(c, "GET /v1/links/{code}"); err != nil {
+		return err
+	}
+	l, _, err := a.yourlsLink(c, p)
+	if err != nil {
+		return err
+	}
+	a.yourlsWrite(c, format, http.StatusOK, map[string]any{
+		"keyword": l.GetCode(), "shorturl": l.GetShortUrl(), "longurl": l.GetLongUrl(), "title": l.GetLongUrl(),
+		"simple": l.GetLongUrl(), "message": "success", "statusCode": 200,
+	}, l.GetLongUrl())
+	return nil
+}
+
+// yourlsURLStats is action url-stats, charged as GET
+// /v1/links/{code}/stats: the clicks since the link was made (of the last
+// 400 days at most, the longest range analytics answers), every click
+// counted as YOURLS counts them.
+func (a *API) yourlsURLStats(c *call, format string, p url.Values) error {
+	if err := a.edgeQuota(c, "GET /v1/links/{code}/stats"); err != nil {
+		return err
+	}
+	l, _, err := a.yourlsLink(c, p)
+	if err != nil {
+		return err
+	}
+	if a.analytics == nil {
+		return unavailable("click statistics are not available", errors.New("no analytics client"))
+	}
+	now := time.Now()
+	start := l.GetCreateTime().AsTime()
+	if oldest := now.Add(-yourlsMaxStatsRange); start.Before(oldest) {
+		start = oldest
+	}
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	st, err := a.analytics.GetLinkStats(ctx, &analyticsv1.GetLinkStatsRequest{
+		Code: l.GetCode(), Domain: l.GetDomain(), StartTime: timestamppb.New(start), EndTime: timestamppb.New(now),
+	})
+	if err != nil {
+		return err
+	}
+	clicks := strconv.FormatInt(st.GetCounts().GetTotal(), 10)
+	a.yourlsWrite(c, format, http.StatusOK, map[string]any{
+		"statusCode": 200, "message": "success",
+		"link": map[string]string{"shorturl": l.GetShortUrl(), "url": l.GetLongUrl(), "title": l.GetLongUrl(),
+			"timestamp": l.GetCreateTime().AsTime().UTC().Format(yourlsDate), "ip": "", "clicks": clicks},
+	}, clicks)
+	return nil
+}
+
+// yourlsWrite sends an answer: body as JSON, or simple as text.
+func (a *API) yourlsWrite(c *call, format string, code int, body map[string]any, simple string) {
+	c.w.Header().Set("Cache-Control", "no-store")
+	if format == "simple" {
+		send(c.w, code, "text/plain; charset=utf-8", []byte(simple))
+		return
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		a.yourlsFail(c, format, internalError(err))
+		return
+	}
+	send(c.w, code, "application/json", append(b, '\n'))
+}
+
+// yourlsFail sends err as YOURLS sends a failure: status fail, a code
+// (YOURLS's own where one fits, else error: and kurz's code in lower case),
+// the message, errorCode and statusCode the HTTP status; with kurz's
+// headers (Retry-After, WWW-Authenticate, the RateLimit fields) and the
+// request ID to quote.
+func (a *API) yourlsFail(c *call, format string, err error) {
+	code := ""
+	var ye *yourlsError
+	if errors.As(err, &ye) {
+		// The kurz error itself: grpc's status.FromError would take a
+		// wrapped status's message to be the wrapper's whole text.
+		code, err = ye.code, ye.err
+	}
+	e := a.failure(c, err)
+	if code == "" {
+		code = "error:" + strings.ToLower(e.code)
+	} else if code == "error:keyword" || code == "error:nourl" {
+		// YOURLS answers its own refusals 400 (a taken keyword too,
+		// which kurz answers 409): tools read its status.
+		copied := *e
+		copied.status, e = http.StatusBadRequest, &copied
+	}
+	h := c.w.Header()
+	for k, vs := range e.header {
+		h[k] = vs
+	}
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(e.retryAfter), 10))
+	}
+	body := map[string]any{"status": "fail", "code": code, "message": e.message,
+		"errorCode": e.status, "statusCode": e.status, "requestId": c.st.id}
+	if e.reason != "" {
+		body["reason"] = e.reason
+	}
+	a.yourlsWrite(c, format, e.status, body, e.message)
+}
