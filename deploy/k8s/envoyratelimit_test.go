@@ -52,17 +52,13 @@ func renderWithComponent(t *testing.T, dir, component string) rendering {
 func renderWithComponents(t *testing.T, dir string, components ...string) rendering {
 	t.Helper()
 	key := dir + " + " + strings.Join(components, " + ")
-	v, _ := renders.LoadOrStore(key, &renderResult{})
-	res := v.(*renderResult)
-	res.once.Do(func() {
+	return renderOnce(t, key, dir, func() (map[string]string, error) {
 		kust, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 		if err != nil {
-			res.err = err
-			return
+			return nil, err
 		}
 		if regexp.MustCompile(`(?m)^components:`).Match(kust) {
-			res.err = fmt.Errorf("%s/kustomization.yaml has a components list already: add %v to it here", dir, components)
-			return
+			return nil, fmt.Errorf("%s/kustomization.yaml has a components list already: add %v to it here", dir, components)
 		}
 		files := maps.Clone(operatorFiles[dir])
 		if files == nil {
@@ -73,22 +69,8 @@ func renderWithComponents(t *testing.T, dir string, components ...string) render
 			list += "  - ../../" + c + "\n"
 		}
 		files["kustomization.yaml"] = string(kust) + list
-		out, err := kustomize(dir, files)
-		if err != nil {
-			res.err = err
-			return
-		}
-		objs, err := decodeStream(out)
-		if err != nil {
-			res.err = fmt.Errorf("%s: %w", key, err)
-			return
-		}
-		res.r = rendering{Dir: key, Raw: out, Objects: objs}
+		return files, nil
 	})
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	return res.r
 }
 
 // The component on top of dev and prod passes what the overlays pass: the

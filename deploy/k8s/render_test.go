@@ -128,7 +128,7 @@ func repoRoot(t testing.TB) string {
 	return root
 }
 
-var renders sync.Map // dir -> *renderResult
+var renders sync.Map // dir, or dir and components -> *renderResult
 
 type renderResult struct {
 	once sync.Once
@@ -140,20 +140,33 @@ type renderResult struct {
 // result. kubectl is required: its absence fails the test.
 func render(t testing.TB, dir string) rendering {
 	t.Helper()
-	v, _ := renders.LoadOrStore(dir, &renderResult{})
+	return renderOnce(t, dir, dir, func() (map[string]string, error) { return operatorFiles[dir], nil })
+}
+
+// renderOnce renders dir with the files files gives laid over it (see
+// kustomize), once per test binary for each key: the overlays and the
+// overlays with components share the cache.
+func renderOnce(t testing.TB, key, dir string, files func() (map[string]string, error)) rendering {
+	t.Helper()
+	v, _ := renders.LoadOrStore(key, &renderResult{})
 	res := v.(*renderResult)
 	res.once.Do(func() {
-		out, err := kustomize(dir, operatorFiles[dir])
+		fs, err := files()
+		if err != nil {
+			res.err = err
+			return
+		}
+		out, err := kustomize(dir, fs)
 		if err != nil {
 			res.err = err
 			return
 		}
 		objs, err := decodeStream(out)
 		if err != nil {
-			res.err = fmt.Errorf("%s: %w", dir, err)
+			res.err = fmt.Errorf("%s: %w", key, err)
 			return
 		}
-		res.r = rendering{Dir: dir, Raw: out, Objects: objs}
+		res.r = rendering{Dir: key, Raw: out, Objects: objs}
 	})
 	if res.err != nil {
 		t.Fatal(res.err)
