@@ -3,7 +3,6 @@
 package app
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,8 +11,6 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-
-	"kurz.dev/pkg/testkit/servertest"
 )
 
 // readmeJSONRequest is the body of the README's curl example of POST /json
@@ -32,20 +29,10 @@ func TestEnvoyJSONReadmeExample(t *testing.T) {
 	if !strings.Contains(string(readme), "-d '"+readmeJSONRequest+"'") {
 		t.Fatalf("services/limiter/README.md has no curl example sending %s", readmeJSONRequest)
 	}
-	cfg := load(t, map[string]string{
-		"KURZ_LIMITER_RULES_SOURCE":  "file", // the shipped rules, built in
-		"KURZ_LIMITER_FLEET":         fleetName(t),
-		"KURZ_LIMITER_ENVOY_HTTP":    "true",
-		"KURZ_LIMITER_REDIS_TIMEOUT": "1s",
-		"KURZ_REDIS_READ_TIMEOUT":    "1s",
-		"KURZ_REDIS_WRITE_TIMEOUT":   "1s",
+	r := startWith(t, map[string]string{
+		"KURZ_LIMITER_RULES_SOURCE": "file", // the shipped rules, built in
+		"KURZ_LIMITER_ENVOY_HTTP":   "true",
 	})
-	srv, err := New(context.Background(), cfg, servertest.Logger(t))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	r := servertest.Start(t, srv)
-	r.AwaitServing(t, "envoy.service.ratelimit.v3.RateLimitService")
 
 	code, body := post(t, r.HTTP+"/json", "application/json", strings.Replace(readmeJSONRequest, `"alice"`, `"`+unique(t)+`"`, 1))
 	t.Logf("%d %s", code, body)

@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,23 +30,34 @@ func rulesFile(t testing.TB) string {
 // test rules file, and waits until it serves.
 func startFile(t *testing.T) (*servertest.Running, ratelimitv1.RateLimitServiceClient) {
 	t.Helper()
-	cfg := load(t, map[string]string{
+	r := startWith(t, map[string]string{
 		"KURZ_LIMITER_RULES_SOURCE": "file",
 		"KURZ_LIMITER_RULES_FILE":   rulesFile(t),
-		"KURZ_LIMITER_FLEET":        fleetName(t),
+	})
+	return r, ratelimitv1.NewRateLimitServiceClient(r.Conn)
+}
+
+// startWith boots the limiter in-process on the real Redis Cluster with env
+// over a fleet of the test's own and generous Redis timeouts, and waits
+// until it serves.
+func startWith(t *testing.T, env map[string]string) *servertest.Running {
+	t.Helper()
+	vars := map[string]string{
+		"KURZ_LIMITER_FLEET": fleetName(t),
 		// Generous, so the race detector never pushes a decision into the
 		// rules' failure modes: these tests are about Redis decisions.
 		"KURZ_LIMITER_REDIS_TIMEOUT": "1s",
 		"KURZ_REDIS_READ_TIMEOUT":    "1s",
 		"KURZ_REDIS_WRITE_TIMEOUT":   "1s",
-	})
-	srv, err := New(context.Background(), cfg, servertest.Logger(t))
+	}
+	maps.Copy(vars, env)
+	srv, err := New(context.Background(), load(t, vars), servertest.Logger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	r := servertest.Start(t, srv)
 	r.AwaitServing(t, "kurz.ratelimit.v1.RateLimitService")
-	return r, ratelimitv1.NewRateLimitServiceClient(r.Conn)
+	return r
 }
 
 // unique returns a descriptor value no other test or test run uses; it holds
