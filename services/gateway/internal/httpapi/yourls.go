@@ -108,17 +108,23 @@ func (a *API) yourlsCall(c *call, format *string) error {
 	if err := a.authenticateKey(c, sig, !strings.ContainsAny(sig, " \t"), "the signature must be one kurz API key"); err != nil {
 		return err
 	}
-	switch action := p.Get("action"); action {
+	action := p.Get("action")
+	switch action {
 	case "shorturl":
 		return a.yourlsShorten(c, *format, p)
 	case "expand":
 		return a.yourlsExpand(c, *format, p)
 	case "url-stats":
 		return a.yourlsURLStats(c, *format, p)
+	}
+	// version, and an action refused after its key was checked, are
+	// charged as the API's own route: a valid key must not get unmetered
+	// requests (each a key look-up and an answer) by naming no action.
+	if err := a.edgeQuota(c, c.st.route); err != nil {
+		return err
+	}
+	switch action {
 	case "version":
-		if err := a.edgeQuota(c, c.st.route); err != nil {
-			return err
-		}
 		v := buildinfo.Get().Version
 		a.yourlsWrite(c, *format, http.StatusOK, map[string]any{"version": v, "message": "success", "statusCode": 200}, v)
 		return nil
