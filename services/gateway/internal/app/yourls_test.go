@@ -219,3 +219,22 @@ func TestYOURLSChargesRefusedActionsToTheEdgeQuota(t *testing.T) {
 		}
 	}
 }
+
+// A refused action is named in the answer only when it is short: a
+// stranger's body is not sent back, in either format.
+func TestYOURLSDoesNotEchoALongAction(t *testing.T) {
+	gw := startGateway(t, nil)
+	ten := newTenant(t, gw, "free")
+	c := newClient(t, gw, ten.key)
+	long := strings.Repeat("<b>x", 2000)
+	for _, format := range []string{"json", "simple"} {
+		r := yourlsPost(c, "/yourls-api.php", url.Values{"action": {long}, "format": {format}, "signature": {ten.key}})
+		if r.code != http.StatusBadRequest || strings.Contains(string(r.body), "<b>x<b>x") || len(r.body) > 1024 {
+			t.Errorf("format %s, an action of %d bytes: %d, %d bytes; want 400 without the action", format, len(long), r.code, len(r.body))
+		}
+	}
+	r := yourlsPost(c, "/yourls-api.php", url.Values{"action": {"db-stats"}, "signature": {ten.key}})
+	if m := r.json(t); r.code != http.StatusBadRequest || !strings.Contains(m["message"].(string), `"db-stats"`) {
+		t.Errorf("action db-stats: %s; want 400 naming it", r)
+	}
+}

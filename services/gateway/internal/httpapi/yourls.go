@@ -38,6 +38,10 @@ import (
 // keyword, a title and a key is far smaller.
 const yourlsBodyBytes = 16 << 10
 
+// yourlsEchoBytes bounds a parameter value a refusal repeats: longer than
+// any action YOURLS or its plugins name.
+const yourlsEchoBytes = 64
+
 // yourlsDate is YOURLS's date format (MySQL's DATETIME), in UTC.
 const yourlsDate = "2006-01-02 15:04:05"
 
@@ -130,9 +134,13 @@ func (a *API) yourlsCall(c *call, format *string) error {
 		return nil
 	case "":
 		return badRequest("action is required: shorturl, expand, url-stats or version")
-	default:
-		return badRequest(fmt.Sprintf("action %q is not served: kurz answers shorturl, expand, url-stats and version", action))
 	}
+	// The name is echoed only when it could be one: the rest of a
+	// stranger's 16 KiB body is not sent back.
+	if len(action) > yourlsEchoBytes {
+		return badRequest(fmt.Sprintf("action is not served (a name of %d bytes): kurz answers shorturl, expand, url-stats and version", len(action)))
+	}
+	return badRequest(fmt.Sprintf("action %q is not served: kurz answers shorturl, expand, url-stats and version", action))
 }
 
 // yourlsForm reads the body's parameters: a form, URL-encoded or
