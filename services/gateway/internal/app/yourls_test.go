@@ -198,3 +198,43 @@ func TestYOURLSRefusesKeysInURLsBadSignaturesAndLargeBodies(t *testing.T) {
 		t.Errorf("a 16 KiB title: %s; want 413", r)
 	}
 }
+
+// An action the API does not serve, or none, is refused after the key was
+// checked, and is charged to the key's edge quota as version is: a valid
+// key gets no unmetered requests by naming no action.
+func TestYOURLSChargesRefusedActionsToTheEdgeQuota(t *testing.T) {
+	gw := startGateway(t, nil)
+	ten := newTenant(t, gw, "free")
+	c := newClient(t, gw, ten.key)
+	for _, action := range []string{"stats", ""} {
+		r := yourlsPost(c, "/yourls-api.php", url.Values{"action": {action}, "signature": {ten.key}})
+		if r.code != http.StatusBadRequest || r.json(t)["status"] != "fail" {
+			t.Fatalf("action %q: %s; want 400 in YOURLS's shape", action, r)
+		}
+		if r.header.Get("RateLimit") == "" {
+			t.Fatalf("action %q: %s without RateLimit fields; want it charged to the edge quota", action, r)
+		}
+		if p, _, _ := rateLimit(t, r.header); p != "api/per-api-key" {
+			t.Errorf("action %q charged to %q; want api/per-api-key", action, p)
+		}
+	}
+}
+
+// A refused action is named in the answer only when it is short: a
+// stranger's body is not sent back, in either format.
+func TestYOURLSDoesNotEchoALongAction(t *testing.T) {
+	gw := startGateway(t, nil)
+	ten := newTenant(t, gw, "free")
+	c := newClient(t, gw, ten.key)
+	long := strings.Repeat("<b>x", 2000)
+	for _, format := range []string{"json", "simple"} {
+		r := yourlsPost(c, "/yourls-api.php", url.Values{"action": {long}, "format": {format}, "signature": {ten.key}})
+		if r.code != http.StatusBadRequest || strings.Contains(string(r.body), "<b>x<b>x") || len(r.body) > 1024 {
+			t.Errorf("format %s, an action of %d bytes: %d, %d bytes; want 400 without the action", format, len(long), r.code, len(r.body))
+		}
+	}
+	r := yourlsPost(c, "/yourls-api.php", url.Values{"action": {"db-stats"}, "signature": {ten.key}})
+	if m := r.json(t); r.code != http.StatusBadRequest || !strings.Contains(m["message"].(string), `"db-stats"`) {
+		t.Errorf("action db-stats: %s; want 400 naming it", r)
+	}
+}

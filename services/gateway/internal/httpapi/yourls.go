@@ -38,6 +38,10 @@ import (
 // keyword, a title and a key is far smaller.
 const yourlsBodyBytes = 16 << 10
 
+// yourlsEchoBytes bounds a parameter value a refusal repeats: longer than
+// any action YOURLS or its plugins name.
+const yourlsEchoBytes = 64
+
 // yourlsDate is YOURLS's date format (MySQL's DATETIME), in UTC.
 const yourlsDate = "2006-01-02 15:04:05"
 
@@ -108,25 +112,35 @@ func (a *API) yourlsCall(c *call, format *string) error {
 	if err := a.authenticateKey(c, sig, !strings.ContainsAny(sig, " \t"), "the signature must be one kurz API key"); err != nil {
 		return err
 	}
-	switch action := p.Get("action"); action {
+	action := p.Get("action")
+	switch action {
 	case "shorturl":
 		return a.yourlsShorten(c, *format, p)
 	case "expand":
 		return a.yourlsExpand(c, *format, p)
 	case "url-stats":
 		return a.yourlsURLStats(c, *format, p)
+	}
+	// version, and an action refused after its key was checked, are
+	// charged as the API's own route: a valid key must not get unmetered
+	// requests (each a key look-up and an answer) by naming no action.
+	if err := a.edgeQuota(c, c.st.route); err != nil {
+		return err
+	}
+	switch action {
 	case "version":
-		if err := a.edgeQuota(c, c.st.route); err != nil {
-			return err
-		}
 		v := buildinfo.Get().Version
 		a.yourlsWrite(c, *format, http.StatusOK, map[string]any{"version": v, "message": "success", "statusCode": 200}, v)
 		return nil
 	case "":
 		return badRequest("action is required: shorturl, expand, url-stats or version")
-	default:
-		return badRequest(fmt.Sprintf("action %q is not served: kurz answers shorturl, expand, url-stats and version", action))
 	}
+	// The name is echoed only when it could be one: the rest of a
+	// stranger's 16 KiB body is not sent back.
+	if len(action) > yourlsEchoBytes {
+		return badRequest(fmt.Sprintf("action is not served (a name of %d bytes): kurz answers shorturl, expand, url-stats and version", len(action)))
+	}
+	return badRequest(fmt.Sprintf("action %q is not served: kurz answers shorturl, expand, url-stats and version", action))
 }
 
 // yourlsForm reads the body's parameters: a form, URL-encoded or
