@@ -1079,3 +1079,44 @@ func TestALookReportsTheStatesReset(t *testing.T) {
 		}
 	}
 }
+
+// A request of Envoy's whose descriptors include an unlimited one is
+// answered from the over-limit cache like any other: the unlimited
+// descriptor's decision costs no Redis call, so it must not send every
+// denial of the limited descriptor beside it back to Redis (the cache
+// is what spares Redis a client hammering an exhausted key). The cached
+// answer carries the unlimited decision too, so its descriptor still
+// reports no limit.
+func TestAnUnlimitedDescriptorLeavesTheOverLimitCacheAnswering(t *testing.T) {
+	e := engine(t, cluster(t), `
+domains:
+  mixed:
+    rules:
+      - {name: per-ip, key: [ip], algorithm: fixed_window, limit: 1, window: 1h, failure_mode: open}
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 100, window: 1h, failure_mode: open}
+      - {name: vip, key: [user], match: {user: vip}, unlimited: true}
+`, Options{})
+	ctx := context.Background()
+	descs := []map[string]string{{"user": "vip"}, {"ip": unique(t)}}
+	costs := []int64{1, 1}
+	if first, _ := e.CheckEach(ctx, "mixed", descs, costs); !first.Allowed {
+		t.Fatalf("first request denied: %+v", first)
+	}
+	if second, _ := e.CheckEach(ctx, "mixed", descs, costs); second.Allowed || second.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Fatalf("second request: allowed=%v source %v, want per-ip's denial on Redis", second.Allowed, second.Source)
+	}
+	third, owners := e.CheckEach(ctx, "mixed", descs, costs)
+	if third.Allowed || third.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_OVER_LIMIT_CACHE || third.DecidingRule != "per-ip" {
+		t.Fatalf("third request: allowed=%v source %v deciding %q, want per-ip's denial from the over-limit cache", third.Allowed, third.Source, third.DecidingRule)
+	}
+	byRule := map[string][]int{}
+	for i, d := range third.Decisions {
+		byRule[d.Rule] = owners[i]
+		if d.Rule == "vip" && (!d.Allowed || d.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED) {
+			t.Errorf("vip's decision %+v, want allowed, UNLIMITED", d)
+		}
+	}
+	if len(byRule) != 2 || len(byRule["vip"]) != 1 || byRule["vip"][0] != 0 || len(byRule["per-ip"]) != 1 || byRule["per-ip"][0] != 1 {
+		t.Errorf("decisions by rule with their descriptors %v, want vip for descriptor 0 and per-ip for 1", byRule)
+	}
+}

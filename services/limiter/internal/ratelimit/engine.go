@@ -473,7 +473,8 @@ func (e *Engine) decide(ctx context.Context, clock, domain string, rules []Appli
 // Redis can say. The response carries every rule with a live denial, the
 // one with the longest retry-after deciding, as on Redis (a request several
 // rules denied has them all in the cache, and Envoy gives each descriptor
-// its own rule's status); the ints are their indexes in rules. covers, when
+// its own rule's status), and the unlimited rules, decided in memory as
+// ever; the ints are their indexes in rules. covers, when
 // not nil, must accept those indexes, else Redis decides.
 func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applied, cost int64, now time.Time, covers func(cached []int) bool) (*ratelimitv1.CheckQuotaResponse, []int) {
 	var (
@@ -481,8 +482,18 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 		resBuf [4]result // on the stack for up to four cached rules
 	)
 	results := resBuf[:0]
+	cachedAny := false
 	for i, a := range rules {
-		if a.Rule.Shadow || a.Rule.Unlimited {
+		if a.Rule.Unlimited {
+			// Decided in memory, so part of the answer: without it a
+			// request with an unlimited descriptor beside a denied one
+			// would go to Redis on every denial (covers refusing a set
+			// with no cached rule), and its descriptor would report a
+			// limit of nothing instead of none.
+			idx, results = append(idx, i), append(results, result{allowed: true, source: ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED})
+			continue
+		}
+		if a.Rule.Shadow {
 			continue
 		}
 		if d, ok := e.denied.Get(a.Key); ok && a.units(cost) == d.cost && now.Before(d.until) && d.rule == fingerprintOf(a.Rule) {
@@ -495,9 +506,10 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 			res.retryAfter = max(res.retryAfter-elapsed, time.Millisecond)
 			res.resetAfter = max(res.resetAfter-elapsed, 0)
 			idx, results = append(idx, i), append(results, res)
+			cachedAny = true
 		}
 	}
-	if idx == nil || covers != nil && !covers(idx) {
+	if !cachedAny || covers != nil && !covers(idx) {
 		return nil, nil
 	}
 	applied := rules[idx[0] : idx[0]+1]

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -62,8 +63,12 @@ func (e *Engine) respond(domain string, rules []Applied, results []result) *rate
 			deciding = i
 		}
 	}
-	if deciding < 0 { // only shadow or unlimited rules applied
-		deciding = 0
+	if deciding < 0 {
+		// Only shadow or unlimited rules applied: a shadow rule tells
+		// the request, whatever the rules' order, as envoyproxy/ratelimit
+		// takes its headers from a shadow limit and never from an
+		// unlimited one, which has none to tell.
+		deciding = max(0, slices.IndexFunc(rules, func(a Applied) bool { return !a.Rule.Unlimited }))
 	}
 	d := resp.Decisions[deciding]
 	resp.DecidingRule = d.Rule

@@ -157,3 +157,24 @@ func TestUnlimitedRuleDecidesInMemoryWithoutRedis(t *testing.T) {
 		t.Errorf("Check user vip: %+v, want per-user deciding (failing open), vip unlimited beside it", resp)
 	}
 }
+
+// A request whose only other rule is a shadow rule is told by the shadow
+// rule, whatever the order of its descriptors: as envoyproxy/ratelimit
+// takes its X-RateLimit headers from a descriptor with a current limit, a
+// shadow one included, never from an unlimited one, which has none.
+func TestAShadowRuleDecidesOverAnUnlimitedOneInEitherOrder(t *testing.T) {
+	e, _ := unreachableEngine(t, `
+domains:
+  edge:
+    rules:
+      - {name: vip, key: [user], match: {user: vip}, unlimited: true}
+      - {name: watched, key: [path], algorithm: fixed_window, limit: 10, window: 1h, failure_mode: open, shadow: true}
+`)
+	vip, path := map[string]string{"user": "vip"}, map[string]string{"path": "/x"}
+	for _, descs := range [][]map[string]string{{vip, path}, {path, vip}} {
+		resp, _ := e.CheckEach(context.Background(), "edge", descs, []int64{1, 1})
+		if !resp.Allowed || resp.DecidingRule != "watched" || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW {
+			t.Errorf("descriptors %v: allowed=%v deciding %q source %v, want allowed, told by the shadow rule watched", descs, resp.Allowed, resp.DecidingRule, resp.Source)
+		}
+	}
+}
