@@ -260,6 +260,11 @@ func TestAdminRulesApplyADirectoryAsAForm(t *testing.T) {
 		many[i] = [2]string{fmt.Sprintf("d%d.yaml", i), file(fmt.Sprintf("gwmany%d-%s", i, id))}
 	}
 	big := strings.Repeat("#"+strings.Repeat("x", 1000)+"\n", 600)
+	// A part header multipart cannot read is not repeated whole.
+	bad := "--b\r\n" + strings.Repeat("x", 50_000) + "\r\n\r\ndomain: x\n--b--\r\n"
+	if r := put("", bad, "multipart/form-data; boundary=b"); r.code != http.StatusBadRequest || len(r.body) > 1024 || !strings.Contains(string(r.body), "does not parse") {
+		t.Errorf("a form with a malformed part header of 50,000 bytes: %d, %d bytes %.300q; want 400 saying it does not parse, in under 1 KiB", r.code, len(r.body), r.body)
+	}
 	for _, c := range []struct {
 		name  string
 		files [][2]string

@@ -209,7 +209,7 @@ func formFiles(r *http.Request, body []byte) ([]envoydir.File, error) {
 			break
 		}
 		if err != nil {
-			return nil, badRequest("the multipart/form-data body does not parse: " + err.Error())
+			return nil, formUnparsed(err)
 		}
 		// FileName is the filename parameter's last path element; a
 		// field without one is not a file.
@@ -225,7 +225,7 @@ func formFiles(r *http.Request, body []byte) ([]envoydir.File, error) {
 		}
 		data, err := io.ReadAll(part)
 		if err != nil {
-			return nil, badRequest("the multipart/form-data body does not parse: " + err.Error())
+			return nil, formUnparsed(err)
 		}
 		if total += len(data); total > maxRulesBytes {
 			return nil, newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge,
@@ -238,6 +238,20 @@ func formFiles(r *http.Request, body []byte) ([]envoydir.File, error) {
 	}
 	return files, nil
 }
+
+// formUnparsed is the refusal of a form multipart cannot read. Its error
+// may quote a malformed part header whole (up to the body's bound): the
+// answer says what went wrong in at most maxFormProblem bytes of it.
+func formUnparsed(err error) error {
+	msg := err.Error()
+	if len(msg) > maxFormProblem {
+		msg = strings.ToValidUTF8(msg[:maxFormProblem], "") + "…"
+	}
+	return badRequest("the multipart/form-data body does not parse: " + msg)
+}
+
+// maxFormProblem bounds what formUnparsed repeats of multipart's error.
+const maxFormProblem = 200
 
 // isForm reports whether the body is multipart/form-data: a directory's
 // files, one part each.
