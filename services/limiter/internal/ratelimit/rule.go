@@ -287,7 +287,11 @@ func (r *Rule) keyAndTag(desc map[string]string, prefix string) (key, tag string
 	var b strings.Builder
 	n := len(prefix) + len("rl:{}:") + len(r.Domain) + len(r.Name)
 	for _, k := range r.Key {
-		n += 1 + len(desc[k])
+		if want, ok := r.sharedPrefix(k); ok {
+			n += 2 + len(want)
+		} else {
+			n += 1 + len(desc[k])
+		}
 	}
 	tenant := ""
 	if r.ShardByTenant {
@@ -307,8 +311,11 @@ func (r *Rule) keyAndTag(desc map[string]string, prefix string) (key, tag string
 	b.WriteString(r.Name)
 	for _, k := range r.Key {
 		b.WriteByte(':')
-		if r.Share {
-			b.WriteString(r.keyValue(desc, k))
+		if want, ok := r.sharedPrefix(k); ok {
+			// The prefix's counter: written as keyValue has it, without
+			// a string of its own per decision.
+			b.WriteString(escapeValue(want))
+			b.WriteByte('*')
 		} else {
 			b.WriteString(escapeValue(desc[k]))
 		}
@@ -349,10 +356,23 @@ func ValidKeyPrefix(prefix string) error {
 // or, for a rule that shares a prefix's counter, the prefix escaped and a
 // '*', which no escaped value holds, so no value forges the shared key.
 func (r *Rule) keyValue(desc map[string]string, k string) string {
-	if want := r.Match[k]; r.Share && isPrefix(want) {
-		return escapeValue(want[:len(want)-1]) + "*"
+	if want, ok := r.sharedPrefix(k); ok {
+		return escapeValue(want) + "*"
 	}
 	return escapeValue(desc[k])
+}
+
+// sharedPrefix is the prefix (its '*' cut; "" for a match of "*") whose
+// values share descriptor k's counter; ok is false when each value has
+// its own.
+func (r *Rule) sharedPrefix(k string) (prefix string, ok bool) {
+	if !r.Share {
+		return "", false
+	}
+	if want := r.Match[k]; isPrefix(want) {
+		return want[:len(want)-1], true
+	}
+	return "", false
 }
 
 // maxValueLen is the longest descriptor value kept readable in a key; longer

@@ -61,6 +61,12 @@ func TestStateKeyAllocatesOnlyTheKey(t *testing.T) {
 			t.Errorf("prefix %q: %v allocations per key, want 1", prefix, n)
 		}
 	}
+	// A rule sharing a prefix's counter writes the prefix into the same
+	// key, not a string of its own first.
+	shared := &Rule{Domain: "edge", Name: "api", Key: []string{"path"}, Match: map[string]string{"path": "/api/*"}, Share: true}
+	if n := testing.AllocsPerRun(100, func() { shared.keyAndTag(map[string]string{"path": "/api/v1"}, "") }); n != 1 {
+		t.Errorf("a shared prefix: %v allocations per key, want 1", n)
+	}
 }
 
 func TestValidKeyPrefix(t *testing.T) {
