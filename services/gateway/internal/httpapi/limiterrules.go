@@ -117,15 +117,19 @@ func (a *API) applyRules(c *call) error {
 	if err != nil {
 		return err
 	}
+	boundary, form := formBoundary(c.r)
 	limit := int64(maxRulesBytes)
-	if isForm(c.r) {
+	if form {
 		limit += envoydir.MaxFiles * formPartAllowance
 	}
 	body, err := a.readBodyUpTo(c, limit, "send a rules file (YAML or JSON): GET /v1/admin/rules gives the rules in force")
 	if err != nil {
 		return err
 	}
-	files, err := formFiles(c.r, body)
+	var files []envoydir.File
+	if form {
+		files, err = formFiles(boundary, body)
+	}
 	if err != nil {
 		return err
 	}
@@ -186,22 +190,18 @@ sending:
 	return nil
 }
 
-// formFiles reads a multipart/form-data body (curl -F f=@edge.yaml ...):
-// the files of a directory of envoyproxy/ratelimit files, one part each,
-// its filename its name in the directory, applied together (the limiter
-// reads them as its file source reads such a directory). nil for any
-// other body, a single rules file. The body is already bounded (1 MiB of
+// formFiles reads a multipart/form-data body of boundary (curl -F
+// f=@edge.yaml ...): the files of a directory of envoyproxy/ratelimit
+// files, one part each, its filename its name in the directory, applied
+// together (the limiter reads them as its file source reads such a
+// directory). The body is already bounded (1 MiB of
 // files and formPartAllowance a part); the files' bytes together are bounded
 // here, the parts too, and their names, which the limiter's errors repeat.
-func formFiles(r *http.Request, body []byte) ([]envoydir.File, error) {
-	if !isForm(r) {
-		return nil, nil
-	}
-	_, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if params["boundary"] == "" {
+func formFiles(boundary string, body []byte) ([]envoydir.File, error) {
+	if boundary == "" {
 		return nil, badRequest("a multipart/form-data body without a boundary parameter in its Content-Type")
 	}
-	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
 	files, total := []envoydir.File{}, 0
 	for {
 		part, err := mr.NextPart()
@@ -253,11 +253,14 @@ func formUnparsed(err error) error {
 // maxFormProblem bounds what formUnparsed repeats of multipart's error.
 const maxFormProblem = 200
 
-// isForm reports whether the body is multipart/form-data: a directory's
-// files, one part each.
-func isForm(r *http.Request) bool {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	return err == nil && mt == "multipart/form-data"
+// formBoundary reports whether the body is multipart/form-data (a
+// directory's files, one part each), and its boundary.
+func formBoundary(r *http.Request) (boundary string, form bool) {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/form-data" {
+		return "", false
+	}
+	return params["boundary"], true
 }
 
 // boolParameter reads an optional query parameter true or false.
