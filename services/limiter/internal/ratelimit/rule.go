@@ -189,6 +189,37 @@ func (r *Rule) validateSize() error {
 	return nil
 }
 
+// matcher is a rule's key and match compiled for the walk every request
+// descriptor makes over its domain's rules: slices, where ranging over the
+// rule's Match map would start an iterator (a random start, then hashing)
+// per rule per descriptor, which was most of MatchEnvoy's time.
+type matcher struct {
+	key   []string
+	match []matchEntry // by descriptor name, sorted
+	// named is every descriptor the rule names, in its key or its match,
+	// each once.
+	named []string
+}
+
+type matchEntry struct {
+	desc, want string
+	prefix     bool // want ends in '*': it takes the values starting with want[:len(want)-1]
+}
+
+func newMatcher(r *Rule) matcher {
+	m := matcher{key: r.Key}
+	for _, k := range slices.Sorted(maps.Keys(r.Match)) {
+		m.match = append(m.match, matchEntry{desc: k, want: r.Match[k], prefix: isPrefix(r.Match[k])})
+		m.named = append(m.named, k)
+	}
+	for _, k := range r.Key {
+		if !slices.Contains(m.named, k) {
+			m.named = append(m.named, k)
+		}
+	}
+	return m
+}
+
 // matches reports whether the rule applies to a request with these
 // descriptors: the request has every descriptor of the rule's key, and
 // the values of its match. A descriptor with an empty value counts as
@@ -199,14 +230,14 @@ func (r *Rule) validateSize() error {
 // A match value ending in '*' takes every value of a descriptor given that
 // starts with what precedes it; only a value that differs pays for that
 // test.
-func (r *Rule) matches(desc map[string]string, given bool) bool {
-	for _, k := range r.Key {
+func (m *matcher) matches(desc map[string]string, given bool) bool {
+	for _, k := range m.key {
 		if missing(desc, k, given) {
 			return false
 		}
 	}
-	for k, want := range r.Match {
-		if v := desc[k]; v != want && (!isPrefix(want) || missing(desc, k, given) || !strings.HasPrefix(v, want[:len(want)-1])) {
+	for _, e := range m.match {
+		if v := desc[e.desc]; v != e.want && (!e.prefix || missing(desc, e.desc, given) || !strings.HasPrefix(v, e.want[:len(e.want)-1])) {
 			return false
 		}
 	}
@@ -217,14 +248,16 @@ func (r *Rule) matches(desc map[string]string, given bool) bool {
 func isPrefix(want string) bool { return len(want) > 0 && want[len(want)-1] == '*' }
 
 // names reports whether the rule names every one of desc's descriptors
-// (in its key or its match).
-func (r *Rule) names(desc map[string]string) bool {
-	for k := range desc {
-		if _, ok := r.Match[k]; !ok && !slices.Contains(r.Key, k) {
-			return false
+// (in its key or its match): as many of the descriptors it names are in
+// desc as desc has.
+func (m *matcher) names(desc map[string]string) bool {
+	n := 0
+	for _, k := range m.named {
+		if _, ok := desc[k]; ok {
+			n++
 		}
 	}
-	return true
+	return n == len(desc)
 }
 
 // specificity is how closely a rule fits a request descriptor it matches:
@@ -246,15 +279,15 @@ func (s specificity) compare(o specificity) int {
 
 // specificityIn is the rule's specificity for desc: only its match values
 // of descriptors desc has count.
-func (r *Rule) specificityIn(desc map[string]string) specificity {
+func (m *matcher) specificityIn(desc map[string]string) specificity {
 	var s specificity
-	for k, want := range r.Match {
-		if _, ok := desc[k]; !ok {
+	for _, e := range m.match {
+		if _, ok := desc[e.desc]; !ok {
 			continue
 		}
-		if isPrefix(want) {
+		if e.prefix {
 			s.prefixes++
-			s.prefixLen += len(want) - 1
+			s.prefixLen += len(e.want) - 1
 		} else {
 			s.exact++
 		}
@@ -266,8 +299,8 @@ func (r *Rule) specificityIn(desc map[string]string) specificity {
 // request descriptor that has every descriptor of both: positive when a's
 // rule is the more specific (it applies, not b's), zero when both apply.
 func CompareMatches(a, b map[string]string) int {
-	ra, rb := Rule{Match: a}, Rule{Match: b}
-	return ra.specificityIn(a).compare(rb.specificityIn(b))
+	ma, mb := newMatcher(&Rule{Match: a}), newMatcher(&Rule{Match: b})
+	return ma.specificityIn(a).compare(mb.specificityIn(b))
 }
 
 // stateKey is the Redis key of the rule's state for this request, without a

@@ -158,6 +158,7 @@ type Ruleset struct {
 type domainRules struct {
 	defaults map[string]string
 	rules    []*Rule
+	matchers []matcher // matchers[i] is rules[i]'s
 }
 
 type override struct {
@@ -206,6 +207,7 @@ func Compile(cfg Config) (*Ruleset, error) {
 			}
 			ids[r.ID()] = r
 			d.rules = append(d.rules, r)
+			d.matchers = append(d.matchers, newMatcher(r))
 		}
 		rs.domains[domain] = d
 	}
@@ -303,8 +305,8 @@ func (rs *Ruleset) Match(domain string, desc map[string]string) (map[string]stri
 	}
 	var out []Applied
 	plan := rs.tenants.Plan(desc["tenant"])
-	for _, r := range d.rules {
-		if r.matches(desc, false) {
+	for i, r := range d.rules {
+		if d.matchers[i].matches(desc, false) {
 			out = append(out, rs.apply(r, plan, desc))
 		}
 	}
@@ -332,24 +334,30 @@ func (rs *Ruleset) MatchEnvoy(domain string, desc map[string]string) []Applied {
 	if d == nil {
 		return nil
 	}
+	// One pass: each rule's match and specificity are evaluated once, the
+	// most specific rules so far kept (on the stack for the usual few).
 	var best specificity
-	found := false
-	for _, r := range d.rules {
-		if r.matches(filled, true) && r.names(desc) {
-			if s := r.specificityIn(desc); !found || s.compare(best) > 0 {
-				best, found = s, true
-			}
+	var buf [8]*Rule
+	most := buf[:0]
+	for i, r := range d.rules {
+		m := &d.matchers[i]
+		if !m.matches(filled, true) || !m.names(desc) {
+			continue
+		}
+		s := m.specificityIn(desc)
+		if c := s.compare(best); len(most) == 0 || c > 0 {
+			best, most = s, append(most[:0], r)
+		} else if c == 0 {
+			most = append(most, r)
 		}
 	}
-	if !found {
+	if len(most) == 0 {
 		return nil
 	}
-	var out []Applied
+	out := make([]Applied, 0, len(most))
 	plan := rs.tenants.Plan(filled["tenant"])
-	for _, r := range d.rules {
-		if r.matches(filled, true) && r.names(desc) && r.specificityIn(desc) == best {
-			out = append(out, rs.apply(r, plan, filled))
-		}
+	for _, r := range most {
+		out = append(out, rs.apply(r, plan, filled))
 	}
 	return out
 }
