@@ -271,6 +271,7 @@ func registerAPI(cfg Config, opts httpapi.Options, db *pgxpool.Pool, conns map[s
 		Keys:       keystore.New(db, cfg.Postgres.QueryTimeout),
 		Log:        log,
 		Meter:      srv.Telemetry.MeterProvider.Meter("kurz.dev/services/gateway"),
+		Ready:      srv.Ready,
 	})
 	if err != nil {
 		return err

@@ -60,7 +60,13 @@ func runTests(m *testing.M) (_ int, err error) {
 // test that counts on them or stops the limiter.
 func startLimiter(t *testing.T) *servertest.Process {
 	t.Helper()
+	return startLimiterWith(t, stack.rulesFile)
+}
+
+// startLimiterWith runs one more limiter on the rules file rules.
+func startLimiterWith(t *testing.T, rules string) *servertest.Process {
+	t.Helper()
 	return servertest.Run(t, stack.BinDir, servertest.Spec{Name: "limiter", Service: limiterService, Env: func(g, h string) []string {
-		return append(gatewaytest.LimiterEnv(g, h), "KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+stack.rulesFile)
+		return append(gatewaytest.LimiterEnv(g, h), "KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+rules)
 	}})
 }

@@ -58,7 +58,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 
 	// The running gateway: Allow lists exactly the documented methods (and
 	// HEAD with GET), and each documented operation reaches a route.
-	fill := strings.NewReplacer("{code}", "abcd123", "{tenant}", "no-such-tenant", "{key}", "nokey")
+	fill := strings.NewReplacer("{code}", "abcd123", "{tenant}", "no-such-tenant", "{key}", "nokey", "{version}", "v3", "{shortCode}", "abcd123")
 	for path, ms := range documented {
 		concrete := fill.Replace(path)
 		r := c.do("OPTIONS", concrete, "")

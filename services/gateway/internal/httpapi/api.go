@@ -103,6 +103,9 @@ type Deps struct {
 	Keys  KeyStore
 	Log   *slog.Logger
 	Meter metric.Meter
+	// Ready reports whether the gateway is ready (its readiness checks'
+	// last result), for Shlink's GET /rest/health; nil: always.
+	Ready func() bool
 }
 
 // API serves the routes. Register them on a mux, then serve Wrap(mux).
@@ -115,6 +118,7 @@ type API struct {
 	quota      *quota.Client
 	keys       KeyStore
 	log        *slog.Logger
+	ready      func() bool
 	adminHash  [sha256.Size]byte
 	failures   *failMemory
 	authChecks *guessgate.Gate
@@ -149,7 +153,7 @@ func New(opts Options, d Deps) (*API, error) {
 		return nil, errors.New("httpapi: AnonymousLocal's Limit and Burst must be positive with AllowAnonymous")
 	}
 	a := &API{
-		opts: opts, shortener: d.Shortener, webhooks: d.Webhooks, analytics: d.Analytics, rulesAdmin: d.RulesAdmin, quota: d.Quota, keys: d.Keys, log: d.Log,
+		opts: opts, shortener: d.Shortener, webhooks: d.Webhooks, analytics: d.Analytics, rulesAdmin: d.RulesAdmin, quota: d.Quota, keys: d.Keys, log: d.Log, ready: d.Ready,
 		adminHash:  sha256.Sum256([]byte(opts.AdminToken)),
 		failures:   newFailMemory(failMemoryCapacity, defaultFailTTL, time.Now),
 		authChecks: guessgate.New(),
@@ -207,6 +211,11 @@ const (
 	// YOURLS API's signature): the handler authenticates the call through
 	// authenticateKey and asks edgeQuota itself.
 	ownKey
+	// shlinkKey routes take an API key in X-Api-Key (Shlink's REST API):
+	// authenticated through authenticateKey, then charged to the edge
+	// quota as route.charge, the kurz route they mirror, before anything
+	// else of the request is checked.
+	shlinkKey
 )
 
 // route is one registered pattern.
@@ -223,8 +232,16 @@ type route struct {
 	// a mapping's conditional does.
 	conditional bool
 	// ownQuery says that handle checks the query string itself (the YOURLS
-	// API refuses one with its own answer).
+	// API refuses one with its own answer; Shlink's ignores parameters it
+	// does not know).
 	ownQuery bool
+	// charge is the pattern a shlinkKey route is charged to the edge quota
+	// as: the kurz route it mirrors, so that a rule on that route holds
+	// whichever API a client speaks.
+	charge string
+	// shlink says that every refusal of the route, its admission's
+	// included, is answered in Shlink's problem shape (shlinkFail).
+	shlink bool
 }
 
 // Register adds the API's routes to mux. Admin routes are left out when no
@@ -261,6 +278,9 @@ type call struct {
 	// ifMatch are the entity tags of the call's If-Match, on a write that
 	// takes it (mapping.conditional); the services get them as metadata.
 	ifMatch []string
+	// charge is the route the call counts as against the edge quota when
+	// it is not its own pattern (route.charge).
+	charge string
 }
 
 // tenant is the tenant the call acts for ("" before authentication and on
@@ -292,8 +312,12 @@ func (a *API) downstreamFor(c *call, timeout time.Duration) (context.Context, co
 // Every error goes out through toAPIError and writeError.
 func (a *API) serve(rt route) http.Handler {
 	wildcards := pathWildcards(rt.pattern)
+	fail := a.fail
+	if rt.shlink {
+		fail = a.shlinkFail
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &call{w: w, r: r, st: stateOf(r)}
+		c := &call{w: w, r: r, st: stateOf(r), charge: rt.charge}
 		err := a.admit(c, rt)
 		if err == nil {
 			err = idempotencyKey(c, rt)
@@ -311,7 +335,7 @@ func (a *API) serve(rt route) http.Handler {
 			err = rt.handle(c)
 		}
 		if err != nil {
-			a.fail(c, err)
+			fail(c, err)
 		}
 	})
 }
@@ -357,6 +381,11 @@ func (a *API) admit(c *call, rt route) error {
 			return err
 		}
 		return a.edgeQuota(c, rt.pattern)
+	case shlinkKey:
+		if err := a.authenticateShlink(c); err != nil {
+			return err
+		}
+		return a.edgeQuota(c, rt.charge)
 	}
 	return nil
 }

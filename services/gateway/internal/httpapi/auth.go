@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -88,7 +89,8 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 // (token; ok false when the credential is malformed, refused with
 // malformed): first the brute-force rule on the client IP, then the key
 // store. Every way a request sends a key (Authorization, the YOURLS API's
-// signature) goes through here, so all count failures and answer alike.
+// signature, the Shlink API's X-Api-Key) goes through here, so all count
+// failures and answer alike.
 func (a *API) authenticateKey(c *call, token string, ok bool, malformed string) error {
 	check, err := a.checkAuthFailures(c)
 	if err != nil {
@@ -111,7 +113,7 @@ func (a *API) authenticateKey(c *call, token string, ok bool, malformed string) 
 		// being suspended.
 		c.keyID = p.KeyID
 		c.st.setTenant(p.Tenant)
-		if err := a.edgeQuota(c, c.st.route); err != nil {
+		if err := a.edgeQuota(c, cmp.Or(c.charge, c.st.route)); err != nil {
 			return err
 		}
 		a.log.InfoContext(c.r.Context(), "request of a suspended tenant refused", "key_id", p.KeyID,

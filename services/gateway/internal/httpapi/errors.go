@@ -317,13 +317,11 @@ func problemTypeOf(code string) string {
 // writeError sends e as a problem detail, with Retry-After when e has a
 // retry delay.
 func writeError(w http.ResponseWriter, requestID string, e *apiError) {
-	h := w.Header()
-	// An error is never to be reused, whatever caching the handler had set
-	// for the answer it meant to give (the QR image's).
-	h.Set("Cache-Control", "no-store")
-	for k, vs := range e.header {
-		h[k] = vs
-	}
+	writeProblem(w, e, problemOf(requestID, e))
+}
+
+// problemOf is the problem detail of e.
+func problemOf(requestID string, e *apiError) problem {
 	title, ok := problemTitles[e.code]
 	if !ok {
 		title = http.StatusText(e.status)
@@ -334,15 +332,36 @@ func writeError(w http.ResponseWriter, requestID string, e *apiError) {
 		body.Instance = "urn:kurz:request:" + requestID
 	}
 	if e.retryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(e.retryAfter), 10))
 		body.RetryAfterMS = int64(math.Ceil(float64(e.retryAfter) / float64(time.Millisecond)))
 	}
+	return body
+}
+
+// writeProblem sends body, the problem detail of e (or one built on it),
+// with e's status and headers.
+func writeProblem(w http.ResponseWriter, e *apiError, body any) {
+	// An error is never to be reused, whatever caching the handler had set
+	// for the answer it meant to give (the QR image's).
+	w.Header().Set("Cache-Control", "no-store")
+	errorHeaders(w.Header(), e)
+	status := e.status
 	b, err := json.Marshal(body)
 	if err != nil {
 		b = []byte(`{"type":"` + problemTypeOf("INTERNAL") + `","title":"Internal error","status":500,"code":"INTERNAL"}`)
-		e.status = http.StatusInternalServerError
+		status = http.StatusInternalServerError
 	}
-	send(w, e.status, "application/problem+json", append(b, '\n'))
+	send(w, status, "application/problem+json", append(b, '\n'))
+}
+
+// errorHeaders sets the header fields of e on h: its own (Allow,
+// WWW-Authenticate) and Retry-After when it has a retry delay.
+func errorHeaders(h http.Header, e *apiError) {
+	for k, vs := range e.header {
+		h[k] = vs
+	}
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(e.retryAfter), 10))
+	}
 }
 
 // ceilSeconds rounds d up to whole seconds (never negative).

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
@@ -43,6 +45,14 @@ func (a *API) table() []route {
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
 		{pattern: "POST /yourls-api.php", access: ownKey, ownQuery: true, handle: a.yourlsAPI},
 		{pattern: "POST /yourls-api", access: ownKey, ownQuery: true, handle: a.yourlsAPI},
+		{pattern: "GET /rest/health", access: public, ownQuery: true, shlink: true, handle: a.shlinkHealth},
+		{pattern: "GET /rest/{version}/health", access: public, ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkHealth)},
+		{pattern: "POST /rest/{version}/short-urls", access: shlinkKey, charge: "POST /v1/links", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkCreate)},
+		{pattern: "GET /rest/{version}/short-urls", access: shlinkKey, charge: "GET /v1/links", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkList)},
+		{pattern: "GET /rest/{version}/short-urls/{shortCode}", access: shlinkKey, charge: "GET /v1/links/{code}", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkGet)},
+		{pattern: "PATCH /rest/{version}/short-urls/{shortCode}", access: shlinkKey, charge: "PATCH /v1/links/{code}", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkEdit)},
+		{pattern: "DELETE /rest/{version}/short-urls/{shortCode}", access: shlinkKey, charge: "DELETE /v1/links/{code}", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkDelete)},
+		{pattern: "GET /rest/{version}/short-urls/{shortCode}/visits", access: shlinkKey, charge: "GET /v1/links/{code}/stats", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkVisitsList)},
 
 		{pattern: "POST /v1/webhooks", access: tenantKey, rpc: &mapping{status: http.StatusCreated, existed: webhookExisted, location: webhookLocation, idempotent: true}},
 		{pattern: "GET /v1/webhooks", access: tenantKey, rpc: &mapping{}},
@@ -129,6 +139,33 @@ func (a *API) fetchLink(c *call, code string) (*shortenerv1.Link, error) {
 		return nil, err
 	}
 	return resp.GetLink(), nil
+}
+
+// lifetimeStatsRange is the longest range analytics answers (400 days),
+// less an hour for its rounding: a link's lifetime counts (YOURLS's
+// url-stats, Shlink's visitsSummary) are the clicks of its life up to it.
+const lifetimeStatsRange = 400*24*time.Hour - time.Hour
+
+// lifetimeCounts are the clicks of l since it was made, over the last 400
+// days at most (the longest range analytics answers): one statistics call.
+func (a *API) lifetimeCounts(c *call, l *shortenerv1.Link) (*analyticsv1.ClickCounts, error) {
+	if a.analytics == nil {
+		return nil, unavailable("click statistics are not available", errors.New("no analytics client"))
+	}
+	now := time.Now()
+	start := l.GetCreateTime().AsTime()
+	if oldest := now.Add(-lifetimeStatsRange); start.Before(oldest) {
+		start = oldest
+	}
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	st, err := a.analytics.GetLinkStats(ctx, &analyticsv1.GetLinkStatsRequest{
+		Code: l.GetCode(), Domain: l.GetDomain(), StartTime: timestamppb.New(start), EndTime: timestamppb.New(now),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st.GetCounts(), nil
 }
 
 // mutableLinkFields are the Link fields PATCH may change.

@@ -11,13 +11,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/buildinfo"
 	"kurz.dev/pkg/linkcode"
@@ -44,11 +41,6 @@ const yourlsEchoBytes = 64
 
 // yourlsDate is YOURLS's date format (MySQL's DATETIME), in UTC.
 const yourlsDate = "2006-01-02 15:04:05"
-
-// yourlsMaxStatsRange is the longest range analytics answers (400 days),
-// less an hour for its rounding: url-stats counts the clicks of a link's
-// life up to it.
-const yourlsMaxStatsRange = 400*24*time.Hour - time.Hour
 
 // yourlsParams are the parameters the API reads; others are ignored, as
 // YOURLS ignores them (tools send their own).
@@ -298,9 +290,8 @@ func (a *API) yourlsExpand(c *call, format string, p url.Values) error {
 }
 
 // yourlsURLStats is action url-stats, charged as GET
-// /v1/links/{code}/stats: the clicks since the link was made (of the last
-// 400 days at most, the longest range analytics answers), every click
-// counted as YOURLS counts them.
+// /v1/links/{code}/stats: the link's lifetimeCounts, every click counted
+// as YOURLS counts them.
 func (a *API) yourlsURLStats(c *call, format string, p url.Values) error {
 	if err := a.edgeQuota(c, "GET /v1/links/{code}/stats"); err != nil {
 		return err
@@ -309,23 +300,11 @@ func (a *API) yourlsURLStats(c *call, format string, p url.Values) error {
 	if err != nil {
 		return err
 	}
-	if a.analytics == nil {
-		return unavailable("click statistics are not available", errors.New("no analytics client"))
-	}
-	now := time.Now()
-	start := l.GetCreateTime().AsTime()
-	if oldest := now.Add(-yourlsMaxStatsRange); start.Before(oldest) {
-		start = oldest
-	}
-	ctx, cancel := a.downstream(c)
-	defer cancel()
-	st, err := a.analytics.GetLinkStats(ctx, &analyticsv1.GetLinkStatsRequest{
-		Code: l.GetCode(), Domain: l.GetDomain(), StartTime: timestamppb.New(start), EndTime: timestamppb.New(now),
-	})
+	counts, err := a.lifetimeCounts(c, l)
 	if err != nil {
 		return err
 	}
-	clicks := strconv.FormatInt(st.GetCounts().GetTotal(), 10)
+	clicks := strconv.FormatInt(counts.GetTotal(), 10)
 	a.yourlsWrite(c, format, http.StatusOK, map[string]any{
 		"statusCode": 200, "message": "success",
 		"link": map[string]string{"shorturl": l.GetShortUrl(), "url": l.GetLongUrl(), "title": l.GetLongUrl(),
@@ -371,13 +350,7 @@ func (a *API) yourlsFail(c *call, format string, err error) {
 		copied := *e
 		copied.status, e = http.StatusBadRequest, &copied
 	}
-	h := c.w.Header()
-	for k, vs := range e.header {
-		h[k] = vs
-	}
-	if e.retryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(ceilSeconds(e.retryAfter), 10))
-	}
+	errorHeaders(c.w.Header(), e)
 	body := map[string]any{"status": "fail", "code": code, "message": e.message,
 		"errorCode": e.status, "statusCode": e.status, "requestId": c.st.id}
 	if e.reason != "" {

@@ -1,0 +1,717 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/services/gateway/internal/keystore"
+)
+
+// Keys of the Shlink tests' key store: one valid key of tenant acme, one
+// of a suspended tenant; any other is invalid.
+const (
+	shlinkGoodKey      = "kurz_k1_good"
+	shlinkSuspendedKey = "kurz_k2_suspended"
+)
+
+// shlinkLimiter allows what it is asked, recording the route of every
+// edge quota charge (domain api) and counting the failed authentications
+// charged to the auth rule; denyAPI refuses the edge quota instead.
+type shlinkLimiter struct {
+	grpc.ClientConnInterface
+	mu           sync.Mutex
+	charged      []string
+	authFailures int
+	denyAPI      bool
+}
+
+func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ ...grpc.CallOption) error {
+	req, resp := args.(*ratelimitv1.CheckQuotaRequest), reply.(*ratelimitv1.CheckQuotaResponse)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	answer := &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: "per-ip", Limit: 10, Remaining: 10}
+	switch {
+	case req.GetDomain() == DomainAPI:
+		l.charged = append(l.charged, req.GetDescriptors()["route"])
+		answer = &ratelimitv1.CheckQuotaResponse{Allowed: !l.denyAPI, DecidingRule: "per-api-key", Limit: 600, Remaining: 599}
+		if l.denyAPI {
+			answer.Remaining, answer.RetryAfter = 0, durationpb.New(3*time.Second)
+		}
+	case req.GetCost() > 0:
+		l.authFailures++
+		answer.Remaining = 9
+	}
+	proto.Merge(resp, answer)
+	return nil
+}
+
+func (l *shlinkLimiter) takeCharged() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.charged
+	l.charged = nil
+	return out
+}
+
+// shlinkKeys knows shlinkGoodKey (tenant acme) and shlinkSuspendedKey.
+type shlinkKeys struct{ KeyStore }
+
+func (shlinkKeys) Authenticate(_ context.Context, key string) (keystore.Principal, error) {
+	switch key {
+	case shlinkGoodKey:
+		return keystore.Principal{Tenant: "acme", KeyID: "k1"}, nil
+	case shlinkSuspendedKey:
+		return keystore.Principal{Tenant: "stopped", KeyID: "k2"}, keystore.ErrTenantSuspended
+	}
+	return keystore.Principal{}, keystore.ErrInvalidKey
+}
+
+// shlinkShortener keeps links in memory, newest first, and records what
+// reaches it. A create of the URL of existing (CODE_MODE_FROM_URL), or of
+// its code as alias, answers existing (created false); createErr refuses
+// every create.
+type shlinkShortener struct {
+	shortenerv1.ShortenerServiceClient
+	links     []*shortenerv1.Link
+	existing  *shortenerv1.Link
+	createErr error
+	creates   []*shortenerv1.CreateLinkRequest
+	lists     []*shortenerv1.ListLinksRequest
+	gets      []*shortenerv1.GetLinkRequest
+	update    *shortenerv1.UpdateLinkRequest
+	deleted   []*shortenerv1.DeleteLinkRequest
+}
+
+var shlinkCreated = time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)
+
+func (s *shlinkShortener) CreateLink(_ context.Context, in *shortenerv1.CreateLinkRequest, _ ...grpc.CallOption) (*shortenerv1.CreateLinkResponse, error) {
+	s.creates = append(s.creates, proto.Clone(in).(*shortenerv1.CreateLinkRequest))
+	if s.createErr != nil {
+		return nil, s.createErr
+	}
+	if e := s.existing; e != nil && ((in.GetMode() == shortenerv1.CodeMode_CODE_MODE_FROM_URL && in.GetLongUrl() == e.GetLongUrl()) || in.GetCustomAlias() == e.GetCode()) {
+		return &shortenerv1.CreateLinkResponse{Link: e}, nil
+	}
+	code := in.GetCustomAlias()
+	if code == "" {
+		code = fmt.Sprintf("new%04d", len(s.creates))
+	}
+	l := &shortenerv1.Link{Code: code, ShortUrl: "https://k.test/" + code, LongUrl: in.GetLongUrl(), Tenant: "acme",
+		CreateTime: timestamppb.New(shlinkCreated), ExpireTime: in.GetExpireTime(), MaxVisits: in.GetMaxVisits()}
+	for _, t := range in.GetTags() {
+		l.Tags = append(l.Tags, strings.ToLower(t))
+	}
+	if d := in.GetDomain(); d != "" {
+		l.Domain = &d
+	}
+	return &shortenerv1.CreateLinkResponse{Link: l, Created: true}, nil
+}
+
+func (s *shlinkShortener) find(code, domain string) (*shortenerv1.Link, error) {
+	for _, l := range s.links {
+		if l.GetCode() == code && l.GetDomain() == domain {
+			return l, nil
+		}
+	}
+	return nil, rpcerr.WithDetails(codes.NotFound, "no such link: check the code (links of other tenants are not visible)")
+}
+
+func (s *shlinkShortener) GetLink(_ context.Context, in *shortenerv1.GetLinkRequest, _ ...grpc.CallOption) (*shortenerv1.GetLinkResponse, error) {
+	s.gets = append(s.gets, proto.Clone(in).(*shortenerv1.GetLinkRequest))
+	l, err := s.find(in.GetCode(), in.GetDomain())
+	if err != nil {
+		return nil, err
+	}
+	return &shortenerv1.GetLinkResponse{Link: l}, nil
+}
+
+// ListLinks pages through the links carrying the request's tag, its page
+// tokens the index of the next link.
+func (s *shlinkShortener) ListLinks(_ context.Context, in *shortenerv1.ListLinksRequest, _ ...grpc.CallOption) (*shortenerv1.ListLinksResponse, error) {
+	s.lists = append(s.lists, proto.Clone(in).(*shortenerv1.ListLinksRequest))
+	var tagged []*shortenerv1.Link
+	for _, l := range s.links {
+		if in.GetTag() == "" || slices.Contains(l.GetTags(), in.GetTag()) {
+			tagged = append(tagged, l)
+		}
+	}
+	start := 0
+	if in.GetPageToken() != "" {
+		_, _ = fmt.Sscan(in.GetPageToken(), &start)
+	}
+	end := min(start+int(in.GetPageSize()), len(tagged))
+	resp := &shortenerv1.ListLinksResponse{Links: tagged[start:end]}
+	if end < len(tagged) {
+		resp.NextPageToken = fmt.Sprint(end)
+	}
+	return resp, nil
+}
+
+func (s *shlinkShortener) UpdateLink(_ context.Context, in *shortenerv1.UpdateLinkRequest, _ ...grpc.CallOption) (*shortenerv1.UpdateLinkResponse, error) {
+	s.update = proto.Clone(in).(*shortenerv1.UpdateLinkRequest)
+	l, err := s.find(in.GetLink().GetCode(), in.GetLink().GetDomain())
+	if err != nil {
+		return nil, err
+	}
+	l = proto.Clone(l).(*shortenerv1.Link)
+	for _, p := range in.GetUpdateMask().GetPaths() {
+		switch p {
+		case "long_url":
+			l.LongUrl = in.GetLink().GetLongUrl()
+		case "expire_time":
+			l.ExpireTime = in.GetLink().GetExpireTime()
+		case "max_visits":
+			l.MaxVisits = in.GetLink().GetMaxVisits()
+		case "tags":
+			l.Tags = in.GetLink().GetTags()
+		}
+	}
+	return &shortenerv1.UpdateLinkResponse{Link: l}, nil
+}
+
+func (s *shlinkShortener) DeleteLink(_ context.Context, in *shortenerv1.DeleteLinkRequest, _ ...grpc.CallOption) (*shortenerv1.DeleteLinkResponse, error) {
+	s.deleted = append(s.deleted, proto.Clone(in).(*shortenerv1.DeleteLinkRequest))
+	if _, err := s.find(in.GetCode(), in.GetDomain()); err != nil {
+		return nil, err
+	}
+	return &shortenerv1.DeleteLinkResponse{}, nil
+}
+
+// shlinkAnalytics answers counts (or err) to every GetLinkStats.
+type shlinkAnalytics struct {
+	analyticsv1.AnalyticsServiceClient
+	counts *analyticsv1.ClickCounts
+	err    error
+	asked  []*analyticsv1.GetLinkStatsRequest
+}
+
+func (s *shlinkAnalytics) GetLinkStats(_ context.Context, in *analyticsv1.GetLinkStatsRequest, _ ...grpc.CallOption) (*analyticsv1.GetLinkStatsResponse, error) {
+	s.asked = append(s.asked, proto.Clone(in).(*analyticsv1.GetLinkStatsRequest))
+	if s.err != nil {
+		return nil, s.err
+	}
+	return &analyticsv1.GetLinkStatsResponse{Code: in.GetCode(), Counts: s.counts}, nil
+}
+
+// shlinkEnv is an API with the Shlink fakes, served as the gateway serves
+// it (Wrap over its routes), and what it was built on.
+type shlinkEnv struct {
+	t         *testing.T
+	handler   http.Handler
+	limiter   *shlinkLimiter
+	shortener *shlinkShortener
+	analytics *shlinkAnalytics
+	ready     bool
+}
+
+func newShlinkEnv(t *testing.T, links ...*shortenerv1.Link) *shlinkEnv {
+	t.Helper()
+	env := &shlinkEnv{t: t, limiter: &shlinkLimiter{}, shortener: &shlinkShortener{links: links},
+		analytics: &shlinkAnalytics{counts: &analyticsv1.ClickCounts{Total: 7, Human: 4, Bot: 2, Flood: 1}}, ready: true}
+	q, err := quota.New(env.limiter, time.Second, slog.New(slog.DiscardHandler), noop.NewMeterProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Options{MaxBodyBytes: 4096, MaxHeaderBytes: 16 << 10, CallTimeout: time.Second, MaxBulkRequests: 1},
+		Deps{Shortener: env.shortener, Analytics: env.analytics, Quota: q, Keys: shlinkKeys{}, Log: slog.New(slog.DiscardHandler),
+			Meter: noop.NewMeterProvider().Meter("test"), Ready: func() bool { return env.ready }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	a.Register(mux)
+	env.handler = a.Wrap(mux)
+	return env
+}
+
+// do sends method target with body and the key in X-Api-Key ("" sends
+// none), plus the header pairs in hdr.
+func (env *shlinkEnv) do(method, target, body, key string, hdr ...string) *httptest.ResponseRecorder {
+	env.t.Helper()
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	if key != "" {
+		r.Header.Set("X-Api-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Add(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	env.handler.ServeHTTP(w, r)
+	return w
+}
+
+// object decodes w's body as a JSON object, failing the test if it is not.
+func object(t *testing.T, w *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
+		t.Fatalf("%d: body is not a JSON object: %v\n%s", w.Code, err, w.Body)
+	}
+	return m
+}
+
+// shlinkProblemOf checks that w is a problem detail of status with
+// Shlink's type kind (a full URI when it has a scheme, else Shlink's), and
+// returns it.
+func shlinkProblemOf(t *testing.T, w *httptest.ResponseRecorder, status int, kind string) map[string]any {
+	t.Helper()
+	p := object(t, w)
+	if !strings.Contains(kind, "://") {
+		kind = shlinkProblemType + kind
+	}
+	if w.Code != status || w.Header().Get("Content-Type") != "application/problem+json" || p["type"] != kind ||
+		p["status"] != float64(status) || p["title"] == "" || p["detail"] == "" || p["requestId"] == "" ||
+		w.Header().Get("Cache-Control") != "no-store" {
+		t.Errorf("got %d %s %s, want a problem %d of type %s", w.Code, w.Header().Get("Content-Type"), w.Body, status, kind)
+	}
+	return p
+}
+
+// strList is v as a list of strings (nil when it is not one).
+func strList(v any) []string {
+	l, ok := v.([]any)
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for _, x := range l {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+func shlinkLink(code string, tags ...string) *shortenerv1.Link {
+	return &shortenerv1.Link{Code: code, ShortUrl: "https://k.test/" + code, LongUrl: "https://example.com/" + code,
+		Tenant: "acme", CreateTime: timestamppb.New(shlinkCreated), Tags: tags}
+}
+
+// Without X-Api-Key a Shlink route answers Shlink's missing-authentication
+// (a key in Authorization is not Shlink's way, and a key in the URL is
+// refused as exposed), charging nothing and counting no failure; a wrong
+// key is invalid-api-key and counts as a failed authentication.
+func TestShlinkRoutesTakeTheKeyInXApiKey(t *testing.T) {
+	env := newShlinkEnv(t)
+	w := env.do("GET", "/rest/v3/short-urls", "", "")
+	p := shlinkProblemOf(t, w, 401, "missing-authentication")
+	if got := strList(p["expectedHeaders"]); !slices.Equal(got, []string{"X-Api-Key"}) {
+		t.Errorf("expectedHeaders %v, want [X-Api-Key]", got)
+	}
+	shlinkProblemOf(t, env.do("GET", "/rest/v3/short-urls", "", "", "Authorization", "Bearer "+shlinkGoodKey), 401, "missing-authentication")
+	p = shlinkProblemOf(t, env.do("GET", "/rest/v3/short-urls?apiKey="+shlinkGoodKey, "", shlinkGoodKey), 400, "invalid-data")
+	if !strings.Contains(p["detail"].(string), "revoke it") || strings.Contains(fmt.Sprint(p), shlinkGoodKey) {
+		t.Errorf("key in the URL: %v; want it refused as exposed, without the key", p)
+	}
+	if got := env.limiter.takeCharged(); len(got) != 0 || env.limiter.authFailures != 0 {
+		t.Errorf("requests without a key charged %v and counted %d failures; want none", got, env.limiter.authFailures)
+	}
+
+	shlinkProblemOf(t, env.do("GET", "/rest/v3/short-urls", "", "kurz_k9_wrong"), 401, "invalid-api-key")
+	shlinkProblemOf(t, env.do("GET", "/rest/v3/short-urls", "", "two keys"), 401, "invalid-api-key")
+	if env.limiter.authFailures != 2 {
+		t.Errorf("%d failed authentications counted, want 2", env.limiter.authFailures)
+	}
+}
+
+// Every call with a valid key is charged once to the edge quota as the
+// kurz route it mirrors, refusals after the key check included (a body,
+// a version, a filter or a code refused; the visits not served; a
+// suspended tenant), so that no Shlink call is unmetered; a denial is
+// kurz's 429 in the problem shape, with Retry-After and the RateLimit
+// fields.
+func TestShlinkCallsAreChargedAsTheKurzRouteTheyMirror(t *testing.T) {
+	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	for _, tc := range []struct {
+		method, target, body string
+		key                  string
+		status               int
+		charged              string
+	}{
+		{"POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 200, "POST /v1/links"},
+		{"POST", "/rest/v2/short-urls", `{"longUrl": 5}`, shlinkGoodKey, 400, "POST /v1/links"},
+		{"POST", "/rest/v9/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 404, "POST /v1/links"},
+		{"GET", "/rest/v3/short-urls", "", shlinkGoodKey, 200, "GET /v1/links"},
+		{"GET", "/rest/v3/short-urls?searchTerm=x", "", shlinkGoodKey, 400, "GET /v1/links"},
+		{"GET", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 200, "GET /v1/links/{code}"},
+		{"GET", "/rest/v3/short-urls/nope", "", shlinkGoodKey, 404, "GET /v1/links/{code}"},
+		{"PATCH", "/rest/v3/short-urls/abcd123", `{"tags":["a"]}`, shlinkGoodKey, 200, "PATCH /v1/links/{code}"},
+		{"DELETE", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 204, "DELETE /v1/links/{code}"},
+		{"GET", "/rest/v3/short-urls/abcd123/visits", "", shlinkGoodKey, 501, "GET /v1/links/{code}/stats"},
+		{"GET", "/rest/v3/short-urls", "", shlinkSuspendedKey, 403, "GET /v1/links"},
+		{"POST", "/rest/v3/short-urls", `{}`, shlinkSuspendedKey, 403, "POST /v1/links"},
+	} {
+		w := env.do(tc.method, tc.target, tc.body, tc.key)
+		got := env.limiter.takeCharged()
+		if w.Code != tc.status || !slices.Equal(got, []string{tc.charged}) || len(w.Header()["RateLimit"]) != 1 {
+			t.Errorf("%s %s (%s): %d, charged %v, RateLimit %q; want %d charged once as %s with its RateLimit fields",
+				tc.method, tc.target, tc.key, w.Code, got, w.Header()["RateLimit"], tc.status, tc.charged)
+		}
+	}
+
+	env.limiter.denyAPI = true
+	w := env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+	p := shlinkProblemOf(t, w, 429, "https://kurz.dev/problems/resource-exhausted")
+	if w.Header().Get("Retry-After") != "3" || len(w.Header()["RateLimit-Policy"]) != 1 || p["reason"] != "RATE_LIMITED" {
+		t.Errorf("denied: Retry-After %q, RateLimit-Policy %q, %v; want 3, the policy and reason RATE_LIMITED",
+			w.Header().Get("Retry-After"), w.Header()["RateLimit-Policy"], p)
+	}
+}
+
+// A create takes Shlink's fields to CreateLink's (customSlug the alias,
+// validUntil the expiry), ignores the ones kurz has no use for, and
+// answers 200 with Shlink's ShortUrl: dates as Shlink writes them, meta,
+// domain, a title of null, and the new link's visits, none.
+func TestShlinkCreateMapsShlinksFields(t *testing.T) {
+	env := newShlinkEnv(t)
+	w := env.do("POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/page","customSlug":"my-slug","tags":["Launch","news"],
+		"validUntil":"2030-01-02T03:04:05+02:00","maxVisits":100,"domain":"go.acme.test","title":"A page","crawlable":true,
+		"forwardQuery":true,"shortCodeLength":4,"validateUrl":false,"unknownField":{"x":1}}`, shlinkGoodKey)
+	if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" || w.Header().Get("Cache-Control") != "no-store" {
+		t.Fatalf("create: %d %s %s", w.Code, w.Header(), w.Body)
+	}
+	got := env.shortener.creates[0]
+	want := &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/page", Mode: shortenerv1.CodeMode_CODE_MODE_CUSTOM,
+		CustomAlias: "my-slug", Tags: []string{"Launch", "news"}, MaxVisits: 100, Domain: "go.acme.test",
+		ExpireTime: timestamppb.New(time.Date(2030, 1, 2, 1, 4, 5, 0, time.UTC))}
+	if !proto.Equal(got, want) {
+		t.Errorf("CreateLink got %v\nwant %v", got, want)
+	}
+	const answer = `{"shortCode":"my-slug","shortUrl":"https://k.test/my-slug","longUrl":"https://example.com/page",` +
+		`"dateCreated":"2026-03-01T10:30:00+00:00","visitsSummary":{"total":0,"nonBots":0,"bots":0},"tags":["launch","news"],` +
+		`"meta":{"validSince":null,"validUntil":"2030-01-02T01:04:05+00:00","maxVisits":100},"domain":"go.acme.test",` +
+		`"title":null,"crawlable":false,"forwardQuery":false,"hasRedirectRules":false}` + "\n"
+	if w.Body.String() != answer {
+		t.Errorf("answer\n%s\nwant\n%s", w.Body, answer)
+	}
+	if len(env.analytics.asked) != 0 {
+		t.Errorf("a new link's visits were asked of analytics: %v", env.analytics.asked)
+	}
+
+	w = env.do("POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/plain","maxVisits":null,"validUntil":null,"validSince":null}`, shlinkGoodKey)
+	if got := env.shortener.creates[1]; w.Code != 200 || got.GetMode() != shortenerv1.CodeMode_CODE_MODE_UNSPECIFIED || got.ExpireTime != nil || got.GetMaxVisits() != 0 {
+		t.Errorf("a plain create: %d %s, CreateLink %v; want a sequential code, no expiry, no visit limit", w.Code, w.Body, got)
+	}
+	if m := object(t, w)["meta"]; fmt.Sprint(m) != "map[maxVisits:<nil> validSince:<nil> validUntil:<nil>]" {
+		t.Errorf("meta %v, want every field null", m)
+	}
+}
+
+// What kurz cannot honour in a create is refused with Shlink's
+// invalid-data naming every field at fault (validSince, a wrong type, a
+// missing longUrl, a maxVisits of 0), before anything is created; the
+// shortener's refusals are named by Shlink's names of their fields; a
+// slug already taken, by another link or as the caller's own link to the
+// same URL, is Shlink's non-unique-slug, 400.
+func TestShlinkCreateRefusals(t *testing.T) {
+	env := newShlinkEnv(t)
+	for _, tc := range []struct {
+		body    string
+		invalid []string
+	}{
+		{`{"longUrl":"https://example.com/","validSince":"2030-01-01T00:00:00Z"}`, []string{"validSince"}},
+		{`{"longUrl":7,"tags":"news","findIfExists":"yes","validUntil":"tomorrow","maxVisits":0}`,
+			[]string{"longUrl", "tags", "validUntil", "maxVisits", "findIfExists"}},
+		{`{"customSlug":"abcd"}`, []string{"longUrl"}},
+		{`{"longUrl":"https://example.com/","maxVisits":-3}`, []string{"maxVisits"}},
+		{`{"longUrl":"https://example.com/","longUrl":"https://evil.example/"}`, []string{}},
+		{`[1,2]`, []string{}},
+		{``, []string{}},
+	} {
+		w := env.do("POST", "/rest/v3/short-urls", tc.body, shlinkGoodKey)
+		p := shlinkProblemOf(t, w, 400, "invalid-data")
+		if got := strList(p["invalidElements"]); !slices.Equal(got, tc.invalid) {
+			t.Errorf("body %s: invalidElements %v, want %v (%s)", tc.body, got, tc.invalid, w.Body)
+		}
+	}
+	if len(env.shortener.creates) != 0 {
+		t.Errorf("refused bodies reached CreateLink: %v", env.shortener.creates)
+	}
+
+	env.shortener.createErr = rpcerr.BadRequest("long_url", "URL_SCHEME_NOT_ALLOWED", "only http and https URLs can be shortened")
+	p := shlinkProblemOf(t, env.do("POST", "/rest/v3/short-urls", `{"longUrl":"ftp://example.com/"}`, shlinkGoodKey), 400, "invalid-data")
+	if got := strList(p["invalidElements"]); !slices.Equal(got, []string{"longUrl"}) || p["reason"] != "URL_SCHEME_NOT_ALLOWED" {
+		t.Errorf("a refused URL: %v; want invalidElements [longUrl] and kurz's reason", p)
+	}
+
+	env.shortener.createErr = rpcerr.WithDetails(codes.AlreadyExists, `the alias "taken1" is already taken; choose another`, rpcerr.Info("ALIAS_TAKEN", nil))
+	p = shlinkProblemOf(t, env.do("POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/","customSlug":"taken1"}`, shlinkGoodKey), 400, "non-unique-slug")
+	if p["customSlug"] != "taken1" || p["title"] != "Invalid custom slug" || p["reason"] != "ALIAS_TAKEN" {
+		t.Errorf("a taken slug: %v; want Shlink's non-unique-slug naming it", p)
+	}
+
+	env.shortener.createErr = nil
+	env.shortener.existing = shlinkLink("mine1")
+	p = shlinkProblemOf(t, env.do("POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/mine1","customSlug":"mine1","domain":"go.acme.test"}`, shlinkGoodKey), 400, "non-unique-slug")
+	if p["customSlug"] != "mine1" || p["domain"] != "go.acme.test" {
+		t.Errorf("a slug that is the caller's link to the same URL, without findIfExists: %v; want non-unique-slug", p)
+	}
+}
+
+// findIfExists asks CreateLink for the URL's link (CODE_MODE_FROM_URL) and
+// answers it, with its visits, when it has the settings the request
+// gives; when it has other ones, Shlink makes a new link, and so does
+// kurz (a sequential code). With a customSlug it answers the caller's
+// link of that slug to the same URL.
+func TestShlinkFindIfExists(t *testing.T) {
+	env := newShlinkEnv(t)
+	env.shortener.existing = shlinkLink("found12", "news")
+	w := env.do("POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/found12","findIfExists":true,"tags":["News"]}`, shlinkGoodKey)
+	m := object(t, w)
+	if w.Code != 200 || m["shortCode"] != "found12" || fmt.Sprint(m["visitsSummary"]) != "map[bots:2 nonBots:5 total:7]" {
+		t.Errorf("findIfExists, same tags: %d %s; want the found link with its visits", w.Code, w.Body)
+	}
+	if got := env.shortener.creates; len(got) != 1 || got[0].GetMode() != shortenerv1.CodeMode_CODE_MODE_FROM_URL {
+		t.Errorf("CreateLink calls %v, want one in CODE_MODE_FROM_URL", got)
+	}
+
+	w = env.do("POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/found12","findIfExists":true,"tags":["other"],"maxVisits":5}`, shlinkGoodKey)
+	m = object(t, w)
+	if got := env.shortener.creates[1:]; w.Code != 200 || m["shortCode"] == "found12" || len(got) != 2 ||
+		got[1].GetMode() != shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL || got[1].GetMaxVisits() != 5 {
+		t.Errorf("findIfExists, other settings: %d %s, CreateLink %v; want a new link with the settings", w.Code, w.Body, got)
+	}
+
+	w = env.do("POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/found12","findIfExists":true,"customSlug":"found12"}`, shlinkGoodKey)
+	if m := object(t, w); w.Code != 200 || m["shortCode"] != "found12" {
+		t.Errorf("findIfExists with the link's slug: %d %s; want the link", w.Code, w.Body)
+	}
+}
+
+// GET one link answers it with its lifetime visits (kurz's bots as bots,
+// the rest as nonBots), from its domain (?domain=); when analytics cannot
+// tell, the link without visitsSummary. An unknown code is Shlink's
+// short-url-not-found naming it, a code kurz could not have issued
+// (a long one) too, without repeating it.
+func TestShlinkGetOneLink(t *testing.T) {
+	l := shlinkLink("abcd123", "news")
+	d := "go.acme.test"
+	l.Domain, l.ExpireTime, l.MaxVisits = &d, timestamppb.New(time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)), 50
+	l.Rules = []*shortenerv1.RedirectRule{{Name: "de", Url: "https://example.com/de"}}
+	env := newShlinkEnv(t, l)
+	w := env.do("GET", "/rest/v3/short-urls/abcd123?domain=go.acme.test&unknown=1", "", shlinkGoodKey)
+	const answer = `{"shortCode":"abcd123","shortUrl":"https://k.test/abcd123","longUrl":"https://example.com/abcd123",` +
+		`"dateCreated":"2026-03-01T10:30:00+00:00","visitsSummary":{"total":7,"nonBots":5,"bots":2},"tags":["news"],` +
+		`"meta":{"validSince":null,"validUntil":"2031-05-06T07:08:09+00:00","maxVisits":50},"domain":"go.acme.test",` +
+		`"title":null,"crawlable":false,"forwardQuery":false,"hasRedirectRules":true}` + "\n"
+	if w.Code != 200 || w.Body.String() != answer {
+		t.Errorf("GET: %d\n%s\nwant\n%s", w.Code, w.Body, answer)
+	}
+	if a := env.analytics.asked; len(a) != 1 || a[0].GetCode() != "abcd123" || a[0].GetDomain() != d ||
+		!a[0].GetStartTime().AsTime().Equal(shlinkCreated) {
+		t.Errorf("stats asked %v, want the link's, since it was made", a)
+	}
+
+	env.analytics.err = rpcerr.WithDetails(codes.Unavailable, "analytics is down")
+	w = env.do("GET", "/rest/v3/short-urls/abcd123?domain=go.acme.test", "", shlinkGoodKey)
+	if m := object(t, w); w.Code != 200 || m["visitsSummary"] != nil || m["shortCode"] != "abcd123" {
+		t.Errorf("GET while analytics is down: %d %s; want the link without visitsSummary", w.Code, w.Body)
+	}
+
+	p := shlinkProblemOf(t, env.do("GET", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey), 404, "short-url-not-found")
+	if p["shortCode"] != "abcd123" || p["domain"] != nil || p["detail"] != `No URL found with short code "abcd123"` {
+		t.Errorf("a link not on the default domain: %v", p)
+	}
+	long := strings.Repeat("x", 2000)
+	w = env.do("GET", "/rest/v3/short-urls/"+long, "", shlinkGoodKey)
+	if shlinkProblemOf(t, w, 404, "short-url-not-found"); strings.Contains(w.Body.String(), "xxxxxxxx") {
+		t.Errorf("an implausible code was repeated: %s", w.Body)
+	}
+	if len(env.shortener.gets) != 3 {
+		t.Errorf("%d GetLink calls, want 3 (none for a code kurz could not have issued)", len(env.shortener.gets))
+	}
+}
+
+// PATCH changes the fields the body gives (null clears validUntil and
+// maxVisits), answering the link as changed; a body of fields kurz
+// ignores changes nothing and answers the link; validSince is refused.
+// DELETE answers 204, an unknown code short-url-not-found.
+func TestShlinkEditAndDelete(t *testing.T) {
+	l := shlinkLink("abcd123")
+	l.ExpireTime, l.MaxVisits = timestamppb.New(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)), 9
+	env := newShlinkEnv(t, l)
+	w := env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"longUrl":"https://example.com/new","validUntil":null,"maxVisits":null,"tags":["x"],"title":"t"}`, shlinkGoodKey)
+	m := object(t, w)
+	if u := env.shortener.update; w.Code != 200 || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"long_url", "expire_time", "max_visits", "tags"}) ||
+		u.GetLink().ExpireTime != nil || u.GetLink().GetMaxVisits() != 0 || u.GetLink().GetLongUrl() != "https://example.com/new" {
+		t.Errorf("PATCH: %d %s, UpdateLink %v", w.Code, w.Body, u)
+	}
+	if m["longUrl"] != "https://example.com/new" || fmt.Sprint(m["meta"]) != "map[maxVisits:<nil> validSince:<nil> validUntil:<nil>]" || m["visitsSummary"] == nil {
+		t.Errorf("PATCH answer %s; want the changed link with its visits", w.Body)
+	}
+
+	env.shortener.update = nil
+	w = env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"title":"only a title","crawlable":true}`, shlinkGoodKey)
+	if m := object(t, w); w.Code != 200 || env.shortener.update != nil || m["shortCode"] != "abcd123" {
+		t.Errorf("PATCH of ignored fields: %d %s, UpdateLink %v; want the link, unchanged", w.Code, w.Body, env.shortener.update)
+	}
+	p := shlinkProblemOf(t, env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"validSince":"2030-01-01T00:00:00Z"}`, shlinkGoodKey), 400, "invalid-data")
+	if got := strList(p["invalidElements"]); !slices.Equal(got, []string{"validSince"}) {
+		t.Errorf("PATCH of validSince: %v", p)
+	}
+	shlinkProblemOf(t, env.do("PATCH", "/rest/v3/short-urls/zzzz999", `{"tags":[]}`, shlinkGoodKey), 404, "short-url-not-found")
+
+	w = env.do("DELETE", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey)
+	if w.Code != 204 || w.Body.Len() != 0 || len(env.shortener.deleted) != 1 {
+		t.Errorf("DELETE: %d %q, DeleteLink %v; want 204 without a body", w.Code, w.Body, env.shortener.deleted)
+	}
+	shlinkProblemOf(t, env.do("DELETE", "/rest/v3/short-urls/zzzz999", "", shlinkGoodKey), 404, "short-url-not-found")
+}
+
+// The list pages through the caller's links as Shlink's page and
+// itemsPerPage say, reading the links before the page; pagesCount and
+// totalItems are exact on the last page, and one more page and link
+// while there are more; the links carry no visitsSummary. One tags[] is
+// ListLinks's tag; the filters kurz cannot apply are refused by name, and
+// so is a page deeper than it reads.
+func TestShlinkListPages(t *testing.T) {
+	var links []*shortenerv1.Link
+	for i := range 25 {
+		tags := []string{}
+		if i%5 == 0 {
+			tags = []string{"five"}
+		}
+		links = append(links, shlinkLink(fmt.Sprintf("code%03d", i), tags...))
+	}
+	env := newShlinkEnv(t, links...)
+	for _, tc := range []struct {
+		query      string
+		codes      []string
+		pagination string
+	}{
+		{"", []string{"code000", "code001", "code002", "code003", "code004", "code005", "code006", "code007", "code008", "code009"},
+			"map[currentPage:1 itemsInCurrentPage:10 itemsPerPage:10 pagesCount:2 totalItems:11]"},
+		{"?page=2&itemsPerPage=10", []string{"code010", "code011", "code012", "code013", "code014", "code015", "code016", "code017", "code018", "code019"},
+			"map[currentPage:2 itemsInCurrentPage:10 itemsPerPage:10 pagesCount:3 totalItems:21]"},
+		{"?page=3", []string{"code020", "code021", "code022", "code023", "code024"},
+			"map[currentPage:3 itemsInCurrentPage:5 itemsPerPage:10 pagesCount:3 totalItems:25]"},
+		{"?page=9&itemsPerPage=4", []string{},
+			"map[currentPage:9 itemsInCurrentPage:0 itemsPerPage:4 pagesCount:7 totalItems:25]"},
+		{"?tags[]=five&itemsPerPage=5&tagsMode=all&orderBy=dateCreated-DESC&excludeMaxVisitsReached=false", []string{"code000", "code005", "code010", "code015", "code020"},
+			"map[currentPage:1 itemsInCurrentPage:5 itemsPerPage:5 pagesCount:1 totalItems:5]"},
+	} {
+		w := env.do("GET", "/rest/v3/short-urls"+tc.query, "", shlinkGoodKey)
+		m := object(t, w)
+		list, _ := m["shortUrls"].(map[string]any)
+		data, _ := list["data"].([]any)
+		var codes []string
+		for _, d := range data {
+			u := d.(map[string]any)
+			codes = append(codes, u["shortCode"].(string))
+			if _, ok := u["visitsSummary"]; ok {
+				t.Errorf("%s: %s carries a visitsSummary", tc.query, u["shortCode"])
+			}
+		}
+		if w.Code != 200 || !slices.Equal(codes, tc.codes) || fmt.Sprint(list["pagination"]) != tc.pagination {
+			t.Errorf("GET %s: %d codes %v pagination %v; want %v %s", tc.query, w.Code, codes, list["pagination"], tc.codes, tc.pagination)
+		}
+	}
+	if got := env.shortener.lists[len(env.shortener.lists)-1]; got.GetTag() != "five" || got.GetPageSize() != 5 {
+		t.Errorf("ListLinks %v, want tag five, 5 a page", got)
+	}
+
+	env.shortener.lists = nil
+	w := env.do("GET", "/rest/v3/short-urls?page=2&itemsPerPage=10", "", shlinkGoodKey)
+	if l := env.shortener.lists; w.Code != 200 || len(l) != 2 || l[0].GetPageSize() != 10 || l[1].GetPageToken() != "10" {
+		t.Errorf("page 2 of 10: %d, ListLinks %v; want the first 10 links read, then the page after them", w.Code, l)
+	}
+	for _, tc := range []struct{ query, field string }{
+		{"?searchTerm=news", "searchTerm"},
+		{"?tags[]=a&tags[]=b", "tags"},
+		{"?orderBy=visits-DESC", "orderBy"},
+		{"?startDate=2026-01-01T00:00:00Z", "startDate"},
+		{"?excludePastValidUntil=true", "excludePastValidUntil"},
+		{"?itemsPerPage=-1", "itemsPerPage"},
+		{"?itemsPerPage=1001", "itemsPerPage"},
+		{"?page=0", "page"},
+		{"?page=12&itemsPerPage=1000", "page"},
+		{"?page=1&page=2", "page"},
+	} {
+		p := shlinkProblemOf(t, env.do("GET", "/rest/v3/short-urls"+tc.query, "", shlinkGoodKey), 400, "invalid-data")
+		if got := strList(p["invalidElements"]); !slices.Equal(got, []string{tc.field}) {
+			t.Errorf("GET %s: invalidElements %v, want [%s]", tc.query, got, tc.field)
+		}
+	}
+}
+
+// A page past the first 1,000 links is reached by reading the links
+// before it in pages of 1,000, and a page beyond the last answers no
+// links with the exact counts.
+func TestShlinkListPagesDeep(t *testing.T) {
+	var links []*shortenerv1.Link
+	for i := range 2500 {
+		links = append(links, shlinkLink(fmt.Sprintf("code%04d", i)))
+	}
+	env := newShlinkEnv(t, links...)
+	w := env.do("GET", "/rest/v3/short-urls?page=3&itemsPerPage=1000", "", shlinkGoodKey)
+	var out struct {
+		ShortURLs struct {
+			Data       []shlinkURL      `json:"data"`
+			Pagination shlinkPagination `json:"pagination"`
+		} `json:"shortUrls"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	var tokens []string
+	for _, l := range env.shortener.lists {
+		tokens = append(tokens, fmt.Sprintf("%d@%s", l.GetPageSize(), l.GetPageToken()))
+	}
+	want := shlinkPagination{CurrentPage: 3, PagesCount: 3, ItemsPerPage: 1000, ItemsInCurrentPage: 500, TotalItems: 2500}
+	if w.Code != 200 || len(out.ShortURLs.Data) != 500 || out.ShortURLs.Data[0].ShortCode != "code2000" ||
+		out.ShortURLs.Pagination != want || !slices.Equal(tokens, []string{"1000@", "1000@1000", "1000@2000"}) {
+		t.Errorf("page 3 of 1000: %d, %d links from %v, %+v, ListLinks %v", w.Code, len(out.ShortURLs.Data), out.ShortURLs.Data[:min(1, len(out.ShortURLs.Data))], out.ShortURLs.Pagination, tokens)
+	}
+
+	env.shortener.lists = nil
+	w = env.do("GET", "/rest/v3/short-urls?page=5&itemsPerPage=1000", "", shlinkGoodKey)
+	if m := object(t, w); w.Code != 200 || len(env.shortener.lists) != 3 ||
+		fmt.Sprint(m["shortUrls"]) != "map[data:[] pagination:map[currentPage:5 itemsInCurrentPage:0 itemsPerPage:1000 pagesCount:3 totalItems:2500]]" {
+		t.Errorf("page 5 of 1000: %d %v, %d ListLinks calls; want no links, the exact counts, and the listing read to its end once", w.Code, m, len(env.shortener.lists))
+	}
+}
+
+// GET /rest/health (and /rest/v3/health) answers Shlink's health, pass
+// while the gateway is ready and fail (503) when not, with kurz's version,
+// without a key and without charging anything; a version kurz does not
+// answer is Shlink's not-found, not repeated.
+func TestShlinkHealth(t *testing.T) {
+	env := newShlinkEnv(t)
+	for _, path := range []string{"/rest/health", "/rest/v3/health", "/rest/v2/health"} {
+		w := env.do("GET", path, "", "")
+		if m := object(t, w); w.Code != 200 || w.Header().Get("Content-Type") != "application/health+json" || m["status"] != "pass" || m["version"] == "" {
+			t.Errorf("GET %s: %d %s %s", path, w.Code, w.Header().Get("Content-Type"), w.Body)
+		}
+	}
+	env.ready = false
+	if w := env.do("GET", "/rest/health", "", ""); w.Code != 503 || object(t, w)["status"] != "fail" {
+		t.Errorf("GET /rest/health, not ready: %d %s; want 503 fail", w.Code, w.Body)
+	}
+	w := env.do("GET", "/rest/v1234567/health", "", "")
+	if shlinkProblemOf(t, w, 404, "not-found"); strings.Contains(w.Body.String(), "1234567") {
+		t.Errorf("the version was repeated: %s", w.Body)
+	}
+	if got := env.limiter.takeCharged(); len(got) != 0 {
+		t.Errorf("health charged %v, want nothing", got)
+	}
+}
