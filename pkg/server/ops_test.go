@@ -33,13 +33,8 @@ func startWith(t *testing.T, cfg server.Config, setup func(*server.Server)) *ser
 // getStatus is the status of GET url.
 func getStatus(t *testing.T, url string) int {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	code, _ := getHost(t, url, "")
+	return code
 }
 
 // awaitReady polls base/readyz (bounded) until it answers 200.
@@ -180,7 +175,8 @@ func TestDependencyUpFollowsTheChecks(t *testing.T) {
 	}
 }
 
-// getHost is the status and body of GET url sent with Host host.
+// getHost is the status and body of GET url sent with Host host (""
+// for url's).
 func getHost(t *testing.T, url, host string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
