@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"kurz.dev/pkg/buildinfo"
+	"kurz.dev/pkg/textcut"
 )
 
 // maxErrorBody bounds what is read of an error answer, maxAnswerBody of
@@ -262,10 +263,7 @@ func (gw *gateway) send(ctx context.Context, method, path string, query url.Valu
 		}
 		return nil, &problem
 	}
-	text := strings.TrimSpace(string(raw))
-	if len(text) > 200 {
-		text = text[:200] + "…"
-	}
+	text := textcut.Echo(strings.TrimSpace(string(raw)), 200)
 	if text == "" {
 		text = http.StatusText(resp.StatusCode)
 	}

@@ -50,10 +50,10 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/resp"
+	"kurz.dev/pkg/textcut"
 )
 
 // Version is the schema version written in field "v".
@@ -227,12 +227,9 @@ func (e Event) fields() (f [12]field, n int) {
 // MaxNameLen bounds a rule or variant name kept in an event.
 const MaxNameLen = 64
 
-func truncateName(s string) string {
-	if len(s) > MaxNameLen {
-		return s[:MaxNameLen]
-	}
-	return s
-}
+// truncateName cuts a rule or variant name to MaxNameLen bytes, whole
+// characters: a stored value, so unmarked.
+func truncateName(s string) string { return textcut.Prefix(s, MaxNameLen) }
 
 // Parse reads an entry's values (as go-redis returns them in XMessage.Values).
 // A user agent or referrer over MaxTextLen bytes, which no producer of this
@@ -278,18 +275,7 @@ func Truncate(s string) string {
 	if len(s) <= MaxTextLen {
 		return s
 	}
-	s = strings.Clone(s[:MaxTextLen])
-	// Only the last rune can be cut short: find its first byte among the
-	// last UTFMax-1 and drop it if the rest of its sequence is gone.
-	for i := len(s) - 1; i >= len(s)-(utf8.UTFMax-1); i-- {
-		if utf8.RuneStart(s[i]) {
-			if !utf8.FullRuneInString(s[i:]) {
-				s = s[:i]
-			}
-			break
-		}
-	}
-	return s
+	return strings.Clone(textcut.Prefix(s, MaxTextLen))
 }
 
 // Visitor returns the visitor hash: HMAC-SHA256 over the UTC day of t, the

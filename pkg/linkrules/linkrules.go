@@ -35,6 +35,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"kurz.dev/pkg/textcut"
 )
 
 // Bounds of one link's rules and variants.
@@ -462,12 +464,7 @@ func compileCondition(field string, c *Condition) (ccond, error) {
 }
 
 // trim cuts a refused value for an error message.
-func trim(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
-	}
-	return s
-}
+func trim(s string) string { return textcut.Echo(s, 40) }
 
 // languageRange reports whether s is a language range: 1 to 8 letters, then
 // subtags of 1 to 8 letters or digits, each after a '-'.

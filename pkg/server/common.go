@@ -32,6 +32,17 @@ type Common struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ on the ops listener
 	// (the HTTP listener of a service without one). Off by default.
 	Pprof bool `env:"PPROF" default:"false"`
+	// OpsAllowedHosts lists Host names, comma-separated, that the ops
+	// routes (/metrics, /readyz, pprof; the limiter's POST /json) answer
+	// besides IP addresses, localhost and Kubernetes Service names (no dot,
+	// or ending in .svc or .cluster.local): a name
+	// ("metrics.example.internal"), or one with a leading dot for every
+	// name under it (".svc.example.internal", for a cluster domain of its
+	// own). A request for another name is refused (421), so that a web
+	// page cannot rebind its own name to a forwarded ops port and read it.
+	// The public listeners (the redirect's and the gateway's HTTP) take any
+	// name.
+	OpsAllowedHosts []string `env:"OPS_ALLOWED_HOSTS" default:""`
 	// GRPCStreamWorkers is the number of long-lived goroutines that serve
 	// gRPC calls; a call that finds them all busy gets a goroutine of its
 	// own (it is not a concurrency limit). 0: 32 per core.
@@ -118,7 +129,7 @@ func (c Common) check() error {
 	if c.HTTPMaxConnectionsPerClient < 1 || c.HTTPMaxConnectionsPerClient > c.HTTPMaxConnections {
 		errs = append(errs, fmt.Errorf("KURZ_HTTP_MAX_CONNECTIONS_PER_CLIENT=%d: want 1 to KURZ_HTTP_MAX_CONNECTIONS (%d)", c.HTTPMaxConnectionsPerClient, c.HTTPMaxConnections))
 	}
-	errs = append(errs, c.Telemetry.Check())
+	errs = append(errs, c.Telemetry.Check(), CheckAllowedHosts("KURZ_OPS_ALLOWED_HOSTS", c.OpsAllowedHosts))
 	if c.GRPCStreamWorkers < 0 || c.GRPCStreamWorkers > 10_000 {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_STREAM_WORKERS=%d: want 0 (32 per core) to 10000", c.GRPCStreamWorkers))
 	}
@@ -143,6 +154,7 @@ func (c Common) Config(grpcAddr, httpAddr string) Config {
 		ShutdownDelay:     c.ShutdownDelay,
 		ReadinessInterval: c.ReadinessInterval,
 		Pprof:             c.Pprof,
+		OpsAllowedHosts:   c.OpsAllowedHosts,
 		StreamWorkers:     c.GRPCStreamWorkers,
 		MaxConnectionAge:  c.GRPCMaxConnectionAge,
 		GRPCMaxCalls:      c.GRPCMaxCalls,

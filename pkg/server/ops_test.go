@@ -33,13 +33,8 @@ func startWith(t *testing.T, cfg server.Config, setup func(*server.Server)) *ser
 // getStatus is the status of GET url.
 func getStatus(t *testing.T, url string) int {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	code, _ := getHost(t, url, "")
+	return code
 }
 
 // awaitReady polls base/readyz (bounded) until it answers 200.
@@ -177,5 +172,63 @@ func TestDependencyUpFollowsTheChecks(t *testing.T) {
 	}
 	if ok, got := up("postgres", "1")(); !ok {
 		t.Errorf("postgres check passing: want kurz_dependency_up{check=\"postgres\"} 1, got:\n%s", got)
+	}
+}
+
+// getHost is the status and body of GET url sent with Host host (""
+// for url's).
+func getHost(t *testing.T, url, host string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s (Host %s): %v", url, host, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// A page that rebinds its own name to a forwarded ops port is refused
+// there (421, before any route), while its IP and a Kubernetes Service
+// name are served; the public listener answers any name (custom domains).
+func TestOpsListenerRefusesARebindingHost(t *testing.T) {
+	r := startWith(t, server.Config{OpsAddr: "127.0.0.1:0", Pprof: true}, nil)
+	awaitReady(t, r.Ops)
+	port := r.Ops[strings.LastIndexByte(r.Ops, ':'):]
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/readyz", "/healthz"} {
+		code, body := getHost(t, r.Ops+path, "rebind.attacker.example"+port)
+		if code != http.StatusMisdirectedRequest || !strings.Contains(body, "KURZ_OPS_ALLOWED_HOSTS") {
+			t.Errorf("ops %s for rebind.attacker.example: %d %q, want 421 naming KURZ_OPS_ALLOWED_HOSTS", path, code, body)
+		}
+		for _, host := range []string{"127.0.0.1" + port, "localhost" + port, "redirect.kurz.svc.cluster.local" + port} {
+			if code, body := getHost(t, r.Ops+path, host); code != http.StatusOK {
+				t.Errorf("ops %s for %s: %d %q, want 200", path, host, code, body)
+			}
+		}
+	}
+	if code, body := getHost(t, r.HTTP+"/healthz", "go.customer.example"); code != http.StatusOK {
+		t.Errorf("public /healthz for go.customer.example: %d %q, want 200", code, body)
+	}
+}
+
+// Without an ops listener the HTTP listener serves the ops routes, so it
+// has their Host check; KURZ_OPS_ALLOWED_HOSTS adds names to it.
+func TestHTTPListenerWithTheOpsRoutesChecksTheHost(t *testing.T) {
+	r := startWith(t, server.Config{OpsAllowedHosts: []string{"metrics.example.internal"}}, nil)
+	awaitReady(t, r.HTTP)
+	for host, want := range map[string]int{
+		"rebind.attacker.example":  http.StatusMisdirectedRequest,
+		"127.0.0.1":                http.StatusOK,
+		"limiter":                  http.StatusOK,
+		"metrics.example.internal": http.StatusOK,
+	} {
+		if code, body := getHost(t, r.HTTP+"/metrics", host); code != want {
+			t.Errorf("/metrics for %s: %d %.100q, want %d", host, code, body, want)
+		}
 	}
 }

@@ -2,7 +2,8 @@
 // (health, reflection, OpenTelemetry, keepalive) and an HTTP server for
 // /healthz, /readyz and /metrics, plus whatever public routes the service adds.
 // A public service moves the ops routes to a third, internal listener
-// (Config.OpsAddr). It owns graceful shutdown, in a fixed order: readiness
+// (Config.OpsAddr). The listener that serves the ops routes answers only
+// Host names no web page can rebind to it (opsHosts). It owns graceful shutdown, in a fixed order: readiness
 // off, HTTP drained, gRPC drained, ops listener closed, then the service's
 // Lifecycle closed (stores, peers, background work, last telemetry).
 package server
@@ -50,9 +51,14 @@ type Config struct {
 	// served instead of HTTPAddr, which then answers /healthz only: a public
 	// listener must not expose metrics or let strangers probe readiness.
 	// Empty keeps them on HTTPAddr (services that are internal already).
-	OpsAddr   string
-	Version   string
-	Telemetry telemetry.Config
+	OpsAddr string
+	// OpsAllowedHosts are the Host names, besides IP addresses, localhost
+	// and Kubernetes Service names, that the listener serving the ops
+	// routes answers (see opsHosts): a name, or ".example.internal" for
+	// every name under it. Entries are checked by CheckAllowedHosts.
+	OpsAllowedHosts []string
+	Version         string
+	Telemetry       telemetry.Config
 	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM; keep
 	// it below the pod's terminationGracePeriodSeconds.
 	ShutdownTimeout time.Duration
@@ -267,6 +273,7 @@ type Server struct {
 	grpcLis  net.Listener
 	httpLis  net.Listener
 	httpSrv  *http.Server
+	hosts    opsHosts
 	conns    *connGuard
 	opsLis   net.Listener // nil: the ops routes are on httpLis
 	opsSrv   *http.Server
@@ -330,6 +337,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		grpcLis:   grpcLis,
 		httpLis:   httpLis,
 		opsLis:    opsLis,
+		hosts:     newOpsHosts(cfg.OpsAllowedHosts),
 		Mux:       http.NewServeMux(),
 		Telemetry: tel,
 		lc:        lc,
@@ -405,7 +413,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		ops = http.NewServeMux()
 		ops.HandleFunc("GET /healthz", healthz)
 		// Probes and scrapes only: no spans, no request metrics.
-		s.opsSrv = s.httpServer(ops)
+		s.opsSrv = s.httpServer(s.hosts.guard(ops))
 	}
 	ops.HandleFunc("GET /readyz", s.serveReadyz)
 	ops.Handle("GET /metrics", tel.Metrics)
@@ -416,7 +424,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		ops.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	}
 	s.inner = s.Mux
-	s.httpSrv = s.httpServer(s.instrument(s.Mux))
+	s.httpSrv = s.httpServer(s.httpHandler(s.Mux))
 	s.httpLis = guardConns(s.httpSrv, s.httpLis, s.conns)
 	return s, nil
 }
@@ -477,7 +485,19 @@ func (s *Server) OpsAddr() string {
 // the ops routes) gets one server span; h must not start another.
 func (s *Server) SetHandler(h http.Handler) {
 	s.inner = h
-	s.httpSrv.Handler = s.closeUnreadBodies(s.instrument(h))
+	s.httpSrv.Handler = s.closeUnreadBodies(s.httpHandler(h))
+}
+
+// httpHandler is h as the HTTP listener serves it: instrumented and, when
+// that listener serves the ops routes (no ops listener: the internal
+// services), behind their Host check. A public listener is not checked:
+// its clients name it as they like (custom domains, proxies).
+func (s *Server) httpHandler(h http.Handler) http.Handler {
+	h = s.instrument(h)
+	if s.opsLis == nil {
+		h = s.hosts.guard(h)
+	}
+	return h
 }
 
 // TrustTraceContextFrom makes the HTTP listener continue a caller's trace
@@ -489,7 +509,7 @@ func (s *Server) SetHandler(h http.Handler) {
 // IDs of their choosing into the service's log lines.
 func (s *Server) TrustTraceContextFrom(trusted func(*http.Request) bool) {
 	s.traceTrust = trusted
-	s.httpSrv.Handler = s.closeUnreadBodies(s.instrument(s.inner))
+	s.httpSrv.Handler = s.closeUnreadBodies(s.httpHandler(s.inner))
 }
 
 // KeyClientConnections makes the HTTP listener's per-client bound

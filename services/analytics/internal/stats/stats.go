@@ -27,6 +27,7 @@ import (
 	"kurz.dev/pkg/linkcode"
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/pkg/textcut"
 	"kurz.dev/services/analytics/internal/clickstore"
 )
 
@@ -268,7 +269,7 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 	if !linkcode.Plausible(req.GetCode()) {
 		return q, rpcerr.BadRequest("code", ReasonCodeInvalid, fmt.Sprintf(
 			"code %q is not a short code: %d to %d characters, letters, digits, '-' and '_'",
-			clip(req.GetCode()), linkcode.MinLength, linkcode.MaxLength))
+			textcut.Echo(req.GetCode(), maxEchoedCode), linkcode.MinLength, linkcode.MaxLength))
 	}
 	q.r.Code = req.GetCode()
 	if req.GetDomain() != "" {
@@ -520,13 +521,8 @@ func topN(m map[string]int64, n int) []*analyticsv1.KeyCount {
 	return out[:min(len(out), n)]
 }
 
-// clip shortens what a client sent before it is echoed in an error.
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
-}
+// maxEchoedCode bounds what an error repeats of a code a client sent.
+const maxEchoedCode = 40
 
 // span says how long a refused range is, its hours rounded up, so that it
 // never reads as the bound it passed ("31 days 1 hour", not "31").

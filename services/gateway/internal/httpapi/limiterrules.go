@@ -18,6 +18,7 @@ import (
 	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 	"kurz.dev/pkg/envoydir"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/pkg/textcut"
 )
 
 // The limiter's rules as a file, for administrators: GET /v1/admin/rules
@@ -243,11 +244,7 @@ func formFiles(boundary string, body []byte) ([]envoydir.File, error) {
 // may quote a malformed part header whole (up to the body's bound): the
 // answer says what went wrong in at most maxFormProblem bytes of it.
 func formUnparsed(err error) error {
-	msg := err.Error()
-	if len(msg) > maxFormProblem {
-		msg = strings.ToValidUTF8(msg[:maxFormProblem], "") + "…"
-	}
-	return badRequest("the multipart/form-data body does not parse: " + msg)
+	return badRequest("the multipart/form-data body does not parse: " + textcut.Echo(err.Error(), maxFormProblem))
 }
 
 // maxFormProblem bounds what formUnparsed repeats of multipart's error.

@@ -38,19 +38,10 @@ func startNoRedis(t *testing.T, overrides map[string]string) *servertest.Running
 	return r
 }
 
-// post sends body to url as JSON and returns the status and the body.
+// post sends body to url as ct and returns the status and the body.
 func post(t *testing.T, url, ct, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, ct, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return postHost(t, url, "", ct, body)
 }
 
 // With KURZ_LIMITER_ENVOY_HTTP=true the limiter's HTTP listener answers
@@ -118,5 +109,59 @@ func TestEnvoyJSONIsOffByDefault(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /healthcheck: %d, want 404", resp.StatusCode)
+	}
+}
+
+// postHost is post with the Host host ("" for url's).
+func postHost(t *testing.T, url, host, ct, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	req.Header.Set("Content-Type", ct)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s (Host %s): %v", url, host, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// The HTTP listener is the limiter's ops port: POST /json and /metrics
+// answer its IP and its Service's names (what in-cluster callers, the
+// kubelet and Prometheus send), and refuse a name a web page rebound to a
+// port forwarded to the operator's machine (421, nothing decided).
+func TestEnvoyJSONRefusesARebindingHost(t *testing.T) {
+	r := startNoRedis(t, map[string]string{"KURZ_LIMITER_ENVOY_HTTP": "true"})
+	port := r.HTTP[strings.LastIndexByte(r.HTTP, ':'):]
+	req := `{"domain": "race3", "descriptors": [{"entries": [{"key": "user", "value": "k"}]}]}`
+	for _, host := range []string{"127.0.0.1", "localhost", "limiter-envoy", "limiter-envoy.kurz.svc", "limiter-envoy.kurz.svc.cluster.local"} {
+		if code, body := postHost(t, r.HTTP+"/json", host+port, "application/json", req); code != http.StatusOK {
+			t.Errorf("POST /json for %s: %d %q, want 200", host, code, body)
+		}
+	}
+	if code, body := postHost(t, r.HTTP+"/json", "rebind.attacker.example"+port, "application/json", req); code != http.StatusMisdirectedRequest {
+		t.Errorf("POST /json for rebind.attacker.example: %d %q, want 421", code, body)
+	}
+	for host, want := range map[string]int{"rebind.attacker.example" + port: http.StatusMisdirectedRequest, "10.42.0.17" + port: http.StatusOK} {
+		hreq, err := http.NewRequest(http.MethodGet, r.HTTP+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hreq.Host = host
+		resp, err := http.DefaultClient.Do(hreq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET /metrics for %s: %d, want %d", host, resp.StatusCode, want)
+		}
 	}
 }

@@ -8,13 +8,14 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"kurz.dev/pkg/textcut"
 )
 
 // EnvoyJSON serves envoyproxy/ratelimit's HTTP endpoint POST /json: a
@@ -89,7 +90,7 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "invalid RateLimitRequest JSON: "+echoBound(err.Error()), http.StatusBadRequest)
+		http.Error(w, "invalid RateLimitRequest JSON: "+textcut.Echo(err.Error(), maxEcho), http.StatusBadRequest)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
@@ -126,14 +127,6 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the offending token (an unknown field's name, a value), which is the
 // caller's own input, up to the whole body.
 const maxEcho = 256
-
-// echoBound is msg cut to maxEcho bytes, whole characters, marked as cut.
-func echoBound(msg string) string {
-	if len(msg) <= maxEcho {
-		return msg
-	}
-	return strings.ToValidUTF8(msg[:maxEcho], "") + "..."
-}
 
 func tooLarge(maxBody int64) string {
 	return fmt.Sprintf("request body over %d bytes, the limiter's request bound", maxBody)

@@ -8,10 +8,10 @@ package quotaapi
 
 import (
 	"context"
-	"fmt"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/pkg/textcut"
 	"kurz.dev/services/limiter/internal/ratelimit"
 )
 
@@ -108,7 +108,7 @@ func validateDescriptors(desc map[string]string, cost *uint32, boundValues bool)
 	}
 	for k, v := range desc {
 		if k == "" || len(k) > maxDescriptorKey {
-			return 0, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "descriptor name %q: want 1 to %d bytes", truncate(k), maxDescriptorKey)
+			return 0, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "descriptor name %q: want 1 to %d bytes", textcut.Echo(k, maxEchoedName), maxDescriptorKey)
 		}
 		if boundValues && len(v) > maxDescriptorValue {
 			return 0, rpcerr.Invalidf("descriptors", ReasonDescriptorsInvalid, "descriptor %q: value of %d bytes, at most %d", k, len(v), maxDescriptorValue)
@@ -123,9 +123,6 @@ func validateDescriptors(desc map[string]string, cost *uint32, boundValues bool)
 	return int64(*cost), nil
 }
 
-func truncate(s string) string {
-	if len(s) > 32 {
-		return fmt.Sprintf("%s...", s[:32])
-	}
-	return s
-}
+// maxEchoedName bounds the part of a refused descriptor name an error
+// repeats: the name can be as large as the request.
+const maxEchoedName = 32

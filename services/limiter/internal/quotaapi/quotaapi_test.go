@@ -137,14 +137,15 @@ func TestRefusals(t *testing.T) {
 		wantField  string
 		wantMsg    string
 	}{
-		"empty domain":         {"", nil, nil, ReasonDomainRequired, "domain", "domain is required"},
-		"unknown domain":       {"nope", nil, nil, ReasonDomainUnknown, "domain", `unknown domain "nope"; configured domains: [cost]`},
-		"33 descriptors":       {"cost", many, nil, ReasonDescriptorsInvalid, "descriptors", "33 descriptors: at most 32"},
-		"empty name":           {"cost", map[string]string{"": "x"}, nil, ReasonDescriptorsInvalid, "descriptors", `descriptor name "": want 1 to 64 bytes`},
-		"65-byte name, cut":    {"cost", map[string]string{strings.Repeat("n", 65): "x"}, nil, ReasonDescriptorsInvalid, "descriptors", strings.Repeat("n", 32) + `..."`},
-		"1025-byte value":      {"cost", map[string]string{"user": strings.Repeat("v", 1025)}, nil, ReasonDescriptorsInvalid, "descriptors", `descriptor "user": value of 1025 bytes, at most 1024`},
-		"cost over the bound":  {"cost", nil, ptr(uint32(1_000_001)), ReasonCostInvalid, "cost", "cost 1000001: at most 1000000"},
-		"cost at the max uint": {"cost", nil, ptr(^uint32(0)), ReasonCostInvalid, "cost", "cost 4294967295: at most 1000000"},
+		"empty domain":                     {"", nil, nil, ReasonDomainRequired, "domain", "domain is required"},
+		"unknown domain":                   {"nope", nil, nil, ReasonDomainUnknown, "domain", `unknown domain "nope"; configured domains: [cost]`},
+		"33 descriptors":                   {"cost", many, nil, ReasonDescriptorsInvalid, "descriptors", "33 descriptors: at most 32"},
+		"empty name":                       {"cost", map[string]string{"": "x"}, nil, ReasonDescriptorsInvalid, "descriptors", `descriptor name "": want 1 to 64 bytes`},
+		"65-byte name, cut":                {"cost", map[string]string{strings.Repeat("n", 65): "x"}, nil, ReasonDescriptorsInvalid, "descriptors", strings.Repeat("n", 32) + `…"`},
+		"65-byte name, cut at a character": {"cost", map[string]string{"a" + strings.Repeat("é", 32): "x"}, nil, ReasonDescriptorsInvalid, "descriptors", `"a` + strings.Repeat("é", 15) + `…"`},
+		"1025-byte value":                  {"cost", map[string]string{"user": strings.Repeat("v", 1025)}, nil, ReasonDescriptorsInvalid, "descriptors", `descriptor "user": value of 1025 bytes, at most 1024`},
+		"cost over the bound":              {"cost", nil, ptr(uint32(1_000_001)), ReasonCostInvalid, "cost", "cost 1000001: at most 1000000"},
+		"cost at the max uint":             {"cost", nil, ptr(^uint32(0)), ReasonCostInvalid, "cost", "cost 4294967295: at most 1000000"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

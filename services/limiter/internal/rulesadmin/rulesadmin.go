@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 	"kurz.dev/pkg/callmeta"
@@ -37,6 +39,20 @@ const (
 // well under the limiter's receive bound (server.LimiterGRPCMaxRecvMsgSize).
 const MaxChunk = 32 << 10
 
+// MaxApplyMessages bounds the messages of one ApplyRules: a directory's
+// envoydir.MaxFiles files, each in as many messages as a whole
+// rulestore.MaxApplyBytes takes in chunks of MaxChunk (32), 32,000 in all.
+// The bytes are bounded, but empty messages carry none: without it a
+// caller could hold the apply (one at a time) for as long as it sends them.
+const MaxApplyMessages = envoydir.MaxFiles * (rulestore.MaxApplyBytes / MaxChunk)
+
+// MaxApplyTime bounds one ApplyRules from the moment it has the apply to
+// itself: its messages arriving and the transaction together, so that no
+// caller holds the apply longer, however slowly it sends. The gateway
+// sends a file it has read whole and waits 4 × KURZ_GATEWAY_CALL_TIMEOUT
+// (20 s by default) for the answer; a 1 MiB file takes a few seconds.
+const MaxApplyTime = time.Minute
+
 // Server implements RulesAdminService.
 type Server struct {
 	limiterv1.UnimplementedRulesAdminServiceServer
@@ -52,11 +68,14 @@ type Server struct {
 	// to a file of rulestore.MaxApplyBytes (the database serialises the
 	// applies of every replica anyway).
 	applying chan struct{}
+	// applyTime bounds an apply once admitted: MaxApplyTime (tests
+	// shorten it).
+	applyTime time.Duration
 }
 
 // New returns a Server on pool (nil: the rules come from file).
 func New(pool *pgxpool.Pool, file rulestore.FileSource, log *slog.Logger) *Server {
-	return &Server{Pool: pool, File: file, Log: log, applying: make(chan struct{}, 1)}
+	return &Server{Pool: pool, File: file, Log: log, applying: make(chan struct{}, 1), applyTime: MaxApplyTime}
 }
 
 // GetRules implements RulesAdminService.
@@ -99,55 +118,38 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 	case <-ctx.Done():
 		return rpcerr.ToStatus(ctx, s.Log, ctx.Err(), nil)
 	}
-	// One rules file, or (file_name set on the first message) the files
-	// of a directory, each started by a message naming it.
-	var file []byte
-	var files []envoydir.File
-	var opts rulestore.ApplyOptions
-	total := 0
-	for first := true; ; first = false {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
+	callCtx := ctx
+	ctx, cancel := context.WithTimeout(ctx, s.applyTime)
+	defer cancel()
+	// Recv waits for the caller and heeds only the call's own end, so it
+	// runs on a goroutine of its own and the bound is kept here: returning
+	// ends the call, and with it a Recv still waiting.
+	arrived := make(chan upload, 1)
+	go func() { arrived <- receive(stream) }()
+	var up upload
+	select {
+	case up = <-arrived:
+	case <-ctx.Done():
+		if callCtx.Err() != nil {
+			return rpcerr.ToStatus(callCtx, s.Log, callCtx.Err(), nil)
 		}
-		if err != nil {
-			return err
-		}
-		if first {
-			opts = rulestore.ApplyOptions{DryRun: msg.GetDryRun(), Prune: msg.GetPrune(), IfMatch: msg.GetIfMatch(), MergeDomains: msg.GetMergeDomains()}
-		}
-		if len(msg.GetChunk()) > MaxChunk {
-			return rpcerr.BadRequest("chunk", ReasonInvalid, fmt.Sprintf("a chunk of %d bytes: send the file in chunks of at most %d", len(msg.GetChunk()), MaxChunk))
-		}
-		total += len(msg.GetChunk())
-		if total > rulestore.MaxApplyBytes {
-			return rpcerr.BadRequest("rules", ReasonInvalid, fmt.Sprintf("the rules file (or files) are over %d bytes (1 MiB), the most one may have", rulestore.MaxApplyBytes))
-		}
-		if name := msg.GetFileName(); name != "" {
-			if !first && files == nil {
-				return rpcerr.BadRequest("file_name", ReasonInvalid, "a file_name after a rules file's first chunk: name every file of a directory, from the first message on")
-			}
-			if len(files) == envoydir.MaxFiles {
-				return rpcerr.BadRequest("file_name", ReasonInvalid, fmt.Sprintf("over %d files: a directory may hold at most %d", envoydir.MaxFiles, envoydir.MaxFiles))
-			}
-			if err := envoydir.CheckName(name); err != nil {
-				return rpcerr.BadRequest("file_name", ReasonInvalid, err.Error())
-			}
-			files = append(files, envoydir.File{Name: name})
-		}
-		if files != nil {
-			last := &files[len(files)-1]
-			last.Data = append(last.Data, msg.GetChunk()...)
-		} else {
-			file = append(file, msg.GetChunk()...)
-		}
+		return status.Error(codes.DeadlineExceeded, fmt.Sprintf(
+			"the rules file did not arrive within %s, the most an apply may take: send its messages without pausing", s.applyTime))
 	}
+	if up.err != nil {
+		return up.err
+	}
+	opts := up.opts
 	var res rulestore.ApplyResult
 	var err error
-	if files != nil {
-		res, err = rulestore.ApplyDir(ctx, s.Pool, files, opts)
+	if up.files != nil {
+		res, err = rulestore.ApplyDir(ctx, s.Pool, up.files, opts)
 	} else {
-		res, err = rulestore.Apply(ctx, s.Pool, file, opts)
+		res, err = rulestore.Apply(ctx, s.Pool, up.file, opts)
+	}
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && callCtx.Err() == nil {
+		return status.Error(codes.DeadlineExceeded, fmt.Sprintf(
+			"the apply took over %s, the most one may take, and was cancelled: GET the rules to see whether they changed", s.applyTime))
 	}
 	if err != nil {
 		return applyError(ctx, s.Log, err)
@@ -170,6 +172,68 @@ func (s *Server) ApplyRules(stream grpc.ClientStreamingServer[limiterv1.ApplyRul
 		out.Changes = append(out.Changes, &limiterv1.RuleChange{Kind: c.Kind, Name: c.Name, Change: c.Change, Fields: c.Fields})
 	}
 	return stream.SendAndClose(out)
+}
+
+// upload is what an ApplyRules stream carried: one rules file, or the
+// files of a directory, and the options of its first message; or why it
+// was refused.
+type upload struct {
+	file  []byte
+	files []envoydir.File
+	opts  rulestore.ApplyOptions
+	err   error
+}
+
+// receive reads stream to its end: one rules file, or (file_name set on
+// the first message) the files of a directory, each started by a message
+// naming it; at most MaxApplyMessages messages and MaxApplyBytes of
+// files.
+func receive(stream grpc.ClientStreamingServer[limiterv1.ApplyRulesRequest, limiterv1.ApplyRulesResponse]) upload {
+	var up upload
+	total := 0
+	for n := 0; ; n++ {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return up
+		}
+		if err != nil {
+			return upload{err: err}
+		}
+		first := n == 0
+		if n == MaxApplyMessages {
+			return upload{err: rpcerr.BadRequest("rules", ReasonInvalid, fmt.Sprintf(
+				"over %d messages: send each file in chunks of up to %d bytes (%d files of %d bytes in all at the most)",
+				MaxApplyMessages, MaxChunk, envoydir.MaxFiles, rulestore.MaxApplyBytes))}
+		}
+		if first {
+			up.opts = rulestore.ApplyOptions{DryRun: msg.GetDryRun(), Prune: msg.GetPrune(), IfMatch: msg.GetIfMatch(), MergeDomains: msg.GetMergeDomains()}
+		}
+		if len(msg.GetChunk()) > MaxChunk {
+			return upload{err: rpcerr.BadRequest("chunk", ReasonInvalid, fmt.Sprintf("a chunk of %d bytes: send the file in chunks of at most %d", len(msg.GetChunk()), MaxChunk))}
+		}
+		total += len(msg.GetChunk())
+		if total > rulestore.MaxApplyBytes {
+			return upload{err: rpcerr.BadRequest("rules", ReasonInvalid, fmt.Sprintf("the rules file (or files) are over %d bytes (1 MiB), the most one may have", rulestore.MaxApplyBytes))}
+		}
+		if name := msg.GetFileName(); name != "" {
+			if !first && up.files == nil {
+				return upload{err: rpcerr.BadRequest("file_name", ReasonInvalid, "a file_name after a rules file's first chunk: name every file of a directory, from the first message on")}
+			}
+			if len(up.files) == envoydir.MaxFiles {
+				return upload{err: rpcerr.BadRequest("file_name", ReasonInvalid, fmt.Sprintf("over %d files: a directory may hold at most %d", envoydir.MaxFiles, envoydir.MaxFiles))}
+			}
+			if err := envoydir.CheckName(name); err != nil {
+				return upload{err: rpcerr.BadRequest("file_name", ReasonInvalid, err.Error())}
+			}
+			up.files = append(up.files, envoydir.File{Name: name})
+		}
+		if up.files != nil {
+			last := &up.files[len(up.files)-1]
+			last.Data = append(last.Data, msg.GetChunk()...)
+		} else {
+			up.file = append(up.file, msg.GetChunk()...)
+		}
+	}
 }
 
 // maxLoggedChanges bounds the changes an apply's log line names.

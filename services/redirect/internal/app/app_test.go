@@ -38,6 +38,29 @@ func TestOpsRoutesAreOnlyOnTheOpsListener(t *testing.T) {
 	}
 }
 
+// The ops listener answers the pod's IP and its Service's names only: a
+// web page that rebinds its own name to a forwarded ops port is refused
+// (421) before /metrics or pprof. The public listener serves any name
+// (custom domains arrive there).
+func TestOpsListenerRefusesARebindingHost(t *testing.T) {
+	r := start(t, map[string]string{"KURZ_PPROF": "true"}, hooks{})
+	port := r.Ops[strings.LastIndexByte(r.Ops, ':'):]
+	for _, path := range []string{"/metrics", "/debug/pprof/"} {
+		for host, want := range map[string]int{
+			"rebind.attacker.example" + port:         http.StatusMisdirectedRequest,
+			"127.0.0.1" + port:                       http.StatusOK,
+			"redirect.kurz.svc.cluster.local" + port: http.StatusOK,
+		} {
+			if got := getHost(t, r.Ops, path, host); got.StatusCode != want {
+				t.Errorf("ops %s for %s: %d, want %d", path, host, got.StatusCode, want)
+			}
+		}
+	}
+	if got := getHost(t, r.HTTP, "/healthz", "rebind.attacker.example"); got.StatusCode != http.StatusOK {
+		t.Errorf("public /healthz for any name: %d, want 200", got.StatusCode)
+	}
+}
+
 func TestFailsFastNamingTheMissingDependency(t *testing.T) {
 	cfg := load(t, map[string]string{"KURZ_POSTGRES_URL": "postgres://kurz:kurz@127.0.0.1:1/kurz?sslmode=disable"})
 	_, err := New(context.Background(), cfg, servertest.Logger(t))

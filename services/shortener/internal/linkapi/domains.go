@@ -18,6 +18,7 @@ import (
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/linkrules"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/pkg/textcut"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
@@ -387,7 +388,7 @@ func loopOn(domain string, ds []destination) error {
 	for _, d := range ds {
 		if hostOf(d.url) == domain {
 			return rpcerr.BadRequest(d.field, urlcheck.ReasonLoop,
-				fmt.Sprintf("%s: links to %s are refused on that domain: they would redirect in a loop", d.field, clip(domain)))
+				fmt.Sprintf("%s: links to %s are refused on that domain: they would redirect in a loop", d.field, textcut.Echo(domain, maxEchoedDomain)))
 		}
 	}
 	return nil
@@ -452,7 +453,7 @@ func (s *Service) servedLoops(ctx context.Context, links [][]destination) (map[i
 		for _, d := range ds {
 			if h := hostOf(d.url); served[h] {
 				refused[i] = rpcerr.BadRequest(d.field, urlcheck.ReasonLoop,
-					fmt.Sprintf("%s: %s is a short domain kurz serves: a link to it could redirect in a loop", d.field, clip(h)))
+					fmt.Sprintf("%s: %s is a short domain kurz serves: a link to it could redirect in a loop", d.field, textcut.Echo(h, maxEchoedDomain)))
 				break
 			}
 		}
@@ -498,16 +499,12 @@ func (s *Service) servedLoop(ctx context.Context, ds []destination) error {
 // verified domains, whether it exists or not.
 func notVerified(name string) error {
 	return rpcerr.Invalidf("domain", ReasonDomainNotVerified,
-		"domain: %q is not one of your verified domains (register and verify it first, or leave domain empty for the default)", clip(name))
+		"domain: %q is not one of your verified domains (register and verify it first, or leave domain empty for the default)", textcut.Echo(name, maxEchoedDomain))
 }
 
-// clip shortens a stranger's string for a message.
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
-}
+// maxEchoedDomain bounds what a message repeats of a stranger's domain
+// or host.
+const maxEchoedDomain = 64
 
 // linkKey is the key of a request's link: code on domain. ok is false for a
 // malformed domain, which names no link.

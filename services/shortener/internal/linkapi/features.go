@@ -9,6 +9,7 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/pkg/textcut"
 	"kurz.dev/services/shortener/internal/linkstore"
 	"kurz.dev/services/shortener/internal/urlcheck"
 )
@@ -67,13 +68,7 @@ func normalizeTags(tags []string) ([]string, error) {
 
 // quoteShort quotes s for an error message, cut to 40 bytes so a huge input
 // is not echoed back whole.
-func quoteShort(s string) string {
-	const limit = 40
-	if len(s) > limit {
-		return strconv.Quote(s[:limit]) + "..."
-	}
-	return strconv.Quote(s)
-}
+func quoteShort(s string) string { return strconv.Quote(textcut.Echo(s, 40)) }
 
 // checkMaxVisits bounds a visit limit: 0 (none) to MaxVisitsLimit.
 func checkMaxVisits(n int64) error {
