@@ -102,6 +102,30 @@ promtool:
 	if [[ -d /run/systemd/system ]]; then systemctl disable --now prometheus >>.local/apt-promtool.log 2>&1 || true; fi; \
 	command -v promtool
 
+# nginx runs the limiter README's forward-auth recipe in an end-to-end test
+# (services/limiter/internal/app, TestForwardAuthNginxRecipe), which starts
+# it on a port of its own, as the current user, with its files in a
+# temporary directory. It comes in Debian's package nginx-light; the system
+# service of that package is not wanted (nothing should listen on 80 that
+# the tests did not start): where systemd runs, it is stopped and disabled
+# right after the install, elsewhere stopped by its init script.
+.PHONY: nginx
+nginx: ## Install nginx (Debian's nginx-light) for the forward-auth recipe's end-to-end test.
+	@{ command -v nginx || ls /usr/sbin/nginx; } >/dev/null 2>&1 && exit 0; \
+	if [[ $$(id -u) -ne 0 ]]; then \
+		echo "nginx is missing: sudo apt-get install -y --no-install-recommends nginx-light" >&2; exit 1; \
+	fi; \
+	echo "installing nginx (Debian package nginx-light, log: .local/apt-nginx.log)"; \
+	mkdir -p .local; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends nginx-light >.local/apt-nginx.log 2>&1 || \
+	{ apt-get -o DPkg::Lock::Timeout=600 update >>.local/apt-nginx.log 2>&1 && \
+	  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends nginx-light >>.local/apt-nginx.log 2>&1; } || \
+	{ cat .local/apt-nginx.log >&2; echo "nginx could not be installed (log above)" >&2; exit 1; }; \
+	if [[ -d /run/systemd/system ]]; then systemctl disable --now nginx >>.local/apt-nginx.log 2>&1 || true; \
+	elif [[ -x /etc/init.d/nginx ]]; then /etc/init.d/nginx stop >>.local/apt-nginx.log 2>&1 || true; fi; \
+	ls /usr/sbin/nginx
+
 # The Node prototype's packages, as its package-lock.json pins them.
 NODE_PROTOTYPE := deploy/bench/node-prototype
 $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
@@ -195,7 +219,7 @@ unit: tools ## The unit tier: every test that needs nothing running (no stack).
 	go test -count=1 ./...
 
 .PHONY: test
-test: lint check-gen ## Both tiers with -race (the stack started when needed, the fault suite included), a short fuzz run and the smoke test.
+test: lint check-gen nginx ## Both tiers with -race (the stack started when needed, the fault suite included), a short fuzz run and the smoke test.
 	@# The stack starts while the unit-only packages run: they need none of it.
 	@mkdir -p .local; deploy/local/infra.sh up > .local/infra-up.log 2>&1 & infra=$$!; \
 	go test -race -count=1 $$($(UNIT_PKGS)); unit=$$?; \
