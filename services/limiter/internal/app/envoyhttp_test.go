@@ -38,10 +38,22 @@ func startNoRedis(t *testing.T, overrides map[string]string) *servertest.Running
 	return r
 }
 
-// post sends body to url as JSON and returns the status and the body.
+// post sends body to url as ct and returns the status and the body.
 func post(t *testing.T, url, ct, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, ct, strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ct)
+	resp, b := do(t, req)
+	return resp.StatusCode, b
+}
+
+// do sends req and returns the answer, its body read into the string.
+func do(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +62,7 @@ func post(t *testing.T, url, ct, body string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	return resp, string(b)
 }
 
 // With KURZ_LIMITER_ENVOY_HTTP=true the limiter's HTTP listener answers

@@ -199,13 +199,7 @@ func TestForwardAuthNginxRecipe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
+		return do(t, req)
 	}
 
 	resp, body := send(http.MethodGet, "/account")

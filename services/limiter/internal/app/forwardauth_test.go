@@ -1,7 +1,6 @@
 package app
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,16 +16,7 @@ func askForwardAuth(t *testing.T, url string, header http.Header) (*http.Respons
 		t.Fatal(err)
 	}
 	req.Header = header.Clone()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
+	return do(t, req)
 }
 
 // Off by default: the HTTP listener is the ops port, and the forward auth
