@@ -81,26 +81,45 @@ $(BIN)/.service_cmd-$(ENVOY_RATELIMIT_VERSION):
 $(BIN)/.gubernator-$(GUBERNATOR_VERSION):
 	GOBIN=$(BIN) go install github.com/gubernator-io/gubernator/v2/cmd/gubernator@$(GUBERNATOR_VERSION)
 	@touch $@
-# promtool checks and unit-tests the alert rules (deploy/k8s/alerts_test.go).
-# It comes in Debian's package prometheus; the Prometheus server of that
-# package is not wanted here (9090 is no port of ours, but nothing should
-# listen that the tests did not start): where systemd runs, it is stopped and
-# disabled right after the install.
-.PHONY: promtool
-promtool:
-	@command -v promtool >/dev/null 2>&1 && exit 0; \
+# debian_tool installs a tool the tests need from Debian's package $(2)
+# when $(3), a command that prints where the tool is, finds nothing: as
+# root only, logged to .local/apt-$(1).log, with apt's lock timeout, again
+# after an apt-get update if the first try fails. The package's system
+# service $(4) is not wanted (nothing should listen that the tests did not
+# start): where systemd runs it is stopped and disabled right after the
+# install, elsewhere stopped by its init script.
+define debian_tool
+	@{ $(3); } >/dev/null 2>&1 && exit 0; \
 	if [[ $$(id -u) -ne 0 ]]; then \
-		echo "promtool is missing: sudo apt-get install -y --no-install-recommends prometheus" >&2; exit 1; \
+		echo "$(1) is missing: sudo apt-get install -y --no-install-recommends $(2)" >&2; exit 1; \
 	fi; \
-	echo "installing promtool (Debian package prometheus, log: .local/apt-promtool.log)"; \
+	echo "installing $(1) (Debian package $(2), log: .local/apt-$(1).log)"; \
 	mkdir -p .local; \
 	export DEBIAN_FRONTEND=noninteractive; \
-	apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends prometheus >.local/apt-promtool.log 2>&1 || \
-	{ apt-get -o DPkg::Lock::Timeout=600 update >>.local/apt-promtool.log 2>&1 && \
-	  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends prometheus >>.local/apt-promtool.log 2>&1; } || \
-	{ cat .local/apt-promtool.log >&2; exit 1; }; \
-	if [[ -d /run/systemd/system ]]; then systemctl disable --now prometheus >>.local/apt-promtool.log 2>&1 || true; fi; \
-	command -v promtool
+	apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $(2) >.local/apt-$(1).log 2>&1 || \
+	{ apt-get -o DPkg::Lock::Timeout=600 update >>.local/apt-$(1).log 2>&1 && \
+	  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $(2) >>.local/apt-$(1).log 2>&1; } || \
+	{ cat .local/apt-$(1).log >&2; echo "$(1) could not be installed (Debian package $(2); log above)" >&2; exit 1; }; \
+	if [[ -d /run/systemd/system ]]; then systemctl disable --now $(4) >>.local/apt-$(1).log 2>&1 || true; \
+	elif [[ -x /etc/init.d/$(4) ]]; then /etc/init.d/$(4) stop >>.local/apt-$(1).log 2>&1 || true; fi; \
+	$(3)
+endef
+
+# promtool checks and unit-tests the alert rules (deploy/k8s/alerts_test.go).
+# It comes in Debian's package prometheus, whose Prometheus server is not
+# wanted here (9090 is no port of ours).
+.PHONY: promtool
+promtool:
+	$(call debian_tool,promtool,prometheus,command -v promtool,prometheus)
+
+# nginx runs the limiter README's forward-auth recipe in an end-to-end test
+# (services/limiter/internal/app, TestForwardAuthNginxRecipe), which starts
+# it on a port of its own, as the current user, with its files in a
+# temporary directory. It comes in Debian's package nginx-light, whose
+# system service is not wanted (on port 80). /usr/sbin is on no user's PATH.
+.PHONY: nginx
+nginx: ## Install nginx (Debian's nginx-light) for the forward-auth recipe's end-to-end test.
+	$(call debian_tool,nginx,nginx-light,command -v nginx || ls /usr/sbin/nginx,nginx)
 
 # The Node prototype's packages, as its package-lock.json pins them.
 NODE_PROTOTYPE := deploy/bench/node-prototype
@@ -195,7 +214,7 @@ unit: tools ## The unit tier: every test that needs nothing running (no stack).
 	go test -count=1 ./...
 
 .PHONY: test
-test: lint check-gen ## Both tiers with -race (the stack started when needed, the fault suite included), a short fuzz run and the smoke test.
+test: lint check-gen nginx ## Both tiers with -race (the stack started when needed, the fault suite included), a short fuzz run and the smoke test.
 	@# The stack starts while the unit-only packages run: they need none of it.
 	@mkdir -p .local; deploy/local/infra.sh up > .local/infra-up.log 2>&1 & infra=$$!; \
 	go test -race -count=1 $$($(UNIT_PKGS)); unit=$$?; \

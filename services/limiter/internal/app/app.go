@@ -121,7 +121,8 @@ type Config struct {
 	// -Remaining and -Reset, an earlier draft's) or both.
 	EnvoyHeaders string `env:"LIMITER_ENVOY_HEADERS" default:"draft"`
 	// EnvoyIPv6Prefix is how many leading bits of an IPv6 address in Envoy's
-	// remote_address descriptor entry name one client (48..128): a client
+	// remote_address descriptor entry (and in the forward auth's
+	// remote_address source) name one client (48..128): a client
 	// usually holds a whole /64 and could otherwise pick a new address for
 	// every request. IPv4 addresses are kept whole; 128 keeps IPv6 whole.
 	EnvoyIPv6Prefix int `env:"LIMITER_ENVOY_IPV6_PREFIX" default:"64"`
@@ -134,6 +135,16 @@ type Config struct {
 	// open it to the callers too (services/limiter/README.md, "Coming from
 	// envoyproxy/ratelimit").
 	EnvoyHTTP bool `env:"LIMITER_ENVOY_HTTP" default:"false"`
+	// ForwardAuth serves /forward-auth/{domain} on the HTTP listener
+	// (KURZ_LIMITER_HTTP_ADDR), for the forward-auth of nginx
+	// (auth_request), ingress-nginx (auth-url), Traefik (ForwardAuth) and
+	// Caddy (forward_auth): the descriptors its URL names, taken from the
+	// forwarded request, decided as ShouldRateLimit decides them (200 to
+	// let the request through; 429, or the URL's deny_status, with
+	// Retry-After to refuse it). Off by default, as
+	// KURZ_LIMITER_ENVOY_HTTP and for the same reason: open port http to
+	// the proxies (services/limiter/README.md, "Forward auth").
+	ForwardAuth bool `env:"LIMITER_FORWARD_AUTH" default:"false"`
 	// ServiceAuth verifies the gateway's signed calls of the rules admin
 	// API (RulesAdminService: GET and PUT /v1/admin/rules), the gateway's
 	// key. Without KURZ_SERVICE_AUTH_KEY that API is off; the decisions
@@ -207,12 +218,12 @@ func (c Config) adminKeys() (*svcauth.Keys, error) {
 	return keys.Only(limiterv1.RulesAdminService_ServiceDesc.ServiceName), nil
 }
 
-// envoyJSONTimeout bounds a decision of POST /json, whose callers send no
-// deadline, as Envoy's (20 ms by default) bounds a ShouldRateLimit: far
-// above the Redis deadline (KURZ_LIMITER_REDIS_TIMEOUT), past which a
-// rule's failure mode decides, so it only cuts a call that waits on
-// something else.
-const envoyJSONTimeout = time.Second
+// httpDecisionTimeout bounds a decision of POST /json or of the forward
+// auth, whose callers send no deadline, as Envoy's (20 ms by default)
+// bounds a ShouldRateLimit: far above the Redis deadline
+// (KURZ_LIMITER_REDIS_TIMEOUT), past which a rule's failure mode decides,
+// so it only cuts a call that waits on something else.
+const httpDecisionTimeout = time.Second
 
 // leaseReturnTimeout bounds giving the leases back at shutdown.
 const leaseReturnTimeout = 2 * time.Second
@@ -253,14 +264,19 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	}
 	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
 	style, _ := quotaapi.ParseHeaderStyle(cfg.EnvoyHeaders) // validated above
-	envoy := quotaapi.NewEnvoy(engine, style, clientip.Keying{IPv6Prefix: cfg.EnvoyIPv6Prefix})
+	keying := clientip.Keying{IPv6Prefix: cfg.EnvoyIPv6Prefix}
+	envoy := quotaapi.NewEnvoy(engine, style, keying)
 	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, envoy)
+	// The HTTP endpoints decide through the same handler as gRPC's, within
+	// gRPC's bounds on a request and on the requests held at once (a share
+	// of GOMEMLIMIT), which they share.
+	inFlight := quotaapi.NewInFlight(server.GRPCMaxCallsFor(debug.SetMemoryLimit(-1), server.LimiterGRPCMaxRecvMsgSize))
 	if cfg.EnvoyHTTP {
-		// The same handler as gRPC's, within gRPC's bounds on a request
-		// and on the requests held at once (a share of GOMEMLIMIT).
-		inFlight := server.GRPCMaxCallsFor(debug.SetMemoryLimit(-1), server.LimiterGRPCMaxRecvMsgSize)
-		srv.Mux.Handle("/json", quotaapi.NewEnvoyJSON(envoy, server.LimiterGRPCMaxRecvMsgSize, inFlight, envoyJSONTimeout, log))
+		srv.Mux.Handle("/json", quotaapi.NewEnvoyJSON(envoy, server.LimiterGRPCMaxRecvMsgSize, inFlight, httpDecisionTimeout, log))
 		srv.Mux.Handle("GET /healthcheck", quotaapi.EnvoyHealthcheck(srv.Ready))
+	}
+	if cfg.ForwardAuth {
+		srv.Mux.Handle(quotaapi.ForwardAuthRoute, quotaapi.NewForwardAuth(envoy, keying, inFlight, httpDecisionTimeout, log))
 	}
 	if keys != nil {
 		limiterv1.RegisterRulesAdminServiceServer(srv.GRPC, rulesadmin.New(st.db, rulestore.FileSource{Path: cfg.RulesFile, Envoy: rulestore.EnvoyOptions{MergeDomains: cfg.EnvoyMergeDomains}}, log))

@@ -44,6 +44,21 @@ func post(t *testing.T, url, ct, body string) (int, string) {
 	return postHost(t, url, "", ct, body)
 }
 
+// do sends req and returns the answer, its body read into the string.
+func do(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s (Host %q): %v", req.Method, req.URL, req.Host, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
 // With KURZ_LIMITER_ENVOY_HTTP=true the limiter's HTTP listener answers
 // envoyproxy/ratelimit's POST /json and GET /healthcheck, decided by the
 // gRPC API's handler: an allowed request 200, a denied one 429, each with
@@ -121,16 +136,8 @@ func postHost(t *testing.T, url, host, ct, body string) (int, string) {
 	}
 	req.Host = host
 	req.Header.Set("Content-Type", ct)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s (Host %s): %v", url, host, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	resp, b := do(t, req)
+	return resp.StatusCode, b
 }
 
 // The HTTP listener is the limiter's ops port: POST /json and /metrics

@@ -34,25 +34,52 @@ import (
 // (those need no CORS preflight); a body over maxBody is 413, as gRPC
 // refuses a message over the limiter's receive bound; an unknown field is
 // 400 (protojson's default), not ignored. Each decision is bounded by
-// timeout, as Envoy's deadline bounds a gRPC call. At most maxInFlight
-// requests are read and decided at once, as the gRPC server bounds its
-// calls (server.GRPCMaxCallsFor): each holds its body and what it decodes
-// to, and the listener's connection cap alone (thousands, each trickling
-// a body up to maxBody) would let strangers hold more than the process
-// has; past the bound a request is 503 at once, its body unread.
+// timeout, as Envoy's deadline bounds a gRPC call. Requests are read and
+// decided within inFlight's bound (see InFlight); past it a request is 503
+// at once, its body unread.
 type EnvoyJSON struct {
 	svc      rlsv3.RateLimitServiceServer
 	maxBody  int64
-	inFlight chan struct{} // a token per request being served
+	inFlight *InFlight
 	timeout  time.Duration
 	log      *slog.Logger
 }
 
-// NewEnvoyJSON returns POST /json over svc; see EnvoyJSON. maxInFlight is
-// at least 1.
-func NewEnvoyJSON(svc rlsv3.RateLimitServiceServer, maxBody int64, maxInFlight int, timeout time.Duration, log *slog.Logger) *EnvoyJSON {
-	return &EnvoyJSON{svc: svc, maxBody: maxBody, inFlight: make(chan struct{}, max(maxInFlight, 1)), timeout: timeout, log: log}
+// NewEnvoyJSON returns POST /json over svc; see EnvoyJSON.
+func NewEnvoyJSON(svc rlsv3.RateLimitServiceServer, maxBody int64, inFlight *InFlight, timeout time.Duration, log *slog.Logger) *EnvoyJSON {
+	return &EnvoyJSON{svc: svc, maxBody: maxBody, inFlight: inFlight, timeout: timeout, log: log}
 }
+
+// InFlight bounds the requests the limiter's HTTP decision endpoints (POST
+// /json and /forward-auth/{domain}, together) serve at once, as the gRPC
+// server bounds its calls (server.GRPCMaxCallsFor): each holds its request
+// (a /json body, a forward-auth request's headers) and what it decodes
+// to, and the listener's connection cap alone (thousands, each trickling
+// a request) would let strangers hold more than the process has.
+type InFlight struct {
+	slots chan struct{} // a token per request being served
+}
+
+// NewInFlight returns the bound of n requests at once, at least 1.
+func NewInFlight(n int) *InFlight {
+	return &InFlight{slots: make(chan struct{}, max(n, 1))}
+}
+
+// enter takes a slot for a request, to give back with leave; with none
+// free it answers 503 with a Retry-After and reports false.
+func (f *InFlight) enter(w http.ResponseWriter) bool {
+	select {
+	case f.slots <- struct{}{}:
+		return true
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("busy: %d requests in flight, the limiter's bound; try again", cap(f.slots)), http.StatusServiceUnavailable)
+		return false
+	}
+}
+
+// leave gives back the slot enter took.
+func (f *InFlight) leave() { <-f.slots }
 
 // ServeHTTP implements http.Handler.
 func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -69,14 +96,10 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, tooLarge(h.maxBody), http.StatusRequestEntityTooLarge)
 		return
 	}
-	select {
-	case h.inFlight <- struct{}{}:
-		defer func() { <-h.inFlight }()
-	default:
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, fmt.Sprintf("busy: %d requests in flight, the limiter's bound; try again", cap(h.inFlight)), http.StatusServiceUnavailable)
+	if !h.inFlight.enter(w) {
 		return
 	}
+	defer h.inFlight.leave()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

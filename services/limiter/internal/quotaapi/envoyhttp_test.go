@@ -26,7 +26,7 @@ const testMaxBody = 1 << 10
 // type ct, and returns the recorded answer.
 func postJSON(t *testing.T, engine *fakeEngine, method, ct, body string) *httptest.ResponseRecorder {
 	t.Helper()
-	h := NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, 8, time.Second, servertest.Logger(t))
+	h := NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, NewInFlight(8), time.Second, servertest.Logger(t))
 	r := httptest.NewRequest(method, "/json", strings.NewReader(body))
 	if ct != "" {
 		r.Header.Set("Content-Type", ct)
@@ -137,7 +137,7 @@ func TestEnvoyJSONRefusals(t *testing.T) {
 // read whole first.
 func TestEnvoyJSONBoundsAChunkedBody(t *testing.T) {
 	engine := newFake(t)
-	h := NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, 8, time.Second, servertest.Logger(t))
+	h := NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, NewInFlight(8), time.Second, servertest.Logger(t))
 	big := strings.NewReader(`{"domain": "` + strings.Repeat("a", 1<<20) + `"}`)
 	r := httptest.NewRequest(http.MethodPost, "/json", io.MultiReader(big))
 	r.ContentLength = -1
@@ -190,7 +190,7 @@ func (s *heldService) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) 
 // more than the process has. The slot is free again once a request ends.
 func TestEnvoyJSONRefusesPastItsRequestsInFlight(t *testing.T) {
 	svc := &heldService{entered: make(chan struct{}), release: make(chan struct{})}
-	h := NewEnvoyJSON(svc, testMaxBody, 1, time.Second, servertest.Logger(t))
+	h := NewEnvoyJSON(svc, testMaxBody, NewInFlight(1), time.Second, servertest.Logger(t))
 	post := func() *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(userA))
 		r.Header.Set("Content-Type", "application/json")

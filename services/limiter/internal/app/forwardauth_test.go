@@ -1,0 +1,53 @@
+package app
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// askForwardAuth sends a proxy's forward-auth request (GET, as Traefik
+// and Caddy send it) for url with header, and returns the answer, its
+// body read into the returned string.
+func askForwardAuth(t *testing.T, url string, header http.Header) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = header.Clone()
+	return do(t, req)
+}
+
+// Off by default: the HTTP listener is the ops port, and the forward auth
+// is not there unless asked for.
+func TestForwardAuthIsOffByDefault(t *testing.T) {
+	r := startNoRedis(t, nil)
+	if resp, body := askForwardAuth(t, r.HTTP+"/forward-auth/race3?d=user=value:k", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("forward auth: %d %q, want 404", resp.StatusCode, body)
+	}
+}
+
+// With Redis unreachable each rule answers by its failure mode, as for
+// Envoy's requests: race3's (open) lets the request through, quota's
+// (closed) refuses it, 429 with a Retry-After, or the URL's deny_status.
+func TestForwardAuthFollowsTheRulesFailureModes(t *testing.T) {
+	r := startNoRedis(t, map[string]string{"KURZ_LIMITER_FORWARD_AUTH": "true"})
+	header := http.Header{"X-Key": {"k"}}
+	for _, tc := range []struct {
+		target string
+		code   int
+	}{
+		{"/forward-auth/race3?d=user=header:X-Key", http.StatusOK},
+		{"/forward-auth/quota?d=api_key=header:X-Key", http.StatusTooManyRequests},
+		{"/forward-auth/quota?d=api_key=header:X-Key&deny_status=403", http.StatusForbidden},
+	} {
+		resp, body := askForwardAuth(t, r.HTTP+tc.target, header)
+		if resp.StatusCode != tc.code {
+			t.Errorf("%s: %d %q, want %d", tc.target, resp.StatusCode, body, tc.code)
+		}
+		if denied := tc.code != http.StatusOK; denied != (resp.Header.Get("Retry-After") != "") || denied != strings.Contains(body, "rate limit exceeded") {
+			t.Errorf("%s: Retry-After %q, body %q; want both on a refusal only", tc.target, resp.Header.Get("Retry-After"), body)
+		}
+	}
+}
