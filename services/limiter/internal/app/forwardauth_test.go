@@ -51,3 +51,25 @@ func TestForwardAuthFollowsTheRulesFailureModes(t *testing.T) {
 		}
 	}
 }
+
+// Caddy's forward_auth sends a clone of the client's request, its Host
+// included, unless the README's `header_up Host {upstream_hostport}` says
+// otherwise: the HTTP listener is the ops port, whose Host check refuses
+// the site's name (421, which Caddy would hand every client), and answers
+// the limiter's own address, which nginx and Traefik send by themselves.
+func TestForwardAuthNeedsTheLimitersHostFromCaddy(t *testing.T) {
+	r := startNoRedis(t, map[string]string{"KURZ_LIMITER_FORWARD_AUTH": "true"})
+	for host, want := range map[string]int{"shop.example": http.StatusMisdirectedRequest, "": http.StatusOK} {
+		req, err := http.NewRequest(http.MethodGet, r.HTTP+"/forward-auth/nodomain?from=caddy&d=remote_address", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		req.Header = http.Header{"X-Forwarded-Method": {"GET"}, "X-Forwarded-Uri": {"/"}, "X-Forwarded-Host": {"shop.example"}, "X-Forwarded-For": {"203.0.113.9"}}
+		if resp, body := do(t, req); resp.StatusCode != want {
+			t.Errorf("Host %q: %d %q, want %d", req.Host, resp.StatusCode, body, want)
+		}
+	}
+}
