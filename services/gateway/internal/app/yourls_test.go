@@ -9,6 +9,8 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -236,5 +238,38 @@ func TestYOURLSDoesNotEchoALongAction(t *testing.T) {
 	r := yourlsPost(c, "/yourls-api.php", url.Values{"action": {"db-stats"}, "signature": {ten.key}})
 	if m := r.json(t); r.code != http.StatusBadRequest || !strings.Contains(m["message"].(string), `"db-stats"`) {
 		t.Errorf("action db-stats: %s; want 400 naming it", r)
+	}
+}
+
+// The API's two paths are one route to the limiter where a call mirrors
+// no kurz route (version): a rule on POST /yourls-api.php holds whichever
+// path a client calls, so alternating them doubles nothing.
+func TestYOURLSChargesBothPathsAsOneRoute(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	roomy, err := os.ReadFile(stack.roomyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withRoute := strings.Replace(string(roomy), "  api:\n    rules:\n",
+		"  api:\n    rules:\n      - {name: yourls, key: [api_key], match: {route: \"POST /yourls-api.php\"}, algorithm: token_bucket, limit: 2, window: 1h, burst: 2, failure_mode: open}\n", 1)
+	if withRoute == string(roomy) {
+		t.Fatal("the roomy rules file has no api domain to add a rule to")
+	}
+	if err := os.WriteFile(rules, []byte(withRoute), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lim := startLimiterWith(t, rules)
+	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr})
+	ten := newTenant(t, gw, "free")
+	c := newClient(t, gw, ten.key)
+	for i, path := range []string{"/yourls-api", "/yourls-api.php", "/yourls-api"} {
+		r := yourlsPost(c, path, url.Values{"action": {"version"}, "signature": {ten.key}})
+		want := http.StatusOK
+		if i == 2 {
+			want = http.StatusTooManyRequests
+		}
+		if p, _, _ := ratePolicy(t, r.header); r.code != want || p != "api/yourls" {
+			t.Errorf("version %d on %s: %s, policy %q; want %d by api/yourls", i+1, path, r, p, want)
+		}
 	}
 }

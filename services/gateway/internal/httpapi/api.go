@@ -237,7 +237,8 @@ type route struct {
 	ownQuery bool
 	// charge is the pattern a shlinkKey route is charged to the edge quota
 	// as: the kurz route it mirrors, so that a rule on that route holds
-	// whichever API a client speaks.
+	// whichever API a client speaks; for the YOURLS API's two paths, the
+	// one route both are charged as where a call mirrors none.
 	charge string
 	// shlink says that every refusal of the route, its admission's
 	// included, is answered in Shlink's problem shape (shlinkFail).

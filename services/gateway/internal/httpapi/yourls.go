@@ -39,6 +39,11 @@ const yourlsBodyBytes = 16 << 10
 // any action YOURLS or its plugins name.
 const yourlsEchoBytes = 64
 
+// yourlsRoute is the route both paths of the API are charged as when a
+// call mirrors no kurz route (version, a refused action): one counter for
+// a rule on the route, whichever path a client calls.
+const yourlsRoute = "POST /yourls-api.php"
+
 // yourlsDate is YOURLS's date format (MySQL's DATETIME), in UTC.
 const yourlsDate = "2006-01-02 15:04:05"
 
@@ -114,9 +119,10 @@ func (a *API) yourlsCall(c *call, format *string) error {
 		return a.yourlsURLStats(c, *format, p)
 	}
 	// version, and an action refused after its key was checked, are
-	// charged as the API's own route: a valid key must not get unmetered
-	// requests (each a key look-up and an answer) by naming no action.
-	if err := a.edgeQuota(c, c.st.route); err != nil {
+	// charged as the API's own route (one for both its paths, yourlsRoute):
+	// a valid key must not get unmetered requests (each a key look-up and
+	// an answer) by naming no action.
+	if err := a.edgeQuota(c, c.charge); err != nil {
 		return err
 	}
 	switch action {
