@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,6 +209,25 @@ var (
 // ones (fallbacks, dead letters), so a scrape of an idle stack could not
 // tell a renamed metric from a quiet one.
 func TestAlertMetricsAreDeclaredInCode(t *testing.T) {
+	isDeclared := declaredMetrics(t)
+	for _, r := range readRules(t).rules() {
+		names := promMetric.FindAllString(notMetrics.ReplaceAllString(r.Expr, ""), -1)
+		names = slices.DeleteFunc(names, func(n string) bool { return promQLFuncs[n] })
+		if len(names) == 0 {
+			t.Errorf("alert %s: %s names no metric", r.Alert, r.Expr)
+		}
+		for _, n := range names {
+			if !isDeclared(n) {
+				t.Errorf("alert %s reads %s, which no service declares", r.Alert, n)
+			}
+		}
+	}
+}
+
+// declaredMetrics reports whether a Prometheus metric name is one the
+// services declare (TestAlertMetricsAreDeclaredInCode says how).
+func declaredMetrics(t *testing.T) func(name string) bool {
+	t.Helper()
 	declared := map[string]bool{}
 	root := repoRoot(t)
 	for _, dir := range []string{"services", "pkg"} {
@@ -228,7 +248,7 @@ func TestAlertMetricsAreDeclaredInCode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	isDeclared := func(name string) bool {
+	return func(name string) bool {
 		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
 			name = strings.TrimSuffix(name, suffix)
 		}
@@ -238,18 +258,6 @@ func TestAlertMetricsAreDeclaredInCode(t *testing.T) {
 			}
 		}
 		return false
-	}
-	for _, r := range readRules(t).rules() {
-		names := promMetric.FindAllString(notMetrics.ReplaceAllString(r.Expr, ""), -1)
-		names = slices.DeleteFunc(names, func(n string) bool { return promQLFuncs[n] })
-		if len(names) == 0 {
-			t.Errorf("alert %s: %s names no metric", r.Alert, r.Expr)
-		}
-		for _, n := range names {
-			if !isDeclared(n) {
-				t.Errorf("alert %s reads %s, which no service declares", r.Alert, n)
-			}
-		}
 	}
 }
 
@@ -312,27 +320,71 @@ func TestDashboardQueriesParse(t *testing.T) {
 	if err := json.Unmarshal(raw, &dash); err != nil {
 		t.Fatal(err)
 	}
+	queries := map[string]string{}
+	for _, p := range dash.Panels {
+		for i, tg := range p.Targets {
+			queries[fmt.Sprintf("dashboard:panel%d_%d", p.ID, i)] = strings.ReplaceAll(tg.Expr, "$__rate_interval", "5m")
+		}
+	}
+	if len(queries) == 0 {
+		t.Fatal("kurz.json has no queries")
+	}
+	promtoolParses(t, "dashboard", queries)
+}
+
+// promtoolParses has promtool check rules parse each query, as a rules
+// file recording it under its name.
+func promtoolParses(t *testing.T, group string, queries map[string]string) {
+	t.Helper()
 	type record struct {
 		Record string `json:"record"`
 		Expr   string `json:"expr"`
 	}
 	var records []record
-	for _, p := range dash.Panels {
-		for i, tg := range p.Targets {
-			records = append(records, record{fmt.Sprintf("dashboard:panel%d_%d", p.ID, i), strings.ReplaceAll(tg.Expr, "$__rate_interval", "5m")})
-		}
+	for _, name := range slices.Sorted(maps.Keys(queries)) {
+		records = append(records, record{name, queries[name]})
 	}
-	if len(records) == 0 {
-		t.Fatal("kurz.json has no queries")
-	}
-	file := map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": records}}}
+	file := map[string]any{"groups": []any{map[string]any{"name": group, "rules": records}}}
 	out, err := yaml.Marshal(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "dashboard.rules.yaml")
+	path := filepath.Join(t.TempDir(), group+".rules.yaml")
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	promtool(t, "check", "rules", path)
+}
+
+// The PromQL that docs/operations.md gives for each of envoyproxy/ratelimit's
+// stats parses, and reads only metrics the services declare: users move
+// their dashboards and alerts onto these.
+func TestEnvoyStatsQueriesParse(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), operationsDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(raw), "<!-- envoy-stats:begin -->")
+	if table, _, ok = strings.Cut(table, "<!-- envoy-stats:end -->"); !ok {
+		t.Fatalf("%s has no envoy-stats table between its markers", operationsDoc)
+	}
+	isDeclared := declaredMetrics(t)
+	queries := map[string]string{}
+	for line := range strings.Lines(table) {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		if len(cells) != 2 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue // the header, its rule, blank lines
+		}
+		expr := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		queries[fmt.Sprintf("envoy_stats:row%d", len(queries))] = expr
+		for _, n := range promMetric.FindAllString(notMetrics.ReplaceAllString(expr, ""), -1) {
+			if !isDeclared(n) {
+				t.Errorf("%s: %s reads %s, which no service declares", strings.TrimSpace(cells[0]), expr, n)
+			}
+		}
+	}
+	if len(queries) < 6 {
+		t.Fatalf("%d queries in the envoy-stats table, want one per stat (6) at least", len(queries))
+	}
+	promtoolParses(t, "envoy_stats", queries)
 }

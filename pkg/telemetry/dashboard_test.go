@@ -16,6 +16,7 @@ import (
 // dashboard query naming anything else would draw an empty panel.
 var knownMetrics = map[string]bool{
 	"kurz_ratelimit_decisions_total":                  true,
+	"kurz_ratelimit_near_limit_total":                 true,
 	"kurz_ratelimit_fallbacks_total":                  true,
 	"kurz_ratelimit_redis_duration_seconds":           true,
 	"kurz_redirect_requests_total":                    true,

@@ -45,3 +45,24 @@ func TestHasSeries(t *testing.T) {
 		}
 	}
 }
+
+func TestSeriesSum(t *testing.T) {
+	body := "# TYPE x counter\nkurz_calls_total{code=\"OK\",method=\"Get\"} 3\nkurz_calls_total{code=\"OK\",method=\"Put\"} 2.5\n" +
+		"kurz_calls_total{code=\"NotFound\",method=\"Get\"} 1\nkurz_calls 7\n"
+	for _, c := range []struct {
+		name  string
+		with  []string
+		want  float64
+		found bool
+	}{
+		{"kurz_calls_total", []string{`code="OK"`}, 5.5, true},
+		{"kurz_calls_total", []string{`method="Get"`}, 4, true},
+		{"kurz_calls_total", []string{`code="OK"`, `method="Delete"`}, 0, false},
+		{"kurz_calls", nil, 7, true},
+		{"kurz_call", nil, 0, false},
+	} {
+		if got, found := SeriesSum(body, c.name, c.with...); got != c.want || found != c.found {
+			t.Errorf("SeriesSum(%s, %v) = %v, %v; want %v, %v", c.name, c.with, got, found, c.want, c.found)
+		}
+	}
+}

@@ -115,6 +115,12 @@ type Config struct {
 	// AutoPipeline batches concurrent decisions into one pipeline per Redis
 	// node.
 	AutoPipeline bool `env:"LIMITER_AUTOPIPELINE" default:"true"`
+	// NearLimitRatio is envoyproxy/ratelimit's NEAR_LIMIT_RATIO: an allowed
+	// decision that leaves its rule with more than this share of its
+	// capacity used (burst for buckets, else limit; of a limit of 10 at
+	// 0.8, the 9th and 10th request) is counted in
+	// kurz_ratelimit_near_limit_total{domain,rule}. More than 0, at most 1.
+	NearLimitRatio float64 `env:"LIMITER_NEAR_LIMIT_RATIO" default:"0.8"`
 	// EnvoyHeaders are the rate-limit fields Envoy's rate-limit API asks
 	// Envoy to add to responses: draft (RateLimit and RateLimit-Policy, the
 	// current IETF draft's, as the gateway sends), legacy (RateLimit-Limit,
@@ -180,6 +186,9 @@ func (c Config) validate() error {
 	}
 	if c.BreakerThreshold < 1 || c.BreakerThreshold > 1000 {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_BREAKER_THRESHOLD=%d: want 1 to 1000", c.BreakerThreshold))
+	}
+	if !(c.NearLimitRatio > 0 && c.NearLimitRatio <= 1) {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_NEAR_LIMIT_RATIO=%v: want more than 0 and at most 1 (0.8: envoyproxy/ratelimit's default)", c.NearLimitRatio))
 	}
 	if c.AllowLogEvery < 0 {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_ALLOW_LOG_EVERY=%d: want 0 (none logged) or more", c.AllowLogEvery))
@@ -399,6 +408,7 @@ func startEngine(cfg Config, st stores, srv *server.Server, lc *server.Lifecycle
 		AllowLogEvery:      int64(cfg.AllowLogEvery),
 		AutoPipeline:       cfg.AutoPipeline,
 		KeyPrefix:          cfg.RedisKeyPrefix,
+		NearLimitRatio:     cfg.NearLimitRatio,
 	}, log, srv.Telemetry.MeterProvider)
 	if err != nil {
 		return nil, err

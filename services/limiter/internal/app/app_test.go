@@ -145,6 +145,26 @@ func TestThresholdAndLogSamplingAreChecked(t *testing.T) {
 	}
 }
 
+// The near-limit ratio is envoyproxy/ratelimit's NEAR_LIMIT_RATIO, 0.8
+// unless set; a share of nothing, one past the whole capacity, or not a
+// number is refused by name.
+func TestNearLimitRatioIsChecked(t *testing.T) {
+	if got := load(t, nil).NearLimitRatio; got != 0.8 {
+		t.Errorf("default KURZ_LIMITER_NEAR_LIMIT_RATIO = %v, want 0.8", got)
+	}
+	for _, bad := range []string{"0", "-0.5", "1.01", "NaN", "+Inf"} {
+		err := load(t, map[string]string{"KURZ_LIMITER_NEAR_LIMIT_RATIO": bad}).validate()
+		if err == nil || !strings.Contains(err.Error(), "KURZ_LIMITER_NEAR_LIMIT_RATIO") {
+			t.Errorf("KURZ_LIMITER_NEAR_LIMIT_RATIO=%s: got %v, want an error naming it", bad, err)
+		}
+	}
+	for _, ok := range []string{"0.000001", "0.5", "1"} {
+		if err := load(t, map[string]string{"KURZ_LIMITER_NEAR_LIMIT_RATIO": ok}).validate(); err != nil {
+			t.Errorf("KURZ_LIMITER_NEAR_LIMIT_RATIO=%s: %v, want none", ok, err)
+		}
+	}
+}
+
 // The stores' settings are refused with the service's own, all named at
 // once before anything starts (not one at a time as each store is built).
 func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {

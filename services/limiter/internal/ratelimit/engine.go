@@ -77,7 +77,16 @@ type Options struct {
 	// Cluster count apart even on domains of the same name; empty: the
 	// keys as they always were. ValidKeyPrefix says what it may hold.
 	KeyPrefix string
+	// NearLimitRatio is the share of a rule's capacity past which an
+	// allowed decision counts as near its limit
+	// (kurz_ratelimit_near_limit_total), envoyproxy/ratelimit's
+	// NEAR_LIMIT_RATIO: more than 0, at most 1; 0 means
+	// DefaultNearLimitRatio.
+	NearLimitRatio float64
 }
+
+// DefaultNearLimitRatio is envoyproxy/ratelimit's default NEAR_LIMIT_RATIO.
+const DefaultNearLimitRatio = 0.8
 
 // Engine evaluates requests against the current Ruleset.
 type Engine struct {
@@ -108,6 +117,8 @@ type Engine struct {
 	// fallbackLogs bounds the lines saying why a rule answered by its
 	// failure mode: one a second per rule (logFallback).
 	fallbackLogs denyLimiter
+	// nearMillionths is Options.NearLimitRatio in millionths (nearLimit).
+	nearMillionths int64
 }
 
 // denial is a cached Redis denial: the key denies any cost >= cost until
@@ -149,6 +160,11 @@ type result struct {
 	delay      time.Duration
 	source     ratelimitv1.DecisionSource
 	never      bool // cost exceeds what the rule can ever hold
+	// capacity is the most the rule holds as this decision counts it
+	// (remaining out of capacity): the rule's capacity, or this replica's
+	// share of it in the local fallback; 0 when the decision knows nothing
+	// of what is left (failing open or closed, an unlimited rule).
+	capacity int64
 }
 
 // NewEngine returns an engine deciding with rules until SetRules replaces them.
@@ -161,6 +177,12 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 	}
 	if err := ValidKeyPrefix(opts.KeyPrefix); err != nil {
 		return nil, fmt.Errorf("ratelimit: %w", err)
+	}
+	if opts.NearLimitRatio == 0 {
+		opts.NearLimitRatio = DefaultNearLimitRatio
+	}
+	if !(opts.NearLimitRatio > 0 && opts.NearLimitRatio <= 1) {
+		return nil, fmt.Errorf("ratelimit: near-limit ratio %v: want more than 0 and at most 1", opts.NearLimitRatio)
 	}
 	if opts.BreakerThreshold <= 0 {
 		opts.BreakerThreshold = 3
@@ -203,8 +225,9 @@ func NewEngine(rdb *redis.ClusterClient, rules *Ruleset, opts Options, log *slog
 			threshold: opts.BreakerThreshold, cooldown: opts.BreakerCooldown, maxCooldown: opts.BreakerMaxCooldown,
 			byNode: map[string]*breaker{},
 		},
-		reqPfx:       hex.EncodeToString(pfx[:]),
-		fallbackLogs: denyLimiter{perSecond: FallbackLogsPerSecond},
+		reqPfx:         hex.EncodeToString(pfx[:]),
+		fallbackLogs:   denyLimiter{perSecond: FallbackLogsPerSecond},
+		nearMillionths: nearMillionths(opts.NearLimitRatio),
 	}
 	if !rdb.Options().ContextTimeoutEnabled {
 		log.Warn("redis client without ContextTimeoutEnabled: calls wait for socket timeouts, not the decision timeout")
@@ -520,7 +543,7 @@ func (e *Engine) cachedDenial(ctx context.Context, domain string, rules []Applie
 		}
 	}
 	resp := e.respond(domain, applied, results)
-	e.observe(ctx, domain, applied, results, resp, true)
+	e.observe(ctx, domain, applied, results, resp, cost, true)
 	return resp, idx
 }
 
@@ -558,7 +581,7 @@ func (e *Engine) finish(ctx context.Context, clock, domain string, rules []Appli
 		e.m.abandoned.Add(ctx, 1)
 		return resp
 	}
-	e.observe(ctx, domain, rules, results, resp, false)
+	e.observe(ctx, domain, rules, results, resp, cost, false)
 	return resp
 }
 
@@ -677,6 +700,7 @@ func (g *group) apply(vals []int64, rules []Applied, results []result) {
 		res := result{
 			allowed:    v[0] == 1,
 			limit:      r.Limit,
+			capacity:   r.capacity(),
 			remaining:  v[1],
 			resetAfter: time.Duration(v[2]) * time.Millisecond,
 			delay:      time.Duration(v[4]) * time.Millisecond,

@@ -324,7 +324,7 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 	}
 	taken, valid, remaining, retry, reset := vals[0], vals[2], vals[3], vals[4], vals[5]
 	if taken == 0 {
-		res = result{limit: r.Limit, remaining: remaining, resetAfter: time.Duration(reset) * time.Millisecond,
+		res = result{limit: r.Limit, capacity: r.capacity(), remaining: remaining, resetAfter: time.Duration(reset) * time.Millisecond,
 			source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}
 		if retry < 0 {
 			res.never, res.retryAfter = true, r.Window
@@ -350,7 +350,7 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 // lease's units plus what Redis had left when the lease was taken.
 func (l *lease) allowance(now time.Time) result {
 	return result{
-		allowed: true, limit: l.rule.Limit, remaining: l.left + l.remaining,
+		allowed: true, limit: l.rule.Limit, capacity: l.rule.capacity(), remaining: l.left + l.remaining,
 		resetAfter: max(0, l.resetAt.Sub(now)), source: ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE,
 	}
 }

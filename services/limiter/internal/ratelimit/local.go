@@ -178,7 +178,7 @@ func (s *localState) takeTokens(r *Rule, rate, burst float64, cost int64, now ti
 		s.ts = now
 	}
 	s.tokens = math.Min(burst, s.tokens)
-	res := result{limit: int64(burst)}
+	res := result{limit: int64(burst), capacity: int64(burst)}
 	c := float64(cost)
 	switch {
 	case s.tokens >= c:
@@ -226,7 +226,7 @@ func (s *localState) takeWindow(r *Rule, share, cost int64, now time.Time) resul
 			newest = id
 		}
 	}
-	res := result{limit: share}
+	res := result{limit: share, capacity: share}
 	switch {
 	case cost == 0 && used <= share:
 		res.allowed = true // a look: no slot gets a unit

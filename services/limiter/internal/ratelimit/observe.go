@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -56,11 +57,12 @@ func (e *Engine) noRule(ctx context.Context, domain string) *ratelimitv1.CheckQu
 	return &ratelimitv1.CheckQuotaResponse{Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE}
 }
 
-// observe counts the decision per rule and writes the decision log: the
-// denials (rule, key, what was left, retry-after, how served), at most
-// DenyLogsPerSecond a second per deciding rule (the next line says how many
-// were not logged), and a sample of allowances.
-func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, results []result, resp *ratelimitv1.CheckQuotaResponse, cached bool) {
+// observe counts the decision per rule, and the rules' allowances near
+// their limits, and writes the decision log: the denials (rule, key, what
+// was left, retry-after, how served), at most DenyLogsPerSecond a second
+// per deciding rule (the next line says how many were not logged), and a
+// sample of allowances. cost is the request's, as decided.
+func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, results []result, resp *ratelimitv1.CheckQuotaResponse, cost int64, cached bool) {
 	for i, a := range rules {
 		res := results[i]
 		outcome := "allowed"
@@ -68,6 +70,9 @@ func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, re
 			outcome = "denied"
 		}
 		e.m.decisions.Add(ctx, 1, e.m.decisionAttrs(domain, a.Rule.Name, outcome, res.source).Add...)
+		if a.cost(cost) > 0 && e.nearLimit(res) {
+			e.m.nearLimit.Add(ctx, 1, e.m.nearAttrs(domain, a.Rule.Name).Add...)
+		}
 	}
 	if resp.Allowed {
 		if e.opts.AllowLogEvery <= 0 || e.allowSeq.Add(1)%e.opts.AllowLogEvery != 0 {
@@ -103,6 +108,29 @@ func (e *Engine) observe(ctx context.Context, domain string, rules []Applied, re
 	e.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
+// nearLimit reports whether res left its rule near its limit: allowed,
+// with more than NearLimitRatio of the rule's capacity used once the
+// request took its units. That is envoyproxy/ratelimit's near_limit: a hit
+// allowed while the count it makes is above floor(limit × ratio), so of a
+// limit of 10 at 0.8 the 9th and 10th. The caller counts only decisions
+// that took units, as a hits_addend of 0 adds nothing to its stats. A
+// rule whose failure mode answered knows nothing of what is left, and
+// counts only from its local share.
+func (e *Engine) nearLimit(res result) bool {
+	if !res.allowed || res.capacity <= 0 {
+		return false
+	}
+	// In integers: 0.29 of 100 is 29, where float64 arithmetic gives
+	// 28.999..., and a capacity of at most MaxLimit (2^40) times a million
+	// stays far inside an int64.
+	return res.capacity-res.remaining > res.capacity*e.nearMillionths/1_000_000
+}
+
+// nearMillionths is a near-limit ratio (0 < ratio <= 1) in millionths.
+func nearMillionths(ratio float64) int64 {
+	return int64(math.Round(ratio * 1_000_000))
+}
+
 type engineMetrics struct {
 	decisions     metric.Int64Counter
 	fallbacks     metric.Int64Counter
@@ -120,6 +148,10 @@ type engineMetrics struct {
 	// attrs caches decision attribute sets: building one per decision is
 	// most of the metrics' cost on the hot path.
 	attrs *telemetry.AttrSets[decisionKey]
+	// nearLimit counts the allowances that left a rule near its limit,
+	// by domain and rule (nearLimitAttrs).
+	nearLimit      metric.Int64Counter
+	nearLimitAttrs *telemetry.AttrSets[ruleKey]
 }
 
 type fallbackKey struct {
@@ -199,15 +231,26 @@ func (m *engineMetrics) decisionAttrs(domain, rule, outcome string, source ratel
 	})
 }
 
+// nearAttrs is the near-limit counter's attribute set of a rule.
+func (m *engineMetrics) nearAttrs(domain, rule string) telemetry.Opts {
+	return m.nearLimitAttrs.Get(ruleKey{domain, rule}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("domain", domain), attribute.String("rule", rule)}
+	})
+}
+
 func newEngineMetrics(mp metric.MeterProvider) (*engineMetrics, error) {
 	m := mp.Meter("kurz.dev/services/limiter")
 	em := &engineMetrics{
-		attrs:         telemetry.NewAttrSets[decisionKey](telemetry.SeriesLimit, telemetry.Overflow),
-		fallbackAttrs: telemetry.NewAttrSets[fallbackKey](telemetry.SeriesLimit, telemetry.Overflow),
+		attrs:          telemetry.NewAttrSets[decisionKey](telemetry.SeriesLimit, telemetry.Overflow),
+		fallbackAttrs:  telemetry.NewAttrSets[fallbackKey](telemetry.SeriesLimit, telemetry.Overflow),
+		nearLimitAttrs: telemetry.NewAttrSets[ruleKey](telemetry.SeriesLimit, telemetry.Overflow),
 	}
 	var err, e2 error
 	em.decisions, err = m.Int64Counter("kurz.ratelimit.decisions", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rule decisions by domain, rule, outcome and how they were served"))
+	em.nearLimit, e2 = m.Int64Counter("kurz.ratelimit.near_limit", metric.WithUnit("{decision}"),
+		metric.WithDescription("Allowed rule decisions that took units and left the rule with more than KURZ_LIMITER_NEAR_LIMIT_RATIO of its capacity used (envoyproxy/ratelimit's near_limit), by domain and rule"))
+	err = errors.Join(err, e2)
 	em.fallbacks, e2 = m.Int64Counter("kurz.ratelimit.fallbacks", metric.WithUnit("{decision}"),
 		metric.WithDescription("Rule decisions made without Redis, by rule, failure mode and cause (timeout, refused, tryagain, clusterdown, breaker_open, redis_error, other)"))
 	err = errors.Join(err, e2)
@@ -242,12 +285,13 @@ const DenyLogsPerSecond = 10
 // holding as many; the zero value is ready, at DenyLogsPerSecond.
 type denyLimiter struct {
 	mu        sync.Mutex
-	buckets   map[denyKey]*denyBucket
+	buckets   map[ruleKey]*denyBucket
 	now       func() time.Time // time.Now when nil (tests set it)
 	perSecond float64          // DenyLogsPerSecond when 0
 }
 
-type denyKey struct{ domain, rule string }
+// ruleKey is a rule by domain and name.
+type ruleKey struct{ domain, rule string }
 
 type denyBucket struct {
 	tokens     float64
@@ -266,17 +310,17 @@ func (l *denyLimiter) take(domain, rule string) (bool, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.buckets == nil {
-		l.buckets = map[denyKey]*denyBucket{}
+		l.buckets = map[ruleKey]*denyBucket{}
 	}
 	rate := l.perSecond
 	if rate <= 0 {
 		rate = DenyLogsPerSecond
 	}
-	b := l.buckets[denyKey{domain, rule}]
+	b := l.buckets[ruleKey{domain, rule}]
 	if b == nil {
 		// Rules come from the configuration: the map stays small.
 		b = &denyBucket{tokens: rate, last: t}
-		l.buckets[denyKey{domain, rule}] = b
+		l.buckets[ruleKey{domain, rule}] = b
 	}
 	b.tokens = min(rate, b.tokens+t.Sub(b.last).Seconds()*rate)
 	b.last = t

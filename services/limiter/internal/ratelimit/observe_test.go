@@ -42,7 +42,7 @@ func TestDenialLineHasEveryRulesFigures(t *testing.T) {
 	e := observingEngine(t, &b)
 	r := &Rule{Domain: "d", Name: "per-user", Algorithm: ratelimitv1.Algorithm_ALGORITHM_FIXED_WINDOW, Limit: 10, Window: time.Minute}
 	rules, results, resp := denialOf(r)
-	e.observe(context.Background(), "d", rules, results, resp, true)
+	e.observe(context.Background(), "d", rules, results, resp, 1, true)
 
 	var line struct {
 		Level         string `json:"level"`
@@ -79,7 +79,7 @@ func TestDenialLineAllocations(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	e.denyLogs.now = func() time.Time { now = now.Add(time.Second); return now } // every denial logged
 	rules, results, resp := denialOf(&Rule{Domain: "d", Name: "per-user", Limit: 10, Window: time.Minute})
-	allocs := testing.AllocsPerRun(200, func() { e.observe(context.Background(), "d", rules, results, resp, true) })
+	allocs := testing.AllocsPerRun(200, func() { e.observe(context.Background(), "d", rules, results, resp, 1, true) })
 	if allocs > 4 {
 		t.Errorf("a one-rule denial costs %.0f allocations, want at most 4", allocs)
 	}
@@ -99,7 +99,7 @@ func TestDenialLinesAreBoundedPerRule(t *testing.T) {
 	deny := func(r *Rule, n int) {
 		rules, results, resp := denialOf(r)
 		for range n {
-			e.observe(context.Background(), "d", rules, results, resp, false)
+			e.observe(context.Background(), "d", rules, results, resp, 1, false)
 		}
 	}
 	lines := func() []string {
