@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -48,14 +49,19 @@ const shlinkProblemType = "https://shlink.io/api/error/"
 const shlinkDate = "2006-01-02T15:04:05-07:00"
 
 // Paging GET /rest/v3/short-urls. kurz's listing goes by page tokens, not
-// offsets: page N reads the links before it, in calls of up to
-// shlinkMaxPerPage, and drops them.
+// offsets: page N is reached by reading the links from the first, in calls
+// of up to shlinkMaxPerPage, and dropping those before it.
 const (
 	shlinkDefaultPerPage = 10   // Shlink's default
 	shlinkMaxPerPage     = 1000 // ListLinks's largest page
 	// shlinkMaxSkip bounds the links read and dropped before a page: at
 	// most 10 calls of 1,000 links for one charged request.
 	shlinkMaxSkip = 10_000
+	// shlinkPageBytes bounds the links of one page (their encoded size), as
+	// the shortener bounds one ListLinks page: a page is read on past the
+	// shortener's early ends, so without it a page of large links would be
+	// held whole (up to 1,000 URLs of 64 KiB) for one answer.
+	shlinkPageBytes = 1 << 20
 )
 
 // shlinkEchoBytes bounds a JSON key a refusal repeats: longer than any
@@ -404,8 +410,10 @@ func shlinkURLOf(l *shortenerv1.Link, visits *shlinkVisits) shlinkURL {
 // ignored: the page would hold links they leave out. kurz counts no
 // totals: on a page with more after it, pagesCount and totalItems say at
 // least one more page and one more link (currentPage + 1, the links up to
-// this page + 1); on the last page they are exact. The links carry no
-// visitsSummary: counting it would be a statistics call per link.
+// this page + 1); on the last page they are exact. A page whose links
+// take more than shlinkPageBytes is refused, naming itemsPerPage. The
+// links carry no visitsSummary: counting it would be a statistics call per
+// link.
 func (a *API) shlinkList(c *call) error {
 	q, err := shlinkQuery(c, "page", "itemsPerPage", "tags[]", "tagsMode", "searchTerm", "orderBy", "startDate", "endDate",
 		"excludeMaxVisitsReached", "excludePastValidUntil")
@@ -434,28 +442,32 @@ func (a *API) shlinkList(c *call) error {
 		defer cancel()
 		return a.shortener.ListLinks(ctx, &shortenerv1.ListLinksRequest{PageSize: int32(size), PageToken: token, Tag: tag})
 	}
+	// The links up to the end of the page, read on past the pages the
+	// shortener ends early (their links past 1 MiB): a page answered short
+	// would have the next page start past the links it left out.
 	var (
-		token string
-		seen  int
-		links []*shortenerv1.Link
-		more  = true
+		token     string
+		read      int // links read, the page's included
+		pageBytes int // the page's links, encoded
+		links     []*shortenerv1.Link
+		more      = true
 	)
-	for seen < skip && more {
-		resp, err := list(min(skip-seen, shlinkMaxPerPage), token)
+	for read < skip+perPage && more {
+		resp, err := list(min(skip+perPage-read, shlinkMaxPerPage), token)
 		if err != nil {
 			return err
 		}
-		seen += len(resp.GetLinks())
-		token, more = resp.GetNextPageToken(), resp.GetNextPageToken() != "" && len(resp.GetLinks()) > 0
-	}
-	if more {
-		resp, err := list(perPage, token)
-		if err != nil {
-			return err
+		got := resp.GetLinks()
+		for _, l := range got[min(max(skip-read, 0), len(got)):] {
+			if pageBytes += proto.Size(l); len(links) > 0 && pageBytes > shlinkPageBytes {
+				return badParameter("itemsPerPage", fmt.Sprintf("the links of page %d take more than %d bytes at %d a page: ask fewer itemsPerPage", page, shlinkPageBytes, perPage))
+			}
+			links = append(links, l)
 		}
-		links, more = resp.GetLinks(), resp.GetNextPageToken() != ""
+		read += len(got)
+		token, more = resp.GetNextPageToken(), resp.GetNextPageToken() != "" && len(got) > 0
 	}
-	total := seen + len(links)
+	total := read
 	pages := (total + perPage - 1) / perPage
 	if more {
 		total, pages = total+1, page+1

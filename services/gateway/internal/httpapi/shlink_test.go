@@ -96,11 +96,14 @@ type shlinkShortener struct {
 	links     []*shortenerv1.Link
 	existing  *shortenerv1.Link
 	createErr error
-	creates   []*shortenerv1.CreateLinkRequest
-	lists     []*shortenerv1.ListLinksRequest
-	gets      []*shortenerv1.GetLinkRequest
-	update    *shortenerv1.UpdateLinkRequest
-	deleted   []*shortenerv1.DeleteLinkRequest
+	// cut ends every ListLinks page after this many links (0: never), as
+	// the shortener ends a page early when its links pass 1 MiB.
+	cut     int
+	creates []*shortenerv1.CreateLinkRequest
+	lists   []*shortenerv1.ListLinksRequest
+	gets    []*shortenerv1.GetLinkRequest
+	update  *shortenerv1.UpdateLinkRequest
+	deleted []*shortenerv1.DeleteLinkRequest
 }
 
 var shlinkCreated = time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)
@@ -161,6 +164,9 @@ func (s *shlinkShortener) ListLinks(_ context.Context, in *shortenerv1.ListLinks
 		_, _ = fmt.Sscan(in.GetPageToken(), &start)
 	}
 	end := min(start+int(in.GetPageSize()), len(tagged))
+	if s.cut > 0 {
+		end = min(end, start+s.cut)
+	}
 	resp := &shortenerv1.ListLinksResponse{Links: tagged[start:end]}
 	if end < len(tagged) {
 		resp.NextPageToken = fmt.Sprint(end)
@@ -579,11 +585,11 @@ func TestShlinkEditAndDelete(t *testing.T) {
 }
 
 // The list pages through the caller's links as Shlink's page and
-// itemsPerPage say, reading the links before the page; pagesCount and
-// totalItems are exact on the last page, and one more page and link
-// while there are more; the links carry no visitsSummary. One tags[] is
-// ListLinks's tag; the filters kurz cannot apply are refused by name, and
-// so is a page deeper than it reads.
+// itemsPerPage say, reading the links up to the end of the page;
+// pagesCount and totalItems are exact on the last page, and one more page
+// and link while there are more; the links carry no visitsSummary. One
+// tags[] is ListLinks's tag; the filters kurz cannot apply are refused by
+// name, and so is a page deeper than it reads.
 func TestShlinkListPages(t *testing.T) {
 	var links []*shortenerv1.Link
 	for i := range 25 {
@@ -632,8 +638,8 @@ func TestShlinkListPages(t *testing.T) {
 
 	env.shortener.lists = nil
 	w := env.do("GET", "/rest/v3/short-urls?page=2&itemsPerPage=10", "", shlinkGoodKey)
-	if l := env.shortener.lists; w.Code != 200 || len(l) != 2 || l[0].GetPageSize() != 10 || l[1].GetPageToken() != "10" {
-		t.Errorf("page 2 of 10: %d, ListLinks %v; want the first 10 links read, then the page after them", w.Code, l)
+	if l := env.shortener.lists; w.Code != 200 || len(l) != 1 || l[0].GetPageSize() != 20 || l[0].GetPageToken() != "" {
+		t.Errorf("page 2 of 10: %d, ListLinks %v; want the first 20 links read in one call, the first 10 dropped", w.Code, l)
 	}
 	for _, tc := range []struct{ query, field string }{
 		{"?searchTerm=news", "searchTerm"},
@@ -688,6 +694,76 @@ func TestShlinkListPagesDeep(t *testing.T) {
 	if m := object(t, w); w.Code != 200 || len(env.shortener.lists) != 3 ||
 		fmt.Sprint(m["shortUrls"]) != "map[data:[] pagination:map[currentPage:5 itemsInCurrentPage:0 itemsPerPage:1000 pagesCount:3 totalItems:2500]]" {
 		t.Errorf("page 5 of 1000: %d %v, %d ListLinks calls; want no links, the exact counts, and the listing read to its end once", w.Code, m, len(env.shortener.lists))
+	}
+}
+
+// shlinkListPage decodes a list answer: its codes and its pagination.
+func shlinkListPage(t *testing.T, w *httptest.ResponseRecorder) ([]string, shlinkPagination) {
+	t.Helper()
+	var out struct {
+		ShortURLs struct {
+			Data       []shlinkURL      `json:"data"`
+			Pagination shlinkPagination `json:"pagination"`
+		} `json:"shortUrls"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		t.Fatalf("%d: not a list: %v\n%s", w.Code, err, w.Body)
+	}
+	codes := []string{}
+	for _, u := range out.ShortURLs.Data {
+		codes = append(codes, u.ShortCode)
+	}
+	return codes, out.ShortURLs.Pagination
+}
+
+// The shortener ends a ListLinks page early when its links pass 1 MiB; a
+// Shlink page goes on reading past such a cut, so that the pages a client
+// asks one by one hold every link, none skipped between two of them.
+func TestShlinkListReadsAPageWholeAcrossShortReads(t *testing.T) {
+	var links []*shortenerv1.Link
+	for i := range 25 {
+		links = append(links, shlinkLink(fmt.Sprintf("code%03d", i)))
+	}
+	env := newShlinkEnv(t, links...)
+	env.shortener.cut = 4
+	var got []string
+	for page := 1; page <= 3; page++ {
+		w := env.do("GET", fmt.Sprintf("/rest/v3/short-urls?page=%d&itemsPerPage=10", page), "", shlinkGoodKey)
+		codes, p := shlinkListPage(t, w)
+		if want := min(10, 25-(page-1)*10); w.Code != 200 || len(codes) != want || p.ItemsInCurrentPage != want {
+			t.Errorf("page %d of 10, the shortener's pages cut at 4: %d, %d links %v, %+v; want %d", page, w.Code, len(codes), codes, p, want)
+		}
+		got = append(got, codes...)
+	}
+	var want []string
+	for _, l := range links {
+		want = append(want, l.GetCode())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pages 1 to 3 held %v\nwant every link once, in order: %v", got, want)
+	}
+}
+
+// A page's links are bounded as ListLinks bounds its page (1 MiB): a page
+// of links too large for it is refused, naming itemsPerPage, rather than
+// answered short or held whole in memory; a smaller page of them is
+// answered.
+func TestShlinkListBoundsAPagesBytes(t *testing.T) {
+	var links []*shortenerv1.Link
+	for i := range 6 {
+		l := shlinkLink(fmt.Sprintf("code%03d", i))
+		l.LongUrl = "https://example.com/" + strings.Repeat("a", 300<<10)
+		links = append(links, l)
+	}
+	env := newShlinkEnv(t, links...)
+	w := env.do("GET", "/rest/v3/short-urls?itemsPerPage=4", "", shlinkGoodKey)
+	if p := object(t, w); w.Code != 400 || p["type"] != shlinkProblemType+"invalid-data" ||
+		!slices.Equal(strList(p["invalidElements"]), []string{"itemsPerPage"}) {
+		t.Errorf("a page of 4 links of 300 KiB: %d, %d bytes (%.200s); want 400 invalid-data naming itemsPerPage", w.Code, w.Body.Len(), w.Body)
+	}
+	w = env.do("GET", "/rest/v3/short-urls?page=2&itemsPerPage=3", "", shlinkGoodKey)
+	if codes, _ := shlinkListPage(t, w); w.Code != 200 || !slices.Equal(codes, []string{"code003", "code004", "code005"}) {
+		t.Errorf("page 2 of 3 links of 300 KiB: %d %v; want the last 3", w.Code, codes)
 	}
 }
 
