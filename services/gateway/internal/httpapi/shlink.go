@@ -403,7 +403,9 @@ func shlinkURLOf(l *shortenerv1.Link, visits *shlinkVisits) shlinkURL {
 	return u
 }
 
-// shlinkList is GET /rest/v3/short-urls, charged as GET /v1/links: the
+// shlinkList is GET /rest/v3/short-urls, charged as GET /v1/links once per
+// 1,000 links it reads up to the end of its page (once more per read the
+// shortener ends early), as reading them through GET /v1/links is: the
 // caller's links newest first (Shlink's default order), itemsPerPage of
 // them (10 by default, at most 1,000) from page (1 by default), with one
 // tag at most. Shlink's filters kurz cannot apply are refused by name, not
@@ -442,6 +444,29 @@ func (a *API) shlinkList(c *call) error {
 		defer cancel()
 		return a.shortener.ListLinks(ctx, &shortenerv1.ListLinksRequest{PageSize: int32(size), PageToken: token, Tag: tag})
 	}
+	// The call is charged as the GET /v1/links calls that would read the
+	// same links, one per shlinkMaxPerPage up to the end of the page (the
+	// admission paid the first), before any is read; a call the shortener
+	// ends early makes one more, charged as it is made. Were the call
+	// charged once, a deep page would read up to 10,000 links (and, past
+	// the shortener's early ends, many more calls) for one unit of the
+	// key's quota.
+	paid := 1
+	charge := func(calls int) error {
+		if calls <= paid {
+			return nil
+		}
+		err := a.edgeQuotaCost(c, c.charge, uint32(calls-paid))
+		paid = calls
+		var e *apiError
+		if errors.As(err, &e) && e.status == http.StatusBadRequest {
+			return badParameter("page", e.message) // more than the key's rule ever holds
+		}
+		return err
+	}
+	if err := charge((skip + perPage + shlinkMaxPerPage - 1) / shlinkMaxPerPage); err != nil {
+		return err
+	}
 	// The links up to the end of the page, read on past the pages the
 	// shortener ends early (their links past 1 MiB): a page answered short
 	// would have the next page start past the links it left out.
@@ -452,7 +477,10 @@ func (a *API) shlinkList(c *call) error {
 		links     []*shortenerv1.Link
 		more      = true
 	)
-	for read < skip+perPage && more {
+	for calls := 1; read < skip+perPage && more; calls++ {
+		if err := charge(calls); err != nil {
+			return err
+		}
 		resp, err := list(min(skip+perPage-read, shlinkMaxPerPage), token)
 		if err != nil {
 			return err

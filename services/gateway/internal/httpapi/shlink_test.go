@@ -36,14 +36,18 @@ const (
 )
 
 // shlinkLimiter allows what it is asked, recording the route of every
-// edge quota charge (domain api) and counting the failed authentications
-// charged to the auth rule; denyAPI refuses the edge quota instead.
+// edge quota charge (domain api), once per unit of its cost, and counting
+// the failed authentications charged to the auth rule; denyAPI refuses the
+// edge quota instead, denyAbove the charges of a larger cost (as a rule
+// holding no more, with capacity).
 type shlinkLimiter struct {
 	grpc.ClientConnInterface
 	mu           sync.Mutex
 	charged      []string
 	authFailures int
 	denyAPI      bool
+	denyAbove    uint32
+	capacity     bool
 }
 
 func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ ...grpc.CallOption) error {
@@ -53,10 +57,18 @@ func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ .
 	answer := &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: "per-ip", Limit: 10, Remaining: 10}
 	switch {
 	case req.GetDomain() == DomainAPI:
-		l.charged = append(l.charged, req.GetDescriptors()["route"])
-		answer = &ratelimitv1.CheckQuotaResponse{Allowed: !l.denyAPI, DecidingRule: "per-api-key", Limit: 600, Remaining: 599}
-		if l.denyAPI {
+		deny := l.denyAPI || (l.denyAbove > 0 && req.GetCost() > l.denyAbove)
+		if !deny {
+			for range max(req.GetCost(), 1) {
+				l.charged = append(l.charged, req.GetDescriptors()["route"])
+			}
+		}
+		answer = &ratelimitv1.CheckQuotaResponse{Allowed: !deny, DecidingRule: "per-api-key", Limit: 600, Remaining: 599}
+		if deny {
 			answer.Remaining, answer.RetryAfter = 0, durationpb.New(3*time.Second)
+		}
+		if deny && l.capacity {
+			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Capacity: int64(l.denyAbove)}}
 		}
 	case req.GetCost() > 0:
 		l.authFailures++
@@ -694,6 +706,47 @@ func TestShlinkListPagesDeep(t *testing.T) {
 	if m := object(t, w); w.Code != 200 || len(env.shortener.lists) != 3 ||
 		fmt.Sprint(m["shortUrls"]) != "map[data:[] pagination:map[currentPage:5 itemsInCurrentPage:0 itemsPerPage:1000 pagesCount:3 totalItems:2500]]" {
 		t.Errorf("page 5 of 1000: %d %v, %d ListLinks calls; want no links, the exact counts, and the listing read to its end once", w.Code, m, len(env.shortener.lists))
+	}
+}
+
+// A list costs what reading its links through GET /v1/links would: one
+// charge of GET /v1/links per 1,000 links read up to the end of its page,
+// asked before any is read, and one more for each call the shortener ends
+// early (its pages of links past 1 MiB). A deep page a key cannot pay for
+// reads nothing.
+func TestShlinkListIsChargedForTheLinksItReads(t *testing.T) {
+	var links []*shortenerv1.Link
+	for i := range 2500 {
+		links = append(links, shlinkLink(fmt.Sprintf("code%04d", i)))
+	}
+	env := newShlinkEnv(t, links...)
+	for _, tc := range []struct {
+		query        string
+		cut, charged int
+	}{
+		{"?itemsPerPage=10", 0, 1},
+		{"?page=2&itemsPerPage=600", 0, 2},
+		{"?page=3&itemsPerPage=1000", 0, 3},
+		{"?itemsPerPage=1000", 400, 3},
+	} {
+		env.shortener.lists, env.shortener.cut = nil, tc.cut
+		w := env.do("GET", "/rest/v3/short-urls"+tc.query, "", shlinkGoodKey)
+		got := env.limiter.takeCharged()
+		if want := slices.Repeat([]string{"GET /v1/links"}, tc.charged); w.Code != 200 || !slices.Equal(got, want) {
+			t.Errorf("GET %s (pages cut at %d): %d, %d ListLinks calls, charged %v; want %v", tc.query, tc.cut, w.Code, len(env.shortener.lists), got, want)
+		}
+	}
+
+	env.shortener.lists, env.shortener.cut, env.limiter.denyAbove = nil, 0, 1
+	w := env.do("GET", "/rest/v3/short-urls?page=3&itemsPerPage=1000", "", shlinkGoodKey)
+	if shlinkProblemOf(t, w, 429, "https://kurz.dev/problems/resource-exhausted"); len(env.shortener.lists) != 0 {
+		t.Errorf("a page of 3 charges the key cannot pay now: %d ListLinks calls; want none", len(env.shortener.lists))
+	}
+	// A cost no wait pays (the rule holds less) is no 429 to retry forever.
+	env.limiter.capacity = true
+	p := shlinkProblemOf(t, env.do("GET", "/rest/v3/short-urls?page=3&itemsPerPage=1000", "", shlinkGoodKey), 400, "invalid-data")
+	if got := strList(p["invalidElements"]); !slices.Equal(got, []string{"page"}) || len(env.shortener.lists) != 0 {
+		t.Errorf("a page of 3 charges past what the rule holds: %v, %d ListLinks calls; want invalid-data naming page, none", p, len(env.shortener.lists))
 	}
 }
 
