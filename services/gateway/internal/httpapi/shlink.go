@@ -325,7 +325,8 @@ func shlinkLinkError(err error, code, domain string) error {
 }
 
 // shlinkGet is GET /rest/v3/short-urls/{shortCode}, charged as GET
-// /v1/links/{code}: the link, with its visitsSummary (one statistics call).
+// /v1/links/{code}: the link, with its visitsSummary (one statistics call,
+// charged as statsRoute).
 func (a *API) shlinkGet(c *call) error {
 	code, domain, err := shlinkTarget(c)
 	if err != nil {
@@ -370,7 +371,14 @@ func (a *API) shlinkVisitsList(*call) error {
 
 // shlinkSummary is l's visitsSummary (lifetimeCounts); nil, and the field
 // left out, when analytics cannot tell: the link is answered all the same.
+// It is charged to the edge quota as statsRoute first: a statistics query
+// over up to 400 days is that route's work, whichever call answers it, and
+// a rule on it must hold here too. When that charge is refused, the field
+// is left out as well, analytics not asked.
 func (a *API) shlinkSummary(c *call, l *shortenerv1.Link) *shlinkVisits {
+	if err := a.edgeQuota(c, statsRoute); err != nil {
+		return nil
+	}
 	counts, err := a.lifetimeCounts(c, l)
 	if err != nil {
 		if e := toAPIError(err); e.status >= 500 && e.status != 499 {

@@ -39,7 +39,7 @@ const (
 // edge quota charge (domain api), once per unit of its cost, and counting
 // the failed authentications charged to the auth rule; denyAPI refuses the
 // edge quota instead, denyAbove the charges of a larger cost (as a rule
-// holding no more, with capacity).
+// holding no more, with capacity), denyRoute the charges of that route.
 type shlinkLimiter struct {
 	grpc.ClientConnInterface
 	mu           sync.Mutex
@@ -48,6 +48,7 @@ type shlinkLimiter struct {
 	denyAPI      bool
 	denyAbove    uint32
 	capacity     bool
+	denyRoute    string
 }
 
 func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ ...grpc.CallOption) error {
@@ -57,7 +58,7 @@ func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ .
 	answer := &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: "per-ip", Limit: 10, Remaining: 10}
 	switch {
 	case req.GetDomain() == DomainAPI:
-		deny := l.denyAPI || (l.denyAbove > 0 && req.GetCost() > l.denyAbove)
+		deny := l.denyAPI || (l.denyAbove > 0 && req.GetCost() > l.denyAbove) || req.GetDescriptors()["route"] == l.denyRoute
 		if !deny {
 			for range max(req.GetCost(), 1) {
 				l.charged = append(l.charged, req.GetDescriptors()["route"])
@@ -355,34 +356,36 @@ func TestShlinkRoutesTakeTheKeyInXApiKey(t *testing.T) {
 // Every call with a valid key is charged once to the edge quota as the
 // kurz route it mirrors, refusals after the key check included (a body,
 // a version, a filter or a code refused; the visits not served; a
-// suspended tenant), so that no Shlink call is unmetered; a denial is
+// suspended tenant), so that no Shlink call is unmetered, and once more
+// as GET /v1/links/{code}/stats when it answers a visitsSummary; a denial is
 // kurz's 429 in the problem shape, with Retry-After and the RateLimit
 // fields.
 func TestShlinkCallsAreChargedAsTheKurzRouteTheyMirror(t *testing.T) {
 	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	const stats = "GET /v1/links/{code}/stats"
 	for _, tc := range []struct {
 		method, target, body string
 		key                  string
 		status               int
-		charged              string
+		charged              []string
 	}{
-		{"POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 200, "POST /v1/links"},
-		{"POST", "/rest/v2/short-urls", `{"longUrl": 5}`, shlinkGoodKey, 400, "POST /v1/links"},
-		{"POST", "/rest/v9/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 404, "POST /v1/links"},
-		{"GET", "/rest/v3/short-urls", "", shlinkGoodKey, 200, "GET /v1/links"},
-		{"GET", "/rest/v3/short-urls?searchTerm=x", "", shlinkGoodKey, 400, "GET /v1/links"},
-		{"GET", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 200, "GET /v1/links/{code}"},
-		{"GET", "/rest/v3/short-urls/nope", "", shlinkGoodKey, 404, "GET /v1/links/{code}"},
-		{"PATCH", "/rest/v3/short-urls/abcd123", `{"tags":["a"]}`, shlinkGoodKey, 200, "PATCH /v1/links/{code}"},
-		{"DELETE", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 204, "DELETE /v1/links/{code}"},
-		{"GET", "/rest/v3/short-urls/abcd123/visits", "", shlinkGoodKey, 501, "GET /v1/links/{code}/stats"},
-		{"GET", "/rest/v3/short-urls", "", shlinkSuspendedKey, 403, "GET /v1/links"},
-		{"POST", "/rest/v3/short-urls", `{}`, shlinkSuspendedKey, 403, "POST /v1/links"},
+		{"POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 200, []string{"POST /v1/links"}},
+		{"POST", "/rest/v2/short-urls", `{"longUrl": 5}`, shlinkGoodKey, 400, []string{"POST /v1/links"}},
+		{"POST", "/rest/v9/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 404, []string{"POST /v1/links"}},
+		{"GET", "/rest/v3/short-urls", "", shlinkGoodKey, 200, []string{"GET /v1/links"}},
+		{"GET", "/rest/v3/short-urls?searchTerm=x", "", shlinkGoodKey, 400, []string{"GET /v1/links"}},
+		{"GET", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 200, []string{"GET /v1/links/{code}", stats}},
+		{"GET", "/rest/v3/short-urls/nope", "", shlinkGoodKey, 404, []string{"GET /v1/links/{code}"}},
+		{"PATCH", "/rest/v3/short-urls/abcd123", `{"tags":["a"]}`, shlinkGoodKey, 200, []string{"PATCH /v1/links/{code}", stats}},
+		{"DELETE", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 204, []string{"DELETE /v1/links/{code}"}},
+		{"GET", "/rest/v3/short-urls/abcd123/visits", "", shlinkGoodKey, 501, []string{stats}},
+		{"GET", "/rest/v3/short-urls", "", shlinkSuspendedKey, 403, []string{"GET /v1/links"}},
+		{"POST", "/rest/v3/short-urls", `{}`, shlinkSuspendedKey, 403, []string{"POST /v1/links"}},
 	} {
 		w := env.do(tc.method, tc.target, tc.body, tc.key)
 		got := env.limiter.takeCharged()
-		if w.Code != tc.status || !slices.Equal(got, []string{tc.charged}) || len(w.Header()["RateLimit"]) != 1 {
-			t.Errorf("%s %s (%s): %d, charged %v, RateLimit %q; want %d charged once as %s with its RateLimit fields",
+		if w.Code != tc.status || !slices.Equal(got, tc.charged) || len(w.Header()["RateLimit"]) != 1 {
+			t.Errorf("%s %s (%s): %d, charged %v, RateLimit %q; want %d charged as %v with its RateLimit fields",
 				tc.method, tc.target, tc.key, w.Code, got, w.Header()["RateLimit"], tc.status, tc.charged)
 		}
 	}
@@ -557,6 +560,39 @@ func TestShlinkGetOneLink(t *testing.T) {
 	}
 	if len(env.shortener.gets) != 3 {
 		t.Errorf("%d GetLink calls, want 3 (none for a code kurz could not have issued)", len(env.shortener.gets))
+	}
+}
+
+// A visitsSummary is a statistics query over up to 400 days, the work of
+// GET /v1/links/{code}/stats: it is charged as that route too, so that a
+// rule on it holds over Shlink's GET, PATCH and findIfExists as it does
+// over YOURLS's url-stats. When that charge is refused the link is
+// answered without it, analytics not asked.
+func TestShlinkVisitsSummaryIsChargedAsStats(t *testing.T) {
+	const stats = "GET /v1/links/{code}/stats"
+	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	env.shortener.existing = shlinkLink("found12")
+	for _, tc := range []struct {
+		method, target, body string
+		charged              []string
+	}{
+		{"GET", "/rest/v3/short-urls/abcd123", "", []string{"GET /v1/links/{code}", stats}},
+		{"PATCH", "/rest/v3/short-urls/abcd123", `{"maxVisits":5}`, []string{"PATCH /v1/links/{code}", stats}},
+		{"POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/found12","findIfExists":true}`, []string{"POST /v1/links", stats}},
+	} {
+		env.limiter.denyRoute = ""
+		w := env.do(tc.method, tc.target, tc.body, shlinkGoodKey)
+		if got := env.limiter.takeCharged(); w.Code != 200 || object(t, w)["visitsSummary"] == nil || !slices.Equal(got, tc.charged) {
+			t.Errorf("%s %s: %d %s, charged %v; want 200 with visitsSummary, charged %v", tc.method, tc.target, w.Code, w.Body, got, tc.charged)
+		}
+		env.limiter.denyRoute, env.analytics.asked = stats, nil
+		w = env.do(tc.method, tc.target, tc.body, shlinkGoodKey)
+		m := object(t, w)
+		if _, has := m["visitsSummary"]; w.Code != 200 || has || len(env.analytics.asked) != 0 {
+			t.Errorf("%s %s, the stats route refused: %d %s, analytics asked %d times; want 200 without visitsSummary, analytics not asked",
+				tc.method, tc.target, w.Code, w.Body, len(env.analytics.asked))
+		}
+		env.limiter.takeCharged()
 	}
 }
 
