@@ -426,7 +426,7 @@ func shlinkURLOf(l *shortenerv1.Link, visits *shlinkVisits) shlinkURL {
 // link.
 func (a *API) shlinkList(c *call) error {
 	q, err := shlinkQuery(c, "page", "itemsPerPage", "tags[]", "tagsMode", "searchTerm", "orderBy", "startDate", "endDate",
-		"excludeMaxVisitsReached", "excludePastValidUntil")
+		"excludeMaxVisitsReached", "excludePastValidUntil", "domain")
 	if err != nil {
 		return err
 	}
@@ -561,7 +561,9 @@ func shlinkListFilters(q url.Values) (string, error) {
 	default:
 		return "", badParameter("orderBy", "kurz lists links newest first only: leave orderBy out, or send dateCreated-DESC")
 	}
-	for _, name := range []string{"searchTerm", "startDate", "endDate"} {
+	// domain (Shlink 4.3: one domain's links, DEFAULT the default
+	// domain's): ListLinks lists every domain's links.
+	for _, name := range []string{"searchTerm", "startDate", "endDate", "domain"} {
 		if q.Get(name) != "" {
 			return "", badParameter(name, fmt.Sprintf("kurz cannot filter links by %s: leave it out (tags[] filters by a tag)", name))
 		}

@@ -695,6 +695,8 @@ func TestShlinkListPages(t *testing.T) {
 		{"?orderBy=visits-DESC", "orderBy"},
 		{"?startDate=2026-01-01T00:00:00Z", "startDate"},
 		{"?excludePastValidUntil=true", "excludePastValidUntil"},
+		{"?domain=go.acme.test", "domain"},
+		{"?domain=DEFAULT", "domain"},
 		{"?itemsPerPage=-1", "itemsPerPage"},
 		{"?itemsPerPage=1001", "itemsPerPage"},
 		{"?page=0", "page"},
