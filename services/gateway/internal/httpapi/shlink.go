@@ -229,6 +229,45 @@ func (a *API) authenticateShlink(c *call) error {
 		"X-Api-Key must be one kurz API key, sent once")
 }
 
+// CORS for the Shlink API. Shlink's web client is a page of another
+// origin than the server (app.shlink.io, or a host of its own) and calls
+// it from the browser, as Shlink allows any origin to: without CORS the
+// browser refuses its first call (the health check) and the client calls
+// the server unreachable. Any origin is allowed, never with credentials:
+// the API key is the credential, sent by the page that holds it, and a
+// request under /rest/ carries nothing a browser adds on its own (no
+// cookie, no Authorization the Shlink API reads), so another site's page
+// can do nothing here that it could not do without the browser. kurz's own
+// API (/v1/...) answers no CORS: its anonymous creation is kept from other
+// sites' pages (crossSite).
+const (
+	// shlinkPrefix is the Shlink API's paths.
+	shlinkPrefix = "/rest/"
+	// shlinkPreflightRoute labels a CORS preflight in metrics and logs.
+	shlinkPreflightRoute = "OPTIONS /rest/"
+)
+
+// shlinkCORS lets any origin read an answer under /rest/, refusals
+// included (a client must read why it was refused), and the fields a
+// client paces itself by.
+func shlinkCORS(h http.Header) {
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Expose-Headers", "RateLimit, RateLimit-Policy, Retry-After, X-Request-ID")
+}
+
+// shlinkPreflight answers a CORS preflight under /rest/: the methods and
+// request fields the Shlink API takes, for an hour. It asks for no key
+// (browsers send none on a preflight) and charges nothing: it does no
+// work, and the request it clears is checked and charged as any other.
+func shlinkPreflight(w http.ResponseWriter) {
+	h := w.Header()
+	shlinkCORS(h)
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE")
+	h.Set("Access-Control-Allow-Headers", shlinkKeyHeader+", Content-Type, X-Request-ID")
+	h.Set("Access-Control-Max-Age", "3600")
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // shlinkVersioned refuses, before h runs, an API version kurz does not
 // answer, as Shlink does: no such route (after the call was admitted and
 // charged, on the routes with a key).

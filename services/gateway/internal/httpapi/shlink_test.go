@@ -882,3 +882,54 @@ func TestShlinkHealth(t *testing.T) {
 		t.Errorf("health charged %v, want nothing", got)
 	}
 }
+
+// Shlink's web client runs in a browser, on another origin than the
+// server it calls (app.shlink.io, or a host of its own), and Shlink
+// answers CORS for it: the gateway does too, on /rest/ only. A preflight
+// is answered 204 without a key and without charging anything; every
+// answer under /rest/, refusals included, lets any origin read it, with
+// the RateLimit fields, Retry-After and X-Request-ID exposed. No origin
+// is given credentials: the key is the credential, sent by the page that
+// holds it. kurz's own API answers no CORS.
+func TestShlinkAnswersCORS(t *testing.T) {
+	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	const origin = "https://app.shlink.io"
+	w := env.do("OPTIONS", "/rest/v3/short-urls/abcd123", "", "", "Origin", origin,
+		"Access-Control-Request-Method", "PATCH", "Access-Control-Request-Headers", "content-type,x-api-key")
+	h := w.Header()
+	if w.Code != 204 || h.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(h.Get("Access-Control-Allow-Methods"), "PATCH") ||
+		!strings.Contains(h.Get("Access-Control-Allow-Headers"), "X-Api-Key") || !strings.Contains(h.Get("Access-Control-Allow-Headers"), "Content-Type") ||
+		h.Get("Access-Control-Allow-Credentials") != "" || h.Get("Access-Control-Max-Age") == "" {
+		t.Errorf("preflight: %d %v; want 204 letting any origin PATCH with X-Api-Key and Content-Type, without credentials", w.Code, h)
+	}
+	if got := env.limiter.takeCharged(); len(got) != 0 || env.limiter.authFailures != 0 {
+		t.Errorf("the preflight charged %v and counted %d failed authentications; want none", got, env.limiter.authFailures)
+	}
+
+	for _, tc := range []struct {
+		target, key string
+		status      int
+	}{
+		{"/rest/v3/short-urls/abcd123", shlinkGoodKey, 200},
+		{"/rest/v3/short-urls/abcd123", "", 401},
+		{"/rest/v3/tags", shlinkGoodKey, 404},
+		{"/rest/health", "", 200},
+	} {
+		w := env.do("GET", tc.target, "", tc.key, "Origin", origin)
+		exposed := w.Header().Get("Access-Control-Expose-Headers")
+		if w.Code != tc.status || w.Header().Get("Access-Control-Allow-Origin") != "*" ||
+			!strings.Contains(exposed, "RateLimit") || !strings.Contains(exposed, "Retry-After") || !strings.Contains(exposed, "X-Request-ID") {
+			t.Errorf("GET %s from %s: %d, Allow-Origin %q, Expose-Headers %q; want %d readable by any origin, its fields exposed",
+				tc.target, origin, w.Code, w.Header().Get("Access-Control-Allow-Origin"), exposed, tc.status)
+		}
+	}
+
+	w = env.do("OPTIONS", "/rest/v3/short-urls", "", "")
+	if w.Code != 405 || w.Header().Get("Allow") == "" {
+		t.Errorf("OPTIONS without a preflight's fields: %d, Allow %q; want 405 with the methods allowed", w.Code, w.Header().Get("Allow"))
+	}
+	w = env.do("OPTIONS", "/v1/links", "", "", "Origin", origin, "Access-Control-Request-Method", "POST")
+	if w.Code != 405 || w.Header().Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("a preflight of kurz's own API: %d, Allow-Origin %q; want 405 without CORS", w.Code, w.Header().Get("Access-Control-Allow-Origin"))
+	}
+}
