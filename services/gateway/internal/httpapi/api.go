@@ -397,6 +397,12 @@ func (a *API) admit(c *call, rt route) error {
 // broken limiter must not take the product down); an anonymous one is held
 // to the gateway's local bound on its address (anonLocal).
 func (a *API) edgeQuota(c *call, pattern string) error {
+	return a.edgeQuotaCost(c, pattern, 1)
+}
+
+// edgeQuotaCost is edgeQuota for a call that does the work of cost calls
+// of pattern (a Shlink list reading a thousand links at a time).
+func (a *API) edgeQuotaCost(c *call, pattern string, cost uint32) error {
 	desc := map[string]string{"tenant": c.tenant(), "route": pattern}
 	if c.st.ipKey != "" {
 		desc["ip"] = c.st.ipKey
@@ -406,7 +412,7 @@ func (a *API) edgeQuota(c *call, pattern string) error {
 	}
 	var rec windowRecord
 	ctx := c.r.Context()
-	d := a.quota.Check(withWindow(ctx, &rec), DomainAPI, desc, 1, quota.FailOpen)
+	d := a.quota.Check(withWindow(ctx, &rec), DomainAPI, desc, cost, quota.FailOpen)
 	if d.Abandoned {
 		return ctx.Err() // the client is gone: no free pass past its quota
 	}
@@ -426,6 +432,11 @@ func (a *API) edgeQuota(c *call, pattern string) error {
 		return nil
 	}
 	setRateLimitHeaders(c.w.Header(), DomainAPI, d, rec.window)
+	if !d.Allowed && d.MaxCost > 0 {
+		// No wait lets it pass: a 429 would have the client retry forever.
+		return badRequest(fmt.Sprintf("this request counts as %d requests of %s, more than policy %s/%s ever allows at once (%d): it cannot pass however long it waits; ask for less",
+			cost, pattern, DomainAPI, d.Rule, d.MaxCost))
+	}
 	if !d.Allowed {
 		return denied(DomainAPI, d, "rate limit exceeded")
 	}

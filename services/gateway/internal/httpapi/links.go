@@ -40,7 +40,7 @@ func (a *API) table() []route {
 		{pattern: "GET /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain, etag: linkETag}},
 		{pattern: "PATCH /v1/links/{code}", access: tenantKey, rpc: &mapping{before: patchMask, etag: linkETag, conditional: true}},
 		{pattern: "DELETE /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain, status: http.StatusNoContent, conditional: true}},
-		{pattern: "GET /v1/links/{code}/stats", access: tenantKey, query: []string{"start_time", "end_time", "interval", "domain"}, rpc: &mapping{before: a.statsFirst}},
+		{pattern: statsRoute, access: tenantKey, query: []string{"start_time", "end_time", "interval", "domain"}, rpc: &mapping{before: a.statsFirst}},
 		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
 		{pattern: "POST /yourls-api.php", access: ownKey, charge: yourlsRoute, ownQuery: true, handle: a.yourlsAPI},
@@ -52,7 +52,7 @@ func (a *API) table() []route {
 		{pattern: "GET /rest/{version}/short-urls/{shortCode}", access: shlinkKey, charge: "GET /v1/links/{code}", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkGet)},
 		{pattern: "PATCH /rest/{version}/short-urls/{shortCode}", access: shlinkKey, charge: "PATCH /v1/links/{code}", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkEdit)},
 		{pattern: "DELETE /rest/{version}/short-urls/{shortCode}", access: shlinkKey, charge: "DELETE /v1/links/{code}", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkDelete)},
-		{pattern: "GET /rest/{version}/short-urls/{shortCode}/visits", access: shlinkKey, charge: "GET /v1/links/{code}/stats", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkVisitsList)},
+		{pattern: "GET /rest/{version}/short-urls/{shortCode}/visits", access: shlinkKey, charge: statsRoute, ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkVisitsList)},
 
 		{pattern: "POST /v1/webhooks", access: tenantKey, rpc: &mapping{status: http.StatusCreated, existed: webhookExisted, location: webhookLocation, idempotent: true}},
 		{pattern: "GET /v1/webhooks", access: tenantKey, rpc: &mapping{}},
@@ -82,6 +82,10 @@ func (a *API) table() []route {
 		{pattern: "PUT /v1/admin/rules", access: adminToken, query: []string{"dry_run", "prune", "merge_domains"}, handle: a.applyRules, conditional: true},
 	}
 }
+
+// statsRoute is the pattern of a link's statistics: what the calls of the
+// compatible APIs that ask analytics for a link's clicks are charged as.
+const statsRoute = "GET /v1/links/{code}/stats"
 
 // pathCode returns the {code} of the path, refusing anything that cannot be
 // a code before a service sees it.

@@ -62,8 +62,9 @@ func stateOf(r *http.Request) *reqState {
 // Wrap is the gateway's HTTP handler around mux (which must hold the API's
 // routes and /healthz): a request ID on every response, limits on the
 // request line and header size, canonical paths only, JSON answers for
-// unknown routes (404) and methods (405, with Allow), then one log line and
-// the metrics of every request.
+// unknown routes (404) and methods (405, with Allow), CORS under /rest/ (the
+// Shlink API's, for its browser client), then one log line and the metrics
+// of every request.
 func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -89,8 +90,17 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 			}
 			a.observe(r, rec.Status, st, time.Since(start))
 		}()
+		shlinkAPI := strings.HasPrefix(r.URL.Path, shlinkPrefix)
+		if shlinkAPI {
+			shlinkCORS(rec.Header())
+		}
 		if e := a.checkShape(r); e != nil {
 			writeError(rec, st.id, e)
+			return
+		}
+		if shlinkAPI && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			st.route = shlinkPreflightRoute
+			shlinkPreflight(rec)
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern != "" {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -48,14 +49,19 @@ const shlinkProblemType = "https://shlink.io/api/error/"
 const shlinkDate = "2006-01-02T15:04:05-07:00"
 
 // Paging GET /rest/v3/short-urls. kurz's listing goes by page tokens, not
-// offsets: page N reads the links before it, in calls of up to
-// shlinkMaxPerPage, and drops them.
+// offsets: page N is reached by reading the links from the first, in calls
+// of up to shlinkMaxPerPage, and dropping those before it.
 const (
 	shlinkDefaultPerPage = 10   // Shlink's default
 	shlinkMaxPerPage     = 1000 // ListLinks's largest page
 	// shlinkMaxSkip bounds the links read and dropped before a page: at
 	// most 10 calls of 1,000 links for one charged request.
 	shlinkMaxSkip = 10_000
+	// shlinkPageBytes bounds the links of one page (their encoded size), as
+	// the shortener bounds one ListLinks page: a page is read on past the
+	// shortener's early ends, so without it a page of large links would be
+	// held whole (up to 1,000 URLs of 64 KiB) for one answer.
+	shlinkPageBytes = 1 << 20
 )
 
 // shlinkEchoBytes bounds a JSON key a refusal repeats: longer than any
@@ -223,6 +229,45 @@ func (a *API) authenticateShlink(c *call) error {
 		"X-Api-Key must be one kurz API key, sent once")
 }
 
+// CORS for the Shlink API. Shlink's web client is a page of another
+// origin than the server (app.shlink.io, or a host of its own) and calls
+// it from the browser, as Shlink allows any origin to: without CORS the
+// browser refuses its first call (the health check) and the client calls
+// the server unreachable. Any origin is allowed, never with credentials:
+// the API key is the credential, sent by the page that holds it, and a
+// request under /rest/ carries nothing a browser adds on its own (no
+// cookie, no Authorization the Shlink API reads), so another site's page
+// can do nothing here that it could not do without the browser. kurz's own
+// API (/v1/...) answers no CORS: its anonymous creation is kept from other
+// sites' pages (crossSite).
+const (
+	// shlinkPrefix is the Shlink API's paths.
+	shlinkPrefix = "/rest/"
+	// shlinkPreflightRoute labels a CORS preflight in metrics and logs.
+	shlinkPreflightRoute = "OPTIONS /rest/"
+)
+
+// shlinkCORS lets any origin read an answer under /rest/, refusals
+// included (a client must read why it was refused), and the fields a
+// client paces itself by.
+func shlinkCORS(h http.Header) {
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Expose-Headers", "RateLimit, RateLimit-Policy, Retry-After, X-Request-ID")
+}
+
+// shlinkPreflight answers a CORS preflight under /rest/: the methods and
+// request fields the Shlink API takes, for an hour. It asks for no key
+// (browsers send none on a preflight) and charges nothing: it does no
+// work, and the request it clears is checked and charged as any other.
+func shlinkPreflight(w http.ResponseWriter) {
+	h := w.Header()
+	shlinkCORS(h)
+	h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE")
+	h.Set("Access-Control-Allow-Headers", shlinkKeyHeader+", Content-Type, X-Request-ID")
+	h.Set("Access-Control-Max-Age", "3600")
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // shlinkVersioned refuses, before h runs, an API version kurz does not
 // answer, as Shlink does: no such route (after the call was admitted and
 // charged, on the routes with a key).
@@ -319,7 +364,8 @@ func shlinkLinkError(err error, code, domain string) error {
 }
 
 // shlinkGet is GET /rest/v3/short-urls/{shortCode}, charged as GET
-// /v1/links/{code}: the link, with its visitsSummary (one statistics call).
+// /v1/links/{code}: the link, with its visitsSummary (one statistics call,
+// charged as statsRoute).
 func (a *API) shlinkGet(c *call) error {
 	code, domain, err := shlinkTarget(c)
 	if err != nil {
@@ -364,7 +410,14 @@ func (a *API) shlinkVisitsList(*call) error {
 
 // shlinkSummary is l's visitsSummary (lifetimeCounts); nil, and the field
 // left out, when analytics cannot tell: the link is answered all the same.
+// It is charged to the edge quota as statsRoute first: a statistics query
+// over up to 400 days is that route's work, whichever call answers it, and
+// a rule on it must hold here too. When that charge is refused, the field
+// is left out as well, analytics not asked.
 func (a *API) shlinkSummary(c *call, l *shortenerv1.Link) *shlinkVisits {
+	if err := a.edgeQuota(c, statsRoute); err != nil {
+		return nil
+	}
 	counts, err := a.lifetimeCounts(c, l)
 	if err != nil {
 		if e := toAPIError(err); e.status >= 500 && e.status != 499 {
@@ -397,18 +450,22 @@ func shlinkURLOf(l *shortenerv1.Link, visits *shlinkVisits) shlinkURL {
 	return u
 }
 
-// shlinkList is GET /rest/v3/short-urls, charged as GET /v1/links: the
+// shlinkList is GET /rest/v3/short-urls, charged as GET /v1/links once per
+// 1,000 links it reads up to the end of its page (once more per read the
+// shortener ends early), as reading them through GET /v1/links is: the
 // caller's links newest first (Shlink's default order), itemsPerPage of
 // them (10 by default, at most 1,000) from page (1 by default), with one
 // tag at most. Shlink's filters kurz cannot apply are refused by name, not
 // ignored: the page would hold links they leave out. kurz counts no
 // totals: on a page with more after it, pagesCount and totalItems say at
 // least one more page and one more link (currentPage + 1, the links up to
-// this page + 1); on the last page they are exact. The links carry no
-// visitsSummary: counting it would be a statistics call per link.
+// this page + 1); on the last page they are exact. A page whose links
+// take more than shlinkPageBytes is refused, naming itemsPerPage. The
+// links carry no visitsSummary: counting it would be a statistics call per
+// link.
 func (a *API) shlinkList(c *call) error {
 	q, err := shlinkQuery(c, "page", "itemsPerPage", "tags[]", "tagsMode", "searchTerm", "orderBy", "startDate", "endDate",
-		"excludeMaxVisitsReached", "excludePastValidUntil")
+		"excludeMaxVisitsReached", "excludePastValidUntil", "domain")
 	if err != nil {
 		return err
 	}
@@ -434,28 +491,58 @@ func (a *API) shlinkList(c *call) error {
 		defer cancel()
 		return a.shortener.ListLinks(ctx, &shortenerv1.ListLinksRequest{PageSize: int32(size), PageToken: token, Tag: tag})
 	}
+	// The call is charged as the GET /v1/links calls that would read the
+	// same links, one per shlinkMaxPerPage up to the end of the page (the
+	// admission paid the first), before any is read; a call the shortener
+	// ends early makes one more, charged as it is made. Were the call
+	// charged once, a deep page would read up to 10,000 links (and, past
+	// the shortener's early ends, many more calls) for one unit of the
+	// key's quota.
+	paid := 1
+	charge := func(calls int) error {
+		if calls <= paid {
+			return nil
+		}
+		err := a.edgeQuotaCost(c, c.charge, uint32(calls-paid))
+		paid = calls
+		var e *apiError
+		if errors.As(err, &e) && e.status == http.StatusBadRequest {
+			return badParameter("page", e.message) // more than the key's rule ever holds
+		}
+		return err
+	}
+	if err := charge((skip + perPage + shlinkMaxPerPage - 1) / shlinkMaxPerPage); err != nil {
+		return err
+	}
+	// The links up to the end of the page, read on past the pages the
+	// shortener ends early (their links past 1 MiB): a page answered short
+	// would have the next page start past the links it left out.
 	var (
-		token string
-		seen  int
-		links []*shortenerv1.Link
-		more  = true
+		token     string
+		read      int // links read, the page's included
+		pageBytes int // the page's links, encoded
+		links     []*shortenerv1.Link
+		more      = true
 	)
-	for seen < skip && more {
-		resp, err := list(min(skip-seen, shlinkMaxPerPage), token)
+	for calls := 1; read < skip+perPage && more; calls++ {
+		if err := charge(calls); err != nil {
+			return err
+		}
+		resp, err := list(min(skip+perPage-read, shlinkMaxPerPage), token)
 		if err != nil {
 			return err
 		}
-		seen += len(resp.GetLinks())
-		token, more = resp.GetNextPageToken(), resp.GetNextPageToken() != "" && len(resp.GetLinks()) > 0
-	}
-	if more {
-		resp, err := list(perPage, token)
-		if err != nil {
-			return err
+		got := resp.GetLinks()
+		for _, l := range got[min(max(skip-read, 0), len(got)):] {
+			if pageBytes += proto.Size(l); len(links) > 0 && pageBytes > shlinkPageBytes {
+				return badParameter("itemsPerPage", fmt.Sprintf("the links of page %d take more than %d bytes at %d a page: ask fewer itemsPerPage", page, shlinkPageBytes, perPage))
+			}
+			links = append(links, l)
 		}
-		links, more = resp.GetLinks(), resp.GetNextPageToken() != ""
+		read += len(got)
+		token, more = resp.GetNextPageToken(), resp.GetNextPageToken() != "" && len(got) > 0
 	}
-	total := seen + len(links)
+	total := read
 	pages := (total + perPage - 1) / perPage
 	if more {
 		total, pages = total+1, page+1
@@ -513,7 +600,9 @@ func shlinkListFilters(q url.Values) (string, error) {
 	default:
 		return "", badParameter("orderBy", "kurz lists links newest first only: leave orderBy out, or send dateCreated-DESC")
 	}
-	for _, name := range []string{"searchTerm", "startDate", "endDate"} {
+	// domain (Shlink 4.3: one domain's links, DEFAULT the default
+	// domain's): ListLinks lists every domain's links.
+	for _, name := range []string{"searchTerm", "startDate", "endDate", "domain"} {
 		if q.Get(name) != "" {
 			return "", badParameter(name, fmt.Sprintf("kurz cannot filter links by %s: leave it out (tags[] filters by a tag)", name))
 		}

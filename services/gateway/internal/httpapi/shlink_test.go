@@ -36,14 +36,19 @@ const (
 )
 
 // shlinkLimiter allows what it is asked, recording the route of every
-// edge quota charge (domain api) and counting the failed authentications
-// charged to the auth rule; denyAPI refuses the edge quota instead.
+// edge quota charge (domain api), once per unit of its cost, and counting
+// the failed authentications charged to the auth rule; denyAPI refuses the
+// edge quota instead, denyAbove the charges of a larger cost (as a rule
+// holding no more, with capacity), denyRoute the charges of that route.
 type shlinkLimiter struct {
 	grpc.ClientConnInterface
 	mu           sync.Mutex
 	charged      []string
 	authFailures int
 	denyAPI      bool
+	denyAbove    uint32
+	capacity     bool
+	denyRoute    string
 }
 
 func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ ...grpc.CallOption) error {
@@ -53,10 +58,18 @@ func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ .
 	answer := &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: "per-ip", Limit: 10, Remaining: 10}
 	switch {
 	case req.GetDomain() == DomainAPI:
-		l.charged = append(l.charged, req.GetDescriptors()["route"])
-		answer = &ratelimitv1.CheckQuotaResponse{Allowed: !l.denyAPI, DecidingRule: "per-api-key", Limit: 600, Remaining: 599}
-		if l.denyAPI {
+		deny := l.denyAPI || (l.denyAbove > 0 && req.GetCost() > l.denyAbove) || req.GetDescriptors()["route"] == l.denyRoute
+		if !deny {
+			for range max(req.GetCost(), 1) {
+				l.charged = append(l.charged, req.GetDescriptors()["route"])
+			}
+		}
+		answer = &ratelimitv1.CheckQuotaResponse{Allowed: !deny, DecidingRule: "per-api-key", Limit: 600, Remaining: 599}
+		if deny {
 			answer.Remaining, answer.RetryAfter = 0, durationpb.New(3*time.Second)
+		}
+		if deny && l.capacity {
+			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Capacity: int64(l.denyAbove)}}
 		}
 	case req.GetCost() > 0:
 		l.authFailures++
@@ -96,11 +109,14 @@ type shlinkShortener struct {
 	links     []*shortenerv1.Link
 	existing  *shortenerv1.Link
 	createErr error
-	creates   []*shortenerv1.CreateLinkRequest
-	lists     []*shortenerv1.ListLinksRequest
-	gets      []*shortenerv1.GetLinkRequest
-	update    *shortenerv1.UpdateLinkRequest
-	deleted   []*shortenerv1.DeleteLinkRequest
+	// cut ends every ListLinks page after this many links (0: never), as
+	// the shortener ends a page early when its links pass 1 MiB.
+	cut     int
+	creates []*shortenerv1.CreateLinkRequest
+	lists   []*shortenerv1.ListLinksRequest
+	gets    []*shortenerv1.GetLinkRequest
+	update  *shortenerv1.UpdateLinkRequest
+	deleted []*shortenerv1.DeleteLinkRequest
 }
 
 var shlinkCreated = time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)
@@ -161,6 +177,9 @@ func (s *shlinkShortener) ListLinks(_ context.Context, in *shortenerv1.ListLinks
 		_, _ = fmt.Sscan(in.GetPageToken(), &start)
 	}
 	end := min(start+int(in.GetPageSize()), len(tagged))
+	if s.cut > 0 {
+		end = min(end, start+s.cut)
+	}
 	resp := &shortenerv1.ListLinksResponse{Links: tagged[start:end]}
 	if end < len(tagged) {
 		resp.NextPageToken = fmt.Sprint(end)
@@ -337,34 +356,36 @@ func TestShlinkRoutesTakeTheKeyInXApiKey(t *testing.T) {
 // Every call with a valid key is charged once to the edge quota as the
 // kurz route it mirrors, refusals after the key check included (a body,
 // a version, a filter or a code refused; the visits not served; a
-// suspended tenant), so that no Shlink call is unmetered; a denial is
+// suspended tenant), so that no Shlink call is unmetered, and once more
+// as GET /v1/links/{code}/stats when it answers a visitsSummary; a denial is
 // kurz's 429 in the problem shape, with Retry-After and the RateLimit
 // fields.
 func TestShlinkCallsAreChargedAsTheKurzRouteTheyMirror(t *testing.T) {
 	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	const stats = "GET /v1/links/{code}/stats"
 	for _, tc := range []struct {
 		method, target, body string
 		key                  string
 		status               int
-		charged              string
+		charged              []string
 	}{
-		{"POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 200, "POST /v1/links"},
-		{"POST", "/rest/v2/short-urls", `{"longUrl": 5}`, shlinkGoodKey, 400, "POST /v1/links"},
-		{"POST", "/rest/v9/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 404, "POST /v1/links"},
-		{"GET", "/rest/v3/short-urls", "", shlinkGoodKey, 200, "GET /v1/links"},
-		{"GET", "/rest/v3/short-urls?searchTerm=x", "", shlinkGoodKey, 400, "GET /v1/links"},
-		{"GET", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 200, "GET /v1/links/{code}"},
-		{"GET", "/rest/v3/short-urls/nope", "", shlinkGoodKey, 404, "GET /v1/links/{code}"},
-		{"PATCH", "/rest/v3/short-urls/abcd123", `{"tags":["a"]}`, shlinkGoodKey, 200, "PATCH /v1/links/{code}"},
-		{"DELETE", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 204, "DELETE /v1/links/{code}"},
-		{"GET", "/rest/v3/short-urls/abcd123/visits", "", shlinkGoodKey, 501, "GET /v1/links/{code}/stats"},
-		{"GET", "/rest/v3/short-urls", "", shlinkSuspendedKey, 403, "GET /v1/links"},
-		{"POST", "/rest/v3/short-urls", `{}`, shlinkSuspendedKey, 403, "POST /v1/links"},
+		{"POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 200, []string{"POST /v1/links"}},
+		{"POST", "/rest/v2/short-urls", `{"longUrl": 5}`, shlinkGoodKey, 400, []string{"POST /v1/links"}},
+		{"POST", "/rest/v9/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 404, []string{"POST /v1/links"}},
+		{"GET", "/rest/v3/short-urls", "", shlinkGoodKey, 200, []string{"GET /v1/links"}},
+		{"GET", "/rest/v3/short-urls?searchTerm=x", "", shlinkGoodKey, 400, []string{"GET /v1/links"}},
+		{"GET", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 200, []string{"GET /v1/links/{code}", stats}},
+		{"GET", "/rest/v3/short-urls/nope", "", shlinkGoodKey, 404, []string{"GET /v1/links/{code}"}},
+		{"PATCH", "/rest/v3/short-urls/abcd123", `{"tags":["a"]}`, shlinkGoodKey, 200, []string{"PATCH /v1/links/{code}", stats}},
+		{"DELETE", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 204, []string{"DELETE /v1/links/{code}"}},
+		{"GET", "/rest/v3/short-urls/abcd123/visits", "", shlinkGoodKey, 501, []string{stats}},
+		{"GET", "/rest/v3/short-urls", "", shlinkSuspendedKey, 403, []string{"GET /v1/links"}},
+		{"POST", "/rest/v3/short-urls", `{}`, shlinkSuspendedKey, 403, []string{"POST /v1/links"}},
 	} {
 		w := env.do(tc.method, tc.target, tc.body, tc.key)
 		got := env.limiter.takeCharged()
-		if w.Code != tc.status || !slices.Equal(got, []string{tc.charged}) || len(w.Header()["RateLimit"]) != 1 {
-			t.Errorf("%s %s (%s): %d, charged %v, RateLimit %q; want %d charged once as %s with its RateLimit fields",
+		if w.Code != tc.status || !slices.Equal(got, tc.charged) || len(w.Header()["RateLimit"]) != 1 {
+			t.Errorf("%s %s (%s): %d, charged %v, RateLimit %q; want %d charged as %v with its RateLimit fields",
 				tc.method, tc.target, tc.key, w.Code, got, w.Header()["RateLimit"], tc.status, tc.charged)
 		}
 	}
@@ -542,6 +563,39 @@ func TestShlinkGetOneLink(t *testing.T) {
 	}
 }
 
+// A visitsSummary is a statistics query over up to 400 days, the work of
+// GET /v1/links/{code}/stats: it is charged as that route too, so that a
+// rule on it holds over Shlink's GET, PATCH and findIfExists as it does
+// over YOURLS's url-stats. When that charge is refused the link is
+// answered without it, analytics not asked.
+func TestShlinkVisitsSummaryIsChargedAsStats(t *testing.T) {
+	const stats = "GET /v1/links/{code}/stats"
+	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	env.shortener.existing = shlinkLink("found12")
+	for _, tc := range []struct {
+		method, target, body string
+		charged              []string
+	}{
+		{"GET", "/rest/v3/short-urls/abcd123", "", []string{"GET /v1/links/{code}", stats}},
+		{"PATCH", "/rest/v3/short-urls/abcd123", `{"maxVisits":5}`, []string{"PATCH /v1/links/{code}", stats}},
+		{"POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/found12","findIfExists":true}`, []string{"POST /v1/links", stats}},
+	} {
+		env.limiter.denyRoute = ""
+		w := env.do(tc.method, tc.target, tc.body, shlinkGoodKey)
+		if got := env.limiter.takeCharged(); w.Code != 200 || object(t, w)["visitsSummary"] == nil || !slices.Equal(got, tc.charged) {
+			t.Errorf("%s %s: %d %s, charged %v; want 200 with visitsSummary, charged %v", tc.method, tc.target, w.Code, w.Body, got, tc.charged)
+		}
+		env.limiter.denyRoute, env.analytics.asked = stats, nil
+		w = env.do(tc.method, tc.target, tc.body, shlinkGoodKey)
+		m := object(t, w)
+		if _, has := m["visitsSummary"]; w.Code != 200 || has || len(env.analytics.asked) != 0 {
+			t.Errorf("%s %s, the stats route refused: %d %s, analytics asked %d times; want 200 without visitsSummary, analytics not asked",
+				tc.method, tc.target, w.Code, w.Body, len(env.analytics.asked))
+		}
+		env.limiter.takeCharged()
+	}
+}
+
 // PATCH changes the fields the body gives (null clears validUntil and
 // maxVisits), answering the link as changed; a body of fields kurz
 // ignores changes nothing and answers the link; validSince is refused.
@@ -579,11 +633,11 @@ func TestShlinkEditAndDelete(t *testing.T) {
 }
 
 // The list pages through the caller's links as Shlink's page and
-// itemsPerPage say, reading the links before the page; pagesCount and
-// totalItems are exact on the last page, and one more page and link
-// while there are more; the links carry no visitsSummary. One tags[] is
-// ListLinks's tag; the filters kurz cannot apply are refused by name, and
-// so is a page deeper than it reads.
+// itemsPerPage say, reading the links up to the end of the page;
+// pagesCount and totalItems are exact on the last page, and one more page
+// and link while there are more; the links carry no visitsSummary. One
+// tags[] is ListLinks's tag; the filters kurz cannot apply are refused by
+// name, and so is a page deeper than it reads.
 func TestShlinkListPages(t *testing.T) {
 	var links []*shortenerv1.Link
 	for i := range 25 {
@@ -632,8 +686,8 @@ func TestShlinkListPages(t *testing.T) {
 
 	env.shortener.lists = nil
 	w := env.do("GET", "/rest/v3/short-urls?page=2&itemsPerPage=10", "", shlinkGoodKey)
-	if l := env.shortener.lists; w.Code != 200 || len(l) != 2 || l[0].GetPageSize() != 10 || l[1].GetPageToken() != "10" {
-		t.Errorf("page 2 of 10: %d, ListLinks %v; want the first 10 links read, then the page after them", w.Code, l)
+	if l := env.shortener.lists; w.Code != 200 || len(l) != 1 || l[0].GetPageSize() != 20 || l[0].GetPageToken() != "" {
+		t.Errorf("page 2 of 10: %d, ListLinks %v; want the first 20 links read in one call, the first 10 dropped", w.Code, l)
 	}
 	for _, tc := range []struct{ query, field string }{
 		{"?searchTerm=news", "searchTerm"},
@@ -641,6 +695,8 @@ func TestShlinkListPages(t *testing.T) {
 		{"?orderBy=visits-DESC", "orderBy"},
 		{"?startDate=2026-01-01T00:00:00Z", "startDate"},
 		{"?excludePastValidUntil=true", "excludePastValidUntil"},
+		{"?domain=go.acme.test", "domain"},
+		{"?domain=DEFAULT", "domain"},
 		{"?itemsPerPage=-1", "itemsPerPage"},
 		{"?itemsPerPage=1001", "itemsPerPage"},
 		{"?page=0", "page"},
@@ -664,23 +720,14 @@ func TestShlinkListPagesDeep(t *testing.T) {
 	}
 	env := newShlinkEnv(t, links...)
 	w := env.do("GET", "/rest/v3/short-urls?page=3&itemsPerPage=1000", "", shlinkGoodKey)
-	var out struct {
-		ShortURLs struct {
-			Data       []shlinkURL      `json:"data"`
-			Pagination shlinkPagination `json:"pagination"`
-		} `json:"shortUrls"`
-	}
-	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
-		t.Fatal(err)
-	}
+	codes, p := shlinkListPage(t, w)
 	var tokens []string
 	for _, l := range env.shortener.lists {
 		tokens = append(tokens, fmt.Sprintf("%d@%s", l.GetPageSize(), l.GetPageToken()))
 	}
 	want := shlinkPagination{CurrentPage: 3, PagesCount: 3, ItemsPerPage: 1000, ItemsInCurrentPage: 500, TotalItems: 2500}
-	if w.Code != 200 || len(out.ShortURLs.Data) != 500 || out.ShortURLs.Data[0].ShortCode != "code2000" ||
-		out.ShortURLs.Pagination != want || !slices.Equal(tokens, []string{"1000@", "1000@1000", "1000@2000"}) {
-		t.Errorf("page 3 of 1000: %d, %d links from %v, %+v, ListLinks %v", w.Code, len(out.ShortURLs.Data), out.ShortURLs.Data[:min(1, len(out.ShortURLs.Data))], out.ShortURLs.Pagination, tokens)
+	if w.Code != 200 || len(codes) != 500 || codes[0] != "code2000" || p != want || !slices.Equal(tokens, []string{"1000@", "1000@1000", "1000@2000"}) {
+		t.Errorf("page 3 of 1000: %d, %d links from %v, %+v, ListLinks %v", w.Code, len(codes), codes[:min(1, len(codes))], p, tokens)
 	}
 
 	env.shortener.lists = nil
@@ -688,6 +735,117 @@ func TestShlinkListPagesDeep(t *testing.T) {
 	if m := object(t, w); w.Code != 200 || len(env.shortener.lists) != 3 ||
 		fmt.Sprint(m["shortUrls"]) != "map[data:[] pagination:map[currentPage:5 itemsInCurrentPage:0 itemsPerPage:1000 pagesCount:3 totalItems:2500]]" {
 		t.Errorf("page 5 of 1000: %d %v, %d ListLinks calls; want no links, the exact counts, and the listing read to its end once", w.Code, m, len(env.shortener.lists))
+	}
+}
+
+// A list costs what reading its links through GET /v1/links would: one
+// charge of GET /v1/links per 1,000 links read up to the end of its page,
+// asked before any is read, and one more for each call the shortener ends
+// early (its pages of links past 1 MiB). A deep page a key cannot pay for
+// reads nothing.
+func TestShlinkListIsChargedForTheLinksItReads(t *testing.T) {
+	var links []*shortenerv1.Link
+	for i := range 2500 {
+		links = append(links, shlinkLink(fmt.Sprintf("code%04d", i)))
+	}
+	env := newShlinkEnv(t, links...)
+	for _, tc := range []struct {
+		query        string
+		cut, charged int
+	}{
+		{"?itemsPerPage=10", 0, 1},
+		{"?page=2&itemsPerPage=600", 0, 2},
+		{"?page=3&itemsPerPage=1000", 0, 3},
+		{"?itemsPerPage=1000", 400, 3},
+	} {
+		env.shortener.lists, env.shortener.cut = nil, tc.cut
+		w := env.do("GET", "/rest/v3/short-urls"+tc.query, "", shlinkGoodKey)
+		got := env.limiter.takeCharged()
+		if want := slices.Repeat([]string{"GET /v1/links"}, tc.charged); w.Code != 200 || !slices.Equal(got, want) {
+			t.Errorf("GET %s (pages cut at %d): %d, %d ListLinks calls, charged %v; want %v", tc.query, tc.cut, w.Code, len(env.shortener.lists), got, want)
+		}
+	}
+
+	env.shortener.lists, env.shortener.cut, env.limiter.denyAbove = nil, 0, 1
+	w := env.do("GET", "/rest/v3/short-urls?page=3&itemsPerPage=1000", "", shlinkGoodKey)
+	if shlinkProblemOf(t, w, 429, "https://kurz.dev/problems/resource-exhausted"); len(env.shortener.lists) != 0 {
+		t.Errorf("a page of 3 charges the key cannot pay now: %d ListLinks calls; want none", len(env.shortener.lists))
+	}
+	// A cost no wait pays (the rule holds less) is no 429 to retry forever.
+	env.limiter.capacity = true
+	p := shlinkProblemOf(t, env.do("GET", "/rest/v3/short-urls?page=3&itemsPerPage=1000", "", shlinkGoodKey), 400, "invalid-data")
+	if got := strList(p["invalidElements"]); !slices.Equal(got, []string{"page"}) || len(env.shortener.lists) != 0 {
+		t.Errorf("a page of 3 charges past what the rule holds: %v, %d ListLinks calls; want invalid-data naming page, none", p, len(env.shortener.lists))
+	}
+}
+
+// shlinkListPage decodes a list answer: its codes and its pagination.
+func shlinkListPage(t *testing.T, w *httptest.ResponseRecorder) ([]string, shlinkPagination) {
+	t.Helper()
+	var out struct {
+		ShortURLs struct {
+			Data       []shlinkURL      `json:"data"`
+			Pagination shlinkPagination `json:"pagination"`
+		} `json:"shortUrls"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		t.Fatalf("%d: not a list: %v\n%s", w.Code, err, w.Body)
+	}
+	codes := []string{}
+	for _, u := range out.ShortURLs.Data {
+		codes = append(codes, u.ShortCode)
+	}
+	return codes, out.ShortURLs.Pagination
+}
+
+// The shortener ends a ListLinks page early when its links pass 1 MiB; a
+// Shlink page goes on reading past such a cut, so that the pages a client
+// asks one by one hold every link, none skipped between two of them.
+func TestShlinkListReadsAPageWholeAcrossShortReads(t *testing.T) {
+	var links []*shortenerv1.Link
+	for i := range 25 {
+		links = append(links, shlinkLink(fmt.Sprintf("code%03d", i)))
+	}
+	env := newShlinkEnv(t, links...)
+	env.shortener.cut = 4
+	var got []string
+	for page := 1; page <= 3; page++ {
+		w := env.do("GET", fmt.Sprintf("/rest/v3/short-urls?page=%d&itemsPerPage=10", page), "", shlinkGoodKey)
+		codes, p := shlinkListPage(t, w)
+		if want := min(10, 25-(page-1)*10); w.Code != 200 || len(codes) != want || p.ItemsInCurrentPage != want {
+			t.Errorf("page %d of 10, the shortener's pages cut at 4: %d, %d links %v, %+v; want %d", page, w.Code, len(codes), codes, p, want)
+		}
+		got = append(got, codes...)
+	}
+	var want []string
+	for _, l := range links {
+		want = append(want, l.GetCode())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pages 1 to 3 held %v\nwant every link once, in order: %v", got, want)
+	}
+}
+
+// A page's links are bounded as ListLinks bounds its page (1 MiB): a page
+// of links too large for it is refused, naming itemsPerPage, rather than
+// answered short or held whole in memory; a smaller page of them is
+// answered.
+func TestShlinkListBoundsAPagesBytes(t *testing.T) {
+	var links []*shortenerv1.Link
+	for i := range 6 {
+		l := shlinkLink(fmt.Sprintf("code%03d", i))
+		l.LongUrl = "https://example.com/" + strings.Repeat("a", 300<<10)
+		links = append(links, l)
+	}
+	env := newShlinkEnv(t, links...)
+	w := env.do("GET", "/rest/v3/short-urls?itemsPerPage=4", "", shlinkGoodKey)
+	if p := object(t, w); w.Code != 400 || p["type"] != shlinkProblemType+"invalid-data" ||
+		!slices.Equal(strList(p["invalidElements"]), []string{"itemsPerPage"}) {
+		t.Errorf("a page of 4 links of 300 KiB: %d, %d bytes (%.200s); want 400 invalid-data naming itemsPerPage", w.Code, w.Body.Len(), w.Body)
+	}
+	w = env.do("GET", "/rest/v3/short-urls?page=2&itemsPerPage=3", "", shlinkGoodKey)
+	if codes, _ := shlinkListPage(t, w); w.Code != 200 || !slices.Equal(codes, []string{"code003", "code004", "code005"}) {
+		t.Errorf("page 2 of 3 links of 300 KiB: %d %v; want the last 3", w.Code, codes)
 	}
 }
 
@@ -713,5 +871,56 @@ func TestShlinkHealth(t *testing.T) {
 	}
 	if got := env.limiter.takeCharged(); len(got) != 0 {
 		t.Errorf("health charged %v, want nothing", got)
+	}
+}
+
+// Shlink's web client runs in a browser, on another origin than the
+// server it calls (app.shlink.io, or a host of its own), and Shlink
+// answers CORS for it: the gateway does too, on /rest/ only. A preflight
+// is answered 204 without a key and without charging anything; every
+// answer under /rest/, refusals included, lets any origin read it, with
+// the RateLimit fields, Retry-After and X-Request-ID exposed. No origin
+// is given credentials: the key is the credential, sent by the page that
+// holds it. kurz's own API answers no CORS.
+func TestShlinkAnswersCORS(t *testing.T) {
+	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	const origin = "https://app.shlink.io"
+	w := env.do("OPTIONS", "/rest/v3/short-urls/abcd123", "", "", "Origin", origin,
+		"Access-Control-Request-Method", "PATCH", "Access-Control-Request-Headers", "content-type,x-api-key")
+	h := w.Header()
+	if w.Code != 204 || h.Get("Access-Control-Allow-Origin") != "*" || !strings.Contains(h.Get("Access-Control-Allow-Methods"), "PATCH") ||
+		!strings.Contains(h.Get("Access-Control-Allow-Headers"), "X-Api-Key") || !strings.Contains(h.Get("Access-Control-Allow-Headers"), "Content-Type") ||
+		h.Get("Access-Control-Allow-Credentials") != "" || h.Get("Access-Control-Max-Age") == "" {
+		t.Errorf("preflight: %d %v; want 204 letting any origin PATCH with X-Api-Key and Content-Type, without credentials", w.Code, h)
+	}
+	if got := env.limiter.takeCharged(); len(got) != 0 || env.limiter.authFailures != 0 {
+		t.Errorf("the preflight charged %v and counted %d failed authentications; want none", got, env.limiter.authFailures)
+	}
+
+	for _, tc := range []struct {
+		target, key string
+		status      int
+	}{
+		{"/rest/v3/short-urls/abcd123", shlinkGoodKey, 200},
+		{"/rest/v3/short-urls/abcd123", "", 401},
+		{"/rest/v3/tags", shlinkGoodKey, 404},
+		{"/rest/health", "", 200},
+	} {
+		w := env.do("GET", tc.target, "", tc.key, "Origin", origin)
+		exposed := w.Header().Get("Access-Control-Expose-Headers")
+		if w.Code != tc.status || w.Header().Get("Access-Control-Allow-Origin") != "*" ||
+			!strings.Contains(exposed, "RateLimit") || !strings.Contains(exposed, "Retry-After") || !strings.Contains(exposed, "X-Request-ID") {
+			t.Errorf("GET %s from %s: %d, Allow-Origin %q, Expose-Headers %q; want %d readable by any origin, its fields exposed",
+				tc.target, origin, w.Code, w.Header().Get("Access-Control-Allow-Origin"), exposed, tc.status)
+		}
+	}
+
+	w = env.do("OPTIONS", "/rest/v3/short-urls", "", "")
+	if w.Code != 405 || w.Header().Get("Allow") == "" {
+		t.Errorf("OPTIONS without a preflight's fields: %d, Allow %q; want 405 with the methods allowed", w.Code, w.Header().Get("Allow"))
+	}
+	w = env.do("OPTIONS", "/v1/links", "", "", "Origin", origin, "Access-Control-Request-Method", "POST")
+	if w.Code != 405 || w.Header().Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("a preflight of kurz's own API: %d, Allow-Origin %q; want 405 without CORS", w.Code, w.Header().Get("Access-Control-Allow-Origin"))
 	}
 }

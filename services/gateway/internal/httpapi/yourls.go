@@ -299,7 +299,7 @@ func (a *API) yourlsExpand(c *call, format string, p url.Values) error {
 // /v1/links/{code}/stats: the link's lifetimeCounts, every click counted
 // as YOURLS counts them.
 func (a *API) yourlsURLStats(c *call, format string, p url.Values) error {
-	if err := a.edgeQuota(c, "GET /v1/links/{code}/stats"); err != nil {
+	if err := a.edgeQuota(c, statsRoute); err != nil {
 		return err
 	}
 	l, _, err := a.yourlsLink(c, p)
