@@ -130,10 +130,14 @@ const formStyle = `body{font:16px/1.5 system-ui,sans-serif;margin:0;display:flex
 // 'self' alone the 303 to the link's (external) target would be blocked. The
 // page reflects nothing a form could be injected through, and naming the
 // target's origin instead would reveal it to anyone who opens the form.
-var formCSP = func() string {
+var formCSP = "default-src 'none'; style-src " + formStyleHash +
+	"; form-action 'self' https: http:; frame-ancestors 'none'; base-uri 'none'"
+
+// formStyleHash is formStyle's CSP source: the form and the preview page
+// share the style.
+var formStyleHash = func() string {
 	sum := sha256.Sum256([]byte(formStyle))
-	return "default-src 'none'; style-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) +
-		"'; form-action 'self' https: http:; frame-ancestors 'none'; base-uri 'none'"
+	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
 }()
 
 //go:embed form.html

@@ -17,6 +17,9 @@
 // variants (pkg/linkrules) choose the destination after the password and
 // visit checks, from the cached entry (see destination); their answers are
 // "private, max-age=0" so no shared cache keeps one visitor's choice.
+//
+// GET and HEAD /{code}+ answer a page naming where the link leads, a
+// preview, which records no click and spends no visit (preview.go).
 package redirector
 
 import (
@@ -160,6 +163,9 @@ type Handler struct {
 	guesses    *guessgate.Gate
 	// suspended: the tenants whose links answer 410.
 	suspended *Suspended
+	// previews counts the answers to link previews (GET /{code}+) by
+	// status, apart from the redirects'.
+	previews metric.Int64Counter
 }
 
 // New builds the handler. It starts no span of its own: the server's HTTP
@@ -204,13 +210,19 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 		metric.WithUnit("{request}")); err != nil {
 		return nil, fmt.Errorf("redirect metrics: %w", err)
 	}
+	if h.previews, err = meter.Int64Counter("kurz.redirect.previews",
+		metric.WithDescription("Link previews (GET /{code}+) by HTTP status; they record no click and are not counted in kurz.redirect.requests"),
+		metric.WithUnit("{request}")); err != nil {
+		return nil, fmt.Errorf("redirect metrics: %w", err)
+	}
 	return h, nil
 }
 
-// Register puts the routes on mux: /{code} for GET and HEAD, POST /{code}
-// for password forms, 405 for a code's other methods (a PUT or DELETE on a
-// live link is not "no such link"; nothing is looked up), and a neutral
-// 404 for every other path the service does not own.
+// Register puts the routes on mux: /{code} for GET and HEAD (and /{code}+,
+// its preview, which serveCode tells apart), POST /{code} for password
+// forms, 405 for a code's other methods (a PUT or DELETE on a live link is
+// not "no such link"; nothing is looked up), and a neutral 404 for every
+// other path the service does not own.
 func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{code}", h.serveCode)
 	mux.HandleFunc("POST /{code}", h.serveAttempt)
@@ -231,6 +243,10 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	code := r.PathValue("code")
 	if !linkcode.Plausible(code) {
+		if base, ok := previewOf(code); ok {
+			h.servePreview(w, r, base, start)
+			return
+		}
 		// Not one of ours: no cache, no database, no limiter.
 		h.count(r.Context(), start, "none", http.StatusNotFound)
 		page(w, http.StatusNotFound)
@@ -365,25 +381,11 @@ func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
 		page(w, http.StatusNotFound)
 		return
 	}
-	key, tenant, known := h.route(r.Host, code)
-	if !known {
-		h.count(ctx, start, "none", http.StatusNotFound)
-		hostPage(w)
-		return
+	lk, c, e, source, status := h.lookup(w, r, code)
+	if status == 0 {
+		status = h.attempt(w, r, lk, c, e, start)
 	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("kurz.code", key))
-	}
-	addr := h.cfg.Clients.Client(r)
-	ip := h.cfg.Keying.Key(addr)
-	res, err := h.resolver.Resolve(ctx, key, func(ctx context.Context, tier resolve.Tier) error { return h.gate(ctx, ip, key, tier) })
-	if err != nil {
-		h.count(ctx, start, "none", h.refuse(w, err))
-		return
-	}
-	w.Header()["X-Source"] = sourceHeader(res.Source)
-	status := h.attempt(w, r, link{key: key, code: code}, client{addr, ip}, foreign(res.Entry, tenant), start)
-	h.count(ctx, start, string(res.Source), status)
+	h.count(ctx, start, source, status)
 }
 
 // readForm reads a POST's form (bounded) and returns 0, or the status that
