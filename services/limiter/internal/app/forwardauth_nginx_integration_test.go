@@ -227,6 +227,15 @@ func TestForwardAuthNginxRecipe(t *testing.T) {
 		t.Errorf("sign-in 6: Retry-After %q, want 1 to 180 s", resp.Header.Get("Retry-After"))
 	}
 	wantFields(t, "sign-in 6", resp.Header, map[string]string{"RateLimit": `"edge/login";r=0;t=`})
+	// nginx lets a Host hold '?' and '#' and writes it into X-Original-URL
+	// as sent ($http_host): the sign-in is still POST /login, the path
+	// nginx routes and proxies, and still refused.
+	for _, host := range []string{"shop.example?", "shop.example#"} {
+		if code, body := sendRaw(t, strings.TrimPrefix(base, "http://"), "POST /login HTTP/1.1\r\nHost: "+host+
+			"\r\nContent-Length: 10\r\nConnection: close\r\n\r\nuser=alice"); code != http.StatusTooManyRequests {
+			t.Errorf("sign-in 6 with Host %q: %d %q, want 429", host, code, body)
+		}
+	}
 	if resp, body := send(http.MethodPost, "/account"); resp.StatusCode != http.StatusOK {
 		t.Errorf("POST /account after the sign-ins ran out: %d %q, want 200", resp.StatusCode, body)
 	}
@@ -242,6 +251,30 @@ func TestForwardAuthNginxRecipe(t *testing.T) {
 	if resp, body := send(http.MethodGet, "/account"); resp.StatusCode != http.StatusInternalServerError {
 		t.Errorf("GET /account with the limiter gone: %d %q, want 500", resp.StatusCode, body)
 	}
+}
+
+// sendRaw sends raw, a request as it goes on the wire (one Go's client
+// would refuse to send), to addr and returns the answer's status and body.
+func sendRaw(t *testing.T, addr, raw string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to %q: %v", raw, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 // The README's curl example of the forward auth, on the shipped rules and

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
 	"slices"
@@ -446,7 +447,9 @@ func (by *forwardedBy) fact(src forwardSource, h http.Header, keying clientip.Ke
 			if err != nil {
 				return "", err
 			}
-			hostport, _ = splitURL(u)
+			if hostport, _, err = splitURL(by.url, u); err != nil {
+				return "", err
+			}
 		} else {
 			var err error
 			if hostport, err = one(h, by.host); err != nil {
@@ -454,10 +457,12 @@ func (by *forwardedBy) fact(src forwardSource, h http.Header, keying clientip.Ke
 			}
 		}
 		// The host the proxy routes by: its port dropped, lower-cased
-		// (a client's other spelling is not another counter).
+		// (a client's other spelling is not another counter). What the
+		// client wrote in its Host is refused unless it is a host name:
+		// nginx passes on '?', '#' or '@' there.
 		host := linkdomain.Host(hostport)
-		if host == "" {
-			return "", fmt.Errorf("header %s holds no host", cmp.Or(by.url, by.host))
+		if !hostName(host) {
+			return "", fmt.Errorf("header %s holds no host name", cmp.Or(by.url, by.host))
 		}
 		return host, nil
 	case sourcePath:
@@ -467,7 +472,9 @@ func (by *forwardedBy) fact(src forwardSource, h http.Header, keying clientip.Ke
 			return "", err
 		}
 		if by.url != "" {
-			_, target = splitURL(target)
+			if _, target, err = splitURL(by.url, target); err != nil {
+				return "", err
+			}
 		}
 		p, ok := cleanPath(target)
 		if !ok {
@@ -526,16 +533,50 @@ func missing(name string) error {
 	return fmt.Errorf("no %s header: the proxy named by from= sets it (services/limiter/README.md, \"Forward auth\")", name)
 }
 
-// splitURL splits scheme://host/path?query into its host and its
-// request-target ("/path?query", "" when it has none).
-func splitURL(u string) (host, target string) {
-	if _, rest, ok := strings.Cut(u, "://"); ok {
-		u = rest
+// splitURL splits the URL nginx and ingress-nginx write in the header
+// name, $scheme://$http_host$request_uri, into its host and its
+// request-target. The host is the client's Host header as it sent it,
+// which nginx refuses only when it holds a '/', so the host ends at the
+// first '/' and not where a URL's authority would ('?', '#'): else a
+// client sending `Host: shop.example?` would have the path read as "/"
+// and escape every rule of its real path.
+func splitURL(name, u string) (host, target string, err error) {
+	_, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return "", "", fmt.Errorf("header %s holds no URL (scheme://host/path)", name)
 	}
-	if i := strings.IndexAny(u, "/?"); i >= 0 {
-		return u[:i], u[i:]
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return "", "", fmt.Errorf("header %s holds no path", name)
 	}
-	return u, ""
+	return rest[:i], rest[i:], nil
+}
+
+// hostName reports whether host (lower-case, without port: linkdomain.Host)
+// is a host a request can name: an IP address, an IPv6 one in brackets,
+// or labels of letters, digits, '-' and '_' of 1 to 63 characters.
+func hostName(host string) bool {
+	if ip, ok := strings.CutPrefix(host, "["); ok {
+		a, err := netip.ParseAddr(strings.TrimSuffix(ip, "]"))
+		return err == nil && a.Is6() && strings.HasSuffix(ip, "]")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	if host == "" || len(host) > linkdomain.MaxLength {
+		return false
+	}
+	for label := range strings.SplitSeq(host, ".") {
+		if label == "" || len(label) > linkdomain.MaxLabel || strings.IndexFunc(label, notHostChar) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// notHostChar reports a character no label of a host name holds.
+func notHostChar(c rune) bool {
+	return (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_'
 }
 
 // cleanPath is the path of a request-target as a router sees it, so that

@@ -438,3 +438,41 @@ func TestCleanPath(t *testing.T) {
 		t.Errorf("cleanPath(/a%%zz) = %q, want it refused", got)
 	}
 }
+
+// nginx and ingress-nginx write X-Original-URL as $scheme://$http_host$request_uri:
+// the client's Host header as it sent it, which nginx lets hold '?' or '#'
+// (not '/'), then the request-target, which starts with '/'. The path is
+// what follows the Host, so a client that sends `Host: shop.example?` is
+// still counted under /login, the path nginx routes and proxies; a host
+// that is no host name is refused when the URL reads it.
+func TestForwardAuthReadsThePathPastTheClientsHost(t *testing.T) {
+	for _, from := range []string{"nginx", "ingress-nginx"} {
+		for _, host := range []string{"shop.example?", "shop.example#", "shop.example?a=b#c", "shop.example"} {
+			svc := &recordingService{}
+			w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?from="+from+"&d=method,path",
+				http.Header{"X-Original-Url": {"http://" + host + "/login?next=/x"}, "X-Original-Method": {"POST"}})
+			if w.Code != http.StatusOK {
+				t.Fatalf("%s, Host %q: status %d (%s), want 200", from, host, w.Code, w.Body)
+			}
+			if got := descriptorsOf(onlyRequest(t, svc)); fmt.Sprint(got) != "[method=POST,path=/login]" {
+				t.Errorf("%s, Host %q: descriptors %q, want [method=POST,path=/login]", from, host, got)
+			}
+		}
+	}
+	for host, want := range map[string]string{
+		"shop.example?": "X-Original-URL holds no host name", "shop.example#": "X-Original-URL holds no host name",
+		"a@b": "X-Original-URL holds no host name", "": "X-Original-URL holds no host name",
+		"Shop.Example.:8443": "host=shop.example", "[2001:DB8::1]:8443": "host=[2001:db8::1]", "203.0.113.7": "host=203.0.113.7",
+	} {
+		svc := &recordingService{}
+		w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?from=nginx&d=host",
+			http.Header{"X-Original-Url": {"https://" + host + "/login"}, "X-Original-Method": {"GET"}})
+		got := w.Body.String()
+		if w.Code == http.StatusOK {
+			got = fmt.Sprint(descriptorsOf(onlyRequest(t, svc)))
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("Host %q: %d %q, want %q", host, w.Code, got, want)
+		}
+	}
+}
