@@ -283,7 +283,7 @@ func sendRaw(t *testing.T, addr, raw string) (int, string) {
 func TestForwardAuthReadmeExample(t *testing.T) {
 	example := readmeBlock(t, "sh", "/forward-auth/demo")
 	cmd, want, _ := strings.Cut(example, "\n")
-	const curl = `$ curl -si '127.0.0.1:9191/forward-auth/demo?d=user=header:X-User' -H 'X-User: alice'`
+	const curl = `$ curl -si '127.0.0.1:9191/forward-auth/demo?from=traefik&d=user=header:X-User' -H 'X-Forwarded-Method: GET' -H 'X-User: alice'`
 	if cmd != curl {
 		t.Fatalf("the README's example is %q, the test sends %q: update the test", cmd, curl)
 	}
@@ -298,8 +298,8 @@ func TestForwardAuthReadmeExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, err = io.WriteString(c, "GET /forward-auth/demo?d=user=header:X-User HTTP/1.1\r\nHost: 127.0.0.1:9191\r\n"+
-		"User-Agent: curl/7.88.1\r\nAccept: */*\r\nX-User: alice\r\n\r\n")
+	_, err = io.WriteString(c, "GET /forward-auth/demo?from=traefik&d=user=header:X-User HTTP/1.1\r\nHost: 127.0.0.1:9191\r\n"+
+		"User-Agent: curl/7.88.1\r\nAccept: */*\r\nX-Forwarded-Method: GET\r\nX-User: alice\r\n\r\n")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,14 +33,14 @@ func TestForwardAuthIsOffByDefault(t *testing.T) {
 // (closed) refuses it, 429 with a Retry-After, or the URL's deny_status.
 func TestForwardAuthFollowsTheRulesFailureModes(t *testing.T) {
 	r := startNoRedis(t, map[string]string{"KURZ_LIMITER_FORWARD_AUTH": "true"})
-	header := http.Header{"X-Key": {"k"}}
+	header := http.Header{"X-Key": {"k"}, "X-Forwarded-Method": {"GET"}}
 	for _, tc := range []struct {
 		target string
 		code   int
 	}{
-		{"/forward-auth/race3?d=user=header:X-Key", http.StatusOK},
-		{"/forward-auth/quota?d=api_key=header:X-Key", http.StatusTooManyRequests},
-		{"/forward-auth/quota?d=api_key=header:X-Key&deny_status=403", http.StatusForbidden},
+		{"/forward-auth/race3?from=traefik&d=user=header:X-Key", http.StatusOK},
+		{"/forward-auth/quota?from=traefik&d=api_key=header:X-Key", http.StatusTooManyRequests},
+		{"/forward-auth/quota?from=traefik&d=api_key=header:X-Key&deny_status=403", http.StatusForbidden},
 	} {
 		resp, body := askForwardAuth(t, r.HTTP+tc.target, header)
 		if resp.StatusCode != tc.code {

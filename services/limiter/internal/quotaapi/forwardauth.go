@@ -59,6 +59,14 @@ const (
 // request it cannot read is 400 with what is wrong, which every one of
 // those proxies takes as a refusal, never as a pass.
 //
+// The URL must name its proxy (from=), and every request carry the
+// method header that proxy sends, whatever the descriptors read: a web
+// page the operator has open can send a GET to a forwarded
+// 127.0.0.1:9191, which the ops Host check lets through, and spend any
+// counter a URL can name (d=user=value:alice) without reading an answer;
+// it cannot add a header of its choosing without a CORS preflight, an
+// OPTIONS without that header, which is refused like any other.
+//
 // The proxies send no body, and none is read: a request with one is 413
 // (a proxy told to send the client's body would send every upload twice).
 // Requests are decided within inFlight's bound, shared with POST /json,
@@ -171,11 +179,11 @@ type forwardEntry struct {
 // forwardSpec is what a forward-auth URL asks for.
 type forwardSpec struct {
 	domain string
-	// by tells which headers hold the forwarded request's facts; nil when
-	// no entry needs one.
+	// by tells which headers hold the forwarded request's facts.
 	by    *forwardedBy
 	descs [][]forwardEntry
-	// needs marks the facts the entries read.
+	// needs marks the facts a request must carry: those the entries read,
+	// and the method, always.
 	needs [forwardFacts]bool
 	cost  uint32
 	deny  int
@@ -217,8 +225,7 @@ var forwardProxies = map[string]*forwardedBy{
 //
 //	d=ENTRY[,ENTRY...]   a descriptor, repeated for each (at least one)
 //	from=PROXY           nginx, ingress-nginx, traefik or caddy: which
-//	                     headers describe the forwarded request (needed by
-//	                     remote_address, method, host and path)
+//	                     headers describe the forwarded request (required)
 //	cost=N               the hits_addend (1 to 1,000,000; 1 by default)
 //	deny_status=CODE     the status of a refusal: 429 (default) or 403
 //
@@ -283,13 +290,11 @@ func parseForwardSpec(domain, rawQuery string) (*forwardSpec, error) {
 		}
 	}
 	if spec.by == nil {
-		for s, need := range spec.needs {
-			if need {
-				return nil, fmt.Errorf("%s is read from headers the proxy sets: name it with from=nginx, from=ingress-nginx, from=traefik or from=caddy",
-					sourceName(forwardSource(s)))
-			}
-		}
+		return nil, fmt.Errorf("no from=: name the proxy that asks, from=nginx, from=ingress-nginx, from=traefik or from=caddy (its headers describe the request, and show that a proxy sent it)")
 	}
+	// Every request carries its proxy's method header, read or not: see
+	// ForwardAuth.
+	spec.needs[sourceMethod] = true
 	return spec, nil
 }
 
@@ -372,16 +377,6 @@ func notTokenChar(c rune) bool {
 		return false
 	}
 	return !strings.ContainsRune("!#$%&'*+-.^_`|~", c)
-}
-
-// sourceName is the name a URL gives s.
-func sourceName(s forwardSource) string {
-	for name, v := range sourceNames {
-		if v == s {
-			return name
-		}
-	}
-	return "?"
 }
 
 // request is the RateLimitRequest of a forwarded request, whose headers
