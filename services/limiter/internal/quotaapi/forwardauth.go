@@ -382,7 +382,7 @@ func notTokenChar(c rune) bool {
 // request is the RateLimitRequest of a forwarded request, whose headers
 // are h. A descriptor with a header: entry whose header h lacks is left
 // out, as Envoy leaves out one whose request_headers action finds no
-// header; a fact the proxy should have sent and did not is an error,
+// header; one whose header h has twice is an error; a fact the proxy should have sent and did not is an error,
 // naming the header (never a value: a header may hold a secret).
 func (s *forwardSpec) request(h http.Header, keying clientip.Keying) (*rlsv3.RateLimitRequest, error) {
 	var facts [forwardFacts]string
@@ -406,10 +406,16 @@ next:
 			switch e.source {
 			case sourceHeader:
 				vals := h[e.arg]
-				if len(vals) == 0 {
+				switch {
+				case len(vals) == 0:
 					continue next
+				case len(vals) > 1:
+					// Envoy's request_headers action takes the first, but
+					// the service may read another (the last, or all
+					// joined): a client would send a fresh first value on
+					// every request, counted, then its own, read.
+					return nil, fmt.Errorf("header %s given %d times: a request may send it once", e.arg, len(vals))
 				}
-				// The first, as Envoy's request_headers action takes it.
 				if v = vals[0]; len(v) > maxForwardValue {
 					return nil, fmt.Errorf("header %s of %d bytes: at most %d", e.arg, len(v), maxForwardValue)
 				}

@@ -164,7 +164,7 @@ func TestForwardAuthTakesAnyMethod(t *testing.T) {
 	}
 }
 
-// header: entries take the header's first value, keyed by its name
+// header: entries take the header's value, keyed by its name
 // lower-cased or by the key given; value: entries are the URL's text
 // (generic_key by default, Envoy's GenericKey); cost is the hits_addend.
 // A descriptor whose header is absent is left out, as Envoy leaves out a
@@ -173,7 +173,7 @@ func TestForwardAuthTakesAnyMethod(t *testing.T) {
 func TestForwardAuthHeaderAndValueEntries(t *testing.T) {
 	const target = "/forward-auth/api?from=caddy&cost=3&d=header:X-Api-Key&d=value:api,tenant=header:x-tenant&d=plan=value:a=b:c"
 	svc := &recordingService{}
-	w := serveForwardAuth(t, svc, http.MethodGet, target, http.Header{"X-Api-Key": {"k1", "k2"}, "X-Tenant": {"acme"}, "X-Forwarded-Method": {"GET"}})
+	w := serveForwardAuth(t, svc, http.MethodGet, target, http.Header{"X-Api-Key": {"k1"}, "X-Tenant": {"acme"}, "X-Forwarded-Method": {"GET"}})
 	if w.Code != http.StatusOK {
 		t.Fatalf("status %d (%s), want 200", w.Code, w.Body)
 	}
@@ -523,5 +523,21 @@ func TestForwardAuthAnswersOnlyAProxysRequests(t *testing.T) {
 		if w.Code != http.StatusOK || len(svc.reqs) != 1 {
 			t.Errorf("from %s with %s: %d %q after %d decisions, want 200 after 1", from, header, w.Code, w.Body, len(svc.reqs))
 		}
+	}
+}
+
+// A header: entry's header given twice is refused: the limiter cannot know
+// which of the two the service reads (Go's first, Node's and Rack's both
+// joined, others the last), and counting the first would let a client
+// send a fresh one before its own on every request and never be limited.
+func TestForwardAuthRefusesAHeaderGivenTwice(t *testing.T) {
+	svc := &recordingService{}
+	w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/api?from=traefik&d=header:X-Api-Key",
+		http.Header{"X-Api-Key": {"fresh-1", "k1"}, "X-Forwarded-Method": {"GET"}})
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "header X-Api-Key given 2 times") || len(svc.reqs) != 0 {
+		t.Errorf("X-Api-Key twice: %d %q after %d decisions, want 400 naming X-Api-Key given 2 times after none", w.Code, w.Body, len(svc.reqs))
+	}
+	if strings.Contains(w.Body.String(), "k1") {
+		t.Errorf("the answer %q echoes a header's value", w.Body)
 	}
 }
