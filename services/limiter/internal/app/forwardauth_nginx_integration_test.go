@@ -236,6 +236,14 @@ func TestForwardAuthNginxRecipe(t *testing.T) {
 			t.Errorf("sign-in 6 with Host %q: %d %q, want 429", host, code, body)
 		}
 	}
+	// Nor is it another path with a fragment, which nginx routes as
+	// /login too, or a Java server's ;parameters.
+	for _, target := range []string{"/login#x", "/login;jsessionid=1"} {
+		if code, body := sendRaw(t, strings.TrimPrefix(base, "http://"), "POST "+target+" HTTP/1.1\r\nHost: shop.example"+
+			"\r\nContent-Length: 10\r\nConnection: close\r\n\r\nuser=alice"); code != http.StatusTooManyRequests {
+			t.Errorf("sign-in 6 as POST %s: %d %q, want 429", target, code, body)
+		}
+	}
 	if resp, body := send(http.MethodPost, "/account"); resp.StatusCode != http.StatusOK {
 		t.Errorf("POST /account after the sign-ins ran out: %d %q, want 200", resp.StatusCode, body)
 	}

@@ -581,26 +581,39 @@ func notHostChar(c rune) bool {
 }
 
 // cleanPath is the path of a request-target as a router sees it, so that
-// one resource is one counter whatever its spelling: the query dropped,
-// percent-decoded, dot segments resolved and slashes merged, a trailing
-// slash kept. An absolute-form target ("http://host/p") gives its path;
-// false when it does not decode.
+// one resource is one counter whatever its spelling: the query and a
+// fragment dropped (nginx routes /login#x as /login), percent-decoded,
+// each segment's ;parameters dropped (Java's servers route
+// /login;jsessionid=1 as /login), dot segments resolved and slashes
+// merged, a trailing slash kept. Where routers differ, it takes the
+// spellings together: counted more than once, never escaping a rule. An
+// absolute-form target ("http://host/p") gives its path; false when it
+// does not decode.
 func cleanPath(target string) (string, bool) {
 	if !strings.HasPrefix(target, "/") {
 		if _, rest, ok := strings.Cut(target, "://"); ok {
 			target = "/"
-			if i := strings.IndexAny(rest, "/?"); i >= 0 && rest[i] == '/' {
+			if i := strings.IndexAny(rest, "/?#"); i >= 0 && rest[i] == '/' {
 				target = rest[i:]
 			}
 		}
 	}
-	target, _, _ = strings.Cut(target, "?")
+	if i := strings.IndexAny(target, "?#"); i >= 0 {
+		target = target[:i]
+	}
 	p, err := url.PathUnescape(target)
 	if err != nil {
 		return "", false
 	}
 	if p == "*" { // OPTIONS *
 		return p, true
+	}
+	if strings.IndexByte(p, ';') >= 0 {
+		segs := strings.Split(p, "/")
+		for i, seg := range segs {
+			segs[i], _, _ = strings.Cut(seg, ";")
+		}
+		p = strings.Join(segs, "/")
 	}
 	c := path.Clean("/" + p)
 	if strings.HasSuffix(p, "/") && c != "/" {

@@ -438,6 +438,18 @@ func TestCleanPath(t *testing.T) {
 		"/a%3Fb?c":               "/a?b",
 		"/trailing/":             "/trailing/",
 		"relative/path":          "/relative/path",
+		// A fragment is no part of the path: nginx routes /login#x as
+		// /login, and so do the servers that drop it.
+		"/login#x":         "/login",
+		"/login?a#b":       "/login",
+		"/login%23x":       "/login#x", // an escaped '#' is the path's
+		"http://a#b/login": "/",
+		// Nor are a segment's parameters: Java's servers (Tomcat, Jetty,
+		// Spring) route /login;jsessionid=1 as /login.
+		"/login;jsessionid=1": "/login",
+		"/a;x/../login":       "/login",
+		"/login;x/":           "/login/",
+		"/login%3Bx":          "/login",
 	} {
 		if got, ok := cleanPath(in); !ok || got != want {
 			t.Errorf("cleanPath(%q) = %q, %v; want %q", in, got, ok, want)
