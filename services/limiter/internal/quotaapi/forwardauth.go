@@ -32,6 +32,12 @@ import (
 // traces' route is this pattern and never a client's value.
 const ForwardAuthRoute = "/forward-auth/{domain}"
 
+// IsForwardAuth reports whether r is for the forward-auth endpoint, whose
+// requests carry the headers of the proxies' clients.
+func IsForwardAuth(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, "/forward-auth/")
+}
+
 // Bounds on a forward-auth request, checked before anything is decided.
 const (
 	// maxForwardQuery bounds the URL's query, which the operator writes
