@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"runtime/debug"
 	"time"
 
@@ -286,6 +287,9 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	}
 	if cfg.ForwardAuth {
 		srv.Mux.Handle(quotaapi.ForwardAuthRoute, quotaapi.NewForwardAuth(envoy, keying, inFlight, httpDecisionTimeout, log))
+		// The proxies pass their clients' headers on, traceparent
+		// included: a forward-auth request starts a trace of its own.
+		srv.TrustTraceContextFrom(func(r *http.Request) bool { return !quotaapi.IsForwardAuth(r) })
 	}
 	if keys != nil {
 		limiterv1.RegisterRulesAdminServiceServer(srv.GRPC, rulesadmin.New(st.db, rulestore.FileSource{Path: cfg.RulesFile, Envoy: rulestore.EnvoyOptions{MergeDomains: cfg.EnvoyMergeDomains}}, log))

@@ -227,6 +227,23 @@ func TestForwardAuthNginxRecipe(t *testing.T) {
 		t.Errorf("sign-in 6: Retry-After %q, want 1 to 180 s", resp.Header.Get("Retry-After"))
 	}
 	wantFields(t, "sign-in 6", resp.Header, map[string]string{"RateLimit": `"edge/login";r=0;t=`})
+	// nginx lets a Host hold '?' and '#' and writes it into X-Original-URL
+	// as sent ($http_host): the sign-in is still POST /login, the path
+	// nginx routes and proxies, and still refused.
+	for _, host := range []string{"shop.example?", "shop.example#"} {
+		if code, body := sendRaw(t, strings.TrimPrefix(base, "http://"), "POST /login HTTP/1.1\r\nHost: "+host+
+			"\r\nContent-Length: 10\r\nConnection: close\r\n\r\nuser=alice"); code != http.StatusTooManyRequests {
+			t.Errorf("sign-in 6 with Host %q: %d %q, want 429", host, code, body)
+		}
+	}
+	// Nor is it another path with a fragment, which nginx routes as
+	// /login too, or a Java server's ;parameters.
+	for _, target := range []string{"/login#x", "/login;jsessionid=1"} {
+		if code, body := sendRaw(t, strings.TrimPrefix(base, "http://"), "POST "+target+" HTTP/1.1\r\nHost: shop.example"+
+			"\r\nContent-Length: 10\r\nConnection: close\r\n\r\nuser=alice"); code != http.StatusTooManyRequests {
+			t.Errorf("sign-in 6 as POST %s: %d %q, want 429", target, code, body)
+		}
+	}
 	if resp, body := send(http.MethodPost, "/account"); resp.StatusCode != http.StatusOK {
 		t.Errorf("POST /account after the sign-ins ran out: %d %q, want 200", resp.StatusCode, body)
 	}
@@ -244,13 +261,37 @@ func TestForwardAuthNginxRecipe(t *testing.T) {
 	}
 }
 
+// sendRaw sends raw, a request as it goes on the wire (one Go's client
+// would refuse to send), to addr and returns the answer's status and body.
+func sendRaw(t *testing.T, addr, raw string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to %q: %v", raw, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
 // The README's curl example of the forward auth, on the shipped rules and
 // the real Redis Cluster, answers what the README shows, byte for byte
 // but the date (…).
 func TestForwardAuthReadmeExample(t *testing.T) {
 	example := readmeBlock(t, "sh", "/forward-auth/demo")
 	cmd, want, _ := strings.Cut(example, "\n")
-	const curl = `$ curl -si '127.0.0.1:9191/forward-auth/demo?d=user=header:X-User' -H 'X-User: alice'`
+	const curl = `$ curl -si '127.0.0.1:9191/forward-auth/demo?from=traefik&d=user=header:X-User' -H 'X-Forwarded-Method: GET' -H 'X-User: alice'`
 	if cmd != curl {
 		t.Fatalf("the README's example is %q, the test sends %q: update the test", cmd, curl)
 	}
@@ -265,8 +306,8 @@ func TestForwardAuthReadmeExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, err = io.WriteString(c, "GET /forward-auth/demo?d=user=header:X-User HTTP/1.1\r\nHost: 127.0.0.1:9191\r\n"+
-		"User-Agent: curl/7.88.1\r\nAccept: */*\r\nX-User: alice\r\n\r\n")
+	_, err = io.WriteString(c, "GET /forward-auth/demo?from=traefik&d=user=header:X-User HTTP/1.1\r\nHost: 127.0.0.1:9191\r\n"+
+		"User-Agent: curl/7.88.1\r\nAccept: */*\r\nX-Forwarded-Method: GET\r\nX-User: alice\r\n\r\n")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,16 @@
 package app
 
 import (
+	"context"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // askForwardAuth sends a proxy's forward-auth request (GET, as Traefik
@@ -33,14 +40,14 @@ func TestForwardAuthIsOffByDefault(t *testing.T) {
 // (closed) refuses it, 429 with a Retry-After, or the URL's deny_status.
 func TestForwardAuthFollowsTheRulesFailureModes(t *testing.T) {
 	r := startNoRedis(t, map[string]string{"KURZ_LIMITER_FORWARD_AUTH": "true"})
-	header := http.Header{"X-Key": {"k"}}
+	header := http.Header{"X-Key": {"k"}, "X-Forwarded-Method": {"GET"}}
 	for _, tc := range []struct {
 		target string
 		code   int
 	}{
-		{"/forward-auth/race3?d=user=header:X-Key", http.StatusOK},
-		{"/forward-auth/quota?d=api_key=header:X-Key", http.StatusTooManyRequests},
-		{"/forward-auth/quota?d=api_key=header:X-Key&deny_status=403", http.StatusForbidden},
+		{"/forward-auth/race3?from=traefik&d=user=header:X-Key", http.StatusOK},
+		{"/forward-auth/quota?from=traefik&d=api_key=header:X-Key", http.StatusTooManyRequests},
+		{"/forward-auth/quota?from=traefik&d=api_key=header:X-Key&deny_status=403", http.StatusForbidden},
 	} {
 		resp, body := askForwardAuth(t, r.HTTP+tc.target, header)
 		if resp.StatusCode != tc.code {
@@ -71,5 +78,50 @@ func TestForwardAuthNeedsTheLimitersHostFromCaddy(t *testing.T) {
 		if resp, body := do(t, req); resp.StatusCode != want {
 			t.Errorf("Host %q: %d %q, want %d", req.Host, resp.StatusCode, body, want)
 		}
+	}
+}
+
+// A proxy passes its client's headers on to the forward auth, traceparent
+// included: the limiter traces the request, but never continues a trace
+// the client chose (which would let it choose which requests are sampled
+// and put trace IDs of its own into the limiter's log lines), as the
+// gateway's and the redirect's public listeners do not.
+func TestForwardAuthContinuesNoClientsTrace(t *testing.T) {
+	rules, err := filepath.Abs(filepath.Join("testdata", "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := load(t, map[string]string{"KURZ_REDIS_ADDRS": "127.0.0.1:1", "KURZ_REDIS_DIAL_TIMEOUT": "200ms",
+		"KURZ_LIMITER_RULES_SOURCE": "file", "KURZ_LIMITER_RULES_FILE": rules, "KURZ_LIMITER_FORWARD_AUTH": "true"})
+	rec := tracetest.NewSpanRecorder()
+	cfg.Telemetry.SpanProcessor = rec
+	srv, err := New(context.Background(), cfg, servertest.Logger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	r := servertest.Start(t, srv)
+	r.AwaitServing(t, "envoy.service.ratelimit.v3.RateLimitService")
+
+	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	resp, body := askForwardAuth(t, r.HTTP+"/forward-auth/race3?from=traefik&d=user=header:X-Key", http.Header{
+		"X-Key": {"k"}, "X-Forwarded-Method": {"GET"}, "Traceparent": {"00-" + clientTrace + "-00f067aa0ba902b7-01"},
+	})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("forward auth: %d %q, want 200", resp.StatusCode, body)
+	}
+	if err := r.Stop(); err != nil { // ends every span
+		t.Fatal(err)
+	}
+	servers := 0
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == trace.SpanKindServer {
+			servers++
+		}
+		if s.SpanContext().TraceID().String() == clientTrace {
+			t.Errorf("span %q continues the client's trace %s", s.Name(), clientTrace)
+		}
+	}
+	if servers == 0 {
+		t.Error("no server span for the forward-auth request: want it traced")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
 	"slices"
@@ -30,6 +31,12 @@ import (
 // the others with GET), the domain in the path, so that the metrics' and
 // traces' route is this pattern and never a client's value.
 const ForwardAuthRoute = "/forward-auth/{domain}"
+
+// IsForwardAuth reports whether r is for the forward-auth endpoint, whose
+// requests carry the headers of the proxies' clients.
+func IsForwardAuth(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, "/forward-auth/")
+}
 
 // Bounds on a forward-auth request, checked before anything is decided.
 const (
@@ -57,6 +64,14 @@ const (
 // Envoy's filter would build from its statuses. A URL or a forwarded
 // request it cannot read is 400 with what is wrong, which every one of
 // those proxies takes as a refusal, never as a pass.
+//
+// The URL must name its proxy (from=), and every request carry the
+// method header that proxy sends, whatever the descriptors read: a web
+// page the operator has open can send a GET to a forwarded
+// 127.0.0.1:9191, which the ops Host check lets through, and spend any
+// counter a URL can name (d=user=value:alice) without reading an answer;
+// it cannot add a header of its choosing without a CORS preflight, an
+// OPTIONS without that header, which is refused like any other.
 //
 // The proxies send no body, and none is read: a request with one is 413
 // (a proxy told to send the client's body would send every upload twice).
@@ -170,11 +185,11 @@ type forwardEntry struct {
 // forwardSpec is what a forward-auth URL asks for.
 type forwardSpec struct {
 	domain string
-	// by tells which headers hold the forwarded request's facts; nil when
-	// no entry needs one.
+	// by tells which headers hold the forwarded request's facts.
 	by    *forwardedBy
 	descs [][]forwardEntry
-	// needs marks the facts the entries read.
+	// needs marks the facts a request must carry: those the entries read,
+	// and the method, always.
 	needs [forwardFacts]bool
 	cost  uint32
 	deny  int
@@ -216,8 +231,7 @@ var forwardProxies = map[string]*forwardedBy{
 //
 //	d=ENTRY[,ENTRY...]   a descriptor, repeated for each (at least one)
 //	from=PROXY           nginx, ingress-nginx, traefik or caddy: which
-//	                     headers describe the forwarded request (needed by
-//	                     remote_address, method, host and path)
+//	                     headers describe the forwarded request (required)
 //	cost=N               the hits_addend (1 to 1,000,000; 1 by default)
 //	deny_status=CODE     the status of a refusal: 429 (default) or 403
 //
@@ -282,13 +296,11 @@ func parseForwardSpec(domain, rawQuery string) (*forwardSpec, error) {
 		}
 	}
 	if spec.by == nil {
-		for s, need := range spec.needs {
-			if need {
-				return nil, fmt.Errorf("%s is read from headers the proxy sets: name it with from=nginx, from=ingress-nginx, from=traefik or from=caddy",
-					sourceName(forwardSource(s)))
-			}
-		}
+		return nil, fmt.Errorf("no from=: name the proxy that asks, from=nginx, from=ingress-nginx, from=traefik or from=caddy (its headers describe the request, and show that a proxy sent it)")
 	}
+	// Every request carries its proxy's method header, read or not: see
+	// ForwardAuth.
+	spec.needs[sourceMethod] = true
 	return spec, nil
 }
 
@@ -373,20 +385,10 @@ func notTokenChar(c rune) bool {
 	return !strings.ContainsRune("!#$%&'*+-.^_`|~", c)
 }
 
-// sourceName is the name a URL gives s.
-func sourceName(s forwardSource) string {
-	for name, v := range sourceNames {
-		if v == s {
-			return name
-		}
-	}
-	return "?"
-}
-
 // request is the RateLimitRequest of a forwarded request, whose headers
 // are h. A descriptor with a header: entry whose header h lacks is left
 // out, as Envoy leaves out one whose request_headers action finds no
-// header; a fact the proxy should have sent and did not is an error,
+// header; one whose header h has twice is an error; a fact the proxy should have sent and did not is an error,
 // naming the header (never a value: a header may hold a secret).
 func (s *forwardSpec) request(h http.Header, keying clientip.Keying) (*rlsv3.RateLimitRequest, error) {
 	var facts [forwardFacts]string
@@ -410,10 +412,16 @@ next:
 			switch e.source {
 			case sourceHeader:
 				vals := h[e.arg]
-				if len(vals) == 0 {
+				switch {
+				case len(vals) == 0:
 					continue next
+				case len(vals) > 1:
+					// Envoy's request_headers action takes the first, but
+					// the service may read another (the last, or all
+					// joined): a client would send a fresh first value on
+					// every request, counted, then its own, read.
+					return nil, fmt.Errorf("header %s given %d times: a request may send it once", e.arg, len(vals))
 				}
-				// The first, as Envoy's request_headers action takes it.
 				if v = vals[0]; len(v) > maxForwardValue {
 					return nil, fmt.Errorf("header %s of %d bytes: at most %d", e.arg, len(v), maxForwardValue)
 				}
@@ -446,7 +454,9 @@ func (by *forwardedBy) fact(src forwardSource, h http.Header, keying clientip.Ke
 			if err != nil {
 				return "", err
 			}
-			hostport, _ = splitURL(u)
+			if hostport, _, err = splitURL(by.url, u); err != nil {
+				return "", err
+			}
 		} else {
 			var err error
 			if hostport, err = one(h, by.host); err != nil {
@@ -454,10 +464,12 @@ func (by *forwardedBy) fact(src forwardSource, h http.Header, keying clientip.Ke
 			}
 		}
 		// The host the proxy routes by: its port dropped, lower-cased
-		// (a client's other spelling is not another counter).
+		// (a client's other spelling is not another counter). What the
+		// client wrote in its Host is refused unless it is a host name:
+		// nginx passes on '?', '#' or '@' there.
 		host := linkdomain.Host(hostport)
-		if host == "" {
-			return "", fmt.Errorf("header %s holds no host", cmp.Or(by.url, by.host))
+		if !hostName(host) {
+			return "", fmt.Errorf("header %s holds no host name", cmp.Or(by.url, by.host))
 		}
 		return host, nil
 	case sourcePath:
@@ -467,7 +479,9 @@ func (by *forwardedBy) fact(src forwardSource, h http.Header, keying clientip.Ke
 			return "", err
 		}
 		if by.url != "" {
-			_, target = splitURL(target)
+			if _, target, err = splitURL(by.url, target); err != nil {
+				return "", err
+			}
 		}
 		p, ok := cleanPath(target)
 		if !ok {
@@ -526,39 +540,86 @@ func missing(name string) error {
 	return fmt.Errorf("no %s header: the proxy named by from= sets it (services/limiter/README.md, \"Forward auth\")", name)
 }
 
-// splitURL splits scheme://host/path?query into its host and its
-// request-target ("/path?query", "" when it has none).
-func splitURL(u string) (host, target string) {
-	if _, rest, ok := strings.Cut(u, "://"); ok {
-		u = rest
+// splitURL splits the URL nginx and ingress-nginx write in the header
+// name, $scheme://$http_host$request_uri, into its host and its
+// request-target. The host is the client's Host header as it sent it,
+// which nginx refuses only when it holds a '/', so the host ends at the
+// first '/' and not where a URL's authority would ('?', '#'): else a
+// client sending `Host: shop.example?` would have the path read as "/"
+// and escape every rule of its real path.
+func splitURL(name, u string) (host, target string, err error) {
+	_, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return "", "", fmt.Errorf("header %s holds no URL (scheme://host/path)", name)
 	}
-	if i := strings.IndexAny(u, "/?"); i >= 0 {
-		return u[:i], u[i:]
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return "", "", fmt.Errorf("header %s holds no path", name)
 	}
-	return u, ""
+	return rest[:i], rest[i:], nil
+}
+
+// hostName reports whether host (lower-case, without port: linkdomain.Host)
+// is a host a request can name: an IP address, an IPv6 one in brackets,
+// or labels of letters, digits, '-' and '_' of 1 to 63 characters.
+func hostName(host string) bool {
+	if ip, ok := strings.CutPrefix(host, "["); ok {
+		a, err := netip.ParseAddr(strings.TrimSuffix(ip, "]"))
+		return err == nil && a.Is6() && strings.HasSuffix(ip, "]")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	if host == "" || len(host) > linkdomain.MaxLength {
+		return false
+	}
+	for label := range strings.SplitSeq(host, ".") {
+		if label == "" || len(label) > linkdomain.MaxLabel || strings.IndexFunc(label, notHostChar) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// notHostChar reports a character no label of a host name holds.
+func notHostChar(c rune) bool {
+	return (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '_'
 }
 
 // cleanPath is the path of a request-target as a router sees it, so that
-// one resource is one counter whatever its spelling: the query dropped,
-// percent-decoded, dot segments resolved and slashes merged, a trailing
-// slash kept. An absolute-form target ("http://host/p") gives its path;
-// false when it does not decode.
+// one resource is one counter whatever its spelling: the query and a
+// fragment dropped (nginx routes /login#x as /login), percent-decoded,
+// each segment's ;parameters dropped (Java's servers route
+// /login;jsessionid=1 as /login), dot segments resolved and slashes
+// merged, a trailing slash kept. Where routers differ, it takes the
+// spellings together: counted more than once, never escaping a rule. An
+// absolute-form target ("http://host/p") gives its path; false when it
+// does not decode.
 func cleanPath(target string) (string, bool) {
 	if !strings.HasPrefix(target, "/") {
 		if _, rest, ok := strings.Cut(target, "://"); ok {
 			target = "/"
-			if i := strings.IndexAny(rest, "/?"); i >= 0 && rest[i] == '/' {
+			if i := strings.IndexAny(rest, "/?#"); i >= 0 && rest[i] == '/' {
 				target = rest[i:]
 			}
 		}
 	}
-	target, _, _ = strings.Cut(target, "?")
+	if i := strings.IndexAny(target, "?#"); i >= 0 {
+		target = target[:i]
+	}
 	p, err := url.PathUnescape(target)
 	if err != nil {
 		return "", false
 	}
 	if p == "*" { // OPTIONS *
 		return p, true
+	}
+	if strings.IndexByte(p, ';') >= 0 {
+		segs := strings.Split(p, "/")
+		for i, seg := range segs {
+			segs[i], _, _ = strings.Cut(seg, ";")
+		}
+		p = strings.Join(segs, "/")
 	}
 	c := path.Clean("/" + p)
 	if strings.HasSuffix(p, "/") && c != "/" {

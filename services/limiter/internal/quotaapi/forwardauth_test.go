@@ -62,6 +62,11 @@ func serveForwardAuth(t *testing.T, svc rlsv3.RateLimitServiceServer, method, ta
 	return w
 }
 
+// fromTraefik is the header every forward-auth request of Traefik's (and
+// Caddy's) carries, the method of the request it forwards, and that some
+// tests need alone.
+var fromTraefik = http.Header{"X-Forwarded-Method": {"GET"}}
+
 // descriptorsOf is req's descriptors, each as "key=value,key=value".
 func descriptorsOf(req *rlsv3.RateLimitRequest) []string {
 	var out []string
@@ -147,27 +152,28 @@ func TestForwardAuthReadsEachProxysHeaders(t *testing.T) {
 	}
 }
 
-// Each proxy's forward-auth request method is accepted: nginx's subrequest
-// comes with the client's, the others with GET.
+// Each proxy's forward-auth request method is accepted: nginx's
+// subrequest, Traefik's and Caddy's are GETs, ingress-nginx's whatever its
+// auth-method annotation says.
 func TestForwardAuthTakesAnyMethod(t *testing.T) {
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete, "PROPFIND"} {
 		svc := &recordingService{}
-		if w := serveForwardAuth(t, svc, m, "/forward-auth/edge?d=value:api", nil); w.Code != http.StatusOK || len(svc.reqs) != 1 {
+		if w := serveForwardAuth(t, svc, m, "/forward-auth/edge?from=traefik&d=value:api", fromTraefik); w.Code != http.StatusOK || len(svc.reqs) != 1 {
 			t.Errorf("%s: status %d after %d decisions, want 200 after 1", m, w.Code, len(svc.reqs))
 		}
 	}
 }
 
-// header: entries take the header's first value, keyed by its name
+// header: entries take the header's value, keyed by its name
 // lower-cased or by the key given; value: entries are the URL's text
 // (generic_key by default, Envoy's GenericKey); cost is the hits_addend.
 // A descriptor whose header is absent is left out, as Envoy leaves out a
 // descriptor whose request_headers action finds none; with every one left
 // out nothing is asked and the request passes.
 func TestForwardAuthHeaderAndValueEntries(t *testing.T) {
-	const target = "/forward-auth/api?cost=3&d=header:X-Api-Key&d=value:api,tenant=header:x-tenant&d=plan=value:a=b:c"
+	const target = "/forward-auth/api?from=caddy&cost=3&d=header:X-Api-Key&d=value:api,tenant=header:x-tenant&d=plan=value:a=b:c"
 	svc := &recordingService{}
-	w := serveForwardAuth(t, svc, http.MethodGet, target, http.Header{"X-Api-Key": {"k1", "k2"}, "X-Tenant": {"acme"}})
+	w := serveForwardAuth(t, svc, http.MethodGet, target, http.Header{"X-Api-Key": {"k1"}, "X-Tenant": {"acme"}, "X-Forwarded-Method": {"GET"}})
 	if w.Code != http.StatusOK {
 		t.Fatalf("status %d (%s), want 200", w.Code, w.Body)
 	}
@@ -178,14 +184,14 @@ func TestForwardAuthHeaderAndValueEntries(t *testing.T) {
 	}
 
 	svc = &recordingService{}
-	serveForwardAuth(t, svc, http.MethodGet, target, http.Header{"X-Tenant": {"acme"}})
+	serveForwardAuth(t, svc, http.MethodGet, target, http.Header{"X-Tenant": {"acme"}, "X-Forwarded-Method": {"GET"}})
 	want = []string{"generic_key=api,tenant=acme", "plan=a=b:c"}
 	if got := descriptorsOf(onlyRequest(t, svc)); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("without X-Api-Key: descriptors %q, want %q", got, want)
 	}
 
 	svc = &recordingService{}
-	w = serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/api?d=header:X-Api-Key&d=value:api,tenant=header:x-tenant", nil)
+	w = serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/api?from=caddy&d=header:X-Api-Key&d=value:api,tenant=header:x-tenant", fromTraefik)
 	if w.Code != http.StatusOK || len(svc.reqs) != 0 {
 		t.Errorf("without either header: status %d after %d decisions, want 200 after none", w.Code, len(svc.reqs))
 	}
@@ -196,7 +202,7 @@ func TestForwardAuthHeaderAndValueEntries(t *testing.T) {
 func TestForwardAuthKeysAnIPv6ClientByItsPrefix(t *testing.T) {
 	svc := &recordingService{}
 	serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?from=caddy&d=client=remote_address",
-		http.Header{"X-Forwarded-For": {"[2001:db8:1:2:3:4:5:6]:443"}})
+		http.Header{"X-Forwarded-For": {"[2001:db8:1:2:3:4:5:6]:443"}, "X-Forwarded-Method": {"GET"}})
 	if got := descriptorsOf(onlyRequest(t, svc)); fmt.Sprint(got) != "[client=2001:db8:1:2::/64]" {
 		t.Errorf("descriptors %q, want [client=2001:db8:1:2::/64]", got)
 	}
@@ -211,8 +217,8 @@ func TestForwardAuthRefusesAMalformedURL(t *testing.T) {
 		"/forward-auth/edge?from=caddy&d=pth":                                `d=pth: "pth" is no source`,
 		"/forward-auth/edge?d=remote_address:x&from=caddy":                   `"remote_address:x" is no source`,
 		"/forward-auth/edge?d=header":                                        `"header" is no source`,
-		"/forward-auth/edge?d=remote_address":                                "remote_address is read from headers the proxy sets: name it with from=",
-		"/forward-auth/edge?d=value:x,path":                                  "path is read from headers the proxy sets",
+		"/forward-auth/edge?d=remote_address":                                "no from=: name the proxy that asks",
+		"/forward-auth/edge?d=value:x":                                       "no from=: name the proxy that asks",
 		"/forward-auth/edge?from=apache&d=remote_address":                    "from=apache: want nginx, ingress-nginx, traefik or caddy",
 		"/forward-auth/edge?from=caddy&from=nginx&d=remote_address":          "from given 2 times",
 		"/forward-auth/edge?d=value:x&cost=0":                                "cost=0: want 1 to 1000000",
@@ -254,12 +260,13 @@ func TestForwardAuthRefusesWhatTheProxyShouldHaveSent(t *testing.T) {
 		"no X-Forwarded-For":       {"/forward-auth/edge?from=traefik&d=remote_address", nil, "no X-Forwarded-For header"},
 		"a forged last hop":        {"/forward-auth/edge?from=caddy&d=remote_address", http.Header{"X-Forwarded-For": {"203.0.113.7, unknown"}}, "X-Forwarded-For: its last address does not parse"},
 		"X-Real-IP twice":          {"/forward-auth/edge?from=nginx&d=remote_address", http.Header{"X-Real-Ip": {"203.0.113.7", "198.51.100.2"}}, "X-Real-IP given 2 times"},
-		"no X-Original-URL":        {"/forward-auth/edge?from=ingress-nginx&d=path", nil, "no X-Original-URL header"},
-		"a path that won't decode": {"/forward-auth/edge?from=nginx&d=path", http.Header{"X-Original-Url": {"http://a/%zz"}}, "X-Original-URL holds no path"},
-		"no host":                  {"/forward-auth/edge?from=traefik&d=host", http.Header{"X-Forwarded-Host": {":8080"}}, "X-Forwarded-Host holds no host"},
+		"no X-Original-URL":        {"/forward-auth/edge?from=ingress-nginx&d=path", http.Header{"X-Original-Method": {"GET"}}, "no X-Original-URL header"},
+		"a path that won't decode": {"/forward-auth/edge?from=nginx&d=path", http.Header{"X-Original-Url": {"http://a/%zz"}, "X-Original-Method": {"GET"}}, "X-Original-URL holds no path"},
+		"no host":                  {"/forward-auth/edge?from=traefik&d=host", http.Header{"X-Forwarded-Host": {":8080"}, "X-Forwarded-Method": {"GET"}}, "X-Forwarded-Host holds no host"},
 		"no method":                {"/forward-auth/edge?from=traefik&d=method", http.Header{"X-Forwarded-Method": {"GET /x"}}, "X-Forwarded-Method holds no method"},
-		"a header past the bound":  {"/forward-auth/edge?d=header:Authorization", http.Header{"Authorization": {secret}}, "header Authorization of 8197 bytes: at most 8192"},
-		"a fact past the bound":    {"/forward-auth/edge?from=caddy&d=path", http.Header{"X-Forwarded-Uri": {"/" + secret}}, "header X-Forwarded-Uri of 8198 bytes"},
+		"no method, none read":     {"/forward-auth/edge?from=traefik&d=value:x", http.Header{"X-Forwarded-Method": {"GET /x"}}, "X-Forwarded-Method holds no method"},
+		"a header past the bound":  {"/forward-auth/edge?from=traefik&d=header:Authorization", http.Header{"Authorization": {secret}, "X-Forwarded-Method": {"GET"}}, "header Authorization of 8197 bytes: at most 8192"},
+		"a fact past the bound":    {"/forward-auth/edge?from=caddy&d=path", http.Header{"X-Forwarded-Uri": {"/" + secret}, "X-Forwarded-Method": {"GET"}}, "header X-Forwarded-Uri of 8198 bytes"},
 	} {
 		svc := &recordingService{}
 		w := serveForwardAuth(t, svc, http.MethodGet, tc.target, tc.header)
@@ -296,8 +303,8 @@ func TestForwardAuthAnswers(t *testing.T) {
 	engine := newFake(t)
 	engine.owners = [][]int{{0}}
 	envoy := NewEnvoy(engine, HeadersDraft, clientip.Keying{})
-	const target = "/forward-auth/cost?d=user=header:X-User"
-	header := http.Header{"X-User": {"alice"}}
+	const target = "/forward-auth/cost?from=traefik&d=user=header:X-User"
+	header := http.Header{"X-User": {"alice"}, "X-Forwarded-Method": {"GET"}}
 
 	engine.each = &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: "per-user", Limit: 100, Remaining: 98,
 		ResetAfter: durationpb.New(90 * time.Second), Decisions: []*ratelimitv1.RuleDecision{decision("per-user", true, 100, 98, time.Hour, 0)}}
@@ -343,11 +350,11 @@ func wantHeaders(t *testing.T, what string, h http.Header, want map[string]strin
 // failure is 500, its detail logged, not sent.
 func TestForwardAuthFailures(t *testing.T) {
 	svc := &recordingService{err: status.Error(codes.InvalidArgument, "descriptor 0: bad")}
-	if w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?d=value:x", nil); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "descriptor 0: bad") {
+	if w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?from=traefik&d=value:x", fromTraefik); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "descriptor 0: bad") {
 		t.Errorf("INVALID_ARGUMENT: %d %q, want 400 with its message", w.Code, w.Body)
 	}
 	svc = &recordingService{err: errors.New("redis: secret detail")}
-	if w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?d=value:x", nil); w.Code != http.StatusInternalServerError || strings.Contains(w.Body.String(), "secret") {
+	if w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?from=traefik&d=value:x", fromTraefik); w.Code != http.StatusInternalServerError || strings.Contains(w.Body.String(), "secret") {
 		t.Errorf("another error: %d %q, want 500 without its detail", w.Code, w.Body)
 	}
 }
@@ -373,7 +380,9 @@ func TestForwardAuthSharesTheInFlightBound(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(ForwardAuthRoute, auth)
 	w := httptest.NewRecorder()
-	mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/forward-auth/edge?d=value:x", nil))
+	r := httptest.NewRequest(http.MethodGet, "/forward-auth/edge?from=traefik&d=value:x", nil)
+	r.Header = fromTraefik.Clone()
+	mux.ServeHTTP(w, r)
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || len(svc.reqs) != 0 {
 		t.Errorf("forward auth while /json holds the slot: %d (Retry-After %q) after %d decisions, want 503 with a Retry-After after none",
 			w.Code, w.Header().Get("Retry-After"), len(svc.reqs))
@@ -429,6 +438,18 @@ func TestCleanPath(t *testing.T) {
 		"/a%3Fb?c":               "/a?b",
 		"/trailing/":             "/trailing/",
 		"relative/path":          "/relative/path",
+		// A fragment is no part of the path: nginx routes /login#x as
+		// /login, and so do the servers that drop it.
+		"/login#x":         "/login",
+		"/login?a#b":       "/login",
+		"/login%23x":       "/login#x", // an escaped '#' is the path's
+		"http://a#b/login": "/",
+		// Nor are a segment's parameters: Java's servers (Tomcat, Jetty,
+		// Spring) route /login;jsessionid=1 as /login.
+		"/login;jsessionid=1": "/login",
+		"/a;x/../login":       "/login",
+		"/login;x/":           "/login/",
+		"/login%3Bx":          "/login",
 	} {
 		if got, ok := cleanPath(in); !ok || got != want {
 			t.Errorf("cleanPath(%q) = %q, %v; want %q", in, got, ok, want)
@@ -436,5 +457,99 @@ func TestCleanPath(t *testing.T) {
 	}
 	if got, ok := cleanPath("/a%zz"); ok {
 		t.Errorf("cleanPath(/a%%zz) = %q, want it refused", got)
+	}
+}
+
+// nginx and ingress-nginx write X-Original-URL as $scheme://$http_host$request_uri:
+// the client's Host header as it sent it, which nginx lets hold '?' or '#'
+// (not '/'), then the request-target, which starts with '/'. The path is
+// what follows the Host, so a client that sends `Host: shop.example?` is
+// still counted under /login, the path nginx routes and proxies; a host
+// that is no host name is refused when the URL reads it.
+func TestForwardAuthReadsThePathPastTheClientsHost(t *testing.T) {
+	for _, from := range []string{"nginx", "ingress-nginx"} {
+		for _, host := range []string{"shop.example?", "shop.example#", "shop.example?a=b#c", "shop.example"} {
+			svc := &recordingService{}
+			w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?from="+from+"&d=method,path",
+				http.Header{"X-Original-Url": {"http://" + host + "/login?next=/x"}, "X-Original-Method": {"POST"}})
+			if w.Code != http.StatusOK {
+				t.Fatalf("%s, Host %q: status %d (%s), want 200", from, host, w.Code, w.Body)
+			}
+			if got := descriptorsOf(onlyRequest(t, svc)); fmt.Sprint(got) != "[method=POST,path=/login]" {
+				t.Errorf("%s, Host %q: descriptors %q, want [method=POST,path=/login]", from, host, got)
+			}
+		}
+	}
+	for host, want := range map[string]string{
+		"shop.example?": "X-Original-URL holds no host name", "shop.example#": "X-Original-URL holds no host name",
+		"a@b": "X-Original-URL holds no host name", "": "X-Original-URL holds no host name",
+		"Shop.Example.:8443": "host=shop.example", "[2001:DB8::1]:8443": "host=[2001:db8::1]", "203.0.113.7": "host=203.0.113.7",
+	} {
+		svc := &recordingService{}
+		w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/edge?from=nginx&d=host",
+			http.Header{"X-Original-Url": {"https://" + host + "/login"}, "X-Original-Method": {"GET"}})
+		got := w.Body.String()
+		if w.Code == http.StatusOK {
+			got = fmt.Sprint(descriptorsOf(onlyRequest(t, svc)))
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("Host %q: %d %q, want %q", host, w.Code, got, want)
+		}
+	}
+}
+
+// A web page the operator has open can send a GET to a forwarded
+// 127.0.0.1:9191, which the Host check lets through (no rebinding needed:
+// the page only spends, it reads nothing), but not with a header of its
+// choosing without a CORS preflight, which is an OPTIONS without it. So
+// the URL must name its proxy and every request carry the method header
+// that proxy always sends; a request without it is refused, nothing
+// spent, however little its descriptors read.
+func TestForwardAuthAnswersOnlyAProxysRequests(t *testing.T) {
+	page := http.Header{"Origin": {"https://attacker.example"}, "Sec-Fetch-Mode": {"no-cors"}, "Sec-Fetch-Site": {"cross-site"}}
+	preflight := http.Header{"Origin": {"https://attacker.example"}, "Access-Control-Request-Method": {"GET"},
+		"Access-Control-Request-Headers": {"x-forwarded-method"}}
+	for name, tc := range map[string]struct {
+		method, target string
+		header         http.Header
+		want           string
+	}{
+		"an <img> without from=":    {http.MethodGet, "/forward-auth/demo?d=user=value:alice", page, "no from="},
+		"an <img> with from=":       {http.MethodGet, "/forward-auth/demo?from=traefik&d=user=value:alice", page, "no X-Forwarded-Method header"},
+		"a fetch's preflight":       {http.MethodOptions, "/forward-auth/demo?from=caddy&d=user=value:alice", preflight, "no X-Forwarded-Method header"},
+		"nginx's header missing":    {http.MethodGet, "/forward-auth/demo?from=nginx&d=user=header:X-User", http.Header{"X-User": {"alice"}, "X-Forwarded-Method": {"GET"}}, "no X-Original-Method header"},
+		"a header the page can set": {http.MethodGet, "/forward-auth/demo?from=ingress-nginx&d=lang=header:Accept-Language", http.Header{"Accept-Language": {"fr"}}, "no X-Original-Method header"},
+	} {
+		svc := &recordingService{}
+		w := serveForwardAuth(t, svc, tc.method, tc.target, tc.header)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), tc.want) || len(svc.reqs) != 0 {
+			t.Errorf("%s: %d %q after %d decisions, want 400 with %q after none", name, w.Code, w.Body, len(svc.reqs), tc.want)
+		}
+		if got := w.Header().Get("Access-Control-Allow-Origin"); got != "" {
+			t.Errorf("%s: Access-Control-Allow-Origin %q, want none", name, got)
+		}
+	}
+	for from, header := range map[string]string{"nginx": "X-Original-Method", "ingress-nginx": "X-Original-Method", "traefik": "X-Forwarded-Method", "caddy": "X-Forwarded-Method"} {
+		svc := &recordingService{}
+		w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/demo?from="+from+"&d=user=value:alice", http.Header{header: {"GET"}})
+		if w.Code != http.StatusOK || len(svc.reqs) != 1 {
+			t.Errorf("from %s with %s: %d %q after %d decisions, want 200 after 1", from, header, w.Code, w.Body, len(svc.reqs))
+		}
+	}
+}
+
+// A header: entry's header given twice is refused: the limiter cannot know
+// which of the two the service reads (Go's first, Node's and Rack's both
+// joined, others the last), and counting the first would let a client
+// send a fresh one before its own on every request and never be limited.
+func TestForwardAuthRefusesAHeaderGivenTwice(t *testing.T) {
+	svc := &recordingService{}
+	w := serveForwardAuth(t, svc, http.MethodGet, "/forward-auth/api?from=traefik&d=header:X-Api-Key",
+		http.Header{"X-Api-Key": {"fresh-1", "k1"}, "X-Forwarded-Method": {"GET"}})
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "header X-Api-Key given 2 times") || len(svc.reqs) != 0 {
+		t.Errorf("X-Api-Key twice: %d %q after %d decisions, want 400 naming X-Api-Key given 2 times after none", w.Code, w.Body, len(svc.reqs))
+	}
+	if strings.Contains(w.Body.String(), "k1") {
+		t.Errorf("the answer %q echoes a header's value", w.Body)
 	}
 }
