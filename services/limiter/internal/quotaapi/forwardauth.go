@@ -27,8 +27,10 @@ import (
 )
 
 // ForwardAuthRoute is the forward-auth endpoint's route on the limiter's
-// HTTP listener: any method (nginx's auth_request asks with the client's,
-// the others with GET), the domain in the path, so that the metrics' and
+// HTTP listener: any method (the proxies ask with GET, the client's own
+// method in a header of theirs; a proxy_method or Traefik's
+// preserveRequestMethod may send another), the domain in the path, so
+// that the metrics' and
 // traces' route is this pattern and never a client's value.
 const ForwardAuthRoute = "/forward-auth/{domain}"
 
