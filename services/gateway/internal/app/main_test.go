@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"kurz.dev/pkg/testkit/servertest"
@@ -69,4 +70,25 @@ func startLimiterWith(t *testing.T, rules string) *servertest.Process {
 	return servertest.Run(t, stack.BinDir, servertest.Spec{Name: "limiter", Service: limiterService, Env: func(g, h string) []string {
 		return append(gatewaytest.LimiterEnv(g, h), "KURZ_LIMITER_RULES_SOURCE=file", "KURZ_LIMITER_RULES_FILE="+rules)
 	}})
+}
+
+// gatewayWithAPIRule starts a limiter on the roomy rules with rule (a
+// YAML flow mapping) added first to the api domain, and a gateway asking
+// it.
+func gatewayWithAPIRule(t *testing.T, rule string) *servertest.Running {
+	t.Helper()
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	roomy, err := os.ReadFile(stack.roomyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withRule := strings.Replace(string(roomy), "  api:\n    rules:\n", "  api:\n    rules:\n      - "+rule+"\n", 1)
+	if withRule == string(roomy) {
+		t.Fatal("the roomy rules file has no api domain to add a rule to")
+	}
+	if err := os.WriteFile(rules, []byte(withRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lim := startLimiterWith(t, rules)
+	return startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr})
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -225,21 +223,7 @@ func TestShlinkKeysHealthAndVisits(t *testing.T) {
 // by that rule, with a bad body as with a good one, while Shlink's list,
 // another route, passes.
 func TestShlinkCallsCountAsTheKurzRouteTheyMirror(t *testing.T) {
-	rules := filepath.Join(t.TempDir(), "rules.yaml")
-	roomy, err := os.ReadFile(stack.roomyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withRoute := strings.Replace(string(roomy), "  api:\n    rules:\n",
-		"  api:\n    rules:\n      - {name: creates, key: [api_key], match: {route: \"POST /v1/links\"}, algorithm: token_bucket, limit: 2, window: 1h, burst: 2, failure_mode: open}\n", 1)
-	if withRoute == string(roomy) {
-		t.Fatal("the roomy rules file has no api domain to add a rule to")
-	}
-	if err := os.WriteFile(rules, []byte(withRoute), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	lim := startLimiterWith(t, rules)
-	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr})
+	gw := gatewayWithAPIRule(t, `{name: creates, key: [api_key], match: {route: "POST /v1/links"}, algorithm: token_bucket, limit: 2, window: 1h, burst: 2, failure_mode: open}`)
 	ten := newTenant(t, gw, "free")
 	kurz := newClient(t, gw, ten.key)
 	c := shlinkCaller{kurz, ten.key}

@@ -9,8 +9,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -245,21 +243,7 @@ func TestYOURLSDoesNotEchoALongAction(t *testing.T) {
 // no kurz route (version): a rule on POST /yourls-api.php holds whichever
 // path a client calls, so alternating them doubles nothing.
 func TestYOURLSChargesBothPathsAsOneRoute(t *testing.T) {
-	rules := filepath.Join(t.TempDir(), "rules.yaml")
-	roomy, err := os.ReadFile(stack.roomyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withRoute := strings.Replace(string(roomy), "  api:\n    rules:\n",
-		"  api:\n    rules:\n      - {name: yourls, key: [api_key], match: {route: \"POST /yourls-api.php\"}, algorithm: token_bucket, limit: 2, window: 1h, burst: 2, failure_mode: open}\n", 1)
-	if withRoute == string(roomy) {
-		t.Fatal("the roomy rules file has no api domain to add a rule to")
-	}
-	if err := os.WriteFile(rules, []byte(withRoute), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	lim := startLimiterWith(t, rules)
-	gw := startGateway(t, map[string]string{"KURZ_LIMITER_GRPC_ADDR": lim.GRPCAddr})
+	gw := gatewayWithAPIRule(t, `{name: yourls, key: [api_key], match: {route: "POST /yourls-api.php"}, algorithm: token_bucket, limit: 2, window: 1h, burst: 2, failure_mode: open}`)
 	ten := newTenant(t, gw, "free")
 	c := newClient(t, gw, ten.key)
 	for i, path := range []string{"/yourls-api", "/yourls-api.php", "/yourls-api"} {
