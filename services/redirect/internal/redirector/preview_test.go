@@ -70,13 +70,23 @@ func TestPreviewTemplate(t *testing.T) {
 	}
 }
 
-// A protected link's page names no destination, whatever the data holds.
+// A protected or visit-limited link's page names no destination, whatever
+// the data holds.
 func TestPreviewTemplateProtected(t *testing.T) {
-	var b bytes.Buffer
-	if err := previewTemplate.Execute(&b, previewPage{Style: formStyle, Code: "abcd", Href: "/abcd", URL: "https://secret.example/", Protected: true}); err != nil {
-		t.Fatal(err)
-	}
-	if body := b.String(); strings.Contains(body, "secret.example") || !strings.Contains(body, "protected by a password") {
-		t.Errorf("the protected link's page:\n%s", body)
+	for _, tc := range []struct {
+		p    previewPage
+		want string
+	}{
+		{previewPage{Protected: true}, "protected by a password"},
+		{previewPage{Limited: true}, "limited number of visits"},
+	} {
+		var b bytes.Buffer
+		tc.p.Style, tc.p.Code, tc.p.Href, tc.p.URL = formStyle, "abcd", "/abcd", "https://secret.example/"
+		if err := previewTemplate.Execute(&b, tc.p); err != nil {
+			t.Fatal(err)
+		}
+		if body := b.String(); strings.Contains(body, "secret.example") || !strings.Contains(body, tc.want) {
+			t.Errorf("the page, want %q and no destination:\n%s", tc.want, body)
+		}
 	}
 }
