@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -15,6 +16,7 @@ import (
 
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/urlnorm"
 	"kurz.dev/services/redirect/internal/resolve"
 )
 
@@ -75,6 +77,40 @@ func previewOf(code string) (string, bool) {
 	return base, ok && linkcode.Plausible(base)
 }
 
+// shownURL is target as the page shows it: all ASCII, the host in
+// punycode and every other non-ASCII byte percent-encoded, as the
+// redirect's Location (asciiURL). The shortener stores URLs so, but the
+// page does not rely on an entry having been written by it: shown as text,
+// a Unicode host can be a homograph of another ("\u0430pple.com" with a
+// Cyrillic "\u0430"), and a bidi control (U+202E) reorders what follows
+// it. A target of ASCII, nearly every one, is returned as it is.
+func shownURL(target string) string {
+	if !strings.ContainsFunc(target, func(r rune) bool { return r >= utf8.RuneSelf }) {
+		return target
+	}
+	// The authority as pointsBack reads it: after the scheme, up to the
+	// path, past any user info.
+	if scheme, rest, ok := strings.Cut(target, "://"); ok {
+		end := len(rest)
+		if i := strings.IndexAny(rest, "/?#\\"); i >= 0 {
+			end = i
+		}
+		start := strings.LastIndexByte(rest[:end], '@') + 1
+		if h, port := splitHostPort(rest[start:end]); h != "" {
+			if host, err := urlnorm.Host(h); err == nil {
+				if strings.Contains(host, ":") {
+					host = "[" + host + "]"
+				}
+				if port != "" {
+					host += ":" + port
+				}
+				target = scheme + "://" + rest[:start] + host + rest[end:]
+			}
+		}
+	}
+	return asciiURL(target)
+}
+
 // servePreview answers GET and HEAD /{code}+ (see above) and counts the
 // answer in kurz.redirect.previews, not in the redirect's requests.
 func (h *Handler) servePreview(w http.ResponseWriter, r *http.Request, code string, start time.Time) {
@@ -117,7 +153,7 @@ func (h *Handler) preview(w http.ResponseWriter, r *http.Request, lk link, c cli
 		if pointsBack(r.Host, d.url) {
 			return loopPage(w)
 		}
-		p.URL, p.Varies = d.url, e.Rules != nil || e.Targets != nil
+		p.URL, p.Varies = shownURL(d.url), e.Rules != nil || e.Targets != nil
 	}
 	var body bytes.Buffer
 	if err := previewTemplate.Execute(&body, p); err != nil {

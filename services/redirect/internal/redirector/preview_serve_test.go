@@ -228,3 +228,24 @@ func TestPreviewRevealsNoMoreThanTheRedirect(t *testing.T) {
 		t.Errorf("GET /ruled02?debug: Location %q", w.Header().Get("Location"))
 	}
 }
+
+// TestPreviewShowsAnASCIIDestination: the shortener stores hosts in
+// punycode and percent-encodes every other non-ASCII byte, but a preview
+// must not trust that of an entry (one written before, or by another
+// path): a Unicode host shown as text is a homograph ("аpple.com" with a
+// Cyrillic "а"), and a bidi override reorders the text around it. The page
+// shows the host in punycode and escapes the rest.
+func TestPreviewShowsAnASCIIDestination(t *testing.T) {
+	mux := serveEntries(t, benchConfig(), &keptClicks{}, map[string]linkcache.Entry{
+		"unicode": {State: linkcache.Active, URL: "https://\u0430pple.com/\u202egpj.exe?q=\u00e4#\u2028x", Tenant: "t"},
+	})
+	req := httptest.NewRequest(http.MethodGet, "/unicode+", nil)
+	req.Host = shortHost
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, req)
+	body := w.Body.String()
+	const want = "<code>https://xn--pple-43d.com/%E2%80%AEgpj.exe?q=%C3%A4#%E2%80%A8x</code>"
+	if w.Code != http.StatusOK || !strings.Contains(body, want) || strings.ContainsFunc(body, func(r rune) bool { return r > 0x7f }) {
+		t.Errorf("GET /unicode+: %d, want %q and nothing but ASCII:\n%s", w.Code, want, body)
+	}
+}

@@ -90,3 +90,21 @@ func TestPreviewTemplateProtected(t *testing.T) {
 		}
 	}
 }
+
+// TestShownURL: the page's destination is all ASCII, its host in punycode
+// wherever it sits in the authority, and an ASCII one is left alone.
+func TestShownURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"https://example.com/a?b=c#d", "https://example.com/a?b=c#d"},
+		{"https://\u0430pple.com", "https://xn--pple-43d.com"},
+		{"https://\u0430pple.com:8443/\u202e?q=\u00e4", "https://xn--pple-43d.com:8443/%E2%80%AE?q=%C3%A4"},
+		{"https://x@\u0430pple.com./p", "https://x@xn--pple-43d.com/p"},
+		{"https://example.com/\u00e4#\u00e4", "https://example.com/%C3%A4#%C3%A4"},
+		{"https://\u0430pple.com?q", "https://xn--pple-43d.com?q"},
+		{"https://a\u200b\ufffd.com/", "https://a%E2%80%8B%EF%BF%BD.com/"}, // no host punycode takes: escaped
+	} {
+		if got := shownURL(tc.in); got != tc.want {
+			t.Errorf("shownURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
