@@ -48,15 +48,7 @@ func TestPreviewAnswersAsTheRedirectWithoutAClick(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	serve := func(method, path string) *httptest.ResponseRecorder {
-		t.Helper()
-		req := httptest.NewRequest(method, path, nil)
-		req.Host = shortHost
-		req.Header.Set("User-Agent", windows)
-		w := httptest.NewRecorder()
-		mux.ServeHTTP(w, req)
-		return w
-	}
+	serve := func(method, path string) *httptest.ResponseRecorder { return serveDesktop(mux, method, path) }
 
 	for _, tc := range []struct{ code, want, not string }{
 		{"plain01", "<code>https://example.com/plain</code>", "another destination"},
@@ -202,15 +194,8 @@ func TestPreviewRevealsNoMoreThanTheRedirect(t *testing.T) {
 		"abtest1": {State: linkcache.Active, URL: "https://example.com/never-served", Tenant: "t", Rules: variants},
 		"ruled02": {State: linkcache.Active, URL: "https://example.com/default", Tenant: "t", Rules: ruled(t)},
 	})
-	serve := func(method, path, ua string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(method, path, nil)
-		req.Host = shortHost
-		req.Header.Set("User-Agent", ua)
-		w := httptest.NewRecorder()
-		mux.ServeHTTP(w, req)
-		return w
-	}
-	if w := serve(http.MethodHead, "/onetime", windows); w.Header().Get("Location") != "" {
+	serve := func(method, path string) *httptest.ResponseRecorder { return serveDesktop(mux, method, path) }
+	if w := serve(http.MethodHead, "/onetime"); w.Header().Get("Location") != "" {
 		t.Fatalf("HEAD /onetime names its destination: %v", w.Header())
 	}
 	for _, tc := range []struct{ path, want, not string }{
@@ -218,13 +203,13 @@ func TestPreviewRevealsNoMoreThanTheRedirect(t *testing.T) {
 		{"/abtest1+", "<code>https://example.com/variant-a</code>", "never-served"},
 		{"/ruled02+?debug", "<code>https://example.com/debug</code>", "example.com/default"},
 	} {
-		w := serve(http.MethodGet, tc.path, windows)
+		w := serve(http.MethodGet, tc.path)
 		if body := w.Body.String(); w.Code != http.StatusOK || !strings.Contains(body, tc.want) || strings.Contains(body, tc.not) {
 			t.Errorf("GET %s: %d, want %q and not %q:\n%s", tc.path, w.Code, tc.want, tc.not, body)
 		}
 	}
 	// The redirect agrees: what the preview named is where it sends.
-	if w := serve(http.MethodGet, "/ruled02?debug", windows); w.Header().Get("Location") != "https://example.com/debug" {
+	if w := serve(http.MethodGet, "/ruled02?debug"); w.Header().Get("Location") != "https://example.com/debug" {
 		t.Errorf("GET /ruled02?debug: Location %q", w.Header().Get("Location"))
 	}
 }
@@ -239,13 +224,21 @@ func TestPreviewShowsAnASCIIDestination(t *testing.T) {
 	mux := serveEntries(t, benchConfig(), &keptClicks{}, map[string]linkcache.Entry{
 		"unicode": {State: linkcache.Active, URL: "https://\u0430pple.com/\u202egpj.exe?q=\u00e4#\u2028x", Tenant: "t"},
 	})
-	req := httptest.NewRequest(http.MethodGet, "/unicode+", nil)
-	req.Host = shortHost
-	w := httptest.NewRecorder()
-	mux.ServeHTTP(w, req)
+	w := serveDesktop(mux, http.MethodGet, "/unicode+")
 	body := w.Body.String()
 	const want = "<code>https://xn--pple-43d.com/%E2%80%AEgpj.exe?q=%C3%A4#%E2%80%A8x</code>"
 	if w.Code != http.StatusOK || !strings.Contains(body, want) || strings.ContainsFunc(body, func(r rune) bool { return r > 0x7f }) {
 		t.Errorf("GET /unicode+: %d, want %q and nothing but ASCII:\n%s", w.Code, want, body)
 	}
+}
+
+// serveDesktop is mux's answer to a desktop browser's request of path on
+// the short host.
+func serveDesktop(mux *http.ServeMux, method, path string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, nil)
+	req.Host = shortHost
+	req.Header.Set("User-Agent", windows)
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, req)
+	return w
 }
