@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -15,6 +16,7 @@ import (
 
 	"kurz.dev/pkg/linkcache"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/urlnorm"
 	"kurz.dev/services/redirect/internal/resolve"
 )
 
@@ -29,12 +31,16 @@ import (
 // limiter) and answers as the redirect does for every link that does not
 // redirect (404, 410 for a disabled, expired, exhausted or suspended one,
 // 508 for a loop), so it reveals nothing the redirect would not. It never
-// records a click nor spends a visit (it only reads a visit-limited link's
-// counter, as a HEAD does). A protected link's page says it is protected,
-// never where it leads; a link with rules, variants or device targets names
-// its default destination and says visitors may be sent elsewhere: the
-// rules' URLs are its owner's targeting (an office network's intranet page,
-// a country's offer, a test's variants) meant for their audience only.
+// records a click nor spends a visit, and so names no destination that
+// only a counted visit reveals: a protected link's page says it asks a
+// password, a visit-limited link's that it is limited (the redirect's HEAD
+// and preview fetchers get no Location for either). Any other link's page
+// names the destination the redirect would send this very request to (its
+// rule, device target, variant or URL, chosen as the redirect chooses), and
+// for a link with rules, variants or device targets says that others may
+// be sent elsewhere: never a rule's URL meant for another audience (an
+// office network's intranet page, a country's offer), nor a URL that its
+// variants keep every visitor from.
 //
 // The page's one link is the short link itself, not the destination: the
 // visit that follows is counted, and meets the password, the visit limit
@@ -54,6 +60,7 @@ type previewPage struct {
 	Href      string
 	URL       string
 	Protected bool
+	Limited   bool
 	Varies    bool
 }
 
@@ -70,19 +77,53 @@ func previewOf(code string) (string, bool) {
 	return base, ok && linkcode.Plausible(base)
 }
 
+// shownURL is target as the page shows it: all ASCII, the host in
+// punycode and every other non-ASCII byte percent-encoded, as the
+// redirect's Location (asciiURL). The shortener stores URLs so, but the
+// page does not rely on an entry having been written by it: shown as text,
+// a Unicode host can be a homograph of another ("\u0430pple.com" with a
+// Cyrillic "\u0430"), and a bidi control (U+202E) reorders what follows
+// it. A target of ASCII, nearly every one, is returned as it is.
+func shownURL(target string) string {
+	if !strings.ContainsFunc(target, func(r rune) bool { return r >= utf8.RuneSelf }) {
+		return target
+	}
+	// The authority as pointsBack reads it: after the scheme, up to the
+	// path, past any user info.
+	if scheme, rest, ok := strings.Cut(target, "://"); ok {
+		end := len(rest)
+		if i := strings.IndexAny(rest, "/?#\\"); i >= 0 {
+			end = i
+		}
+		start := strings.LastIndexByte(rest[:end], '@') + 1
+		if h, port := splitHostPort(rest[start:end]); h != "" {
+			if host, err := urlnorm.Host(h); err == nil {
+				if strings.Contains(host, ":") {
+					host = "[" + host + "]"
+				}
+				if port != "" {
+					host += ":" + port
+				}
+				target = scheme + "://" + rest[:start] + host + rest[end:]
+			}
+		}
+	}
+	return asciiURL(target)
+}
+
 // servePreview answers GET and HEAD /{code}+ (see above) and counts the
 // answer in kurz.redirect.previews, not in the redirect's requests.
 func (h *Handler) servePreview(w http.ResponseWriter, r *http.Request, code string, start time.Time) {
-	lk, _, e, _, status := h.lookup(w, r, code)
+	lk, c, e, _, status := h.lookup(w, r, code)
 	if status == 0 {
-		status = h.preview(w, r, lk, e, start)
+		status = h.preview(w, r, lk, c, e, start)
 	}
 	h.previews.Add(r.Context(), 1, metric.WithAttributes(attribute.Int("status", status)))
 }
 
-// preview answers the preview of lk, whose entry is e, and returns the
-// status.
-func (h *Handler) preview(w http.ResponseWriter, r *http.Request, lk link, e linkcache.Entry, start time.Time) int {
+// preview answers the preview of lk, whose entry is e, asked by c, and
+// returns the status.
+func (h *Handler) preview(w http.ResponseWriter, r *http.Request, lk link, c client, e linkcache.Entry, start time.Time) int {
 	if status, done := h.inactive(w, e, start); done {
 		return status
 	}
@@ -104,11 +145,15 @@ func (h *Handler) preview(w http.ResponseWriter, r *http.Request, lk link, e lin
 		}
 	}
 	p := previewPage{Style: formStyle, Code: lk.code, Href: "/" + lk.code, Protected: e.PasswordHash != ""}
-	if !p.Protected {
-		if pointsBack(r.Host, e.URL) {
+	p.Limited = !p.Protected && e.MaxVisits > 0
+	if !p.Protected && !p.Limited {
+		// The redirect's own choice for this request, loop check included:
+		// what it shows is what following the link would do.
+		d := h.destination(r, r.UserAgent(), lk.key, c, e, start)
+		if pointsBack(r.Host, d.url) {
 			return loopPage(w)
 		}
-		p.URL, p.Varies = e.URL, e.Rules != nil || e.Targets != nil
+		p.URL, p.Varies = shownURL(d.url), e.Rules != nil || e.Targets != nil
 	}
 	var body bytes.Buffer
 	if err := previewTemplate.Execute(&body, p); err != nil {
@@ -120,7 +165,7 @@ func (h *Handler) preview(w http.ResponseWriter, r *http.Request, lk link, e lin
 	// As the redirect's answers: kept by no shared cache, so a disabled or
 	// edited link's preview changes at once; not at all for the links
 	// whose redirect is not kept either.
-	if p.Protected || e.MaxVisits > 0 {
+	if p.Protected || p.Limited {
 		hdr["Cache-Control"] = ccNoStore
 	} else {
 		hdr["Cache-Control"] = ccPrivate

@@ -14,14 +14,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/linkrules"
 )
 
 // TestPreviewAnswersAsTheRedirectWithoutAClick previews every kind of link
 // over the handler's private Redis: an active link's page names its
 // destination (escaped) and links to the short link; every link the
 // redirect does not follow answers exactly as the redirect does; a
-// protected link's page hides the destination; a ruled one names its
-// default and says it varies. No preview records a click or spends a visit.
+// protected or visit-limited link's page hides the destination; a ruled one
+// names the redirect's choice for the request and says it varies. No
+// preview records a click or spends a visit.
 func TestPreviewAnswersAsTheRedirectWithoutAClick(t *testing.T) {
 	clicks := &keptClicks{}
 	past := time.Now().Add(-time.Hour).UnixMilli()
@@ -46,22 +48,14 @@ func TestPreviewAnswersAsTheRedirectWithoutAClick(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	serve := func(method, path string) *httptest.ResponseRecorder {
-		t.Helper()
-		req := httptest.NewRequest(method, path, nil)
-		req.Host = shortHost
-		req.Header.Set("User-Agent", windows)
-		w := httptest.NewRecorder()
-		mux.ServeHTTP(w, req)
-		return w
-	}
+	serve := func(method, path string) *httptest.ResponseRecorder { return serveDesktop(mux, method, path) }
 
 	for _, tc := range []struct{ code, want, not string }{
 		{"plain01", "<code>https://example.com/plain</code>", "another destination"},
 		{"hostile", "<code>https://example.com/&#34;&gt;&lt;script&gt;", "<script"},
 		{"secret1", "protected by a password", "example.com/secret"},
-		{"ruled01", "<code>https://example.com/default</code>", "ios-only"},
-		{"limited", "<code>https://example.com/limited</code>", "another destination"},
+		{"ruled01", "<code>https://example.com/", "example.com/default"}, // a variant: they take every visit no rule takes
+		{"limited", "limited number of visits", "example.com/limited"},
 	} {
 		for _, method := range []string{http.MethodGet, http.MethodHead} {
 			w := serve(method, "/"+tc.code+"+")
@@ -180,4 +174,71 @@ func TestPreviewOnCustomDomains(t *testing.T) {
 			t.Errorf("GET %s%s: %d, want %d:\n%s", tc.host, tc.path, w.Code, tc.want, w.Body)
 		}
 	}
+}
+
+// TestPreviewRevealsNoMoreThanTheRedirect: a preview names the destination
+// the redirect would send the same request to, and none the redirect keeps
+// from it. A visit-limited link's destination is shown only by a visit that
+// spends one (a HEAD or a preview fetcher's GET gets no Location either),
+// so a one-time link previewed any number of times is still unread; a link
+// whose variants take every visit no rule takes never sends anyone to its
+// URL, so the preview must not name it; a rule the request matches is the
+// destination the redirect would give it.
+func TestPreviewRevealsNoMoreThanTheRedirect(t *testing.T) {
+	variants := &linkrules.Set{Variants: []linkrules.Variant{{Name: "a", URL: "https://example.com/variant-a", Weight: 1}}}
+	if err := variants.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	mux := serveEntries(t, benchConfig(), &keptClicks{}, map[string]linkcache.Entry{
+		"onetime": {State: linkcache.Active, URL: "https://example.com/one-time-secret", Tenant: "t", MaxVisits: 1},
+		"abtest1": {State: linkcache.Active, URL: "https://example.com/never-served", Tenant: "t", Rules: variants},
+		"ruled02": {State: linkcache.Active, URL: "https://example.com/default", Tenant: "t", Rules: ruled(t)},
+	})
+	serve := func(method, path string) *httptest.ResponseRecorder { return serveDesktop(mux, method, path) }
+	if w := serve(http.MethodHead, "/onetime"); w.Header().Get("Location") != "" {
+		t.Fatalf("HEAD /onetime names its destination: %v", w.Header())
+	}
+	for _, tc := range []struct{ path, want, not string }{
+		{"/onetime+", "limited number of visits", "one-time-secret"},
+		{"/abtest1+", "<code>https://example.com/variant-a</code>", "never-served"},
+		{"/ruled02+?debug", "<code>https://example.com/debug</code>", "example.com/default"},
+	} {
+		w := serve(http.MethodGet, tc.path)
+		if body := w.Body.String(); w.Code != http.StatusOK || !strings.Contains(body, tc.want) || strings.Contains(body, tc.not) {
+			t.Errorf("GET %s: %d, want %q and not %q:\n%s", tc.path, w.Code, tc.want, tc.not, body)
+		}
+	}
+	// The redirect agrees: what the preview named is where it sends.
+	if w := serve(http.MethodGet, "/ruled02?debug"); w.Header().Get("Location") != "https://example.com/debug" {
+		t.Errorf("GET /ruled02?debug: Location %q", w.Header().Get("Location"))
+	}
+}
+
+// TestPreviewShowsAnASCIIDestination: the shortener stores hosts in
+// punycode and percent-encodes every other non-ASCII byte, but a preview
+// must not trust that of an entry (one written before, or by another
+// path): a Unicode host shown as text is a homograph ("аpple.com" with a
+// Cyrillic "а"), and a bidi override reorders the text around it. The page
+// shows the host in punycode and escapes the rest.
+func TestPreviewShowsAnASCIIDestination(t *testing.T) {
+	mux := serveEntries(t, benchConfig(), &keptClicks{}, map[string]linkcache.Entry{
+		"unicode": {State: linkcache.Active, URL: "https://\u0430pple.com/\u202egpj.exe?q=\u00e4#\u2028x", Tenant: "t"},
+	})
+	w := serveDesktop(mux, http.MethodGet, "/unicode+")
+	body := w.Body.String()
+	const want = "<code>https://xn--pple-43d.com/%E2%80%AEgpj.exe?q=%C3%A4#%E2%80%A8x</code>"
+	if w.Code != http.StatusOK || !strings.Contains(body, want) || strings.ContainsFunc(body, func(r rune) bool { return r > 0x7f }) {
+		t.Errorf("GET /unicode+: %d, want %q and nothing but ASCII:\n%s", w.Code, want, body)
+	}
+}
+
+// serveDesktop is mux's answer to a desktop browser's request of path on
+// the short host.
+func serveDesktop(mux *http.ServeMux, method, path string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, nil)
+	req.Host = shortHost
+	req.Header.Set("User-Agent", windows)
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, req)
+	return w
 }

@@ -70,13 +70,41 @@ func TestPreviewTemplate(t *testing.T) {
 	}
 }
 
-// A protected link's page names no destination, whatever the data holds.
+// A protected or visit-limited link's page names no destination, whatever
+// the data holds.
 func TestPreviewTemplateProtected(t *testing.T) {
-	var b bytes.Buffer
-	if err := previewTemplate.Execute(&b, previewPage{Style: formStyle, Code: "abcd", Href: "/abcd", URL: "https://secret.example/", Protected: true}); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		p    previewPage
+		want string
+	}{
+		{previewPage{Protected: true}, "protected by a password"},
+		{previewPage{Limited: true}, "limited number of visits"},
+	} {
+		var b bytes.Buffer
+		tc.p.Style, tc.p.Code, tc.p.Href, tc.p.URL = formStyle, "abcd", "/abcd", "https://secret.example/"
+		if err := previewTemplate.Execute(&b, tc.p); err != nil {
+			t.Fatal(err)
+		}
+		if body := b.String(); strings.Contains(body, "secret.example") || !strings.Contains(body, tc.want) {
+			t.Errorf("the page, want %q and no destination:\n%s", tc.want, body)
+		}
 	}
-	if body := b.String(); strings.Contains(body, "secret.example") || !strings.Contains(body, "protected by a password") {
-		t.Errorf("the protected link's page:\n%s", body)
+}
+
+// TestShownURL: the page's destination is all ASCII, its host in punycode
+// wherever it sits in the authority, and an ASCII one is left alone.
+func TestShownURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"https://example.com/a?b=c#d", "https://example.com/a?b=c#d"},
+		{"https://\u0430pple.com", "https://xn--pple-43d.com"},
+		{"https://\u0430pple.com:8443/\u202e?q=\u00e4", "https://xn--pple-43d.com:8443/%E2%80%AE?q=%C3%A4"},
+		{"https://x@\u0430pple.com./p", "https://x@xn--pple-43d.com/p"},
+		{"https://example.com/\u00e4#\u00e4", "https://example.com/%C3%A4#%C3%A4"},
+		{"https://\u0430pple.com?q", "https://xn--pple-43d.com?q"},
+		{"https://a\u200b\ufffd.com/", "https://a%E2%80%8B%EF%BF%BD.com/"}, // no host punycode takes: escaped
+	} {
+		if got := shownURL(tc.in); got != tc.want {
+			t.Errorf("shownURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
