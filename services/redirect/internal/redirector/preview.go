@@ -144,7 +144,10 @@ func (h *Handler) preview(w http.ResponseWriter, r *http.Request, lk link, c cli
 			return h.unavailable(w)
 		}
 	}
-	p := previewPage{Style: formStyle, Code: lk.code, Href: "/" + lk.code, Protected: e.PasswordHash != ""}
+	// The link carries the request's query, as the password form's action
+	// does: the destination shown is chosen for it (a rule on a query
+	// parameter), and following the link must meet the same choice.
+	p := previewPage{Style: formStyle, Code: lk.code, Href: formAction(lk.code, r.URL.RawQuery), Protected: e.PasswordHash != ""}
 	p.Limited = !p.Protected && e.MaxVisits > 0
 	if !p.Protected && !p.Limited {
 		// The redirect's own choice for this request, loop check included:

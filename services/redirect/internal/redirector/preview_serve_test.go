@@ -208,7 +208,11 @@ func TestPreviewRevealsNoMoreThanTheRedirect(t *testing.T) {
 			t.Errorf("GET %s: %d, want %q and not %q:\n%s", tc.path, w.Code, tc.want, tc.not, body)
 		}
 	}
-	// The redirect agrees: what the preview named is where it sends.
+	// The redirect agrees: what the preview named is where its link, which
+	// keeps the query the choice was made for, sends.
+	if body := serve(http.MethodGet, "/ruled02+?debug").Body.String(); !strings.Contains(body, `href="/ruled02?debug"`) {
+		t.Errorf("GET /ruled02+?debug links elsewhere than /ruled02?debug:\n%s", body)
+	}
 	if w := serve(http.MethodGet, "/ruled02?debug"); w.Header().Get("Location") != "https://example.com/debug" {
 		t.Errorf("GET /ruled02?debug: Location %q", w.Header().Get("Location"))
 	}

@@ -165,7 +165,8 @@ type formPage struct {
 // more than their first 16 KiB.
 const maxFormQuery = 2 << 10
 
-// formAction is the action of code's form: "/code", with the whole
+// formAction is the action of code's form (and the link of its preview):
+// "/code", with the whole
 // parameters of the first maxFormQuery bytes of rawQuery. The template
 // escapes it as the URL attribute it is (percent-encoding what a URL may
 // not hold, then HTML-escaping), and it stays on this path: a query
