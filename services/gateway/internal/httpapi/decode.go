@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"kurz.dev/pkg/textcut"
 )
 
 // readBody reads the request body up to Options.MaxBodyBytes: larger is a
@@ -69,8 +71,17 @@ func decodeProto(b []byte, m proto.Message) error {
 // column, and the field or token.
 func protojsonProblem(err error) string {
 	msg := strings.TrimPrefix(err.Error(), "proto:")
-	return strings.TrimLeft(msg, " \u00a0")
+	return textcut.Echo(strings.TrimLeft(msg, " \u00a0"), echoProblemBytes)
 }
+
+// Bounds on what a refusal of a JSON body repeats of it: protojson names
+// an unknown field or a bad token whole, and a key may be as long as the
+// body (64 KiB). A real field name, or the start of a token, is far
+// shorter.
+const (
+	echoProblemBytes = 256
+	echoKeyBytes     = 64
+)
 
 // decodeJSON reads a JSON object body into v (a struct with json tags),
 // refusing unknown fields and trailing data.
@@ -115,9 +126,9 @@ func keyProblem(b []byte, v any) string {
 	eachKey(b, func(key string, dec *json.Decoder) bool {
 		switch {
 		case seen[key]:
-			problem = fmt.Sprintf("field %q appears twice", key)
+			problem = fmt.Sprintf("field %q appears twice", textcut.Echo(key, echoKeyBytes))
 		case !names[key]:
-			problem = fmt.Sprintf("unknown field %q", key)
+			problem = fmt.Sprintf("unknown field %q", textcut.Echo(key, echoKeyBytes))
 		default:
 			seen[key] = true
 			return skipValue(dec)
