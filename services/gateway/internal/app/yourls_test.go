@@ -160,8 +160,9 @@ func TestYOURLSExpandAndStatsSeeOnlyTheTenantsLinks(t *testing.T) {
 // The API takes its parameters in a POST body only: a GET is 405 and a
 // signature in the query string 400, each saying to POST it, and the key
 // appears in no log line. A wrong signature is 401 in YOURLS's shape (and
-// counts as a failed authentication), no signature 401 too, and a body
-// over 16 KiB 413; xml is refused by name.
+// counts as a failed authentication), no signature 401 too, a
+// Content-Type that cannot be read 400, and a body over 16 KiB 413; xml is
+// refused by name.
 func TestYOURLSRefusesKeysInURLsBadSignaturesAndLargeBodies(t *testing.T) {
 	log, logs := captureLogs(t)
 	gw := startGatewayLogging(t, log, nil)
@@ -192,6 +193,15 @@ func TestYOURLSRefusesKeysInURLsBadSignaturesAndLargeBodies(t *testing.T) {
 	r = yourlsPost(c, "/yourls-api.php", url.Values{"action": {"version"}, "format": {"xml"}, "signature": {ten.key}})
 	if r.code != http.StatusBadRequest || !strings.Contains(r.json(t)["message"].(string), `"xml" is not served`) {
 		t.Errorf("format xml: %s; want 400 naming it", r)
+	}
+	// A Content-Type that cannot be read, or is not a form's, is not taken
+	// for a form: the body could be anything its sender meant by it.
+	form := url.Values{"action": {"version"}, "signature": {ten.key}}.Encode()
+	for _, ct := range []string{";", "text/plain"} {
+		r = c.do("POST", "/yourls-api.php", form, "Content-Type", "", "Content-Type", ct)
+		if m := r.json(t); r.code != http.StatusBadRequest || m["status"] != "fail" || !strings.Contains(m["message"].(string), "Content-Type") {
+			t.Errorf("Content-Type %q: %s; want 400 naming it", ct, r)
+		}
 	}
 	r = yourlsPost(c, "/yourls-api.php", url.Values{"action": {"shorturl"}, "signature": {ten.key}, "title": {strings.Repeat("t", 16<<10)}})
 	if r.code != http.StatusRequestEntityTooLarge || r.json(t)["status"] != "fail" {

@@ -18,6 +18,7 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/buildinfo"
 	"kurz.dev/pkg/linkcode"
+	"kurz.dev/pkg/textcut"
 )
 
 // The YOURLS-compatible API (POST /yourls-api.php, and /yourls-api): the
@@ -149,7 +150,12 @@ func (a *API) yourlsForm(c *call) (url.Values, error) {
 		return nil, err
 	}
 	var p url.Values
-	mt, params, _ := mime.ParseMediaType(c.r.Header.Get("Content-Type"))
+	ct := c.r.Header.Get("Content-Type")
+	mt, params, _ := mime.ParseMediaType(ct)
+	if ct != "" && mt == "" {
+		// Not taken for a form: its sender meant something by it.
+		return nil, badRequest("the Content-Type cannot be read: send the parameters as application/x-www-form-urlencoded (or multipart/form-data)")
+	}
 	switch mt {
 	case "", "application/x-www-form-urlencoded":
 		if p, err = url.ParseQuery(string(bytes.TrimSpace(b))); err != nil {
@@ -166,7 +172,7 @@ func (a *API) yourlsForm(c *call) (url.Values, error) {
 		}
 		p = form.Value
 	default:
-		return nil, badRequest("send the parameters as application/x-www-form-urlencoded (or multipart/form-data)")
+		return nil, badRequest(fmt.Sprintf("Content-Type %q: send the parameters as application/x-www-form-urlencoded (or multipart/form-data)", textcut.Echo(mt, yourlsEchoBytes)))
 	}
 	for _, name := range yourlsParams {
 		switch {
