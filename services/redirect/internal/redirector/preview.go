@@ -52,7 +52,8 @@ var previewHTML string
 var previewTemplate = template.Must(template.New("preview").Parse(previewHTML))
 
 // previewPage is the template's data: the code (plausible, and escaped
-// anyway), the short link's path and the stored destination, escaped by
+// anyway), the short link's path with the request's query (formAction:
+// bounded, and never off the code's path) and the destination, escaped by
 // the template. Nothing else from the request reaches the page.
 type previewPage struct {
 	Style     template.CSS
