@@ -121,13 +121,21 @@ func keyProblem(b []byte, v any) string {
 			names[name] = true
 		}
 	}
+	return objectKeyProblem(b, func(key string) bool { return names[key] })
+}
+
+// objectKeyProblem names the first key of the JSON object b that appears
+// twice, or that known (nil: any key) does not take; "" when there is
+// none, or when b is not an object. Either way the key is echoed bounded:
+// it may be as long as the body.
+func objectKeyProblem(b []byte, known func(key string) bool) string {
 	var problem string
 	seen := map[string]bool{}
 	eachKey(b, func(key string, dec *json.Decoder) bool {
 		switch {
 		case seen[key]:
 			problem = fmt.Sprintf("field %q appears twice", textcut.Echo(key, echoKeyBytes))
-		case !names[key]:
+		case known != nil && !known(key):
 			problem = fmt.Sprintf("unknown field %q", textcut.Echo(key, echoKeyBytes))
 		default:
 			seen[key] = true
