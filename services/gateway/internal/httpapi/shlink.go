@@ -255,9 +255,10 @@ func shlinkCORS(h http.Header) {
 // request fields the Shlink API takes, for an hour. It asks for no key
 // (browsers send none on a preflight) and charges nothing: it does no
 // work, and the request it clears is checked and charged as any other.
+// The middleware has set shlinkCORS's fields already, on every answer
+// under /rest/.
 func shlinkPreflight(w http.ResponseWriter) {
 	h := w.Header()
-	shlinkCORS(h)
 	h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE")
 	h.Set("Access-Control-Allow-Headers", shlinkKeyHeader+", Content-Type, X-Request-ID")
 	h.Set("Access-Control-Max-Age", "3600")
