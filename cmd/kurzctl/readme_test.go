@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/testkit/mdblock"
 	"kurz.dev/services/gateway/gatewaytest"
 )
 
@@ -100,27 +101,19 @@ type cliExample struct {
 // blocks under cliSection.
 func readmeCLIExamples(t *testing.T) []cliExample {
 	t.Helper()
-	raw, err := os.ReadFile(cliDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []cliExample
-	in, block := false, false
-	for i, l := range strings.Split(string(raw), "\n") {
-		switch {
-		case strings.HasPrefix(l, "## "):
-			in = l == cliSection
-		case !in:
-		case l == "```console":
-			block = true
-		case block && l == "```":
-			block = false
-		case block && strings.HasPrefix(l, "$ "):
-			out = append(out, cliExample{command: strings.TrimPrefix(l, "$ "), line: i + 1})
-		case block && len(out) > 0:
-			out[len(out)-1].want += l + "\n"
-		case block:
-			t.Fatalf("docs/cli.md line %d: output before any command", i+1)
+	for _, b := range mdblock.In(mdblock.Read(t, cliDoc), cliSection, "console") {
+		line := b.Line // the opening fence's
+		for l := range strings.Lines(b.Code) {
+			l, line = strings.TrimSuffix(l, "\n"), line+1
+			switch {
+			case strings.HasPrefix(l, "$ "):
+				out = append(out, cliExample{command: strings.TrimPrefix(l, "$ "), line: line})
+			case len(out) > 0:
+				out[len(out)-1].want += l + "\n"
+			default:
+				t.Fatalf("docs/cli.md line %d: output before any command", line)
+			}
 		}
 	}
 	if len(out) < 5 {

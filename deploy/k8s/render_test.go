@@ -40,6 +40,7 @@ import (
 
 	"kurz.dev/pkg/linkimport"
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/testkit/mdblock"
 )
 
 // overlays are the kustomizations users apply; monitoring is the optional
@@ -679,14 +680,10 @@ func TestProdImagesAndSpansLeaveNothingToStrangers(t *testing.T) {
 // largest bodies the gateway takes (an import's 10,000 rows of 2 KiB):
 // ingress-nginx's default of 1m answers batches and imports 413 itself.
 func TestReadmeIngressPassesTheGatewaysLargestBodies(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var example []byte
-	for _, block := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(readme, -1) {
-		if bytes.Contains(block[1], []byte("kind: Ingress\n")) {
-			example = block[1]
+	for _, b := range mdblock.In(mdblock.Read(t, "README.md"), "", "yaml") {
+		if strings.Contains(b.Code, "kind: Ingress\n") {
+			example = []byte(b.Code)
 		}
 	}
 	if example == nil {

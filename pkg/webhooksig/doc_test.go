@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"kurz.dev/pkg/testkit/mdblock"
 	"kurz.dev/pkg/testkit/servertest"
 )
 
@@ -24,24 +24,11 @@ const docPath = "../../docs/webhooks.md"
 // "Verifying the signature" section.
 func docBlock(t *testing.T, lang string) string {
 	t.Helper()
-	b, err := os.ReadFile(docPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(b)
-	start := strings.Index(doc, "## Verifying the signature")
-	if start < 0 {
-		t.Fatal("docs/webhooks.md has no \"## Verifying the signature\" section")
-	}
-	section := doc[start:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
-	blocks := regexp.MustCompile("(?s)```"+lang+"\n(.*?)```").FindAllStringSubmatch(section, -1)
+	blocks := mdblock.In(mdblock.Read(t, docPath), "## Verifying the signature", lang)
 	if len(blocks) != 1 {
-		t.Fatalf("the section has %d ```%s blocks, want 1", len(blocks), lang)
+		t.Fatalf("docs/webhooks.md's \"## Verifying the signature\" section has %d ```%s blocks, want 1", len(blocks), lang)
 	}
-	return blocks[0][1]
+	return blocks[0].Code
 }
 
 // TestDocsShellRecipe runs the shell recipe on a body signed now (valid),

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"kurz.dev/pkg/testkit/mdblock"
 	"kurz.dev/services/gateway/gatewaytest"
 )
 
@@ -72,7 +73,7 @@ func TestREADMEExamples(t *testing.T) {
 		t.Fatalf("%d blocks ran, %d outputs:\n%s", len(blocks), len(outputs)-1, got)
 	}
 	for i, b := range blocks {
-		if b.want == "" {
+		if !b.hasWant {
 			continue
 		}
 		if problem := gatewaytest.MatchOutput(b.want, outputs[i]); problem != "" {
@@ -94,9 +95,9 @@ func TestREADMEExamples(t *testing.T) {
 // follows it, if any.
 type readmeBlock struct {
 	code, want string
+	hasWant    bool   // an output block follows (want may be empty)
 	file       string // the document, from the repository root
-	line       int    // where the code starts (0-based)
-	end        int    // the line of its closing fence
+	line       int    // the line of its opening fence (1-based)
 }
 
 // readmeSections are the sections whose examples the test runs, in order:
@@ -131,37 +132,25 @@ func readmeBlocks(t *testing.T) []readmeBlock {
 // of a document (a path from the repository root).
 func sectionBlocks(t *testing.T, file, section string) []readmeBlock {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", filepath.FromSlash(file)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(raw), "\n")
-	in := false
 	var blocks []readmeBlock
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
+	var prev *mdblock.Block // the section's block before b, of any language
+	for _, b := range mdblock.Read(t, filepath.Join("..", "..", "..", "..", filepath.FromSlash(file))) {
+		if b.Section != section {
+			continue
+		}
 		switch {
-		case strings.HasPrefix(l, "## "):
-			in = l == section
-			continue
-		case !in || !strings.HasPrefix(l, "```") || l == "```":
-			continue
+		case b.Lang == "sh":
+			blocks = append(blocks, readmeBlock{code: b.Code, file: file, line: b.Line})
+		case b.Lang == "":
+			// A bare block is neither an example nor an output.
+		case prev != nil && prev.Lang == "sh" && strings.TrimSpace(b.Before) == "":
+			// An output block: it belongs to the sh block just before it,
+			// with only blank lines between.
+			blocks[len(blocks)-1].want, blocks[len(blocks)-1].hasWant = b.Code, true
+		default:
+			t.Fatalf("%s line %d: a ```%s block that follows no ```sh block", file, b.Line, b.Lang)
 		}
-		lang, start := strings.TrimPrefix(l, "```"), i+1
-		for i++; i < len(lines) && lines[i] != "```"; i++ {
-		}
-		body := strings.Join(lines[start:i], "\n") + "\n"
-		if lang == "sh" {
-			blocks = append(blocks, readmeBlock{code: body, file: file, line: start, end: i})
-			continue
-		}
-		// An output block: it belongs to the sh block just before it, with
-		// only blank lines between.
-		if n := len(blocks); n > 0 && blocks[n-1].want == "" && strings.TrimSpace(strings.Join(lines[blocks[n-1].end+1:start-1], "")) == "" {
-			blocks[n-1].want = body
-		} else {
-			t.Fatalf("%s line %d: a ```%s block that follows no ```sh block", file, start, lang)
-		}
+		prev = &b
 	}
 	return blocks
 }

@@ -74,13 +74,14 @@ func protojsonProblem(err error) string {
 	return textcut.Echo(strings.TrimLeft(msg, " \u00a0"), echoProblemBytes)
 }
 
-// Bounds on what a refusal of a JSON body repeats of it: protojson names
-// an unknown field or a bad token whole, and a key may be as long as the
-// body (64 KiB). A real field name, or the start of a token, is far
-// shorter.
+// Bounds on what a refusal repeats of a stranger's text: protojson names
+// an unknown field or a bad token whole, and a key, a form's parameter or
+// a media type may be as long as the body (64 KiB). A real field or
+// parameter name (the YOURLS API's actions, its plugins' included), a
+// media type, or the start of a token, is far shorter.
 const (
 	echoProblemBytes = 256
-	echoKeyBytes     = 64
+	echoNameBytes    = 64
 )
 
 // decodeJSON reads a JSON object body into v (a struct with json tags),
@@ -121,14 +122,22 @@ func keyProblem(b []byte, v any) string {
 			names[name] = true
 		}
 	}
+	return objectKeyProblem(b, func(key string) bool { return names[key] })
+}
+
+// objectKeyProblem names the first key of the JSON object b that appears
+// twice, or that known (nil: any key) does not take; "" when there is
+// none, or when b is not an object. Either way the key is echoed bounded:
+// it may be as long as the body.
+func objectKeyProblem(b []byte, known func(key string) bool) string {
 	var problem string
 	seen := map[string]bool{}
 	eachKey(b, func(key string, dec *json.Decoder) bool {
 		switch {
 		case seen[key]:
-			problem = fmt.Sprintf("field %q appears twice", textcut.Echo(key, echoKeyBytes))
-		case !names[key]:
-			problem = fmt.Sprintf("unknown field %q", textcut.Echo(key, echoKeyBytes))
+			problem = fmt.Sprintf("field %q appears twice", textcut.Echo(key, echoNameBytes))
+		case known != nil && !known(key):
+			problem = fmt.Sprintf("unknown field %q", textcut.Echo(key, echoNameBytes))
 		default:
 			seen[key] = true
 			return skipValue(dec)

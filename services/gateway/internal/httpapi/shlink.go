@@ -64,10 +64,6 @@ const (
 	shlinkPageBytes = 1 << 20
 )
 
-// shlinkEchoBytes bounds a JSON key a refusal repeats: longer than any
-// field of Shlink's.
-const shlinkEchoBytes = 64
-
 // shlinkURL is Shlink's ShortUrl object.
 type shlinkURL struct {
 	ShortCode   string `json:"shortCode"`
@@ -259,9 +255,10 @@ func shlinkCORS(h http.Header) {
 // request fields the Shlink API takes, for an hour. It asks for no key
 // (browsers send none on a preflight) and charges nothing: it does no
 // work, and the request it clears is checked and charged as any other.
+// The middleware has set shlinkCORS's fields already, on every answer
+// under /rest/.
 func shlinkPreflight(w http.ResponseWriter) {
 	h := w.Header()
-	shlinkCORS(h)
 	h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE")
 	h.Set("Access-Control-Allow-Headers", shlinkKeyHeader+", Content-Type, X-Request-ID")
 	h.Set("Access-Control-Max-Age", "3600")
@@ -644,21 +641,9 @@ func (a *API) shlinkObject(c *call) (*shlinkFields, error) {
 		}
 		return nil, badRequest(msg)
 	}
-	seen := map[string]bool{}
-	var twice string
-	eachKey(b, func(key string, dec *json.Decoder) bool {
-		if seen[key] {
-			twice = key
-			return false
-		}
-		seen[key] = true
-		return skipValue(dec)
-	})
-	switch {
-	case twice != "" && len(twice) <= shlinkEchoBytes:
-		return nil, badRequest(fmt.Sprintf("invalid JSON body: field %q appears twice", twice))
-	case twice != "":
-		return nil, badRequest("invalid JSON body: a field appears twice")
+	// Any other key is taken (Shlink ignores the fields it does not read).
+	if problem := objectKeyProblem(b, nil); problem != "" {
+		return nil, badRequest("invalid JSON body: " + problem)
 	}
 	return f, nil
 }

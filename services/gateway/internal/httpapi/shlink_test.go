@@ -489,6 +489,23 @@ func TestShlinkCreateRefusals(t *testing.T) {
 	}
 }
 
+// A key given twice is refused by name (encoding/json would keep the
+// last, a proxy may read the first), a long one by a bounded start of it:
+// a key may be as long as the body.
+func TestShlinkRefusesAKeyGivenTwice(t *testing.T) {
+	env := newShlinkEnv(t)
+	long := strings.Repeat("k", 1000) // the test gateway takes bodies of 4 KiB
+	for body, want := range map[string]string{
+		`{"longUrl":"https://example.com/","longUrl":"https://evil.example/"}`: `invalid JSON body: field "longUrl" appears twice`,
+		`{"` + long + `":1,"` + long + `":2}`:                                  `invalid JSON body: field "` + long[:64] + `…" appears twice`,
+	} {
+		p := shlinkProblemOf(t, env.do("POST", "/rest/v3/short-urls", body, shlinkGoodKey), 400, "invalid-data")
+		if p["detail"] != want {
+			t.Errorf("body %.80s: detail %.200q, want %.200q", body, p["detail"], want)
+		}
+	}
+}
+
 // findIfExists asks CreateLink for the URL's link (CODE_MODE_FROM_URL) and
 // answers it, with its visits, when it has the settings the request
 // gives; when it has other ones, Shlink makes a new link, and so does

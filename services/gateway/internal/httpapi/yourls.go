@@ -36,10 +36,6 @@ import (
 // keyword, a title and a key is far smaller.
 const yourlsBodyBytes = 16 << 10
 
-// yourlsEchoBytes bounds a parameter value a refusal repeats: longer than
-// any action YOURLS or its plugins name.
-const yourlsEchoBytes = 64
-
 // yourlsRoute is the route both paths of the API are charged as when a
 // call mirrors no kurz route (version, a refused action): one counter for
 // a rule on the route, whichever path a client calls.
@@ -136,7 +132,7 @@ func (a *API) yourlsCall(c *call, format *string) error {
 	}
 	// The name is echoed only when it could be one: the rest of a
 	// stranger's 16 KiB body is not sent back.
-	if len(action) > yourlsEchoBytes {
+	if len(action) > echoNameBytes {
 		return badRequest(fmt.Sprintf("action is not served (a name of %d bytes): kurz answers shorturl, expand, url-stats and version", len(action)))
 	}
 	return badRequest(fmt.Sprintf("action %q is not served: kurz answers shorturl, expand, url-stats and version", action))
@@ -172,7 +168,7 @@ func (a *API) yourlsForm(c *call) (url.Values, error) {
 		}
 		p = form.Value
 	default:
-		return nil, badRequest(fmt.Sprintf("Content-Type %q: send the parameters as application/x-www-form-urlencoded (or multipart/form-data)", textcut.Echo(mt, yourlsEchoBytes)))
+		return nil, badRequest(fmt.Sprintf("Content-Type %q: send the parameters as application/x-www-form-urlencoded (or multipart/form-data)", textcut.Echo(mt, echoNameBytes)))
 	}
 	for _, name := range yourlsParams {
 		switch {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"kurz.dev/pkg/testkit/mdblock"
 	"kurz.dev/pkg/testkit/servertest"
 )
 
@@ -31,14 +32,9 @@ const readmeFile = "../../README.md"
 // that holds marker, failing the test when there is none.
 func readmeBlock(t *testing.T, lang, marker string) string {
 	t.Helper()
-	b, err := os.ReadFile(readmeFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, block := range strings.Split(string(b), "```"+lang+"\n")[1:] {
-		block, _, _ = strings.Cut(block, "```")
-		if strings.Contains(block, marker) {
-			return block
+	for _, b := range mdblock.In(mdblock.Read(t, readmeFile), "", lang) {
+		if strings.Contains(b.Code, marker) {
+			return b.Code
 		}
 	}
 	t.Fatalf("%s has no ```%s block holding %q", readmeFile, lang, marker)
