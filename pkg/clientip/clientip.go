@@ -1,7 +1,11 @@
 // Package clientip is kurz's one policy for who the client of an HTTP
 // request is, and for the key a client's limits and counters are kept under.
-// Every public service (gateway, redirect) asks it; nothing else reads
-// X-Forwarded-For or the peer address for that purpose.
+// The public services (gateway, redirect) ask it who the client is;
+// nothing else reads X-Forwarded-For or the peer address for that purpose.
+// Keying is the one key of an address, wherever one is counted: the
+// connection cap of pkg/server, the shortener's per-address rules, the
+// limiter's Envoy remote_address and its forward auth, which reads the
+// client's address from the proxy it names (ParseHop) and nothing else.
 //
 // The client is the connection's peer, unless the peer is a trusted proxy.
 // From a trusted peer, X-Forwarded-For is walked from the right, skipping
