@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -186,19 +185,7 @@ func TestLinksClickCountsValidation(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, err := svc.GetLinksClickCounts(as("t-"+rnd()), tc.req)
-			st := status.Convert(err)
-			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.wantInMsg) {
-				t.Fatalf("got %v %q, want InvalidArgument containing %q", st.Code(), st.Message(), tc.wantInMsg)
-			}
-			var field string
-			for _, d := range st.Details() {
-				if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
-					field = br.GetFieldViolations()[0].GetField()
-				}
-			}
-			if field != tc.field {
-				t.Errorf("BadRequest field %q, want %q", field, tc.field)
-			}
+			wantBadRequest(t, err, tc.field, tc.wantInMsg)
 		})
 	}
 	if _, err := svc.GetLinksClickCounts(context.Background(), &analyticsv1.GetLinksClickCountsRequest{
