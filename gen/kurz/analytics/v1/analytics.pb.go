@@ -533,6 +533,255 @@ func (x *GetLinkStatsResponse) GetVariants() []*KeyCount {
 	return nil
 }
 
+// LinkRef names one link: its code and custom domain.
+type LinkRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The link's short code.
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The link's custom domain; empty: the default domain.
+	Domain        string `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkRef) Reset() {
+	*x = LinkRef{}
+	mi := &file_kurz_analytics_v1_analytics_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkRef) ProtoMessage() {}
+
+func (x *LinkRef) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_analytics_v1_analytics_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkRef.ProtoReflect.Descriptor instead.
+func (*LinkRef) Descriptor() ([]byte, []int) {
+	return file_kurz_analytics_v1_analytics_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LinkRef) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *LinkRef) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+type GetLinksClickCountsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The links, 1 to 1,000; a link named twice is counted, and answered,
+	// once. Each is validated as GetLinkStats validates its code and domain.
+	Links []*LinkRef `protobuf:"bytes,1,rep,name=links,proto3" json:"links,omitempty"`
+	// Inclusive start, truncated to the hour (UTC); unset means 30 days
+	// before end_time. The range may span at most 400 days (GetLinkStats'
+	// rules).
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Exclusive end, rounded up to the next hour (UTC); unset means now.
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLinksClickCountsRequest) Reset() {
+	*x = GetLinksClickCountsRequest{}
+	mi := &file_kurz_analytics_v1_analytics_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLinksClickCountsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLinksClickCountsRequest) ProtoMessage() {}
+
+func (x *GetLinksClickCountsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_analytics_v1_analytics_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLinksClickCountsRequest.ProtoReflect.Descriptor instead.
+func (*GetLinksClickCountsRequest) Descriptor() ([]byte, []int) {
+	return file_kurz_analytics_v1_analytics_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetLinksClickCountsRequest) GetLinks() []*LinkRef {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
+func (x *GetLinksClickCountsRequest) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *GetLinksClickCountsRequest) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+// LinkClickCounts is one link's counts over the range.
+type LinkClickCounts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Code  string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The link's custom domain; absent: the default domain.
+	Domain *string `protobuf:"bytes,2,opt,name=domain,proto3,oneof" json:"domain,omitempty"`
+	// The caller's clicks of the link. A link without clicks, unknown, or
+	// another tenant's, answers zeros alike: the answer tells nothing of
+	// links the caller cannot see.
+	Counts        *ClickCounts `protobuf:"bytes,3,opt,name=counts,proto3" json:"counts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkClickCounts) Reset() {
+	*x = LinkClickCounts{}
+	mi := &file_kurz_analytics_v1_analytics_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkClickCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkClickCounts) ProtoMessage() {}
+
+func (x *LinkClickCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_analytics_v1_analytics_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkClickCounts.ProtoReflect.Descriptor instead.
+func (*LinkClickCounts) Descriptor() ([]byte, []int) {
+	return file_kurz_analytics_v1_analytics_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LinkClickCounts) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *LinkClickCounts) GetDomain() string {
+	if x != nil && x.Domain != nil {
+		return *x.Domain
+	}
+	return ""
+}
+
+func (x *LinkClickCounts) GetCounts() *ClickCounts {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+type GetLinksClickCountsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per distinct link of the request, in the order of their
+	// first mention.
+	Links []*LinkClickCounts `protobuf:"bytes,1,rep,name=links,proto3" json:"links,omitempty"`
+	// The range counted: the request's, widened to whole hours.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLinksClickCountsResponse) Reset() {
+	*x = GetLinksClickCountsResponse{}
+	mi := &file_kurz_analytics_v1_analytics_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLinksClickCountsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLinksClickCountsResponse) ProtoMessage() {}
+
+func (x *GetLinksClickCountsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kurz_analytics_v1_analytics_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLinksClickCountsResponse.ProtoReflect.Descriptor instead.
+func (*GetLinksClickCountsResponse) Descriptor() ([]byte, []int) {
+	return file_kurz_analytics_v1_analytics_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetLinksClickCountsResponse) GetLinks() []*LinkClickCounts {
+	if x != nil {
+		return x.Links
+	}
+	return nil
+}
+
+func (x *GetLinksClickCountsResponse) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *GetLinksClickCountsResponse) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
 var File_kurz_analytics_v1_analytics_proto protoreflect.FileDescriptor
 
 const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
@@ -580,13 +829,32 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\rtop_countries\x18\r \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\ftopCountries\x121\n" +
 	"\x05rules\x18\x0f \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\x05rules\x127\n" +
 	"\bvariants\x18\x10 \x03(\v2\x1b.kurz.analytics.v1.KeyCountR\bvariantsB\t\n" +
-	"\a_domain*I\n" +
+	"\a_domain\"5\n" +
+	"\aLinkRef\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\"\xc0\x01\n" +
+	"\x1aGetLinksClickCountsRequest\x120\n" +
+	"\x05links\x18\x01 \x03(\v2\x1a.kurz.analytics.v1.LinkRefR\x05links\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\x85\x01\n" +
+	"\x0fLinkClickCounts\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
+	"\x06domain\x18\x02 \x01(\tH\x00R\x06domain\x88\x01\x01\x126\n" +
+	"\x06counts\x18\x03 \x01(\v2\x1e.kurz.analytics.v1.ClickCountsR\x06countsB\t\n" +
+	"\a_domain\"\xc9\x01\n" +
+	"\x1bGetLinksClickCountsResponse\x128\n" +
+	"\x05links\x18\x01 \x03(\v2\".kurz.analytics.v1.LinkClickCountsR\x05links\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime*I\n" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINTERVAL_HOUR\x10\x01\x12\x10\n" +
-	"\fINTERVAL_DAY\x10\x022\x93\x01\n" +
+	"\fINTERVAL_DAY\x10\x022\x89\x02\n" +
 	"\x10AnalyticsService\x12\x7f\n" +
-	"\fGetLinkStats\x12&.kurz.analytics.v1.GetLinkStatsRequest\x1a'.kurz.analytics.v1.GetLinkStatsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/links/{code}/statsB\xb9\x01\n" +
+	"\fGetLinkStats\x12&.kurz.analytics.v1.GetLinkStatsRequest\x1a'.kurz.analytics.v1.GetLinkStatsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/links/{code}/stats\x12t\n" +
+	"\x13GetLinksClickCounts\x12-.kurz.analytics.v1.GetLinksClickCountsRequest\x1a..kurz.analytics.v1.GetLinksClickCountsResponseB\xb9\x01\n" +
 	"\x15com.kurz.analytics.v1B\x0eAnalyticsProtoP\x01Z*kurz.dev/gen/kurz/analytics/v1;analyticsv1\xa2\x02\x03KAX\xaa\x02\x11Kurz.Analytics.V1\xca\x02\x11Kurz\\Analytics\\V1\xe2\x02\x1dKurz\\Analytics\\V1\\GPBMetadata\xea\x02\x13Kurz::Analytics::V1b\x06proto3"
 
 var (
@@ -602,21 +870,25 @@ func file_kurz_analytics_v1_analytics_proto_rawDescGZIP() []byte {
 }
 
 var file_kurz_analytics_v1_analytics_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kurz_analytics_v1_analytics_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_kurz_analytics_v1_analytics_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_kurz_analytics_v1_analytics_proto_goTypes = []any{
-	(Interval)(0),                 // 0: kurz.analytics.v1.Interval
-	(*GetLinkStatsRequest)(nil),   // 1: kurz.analytics.v1.GetLinkStatsRequest
-	(*ClickCounts)(nil),           // 2: kurz.analytics.v1.ClickCounts
-	(*TimeBucket)(nil),            // 3: kurz.analytics.v1.TimeBucket
-	(*KeyCount)(nil),              // 4: kurz.analytics.v1.KeyCount
-	(*GetLinkStatsResponse)(nil),  // 5: kurz.analytics.v1.GetLinkStatsResponse
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(Interval)(0),                       // 0: kurz.analytics.v1.Interval
+	(*GetLinkStatsRequest)(nil),         // 1: kurz.analytics.v1.GetLinkStatsRequest
+	(*ClickCounts)(nil),                 // 2: kurz.analytics.v1.ClickCounts
+	(*TimeBucket)(nil),                  // 3: kurz.analytics.v1.TimeBucket
+	(*KeyCount)(nil),                    // 4: kurz.analytics.v1.KeyCount
+	(*GetLinkStatsResponse)(nil),        // 5: kurz.analytics.v1.GetLinkStatsResponse
+	(*LinkRef)(nil),                     // 6: kurz.analytics.v1.LinkRef
+	(*GetLinksClickCountsRequest)(nil),  // 7: kurz.analytics.v1.GetLinksClickCountsRequest
+	(*LinkClickCounts)(nil),             // 8: kurz.analytics.v1.LinkClickCounts
+	(*GetLinksClickCountsResponse)(nil), // 9: kurz.analytics.v1.GetLinksClickCountsResponse
+	(*timestamppb.Timestamp)(nil),       // 10: google.protobuf.Timestamp
 }
 var file_kurz_analytics_v1_analytics_proto_depIdxs = []int32{
-	6,  // 0: kurz.analytics.v1.GetLinkStatsRequest.start_time:type_name -> google.protobuf.Timestamp
-	6,  // 1: kurz.analytics.v1.GetLinkStatsRequest.end_time:type_name -> google.protobuf.Timestamp
+	10, // 0: kurz.analytics.v1.GetLinkStatsRequest.start_time:type_name -> google.protobuf.Timestamp
+	10, // 1: kurz.analytics.v1.GetLinkStatsRequest.end_time:type_name -> google.protobuf.Timestamp
 	0,  // 2: kurz.analytics.v1.GetLinkStatsRequest.interval:type_name -> kurz.analytics.v1.Interval
-	6,  // 3: kurz.analytics.v1.TimeBucket.start_time:type_name -> google.protobuf.Timestamp
+	10, // 3: kurz.analytics.v1.TimeBucket.start_time:type_name -> google.protobuf.Timestamp
 	2,  // 4: kurz.analytics.v1.TimeBucket.counts:type_name -> kurz.analytics.v1.ClickCounts
 	2,  // 5: kurz.analytics.v1.GetLinkStatsResponse.counts:type_name -> kurz.analytics.v1.ClickCounts
 	3,  // 6: kurz.analytics.v1.GetLinkStatsResponse.series:type_name -> kurz.analytics.v1.TimeBucket
@@ -624,19 +896,28 @@ var file_kurz_analytics_v1_analytics_proto_depIdxs = []int32{
 	4,  // 8: kurz.analytics.v1.GetLinkStatsResponse.top_browsers:type_name -> kurz.analytics.v1.KeyCount
 	4,  // 9: kurz.analytics.v1.GetLinkStatsResponse.top_operating_systems:type_name -> kurz.analytics.v1.KeyCount
 	4,  // 10: kurz.analytics.v1.GetLinkStatsResponse.top_devices:type_name -> kurz.analytics.v1.KeyCount
-	6,  // 11: kurz.analytics.v1.GetLinkStatsResponse.start_time:type_name -> google.protobuf.Timestamp
-	6,  // 12: kurz.analytics.v1.GetLinkStatsResponse.end_time:type_name -> google.protobuf.Timestamp
+	10, // 11: kurz.analytics.v1.GetLinkStatsResponse.start_time:type_name -> google.protobuf.Timestamp
+	10, // 12: kurz.analytics.v1.GetLinkStatsResponse.end_time:type_name -> google.protobuf.Timestamp
 	0,  // 13: kurz.analytics.v1.GetLinkStatsResponse.interval:type_name -> kurz.analytics.v1.Interval
 	4,  // 14: kurz.analytics.v1.GetLinkStatsResponse.top_countries:type_name -> kurz.analytics.v1.KeyCount
 	4,  // 15: kurz.analytics.v1.GetLinkStatsResponse.rules:type_name -> kurz.analytics.v1.KeyCount
 	4,  // 16: kurz.analytics.v1.GetLinkStatsResponse.variants:type_name -> kurz.analytics.v1.KeyCount
-	1,  // 17: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
-	5,  // 18: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
-	18, // [18:19] is the sub-list for method output_type
-	17, // [17:18] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	6,  // 17: kurz.analytics.v1.GetLinksClickCountsRequest.links:type_name -> kurz.analytics.v1.LinkRef
+	10, // 18: kurz.analytics.v1.GetLinksClickCountsRequest.start_time:type_name -> google.protobuf.Timestamp
+	10, // 19: kurz.analytics.v1.GetLinksClickCountsRequest.end_time:type_name -> google.protobuf.Timestamp
+	2,  // 20: kurz.analytics.v1.LinkClickCounts.counts:type_name -> kurz.analytics.v1.ClickCounts
+	8,  // 21: kurz.analytics.v1.GetLinksClickCountsResponse.links:type_name -> kurz.analytics.v1.LinkClickCounts
+	10, // 22: kurz.analytics.v1.GetLinksClickCountsResponse.start_time:type_name -> google.protobuf.Timestamp
+	10, // 23: kurz.analytics.v1.GetLinksClickCountsResponse.end_time:type_name -> google.protobuf.Timestamp
+	1,  // 24: kurz.analytics.v1.AnalyticsService.GetLinkStats:input_type -> kurz.analytics.v1.GetLinkStatsRequest
+	7,  // 25: kurz.analytics.v1.AnalyticsService.GetLinksClickCounts:input_type -> kurz.analytics.v1.GetLinksClickCountsRequest
+	5,  // 26: kurz.analytics.v1.AnalyticsService.GetLinkStats:output_type -> kurz.analytics.v1.GetLinkStatsResponse
+	9,  // 27: kurz.analytics.v1.AnalyticsService.GetLinksClickCounts:output_type -> kurz.analytics.v1.GetLinksClickCountsResponse
+	26, // [26:28] is the sub-list for method output_type
+	24, // [24:26] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_kurz_analytics_v1_analytics_proto_init() }
@@ -645,13 +926,14 @@ func file_kurz_analytics_v1_analytics_proto_init() {
 		return
 	}
 	file_kurz_analytics_v1_analytics_proto_msgTypes[4].OneofWrappers = []any{}
+	file_kurz_analytics_v1_analytics_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kurz_analytics_v1_analytics_proto_rawDesc), len(file_kurz_analytics_v1_analytics_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,7 +19,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AnalyticsService_GetLinkStats_FullMethodName = "/kurz.analytics.v1.AnalyticsService/GetLinkStats"
+	AnalyticsService_GetLinkStats_FullMethodName        = "/kurz.analytics.v1.AnalyticsService/GetLinkStats"
+	AnalyticsService_GetLinksClickCounts_FullMethodName = "/kurz.analytics.v1.AnalyticsService/GetLinksClickCounts"
 )
 
 // AnalyticsServiceClient is the client API for AnalyticsService service.
@@ -30,6 +31,11 @@ const (
 type AnalyticsServiceClient interface {
 	// GetLinkStats returns a link's click counts over a time range.
 	GetLinkStats(ctx context.Context, in *GetLinkStatsRequest, opts ...grpc.CallOption) (*GetLinkStatsResponse, error)
+	// GetLinksClickCounts returns the click counts of up to 1,000 links over
+	// one time range, in one ClickHouse read: what a list of links shows
+	// beside each (the gateway's Shlink list, its visitsSummary). No HTTP
+	// route of its own: the gateway's lists carry the counts.
+	GetLinksClickCounts(ctx context.Context, in *GetLinksClickCountsRequest, opts ...grpc.CallOption) (*GetLinksClickCountsResponse, error)
 }
 
 type analyticsServiceClient struct {
@@ -50,6 +56,16 @@ func (c *analyticsServiceClient) GetLinkStats(ctx context.Context, in *GetLinkSt
 	return out, nil
 }
 
+func (c *analyticsServiceClient) GetLinksClickCounts(ctx context.Context, in *GetLinksClickCountsRequest, opts ...grpc.CallOption) (*GetLinksClickCountsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLinksClickCountsResponse)
+	err := c.cc.Invoke(ctx, AnalyticsService_GetLinksClickCounts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AnalyticsServiceServer is the server API for AnalyticsService service.
 // All implementations must embed UnimplementedAnalyticsServiceServer
 // for forward compatibility.
@@ -58,6 +74,11 @@ func (c *analyticsServiceClient) GetLinkStats(ctx context.Context, in *GetLinkSt
 type AnalyticsServiceServer interface {
 	// GetLinkStats returns a link's click counts over a time range.
 	GetLinkStats(context.Context, *GetLinkStatsRequest) (*GetLinkStatsResponse, error)
+	// GetLinksClickCounts returns the click counts of up to 1,000 links over
+	// one time range, in one ClickHouse read: what a list of links shows
+	// beside each (the gateway's Shlink list, its visitsSummary). No HTTP
+	// route of its own: the gateway's lists carry the counts.
+	GetLinksClickCounts(context.Context, *GetLinksClickCountsRequest) (*GetLinksClickCountsResponse, error)
 	mustEmbedUnimplementedAnalyticsServiceServer()
 }
 
@@ -70,6 +91,9 @@ type UnimplementedAnalyticsServiceServer struct{}
 
 func (UnimplementedAnalyticsServiceServer) GetLinkStats(context.Context, *GetLinkStatsRequest) (*GetLinkStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLinkStats not implemented")
+}
+func (UnimplementedAnalyticsServiceServer) GetLinksClickCounts(context.Context, *GetLinksClickCountsRequest) (*GetLinksClickCountsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLinksClickCounts not implemented")
 }
 func (UnimplementedAnalyticsServiceServer) mustEmbedUnimplementedAnalyticsServiceServer() {}
 func (UnimplementedAnalyticsServiceServer) testEmbeddedByValue()                          {}
@@ -110,6 +134,24 @@ func _AnalyticsService_GetLinkStats_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AnalyticsService_GetLinksClickCounts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLinksClickCountsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AnalyticsServiceServer).GetLinksClickCounts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AnalyticsService_GetLinksClickCounts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AnalyticsServiceServer).GetLinksClickCounts(ctx, req.(*GetLinksClickCountsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AnalyticsService_ServiceDesc is the grpc.ServiceDesc for AnalyticsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -120,6 +162,10 @@ var AnalyticsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetLinkStats",
 			Handler:    _AnalyticsService_GetLinkStats_Handler,
+		},
+		{
+			MethodName: "GetLinksClickCounts",
+			Handler:    _AnalyticsService_GetLinksClickCounts_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -108,14 +108,22 @@ const MaxReplicaDelay = 5 * time.Second
 // ClickHouse checks the lag of the table a shard's query reads from, not of
 // the tables its subqueries read (see Duplicates). Inserts keep the
 // defaults: a stale replica stores a new block as well as a fresh one.
-func (s *Store) read(ctx context.Context) context.Context {
-	if s.layout.Cluster == "" {
+func (s *Store) read(ctx context.Context) context.Context { return s.readWith(ctx, nil) }
+
+// readWith is read with settings of the query's own besides (a query's
+// settings replace the context's whole, so they are set together).
+func (s *Store) readWith(ctx context.Context, settings clickhouse.Settings) context.Context {
+	if s.layout.Cluster != "" {
+		if settings == nil {
+			settings = clickhouse.Settings{}
+		}
+		settings["max_replica_delay_for_distributed_queries"] = int(MaxReplicaDelay / time.Second)
+		settings["fallback_to_stale_replicas_for_distributed_queries"] = 0
+	}
+	if len(settings) == 0 {
 		return ctx
 	}
-	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
-		"max_replica_delay_for_distributed_queries":          int(MaxReplicaDelay / time.Second),
-		"fallback_to_stale_replicas_for_distributed_queries": 0,
-	}))
+	return clickhouse.Context(ctx, clickhouse.WithSettings(settings))
 }
 
 // New returns a store over conn, its tables laid out as l; the schema must
@@ -676,3 +684,89 @@ var quoter = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
 
 // quote writes s as a ClickHouse string literal.
 func quote(s string) string { return "'" + quoter.Replace(s) + "'" }
+
+// linkCountsQueryBytes bounds the text of a LinkCounts query as
+// ClickHouse's max_query_size, which the read sets to it: the codes are
+// listed four times, and a thousand keys of custom domains take up to
+// ~290 KB a list, past the 256 KiB ClickHouse parses by default.
+const linkCountsQueryBytes = 2 << 20
+
+// LinkCounts returns the counts of each of codes (link keys, at most a
+// few thousand, validated by the caller) of tenant in [start, end), whole
+// UTC hours, duplicates subtracted as Duplicates' Excess would: one query
+// for them all, summing the hourly aggregates per code and, in the same
+// read, the excess of every suspect event stored more than once. A code
+// without clicks of tenant is absent from the map.
+func (s *Store) LinkCounts(ctx context.Context, tenant string, codes []string, start, end time.Time) (map[string]Counts, error) {
+	if err := (Range{Start: start, End: end}).check(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]Counts)
+	if len(codes) == 0 {
+		return out, nil
+	}
+	// Literals, not bound parameters: the code list is one text used four
+	// times, and what it holds (codes and domain names, quoted) has no
+	// character the driver's binding or ClickHouse's parser treats apart.
+	var list strings.Builder
+	for i, c := range codes {
+		if i > 0 {
+			list.WriteString(", ")
+		}
+		list.WriteString(quote(c))
+	}
+	of := func(col string) string {
+		return fmt.Sprintf("tenant = %s AND code IN (%s) AND %s >= toDateTime(%d) AND %s < toDateTime(%d)",
+			quote(tenant), list.String(), col, start.Unix(), col, end.Unix())
+	}
+	in := "IN" // see Duplicates for GLOBAL IN on a cluster
+	if s.layout.Cluster != "" {
+		in = "GLOBAL IN"
+	}
+	suspects := "SELECT %s FROM " + SuspectsTable + " WHERE " + of("ts")
+	// Per duplicated event, the second branch adds the canonical copy's
+	// counts less every copy's (see Excess): its most severe copy counts,
+	// a bot if any copy is, else a flood if any is, else a human, a new
+	// visitor if a human copy is.
+	q := `SELECT code, sum(t), sum(h), sum(b), sum(f), sum(v) FROM (
+		SELECT code, toInt64(sum(total)) AS t, toInt64(sum(human)) AS h, toInt64(sum(bot)) AS b,
+			toInt64(sum(flood)) AS f, toInt64(sum(visitors)) AS v
+		FROM ` + HourlyTable + ` WHERE ` + of("hour") + `
+		GROUP BY code
+	UNION ALL
+		SELECT code, toInt64(1) - n,
+			toInt64(bots = 0 AND floods = 0) - (n - bots - floods),
+			toInt64(bots > 0) - bots,
+			toInt64(bots = 0 AND floods > 0) - floods,
+			toInt64(new_humans > 0 AND bots = 0 AND floods = 0) - news
+		FROM (
+			SELECT code, toInt64(count()) AS n, toInt64(sum(is_bot)) AS bots,
+				toInt64(sum(is_flood = 1 AND is_bot = 0)) AS floods, toInt64(sum(new_visitor)) AS news,
+				toInt64(sum(new_visitor = 1 AND is_bot = 0 AND is_flood = 0)) AS new_humans
+			FROM ` + EventsTable + `
+			WHERE ` + of("ts") + `
+				AND ts ` + in + ` (` + fmt.Sprintf(suspects, "ts") + `)
+				AND eid ` + in + ` (` + fmt.Sprintf(suspects, "eid") + `)
+			GROUP BY code, eid
+			HAVING count() > 1
+		)
+	)
+	GROUP BY code` + timeLimit(ctx)
+	rows, err := s.conn.Query(s.readWith(ctx, clickhouse.Settings{"max_query_size": linkCountsQueryBytes}), q)
+	if err != nil {
+		return nil, s.readErr(ctx, "clickhouse link counts", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var code string
+		var c Counts
+		if err := rows.Scan(&code, &c.Total, &c.Human, &c.Bot, &c.Flood, &c.Visitors); err != nil {
+			return nil, s.readErr(ctx, "clickhouse link counts", err)
+		}
+		out[code] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr(ctx, "clickhouse link counts", err)
+	}
+	return out, nil
+}

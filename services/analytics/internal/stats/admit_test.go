@@ -52,6 +52,11 @@ func (h *heldStore) Duplicates(ctx context.Context, _ clickstore.Range) ([]click
 	return nil, h.wait(ctx)
 }
 
+func (h *heldStore) LinkCounts(ctx context.Context, _ string, codes []string, _, _ time.Time) (map[string]clickstore.Counts, error) {
+	h.entered <- codes[0]
+	return nil, h.wait(ctx)
+}
+
 // refusedWithin bounds a call the bound must refuse: without it the call
 // would wait in the store, and fail DEADLINE_EXCEEDED here instead.
 const refusedWithin = 5 * time.Second

@@ -120,6 +120,7 @@ type Store interface {
 	Hourly(ctx context.Context, r clickstore.Range) (map[int64]clickstore.Counts, error)
 	Dims(ctx context.Context, r clickstore.Range, limits map[string]int) (map[string]map[string]int64, error)
 	Duplicates(ctx context.Context, r clickstore.Range) ([]clickstore.Duplicate, error)
+	LinkCounts(ctx context.Context, tenant string, codes []string, start, end time.Time) (map[string]clickstore.Counts, error)
 }
 
 // Service implements AnalyticsService.
@@ -266,58 +267,14 @@ type query struct {
 
 func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 	var q query
-	if !linkcode.Plausible(req.GetCode()) {
-		return q, rpcerr.BadRequest("code", ReasonCodeInvalid, fmt.Sprintf(
-			"code %q is not a short code: %d to %d characters, letters, digits, '-' and '_'",
-			textcut.Echo(req.GetCode(), maxEchoedCode), linkcode.MinLength, linkcode.MaxLength))
-	}
-	q.r.Code = req.GetCode()
-	if req.GetDomain() != "" {
-		domain, err := linkdomain.Normalize(req.GetDomain())
-		if err != nil {
-			return q, rpcerr.BadRequest("domain", ReasonDomainInvalid, "domain: "+err.Error())
-		}
-		// The link's key: clicks of a custom domain's link carry it.
-		q.r.Code = linkdomain.Key(domain, req.GetCode())
-	}
-	end := s.opts.now()
-	if req.EndTime != nil {
-		if err := req.GetEndTime().CheckValid(); err != nil {
-			return q, rpcerr.BadRequest("end_time", ReasonRangeInvalid, "end_time is not a valid timestamp")
-		}
-		end = req.GetEndTime().AsTime()
-	}
-	if err := checkCovered("end_time", end, ""); err != nil {
+	key, err := linkKey("code", "domain", req.GetCode(), req.GetDomain())
+	if err != nil {
 		return q, err
 	}
-	start := end.Add(-DefaultRange)
-	unset := " (when unset, 30 days before end_time)"
-	if req.StartTime != nil {
-		if err := req.GetStartTime().CheckValid(); err != nil {
-			return q, rpcerr.BadRequest("start_time", ReasonRangeInvalid, "start_time is not a valid timestamp")
-		}
-		start, unset = req.GetStartTime().AsTime(), ""
-	}
-	if err := checkCovered("start_time", start, unset); err != nil {
+	q.r.Code = key
+	start, end, asked, err := s.parseRange(req.GetStartTime(), req.GetEndTime())
+	if err != nil {
 		return q, err
-	}
-	if !end.After(start) {
-		return q, rpcerr.BadRequest("end_time", ReasonRangeInvalid, fmt.Sprintf(
-			"end_time (%s) must be after start_time (%s)", end.UTC().Format(time.RFC3339), start.UTC().Format(time.RFC3339)))
-	}
-	// Limits and the interval go by the range asked for; the range counted
-	// is widened to whole hours, the resolution of the aggregates.
-	asked := end.Sub(start)
-	if asked > MaxRange {
-		return q, rpcerr.BadRequest("start_time", ReasonRangeInvalid, fmt.Sprintf(
-			"the range spans %s; at most %.0f days: narrow it or ask in several requests",
-			span(asked), MaxRange.Hours()/24))
-	}
-	start = start.UTC().Truncate(time.Hour)
-	if t := end.UTC().Truncate(time.Hour); t.Equal(end) {
-		end = t
-	} else {
-		end = t.Add(time.Hour)
 	}
 	q.r.Start, q.r.End = start, end
 	switch iv := req.GetInterval(); iv {
@@ -344,6 +301,71 @@ func (s *Service) parse(req *analyticsv1.GetLinkStatsRequest) (query, error) {
 		q.step = 24 * time.Hour
 	}
 	return q, nil
+}
+
+// linkKey validates a link's code and domain (codeField and domainField
+// name them in a refusal) and returns its key: the code, or the custom
+// domain's key, which clicks of a custom domain's link carry.
+func linkKey(codeField, domainField, code, domain string) (string, error) {
+	if !linkcode.Plausible(code) {
+		return "", rpcerr.BadRequest(codeField, ReasonCodeInvalid, fmt.Sprintf(
+			"%s %q is not a short code: %d to %d characters, letters, digits, '-' and '_'",
+			codeField, textcut.Echo(code, maxEchoedCode), linkcode.MinLength, linkcode.MaxLength))
+	}
+	if domain == "" {
+		return code, nil
+	}
+	d, err := linkdomain.Normalize(domain)
+	if err != nil {
+		return "", rpcerr.BadRequest(domainField, ReasonDomainInvalid, domainField+": "+err.Error())
+	}
+	return linkdomain.Key(d, code), nil
+}
+
+// parseRange validates a request's range (unset start: DefaultRange before
+// the end; unset end: now) and returns it widened to whole hours, with
+// the length asked for, by which limits and the interval go.
+func (s *Service) parseRange(startTS, endTS *timestamppb.Timestamp) (start, end time.Time, asked time.Duration, err error) {
+	end = s.opts.now()
+	if endTS != nil {
+		if err := endTS.CheckValid(); err != nil {
+			return start, end, 0, rpcerr.BadRequest("end_time", ReasonRangeInvalid, "end_time is not a valid timestamp")
+		}
+		end = endTS.AsTime()
+	}
+	if err := checkCovered("end_time", end, ""); err != nil {
+		return start, end, 0, err
+	}
+	start = end.Add(-DefaultRange)
+	unset := " (when unset, 30 days before end_time)"
+	if startTS != nil {
+		if err := startTS.CheckValid(); err != nil {
+			return start, end, 0, rpcerr.BadRequest("start_time", ReasonRangeInvalid, "start_time is not a valid timestamp")
+		}
+		start, unset = startTS.AsTime(), ""
+	}
+	if err := checkCovered("start_time", start, unset); err != nil {
+		return start, end, 0, err
+	}
+	if !end.After(start) {
+		return start, end, 0, rpcerr.BadRequest("end_time", ReasonRangeInvalid, fmt.Sprintf(
+			"end_time (%s) must be after start_time (%s)", end.UTC().Format(time.RFC3339), start.UTC().Format(time.RFC3339)))
+	}
+	asked = end.Sub(start)
+	if asked > MaxRange {
+		return start, end, 0, rpcerr.BadRequest("start_time", ReasonRangeInvalid, fmt.Sprintf(
+			"the range spans %s; at most %.0f days: narrow it or ask in several requests",
+			span(asked), MaxRange.Hours()/24))
+	}
+	// The range counted is widened to whole hours, the resolution of the
+	// aggregates.
+	start = start.UTC().Truncate(time.Hour)
+	if t := end.UTC().Truncate(time.Hour); t.Equal(end) {
+		end = t
+	} else {
+		end = t.Add(time.Hour)
+	}
+	return start, end, asked, nil
 }
 
 // checkCovered refuses a time of the request (field) outside EarliestTime

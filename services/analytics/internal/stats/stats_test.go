@@ -158,20 +158,27 @@ func TestValidation(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, err := svc.GetLinkStats(as("t-"+rnd()), tc.req)
-			st := status.Convert(err)
-			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.wantInMsg) {
-				t.Fatalf("got %v %q, want InvalidArgument containing %q", st.Code(), st.Message(), tc.wantInMsg)
-			}
-			var field string
-			for _, d := range st.Details() {
-				if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
-					field = br.GetFieldViolations()[0].GetField()
-				}
-			}
-			if field != tc.field {
-				t.Errorf("BadRequest field %q, want %q", field, tc.field)
-			}
+			wantBadRequest(t, err, tc.field, tc.wantInMsg)
 		})
+	}
+}
+
+// wantBadRequest fails t unless err is INVALID_ARGUMENT with a message
+// holding wantInMsg and a BadRequest naming field first.
+func wantBadRequest(t *testing.T, err error, field, wantInMsg string) {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), wantInMsg) {
+		t.Fatalf("got %v %q, want InvalidArgument containing %q", st.Code(), st.Message(), wantInMsg)
+	}
+	var got string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
+			got = br.GetFieldViolations()[0].GetField()
+		}
+	}
+	if got != field {
+		t.Errorf("BadRequest field %q, want %q", got, field)
 	}
 }
 

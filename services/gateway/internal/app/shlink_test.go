@@ -74,7 +74,7 @@ func decodeShortURL(t *testing.T, r response) shlinkShortURL {
 // A tenant's links through Shlink's API, as shlink-web-client and scripts
 // call it: created with a slug, tags, an expiry and a visit limit (200,
 // Shlink's ShortUrl), read back with its visits (none yet), found in the
-// list by its tag, changed, deleted; the same link through kurz's own
+// list by its tag with its visits, changed, deleted; the same link through kurz's own
 // API. /rest/v2 is /rest/v3.
 func TestShlinkLinkLifecycle(t *testing.T) {
 	gw := startGateway(t, nil)
@@ -112,6 +112,8 @@ func TestShlinkLinkLifecycle(t *testing.T) {
 	if err := json.Unmarshal(r.body, &list); err != nil || r.code != http.StatusOK || len(list.ShortURLs.Data) != 1 ||
 		list.ShortURLs.Data[0].ShortCode != slug || list.ShortURLs.Pagination["totalItems"] != 1 || list.ShortURLs.Pagination["pagesCount"] != 1 {
 		t.Errorf("list by tag: %s", r)
+	} else if v := list.ShortURLs.Data[0].VisitsSummary; v == nil || v.Total != 0 {
+		t.Errorf("list by tag: %s; want the link with its visitsSummary, no visits", r.body)
 	}
 
 	r = c.do("PATCH", "/rest/v3/short-urls/"+slug, `{"longUrl":"https://example.com/moved","maxVisits":null,"tags":[]}`)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/buildinfo"
 	"kurz.dev/pkg/linkcode"
@@ -417,12 +418,72 @@ func (a *API) shlinkSummary(c *call, l *shortenerv1.Link) *shlinkVisits {
 	}
 	counts, err := a.lifetimeCounts(c, l)
 	if err != nil {
-		if e := toAPIError(err); e.status >= 500 && e.status != 499 {
-			a.log.WarnContext(c.r.Context(), "visits summary left out", "route", c.st.route, "request_id", c.st.id, "err", err)
-		}
+		a.summaryLeftOut(c, err)
 		return nil
 	}
+	return shlinkVisitsOf(counts)
+}
+
+// shlinkVisitsOf is counts as Shlink's visitsSummary.
+func shlinkVisitsOf(counts *analyticsv1.ClickCounts) *shlinkVisits {
 	return &shlinkVisits{Total: counts.GetTotal(), NonBots: counts.GetTotal() - counts.GetBot(), Bots: counts.GetBot()}
+}
+
+// summaryLeftOut logs why visitsSummary was left out when analytics failed
+// (a client's own cancellation or a refusal of the request is no news).
+func (a *API) summaryLeftOut(c *call, err error) {
+	if e := toAPIError(err); e.status >= 500 && e.status != 499 {
+		a.log.WarnContext(c.r.Context(), "visits summary left out", "route", c.st.route, "request_id", c.st.id, "err", err)
+	}
+}
+
+// shlinkSummaries are the visitsSummary of a list's links, by link key
+// (linkdomain.Key), from one GetLinksClickCounts call for the whole page:
+// each link's lifetime counts as shlinkSummary's, over one range from the
+// oldest link's creation up to now, the last 400 days at most (codes are
+// never reused, so a younger link has no clicks before its own creation).
+// The page is charged once as statsRoute first, as one link's summary is:
+// one statistics call does the work. nil, and every link without its
+// visitsSummary, when that charge is refused or analytics cannot tell in
+// the call's time: the page is answered all the same, as one link is.
+// Left out, not zeros: a zero says the link had no visits, and Shlink's
+// clients show what the field says.
+func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*shlinkVisits {
+	if len(links) == 0 || a.analytics == nil {
+		return nil
+	}
+	if err := a.edgeQuota(c, statsRoute); err != nil {
+		return nil
+	}
+	now := time.Now()
+	start := now.Add(-lifetimeStatsRange)
+	oldest := now
+	refs := make([]*analyticsv1.LinkRef, len(links))
+	for i, l := range links {
+		refs[i] = &analyticsv1.LinkRef{Code: l.GetCode(), Domain: l.GetDomain()}
+		if t := l.GetCreateTime().AsTime(); t.Before(oldest) {
+			oldest = t
+		}
+	}
+	if oldest.After(start) {
+		start = oldest
+	}
+	if !start.Before(now) { // a link stamped ahead of this gateway's clock
+		start = now.Add(-time.Hour)
+	}
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	resp, err := a.analytics.GetLinksClickCounts(ctx, &analyticsv1.GetLinksClickCountsRequest{
+		Links: refs, StartTime: timestamppb.New(start), EndTime: timestamppb.New(now)})
+	if err != nil {
+		a.summaryLeftOut(c, err)
+		return nil
+	}
+	out := make(map[string]*shlinkVisits, len(resp.GetLinks()))
+	for _, lc := range resp.GetLinks() {
+		out[linkdomain.Key(lc.GetDomain(), lc.GetCode())] = shlinkVisitsOf(lc.GetCounts())
+	}
+	return out
 }
 
 // shlinkURLOf is l as Shlink's ShortUrl, with visits as its visitsSummary
@@ -458,8 +519,8 @@ func shlinkURLOf(l *shortenerv1.Link, visits *shlinkVisits) shlinkURL {
 // least one more page and one more link (currentPage + 1, the links up to
 // this page + 1); on the last page they are exact. A page whose links
 // take more than shlinkPageBytes is refused, naming itemsPerPage. The
-// links carry no visitsSummary: counting it would be a statistics call per
-// link.
+// links carry their visitsSummary, from one statistics call for the page
+// (shlinkSummaries).
 func (a *API) shlinkList(c *call) error {
 	q, err := shlinkQuery(c, "page", "itemsPerPage", "tags[]", "tagsMode", "searchTerm", "orderBy", "startDate", "endDate",
 		"excludeMaxVisitsReached", "excludePastValidUntil", "domain")
@@ -551,8 +612,9 @@ func (a *API) shlinkList(c *call) error {
 		} `json:"shortUrls"`
 	}
 	out.ShortURLs.Data = make([]shlinkURL, 0, len(links))
+	visits := a.shlinkSummaries(c, links)
 	for _, l := range links {
-		out.ShortURLs.Data = append(out.ShortURLs.Data, shlinkURLOf(l, nil))
+		out.ShortURLs.Data = append(out.ShortURLs.Data, shlinkURLOf(l, visits[linkdomain.Key(l.GetDomain(), l.GetCode())]))
 	}
 	out.ShortURLs.Pagination = shlinkPagination{CurrentPage: page, PagesCount: pages, ItemsPerPage: perPage,
 		ItemsInCurrentPage: len(links), TotalItems: total}

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -23,6 +25,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/services/gateway/internal/keystore"
@@ -217,12 +220,31 @@ func (s *shlinkShortener) DeleteLink(_ context.Context, in *shortenerv1.DeleteLi
 	return &shortenerv1.DeleteLinkResponse{}, nil
 }
 
-// shlinkAnalytics answers counts (or err) to every GetLinkStats.
+// shlinkAnalytics answers counts (or err) to every GetLinkStats, and to
+// every link of a GetLinksClickCounts (byCode's counts for its codes).
 type shlinkAnalytics struct {
 	analyticsv1.AnalyticsServiceClient
-	counts *analyticsv1.ClickCounts
-	err    error
-	asked  []*analyticsv1.GetLinkStatsRequest
+	counts  *analyticsv1.ClickCounts
+	byCode  map[string]*analyticsv1.ClickCounts
+	err     error
+	asked   []*analyticsv1.GetLinkStatsRequest
+	batches []*analyticsv1.GetLinksClickCountsRequest
+}
+
+func (s *shlinkAnalytics) GetLinksClickCounts(_ context.Context, in *analyticsv1.GetLinksClickCountsRequest, _ ...grpc.CallOption) (*analyticsv1.GetLinksClickCountsResponse, error) {
+	s.batches = append(s.batches, proto.Clone(in).(*analyticsv1.GetLinksClickCountsRequest))
+	if s.err != nil {
+		return nil, s.err
+	}
+	resp := &analyticsv1.GetLinksClickCountsResponse{}
+	for _, l := range in.GetLinks() {
+		lc := &analyticsv1.LinkClickCounts{Code: l.GetCode(), Counts: cmp.Or(s.byCode[l.GetCode()], s.counts)}
+		if l.GetDomain() != "" {
+			lc.Domain = proto.String(l.GetDomain())
+		}
+		resp.Links = append(resp.Links, lc)
+	}
+	return resp, nil
 }
 
 func (s *shlinkAnalytics) GetLinkStats(_ context.Context, in *analyticsv1.GetLinkStatsRequest, _ ...grpc.CallOption) (*analyticsv1.GetLinkStatsResponse, error) {
@@ -372,7 +394,7 @@ func TestShlinkCallsAreChargedAsTheKurzRouteTheyMirror(t *testing.T) {
 		{"POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 200, []string{"POST /v1/links"}},
 		{"POST", "/rest/v2/short-urls", `{"longUrl": 5}`, shlinkGoodKey, 400, []string{"POST /v1/links"}},
 		{"POST", "/rest/v9/short-urls", `{"longUrl":"https://example.com/a"}`, shlinkGoodKey, 404, []string{"POST /v1/links"}},
-		{"GET", "/rest/v3/short-urls", "", shlinkGoodKey, 200, []string{"GET /v1/links"}},
+		{"GET", "/rest/v3/short-urls", "", shlinkGoodKey, 200, []string{"GET /v1/links", stats}},
 		{"GET", "/rest/v3/short-urls?searchTerm=x", "", shlinkGoodKey, 400, []string{"GET /v1/links"}},
 		{"GET", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 200, []string{"GET /v1/links/{code}", stats}},
 		{"GET", "/rest/v3/short-urls/nope", "", shlinkGoodKey, 404, []string{"GET /v1/links/{code}"}},
@@ -652,7 +674,8 @@ func TestShlinkEditAndDelete(t *testing.T) {
 // The list pages through the caller's links as Shlink's page and
 // itemsPerPage say, reading the links up to the end of the page;
 // pagesCount and totalItems are exact on the last page, and one more page
-// and link while there are more; the links carry no visitsSummary. One
+// and link while there are more; the links carry their visitsSummary,
+// from one GetLinksClickCounts call a page with links. One
 // tags[] is ListLinks's tag; the filters kurz cannot apply are refused by
 // name, and so is a page deeper than it reads.
 func TestShlinkListPages(t *testing.T) {
@@ -681,6 +704,7 @@ func TestShlinkListPages(t *testing.T) {
 		{"?tags[]=five&itemsPerPage=5&tagsMode=all&orderBy=dateCreated-DESC&excludeMaxVisitsReached=false", []string{"code000", "code005", "code010", "code015", "code020"},
 			"map[currentPage:1 itemsInCurrentPage:5 itemsPerPage:5 pagesCount:1 totalItems:5]"},
 	} {
+		env.analytics.batches = nil
 		w := env.do("GET", "/rest/v3/short-urls"+tc.query, "", shlinkGoodKey)
 		m := object(t, w)
 		list, _ := m["shortUrls"].(map[string]any)
@@ -689,9 +713,12 @@ func TestShlinkListPages(t *testing.T) {
 		for _, d := range data {
 			u := d.(map[string]any)
 			codes = append(codes, u["shortCode"].(string))
-			if _, ok := u["visitsSummary"]; ok {
-				t.Errorf("%s: %s carries a visitsSummary", tc.query, u["shortCode"])
+			if v := fmt.Sprint(u["visitsSummary"]); v != "map[bots:2 nonBots:5 total:7]" {
+				t.Errorf("%s: %s has visitsSummary %s, want analytics' counts", tc.query, u["shortCode"], v)
 			}
+		}
+		if want := min(len(codes), 1); len(env.analytics.batches) != want {
+			t.Errorf("%s: %d GetLinksClickCounts calls for %d links, want %d", tc.query, len(env.analytics.batches), len(codes), want)
 		}
 		if w.Code != 200 || !slices.Equal(codes, tc.codes) || fmt.Sprint(list["pagination"]) != tc.pagination {
 			t.Errorf("GET %s: %d codes %v pagination %v; want %v %s", tc.query, w.Code, codes, list["pagination"], tc.codes, tc.pagination)
@@ -778,7 +805,8 @@ func TestShlinkListIsChargedForTheLinksItReads(t *testing.T) {
 		env.shortener.lists, env.shortener.cut = nil, tc.cut
 		w := env.do("GET", "/rest/v3/short-urls"+tc.query, "", shlinkGoodKey)
 		got := env.limiter.takeCharged()
-		if want := slices.Repeat([]string{"GET /v1/links"}, tc.charged); w.Code != 200 || !slices.Equal(got, want) {
+		want := append(slices.Repeat([]string{"GET /v1/links"}, tc.charged), "GET /v1/links/{code}/stats")
+		if w.Code != 200 || !slices.Equal(got, want) {
 			t.Errorf("GET %s (pages cut at %d): %d, %d ListLinks calls, charged %v; want %v", tc.query, tc.cut, w.Code, len(env.shortener.lists), got, want)
 		}
 	}
@@ -939,5 +967,67 @@ func TestShlinkAnswersCORS(t *testing.T) {
 	w = env.do("OPTIONS", "/v1/links", "", "", "Origin", origin, "Access-Control-Request-Method", "POST")
 	if w.Code != 405 || w.Header().Get("Access-Control-Allow-Origin") != "" {
 		t.Errorf("a preflight of kurz's own API: %d, Allow-Origin %q; want 405 without CORS", w.Code, w.Header().Get("Access-Control-Allow-Origin"))
+	}
+}
+
+// A list's page carries each link's visitsSummary from one
+// GetLinksClickCounts call naming every link of the page (its domain
+// with it), counted since the page's oldest link was made, and is charged
+// once more as GET /v1/links/{code}/stats, whatever its size. When the
+// statistics cannot be had, or their charge is refused, the page is
+// answered all the same, its links without visitsSummary.
+func TestShlinkListVisitsFromOneCall(t *testing.T) {
+	const stats = "GET /v1/links/{code}/stats"
+	older := shlinkLink("old1234")
+	older.CreateTime = timestamppb.New(shlinkCreated.Add(-48 * time.Hour))
+	d := "go.acme.test"
+	onDomain := shlinkLink("dom1234")
+	onDomain.Domain = &d
+	env := newShlinkEnv(t, shlinkLink("new1234"), onDomain, older)
+	env.analytics.byCode = map[string]*analyticsv1.ClickCounts{
+		"old1234": {Total: 3, Human: 3},
+		"dom1234": {Total: 9, Human: 1, Bot: 8},
+	}
+	w := env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+	visits := map[string]string{}
+	for _, u := range object(t, w)["shortUrls"].(map[string]any)["data"].([]any) {
+		u := u.(map[string]any)
+		visits[u["shortCode"].(string)] = fmt.Sprint(u["visitsSummary"])
+	}
+	want := map[string]string{"new1234": "map[bots:2 nonBots:5 total:7]", "dom1234": "map[bots:8 nonBots:1 total:9]",
+		"old1234": "map[bots:0 nonBots:3 total:3]"}
+	if w.Code != 200 || !maps.Equal(visits, want) {
+		t.Errorf("list: %d visits %v, want %v", w.Code, visits, want)
+	}
+	if got := env.limiter.takeCharged(); !slices.Equal(got, []string{"GET /v1/links", stats}) {
+		t.Errorf("charged %v, want the list and one statistics call", got)
+	}
+	if b := env.analytics.batches; len(b) != 1 || len(env.analytics.asked) != 0 {
+		t.Fatalf("%d GetLinksClickCounts and %d GetLinkStats calls, want one batch call", len(b), len(env.analytics.asked))
+	}
+	b := env.analytics.batches[0]
+	var named []string
+	for _, l := range b.GetLinks() {
+		named = append(named, linkdomain.Key(l.GetDomain(), l.GetCode()))
+	}
+	if !slices.Equal(named, []string{"new1234", "go.acme.test/dom1234", "old1234"}) || !b.GetStartTime().AsTime().Equal(older.GetCreateTime().AsTime()) {
+		t.Errorf("counts asked for %v since %v, want the page's links since the oldest was made (%v)", named, b.GetStartTime().AsTime(), older.GetCreateTime().AsTime())
+	}
+
+	for name, breakIt := range map[string]func(){
+		"analytics down":          func() { env.analytics.err = rpcerr.WithDetails(codes.Unavailable, "analytics is down") },
+		"the stats route refused": func() { env.limiter.denyRoute = stats },
+	} {
+		env.analytics.err, env.limiter.denyRoute, env.analytics.batches = nil, "", nil
+		breakIt()
+		w := env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+		codes, _ := shlinkListPage(t, w)
+		if w.Code != 200 || len(codes) != 3 || strings.Contains(w.Body.String(), "visitsSummary") {
+			t.Errorf("%s: %d %s; want the 3 links without visitsSummary", name, w.Code, w.Body)
+		}
+		if wantCalls := map[bool]int{true: 1, false: 0}[env.limiter.denyRoute == ""]; len(env.analytics.batches) != wantCalls {
+			t.Errorf("%s: %d GetLinksClickCounts calls, want %d", name, len(env.analytics.batches), wantCalls)
+		}
+		env.limiter.takeCharged()
 	}
 }
