@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
@@ -18,6 +19,7 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/grpcclient"
 	"kurz.dev/pkg/logging"
+	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/pkg/telemetry"
 )
 
@@ -56,8 +58,11 @@ func ParsePolicy(s string) (Policy, error) {
 type Decision struct {
 	Allowed bool
 	// Rule is the deciding rule; empty when no rule applied or when Degraded.
-	Rule       string
-	Limit      int64
+	Rule  string
+	Limit int64
+	// Window is the deciding rule's window (0 when no rule decided): the
+	// w of a RateLimit-Policy field.
+	Window     time.Duration
 	Remaining  int64
 	ResetAfter time.Duration
 	// RetryAfter is positive on a denial the limiter decided.
@@ -91,6 +96,41 @@ func (d Decision) Unchecked() bool {
 		d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED
 }
 
+// Fields is the IETF RateLimit quota of d for its RateLimit and
+// RateLimit-Policy fields, the deciding rule as the policy (named
+// domain/rule). ok is false when no rule limited: none matched, only an
+// unlimited one did, or the limiter did not answer.
+func (d Decision) Fields(domain string) (q ratelimitfields.Quota, ok bool) {
+	if d.Degraded || d.Rule == "" || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE ||
+		d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED {
+		return ratelimitfields.Quota{}, false
+	}
+	return ratelimitfields.Quota{
+		Policy: domain + "/" + d.Rule, Limit: d.Limit, Window: d.Window,
+		Remaining: d.Remaining, ResetAfter: d.ResetAfter, Allowed: d.Allowed, RetryAfter: d.RetryAfter,
+	}, true
+}
+
+// Wait holds the caller for d.Delay, the turn a leaky bucket in queue
+// mode gave the request (at once when there is none), or until ctx ends,
+// returning ctx's error then. The limiter has given the request its place
+// and delays the ones behind it past it: going at once would break the
+// rate the rule promises, giving up would waste the place. The rule's
+// queue (its burst) bounds the wait.
+func (d Decision) Wait(ctx context.Context) error {
+	if d.Delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Client wraps the limiter's gRPC client.
 type Client struct {
 	rl      ratelimitv1.RateLimitServiceClient
@@ -112,6 +152,20 @@ func New(conn grpc.ClientConnInterface, timeout time.Duration, log *slog.Logger,
 		return nil, fmt.Errorf("quota metrics: %w", err)
 	}
 	return &Client{rl: ratelimitv1.NewRateLimitServiceClient(conn), timeout: timeout, log: log, calls: calls}, nil
+}
+
+// DefaultTimeout bounds each call of a client NewDefault makes: the
+// gateway's KURZ_GATEWAY_LIMITER_TIMEOUT.
+const DefaultTimeout = 50 * time.Millisecond
+
+// NewDefault is New for a program that is not a kurz service (a Go service
+// limiting its own API through pkg/quotaguard): calls bounded by
+// DefaultTimeout, logs to slog.Default(), metrics to OpenTelemetry's
+// global meter provider (a no-op until the program sets one). conn is the
+// program's own connection to the limiter (grpc.NewClient, its transport
+// credentials and options); kurz's own services use Dial.
+func NewDefault(conn grpc.ClientConnInterface) (*Client, error) {
+	return New(conn, DefaultTimeout, slog.Default(), otel.GetMeterProvider())
 }
 
 // Check asks the limiter about one request of cost units (1 when cost is 0;
@@ -237,6 +291,7 @@ func (c *Client) decision(ctx context.Context, domain string, cost uint32, resp 
 	for _, rd := range resp.GetDecisions() {
 		if rd.GetRule() == d.Rule {
 			d.Delay = rd.GetDelay().AsDuration()
+			d.Window = rd.GetWindow().AsDuration()
 		}
 		if c := rd.GetCapacity(); !rd.GetAllowed() && rd.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_SHADOW &&
 			c > 0 && int64(cost) > c && (d.MaxCost == 0 || c < d.MaxCost) {

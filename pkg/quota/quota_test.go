@@ -21,6 +21,7 @@ import (
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/quota"
+	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/pkg/testkit/servertest"
 )
@@ -100,12 +101,12 @@ func TestCheckMapsTheLimiterAnswer(t *testing.T) {
 				ResetAfter: durationpb.New(36 * time.Second), RetryAfter: durationpb.New(0),
 				Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
 				Decisions: []*ratelimitv1.RuleDecision{
-					{Rule: "other", Allowed: true, Delay: durationpb.New(time.Second)},
-					{Rule: "queue", Allowed: true, Delay: durationpb.New(250 * time.Millisecond)},
+					{Rule: "other", Allowed: true, Delay: durationpb.New(time.Second), Window: durationpb.New(time.Hour)},
+					{Rule: "queue", Allowed: true, Delay: durationpb.New(250 * time.Millisecond), Window: durationpb.New(time.Minute)},
 				},
 			},
 			want: quota.Decision{
-				Allowed: true, Rule: "queue", Limit: 100, Remaining: 40, ResetAfter: 36 * time.Second,
+				Allowed: true, Rule: "queue", Limit: 100, Window: time.Minute, Remaining: 40, ResetAfter: 36 * time.Second,
 				Delay: 250 * time.Millisecond, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS,
 			},
 		},
@@ -151,6 +152,29 @@ func TestCheckMapsTheLimiterAnswer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A decision's RateLimit quota is its deciding rule's, named domain/rule;
+// a decision no rule limited has none.
+func TestDecisionFields(t *testing.T) {
+	redis := ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS
+	decided := quota.Decision{Allowed: false, Rule: "per-ip", Limit: 10, Window: time.Minute, Remaining: 0,
+		ResetAfter: 6 * time.Second, RetryAfter: 6 * time.Second, Source: redis}
+	want := ratelimitfields.Quota{Policy: "api/per-ip", Limit: 10, Window: time.Minute, ResetAfter: 6 * time.Second,
+		RetryAfter: 6 * time.Second}
+	if got, ok := decided.Fields("api"); !ok || got != want {
+		t.Errorf("got %+v (%v), want %+v", got, ok, want)
+	}
+	for name, d := range map[string]quota.Decision{
+		"limiter did not answer": {Allowed: true, Degraded: true},
+		"no rule":                {Allowed: true, Source: ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE},
+		"unlimited rule":         {Allowed: true, Rule: "vip", Source: ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED},
+		"no rule named":          {Allowed: true, Source: redis},
+	} {
+		if got, ok := d.Fields("api"); ok {
+			t.Errorf("%s: fields %+v, want none", name, got)
+		}
 	}
 }
 

@@ -35,6 +35,9 @@ const (
 	// ReasonRateLimited: RESOURCE_EXHAUSTED, a kurz quota denied the call;
 	// metadata "rule" names the deciding rule.
 	ReasonRateLimited = "RATE_LIMITED"
+	// ReasonLimiterUnavailable: UNAVAILABLE, the limiter did not answer
+	// and the caller's policy fails closed.
+	ReasonLimiterUnavailable = "RATE_LIMITER_UNAVAILABLE"
 )
 
 // Generic messages of the statuses ToStatus makes up itself.

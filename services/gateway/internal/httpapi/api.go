@@ -443,14 +443,5 @@ func (a *API) edgeQuotaCost(c *call, pattern string, cost uint32) error {
 	if anonymous {
 		a.anonLocal.charge(c.st.ipKey)
 	}
-	if d.Delay > 0 { // a leaky bucket in queue mode: wait for what is ahead
-		t := time.NewTimer(d.Delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return d.Wait(ctx) // a leaky bucket in queue mode: wait for what is ahead
 }

@@ -59,17 +59,15 @@ func (c windowConn) Invoke(ctx context.Context, method string, args, reply any, 
 }
 
 // rateLimitFields are the RateLimit-Policy and RateLimit field values of
-// one decision, the deciding rule as the policy (named domain/rule). ok is
-// false when no rule limited (no rule matched, only an unlimited one did,
-// or the limiter did not answer).
+// one decision (quota.Decision.Fields), with the window withWindow
+// recorded. ok is false when no rule limited.
 func rateLimitFields(domain string, d quota.Decision, window time.Duration) (policy, state string, ok bool) {
-	if d.Degraded || d.Rule == "" || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_NO_RULE || d.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_UNLIMITED {
+	d.Window = window
+	q, ok := d.Fields(domain)
+	if !ok {
 		return "", "", false
 	}
-	policy, state = ratelimitfields.Fields(ratelimitfields.Quota{
-		Policy: domain + "/" + d.Rule, Limit: d.Limit, Window: window,
-		Remaining: d.Remaining, ResetAfter: d.ResetAfter, Allowed: d.Allowed, RetryAfter: d.RetryAfter,
-	})
+	policy, state = ratelimitfields.Fields(q)
 	return policy, state, true
 }
 

@@ -35,7 +35,7 @@ const (
 	ReasonPageTokenInvalid  = "PAGE_TOKEN_INVALID"
 	ReasonUpdateMaskInvalid = "UPDATE_MASK_INVALID"
 	ReasonLinkRequired      = "LINK_REQUIRED"
-	ReasonLimiterDown       = "RATE_LIMITER_UNAVAILABLE"
+	ReasonLimiterDown       = rpcerr.ReasonLimiterUnavailable
 	ReasonCodesExhausted    = "RANDOM_CODES_EXHAUSTED"
 	// ReasonFromURLExhausted: every candidate code of the URL is taken.
 	ReasonFromURLExhausted = "FROM_URL_CODES_EXHAUSTED"
