@@ -3,9 +3,14 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +158,7 @@ func TestGubernatorHTTPGatewayOnRedis(t *testing.T) {
 	body := fmt.Sprintf(`{"requests": [{"name": "http", "unique_key": %q, "hits": 1, "limit": 3, "duration": %d}]}`, unique(t), day)
 	for i := range 4 {
 		code, out := post(t, r.HTTP+"/v1/GetRateLimits", "application/json", body)
+		out = compactJSON(out)
 		var resp gubernatorpb.GetRateLimitsResp
 		if err := protojson.Unmarshal([]byte(out), &resp); err != nil || code != http.StatusOK || len(resp.GetResponses()) != 1 {
 			t.Fatalf("hit %d: %d %s (%v), want 200 with one response", i+1, code, out, err)
@@ -166,10 +172,60 @@ func TestGubernatorHTTPGatewayOnRedis(t *testing.T) {
 		}
 	}
 	many := `{"requests": [` + strings.TrimSuffix(strings.Repeat(`{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":1},`, 1001), ",") + `]}`
-	if code, out := post(t, r.HTTP+"/v1/GetRateLimits", "application/json", many); code != http.StatusBadRequest || !strings.Contains(out, `"code":11`) {
+	if code, out := post(t, r.HTTP+"/v1/GetRateLimits", "application/json", many); code != http.StatusBadRequest || !strings.Contains(compactJSON(out), `"code":11`) {
 		t.Errorf("1,001 requests: %d %s, want 400 OUT_OF_RANGE", code, out)
 	}
-	if code, out := r.Get(t, "/v1/HealthCheck"); code != http.StatusOK || !strings.Contains(out, `"status":"healthy"`) {
+	if code, out := r.Get(t, "/v1/HealthCheck"); code != http.StatusOK || !strings.Contains(compactJSON(out), `"status":"healthy"`) {
 		t.Errorf("GET /v1/HealthCheck: %d %s, want 200 healthy", code, out)
+	}
+}
+
+// compactJSON is body without the spaces protojson puts at random between
+// tokens, when it is JSON; else body as it is.
+func compactJSON(body string) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, []byte(body)) != nil {
+		return body
+	}
+	return buf.String()
+}
+
+// readmeGubernatorRequest is the body of the README's curl example of POST
+// /v1/GetRateLimits ("Coming from gubernator"), word for word.
+const readmeGubernatorRequest = `{"requests": [{"name": "requests_per_sec", "unique_key": "account:12345", "hits": 1, "limit": 10, "duration": 1000}]}`
+
+// readmeGubernatorAnswer is the README's answer to it, reset_time aside.
+var readmeGubernatorAnswer = []string{`{"responses":[{"status":"UNDER_LIMIT","limit":"10","remaining":"9","reset_time":"`, `","error":"","metadata":{"source":"redis"}}]}`}
+
+// The README's example, on the real Redis Cluster, answers what the README
+// shows: UNDER_LIMIT, 9 of 10 left, reset_time 100 ms on. The key is the
+// test's own, so that no earlier call has spent any.
+func TestGubernatorReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "-d '"+readmeGubernatorRequest+"'") {
+		t.Fatalf("services/limiter/README.md has no curl example sending %s", readmeGubernatorRequest)
+	}
+	if !strings.Contains(string(readme), readmeGubernatorAnswer[0]) || !strings.Contains(string(readme), readmeGubernatorAnswer[1]) {
+		t.Fatalf("services/limiter/README.md does not answer it with %s…%s", readmeGubernatorAnswer[0], readmeGubernatorAnswer[1])
+	}
+	r, _ := startGubernator(t)
+	before := time.Now()
+	code, out := post(t, r.HTTP+"/v1/GetRateLimits", "application/json", strings.Replace(readmeGubernatorRequest, "account:12345", unique(t), 1))
+	out = compactJSON(out)
+	t.Logf("%d %s", code, out)
+	head, tail, ok := strings.Cut(out, readmeGubernatorAnswer[0])
+	if code != http.StatusOK || !ok || head != "" {
+		t.Fatalf("%d %s, want 200 %s…", code, out, readmeGubernatorAnswer[0])
+	}
+	ms, rest, _ := strings.Cut(tail, `"`)
+	if `"`+rest != readmeGubernatorAnswer[1] {
+		t.Errorf("answer ends %s, want %s", rest, readmeGubernatorAnswer[1])
+	}
+	reset, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || reset < before.Add(100*time.Millisecond).UnixMilli()-1 || reset > time.Now().Add(100*time.Millisecond).UnixMilli()+1 {
+		t.Errorf("reset_time %s, want 100 ms after the request", ms)
 	}
 }

@@ -1,7 +1,9 @@
 package quotaapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -250,7 +252,18 @@ func httpDo(t *testing.T, method, url, ct, body string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, compactJSON(b)
+}
+
+// compactJSON is body without the spaces protojson puts at random between
+// tokens (so that no one compares its output byte for byte), when it is
+// JSON; else body as it is.
+func compactJSON(body []byte) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, body) != nil {
+		return string(body)
+	}
+	return buf.String()
 }
 
 // The gateway reads and writes gubernator's JSON (proto names, int64s as
