@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -210,8 +209,7 @@ func TestGetRateLimitsResetsBeforeDeciding(t *testing.T) {
 func TestGubernatorHealthCheck(t *testing.T) {
 	ready := false
 	s := NewGubernator(&fakeGuberEngine{}, ratelimitv1.FailureMode_FAILURE_MODE_OPEN, func() bool { return ready })
-	h := httptest.NewServer(gubernatorMux(s))
-	defer h.Close()
+	h := gubernatorMux(s)
 	for _, tc := range []struct {
 		ready bool
 		want  string
@@ -221,7 +219,7 @@ func TestGubernatorHealthCheck(t *testing.T) {
 		if err != nil || !strings.Contains(tc.want, resp.GetStatus()) {
 			t.Errorf("ready %v: %v %v, want %s", tc.ready, resp, err, tc.want)
 		}
-		code, body := httpDo(t, http.MethodGet, h.URL+"/v1/HealthCheck", "", "")
+		code, body := httpDo(h, http.MethodGet, "/v1/HealthCheck", "", "")
 		if code != http.StatusOK || !strings.Contains(body, tc.want) || !strings.Contains(body, `"peer_count":1`) {
 			t.Errorf("ready %v: GET /v1/HealthCheck %d %s, want 200 with %s", tc.ready, code, body, tc.want)
 		}
@@ -234,25 +232,16 @@ func gubernatorMux(s *GubernatorService) *http.ServeMux {
 	return mux
 }
 
-func httpDo(t *testing.T, method, url, ct, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+// httpDo serves one request through mux and returns its status and its
+// body, compacted.
+func httpDo(mux http.Handler, method, path, ct, body string) (int, string) {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	if ct != "" {
 		req.Header.Set("Content-Type", ct)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, compactJSON(b)
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, req)
+	return w.Code, compactJSON(w.Body.Bytes())
 }
 
 // compactJSON is body without the spaces protojson puts at random between
@@ -271,8 +260,7 @@ func compactJSON(body []byte) string {
 func TestGubernatorHTTPGateway(t *testing.T) {
 	f := &fakeGuberEngine{answer: &ratelimitv1.CheckQuotaResponse{Allowed: true, Remaining: 99, ResetAfter: durationpb.New(600 * time.Millisecond)}}
 	s := NewGubernator(f, ratelimitv1.FailureMode_FAILURE_MODE_OPEN, func() bool { return true })
-	h := httptest.NewServer(gubernatorMux(s))
-	defer h.Close()
+	h := gubernatorMux(s)
 	many := `{"requests": [` + strings.TrimSuffix(strings.Repeat(`{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":1},`, 1001), ",") + `]}`
 	for name, tc := range map[string]struct {
 		method, ct, body string
@@ -290,7 +278,7 @@ func TestGubernatorHTTPGateway(t *testing.T) {
 		"too large":       {http.MethodPost, "application/json", `{"requests": [{"name": "` + strings.Repeat("n", 64<<10) + `"}]}`, 413, []string{"request body over 65536 bytes"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			code, body := httpDo(t, tc.method, h.URL+"/v1/GetRateLimits", tc.ct, tc.body)
+			code, body := httpDo(h, tc.method, "/v1/GetRateLimits", tc.ct, tc.body)
 			if code != tc.code {
 				t.Errorf("%d %s, want %d", code, body, tc.code)
 			}

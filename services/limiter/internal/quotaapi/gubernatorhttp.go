@@ -2,10 +2,7 @@ package quotaapi
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"time"
 
@@ -64,35 +61,14 @@ var (
 )
 
 func (h *GubernatorHTTP) getRateLimits(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		gatewayError(w, http.StatusMethodNotAllowed, codes.Unimplemented, "POST a GetRateLimitsReq as JSON")
+	body, done, ok := readJSONPost(w, r, "GetRateLimitsReq", h.maxBody, h.inFlight, gatewayError)
+	if !ok {
 		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		gatewayError(w, http.StatusUnsupportedMediaType, codes.InvalidArgument, "Content-Type must be application/json")
-		return
-	}
-	if r.ContentLength > h.maxBody {
-		gatewayError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, tooLarge(h.maxBody))
-		return
-	}
-	if !h.inFlight.enter(w) {
-		return
-	}
-	defer h.inFlight.leave()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			gatewayError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, tooLarge(h.maxBody))
-			return
-		}
-		gatewayError(w, http.StatusBadRequest, codes.InvalidArgument, "reading the request body failed")
-		return
-	}
+	defer done()
 	var req gubernatorpb.GetRateLimitsReq
 	if err := gubernatorUnmarshal.Unmarshal(body, &req); err != nil {
-		gatewayError(w, http.StatusBadRequest, codes.InvalidArgument, "invalid GetRateLimitsReq JSON: "+textcut.Echo(err.Error(), maxEcho))
+		gatewayError(w, http.StatusBadRequest, "invalid GetRateLimitsReq JSON: "+textcut.Echo(err.Error(), maxEcho))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
@@ -107,27 +83,44 @@ func (h *GubernatorHTTP) answer(w http.ResponseWriter, r *http.Request, resp pro
 		st, _ := status.FromError(err)
 		switch st.Code() {
 		case codes.OutOfRange, codes.InvalidArgument:
-			gatewayError(w, http.StatusBadRequest, st.Code(), st.Message())
+			writeStatus(w, http.StatusBadRequest, st)
 		default:
 			h.log.ErrorContext(r.Context(), "gubernator gateway: call failed", "path", r.URL.Path, "err", err)
-			gatewayError(w, http.StatusInternalServerError, codes.Internal, "internal error")
+			gatewayError(w, http.StatusInternalServerError, "internal error")
 		}
 		return
 	}
 	out, err := gubernatorMarshal.Marshal(resp)
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "gubernator gateway: response not marshalled", "err", err)
-		gatewayError(w, http.StatusInternalServerError, codes.Internal, "internal error")
+		gatewayError(w, http.StatusInternalServerError, "internal error")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out)
 }
 
-// gatewayError writes grpc-gateway's error body, which gubernator's HTTP
+// gatewayError writes grpc-gateway's error body for httpStatus, with the
+// gRPC code grpc-gateway maps to that status.
+func gatewayError(w http.ResponseWriter, httpStatus int, msg string) {
+	c := codes.Unknown
+	switch httpStatus {
+	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
+		c = codes.InvalidArgument
+	case http.StatusMethodNotAllowed:
+		c = codes.Unimplemented
+	case http.StatusRequestEntityTooLarge:
+		c = codes.ResourceExhausted
+	case http.StatusInternalServerError:
+		c = codes.Internal
+	}
+	writeStatus(w, httpStatus, status.New(c, msg))
+}
+
+// writeStatus writes grpc-gateway's error body, which gubernator's HTTP
 // clients read: {"code": <gRPC code>, "message": ..., "details": []}.
-func gatewayError(w http.ResponseWriter, httpStatus int, c codes.Code, msg string) {
-	out, _ := gubernatorMarshal.Marshal(status.New(c, msg).Proto())
+func writeStatus(w http.ResponseWriter, httpStatus int, st *status.Status) {
+	out, _ := gubernatorMarshal.Marshal(st.Proto())
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpStatus)
 	_, _ = w.Write(out)
