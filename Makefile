@@ -140,7 +140,7 @@ tools: $(TOOLS) ## Install the pinned tools into ./bin, and promtool (Debian's p
 
 .PHONY: gen
 gen: tools ## Regenerate gen/ (Go code, grpc-gateway handlers, the OpenAPI spec) from proto/ with buf, and the gateway's served openapi.json.
-	rm -rf gen/kurz gen/openapi
+	rm -rf gen/kurz gen/pb gen/openapi
 	buf generate
 	go run ./tools/openapigen -swagger gen/openapi/kurz.swagger.json -overlay $(OPENAPI_OVERLAY) -out $(OPENAPI_SERVED)
 
@@ -154,7 +154,7 @@ check-gen: tools ## Fail if gen/ or the served openapi.json differs from what pr
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	buf generate --output "$$tmp"; \
 	go run ./tools/openapigen -swagger "$$tmp/gen/openapi/kurz.swagger.json" -overlay $(OPENAPI_OVERLAY) -out "$$tmp/openapi.json"; \
-	if ! diff -r "$$tmp/gen/kurz" gen/kurz || ! diff -r "$$tmp/gen/openapi" gen/openapi || ! diff "$$tmp/openapi.json" $(OPENAPI_SERVED); then \
+	if ! diff -r "$$tmp/gen/kurz" gen/kurz || ! diff -r "$$tmp/gen/pb" gen/pb || ! diff -r "$$tmp/gen/openapi" gen/openapi || ! diff "$$tmp/openapi.json" $(OPENAPI_SERVED); then \
 		echo "gen/ or $(OPENAPI_SERVED) is stale: run 'make gen' and commit the result" >&2; exit 1; \
 	fi; \
 	echo "gen/ and $(OPENAPI_SERVED) match proto/ and the overlay"

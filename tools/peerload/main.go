@@ -7,7 +7,11 @@
 //   - kurz through the same API (-kurz): the demo domain's fixed window;
 //   - gubernator (-gubernator): one node, in memory, its default token
 //     bucket (limit 100, duration 60,000 ms) through GetRateLimits;
-//   - kurz through CheckQuota (-kurz): the demo domain's token bucket.
+//   - kurz through CheckQuota (-kurz): the demo domain's token bucket;
+//   - kurz through gubernator's API (-kurz-gubernator, off unless given):
+//     the same GetRateLimits calls as gubernator's, decided as ad-hoc
+//     token buckets on Redis by a limiter with KURZ_LIMITER_GUBERNATOR=true
+//     (the one -kurz-pid and -kurz-metrics name).
 //
 // Each target runs closed loop (-c callers over -conns gRPC connections of
 // its own, -d per measurement) over one hot key (over its limit after 100
@@ -78,6 +82,7 @@ func run() error {
 	gubPID := flag.Int("gubernator-pid", 0, "gubernator process ID (0 = no CPU figures)")
 	kurzAddr := flag.String("kurz", "127.0.0.1:9091", "kurz limiter gRPC address; empty = skip")
 	kurzPID := flag.Int("kurz-pid", 0, "kurz limiter process ID (0 = no CPU figures)")
+	kurzGubAddr := flag.String("kurz-gubernator", "", "gRPC address of a kurz limiter serving gubernator's API (KURZ_LIMITER_GUBERNATOR=true); empty = skip")
 	kurzMetrics := flag.String("kurz-metrics", "http://127.0.0.1:9191/metrics", "kurz limiter metrics URL (decisions by source); empty = none")
 	redisPIDs := flag.String("redis-pids", "", "process IDs of the Redis Cluster's servers, comma-separated (empty = no Redis CPU)")
 	concurrency := flag.Int("c", 32, "concurrent callers")
@@ -137,12 +142,7 @@ func run() error {
 		}
 		targets = append(targets, &target{
 			name: "gubernator", api: "GetRateLimits", algo: "token bucket", pid: *gubPID,
-			decide: func(ctx context.Context, w int, user string) (bool, error) {
-				r, err := gubernatorCheck(ctx, cs[w%len(cs)], gubernatorReq{
-					name: "per_user", key: user, hits: 1, limit: ruleLimit, durationMs: ruleWindow.Milliseconds(),
-				})
-				return !r.overLimit, err
-			},
+			decide: gubernatorDecide(cs),
 		})
 	}
 	if *kurzAddr != "" {
@@ -157,8 +157,21 @@ func run() error {
 			peer:    "gubernator",
 		})
 	}
+	if *kurzGubAddr != "" {
+		cs, err := dial(*kurzGubAddr)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, &target{
+			name: "kurz", api: "GetRateLimits", algo: "token bucket", pid: *kurzPID, redis: true,
+			decide:     gubernatorDecide(cs),
+			sources:    kurzGubernatorSources(*kurzMetrics),
+			peer:       "gubernator",
+			untargeted: true,
+		})
+	}
 	if len(targets) == 0 {
-		return errors.New("no target: set -envoy, -gubernator or -kurz")
+		return errors.New("no target: set -envoy, -gubernator, -kurz or -kurz-gubernator")
 	}
 
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -196,6 +209,9 @@ type target struct {
 	sources func(ctx context.Context) (map[string]int64, error)
 	// peer names the target this one is compared with (kurz's only).
 	peer string
+	// untargeted: compared with its peer in the tables, but issue #15's
+	// targets were set for kurz's own APIs, not for this one.
+	untargeted bool
 }
 
 func (t *target) label() string { return t.name + " " + t.api + ", " + t.algo }
@@ -247,6 +263,29 @@ func kurzSources(url, rule string) func(context.Context) (map[string]int64, erro
 	}
 	return func(ctx context.Context) (map[string]int64, error) {
 		return decisionsBySource(ctx, url, kurzDomain, rule)
+	}
+}
+
+// kurzGubernatorSources reads the decisions of kurz's gubernator API by
+// source: its token buckets, counted under domain gubernator.
+func kurzGubernatorSources(url string) func(context.Context) (map[string]int64, error) {
+	if url == "" {
+		return nil
+	}
+	return func(ctx context.Context) (map[string]int64, error) {
+		return decisionsBySource(ctx, url, "gubernator", "token_bucket")
+	}
+}
+
+// gubernatorDecide decides for caller w with one GetRateLimits call of the
+// rule, gubernator's default token bucket: gubernator's and kurz's API
+// alike.
+func gubernatorDecide(cs []*grpc.ClientConn) func(ctx context.Context, w int, user string) (bool, error) {
+	return func(ctx context.Context, w int, user string) (bool, error) {
+		r, err := gubernatorCheck(ctx, cs[w%len(cs)], gubernatorReq{
+			name: "per_user", key: user, hits: 1, limit: ruleLimit, durationMs: ruleWindow.Milliseconds(),
+		})
+		return !r.overLimit, err
 	}
 }
 
@@ -451,7 +490,9 @@ func report(out io.Writer, ms []*measurement, c, conns int, d time.Duration, rou
 			continue
 		}
 		v := compare(k, ms[i], redisN)
-		vs = append(vs, v)
+		if !k.t.untargeted {
+			vs = append(vs, v)
+		}
 		fmt.Fprintf(out, "| %s %s vs %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			k.t.name, k.t.api, v.peer.t.name, k.t.algo, k.shape,
 			fmtRatio(v.throughput), fmtRatio(v.p99), fmtRatio(v.serverCPU), fmtRatio(v.redisCPU), fmtRatio(v.totalCPU),

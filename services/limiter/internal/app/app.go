@@ -21,6 +21,7 @@ import (
 
 	limiterv1 "kurz.dev/gen/kurz/limiter/v1"
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	gubernatorpb "kurz.dev/gen/pb/gubernator"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/pgpool"
@@ -152,6 +153,19 @@ type Config struct {
 	// KURZ_LIMITER_ENVOY_HTTP and for the same reason: open port http to
 	// the proxies (services/limiter/README.md, "Forward auth").
 	ForwardAuth bool `env:"LIMITER_FORWARD_AUTH" default:"false"`
+	// Gubernator serves gubernator's V1 API, for its clients unchanged:
+	// pb.gubernator.V1/GetRateLimits and HealthCheck on the gRPC listener,
+	// and its HTTP gateway (POST /v1/GetRateLimits, GET /v1/HealthCheck)
+	// on the HTTP listener. Each request carries its own limit, decided
+	// exactly on Redis (services/limiter/README.md, "Coming from
+	// gubernator"). Off by default: anyone reaching the port could then
+	// set limits of their own in Redis.
+	Gubernator bool `env:"LIMITER_GUBERNATOR" default:"false"`
+	// GubernatorFailureMode is what the gubernator API's limits answer
+	// when Redis fails or is slower than KURZ_LIMITER_REDIS_TIMEOUT, as a
+	// rule's failure_mode: open (UNDER_LIMIT), closed (OVER_LIMIT) or
+	// local (this replica's share of each limit, in memory).
+	GubernatorFailureMode string `env:"LIMITER_GUBERNATOR_FAILURE_MODE" default:"open"`
 	// ServiceAuth verifies the gateway's signed calls of the rules admin
 	// API (RulesAdminService: GET and PUT /v1/admin/rules), the gateway's
 	// key. Without KURZ_SERVICE_AUTH_KEY that API is off; the decisions
@@ -202,6 +216,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxReplicas != 0 && c.MaxReplicas < c.Replicas {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_MAX_REPLICAS=%d: below KURZ_LIMITER_REPLICAS=%d (0 means the same)", c.MaxReplicas, c.Replicas))
+	}
+	if _, err := ratelimit.ParseFailureMode(c.GubernatorFailureMode); err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_GUBERNATOR_FAILURE_MODE: %w", err))
 	}
 	if err := ratelimit.ValidKeyPrefix(c.RedisKeyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_REDIS_KEY_PREFIX: %w", err))
@@ -290,6 +307,12 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 		// The proxies pass their clients' headers on, traceparent
 		// included: a forward-auth request starts a trace of its own.
 		srv.TrustTraceContextFrom(func(r *http.Request) bool { return !quotaapi.IsForwardAuth(r) })
+	}
+	if cfg.Gubernator {
+		failure, _ := ratelimit.ParseFailureMode(cfg.GubernatorFailureMode) // validated above
+		guber := quotaapi.NewGubernator(engine, failure, srv.Ready)
+		gubernatorpb.RegisterV1Server(srv.GRPC, guber)
+		quotaapi.NewGubernatorHTTP(guber, server.LimiterGRPCMaxRecvMsgSize, inFlight, httpDecisionTimeout, log).Register(srv.Mux)
 	}
 	if keys != nil {
 		limiterv1.RegisterRulesAdminServiceServer(srv.GRPC, rulesadmin.New(st.db, rulestore.FileSource{Path: cfg.RulesFile, Envoy: rulestore.EnvoyOptions{MergeDomains: cfg.EnvoyMergeDomains}}, log))

@@ -83,34 +83,13 @@ func (f *InFlight) leave() { <-f.slots }
 
 // ServeHTTP implements http.Handler.
 func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "POST a RateLimitRequest as JSON", http.StatusMethodNotAllowed)
+	body, done, ok := readJSONPost(w, r, "RateLimitRequest", h.maxBody, h.inFlight, func(w http.ResponseWriter, code int, msg string) {
+		http.Error(w, msg, code)
+	})
+	if !ok {
 		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		http.Error(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
-		return
-	}
-	if r.ContentLength > h.maxBody {
-		http.Error(w, tooLarge(h.maxBody), http.StatusRequestEntityTooLarge)
-		return
-	}
-	if !h.inFlight.enter(w) {
-		return
-	}
-	defer h.inFlight.leave()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			http.Error(w, tooLarge(h.maxBody), http.StatusRequestEntityTooLarge)
-			return
-		}
-		// The client went away or stalled past the listener's read
-		// timeout: nobody reads the answer.
-		http.Error(w, "reading the request body failed", http.StatusBadRequest)
-		return
-	}
+	defer done()
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		http.Error(w, "invalid RateLimitRequest JSON: "+textcut.Echo(err.Error(), maxEcho), http.StatusBadRequest)
@@ -144,6 +123,44 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(out)
+}
+
+// readJSONPost reads the JSON body of a POST to one of the HTTP decision
+// endpoints (what names the message it holds) within their bounds: only
+// POST (405), only Content-Type application/json (415), at most maxBody
+// bytes (413), within inFlight (503). A refusal is answered through refuse
+// (the endpoint's own error format) and ok is false; otherwise the caller
+// holds an in-flight slot until it calls done.
+func readJSONPost(w http.ResponseWriter, r *http.Request, what string, maxBody int64, inFlight *InFlight, refuse func(w http.ResponseWriter, code int, msg string)) (body []byte, done func(), ok bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		refuse(w, http.StatusMethodNotAllowed, "POST a "+what+" as JSON")
+		return nil, nil, false
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		refuse(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		return nil, nil, false
+	}
+	if r.ContentLength > maxBody {
+		refuse(w, http.StatusRequestEntityTooLarge, tooLarge(maxBody))
+		return nil, nil, false
+	}
+	if !inFlight.enter(w) {
+		return nil, nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		inFlight.leave()
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			refuse(w, http.StatusRequestEntityTooLarge, tooLarge(maxBody))
+			return nil, nil, false
+		}
+		// The client went away or stalled past the listener's read
+		// timeout: nobody reads the answer.
+		refuse(w, http.StatusBadRequest, "reading the request body failed")
+		return nil, nil, false
+	}
+	return body, inFlight.leave, true
 }
 
 // maxEcho bounds the part of a decoding error sent back: protojson quotes
