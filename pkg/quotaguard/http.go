@@ -22,7 +22,9 @@ type Options struct {
 	// Descriptors(map[string]Source{...}) builds one from the Sources
 	// below. Values are made ones the limiter takes (see the package
 	// comment); names are the program's, at most 32 of 1 to 64 bytes, or
-	// the limiter refuses every check and Policy decides.
+	// the limiter refuses every check (as it does a Domain it does not
+	// know): Policy still decides, the client logging an error and
+	// counting outcome "invalid" (quota.Decision.Invalid).
 	Descriptors func(*http.Request) (map[string]string, bool)
 	// Cost is what a request costs: nil or 0 is 1, over MaxCost is MaxCost.
 	Cost func(*http.Request) uint32
