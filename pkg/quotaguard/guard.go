@@ -82,6 +82,26 @@ func DecisionFrom(ctx context.Context) (d quota.Decision, ok bool) {
 	return d, ok
 }
 
+// DefaultMaxWait is the longest a guard holds a request for its turn in a
+// leaky bucket's queue when its options leave MaxWait zero.
+const DefaultMaxWait = 10 * time.Second
+
+// boundedWait returns d refused when the turn it gives is further off than
+// maxWait (0: DefaultMaxWait): each request waiting holds a goroutine and
+// a connection, and a rule's queue may hold more than its author meant, or
+// be keyed on a value a client varies to queue as many as it likes. The
+// request is told to come back when its turn would have come; the place
+// the limiter gave it goes unused, as that of a client that hangs up.
+func boundedWait(d quota.Decision, maxWait time.Duration) quota.Decision {
+	if maxWait == 0 {
+		maxWait = DefaultMaxWait
+	}
+	if d.Allowed && d.Delay > maxWait {
+		d.Allowed, d.RetryAfter, d.Delay = false, d.Delay, 0
+	}
+	return d
+}
+
 // retryAfter is when a denied request may come back: the limiter's
 // retry-after, else its reset, and at least a second (Retry-After counts
 // whole seconds), as the gateway answers.
@@ -108,9 +128,9 @@ func deniedMessage(domain string, d quota.Decision) string {
 const limiterDownMessage = "the rate limiter is unavailable"
 
 // checkSetup refuses a guard that cannot work: no client, no domain, no
-// descriptors (of the Options or CallOptions named kind), or a policy
-// quota does not know.
-func checkSetup(c *quota.Client, kind, domain string, hasDescriptors bool, policy quota.Policy) error {
+// descriptors (of the Options or CallOptions named kind), a policy quota
+// does not know, or a negative MaxWait.
+func checkSetup(c *quota.Client, kind, domain string, hasDescriptors bool, policy quota.Policy, maxWait time.Duration) error {
 	switch {
 	case c == nil:
 		return errors.New("quotaguard: no limiter client (quota.NewDefault makes one)")
@@ -120,6 +140,8 @@ func checkSetup(c *quota.Client, kind, domain string, hasDescriptors bool, polic
 		return fmt.Errorf("quotaguard: %s.Descriptors is nil: say what each request is keyed by", kind)
 	case policy != quota.FailOpen && policy != quota.FailClosed:
 		return fmt.Errorf("quotaguard: unknown failure policy %d: want quota.FailOpen or quota.FailClosed", policy)
+	case maxWait < 0:
+		return fmt.Errorf("quotaguard: %s.MaxWait is %v: want 0 (DefaultMaxWait) or more", kind, maxWait)
 	}
 	return nil
 }
