@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -36,15 +37,19 @@ const MaxCost = 1_000_000
 // and a server's logs tell it from a refusal.
 const statusClientClosed = 499
 
+// digestPrefix begins a value bounded sent in place of another.
+const digestPrefix = "sha256:"
+
 // bounded returns desc with every value the limiter would refuse made one
 // it takes: a value over MaxValueBytes, or not valid UTF-8 (which protobuf
 // cannot carry), becomes "sha256:" and its digest in hex, so that two such
-// values stay two keys. desc itself is left as it is: it may be the
-// caller's.
+// values stay two keys. A value that already begins "sha256:" is made its
+// digest too, or a client sending a long value's digest would be counted
+// as that value. desc itself is left as it is: it may be the caller's.
 func bounded(desc map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range desc {
-		if len(v) <= MaxValueBytes && utf8.ValidString(v) {
+		if len(v) <= MaxValueBytes && utf8.ValidString(v) && !strings.HasPrefix(v, digestPrefix) {
 			continue
 		}
 		if out == nil {
@@ -54,7 +59,7 @@ func bounded(desc map[string]string) map[string]string {
 			}
 		}
 		sum := sha256.Sum256([]byte(v))
-		out[k] = "sha256:" + hex.EncodeToString(sum[:])
+		out[k] = digestPrefix + hex.EncodeToString(sum[:])
 	}
 	if out == nil {
 		return desc

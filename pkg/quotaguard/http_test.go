@@ -415,3 +415,17 @@ func TestOverlongQueueWaitIsRefused(t *testing.T) {
 		t.Errorf("status %d, Retry-After %q, %d served: want 429, 3600, nothing served", w.Code, w.Header().Get("Retry-After"), len(g.served))
 	}
 }
+
+// A digest stands for a value too long to send: a client that sends the
+// digest itself is not that value's key (whoever sent it, and its count).
+func TestDigestSentAsAValueIsNotTheValuesKey(t *testing.T) {
+	lim := limitertest.Start(t, limitertest.AllowAll)
+	g := guard(t, newClient(t, lim.Addr()), quotaguard.Options{Domain: "api", Descriptors: byUser})
+	long := strings.Repeat("a", quotaguard.MaxValueBytes+1)
+	get(g, "/items", "X-User", long)
+	digest := lim.Calls()[0].GetDescriptors()["user"]
+	get(g, "/items", "X-User", digest)
+	if got := lim.Calls()[1].GetDescriptors()["user"]; got == digest {
+		t.Errorf("the digest %q sent as a value was checked as the long value's key", got)
+	}
+}
