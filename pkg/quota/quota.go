@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/grpcclient"
@@ -80,6 +82,14 @@ type Decision struct {
 	// still reads the answer, and a policy that fails open would otherwise
 	// let it past every limit for free.
 	Abandoned bool
+	// Invalid is set with Degraded when the limiter refused the check as
+	// INVALID_ARGUMENT: a descriptor name it does not take, a domain it
+	// does not know, a cost over its bound. The caller's own mistake, not
+	// an outage: counted as outcome "invalid" and logged as an error, it
+	// fails every check alike until the caller or the rules are mended.
+	// The policy still decides: a rules change on the limiter must not
+	// take a fail-open caller down.
+	Invalid bool
 	// MaxCost, when positive, is the capacity of a rule that denied the
 	// request for costing more than that rule ever holds: the request is
 	// never allowed as it is, however long its caller waits; one of at
@@ -140,13 +150,16 @@ type Client struct {
 	// logs lets one line a second through about unanswered checks: a
 	// limiter outage leaves every request of the caller unanswered.
 	logs logging.Every
+	// invalidLogs is logs for checks the limiter refused as invalid: an
+	// outage's lines must not hide them.
+	invalidLogs logging.Every
 }
 
 // New returns a client over conn. timeout bounds every call (a few
 // milliseconds: the limiter must not become the caller's latency).
 func New(conn grpc.ClientConnInterface, timeout time.Duration, log *slog.Logger, mp metric.MeterProvider) (*Client, error) {
 	calls, err := mp.Meter("kurz.dev/pkg/quota").Int64Counter("kurz.quota.calls",
-		metric.WithDescription("CheckQuota calls by outcome; outcome=degraded means the caller's policy decided, abandoned that the caller gave up first"),
+		metric.WithDescription("CheckQuota calls by outcome; outcome=degraded means the caller's policy decided, invalid that it did because the limiter refused the check, abandoned that the caller gave up first"),
 		metric.WithUnit("{call}"))
 	if err != nil {
 		return nil, fmt.Errorf("quota metrics: %w", err)
@@ -252,13 +265,23 @@ func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, p
 // unanswered is the decision of n checks the limiter did not answer: the
 // policy's, Abandoned when the caller's context ended first (counted apart,
 // not logged: a client hanging up is not the limiter failing, and a line
-// each would let anyone fill the log), else counted and logged degraded.
+// each would let anyone fill the log), Invalid when the limiter refused
+// them (the caller's mistake: counted apart and logged as an error, or a
+// fail-open caller would let everything past its limits under a line
+// blaming the limiter), else counted and logged degraded.
 func (c *Client) unanswered(caller context.Context, domain string, n int, policy Policy, err error) Decision {
 	d := Decision{Allowed: policy == FailOpen, Degraded: true}
 	outcome := "degraded"
-	if caller.Err() != nil {
+	switch {
+	case caller.Err() != nil:
 		d.Abandoned, outcome = true, "abandoned"
-	} else {
+	case status.Code(err) == codes.InvalidArgument:
+		d.Invalid, outcome = true, "invalid"
+		if left, ok := c.invalidLogs.Allow(); ok {
+			c.log.ErrorContext(caller, "limiter refused the check as invalid; caller policy applies to every such check until the caller or the limiter's rules are mended",
+				"domain", domain, "checks", n, "policy", policy.String(), "calls_not_logged", left, "err", err)
+		}
+	default:
 		if left, ok := c.logs.Allow(); ok {
 			c.log.WarnContext(caller, "limiter unavailable; caller policy applies",
 				"domain", domain, "checks", n, "policy", policy.String(), "calls_not_logged", left, "err", err)

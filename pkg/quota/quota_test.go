@@ -88,6 +88,24 @@ func newClient(t *testing.T, addr string, timeout time.Duration) *quota.Client {
 	return c
 }
 
+// newObservedClient is newClient whose log lines and metrics the test
+// reads.
+func newObservedClient(t *testing.T, addr string) (*quota.Client, *servertest.SyncBuffer, *sdkmetric.ManualReader) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	logs := new(servertest.SyncBuffer)
+	reader := sdkmetric.NewManualReader()
+	c, err := quota.New(conn, 5*time.Second, slog.New(slog.NewJSONHandler(logs, nil)), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, logs, reader
+}
+
 // The limiter's answer maps onto Decision: allowance and denial with their
 // figures, RetryAfter on a denial, and the deciding rule's Delay.
 func TestCheckMapsTheLimiterAnswer(t *testing.T) {
@@ -253,17 +271,7 @@ func TestUnansweredChecksAreLoggedOncePerBurst(t *testing.T) {
 	addr := serve(t, func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
 		return nil, status.Error(codes.Unavailable, "redis is down")
 	})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	var logs servertest.SyncBuffer
-	reader := sdkmetric.NewManualReader()
-	c, err := quota.New(conn, 5*time.Second, slog.New(slog.NewJSONHandler(&logs, nil)), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, logs, reader := newObservedClient(t, addr)
 	start := time.Now()
 	for range 50 {
 		if d := c.Check(context.Background(), "auth", map[string]string{"ip": "192.0.2.1"}, 1, quota.FailOpen); !d.Degraded {
@@ -436,5 +444,29 @@ func TestCheckManyBatchesInOrder(t *testing.T) {
 	}
 	if n, want := batches.Load(), int64((len(reqs)+quota.MaxBatch-1)/quota.MaxBatch); n != want {
 		t.Errorf("no requests made a call (%d calls in all)", n)
+	}
+}
+
+// A check the limiter refuses as invalid (a descriptor name it does not
+// take, a domain it does not know) is the caller's mistake, not an
+// outage: the policy still decides, but the decision, the log line and the
+// count say so, or a FailOpen caller would pass every request past its
+// limits under a line blaming the limiter.
+func TestRefusedCheckIsInvalidNotUnavailable(t *testing.T) {
+	addr := serve(t, func(context.Context, *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		return nil, status.Error(codes.InvalidArgument, `descriptor name "": want 1 to 64 bytes`)
+	})
+	c, logs, reader := newObservedClient(t, addr)
+	for policy, wantAllowed := range map[quota.Policy]bool{quota.FailOpen: true, quota.FailClosed: false} {
+		got := c.Check(context.Background(), "api", map[string]string{"": "x"}, 1, policy)
+		if want := (quota.Decision{Allowed: wantAllowed, Degraded: true, Invalid: true}); got != want {
+			t.Errorf("%s: got %+v, want %+v", policy, got, want)
+		}
+	}
+	if strings.Contains(logs.String(), "limiter unavailable") || !strings.Contains(logs.String(), `"level":"ERROR","msg":"limiter refused the check as invalid`) {
+		t.Errorf("the log blames the limiter, or says nothing of the refused check:\n%s", logs.String())
+	}
+	if n := metrictest.Counter(t, reader, "kurz.quota.calls", "outcome", "invalid"); n != 2 {
+		t.Errorf("%d calls counted invalid, want 2", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,6 +32,10 @@ type CallOptions struct {
 	Cost func(ctx context.Context, fullMethod string) uint32
 	// Policy decides when the limiter does not answer in time.
 	Policy quota.Policy
+	// MaxWait is the longest a call waits for its turn in a leaky
+	// bucket's queue (0 is DefaultMaxWait); a turn further off is
+	// RESOURCE_EXHAUSTED, retrying at that turn.
+	MaxWait time.Duration
 }
 
 // Header metadata keys of the RateLimit fields (gRPC's keys are lower
@@ -46,7 +51,7 @@ type callGuard struct {
 }
 
 func newCallGuard(c *quota.Client, o CallOptions) (*callGuard, error) {
-	if err := checkSetup(c, "CallOptions", o.Domain, o.Descriptors != nil, o.Policy); err != nil {
+	if err := checkSetup(c, "CallOptions", o.Domain, o.Descriptors != nil, o.Policy, o.MaxWait); err != nil {
 		return nil, err
 	}
 	return &callGuard{c: c, o: o}, nil
@@ -111,7 +116,7 @@ func (g *callGuard) admit(ctx context.Context, method string, setHeader func(met
 	if g.o.Cost != nil {
 		cost = g.o.Cost(ctx, method)
 	}
-	d := g.c.Check(ctx, g.o.Domain, bounded(desc), boundedCost(cost), g.o.Policy)
+	d := boundedWait(g.c.Check(ctx, g.o.Domain, bounded(desc), boundedCost(cost), g.o.Policy), g.o.MaxWait)
 	if d.Abandoned {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}

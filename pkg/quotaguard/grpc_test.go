@@ -231,3 +231,17 @@ func TestInterceptorsRefuseAnIncompleteSetup(t *testing.T) {
 		}
 	}
 }
+
+// As TestOverlongQueueWaitIsRefused, for gRPC.
+func TestOverlongQueueWaitIsRefusedCall(t *testing.T) {
+	lim := limitertest.Start(t, decide(10, 0, time.Hour))
+	hc, h := serveGuarded(t, newClient(t, lim.Addr()), quotaguard.CallOptions{Domain: "api", Descriptors: byCaller})
+	// The deadline only ends a guard that waits: it decides nothing.
+	ctx, cancel := context.WithTimeout(asUser("alice"), 10*time.Second)
+	defer cancel()
+	_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	_, _, retry := rpcerr.Details(err)
+	if status.Code(err) != codes.ResourceExhausted || retry.GetRetryDelay().AsDuration() != time.Hour || len(h.Served()) != 0 {
+		t.Errorf("%v (retry %v), %d served: want RESOURCE_EXHAUSTED retrying after 1h, nothing served", err, retry.GetRetryDelay().AsDuration(), len(h.Served()))
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -36,15 +37,19 @@ const MaxCost = 1_000_000
 // and a server's logs tell it from a refusal.
 const statusClientClosed = 499
 
+// digestPrefix begins a value bounded sent in place of another.
+const digestPrefix = "sha256:"
+
 // bounded returns desc with every value the limiter would refuse made one
 // it takes: a value over MaxValueBytes, or not valid UTF-8 (which protobuf
 // cannot carry), becomes "sha256:" and its digest in hex, so that two such
-// values stay two keys. desc itself is left as it is: it may be the
-// caller's.
+// values stay two keys. A value that already begins "sha256:" is made its
+// digest too, or a client sending a long value's digest would be counted
+// as that value. desc itself is left as it is: it may be the caller's.
 func bounded(desc map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range desc {
-		if len(v) <= MaxValueBytes && utf8.ValidString(v) {
+		if len(v) <= MaxValueBytes && utf8.ValidString(v) && !strings.HasPrefix(v, digestPrefix) {
 			continue
 		}
 		if out == nil {
@@ -54,7 +59,7 @@ func bounded(desc map[string]string) map[string]string {
 			}
 		}
 		sum := sha256.Sum256([]byte(v))
-		out[k] = "sha256:" + hex.EncodeToString(sum[:])
+		out[k] = digestPrefix + hex.EncodeToString(sum[:])
 	}
 	if out == nil {
 		return desc
@@ -80,6 +85,26 @@ type decisionKey struct{}
 func DecisionFrom(ctx context.Context) (d quota.Decision, ok bool) {
 	d, ok = ctx.Value(decisionKey{}).(quota.Decision)
 	return d, ok
+}
+
+// DefaultMaxWait is the longest a guard holds a request for its turn in a
+// leaky bucket's queue when its options leave MaxWait zero.
+const DefaultMaxWait = 10 * time.Second
+
+// boundedWait returns d refused when the turn it gives is further off than
+// maxWait (0: DefaultMaxWait): each request waiting holds a goroutine and
+// a connection, and a rule's queue may hold more than its author meant, or
+// be keyed on a value a client varies to queue as many as it likes. The
+// request is told to come back when its turn would have come; the place
+// the limiter gave it goes unused, as that of a client that hangs up.
+func boundedWait(d quota.Decision, maxWait time.Duration) quota.Decision {
+	if maxWait == 0 {
+		maxWait = DefaultMaxWait
+	}
+	if d.Allowed && d.Delay > maxWait {
+		d.Allowed, d.RetryAfter, d.Delay = false, d.Delay, 0
+	}
+	return d
 }
 
 // retryAfter is when a denied request may come back: the limiter's
@@ -108,9 +133,9 @@ func deniedMessage(domain string, d quota.Decision) string {
 const limiterDownMessage = "the rate limiter is unavailable"
 
 // checkSetup refuses a guard that cannot work: no client, no domain, no
-// descriptors (of the Options or CallOptions named kind), or a policy
-// quota does not know.
-func checkSetup(c *quota.Client, kind, domain string, hasDescriptors bool, policy quota.Policy) error {
+// descriptors (of the Options or CallOptions named kind), a policy quota
+// does not know, or a negative MaxWait.
+func checkSetup(c *quota.Client, kind, domain string, hasDescriptors bool, policy quota.Policy, maxWait time.Duration) error {
 	switch {
 	case c == nil:
 		return errors.New("quotaguard: no limiter client (quota.NewDefault makes one)")
@@ -120,6 +145,8 @@ func checkSetup(c *quota.Client, kind, domain string, hasDescriptors bool, polic
 		return fmt.Errorf("quotaguard: %s.Descriptors is nil: say what each request is keyed by", kind)
 	case policy != quota.FailOpen && policy != quota.FailClosed:
 		return fmt.Errorf("quotaguard: unknown failure policy %d: want quota.FailOpen or quota.FailClosed", policy)
+	case maxWait < 0:
+		return fmt.Errorf("quotaguard: %s.MaxWait is %v: want 0 (DefaultMaxWait) or more", kind, maxWait)
 	}
 	return nil
 }

@@ -22,7 +22,9 @@ type Options struct {
 	// Descriptors(map[string]Source{...}) builds one from the Sources
 	// below. Values are made ones the limiter takes (see the package
 	// comment); names are the program's, at most 32 of 1 to 64 bytes, or
-	// the limiter refuses every check and Policy decides.
+	// the limiter refuses every check (as it does a Domain it does not
+	// know): Policy still decides, the client logging an error and
+	// counting outcome "invalid" (quota.Decision.Invalid).
 	Descriptors func(*http.Request) (map[string]string, bool)
 	// Cost is what a request costs: nil or 0 is 1, over MaxCost is MaxCost.
 	Cost func(*http.Request) uint32
@@ -30,6 +32,10 @@ type Options struct {
 	// timeout: quota.FailOpen (the zero value) lets the request through,
 	// quota.FailClosed refuses it.
 	Policy quota.Policy
+	// MaxWait is the longest a request waits for the turn a leaky bucket
+	// in queue mode gives it (0 is DefaultMaxWait); a turn further off is
+	// refused as a denial whose Retry-After is that turn.
+	MaxWait time.Duration
 	// Denied answers a refused request: denied by a rule, or undecided
 	// under FailClosed (d.Degraded). Its RateLimit fields are already
 	// set. nil is WriteDenied.
@@ -44,14 +50,15 @@ type Options struct {
 //     and RateLimit-Policy fields (allowed or not), as the gateway's do;
 //   - a denial is answered by o.Denied, the handler never called;
 //   - an allowance the limiter delays (a leaky bucket in queue mode) waits
-//     for its turn, or until the request's context ends;
+//     for its turn, or until the request's context ends; a turn further
+//     off than o.MaxWait is a denial;
 //   - a request whose client hung up before the limiter answered gets a
 //     499 and nothing else: under FailOpen it would otherwise pass every
 //     limit for free (its client may still read the answer).
 //
 // The handler finds the decision in its request's context (DecisionFrom).
 func Middleware(c *quota.Client, o Options) (func(http.Handler) http.Handler, error) {
-	if err := checkSetup(c, "Options", o.Domain, o.Descriptors != nil, o.Policy); err != nil {
+	if err := checkSetup(c, "Options", o.Domain, o.Descriptors != nil, o.Policy, o.MaxWait); err != nil {
 		return nil, err
 	}
 	denied := o.Denied
@@ -71,7 +78,7 @@ func Middleware(c *quota.Client, o Options) (func(http.Handler) http.Handler, er
 				cost = o.Cost(r)
 			}
 			ctx := r.Context()
-			d := c.Check(ctx, o.Domain, bounded(desc), boundedCost(cost), o.Policy)
+			d := boundedWait(c.Check(ctx, o.Domain, bounded(desc), boundedCost(cost), o.Policy), o.MaxWait)
 			if d.Abandoned {
 				w.WriteHeader(statusClientClosed)
 				return

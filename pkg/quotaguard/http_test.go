@@ -387,11 +387,45 @@ func TestMiddlewareRefusesAnIncompleteSetup(t *testing.T) {
 		"no domain":      {c, quotaguard.Options{Descriptors: byUser}, "Domain is empty"},
 		"no descriptors": {c, quotaguard.Options{Domain: "api"}, "Descriptors is nil"},
 		"odd policy":     {c, quotaguard.Options{Domain: "api", Descriptors: byUser, Policy: 7}, "unknown failure policy 7"},
+		"negative wait":  {c, quotaguard.Options{Domain: "api", Descriptors: byUser, MaxWait: -time.Second}, "Options.MaxWait is -1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := quotaguard.Middleware(tc.c, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A queued turn longer than the guard waits (a rule's queue set larger
+// than its author meant, or keyed on a value a client varies) would hold a
+// goroutine and a connection each until the client gave up: the request
+// is refused at once, told to come back when its turn would have come.
+func TestOverlongQueueWaitIsRefused(t *testing.T) {
+	lim := limitertest.Start(t, decide(10, 0, time.Hour))
+	g := guard(t, newClient(t, lim.Addr()), quotaguard.Options{Domain: "api", Descriptors: byUser})
+	// The deadline only ends a guard that waits: it decides nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/items", nil)
+	r.Header.Set("X-User", "alice")
+	w := httptest.NewRecorder()
+	g.ServeHTTP(w, r)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "3600" || len(g.served) != 0 {
+		t.Errorf("status %d, Retry-After %q, %d served: want 429, 3600, nothing served", w.Code, w.Header().Get("Retry-After"), len(g.served))
+	}
+}
+
+// A digest stands for a value too long to send: a client that sends the
+// digest itself is not that value's key (whoever sent it, and its count).
+func TestDigestSentAsAValueIsNotTheValuesKey(t *testing.T) {
+	lim := limitertest.Start(t, limitertest.AllowAll)
+	g := guard(t, newClient(t, lim.Addr()), quotaguard.Options{Domain: "api", Descriptors: byUser})
+	long := strings.Repeat("a", quotaguard.MaxValueBytes+1)
+	get(g, "/items", "X-User", long)
+	digest := lim.Calls()[0].GetDescriptors()["user"]
+	get(g, "/items", "X-User", digest)
+	if got := lim.Calls()[1].GetDescriptors()["user"]; got == digest {
+		t.Errorf("the digest %q sent as a value was checked as the long value's key", got)
 	}
 }
