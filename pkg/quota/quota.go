@@ -121,6 +121,20 @@ func (d Decision) Fields(domain string) (q ratelimitfields.Quota, ok bool) {
 	}, true
 }
 
+// WithinWait returns d refused when the turn it gives (Delay) is further
+// off than maxWait: each request waiting holds a goroutine and a
+// connection, and a rule's queue may hold more than its author meant, or
+// be keyed on a value a client varies to queue as many as it likes. The
+// request is told to come back when its turn would have come (RetryAfter);
+// the place the limiter gave it goes unused, as that of a client that
+// hangs up.
+func (d Decision) WithinWait(maxWait time.Duration) Decision {
+	if d.Allowed && d.Delay > maxWait {
+		d.Allowed, d.RetryAfter, d.Delay = false, d.Delay, 0
+	}
+	return d
+}
+
 // Wait holds the caller for d.Delay, the turn a leaky bucket in queue
 // mode gave the request (at once when there is none), or until ctx ends,
 // returning ctx's error then. The limiter has given the request its place

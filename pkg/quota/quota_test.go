@@ -470,3 +470,17 @@ func TestRefusedCheckIsInvalidNotUnavailable(t *testing.T) {
 		t.Errorf("%d calls counted invalid, want 2", n)
 	}
 }
+
+func TestWithinWait(t *testing.T) {
+	queued := quota.Decision{Allowed: true, Rule: "q", Delay: 30 * time.Second}
+	if got := queued.WithinWait(10 * time.Second); got.Allowed || got.RetryAfter != 30*time.Second || got.Delay != 0 {
+		t.Errorf("a turn 30s off, waiting at most 10s: %+v, want refused, retrying after 30s, no delay", got)
+	}
+	if got := queued.WithinWait(30 * time.Second); got != queued {
+		t.Errorf("a turn 30s off, waiting at most 30s: %+v, want it unchanged", got)
+	}
+	denied := quota.Decision{Rule: "q", RetryAfter: time.Second}
+	if got := denied.WithinWait(0); got != denied {
+		t.Errorf("a denial: %+v, want it unchanged", got)
+	}
+}

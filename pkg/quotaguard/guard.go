@@ -91,20 +91,12 @@ func DecisionFrom(ctx context.Context) (d quota.Decision, ok bool) {
 // leaky bucket's queue when its options leave MaxWait zero.
 const DefaultMaxWait = 10 * time.Second
 
-// boundedWait returns d refused when the turn it gives is further off than
-// maxWait (0: DefaultMaxWait): each request waiting holds a goroutine and
-// a connection, and a rule's queue may hold more than its author meant, or
-// be keyed on a value a client varies to queue as many as it likes. The
-// request is told to come back when its turn would have come; the place
-// the limiter gave it goes unused, as that of a client that hangs up.
+// boundedWait is d.WithinWait(maxWait), 0 being DefaultMaxWait.
 func boundedWait(d quota.Decision, maxWait time.Duration) quota.Decision {
 	if maxWait == 0 {
 		maxWait = DefaultMaxWait
 	}
-	if d.Allowed && d.Delay > maxWait {
-		d.Allowed, d.RetryAfter, d.Delay = false, d.Delay, 0
-	}
-	return d
+	return d.WithinWait(maxWait)
 }
 
 // retryAfter is when a denied request may come back: the limiter's

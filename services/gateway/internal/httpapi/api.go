@@ -400,6 +400,13 @@ func (a *API) edgeQuota(c *call, pattern string) error {
 	return a.edgeQuotaCost(c, pattern, 1)
 }
 
+// maxQueueWait is the longest the gateway holds a request for its turn in
+// a leaky bucket's queue (a rule in queue mode); a turn further off is a
+// 429, retrying at that turn (quota.Decision.WithinWait). Well within the
+// listener's write timeout (30 s), past which the answer could not be
+// written anyway.
+const maxQueueWait = 10 * time.Second
+
 // edgeQuotaCost is edgeQuota for a call that does the work of cost calls
 // of pattern (a Shlink list reading a thousand links at a time).
 func (a *API) edgeQuotaCost(c *call, pattern string, cost uint32) error {
@@ -412,7 +419,7 @@ func (a *API) edgeQuotaCost(c *call, pattern string, cost uint32) error {
 	}
 	var rec windowRecord
 	ctx := c.r.Context()
-	d := a.quota.Check(withWindow(ctx, &rec), DomainAPI, desc, cost, quota.FailOpen)
+	d := a.quota.Check(withWindow(ctx, &rec), DomainAPI, desc, cost, quota.FailOpen).WithinWait(maxQueueWait)
 	if d.Abandoned {
 		return ctx.Err() // the client is gone: no free pass past its quota
 	}

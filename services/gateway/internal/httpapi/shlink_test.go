@@ -52,6 +52,9 @@ type shlinkLimiter struct {
 	denyAbove    uint32
 	capacity     bool
 	denyRoute    string
+	// delay allows the edge quota with this turn in a leaky bucket's
+	// queue (a rule in queue mode).
+	delay time.Duration
 }
 
 func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ ...grpc.CallOption) error {
@@ -73,6 +76,9 @@ func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ .
 		}
 		if deny && l.capacity {
 			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Capacity: int64(l.denyAbove)}}
+		}
+		if !deny && l.delay > 0 {
+			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Allowed: true, Delay: durationpb.New(l.delay)}}
 		}
 	case req.GetCost() > 0:
 		l.authFailures++
@@ -1029,5 +1035,27 @@ func TestShlinkListVisitsFromOneCall(t *testing.T) {
 			t.Errorf("%s: %d GetLinksClickCounts calls, want %d", name, len(env.analytics.batches), wantCalls)
 		}
 		env.limiter.takeCharged()
+	}
+}
+
+// A turn in a leaky bucket's queue further off than the gateway waits is
+// a 429 at once, retrying at that turn: each request waiting holds a
+// goroutine and a connection, and a queue keyed on what a client varies
+// would let it park as many as it likes. (The request's deadline only
+// ends a gateway that waits anyway; nothing is timed.)
+func TestQueueTurnTooFarOffIsRefused(t *testing.T) {
+	env := newShlinkEnv(t, shlinkLink("far"))
+	env.limiter.delay = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := httptest.NewRequestWithContext(ctx, "GET", "/rest/v3/short-urls/far", nil)
+	r.Header.Set("X-Api-Key", shlinkGoodKey)
+	w := httptest.NewRecorder()
+	env.handler.ServeHTTP(w, r)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "3600" {
+		t.Fatalf("a turn an hour off: %d, Retry-After %q; want 429 and 3600 (body %.300s)", w.Code, w.Header().Get("Retry-After"), w.Body)
+	}
+	if got := env.shortener.gets; len(got) != 0 {
+		t.Errorf("the shortener was asked %d times for a refused request", len(got))
 	}
 }
