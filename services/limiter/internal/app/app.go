@@ -166,6 +166,13 @@ type Config struct {
 	// rule's failure_mode: open (UNDER_LIMIT), closed (OVER_LIMIT) or
 	// local (this replica's share of each limit, in memory).
 	GubernatorFailureMode string `env:"LIMITER_GUBERNATOR_FAILURE_MODE" default:"open"`
+	// GubernatorMaxDuration bounds how long a gubernator limit's state
+	// lasts in Redis: a request whose duration (or leaky bucket's time to
+	// drain its burst) is longer is refused in its error. Each (name,
+	// unique_key) is a Redis key for that long, where gubernator keeps an
+	// LRU of GUBER_CACHE_SIZE: a client sending new keys fills Redis at
+	// its rate times this. At most 400 days, whole milliseconds.
+	GubernatorMaxDuration time.Duration `env:"LIMITER_GUBERNATOR_MAX_DURATION" default:"24h"`
 	// ServiceAuth verifies the gateway's signed calls of the rules admin
 	// API (RulesAdminService: GET and PUT /v1/admin/rules), the gateway's
 	// key. Without KURZ_SERVICE_AUTH_KEY that API is off; the decisions
@@ -219,6 +226,9 @@ func (c Config) validate() error {
 	}
 	if _, err := ratelimit.ParseFailureMode(c.GubernatorFailureMode); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_GUBERNATOR_FAILURE_MODE: %w", err))
+	}
+	if d := c.GubernatorMaxDuration; d < time.Millisecond || d > ratelimit.MaxWindow || d%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("KURZ_LIMITER_GUBERNATOR_MAX_DURATION=%v: want whole milliseconds, 1ms to %v", d, ratelimit.MaxWindow))
 	}
 	if err := ratelimit.ValidKeyPrefix(c.RedisKeyPrefix); err != nil {
 		errs = append(errs, fmt.Errorf("KURZ_LIMITER_REDIS_KEY_PREFIX: %w", err))
@@ -310,7 +320,7 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	}
 	if cfg.Gubernator {
 		failure, _ := ratelimit.ParseFailureMode(cfg.GubernatorFailureMode) // validated above
-		guber := quotaapi.NewGubernator(engine, failure, srv.Ready)
+		guber := quotaapi.NewGubernator(engine, failure, srv.Ready).WithMaxDuration(cfg.GubernatorMaxDuration)
 		gubernatorpb.RegisterV1Server(srv.GRPC, guber)
 		quotaapi.NewGubernatorHTTP(guber, server.LimiterGRPCMaxRecvMsgSize, inFlight, httpDecisionTimeout, log).Register(srv.Mux)
 	}

@@ -64,3 +64,30 @@ func TestGubernatorFailureModeIsValidated(t *testing.T) {
 		t.Errorf("got %v, want an error naming KURZ_LIMITER_GUBERNATOR_FAILURE_MODE", err)
 	}
 }
+
+// KURZ_LIMITER_GUBERNATOR_MAX_DURATION reaches the API: a week's duration,
+// refused by the default day, is decided under a bound of 8 days; a bound
+// past 400 days or under a millisecond does not start.
+func TestGubernatorMaxDurationIsConfigured(t *testing.T) {
+	week := &gubernatorpb.GetRateLimitsReq{Requests: []*gubernatorpb.RateLimitReq{{Name: "test", UniqueKey: "k", Hits: 1, Limit: 10, Duration: 7 * 24 * 3600 * 1000}}}
+	for bound, want := range map[string]string{"": "KURZ_LIMITER_GUBERNATOR_MAX_DURATION", "192h": ""} {
+		env := map[string]string{"KURZ_LIMITER_GUBERNATOR": "true"}
+		if bound != "" {
+			env["KURZ_LIMITER_GUBERNATOR_MAX_DURATION"] = bound
+		}
+		r := startNoRedis(t, env)
+		resp, err := gubernatorpb.NewV1Client(r.Conn).GetRateLimits(context.Background(), week)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetResponses()[0].GetError(); (want == "") != (got == "") || !strings.Contains(got, want) {
+			t.Errorf("bound %q: a week's duration answered error %q, want %q", bound, got, want)
+		}
+	}
+	for _, bad := range []string{"9700h", "500us", "0s"} {
+		err := load(t, map[string]string{"KURZ_LIMITER_GUBERNATOR_MAX_DURATION": bad}).validate()
+		if err == nil || !strings.Contains(err.Error(), "KURZ_LIMITER_GUBERNATOR_MAX_DURATION") {
+			t.Errorf("%s: got %v, want an error naming KURZ_LIMITER_GUBERNATOR_MAX_DURATION", bad, err)
+		}
+	}
+}

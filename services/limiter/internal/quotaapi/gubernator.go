@@ -34,13 +34,41 @@ type GubernatorService struct {
 	failure ratelimitv1.FailureMode
 	ready   func() bool
 	now     func() time.Time
+	// deciding holds a token per decision in flight, whichever call it is
+	// of (gubernatorDecidingAtOnce).
+	deciding chan struct{}
+	// maxDuration bounds how long a limit's state lasts in Redis
+	// (WithMaxDuration).
+	maxDuration time.Duration
 }
 
 // NewGubernator returns the gubernator API over engine; its limits answer
-// by failure when Redis fails, and HealthCheck tells ready().
+// by failure when Redis fails, and HealthCheck tells ready(). A limit's
+// state lasts at most DefaultGubernatorMaxDuration unless WithMaxDuration
+// says otherwise.
 func NewGubernator(engine GubernatorEngine, failure ratelimitv1.FailureMode, ready func() bool) *GubernatorService {
-	return &GubernatorService{engine: engine, failure: failure, ready: ready, now: time.Now}
+	return &GubernatorService{
+		engine: engine, failure: failure, ready: ready, now: time.Now,
+		deciding:    make(chan struct{}, gubernatorDecidingAtOnce),
+		maxDuration: DefaultGubernatorMaxDuration,
+	}
 }
+
+// WithMaxDuration sets how long a limit's state may last in Redis (the
+// time its bucket takes to refill or drain: a token bucket's duration, a
+// leaky bucket's burst at its rate), d at most ratelimit.MaxWindow; a
+// request past it is refused in its `error`. It returns s.
+func (s *GubernatorService) WithMaxDuration(d time.Duration) *GubernatorService {
+	s.maxDuration = d
+	return s
+}
+
+// DefaultGubernatorMaxDuration is KURZ_LIMITER_GUBERNATOR_MAX_DURATION's
+// default. Every (name, unique_key) is a Redis key that lives as long as
+// its limit takes to refill; gubernator keeps its limits in an LRU of
+// GUBER_CACHE_SIZE, kurz in Redis, so a client sending unique keys fills
+// Redis at the rate it sends them times this lifetime.
+const DefaultGubernatorMaxDuration = 24 * time.Hour
 
 // Bounds on a gubernator request. The batch is gubernator's own limit; the
 // rest bound what a stranger who reaches the port can make the limiter
@@ -49,10 +77,13 @@ const (
 	GubernatorMaxBatch = 1000
 	maxGubernatorName  = 256
 	maxGubernatorKey   = 1024
-	// gubernatorDecideAtOnce bounds the decisions of one call in flight:
-	// the engine pipelines them per Redis node, and a batch of 1,000
-	// should not start 1,000 goroutines.
-	gubernatorDecideAtOnce = 64
+	// gubernatorDecidingAtOnce bounds the decisions in flight of all the
+	// calls together: the gRPC bound counts calls, and each may hold
+	// 1,000 requests, so a bound per call would let a full server put
+	// 1,024 x the bound on Redis. The engine pipelines them per Redis
+	// node: 256 at about a millisecond each is far more than a Redis
+	// Cluster node decides a second.
+	gubernatorDecidingAtOnce = 256
 )
 
 // GubernatorDomain is the domain the gubernator API's decisions are counted
@@ -138,21 +169,37 @@ func (s *GubernatorService) GetRateLimits(ctx context.Context, req *gubernatorpb
 			rpcerr.Info(ReasonBatchSizeInvalid, nil))
 	}
 	out := make([]*gubernatorpb.RateLimitResp, len(reqs))
-	if len(reqs) == 1 {
-		out[0] = s.decide(ctx, reqs[0])
-		return &gubernatorpb.GetRateLimitsResp{Responses: out}, nil
-	}
-	next := make(chan int, len(reqs))
-	for i := range reqs {
-		next <- i
-	}
-	close(next)
 	var wg sync.WaitGroup
-	for range min(len(reqs), gubernatorDecideAtOnce) {
-		wg.Go(func() {
-			for i := range next {
-				out[i] = s.decide(ctx, reqs[i])
+	for i, r := range reqs {
+		// A slot of the server's first, so that a call waits for room
+		// without holding a goroutine per request. A call whose context
+		// ends while it waits (its deadline, its client gone) decides no
+		// more: checked after a slot is had too, as select picks at random
+		// when both are ready.
+		took := false
+		select {
+		case s.deciding <- struct{}{}:
+			took = true
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			if took {
+				<-s.deciding
 			}
+			wg.Wait()
+			for j := i; j < len(reqs); j++ {
+				out[j] = &gubernatorpb.RateLimitResp{Error: "not decided: the call ended (its deadline, or its client went) while it waited for the limiter's other decisions"}
+			}
+			return &gubernatorpb.GetRateLimitsResp{Responses: out}, nil
+		}
+		if len(reqs) == 1 {
+			out[0] = s.decide(ctx, r)
+			<-s.deciding
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-s.deciding }()
+			out[i] = s.decide(ctx, r)
 		})
 	}
 	wg.Wait()
@@ -162,6 +209,9 @@ func (s *GubernatorService) GetRateLimits(ctx context.Context, req *gubernatorpb
 // decide answers one RateLimitReq.
 func (s *GubernatorService) decide(ctx context.Context, req *gubernatorpb.RateLimitReq) *gubernatorpb.RateLimitResp {
 	r, err := GubernatorRule(req, s.failure)
+	if err == nil {
+		err = s.checkLifetime(r)
+	}
 	if err != nil {
 		return &gubernatorpb.RateLimitResp{Error: err.Error()}
 	}
@@ -175,6 +225,27 @@ func (s *GubernatorService) decide(ctx context.Context, req *gubernatorpb.RateLi
 	}
 	d := s.engine.CheckRule(ctx, r, key, req.GetHits())
 	return gubernatorResp(d, req.GetLimit(), s.now())
+}
+
+// checkLifetime refuses a rule whose state would outlast s.maxDuration in
+// Redis: its key's TTL is the time its bucket takes to refill (a token
+// bucket's window) or drain (a leaky bucket's burst at limit per window).
+func (s *GubernatorService) checkLifetime(r *ratelimit.Rule) error {
+	if r.Window > s.maxDuration {
+		return fmt.Errorf("duration %d ms: at most %d (%v, KURZ_LIMITER_GUBERNATOR_MAX_DURATION)",
+			r.Window.Milliseconds(), s.maxDuration.Milliseconds(), s.maxDuration)
+	}
+	if r.Algorithm != ratelimitv1.Algorithm_ALGORITHM_LEAKY_BUCKET || r.Burst <= r.Limit {
+		return nil
+	}
+	// In float64: burst x window overflows int64 (2^40 x 2^35 ms), and
+	// Validate has kept the result within 400 days, exact to the ms.
+	drain := time.Duration(float64(r.Window) * float64(r.Burst) / float64(r.Limit))
+	if drain > s.maxDuration {
+		return fmt.Errorf("burst %d drains at %d per %d ms, in %v: at most %v (KURZ_LIMITER_GUBERNATOR_MAX_DURATION)",
+			r.Burst, r.Limit, r.Window.Milliseconds(), drain.Round(time.Millisecond), s.maxDuration)
+	}
+	return nil
 }
 
 // gubernatorResp is the engine's decision as gubernator answers: reset_time

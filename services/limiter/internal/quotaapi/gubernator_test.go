@@ -290,3 +290,86 @@ func TestGubernatorHTTPGateway(t *testing.T) {
 		})
 	}
 }
+
+// blockingGuberEngine holds every check until release is closed, telling
+// entered of each, so a test sees how many decisions are in flight.
+type blockingGuberEngine struct {
+	fakeGuberEngine
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingGuberEngine) CheckRule(ctx context.Context, r *ratelimit.Rule, key string, cost int64) *ratelimitv1.CheckQuotaResponse {
+	resp := b.fakeGuberEngine.CheckRule(ctx, r, key, cost)
+	b.entered <- struct{}{}
+	<-b.release
+	return resp
+}
+
+// The bound on decisions in flight is the server's, not each call's: a
+// thousand concurrent calls of 1,000 requests must not put a thousand
+// times the bound on Redis. A call that waits for room past its deadline
+// answers its requests' errors instead of deciding them.
+func TestGetRateLimitsBoundsDecisionsAcrossCalls(t *testing.T) {
+	f := &blockingGuberEngine{
+		fakeGuberEngine: fakeGuberEngine{answer: &ratelimitv1.CheckQuotaResponse{Allowed: true}},
+		entered:         make(chan struct{}, 10), release: make(chan struct{}),
+	}
+	s := NewGubernator(f, ratelimitv1.FailureMode_FAILURE_MODE_OPEN, func() bool { return true })
+	s.deciding = make(chan struct{}, 2)
+	first := make(chan *gubernatorpb.GetRateLimitsResp, 1)
+	go func() {
+		resp, _ := s.GetRateLimits(context.Background(), &gubernatorpb.GetRateLimitsReq{Requests: []*gubernatorpb.RateLimitReq{
+			guberReq("n", "a", 1, 10, 1000), guberReq("n", "b", 1, 10, 1000),
+		}})
+		first <- resp
+	}()
+	<-f.entered
+	<-f.entered // the server's two slots are taken
+	ctx, cancel := context.WithCancel(context.Background())
+	second := make(chan *gubernatorpb.GetRateLimitsResp, 1)
+	go func() {
+		resp, _ := s.GetRateLimits(ctx, &gubernatorpb.GetRateLimitsReq{Requests: []*gubernatorpb.RateLimitReq{guberReq("n", "c", 1, 10, 1000)}})
+		second <- resp
+	}()
+	cancel()
+	close(f.release)
+	got := (<-second).GetResponses()
+	<-first
+	if len(got) != 1 || !strings.Contains(got[0].GetError(), "not decided") {
+		t.Errorf("second call's answer %v, want its request's error: the server's slots were all taken until its context ended", got)
+	}
+	if len(f.calls) != 2 {
+		t.Errorf("the engine decided %d requests (%v), want the first call's 2: at most 2 in flight across calls", len(f.calls), f.calls)
+	}
+}
+
+// A limit's state lasts in Redis as long as its bucket takes to refill
+// (or drain): GubernatorMaxDuration bounds it, so keys a stranger makes
+// do not outlive a day by default (gubernator's cache is an LRU).
+func TestGetRateLimitsBoundsStateLifetime(t *testing.T) {
+	f := &fakeGuberEngine{answer: &ratelimitv1.CheckQuotaResponse{Allowed: true}}
+	s := NewGubernator(f, ratelimitv1.FailureMode_FAILURE_MODE_OPEN, func() bool { return true })
+	day := int64(24 * 3600 * 1000)
+	resp, err := s.GetRateLimits(context.Background(), &gubernatorpb.GetRateLimitsReq{Requests: []*gubernatorpb.RateLimitReq{
+		guberReq("n", "day", 1, 10, day),
+		guberReq("n", "week", 1, 10, 7*day),
+		{Name: "n", UniqueKey: "slow", Hits: 1, Limit: 10, Duration: day, Algorithm: gubernatorpb.Algorithm_LEAKY_BUCKET, Burst: 20},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.GetResponses()
+	if got[0].GetError() != "" {
+		t.Errorf("a day's duration: error %q, want it decided", got[0].GetError())
+	}
+	if want := "duration 604800000 ms: at most 86400000 (24h0m0s, KURZ_LIMITER_GUBERNATOR_MAX_DURATION)"; got[1].GetError() != want {
+		t.Errorf("a week's duration: error %q, want %q", got[1].GetError(), want)
+	}
+	if want := "burst 20 drains at 10 per 86400000 ms, in 48h0m0s: at most 24h0m0s (KURZ_LIMITER_GUBERNATOR_MAX_DURATION)"; got[2].GetError() != want {
+		t.Errorf("a leaky bucket draining in two days: error %q, want %q", got[2].GetError(), want)
+	}
+	if len(f.calls) != 1 {
+		t.Errorf("engine asked %v, want the day's limit only", f.calls)
+	}
+}
