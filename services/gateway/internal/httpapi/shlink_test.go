@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -28,6 +29,7 @@ import (
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/gateway/internal/keystore"
 )
 
@@ -270,18 +272,20 @@ type shlinkEnv struct {
 	shortener *shlinkShortener
 	analytics *shlinkAnalytics
 	ready     bool
+	logs      *servertest.SyncBuffer // the API's log, as text
 }
 
 func newShlinkEnv(t *testing.T, links ...*shortenerv1.Link) *shlinkEnv {
 	t.Helper()
 	env := &shlinkEnv{t: t, limiter: &shlinkLimiter{}, shortener: &shlinkShortener{links: links},
-		analytics: &shlinkAnalytics{counts: &analyticsv1.ClickCounts{Total: 7, Human: 4, Bot: 2, Flood: 1}}, ready: true}
+		analytics: &shlinkAnalytics{counts: &analyticsv1.ClickCounts{Total: 7, Human: 4, Bot: 2, Flood: 1}}, ready: true,
+		logs: &servertest.SyncBuffer{}}
 	q, err := quota.New(env.limiter, time.Second, slog.New(slog.DiscardHandler), noop.NewMeterProvider())
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, err := New(Options{MaxBodyBytes: 4096, MaxHeaderBytes: 16 << 10, CallTimeout: time.Second, MaxBulkRequests: 1},
-		Deps{Shortener: env.shortener, Analytics: env.analytics, Quota: q, Keys: shlinkKeys{}, Log: slog.New(slog.DiscardHandler),
+		Deps{Shortener: env.shortener, Analytics: env.analytics, Quota: q, Keys: shlinkKeys{}, Log: slog.New(slog.NewTextHandler(env.logs, nil)),
 			Meter: noop.NewMeterProvider().Meter("test"), Ready: func() bool { return env.ready }})
 	if err != nil {
 		t.Fatal(err)
@@ -1057,5 +1061,24 @@ func TestQueueTurnTooFarOffIsRefused(t *testing.T) {
 	}
 	if got := env.shortener.gets; len(got) != 0 {
 		t.Errorf("the shortener was asked %d times for a refused request", len(got))
+	}
+}
+
+// While analytics is older than the gateway (a rolling upgrade), it
+// answers GetLinksClickCounts UNIMPLEMENTED: every list page is answered
+// without visitsSummary, and the log says so once for the many pages, not
+// a warning a page.
+func TestShlinkListAgainstAnOlderAnalytics(t *testing.T) {
+	env := newShlinkEnv(t, shlinkLink("new1234"), shlinkLink("old1234"))
+	env.analytics.err = status.Error(codes.Unimplemented, "unknown method GetLinksClickCounts for service kurz.analytics.v1.AnalyticsService")
+	for range 5 {
+		w := env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+		if codes, _ := shlinkListPage(t, w); w.Code != 200 || len(codes) != 2 || strings.Contains(w.Body.String(), "visitsSummary") {
+			t.Fatalf("%d %s; want the 2 links without visitsSummary", w.Code, w.Body)
+		}
+	}
+	logs := env.logs.String()
+	if n := strings.Count(logs, "level=WARN"); n != 1 || !strings.Contains(logs, "GetLinksClickCounts") {
+		t.Errorf("%d warnings for 5 pages, want 1 naming GetLinksClickCounts:\n%s", n, logs)
 	}
 }
