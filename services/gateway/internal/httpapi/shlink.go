@@ -457,7 +457,6 @@ func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*sh
 		return nil
 	}
 	now := time.Now()
-	start := now.Add(-lifetimeStatsRange)
 	oldest := now
 	refs := make([]*analyticsv1.LinkRef, len(links))
 	for i, l := range links {
@@ -466,12 +465,7 @@ func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*sh
 			oldest = t
 		}
 	}
-	if oldest.After(start) {
-		start = oldest
-	}
-	if !start.Before(now) { // a link stamped ahead of this gateway's clock
-		start = now.Add(-time.Hour)
-	}
+	start := lifetimeStart(oldest, now)
 	ctx, cancel := a.downstream(c)
 	defer cancel()
 	resp, err := a.analytics.GetLinksClickCounts(ctx, &analyticsv1.GetLinksClickCountsRequest{

@@ -1082,3 +1082,26 @@ func TestShlinkListAgainstAnOlderAnalytics(t *testing.T) {
 		t.Errorf("%d warnings for 5 pages, want 1 naming GetLinksClickCounts:\n%s", n, logs)
 	}
 }
+
+// A link stamped ahead of the gateway's clock (the shortener's host runs
+// ahead) is counted from before now, on its own as in a list: a range
+// ending before it starts is one analytics refuses, and one link's
+// visitsSummary would be left out where the list has it.
+func TestShlinkVisitsOfALinkStampedAheadOfTheClock(t *testing.T) {
+	ahead := shlinkLink("ahead12")
+	ahead.CreateTime = timestamppb.New(time.Now().Add(time.Minute))
+	env := newShlinkEnv(t, ahead)
+	env.do("GET", "/rest/v3/short-urls/ahead12", "", shlinkGoodKey)
+	env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+	if len(env.analytics.asked) != 1 || len(env.analytics.batches) != 1 {
+		t.Fatalf("%d GetLinkStats and %d GetLinksClickCounts calls, want one of each", len(env.analytics.asked), len(env.analytics.batches))
+	}
+	for name, r := range map[string]interface {
+		GetStartTime() *timestamppb.Timestamp
+		GetEndTime() *timestamppb.Timestamp
+	}{"one link": env.analytics.asked[0], "the list": env.analytics.batches[0]} {
+		if start, end := r.GetStartTime().AsTime(), r.GetEndTime().AsTime(); !start.Before(end) {
+			t.Errorf("%s: counted from %v to %v, want a range that starts before it ends", name, start, end)
+		}
+	}
+}
