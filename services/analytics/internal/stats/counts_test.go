@@ -193,3 +193,37 @@ func TestLinksClickCountsValidation(t *testing.T) {
 		t.Errorf("no tenant: %v, want Unauthenticated", err)
 	}
 }
+
+// The tenant is the assertion's bytes, whatever they are, and the counts
+// query writes it as a literal: a tenant whose name would end the literal
+// (a quote, a backslash, a NUL, bytes that are not UTF-8) counts its own
+// clicks of a code, not another tenant's of it.
+func TestLinksClickCountsOfTenantsWithAnyName(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, "")
+	svc := New(store, servertest.Logger(t), Options{})
+	base, code := "odd-"+rnd(), "odd"+rnd()
+	click := func(tenant string) clickstore.Click {
+		return clickstore.Click{Tenant: tenant, Code: code, Time: day0.Add(time.Hour), EventID: rnd(), Visitor: "v"}
+	}
+	if err := store.Insert(context.Background(), []clickstore.Click{click(base), click(base)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{
+		base + `' OR tenant != '`, base + `\' OR 1 = 1 -- `, base + `\`, base + "\x00' OR 1 --", base + "\xff'\xfe",
+		base + "?", base + "\n'; SELECT 1 --", base + `\x27 OR 1`,
+	} {
+		if err := store.Insert(context.Background(), []clickstore.Click{click(tenant)}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := svc.GetLinksClickCounts(as(tenant), &analyticsv1.GetLinksClickCountsRequest{
+			Links: []*analyticsv1.LinkRef{{Code: code}}, StartTime: ts(day0), EndTime: ts(day0.Add(24 * time.Hour))})
+		if err != nil {
+			t.Errorf("tenant %q: %v", tenant, err)
+			continue
+		}
+		if got := resp.GetLinks()[0].GetCounts().GetTotal(); got != 1 {
+			t.Errorf("tenant %q: %d clicks, want its own 1 (another tenant has 2)", tenant, got)
+		}
+	}
+}

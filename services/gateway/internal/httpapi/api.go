@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -131,6 +132,9 @@ type API struct {
 	bulkShare int
 	routes    []route
 	m         instruments
+	// countsUnimplemented is set once analytics answered
+	// GetLinksClickCounts UNIMPLEMENTED (see shlinkSummaries).
+	countsUnimplemented atomic.Bool
 
 	// muxOnce builds mux, the generated handlers of the mapped routes.
 	muxOnce sync.Once

@@ -150,6 +150,23 @@ func (a *API) fetchLink(c *call, code string) (*shortenerv1.Link, error) {
 // url-stats, Shlink's visitsSummary) are the clicks of its life up to it.
 const lifetimeStatsRange = 400*24*time.Hour - time.Hour
 
+// lifetimeStart is where the lifetime counts of links made at created
+// (the oldest of them) start at now: then, but at most lifetimeStatsRange
+// before now, and an hour before now for a link stamped ahead of this
+// gateway's clock (the shortener's host runs ahead), as analytics refuses
+// a range that ends before it starts. Codes are never reused, so a link
+// has no clicks from before it was made.
+func lifetimeStart(created, now time.Time) time.Time {
+	start := created
+	if oldest := now.Add(-lifetimeStatsRange); start.Before(oldest) {
+		start = oldest
+	}
+	if !start.Before(now) {
+		start = now.Add(-time.Hour)
+	}
+	return start
+}
+
 // lifetimeCounts are the clicks of l since it was made, over the last 400
 // days at most (the longest range analytics answers): one statistics call.
 func (a *API) lifetimeCounts(c *call, l *shortenerv1.Link) (*analyticsv1.ClickCounts, error) {
@@ -157,10 +174,7 @@ func (a *API) lifetimeCounts(c *call, l *shortenerv1.Link) (*analyticsv1.ClickCo
 		return nil, unavailable("click statistics are not available", errors.New("no analytics client"))
 	}
 	now := time.Now()
-	start := l.GetCreateTime().AsTime()
-	if oldest := now.Add(-lifetimeStatsRange); start.Before(oldest) {
-		start = oldest
-	}
+	start := lifetimeStart(l.GetCreateTime().AsTime(), now)
 	ctx, cancel := a.downstream(c)
 	defer cancel()
 	st, err := a.analytics.GetLinkStats(ctx, &analyticsv1.GetLinkStatsRequest{

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -456,7 +457,6 @@ func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*sh
 		return nil
 	}
 	now := time.Now()
-	start := now.Add(-lifetimeStatsRange)
 	oldest := now
 	refs := make([]*analyticsv1.LinkRef, len(links))
 	for i, l := range links {
@@ -465,16 +465,20 @@ func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*sh
 			oldest = t
 		}
 	}
-	if oldest.After(start) {
-		start = oldest
-	}
-	if !start.Before(now) { // a link stamped ahead of this gateway's clock
-		start = now.Add(-time.Hour)
-	}
+	start := lifetimeStart(oldest, now)
 	ctx, cancel := a.downstream(c)
 	defer cancel()
 	resp, err := a.analytics.GetLinksClickCounts(ctx, &analyticsv1.GetLinksClickCountsRequest{
 		Links: refs, StartTime: timestamppb.New(start), EndTime: timestamppb.New(now)})
+	if status.Code(err) == codes.Unimplemented {
+		// An analytics older than the gateway (a rolling upgrade) answers
+		// every page so: one warning says it, not one a page.
+		if a.countsUnimplemented.CompareAndSwap(false, true) {
+			a.log.WarnContext(c.r.Context(), "analytics does not serve GetLinksClickCounts (older than this gateway): Shlink lists carry no visitsSummary until it is upgraded; logged once",
+				"route", c.st.route, "request_id", c.st.id, "err", err)
+		}
+		return nil
+	}
 	if err != nil {
 		a.summaryLeftOut(c, err)
 		return nil

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -28,6 +29,7 @@ import (
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/rpcerr"
+	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/gateway/internal/keystore"
 )
 
@@ -270,18 +272,20 @@ type shlinkEnv struct {
 	shortener *shlinkShortener
 	analytics *shlinkAnalytics
 	ready     bool
+	logs      *servertest.SyncBuffer // the API's log, as text
 }
 
 func newShlinkEnv(t *testing.T, links ...*shortenerv1.Link) *shlinkEnv {
 	t.Helper()
 	env := &shlinkEnv{t: t, limiter: &shlinkLimiter{}, shortener: &shlinkShortener{links: links},
-		analytics: &shlinkAnalytics{counts: &analyticsv1.ClickCounts{Total: 7, Human: 4, Bot: 2, Flood: 1}}, ready: true}
+		analytics: &shlinkAnalytics{counts: &analyticsv1.ClickCounts{Total: 7, Human: 4, Bot: 2, Flood: 1}}, ready: true,
+		logs: &servertest.SyncBuffer{}}
 	q, err := quota.New(env.limiter, time.Second, slog.New(slog.DiscardHandler), noop.NewMeterProvider())
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, err := New(Options{MaxBodyBytes: 4096, MaxHeaderBytes: 16 << 10, CallTimeout: time.Second, MaxBulkRequests: 1},
-		Deps{Shortener: env.shortener, Analytics: env.analytics, Quota: q, Keys: shlinkKeys{}, Log: slog.New(slog.DiscardHandler),
+		Deps{Shortener: env.shortener, Analytics: env.analytics, Quota: q, Keys: shlinkKeys{}, Log: slog.New(slog.NewTextHandler(env.logs, nil)),
 			Meter: noop.NewMeterProvider().Meter("test"), Ready: func() bool { return env.ready }})
 	if err != nil {
 		t.Fatal(err)
@@ -1057,5 +1061,47 @@ func TestQueueTurnTooFarOffIsRefused(t *testing.T) {
 	}
 	if got := env.shortener.gets; len(got) != 0 {
 		t.Errorf("the shortener was asked %d times for a refused request", len(got))
+	}
+}
+
+// While analytics is older than the gateway (a rolling upgrade), it
+// answers GetLinksClickCounts UNIMPLEMENTED: every list page is answered
+// without visitsSummary, and the log says so once for the many pages, not
+// a warning a page.
+func TestShlinkListAgainstAnOlderAnalytics(t *testing.T) {
+	env := newShlinkEnv(t, shlinkLink("new1234"), shlinkLink("old1234"))
+	env.analytics.err = status.Error(codes.Unimplemented, "unknown method GetLinksClickCounts for service kurz.analytics.v1.AnalyticsService")
+	for range 5 {
+		w := env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+		if codes, _ := shlinkListPage(t, w); w.Code != 200 || len(codes) != 2 || strings.Contains(w.Body.String(), "visitsSummary") {
+			t.Fatalf("%d %s; want the 2 links without visitsSummary", w.Code, w.Body)
+		}
+	}
+	logs := env.logs.String()
+	if n := strings.Count(logs, "level=WARN"); n != 1 || !strings.Contains(logs, "GetLinksClickCounts") {
+		t.Errorf("%d warnings for 5 pages, want 1 naming GetLinksClickCounts:\n%s", n, logs)
+	}
+}
+
+// A link stamped ahead of the gateway's clock (the shortener's host runs
+// ahead) is counted from before now, on its own as in a list: a range
+// ending before it starts is one analytics refuses, and one link's
+// visitsSummary would be left out where the list has it.
+func TestShlinkVisitsOfALinkStampedAheadOfTheClock(t *testing.T) {
+	ahead := shlinkLink("ahead12")
+	ahead.CreateTime = timestamppb.New(time.Now().Add(time.Minute))
+	env := newShlinkEnv(t, ahead)
+	env.do("GET", "/rest/v3/short-urls/ahead12", "", shlinkGoodKey)
+	env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+	if len(env.analytics.asked) != 1 || len(env.analytics.batches) != 1 {
+		t.Fatalf("%d GetLinkStats and %d GetLinksClickCounts calls, want one of each", len(env.analytics.asked), len(env.analytics.batches))
+	}
+	for name, r := range map[string]interface {
+		GetStartTime() *timestamppb.Timestamp
+		GetEndTime() *timestamppb.Timestamp
+	}{"one link": env.analytics.asked[0], "the list": env.analytics.batches[0]} {
+		if start, end := r.GetStartTime().AsTime(), r.GetEndTime().AsTime(); !start.Before(end) {
+			t.Errorf("%s: counted from %v to %v, want a range that starts before it ends", name, start, end)
+		}
 	}
 }
