@@ -48,20 +48,31 @@ func newClickCountsEnv(t *testing.T) *clickCountsEnv {
 		counts: &analyticsv1.ClickCounts{Total: 7, Human: 4, Bot: 2, Flood: 1},
 		byCode: map[string]*analyticsv1.ClickCounts{"busy123": {Total: 42, Human: 40, Bot: 2}},
 	}}}
-	q, err := quota.New(env.limiter, time.Second, slog.New(slog.DiscardHandler), noop.NewMeterProvider())
+	env.handler = serveFakes(t, env.limiter, Deps{Shortener: &shlinkShortener{}, Analytics: env.analytics, Ready: func() bool { return true }})
+	return env
+}
+
+// serveFakes is the API over deps' services and log (none: discarded),
+// limiter and the Shlink tests' keys (shlinkKeys), served as the gateway
+// serves it (Wrap over its routes): a 4 KiB body bound, a 1 s call
+// timeout, one bulk slot.
+func serveFakes(t *testing.T, limiter *shlinkLimiter, deps Deps) http.Handler {
+	t.Helper()
+	q, err := quota.New(limiter, time.Second, slog.New(slog.DiscardHandler), noop.NewMeterProvider())
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Options{MaxBodyBytes: 4096, MaxHeaderBytes: 16 << 10, CallTimeout: time.Second, MaxBulkRequests: 1},
-		Deps{Shortener: &shlinkShortener{}, Analytics: env.analytics, Quota: q, Keys: shlinkKeys{}, Log: slog.New(slog.DiscardHandler),
-			Meter: noop.NewMeterProvider().Meter("test"), Ready: func() bool { return true }})
+	deps.Quota, deps.Keys, deps.Meter = q, shlinkKeys{}, noop.NewMeterProvider().Meter("test")
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	a, err := New(Options{MaxBodyBytes: 4096, MaxHeaderBytes: 16 << 10, CallTimeout: time.Second, MaxBulkRequests: 1}, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	a.Register(mux)
-	env.handler = a.Wrap(mux)
-	return env
+	return a.Wrap(mux)
 }
 
 // post sends body to POST /v1/links:clickCounts with key as the bearer
