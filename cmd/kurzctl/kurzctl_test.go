@@ -75,6 +75,19 @@ func TestLinksLifecycle(t *testing.T) {
 	if r := c.run("links", "list", "--page-size", "1"); r.code != 0 || !strings.Contains(r.stderr, "--page-token") {
 		t.Errorf("list --page-size 1 of 2 links names no next page: %s", r)
 	}
+	// --clicks: a CLICKS column (links without clicks: 0), and in -o json
+	// one clickCounts entry per link.
+	clicks := c.ok("links", "list", "--clicks")
+	if lines := strings.Split(strings.TrimSpace(clicks), "\n"); len(lines) != 3 || !strings.Contains(strings.Join(strings.Fields(lines[0]), " "), "TAGS CLICKS CREATED") ||
+		strings.Fields(lines[1])[4] != "0" || strings.Fields(lines[2])[4] != "0" {
+		t.Errorf("list --clicks, want a CLICKS column of 0 and 0:\n%s", clicks)
+	}
+	page = decodeJSON(t, c.ok("links", "list", "--clicks", "-o", "json"))
+	if counts, _ := page["clickCounts"].([]any); len(counts) != 2 {
+		t.Errorf("list --clicks -o json: want 2 clickCounts, got %v", page)
+	} else if lc, _ := counts[0].(map[string]any); lc["code"] != other {
+		t.Errorf("list --clicks -o json: first clickCounts %v, want the newest link's, %s", lc, other)
+	}
 
 	// Only the given fields change; a device flag keeps the other devices.
 	c.ok("links", "update", code, "--android", "https://apps.example.com/android", "--clear-tags", "--disable")

@@ -3,9 +3,15 @@ package main
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
+	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 )
 
 // A span in days is a finite number of days a time.Duration holds: NaN,
@@ -45,5 +51,37 @@ func TestCreateRefusesAnExpireItCannotCount(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, want) {
 			t.Errorf("links create --expire %s: %s; want a usage error saying %q", arg, r, want)
 		}
+	}
+}
+
+// With click counts, the list has a CLICKS column: each link's total,
+// found by code and domain, and "-" for a link the counts do not name.
+func TestPrintLinksShowsClicks(t *testing.T) {
+	links := []*shortenerv1.Link{
+		{Code: "abcd123", ShortUrl: "https://k.test/abcd123", LongUrl: "https://example.com/a"},
+		{Code: "abcd123", Domain: proto.String("go.example.com"), ShortUrl: "https://go.example.com/abcd123", LongUrl: "https://example.com/b"},
+		{Code: "none123", ShortUrl: "https://k.test/none123", LongUrl: "https://example.com/c"},
+	}
+	var b strings.Builder
+	err := printLinks(&b, links, "", map[string]*analyticsv1.ClickCounts{
+		"abcd123": {Total: 42, Human: 40}, "go.example.com/abcd123": {Total: 7},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	var got []string
+	for _, line := range lines[1:] {
+		got = append(got, strings.Fields(line)[4])
+	}
+	if want := []string{"42", "7", "-"}; !strings.Contains(strings.Join(strings.Fields(lines[0]), " "), "TAGS CLICKS CREATED") || !slices.Equal(got, want) {
+		t.Errorf("clicks %q, want %q after TAGS:\n%s", got, want, b.String())
+	}
+	b.Reset()
+	if err := printLinks(&b, links[:1], "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "CLICKS") {
+		t.Errorf("without click counts the list has a CLICKS column:\n%s", b.String())
 	}
 }

@@ -851,10 +851,10 @@ const file_kurz_analytics_v1_analytics_proto_rawDesc = "" +
 	"\bInterval\x12\x18\n" +
 	"\x14INTERVAL_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rINTERVAL_HOUR\x10\x01\x12\x10\n" +
-	"\fINTERVAL_DAY\x10\x022\x89\x02\n" +
+	"\fINTERVAL_DAY\x10\x022\xac\x02\n" +
 	"\x10AnalyticsService\x12\x7f\n" +
-	"\fGetLinkStats\x12&.kurz.analytics.v1.GetLinkStatsRequest\x1a'.kurz.analytics.v1.GetLinkStatsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/links/{code}/stats\x12t\n" +
-	"\x13GetLinksClickCounts\x12-.kurz.analytics.v1.GetLinksClickCountsRequest\x1a..kurz.analytics.v1.GetLinksClickCountsResponseB\xb9\x01\n" +
+	"\fGetLinkStats\x12&.kurz.analytics.v1.GetLinkStatsRequest\x1a'.kurz.analytics.v1.GetLinkStatsResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/v1/links/{code}/stats\x12\x96\x01\n" +
+	"\x13GetLinksClickCounts\x12-.kurz.analytics.v1.GetLinksClickCountsRequest\x1a..kurz.analytics.v1.GetLinksClickCountsResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/links:clickCountsB\xb9\x01\n" +
 	"\x15com.kurz.analytics.v1B\x0eAnalyticsProtoP\x01Z*kurz.dev/gen/kurz/analytics/v1;analyticsv1\xa2\x02\x03KAX\xaa\x02\x11Kurz.Analytics.V1\xca\x02\x11Kurz\\Analytics\\V1\xe2\x02\x1dKurz\\Analytics\\V1\\GPBMetadata\xea\x02\x13Kurz::Analytics::V1b\x06proto3"
 
 var (

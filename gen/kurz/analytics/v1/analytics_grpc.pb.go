@@ -33,8 +33,8 @@ type AnalyticsServiceClient interface {
 	GetLinkStats(ctx context.Context, in *GetLinkStatsRequest, opts ...grpc.CallOption) (*GetLinkStatsResponse, error)
 	// GetLinksClickCounts returns the click counts of up to 1,000 links over
 	// one time range, in one ClickHouse read: what a list of links shows
-	// beside each (the gateway's Shlink list, its visitsSummary). No HTTP
-	// route of its own: the gateway's lists carry the counts.
+	// beside each (the console's and kurzctl's Clicks column, the gateway's
+	// Shlink list, its visitsSummary).
 	GetLinksClickCounts(ctx context.Context, in *GetLinksClickCountsRequest, opts ...grpc.CallOption) (*GetLinksClickCountsResponse, error)
 }
 
@@ -76,8 +76,8 @@ type AnalyticsServiceServer interface {
 	GetLinkStats(context.Context, *GetLinkStatsRequest) (*GetLinkStatsResponse, error)
 	// GetLinksClickCounts returns the click counts of up to 1,000 links over
 	// one time range, in one ClickHouse read: what a list of links shows
-	// beside each (the gateway's Shlink list, its visitsSummary). No HTTP
-	// route of its own: the gateway's lists carry the counts.
+	// beside each (the console's and kurzctl's Clicks column, the gateway's
+	// Shlink list, its visitsSummary).
 	GetLinksClickCounts(context.Context, *GetLinksClickCountsRequest) (*GetLinksClickCountsResponse, error)
 	mustEmbedUnimplementedAnalyticsServiceServer()
 }

@@ -145,3 +145,65 @@ func TestConsoleStatsSayWhatTheyCount(t *testing.T) {
 		t.Errorf("countries of a click from an address the GeoIP database does not place: %q, want (unknown)1", got)
 	}
 }
+
+// The links list shows each link's clicks (bots included) in its Clicks
+// column, filled from one POST /v1/links:clickCounts after the list
+// renders: refreshed until the consumer stored the clicks, the clicked
+// link shows them and the other 0. When that call fails, the column says
+// "–" and the list is shown all the same, without an error.
+func TestConsoleListsClicks(t *testing.T) {
+	s := startStack(t)
+	gw := startGateway(t, s)
+	_, key := newTenant(t, s, gw)
+	quiet := createLink(t, gw, key, "https://example.com/quiet")
+	clicked := createLink(t, gw, key, "https://example.com/clicked")
+	for _, ua := range []string{humanUA, humanUA, botUA} {
+		if st, _ := visit(t, s.redirectURL+"/"+clicked, ua, "", geoiptest.IPv4DE); st != http.StatusFound {
+			t.Fatalf("visit of %s: %d, want 302", clicked, st)
+		}
+	}
+
+	b := startBrowser(t)
+	do, eval, text := b.do, b.eval, b.text
+	fills := `Number(document.getElementById('links-table').dataset.clicks || 0)`
+	// reload shows the first page again and waits for its clicks.
+	reload := func(what string) {
+		t.Helper()
+		n := eval(`String(` + fills + `)`)
+		do(what, chromedp.Click(chromedp.CSS("#filter-form button[type=submit]")),
+			chromedp.Poll[chromedp.Void](fmt.Sprintf(`%s > %s`, fills, n), chromedp.WithPollingTimeout(20*time.Second)))
+	}
+	clicks := func(code string) string { return text(fmt.Sprintf(`#links-body tr[data-code=%q] td.clicks`, code)) }
+	do("sign in",
+		signIn(gw.HTTP+"/console", key),
+		chromedp.WaitVisible(chromedp.CSS("#view-links")),
+		chromedp.Poll[chromedp.Void](fills+` > 0`, chromedp.WithPollingTimeout(20*time.Second)))
+	deadline := time.Now().Add(90 * time.Second)
+	for clicks(clicked) != "3" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the list shows %q clicks for %s, want 3", clicks(clicked), clicked)
+		}
+		time.Sleep(300 * time.Millisecond) // the poll interval of a person reloading the list
+		reload("reload the list")
+	}
+	if got := clicks(quiet); got != "0" {
+		t.Errorf("the list shows %q clicks for %s, never clicked; want 0", got, quiet)
+	}
+	if got := eval(`document.querySelector('#links-table thead').textContent`); !strings.Contains(got, "Clicks") {
+		t.Errorf("the list's header is %q, want a Clicks column", got)
+	}
+
+	// The click counts' call fails (the page's fetch answers 503 for it).
+	do("fail the click counts", chromedp.Evaluate[chromedp.Void](`(() => { const f = window.fetch;
+		window.fetch = (p, init) => String(p).includes(':clickCounts')
+			? Promise.resolve(new Response('', { status: 503, statusText: 'Service Unavailable' })) : f(p, init); })()`))
+	reload("reload the list without click counts")
+	for _, code := range []string{clicked, quiet} {
+		if got := clicks(code); got != "–" {
+			t.Errorf("without click counts the list shows %q for %s, want –", got, code)
+		}
+	}
+	if got := text("#links-error"); got != "" {
+		t.Errorf("without click counts the list shows the error %q, want none", got)
+	}
+}

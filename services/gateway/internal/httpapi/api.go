@@ -5,6 +5,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -242,7 +243,9 @@ type route struct {
 	// charge is the pattern a shlinkKey route is charged to the edge quota
 	// as: the kurz route it mirrors, so that a rule on that route holds
 	// whichever API a client speaks; for the YOURLS API's two paths, the
-	// one route both are charged as where a call mirrors none.
+	// one route both are charged as where a call mirrors none. A tenantKey
+	// route that does another route's work is charged as that route
+	// (POST /v1/links:clickCounts, one statistics query, as statsRoute).
 	charge string
 	// shlink says that every refusal of the route, its admission's
 	// included, is answered in Shlink's problem shape (shlinkFail).
@@ -385,7 +388,7 @@ func (a *API) admit(c *call, rt route) error {
 		if err := a.authenticate(c, rt.access == tenantOrAnonymous); err != nil {
 			return err
 		}
-		return a.edgeQuota(c, rt.pattern)
+		return a.edgeQuota(c, cmp.Or(rt.charge, rt.pattern))
 	case shlinkKey:
 		if err := a.authenticateShlink(c); err != nil {
 			return err

@@ -41,6 +41,7 @@ func (a *API) table() []route {
 		{pattern: "PATCH /v1/links/{code}", access: tenantKey, rpc: &mapping{before: patchMask, etag: linkETag, conditional: true}},
 		{pattern: "DELETE /v1/links/{code}", access: tenantKey, query: []string{"domain"}, rpc: &mapping{before: checkDomain, status: http.StatusNoContent, conditional: true}},
 		{pattern: statsRoute, access: tenantKey, query: []string{"start_time", "end_time", "interval", "domain"}, rpc: &mapping{before: a.statsFirst}},
+		{pattern: "POST /v1/links:clickCounts", access: tenantKey, charge: statsRoute, rpc: &mapping{body: clickCountsBodyBytes, before: a.clickCountsFirst}},
 		{pattern: "GET /v1/links/{code}/qr", access: tenantKey, query: []string{"format", "size", "domain"}, handle: a.linkQR},
 		{pattern: "POST /links", access: tenantOrAnonymous, handle: a.createLinkCompat},
 		{pattern: "POST /yourls-api.php", access: ownKey, charge: yourlsRoute, ownQuery: true, handle: a.yourlsAPI},
@@ -275,6 +276,35 @@ func (a *API) statsFirst(c *call, _ []byte, q url.Values) error {
 		q.Set("domain", d)
 	} else {
 		q.Del("domain")
+	}
+	return nil
+}
+
+// maxClickCountsLinks is the most links one POST /v1/links:clickCounts
+// names: analytics' bound, the largest page of GET /v1/links.
+const maxClickCountsLinks = 1000
+
+// clickCountsBodyBytes bounds the body of POST /v1/links:clickCounts (when
+// larger than Options.MaxBodyBytes): maxClickCountsLinks references of up
+// to 400 bytes of JSON each ({"code": 32 characters, "domain": 253, and
+// room for spacing), so that a full page of links on long custom domains
+// fits in one call, as the route promises. It takes no bulk slot: the body
+// is a list of names, decoded into a few hundred kilobytes at most, and
+// the call is charged before it is read.
+const clickCountsBodyBytes = maxClickCountsLinks * 400
+
+// clickCountsFirst checks a POST /v1/links:clickCounts before its body is
+// decoded: no more than maxClickCountsLinks links (counted without
+// decoding them, as a batch's items are; none is requestChecks' refusal),
+// and analytics there to ask. The links need no check with the shortener,
+// unlike statsFirst's: analytics answers zeros for a link that is not the
+// caller's, as for one without clicks, so nothing of another tenant shows.
+func (a *API) clickCountsFirst(_ *call, body []byte, _ url.Values) error {
+	if n := countItems(body, "links", maxClickCountsLinks); n > maxClickCountsLinks {
+		return badRequest(fmt.Sprintf(`"links" must name 1 to %d links; it names more than %d: split the list`, maxClickCountsLinks, maxClickCountsLinks))
+	}
+	if a.analytics == nil {
+		return unavailable("click statistics are not available", errors.New("no analytics client"))
 	}
 	return nil
 }

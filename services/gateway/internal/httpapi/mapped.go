@@ -33,6 +33,10 @@ type mapping struct {
 	// of up to max(bulkBody, Options.MaxBodyBytes), and batchCallFactor
 	// call timeouts.
 	bulkBody int64
+	// body, when set, is the route's body bound where larger than
+	// Options.MaxBodyBytes, for a body that is not bulk work (it takes no
+	// bulk slot, and the call timeout is the usual one).
+	body int64
 	// before checks the request before the mapping reads it: the body as
 	// read, and the query parameters the mapping will see, which it may
 	// change (the PATCH update mask, the stats interval's short names).
@@ -75,6 +79,12 @@ var requestChecks = map[protoreflect.FullName]func(proto.Message) error{
 	(&shortenerv1.BatchCreateLinksRequest{}).ProtoReflect().Descriptor().FullName(): func(m proto.Message) error {
 		if n := len(m.(*shortenerv1.BatchCreateLinksRequest).GetRequests()); n == 0 || n > maxBatchItems {
 			return fmt.Errorf(`"requests" must hold 1 to %d links; it holds %d: split larger batches`, maxBatchItems, n)
+		}
+		return nil
+	},
+	(&analyticsv1.GetLinksClickCountsRequest{}).ProtoReflect().Descriptor().FullName(): func(m proto.Message) error {
+		if n := len(m.(*analyticsv1.GetLinksClickCountsRequest).GetLinks()); n == 0 || n > maxClickCountsLinks {
+			return fmt.Errorf(`"links" must name 1 to %d links; it names %d`, maxClickCountsLinks, n)
 		}
 		return nil
 	},
@@ -157,7 +167,7 @@ func (a *API) serveMapped(pattern string, m mapping) func(c *call) error {
 				return err
 			}
 		}
-		timeout, limit := a.opts.CallTimeout, a.opts.MaxBodyBytes
+		timeout, limit := a.opts.CallTimeout, max(a.opts.MaxBodyBytes, m.body)
 		if m.bulkBody > 0 {
 			limit = max(limit, m.bulkBody)
 			release, err := a.admitBulk(c, limit)

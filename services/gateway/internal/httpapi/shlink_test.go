@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,7 +26,6 @@ import (
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkdomain"
-	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/servertest"
 	"kurz.dev/services/gateway/internal/keystore"
@@ -280,19 +278,8 @@ func newShlinkEnv(t *testing.T, links ...*shortenerv1.Link) *shlinkEnv {
 	env := &shlinkEnv{t: t, limiter: &shlinkLimiter{}, shortener: &shlinkShortener{links: links},
 		analytics: &shlinkAnalytics{counts: &analyticsv1.ClickCounts{Total: 7, Human: 4, Bot: 2, Flood: 1}}, ready: true,
 		logs: &servertest.SyncBuffer{}}
-	q, err := quota.New(env.limiter, time.Second, slog.New(slog.DiscardHandler), noop.NewMeterProvider())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(Options{MaxBodyBytes: 4096, MaxHeaderBytes: 16 << 10, CallTimeout: time.Second, MaxBulkRequests: 1},
-		Deps{Shortener: env.shortener, Analytics: env.analytics, Quota: q, Keys: shlinkKeys{}, Log: slog.New(slog.NewTextHandler(env.logs, nil)),
-			Meter: noop.NewMeterProvider().Meter("test"), Ready: func() bool { return env.ready }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	a.Register(mux)
-	env.handler = a.Wrap(mux)
+	env.handler = serveFakes(t, env.limiter, Deps{Shortener: env.shortener, Analytics: env.analytics,
+		Log: slog.New(slog.NewTextHandler(env.logs, nil)), Ready: func() bool { return env.ready }})
 	return env
 }
 
