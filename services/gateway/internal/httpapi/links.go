@@ -290,7 +290,8 @@ const maxClickCountsLinks = 1000
 // room for spacing), so that a full page of links on long custom domains
 // fits in one call, as the route promises. It takes no bulk slot: the body
 // is a list of names, decoded into a few hundred kilobytes at most, and
-// the call is charged before it is read.
+// the call is charged before it is read; it is paced as a bulk body is
+// (serveMapped), so that trickled bodies are not held for ReadTimeout.
 const clickCountsBodyBytes = maxClickCountsLinks * 400
 
 // countsPerCharge is how many links' click counts one charge of statsRoute
