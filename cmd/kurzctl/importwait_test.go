@@ -32,10 +32,7 @@ func TestImportLookupWaitsOutRateLimits(t *testing.T) {
 			w.Write([]byte(`{"results":[{"index":0,"error":{"code":"ALREADY_EXISTS","field":"custom_alias","message":"taken"}}]}`))
 		case r.Method == "GET" && r.URL.Path == "/v1/links/imp0rted":
 			if refused.Add(1) <= 2 {
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.Header().Set("Retry-After", "1")
-				w.WriteHeader(http.StatusTooManyRequests)
-				w.Write([]byte(`{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"rate limit exceeded","retryAfterMs":20,"reason":"RATE_LIMITED"}`))
+				refuseRateLimited(w)
 				return
 			}
 			w.Header().Set("Content-Type", "application/json")
@@ -257,10 +254,7 @@ func TestListClicksWaitsOutRateLimits(t *testing.T) {
 			w.Write([]byte(`{"links":[{"code":"c1ick5","shortUrl":"http://k.test/c1ick5","longUrl":"https://example.com/","createTime":"2026-01-01T00:00:00Z"}]}`))
 		case r.Method == "POST" && r.URL.Path == "/v1/links:clickCounts":
 			if calls.Add(1) <= 2 {
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.Header().Set("Retry-After", "1")
-				w.WriteHeader(http.StatusTooManyRequests)
-				w.Write([]byte(`{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"rate limit exceeded","retryAfterMs":20,"reason":"RATE_LIMITED"}`))
+				refuseRateLimited(w)
 				return
 			}
 			w.Header().Set("Content-Type", "application/json")
@@ -281,4 +275,13 @@ func TestListClicksWaitsOutRateLimits(t *testing.T) {
 	if n := strings.Count(r.stderr, "waiting 20ms: rate limit exceeded\n"); n != 2 {
 		t.Errorf("stderr says %d waits, want 2:\n%s", n, r.stderr)
 	}
+}
+
+// refuseRateLimited answers the gateway's 429 of a spent rate limit, to
+// retry after 20 ms.
+func refuseRateLimited(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write([]byte(`{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"rate limit exceeded","retryAfterMs":20,"reason":"RATE_LIMITED"}`))
 }
