@@ -105,6 +105,13 @@ func batchRefusedUndone(ae *apiError) bool {
 // now (429): a GET, safe to send again.
 func lookupRefused(ae *apiError) bool { return ae.Status == http.StatusTooManyRequests }
 
+// rateLimited reports whether ae is the gateway's rate limit refusing a
+// request for now (429 RATE_LIMITED), which a read may wait out.
+func rateLimited(ae *apiError) bool {
+	reason, _ := ae.info()
+	return ae.Status == http.StatusTooManyRequests && reason == rpcerr.ReasonRateLimited
+}
+
 func setupLinksImport(c *cli, fs *pflag.FlagSet) func([]string) error {
 	const cmd = "links import"
 	batch := fs.Int("batch", defaultImportBatch, fmt.Sprintf("links per request, 1 to %d", linkimport.MaxBatch))

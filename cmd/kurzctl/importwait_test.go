@@ -32,10 +32,7 @@ func TestImportLookupWaitsOutRateLimits(t *testing.T) {
 			w.Write([]byte(`{"results":[{"index":0,"error":{"code":"ALREADY_EXISTS","field":"custom_alias","message":"taken"}}]}`))
 		case r.Method == "GET" && r.URL.Path == "/v1/links/imp0rted":
 			if refused.Add(1) <= 2 {
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.Header().Set("Retry-After", "1")
-				w.WriteHeader(http.StatusTooManyRequests)
-				w.Write([]byte(`{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"rate limit exceeded","retryAfterMs":20,"reason":"RATE_LIMITED"}`))
+				refuseRateLimited(w)
 				return
 			}
 			w.Header().Set("Content-Type", "application/json")
@@ -242,4 +239,49 @@ func TestImportStoppedWritesThePartialJSONReport(t *testing.T) {
 		!strings.Contains(rep.Stopped, "batch create of lines 3 to 3: internal error") {
 		t.Errorf("import stopped at its second batch: %+v; %s", rep, r)
 	}
+}
+
+// links list --clicks waits out a clickCounts call the rate limit refuses
+// (charged per 100 links, a few pages spend a free key's burst) and asks
+// again, rather than failing after every page was read; any other refusal
+// fails the command at once.
+func TestListClicksWaitsOutRateLimits(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == "GET" && r.URL.Path == "/v1/links":
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"links":[{"code":"c1ick5","shortUrl":"http://k.test/c1ick5","longUrl":"https://example.com/","createTime":"2026-01-01T00:00:00Z"}]}`))
+		case r.Method == "POST" && r.URL.Path == "/v1/links:clickCounts":
+			if calls.Add(1) <= 2 {
+				refuseRateLimited(w)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"links":[{"code":"c1ick5","counts":{"total":"42"}}]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+	r := c.run("--url", srv.URL, "--api-key", "k1", "links", "list", "--clicks")
+	if r.code != 0 || !strings.Contains(r.stdout, "42") {
+		t.Fatalf("list --clicks with two counts refused: %s", r)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("%d clickCounts calls, want 3 (two refused, then the counts)", n)
+	}
+	if n := strings.Count(r.stderr, "waiting 20ms: rate limit exceeded\n"); n != 2 {
+		t.Errorf("stderr says %d waits, want 2:\n%s", n, r.stderr)
+	}
+}
+
+// refuseRateLimited answers the gateway's 429 of a spent rate limit, to
+// retry after 20 ms.
+func refuseRateLimited(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write([]byte(`{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"rate limit exceeded","retryAfterMs":20,"reason":"RATE_LIMITED"}`))
 }

@@ -69,8 +69,9 @@ and 1 GiB of answers (links export streams a longer list).
 --clicks adds a CLICKS column: each link's clicks since it was made (bots
 and floods included; the last 400 days at most), from one POST
 /v1/links:clickCounts per 1,000 links, that is one per page, each counted
-as one stats request against the rate limit. With -o json the counts are
-in "clickCounts", one entry per link.
+as one stats request per 100 links against the rate limit (a call refused
+by the rate limit waits its Retry-After, a minute at most, and is sent
+again). With -o json the counts are in "clickCounts", one entry per link.
 
 Examples:
   kurzctl links list
@@ -429,7 +430,7 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 		}
 		var counts []*analyticsv1.LinkClickCounts
 		if *clicks {
-			if counts, err = linkClicks(c.ctx, gw, links); err != nil {
+			if counts, err = c.linkClicks(c.ctx, gw, links); err != nil {
 				return err
 			}
 		}
@@ -484,8 +485,11 @@ const lifetimeRange = 400*24*time.Hour - time.Hour
 // POST /v1/links:clickCounts per maxClickCountsLinks links, each over the
 // range from its oldest link's creation (codes are never reused, so a
 // younger link has no clicks before its own) up to now, the last 400 days
-// at most.
-func linkClicks(ctx context.Context, gw *gateway, links []*shortenerv1.Link) ([]*analyticsv1.LinkClickCounts, error) {
+// at most. A call the rate limit refuses waits its Retry-After and is
+// sent again (waitOut's bounds): it reads, so sent twice it does no harm,
+// and charged once per 100 links, a few pages of 1,000 spend a free key's
+// burst of 20, where stopping would throw away the pages already read.
+func (c *cli) linkClicks(ctx context.Context, gw *gateway, links []*shortenerv1.Link) ([]*analyticsv1.LinkClickCounts, error) {
 	out := make([]*analyticsv1.LinkClickCounts, 0, len(links))
 	for chunk := range slices.Chunk(links, maxClickCountsLinks) {
 		now := time.Now()
@@ -502,8 +506,16 @@ func linkClicks(ctx context.Context, gw *gateway, links []*shortenerv1.Link) ([]
 		}
 		req.StartTime = timestamppb.New(start)
 		var resp analyticsv1.GetLinksClickCountsResponse
-		if _, err := gw.callProto(ctx, "POST", "/v1/links:clickCounts", nil, req, &resp); err != nil {
-			return nil, err
+		for waits := 0; ; waits++ {
+			_, err := gw.callProto(ctx, "POST", "/v1/links:clickCounts", nil, req, &resp)
+			if err == nil {
+				break
+			}
+			if again, werr := c.waitOut(ctx, err, waits, rateLimited); werr != nil {
+				return nil, werr
+			} else if !again {
+				return nil, err
+			}
 		}
 		out = append(out, resp.GetLinks()...)
 	}

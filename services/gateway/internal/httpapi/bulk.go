@@ -171,7 +171,7 @@ var bulkBodyGrace = 5 * time.Second
 var errBulkBodyTooSlow = errors.New("bulk body too slow")
 
 func bulkBodyTooSlow() *apiError {
-	return badRequest(fmt.Sprintf("the request body arrived too slowly: a bulk request (batch, import) must send its body at %d KiB/s or faster after its first %s; nothing was created: send it again", bulkBodyMinRate>>10, bulkBodyGrace))
+	return badRequest(fmt.Sprintf("the request body arrived too slowly: a large body (a batch, an import, the links of click counts) must be sent at %d KiB/s or faster after its first %s; nothing was done: send it again", bulkBodyMinRate>>10, bulkBodyGrace))
 }
 
 // pacedBody is a bulk request's body, read with a deadline that moves on

@@ -683,9 +683,30 @@ func TestSlowBulkBodyIsCutAndItsSlotFreed(t *testing.T) {
 	sh := &bulkShortener{}
 	a := newBulkAPI(sh)
 	batch := a.routeHandler("POST /v1/links:batch")
+	trickleCut(t, batch, "POST /v1/links:batch")
+	if _, err := bulkCall(a, batch, "POST", "/v1/links:batch", `{"requests":[{"longUrl":"https://example.com/b"}]}`); err != nil {
+		t.Errorf("another bulk request once the slow one was cut: %v; want its slot free", err)
+	}
+}
+
+// A clickCounts body, allowed past the usual bound without a bulk slot, is
+// paced as a bulk body is: trickled, it is cut after the grace, not held
+// until ReadTimeout.
+func TestSlowClickCountsBodyIsCut(t *testing.T) {
+	defer func(g time.Duration) { bulkBodyGrace = g }(bulkBodyGrace)
+	bulkBodyGrace = 300 * time.Millisecond
+	a := newBulkAPI(&bulkShortener{})
+	trickleCut(t, a.routeHandler("POST /v1/links:clickCounts"), "POST /v1/links:clickCounts")
+}
+
+// trickleCut sends handle a request line of route's with a body of 1,000
+// bytes a byte every 50 ms, far below bulkBodyMinRate, and fails unless
+// handle answers 400 "too slowly", not before bulkBodyGrace.
+func trickleCut(t *testing.T, handle func(*call) error, route string) {
+	t.Helper()
 	done := make(chan error, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := batch(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}})
+		err := handle(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}})
 		done <- err
 		w.WriteHeader(toAPIError(err).status)
 	}))
@@ -698,7 +719,7 @@ func TestSlowBulkBodyIsCutAndItsSlotFreed(t *testing.T) {
 	// Taken before the request is sent: the handler's grace starts when it
 	// reads the body, which may be before anything after this write runs.
 	start := time.Now()
-	if _, err := io.WriteString(conn, "POST /v1/links:batch HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+	if _, err := io.WriteString(conn, route+" HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -720,15 +741,12 @@ func TestSlowBulkBodyIsCutAndItsSlotFreed(t *testing.T) {
 	select {
 	case err := <-done:
 		if e := toAPIError(err); e.status != http.StatusBadRequest || !strings.Contains(e.message, "too slowly") {
-			t.Errorf("slow bulk body: %d %q (%v); want 400 \"too slowly\"", e.status, e.message, err)
+			t.Errorf("%s, a slow body: %d %q (%v); want 400 \"too slowly\"", route, e.status, e.message, err)
 		}
 		if took := time.Since(start); took < bulkBodyGrace {
-			t.Errorf("slow bulk body cut after %v; want not before the grace, %v", took, bulkBodyGrace)
+			t.Errorf("%s, a slow body cut after %v; want not before the grace, %v", route, took, bulkBodyGrace)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a body trickled a byte every 50 ms still holds its bulk slot after 5 s; want it cut after the grace")
-	}
-	if _, err := bulkCall(a, batch, "POST", "/v1/links:batch", `{"requests":[{"longUrl":"https://example.com/b"}]}`); err != nil {
-		t.Errorf("another bulk request once the slow one was cut: %v; want its slot free", err)
+		t.Fatalf("%s: a body trickled a byte every 50 ms still read after 5 s; want it cut after the grace", route)
 	}
 }

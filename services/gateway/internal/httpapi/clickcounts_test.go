@@ -165,10 +165,38 @@ func TestClickCountsBounds(t *testing.T) {
 			if n := len(env.analytics.batches); n != wantCalls {
 				t.Errorf("analytics asked %d times, want %d", n, wantCalls)
 			}
-			if charged := env.limiter.takeCharged(); !slices.Equal(charged, []string{statsRoute}) {
-				t.Errorf("charged %v, want once as %s", charged, statsRoute)
+			want := 1
+			if tc.status == http.StatusOK {
+				want = 10 // one per 100 links
+			}
+			if charged := env.limiter.takeCharged(); !slices.Equal(charged, slices.Repeat([]string{statsRoute}, want)) {
+				t.Errorf("charged %v, want %d times as %s", charged, want, statsRoute)
 			}
 		})
+	}
+}
+
+// A call is charged as the stats route once per 100 links it names, before
+// analytics is asked: one unit buys no more than 100 links' counts. A
+// call the key cannot pay now is a 429, one past what its rule ever holds
+// a 400 naming the links; analytics is asked for neither.
+func TestClickCountsChargedPerHundredLinks(t *testing.T) {
+	for _, tc := range []struct{ links, charges int }{{1, 1}, {100, 1}, {101, 2}, {1000, 10}} {
+		env := newClickCountsEnv(t)
+		w := env.post(linkRefs(tc.links, ""), shlinkGoodKey)
+		if charged := env.limiter.takeCharged(); w.Code != http.StatusOK || !slices.Equal(charged, slices.Repeat([]string{statsRoute}, tc.charges)) {
+			t.Errorf("%d links: %d, charged %v; want 200, charged %d times as %s", tc.links, w.Code, charged, tc.charges, statsRoute)
+		}
+	}
+	env := newClickCountsEnv(t)
+	env.limiter.denyAbove = 4
+	if w := env.post(linkRefs(1000, ""), shlinkGoodKey); w.Code != http.StatusTooManyRequests || len(env.analytics.batches) != 0 {
+		t.Errorf("1,000 links, the key unable to pay 9 more now: %d, analytics asked %d times; want 429, never", w.Code, len(env.analytics.batches))
+	}
+	env.limiter.capacity = true
+	w := env.post(linkRefs(1000, ""), shlinkGoodKey)
+	if want := `names 1000 links, charged as 10 requests`; w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), want) || len(env.analytics.batches) != 0 {
+		t.Errorf("1,000 links past what the rule holds: %d %.300s, analytics asked %d times; want 400 saying %q, never", w.Code, w.Body, len(env.analytics.batches), want)
 	}
 }
 

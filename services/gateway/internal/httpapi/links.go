@@ -290,8 +290,25 @@ const maxClickCountsLinks = 1000
 // room for spacing), so that a full page of links on long custom domains
 // fits in one call, as the route promises. It takes no bulk slot: the body
 // is a list of names, decoded into a few hundred kilobytes at most, and
-// the call is charged before it is read.
+// the call is charged before it is read; it is paced as a bulk body is
+// (serveMapped), so that trickled bodies are not held for ReadTimeout.
 const clickCountsBodyBytes = maxClickCountsLinks * 400
+
+// countsPerCharge is how many links' click counts one charge of statsRoute
+// buys (POST /v1/links:clickCounts, a Shlink list's visitsSummary): a
+// link's counts are a smaller read than its stats (one table, no series
+// or breakdowns), but charged once per call, 1,000 links over 400 days
+// were one unit, a read of up to 1,000 links' hourly rows (the 256 MiB
+// cap) where GET /v1/links/{code}/stats reads one link's: a free key's 60
+// a minute loaded ClickHouse a thousandfold its stats allowance. A page
+// of the console (20 links) or of a Shlink client (10) is one charge
+// still, a page of 1,000 ten.
+const countsPerCharge = 100
+
+// countsCharges is the charges of statsRoute for n links' click counts.
+func countsCharges(n int) uint32 {
+	return uint32(max(1, (n+countsPerCharge-1)/countsPerCharge))
+}
 
 // clickCountsFirst checks a POST /v1/links:clickCounts before its body is
 // decoded: no more than maxClickCountsLinks links (counted without
@@ -299,12 +316,27 @@ const clickCountsBodyBytes = maxClickCountsLinks * 400
 // and analytics there to ask. The links need no check with the shortener,
 // unlike statsFirst's: analytics answers zeros for a link that is not the
 // caller's, as for one without clicks, so nothing of another tenant shows.
-func (a *API) clickCountsFirst(_ *call, body []byte, _ url.Values) error {
-	if n := countItems(body, "links", maxClickCountsLinks); n > maxClickCountsLinks {
+// Admission charged statsRoute once; the links past the first
+// countsPerCharge are charged here (countsCharges), before analytics is
+// asked.
+func (a *API) clickCountsFirst(c *call, body []byte, _ url.Values) error {
+	n := countItems(body, "links", maxClickCountsLinks)
+	if n > maxClickCountsLinks {
 		return badRequest(fmt.Sprintf(`"links" must name 1 to %d links; it names more than %d: split the list`, maxClickCountsLinks, maxClickCountsLinks))
 	}
 	if a.analytics == nil {
 		return unavailable("click statistics are not available", errors.New("no analytics client"))
+	}
+	if more := countsCharges(n) - 1; more > 0 {
+		if err := a.edgeQuotaCost(c, statsRoute, more); err != nil {
+			var e *apiError
+			if errors.As(err, &e) && e.status == http.StatusBadRequest {
+				// More than the key's rule ever holds at once.
+				return badRequest(fmt.Sprintf(`"links" names %d links, charged as %d requests of %s (one per %d links), more than this key's rate limit ever allows at once: name fewer links a call`,
+					n, more+1, statsRoute, countsPerCharge))
+			}
+			return err
+		}
 	}
 	return nil
 }

@@ -443,8 +443,8 @@ func (a *API) summaryLeftOut(c *call, err error) {
 // each link's lifetime counts as shlinkSummary's, over one range from the
 // oldest link's creation up to now, the last 400 days at most (codes are
 // never reused, so a younger link has no clicks before its own creation).
-// The page is charged once as statsRoute first, as one link's summary is:
-// one statistics call does the work. nil, and every link without its
+// The page is charged as statsRoute first, once per countsPerCharge links
+// (a page of up to 100 as one link's summary is). nil, and every link without its
 // visitsSummary, when that charge is refused or analytics cannot tell in
 // the call's time: the page is answered all the same, as one link is.
 // Left out, not zeros: a zero says the link had no visits, and Shlink's
@@ -453,7 +453,7 @@ func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*sh
 	if len(links) == 0 || a.analytics == nil {
 		return nil
 	}
-	if err := a.edgeQuota(c, statsRoute); err != nil {
+	if err := a.edgeQuotaCost(c, statsRoute, countsCharges(len(links))); err != nil {
 		return nil
 	}
 	now := time.Now()

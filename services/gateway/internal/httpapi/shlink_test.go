@@ -782,8 +782,9 @@ func TestShlinkListPagesDeep(t *testing.T) {
 // A list costs what reading its links through GET /v1/links would: one
 // charge of GET /v1/links per 1,000 links read up to the end of its page,
 // asked before any is read, and one more for each call the shortener ends
-// early (its pages of links past 1 MiB). A deep page a key cannot pay for
-// reads nothing.
+// early (its pages of links past 1 MiB); its visitsSummary one charge of
+// the stats route per 100 links of the page, as POST /v1/links:clickCounts
+// is charged. A deep page a key cannot pay for reads nothing.
 func TestShlinkListIsChargedForTheLinksItReads(t *testing.T) {
 	var links []*shortenerv1.Link
 	for i := range 2500 {
@@ -791,18 +792,18 @@ func TestShlinkListIsChargedForTheLinksItReads(t *testing.T) {
 	}
 	env := newShlinkEnv(t, links...)
 	for _, tc := range []struct {
-		query        string
-		cut, charged int
+		query               string
+		cut, charged, stats int
 	}{
-		{"?itemsPerPage=10", 0, 1},
-		{"?page=2&itemsPerPage=600", 0, 2},
-		{"?page=3&itemsPerPage=1000", 0, 3},
-		{"?itemsPerPage=1000", 400, 3},
+		{"?itemsPerPage=10", 0, 1, 1},
+		{"?page=2&itemsPerPage=600", 0, 2, 6},
+		{"?page=3&itemsPerPage=1000", 0, 3, 5},
+		{"?itemsPerPage=1000", 400, 3, 10},
 	} {
 		env.shortener.lists, env.shortener.cut = nil, tc.cut
 		w := env.do("GET", "/rest/v3/short-urls"+tc.query, "", shlinkGoodKey)
 		got := env.limiter.takeCharged()
-		want := append(slices.Repeat([]string{"GET /v1/links"}, tc.charged), "GET /v1/links/{code}/stats")
+		want := append(slices.Repeat([]string{"GET /v1/links"}, tc.charged), slices.Repeat([]string{statsRoute}, tc.stats)...)
 		if w.Code != 200 || !slices.Equal(got, want) {
 			t.Errorf("GET %s (pages cut at %d): %d, %d ListLinks calls, charged %v; want %v", tc.query, tc.cut, w.Code, len(env.shortener.lists), got, want)
 		}
