@@ -121,6 +121,18 @@ func (d Decision) Fields(domain string) (q ratelimitfields.Quota, ok bool) {
 	}, true
 }
 
+// ComeBackAfter is when a request d denied may come back: the limiter's
+// retry-after, else the rule's reset, at least a second from now
+// (Retry-After counts whole seconds, and a retryAfterMs must not say
+// less), as every kurz 429 says it.
+func (d Decision) ComeBackAfter() time.Duration {
+	retry := d.RetryAfter
+	if retry <= 0 {
+		retry = d.ResetAfter
+	}
+	return max(retry, time.Second)
+}
+
 // WithinWait returns d refused when the turn it gives (Delay) is further
 // off than maxWait: each request waiting holds a goroutine and a
 // connection, and a rule's queue may hold more than its author meant, or

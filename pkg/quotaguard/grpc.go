@@ -138,7 +138,7 @@ func (g *callGuard) admit(ctx context.Context, method string, setHeader func(met
 			rpcerr.Info(rpcerr.ReasonRateLimited, map[string]string{"rule": d.Rule}))
 	}
 	return nil, rpcerr.RetryLater(codes.ResourceExhausted, rpcerr.ReasonRateLimited, deniedMessage(g.o.Domain, d),
-		retryAfter(d), map[string]string{"rule": d.Rule})
+		d.ComeBackAfter(), map[string]string{"rule": d.Rule})
 }
 
 // A CallSource is one descriptor's value for a call to fullMethod, ctx

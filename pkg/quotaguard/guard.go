@@ -99,17 +99,6 @@ func boundedWait(d quota.Decision, maxWait time.Duration) quota.Decision {
 	return d.WithinWait(maxWait)
 }
 
-// retryAfter is when a denied request may come back: the limiter's
-// retry-after, else its reset, and at least a second (Retry-After counts
-// whole seconds), as the gateway answers.
-func retryAfter(d quota.Decision) time.Duration {
-	retry := d.RetryAfter
-	if retry <= 0 {
-		retry = d.ResetAfter
-	}
-	return max(retry, time.Second)
-}
-
 // deniedMessage says why d refused a request of domain, for a person: a
 // cost over the rule's capacity cannot pass however long it waits.
 func deniedMessage(domain string, d quota.Decision) string {

@@ -140,7 +140,7 @@ func WriteDenied(w http.ResponseWriter, domain string, d quota.Decision) {
 		retry = time.Second
 		p.Detail = limiterDownMessage + "; retry after 1s"
 	case d.MaxCost == 0:
-		retry = retryAfter(d)
+		retry = d.ComeBackAfter()
 		p.Detail += "; retry after " + strconv.FormatInt(ratelimitfields.CeilSeconds(retry), 10) + "s"
 	}
 	h := w.Header()

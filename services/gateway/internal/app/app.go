@@ -258,7 +258,7 @@ func dialDownstream(cfg Config, keys *svcauth.Keys, srv *server.Server, lc *serv
 // registerAPI puts the JSON API and the console on the server's HTTP
 // listener.
 func registerAPI(cfg Config, opts httpapi.Options, db *pgxpool.Pool, conns map[string]*grpc.ClientConn, srv *server.Server, log *slog.Logger) error {
-	quotaClient, err := quota.New(httpapi.RecordWindows(conns["limiter"]), cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
+	quotaClient, err := quota.New(conns["limiter"], cfg.LimiterTimeout, log, srv.Telemetry.MeterProvider)
 	if err != nil {
 		return err
 	}

@@ -99,12 +99,10 @@ type Deps struct {
 	// RulesAdmin is the limiter's RulesAdminService, its calls signed
 	// (/v1/admin/rules).
 	RulesAdmin limiterv1.RulesAdminServiceClient
-	// Quota must be built over RecordWindows(conn) for RateLimit-Policy to
-	// carry the window.
-	Quota *quota.Client
-	Keys  KeyStore
-	Log   *slog.Logger
-	Meter metric.Meter
+	Quota      *quota.Client
+	Keys       KeyStore
+	Log        *slog.Logger
+	Meter      metric.Meter
 	// Ready reports whether the gateway is ready (its readiness checks'
 	// last result), for Shlink's GET /rest/health; nil: always.
 	Ready func() bool
@@ -424,9 +422,8 @@ func (a *API) edgeQuotaCost(c *call, pattern string, cost uint32) error {
 	if c.keyID != "" {
 		desc["api_key"] = c.keyID
 	}
-	var rec windowRecord
 	ctx := c.r.Context()
-	d := a.quota.Check(withWindow(ctx, &rec), DomainAPI, desc, cost, quota.FailOpen).WithinWait(maxQueueWait)
+	d := a.quota.Check(ctx, DomainAPI, desc, cost, quota.FailOpen).WithinWait(maxQueueWait)
 	if d.Abandoned {
 		return ctx.Err() // the client is gone: no free pass past its quota
 	}
@@ -445,7 +442,7 @@ func (a *API) edgeQuotaCost(c *call, pattern string, cost uint32) error {
 		}
 		return nil
 	}
-	setRateLimitHeaders(c.w.Header(), DomainAPI, d, rec.window)
+	setRateLimitHeaders(c.w.Header(), DomainAPI, d)
 	if !d.Allowed && d.MaxCost > 0 {
 		// No wait lets it pass: a 429 would have the client retry forever.
 		return badRequest(fmt.Sprintf("this request counts as %d requests of %s, more than policy %s/%s ever allows at once (%d): it cannot pass however long it waits; ask for less",

@@ -213,8 +213,7 @@ func (a *API) checkAuthFailures(c *call) (*guessgate.Ticket, error) {
 	ctx, ip := c.r.Context(), c.st.ipKey
 	var d quota.Decision
 	t, err := a.authChecks.Admit(ctx, ip, func() (int64, error) {
-		var rec windowRecord
-		d = a.quota.Peek(withWindow(ctx, &rec), DomainAuth, map[string]string{"ip": ip}, quota.FailClosed)
+		d = a.quota.Peek(ctx, DomainAuth, map[string]string{"ip": ip}, quota.FailClosed)
 		switch {
 		case d.Abandoned:
 			return 0, ctx.Err()
@@ -228,7 +227,7 @@ func (a *API) checkAuthFailures(c *call) (*guessgate.Ticket, error) {
 			// rest (a burst of guesses all checked at once otherwise).
 			return 1, nil
 		}
-		a.failures.setTTL(rec.window)
+		a.failures.setTTL(d.Window)
 		switch {
 		case d.Rule == "":
 			return guessgate.Unlimited, nil
@@ -239,7 +238,7 @@ func (a *API) checkAuthFailures(c *call) (*guessgate.Ticket, error) {
 		// counted by another replica, and this one must keep the IP out
 		// if Redis fails.
 		a.failures.add(ip)
-		setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
+		setRateLimitHeaders(c.w.Header(), DomainAuth, d)
 		return 0, denied(DomainAuth, d, "too many failed authentications from this address")
 	})
 	if errors.Is(err, guessgate.ErrSpent) {
@@ -266,16 +265,15 @@ func (a *API) authFailed(c *call, t *guessgate.Ticket, reason, keyID, msg string
 	ctx, key := c.r.Context(), c.st.ipKey
 	a.failures.add(key)
 	a.m.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
-	var rec windowRecord
 	// Counted even if the client hangs up meanwhile: one that half-closes
 	// still reads its 401, and must not guess for free.
-	d := a.quota.Check(withWindow(context.WithoutCancel(ctx), &rec), DomainAuth, map[string]string{"ip": key}, 1, quota.FailClosed)
+	d := a.quota.Check(context.WithoutCancel(ctx), DomainAuth, map[string]string{"ip": key}, 1, quota.FailClosed)
 	t.Fail(!d.Unchecked())
 	if d.Unchecked() {
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
 	} else {
-		a.failures.setTTL(rec.window)
-		setRateLimitHeaders(c.w.Header(), DomainAuth, d, rec.window)
+		a.failures.setTTL(d.Window)
+		setRateLimitHeaders(c.w.Header(), DomainAuth, d)
 	}
 	a.log.InfoContext(ctx, "authentication failed", "reason", reason, "key_id", keyID, "ip", c.st.ip,
 		"route", c.st.route, "request_id", c.st.id, "failures_left", d.Remaining, "limiter_blind", d.Unchecked())

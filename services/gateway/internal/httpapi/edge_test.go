@@ -34,7 +34,9 @@ func TestRateLimitFields(t *testing.T) {
 		"quoted name": {quota.Decision{Allowed: true, Rule: `we"ird\`, Limit: 1, Remaining: 1}, time.Second, `"api/we\"ird\\";q=1;w=1`, `"api/we\"ird\\";r=1;t=0`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			policy, state, ok := rateLimitFields("api", tc.d, tc.window)
+			d := tc.d
+			d.Window = tc.window
+			policy, state, ok := rateLimitFields("api", d)
 			if policy != tc.policy || state != tc.state || ok != (tc.policy != "") {
 				t.Errorf("got %q %q %v, want %q %q", policy, state, ok, tc.policy, tc.state)
 			}

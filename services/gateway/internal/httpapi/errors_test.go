@@ -169,7 +169,7 @@ func TestServiceQuotaRefusalDropsTheEdgeFields(t *testing.T) {
 		"the edge quota":        {denied(DomainAPI, quota.Decision{Rule: "per-api-key", RetryAfter: 11 * time.Second}, "rate limit exceeded"), true},
 	} {
 		w := httptest.NewRecorder()
-		setRateLimitHeaders(w.Header(), DomainAPI, quota.Decision{Allowed: true, Rule: "per-api-key", Limit: 20, Remaining: 9}, time.Minute)
+		setRateLimitHeaders(w.Header(), DomainAPI, quota.Decision{Allowed: true, Rule: "per-api-key", Limit: 20, Remaining: 9, Window: time.Minute})
 		a.fail(&call{w: w, r: httptest.NewRequest("POST", "/v1/links", nil), st: &reqState{id: "t"}}, tc.err)
 		_, policy := w.Header()[ratelimitfields.PolicyField]
 		_, state := w.Header()[ratelimitfields.StateField]

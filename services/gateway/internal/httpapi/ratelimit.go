@@ -1,14 +1,9 @@
 package httpapi
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"time"
 
-	"google.golang.org/grpc"
-
-	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/ratelimitfields"
 	"kurz.dev/pkg/rpcerr"
@@ -24,45 +19,9 @@ const (
 	DomainAuth = "auth"
 )
 
-// RecordWindows wraps the limiter connection given to quota.New so that a
-// CheckQuota made with a context from withWindow learns the deciding rule's
-// window, which quota.Decision does not carry and RateLimit-Policy needs.
-func RecordWindows(conn grpc.ClientConnInterface) grpc.ClientConnInterface {
-	return windowConn{conn}
-}
-
-type windowConn struct{ grpc.ClientConnInterface }
-
-type windowKey struct{}
-
-// windowRecord receives the deciding rule's window of one call.
-type windowRecord struct{ window time.Duration }
-
-func withWindow(ctx context.Context, rec *windowRecord) context.Context {
-	return context.WithValue(ctx, windowKey{}, rec)
-}
-
-func (c windowConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	err := c.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
-	rec, ok := ctx.Value(windowKey{}).(*windowRecord)
-	resp, isQuota := reply.(*ratelimitv1.CheckQuotaResponse)
-	if err != nil || !ok || !isQuota {
-		return err
-	}
-	for _, d := range resp.GetDecisions() {
-		if d.GetRule() == resp.GetDecidingRule() {
-			rec.window = d.GetWindow().AsDuration()
-			break
-		}
-	}
-	return err
-}
-
 // rateLimitFields are the RateLimit-Policy and RateLimit field values of
-// one decision (quota.Decision.Fields), with the window withWindow
-// recorded. ok is false when no rule limited.
-func rateLimitFields(domain string, d quota.Decision, window time.Duration) (policy, state string, ok bool) {
-	d.Window = window
+// one decision (quota.Decision.Fields). ok is false when no rule limited.
+func rateLimitFields(domain string, d quota.Decision) (policy, state string, ok bool) {
 	q, ok := d.Fields(domain)
 	if !ok {
 		return "", "", false
@@ -72,8 +31,8 @@ func rateLimitFields(domain string, d quota.Decision, window time.Duration) (pol
 }
 
 // setRateLimitHeaders writes the fields of d, if any.
-func setRateLimitHeaders(h http.Header, domain string, d quota.Decision, window time.Duration) {
-	if policy, state, ok := rateLimitFields(domain, d, window); ok {
+func setRateLimitHeaders(h http.Header, domain string, d quota.Decision) {
+	if policy, state, ok := rateLimitFields(domain, d); ok {
 		h[ratelimitfields.PolicyField] = []string{policy}
 		h[ratelimitfields.StateField] = []string{state}
 	}
@@ -84,11 +43,7 @@ func setRateLimitHeaders(h http.Header, domain string, d quota.Decision, window 
 // (Retry-After counts whole seconds; retryAfterMs must not say less), with
 // the reason a service's quota refusal gives.
 func denied(domain string, d quota.Decision, what string) *apiError {
-	retry := d.RetryAfter
-	if retry <= 0 {
-		retry = d.ResetAfter
-	}
-	retry = max(retry, time.Second)
+	retry := d.ComeBackAfter()
 	e := newError(http.StatusTooManyRequests, "RESOURCE_EXHAUSTED",
 		fmt.Sprintf("%s (policy %s/%s); retry after %ds", what, domain, d.Rule, ceilSeconds(retry)))
 	e.retryAfter, e.ownQuota, e.reason = retry, true, rpcerr.ReasonRateLimited
