@@ -124,6 +124,22 @@ func (d Decision) Fields(domain string) (q ratelimitfields.Quota, ok bool) {
 	}, true
 }
 
+// Stricter reports whether d, one rule's decision on a request, leaves
+// less room than o, another rule's on the same request: a denial before
+// an allowance, of two denials the later return (ComeBackAfter), of two
+// allowances the one with less remaining for its limit. An answer charged
+// to two rules tells of the stricter, as the limiter's deciding rule is
+// the one with the least headroom.
+func (d Decision) Stricter(o Decision) bool {
+	switch {
+	case d.Allowed != o.Allowed:
+		return !d.Allowed
+	case !d.Allowed:
+		return d.ComeBackAfter() > o.ComeBackAfter()
+	}
+	return float64(d.Remaining)*float64(o.Limit) < float64(o.Remaining)*float64(d.Limit)
+}
+
 // ComeBackAfter is when a request d denied may come back: the limiter's
 // retry-after, else the rule's reset, at least a second from now
 // (Retry-After counts whole seconds, and a retryAfterMs must not say

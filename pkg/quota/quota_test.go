@@ -534,3 +534,26 @@ func TestInvalidUTF8IsInvalidWithoutACall(t *testing.T) {
 		t.Errorf("%d CheckQuotas calls, want 1", n)
 	}
 }
+
+// Of two rules' decisions on one request, the stricter is a denial before
+// an allowance, of two denials the later return, of two allowances the one
+// with less left for its limit.
+func TestDecisionStricter(t *testing.T) {
+	tests := map[string]struct {
+		d, o quota.Decision
+		want bool
+	}{
+		"denied over allowed":     {quota.Decision{RetryAfter: time.Second}, quota.Decision{Allowed: true, Limit: 10}, true},
+		"allowed under denied":    {quota.Decision{Allowed: true, Limit: 10}, quota.Decision{RetryAfter: time.Second}, false},
+		"the later denial":        {quota.Decision{RetryAfter: 5 * time.Second}, quota.Decision{RetryAfter: 2 * time.Second}, true},
+		"the sooner denial":       {quota.Decision{RetryAfter: 2 * time.Second}, quota.Decision{RetryAfter: 5 * time.Second}, false},
+		"less left for its limit": {quota.Decision{Allowed: true, Limit: 20, Remaining: 2}, quota.Decision{Allowed: true, Limit: 600, Remaining: 500}, true},
+		"more left for its limit": {quota.Decision{Allowed: true, Limit: 20, Remaining: 19}, quota.Decision{Allowed: true, Limit: 600, Remaining: 6}, false},
+		"as much left":            {quota.Decision{Allowed: true, Limit: 20, Remaining: 10}, quota.Decision{Allowed: true, Limit: 600, Remaining: 300}, false},
+	}
+	for name, tc := range tests {
+		if got := tc.d.Stricter(tc.o); got != tc.want {
+			t.Errorf("%s: %+v.Stricter(%+v) = %v, want %v", name, tc.d, tc.o, got, tc.want)
+		}
+	}
+}

@@ -55,6 +55,9 @@ type shlinkLimiter struct {
 	// delay allows the edge quota with this turn in a leaky bucket's
 	// queue (a rule in queue mode).
 	delay time.Duration
+	// byRoute answers an allowed edge quota charge of a route (its
+	// descriptor) in place of the per-api-key rule's 599 of 600.
+	byRoute map[string]*ratelimitv1.CheckQuotaResponse
 }
 
 func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ ...grpc.CallOption) error {
@@ -76,6 +79,9 @@ func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ .
 		}
 		if deny && l.capacity {
 			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Capacity: int64(l.denyAbove)}}
+		}
+		if a := l.byRoute[req.GetDescriptors()["route"]]; a != nil && !deny {
+			answer = a
 		}
 		if !deny && l.delay > 0 {
 			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Allowed: true, Delay: durationpb.New(l.delay)}}
@@ -1090,6 +1096,42 @@ func TestShlinkVisitsOfALinkStampedAheadOfTheClock(t *testing.T) {
 	}{"one link": env.analytics.asked[0], "the list": env.analytics.batches[0]} {
 		if start, end := r.GetStartTime().AsTime(), r.GetEndTime().AsTime(); !start.Before(end) {
 			t.Errorf("%s: counted from %v to %v, want a range that starts before it ends", name, start, end)
+		}
+	}
+}
+
+// A Shlink answer charged to two rules (the list or the link's route, and
+// the stats route for its visitsSummary) carries the RateLimit fields of
+// the stricter, the one with less left for its limit, as the limiter's
+// answer tells of its rule with the least headroom: the stats charge's
+// fields, written last, must not hide a list rule nearly spent, nor the
+// list's a stats rule nearly spent.
+func TestShlinkVisitsAnswerTheStricterRateLimit(t *testing.T) {
+	const stats = "GET /v1/links/{code}/stats"
+	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	rule := func(name string, limit, remaining int64) *ratelimitv1.CheckQuotaResponse {
+		return &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: name, Limit: limit, Remaining: remaining,
+			Decisions: []*ratelimitv1.RuleDecision{{Rule: name, Allowed: true, Window: durationpb.New(time.Minute)}}}
+	}
+	for _, tc := range []struct {
+		name        string
+		route, stat *ratelimitv1.CheckQuotaResponse
+		want        string
+	}{
+		{"the stats rule nearly spent", rule("list", 600, 500), rule("stats", 20, 2), `"api/stats";r=2`},
+		{"the list rule nearly spent", rule("list", 600, 6), rule("stats", 20, 19), `"api/list";r=6`},
+	} {
+		for _, target := range []string{"/rest/v3/short-urls", "/rest/v3/short-urls/abcd123"} {
+			route := map[bool]string{true: "GET /v1/links", false: "GET /v1/links/{code}"}[target == "/rest/v3/short-urls"]
+			env.limiter.byRoute = map[string]*ratelimitv1.CheckQuotaResponse{route: tc.route, stats: tc.stat}
+			w := env.do("GET", target, "", shlinkGoodKey)
+			if got := w.Header()["RateLimit"]; w.Code != 200 || len(got) != 1 || !strings.HasPrefix(got[0], tc.want) ||
+				!strings.Contains(w.Body.String(), "visitsSummary") {
+				t.Errorf("%s, GET %s: %d, RateLimit %q; want 200 with visitsSummary, RateLimit %s…", tc.name, target, w.Code, got, tc.want)
+			}
+			if got := env.limiter.takeCharged(); !slices.Equal(got, []string{route, stats}) {
+				t.Errorf("%s, GET %s: charged %v, want %s and the stats route", tc.name, target, got, route)
+			}
 		}
 	}
 }
