@@ -131,9 +131,11 @@ type API struct {
 	bulkShare int
 	routes    []route
 	m         instruments
-	// countsUnimplemented is set once analytics answered
-	// GetLinksClickCounts UNIMPLEMENTED (see shlinkSummaries).
+	// countsUnimplemented is set while analytics' last answer to
+	// GetLinksClickCounts was UNIMPLEMENTED, countsWarned once that was
+	// logged (see shlinkSummaries).
 	countsUnimplemented atomic.Bool
+	countsWarned        atomic.Bool
 
 	// muxOnce builds mux, the generated handlers of the mapped routes.
 	muxOnce sync.Once

@@ -1135,3 +1135,43 @@ func TestShlinkVisitsAnswerTheStricterRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// The stats charge pays for counts analytics answers: once the gateway
+// knows analytics answers GetLinksClickCounts UNIMPLEMENTED (an older
+// analytics, a rolling upgrade), a list page asks it first and takes no
+// charge for counts it did not get; only the page that learned it was
+// charged (the charge precedes the call, and cannot be refunded). Once
+// analytics answers again, the page is charged for its counts (left out
+// when that charge is refused), and the pages after are charged before
+// analytics is asked, so that a refused charge spares analytics the work.
+func TestShlinkListAgainstAnOlderAnalyticsIsNotChargedForCounts(t *testing.T) {
+	const stats = "GET /v1/links/{code}/stats"
+	env := newShlinkEnv(t, shlinkLink("new1234"), shlinkLink("old1234"))
+	env.analytics.err = status.Error(codes.Unimplemented, "unknown method GetLinksClickCounts for service kurz.analytics.v1.AnalyticsService")
+	list := func(step string, wantCharged []string, wantSummary bool, wantAsked int) {
+		t.Helper()
+		env.analytics.batches = nil
+		w := env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+		if codes, _ := shlinkListPage(t, w); w.Code != 200 || len(codes) != 2 || strings.Contains(w.Body.String(), "visitsSummary") != wantSummary {
+			t.Errorf("%s: %d %s; want the 2 links, visitsSummary %v", step, w.Code, w.Body, wantSummary)
+		}
+		if got := env.limiter.takeCharged(); !slices.Equal(got, wantCharged) {
+			t.Errorf("%s: charged %v, want %v", step, got, wantCharged)
+		}
+		if n := len(env.analytics.batches); n != wantAsked {
+			t.Errorf("%s: analytics asked %d times, want %d", step, n, wantAsked)
+		}
+	}
+	list("the page that learns analytics is older", []string{"GET /v1/links", stats}, false, 1)
+	for range 3 {
+		list("a page once it is known", []string{"GET /v1/links"}, false, 1)
+	}
+
+	env.analytics.err = nil
+	env.limiter.denyRoute = stats
+	list("analytics upgraded, the stats charge refused", []string{"GET /v1/links"}, false, 1)
+	env.limiter.denyRoute = ""
+	list("analytics upgraded", []string{"GET /v1/links", stats}, true, 1)
+	env.limiter.denyRoute = stats
+	list("the next page, its stats charge refused", []string{"GET /v1/links"}, false, 0)
+}
