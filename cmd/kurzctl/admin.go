@@ -234,7 +234,7 @@ func setupTenantsList(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if size > 0 {
 			q.Set("page_size", strconv.Itoa(size))
 		}
-		raws, token, err := listPages(c.ctx, gw, "/v1/admin/tenants", q, "tenants", *pageToken, *all, "use a larger --page-size")
+		raws, token, err := c.listPages(c.ctx, gw, "/v1/admin/tenants", q, "tenants", *pageToken, *all, "use a larger --page-size")
 		if err != nil {
 			return err
 		}

@@ -285,3 +285,50 @@ func refuseRateLimited(w http.ResponseWriter) {
 	w.WriteHeader(http.StatusTooManyRequests)
 	w.Write([]byte(`{"status":429,"code":"RESOURCE_EXHAUSTED","detail":"rate limit exceeded","retryAfterMs":20,"reason":"RATE_LIMITED"}`))
 }
+
+// links list --all waits out a page the rate limit refuses (a free key's
+// pages spend its list rule) and asks for it again, as --clicks does,
+// rather than failing after the pages already read; the waits are counted
+// over the whole list, so that its total wait is bounded: pages each
+// refused fewer times than the bound, but more in all, stop the list.
+func TestListAllWaitsOutRateLimits(t *testing.T) {
+	serve := func(refusals int64) (*httptest.Server, *atomic.Int64) {
+		var refused atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != "GET" || r.URL.Path != "/v1/links" {
+				http.NotFound(w, r)
+				return
+			}
+			tok := r.URL.Query().Get("page_token")
+			if tok != "" && refused.Add(1) <= refusals {
+				refuseRateLimited(w)
+				return
+			}
+			refused.Store(0) // each later page refused as many times anew
+			next := map[string]string{"": "p2", "p2": "p3", "p3": ""}[tok]
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"links":[{"code":"c0de%s","shortUrl":"http://k.test/c","longUrl":"https://example.com/"}],"nextPageToken":%q}`, tok, next)
+		}))
+		t.Cleanup(srv.Close)
+		return srv, &refused
+	}
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+
+	srv, _ := serve(2)
+	r := c.run("--url", srv.URL, "--api-key", "k1", "links", "list", "--all")
+	if r.code != 0 || !strings.Contains(r.stdout, "c0dep2") || !strings.Contains(r.stdout, "c0dep3") {
+		t.Fatalf("list --all with pages 2 and 3 refused twice each: %s", r)
+	}
+	if n := strings.Count(r.stderr, "waiting 20ms: rate limit exceeded\n"); n != 4 {
+		t.Errorf("stderr says %d waits, want 4:\n%s", n, r.stderr)
+	}
+
+	srv, _ = serve(maxImportWaits*2/3 + 1) // two pages' refusals add up past the bound
+	r = c.run("--url", srv.URL, "--api-key", "k1", "links", "list", "--all")
+	if r.code == 0 || !strings.Contains(r.stderr, "rate limit exceeded") {
+		t.Fatalf("list --all refused past the bound in all: %s; want it to stop with the refusal", r)
+	}
+	if n := strings.Count(r.stderr, "waiting 20ms: rate limit exceeded\n"); n != maxImportWaits {
+		t.Errorf("stderr says %d waits, want %d (the bound over the whole list):\n%s", n, maxImportWaits, r.stderr)
+	}
+}

@@ -64,7 +64,9 @@ Examples:
 			name: "links list", summary: "list the tenant's links, newest first", maxArgs: 0,
 			help: `Lists the tenant's links, newest first, one page at a time (the next page's
 token is printed on stderr), or every page with --all: at most 10,000 pages
-and 1 GiB of answers (links export streams a longer list).
+and 1 GiB of answers (links export streams a longer list). A page refused
+by the rate limit waits its Retry-After, a minute at most, and is asked
+again, 30 times in all at most.
 
 --clicks adds a CLICKS column: each link's clicks since it was made (bots
 and floods included; the last 400 days at most), from one POST
@@ -416,7 +418,7 @@ func setupLinksList(c *cli, fs *pflag.FlagSet) func([]string) error {
 		if size > 0 {
 			q.Set("page_size", strconv.Itoa(size))
 		}
-		raws, token, err := listPages(c.ctx, gw, "/v1/links", q, "links", *pageToken, *all,
+		raws, token, err := c.listPages(c.ctx, gw, "/v1/links", q, "links", *pageToken, *all,
 			"use links export for a list this long, or a larger --page-size")
 		if err != nil {
 			return err

@@ -24,11 +24,16 @@ var maxListPages = 10_000 // a variable for the test
 // a next one (every page but the last ends on an item: a gateway sending
 // such pages with fresh tokens would be asked forever, tens of bytes
 // each), after maxListPages pages and at maxListBody of answers in all;
-// hint ends the two bounds' errors.
-func listPages(ctx context.Context, gw *gateway, path string, q url.Values, field, token string, all bool, hint string) ([]json.RawMessage, string, error) {
+// hint ends the two bounds' errors. A page the rate limit refuses (429
+// RATE_LIMITED: a free key's pages spend its list rule) waits its
+// Retry-After and is asked again, as list --clicks and imports wait
+// (waitOut's bounds), the waits counted over the whole list so that the
+// list's total wait is bounded too (maxImportWaits of a minute at most):
+// stopping would throw away the pages already read.
+func (c *cli) listPages(ctx context.Context, gw *gateway, path string, q url.Values, field, token string, all bool, hint string) ([]json.RawMessage, string, error) {
 	var items []json.RawMessage
 	sent := map[string]bool{}
-	read, pages := 0, 0
+	read, pages, waits := 0, 0, 0
 	for {
 		if token != "" {
 			if sent[token] {
@@ -37,9 +42,19 @@ func listPages(ctx context.Context, gw *gateway, path string, q url.Values, fiel
 			sent[token] = true
 			q.Set("page_token", token)
 		}
-		raw, err := gw.call(ctx, "GET", path, q, nil)
-		if err != nil {
-			return nil, "", err
+		var raw []byte
+		for {
+			var err error
+			if raw, err = gw.call(ctx, "GET", path, q, nil); err == nil {
+				break
+			}
+			again, werr := c.waitOut(ctx, err, waits, rateLimited)
+			if werr != nil {
+				return nil, "", werr
+			} else if !again {
+				return nil, "", err
+			}
+			waits++
 		}
 		if read += len(raw); read > maxListBody {
 			return nil, "", fmt.Errorf("GET %s: the pages add up to more than %d MiB; stopped after %d %s: %s", path, maxListBody>>20, len(items), field, hint)

@@ -40,6 +40,10 @@ const forwardedFor = "X-Forwarded-For"
 // allocation.
 const DefaultIPv6Prefix = 64
 
+// MinIPv6Prefix is the shortest IPv6 prefix a Keying takes: shorter would
+// put whole sites' (or an ISP's) unrelated users under one key.
+const MinIPv6Prefix = 48
+
 // Keying turns client addresses into limiter keys. Embed it in a service's
 // Config: every service that keys by client IP must use the same prefix, or
 // one client's limits would be split or merged differently at each service.
@@ -50,11 +54,12 @@ type Keying struct {
 	IPv6Prefix int `env:"CLIENT_IPV6_PREFIX" default:"64"`
 }
 
-// Check reports a prefix length outside 48..128: shorter would put whole
-// sites' unrelated users under one key.
+// Check reports a prefix length outside MinIPv6Prefix..128: shorter would
+// put whole sites' unrelated users under one key. It checks a Config's
+// Keying, whose 0 is no default (the variable's default is 64).
 func (k Keying) Check() error {
-	if k.IPv6Prefix < 48 || k.IPv6Prefix > 128 {
-		return fmt.Errorf("KURZ_CLIENT_IPV6_PREFIX=%d: want 48..128", k.IPv6Prefix)
+	if k.IPv6Prefix < MinIPv6Prefix || k.IPv6Prefix > 128 {
+		return fmt.Errorf("KURZ_CLIENT_IPV6_PREFIX=%d: want %d..128", k.IPv6Prefix, MinIPv6Prefix)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -84,7 +85,9 @@ type Decision struct {
 	Abandoned bool
 	// Invalid is set with Degraded when the limiter refused the check as
 	// INVALID_ARGUMENT: a descriptor name it does not take, a domain it
-	// does not know, a cost over its bound. The caller's own mistake, not
+	// does not know, a cost over its bound; or when the check could not
+	// be sent at all, its domain or a descriptor not valid UTF-8 (which
+	// protobuf cannot carry). The caller's own mistake, not
 	// an outage: counted as outcome "invalid" and logged as an error, it
 	// fails every check alike until the caller or the rules are mended.
 	// The policy still decides: a rules change on the limiter must not
@@ -119,6 +122,22 @@ func (d Decision) Fields(domain string) (q ratelimitfields.Quota, ok bool) {
 		Policy: domain + "/" + d.Rule, Limit: d.Limit, Window: d.Window,
 		Remaining: d.Remaining, ResetAfter: d.ResetAfter, Allowed: d.Allowed, RetryAfter: d.RetryAfter,
 	}, true
+}
+
+// Stricter reports whether d, one rule's decision on a request, leaves
+// less room than o, another rule's on the same request: a denial before
+// an allowance, of two denials the later return (ComeBackAfter), of two
+// allowances the one with less remaining for its limit. An answer charged
+// to two rules tells of the stricter, as the limiter's deciding rule is
+// the one with the least headroom.
+func (d Decision) Stricter(o Decision) bool {
+	switch {
+	case d.Allowed != o.Allowed:
+		return !d.Allowed
+	case !d.Allowed:
+		return d.ComeBackAfter() > o.ComeBackAfter()
+	}
+	return float64(d.Remaining)*float64(o.Limit) < float64(o.Remaining)*float64(d.Limit)
 }
 
 // ComeBackAfter is when a request d denied may come back: the limiter's
@@ -251,33 +270,47 @@ func (c *Client) CheckMany(ctx context.Context, reqs []Request, policy Policy) [
 }
 
 func (c *Client) checkBatch(ctx context.Context, reqs []Request, policy Policy) []Decision {
-	checks := make([]*ratelimitv1.CheckQuotaRequest, len(reqs))
-	for i, r := range reqs {
-		cost := max(r.Cost, 1)
-		checks[i] = &ratelimitv1.CheckQuotaRequest{Domain: r.Domain, Descriptors: r.Descriptors, Cost: &cost}
-	}
 	out := make([]Decision, len(reqs))
+	// A request that cannot be sent is decided alone: in the batch, it
+	// would fail the others' encoding too.
+	checks := make([]*ratelimitv1.CheckQuotaRequest, 0, len(reqs))
+	sent := make([]int, 0, len(reqs)) // the index in reqs of each check
+	for i, r := range reqs {
+		if err := unsendable(r.Domain, r.Descriptors); err != nil {
+			out[i] = c.unanswered(ctx, r.Domain, 1, policy, err)
+			continue
+		}
+		cost := max(r.Cost, 1)
+		checks = append(checks, &ratelimitv1.CheckQuotaRequest{Domain: r.Domain, Descriptors: r.Descriptors, Cost: &cost})
+		sent = append(sent, i)
+	}
+	if len(checks) == 0 {
+		return out
+	}
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.rl.CheckQuotas(ctx, &ratelimitv1.CheckQuotasRequest{Checks: checks})
-	if err == nil && len(resp.GetResults()) != len(reqs) {
-		err = fmt.Errorf("the limiter answered %d of %d checks", len(resp.GetResults()), len(reqs))
+	if err == nil && len(resp.GetResults()) != len(checks) {
+		err = fmt.Errorf("the limiter answered %d of %d checks", len(resp.GetResults()), len(checks))
 	}
 	if err != nil {
-		d := c.unanswered(caller, reqs[0].Domain, len(reqs), policy, err)
-		for i := range out {
+		d := c.unanswered(caller, checks[0].GetDomain(), len(checks), policy, err)
+		for _, i := range sent {
 			out[i] = d
 		}
 		return out
 	}
-	for i, r := range resp.GetResults() {
-		out[i] = c.decision(ctx, reqs[i].Domain, checks[i].GetCost(), r)
+	for j, r := range resp.GetResults() {
+		out[sent[j]] = c.decision(ctx, checks[j].GetDomain(), checks[j].GetCost(), r)
 	}
 	return out
 }
 
 func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, policy Policy) Decision {
+	if err := unsendable(req.GetDomain(), req.GetDescriptors()); err != nil {
+		return c.unanswered(ctx, req.GetDomain(), 1, policy, err)
+	}
 	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -286,6 +319,26 @@ func (c *Client) call(ctx context.Context, req *ratelimitv1.CheckQuotaRequest, p
 		return c.unanswered(caller, req.GetDomain(), 1, policy, err)
 	}
 	return c.decision(ctx, req.GetDomain(), req.GetCost(), resp)
+}
+
+// unsendable is the INVALID_ARGUMENT the limiter would answer a check of
+// domain and descriptors that protobuf cannot encode (text not valid
+// UTF-8), or nil: sent, it would fail as INTERNAL, read as the limiter
+// unavailable, when it is the caller's bad input. It names the descriptor
+// but never repeats its value (a stranger's bytes, maybe a credential).
+func unsendable(domain string, descriptors map[string]string) error {
+	if !utf8.ValidString(domain) {
+		return status.Errorf(codes.InvalidArgument, "domain %q is not valid UTF-8", domain)
+	}
+	for k, v := range descriptors {
+		switch {
+		case !utf8.ValidString(k):
+			return status.Errorf(codes.InvalidArgument, "descriptor name %q is not valid UTF-8", k)
+		case !utf8.ValidString(v):
+			return status.Errorf(codes.InvalidArgument, "descriptor %q: the value is not valid UTF-8", k)
+		}
+	}
+	return nil
 }
 
 // unanswered is the decision of n checks the limiter did not answer: the

@@ -484,3 +484,76 @@ func TestWithinWait(t *testing.T) {
 		t.Errorf("a denial: %+v, want it unchanged", got)
 	}
 }
+
+// A check whose domain or descriptors are not valid UTF-8 cannot be sent
+// (protobuf refuses to encode it): it is the caller's bad input, marked
+// Invalid without a call, not a limiter outage (the log would blame the
+// limiter, and a fail-open rule would read it as one). In a CheckMany
+// batch it is that request alone: the others are sent and decided.
+func TestInvalidUTF8IsInvalidWithoutACall(t *testing.T) {
+	var calls atomic.Int64
+	addr, batches := serveCounting(t, func(_ context.Context, req *ratelimitv1.CheckQuotaRequest) (*ratelimitv1.CheckQuotaResponse, error) {
+		calls.Add(1)
+		return &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: req.GetDescriptors()["n"], Source: ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS}, nil
+	})
+	c, logs, reader := newObservedClient(t, addr)
+	bad := map[string]map[string]string{
+		"value": {"ip": "\xff\xfe"},
+		"name":  {"\xffip": "203.0.113.5"},
+	}
+	for name, desc := range bad {
+		for policy, wantAllowed := range map[quota.Policy]bool{quota.FailOpen: true, quota.FailClosed: false} {
+			got := c.Check(context.Background(), "api", desc, 1, policy)
+			if want := (quota.Decision{Allowed: wantAllowed, Degraded: true, Invalid: true}); got != want {
+				t.Errorf("%s not UTF-8, %s: got %+v, want %+v", name, policy, got, want)
+			}
+		}
+	}
+	if got := c.Peek(context.Background(), "a\xffi", map[string]string{"n": "1"}, quota.FailClosed); !got.Invalid {
+		t.Errorf("domain not UTF-8: got %+v, want Invalid", got)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d checks reached the limiter, want none", n)
+	}
+	if s := logs.String(); strings.Contains(s, "limiter unavailable") || !strings.Contains(s, "limiter refused the check as invalid") || strings.Contains(s, "\\ufffd\\ufffd") {
+		t.Errorf("the log blames the limiter, says nothing of the refused check, or repeats the value:\n%s", s)
+	}
+	if n := metrictest.Counter(t, reader, "kurz.quota.calls", "outcome", "invalid"); n != 5 {
+		t.Errorf("%d checks counted invalid, want 5", n)
+	}
+
+	got := c.CheckMany(context.Background(), []quota.Request{
+		{Domain: "api", Descriptors: map[string]string{"n": "0"}},
+		{Domain: "api", Descriptors: map[string]string{"n": "\xff"}},
+		{Domain: "api", Descriptors: map[string]string{"n": "2"}},
+	}, quota.FailOpen)
+	if len(got) != 3 || got[0].Rule != "0" || got[0].Degraded || !got[1].Invalid || got[2].Rule != "2" || got[2].Degraded {
+		t.Errorf("batch with one request not UTF-8: %+v; want the other two decided, it Invalid", got)
+	}
+	if n := batches.Load(); n != 1 {
+		t.Errorf("%d CheckQuotas calls, want 1", n)
+	}
+}
+
+// Of two rules' decisions on one request, the stricter is a denial before
+// an allowance, of two denials the later return, of two allowances the one
+// with less left for its limit.
+func TestDecisionStricter(t *testing.T) {
+	tests := map[string]struct {
+		d, o quota.Decision
+		want bool
+	}{
+		"denied over allowed":     {quota.Decision{RetryAfter: time.Second}, quota.Decision{Allowed: true, Limit: 10}, true},
+		"allowed under denied":    {quota.Decision{Allowed: true, Limit: 10}, quota.Decision{RetryAfter: time.Second}, false},
+		"the later denial":        {quota.Decision{RetryAfter: 5 * time.Second}, quota.Decision{RetryAfter: 2 * time.Second}, true},
+		"the sooner denial":       {quota.Decision{RetryAfter: 2 * time.Second}, quota.Decision{RetryAfter: 5 * time.Second}, false},
+		"less left for its limit": {quota.Decision{Allowed: true, Limit: 20, Remaining: 2}, quota.Decision{Allowed: true, Limit: 600, Remaining: 500}, true},
+		"more left for its limit": {quota.Decision{Allowed: true, Limit: 20, Remaining: 19}, quota.Decision{Allowed: true, Limit: 600, Remaining: 6}, false},
+		"as much left":            {quota.Decision{Allowed: true, Limit: 20, Remaining: 10}, quota.Decision{Allowed: true, Limit: 600, Remaining: 300}, false},
+	}
+	for name, tc := range tests {
+		if got := tc.d.Stricter(tc.o); got != tc.want {
+			t.Errorf("%s: %+v.Stricter(%+v) = %v, want %v", name, tc.d, tc.o, got, tc.want)
+		}
+	}
+}

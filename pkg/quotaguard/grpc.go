@@ -162,8 +162,9 @@ func CallDescriptors(sources map[string]CallSource) func(context.Context, string
 // PeerIP is the limiter key of the call's connection peer, an IPv6 one by
 // its prefix (k's); left out when the peer is no IP address (a Unix
 // socket). Behind a proxy that is the proxy: key on a metadata value the
-// proxy sets (Metadata) instead.
+// proxy sets (Metadata) instead. It panics on a k ClientIP refuses.
 func PeerIP(k clientip.Keying) CallSource {
+	mustKeying("PeerIP", k)
 	return func(ctx context.Context, _ string) (string, bool) {
 		p, ok := peer.FromContext(ctx)
 		if !ok || p.Addr == nil {

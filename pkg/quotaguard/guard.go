@@ -22,6 +22,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/quota"
 )
 
@@ -130,4 +131,18 @@ func checkSetup(c *quota.Client, kind, domain string, hasDescriptors bool, polic
 		return fmt.Errorf("quotaguard: %s.MaxWait is %v: want 0 (DefaultMaxWait) or more", kind, maxWait)
 	}
 	return nil
+}
+
+// mustKeying panics, naming source, when k would not key one client per
+// key: an IPv6 prefix shorter than clientip.MinIPv6Prefix puts a whole
+// network's unrelated clients under one limit (a /16: every visitor of an
+// ISP), a negative one or one past 128 Key cannot use. The source is made
+// when the program sets its guard up, where a bad constant is a
+// programming error, as a bad pattern is to http.ServeMux; a prefix from
+// configuration is checked where it is read (clientip.Keying.Check).
+func mustKeying(source string, k clientip.Keying) {
+	if p := k.IPv6Prefix; p != 0 && (p < clientip.MinIPv6Prefix || p > 128) {
+		panic(fmt.Sprintf("quotaguard: %s: clientip.Keying.IPv6Prefix is %d: want 0 (the default, /%d) or %d to 128, or whole networks' unrelated clients would share one limit",
+			source, p, clientip.DefaultIPv6Prefix, clientip.MinIPv6Prefix))
+	}
 }

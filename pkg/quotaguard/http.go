@@ -179,8 +179,11 @@ func Descriptors(sources map[string]Source) func(*http.Request) (map[string]stri
 // connection's peer, or, from a proxy p trusts, the address that proxy
 // names (a nil p trusts none: X-Forwarded-For is never believed from
 // anyone else); an IPv6 client keyed by its prefix (k's, /64 by default),
-// so that one subscriber is one key.
+// so that one subscriber is one key. It panics when k's IPv6Prefix is
+// neither 0 nor clientip.MinIPv6Prefix to 128: a shorter prefix would put
+// a whole network's clients under one limit.
 func ClientIP(p *clientip.Policy, k clientip.Keying) Source {
+	mustKeying("ClientIP", k)
 	return func(r *http.Request) (string, bool) {
 		key := k.Key(p.Client(r))
 		return key, key != ""

@@ -3,6 +3,7 @@ package quotaguard_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -428,4 +429,47 @@ func TestDigestSentAsAValueIsNotTheValuesKey(t *testing.T) {
 	if got := lim.Calls()[1].GetDescriptors()["user"]; got == digest {
 		t.Errorf("the digest %q sent as a value was checked as the long value's key", got)
 	}
+}
+
+// A Keying that would key unrelated clients as one (an IPv6 prefix shorter
+// than /48: every visitor of an ISP under one limit) or that Key cannot
+// use (negative, past 128) is refused when the source is made, naming the
+// bad prefix, rather than misbehaving on every request; the zero Keying is
+// the /64 default.
+func TestIPSourcesRefuseABadKeying(t *testing.T) {
+	for _, prefix := range []int{0, 48, 64, 128} {
+		for name, mk := range map[string]func(clientip.Keying){
+			"ClientIP": func(k clientip.Keying) { quotaguard.ClientIP(nil, k) },
+			"PeerIP":   func(k clientip.Keying) { quotaguard.PeerIP(k) },
+		} {
+			if msg := panicOf(func() { mk(clientip.Keying{IPv6Prefix: prefix}) }); msg != "" {
+				t.Errorf("%s with IPv6Prefix %d: %s; want it taken", name, prefix, msg)
+			}
+		}
+	}
+	for _, prefix := range []int{16, 47, -1, 129} {
+		for name, mk := range map[string]func(clientip.Keying){
+			"ClientIP": func(k clientip.Keying) { quotaguard.ClientIP(nil, k) },
+			"PeerIP":   func(k clientip.Keying) { quotaguard.PeerIP(k) },
+		} {
+			msg := panicOf(func() { mk(clientip.Keying{IPv6Prefix: prefix}) })
+			if want := fmt.Sprintf("IPv6Prefix is %d: want 0 (the default, /64) or 48 to 128", prefix); !strings.Contains(msg, want) || !strings.Contains(msg, name) {
+				t.Errorf("%s with IPv6Prefix %d: panic %q; want one naming %s and saying %q", name, prefix, msg, name, want)
+			}
+		}
+	}
+}
+
+// panicOf runs f and returns what it panicked with, "" if it did not.
+func panicOf(f func()) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+			if msg == "" {
+				msg = "(empty panic)"
+			}
+		}
+	}()
+	f()
+	return ""
 }

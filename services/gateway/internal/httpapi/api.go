@@ -131,9 +131,11 @@ type API struct {
 	bulkShare int
 	routes    []route
 	m         instruments
-	// countsUnimplemented is set once analytics answered
-	// GetLinksClickCounts UNIMPLEMENTED (see shlinkSummaries).
+	// countsUnimplemented is set while analytics' last answer to
+	// GetLinksClickCounts was UNIMPLEMENTED, countsWarned once that was
+	// logged (see shlinkSummaries).
 	countsUnimplemented atomic.Bool
+	countsWarned        atomic.Bool
 
 	// muxOnce builds mux, the generated handlers of the mapped routes.
 	muxOnce sync.Once
@@ -287,6 +289,9 @@ type call struct {
 	// charge is the route the call counts as against the edge quota when
 	// it is not its own pattern (route.charge).
 	charge string
+	// rateLimit is the decision whose RateLimit fields the answer carries
+	// (setRateLimit); nil before any.
+	rateLimit *ruleDecision
 }
 
 // tenant is the tenant the call acts for ("" before authentication and on
@@ -442,7 +447,7 @@ func (a *API) edgeQuotaCost(c *call, pattern string, cost uint32) error {
 		}
 		return nil
 	}
-	setRateLimitHeaders(c.w.Header(), DomainAPI, d)
+	c.setRateLimit(DomainAPI, d)
 	if !d.Allowed && d.MaxCost > 0 {
 		// No wait lets it pass: a 429 would have the client retry forever.
 		return badRequest(fmt.Sprintf("this request counts as %d requests of %s, more than policy %s/%s ever allows at once (%d): it cannot pass however long it waits; ask for less",

@@ -238,7 +238,7 @@ func (a *API) checkAuthFailures(c *call) (*guessgate.Ticket, error) {
 		// counted by another replica, and this one must keep the IP out
 		// if Redis fails.
 		a.failures.add(ip)
-		setRateLimitHeaders(c.w.Header(), DomainAuth, d)
+		c.setRateLimit(DomainAuth, d)
 		return 0, denied(DomainAuth, d, "too many failed authentications from this address")
 	})
 	if errors.Is(err, guessgate.ErrSpent) {
@@ -273,7 +273,7 @@ func (a *API) authFailed(c *call, t *guessgate.Ticket, reason, keyID, msg string
 		a.m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("domain", DomainAuth)))
 	} else {
 		a.failures.setTTL(d.Window)
-		setRateLimitHeaders(c.w.Header(), DomainAuth, d)
+		c.setRateLimit(DomainAuth, d)
 	}
 	a.log.InfoContext(ctx, "authentication failed", "reason", reason, "key_id", keyID, "ip", c.st.ip,
 		"route", c.st.route, "request_id", c.st.id, "failures_left", d.Remaining, "limiter_blind", d.Unchecked())

@@ -38,6 +38,29 @@ func setRateLimitHeaders(h http.Header, domain string, d quota.Decision) {
 	}
 }
 
+// setRateLimit writes the RateLimit fields of d, a decision of domain on
+// c, unless the answer already carries those of another rule that is
+// stricter (quota.Decision.Stricter): a call charged to two rules (a
+// Shlink list and its visitsSummary's stats charge) tells the client of
+// the one with less room left, whichever was charged last. A rule charged
+// again tells of its last decision.
+func (c *call) setRateLimit(domain string, d quota.Decision) {
+	if _, ok := d.Fields(domain); !ok {
+		return
+	}
+	if p := c.rateLimit; p != nil && (p.domain != domain || p.d.Rule != d.Rule) && !d.Stricter(p.d) {
+		return
+	}
+	setRateLimitHeaders(c.w.Header(), domain, d)
+	c.rateLimit = &ruleDecision{domain: domain, d: d}
+}
+
+// ruleDecision is the decision whose RateLimit fields an answer carries.
+type ruleDecision struct {
+	domain string
+	d      quota.Decision
+}
+
 // denied is the 429 of a limiter denial: the deciding policy and when to
 // come back, at least a second from now, as a service's 429 says it
 // (Retry-After counts whole seconds; retryAfterMs must not say less), with

@@ -443,18 +443,32 @@ func (a *API) summaryLeftOut(c *call, err error) {
 // each link's lifetime counts as shlinkSummary's, over one range from the
 // oldest link's creation up to now, the last 400 days at most (codes are
 // never reused, so a younger link has no clicks before its own creation).
-// The page is charged as statsRoute first, once per countsPerCharge links
+// The page is charged as statsRoute, once per countsPerCharge links
 // (a page of up to 100 as one link's summary is). nil, and every link without its
 // visitsSummary, when that charge is refused or analytics cannot tell in
 // the call's time: the page is answered all the same, as one link is.
 // Left out, not zeros: a zero says the link had no visits, and Shlink's
 // clients show what the field says.
+//
+// The charge is taken before analytics is asked, so that a refused one
+// spares analytics the work, and a charge cannot be refunded; but an
+// analytics older than the gateway (a rolling upgrade) answers every page
+// UNIMPLEMENTED, and a key would pay for counts it never gets. So once the
+// gateway has seen that answer, it asks analytics first (UNIMPLEMENTED
+// costs analytics nothing) and charges only a page whose counts came,
+// leaving them out if the charge is refused; an answer puts it back to
+// charging first. Only the page that learns analytics is older pays for
+// nothing, once per change.
 func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*shlinkVisits {
 	if len(links) == 0 || a.analytics == nil {
 		return nil
 	}
-	if err := a.edgeQuotaCost(c, statsRoute, countsCharges(len(links))); err != nil {
-		return nil
+	cost := countsCharges(len(links))
+	chargeFirst := !a.countsUnimplemented.Load()
+	if chargeFirst {
+		if err := a.edgeQuotaCost(c, statsRoute, cost); err != nil {
+			return nil
+		}
 	}
 	now := time.Now()
 	oldest := now
@@ -472,9 +486,11 @@ func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*sh
 		Links: refs, StartTime: timestamppb.New(start), EndTime: timestamppb.New(now)})
 	if status.Code(err) == codes.Unimplemented {
 		// An analytics older than the gateway (a rolling upgrade) answers
-		// every page so: one warning says it, not one a page.
-		if a.countsUnimplemented.CompareAndSwap(false, true) {
-			a.log.WarnContext(c.r.Context(), "analytics does not serve GetLinksClickCounts (older than this gateway): Shlink lists carry no visitsSummary until it is upgraded; logged once",
+		// every page so: one warning says it, not one a page (nor one each
+		// time a mixed fleet's answers change).
+		a.countsUnimplemented.Store(true)
+		if a.countsWarned.CompareAndSwap(false, true) {
+			a.log.WarnContext(c.r.Context(), "analytics does not serve GetLinksClickCounts (older than this gateway): Shlink lists carry no visitsSummary until it is upgraded, and are not charged for it; logged once",
 				"route", c.st.route, "request_id", c.st.id, "err", err)
 		}
 		return nil
@@ -482,6 +498,12 @@ func (a *API) shlinkSummaries(c *call, links []*shortenerv1.Link) map[string]*sh
 	if err != nil {
 		a.summaryLeftOut(c, err)
 		return nil
+	}
+	if !chargeFirst {
+		a.countsUnimplemented.Store(false)
+		if err := a.edgeQuotaCost(c, statsRoute, cost); err != nil {
+			return nil
+		}
 	}
 	out := make(map[string]*shlinkVisits, len(resp.GetLinks()))
 	for _, lc := range resp.GetLinks() {

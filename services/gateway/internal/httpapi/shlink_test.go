@@ -55,6 +55,9 @@ type shlinkLimiter struct {
 	// delay allows the edge quota with this turn in a leaky bucket's
 	// queue (a rule in queue mode).
 	delay time.Duration
+	// byRoute answers an allowed edge quota charge of a route (its
+	// descriptor) in place of the per-api-key rule's 599 of 600.
+	byRoute map[string]*ratelimitv1.CheckQuotaResponse
 }
 
 func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ ...grpc.CallOption) error {
@@ -76,6 +79,9 @@ func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ .
 		}
 		if deny && l.capacity {
 			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Capacity: int64(l.denyAbove)}}
+		}
+		if a := l.byRoute[req.GetDescriptors()["route"]]; a != nil && !deny {
+			answer = a
 		}
 		if !deny && l.delay > 0 {
 			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Allowed: true, Delay: durationpb.New(l.delay)}}
@@ -1092,4 +1098,80 @@ func TestShlinkVisitsOfALinkStampedAheadOfTheClock(t *testing.T) {
 			t.Errorf("%s: counted from %v to %v, want a range that starts before it ends", name, start, end)
 		}
 	}
+}
+
+// A Shlink answer charged to two rules (the list or the link's route, and
+// the stats route for its visitsSummary) carries the RateLimit fields of
+// the stricter, the one with less left for its limit, as the limiter's
+// answer tells of its rule with the least headroom: the stats charge's
+// fields, written last, must not hide a list rule nearly spent, nor the
+// list's a stats rule nearly spent.
+func TestShlinkVisitsAnswerTheStricterRateLimit(t *testing.T) {
+	const stats = "GET /v1/links/{code}/stats"
+	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	rule := func(name string, limit, remaining int64) *ratelimitv1.CheckQuotaResponse {
+		return &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: name, Limit: limit, Remaining: remaining,
+			Decisions: []*ratelimitv1.RuleDecision{{Rule: name, Allowed: true, Window: durationpb.New(time.Minute)}}}
+	}
+	for _, tc := range []struct {
+		name        string
+		route, stat *ratelimitv1.CheckQuotaResponse
+		want        string
+	}{
+		{"the stats rule nearly spent", rule("list", 600, 500), rule("stats", 20, 2), `"api/stats";r=2`},
+		{"the list rule nearly spent", rule("list", 600, 6), rule("stats", 20, 19), `"api/list";r=6`},
+	} {
+		for _, target := range []string{"/rest/v3/short-urls", "/rest/v3/short-urls/abcd123"} {
+			route := map[bool]string{true: "GET /v1/links", false: "GET /v1/links/{code}"}[target == "/rest/v3/short-urls"]
+			env.limiter.byRoute = map[string]*ratelimitv1.CheckQuotaResponse{route: tc.route, stats: tc.stat}
+			w := env.do("GET", target, "", shlinkGoodKey)
+			if got := w.Header()["RateLimit"]; w.Code != 200 || len(got) != 1 || !strings.HasPrefix(got[0], tc.want) ||
+				!strings.Contains(w.Body.String(), "visitsSummary") {
+				t.Errorf("%s, GET %s: %d, RateLimit %q; want 200 with visitsSummary, RateLimit %s…", tc.name, target, w.Code, got, tc.want)
+			}
+			if got := env.limiter.takeCharged(); !slices.Equal(got, []string{route, stats}) {
+				t.Errorf("%s, GET %s: charged %v, want %s and the stats route", tc.name, target, got, route)
+			}
+		}
+	}
+}
+
+// The stats charge pays for counts analytics answers: once the gateway
+// knows analytics answers GetLinksClickCounts UNIMPLEMENTED (an older
+// analytics, a rolling upgrade), a list page asks it first and takes no
+// charge for counts it did not get; only the page that learned it was
+// charged (the charge precedes the call, and cannot be refunded). Once
+// analytics answers again, the page is charged for its counts (left out
+// when that charge is refused), and the pages after are charged before
+// analytics is asked, so that a refused charge spares analytics the work.
+func TestShlinkListAgainstAnOlderAnalyticsIsNotChargedForCounts(t *testing.T) {
+	const stats = "GET /v1/links/{code}/stats"
+	env := newShlinkEnv(t, shlinkLink("new1234"), shlinkLink("old1234"))
+	env.analytics.err = status.Error(codes.Unimplemented, "unknown method GetLinksClickCounts for service kurz.analytics.v1.AnalyticsService")
+	list := func(step string, wantCharged []string, wantSummary bool, wantAsked int) {
+		t.Helper()
+		env.analytics.batches = nil
+		w := env.do("GET", "/rest/v3/short-urls", "", shlinkGoodKey)
+		if codes, _ := shlinkListPage(t, w); w.Code != 200 || len(codes) != 2 || strings.Contains(w.Body.String(), "visitsSummary") != wantSummary {
+			t.Errorf("%s: %d %s; want the 2 links, visitsSummary %v", step, w.Code, w.Body, wantSummary)
+		}
+		if got := env.limiter.takeCharged(); !slices.Equal(got, wantCharged) {
+			t.Errorf("%s: charged %v, want %v", step, got, wantCharged)
+		}
+		if n := len(env.analytics.batches); n != wantAsked {
+			t.Errorf("%s: analytics asked %d times, want %d", step, n, wantAsked)
+		}
+	}
+	list("the page that learns analytics is older", []string{"GET /v1/links", stats}, false, 1)
+	for range 3 {
+		list("a page once it is known", []string{"GET /v1/links"}, false, 1)
+	}
+
+	env.analytics.err = nil
+	env.limiter.denyRoute = stats
+	list("analytics upgraded, the stats charge refused", []string{"GET /v1/links"}, false, 1)
+	env.limiter.denyRoute = ""
+	list("analytics upgraded", []string{"GET /v1/links", stats}, true, 1)
+	env.limiter.denyRoute = stats
+	list("the next page, its stats charge refused", []string{"GET /v1/links"}, false, 0)
 }

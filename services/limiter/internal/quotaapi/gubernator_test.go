@@ -373,3 +373,53 @@ func TestGetRateLimitsBoundsStateLifetime(t *testing.T) {
 		t.Errorf("engine asked %v, want the day's limit only", f.calls)
 	}
 }
+
+// erringV1 answers every GetRateLimits with err.
+type erringV1 struct {
+	gubernatorpb.UnimplementedV1Server
+	err error
+}
+
+func (e erringV1) GetRateLimits(context.Context, *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
+	return nil, e.err
+}
+
+// An RPC's error is the HTTP status grpc-gateway (gubernator's gateway)
+// gives its code, so that a client retries a 503 and a 429 and not a 400;
+// only an internal error's text is kept from the client.
+func TestGubernatorHTTPMapsCodesAsGRPCGateway(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		code int
+		want []string
+	}{
+		"out of range":        {status.Error(codes.OutOfRange, "1001 requests"), 400, []string{`"code":11`, `"message":"1001 requests"`}},
+		"invalid argument":    {status.Error(codes.InvalidArgument, "bad"), 400, []string{`"code":3`}},
+		"unavailable":         {status.Error(codes.Unavailable, "the limiter is draining"), 503, []string{`"code":14`, `"message":"the limiter is draining"`}},
+		"deadline exceeded":   {status.Error(codes.DeadlineExceeded, "too slow"), 504, []string{`"code":4`}},
+		"a context deadline":  {context.DeadlineExceeded, 504, []string{`"code":4`}},
+		"resource exhausted":  {status.Error(codes.ResourceExhausted, "too many calls"), 429, []string{`"code":8`}},
+		"failed precondition": {status.Error(codes.FailedPrecondition, "not ready"), 400, []string{`"code":9`}},
+		"unimplemented":       {status.Error(codes.Unimplemented, "no"), 501, []string{`"code":12`}},
+		"permission denied":   {status.Error(codes.PermissionDenied, "no"), 403, []string{`"code":7`}},
+		"internal":            {status.Error(codes.Internal, "redis at 10.0.0.5:7001 refused"), 500, []string{`"code":13`, `"message":"internal error"`}},
+		"not a status":        {errors.New("redis at 10.0.0.5:7001 refused"), 500, []string{`"code":13`, `"message":"internal error"`}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mux := http.NewServeMux()
+			NewGubernatorHTTP(erringV1{err: tc.err}, 64<<10, NewInFlight(4), time.Second, slog.New(slog.DiscardHandler)).Register(mux)
+			code, body := httpDo(mux, http.MethodPost, "/v1/GetRateLimits", "application/json", `{"requests": []}`)
+			if code != tc.code {
+				t.Errorf("%v: HTTP %d %s, want %d", tc.err, code, body, tc.code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("body %s lacks %s", body, w)
+				}
+			}
+			if strings.Contains(body, "10.0.0.5") {
+				t.Errorf("body %s repeats an internal error's text", body)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -20,8 +21,10 @@ import (
 // GET /v1/LiveCheck, answered as gubernator's grpc-gateway answers: the
 // response as JSON with the proto's field names and every field present
 // (int64s as strings, protojson's rule), unknown request fields ignored;
-// an RPC's error is its HTTP status with {"code", "message", "details"}
-// (a batch over 1,000 is 400, OUT_OF_RANGE).
+// an RPC's error is the HTTP status grpc-gateway gives its code
+// (runtime.HTTPStatusFromCode: a batch over 1,000 is 400, OUT_OF_RANGE;
+// UNAVAILABLE 503, DEADLINE_EXCEEDED 504, RESOURCE_EXHAUSTED 429) with
+// {"code", "message", "details"}, an internal error's message withheld.
 //
 // Stricter than gubernator, for the reasons POST /json is (EnvoyJSON):
 // only Content-Type application/json (415), a body of at most maxBody
@@ -80,13 +83,21 @@ func (h *GubernatorHTTP) getRateLimits(w http.ResponseWriter, r *http.Request) {
 // answer writes an RPC's outcome as the gateway does.
 func (h *GubernatorHTTP) answer(w http.ResponseWriter, r *http.Request, resp proto.Message, err error) {
 	if err != nil {
-		st, _ := status.FromError(err)
+		st, ok := status.FromError(err)
+		if !ok {
+			st = status.FromContextError(err) // a deadline's or a cancel's; UNKNOWN else
+		}
 		switch st.Code() {
-		case codes.OutOfRange, codes.InvalidArgument:
-			writeStatus(w, http.StatusBadRequest, st)
-		default:
+		case codes.Unknown, codes.Internal, codes.DataLoss:
+			// Nothing the client acts on, and the text may name internal
+			// addresses.
 			h.log.ErrorContext(r.Context(), "gubernator gateway: call failed", "path", r.URL.Path, "err", err)
 			gatewayError(w, http.StatusInternalServerError, "internal error")
+		default:
+			// grpc-gateway's own table, so a gubernator client reads the
+			// status it would from gubernator: 503 and 429 retried, 504 a
+			// deadline, 400 its own mistake.
+			writeStatus(w, runtime.HTTPStatusFromCode(st.Code()), st)
 		}
 		return
 	}
