@@ -130,37 +130,34 @@ func writeBitlyError(w http.ResponseWriter, requestID string, e *apiError) {
 	send(w, status, "application/json", append(b, '\n'))
 }
 
+// bitlyMessages are Bitly's messages of the statuses it answers.
+var bitlyMessages = map[int]string{
+	http.StatusForbidden: "FORBIDDEN", http.StatusNotFound: "NOT_FOUND", http.StatusMethodNotAllowed: "METHOD_NOT_ALLOWED",
+	http.StatusConflict: "ALREADY_EXISTS", http.StatusUnprocessableEntity: "UNPROCESSABLE_ENTITY",
+	http.StatusTooManyRequests: "RATE_LIMIT_EXCEEDED", http.StatusNotImplemented: "NOT_IMPLEMENTED",
+	http.StatusServiceUnavailable: "TEMPORARILY_UNAVAILABLE",
+}
+
 // bitlyStatus is the status and Bitly's message of e: Bitly answers a
 // missing or wrong token 403 FORBIDDEN, as it does a group of another
 // user.
 func bitlyStatus(e *apiError) (int, string) {
-	switch e.status {
-	case http.StatusBadRequest:
-		if len(e.fields) > 0 {
-			return e.status, "INVALID_ARG_" + strings.ToUpper(bitlyFieldName(e.fields[0].Field))
-		}
-		return e.status, "BAD_REQUEST"
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return http.StatusForbidden, "FORBIDDEN"
-	case http.StatusNotFound:
-		return e.status, "NOT_FOUND"
-	case http.StatusMethodNotAllowed:
-		return e.status, "METHOD_NOT_ALLOWED"
-	case http.StatusConflict:
-		return e.status, "ALREADY_EXISTS"
-	case http.StatusUnprocessableEntity:
-		return e.status, "UNPROCESSABLE_ENTITY"
-	case http.StatusTooManyRequests:
-		return e.status, "RATE_LIMIT_EXCEEDED"
-	case http.StatusNotImplemented:
-		return e.status, "NOT_IMPLEMENTED"
-	case http.StatusServiceUnavailable:
-		return e.status, "TEMPORARILY_UNAVAILABLE"
+	status := e.status
+	if status == http.StatusUnauthorized {
+		status = http.StatusForbidden
 	}
-	if e.status >= 500 {
-		return e.status, "INTERNAL_ERROR"
+	msg, ok := bitlyMessages[status]
+	switch {
+	case status == http.StatusBadRequest && len(e.fields) > 0:
+		msg = "INVALID_ARG_" + strings.ToUpper(bitlyFieldName(e.fields[0].Field))
+	case status == http.StatusBadRequest:
+		msg = "BAD_REQUEST"
+	case !ok && status >= 500:
+		msg = "INTERNAL_ERROR"
+	case !ok:
+		msg = strings.ToUpper(strings.ReplaceAll(http.StatusText(status), " ", "_"))
 	}
-	return e.status, strings.ToUpper(strings.ReplaceAll(http.StatusText(e.status), " ", "_"))
+	return status, msg
 }
 
 // bitlyFieldName is the Bitly name of a field a refusal names: a
@@ -272,6 +269,16 @@ func bitlinkTarget(c *call) (host, code, tail string, err error) {
 	return host, code, tail, nil
 }
 
+// bitlinkOnly is bitlinkTarget of a path that names a bitlink and
+// nothing after it (a PATCH's, a DELETE's).
+func bitlinkOnly(c *call) (host, code string, err error) {
+	host, code, tail, err := bitlinkTarget(c)
+	if err == nil && tail != "" {
+		err = notFound(bitlyNotServed)
+	}
+	return host, code, err
+}
+
 // bitlyLink finds the caller's link of bitlink host/code: on the default
 // domain when host is its short URLs' host or bit.ly, else on the custom
 // domain host. Not found (or a host that cannot be a domain) is 404.
@@ -328,29 +335,16 @@ func (a *API) bitlinkGet(c *call) error {
 // redirects, kurz can only disable one, which stops it); deeplinks empty;
 // the bitlink's other fields (a client sending the bitlink back) ignored.
 func (a *API) bitlinkEdit(c *call) error {
-	host, code, tail, err := bitlinkTarget(c)
+	host, code, err := bitlinkOnly(c)
 	if err != nil {
 		return err
-	}
-	if tail != "" {
-		return notFound(bitlyNotServed)
 	}
 	f, err := a.shlinkObject(c)
 	if err != nil {
 		return err
 	}
 	link := &shortenerv1.Link{}
-	var mask []string
-	if f.has("long_url") {
-		if link.LongUrl = f.str("long_url"); strings.TrimSpace(link.LongUrl) == "" && !f.failed("long_url") {
-			f.fail("long_url", "long_url must be the URL to redirect to")
-		}
-		mask = append(mask, "long_url")
-	}
-	if f.has("tags") {
-		link.Tags = f.strs("tags")
-		mask = append(mask, "tags")
-	}
+	mask := f.editTags("tags", link, f.editLongURL("long_url", link, nil))
 	if f.boolean("archived") {
 		f.fail("archived", "kurz cannot archive a link and keep it working: send archived false or leave it out (DELETE /v4/bitlinks/{bitlink} deletes it)")
 	}
@@ -380,12 +374,9 @@ func (a *API) bitlinkEdit(c *call) error {
 // bitlinkDelete is DELETE /v4/bitlinks/{bitlink}, charged as DELETE
 // /v1/links/{code}: 200 with the link deleted, as Bitly answers.
 func (a *API) bitlinkDelete(c *call) error {
-	host, code, tail, err := bitlinkTarget(c)
+	host, code, err := bitlinkOnly(c)
 	if err != nil {
 		return err
-	}
-	if tail != "" {
-		return notFound(bitlyNotServed)
 	}
 	l, err := a.bitlyLink(c, host, code)
 	if err != nil {
