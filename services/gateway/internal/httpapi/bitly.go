@@ -86,6 +86,25 @@ func bitlinkOf(l *shortenerv1.Link, guid string) bitlink {
 	}
 }
 
+// bitlinksPrefix is the paths of bitlinks, /v4/bitlinks/{domain}/{hash}.
+const bitlinksPrefix = bitlyPrefix + "bitlinks/"
+
+// bitlyPath routes a bitlink sent with its slash as %2F (Bitly's
+// reference writes it so, and clients escape it) as the same path with
+// the slash: the mux matches the escaped path, where %2F is no segment
+// boundary. The path (decoded) is unchanged, and was checked canonical.
+// It reports false for a path under /v4/bitlinks/ of one segment, which
+// names no bitlink (the mux would redirect it to the path with a slash
+// after it).
+func bitlyPath(r *http.Request) bool {
+	rest, ok := strings.CutPrefix(r.URL.Path, bitlinksPrefix)
+	if !ok {
+		return true
+	}
+	r.URL.RawPath = ""
+	return strings.Contains(rest, "/")
+}
+
 // bitlyError is Bitly's error body, with kurz's code and request ID.
 type bitlyError struct {
 	Message     string            `json:"message"`
@@ -246,7 +265,7 @@ func bitlyNoDeeplinks(f *shlinkFields) {
 // bitlinkCharge is what a GET under /v4/bitlinks/ is charged as: its
 // clicks as a link's statistics, the link itself as its GET.
 func bitlinkCharge(r *http.Request) string {
-	if rest := r.PathValue("bitlink"); strings.HasSuffix(rest, "/clicks") || strings.HasSuffix(rest, "/clicks/summary") {
+	if rest := r.PathValue("hash"); strings.HasSuffix(rest, "/clicks") || strings.HasSuffix(rest, "/clicks/summary") {
 		return statsRoute
 	}
 	return "GET /v1/links/{code}"
@@ -258,12 +277,13 @@ func bitlinkNotFound() error {
 	return notFound("no such bitlink: send host/code, as the id of a bitlink (links of other tenants are not visible)")
 }
 
-// bitlinkTarget splits the path's bitlink, host/code (its slash as is or
-// as %2F) and what follows it (clicks, clicks/summary).
+// bitlinkTarget is the path's bitlink, host/code (its slash sent as is
+// or as %2F: see bitlyPath), and what follows it (clicks,
+// clicks/summary).
 func bitlinkTarget(c *call) (host, code, tail string, err error) {
-	host, rest, ok := strings.Cut(c.r.PathValue("bitlink"), "/")
-	code, tail, _ = strings.Cut(rest, "/")
-	if !ok || len(host) > linkdomain.MaxLength+len(":65535") || !linkcode.Plausible(code) {
+	host = c.r.PathValue("domain")
+	code, tail, _ = strings.Cut(c.r.PathValue("hash"), "/")
+	if len(host) > linkdomain.MaxLength+len(":65535") || !linkcode.Plausible(code) {
 		return "", "", "", bitlinkNotFound()
 	}
 	return host, code, tail, nil

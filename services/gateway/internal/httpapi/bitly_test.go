@@ -121,6 +121,8 @@ func TestBitlyRefusalsAreBitlysShape(t *testing.T) {
 		{"GET", "/v4/bitlinks/k.test/abcd123/countries", "", shlinkGoodKey, 404, "NOT_FOUND"},
 		{"POST", "/v4/qr-codes", `{}`, shlinkGoodKey, 404, "NOT_FOUND"},
 		{"GET", "/v4/bitlinks/k.test/nope123", "", shlinkGoodKey, 404, "NOT_FOUND"},
+		{"GET", "/v4/bitlinks/abcd123", "", shlinkGoodKey, 404, "NOT_FOUND"},
+		{"PUT", "/v4/shorten", `{}`, shlinkGoodKey, 405, "METHOD_NOT_ALLOWED"},
 	} {
 		w := env.do(tc.method, tc.target, tc.body, tc.key)
 		p := bitlyErrorOf(t, w, tc.status, tc.message)

@@ -108,6 +108,10 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 			shlinkPreflight(rec)
 			return
 		}
+		if !bitlyPath(r) {
+			fail(rec, st.id, notFound(bitlyNotServed))
+			return
+		}
 		if _, pattern := mux.Handler(r); pattern != "" {
 			st.route = pattern
 			// The mux sets Pattern on the copy it is given: the request
