@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,9 +248,15 @@ type route struct {
 	// route that does another route's work is charged as that route
 	// (POST /v1/links:clickCounts, one statistics query, as statsRoute).
 	charge string
+	// chargeOf, when set, is the charge of a request on a pattern that
+	// serves calls of more than one kurz twin (the Bitly API's
+	// /v4/bitlinks/{bitlink}, its clicks under the same prefix).
+	chargeOf func(r *http.Request) string
 	// shlink says that every refusal of the route, its admission's
 	// included, is answered in Shlink's problem shape (shlinkFail).
 	shlink bool
+	// bitly says the same of Bitly's error shape (bitlyFail).
+	bitly bool
 }
 
 // Register adds the API's routes to mux. Admin routes are left out when no
@@ -268,7 +275,9 @@ func (a *API) Register(mux *http.ServeMux) {
 func (a *API) Routes() []string {
 	out := make([]string, 0, len(a.routes))
 	for _, rt := range a.routes {
-		out = append(out, rt.pattern)
+		// OpenAPI has no wildcard of several segments: {bitlink...} is
+		// documented as {bitlink}.
+		out = append(out, strings.ReplaceAll(rt.pattern, "...}", "}"))
 	}
 	return out
 }
@@ -324,11 +333,17 @@ func (a *API) downstreamFor(c *call, timeout time.Duration) (context.Context, co
 func (a *API) serve(rt route) http.Handler {
 	wildcards := pathWildcards(rt.pattern)
 	fail := a.fail
-	if rt.shlink {
+	switch {
+	case rt.shlink:
 		fail = a.shlinkFail
+	case rt.bitly:
+		fail = a.bitlyFail
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{w: w, r: r, st: stateOf(r), charge: rt.charge}
+		if rt.chargeOf != nil {
+			c.charge = rt.chargeOf(r)
+		}
 		err := a.admit(c, rt)
 		if err == nil {
 			err = idempotencyKey(c, rt)
@@ -391,12 +406,12 @@ func (a *API) admit(c *call, rt route) error {
 		if err := a.authenticate(c, rt.access == tenantOrAnonymous); err != nil {
 			return err
 		}
-		return a.edgeQuota(c, cmp.Or(rt.charge, rt.pattern))
+		return a.edgeQuota(c, cmp.Or(c.charge, rt.pattern))
 	case shlinkKey:
 		if err := a.authenticateShlink(c); err != nil {
 			return err
 		}
-		return a.edgeQuota(c, rt.charge)
+		return a.edgeQuota(c, c.charge)
 	}
 	return nil
 }

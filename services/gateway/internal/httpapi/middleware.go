@@ -94,13 +94,22 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 		if shlinkAPI {
 			shlinkCORS(rec.Header())
 		}
+		fail := writeError
+		if strings.HasPrefix(r.URL.Path, bitlyPrefix) {
+			// Bitly's clients read its error shape only.
+			fail = writeBitlyError
+		}
 		if e := a.checkShape(r); e != nil {
-			writeError(rec, st.id, e)
+			fail(rec, st.id, e)
 			return
 		}
 		if shlinkAPI && r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			st.route = shlinkPreflightRoute
 			shlinkPreflight(rec)
+			return
+		}
+		if !bitlyPath(r) {
+			fail(rec, st.id, notFound(bitlyNotServed))
 			return
 		}
 		if _, pattern := mux.Handler(r); pattern != "" {
@@ -111,7 +120,7 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 			mux.ServeHTTP(rec, r)
 			return
 		}
-		writeError(rec, st.id, unmatched(mux, r))
+		fail(rec, st.id, unmatched(mux, r))
 	})
 }
 
@@ -189,6 +198,9 @@ func unmatched(mux *http.ServeMux, r *http.Request) *apiError {
 		e := newError(http.StatusMethodNotAllowed, codeMethodNotAllowed, msg)
 		e.header = http.Header{"Allow": {allow}}
 		return e
+	}
+	if strings.HasPrefix(r.URL.Path, bitlyPrefix) {
+		return notFound(bitlyNotServed)
 	}
 	return notFound("no such route; the API is described at /v1/openapi.json")
 }

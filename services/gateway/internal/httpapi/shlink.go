@@ -837,6 +837,28 @@ func (f *shlinkFields) maxVisits() int64 {
 	return n
 }
 
+// editLongURL reads name, a link's new long URL, into link when the body
+// gives it, and returns mask with long_url added.
+func (f *shlinkFields) editLongURL(name string, link *shortenerv1.Link, mask []string) []string {
+	if !f.has(name) {
+		return mask
+	}
+	if link.LongUrl = f.str(name); strings.TrimSpace(link.LongUrl) == "" && !f.failed(name) {
+		f.fail(name, name+" must be the URL to redirect to")
+	}
+	return append(mask, "long_url")
+}
+
+// editTags reads name, a link's new tags, into link when the body gives
+// it, and returns mask with tags added.
+func (f *shlinkFields) editTags(name string, link *shortenerv1.Link, mask []string) []string {
+	if !f.has(name) {
+		return mask
+	}
+	link.Tags = f.strs(name)
+	return append(mask, "tags")
+}
+
 // noValidSince refuses a validSince: a link kurz makes works at once, and
 // a link that worked before its start would not be the link asked for.
 func (f *shlinkFields) noValidSince() {
@@ -966,13 +988,7 @@ func (a *API) shlinkEdit(c *call) error {
 	if domain != "" {
 		link.Domain = &domain
 	}
-	var mask []string
-	if f.has("longUrl") {
-		if link.LongUrl = f.str("longUrl"); strings.TrimSpace(link.LongUrl) == "" && !f.failed("longUrl") {
-			f.fail("longUrl", "longUrl must be the URL to redirect to")
-		}
-		mask = append(mask, "long_url")
-	}
+	mask := f.editLongURL("longUrl", link, nil)
 	if f.has("validUntil") {
 		link.ExpireTime = f.date("validUntil")
 		mask = append(mask, "expire_time")
@@ -981,10 +997,7 @@ func (a *API) shlinkEdit(c *call) error {
 		link.MaxVisits = f.maxVisits()
 		mask = append(mask, "max_visits")
 	}
-	if f.has("tags") {
-		link.Tags = f.strs("tags")
-		mask = append(mask, "tags")
-	}
+	mask = f.editTags("tags", link, mask)
 	f.noValidSince()
 	if err := f.err(); err != nil {
 		return err

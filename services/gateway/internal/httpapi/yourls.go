@@ -253,22 +253,35 @@ func (a *API) yourlsLink(c *call, p url.Values) (*shortenerv1.Link, string, erro
 	if !linkcode.Plausible(code) {
 		return nil, s, yourlsNotFound()
 	}
-	ctx, cancel := a.downstream(c)
-	defer cancel()
-	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
-	if err == nil && (host == "" || sameHost(resp.GetLink().GetShortUrl(), host)) {
-		return resp.GetLink(), code, nil
-	}
-	if host != "" && (err == nil || status.Code(err) == codes.NotFound) {
-		resp, err = a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code, Domain: host})
-		if err == nil {
-			return resp.GetLink(), code, nil
-		}
+	l, err := a.linkOnHost(c, code, host)
+	if err == nil {
+		return l, code, nil
 	}
 	if st, ok := status.FromError(err); ok && (st.Code() == codes.NotFound || st.Code() == codes.InvalidArgument) {
 		return nil, code, yourlsNotFound()
 	}
 	return nil, code, err
+}
+
+// linkOnHost finds the caller's link code on host, a short URL's host: the
+// default domain's link when its short URL is on host (or host is ""),
+// else the link on the custom domain host. A link of another tenant, or
+// on another host, is NOT_FOUND; a host that cannot be a domain may be
+// INVALID_ARGUMENT.
+func (a *API) linkOnHost(c *call, code, host string) (*shortenerv1.Link, error) {
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	resp, err := a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code})
+	if err == nil && (host == "" || sameHost(resp.GetLink().GetShortUrl(), host)) {
+		return resp.GetLink(), nil
+	}
+	if host != "" && (err == nil || status.Code(err) == codes.NotFound) {
+		resp, err = a.shortener.GetLink(ctx, &shortenerv1.GetLinkRequest{Code: code, Domain: host})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetLink(), nil
 }
 
 // sameHost reports whether the short URL s is on host.
