@@ -333,7 +333,12 @@ func (b *ClickBatcher) flush(ctx context.Context, batch *clickBatch) error {
 	})
 	var errs []error
 	for _, tenant := range order {
-		if err := b.db.QueueClicks(ctx, tenant, byTenant[tenant]); err != nil {
+		full, err := b.db.QueueClicks(ctx, tenant, byTenant[tenant], b.cfg.MaxPending)
+		if full > 0 {
+			b.log.Warn("webhook clicks: link.clicked not queued for subscriptions with a full backlog",
+				"tenant", tenant, "subscriptions", full, "links", len(byTenant[tenant]), "max_pending", b.cfg.MaxPending)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("tenant %s (%d links): %w", tenant, len(byTenant[tenant]), err))
 			continue
 		}
@@ -388,39 +393,51 @@ const clickChunk = 250
 // tenant, clickChunk rows a statement (each its own transaction, within
 // the query timeout however many links were clicked); a delivery already
 // queued (the same id) is kept, so a batch queued again after a failure
-// part way only adds what is missing. The subscriptions are read FOR KEY
+// part way only adds what is missing. A subscription with maxPending
+// pending deliveries gets none (at most a chunk past it): it returns the
+// most such subscriptions a statement found. The subscriptions are read FOR KEY
 // SHARE (the lock the deliveries' foreign key takes anyway): one whose
 // delete is committing is waited for and skipped, where the foreign key
 // check failed the whole flush
 // (pkg/linkschema/0012_webhooks_lock_subscriptions.sql).
-func (s *Store) QueueClicks(ctx context.Context, tenant string, rows []clickRow) error {
+func (s *Store) QueueClicks(ctx context.Context, tenant string, rows []clickRow, maxPending int) (full int, err error) {
 	for len(rows) > 0 {
 		n := min(len(rows), clickChunk)
-		if err := s.queueClicks(ctx, tenant, rows[:n]); err != nil {
-			return err
+		f, err := s.queueClicks(ctx, tenant, rows[:n], maxPending)
+		full = max(full, f)
+		if err != nil {
+			return full, err
 		}
 		rows = rows[n:]
 	}
-	return nil
+	return full, nil
 }
 
-func (s *Store) queueClicks(ctx context.Context, tenant string, rows []clickRow) error {
+func (s *Store) queueClicks(ctx context.Context, tenant string, rows []clickRow, maxPending int) (full int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	keys, data := make([]string, len(rows)), make([]string, len(rows))
 	for i, r := range rows {
 		keys[i], data[i] = r.batchKey, string(r.data)
 	}
-	_, err := s.db.Exec(ctx, `
-		INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data)
-		SELECT 'evt_' || md5(s.id || '|' || r.key), s.id, $1, 'link.clicked', r.data::jsonb
-		FROM (SELECT id FROM webhook_subscriptions
-			WHERE tenant = $1 AND 'link.clicked' = ANY (events) AND deleted_at IS NULL
-			FOR KEY SHARE) s,
-			unnest($2::text[], $3::text[]) AS r(key, data)
-		ON CONFLICT (id) DO NOTHING`, tenant, keys, data)
+	// The backlog is counted up to maxPending entries of the due index
+	// (subscription_id, next_attempt_at) WHERE status = 'pending'.
+	err = s.db.QueryRow(ctx, `
+		WITH subs AS (
+			SELECT s.id, (SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries d
+				WHERE d.subscription_id = s.id AND d.status = 'pending' LIMIT $4) p) AS pending
+			FROM webhook_subscriptions s
+			WHERE s.tenant = $1 AND 'link.clicked' = ANY (s.events) AND s.deleted_at IS NULL
+			FOR KEY SHARE OF s),
+		queued AS (
+			INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data)
+			SELECT 'evt_' || md5(s.id || '|' || r.key), s.id, $1, 'link.clicked', r.data::jsonb
+			FROM subs s, unnest($2::text[], $3::text[]) AS r(key, data)
+			WHERE s.pending < $4
+			ON CONFLICT (id) DO NOTHING)
+		SELECT count(*) FROM subs WHERE pending >= $4`, tenant, keys, data, maxPending).Scan(&full)
 	if err != nil {
-		return fmt.Errorf("queue link.clicked: %w", err)
+		return 0, fmt.Errorf("queue link.clicked: %w", err)
 	}
-	return nil
+	return full, nil
 }

@@ -138,10 +138,11 @@ func TestClickFlushSucceedsWhileASubscriptionIsDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = whileBlocked(t, db, tx, func() error {
-		return store.QueueClicks(ctx, "t1", []clickRow{{batchKey: "a1|s/1-0", data: []byte(`{"code":"a1","clicks":1}`)}})
+		_, err := store.QueueClicks(ctx, "t1", []clickRow{{batchKey: "a1|s/1-0", data: []byte(`{"code":"a1","clicks":1}`)}}, 100)
+		return err
 	})
 	if err == nil {
-		err = store.QueueClicks(ctx, "t2", []clickRow{{batchKey: "b1|s/2-0", data: []byte(`{"code":"b1","clicks":1}`)}})
+		_, err = store.QueueClicks(ctx, "t2", []clickRow{{batchKey: "b1|s/2-0", data: []byte(`{"code":"b1","clicks":1}`)}}, 100)
 	}
 	if err != nil {
 		t.Fatalf("queueing clicks while a subscription's delete committed: %v", err)
