@@ -149,6 +149,9 @@ func TestDocsGoRecipe(t *testing.T) {
 		{Sign(secret, now, body), bytes.Replace(body, []byte("acme"), []byte("evil"), 1), http.StatusBadRequest},
 		{Sign(secret, now.Add(-10*time.Minute), body), body, http.StatusBadRequest},
 		{"t=1,v1=zz", body, http.StatusBadRequest},
+		// Signed with two secrets, as a rotation would (Verify takes any
+		// v1 that matches): this receiver's secret first, then the other.
+		{Sign(secret, now, body) + ",v1=" + strings.Repeat("0", 64), body, http.StatusNoContent},
 	} {
 		if got := post(tc.header, tc.body); got != tc.want {
 			t.Errorf("delivery %d: %d, want %d", i, got, tc.want)

@@ -41,6 +41,13 @@ type Config struct {
 	AllowCIDRs []string `env:"SHORTENER_WEBHOOK_ALLOW_CIDRS" default:""`
 	// MaxSubscriptions bounds the subscriptions of one tenant.
 	MaxSubscriptions int `env:"SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS" default:"10"`
+	// MaxPending bounds the undelivered deliveries of one subscription that
+	// link.clicked events are queued behind: a subscription with as many
+	// pending (a receiver down, or slower than its events) gets no
+	// link.clicked until it has fewer. Clicks are anyone's to make, and
+	// each clicked link is a delivery per subscription and interval; the
+	// other events are bounded by the tenant's own writes.
+	MaxPending int `env:"SHORTENER_WEBHOOK_MAX_PENDING" default:"10000"`
 	// PollInterval is how often the sender looks for due deliveries (a
 	// PostgreSQL query), at least 50ms.
 	PollInterval time.Duration `env:"SHORTENER_WEBHOOK_POLL_INTERVAL" default:"1s"`
@@ -101,6 +108,9 @@ func (c Config) Validate() ([]netip.Prefix, error) {
 	}
 	if c.MaxSubscriptions < 1 || c.MaxSubscriptions > 1000 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS=%d: want 1 to 1000", c.MaxSubscriptions))
+	}
+	if c.MaxPending < 100 || c.MaxPending > 10_000_000 {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_MAX_PENDING=%d: want 100 to 10000000", c.MaxPending))
 	}
 	if c.Concurrency < 1 || c.Concurrency > 256 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_CONCURRENCY=%d: want 1 to 256", c.Concurrency))
