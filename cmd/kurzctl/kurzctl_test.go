@@ -79,7 +79,7 @@ func TestLinksLifecycle(t *testing.T) {
 	// one clickCounts entry per link.
 	clicks := c.ok("links", "list", "--clicks")
 	if lines := strings.Split(strings.TrimSpace(clicks), "\n"); len(lines) != 3 || !strings.Contains(strings.Join(strings.Fields(lines[0]), " "), "TAGS CLICKS CREATED") ||
-		strings.Fields(lines[1])[4] != "0" || strings.Fields(lines[2])[4] != "0" {
+		strings.Fields(lines[1])[5] != "0" || strings.Fields(lines[2])[5] != "0" {
 		t.Errorf("list --clicks, want a CLICKS column of 0 and 0:\n%s", clicks)
 	}
 	page = decodeJSON(t, c.ok("links", "list", "--clicks", "-o", "json"))

@@ -72,7 +72,7 @@ func TestPrintLinksShowsClicks(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	var got []string
 	for _, line := range lines[1:] {
-		got = append(got, strings.Fields(line)[4])
+		got = append(got, strings.Fields(line)[5])
 	}
 	if want := []string{"42", "7", "-"}; !strings.Contains(strings.Join(strings.Fields(lines[0]), " "), "TAGS CLICKS CREATED") || !slices.Equal(got, want) {
 		t.Errorf("clicks %q, want %q after TAGS:\n%s", got, want, b.String())
