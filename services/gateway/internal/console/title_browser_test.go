@@ -5,8 +5,6 @@ package console_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -95,21 +93,11 @@ func TestConsoleLinkTitles(t *testing.T) {
 		chromedp.WaitNotVisible(chromedp.CSS("#link-dialog")),
 		chromedp.Poll[chromedp.Void](`document.querySelector(`+jsString(row+" .target")+`) !== null &&
 			document.querySelector(`+jsString(row+" .link-title")+`) === null`, chromedp.WithPollingTimeout(20*time.Second)))
-	req, err := http.NewRequest(http.MethodGet, gw.HTTP+"/v1/links/"+code, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var link struct {
 		LongURL string `json:"longUrl"`
 		Title   string `json:"title"`
 	}
-	if raw, _ := io.ReadAll(resp.Body); json.Unmarshal(raw, &link) != nil || link.LongURL != longURL || link.Title != "" {
+	if getLink(t, gw, key, code, &link); link.LongURL != longURL || link.Title != "" {
 		t.Errorf("the link after removing its title: %+v; want no title, its URL kept", link)
 	}
 }
