@@ -52,7 +52,7 @@ func TestLinkTitlesMigrateALinksTableWithRows(t *testing.T) {
 	if err != nil {
 		t.Fatalf("local PostgreSQL (make up): %v", err)
 	}
-	defer admin.Close()
+	t.Cleanup(admin.Close) // after the drop below: cleanups run last first
 	name := fmt.Sprintf("kurz_titles_%d", time.Now().UnixNano())
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatal(err)
