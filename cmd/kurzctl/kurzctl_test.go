@@ -37,12 +37,13 @@ func TestLinksLifecycle(t *testing.T) {
 	c.stdin = "correct horse battery\n"
 	out := c.ok("links", "create", "https://example.com/spring-sale", "--tag", "spring", "--tag", "launch",
 		"--max-visits", "100", "--password-stdin", "--ios", "https://apps.example.com/ios",
-		"--redirect", "307", "--expire", "72h")
+		"--redirect", "307", "--expire", "72h", "--title", "Spring sale ✓")
 	c.stdin = ""
 	code := field(t, out, "code")
 	for name, want := range map[string]string{
 		"short url": shortBase + "/" + code, "long url": "https://example.com/spring-sale", "tags": "spring, launch",
 		"max visits": "100", "password": "yes", "redirect": "307", "ios url": "https://apps.example.com/ios", "disabled": "no",
+		"title": "Spring sale ✓",
 	} {
 		if got := field(t, out, name); got != want {
 			t.Errorf("create: %s = %q, want %q", name, got, want)
@@ -65,7 +66,7 @@ func TestLinksLifecycle(t *testing.T) {
 
 	other := strings.TrimSpace(c.ok("links", "create", "https://example.com/other", "--tag", "autumn", "-q"))
 	list := c.ok("links", "list", "--tag", "spring")
-	if !strings.Contains(list, code) || strings.Contains(list, other) || !strings.HasPrefix(list, "CODE") {
+	if !strings.Contains(list, code) || strings.Contains(list, other) || !strings.HasPrefix(list, "CODE") || !strings.Contains(list, "Spring sale ✓") {
 		t.Errorf("list --tag spring (want %s, not %s):\n%s", code, other, list)
 	}
 	page := decodeJSON(t, c.ok("links", "list", "--all", "-o", "json"))
@@ -79,7 +80,7 @@ func TestLinksLifecycle(t *testing.T) {
 	// one clickCounts entry per link.
 	clicks := c.ok("links", "list", "--clicks")
 	if lines := strings.Split(strings.TrimSpace(clicks), "\n"); len(lines) != 3 || !strings.Contains(strings.Join(strings.Fields(lines[0]), " "), "TAGS CLICKS CREATED") ||
-		strings.Fields(lines[1])[4] != "0" || strings.Fields(lines[2])[4] != "0" {
+		clicksOf(lines[1]) != "0" || clicksOf(lines[2]) != "0" {
 		t.Errorf("list --clicks, want a CLICKS column of 0 and 0:\n%s", clicks)
 	}
 	page = decodeJSON(t, c.ok("links", "list", "--clicks", "-o", "json"))
@@ -92,6 +93,9 @@ func TestLinksLifecycle(t *testing.T) {
 	// Only the given fields change; a device flag keeps the other devices.
 	c.ok("links", "update", code, "--android", "https://apps.example.com/android", "--clear-tags", "--disable")
 	link = decodeJSON(t, c.ok("links", "get", code, "-o", "json"))
+	if link["title"] != "Spring sale ✓" {
+		t.Errorf("after an update without --title: title %v, want it kept", link["title"])
+	}
 	targets, _ := link["deviceTargets"].(map[string]any)
 	if targets["iosUrl"] != "https://apps.example.com/ios" || targets["androidUrl"] != "https://apps.example.com/android" ||
 		link["disabled"] != true || link["longUrl"] != "https://example.com/spring-sale" || link["maxVisits"] != "100" {
@@ -100,8 +104,11 @@ func TestLinksLifecycle(t *testing.T) {
 	if tags, _ := link["tags"].([]any); len(tags) != 0 {
 		t.Errorf("after --clear-tags: tags %v", tags)
 	}
-	out = c.ok("links", "update", code, "--long-url", "https://example.com/b", "--enable", "--clear-password", "--max-visits", "0", "--clear-expire")
-	for name, want := range map[string]string{"long url": "https://example.com/b", "disabled": "no", "password": "no", "max visits": "no limit", "expires": "never"} {
+	if got := field(t, c.ok("links", "update", code, "--title", "Renamed"), "title"); got != "Renamed" {
+		t.Errorf("update --title Renamed: title %q", got)
+	}
+	out = c.ok("links", "update", code, "--long-url", "https://example.com/b", "--enable", "--clear-password", "--max-visits", "0", "--clear-expire", "--title", "")
+	for name, want := range map[string]string{"long url": "https://example.com/b", "disabled": "no", "password": "no", "max visits": "no limit", "expires": "never", "title": "-"} {
 		if got := field(t, out, name); got != want {
 			t.Errorf("update: %s = %q, want %q", name, got, want)
 		}

@@ -51,6 +51,7 @@ reads redirect rules and A/B-test variants from a file (see links set-rules).
 
 Examples:
   kurzctl links create https://example.com/spring-sale --tag spring --tag launch
+  kurzctl links create https://example.com/spring-sale --title "Spring sale"
   kurzctl links create https://example.com/q3 --alias q3-report --expire 30d
   kurzctl links create https://example.com/pricing --from-url -q
   kurzctl links create https://example.com/launch --domain go.example.com
@@ -97,7 +98,8 @@ Examples:
 			name: "links update", args: "<code>", minArgs: 1, maxArgs: 1,
 			summary: "change a link (only the fields given)",
 			help: `Changes the fields given, and only those. --tag replaces the tags (repeat
-it for several); --clear-tags removes them. --max-visits 0 removes the limit.
+it for several); --clear-tags removes them. --title '' removes the title.
+--max-visits 0 removes the limit.
 A device flag changes that device's destination and keeps the others (an
 empty value removes it): kurzctl reads the link, and sends the change only
 for the state it read (its etag), reading again if the link changed
@@ -108,6 +110,7 @@ exits 1 with "the link changed since you read it".
 Examples:
   kurzctl links update 1000abc --long-url https://example.com/new
   kurzctl links update 1000abc --tag spring --tag archived --disable
+  kurzctl links update 1000abc --title "Spring sale (ended)"
   kurzctl links update 1000abc --clear-password --clear-expire
   kurzctl links update 1000abc --android ''
   kurzctl links update 1000abc --disable --if-match "$ETAG"`,
@@ -197,6 +200,7 @@ Examples:
 // linkFlags are the settings create and update share.
 type linkFlags struct {
 	tags          []string
+	title         string
 	expire        string
 	maxVisits     int64
 	password      string
@@ -208,6 +212,7 @@ type linkFlags struct {
 
 func (f *linkFlags) define(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.tags, "tag", nil, "a `tag` (repeat for several): lower-case letters, digits, '-', '_', '.'")
+	fs.StringVar(&f.title, "title", "", "what the link is, for people: at most 512 characters, one line")
 	fs.StringVar(&f.expire, "expire", "", "expiry: an RFC 3339 `time` or a duration from now (72h, 30d)")
 	fs.Int64Var(&f.maxVisits, "max-visits", 0, "answer 410 Gone after `n` visits")
 	fs.StringVar(&f.password, "password", "", "ask visitors for this `password` (visible in the shell's history: prefer --password-stdin)")
@@ -308,7 +313,7 @@ func setupLinksCreate(c *cli, fs *pflag.FlagSet) func([]string) error {
 				return usagef(cmd, "--idempotency-key: %v", err)
 			}
 		}
-		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, MaxVisits: f.maxVisits, Domain: *domain}
+		req := &shortenerv1.CreateLinkRequest{LongUrl: args[0], Tags: f.tags, Title: f.title, MaxVisits: f.maxVisits, Domain: *domain}
 		if n := btoi(*alias != "") + btoi(*random) + btoi(*fromURL); n > 1 {
 			return usagef(cmd, "give one of --alias, --random and --from-url")
 		}
@@ -626,6 +631,9 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 		case *clearTags:
 			body["tags"] = []string{}
 		}
+		if set["title"] {
+			body["title"] = f.title
+		}
 		if set["max-visits"] {
 			if f.maxVisits < 0 {
 				return usagef(cmd, "--max-visits must be positive (or 0 for no limit)")
@@ -678,7 +686,7 @@ func setupLinksUpdate(c *cli, fs *pflag.FlagSet) func([]string) error {
 			}
 		}
 		if len(body) == 0 && !set["ios"] && !set["android"] && !set["desktop"] {
-			return usagef(cmd, "nothing to change: give one or more of --long-url, --tag, --clear-tags, --max-visits, --password, --clear-password, --disable, --enable, --expire, --clear-expire, --redirect, --ios, --android, --desktop")
+			return usagef(cmd, "nothing to change: give one or more of --long-url, --tag, --clear-tags, --title, --max-visits, --password, --clear-password, --disable, --enable, --expire, --clear-expire, --redirect, --ios, --android, --desktop")
 		}
 		if *domain != "" {
 			body["domain"] = *domain // names the link
@@ -822,6 +830,7 @@ func printLink(w io.Writer, l *shortenerv1.Link) error {
 	}
 	row("short url", l.GetShortUrl())
 	row("long url", l.GetLongUrl())
+	row("title", orDash(l.GetTitle()))
 	if t := l.GetDeviceTargets(); t != nil {
 		for _, d := range []struct{ name, url string }{{"ios url", t.GetIosUrl()}, {"android url", t.GetAndroidUrl()}, {"desktop url", t.GetDesktopUrl()}} {
 			if d.url != "" {
@@ -876,13 +885,13 @@ func printLinks(w io.Writer, links []*shortenerv1.Link, tag string, clicks map[s
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if clicks == nil {
-		fmt.Fprintln(tw, "CODE\tSHORT URL\tLONG URL\tTAGS\tCREATED")
+		fmt.Fprintln(tw, "CODE\tSHORT URL\tLONG URL\tTITLE\tTAGS\tCREATED")
 	} else {
-		fmt.Fprintln(tw, "CODE\tSHORT URL\tLONG URL\tTAGS\tCLICKS\tCREATED")
+		fmt.Fprintln(tw, "CODE\tSHORT URL\tLONG URL\tTITLE\tTAGS\tCLICKS\tCREATED")
 	}
 	for _, l := range links {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t", l.GetCode(), l.GetShortUrl(), truncate(l.GetLongUrl(), 50),
-			orDash(strings.Join(l.GetTags(), ",")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t", l.GetCode(), l.GetShortUrl(), truncate(l.GetLongUrl(), 50),
+			orDash(truncate(l.GetTitle(), 30)), orDash(strings.Join(l.GetTags(), ",")))
 		if clicks != nil {
 			n := "-"
 			if c, ok := clicks[linkdomain.Key(l.GetDomain(), l.GetCode())]; ok {

@@ -91,8 +91,8 @@ type Result struct {
 // the shortener: an error on field "custom_alias" with code ALREADY_EXISTS
 // or INVALID_ARGUMENT), get a sequential code: the refused ones in further
 // chunks after the first pass. Rows without a URL fail on their own without
-// a call. Each row's Tags are carried; Title and CreatedAt are not (kurz
-// links have neither).
+// a call. Each row's Tags and Title are carried; CreatedAt is not (kurz
+// sets its own create time).
 //
 // progress, when not nil, is called after each chunk with the number of rows
 // whose outcome is final and len(rows). When create fails, Import stops
@@ -385,7 +385,7 @@ func request(row Row, alias bool) *shortenerv1.CreateLinkRequest {
 		req = proto.CloneOf(row.Link)
 		req.Rules, req.Variants = row.RulesAndVariants()
 	}
-	req.LongUrl, req.Mode, req.Tags = row.LongURL, shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL, row.Tags
+	req.LongUrl, req.Mode, req.Tags, req.Title = row.LongURL, shortenerv1.CodeMode_CODE_MODE_SEQUENTIAL, row.Tags, row.Title
 	if alias {
 		req.Mode = shortenerv1.CodeMode_CODE_MODE_CUSTOM
 		req.CustomAlias = row.SourceCode

@@ -410,3 +410,43 @@ func TestImportWithFailingLookupFailsItsRowOnly(t *testing.T) {
 		t.Errorf("line 2: %+v, want UNAVAILABLE saying to look it up", rep.Results[0])
 	}
 }
+
+// Every format's title reaches the shortener with its row, on the first
+// pass and on the pass that gives a refused alias a new code: an import
+// keeps what the other shortener showed of each link. A kurz export's
+// title comes back untrimmed, as it was exported.
+func TestImportCarriesTitles(t *testing.T) {
+	files := map[string]struct {
+		csv  string
+		want []string
+	}{
+		"yourls": {"keyword,url,title,timestamp,ip,clicks\nfree1,https://example.com/1,Home page,2012-05-01 10:00:00,127.0.0.1,7\n" +
+			"taken1,https://example.com/2,Über uns <script>,2012-05-01 10:00:00,127.0.0.1,1\n", []string{"Home page", "Über uns <script>"}},
+		"bitly": {"long_url,link,title\nhttps://example.com/1,bit.ly/free1,  Launch  \nhttps://example.com/2,bit.ly/taken1,\n", []string{"Launch", ""}},
+		"kurz": {"code,short_url,long_url,tags,password_protected,title\nfree1,http://k.test/free1,https://example.com/1,,false,  spaced  \n" +
+			"taken1,http://k.test/taken1,https://example.com/2,,false,'=1+1\n", []string{"  spaced  ", "=1+1"}},
+	}
+	for name, tc := range files {
+		t.Run(name, func(t *testing.T) {
+			_, rows, err := Parse(strings.NewReader(tc.csv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newFake("taken1")
+			if _, err := Import(context.Background(), rows, f.create, nil); err != nil {
+				t.Fatal(err)
+			}
+			if len(f.calls) != 2 || len(f.calls[0]) != 2 || len(f.calls[1]) != 1 {
+				t.Fatalf("calls %v, want both rows, then the refused alias's row again", f.calls)
+			}
+			for i, want := range tc.want {
+				if got := f.calls[0][i].GetTitle(); got != want {
+					t.Errorf("row %d sent with title %q, want %q", i+2, got, want)
+				}
+			}
+			if got := f.calls[1][0].GetTitle(); got != tc.want[1] {
+				t.Errorf("the refused alias's row sent again with title %q, want %q", got, tc.want[1])
+			}
+		})
+	}
+}

@@ -72,8 +72,10 @@ type Row struct {
 	// LongURL is where the link leads, as the file has it (trimmed). Empty
 	// is a problem of this row only: Import reports it as the row's error.
 	LongURL string
-	// Title is the link's title, if the file has one. kurz links have no
-	// title: Import does not use it.
+	// Title is the link's title, if the file has one; Import carries it
+	// (a title the shortener refuses, too long or with control characters,
+	// fails its row, naming the field). Trimmed, except in a kurz export,
+	// whose titles come back as they were.
 	Title string
 	// Tags are the row's tags made into valid kurz tags (lower case;
 	// letters, digits, '-', '_', '.'; at most 32 characters; tags that
@@ -319,7 +321,7 @@ func detect(first []string) (f Format, cols columns, headerless bool) {
 	}
 	// kurz's own export, by columns no other format has.
 	if c, u, p := col("code"), col("long_url"), col("password_protected"); c >= 0 && u >= 0 && p >= 0 {
-		return Kurz, columns{code: c, longURL: u, title: -1, created: col("created_at"), tags: col("tags"), codeAlt: -1,
+		return Kurz, columns{code: c, longURL: u, title: col("title"), created: col("created_at"), tags: col("tags"), codeAlt: -1,
 			expires: col("expires_at"), maxVisits: col("max_visits"), disabled: col("disabled"), password: p,
 			ios: col("ios_url"), android: col("android_url"), desktop: col("desktop_url"), domain: col("domain"),
 			redirect: col("redirect_type"), rules: col("rules"), variants: col("variants")}, false
@@ -389,6 +391,7 @@ func makeRow(f Format, cols columns, rec []string, line int) Row {
 			}
 			return rec[i] // JSON and URLs as exported, untrimmed
 		}
+		row.Title = cell(cols.title)
 		row.Link, row.Problem = kurzLink(cell, cols)
 		if row.Link != nil {
 			row.rules, row.variants = strings.TrimSpace(cell(cols.rules)), strings.TrimSpace(cell(cols.variants))

@@ -843,7 +843,13 @@ type Link struct {
 	// HTTP API's ETag, quoted there). On update, when set, the update
 	// applies only if the link's tag still is this one (else ABORTED,
 	// reason ETAG_MISMATCH: read the link again). Never in update_mask.
-	Etag          string `protobuf:"bytes,18,opt,name=etag,proto3" json:"etag,omitempty"`
+	Etag string `protobuf:"bytes,18,opt,name=etag,proto3" json:"etag,omitempty"`
+	// What the link is, for people: shown in lists, never used by the
+	// redirect. At most 512 characters (Unicode code points, as Shlink
+	// counts its titles) of valid UTF-8 without control characters (no
+	// newlines or tabs); kept as sent. Empty: no title. On update, "title"
+	// in the mask with an empty title clears it.
+	Title         string `protobuf:"bytes,19,opt,name=title,proto3" json:"title,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1000,6 +1006,13 @@ func (x *Link) GetVariants() []*Variant {
 func (x *Link) GetEtag() string {
 	if x != nil {
 		return x.Etag
+	}
+	return ""
+}
+
+func (x *Link) GetTitle() string {
+	if x != nil {
+		return x.Title
 	}
 	return ""
 }
@@ -1426,7 +1439,9 @@ type CreateLinkRequest struct {
 	// See Link.rules.
 	Rules []*RedirectRule `protobuf:"bytes,11,rep,name=rules,proto3" json:"rules,omitempty"`
 	// See Link.variants.
-	Variants      []*Variant `protobuf:"bytes,12,rep,name=variants,proto3" json:"variants,omitempty"`
+	Variants []*Variant `protobuf:"bytes,12,rep,name=variants,proto3" json:"variants,omitempty"`
+	// See Link.title.
+	Title         string `protobuf:"bytes,13,opt,name=title,proto3" json:"title,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1543,6 +1558,13 @@ func (x *CreateLinkRequest) GetVariants() []*Variant {
 		return x.Variants
 	}
 	return nil
+}
+
+func (x *CreateLinkRequest) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
 }
 
 type CreateLinkResponse struct {
@@ -1821,7 +1843,8 @@ type UpdateLinkRequest struct {
 	// The link to change, identified by its code and domain.
 	Link *Link `protobuf:"bytes,1,opt,name=link,proto3" json:"link,omitempty"`
 	// Which fields of link to write: long_url, redirect_type, expire_time,
-	// disabled, tags, max_visits, password, device_targets, rules, variants.
+	// disabled, tags, max_visits, password, device_targets, rules, variants,
+	// title.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2281,7 +2304,7 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x14ApproveDomainRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
 	"\x15ApproveDomainResponse\x121\n" +
-	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\xf5\x05\n" +
+	"\x06domain\x18\x01 \x01(\v2\x19.kurz.shortener.v1.DomainR\x06domain\"\x8b\x06\n" +
 	"\x04Link\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x1b\n" +
 	"\tshort_url\x18\x02 \x01(\tR\bshortUrl\x12\x19\n" +
@@ -2305,7 +2328,8 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x06domain\x18\x0f \x01(\tH\x00R\x06domain\x88\x01\x01\x125\n" +
 	"\x05rules\x18\x10 \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
 	"\bvariants\x18\x11 \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\x12\x12\n" +
-	"\x04etag\x18\x12 \x01(\tR\x04etagB\t\n" +
+	"\x04etag\x18\x12 \x01(\tR\x04etag\x12\x14\n" +
+	"\x05title\x18\x13 \x01(\tR\x05titleB\t\n" +
 	"\a_domain\"v\n" +
 	"\fRedirectRule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +
@@ -2337,7 +2361,7 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\vandroid_url\x18\x02 \x01(\tR\n" +
 	"androidUrl\x12\x1f\n" +
 	"\vdesktop_url\x18\x03 \x01(\tR\n" +
-	"desktopUrl\"\xa4\x04\n" +
+	"desktopUrl\"\xba\x04\n" +
 	"\x11CreateLinkRequest\x12\x19\n" +
 	"\blong_url\x18\x01 \x01(\tR\alongUrl\x12/\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x1b.kurz.shortener.v1.CodeModeR\x04mode\x12!\n" +
@@ -2353,7 +2377,8 @@ const file_kurz_shortener_v1_shortener_proto_rawDesc = "" +
 	"\x06domain\x18\n" +
 	" \x01(\tR\x06domain\x125\n" +
 	"\x05rules\x18\v \x03(\v2\x1f.kurz.shortener.v1.RedirectRuleR\x05rules\x126\n" +
-	"\bvariants\x18\f \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\"[\n" +
+	"\bvariants\x18\f \x03(\v2\x1a.kurz.shortener.v1.VariantR\bvariants\x12\x14\n" +
+	"\x05title\x18\r \x01(\tR\x05title\"[\n" +
 	"\x12CreateLinkResponse\x12+\n" +
 	"\x04link\x18\x01 \x01(\v2\x17.kurz.shortener.v1.LinkR\x04link\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"<\n" +

@@ -38,6 +38,7 @@ type apiLink struct {
 	Rules    []json.RawMessage `json:"rules"`
 	Variants []json.RawMessage `json:"variants"`
 	ETag     string            `json:"etag"`
+	Title    string            `json:"title"`
 }
 
 // batchAnswer is the answer of POST /v1/links:batch.
@@ -255,14 +256,15 @@ func TestLinkFeaturesPatchAndPassword(t *testing.T) {
 }
 
 // The export is the tenant's links as CSV that parses back to what was
-// created, with a formula-looking cell neutralised; ?tag= narrows it.
+// created, titles included, with a formula-looking cell neutralised; ?tag=
+// narrows it.
 func TestExportRoundTrip(t *testing.T) {
 	gw := startGateway(t, nil)
 	c := newClient(t, gw, newTenant(t, gw, "free").key)
 	expire := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
 	body := `{"requests":[
-		{"longUrl":"https://example.com/e/1","tags":["-sum","rt"]},
-		{"longUrl":"https://example.com/e/2?a=1,b=2","tags":["rt"],"maxVisits":"5","expireTime":"` + expire.Format(time.RFC3339) + `"},
+		{"longUrl":"https://example.com/e/1","tags":["-sum","rt"],"title":"=SUM(A1), \"quoted\" <b>"},
+		{"longUrl":"https://example.com/e/2?a=1,b=2","tags":["rt"],"title":"  spaced ✓  ","maxVisits":"5","expireTime":"` + expire.Format(time.RFC3339) + `"},
 		{"longUrl":"https://example.com/e/3","tags":["rt","other"],"password":"correct horse battery",
 		 "deviceTargets":{"iosUrl":"https://example.com/ios","androidUrl":"https://example.com/android","desktopUrl":"https://example.com/desktop"}},
 		{"longUrl":"https://example.com/e/4","redirectType":"REDIRECT_TYPE_MOVED_PERMANENTLY",
@@ -285,7 +287,7 @@ func TestExportRoundTrip(t *testing.T) {
 		t.Fatalf("the export is not CSV: %v\n%s", err, r.body)
 	}
 	header := []string{"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
-		"password_protected", "ios_url", "android_url", "desktop_url", "domain", "redirect_type", "rules", "variants"}
+		"password_protected", "ios_url", "android_url", "desktop_url", "domain", "redirect_type", "rules", "variants", "title"}
 	if len(recs) != 5 || !slices.Equal(recs[0], header) {
 		t.Fatalf("export has %d records, header %q; want 5 and %q", len(recs), recs[0], header)
 	}
@@ -309,7 +311,10 @@ func TestExportRoundTrip(t *testing.T) {
 			tags = "'" + tags // the neutralised cell
 		}
 		want := []string{l.Code, l.ShortURL, l.LongURL, tags, ct.UTC().Format(time.RFC3339Nano), "", "", "false",
-			fmt.Sprint(l.PasswordProtected), "", "", "", "", "", "", ""}
+			fmt.Sprint(l.PasswordProtected), "", "", "", "", "", "", "", l.Title}
+		if strings.HasPrefix(l.Title, "=") {
+			want[16] = "'" + l.Title // the neutralised cell
+		}
 		if i == 3 {
 			want[13], want[14] = "301", `[{"name":"de","conditions":[{"languages":["de"]}],"url":"https://example.com/e/4/de"}]`
 			want[15] = `[{"name":"a","url":"https://example.com/e/4/a","weight":1},{"name":"b","url":"https://example.com/e/4/b","weight":2}]`
@@ -326,6 +331,9 @@ func TestExportRoundTrip(t *testing.T) {
 		if !slices.Equal(rec, want) {
 			t.Errorf("link %d:\n export %q\n   want %q", i, rec, want)
 		}
+	}
+	if l := created.Results[1].Link; l.Title != "  spaced ✓  " {
+		t.Errorf("the second link's title is %q; want it kept as sent", l.Title)
 	}
 	if rec := byCode[created.Results[0].Link.Code]; rec == nil || rec[3] != "'-sum|rt" {
 		t.Errorf("the first link's record is %q; want its tags cell \"-sum|rt\" neutralised as \"'-sum|rt\"", rec)
@@ -398,8 +406,8 @@ func runID() string {
 }
 
 // Importing a Bitly and a YOURLS export keeps each row's code where it is
-// a free kurz alias; a taken or unusable code gets a new code; a bad row
-// fails alone; every link is tagged with its source.
+// a free kurz alias, and its title; a taken or unusable code gets a new
+// code; a bad row fails alone; every link is tagged with its source.
 func TestImportBitlyAndYOURLS(t *testing.T) {
 	gw := startGateway(t, nil)
 	c := newClient(t, gw, newTenant(t, gw, "free").key)
@@ -490,8 +498,17 @@ func TestImportBitlyAndYOURLS(t *testing.T) {
 
 	var first apiLink
 	decodeAnswer(t, c.do("GET", "/v1/links/imp"+run+"b1", ""), http.StatusOK, &first)
-	if !slices.Equal(first.Tags, []string{"campaign-2024", "spring", "import-bitly"}) {
-		t.Errorf("the first Bitly row's tags are %q", first.Tags)
+	if !slices.Equal(first.Tags, []string{"campaign-2024", "spring", "import-bitly"}) || first.Title != "Spring sale" {
+		t.Errorf("the first Bitly row's tags are %q, title %q; want its tags and its title, Spring sale", first.Tags, first.Title)
+	}
+	// The titles of both files are kept, a comma in one too, and a row
+	// without one has none.
+	for code, want := range map[string]string{"imp" + run + "b5": "Title, with comma", "imp" + run + "y1": "YOURLS", "imp" + run + "y2": ""} {
+		var l apiLink
+		decodeAnswer(t, c.do("GET", "/v1/links/"+code, ""), http.StatusOK, &l)
+		if l.Title != want {
+			t.Errorf("imported %s has title %q, want %q", code, l.Title, want)
+		}
 	}
 	var taker apiLink
 	decodeAnswer(t, c.do("GET", "/v1/links/"+taken, ""), http.StatusOK, &taker)

@@ -83,11 +83,11 @@ func TestShlinkLinkLifecycle(t *testing.T) {
 	slug, tag := uniqueWord(t, "sl"), uniqueWord(t, "t")
 
 	r := c.do("POST", "/rest/v3/short-urls", fmt.Sprintf(`{"longUrl":"https://example.com/shlink","customSlug":%q,
-		"tags":[%q],"validUntil":"2031-01-02T03:04:05+02:00","maxVisits":50,"title":"ignored","forwardQuery":true}`, slug, tag))
+		"tags":[%q],"validUntil":"2031-01-02T03:04:05+02:00","maxVisits":50,"title":"Shlink <script>alert(1)</script>","forwardQuery":true}`, slug, tag))
 	u := decodeShortURL(t, r)
 	if u.ShortCode != slug || !strings.HasSuffix(u.ShortURL, "/"+slug) || u.LongURL != "https://example.com/shlink" ||
 		!slices.Equal(u.Tags, []string{tag}) || u.Meta.ValidUntil == nil || *u.Meta.ValidUntil != "2031-01-02T01:04:05+00:00" ||
-		u.Meta.MaxVisits == nil || *u.Meta.MaxVisits != 50 || u.Domain != nil || u.Title != nil || u.VisitsSummary == nil {
+		u.Meta.MaxVisits == nil || *u.Meta.MaxVisits != 50 || u.Domain != nil || u.Title == nil || *u.Title != "Shlink <script>alert(1)</script>" || u.VisitsSummary == nil {
 		t.Errorf("create: %s", r.body)
 	}
 	if r.header.Get("Cache-Control") != "no-store" {
@@ -117,14 +117,30 @@ func TestShlinkLinkLifecycle(t *testing.T) {
 	}
 
 	r = c.do("PATCH", "/rest/v3/short-urls/"+slug, `{"longUrl":"https://example.com/moved","maxVisits":null,"tags":[]}`)
-	if u := decodeShortURL(t, r); u.LongURL != "https://example.com/moved" || u.Meta.MaxVisits != nil || len(u.Tags) != 0 {
-		t.Errorf("PATCH: %s", r.body)
+	if u := decodeShortURL(t, r); u.LongURL != "https://example.com/moved" || u.Meta.MaxVisits != nil || len(u.Tags) != 0 ||
+		u.Title == nil || *u.Title != "Shlink <script>alert(1)</script>" {
+		t.Errorf("PATCH without a title: %s; want the changes, the title kept", r.body)
+	}
+	r = c.do("PATCH", "/rest/v3/short-urls/"+slug, `{"title":"Renamed"}`)
+	if u := decodeShortURL(t, r); u.Title == nil || *u.Title != "Renamed" {
+		t.Errorf("PATCH of the title: %s", r.body)
+	}
+	if got := newClient(t, gw, ten.key).do("GET", "/v1/links/"+slug, "").json(t); got["title"] != "Renamed" {
+		t.Errorf("GET /v1/links/%s after Shlink's PATCH: %v; want title Renamed", slug, got)
+	}
+	p := shlinkProblem(t, c.do("PATCH", "/rest/v3/short-urls/"+slug, `{"title":"`+strings.Repeat("x", 513)+`"}`), http.StatusBadRequest, "invalid-data")
+	if fmt.Sprint(p["invalidElements"]) != "[title]" {
+		t.Errorf("PATCH of a title of 513 characters: %v; want invalid-data naming title", p)
+	}
+	r = c.do("PATCH", "/rest/v3/short-urls/"+slug, `{"title":null}`)
+	if u := decodeShortURL(t, r); u.Title != nil {
+		t.Errorf("PATCH of title null: %s; want the title cleared, answered null", r.body)
 	}
 
 	if r = c.do("DELETE", "/rest/v3/short-urls/"+slug, ""); r.code != http.StatusNoContent {
 		t.Errorf("DELETE: %s", r)
 	}
-	p := shlinkProblem(t, c.do("GET", "/rest/v3/short-urls/"+slug, ""), http.StatusNotFound, "short-url-not-found")
+	p = shlinkProblem(t, c.do("GET", "/rest/v3/short-urls/"+slug, ""), http.StatusNotFound, "short-url-not-found")
 	if p["shortCode"] != slug {
 		t.Errorf("GET of the deleted link: %v; want short-url-not-found naming %s", p, slug)
 	}

@@ -28,9 +28,9 @@ func uniqueWord(t *testing.T, prefix string) string {
 }
 
 // shorturl creates a link as YOURLS's API does, in its json format: the
-// answer carries status success, statusCode 200, the short URL, and
-// url{keyword,url,date}; the link is the tenant's, seen through the kurz
-// API. Shortening the URL again answers YOURLS's duplicate: status fail,
+// answer carries status success, statusCode 200, the short URL, its title,
+// and url{keyword,url,title,date}; the link is the tenant's, with the
+// title, seen through the kurz API, and expand answers the title too. Shortening the URL again answers YOURLS's duplicate: status fail,
 // code error:url, statusCode 200 and the same short URL. Format simple
 // answers the short URL as text, and a multipart form is read as well.
 func TestYOURLSShorturlCreatesTheTenantsLink(t *testing.T) {
@@ -46,15 +46,24 @@ func TestYOURLSShorturlCreatesTheTenantsLink(t *testing.T) {
 	m := r.json(t)
 	u, _ := m["url"].(map[string]any)
 	short, _ := m["shorturl"].(string)
-	if m["status"] != "success" || m["statusCode"] != float64(200) || short == "" || u == nil || u["url"] != long || u["date"] == "" {
+	if m["status"] != "success" || m["statusCode"] != float64(200) || short == "" || u == nil || u["url"] != long || u["date"] == "" ||
+		m["title"] != "A page" || u["title"] != "A page" {
 		t.Fatalf("shorturl answer: %s", r.body)
 	}
 	code, _ := u["keyword"].(string)
 	if !strings.HasSuffix(short, "/"+code) {
 		t.Errorf("shorturl %q does not end in its keyword %q", short, code)
 	}
-	if got := c.do("GET", "/v1/links/"+code, "").json(t); got["longUrl"] != long {
-		t.Errorf("GET /v1/links/%s: %v, want the tenant's link to %s", code, got, long)
+	if got := c.do("GET", "/v1/links/"+code, "").json(t); got["longUrl"] != long || got["title"] != "A page" {
+		t.Errorf("GET /v1/links/%s: %v, want the tenant's link to %s titled A page", code, got, long)
+	}
+	r = yourlsPost(c, "/yourls-api.php", url.Values{"action": {"expand"}, "shorturl": {code}, "signature": {ten.key}})
+	if m := r.json(t); r.code != http.StatusOK || m["title"] != "A page" {
+		t.Errorf("expand: %s; want the link's title", r)
+	}
+	r = yourlsPost(c, "/yourls-api.php", url.Values{"action": {"shorturl"}, "url": {long + "/nl"}, "title": {"two\nlines"}, "signature": {ten.key}})
+	if m := r.json(t); r.code != http.StatusBadRequest || m["status"] != "fail" {
+		t.Errorf("a title with a newline: %s; want 400, nothing created", r)
 	}
 
 	r = yourlsPost(c, "/yourls-api.php", url.Values{"action": {"shorturl"}, "url": {long}, "signature": {ten.key}})

@@ -333,6 +333,25 @@ func createLink(t *testing.T, gw *servertest.Running, key, longURL string) strin
 	return link.Code
 }
 
+// getLink reads the link code through the public API with key into v.
+func getLink(t *testing.T, gw *servertest.Running, key, code string, v any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, gw.HTTP+"/v1/links/"+code, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(b, v) != nil {
+		t.Fatalf("get link %s: %d %s (%v)", code, resp.StatusCode, b, err)
+	}
+}
+
 // newTenant creates a tenant with one API key through the admin API and
 // returns its id and the key; the tenant, its plan row, its links and its
 // domains are deleted when the test ends.

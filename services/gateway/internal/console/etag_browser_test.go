@@ -3,8 +3,6 @@
 package console_test
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -53,20 +51,11 @@ func TestConsoleEditKeepsAChangeMadeElsewhere(t *testing.T) {
 		t.Errorf("the form says %q, want that the link was changed elsewhere", got)
 	}
 
-	req, err = http.NewRequest(http.MethodGet, gw.HTTP+"/v1/links/"+code, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	if resp, err = http.DefaultClient.Do(req); err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var link struct {
 		LongURL string   `json:"longUrl"`
 		Tags    []string `json:"tags"`
 	}
-	if raw, _ := io.ReadAll(resp.Body); json.Unmarshal(raw, &link) != nil || link.LongURL != longURL || len(link.Tags) != 1 || link.Tags[0] != "elsewhere" {
+	if getLink(t, gw, key, code, &link); link.LongURL != longURL || len(link.Tags) != 1 || link.Tags[0] != "elsewhere" {
 		t.Errorf("the link after the refused save: %+v; want its URL as it was and the tag set elsewhere", link)
 	}
 }

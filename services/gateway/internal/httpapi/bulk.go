@@ -106,7 +106,7 @@ const exportPageSize = 1000
 var exportColumns = []string{
 	"code", "short_url", "long_url", "tags", "created_at", "expires_at", "max_visits", "disabled",
 	"password_protected", "ios_url", "android_url", "desktop_url", "domain",
-	"redirect_type", "rules", "variants",
+	"redirect_type", "rules", "variants", "title",
 }
 
 // admitBulk admits a request whose body may hold up to limit bytes, before
@@ -300,6 +300,7 @@ func exportRecord(l *shortenerv1.Link) []string {
 		maxVisits, strconv.FormatBool(l.GetDisabled()), strconv.FormatBool(l.GetPasswordProtected()),
 		dt.GetIosUrl(), dt.GetAndroidUrl(), dt.GetDesktopUrl(), l.GetDomain(),
 		linkimport.RedirectTypeCell(l.GetRedirectType()), linkimport.JSONList(l.GetRules()), linkimport.JSONList(l.GetVariants()),
+		l.GetTitle(),
 	}
 	for i, v := range rec {
 		rec[i] = linkimport.DefuseCell(v)

@@ -254,7 +254,7 @@ func TestUpdateLinkNewFields(t *testing.T) {
 		t.Errorf("the answer echoes the password: %s", w.Body)
 	}
 	_, err = bulkCall(a, a.routeHandler("PATCH /v1/links/{code}"), "PATCH", "/v1/links/abcd123", `{"passwordProtected":true}`)
-	if code, msg := statusOf(t, err); code != 400 || !strings.Contains(msg, "tags, maxVisits, password, deviceTargets, rules and variants") {
+	if code, msg := statusOf(t, err); code != 400 || !strings.Contains(msg, "tags, title, maxVisits, password, deviceTargets, rules and variants") {
 		t.Errorf("PATCH passwordProtected: %d %q, want a 400 listing the fields", code, msg)
 	}
 }
@@ -282,6 +282,8 @@ func TestExportLinks(t *testing.T) {
 	sh.links[4].RedirectType = shortenerv1.RedirectType_REDIRECT_TYPE_MOVED_PERMANENTLY
 	sh.links[4].Rules = []*shortenerv1.RedirectRule{{Name: "de", Conditions: []*shortenerv1.RuleCondition{{Languages: []string{"de"}}}, Url: "https://example.com/de"}}
 	sh.links[4].Variants = []*shortenerv1.Variant{{Name: "a", Url: "https://example.com/a", Weight: 1}, {Name: "b", Url: "https://example.com/b", Weight: 2}}
+	sh.links[0].Title = "Spring sale, \"final\" <b>days</b> ✓"
+	sh.links[1].Title = "=cmd|' /C calc'!A0"
 	a := newBulkAPI(sh)
 	w, err := bulkCall(a, a.exportLinks, "GET", "/v1/links:export?tag=a", "")
 	if err != nil {
@@ -300,12 +302,12 @@ func TestExportLinks(t *testing.T) {
 	}
 	want := [][]string{
 		exportColumns,
-		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "", "", "", ""},
-		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "", "", "", ""},
-		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", "", "", "", "", ""},
-		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05.123456Z", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/", "", "", "", ""},
+		{"code000", "http://k.test/x", "https://example.com/0", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "", "", "", "", sh.links[0].Title},
+		{"code001", "http://k.test/x", "'=HYPERLINK(\"http://evil.example\")", "'-x|y", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "", "", "", "", "'=cmd|' /C calc'!A0"},
+		{"code002", "http://k.test/x", "https://example.com/2", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05Z", "7", "false", "true", "", "", "", "", "", "", "", ""},
+		{"code003", "http://k.test/x", "https://example.com/3", "a|b", "2026-01-02T02:04:05Z", "2026-01-02T03:04:05.123456Z", "", "false", "false", "https://apple.example/", "'@android", "https://d.example/", "", "", "", "", ""},
 		{"code004", "https://go.acme.test/code004", "https://example.com/4", "a|b", "2026-01-02T02:04:05Z", "", "", "false", "false", "", "", "", "go.acme.test", "301",
-			linkimport.JSONList(sh.links[4].Rules), linkimport.JSONList(sh.links[4].Variants)},
+			linkimport.JSONList(sh.links[4].Rules), linkimport.JSONList(sh.links[4].Variants), ""},
 	}
 	if !reflect.DeepEqual(recs, want) {
 		t.Errorf("CSV:\n got %q\nwant %q", recs, want)
@@ -324,7 +326,7 @@ func TestExportLinks(t *testing.T) {
 		rules, variants := r.RulesAndVariants()
 		got := &shortenerv1.Link{Code: r.SourceCode, LongUrl: r.LongURL, Tags: r.Tags, ExpireTime: r.Link.GetExpireTime(),
 			MaxVisits: r.Link.GetMaxVisits(), DeviceTargets: r.Link.GetDeviceTargets(), RedirectType: r.Link.GetRedirectType(),
-			Rules: rules, Variants: variants}
+			Rules: rules, Variants: variants, Title: r.Title}
 		if d := r.Link.GetDomain(); d != "" {
 			got.Domain = proto.String(d)
 		}

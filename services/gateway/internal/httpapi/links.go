@@ -199,12 +199,12 @@ func (a *API) lifetimeCounts(c *call, l *shortenerv1.Link) (*analyticsv1.ClickCo
 
 // mutableLinkFields are the Link fields PATCH may change.
 var mutableLinkFields = []protoreflect.Name{
-	"long_url", "redirect_type", "expire_time", "disabled", "tags", "max_visits", "password", "device_targets",
+	"long_url", "redirect_type", "expire_time", "disabled", "tags", "title", "max_visits", "password", "device_targets",
 	"rules", "variants",
 }
 
 // mutableLinkJSON lists mutableLinkFields by their JSON names, for messages.
-const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxVisits, password, deviceTargets, rules and variants"
+const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, title, maxVisits, password, deviceTargets, rules and variants"
 
 // patchMask makes PATCH change the fields present in the body (a partial
 // Link in proto JSON) and only those: the update mask is the body's
@@ -212,7 +212,7 @@ const mutableLinkJSON = "longUrl, redirectType, expireTime, disabled, tags, maxV
 // update_mask query parameter (grpc-gateway's own mask from the body would
 // name nested fields, deviceTargets.iosUrl, where PATCH replaces the
 // whole deviceTargets). "expireTime": null clears the expiry, "tags": []
-// the tags, "maxVisits": 0 the visit limit, "password": "" the password,
+// the tags, "title": "" (or null) the title, "maxVisits": 0 the visit limit, "password": "" the password,
 // "deviceTargets": null the device targets, "rules": [] (or null) the rules
 // and "variants": [] (or null) the variants. "domain" names the link's
 // custom domain (it identifies the link, and is not changed).

@@ -79,7 +79,8 @@ type shlinkURL struct {
 	Meta          shlinkMeta    `json:"meta"`
 	// Domain is null on the default domain.
 	Domain *string `json:"domain"`
-	// Title is always null: kurz links have no title.
+	// Title is the link's title; null when it has none, as Shlink shows
+	// a link without one.
 	Title *string `json:"title"`
 	// Crawlable and ForwardQuery are always false: kurz serves no
 	// robots.txt allowing links, and never passes a visit's query on.
@@ -191,7 +192,7 @@ func shlinkKind(e *apiError, p *shlinkProblem) (kind, title string) {
 var shlinkFieldNames = map[string]string{
 	"long_url": "longUrl", "custom_alias": "customSlug", "expire_time": "validUntil", "max_visits": "maxVisits",
 	"tags": "tags", "tag": "tags", "domain": "domain", "mode": "findIfExists", "page_size": "itemsPerPage",
-	"page_token": "page",
+	"page_token": "page", "title": "title",
 }
 
 // shlinkFieldName is Shlink's name of a field a refusal names: a
@@ -523,6 +524,9 @@ func shlinkURLOf(l *shortenerv1.Link, visits *shlinkVisits) shlinkURL {
 	}
 	if d := l.GetDomain(); d != "" {
 		u.Domain = &d
+	}
+	if t := l.GetTitle(); t != "" {
+		u.Title = &t
 	}
 	if l.ExpireTime != nil {
 		s := l.GetExpireTime().AsTime().UTC().Format(shlinkDate)
@@ -870,22 +874,25 @@ func (f *shlinkFields) noValidSince() {
 }
 
 // shlinkCreate is POST /rest/v3/short-urls, charged as POST /v1/links:
-// CreateLink with longUrl, customSlug (the alias), tags, validUntil (the
-// expiry), maxVisits and domain, answered 200 with the ShortUrl, as
+// CreateLink with longUrl, customSlug (the alias), tags, title,
+// validUntil (the expiry), maxVisits and domain, answered 200 with the
+// ShortUrl, as
 // Shlink does. findIfExists finds the tenant's link of the URL
 // (CODE_MODE_FROM_URL: a link made by findIfExists before) and answers it
 // when the settings the request gives match it; else Shlink makes a new
 // link, and so does this. A customSlug already taken, the caller's own
 // link to the same URL included, is Shlink's non-unique-slug unless
 // findIfExists finds that link as it is asked. validSince is refused;
-// title, crawlable, forwardQuery, shortCodeLength, validateUrl and
-// deviceLongUrls are ignored (Shlink 4 ignores the last two as well).
+// crawlable, forwardQuery, shortCodeLength, validateUrl and
+// deviceLongUrls are ignored (Shlink 4 ignores the last two as well). A
+// title over 512 characters is refused (title), where Shlink cuts it to
+// 512 bytes: kurz keeps what it is sent or says why not.
 func (a *API) shlinkCreate(c *call) error {
 	f, err := a.shlinkObject(c)
 	if err != nil {
 		return err
 	}
-	req := &shortenerv1.CreateLinkRequest{LongUrl: f.str("longUrl"), Tags: f.strs("tags"),
+	req := &shortenerv1.CreateLinkRequest{LongUrl: f.str("longUrl"), Tags: f.strs("tags"), Title: f.str("title"),
 		ExpireTime: f.date("validUntil"), MaxVisits: f.maxVisits(), Domain: f.str("domain")}
 	slug, find := f.str("customSlug"), f.boolean("findIfExists")
 	f.noValidSince()
@@ -945,9 +952,13 @@ func shlinkSlugTaken(err error, slug, domain string) error {
 }
 
 // sameSettings reports whether the existing link l has the settings req
-// gives (its tags, expiry and visit limit, those it gives only), as
-// Shlink's findIfExists matches them.
+// gives (its tags, title, expiry and visit limit, those it gives only), as
+// Shlink's findIfExists matches them; a title given and not the link's
+// makes a new link, so the title sent is never dropped.
 func sameSettings(l *shortenerv1.Link, req *shortenerv1.CreateLinkRequest) bool {
+	if req.GetTitle() != "" && req.GetTitle() != l.GetTitle() {
+		return false
+	}
 	if len(req.GetTags()) > 0 {
 		want := make([]string, 0, len(req.GetTags()))
 		for _, t := range req.GetTags() {
@@ -971,10 +982,10 @@ func sameSettings(l *shortenerv1.Link, req *shortenerv1.CreateLinkRequest) bool 
 
 // shlinkEdit is PATCH /rest/v3/short-urls/{shortCode}, charged as PATCH
 // /v1/links/{code}: UpdateLink of the fields the body gives, longUrl,
-// validUntil (null clears it), maxVisits (null clears it) and tags,
-// answered with the ShortUrl and its visitsSummary. validSince is refused;
-// title, crawlable, forwardQuery, validateUrl and deviceLongUrls are
-// ignored, as on create.
+// validUntil (null clears it), maxVisits (null clears it), tags and title
+// (null or "" clears it; left out, it stays, as in Shlink), answered with
+// the ShortUrl and its visitsSummary. validSince is refused; crawlable,
+// forwardQuery, validateUrl and deviceLongUrls are ignored, as on create.
 func (a *API) shlinkEdit(c *call) error {
 	code, domain, err := shlinkTarget(c)
 	if err != nil {
@@ -998,6 +1009,10 @@ func (a *API) shlinkEdit(c *call) error {
 		mask = append(mask, "max_visits")
 	}
 	mask = f.editTags("tags", link, mask)
+	if f.has("title") {
+		link.Title = f.str("title")
+		mask = append(mask, "title")
+	}
 	f.noValidSince()
 	if err := f.err(); err != nil {
 		return err

@@ -149,7 +149,7 @@ func (s *shlinkShortener) CreateLink(_ context.Context, in *shortenerv1.CreateLi
 		code = fmt.Sprintf("new%04d", len(s.creates))
 	}
 	l := &shortenerv1.Link{Code: code, ShortUrl: "https://k.test/" + code, LongUrl: in.GetLongUrl(), Tenant: "acme",
-		CreateTime: timestamppb.New(shlinkCreated), ExpireTime: in.GetExpireTime(), MaxVisits: in.GetMaxVisits()}
+		CreateTime: timestamppb.New(shlinkCreated), ExpireTime: in.GetExpireTime(), MaxVisits: in.GetMaxVisits(), Title: in.GetTitle()}
 	for _, t := range in.GetTags() {
 		l.Tags = append(l.Tags, strings.ToLower(t))
 	}
@@ -219,6 +219,8 @@ func (s *shlinkShortener) UpdateLink(_ context.Context, in *shortenerv1.UpdateLi
 			l.MaxVisits = in.GetLink().GetMaxVisits()
 		case "tags":
 			l.Tags = in.GetLink().GetTags()
+		case "title":
+			l.Title = in.GetLink().GetTitle()
 		}
 	}
 	return &shortenerv1.UpdateLinkResponse{Link: l}, nil
@@ -425,9 +427,9 @@ func TestShlinkCallsAreChargedAsTheKurzRouteTheyMirror(t *testing.T) {
 }
 
 // A create takes Shlink's fields to CreateLink's (customSlug the alias,
-// validUntil the expiry), ignores the ones kurz has no use for, and
+// validUntil the expiry, title), ignores the ones kurz has no use for, and
 // answers 200 with Shlink's ShortUrl: dates as Shlink writes them, meta,
-// domain, a title of null, and the new link's visits, none.
+// domain, the title, and the new link's visits, none.
 func TestShlinkCreateMapsShlinksFields(t *testing.T) {
 	env := newShlinkEnv(t)
 	w := env.do("POST", "/rest/v3/short-urls", `{"longUrl":"https://example.com/page","customSlug":"my-slug","tags":["Launch","news"],
@@ -438,7 +440,7 @@ func TestShlinkCreateMapsShlinksFields(t *testing.T) {
 	}
 	got := env.shortener.creates[0]
 	want := &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/page", Mode: shortenerv1.CodeMode_CODE_MODE_CUSTOM,
-		CustomAlias: "my-slug", Tags: []string{"Launch", "news"}, MaxVisits: 100, Domain: "go.acme.test",
+		CustomAlias: "my-slug", Tags: []string{"Launch", "news"}, MaxVisits: 100, Domain: "go.acme.test", Title: "A page",
 		ExpireTime: timestamppb.New(time.Date(2030, 1, 2, 1, 4, 5, 0, time.UTC))}
 	if !proto.Equal(got, want) {
 		t.Errorf("CreateLink got %v\nwant %v", got, want)
@@ -446,7 +448,7 @@ func TestShlinkCreateMapsShlinksFields(t *testing.T) {
 	const answer = `{"shortCode":"my-slug","shortUrl":"https://k.test/my-slug","longUrl":"https://example.com/page",` +
 		`"dateCreated":"2026-03-01T10:30:00+00:00","visitsSummary":{"total":0,"nonBots":0,"bots":0},"tags":["launch","news"],` +
 		`"meta":{"validSince":null,"validUntil":"2030-01-02T01:04:05+00:00","maxVisits":100},"domain":"go.acme.test",` +
-		`"title":null,"crawlable":false,"forwardQuery":false,"hasRedirectRules":false}` + "\n"
+		`"title":"A page","crawlable":false,"forwardQuery":false,"hasRedirectRules":false}` + "\n"
 	if w.Body.String() != answer {
 		t.Errorf("answer\n%s\nwant\n%s", w.Body, answer)
 	}
@@ -638,9 +640,10 @@ func TestShlinkVisitsSummaryIsChargedAsStats(t *testing.T) {
 	}
 }
 
-// PATCH changes the fields the body gives (null clears validUntil and
-// maxVisits), answering the link as changed; a body of fields kurz
-// ignores changes nothing and answers the link; validSince is refused.
+// PATCH changes the fields the body gives (null clears validUntil,
+// maxVisits and title; a title left out stays, as in Shlink), answering
+// the link as changed; a body of fields kurz ignores changes nothing and
+// answers the link; validSince is refused.
 // DELETE answers 204, an unknown code short-url-not-found.
 func TestShlinkEditAndDelete(t *testing.T) {
 	l := shlinkLink("abcd123")
@@ -648,20 +651,37 @@ func TestShlinkEditAndDelete(t *testing.T) {
 	env := newShlinkEnv(t, l)
 	w := env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"longUrl":"https://example.com/new","validUntil":null,"maxVisits":null,"tags":["x"],"title":"t"}`, shlinkGoodKey)
 	m := object(t, w)
-	if u := env.shortener.update; w.Code != 200 || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"long_url", "expire_time", "max_visits", "tags"}) ||
-		u.GetLink().ExpireTime != nil || u.GetLink().GetMaxVisits() != 0 || u.GetLink().GetLongUrl() != "https://example.com/new" {
+	if u := env.shortener.update; w.Code != 200 || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"long_url", "expire_time", "max_visits", "tags", "title"}) ||
+		u.GetLink().GetTitle() != "t" || u.GetLink().ExpireTime != nil || u.GetLink().GetMaxVisits() != 0 || u.GetLink().GetLongUrl() != "https://example.com/new" {
 		t.Errorf("PATCH: %d %s, UpdateLink %v", w.Code, w.Body, u)
 	}
-	if m["longUrl"] != "https://example.com/new" || fmt.Sprint(m["meta"]) != "map[maxVisits:<nil> validSince:<nil> validUntil:<nil>]" || m["visitsSummary"] == nil {
+	if m["longUrl"] != "https://example.com/new" || m["title"] != "t" || fmt.Sprint(m["meta"]) != "map[maxVisits:<nil> validSince:<nil> validUntil:<nil>]" || m["visitsSummary"] == nil {
 		t.Errorf("PATCH answer %s; want the changed link with its visits", w.Body)
 	}
 
+	env.shortener.links[0].Title = "kept"
+	w = env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"maxVisits":3}`, shlinkGoodKey)
+	if m := object(t, w); w.Code != 200 || slices.Contains(env.shortener.update.GetUpdateMask().GetPaths(), "title") || m["title"] != "kept" {
+		t.Errorf("PATCH without title: %d %s, UpdateLink %v; want the title left as it is", w.Code, w.Body, env.shortener.update)
+	}
+	for _, body := range []string{`{"title":null}`, `{"title":""}`} {
+		w = env.do("PATCH", "/rest/v3/short-urls/abcd123", body, shlinkGoodKey)
+		if m := object(t, w); w.Code != 200 || !slices.Equal(env.shortener.update.GetUpdateMask().GetPaths(), []string{"title"}) ||
+			env.shortener.update.GetLink().GetTitle() != "" || m["title"] != nil {
+			t.Errorf("PATCH %s: %d %s, UpdateLink %v; want the title cleared, answered null", body, w.Code, w.Body, env.shortener.update)
+		}
+	}
+	p := shlinkProblemOf(t, env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"title":"a\u0007bell"}`, shlinkGoodKey), 400, "invalid-data")
+	if got := strList(p["invalidElements"]); !slices.Equal(got, []string{"title"}) {
+		t.Errorf("PATCH of a title with a control character: %v; want title named", p)
+	}
+
 	env.shortener.update = nil
-	w = env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"title":"only a title","crawlable":true}`, shlinkGoodKey)
+	w = env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"crawlable":true,"forwardQuery":true}`, shlinkGoodKey)
 	if m := object(t, w); w.Code != 200 || env.shortener.update != nil || m["shortCode"] != "abcd123" {
 		t.Errorf("PATCH of ignored fields: %d %s, UpdateLink %v; want the link, unchanged", w.Code, w.Body, env.shortener.update)
 	}
-	p := shlinkProblemOf(t, env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"validSince":"2030-01-01T00:00:00Z"}`, shlinkGoodKey), 400, "invalid-data")
+	p = shlinkProblemOf(t, env.do("PATCH", "/rest/v3/short-urls/abcd123", `{"validSince":"2030-01-01T00:00:00Z"}`, shlinkGoodKey), 400, "invalid-data")
 	if got := strList(p["invalidElements"]); !slices.Equal(got, []string{"validSince"}) {
 		t.Errorf("PATCH of validSince: %v", p)
 	}

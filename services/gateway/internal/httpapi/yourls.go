@@ -185,7 +185,10 @@ func (a *API) yourlsForm(c *call) (url.Values, error) {
 // that route. Without a keyword the code is derived from the URL
 // (CODE_MODE_FROM_URL), so that shortening a URL again finds its link, as
 // YOURLS with unique URLs does, and answers as YOURLS does then: status
-// fail, code error:url, the existing short URL, statusCode 200.
+// fail, code error:url, the existing short URL, statusCode 200 (the
+// request's title is not applied then, as in YOURLS). title is the link's
+// title; without one the answers show the long URL, as YOURLS does when it
+// cannot read the page's title.
 func (a *API) yourlsShorten(c *call, format string, p url.Values) error {
 	if err := a.edgeQuota(c, "POST /v1/links"); err != nil {
 		return err
@@ -194,7 +197,7 @@ func (a *API) yourlsShorten(c *call, format string, p url.Values) error {
 	if strings.TrimSpace(long) == "" {
 		return &yourlsError{"error:nourl", badParameter("url", "Missing or malformed URL: url is required")}
 	}
-	req := &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL}
+	req := &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL, Title: p.Get("title")}
 	if kw := p.Get("keyword"); kw != "" {
 		req.Mode, req.CustomAlias = shortenerv1.CodeMode_CODE_MODE_CUSTOM, kw
 	}
@@ -213,7 +216,7 @@ func (a *API) yourlsShorten(c *call, format string, p url.Values) error {
 	l := resp.GetLink()
 	ip := c.st.ip
 	out := map[string]any{
-		"status": "success", "message": l.GetLongUrl() + " added to database", "title": l.GetLongUrl(),
+		"status": "success", "message": l.GetLongUrl() + " added to database", "title": yourlsTitle(l),
 		"shorturl": l.GetShortUrl(), "statusCode": 200,
 	}
 	if !resp.GetCreated() {
@@ -221,10 +224,19 @@ func (a *API) yourlsShorten(c *call, format string, p url.Values) error {
 		ip = ""
 		out["status"], out["code"], out["message"] = "fail", "error:url", l.GetLongUrl()+" already exists in database"
 	}
-	out["url"] = map[string]string{"keyword": l.GetCode(), "url": l.GetLongUrl(), "title": l.GetLongUrl(),
+	out["url"] = map[string]string{"keyword": l.GetCode(), "url": l.GetLongUrl(), "title": yourlsTitle(l),
 		"date": l.GetCreateTime().AsTime().UTC().Format(yourlsDate), "ip": ip}
 	a.yourlsWrite(c, format, http.StatusOK, out, l.GetShortUrl())
 	return nil
+}
+
+// yourlsTitle is l's title as YOURLS answers it: the long URL when it has
+// none.
+func yourlsTitle(l *shortenerv1.Link) string {
+	if t := l.GetTitle(); t != "" {
+		return t
+	}
+	return l.GetLongUrl()
 }
 
 // aliasRefused reports whether the shortener refused the custom alias
@@ -304,7 +316,7 @@ func (a *API) yourlsExpand(c *call, format string, p url.Values) error {
 		return err
 	}
 	a.yourlsWrite(c, format, http.StatusOK, map[string]any{
-		"keyword": l.GetCode(), "shorturl": l.GetShortUrl(), "longurl": l.GetLongUrl(), "title": l.GetLongUrl(),
+		"keyword": l.GetCode(), "shorturl": l.GetShortUrl(), "longurl": l.GetLongUrl(), "title": yourlsTitle(l),
 		"simple": l.GetLongUrl(), "message": "success", "statusCode": 200,
 	}, l.GetLongUrl())
 	return nil
@@ -328,7 +340,7 @@ func (a *API) yourlsURLStats(c *call, format string, p url.Values) error {
 	clicks := strconv.FormatInt(counts.GetTotal(), 10)
 	a.yourlsWrite(c, format, http.StatusOK, map[string]any{
 		"statusCode": 200, "message": "success",
-		"link": map[string]string{"shorturl": l.GetShortUrl(), "url": l.GetLongUrl(), "title": l.GetLongUrl(),
+		"link": map[string]string{"shorturl": l.GetShortUrl(), "url": l.GetLongUrl(), "title": yourlsTitle(l),
 			"timestamp": l.GetCreateTime().AsTime().UTC().Format(yourlsDate), "ip": "", "clicks": clicks},
 	}, clicks)
 	return nil

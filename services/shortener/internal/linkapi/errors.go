@@ -42,6 +42,7 @@ const (
 	ReasonScannerDown      = "URL_SCANNER_UNAVAILABLE"
 	ReasonStoreDown        = "LINK_STORE_UNAVAILABLE"
 	ReasonTagsInvalid      = "TAGS_INVALID"
+	ReasonTitleInvalid     = "TITLE_INVALID"
 	ReasonMaxVisitsInvalid = "MAX_VISITS_INVALID"
 	ReasonPasswordInvalid  = "PASSWORD_INVALID"
 	ReasonBatchSizeInvalid = "BATCH_SIZE_INVALID"

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"unicode"
+	"unicode/utf8"
 
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/linkpass"
@@ -22,7 +24,32 @@ const (
 	MaxTagLength = 32
 	// MaxVisitsLimit bounds max_visits.
 	MaxVisitsLimit = 1_000_000_000
+	// MaxTitleLength bounds a title, in characters (Unicode code points):
+	// Shlink's bound, so that every Shlink title imports. At most 2,048
+	// bytes of UTF-8.
+	MaxTitleLength = 512
 )
+
+// checkTitle checks a link's title: valid UTF-8, at most MaxTitleLength
+// characters, no control characters (C0, DEL, C1: a newline or an escape
+// sequence in a title would break the lists and logs it is shown in). The
+// title is kept as sent: nothing is trimmed or mapped, so what an import
+// carries is what the link shows.
+func checkTitle(title string) error {
+	if !utf8.ValidString(title) {
+		return rpcerr.Invalidf("title", ReasonTitleInvalid, "title is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(title); n > MaxTitleLength {
+		return rpcerr.Invalidf("title", ReasonTitleInvalid, "title has %d characters; at most %d are allowed", n, MaxTitleLength)
+	}
+	for i, r := range title {
+		if unicode.IsControl(r) {
+			return rpcerr.Invalidf("title", ReasonTitleInvalid,
+				"title has a control character (%U) at byte %d: titles are one line of text, without newlines or tabs", r, i)
+		}
+	}
+	return nil
+}
 
 // normalizeTag checks one tag and returns its lower-case form: 1 to
 // MaxTagLength characters of a-z, 0-9, '.', '_' or '-' (upper-case ASCII

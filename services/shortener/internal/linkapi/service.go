@@ -59,7 +59,7 @@ const (
 	// rest of the response, and one link (URLs up to 64 KiB each) always fits.
 	MaxPageBytes = 1 << 20
 	// updatable lists the update_mask paths UpdateLink accepts.
-	updatable = "long_url, redirect_type, expire_time, disabled, tags, max_visits, password, device_targets, rules or variants"
+	updatable = "long_url, redirect_type, expire_time, disabled, tags, title, max_visits, password, device_targets, rules or variants"
 )
 
 // Options are the service's settings.
@@ -621,6 +621,10 @@ func (s *Service) prepare(req *shortenerv1.CreateLinkRequest) (draft, error) {
 	if l.Tags, err = normalizeTags(req.GetTags()); err != nil {
 		return draft{}, err
 	}
+	if err := checkTitle(req.GetTitle()); err != nil {
+		return draft{}, err
+	}
+	l.Title = req.GetTitle()
 	if err := checkMaxVisits(req.GetMaxVisits()); err != nil {
 		return draft{}, err
 	}
@@ -1053,6 +1057,7 @@ func (s *Service) toProto(l linkstore.Link) *shortenerv1.Link {
 		UpdateTime:   timestamppb.New(l.Updated),
 		Disabled:     l.Disabled,
 		Tags:         l.Tags,
+		Title:        l.Title,
 		MaxVisits:    l.MaxVisits,
 		// Password is input only: never set here.
 		PasswordProtected: l.PasswordHash != "",
@@ -1139,7 +1144,8 @@ func (s *Service) ListLinks(ctx context.Context, req *shortenerv1.ListLinksReque
 // after the update, the stored ones it keeps too, and is refused
 // (URL_BLOCKED, the link stays as it was) if the scanner blocks one: a link
 // the blocklist sweep disabled cannot be switched back on while its
-// destination is blocked. tags replaces the tags; "password" sets a new
+// destination is blocked. tags replaces the tags, title the title ("" clears
+// it); "password" sets a new
 // password (validated, charged to the link creation quota like a new link,
 // hashed) or, given "", removes it. max_visits changes the limit only: the
 // visits counted so far in Redis (linkcache.VisitsKey) are kept, so raising
@@ -1196,6 +1202,12 @@ func (s *Service) UpdateLink(ctx context.Context, req *shortenerv1.UpdateLinkReq
 				return nil, toStatus(ctx, s.log, "update", err)
 			}
 			ch.Tags = &tags
+		case "title":
+			title := link.GetTitle()
+			if err := checkTitle(title); err != nil {
+				return nil, toStatus(ctx, s.log, "update", err)
+			}
+			ch.Title = &title
 		case "max_visits":
 			n := link.GetMaxVisits()
 			if err := checkMaxVisits(n); err != nil {

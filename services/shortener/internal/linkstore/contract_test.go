@@ -60,7 +60,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 		exp := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 		want := linkstore.Link{Code: run + "f1", Tenant: tenant, LongURL: "https://example.com/f", Status: 308,
 			Expires: &exp, Tags: []string{"b", "a"}, MaxVisits: 7, PasswordHash: "$argon2id$x",
-			IOSURL: "https://example.com/ios", DesktopURL: "https://example.com/desk"}
+			IOSURL: "https://example.com/ios", DesktopURL: "https://example.com/desk", Title: " Ünïcödé <b>title</b> "}
 		stored := insert(t, want)
 		got, err := s.Get(ctx, tenant, want.Code)
 		if err != nil {
@@ -70,13 +70,13 @@ func testContract(t *testing.T, s contractStore, run string) {
 			if l.Code != want.Code || l.Tenant != tenant || l.LongURL != want.LongURL || l.Status != 308 ||
 				l.Expires == nil || !l.Expires.Equal(exp) || !slices.Equal(l.Tags, want.Tags) || l.MaxVisits != 7 ||
 				l.PasswordHash != want.PasswordHash || l.IOSURL != want.IOSURL || l.AndroidURL != "" ||
-				l.DesktopURL != want.DesktopURL || l.Disabled || l.Deleted != nil || l.Created.IsZero() || !l.Updated.Equal(l.Created) {
+				l.DesktopURL != want.DesktopURL || l.Title != want.Title || l.Disabled || l.Deleted != nil || l.Created.IsZero() || !l.Updated.Equal(l.Created) {
 				t.Errorf("%s returned %+v; want the fields inserted, %+v", name, l, want)
 			}
 		}
 		bare := insert(t, linkstore.Link{Code: run + "f2", Tenant: tenant, LongURL: "https://example.com/bare"})
-		if bare.Tags == nil || len(bare.Tags) != 0 || bare.Expires != nil {
-			t.Errorf("a link without tags or expiry: tags %#v, expiry %v; want an empty slice and nil", bare.Tags, bare.Expires)
+		if bare.Tags == nil || len(bare.Tags) != 0 || bare.Expires != nil || bare.Title != "" {
+			t.Errorf("a link without tags, expiry or title: tags %#v, expiry %v, title %q; want an empty slice, nil and none", bare.Tags, bare.Expires, bare.Title)
 		}
 	})
 
@@ -276,14 +276,14 @@ func testContract(t *testing.T, s contractStore, run string) {
 		insert(t, linkstore.Link{Code: run + "m1", Tenant: tenant, LongURL: "https://example.com/m1"})
 		got, err := s.InsertMany(ctx, []linkstore.Link{
 			{Code: run + "m1", Tenant: other, LongURL: "https://example.com/taken"},
-			{Code: run + "m2", Tenant: other, LongURL: "https://example.com/m2", Tags: []string{"x"}},
+			{Code: run + "m2", Tenant: other, LongURL: "https://example.com/m2", Tags: []string{"x"}, Title: "M2, \"quoted\""},
 			{Code: run + "m3", Tenant: other, LongURL: "https://example.com/m3"},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != 2 || got[run+"m2"].LongURL != "https://example.com/m2" || !slices.Equal(got[run+"m2"].Tags, []string{"x"}) ||
-			got[run+"m3"].Tenant != other || got[run+"m3"].Tags == nil {
+			got[run+"m2"].Title != "M2, \"quoted\"" || got[run+"m3"].Title != "" || got[run+"m3"].Tenant != other || got[run+"m3"].Tags == nil {
 			t.Errorf("InsertMany returned %+v; want m2 and m3 stored as given, m1 left out", got)
 		}
 		if l, err := s.Get(ctx, tenant, run+"m1"); err != nil || l.LongURL != "https://example.com/m1" {
@@ -416,7 +416,7 @@ func testContract(t *testing.T, s contractStore, run string) {
 	t.Run("UpdateChangesOnlyTheGivenFields", func(t *testing.T) {
 		exp := time.Now().Add(time.Hour)
 		l := insert(t, linkstore.Link{Code: run + "u1", Tenant: tenant, LongURL: "https://example.com/u", Status: 301,
-			Expires: &exp, Tags: []string{"a"}, MaxVisits: 3, PasswordHash: "h", AndroidURL: "https://example.com/and"})
+			Expires: &exp, Tags: []string{"a"}, MaxVisits: 3, PasswordHash: "h", AndroidURL: "https://example.com/and", Title: "kept"})
 		newURL, disabled, noExpiry := "https://example.com/u2", true, (*time.Time)(nil)
 		got, err := s.Update(ctx, tenant, l.Code, linkstore.Changes{LongURL: &newURL, Disabled: &disabled,
 			Expires: &noExpiry, Targets: &linkstore.DeviceURLs{IOS: "https://example.com/ios"}})
@@ -425,16 +425,20 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 		if got.LongURL != newURL || !got.Disabled || got.Expires != nil || got.IOSURL != "https://example.com/ios" ||
 			got.AndroidURL != "" || got.Status != 301 || !slices.Equal(got.Tags, []string{"a"}) || got.MaxVisits != 3 ||
-			got.PasswordHash != "h" || got.Updated.Before(l.Updated) {
+			got.PasswordHash != "h" || got.Title != "kept" || got.Updated.Before(l.Updated) {
 			t.Errorf("after Update: %+v; want long_url, disabled, expiry and targets changed, the rest kept", got)
 		}
 		if read, err := s.Get(ctx, tenant, l.Code); err != nil || read.LongURL != newURL || !read.Disabled {
 			t.Errorf("Get after Update: %+v, %v", read, err)
 		}
+		title := "new title"
+		if got, err = s.Update(ctx, tenant, l.Code, linkstore.Changes{Title: &title}); err != nil || got.Title != title || got.LongURL != newURL {
+			t.Errorf("changing the title: %+v, %v", got, err)
+		}
 		empty, none := []string{}, ""
-		got, err = s.Update(ctx, tenant, l.Code, linkstore.Changes{Tags: &empty, PasswordHash: &none})
-		if err != nil || got.Tags == nil || len(got.Tags) != 0 || got.PasswordHash != "" || got.LongURL != newURL {
-			t.Errorf("clearing tags and password: %+v, %v", got, err)
+		got, err = s.Update(ctx, tenant, l.Code, linkstore.Changes{Tags: &empty, PasswordHash: &none, Title: &none})
+		if err != nil || got.Tags == nil || len(got.Tags) != 0 || got.PasswordHash != "" || got.Title != "" || got.LongURL != newURL {
+			t.Errorf("clearing tags, password and title: %+v, %v", got, err)
 		}
 	})
 

@@ -75,6 +75,8 @@ type Link struct {
 	// Tags are the link's labels, normalised by the caller; never nil when
 	// read (an empty slice for none).
 	Tags []string
+	// Title is the link's title, validated by the caller; "" for none.
+	Title string
 	// MaxVisits is the visit limit; 0 means none.
 	MaxVisits int64
 	// PasswordHash is the Argon2id PHC string; empty: no password.
@@ -117,7 +119,7 @@ func New(db *pgxpool.Pool, timeout time.Duration) *Store {
 }
 
 const columns = `code, tenant, long_url, redirect_type, created_at, updated_at, expires_at, disabled, deleted_at,
-	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, url_key, domain, xmin`
+	tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, url_key, domain, title, xmin`
 
 // scan reads a row of columns, then into extra the row's further columns.
 func scan(row pgx.Row, extra ...any) (Link, error) {
@@ -126,7 +128,7 @@ func scan(row pgx.Row, extra ...any) (Link, error) {
 	var hash, ios, android, desktop *string
 	var rules []byte
 	err := row.Scan(append([]any{&l.Code, &l.Tenant, &l.LongURL, &status, &l.Created, &l.Updated, &l.Expires, &l.Disabled, &l.Deleted,
-		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules, &l.URLKey, &l.Domain, &l.Version}, extra...)...)
+		&l.Tags, &l.MaxVisits, &hash, &ios, &android, &desktop, &rules, &l.URLKey, &l.Domain, &l.Title, &l.Version}, extra...)...)
 	if err != nil {
 		return l, err
 	}
@@ -186,12 +188,12 @@ func (s *Store) NextBlocks(ctx context.Context, n int) ([]int64, error) {
 
 // insertColumns are the columns Insert and InsertMany write, in the order
 // of insertArgs.
-const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, domain`
+const insertColumns = `code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, domain, title`
 
 func insertArgs(l Link) []any {
 	return []any{l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, tagsOf(l.Tags), l.MaxVisits,
 		nullIfEmpty(l.PasswordHash), nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL), rulesJSON(l.Rules),
-		l.Domain, l.URLKey}
+		l.Domain, l.Title, l.URLKey}
 }
 
 // rulesJSON is a Set as the rules column stores it: NULL for none.
@@ -219,7 +221,7 @@ const requestKeyIndex = "links_tenant_request_key"
 const releaseURLKey = `UPDATE links SET url_key = NULL
 	WHERE tenant = $1 AND url_key = $2 AND deleted_at IS NULL AND (disabled OR expires_at <= now())`
 
-// Insert stores l (Code, Tenant, LongURL, Status, Expires, Tags, MaxVisits,
+// Insert stores l (Code, Tenant, LongURL, Status, Expires, Tags, Title, MaxVisits,
 // PasswordHash, the device URLs, Rules, URLKey, RequestKey and RequestHash)
 // unless its code is taken (ON CONFLICT DO NOTHING: a collision is an
 // answer, not an error that aborts anything), its URLKey is (ErrURLTaken)
@@ -277,8 +279,8 @@ func servedIn(n int) string {
 func insert(ctx context.Context, db querier, l Link) (Link, error) {
 	got, err := scan(db.QueryRow(ctx, `
 		INSERT INTO links (`+insertColumns+`, url_key, request_key, request_hash)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16
-		WHERE NOT `+servedIn(17)+`
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, $16, $17
+		WHERE NOT `+servedIn(18)+`
 		ON CONFLICT (code) DO NOTHING
 		RETURNING `+columns, append(insertArgs(l), l.RequestKey, l.RequestHash, l.RefuseHosts)...))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -318,10 +320,10 @@ const insertMany = `
 	INSERT INTO links (` + insertColumns + `)
 	SELECT r.code, r.tenant, r.long_url, r.redirect_type, r.expires_at,
 		ARRAY(SELECT t.tag FROM jsonb_array_elements_text(r.tags::jsonb) WITH ORDINALITY AS t(tag, n) ORDER BY t.n),
-		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url, r.rules::jsonb, r.domain
+		r.max_visits, r.password_hash, r.ios_url, r.android_url, r.desktop_url, r.rules::jsonb, r.domain, r.title
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::timestamptz[], $6::text[], $7::int8[],
-		$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
-		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, domain)
+		$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])
+		AS r(code, tenant, long_url, redirect_type, expires_at, tags, max_visits, password_hash, ios_url, android_url, desktop_url, rules, domain, title)
 	ON CONFLICT (code) DO NOTHING
 	RETURNING ` + columns
 
@@ -342,7 +344,7 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 	n := len(links)
 	var (
 		code, tenant, longURL, tags = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		domain                      = make([]string, n)
+		domain, title               = make([]string, n), make([]string, n)
 		status                      = make([]int16, n)
 		expires                     = make([]*time.Time, n)
 		maxVisits                   = make([]int64, n)
@@ -355,7 +357,7 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 			return nil, fmt.Errorf("insert links: encode tags: %w", err)
 		}
 		code[i], tenant[i], longURL[i], status[i], expires[i], tags[i] = l.Code, l.Tenant, l.LongURL, int16(l.Status), l.Expires, string(t)
-		maxVisits[i], hash[i], domain[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash), l.Domain
+		maxVisits[i], hash[i], domain[i], title[i] = l.MaxVisits, nullIfEmpty(l.PasswordHash), l.Domain, l.Title
 		ios[i], android[i], desktop[i] = nullIfEmpty(l.IOSURL), nullIfEmpty(l.AndroidURL), nullIfEmpty(l.DesktopURL)
 		rules[i] = rulesJSON(l.Rules)
 	}
@@ -369,7 +371,7 @@ func (s *Store) InsertMany(ctx context.Context, links []Link) (map[string]Link, 
 	if err := lockDomains(ctx, tx, links); err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, rules, domain)
+	rows, err := tx.Query(ctx, insertMany, code, tenant, longURL, status, expires, tags, maxVisits, hash, ios, android, desktop, rules, domain, title)
 	if err != nil {
 		return nil, fmt.Errorf("insert links: %w", err)
 	}
@@ -696,6 +698,8 @@ type Changes struct {
 	Disabled *bool
 	// Tags replaces the tags (an empty slice clears them).
 	Tags *[]string
+	// Title replaces the title ("" clears it).
+	Title *string
 	// MaxVisits replaces the visit limit. The visits counted so far (in
 	// Redis) are kept.
 	MaxVisits *int64
@@ -771,11 +775,12 @@ func (s *Store) Update(ctx context.Context, tenant, code string, ch Changes) (Li
 				- (CASE WHEN $17 THEN 'r' ELSE '' END) - (CASE WHEN $19 THEN 'v' ELSE '' END)
 				|| COALESCE($18::jsonb, '{}'::jsonb) || COALESCE($20::jsonb, '{}'::jsonb), '{}'::jsonb) ELSE rules END,
 			url_key       = CASE WHEN $3::text IS DISTINCT FROM NULL AND $3::text <> long_url THEN NULL ELSE url_key END,
+			title         = COALESCE($22, title),
 			updated_at    = now()
 		WHERE code = $1 AND tenant = $2 AND deleted_at IS NULL AND `+inVersion(21)), code, tenant, ch.LongURL, status, ch.Expires != nil, expires, ch.Disabled,
 		ch.Tags != nil, tags, ch.MaxVisits, ch.PasswordHash != nil, hash,
 		ch.Targets != nil, nullIfEmpty(targets.IOS), nullIfEmpty(targets.Android), nullIfEmpty(targets.Desktop),
-		ch.Rules != nil, rulesPart(ch.Rules, nil), ch.Variants != nil, rulesPart(nil, ch.Variants), versionArg(ch.IfVersion)))
+		ch.Rules != nil, rulesPart(ch.Rules, nil), ch.Variants != nil, rulesPart(nil, ch.Variants), versionArg(ch.IfVersion), ch.Title))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Link{}, s.missing(ctx, tenant, code, ch.IfVersion)
 	}

@@ -365,13 +365,21 @@ function linkStatus(l) {
   return 'active';
 }
 
+// targetCell shows the link's title, when it has one, above its long URL.
+function targetCell(l) {
+  const td = el('td', {});
+  if (l.title) td.append(el('span', { class: 'link-title', title: l.title, text: l.title }), el('br'));
+  td.append(el('span', { class: 'target', title: l.longUrl, text: l.longUrl }));
+  return td;
+}
+
 function linkRow(l) {
   const status = linkStatus(l);
   const first = el('td', {}, el('a', { href: safeHref(l.shortUrl), class: 'short', target: '_blank', rel: 'noopener noreferrer', text: l.shortUrl }));
   if (l.passwordProtected) first.append(' ', el('span', { class: 'tag', text: 'password' }));
   return el('tr', { 'data-code': l.code, 'data-domain': l.domain || '' },
     first,
-    el('td', {}, el('span', { class: 'target', title: l.longUrl, text: l.longUrl })),
+    targetCell(l),
     el('td', {}, ...(l.tags || []).map((t) => el('span', { class: 'tag', text: t }))),
     el('td', { class: 'clicks', text: '…' }),
     el('td', { text: num(l.maxVisits) ? 'max ' + num(l.maxVisits) : '—' }),
@@ -438,6 +446,7 @@ function openForm(link) {
   $('f-from-url').checked = false;
   $('f-from-url-label').hidden = !!link;
   $('f-tags').value = link ? (link.tags || []).join(', ') : '';
+  $('f-title').value = link ? link.title || '' : '';
   $('f-expire').value = link && link.expireTime ? dateInput(link.expireTime) : '';
   $('f-max-visits').value = link && num(link.maxVisits) ? num(link.maxVisits) : '';
   $('f-password').value = '';
@@ -493,6 +502,8 @@ function readForm() {
     fromUrl: $('f-from-url').checked,
     domain: $('f-domain').value,
     tags: $('f-tags').value.split(',').map((s) => s.trim()).filter(Boolean),
+    // As typed: the API keeps a title as sent, and says what is wrong.
+    title: $('f-title').value,
     expire,
     // The end of the chosen day, local time.
     expireTime: expire ? new Date(expire + 'T23:59:59').toISOString() : null,
@@ -515,6 +526,7 @@ function createBody(f) {
   else if (f.alias) Object.assign(b, { mode: 'CODE_MODE_CUSTOM', customAlias: f.alias });
   if (f.domain) b.domain = f.domain;
   if (f.tags.length) b.tags = f.tags;
+  if (f.title) b.title = f.title;
   if (f.expireTime) b.expireTime = f.expireTime;
   if (f.maxVisits) b.maxVisits = f.maxVisits;
   if (f.password) b.password = f.password;
@@ -525,12 +537,14 @@ function createBody(f) {
 }
 
 // patchBody is the PATCH body: only the fields that changed ("expireTime":
-// null clears the expiry, "password": "" removes the password).
+// null clears the expiry, "password": "" removes the password, "title": ""
+// the title).
 function patchBody(l, f) {
   const b = {};
   const t = l.deviceTargets || {};
   if (f.longUrl !== l.longUrl) b.longUrl = f.longUrl;
   if (f.tags.join(',') !== (l.tags || []).join(',')) b.tags = f.tags;
+  if (f.title !== (l.title || '')) b.title = f.title;
   if (f.expire !== (l.expireTime ? dateInput(l.expireTime) : '')) b.expireTime = f.expireTime;
   if (f.maxVisits !== num(l.maxVisits)) b.maxVisits = f.maxVisits;
   if (f.password) b.password = f.password;
@@ -660,6 +674,7 @@ async function loadStats(l) {
       api('GET', linkPath(l, '/stats?' + q)),
     ]);
     if (latest()) {
+      $('stats-title').textContent = link.title || '';
       $('stats-target').textContent = link.shortUrl + ' → ' + link.longUrl;
       renderStats(stats);
     }
@@ -675,6 +690,7 @@ async function loadStats(l) {
 
 // clearStats empties what the stats view drew.
 function clearStats() {
+  $('stats-title').textContent = '';
   $('stats-target').textContent = '';
   $('chart').replaceChildren();
   for (const t of document.querySelectorAll('#view-stats table')) t.tBodies[0].replaceChildren();

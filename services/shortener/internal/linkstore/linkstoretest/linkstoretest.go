@@ -415,6 +415,9 @@ func (f *Fake) Update(_ context.Context, tenant, code string, ch linkstore.Chang
 		if ch.Tags != nil {
 			l.Tags = append([]string{}, *ch.Tags...)
 		}
+		if ch.Title != nil {
+			l.Title = *ch.Title
+		}
 		if ch.MaxVisits != nil {
 			l.MaxVisits = *ch.MaxVisits
 		}
