@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -353,7 +354,8 @@ func (a *API) bitlinkGet(c *call) error {
 // /v1/links/{code}: long_url and tags changed when given; title accepted
 // and not kept; archived false only (an archived Bitly link still
 // redirects, kurz can only disable one, which stops it); deeplinks empty;
-// the bitlink's other fields (a client sending the bitlink back) ignored.
+// the bitlink's other fields (a client sending the bitlink back) ignored;
+// a field given as null is not given (bitlyOmitNulls).
 func (a *API) bitlinkEdit(c *call) error {
 	host, code, err := bitlinkOnly(c)
 	if err != nil {
@@ -363,6 +365,7 @@ func (a *API) bitlinkEdit(c *call) error {
 	if err != nil {
 		return err
 	}
+	bitlyOmitNulls(f)
 	link := &shortenerv1.Link{}
 	mask := f.editTags("tags", link, f.editLongURL("long_url", link, nil))
 	if f.boolean("archived") {
@@ -389,6 +392,15 @@ func (a *API) bitlinkEdit(c *call) error {
 	}
 	writeJSON(c.w, http.StatusOK, bitlinkOf(l, c.tenant()))
 	return nil
+}
+
+// bitlyOmitNulls drops the fields f gives as null: Bitly takes a null as
+// a field not given, and its clients send every field they know, null when
+// unset (the Ruby gem's Bitlink#update sends the whole bitlink), which read
+// as given refused a PATCH of tags (long_url null) or cleared the link's
+// tags on a PATCH of long_url.
+func bitlyOmitNulls(f *shlinkFields) {
+	maps.DeleteFunc(f.m, func(_ string, v json.RawMessage) bool { return string(v) == "null" })
 }
 
 // bitlinkDelete is DELETE /v4/bitlinks/{bitlink}, charged as DELETE

@@ -310,3 +310,27 @@ func TestBitlyRangeStarts(t *testing.T) {
 		}
 	}
 }
+
+// A PATCH takes a field given as null as not given, as Bitly does: its
+// clients send every field they know, null when unset (the Ruby gem's
+// Bitlink#update), and a null long_url or tags read as given refused the
+// call or cleared the link's tags.
+func TestBitlyEditTakesNullAsNotGiven(t *testing.T) {
+	env := newBitlyEnv(t, shlinkLink("abcd123", "keep"))
+	const nulls = `"archived":null,"created_at":null,"title":null,"deeplinks":null,"created_by":null,"client_id":null,"custom_bitlinks":null,"link":null,"id":null,"references":null`
+	w := env.do("PATCH", "/v4/bitlinks/k.test/abcd123", `{"tags":["moved"],"long_url":null,`+nulls+`}`, shlinkGoodKey)
+	u := env.handler.shortener.update
+	if w.Code != 200 || u == nil || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"tags"}) {
+		t.Errorf("tags with long_url null: %d %s, update %v; want 200 and tags changed only", w.Code, strings.TrimSpace(w.Body.String()), u)
+	}
+	env.handler.shortener.update = nil
+	w = env.do("PATCH", "/v4/bitlinks/k.test/abcd123", `{"long_url":"https://example.com/new","tags":null,`+nulls+`}`, shlinkGoodKey)
+	u = env.handler.shortener.update
+	if w.Code != 200 || u == nil || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"long_url"}) {
+		t.Errorf("long_url with tags null: %d %s, update %v; want 200 and long_url changed only (the tags kept)", w.Code, strings.TrimSpace(w.Body.String()), u)
+	}
+	env.handler.shortener.update = nil
+	if w := env.do("PATCH", "/v4/bitlinks/k.test/abcd123", `{"tags":[],"long_url":""}`, shlinkGoodKey); w.Code != 400 {
+		t.Errorf("long_url empty: %d %s; want 400 (an empty URL is not a null)", w.Code, w.Body)
+	}
+}
