@@ -501,14 +501,15 @@ func (a *API) bitlyGroups(c *call) error {
 // bitlyGroupLinks is GET /v4/groups/{group_guid}/bitlinks, charged as GET
 // /v1/links: one ListLinks page of size links (50 by default, at most
 // 1,000), newest first, from search_after (a page token; pagination.next
-// holds the next page's); one tag at most (tags); archived on is an empty
+// holds the next page's; page, a page number, only 1); one tag at most
+// (tags); archived on is an empty
 // page (kurz archives nothing). Bitly's other filters are refused by name
 // rather than ignored, which would have the page believed filtered.
 func (a *API) bitlyGroupLinks(c *call) error {
 	if err := bitlyGroup(c, c.r.PathValue("group_guid")); err != nil {
 		return err
 	}
-	q, err := shlinkQuery(c, "size", "search_after", "archived", "query", "created_before", "created_after",
+	q, err := shlinkQuery(c, "size", "search_after", "page", "archived", "query", "created_before", "created_after", "modified_after",
 		"campaign_guid", "channel_guid", "custom_bitlink", "keyword", "encoding_login", "domain_deeplinks", "deeplinks", "launchpad_ids")
 	if err != nil {
 		return err
@@ -516,6 +517,11 @@ func (a *API) bitlyGroupLinks(c *call) error {
 	size, err := shlinkCount(q, "size", bitlyDefaultSize, 1, bitlyMaxSize)
 	if err != nil {
 		return err
+	}
+	// A page number past the first is refused, not ignored: the first
+	// page would be answered for every page a client asks for by number.
+	if p := q.Get("page"); p != "" && p != "1" {
+		return badParameter("page", "kurz pages by search_after, not by page number: ask for page 1 (or leave page out), then follow pagination.next, or send its pagination.search_after as search_after")
 	}
 	token := q.Get("search_after")
 	if len(token) > bitlyMaxToken {
@@ -531,7 +537,7 @@ func (a *API) bitlyGroupLinks(c *call) error {
 	default:
 		return badParameter("archived", `archived must be "on", "off" or "both"`)
 	}
-	for _, name := range []string{"query", "created_before", "created_after", "campaign_guid", "channel_guid", "keyword", "encoding_login", "launchpad_ids"} {
+	for _, name := range []string{"query", "created_before", "created_after", "modified_after", "campaign_guid", "channel_guid", "keyword", "encoding_login", "launchpad_ids"} {
 		if q.Get(name) != "" {
 			return badParameter(name, fmt.Sprintf("kurz cannot filter links by %s: leave it out (tags filters by one tag)", name))
 		}

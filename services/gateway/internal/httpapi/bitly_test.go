@@ -334,3 +334,25 @@ func TestBitlyEditTakesNullAsNotGiven(t *testing.T) {
 		t.Errorf("long_url empty: %d %s; want 400 (an empty URL is not a null)", w.Code, w.Body)
 	}
 }
+
+// A list refuses what it cannot honour rather than answer another page
+// than asked: a page number past the first (kurz pages by search_after;
+// R's urlshorteneR pages by number, and got the first page again for
+// every page) and modified_after (the page was believed filtered).
+// page=1 and parameters sent empty (the Ruby gem sends unset ones so)
+// are taken.
+func TestBitlyGroupLinksRefuseWhatTheyCannotHonour(t *testing.T) {
+	env := newBitlyEnv(t, shlinkLink("abcd123"), shlinkLink("efgh456"))
+	for _, tc := range []struct{ query, message string }{
+		{"size=1&page=2", "INVALID_ARG_PAGE"},
+		{"page=x", "INVALID_ARG_PAGE"},
+		{"modified_after=1700000000", "INVALID_ARG_MODIFIED_AFTER"},
+	} {
+		bitlyErrorOf(t, env.do("GET", "/v4/groups/acme/bitlinks?"+tc.query, "", shlinkGoodKey), 400, tc.message)
+	}
+	for _, q := range []string{"size=1&page=1", "size=1&page&modified_after&keyword&query&tags"} {
+		if w := env.do("GET", "/v4/groups/acme/bitlinks?"+q, "", shlinkGoodKey); w.Code != 200 {
+			t.Errorf("?%s: %d %s; want 200", q, w.Code, w.Body)
+		}
+	}
+}
