@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -353,7 +354,8 @@ func (a *API) bitlinkGet(c *call) error {
 // /v1/links/{code}: long_url and tags changed when given; title accepted
 // and not kept; archived false only (an archived Bitly link still
 // redirects, kurz can only disable one, which stops it); deeplinks empty;
-// the bitlink's other fields (a client sending the bitlink back) ignored.
+// the bitlink's other fields (a client sending the bitlink back) ignored;
+// a field given as null is not given (bitlyOmitNulls).
 func (a *API) bitlinkEdit(c *call) error {
 	host, code, err := bitlinkOnly(c)
 	if err != nil {
@@ -363,6 +365,7 @@ func (a *API) bitlinkEdit(c *call) error {
 	if err != nil {
 		return err
 	}
+	bitlyOmitNulls(f)
 	link := &shortenerv1.Link{}
 	mask := f.editTags("tags", link, f.editLongURL("long_url", link, nil))
 	if f.boolean("archived") {
@@ -389,6 +392,15 @@ func (a *API) bitlinkEdit(c *call) error {
 	}
 	writeJSON(c.w, http.StatusOK, bitlinkOf(l, c.tenant()))
 	return nil
+}
+
+// bitlyOmitNulls drops the fields f gives as null: Bitly takes a null as
+// a field not given, and its clients send every field they know, null when
+// unset (the Ruby gem's Bitlink#update sends the whole bitlink), which read
+// as given refused a PATCH of tags (long_url null) or cleared the link's
+// tags on a PATCH of long_url.
+func bitlyOmitNulls(f *shlinkFields) {
+	maps.DeleteFunc(f.m, func(_ string, v json.RawMessage) bool { return string(v) == "null" })
 }
 
 // bitlinkDelete is DELETE /v4/bitlinks/{bitlink}, charged as DELETE
@@ -489,14 +501,15 @@ func (a *API) bitlyGroups(c *call) error {
 // bitlyGroupLinks is GET /v4/groups/{group_guid}/bitlinks, charged as GET
 // /v1/links: one ListLinks page of size links (50 by default, at most
 // 1,000), newest first, from search_after (a page token; pagination.next
-// holds the next page's); one tag at most (tags); archived on is an empty
+// holds the next page's; page, a page number, only 1); one tag at most
+// (tags); archived on is an empty
 // page (kurz archives nothing). Bitly's other filters are refused by name
 // rather than ignored, which would have the page believed filtered.
 func (a *API) bitlyGroupLinks(c *call) error {
 	if err := bitlyGroup(c, c.r.PathValue("group_guid")); err != nil {
 		return err
 	}
-	q, err := shlinkQuery(c, "size", "search_after", "archived", "query", "created_before", "created_after",
+	q, err := shlinkQuery(c, "size", "search_after", "page", "archived", "query", "created_before", "created_after", "modified_after",
 		"campaign_guid", "channel_guid", "custom_bitlink", "keyword", "encoding_login", "domain_deeplinks", "deeplinks", "launchpad_ids")
 	if err != nil {
 		return err
@@ -504,6 +517,11 @@ func (a *API) bitlyGroupLinks(c *call) error {
 	size, err := shlinkCount(q, "size", bitlyDefaultSize, 1, bitlyMaxSize)
 	if err != nil {
 		return err
+	}
+	// A page number past the first is refused, not ignored: the first
+	// page would be answered for every page a client asks for by number.
+	if p := q.Get("page"); p != "" && p != "1" {
+		return badParameter("page", "kurz pages by search_after, not by page number: ask for page 1 (or leave page out), then follow pagination.next, or send its pagination.search_after as search_after")
 	}
 	token := q.Get("search_after")
 	if len(token) > bitlyMaxToken {
@@ -519,7 +537,7 @@ func (a *API) bitlyGroupLinks(c *call) error {
 	default:
 		return badParameter("archived", `archived must be "on", "off" or "both"`)
 	}
-	for _, name := range []string{"query", "created_before", "created_after", "campaign_guid", "channel_guid", "keyword", "encoding_login", "launchpad_ids"} {
+	for _, name := range []string{"query", "created_before", "created_after", "modified_after", "campaign_guid", "channel_guid", "keyword", "encoding_login", "launchpad_ids"} {
 		if q.Get(name) != "" {
 			return badParameter(name, fmt.Sprintf("kurz cannot filter links by %s: leave it out (tags filters by one tag)", name))
 		}

@@ -310,3 +310,49 @@ func TestBitlyRangeStarts(t *testing.T) {
 		}
 	}
 }
+
+// A PATCH takes a field given as null as not given, as Bitly does: its
+// clients send every field they know, null when unset (the Ruby gem's
+// Bitlink#update), and a null long_url or tags read as given refused the
+// call or cleared the link's tags.
+func TestBitlyEditTakesNullAsNotGiven(t *testing.T) {
+	env := newBitlyEnv(t, shlinkLink("abcd123", "keep"))
+	const nulls = `"archived":null,"created_at":null,"title":null,"deeplinks":null,"created_by":null,"client_id":null,"custom_bitlinks":null,"link":null,"id":null,"references":null`
+	w := env.do("PATCH", "/v4/bitlinks/k.test/abcd123", `{"tags":["moved"],"long_url":null,`+nulls+`}`, shlinkGoodKey)
+	u := env.handler.shortener.update
+	if w.Code != 200 || u == nil || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"tags"}) {
+		t.Errorf("tags with long_url null: %d %s, update %v; want 200 and tags changed only", w.Code, strings.TrimSpace(w.Body.String()), u)
+	}
+	env.handler.shortener.update = nil
+	w = env.do("PATCH", "/v4/bitlinks/k.test/abcd123", `{"long_url":"https://example.com/new","tags":null,`+nulls+`}`, shlinkGoodKey)
+	u = env.handler.shortener.update
+	if w.Code != 200 || u == nil || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"long_url"}) {
+		t.Errorf("long_url with tags null: %d %s, update %v; want 200 and long_url changed only (the tags kept)", w.Code, strings.TrimSpace(w.Body.String()), u)
+	}
+	env.handler.shortener.update = nil
+	if w := env.do("PATCH", "/v4/bitlinks/k.test/abcd123", `{"tags":[],"long_url":""}`, shlinkGoodKey); w.Code != 400 {
+		t.Errorf("long_url empty: %d %s; want 400 (an empty URL is not a null)", w.Code, w.Body)
+	}
+}
+
+// A list refuses what it cannot honour rather than answer another page
+// than asked: a page number past the first (kurz pages by search_after;
+// R's urlshorteneR pages by number, and got the first page again for
+// every page) and modified_after (the page was believed filtered).
+// page=1 and parameters sent empty (the Ruby gem sends unset ones so)
+// are taken.
+func TestBitlyGroupLinksRefuseWhatTheyCannotHonour(t *testing.T) {
+	env := newBitlyEnv(t, shlinkLink("abcd123"), shlinkLink("efgh456"))
+	for _, tc := range []struct{ query, message string }{
+		{"size=1&page=2", "INVALID_ARG_PAGE"},
+		{"page=x", "INVALID_ARG_PAGE"},
+		{"modified_after=1700000000", "INVALID_ARG_MODIFIED_AFTER"},
+	} {
+		bitlyErrorOf(t, env.do("GET", "/v4/groups/acme/bitlinks?"+tc.query, "", shlinkGoodKey), 400, tc.message)
+	}
+	for _, q := range []string{"size=1&page=1", "size=1&page&modified_after&keyword&query&tags"} {
+		if w := env.do("GET", "/v4/groups/acme/bitlinks?"+q, "", shlinkGoodKey); w.Code != 200 {
+			t.Errorf("?%s: %d %s; want 200", q, w.Code, w.Body)
+		}
+	}
+}
