@@ -58,16 +58,19 @@ func TestBitlyLinkLifecycle(t *testing.T) {
 		t.Errorf("the bitlink through kurz's API: %s", r)
 	}
 
-	made := bitlyLink(t, c.do("POST", "/v4/bitlinks", fmt.Sprintf(`{"long_url":"%s/tagged","tags":["bitly"],"title":"Kept nowhere"}`, long)), http.StatusCreated)
+	made := bitlyLink(t, c.do("POST", "/v4/bitlinks", fmt.Sprintf(`{"long_url":"%s/tagged","tags":["bitly"],"title":"Spring sale"}`, long)), http.StatusCreated)
 	tagged := made["id"].(string)
 	for _, path := range []string{"/v4/bitlinks/" + tagged, "/v4/bitlinks/" + url.PathEscape(tagged)} {
-		if b := bitlyLink(t, c.do("GET", path, ""), http.StatusOK); b["id"] != tagged || fmt.Sprint(b["tags"]) != "[bitly]" {
+		if b := bitlyLink(t, c.do("GET", path, ""), http.StatusOK); b["id"] != tagged || fmt.Sprint(b["tags"]) != "[bitly]" || b["title"] != "Spring sale" {
 			t.Errorf("GET %s: %v", path, b)
 		}
 	}
-	changed := bitlyLink(t, c.do("PATCH", "/v4/bitlinks/"+tagged, fmt.Sprintf(`{"long_url":"%s/changed","tags":["bitly","moved"],"archived":false}`, long)), http.StatusOK)
-	if changed["long_url"] != long+"/changed" || fmt.Sprint(changed["tags"]) != "[bitly moved]" {
+	changed := bitlyLink(t, c.do("PATCH", "/v4/bitlinks/"+tagged, fmt.Sprintf(`{"long_url":"%s/changed","tags":["bitly","moved"],"archived":false,"title":null}`, long)), http.StatusOK)
+	if changed["long_url"] != long+"/changed" || fmt.Sprint(changed["tags"]) != "[bitly moved]" || changed["title"] != "Spring sale" {
 		t.Errorf("PATCH: %v", changed)
+	}
+	if b := bitlyLink(t, c.do("PATCH", "/v4/bitlinks/"+tagged, `{"title":""}`), http.StatusOK); b["title"] != nil {
+		t.Errorf("PATCH of an empty title: %v; want the title gone", b)
 	}
 	if r := c.do("POST", "/v4/expand", `{"bitlink_id":"`+tagged+`"}`); r.code != http.StatusOK || r.json(t)["long_url"] != long+"/changed" {
 		t.Errorf("expand: %s", r)

@@ -54,14 +54,15 @@ const (
 	bitlyMaxToken = 2048
 )
 
-// bitlink is Bitly's bitlink body. Title is absent: kurz links have no
-// title. Archived is always false (kurz archives nothing), and
+// bitlink is Bitly's bitlink body, title left out when the link has
+// none. Archived is always false (kurz archives nothing), and
 // custom_bitlinks and deeplinks are always empty.
 type bitlink struct {
 	References     map[string]string `json:"references"`
 	Link           string            `json:"link"`
 	ID             string            `json:"id"`
 	LongURL        string            `json:"long_url"`
+	Title          string            `json:"title,omitempty"`
 	Archived       bool              `json:"archived"`
 	CreatedAt      string            `json:"created_at"`
 	CustomBitlinks []string          `json:"custom_bitlinks"`
@@ -81,7 +82,7 @@ func bitlinkID(l *shortenerv1.Link) string {
 func bitlinkOf(l *shortenerv1.Link, guid string) bitlink {
 	return bitlink{
 		References: map[string]string{"group": bitlyPrefix + "groups/" + url.PathEscape(guid)},
-		Link:       l.GetShortUrl(), ID: bitlinkID(l), LongURL: l.GetLongUrl(),
+		Link:       l.GetShortUrl(), ID: bitlinkID(l), LongURL: l.GetLongUrl(), Title: l.GetTitle(),
 		CreatedAt:      l.GetCreateTime().AsTime().UTC().Format(bitlyDate),
 		CustomBitlinks: []string{}, Tags: append([]string{}, l.GetTags()...), Deeplinks: []string{},
 	}
@@ -218,17 +219,16 @@ func bitlyCreateDomain(d string) string {
 // /v1/links: CreateLink of long_url on domain in the code mode that finds
 // the tenant's link of the URL (CODE_MODE_FROM_URL), so that a URL
 // shortened again answers its link, 200, and a new one 201, as Bitly
-// does. tags are kurz's; title is accepted and not kept (kurz links have
-// no title); deeplinks must be empty.
+// does. tags and title are kept on a new link (a link found keeps its
+// own, as Bitly's does); deeplinks must be empty.
 func (a *API) bitlyShorten(c *call) error {
 	f, err := a.shlinkObject(c)
 	if err != nil {
 		return err
 	}
 	req := &shortenerv1.CreateLinkRequest{LongUrl: f.str("long_url"), Domain: bitlyCreateDomain(f.str("domain")),
-		Tags: f.strs("tags"), Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL}
+		Tags: f.strs("tags"), Title: f.str("title"), Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL}
 	guid := f.str("group_guid")
-	f.str("title")
 	bitlyNoDeeplinks(f)
 	if strings.TrimSpace(req.GetLongUrl()) == "" && !f.failed("long_url") {
 		f.fail("long_url", "long_url is required: the URL to shorten")
@@ -351,8 +351,8 @@ func (a *API) bitlinkGet(c *call) error {
 }
 
 // bitlinkEdit is PATCH /v4/bitlinks/{bitlink}, charged as PATCH
-// /v1/links/{code}: long_url and tags changed when given; title accepted
-// and not kept; archived false only (an archived Bitly link still
+// /v1/links/{code}: long_url, tags and title changed when given (an
+// empty title clears it); archived false only (an archived Bitly link still
 // redirects, kurz can only disable one, which stops it); deeplinks empty;
 // the bitlink's other fields (a client sending the bitlink back) ignored;
 // a field given as null is not given (bitlyOmitNulls).
@@ -371,7 +371,10 @@ func (a *API) bitlinkEdit(c *call) error {
 	if f.boolean("archived") {
 		f.fail("archived", "kurz cannot archive a link and keep it working: send archived false or leave it out (DELETE /v4/bitlinks/{bitlink} deletes it)")
 	}
-	f.str("title")
+	if f.has("title") {
+		link.Title = f.str("title")
+		mask = append(mask, "title")
+	}
 	bitlyNoDeeplinks(f)
 	if err := f.err(); err != nil {
 		return err

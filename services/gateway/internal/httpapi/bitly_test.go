@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http/httptest"
 	"net/url"
@@ -178,8 +179,8 @@ func TestBitlyCallsAreChargedAsTheirKurzTwin(t *testing.T) {
 				tc.method, tc.target, w.Code, strings.TrimSpace(w.Body.String()), got, tc.status, tc.charged)
 		}
 	}
-	if u := env.handler.shortener.update; u == nil || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"tags"}) {
-		t.Errorf("PATCH sent %v; want tags changed only (title is not kept)", u)
+	if u := env.handler.shortener.update; u == nil || !slices.Equal(u.GetUpdateMask().GetPaths(), []string{"tags", "title"}) {
+		t.Errorf("PATCH sent %v; want tags and title changed", u)
 	}
 }
 
@@ -332,6 +333,42 @@ func TestBitlyEditTakesNullAsNotGiven(t *testing.T) {
 	env.handler.shortener.update = nil
 	if w := env.do("PATCH", "/v4/bitlinks/k.test/abcd123", `{"tags":[],"long_url":""}`, shlinkGoodKey); w.Code != 400 {
 		t.Errorf("long_url empty: %d %s; want 400 (an empty URL is not a null)", w.Code, w.Body)
+	}
+}
+
+// A title is kept as Bitly keeps it: sent with a new link, changed by a
+// PATCH (emptied by ""; null is not given), and answered when the link
+// has one, left out when it has none.
+func TestBitlyTitles(t *testing.T) {
+	titled := shlinkLink("abcd123")
+	titled.Title = "Spring sale"
+	env := newBitlyEnv(t, titled)
+	env.do("POST", "/v4/bitlinks", `{"long_url":"https://example.com/a","title":"Launch"}`, shlinkGoodKey)
+	if c := env.handler.shortener.creates; len(c) != 1 || c[0].GetTitle() != "Launch" {
+		t.Errorf("CreateLink %v; want the title Launch", c)
+	}
+	w := env.do("GET", "/v4/bitlinks/k.test/abcd123", "", shlinkGoodKey)
+	if b := object(t, w); w.Code != 200 || b["title"] != "Spring sale" {
+		t.Errorf("a titled link: %d %s; want its title", w.Code, w.Body)
+	}
+	for _, tc := range []struct {
+		body, title string
+		mask        []string
+	}{
+		{`{"title":"Summer sale"}`, "Summer sale", []string{"title"}},
+		{`{"title":""}`, "", []string{"title"}},
+		{`{"title":null,"tags":[]}`, "", []string{"tags"}},
+	} {
+		env.handler.shortener.update = nil
+		env.do("PATCH", "/v4/bitlinks/k.test/abcd123", tc.body, shlinkGoodKey)
+		u := env.handler.shortener.update
+		if u == nil || !slices.Equal(u.GetUpdateMask().GetPaths(), tc.mask) || u.GetLink().GetTitle() != tc.title {
+			t.Errorf("PATCH %s: update %v; want mask %v, title %q", tc.body, u, tc.mask, tc.title)
+		}
+	}
+	untitled := bitlinkOf(shlinkLink("efgh456"), "acme")
+	if b, _ := json.Marshal(untitled); strings.Contains(string(b), `"title"`) {
+		t.Errorf("a link without a title: %s; want no title key", b)
 	}
 }
 
