@@ -1434,7 +1434,8 @@ type CreateLinkRequest struct {
 	Password string `protobuf:"bytes,8,opt,name=password,proto3" json:"password,omitempty"`
 	// See Link.device_targets.
 	DeviceTargets *DeviceTargets `protobuf:"bytes,9,opt,name=device_targets,json=deviceTargets,proto3" json:"device_targets,omitempty"`
-	// One of the caller's verified domains; empty: the default domain.
+	// One of the caller's verified domains; empty (or kurz's own host, a port
+	// allowed): the default domain.
 	Domain string `protobuf:"bytes,10,opt,name=domain,proto3" json:"domain,omitempty"`
 	// See Link.rules.
 	Rules []*RedirectRule `protobuf:"bytes,11,rep,name=rules,proto3" json:"rules,omitempty"`

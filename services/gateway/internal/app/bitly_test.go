@@ -54,6 +54,11 @@ func TestBitlyLinkLifecycle(t *testing.T) {
 		t.Errorf("shortened twice: %v then %v; want one bitlink of the URL", first, again)
 	}
 	id := first["id"].(string)
+	// A client configured with kurz's short domain sends it as domain.
+	host := id[:strings.LastIndex(id, "/")]
+	if own := bitlyLink(t, c.do("POST", "/v4/shorten", fmt.Sprintf(`{"long_url":%q,"domain":%q}`, long, host)), http.StatusOK); own["id"] != id {
+		t.Errorf("shortened on kurz's own host %s: %v; want the same bitlink %s", host, own, id)
+	}
 	if r := c.do("GET", "/v1/links/"+id[strings.LastIndex(id, "/")+1:], ""); r.code != http.StatusOK || r.json(t)["longUrl"] != long {
 		t.Errorf("the bitlink through kurz's API: %s", r)
 	}

@@ -319,11 +319,12 @@ func (s *Service) DeleteDomain(ctx context.Context, req *shortenerv1.DeleteDomai
 	return &shortenerv1.DeleteDomainResponse{}, nil
 }
 
-// linkDomain checks the domain of a new link: "" (the default domain), or
-// one of tenant's verified domains, normalised. Another tenant's domain is
-// refused like one that does not exist.
+// linkDomain checks the domain of a new link: "" (the default domain, also
+// when name is one of kurz's own hosts), or one of tenant's verified
+// domains, normalised. Another tenant's domain is refused like one that
+// does not exist.
 func (s *Service) linkDomain(ctx context.Context, tenant, name string) (string, error) {
-	if name == "" {
+	if name == "" || s.ownHost(name) {
 		return "", nil
 	}
 	n, err := linkdomain.Normalize(name)
@@ -340,14 +341,26 @@ func (s *Service) linkDomain(ctx context.Context, tenant, name string) (string, 
 	return "", notVerified(name)
 }
 
+// ownHost reports whether name is one of kurz's own hosts (the base URL's,
+// KURZ_SHORTENER_OWN_HOSTS), a port allowed: the default domain under the
+// name its short URLs carry, which a client sends back as the domain of a
+// link (a Bitly client configured with its branded short domain does),
+// and which no tenant can register.
+func (s *Service) ownHost(name string) bool {
+	h, err := urlcheck.OwnHost(name)
+	return err == nil && slices.Contains(s.opts.OwnHosts, h)
+}
+
 // tenantDomains is a tenant's verified domains, read once for a batch.
 type tenantDomains struct {
 	verified map[string]bool
+	// own reports kurz's own hosts (Service.ownHost).
+	own func(string) bool
 }
 
 // verifiedDomains reads tenant's verified domains (one statement).
 func (s *Service) verifiedDomains(ctx context.Context, tenant string) (*tenantDomains, error) {
-	td := &tenantDomains{verified: map[string]bool{}}
+	td := &tenantDomains{verified: map[string]bool{}, own: s.ownHost}
 	if s.domains == nil {
 		return td, nil
 	}
@@ -366,7 +379,7 @@ func (s *Service) verifiedDomains(ctx context.Context, tenant string) (*tenantDo
 // check is linkDomain against the domains read: name normalised if it is
 // one of them, "" for the default domain, else the same refusal.
 func (td *tenantDomains) check(name string) (string, error) {
-	if name == "" {
+	if name == "" || td.own(name) {
 		return "", nil
 	}
 	if n, err := linkdomain.Normalize(name); err == nil && td.verified[n] {

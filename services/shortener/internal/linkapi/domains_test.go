@@ -284,6 +284,24 @@ func TestDomainRules(t *testing.T) {
 	}
 }
 
+// kurz's own host, as a client sends back the host of a short URL, names
+// the default domain of a new link (any case, a trailing dot or a port
+// alike), one at a time and in a batch; no tenant can register it.
+func TestOwnHostNamesTheDefaultDomain(t *testing.T) {
+	e := domainEnv(t, nil)
+	for _, name := range []string{"kurz.test", "KURZ.TEST.", "kurz.test:8443"} {
+		l, err := e.client.CreateLink(as("acme"), &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/" + name, Domain: name})
+		if err != nil || l.GetLink().Domain != nil || !strings.HasPrefix(l.GetLink().GetShortUrl(), "https://kurz.test/") {
+			t.Errorf("link on %q: %+v %v; want a default-domain link", name, l.GetLink(), err)
+		}
+	}
+	b, err := e.client.BatchCreateLinks(as("acme"), &shortenerv1.BatchCreateLinksRequest{Requests: []*shortenerv1.CreateLinkRequest{
+		{LongUrl: "https://example.com/batch", Domain: "kurz.test"}}})
+	if err != nil || len(b.GetResults()) != 1 || b.GetResults()[0].GetLink() == nil || b.GetResults()[0].GetLink().Domain != nil {
+		t.Errorf("batch link on kurz.test: %v %v; want a default-domain link", b, err)
+	}
+}
+
 // Without a domain store the domain RPCs are UNIMPLEMENTED and links take
 // no domain; default-domain links are unaffected.
 func TestDomainsDisabled(t *testing.T) {
