@@ -500,16 +500,24 @@ const formulaStarts = "=+-@\t\r"
 
 // DefuseCell is how an export writes a cell a spreadsheet would run as a
 // formula: with a leading single quote. Parse undoes it in kurz's export.
+// A cell that already reads as a defused one (a title "'=1+1") gets its
+// quote too, or Parse would take its own quote away.
 func DefuseCell(v string) string {
-	if v != "" && strings.IndexByte(formulaStarts, v[0]) >= 0 {
+	if (v != "" && strings.IndexByte(formulaStarts, v[0]) >= 0) || defused(v) {
 		return "'" + v
 	}
 	return v
 }
 
+// defused reports whether v is a cell DefuseCell quoted: a quote, then a
+// formula's first character or another quote.
+func defused(v string) bool {
+	return len(v) > 1 && v[0] == '\'' && (v[1] == '\'' || strings.IndexByte(formulaStarts, v[1]) >= 0)
+}
+
 // undefuse is DefuseCell's inverse.
 func undefuse(v string) string {
-	if len(v) > 1 && v[0] == '\'' && strings.IndexByte(formulaStarts, v[1]) >= 0 {
+	if defused(v) {
 		return v[1:]
 	}
 	return v
