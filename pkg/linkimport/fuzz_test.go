@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // FuzzParse feeds Parse arbitrary bytes. It never panics; a file it accepts
@@ -64,6 +66,9 @@ func FuzzParse(f *testing.F) {
 			}
 			if n := len(r.Tags); n == 0 || n > MaxTags || r.Tags[n-1] != format.Tag() {
 				t.Fatalf("line %d: tags %q: want 1 to %d ending with %q", r.Line, r.Tags, MaxTags, format.Tag())
+			}
+			if !utf8.ValidString(r.Title) || utf8.RuneCountInString(r.Title) > MaxTitleLength || strings.IndexFunc(r.Title, unicode.IsControl) >= 0 {
+				t.Fatalf("line %d: title %q is not one kurz takes", r.Line, r.Title)
 			}
 			seen := map[string]bool{}
 			for _, tag := range r.Tags {

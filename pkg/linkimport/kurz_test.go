@@ -115,6 +115,9 @@ func TestDefuseCell(t *testing.T) {
 	for in, want := range map[string]string{
 		"": "", "abc": "abc", "=1+1": "'=1+1", "+1": "'+1", "-1": "'-1", "@SUM(A1)": "'@SUM(A1)",
 		"\tx": "'\tx", "\rx": "'\rx", "a=b": "a=b", "'quoted": "'quoted",
+		// A cell that starts as a defused one does (a title "'=1+1") is
+		// quoted too, or it would come back without its quote.
+		"'=1+1": "''=1+1", "'-5 steps": "''-5 steps", "''": "'''", "'": "'",
 	} {
 		if got := DefuseCell(in); got != want {
 			t.Errorf("DefuseCell(%q) = %q, want %q", in, got, want)

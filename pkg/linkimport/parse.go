@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -72,10 +73,11 @@ type Row struct {
 	// LongURL is where the link leads, as the file has it (trimmed). Empty
 	// is a problem of this row only: Import reports it as the row's error.
 	LongURL string
-	// Title is the link's title, if the file has one; Import carries it
-	// (a title the shortener refuses, too long or with control characters,
-	// fails its row, naming the field). Trimmed, except in a kurz export,
-	// whose titles come back as they were.
+	// Title is the link's title, if the file has one; Import carries it.
+	// A Bitly or YOURLS title is made into one kurz takes (fitTitle), as
+	// the tags are; a kurz export's comes back as it was (a title the
+	// shortener refuses, edited in by hand, fails its row, naming the
+	// field).
 	Title string
 	// Tags are the row's tags made into valid kurz tags (lower case;
 	// letters, digits, '-', '_', '.'; at most 32 characters; tags that
@@ -370,7 +372,7 @@ func makeRow(f Format, cols columns, rec []string, line int) Row {
 		}
 		return strings.TrimSpace(rec[i])
 	}
-	row := Row{Line: line, LongURL: field(cols.longURL), Title: field(cols.title)}
+	row := Row{Line: line, LongURL: field(cols.longURL), Title: fitTitle(field(cols.title))}
 	switch f {
 	case Bitly:
 		row.SourceCode = lastSegment(field(cols.codeAlt))
@@ -498,16 +500,24 @@ const formulaStarts = "=+-@\t\r"
 
 // DefuseCell is how an export writes a cell a spreadsheet would run as a
 // formula: with a leading single quote. Parse undoes it in kurz's export.
+// A cell that already reads as a defused one (a title "'=1+1") gets its
+// quote too, or Parse would take its own quote away.
 func DefuseCell(v string) string {
-	if v != "" && strings.IndexByte(formulaStarts, v[0]) >= 0 {
+	if (v != "" && strings.IndexByte(formulaStarts, v[0]) >= 0) || defused(v) {
 		return "'" + v
 	}
 	return v
 }
 
+// defused reports whether v is a cell DefuseCell quoted: a quote, then a
+// formula's first character or another quote.
+func defused(v string) bool {
+	return len(v) > 1 && v[0] == '\'' && (v[1] == '\'' || strings.IndexByte(formulaStarts, v[1]) >= 0)
+}
+
 // undefuse is DefuseCell's inverse.
 func undefuse(v string) string {
-	if len(v) > 1 && v[0] == '\'' && strings.IndexByte(formulaStarts, v[1]) >= 0 {
+	if defused(v) {
 		return v[1:]
 	}
 	return v
@@ -601,6 +611,37 @@ func lastSegment(s string) string {
 		s = u
 	}
 	return s
+}
+
+// MaxTitleLength is the longest title kurz keeps, in characters (the
+// shortener's bound, Shlink's too).
+const MaxTitleLength = 512
+
+// fitTitle makes a Bitly or YOURLS title one kurz takes: each run of
+// control characters (a line break typed into a cell; C1 bytes of a
+// Windows-1252 page read as Latin-1, as scraped titles have) becomes one
+// space, and a title longer than MaxTitleLength is cut, ending in "…". A
+// title is what a link is, for people: refused, it would cost its row the
+// link, which imported before links had titles.
+func fitTitle(t string) string {
+	var b strings.Builder
+	ctl := false
+	for _, r := range t {
+		if unicode.IsControl(r) {
+			ctl = true
+			continue
+		}
+		if ctl {
+			b.WriteByte(' ')
+			ctl = false
+		}
+		b.WriteRune(r)
+	}
+	t = strings.TrimSpace(b.String())
+	if utf8.RuneCountInString(t) > MaxTitleLength {
+		t = string([]rune(t)[:MaxTitleLength-1]) + "…"
+	}
+	return t
 }
 
 // normTags splits a tags cell (tags separated by ',', ';' or '|') into valid

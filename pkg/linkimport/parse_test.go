@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestParseFormats(t *testing.T) {
@@ -149,4 +150,41 @@ func TestParseTags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Bitly or YOURLS title is made into one kurz takes, as its tags are:
+// a title is what a link is, for people, and must not cost the row its
+// link. Control characters (a line break typed into a cell, C1 bytes of a
+// Windows-1252 page read as Latin-1, as scraped titles have) become
+// spaces, and a title longer than kurz's 512 characters is cut, ending in
+// "…". A kurz export's title is kurz's own, and comes back as it was.
+func TestParseFitsForeignTitles(t *testing.T) {
+	long := strings.Repeat("é", 600)
+	for name, tc := range map[string]struct{ csv, want string }{
+		"yourls C1":        {"keyword,url,title,timestamp,ip,clicks\na1,https://example.com/1,\"Don\u0092t miss\u0085it\",2012-05-01 10:00:00,127.0.0.1,7\n", "Don t miss it"},
+		"bitly line break": {"long_url,link,title\nhttps://example.com/1,bit.ly/a1,\"Spring\r\n\tsale\"\n", "Spring sale"},
+		"yourls long":      {"keyword,url,title,timestamp,ip,clicks\na1,https://example.com/1," + long + ",2012-05-01 10:00:00,127.0.0.1,7\n", strings.Repeat("é", 511) + "…"},
+		"bitly 512":        {"long_url,link,title\nhttps://example.com/1,bit.ly/a1," + long[:1024] + "\n", long[:1024]},
+		"kurz":             {"code,short_url,long_url,tags,password_protected,title\na1,http://k.test/a1,https://example.com/1,,false,\"a\tb\"\n", "a\tb"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, rows, err := Parse(strings.NewReader(tc.csv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rows[0].Title; got != tc.want {
+				t.Errorf("title %s, want %s", shown(got), shown(tc.want))
+			}
+		})
+	}
+}
+
+// shown is a title for a test's message: quoted, its end cut when long,
+// with its length in characters.
+func shown(s string) string {
+	n := utf8.RuneCountInString(s)
+	if r := []rune(s); n > 20 {
+		s = string(r[:10]) + "..." + string(r[n-10:])
+	}
+	return fmt.Sprintf("%q (%d characters)", s, n)
 }

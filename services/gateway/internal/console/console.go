@@ -83,10 +83,24 @@ func New() (*Handler, error) {
 }
 
 // Register mounts the console on mux: GET (and HEAD) Prefix and below, and
-// a redirect from the prefix without its slash.
+// a redirect from the prefix without its slash, which carries the security
+// headers too (its body is HTML).
 func (h *Handler) Register(mux *http.ServeMux) {
 	mux.Handle("GET "+Prefix, h)
-	mux.Handle("GET "+strings.TrimSuffix(Prefix, "/"), http.RedirectHandler(Prefix, http.StatusMovedPermanently))
+	redirect := http.RedirectHandler(Prefix, http.StatusMovedPermanently)
+	mux.HandleFunc("GET "+strings.TrimSuffix(Prefix, "/"), func(w http.ResponseWriter, r *http.Request) {
+		secure(w.Header())
+		redirect.ServeHTTP(w, r)
+	})
+}
+
+// secure sets the security headers every console answer carries.
+func secure(hdr http.Header) {
+	hdr.Set("Content-Security-Policy", ContentSecurityPolicy)
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Referrer-Policy", "no-referrer")
+	hdr.Set("Cross-Origin-Opener-Policy", "same-origin")
 }
 
 // ServeHTTP answers one file. Every answer, 404s included, carries the
@@ -94,11 +108,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 // no-cache) and answered 304 while their ETag matches.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
-	hdr.Set("Content-Security-Policy", ContentSecurityPolicy)
-	hdr.Set("X-Content-Type-Options", "nosniff")
-	hdr.Set("X-Frame-Options", "DENY")
-	hdr.Set("Referrer-Policy", "no-referrer")
-	hdr.Set("Cross-Origin-Opener-Policy", "same-origin")
+	secure(hdr)
 	name := strings.TrimPrefix(r.URL.Path, Prefix)
 	if name == "" {
 		name = "index.html"

@@ -68,6 +68,10 @@ func TestHandlerServesAssets(t *testing.T) {
 	}
 	if w := serve(t, "GET", "/console"); w.Code != http.StatusMovedPermanently || w.Header().Get("Location") != "/console/" {
 		t.Errorf("GET /console: %d Location %q, want 301 to /console/", w.Code, w.Header().Get("Location"))
+	} else if h := w.Header(); h.Get("Content-Security-Policy") != console.ContentSecurityPolicy || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" {
+		// Its body is HTML (a link to /console/): it is a console response too.
+		t.Errorf("GET /console: CSP %q, nosniff %q, X-Frame-Options %q, want the console's headers",
+			h.Get("Content-Security-Policy"), h.Get("X-Content-Type-Options"), h.Get("X-Frame-Options"))
 	}
 	for _, path := range []string{"/console/nothere.js", "/console/assets/app.js", "/console/x%3Cscript%3E"} {
 		w := serve(t, "GET", path)
