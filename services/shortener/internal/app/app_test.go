@@ -95,6 +95,7 @@ func TestRejectsBadWebhookConfigurationNamingEachVariable(t *testing.T) {
 		"KURZ_SHORTENER_WEBHOOK_ALLOW_CIDRS":       "10.0.0.0/8,not-a-cidr",
 		"KURZ_SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS": "0",
 		"KURZ_SHORTENER_WEBHOOK_MAX_PENDING":       "5",
+		"KURZ_SHORTENER_WEBHOOK_KEEP_FINISHED":     "10",
 		"KURZ_SHORTENER_WEBHOOK_CONCURRENCY":       "1000",
 		"KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS":      "0",
 		"KURZ_SHORTENER_WEBHOOK_TIMEOUT":           "2m",
@@ -103,7 +104,7 @@ func TestRejectsBadWebhookConfigurationNamingEachVariable(t *testing.T) {
 	_, err := New(context.Background(), cfg, servertest.Logger(t))
 	for _, name := range []string{"KURZ_SHORTENER_WEBHOOK_KEY", `"not-a-cidr"`, "KURZ_SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS",
 		"KURZ_SHORTENER_WEBHOOK_MAX_PENDING", "KURZ_SHORTENER_WEBHOOK_CONCURRENCY", "KURZ_SHORTENER_WEBHOOK_MAX_ATTEMPTS", "KURZ_SHORTENER_WEBHOOK_TIMEOUT",
-		"KURZ_SHORTENER_WEBHOOK_CLICK_INTERVAL"} {
+		"KURZ_SHORTENER_WEBHOOK_CLICK_INTERVAL", "KURZ_SHORTENER_WEBHOOK_KEEP_FINISHED"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("got %v, want it to name %s", err, name)
 		}

@@ -34,7 +34,8 @@ const (
 	maxAnswer = 4 << 10
 	// maxErrorText bounds the answer's start kept in last_error.
 	maxErrorText = 200
-	// pruneEvery is how often finished deliveries past the retention go.
+	// pruneEvery is how often finished deliveries past the retention, or
+	// past the KeepFinished of their subscription, go.
 	pruneEvery = 10 * time.Minute
 	// purgeEvery is how often deleted subscriptions' deliveries go (they
 	// are neither sent nor counted meanwhile).
@@ -191,9 +192,10 @@ func (s *Sender) Run(ctx context.Context) {
 }
 
 // housekeep deletes, until ctx ends, the deliveries of deleted
-// subscriptions (and then their rows) every purgeEvery and finished
-// deliveries past the retention every pruneEvery, beside the claims: a
-// long purge (a busy subscription's log) does not hold up the sending.
+// subscriptions (and then their rows) every purgeEvery, and every
+// pruneEvery the finished deliveries past the retention and those past the
+// newest KeepFinished of each subscription, beside the claims: a long
+// purge (a busy subscription's log) does not hold up the sending.
 func (s *Sender) housekeep(ctx context.Context) {
 	tick := time.NewTicker(purgeEvery)
 	defer tick.Stop()
@@ -210,6 +212,11 @@ func (s *Sender) housekeep(ctx context.Context) {
 				s.log.Warn("webhook deliveries: prune failed", "err", err)
 			} else if n > 0 {
 				s.log.Info("webhook deliveries pruned", "deleted", n)
+			}
+			if n, err := s.store.TrimFinished(ctx, s.cfg.KeepFinished); err != nil && ctx.Err() == nil {
+				s.log.Warn("webhook deliveries: trimming to the kept failed", "err", err)
+			} else if n > 0 {
+				s.log.Info("webhook deliveries past the kept trimmed", "deleted", n, "kept", s.cfg.KeepFinished)
 			}
 		}
 		select {

@@ -4,7 +4,10 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -413,5 +416,131 @@ func TestPurgeKeepsUpWithDeletes(t *testing.T) {
 	}
 	if n != 250 || left != 1 {
 		t.Errorf("a purge removed %d of 250 deleted subscriptions, %d rows left; want 250 removed and the live one left", n, left)
+	}
+}
+
+// addFinished adds n finished deliveries to subID, <prefix><i> made i
+// seconds ago for i in 1..n (every third dead, the others succeeded), and
+// pending ones: as many as pending, made before all of them, and one made
+// now.
+func addFinished(t *testing.T, db *pgxpool.Pool, subID, prefix string, n, pending int) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), `
+		INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data, status, attempts, created_at, last_attempt_at)
+		SELECT $3 || i, s.id, s.tenant, 'link.clicked', '{}', CASE WHEN i % 3 = 0 THEN 'dead' ELSE 'succeeded' END, 1,
+			now() - make_interval(secs => i), now() - interval '1 minute'
+		FROM webhook_subscriptions s, generate_series(1, $2) i WHERE s.id = $1`, subID, n, prefix); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(context.Background(), `
+		INSERT INTO webhook_deliveries (id, subscription_id, tenant, event_type, data, created_at)
+		SELECT $3 || 'pending' || i, s.id, s.tenant, 'link.created', '{}',
+			CASE WHEN i = 0 THEN now() ELSE now() - make_interval(secs => $2 + i) END
+		FROM webhook_subscriptions s, generate_series(0, $4) i WHERE s.id = $1`, subID, n, prefix, pending); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countByStatus returns subID's deliveries per status.
+func countByStatus(t *testing.T, db *pgxpool.Pool, subID string) map[string]int {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT status, count(*) FROM webhook_deliveries
+		WHERE subscription_id = $1 GROUP BY status`, subID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for rows.Next() {
+		var status string
+		var n int
+		if err := rows.Scan(&status, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[status] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestFinishedDeliveriesAreCutBackToTheNewestKept: finished deliveries
+// were kept the retention (7 days) whatever their number, and link.clicked
+// makes one per clicked link, interval and subscription (1,000 links
+// clicked a minute, 10 subscriptions: ~100 million rows a week in the
+// links' database), so strangers' clicks grew it without bound. A
+// subscription over KURZ_SHORTENER_WEBHOOK_KEEP_FINISHED must be cut back
+// to it, its newest kept (in the deliveries list's order), its pending
+// deliveries, however old, never purged, and other subscriptions (at the
+// bound, and past a page of subscriptions) untouched, also with two
+// senders trimming at once.
+func TestFinishedDeliveriesAreCutBackToTheNewestKept(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	store := NewStore(db, 5*time.Second)
+	const keep, over = 100, 2*pruneBatch + 7
+	// Quiet subscriptions before the busy one in id order: more than one
+	// look of the trim reads.
+	if _, err := db.Exec(ctx, `INSERT INTO webhook_subscriptions (id, tenant, url, events, secret)
+		SELECT 'wh_a' || lpad(i::text, 3, '0'), 'quiet', 'https://hooks.example.com/', '{link.clicked}', '\x00'
+		FROM generate_series(1, 150) i`); err != nil {
+		t.Fatal(err)
+	}
+	addSubscription(t, db, "t1", "wh_busy", "link.clicked")
+	addSubscription(t, db, "t1", "wh_full", "link.clicked")
+	addSubscription(t, db, "t2", "wh_other", "link.clicked")
+	addFinished(t, db, "wh_busy", "evt_busy_", keep+over, 20)
+	addFinished(t, db, "wh_full", "evt_full_", keep, 3)
+	addFinished(t, db, "wh_other", "evt_other_", 40, 3)
+
+	// Two senders (replicas) trim at once: each delivery goes once, and
+	// neither fails on the other's locks.
+	var trimmed [2]int64
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range trimmed {
+		wg.Go(func() { trimmed[i], errs[i] = store.TrimFinished(ctx, keep) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		t.Fatal(err)
+	}
+	if n := trimmed[0] + trimmed[1]; n != over {
+		t.Errorf("two trims deleted %d and %d deliveries, want %d together: those past the %d kept", trimmed[0], trimmed[1], over, keep)
+	}
+	got := countByStatus(t, db, "wh_busy")
+	if got[statusSucceeded]+got[statusDead] != keep || got[statusPending] != 21 {
+		t.Errorf("the busy subscription has %v after the trim, want %d finished and its 21 pending", got, keep)
+	}
+	var oldest string
+	if err := db.QueryRow(ctx, `SELECT id FROM webhook_deliveries WHERE subscription_id = 'wh_busy' AND status <> 'pending'
+		ORDER BY created_at LIMIT 1`).Scan(&oldest); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("evt_busy_%d", keep); oldest != want {
+		t.Errorf("the oldest finished delivery kept is %s, want %s: the newest %d kept", oldest, want, keep)
+	}
+	for sub, want := range map[string]map[string]int{
+		"wh_full":  {statusSucceeded: 67, statusDead: 33, statusPending: 4},
+		"wh_other": {statusSucceeded: 27, statusDead: 13, statusPending: 4},
+	} {
+		if got := countByStatus(t, db, sub); !maps.Equal(got, want) {
+			t.Errorf("%s has %v after the trim, want %v untouched", sub, got, want)
+		}
+	}
+
+	// The list and the redelivery work on what is kept.
+	ds, err := store.Deliveries(ctx, "t1", "wh_busy", statusDead, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != keep/3 || ds[0].ID != "evt_busy_3" {
+		t.Fatalf("listed %d dead deliveries; want the %d kept, newest evt_busy_3", len(ds), keep/3)
+	}
+	if _, err := store.Redeliver(ctx, "t1", "wh_busy", ds[len(ds)-1].ID); err != nil {
+		t.Errorf("redelivering the oldest dead delivery kept: %v", err)
+	}
+	if n, err := store.TrimFinished(ctx, keep); err != nil || n != 0 {
+		t.Errorf("a second trim deleted %d (%v), want none: the redelivered one is pending", n, err)
 	}
 }
