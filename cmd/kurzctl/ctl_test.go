@@ -118,6 +118,29 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
+// A secret given as --api-key or --admin-token is in the command line,
+// which ps shows to other users: the flags' help says so and names the
+// environment variable and the --*-stdin flag that keep it out.
+func TestHelpSecretFlagsWarnOfPS(t *testing.T) {
+	c := &ctl{t: t, env: map[string]string{}}
+	out := c.ok("-h")
+	for flag, ways := range map[string][]string{
+		"--api-key key":       {"KURZ_API_KEY", "config set-context --api-key-stdin"},
+		"--admin-token token": {adminTokenEnv, "config set-context --admin-token-stdin"},
+	} {
+		_, line, _ := strings.Cut(out, flag)
+		line, _, _ = strings.Cut(line, "\n")
+		if !strings.Contains(line, "shows in ps") {
+			t.Errorf("kurzctl -h: %s's help %q does not say the secret shows in ps", flag, line)
+		}
+		for _, w := range ways {
+			if !strings.Contains(line, w) {
+				t.Errorf("kurzctl -h: %s's help %q does not name %s", flag, line, w)
+			}
+		}
+	}
+}
+
 // Every command has help with examples, on stdout, exit 0; so do the groups
 // and kurzctl itself.
 func TestHelp(t *testing.T) {

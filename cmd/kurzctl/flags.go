@@ -64,8 +64,10 @@ const plainHTTPEnv = "KURZ_PLAIN_HTTP"
 func (c *cli) defineGlobals(pf *pflag.FlagSet) {
 	g := &c.g
 	pf.StringVar(&g.url, "url", "", "the gateway's base `URL` (env KURZ_URL; default "+defaultURL+")")
-	pf.StringVar(&g.apiKey, "api-key", "", "a tenant's API `key`, for links and stats (env KURZ_API_KEY)")
-	pf.StringVar(&g.adminToken, "admin-token", "", "the gateway's admin `token`, for tenants and keys (env "+adminTokenEnv+")")
+	// A secret given as a flag is in the command line, which other users
+	// of the machine read in ps: the help points at the safer ways.
+	pf.StringVar(&g.apiKey, "api-key", "", "a tenant's API `key`, for links and stats (env KURZ_API_KEY; as a flag it shows in ps: prefer the env, or a context made with config set-context --api-key-stdin)")
+	pf.StringVar(&g.adminToken, "admin-token", "", "the gateway's admin `token`, for tenants and keys (env "+adminTokenEnv+"; as a flag it shows in ps: prefer the env, or a context made with config set-context --admin-token-stdin)")
 	pf.StringVar(&g.limiter, "limiter", "", "the limiter's gRPC `address`, for quota (env KURZ_LIMITER_ADDR; default "+defaultLimiter+")")
 	pf.StringVar(&g.context, "context", "", "the config file's `context` to take settings from (env KURZ_CONTEXT; default its current-context)")
 	pf.StringVar(&g.config, "config", "", "the config `file` (env KURZ_CONFIG; default $XDG_CONFIG_HOME/kurz/config.yaml)")

@@ -277,6 +277,49 @@ func TestListClicksWaitsOutRateLimits(t *testing.T) {
 	}
 }
 
+// links list --clicks counts its waits over the whole list, as --all
+// does, so that a long list's total wait is bounded: two calls of counts
+// (1,001 links) each refused fewer times than the bound, but more in
+// all, stop the command.
+func TestListClicksBoundsWaitsOverTheList(t *testing.T) {
+	var refused atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == "GET" && r.URL.Path == "/v1/links":
+			tok := r.URL.Query().Get("page_token")
+			n, next := maxClickCountsLinks, "p2"
+			if tok != "" {
+				n, next = 1, ""
+			}
+			links := make([]string, n)
+			for i := range links {
+				links[i] = fmt.Sprintf(`{"code":"c%s%d","shortUrl":"http://k.test/c","longUrl":"https://example.com/","createTime":"2026-01-01T00:00:00Z"}`, tok, i)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"links":[%s],"nextPageToken":%q}`, strings.Join(links, ","), next)
+		case r.Method == "POST" && r.URL.Path == "/v1/links:clickCounts":
+			if refused.Add(1) <= maxImportWaits*2/3+1 { // two calls' refusals add up past the bound
+				refuseRateLimited(w)
+				return
+			}
+			refused.Store(0) // the next call refused as many times anew
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"links":[]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := &ctl{t: t, env: map[string]string{"KURZ_CONFIG": filepath.Join(t.TempDir(), "config.yaml")}}
+	r := c.run("--url", srv.URL, "--api-key", "k1", "links", "list", "--all", "--clicks")
+	if r.code == 0 || !strings.Contains(r.stderr, "rate limit exceeded") {
+		t.Fatalf("list --clicks refused past the bound in all: exit %d; want it to stop with the refusal; stderr:\n%s", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "waiting 20ms: rate limit exceeded\n"); n != maxImportWaits {
+		t.Errorf("stderr says %d waits, want %d (the bound over the whole list):\n%s", n, maxImportWaits, r.stderr)
+	}
+}
+
 // refuseRateLimited answers the gateway's 429 of a spent rate limit, to
 // retry after 20 ms.
 func refuseRateLimited(w http.ResponseWriter) {

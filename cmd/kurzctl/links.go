@@ -74,7 +74,7 @@ and floods included; the last 400 days at most), from one POST
 /v1/links:clickCounts per 1,000 links, that is one per page, each counted
 as one stats request per 100 links against the rate limit (a call refused
 by the rate limit waits its Retry-After, a minute at most, and is sent
-again). With -o json the counts are in "clickCounts", one entry per link.
+again, 30 times in all at most). With -o json the counts are in "clickCounts", one entry per link.
 
 Examples:
   kurzctl links list
@@ -496,8 +496,11 @@ const lifetimeRange = 400*24*time.Hour - time.Hour
 // sent again (waitOut's bounds): it reads, so sent twice it does no harm,
 // and charged once per 100 links, a few pages of 1,000 spend a free key's
 // burst of 20, where stopping would throw away the pages already read.
+// The waits are counted over all the calls, as list --all counts its
+// pages' waits, so that a long list's total wait is bounded too.
 func (c *cli) linkClicks(ctx context.Context, gw *gateway, links []*shortenerv1.Link) ([]*analyticsv1.LinkClickCounts, error) {
 	out := make([]*analyticsv1.LinkClickCounts, 0, len(links))
+	waits := 0
 	for chunk := range slices.Chunk(links, maxClickCountsLinks) {
 		now := time.Now()
 		start := now.Add(-time.Hour) // a link stamped ahead of this clock
@@ -513,7 +516,7 @@ func (c *cli) linkClicks(ctx context.Context, gw *gateway, links []*shortenerv1.
 		}
 		req.StartTime = timestamppb.New(start)
 		var resp analyticsv1.GetLinksClickCountsResponse
-		for waits := 0; ; waits++ {
+		for {
 			_, err := gw.callProto(ctx, "POST", "/v1/links:clickCounts", nil, req, &resp)
 			if err == nil {
 				break
@@ -523,6 +526,7 @@ func (c *cli) linkClicks(ctx context.Context, gw *gateway, links []*shortenerv1.
 			} else if !again {
 				return nil, err
 			}
+			waits++
 		}
 		out = append(out, resp.GetLinks()...)
 	}

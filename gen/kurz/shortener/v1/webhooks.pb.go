@@ -361,7 +361,8 @@ type CreateWebhookResponse struct {
 	// True when this call created the subscription; false when a create
 	// with an idempotency key (metadata idempotency-key; the REST API's
 	// Idempotency-Key header) was sent again: the subscription the key made,
-	// with its secret. The REST API answers 201 Created or 200 OK.
+	// without its secret (empty: it is shown once, to the create that made
+	// the subscription). The REST API answers 201 Created or 200 OK.
 	Created       bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -38,10 +38,10 @@ const (
 // how to verify it. Every call sees only the caller's tenant.
 type WebhookServiceClient interface {
 	// CreateWebhook subscribes a URL to events; the response carries the
-	// signing secret, the only time it is ever shown (but to a repeat of the
-	// create with its idempotency key: see CreateWebhookResponse.created;
-	// another request with the key is INVALID_ARGUMENT
-	// IDEMPOTENCY_KEY_REUSED).
+	// signing secret, the only time it is ever shown (a repeat of the create
+	// with its idempotency key answers the subscription without it: see
+	// CreateWebhookResponse.created; another request with the key is
+	// INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED).
 	CreateWebhook(ctx context.Context, in *CreateWebhookRequest, opts ...grpc.CallOption) (*CreateWebhookResponse, error)
 	// ListWebhooks returns the caller's subscriptions (never their secrets).
 	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
@@ -125,10 +125,10 @@ func (c *webhookServiceClient) RedeliverWebhookDelivery(ctx context.Context, in 
 // how to verify it. Every call sees only the caller's tenant.
 type WebhookServiceServer interface {
 	// CreateWebhook subscribes a URL to events; the response carries the
-	// signing secret, the only time it is ever shown (but to a repeat of the
-	// create with its idempotency key: see CreateWebhookResponse.created;
-	// another request with the key is INVALID_ARGUMENT
-	// IDEMPOTENCY_KEY_REUSED).
+	// signing secret, the only time it is ever shown (a repeat of the create
+	// with its idempotency key answers the subscription without it: see
+	// CreateWebhookResponse.created; another request with the key is
+	// INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED).
 	CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error)
 	// ListWebhooks returns the caller's subscriptions (never their secrets).
 	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)

@@ -109,17 +109,19 @@ func (a *API) CreateWebhook(ctx context.Context, req *shortenerv1.CreateWebhookR
 		}
 	}
 	secret := newSecret()
-	made, sealed, created, err := a.store.Create(ctx, sub, a.sealer.Seal(sub.ID, secret), a.cfg.MaxSubscriptions)
+	made, created, err := a.store.Create(ctx, sub, a.sealer.Seal(sub.ID, secret), a.cfg.MaxSubscriptions)
 	if err == nil && !created {
 		// A repeat of a create with an idempotency key: the subscription it
-		// made, with its secret, whose first answer the caller never got.
+		// made, without its secret. The key is the tenant's and lives as
+		// long as the subscription, so answering the secret again would
+		// show it to any of the tenant's keys that sends the key, for as
+		// long as the subscription lives: it is shown once, as a list
+		// never shows it. A caller that lost the first answer deletes the
+		// subscription it now knows and creates another.
 		if !bytes.Equal(made.RequestHash, sub.RequestHash) {
 			return nil, linkapi.IdempotencyKeyReused("a webhook subscription", map[string]string{"id": made.ID})
 		}
-		if secret, err = a.sealer.Open(made.ID, sealed); err != nil {
-			return nil, a.fail(ctx, "create webhook: open the secret", err)
-		}
-		return &shortenerv1.CreateWebhookResponse{Webhook: toProto(made), Secret: secret}, nil
+		return &shortenerv1.CreateWebhookResponse{Webhook: toProto(made)}, nil
 	}
 	sub = made
 	if err == errTooMany {

@@ -71,25 +71,26 @@ func NewStore(db *pgxpool.Pool, timeout time.Duration) *Store {
 // max subscriptions (checked under a per-tenant lock, so concurrent creates
 // cannot pass it together). With sub.RequestKey, the tenant's live
 // subscription made with that key, if any, is returned instead, with its
-// RequestHash and sealed secret and created false, under the same lock:
-// of concurrent creates with one key, one inserts and the others find it.
-func (s *Store) Create(ctx context.Context, sub Subscription, sealed []byte, max int) (got Subscription, gotSealed []byte, created bool, err error) {
+// RequestHash and created false (not its secret: a repeat does not show
+// it), under the same lock: of concurrent creates with one key, one
+// inserts and the others find it.
+func (s *Store) Create(ctx context.Context, sub Subscription, sealed []byte, max int) (got Subscription, created bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	got, gotSealed = sub, sealed
+	got = sub
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('webhooks:' || $1, 0))`, sub.Tenant); err != nil {
 			return err
 		}
 		if sub.RequestKey != nil {
 			err := tx.QueryRow(ctx, `
-				SELECT id, url, description, events, created_at, request_hash, secret FROM webhook_subscriptions
+				SELECT id, url, description, events, created_at, request_hash FROM webhook_subscriptions
 				WHERE tenant = $1 AND request_key = $2 AND deleted_at IS NULL`, sub.Tenant, sub.RequestKey).
-				Scan(&got.ID, &got.URL, &got.Description, &got.Events, &got.Created, &got.RequestHash, &gotSealed)
+				Scan(&got.ID, &got.URL, &got.Description, &got.Events, &got.Created, &got.RequestHash)
 			if err == nil || !errors.Is(err, pgx.ErrNoRows) {
 				return err // found (created stays false), or failed
 			}
-			got, gotSealed = sub, sealed
+			got = sub
 		}
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_subscriptions WHERE tenant = $1 AND deleted_at IS NULL`,
@@ -108,7 +109,7 @@ func (s *Store) Create(ctx context.Context, sub Subscription, sealed []byte, max
 	if err != nil && !errors.Is(err, errTooMany) {
 		err = fmt.Errorf("create webhook: %w", err)
 	}
-	return got, gotSealed, created && err == nil, err
+	return got, created && err == nil, err
 }
 
 // List returns tenant's subscriptions, oldest first.
