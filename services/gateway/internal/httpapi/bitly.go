@@ -371,10 +371,7 @@ func (a *API) bitlinkEdit(c *call) error {
 	if f.boolean("archived") {
 		f.fail("archived", "kurz cannot archive a link and keep it working: send archived false or leave it out (DELETE /v4/bitlinks/{bitlink} deletes it)")
 	}
-	if f.has("title") {
-		link.Title = f.str("title")
-		mask = append(mask, "title")
-	}
+	mask = f.editTitle("title", link, mask)
 	bitlyNoDeeplinks(f)
 	if err := f.err(); err != nil {
 		return err

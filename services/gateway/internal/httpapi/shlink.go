@@ -853,6 +853,16 @@ func (f *shlinkFields) editLongURL(name string, link *shortenerv1.Link, mask []s
 	return append(mask, "long_url")
 }
 
+// editTitle reads name, a link's new title ("" or null clears it), into
+// link when the body gives it, and returns mask with title added.
+func (f *shlinkFields) editTitle(name string, link *shortenerv1.Link, mask []string) []string {
+	if !f.has(name) {
+		return mask
+	}
+	link.Title = f.str(name)
+	return append(mask, "title")
+}
+
 // editTags reads name, a link's new tags, into link when the body gives
 // it, and returns mask with tags added.
 func (f *shlinkFields) editTags(name string, link *shortenerv1.Link, mask []string) []string {
@@ -1008,11 +1018,7 @@ func (a *API) shlinkEdit(c *call) error {
 		link.MaxVisits = f.maxVisits()
 		mask = append(mask, "max_visits")
 	}
-	mask = f.editTags("tags", link, mask)
-	if f.has("title") {
-		link.Title = f.str("title")
-		mask = append(mask, "title")
-	}
+	mask = f.editTitle("title", link, f.editTags("tags", link, mask))
 	f.noValidSince()
 	if err := f.err(); err != nil {
 		return err
