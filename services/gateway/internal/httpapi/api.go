@@ -299,8 +299,8 @@ type call struct {
 	// it is not its own pattern (route.charge).
 	charge string
 	// rateLimit is the decision whose RateLimit fields the answer carries
-	// (setRateLimit); nil before any.
-	rateLimit *ruleDecision
+	// (setRateLimit); unset before any.
+	rateLimit ruleDecision
 }
 
 // tenant is the tenant the call acts for ("" before authentication and on

@@ -30,12 +30,15 @@ func rateLimitFields(domain string, d quota.Decision) (policy, state string, ok 
 	return policy, state, true
 }
 
-// setRateLimitHeaders writes the fields of d, if any.
-func setRateLimitHeaders(h http.Header, domain string, d quota.Decision) {
-	if policy, state, ok := rateLimitFields(domain, d); ok {
+// setRateLimitHeaders writes the fields of d, if any, and reports whether
+// it had some.
+func setRateLimitHeaders(h http.Header, domain string, d quota.Decision) bool {
+	policy, state, ok := rateLimitFields(domain, d)
+	if ok {
 		h[ratelimitfields.PolicyField] = []string{policy}
 		h[ratelimitfields.StateField] = []string{state}
 	}
+	return ok
 }
 
 // setRateLimit writes the RateLimit fields of d, a decision of domain on
@@ -45,18 +48,18 @@ func setRateLimitHeaders(h http.Header, domain string, d quota.Decision) {
 // the one with less room left, whichever was charged last. A rule charged
 // again tells of its last decision.
 func (c *call) setRateLimit(domain string, d quota.Decision) {
-	if _, ok := d.Fields(domain); !ok {
+	if p := c.rateLimit; p.set && (p.domain != domain || p.d.Rule != d.Rule) && !d.Stricter(p.d) {
 		return
 	}
-	if p := c.rateLimit; p != nil && (p.domain != domain || p.d.Rule != d.Rule) && !d.Stricter(p.d) {
-		return
+	if setRateLimitHeaders(c.w.Header(), domain, d) {
+		c.rateLimit = ruleDecision{set: true, domain: domain, d: d}
 	}
-	setRateLimitHeaders(c.w.Header(), domain, d)
-	c.rateLimit = &ruleDecision{domain: domain, d: d}
 }
 
-// ruleDecision is the decision whose RateLimit fields an answer carries.
+// ruleDecision is the decision whose RateLimit fields an answer carries
+// (set once there is one).
 type ruleDecision struct {
+	set    bool
 	domain string
 	d      quota.Decision
 }
