@@ -90,11 +90,16 @@ func run() error {
 	rounds := flag.Int("rounds", 2, "times every target is measured, in turns")
 	spread := flag.Int("spread", 100_000, "distinct keys of the spread key shape")
 	conns := flag.Int("conns", 4, "gRPC connections per target, callers spread over them")
+	shapesFlag := flag.String("shapes", "hot,spread", "key shapes to measure, comma-separated: hot, spread (one alone, to profile it)")
 	flag.Parse()
 	if *concurrency < 1 || *duration <= 0 || *rounds < 1 || *spread < 1 || *conns < 1 {
 		return errors.New("-c, -d, -rounds, -spread and -conns must be positive")
 	}
 	redis, err := loadgen.ParsePIDs(*redisPIDs)
+	if err != nil {
+		return err
+	}
+	shapes, err := parseShapes(*shapesFlag)
 	if err != nil {
 		return err
 	}
@@ -182,7 +187,7 @@ func run() error {
 	}
 	var ms []*measurement
 	for i, t := range targets {
-		for _, shape := range []string{"hot", "spread"} {
+		for _, shape := range shapes {
 			ms = append(ms, &measurement{t: t, shape: shape, keyPrefix: fmt.Sprintf("peers-%s-%d-%s", runID, i, shape)})
 		}
 	}
@@ -195,6 +200,23 @@ func run() error {
 	}
 	report(os.Stdout, ms, *concurrency, *conns, *duration, *rounds, *spread, len(redis))
 	return nil
+}
+
+// parseShapes reads -shapes: hot and spread, each at most once, in the
+// order given.
+func parseShapes(s string) ([]string, error) {
+	var shapes []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f != "hot" && f != "spread" {
+			return nil, fmt.Errorf("-shapes: %q is not a key shape (hot, spread)", f)
+		}
+		if slices.Contains(shapes, f) {
+			return nil, fmt.Errorf("-shapes: %q given twice", f)
+		}
+		shapes = append(shapes, f)
+	}
+	return shapes, nil
 }
 
 // target is one system under load.

@@ -65,3 +65,17 @@ func TestNoRatioAgainstErrors(t *testing.T) {
 		t.Errorf("kurz vs itself: throughput %v, CPU %v; want 1 and 1", v.throughput, v.serverCPU)
 	}
 }
+
+func TestParseShapes(t *testing.T) {
+	for in, want := range map[string]string{"hot,spread": "hot spread", "spread": "spread", " spread , hot": "spread hot"} {
+		got, err := parseShapes(in)
+		if err != nil || strings.Join(got, " ") != want {
+			t.Errorf("parseShapes(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "warm", "hot,hot", "hot,,spread"} {
+		if got, err := parseShapes(in); err == nil {
+			t.Errorf("parseShapes(%q) = %q, want an error", in, got)
+		}
+	}
+}
