@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -450,11 +451,12 @@ func wireWebhooks(cfg Config, db *pgxpool.Pool, rdb *redis.ClusterClient, srv *s
 	if err != nil {
 		return err
 	}
-	key := cfg.Webhooks.Key
-	if key == "" {
-		key = "derived from the code key\x00" + cfg.CodeKey
+	derived := "derived from the code key\x00" + cfg.CodeKey
+	key, previous := cmp.Or(cfg.Webhooks.Key, derived), cfg.Webhooks.PreviousKey
+	if previous == webhook.DerivedKey {
+		previous = derived
 	}
-	sealer, err := webhook.NewSealer(key)
+	sealer, err := webhook.NewSealer(key, previous)
 	if err != nil {
 		return err
 	}
@@ -473,6 +475,6 @@ func wireWebhooks(cfg Config, db *pgxpool.Pool, rdb *redis.ClusterClient, srv *s
 	}
 	log.Info("webhooks configured", "send", cfg.Webhooks.Send, "allow_http", cfg.Webhooks.AllowHTTP, "allow_cidrs", cfg.Webhooks.AllowCIDRs,
 		"concurrency", cfg.Webhooks.Concurrency, "max_attempts", cfg.Webhooks.MaxAttempts, "retry_window", cfg.Webhooks.RetryWindow,
-		"dedicated_key", cfg.Webhooks.Key != "")
+		"dedicated_key", cfg.Webhooks.Key != "", "previous_key", cfg.Webhooks.PreviousKey != "")
 	return nil
 }

@@ -111,6 +111,27 @@ func TestRejectsBadWebhookConfigurationNamingEachVariable(t *testing.T) {
 	}
 }
 
+// A rotation's previous webhook key is checked as the key is, and is
+// neither the key in use nor "derived" while the derived key is in use.
+func TestRejectsABadPreviousWebhookKey(t *testing.T) {
+	key := strings.Repeat("n", 32)
+	for _, tc := range []struct{ key, previous, want string }{
+		{key, "short", "KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY has 5 characters"},
+		{key, key, "KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY is KURZ_SHORTENER_WEBHOOK_KEY"},
+		{"", "derived", "KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY=derived names the key in use"},
+	} {
+		err := load(t, map[string]string{"KURZ_SHORTENER_WEBHOOK_KEY": tc.key, "KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY": tc.previous}).Check()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("key %q, previous %q: Check: %v; want %q", tc.key, tc.previous, err, tc.want)
+		}
+	}
+	for _, previous := range []string{"", "derived", strings.Repeat("o", 32)} {
+		if err := load(t, map[string]string{"KURZ_SHORTENER_WEBHOOK_KEY": key, "KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY": previous}).Check(); err != nil {
+			t.Errorf("previous %q: Check: %v, want nil", previous, err)
+		}
+	}
+}
+
 // The stores' settings are refused with the service's own, all named at
 // once before anything starts (not one at a time as each store is built).
 func TestStoreSettingsAreCheckedWithTheRest(t *testing.T) {

@@ -1101,3 +1101,36 @@ func TestClickBatcherForgetsKilledReplicasAndLeaves(t *testing.T) {
 		t.Errorf("after the batcher stopped the groups hold %v, want nobody (it held nothing pending)", m)
 	}
 }
+
+// TestWebhookKeyRotationSealsSecretsUnderTheNewKey: a subscription made
+// under the key derived from the code key, then a shortener started with a
+// key of its own and KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY=derived: its first
+// pass seals the secret again under the new key, which alone opens it.
+func TestWebhookKeyRotationSealsSecretsUnderTheNewKey(t *testing.T) {
+	sh, tenant, ctx, api, rc := webhookSetup(t)
+	wh := subscribe(t, ctx, api, rc, "link.created")
+	rc.mu.Lock()
+	secret := rc.secret
+	rc.mu.Unlock()
+	db, _ := stores(t, sh.cfg, tenant)
+	sealed := func() []byte {
+		var b []byte
+		if err := db.QueryRow(context.Background(), `SELECT secret FROM webhook_subscriptions WHERE id = $1`, wh.GetId()).Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	newKey := strings.Repeat("r", 40)
+	after, err := webhook.NewSealer(newKey, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := after.Open(wh.GetId(), sealed()); err == nil {
+		t.Fatal("the new key opens the secret before the rotation")
+	}
+	start(t, withWebhookEnv(map[string]string{"KURZ_SHORTENER_WEBHOOK_KEY": newKey, "KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY": "derived"}), hooks{})
+	await(t, "the secret sealed under the new key", 15*time.Second, func() bool {
+		got, err := after.Open(wh.GetId(), sealed())
+		return err == nil && got == secret
+	})
+}

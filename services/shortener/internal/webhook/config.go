@@ -23,10 +23,19 @@ import (
 type Config struct {
 	// Key seals the subscriptions' signing secrets in PostgreSQL
 	// (AES-256-GCM under its SHA-256), at least 32 characters, the same on
-	// every replica. Empty: a key derived from KURZ_SHORTENER_CODE_KEY. A
-	// changed key makes existing secrets unreadable (their deliveries die
-	// with "secret cannot be opened"; recreate the subscriptions).
+	// every replica. Empty: a key derived from KURZ_SHORTENER_CODE_KEY. To
+	// change it, move the old one to KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY:
+	// a key changed without it makes existing secrets unreadable (their
+	// deliveries die with "secret cannot be opened").
 	Key string `env:"SHORTENER_WEBHOOK_KEY" default:""`
+	// PreviousKey is the key the secrets were sealed under before Key,
+	// during a rotation: secrets sealed under it still open, and the
+	// sending replicas seal them again under Key (at start, then every 10
+	// minutes; each logs "webhook secrets sealed under the new key" with
+	// what is left). "derived" names the key derived from
+	// KURZ_SHORTENER_CODE_KEY, for a first dedicated Key. Empty outside a
+	// rotation: remove it once a pass has left nothing under it.
+	PreviousKey string `env:"SHORTENER_WEBHOOK_PREVIOUS_KEY" default:""`
 	// Send makes this replica send the queued deliveries and read the click
 	// streams for link.clicked. false: it serves the webhook API and queues
 	// link events (the links table's trigger does) but sends nothing, for
@@ -101,11 +110,24 @@ type Config struct {
 	KeepFinished int `env:"SHORTENER_WEBHOOK_KEEP_FINISHED" default:"10000"`
 }
 
+// DerivedKey, as PreviousKey, names the key derived from the code key.
+const DerivedKey = "derived"
+
 // Validate checks the settings and returns the allow-listed prefixes.
 func (c Config) Validate() ([]netip.Prefix, error) {
 	var errs []error
 	if c.Key != "" && len(c.Key) < 32 {
 		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_KEY has %d characters: want at least 32 (e.g. openssl rand -hex 32)", len(c.Key)))
+	}
+	switch {
+	case c.PreviousKey == "":
+	case c.PreviousKey == DerivedKey && c.Key == "":
+		errs = append(errs, errors.New("KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY=derived names the key in use: set KURZ_SHORTENER_WEBHOOK_KEY to the new key"))
+	case c.PreviousKey == DerivedKey:
+	case len(c.PreviousKey) < 32:
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY has %d characters: want the previous KURZ_SHORTENER_WEBHOOK_KEY (at least 32), or \"derived\"", len(c.PreviousKey)))
+	case c.PreviousKey == c.Key:
+		errs = append(errs, errors.New("KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY is KURZ_SHORTENER_WEBHOOK_KEY: a rotation moves the old key there and sets a new one"))
 	}
 	var allow []netip.Prefix
 	for _, s := range c.AllowCIDRs {

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kurz.dev/pkg/webhooksig"
 )
 
 // internal are the details of our side that the constructed errors carry:
@@ -125,7 +127,7 @@ func TestAttemptRecordsNoInternalDetail(t *testing.T) {
 	untrusted.StartTLS()
 	defer untrusted.Close()
 
-	sealer, _ := NewSealer(strings.Repeat("k", 32))
+	sealer, _ := NewSealer(strings.Repeat("k", 32), "")
 	targets := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 	s := &Sender{cfg: Config{Timeout: 2 * time.Second}, sealer: sealer, client: targets.Client(2 * time.Second), allowHTTP: true, now: time.Now}
 	for _, tc := range []struct{ url, want string }{
@@ -183,7 +185,7 @@ func TestAttemptDoesNotReadAnUpgradedConnection(t *testing.T) {
 		_, _ = c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"))
 		held <- c // open until the test ends
 	}()
-	sealer, _ := NewSealer(strings.Repeat("k", 32))
+	sealer, _ := NewSealer(strings.Repeat("k", 32), "")
 	targets := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 	s := &Sender{cfg: Config{Timeout: time.Second}, sealer: sealer, client: targets.Client(time.Second), allowHTTP: true, now: time.Now}
 	c := claim{Delivery: Delivery{ID: "evt_1", SubscriptionID: "wh_1", EventType: "link.created", Data: []byte(`{}`)},
@@ -206,7 +208,7 @@ func TestAttemptSendsOverHTTPSOnlyUnlessAllowed(t *testing.T) {
 	reached := make(chan struct{}, 1)
 	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached <- struct{}{} }))
 	defer plain.Close()
-	sealer, _ := NewSealer(strings.Repeat("k", 32))
+	sealer, _ := NewSealer(strings.Repeat("k", 32), "")
 	targets := Targets{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 	s := &Sender{cfg: Config{Timeout: time.Second}, sealer: sealer, client: targets.Client(time.Second), now: time.Now}
 	c := claim{Delivery: Delivery{ID: "evt_1", SubscriptionID: "wh_1", EventType: "link.created", Data: []byte(`{}`)},
@@ -218,5 +220,30 @@ func TestAttemptSendsOverHTTPSOnlyUnlessAllowed(t *testing.T) {
 	case <-reached:
 		t.Error("the plain http receiver got the delivery")
 	default:
+	}
+}
+
+// During a key rotation a delivery of a subscription whose secret the
+// previous key sealed is signed with that secret, not dead.
+func TestAttemptSignsWithASecretOfThePreviousKey(t *testing.T) {
+	oldKey := strings.Repeat("o", 32)
+	old, _ := NewSealer(oldKey, "")
+	rotating, _ := NewSealer(strings.Repeat("n", 32), oldKey)
+	secret := newSecret()
+	verified := make(chan error, 1)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		verified <- webhooksig.Verify(secret, r.Header.Get(webhooksig.Header), b, time.Now(), 0)
+	}))
+	defer rc.Close()
+	targets := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	s := &Sender{cfg: Config{Timeout: 2 * time.Second}, sealer: rotating, client: targets.Client(2 * time.Second), allowHTTP: true, now: time.Now}
+	c := claim{Delivery: Delivery{ID: "evt_1", SubscriptionID: "wh_1", EventType: "link.created", Data: []byte(`{}`)},
+		URL: rc.URL + "/kurz", Sealed: old.Seal("wh_1", secret)}
+	if o := s.attempt(context.Background(), c); o.err != "" || o.dead {
+		t.Fatalf("attempt: %q (dead %v), want it delivered", o.err, o.dead)
+	}
+	if err := <-verified; err != nil {
+		t.Errorf("the receiver could not verify the delivery with its secret: %v", err)
 	}
 }

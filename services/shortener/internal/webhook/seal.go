@@ -23,23 +23,35 @@ func newSecret() string {
 // Sealer encrypts signing secrets at rest: the sender needs them in clear
 // to sign, so they cannot be hashed like API keys; sealed, a copy of the
 // table (a backup, a replica) does not give them away without the key.
-type Sealer struct{ aead cipher.AEAD }
+// During a rotation it also opens what the previous key sealed.
+type Sealer struct{ aead, previous cipher.AEAD }
 
 // errUnseal is what a secret sealed under another key gives.
-var errUnseal = errors.New("the signing secret cannot be opened (KURZ_SHORTENER_WEBHOOK_KEY changed?)")
+var errUnseal = errors.New("the signing secret cannot be opened (KURZ_SHORTENER_WEBHOOK_KEY changed without KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY?)")
 
-// NewSealer keys a Sealer with SHA-256(label, key).
-func NewSealer(key string) (*Sealer, error) {
+// NewSealer keys a Sealer with SHA-256(label, key); previous, if not
+// empty, is the key of a rotation's old secrets.
+func NewSealer(key, previous string) (*Sealer, error) {
+	aead, err := newAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sealer{aead: aead}
+	if previous != "" {
+		if s.previous, err = newAEAD(previous); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func newAEAD(key string) (cipher.AEAD, error) {
 	k := sha256.Sum256([]byte("kurz webhook secrets\x00" + key))
 	block, err := aes.NewCipher(k[:])
 	if err != nil {
 		return nil, err
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, err
-	}
-	return &Sealer{aead: aead}, nil
+	return cipher.NewGCM(block)
 }
 
 // Seal returns nonce || ciphertext of secret, bound to the subscription id.
@@ -49,15 +61,34 @@ func (s *Sealer) Seal(id, secret string) []byte {
 	return s.aead.Seal(nonce, nonce, []byte(secret), []byte(id))
 }
 
-// Open reverses Seal for the same id.
+// Open reverses Seal for the same id, under the key or the previous one.
 func (s *Sealer) Open(id string, sealed []byte) (string, error) {
-	n := s.aead.NonceSize()
-	if len(sealed) < n {
-		return "", errUnseal
-	}
-	b, err := s.aead.Open(nil, sealed[:n], sealed[n:], []byte(id))
-	if err != nil {
-		return "", errUnseal
-	}
-	return string(b), nil
+	secret, _, err := s.open(id, sealed)
+	return secret, err
 }
+
+// open is Open, and says whether the secret was sealed under the previous
+// key.
+func (s *Sealer) open(id string, sealed []byte) (secret string, old bool, err error) {
+	if b, ok := openWith(s.aead, id, sealed); ok {
+		return string(b), false, nil
+	}
+	if s.previous != nil {
+		if b, ok := openWith(s.previous, id, sealed); ok {
+			return string(b), true, nil
+		}
+	}
+	return "", false, errUnseal
+}
+
+func openWith(aead cipher.AEAD, id string, sealed []byte) ([]byte, bool) {
+	n := aead.NonceSize()
+	if len(sealed) < n {
+		return nil, false
+	}
+	b, err := aead.Open(nil, sealed[:n], sealed[n:], []byte(id))
+	return b, err == nil
+}
+
+// Rotating says whether there is a previous key to seal secrets away from.
+func (s *Sealer) Rotating() bool { return s.previous != nil }

@@ -194,7 +194,8 @@ func (s *Sender) Run(ctx context.Context) {
 // housekeep deletes, until ctx ends, the deliveries of deleted
 // subscriptions (and then their rows) every purgeEvery, and every
 // pruneEvery the finished deliveries past the retention and those past the
-// newest KeepFinished of each subscription, beside the claims: a long
+// newest KeepFinished of each subscription, and during a key rotation
+// seals the secrets under the new key, beside the claims: a long
 // purge (a busy subscription's log) does not hold up the sending.
 func (s *Sender) housekeep(ctx context.Context) {
 	tick := time.NewTicker(purgeEvery)
@@ -218,12 +219,30 @@ func (s *Sender) housekeep(ctx context.Context) {
 			} else if n > 0 {
 				s.log.Info("webhook deliveries past the kept trimmed", "deleted", n, "kept", s.cfg.KeepFinished)
 			}
+			if s.sealer.Rotating() {
+				s.reseal(ctx)
+			}
 		}
 		select {
 		case <-ctx.Done():
 		case <-tick.C:
 		}
 	}
+}
+
+// reseal makes one rotation pass (Store.Reseal) and says how it went: an
+// operator removes KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY once a pass that
+// started after every replica ran with the new key has left nothing
+// (secrets still created under the old key meanwhile move on a later pass).
+func (s *Sender) reseal(ctx context.Context) {
+	n, unopened, err := s.store.Reseal(ctx, s.sealer)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("webhook secrets: sealing under the new key failed; the next pass goes on", "sealed_again", n, "err", err)
+		}
+		return
+	}
+	s.log.Info("webhook secrets sealed under the new key", "sealed_again", n, "opened_by_neither_key", unopened)
 }
 
 // deliver makes one attempt of c and records how it went. An attempt cut

@@ -708,3 +708,75 @@ func (s *Store) QueueStats(ctx context.Context, sending inFlight, limits claimLi
 	}
 	return pending, time.Duration(o * float64(time.Second)), time.Duration(l * float64(time.Second)), nil
 }
+
+// resealPage is how many subscriptions a rotation's pass reads at a time.
+const resealPage = 500
+
+// Reseal seals again under sealer's key every live subscription's secret
+// that only its previous key opens, resealPage at a time in id order, and
+// returns how many it sealed again and how many neither key opens (left as
+// they are: their deliveries fail as before). A row changed meanwhile (by
+// another replica's pass) is left to it. Only while sealer is Rotating.
+func (s *Store) Reseal(ctx context.Context, sealer *Sealer) (resealed, unopened int, err error) {
+	after := ""
+	for {
+		page, err := s.sealedAfter(ctx, after)
+		if err != nil {
+			return resealed, unopened, err
+		}
+		for _, sub := range page {
+			secret, old, err := sealer.open(sub.id, sub.sealed)
+			switch {
+			case err != nil:
+				unopened++
+				continue
+			case !old:
+				continue
+			}
+			ok, err := s.replaceSealed(ctx, sub.id, sub.sealed, sealer.Seal(sub.id, secret))
+			if err != nil {
+				return resealed, unopened, err
+			}
+			if ok {
+				resealed++
+			}
+		}
+		if len(page) < resealPage {
+			return resealed, unopened, nil
+		}
+		after = page[len(page)-1].id
+	}
+}
+
+type sealedSecret struct {
+	id     string
+	sealed []byte
+}
+
+func (s *Store) sealedAfter(ctx context.Context, after string) ([]sealedSecret, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT id, secret FROM webhook_subscriptions
+		WHERE id > $1 AND deleted_at IS NULL ORDER BY id LIMIT $2`, after, resealPage)
+	if err != nil {
+		return nil, fmt.Errorf("webhook secrets: %w", err)
+	}
+	page, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sealedSecret, error) {
+		var v sealedSecret
+		return v, r.Scan(&v.id, &v.sealed)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("webhook secrets: %w", err)
+	}
+	return page, nil
+}
+
+func (s *Store) replaceSealed(ctx context.Context, id string, old, sealed []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tag, err := s.db.Exec(ctx, `UPDATE webhook_subscriptions SET secret = $3 WHERE id = $1 AND secret = $2`, id, old, sealed)
+	if err != nil {
+		return false, fmt.Errorf("seal webhook %s's secret again: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -542,5 +543,70 @@ func TestFinishedDeliveriesAreCutBackToTheNewestKept(t *testing.T) {
 	}
 	if n, err := store.TrimFinished(ctx, keep); err != nil || n != 0 {
 		t.Errorf("a second trim deleted %d (%v), want none: the redelivered one is pending", n, err)
+	}
+}
+
+// TestResealMovesTheOldKeysSecretsToTheNewKey: a rotation's pass seals
+// again, under the new key, every live secret the old key sealed (over
+// more than one page), leaves the new key's and the unopenable ones as
+// they are, and the next pass finds nothing to do.
+func TestResealMovesTheOldKeysSecretsToTheNewKey(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	store := NewStore(db, 5*time.Second)
+	oldKey, newKey := strings.Repeat("o", 32), strings.Repeat("n", 32)
+	old, _ := NewSealer(oldKey, "")
+	after, _ := NewSealer(newKey, "")
+	rotating, _ := NewSealer(newKey, oldKey)
+	stranger, _ := NewSealer(strings.Repeat("s", 32), "")
+	secrets := map[string]string{}
+	seal := func(id string, sealer *Sealer) {
+		secrets[id] = newSecret()
+		if _, err := db.Exec(ctx, `INSERT INTO webhook_subscriptions (id, tenant, url, events, secret)
+			VALUES ($1, 't', 'https://hooks.example.com/', '{link.created}', $2)`, id, sealer.Seal(id, secrets[id])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const olds = resealPage + 20
+	for i := range olds {
+		seal(fmt.Sprintf("wh_old_%04d", i), old)
+	}
+	seal("wh_new", after)
+	seal("wh_lost", stranger)
+	seal("wh_gone", old)
+	if _, err := db.Exec(ctx, `UPDATE webhook_subscriptions SET deleted_at = now() WHERE id = 'wh_gone'`); err != nil {
+		t.Fatal(err)
+	}
+
+	n, unopened, err := store.Reseal(ctx, rotating)
+	if err != nil || n != olds || unopened != 1 {
+		t.Fatalf("Reseal = %d sealed again, %d unopened, %v; want %d, 1, nil", n, unopened, err, olds)
+	}
+	rows, err := db.Query(ctx, `SELECT id, secret FROM webhook_subscriptions`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sealedSecret, error) {
+		var v sealedSecret
+		return v, r.Scan(&v.id, &v.sealed)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range sealed {
+		got, err := after.Open(row.id, row.sealed)
+		switch row.id {
+		case "wh_lost", "wh_gone":
+			if err == nil {
+				t.Errorf("%s opens under the new key: a pass sealed what it should have left", row.id)
+			}
+		default:
+			if err != nil || got != secrets[row.id] {
+				t.Errorf("%s under the new key alone: %q, %v; want its secret", row.id, got, err)
+			}
+		}
+	}
+	if n, unopened, err := store.Reseal(ctx, rotating); err != nil || n != 0 || unopened != 1 {
+		t.Errorf("second pass = %d sealed again, %d unopened, %v; want 0, 1, nil", n, unopened, err)
 	}
 }

@@ -138,8 +138,8 @@ func TestBackoffDoublesWithJitterWithinBounds(t *testing.T) {
 }
 
 func TestSealerOpensOnlyItsOwnSecrets(t *testing.T) {
-	a, _ := NewSealer(strings.Repeat("a", 32))
-	b, _ := NewSealer(strings.Repeat("b", 32))
+	a, _ := NewSealer(strings.Repeat("a", 32), "")
+	b, _ := NewSealer(strings.Repeat("b", 32), "")
 	secret := newSecret()
 	if len(secret) != len(secretPrefix)+43 {
 		t.Fatalf("secret %q", secret)
@@ -156,6 +156,44 @@ func TestSealerOpensOnlyItsOwnSecrets(t *testing.T) {
 	}
 	if _, err := a.Open("wh_2", sealed); err == nil {
 		t.Error("it opened as another subscription's secret")
+	}
+}
+
+// During a rotation the new key's sealer opens what the old key sealed
+// (and says so, for the pass that seals it again), and seals under the new
+// key only.
+func TestSealerOpensThePreviousKeysSecretsDuringARotation(t *testing.T) {
+	oldKey, newKey := strings.Repeat("o", 32), strings.Repeat("n", 32)
+	old, _ := NewSealer(oldKey, "")
+	after, _ := NewSealer(newKey, "")
+	rotating, err := NewSealer(newKey, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rotating.Rotating() || after.Rotating() {
+		t.Fatalf("Rotating: %v with a previous key, %v without", rotating.Rotating(), after.Rotating())
+	}
+	secret := newSecret()
+	sealed := old.Seal("wh_1", secret)
+	if _, err := after.Open("wh_1", sealed); err == nil {
+		t.Fatal("a new key without the previous one opened an old secret")
+	}
+	got, wasOld, err := rotating.open("wh_1", sealed)
+	if err != nil || got != secret || !wasOld {
+		t.Fatalf("open of an old secret = %q, old %v, %v; want it, old", got, wasOld, err)
+	}
+	if _, err := rotating.Open("wh_2", sealed); err == nil {
+		t.Error("the previous key opened it as another subscription's secret")
+	}
+	resealed := rotating.Seal("wh_1", secret)
+	if got, err := after.Open("wh_1", resealed); err != nil || got != secret {
+		t.Errorf("the new key alone opens a secret sealed during the rotation: %q, %v", got, err)
+	}
+	if _, err := old.Open("wh_1", resealed); err == nil {
+		t.Error("a secret sealed during the rotation opened under the old key")
+	}
+	if _, wasOld, _ := rotating.open("wh_1", resealed); wasOld {
+		t.Error("a secret under the new key read as the previous key's")
 	}
 }
 
