@@ -320,6 +320,7 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 	}()
 	if err != nil {
 		f.err = err
+		e.giveBackLate(s.key, r, id, err)
 		return result{}, leaseHold{}, err
 	}
 	taken, valid, remaining, retry, reset := vals[0], vals[2], vals[3], vals[4], vals[5]
@@ -408,6 +409,30 @@ func (e *Engine) giveBackLeased(holds []leaseHold) {
 	}
 }
 
+// giveBackLate gives back what a take the deadline cut took, once its late
+// reply (err's, when the call was on a node's pipeline) says it ran: the
+// request was answered by its failure mode, as without a lease, and no
+// lease holds those units. Its give-back of an earlier lease, if it ran,
+// stands.
+func (e *Engine) giveBackLate(key string, r *Rule, id string, err error) {
+	late := lateReplyOf(err)
+	if late == nil {
+		return
+	}
+	e.refunds.Go(func() {
+		vals, ok := late.wait()
+		if !ok || len(vals) < 2 || vals[0] <= 0 {
+			return // not run, its reply lost, or it took nothing
+		}
+		old := ending{l: &lease{id: id, rule: r, at: vals[1]}, give: vals[0], top: vals[0]}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*e.opts.Timeout)
+		defer cancel()
+		if err := e.giveBack1(ctx, key, old); err != nil {
+			e.log.Warn("give-back of a lease take cut at its deadline failed; the units return when the window or bucket refills", "key", key, "units", old.give, "err", err)
+		}
+	})
+}
+
 // giveBackToRedis gives what an ended lease left back to Redis in the
 // background; if that fails, the units return when the window or bucket
 // refills.
@@ -428,10 +453,12 @@ func (e *Engine) giveBack1(ctx context.Context, key string, old ending) error {
 }
 
 // leaseCall runs lease.lua on key's node, under that node's circuit breaker
-// and within the decision timeout, as decisions run decide.lua.
+// and within the decision timeout, as decisions run decide.lua: through the
+// node's pipeline when auto-pipelined, where a call the deadline cut still
+// has its late reply (giveBackLate).
 func (e *Engine) leaseCall(ctx context.Context, key string, args []any) ([]int64, error) {
-	vals, err := e.onRedis(ctx, key, func(ctx context.Context, _ string) ([]int64, error) {
-		return leaseScript.Run(ctx, e.rdb, []string{key}, args...).Int64Slice()
+	vals, err := e.onRedis(ctx, key, func(ctx context.Context, node string) ([]int64, error) {
+		return e.scriptOnRedis(ctx, node, leaseLuaScript, []string{key}, args)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)

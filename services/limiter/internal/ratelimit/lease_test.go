@@ -416,3 +416,35 @@ func TestAQueuedCallerTakesOnlyADenialOfItsSize(t *testing.T) {
 		t.Errorf("retry-after %v for one unit, %v for ten queued behind it; want at most 36s and about 6m", a, b)
 	}
 }
+
+// A lease take the decision timeout cut while its node stalled still runs
+// when the node wakes; what its late reply says it took goes back, as a
+// stalled decision's does: the request was answered by its failure mode,
+// and no lease holds those units. (They stayed taken, the whole take, up
+// to the lease's size or more with callers queued, for every take a stall
+// cut, until the window or bucket refilled.)
+func TestALeaseTakeCutByAStallGivesItsUnitsBack(t *testing.T) {
+	node := redistest.Start(t)
+	// As TestDenialsDuringAStallConsumeNothingOnRedis: the pipeline's I/O
+	// deadline outlasts the stall, the decision timeout does not.
+	e := leaseEngine(t, privateCluster(t, node, 10*time.Second), strings.ReplaceAll(leasedRules, "failure_mode: open", "failure_mode: closed"), Options{
+		Timeout: time.Second, BreakerThreshold: 1000, AutoPipeline: true,
+	})
+	ctx := context.Background()
+	user := unique(t)
+	t.Cleanup(node.Resume)
+	// One stall per algorithm, each after a warm-up: the node holds the
+	// lease script, as a node in service does, and the client a connection.
+	for _, algo := range algos {
+		e.Check(ctx, "l", map[string]string{"user": user + "-warm", "algo": algo}, 1)
+		node.Pause()
+		if got := e.Check(ctx, "l", map[string]string{"user": user, "algo": algo}, 1); got.Allowed || got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED {
+			t.Errorf("%s during the stall: allowed=%v source=%v, want denied FAIL_CLOSED", algo, got.Allowed, got.Source)
+		}
+		node.Resume()
+		e.Wait() // the late reply, and the give-back it calls for
+		if got := peekRemaining(t, e, "l", map[string]string{"user": user, "algo": algo}); got != 100 {
+			t.Errorf("%s after the stall: %d remaining on Redis, want 100 (a cut take's units stranded)", algo, got)
+		}
+	}
+}
