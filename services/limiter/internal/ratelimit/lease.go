@@ -69,6 +69,17 @@ func (r *Rule) validateLease() error {
 	return nil
 }
 
+// maxLeasedKeys bounds the keys a replica holds leases for. A rule's key
+// is descriptor values a stranger may choose (a user, an address): without
+// a bound, every value seen within a ttl held a lease (about 800 bytes, and
+// one more give-back at shutdown). A key past the bound is decided on
+// Redis, as unleased: hot keys lease, and there are not 10,000 of them.
+const maxLeasedKeys = 10000
+
+// errLeasesFull is a key that finds this replica holding leases for
+// maxLeasedKeys others: it is decided on Redis.
+var errLeasesFull = errors.New("lease: too many leased keys")
+
 // leaseTable is this replica's leases, one slot per leased key.
 type leaseTable struct {
 	mu     sync.RWMutex // read-locked on every leased decision
@@ -138,7 +149,8 @@ type leased struct {
 var errLeaseWait = errors.New("lease: waited past the decision timeout")
 
 // decideLeased decides every enforced leased rule of a request from this
-// replica's leases, taking a lease from Redis where none has units.
+// replica's leases, taking a lease from Redis where none has units; a
+// key past maxLeasedKeys is left to Redis, as unleased.
 func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []result, cost int64) leased {
 	var out leased
 	for i, a := range rules {
@@ -147,11 +159,14 @@ func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []re
 		if a.Rule.Lease.Size == 0 || a.Rule.Shadow || a.checkOnly {
 			continue
 		}
+		res, hold, err := e.takeLeased(ctx, a, a.cost(cost))
+		if errors.Is(err, errLeasesFull) {
+			continue // decided on Redis, as unleased
+		}
 		if out.skip == nil {
 			out.skip = make([]bool, len(rules))
 		}
 		out.skip[i] = true
-		res, hold, err := e.takeLeased(ctx, a, a.cost(cost))
 		if err != nil {
 			g := &group{idx: []int{i}, keys: []string{a.Key}, err: err, abandoned: errors.Is(err, errAbandoned)}
 			e.fallback(g, rules, results, cost, time.Now())
@@ -166,7 +181,8 @@ func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []re
 	return out
 }
 
-// slot returns key's slot, creating it.
+// slot returns key's slot, creating it while the table holds fewer than
+// maxLeasedKeys; nil when it is full.
 func (t *leaseTable) slot(key string) *leaseSlot {
 	t.mu.RLock()
 	s := t.slots[key]
@@ -181,6 +197,9 @@ func (t *leaseTable) slot(key string) *leaseSlot {
 	}
 	s = t.slots[key]
 	if s == nil {
+		if len(t.slots) >= maxLeasedKeys {
+			return nil
+		}
 		s = &leaseSlot{key: key}
 		t.slots[key] = s
 	}
@@ -194,6 +213,9 @@ func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, le
 	deadline := time.Now().Add(e.opts.Timeout)
 	fp := fingerprintOf(a.Rule)
 	s := e.leases.slot(a.Key)
+	if s == nil {
+		return result{}, leaseHold{}, errLeasesFull
+	}
 	// queued is the slot whose demand counts this caller's n while it waits.
 	var queued *leaseSlot
 	defer func() {
@@ -208,7 +230,9 @@ func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, le
 		s.mu.Lock()
 		if s.gone { // never with callers queued: dropIfIdle waits for them
 			s.mu.Unlock()
-			s = e.leases.slot(a.Key)
+			if s = e.leases.slot(a.Key); s == nil {
+				return result{}, leaseHold{}, errLeasesFull
+			}
 			continue
 		}
 		now := time.Now()

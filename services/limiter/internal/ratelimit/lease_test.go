@@ -4,6 +4,7 @@ package ratelimit
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -446,5 +447,53 @@ func TestALeaseTakeCutByAStallGivesItsUnitsBack(t *testing.T) {
 		if got := peekRemaining(t, e, "l", map[string]string{"user": user, "algo": algo}); got != 100 {
 			t.Errorf("%s after the stall: %d remaining on Redis, want 100 (a cut take's units stranded)", algo, got)
 		}
+	}
+}
+
+// A replica holds leases for at most maxLeasedKeys keys: a stranger who
+// picks the descriptor values of a leased rule (a new user, a new address
+// per request) cannot make it hold a lease per value, each about 800 bytes
+// for up to the lease's ttl and one more give-back to wait for at
+// shutdown. A key past the bound is decided on Redis, as unleased.
+func TestLeasedKeysAreBounded(t *testing.T) {
+	e := leaseEngine(t, cluster(t), leasedRules, Options{AutoPipeline: true})
+	ctx := context.Background()
+	user := unique(t)
+	desc := func(i int) map[string]string {
+		return map[string]string{"user": user + "-" + strconv.Itoa(i), "algo": "token_bucket"}
+	}
+	keys := make(chan int)
+	var fromLease atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range keys {
+				if resp := e.Check(ctx, "l", desc(i), 1); resp.Allowed && resp.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+					fromLease.Add(1)
+				}
+			}
+		})
+	}
+	for i := range maxLeasedKeys {
+		keys <- i
+	}
+	close(keys)
+	wg.Wait()
+	if got := fromLease.Load(); got != maxLeasedKeys {
+		t.Fatalf("%d of the first %d keys allowed from a lease, want all", got, maxLeasedKeys)
+	}
+	resp := e.Check(ctx, "l", desc(maxLeasedKeys), 1)
+	if !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Errorf("key %d: allowed=%v source=%v, want allowed on REDIS (past the bound)", maxLeasedKeys+1, resp.Allowed, resp.Source)
+	}
+	e.leases.mu.RLock()
+	held := len(e.leases.slots)
+	e.leases.mu.RUnlock()
+	if held != maxLeasedKeys {
+		t.Errorf("leases held for %d keys, want %d", held, maxLeasedKeys)
+	}
+	// A key already leased goes on drawing from its lease.
+	if resp := e.Check(ctx, "l", desc(0), 1); resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+		t.Errorf("a leased key past the bound: source %v, want LEASE", resp.Source)
 	}
 }
