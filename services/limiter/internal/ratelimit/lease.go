@@ -116,11 +116,16 @@ type lease struct {
 	at   int64 // Redis ms of the take
 	// top counts the units still counted in Redis: taken minus given back
 	// (sliding-log members "<id>:1" .. "<id>:<top>").
-	top   int64
-	left  int64 // not handed out
-	until time.Time
-	ended bool
-	timer *time.Timer
+	top  int64
+	left int64 // not handed out
+	// start is when the take was sent (local clock), ends its end in Redis
+	// ms, last when it last handed out a unit: a sliding log's used units
+	// are restamped by it (ending.used).
+	start, last time.Time
+	ends        int64
+	until       time.Time
+	ended       bool
+	timer       *time.Timer
 	// remaining and resetAt are what Redis had left, and when it would be
 	// full again, at the take: what a leased allowance reports.
 	remaining int64
@@ -238,6 +243,7 @@ func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, le
 		now := time.Now()
 		if l := s.cur; l != nil && !l.ended && now.Before(l.until) && l.left >= n && fingerprintOf(l.rule) == fp {
 			l.left -= n
+			l.last = now
 			if queued == s { // served: no longer demand for the next take
 				s.demand -= n
 				queued = nil
@@ -290,7 +296,14 @@ type ending struct {
 	l    *lease
 	give int64
 	top  int64 // the lease's top before giving back
+	// used, for a sliding log that handed out units, is the Redis ms by
+	// which it handed out the last: its members left are restamped with it.
+	used int64
 }
+
+// toRedis reports whether o has anything for Redis: units to give back,
+// or a sliding log's members to restamp.
+func (o ending) toRedis() bool { return o.give > 0 || o.used > 0 }
 
 // end ends s's current lease, if any, and returns what it leaves to give
 // back. s.mu must be held.
@@ -303,6 +316,12 @@ func (s *leaseSlot) end() ending {
 	l.ended = true
 	l.timer.Stop()
 	out := ending{l: l, give: l.left, top: l.top}
+	if l.rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG && l.top > l.left {
+		// Redis's ms at the take plus the local time from just before it
+		// to the last hand-out: no earlier than the hand-out in Redis's
+		// time, and no later than the members' stamp.
+		out.used = min(l.ends, l.at+(l.last.Sub(l.start)+time.Millisecond-1).Milliseconds())
+	}
 	l.top -= l.left
 	l.left = 0
 	return out
@@ -313,8 +332,8 @@ func (s *leaseSlot) end() ending {
 // when more callers are queued, what they need (demand); the caller gets n.
 func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old ending, a Applied, n, demand int64) (res result, hold leaseHold, err error) {
 	r := a.Rule
-	give := []any{int64(0), int64(0), int64(0), ""}
-	if old.give > 0 {
+	give := []any{int64(0), int64(0), int64(0), "", int64(0)}
+	if old.toRedis() {
 		if fingerprintOf(old.l.rule) == fingerprintOf(r) {
 			give = old.args()
 		} else {
@@ -359,8 +378,10 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 		f.deny = &res
 		return res, leaseHold{}, nil
 	}
+	now := time.Now()
 	l := &lease{
 		id: id, rule: r, at: vals[1], top: taken, left: taken - n,
+		start: start, last: now, ends: vals[1] + valid,
 		// From before the call: the local end comes no later than Redis's.
 		until:     start.Add(time.Duration(valid) * time.Millisecond),
 		remaining: remaining,
@@ -368,7 +389,7 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 	}
 	l.timer = time.AfterFunc(time.Until(l.until), func() { e.expire(s, l) })
 	s.cur = l
-	return l.allowance(time.Now()), leaseHold{s, l, n}, nil
+	return l.allowance(now), leaseHold{s, l, n}, nil
 }
 
 // allowance is a leased allowance as the rule reports it: remaining is this
@@ -381,7 +402,7 @@ func (l *lease) allowance(now time.Time) result {
 }
 
 // args are the give-back arguments of lease.lua for what o leaves.
-func (o ending) args() []any { return []any{o.give, o.top, o.l.at, o.l.id} }
+func (o ending) args() []any { return []any{o.give, o.top, o.l.at, o.l.id, o.used} }
 
 func ruleArgs(r *Rule) []any {
 	return []any{int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity()}
@@ -396,7 +417,7 @@ func (e *Engine) expire(s *leaseSlot, l *lease) {
 		old = s.end()
 	}
 	s.mu.Unlock()
-	if old.give > 0 {
+	if old.toRedis() {
 		e.giveBackToRedis(s.key, old)
 	}
 	e.dropIfIdle(s)
@@ -501,7 +522,7 @@ func (e *Engine) ReturnLeases(ctx context.Context) error {
 	var keys []string
 	for key, s := range e.leases.slots {
 		s.mu.Lock()
-		if old := s.end(); old.give > 0 {
+		if old := s.end(); old.toRedis() {
 			olds, keys = append(olds, old), append(keys, key)
 		}
 		s.mu.Unlock()

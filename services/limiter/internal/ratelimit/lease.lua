@@ -7,10 +7,14 @@
 --
 -- KEYS[1]   the rule's state key
 -- ARGV[1-4] algorithm (as in decide.lua), limit, window in ms, burst
--- ARGV[5-8] give back: units (0: none), the earlier lease's top member index
+-- ARGV[5-9] give back: units (0: none), the earlier lease's top member index
 --           (sliding log: members "<id>:1" .. "<id>:<top>" are still in the
---           log), the Redis ms it was taken at, its id
--- ARGV[9-13] take: units wanted (0: take nothing), the least worth taking
+--           log), the Redis ms it was taken at, its id, and (sliding log,
+--           0: none) the Redis ms by which it handed out its last unit:
+--           its members left, the units it handed out, are restamped so
+--           that they stay in the log a window after that, not after the
+--           lease's end
+-- ARGV[10-14] take: units wanted (0: take nothing), the least worth taking
 --           (the request's cost: fewer available means a denial), the
 --           number of replicas sharing the key, the lease's ttl in ms, its id
 --
@@ -23,8 +27,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local key = KEYS[1]
 local algo, limit, window, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local give, top, at, oldid = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
-local want, least, share, ttl, id = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
+local give, top, at, oldid, used = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
+local want, least, share, ttl, id = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), ARGV[14]
 
 -- Another algorithm's state (the rule changed: state.lua, hread) takes no
 -- give-back, which leaves it as it is: the give-back of a lease taken under
@@ -55,6 +59,9 @@ if give > 0 then
   elseif algo == 2 then
     log_range('ZREM', key, nil, oldid, top - give + 1, top)
   end
+end
+if algo == 2 and used > 0 and top > give then
+  log_range('ZADD', key, used, oldid, 1, top - give, 'XX')
 end
 if want == 0 then return {0, now, 0, 0, 0, 0} end
 

@@ -497,3 +497,42 @@ func TestLeasedKeysAreBounded(t *testing.T) {
 		t.Errorf("a leased key past the bound: source %v, want LEASE", resp.Source)
 	}
 }
+
+// A sliding-log lease's units stay in the log a window after the lease's
+// last hand-out, not after the end its ttl allowed: a lease used up at
+// once, as under load, restamps its members when it ends. (They were all
+// stamped with the lease's end: under sustained load, a log of 50 per 2 s
+// leased for a minute admitted 50 per 62 s, five processes measured.)
+func TestASlidingLogLeaseStampsItsUnitsWithTheirLastUse(t *testing.T) {
+	rdb := cluster(t)
+	e := leaseEngine(t, rdb, leasedRules, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "sliding_log"}
+	for i := range 11 { // a lease of 10 used up, one unit of the next
+		if resp := e.Check(ctx, "l", desc, 1); !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+			t.Fatalf("check %d: allowed=%v source=%v, want allowed from the LEASE", i+1, resp.Allowed, resp.Source)
+		}
+	}
+	if err := e.ReturnLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rules := e.Rules().Match("l", desc)
+	key := rules[0].Key
+	// The leases' ends are a minute on; the units were used just now.
+	soon := strconv.FormatInt(now.Add(10*time.Second).UnixMilli(), 10)
+	total, err := rdb.ZCard(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamped, err := rdb.ZCount(ctx, key, "-inf", soon).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 11 || stamped != 11 {
+		t.Errorf("log after 11 leased units and the leases given back: %d members, %d of them stamped before now+10s; want 11 and 11 (stamped with their lease's last use, not its end)", total, stamped)
+	}
+}
