@@ -36,8 +36,13 @@ local want, least, share, ttl, id = tonumber(ARGV[10]), tonumber(ARGV[11]), tonu
 -- none and replaces it.
 if give > 0 then
   if algo == 4 then
-    local tokens = tonumber((hread(key, 4, 'tokens')))
-    if tokens then redis.call('HSET', key, 'tokens', min(burst, tokens + give)) end
+    -- Not into a bucket last written under a smaller burst (a plan or rule
+    -- change cut it since): the cut already dropped what the bucket held
+    -- above the new burst, and these units, had they not been leased,
+    -- would have gone with it.
+    local tokens, b = hread(key, 4, 'tokens', 'b')
+    tokens, b = tonumber(tokens), tonumber(b)
+    if tokens and not (b and b < burst) then redis.call('HSET', key, 'tokens', min(burst, tokens + give)) end
   elseif algo == 5 then
     local level = tonumber((hread(key, 5, 'level')))
     if level then redis.call('HSET', key, 'level', max(0, level - give)) end
@@ -83,7 +88,7 @@ if algo == 4 then
   tokens = tokens - taken
   if taken > 0 then
     replace(key)
-    redis.call('HSET', key, 'a', 4, 'tokens', tokens, 'ts', now)
+    redis.call('HSET', key, 'a', 4, 'tokens', tokens, 'ts', now, 'b', burst)
     redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
   elseif least > burst then
     retry = -1

@@ -536,3 +536,57 @@ func TestASlidingLogLeaseStampsItsUnitsWithTheirLastUse(t *testing.T) {
 		t.Errorf("log after 11 leased units and the leases given back: %d members, %d of them stamped before now+10s; want 11 and 11 (stamped with their lease's last use, not its end)", total, stamped)
 	}
 }
+
+// A plan or rule change that lowers a rule's capacity while a lease is out
+// admits no more than the changed rule would have without the lease. The
+// lease's unused units go back under the numbers they were taken under,
+// and for a token bucket that added them on top of a bucket the change had
+// already cut to its new burst: a burst cut from 100 to 5 with 7 units
+// leased out admitted 10, not 5. Replica a holds the lease under the old
+// rule; replica b, under the new one, uses what it finds; then a gives its
+// lease back (as at its expiry, or a shutdown), and b uses what it finds
+// again.
+func TestALeaseGivenBackAfterCapacityWasLoweredAdmitsNoMore(t *testing.T) {
+	ctx := context.Background()
+	lowered := strings.ReplaceAll(strings.ReplaceAll(leasedRules, "limit: 100", "limit: 5"), "size: 10", "size: 5")
+	for _, algo := range algos {
+		t.Run(algo, func(t *testing.T) {
+			a := leaseEngine(t, cluster(t), leasedRules, Options{})
+			desc := map[string]string{"user": unique(t), "algo": algo}
+			for i := range 3 { // a lease of 10 out, 7 unused
+				if !a.Check(ctx, "l", desc, 1).Allowed {
+					t.Fatalf("check %d of 100 denied", i+1)
+				}
+			}
+			// Each use on an engine of its own: no over-limit cache answers
+			// for Redis.
+			allowed := 0
+			use := func() {
+				b := leaseEngine(t, cluster(t), lowered, Options{})
+				for range 6 {
+					if b.Check(ctx, "l", desc, 1).Allowed {
+						allowed++
+					}
+				}
+				if err := b.ReturnLeases(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			use()
+			if err := a.ReturnLeases(ctx); err != nil {
+				t.Fatal(err)
+			}
+			use()
+			// A bucket cut to a burst of 5 holds at most 5 (3 of its 100
+			// were used, 97 left: 5 once cut); a window of 5 with 3 used,
+			// 2 more; a leaky bucket at level 3 of 5, 2 more.
+			want := 2
+			if algo == "token_bucket" {
+				want = 5
+			}
+			if allowed > want {
+				t.Errorf("%d allowed after the limit went from 100 to 5 with a lease out, want at most %d", allowed, want)
+			}
+		})
+	}
+}

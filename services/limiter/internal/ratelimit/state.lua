@@ -69,7 +69,7 @@ local function log_range(cmd, key, score, prefix, first, last, flag)
   end
 end
 
--- Token bucket {tokens, ts}: the tokens at now, refilled at rate per ms up
+-- Token bucket {tokens, ts, b}: the tokens at now, refilled at rate per ms up
 -- to burst (which also clamps a bucket whose plan shrank).
 local function bucket_tokens(key, rate, burst, now)
   local t, ts = hread(key, 4, 'tokens', 'ts')
