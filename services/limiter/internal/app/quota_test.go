@@ -354,8 +354,8 @@ func TestExplainQuota(t *testing.T) {
 				t.Errorf("round %d, %s: decision %v; want allowed, TOKEN_BUCKET, limit %d, remaining %d, window 1h, REDIS", round, rule, d, w.limit, w.remaining)
 			}
 			st := e.GetState()
-			if len(st) != 3 {
-				t.Errorf("%s: state %v, want exactly tokens, ts, pttl_ms", rule, st)
+			if len(st) != 4 || st["b"] != strconv.FormatInt(w.burst, 10) {
+				t.Errorf("%s: state %v, want exactly tokens, ts, b (the burst, %d), pttl_ms", rule, st, w.burst)
 			}
 			tokens, err := strconv.ParseFloat(st["tokens"], 64)
 			if err != nil || int64(math.Floor(tokens)) != w.tokens {

@@ -249,10 +249,11 @@ func Check(r RaceResult) []string {
 	if r.After1s < 10 || r.After1s > 11+leftover+refilled(r.AfterTook) {
 		bad = append(bad, fmt.Sprintf("after 1 s: allowed %d/50 in %v, want 10", r.After1s, r.AfterTook))
 	}
-	// The notes' {tokens, ts}, and the algorithm that wrote them (a = 4,
-	// the token bucket; see the limiter README, "Algorithms").
-	if len(r.State) != 3 || r.State["tokens"] == "" || r.State["ts"] == "" || r.State["a"] != "4" {
-		bad = append(bad, fmt.Sprintf("state %v, want exactly {a: 4, tokens, ts}", r.State))
+	// The notes' {tokens, ts}, the algorithm that wrote them (a = 4, the
+	// token bucket) and the burst it wrote them under (b; see the limiter
+	// README, "Algorithms").
+	if len(r.State) != 4 || r.State["tokens"] == "" || r.State["ts"] == "" || r.State["a"] != "4" || r.State["b"] == "" {
+		bad = append(bad, fmt.Sprintf("state %v, want exactly {a: 4, tokens, ts, b}", r.State))
 	}
 	if r.PTTL <= 9*time.Second || r.PTTL > 11*time.Second {
 		bad = append(bad, fmt.Sprintf("PTTL %v, want about the 10 s refill + 1 s", r.PTTL))

@@ -106,8 +106,10 @@ local function decide(K, kb, n, A, ab, out, redis_now)
     local allowed, remaining, reset, retry, delay = 0, 0, 0, 0, 0
 
     if algo == 4 then
-      -- Token bucket: {tokens, ts}; refills at limit/window, holds at most
-      -- burst. min(burst, ...) also clamps a bucket whose plan shrank.
+      -- Token bucket: {tokens, ts, b}; refills at limit/window, holds at
+      -- most burst (b: the burst it was written under, which a lease's
+      -- give-back reads). min(burst, ...) also clamps a bucket whose plan
+      -- shrank.
       local rate = limit / window
       local tokens = bucket_tokens(key, rate, burst, now)
       if tokens >= cost then
@@ -120,7 +122,7 @@ local function decide(K, kb, n, A, ab, out, redis_now)
       end
       remaining = floor(tokens)
       reset = ceil((burst - tokens) / rate)
-      writes[#writes + 1] = {key, ceil(burst / rate) + 1000, 'a', 4, 'tokens', tokens, 'ts', now}
+      writes[#writes + 1] = {key, ceil(burst / rate) + 1000, 'a', 4, 'tokens', tokens, 'ts', now, 'b', burst}
 
     elseif algo == 1 then
       -- Fixed window: {w, n}, the count of calendar window w.

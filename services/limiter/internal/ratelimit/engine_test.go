@@ -179,8 +179,8 @@ domains:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(state) != 3 || state["a"] != "4" || state["tokens"] == "" || state["ts"] != fmt.Sprint(t1.UnixMilli()) {
-		t.Errorf("state %v: want exactly {a: 4, tokens, ts} with ts=%d", state, t1.UnixMilli())
+	if len(state) != 4 || state["a"] != "4" || state["tokens"] == "" || state["ts"] != fmt.Sprint(t1.UnixMilli()) || state["b"] != "100" {
+		t.Errorf("state %v: want exactly {a: 4, tokens, ts, b: 100} with ts=%d", state, t1.UnixMilli())
 	}
 	pttl, err := rdb.PTTL(ctx, key).Result()
 	if err != nil {

@@ -69,6 +69,17 @@ func (r *Rule) validateLease() error {
 	return nil
 }
 
+// maxLeasedKeys bounds the keys a replica holds leases for. A rule's key
+// is descriptor values a stranger may choose (a user, an address): without
+// a bound, every value seen within a ttl held a lease (about 800 bytes, and
+// one more give-back at shutdown). A key past the bound is decided on
+// Redis, as unleased: hot keys lease, and there are not 10,000 of them.
+const maxLeasedKeys = 10000
+
+// errLeasesFull is a key that finds this replica holding leases for
+// maxLeasedKeys others: it is decided on Redis.
+var errLeasesFull = errors.New("lease: too many leased keys")
+
 // leaseTable is this replica's leases, one slot per leased key.
 type leaseTable struct {
 	mu     sync.RWMutex // read-locked on every leased decision
@@ -105,11 +116,16 @@ type lease struct {
 	at   int64 // Redis ms of the take
 	// top counts the units still counted in Redis: taken minus given back
 	// (sliding-log members "<id>:1" .. "<id>:<top>").
-	top   int64
-	left  int64 // not handed out
-	until time.Time
-	ended bool
-	timer *time.Timer
+	top  int64
+	left int64 // not handed out
+	// start is when the take was sent (local clock), ends its end in Redis
+	// ms, last when it last handed out a unit: a sliding log's used units
+	// are restamped by it (ending.used).
+	start, last time.Time
+	ends        int64
+	until       time.Time
+	ended       bool
+	timer       *time.Timer
 	// remaining and resetAt are what Redis had left, and when it would be
 	// full again, at the take: what a leased allowance reports.
 	remaining int64
@@ -138,7 +154,8 @@ type leased struct {
 var errLeaseWait = errors.New("lease: waited past the decision timeout")
 
 // decideLeased decides every enforced leased rule of a request from this
-// replica's leases, taking a lease from Redis where none has units.
+// replica's leases, taking a lease from Redis where none has units; a
+// key past maxLeasedKeys is left to Redis, as unleased.
 func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []result, cost int64) leased {
 	var out leased
 	for i, a := range rules {
@@ -147,11 +164,14 @@ func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []re
 		if a.Rule.Lease.Size == 0 || a.Rule.Shadow || a.checkOnly {
 			continue
 		}
+		res, hold, err := e.takeLeased(ctx, a, a.cost(cost))
+		if errors.Is(err, errLeasesFull) {
+			continue // decided on Redis, as unleased
+		}
 		if out.skip == nil {
 			out.skip = make([]bool, len(rules))
 		}
 		out.skip[i] = true
-		res, hold, err := e.takeLeased(ctx, a, a.cost(cost))
 		if err != nil {
 			g := &group{idx: []int{i}, keys: []string{a.Key}, err: err, abandoned: errors.Is(err, errAbandoned)}
 			e.fallback(g, rules, results, cost, time.Now())
@@ -166,7 +186,8 @@ func (e *Engine) decideLeased(ctx context.Context, rules []Applied, results []re
 	return out
 }
 
-// slot returns key's slot, creating it.
+// slot returns key's slot, creating it while the table holds fewer than
+// maxLeasedKeys; nil when it is full.
 func (t *leaseTable) slot(key string) *leaseSlot {
 	t.mu.RLock()
 	s := t.slots[key]
@@ -181,6 +202,9 @@ func (t *leaseTable) slot(key string) *leaseSlot {
 	}
 	s = t.slots[key]
 	if s == nil {
+		if len(t.slots) >= maxLeasedKeys {
+			return nil
+		}
 		s = &leaseSlot{key: key}
 		t.slots[key] = s
 	}
@@ -194,6 +218,9 @@ func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, le
 	deadline := time.Now().Add(e.opts.Timeout)
 	fp := fingerprintOf(a.Rule)
 	s := e.leases.slot(a.Key)
+	if s == nil {
+		return result{}, leaseHold{}, errLeasesFull
+	}
 	// queued is the slot whose demand counts this caller's n while it waits.
 	var queued *leaseSlot
 	defer func() {
@@ -208,12 +235,15 @@ func (e *Engine) takeLeased(ctx context.Context, a Applied, n int64) (result, le
 		s.mu.Lock()
 		if s.gone { // never with callers queued: dropIfIdle waits for them
 			s.mu.Unlock()
-			s = e.leases.slot(a.Key)
+			if s = e.leases.slot(a.Key); s == nil {
+				return result{}, leaseHold{}, errLeasesFull
+			}
 			continue
 		}
 		now := time.Now()
 		if l := s.cur; l != nil && !l.ended && now.Before(l.until) && l.left >= n && fingerprintOf(l.rule) == fp {
 			l.left -= n
+			l.last = now
 			if queued == s { // served: no longer demand for the next take
 				s.demand -= n
 				queued = nil
@@ -266,7 +296,14 @@ type ending struct {
 	l    *lease
 	give int64
 	top  int64 // the lease's top before giving back
+	// used, for a sliding log that handed out units, is the Redis ms by
+	// which it handed out the last: its members left are restamped with it.
+	used int64
 }
+
+// toRedis reports whether o has anything for Redis: units to give back,
+// or a sliding log's members to restamp.
+func (o ending) toRedis() bool { return o.give > 0 || o.used > 0 }
 
 // end ends s's current lease, if any, and returns what it leaves to give
 // back. s.mu must be held.
@@ -279,6 +316,12 @@ func (s *leaseSlot) end() ending {
 	l.ended = true
 	l.timer.Stop()
 	out := ending{l: l, give: l.left, top: l.top}
+	if l.rule.Algorithm == ratelimitv1.Algorithm_ALGORITHM_SLIDING_LOG && l.top > l.left {
+		// Redis's ms at the take plus the local time from just before it
+		// to the last hand-out: no earlier than the hand-out in Redis's
+		// time, and no later than the members' stamp.
+		out.used = min(l.ends, l.at+(l.last.Sub(l.start)+time.Millisecond-1).Milliseconds())
+	}
 	l.top -= l.left
 	l.left = 0
 	return out
@@ -289,8 +332,8 @@ func (s *leaseSlot) end() ending {
 // when more callers are queued, what they need (demand); the caller gets n.
 func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old ending, a Applied, n, demand int64) (res result, hold leaseHold, err error) {
 	r := a.Rule
-	give := []any{int64(0), int64(0), int64(0), ""}
-	if old.give > 0 {
+	give := []any{int64(0), int64(0), int64(0), "", int64(0)}
+	if old.toRedis() {
 		if fingerprintOf(old.l.rule) == fingerprintOf(r) {
 			give = old.args()
 		} else {
@@ -320,6 +363,7 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 	}()
 	if err != nil {
 		f.err = err
+		e.giveBackLate(s.key, r, id, err)
 		return result{}, leaseHold{}, err
 	}
 	taken, valid, remaining, retry, reset := vals[0], vals[2], vals[3], vals[4], vals[5]
@@ -334,8 +378,10 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 		f.deny = &res
 		return res, leaseHold{}, nil
 	}
+	now := time.Now()
 	l := &lease{
 		id: id, rule: r, at: vals[1], top: taken, left: taken - n,
+		start: start, last: now, ends: vals[1] + valid,
 		// From before the call: the local end comes no later than Redis's.
 		until:     start.Add(time.Duration(valid) * time.Millisecond),
 		remaining: remaining,
@@ -343,7 +389,7 @@ func (e *Engine) lead(ctx context.Context, s *leaseSlot, f *leaseFlight, old end
 	}
 	l.timer = time.AfterFunc(time.Until(l.until), func() { e.expire(s, l) })
 	s.cur = l
-	return l.allowance(time.Now()), leaseHold{s, l, n}, nil
+	return l.allowance(now), leaseHold{s, l, n}, nil
 }
 
 // allowance is a leased allowance as the rule reports it: remaining is this
@@ -356,7 +402,7 @@ func (l *lease) allowance(now time.Time) result {
 }
 
 // args are the give-back arguments of lease.lua for what o leaves.
-func (o ending) args() []any { return []any{o.give, o.top, o.l.at, o.l.id} }
+func (o ending) args() []any { return []any{o.give, o.top, o.l.at, o.l.id, o.used} }
 
 func ruleArgs(r *Rule) []any {
 	return []any{int(r.Algorithm), r.Limit, r.Window.Milliseconds(), r.capacity()}
@@ -371,7 +417,7 @@ func (e *Engine) expire(s *leaseSlot, l *lease) {
 		old = s.end()
 	}
 	s.mu.Unlock()
-	if old.give > 0 {
+	if old.toRedis() {
 		e.giveBackToRedis(s.key, old)
 	}
 	e.dropIfIdle(s)
@@ -408,6 +454,30 @@ func (e *Engine) giveBackLeased(holds []leaseHold) {
 	}
 }
 
+// giveBackLate gives back what a take the deadline cut took, once its late
+// reply (err's, when the call was on a node's pipeline) says it ran: the
+// request was answered by its failure mode, as without a lease, and no
+// lease holds those units. Its give-back of an earlier lease, if it ran,
+// stands.
+func (e *Engine) giveBackLate(key string, r *Rule, id string, err error) {
+	late := lateReplyOf(err)
+	if late == nil {
+		return
+	}
+	e.refunds.Go(func() {
+		vals, ok := late.wait()
+		if !ok || len(vals) < 2 || vals[0] <= 0 {
+			return // not run, its reply lost, or it took nothing
+		}
+		old := ending{l: &lease{id: id, rule: r, at: vals[1]}, give: vals[0], top: vals[0]}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*e.opts.Timeout)
+		defer cancel()
+		if err := e.giveBack1(ctx, key, old); err != nil {
+			e.log.Warn("give-back of a lease take cut at its deadline failed; the units return when the window or bucket refills", "key", key, "units", old.give, "err", err)
+		}
+	})
+}
+
 // giveBackToRedis gives what an ended lease left back to Redis in the
 // background; if that fails, the units return when the window or bucket
 // refills.
@@ -428,10 +498,12 @@ func (e *Engine) giveBack1(ctx context.Context, key string, old ending) error {
 }
 
 // leaseCall runs lease.lua on key's node, under that node's circuit breaker
-// and within the decision timeout, as decisions run decide.lua.
+// and within the decision timeout, as decisions run decide.lua: through the
+// node's pipeline when auto-pipelined, where a call the deadline cut still
+// has its late reply (giveBackLate).
 func (e *Engine) leaseCall(ctx context.Context, key string, args []any) ([]int64, error) {
-	vals, err := e.onRedis(ctx, key, func(ctx context.Context, _ string) ([]int64, error) {
-		return leaseScript.Run(ctx, e.rdb, []string{key}, args...).Int64Slice()
+	vals, err := e.onRedis(ctx, key, func(ctx context.Context, node string) ([]int64, error) {
+		return e.scriptOnRedis(ctx, node, leaseLuaScript, []string{key}, args)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
@@ -450,7 +522,7 @@ func (e *Engine) ReturnLeases(ctx context.Context) error {
 	var keys []string
 	for key, s := range e.leases.slots {
 		s.mu.Lock()
-		if old := s.end(); old.give > 0 {
+		if old := s.end(); old.toRedis() {
 			olds, keys = append(olds, old), append(keys, key)
 		}
 		s.mu.Unlock()

@@ -7,10 +7,14 @@
 --
 -- KEYS[1]   the rule's state key
 -- ARGV[1-4] algorithm (as in decide.lua), limit, window in ms, burst
--- ARGV[5-8] give back: units (0: none), the earlier lease's top member index
+-- ARGV[5-9] give back: units (0: none), the earlier lease's top member index
 --           (sliding log: members "<id>:1" .. "<id>:<top>" are still in the
---           log), the Redis ms it was taken at, its id
--- ARGV[9-13] take: units wanted (0: take nothing), the least worth taking
+--           log), the Redis ms it was taken at, its id, and (sliding log,
+--           0: none) the Redis ms by which it handed out its last unit:
+--           its members left, the units it handed out, are restamped so
+--           that they stay in the log a window after that, not after the
+--           lease's end
+-- ARGV[10-14] take: units wanted (0: take nothing), the least worth taking
 --           (the request's cost: fewer available means a denial), the
 --           number of replicas sharing the key, the lease's ttl in ms, its id
 --
@@ -23,8 +27,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local key = KEYS[1]
 local algo, limit, window, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local give, top, at, oldid = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
-local want, least, share, ttl, id = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
+local give, top, at, oldid, used = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
+local want, least, share, ttl, id = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), ARGV[14]
 
 -- Another algorithm's state (the rule changed: state.lua, hread) takes no
 -- give-back, which leaves it as it is: the give-back of a lease taken under
@@ -32,8 +36,13 @@ local want, least, share, ttl, id = tonumber(ARGV[9]), tonumber(ARGV[10]), tonum
 -- none and replaces it.
 if give > 0 then
   if algo == 4 then
-    local tokens = tonumber((hread(key, 4, 'tokens')))
-    if tokens then redis.call('HSET', key, 'tokens', min(burst, tokens + give)) end
+    -- Not into a bucket last written under a smaller burst (a plan or rule
+    -- change cut it since): the cut already dropped what the bucket held
+    -- above the new burst, and these units, had they not been leased,
+    -- would have gone with it.
+    local tokens, b = hread(key, 4, 'tokens', 'b')
+    tokens, b = tonumber(tokens), tonumber(b)
+    if tokens and not (b and b < burst) then redis.call('HSET', key, 'tokens', min(burst, tokens + give)) end
   elseif algo == 5 then
     local level = tonumber((hread(key, 5, 'level')))
     if level then redis.call('HSET', key, 'level', max(0, level - give)) end
@@ -56,6 +65,9 @@ if give > 0 then
     log_range('ZREM', key, nil, oldid, top - give + 1, top)
   end
 end
+if algo == 2 and used > 0 and top > give then
+  log_range('ZADD', key, used, oldid, 1, top - give, 'XX')
+end
 if want == 0 then return {0, now, 0, 0, 0, 0} end
 
 -- count is how many of avail units to take: none below least; else at most
@@ -76,7 +88,7 @@ if algo == 4 then
   tokens = tokens - taken
   if taken > 0 then
     replace(key)
-    redis.call('HSET', key, 'a', 4, 'tokens', tokens, 'ts', now)
+    redis.call('HSET', key, 'a', 4, 'tokens', tokens, 'ts', now, 'b', burst)
     redis.call('PEXPIRE', key, ceil(burst / rate) + 1000)
   elseif least > burst then
     retry = -1

@@ -4,6 +4,7 @@ package ratelimit
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -414,5 +415,178 @@ func TestAQueuedCallerTakesOnlyADenialOfItsSize(t *testing.T) {
 	}
 	if a, b := r1.RetryAfter.AsDuration(), r10.RetryAfter.AsDuration(); a > 36*time.Second || b < 5*time.Minute+50*time.Second {
 		t.Errorf("retry-after %v for one unit, %v for ten queued behind it; want at most 36s and about 6m", a, b)
+	}
+}
+
+// A lease take the decision timeout cut while its node stalled still runs
+// when the node wakes; what its late reply says it took goes back, as a
+// stalled decision's does: the request was answered by its failure mode,
+// and no lease holds those units. (They stayed taken, the whole take, up
+// to the lease's size or more with callers queued, for every take a stall
+// cut, until the window or bucket refilled.)
+func TestALeaseTakeCutByAStallGivesItsUnitsBack(t *testing.T) {
+	node := redistest.Start(t)
+	// As TestDenialsDuringAStallConsumeNothingOnRedis: the pipeline's I/O
+	// deadline outlasts the stall, the decision timeout does not.
+	e := leaseEngine(t, privateCluster(t, node, 10*time.Second), strings.ReplaceAll(leasedRules, "failure_mode: open", "failure_mode: closed"), Options{
+		Timeout: time.Second, BreakerThreshold: 1000, AutoPipeline: true,
+	})
+	ctx := context.Background()
+	user := unique(t)
+	t.Cleanup(node.Resume)
+	// One stall per algorithm, each after a warm-up: the node holds the
+	// lease script, as a node in service does, and the client a connection.
+	for _, algo := range algos {
+		e.Check(ctx, "l", map[string]string{"user": user + "-warm", "algo": algo}, 1)
+		node.Pause()
+		if got := e.Check(ctx, "l", map[string]string{"user": user, "algo": algo}, 1); got.Allowed || got.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_FAIL_CLOSED {
+			t.Errorf("%s during the stall: allowed=%v source=%v, want denied FAIL_CLOSED", algo, got.Allowed, got.Source)
+		}
+		node.Resume()
+		e.Wait() // the late reply, and the give-back it calls for
+		if got := peekRemaining(t, e, "l", map[string]string{"user": user, "algo": algo}); got != 100 {
+			t.Errorf("%s after the stall: %d remaining on Redis, want 100 (a cut take's units stranded)", algo, got)
+		}
+	}
+}
+
+// A replica holds leases for at most maxLeasedKeys keys: a stranger who
+// picks the descriptor values of a leased rule (a new user, a new address
+// per request) cannot make it hold a lease per value, each about 800 bytes
+// for up to the lease's ttl and one more give-back to wait for at
+// shutdown. A key past the bound is decided on Redis, as unleased.
+func TestLeasedKeysAreBounded(t *testing.T) {
+	e := leaseEngine(t, cluster(t), leasedRules, Options{AutoPipeline: true})
+	ctx := context.Background()
+	user := unique(t)
+	desc := func(i int) map[string]string {
+		return map[string]string{"user": user + "-" + strconv.Itoa(i), "algo": "token_bucket"}
+	}
+	keys := make(chan int)
+	var fromLease atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range keys {
+				if resp := e.Check(ctx, "l", desc(i), 1); resp.Allowed && resp.Source == ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+					fromLease.Add(1)
+				}
+			}
+		})
+	}
+	for i := range maxLeasedKeys {
+		keys <- i
+	}
+	close(keys)
+	wg.Wait()
+	if got := fromLease.Load(); got != maxLeasedKeys {
+		t.Fatalf("%d of the first %d keys allowed from a lease, want all", got, maxLeasedKeys)
+	}
+	resp := e.Check(ctx, "l", desc(maxLeasedKeys), 1)
+	if !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Errorf("key %d: allowed=%v source=%v, want allowed on REDIS (past the bound)", maxLeasedKeys+1, resp.Allowed, resp.Source)
+	}
+	e.leases.mu.RLock()
+	held := len(e.leases.slots)
+	e.leases.mu.RUnlock()
+	if held != maxLeasedKeys {
+		t.Errorf("leases held for %d keys, want %d", held, maxLeasedKeys)
+	}
+	// A key already leased goes on drawing from its lease.
+	if resp := e.Check(ctx, "l", desc(0), 1); resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+		t.Errorf("a leased key past the bound: source %v, want LEASE", resp.Source)
+	}
+}
+
+// A sliding-log lease's units stay in the log a window after the lease's
+// last hand-out, not after the end its ttl allowed: a lease used up at
+// once, as under load, restamps its members when it ends. (They were all
+// stamped with the lease's end: under sustained load, a log of 50 per 2 s
+// leased for a minute admitted 50 per 62 s, five processes measured.)
+func TestASlidingLogLeaseStampsItsUnitsWithTheirLastUse(t *testing.T) {
+	rdb := cluster(t)
+	e := leaseEngine(t, rdb, leasedRules, Options{})
+	ctx := context.Background()
+	desc := map[string]string{"user": unique(t), "algo": "sliding_log"}
+	for i := range 11 { // a lease of 10 used up, one unit of the next
+		if resp := e.Check(ctx, "l", desc, 1); !resp.Allowed || resp.Source != ratelimitv1.DecisionSource_DECISION_SOURCE_LEASE {
+			t.Fatalf("check %d: allowed=%v source=%v, want allowed from the LEASE", i+1, resp.Allowed, resp.Source)
+		}
+	}
+	if err := e.ReturnLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rules := e.Rules().Match("l", desc)
+	key := rules[0].Key
+	// The leases' ends are a minute on; the units were used just now.
+	soon := strconv.FormatInt(now.Add(10*time.Second).UnixMilli(), 10)
+	total, err := rdb.ZCard(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamped, err := rdb.ZCount(ctx, key, "-inf", soon).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 11 || stamped != 11 {
+		t.Errorf("log after 11 leased units and the leases given back: %d members, %d of them stamped before now+10s; want 11 and 11 (stamped with their lease's last use, not its end)", total, stamped)
+	}
+}
+
+// A plan or rule change that lowers a rule's capacity while a lease is out
+// admits no more than the changed rule would have without the lease. The
+// lease's unused units go back under the numbers they were taken under,
+// and for a token bucket that added them on top of a bucket the change had
+// already cut to its new burst: a burst cut from 100 to 5 with 7 units
+// leased out admitted 10, not 5. Replica a holds the lease under the old
+// rule; replica b, under the new one, uses what it finds; then a gives its
+// lease back (as at its expiry, or a shutdown), and b uses what it finds
+// again.
+func TestALeaseGivenBackAfterCapacityWasLoweredAdmitsNoMore(t *testing.T) {
+	ctx := context.Background()
+	lowered := strings.ReplaceAll(strings.ReplaceAll(leasedRules, "limit: 100", "limit: 5"), "size: 10", "size: 5")
+	for _, algo := range algos {
+		t.Run(algo, func(t *testing.T) {
+			a := leaseEngine(t, cluster(t), leasedRules, Options{})
+			desc := map[string]string{"user": unique(t), "algo": algo}
+			for i := range 3 { // a lease of 10 out, 7 unused
+				if !a.Check(ctx, "l", desc, 1).Allowed {
+					t.Fatalf("check %d of 100 denied", i+1)
+				}
+			}
+			// Each use on an engine of its own: no over-limit cache answers
+			// for Redis.
+			allowed := 0
+			use := func() {
+				b := leaseEngine(t, cluster(t), lowered, Options{})
+				for range 6 {
+					if b.Check(ctx, "l", desc, 1).Allowed {
+						allowed++
+					}
+				}
+				if err := b.ReturnLeases(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			use()
+			if err := a.ReturnLeases(ctx); err != nil {
+				t.Fatal(err)
+			}
+			use()
+			// A bucket cut to a burst of 5 holds at most 5 (3 of its 100
+			// were used, 97 left: 5 once cut); a window of 5 with 3 used,
+			// 2 more; a leaky bucket at level 3 of 5, 2 more.
+			want := 2
+			if algo == "token_bucket" {
+				want = 5
+			}
+			if allowed > want {
+				t.Errorf("%d allowed after the limit went from 100 to 5 with a lease out, want at most %d", allowed, want)
+			}
+		})
 	}
 }

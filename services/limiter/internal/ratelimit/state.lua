@@ -50,14 +50,18 @@ end
 -- log_range adds (cmd ZADD, at score) or removes (ZREM, score nil) the
 -- sliding log members "<prefix>:<first>" .. "<prefix>:<last>", 500 to a
 -- command: a call per member cost twice the time of the whole insert.
-local function log_range(cmd, key, score, prefix, first, last)
+-- With flag (ZADD's 'XX'), it only rescores members still there, on a key
+-- that may hold another type.
+local function log_range(cmd, key, score, prefix, first, last, flag)
   for j = first, last, 500 do
     local args = {}
     for k = j, min(last, j + 499) do
       if score then args[#args + 1] = score end
       args[#args + 1] = prefix .. ':' .. k
     end
-    if score then
+    if flag then
+      read(0, cmd, key, flag, unpack(args))
+    elseif score then
       redis.call(cmd, key, unpack(args))
     else
       read(0, cmd, key, unpack(args))
@@ -65,7 +69,7 @@ local function log_range(cmd, key, score, prefix, first, last)
   end
 end
 
--- Token bucket {tokens, ts}: the tokens at now, refilled at rate per ms up
+-- Token bucket {tokens, ts, b}: the tokens at now, refilled at rate per ms up
 -- to burst (which also clamps a bucket whose plan shrank).
 local function bucket_tokens(key, rate, burst, now)
   local t, ts = hread(key, 4, 'tokens', 'ts')
