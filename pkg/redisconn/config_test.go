@@ -135,3 +135,15 @@ func TestClusterStateReloadsWithinSeconds(t *testing.T) {
 		t.Errorf("ClusterStateReloadInterval %v, want a few seconds (at most 5s)", got)
 	}
 }
+
+// An address without a port was taken, and the limiter started "without
+// Redis" for good, every decision by its rule's failure mode.
+func TestCheckRefusesAnAddressWithoutAPort(t *testing.T) {
+	err := redisconn.Config{
+		Addrs: []string{"127.0.0.1:7001", "127.0.0.1"}, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	}.Check()
+	if err == nil || !strings.Contains(err.Error(), `KURZ_REDIS_ADDRS: "127.0.0.1"`) || !strings.Contains(err.Error(), "host:port") {
+		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS, the address and host:port", err)
+	}
+}
