@@ -73,6 +73,11 @@ func NewPool(ctx context.Context, cfg Config, maxOpen int) (driver.Conn, error) 
 	if cfg.Cluster != "" && !validIdent(cfg.Cluster) {
 		return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_CLUSTER=%q: want letters, digits and underscores", cfg.Cluster)
 	}
+	for _, a := range cfg.Addrs {
+		if err := config.HostPort(a); err != nil {
+			return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_ADDRS: %w", err)
+		}
+	}
 	tlsConfig, err := config.ClientTLS("CLICKHOUSE_TLS", cfg.TLS, cfg.TLSCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: %w", err)

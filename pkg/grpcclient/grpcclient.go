@@ -61,13 +61,13 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 		for _, addr := range strings.Split(target, ",") {
 			if addr = strings.TrimSpace(addr); addr != "" {
 				if err := config.HostPort(addr); err != nil {
-					return nil, fmt.Errorf("grpc target %q: %w", target, err)
+					return nil, fmt.Errorf("grpc target %q: %w", config.Redacted(target), err)
 				}
 				state.Addresses = append(state.Addresses, resolver.Address{Addr: addr})
 			}
 		}
 		if len(state.Addresses) == 0 {
-			return nil, fmt.Errorf("grpc target %q: no address", target)
+			return nil, fmt.Errorf("grpc target %q: no address", config.Redacted(target))
 		}
 		r.InitialState(state)
 		opts = append(opts, grpc.WithResolvers(r))
@@ -115,14 +115,14 @@ func checkTarget(target string) error {
 		return config.HostPort(target)
 	}
 	if resolver.Get(scheme) == nil {
-		return fmt.Errorf("%q: scheme %q has no resolver (dns:///host:port, or host:port)", target, scheme)
+		return fmt.Errorf("%q: scheme %q has no resolver (dns:///host:port, or host:port)", config.Redacted(target), scheme)
 	}
 	if scheme != "dns" && scheme != "passthrough" {
 		return nil
 	}
 	_, endpoint, _ := strings.Cut(rest, "/")
 	if err := config.HostPort(endpoint); err != nil {
-		return fmt.Errorf("%q: %w", target, err)
+		return fmt.Errorf("%q: %w", config.Redacted(target), err)
 	}
 	return nil
 }

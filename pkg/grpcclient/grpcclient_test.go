@@ -273,3 +273,22 @@ func TestDialRefusesTargetsItCannotUse(t *testing.T) {
 		}
 	}
 }
+
+// A target holding credentials is refused without repeating them.
+func TestDialHidesCredentialsOfARefusedTarget(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{}, "test", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"user:hunter2@limiter:9091", "a:1,user:hunter2@limiter:9091", "dns:///user:hunter2@limiter:9091", "bogus://user:hunter2@limiter:9091"} {
+		conn, err := grpcclient.Dial(target, tel)
+		if err == nil {
+			_ = conn.Close()
+			t.Errorf("Dial(%q) made a connection", target)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Dial(%q) = %v, repeats the password", target, err)
+		}
+	}
+}

@@ -147,3 +147,15 @@ func TestCheckRefusesAnAddressWithoutAPort(t *testing.T) {
 		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS, the address and host:port", err)
 	}
 }
+
+// A Redis URL in KURZ_REDIS_ADDRS (redis://:pw@host:6379) started the
+// limiter "without Redis" and logged the password with every dial.
+func TestCheckRefusesAURLWithoutEchoingItsPassword(t *testing.T) {
+	err := redisconn.Config{
+		Addrs: []string{"redis://:hunter2@127.0.0.1:7001"}, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	}.Check()
+	if err == nil || !strings.Contains(err.Error(), "KURZ_REDIS_ADDRS") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS without the password", err)
+	}
+}
