@@ -116,7 +116,8 @@ env_of() {
 		[[ " ${SECRET_USERS[$v]} " == *" $s "* ]] || printf '%s\0' -u "$v"
 	done
 	if [[ $s == redirect ]]; then
-		printf '%s\0' "KURZ_POSTGRES_URL=$KURZ_REDIRECT_POSTGRES_URL"
+		# The stack's variable, not the redirect's (which would warn of it).
+		printf '%s\0' -u KURZ_REDIRECT_POSTGRES_URL "KURZ_POSTGRES_URL=$KURZ_REDIRECT_POSTGRES_URL"
 	fi
 }
 

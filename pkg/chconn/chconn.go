@@ -73,6 +73,11 @@ func NewPool(ctx context.Context, cfg Config, maxOpen int) (driver.Conn, error) 
 	if cfg.Cluster != "" && !validIdent(cfg.Cluster) {
 		return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_CLUSTER=%q: want letters, digits and underscores", cfg.Cluster)
 	}
+	for _, a := range cfg.Addrs {
+		if err := config.HostPort(a); err != nil {
+			return nil, fmt.Errorf("clickhouse: KURZ_CLICKHOUSE_ADDRS: %w", err)
+		}
+	}
 	tlsConfig, err := config.ClientTLS("CLICKHOUSE_TLS", cfg.TLS, cfg.TLSCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: %w", err)
@@ -135,9 +140,28 @@ func open(ctx context.Context, cfg Config, tlsConfig *tls.Config, database strin
 	defer cancel()
 	if err := conn.Ping(pctx); err != nil {
 		_ = conn.Close()
+		if refusedLogin(err) {
+			return nil, fmt.Errorf("clickhouse at %s refused the login (check KURZ_CLICKHOUSE_USER and KURZ_CLICKHOUSE_PASSWORD): %w", strings.Join(cfg.Addrs, ","), err)
+		}
 		return nil, fmt.Errorf("clickhouse at %s unreachable (set KURZ_CLICKHOUSE_ADDRS): %w", strings.Join(cfg.Addrs, ","), err)
 	}
 	return conn, nil
+}
+
+// refusedLogin reports whether ClickHouse answered err to a login it
+// refuses: an unknown user, a wrong or missing password (UNKNOWN_USER,
+// WRONG_PASSWORD, REQUIRED_PASSWORD; AUTHENTICATION_FAILED in newer
+// servers). The server names the user, never the password.
+func refusedLogin(err error) bool {
+	var exception *clickhouse.Exception
+	if !errors.As(err, &exception) {
+		return false
+	}
+	switch exception.Code {
+	case 192, 193, 194, 516:
+		return true
+	}
+	return false
 }
 
 // DDLTimeout is how long an ON CLUSTER statement waits for the cluster's

@@ -78,3 +78,25 @@ func TestBatchInsertAndQuery(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// A refused password was reported as "unreachable (set
+// KURZ_CLICKHOUSE_ADDRS)": the operator was sent to the addresses.
+func TestNewNamesTheCredentialsWhenRefused(t *testing.T) {
+	var cfg chconn.Config
+	if err := config.Load(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Password = "not-the-password-" + fmt.Sprint(time.Now().UnixNano())
+	conn, err := chconn.New(context.Background(), cfg)
+	if err == nil {
+		conn.Close()
+		t.Fatal("connected with a wrong password")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "KURZ_CLICKHOUSE_USER") || !strings.Contains(msg, "KURZ_CLICKHOUSE_PASSWORD") || strings.Contains(msg, "unreachable") {
+		t.Errorf("got %q, want an error naming KURZ_CLICKHOUSE_USER and _PASSWORD, not unreachable", msg)
+	}
+	if strings.Contains(msg, cfg.Password) {
+		t.Errorf("error holds the password: %q", msg)
+	}
+}

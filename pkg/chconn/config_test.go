@@ -18,6 +18,16 @@ func TestNewRejectsBadDatabaseName(t *testing.T) {
 	}
 }
 
+// An address that is a URL with credentials was dialled, and its password
+// printed in the error ("clickhouse at clickhouse://kurz:pw@ch:9000
+// unreachable ... too many colons in address").
+func TestNewRefusesAnAddressThatIsNoHostPortWithoutEchoingIt(t *testing.T) {
+	_, err := chconn.New(context.Background(), chconn.Config{Addrs: []string{"clickhouse://kurz:hunter2@127.0.0.1:9000"}, Database: "kurz"})
+	if err == nil || !strings.Contains(err.Error(), "KURZ_CLICKHOUSE_ADDRS") || !strings.Contains(err.Error(), "host:port") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("got %v, want an error naming KURZ_CLICKHOUSE_ADDRS and host:port, without the password", err)
+	}
+}
+
 // With KURZ_CLICKHOUSE_TLS the connection speaks TLS (the server's
 // certificate verified against KURZ_CLICKHOUSE_TLS_CA_FILE): the password
 // in the client's hello travels inside it.

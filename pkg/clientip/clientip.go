@@ -264,6 +264,27 @@ func ParseHop(s string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// Warning is a sentence for a startup WARN when a trusted range is wider
+// than the widest private one (10.0.0.0/8, fc00::/7): every client in it
+// may name its own address in X-Forwarded-For, and so pick the address
+// every per-client bound counts. It may be meant (only proxies can reach
+// the service), so it is not refused. "" when no range is that wide.
+func (p *Policy) Warning() string {
+	if p == nil {
+		return ""
+	}
+	var wide []string
+	for _, t := range p.trusted {
+		if t.Addr().Is4() && t.Bits() < 8 || t.Addr().Is6() && t.Bits() < 7 {
+			wide = append(wide, t.String())
+		}
+	}
+	if len(wide) == 0 {
+		return ""
+	}
+	return "trusted proxies " + strings.Join(wide, ",") + " hold much of the internet: any client there names its own address (list only the proxies in front of the service)"
+}
+
 // String describes the policy for a startup log line.
 func (p *Policy) String() string {
 	if p == nil {

@@ -206,3 +206,33 @@ func FuzzClient(f *testing.F) {
 		}
 	})
 }
+
+// KURZ_*_TRUSTED_PROXIES=0.0.0.0/0 was taken without a word: every client
+// may then name its own address in X-Forwarded-For, and every per-address
+// bound (anonymous creation, key guesses, walks, password guesses) is
+// theirs to pick. Such a setting can be meant (proxies in front of every
+// path, as ingress-nginx's default 0.0.0.0/0), so it is warned of, not
+// refused: any range wider than the widest private one (10.0.0.0/8,
+// fc00::/7).
+func TestWarningNamesRangesWiderThanAPrivateOne(t *testing.T) {
+	for _, tc := range []struct {
+		trusted []string
+		want    string // in the warning; "" for none
+	}{
+		{[]string{"10.0.0.0/8", "fc00::/7", "203.0.113.7", "192.168.0.0/16"}, ""},
+		{nil, ""},
+		{[]string{"10.0.0.0/8", "0.0.0.0/0"}, "0.0.0.0/0"},
+		{[]string{"::/0"}, "::/0"},
+		{[]string{"128.0.0.0/1"}, "128.0.0.0/1"},
+		{[]string{"2000::/3"}, "2000::/3"},
+		{[]string{"::ffff:0.0.0.0/96"}, "0.0.0.0/0"},
+	} {
+		got := mustNew(t, tc.trusted, "").Warning()
+		if tc.want == "" && got != "" || tc.want != "" && (!strings.Contains(got, tc.want) || !strings.Contains(got, "any client")) {
+			t.Errorf("trusted %v: Warning() = %q, want one naming %q", tc.trusted, got, tc.want)
+		}
+	}
+	if got := (*Policy)(nil).Warning(); got != "" {
+		t.Errorf("nil policy: Warning() = %q, want none", got)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/telemetry"
 )
 
@@ -48,18 +49,31 @@ const (
 // such as dns:///limiter:9091, or a comma-separated list of host:port (fixed
 // replicas, e.g. on one machine). It does not block: the first call
 // connects.
+//
+// A target it cannot use is refused (the caller names its variable): an
+// address without a port (gRPC's DNS resolver would dial 443), a scheme no
+// resolver serves, a list without an address. Such a target used to be
+// dialled for good, its service never reached.
 func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if strings.Contains(target, ",") {
 		r := manual.NewBuilderWithScheme("kurz-list")
 		var state resolver.State
 		for _, addr := range strings.Split(target, ",") {
 			if addr = strings.TrimSpace(addr); addr != "" {
+				if err := config.HostPort(addr); err != nil {
+					return nil, fmt.Errorf("grpc target %q: %w", config.Redacted(target), err)
+				}
 				state.Addresses = append(state.Addresses, resolver.Address{Addr: addr})
 			}
+		}
+		if len(state.Addresses) == 0 {
+			return nil, fmt.Errorf("grpc target %q: no address", config.Redacted(target))
 		}
 		r.InitialState(state)
 		opts = append(opts, grpc.WithResolvers(r))
 		target = r.Scheme() + ":///" + strings.ReplaceAll(target, " ", "")
+	} else if err := checkTarget(target); err != nil {
+		return nil, fmt.Errorf("grpc target: %w", err)
 	}
 	// Readiness checks of dependencies run every few seconds: as traces
 	// they would be noise, each its own root; they get none.
@@ -89,6 +103,28 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 		return nil, fmt.Errorf("grpc client for %s: %w", target, err)
 	}
 	return conn, nil
+}
+
+// checkTarget refuses a single target gRPC would dial without ever
+// reaching a server: host:port, or scheme://[authority]/endpoint with a
+// registered resolver, whose endpoint is host:port for dns and
+// passthrough.
+func checkTarget(target string) error {
+	scheme, rest, isURI := strings.Cut(target, "://")
+	if !isURI {
+		return config.HostPort(target)
+	}
+	if resolver.Get(scheme) == nil {
+		return fmt.Errorf("%q: scheme %q has no resolver (dns:///host:port, or host:port)", config.Redacted(target), scheme)
+	}
+	if scheme != "dns" && scheme != "passthrough" {
+		return nil
+	}
+	_, endpoint, _ := strings.Cut(rest, "/")
+	if err := config.HostPort(endpoint); err != nil {
+		return fmt.Errorf("%q: %w", config.Redacted(target), err)
+	}
+	return nil
 }
 
 // HealthCheck is a readiness check of the service behind conn: ready while

@@ -3,6 +3,7 @@ package grpcclient_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -232,6 +233,62 @@ func TestSequentialCallsSendNoPings(t *testing.T) {
 		}
 		if name != "Dial" && got == 0 {
 			t.Errorf("%s: 50 calls sent no ping: the counter sees nothing, so Dial's zero proves nothing", name)
+		}
+	}
+}
+
+// A target gRPC cannot use was taken and dialled for good: without a port
+// grpc-go's DNS resolver dials port 443, and an unknown scheme or an empty
+// list resolves to nothing. Callers ran with their limiter "degraded" (API
+// quotas and redirect bounds failing open) until someone read the logs.
+func TestDialRefusesTargetsItCannotUse(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{}, "test", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := range []string{"127.0.0.1:9091", "limiter:9091", "dns:///limiter-headless:9091", "dns://10.0.0.10:53/limiter:9091", "127.0.0.1:9091, 127.0.0.1:9092", "unix:///tmp/limiter.sock", "passthrough:///limiter:9091"} {
+		conn, err := grpcclient.Dial(ok, tel)
+		if err != nil {
+			t.Errorf("Dial(%q) = %v, want a connection", ok, err)
+			continue
+		}
+		_ = conn.Close()
+	}
+	for target, want := range map[string]string{
+		"127.0.0.1":                "host:port",
+		"dns:///limiter-headless":  "host:port",
+		"127.0.0.1:9091,127.0.0.1": "host:port",
+		",,":                       "no address",
+		"bogus://limiter:9091":     `scheme "bogus"`,
+		"limiter:9091 ":            "host:port",
+	} {
+		conn, err := grpcclient.Dial(target, tel)
+		if err == nil {
+			_ = conn.Close()
+			t.Errorf("Dial(%q) made a connection, want an error saying %s", target, want)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), target) {
+			t.Errorf("Dial(%q) = %v, want the target and %s", target, err, want)
+		}
+	}
+}
+
+// A target holding credentials is refused without repeating them.
+func TestDialHidesCredentialsOfARefusedTarget(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{}, "test", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"user:hunter2@limiter:9091", "a:1,user:hunter2@limiter:9091", "dns:///user:hunter2@limiter:9091", "bogus://user:hunter2@limiter:9091"} {
+		conn, err := grpcclient.Dial(target, tel)
+		if err == nil {
+			_ = conn.Close()
+			t.Errorf("Dial(%q) made a connection", target)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Dial(%q) = %v, repeats the password", target, err)
 		}
 	}
 }

@@ -135,3 +135,27 @@ func TestClusterStateReloadsWithinSeconds(t *testing.T) {
 		t.Errorf("ClusterStateReloadInterval %v, want a few seconds (at most 5s)", got)
 	}
 }
+
+// An address without a port was taken, and the limiter started "without
+// Redis" for good, every decision by its rule's failure mode.
+func TestCheckRefusesAnAddressWithoutAPort(t *testing.T) {
+	err := redisconn.Config{
+		Addrs: []string{"127.0.0.1:7001", "127.0.0.1"}, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	}.Check()
+	if err == nil || !strings.Contains(err.Error(), `KURZ_REDIS_ADDRS: "127.0.0.1"`) || !strings.Contains(err.Error(), "host:port") {
+		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS, the address and host:port", err)
+	}
+}
+
+// A Redis URL in KURZ_REDIS_ADDRS (redis://:pw@host:6379) started the
+// limiter "without Redis" and logged the password with every dial.
+func TestCheckRefusesAURLWithoutEchoingItsPassword(t *testing.T) {
+	err := redisconn.Config{
+		Addrs: []string{"redis://:hunter2@127.0.0.1:7001"}, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	}.Check()
+	if err == nil || !strings.Contains(err.Error(), "KURZ_REDIS_ADDRS") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("got %v, want an error naming KURZ_REDIS_ADDRS without the password", err)
+	}
+}

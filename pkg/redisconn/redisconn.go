@@ -46,11 +46,17 @@ const maxPoolSize = 10_000
 
 // Check refuses settings the client cannot use, naming the variable:
 // go-redis reads a negative pool size as a panic and a negative timeout
-// as none.
+// as none, and an address without a port fails every dial (the limiter
+// started "without Redis" on one, for good).
 func (c Config) Check() error {
 	var errs []error
 	if len(c.Addrs) == 0 {
 		errs = append(errs, errors.New("no addresses; set KURZ_REDIS_ADDRS"))
+	}
+	for _, a := range c.Addrs {
+		if err := config.HostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("KURZ_REDIS_ADDRS: %w", err))
+		}
 	}
 	if c.PoolSize < 1 || c.PoolSize > maxPoolSize {
 		errs = append(errs, fmt.Errorf("KURZ_REDIS_POOL_SIZE=%d: want 1 to %d", c.PoolSize, maxPoolSize))

@@ -50,10 +50,15 @@ func Main[C Service](name string, build Build[C]) {
 func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	var logCfg logging.Config
 	var cfg C
-	if err := config.Load(&logCfg); err != nil {
+	read := map[string]bool{}
+	lookup := func(name string) (string, bool) {
+		read[name] = true
+		return os.LookupEnv(name)
+	}
+	if err := config.LoadFrom(lookup, &logCfg); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	if err := config.Load(&cfg); err != nil {
+	if err := config.LoadFrom(lookup, &cfg); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
 	errs := []error{logCfg.Check(), cfg.common().check()}
@@ -80,6 +85,11 @@ func run[C Service](ctx context.Context, name string, build Build[C]) error {
 	if p, ok := gcPercent(os.Getenv); ok {
 		debug.SetGCPercent(p)
 		gogc = strconv.Itoa(p)
+	}
+	// A typo in a variable's name would leave its default in force
+	// without a word.
+	for _, u := range config.Unread(os.Environ(), read, name) {
+		log.Warn("unknown variable ignored", "variable", u.Name, "did_you_mean", u.Near)
 	}
 	bi := buildinfo.Get()
 	log.Info("starting", "version", bi.Version, "commit", bi.ShortCommit(), "built", bi.Date, "go", bi.Go,

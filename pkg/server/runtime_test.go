@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -126,5 +128,43 @@ func TestRunNamesEveryRefusedSettingAtOnce(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("run: %v; want an error naming %s", err, name)
 		}
+	}
+}
+
+// plainConfig is a service Config with only the shared settings.
+type plainConfig struct{ Common }
+
+// A typo in a variable's name was ignored without a word; the service now
+// warns at start, naming the variable and what it may have meant, and
+// never its value (which may be a secret).
+func TestRunWarnsOfUnknownVariablesWithoutTheirValues(t *testing.T) {
+	t.Setenv("KURZ_LOG_FLUSH_INTERVAL", "0")
+	t.Setenv("KURZ_SHUTDOWN_TIMOUT", "s3cret-looking-value")
+	t.Setenv("KURZ_TEST_NO_SUCH_SETTING", "s3cret-looking-value")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	err = run(context.Background(), "test", func(context.Context, plainConfig, *Lifecycle, *slog.Logger) (*Server, error) {
+		return nil, errors.New("stop here")
+	})
+	os.Stderr = stderr
+	_ = w.Close()
+	out, _ := io.ReadAll(r)
+	if err == nil || !strings.Contains(err.Error(), "stop here") {
+		t.Fatalf("run: %v, want the build's error", err)
+	}
+	for _, want := range []string{
+		`"msg":"unknown variable ignored","service":"test","variable":"KURZ_SHUTDOWN_TIMOUT","did_you_mean":"KURZ_SHUTDOWN_TIMEOUT"`,
+		`"variable":"KURZ_TEST_NO_SUCH_SETTING","did_you_mean":""`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "s3cret") {
+		t.Errorf("log holds a value:\n%s", out)
 	}
 }

@@ -30,3 +30,19 @@ func TestSampleRatioOutsideZeroToOneRefused(t *testing.T) {
 		}
 	}
 }
+
+// KURZ_OTLP_ENDPOINT without a port, or as a URL (with a token in it),
+// was taken: the exporter failed at every export, the traces were lost.
+func TestOTLPEndpointMustBeHostPort(t *testing.T) {
+	for _, e := range []string{"127.0.0.1", "https://user:hunter2@collector:4317", "collector:"} {
+		err := Config{OTLPEndpoint: e}.Check()
+		if err == nil || !strings.Contains(err.Error(), "KURZ_OTLP_ENDPOINT") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("KURZ_OTLP_ENDPOINT=%s: %v, want an error naming it, without credentials", e, err)
+		}
+	}
+	for _, e := range []string{"", "otel-collector:4317", "[::1]:4317"} {
+		if err := (Config{OTLPEndpoint: e}).Check(); err != nil {
+			t.Errorf("KURZ_OTLP_ENDPOINT=%s: %v, want accepted", e, err)
+		}
+	}
+}

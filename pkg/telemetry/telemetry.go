@@ -42,6 +42,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/logging"
 )
 
@@ -86,6 +87,12 @@ func (c Config) Check() error {
 	// everything, fails it too.
 	if !(c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1) {
 		return fmt.Errorf("KURZ_TRACE_SAMPLE_RATIO=%v: want a number from 0 to 1", c.TraceSampleRatio)
+	}
+	// Without a port, or as a URL, the exporter failed at every export.
+	if c.OTLPEndpoint != "" {
+		if err := config.HostPort(c.OTLPEndpoint); err != nil {
+			return fmt.Errorf("KURZ_OTLP_ENDPOINT: %w", err)
+		}
 	}
 	return nil
 }

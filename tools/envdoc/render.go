@@ -29,7 +29,12 @@ records while none of its pods is ready) both count as an outage, so check
 its start log for "starting without Redis"; a Redis that answers wrongly
 (no cluster mode, a refused password) fails the start. GRPC addresses a service dials (such as
 ` + "`KURZ_LIMITER_GRPC_ADDR`" + `) take a gRPC target (` + "`dns:///limiter-headless:9091`" + `)
-or a comma-separated list of replicas.
+or a comma-separated list of replicas. Every address a service dials
+(Redis, ClickHouse, gRPC) needs its port: one without is refused at start.
+A ` + "`KURZ_`" + ` variable a service does not read is logged at start
+(WARN "unknown variable ignored", with the variable it may be a typo of, never
+its value) when it has the service's own prefix or is a letter or two from one
+it reads; other services' variables pass without a word.
 
 "Declared in" is the Go field behind a setting (package.Type.Field, the
 package in pkg/ or the service's internal/app); the description is its doc

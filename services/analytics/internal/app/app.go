@@ -104,13 +104,18 @@ type Config struct {
 
 	// RawRetention is how long raw click rows are kept: a month of them is
 	// dropped once it ended this long ago (so they live up to one month
-	// more); the hourly rollups statistics read are kept. 0 keeps them all.
+	// more); the hourly rollups statistics read are kept. 0 keeps them all;
+	// else at least 24h (a minute or an hour is a slip that drops every
+	// month but the current one at start).
 	RawRetention time.Duration `env:"ANALYTICS_RAW_RETENTION" default:"2160h"`
 	// RetentionEvery is how often the expired months are looked for (and
 	// once at start), at least 1m: it also bounds each run, a drop on every
 	// ClickHouse server, and months expire once a month.
 	RetentionEvery time.Duration `env:"ANALYTICS_RETENTION_EVERY" default:"1h"`
 }
+
+// minRawRetention is the shortest KURZ_ANALYTICS_RAW_RETENTION but 0.
+const minRawRetention = 24 * time.Hour
 
 // Check runs validate for server.Main, before the service starts.
 func (c Config) Check() error {
@@ -140,6 +145,10 @@ func (c Config) validate() (*svcauth.Keys, error) {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_CONSUMER_GROUP must not be empty"))
 	}
 	errs = append(errs, config.Period("KURZ_ANALYTICS_RETENTION_EVERY", c.RetentionEvery, time.Minute))
+	if c.RawRetention != 0 && c.RawRetention < minRawRetention {
+		errs = append(errs, fmt.Errorf("KURZ_ANALYTICS_RAW_RETENTION=%s: want 0 (keep every raw click) or %s or more: "+
+			"a month of raw clicks is dropped, for good, once it ended this long ago", c.RawRetention, minRawRetention))
+	}
 	if c.InsertTimeout <= 0 || c.UnhealthyAfter <= 0 || c.LimiterTimeout <= 0 || c.QueryTimeout <= 0 {
 		errs = append(errs, errors.New("KURZ_ANALYTICS_INSERT_TIMEOUT, _UNHEALTHY_AFTER, _LIMITER_TIMEOUT and _QUERY_TIMEOUT must be positive"))
 	}

@@ -81,3 +81,20 @@ func TestPeriodsHaveAFloor(t *testing.T) {
 		}
 	}
 }
+
+// KURZ_ANALYTICS_RAW_RETENTION=1s (or 90m, meant as days) was taken: at
+// start analytics dropped, for good, the raw clicks of every month before
+// the current one. Below a day it is refused; 0 still keeps them all.
+func TestRefusesARawRetentionUnderADay(t *testing.T) {
+	for _, r := range []string{"1s", "90m", "23h59m"} {
+		err := load(t, map[string]string{"KURZ_ANALYTICS_RAW_RETENTION": r}).Check()
+		if err == nil || !strings.Contains(err.Error(), "KURZ_ANALYTICS_RAW_RETENTION") {
+			t.Errorf("KURZ_ANALYTICS_RAW_RETENTION=%s: %v, want an error naming it", r, err)
+		}
+	}
+	for _, r := range []string{"0", "24h", "2160h"} {
+		if err := load(t, map[string]string{"KURZ_ANALYTICS_RAW_RETENTION": r}).Check(); err != nil {
+			t.Errorf("KURZ_ANALYTICS_RAW_RETENTION=%s: %v, want accepted", r, err)
+		}
+	}
+}

@@ -87,6 +87,8 @@ type Config struct {
 	// TrustedProxies are CIDRs (or addresses) of the proxies in front of the
 	// gateway (the ingress pods): only their forwarding headers are
 	// believed, X-Forwarded-For walked from the right (pkg/clientip).
+	// A range wider than 10.0.0.0/8 or fc00::/7 (0.0.0.0/0) is warned of
+	// at start: every client in it names its own address.
 	TrustedProxies []string `env:"GATEWAY_TRUSTED_PROXIES" default:""`
 	// ClientIPHeader optionally names a single-value header (X-Real-IP,
 	// CF-Connecting-IP) the trusted proxies set, read instead of
@@ -190,6 +192,9 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 		return nil, err
 	}
 	srv.AddCheck("postgres", db.Ping)
+	if w := opts.Clients.Warning(); w != "" {
+		log.Warn(w, "variable", "KURZ_GATEWAY_TRUSTED_PROXIES")
+	}
 	log.Info("gateway configured", "anonymous", cfg.AllowAnonymous, "admin_api", cfg.AdminToken != "",
 		"client_ip", opts.Clients.String(), "client_ipv6_prefix", cfg.Keying.IPv6Prefix, "limiter_timeout", cfg.LimiterTimeout, "max_body_bytes", cfg.MaxBodyBytes)
 	return srv, nil

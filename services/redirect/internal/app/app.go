@@ -76,6 +76,8 @@ type Config struct {
 	// service (the ingress pods): only their forwarding headers are
 	// believed, X-Forwarded-For walked from the right (pkg/clientip).
 	// Empty: every client is its TCP peer.
+	// A range wider than 10.0.0.0/8 or fc00::/7 (0.0.0.0/0) is warned of
+	// at start: every client in it names its own address.
 	TrustedProxies []string `env:"REDIRECT_TRUSTED_PROXIES" default:""`
 	// ClientIPHeader optionally names a single-value header (X-Real-IP,
 	// CF-Connecting-IP) the trusted proxies set, read instead of
@@ -350,6 +352,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		srv.AddSoftCheck("redis_replicas", redisconn.WarnReplicasHeld(ctx, log, rdb, "KURZ_REDIRECT_VISIT_REPLICAS", cfg.VisitReplicas,
 			"visits of visit-limited links counted there are refused (503) and still spent",
 			"visits of visit-limited links may all be refused"))
+	}
+	if w := clients.Warning(); w != "" {
+		log.Warn(w, "variable", "KURZ_REDIRECT_TRUSTED_PROXIES")
 	}
 	log.Info("redirect configured", "l1_ttl", cfg.L1TTL, "default_status", cfg.DefaultStatus,
 		"click_streams", cfg.Streams.Shards, "limiter", cfg.LimiterAddr, "miss_failure_policy", missPolicy.String(),
