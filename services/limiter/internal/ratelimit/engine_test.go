@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	"kurz.dev/pkg/config"
 	"kurz.dev/pkg/redisconn"
 	"kurz.dev/pkg/testkit/metrictest"
@@ -255,5 +256,27 @@ func TestKeySlotMatchesRedis(t *testing.T) {
 		if got := keySlot(key); int64(got) != want {
 			t.Errorf("keySlot(%q) = %d, Redis says %d", key, got, want)
 		}
+	}
+}
+
+// KURZ_REDIS_PASSWORD set for a Redis Cluster without one: go-redis's
+// connections are let in (HELLO as the default user, who takes any
+// password), and the engine's own pipelines must be too, or every decision
+// went to its rule's failure mode while the startup check passed.
+func TestAPasswordARedisDoesNotAskForDecidesOnRedis(t *testing.T) {
+	var cfg redisconn.Config
+	if err := config.Load(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Password = "a-password-this-redis-does-not-ask-for"
+	rdb, err := redisconn.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("the startup check refused the password: %v", err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := engine(t, rdb, hourly, Options{AutoPipeline: true})
+	resp := e.Check(context.Background(), "t", map[string]string{"algo": "token_bucket", "user": unique(t)}, 1)
+	if !resp.GetAllowed() || resp.GetSource() != ratelimitv1.DecisionSource_DECISION_SOURCE_REDIS {
+		t.Errorf("decision: allowed %v, source %v; want allowed, decided on Redis", resp.GetAllowed(), resp.GetSource())
 	}
 }
