@@ -138,8 +138,8 @@ func kurzLink(t *testing.T, c *client, code string) map[string]any {
 // the gateway: health, a link created with a slug, tags and a title, read,
 // listed a page at a time by tag, edited, deleted; the errors it raises
 // for a taken slug, a missing code and a wrong key are Shlink's types, and
-// kurz's documented differences (no searchTerm, no visit list) come as
-// errors the SDK reads.
+// kurz's documented differences (no searchTerm, no visit list, no tags)
+// come as errors the SDK reads.
 func TestShlinkSDK(t *testing.T) {
 	gw := startGateway(t, nil)
 	for _, adapter := range []string{"fetch", "node"} {
@@ -196,6 +196,9 @@ func TestShlinkSDK(t *testing.T) {
 			}
 			if e := run.failed(t, "visits"); e["status"] != float64(501) || e["detail"] == "" {
 				t.Errorf("visits: %v; want 501 with a detail", e)
+			}
+			if e := run.failed(t, "tags"); e["errorType"] != "NOT_FOUND" || e["status"] != float64(404) {
+				t.Errorf("tags: %v; want Shlink's not-found (kurz serves no tags)", e)
 			}
 			if e := run.failed(t, "taken"); e["errorType"] != "INVALID_SLUG" || e["customSlug"] != slug {
 				t.Errorf("create on a taken slug: %v; want Shlink's non-unique-slug", e)

@@ -95,7 +95,10 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 			shlinkCORS(rec.Header())
 		}
 		fail := writeError
-		if strings.HasPrefix(r.URL.Path, bitlyPrefix) {
+		switch {
+		case shlinkAPI:
+			fail = writeShlinkError
+		case strings.HasPrefix(r.URL.Path, bitlyPrefix):
 			// Bitly's clients read its error shape only.
 			fail = writeBitlyError
 		}
@@ -201,6 +204,9 @@ func unmatched(mux *http.ServeMux, r *http.Request) *apiError {
 	}
 	if strings.HasPrefix(r.URL.Path, bitlyPrefix) {
 		return notFound(bitlyNotServed)
+	}
+	if strings.HasPrefix(r.URL.Path, shlinkPrefix) {
+		return notFound(shlinkNotServed)
 	}
 	return notFound("no such route; the API is described at /v1/openapi.json")
 }

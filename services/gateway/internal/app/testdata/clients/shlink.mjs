@@ -51,6 +51,7 @@ if (process.argv[2] === 'remove') {
     longUrl: `${KURZ_LONG}/edited`, tags: ['edited'], title: 'Edited by the SDK',
   }));
   await step('visits', () => api.getShortUrlVisits(code));
+  await step('tags', () => api.listTags());
   await step('taken', () => api.createShortUrl({ longUrl: `${KURZ_LONG}/taken`, customSlug: KURZ_SLUG }));
 }
 console.log(JSON.stringify(out));
