@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -216,5 +217,74 @@ func TestShlinkSDK(t *testing.T) {
 				t.Errorf("a wrong key: %v; want Shlink's invalid-api-key", e)
 			}
 		})
+	}
+}
+
+// The bitly Node SDK (bitly, as package-lock.json pins it) against the
+// gateway behind TLS (the SDK speaks https only): a URL shortened (then
+// again: the same bitlink), read by its id and its link, expanded,
+// updated, counted, the user and groups, deleted; the errors of a deleted
+// bitlink and of a wrong token are Bitly's bodies, as the SDK tells them.
+func TestBitlySDK(t *testing.T) {
+	gw := startGateway(t, nil)
+	tn := newTenant(t, gw, "free")
+	c := newClient(t, gw, tn.key)
+	proxy := clientProxy(t, gw, true)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(strings.TrimPrefix(proxy.URL, "https://"), ":")
+	long := "https://example.com/bitly-sdk/" + strings.ToLower(rand.Text())
+	env := []string{"NODE_EXTRA_CA_CERTS=" + ca, "KURZ_HOST=" + host, "KURZ_PORT=" + port, "KURZ_KEY=" + tn.key, "KURZ_LONG=" + long}
+	run := runClient(t, "bitly.mjs", "make", env...)
+
+	made := run.ok(t, "shorten")
+	id, _ := made["id"].(string)
+	code := id[strings.LastIndex(id, "/")+1:]
+	if made["long_url"] != long || made["link"] != "http://"+id {
+		t.Fatalf("shorten: %v", made)
+	}
+	for _, step := range []string{"again", "info", "getByLink"} {
+		if b := run.ok(t, step); b["id"] != id || b["long_url"] != long {
+			t.Errorf("%s: %v; want bitlink %s of %s", step, b, id, long)
+		}
+	}
+	if b := run.ok(t, "expand"); b["long_url"] != long || b["id"] != id {
+		t.Errorf("expand: %v", b)
+	}
+	updated := run.ok(t, "update")
+	if updated["long_url"] != long+"/updated" || updated["title"] != "Updated by the SDK" || fmt.Sprint(updated["tags"]) != "[sdk]" {
+		t.Errorf("update: %v", updated)
+	}
+	if l := kurzLink(t, c, code); l["longUrl"] != long+"/updated" || l["title"] != "Updated by the SDK" || fmt.Sprint(l["tags"]) != "[sdk]" {
+		t.Errorf("the updated bitlink through kurz's API: %v", l)
+	}
+	for _, step := range []string{"clicks", "clicksByDay"} {
+		if b := run.ok(t, step); b["unit"] != "day" || b["link_clicks"] == nil {
+			t.Errorf("%s: %v; want clicks per day", step, b)
+		}
+	}
+	if b := run.ok(t, "summary"); b["total_clicks"] != float64(0) || b["units"] != float64(7) {
+		t.Errorf("clicks summary: %v", b)
+	}
+	if u := run.ok(t, "user"); u["login"] != tn.id || u["default_group_guid"] != tn.id {
+		t.Errorf("user: %v; want tenant %s", u, tn.id)
+	}
+	if g, _ := run.ok(t, "groups")["groups"].([]any); len(g) != 1 || g[0].(map[string]any)["guid"] != tn.id {
+		t.Errorf("groups: %v; want the tenant's one", g)
+	}
+
+	run = runClient(t, "bitly.mjs", "remove", append(env, "KURZ_BITLINK="+id)...)
+	if b := run.ok(t, "delete"); b["links_deleted"] == nil {
+		t.Errorf("delete: %v", b)
+	}
+	if r := c.do("GET", "/v1/links/"+code, ""); r.code != http.StatusNotFound {
+		t.Errorf("the deleted link through kurz's API: %s; want 404", r)
+	}
+	for step, message := range map[string]string{"missing": "NOT_FOUND", "badToken": "FORBIDDEN"} {
+		if e := run.failed(t, step); e["message"] != message {
+			t.Errorf("%s: %+v; want Bitly's %s", step, run[step], message)
+		}
 	}
 }

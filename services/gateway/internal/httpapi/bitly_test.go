@@ -143,6 +143,23 @@ func TestBitlyRefusalsAreBitlysShape(t *testing.T) {
 	}
 }
 
+// Bitly takes its token alone in Authorization, as well as after
+// "Bearer ", and its Node SDK sends it alone: the Bitly API takes a kurz
+// key so, a wrong one still 403; kurz's own API still wants "Bearer <key>".
+func TestBitlyTakesTheKeyWithoutBearer(t *testing.T) {
+	env := newBitlyEnv(t)
+	if w := env.handler.do("POST", "/v4/shorten", `{"long_url":"https://example.com/a"}`, "", "Authorization", shlinkGoodKey); w.Code != 201 {
+		t.Errorf("the key alone: %d %s; want 201", w.Code, w.Body)
+	}
+	for _, auth := range []string{"kurz_k9_wrong", "Basic " + shlinkGoodKey, shlinkGoodKey + " x"} {
+		w := env.handler.do("GET", "/v4/user", "", "", "Authorization", auth)
+		bitlyErrorOf(t, w, 403, "FORBIDDEN")
+	}
+	if w := env.handler.do("GET", "/v1/links/abcd123", "", "", "Authorization", shlinkGoodKey); w.Code != 401 {
+		t.Errorf("the key alone on kurz's own API: %d %s; want 401", w.Code, w.Body)
+	}
+}
+
 // Every call is charged once as the kurz route it does the work of, its
 // refusals after the key check included.
 func TestBitlyCallsAreChargedAsTheirKurzTwin(t *testing.T) {
