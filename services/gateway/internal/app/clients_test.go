@@ -34,6 +34,8 @@ type sdkStep struct {
 	OK     json.RawMessage `json:"ok"`
 	Error  map[string]any  `json:"error"`
 	Thrown string          `json:"thrown"`
+	// IsBitlyErrResponse is the bitly SDK's own test of Error.
+	IsBitlyErrResponse bool `json:"isBitlyErrResponse"`
 }
 
 // sdkRun is a script's output, by step name.
@@ -283,8 +285,8 @@ func TestBitlySDK(t *testing.T) {
 		t.Errorf("the deleted link through kurz's API: %s; want 404", r)
 	}
 	for step, message := range map[string]string{"missing": "NOT_FOUND", "badToken": "FORBIDDEN"} {
-		if e := run.failed(t, step); e["message"] != message {
-			t.Errorf("%s: %+v; want Bitly's %s", step, run[step], message)
+		if e := run.failed(t, step); e["message"] != message || !run[step].IsBitlyErrResponse {
+			t.Errorf("%s: %+v; want Bitly's %s, an error body the SDK tells as one", step, run[step], message)
 		}
 	}
 }

@@ -100,7 +100,9 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 			fail = writeShlinkError
 		case strings.HasPrefix(r.URL.Path, bitlyPrefix):
 			// Bitly's clients read its error shape only.
-			fail = writeBitlyError
+			fail = func(w http.ResponseWriter, requestID string, e *apiError) {
+				writeBitlyError(w, requestID, bitlyResource(r.URL.Path), e)
+			}
 		}
 		if e := a.checkShape(r); e != nil {
 			fail(rec, st.id, e)
