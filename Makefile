@@ -127,6 +127,18 @@ $(NODE_PROTOTYPE)/node_modules/.installed: $(NODE_PROTOTYPE)/package-lock.json
 	cd $(NODE_PROTOTYPE) && npm ci --no-audit --no-fund
 	@touch $@
 
+# The published Shlink and Bitly clients (Shlink's JS SDK, the bitly Node
+# SDK), as their package-lock.json pins them: the gateway's compatibility
+# tests (services/gateway/internal/app, TestShlinkSDK and TestBitlySDK)
+# drive them with node, and fail, saying to run this, without them.
+TEST_CLIENTS := services/gateway/internal/app/testdata/clients
+$(TEST_CLIENTS)/node_modules/.installed: $(TEST_CLIENTS)/package-lock.json
+	cd $(TEST_CLIENTS) && npm ci --no-audit --no-fund
+	@touch $@
+
+.PHONY: clients
+clients: $(TEST_CLIENTS)/node_modules/.installed ## Install the pinned Shlink and Bitly SDKs the gateway's compatibility tests drive (npm ci).
+
 TOOLS := $(BIN)/.buf-$(BUF_VERSION) $(BIN)/.protoc-gen-go-$(PROTOC_GEN_GO_VERSION) \
        $(BIN)/.protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION) $(BIN)/.grpcurl-$(GRPCURL_VERSION) \
        $(BIN)/.protoc-gen-openapiv2-$(GRPC_GATEWAY_VERSION) $(BIN)/.protoc-gen-grpc-gateway-$(GRPC_GATEWAY_VERSION) \
@@ -214,7 +226,7 @@ unit: tools ## The unit tier: every test that needs nothing running (no stack).
 	go test -count=1 ./...
 
 .PHONY: test
-test: lint check-gen nginx ## Both tiers with -race (the stack started when needed, the fault suite included), a short fuzz run and the smoke test.
+test: lint check-gen nginx clients ## Both tiers with -race (the stack started when needed, the fault suite included), a short fuzz run and the smoke test.
 	@# The stack starts while the unit-only packages run: they need none of it.
 	@mkdir -p .local; deploy/local/infra.sh up > .local/infra-up.log 2>&1 & infra=$$!; \
 	go test -race -count=1 $$($(UNIT_PKGS)); unit=$$?; \

@@ -403,7 +403,7 @@ func (a *API) admit(c *call, rt route) error {
 	case adminToken:
 		return a.authenticateAdmin(c)
 	case tenantKey, tenantOrAnonymous:
-		if err := a.authenticate(c, rt.access == tenantOrAnonymous); err != nil {
+		if err := a.authenticate(c, rt.access == tenantOrAnonymous, rt.bitly); err != nil {
 			return err
 		}
 		return a.edgeQuota(c, cmp.Or(c.charge, rt.pattern))

@@ -45,6 +45,18 @@ func bearer(values []string) (string, bool) {
 	return token, true
 }
 
+// bareKey returns the token of a single Authorization field that is the
+// key alone, without a scheme: what Bitly takes as well as "Bearer
+// <token>", and what its Node SDK (bitly) sends. Only the Bitly API takes
+// it (route.bitly).
+func bareKey(values []string) (string, bool) {
+	if len(values) != 1 {
+		return "", false
+	}
+	token := strings.TrimSpace(values[0])
+	return token, token != "" && !strings.ContainsAny(token, " \t")
+}
+
 // crossSite reports whether a browser sent r from another site's page: a
 // form or a no-cors fetch there is a simple request, sent without asking,
 // so without it any page could have its visitors' browsers create
@@ -67,8 +79,9 @@ func crossSite(r *http.Request) bool {
 // authenticate resolves the tenant a call acts for: from its API key, or
 // "anonymous" on routes that allow it when the request carries no key. A
 // request carrying credentials is first checked against the brute-force
-// rule, so a blocked address gets 429 even with a valid key.
-func (a *API) authenticate(c *call, anonymousOK bool) error {
+// rule, so a blocked address gets 429 even with a valid key. bare takes
+// the key without "Bearer " too (bareKey), on Bitly's routes.
+func (a *API) authenticate(c *call, anonymousOK, bare bool) error {
 	values := c.r.Header.Values("Authorization")
 	if len(values) == 0 {
 		if anonymousOK && a.opts.AllowAnonymous {
@@ -82,6 +95,9 @@ func (a *API) authenticate(c *call, anonymousOK bool) error {
 		return unauthenticated("an API key is required: send Authorization: Bearer <key>", "")
 	}
 	token, ok := bearer(values)
+	if !ok && bare {
+		token, ok = bareKey(values)
+	}
 	return a.authenticateKey(c, token, ok, `the Authorization header must be one "Bearer <key>"`)
 }
 

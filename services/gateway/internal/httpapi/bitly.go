@@ -111,7 +111,7 @@ func bitlyPath(r *http.Request) bool {
 type bitlyError struct {
 	Message     string            `json:"message"`
 	Description string            `json:"description"`
-	Resource    string            `json:"resource,omitempty"`
+	Resource    string            `json:"resource"`
 	Errors      []bitlyFieldError `json:"errors,omitempty"`
 	Code        string            `json:"code"`
 	RequestID   string            `json:"request_id,omitempty"`
@@ -126,17 +126,32 @@ type bitlyFieldError struct {
 // bitlyFail sends err in Bitly's error shape, with kurz's headers
 // (Retry-After, the RateLimit fields of the edge quota's denial).
 func (a *API) bitlyFail(c *call, err error) {
-	writeBitlyError(c.w, c.st.id, a.failure(c, err))
+	writeBitlyError(c.w, c.st.id, bitlyResource(c.r.URL.Path), a.failure(c, err))
+}
+
+// bitlyResources are Bitly's resource of each call kurz serves, by the
+// first segment of its path: Bitly names a shorten's "bitlinks".
+var bitlyResources = map[string]string{
+	"shorten": "bitlinks", "bitlinks": "bitlinks", "expand": "bitlinks", "user": "user", "groups": "groups",
+}
+
+// bitlyResource is Bitly's resource of a call to path, for its error
+// body; "" for a call kurz does not serve (a path a client wrote is not
+// echoed).
+func bitlyResource(path string) string {
+	first, _, _ := strings.Cut(strings.TrimPrefix(path, bitlyPrefix), "/")
+	return bitlyResources[first]
 }
 
 // writeBitlyError sends e in Bitly's error shape: Bitly's message for the
-// status (INVALID_ARG_<FIELD> for a refused field), kurz's message as the
-// description.
-func writeBitlyError(w http.ResponseWriter, requestID string, e *apiError) {
+// status (INVALID_ARG_<FIELD> for a refused field), the resource called
+// (always there: Bitly's SDKs tell its errors by message and resource),
+// kurz's message as the description.
+func writeBitlyError(w http.ResponseWriter, requestID, resource string, e *apiError) {
 	w.Header().Set("Cache-Control", "no-store")
 	errorHeaders(w.Header(), e)
 	status, message := bitlyStatus(e)
-	body := bitlyError{Message: message, Description: e.message, Code: e.code, RequestID: requestID}
+	body := bitlyError{Message: message, Description: e.message, Resource: resource, Code: e.code, RequestID: requestID}
 	for _, f := range e.fields {
 		name := bitlyFieldName(f.Field)
 		if !slices.ContainsFunc(body.Errors, func(b bitlyFieldError) bool { return b.Field == name }) {

@@ -71,6 +71,9 @@ func (env *bitlyEnv) do(method, target, body, key string) *httptest.ResponseReco
 func bitlyErrorOf(t *testing.T, w *httptest.ResponseRecorder, status int, message string) map[string]any {
 	t.Helper()
 	p := object(t, w)
+	if _, ok := p["resource"].(string); !ok {
+		t.Errorf("%d %s: no resource; Bitly's SDKs tell its errors by message and resource", w.Code, w.Body)
+	}
 	if w.Code != status || w.Header().Get("Content-Type") != "application/json" || p["message"] != message ||
 		p["description"] == "" || p["request_id"] == "" || w.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("got %d %s %s; want Bitly's error %d %s", w.Code, w.Header().Get("Content-Type"), w.Body, status, message)
@@ -102,11 +105,16 @@ func TestBitlyCreateAnswersTheBitlink(t *testing.T) {
 	}
 }
 
-// Refusals are in Bitly's shape: INVALID_ARG_<FIELD> naming the field, 403
-// FORBIDDEN for a missing key or another group, 404 for a call not
-// served, 429 for the edge quota with Retry-After and the RateLimit fields.
+// Refusals are in Bitly's shape, with the resource called:
+// INVALID_ARG_<FIELD> naming the field, 403 FORBIDDEN for a missing key
+// or another group, 404 for a call not served, 429 for the edge quota
+// with Retry-After and the RateLimit fields.
 func TestBitlyRefusalsAreBitlysShape(t *testing.T) {
 	env := newBitlyEnv(t)
+	// Bitly's resource of a call: a shorten's is "bitlinks"; a call not
+	// served has none.
+	resources := map[string]string{"/v4/shorten": "bitlinks", "/v4/bitlinks/k.test/nope123": "bitlinks",
+		"/v4/groups/other": "groups", "/v4/qr-codes": ""}
 	for _, tc := range []struct {
 		method, target, body, key string
 		status                    int
@@ -127,6 +135,9 @@ func TestBitlyRefusalsAreBitlysShape(t *testing.T) {
 	} {
 		w := env.do(tc.method, tc.target, tc.body, tc.key)
 		p := bitlyErrorOf(t, w, tc.status, tc.message)
+		if want, ok := resources[tc.target]; ok && p["resource"] != want {
+			t.Errorf("%s %s: resource %v, want %q", tc.method, tc.target, p["resource"], want)
+		}
 		if strings.HasPrefix(tc.message, "INVALID_ARG_") {
 			field := strings.ToLower(strings.TrimPrefix(tc.message, "INVALID_ARG_"))
 			if errs, _ := p["errors"].([]any); len(errs) == 0 || errs[0].(map[string]any)["field"] != field {
@@ -140,6 +151,23 @@ func TestBitlyRefusalsAreBitlysShape(t *testing.T) {
 	bitlyErrorOf(t, w, 429, "RATE_LIMIT_EXCEEDED")
 	if w.Header().Get("Retry-After") != "3" || len(w.Header()["RateLimit-Policy"]) != 1 {
 		t.Errorf("denied: Retry-After %q, RateLimit-Policy %q; want 3 and the policy", w.Header().Get("Retry-After"), w.Header()["RateLimit-Policy"])
+	}
+}
+
+// Bitly takes its token alone in Authorization, as well as after
+// "Bearer ", and its Node SDK sends it alone: the Bitly API takes a kurz
+// key so, a wrong one still 403; kurz's own API still wants "Bearer <key>".
+func TestBitlyTakesTheKeyWithoutBearer(t *testing.T) {
+	env := newBitlyEnv(t)
+	if w := env.handler.do("POST", "/v4/shorten", `{"long_url":"https://example.com/a"}`, "", "Authorization", shlinkGoodKey); w.Code != 201 {
+		t.Errorf("the key alone: %d %s; want 201", w.Code, w.Body)
+	}
+	for _, auth := range []string{"kurz_k9_wrong", "Basic " + shlinkGoodKey, shlinkGoodKey + " x"} {
+		w := env.handler.do("GET", "/v4/user", "", "", "Authorization", auth)
+		bitlyErrorOf(t, w, 403, "FORBIDDEN")
+	}
+	if w := env.handler.do("GET", "/v1/links/abcd123", "", "", "Authorization", shlinkGoodKey); w.Code != 401 {
+		t.Errorf("the key alone on kurz's own API: %d %s; want 401", w.Code, w.Body)
 	}
 }
 

@@ -28,7 +28,7 @@ func TestAnonymousCreationRefusedCrossSite(t *testing.T) {
 			r.Header.Set(k, v)
 		}
 		c := &call{w: httptest.NewRecorder(), r: r, st: &reqState{id: "t"}}
-		err := a.authenticate(c, true)
+		err := a.authenticate(c, true, false)
 		if tc.wantOK && (err != nil || c.st.tenant != "anonymous") {
 			t.Errorf("%s: %v (tenant %q), want anonymous", name, err, c.st.tenant)
 		}

@@ -95,9 +95,14 @@ func (a *API) Wrap(mux *http.ServeMux) http.Handler {
 			shlinkCORS(rec.Header())
 		}
 		fail := writeError
-		if strings.HasPrefix(r.URL.Path, bitlyPrefix) {
+		switch {
+		case shlinkAPI:
+			fail = writeShlinkError
+		case strings.HasPrefix(r.URL.Path, bitlyPrefix):
 			// Bitly's clients read its error shape only.
-			fail = writeBitlyError
+			fail = func(w http.ResponseWriter, requestID string, e *apiError) {
+				writeBitlyError(w, requestID, bitlyResource(r.URL.Path), e)
+			}
 		}
 		if e := a.checkShape(r); e != nil {
 			fail(rec, st.id, e)
@@ -201,6 +206,9 @@ func unmatched(mux *http.ServeMux, r *http.Request) *apiError {
 	}
 	if strings.HasPrefix(r.URL.Path, bitlyPrefix) {
 		return notFound(bitlyNotServed)
+	}
+	if strings.HasPrefix(r.URL.Path, shlinkPrefix) {
+		return notFound(shlinkNotServed)
 	}
 	return notFound("no such route; the API is described at /v1/openapi.json")
 }

@@ -161,11 +161,35 @@ func (a *API) shlinkFail(c *call, err error) {
 	if kind == "" {
 		kind, title = shlinkKind(e, &p)
 	}
-	p.problem = problemOf(c.st.id, e)
+	writeShlinkProblem(c.w, c.st.id, e, kind, title, p)
+}
+
+// writeShlinkProblem sends e as a problem with p's fields, of Shlink's
+// type kind (and its title) unless kind is "".
+func writeShlinkProblem(w http.ResponseWriter, requestID string, e *apiError, kind, title string, p shlinkProblem) {
+	p.problem = problemOf(requestID, e)
 	if kind != "" {
 		p.Type, p.Title = shlinkProblemType+kind, title
 	}
-	writeProblem(c.w, e, p)
+	writeProblem(w, e, p)
+}
+
+// shlinkNotServed says what kurz serves of Shlink's REST API, to a call of
+// the rest.
+const shlinkNotServed = "kurz does not serve this Shlink call: it serves /rest/v3/short-urls (create, list, get, edit, delete; a link's visits answer 501) and /rest/health; tags, domains, redirect rules, visits overviews and Mercure are not served (docs/api.md, Shlink-compatible API)"
+
+// writeShlinkError sends e, a refusal under /rest/ before any route (a
+// call kurz does not serve, a request too big), in Shlink's problem shape
+// as shlinkFail sends a route's: a path not served is Shlink's not-found,
+// as Shlink answers a route it does not have, so that its clients read it
+// so.
+func writeShlinkError(w http.ResponseWriter, requestID string, e *apiError) {
+	var p shlinkProblem
+	kind, title := shlinkKind(e, &p)
+	if e.status == http.StatusNotFound {
+		kind, title = "not-found", "Not found"
+	}
+	writeShlinkProblem(w, requestID, e, kind, title, p)
 }
 
 // shlinkKind is the Shlink problem type of a kurz refusal that has one,

@@ -943,6 +943,26 @@ func TestShlinkHealth(t *testing.T) {
 	}
 }
 
+// A Shlink call kurz does not serve (tags, domains, visits overviews,
+// redirect rules, Mercure) is Shlink's not-found, as Shlink answers a
+// route it does not have, so that its clients read it as such, saying
+// what kurz serves; with or without a key, nothing charged.
+func TestShlinkCallsNotServedAreShlinksNotFound(t *testing.T) {
+	env := newShlinkEnv(t, shlinkLink("abcd123"))
+	for _, target := range []string{"/rest/v3/tags", "/rest/v3/domains", "/rest/v3/visits", "/rest/v3/mercure-info",
+		"/rest/v3/short-urls/abcd123/redirect-rules", "/rest/v2/tags/stats"} {
+		for _, key := range []string{shlinkGoodKey, ""} {
+			w := env.do("GET", target, "", key)
+			if p := shlinkProblemOf(t, w, 404, "not-found"); !strings.Contains(p["detail"].(string), "/rest/v3/short-urls") {
+				t.Errorf("GET %s: detail %q; want what kurz serves named", target, p["detail"])
+			}
+		}
+	}
+	if got := env.limiter.takeCharged(); len(got) != 0 {
+		t.Errorf("calls not served charged %v, want nothing", got)
+	}
+}
+
 // Shlink's web client runs in a browser, on another origin than the
 // server it calls (app.shlink.io, or a host of its own), and Shlink
 // answers CORS for it: the gateway does too, on /rest/ only. A preflight
