@@ -1,7 +1,8 @@
 // Package doccheck checks that the docs match the repository: its tests
 // fail when docs/architecture.md's Layout misses a folder or names one that
-// is gone, and when a service README's table gives a default the code does
-// not declare. It holds the checks; the tests run them on the repository.
+// is gone, when a service README's table gives a default the code does
+// not declare, and when a relative link or #anchor of a Markdown file leads
+// nowhere. It holds the checks; the tests run them on the repository.
 package doccheck
 
 import (
