@@ -129,7 +129,11 @@ func checkTarget(target string) error {
 	if u.Scheme != "dns" && u.Scheme != "passthrough" {
 		return nil
 	}
-	// resolver.Target.Endpoint's reading.
+	// resolver.Target.Endpoint's reading, which drops a query: refused,
+	// as a place for credentials.
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: want the endpoint host:port alone, no query (no credentials: passwords have variables of their own)", config.Redacted(target))
+	}
 	endpoint := strings.TrimPrefix(cmp.Or(u.Path, u.Opaque), "/")
 	if err := config.HostPort(endpoint); err != nil {
 		return fmt.Errorf("%q: %w", config.Redacted(target), err)

@@ -311,7 +311,7 @@ func TestDialHidesCredentialsOfARefusedTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, target := range []string{"user:hunter2@limiter:9091", "a:1,user:hunter2@limiter:9091", "dns:///user:hunter2@limiter:9091", "bogus://user:hunter2@limiter:9091"} {
+	for _, target := range []string{"user:hunter2@limiter:9091", "a:1,user:hunter2@limiter:9091", "dns:///user:hunter2@limiter:9091", "bogus://user:hunter2@limiter:9091", "dns:///limiter:9091?token=hunter2", "limiter:9091?token=hunter2"} {
 		conn, err := grpcclient.Dial(target, tel)
 		if err == nil {
 			_ = conn.Close()
