@@ -686,3 +686,54 @@ func TestSecretsAreDocumented(t *testing.T) {
 		}
 	}
 }
+
+// The local stack gives each secret only to the services that read it
+// (deploy/local/services.sh, SECRET_USERS: a service's /proc/<pid>/environ
+// holds no other's). A secret variable added to the manifests but not to
+// that list went to every service the stack starts:
+// KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY, set for a rotation, reached the
+// gateway, the limiter, the analytics and the redirect too. Every variable
+// the manifests take from a Secret is in the list, given to no service the
+// manifests do not give it to.
+func TestLocalStackGivesEachSecretOnlyToItsServices(t *testing.T) {
+	script, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "local", "services.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := map[string][]string{}
+	for _, m := range secretUser.FindAllStringSubmatch(string(script), -1) {
+		local[m[1]] = strings.Fields(m[2])
+	}
+	if len(local) == 0 {
+		t.Fatal("deploy/local/services.sh: no SECRET_USERS entry [KURZ_X]=\"services\"")
+	}
+	for _, dir := range overlays {
+		users := map[string]map[string]bool{}
+		for _, w := range workloads(render(t, dir)) {
+			for _, c := range allContainers(&w.Template.Spec) {
+				for _, ev := range c.Env {
+					if ev.ValueFrom == nil || ev.ValueFrom.SecretKeyRef == nil || !strings.HasPrefix(ev.Name, envPrefix) {
+						continue
+					}
+					if users[ev.Name] == nil {
+						users[ev.Name] = map[string]bool{}
+					}
+					users[ev.Name][w.app()] = true
+				}
+			}
+		}
+		for name, apps := range users {
+			svcs, ok := local[name]
+			if !ok {
+				t.Errorf("%s: %s comes from a Secret, but deploy/local/services.sh's SECRET_USERS does not list it: make up gives it to every service", dir, name)
+			}
+			for _, s := range svcs {
+				if !apps[s] {
+					t.Errorf("%s: deploy/local/services.sh gives %s to %s, which the manifests do not give it to", dir, name, s)
+				}
+			}
+		}
+	}
+}
+
+var secretUser = regexp.MustCompile(`(?m)^\s*\[(KURZ_\w+)\]="([^"]*)"$`)

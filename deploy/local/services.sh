@@ -102,10 +102,12 @@ declare -A SECRET_USERS=(
 	[KURZ_SERVICE_AUTH_PREVIOUS_KEY]="gateway shortener analytics limiter"
 	[KURZ_SHORTENER_CODE_KEY]="shortener"
 	[KURZ_SHORTENER_WEBHOOK_KEY]="shortener"
+	[KURZ_SHORTENER_WEBHOOK_PREVIOUS_KEY]="shortener"
 	[KURZ_REDIRECT_VISITOR_SALT]="redirect"
 	[KURZ_REDIRECT_FORM_SECRET]="redirect"
 	[KURZ_POSTGRES_URL]="limiter shortener gateway"
 	[KURZ_CLICKHOUSE_PASSWORD]="analytics"
+	[KURZ_REDIS_PASSWORD]="limiter shortener analytics redirect"
 )
 
 # env_of prints the env(1) arguments that start service $1: the secrets of

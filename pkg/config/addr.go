@@ -45,16 +45,19 @@ func validHost(host string) bool {
 }
 
 // Redacted is addr for an error message or a log line, the credentials of
-// a URL-like address (everything before its last @ but the scheme)
-// replaced by xxxxx.
+// a URL-like address replaced by xxxxx: everything before its last @ but
+// the scheme, and its query or fragment (a DSN's ?password=, a token
+// parameter).
 func Redacted(addr string) string {
-	at := strings.LastIndex(addr, "@")
-	if at < 0 {
-		return addr
+	head, rest := "", addr
+	if at := strings.LastIndex(addr, "@"); at >= 0 {
+		if i := strings.Index(addr[:at], "://"); i >= 0 {
+			head = addr[:i+3]
+		}
+		head, rest = head+"xxxxx@", addr[at+1:]
 	}
-	scheme := ""
-	if i := strings.Index(addr[:at], "://"); i >= 0 {
-		scheme = addr[:i+3]
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i+1] + "xxxxx"
 	}
-	return scheme + "xxxxx@" + addr[at+1:]
+	return head + rest
 }

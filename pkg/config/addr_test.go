@@ -35,3 +35,20 @@ func TestHostPortHidesCredentials(t *testing.T) {
 		t.Errorf("Redacted = %q, want the host without the password", got)
 	}
 }
+
+// A DSN with its credentials in the query (clickhouse-go's
+// clickhouse://ch:9000?username=kurz&password=..., a token a vendor's
+// OTLP endpoint takes as a parameter) is refused as host:port, and its
+// error, logged at start, repeated the password: Redacted hid only what
+// came before an "@".
+func TestHostPortHidesCredentialsInTheQuery(t *testing.T) {
+	for _, addr := range []string{"clickhouse://ch:9000?username=kurz&password=hunter2", "tcp://ch:9000?password=hunter2", "ch:9000?password=hunter2", "https://otel.example:4317/?api_key=hunter2", "redis://10.0.0.1:6379#hunter2"} {
+		err := config.HostPort(addr)
+		if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "host:port") {
+			t.Errorf("HostPort(%q) = %v, want an error saying host:port without the password", addr, err)
+		}
+	}
+	if got := config.Redacted("clickhouse://kurz:pw@ch:9000?password=hunter2"); strings.Contains(got, "hunter2") || strings.Contains(got, "pw") || !strings.Contains(got, "ch:9000") {
+		t.Errorf("Redacted = %q, want the host without the credentials", got)
+	}
+}

@@ -3,8 +3,10 @@
 package grpcclient
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -46,7 +48,8 @@ const (
 )
 
 // Dial creates a client connection to target: host:port, a gRPC target URI
-// such as dns:///limiter:9091, or a comma-separated list of host:port (fixed
+// such as dns:///limiter:9091 (or grpc-go's other forms, dns:limiter:9091,
+// unix:/run/limiter.sock), or a comma-separated list of host:port (fixed
 // replicas, e.g. on one machine). It does not block: the first call
 // connects.
 //
@@ -106,21 +109,32 @@ func Dial(target string, tel *telemetry.Telemetry, opts ...grpc.DialOption) (*gr
 }
 
 // checkTarget refuses a single target gRPC would dial without ever
-// reaching a server: host:port, or scheme://[authority]/endpoint with a
-// registered resolver, whose endpoint is host:port for dns and
+// reaching a server: host:port, or a target of a registered resolver as
+// grpc-go reads it (scheme://[authority]/endpoint, or scheme:endpoint as
+// in unix:path and dns:host:port), whose endpoint is host:port for dns and
 // passthrough.
 func checkTarget(target string) error {
-	scheme, rest, isURI := strings.Cut(target, "://")
-	if !isURI {
-		return config.HostPort(target)
-	}
-	if resolver.Get(scheme) == nil {
+	u, err := url.Parse(target)
+	if err != nil || resolver.Get(u.Scheme) == nil {
+		// grpc-go dials this as dns:///target.
+		scheme, _, isURI := strings.Cut(target, "://")
+		switch {
+		case !isURI:
+			return config.HostPort(target)
+		case err != nil:
+			return fmt.Errorf("%q: not a target URI (dns:///host:port, or host:port)", config.Redacted(target))
+		}
 		return fmt.Errorf("%q: scheme %q has no resolver (dns:///host:port, or host:port)", config.Redacted(target), scheme)
 	}
-	if scheme != "dns" && scheme != "passthrough" {
+	if u.Scheme != "dns" && u.Scheme != "passthrough" {
 		return nil
 	}
-	_, endpoint, _ := strings.Cut(rest, "/")
+	// resolver.Target.Endpoint's reading, which drops a query: refused,
+	// as a place for credentials.
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: want the endpoint host:port alone, no query (no credentials: passwords have variables of their own)", config.Redacted(target))
+	}
+	endpoint := strings.TrimPrefix(cmp.Or(u.Path, u.Opaque), "/")
 	if err := config.HostPort(endpoint); err != nil {
 		return fmt.Errorf("%q: %w", config.Redacted(target), err)
 	}

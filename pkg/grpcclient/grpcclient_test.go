@@ -274,13 +274,44 @@ func TestDialRefusesTargetsItCannotUse(t *testing.T) {
 	}
 }
 
+// gRPC's targets without "//" (its naming doc's unix:path and
+// dns:host:port, which grpc-go dials) were refused at start since the
+// target checks came in: checkTarget took them for a host "unix" or "dns"
+// with a port that is not a number. They are taken as grpc-go parses them,
+// and a dns one still needs its port.
+func TestDialTakesGRPCTargetsWithoutSlashes(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{}, "test", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ok := range []string{"unix:/run/kurz/limiter.sock", "unix:limiter.sock", "unix-abstract:kurz-limiter", "dns:limiter:9091", "dns:[::1]:9091"} {
+		conn, err := grpcclient.Dial(ok, tel)
+		if err != nil {
+			t.Errorf("Dial(%q) = %v, want a connection (a target grpc-go dials)", ok, err)
+			continue
+		}
+		_ = conn.Close()
+	}
+	for _, bad := range []string{"dns:limiter", "dns:user:hunter2@limiter:9091"} {
+		conn, err := grpcclient.Dial(bad, tel)
+		if err == nil {
+			_ = conn.Close()
+			t.Errorf("Dial(%q) made a connection, want an error saying host:port", bad)
+			continue
+		}
+		if !strings.Contains(err.Error(), "host:port") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Dial(%q) = %v, want an error saying host:port, without the password", bad, err)
+		}
+	}
+}
+
 // A target holding credentials is refused without repeating them.
 func TestDialHidesCredentialsOfARefusedTarget(t *testing.T) {
 	tel, err := telemetry.Setup(context.Background(), telemetry.Config{}, "test", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, target := range []string{"user:hunter2@limiter:9091", "a:1,user:hunter2@limiter:9091", "dns:///user:hunter2@limiter:9091", "bogus://user:hunter2@limiter:9091"} {
+	for _, target := range []string{"user:hunter2@limiter:9091", "a:1,user:hunter2@limiter:9091", "dns:///user:hunter2@limiter:9091", "bogus://user:hunter2@limiter:9091", "dns:///limiter:9091?token=hunter2", "limiter:9091?token=hunter2"} {
 		conn, err := grpcclient.Dial(target, tel)
 		if err == nil {
 			_ = conn.Close()

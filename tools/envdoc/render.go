@@ -28,7 +28,8 @@ answering and a host name that does not resolve (a headless Service has no
 records while none of its pods is ready) both count as an outage, so check
 its start log for "starting without Redis"; a Redis that answers wrongly
 (no cluster mode, a refused password) fails the start. GRPC addresses a service dials (such as
-` + "`KURZ_LIMITER_GRPC_ADDR`" + `) take a gRPC target (` + "`dns:///limiter-headless:9091`" + `)
+` + "`KURZ_LIMITER_GRPC_ADDR`" + `) take a gRPC target (` + "`dns:///limiter-headless:9091`" + `, or
+grpc-go's other forms: ` + "`dns:limiter:9091`" + `, ` + "`unix:/run/limiter.sock`" + `)
 or a comma-separated list of replicas. Every address a service dials
 (Redis, ClickHouse, gRPC) needs its port: one without is refused at start.
 A ` + "`KURZ_`" + ` variable a service does not read is logged at start

@@ -39,10 +39,12 @@ if give > 0 then
     -- Not into a bucket last written under a smaller burst (a plan or rule
     -- change cut it since): the cut already dropped what the bucket held
     -- above the new burst, and these units, had they not been leased,
-    -- would have gone with it.
+    -- would have gone with it. Into one written under a bigger burst (the
+    -- plan was raised), up to that burst: capped at the lease's own, the
+    -- give-back cut what the bucket held under the new plan.
     local tokens, b = hread(key, 4, 'tokens', 'b')
     tokens, b = tonumber(tokens), tonumber(b)
-    if tokens and not (b and b < burst) then redis.call('HSET', key, 'tokens', min(burst, tokens + give)) end
+    if tokens and not (b and b < burst) then redis.call('HSET', key, 'tokens', min(max(burst, b or 0), tokens + give)) end
   elseif algo == 5 then
     local level = tonumber((hread(key, 5, 'level')))
     if level then redis.call('HSET', key, 'level', max(0, level - give)) end

@@ -537,6 +537,42 @@ func TestASlidingLogLeaseStampsItsUnitsWithTheirLastUse(t *testing.T) {
 	}
 }
 
+// A plan raised while a lease is out keeps what the bucket holds under the
+// new burst. The lease's unused units go back under the numbers they were
+// taken under, and the give-back capped the bucket at the old, smaller
+// burst: a tenant upgraded from a burst of 5 to 100, its bucket at 90,
+// was cut to 5 when a lease of the old plan ended. Replica a holds the
+// lease under the old rule; the bucket is then as a decision under the new
+// one writes it; a gives back.
+func TestALeaseGivenBackAfterCapacityWasRaisedKeepsTheBucket(t *testing.T) {
+	ctx := context.Background()
+	rdb := cluster(t)
+	small := strings.ReplaceAll(strings.ReplaceAll(leasedRules, "limit: 100", "limit: 5"), "size: 10", "size: 5")
+	a := leaseEngine(t, rdb, small, Options{})
+	desc := map[string]string{"user": unique(t), "algo": "token_bucket"}
+	for i := range 3 { // a lease of 5 out, 2 unused
+		if !a.Check(ctx, "l", desc, 1).Allowed {
+			t.Fatalf("check %d of 5 denied", i+1)
+		}
+	}
+	_, rules := a.Rules().Match("l", desc)
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bucket under the raised plan, as decide.lua writes it.
+	if err := rdb.HSet(ctx, rules[0].Key, "a", 4, "tokens", 90, "ts", now.UnixMilli(), "b", 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ReturnLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := leaseEngine(t, rdb, leasedRules, Options{})
+	if got := peekRemaining(t, b, "l", desc); got < 90 {
+		t.Errorf("%d remaining after a lease of the old plan (burst 5) was given back into a bucket of 90 under the new (burst 100), want at least 90", got)
+	}
+}
+
 // A plan or rule change that lowers a rule's capacity while a lease is out
 // admits no more than the changed rule would have without the lease. The
 // lease's unused units go back under the numbers they were taken under,

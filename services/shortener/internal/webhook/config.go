@@ -34,7 +34,8 @@ type Config struct {
 	// minutes; each logs "webhook secrets sealed under the new key" with
 	// what is left). "derived" names the key derived from
 	// KURZ_SHORTENER_CODE_KEY, for a first dedicated Key. Empty outside a
-	// rotation: remove it once a pass has left nothing under it.
+	// rotation: remove it once a pass that started after the last replica
+	// with the old Key went says sealed_again=0 (docs/webhooks.md).
 	PreviousKey string `env:"SHORTENER_WEBHOOK_PREVIOUS_KEY" default:""`
 	// Send makes this replica send the queued deliveries and read the click
 	// streams for link.clicked. false: it serves the webhook API and queues
