@@ -264,18 +264,23 @@ func ParseHop(s string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// uniqueLocal is IPv6's private range (fc00::/7).
+var uniqueLocal = netip.MustParsePrefix("fc00::/7")
+
 // Warning is a sentence for a startup WARN when a trusted range is wider
-// than the widest private one (10.0.0.0/8, fc00::/7): every client in it
-// may name its own address in X-Forwarded-For, and so pick the address
-// every per-client bound counts. It may be meant (only proxies can reach
-// the service), so it is not refused. "" when no range is that wide.
+// than the widest private one (10.0.0.0/8, fc00::/7), or is a public IPv6
+// range wider than /16 (a regional registry's share: 2a00::/12 holds much
+// of Europe; a CDN's published ranges are /29 or narrower): every client
+// in it may name its own address in X-Forwarded-For, and so pick the
+// address every per-client bound counts. It may be meant (only proxies can
+// reach the service), so it is not refused. "" when no range is that wide.
 func (p *Policy) Warning() string {
 	if p == nil {
 		return ""
 	}
 	var wide []string
 	for _, t := range p.trusted {
-		if t.Addr().Is4() && t.Bits() < 8 || t.Addr().Is6() && t.Bits() < 7 {
+		if t.Addr().Is4() && t.Bits() < 8 || t.Addr().Is6() && (t.Bits() < 7 || t.Bits() < 16 && !uniqueLocal.Contains(t.Addr())) {
 			wide = append(wide, t.String())
 		}
 	}

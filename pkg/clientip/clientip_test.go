@@ -225,6 +225,11 @@ func TestWarningNamesRangesWiderThanAPrivateOne(t *testing.T) {
 		{[]string{"::/0"}, "::/0"},
 		{[]string{"128.0.0.0/1"}, "128.0.0.0/1"},
 		{[]string{"2000::/3"}, "2000::/3"},
+		// A regional registry's share of IPv6 (much of Europe), though
+		// narrower than fc00::/7; a CDN's published ranges, and a private
+		// range's part, are not warned of.
+		{[]string{"2a00::/12"}, "2a00::/12"},
+		{[]string{"2a06:98c0::/29", "2400:cb00::/32", "fd00::/8"}, ""},
 		{[]string{"::ffff:0.0.0.0/96"}, "0.0.0.0/0"},
 	} {
 		got := mustNew(t, tc.trusted, "").Warning()

@@ -76,8 +76,9 @@ type Config struct {
 	// service (the ingress pods): only their forwarding headers are
 	// believed, X-Forwarded-For walked from the right (pkg/clientip).
 	// Empty: every client is its TCP peer.
-	// A range wider than 10.0.0.0/8 or fc00::/7 (0.0.0.0/0) is warned of
-	// at start: every client in it names its own address.
+	// A range wider than 10.0.0.0/8 or fc00::/7 (0.0.0.0/0), or a public
+	// IPv6 range wider than /16, is warned of at start: every client in it
+	// names its own address.
 	TrustedProxies []string `env:"REDIRECT_TRUSTED_PROXIES" default:""`
 	// ClientIPHeader optionally names a single-value header (X-Real-IP,
 	// CF-Connecting-IP) the trusted proxies set, read instead of
