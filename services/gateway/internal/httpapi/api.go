@@ -288,7 +288,10 @@ type call struct {
 	r  *http.Request
 	st *reqState
 	// keyID is the authenticating API key's ID; empty for anonymous calls.
-	keyID string
+	// key is the key itself, however it was sent (Authorization, Shlink's
+	// X-Api-Key, YOURLS's signature, Bitly's bare token): readmit checks
+	// it again.
+	keyID, key string
 	// idempotencyKey is the call's Idempotency-Key, on a route that takes
 	// one (mapping.idempotent); the services get it as metadata.
 	idempotencyKey string

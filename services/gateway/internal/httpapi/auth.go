@@ -139,7 +139,7 @@ func (a *API) authenticateKey(c *call, token string, ok bool, malformed string) 
 	if err != nil {
 		return unavailable("authentication is temporarily unavailable; try again", err)
 	}
-	c.keyID = p.KeyID
+	c.keyID, c.key = p.KeyID, token
 	c.st.setTenant(p.Tenant)
 	return nil
 }
@@ -163,11 +163,7 @@ func (a *API) readmit(c *call) error {
 	if c.keyID == "" {
 		return nil
 	}
-	token, ok := bearer(c.r.Header.Values("Authorization"))
-	if !ok {
-		return unauthenticated("the API key is invalid or revoked", "invalid_token") // cannot be: authenticate read this header
-	}
-	p, err := a.keys.Authenticate(c.r.Context(), token)
+	p, err := a.keys.Authenticate(c.r.Context(), c.key)
 	switch {
 	case errors.Is(err, keystore.ErrTenantSuspended):
 		return tenantSuspended()
