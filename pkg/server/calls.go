@@ -3,13 +3,14 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -109,12 +110,11 @@ func newCallGate(max int, authenticate tap.ServerInHandle, meter metric.Meter) (
 // place carried in it. The stream's end gives the place back:
 // context.AfterFunc on the stream's context covers every way a stream
 // ends, but costs a goroutine per call (~1.6 µs); so when the call reaches
-// gRPC's call processing, which always reports stats.End, the gate stops
-// that and gives the place back at End.
+// its handler (wrap), the gate stops that and gives the place back when
+// the handler returns.
 type slot struct {
 	context.Context
-	stop  func() bool
-	owned bool // released at End, not by the AfterFunc
+	stop func() bool
 }
 
 type slotKey struct{}
@@ -145,40 +145,64 @@ func (g *callGate) tap(ctx context.Context, info *tap.Info) (context.Context, er
 	return &slot{Context: ctx, stop: context.AfterFunc(ctx, g.release)}, nil
 }
 
-// TagRPC implements stats.Handler.
-func (g *callGate) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-
-// HandleRPC implements stats.Handler: from stats.Begin on, gRPC reports
-// stats.End on the call's own goroutine, however the call ends.
-func (g *callGate) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	switch s.(type) {
-	case *stats.Begin:
-		if sl, ok := ctx.Value(slotKey{}).(*slot); ok && sl.stop() {
-			sl.owned = true
-		}
-	case *stats.End:
-		if sl, ok := ctx.Value(slotKey{}).(*slot); ok && sl.owned {
-			sl.owned = false
-			g.release()
-		}
-		if e := s.(*stats.End); e.Error != nil && tooLarge(e.Error) {
-			g.refused.Add(ctx, 1, g.tooLargeAttr)
-		}
-	}
+// enter takes over the release of the place of the call ctx belongs to, if
+// its stream has not ended yet; the caller then calls release.
+func (g *callGate) enter(ctx context.Context) bool {
+	sl, ok := ctx.Value(slotKey{}).(*slot)
+	return ok && sl.stop()
 }
 
+// wrap returns desc with every handler releasing its call's place when it
+// returns, and counting a request gRPC refused as too large (gRPC reports
+// that only to the handler, as its request's reading error).
+func (g *callGate) wrap(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
+	d := *desc
+	d.Methods = slices.Clone(desc.Methods)
+	for i, m := range d.Methods {
+		handle := m.Handler
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			if g.enter(ctx) {
+				defer g.release()
+			}
+			return handle(srv, ctx, func(v any) error { return g.read(ctx, dec(v)) }, ic)
+		}
+	}
+	d.Streams = slices.Clone(desc.Streams)
+	for i, st := range d.Streams {
+		handle := st.Handler
+		d.Streams[i].Handler = func(srv any, ss grpc.ServerStream) error {
+			if g.enter(ss.Context()) {
+				defer g.release()
+			}
+			return handle(srv, &gatedStream{ServerStream: ss, g: g})
+		}
+	}
+	return &d
+}
+
+// read counts err, a request's reading error, if gRPC refused the request
+// as too large, and returns it.
+func (g *callGate) read(ctx context.Context, err error) error {
+	if err != nil && tooLarge(err) {
+		g.refused.Add(ctx, 1, g.tooLargeAttr)
+	}
+	return err
+}
+
+// gatedStream counts its requests refused as too large.
+type gatedStream struct {
+	grpc.ServerStream
+	g *callGate
+}
+
+func (s *gatedStream) RecvMsg(m any) error { return s.g.read(s.Context(), s.ServerStream.RecvMsg(m)) }
+
 // tooLarge reports whether err is gRPC's refusal of a request over the
-// receive bound (sent or decompressed). gRPC has no hook for it but the
-// call's end, and its status is RESOURCE_EXHAUSTED like a handler's own,
-// so its message tells it apart.
+// receive bound (sent or decompressed). gRPC reports it only as the
+// request's reading error, and its status is RESOURCE_EXHAUSTED like a
+// handler's own, so its message tells it apart.
 func tooLarge(err error) bool {
 	st, ok := status.FromError(err)
 	return ok && st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), "grpc: received message ") &&
 		strings.Contains(st.Message(), "larger than max")
 }
-
-// TagConn implements stats.Handler.
-func (g *callGate) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-
-// HandleConn implements stats.Handler.
-func (g *callGate) HandleConn(context.Context, stats.ConnStats) {}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"kurz.dev/pkg/server"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 // A server holds at most GRPCMaxCalls calls over all its connections: one
@@ -32,7 +33,7 @@ func TestGRPCCallsOverTheMaximumAreRefused(t *testing.T) {
 		return nil
 	}
 	r := startWith(t, server.Config{GRPCMaxCalls: max}, func(s *server.Server) {
-		s.GRPC.RegisterService(&grpc.ServiceDesc{
+		s.RegisterService(&grpc.ServiceDesc{
 			ServiceName: "test.Hold",
 			HandlerType: (*any)(nil),
 			Streams:     []grpc.StreamDesc{{StreamName: "Hold", Handler: hold, ClientStreams: true, ServerStreams: true}},
@@ -162,5 +163,23 @@ func TestSignedServersCountStrangersRequestsAsSmall(t *testing.T) {
 	}
 	if got := server.GRPCMaxCallsFor(limit, server.GRPCStrangerRecvSize(server.DefaultGRPCMaxRecvMsgSize, false)); got != 12 {
 		t.Errorf("unsigned, 4 MiB receive bound: %d calls, want 12", got)
+	}
+}
+
+// A service registered on Server.GRPC directly would be neither timed nor
+// gated (its calls holding their places on a goroutine each): Run refuses
+// to start and names it.
+func TestRunRefusesAServiceRegisteredAroundTheServer(t *testing.T) {
+	log := servertest.Logger(t)
+	srv, err := server.New(context.Background(), "direct-test",
+		server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, server.NewLifecycle(log, 0), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.GRPC.RegisterService(&grpc.ServiceDesc{ServiceName: "test.Direct", HandlerType: (*any)(nil)}, struct{}{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Run(ctx); err == nil || !strings.Contains(err.Error(), "test.Direct") || ctx.Err() != nil {
+		t.Fatalf("Run: %v (ctx %v), want an immediate error naming test.Direct", err, ctx.Err())
 	}
 }

@@ -152,7 +152,7 @@ func TestGRPCRequestOverMaxRecvMsgSizeIsResourceExhausted(t *testing.T) {
 	if got := status.Code(err); got != codes.ResourceExhausted {
 		t.Errorf("5 MiB request: %v (%v), want ResourceExhausted", got, err)
 	}
-	// Counted when the call ends, which may be just after its status is sent.
+	// Counted as the handler reads the request (gRPC refuses it there).
 	if !servertest.Eventually(5*time.Second, func() bool {
 		return servertest.HasSeries(metricsPage(t, r.HTTP+"/metrics"), "kurz_grpc_calls_refused_total", `reason="too_large"`)
 	}) {

@@ -257,7 +257,10 @@ type readiness struct {
 // Server is one service's listeners. Register gRPC services on GRPC and HTTP
 // routes on Mux before calling Run.
 type Server struct {
-	// GRPC is the gRPC server; health and reflection are already registered.
+	// GRPC is the gRPC server; health and reflection are already
+	// registered. Services register through the Server (a
+	// grpc.ServiceRegistrar; see RegisterService), not on GRPC: Run refuses
+	// to start with a service registered on GRPC directly.
 	GRPC *grpc.Server
 	// Mux is the HTTP router; /healthz is already on it, and /readyz and
 	// /metrics too unless they have their own listener (Config.OpsAddr).
@@ -286,6 +289,11 @@ type Server struct {
 	// tells the requests whose trace headers are believed.
 	inner      http.Handler
 	traceTrust func(*http.Request) bool
+	// gate bounds the gRPC calls held at once; calls times them. Both wrap
+	// every service registered through the Server (registered, by name).
+	gate       *callGate
+	calls      *telemetry.ServerCalls
+	registered map[string]bool
 }
 
 // New sets up telemetry, listens on the addresses (":0" picks a free port;
@@ -351,9 +359,8 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		return nil, err
 	}
 	s.conns = newConnGuard(cfg.HTTP.MaxConnections, cfg.HTTP.MaxConnectionsPerClient, connsClosed)
+	s.gate, s.calls, s.registered = gate, tel.GRPCServer(), map[string]bool{}
 	base := []grpc.ServerOption{
-		// Health checks are probes, like /healthz: no spans, no metrics.
-		grpc.StatsHandler(tel.GRPCServerHandler()),
 		// Long-lived workers serve the streams, their stacks already grown:
 		// a fresh goroutine per call grew its stack twice per decision
 		// (runtime.newstack/copystack, ~9% of the limiter's CPU). A busy
@@ -383,7 +390,6 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		// a caller opens: 40 connections of 250 silent streams held 10,000
 		// goroutines and 117 MB. The gate bounds the server's calls.
 		grpc.InTapHandle(gate.tap),
-		grpc.StatsHandler(gate),
 		// Fixed flow-control windows, the clients' own (pkg/grpcclient):
 		// with gRPC's dynamic ones the server pings its client after a
 		// request arrives alone to estimate the bandwidth, a write and a
@@ -394,12 +400,17 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		grpc.StaticStreamWindowSize(grpcclient.StreamWindow),
 		grpc.StaticConnWindowSize(grpcclient.ConnWindow),
 	}
+	// Spans only when they are exported: a server with any stats handler
+	// pays for it on every call (see telemetry.GRPCServer).
+	if h := s.calls.StatsHandler(); h != nil {
+		base = append(base, grpc.StatsHandler(h))
+	}
 	if err := s.observeReadiness(); err != nil {
 		return nil, err
 	}
 	s.GRPC = grpc.NewServer(append(base, opts...)...)
-	healthpb.RegisterHealthServer(s.GRPC, s.health)
-	reflection.Register(s.GRPC)
+	healthpb.RegisterHealthServer(s, s.health)
+	reflection.Register(s)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 
 	// Liveness stays on the public listener: it pings nothing and tells
@@ -581,9 +592,29 @@ func (s *Server) AddSoftCheck(name string, check Check) {
 // everything the service owned, then its telemetry.
 func (s *Server) Close(ctx context.Context) error { return s.lc.Close(ctx) }
 
+// RegisterService registers a service on GRPC, each of its handlers timed
+// (telemetry.ServerCalls) and giving its call's place at the gate back
+// when it returns (KURZ_GRPC_MAX_CALLS; see callGate). It makes the Server
+// a grpc.ServiceRegistrar: pb.RegisterFooServer(srv, impl).
+func (s *Server) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	s.GRPC.RegisterService(s.gate.wrap(s.calls.Wrap(desc)), impl)
+	s.registered[desc.ServiceName] = true
+}
+
+// GetServiceInfo returns GRPC's services (reflection lists them).
+func (s *Server) GetServiceInfo() map[string]grpc.ServiceInfo { return s.GRPC.GetServiceInfo() }
+
 // Run serves until ctx ends, then shuts down gracefully. It returns nil after
-// a clean shutdown, or the first serve error.
+// a clean shutdown, or the first serve error. It refuses to start with a
+// service registered on GRPC directly: its calls would go untimed, and
+// hold their places at the gate on a goroutine each until they end.
 func (s *Server) Run(ctx context.Context) error {
+	for svc := range s.GRPC.GetServiceInfo() {
+		if !s.registered[svc] {
+			return errors.Join(fmt.Errorf("gRPC service %s was registered on Server.GRPC: register it through the Server (RegisterService)", svc),
+				s.Close(context.WithoutCancel(ctx)))
+		}
+	}
 	serveErr := make(chan error, 3)
 	go func() {
 		if err := s.GRPC.Serve(s.grpcLis); err != nil {

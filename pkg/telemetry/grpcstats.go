@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,10 +22,108 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// GRPCServerHandler is the stats handler of a gRPC server: the
-// rpc.server.call.duration histogram of every call but health checks, and a
-// server span per call when traces are exported.
-func (t *Telemetry) GRPCServerHandler() stats.Handler { return t.grpcHandler(true) }
+// GRPCServer instruments a gRPC server: Wrap times every call of a service
+// (the rpc.server.call.duration histogram, health checks aside) and carries
+// the caller's trace into its handler; StatsHandler records a server span
+// per call, when traces are exported.
+//
+// The calls are timed by wrapping each service's handlers, not by a stats
+// handler: a gRPC server with any stats handler copies every call's
+// metadata for it and reports seven events a call (~9% of the limiter's
+// CPU per decision on a hot key, 2026-12-07), so a server has one only
+// when it exports spans.
+func (t *Telemetry) GRPCServer() *ServerCalls {
+	h := t.grpcHandler(true)
+	c := &ServerCalls{h: h}
+	if h.spans != nil {
+		c.spans = h
+	}
+	return c
+}
+
+// ServerCalls is a gRPC server's instrumentation; see GRPCServer.
+type ServerCalls struct {
+	h     *rpcStats
+	spans stats.Handler // nil when traces are not exported
+}
+
+// StatsHandler returns the server's span handler, or nil when traces are not
+// exported (the server then needs none).
+func (c *ServerCalls) StatsHandler() stats.Handler { return c.spans }
+
+// Wrap returns desc with its handlers timed, and run in the caller's trace
+// when no span handler put them in one of their own. A call's duration runs
+// from its handler's start (before the request is read) to its return, with
+// the status the handler or the request's reading returned. Health checks
+// are probes, like /healthz: desc is returned as it is.
+func (c *ServerCalls) Wrap(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
+	if desc.ServiceName == healthService {
+		return desc
+	}
+	d := *desc
+	d.Methods = slices.Clone(desc.Methods)
+	for i, m := range d.Methods {
+		method, handle := "/"+desc.ServiceName+"/"+m.MethodName, m.Handler
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			began := time.Now()
+			ctx = c.start(ctx)
+			resp, err := handle(srv, ctx, dec, ic)
+			c.done(ctx, method, began, err)
+			return resp, err
+		}
+	}
+	d.Streams = slices.Clone(desc.Streams)
+	for i, st := range d.Streams {
+		method, handle := "/"+desc.ServiceName+"/"+st.StreamName, st.Handler
+		d.Streams[i].Handler = func(srv any, ss grpc.ServerStream) error {
+			began := time.Now()
+			ctx := ss.Context()
+			if traced := c.start(ctx); traced != ctx {
+				ctx, ss = traced, &tracedStream{ServerStream: ss, ctx: traced}
+			}
+			err := handle(srv, ss)
+			c.done(ctx, method, began, err)
+			return err
+		}
+	}
+	return &d
+}
+
+const healthService = "grpc.health.v1.Health"
+
+// start returns the context a call's handler runs in: with no span handler,
+// the caller's trace, so that it goes on through this service's own calls.
+// Looked up first, as most calls carry none: FromIncomingContext copies
+// every header, 2.5% of the limiter's CPU at 12k decisions/s.
+func (c *ServerCalls) start(ctx context.Context) context.Context {
+	if c.spans != nil || len(metadata.ValueFromIncomingContext(ctx, "traceparent")) == 0 {
+		return ctx
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	return propagator.Extract(ctx, metadataCarrier(md))
+}
+
+// done records a call's duration with its method and status (a context
+// error as gRPC answers it: CANCELLED, DEADLINE_EXCEEDED).
+func (c *ServerCalls) done(ctx context.Context, method string, began time.Time, err error) {
+	code := codes.OK
+	if err != nil {
+		st, ok := status.FromError(err)
+		if !ok {
+			st = status.FromContextError(err)
+		}
+		code = st.Code()
+	}
+	c.h.duration.Record(ctx, time.Since(began).Seconds(), c.h.attrs(method, code).Record...)
+}
+
+// tracedStream is a stream whose handler runs in the caller's trace.
+type tracedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *tracedStream) Context() context.Context { return s.ctx }
 
 // GRPCClientOptions instrument a gRPC client connection: the
 // rpc.client.call.duration histogram, a client span per call when traces are
@@ -42,10 +141,12 @@ func (t *Telemetry) GRPCClientOptions() []grpc.DialOption {
 
 // rpcStats records call durations with one attribute set per (method,
 // status) built once, instead of otelgrpc's per-call attribute slices and
-// set hashing (about 15% of the limiter's CPU per decision when profiled).
-// Spans are otelgrpc's, and only when something records them: with no
-// exporter a sampler that never samples still made otelgrpc build every
-// call's span attributes.
+// set hashing (about 15% of the limiter's CPU per decision when profiled):
+// a client's as a stats handler, a server's through ServerCalls, for which
+// it is a stats handler only to pass the calls to otelgrpc's spans. Spans
+// are otelgrpc's, and only when something records them: with no exporter a
+// sampler that never samples still made otelgrpc build every call's span
+// attributes.
 type rpcStats struct {
 	server   bool
 	spans    stats.Handler // nil when traces are not exported
@@ -97,21 +198,14 @@ func (t *Telemetry) grpcHandler(server bool) *rpcStats {
 var propagator = propagation.TraceContext{}
 
 func (h *rpcStats) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	if strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
+	if strings.HasPrefix(info.FullMethodName, "/"+healthService+"/") {
 		return ctx
 	}
 	switch {
 	case h.spans != nil:
 		ctx = h.spans.TagRPC(ctx, info)
 	case h.server:
-		// Nothing records spans here, but a caller's trace goes on
-		// through this service's own calls. Looked up first, as most
-		// calls carry none: FromIncomingContext copies every header, 2.5%
-		// of the limiter's CPU at 12k decisions/s.
-		if len(metadata.ValueFromIncomingContext(ctx, "traceparent")) > 0 {
-			md, _ := metadata.FromIncomingContext(ctx)
-			ctx = propagator.Extract(ctx, metadataCarrier(md))
-		}
+		// A server has this handler only to record spans.
 	default:
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			md, _ := metadata.FromOutgoingContext(ctx)
@@ -132,6 +226,9 @@ func (h *rpcStats) HandleRPC(ctx context.Context, rs stats.RPCStats) {
 	}
 	if h.spans != nil {
 		h.spans.HandleRPC(ctx, rs)
+	}
+	if h.server {
+		return // timed by ServerCalls.Wrap
 	}
 	end, ok := rs.(*stats.End)
 	if !ok || ctx.Value(timedKey{}) != nil {

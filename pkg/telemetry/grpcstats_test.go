@@ -47,14 +47,19 @@ var echoDesc = grpc.ServiceDesc{
 	},
 }
 
-// pair serves echo and health with server's handler and dials it with
-// client's.
+// pair serves echo and health instrumented by server (as pkg/server does)
+// and dials it with client's instrumentation.
 func pair(t *testing.T, server, client *Telemetry) (*grpc.ClientConn, *echo) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.StatsHandler(server.GRPCServerHandler()))
+	calls := server.GRPCServer()
+	var opts []grpc.ServerOption
+	if h := calls.StatsHandler(); h != nil {
+		opts = append(opts, grpc.StatsHandler(h))
+	}
+	srv := grpc.NewServer(opts...)
 	e := &echo{seen: make(chan trace.SpanContext, 10)}
-	srv.RegisterService(&echoDesc, e)
+	srv.RegisterService(calls.Wrap(&echoDesc), e)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)

@@ -203,7 +203,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 	if err != nil {
 		return nil, err
 	}
-	analyticsv1.RegisterAnalyticsServiceServer(srv.GRPC, stats.New(clickstore.New(reads, clickstore.LayoutOf(cfg.ClickHouse)), log, stats.Options{
+	analyticsv1.RegisterAnalyticsServiceServer(srv, stats.New(clickstore.New(reads, clickstore.LayoutOf(cfg.ClickHouse)), log, stats.Options{
 		AllowAnonymous: cfg.AllowAnonymous, QueryTimeout: cfg.QueryTimeout, MaxRequests: cfg.MaxStatsRequests,
 		Meter: srv.Telemetry.MeterProvider.Meter("kurz.dev/services/analytics/stats"),
 	}))

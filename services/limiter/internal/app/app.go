@@ -299,11 +299,11 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	if st.db != nil {
 		srv.AddSoftCheck("postgres", st.db.Ping)
 	}
-	ratelimitv1.RegisterRateLimitServiceServer(srv.GRPC, quotaapi.New(engine))
+	ratelimitv1.RegisterRateLimitServiceServer(srv, quotaapi.New(engine))
 	style, _ := quotaapi.ParseHeaderStyle(cfg.EnvoyHeaders) // validated above
 	keying := clientip.Keying{IPv6Prefix: cfg.EnvoyIPv6Prefix}
 	envoy := quotaapi.NewEnvoy(engine, style, keying)
-	rlsv3.RegisterRateLimitServiceServer(srv.GRPC, envoy)
+	rlsv3.RegisterRateLimitServiceServer(srv, envoy)
 	// The HTTP endpoints decide through the same handler as gRPC's, within
 	// gRPC's bounds on a request and on the requests held at once (a share
 	// of GOMEMLIMIT), which they share.
@@ -321,11 +321,11 @@ func Build(ctx context.Context, cfg Config, lc *server.Lifecycle, log *slog.Logg
 	if cfg.Gubernator {
 		failure, _ := ratelimit.ParseFailureMode(cfg.GubernatorFailureMode) // validated above
 		guber := quotaapi.NewGubernator(engine, failure, srv.Ready).WithMaxDuration(cfg.GubernatorMaxDuration)
-		gubernatorpb.RegisterV1Server(srv.GRPC, guber)
+		gubernatorpb.RegisterV1Server(srv, guber)
 		quotaapi.NewGubernatorHTTP(guber, server.LimiterGRPCMaxRecvMsgSize, inFlight, httpDecisionTimeout, log).Register(srv.Mux)
 	}
 	if keys != nil {
-		limiterv1.RegisterRulesAdminServiceServer(srv.GRPC, rulesadmin.New(st.db, rulestore.FileSource{Path: cfg.RulesFile, Envoy: rulestore.EnvoyOptions{MergeDomains: cfg.EnvoyMergeDomains}}, log))
+		limiterv1.RegisterRulesAdminServiceServer(srv, rulesadmin.New(st.db, rulestore.FileSource{Path: cfg.RulesFile, Envoy: rulestore.EnvoyOptions{MergeDomains: cfg.EnvoyMergeDomains}}, log))
 	} else {
 		log.Info("rules admin API off (GET and PUT /v1/admin/rules answer 503): give the limiter KURZ_SERVICE_AUTH_KEY, the gateway's, to turn it on")
 	}

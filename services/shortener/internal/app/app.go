@@ -283,7 +283,7 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 			"changes of links there (takedowns too) stay queued and redirects serve the links' previous state",
 			"changes of links may never reach the redirects"))
 	}
-	shortenerv1.RegisterShortenerServiceServer(srv.GRPC, svc)
+	shortenerv1.RegisterShortenerServiceServer(srv, svc)
 	log.Info("shortener configured", "base_url", cfg.BaseURL, "anonymous", cfg.AllowAnonymous,
 		"block_size", cfg.BlockSize, "limiter", cfg.LimiterAddr, "limiter_failure_policy", limiterPolicy.String(),
 		"max_concurrent_hashes", cfg.MaxConcurrentHashes)
@@ -467,7 +467,7 @@ func wireWebhooks(cfg Config, db *pgxpool.Pool, rdb *redis.ClusterClient, srv *s
 	if err != nil {
 		return err
 	}
-	shortenerv1.RegisterWebhookServiceServer(srv.GRPC, webhook.NewAPI(cfg.Webhooks, store, sealer, targets, cfg.AllowAnonymous, log))
+	shortenerv1.RegisterWebhookServiceServer(srv, webhook.NewAPI(cfg.Webhooks, store, sealer, targets, cfg.AllowAnonymous, log))
 	if cfg.Webhooks.Send {
 		lc.Go("webhook sender", sender.Run)
 		clicks := webhook.NewClickBatcher(cfg.Webhooks, rdb, store, cfg.Webhooks.Streams, log.With("component", "webhook-clicks"))
