@@ -254,8 +254,9 @@ type readiness struct {
 	ok     bool
 }
 
-// Server is one service's listeners. Register gRPC services on GRPC and HTTP
-// routes on Mux before calling Run.
+// Server is one service's listeners. Register gRPC services through it
+// (RegisterService: it is a grpc.ServiceRegistrar) and HTTP routes on Mux
+// before calling Run.
 type Server struct {
 	// GRPC is the gRPC server; health and reflection are already
 	// registered. Services register through the Server (a
