@@ -143,8 +143,17 @@ func TestClicksReadBeforeAFailoverCountOnce(t *testing.T) {
 		got := int64(scrape(t, analytics).sum("kurz_analytics_events_consumed_total"))
 		return got == firstCopies, fmt.Sprintf("%d of %d stored", got, firstCopies)
 	})
-	if got := int64(scrape(t, analytics).sum("kurz_analytics_events_read_unreplicated_total")); got != entries {
-		t.Errorf("%d clicks read without a replica's acknowledgement, want the %d on the cut-off master", got, entries)
+	// Every click on the cut-off master was read without its replica's
+	// acknowledgement. Reads elsewhere may be too: in three runs of eight
+	// here, the clicks of one more master (its replica did not
+	// acknowledge within the 100 ms a read waits for it, while the
+	// cluster saw the victim go), e.g. 252 for 101 on the victim, on the
+	// code before 2026-12-07 as after. Those are stored as suspect too,
+	// which is safe: the statistics count a suspect copy once.
+	if got := int64(scrape(t, analytics).sum("kurz_analytics_events_read_unreplicated_total")); got < entries {
+		t.Errorf("%d clicks read without a replica's acknowledgement, want at least the %d on the cut-off master", got, entries)
+	} else if got > entries {
+		t.Logf("%d clicks read without a replica's acknowledgement: the %d on the cut-off master and %d elsewhere", got, entries, got-entries)
 	}
 
 	killedAt := time.Now()
