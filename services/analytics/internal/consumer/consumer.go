@@ -391,7 +391,7 @@ func (c *Consumer) read(ctx, hard context.Context, shard int) {
 		}
 		es := toEntries(shard, msgs, redelivered)
 		if !replicated {
-			c.m.unreplicated(len(es))
+			c.m.unreplicated(shard, len(es))
 			for i := range es {
 				es[i].unreplicated = true
 			}

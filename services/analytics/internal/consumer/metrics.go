@@ -38,6 +38,8 @@ type metrics struct {
 	consumed, skippedC, dead, claimedC, unreplicatedC, trimmedC, floodsC, degradedC, failures metric.Int64Counter
 	batchSize                                                                                 metric.Int64Histogram
 	flushTime                                                                                 metric.Float64Histogram
+	// streams are the stream attribute of each shard's reads, built once.
+	streams []metric.AddOption
 }
 
 func newMetrics(mp metric.MeterProvider, c *Consumer) (*metrics, error) {
@@ -53,7 +55,10 @@ func newMetrics(mp metric.MeterProvider, c *Consumer) (*metrics, error) {
 	m.skippedC = counter(MetricSkipped, "Click events not stored again: reason=in_batch (twice in one batch), stored (ClickHouse had them) or kept_by_failed_insert (ClickHouse kept them from an insert it refused: possibly missing from the aggregates)", "{event}")
 	m.dead = counter(MetricDeadLettered, "Click entries moved to a dead-letter stream: reason=unparseable, deliveries or trimmed", "{entry}")
 	m.claimedC = counter(MetricClaimed, "Pending click entries claimed from idle consumers", "{entry}")
-	m.unreplicatedC = counter(MetricUnreplicated, "Click entries read first-hand by a read fewer than KURZ_ANALYTICS_READ_REPLICAS replicas acknowledged in time: stored as suspect, so a failover that delivers them again cannot count them twice", "{entry}")
+	m.unreplicatedC = counter(MetricUnreplicated, "Click entries read first-hand by a read fewer than KURZ_ANALYTICS_READ_REPLICAS replicas acknowledged in time, by stream: stored as suspect, so a failover that delivers them again cannot count them twice", "{entry}")
+	for _, k := range c.keys {
+		m.streams = append(m.streams, metric.WithAttributeSet(attribute.NewSet(attribute.String("stream", k))))
+	}
 	m.trimmedC = counter(MetricTrimmed, "Pending click entries lost: trimmed from the stream (MAXLEN) before they were stored", "{entry}")
 	m.floodsC = counter(MetricFloods, "Click events flagged as a flood: over the limiter's clicks rule, or over its last reported limit in one check the limiter did not answer", "{event}")
 	m.degradedC = counter(MetricDegraded, "Click events stored unflagged because the limiter did not answer, or answered by the rule's failure mode", "{event}")
@@ -123,11 +128,12 @@ func (m *metrics) deadLettered(reason string) {
 	m.dead.Add(bg, 1, metric.WithAttributes(attribute.String("reason", reason)))
 }
 
-func (m *metrics) claimed(n int)      { m.claimedC.Add(bg, int64(n)) }
-func (m *metrics) unreplicated(n int) { m.unreplicatedC.Add(bg, int64(n)) }
-func (m *metrics) trimmed(n int)      { m.trimmedC.Add(bg, int64(n)) }
-func (m *metrics) floods(n int)       { m.floodsC.Add(bg, int64(n)) }
-func (m *metrics) degraded(n int)     { m.degradedC.Add(bg, int64(n)) }
+func (m *metrics) claimed(n int)  { m.claimedC.Add(bg, int64(n)) }
+func (m *metrics) trimmed(n int)  { m.trimmedC.Add(bg, int64(n)) }
+func (m *metrics) floods(n int)   { m.floodsC.Add(bg, int64(n)) }
+func (m *metrics) degraded(n int) { m.degradedC.Add(bg, int64(n)) }
+
+func (m *metrics) unreplicated(shard, n int) { m.unreplicatedC.Add(bg, int64(n), m.streams[shard]) }
 
 func (m *metrics) failure(stage string) {
 	m.failures.Add(bg, 1, metric.WithAttributes(attribute.String("stage", stage)))
