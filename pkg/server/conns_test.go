@@ -209,6 +209,11 @@ type nopConn struct {
 	id int
 }
 
+// RemoteAddr is an address of the connection's own.
+func (c *nopConn) RemoteAddr() net.Addr {
+	return &net.TCPAddr{IP: net.IPv4(10, byte(c.id>>16), byte(c.id>>8), byte(c.id)), Port: 1}
+}
+
 // BenchmarkAcceptAtTheCap is one accept during a flood of new connections
 // with max open: the guard picks a victim, which closes, and the
 // newcomer becomes the newest quiet connection.
