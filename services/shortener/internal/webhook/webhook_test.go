@@ -26,6 +26,9 @@ func TestCheckRefusesWhatNoOperatorAllowed(t *testing.T) {
 		"https://vm:5433/", "https://redis/", "https://ⓛⓞⓒⓐⓛⓗⓞⓢⓣ/", "https://db.ⓘⓝⓣⓔⓡⓝⓐⓛ/",
 		"https://vm\uff0e/x", "https://runsc\u3002/x",
 		"https://[2002:7f00:1::1]/",
+		// Ports no sender can dial.
+		"https://hooks.example.com:0/", "https://hooks.example.com:65536/", "https://hooks.example.com:99999/",
+		"https://93.184.215.14:0/",
 	} {
 		if got, err := strict.Check(raw); err == nil {
 			t.Errorf("Check(%q) = %q, want an error", raw, got)
@@ -36,6 +39,17 @@ func TestCheckRefusesWhatNoOperatorAllowed(t *testing.T) {
 	}
 	if got, err := strict.Check("https://BÜCHER.example:8443/kurz"); err != nil || got != "https://xn--bcher-kva.example:8443/kurz" {
 		t.Errorf("a Unicode host: %q, %v; want it subscribed in punycode", got, err)
+	}
+	for raw, want := range map[string]string{
+		"https://hooks.example.com:0443/kurz":    "https://hooks.example.com/kurz",
+		"https://hooks.example.com:443/kurz":     "https://hooks.example.com/kurz",
+		"https://hooks.example.com:08443/kurz":   "https://hooks.example.com:8443/kurz",
+		"https://93.184.215.14:00443/kurz":       "https://93.184.215.14/kurz",
+		"https://[2606:4700::1111]:0065535/kurz": "https://[2606:4700::1111]:65535/kurz",
+	} {
+		if got, err := strict.Check(raw); err != nil || got != want {
+			t.Errorf("Check(%q) = %q, %v; want %q, the port as the sender dials it", raw, got, err, want)
+		}
 	}
 	lenient := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 	for _, raw := range []string{"http://127.0.0.1:9/x", "http://localhost:9/"} {
@@ -81,6 +95,17 @@ func TestCheckReadsNumericHostsAsABrowserDoes(t *testing.T) {
 	} {
 		if got, err := strict.Check(raw); err != nil || got != want {
 			t.Errorf("Check(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	for raw, want := range map[string]string{
+		"https://hooks.example.com:0443/kurz":    "https://hooks.example.com/kurz",
+		"https://hooks.example.com:443/kurz":     "https://hooks.example.com/kurz",
+		"https://hooks.example.com:08443/kurz":   "https://hooks.example.com:8443/kurz",
+		"https://93.184.215.14:00443/kurz":       "https://93.184.215.14/kurz",
+		"https://[2606:4700::1111]:0065535/kurz": "https://[2606:4700::1111]:65535/kurz",
+	} {
+		if got, err := strict.Check(raw); err != nil || got != want {
+			t.Errorf("Check(%q) = %q, %v; want %q, the port as the sender dials it", raw, got, err, want)
 		}
 	}
 	lenient := Targets{AllowHTTP: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
