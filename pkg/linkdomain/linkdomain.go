@@ -15,6 +15,9 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode/utf8"
+
+	"kurz.dev/pkg/urlnorm"
 )
 
 // MaxLength bounds a domain name (RFC 1035's 253 characters of a name in
@@ -23,6 +26,11 @@ const (
 	MaxLength = 253
 	MaxLabel  = 63
 )
+
+// MaxInput bounds a domain name as a caller writes it, in bytes: an
+// internationalised name of MaxLength characters (and a trailing dot) in
+// UTF-8, which Normalize writes in its punycode form.
+const MaxInput = utf8.UTFMax * (MaxLength + 1)
 
 // ChangedChannel is the Redis Pub/Sub channel on which the shortener
 // publishes a domain's name after it was verified, or deleted while
@@ -69,7 +77,7 @@ func Problem(name string) string {
 		for i := 0; i < len(l); i++ {
 			c := l[i]
 			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return "a domain name has only letters a to z, digits, '-' and '.' (write an internationalised name in its xn-- form)"
+				return "a domain name has only letters, digits, '-' and '.'"
 			}
 		}
 	}
@@ -79,17 +87,34 @@ func Problem(name string) string {
 	return ""
 }
 
-// Normalize lower-cases name and drops one trailing dot (the DNS root), then
-// checks it (Problem); it returns the name or the problem as an error.
+// Normalize lower-cases name, writes an internationalised one in its
+// punycode (xn--) form, as DNS and a browser's Host header carry it, and
+// drops one trailing dot (the DNS root), then checks it (Problem); it
+// returns the name or the problem as an error.
 func Normalize(name string) (string, error) {
-	if len(name) > MaxLength+1 {
+	if len(name) > MaxInput {
 		return "", fmt.Errorf("a domain name has at most %d characters", MaxLength)
 	}
 	n := strings.TrimSuffix(strings.ToLower(name), ".")
+	if !isASCII(n) {
+		// A name IDNA refuses keeps its characters: Problem names them.
+		if a, err := urlnorm.Host(n); err == nil {
+			n = a
+		}
+	}
 	if p := Problem(n); p != "" {
 		return "", fmt.Errorf("%s", p)
 	}
 	return n, nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // Key is the link key of code on domain: code itself on the default domain

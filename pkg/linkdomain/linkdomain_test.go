@@ -11,6 +11,11 @@ func TestNormalize(t *testing.T) {
 		"GO.Acme.COM.":          "go.acme.com",
 		"xn--bcher-kva.example": "xn--bcher-kva.example",
 		"a-b.c0.io":             "a-b.c0.io",
+		// Internationalised names, in the form DNS and Host headers carry.
+		"bücher.example":  "xn--bcher-kva.example",
+		"BÜCHER.Example.": "xn--bcher-kva.example",
+		"例え.テスト":          "xn--r8jz45g.xn--zckzah",
+		"go．acme．com":     "go.acme.com",
 	} {
 		got, err := Normalize(in)
 		if err != nil || got != want {
@@ -19,8 +24,11 @@ func TestNormalize(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"", "localhost", "com", "192.0.2.1", "[::1]", "::1", "1.2.3.4.5", "a..b.com", ".a.com", "-a.com", "a-.com",
-		"a_b.com", "a b.com", "bücher.example", "a.com/x", "a.com:80", "a.123",
+		"a_b.com", "a b.com", "a.com/x", "a.com:80", "a.123",
 		strings.Repeat("a", 64) + ".com", strings.Repeat("abcdefghi.", 26) + "com",
+		// Unicode that maps to a name refused in ASCII, or to no name.
+		"ⓛⓞⓒⓐⓛⓗⓞⓢⓣ", "１２７.０.０.１", "bü cher.example", "ü_b.example", "\u00fc\u200e.example",
+		strings.Repeat("ü", 64) + ".example", strings.Repeat("ü", 300) + ".example",
 	} {
 		if got, err := Normalize(bad); err == nil {
 			t.Errorf("Normalize(%q) = %q, want an error", bad, got)

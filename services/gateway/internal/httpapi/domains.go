@@ -16,7 +16,7 @@ import (
 // domain name before a service sees it.
 func pathDomain(c *call) (string, error) {
 	name := c.r.PathValue("name")
-	if len(name) > linkdomain.MaxLength+1 {
+	if len(name) > linkdomain.MaxInput {
 		return "", badRequest("the domain in the path is too long: at most 253 characters")
 	}
 	if strings.Contains(name, "/") {
@@ -31,7 +31,7 @@ func pathDomain(c *call) (string, error) {
 // domain), bounded.
 func queryDomain(c *call) (string, error) {
 	d := c.r.URL.Query().Get("domain")
-	if len(d) > linkdomain.MaxLength+1 {
+	if len(d) > linkdomain.MaxInput {
 		return "", badRequest("domain is too long: at most 253 characters")
 	}
 	return d, nil

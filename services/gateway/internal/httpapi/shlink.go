@@ -352,7 +352,7 @@ func shlinkTarget(c *call) (code, domain string, err error) {
 		return "", "", err
 	}
 	code, domain = c.r.PathValue("shortCode"), q.Get("domain")
-	if len(domain) > linkdomain.MaxLength+1 {
+	if len(domain) > linkdomain.MaxInput {
 		return "", "", badParameter("domain", "domain is too long: at most 253 characters")
 	}
 	if !linkcode.Plausible(code) {

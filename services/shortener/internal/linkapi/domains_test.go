@@ -284,6 +284,32 @@ func TestDomainRules(t *testing.T) {
 	}
 }
 
+// A domain written in Unicode is the punycode name DNS and browsers use:
+// registered, answered and found as that name, whichever way it is
+// spelt; a look-alike of kurz's own host is kurz's own host.
+func TestAUnicodeDomainIsItsPunycodeName(t *testing.T) {
+	e := domainEnv(t, nil)
+	a := as("acme")
+	const name = "xn--bcher-kva.example"
+	reg, err := e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: "Bücher.example"})
+	if err != nil || reg.GetDomain().GetName() != name {
+		t.Fatalf("register Bücher.example: %v %v; want %s", reg.GetDomain(), err, name)
+	}
+	if _, err := e.client.ApproveDomain(a, &shortenerv1.ApproveDomainRequest{Name: "bücher.example."}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.client.CreateLink(a, &shortenerv1.CreateLinkRequest{LongUrl: "https://example.com/idn", Domain: "BÜCHER.example"})
+	if err != nil || l.GetLink().GetDomain() != name || l.GetLink().GetShortUrl() != "https://"+name+"/"+l.GetLink().GetCode() {
+		t.Fatalf("link on BÜCHER.example: %v %v; want it on %s", l.GetLink(), err, name)
+	}
+	got, err := e.client.GetLink(a, &shortenerv1.GetLinkRequest{Code: l.GetLink().GetCode(), Domain: "bücher.example"})
+	if err != nil || got.GetLink().GetLongUrl() != "https://example.com/idn" {
+		t.Errorf("get the link by bücher.example: %v %v", got, err)
+	}
+	_, err = e.client.RegisterDomain(a, &shortenerv1.RegisterDomainRequest{Name: "ｋｕｒｚ．ｔｅｓｔ"})
+	wantStatus(t, "register a full-width kurz.test", err, codes.InvalidArgument, linkapi.ReasonDomainInvalid, "name")
+}
+
 // kurz's own host, as a client sends back the host of a short URL, names
 // the default domain of a new link (any case, a trailing dot or a port
 // alike), one at a time and in a batch; no tenant can register it.
