@@ -116,6 +116,27 @@ func TestYOURLSShorturlRefusesATakenKeywordAndABadURL(t *testing.T) {
 	}
 }
 
+// A url without a scheme, as a person pastes it, is an http URL, as
+// YOURLS reads it; a scheme kurz does not shorten is still refused.
+func TestYOURLSShorturlReadsAURLWithoutSchemeAsHTTP(t *testing.T) {
+	gw := startGateway(t, nil)
+	ten := newTenant(t, gw, "free")
+	c := newClient(t, gw, ten.key)
+	page := uniqueWord(t, "bare")
+	r := yourlsPost(c, "/yourls-api.php", url.Values{"action": {"shorturl"}, "url": {" Example.com/" + page}, "signature": {ten.key}})
+	m := r.json(t)
+	u, _ := m["url"].(map[string]any)
+	if r.code != http.StatusOK || m["status"] != "success" || u == nil || u["url"] != "http://example.com/"+page {
+		t.Fatalf("shorturl of Example.com/%s: %s; want the link to http://example.com/%s", page, r, page)
+	}
+	for _, raw := range []string{"example.com:8080/x", "ftp://example.com/x", "//example.com/x"} {
+		r := yourlsPost(c, "/yourls-api.php", url.Values{"action": {"shorturl"}, "url": {raw}, "signature": {ten.key}})
+		if m := r.json(t); r.code != http.StatusBadRequest || m["code"] != "error:nourl" {
+			t.Errorf("shorturl of %s: %s; want 400 error:nourl", raw, r)
+		}
+	}
+}
+
 // expand and url-stats answer for the tenant's own links only: another
 // tenant's link, by keyword or short URL, is not found (404 in YOURLS's
 // shape). url-stats' clicks are the link's stats' total.

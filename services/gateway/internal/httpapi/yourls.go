@@ -197,7 +197,7 @@ func (a *API) yourlsShorten(c *call, format string, p url.Values) error {
 	if strings.TrimSpace(long) == "" {
 		return &yourlsError{"error:nourl", badParameter("url", "Missing or malformed URL: url is required")}
 	}
-	req := &shortenerv1.CreateLinkRequest{LongUrl: long, Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL, Title: p.Get("title")}
+	req := &shortenerv1.CreateLinkRequest{LongUrl: yourlsURL(long), Mode: shortenerv1.CodeMode_CODE_MODE_FROM_URL, Title: p.Get("title")}
 	if kw := p.Get("keyword"); kw != "" {
 		req.Mode, req.CustomAlias = shortenerv1.CodeMode_CODE_MODE_CUSTOM, kw
 	}
@@ -228,6 +228,18 @@ func (a *API) yourlsShorten(c *call, format string, p url.Values) error {
 		"date": l.GetCreateTime().AsTime().UTC().Format(yourlsDate), "ip": ip}
 	a.yourlsWrite(c, format, http.StatusOK, out, l.GetShortUrl())
 	return nil
+}
+
+// yourlsURL is the url of a shorturl as YOURLS reads it: without a scheme
+// (example.com/page, as a person pastes it) it is an http URL, which
+// YOURLS makes it (yourls_esc_url). The shortener then checks it as any
+// other; one with a scheme, even an unknown one, is left as it is.
+func yourlsURL(raw string) string {
+	s := strings.TrimSpace(raw)
+	if u, err := url.Parse(s); err == nil && u.Scheme == "" && !strings.HasPrefix(s, "/") {
+		return "http://" + s
+	}
+	return raw
 }
 
 // yourlsTitle is l's title as YOURLS answers it: the long URL when it has
