@@ -64,6 +64,13 @@ type Common struct {
 	// requests come from the gateway, which bounds them). Set it only with
 	// the pod's memory in mind.
 	GRPCMaxCalls int `env:"GRPC_MAX_CALLS" default:"0"`
+	// GRPCMaxConnections bounds the open connections of the gRPC listener:
+	// a connection that comes while this many are open closes the oldest
+	// one that has sent nothing yet, or else is refused; one that has
+	// spoken is never closed for another. Each holds ~17 KiB idle; count
+	// the service's callers' connections (a fleet of Envoys: a few each)
+	// when raising or lowering it.
+	GRPCMaxConnections int `env:"GRPC_MAX_CONNECTIONS" default:"4096"`
 	// HTTPMaxConnections bounds the open connections of the HTTP listener
 	// (the public one of the redirect and the gateway): a connection that
 	// comes while this many are open is served, and the oldest one that
@@ -123,6 +130,9 @@ func (c Common) check() error {
 	if c.GRPCMaxCalls != 0 && (c.GRPCMaxCalls < 16 || c.GRPCMaxCalls > 1_000_000) {
 		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CALLS=%d: want 0 (derived from GOMEMLIMIT) or 16 to 1000000", c.GRPCMaxCalls))
 	}
+	if c.GRPCMaxConnections < 16 || c.GRPCMaxConnections > 1_000_000 {
+		errs = append(errs, fmt.Errorf("KURZ_GRPC_MAX_CONNECTIONS=%d: want 16 to 1000000", c.GRPCMaxConnections))
+	}
 	if c.HTTPMaxConnections < 16 || c.HTTPMaxConnections > 1_000_000 {
 		errs = append(errs, fmt.Errorf("KURZ_HTTP_MAX_CONNECTIONS=%d: want 16 to 1000000", c.HTTPMaxConnections))
 	}
@@ -146,18 +156,19 @@ func (c Common) Config(grpcAddr, httpAddr string) Config {
 		http.MaxConnectionsPerClient = c.HTTPMaxConnectionsPerClient
 	}
 	return Config{
-		GRPCAddr:          grpcAddr,
-		HTTPAddr:          httpAddr,
-		Version:           c.Version,
-		Telemetry:         c.Telemetry,
-		ShutdownTimeout:   c.ShutdownTimeout,
-		ShutdownDelay:     c.ShutdownDelay,
-		ReadinessInterval: c.ReadinessInterval,
-		Pprof:             c.Pprof,
-		OpsAllowedHosts:   c.OpsAllowedHosts,
-		StreamWorkers:     c.GRPCStreamWorkers,
-		MaxConnectionAge:  c.GRPCMaxConnectionAge,
-		GRPCMaxCalls:      c.GRPCMaxCalls,
-		HTTP:              http,
+		GRPCAddr:           grpcAddr,
+		HTTPAddr:           httpAddr,
+		Version:            c.Version,
+		Telemetry:          c.Telemetry,
+		ShutdownTimeout:    c.ShutdownTimeout,
+		ShutdownDelay:      c.ShutdownDelay,
+		ReadinessInterval:  c.ReadinessInterval,
+		Pprof:              c.Pprof,
+		OpsAllowedHosts:    c.OpsAllowedHosts,
+		StreamWorkers:      c.GRPCStreamWorkers,
+		MaxConnectionAge:   c.GRPCMaxConnectionAge,
+		GRPCMaxCalls:       c.GRPCMaxCalls,
+		GRPCMaxConnections: c.GRPCMaxConnections,
+		HTTP:               http,
 	}
 }

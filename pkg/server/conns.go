@@ -119,14 +119,20 @@ func newConnGuard(max, perClient int, closed func(reason string)) *connGuard {
 // connsClosedCounter is closed for newConnGuard, counting in
 // MetricHTTPConnectionsClosed.
 func connsClosedCounter(meter metric.Meter) (func(reason string), error) {
-	n, err := meter.Int64Counter(MetricHTTPConnectionsClosed,
-		metric.WithDescription("HTTP connections refused or closed to keep the listener's bounds, by reason: quiet (closed for a newcomer at KURZ_HTTP_MAX_CONNECTIONS), full (a newcomer at the cap with none quiet), client_cap (KURZ_HTTP_MAX_CONNECTIONS_PER_CLIENT), unread_body (closed with the answer to a request whose body was not read)"),
-		metric.WithUnit("{connection}"))
+	return closedCounter(meter, MetricHTTPConnectionsClosed,
+		"HTTP connections refused or closed to keep the listener's bounds, by reason: quiet (closed for a newcomer at KURZ_HTTP_MAX_CONNECTIONS), full (a newcomer at the cap with none quiet), client_cap (KURZ_HTTP_MAX_CONNECTIONS_PER_CLIENT), unread_body (closed with the answer to a request whose body was not read)",
+		reasonQuiet, reasonFull, reasonClientCap, reasonUnreadBody)
+}
+
+// closedCounter counts in the counter name the connections a guard
+// refuses or closes, by one of reasons.
+func closedCounter(meter metric.Meter, name, description string, reasons ...string) (func(reason string), error) {
+	n, err := meter.Int64Counter(name, metric.WithDescription(description), metric.WithUnit("{connection}"))
 	if err != nil {
-		return nil, fmt.Errorf("HTTP connection metrics: %w", err)
+		return nil, fmt.Errorf("connection metrics: %w", err)
 	}
 	sets := map[string]metric.AddOption{}
-	for _, r := range []string{reasonQuiet, reasonFull, reasonClientCap, reasonUnreadBody} {
+	for _, r := range reasons {
 		sets[r] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", r)))
 	}
 	return func(reason string) { n.Add(context.Background(), 1, sets[reason]) }, nil

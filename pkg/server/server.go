@@ -85,6 +85,9 @@ type Config struct {
 	// goroutine starts. Zero means as many as fit a quarter of the Go
 	// memory limit at GRPCMaxRecvMsgSize each (GRPCMaxCallsFor).
 	GRPCMaxCalls int
+	// GRPCMaxConnections bounds the gRPC listener's open connections (see
+	// guardGRPCConns); zero means DefaultGRPCMaxConnections.
+	GRPCMaxConnections int
 	// GRPCAuthenticate, when set, checks a call's credentials in its
 	// headers (svcauth.Keys.Tap) when they arrive, before the call takes a
 	// place at the gate (GRPCMaxCalls) or any of its request is read: a
@@ -360,6 +363,12 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 		return nil, err
 	}
 	s.conns = newConnGuard(cfg.HTTP.MaxConnections, cfg.HTTP.MaxConnectionsPerClient, connsClosed)
+	grpcClosed, err := grpcConnsClosedCounter(tel.MeterProvider.Meter("kurz.dev/pkg/server"))
+	if err != nil {
+		return nil, err
+	}
+	maxConns := cmp.Or(cfg.GRPCMaxConnections, DefaultGRPCMaxConnections)
+	s.grpcLis = guardGRPCConns(s.grpcLis, newConnGuard(maxConns, maxConns, grpcClosed), grpcKeepaliveTimeout)
 	s.gate, s.calls, s.registered = gate, tel.GRPCServer(), map[string]bool{}
 	base := []grpc.ServerOption{
 		// Long-lived workers serve the streams, their stacks already grown:
@@ -376,7 +385,7 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 			MaxConnectionAge:      cmp.Or(cfg.MaxConnectionAge, DefaultMaxConnectionAge),
 			MaxConnectionAgeGrace: cfg.ShutdownTimeout,
 			Time:                  30 * time.Second,
-			Timeout:               10 * time.Second,
+			Timeout:               grpcKeepaliveTimeout,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.recoverUnary),
@@ -440,6 +449,10 @@ func New(ctx context.Context, name string, cfg Config, lc *Lifecycle, log *slog.
 	s.httpLis = guardConns(s.httpSrv, s.httpLis, s.conns)
 	return s, nil
 }
+
+// grpcKeepaliveTimeout is how long the server waits for a keepalive
+// ping's answer, and the TCP_USER_TIMEOUT of its connections.
+const grpcKeepaliveTimeout = 10 * time.Second
 
 // addrVar names the variable of a service's listen address, as every
 // service's Config spells it: KURZ_<SERVICE>_<GRPC|HTTP|OPS>_ADDR.
