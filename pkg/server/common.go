@@ -67,7 +67,7 @@ type Common struct {
 	// GRPCMaxConnections bounds the open connections of the gRPC listener:
 	// a connection that comes while this many are open closes the oldest
 	// one that has sent nothing yet, or else is refused; one that has
-	// spoken is never closed for another. Each holds ~17 KiB idle; count
+	// spoken is never closed for another. Each holds ~17-20 KiB idle; count
 	// the service's callers' connections (a fleet of Envoys: a few each)
 	// when raising or lowering it.
 	GRPCMaxConnections int `env:"GRPC_MAX_CONNECTIONS" default:"4096"`

@@ -11,9 +11,10 @@ import (
 )
 
 // DefaultGRPCMaxConnections bounds the gRPC listener's open connections
-// when Config sets none: an idle gRPC connection holds ~17 KiB (its
-// transport's goroutines and buffers), so 4,096 stay within ~70 MiB,
-// while a fleet of Envoys, a few connections each, fits.
+// when Config sets none: an idle gRPC connection holds ~17-20 KiB (its
+// transport's goroutines and buffers; measured on the limiter with 4,000
+// to 6,000 connections), so 4,096 stay within ~80 MiB, while a fleet of
+// Envoys, a few connections each, fits.
 const DefaultGRPCMaxConnections = 4096
 
 // MetricGRPCConnectionsClosed counts the gRPC connections the server
