@@ -99,7 +99,7 @@ func Normalize(name string) (string, error) {
 	if !isASCII(n) {
 		// A name IDNA refuses keeps its characters: Problem names them.
 		if a, err := urlnorm.Host(n); err == nil {
-			n = a
+			n = strings.TrimSuffix(a, ".") // a full stop IDNA mapped to "."
 		}
 	}
 	if p := Problem(n); p != "" {

@@ -16,6 +16,7 @@ func TestNormalize(t *testing.T) {
 		"BÜCHER.Example.": "xn--bcher-kva.example",
 		"例え.テスト":          "xn--r8jz45g.xn--zckzah",
 		"go．acme．com":     "go.acme.com",
+		"bücher．example．": "xn--bcher-kva.example",
 	} {
 		got, err := Normalize(in)
 		if err != nil || got != want {

@@ -37,9 +37,9 @@ func grpcConnsClosedCounter(meter metric.Meter) (func(reason string), error) {
 // sent nothing yet, or else is refused: MaxConcurrentStreams and the
 // call gate bound what one connection holds, this how many a caller
 // opens, and silent ones, which gRPC holds for its 120 s handshake
-// timeout, cannot keep callers out.
-// Each keeps the TCP_USER_TIMEOUT gRPC gives the connections it accepts
-// (userTimeout, its keepalive timeout).
+// timeout, cannot keep callers out. Each connection gets the
+// TCP_USER_TIMEOUT gRPC gives those it accepts itself (userTimeout, its
+// keepalive timeout).
 func guardGRPCConns(lis net.Listener, g *connGuard, userTimeout time.Duration) net.Listener {
 	return grpcGuarded{lis, g, userTimeout}
 }
