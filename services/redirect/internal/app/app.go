@@ -72,6 +72,11 @@ type Config struct {
 	// PermanentMaxAge is the Cache-Control max-age of 301/308 answers (a
 	// link expiring sooner: until its expiry).
 	PermanentMaxAge time.Duration `env:"REDIRECT_PERMANENT_MAX_AGE" default:"1h"`
+	// HomeURL is where the default domain's root ("/", a short domain
+	// typed bare) redirects (302), e.g. the site of the company that runs
+	// it; empty: a 404 page. A custom domain's root is not the operator's
+	// to send anywhere: it stays a 404 page.
+	HomeURL string `env:"REDIRECT_HOME_URL" default:""`
 	// TrustedProxies are CIDRs (or addresses) of the proxies in front of the
 	// service (the ingress pods): only their forwarding headers are
 	// believed, X-Forwarded-For walked from the right (pkg/clientip).
@@ -200,6 +205,9 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	case 301, 302, 307, 308:
 	default:
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_DEFAULT_STATUS=%d: want 301, 302, 307 or 308", c.DefaultStatus))
+	}
+	if err := redirector.CheckHomeURL(c.HomeURL); err != nil {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_HOME_URL: %w", err))
 	}
 	if c.L1TTL <= 0 || c.L1Size < 1 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_L1_TTL and KURZ_REDIRECT_L1_SIZE must be positive"))
@@ -816,7 +824,7 @@ func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, g
 		deps.Log.Warn("KURZ_REDIRECT_FORM_SECRET is not set: using a random secret, so a password form only verifies on the pod that rendered it")
 	}
 	hcfg := redirector.Config{
-		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge,
+		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge, HomeURL: cfg.HomeURL,
 		Clients: clients, Keying: cfg.Keying, VisitorSalt: salt, MissPolicy: missPolicy,
 		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout, VisitReplicas: cfg.VisitReplicas,
 		WalkRate: cfg.WalkRate, WalkBurst: cfg.WalkBurst,

@@ -19,7 +19,9 @@
 // "private, max-age=0" so no shared cache keeps one visitor's choice.
 //
 // GET and HEAD /{code}+ answer a page naming where the link leads, a
-// preview, which records no click and spends no visit (preview.go).
+// preview, which records no click and spends no visit (preview.go). GET
+// and HEAD / on the default domain redirect to Config.HomeURL when it is
+// set; every other path is a 404 page.
 package redirector
 
 import (
@@ -31,6 +33,7 @@ import (
 	"mime"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"runtime"
 	"strconv"
 	"time"
@@ -73,6 +76,10 @@ type Config struct {
 	// per link or by configuration. Either max-age ends at the link's
 	// expiry when that comes sooner (untilExpiry).
 	PermanentMaxAge time.Duration
+	// HomeURL, if set, is where a GET of the default domain's root
+	// redirects (302; CheckHomeURL); else, and on a custom domain, the
+	// root is a 404 page.
+	HomeURL string
 	// Clients finds each request's client (nil: the TCP peer). Its trusted
 	// proxies' X-Forwarded-Proto is believed too.
 	Clients *clientip.Policy
@@ -234,8 +241,43 @@ func (h *Handler) Register(mux *http.ServeMux) {
 		w.Header().Set("Allow", "GET, HEAD, POST")
 		page(w, http.StatusMethodNotAllowed)
 	})
+	mux.HandleFunc("GET /{$}", h.serveHome)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { page(w, http.StatusNotFound) })
 }
+
+// serveHome answers a GET of the root: on the default domain, a redirect
+// to HomeURL when it is set; a 404 page otherwise.
+func (h *Handler) serveHome(w http.ResponseWriter, r *http.Request) {
+	if _, tenant, known := h.route(r.Host, ""); h.cfg.HomeURL == "" || !known || tenant != "" {
+		page(w, http.StatusNotFound)
+		return
+	}
+	hdr := w.Header()
+	hdr["Cache-Control"] = ccPrivate
+	hdr["Location"] = []string{h.cfg.HomeURL}
+	w.WriteHeader(http.StatusFound)
+}
+
+// CheckHomeURL refuses a HomeURL that is not an absolute http(s) URL
+// with a host ("" is none).
+func CheckHomeURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || len(raw) > maxHomeURL:
+		return fmt.Errorf("%q is not a URL of at most %d characters", raw, maxHomeURL)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "", u.User != nil:
+		return fmt.Errorf("%q: want an http or https URL with a host and no user name, e.g. https://example.com/", raw)
+	case raw != asciiURL(raw):
+		return fmt.Errorf("%q: want it with every non-ASCII character percent-encoded, as a Location header carries it", raw)
+	}
+	return nil
+}
+
+// maxHomeURL bounds HomeURL, as the shortener bounds a link's URL.
+const maxHomeURL = 2048
 
 var traceContext = propagation.TraceContext{}
 
