@@ -30,6 +30,16 @@ func TestHomeURL(t *testing.T) {
 			t.Errorf("%s / on the default domain: %d %v; want 302 to %s", method, w.Code, w.Header(), home)
 		}
 	}
+	// The root itself, under any query, would loop; a path on the same
+	// host (a short link, say) does not.
+	for _, loop := range []string{"https://kurz.test/", "http://KURZ.test?from=root"} {
+		if w := serve(loop, http.MethodGet, "kurz.test"); w.Code != http.StatusLoopDetected || w.Header().Get("Location") != "" {
+			t.Errorf("GET / on kurz.test with home %s: %d %v; want 508", loop, w.Code, w.Header())
+		}
+	}
+	if w := serve("https://kurz.test/welcome", http.MethodGet, "kurz.test"); w.Code != http.StatusFound {
+		t.Errorf("GET / with home https://kurz.test/welcome: %d; want 302", w.Code)
+	}
 	for _, c := range []struct{ home, host string }{{home, "go.acme.test"}, {home, "stray.test"}, {"", "kurz.test"}} {
 		if w := serve(c.home, http.MethodGet, c.host); w.Code != http.StatusNotFound || w.Header().Get("Location") != "" {
 			t.Errorf("GET / on %s with home %q: %d %v; want the 404 page", c.host, c.home, w.Code, w.Header())

@@ -246,10 +246,16 @@ func (h *Handler) Register(mux *http.ServeMux) {
 }
 
 // serveHome answers a GET of the root: on the default domain, a redirect
-// to HomeURL when it is set; a 404 page otherwise.
+// to HomeURL when it is set; a 404 page otherwise. A HomeURL that is this
+// root again (the host and port asked, path "/") answers 508, as a link
+// to itself does, rather than redirect a browser in a loop.
 func (h *Handler) serveHome(w http.ResponseWriter, r *http.Request) {
 	if _, tenant, known := h.route(r.Host, ""); h.cfg.HomeURL == "" || !known || tenant != "" {
 		page(w, http.StatusNotFound)
+		return
+	}
+	if u, err := url.Parse(h.cfg.HomeURL); err == nil && (u.Path == "" || u.Path == "/") && pointsBack(r.Host, h.cfg.HomeURL) {
+		loopPage(w)
 		return
 	}
 	hdr := w.Header()
