@@ -96,7 +96,7 @@ func Normalize(name string) (string, error) {
 		return "", fmt.Errorf("a domain name has at most %d characters", MaxLength)
 	}
 	n := strings.TrimSuffix(strings.ToLower(name), ".")
-	if !isASCII(n) {
+	if strings.ContainsFunc(n, func(r rune) bool { return r >= utf8.RuneSelf }) {
 		// A name IDNA refuses keeps its characters: Problem names them.
 		if a, err := urlnorm.Host(n); err == nil {
 			n = strings.TrimSuffix(a, ".") // a full stop IDNA mapped to "."
@@ -106,15 +106,6 @@ func Normalize(name string) (string, error) {
 		return "", fmt.Errorf("%s", p)
 	}
 	return n, nil
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // Key is the link key of code on domain: code itself on the default domain

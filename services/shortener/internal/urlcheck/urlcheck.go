@@ -95,16 +95,9 @@ func (p Policy) Normalize(raw string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	port := u.Port()
-	if port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 {
-			return "", refuse(ReasonMalformed, "the URL's port must be a number from 1 to 65535")
-		}
-		port = strconv.Itoa(n)
-		if (scheme == "http" && n == 80) || (scheme == "https" && n == 443) {
-			port = ""
-		}
+	port, err := Port(scheme, u.Port())
+	if err != nil {
+		return "", refuse(ReasonMalformed, "the URL's port must be a number from 1 to 65535")
 	}
 	for _, own := range p.OwnHosts {
 		if host == own {
@@ -125,6 +118,23 @@ func (p Policy) Normalize(raw string) (string, error) {
 		return "", refuse(ReasonTooLong, "the URL is longer than %d characters once normalised", p.MaxLength)
 	}
 	return out, nil
+}
+
+// Port is the port of a URL of scheme (lower case) as a client dials it:
+// without leading zeros, and "" for none or the scheme's own (80, 443);
+// an error for one that is not a number from 1 to 65535.
+func Port(scheme, port string) (string, error) {
+	if port == "" {
+		return "", nil
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	if (scheme == "http" && n == 80) || (scheme == "https" && n == 443) {
+		return "", nil
+	}
+	return strconv.Itoa(n), nil
 }
 
 // host normalises a host name or IP literal and applies the private-network

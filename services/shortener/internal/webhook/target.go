@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -81,17 +80,17 @@ func (t Targets) Check(raw string) (string, error) {
 	}
 	// A port out of range was subscribed, and every delivery failed to
 	// dial it: refused here, and written as the sender will dial it.
-	if port := u.Port(); port != "" {
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 1 || n > 65535 {
+	if u.Port() != "" {
+		port, err := urlcheck.Port(u.Scheme, u.Port())
+		if err != nil {
 			return "", errors.New("url's port must be a number from 1 to 65535")
 		}
-		port = strconv.Itoa(n)
-		if (u.Scheme == "https" && n == 443) || (u.Scheme == "http" && n == 80) {
-			port = ""
+		if u.Host = host; strings.Contains(host, ":") {
+			u.Host = "[" + host + "]"
 		}
-		u.Host = strings.TrimSuffix(u.Host, u.Port())
-		u.Host = strings.TrimSuffix(u.Host+port, ":")
+		if port != "" {
+			u.Host += ":" + port
+		}
 	}
 	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
 	if err != nil {
