@@ -1120,3 +1120,35 @@ domains:
 		t.Errorf("decisions by rule with their descriptors %v, want vip for descriptor 0 and per-ip for 1", byRule)
 	}
 }
+
+// Redis TIME steps back when a slot fails over to a node whose clock is
+// behind, or when NTP steps a master's clock. A window already counted in
+// must not start afresh: every algorithm holds its limit across a 2 ms step
+// back over a window's start, and after it.
+func TestAClockSteppedBackDoesNotReopenAWindow(t *testing.T) {
+	rule := func(algo string) string {
+		return `
+domains:
+  t:
+    rules:
+      - {name: per-user, key: [user], algorithm: ` + algo + `, limit: 10, window: 1m, failure_mode: closed}
+`
+	}
+	ctx := context.Background()
+	rdb := cluster(t)
+	start := time.UnixMilli(1_800_000_000_000 / 60_000 * 60_000) // a minute's start
+	for _, algo := range algos {
+		t.Run(algo, func(t *testing.T) {
+			e := engine(t, rdb, rule(algo), Options{})
+			d := map[string]string{"user": unique(t)}
+			if r := e.CheckAt(ctx, start, "t", d, 10); !r.Allowed {
+				t.Fatal("the first 10 denied")
+			}
+			for _, at := range []time.Duration{-2 * time.Millisecond, 5 * time.Millisecond} {
+				if r := e.CheckAt(ctx, start.Add(at), "t", d, 1); r.Allowed {
+					t.Errorf("%v from the window's start, the clock having stepped back: allowed with %d left, want denied", at, r.Remaining)
+				}
+			}
+		})
+	}
+}

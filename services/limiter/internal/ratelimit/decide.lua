@@ -126,8 +126,8 @@ local function decide(K, kb, n, A, ab, out, redis_now)
 
     elseif algo == 1 then
       -- Fixed window: {w, n}, the count of calendar window w.
-      local w = floor(now / window)
       local sw, sn = hread(key, 1, 'w', 'n')
+      local w = current_window(sw, window, now)
       local n = 0
       if tonumber(sw) == w then n = tonumber(sn) or 0 end
       reset = (w + 1) * window - now

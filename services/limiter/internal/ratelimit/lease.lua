@@ -119,8 +119,8 @@ elseif algo == 5 then
 
 elseif algo == 1 then
   -- A fixed-window lease ends with its window: its units count only there.
-  local w = floor(now / window)
   local sw, sn = hread(key, 1, 'w', 'n')
+  local w = current_window(sw, window, now)
   local n = 0
   if tonumber(sw) == w then n = tonumber(sn) or 0 end
   reset = (w + 1) * window - now

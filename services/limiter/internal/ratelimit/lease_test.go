@@ -626,3 +626,35 @@ func TestALeaseGivenBackAfterCapacityWasLoweredAdmitsNoMore(t *testing.T) {
 		})
 	}
 }
+
+// A lease reads a window written by a clock ahead of its own (Redis TIME
+// stepped back: a failover, NTP) as the current one: its units are spent,
+// so the lease takes none.
+func TestALeaseHoldsAWindowWrittenAhead(t *testing.T) {
+	rdb := cluster(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		algo   string
+		fields []any
+	}{
+		{"fixed_window", []any{"a", 1, "n", 100}},
+		{"sliding_window_counter", []any{"a", 3, "cur", 100, "prev", 0}},
+	} {
+		t.Run(c.algo, func(t *testing.T) {
+			e := leaseEngine(t, rdb, leasedRules, Options{})
+			desc := map[string]string{"user": unique(t), "algo": c.algo}
+			_, rules := e.Rules().Match("l", desc)
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ahead := now.UnixMilli()/time.Hour.Milliseconds() + 1 // the next hour's window
+			if err := rdb.HSet(ctx, rules[0].Key, append([]any{"w", ahead}, c.fields...)...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r := e.Check(ctx, "l", desc, 1); r.Allowed {
+				t.Errorf("allowed from %v with %d left, want denied: the window written ahead holds all 100", r.Source, r.Remaining)
+			}
+		})
+	}
+}

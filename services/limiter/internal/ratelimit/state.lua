@@ -88,13 +88,25 @@ local function bucket_level(key, rate, now)
   return max(0, level - (now - ts) * rate)
 end
 
+-- current_window is the index of the window now falls in, or the stored
+-- window sw when that is later: Redis TIME steps back when a slot fails
+-- over to a node whose clock is behind (or NTP steps it), and a window
+-- already counted in must not start afresh, which would admit its limit
+-- again within milliseconds. The buckets hold the same way (ts > now).
+local function current_window(sw, window, now)
+  local w = floor(now / window)
+  sw = tonumber(sw)
+  if sw and sw > w then return sw end
+  return w
+end
+
 -- Sliding window counter {w, cur, prev}: the current window's index, its
 -- count, the previous window's, the ms elapsed in the current window, and
 -- the estimate prev x (share of the previous window still inside the last
 -- `window` ms) + cur.
 local function counter_state(key, window, now)
-  local w = floor(now / window)
   local sw, c, p = hread(key, 3, 'w', 'cur', 'prev')
+  local w = current_window(sw, window, now)
   sw = tonumber(sw)
   local cur, prev = 0, 0
   if sw == w then
@@ -102,7 +114,7 @@ local function counter_state(key, window, now)
   elseif sw == w - 1 then
     prev = tonumber(c) or 0
   end
-  local elapsed = now - w * window
+  local elapsed = max(0, now - w * window)
   return w, cur, prev, elapsed, prev * (1 - elapsed / window) + cur
 end
 
