@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -128,7 +129,8 @@ func (h *EnvoyJSON) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // readJSONPost reads the JSON body of a POST to one of the HTTP decision
 // endpoints (what names the message it holds) within their bounds: only
 // POST (405), only Content-Type application/json (415), at most maxBody
-// bytes (413), within inFlight (503). A refusal is answered through refuse
+// bytes (413), within inFlight (503), arriving within bodyWait of taking
+// its slot (408). A refusal is answered through refuse
 // (the endpoint's own error format) and ok is false; otherwise the caller
 // holds an in-flight slot until it calls done.
 func readJSONPost(w http.ResponseWriter, r *http.Request, what string, maxBody int64, inFlight *InFlight, refuse func(w http.ResponseWriter, code int, msg string)) (body []byte, done func(), ok bool) {
@@ -148,11 +150,22 @@ func readJSONPost(w http.ResponseWriter, r *http.Request, what string, maxBody i
 	if !inFlight.enter(w) {
 		return nil, nil, false
 	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyWait)) // a recorder has no deadlines: unbounded in tests
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		inFlight.leave()
+		// What is left of the body must not be read as the next request,
+		// nor read at all: net/http would wait for it to reuse the
+		// connection, with no deadline now.
+		w.Header().Set("Connection", "close")
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			refuse(w, http.StatusRequestEntityTooLarge, tooLarge(maxBody))
+			return nil, nil, false
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			refuse(w, http.StatusRequestTimeout, fmt.Sprintf("the request body did not arrive within %s of its headers; nothing was decided: send it with its headers", bodyWait))
 			return nil, nil, false
 		}
 		// The client went away or stalled past the listener's read
@@ -162,6 +175,13 @@ func readJSONPost(w http.ResponseWriter, r *http.Request, what string, maxBody i
 	}
 	return body, inFlight.leave, true
 }
+
+// bodyWait is how long a decision's body may take to arrive once its
+// request holds an in-flight slot. The body is a few hundred bytes sent with
+// its headers; under the listener's read timeout (30 s) a few connections
+// stalling their bodies held every slot, and forward-auth, which shares
+// them, answered every proxied request 503. A variable for the tests.
+var bodyWait = time.Second
 
 // maxEcho bounds the part of a decoding error sent back: protojson quotes
 // the offending token (an unknown field's name, a value), which is the

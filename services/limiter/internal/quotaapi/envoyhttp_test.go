@@ -1,8 +1,10 @@
 package quotaapi
 
 import (
+	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -234,5 +236,48 @@ func TestEnvoyHealthcheckFollowsReadiness(t *testing.T) {
 		if w.Code != tc.code || w.Body.String() != tc.body {
 			t.Errorf("ready=%v: %d %q, want %d %q", tc.ready, w.Code, w.Body, tc.code, tc.body)
 		}
+	}
+}
+
+// A body that stalls once its request holds an in-flight slot is answered
+// 408 after bodyWait and its slot given back: under the listener's read
+// timeout a few stalled bodies held every slot, forward-auth's with them.
+func TestEnvoyJSONGivesAStalledBodysSlotBack(t *testing.T) {
+	wait := bodyWait
+	t.Cleanup(func() { bodyWait = wait })
+	bodyWait = 100 * time.Millisecond
+	engine := newFake(t)
+	engine.each = &ratelimitv1.CheckQuotaResponse{Allowed: true, DecidingRule: "per-user", Limit: 100, Remaining: 98,
+		ResetAfter: durationpb.New(time.Minute), Decisions: []*ratelimitv1.RuleDecision{decision("per-user", true, 100, 98, time.Hour, 0)}}
+	engine.owners = [][]int{{0}}
+	srv := httptest.NewServer(NewEnvoyJSON(NewEnvoy(engine, HeadersDraft, clientip.Keying{}), testMaxBody, NewInFlight(1), time.Second, servertest.Logger(t)))
+	t.Cleanup(srv.Close)
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Headers that promise 100 bytes, and none of them.
+	if _, err := io.WriteString(conn, "POST /json HTTP/1.1\r\nHost: limiter\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the stalled request had no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("stalled body: %d, want 408", resp.StatusCode)
+	}
+
+	post, err := http.Post(srv.URL+"/json", "application/json", strings.NewReader(userA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post.Body.Close()
+	if post.StatusCode != http.StatusOK {
+		t.Errorf("a request after the stalled one: %d, want 200 (its slot given back)", post.StatusCode)
 	}
 }
