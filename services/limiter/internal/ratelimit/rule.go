@@ -108,7 +108,9 @@ func (r *Rule) Validate() error {
 	return r.validateLease()
 }
 
-// validateMatch checks the rule's key descriptors and match values.
+// validateMatch checks the rule's key descriptors and its match. A name no
+// request can send (CheckQuota refuses it) would make a rule that never
+// applies, silently: a fail-closed login rule protecting nothing.
 func (r *Rule) validateMatch() error {
 	for _, k := range r.Key {
 		if !validName(k) {
@@ -116,6 +118,9 @@ func (r *Rule) validateMatch() error {
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Match)) {
+		if !validName(k) {
+			return fmt.Errorf("rule %s: match descriptor %q: want letters, digits, '.', '_' or '-', a name a request can send", r.ID(), k)
+		}
 		v := r.Match[k]
 		if i := strings.IndexByte(v, '*'); i >= 0 && i < len(v)-1 {
 			return fmt.Errorf("rule %s: match %s: %q: '*' may only end a value (a prefix, as in \"/api/*\"); kurz has no other wildcard", r.ID(), k, v)

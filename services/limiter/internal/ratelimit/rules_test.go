@@ -456,3 +456,40 @@ domains:
 		t.Errorf("users a and b share key %q", a[0].Key)
 	}
 }
+
+// A rule no request can reach is refused by name: a match or default on a
+// descriptor name CheckQuota refuses, or an empty default (the descriptor
+// left out). A fail-closed rule like that would protect nothing, and
+// nothing would say so.
+func TestCompileRefusesNamesNoRequestCanSend(t *testing.T) {
+	var cfg Config
+	if err := yaml.Unmarshal([]byte(`
+domains:
+  api:
+    defaults: {"": x, "a b": y, tier: ""}
+    rules:
+      - {name: empty-match, key: [ip], match: {"": x}, algorithm: fixed_window, limit: 1, window: 1s, failure_mode: closed}
+      - {name: spaced-match, key: [ip], match: {"a b{}:": x}, algorithm: fixed_window, limit: 1, window: 1s, failure_mode: closed}
+      - {name: ok, key: [user, ip], match: {route: login}, algorithm: fixed_window, limit: 1, window: 1s, failure_mode: closed}
+`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Compile(cfg)
+	if err == nil {
+		t.Fatal("Compile: want an error")
+	}
+	for _, want := range []string{
+		`domain api: defaults: descriptor "": want letters`,
+		`domain api: defaults: descriptor "a b": want letters`,
+		`domain api: defaults: descriptor tier has an empty value`,
+		`api/empty-match: match descriptor "": want letters`,
+		`api/spaced-match: match descriptor "a b{}:": want letters`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "api/ok") {
+		t.Errorf("a rule of valid names is refused: %v", err)
+	}
+}

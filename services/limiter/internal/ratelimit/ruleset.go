@@ -195,6 +195,14 @@ func Compile(cfg Config) (*Ruleset, error) {
 	for _, domain := range slices.Sorted(maps.Keys(cfg.Domains)) {
 		spec := cfg.Domains[domain]
 		d := &domainRules{defaults: maps.Clone(spec.Defaults)}
+		for _, k := range slices.Sorted(maps.Keys(spec.Defaults)) {
+			switch {
+			case !validName(k):
+				errs = append(errs, fmt.Sprintf("domain %s: defaults: descriptor %q: want letters, digits, '.', '_' or '-', a name a request can send", domain, k))
+			case spec.Defaults[k] == "":
+				errs = append(errs, fmt.Sprintf("domain %s: defaults: descriptor %s has an empty value, which is the descriptor left out: give it a value or drop it", domain, k))
+			}
+		}
 		for _, s := range spec.Rules {
 			r, err := s.Rule(domain)
 			if err != nil {
