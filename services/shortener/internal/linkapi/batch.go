@@ -46,12 +46,14 @@ const maxBatchRounds = 32
 // gets a fresh code in another, rare, round); the write-through in one Redis
 // pipeline. Items with CODE_MODE_FROM_URL whose link exists already (or
 // that repeat an earlier item's URL) return that link with created false
-// and cost no quota; the others are inserted one by one, as CreateLink
-// does. The anonymous tenant's items with CODE_MODE_FROM_URL fail, as
-// CreateLink refuses them. An item whose alias is already the tenant's
-// link to the same URL returns that link too, created false, at no quota
-// (one Get per taken alias); any other taken alias fails ALREADY_EXISTS,
-// before the charge.
+// and cost no quota (the batch's links of its URLs are read in one
+// FromURLs, their visit counters in one Redis pipeline); the others are
+// inserted one by one, as CreateLink does. The anonymous tenant's items
+// with CODE_MODE_FROM_URL fail, as CreateLink refuses them. An item whose
+// alias is already the tenant's link to the same URL returns that link
+// too, created false, at no quota (one Taken and one GetMany for the
+// batch's aliases, one pipeline for those links' visits); any other taken
+// alias fails ALREADY_EXISTS, before the charge.
 func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCreateLinksRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 	tenant, err := s.tenant(ctx)
 	if err != nil {
@@ -126,6 +128,26 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 		prepared[idx[k]] = nil
 		fail(idx[k], rerr)
 	}
+	// The tenant's links of the batch's URLs, in one query (and one Redis
+	// pipeline for their visits) for the whole batch: an item whose link
+	// exists costs no quota, so one read per item would let a batch sent
+	// again make a thousand reads a call, call after call, for nothing.
+	var keys [][]byte
+	seen := make(map[string]bool)
+	for _, d := range prepared {
+		if d == nil || d.mode != shortenerv1.CodeMode_CODE_MODE_FROM_URL {
+			continue
+		}
+		d.link.URLKey = codegen.URLKey(d.link.Domain, d.link.LongURL)
+		if !seen[string(d.link.URLKey)] {
+			seen[string(d.link.URLKey)] = true
+			keys = append(keys, d.link.URLKey)
+		}
+	}
+	existing, err := s.workingFromURLs(ctx, tenant, keys)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, "batch", err)
+	}
 	for i, d := range prepared {
 		if d == nil {
 			continue
@@ -142,18 +164,14 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 			aliases[d.link.Code] = i
 		}
 		if d.mode == shortenerv1.CodeMode_CODE_MODE_FROM_URL {
-			d.link.URLKey = codegen.URLKey(d.link.Domain, d.link.LongURL)
 			if first, dup := urls[string(d.link.URLKey)]; dup {
 				repeats[i] = first
 				continue
 			}
-			switch existing, err := s.workingFromURL(ctx, tenant, d.link.URLKey); {
-			case err == nil:
+			if l, ok := existing[string(d.link.URLKey)]; ok {
 				s.m.repeated.Add(ctx, 1)
-				results[i].Link = s.toProto(existing)
+				results[i].Link = s.toProto(l)
 				continue
-			case !errors.Is(err, linkstore.ErrNotFound):
-				return nil, toStatus(ctx, s.log, "batch", err)
 			}
 			urls[string(d.link.URLKey)] = i
 		}
@@ -172,27 +190,42 @@ func (s *Service) BatchCreateLinks(ctx context.Context, req *shortenerv1.BatchCr
 	// CreateLink answers a create sent again, so that a batch with aliases
 	// is safe to send again; unless that link no longer redirects (disabled,
 	// expired, its visits spent): the item then fails saying so, for its
-	// link is not there as the caller asked for it.
+	// link is not there as the caller asked for it. The taken aliases'
+	// links are read in one query, and their visits in one Redis pipeline,
+	// for the whole batch: these items cost no quota either.
 	if len(aliases) > 0 {
 		taken, err := s.store.Taken(ctx, slices.Collect(maps.Keys(aliases)))
 		if err != nil {
 			return nil, toStatus(ctx, s.log, "batch", err)
 		}
+		var mine map[string]linkstore.Link
+		if len(taken) > 0 {
+			if mine, err = s.store.GetMany(ctx, tenant, slices.Collect(maps.Keys(taken))); err != nil {
+				return nil, toStatus(ctx, s.log, "batch", err)
+			}
+		}
+		// Only the links that would answer their item unless their visits
+		// are spent have their visits read, as notRedirecting would.
+		var live []linkstore.Link
+		for code, l := range mine {
+			if l.LongURL == drafts[aliases[code]].link.LongURL && notRedirecting(l, false) == "" {
+				live = append(live, l)
+			}
+		}
+		spent := s.visitsSpentMany(ctx, live)
 		for code := range taken {
 			i := aliases[code]
-			switch same, err := s.store.Get(ctx, tenant, code); {
-			case err == nil && same.LongURL == drafts[i].link.LongURL:
-				if why := s.notRedirecting(ctx, same); why != "" {
+			switch same, ok := mine[code]; {
+			case ok && same.LongURL == drafts[i].link.LongURL:
+				if why := notRedirecting(same, spent[code]); why != "" {
 					fail(i, aliasNotRedirecting(aliasOf(code), why))
 					break
 				}
 				s.m.repeated.Add(ctx, 1)
 				results[i].Link = s.toProto(same)
 				drafts[i] = nil
-			case err == nil || errors.Is(err, linkstore.ErrNotFound):
-				fail(i, aliasTaken(aliasOf(code)))
 			default:
-				return nil, toStatus(ctx, s.log, "batch", err)
+				fail(i, aliasTaken(aliasOf(code)))
 			}
 			valid--
 		}

@@ -170,19 +170,39 @@ type cache struct {
 	onChannel map[string][]string
 	// getErr, if set, is every GET's answer (Redis unreachable).
 	getErr error
+	// gets counts the GETs sent on their own, readPipelines the pipelines
+	// run with GETs in them (each one round trip).
+	gets, readPipelines int
 }
 
 func (c *cache) Get(ctx context.Context, key string) *redis.StringCmd {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.getErr != nil {
-		return redis.NewStringResult("", c.getErr)
+	c.gets++
+	return c.read(redis.NewStringCmd(ctx, "get", key))
+}
+
+// read answers the GET cmd from values; the caller holds mu.
+func (c *cache) read(cmd *redis.StringCmd) *redis.StringCmd {
+	v, ok := c.values[cmd.Args()[1].(string)]
+	switch {
+	case c.getErr != nil:
+		cmd.SetErr(c.getErr)
+	case !ok:
+		cmd.SetErr(redis.Nil)
+	default:
+		cmd.SetVal(v)
 	}
-	v, ok := c.values[key]
-	if !ok {
-		return redis.NewStringResult("", redis.Nil)
-	}
-	return redis.NewStringResult(v, nil)
+	return cmd
+}
+
+// reads returns and resets the counts of GETs and of pipelines with GETs.
+func (c *cache) reads() (gets, pipelines int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gets, pipelines = c.gets, c.readPipelines
+	c.gets, c.readPipelines = 0, 0
+	return gets, pipelines
 }
 
 // setVisits sets code's visit counter, as the redirect's INCRs would.
@@ -276,15 +296,45 @@ func (c *cache) has(key string) bool {
 	return ok
 }
 
-// Pipeline is a pipeline that runs nothing: a batch of several links
-// writes through to no cache in these tests (a single link's write goes
-// through Set).
-func (c *cache) Pipeline() redis.Pipeliner { return nopPipeline{} }
+// Pipeline is a pipeline whose GETs (a batch's visit counters) read the
+// cache when it runs, and whose scripts run nothing: a batch of several
+// links writes through to no cache in these tests (a single link's write
+// goes through Set).
+func (c *cache) Pipeline() redis.Pipeliner { return &pipeline{c: c} }
 
-type nopPipeline struct{ redis.Pipeliner }
+type pipeline struct {
+	redis.Pipeliner
+	c    *cache
+	gets []*redis.StringCmd
+}
 
-func (nopPipeline) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+func (p *pipeline) Get(ctx context.Context, key string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(ctx, "get", key)
+	p.gets = append(p.gets, cmd)
+	return cmd
+}
+
+func (*pipeline) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
 	return redis.NewCmd(ctx)
 }
 
-func (nopPipeline) Exec(context.Context) ([]redis.Cmder, error) { return nil, nil }
+// Exec answers the GETs, and fails with the first command's error, as a
+// pipeline does (redis.Nil included).
+func (p *pipeline) Exec(context.Context) ([]redis.Cmder, error) {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	if len(p.gets) == 0 {
+		return nil, nil
+	}
+	p.c.readPipelines++
+	var first error
+	cmds := make([]redis.Cmder, 0, len(p.gets))
+	for _, cmd := range p.gets {
+		if err := p.c.read(cmd).Err(); err != nil && first == nil {
+			first = err
+		}
+		cmds = append(cmds, cmd)
+	}
+	p.gets = nil
+	return cmds, first
+}

@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -473,10 +475,35 @@ func (s *Service) workingFromURL(ctx context.Context, tenant string, key []byte)
 	return linkstore.Link{}, linkstore.ErrNotFound
 }
 
+// workingFromURLs is workingFromURL for a batch's URL keys, by
+// string(key): one FromURLs query and one Redis pipeline (visitsSpentMany)
+// whatever their number. Each link whose visits are spent gives its key up
+// in a statement of its own, as workingFromURL's does; that happens once
+// per link, since the link no longer holds the key afterwards.
+func (s *Service) workingFromURLs(ctx context.Context, tenant string, keys [][]byte) (map[string]linkstore.Link, error) {
+	if len(keys) == 0 {
+		return map[string]linkstore.Link{}, nil
+	}
+	found, err := s.store.FromURLs(ctx, tenant, keys)
+	if err != nil {
+		return nil, err
+	}
+	spent := s.visitsSpentMany(ctx, slices.Collect(maps.Values(found)))
+	for key, l := range found {
+		if !spent[l.Code] {
+			continue
+		}
+		if err := s.store.ReleaseURLKey(ctx, tenant, l.Code, []byte(key)); err != nil {
+			return nil, err
+		}
+		delete(found, key)
+	}
+	return found, nil
+}
+
 // visitsSpent reports whether l is visit-limited and its visits, counted
-// in Redis by the redirect (linkcache.VisitsKey), are all spent. A counter
-// that cannot be read counts as not spent: the link is handed back as it
-// would have been before, never replaced on a guess.
+// in Redis by the redirect (linkcache.VisitsKey), are all spent (see
+// spentBy).
 func (s *Service) visitsSpent(ctx context.Context, l linkstore.Link) bool {
 	if l.MaxVisits <= 0 {
 		return false
@@ -484,6 +511,49 @@ func (s *Service) visitsSpent(ctx context.Context, l linkstore.Link) bool {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
 	defer cancel()
 	n, err := s.rdb.Get(ctx, linkcache.VisitsKey(l.Code)).Int64()
+	return s.spentBy(ctx, l, n, err)
+}
+
+// visitsSpentMany is visitsSpent for many links, by code (true for those
+// spent), in one Redis pipeline: the counters fall in many slots, which an
+// MGET could not span, and the cluster client splits a pipeline by node,
+// so they cost one round trip per node rather than one per link. Links
+// without a visit limit are not read.
+func (s *Service) visitsSpentMany(ctx context.Context, links []linkstore.Link) map[string]bool {
+	spent := make(map[string]bool)
+	var limited []linkstore.Link
+	for _, l := range links {
+		if l.MaxVisits > 0 {
+			limited = append(limited, l)
+		}
+	}
+	if len(limited) == 0 {
+		return spent
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.CacheTimeout)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	reads := make([]*redis.StringCmd, len(limited))
+	for i, l := range limited {
+		reads[i] = pipe.Get(ctx, linkcache.VisitsKey(l.Code))
+	}
+	// Exec's error is the first command's that failed, redis.Nil (a
+	// counter not there yet) included: each read is judged on its own.
+	_, _ = pipe.Exec(ctx)
+	for i, l := range limited {
+		n, err := reads[i].Int64()
+		if s.spentBy(ctx, l, n, err) {
+			spent[l.Code] = true
+		}
+	}
+	return spent
+}
+
+// spentBy reports whether the read (n, err) of l's visit counter says its
+// visits are spent. No counter (redis.Nil) is no visit yet. A counter that
+// cannot be read counts as not spent: the link is handed back as it would
+// have been before, never replaced on a guess.
+func (s *Service) spentBy(ctx context.Context, l linkstore.Link, n int64, err error) bool {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return false
@@ -810,16 +880,17 @@ func (s *Service) checkQuota(ctx context.Context, tenant string, n int, kind cha
 }
 
 // notRedirecting says why l answers 410 rather than redirecting:
-// "disabled", "expired" or "spent" (its visits, as visitsSpent reads
-// them); "" while it redirects. CODE_MODE_FROM_URL gives up such a link's
-// URL (workingFromURL) for the same reasons.
-func (s *Service) notRedirecting(ctx context.Context, l linkstore.Link) string {
+// "disabled", "expired" or, when spent (its visits, as visitsSpent reads
+// them; only worth reading when l is neither of the others), "spent"; ""
+// while it redirects. CODE_MODE_FROM_URL gives up such a link's URL
+// (workingFromURL) for the same reasons.
+func notRedirecting(l linkstore.Link, spent bool) string {
 	switch {
 	case l.Disabled:
 		return "disabled"
 	case l.Expires != nil && !l.Expires.After(time.Now()):
 		return "expired"
-	case s.visitsSpent(ctx, l):
+	case spent:
 		return "spent"
 	}
 	return ""

@@ -15,7 +15,9 @@ type Store interface {
 	InsertMany(ctx context.Context, links []linkstore.Link) (map[string]linkstore.Link, error)
 	Taken(ctx context.Context, codes []string) (map[string]bool, error)
 	Get(ctx context.Context, tenant, code string) (linkstore.Link, error)
+	GetMany(ctx context.Context, tenant string, codes []string) (map[string]linkstore.Link, error)
 	FromURL(ctx context.Context, tenant string, key []byte) (linkstore.Link, error)
+	FromURLs(ctx context.Context, tenant string, keys [][]byte) (map[string]linkstore.Link, error)
 	ByRequest(ctx context.Context, tenant string, key []byte) (linkstore.Link, error)
 	ReleaseURLKey(ctx context.Context, tenant, code string, key []byte) error
 	List(ctx context.Context, tenant string, size int, token, tag string) (linkstore.Page, error)

@@ -229,6 +229,109 @@ func testContract(t *testing.T, s contractStore, run string) {
 		}
 	})
 
+	t.Run("FromURLsFindsOnlyTheTenantsWorkingLinks", func(t *testing.T) {
+		// Not other: AnotherTenantsLinkIsNotFound expects it to hold no links.
+		neighbour := run + "-urls"
+		key := func(name string) []byte { return []byte(run + "-urls-" + name) }
+		mine := insert(t, linkstore.Link{Code: run + "us1", Tenant: tenant, LongURL: "https://example.com/shared", URLKey: key("shared")})
+		theirs := insert(t, linkstore.Link{Code: run + "us2", Tenant: neighbour, LongURL: "https://example.com/shared", URLKey: key("shared")})
+		only := insert(t, linkstore.Link{Code: run + "us3", Tenant: neighbour, LongURL: "https://example.com/theirs", URLKey: key("theirs")})
+		disabled, past := true, time.Now().Add(-time.Minute)
+		expired := &past
+		for name, kill := range map[string]func(code string) error{
+			"disabled": func(code string) error {
+				_, err := s.Update(ctx, tenant, code, linkstore.Changes{Disabled: &disabled})
+				return err
+			},
+			"expired": func(code string) error {
+				_, err := s.Update(ctx, tenant, code, linkstore.Changes{Expires: &expired})
+				return err
+			},
+			"deleted": func(code string) error {
+				_, err := s.Delete(ctx, tenant, code, nil)
+				return err
+			},
+		} {
+			l := insert(t, linkstore.Link{Code: run + "us" + name, Tenant: tenant, LongURL: "https://example.com/" + name, URLKey: key(name)})
+			if err := kill(l.Code); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys := [][]byte{key("shared"), key("theirs"), key("disabled"), key("expired"), key("deleted"), key("none")}
+		for _, c := range []struct {
+			tenant string
+			want   map[string]string // URL key: code
+		}{
+			{tenant, map[string]string{string(key("shared")): mine.Code}},
+			{neighbour, map[string]string{string(key("shared")): theirs.Code, string(key("theirs")): only.Code}},
+			{run + "-nobody", map[string]string{}},
+		} {
+			got, err := s.FromURLs(ctx, c.tenant, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes := make(map[string]string, len(got))
+			for k, l := range got {
+				if l.Tenant != c.tenant || string(l.URLKey) != k {
+					t.Errorf("FromURLs as %s: %q holds %+v, another tenant's link or another URL's", c.tenant, k, l)
+				}
+				codes[k] = l.Code
+			}
+			if !maps.Equal(codes, c.want) {
+				t.Errorf("FromURLs as %s = %v, want %v (working links of the tenant only)", c.tenant, codes, c.want)
+			}
+		}
+		if got, err := s.FromURLs(ctx, tenant, nil); err != nil || len(got) != 0 {
+			t.Errorf("FromURLs of no keys = %v, %v; want none", got, err)
+		}
+	})
+
+	t.Run("GetManyFindsOnlyTheTenantsLiveLinks", func(t *testing.T) {
+		neighbour := run + "-many"
+		mine := insert(t, linkstore.Link{Code: run + "gm1", Tenant: tenant, LongURL: "https://example.com/gm1", Tags: []string{"x"}})
+		theirs := insert(t, linkstore.Link{Code: run + "gm2", Tenant: neighbour, LongURL: "https://example.com/gm2"})
+		revoked := insert(t, linkstore.Link{Code: run + "gm3", Tenant: tenant, LongURL: "https://example.com/gm3"})
+		if _, err := s.Delete(ctx, tenant, revoked.Code, nil); err != nil {
+			t.Fatal(err)
+		}
+		disabled := true
+		off, err := s.Update(ctx, tenant, insert(t, linkstore.Link{Code: run + "gm4", Tenant: tenant, LongURL: "https://example.com/gm4"}).Code,
+			linkstore.Changes{Disabled: &disabled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes := []string{mine.Code, theirs.Code, revoked.Code, off.Code, run + "gm5"}
+		for _, c := range []struct {
+			tenant string
+			want   []linkstore.Link
+		}{
+			{tenant, []linkstore.Link{mine, off}},
+			{neighbour, []linkstore.Link{theirs}},
+			{run + "-nobody", nil},
+		} {
+			got, err := s.GetMany(ctx, c.tenant, codes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(c.want) {
+				t.Errorf("GetMany as %s returned %d links %v, want %d", c.tenant, len(got), slices.Collect(maps.Keys(got)), len(c.want))
+			}
+			for _, w := range c.want {
+				one, err := s.Get(ctx, c.tenant, w.Code)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l, ok := got[w.Code]; !ok || l.Tenant != c.tenant || l.LongURL != w.LongURL || !slices.Equal(l.Tags, one.Tags) ||
+					l.Disabled != one.Disabled || l.Version != one.Version {
+					t.Errorf("GetMany as %s: %s = %+v, %v; want it as Get returns it, %+v", c.tenant, w.Code, l, ok, one)
+				}
+			}
+		}
+		if got, err := s.GetMany(ctx, tenant, nil); err != nil || len(got) != 0 {
+			t.Errorf("GetMany of no codes = %v, %v; want none", got, err)
+		}
+	})
+
 	t.Run("CodesStayTakenAcrossTenantsAndRevocation", func(t *testing.T) {
 		l := insert(t, linkstore.Link{Code: run + "t1", Tenant: tenant, LongURL: "https://example.com/t"})
 		if _, err := s.Insert(ctx, linkstore.Link{Code: l.Code, Tenant: other, LongURL: "https://example.com/o"}); !errors.Is(err, linkstore.ErrCodeTaken) {

@@ -490,6 +490,35 @@ func (s *Store) FromURL(ctx context.Context, tenant string, key []byte) (Link, e
 	return l, nil
 }
 
+// FromURLs is FromURL for many URL keys in one query: tenant's working
+// links made from the URLs whose keys are keys, keyed by string(URLKey); a
+// key without one is left out. Another tenant's links of the same URLs are
+// never returned. BatchCreateLinks looks its whole batch up with it: one
+// query per batch, not one per item, for the items a batch sent again
+// answers without charging them.
+func (s *Store) FromURLs(ctx context.Context, tenant string, keys [][]byte) (map[string]Link, error) {
+	if len(keys) == 0 {
+		return map[string]Link{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM links
+		WHERE tenant = $1 AND url_key = ANY($2::bytea[]) AND deleted_at IS NULL
+			AND NOT disabled AND (expires_at IS NULL OR expires_at > now())`, tenant, keys)
+	if err != nil {
+		return nil, fmt.Errorf("find links from urls: %w", err)
+	}
+	links, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Link, error) { return scan(r) })
+	if err != nil {
+		return nil, fmt.Errorf("find links from urls: %w", err)
+	}
+	out := make(map[string]Link, len(links))
+	for _, l := range links {
+		out[string(l.URLKey)] = l
+	}
+	return out, nil
+}
+
 // ByRequest returns tenant's live (not deleted) link made by a create with
 // the idempotency key whose SHA-256 is key (Link.RequestKey), with its
 // RequestKey and RequestHash; ErrNotFound without one.
@@ -537,6 +566,32 @@ func (s *Store) Get(ctx context.Context, tenant, code string) (Link, error) {
 		return Link{}, fmt.Errorf("get link: %w", err)
 	}
 	return l, nil
+}
+
+// GetMany is Get for many codes in one query: tenant's live links with
+// codes, keyed by code; a code without one (free, revoked, or another
+// tenant's) is left out. BatchCreateLinks reads the links of its taken
+// aliases with it: one query per batch, not one per alias.
+func (s *Store) GetMany(ctx context.Context, tenant string, codes []string) (map[string]Link, error) {
+	if len(codes) == 0 {
+		return map[string]Link{}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM links
+		WHERE code = ANY($1::text[]) AND tenant = $2 AND deleted_at IS NULL`, codes, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("get links: %w", err)
+	}
+	links, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Link, error) { return scan(r) })
+	if err != nil {
+		return nil, fmt.Errorf("get links: %w", err)
+	}
+	out := make(map[string]Link, len(links))
+	for _, l := range links {
+		out[l.Code] = l
+	}
+	return out, nil
 }
 
 // Page is one page of List.

@@ -231,6 +231,23 @@ func (f *Fake) FromURL(_ context.Context, tenant string, key []byte) (linkstore.
 	return clone(r.link), nil
 }
 
+// FromURLs returns tenant's working links made from the URLs of keys, by
+// string(URLKey); a key without one is left out.
+func (f *Fake) FromURLs(_ context.Context, tenant string, keys [][]byte) (map[string]linkstore.Link, error) {
+	defer f.mu.Unlock()
+	if err := f.lock(); err != nil {
+		return nil, err
+	}
+	t := now() // one statement: one now()
+	out := make(map[string]linkstore.Link)
+	for _, k := range keys {
+		if r, ok := f.fromURL(tenant, k); ok && working(r.link, t) {
+			out[string(k)] = clone(r.link)
+		}
+	}
+	return out, nil
+}
+
 // ReleaseURLKey takes the URL key from tenant's link code if it still
 // holds key.
 func (f *Fake) ReleaseURLKey(_ context.Context, tenant, code string, key []byte) error {
@@ -307,6 +324,22 @@ func (f *Fake) Get(_ context.Context, tenant, code string) (linkstore.Link, erro
 		return linkstore.Link{}, err
 	}
 	return clone(r.link), nil
+}
+
+// GetMany returns tenant's live links with codes, by code; a code without
+// one is left out.
+func (f *Fake) GetMany(_ context.Context, tenant string, codes []string) (map[string]linkstore.Link, error) {
+	defer f.mu.Unlock()
+	if err := f.lock(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]linkstore.Link)
+	for _, c := range codes {
+		if r, ok := f.links[c]; ok && r.link.Tenant == tenant && r.link.Deleted == nil {
+			out[c] = clone(r.link)
+		}
+	}
+	return out, nil
 }
 
 // newestFirst orders links as List does: created_at DESC, code DESC.
