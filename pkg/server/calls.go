@@ -127,6 +127,14 @@ func (s *slot) Value(key any) any {
 	return s.Context.Value(key)
 }
 
+// healthCheck is the kubelet's readiness probe (grpc: in the manifests).
+// It takes no place: a full server (a slow Redis keeps the limiter's calls
+// open) would otherwise fail its probes, and with every replica full at
+// once the Service would be left with none, turning busy into down. A
+// check is answered from memory at once, so it cannot hold places the
+// way a stream does; Health/Watch, which is a stream, takes one.
+const healthCheck = "/grpc.health.v1.Health/Check"
+
 // tap is the server's tap.ServerInHandle.
 func (g *callGate) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if g.authenticate != nil {
@@ -136,6 +144,9 @@ func (g *callGate) tap(ctx context.Context, info *tap.Info) (context.Context, er
 			return nil, err
 		}
 		ctx = authed
+	}
+	if info.FullMethodName == healthCheck {
+		return ctx, nil
 	}
 	if g.n.Add(1) > g.max {
 		g.n.Add(-1)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"kurz.dev/pkg/server"
 	"kurz.dev/pkg/testkit/servertest"
@@ -23,7 +24,10 @@ import (
 // more is refused with UNAVAILABLE, whichever connection it comes
 // on, and a call that ends gives its place back. The calls held here have
 // sent their headers and nothing else, as an attacker's would: each holds
-// a goroutine, waiting for a request that never comes.
+// a goroutine, waiting for a request that never comes. A health check is
+// still answered: it is the kubelet's readiness probe, and a full server
+// (a slow Redis keeps the limiter's calls open) must not be taken out of
+// its Service, every replica at once, for being busy.
 func TestGRPCCallsOverTheMaximumAreRefused(t *testing.T) {
 	const max = 4
 	arrived := make(chan struct{}, max)
@@ -32,10 +36,15 @@ func TestGRPCCallsOverTheMaximumAreRefused(t *testing.T) {
 		<-stream.Context().Done()
 		return nil
 	}
+	pong := func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		in := new(emptypb.Empty)
+		return in, dec(in)
+	}
 	r := startWith(t, server.Config{GRPCMaxCalls: max}, func(s *server.Server) {
 		s.RegisterService(&grpc.ServiceDesc{
 			ServiceName: "test.Hold",
 			HandlerType: (*any)(nil),
+			Methods:     []grpc.MethodDesc{{MethodName: "Ping", Handler: pong}},
 			Streams:     []grpc.StreamDesc{{StreamName: "Hold", Handler: hold, ClientStreams: true, ServerStreams: true}},
 		}, struct{}{})
 	})
@@ -60,11 +69,18 @@ func TestGRPCCallsOverTheMaximumAreRefused(t *testing.T) {
 	for range max {
 		<-arrived
 	}
-	// A third client's call is refused while they are held.
-	health := healthpb.NewHealthClient(r.Conn)
-	_, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	// A third client's call is refused while they are held; its health
+	// check is answered.
+	ping := func() error {
+		return r.Conn.Invoke(context.Background(), "/test.Hold/Ping", &emptypb.Empty{}, &emptypb.Empty{})
+	}
+	err := ping()
 	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "KURZ_GRPC_MAX_CALLS") {
 		t.Errorf("call with %d held: %v, want Unavailable naming KURZ_GRPC_MAX_CALLS", max, err)
+	}
+	health := healthpb.NewHealthClient(r.Conn)
+	if resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health check with %d calls held: %v, %v; want SERVING: a busy server is still ready", max, resp.GetStatus(), err)
 	}
 	// Counted before the refusal is sent: on /metrics by now.
 	if got := metricValue(t, r.HTTP+"/metrics", "kurz_grpc_calls_refused_total"); got != 1 {
@@ -72,10 +88,7 @@ func TestGRPCCallsOverTheMaximumAreRefused(t *testing.T) {
 	}
 	// One ends: its place is given back (when the server has seen it end).
 	held[0]()
-	if err := retryUntil(t, func() error {
-		_, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
-		return err
-	}); err != nil {
+	if err := retryUntil(t, ping); err != nil {
 		t.Errorf("call after one of %d ended: %v, want OK", max, err)
 	}
 }

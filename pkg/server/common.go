@@ -61,8 +61,9 @@ type Common struct {
 	// quarter of GOMEMLIMIT at that size, at most 1024 (without GOMEMLIMIT,
 	// 1024); the shortener and analytics, which refuse a call without the
 	// service key before reading its request, count 64 KiB (their large
-	// requests come from the gateway, which bounds them). Set it only with
-	// the pod's memory in mind.
+	// requests come from the gateway, which bounds them). A health check
+	// (the readiness probe) is answered past it: busy is not down. Set it
+	// only with the pod's memory in mind.
 	GRPCMaxCalls int `env:"GRPC_MAX_CALLS" default:"0"`
 	// GRPCMaxConnections bounds the open connections of the gRPC listener:
 	// a connection that comes while this many are open closes the oldest
