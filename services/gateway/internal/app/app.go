@@ -99,12 +99,18 @@ type Config struct {
 	Keying clientip.Keying
 	// AdminToken guards /v1/admin/...; empty disables the admin API.
 	AdminToken string `env:"GATEWAY_ADMIN_TOKEN" default:""`
-	// MaxBulkRequests bounds the batch and import requests served at once
-	// (each may hold tens of MB); past it they are answered 503 with a
-	// Retry-After before their body is read. A tenant holds at most half
-	// of them (at least one): its next one is answered 429. A body must
-	// arrive at 64 KiB/s or faster after its first 5 s, or it is answered
-	// 400 and its slot freed: trickled bodies cannot hold the slots.
+	// MaxBulkRequests bounds the large batch and import requests served
+	// at once (each may hold tens of MB): those whose body is declared
+	// larger than KURZ_GATEWAY_MAX_BODY_BYTES, or not declared (chunked).
+	// Past it they are answered 503 with a Retry-After before their body
+	// is read. A smaller body takes no slot and is never refused for one.
+	// A tenant holds at most half of the slots (at least one): its next
+	// large one is answered 429. A large body must arrive at 64 KiB/s or
+	// faster after its first 5 s, or it is answered 400 and its slot
+	// freed, so a trickled body cannot hold a slot; bodies sent at that
+	// rate or faster by other tenants can hold every slot for up to the
+	// listener's read timeout (30 s), holding off large requests
+	// meanwhile, not small ones.
 	MaxBulkRequests int `env:"GATEWAY_MAX_BULK_REQUESTS" default:"2"`
 	// ServiceAuth signs, on every call to the shortener and analytics, an
 	// assertion of the tenant the gateway authenticated.

@@ -249,6 +249,82 @@ func TestAdminDeletesASuspendedTenantsLink(t *testing.T) {
 	}
 }
 
+// The administrator deletes a link made without a key (tenant
+// "anonymous", which has no gw_tenants row and no key that could delete
+// it): DELETE /v1/admin/tenants/anonymous/links/{code} answers 204 and the
+// link is deleted, on a gateway with anonymous creation on and on one with
+// it off (the links made while it was on live on); the delete asked again
+// is the shortener's 404. The anonymous tenant's name reaches only that
+// link route: it is still no tenant to the admin API (get, keys, suspend,
+// domains: 404), and a keyed tenant's link is not its own.
+func TestAdminDeletesAnAnonymousLink(t *testing.T) {
+	gw := startGateway(t, nil)
+	closed := startGateway(t, map[string]string{"KURZ_GATEWAY_ALLOW_ANONYMOUS": "false"})
+	var codes []string
+	cleanupCodes(t, &codes)
+	anon := newClient(t, gw, "")
+	create := func(url string) string {
+		t.Helper()
+		r := anon.do("POST", "/v1/links", `{"longUrl":"`+url+`"}`)
+		if r.code != http.StatusCreated || r.json(t)["tenant"] != "anonymous" {
+			t.Fatalf("anonymous create: %s; want 201 of tenant anonymous", r)
+		}
+		code := r.json(t)["code"].(string)
+		codes = append(codes, code)
+		return code
+	}
+	deleted := func(code string) bool {
+		t.Helper()
+		var gone bool
+		if err := stack.DB.QueryRow(context.Background(),
+			`SELECT deleted_at IS NOT NULL FROM links WHERE tenant = 'anonymous' AND code = $1`, code).Scan(&gone); err != nil {
+			t.Fatalf("read anonymous link %s: %v", code, err)
+		}
+		return gone
+	}
+	for name, g := range map[string]*servertest.Running{"anonymous creation on": gw, "anonymous creation off": closed} {
+		code := create("https://example.com/phish-" + strings.ReplaceAll(name, " ", "-"))
+		admin := newClient(t, g, adminToken)
+		path := "/v1/admin/tenants/anonymous/links/" + code
+		if r := anon.do("DELETE", path, ""); r.code != http.StatusUnauthorized || deleted(code) {
+			t.Errorf("%s: the admin route without the token: %s, deleted %v; want 401, kept", name, r, deleted(code))
+		}
+		if r := admin.do("DELETE", path, ""); r.code != http.StatusNoContent {
+			t.Fatalf("%s: the administrator deletes an anonymous link: %s, want 204", name, r)
+		}
+		if !deleted(code) {
+			t.Errorf("%s: the anonymous link answered 204 but is not deleted", name)
+		}
+		if r := admin.do("DELETE", path, ""); r.code != http.StatusNotFound || r.apiError(t)["code"] != "NOT_FOUND" ||
+			!strings.Contains(r.apiError(t)["detail"].(string), "no such link") {
+			t.Errorf("%s: the deleted anonymous link deleted again: %s; want the shortener's 404 NOT_FOUND", name, r)
+		}
+	}
+
+	admin := newClient(t, gw, adminToken)
+	a := newTenant(t, gw, "free")
+	keyed := newClient(t, gw, a.key).do("POST", "/v1/links", `{"longUrl":"https://example.com/keyed"}`)
+	if keyed.code != http.StatusCreated {
+		t.Fatalf("keyed create: %s", keyed)
+	}
+	for _, rq := range []struct{ method, path, body string }{
+		{"DELETE", "/v1/admin/tenants/anonymous/links/" + keyed.json(t)["code"].(string), ""}, // another tenant's link
+		{"GET", "/v1/admin/tenants/anonymous", ""},
+		{"POST", "/v1/admin/tenants/anonymous/keys", `{"name":"x"}`},
+		{"GET", "/v1/admin/tenants/anonymous/keys", ""},
+		{"POST", "/v1/admin/tenants/anonymous/suspend", `{"reason":"x"}`},
+		{"DELETE", "/v1/admin/tenants/anonymous/domains/go.example.com", ""},
+		{"POST", "/v1/admin/tenants/anonymous/domains/go.example.com/verify", ""},
+	} {
+		if r := admin.do(rq.method, rq.path, rq.body); r.code != http.StatusNotFound {
+			t.Errorf("%s %s: %s; want 404", rq.method, rq.path, r)
+		}
+	}
+	if r := newClient(t, gw, a.key).do("GET", "/v1/links/"+keyed.json(t)["code"].(string), ""); r.code != http.StatusOK {
+		t.Errorf("the keyed link after the anonymous route was asked to delete it: %s; want it kept", r)
+	}
+}
+
 // A suspended tenant's keys stay under its rate limits: a runaway
 // integration, one reason to suspend, must not gain unlimited requests
 // (each a key look-up and a log line) by being suspended. A burst of 40

@@ -65,11 +65,12 @@ type Options struct {
 	Keying clientip.Keying
 	// CallTimeout bounds each call to a service behind the gateway.
 	CallTimeout time.Duration
-	// MaxBulkRequests bounds the bulk requests (POST /v1/links:batch and
-	// /v1/links:import, up to 4 and 20 MB of body) the process serves at
-	// once; past it they are answered 503 before their body is read. One
-	// tenant holds at most half of them (at least one); past that its
-	// next bulk request is answered 429.
+	// MaxBulkRequests bounds the large bulk requests (POST /v1/links:batch
+	// and /v1/links:import, up to 4 and 20 MB of body) the process serves
+	// at once; past it they are answered 503 before their body is read.
+	// One tenant holds at most half of them (at least one); past that its
+	// next large bulk request is answered 429. A bulk request whose body is
+	// declared within MaxBodyBytes takes none (admitBulk).
 	MaxBulkRequests int
 	// ReadTimeout is the HTTP listener's bound on reading a request: the
 	// pacing of a bulk body (bulkBodyMinRate) never extends past it. Zero:

@@ -110,25 +110,38 @@ var exportColumns = []string{
 }
 
 // admitBulk admits a request whose body may hold up to limit bytes, before
-// the body is read: a declared length over limit is a 413 without taking
-// anything; otherwise it takes one of the process's bulk slots
-// (Options.MaxBulkRequests), and with every slot busy the answer is 503 with
-// a Retry-After at once, so that concurrent bulk requests cannot hold more
-// memory than the slots'. A tenant already holding its share of the slots
-// is answered 429: its bodies, sent as slowly as it likes, cannot keep the
-// other tenants out.
-func (a *API) admitBulk(c *call, limit int64) (release func(), err error) {
+// the body is read, and returns the bound to read the body with. A
+// declared length over limit is a 413 without taking anything.
+//
+// A declared length of at most Options.MaxBodyBytes takes nothing either:
+// every other route reads a body that large without a slot, so its memory
+// is bounded as theirs is, and its body is read with that bound (unpaced,
+// as theirs). The slots are for the large bodies, and tenants sending
+// large bodies at the pacing rate or faster can hold every slot for up to
+// the listener's ReadTimeout: a one-item batch or a small import must not
+// wait for them.
+//
+// A larger or undeclared (chunked) body takes one of the process's bulk
+// slots (Options.MaxBulkRequests), and with every slot busy the answer is
+// 503 with a Retry-After at once, so that concurrent bulk requests cannot
+// hold more memory than the slots'. A tenant already holding its share of
+// the slots is answered 429: its bodies cannot keep the other tenants out
+// on their own. Its body is paced (pacedBody).
+func (a *API) admitBulk(c *call, limit int64) (release func(), bound int64, err error) {
 	if c.r.ContentLength > limit {
-		return nil, bodyTooLarge(limit)
+		return nil, 0, bodyTooLarge(limit)
+	}
+	if small := min(limit, a.opts.MaxBodyBytes); c.r.ContentLength >= 0 && c.r.ContentLength <= small {
+		return func() {}, small, nil
 	}
 	tenant := c.tenant()
 	a.bulkMu.Lock()
 	if a.bulkHeld[tenant] >= a.bulkShare {
 		a.bulkMu.Unlock()
 		e := newError(http.StatusTooManyRequests, codeName(codes.ResourceExhausted),
-			fmt.Sprintf("this tenant's bulk requests (batches, imports) in progress already hold its share of the gateway's bulk slots (%d); nothing was created: retry when one is done", a.bulkShare))
+			fmt.Sprintf("this tenant's large bulk requests (batches and imports whose body is over %d bytes, or of undeclared length) in progress already hold its share of the gateway's bulk slots (%d); nothing was created: retry when one is done, or send smaller requests (a declared Content-Length within that bound), which need no slot", a.opts.MaxBodyBytes, a.bulkShare))
 		e.retryAfter, e.reason = bulkRetryAfter, reasonBulkShareInUse
-		return nil, e
+		return nil, 0, e
 	}
 	a.bulkHeld[tenant]++
 	a.bulkMu.Unlock()
@@ -144,12 +157,12 @@ func (a *API) admitBulk(c *call, limit int64) (release func(), err error) {
 	if err != nil {
 		unhold()
 		e := newError(http.StatusServiceUnavailable, codeName(codes.Unavailable),
-			"the gateway is serving as many bulk requests (batches, imports) as it can hold; nothing was created: retry shortly")
+			fmt.Sprintf("the gateway is serving as many large bulk requests (batches and imports whose body is over %d bytes, or of undeclared length) as it can hold; nothing was created: retry shortly, or send smaller requests (a declared Content-Length within that bound), which need no slot", a.opts.MaxBodyBytes))
 		e.retryAfter, e.reason = bulkRetryAfter, reasonBulkSlotsBusy
-		return nil, e
+		return nil, 0, e
 	}
 	c.r.Body = &pacedBody{ReadCloser: c.r.Body, rc: http.NewResponseController(c.w), start: time.Now(), most: a.opts.ReadTimeout}
-	return func() { freeSlot(); unhold() }, nil
+	return func() { freeSlot(); unhold() }, limit, nil
 }
 
 // A bulk request's body must arrive at bulkBodyMinRate or faster, after a
@@ -219,6 +232,18 @@ func extendWriteDeadline(w http.ResponseWriter, d time.Duration) {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + 10*time.Second))
 }
 
+// exportRoute and importRoute are the patterns of the CSV export and
+// import: what their later pages and batches are charged as.
+const (
+	exportRoute = "GET /v1/links:export"
+	importRoute = "POST /v1/links:import"
+)
+
+// exportPageWait is the longest an export waits for its key's rules to
+// allow its next page (see chargeExportPage): the write deadline is pushed
+// past it.
+const exportPageWait = maxQueueWait
+
 // exportLinks streams the caller's links (optionally those with ?tag=) as
 // CSV, one ListLinks page at a time. The first page is read before anything
 // is written, so that a refusal is a proper error answer; a failure after
@@ -226,6 +251,10 @@ func extendWriteDeadline(w http.ResponseWriter, d time.Duration) {
 // than a short file. The key is checked again before every later page (see
 // keyRevoked): an export read slowly runs for as long as its reader likes,
 // and a revoked key must not keep reading the tenant's links meanwhile.
+// Every later page is charged to the edge quota as the admission charged
+// the first (chargeExportPage): an export is exportRoute once per page of
+// up to exportPageSize links, as reading them through GET /v1/links is, and
+// one whose next page the quota refuses is aborted the same way.
 func (a *API) exportLinks(c *call) error {
 	req := &shortenerv1.ListLinksRequest{PageSize: exportPageSize, Tag: c.r.URL.Query().Get("tag")}
 	page, err := a.listPage(c, req)
@@ -256,6 +285,14 @@ func (a *API) exportLinks(c *call) error {
 				"request_id", c.st.id, "tenant", c.tenant(), "key_id", c.keyID)
 			panic(http.ErrAbortHandler)
 		}
+		if err := a.chargeExportPage(c); err != nil {
+			// The 200 and the pages before are sent: the refusal
+			// (its Retry-After) can no longer be told, only that the
+			// file is not whole.
+			a.log.InfoContext(c.r.Context(), "export aborted: its next page was refused", "route", c.st.route,
+				"request_id", c.st.id, "tenant", c.tenant(), "key_id", c.keyID, "err", err)
+			panic(http.ErrAbortHandler)
+		}
 		req.PageToken = page.GetNextPageToken()
 		if page, err = a.listPage(c, req); err != nil {
 			a.log.WarnContext(c.r.Context(), "export aborted", "route", c.st.route, "request_id", c.st.id, "err", err)
@@ -264,6 +301,36 @@ func (a *API) exportLinks(c *call) error {
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// chargeExportPage charges an export's next page to the edge quota, as
+// exportRoute once, before it is read: charged once, an export read every
+// link of the tenant (a ListLinks call per 1,000) for one unit of its key's
+// quota, where GET /v1/links, or the Shlink list, pays one per 1,000.
+//
+// The pages are read far faster than a rule refills (a free key's 1 a
+// second), so a key's burst would end every large export at the same page,
+// however often it is asked again: a refusal that says to come back within
+// exportPageWait is waited out, once, and the page asked for again, so the
+// export goes on at the rate the key's rules allow. Any other refusal (a
+// longer wait, a second refusal, the client gone) is returned, and the
+// export aborted.
+func (a *API) chargeExportPage(c *call) error {
+	// A queue's turn (maxQueueWait) on each ask, and the wait between.
+	extendWriteDeadline(c.w, exportPageWait+2*maxQueueWait)
+	err := a.edgeQuotaCost(c, exportRoute, 1)
+	var e *apiError
+	if !errors.As(err, &e) || e.status != http.StatusTooManyRequests || e.retryAfter > exportPageWait {
+		return err
+	}
+	t := time.NewTimer(e.retryAfter)
+	defer t.Stop()
+	select {
+	case <-c.r.Context().Done():
+		return c.r.Context().Err()
+	case <-t.C:
+	}
+	return a.edgeQuotaCost(c, exportRoute, 1)
 }
 
 // listPage reads one page of ListLinks, giving the response time to be
@@ -307,6 +374,12 @@ func exportRecord(l *shortenerv1.Link) []string {
 	}
 	return rec
 }
+
+// importRowsPerCharge is how many rows an import sends to the shortener
+// (each a create, and a look-up where its code is taken) for one charge of
+// importRoute: as many as a GET /v1/links call reads, and a batch call
+// takes.
+const importRowsPerCharge = linkimport.MaxBatch
 
 // importResponse is the answer of POST /v1/links:import.
 type importResponse struct {
@@ -356,8 +429,7 @@ func (a *API) importLinks(c *call) error {
 			return badRequest("send the CSV file itself as the request body (Content-Type: text/csv), not a form")
 		}
 	}
-	limit := max(a.opts.MaxBodyBytes, importBodyBytes)
-	release, err := a.admitBulk(c, limit)
+	release, limit, err := a.admitBulk(c, max(a.opts.MaxBodyBytes, importBodyBytes))
 	if err != nil {
 		return err
 	}
@@ -378,6 +450,9 @@ func (a *API) importLinks(c *call) error {
 	}
 
 	var callErr error // the batch call's own error, unwrapped
+	// The rows sent to the shortener, and the charges of importRoute paid
+	// for them: the admission paid the first.
+	sent, paid := 0, 1
 	create := func(_ context.Context, reqs []*shortenerv1.CreateLinkRequest) (*shortenerv1.BatchCreateLinksResponse, error) {
 		// The body may have taken minutes to arrive, and the batches
 		// take a while more: a key revoked or a tenant suspended
@@ -386,6 +461,19 @@ func (a *API) importLinks(c *call) error {
 			callErr = err
 			return nil, err
 		}
+		// Charged once per importRowsPerCharge rows sent, before they
+		// are: each row is a create and, where its code is taken, a
+		// look-up (lookup, below), which nothing else charges. Charged
+		// once, a file of 10,000 taken codes was 10,000 look-ups (and
+		// 20 batch calls) for one unit of the key's quota.
+		if owed := (sent + len(reqs) + importRowsPerCharge - 1) / importRowsPerCharge; owed > paid {
+			if err := a.edgeQuotaCost(c, importRoute, uint32(owed-paid)); err != nil {
+				callErr = err
+				return nil, err
+			}
+			paid = owed
+		}
+		sent += len(reqs)
 		resp, err := a.batchCreate(c, reqs)
 		callErr = err
 		return resp, err

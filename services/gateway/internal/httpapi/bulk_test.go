@@ -14,10 +14,12 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,6 +30,7 @@ import (
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
 	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/linkimport"
+	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/rpcerr"
 )
 
@@ -52,9 +55,11 @@ type bulkShortener struct {
 	// links (GetLink finds them), the others another tenant's.
 	taken map[string]string // alias: its link's URL
 	mine  map[string]bool
+	gets  int // GetLink calls
 }
 
 func (s *bulkShortener) GetLink(_ context.Context, in *shortenerv1.GetLinkRequest, _ ...grpc.CallOption) (*shortenerv1.GetLinkResponse, error) {
+	s.gets++
 	if u, ok := s.taken[in.GetCode()]; ok && s.mine[in.GetCode()] {
 		return &shortenerv1.GetLinkResponse{Link: &shortenerv1.Link{Code: in.GetCode(), ShortUrl: "http://k.test/" + in.GetCode(), LongUrl: u}}, nil
 	}
@@ -113,18 +118,26 @@ func (s *bulkShortener) UpdateLink(_ context.Context, in *shortenerv1.UpdateLink
 	return &shortenerv1.UpdateLinkResponse{Link: in.GetLink()}, nil
 }
 
+// newBulkAPI is an API of sh for the bulk handlers, called past admission
+// (bulkCall): a 1 KiB body bound, one bulk slot, and a limiter that allows
+// every charge a handler asks itself (an export's later pages, an
+// import's later batches).
 func newBulkAPI(sh *bulkShortener) *API {
+	q, err := quota.New(&shlinkLimiter{}, time.Second, slog.New(slog.DiscardHandler), noop.NewMeterProvider())
+	if err != nil {
+		panic(err)
+	}
 	return &API{opts: Options{MaxBodyBytes: 1024, CallTimeout: time.Second}, shortener: sh, log: slog.New(slog.DiscardHandler),
-		bulk: capacity.New(1, 0), bulkHeld: map[string]int{}, bulkShare: 1}
+		quota: q, keys: shlinkKeys{}, bulk: capacity.New(1, 0), bulkHeld: map[string]int{}, bulkShare: 1}
 }
 
 // bulkCall runs handle on method target with body, as the route table
-// would after admission.
+// would after admission of shlinkGoodKey (tenant acme, key k1).
 func bulkCall(a *API, handle func(*call) error, method, target, body string) (*httptest.ResponseRecorder, error) {
 	r := httptest.NewRequest(method, target, strings.NewReader(body))
 	r.SetPathValue("code", "abcd123")
 	w := httptest.NewRecorder()
-	return w, handle(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}})
+	return w, handle(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: "acme"}, keyID: "k1", key: shlinkGoodKey})
 }
 
 func statusOf(t *testing.T, err error) (int, string) {
@@ -367,6 +380,175 @@ func TestExportFailures(t *testing.T) {
 	t.Error("a failure mid-way ended the export normally")
 }
 
+// exportEnv is the API over the Shlink tests' fakes holding n links, served
+// as the gateway serves it, for the export's charges.
+func exportEnv(t *testing.T, n int) *shlinkEnv {
+	t.Helper()
+	links := make([]*shortenerv1.Link, n)
+	for i := range links {
+		links[i] = shlinkLink(fmt.Sprintf("code%04d", i))
+	}
+	return newShlinkEnv(t, links...)
+}
+
+// exportOf sends GET /v1/links:export with shlinkGoodKey to env's gateway.
+func exportOf(t *testing.T, env *shlinkEnv) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest("GET", "/v1/links:export", nil)
+	r.Header.Set("Authorization", "Bearer "+shlinkGoodKey)
+	w := httptest.NewRecorder()
+	env.handler.ServeHTTP(w, r)
+	return w
+}
+
+// An export is charged as its route once per page of up to 1,000 links,
+// each later page before it is read (the admission pays the first), as
+// GET /v1/links and the Shlink list are: 2,500 links are three charges,
+// where they were one. A refusal that says to come back within a few
+// seconds is waited out, the export going on at the key's rate.
+func TestExportIsChargedPerPage(t *testing.T) {
+	env := exportEnv(t, 2500)
+	w := exportOf(t, env)
+	recs, err := csv.NewReader(w.Body).ReadAll()
+	if w.Code != http.StatusOK || err != nil || len(recs) != 2501 {
+		t.Fatalf("export of 2,500 links: %d, %d records (%v); want 200, the header and 2,500 rows", w.Code, len(recs), err)
+	}
+	if got, want := env.limiter.takeCharged(), slices.Repeat([]string{exportRoute}, 3); !slices.Equal(got, want) || len(env.shortener.lists) != 3 {
+		t.Errorf("export of 3 pages: charged %v, %d ListLinks calls; want %v, 3", got, len(env.shortener.lists), want)
+	}
+	if len(w.Header()["RateLimit"]) != 1 { // as spelt, not canonical
+		t.Error("the export's answer has no RateLimit field")
+	}
+
+	// The key's rule is empty at page 2 for a second: the page waits.
+	env = exportEnv(t, 2500)
+	env.limiter.refuse = func(ask int) time.Duration { return map[int]time.Duration{2: time.Second}[ask] }
+	start := time.Now()
+	w = exportOf(t, env)
+	recs, err = csv.NewReader(w.Body).ReadAll()
+	if w.Code != http.StatusOK || err != nil || len(recs) != 2501 {
+		t.Fatalf("export refused once for a second: %d, %d records (%v); want it whole", w.Code, len(recs), err)
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Errorf("export refused for a second went on after %v; want it to wait the second", took)
+	}
+	if got := env.limiter.takeCharged(); len(got) != 3 || env.limiter.asks != 4 {
+		t.Errorf("export refused once: %d charges in %d asks; want 3 in 4", len(got), env.limiter.asks)
+	}
+}
+
+// A page the key's quota refuses ends the export as a failed transfer
+// (http.ErrAbortHandler: the chunked body is cut without its last chunk):
+// the client's read fails after the pages before it, rather than ending
+// on a file that looks whole; nothing more is read from the shortener. So
+// does a second refusal after a short wait.
+func TestExportRefusedMidwayIsAbortedWhereTheClientSeesIt(t *testing.T) {
+	for name, refuse := range map[string]func(ask int) time.Duration{
+		"a long wait":             func(ask int) time.Duration { return map[bool]time.Duration{true: time.Minute}[ask >= 2] },
+		"refused again after one": func(ask int) time.Duration { return map[bool]time.Duration{true: time.Second}[ask >= 2] },
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := exportEnv(t, 2500)
+			env.limiter.refuse = refuse
+			srv := httptest.NewServer(env.handler)
+			defer srv.Close()
+			req, err := http.NewRequest("GET", srv.URL+"/v1/links:export", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+shlinkGoodKey)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK || err == nil {
+				t.Fatalf("export refused at page 2: %d, read error %v; want 200 and a failed read", resp.StatusCode, err)
+			}
+			recs, _ := csv.NewReader(bytes.NewReader(body)).ReadAll()
+			if len(recs) != 1001 {
+				t.Errorf("export refused at page 2 sent %d records; want the header and page 1's 1,000 links", len(recs))
+			}
+			if got := env.limiter.takeCharged(); len(got) != 1 || len(env.shortener.lists) != 1 {
+				t.Errorf("export refused at page 2: %d charges, %d ListLinks calls; want 1 and 1", len(got), len(env.shortener.lists))
+			}
+			if !strings.Contains(env.logs.String(), "export aborted: its next page was refused") {
+				t.Errorf("no log line of the abort:\n%s", env.logs)
+			}
+		})
+	}
+}
+
+// takenFile is an import of n rows whose keywords another tenant holds,
+// and sh's record of them.
+func takenFile(sh *bulkShortener, n int) string {
+	var file strings.Builder
+	file.WriteString("keyword,url\n")
+	sh.taken = map[string]string{}
+	for i := range n {
+		code := fmt.Sprintf("taken%04d", i)
+		sh.taken[code] = "https://elsewhere.example/"
+		fmt.Fprintf(&file, "%s,https://example.com/%d\n", code, i)
+	}
+	return file.String()
+}
+
+// importOf sends body to POST /v1/links:import of h with shlinkGoodKey.
+func importOf(h http.Handler, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest("POST", "/v1/links:import", strings.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+shlinkGoodKey)
+	r.Header.Set("Content-Type", "text/csv")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// An import is charged as its route once per 1,000 rows it sends to the
+// shortener, before it sends them (the admission pays the first): each row
+// is a create and, where its code is taken, a look-up. 2,500 rows whose
+// codes another tenant holds are 2,500 look-ups, then the same rows sent
+// again for new codes: 5,000 rows, five charges, where they were one.
+func TestImportIsChargedPerThousandRows(t *testing.T) {
+	lim, sh := &shlinkLimiter{}, &bulkShortener{}
+	h := serveFakes(t, lim, Deps{Shortener: sh})
+	w := importOf(h, takenFile(sh, 2500))
+	var got importResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &got); w.Code != http.StatusOK || err != nil || got.Created != 2500 || got.AliasesKept != 0 {
+		t.Fatalf("import of 2,500 taken codes: %d %.300s; want 200, all created under new codes", w.Code, w.Body)
+	}
+	if charged, want := lim.takeCharged(), slices.Repeat([]string{importRoute}, 5); !slices.Equal(charged, want) || sh.gets != 2500 || len(sh.batches) != 6 {
+		t.Errorf("charged %v for %d look-ups and %d batch calls; want %v for 2,500 and 6", charged, sh.gets, len(sh.batches), want)
+	}
+
+	// Refused before the second batch: the first's look-ups were paid by
+	// the admission, nothing more is asked, and nothing was made: the
+	// refusal itself, with its RateLimit fields.
+	lim, sh = &shlinkLimiter{refuse: func(ask int) time.Duration { return map[bool]time.Duration{true: time.Minute}[ask >= 2] }}, &bulkShortener{}
+	h = serveFakes(t, lim, Deps{Shortener: sh})
+	w = importOf(h, takenFile(sh, 2500))
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "60" || len(w.Header()["RateLimit"]) != 1 {
+		t.Errorf("import refused at its second charge: %d, Retry-After %q, RateLimit %q (%.300s); want 429, 60 and the fields",
+			w.Code, w.Header().Get("Retry-After"), w.Header()["RateLimit"], w.Body)
+	}
+	if sh.gets != 1000 || len(sh.batches) != 1 {
+		t.Errorf("import refused at its second charge: %d look-ups, %d batch calls; want the first batch's 1,000 and 1", sh.gets, len(sh.batches))
+	}
+
+	// Refused after rows were made: the report, the rows not reached
+	// carrying the refusal, to be sent again.
+	lim, sh = &shlinkLimiter{refuse: func(ask int) time.Duration { return map[bool]time.Duration{true: time.Minute}[ask >= 2] }}, &bulkShortener{}
+	h = serveFakes(t, lim, Deps{Shortener: sh})
+	w = importOf(h, "keyword,url\n"+strings.Repeat("k,https://example.com/\n", 1500))
+	got = importResponse{}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); w.Code != http.StatusOK || err != nil || got.Created != 1000 || got.Failed != 500 {
+		t.Fatalf("import of 1,500 refused at its second charge: %d %.300s; want 200, 1,000 created, 500 failed", w.Code, w.Body)
+	}
+	if e := got.Results[1200].Error; e == nil || e.Code != "RESOURCE_EXHAUSTED" || !strings.Contains(e.Message, "not imported: rate limit exceeded") {
+		t.Errorf("a row not reached: %+v; want the edge quota's refusal", e)
+	}
+}
+
 // The import answers the report of linkimport.Import: per row, in file
 // order, aliases kept where given; a bad file is a 400 naming the
 // formats; a batch failure after some rows leaves the rows not reached
@@ -511,7 +693,8 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	return b.Reader.Read(p)
 }
 
-// With every bulk slot taken, a batch and an import are answered 503
+// With every bulk slot taken, a batch and an import of a body of
+// undeclared length (chunked: it may be large) are answered 503
 // UNAVAILABLE with a Retry-After before their body is read, and reach no
 // service; once the slot is free, the same requests go through.
 func TestBulkRequestsBeyondTheBoundRefusedUnread(t *testing.T) {
@@ -568,7 +751,9 @@ func TestBulkSlotsShareOutAmongTenants(t *testing.T) {
 		r := httptest.NewRequest("POST", "/v1/links:batch", nil)
 		return &call{w: httptest.NewRecorder(), r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: tenant}}
 	}
-	release, err := a.admitBulk(as("acme"), batchBodyBytes) // acme's slow request
+	slow := as("acme") // acme's slow request, of a large body
+	slow.r.ContentLength = batchBodyBytes
+	release, _, err := a.admitBulk(slow, batchBodyBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,6 +778,101 @@ func TestBulkSlotsShareOutAmongTenants(t *testing.T) {
 	}
 	if len(sh.batches) != 2 || len(a.bulkHeld) != 0 {
 		t.Errorf("the shortener got %d batches, %d tenants still hold slots; want 2 and none", len(sh.batches), len(a.bulkHeld))
+	}
+}
+
+// The review's case: two tenants each send a batch declared as 4,000,000
+// bytes, in time with the pacing (here: within the grace, which holds a
+// slot as a body sent at 64 KiB/s or faster does, for up to ReadTimeout),
+// and hold both slots of the default two. A third tenant's large batch is
+// held off (503 BULK_SLOTS_BUSY, unread): that is what the slots are for.
+// Its one-item batch, and its small import, declared within MaxBodyBytes,
+// take no slot and go through, and so do the holders' own small ones: a
+// tenant's share bounds its large bodies only.
+func TestSmallBulkRequestPassesWhileLargeBodiesHoldEverySlot(t *testing.T) {
+	defer func(g time.Duration) { bulkBodyGrace = g }(bulkBodyGrace)
+	bulkBodyGrace = time.Minute // the holders' bodies stay in time for the whole test
+	sh := &bulkShortener{}
+	a := newBulkAPI(sh)
+	a.bulk, a.bulkShare = capacity.New(2, 0), 1 // MaxBulkRequests 2, as by default
+	batch := a.routeHandler("POST /v1/links:batch")
+	done := make(chan error, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := batch(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.9", tenant: r.Header.Get("X-Tenant")}})
+		done <- err
+		w.WriteHeader(toAPIError(err).status)
+	}))
+	defer srv.Close()
+	for _, tenant := range []string{"acme", "globex"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "POST /v1/links:batch HTTP/1.1\r\nHost: x\r\nX-Tenant: "+tenant+
+			"\r\nContent-Length: 4000000\r\n\r\n{\"requests\":["); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() int {
+		a.bulkMu.Lock()
+		defer a.bulkMu.Unlock()
+		n := 0
+		for _, k := range a.bulkHeld {
+			n += k
+		}
+		return n
+	}
+	for deadline := time.Now().Add(5 * time.Second); held() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the two large bodies hold %d slots after 5 s; want both", held())
+		}
+	}
+
+	as := func(tenant, target, body string, length int64) (*trackedBody, *httptest.ResponseRecorder, error) {
+		b := &trackedBody{Reader: strings.NewReader(body)}
+		r := httptest.NewRequest("POST", target, b)
+		r.ContentLength = length
+		w := httptest.NewRecorder()
+		handle := batch
+		if target == "/v1/links:import" {
+			handle = a.importLinks
+		}
+		return b, w, handle(&call{w: w, r: r, st: &reqState{id: "t", ip: "203.0.113.10", tenant: tenant}})
+	}
+	one := `{"requests":[{"longUrl":"https://example.com/one"}]}`
+	body, _, err := as("initech", "/v1/links:batch", one, batchBodyBytes)
+	if e := toAPIError(err); e.status != http.StatusServiceUnavailable || e.reason != reasonBulkSlotsBusy || body.read {
+		t.Errorf("a third tenant's batch declared large: %d %s, body read %v (%v); want 503 %s, unread", e.status, e.reason, body.read, err, reasonBulkSlotsBusy)
+	}
+	body, _, err = as("initech", "/v1/links:batch", one, -1)
+	if e := toAPIError(err); e.status != http.StatusServiceUnavailable || body.read {
+		t.Errorf("a third tenant's batch of undeclared length: %d %s (%v); want 503, unread", e.status, e.reason, err)
+	}
+	for _, tc := range []struct{ tenant, target, body string }{
+		{"initech", "/v1/links:batch", one},
+		{"initech", "/v1/links:import", "keyword,url\nsmall-one,https://example.com/i\n"},
+		{"acme", "/v1/links:batch", one}, // its share is held by its large body
+	} {
+		_, w, err := as(tc.tenant, tc.target, tc.body, int64(len(tc.body)))
+		if err != nil || w.Code != http.StatusOK {
+			t.Errorf("%s's small %s while large bodies hold every slot: %d (%v); want 200", tc.tenant, tc.target, w.Code, err)
+		}
+	}
+	if len(sh.batches) != 3 {
+		t.Errorf("the shortener got %d batches, want the 3 small requests'", len(sh.batches))
+	}
+	if n := held(); n != 2 {
+		t.Errorf("%d slots held after the small requests; want the 2 large bodies' only", n)
+	}
+	// A body without a slot is read with the ordinary bound, whatever it
+	// turns out to hold (net/http stops at the declared length; this one
+	// reads on past it, as a recorder's does).
+	for _, target := range []string{"/v1/links:batch", "/v1/links:import"} {
+		_, _, err := as("initech", target, strings.Repeat(" ", 5000), 100)
+		if code, msg := statusOf(t, err); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "larger than 1024 bytes") {
+			t.Errorf("%s declared as 100 bytes, holding 5,000: %d %q; want 413 at MaxBodyBytes (1024)", target, code, msg)
+		}
 	}
 }
 
@@ -701,8 +981,9 @@ func TestSlowClickCountsBodyIsCut(t *testing.T) {
 	trickleCut(t, a.routeHandler("POST /v1/links:clickCounts"), "POST /v1/links:clickCounts")
 }
 
-// trickleCut sends handle a request line of route's with a body of 1,000
-// bytes a byte every 50 ms, far below bulkBodyMinRate, and fails unless
+// trickleCut sends handle a request line of route's with a body declared
+// as 4,000 bytes (past newBulkAPI's MaxBodyBytes: a batch of it takes a
+// slot) a byte every 50 ms, far below bulkBodyMinRate, and fails unless
 // handle answers 400 "too slowly", not before bulkBodyGrace.
 func trickleCut(t *testing.T, handle func(*call) error, route string) {
 	t.Helper()
@@ -721,7 +1002,7 @@ func trickleCut(t *testing.T, handle func(*call) error, route string) {
 	// Taken before the request is sent: the handler's grace starts when it
 	// reads the body, which may be before anything after this write runs.
 	start := time.Now()
-	if _, err := io.WriteString(conn, route+" HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+	if _, err := io.WriteString(conn, route+" HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n{"); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})

@@ -56,11 +56,20 @@ func domainExisted(resp proto.Message) bool {
 
 // asPathTenant is an administrator's call to the shortener as the path's
 // {tenant}, which must exist: the context carries that tenant and the
-// gateway's call timeout.
-func (a *API) asPathTenant(c *call) (string, context.Context, context.CancelFunc, error) {
+// gateway's call timeout. With anonymousLinks, the path may also name the
+// reserved tenant "anonymous" (callmeta.AnonymousTenant), which has no
+// gw_tenants row (it is no tenant of the admin API: no key, plan row or
+// suspension), but owns the links made without a key: a route on one link
+// (deleteTenantLink) reaches them, whether or not Options.AllowAnonymous
+// is on now, as links made while it was on live on after it. Strangers'
+// links are the likeliest abuse, and this is the operator's only way to
+// stop one short of SQL.
+func (a *API) asPathTenant(c *call, anonymousLinks bool) (string, context.Context, context.CancelFunc, error) {
 	tenant := c.r.PathValue("tenant")
-	if _, err := a.keys.Tenant(c.r.Context(), tenant); err != nil {
-		return "", nil, nil, storeError(err)
+	if !anonymousLinks || tenant != callmeta.AnonymousTenant {
+		if _, err := a.keys.Tenant(c.r.Context(), tenant); err != nil {
+			return "", nil, nil, storeError(err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(callmeta.Outgoing(c.r.Context(), tenant, c.st.ip), a.opts.CallTimeout)
 	return tenant, ctx, cancel, nil
@@ -73,7 +82,9 @@ func (a *API) approveDomain(c *call) error {
 	if err != nil {
 		return err
 	}
-	_, ctx, cancel, err := a.asPathTenant(c)
+	// Not the anonymous tenant's: it holds no domain (registering one
+	// takes a key).
+	_, ctx, cancel, err := a.asPathTenant(c, false)
 	if err != nil {
 		return err
 	}
@@ -101,7 +112,7 @@ func (a *API) releaseDomain(c *call) error {
 	if err != nil {
 		return err
 	}
-	tenant, ctx, cancel, err := a.asPathTenant(c)
+	tenant, ctx, cancel, err := a.asPathTenant(c, false)
 	if err != nil {
 		return err
 	}
@@ -120,7 +131,8 @@ func (a *API) releaseDomain(c *call) error {
 // without it an operator dealing with an abuse (the offending links) or
 // a disputed domain (refused while live links are on it) had to resume
 // the tenant, its links redirecting again meanwhile, or use SQL, which
-// tells no cache.
+// tells no cache. The tenant may be "anonymous": its links have no key
+// that could delete them at all (asPathTenant).
 func (a *API) deleteTenantLink(c *call) error {
 	code, err := pathCode(c)
 	if err != nil {
@@ -130,7 +142,7 @@ func (a *API) deleteTenantLink(c *call) error {
 	if err != nil {
 		return err
 	}
-	tenant, ctx, cancel, err := a.asPathTenant(c)
+	tenant, ctx, cancel, err := a.asPathTenant(c, true)
 	if err != nil {
 		return err
 	}

@@ -29,10 +29,11 @@ import (
 // and the problem+json errors. The zero mapping is a plain route: a body
 // (POST, PUT, PATCH) of up to Options.MaxBodyBytes, 200 with the response.
 type mapping struct {
-	// bulkBody, when set, makes the route a bulk one: it takes one of the
-	// bulk slots (Options.MaxBulkRequests) before its body is read, a body
-	// of up to max(bulkBody, Options.MaxBodyBytes), and batchCallFactor
-	// call timeouts.
+	// bulkBody, when set, makes the route a bulk one: a body of up to
+	// max(bulkBody, Options.MaxBodyBytes), one larger than
+	// Options.MaxBodyBytes (or of undeclared length) taking one of the bulk
+	// slots (Options.MaxBulkRequests) before it is read (admitBulk), and
+	// batchCallFactor call timeouts.
 	bulkBody int64
 	// body, when set, is the route's body bound where larger than
 	// Options.MaxBodyBytes, for a body that is not bulk work (it takes no
@@ -177,12 +178,14 @@ func (a *API) serveMapped(pattern string, m mapping) func(c *call) error {
 			c.r.Body = &pacedBody{ReadCloser: c.r.Body, rc: http.NewResponseController(c.w), start: time.Now(), most: a.opts.ReadTimeout}
 		}
 		if m.bulkBody > 0 {
-			limit = max(limit, m.bulkBody)
-			release, err := a.admitBulk(c, limit)
+			// A body of up to Options.MaxBodyBytes takes no slot, and is
+			// read with that bound (admitBulk).
+			release, bound, err := a.admitBulk(c, max(limit, m.bulkBody))
 			if err != nil {
 				return err
 			}
 			defer release()
+			limit = bound
 			timeout = batchCallFactor * a.opts.CallTimeout
 			extendWriteDeadline(c.w, timeout)
 		}

@@ -58,6 +58,11 @@ type shlinkLimiter struct {
 	// byRoute answers an allowed edge quota charge of a route (its
 	// descriptor) in place of the per-api-key rule's 599 of 600.
 	byRoute map[string]*ratelimitv1.CheckQuotaResponse
+	// refuse, when set, refuses each edge quota check for which it
+	// returns more than zero, with that as its retry; ask is the check's
+	// place among the edge quota checks (asks), from 1.
+	refuse func(ask int) time.Duration
+	asks   int
 }
 
 func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ ...grpc.CallOption) error {
@@ -68,6 +73,13 @@ func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ .
 	switch {
 	case req.GetDomain() == DomainAPI:
 		deny := l.denyAPI || (l.denyAbove > 0 && req.GetCost() > l.denyAbove) || req.GetDescriptors()["route"] == l.denyRoute
+		l.asks++
+		retry := 3 * time.Second
+		if l.refuse != nil {
+			if r := l.refuse(l.asks); r > 0 {
+				deny, retry = true, r
+			}
+		}
 		if !deny {
 			for range max(req.GetCost(), 1) {
 				l.charged = append(l.charged, req.GetDescriptors()["route"])
@@ -75,7 +87,7 @@ func (l *shlinkLimiter) Invoke(_ context.Context, _ string, args, reply any, _ .
 		}
 		answer = &ratelimitv1.CheckQuotaResponse{Allowed: !deny, DecidingRule: "per-api-key", Limit: 600, Remaining: 599}
 		if deny {
-			answer.Remaining, answer.RetryAfter = 0, durationpb.New(3*time.Second)
+			answer.Remaining, answer.RetryAfter = 0, durationpb.New(retry)
 		}
 		if deny && l.capacity {
 			answer.Decisions = []*ratelimitv1.RuleDecision{{Rule: "per-api-key", Capacity: int64(l.denyAbove)}}
