@@ -346,6 +346,9 @@ func (h hooks) wire(ctx context.Context, cfg Config, lc *server.Lifecycle, log *
 		return nil, err
 	}
 	handler.Register(srv.Mux)
+	// Every route reads the host from the Host header: a request line
+	// naming one is refused before any of them (redirector.OriginForm).
+	srv.SetHandler(redirector.OriginForm(srv.Mux))
 	// A public listener: trace context only through the trusted proxies.
 	srv.TrustTraceContextFrom(clients.FromTrustedProxy)
 	// ... and a client's connections counted as its limits count it, the

@@ -1,6 +1,7 @@
 package redirector
 
 import (
+	"net/http"
 	"sync/atomic"
 
 	"kurz.dev/pkg/linkdomain"
@@ -82,4 +83,27 @@ func (h *Handler) route(hostport, code string) (key, tenant string, known bool) 
 	}
 	domain, tenant, known := h.hosts.Route(hostport)
 	return linkdomain.Key(domain, code), tenant, known
+}
+
+// OriginForm answers 400 to a request whose request line names a scheme or
+// a host (absolute-form, "GET http://example.com/abcd HTTP/1.1"), and
+// passes every other request to next. Go's server takes the host of such a
+// line as the request's (RFC 9112 section 3.2.2: the Host header is
+// ignored then) and drops the Host header before any handler runs, so the
+// redirect cannot route on that header, nor tell whether it names the same
+// host. Routed on the line's host, a cache in front that keys on the Host
+// header, behind a proxy that forwards such lines as they are, could keep
+// one domain's answer (a custom domain's link, a 508) under another's
+// name. No client sends this form but to a forward proxy, which kurz is
+// not, so every request of it is refused. It wraps the whole public mux
+// once; the routes read r.Host knowing it is the Host header. The check
+// is two string lengths per request.
+func OriginForm(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Host != "" || r.URL.Scheme != "" {
+			writePage(w, http.StatusBadRequest, pages[statusAbsoluteForm])
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

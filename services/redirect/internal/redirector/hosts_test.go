@@ -1,9 +1,15 @@
 package redirector
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"kurz.dev/pkg/linkcache"
+	"kurz.dev/pkg/testkit/servertest"
 )
 
 func TestHostsRoute(t *testing.T) {
@@ -67,4 +73,49 @@ func TestForeignEntry(t *testing.T) {
 
 func entryOf(tenant string) linkcache.Entry {
 	return linkcache.Entry{State: linkcache.Active, URL: "https://example.com/", Tenant: tenant}
+}
+
+// A request line naming a host (absolute-form) over a real connection is
+// answered 400 before any route, whatever its Host header, so no route
+// reads a host the Host header does not name; a request line with a path
+// alone reaches the routes with the Host header's host.
+func TestOriginFormRefusesARequestLineNamingAHost(t *testing.T) {
+	var routed atomic.Int64
+	var lastHost atomic.Value
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		routed.Add(1)
+		lastHost.Store(r.Host)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(OriginForm(mux))
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	exchange := func(line string) servertest.RawResponse {
+		t.Helper()
+		got, err := servertest.RawExchange(addr, line+"\r\nHost: "+addr+"\r\nConnection: close\r\n\r\n", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, line := range []string{
+		"GET http://example.com/abcd HTTP/1.1",
+		"GET http://" + addr + "/abcd HTTP/1.1", // the Host header's own name: the header is gone, nothing to compare
+		"POST https://go.acme.test/abcd HTTP/1.1",
+		"GET http:///abcd HTTP/1.1",
+		"GET HTTP://EXAMPLE.COM/abcd+ HTTP/1.0",
+	} {
+		got := exchange(line)
+		if got.Status != http.StatusBadRequest || !strings.Contains(got.Body, "names a host in its request line") ||
+			got.Header.Get("Content-Security-Policy") != "default-src 'none'" {
+			t.Errorf("%q: %d %q, want 400 and the page saying why", line, got.Status, got.Body)
+		}
+	}
+	if n := routed.Load(); n != 0 {
+		t.Errorf("%d requests naming a host reached the routes, want none", n)
+	}
+	if got := exchange("GET /abcd HTTP/1.1"); got.Status != http.StatusNoContent || routed.Load() != 1 || lastHost.Load() != addr {
+		t.Errorf("a request line with a path alone: %d, routed %d times with host %v; want 204 routed once with host %s", got.Status, routed.Load(), lastHost.Load(), addr)
+	}
 }

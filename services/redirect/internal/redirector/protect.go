@@ -12,24 +12,54 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
+	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/linkpass"
 )
 
-// PasswordDomain is the limiter domain asked, with descriptors ip and code,
-// before each password attempt is checked: it bounds the Argon2 work an
-// attacker can cause. Its rules fail closed, and so does the handler when
-// the limiter does not answer.
+// PasswordDomain is the limiter domain charged, with descriptors ip, net
+// (netKey) and code, before each password attempt is checked: it bounds the
+// Argon2 work an attacker can cause, per address and per network. Its
+// rules fail closed, and so does the handler when the limiter does not
+// answer.
 const PasswordDomain = "links.password"
 
-// PasswordGuessDomain is the limiter domain of wrong passwords, with the
-// same descriptors: looked at (cost 0) before the hash, charged only after
-// a wrong password, so that right passwords (everyone behind one office
-// NAT opening a link) do not use up the guesses. Fails closed too.
+// PasswordGuessDomain is the limiter domain of wrong passwords, with
+// descriptors ip and code: looked at (cost 0) before the hash, charged only
+// after a wrong password, so that right passwords (everyone behind one
+// office NAT opening a link) do not use up the guesses. Fails closed too.
+// It gets no net: the guesses in flight are gated by the look's remaining
+// count (pkg/guessgate), which the limiter reports for the rule with the
+// least headroom relative to its limit, so a second rule of another limit
+// there could report more guesses left than the address has.
 const PasswordGuessDomain = "links.password.guesses"
+
+// netKey is the key of addr's network in the PasswordDomain rules keyed on
+// net: an IPv4 address's /24, an IPv6 address's /48 (an IPv4-mapped one is
+// its IPv4 twin's); "" for an invalid address, which no rule keyed on net
+// then applies to, as none keyed on ip does. The per-address key
+// (clientip.Keying) is an IPv6 client's /64, and one site's /48 holds
+// 65,536 of them, each with its own allowance: the network bounds a client
+// that rotates through them.
+func netKey(addr netip.Addr) string {
+	if !addr.IsValid() {
+		return ""
+	}
+	addr = addr.Unmap().WithZone("")
+	bits := 48
+	if addr.Is4() {
+		bits = 24
+	}
+	p, err := addr.Prefix(bits)
+	if err != nil {
+		return ""
+	}
+	return p.String()
+}
 
 // errGuessRefused is the look's refusal of a password attempt: the
 // limiter's decision says why (guesses used up, or no answer).
@@ -192,6 +222,7 @@ const (
 	msgWrong       = "Wrong password."
 	msgTooMany     = "Too many attempts. Please wait a while before trying again."
 	msgUnavailable = "Passwords cannot be checked right now. Please try again shortly."
+	msgBusy        = "Too many passwords are being checked right now, so yours was not checked. Please try again in a moment."
 )
 
 // form renders the password form for code with status and msg, setting a
@@ -240,15 +271,30 @@ func (h *Handler) secure(r *http.Request) bool {
 	return strings.EqualFold(strings.TrimSpace(last), "https")
 }
 
-// verify checks password against hash with at most cap(h.argon) Argon2
-// computations at a time (each takes ~19 MiB), waiting for a slot no
-// longer than the request lasts.
+// passwordWait bounds how long a password attempt waits for an Argon2
+// slot. The gate (pkg/capacity) lets at most as many attempts wait as there
+// are slots: a check takes ~33 ms of a core, so that queue is served within
+// about one round of checks, and a longer one would add no throughput (the
+// slots set it), only latency for the visitors queued behind a flood, each
+// of them a request held open. 250 ms is several such rounds, room for a
+// loaded CPU; an attempt still waiting then finds the checks falling
+// behind, and is better told at once to come back than queued further.
+const passwordWait = 250 * time.Millisecond
+
+// newArgonGate is the gate of the Argon2 checks: checks of them run at
+// once (each takes ~19 MiB and a core), and at most as many attempts wait
+// for a slot, each at most passwordWait.
+func newArgonGate(checks int) *capacity.Gate { return capacity.New(checks, passwordWait) }
+
+// verify checks password against hash in one of h.argon's slots. With
+// every slot busy and as many attempts waiting, or still busy after
+// passwordWait, it returns capacity.ErrBusy without checking anything; it
+// returns ctx's error if the request ends first.
 func (h *Handler) verify(ctx context.Context, hash, password string) (bool, error) {
-	select {
-	case h.argon <- struct{}{}:
-	case <-ctx.Done():
-		return false, ctx.Err()
+	release, err := h.argon.Acquire(ctx)
+	if err != nil {
+		return false, err
 	}
-	defer func() { <-h.argon }()
+	defer release()
 	return linkpass.Verify(hash, password)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,25 @@ func TestFormActionCarriesTheQueryBoundedAndEscaped(t *testing.T) {
 	}
 	if !strings.Contains(body.String(), `action="/abc?x=%22%3e%3cscript%3e&amp;y=%27"`) {
 		t.Errorf("form: %s", body.String())
+	}
+}
+
+// The network of an address, the key of the per-network password rules,
+// is its IPv4 /24 or IPv6 /48, an IPv4-mapped address counting as IPv4.
+func TestNetKey(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"203.0.113.7", "203.0.113.0/24"},
+		{"203.0.113.255", "203.0.113.0/24"},
+		{"::ffff:203.0.113.7", "203.0.113.0/24"},
+		{"2001:db8:1:2:3:4:5:6", "2001:db8:1::/48"},
+		{"2001:db8:1:ffff::1", "2001:db8:1::/48"},
+		{"fe80::1%eth0", "fe80::/48"},
+	} {
+		if got := netKey(netip.MustParseAddr(tc.addr)); got != tc.want {
+			t.Errorf("netKey(%s) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+	if got := netKey(netip.Addr{}); got != "" {
+		t.Errorf("netKey of no address = %q, want \"\"", got)
 	}
 }

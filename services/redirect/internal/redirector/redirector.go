@@ -21,7 +21,9 @@
 // GET and HEAD /{code}+ answer a page naming where the link leads, a
 // preview, which records no click and spends no visit (preview.go). GET
 // and HEAD / on the default domain redirect to Config.HomeURL when it is
-// set; every other path is a 404 page.
+// set; every other path is a 404 page. OriginForm, around all of it,
+// refuses (400) a request line that names a host, so that every route
+// reads the host of the Host header.
 package redirector
 
 import (
@@ -47,6 +49,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
+	"kurz.dev/pkg/capacity"
 	"kurz.dev/pkg/clickevent"
 	"kurz.dev/pkg/clientip"
 	"kurz.dev/pkg/guessgate"
@@ -100,7 +103,8 @@ type Config struct {
 	// spent link; 0 for a Redis without replicas.
 	VisitReplicas int
 	// PasswordChecks bounds the Argon2 verifications running at once
-	// (about 19 MiB each); 0 means GOMAXPROCS.
+	// (about 19 MiB each); 0 means GOMAXPROCS. As many attempts may wait
+	// for one, at most passwordWait; the others are refused (503).
 	PasswordChecks int
 	// WalkRate (per second) and WalkBurst bound the lookups past L1 of one
 	// client IP (see WalkBound, CheckWalkBound); past them 429.
@@ -149,7 +153,7 @@ type Handler struct {
 	hosts    *Hosts
 	log      *slog.Logger
 	tokens   formTokens
-	argon    chan struct{}
+	argon    *capacity.Gate
 	visitors *clickevent.Visitors
 	sticky   linkrules.Sticky
 	requests metric.Int64Counter
@@ -191,7 +195,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 		checks = runtime.GOMAXPROCS(0)
 	}
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
-		clicks: d.Clicks, hosts: d.Hosts, suspended: d.Suspended, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: make(chan struct{}, checks),
+		clicks: d.Clicks, hosts: d.Hosts, suspended: d.Suspended, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: newArgonGate(checks),
 		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk, guesses: guessgate.New(),
 		sets:               telemetry.NewAttrSets[countKey](telemetry.SeriesLimit, telemetry.Overflow),
 		ccPermanent:        []string{"public, max-age=" + strconv.Itoa(int(cfg.PermanentMaxAge.Seconds()))},
@@ -208,7 +212,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 		return nil, fmt.Errorf("redirect metrics: %w", err)
 	}
 	if h.attempts, err = meter.Int64Counter("kurz.redirect.password_attempts",
-		metric.WithDescription("Password form submissions by outcome: ok, wrong, forged (CSRF token refused), limited, unavailable"),
+		metric.WithDescription("Password form submissions by outcome: ok, wrong, forged (CSRF token refused), limited, unavailable, busy (every Argon2 slot busy: nothing checked)"),
 		metric.WithUnit("{attempt}")); err != nil {
 		return nil, fmt.Errorf("redirect metrics: %w", err)
 	}
@@ -367,11 +371,9 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, c clien
 	case e.PasswordHash != "":
 		// The form, for browsers, bots and HEAD alike. If the visits are
 		// known to be spent, say so before anyone types a password.
-		if e.MaxVisits > 0 {
-			if left, err := h.visitsLeft(ctx, code, e.MaxVisits); err == nil && !left {
-				page(w, http.StatusGone)
-				return http.StatusGone
-			}
+		if h.spent(ctx, code, e) {
+			page(w, http.StatusGone)
+			return http.StatusGone
 		}
 		return h.form(w, r, lk.code, http.StatusOK, "")
 	}
@@ -417,9 +419,11 @@ func (h *Handler) visit(w http.ResponseWriter, r *http.Request, lk link, c clien
 }
 
 // serveAttempt checks a password form: the code (404, 410, and 405 for a
-// link without a password), the body, the CSRF token, then the limiter, then
-// the password; the right one redirects (303, the browser GETs the target)
-// and counts as a click and, for a visit-limited link, a visit.
+// link without a password), the body, the CSRF token, the visits left (410
+// when a visit-limited link has none), then the limiter, then the password
+// (503 when every Argon2 slot stays busy); the right one redirects (303,
+// the browser GETs the target) and counts as a click and, for a
+// visit-limited link, a visit.
 func (h *Handler) serveAttempt(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	code := r.PathValue("code")
@@ -484,15 +488,24 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 		h.log.DebugContext(ctx, "password form refused", "code", code, "reason", err.Error())
 		return h.form(w, r, lk.code, http.StatusForbidden, msgForged)
 	}
-	// The limiter before the hash: every attempt counts against the
-	// Argon2 work an address may cause; wrong guesses are looked at here
-	// and counted after the hash, so right passwords do not use them up.
-	desc := map[string]string{"ip": ip, "code": code}
-	d := h.pwQuota.Check(ctx, PasswordDomain, desc, 1, quota.FailClosed)
+	// A link whose visits are spent answers 410 as its GET does, before
+	// the limiter and the hash: a form kept from before its last visit
+	// could otherwise still tell a right password from a wrong one (410
+	// against 401), each answer an Argon2 check.
+	if h.spent(ctx, code, e) {
+		page(w, http.StatusGone)
+		return http.StatusGone
+	}
+	// The limiter before the hash: every attempt is charged to the Argon2
+	// work its address, and its network, may cause; wrong guesses are
+	// looked at here and counted after the hash, so right passwords do not
+	// use them up.
+	d := h.pwQuota.Check(ctx, PasswordDomain, map[string]string{"ip": ip, "net": netKey(c.addr), "code": code}, 1, quota.FailClosed)
 	h.warnNoRule(ctx, PasswordDomain, code, d)
 	if status, refused := h.passwordRefused(w, r, lk.code, d, outcome); refused {
 		return status
 	}
+	desc := map[string]string{"ip": ip, "code": code}
 	var g quota.Decision
 	guess, err := h.guesses.Admit(ctx, ip+"\x00"+code, func() (int64, error) {
 		g = h.pwQuota.Peek(ctx, PasswordGuessDomain, desc, quota.FailClosed)
@@ -524,6 +537,12 @@ func (h *Handler) attempt(w http.ResponseWriter, r *http.Request, lk link, c cli
 		h.log.ErrorContext(ctx, "stored password hash is malformed", "code", code)
 		page(w, http.StatusInternalServerError)
 		return http.StatusInternalServerError
+	case errors.Is(err, capacity.ErrBusy):
+		// Charged to links.password (which bounds a flood of them) but
+		// not a guess: nothing was checked.
+		outcome("busy")
+		w.Header().Set("Retry-After", "1")
+		return h.form(w, r, lk.code, http.StatusServiceUnavailable, msgBusy)
 	case err != nil:
 		outcome("unavailable")
 		return h.unavailable(w)
@@ -848,6 +867,7 @@ var pages = map[int]string{
 	http.StatusInternalServerError:   "Something went wrong on our side. Please try again later.",
 	http.StatusNotFound:              "This short link does not exist.",
 	statusUnknownHost:                "This domain does not serve short links.",
+	statusAbsoluteForm:               "This request names a host in its request line. Send the path alone, with the host in the Host header.",
 	http.StatusLoopDetected:          "This short link leads back to this site, in a loop: it cannot be followed.",
 	http.StatusGone:                  "This short link is no longer available.",
 	http.StatusTooManyRequests:       "Too many requests. Please wait a moment and try again.",
@@ -856,6 +876,10 @@ var pages = map[int]string{
 
 // statusUnknownHost keys the page of a host kurz does not serve (a 404).
 const statusUnknownHost = 1404
+
+// statusAbsoluteForm keys the page of a request line naming a host (a
+// 400, OriginForm).
+const statusAbsoluteForm = 1400
 
 // hostPage answers a request for a host that is neither one of kurz's own
 // nor a verified custom domain: 404, saying so.

@@ -136,6 +136,17 @@ func (h *Handler) incrOn(ctx context.Context, c redis.Cmdable, key string, limit
 	return n, nil
 }
 
+// spent reports whether e is visit-limited and its counter at code says
+// no visit is left. A counter Redis cannot read says nothing: the count of
+// the visit itself decides then.
+func (h *Handler) spent(ctx context.Context, code string, e linkcache.Entry) bool {
+	if e.MaxVisits <= 0 {
+		return false
+	}
+	left, err := h.visitsLeft(ctx, code, e.MaxVisits)
+	return err == nil && !left
+}
+
 // visitsLeft reads code's counter without counting: whether a visit would
 // still be granted. HEAD requests and link-preview fetchers look, never
 // spend.
