@@ -136,6 +136,13 @@ type Config struct {
 	// is refused at start: with it anyone forges password-form tokens or
 	// reverses visitor hashes.
 	AllowPublishedSecrets bool `env:"ALLOW_PUBLISHED_SECRETS" default:"false"`
+	// PasswordChecks bounds the Argon2 password checks a pod runs at once,
+	// each ~19 MiB and ~33 ms of a core; as many attempts may wait up to
+	// 250 ms for one, and the rest are answered 503 at once. 0: GOMAXPROCS,
+	// at most 4, so that a pod without a CPU limit on a large node (whose
+	// GOMAXPROCS is the node's cores) does not hold 19 MiB a core against
+	// its memory limit. 1 to 64.
+	PasswordChecks int `env:"REDIRECT_PASSWORD_CHECKS" default:"0"`
 	// WalkRate and WalkBurst bound, per client IP and pod, the lookups of
 	// codes not in L1 (which is how a client walks existing codes): a token
 	// bucket of WalkRate per second holding WalkBurst; past it 429. Popular
@@ -240,6 +247,9 @@ func (c Config) validate() (quota.Policy, *clientip.Policy, error) {
 	if c.SuspensionRefresh > maxSuspensionRefresh {
 		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_SUSPENSION_REFRESH=%s: want at most %s, or a suspended tenant's links redirect that long", c.SuspensionRefresh, maxSuspensionRefresh))
 	}
+	if c.PasswordChecks < 0 || c.PasswordChecks > maxPasswordChecks {
+		errs = append(errs, fmt.Errorf("KURZ_REDIRECT_PASSWORD_CHECKS=%d: want 0 (the default) to %d", c.PasswordChecks, maxPasswordChecks))
+	}
 	if c.VisitReplicas < 0 {
 		errs = append(errs, errors.New("KURZ_REDIRECT_VISIT_REPLICAS must be 0 or more"))
 	}
@@ -276,6 +286,10 @@ const maxClickBatch = 1_000
 // minSecretLen is the shortest KURZ_REDIRECT_FORM_SECRET and
 // KURZ_REDIRECT_VISITOR_SALT accepted.
 const minSecretLen = 32
+
+// maxPasswordChecks bounds KURZ_REDIRECT_PASSWORD_CHECKS: 64 checks at once
+// hold 1.2 GiB.
+const maxPasswordChecks = 64
 
 // Build wires the redirect service within lc: its stores, then its server,
 // the limiter clients, the lookup path, the click pipeline and the HTTP
@@ -830,7 +844,7 @@ func newHandler(cfg Config, missPolicy quota.Policy, clients *clientip.Policy, g
 		DefaultStatus: cfg.DefaultStatus, CDNMaxAge: cfg.CDNMaxAge, PermanentMaxAge: cfg.PermanentMaxAge, HomeURL: cfg.HomeURL,
 		Clients: clients, Keying: cfg.Keying, VisitorSalt: salt, MissPolicy: missPolicy,
 		FormSecret: formSecret, VisitTimeout: cfg.VisitTimeout, VisitReplicas: cfg.VisitReplicas,
-		WalkRate: cfg.WalkRate, WalkBurst: cfg.WalkBurst,
+		WalkRate: cfg.WalkRate, WalkBurst: cfg.WalkBurst, PasswordChecks: cfg.PasswordChecks,
 	}
 	if geo != nil {
 		hcfg.Country = geo.Country

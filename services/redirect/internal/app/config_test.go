@@ -32,9 +32,10 @@ func TestRejectsBadConfigurationNamingEachVariable(t *testing.T) {
 		"KURZ_REDIRECT_MISS_FAILURE_POLICY": "sometimes",
 		"KURZ_CLICK_STREAM_SHARDS":          "0",
 		"KURZ_REDIRECT_HOME_URL":            "example.com",
+		"KURZ_REDIRECT_PASSWORD_CHECKS":     "65",
 	})
 	_, err := New(context.Background(), cfg, servertest.Logger(t))
-	for _, name := range []string{"KURZ_REDIRECT_DEFAULT_STATUS", "KURZ_REDIRECT_MISS_FAILURE_POLICY", "KURZ_CLICK_STREAM_SHARDS", "KURZ_REDIRECT_HOME_URL"} {
+	for _, name := range []string{"KURZ_REDIRECT_DEFAULT_STATUS", "KURZ_REDIRECT_MISS_FAILURE_POLICY", "KURZ_CLICK_STREAM_SHARDS", "KURZ_REDIRECT_HOME_URL", "KURZ_REDIRECT_PASSWORD_CHECKS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("got %v, want it to name %s", err, name)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +138,23 @@ func TestNetKey(t *testing.T) {
 	}
 	if got := netKey(netip.Addr{}); got != "" {
 		t.Errorf("netKey of no address = %q, want \"\"", got)
+	}
+}
+
+// By default a pod runs GOMAXPROCS Argon2 checks at once, at most 4:
+// without a CPU limit GOMAXPROCS is the node's cores, and 19 MiB a check
+// on a 32-core node is over any redirect's memory limit. A setting wins.
+func TestPasswordChecksByDefaultAreBoundedWhateverTheCores(t *testing.T) {
+	prev := runtime.GOMAXPROCS(32)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	if got := passwordChecks(0); got != defaultPasswordChecks {
+		t.Errorf("default on 32 cores: %d checks at once, want %d", got, defaultPasswordChecks)
+	}
+	runtime.GOMAXPROCS(1)
+	if got := passwordChecks(0); got != 1 {
+		t.Errorf("default on 1 core: %d checks at once, want 1", got)
+	}
+	if got := passwordChecks(12); got != 12 {
+		t.Errorf("set to 12: %d checks at once, want 12", got)
 	}
 }

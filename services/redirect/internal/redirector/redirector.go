@@ -103,7 +103,8 @@ type Config struct {
 	// spent link; 0 for a Redis without replicas.
 	VisitReplicas int
 	// PasswordChecks bounds the Argon2 verifications running at once
-	// (about 19 MiB each); 0 means GOMAXPROCS. As many attempts may wait
+	// (about 19 MiB each); 0 means GOMAXPROCS, at most
+	// defaultPasswordChecks (passwordChecks). As many attempts may wait
 	// for one, at most passwordWait; the others are refused (503).
 	PasswordChecks int
 	// WalkRate (per second) and WalkBurst bound the lookups past L1 of one
@@ -179,6 +180,20 @@ type Handler struct {
 	previews metric.Int64Counter
 }
 
+// defaultPasswordChecks caps the default number of Argon2 checks at once:
+// GOMAXPROCS is a node's cores when the pod has no CPU limit, and 19 MiB a
+// core on a 32-core node is 608 MiB, over any redirect's memory limit.
+const defaultPasswordChecks = 4
+
+// passwordChecks is the number of Argon2 checks run at once: n, or for 0
+// GOMAXPROCS, at most defaultPasswordChecks.
+func passwordChecks(n int) int {
+	if n > 0 {
+		return n
+	}
+	return min(runtime.GOMAXPROCS(0), defaultPasswordChecks)
+}
+
 // New builds the handler. It starts no span of its own: the server's HTTP
 // middleware (pkg/server) gives each request its server span, which the
 // handler annotates and whose context every click event carries.
@@ -190,10 +205,7 @@ func New(cfg Config, d Deps, meter metric.Meter) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redirect handler: %w", err)
 	}
-	checks := cfg.PasswordChecks
-	if checks <= 0 {
-		checks = runtime.GOMAXPROCS(0)
-	}
+	checks := passwordChecks(cfg.PasswordChecks)
 	h := &Handler{cfg: cfg, resolver: d.Resolver, quota: d.Quota, pwQuota: d.PasswordQuota, visits: d.Visits,
 		clicks: d.Clicks, hosts: d.Hosts, suspended: d.Suspended, log: d.Log, tokens: formTokens{secret: cfg.FormSecret}, argon: newArgonGate(checks),
 		visitors: clickevent.NewVisitors(cfg.VisitorSalt), sticky: linkrules.NewSticky(cfg.VisitorSalt), walk: walk, guesses: guessgate.New(),
