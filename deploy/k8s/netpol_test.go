@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -256,5 +257,67 @@ func TestNetworkPolicyEvaluator(t *testing.T) {
 		if got := admits(tc.policies, limiter, tc.port, tc.from); got != tc.want {
 			t.Errorf("%s: admits = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// egressAllows evaluates egress NetworkPolicies for traffic from pods
+// labelled source to the address ip outside the cluster (any port).
+func egressAllows(policies []*networkingv1.NetworkPolicy, source map[string]string, ip netip.Addr) bool {
+	isolated := false
+	for _, p := range policies {
+		if !slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || !selects(&p.Spec.PodSelector, source) {
+			continue
+		}
+		isolated = true
+		for _, rule := range p.Spec.Egress {
+			if len(rule.To) == 0 {
+				return true
+			}
+			for _, to := range rule.To {
+				if to.IPBlock != nil && inBlock(to.IPBlock, ip) {
+					return true
+				}
+			}
+		}
+	}
+	return !isolated
+}
+
+// inBlock reports whether ip is in b's CIDR and none of its exceptions.
+func inBlock(b *networkingv1.IPBlock, ip netip.Addr) bool {
+	if p, err := netip.ParsePrefix(b.CIDR); err != nil || !p.Contains(ip) {
+		return false
+	}
+	for _, e := range b.Except {
+		if p, err := netip.ParsePrefix(e); err == nil && p.Contains(ip) {
+			return false
+		}
+	}
+	return true
+}
+
+// No pod of any overlay reaches the clouds' instance metadata, which hands
+// out the node's credentials; every pod still reaches addresses outside
+// the cluster (the managed stores, webhook receivers).
+func TestNoPodReachesInstanceMetadata(t *testing.T) {
+	metadata := []string{"169.254.169.254", "fd00:ec2::254"}
+	elsewhere := []string{"10.0.0.5", "203.0.113.7", "2001:db8::1", "169.254.20.10"} // the last: NodeLocal DNSCache
+	for _, dir := range overlays {
+		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+			r := render(t, dir)
+			policies := typed[networkingv1.NetworkPolicy](r)
+			for _, w := range workloads(r) {
+				for _, a := range metadata {
+					if egressAllows(policies, w.Template.Labels, netip.MustParseAddr(a)) {
+						t.Errorf("%s may reach the instance metadata at %s", w.app(), a)
+					}
+				}
+				for _, a := range elsewhere {
+					if !egressAllows(policies, w.Template.Labels, netip.MustParseAddr(a)) {
+						t.Errorf("%s may not reach %s", w.app(), a)
+					}
+				}
+			}
+		})
 	}
 }
