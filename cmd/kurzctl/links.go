@@ -131,13 +131,15 @@ Examples:
 			name: "links remove", args: "<tenant> <code>", minArgs: 2, maxArgs: 2,
 			summary: "delete a tenant's link (administrators)",
 			help: `Deletes a tenant's link, as its own links delete would, for an operator: the
-offending links of a suspended tenant, whose keys are refused, or the links
-that keep a disputed domain in use (--domain for a custom domain's link).
+offending links of a suspended tenant, whose keys are refused, the links
+that keep a disputed domain in use (--domain for a custom domain's link), or
+a link made without a key (tenant anonymous).
 ` + adminHelpNote + `
 
 Examples:
   kurzctl links remove acme 1000abc
-  kurzctl links remove acme promo --domain go.example.com`,
+  kurzctl links remove acme promo --domain go.example.com
+  kurzctl links remove anonymous d4XsnQ5`,
 			setup: func(c *cli, fs *pflag.FlagSet) func([]string) error {
 				domain := fs.String("domain", "", "the link's custom domain (default: the default domain)")
 				return func(args []string) error {
