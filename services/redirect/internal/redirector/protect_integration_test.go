@@ -13,10 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric/noop"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -24,6 +21,7 @@ import (
 	"kurz.dev/pkg/linkpass"
 	"kurz.dev/pkg/quota"
 	"kurz.dev/pkg/testkit/limitertest"
+	"kurz.dev/pkg/testkit/metrictest"
 	"kurz.dev/pkg/testkit/redistest"
 	"kurz.dev/services/redirect/internal/resolve"
 )
@@ -56,8 +54,7 @@ func TestPasswordAttemptRefusedWhileEveryArgonSlotIsBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := sdkmetric.NewManualReader()
-	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	reader, meter := metrictest.New()
 	res, err := resolve.New(resolve.Config{L1TTL: time.Hour, L1Size: 1000, RedisTimeout: time.Second, DBTimeout: time.Second}, rdb, nil, log, meter)
 	if err != nil {
 		t.Fatal(err)
@@ -106,29 +103,9 @@ func TestPasswordAttemptRefusedWhileEveryArgonSlotIsBusy(t *testing.T) {
 	if w := post(ctx); w.Code != http.StatusSeeOther || w.Header().Get("Location") != target {
 		t.Errorf("the same password with the slot free: %d to %q, want 303 to %s", w.Code, w.Header().Get("Location"), target)
 	}
-	if got := attempts(t, reader); got["busy"] != 1 || got["ok"] != 1 || len(got) != 2 {
-		t.Errorf("password attempts by outcome %v, want busy 1 and ok 1", got)
+	const name = "kurz.redirect.password_attempts"
+	busy, ok, all := metrictest.Counter(t, reader, name, "outcome", "busy"), metrictest.Counter(t, reader, name, "outcome", "ok"), metrictest.Counter(t, reader, name)
+	if busy != 1 || ok != 1 || all != 2 {
+		t.Errorf("password attempts: busy %d, ok %d, all %d; want 1, 1, 2", busy, ok, all)
 	}
-}
-
-// attempts reads kurz.redirect.password_attempts by outcome.
-func attempts(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "kurz.redirect.password_attempts" {
-				continue
-			}
-			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				o, _ := dp.Attributes.Value(attribute.Key("outcome"))
-				got[o.AsString()] += dp.Value
-			}
-		}
-	}
-	return got
 }
