@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -59,6 +60,8 @@ type Config struct {
 	ShortenerAddr string `env:"SHORTENER_GRPC_ADDR" default:"127.0.0.1:9092"`
 	// AnalyticsAddr is the analytics gRPC address: where it listens, and where its callers dial it.
 	AnalyticsAddr string `env:"ANALYTICS_GRPC_ADDR" default:"127.0.0.1:9093"`
+	// ShortBaseURL is the shortener's base URL, the same variable the shortener reads: its host names the default domain to Shlink's clients (GET /rest/v3/domains), which send it back as a link's domain.
+	ShortBaseURL string `env:"SHORTENER_BASE_URL" default:"http://127.0.0.1:8787"`
 	// Postgres holds tenants and API keys, and the limiter's plan table the
 	// admin API writes.
 	Postgres pgpool.Config
@@ -153,6 +156,11 @@ func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 		errs = append(errs, fmt.Errorf("KURZ_GATEWAY_ADMIN_TOKEN: want at least %d characters (or empty to disable the admin API)", minAdminTokenLen))
 	}
 	errs = append(errs, config.NotPublished("KURZ_GATEWAY_ADMIN_TOKEN", c.AdminToken, c.ServiceAuth.AllowPublishedSecrets))
+	base, err := url.Parse(c.ShortBaseURL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		errs = append(errs, fmt.Errorf("KURZ_SHORTENER_BASE_URL=%q: want the shortener's base URL, an http(s) URL such as https://kurz.example", c.ShortBaseURL))
+		base = &url.URL{}
+	}
 	return httpapi.Options{
 		MaxBodyBytes:    c.MaxBodyBytes,
 		MaxHeaderBytes:  c.MaxHeaderBytes,
@@ -164,6 +172,7 @@ func (c Config) options() (httpapi.Options, *svcauth.Keys, error) {
 		CallTimeout:     c.CallTimeout,
 		MaxBulkRequests: c.MaxBulkRequests,
 		ReadTimeout:     cmp.Or(c.HTTP.ReadTimeout, server.DefaultReadTimeout),
+		DefaultDomain:   base.Host,
 	}, keys, errors.Join(errs...)
 }
 

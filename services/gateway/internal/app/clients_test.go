@@ -139,16 +139,42 @@ func kurzLink(t *testing.T, c *client, code string) map[string]any {
 // Shlink's JS SDK (@shlinkio/shlink-js-sdk, as package-lock.json pins it:
 // the client of shlink-web-client), with each of its HTTP clients, against
 // the gateway: health, a link created with a slug, tags and a title, read,
-// listed a page at a time by tag, edited, deleted; the errors it raises
+// listed a page at a time by tag, edited, deleted; the domains listed (the
+// default domain, then the tenant's verified domains only: not one it has
+// not verified, nor another tenant's); the errors it raises
 // for a taken slug, a missing code and a wrong key are Shlink's types, and
 // kurz's documented differences (no searchTerm, no visit list, no tags)
 // come as errors the SDK reads.
 func TestShlinkSDK(t *testing.T) {
-	gw := startGateway(t, nil)
+	gw := startGateway(t, map[string]string{"KURZ_SHORTENER_BASE_URL": shortBase})
+	base, err := url.Parse(shortBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := newClient(t, gw, adminToken)
+	// registerDomain registers a fresh domain for the tenant of c, verified
+	// by the administrator when verify is set, and returns its name.
+	registerDomain := func(t *testing.T, c *client, tenantID string, verify bool) string {
+		t.Helper()
+		name := "sdk-" + strings.ToLower(rand.Text()[:10]) + ".acme.test"
+		if r := c.do("POST", "/v1/domains", `{"name":"`+name+`"}`); r.code != http.StatusCreated {
+			t.Fatalf("register %s: %s", name, r)
+		}
+		if verify {
+			if r := admin.do("POST", "/v1/admin/tenants/"+tenantID+"/domains/"+name+"/verify", ""); r.code != http.StatusOK {
+				t.Fatalf("approve %s: %s", name, r)
+			}
+		}
+		return name
+	}
+	rival := newTenant(t, gw, "free")
+	registerDomain(t, newClient(t, gw, rival.key), rival.id, true)
 	for _, adapter := range []string{"fetch", "node"} {
 		t.Run(adapter, func(t *testing.T) {
 			tn := newTenant(t, gw, "free")
 			c := newClient(t, gw, tn.key)
+			verified := registerDomain(t, c, tn.id, true)
+			registerDomain(t, c, tn.id, false)
 			slug := tn.id + "-sdk"
 			long := "https://example.com/shlink-sdk/" + strings.ToLower(rand.Text())
 			env := []string{"KURZ_URL=" + clientProxy(t, gw, false).URL, "KURZ_KEY=" + tn.key, "KURZ_SLUG=" + slug, "KURZ_LONG=" + long, "KURZ_ADAPTER=" + adapter}
@@ -202,6 +228,12 @@ func TestShlinkSDK(t *testing.T) {
 			}
 			if e := run.failed(t, "tags"); e["errorType"] != "NOT_FOUND" || e["status"] != float64(404) {
 				t.Errorf("tags: %v; want Shlink's not-found (kurz serves no tags)", e)
+			}
+			noRedirects := "map[baseUrlRedirect:<nil> invalidShortUrlRedirect:<nil> regular404Redirect:<nil>]"
+			domains := run.ok(t, "domains")
+			if got, want := fmt.Sprint(domains["data"]), fmt.Sprintf("[map[domain:%s isDefault:true redirects:%s] map[domain:%s isDefault:false redirects:%s]]",
+				base.Host, noRedirects, verified, noRedirects); got != want || fmt.Sprint(domains["defaultRedirects"]) != noRedirects {
+				t.Errorf("domains: %v\nwant data %s and defaultRedirects %s", domains, want, noRedirects)
 			}
 			if e := run.failed(t, "taken"); e["errorType"] != "INVALID_SLUG" || e["customSlug"] != slug {
 				t.Errorf("create on a taken slug: %v; want Shlink's non-unique-slug", e)

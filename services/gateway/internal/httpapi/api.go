@@ -76,6 +76,12 @@ type Options struct {
 	// pacing of a bulk body (bulkBodyMinRate) never extends past it. Zero:
 	// no such bound.
 	ReadTimeout time.Duration
+	// DefaultDomain is the host (with its port, if any) of the short URLs
+	// on the default domain: the host of the shortener's base URL. Shlink's
+	// GET /rest/v3/domains names the default domain by it, and Shlink's
+	// clients send it back as a link's domain, which the shortener takes
+	// as the default domain.
+	DefaultDomain string
 }
 
 // KeyStore is what the API needs of the tenant and key store.

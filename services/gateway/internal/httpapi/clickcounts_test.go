@@ -66,7 +66,8 @@ func serveFakes(t *testing.T, limiter *shlinkLimiter, deps Deps) http.Handler {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
-	a, err := New(Options{MaxBodyBytes: 4096, MaxHeaderBytes: 16 << 10, CallTimeout: time.Second, MaxBulkRequests: 1}, deps)
+	a, err := New(Options{MaxBodyBytes: 4096, MaxHeaderBytes: 16 << 10, CallTimeout: time.Second, MaxBulkRequests: 1,
+		DefaultDomain: shlinkDefaultDomain}, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

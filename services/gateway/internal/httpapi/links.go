@@ -54,6 +54,7 @@ func (a *API) table() []route {
 		{pattern: "PATCH /rest/{version}/short-urls/{shortCode}", access: shlinkKey, charge: "PATCH /v1/links/{code}", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkEdit)},
 		{pattern: "DELETE /rest/{version}/short-urls/{shortCode}", access: shlinkKey, charge: "DELETE /v1/links/{code}", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkDelete)},
 		{pattern: "GET /rest/{version}/short-urls/{shortCode}/visits", access: shlinkKey, charge: statsRoute, ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkVisitsList)},
+		{pattern: "GET /rest/{version}/domains", access: shlinkKey, charge: "GET /v1/domains", ownQuery: true, shlink: true, handle: shlinkVersioned(a.shlinkDomains)},
 		{pattern: "POST /v4/shorten", access: tenantKey, charge: "POST /v1/links", ownQuery: true, bitly: true, handle: a.bitlyShorten},
 		{pattern: "POST /v4/bitlinks", access: tenantKey, charge: "POST /v1/links", ownQuery: true, bitly: true, handle: a.bitlyShorten},
 		{pattern: "GET /v4/bitlinks/{domain}/{hash...}", access: tenantKey, chargeOf: bitlinkCharge, ownQuery: true, bitly: true, handle: a.bitlinkGet},

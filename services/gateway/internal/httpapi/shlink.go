@@ -176,7 +176,7 @@ func writeShlinkProblem(w http.ResponseWriter, requestID string, e *apiError, ki
 
 // shlinkNotServed says what kurz serves of Shlink's REST API, to a call of
 // the rest.
-const shlinkNotServed = "kurz does not serve this Shlink call: it serves /rest/v3/short-urls (create, list, get, edit, delete; a link's visits answer 501) and /rest/health; tags, domains, redirect rules, visits overviews and Mercure are not served (docs/api.md, Shlink-compatible API)"
+const shlinkNotServed = "kurz does not serve this Shlink call: it serves /rest/v3/short-urls (create, list, get, edit, delete; a link's visits answer 501), the list of /rest/v3/domains and /rest/health; tags, domain redirects, redirect rules, visits overviews and Mercure are not served (docs/api.md, Shlink-compatible API)"
 
 // writeShlinkError sends e, a refusal under /rest/ before any route (a
 // call kurz does not serve, a request too big), in Shlink's problem shape
@@ -430,6 +430,58 @@ func (a *API) shlinkDelete(c *call) error {
 func (a *API) shlinkVisitsList(*call) error {
 	return newError(http.StatusNotImplemented, codeName(codes.Unimplemented),
 		"kurz does not list a link's visits one by one: it keeps counts. The visitsSummary of GET /rest/v3/short-urls/{shortCode} has the link's totals; GET /v1/links/{code}/stats its counts by hour or day, referrer, browser, device and country")
+}
+
+// shlinkDomain is Shlink's Domain: a domain's name, whether it is the
+// default domain, and its not-found redirects.
+type shlinkDomain struct {
+	Domain    string                `json:"domain"`
+	IsDefault bool                  `json:"isDefault"`
+	Redirects shlinkDomainRedirects `json:"redirects"`
+}
+
+// shlinkDomainRedirects are Shlink's not-found redirects of a domain:
+// always null, as kurz has none per domain. The redirect service's
+// KURZ_REDIRECT_HOME_URL is the default domain's base URL redirect in
+// Shlink's terms, but it is the redirect's setting, which the gateway does
+// not know; null says "none configured here", which clients show as such.
+type shlinkDomainRedirects struct {
+	BaseURLRedirect         *string `json:"baseUrlRedirect"`
+	Regular404Redirect      *string `json:"regular404Redirect"`
+	InvalidShortURLRedirect *string `json:"invalidShortUrlRedirect"`
+}
+
+// shlinkDomains is GET /rest/v3/domains, charged as GET /v1/domains: the
+// default domain first (isDefault, named by Options.DefaultDomain, the
+// host its short URLs carry), then the caller's verified custom domains,
+// by name, as ListDomains gives them. A domain still waiting for its DNS
+// check takes no links, and Shlink's clients offer every listed domain
+// for new links, so it is left out. Redirects are all null
+// (shlinkDomainRedirects).
+func (a *API) shlinkDomains(c *call) error {
+	if _, err := shlinkQuery(c); err != nil {
+		return err
+	}
+	ctx, cancel := a.downstream(c)
+	defer cancel()
+	resp, err := a.shortener.ListDomains(ctx, &shortenerv1.ListDomainsRequest{})
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Domains struct {
+			Data             []shlinkDomain        `json:"data"`
+			DefaultRedirects shlinkDomainRedirects `json:"defaultRedirects"`
+		} `json:"domains"`
+	}
+	out.Domains.Data = []shlinkDomain{{Domain: a.opts.DefaultDomain, IsDefault: true}}
+	for _, d := range resp.GetDomains() {
+		if d.GetVerified() {
+			out.Domains.Data = append(out.Domains.Data, shlinkDomain{Domain: d.GetName()})
+		}
+	}
+	writeJSON(c.w, http.StatusOK, out)
+	return nil
 }
 
 // shlinkSummary is l's visitsSummary (lifetimeCounts); nil, and the field

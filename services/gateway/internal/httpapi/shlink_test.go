@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -25,6 +26,7 @@ import (
 	analyticsv1 "kurz.dev/gen/kurz/analytics/v1"
 	ratelimitv1 "kurz.dev/gen/kurz/ratelimit/v1"
 	shortenerv1 "kurz.dev/gen/kurz/shortener/v1"
+	"kurz.dev/pkg/callmeta"
 	"kurz.dev/pkg/linkdomain"
 	"kurz.dev/pkg/rpcerr"
 	"kurz.dev/pkg/testkit/servertest"
@@ -144,6 +146,26 @@ type shlinkShortener struct {
 	gets    []*shortenerv1.GetLinkRequest
 	update  *shortenerv1.UpdateLinkRequest
 	deleted []*shortenerv1.DeleteLinkRequest
+	// domains are each tenant's custom domains, by tenant; domainLists
+	// counts the ListDomains calls.
+	domains     map[string][]*shortenerv1.Domain
+	domainLists int
+}
+
+// shlinkDefaultDomain is the host of the short URLs on the default domain
+// of the Shlink tests (shlinkLink's).
+const shlinkDefaultDomain = "k.test"
+
+// ListDomains answers the domains of the tenant the call carries, as the
+// shortener lists only its caller's.
+func (s *shlinkShortener) ListDomains(ctx context.Context, _ *shortenerv1.ListDomainsRequest, _ ...grpc.CallOption) (*shortenerv1.ListDomainsResponse, error) {
+	s.domainLists++
+	md, _ := metadata.FromOutgoingContext(ctx)
+	tenants := md.Get(callmeta.TenantKey)
+	if len(tenants) != 1 {
+		return nil, status.Error(codes.Unauthenticated, "no tenant")
+	}
+	return &shortenerv1.ListDomainsResponse{Domains: s.domains[tenants[0]]}, nil
 }
 
 var shlinkCreated = time.Date(2026, 3, 1, 10, 30, 0, 0, time.UTC)
@@ -418,6 +440,8 @@ func TestShlinkCallsAreChargedAsTheKurzRouteTheyMirror(t *testing.T) {
 		{"PATCH", "/rest/v3/short-urls/abcd123", `{"tags":["a"]}`, shlinkGoodKey, 200, []string{"PATCH /v1/links/{code}", stats}},
 		{"DELETE", "/rest/v3/short-urls/abcd123", "", shlinkGoodKey, 204, []string{"DELETE /v1/links/{code}"}},
 		{"GET", "/rest/v3/short-urls/abcd123/visits", "", shlinkGoodKey, 501, []string{stats}},
+		{"GET", "/rest/v3/domains", "", shlinkGoodKey, 200, []string{"GET /v1/domains"}},
+		{"GET", "/rest/v2/domains", "", shlinkSuspendedKey, 403, []string{"GET /v1/domains"}},
 		{"GET", "/rest/v3/short-urls", "", shlinkSuspendedKey, 403, []string{"GET /v1/links"}},
 		{"POST", "/rest/v3/short-urls", `{}`, shlinkSuspendedKey, 403, []string{"POST /v1/links"}},
 	} {
@@ -930,6 +954,62 @@ func TestShlinkListBoundsAPagesBytes(t *testing.T) {
 	}
 }
 
+// GET /rest/v3/domains (and /rest/v2, the same) lists the default domain
+// first, named by the host of its short URLs, then the caller's verified
+// custom domains: not one still waiting for its DNS check (it takes no
+// links), nor another tenant's. kurz has no not-found redirects per
+// domain, so every redirect is null, as Shlink writes one not set. Each
+// call is charged once as GET /v1/domains; a call without a valid key
+// (or of a suspended tenant) is refused in Shlink's problem shape before
+// the shortener is asked.
+func TestShlinkListsDomains(t *testing.T) {
+	env := newShlinkEnv(t)
+	verified := timestamppb.New(shlinkCreated)
+	env.shortener.domains = map[string][]*shortenerv1.Domain{
+		"acme": {
+			{Name: "go.acme.test", Tenant: "acme", Verified: true, VerifyTime: verified},
+			{Name: "pending.acme.test", Tenant: "acme"},
+			{Name: "to.acme.test", Tenant: "acme", Verified: true, VerifyTime: verified},
+		},
+		"rival": {{Name: "go.rival.test", Tenant: "rival", Verified: true, VerifyTime: verified}},
+	}
+	noRedirects := map[string]any{"baseUrlRedirect": nil, "regular404Redirect": nil, "invalidShortUrlRedirect": nil}
+	domain := func(name string, isDefault bool) map[string]any {
+		return map[string]any{"domain": name, "isDefault": isDefault, "redirects": noRedirects}
+	}
+	want, err := json.Marshal(map[string]any{"domains": map[string]any{
+		"data":             []any{domain(shlinkDefaultDomain, true), domain("go.acme.test", false), domain("to.acme.test", false)},
+		"defaultRedirects": noRedirects,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, version := range []string{"v3", "v2"} {
+		w := env.do("GET", "/rest/"+version+"/domains", "", shlinkGoodKey)
+		got, err := json.Marshal(object(t, w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Code != 200 || w.Header().Get("Content-Type") != "application/json" || string(got) != string(want) {
+			t.Errorf("GET /rest/%s/domains: %d %s %s\nwant 200 application/json %s", version, w.Code, w.Header().Get("Content-Type"), got, want)
+		}
+		if w.Header().Get("Access-Control-Allow-Origin") != "*" {
+			t.Errorf("GET /rest/%s/domains: Access-Control-Allow-Origin %q, want *", version, w.Header().Get("Access-Control-Allow-Origin"))
+		}
+	}
+	if got := env.limiter.takeCharged(); !slices.Equal(got, []string{"GET /v1/domains", "GET /v1/domains"}) {
+		t.Errorf("two domain lists charged %v, want GET /v1/domains twice", got)
+	}
+
+	lists := env.shortener.domainLists
+	shlinkProblemOf(t, env.do("GET", "/rest/v3/domains", "", ""), 401, "missing-authentication")
+	shlinkProblemOf(t, env.do("GET", "/rest/v3/domains", "", "kurz_k9_wrong"), 401, "invalid-api-key")
+	shlinkProblemOf(t, env.do("GET", "/rest/v3/domains", "", shlinkSuspendedKey), 403, "https://kurz.dev/problems/permission-denied")
+	if env.shortener.domainLists != lists {
+		t.Errorf("refused calls listed domains %d times, want none", env.shortener.domainLists-lists)
+	}
+}
+
 // GET /rest/health (and /rest/v3/health) answers Shlink's health, pass
 // while the gateway is ready and fail (503) when not, with kurz's version,
 // without a key and without charging anything; a version kurz does not
@@ -961,7 +1041,7 @@ func TestShlinkHealth(t *testing.T) {
 // what kurz serves; with or without a key, nothing charged.
 func TestShlinkCallsNotServedAreShlinksNotFound(t *testing.T) {
 	env := newShlinkEnv(t, shlinkLink("abcd123"))
-	for _, target := range []string{"/rest/v3/tags", "/rest/v3/domains", "/rest/v3/visits", "/rest/v3/mercure-info",
+	for _, target := range []string{"/rest/v3/tags", "/rest/v3/domains/redirects", "/rest/v3/visits", "/rest/v3/mercure-info",
 		"/rest/v3/short-urls/abcd123/redirect-rules", "/rest/v2/tags/stats"} {
 		for _, key := range []string{shlinkGoodKey, ""} {
 			w := env.do("GET", target, "", key)

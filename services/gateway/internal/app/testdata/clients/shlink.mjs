@@ -2,7 +2,8 @@
 // shlink-web-client does, and prints what each call answered (ok) or the
 // error the SDK raised (error, with the SDK's ErrorType name) as one JSON
 // object. Run by TestShlinkSDK (../../clients_test.go), twice: `node
-// shlink.mjs make` makes, reads, lists and edits a link; `node shlink.mjs
+// shlink.mjs make` makes, reads, lists and edits a link, and lists the
+// domains; `node shlink.mjs
 // remove`, once the test has read it through kurz's own API, deletes it.
 //
 // env: KURZ_URL (the gateway), KURZ_KEY (an API key), KURZ_SLUG (a fresh
@@ -52,6 +53,7 @@ if (process.argv[2] === 'remove') {
   }));
   await step('visits', () => api.getShortUrlVisits(code));
   await step('tags', () => api.listTags());
+  await step('domains', () => api.listDomains());
   await step('taken', () => api.createShortUrl({ longUrl: `${KURZ_LONG}/taken`, customSlug: KURZ_SLUG }));
 }
 console.log(JSON.stringify(out));
