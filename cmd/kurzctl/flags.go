@@ -234,7 +234,8 @@ Commands:
 	printGlobalFlags(w, root)
 	fmt.Fprint(w, `
 Exit status: 0 on success, 1 when a service refuses or fails (its message on
-stderr), 2 for a mistake on the command line.
+stderr), 2 for a mistake on the command line, 3 when links import made some
+rows but not all (the failed rows in its report).
 
 Run 'kurzctl help <command>' (or 'kurzctl <command> -h') for a command's
 flags and examples.
