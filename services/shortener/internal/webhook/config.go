@@ -51,12 +51,16 @@ type Config struct {
 	AllowCIDRs []string `env:"SHORTENER_WEBHOOK_ALLOW_CIDRS" default:""`
 	// MaxSubscriptions bounds the subscriptions of one tenant.
 	MaxSubscriptions int `env:"SHORTENER_WEBHOOK_MAX_SUBSCRIPTIONS" default:"10"`
-	// MaxPending bounds the undelivered deliveries of one subscription that
-	// link.clicked events are queued behind: a subscription with as many
-	// pending (a receiver down, or slower than its events) gets no
-	// link.clicked until it has fewer. Clicks are anyone's to make, and
-	// each clicked link is a delivery per subscription and interval; the
-	// other events are bounded by the tenant's own writes.
+	// MaxPending bounds the undelivered deliveries of one subscription: a
+	// subscription with as many pending (a receiver down, or slower than
+	// its events) gets no link.clicked until it has fewer, and no
+	// link.created, link.updated or link.deleted from when a sender's
+	// pass (every 5s) marks it backlogged until one finds it below 90% of
+	// the bound. Events not queued meanwhile are lost to it (the sender
+	// logs the mark; kurz_shortener_webhook_backlogged_subscriptions
+	// counts the marked). Unbounded, a tenant at its API quota with
+	// receivers that never answer queued up to 300,000 deliveries a
+	// minute into the links' database.
 	MaxPending int `env:"SHORTENER_WEBHOOK_MAX_PENDING" default:"10000"`
 	// PollInterval is how often the sender looks for due deliveries (a
 	// PostgreSQL query), at least 50ms.

@@ -103,6 +103,22 @@ func NewSender(cfg Config, store *Store, sealer *Sealer, targets Targets, baseUR
 			return nil
 		}, pending, oldest, lag)
 	}
+	// Its own callback: the subscriptions are counted in a statement of
+	// their own, which a queue too large for QueueStats does not hold up.
+	backlogged, err := meter.Int64ObservableGauge("kurz.shortener.webhook.backlogged_subscriptions",
+		metric.WithDescription("Webhook subscriptions with KURZ_SHORTENER_WEBHOOK_MAX_PENDING pending deliveries, not queued link events until their backlog goes down (those events are lost to them)"),
+		metric.WithUnit("{subscription}"))
+	errs[3] = err
+	if err == nil {
+		_, errs[3] = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+			n, err := store.BackloggedSubscriptions(ctx)
+			if err != nil {
+				return err
+			}
+			o.ObserveInt64(backlogged, n)
+			return nil
+		}, backlogged)
+	}
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("webhook metrics: %w", err)
 	}
@@ -140,6 +156,7 @@ func (s *Sender) Run(ctx context.Context) {
 		mu.Unlock()
 	}()
 	wg.Go(func() { s.housekeep(ctx) })
+	wg.Go(func() { s.watchBacklogs(ctx) })
 	limits := s.limits()
 	failing := false // the last claim failed: logged once, until one succeeds
 	for ctx.Err() == nil {
