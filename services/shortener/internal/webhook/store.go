@@ -450,21 +450,56 @@ const trimEntries = 100_000
 // of several replicas may trim together: a delete skips the rows another
 // holds (SKIP LOCKED), and a delivery redelivered meanwhile is pending
 // again, which the delete checks on the row it locked.
+//
+// A look that fails (one subscription whose deliveries take past the query
+// timeout to walk: millions pending, before link events were bounded) is
+// made again one subscription at a time, skipping those that fail, and the
+// errors are returned after the pass: otherwise every subscription after
+// it in id order, other tenants' included, would never be trimmed again.
 func (s *Store) TrimFinished(ctx context.Context, keep int) (int64, error) {
 	page := max(1, min(purgeSubscriptions, trimEntries/(keep+1)))
+	return trimPages(page,
+		func(after string, n int) ([]trimEdge, string, error) { return s.pastKept(ctx, after, keep, n) },
+		func(after string, n int) ([]string, error) { return s.subscriptionIDs(ctx, after, n) },
+		func(e trimEdge) (int64, error) { return s.trimOnce(ctx, e) })
+}
+
+// trimPages is TrimFinished's pass over the subscriptions, page by page:
+// walk finds a page's edges after an id, ids lists a page's subscription
+// ids, trim deletes up to pruneBatch deliveries from an edge back.
+func trimPages(page int, walk func(after string, n int) ([]trimEdge, string, error),
+	ids func(after string, n int) ([]string, error), trim func(trimEdge) (int64, error)) (int64, error) {
 	var total int64
+	var errs []error
 	after := ""
 	for {
-		edges, last, err := s.pastKept(ctx, after, keep, page)
+		edges, last, err := walk(after, page)
 		if err != nil {
-			return total, err
+			errs = append(errs, err)
+			var subs []string
+			if subs, err = ids(after, page); err != nil {
+				return total, errors.Join(append(errs, err)...)
+			}
+			edges, last = nil, ""
+			prev := after
+			for _, id := range subs {
+				// pastKept's page of one after prev is id's.
+				e, _, err := walk(prev, 1)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("subscription %s: %w", id, err))
+				}
+				edges, prev = append(edges, e...), id
+			}
+			if len(subs) == page {
+				last = prev
+			}
 		}
 		for _, e := range edges {
 			for {
-				n, err := s.trimOnce(ctx, e)
+				n, err := trim(e)
 				total += n
 				if err != nil {
-					return total, err
+					return total, errors.Join(append(errs, err)...)
 				}
 				if n < pruneBatch {
 					break
@@ -472,10 +507,26 @@ func (s *Store) TrimFinished(ctx context.Context, keep int) (int64, error) {
 			}
 		}
 		if last == "" {
-			return total, nil
+			return total, errors.Join(errs...)
 		}
 		after = last
 	}
+}
+
+// subscriptionIDs lists the ids of the n live subscriptions after the id
+// after, in id order: the page pastKept looks at.
+func (s *Store) subscriptionIDs(ctx context.Context, after string, n int) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, `SELECT id FROM webhook_subscriptions WHERE id > $1 AND deleted_at IS NULL ORDER BY id LIMIT $2`, after, n)
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions to trim: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions to trim: %w", err)
+	}
+	return ids, nil
 }
 
 // trimEdge is the newest finished delivery of a subscription that is past
