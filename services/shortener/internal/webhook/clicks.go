@@ -421,11 +421,14 @@ func (s *Store) queueClicks(ctx context.Context, tenant string, rows []clickRow,
 		keys[i], data[i] = r.batchKey, string(r.data)
 	}
 	// The backlog is counted up to maxPending entries of the due index
-	// (subscription_id, next_attempt_at) WHERE status = 'pending'.
+	// (subscription_id, next_attempt_at) WHERE status = 'pending'; a
+	// subscription marked backlogged (MarkBacklogged) is full without a
+	// count: its tenant's every flush statement would otherwise count its
+	// maxPending entries again, to queue nothing.
 	err = s.db.QueryRow(ctx, `
 		WITH subs AS (
-			SELECT s.id, (SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries d
-				WHERE d.subscription_id = s.id AND d.status = 'pending' LIMIT $4) p) AS pending
+			SELECT s.id, CASE WHEN s.backlogged THEN $4 ELSE (SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries d
+				WHERE d.subscription_id = s.id AND d.status = 'pending' LIMIT $4) p) END AS pending
 			FROM webhook_subscriptions s
 			WHERE s.tenant = $1 AND 'link.clicked' = ANY (s.events) AND s.deleted_at IS NULL
 			FOR KEY SHARE OF s),

@@ -112,3 +112,35 @@ func TestClickFlushSkipsASubscriptionWithAFullBacklog(t *testing.T) {
 		t.Errorf("acknowledged %v, want both entries (the skipped clicks are not owed)", rdb.acked)
 	}
 }
+
+// A subscription marked backlogged (its link events are not queued) gets
+// no link.clicked either, whatever its pending deliveries count now: the
+// flush takes the mark as a full backlog instead of counting it again in
+// every statement. The mark is cleared only below 90% of MaxPending.
+func TestClickFlushSkipsABackloggedSubscriptionWithoutCounting(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	store := NewStore(db, 2*time.Second)
+	addSubscription(t, db, "acme", "wh_marked", "link.clicked")
+	addSubscription(t, db, "acme", "wh_ok", "link.clicked")
+	addDeliveries(t, db, "wh_marked", 95)
+	if _, err := db.Exec(ctx, `UPDATE webhook_subscriptions SET backlogged = true WHERE id = 'wh_marked'`); err != nil {
+		t.Fatal(err)
+	}
+
+	rdb := &ackRecorder{}
+	b := NewClickBatcher(Config{ClickGroup: "g", MaxPending: 100}, rdb, store, clickevent.StreamConfig{Shards: 1, MaxLen: 1000},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	batch := newClickBatch()
+	now := time.Now()
+	batch.add("clicks:{0}", []redis.XMessage{click("1-0", "acme", "a1", now)}, map[string]bool{"acme": true}, now)
+	if err := b.flush(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if n := countDeliveries(t, db, "wh_marked"); n != 95 {
+		t.Errorf("the backlogged subscription with 95 pending has %d deliveries after the flush, want its 95", n)
+	}
+	if n := countDeliveries(t, db, "wh_ok"); n != 1 {
+		t.Errorf("the other subscription has %d deliveries after the flush, want the click's 1", n)
+	}
+}
