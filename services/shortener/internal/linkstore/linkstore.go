@@ -474,18 +474,16 @@ func noKeys(links []Link) error {
 // FromURL returns tenant's working link made from the URL whose key is key
 // (Link.URLKey): not deleted, not disabled, not expired. ErrNotFound
 // without one; a disabled or expired link of the URL gives its key up to
-// the next Insert of the URL.
+// the next Insert of the URL. It is FromURLs of one key: one statement says
+// what a working link is.
 func (s *Store) FromURL(ctx context.Context, tenant string, key []byte) (Link, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	l, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM links
-		WHERE tenant = $1 AND url_key = $2 AND deleted_at IS NULL
-			AND NOT disabled AND (expires_at IS NULL OR expires_at > now())`, tenant, key))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Link{}, ErrNotFound
-	}
+	found, err := s.FromURLs(ctx, tenant, [][]byte{key})
 	if err != nil {
-		return Link{}, fmt.Errorf("find link from url: %w", err)
+		return Link{}, err
+	}
+	l, ok := found[string(key)]
+	if !ok {
+		return Link{}, ErrNotFound
 	}
 	return l, nil
 }
@@ -500,21 +498,27 @@ func (s *Store) FromURLs(ctx context.Context, tenant string, keys [][]byte) (map
 	if len(keys) == 0 {
 		return map[string]Link{}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM links
+	return s.linksBy(ctx, "find links from urls", func(l Link) string { return string(l.URLKey) }, `SELECT `+columns+` FROM links
 		WHERE tenant = $1 AND url_key = ANY($2::bytea[]) AND deleted_at IS NULL
 			AND NOT disabled AND (expires_at IS NULL OR expires_at > now())`, tenant, keys)
+}
+
+// linksBy runs query, a SELECT of columns, within the store's timeout and
+// returns its links by key(link); what names the query in its errors.
+func (s *Store) linksBy(ctx context.Context, what string, key func(Link) string, query string, args ...any) (map[string]Link, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.db.Query(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("find links from urls: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	links, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Link, error) { return scan(r) })
 	if err != nil {
-		return nil, fmt.Errorf("find links from urls: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	out := make(map[string]Link, len(links))
 	for _, l := range links {
-		out[string(l.URLKey)] = l
+		out[key(l)] = l
 	}
 	return out, nil
 }
@@ -576,22 +580,8 @@ func (s *Store) GetMany(ctx context.Context, tenant string, codes []string) (map
 	if len(codes) == 0 {
 		return map[string]Link{}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM links
+	return s.linksBy(ctx, "get links", func(l Link) string { return l.Code }, `SELECT `+columns+` FROM links
 		WHERE code = ANY($1::text[]) AND tenant = $2 AND deleted_at IS NULL`, codes, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("get links: %w", err)
-	}
-	links, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Link, error) { return scan(r) })
-	if err != nil {
-		return nil, fmt.Errorf("get links: %w", err)
-	}
-	out := make(map[string]Link, len(links))
-	for _, l := range links {
-		out[l.Code] = l
-	}
-	return out, nil
 }
 
 // Page is one page of List.
